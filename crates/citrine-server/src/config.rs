@@ -1,0 +1,373 @@
+//! Configuration: the TOML file (`--config`), the command-line flags that
+//! override it, and the embedded default used when neither is given.
+//!
+//! Option names follow Aerospike's where they exist (`cluster-name`,
+//! `replication-factor`, `default-ttl`, `nsup-period`, `max-record-size`,
+//! `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`).
+//! An unknown option, a wrong type or an impossible value stops the start
+//! with a message naming the option and where it was given (file and line,
+//! or the flag).
+
+use citrine_service::config::{NamespaceConfig, ServiceConfig, StorageEngineConfig};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The whole file.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileConfig {
+    #[serde(default)]
+    pub service: ServiceSection,
+    #[serde(default)]
+    pub logging: LoggingSection,
+    #[serde(default, rename = "namespace")]
+    pub namespaces: Vec<NamespaceSection>,
+}
+
+/// `[service]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServiceSection {
+    pub address: Option<String>,
+    pub port: Option<u16>,
+    pub access_address: Option<String>,
+    pub cluster_name: Option<String>,
+    pub node_id: Option<String>,
+    pub work_directory: Option<PathBuf>,
+    pub proto_fd_max: Option<u32>,
+    pub service_threads: Option<u16>,
+}
+
+/// `[logging]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LoggingSection {
+    pub level: Option<String>,
+}
+
+/// `[[namespace]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NamespaceSection {
+    pub name: String,
+    pub replication_factor: Option<u8>,
+    pub default_ttl: Option<Duration>,
+    pub nsup_period: Option<Duration>,
+    pub allow_ttl_without_nsup: Option<bool>,
+    pub max_record_size: Option<Size>,
+    pub storage_engine: Option<StorageEngineSection>,
+}
+
+/// `[namespace.storage-engine]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", tag = "type")]
+pub enum StorageEngineSection {
+    #[serde(rename = "memory", rename_all = "kebab-case")]
+    Memory { data_size: Option<Size>, evict_used_pct: Option<u8>, stop_writes_used_pct: Option<u8> },
+}
+
+/// A byte size: an integer, or a string with a K, M, G or T suffix (powers of 1024).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(try_from = "SizeOrText")]
+pub struct Size(pub u64);
+
+/// A duration in seconds: an integer, or a string with s, m, h or d suffix.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(try_from = "SizeOrText")]
+pub struct Duration(pub u64);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeOrText {
+    Number(i64),
+    Text(String),
+}
+
+fn parse_suffixed(input: SizeOrText, units: &[(char, u64)], what: &str) -> Result<u64, String> {
+    match input {
+        SizeOrText::Number(value) => u64::try_from(value).map_err(|_| format!("{what} must not be negative, got {value}")),
+        SizeOrText::Text(text) => {
+            let trimmed = text.trim();
+            let (digits, multiplier) = match trimmed.chars().last() {
+                Some(last) if last.is_ascii_alphabetic() => {
+                    let unit = units.iter().find(|(suffix, _)| suffix.eq_ignore_ascii_case(&last)).map(|(_, factor)| *factor);
+                    match unit {
+                        Some(factor) => (&trimmed[..trimmed.len() - 1], factor),
+                        None => return Err(format!("{what} {text:?} has an unknown unit (use one of {})", units.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(", "))),
+                    }
+                }
+                _ => (trimmed, 1),
+            };
+            let number: u64 = digits.trim().parse().map_err(|_| format!("{what} {text:?} is not a number with an optional unit"))?;
+            number.checked_mul(multiplier).ok_or_else(|| format!("{what} {text:?} is too large"))
+        }
+    }
+}
+
+impl TryFrom<SizeOrText> for Size {
+    type Error = String;
+    fn try_from(input: SizeOrText) -> Result<Size, String> {
+        parse_suffixed(input, &[('K', 1 << 10), ('M', 1 << 20), ('G', 1 << 30), ('T', 1 << 40)], "size").map(Size)
+    }
+}
+
+impl TryFrom<SizeOrText> for Duration {
+    type Error = String;
+    fn try_from(input: SizeOrText) -> Result<Duration, String> {
+        parse_suffixed(input, &[('S', 1), ('M', 60), ('H', 3600), ('D', 86_400)], "duration").map(Duration)
+    }
+}
+
+/// Command-line overrides.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub address: Option<String>,
+    pub port: Option<u16>,
+    pub data_dir: Option<PathBuf>,
+    pub node_id: Option<String>,
+    pub cluster_name: Option<String>,
+    pub log_level: Option<String>,
+}
+
+/// Everything the server needs to start.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub service: ServiceConfig,
+    pub address: String,
+    pub port: u16,
+    pub work_directory: Option<PathBuf>,
+    pub proto_fd_max: u32,
+    pub service_threads: usize,
+    pub log_level: String,
+}
+
+/// A configuration error, already phrased for the operator.
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Reads and parses a config file.
+pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError(format!("cannot read config file {}: {error}", path.display())))?;
+    parse_text(&text, &path.display().to_string())
+}
+
+/// Parses config text; `origin` names where it came from in messages.
+pub fn parse_text(text: &str, origin: &str) -> Result<FileConfig, ConfigError> {
+    toml::from_str(text).map_err(|error| ConfigError(format!("{origin}: {error}")))
+}
+
+/// The embedded default: namespaces `test` and `bar`, in memory.
+pub fn embedded_default() -> FileConfig {
+    let namespace = |name: &str| NamespaceSection {
+        name: name.to_owned(),
+        replication_factor: None,
+        default_ttl: None,
+        nsup_period: None,
+        allow_ttl_without_nsup: None,
+        max_record_size: None,
+        storage_engine: None,
+    };
+    FileConfig { namespaces: vec![namespace("test"), namespace("bar")], ..FileConfig::default() }
+}
+
+/// Stable default node id: FNV-1a of the host name and the service port, so
+/// a restarted node keeps its identity.
+fn default_node_id(port: u16) -> u64 {
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "localhost".to_owned());
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in host.trim().as_bytes().iter().chain(port.to_be_bytes().iter()) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    // Keep ids in the same shape as Aerospike's (48-bit MAC + 16-bit port).
+    (hash & 0x0000_FFFF_FFFF_FFFF) << 16 | u64::from(port)
+}
+
+/// Merges file and flags, validates, and produces the server configuration.
+pub fn resolve(file: FileConfig, origin: &str, overrides: &Overrides) -> Result<ServerConfig, ConfigError> {
+    let service = &file.service;
+    let port = overrides.port.or(service.port).unwrap_or(3000);
+    if port == 0 {
+        let place = if overrides.port.is_some() { "--port".to_owned() } else { format!("{origin}: service.port") };
+        return Err(ConfigError(format!("{place} = 0 is impossible: the service needs a fixed port (1-65535)")));
+    }
+    let address = overrides.address.clone().or_else(|| service.address.clone()).unwrap_or_else(|| "127.0.0.1".to_owned());
+    if address.parse::<std::net::IpAddr>().is_err() && address != "localhost" {
+        let place = if overrides.address.is_some() { "--address".to_owned() } else { format!("{origin}: service.address") };
+        return Err(ConfigError(format!("{place} = {address:?} is not an IP address")));
+    }
+    let cluster_name = overrides.cluster_name.clone().or_else(|| service.cluster_name.clone()).unwrap_or_else(|| "citrine".to_owned());
+    if cluster_name.is_empty() || cluster_name.len() > 63 {
+        return Err(ConfigError(format!("{origin}: service.cluster-name must be 1 to 63 bytes, got {:?}", cluster_name)));
+    }
+    let node_id = match overrides.node_id.as_ref().map(|text| ("--node-id".to_owned(), text)).or_else(|| service.node_id.as_ref().map(|text| (format!("{origin}: service.node-id"), text))) {
+        Some((place, text)) => match u64::from_str_radix(text, 16) {
+            Ok(0) | Err(_) => return Err(ConfigError(format!("{place} = {text:?} must be a non-zero hexadecimal number"))),
+            Ok(id) => id,
+        },
+        None => default_node_id(port),
+    };
+    let access_host = match service.access_address.clone() {
+        Some(host) => host,
+        None if address == "0.0.0.0" || address == "::" => "127.0.0.1".to_owned(),
+        None => address.clone(),
+    };
+    let access_address = if access_host.contains(':') { format!("[{access_host}]:{port}") } else { format!("{access_host}:{port}") };
+    let proto_fd_max = service.proto_fd_max.unwrap_or(15_000);
+    if proto_fd_max == 0 {
+        return Err(ConfigError(format!("{origin}: service.proto-fd-max = 0 is impossible: no client could connect")));
+    }
+    let service_threads = match service.service_threads {
+        Some(0) | None => std::thread::available_parallelism().map(|count| count.get()).unwrap_or(1),
+        Some(count) => usize::from(count),
+    };
+    if file.namespaces.is_empty() {
+        return Err(ConfigError(format!("{origin}: no [[namespace]] defined; a node needs at least one")));
+    }
+    let mut namespaces = Vec::new();
+    for (index, section) in file.namespaces.iter().enumerate() {
+        let place = format!("{origin}: namespace {:?} (the [[namespace]] number {})", section.name, index + 1);
+        namespaces.push(resolve_namespace(section, &place)?);
+        if file.namespaces[..index].iter().any(|other| other.name == section.name) {
+            return Err(ConfigError(format!("{place}: the name is used twice")));
+        }
+    }
+    let log_level = overrides.log_level.clone().or_else(|| file.logging.level.clone()).unwrap_or_else(|| "info".to_owned());
+    if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
+        return Err(ConfigError(format!("logging.level = {log_level:?} must be one of error, warn, info, debug, trace")));
+    }
+    Ok(ServerConfig {
+        service: ServiceConfig { node_id, cluster_name, access_address, port, namespaces },
+        address,
+        port,
+        work_directory: overrides.data_dir.clone().or_else(|| service.work_directory.clone()),
+        proto_fd_max,
+        service_threads,
+        log_level,
+    })
+}
+
+fn resolve_namespace(section: &NamespaceSection, place: &str) -> Result<NamespaceConfig, ConfigError> {
+    let name = &section.name;
+    if name.is_empty() || name.len() > citrine_types::NAMESPACE_NAME_MAX || name.contains([':', ';', ',', '/']) {
+        return Err(ConfigError(format!("{place}: name must be 1 to 31 bytes without ':', ';', ',' or '/'")));
+    }
+    let mut config = NamespaceConfig::in_memory(name);
+    if let Some(factor) = section.replication_factor {
+        if !(1..=128).contains(&factor) {
+            return Err(ConfigError(format!("{place}: replication-factor = {factor} is impossible (1 to 128)")));
+        }
+        config.replication_factor = factor;
+    }
+    if let Some(Duration(seconds)) = section.default_ttl {
+        if seconds > u64::from(citrine_service::transaction::TTL_MAX_SECONDS) {
+            return Err(ConfigError(format!("{place}: default-ttl = {seconds} s is more than ten years")));
+        }
+        config.default_ttl = seconds as u32;
+    }
+    if let Some(Duration(seconds)) = section.nsup_period {
+        config.nsup_period = u32::try_from(seconds).map_err(|_| ConfigError(format!("{place}: nsup-period = {seconds} is too large")))?;
+    }
+    if let Some(allow) = section.allow_ttl_without_nsup {
+        config.allow_ttl_without_nsup = allow;
+    }
+    if config.default_ttl != 0 && config.nsup_period == 0 && !config.allow_ttl_without_nsup {
+        return Err(ConfigError(format!("{place}: default-ttl is set but nsup-period is 0: records would never be removed (set nsup-period, or allow-ttl-without-nsup = true)")));
+    }
+    if let Some(Size(bytes)) = section.max_record_size {
+        if !(1024..=128 * 1024 * 1024).contains(&bytes) {
+            return Err(ConfigError(format!("{place}: max-record-size = {bytes} is impossible (1 KiB to 128 MiB)")));
+        }
+        config.max_record_size = bytes as u32;
+    }
+    if let Some(StorageEngineSection::Memory { data_size, evict_used_pct, stop_writes_used_pct }) = &section.storage_engine {
+        let StorageEngineConfig::Memory { data_size: default_size, evict_used_pct: default_evict, stop_writes_used_pct: default_stop } = config.storage_engine;
+        let data_size = data_size.map_or(default_size, |Size(bytes)| bytes);
+        if data_size < 1 << 20 {
+            return Err(ConfigError(format!("{place}: storage-engine.data-size = {data_size} is impossible (at least 1M)")));
+        }
+        let evict = evict_used_pct.unwrap_or(default_evict);
+        let stop = stop_writes_used_pct.unwrap_or(default_stop);
+        if evict > 100 {
+            return Err(ConfigError(format!("{place}: storage-engine.evict-used-pct = {evict} is impossible (0 to 100)")));
+        }
+        if stop > 100 {
+            return Err(ConfigError(format!("{place}: storage-engine.stop-writes-used-pct = {stop} is impossible (0 to 100)")));
+        }
+        if evict != 0 && stop != 0 && evict >= stop {
+            return Err(ConfigError(format!("{place}: storage-engine.evict-used-pct ({evict}) must be below stop-writes-used-pct ({stop}), or eviction could never act before writes stop")));
+        }
+        config.storage_engine = StorageEngineConfig::Memory { data_size, evict_used_pct: evict, stop_writes_used_pct: stop };
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve_text(text: &str) -> Result<ServerConfig, ConfigError> {
+        resolve(parse_text(text, "test.toml")?, "test.toml", &Overrides::default())
+    }
+
+    #[test]
+    fn embedded_default_has_test_and_bar() {
+        let config = resolve(embedded_default(), "embedded default", &Overrides::default()).expect("valid");
+        assert_eq!(config.port, 3000);
+        assert_eq!(config.address, "127.0.0.1");
+        let names: Vec<&str> = config.service.namespaces.iter().map(|namespace| namespace.name.as_str()).collect();
+        assert_eq!(names, ["test", "bar"]);
+    }
+
+    #[test]
+    fn parses_a_full_file() {
+        let config = resolve_text(
+            r#"
+            [service]
+            port = 3100
+            cluster-name = "prod"
+            node-id = "A1B2"
+            [[namespace]]
+            name = "users"
+            default-ttl = "30d"
+            nsup-period = "2m"
+            max-record-size = "256K"
+            [namespace.storage-engine]
+            type = "memory"
+            data-size = "2G"
+            evict-used-pct = 60
+            stop-writes-used-pct = 70
+            "#,
+        )
+        .expect("valid");
+        assert_eq!(config.port, 3100);
+        assert_eq!(config.service.node_id, 0xA1B2);
+        let namespace = &config.service.namespaces[0];
+        assert_eq!(namespace.default_ttl, 30 * 86_400);
+        assert_eq!(namespace.nsup_period, 120);
+        assert_eq!(namespace.max_record_size, 256 * 1024);
+        assert_eq!(namespace.storage_engine, StorageEngineConfig::Memory { data_size: 2 << 30, evict_used_pct: 60, stop_writes_used_pct: 70 });
+    }
+
+    #[test]
+    fn errors_name_the_option_and_the_place() {
+        let unknown = resolve_text("[service]\nprot = 3000\n[[namespace]]\nname = \"a\"\n").expect_err("unknown option");
+        assert!(unknown.0.contains("test.toml") && unknown.0.contains("prot") && unknown.0.contains("line 2"), "{}", unknown.0);
+        let wrong_type = resolve_text("[service]\nport = \"x\"\n").expect_err("wrong type");
+        assert!(wrong_type.0.contains("port"), "{}", wrong_type.0);
+        let impossible = resolve_text("[[namespace]]\nname = \"a\"\n[namespace.storage-engine]\ntype = \"memory\"\nevict-used-pct = 150\n").expect_err("impossible");
+        assert!(impossible.0.contains("evict-used-pct = 150") && impossible.0.contains("\"a\""), "{}", impossible.0);
+        let bad_unit = resolve_text("[[namespace]]\nname = \"a\"\nmax-record-size = \"10Q\"\n").expect_err("bad unit");
+        assert!(bad_unit.0.contains("max-record-size") || bad_unit.0.contains("10Q"), "{}", bad_unit.0);
+        let port_flag = resolve(embedded_default(), "embedded default", &Overrides { port: Some(0), ..Overrides::default() }).expect_err("port 0");
+        assert!(port_flag.0.contains("--port"), "{}", port_flag.0);
+        let no_namespace = resolve_text("[service]\nport = 3000\n").expect_err("no namespace");
+        assert!(no_namespace.0.contains("namespace"));
+    }
+}

@@ -1,0 +1,130 @@
+//! `citrined`: the Citrine server.
+//!
+//! Owns the process: parses flags and the config file, sets up logging,
+//! builds the [`citrine_service::Service`], runs the client listener
+//! ([`net`]) on a multi-threaded runtime with one worker per core, and runs
+//! the namespace supervisor (expiry and eviction) on its own thread.
+
+mod config;
+mod net;
+
+use clap::Parser;
+use citrine_service::{Service, SystemClock};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Citrine server: an Aerospike-compatible real-time database node.
+///
+/// With no arguments it serves the Aerospike protocol on 127.0.0.1:3000 with
+/// in-memory namespaces `test` and `bar`.
+#[derive(Parser, Debug)]
+#[command(name = "citrined", version, about, long_about = None, disable_help_flag = false)]
+struct Args {
+    /// TOML configuration file (see examples/).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Service (client) port. Overrides service.port.
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// Address to listen on. Overrides service.address.
+    #[arg(long, value_name = "IP")]
+    address: Option<String>,
+    /// Work directory for the node's files. Overrides service.work-directory.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Node id, hexadecimal. Overrides service.node-id.
+    #[arg(long, value_name = "HEX")]
+    node_id: Option<String>,
+    /// Cluster name. Overrides service.cluster-name.
+    #[arg(long, value_name = "NAME")]
+    cluster_name: Option<String>,
+    /// Log level: error, warn, info, debug or trace. Overrides logging.level.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let overrides = config::Overrides {
+        address: args.address,
+        port: args.port,
+        data_dir: args.data_dir,
+        node_id: args.node_id,
+        cluster_name: args.cluster_name,
+        log_level: args.log_level,
+    };
+    let resolved = match &args.config {
+        Some(path) => config::read_file(path).and_then(|file| config::resolve(file, &path.display().to_string(), &overrides)),
+        None => config::resolve(config::embedded_default(), "embedded default", &overrides),
+    };
+    let server_config = match resolved {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("citrined: configuration error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&server_config.log_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+
+    if let Some(directory) = &server_config.work_directory {
+        if let Err(error) = std::fs::create_dir_all(directory) {
+            eprintln!("citrined: cannot create the work directory {} (--data-dir or service.work-directory): {error}", directory.display());
+            return ExitCode::from(2);
+        }
+    }
+    let service = Arc::new(Service::new(server_config.service.clone(), Arc::new(SystemClock)));
+    let stopping = Arc::new(AtomicBool::new(false));
+    let supervisor = spawn_nsup(service.clone(), stopping.clone());
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(server_config.service_threads).thread_name("citrine-service").enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("citrined: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(net::serve(service, server_config.clone()));
+    stopping.store(true, Ordering::Relaxed);
+    let _ = supervisor.join();
+    match result {
+        Ok(()) => {
+            tracing::info!("citrined stopped");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("citrined: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs each namespace's nsup pass every `nsup-period` seconds.
+fn spawn_nsup(service: Arc<Service>, stopping: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("citrine-nsup".into())
+        .spawn(move || {
+            let mut last_pass: Vec<u64> = service.namespaces().map(|_| 0).collect();
+            while !stopping.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let now = service.now();
+                for (index, namespace) in service.namespaces().enumerate() {
+                    let period_ms = u64::from(namespace.config.nsup_period) * 1000;
+                    if period_ms == 0 || now.unix_ms.saturating_sub(last_pass[index]) < period_ms {
+                        continue;
+                    }
+                    last_pass[index] = now.unix_ms;
+                    let started = std::time::Instant::now();
+                    let report = citrine_service::nsup::run_pass(namespace, now);
+                    tracing::debug!(namespace = %namespace.config.name, expired = report.expired, evicted = report.evicted, took_ms = started.elapsed().as_millis() as u64, "nsup pass");
+                }
+            }
+        })
+        .unwrap_or_else(|error| panic!("cannot start the nsup thread: {error}"))
+}

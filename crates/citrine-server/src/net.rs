@@ -1,0 +1,161 @@
+//! The client listener: accepts connections on the service port and runs one
+//! task per connection that reads a frame, hands it to the service, and
+//! writes the reply, strictly in order.
+//!
+//! Invariants:
+//! - at most one request per connection is in progress (replies come back in
+//!   request order, as clients require);
+//! - a frame whose header cannot be trusted (bad version, type or size over
+//!   128 MiB) closes that connection with a log line; every other connection
+//!   keeps being served;
+//! - a body is read as it arrives, never pre-allocated from the announced
+//!   size, so a lying length cannot make the node allocate 128 MiB up front;
+//! - a panic inside the service is caught, logged, and closes only the
+//!   connection that caused it.
+
+use crate::config::ServerConfig;
+use citrine_service::Service;
+use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Read buffer per connection: one syscall brings in a typical request.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
+/// Buffers grown past this by a large request are shrunk back afterwards.
+const BUFFER_KEEP_BYTES: usize = 1024 * 1024;
+
+/// Serves clients until SIGINT or SIGTERM.
+pub async fn serve(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
+    let bind = format!("{}:{}", config.address, config.port);
+    let listener = TcpListener::bind(&bind).await.map_err(|error| format!("cannot listen on {bind} (--address/--port): {error}"))?;
+    let namespaces: Vec<&str> = service.namespaces().map(|namespace| namespace.config.name.as_str()).collect();
+    tracing::info!(
+        "citrined {} listening on {bind}: node {}, cluster {:?}, namespaces {}, {} service threads",
+        env!("CARGO_PKG_VERSION"),
+        service.node_id,
+        service.config.cluster_name,
+        namespaces.join(","),
+        config.service_threads
+    );
+    let open = Arc::new(AtomicU32::new(0));
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => {
+                tracing::info!("shutdown requested");
+                return Ok(());
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if open.load(Ordering::Relaxed) >= config.proto_fd_max {
+                        tracing::warn!(%peer, limit = config.proto_fd_max, "refusing connection: proto-fd-max reached");
+                        drop(stream);
+                        continue;
+                    }
+                    open.fetch_add(1, Ordering::Relaxed);
+                    let service = service.clone();
+                    let open = open.clone();
+                    tokio::spawn(async move {
+                        service.stats.client_connections.fetch_add(1, Ordering::Relaxed);
+                        service.stats.client_connections_opened.fetch_add(1, Ordering::Relaxed);
+                        connection(&service, stream, peer).await;
+                        service.stats.client_connections.fetch_sub(1, Ordering::Relaxed);
+                        service.stats.client_connections_closed.fetch_add(1, Ordering::Relaxed);
+                        open.fetch_sub(1, Ordering::Relaxed);
+                    });
+                }
+                Err(error) => {
+                    // Typically EMFILE: back off briefly instead of spinning.
+                    tracing::warn!("accept failed: {error}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => {
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+async fn connection(service: &Service, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let (reader, mut writer) = stream.into_split();
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
+    let mut body: Vec<u8> = Vec::with_capacity(READ_BUFFER_BYTES);
+    let mut out: Vec<u8> = Vec::with_capacity(READ_BUFFER_BYTES);
+    loop {
+        let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
+        if let Err(error) = reader.read_exact(&mut header_bytes).await {
+            if error.kind() != std::io::ErrorKind::UnexpectedEof {
+                tracing::debug!(%peer, "connection read error: {error}");
+            }
+            return;
+        }
+        let header = match ProtoHeader::decode(&header_bytes) {
+            Ok(header) => header,
+            Err(error) => {
+                service.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%peer, header = ?header_bytes, "closing connection: bad proto header: {error}");
+                return;
+            }
+        };
+        body.clear();
+        match (&mut reader).take(header.size).read_to_end(&mut body).await {
+            Ok(read) if read as u64 == header.size => {}
+            Ok(read) => {
+                tracing::warn!(%peer, announced = header.size, read, "closing connection: peer closed inside a frame");
+                return;
+            }
+            Err(error) => {
+                tracing::debug!(%peer, "connection read error inside a frame: {error}");
+                return;
+            }
+        }
+        out.clear();
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| service.handle(header, &body, &mut out)));
+        match handled {
+            Ok(Ok(())) => {}
+            Ok(Err(close)) => {
+                tracing::warn!(%peer, "closing connection: {}", close.0);
+                return;
+            }
+            Err(_) => {
+                tracing::error!(%peer, "request handling panicked; closing this connection, the node keeps serving");
+                return;
+            }
+        }
+        if let Err(error) = writer.write_all(&out).await {
+            tracing::debug!(%peer, "connection write error: {error}");
+            return;
+        }
+        if body.capacity() > BUFFER_KEEP_BYTES {
+            body = Vec::with_capacity(READ_BUFFER_BYTES);
+        }
+        if out.capacity() > BUFFER_KEEP_BYTES {
+            out = Vec::with_capacity(READ_BUFFER_BYTES);
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! Validated configuration the service runs with. Parsing (TOML, flags) is
+//! the server binary's job; these structs only hold values already checked.
+
+/// Storage engine of a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageEngineConfig {
+    /// Records in process memory.
+    Memory {
+        /// Memory budget for index and data, in bytes.
+        data_size: u64,
+        /// Evict soonest-expiring records above this percentage of the budget (0 = never).
+        evict_used_pct: u8,
+        /// Refuse writes (result 8) above this percentage of the budget.
+        stop_writes_used_pct: u8,
+    },
+}
+
+/// One namespace's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceConfig {
+    pub name: String,
+    pub replication_factor: u8,
+    /// TTL (seconds) applied when a write asks for the default (0 = never expire).
+    pub default_ttl: u32,
+    /// Seconds between expiry/eviction passes (0 = no passes).
+    pub nsup_period: u32,
+    /// Allow TTLs even when `nsup_period` is 0.
+    pub allow_ttl_without_nsup: bool,
+    /// Largest stored record body, in bytes.
+    pub max_record_size: u32,
+    pub storage_engine: StorageEngineConfig,
+}
+
+impl NamespaceConfig {
+    /// The embedded default for a namespace named `name`: in memory, 1 GiB
+    /// budget, replication factor 2, never-expire default TTL.
+    pub fn in_memory(name: &str) -> NamespaceConfig {
+        NamespaceConfig {
+            name: name.to_owned(),
+            replication_factor: 2,
+            default_ttl: 0,
+            nsup_period: 120,
+            allow_ttl_without_nsup: false,
+            max_record_size: 1024 * 1024,
+            storage_engine: StorageEngineConfig::Memory {
+                data_size: 1 << 30,
+                evict_used_pct: 0,
+                stop_writes_used_pct: 90,
+            },
+        }
+    }
+}
+
+/// Node-wide settings the service needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceConfig {
+    pub node_id: u64,
+    pub cluster_name: String,
+    /// Address clients reach this node at (for `service-clear-std`), `host:port`.
+    pub access_address: String,
+    pub port: u16,
+    pub namespaces: Vec<NamespaceConfig>,
+}

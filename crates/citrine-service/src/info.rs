@@ -1,0 +1,343 @@
+//! Info commands (proto type 1): identity, capabilities, generations, peers,
+//! the partition map (`replicas`), namespaces, statistics, sets,
+//! configuration, truncation — with the exact answer formats of
+//! `shared/protocol/03-info.md`.
+//!
+//! Invariant: every request line gets exactly one answer line that echoes the
+//! line byte for byte; unknown commands answer `ERROR:4:unrecognized command`.
+
+use crate::config::StorageEngineConfig;
+use crate::namespace::Namespace;
+use crate::Service;
+use base64::Engine as _;
+use citrine_types::PARTITIONS;
+use citrine_wire::info::{request_lines, InfoCommand, InfoResponse};
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+/// The server version we announce. Clients gate features on it (03-info §3.3).
+pub const BUILD: &str = "8.1.2.0";
+/// The edition string.
+pub const EDITION: &str = "Citrine";
+/// Capabilities, as the reference 8.1 server lists them.
+pub const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;truncate-namespace;udf";
+/// Partition generation of a single node that owns every partition: it never
+/// changes while the process lives.
+const PARTITION_GENERATION: u64 = 1;
+const PEERS_GENERATION: u64 = 1;
+
+/// Base64 of a 4096-bit bitmap with every bit set (684 characters).
+fn all_partitions_bitmap() -> &'static str {
+    static BITMAP: OnceLock<String> = OnceLock::new();
+    BITMAP.get_or_init(|| base64::engine::general_purpose::STANDARD.encode([0xffu8; PARTITIONS / 8]))
+}
+
+/// Answers every command line of an info request.
+pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
+    let lines = request_lines(body);
+    let mut response = InfoResponse::new();
+    if lines.is_empty() {
+        for name in ["features", "node", "edition", "build", "version", "statistics", "services", "services-alumni", "partition-generation"] {
+            response.push(name, &answer(service, &InfoCommand::parse(name)));
+        }
+    }
+    for line in &lines {
+        let command = InfoCommand::parse(line);
+        response.push(line, &answer(service, &command));
+    }
+    response.write_frame(out);
+}
+
+/// The cluster key of this single-node cluster: stable for the process life.
+pub fn cluster_key(service: &Service) -> String {
+    format!("{:X}", service.node_id.0 ^ 0x5A5A_0000_0000_0000 ^ 0xC17)
+}
+
+fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
+    match command.name {
+        "node" => service.node_id.to_string(),
+        "build" => BUILD.to_owned(),
+        "edition" => EDITION.to_owned(),
+        "version" => format!("{EDITION} build {BUILD}"),
+        "release" => format!("edition={EDITION};version={BUILD};os=linux;arch={};sha=citrine", std::env::consts::ARCH),
+        "compatibility-id" => "1".to_owned(),
+        "features" => FEATURES.to_owned(),
+        "cluster-name" => service.config.cluster_name.clone(),
+        "partition-generation" => PARTITION_GENERATION.to_string(),
+        "peers-generation" => PEERS_GENERATION.to_string(),
+        "rebalance-generation" => PARTITION_GENERATION.to_string(),
+        "peers-clear-std" | "peers-clear-alt" | "peers-tls-std" | "peers-tls-alt" | "alumni-clear-std" | "alumni-clear-alt"
+        | "alumni-tls-std" | "alumni-tls-alt" => format!("{PEERS_GENERATION},3000,[]"),
+        "services" | "services-alternate" | "services-alumni" | "services-alumni-reset" => String::new(),
+        "service" | "service-clear-std" => service.config.access_address.clone(),
+        "service-clear-alt" | "service-tls-std" | "service-tls-alt" => String::new(),
+        "partitions" => PARTITIONS.to_string(),
+        "replicas" => replicas(service, true),
+        "replicas-all" => replicas(service, false),
+        "replicas-master" => service
+            .namespaces()
+            .map(|namespace| format!("{}:{}", namespace.config.name, all_partitions_bitmap()))
+            .collect::<Vec<_>>()
+            .join(";"),
+        "namespaces" => service.namespaces().map(|namespace| namespace.config.name.as_str()).collect::<Vec<_>>().join(";"),
+        "namespace" => match command.positional.first().and_then(|name| service.namespace(name.as_bytes())) {
+            Some(namespace) => namespace_info(namespace),
+            None => "type=unknown".to_owned(),
+        },
+        "statistics" => statistics(service),
+        "sets" => sets(service, command),
+        "get-config" => get_config(service, command),
+        "cluster-stable" => cluster_stable(service, command),
+        "cluster-key" => cluster_key(service),
+        "cluster-size" => "1".to_owned(),
+        "status" => "ok".to_owned(),
+        "user-agent-set" => "ok".to_owned(),
+        "logs" => "0:stderr".to_owned(),
+        "truncate" => truncate(service, command, false),
+        "truncate-namespace" => truncate(service, command, true),
+        "rack-ids" => "ERROR:25:enterprise only".to_owned(),
+        _ => "ERROR:4:unrecognized command".to_owned(),
+    }
+}
+
+fn replicas(service: &Service, with_regime: bool) -> String {
+    // A single node is master of every partition; with one node there is one
+    // column whatever the configured replication factor.
+    service
+        .namespaces()
+        .map(|namespace| {
+            if with_regime {
+                format!("{}:0,1,{}", namespace.config.name, all_partitions_bitmap())
+            } else {
+                format!("{}:1,{}", namespace.config.name, all_partitions_bitmap())
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn namespace_config_pairs(namespace: &Namespace) -> Vec<(String, String)> {
+    let config = &namespace.config;
+    let mut pairs = vec![
+        ("replication-factor".to_owned(), config.replication_factor.to_string()),
+        ("default-ttl".to_owned(), config.default_ttl.to_string()),
+        ("nsup-period".to_owned(), config.nsup_period.to_string()),
+        ("allow-ttl-without-nsup".to_owned(), config.allow_ttl_without_nsup.to_string()),
+        ("max-record-size".to_owned(), config.max_record_size.to_string()),
+        ("strong-consistency".to_owned(), "false".to_owned()),
+        ("conflict-resolution-policy".to_owned(), "generation".to_owned()),
+    ];
+    match config.storage_engine {
+        StorageEngineConfig::Memory { data_size, evict_used_pct, stop_writes_used_pct } => {
+            pairs.push(("storage-engine".to_owned(), "memory".to_owned()));
+            pairs.push(("storage-engine.data-size".to_owned(), data_size.to_string()));
+            pairs.push(("storage-engine.evict-used-pct".to_owned(), evict_used_pct.to_string()));
+            pairs.push(("storage-engine.stop-writes-used-pct".to_owned(), stop_writes_used_pct.to_string()));
+        }
+    }
+    pairs
+}
+
+fn namespace_info(namespace: &Namespace) -> String {
+    let stats = &namespace.stats;
+    let objects = stats.objects.load(Ordering::Relaxed).max(0);
+    let index_bytes = namespace.index.table_bytes();
+    stats.index_used_bytes.store(index_bytes as u64, Ordering::Relaxed);
+    let data_bytes = namespace.storage.used_bytes();
+    let mut pairs: Vec<(String, String)> = vec![
+        ("ns_cluster_size".into(), "1".into()),
+        ("effective_replication_factor".into(), "1".into()),
+        ("objects".into(), objects.to_string()),
+        ("tombstones".into(), "0".into()),
+        ("master_objects".into(), objects.to_string()),
+        ("prole_objects".into(), "0".into()),
+        ("non_replica_objects".into(), "0".into()),
+        ("expired_objects".into(), stats.expired_objects.load(Ordering::Relaxed).to_string()),
+        ("evicted_objects".into(), stats.evicted_objects.load(Ordering::Relaxed).to_string()),
+        ("truncated_objects".into(), stats.truncated_objects.load(Ordering::Relaxed).to_string()),
+        ("index_used_bytes".into(), index_bytes.to_string()),
+        (
+            "index_bytes_per_object".into(),
+            if objects > 0 { format!("{:.1}", index_bytes as f64 / objects as f64) } else { "0".into() },
+        ),
+        ("data_used_bytes".into(), data_bytes.to_string()),
+        ("data_total_bytes".into(), namespace.data_size().to_string()),
+        ("data_used_pct".into(), namespace.used_pct().to_string()),
+        ("stop_writes".into(), namespace.stop_writes().to_string()),
+        ("stop_writes_count".into(), stats.stop_writes_count.load(Ordering::Relaxed).to_string()),
+        ("client_read_success".into(), stats.client_read_success.load(Ordering::Relaxed).to_string()),
+        ("client_read_not_found".into(), stats.client_read_not_found.load(Ordering::Relaxed).to_string()),
+        ("client_read_error".into(), stats.client_read_error.load(Ordering::Relaxed).to_string()),
+        ("client_write_success".into(), stats.client_write_success.load(Ordering::Relaxed).to_string()),
+        ("client_write_error".into(), stats.client_write_error.load(Ordering::Relaxed).to_string()),
+        ("client_delete_success".into(), stats.client_delete_success.load(Ordering::Relaxed).to_string()),
+        ("client_delete_not_found".into(), stats.client_delete_not_found.load(Ordering::Relaxed).to_string()),
+        ("fail_generation".into(), stats.fail_generation.load(Ordering::Relaxed).to_string()),
+        ("fail_record_too_big".into(), stats.fail_record_too_big.load(Ordering::Relaxed).to_string()),
+        ("migrate_tx_partitions_remaining".into(), "0".into()),
+        ("migrate_rx_partitions_remaining".into(), "0".into()),
+    ];
+    pairs.extend(namespace_config_pairs(namespace));
+    join_pairs(&pairs, ';')
+}
+
+fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
+    let mut out = String::new();
+    for (index, (key, value)) in pairs.iter().enumerate() {
+        if index > 0 {
+            out.push(separator);
+        }
+        let _ = write!(out, "{key}={value}");
+    }
+    out
+}
+
+fn statistics(service: &Service) -> String {
+    let stats = &service.stats;
+    let objects: i64 = service.namespaces().map(|namespace| namespace.stats.objects.load(Ordering::Relaxed).max(0)).sum();
+    let pairs: Vec<(String, String)> = vec![
+        ("cluster_size".into(), "1".into()),
+        ("cluster_key".into(), cluster_key(service)),
+        ("cluster_integrity".into(), "true".into()),
+        ("cluster_is_member".into(), "true".into()),
+        ("cluster_principal".into(), service.node_id.to_string()),
+        ("cluster_clock_skew_ms".into(), "0".into()),
+        ("uptime".into(), service.uptime_seconds().to_string()),
+        ("objects".into(), objects.to_string()),
+        ("tombstones".into(), "0".into()),
+        ("client_connections".into(), stats.client_connections.load(Ordering::Relaxed).to_string()),
+        ("client_connections_opened".into(), stats.client_connections_opened.load(Ordering::Relaxed).to_string()),
+        ("client_connections_closed".into(), stats.client_connections_closed.load(Ordering::Relaxed).to_string()),
+        ("proto_errors".into(), stats.proto_errors.load(Ordering::Relaxed).to_string()),
+        ("info_requests".into(), stats.info_requests.load(Ordering::Relaxed).to_string()),
+        ("transactions".into(), stats.transactions.load(Ordering::Relaxed).to_string()),
+        ("compressed_requests".into(), stats.compressed_requests.load(Ordering::Relaxed).to_string()),
+        ("migrate_partitions_remaining".into(), "0".into()),
+        ("migrate_allowed".into(), "true".into()),
+    ];
+    join_pairs(&pairs, ';')
+}
+
+fn set_line(namespace: &Namespace, id: u16, name: &[u8]) -> String {
+    let stats = namespace.sets.stats(id);
+    let truncate_lut = stats.truncate_lut_ms.load(Ordering::Relaxed);
+    format!(
+        "objects={}:tombstones=0:data_used_bytes={}:truncate_lut={}:sindexes=0:index_populating=false:truncating=false:default-read-touch-ttl-pct=0:default-ttl={}:disable-eviction=false:enable-index=false:stop-writes-count=0:stop-writes-size=0",
+        stats.objects.load(Ordering::Relaxed).max(0),
+        stats.data_used_bytes.load(Ordering::Relaxed).max(0),
+        truncate_lut,
+        namespace.config.default_ttl
+    )
+    .replacen("objects", &format!("ns={}:set={}:objects", namespace.config.name, String::from_utf8_lossy(name)), 1)
+}
+
+fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
+    let namespace_filter = command.positional.first().copied();
+    let set_filter = command.positional.get(1).copied();
+    if let Some(name) = namespace_filter {
+        let Some(namespace) = service.namespace(name.as_bytes()) else {
+            return "ns_type=unknown".to_owned();
+        };
+        if let Some(set) = set_filter {
+            return match namespace.sets.existing_id(set.as_bytes()) {
+                Some(id) if id != 0 => {
+                    let line = set_line(namespace, id, set.as_bytes());
+                    // With namespace and set given: only the properties.
+                    let prefix = format!("ns={}:set={}:", namespace.config.name, set);
+                    format!("{}:", line.strip_prefix(&prefix).unwrap_or(&line))
+                }
+                _ => String::new(),
+            };
+        }
+    }
+    let mut out = String::new();
+    for namespace in service.namespaces() {
+        if namespace_filter.is_some_and(|name| name != namespace.config.name) {
+            continue;
+        }
+        for (id, name) in namespace.sets.all() {
+            out.push_str(&set_line(namespace, id, &name));
+            out.push(';');
+        }
+    }
+    out
+}
+
+fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
+    let context = command.param("context").unwrap_or("service");
+    match context {
+        "service" => {
+            let pairs: Vec<(String, String)> = vec![
+                ("cluster-name".into(), service.config.cluster_name.clone()),
+                ("node-id".into(), service.node_id.to_string()),
+                ("proto-fd-max".into(), "15000".into()),
+                ("service-threads".into(), std::thread::available_parallelism().map(|count| count.get()).unwrap_or(1).to_string()),
+            ];
+            join_pairs(&pairs, ';')
+        }
+        "network" => {
+            let pairs: Vec<(String, String)> = vec![
+                ("service.port".into(), service.config.port.to_string()),
+                ("service.access-address".into(), service.config.access_address.clone()),
+            ];
+            join_pairs(&pairs, ';')
+        }
+        "namespace" => {
+            let name = command.param("namespace").or_else(|| command.param("id"));
+            match name.and_then(|name| service.namespace(name.as_bytes())) {
+                Some(namespace) => join_pairs(&namespace_config_pairs(namespace), ';'),
+                None => "ERROR:4:namespace not found".to_owned(),
+            }
+        }
+        // No security module: the answer of a server without security is empty.
+        "security" => String::new(),
+        _ => "ERROR:4:unknown context".to_owned(),
+    }
+}
+
+fn cluster_stable(service: &Service, command: &InfoCommand<'_>) -> String {
+    if let Some(size) = command.param("size") {
+        if size != "1" {
+            return "ERROR::cluster not specified size".to_owned();
+        }
+    }
+    if let Some(name) = command.param("namespace") {
+        if service.namespace(name.as_bytes()).is_none() {
+            return "ERROR::unknown namespace".to_owned();
+        }
+    }
+    cluster_key(service)
+}
+
+fn truncate(service: &Service, command: &InfoCommand<'_>, whole_namespace: bool) -> String {
+    let Some(namespace) = command.param("namespace").and_then(|name| service.namespace(name.as_bytes())) else {
+        return "ERROR:4:namespace not found".to_owned();
+    };
+    let now_ms = service.now().unix_ms;
+    let lut_ms = match command.param("lut") {
+        None => now_ms,
+        Some(text) => match text.parse::<u64>() {
+            // The lut parameter is in nanoseconds since the Unix epoch.
+            Ok(nanoseconds) if nanoseconds / 1_000_000 <= now_ms => nanoseconds / 1_000_000,
+            Ok(_) => return "ERROR:4:lut is in the future".to_owned(),
+            Err(_) => return "ERROR:4:bad lut".to_owned(),
+        },
+    };
+    let set = if whole_namespace { None } else { command.param("set").filter(|set| !set.is_empty()) };
+    match set {
+        Some(set) => match namespace.sets.existing_id(set.as_bytes()) {
+            Some(id) => {
+                namespace.sets.stats(id).truncate_lut_ms.fetch_max(lut_ms, Ordering::Relaxed);
+                crate::nsup::remove_truncated(namespace, Some(id), lut_ms);
+            }
+            // Truncating a set that holds nothing is a no-op.
+            None => {}
+        },
+        None => {
+            namespace.stats.truncate_lut_ms.fetch_max(lut_ms, Ordering::Relaxed);
+            crate::nsup::remove_truncated(namespace, None, lut_ms);
+        }
+    }
+    "ok".to_owned()
+}

@@ -1,0 +1,197 @@
+//! A namespace: its configuration, its 4096-partition primary index, its
+//! storage engine, its sets and its statistics.
+//!
+//! Invariants:
+//! - `objects` equals the number of index entries (updated under the
+//!   partition lock that changes the index);
+//! - `used_bytes()` = index table bytes + engine data bytes, the figure the
+//!   memory budget (evict-used-pct, stop-writes-used-pct) is compared with.
+
+use crate::config::{NamespaceConfig, StorageEngineConfig};
+use citrine_index::PartitionTable;
+use citrine_storage::{MemoryEngine, StorageEngine};
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Largest number of sets in a namespace (set ids are u16, 0 = no set).
+pub const SETS_MAX: usize = 1023;
+
+/// Per-set statistics.
+#[derive(Debug, Default)]
+pub struct SetStats {
+    pub objects: AtomicI64,
+    pub data_used_bytes: AtomicI64,
+    /// Records of this set last updated before this Unix-ms time are truncated.
+    pub truncate_lut_ms: AtomicU64,
+}
+
+/// The sets of a namespace: name ↔ id, with statistics. Statistics live in
+/// a fixed array indexed by set id so the hot path reaches them without a lock.
+#[derive(Debug)]
+pub struct SetRegistry {
+    names: RwLock<SetNames>,
+    stats: Box<[SetStats]>,
+}
+
+#[derive(Debug, Default)]
+struct SetNames {
+    by_name: HashMap<Vec<u8>, u16>,
+    /// Index = set id − 1.
+    names: Vec<Vec<u8>>,
+}
+
+impl Default for SetRegistry {
+    fn default() -> Self {
+        SetRegistry { names: RwLock::default(), stats: (0..=SETS_MAX).map(|_| SetStats::default()).collect() }
+    }
+}
+
+impl SetRegistry {
+    /// The id of set `name`, creating it if needed. `None` when the namespace
+    /// already has `SETS_MAX` sets.
+    pub fn id_of(&self, name: &[u8]) -> Option<u16> {
+        if name.is_empty() {
+            return Some(0);
+        }
+        if let Some(id) = self.names.read().by_name.get(name) {
+            return Some(*id);
+        }
+        let mut inner = self.names.write();
+        if let Some(id) = inner.by_name.get(name) {
+            return Some(*id);
+        }
+        if inner.names.len() >= SETS_MAX {
+            return None;
+        }
+        inner.names.push(name.to_vec());
+        let id = inner.names.len() as u16;
+        inner.by_name.insert(name.to_vec(), id);
+        debug_assert!(usize::from(id) <= SETS_MAX);
+        Some(id)
+    }
+
+    /// The id of an existing set.
+    pub fn existing_id(&self, name: &[u8]) -> Option<u16> {
+        if name.is_empty() {
+            return Some(0);
+        }
+        self.names.read().by_name.get(name).copied()
+    }
+
+    /// Statistics of set `id` (0 = records without a set).
+    #[inline]
+    pub fn stats(&self, id: u16) -> &SetStats {
+        // Ids are handed out by `id_of`, never above SETS_MAX.
+        &self.stats[usize::from(id).min(SETS_MAX)]
+    }
+
+    /// Name of set `id`.
+    pub fn name(&self, id: u16) -> Option<Vec<u8>> {
+        if id == 0 {
+            return None;
+        }
+        self.names.read().names.get(usize::from(id) - 1).cloned()
+    }
+
+    /// All sets: (id, name).
+    pub fn all(&self) -> Vec<(u16, Vec<u8>)> {
+        self.names.read().names.iter().enumerate().map(|(index, name)| (index as u16 + 1, name.clone())).collect()
+    }
+}
+
+/// Namespace statistics.
+#[derive(Debug, Default)]
+pub struct NamespaceStats {
+    pub objects: AtomicI64,
+    pub expired_objects: AtomicU64,
+    pub evicted_objects: AtomicU64,
+    pub truncated_objects: AtomicU64,
+    pub client_read_success: AtomicU64,
+    pub client_read_not_found: AtomicU64,
+    pub client_read_error: AtomicU64,
+    pub client_write_success: AtomicU64,
+    pub client_write_error: AtomicU64,
+    pub client_delete_success: AtomicU64,
+    pub client_delete_not_found: AtomicU64,
+    pub client_udf_error: AtomicU64,
+    pub fail_generation: AtomicU64,
+    pub fail_key_busy: AtomicU64,
+    pub fail_record_too_big: AtomicU64,
+    pub stop_writes_count: AtomicU64,
+    /// Highest void time seen that eviction removed (citrusleaf seconds).
+    pub evict_void_time: AtomicU64,
+    /// Index table bytes as of the last nsup pass (refreshed by nsup).
+    pub index_used_bytes: AtomicU64,
+    /// Namespace-wide truncation: records last updated before this Unix-ms time are gone.
+    pub truncate_lut_ms: AtomicU64,
+}
+
+/// A namespace.
+pub struct Namespace {
+    pub config: NamespaceConfig,
+    pub index: PartitionTable,
+    pub storage: Box<dyn StorageEngine>,
+    pub sets: SetRegistry,
+    pub stats: NamespaceStats,
+}
+
+impl Namespace {
+    pub fn new(config: NamespaceConfig) -> Namespace {
+        let storage: Box<dyn StorageEngine> = match config.storage_engine {
+            StorageEngineConfig::Memory { .. } => Box::new(MemoryEngine::new()),
+        };
+        Namespace { config, index: PartitionTable::new(), storage, sets: SetRegistry::default(), stats: NamespaceStats::default() }
+    }
+
+    /// Memory budget in bytes.
+    pub fn data_size(&self) -> u64 {
+        match self.config.storage_engine {
+            StorageEngineConfig::Memory { data_size, .. } => data_size,
+        }
+    }
+
+    /// Bytes counted against the budget: index tables (as of the last
+    /// nsup pass, plus a per-object estimate since) and record data.
+    pub fn used_bytes(&self) -> u64 {
+        let objects = self.stats.objects.load(Ordering::Relaxed).max(0) as u64;
+        let index_bytes = self.stats.index_used_bytes.load(Ordering::Relaxed).max(objects * (citrine_index::SLOT_BYTES as u64 + 1));
+        index_bytes + self.storage.used_bytes()
+    }
+
+    /// Percentage of the budget in use.
+    pub fn used_pct(&self) -> u64 {
+        let budget = self.data_size().max(1);
+        self.used_bytes().saturating_mul(100) / budget
+    }
+
+    /// True when writes must be refused (stop-writes).
+    pub fn stop_writes(&self) -> bool {
+        match self.config.storage_engine {
+            StorageEngineConfig::Memory { stop_writes_used_pct, .. } => {
+                stop_writes_used_pct > 0 && self.used_pct() >= u64::from(stop_writes_used_pct)
+            }
+        }
+    }
+
+    /// The eviction threshold in bytes, if eviction is enabled.
+    pub fn evict_threshold_bytes(&self) -> Option<u64> {
+        match self.config.storage_engine {
+            StorageEngineConfig::Memory { evict_used_pct, .. } => {
+                (evict_used_pct > 0).then(|| self.data_size() / 100 * u64::from(evict_used_pct))
+            }
+        }
+    }
+
+    /// True when a record last updated at `last_update_ms` in set `set_id`
+    /// has been truncated.
+    #[inline]
+    pub fn is_truncated(&self, set_id: u16, last_update_ms: u64) -> bool {
+        let namespace_lut = self.stats.truncate_lut_ms.load(Ordering::Relaxed);
+        if namespace_lut != 0 && last_update_ms < namespace_lut {
+            return true;
+        }
+        let set_lut = self.sets.stats(set_id).truncate_lut_ms.load(Ordering::Relaxed);
+        set_lut != 0 && last_update_ms < set_lut
+    }
+}

@@ -1,0 +1,702 @@
+//! Single-record transactions: the read path, the write path (put, operate,
+//! touch) and delete, executed to completion on the calling thread.
+//!
+//! A transaction takes its partition's lock once — a read lock to read, the
+//! write lock to modify — and holds it until the record is decided, so every
+//! operate is atomic on its record and there is no global lock anywhere.
+//!
+//! Semantics follow `shared/protocol/02-as-msg.md` §6-§9: generation checks,
+//! record-exists actions, TTL encodings, send-key, respond-all-ops, and the
+//! reference server's validation of op combinations. Every failure is
+//! answered with the protocol's own result code.
+
+use crate::namespace::Namespace;
+use crate::Service;
+use citrine_index::{IndexEntry, RecordMeta};
+use citrine_record::{
+    encode_body, float_from_wire, integer_from_wire, normalise_value, valid_bin_name, validate_value, Bin, BodyView,
+};
+use citrine_types::{Digest, ParticleType, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
+use citrine_wire::msg::{field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader, Op};
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+
+/// Largest TTL a write may ask for: ten years.
+pub const TTL_MAX_SECONDS: u32 = 315_360_000;
+const TTL_NEVER_EXPIRE: u32 = 0xFFFF_FFFF;
+const TTL_DONT_UPDATE: u32 = 0xFFFF_FFFE;
+
+/// The time a transaction runs at.
+#[derive(Clone, Copy, Debug)]
+pub struct Now {
+    pub unix_ms: u64,
+    pub citrusleaf_seconds: u32,
+}
+
+impl Now {
+    pub fn from_unix_ms(unix_ms: u64) -> Now {
+        Now { unix_ms, citrusleaf_seconds: citrine_types::citrusleaf_epoch_seconds(unix_ms) }
+    }
+}
+
+/// Executes one AS_MSG request and writes exactly one reply frame to `out`.
+pub fn execute(service: &Service, message: &Message<'_>, out: &mut Vec<u8>) {
+    let header = message.header;
+    if header.info1 & info1::BATCH != 0 {
+        // Batch-index arrives with the batch issue; answer as a finished stream.
+        return write_stream_end(out, ResultCode::UnsupportedFeature);
+    }
+    let namespace_name = message.field(field_type::NAMESPACE);
+    let Some(namespace) = namespace_name.and_then(|name| service.namespace(name)) else {
+        return write_result(out, ResultCode::Namespace);
+    };
+    let Some(digest_bytes) = message.field(field_type::DIGEST) else {
+        // No digest: a scan or query. Those arrive with the scan issue.
+        return write_stream_end(out, ResultCode::UnsupportedFeature);
+    };
+    let outcome = prepare(message, digest_bytes).and_then(|request| {
+        let now = service.now();
+        if header.info2 & info2::WRITE != 0 {
+            if header.info2 & info2::DELETE != 0 {
+                delete(namespace, &request, now, out)
+            } else {
+                write(namespace, &request, now, out)
+            }
+        } else if header.info1 & info1::READ != 0 {
+            read(namespace, &request, now, out)
+        } else {
+            Err(ResultCode::Parameter)
+        }
+    });
+    if let Err(code) = outcome {
+        count_failure(namespace, &header, code);
+        write_result(out, code);
+    }
+}
+
+/// The checked pieces of a single-record request.
+struct Request<'m> {
+    header: MsgHeader,
+    digest: Digest,
+    set: &'m [u8],
+    key: Option<(u8, &'m [u8])>,
+    message: Message<'m>,
+}
+
+fn prepare<'m>(message: &Message<'m>, digest_bytes: &[u8]) -> Result<Request<'m>, ResultCode> {
+    if message.field(field_type::TXN_ID).is_some() {
+        return Err(ResultCode::EnterpriseOnly);
+    }
+    if message.field(field_type::FILTER_EXPRESSION).is_some() {
+        // Filter expressions arrive with the expressions issue; refuse rather
+        // than silently ignore a filter the application relies on.
+        return Err(ResultCode::UnsupportedFeature);
+    }
+    let digest: [u8; DIGEST_SIZE] = digest_bytes.try_into().map_err(|_| ResultCode::Parameter)?;
+    let set = message.field(field_type::SET).unwrap_or_default();
+    if set.len() > SET_NAME_MAX || set.contains(&0) {
+        return Err(ResultCode::Parameter);
+    }
+    let key = match message.field(field_type::KEY) {
+        Some(field) => Some(parse_key(field)?),
+        None => None,
+    };
+    Ok(Request { header: message.header, digest: Digest(digest), set, key, message: *message })
+}
+
+fn parse_key(field: &[u8]) -> Result<(u8, &[u8]), ResultCode> {
+    let (&particle_type, bytes) = field.split_first().ok_or(ResultCode::Parameter)?;
+    let valid = match ParticleType::from_u8(particle_type) {
+        Some(ParticleType::Integer) | Some(ParticleType::Float) => bytes.len() == 8,
+        Some(ParticleType::String) | Some(ParticleType::Blob) => true,
+        _ => false,
+    };
+    if valid {
+        Ok((particle_type, bytes))
+    } else {
+        Err(ResultCode::Parameter)
+    }
+}
+
+/// True when the index entry is a live record (not expired, not truncated).
+#[inline]
+fn is_live(namespace: &Namespace, meta: &RecordMeta, now: Now) -> bool {
+    !meta.is_expired(now.citrusleaf_seconds) && !namespace.is_truncated(meta.set_id, meta.last_update_ms)
+}
+
+fn read(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Result<(), ResultCode> {
+    let header = &request.header;
+    if header.record_ttl > 100 && header.record_ttl != TTL_NEVER_EXPIRE {
+        return Err(ResultCode::Parameter);
+    }
+    // Validate ops before touching the index.
+    let mut get_all = header.info1 & info1::GET_ALL != 0;
+    let respond_all = header.info2 & info2::RESPOND_ALL_OPS != 0;
+    let mut read_all_ops = 0;
+    for op in request.message.ops() {
+        match op.op_type {
+            op_type::READ => {
+                if op.name.is_empty() {
+                    if get_all {
+                        read_all_ops += 1;
+                    }
+                } else if op.name.len() > citrine_types::BIN_NAME_MAX {
+                    return Err(ResultCode::BinName);
+                }
+            }
+            op_type::CDT_READ | op_type::EXP_READ | op_type::BITS_READ | op_type::HLL_READ => {
+                return Err(ResultCode::UnsupportedFeature)
+            }
+            op_type::WRITE
+            | op_type::CDT_MODIFY
+            | op_type::INCR
+            | op_type::EXP_MODIFY
+            | op_type::APPEND
+            | op_type::PREPEND
+            | op_type::TOUCH
+            | op_type::BITS_MODIFY
+            | op_type::DELETE_ALL
+            | op_type::HLL_MODIFY => return Err(ResultCode::Parameter),
+            _ => return Err(ResultCode::Parameter),
+        }
+    }
+    if read_all_ops > 1 || (read_all_ops > 0 && respond_all) {
+        return Err(ResultCode::Parameter);
+    }
+    if header.n_ops == 0 && header.info1 & info1::GET_NO_BINS == 0 {
+        get_all = true;
+    }
+
+    let partition = namespace.index.partition(request.digest.partition()).read();
+    let entry = match partition.get(&request.digest) {
+        Some(entry) if is_live(namespace, &entry.meta, now) => entry,
+        _ => {
+            namespace.stats.client_read_not_found.fetch_add(1, Ordering::Relaxed);
+            return Err(ResultCode::NotFound);
+        }
+    };
+    let body = namespace.storage.read(&entry.location).map_err(|_| ResultCode::ServerError)?;
+    let view = BodyView::parse(&body).map_err(|_| ResultCode::ServerError)?;
+    if let (Some(sent), Some(stored)) = (request.key, view.key()) {
+        if sent != stored {
+            return Err(ResultCode::KeyMismatch);
+        }
+    }
+    let reply = MsgHeader { generation: u32::from(entry.meta.generation), record_ttl: entry.meta.void_time, ..MsgHeader::default() };
+    let mut writer = MessageWriter::begin(out, &reply);
+    if let Some((particle_type, bytes)) = view.key() {
+        write_key_field(&mut writer, particle_type, bytes);
+    }
+    let header_only = header.info1 & info1::GET_NO_BINS != 0 && !get_all;
+    if !header_only {
+        if header.n_ops == 0 {
+            for bin in view.bins() {
+                writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
+            }
+        } else {
+            for op in request.message.ops() {
+                if op.name.is_empty() {
+                    if get_all {
+                        for bin in view.bins() {
+                            writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
+                        }
+                    }
+                    continue;
+                }
+                match view.bin(op.name) {
+                    Some(bin) => {
+                        writer.op(op.op_type, bin.particle_type, &bin.name, &bin.value);
+                    }
+                    None if respond_all => {
+                        writer.op(op.op_type, ParticleType::Null as u8, op.name, &[]);
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+    writer.finish();
+    namespace.stats.client_read_success.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn write_key_field(writer: &mut MessageWriter<'_>, particle_type: u8, bytes: &[u8]) {
+    let mut field = Vec::with_capacity(1 + bytes.len());
+    field.push(particle_type);
+    field.extend_from_slice(bytes);
+    writer.field(field_type::KEY, &field);
+}
+
+/// Checks the generation condition of a write or delete.
+fn check_generation(header: &MsgHeader, current: u16) -> Result<(), ResultCode> {
+    let expected = header.generation;
+    if header.info2 & info2::GENERATION != 0 && expected != u32::from(current) {
+        return Err(ResultCode::Generation);
+    }
+    if header.info2 & info2::GENERATION_GT != 0 && expected <= u32::from(current) {
+        return Err(ResultCode::Generation);
+    }
+    Ok(())
+}
+
+fn delete(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Result<(), ResultCode> {
+    let mut partition = namespace.index.partition(request.digest.partition()).write();
+    let live = match partition.get(&request.digest) {
+        Some(entry) => is_live(namespace, &entry.meta, now),
+        None => false,
+    };
+    if !live {
+        namespace.stats.client_delete_not_found.fetch_add(1, Ordering::Relaxed);
+        return Err(ResultCode::NotFound);
+    }
+    if let Some(entry) = partition.get(&request.digest) {
+        check_generation(&request.header, entry.meta.generation)?;
+    }
+    if let Some(entry) = partition.remove(&request.digest) {
+        drop_entry(namespace, entry);
+    }
+    drop(partition);
+    namespace.stats.client_delete_success.fetch_add(1, Ordering::Relaxed);
+    citrine_wire::msg::write_status(out, ResultCode::Ok.code(), 0, 0);
+    Ok(())
+}
+
+/// Releases a removed entry's storage and updates the counters.
+pub(crate) fn drop_entry(namespace: &Namespace, entry: IndexEntry) {
+    let size = entry.location.size() as i64;
+    let set_stats = namespace.sets.stats(entry.meta.set_id);
+    set_stats.objects.fetch_sub(1, Ordering::Relaxed);
+    set_stats.data_used_bytes.fetch_sub(size, Ordering::Relaxed);
+    namespace.stats.objects.fetch_sub(1, Ordering::Relaxed);
+    namespace.storage.release(entry.location);
+}
+
+/// A value an operate returns for one op.
+struct ResponseEntry<'a> {
+    op_type: u8,
+    name: Cow<'a, [u8]>,
+    particle_type: u8,
+    value: Cow<'a, [u8]>,
+}
+
+/// Validates the ops of a write-path request before anything is decided.
+fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
+    let header = &request.header;
+    if header.n_ops == 0 {
+        return Err(ResultCode::Parameter);
+    }
+    let replaces = header.info3 & (info3::CREATE_OR_REPLACE | info3::REPLACE_ONLY) != 0;
+    let respond_all = header.info2 & info2::RESPOND_ALL_OPS != 0;
+    let get_all = header.info1 & info1::GET_ALL != 0;
+    let mut read_all_ops = 0;
+    let mut response_ops = 0;
+    for op in request.message.ops() {
+        match op.op_type {
+            op_type::READ => {
+                if header.info1 & info1::READ == 0 {
+                    return Err(ResultCode::Parameter);
+                }
+                if op.name.is_empty() {
+                    if get_all {
+                        read_all_ops += 1;
+                    }
+                } else {
+                    if op.name.len() > citrine_types::BIN_NAME_MAX {
+                        return Err(ResultCode::BinName);
+                    }
+                    response_ops += 1;
+                }
+            }
+            op_type::WRITE | op_type::INCR | op_type::APPEND | op_type::PREPEND => {
+                if !valid_bin_name(op.name) {
+                    return Err(ResultCode::BinName);
+                }
+                validate_value(op.particle_type, op.value).map_err(|_| ResultCode::Parameter)?;
+                if op.op_type != op_type::WRITE && op.particle_type == ParticleType::Null as u8 {
+                    return Err(ResultCode::Parameter);
+                }
+                let deletes_bin = op.op_type == op_type::WRITE && op.particle_type == ParticleType::Null as u8;
+                if replaces && (op.op_type != op_type::WRITE || deletes_bin) {
+                    return Err(ResultCode::Parameter);
+                }
+            }
+            op_type::TOUCH | op_type::DELETE_ALL => {
+                if replaces {
+                    return Err(ResultCode::Parameter);
+                }
+            }
+            op_type::CDT_READ
+            | op_type::CDT_MODIFY
+            | op_type::EXP_READ
+            | op_type::EXP_MODIFY
+            | op_type::BITS_READ
+            | op_type::BITS_MODIFY
+            | op_type::HLL_READ
+            | op_type::HLL_MODIFY => return Err(ResultCode::UnsupportedFeature),
+            _ => return Err(ResultCode::Parameter),
+        }
+    }
+    if get_all && read_all_ops == 0 {
+        return Err(ResultCode::Parameter);
+    }
+    if read_all_ops > 1 || (read_all_ops > 0 && (respond_all || response_ops > 0)) {
+        return Err(ResultCode::Parameter);
+    }
+    Ok(())
+}
+
+/// Computes a record's void time for a write.
+fn void_time_for(namespace: &Namespace, ttl: u32, existing_void_time: Option<u32>, now: Now) -> Result<u32, ResultCode> {
+    let default = || match namespace.config.default_ttl {
+        0 => 0,
+        seconds => now.citrusleaf_seconds.saturating_add(seconds),
+    };
+    let void_time = match ttl {
+        TTL_NEVER_EXPIRE => 0,
+        TTL_DONT_UPDATE => existing_void_time.unwrap_or_else(default),
+        0 => default(),
+        seconds if seconds > TTL_MAX_SECONDS => return Err(ResultCode::Parameter),
+        seconds => now.citrusleaf_seconds.saturating_add(seconds),
+    };
+    let changed = Some(void_time) != existing_void_time;
+    if void_time != 0 && changed && namespace.config.nsup_period == 0 && !namespace.config.allow_ttl_without_nsup {
+        return Err(ResultCode::Forbidden);
+    }
+    Ok(void_time)
+}
+
+fn find_bin(bins: &[Bin<'_>], name: &[u8]) -> Option<usize> {
+    bins.iter().position(|bin| bin.name.as_ref() == name)
+}
+
+/// Applies one modify op to the working bins.
+fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCode> {
+    let position = find_bin(bins, op.name);
+    match op.op_type {
+        op_type::WRITE => {
+            if op.particle_type == ParticleType::Null as u8 {
+                if let Some(index) = position {
+                    bins.remove(index);
+                }
+                return Ok(());
+            }
+            let value = normalise_value(op.particle_type, op.value);
+            match position {
+                Some(index) => {
+                    bins[index].particle_type = op.particle_type;
+                    bins[index].value = value;
+                }
+                None => bins.push(Bin { name: Cow::Borrowed(op.name), particle_type: op.particle_type, value }),
+            }
+        }
+        op_type::INCR => {
+            let integer = ParticleType::Integer as u8;
+            let float = ParticleType::Float as u8;
+            let new_value: Vec<u8> = match (position.map(|index| &bins[index]), op.particle_type) {
+                (None, particle) if particle == integer || particle == float => normalise_value(particle, op.value).into_owned(),
+                (Some(bin), particle) if particle == integer && bin.particle_type == integer => {
+                    let current = integer_from_wire(&bin.value).ok_or(ResultCode::IncompatibleType)?;
+                    let delta = integer_from_wire(op.value).ok_or(ResultCode::Parameter)?;
+                    current.wrapping_add(delta).to_be_bytes().to_vec()
+                }
+                (Some(bin), particle) if particle == float && bin.particle_type == float => {
+                    let current = float_from_wire(&bin.value).ok_or(ResultCode::IncompatibleType)?;
+                    let delta = float_from_wire(op.value).ok_or(ResultCode::Parameter)?;
+                    (current + delta).to_bits().to_be_bytes().to_vec()
+                }
+                (None, _) => return Err(ResultCode::Parameter),
+                (Some(_), _) => return Err(ResultCode::IncompatibleType),
+            };
+            match position {
+                Some(index) => bins[index].value = Cow::Owned(new_value),
+                None => bins.push(Bin { name: Cow::Borrowed(op.name), particle_type: op.particle_type, value: Cow::Owned(new_value) }),
+            }
+        }
+        op_type::APPEND | op_type::PREPEND => {
+            let string = ParticleType::String as u8;
+            let kind = ParticleType::from_u8(op.particle_type);
+            let appendable = op.particle_type == string || kind.is_some_and(ParticleType::is_blob_like);
+            if !appendable {
+                return Err(ResultCode::IncompatibleType);
+            }
+            match position {
+                None => bins.push(Bin { name: Cow::Borrowed(op.name), particle_type: op.particle_type, value: Cow::Borrowed(op.value) }),
+                Some(index) => {
+                    let bin = &mut bins[index];
+                    if bin.particle_type != op.particle_type {
+                        return Err(ResultCode::IncompatibleType);
+                    }
+                    let mut joined = Vec::with_capacity(bin.value.len() + op.value.len());
+                    if op.op_type == op_type::APPEND {
+                        joined.extend_from_slice(&bin.value);
+                        joined.extend_from_slice(op.value);
+                    } else {
+                        joined.extend_from_slice(op.value);
+                        joined.extend_from_slice(&bin.value);
+                    }
+                    bin.value = Cow::Owned(joined);
+                }
+            }
+        }
+        _ => return Err(ResultCode::Parameter),
+    }
+    Ok(())
+}
+
+fn write(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Result<(), ResultCode> {
+    validate_write_ops(request)?;
+    let header = &request.header;
+    if namespace.stop_writes() {
+        namespace.stats.stop_writes_count.fetch_add(1, Ordering::Relaxed);
+        return Err(ResultCode::OutOfSpace);
+    }
+    let set_id = namespace.sets.id_of(request.set).ok_or(ResultCode::Forbidden)?;
+    let respond_all = header.info2 & info2::RESPOND_ALL_OPS != 0;
+    let get_all = header.info1 & info1::GET_ALL != 0;
+
+    let mut partition = namespace.index.partition(request.digest.partition()).write();
+    let (outcome, existed_entry) = {
+        let current = partition.get(&request.digest);
+        let live = current.filter(|entry| is_live(namespace, &entry.meta, now));
+        let body = match live {
+            Some(entry) => Some(namespace.storage.read(&entry.location).map_err(|_| ResultCode::ServerError)?),
+            None => None,
+        };
+        let view = match &body {
+            Some(bytes) => Some(BodyView::parse(bytes).map_err(|_| ResultCode::ServerError)?),
+            None => None,
+        };
+        // Record-exists action and generation.
+        match live {
+            Some(entry) => {
+                if header.info2 & info2::CREATE_ONLY != 0 {
+                    return Err(ResultCode::RecordExists);
+                }
+                check_generation(header, entry.meta.generation)?;
+            }
+            None => {
+                if header.info3 & (info3::UPDATE_ONLY | info3::REPLACE_ONLY) != 0 {
+                    return Err(ResultCode::NotFound);
+                }
+                if header.info2 & info2::GENERATION != 0 && header.generation != 0 {
+                    return Err(ResultCode::Generation);
+                }
+            }
+        }
+        let stored_key = view.as_ref().and_then(BodyView::key);
+        if let (Some(sent), Some(stored)) = (request.key, stored_key) {
+            if sent != stored {
+                return Err(ResultCode::KeyMismatch);
+            }
+        }
+        let replaces = header.info3 & (info3::CREATE_OR_REPLACE | info3::REPLACE_ONLY) != 0;
+        let mut bins: Vec<Bin<'_>> = match (&view, replaces) {
+            (Some(view), false) => view.bins().collect(),
+            _ => Vec::new(),
+        };
+        let mut responses: Vec<ResponseEntry<'_>> = Vec::new();
+        let mut record_deleted = false;
+        for op in request.message.ops() {
+            match op.op_type {
+                op_type::READ => {
+                    if op.name.is_empty() {
+                        if get_all {
+                            for bin in &bins {
+                                responses.push(ResponseEntry {
+                                    op_type: op_type::READ,
+                                    name: bin.name.clone(),
+                                    particle_type: bin.particle_type,
+                                    value: bin.value.clone(),
+                                });
+                            }
+                        }
+                        continue;
+                    }
+                    match find_bin(&bins, op.name) {
+                        Some(index) => responses.push(ResponseEntry {
+                            op_type: op.op_type,
+                            name: Cow::Borrowed(op.name),
+                            particle_type: bins[index].particle_type,
+                            value: bins[index].value.clone(),
+                        }),
+                        None if respond_all => responses.push(null_entry(&op)),
+                        None => {}
+                    }
+                }
+                op_type::TOUCH => {
+                    if live.is_none() || record_deleted {
+                        return Err(ResultCode::NotFound);
+                    }
+                }
+                op_type::DELETE_ALL => {
+                    if live.is_none() {
+                        return Err(ResultCode::NotFound);
+                    }
+                    bins.clear();
+                    record_deleted = true;
+                    if respond_all {
+                        responses.push(null_entry(&op));
+                    }
+                }
+                _ => {
+                    apply_modify(&mut bins, &op)?;
+                    if respond_all {
+                        responses.push(null_entry(&op));
+                    }
+                }
+            }
+        }
+        let existing_void_time = live.map(|entry| entry.meta.void_time);
+        if bins.is_empty() {
+            // Nothing left: the record goes (or never comes into being).
+            if live.is_none() {
+                return Err(ResultCode::NotFound);
+            }
+            (WriteOutcome::Delete { responses: owned(responses) }, true)
+        } else {
+            let void_time = void_time_for(namespace, header.record_ttl, existing_void_time, now)?;
+            let key = request.key.or(stored_key);
+            let new_body = encode_body(key, &bins).map_err(|_| ResultCode::Parameter)?;
+            if new_body.len() > namespace.config.max_record_size as usize {
+                namespace.stats.fail_record_too_big.fetch_add(1, Ordering::Relaxed);
+                return Err(ResultCode::RecordTooBig);
+            }
+            let generation = live.map_or(1, |entry| RecordMeta::next_generation(entry.meta.generation));
+            let record_set = match live {
+                Some(entry) => entry.meta.set_id,
+                None => set_id,
+            };
+            let meta = RecordMeta { generation, set_id: record_set, void_time, last_update_ms: now.unix_ms };
+            (WriteOutcome::Store { meta, body: new_body, responses: owned(responses) }, current.is_some())
+        }
+    };
+    match outcome {
+        WriteOutcome::Delete { responses } => {
+            if let Some(entry) = partition.remove(&request.digest) {
+                drop_entry(namespace, entry);
+            }
+            drop(partition);
+            write_operate_reply(out, 0, 0, &responses);
+        }
+        WriteOutcome::Store { meta, body, responses } => {
+            let size = body.len() as i64;
+            let location = namespace.storage.write(&request.digest, body).map_err(|_| ResultCode::OutOfSpace)?;
+            let previous = partition.insert(request.digest, IndexEntry { meta, location });
+            drop(partition);
+            let set_stats = namespace.sets.stats(meta.set_id);
+            set_stats.objects.fetch_add(1, Ordering::Relaxed);
+            set_stats.data_used_bytes.fetch_add(size, Ordering::Relaxed);
+            namespace.stats.objects.fetch_add(1, Ordering::Relaxed);
+            debug_assert_eq!(previous.is_some(), existed_entry);
+            if let Some(old) = previous {
+                drop_entry(namespace, old);
+            }
+            write_operate_reply(out, meta.generation, meta.void_time, &responses);
+        }
+    }
+    namespace.stats.client_write_success.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+enum WriteOutcome {
+    Store { meta: RecordMeta, body: Vec<u8>, responses: Vec<OwnedEntry> },
+    Delete { responses: Vec<OwnedEntry> },
+}
+
+struct OwnedEntry {
+    op_type: u8,
+    name: Vec<u8>,
+    particle_type: u8,
+    value: Vec<u8>,
+}
+
+fn owned(entries: Vec<ResponseEntry<'_>>) -> Vec<OwnedEntry> {
+    entries
+        .into_iter()
+        .map(|entry| OwnedEntry {
+            op_type: entry.op_type,
+            name: entry.name.into_owned(),
+            particle_type: entry.particle_type,
+            value: entry.value.into_owned(),
+        })
+        .collect()
+}
+
+fn null_entry<'a>(op: &Op<'a>) -> ResponseEntry<'a> {
+    ResponseEntry { op_type: op.op_type, name: Cow::Borrowed(op.name), particle_type: ParticleType::Null as u8, value: Cow::Borrowed(&[]) }
+}
+
+fn write_operate_reply(out: &mut Vec<u8>, generation: u16, void_time: u32, responses: &[OwnedEntry]) {
+    let reply = MsgHeader { generation: u32::from(generation), record_ttl: void_time, ..MsgHeader::default() };
+    let mut writer = MessageWriter::begin(out, &reply);
+    for entry in responses {
+        writer.op(entry.op_type, entry.particle_type, &entry.name, &entry.value);
+    }
+    writer.finish();
+}
+
+fn count_failure(namespace: &Namespace, header: &MsgHeader, code: ResultCode) {
+    let stats = &namespace.stats;
+    match code {
+        ResultCode::NotFound => {}
+        ResultCode::Generation => {
+            stats.fail_generation.fetch_add(1, Ordering::Relaxed);
+        }
+        _ if header.info2 & info2::WRITE != 0 => {
+            stats.client_write_error.fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {
+            stats.client_read_error.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Writes a header-only reply carrying `code`.
+pub fn write_result(out: &mut Vec<u8>, code: ResultCode) {
+    citrine_wire::msg::write_status(out, code.code(), 0, 0);
+}
+
+/// Writes a one-message stream end (info3 LAST) carrying `code`, the reply
+/// batch, scan and query readers expect.
+pub fn write_stream_end(out: &mut Vec<u8>, code: ResultCode) {
+    let header = MsgHeader { info3: info3::LAST, result_code: code.code(), ..MsgHeader::default() };
+    MessageWriter::begin(out, &header).finish();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_checks() {
+        let eq = MsgHeader { info2: info2::WRITE | info2::GENERATION, generation: 3, ..MsgHeader::default() };
+        assert!(check_generation(&eq, 3).is_ok());
+        assert_eq!(check_generation(&eq, 2), Err(ResultCode::Generation));
+        let gt = MsgHeader { info2: info2::WRITE | info2::GENERATION_GT, generation: 3, ..MsgHeader::default() };
+        assert!(check_generation(&gt, 2).is_ok());
+        assert_eq!(check_generation(&gt, 3), Err(ResultCode::Generation));
+    }
+
+    #[test]
+    fn modify_ops() {
+        let mut bins: Vec<Bin<'_>> = Vec::new();
+        let five = 5i64.to_be_bytes();
+        let incr = Op { op_type: op_type::INCR, particle_type: 1, flags: 0, name: b"n", lut: None, value: &five };
+        apply_modify(&mut bins, &incr).expect("creates");
+        apply_modify(&mut bins, &incr).expect("adds");
+        assert_eq!(bins[0].as_integer(), Some(10));
+        let half = 0.5f64.to_bits().to_be_bytes();
+        let float_incr = Op { op_type: op_type::INCR, particle_type: 2, flags: 0, name: b"n", lut: None, value: &half };
+        assert_eq!(apply_modify(&mut bins, &float_incr), Err(ResultCode::IncompatibleType));
+        let append = Op { op_type: op_type::APPEND, particle_type: 3, flags: 0, name: b"s", lut: None, value: b"lo" };
+        let prepend = Op { op_type: op_type::PREPEND, particle_type: 3, flags: 0, name: b"s", lut: None, value: b"hel" };
+        apply_modify(&mut bins, &append).expect("creates");
+        apply_modify(&mut bins, &prepend).expect("prepends");
+        assert_eq!(bins[1].value.as_ref(), b"hello");
+        let append_to_int = Op { op_type: op_type::APPEND, particle_type: 3, flags: 0, name: b"n", lut: None, value: b"x" };
+        assert_eq!(apply_modify(&mut bins, &append_to_int), Err(ResultCode::IncompatibleType));
+        let delete_bin = Op { op_type: op_type::WRITE, particle_type: 0, flags: 0, name: b"n", lut: None, value: b"" };
+        apply_modify(&mut bins, &delete_bin).expect("deletes bin");
+        assert_eq!(bins.len(), 1);
+    }
+}

@@ -1,0 +1,125 @@
+//! Result codes, numbered exactly as the Aerospike protocol numbers them
+//! (`shared/protocol/06-result-codes.md`). The server answers every failure
+//! with one of these; clients key their behaviour (retry, keep the socket) on
+//! the number, so a number never changes meaning.
+
+/// A server result code as carried in byte 5 of an AS_MSG header or byte 1 of
+/// a security header.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum ResultCode {
+    Ok = 0,
+    ServerError = 1,
+    NotFound = 2,
+    Generation = 3,
+    Parameter = 4,
+    RecordExists = 5,
+    BinExists = 6,
+    ClusterKeyMismatch = 7,
+    OutOfSpace = 8,
+    Timeout = 9,
+    AlwaysForbidden = 10,
+    Unavailable = 11,
+    IncompatibleType = 12,
+    RecordTooBig = 13,
+    KeyBusy = 14,
+    QueryAbort = 15,
+    UnsupportedFeature = 16,
+    BinNotFound = 17,
+    DeviceOverload = 18,
+    KeyMismatch = 19,
+    Namespace = 20,
+    BinName = 21,
+    Forbidden = 22,
+    ElementNotFound = 23,
+    ElementExists = 24,
+    EnterpriseOnly = 25,
+    OpNotApplicable = 26,
+    FilteredOut = 27,
+    LostConflict = 28,
+    SecurityNotSupported = 51,
+    SecurityNotEnabled = 52,
+    InvalidCommand = 54,
+    NotAuthenticated = 80,
+    UdfExecution = 100,
+    BatchDisabled = 150,
+    BatchMaxRequests = 151,
+    BatchQueuesFull = 152,
+    SindexFound = 200,
+    SindexNotFound = 201,
+}
+
+impl ResultCode {
+    /// The number on the wire.
+    #[inline]
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// A short human-readable description, used in info `ERROR:` answers and logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ResultCode::Ok => "ok",
+            ResultCode::ServerError => "server error",
+            ResultCode::NotFound => "record not found",
+            ResultCode::Generation => "generation mismatch",
+            ResultCode::Parameter => "parameter error",
+            ResultCode::RecordExists => "record exists",
+            ResultCode::BinExists => "bin exists",
+            ResultCode::ClusterKeyMismatch => "cluster key mismatch",
+            ResultCode::OutOfSpace => "out of space (stop-writes)",
+            ResultCode::Timeout => "timeout",
+            ResultCode::AlwaysForbidden => "always forbidden",
+            ResultCode::Unavailable => "partition unavailable",
+            ResultCode::IncompatibleType => "incompatible bin type",
+            ResultCode::RecordTooBig => "record too big",
+            ResultCode::KeyBusy => "key busy",
+            ResultCode::QueryAbort => "query aborted",
+            ResultCode::UnsupportedFeature => "unsupported feature",
+            ResultCode::BinNotFound => "bin not found",
+            ResultCode::DeviceOverload => "device overload",
+            ResultCode::KeyMismatch => "key mismatch",
+            ResultCode::Namespace => "namespace not found",
+            ResultCode::BinName => "bin name invalid or too long",
+            ResultCode::Forbidden => "forbidden",
+            ResultCode::ElementNotFound => "element not found",
+            ResultCode::ElementExists => "element exists",
+            ResultCode::EnterpriseOnly => "enterprise only",
+            ResultCode::OpNotApplicable => "op not applicable",
+            ResultCode::FilteredOut => "filtered out",
+            ResultCode::LostConflict => "lost conflict",
+            ResultCode::SecurityNotSupported => "security not supported",
+            ResultCode::SecurityNotEnabled => "security not enabled",
+            ResultCode::InvalidCommand => "invalid command",
+            ResultCode::NotAuthenticated => "not authenticated",
+            ResultCode::UdfExecution => "udf execution error",
+            ResultCode::BatchDisabled => "batch disabled",
+            ResultCode::BatchMaxRequests => "batch max requests exceeded",
+            ResultCode::BatchQueuesFull => "batch queues full",
+            ResultCode::SindexFound => "index already exists",
+            ResultCode::SindexNotFound => "index not found",
+        }
+    }
+}
+
+impl std::fmt::Display for ResultCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.describe(), self.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ResultCode;
+
+    #[test]
+    fn numbers_match_the_protocol() {
+        assert_eq!(ResultCode::NotFound.code(), 2);
+        assert_eq!(ResultCode::Generation.code(), 3);
+        assert_eq!(ResultCode::RecordTooBig.code(), 13);
+        assert_eq!(ResultCode::Namespace.code(), 20);
+        assert_eq!(ResultCode::BinName.code(), 21);
+        assert_eq!(ResultCode::SecurityNotEnabled.code(), 52);
+    }
+}
