@@ -1,0 +1,108 @@
+//! Test support: start real `citrined` processes and talk to them over real
+//! sockets with the wire codec.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use citrine_wire::digest::{of_key, UserKey};
+use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::msg::{field_type, Message, MessageWriter, MsgHeader};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running citrined, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_citrined")
+}
+
+/// Starts citrined with `args` plus `--port`, waiting until it answers.
+pub fn start(args: &[&str]) -> Server {
+    let port = free_port();
+    let port_text = port.to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--port", &port_text]);
+    let child = Command::new(binary()).args(&all).stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap();
+    let mut server = Server { child, port };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            panic!("citrined exited early with {status}");
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return server;
+        }
+        assert!(Instant::now() < deadline, "citrined did not start listening within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn connect(port: u16) -> TcpStream {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+}
+
+/// Sends a frame and reads one reply frame (header and body).
+pub fn round_trip(stream: &mut TcpStream, frame: &[u8]) -> std::io::Result<(ProtoHeader, Vec<u8>)> {
+    stream.write_all(frame)?;
+    read_frame(stream)
+}
+
+pub fn read_frame(stream: &mut TcpStream) -> std::io::Result<(ProtoHeader, Vec<u8>)> {
+    let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
+    stream.read_exact(&mut header_bytes)?;
+    let header = ProtoHeader::decode(&header_bytes).map_err(|error| std::io::Error::other(error.to_string()))?;
+    let mut body = vec![0u8; header.size as usize];
+    stream.read_exact(&mut body)?;
+    Ok((header, body))
+}
+
+/// Info request → (line, value) pairs.
+pub fn info(stream: &mut TcpStream, commands: &[&str]) -> Vec<(String, String)> {
+    let (_, body) = round_trip(stream, &citrine_wire::info::request_frame(commands)).unwrap();
+    citrine_wire::info::parse_response(&body)
+}
+
+/// Builds a single-record request on namespace `namespace`, set "demo".
+pub fn record_request(namespace: &str, key: &str, header: MsgHeader, ops: &[(u8, u8, &str, Vec<u8>)]) -> Vec<u8> {
+    let digest = of_key("demo", &UserKey::String(key.into()));
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer.field(field_type::NAMESPACE, namespace.as_bytes()).field(field_type::SET, b"demo").field(field_type::DIGEST, &digest.0);
+    for (op, particle, name, value) in ops {
+        writer.op(*op, *particle, name.as_bytes(), value);
+    }
+    writer.finish();
+    out
+}
+
+/// The reply's header and its bins as (name, particle type, value).
+pub fn decode_reply(body: &[u8]) -> (MsgHeader, Vec<(Vec<u8>, u8, Vec<u8>)>) {
+    let message = Message::decode(body).unwrap();
+    (message.header, message.ops().map(|op| (op.name.to_vec(), op.particle_type, op.value.to_vec())).collect())
+}
+
+pub fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().parent().unwrap()
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every test Citrine has, the way CI runs them:
+#   formatting and lints, unit and integration tests (real citrined
+#   processes), the official Python client compatibility suite, and a short
+#   fuzz run of the wire decoder.
+# Usage: scripts/test.sh            (from anywhere; installs what it needs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain"
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo not found: install Rust with rustup (https://rustup.rs) and re-run" >&2
+    exit 1
+fi
+cargo --version
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "cargo build"
+cargo build --workspace --all-targets --quiet
+
+step "cargo test (unit, integration, simulator)"
+cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
+# Summarise for the reader (and for CI's log).
+awk '/^test result:/ { passed += $4; failed += $6 } END { printf "rust: %d passed, %d failed\n", passed, failed }' target/cargo-test.log
+
+step "official Python client compatibility suite"
+bash scripts/setup-python.sh
+CITRINED_BIN="$PWD/target/debug/citrined" .venv/bin/python -m pytest -q tests/compat
+
+if [[ -x scripts/fuzz-ci.sh ]]; then
+    step "short fuzz run of the wire decoder"
+    bash scripts/fuzz-ci.sh
+fi
+
+step "all tests passed"
