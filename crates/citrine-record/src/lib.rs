@@ -40,17 +40,25 @@ pub struct Bin<'a> {
 impl<'a> Bin<'a> {
     /// A bin borrowing its name and value.
     pub fn borrowed(name: &'a [u8], particle_type: u8, value: &'a [u8]) -> Bin<'a> {
-        Bin { name: Cow::Borrowed(name), particle_type, value: Cow::Borrowed(value) }
+        Bin {
+            name: Cow::Borrowed(name),
+            particle_type,
+            value: Cow::Borrowed(value),
+        }
     }
 
     /// The integer value if this is an integer bin.
     pub fn as_integer(&self) -> Option<i64> {
-        (self.particle_type == ParticleType::Integer as u8).then(|| integer_from_wire(&self.value)).flatten()
+        (self.particle_type == ParticleType::Integer as u8)
+            .then(|| integer_from_wire(&self.value))
+            .flatten()
     }
 
     /// The float value if this is a float bin.
     pub fn as_float(&self) -> Option<f64> {
-        (self.particle_type == ParticleType::Float as u8).then(|| float_from_wire(&self.value)).flatten()
+        (self.particle_type == ParticleType::Float as u8)
+            .then(|| float_from_wire(&self.value))
+            .flatten()
     }
 }
 
@@ -63,7 +71,11 @@ pub fn integer_from_wire(bytes: &[u8]) -> Option<i64> {
             word.copy_from_slice(bytes);
             Some(i64::from_be_bytes(word))
         }
-        1 | 2 | 4 => Some(bytes.iter().fold(0i64, |acc, byte| (acc << 8) | i64::from(*byte))),
+        1 | 2 | 4 => Some(
+            bytes
+                .iter()
+                .fold(0i64, |acc, byte| (acc << 8) | i64::from(*byte)),
+        ),
         _ => None,
     }
 }
@@ -142,7 +154,12 @@ pub fn normalise_value<'a>(particle_type: u8, value: &'a [u8]) -> Cow<'a, [u8]> 
 /// Size of the body `encode_body` would produce.
 pub fn body_size(key: Option<(u8, &[u8])>, bins: &[Bin<'_>]) -> usize {
     let key_size = key.map_or(0, |(_, bytes)| 4 + bytes.len());
-    2 + key_size + 2 + bins.iter().map(|bin| 1 + bin.name.len() + 1 + 4 + bin.value.len()).sum::<usize>()
+    2 + key_size
+        + 2
+        + bins
+            .iter()
+            .map(|bin| 1 + bin.name.len() + 1 + 4 + bin.value.len())
+            .sum::<usize>()
 }
 
 /// Encodes a body. The caller guarantees valid names and unique bins.
@@ -195,13 +212,17 @@ impl<'a> BodyView<'a> {
         let key = if key_type != 0 {
             let length = read_u32(body, offset)? as usize;
             offset += 4;
-            let bytes = body.get(offset..offset + length).ok_or(RecordError::CorruptBody)?;
+            let bytes = body
+                .get(offset..offset + length)
+                .ok_or(RecordError::CorruptBody)?;
             offset += length;
             Some((key_type, bytes))
         } else {
             None
         };
-        let count_bytes = body.get(offset..offset + 2).ok_or(RecordError::CorruptBody)?;
+        let count_bytes = body
+            .get(offset..offset + 2)
+            .ok_or(RecordError::CorruptBody)?;
         let bin_count = u16::from_be_bytes([count_bytes[0], count_bytes[1]]);
         offset += 2;
         let bins = &body[offset..];
@@ -211,7 +232,9 @@ impl<'a> BodyView<'a> {
             let name_length = usize::from(*bins.get(at).ok_or(RecordError::CorruptBody)?);
             at += 1 + name_length + 1;
             let value_length = read_u32(bins, at)? as usize;
-            at = at.checked_add(4 + value_length).ok_or(RecordError::CorruptBody)?;
+            at = at
+                .checked_add(4 + value_length)
+                .ok_or(RecordError::CorruptBody)?;
             if at > bins.len() {
                 return Err(RecordError::CorruptBody);
             }
@@ -219,7 +242,11 @@ impl<'a> BodyView<'a> {
         if at != bins.len() {
             return Err(RecordError::CorruptBody);
         }
-        Ok(BodyView { key, bin_count, bins })
+        Ok(BodyView {
+            key,
+            bin_count,
+            bins,
+        })
     }
 
     /// The stored user key (particle type, bytes), if any.
@@ -244,7 +271,9 @@ impl<'a> BodyView<'a> {
 }
 
 fn read_u32(bytes: &[u8], offset: usize) -> Result<u32, RecordError> {
-    let slice = bytes.get(offset..offset + 4).ok_or(RecordError::CorruptBody)?;
+    let slice = bytes
+        .get(offset..offset + 4)
+        .ok_or(RecordError::CorruptBody)?;
     Ok(u32::from_be_bytes([slice[0], slice[1], slice[2], slice[3]]))
 }
 
@@ -277,7 +306,8 @@ mod tests {
             Bin::borrowed(b"a", ParticleType::Integer as u8, &[0, 0, 0, 0, 0, 0, 0, 7]),
             Bin::borrowed(b"name", ParticleType::String as u8, b"citrine"),
         ];
-        let body = encode_body(Some((ParticleType::String as u8, b"key1")), &bins).expect("encodes");
+        let body =
+            encode_body(Some((ParticleType::String as u8, b"key1")), &bins).expect("encodes");
         let view = BodyView::parse(&body).expect("parses");
         assert_eq!(view.key(), Some((ParticleType::String as u8, &b"key1"[..])));
         assert_eq!(view.bin_count(), 2);

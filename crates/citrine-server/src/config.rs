@@ -63,7 +63,11 @@ pub struct NamespaceSection {
 #[serde(deny_unknown_fields, rename_all = "kebab-case", tag = "type")]
 pub enum StorageEngineSection {
     #[serde(rename = "memory", rename_all = "kebab-case")]
-    Memory { data_size: Option<Size>, evict_used_pct: Option<u8>, stop_writes_used_pct: Option<u8> },
+    Memory {
+        data_size: Option<Size>,
+        evict_used_pct: Option<u8>,
+        stop_writes_used_pct: Option<u8>,
+    },
 }
 
 /// A byte size: an integer, or a string with a K, M, G or T suffix (powers of 1024).
@@ -85,21 +89,40 @@ enum SizeOrText {
 
 fn parse_suffixed(input: SizeOrText, units: &[(char, u64)], what: &str) -> Result<u64, String> {
     match input {
-        SizeOrText::Number(value) => u64::try_from(value).map_err(|_| format!("{what} must not be negative, got {value}")),
+        SizeOrText::Number(value) => {
+            u64::try_from(value).map_err(|_| format!("{what} must not be negative, got {value}"))
+        }
         SizeOrText::Text(text) => {
             let trimmed = text.trim();
             let (digits, multiplier) = match trimmed.chars().last() {
                 Some(last) if last.is_ascii_alphabetic() => {
-                    let unit = units.iter().find(|(suffix, _)| suffix.eq_ignore_ascii_case(&last)).map(|(_, factor)| *factor);
+                    let unit = units
+                        .iter()
+                        .find(|(suffix, _)| suffix.eq_ignore_ascii_case(&last))
+                        .map(|(_, factor)| *factor);
                     match unit {
                         Some(factor) => (&trimmed[..trimmed.len() - 1], factor),
-                        None => return Err(format!("{what} {text:?} has an unknown unit (use one of {})", units.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(", "))),
+                        None => {
+                            return Err(format!(
+                                "{what} {text:?} has an unknown unit (use one of {})",
+                                units
+                                    .iter()
+                                    .map(|(s, _)| s.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ))
+                        }
                     }
                 }
                 _ => (trimmed, 1),
             };
-            let number: u64 = digits.trim().parse().map_err(|_| format!("{what} {text:?} is not a number with an optional unit"))?;
-            number.checked_mul(multiplier).ok_or_else(|| format!("{what} {text:?} is too large"))
+            let number: u64 = digits
+                .trim()
+                .parse()
+                .map_err(|_| format!("{what} {text:?} is not a number with an optional unit"))?;
+            number
+                .checked_mul(multiplier)
+                .ok_or_else(|| format!("{what} {text:?} is too large"))
         }
     }
 }
@@ -107,14 +130,29 @@ fn parse_suffixed(input: SizeOrText, units: &[(char, u64)], what: &str) -> Resul
 impl TryFrom<SizeOrText> for Size {
     type Error = String;
     fn try_from(input: SizeOrText) -> Result<Size, String> {
-        parse_suffixed(input, &[('K', 1 << 10), ('M', 1 << 20), ('G', 1 << 30), ('T', 1 << 40)], "size").map(Size)
+        parse_suffixed(
+            input,
+            &[
+                ('K', 1 << 10),
+                ('M', 1 << 20),
+                ('G', 1 << 30),
+                ('T', 1 << 40),
+            ],
+            "size",
+        )
+        .map(Size)
     }
 }
 
 impl TryFrom<SizeOrText> for Duration {
     type Error = String;
     fn try_from(input: SizeOrText) -> Result<Duration, String> {
-        parse_suffixed(input, &[('S', 1), ('M', 60), ('H', 3600), ('D', 86_400)], "duration").map(Duration)
+        parse_suffixed(
+            input,
+            &[('S', 1), ('M', 60), ('H', 3600), ('D', 86_400)],
+            "duration",
+        )
+        .map(Duration)
     }
 }
 
@@ -153,7 +191,12 @@ impl std::fmt::Display for ConfigError {
 
 /// Reads and parses a config file.
 pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError(format!("cannot read config file {}: {error}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError(format!(
+            "cannot read config file {}: {error}",
+            path.display()
+        ))
+    })?;
     parse_text(&text, &path.display().to_string())
 }
 
@@ -173,7 +216,10 @@ pub fn embedded_default() -> FileConfig {
         max_record_size: None,
         storage_engine: None,
     };
-    FileConfig { namespaces: vec![namespace("test"), namespace("bar")], ..FileConfig::default() }
+    FileConfig {
+        namespaces: vec![namespace("test"), namespace("bar")],
+        ..FileConfig::default()
+    }
 }
 
 /// Stable default node id: FNV-1a of the host name and the service port, so
@@ -181,7 +227,12 @@ pub fn embedded_default() -> FileConfig {
 fn default_node_id(port: u16) -> u64 {
     let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "localhost".to_owned());
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in host.trim().as_bytes().iter().chain(port.to_be_bytes().iter()) {
+    for byte in host
+        .trim()
+        .as_bytes()
+        .iter()
+        .chain(port.to_be_bytes().iter())
+    {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -190,25 +241,65 @@ fn default_node_id(port: u16) -> u64 {
 }
 
 /// Merges file and flags, validates, and produces the server configuration.
-pub fn resolve(file: FileConfig, origin: &str, overrides: &Overrides) -> Result<ServerConfig, ConfigError> {
+pub fn resolve(
+    file: FileConfig,
+    origin: &str,
+    overrides: &Overrides,
+) -> Result<ServerConfig, ConfigError> {
     let service = &file.service;
     let port = overrides.port.or(service.port).unwrap_or(3000);
     if port == 0 {
-        let place = if overrides.port.is_some() { "--port".to_owned() } else { format!("{origin}: service.port") };
-        return Err(ConfigError(format!("{place} = 0 is impossible: the service needs a fixed port (1-65535)")));
+        let place = if overrides.port.is_some() {
+            "--port".to_owned()
+        } else {
+            format!("{origin}: service.port")
+        };
+        return Err(ConfigError(format!(
+            "{place} = 0 is impossible: the service needs a fixed port (1-65535)"
+        )));
     }
-    let address = overrides.address.clone().or_else(|| service.address.clone()).unwrap_or_else(|| "127.0.0.1".to_owned());
+    let address = overrides
+        .address
+        .clone()
+        .or_else(|| service.address.clone())
+        .unwrap_or_else(|| "127.0.0.1".to_owned());
     if address.parse::<std::net::IpAddr>().is_err() && address != "localhost" {
-        let place = if overrides.address.is_some() { "--address".to_owned() } else { format!("{origin}: service.address") };
-        return Err(ConfigError(format!("{place} = {address:?} is not an IP address")));
+        let place = if overrides.address.is_some() {
+            "--address".to_owned()
+        } else {
+            format!("{origin}: service.address")
+        };
+        return Err(ConfigError(format!(
+            "{place} = {address:?} is not an IP address"
+        )));
     }
-    let cluster_name = overrides.cluster_name.clone().or_else(|| service.cluster_name.clone()).unwrap_or_else(|| "citrine".to_owned());
+    let cluster_name = overrides
+        .cluster_name
+        .clone()
+        .or_else(|| service.cluster_name.clone())
+        .unwrap_or_else(|| "citrine".to_owned());
     if cluster_name.is_empty() || cluster_name.len() > 63 {
-        return Err(ConfigError(format!("{origin}: service.cluster-name must be 1 to 63 bytes, got {:?}", cluster_name)));
+        return Err(ConfigError(format!(
+            "{origin}: service.cluster-name must be 1 to 63 bytes, got {:?}",
+            cluster_name
+        )));
     }
-    let node_id = match overrides.node_id.as_ref().map(|text| ("--node-id".to_owned(), text)).or_else(|| service.node_id.as_ref().map(|text| (format!("{origin}: service.node-id"), text))) {
+    let node_id = match overrides
+        .node_id
+        .as_ref()
+        .map(|text| ("--node-id".to_owned(), text))
+        .or_else(|| {
+            service
+                .node_id
+                .as_ref()
+                .map(|text| (format!("{origin}: service.node-id"), text))
+        }) {
         Some((place, text)) => match u64::from_str_radix(text, 16) {
-            Ok(0) | Err(_) => return Err(ConfigError(format!("{place} = {text:?} must be a non-zero hexadecimal number"))),
+            Ok(0) | Err(_) => {
+                return Err(ConfigError(format!(
+                    "{place} = {text:?} must be a non-zero hexadecimal number"
+                )))
+            }
             Ok(id) => id,
         },
         None => default_node_id(port),
@@ -218,61 +309,106 @@ pub fn resolve(file: FileConfig, origin: &str, overrides: &Overrides) -> Result<
         None if address == "0.0.0.0" || address == "::" => "127.0.0.1".to_owned(),
         None => address.clone(),
     };
-    let access_address = if access_host.contains(':') { format!("[{access_host}]:{port}") } else { format!("{access_host}:{port}") };
+    let access_address = if access_host.contains(':') {
+        format!("[{access_host}]:{port}")
+    } else {
+        format!("{access_host}:{port}")
+    };
     let proto_fd_max = service.proto_fd_max.unwrap_or(15_000);
     if proto_fd_max == 0 {
-        return Err(ConfigError(format!("{origin}: service.proto-fd-max = 0 is impossible: no client could connect")));
+        return Err(ConfigError(format!(
+            "{origin}: service.proto-fd-max = 0 is impossible: no client could connect"
+        )));
     }
     let service_threads = match service.service_threads {
-        Some(0) | None => std::thread::available_parallelism().map(|count| count.get()).unwrap_or(1),
+        Some(0) | None => std::thread::available_parallelism()
+            .map(|count| count.get())
+            .unwrap_or(1),
         Some(count) => usize::from(count),
     };
     if file.namespaces.is_empty() {
-        return Err(ConfigError(format!("{origin}: no [[namespace]] defined; a node needs at least one")));
+        return Err(ConfigError(format!(
+            "{origin}: no [[namespace]] defined; a node needs at least one"
+        )));
     }
     let mut namespaces = Vec::new();
     for (index, section) in file.namespaces.iter().enumerate() {
-        let place = format!("{origin}: namespace {:?} (the [[namespace]] number {})", section.name, index + 1);
+        let place = format!(
+            "{origin}: namespace {:?} (the [[namespace]] number {})",
+            section.name,
+            index + 1
+        );
         namespaces.push(resolve_namespace(section, &place)?);
-        if file.namespaces[..index].iter().any(|other| other.name == section.name) {
+        if file.namespaces[..index]
+            .iter()
+            .any(|other| other.name == section.name)
+        {
             return Err(ConfigError(format!("{place}: the name is used twice")));
         }
     }
-    let log_level = overrides.log_level.clone().or_else(|| file.logging.level.clone()).unwrap_or_else(|| "info".to_owned());
+    let log_level = overrides
+        .log_level
+        .clone()
+        .or_else(|| file.logging.level.clone())
+        .unwrap_or_else(|| "info".to_owned());
     if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
-        return Err(ConfigError(format!("logging.level = {log_level:?} must be one of error, warn, info, debug, trace")));
+        return Err(ConfigError(format!(
+            "logging.level = {log_level:?} must be one of error, warn, info, debug, trace"
+        )));
     }
     Ok(ServerConfig {
-        service: ServiceConfig { node_id, cluster_name, access_address, port, namespaces },
+        service: ServiceConfig {
+            node_id,
+            cluster_name,
+            access_address,
+            port,
+            namespaces,
+        },
         address,
         port,
-        work_directory: overrides.data_dir.clone().or_else(|| service.work_directory.clone()),
+        work_directory: overrides
+            .data_dir
+            .clone()
+            .or_else(|| service.work_directory.clone()),
         proto_fd_max,
         service_threads,
         log_level,
     })
 }
 
-fn resolve_namespace(section: &NamespaceSection, place: &str) -> Result<NamespaceConfig, ConfigError> {
+fn resolve_namespace(
+    section: &NamespaceSection,
+    place: &str,
+) -> Result<NamespaceConfig, ConfigError> {
     let name = &section.name;
-    if name.is_empty() || name.len() > citrine_types::NAMESPACE_NAME_MAX || name.contains([':', ';', ',', '/']) {
-        return Err(ConfigError(format!("{place}: name must be 1 to 31 bytes without ':', ';', ',' or '/'")));
+    if name.is_empty()
+        || name.len() > citrine_types::NAMESPACE_NAME_MAX
+        || name.contains([':', ';', ',', '/'])
+    {
+        return Err(ConfigError(format!(
+            "{place}: name must be 1 to 31 bytes without ':', ';', ',' or '/'"
+        )));
     }
     let mut config = NamespaceConfig::in_memory(name);
     if let Some(factor) = section.replication_factor {
         if !(1..=128).contains(&factor) {
-            return Err(ConfigError(format!("{place}: replication-factor = {factor} is impossible (1 to 128)")));
+            return Err(ConfigError(format!(
+                "{place}: replication-factor = {factor} is impossible (1 to 128)"
+            )));
         }
         config.replication_factor = factor;
     }
     if let Some(Duration(seconds)) = section.default_ttl {
         if seconds > u64::from(citrine_service::transaction::TTL_MAX_SECONDS) {
-            return Err(ConfigError(format!("{place}: default-ttl = {seconds} s is more than ten years")));
+            return Err(ConfigError(format!(
+                "{place}: default-ttl = {seconds} s is more than ten years"
+            )));
         }
         config.default_ttl = seconds as u32;
     }
     if let Some(Duration(seconds)) = section.nsup_period {
-        config.nsup_period = u32::try_from(seconds).map_err(|_| ConfigError(format!("{place}: nsup-period = {seconds} is too large")))?;
+        config.nsup_period = u32::try_from(seconds)
+            .map_err(|_| ConfigError(format!("{place}: nsup-period = {seconds} is too large")))?;
     }
     if let Some(allow) = section.allow_ttl_without_nsup {
         config.allow_ttl_without_nsup = allow;
@@ -282,28 +418,49 @@ fn resolve_namespace(section: &NamespaceSection, place: &str) -> Result<Namespac
     }
     if let Some(Size(bytes)) = section.max_record_size {
         if !(1024..=128 * 1024 * 1024).contains(&bytes) {
-            return Err(ConfigError(format!("{place}: max-record-size = {bytes} is impossible (1 KiB to 128 MiB)")));
+            return Err(ConfigError(format!(
+                "{place}: max-record-size = {bytes} is impossible (1 KiB to 128 MiB)"
+            )));
         }
         config.max_record_size = bytes as u32;
     }
-    if let Some(StorageEngineSection::Memory { data_size, evict_used_pct, stop_writes_used_pct }) = &section.storage_engine {
-        let StorageEngineConfig::Memory { data_size: default_size, evict_used_pct: default_evict, stop_writes_used_pct: default_stop } = config.storage_engine;
+    if let Some(StorageEngineSection::Memory {
+        data_size,
+        evict_used_pct,
+        stop_writes_used_pct,
+    }) = &section.storage_engine
+    {
+        let StorageEngineConfig::Memory {
+            data_size: default_size,
+            evict_used_pct: default_evict,
+            stop_writes_used_pct: default_stop,
+        } = config.storage_engine;
         let data_size = data_size.map_or(default_size, |Size(bytes)| bytes);
         if data_size < 1 << 20 {
-            return Err(ConfigError(format!("{place}: storage-engine.data-size = {data_size} is impossible (at least 1M)")));
+            return Err(ConfigError(format!(
+                "{place}: storage-engine.data-size = {data_size} is impossible (at least 1M)"
+            )));
         }
         let evict = evict_used_pct.unwrap_or(default_evict);
         let stop = stop_writes_used_pct.unwrap_or(default_stop);
         if evict > 100 {
-            return Err(ConfigError(format!("{place}: storage-engine.evict-used-pct = {evict} is impossible (0 to 100)")));
+            return Err(ConfigError(format!(
+                "{place}: storage-engine.evict-used-pct = {evict} is impossible (0 to 100)"
+            )));
         }
         if stop > 100 {
-            return Err(ConfigError(format!("{place}: storage-engine.stop-writes-used-pct = {stop} is impossible (0 to 100)")));
+            return Err(ConfigError(format!(
+                "{place}: storage-engine.stop-writes-used-pct = {stop} is impossible (0 to 100)"
+            )));
         }
         if evict != 0 && stop != 0 && evict >= stop {
             return Err(ConfigError(format!("{place}: storage-engine.evict-used-pct ({evict}) must be below stop-writes-used-pct ({stop}), or eviction could never act before writes stop")));
         }
-        config.storage_engine = StorageEngineConfig::Memory { data_size, evict_used_pct: evict, stop_writes_used_pct: stop };
+        config.storage_engine = StorageEngineConfig::Memory {
+            data_size,
+            evict_used_pct: evict,
+            stop_writes_used_pct: stop,
+        };
     }
     Ok(config)
 }
@@ -313,15 +470,29 @@ mod tests {
     use super::*;
 
     fn resolve_text(text: &str) -> Result<ServerConfig, ConfigError> {
-        resolve(parse_text(text, "test.toml")?, "test.toml", &Overrides::default())
+        resolve(
+            parse_text(text, "test.toml")?,
+            "test.toml",
+            &Overrides::default(),
+        )
     }
 
     #[test]
     fn embedded_default_has_test_and_bar() {
-        let config = resolve(embedded_default(), "embedded default", &Overrides::default()).expect("valid");
+        let config = resolve(
+            embedded_default(),
+            "embedded default",
+            &Overrides::default(),
+        )
+        .expect("valid");
         assert_eq!(config.port, 3000);
         assert_eq!(config.address, "127.0.0.1");
-        let names: Vec<&str> = config.service.namespaces.iter().map(|namespace| namespace.name.as_str()).collect();
+        let names: Vec<&str> = config
+            .service
+            .namespaces
+            .iter()
+            .map(|namespace| namespace.name.as_str())
+            .collect();
         assert_eq!(names, ["test", "bar"]);
     }
 
@@ -352,20 +523,51 @@ mod tests {
         assert_eq!(namespace.default_ttl, 30 * 86_400);
         assert_eq!(namespace.nsup_period, 120);
         assert_eq!(namespace.max_record_size, 256 * 1024);
-        assert_eq!(namespace.storage_engine, StorageEngineConfig::Memory { data_size: 2 << 30, evict_used_pct: 60, stop_writes_used_pct: 70 });
+        assert_eq!(
+            namespace.storage_engine,
+            StorageEngineConfig::Memory {
+                data_size: 2 << 30,
+                evict_used_pct: 60,
+                stop_writes_used_pct: 70
+            }
+        );
     }
 
     #[test]
     fn errors_name_the_option_and_the_place() {
-        let unknown = resolve_text("[service]\nprot = 3000\n[[namespace]]\nname = \"a\"\n").expect_err("unknown option");
-        assert!(unknown.0.contains("test.toml") && unknown.0.contains("prot") && unknown.0.contains("line 2"), "{}", unknown.0);
+        let unknown = resolve_text("[service]\nprot = 3000\n[[namespace]]\nname = \"a\"\n")
+            .expect_err("unknown option");
+        assert!(
+            unknown.0.contains("test.toml")
+                && unknown.0.contains("prot")
+                && unknown.0.contains("line 2"),
+            "{}",
+            unknown.0
+        );
         let wrong_type = resolve_text("[service]\nport = \"x\"\n").expect_err("wrong type");
         assert!(wrong_type.0.contains("port"), "{}", wrong_type.0);
         let impossible = resolve_text("[[namespace]]\nname = \"a\"\n[namespace.storage-engine]\ntype = \"memory\"\nevict-used-pct = 150\n").expect_err("impossible");
-        assert!(impossible.0.contains("evict-used-pct = 150") && impossible.0.contains("\"a\""), "{}", impossible.0);
-        let bad_unit = resolve_text("[[namespace]]\nname = \"a\"\nmax-record-size = \"10Q\"\n").expect_err("bad unit");
-        assert!(bad_unit.0.contains("max-record-size") || bad_unit.0.contains("10Q"), "{}", bad_unit.0);
-        let port_flag = resolve(embedded_default(), "embedded default", &Overrides { port: Some(0), ..Overrides::default() }).expect_err("port 0");
+        assert!(
+            impossible.0.contains("evict-used-pct = 150") && impossible.0.contains("\"a\""),
+            "{}",
+            impossible.0
+        );
+        let bad_unit = resolve_text("[[namespace]]\nname = \"a\"\nmax-record-size = \"10Q\"\n")
+            .expect_err("bad unit");
+        assert!(
+            bad_unit.0.contains("max-record-size") || bad_unit.0.contains("10Q"),
+            "{}",
+            bad_unit.0
+        );
+        let port_flag = resolve(
+            embedded_default(),
+            "embedded default",
+            &Overrides {
+                port: Some(0),
+                ..Overrides::default()
+            },
+        )
+        .expect_err("port 0");
         assert!(port_flag.0.contains("--port"), "{}", port_flag.0);
         let no_namespace = resolve_text("[service]\nport = 3000\n").expect_err("no namespace");
         assert!(no_namespace.0.contains("namespace"));

@@ -8,8 +8,8 @@
 mod config;
 mod net;
 
-use clap::Parser;
 use citrine_service::{Service, SystemClock};
+use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,7 +56,8 @@ fn main() -> ExitCode {
         log_level: args.log_level,
     };
     let resolved = match &args.config {
-        Some(path) => config::read_file(path).and_then(|file| config::resolve(file, &path.display().to_string(), &overrides)),
+        Some(path) => config::read_file(path)
+            .and_then(|file| config::resolve(file, &path.display().to_string(), &overrides)),
         None => config::resolve(config::embedded_default(), "embedded default", &overrides),
     };
     let server_config = match resolved {
@@ -66,7 +67,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&server_config.log_level));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&server_config.log_level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -79,18 +81,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let service = Arc::new(Service::new(server_config.service.clone(), Arc::new(SystemClock)));
+    let service = Arc::new(Service::new(
+        server_config.service.clone(),
+        Arc::new(SystemClock),
+    ));
     let stopping = Arc::new(AtomicBool::new(false));
     let supervisor = spawn_nsup(service.clone(), stopping.clone());
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(server_config.service_threads).thread_name("citrine-service").enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("citrined: cannot start the runtime: {error}");
-            return ExitCode::from(1);
-        }
-    };
-    let result = runtime.block_on(net::serve(service, server_config.clone()));
+    let result = net::run(service, server_config.clone());
     stopping.store(true, Ordering::Relaxed);
     let _ = supervisor.join();
     match result {

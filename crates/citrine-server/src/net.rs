@@ -28,21 +28,84 @@ const READ_BUFFER_BYTES: usize = 16 * 1024;
 const BUFFER_KEEP_BYTES: usize = 1024 * 1024;
 
 /// Serves clients until SIGINT or SIGTERM.
-pub async fn serve(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
+///
+/// Threading: one service thread per core, each running its own
+/// single-threaded event loop (a tokio current-thread runtime). The acceptor
+/// hands each new connection to the next service thread, round robin, and
+/// from then on the connection lives on that one thread: a request is read,
+/// executed and answered there without crossing threads, so there are no
+/// per-request wake-ups of other threads (measured: the multi-threaded
+/// work-stealing scheduler spent a tenth of the server's time in context
+/// switches under the 95/5 load).
+pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
+    let mut workers = Vec::with_capacity(config.service_threads);
+    let mut handles = Vec::with_capacity(config.service_threads);
+    let (stop_sender, stop_receiver) = tokio::sync::watch::channel(false);
+    for index in 0..config.service_threads {
+        let (handle_sender, handle_receiver) = std::sync::mpsc::channel();
+        let mut stop = stop_receiver.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("citrine-service-{index}"))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = handle_sender.send(Err(error.to_string()));
+                        return;
+                    }
+                };
+                let _ = handle_sender.send(Ok(runtime.handle().clone()));
+                runtime.block_on(async move {
+                    let _ = stop.wait_for(|stopping| *stopping).await;
+                });
+            })
+            .map_err(|error| format!("cannot start service thread {index}: {error}"))?;
+        let handle = handle_receiver
+            .recv()
+            .map_err(|_| format!("service thread {index} died at start"))??;
+        workers.push(worker);
+        handles.push(handle);
+    }
+    let acceptor = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the acceptor: {error}"))?;
+    let result = acceptor.block_on(accept_loop(service, config, handles));
+    let _ = stop_sender.send(true);
+    for worker in workers {
+        let _ = worker.join();
+    }
+    result
+}
+
+async fn accept_loop(
+    service: Arc<Service>,
+    config: ServerConfig,
+    workers: Vec<tokio::runtime::Handle>,
+) -> Result<(), String> {
     let bind = format!("{}:{}", config.address, config.port);
-    let listener = TcpListener::bind(&bind).await.map_err(|error| format!("cannot listen on {bind} (--address/--port): {error}"))?;
-    let namespaces: Vec<&str> = service.namespaces().map(|namespace| namespace.config.name.as_str()).collect();
+    let listener = TcpListener::bind(&bind)
+        .await
+        .map_err(|error| format!("cannot listen on {bind} (--address/--port): {error}"))?;
+    let namespaces: Vec<&str> = service
+        .namespaces()
+        .map(|namespace| namespace.config.name.as_str())
+        .collect();
     tracing::info!(
         "citrined {} listening on {bind}: node {}, cluster {:?}, namespaces {}, {} service threads",
         env!("CARGO_PKG_VERSION"),
         service.node_id,
         service.config.cluster_name,
         namespaces.join(","),
-        config.service_threads
+        workers.len()
     );
     let open = Arc::new(AtomicU32::new(0));
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
+    let mut next_worker = 0usize;
     loop {
         tokio::select! {
             _ = &mut shutdown => {
@@ -56,13 +119,26 @@ pub async fn serve(service: Arc<Service>, config: ServerConfig) -> Result<(), St
                         drop(stream);
                         continue;
                     }
+                    // Move the socket to its service thread's event loop.
+                    let stream = match stream.into_std() {
+                        Ok(stream) => stream,
+                        Err(error) => {
+                            tracing::warn!(%peer, "cannot hand connection to a service thread: {error}");
+                            continue;
+                        }
+                    };
                     open.fetch_add(1, Ordering::Relaxed);
                     let service = service.clone();
                     let open = open.clone();
-                    tokio::spawn(async move {
+                    let worker = &workers[next_worker % workers.len()];
+                    next_worker = next_worker.wrapping_add(1);
+                    worker.spawn(async move {
                         service.stats.client_connections.fetch_add(1, Ordering::Relaxed);
                         service.stats.client_connections_opened.fetch_add(1, Ordering::Relaxed);
-                        connection(&service, stream, peer).await;
+                        match TcpStream::from_std(stream) {
+                            Ok(stream) => connection(&service, stream, peer).await,
+                            Err(error) => tracing::warn!(%peer, "cannot register connection: {error}"),
+                        }
                         service.stats.client_connections.fetch_sub(1, Ordering::Relaxed);
                         service.stats.client_connections_closed.fetch_add(1, Ordering::Relaxed);
                         open.fetch_sub(1, Ordering::Relaxed);
@@ -82,13 +158,14 @@ async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(_) => {
-                let _ = interrupt.await;
-                return;
-            }
-        };
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = interrupt => {}
             _ = terminate.recv() => {}
@@ -135,7 +212,9 @@ async fn connection(service: &Service, stream: TcpStream, peer: SocketAddr) {
             }
         }
         out.clear();
-        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| service.handle(header, &body, &mut out)));
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            service.handle(header, &body, &mut out)
+        }));
         match handled {
             Ok(Ok(())) => {}
             Ok(Err(close)) => {

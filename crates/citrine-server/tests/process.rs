@@ -4,10 +4,10 @@
 
 mod common;
 
-use common::*;
 use citrine_types::ResultCode;
 use citrine_wire::frame::{MessageType, ProtoHeader};
 use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
+use common::*;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
@@ -15,12 +15,23 @@ use std::process::{Command, Stdio};
 fn embedded_default_serves_test_and_bar() {
     let server = start(&[]);
     let mut stream = connect(server.port);
-    let answers = info(&mut stream, &["namespaces", "build", "partitions", "cluster-name"]);
+    let answers = info(
+        &mut stream,
+        &["namespaces", "build", "partitions", "cluster-name"],
+    );
     assert_eq!(answers[0].1, "test;bar");
     assert_eq!(answers[1].1, "8.1.2.0");
     assert_eq!(answers[2].1, "4096");
     assert_eq!(answers[3].1, "citrine");
-    let put = record_request("bar", "k", MsgHeader { info2: info2::WRITE, ..MsgHeader::default() }, &[(op_type::WRITE, 3, "s", b"v".to_vec())]);
+    let put = record_request(
+        "bar",
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            ..MsgHeader::default()
+        },
+        &[(op_type::WRITE, 3, "s", b"v".to_vec())],
+    );
     let (_, body) = round_trip(&mut stream, &put).unwrap();
     assert_eq!(decode_reply(&body).0.result_code, 0);
 }
@@ -35,23 +46,44 @@ fn every_example_config_starts() {
             continue;
         }
         // Cluster examples are started by the cluster tests with their own flags.
-        if path.file_stem().and_then(|stem| stem.to_str()).is_some_and(|stem| stem.starts_with("cluster")) {
+        if path
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .is_some_and(|stem| stem.starts_with("cluster"))
+        {
             continue;
         }
         let data_dir = tempdir();
-        let server = start(&["--config", path.to_str().unwrap(), "--data-dir", data_dir.to_str().unwrap()]);
+        let server = start(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+        ]);
         let mut stream = connect(server.port);
         let answers = info(&mut stream, &["namespaces"]);
-        assert!(!answers[0].1.is_empty(), "{} serves no namespace", path.display());
+        assert!(
+            !answers[0].1.is_empty(),
+            "{} serves no namespace",
+            path.display()
+        );
         started += 1;
         drop(server);
         let _ = std::fs::remove_dir_all(&data_dir);
     }
-    assert!(started >= 1, "no example config found in {}", examples.display());
+    assert!(
+        started >= 1,
+        "no example config found in {}",
+        examples.display()
+    );
 }
 
 fn tempdir() -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("citrine-test-{}-{}", std::process::id(), common::free_port()));
+    let path = std::env::temp_dir().join(format!(
+        "citrine-test-{}-{}",
+        std::process::id(),
+        common::free_port()
+    ));
     std::fs::create_dir_all(&path).unwrap();
     path
 }
@@ -67,13 +99,27 @@ fn bad_config_stops_the_start_with_a_clear_message() {
     for (index, (text, expected)) in cases.iter().enumerate() {
         let path = directory.join(format!("bad{index}.toml"));
         std::fs::write(&path, text).unwrap();
-        let output = Command::new(binary()).args(["--config", path.to_str().unwrap()]).stdin(Stdio::null()).output().unwrap();
-        assert_eq!(output.status.code(), Some(2), "case {index} should fail to start");
+        let output = Command::new(binary())
+            .args(["--config", path.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "case {index} should fail to start"
+        );
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "case {index}: {stderr}");
-        assert!(stderr.contains(path.to_str().unwrap()), "case {index} must name the file: {stderr}");
+        assert!(
+            stderr.contains(path.to_str().unwrap()),
+            "case {index} must name the file: {stderr}"
+        );
     }
-    let output = Command::new(binary()).args(["--port", "0"]).output().unwrap();
+    let output = Command::new(binary())
+        .args(["--port", "0"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--port"));
     let _ = std::fs::remove_dir_all(&directory);
@@ -88,10 +134,10 @@ fn bad_input_never_stops_the_node() {
     assert_eq!(info(&mut healthy, &["status"])[0].1, "ok");
 
     let closes_connection: Vec<Vec<u8>> = vec![
-        vec![9, 3, 0, 0, 0, 0, 0, 4, 1, 2, 3, 4],             // bad version
-        vec![2, 42, 0, 0, 0, 0, 0, 0],                        // unknown type
-        vec![2, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],       // size over 128 MiB
-        vec![22, 3, 1, 0, 0, 0, 1, 0, 0],                     // TLS ClientHello on the plain port
+        vec![9, 3, 0, 0, 0, 0, 0, 4, 1, 2, 3, 4], // bad version
+        vec![2, 42, 0, 0, 0, 0, 0, 0],            // unknown type
+        vec![2, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], // size over 128 MiB
+        vec![22, 3, 1, 0, 0, 0, 1, 0, 0],         // TLS ClientHello on the plain port
         vec![2, 4, 0, 0, 0, 0, 0, 12, 0, 0, 0, 0, 0, 0, 0, 40, 1, 2, 3, 4], // bad compressed data
     ];
     for frame in &closes_connection {
@@ -105,26 +151,66 @@ fn bad_input_never_stops_the_node() {
     // A sound frame with a garbage AS_MSG body: result 4, connection kept.
     let mut garbage = connect(server.port);
     let mut frame = ProtoHeader::encode(MessageType::Message, 30).to_vec();
-    frame.extend_from_slice(&[22, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    frame.extend_from_slice(&[
+        22, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 2, 3, 4, 5, 6,
+        7, 8,
+    ]);
     let (_, body) = round_trip(&mut garbage, &frame).unwrap();
-    assert_eq!(decode_reply(&body).0.result_code, ResultCode::Parameter.code());
-    assert_eq!(info(&mut garbage, &["status"])[0].1, "ok", "connection still usable");
+    assert_eq!(
+        decode_reply(&body).0.result_code,
+        ResultCode::Parameter.code()
+    );
+    assert_eq!(
+        info(&mut garbage, &["status"])[0].1,
+        "ok",
+        "connection still usable"
+    );
 
     // Unknown op and unknown particle: proper result codes.
-    let unknown_op = record_request("test", "k", MsgHeader { info2: info2::WRITE, ..MsgHeader::default() }, &[(77, 1, "a", vec![0; 8])]);
+    let unknown_op = record_request(
+        "test",
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            ..MsgHeader::default()
+        },
+        &[(77, 1, "a", vec![0; 8])],
+    );
     let (_, body) = round_trip(&mut garbage, &unknown_op).unwrap();
-    assert_eq!(decode_reply(&body).0.result_code, ResultCode::Parameter.code());
-    let unknown_namespace = record_request("nosuch", "k", MsgHeader { info1: info1::READ | info1::GET_ALL, ..MsgHeader::default() }, &[]);
+    assert_eq!(
+        decode_reply(&body).0.result_code,
+        ResultCode::Parameter.code()
+    );
+    let unknown_namespace = record_request(
+        "nosuch",
+        "k",
+        MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            ..MsgHeader::default()
+        },
+        &[],
+    );
     let (_, body) = round_trip(&mut garbage, &unknown_namespace).unwrap();
-    assert_eq!(decode_reply(&body).0.result_code, ResultCode::Namespace.code());
+    assert_eq!(
+        decode_reply(&body).0.result_code,
+        ResultCode::Namespace.code()
+    );
 
     // A peer that announces a large body and hangs up mid-frame.
     let mut liar = connect(server.port);
-    liar.write_all(&ProtoHeader::encode(MessageType::Message, 100 * 1024 * 1024)).unwrap();
+    liar.write_all(&ProtoHeader::encode(
+        MessageType::Message,
+        100 * 1024 * 1024,
+    ))
+    .unwrap();
     liar.write_all(&[0u8; 1000]).unwrap();
     drop(liar);
 
-    assert_eq!(info(&mut healthy, &["status"])[0].1, "ok", "the node kept serving");
+    assert_eq!(
+        info(&mut healthy, &["status"])[0].1,
+        "ok",
+        "the node kept serving"
+    );
     let mut fresh = connect(server.port);
     assert_eq!(info(&mut fresh, &["status"])[0].1, "ok");
 }
@@ -140,7 +226,15 @@ fn concurrent_increments_from_many_connections() {
             let port = server.port;
             std::thread::spawn(move || {
                 let mut stream = connect(port);
-                let frame = record_request("test", "counter", MsgHeader { info2: info2::WRITE, ..MsgHeader::default() }, &[(op_type::INCR, 1, "n", 1i64.to_be_bytes().to_vec())]);
+                let frame = record_request(
+                    "test",
+                    "counter",
+                    MsgHeader {
+                        info2: info2::WRITE,
+                        ..MsgHeader::default()
+                    },
+                    &[(op_type::INCR, 1, "n", 1i64.to_be_bytes().to_vec())],
+                );
                 for _ in 0..increments {
                     let (_, body) = round_trip(&mut stream, &frame).unwrap();
                     assert_eq!(decode_reply(&body).0.result_code, 0);
@@ -152,11 +246,25 @@ fn concurrent_increments_from_many_connections() {
         thread.join().unwrap();
     }
     let mut stream = connect(server.port);
-    let get = record_request("test", "counter", MsgHeader { info1: info1::READ | info1::GET_ALL, ..MsgHeader::default() }, &[]);
+    let get = record_request(
+        "test",
+        "counter",
+        MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            ..MsgHeader::default()
+        },
+        &[],
+    );
     let (_, body) = round_trip(&mut stream, &get).unwrap();
     let (header, bins) = decode_reply(&body);
-    assert_eq!(header.generation, (connections * increments) as u32 & 0xFFFF);
-    assert_eq!(bins[0].2, ((connections * increments) as i64).to_be_bytes().to_vec());
+    assert_eq!(
+        header.generation,
+        (connections * increments) as u32 & 0xFFFF
+    );
+    assert_eq!(
+        bins[0].2,
+        ((connections * increments) as i64).to_be_bytes().to_vec()
+    );
 }
 
 /// Several requests written back to back on one socket are answered in order.
@@ -166,8 +274,24 @@ fn pipelined_requests_are_answered_in_order() {
     let mut stream = connect(server.port);
     let mut batch = Vec::new();
     for index in 0..50i64 {
-        batch.extend(record_request("test", &format!("p{index}"), MsgHeader { info2: info2::WRITE, ..MsgHeader::default() }, &[(op_type::WRITE, 1, "v", index.to_be_bytes().to_vec())]));
-        batch.extend(record_request("test", &format!("p{index}"), MsgHeader { info1: info1::READ | info1::GET_ALL, ..MsgHeader::default() }, &[]));
+        batch.extend(record_request(
+            "test",
+            &format!("p{index}"),
+            MsgHeader {
+                info2: info2::WRITE,
+                ..MsgHeader::default()
+            },
+            &[(op_type::WRITE, 1, "v", index.to_be_bytes().to_vec())],
+        ));
+        batch.extend(record_request(
+            "test",
+            &format!("p{index}"),
+            MsgHeader {
+                info1: info1::READ | info1::GET_ALL,
+                ..MsgHeader::default()
+            },
+            &[],
+        ));
     }
     stream.write_all(&batch).unwrap();
     for index in 0..50i64 {

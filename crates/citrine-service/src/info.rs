@@ -30,7 +30,8 @@ const PEERS_GENERATION: u64 = 1;
 /// Base64 of a 4096-bit bitmap with every bit set (684 characters).
 fn all_partitions_bitmap() -> &'static str {
     static BITMAP: OnceLock<String> = OnceLock::new();
-    BITMAP.get_or_init(|| base64::engine::general_purpose::STANDARD.encode([0xffu8; PARTITIONS / 8]))
+    BITMAP
+        .get_or_init(|| base64::engine::general_purpose::STANDARD.encode([0xffu8; PARTITIONS / 8]))
 }
 
 /// Answers every command line of an info request.
@@ -38,7 +39,17 @@ pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
     let lines = request_lines(body);
     let mut response = InfoResponse::new();
     if lines.is_empty() {
-        for name in ["features", "node", "edition", "build", "version", "statistics", "services", "services-alumni", "partition-generation"] {
+        for name in [
+            "features",
+            "node",
+            "edition",
+            "build",
+            "version",
+            "statistics",
+            "services",
+            "services-alumni",
+            "partition-generation",
+        ] {
             response.push(name, &answer(service, &InfoCommand::parse(name)));
         }
     }
@@ -60,16 +71,23 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "build" => BUILD.to_owned(),
         "edition" => EDITION.to_owned(),
         "version" => format!("{EDITION} build {BUILD}"),
-        "release" => format!("edition={EDITION};version={BUILD};os=linux;arch={};sha=citrine", std::env::consts::ARCH),
+        "release" => format!(
+            "edition={EDITION};version={BUILD};os=linux;arch={};sha=citrine",
+            std::env::consts::ARCH
+        ),
         "compatibility-id" => "1".to_owned(),
         "features" => FEATURES.to_owned(),
         "cluster-name" => service.config.cluster_name.clone(),
         "partition-generation" => PARTITION_GENERATION.to_string(),
         "peers-generation" => PEERS_GENERATION.to_string(),
         "rebalance-generation" => PARTITION_GENERATION.to_string(),
-        "peers-clear-std" | "peers-clear-alt" | "peers-tls-std" | "peers-tls-alt" | "alumni-clear-std" | "alumni-clear-alt"
-        | "alumni-tls-std" | "alumni-tls-alt" => format!("{PEERS_GENERATION},3000,[]"),
-        "services" | "services-alternate" | "services-alumni" | "services-alumni-reset" => String::new(),
+        "peers-clear-std" | "peers-clear-alt" | "peers-tls-std" | "peers-tls-alt"
+        | "alumni-clear-std" | "alumni-clear-alt" | "alumni-tls-std" | "alumni-tls-alt" => {
+            format!("{PEERS_GENERATION},3000,[]")
+        }
+        "services" | "services-alternate" | "services-alumni" | "services-alumni-reset" => {
+            String::new()
+        }
         "service" | "service-clear-std" => service.config.access_address.clone(),
         "service-clear-alt" | "service-tls-std" | "service-tls-alt" => String::new(),
         "partitions" => PARTITIONS.to_string(),
@@ -80,8 +98,16 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
             .map(|namespace| format!("{}:{}", namespace.config.name, all_partitions_bitmap()))
             .collect::<Vec<_>>()
             .join(";"),
-        "namespaces" => service.namespaces().map(|namespace| namespace.config.name.as_str()).collect::<Vec<_>>().join(";"),
-        "namespace" => match command.positional.first().and_then(|name| service.namespace(name.as_bytes())) {
+        "namespaces" => service
+            .namespaces()
+            .map(|namespace| namespace.config.name.as_str())
+            .collect::<Vec<_>>()
+            .join(";"),
+        "namespace" => match command
+            .positional
+            .first()
+            .and_then(|name| service.namespace(name.as_bytes()))
+        {
             Some(namespace) => namespace_info(namespace),
             None => "type=unknown".to_owned(),
         },
@@ -120,20 +146,42 @@ fn replicas(service: &Service, with_regime: bool) -> String {
 fn namespace_config_pairs(namespace: &Namespace) -> Vec<(String, String)> {
     let config = &namespace.config;
     let mut pairs = vec![
-        ("replication-factor".to_owned(), config.replication_factor.to_string()),
+        (
+            "replication-factor".to_owned(),
+            config.replication_factor.to_string(),
+        ),
         ("default-ttl".to_owned(), config.default_ttl.to_string()),
         ("nsup-period".to_owned(), config.nsup_period.to_string()),
-        ("allow-ttl-without-nsup".to_owned(), config.allow_ttl_without_nsup.to_string()),
-        ("max-record-size".to_owned(), config.max_record_size.to_string()),
+        (
+            "allow-ttl-without-nsup".to_owned(),
+            config.allow_ttl_without_nsup.to_string(),
+        ),
+        (
+            "max-record-size".to_owned(),
+            config.max_record_size.to_string(),
+        ),
         ("strong-consistency".to_owned(), "false".to_owned()),
-        ("conflict-resolution-policy".to_owned(), "generation".to_owned()),
+        (
+            "conflict-resolution-policy".to_owned(),
+            "generation".to_owned(),
+        ),
     ];
     match config.storage_engine {
-        StorageEngineConfig::Memory { data_size, evict_used_pct, stop_writes_used_pct } => {
+        StorageEngineConfig::Memory {
+            data_size,
+            evict_used_pct,
+            stop_writes_used_pct,
+        } => {
             pairs.push(("storage-engine".to_owned(), "memory".to_owned()));
             pairs.push(("storage-engine.data-size".to_owned(), data_size.to_string()));
-            pairs.push(("storage-engine.evict-used-pct".to_owned(), evict_used_pct.to_string()));
-            pairs.push(("storage-engine.stop-writes-used-pct".to_owned(), stop_writes_used_pct.to_string()));
+            pairs.push((
+                "storage-engine.evict-used-pct".to_owned(),
+                evict_used_pct.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.stop-writes-used-pct".to_owned(),
+                stop_writes_used_pct.to_string(),
+            ));
         }
     }
     pairs
@@ -143,7 +191,9 @@ fn namespace_info(namespace: &Namespace) -> String {
     let stats = &namespace.stats;
     let objects = stats.objects.load(Ordering::Relaxed).max(0);
     let index_bytes = namespace.index.table_bytes();
-    stats.index_used_bytes.store(index_bytes as u64, Ordering::Relaxed);
+    stats
+        .index_used_bytes
+        .store(index_bytes as u64, Ordering::Relaxed);
     let data_bytes = namespace.storage.used_bytes();
     let mut pairs: Vec<(String, String)> = vec![
         ("ns_cluster_size".into(), "1".into()),
@@ -153,28 +203,89 @@ fn namespace_info(namespace: &Namespace) -> String {
         ("master_objects".into(), objects.to_string()),
         ("prole_objects".into(), "0".into()),
         ("non_replica_objects".into(), "0".into()),
-        ("expired_objects".into(), stats.expired_objects.load(Ordering::Relaxed).to_string()),
-        ("evicted_objects".into(), stats.evicted_objects.load(Ordering::Relaxed).to_string()),
-        ("truncated_objects".into(), stats.truncated_objects.load(Ordering::Relaxed).to_string()),
+        (
+            "expired_objects".into(),
+            stats.expired_objects.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "evicted_objects".into(),
+            stats.evicted_objects.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "truncated_objects".into(),
+            stats.truncated_objects.load(Ordering::Relaxed).to_string(),
+        ),
         ("index_used_bytes".into(), index_bytes.to_string()),
         (
             "index_bytes_per_object".into(),
-            if objects > 0 { format!("{:.1}", index_bytes as f64 / objects as f64) } else { "0".into() },
+            if objects > 0 {
+                format!("{:.1}", index_bytes as f64 / objects as f64)
+            } else {
+                "0".into()
+            },
         ),
         ("data_used_bytes".into(), data_bytes.to_string()),
         ("data_total_bytes".into(), namespace.data_size().to_string()),
         ("data_used_pct".into(), namespace.used_pct().to_string()),
         ("stop_writes".into(), namespace.stop_writes().to_string()),
-        ("stop_writes_count".into(), stats.stop_writes_count.load(Ordering::Relaxed).to_string()),
-        ("client_read_success".into(), stats.client_read_success.load(Ordering::Relaxed).to_string()),
-        ("client_read_not_found".into(), stats.client_read_not_found.load(Ordering::Relaxed).to_string()),
-        ("client_read_error".into(), stats.client_read_error.load(Ordering::Relaxed).to_string()),
-        ("client_write_success".into(), stats.client_write_success.load(Ordering::Relaxed).to_string()),
-        ("client_write_error".into(), stats.client_write_error.load(Ordering::Relaxed).to_string()),
-        ("client_delete_success".into(), stats.client_delete_success.load(Ordering::Relaxed).to_string()),
-        ("client_delete_not_found".into(), stats.client_delete_not_found.load(Ordering::Relaxed).to_string()),
-        ("fail_generation".into(), stats.fail_generation.load(Ordering::Relaxed).to_string()),
-        ("fail_record_too_big".into(), stats.fail_record_too_big.load(Ordering::Relaxed).to_string()),
+        (
+            "stop_writes_count".into(),
+            stats.stop_writes_count.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "client_read_success".into(),
+            stats
+                .client_read_success
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "client_read_not_found".into(),
+            stats
+                .client_read_not_found
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "client_read_error".into(),
+            stats.client_read_error.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "client_write_success".into(),
+            stats
+                .client_write_success
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "client_write_error".into(),
+            stats.client_write_error.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "client_delete_success".into(),
+            stats
+                .client_delete_success
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "client_delete_not_found".into(),
+            stats
+                .client_delete_not_found
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "fail_generation".into(),
+            stats.fail_generation.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "fail_record_too_big".into(),
+            stats
+                .fail_record_too_big
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
         ("migrate_tx_partitions_remaining".into(), "0".into()),
         ("migrate_rx_partitions_remaining".into(), "0".into()),
     ];
@@ -195,7 +306,10 @@ fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
 
 fn statistics(service: &Service) -> String {
     let stats = &service.stats;
-    let objects: i64 = service.namespaces().map(|namespace| namespace.stats.objects.load(Ordering::Relaxed).max(0)).sum();
+    let objects: i64 = service
+        .namespaces()
+        .map(|namespace| namespace.stats.objects.load(Ordering::Relaxed).max(0))
+        .sum();
     let pairs: Vec<(String, String)> = vec![
         ("cluster_size".into(), "1".into()),
         ("cluster_key".into(), cluster_key(service)),
@@ -206,13 +320,43 @@ fn statistics(service: &Service) -> String {
         ("uptime".into(), service.uptime_seconds().to_string()),
         ("objects".into(), objects.to_string()),
         ("tombstones".into(), "0".into()),
-        ("client_connections".into(), stats.client_connections.load(Ordering::Relaxed).to_string()),
-        ("client_connections_opened".into(), stats.client_connections_opened.load(Ordering::Relaxed).to_string()),
-        ("client_connections_closed".into(), stats.client_connections_closed.load(Ordering::Relaxed).to_string()),
-        ("proto_errors".into(), stats.proto_errors.load(Ordering::Relaxed).to_string()),
-        ("info_requests".into(), stats.info_requests.load(Ordering::Relaxed).to_string()),
-        ("transactions".into(), stats.transactions.load(Ordering::Relaxed).to_string()),
-        ("compressed_requests".into(), stats.compressed_requests.load(Ordering::Relaxed).to_string()),
+        (
+            "client_connections".into(),
+            stats.client_connections.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "client_connections_opened".into(),
+            stats
+                .client_connections_opened
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "client_connections_closed".into(),
+            stats
+                .client_connections_closed
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "proto_errors".into(),
+            stats.proto_errors.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "info_requests".into(),
+            stats.info_requests.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "transactions".into(),
+            stats.transactions.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "compressed_requests".into(),
+            stats
+                .compressed_requests
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
         ("migrate_partitions_remaining".into(), "0".into()),
         ("migrate_allowed".into(), "true".into()),
     ];
@@ -272,14 +416,23 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
                 ("cluster-name".into(), service.config.cluster_name.clone()),
                 ("node-id".into(), service.node_id.to_string()),
                 ("proto-fd-max".into(), "15000".into()),
-                ("service-threads".into(), std::thread::available_parallelism().map(|count| count.get()).unwrap_or(1).to_string()),
+                (
+                    "service-threads".into(),
+                    std::thread::available_parallelism()
+                        .map(|count| count.get())
+                        .unwrap_or(1)
+                        .to_string(),
+                ),
             ];
             join_pairs(&pairs, ';')
         }
         "network" => {
             let pairs: Vec<(String, String)> = vec![
                 ("service.port".into(), service.config.port.to_string()),
-                ("service.access-address".into(), service.config.access_address.clone()),
+                (
+                    "service.access-address".into(),
+                    service.config.access_address.clone(),
+                ),
             ];
             join_pairs(&pairs, ';')
         }
@@ -311,7 +464,10 @@ fn cluster_stable(service: &Service, command: &InfoCommand<'_>) -> String {
 }
 
 fn truncate(service: &Service, command: &InfoCommand<'_>, whole_namespace: bool) -> String {
-    let Some(namespace) = command.param("namespace").and_then(|name| service.namespace(name.as_bytes())) else {
+    let Some(namespace) = command
+        .param("namespace")
+        .and_then(|name| service.namespace(name.as_bytes()))
+    else {
         return "ERROR:4:namespace not found".to_owned();
     };
     let now_ms = service.now().unix_ms;
@@ -324,18 +480,28 @@ fn truncate(service: &Service, command: &InfoCommand<'_>, whole_namespace: bool)
             Err(_) => return "ERROR:4:bad lut".to_owned(),
         },
     };
-    let set = if whole_namespace { None } else { command.param("set").filter(|set| !set.is_empty()) };
+    let set = if whole_namespace {
+        None
+    } else {
+        command.param("set").filter(|set| !set.is_empty())
+    };
     match set {
-        Some(set) => match namespace.sets.existing_id(set.as_bytes()) {
-            Some(id) => {
-                namespace.sets.stats(id).truncate_lut_ms.fetch_max(lut_ms, Ordering::Relaxed);
+        Some(set) => {
+            // Truncating a set that was never written is a no-op.
+            if let Some(id) = namespace.sets.existing_id(set.as_bytes()) {
+                namespace
+                    .sets
+                    .stats(id)
+                    .truncate_lut_ms
+                    .fetch_max(lut_ms, Ordering::Relaxed);
                 crate::nsup::remove_truncated(namespace, Some(id), lut_ms);
             }
-            // Truncating a set that holds nothing is a no-op.
-            None => {}
-        },
+        }
         None => {
-            namespace.stats.truncate_lut_ms.fetch_max(lut_ms, Ordering::Relaxed);
+            namespace
+                .stats
+                .truncate_lut_ms
+                .fetch_max(lut_ms, Ordering::Relaxed);
             crate::nsup::remove_truncated(namespace, None, lut_ms);
         }
     }

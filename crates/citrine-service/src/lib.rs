@@ -42,7 +42,10 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_unix_ms(&self) -> u64 {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|since| since.as_millis() as u64).unwrap_or(0)
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|since| since.as_millis() as u64)
+            .unwrap_or(0)
     }
 }
 
@@ -54,7 +57,9 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(unix_ms: u64) -> ManualClock {
-        ManualClock { unix_ms: AtomicU64::new(unix_ms) }
+        ManualClock {
+            unix_ms: AtomicU64::new(unix_ms),
+        }
     }
     pub fn advance_ms(&self, milliseconds: u64) {
         self.unix_ms.fetch_add(milliseconds, Ordering::Relaxed);
@@ -96,15 +101,30 @@ pub struct Service {
 
 impl Service {
     pub fn new(config: ServiceConfig, clock: Arc<dyn Clock>) -> Service {
-        let namespaces = config.namespaces.iter().cloned().map(|namespace| Arc::new(Namespace::new(namespace))).collect();
+        let namespaces = config
+            .namespaces
+            .iter()
+            .cloned()
+            .map(|namespace| Arc::new(Namespace::new(namespace)))
+            .collect();
         let started_unix_ms = clock.now_unix_ms();
-        Service { node_id: NodeId(config.node_id), config, namespaces, clock, stats: NodeStats::default(), started_unix_ms }
+        Service {
+            node_id: NodeId(config.node_id),
+            config,
+            namespaces,
+            clock,
+            stats: NodeStats::default(),
+            started_unix_ms,
+        }
     }
 
     /// The namespace called `name`.
     #[inline]
     pub fn namespace(&self, name: &[u8]) -> Option<&Namespace> {
-        self.namespaces.iter().find(|namespace| namespace.config.name.as_bytes() == name).map(Arc::as_ref)
+        self.namespaces
+            .iter()
+            .find(|namespace| namespace.config.name.as_bytes() == name)
+            .map(Arc::as_ref)
     }
 
     /// All namespaces, in configuration order.
@@ -120,7 +140,10 @@ impl Service {
 
     /// Seconds since the service started.
     pub fn uptime_seconds(&self) -> u64 {
-        self.clock.now_unix_ms().saturating_sub(self.started_unix_ms) / 1000
+        self.clock
+            .now_unix_ms()
+            .saturating_sub(self.started_unix_ms)
+            / 1000
     }
 
     /// Handles one request frame and appends the reply frame to `out`.
@@ -128,7 +151,12 @@ impl Service {
     /// Returns `Err` when the connection must be closed (the body of a frame
     /// that cannot be trusted); any request that parses answers with a result
     /// code instead.
-    pub fn handle(&self, header: ProtoHeader, body: &[u8], out: &mut Vec<u8>) -> Result<(), CloseConnection> {
+    pub fn handle(
+        &self,
+        header: ProtoHeader,
+        body: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), CloseConnection> {
         match header.message_type {
             MessageType::Info => {
                 self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
@@ -144,11 +172,16 @@ impl Service {
             }
             MessageType::Message => self.handle_message(body, out),
             MessageType::Compressed => {
-                self.stats.compressed_requests.fetch_add(1, Ordering::Relaxed);
-                let (_, inner) = inflate(body).map_err(|error| self.proto_error(error.to_string()))?;
+                self.stats
+                    .compressed_requests
+                    .fetch_add(1, Ordering::Relaxed);
+                let (_, inner) =
+                    inflate(body).map_err(|error| self.proto_error(error.to_string()))?;
                 self.handle_message(&inner, out)
             }
-            MessageType::InternalXdr => Err(self.proto_error("XDR messages are not accepted on the service port".into())),
+            MessageType::InternalXdr => {
+                Err(self.proto_error("XDR messages are not accepted on the service port".into()))
+            }
         }
     }
 

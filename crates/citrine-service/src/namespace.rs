@@ -43,7 +43,10 @@ struct SetNames {
 
 impl Default for SetRegistry {
     fn default() -> Self {
-        SetRegistry { names: RwLock::default(), stats: (0..=SETS_MAX).map(|_| SetStats::default()).collect() }
+        SetRegistry {
+            names: RwLock::default(),
+            stats: (0..=SETS_MAX).map(|_| SetStats::default()).collect(),
+        }
     }
 }
 
@@ -96,7 +99,13 @@ impl SetRegistry {
 
     /// All sets: (id, name).
     pub fn all(&self) -> Vec<(u16, Vec<u8>)> {
-        self.names.read().names.iter().enumerate().map(|(index, name)| (index as u16 + 1, name.clone())).collect()
+        self.names
+            .read()
+            .names
+            .iter()
+            .enumerate()
+            .map(|(index, name)| (index as u16 + 1, name.clone()))
+            .collect()
     }
 }
 
@@ -141,7 +150,13 @@ impl Namespace {
         let storage: Box<dyn StorageEngine> = match config.storage_engine {
             StorageEngineConfig::Memory { .. } => Box::new(MemoryEngine::new()),
         };
-        Namespace { config, index: PartitionTable::new(), storage, sets: SetRegistry::default(), stats: NamespaceStats::default() }
+        Namespace {
+            config,
+            index: PartitionTable::new(),
+            storage,
+            sets: SetRegistry::default(),
+            stats: NamespaceStats::default(),
+        }
     }
 
     /// Memory budget in bytes.
@@ -155,7 +170,11 @@ impl Namespace {
     /// nsup pass, plus a per-object estimate since) and record data.
     pub fn used_bytes(&self) -> u64 {
         let objects = self.stats.objects.load(Ordering::Relaxed).max(0) as u64;
-        let index_bytes = self.stats.index_used_bytes.load(Ordering::Relaxed).max(objects * (citrine_index::SLOT_BYTES as u64 + 1));
+        let index_bytes = self
+            .stats
+            .index_used_bytes
+            .load(Ordering::Relaxed)
+            .max(objects * (citrine_index::SLOT_BYTES as u64 + 1));
         index_bytes + self.storage.used_bytes()
     }
 
@@ -168,9 +187,10 @@ impl Namespace {
     /// True when writes must be refused (stop-writes).
     pub fn stop_writes(&self) -> bool {
         match self.config.storage_engine {
-            StorageEngineConfig::Memory { stop_writes_used_pct, .. } => {
-                stop_writes_used_pct > 0 && self.used_pct() >= u64::from(stop_writes_used_pct)
-            }
+            StorageEngineConfig::Memory {
+                stop_writes_used_pct,
+                ..
+            } => stop_writes_used_pct > 0 && self.used_pct() >= u64::from(stop_writes_used_pct),
         }
     }
 
@@ -191,7 +211,11 @@ impl Namespace {
         if namespace_lut != 0 && last_update_ms < namespace_lut {
             return true;
         }
-        let set_lut = self.sets.stats(set_id).truncate_lut_ms.load(Ordering::Relaxed);
+        let set_lut = self
+            .sets
+            .stats(set_id)
+            .truncate_lut_ms
+            .load(Ordering::Relaxed);
         set_lut != 0 && last_update_ms < set_lut
     }
 }

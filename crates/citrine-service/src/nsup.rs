@@ -33,8 +33,14 @@ pub fn run_pass(namespace: &Namespace, now: Now) -> PassReport {
             },
         );
     }
-    namespace.stats.expired_objects.fetch_add(report.expired, Ordering::Relaxed);
-    namespace.stats.index_used_bytes.store(namespace.index.table_bytes() as u64, Ordering::Relaxed);
+    namespace
+        .stats
+        .expired_objects
+        .fetch_add(report.expired, Ordering::Relaxed);
+    namespace
+        .stats
+        .index_used_bytes
+        .store(namespace.index.table_bytes() as u64, Ordering::Relaxed);
     report.evicted = evict(namespace, now);
     report
 }
@@ -60,7 +66,10 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
         let partition = namespace.index.partition(partition_id).read();
         for (_, entry) in partition.iter() {
             if entry.meta.void_time != 0 {
-                candidates.push((entry.meta.void_time, entry.location.size() as u64 + slot_bytes));
+                candidates.push((
+                    entry.meta.void_time,
+                    entry.location.size() as u64 + slot_bytes,
+                ));
             }
         }
     }
@@ -89,8 +98,14 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
             },
         );
     }
-    namespace.stats.evicted_objects.fetch_add(evicted, Ordering::Relaxed);
-    namespace.stats.evict_void_time.store(u64::from(cutoff), Ordering::Relaxed);
+    namespace
+        .stats
+        .evicted_objects
+        .fetch_add(evicted, Ordering::Relaxed);
+    namespace
+        .stats
+        .evict_void_time
+        .store(u64::from(cutoff), Ordering::Relaxed);
     tracing::info!(namespace = %namespace.config.name, evicted, cutoff, at = now.citrusleaf_seconds, "evicted records");
     evicted
 }
@@ -102,13 +117,19 @@ pub fn remove_truncated(namespace: &Namespace, set_id: Option<u16>, lut_ms: u64)
     for partition_id in PartitionId::all() {
         let mut partition = namespace.index.partition(partition_id).write();
         partition.remove_where(
-            |_, entry| set_id.is_none_or(|id| id == entry.meta.set_id) && entry.meta.last_update_ms < lut_ms,
+            |_, entry| {
+                set_id.is_none_or(|id| id == entry.meta.set_id)
+                    && entry.meta.last_update_ms < lut_ms
+            },
             |_, entry| {
                 drop_entry(namespace, entry);
                 removed += 1;
             },
         );
     }
-    namespace.stats.truncated_objects.fetch_add(removed, Ordering::Relaxed);
+    namespace
+        .stats
+        .truncated_objects
+        .fetch_add(removed, Ordering::Relaxed);
     removed
 }

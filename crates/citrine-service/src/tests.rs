@@ -41,8 +41,14 @@ fn send(service: &Service, frame: &[u8]) -> Reply {
     let message = Message::decode(&out[8..]).unwrap();
     Reply {
         header: message.header,
-        bins: message.ops().map(|op| (op.name.to_vec(), op.particle_type, op.value.to_vec())).collect(),
-        fields: message.fields().map(|field| (field.field_type, field.data.to_vec())).collect(),
+        bins: message
+            .ops()
+            .map(|op| (op.name.to_vec(), op.particle_type, op.value.to_vec()))
+            .collect(),
+        fields: message
+            .fields()
+            .map(|field| (field.field_type, field.data.to_vec()))
+            .collect(),
     }
 }
 
@@ -53,7 +59,8 @@ impl Ops {
         Ops(Vec::new())
     }
     fn op(mut self, op: u8, particle: u8, name: &str, value: &[u8]) -> Ops {
-        self.0.push((op, particle, name.as_bytes().to_vec(), value.to_vec()));
+        self.0
+            .push((op, particle, name.as_bytes().to_vec(), value.to_vec()));
         self
     }
     fn int(self, op: u8, name: &str, value: i64) -> Ops {
@@ -66,7 +73,10 @@ fn request(key: &str, header: MsgHeader, ops: &Ops, send_key: bool) -> Vec<u8> {
     let digest = of_key("demo", &user_key);
     let mut out = Vec::new();
     let mut writer = MessageWriter::begin(&mut out, &header);
-    writer.field(field_type::NAMESPACE, b"test").field(field_type::SET, b"demo").field(field_type::DIGEST, &digest.0);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"demo")
+        .field(field_type::DIGEST, &digest.0);
     if send_key {
         writer.field(field_type::KEY, &user_key.to_field());
     }
@@ -78,17 +88,41 @@ fn request(key: &str, header: MsgHeader, ops: &Ops, send_key: bool) -> Vec<u8> {
 }
 
 fn put(key: &str, ops: Ops) -> Vec<u8> {
-    request(key, MsgHeader { info2: info2::WRITE, ..MsgHeader::default() }, &ops, false)
+    request(
+        key,
+        MsgHeader {
+            info2: info2::WRITE,
+            ..MsgHeader::default()
+        },
+        &ops,
+        false,
+    )
 }
 
 fn get(key: &str) -> Vec<u8> {
-    request(key, MsgHeader { info1: info1::READ | info1::GET_ALL, ..MsgHeader::default() }, &Ops::new(), false)
+    request(
+        key,
+        MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            ..MsgHeader::default()
+        },
+        &Ops::new(),
+        false,
+    )
 }
 
 #[test]
 fn put_then_get_all_bins() {
     let (service, _) = service();
-    let reply = send(&service, &put("k", Ops::new().int(op_type::WRITE, "a", 1).op(op_type::WRITE, 3, "s", b"x")));
+    let reply = send(
+        &service,
+        &put(
+            "k",
+            Ops::new()
+                .int(op_type::WRITE, "a", 1)
+                .op(op_type::WRITE, 3, "s", b"x"),
+        ),
+    );
     assert_eq!(reply.header.result_code, 0);
     assert_eq!(reply.header.generation, 1);
     let reply = send(&service, &get("k"));
@@ -96,7 +130,10 @@ fn put_then_get_all_bins() {
     assert_eq!(reply.header.generation, 1);
     assert_eq!(reply.header.record_ttl, 0, "default-ttl 0 never expires");
     assert_eq!(reply.bins.len(), 2);
-    assert_eq!(reply.bins[0], (b"a".to_vec(), 1, 1i64.to_be_bytes().to_vec()));
+    assert_eq!(
+        reply.bins[0],
+        (b"a".to_vec(), 1, 1i64.to_be_bytes().to_vec())
+    );
     let missing = send(&service, &get("nope"));
     assert_eq!(missing.header.result_code, ResultCode::NotFound.code());
 }
@@ -104,12 +141,38 @@ fn put_then_get_all_bins() {
 #[test]
 fn named_bins_and_header_only() {
     let (service, _) = service();
-    send(&service, &put("k", Ops::new().int(op_type::WRITE, "a", 1).int(op_type::WRITE, "b", 2)));
-    let named = request("k", MsgHeader { info1: info1::READ, ..MsgHeader::default() }, &Ops::new().op(op_type::READ, 0, "b", b"").op(op_type::READ, 0, "zz", b""), false);
+    send(
+        &service,
+        &put(
+            "k",
+            Ops::new()
+                .int(op_type::WRITE, "a", 1)
+                .int(op_type::WRITE, "b", 2),
+        ),
+    );
+    let named = request(
+        "k",
+        MsgHeader {
+            info1: info1::READ,
+            ..MsgHeader::default()
+        },
+        &Ops::new()
+            .op(op_type::READ, 0, "b", b"")
+            .op(op_type::READ, 0, "zz", b""),
+        false,
+    );
     let reply = send(&service, &named);
     assert_eq!(reply.bins.len(), 1);
     assert_eq!(reply.bins[0].0, b"b");
-    let exists = request("k", MsgHeader { info1: info1::READ | info1::GET_NO_BINS, ..MsgHeader::default() }, &Ops::new(), false);
+    let exists = request(
+        "k",
+        MsgHeader {
+            info1: info1::READ | info1::GET_NO_BINS,
+            ..MsgHeader::default()
+        },
+        &Ops::new(),
+        false,
+    );
     let reply = send(&service, &exists);
     assert_eq!(reply.header.result_code, 0);
     assert!(reply.bins.is_empty());
@@ -119,38 +182,137 @@ fn named_bins_and_header_only() {
 fn generation_policies() {
     let (service, _) = service();
     send(&service, &put("k", Ops::new().int(op_type::WRITE, "a", 1)));
-    let eq_wrong = request("k", MsgHeader { info2: info2::WRITE | info2::GENERATION, generation: 5, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", 2), false);
-    assert_eq!(send(&service, &eq_wrong).header.result_code, ResultCode::Generation.code());
-    let eq_right = request("k", MsgHeader { info2: info2::WRITE | info2::GENERATION, generation: 1, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", 2), false);
+    let eq_wrong = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE | info2::GENERATION,
+            generation: 5,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::WRITE, "a", 2),
+        false,
+    );
+    assert_eq!(
+        send(&service, &eq_wrong).header.result_code,
+        ResultCode::Generation.code()
+    );
+    let eq_right = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE | info2::GENERATION,
+            generation: 1,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::WRITE, "a", 2),
+        false,
+    );
     assert_eq!(send(&service, &eq_right).header.generation, 2);
-    let gt_wrong = request("k", MsgHeader { info2: info2::WRITE | info2::GENERATION_GT, generation: 2, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", 3), false);
-    assert_eq!(send(&service, &gt_wrong).header.result_code, ResultCode::Generation.code());
-    let gt_right = request("k", MsgHeader { info2: info2::WRITE | info2::GENERATION_GT, generation: 9, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", 3), false);
+    let gt_wrong = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE | info2::GENERATION_GT,
+            generation: 2,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::WRITE, "a", 3),
+        false,
+    );
+    assert_eq!(
+        send(&service, &gt_wrong).header.result_code,
+        ResultCode::Generation.code()
+    );
+    let gt_right = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE | info2::GENERATION_GT,
+            generation: 9,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::WRITE, "a", 3),
+        false,
+    );
     assert_eq!(send(&service, &gt_right).header.result_code, 0);
 }
 
 #[test]
 fn record_exists_actions() {
     let (service, _) = service();
-    let create_only = |value| request("k", MsgHeader { info2: info2::WRITE | info2::CREATE_ONLY, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", value), false);
+    let create_only = |value| {
+        request(
+            "k",
+            MsgHeader {
+                info2: info2::WRITE | info2::CREATE_ONLY,
+                ..MsgHeader::default()
+            },
+            &Ops::new().int(op_type::WRITE, "a", value),
+            false,
+        )
+    };
     assert_eq!(send(&service, &create_only(1)).header.result_code, 0);
-    assert_eq!(send(&service, &create_only(2)).header.result_code, ResultCode::RecordExists.code());
-    let update_only = request("missing", MsgHeader { info2: info2::WRITE, info3: info3::UPDATE_ONLY, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", 1), false);
-    assert_eq!(send(&service, &update_only).header.result_code, ResultCode::NotFound.code());
+    assert_eq!(
+        send(&service, &create_only(2)).header.result_code,
+        ResultCode::RecordExists.code()
+    );
+    let update_only = request(
+        "missing",
+        MsgHeader {
+            info2: info2::WRITE,
+            info3: info3::UPDATE_ONLY,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::WRITE, "a", 1),
+        false,
+    );
+    assert_eq!(
+        send(&service, &update_only).header.result_code,
+        ResultCode::NotFound.code()
+    );
     send(&service, &put("k", Ops::new().int(op_type::WRITE, "b", 2)));
-    let replace = request("k", MsgHeader { info2: info2::WRITE, info3: info3::CREATE_OR_REPLACE, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "c", 3), false);
+    let replace = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            info3: info3::CREATE_OR_REPLACE,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::WRITE, "c", 3),
+        false,
+    );
     assert_eq!(send(&service, &replace).header.result_code, 0);
     let reply = send(&service, &get("k"));
     assert_eq!(reply.bins.len(), 1, "replace removes bins not written");
     assert_eq!(reply.bins[0].0, b"c");
-    let replace_incr = request("k", MsgHeader { info2: info2::WRITE, info3: info3::REPLACE_ONLY, ..MsgHeader::default() }, &Ops::new().int(op_type::INCR, "c", 3), false);
-    assert_eq!(send(&service, &replace_incr).header.result_code, ResultCode::Parameter.code());
+    let replace_incr = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            info3: info3::REPLACE_ONLY,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::INCR, "c", 3),
+        false,
+    );
+    assert_eq!(
+        send(&service, &replace_incr).header.result_code,
+        ResultCode::Parameter.code()
+    );
 }
 
 #[test]
 fn ttl_semantics_and_expiry() {
     let (service, clock) = service();
-    let with_ttl = |key: &str, ttl: u32| request(key, MsgHeader { info2: info2::WRITE, record_ttl: ttl, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", 1), false);
+    let with_ttl = |key: &str, ttl: u32| {
+        request(
+            key,
+            MsgHeader {
+                info2: info2::WRITE,
+                record_ttl: ttl,
+                ..MsgHeader::default()
+            },
+            &Ops::new().int(op_type::WRITE, "a", 1),
+            false,
+        )
+    };
     let reply = send(&service, &with_ttl("k", 10));
     let now = citrine_types::citrusleaf_epoch_seconds(START_MS);
     assert_eq!(reply.header.record_ttl, now + 10);
@@ -158,13 +320,26 @@ fn ttl_semantics_and_expiry() {
     let reply = send(&service, &with_ttl("k", 0xFFFF_FFFE));
     assert_eq!(reply.header.record_ttl, now + 10);
     // -1 never expires.
-    assert_eq!(send(&service, &with_ttl("k", 0xFFFF_FFFF)).header.record_ttl, 0);
+    assert_eq!(
+        send(&service, &with_ttl("k", 0xFFFF_FFFF))
+            .header
+            .record_ttl,
+        0
+    );
     // Over ten years is a parameter error.
-    assert_eq!(send(&service, &with_ttl("k", 315_360_001)).header.result_code, ResultCode::Parameter.code());
+    assert_eq!(
+        send(&service, &with_ttl("k", 315_360_001))
+            .header
+            .result_code,
+        ResultCode::Parameter.code()
+    );
     // Expired records are invisible before nsup runs.
     send(&service, &with_ttl("short", 1));
     clock.advance_ms(1_500);
-    assert_eq!(send(&service, &get("short")).header.result_code, ResultCode::NotFound.code());
+    assert_eq!(
+        send(&service, &get("short")).header.result_code,
+        ResultCode::NotFound.code()
+    );
     let namespace = service.namespace(b"test").unwrap();
     assert_eq!(namespace.stats.objects.load(Ordering::Relaxed), 2);
     let report = nsup::run_pass(namespace, service.now());
@@ -177,28 +352,76 @@ fn ttl_forbidden_without_nsup() {
     let mut config = NamespaceConfig::in_memory("test");
     config.nsup_period = 0;
     let (service, _) = service_with(config);
-    let with_ttl = request("k", MsgHeader { info2: info2::WRITE, record_ttl: 100, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", 1), false);
-    assert_eq!(send(&service, &with_ttl).header.result_code, ResultCode::Forbidden.code());
+    let with_ttl = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            record_ttl: 100,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::WRITE, "a", 1),
+        false,
+    );
+    assert_eq!(
+        send(&service, &with_ttl).header.result_code,
+        ResultCode::Forbidden.code()
+    );
 }
 
 #[test]
 fn operate_modifies_and_reads_atomically() {
     let (service, _) = service();
-    send(&service, &put("k", Ops::new().int(op_type::WRITE, "n", 10).op(op_type::WRITE, 3, "s", b"b")));
+    send(
+        &service,
+        &put(
+            "k",
+            Ops::new()
+                .int(op_type::WRITE, "n", 10)
+                .op(op_type::WRITE, 3, "s", b"b"),
+        ),
+    );
     let ops = Ops::new()
         .int(op_type::INCR, "n", 5)
         .op(op_type::APPEND, 3, "s", b"c")
         .op(op_type::PREPEND, 3, "s", b"a")
         .op(op_type::READ, 0, "n", b"")
         .op(op_type::READ, 0, "s", b"");
-    let operate = request("k", MsgHeader { info1: info1::READ, info2: info2::WRITE, ..MsgHeader::default() }, &ops, false);
+    let operate = request(
+        "k",
+        MsgHeader {
+            info1: info1::READ,
+            info2: info2::WRITE,
+            ..MsgHeader::default()
+        },
+        &ops,
+        false,
+    );
     let reply = send(&service, &operate);
     assert_eq!(reply.header.result_code, 0);
     assert_eq!(reply.header.generation, 2);
-    assert_eq!(reply.bins, vec![(b"n".to_vec(), 1, 15i64.to_be_bytes().to_vec()), (b"s".to_vec(), 3, b"abc".to_vec())]);
+    assert_eq!(
+        reply.bins,
+        vec![
+            (b"n".to_vec(), 1, 15i64.to_be_bytes().to_vec()),
+            (b"s".to_vec(), 3, b"abc".to_vec())
+        ]
+    );
     // Type errors fail the whole operate and change nothing.
-    let bad = request("k", MsgHeader { info2: info2::WRITE, ..MsgHeader::default() }, &Ops::new().int(op_type::INCR, "n", 1).int(op_type::INCR, "s", 1), false);
-    assert_eq!(send(&service, &bad).header.result_code, ResultCode::IncompatibleType.code());
+    let bad = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            ..MsgHeader::default()
+        },
+        &Ops::new()
+            .int(op_type::INCR, "n", 1)
+            .int(op_type::INCR, "s", 1),
+        false,
+    );
+    assert_eq!(
+        send(&service, &bad).header.result_code,
+        ResultCode::IncompatibleType.code()
+    );
     let reply = send(&service, &get("k"));
     assert_eq!(reply.header.generation, 2);
 }
@@ -206,8 +429,20 @@ fn operate_modifies_and_reads_atomically() {
 #[test]
 fn respond_all_ops_gives_one_entry_per_op() {
     let (service, _) = service();
-    let ops = Ops::new().int(op_type::WRITE, "a", 1).op(op_type::READ, 0, "a", b"").op(op_type::READ, 0, "missing", b"");
-    let operate = request("k", MsgHeader { info1: info1::READ, info2: info2::WRITE | info2::RESPOND_ALL_OPS, ..MsgHeader::default() }, &ops, false);
+    let ops = Ops::new()
+        .int(op_type::WRITE, "a", 1)
+        .op(op_type::READ, 0, "a", b"")
+        .op(op_type::READ, 0, "missing", b"");
+    let operate = request(
+        "k",
+        MsgHeader {
+            info1: info1::READ,
+            info2: info2::WRITE | info2::RESPOND_ALL_OPS,
+            ..MsgHeader::default()
+        },
+        &ops,
+        false,
+    );
     let reply = send(&service, &operate);
     assert_eq!(reply.bins.len(), 3);
     assert_eq!(reply.bins[0].1, 0);
@@ -218,66 +453,161 @@ fn respond_all_ops_gives_one_entry_per_op() {
 #[test]
 fn touch_and_delete() {
     let (service, _) = service();
-    let touch = request("k", MsgHeader { info2: info2::WRITE, ..MsgHeader::default() }, &Ops::new().op(op_type::TOUCH, 0, "", b""), false);
-    assert_eq!(send(&service, &touch).header.result_code, ResultCode::NotFound.code());
+    let touch = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            ..MsgHeader::default()
+        },
+        &Ops::new().op(op_type::TOUCH, 0, "", b""),
+        false,
+    );
+    assert_eq!(
+        send(&service, &touch).header.result_code,
+        ResultCode::NotFound.code()
+    );
     send(&service, &put("k", Ops::new().int(op_type::WRITE, "a", 1)));
     assert_eq!(send(&service, &touch).header.generation, 2);
-    let delete = request("k", MsgHeader { info2: info2::WRITE | info2::DELETE, ..MsgHeader::default() }, &Ops::new(), false);
+    let delete = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE | info2::DELETE,
+            ..MsgHeader::default()
+        },
+        &Ops::new(),
+        false,
+    );
     assert_eq!(send(&service, &delete).header.result_code, 0);
-    assert_eq!(send(&service, &delete).header.result_code, ResultCode::NotFound.code());
-    assert_eq!(send(&service, &get("k")).header.result_code, ResultCode::NotFound.code());
+    assert_eq!(
+        send(&service, &delete).header.result_code,
+        ResultCode::NotFound.code()
+    );
+    assert_eq!(
+        send(&service, &get("k")).header.result_code,
+        ResultCode::NotFound.code()
+    );
     // A delete-record op inside an operate.
     send(&service, &put("k", Ops::new().int(op_type::WRITE, "a", 1)));
-    let delete_op = request("k", MsgHeader { info2: info2::WRITE, ..MsgHeader::default() }, &Ops::new().op(op_type::DELETE_ALL, 0, "", b""), false);
+    let delete_op = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            ..MsgHeader::default()
+        },
+        &Ops::new().op(op_type::DELETE_ALL, 0, "", b""),
+        false,
+    );
     assert_eq!(send(&service, &delete_op).header.result_code, 0);
-    assert_eq!(send(&service, &get("k")).header.result_code, ResultCode::NotFound.code());
+    assert_eq!(
+        send(&service, &get("k")).header.result_code,
+        ResultCode::NotFound.code()
+    );
 }
 
 #[test]
 fn send_key_is_stored_and_checked() {
     let (service, _) = service();
-    let with_key = request("k", MsgHeader { info2: info2::WRITE, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", 1), true);
+    let with_key = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::WRITE, "a", 1),
+        true,
+    );
     send(&service, &with_key);
     let reply = send(&service, &get("k"));
-    assert_eq!(reply.fields, vec![(field_type::KEY, UserKey::String("k".into()).to_field())]);
+    assert_eq!(
+        reply.fields,
+        vec![(field_type::KEY, UserKey::String("k".into()).to_field())]
+    );
 }
 
 #[test]
 fn errors_use_protocol_codes() {
     let (service, _) = service();
     let long_name = put("k", Ops::new().int(op_type::WRITE, "sixteen-chars-xx", 1));
-    assert_eq!(send(&service, &long_name).header.result_code, ResultCode::BinName.code());
-    let big = put("k", Ops::new().op(op_type::WRITE, 4, "b", &vec![0u8; 2 << 20]));
-    assert_eq!(send(&service, &big).header.result_code, ResultCode::RecordTooBig.code());
-    let cdt = put("k", Ops::new().op(op_type::CDT_MODIFY, 20, "l", b"\x93\x01\x02\x03"));
-    assert_eq!(send(&service, &cdt).header.result_code, ResultCode::UnsupportedFeature.code());
+    assert_eq!(
+        send(&service, &long_name).header.result_code,
+        ResultCode::BinName.code()
+    );
+    let big = put(
+        "k",
+        Ops::new().op(op_type::WRITE, 4, "b", &vec![0u8; 2 << 20]),
+    );
+    assert_eq!(
+        send(&service, &big).header.result_code,
+        ResultCode::RecordTooBig.code()
+    );
+    let cdt = put(
+        "k",
+        Ops::new().op(op_type::CDT_MODIFY, 20, "l", b"\x93\x01\x02\x03"),
+    );
+    assert_eq!(
+        send(&service, &cdt).header.result_code,
+        ResultCode::UnsupportedFeature.code()
+    );
     let unknown_op = put("k", Ops::new().op(99, 1, "a", &[0; 8]));
-    assert_eq!(send(&service, &unknown_op).header.result_code, ResultCode::Parameter.code());
+    assert_eq!(
+        send(&service, &unknown_op).header.result_code,
+        ResultCode::Parameter.code()
+    );
     let bad_particle = put("k", Ops::new().op(op_type::WRITE, 99, "a", &[0; 8]));
-    assert_eq!(send(&service, &bad_particle).header.result_code, ResultCode::Parameter.code());
+    assert_eq!(
+        send(&service, &bad_particle).header.result_code,
+        ResultCode::Parameter.code()
+    );
     // Unknown namespace.
     let mut out = Vec::new();
-    let mut writer = MessageWriter::begin(&mut out, &MsgHeader { info1: info1::READ | info1::GET_ALL, ..MsgHeader::default() });
-    writer.field(field_type::NAMESPACE, b"nosuch").field(field_type::DIGEST, &[0; 20]);
+    let mut writer = MessageWriter::begin(
+        &mut out,
+        &MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            ..MsgHeader::default()
+        },
+    );
+    writer
+        .field(field_type::NAMESPACE, b"nosuch")
+        .field(field_type::DIGEST, &[0; 20]);
     writer.finish();
-    assert_eq!(send(&service, &out).header.result_code, ResultCode::Namespace.code());
+    assert_eq!(
+        send(&service, &out).header.result_code,
+        ResultCode::Namespace.code()
+    );
     // A malformed body inside a sound frame: parameter error, connection kept.
     let mut frame = get("k");
     frame.push(0);
     let size = (frame.len() - 8) as u64;
     frame[..8].copy_from_slice(&ProtoHeader::encode(MessageType::Message, size));
-    assert_eq!(send(&service, &frame).header.result_code, ResultCode::Parameter.code());
+    assert_eq!(
+        send(&service, &frame).header.result_code,
+        ResultCode::Parameter.code()
+    );
 }
 
 #[test]
 fn stop_writes_and_eviction() {
     let mut config = NamespaceConfig::in_memory("test");
-    config.storage_engine = StorageEngineConfig::Memory { data_size: 4 << 20, evict_used_pct: 50, stop_writes_used_pct: 80 };
+    config.storage_engine = StorageEngineConfig::Memory {
+        data_size: 4 << 20,
+        evict_used_pct: 50,
+        stop_writes_used_pct: 80,
+    };
     let (service, clock) = service_with(config);
     let value = vec![7u8; 10_000];
     let mut stopped_at = None;
     for index in 0..1000 {
-        let frame = request(&format!("k{index}"), MsgHeader { info2: info2::WRITE, record_ttl: 1000 + index, ..MsgHeader::default() }, &Ops::new().op(op_type::WRITE, 4, "b", &value), false);
+        let frame = request(
+            &format!("k{index}"),
+            MsgHeader {
+                info2: info2::WRITE,
+                record_ttl: 1000 + index,
+                ..MsgHeader::default()
+            },
+            &Ops::new().op(op_type::WRITE, 4, "b", &value),
+            false,
+        );
         let code = send(&service, &frame).header.result_code;
         if code != 0 {
             assert_eq!(code, ResultCode::OutOfSpace.code());
@@ -293,9 +623,20 @@ fn stop_writes_and_eviction() {
     assert!(report.evicted > 0);
     assert!(namespace.used_pct() < 50, "used {}%", namespace.used_pct());
     // The survivors are the ones with the longest TTLs.
-    let last = request(&format!("k{}", stopped_at - 1), MsgHeader { info1: info1::READ | info1::GET_ALL, ..MsgHeader::default() }, &Ops::new(), false);
+    let last = request(
+        &format!("k{}", stopped_at - 1),
+        MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            ..MsgHeader::default()
+        },
+        &Ops::new(),
+        false,
+    );
     assert_eq!(send(&service, &last).header.result_code, 0);
-    assert_eq!(send(&service, &get("k0")).header.result_code, ResultCode::NotFound.code());
+    assert_eq!(
+        send(&service, &get("k0")).header.result_code,
+        ResultCode::NotFound.code()
+    );
     // Writes resume.
     let frame = put("again", Ops::new().int(op_type::WRITE, "a", 1));
     assert_eq!(send(&service, &frame).header.result_code, 0);
@@ -328,7 +669,13 @@ fn info(service: &Service, commands: &[&str]) -> Vec<(String, String)> {
     let mut header_bytes = [0u8; 8];
     header_bytes.copy_from_slice(&frame[..8]);
     let mut out = Vec::new();
-    service.handle(ProtoHeader::decode(&header_bytes).unwrap(), &frame[8..], &mut out).unwrap();
+    service
+        .handle(
+            ProtoHeader::decode(&header_bytes).unwrap(),
+            &frame[8..],
+            &mut out,
+        )
+        .unwrap();
     assert_eq!(out[1], 1);
     citrine_wire::info::parse_response(&out[8..])
 }
@@ -336,7 +683,20 @@ fn info(service: &Service, commands: &[&str]) -> Vec<(String, String)> {
 #[test]
 fn info_answers() {
     let (service, _) = service();
-    let answers = info(&service, &["node", "build", "partition-generation", "replicas", "peers-clear-std", "namespaces", "bogus", "namespace/test", "namespace/none"]);
+    let answers = info(
+        &service,
+        &[
+            "node",
+            "build",
+            "partition-generation",
+            "replicas",
+            "peers-clear-std",
+            "namespaces",
+            "bogus",
+            "namespace/test",
+            "namespace/none",
+        ],
+    );
     assert_eq!(answers[0], ("node".into(), "BB9020011AC4202".into()));
     assert_eq!(answers[1].1, "8.1.2.0");
     assert_eq!(answers[2].1, "1");
@@ -357,13 +717,22 @@ fn info_answers() {
 #[test]
 fn truncate_removes_older_records() {
     let (service, clock) = service();
-    send(&service, &put("old", Ops::new().int(op_type::WRITE, "a", 1)));
+    send(
+        &service,
+        &put("old", Ops::new().int(op_type::WRITE, "a", 1)),
+    );
     clock.advance_ms(10);
     let answers = info(&service, &["truncate:namespace=test;set=demo"]);
     assert_eq!(answers[0].1, "ok");
-    assert_eq!(send(&service, &get("old")).header.result_code, ResultCode::NotFound.code());
+    assert_eq!(
+        send(&service, &get("old")).header.result_code,
+        ResultCode::NotFound.code()
+    );
     clock.advance_ms(10);
-    send(&service, &put("new", Ops::new().int(op_type::WRITE, "a", 1)));
+    send(
+        &service,
+        &put("new", Ops::new().int(op_type::WRITE, "a", 1)),
+    );
     assert_eq!(send(&service, &get("new")).header.result_code, 0);
 }
 
@@ -373,7 +742,17 @@ fn admin_login_answers_security_not_enabled() {
     let mut body = vec![0u8; 16];
     body[2] = citrine_wire::admin::command::LOGIN;
     let mut out = Vec::new();
-    service.handle(ProtoHeader { version: 2, message_type: MessageType::Admin, size: 16 }, &body, &mut out).unwrap();
+    service
+        .handle(
+            ProtoHeader {
+                version: 2,
+                message_type: MessageType::Admin,
+                size: 16,
+            },
+            &body,
+            &mut out,
+        )
+        .unwrap();
     assert_eq!(out.len(), 24);
     assert_eq!(out[9], ResultCode::SecurityNotEnabled.code());
 }
@@ -389,6 +768,14 @@ fn compressed_requests_are_inflated() {
     assert_eq!(send(&service, &get("k")).bins[0].2.len(), 400);
     // Garbage compressed data closes the connection.
     let mut out = Vec::new();
-    let result = service.handle(ProtoHeader { version: 2, message_type: MessageType::Compressed, size: 12 }, &[0, 0, 0, 0, 0, 0, 0, 30, 1, 2, 3, 4], &mut out);
+    let result = service.handle(
+        ProtoHeader {
+            version: 2,
+            message_type: MessageType::Compressed,
+            size: 12,
+        },
+        &[0, 0, 0, 0, 0, 0, 0, 30, 1, 2, 3, 4],
+        &mut out,
+    );
     assert!(result.is_err());
 }

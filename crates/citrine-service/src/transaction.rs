@@ -14,10 +14,13 @@ use crate::namespace::Namespace;
 use crate::Service;
 use citrine_index::{IndexEntry, RecordMeta};
 use citrine_record::{
-    encode_body, float_from_wire, integer_from_wire, normalise_value, valid_bin_name, validate_value, Bin, BodyView,
+    encode_body, float_from_wire, integer_from_wire, normalise_value, valid_bin_name,
+    validate_value, Bin, BodyView,
 };
 use citrine_types::{Digest, ParticleType, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
-use citrine_wire::msg::{field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader, Op};
+use citrine_wire::msg::{
+    field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader, Op,
+};
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
@@ -35,7 +38,10 @@ pub struct Now {
 
 impl Now {
     pub fn from_unix_ms(unix_ms: u64) -> Now {
-        Now { unix_ms, citrusleaf_seconds: citrine_types::citrusleaf_epoch_seconds(unix_ms) }
+        Now {
+            unix_ms,
+            citrusleaf_seconds: citrine_types::citrusleaf_epoch_seconds(unix_ms),
+        }
     }
 }
 
@@ -101,7 +107,13 @@ fn prepare<'m>(message: &Message<'m>, digest_bytes: &[u8]) -> Result<Request<'m>
         Some(field) => Some(parse_key(field)?),
         None => None,
     };
-    Ok(Request { header: message.header, digest: Digest(digest), set, key, message: *message })
+    Ok(Request {
+        header: message.header,
+        digest: Digest(digest),
+        set,
+        key,
+        message: *message,
+    })
 }
 
 fn parse_key(field: &[u8]) -> Result<(u8, &[u8]), ResultCode> {
@@ -121,10 +133,16 @@ fn parse_key(field: &[u8]) -> Result<(u8, &[u8]), ResultCode> {
 /// True when the index entry is a live record (not expired, not truncated).
 #[inline]
 fn is_live(namespace: &Namespace, meta: &RecordMeta, now: Now) -> bool {
-    !meta.is_expired(now.citrusleaf_seconds) && !namespace.is_truncated(meta.set_id, meta.last_update_ms)
+    !meta.is_expired(now.citrusleaf_seconds)
+        && !namespace.is_truncated(meta.set_id, meta.last_update_ms)
 }
 
-fn read(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Result<(), ResultCode> {
+fn read(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), ResultCode> {
     let header = &request.header;
     if header.record_ttl > 100 && header.record_ttl != TTL_NEVER_EXPIRE {
         return Err(ResultCode::Parameter);
@@ -171,18 +189,28 @@ fn read(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8
     let entry = match partition.get(&request.digest) {
         Some(entry) if is_live(namespace, &entry.meta, now) => entry,
         _ => {
-            namespace.stats.client_read_not_found.fetch_add(1, Ordering::Relaxed);
+            namespace
+                .stats
+                .client_read_not_found
+                .fetch_add(1, Ordering::Relaxed);
             return Err(ResultCode::NotFound);
         }
     };
-    let body = namespace.storage.read(&entry.location).map_err(|_| ResultCode::ServerError)?;
+    let body = namespace
+        .storage
+        .read(&entry.location)
+        .map_err(|_| ResultCode::ServerError)?;
     let view = BodyView::parse(&body).map_err(|_| ResultCode::ServerError)?;
     if let (Some(sent), Some(stored)) = (request.key, view.key()) {
         if sent != stored {
             return Err(ResultCode::KeyMismatch);
         }
     }
-    let reply = MsgHeader { generation: u32::from(entry.meta.generation), record_ttl: entry.meta.void_time, ..MsgHeader::default() };
+    let reply = MsgHeader {
+        generation: u32::from(entry.meta.generation),
+        record_ttl: entry.meta.void_time,
+        ..MsgHeader::default()
+    };
     let mut writer = MessageWriter::begin(out, &reply);
     if let Some((particle_type, bytes)) = view.key() {
         write_key_field(&mut writer, particle_type, bytes);
@@ -216,7 +244,10 @@ fn read(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8
         }
     }
     writer.finish();
-    namespace.stats.client_read_success.fetch_add(1, Ordering::Relaxed);
+    namespace
+        .stats
+        .client_read_success
+        .fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
@@ -239,14 +270,25 @@ fn check_generation(header: &MsgHeader, current: u16) -> Result<(), ResultCode> 
     Ok(())
 }
 
-fn delete(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Result<(), ResultCode> {
-    let mut partition = namespace.index.partition(request.digest.partition()).write();
+fn delete(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), ResultCode> {
+    let mut partition = namespace
+        .index
+        .partition(request.digest.partition())
+        .write();
     let live = match partition.get(&request.digest) {
         Some(entry) => is_live(namespace, &entry.meta, now),
         None => false,
     };
     if !live {
-        namespace.stats.client_delete_not_found.fetch_add(1, Ordering::Relaxed);
+        namespace
+            .stats
+            .client_delete_not_found
+            .fetch_add(1, Ordering::Relaxed);
         return Err(ResultCode::NotFound);
     }
     if let Some(entry) = partition.get(&request.digest) {
@@ -256,7 +298,10 @@ fn delete(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<
         drop_entry(namespace, entry);
     }
     drop(partition);
-    namespace.stats.client_delete_success.fetch_add(1, Ordering::Relaxed);
+    namespace
+        .stats
+        .client_delete_success
+        .fetch_add(1, Ordering::Relaxed);
     citrine_wire::msg::write_status(out, ResultCode::Ok.code(), 0, 0);
     Ok(())
 }
@@ -315,7 +360,8 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
                 if op.op_type != op_type::WRITE && op.particle_type == ParticleType::Null as u8 {
                     return Err(ResultCode::Parameter);
                 }
-                let deletes_bin = op.op_type == op_type::WRITE && op.particle_type == ParticleType::Null as u8;
+                let deletes_bin =
+                    op.op_type == op_type::WRITE && op.particle_type == ParticleType::Null as u8;
                 if replaces && (op.op_type != op_type::WRITE || deletes_bin) {
                     return Err(ResultCode::Parameter);
                 }
@@ -346,7 +392,12 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
 }
 
 /// Computes a record's void time for a write.
-fn void_time_for(namespace: &Namespace, ttl: u32, existing_void_time: Option<u32>, now: Now) -> Result<u32, ResultCode> {
+fn void_time_for(
+    namespace: &Namespace,
+    ttl: u32,
+    existing_void_time: Option<u32>,
+    now: Now,
+) -> Result<u32, ResultCode> {
     let default = || match namespace.config.default_ttl {
         0 => 0,
         seconds => now.citrusleaf_seconds.saturating_add(seconds),
@@ -359,7 +410,11 @@ fn void_time_for(namespace: &Namespace, ttl: u32, existing_void_time: Option<u32
         seconds => now.citrusleaf_seconds.saturating_add(seconds),
     };
     let changed = Some(void_time) != existing_void_time;
-    if void_time != 0 && changed && namespace.config.nsup_period == 0 && !namespace.config.allow_ttl_without_nsup {
+    if void_time != 0
+        && changed
+        && namespace.config.nsup_period == 0
+        && !namespace.config.allow_ttl_without_nsup
+    {
         return Err(ResultCode::Forbidden);
     }
     Ok(void_time)
@@ -386,21 +441,29 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
                     bins[index].particle_type = op.particle_type;
                     bins[index].value = value;
                 }
-                None => bins.push(Bin { name: Cow::Borrowed(op.name), particle_type: op.particle_type, value }),
+                None => bins.push(Bin {
+                    name: Cow::Borrowed(op.name),
+                    particle_type: op.particle_type,
+                    value,
+                }),
             }
         }
         op_type::INCR => {
             let integer = ParticleType::Integer as u8;
             let float = ParticleType::Float as u8;
             let new_value: Vec<u8> = match (position.map(|index| &bins[index]), op.particle_type) {
-                (None, particle) if particle == integer || particle == float => normalise_value(particle, op.value).into_owned(),
+                (None, particle) if particle == integer || particle == float => {
+                    normalise_value(particle, op.value).into_owned()
+                }
                 (Some(bin), particle) if particle == integer && bin.particle_type == integer => {
-                    let current = integer_from_wire(&bin.value).ok_or(ResultCode::IncompatibleType)?;
+                    let current =
+                        integer_from_wire(&bin.value).ok_or(ResultCode::IncompatibleType)?;
                     let delta = integer_from_wire(op.value).ok_or(ResultCode::Parameter)?;
                     current.wrapping_add(delta).to_be_bytes().to_vec()
                 }
                 (Some(bin), particle) if particle == float && bin.particle_type == float => {
-                    let current = float_from_wire(&bin.value).ok_or(ResultCode::IncompatibleType)?;
+                    let current =
+                        float_from_wire(&bin.value).ok_or(ResultCode::IncompatibleType)?;
                     let delta = float_from_wire(op.value).ok_or(ResultCode::Parameter)?;
                     (current + delta).to_bits().to_be_bytes().to_vec()
                 }
@@ -409,18 +472,27 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
             };
             match position {
                 Some(index) => bins[index].value = Cow::Owned(new_value),
-                None => bins.push(Bin { name: Cow::Borrowed(op.name), particle_type: op.particle_type, value: Cow::Owned(new_value) }),
+                None => bins.push(Bin {
+                    name: Cow::Borrowed(op.name),
+                    particle_type: op.particle_type,
+                    value: Cow::Owned(new_value),
+                }),
             }
         }
         op_type::APPEND | op_type::PREPEND => {
             let string = ParticleType::String as u8;
             let kind = ParticleType::from_u8(op.particle_type);
-            let appendable = op.particle_type == string || kind.is_some_and(ParticleType::is_blob_like);
+            let appendable =
+                op.particle_type == string || kind.is_some_and(ParticleType::is_blob_like);
             if !appendable {
                 return Err(ResultCode::IncompatibleType);
             }
             match position {
-                None => bins.push(Bin { name: Cow::Borrowed(op.name), particle_type: op.particle_type, value: Cow::Borrowed(op.value) }),
+                None => bins.push(Bin {
+                    name: Cow::Borrowed(op.name),
+                    particle_type: op.particle_type,
+                    value: Cow::Borrowed(op.value),
+                }),
                 Some(index) => {
                     let bin = &mut bins[index];
                     if bin.particle_type != op.particle_type {
@@ -443,23 +515,42 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
     Ok(())
 }
 
-fn write(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Result<(), ResultCode> {
+fn write(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), ResultCode> {
     validate_write_ops(request)?;
     let header = &request.header;
     if namespace.stop_writes() {
-        namespace.stats.stop_writes_count.fetch_add(1, Ordering::Relaxed);
+        namespace
+            .stats
+            .stop_writes_count
+            .fetch_add(1, Ordering::Relaxed);
         return Err(ResultCode::OutOfSpace);
     }
-    let set_id = namespace.sets.id_of(request.set).ok_or(ResultCode::Forbidden)?;
+    let set_id = namespace
+        .sets
+        .id_of(request.set)
+        .ok_or(ResultCode::Forbidden)?;
     let respond_all = header.info2 & info2::RESPOND_ALL_OPS != 0;
     let get_all = header.info1 & info1::GET_ALL != 0;
 
-    let mut partition = namespace.index.partition(request.digest.partition()).write();
+    let mut partition = namespace
+        .index
+        .partition(request.digest.partition())
+        .write();
     let (outcome, existed_entry) = {
         let current = partition.get(&request.digest);
         let live = current.filter(|entry| is_live(namespace, &entry.meta, now));
         let body = match live {
-            Some(entry) => Some(namespace.storage.read(&entry.location).map_err(|_| ResultCode::ServerError)?),
+            Some(entry) => Some(
+                namespace
+                    .storage
+                    .read(&entry.location)
+                    .map_err(|_| ResultCode::ServerError)?,
+            ),
             None => None,
         };
         let view = match &body {
@@ -552,22 +643,44 @@ fn write(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u
             if live.is_none() {
                 return Err(ResultCode::NotFound);
             }
-            (WriteOutcome::Delete { responses: owned(responses) }, true)
+            (
+                WriteOutcome::Delete {
+                    responses: owned(responses),
+                },
+                true,
+            )
         } else {
             let void_time = void_time_for(namespace, header.record_ttl, existing_void_time, now)?;
             let key = request.key.or(stored_key);
             let new_body = encode_body(key, &bins).map_err(|_| ResultCode::Parameter)?;
             if new_body.len() > namespace.config.max_record_size as usize {
-                namespace.stats.fail_record_too_big.fetch_add(1, Ordering::Relaxed);
+                namespace
+                    .stats
+                    .fail_record_too_big
+                    .fetch_add(1, Ordering::Relaxed);
                 return Err(ResultCode::RecordTooBig);
             }
-            let generation = live.map_or(1, |entry| RecordMeta::next_generation(entry.meta.generation));
+            let generation = live.map_or(1, |entry| {
+                RecordMeta::next_generation(entry.meta.generation)
+            });
             let record_set = match live {
                 Some(entry) => entry.meta.set_id,
                 None => set_id,
             };
-            let meta = RecordMeta { generation, set_id: record_set, void_time, last_update_ms: now.unix_ms };
-            (WriteOutcome::Store { meta, body: new_body, responses: owned(responses) }, current.is_some())
+            let meta = RecordMeta {
+                generation,
+                set_id: record_set,
+                void_time,
+                last_update_ms: now.unix_ms,
+            };
+            (
+                WriteOutcome::Store {
+                    meta,
+                    body: new_body,
+                    responses: owned(responses),
+                },
+                current.is_some(),
+            )
         }
     };
     match outcome {
@@ -578,9 +691,16 @@ fn write(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u
             drop(partition);
             write_operate_reply(out, 0, 0, &responses);
         }
-        WriteOutcome::Store { meta, body, responses } => {
+        WriteOutcome::Store {
+            meta,
+            body,
+            responses,
+        } => {
             let size = body.len() as i64;
-            let location = namespace.storage.write(&request.digest, body).map_err(|_| ResultCode::OutOfSpace)?;
+            let location = namespace
+                .storage
+                .write(&request.digest, body)
+                .map_err(|_| ResultCode::OutOfSpace)?;
             let previous = partition.insert(request.digest, IndexEntry { meta, location });
             drop(partition);
             let set_stats = namespace.sets.stats(meta.set_id);
@@ -594,13 +714,22 @@ fn write(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u
             write_operate_reply(out, meta.generation, meta.void_time, &responses);
         }
     }
-    namespace.stats.client_write_success.fetch_add(1, Ordering::Relaxed);
+    namespace
+        .stats
+        .client_write_success
+        .fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
 enum WriteOutcome {
-    Store { meta: RecordMeta, body: Vec<u8>, responses: Vec<OwnedEntry> },
-    Delete { responses: Vec<OwnedEntry> },
+    Store {
+        meta: RecordMeta,
+        body: Vec<u8>,
+        responses: Vec<OwnedEntry>,
+    },
+    Delete {
+        responses: Vec<OwnedEntry>,
+    },
 }
 
 struct OwnedEntry {
@@ -623,14 +752,33 @@ fn owned(entries: Vec<ResponseEntry<'_>>) -> Vec<OwnedEntry> {
 }
 
 fn null_entry<'a>(op: &Op<'a>) -> ResponseEntry<'a> {
-    ResponseEntry { op_type: op.op_type, name: Cow::Borrowed(op.name), particle_type: ParticleType::Null as u8, value: Cow::Borrowed(&[]) }
+    ResponseEntry {
+        op_type: op.op_type,
+        name: Cow::Borrowed(op.name),
+        particle_type: ParticleType::Null as u8,
+        value: Cow::Borrowed(&[]),
+    }
 }
 
-fn write_operate_reply(out: &mut Vec<u8>, generation: u16, void_time: u32, responses: &[OwnedEntry]) {
-    let reply = MsgHeader { generation: u32::from(generation), record_ttl: void_time, ..MsgHeader::default() };
+fn write_operate_reply(
+    out: &mut Vec<u8>,
+    generation: u16,
+    void_time: u32,
+    responses: &[OwnedEntry],
+) {
+    let reply = MsgHeader {
+        generation: u32::from(generation),
+        record_ttl: void_time,
+        ..MsgHeader::default()
+    };
     let mut writer = MessageWriter::begin(out, &reply);
     for entry in responses {
-        writer.op(entry.op_type, entry.particle_type, &entry.name, &entry.value);
+        writer.op(
+            entry.op_type,
+            entry.particle_type,
+            &entry.name,
+            &entry.value,
+        );
     }
     writer.finish();
 }
@@ -659,7 +807,11 @@ pub fn write_result(out: &mut Vec<u8>, code: ResultCode) {
 /// Writes a one-message stream end (info3 LAST) carrying `code`, the reply
 /// batch, scan and query readers expect.
 pub fn write_stream_end(out: &mut Vec<u8>, code: ResultCode) {
-    let header = MsgHeader { info3: info3::LAST, result_code: code.code(), ..MsgHeader::default() };
+    let header = MsgHeader {
+        info3: info3::LAST,
+        result_code: code.code(),
+        ..MsgHeader::default()
+    };
     MessageWriter::begin(out, &header).finish();
 }
 
@@ -669,10 +821,18 @@ mod tests {
 
     #[test]
     fn generation_checks() {
-        let eq = MsgHeader { info2: info2::WRITE | info2::GENERATION, generation: 3, ..MsgHeader::default() };
+        let eq = MsgHeader {
+            info2: info2::WRITE | info2::GENERATION,
+            generation: 3,
+            ..MsgHeader::default()
+        };
         assert!(check_generation(&eq, 3).is_ok());
         assert_eq!(check_generation(&eq, 2), Err(ResultCode::Generation));
-        let gt = MsgHeader { info2: info2::WRITE | info2::GENERATION_GT, generation: 3, ..MsgHeader::default() };
+        let gt = MsgHeader {
+            info2: info2::WRITE | info2::GENERATION_GT,
+            generation: 3,
+            ..MsgHeader::default()
+        };
         assert!(check_generation(&gt, 2).is_ok());
         assert_eq!(check_generation(&gt, 3), Err(ResultCode::Generation));
     }
@@ -681,21 +841,69 @@ mod tests {
     fn modify_ops() {
         let mut bins: Vec<Bin<'_>> = Vec::new();
         let five = 5i64.to_be_bytes();
-        let incr = Op { op_type: op_type::INCR, particle_type: 1, flags: 0, name: b"n", lut: None, value: &five };
+        let incr = Op {
+            op_type: op_type::INCR,
+            particle_type: 1,
+            flags: 0,
+            name: b"n",
+            lut: None,
+            value: &five,
+        };
         apply_modify(&mut bins, &incr).expect("creates");
         apply_modify(&mut bins, &incr).expect("adds");
         assert_eq!(bins[0].as_integer(), Some(10));
         let half = 0.5f64.to_bits().to_be_bytes();
-        let float_incr = Op { op_type: op_type::INCR, particle_type: 2, flags: 0, name: b"n", lut: None, value: &half };
-        assert_eq!(apply_modify(&mut bins, &float_incr), Err(ResultCode::IncompatibleType));
-        let append = Op { op_type: op_type::APPEND, particle_type: 3, flags: 0, name: b"s", lut: None, value: b"lo" };
-        let prepend = Op { op_type: op_type::PREPEND, particle_type: 3, flags: 0, name: b"s", lut: None, value: b"hel" };
+        let float_incr = Op {
+            op_type: op_type::INCR,
+            particle_type: 2,
+            flags: 0,
+            name: b"n",
+            lut: None,
+            value: &half,
+        };
+        assert_eq!(
+            apply_modify(&mut bins, &float_incr),
+            Err(ResultCode::IncompatibleType)
+        );
+        let append = Op {
+            op_type: op_type::APPEND,
+            particle_type: 3,
+            flags: 0,
+            name: b"s",
+            lut: None,
+            value: b"lo",
+        };
+        let prepend = Op {
+            op_type: op_type::PREPEND,
+            particle_type: 3,
+            flags: 0,
+            name: b"s",
+            lut: None,
+            value: b"hel",
+        };
         apply_modify(&mut bins, &append).expect("creates");
         apply_modify(&mut bins, &prepend).expect("prepends");
         assert_eq!(bins[1].value.as_ref(), b"hello");
-        let append_to_int = Op { op_type: op_type::APPEND, particle_type: 3, flags: 0, name: b"n", lut: None, value: b"x" };
-        assert_eq!(apply_modify(&mut bins, &append_to_int), Err(ResultCode::IncompatibleType));
-        let delete_bin = Op { op_type: op_type::WRITE, particle_type: 0, flags: 0, name: b"n", lut: None, value: b"" };
+        let append_to_int = Op {
+            op_type: op_type::APPEND,
+            particle_type: 3,
+            flags: 0,
+            name: b"n",
+            lut: None,
+            value: b"x",
+        };
+        assert_eq!(
+            apply_modify(&mut bins, &append_to_int),
+            Err(ResultCode::IncompatibleType)
+        );
+        let delete_bin = Op {
+            op_type: op_type::WRITE,
+            particle_type: 0,
+            flags: 0,
+            name: b"n",
+            lut: None,
+            value: b"",
+        };
         apply_modify(&mut bins, &delete_bin).expect("deletes bin");
         assert_eq!(bins.len(), 1);
     }

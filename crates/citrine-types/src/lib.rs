@@ -231,6 +231,9 @@ mod tests {
     #[test]
     fn node_id_formats_like_the_reference() {
         assert_eq!(NodeId(0x0BB9020011AC4202).to_string(), "BB9020011AC4202");
-        assert_eq!("BB9020011AC4202".parse::<NodeId>(), Ok(NodeId(0x0BB9020011AC4202)));
+        assert_eq!(
+            "BB9020011AC4202".parse::<NodeId>(),
+            Ok(NodeId(0x0BB9020011AC4202))
+        );
     }
 }

@@ -26,6 +26,9 @@ mod tests {
         assert_eq!(unix_to_citrusleaf(CITRUSLEAF_EPOCH_UNIX_SECONDS), 0);
         assert_eq!(unix_to_citrusleaf(0), 0);
         assert_eq!(unix_to_citrusleaf(CITRUSLEAF_EPOCH_UNIX_SECONDS + 5), 5);
-        assert_eq!(citrusleaf_epoch_seconds((CITRUSLEAF_EPOCH_UNIX_SECONDS + 7) * 1000 + 999), 7);
+        assert_eq!(
+            citrusleaf_epoch_seconds((CITRUSLEAF_EPOCH_UNIX_SECONDS + 7) * 1000 + 999),
+            7
+        );
     }
 }

@@ -39,13 +39,21 @@ impl AdminHeader {
                 available: body.len(),
             });
         }
-        Ok(AdminHeader { scheme: body[0], result: body[1], command: body[2], n_fields: body[3] })
+        Ok(AdminHeader {
+            scheme: body[0],
+            result: body[1],
+            command: body[2],
+            n_fields: body[3],
+        })
     }
 }
 
 /// Writes a field-less admin reply carrying `result` (a 24-byte frame).
 pub fn write_reply(out: &mut Vec<u8>, result: u8) {
-    out.extend_from_slice(&ProtoHeader::encode(MessageType::Admin, ADMIN_HEADER_SIZE as u64));
+    out.extend_from_slice(&ProtoHeader::encode(
+        MessageType::Admin,
+        ADMIN_HEADER_SIZE as u64,
+    ));
     let mut header = [0u8; ADMIN_HEADER_SIZE];
     header[1] = result;
     out.extend_from_slice(&header);
@@ -67,7 +75,8 @@ mod tests {
     #[test]
     fn header_needs_sixteen_bytes() {
         assert!(AdminHeader::decode(&[0; 15]).is_err());
-        let header = AdminHeader::decode(&[0, 0, 20, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).expect("valid");
+        let header =
+            AdminHeader::decode(&[0, 0, 20, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).expect("valid");
         assert_eq!(header.command, command::LOGIN);
         assert_eq!(header.n_fields, 2);
     }

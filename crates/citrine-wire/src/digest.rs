@@ -58,7 +58,11 @@ pub fn compute(set: &[u8], key_particle_type: u8, key_bytes: &[u8]) -> Digest {
 
 /// Computes the digest of a user key in a set (empty set name for none).
 pub fn of_key(set: &str, key: &UserKey) -> Digest {
-    compute(set.as_bytes(), key.particle_type() as u8, &key.value_bytes())
+    compute(
+        set.as_bytes(),
+        key.particle_type() as u8,
+        &key.value_bytes(),
+    )
 }
 
 #[cfg(test)]
@@ -71,10 +75,22 @@ mod tests {
 
     #[test]
     fn client_test_vectors() {
-        assert_eq!(hex(of_key("set", &UserKey::Integer(0))), "93d943aae37b017ad7e011b0c1d2e2143c2fb37d");
-        assert_eq!(hex(of_key("set", &UserKey::Integer(-1))), "22116d253745e29fc63fdf760b6e26f7e197e01d");
-        assert_eq!(hex(of_key("set", &UserKey::String(String::new()))), "2819b1ff6e346a43b4f5f6b77a88bc3eaac22a83");
-        assert_eq!(hex(of_key("set", &UserKey::String("s".into()))), "607cddba7cd111745ef0a3d783d57f0e83c8f311");
+        assert_eq!(
+            hex(of_key("set", &UserKey::Integer(0))),
+            "93d943aae37b017ad7e011b0c1d2e2143c2fb37d"
+        );
+        assert_eq!(
+            hex(of_key("set", &UserKey::Integer(-1))),
+            "22116d253745e29fc63fdf760b6e26f7e197e01d"
+        );
+        assert_eq!(
+            hex(of_key("set", &UserKey::String(String::new()))),
+            "2819b1ff6e346a43b4f5f6b77a88bc3eaac22a83"
+        );
+        assert_eq!(
+            hex(of_key("set", &UserKey::String("s".into()))),
+            "607cddba7cd111745ef0a3d783d57f0e83c8f311"
+        );
         let digest = of_key("demo", &UserKey::String("key1".into()));
         assert_eq!(hex(digest), "ec91192d4b7f8ce35d5d78d34bca65cbaaaac960");
         assert_eq!(digest.partition().get(), 492);

@@ -51,7 +51,8 @@ impl ProtoHeader {
     /// Decodes and validates a header. An error here means the stream cannot
     /// be trusted any more and the connection must be closed.
     pub fn decode(bytes: &[u8; PROTO_HEADER_SIZE]) -> Result<ProtoHeader, DecodeError> {
-        let message_type = MessageType::from_u8(bytes[1]).ok_or(DecodeError::Invalid("proto type"))?;
+        let message_type =
+            MessageType::from_u8(bytes[1]).ok_or(DecodeError::Invalid("proto type"))?;
         let version = bytes[0];
         let version_ok =
             version == PROTO_VERSION || (version == 0 && message_type == MessageType::Admin);
@@ -64,14 +65,20 @@ impl ProtoHeader {
         if size > PROTO_SIZE_MAX {
             return Err(DecodeError::Invalid("proto size (over 128 MiB)"));
         }
-        Ok(ProtoHeader { version, message_type, size })
+        Ok(ProtoHeader {
+            version,
+            message_type,
+            size,
+        })
     }
 
     /// Encodes a header for a body of `size` bytes.
     #[inline]
     pub fn encode(message_type: MessageType, size: u64) -> [u8; PROTO_HEADER_SIZE] {
         debug_assert!(size <= PROTO_SIZE_MAX);
-        let word = (u64::from(PROTO_VERSION) << 56) | ((message_type as u64) << 48) | (size & 0xFFFF_FFFF_FFFF);
+        let word = (u64::from(PROTO_VERSION) << 56)
+            | ((message_type as u64) << 48)
+            | (size & 0xFFFF_FFFF_FFFF);
         word.to_be_bytes()
     }
 
@@ -96,10 +103,13 @@ pub fn inflate(body: &[u8]) -> Result<(ProtoHeader, Vec<u8>), DecodeError> {
     let mut length_bytes = [0u8; 8];
     length_bytes.copy_from_slice(announced);
     let original_length = u64::from_be_bytes(length_bytes);
-    if original_length < PROTO_HEADER_SIZE as u64 || original_length > PROTO_SIZE_MAX + PROTO_HEADER_SIZE as u64 {
+    if original_length < PROTO_HEADER_SIZE as u64
+        || original_length > PROTO_SIZE_MAX + PROTO_HEADER_SIZE as u64
+    {
         return Err(DecodeError::Invalid("compressed original length"));
     }
-    let capacity = usize::try_from(original_length).map_err(|_| DecodeError::Invalid("compressed original length"))?;
+    let capacity = usize::try_from(original_length)
+        .map_err(|_| DecodeError::Invalid("compressed original length"))?;
     let mut decoder = flate2::read::ZlibDecoder::new(&body[8..]);
     let mut original = Vec::with_capacity(capacity.min(1 << 20));
     // Read at most one byte past the announced length to detect overruns

@@ -36,12 +36,20 @@ impl<'a> InfoCommand<'a> {
                     .collect()
             })
             .unwrap_or_default();
-        InfoCommand { line, name, positional, params }
+        InfoCommand {
+            line,
+            name,
+            positional,
+            params,
+        }
     }
 
     /// The value of parameter `key`, if given.
     pub fn param(&self, key: &str) -> Option<&'a str> {
-        self.params.iter().find(|(name, _)| *name == key).map(|(_, value)| *value)
+        self.params
+            .iter()
+            .find(|(name, _)| *name == key)
+            .map(|(_, value)| *value)
     }
 }
 
@@ -51,7 +59,10 @@ impl<'a> InfoCommand<'a> {
 /// are answered as unrecognized, never a panic.
 pub fn request_lines(body: &[u8]) -> Vec<String> {
     let text = String::from_utf8_lossy(body);
-    text.split('\n').filter(|line| !line.is_empty()).map(str::to_owned).collect()
+    text.split('\n')
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Builds an info answer body.
@@ -80,14 +91,20 @@ impl InfoResponse {
 
     /// Writes the complete type-1 frame into `out`.
     pub fn write_frame(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&crate::ProtoHeader::encode(crate::MessageType::Info, self.body.len() as u64));
+        out.extend_from_slice(&crate::ProtoHeader::encode(
+            crate::MessageType::Info,
+            self.body.len() as u64,
+        ));
         out.extend_from_slice(&self.body);
     }
 }
 
 /// Builds a type-1 request frame for the given command names.
 pub fn request_frame(commands: &[&str]) -> Vec<u8> {
-    let body: String = commands.iter().map(|command| format!("{command}\n")).collect();
+    let body: String = commands
+        .iter()
+        .map(|command| format!("{command}\n"))
+        .collect();
     let mut out = crate::ProtoHeader::encode(crate::MessageType::Info, body.len() as u64).to_vec();
     out.extend_from_slice(body.as_bytes());
     out

@@ -29,7 +29,11 @@ pub use frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE, PROTO_SIZE_MAX};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeError {
     /// Fewer bytes than the layout requires.
-    Truncated { what: &'static str, needed: usize, available: usize },
+    Truncated {
+        what: &'static str,
+        needed: usize,
+        available: usize,
+    },
     /// A structurally invalid value (bad version, bad size, bad count...).
     Invalid(&'static str),
     /// Compressed data that did not inflate to a valid frame.
@@ -39,8 +43,15 @@ pub enum DecodeError {
 impl std::fmt::Display for DecodeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DecodeError::Truncated { what, needed, available } => {
-                write!(f, "truncated {what}: needed {needed} bytes, {available} available")
+            DecodeError::Truncated {
+                what,
+                needed,
+                available,
+            } => {
+                write!(
+                    f,
+                    "truncated {what}: needed {needed} bytes, {available} available"
+                )
             }
             DecodeError::Invalid(what) => write!(f, "invalid {what}"),
             DecodeError::Compression(why) => write!(f, "bad compressed frame: {why}"),
@@ -52,7 +63,11 @@ impl std::error::Error for DecodeError {}
 
 /// Reads a big-endian u32 at `offset`, bounds-checked.
 #[inline]
-pub(crate) fn read_u32(bytes: &[u8], offset: usize, what: &'static str) -> Result<u32, DecodeError> {
+pub(crate) fn read_u32(
+    bytes: &[u8],
+    offset: usize,
+    what: &'static str,
+) -> Result<u32, DecodeError> {
     match bytes.get(offset..offset + 4) {
         Some(slice) => Ok(u32::from_be_bytes([slice[0], slice[1], slice[2], slice[3]])),
         None => Err(DecodeError::Truncated {
@@ -65,7 +80,11 @@ pub(crate) fn read_u32(bytes: &[u8], offset: usize, what: &'static str) -> Resul
 
 /// Reads a big-endian u16 at `offset`, bounds-checked.
 #[inline]
-pub(crate) fn read_u16(bytes: &[u8], offset: usize, what: &'static str) -> Result<u16, DecodeError> {
+pub(crate) fn read_u16(
+    bytes: &[u8],
+    offset: usize,
+    what: &'static str,
+) -> Result<u16, DecodeError> {
     match bytes.get(offset..offset + 2) {
         Some(slice) => Ok(u16::from_be_bytes([slice[0], slice[1]])),
         None => Err(DecodeError::Truncated {

@@ -215,7 +215,11 @@ impl<'a> Message<'a> {
                 .and_then(|at| at.checked_add(size))
                 .ok_or(DecodeError::Invalid("field size"))?;
             if end > bytes.len() {
-                return Err(DecodeError::Truncated { what: "field", needed: end, available: bytes.len() });
+                return Err(DecodeError::Truncated {
+                    what: "field",
+                    needed: end,
+                    available: bytes.len(),
+                });
             }
             offset = end;
         }
@@ -231,7 +235,11 @@ impl<'a> Message<'a> {
                 .and_then(|at| at.checked_add(size))
                 .ok_or(DecodeError::Invalid("op size"))?;
             if end > bytes.len() {
-                return Err(DecodeError::Truncated { what: "op", needed: end, available: bytes.len() });
+                return Err(DecodeError::Truncated {
+                    what: "op",
+                    needed: end,
+                    available: bytes.len(),
+                });
             }
             let flags = bytes[offset + 6];
             let name_length = usize::from(bytes[offset + 7]);
@@ -242,7 +250,14 @@ impl<'a> Message<'a> {
             offset = end;
         }
         let ops = &bytes[ops_start..offset];
-        Ok((Message { header, fields, ops }, offset))
+        Ok((
+            Message {
+                header,
+                fields,
+                ops,
+            },
+            offset,
+        ))
     }
 
     /// Iterates the fields in wire order.
@@ -252,7 +267,9 @@ impl<'a> Message<'a> {
 
     /// The data of the first field of `field_type`, if present.
     pub fn field(&self, field_type: u8) -> Option<&'a [u8]> {
-        self.fields().find(|field| field.field_type == field_type).map(|field| field.data)
+        self.fields()
+            .find(|field| field.field_type == field_type)
+            .map(|field| field.data)
     }
 
     /// Iterates the ops in wire order.
@@ -306,7 +323,14 @@ impl<'a> Iterator for OpIter<'a> {
         };
         let value = body.get(value_start..)?;
         self.rest = self.rest.get(end..)?;
-        Some(Op { op_type, particle_type, flags, name, lut, value })
+        Some(Op {
+            op_type,
+            particle_type,
+            flags,
+            name,
+            lut,
+            value,
+        })
     }
 }
 
@@ -327,7 +351,13 @@ impl<'b> MessageWriter<'b> {
         let frame_start = buffer.len();
         buffer.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
         header.encode_into(buffer);
-        MessageWriter { buffer, frame_start, n_fields: 0, n_ops: 0, with_proto_header: true }
+        MessageWriter {
+            buffer,
+            frame_start,
+            n_fields: 0,
+            n_ops: 0,
+            with_proto_header: true,
+        }
     }
 
     /// Starts a bare AS_MSG (no proto header), for messages concatenated in
@@ -335,13 +365,20 @@ impl<'b> MessageWriter<'b> {
     pub fn begin_bare(buffer: &'b mut Vec<u8>, header: &MsgHeader) -> MessageWriter<'b> {
         let frame_start = buffer.len();
         header.encode_into(buffer);
-        MessageWriter { buffer, frame_start, n_fields: 0, n_ops: 0, with_proto_header: false }
+        MessageWriter {
+            buffer,
+            frame_start,
+            n_fields: 0,
+            n_ops: 0,
+            with_proto_header: false,
+        }
     }
 
     /// Appends a field.
     pub fn field(&mut self, field_type: u8, data: &[u8]) -> &mut Self {
         debug_assert_eq!(self.n_ops, 0, "fields must precede ops");
-        self.buffer.extend_from_slice(&(data.len() as u32 + 1).to_be_bytes());
+        self.buffer
+            .extend_from_slice(&(data.len() as u32 + 1).to_be_bytes());
         self.buffer.push(field_type);
         self.buffer.extend_from_slice(data);
         self.n_fields += 1;
@@ -365,7 +402,13 @@ impl<'b> MessageWriter<'b> {
 
     /// Appends an op whose value is written by `write_value` directly into the
     /// buffer (avoids an intermediate copy for large values).
-    pub fn op_with(&mut self, op_type: u8, particle_type: u8, name: &[u8], write_value: impl FnOnce(&mut Vec<u8>)) -> &mut Self {
+    pub fn op_with(
+        &mut self,
+        op_type: u8,
+        particle_type: u8,
+        name: &[u8],
+        write_value: impl FnOnce(&mut Vec<u8>),
+    ) -> &mut Self {
         let size_at = self.buffer.len();
         self.buffer.extend_from_slice(&[0u8; 4]);
         self.buffer.push(op_type);
@@ -387,7 +430,11 @@ impl<'b> MessageWriter<'b> {
 
     /// Patches counts (and the proto header) and returns the frame's length.
     pub fn finish(self) -> usize {
-        let header_at = if self.with_proto_header { self.frame_start + PROTO_HEADER_SIZE } else { self.frame_start };
+        let header_at = if self.with_proto_header {
+            self.frame_start + PROTO_HEADER_SIZE
+        } else {
+            self.frame_start
+        };
         self.buffer[header_at + 18..header_at + 20].copy_from_slice(&self.n_fields.to_be_bytes());
         self.buffer[header_at + 20..header_at + 22].copy_from_slice(&self.n_ops.to_be_bytes());
         if self.with_proto_header {
@@ -399,7 +446,12 @@ impl<'b> MessageWriter<'b> {
 
 /// Encodes a header-only reply (result code, generation, void time).
 pub fn write_status(buffer: &mut Vec<u8>, result_code: u8, generation: u32, void_time: u32) {
-    let header = MsgHeader { result_code, generation, record_ttl: void_time, ..MsgHeader::default() };
+    let header = MsgHeader {
+        result_code,
+        generation,
+        record_ttl: void_time,
+        ..MsgHeader::default()
+    };
     MessageWriter::begin(buffer, &header).finish();
 }
 
@@ -451,9 +503,16 @@ mod tests {
     fn writer_reproduces_the_reference_put() {
         let frame = unhex(PUT_FRAME);
         let mut out = Vec::new();
-        let header = MsgHeader { info2: info2::WRITE, transaction_ttl: 1000, ..MsgHeader::default() };
+        let header = MsgHeader {
+            info2: info2::WRITE,
+            transaction_ttl: 1000,
+            ..MsgHeader::default()
+        };
         let mut writer = MessageWriter::begin(&mut out, &header);
-        writer.field(field_type::NAMESPACE, b"test").field(field_type::SET, b"demo").field(field_type::DIGEST, &frame[53..73]);
+        writer
+            .field(field_type::NAMESPACE, b"test")
+            .field(field_type::SET, b"demo")
+            .field(field_type::DIGEST, &frame[53..73]);
         writer.op(op_type::WRITE, 1, b"a", &1i64.to_be_bytes());
         let length = writer.finish();
         assert_eq!(length, frame.len());

@@ -63,9 +63,12 @@ impl Rng {
 /// Bytes that matter to these decoders: boundaries, the AS_MSG header size,
 /// proto types and versions, and the info protocol's separators.
 const INTERESTING_U8: &[u8] = &[
-    0, 1, 2, 3, 4, 5, 7, 8, 0x10, 0x14, 0x16, 0x20, 0x7f, 0x80, 0xfe, 0xff, b'\n', b'\t', b':', b';', b'=', b'/', 0xc3,
+    0, 1, 2, 3, 4, 5, 7, 8, 0x10, 0x14, 0x16, 0x20, 0x7f, 0x80, 0xfe, 0xff, b'\n', b'\t', b':',
+    b';', b'=', b'/', 0xc3,
 ];
-const INTERESTING_U16: &[u16] = &[0, 1, 2, 3, 0x7f, 0x80, 0xff, 0x100, 0x7fff, 0x8000, 0xfffe, 0xffff];
+const INTERESTING_U16: &[u16] = &[
+    0, 1, 2, 3, 0x7f, 0x80, 0xff, 0x100, 0x7fff, 0x8000, 0xfffe, 0xffff,
+];
 /// Length-field values: tiny, off-by-one around the op/field minimums, and
 /// huge (overflow bait, 128 MiB limits).
 const INTERESTING_U32: &[u32] = &[
@@ -152,7 +155,11 @@ fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, donors: &[Vec<u8>]) {
         7 => match rng.below(4) {
             0 if len >= 8 => {
                 let body = (len - 8) as u64;
-                let size = if rng.chance(1, 2) { body } else { *rng.pick(INTERESTING_U64) & 0xFFFF_FFFF_FFFF };
+                let size = if rng.chance(1, 2) {
+                    body
+                } else {
+                    *rng.pick(INTERESTING_U64) & 0xFFFF_FFFF_FFFF
+                };
                 write_be(data, 2, &size.to_be_bytes()[2..]);
             }
             1 if len >= 30 => {
@@ -160,13 +167,21 @@ fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, donors: &[Vec<u8>]) {
                 write_be(data, at, &rng.pick(INTERESTING_U16).to_be_bytes());
             }
             2 if len >= 16 => {
-                let value = if rng.chance(1, 2) { *rng.pick(INTERESTING_U64) } else { rng.next() >> rng.below(64) };
+                let value = if rng.chance(1, 2) {
+                    *rng.pick(INTERESTING_U64)
+                } else {
+                    rng.next() >> rng.below(64)
+                };
                 write_be(data, 8, &value.to_be_bytes());
             }
             _ if len >= 4 => {
                 // Huge length at a random 4-aligned-ish spot.
                 let at = rng.below(len - 3);
-                write_be(data, at, &(0xffff_ffffu32 - rng.below(16) as u32).to_be_bytes());
+                write_be(
+                    data,
+                    at,
+                    &(0xffff_ffffu32 - rng.below(16) as u32).to_be_bytes(),
+                );
             }
             _ => {}
         },
@@ -174,7 +189,11 @@ fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, donors: &[Vec<u8>]) {
         9 => {
             let extra = 1 + rng.below(32);
             for _ in 0..extra {
-                let byte = if rng.chance(1, 2) { *rng.pick(INTERESTING_U8) } else { rng.next() as u8 };
+                let byte = if rng.chance(1, 2) {
+                    *rng.pick(INTERESTING_U8)
+                } else {
+                    rng.next() as u8
+                };
                 data.push(byte);
             }
         }
@@ -236,7 +255,7 @@ fn mutate(rng: &mut Rng, data: &mut Vec<u8>, donors: &[Vec<u8>]) {
 
 /// Rewrites the proto size to match the body, so mutations that changed the
 /// body length still pass the framing checks a server would apply.
-fn reframe(data: &mut Vec<u8>) {
+fn reframe(data: &mut [u8]) {
     if data.len() >= 8 {
         let body = ((data.len() - 8) as u64).min(citrine_wire::PROTO_SIZE_MAX);
         data[2..8].copy_from_slice(&body.to_be_bytes()[2..]);
@@ -285,7 +304,9 @@ fn run_reporting(target: Target, input: &[u8], seed: u64, iteration: u64) -> boo
             let dir = crash_dir();
             let path = dir.join(format!("crash-{target:?}-{seed:016x}-{iteration}.bin"));
             let saved = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, input));
-            eprintln!("fuzz_smoke: PANIC on iteration {iteration} (seed {seed:#018x}, target {target:?})");
+            eprintln!(
+                "fuzz_smoke: PANIC on iteration {iteration} (seed {seed:#018x}, target {target:?})"
+            );
             eprintln!("fuzz_smoke: input ({} bytes): {}", input.len(), hex(input));
             match saved {
                 Ok(()) => eprintln!(
@@ -305,7 +326,11 @@ fn replay(path: &Path) {
         Ok(input) => input,
         Err(error) => panic!("cannot read {}: {error}", path.display()),
     };
-    println!("fuzz_smoke: replaying {} ({} bytes)", path.display(), input.len());
+    println!(
+        "fuzz_smoke: replaying {} ({} bytes)",
+        path.display(),
+        input.len()
+    );
     let frame = oracle::check_frame(&input);
     let messages = oracle::check_messages(&input);
     println!("fuzz_smoke: replay passed (frame decoded: {frame}, messages decoded: {messages})");
@@ -318,15 +343,25 @@ fn mutation_fuzz_decoders() {
         return;
     }
     let seed = env_number("CITRINE_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
-    let default_iterations =
-        if cfg!(debug_assertions) { DEFAULT_ITERATIONS_DEBUG } else { DEFAULT_ITERATIONS_RELEASE };
+    let default_iterations = if cfg!(debug_assertions) {
+        DEFAULT_ITERATIONS_DEBUG
+    } else {
+        DEFAULT_ITERATIONS_RELEASE
+    };
     let iterations = env_number("CITRINE_FUZZ_ITERATIONS").unwrap_or(default_iterations);
     println!("fuzz_smoke: seed {seed:#018x}, {iterations} iterations (CITRINE_FUZZ_SEED / CITRINE_FUZZ_ITERATIONS override)");
 
     let frames = oracle::seed_frames();
     let streams = oracle::seed_message_streams();
-    let plain_messages: Vec<Vec<u8>> = frames.iter().filter(|frame| frame.get(1) == Some(&3)).cloned().collect();
-    let mut message_bodies: Vec<Vec<u8>> = plain_messages.iter().map(|frame| frame[8..].to_vec()).collect();
+    let plain_messages: Vec<Vec<u8>> = frames
+        .iter()
+        .filter(|frame| frame.get(1) == Some(&3))
+        .cloned()
+        .collect();
+    let mut message_bodies: Vec<Vec<u8>> = plain_messages
+        .iter()
+        .map(|frame| frame[8..].to_vec())
+        .collect();
     message_bodies.extend(streams.iter().cloned());
     let mut donors: Vec<Vec<u8>> = frames.clone();
     donors.extend(message_bodies.iter().cloned());
@@ -353,8 +388,11 @@ fn mutation_fuzz_decoders() {
                 (Target::Frame, compressed)
             }
             1..=6 => {
-                let mut input =
-                    if rng.chance(1, 3) { rng.pick(&frame_pool).clone() } else { rng.pick(&frames).clone() };
+                let mut input = if rng.chance(1, 3) {
+                    rng.pick(&frame_pool).clone()
+                } else {
+                    rng.pick(&frames).clone()
+                };
                 mutate(&mut rng, &mut input, &donors);
                 if rng.chance(1, 3) {
                     reframe(&mut input);
@@ -410,11 +448,19 @@ fn mutation_fuzz_decoders() {
 #[test]
 fn seeds_decode_and_round_trip() {
     for (index, frame) in oracle::seed_frames().iter().enumerate() {
-        assert!(oracle::check_frame(frame), "seed frame {index} does not decode: {}", hex(frame));
+        assert!(
+            oracle::check_frame(frame),
+            "seed frame {index} does not decode: {}",
+            hex(frame)
+        );
         let mut header = [0u8; 8];
         header.copy_from_slice(&frame[..8]);
         let proto = citrine_wire::ProtoHeader::decode(&header).expect("seed header");
-        assert_eq!(proto.size as usize, frame.len() - 8, "seed frame {index} size");
+        assert_eq!(
+            proto.size as usize,
+            frame.len() - 8,
+            "seed frame {index} size"
+        );
         if proto.message_type == citrine_wire::MessageType::Message {
             let compressed = citrine_wire::frame::deflate(frame);
             let (inner, body) = citrine_wire::frame::inflate(&compressed[8..]).expect("round trip");
@@ -425,7 +471,12 @@ fn seeds_decode_and_round_trip() {
     }
     let expected = [1, 1, 4, 3];
     for (stream, count) in oracle::seed_message_streams().iter().zip(expected) {
-        assert_eq!(oracle::check_messages(stream), count, "stream {}", hex(stream));
+        assert_eq!(
+            oracle::check_messages(stream),
+            count,
+            "stream {}",
+            hex(stream)
+        );
     }
 }
 
@@ -451,7 +502,11 @@ fn hand_made_edge_cases() {
     for tail in [[0xff, 0xff, 0xff, 0xff, 0], [0xff, 0xff, 0xff, 0xfb, 1]] {
         let mut huge = vec![2, 3, 0, 0, 0, 0, 0, 27, 22];
         huge.extend_from_slice(&[0; 17]);
-        huge.extend_from_slice(if tail[4] == 0 { &[0, 1, 0, 0] } else { &[0, 0, 0, 1] });
+        huge.extend_from_slice(if tail[4] == 0 {
+            &[0, 1, 0, 0]
+        } else {
+            &[0, 0, 0, 1]
+        });
         huge.extend_from_slice(&tail[..4]);
         huge.push(0);
         inputs.push(huge);
@@ -464,7 +519,9 @@ fn hand_made_edge_cases() {
         inputs.push(frame);
     }
     // A compressed frame whose inner frame is an info frame (must be rejected).
-    inputs.push(citrine_wire::frame::deflate(&citrine_wire::info::request_frame(&["node"])));
+    inputs.push(citrine_wire::frame::deflate(
+        &citrine_wire::info::request_frame(&["node"]),
+    ));
     // Info bodies made of separators and invalid UTF-8.
     let mut info = vec![2, 1, 0, 0, 0, 0, 0, 0];
     info.extend_from_slice(b"\n\n:\n/\n;\n=\n:;=;\n\xff\xfe/\xc3:\xc3=\t\t\n");
@@ -483,7 +540,10 @@ fn hand_made_edge_cases() {
 #[ignore = "writes fuzz/seeds/; run explicitly to regenerate the committed seed corpus"]
 fn write_fuzz_seeds() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
-    let sets = [("wire_frame", oracle::seed_frames()), ("wire_message", oracle::seed_message_streams())];
+    let sets = [
+        ("wire_frame", oracle::seed_frames()),
+        ("wire_message", oracle::seed_message_streams()),
+    ];
     for (target, seeds) in sets {
         let dir = root.join(target);
         std::fs::create_dir_all(&dir).expect("create seed dir");
@@ -496,7 +556,10 @@ fn write_fuzz_seeds() {
     // Bodies of the AS_MSG seed frames are single-message streams too.
     let dir = root.join("wire_message");
     let streams = oracle::seed_message_streams();
-    let bodies = oracle::seed_frames().into_iter().filter(|frame| frame.get(1) == Some(&3)).map(|frame| frame[8..].to_vec());
+    let bodies = oracle::seed_frames()
+        .into_iter()
+        .filter(|frame| frame.get(1) == Some(&3))
+        .map(|frame| frame[8..].to_vec());
     for (index, body) in bodies.filter(|body| !streams.contains(body)).enumerate() {
         std::fs::write(dir.join(format!("body-{index:02}.bin")), body).expect("write seed");
     }

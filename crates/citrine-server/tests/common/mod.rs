@@ -41,7 +41,12 @@ pub fn start(args: &[&str]) -> Server {
     let port_text = port.to_string();
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--port", &port_text]);
-    let child = Command::new(binary()).args(&all).stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap();
+    let child = Command::new(binary())
+        .args(&all)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
     let mut server = Server { child, port };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -51,14 +56,19 @@ pub fn start(args: &[&str]) -> Server {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return server;
         }
-        assert!(Instant::now() < deadline, "citrined did not start listening within 20 s");
+        assert!(
+            Instant::now() < deadline,
+            "citrined did not start listening within 20 s"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 pub fn connect(port: u16) -> TcpStream {
     let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     stream.set_nodelay(true).unwrap();
     stream
 }
@@ -72,7 +82,8 @@ pub fn round_trip(stream: &mut TcpStream, frame: &[u8]) -> std::io::Result<(Prot
 pub fn read_frame(stream: &mut TcpStream) -> std::io::Result<(ProtoHeader, Vec<u8>)> {
     let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
     stream.read_exact(&mut header_bytes)?;
-    let header = ProtoHeader::decode(&header_bytes).map_err(|error| std::io::Error::other(error.to_string()))?;
+    let header = ProtoHeader::decode(&header_bytes)
+        .map_err(|error| std::io::Error::other(error.to_string()))?;
     let mut body = vec![0u8; header.size as usize];
     stream.read_exact(&mut body)?;
     Ok((header, body))
@@ -85,11 +96,19 @@ pub fn info(stream: &mut TcpStream, commands: &[&str]) -> Vec<(String, String)> 
 }
 
 /// Builds a single-record request on namespace `namespace`, set "demo".
-pub fn record_request(namespace: &str, key: &str, header: MsgHeader, ops: &[(u8, u8, &str, Vec<u8>)]) -> Vec<u8> {
+pub fn record_request(
+    namespace: &str,
+    key: &str,
+    header: MsgHeader,
+    ops: &[(u8, u8, &str, Vec<u8>)],
+) -> Vec<u8> {
     let digest = of_key("demo", &UserKey::String(key.into()));
     let mut out = Vec::new();
     let mut writer = MessageWriter::begin(&mut out, &header);
-    writer.field(field_type::NAMESPACE, namespace.as_bytes()).field(field_type::SET, b"demo").field(field_type::DIGEST, &digest.0);
+    writer
+        .field(field_type::NAMESPACE, namespace.as_bytes())
+        .field(field_type::SET, b"demo")
+        .field(field_type::DIGEST, &digest.0);
     for (op, particle, name, value) in ops {
         writer.op(*op, *particle, name.as_bytes(), value);
     }
@@ -97,12 +116,25 @@ pub fn record_request(namespace: &str, key: &str, header: MsgHeader, ops: &[(u8,
     out
 }
 
-/// The reply's header and its bins as (name, particle type, value).
-pub fn decode_reply(body: &[u8]) -> (MsgHeader, Vec<(Vec<u8>, u8, Vec<u8>)>) {
+/// A reply bin: name, particle type, value.
+pub type ReplyBin = (Vec<u8>, u8, Vec<u8>);
+
+/// The reply's header and its bins.
+pub fn decode_reply(body: &[u8]) -> (MsgHeader, Vec<ReplyBin>) {
     let message = Message::decode(body).unwrap();
-    (message.header, message.ops().map(|op| (op.name.to_vec(), op.particle_type, op.value.to_vec())).collect())
+    (
+        message.header,
+        message
+            .ops()
+            .map(|op| (op.name.to_vec(), op.particle_type, op.value.to_vec()))
+            .collect(),
+    )
 }
 
 pub fn workspace_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().parent().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
 }
