@@ -111,7 +111,9 @@ pub fn inflate(body: &[u8]) -> Result<(ProtoHeader, Vec<u8>), DecodeError> {
     let capacity = usize::try_from(original_length)
         .map_err(|_| DecodeError::Invalid("compressed original length"))?;
     let mut decoder = flate2::read::ZlibDecoder::new(&body[8..]);
-    let mut original = Vec::with_capacity(capacity.min(1 << 20));
+    // Grow with the data actually inflated: a tiny frame announcing a huge
+    // length must not cost a large allocation up front.
+    let mut original = Vec::with_capacity(capacity.min(body.len().saturating_mul(16).max(4096)).min(1 << 20));
     // Read at most one byte past the announced length to detect overruns
     // without inflating a zip bomb.
     decoder

@@ -322,6 +322,16 @@ fn run_reporting(target: Target, input: &[u8], seed: u64, iteration: u64) -> boo
 }
 
 fn replay(path: &Path) {
+    // cargo runs tests from the crate directory; also accept paths relative
+    // to the workspace root.
+    let from_root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path);
+    let path = if path.is_relative() && !path.exists() {
+        from_root.as_path()
+    } else {
+        path
+    };
     let input = match std::fs::read(path) {
         Ok(input) => input,
         Err(error) => panic!("cannot read {}: {error}", path.display()),
@@ -370,7 +380,7 @@ fn mutation_fuzz_decoders() {
     let mut message_pool: Vec<Vec<u8>> = message_bodies.clone();
     let mut rng = Rng(seed);
     let started = Instant::now();
-    let mut slowest = (Duration::ZERO, 0u64);
+    let mut slowest = (Duration::ZERO, 0u64, target_placeholder());
     let mut accepted = [0u64; 2];
     let mut executed = [0u64; 2];
 
@@ -413,7 +423,7 @@ fn mutation_fuzz_decoders() {
         let decoded = run_reporting(target, &input, seed, iteration);
         let took = one.elapsed();
         if took > slowest.0 {
-            slowest = (took, iteration);
+            slowest = (took, iteration, (target, input.clone()));
         }
         let slot = target as usize;
         executed[slot] += 1;
@@ -443,6 +453,22 @@ fn mutation_fuzz_decoders() {
         slowest.0,
         slowest.1
     );
+    // Hangs would stall the test; a merely slow input is saved for a look.
+    if slowest.0 > Duration::from_millis(100) {
+        let (target, input) = &slowest.2;
+        let path = crash_dir().join(format!("slowest-{target:?}-{seed:016x}-{}.bin", slowest.1));
+        let saved =
+            std::fs::create_dir_all(crash_dir()).and_then(|()| std::fs::write(&path, input));
+        println!(
+            "fuzz_smoke: slowest input ({} bytes) saved to {}: {saved:?}",
+            input.len(),
+            path.display()
+        );
+    }
+}
+
+fn target_placeholder() -> (Target, Vec<u8>) {
+    (Target::Frame, Vec::new())
 }
 
 #[test]
