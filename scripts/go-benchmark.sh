@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Single-node throughput of citrined under the official Aerospike Go client's
+# load generator (github.com/aerospike/aerospike-client-go/v8/tools/benchmark),
+# plus the server's CPU cost per operation.
+#
+#   scripts/go-benchmark.sh
+#
+# What it does, in one go:
+#   1. go install .../v8/tools/benchmark@$GO_CLIENT_VERSION into $WORK/bin
+#   2. starts a fresh citrined (in-memory namespace `test`) on a free port
+#   3. loads KEYS records, one integer bin (benchmark -w I:100 -o I)
+#   4. for each workload in WORKLOADS (default "RU,50 RU,95"): runs the tool
+#      with CONCURRENCY goroutines, skips the first per-second report
+#      (connection warm-up), then measures a DURATION-second window:
+#        throughput   = delta(cumulative op count) / delta(wall time)
+#        server CPU   = delta(utime+stime of citrined, /proc/<pid>/stat fields
+#                       14+15, in CLK_TCK ticks) / delta(ops)   -> us/op
+#        client CPU   = same for the benchmark process (context: it shares the
+#                       machine with the server)
+#      and aggregates the tool's latency buckets (-L 5,1: <=1 ms, >1, >2, >4,
+#      >8, >16 ms; the tool measures latency in whole milliseconds).
+#
+# Environment (optional): CITRINED (server binary; default: cargo build
+# --release -p citrine-server and a copy of target/release/citrined),
+# NO_BUILD=1, PORT, KEYS (1000000), CONCURRENCY (32), DURATION (20),
+# WORKLOADS ("RU,50 RU,95"), GO_CLIENT_VERSION (latest), WORK (mktemp -d).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+VER="${GO_CLIENT_VERSION:-latest}"
+KEYS="${KEYS:-1000000}"
+CONCURRENCY="${CONCURRENCY:-32}"
+DURATION="${DURATION:-20}"
+WORKLOADS="${WORKLOADS:-RU,50 RU,95}"
+
+die() { echo "go-benchmark.sh: error: $*" >&2; exit 2; }
+command -v go >/dev/null 2>&1 || die "go not found in PATH"
+command -v python3 >/dev/null 2>&1 || die "python3 not found in PATH"
+
+WORK="${WORK:-$(mktemp -d /tmp/go-benchmark.XXXXXX)}"
+mkdir -p "$WORK/bin"
+echo "== work dir: $WORK"
+
+SERVER_PID=""
+cleanup() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------- binaries
+if [ -z "${CITRINED:-}" ]; then
+    if [ "${NO_BUILD:-0}" != "1" ]; then
+        echo "== cargo build --release -p citrine-server"
+        (cd "$REPO" && cargo build --release -p citrine-server) >"$WORK/cargo-build.log" 2>&1 \
+            || { tail -20 "$WORK/cargo-build.log" >&2; die "cargo build failed"; }
+    fi
+    [ -x "$REPO/target/release/citrined" ] || die "no $REPO/target/release/citrined"
+    cp "$REPO/target/release/citrined" "$WORK/citrined"
+    CITRINED="$WORK/citrined"
+fi
+[ -x "$CITRINED" ] || die "CITRINED=$CITRINED is not executable"
+
+echo "== go install github.com/aerospike/aerospike-client-go/v8/tools/benchmark@$VER"
+(cd "$WORK" && GOBIN="$WORK/bin" go install "github.com/aerospike/aerospike-client-go/v8/tools/benchmark@$VER") \
+    >"$WORK/go-install.log" 2>&1 || { tail -20 "$WORK/go-install.log" >&2; die "go install failed"; }
+BENCH="$WORK/bin/benchmark"
+
+# ---------------------------------------------------------------- server
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+if [ -z "${PORT:-}" ]; then
+    for p in $(seq 3400 3499); do
+        if port_free "$p"; then PORT="$p"; break; fi
+    done
+fi
+[ -n "${PORT:-}" ] || die "no free port in 3400-3499"
+port_free "$PORT" || die "port $PORT is in use"
+
+echo "== starting citrined on 127.0.0.1:$PORT"
+"$CITRINED" --port "$PORT" --address 127.0.0.1 --data-dir "$WORK/data" >"$WORK/server.log" 2>&1 &
+SERVER_PID=$!
+for _ in $(seq 1 100); do
+    if ! port_free "$PORT"; then break; fi
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; die "citrined exited"; }
+    sleep 0.1
+done
+port_free "$PORT" && die "citrined did not open port $PORT"
+
+echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---------------------------------------------------------------- driver
+python3 - "$BENCH" "$PORT" "$SERVER_PID" "$KEYS" "$CONCURRENCY" "$DURATION" "$WORK" $WORKLOADS <<'PY'
+import os, re, signal, subprocess, sys, time
+
+bench, port, spid, keys, conc, duration, work = sys.argv[1:8]
+workloads = sys.argv[8:]
+spid, keys, conc, duration = int(spid), int(keys), int(conc), float(duration)
+TCK = os.sysconf("SC_CLK_TCK")
+LAT = "5,1"
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])  # fields 14 (utime) and 15 (stime)
+
+def base_args(workload):
+    return [bench, "-h", "127.0.0.1", "-p", port, "-n", "test", "-s", "testset",
+            "-k", str(keys), "-c", str(conc), "-o", "I", "-w", workload, "-L", LAT]
+
+total_re = re.compile(r"total\(tps=(\d+) timeouts=(\d+) errors=(\d+), count=(\d+)\)")
+ins_re = re.compile(r"write\(tps=(\d+) timeouts=(\d+) errors=(\d+) totalCount=(\d+)\)")
+lat_re = re.compile(r"\t(READ|WRITE)\t(\d+)\t([\d.]+)\t(\d+)((?:\t\|\s*\d+/[\d.]+%)+)")
+
+results = []
+
+# ---- load phase
+print(f"== loading {keys} keys (benchmark -w I:100 -c {conc} -o I)", flush=True)
+log = open(f"{work}/load.log", "w")
+s0, t0 = cpu_ticks(spid), time.monotonic()
+p = subprocess.Popen(base_args("I:100"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+last = None
+for line in p.stdout:
+    log.write(line)
+    m = ins_re.search(line)
+    if m:
+        last = m
+rc = p.wait()
+t1, s1 = time.monotonic(), cpu_ticks(spid)
+if rc != 0 or last is None:
+    sys.exit(f"load phase failed (exit {rc}); see {work}/load.log")
+loaded, lerr, lto = int(last.group(4)), int(last.group(3)), int(last.group(2))
+print(f"   inserted {loaded} records in {t1-t0:.1f} s ({loaded/(t1-t0):.0f} inserts/s incl. connect), "
+      f"errors {lerr}, timeouts {lto}, server CPU {(s1-s0)/TCK/max(loaded,1)*1e6:.1f} us/insert", flush=True)
+
+# ---- timed workloads
+for wl in workloads:
+    print(f"== workload {wl}: {conc} concurrent, {keys} keys, {duration:.0f} s window", flush=True)
+    log = open(f"{work}/{wl.replace(',', '_')}.log", "w")
+    p = subprocess.Popen(base_args(wl), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reports = 0
+    start = None
+    end = None
+    lat = {"READ": None, "WRITE": None}
+    lat_max = {"READ": 0, "WRITE": 0}
+    lat_cnt = {"READ": 0, "WRITE": 0}
+    per_sec = []
+    for line in p.stdout:
+        log.write(line)
+        m = total_re.search(line)
+        if m:
+            reports += 1
+            now = time.monotonic()
+            sample = (now, int(m.group(4)), cpu_ticks(spid), cpu_ticks(p.pid),
+                      int(m.group(2)), int(m.group(3)))
+            if reports == 2:          # first report covers the warm-up
+                start = sample
+            elif start is not None:
+                per_sec.append(int(m.group(1)))
+                if now - start[0] >= duration - 0.05:
+                    end = sample
+            continue
+        m = lat_re.search(line)
+        if m and reports >= 3:       # latency block of reports inside the window
+            kind = m.group(1)
+            buckets = [int(b.split("/")[0].strip(" |\t")) for b in m.group(5).split("|")[1:]]
+            if lat[kind] is None:
+                lat[kind] = [0] * len(buckets)
+            lat[kind] = [a + b for a, b in zip(lat[kind], buckets)]
+            lat_max[kind] = max(lat_max[kind], int(m.group(4)))
+        if end is not None and m and m.group(1) == "WRITE":
+            break
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    if start is None or end is None:
+        sys.exit(f"workload {wl}: benchmark ended before the window completed; see {log.name}")
+    dt = end[0] - start[0]
+    ops = end[1] - start[1]
+    tps = ops / dt
+    s_us = (end[2] - start[2]) / TCK / ops * 1e6
+    c_us = (end[3] - start[3]) / TCK / ops * 1e6
+    to, er = end[4], end[5]
+    print(f"   throughput {tps:,.0f} ops/s over {dt:.1f} s ({ops:,} ops; per-second min {min(per_sec):,} max {max(per_sec):,})")
+    print(f"   server CPU {s_us:.1f} us/op ({(end[2]-start[2])/TCK/dt*100:.0f}% of one core); "
+          f"benchmark client CPU {c_us:.1f} us/op")
+    print(f"   timeouts {to}, errors {er} (last report)")
+    hdr = ["<=1ms", ">1ms", ">2ms", ">4ms", ">8ms", ">16ms"]
+    for kind in ("READ", "WRITE"):
+        b = lat[kind]
+        if not b:
+            continue
+        n = b[0] + b[1]  # every op is either <=1 ms or >1 ms
+        pct = "  ".join(f"{h} {v/n*100:6.2f}%" for h, v in zip(hdr, b))
+        print(f"   {kind:5s} latency (tool, whole ms): {pct}  max {lat_max[kind]} ms")
+    results.append((wl, tps, s_us, c_us))
+
+print("\n== summary")
+print(f"{'workload':10s} {'ops/s':>10s} {'server us/op':>13s} {'client us/op':>13s}")
+for wl, tps, s_us, c_us in results:
+    print(f"{wl:10s} {tps:10,.0f} {s_us:13.1f} {c_us:13.1f}")
+PY
