@@ -81,16 +81,31 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let service = Arc::new(Service::new(
-        server_config.service.clone(),
-        Arc::new(SystemClock),
-    ));
+    // Device namespaces rebuild their index here (fast or cold start).
+    let service = match Service::open(server_config.service.clone(), Arc::new(SystemClock)) {
+        Ok(service) => Arc::new(service),
+        Err(error) => {
+            eprintln!("citrined: cannot open the namespaces: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let stopping = Arc::new(AtomicBool::new(false));
     let supervisor = spawn_nsup(service.clone(), stopping.clone());
+    let storage_threads = spawn_device_threads(&service, &stopping);
 
-    let result = net::run(service, server_config.clone());
+    let result = net::run(service.clone(), server_config.clone());
     stopping.store(true, Ordering::Relaxed);
     let _ = supervisor.join();
+    for thread in storage_threads {
+        let _ = thread.join();
+    }
+    // Clean shutdown: no transaction runs any more; write every buffer out
+    // and save device namespaces' indexes for a fast restart.
+    for namespace in service.namespaces() {
+        if let Err(error) = citrine_service::device::shutdown(namespace) {
+            tracing::error!(namespace = %namespace.config.name, "clean shutdown of the storage failed (the next start will be a cold start): {error}");
+        }
+    }
     match result {
         Ok(()) => {
             tracing::info!("citrined stopped");
@@ -101,6 +116,54 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Starts, per device namespace, the flusher (writes buffered records out
+/// every `flush-max-ms`, frees emptied blocks, collects tombstones) and the
+/// defragmenter (paced by the engine by the number of free blocks).
+fn spawn_device_threads(service: &Arc<Service>, stopping: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
+    let mut threads = Vec::new();
+    for (index, namespace) in service.namespaces().enumerate() {
+        let Some(period) = citrine_service::device::flush_period(namespace) else { continue };
+        let name = namespace.config.name.clone();
+        let (flusher_service, flusher_stopping) = (service.clone(), stopping.clone());
+        let flusher = std::thread::Builder::new().name(format!("citrine-flush-{name}")).spawn(move || {
+            let Some(namespace) = flusher_service.namespaces().nth(index) else { return };
+            let mut last_collect = std::time::Instant::now();
+            while !flusher_stopping.load(Ordering::Relaxed) {
+                let tick = std::time::Instant::now();
+                while tick.elapsed() < period && !flusher_stopping.load(Ordering::Relaxed) {
+                    std::thread::sleep(period.saturating_sub(tick.elapsed()).min(std::time::Duration::from_millis(20)));
+                }
+                citrine_service::device::flush_tick(namespace);
+                if last_collect.elapsed() >= std::time::Duration::from_secs(5) {
+                    last_collect = std::time::Instant::now();
+                    let dropped = citrine_service::device::collect_tombstones(namespace);
+                    if dropped > 0 {
+                        tracing::debug!(namespace = %namespace.config.name, dropped, "tombstones collected");
+                    }
+                }
+            }
+        });
+        let (defrag_service, defrag_stopping) = (service.clone(), stopping.clone());
+        let defragger = std::thread::Builder::new().name(format!("citrine-defrag-{name}")).spawn(move || {
+            let Some(namespace) = defrag_service.namespaces().nth(index) else { return };
+            while !defrag_stopping.load(Ordering::Relaxed) {
+                match citrine_service::device::defrag_step(namespace) {
+                    Some(pause) if !pause.is_zero() => std::thread::sleep(pause),
+                    Some(_) => {}
+                    None => return,
+                }
+            }
+        });
+        for thread in [flusher, defragger] {
+            match thread {
+                Ok(handle) => threads.push(handle),
+                Err(error) => tracing::error!(namespace = %name, "cannot start a storage thread: {error}"),
+            }
+        }
+    }
+    threads
 }
 
 /// Runs each namespace's nsup pass every `nsup-period` seconds.

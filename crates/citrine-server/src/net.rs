@@ -11,7 +11,12 @@
 //! - a body is read as it arrives, never pre-allocated from the announced
 //!   size, so a lying length cannot make the node allocate 128 MiB up front;
 //! - a panic inside the service is caught, logged, and closes only the
-//!   connection that caused it.
+//!   connection that caused it;
+//! - a streamed reply (batch, scan) is written chunk by chunk: after each
+//!   chunk the task yields to its event loop before asking the service for
+//!   the next, so one big scan neither builds one giant buffer nor starves
+//!   the other connections of its service thread; the next request is read
+//!   only after the stream's last chunk.
 
 use crate::config::ServerConfig;
 use citrine_service::Service;
@@ -213,10 +218,10 @@ async fn connection(service: &Service, stream: TcpStream, peer: SocketAddr) {
         }
         out.clear();
         let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            service.handle(header, &body, &mut out)
+            service.handle_streaming(header, &body, &mut out)
         }));
-        match handled {
-            Ok(Ok(())) => {}
+        let mut pending = match handled {
+            Ok(Ok(pending)) => pending,
             Ok(Err(close)) => {
                 tracing::warn!(%peer, "closing connection: {}", close.0);
                 return;
@@ -225,10 +230,30 @@ async fn connection(service: &Service, stream: TcpStream, peer: SocketAddr) {
                 tracing::error!(%peer, "request handling panicked; closing this connection, the node keeps serving");
                 return;
             }
-        }
+        };
         if let Err(error) = writer.write_all(&out).await {
             tracing::debug!(%peer, "connection write error: {error}");
             return;
+        }
+        // A streamed reply: write chunk after chunk, letting the other
+        // connections of this thread run in between.
+        while let Some(continuation) = pending {
+            tokio::task::yield_now().await;
+            out.clear();
+            let resumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                service.resume(continuation, &mut out)
+            }));
+            pending = match resumed {
+                Ok(next) => next,
+                Err(_) => {
+                    tracing::error!(%peer, "streamed reply panicked; closing this connection, the node keeps serving");
+                    return;
+                }
+            };
+            if let Err(error) = writer.write_all(&out).await {
+                tracing::debug!(%peer, "connection write error: {error}");
+                return;
+            }
         }
         if body.capacity() > BUFFER_KEEP_BYTES {
             body = Vec::with_capacity(READ_BUFFER_BYTES);

@@ -1,6 +1,11 @@
 //! Validated configuration the service runs with. Parsing (TOML, flags) is
 //! the server binary's job; these structs only hold values already checked.
 
+pub use citrine_storage::device::{DeviceConfig, IoMode};
+
+/// Most devices one namespace may stripe over.
+pub const DEVICES_MAX: usize = citrine_storage::DeviceAddress::MAX_DEVICES;
+
 /// Storage engine of a namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StorageEngineConfig {
@@ -12,6 +17,19 @@ pub enum StorageEngineConfig {
         evict_used_pct: u8,
         /// Refuse writes (result 8) above this percentage of the budget.
         stop_writes_used_pct: u8,
+    },
+    /// Records in log-structured write blocks on files or raw devices,
+    /// the index in memory.
+    Device {
+        /// The engine's settings (device paths already resolved).
+        engine: citrine_storage::device::DeviceConfig,
+        /// Most milliseconds a written record waits in a write buffer
+        /// before the flusher writes it out (the loss window without
+        /// commit-to-device).
+        flush_max_ms: u32,
+        /// Where a clean shutdown saves the index for a fast restart
+        /// (`None`: always cold start).
+        index_image: Option<std::path::PathBuf>,
     },
 }
 

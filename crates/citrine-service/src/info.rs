@@ -9,12 +9,10 @@
 use crate::config::StorageEngineConfig;
 use crate::namespace::Namespace;
 use crate::Service;
-use base64::Engine as _;
 use citrine_types::PARTITIONS;
 use citrine_wire::info::{request_lines, InfoCommand, InfoResponse};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
-use std::sync::OnceLock;
 
 /// The server version we announce. Clients gate features on it (03-info §3.3).
 pub const BUILD: &str = "8.1.2.0";
@@ -22,18 +20,6 @@ pub const BUILD: &str = "8.1.2.0";
 pub const EDITION: &str = "Citrine";
 /// Capabilities, as the reference 8.1 server lists them.
 pub const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;truncate-namespace;udf";
-/// Partition generation of a single node that owns every partition: it never
-/// changes while the process lives.
-const PARTITION_GENERATION: u64 = 1;
-const PEERS_GENERATION: u64 = 1;
-
-/// Base64 of a 4096-bit bitmap with every bit set (684 characters).
-fn all_partitions_bitmap() -> &'static str {
-    static BITMAP: OnceLock<String> = OnceLock::new();
-    BITMAP
-        .get_or_init(|| base64::engine::general_purpose::STANDARD.encode([0xffu8; PARTITIONS / 8]))
-}
-
 /// Answers every command line of an info request.
 pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
     let lines = request_lines(body);
@@ -60,9 +46,9 @@ pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
     response.write_frame(out);
 }
 
-/// The cluster key of this single-node cluster: stable for the process life.
+/// The cluster key, as upper-case hex.
 pub fn cluster_key(service: &Service) -> String {
-    format!("{:X}", service.node_id.0 ^ 0x5A5A_0000_0000_0000 ^ 0xC17)
+    format!("{:X}", service.cluster().cluster_key)
 }
 
 fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
@@ -78,26 +64,29 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "compatibility-id" => "1".to_owned(),
         "features" => FEATURES.to_owned(),
         "cluster-name" => service.config.cluster_name.clone(),
-        "partition-generation" => PARTITION_GENERATION.to_string(),
-        "peers-generation" => PEERS_GENERATION.to_string(),
-        "rebalance-generation" => PARTITION_GENERATION.to_string(),
-        "peers-clear-std" | "peers-clear-alt" | "peers-tls-std" | "peers-tls-alt"
-        | "alumni-clear-std" | "alumni-clear-alt" | "alumni-tls-std" | "alumni-tls-alt" => {
-            format!("{PEERS_GENERATION},3000,[]")
-        }
-        "services" | "services-alternate" | "services-alumni" | "services-alumni-reset" => {
-            String::new()
-        }
+        "partition-generation" => service.cluster().partition_generation.to_string(),
+        "peers-generation" => service.cluster().peers_generation.to_string(),
+        "rebalance-generation" => service.cluster().partition_generation.to_string(),
+        "peers-clear-std" | "peers-clear-alt" => service.cluster().peers_value(),
+        // No TLS: the TLS peer lists are empty.
+        "peers-tls-std" | "peers-tls-alt" | "alumni-clear-std" | "alumni-clear-alt" | "alumni-tls-std"
+        | "alumni-tls-alt" => format!("{},3000,[]", service.cluster().peers_generation),
+        "services" | "services-alternate" => service.cluster().services_value(),
+        "services-alumni" | "services-alumni-reset" => String::new(),
         "service" | "service-clear-std" => service.config.access_address.clone(),
         "service-clear-alt" | "service-tls-std" | "service-tls-alt" => String::new(),
         "partitions" => PARTITIONS.to_string(),
         "replicas" => replicas(service, true),
         "replicas-all" => replicas(service, false),
-        "replicas-master" => service
-            .namespaces()
-            .map(|namespace| format!("{}:{}", namespace.config.name, all_partitions_bitmap()))
-            .collect::<Vec<_>>()
-            .join(";"),
+        "replicas-master" => {
+            let cluster = service.cluster();
+            cluster
+                .namespaces
+                .iter()
+                .map(|namespace| format!("{}:{}", namespace.name, namespace.column_bitmaps.first().map_or("", String::as_str)))
+                .collect::<Vec<_>>()
+                .join(";")
+        }
         "namespaces" => service
             .namespaces()
             .map(|namespace| namespace.config.name.as_str())
@@ -108,7 +97,7 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
             .first()
             .and_then(|name| service.namespace(name.as_bytes()))
         {
-            Some(namespace) => namespace_info(namespace),
+            Some(namespace) => namespace_info(service, namespace),
             None => "type=unknown".to_owned(),
         },
         "statistics" => statistics(service),
@@ -116,7 +105,8 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "get-config" => get_config(service, command),
         "cluster-stable" => cluster_stable(service, command),
         "cluster-key" => cluster_key(service),
-        "cluster-size" => "1".to_owned(),
+        "cluster-size" => service.cluster().size().to_string(),
+        "cluster-info" => cluster_info(service),
         "status" => "ok".to_owned(),
         "user-agent-set" => "ok".to_owned(),
         "logs" => "0:stderr".to_owned(),
@@ -127,20 +117,38 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
     }
 }
 
+/// `replicas` (with the AP regime 0) and `replicas-all`: per namespace, one
+/// bitmap per column (master, then replicas) of the partitions this node
+/// holds; the number of columns is the effective replication factor.
 fn replicas(service: &Service, with_regime: bool) -> String {
-    // A single node is master of every partition; with one node there is one
-    // column whatever the configured replication factor.
-    service
-        .namespaces()
+    let cluster = service.cluster();
+    cluster
+        .namespaces
+        .iter()
         .map(|namespace| {
+            let columns = namespace.column_bitmaps.join(",");
             if with_regime {
-                format!("{}:0,1,{}", namespace.config.name, all_partitions_bitmap())
+                format!("{}:0,{},{columns}", namespace.name, namespace.column_bitmaps.len())
             } else {
-                format!("{}:1,{}", namespace.config.name, all_partitions_bitmap())
+                format!("{}:{},{columns}", namespace.name, namespace.column_bitmaps.len())
             }
         })
         .collect::<Vec<_>>()
         .join(";")
+}
+
+/// `cluster-info`: key, size, principal and succession list, for operators.
+fn cluster_info(service: &Service) -> String {
+    let cluster = service.cluster();
+    let succession: Vec<String> = cluster.members.iter().map(|member| member.node_id.to_string()).collect();
+    format!(
+        "cluster_key={:X};cluster_size={};cluster_principal={};succession={};partition_generation={}",
+        cluster.cluster_key,
+        cluster.size(),
+        cluster.principal(),
+        succession.join(","),
+        cluster.partition_generation
+    )
 }
 
 fn namespace_config_pairs(namespace: &Namespace) -> Vec<(String, String)> {
@@ -183,11 +191,26 @@ fn namespace_config_pairs(namespace: &Namespace) -> Vec<(String, String)> {
                 stop_writes_used_pct.to_string(),
             ));
         }
+        StorageEngineConfig::Device { ref engine, flush_max_ms, ref index_image } => {
+            let files: Vec<String> = engine.paths.iter().map(|path| path.display().to_string()).collect();
+            pairs.push(("storage-engine".to_owned(), "device".to_owned()));
+            pairs.push(("storage-engine.files".to_owned(), files.join(",")));
+            pairs.push(("storage-engine.filesize".to_owned(), engine.file_size.to_string()));
+            pairs.push(("storage-engine.write-block-size".to_owned(), engine.write_block_size.to_string()));
+            pairs.push(("storage-engine.flush-max-ms".to_owned(), flush_max_ms.to_string()));
+            pairs.push(("storage-engine.defrag-lwm-pct".to_owned(), engine.defrag_lwm_pct.to_string()));
+            pairs.push(("storage-engine.min-avail-pct".to_owned(), engine.min_avail_pct.to_string()));
+            pairs.push(("storage-engine.commit-to-device".to_owned(), engine.commit_to_device.to_string()));
+            pairs.push(("storage-engine.post-write-queue".to_owned(), engine.post_write_queue.to_string()));
+            pairs.push(("storage-engine.direct-io".to_owned(), (engine.io_mode == citrine_storage::device::IoMode::Direct).to_string()));
+            pairs.push(("storage-engine.fast-restart".to_owned(), index_image.is_some().to_string()));
+        }
     }
     pairs
 }
 
-fn namespace_info(namespace: &Namespace) -> String {
+fn namespace_info(service: &Service, namespace: &Namespace) -> String {
+    let cluster = service.cluster();
     let stats = &namespace.stats;
     let objects = stats.objects.load(Ordering::Relaxed).max(0);
     let index_bytes = namespace.index.table_bytes();
@@ -196,10 +219,10 @@ fn namespace_info(namespace: &Namespace) -> String {
         .store(index_bytes as u64, Ordering::Relaxed);
     let data_bytes = namespace.storage.used_bytes();
     let mut pairs: Vec<(String, String)> = vec![
-        ("ns_cluster_size".into(), "1".into()),
-        ("effective_replication_factor".into(), "1".into()),
+        ("ns_cluster_size".into(), cluster.size().to_string()),
+        ("effective_replication_factor".into(), cluster.namespace(&namespace.config.name).map_or(1, |map| map.column_bitmaps.len()).to_string()),
         ("objects".into(), objects.to_string()),
-        ("tombstones".into(), "0".into()),
+        ("tombstones".into(), namespace.storage.device().map_or(0, |device| device.tombstones()).to_string()),
         ("master_objects".into(), objects.to_string()),
         ("prole_objects".into(), "0".into()),
         ("non_replica_objects".into(), "0".into()),
@@ -289,6 +312,9 @@ fn namespace_info(namespace: &Namespace) -> String {
         ("migrate_tx_partitions_remaining".into(), "0".into()),
         ("migrate_rx_partitions_remaining".into(), "0".into()),
     ];
+    if let Some(device) = namespace.storage.device() {
+        pairs.extend(device.info_pairs());
+    }
     pairs.extend(namespace_config_pairs(namespace));
     join_pairs(&pairs, ';')
 }
@@ -305,17 +331,18 @@ fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
 }
 
 fn statistics(service: &Service) -> String {
+    let cluster = service.cluster();
     let stats = &service.stats;
     let objects: i64 = service
         .namespaces()
         .map(|namespace| namespace.stats.objects.load(Ordering::Relaxed).max(0))
         .sum();
     let pairs: Vec<(String, String)> = vec![
-        ("cluster_size".into(), "1".into()),
+        ("cluster_size".into(), cluster.size().to_string()),
         ("cluster_key".into(), cluster_key(service)),
         ("cluster_integrity".into(), "true".into()),
         ("cluster_is_member".into(), "true".into()),
-        ("cluster_principal".into(), service.node_id.to_string()),
+        ("cluster_principal".into(), cluster.principal().to_string()),
         ("cluster_clock_skew_ms".into(), "0".into()),
         ("uptime".into(), service.uptime_seconds().to_string()),
         ("objects".into(), objects.to_string()),
@@ -337,6 +364,34 @@ fn statistics(service: &Service) -> String {
                 .client_connections_closed
                 .load(Ordering::Relaxed)
                 .to_string(),
+        ),
+        (
+            "batch_index_initiate".into(),
+            stats.batch.requests.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "batch_index_error".into(),
+            stats.batch.errors.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "batch_index_rows".into(),
+            stats.batch.rows.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "scan_basic_started".into(),
+            stats.scan.started.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "scan_basic_complete".into(),
+            stats.scan.completed.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "scan_basic_refused".into(),
+            stats.scan.refused.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "scan_basic_records".into(),
+            stats.scan.records.load(Ordering::Relaxed).to_string(),
         ),
         (
             "proto_errors".into(),
@@ -417,6 +472,13 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
                 ("node-id".into(), service.node_id.to_string()),
                 ("proto-fd-max".into(), "15000".into()),
                 (
+                    "batch-max-requests".into(),
+                    service
+                        .batch_max_requests
+                        .load(Ordering::Relaxed)
+                        .to_string(),
+                ),
+                (
                     "service-threads".into(),
                     std::thread::available_parallelism()
                         .map(|count| count.get())
@@ -489,6 +551,11 @@ fn truncate(service: &Service, command: &InfoCommand<'_>, whole_namespace: bool)
         Some(set) => {
             // Truncating a set that was never written is a no-op.
             if let Some(id) = namespace.sets.existing_id(set.as_bytes()) {
+                // Durable first: a device namespace records the truncation on
+                // the device so a restart does not bring the records back.
+                if let Some(Err(error)) = namespace.storage.device().map(|device| device.persist_truncation(Some(set.as_bytes()), lut_ms)) {
+                    return format!("ERROR:1:cannot persist the truncation: {error}");
+                }
                 namespace
                     .sets
                     .stats(id)
@@ -498,6 +565,9 @@ fn truncate(service: &Service, command: &InfoCommand<'_>, whole_namespace: bool)
             }
         }
         None => {
+            if let Some(Err(error)) = namespace.storage.device().map(|device| device.persist_truncation(None, lut_ms)) {
+                return format!("ERROR:1:cannot persist the truncation: {error}");
+            }
             namespace
                 .stats
                 .truncate_lut_ms

@@ -1,13 +1,19 @@
 //! The transaction service: everything a node does with one request.
 //!
-//! [`Service::handle`] takes one decoded proto frame and writes exactly one
-//! reply frame (or asks for the connection to be closed when the frame cannot
-//! be trusted). It runs to completion on the calling thread: no queues, no
-//! hand-offs, no global lock — the partition lock of the record in question is
-//! the only lock a transaction takes.
+//! [`Service::handle`] takes one decoded proto frame and writes its reply
+//! (or asks for the connection to be closed when the frame cannot be
+//! trusted). Most requests are answered by one frame; batches and scans are
+//! answered by a stream of frames, which [`Service::handle_streaming`]
+//! produces one chunk at a time: it returns a [`Continuation`] that
+//! [`Service::resume`] turns into the next chunk, so the connection loop can
+//! write each chunk and yield between them. A request (and each chunk of a
+//! stream) runs to completion on the calling thread: no queues, no
+//! hand-offs, no global lock — the partition lock of the record in question
+//! is the only lock a transaction takes.
 //!
 //! Modules: [`transaction`] (single-record reads, writes, deletes),
-//! [`info`] (info commands), [`nsup`] (expiry and eviction passes),
+//! [`batch`] (batch-index requests), [`scan`] (partition scans),
+//! [`info`] (info commands), [`cluster_state`] (the view and partition maps), [`nsup`] (expiry and eviction passes),
 //! [`namespace`] (per-namespace state), [`config`] (validated settings).
 //!
 //! Architecture invariant: this crate does no network I/O. The server crate
@@ -15,18 +21,24 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
+pub mod cluster_state;
 pub mod config;
+pub mod device;
 pub mod info;
 pub mod namespace;
 pub mod nsup;
+pub mod scan;
 pub mod transaction;
 
 use citrine_types::{NodeId, ResultCode};
+use cluster_state::ClusterState;
+use parking_lot::RwLock;
 use citrine_wire::frame::{inflate, MessageType, ProtoHeader};
-use citrine_wire::msg::Message;
+use citrine_wire::msg::{field_type, info1, Message};
 use config::ServiceConfig;
 use namespace::Namespace;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use transaction::Now;
 
@@ -87,6 +99,20 @@ pub struct NodeStats {
     pub admin_requests: AtomicU64,
     pub transactions: AtomicU64,
     pub compressed_requests: AtomicU64,
+    pub batch: batch::BatchStats,
+    pub scan: scan::ScanStats,
+}
+
+/// The rest of a streamed reply (batch or scan), produced chunk by chunk by
+/// [`Service::resume`]. Dropping it abandons the stream (the connection is
+/// closing).
+#[derive(Debug)]
+pub struct Continuation(Pending);
+
+#[derive(Debug)]
+enum Pending {
+    Batch(batch::BatchCursor),
+    Scan(scan::ScanCursor),
 }
 
 /// The transaction service of one node.
@@ -96,26 +122,59 @@ pub struct Service {
     namespaces: Vec<Arc<Namespace>>,
     clock: Arc<dyn Clock>,
     pub stats: NodeStats,
+    /// Most rows a batch request may carry (`batch-max-requests`; above → 151).
+    pub batch_max_requests: AtomicU32,
     started_unix_ms: u64,
+    /// The current cluster view and partition maps, replaced on view changes.
+    cluster: RwLock<Arc<ClusterState>>,
 }
 
 impl Service {
+    /// A service. Opening a device namespace can fail: this panics then, so
+    /// the server uses [`Service::open`].
     pub fn new(config: ServiceConfig, clock: Arc<dyn Clock>) -> Service {
+        Service::open(config, clock).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// A service, opening every namespace (device namespaces rebuild their
+    /// index: fast restart or cold start).
+    pub fn open(config: ServiceConfig, clock: Arc<dyn Clock>) -> Result<Service, String> {
+        let now = Now::from_unix_ms(clock.now_unix_ms());
         let namespaces = config
             .namespaces
             .iter()
             .cloned()
-            .map(|namespace| Arc::new(Namespace::new(namespace)))
-            .collect();
+            .map(|namespace| Namespace::open(namespace, now).map(Arc::new))
+            .collect::<Result<Vec<_>, String>>()?;
         let started_unix_ms = clock.now_unix_ms();
-        Service {
-            node_id: NodeId(config.node_id),
+        let node_id = NodeId(config.node_id);
+        let cluster = ClusterState::single(node_id, config.access_address.clone(), &Service::namespace_factors(&config));
+        Ok(Service {
+            node_id,
+            cluster: RwLock::new(Arc::new(cluster)),
             config,
             namespaces,
             clock,
             stats: NodeStats::default(),
+            batch_max_requests: AtomicU32::new(batch::BATCH_MAX_REQUESTS_DEFAULT),
             started_unix_ms,
-        }
+        })
+    }
+
+    /// (name, replication factor) of every namespace, the input of partition maps.
+    pub fn namespace_factors(config: &ServiceConfig) -> Vec<(String, usize)> {
+        config.namespaces.iter().map(|namespace| (namespace.name.clone(), usize::from(namespace.replication_factor))).collect()
+    }
+
+    /// The current cluster state.
+    pub fn cluster(&self) -> Arc<ClusterState> {
+        self.cluster.read().clone()
+    }
+
+    /// Publishes a new cluster state (after a view change).
+    pub fn publish_cluster(&self, state: ClusterState) {
+        debug_assert_eq!(state.self_id, self.node_id);
+        *self.cluster.write() = Arc::new(state);
     }
 
     /// The namespace called `name`.
@@ -146,7 +205,9 @@ impl Service {
             / 1000
     }
 
-    /// Handles one request frame and appends the reply frame to `out`.
+    /// Handles one request frame and appends its whole reply to `out` (every
+    /// chunk of a streamed reply: for tests and tools; the server streams
+    /// with [`Service::handle_streaming`]).
     ///
     /// Returns `Err` when the connection must be closed (the body of a frame
     /// that cannot be trusted); any request that parses answers with a result
@@ -157,18 +218,37 @@ impl Service {
         body: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), CloseConnection> {
+        let mut pending = self.handle_streaming(header, body, out)?;
+        while let Some(continuation) = pending {
+            pending = self.resume(continuation, out);
+        }
+        Ok(())
+    }
+
+    /// Handles one request frame and appends the first chunk of its reply to
+    /// `out` (for most requests, the whole reply). When the reply is a stream
+    /// that continues (a batch or scan bigger than one chunk), returns the
+    /// [`Continuation`] to pass to [`Service::resume`] for the next chunk.
+    /// The caller must write the chunk before resuming and must not start
+    /// another request on this connection until the stream has ended.
+    pub fn handle_streaming(
+        &self,
+        header: ProtoHeader,
+        body: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Continuation>, CloseConnection> {
         match header.message_type {
             MessageType::Info => {
                 self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
                 info::handle(self, body, out);
-                Ok(())
+                Ok(None)
             }
             MessageType::Admin => {
                 self.stats.admin_requests.fetch_add(1, Ordering::Relaxed);
                 // No security: every admin request, including login, is answered
                 // "security not enabled", which clients take as "no login needed".
                 citrine_wire::admin::write_reply(out, ResultCode::SecurityNotEnabled.code());
-                Ok(())
+                Ok(None)
             }
             MessageType::Message => self.handle_message(body, out),
             MessageType::Compressed => {
@@ -185,20 +265,54 @@ impl Service {
         }
     }
 
-    fn handle_message(&self, body: &[u8], out: &mut Vec<u8>) -> Result<(), CloseConnection> {
+    /// Appends the next chunk of a streamed reply to `out`; returns the
+    /// continuation while the stream goes on, `None` once its LAST message
+    /// has been written.
+    pub fn resume(&self, continuation: Continuation, out: &mut Vec<u8>) -> Option<Continuation> {
+        match continuation.0 {
+            Pending::Batch(cursor) => cursor
+                .step(self, out)
+                .map(|cursor| Continuation(Pending::Batch(cursor))),
+            Pending::Scan(cursor) => cursor
+                .step(self, self.now(), out)
+                .map(|cursor| Continuation(Pending::Scan(cursor))),
+        }
+    }
+
+    fn handle_message(
+        &self,
+        body: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Continuation>, CloseConnection> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
         match Message::decode(body) {
+            Ok(message) if message.header.info1 & info1::BATCH != 0 => {
+                Ok(batch::start(self, &message, out)
+                    .map(|cursor| Continuation(Pending::Batch(cursor))))
+            }
+            Ok(message) if message.field(field_type::DIGEST).is_none() => {
+                // No digest: a scan or a query.
+                Ok(scan::start(self, &message, out)
+                    .and_then(|cursor| cursor.step(self, self.now(), out))
+                    .map(|cursor| Continuation(Pending::Scan(cursor))))
+            }
             Ok(message) => {
                 transaction::execute(self, &message, out);
-                Ok(())
+                Ok(None)
             }
             Err(error) => {
                 // The frame boundary is intact, so the stream is still in step:
                 // answer with a parameter error and keep serving.
                 self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("malformed AS_MSG: {error}");
-                transaction::write_result(out, ResultCode::Parameter);
-                Ok(())
+                let batch = body.get(1).is_some_and(|bits| bits & info1::BATCH != 0);
+                if batch {
+                    // A batch reader waits for a LAST message.
+                    transaction::write_stream_end(out, ResultCode::Parameter);
+                } else {
+                    transaction::write_result(out, ResultCode::Parameter);
+                }
+                Ok(None)
             }
         }
     }

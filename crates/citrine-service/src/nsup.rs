@@ -9,7 +9,7 @@
 //! never stalls client transactions on other partitions.
 
 use crate::namespace::Namespace;
-use crate::transaction::{drop_entry, Now};
+use crate::transaction::{drop_entry, retire_entry, write_tombstone, Now};
 use citrine_types::PartitionId;
 use std::sync::atomic::Ordering;
 
@@ -27,8 +27,10 @@ pub fn run_pass(namespace: &Namespace, now: Now) -> PassReport {
         let mut partition = namespace.index.partition(partition_id).write();
         partition.remove_where(
             |_, entry| entry.meta.is_expired(now.citrusleaf_seconds),
-            |_, entry| {
-                drop_entry(namespace, entry);
+            |digest, entry| {
+                // Expiry is durable by the stored void time: the device
+                // engine keeps the expired copy as the record's tombstone.
+                retire_entry(namespace, &digest, entry);
                 report.expired += 1;
             },
         );
@@ -91,7 +93,9 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
     for partition_id in PartitionId::all() {
         let mut partition = namespace.index.partition(partition_id).write();
         partition.remove_where(
-            |_, entry| entry.meta.void_time != 0 && entry.meta.void_time <= cutoff,
+            // An eviction must survive a restart like a delete: the record
+            // goes only once its tombstone is written (device engine).
+            |digest, entry| entry.meta.void_time != 0 && entry.meta.void_time <= cutoff && write_tombstone(namespace, digest, &entry.meta, now).is_ok(),
             |_, entry| {
                 drop_entry(namespace, entry);
                 evicted += 1;

@@ -13,13 +13,14 @@
 use crate::namespace::Namespace;
 use crate::Service;
 use citrine_index::{IndexEntry, RecordMeta};
+use citrine_storage::{StorageError, StoreMeta};
 use citrine_record::{
     encode_body, float_from_wire, integer_from_wire, normalise_value, valid_bin_name,
     validate_value, Bin, BodyView,
 };
 use citrine_types::{Digest, ParticleType, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
 use citrine_wire::msg::{
-    field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader, Op,
+    field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader, Op, OpIter,
 };
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
@@ -45,53 +46,139 @@ impl Now {
     }
 }
 
-/// Executes one AS_MSG request and writes exactly one reply frame to `out`.
+/// Executes one single-record AS_MSG request (it has a DIGEST field and no
+/// `info1 BATCH`; `Service` sends batches and scans elsewhere) and writes
+/// exactly one reply frame to `out`.
 pub fn execute(service: &Service, message: &Message<'_>, out: &mut Vec<u8>) {
-    let header = message.header;
-    if header.info1 & info1::BATCH != 0 {
-        // Batch-index arrives with the batch issue; answer as a finished stream.
-        return write_stream_end(out, ResultCode::UnsupportedFeature);
-    }
     let namespace_name = message.field(field_type::NAMESPACE);
     let Some(namespace) = namespace_name.and_then(|name| service.namespace(name)) else {
         return write_result(out, ResultCode::Namespace);
     };
     let Some(digest_bytes) = message.field(field_type::DIGEST) else {
-        // No digest: a scan or query. Those arrive with the scan issue.
-        return write_stream_end(out, ResultCode::UnsupportedFeature);
+        return write_result(out, ResultCode::Parameter);
     };
-    let outcome = prepare(message, digest_bytes).and_then(|request| {
-        let now = service.now();
-        if header.info2 & info2::WRITE != 0 {
-            if header.info2 & info2::DELETE != 0 {
-                delete(namespace, &request, now, out)
-            } else {
-                write(namespace, &request, now, out)
-            }
-        } else if header.info1 & info1::READ != 0 {
-            read(namespace, &request, now, out)
-        } else {
-            Err(ResultCode::Parameter)
+    match prepare(message, digest_bytes) {
+        Ok(request) => perform(namespace, &request, service.now(), out),
+        Err(code) => {
+            count_failure(namespace, &message.header, code);
+            write_result(out, code);
         }
-    });
-    if let Err(code) = outcome {
-        count_failure(namespace, &header, code);
-        write_result(out, code);
     }
 }
 
-/// The checked pieces of a single-record request.
-struct Request<'m> {
-    header: MsgHeader,
-    digest: Digest,
-    set: &'m [u8],
-    key: Option<(u8, &'m [u8])>,
-    message: Message<'m>,
+/// Runs one checked request — read, write/operate/touch or delete, as its
+/// header says — and writes its one reply (a frame, or a batch row message)
+/// to `out`, including the error reply when it fails.
+pub(crate) fn perform(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8>) {
+    let header = &request.header;
+    let outcome = if header.info2 & info2::WRITE != 0 {
+        if header.info2 & info2::DELETE != 0 {
+            delete(namespace, request, now, out)
+        } else {
+            write(namespace, request, now, out)
+        }
+    } else if header.info1 & info1::READ != 0 {
+        read(namespace, request, now, out)
+    } else {
+        Err(ResultCode::Parameter)
+    };
+    if let Err(code) = outcome {
+        count_failure(namespace, header, code);
+        write_error(out, code, request.reply);
+    }
+}
+
+/// How a transaction's reply is framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// A complete frame (proto header included): a single-record request.
+    Frame,
+    /// A bare AS_MSG inside a batch response frame; `transaction_ttl`
+    /// carries the row's batch index.
+    Row(u32),
+}
+
+/// Starts the reply message for `header` in the form `reply` asks for.
+#[inline]
+fn begin_reply<'b>(out: &'b mut Vec<u8>, header: MsgHeader, reply: Reply) -> MessageWriter<'b> {
+    match reply {
+        Reply::Frame => MessageWriter::begin(out, &header),
+        Reply::Row(index) => MessageWriter::begin_bare(
+            out,
+            &MsgHeader {
+                transaction_ttl: index,
+                ..header
+            },
+        ),
+    }
+}
+
+/// Writes a header-only error reply carrying `code`.
+pub(crate) fn write_error(out: &mut Vec<u8>, code: ResultCode, reply: Reply) {
+    let header = MsgHeader {
+        result_code: code.code(),
+        ..MsgHeader::default()
+    };
+    begin_reply(out, header, reply).finish();
+}
+
+/// The ops of a request: a decoded message's, or a batch row's raw op bytes
+/// (validated by the batch parser with the same checks as `Message::decode`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ops<'m> {
+    Message(Message<'m>),
+    Raw(&'m [u8]),
+}
+
+impl<'m> Ops<'m> {
+    /// Iterates the ops in wire order.
+    #[inline]
+    pub(crate) fn iter(&self) -> OpsIter<'m> {
+        match self {
+            Ops::Message(message) => OpsIter::Message(message.ops()),
+            Ops::Raw(bytes) => OpsIter::Raw(bytes),
+        }
+    }
+}
+
+/// Iterator over [`Ops`].
+pub(crate) enum OpsIter<'m> {
+    Message(OpIter<'m>),
+    Raw(&'m [u8]),
+}
+
+impl<'m> Iterator for OpsIter<'m> {
+    type Item = Op<'m>;
+    #[inline]
+    fn next(&mut self) -> Option<Op<'m>> {
+        match self {
+            OpsIter::Message(ops) => ops.next(),
+            OpsIter::Raw(rest) => {
+                let (op, used) = crate::batch::parse_op(rest)?;
+                *rest = rest.get(used..)?;
+                Some(op)
+            }
+        }
+    }
+}
+
+/// The checked pieces of a single-record request (or of one batch row).
+pub(crate) struct Request<'m> {
+    pub header: MsgHeader,
+    pub digest: Digest,
+    pub set: &'m [u8],
+    pub key: Option<(u8, &'m [u8])>,
+    pub ops: Ops<'m>,
+    pub reply: Reply,
 }
 
 fn prepare<'m>(message: &Message<'m>, digest_bytes: &[u8]) -> Result<Request<'m>, ResultCode> {
     if message.field(field_type::TXN_ID).is_some() {
         return Err(ResultCode::EnterpriseOnly);
+    }
+    if message.field(field_type::UDF_FILENAME).is_some() || message.field(field_type::UDF_FUNCTION).is_some() {
+        // Record UDFs (Lua) are not implemented: say so, not "bad parameter".
+        return Err(ResultCode::UnsupportedFeature);
     }
     if message.field(field_type::FILTER_EXPRESSION).is_some() {
         // Filter expressions arrive with the expressions issue; refuse rather
@@ -112,11 +199,12 @@ fn prepare<'m>(message: &Message<'m>, digest_bytes: &[u8]) -> Result<Request<'m>
         digest: Digest(digest),
         set,
         key,
-        message: *message,
+        ops: Ops::Message(*message),
+        reply: Reply::Frame,
     })
 }
 
-fn parse_key(field: &[u8]) -> Result<(u8, &[u8]), ResultCode> {
+pub(crate) fn parse_key(field: &[u8]) -> Result<(u8, &[u8]), ResultCode> {
     let (&particle_type, bytes) = field.split_first().ok_or(ResultCode::Parameter)?;
     let valid = match ParticleType::from_u8(particle_type) {
         Some(ParticleType::Integer) | Some(ParticleType::Float) => bytes.len() == 8,
@@ -132,7 +220,7 @@ fn parse_key(field: &[u8]) -> Result<(u8, &[u8]), ResultCode> {
 
 /// True when the index entry is a live record (not expired, not truncated).
 #[inline]
-fn is_live(namespace: &Namespace, meta: &RecordMeta, now: Now) -> bool {
+pub(crate) fn is_live(namespace: &Namespace, meta: &RecordMeta, now: Now) -> bool {
     !meta.is_expired(now.citrusleaf_seconds)
         && !namespace.is_truncated(meta.set_id, meta.last_update_ms)
 }
@@ -150,15 +238,10 @@ fn read(
     // Validate ops before touching the index.
     let mut get_all = header.info1 & info1::GET_ALL != 0;
     let respond_all = header.info2 & info2::RESPOND_ALL_OPS != 0;
-    let mut read_all_ops = 0;
-    for op in request.message.ops() {
+    for op in request.ops.iter() {
         match op.op_type {
             op_type::READ => {
-                if op.name.is_empty() {
-                    if get_all {
-                        read_all_ops += 1;
-                    }
-                } else if op.name.len() > citrine_types::BIN_NAME_MAX {
+                if op.name.len() > citrine_types::BIN_NAME_MAX {
                     return Err(ResultCode::BinName);
                 }
             }
@@ -178,9 +261,8 @@ fn read(
             _ => return Err(ResultCode::Parameter),
         }
     }
-    if read_all_ops > 1 || (read_all_ops > 0 && respond_all) {
-        return Err(ResultCode::Parameter);
-    }
+    // As the reference read path: GET_ALL returns every bin once, whatever
+    // read ops accompany it (the "one read-all op" rules are the write path's).
     if header.n_ops == 0 && header.info1 & info1::GET_NO_BINS == 0 {
         get_all = true;
     }
@@ -211,18 +293,21 @@ fn read(
         record_ttl: entry.meta.void_time,
         ..MsgHeader::default()
     };
-    let mut writer = MessageWriter::begin(out, &reply);
-    if let Some((particle_type, bytes)) = view.key() {
-        write_key_field(&mut writer, particle_type, bytes);
+    let mut writer = begin_reply(out, reply, request.reply);
+    if request.reply == Reply::Frame {
+        // Batch rows carry no key (as the reference server's rows).
+        if let Some((particle_type, bytes)) = view.key() {
+            write_key_field(&mut writer, particle_type, bytes);
+        }
     }
     let header_only = header.info1 & info1::GET_NO_BINS != 0 && !get_all;
     if !header_only {
-        if header.n_ops == 0 {
+        if header.n_ops == 0 || get_all {
             for bin in view.bins() {
                 writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
             }
         } else {
-            for op in request.message.ops() {
+            for op in request.ops.iter() {
                 if op.name.is_empty() {
                     if get_all {
                         for bin in view.bins() {
@@ -293,6 +378,7 @@ fn delete(
     }
     if let Some(entry) = partition.get(&request.digest) {
         check_generation(&request.header, entry.meta.generation)?;
+        write_tombstone(namespace, &request.digest, &entry.meta, now)?;
     }
     if let Some(entry) = partition.remove(&request.digest) {
         drop_entry(namespace, entry);
@@ -302,8 +388,40 @@ fn delete(
         .stats
         .client_delete_success
         .fetch_add(1, Ordering::Relaxed);
-    citrine_wire::msg::write_status(out, ResultCode::Ok.code(), 0, 0);
+    begin_reply(out, MsgHeader::default(), request.reply).finish();
     Ok(())
+}
+
+/// Maps a storage failure to the protocol's result code.
+pub(crate) fn storage_result(error: StorageError) -> ResultCode {
+    match error {
+        StorageError::OutOfSpace => ResultCode::OutOfSpace,
+        StorageError::TooBig => ResultCode::RecordTooBig,
+        StorageError::Corrupt(_) | StorageError::Io(_) => ResultCode::ServerError,
+    }
+}
+
+/// Makes the removal of `digest` durable before its entry goes: the device
+/// engine writes a tombstone so no older copy returns after a restart (the
+/// memory engine has nothing to do).
+pub(crate) fn write_tombstone(namespace: &Namespace, digest: &Digest, meta: &RecordMeta, now: Now) -> Result<(), ResultCode> {
+    if namespace.storage.device().is_none() {
+        return Ok(());
+    }
+    let set_name = namespace.sets.name(meta.set_id).unwrap_or_default();
+    let store = StoreMeta { generation: RecordMeta::next_generation(meta.generation), void_time: 0, last_update_ms: now.unix_ms, set_name: &set_name };
+    namespace.storage.write_tombstone(digest, &store).map_err(storage_result)
+}
+
+/// Removes an expired entry: the engine keeps an expired copy as its own
+/// tombstone (its void time proves it dead after a restart too).
+pub(crate) fn retire_entry(namespace: &Namespace, digest: &Digest, entry: IndexEntry) {
+    let size = entry.location.size() as i64;
+    let set_stats = namespace.sets.stats(entry.meta.set_id);
+    set_stats.objects.fetch_sub(1, Ordering::Relaxed);
+    set_stats.data_used_bytes.fetch_sub(size, Ordering::Relaxed);
+    namespace.stats.objects.fetch_sub(1, Ordering::Relaxed);
+    namespace.storage.retire(digest, entry.location);
 }
 
 /// Releases a removed entry's storage and updates the counters.
@@ -335,7 +453,7 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
     let get_all = header.info1 & info1::GET_ALL != 0;
     let mut read_all_ops = 0;
     let mut response_ops = 0;
-    for op in request.message.ops() {
+    for op in request.ops.iter() {
         match op.op_type {
             op_type::READ => {
                 if header.info1 & info1::READ == 0 {
@@ -587,7 +705,7 @@ fn write(
         };
         let mut responses: Vec<ResponseEntry<'_>> = Vec::new();
         let mut record_deleted = false;
-        for op in request.message.ops() {
+        for op in request.ops.iter() {
             match op.op_type {
                 op_type::READ => {
                     if op.name.is_empty() {
@@ -685,22 +803,29 @@ fn write(
     };
     match outcome {
         WriteOutcome::Delete { responses } => {
+            if let Some(entry) = partition.get(&request.digest) {
+                write_tombstone(namespace, &request.digest, &entry.meta, now)?;
+            }
             if let Some(entry) = partition.remove(&request.digest) {
                 drop_entry(namespace, entry);
             }
             drop(partition);
-            write_operate_reply(out, 0, 0, &responses);
+            write_operate_reply(out, request.reply, 0, 0, &responses);
         }
         WriteOutcome::Store {
             meta,
             body,
             responses,
         } => {
-            let size = body.len() as i64;
-            let location = namespace
-                .storage
-                .write(&request.digest, body)
-                .map_err(|_| ResultCode::OutOfSpace)?;
+            // The device engine stores the set name with the record (set ids
+            // are per process); the memory engine needs none.
+            let set_name = match namespace.storage.device() {
+                Some(_) => namespace.sets.name(meta.set_id).unwrap_or_default(),
+                None => Vec::new(),
+            };
+            let store = StoreMeta { generation: meta.generation, void_time: meta.void_time, last_update_ms: meta.last_update_ms, set_name: &set_name };
+            let location = namespace.storage.write(&request.digest, &store, body).map_err(storage_result)?;
+            let size = location.size() as i64;
             let previous = partition.insert(request.digest, IndexEntry { meta, location });
             drop(partition);
             let set_stats = namespace.sets.stats(meta.set_id);
@@ -711,7 +836,13 @@ fn write(
             if let Some(old) = previous {
                 drop_entry(namespace, old);
             }
-            write_operate_reply(out, meta.generation, meta.void_time, &responses);
+            write_operate_reply(
+                out,
+                request.reply,
+                meta.generation,
+                meta.void_time,
+                &responses,
+            );
         }
     }
     namespace
@@ -762,6 +893,7 @@ fn null_entry<'a>(op: &Op<'a>) -> ResponseEntry<'a> {
 
 fn write_operate_reply(
     out: &mut Vec<u8>,
+    mode: Reply,
     generation: u16,
     void_time: u32,
     responses: &[OwnedEntry],
@@ -771,7 +903,7 @@ fn write_operate_reply(
         record_ttl: void_time,
         ..MsgHeader::default()
     };
-    let mut writer = MessageWriter::begin(out, &reply);
+    let mut writer = begin_reply(out, reply, mode);
     for entry in responses {
         writer.op(
             entry.op_type,

@@ -2,7 +2,7 @@
 //! per body, owned by the index entry through [`Location::Memory`]. Reads
 //! borrow the body in place (no copy until the reply is written).
 
-use crate::{Location, StorageEngine, StorageError};
+use crate::{Location, StorageEngine, StorageError, StoreMeta};
 use citrine_types::Digest;
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,14 +24,23 @@ impl StorageEngine for MemoryEngine {
         "memory"
     }
 
-    fn write(&self, _digest: &Digest, body: Vec<u8>) -> Result<Location, StorageError> {
-        self.used_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+    fn write(
+        &self,
+        _digest: &Digest,
+        _meta: &StoreMeta<'_>,
+        body: Vec<u8>,
+    ) -> Result<Location, StorageError> {
+        self.used_bytes
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
         Ok(Location::Memory(body.into_boxed_slice()))
     }
 
     fn read<'a>(&self, location: &'a Location) -> Result<Cow<'a, [u8]>, StorageError> {
         match location {
             Location::Memory(body) => Ok(Cow::Borrowed(body)),
+            Location::Device(_) => Err(StorageError::Corrupt(
+                "a device location given to the memory engine".into(),
+            )),
         }
     }
 
@@ -53,7 +62,9 @@ mod tests {
     #[test]
     fn accounts_bytes() {
         let engine = MemoryEngine::new();
-        let location = engine.write(&Digest::default(), vec![1, 2, 3]).expect("writes");
+        let location = engine
+            .write(&Digest::default(), &StoreMeta::default(), vec![1, 2, 3])
+            .expect("writes");
         assert_eq!(engine.used_bytes(), 3);
         assert_eq!(engine.read(&location).expect("reads").as_ref(), &[1, 2, 3]);
         engine.release(location);

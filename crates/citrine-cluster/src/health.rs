@@ -1,0 +1,457 @@
+//! Node health score (001 §2.1.2.2): windowed heartbeat loss, exponentially
+//! smoothed, with outlier detection across peers.
+//!
+//! Owns: per-peer loss estimates and the resulting healthy/unhealthy verdicts.
+//!
+//! Only heartbeats are counted, as in the paper. Per window of `window_ms`
+//! the loss is `l_w = (expected - received) /
+//! expected` with `expected = window_ms / interval_ms`, and the average is
+//! `l_a = alpha * l_a + (1 - alpha) * l_w` (alpha = 0.95 in the paper).
+//! Deviations from the paper, all deliberate:
+//! - when surrogate messages kept arriving after the last heartbeat of a
+//!   window, the peer is alive and only its heartbeat channel went silent,
+//!   which per 001 §2.1.2.1 must not affect the cluster view: the window is
+//!   judged only up to its last heartbeat (and skipped if it had none). A
+//!   node that is erratic on every channel still delivers heartbeats spread
+//!   over the window, so its windows keep counting;
+//! - the average is bias-corrected (`l_a / (1 - alpha^k)` after `k` windows),
+//!   so a newly seen peer is judged on the windows observed so far instead
+//!   of on an optimistic zero prior;
+//! - a peer's first, partial window is discarded, and a peer is *on
+//!   probation* (neither healthy nor unhealthy, thus not admitted) until
+//!   `probation_windows` full windows have been observed;
+//! - "more than two standard deviations above the mean" is evaluated against
+//!   the mean and deviation of the *other* peers (leave-one-out), because
+//!   with the candidate included an outlier among n samples can never exceed
+//!   `(n-1)/sqrt(n)` deviations, i.e. never 2 for n < 6; and the loss must
+//!   also exceed the absolute floor `min_loss`, so uniform near-zero loss
+//!   does not flag anyone. With fewer than `min_peers` other peers no
+//!   verdict of unhealthiness is possible (a lossy local link cannot be told
+//!   apart from a lossy peer);
+//! - verdicts have hysteresis (see [`HealthConfig::hysteresis`]).
+//!
+//! Invariants:
+//! - only peers currently reported adjacent are tracked; a peer that leaves
+//!   the adjacency starts from scratch (probation) when it returns;
+//! - every stored average lies in `[-1, 1]` (windows with duplicates or
+//!   early arrivals may count more than expected; this is kept, not clamped,
+//!   so jitter does not bias the average upwards), and the loss reported by
+//!   [`HealthTracker::loss`] lies in `[0, 1]`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use citrine_types::NodeId;
+
+/// Health-score tuning.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HealthConfig {
+    /// Sliding window length, ms (paper: 1000).
+    pub window_ms: u64,
+    /// Smoothing factor alpha (paper: 0.95).
+    pub alpha: f64,
+    /// How many standard deviations above the others' mean is an outlier
+    /// (paper: 2).
+    pub sigma_factor: f64,
+    /// Smallest average loss ever considered unhealthy.
+    pub min_loss: f64,
+    /// Fewest other peers needed before anyone can be judged unhealthy.
+    pub min_peers: usize,
+    /// Full windows a new peer must be observed for before admission.
+    pub probation_windows: u32,
+    /// Hysteresis: a healthy peer is flagged only above
+    /// `threshold * (1 + hysteresis)`, an unhealthy one recovers below
+    /// `threshold`, so an average hovering at the threshold cannot flap.
+    pub hysteresis: f64,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            window_ms: 1000,
+            alpha: 0.95,
+            sigma_factor: 2.0,
+            min_loss: 0.2,
+            min_peers: 2,
+            probation_windows: 3,
+            hysteresis: 0.25,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct PeerHealth {
+    /// Heartbeats counted in the current window.
+    received: u32,
+    /// Arrival of the last heartbeat in the current window.
+    last_heartbeat: Option<u64>,
+    /// Arrival of the last surrogate in the current window.
+    last_surrogate: Option<u64>,
+    /// Whether the peer was tracked for the whole current window.
+    full_window: bool,
+    /// Raw (not bias-corrected) exponential average of window loss.
+    avg: f64,
+    /// Full windows folded into `avg`.
+    windows: u32,
+    /// `alpha^windows`, for bias correction.
+    alpha_pow: f64,
+}
+
+impl PeerHealth {
+    fn corrected(&self) -> Option<f64> {
+        if self.windows == 0 {
+            return None;
+        }
+        let denom = 1.0 - self.alpha_pow;
+        if denom <= f64::EPSILON {
+            return Some(self.avg);
+        }
+        Some((self.avg / denom).clamp(-1.0, 1.0))
+    }
+}
+
+/// Tracks the health score of every adjacent peer.
+#[derive(Clone, Debug)]
+pub struct HealthTracker {
+    cfg: HealthConfig,
+    interval_ms: u64,
+    window_start: u64,
+    peers: BTreeMap<NodeId, PeerHealth>,
+    unhealthy: BTreeSet<NodeId>,
+}
+
+impl HealthTracker {
+    /// Creates a tracker whose first window starts at `now`.
+    pub fn new(cfg: HealthConfig, heartbeat_interval_ms: u64, now: u64) -> HealthTracker {
+        assert!(cfg.window_ms > 0, "health window must be positive");
+        assert!(
+            heartbeat_interval_ms > 0,
+            "heartbeat interval must be positive"
+        );
+        assert!((0.0..1.0).contains(&cfg.alpha), "alpha must be in [0, 1)");
+        HealthTracker {
+            cfg,
+            interval_ms: heartbeat_interval_ms,
+            window_start: now,
+            peers: BTreeMap::new(),
+            unhealthy: BTreeSet::new(),
+        }
+    }
+
+    /// Counts one (non-duplicate) heartbeat from `from`, received at `now`.
+    pub fn record_heartbeat(&mut self, from: NodeId, now: u64) {
+        if let Some(p) = self.peers.get_mut(&from) {
+            p.received = p.received.saturating_add(1);
+            p.last_heartbeat = Some(now);
+        }
+    }
+
+    /// Notes a surrogate (fabric or Paxos) message from `from` at `now`; it
+    /// does not count as a heartbeat but proves the peer alive.
+    pub fn record_surrogate(&mut self, from: NodeId, now: u64) {
+        if let Some(p) = self.peers.get_mut(&from) {
+            p.last_surrogate = Some(now);
+        }
+    }
+
+    /// Synchronises the tracked set with the adjacency list and closes every
+    /// window that ended by `now`. Returns true when the verdicts changed.
+    pub fn tick(&mut self, now: u64, adjacency: &[NodeId]) -> bool {
+        let before = self.unhealthy.clone();
+        let adjacent: BTreeSet<NodeId> = adjacency.iter().copied().collect();
+        self.peers.retain(|id, _| adjacent.contains(id));
+        self.unhealthy.retain(|id| adjacent.contains(id));
+        for id in &adjacent {
+            self.peers.entry(*id).or_insert_with(|| PeerHealth {
+                // Seen mid-window: this window does not count.
+                full_window: false,
+                alpha_pow: 1.0,
+                ..PeerHealth::default()
+            });
+        }
+        let mut closed = 0;
+        while now >= self.window_start + self.cfg.window_ms {
+            self.close_window();
+            self.window_start += self.cfg.window_ms;
+            closed += 1;
+            if closed >= 4 {
+                // Far behind (a stalled caller): restart windows from now.
+                self.window_start = now;
+                break;
+            }
+        }
+        if closed > 0 {
+            self.judge();
+        }
+        before != self.unhealthy
+    }
+
+    fn close_window(&mut self) {
+        let full = self.cfg.window_ms as f64 / self.interval_ms as f64;
+        let alpha = self.cfg.alpha;
+        let start = self.window_start;
+        let interval = self.interval_ms as f64;
+        for p in self.peers.values_mut() {
+            // Heartbeats silent while surrogates still arrive: judge the
+            // window only up to its last heartbeat.
+            let silent_tail = match (p.last_heartbeat, p.last_surrogate) {
+                (_, None) => None,
+                (None, Some(_)) => Some(0.0),
+                (Some(h), Some(s)) if s > h + self.interval_ms => {
+                    Some((h.saturating_sub(start) as f64 / interval + 1.0).min(full))
+                }
+                _ => None,
+            };
+            let expected = silent_tail.unwrap_or(full);
+            if p.full_window && expected >= 1.0 {
+                let lw = ((expected - f64::from(p.received)) / expected).clamp(-1.0, 1.0);
+                p.avg = alpha * p.avg + (1.0 - alpha) * lw;
+                p.alpha_pow *= alpha;
+                p.windows = p.windows.saturating_add(1);
+                debug_assert!((-1.0..=1.0).contains(&p.avg));
+            }
+            p.full_window = true;
+            p.received = 0;
+            p.last_heartbeat = None;
+            p.last_surrogate = None;
+        }
+    }
+
+    fn judge(&mut self) {
+        let before = std::mem::take(&mut self.unhealthy);
+        let losses: Vec<(NodeId, f64)> = self
+            .peers
+            .iter()
+            .filter_map(|(id, p)| p.corrected().map(|l| (*id, l)))
+            .collect();
+        if losses.len() <= self.cfg.min_peers {
+            return;
+        }
+        let n = losses.len() as f64;
+        let sum: f64 = losses.iter().map(|(_, l)| l).sum();
+        let sum_sq: f64 = losses.iter().map(|(_, l)| l * l).sum();
+        for (id, loss) in &losses {
+            let m = n - 1.0;
+            let mean = (sum - loss) / m;
+            let var = ((sum_sq - loss * loss) / m - mean * mean).max(0.0);
+            let mut threshold = (mean + self.cfg.sigma_factor * var.sqrt()).max(self.cfg.min_loss);
+            if !before.contains(id) {
+                threshold *= 1.0 + self.cfg.hysteresis;
+            }
+            if *loss > threshold {
+                self.unhealthy.insert(*id);
+            }
+        }
+    }
+
+    /// Smoothed loss of `id` in `[0, 1]`, if at least one window was observed.
+    pub fn loss(&self, id: NodeId) -> Option<f64> {
+        self.peers
+            .get(&id)
+            .and_then(PeerHealth::corrected)
+            .map(|l| l.clamp(0.0, 1.0))
+    }
+
+    /// Whether `id` was judged an outlier at the last window close.
+    pub fn is_unhealthy(&self, id: NodeId) -> bool {
+        self.unhealthy.contains(&id)
+    }
+
+    /// Whether `id` may be a cluster member: tracked, past probation and not
+    /// unhealthy.
+    pub fn is_eligible(&self, id: NodeId) -> bool {
+        match self.peers.get(&id) {
+            Some(p) => p.windows >= self.cfg.probation_windows && !self.unhealthy.contains(&id),
+            None => false,
+        }
+    }
+
+    /// Peers currently judged unhealthy, ascending.
+    pub fn unhealthy(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.unhealthy.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `windows` windows; peer i receives `recv(i, w)` heartbeats in
+    /// window w (10 expected per window).
+    fn run(
+        t: &mut HealthTracker,
+        peers: &[NodeId],
+        windows: u64,
+        recv: impl Fn(usize, u64) -> u32,
+    ) {
+        for w in 0..windows {
+            let start = w * 1000;
+            t.tick(start, peers);
+            for (i, id) in peers.iter().enumerate() {
+                for k in 0..recv(i, w) {
+                    t.record_heartbeat(*id, start + u64::from(k) * 100);
+                }
+            }
+        }
+        t.tick(windows * 1000, peers);
+    }
+
+    fn tracker() -> HealthTracker {
+        HealthTracker::new(HealthConfig::default(), 100, 0)
+    }
+
+    fn ids(n: u64) -> Vec<NodeId> {
+        (1..=n).map(NodeId).collect()
+    }
+
+    #[test]
+    fn lossy_peer_is_outlier() {
+        let mut t = tracker();
+        let peers = ids(6);
+        run(&mut t, &peers, 10, |i, w| {
+            if i == 2 {
+                4 + (w % 2) as u32
+            } else {
+                10 - (w % 3 == 0) as u32
+            }
+        });
+        assert!(t.is_unhealthy(NodeId(3)));
+        assert!(!t.is_eligible(NodeId(3)));
+        for id in [1, 2, 4, 5, 6] {
+            assert!(t.is_eligible(NodeId(id)), "node {id}");
+        }
+        let loss = t.loss(NodeId(3)).expect("observed");
+        assert!((0.5..0.6).contains(&loss), "{loss}");
+    }
+
+    #[test]
+    fn uniform_loss_flags_nobody() {
+        let mut t = tracker();
+        let peers = ids(6);
+        run(&mut t, &peers, 10, |_, _| 6);
+        assert_eq!(t.unhealthy().count(), 0);
+    }
+
+    #[test]
+    fn too_few_peers_flags_nobody() {
+        let mut t = tracker();
+        let peers = ids(2);
+        run(&mut t, &peers, 10, |i, _| if i == 0 { 0 } else { 10 });
+        assert_eq!(t.unhealthy().count(), 0);
+    }
+
+    #[test]
+    fn probation_then_admission() {
+        let mut t = tracker();
+        let peers = ids(2);
+        t.tick(500, &peers); // seen mid-window
+        assert!(!t.is_eligible(NodeId(1)));
+        run(&mut t, &peers, 2, |_, _| 10);
+        // windows: [0,1000) partial (discarded), [1000,2000) is window 1 ...
+        assert!(!t.is_eligible(NodeId(1)));
+        run(&mut t, &peers, 4, |_, _| 10);
+        assert!(t.is_eligible(NodeId(1)));
+        // Leaving the adjacency forgets everything.
+        t.tick(4500, &peers[1..]);
+        assert!(!t.is_eligible(NodeId(1)));
+        assert!(t.loss(NodeId(1)).is_none());
+    }
+
+    #[test]
+    fn heartbeat_channel_down_with_surrogates_is_not_loss() {
+        let mut t = tracker();
+        let peers = ids(6);
+        run(&mut t, &peers, 6, |_, _| 10);
+        assert!(t.is_eligible(NodeId(1)));
+        // Heartbeats from node 1 stop; replica writes keep flowing.
+        for w in 6..30u64 {
+            t.tick(w * 1000, &peers);
+            for id in &peers[1..] {
+                for k in 0..10 {
+                    t.record_heartbeat(*id, w * 1000 + k * 100);
+                }
+            }
+            t.record_surrogate(NodeId(1), w * 1000 + 500);
+        }
+        assert!(t.is_eligible(NodeId(1)));
+        assert!(t.loss(NodeId(1)).is_some_and(|l| l < 0.05));
+        // Without the surrogates the same silence is loss.
+        for w in 30..60u64 {
+            t.tick(w * 1000, &peers);
+            for id in &peers[1..] {
+                for k in 0..10 {
+                    t.record_heartbeat(*id, w * 1000 + k * 100);
+                }
+            }
+        }
+        assert!(t.is_unhealthy(NodeId(1)));
+    }
+
+    #[test]
+    fn heartbeats_stopping_mid_window_with_surrogates_is_not_loss() {
+        let mut t = tracker();
+        let peers = ids(6);
+        run(&mut t, &peers, 5, |_, _| 10);
+        assert!(t.is_eligible(NodeId(1)));
+        // Window [5000, 6000): node 1's heartbeats stop after 5300, its
+        // replica writes go on.
+        t.tick(5000, &peers);
+        for id in &peers {
+            let n = if *id == NodeId(1) { 4 } else { 10 };
+            for k in 0..n {
+                t.record_heartbeat(*id, 5000 + k * 100);
+            }
+        }
+        for k in 0..10 {
+            t.record_surrogate(NodeId(1), 5000 + k * 100 + 50);
+        }
+        t.tick(6000, &peers);
+        assert!(t.is_eligible(NodeId(1)));
+        assert!(
+            t.loss(NodeId(1)).is_some_and(|l| l < 0.01),
+            "{:?}",
+            t.loss(NodeId(1))
+        );
+    }
+
+    #[test]
+    fn hysteresis_keeps_a_borderline_peer_stable() {
+        let mut t = tracker();
+        let peers = ids(6);
+        // Node 1 loses ~22 % (just above the 0.2 floor, below 0.25).
+        run(&mut t, &peers, 40, |i, w| {
+            if i == 0 {
+                8 - u32::from(w % 5 == 0)
+            } else {
+                10
+            }
+        });
+        let loss = t.loss(NodeId(1)).expect("observed");
+        assert!((0.2..0.25).contains(&loss), "{loss}");
+        assert!(!t.is_unhealthy(NodeId(1)), "healthy peers need the margin");
+        // Once clearly unhealthy, it stays so until below the plain threshold.
+        let mut u = tracker();
+        run(&mut u, &peers, 10, |i, _| if i == 0 { 5 } else { 10 });
+        assert!(u.is_unhealthy(NodeId(1)));
+    }
+
+    #[test]
+    fn recovered_peer_becomes_healthy_again() {
+        let mut t = tracker();
+        let peers = ids(6);
+        run(&mut t, &peers, 6, |i, _| if i == 0 { 2 } else { 10 });
+        assert!(t.is_unhealthy(NodeId(1)));
+        // The second run restarts at time 0, so keep its clock moving.
+        let mut t2 = t.clone();
+        for w in 6..80u64 {
+            t2.tick(w * 1000, &peers);
+            for id in &peers {
+                for k in 0..10 {
+                    t2.record_heartbeat(*id, w * 1000 + k * 100);
+                }
+            }
+        }
+        t2.tick(80_000, &peers);
+        assert!(!t2.is_unhealthy(NodeId(1)));
+        assert!(t2.is_eligible(NodeId(1)));
+    }
+}

@@ -1,0 +1,409 @@
+//! Mesh-mode heartbeating: discovery, the adjacency list and surrogate
+//! heartbeats (001 §2.1.2, §2.1.2.1).
+//!
+//! Owns: the set of addresses this node sends heartbeats to (configured seeds
+//! plus addresses learned from peers' heartbeats), the adjacency list (peers
+//! heard from within `timeout_ms`), and per-peer gossip (the latest cluster key
+//! and succession each peer advertised).
+//!
+//! Invariants:
+//! - a peer is in the adjacency list iff it has been heard from (heartbeat or
+//!   surrogate fabric message) at most `timeout_ms` ago, as of the last
+//!   [`HeartbeatState::expire`];
+//! - the local node never appears in its own adjacency list or target set;
+//! - a peer's advertised state only moves forward: heartbeats with an older
+//!   (incarnation, seq) than already seen are counted as liveness but their
+//!   gossip is ignored, so reordering cannot roll a peer's view back;
+//! - the target set is bounded by [`MAX_KNOWN_ADDRS`]; learned (non-seed)
+//!   addresses not heard from for `forget_after_ms` are dropped.
+
+use std::collections::BTreeMap;
+
+use citrine_types::NodeId;
+
+use crate::message::{Heartbeat, PeerAddr, MAX_PEERS};
+
+/// Upper bound on the number of addresses heartbeats are sent to.
+pub const MAX_KNOWN_ADDRS: usize = 4096;
+
+/// Heartbeat timing and seeds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatConfig {
+    /// Period between heartbeat rounds, ms (Aerospike default 150).
+    pub interval_ms: u64,
+    /// A peer silent for longer than this leaves the adjacency list, ms.
+    pub timeout_ms: u64,
+    /// Learned addresses unheard for this long stop receiving heartbeats, ms.
+    pub forget_after_ms: u64,
+    /// Configured mesh seed addresses; never forgotten.
+    pub seeds: Vec<PeerAddr>,
+}
+
+impl Default for HeartbeatConfig {
+    fn default() -> Self {
+        HeartbeatConfig {
+            interval_ms: 150,
+            timeout_ms: 1500,
+            forget_after_ms: 60_000,
+            seeds: Vec::new(),
+        }
+    }
+}
+
+/// What the local node knows about one adjacent peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerState {
+    /// The peer's listening address (from its latest heartbeat).
+    pub addr: PeerAddr,
+    /// Local time the peer was last heard from by any channel.
+    pub last_heard: u64,
+    /// Local time the latest accepted heartbeat arrived.
+    pub last_heartbeat: u64,
+    /// (incarnation, seq) of the newest heartbeat seen.
+    pub latest: (u64, u64),
+    /// Cluster key the peer advertised (0 = orphan).
+    pub cluster_key: u64,
+    /// Succession list the peer advertised.
+    pub succession: Vec<NodeId>,
+}
+
+#[derive(Clone, Debug)]
+struct KnownAddr {
+    seed: bool,
+    /// Local time of the last sign of life at this address (or of learning it).
+    last_seen: u64,
+}
+
+/// Outcome of receiving a heartbeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeartbeatOutcome {
+    /// A new heartbeat from a peer that was not adjacent.
+    NewPeer,
+    /// A new heartbeat from an adjacent peer.
+    Fresh,
+    /// A duplicate or reordered older heartbeat: liveness only.
+    Stale,
+    /// A heartbeat claiming to come from the local node id; ignored.
+    FromSelf,
+}
+
+/// Mesh heartbeat state machine.
+#[derive(Clone, Debug)]
+pub struct HeartbeatState {
+    me: NodeId,
+    my_addr: PeerAddr,
+    cfg: HeartbeatConfig,
+    incarnation: u64,
+    seq: u64,
+    next_send: u64,
+    peers: BTreeMap<NodeId, PeerState>,
+    known: BTreeMap<PeerAddr, KnownAddr>,
+}
+
+impl HeartbeatState {
+    /// Starts heartbeating at `now`; the first round goes out on the first
+    /// tick. `incarnation` must grow across restarts of the same node id
+    /// (the boot time is a good choice).
+    pub fn new(
+        me: NodeId,
+        my_addr: PeerAddr,
+        cfg: HeartbeatConfig,
+        incarnation: u64,
+        now: u64,
+    ) -> HeartbeatState {
+        assert!(cfg.interval_ms > 0, "heartbeat interval must be positive");
+        assert!(
+            cfg.timeout_ms > cfg.interval_ms,
+            "heartbeat timeout must exceed the interval"
+        );
+        let mut known = BTreeMap::new();
+        for seed in &cfg.seeds {
+            if *seed != my_addr {
+                known.insert(
+                    seed.clone(),
+                    KnownAddr {
+                        seed: true,
+                        last_seen: now,
+                    },
+                );
+            }
+        }
+        HeartbeatState {
+            me,
+            my_addr,
+            cfg,
+            incarnation,
+            seq: 0,
+            next_send: now,
+            peers: BTreeMap::new(),
+            known,
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &HeartbeatConfig {
+        &self.cfg
+    }
+
+    /// If a heartbeat round is due at `now`, returns the addresses to send
+    /// to and the sequence number to use; advances the schedule.
+    pub fn due(&mut self, now: u64) -> Option<(u64, Vec<PeerAddr>)> {
+        if now < self.next_send {
+            return None;
+        }
+        // Keep the phase, but never try to catch up on missed rounds.
+        self.next_send += self.cfg.interval_ms;
+        if self.next_send <= now {
+            self.next_send = now + self.cfg.interval_ms;
+        }
+        self.seq += 1;
+        let targets = self.known.keys().cloned().collect();
+        Some((self.seq, targets))
+    }
+
+    /// Builds the heartbeat for round `seq` advertising `view`.
+    pub fn build(&self, seq: u64, cluster_key: u64, succession: &[NodeId]) -> Heartbeat {
+        let peers = self
+            .peers
+            .iter()
+            .take(MAX_PEERS)
+            .map(|(id, p)| (*id, p.addr.clone()))
+            .collect();
+        Heartbeat {
+            addr: self.my_addr.clone(),
+            incarnation: self.incarnation,
+            seq,
+            cluster_key,
+            succession: succession.to_vec(),
+            peers,
+        }
+    }
+
+    /// Records a heartbeat from `from`.
+    pub fn on_heartbeat(&mut self, from: NodeId, hb: &Heartbeat, now: u64) -> HeartbeatOutcome {
+        if from == self.me {
+            return HeartbeatOutcome::FromSelf;
+        }
+        // Learn the sender's address and the addresses it gossips.
+        self.learn(&hb.addr, now, true);
+        for (id, addr) in &hb.peers {
+            if *id != self.me {
+                self.learn(addr, now, false);
+            }
+        }
+        let stamp = (hb.incarnation, hb.seq);
+        match self.peers.get_mut(&from) {
+            Some(p) => {
+                p.last_heard = p.last_heard.max(now);
+                if stamp <= p.latest {
+                    return HeartbeatOutcome::Stale;
+                }
+                p.latest = stamp;
+                p.addr = hb.addr.clone();
+                p.last_heartbeat = now;
+                p.cluster_key = hb.cluster_key;
+                p.succession.clone_from(&hb.succession);
+                HeartbeatOutcome::Fresh
+            }
+            None => {
+                self.peers.insert(
+                    from,
+                    PeerState {
+                        addr: hb.addr.clone(),
+                        last_heard: now,
+                        last_heartbeat: now,
+                        latest: stamp,
+                        cluster_key: hb.cluster_key,
+                        succession: hb.succession.clone(),
+                    },
+                );
+                HeartbeatOutcome::NewPeer
+            }
+        }
+    }
+
+    fn learn(&mut self, addr: &PeerAddr, now: u64, heard_directly: bool) {
+        if *addr == self.my_addr {
+            return;
+        }
+        if let Some(k) = self.known.get_mut(addr) {
+            if heard_directly {
+                k.last_seen = k.last_seen.max(now);
+            }
+            return;
+        }
+        if self.known.len() < MAX_KNOWN_ADDRS {
+            self.known.insert(
+                addr.clone(),
+                KnownAddr {
+                    seed: false,
+                    last_seen: now,
+                },
+            );
+        }
+    }
+
+    /// A surrogate heartbeat (001 §2.1.2.1): any other message from an
+    /// adjacent peer proves it alive. Messages from peers never heard by
+    /// heartbeat are ignored here, as their address is unknown.
+    pub fn on_fabric_message(&mut self, from: NodeId, now: u64) -> bool {
+        match self.peers.get_mut(&from) {
+            Some(p) => {
+                p.last_heard = p.last_heard.max(now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes peers silent for longer than the timeout and forgets stale
+    /// learned addresses. Returns the peers removed.
+    pub fn expire(&mut self, now: u64) -> Vec<NodeId> {
+        let timeout = self.cfg.timeout_ms;
+        let gone: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| now.saturating_sub(p.last_heard) > timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &gone {
+            self.peers.remove(id);
+        }
+        let forget = self.cfg.forget_after_ms;
+        let live_addrs: Vec<PeerAddr> = self.peers.values().map(|p| p.addr.clone()).collect();
+        for a in live_addrs {
+            if let Some(k) = self.known.get_mut(&a) {
+                k.last_seen = k.last_seen.max(now);
+            }
+        }
+        self.known
+            .retain(|_, k| k.seed || now.saturating_sub(k.last_seen) <= forget);
+        debug_assert!(!self.peers.contains_key(&self.me));
+        gone
+    }
+
+    /// Adjacent peers, ascending by id.
+    pub fn adjacency(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.peers.keys().copied()
+    }
+
+    /// State of one adjacent peer.
+    pub fn peer(&self, id: NodeId) -> Option<&PeerState> {
+        self.peers.get(&id)
+    }
+
+    /// Address of an adjacent peer.
+    pub fn addr_of(&self, id: NodeId) -> Option<&PeerAddr> {
+        self.peers.get(&id).map(|p| &p.addr)
+    }
+
+    /// Number of addresses heartbeats go to.
+    pub fn known_addr_count(&self) -> usize {
+        self.known.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> PeerAddr {
+        PeerAddr::new(s).expect("addr")
+    }
+
+    fn hb(a: &str, inc: u64, seq: u64, peers: Vec<(NodeId, PeerAddr)>) -> Heartbeat {
+        Heartbeat {
+            addr: addr(a),
+            incarnation: inc,
+            seq,
+            cluster_key: 0,
+            succession: vec![],
+            peers,
+        }
+    }
+
+    fn state() -> HeartbeatState {
+        let cfg = HeartbeatConfig {
+            interval_ms: 100,
+            timeout_ms: 500,
+            forget_after_ms: 2000,
+            seeds: vec![addr("me"), addr("seed")],
+        };
+        HeartbeatState::new(NodeId(1), addr("me"), cfg, 0, 0)
+    }
+
+    #[test]
+    fn sends_to_seeds_and_learned_peers_on_schedule() {
+        let mut s = state();
+        let (seq, targets) = s.due(0).expect("first round due at once");
+        assert_eq!(seq, 1);
+        assert_eq!(targets, vec![addr("seed")]);
+        assert!(s.due(50).is_none());
+        s.on_heartbeat(
+            NodeId(2),
+            &hb("two", 1, 1, vec![(NodeId(3), addr("three"))]),
+            60,
+        );
+        let (_, targets) = s.due(100).expect("second round");
+        assert_eq!(targets, vec![addr("seed"), addr("three"), addr("two")]);
+    }
+
+    #[test]
+    fn adjacency_times_out_and_surrogates_keep_alive() {
+        let mut s = state();
+        assert_eq!(
+            s.on_heartbeat(NodeId(2), &hb("two", 1, 1, vec![]), 0),
+            HeartbeatOutcome::NewPeer
+        );
+        assert_eq!(
+            s.on_heartbeat(NodeId(3), &hb("three", 1, 1, vec![]), 0),
+            HeartbeatOutcome::NewPeer
+        );
+        // Node 2 only sends fabric traffic from now on.
+        assert!(s.on_fabric_message(NodeId(2), 400));
+        assert!(!s.on_fabric_message(NodeId(9), 400));
+        assert_eq!(s.expire(500), Vec::<NodeId>::new());
+        assert_eq!(s.expire(501), vec![NodeId(3)]);
+        assert_eq!(s.adjacency().collect::<Vec<_>>(), vec![NodeId(2)]);
+        assert_eq!(s.expire(901), vec![NodeId(2)]);
+        assert_eq!(s.adjacency().count(), 0);
+    }
+
+    #[test]
+    fn stale_heartbeats_do_not_roll_back_gossip() {
+        let mut s = state();
+        let mut newer = hb("two", 1, 5, vec![]);
+        newer.cluster_key = 77;
+        newer.succession = vec![NodeId(1), NodeId(2)];
+        s.on_heartbeat(NodeId(2), &newer, 0);
+        assert_eq!(
+            s.on_heartbeat(NodeId(2), &hb("two", 1, 4, vec![]), 1),
+            HeartbeatOutcome::Stale
+        );
+        assert_eq!(s.peer(NodeId(2)).map(|p| p.cluster_key), Some(77));
+        // A restart (higher incarnation) resets the sequence.
+        assert_eq!(
+            s.on_heartbeat(NodeId(2), &hb("two", 2, 1, vec![]), 2),
+            HeartbeatOutcome::Fresh
+        );
+        assert_eq!(s.peer(NodeId(2)).map(|p| p.cluster_key), Some(0));
+        assert_eq!(
+            s.on_heartbeat(NodeId(1), &hb("x", 1, 1, vec![]), 3),
+            HeartbeatOutcome::FromSelf
+        );
+    }
+
+    #[test]
+    fn learned_addresses_are_forgotten_seeds_are_not() {
+        let mut s = state();
+        s.on_heartbeat(
+            NodeId(2),
+            &hb("two", 1, 1, vec![(NodeId(3), addr("three"))]),
+            0,
+        );
+        assert_eq!(s.known_addr_count(), 3);
+        s.expire(1000); // node 2 times out
+        s.expire(2500);
+        assert_eq!(s.known_addr_count(), 1, "only the seed remains");
+    }
+}

@@ -1,0 +1,1152 @@
+//! The cluster-management state machine of one node: heartbeats + health
+//! score + Paxos view change at cluster-change quanta (001 §2.1).
+//!
+//! Owns: the node's current [`ClusterView`] (or orphan state), its Paxos
+//! acceptor state (promised ballot, accepted value) and, while it is the
+//! principal, its proposer state. It is sans-I/O: the caller passes the time
+//! (`now`, monotonic milliseconds) and incoming messages and carries out the
+//! returned [`Effect`]s.
+//!
+//! Protocol summary:
+//! - *eligible set*: the node itself plus adjacent peers that passed health
+//!   probation and are not unhealthy. The *principal* is its highest id.
+//! - Only at a cluster-change quantum (every `quantum_ms`) does a node that
+//!   is its own principal decide whether the view must change: it is an
+//!   orphan, its view is led by someone else, the eligible set differs from
+//!   the succession list, or a member advertises another cluster key well
+//!   after the last commit. Events between quanta are batched into one
+//!   change, so several nodes can join or leave at once.
+//! - The change is a three-phase, Paxos-style round with ballots ordered by
+//!   `(round, node)`: Prepare → Promise/Nack, Accept(view) → Accepted, Commit.
+//!   An acceptor promises only to the node it regards as its own principal
+//!   and only for a ballot not below one already promised. The value is
+//!   chosen only with *unanimous* acceptance by the proposed succession list,
+//!   so no value recovery from promises is needed; an incomplete round is
+//!   abandoned, and a later ballot supersedes it.
+//! - If some eligible peers do not promise, the first attempt of the quantum
+//!   is abandoned and retried after `retry_delay_ms` (peers typically lag in
+//!   noticing that an old principal died); the retry proceeds with whoever
+//!   promised.
+//! - Merging: when a principal of a higher id becomes adjacent (and healthy)
+//!   to nodes of another cluster, it is their principal too; the lower
+//!   principal stops proposing and the higher one's next round takes all of
+//!   them in.
+//! - A member learns a commit by the Commit message or, if that was lost, by
+//!   its principal's heartbeat advertising the key of the value it accepted.
+//!   A member whose principal advertises a view without it, or whose
+//!   principal vanished (or, for a principal, who sees a higher principal)
+//!   and who was not admitted into any new view for two quanta, becomes an
+//!   orphan.
+//!
+//! Invariants:
+//! - a held view always contains the local node (asserted);
+//! - the proposer of a view is its principal (highest member), and every
+//!   member accepted exactly that (ballot, view) before anyone applied it;
+//! - `promised` never decreases; `ViewChanged` is emitted exactly when the
+//!   held cluster key changes;
+//! - no randomness, clocks, threads or I/O: the same inputs give the same
+//!   outputs.
+
+use std::collections::BTreeSet;
+
+use citrine_types::NodeId;
+
+use crate::health::{HealthConfig, HealthTracker};
+use crate::heartbeat::{HeartbeatConfig, HeartbeatOutcome, HeartbeatState};
+use crate::message::{Message, PeerAddr};
+use crate::view::{derive_cluster_key, Ballot, ClusterView};
+
+/// Everything a node needs to know to join a cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterConfig {
+    /// This node's id.
+    pub node_id: NodeId,
+    /// Where this node listens for cluster messages.
+    pub addr: PeerAddr,
+    /// Heartbeat timing and mesh seeds.
+    pub heartbeat: HeartbeatConfig,
+    /// Health score tuning.
+    pub health: HealthConfig,
+    /// Cluster change interval, ms. The paper recommends twice the heartbeat
+    /// timeout.
+    pub quantum_ms: u64,
+    /// How long a Paxos phase waits for answers, ms.
+    pub paxos_timeout_ms: u64,
+    /// Period of retransmission of unanswered Prepare/Accept/Commit, ms.
+    pub resend_ms: u64,
+    /// Delay before retrying an incomplete round, ms.
+    pub retry_delay_ms: u64,
+    /// How long after a commit members may still advertise an older key
+    /// before the principal treats them as out of sync, ms.
+    pub sync_grace_ms: u64,
+}
+
+impl ClusterConfig {
+    /// Defaults derived from the heartbeat defaults (150 ms interval, 1.5 s
+    /// timeout, 3 s quantum).
+    pub fn new(node_id: NodeId, addr: PeerAddr, seeds: Vec<PeerAddr>) -> ClusterConfig {
+        let heartbeat = HeartbeatConfig {
+            seeds,
+            ..HeartbeatConfig::default()
+        };
+        let timeout = heartbeat.timeout_ms;
+        ClusterConfig {
+            node_id,
+            addr,
+            heartbeat,
+            health: HealthConfig::default(),
+            quantum_ms: 2 * timeout,
+            paxos_timeout_ms: timeout / 3,
+            resend_ms: timeout / 15,
+            retry_delay_ms: timeout,
+            sync_grace_ms: timeout,
+        }
+    }
+
+    /// Checks the relations between the timings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let hb = &self.heartbeat;
+        if hb.interval_ms == 0 || hb.timeout_ms <= hb.interval_ms {
+            return Err(ConfigError(
+                "heartbeat timeout must exceed a positive interval",
+            ));
+        }
+        if self.health.window_ms == 0 || !(0.0..1.0).contains(&self.health.alpha) {
+            return Err(ConfigError(
+                "health window must be positive and alpha in [0, 1)",
+            ));
+        }
+        if self.resend_ms == 0 {
+            return Err(ConfigError("resend period must be positive"));
+        }
+        if self.paxos_timeout_ms == 0 || self.quantum_ms <= 2 * self.paxos_timeout_ms {
+            return Err(ConfigError("quantum must exceed two paxos timeouts"));
+        }
+        if self.retry_delay_ms + 2 * self.paxos_timeout_ms >= self.quantum_ms {
+            return Err(ConfigError("a retry must fit inside one quantum"));
+        }
+        Ok(())
+    }
+}
+
+/// A configuration whose timings are inconsistent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub &'static str);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid cluster config: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// What the caller must do on behalf of the state machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Transmit `msg` (from this node) to `to`.
+    Send {
+        /// Destination address.
+        to: PeerAddr,
+        /// The message; wrap in an [`crate::Envelope`] with this node's id.
+        msg: Message,
+    },
+    /// A new view was committed and is now this node's view.
+    ViewChanged {
+        /// The new cluster key (never 0).
+        cluster_key: u64,
+        /// Members, ascending.
+        succession: Vec<NodeId>,
+    },
+    /// The node left its view without a new one (its principal moved on
+    /// without it); it is an orphan until admitted again.
+    Orphaned,
+}
+
+#[derive(Clone, Debug)]
+enum Phase {
+    Prepare {
+        targets: BTreeSet<NodeId>,
+        promised: BTreeSet<NodeId>,
+        refused: BTreeSet<NodeId>,
+    },
+    Accept {
+        view: ClusterView,
+        pending: BTreeSet<NodeId>,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Round {
+    ballot: Ballot,
+    phase: Phase,
+    deadline: u64,
+    resend_at: u64,
+}
+
+/// A committed view whose Commit some members have not acknowledged yet.
+#[derive(Clone, Debug)]
+struct CommitDelivery {
+    ballot: Ballot,
+    view: ClusterView,
+    unacked: BTreeSet<NodeId>,
+    resend_at: u64,
+    give_up_at: u64,
+}
+
+/// Counters for observability and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Rounds started as principal.
+    pub rounds_started: u64,
+    /// Rounds that committed a view.
+    pub rounds_committed: u64,
+    /// Rounds abandoned (timeout, nack or nothing to change).
+    pub rounds_abandoned: u64,
+    /// Views applied (including as principal).
+    pub views_applied: u64,
+}
+
+/// One node's cluster-management state machine.
+#[derive(Clone, Debug)]
+pub struct ClusterNode {
+    cfg: ClusterConfig,
+    hb: HeartbeatState,
+    health: HealthTracker,
+    now: u64,
+    view: Option<ClusterView>,
+    view_since: u64,
+    promised: Ballot,
+    accepted: Option<(Ballot, ClusterView)>,
+    max_round: u64,
+    next_quantum: u64,
+    round: Option<Round>,
+    commit_delivery: Option<CommitDelivery>,
+    retry_at: Option<u64>,
+    attempt: u8,
+    /// When (at a quantum) the principal of the held view was first seen
+    /// missing from the adjacency list.
+    principal_lost_at: Option<u64>,
+    stats: NodeStats,
+}
+
+/// Quanta after which a member whose principal vanished, and which nobody
+/// admitted into a new view, gives up its stale view.
+const ORPHAN_AFTER_QUANTA: u64 = 2;
+
+impl ClusterNode {
+    /// A fresh node booting at `now` (local milliseconds). `now` also serves
+    /// as the heartbeat incarnation, so a restarted node must boot at a later
+    /// local time than its previous life.
+    pub fn new(cfg: ClusterConfig, now: u64) -> Result<ClusterNode, ConfigError> {
+        cfg.validate()?;
+        let hb = HeartbeatState::new(
+            cfg.node_id,
+            cfg.addr.clone(),
+            cfg.heartbeat.clone(),
+            now,
+            now,
+        );
+        let health = HealthTracker::new(cfg.health.clone(), cfg.heartbeat.interval_ms, now);
+        let next_quantum = now + cfg.quantum_ms;
+        Ok(ClusterNode {
+            cfg,
+            hb,
+            health,
+            now,
+            view: None,
+            view_since: now,
+            promised: Ballot::default(),
+            accepted: None,
+            max_round: 0,
+            next_quantum,
+            round: None,
+            commit_delivery: None,
+            retry_at: None,
+            attempt: 0,
+            principal_lost_at: None,
+            stats: NodeStats::default(),
+        })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.cfg.node_id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.cfg
+    }
+
+    /// The current view, `None` while orphan.
+    pub fn view(&self) -> Option<&ClusterView> {
+        self.view.as_ref()
+    }
+
+    /// Adjacent peers, ascending.
+    pub fn adjacency(&self) -> Vec<NodeId> {
+        self.hb.adjacency().collect()
+    }
+
+    /// Health tracker (read-only).
+    pub fn health(&self) -> &HealthTracker {
+        &self.health
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> NodeStats {
+        self.stats
+    }
+
+    /// The eligible set: self plus adjacent, admitted, healthy peers.
+    pub fn eligible(&self) -> BTreeSet<NodeId> {
+        let mut set: BTreeSet<NodeId> = self
+            .hb
+            .adjacency()
+            .filter(|id| self.health.is_eligible(*id))
+            .collect();
+        set.insert(self.cfg.node_id);
+        set
+    }
+
+    /// Whom this node regards as its principal: the highest eligible id.
+    pub fn principal(&self) -> NodeId {
+        self.eligible().last().copied().unwrap_or(self.cfg.node_id)
+    }
+
+    fn advance(&mut self, now: u64) -> u64 {
+        // Time never goes backwards inside the machine.
+        self.now = self.now.max(now);
+        self.now
+    }
+
+    /// Advances timers: heartbeats, adjacency expiry, health windows, Paxos
+    /// deadlines, retries and cluster-change quanta.
+    pub fn tick(&mut self, now: u64) -> Vec<Effect> {
+        let now = self.advance(now);
+        let mut out = Vec::new();
+        if let Some((seq, targets)) = self.hb.due(now) {
+            let (key, succession) = match &self.view {
+                Some(v) => (v.key(), v.succession().to_vec()),
+                None => (0, Vec::new()),
+            };
+            let hb = self.hb.build(seq, key, &succession);
+            for to in targets {
+                out.push(Effect::Send {
+                    to,
+                    msg: Message::Heartbeat(hb.clone()),
+                });
+            }
+        }
+        self.hb.expire(now);
+        let adjacency = self.adjacency();
+        self.health.tick(now, &adjacency);
+
+        if self.round.as_ref().is_some_and(|r| now >= r.deadline) {
+            self.on_round_deadline(now, &mut out);
+        }
+        self.resend(now, &mut out);
+        if self.retry_at.is_some_and(|t| now >= t) {
+            self.retry_at = None;
+            self.consider_round(now, &mut out);
+        }
+        if now >= self.next_quantum {
+            self.next_quantum += self.cfg.quantum_ms;
+            if self.next_quantum <= now {
+                self.next_quantum = now + self.cfg.quantum_ms;
+            }
+            self.on_quantum(now, &mut out);
+        }
+        out
+    }
+
+    /// Counts any non-heartbeat message from `from` (replica writes,
+    /// migrations, ...) as a surrogate heartbeat: it keeps an adjacent peer
+    /// in the adjacency list. For the health score a surrogate only proves
+    /// the peer alive; see [`crate::health`].
+    pub fn on_fabric_message(&mut self, from: NodeId, now: u64) {
+        let now = self.advance(now);
+        self.surrogate(from, now);
+    }
+
+    fn surrogate(&mut self, from: NodeId, now: u64) {
+        if from != self.cfg.node_id && self.hb.on_fabric_message(from, now) {
+            self.health.record_surrogate(from, now);
+        }
+    }
+
+    /// Handles one cluster message from `from`.
+    pub fn on_message(&mut self, from: NodeId, msg: Message, now: u64) -> Vec<Effect> {
+        let now = self.advance(now);
+        let mut out = Vec::new();
+        if from == self.cfg.node_id {
+            return out;
+        }
+        match msg {
+            Message::Heartbeat(hb) => {
+                let outcome = self.hb.on_heartbeat(from, &hb, now);
+                if matches!(outcome, HeartbeatOutcome::Fresh | HeartbeatOutcome::NewPeer) {
+                    // A brand-new peer is registered with the tracker on the
+                    // next tick; its first window is discarded anyway.
+                    self.health.record_heartbeat(from, now);
+                    self.maybe_adopt(from, hb.cluster_key, now, &mut out);
+                }
+            }
+            other => {
+                self.surrogate(from, now);
+                self.on_paxos(from, other, now, &mut out);
+            }
+        }
+        out
+    }
+
+    fn send(&self, to: NodeId, msg: Message, out: &mut Vec<Effect>) {
+        if let Some(addr) = self.hb.addr_of(to) {
+            out.push(Effect::Send {
+                to: addr.clone(),
+                msg,
+            });
+        }
+    }
+
+    fn apply_view(&mut self, view: ClusterView, now: u64, out: &mut Vec<Effect>) {
+        assert!(
+            view.contains(self.cfg.node_id),
+            "a node may only hold a view it belongs to"
+        );
+        if self.view.as_ref().map(ClusterView::key) == Some(view.key()) {
+            return;
+        }
+        out.push(Effect::ViewChanged {
+            cluster_key: view.key(),
+            succession: view.succession().to_vec(),
+        });
+        self.view = Some(view);
+        self.view_since = now;
+        self.principal_lost_at = None;
+        self.stats.views_applied += 1;
+    }
+
+    /// Commit learned through the principal's heartbeat.
+    fn maybe_adopt(&mut self, from: NodeId, key: u64, now: u64, out: &mut Vec<Effect>) {
+        let adopt = match &self.accepted {
+            Some((ballot, v)) => {
+                ballot.node == from
+                    && v.key() == key
+                    && self.view.as_ref().map(ClusterView::key) != Some(key)
+            }
+            None => false,
+        };
+        if adopt {
+            if let Some((_, v)) = self.accepted.clone() {
+                self.apply_view(v, now, out);
+            }
+        }
+    }
+
+    fn member_out_of_sync(&self, view: &ClusterView, now: u64) -> bool {
+        if now.saturating_sub(self.view_since) < self.cfg.sync_grace_ms {
+            return false;
+        }
+        view.succession().iter().any(|m| {
+            *m != self.cfg.node_id
+                && self.hb.peer(*m).is_some_and(|p| {
+                    p.last_heartbeat >= self.view_since + self.cfg.sync_grace_ms
+                        && p.cluster_key != view.key()
+                })
+        })
+    }
+
+    fn on_quantum(&mut self, now: u64, out: &mut Vec<Effect>) {
+        self.attempt = 0;
+        self.retry_at = None;
+        // Member side: did my principal move on without me?
+        let my_principal = self.principal();
+        if let Some(v) = &self.view {
+            let p = v.principal();
+            let me = self.cfg.node_id;
+            if p == me && my_principal != me {
+                // I lead a view but someone higher is now my principal; it
+                // should take my members in. If it never admits me, the
+                // view I lead is stale.
+                let t = *self.principal_lost_at.get_or_insert(now);
+                if now.saturating_sub(t) >= ORPHAN_AFTER_QUANTA * self.cfg.quantum_ms {
+                    self.view = None;
+                    self.view_since = now;
+                    self.principal_lost_at = None;
+                    out.push(Effect::Orphaned);
+                }
+            } else if p == me {
+                self.principal_lost_at = None;
+            } else if now.saturating_sub(self.view_since) >= self.cfg.sync_grace_ms {
+                let dropped = self.hb.peer(p).is_some_and(|ps| {
+                    ps.last_heartbeat >= self.view_since + self.cfg.sync_grace_ms
+                        && ps.cluster_key != v.key()
+                        && !ps.succession.contains(&me)
+                });
+                // A principal that vanished is normally replaced by the next
+                // highest member within a quantum plus a retry; only if that
+                // never happens (this node is not admitted by anyone) does
+                // the node give the stale view up.
+                let lost_since = match self.hb.peer(p) {
+                    Some(_) => {
+                        self.principal_lost_at = None;
+                        None
+                    }
+                    None => Some(*self.principal_lost_at.get_or_insert(now)),
+                };
+                let abandoned = lost_since.is_some_and(|t| {
+                    now.saturating_sub(t) >= ORPHAN_AFTER_QUANTA * self.cfg.quantum_ms
+                });
+                if dropped || abandoned {
+                    self.view = None;
+                    self.view_since = now;
+                    self.principal_lost_at = None;
+                    out.push(Effect::Orphaned);
+                }
+            }
+        }
+        if self.round.is_none() {
+            self.consider_round(now, out);
+        }
+    }
+
+    /// Starts a round if this node is its own principal and the view must
+    /// change.
+    fn consider_round(&mut self, now: u64, out: &mut Vec<Effect>) {
+        let me = self.cfg.node_id;
+        let eligible = self.eligible();
+        if self.principal() != me || self.round.is_some() {
+            return;
+        }
+        let needed = match &self.view {
+            None => true,
+            Some(v) => {
+                v.principal() != me
+                    || !v.succession().iter().copied().eq(eligible.iter().copied())
+                    || self.member_out_of_sync(v, now)
+            }
+        };
+        if needed {
+            self.start_round(now, eligible, out);
+        }
+    }
+
+    fn start_round(&mut self, now: u64, eligible: BTreeSet<NodeId>, out: &mut Vec<Effect>) {
+        let me = self.cfg.node_id;
+        self.max_round = self.max_round.max(self.promised.round) + 1;
+        let ballot = Ballot {
+            round: self.max_round,
+            node: me,
+        };
+        debug_assert!(ballot > self.promised);
+        self.promised = ballot;
+        self.stats.rounds_started += 1;
+        let targets: BTreeSet<NodeId> = eligible.into_iter().filter(|id| *id != me).collect();
+        for t in &targets {
+            self.send(*t, Message::Prepare { ballot }, out);
+        }
+        let done = targets.is_empty();
+        self.round = Some(Round {
+            ballot,
+            phase: Phase::Prepare {
+                targets,
+                promised: BTreeSet::new(),
+                refused: BTreeSet::new(),
+            },
+            deadline: now + self.cfg.paxos_timeout_ms,
+            resend_at: now + self.cfg.resend_ms,
+        });
+        if done {
+            self.finish_prepare(now, out);
+        }
+    }
+
+    fn abandon(&mut self, now: u64, retry: bool) {
+        self.round = None;
+        self.stats.rounds_abandoned += 1;
+        if retry && self.attempt < 2 {
+            self.attempt += 1;
+            self.retry_at = Some(now + self.cfg.retry_delay_ms);
+        }
+    }
+
+    fn finish_prepare(&mut self, now: u64, out: &mut Vec<Effect>) {
+        let me = self.cfg.node_id;
+        let Some(round) = self.round.take() else {
+            return;
+        };
+        let Phase::Prepare {
+            targets, promised, ..
+        } = round.phase
+        else {
+            self.round = Some(round);
+            return;
+        };
+        if promised != targets && self.attempt == 0 {
+            self.abandon(now, true);
+            return;
+        }
+        let mut members = promised;
+        members.insert(me);
+        let succession: Vec<NodeId> = members.iter().copied().collect();
+        let unchanged = self.view.as_ref().is_some_and(|v| {
+            v.principal() == me
+                && v.succession() == succession.as_slice()
+                && !self.member_out_of_sync(v, now)
+        });
+        if unchanged {
+            self.abandon(now, false);
+            return;
+        }
+        let prev = self.view.as_ref().map_or(0, ClusterView::key);
+        let key = derive_cluster_key(round.ballot, now, prev, &succession);
+        let Some(view) = ClusterView::new(key, succession) else {
+            debug_assert!(false, "derived view is always valid");
+            self.abandon(now, false);
+            return;
+        };
+        debug_assert_eq!(view.principal(), me);
+        self.accepted = Some((round.ballot, view.clone()));
+        let pending: BTreeSet<NodeId> = members.into_iter().filter(|id| *id != me).collect();
+        for m in &pending {
+            self.send(
+                *m,
+                Message::Accept {
+                    ballot: round.ballot,
+                    view: view.clone(),
+                },
+                out,
+            );
+        }
+        let ballot = round.ballot;
+        let done = pending.is_empty();
+        self.round = Some(Round {
+            ballot,
+            phase: Phase::Accept { view, pending },
+            deadline: now + self.cfg.paxos_timeout_ms,
+            resend_at: now + self.cfg.resend_ms,
+        });
+        if done {
+            self.commit(now, out);
+        }
+    }
+
+    fn commit(&mut self, now: u64, out: &mut Vec<Effect>) {
+        let Some(round) = self.round.take() else {
+            return;
+        };
+        let Phase::Accept { view, pending } = round.phase else {
+            self.round = Some(round);
+            return;
+        };
+        debug_assert!(pending.is_empty());
+        let unacked: BTreeSet<NodeId> = view
+            .succession()
+            .iter()
+            .copied()
+            .filter(|m| *m != self.cfg.node_id)
+            .collect();
+        for m in &unacked {
+            self.send(
+                *m,
+                Message::Commit {
+                    ballot: round.ballot,
+                    view: view.clone(),
+                },
+                out,
+            );
+        }
+        self.commit_delivery = (!unacked.is_empty()).then(|| CommitDelivery {
+            ballot: round.ballot,
+            view: view.clone(),
+            unacked,
+            resend_at: now + self.cfg.resend_ms,
+            give_up_at: now + self.cfg.sync_grace_ms,
+        });
+        self.stats.rounds_committed += 1;
+        self.retry_at = None;
+        self.apply_view(view, now, out);
+    }
+
+    /// Retransmits unanswered Prepare/Accept messages of the running round
+    /// and unacknowledged Commits of the last committed view, so a single
+    /// lost message does not fail a round.
+    fn resend(&mut self, now: u64, out: &mut Vec<Effect>) {
+        let period = self.cfg.resend_ms;
+        let mut sends: Vec<(NodeId, Message)> = Vec::new();
+        if let Some(r) = &mut self.round {
+            if now >= r.resend_at {
+                r.resend_at = now + period;
+                let ballot = r.ballot;
+                match &r.phase {
+                    Phase::Prepare {
+                        targets,
+                        promised,
+                        refused,
+                    } => {
+                        for t in targets {
+                            if !promised.contains(t) && !refused.contains(t) {
+                                sends.push((*t, Message::Prepare { ballot }));
+                            }
+                        }
+                    }
+                    Phase::Accept { view, pending } => {
+                        for t in pending {
+                            let view = view.clone();
+                            sends.push((*t, Message::Accept { ballot, view }));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(cd) = &mut self.commit_delivery {
+            let current = self.view.as_ref().map(ClusterView::key) == Some(cd.view.key());
+            if now >= cd.give_up_at || !current {
+                self.commit_delivery = None;
+            } else if now >= cd.resend_at {
+                cd.resend_at = now + period;
+                for m in &cd.unacked {
+                    let msg = Message::Commit {
+                        ballot: cd.ballot,
+                        view: cd.view.clone(),
+                    };
+                    sends.push((*m, msg));
+                }
+            }
+        }
+        for (to, msg) in sends {
+            self.send(to, msg, out);
+        }
+    }
+
+    fn on_round_deadline(&mut self, now: u64, out: &mut Vec<Effect>) {
+        match self.round.as_ref().map(|r| &r.phase) {
+            Some(Phase::Prepare { .. }) => self.finish_prepare(now, out),
+            Some(Phase::Accept { .. }) => self.abandon(now, true),
+            None => {}
+        }
+    }
+
+    fn on_paxos(&mut self, from: NodeId, msg: Message, now: u64, out: &mut Vec<Effect>) {
+        let me = self.cfg.node_id;
+        match msg {
+            Message::Heartbeat(_) => {}
+            Message::Prepare { ballot } => {
+                let principal = self.principal();
+                self.max_round = self.max_round.max(ballot.round);
+                // A self-promise from a round that already ended binds nobody.
+                let stale_self = self.promised.node == me && self.round.is_none();
+                if from == principal
+                    && ballot.node == from
+                    && (ballot >= self.promised || stale_self)
+                {
+                    self.promised = ballot;
+                    if self.round.is_some() {
+                        // Someone higher leads now.
+                        self.abandon(now, false);
+                    }
+                    self.send(from, Message::Promise { ballot }, out);
+                } else {
+                    self.nack(from, ballot, out);
+                }
+            }
+            Message::Accept { ballot, view } => {
+                let ok = ballot >= self.promised
+                    && ballot.node == from
+                    && view.principal() == from
+                    && view.contains(me)
+                    && self.principal() == from;
+                if ok {
+                    self.promised = ballot;
+                    self.apply_view(view.clone(), now, out);
+                    self.accepted = Some((ballot, view));
+                    self.send(from, Message::Accepted { ballot }, out);
+                } else {
+                    self.nack(from, ballot, out);
+                }
+            }
+            Message::Commit { ballot, view } => {
+                let matches = self
+                    .accepted
+                    .as_ref()
+                    .is_some_and(|(b, v)| *b == ballot && *v == view);
+                let key = view.key();
+                if matches && ballot.node == from {
+                    self.apply_view(view, now, out);
+                }
+                let holds = self.view.as_ref().is_some_and(|v| v.key() == key);
+                if holds {
+                    self.send(from, Message::Committed { ballot }, out);
+                }
+            }
+            Message::Committed { ballot } => {
+                if let Some(cd) = &mut self.commit_delivery {
+                    if cd.ballot == ballot {
+                        cd.unacked.remove(&from);
+                        if cd.unacked.is_empty() {
+                            self.commit_delivery = None;
+                        }
+                    }
+                }
+            }
+            Message::Promise { ballot } => {
+                let mut finish = false;
+                if let Some(Round {
+                    ballot: b,
+                    phase:
+                        Phase::Prepare {
+                            targets,
+                            promised,
+                            refused,
+                        },
+                    ..
+                }) = &mut self.round
+                {
+                    if *b == ballot && targets.contains(&from) && !refused.contains(&from) {
+                        promised.insert(from);
+                        finish = promised.len() + refused.len() == targets.len();
+                    }
+                }
+                if finish {
+                    self.finish_prepare(now, out);
+                }
+            }
+            Message::Accepted { ballot } => {
+                let mut finish = false;
+                if let Some(Round {
+                    ballot: b,
+                    phase: Phase::Accept { pending, .. },
+                    ..
+                }) = &mut self.round
+                {
+                    if *b == ballot {
+                        pending.remove(&from);
+                        finish = pending.is_empty();
+                    }
+                }
+                if finish {
+                    self.commit(now, out);
+                }
+            }
+            Message::Nack {
+                ballot, promised, ..
+            } => {
+                self.max_round = self.max_round.max(promised.round);
+                let mut finish = false;
+                let mut abort = false;
+                match &mut self.round {
+                    Some(Round {
+                        ballot: b,
+                        phase:
+                            Phase::Prepare {
+                                targets,
+                                promised: got,
+                                refused,
+                            },
+                        ..
+                    }) if *b == ballot && targets.contains(&from) && !got.contains(&from) => {
+                        refused.insert(from);
+                        finish = got.len() + refused.len() == targets.len();
+                    }
+                    Some(Round {
+                        ballot: b,
+                        phase: Phase::Accept { pending, .. },
+                        ..
+                    }) if *b == ballot && pending.contains(&from) => abort = true,
+                    _ => {}
+                }
+                if finish {
+                    self.finish_prepare(now, out);
+                } else if abort {
+                    self.abandon(now, true);
+                }
+            }
+        }
+    }
+
+    fn nack(&self, to: NodeId, ballot: Ballot, out: &mut Vec<Effect>) {
+        let msg = Message::Nack {
+            ballot,
+            promised: self.promised,
+            principal: self.principal(),
+        };
+        self.send(to, msg, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::message::Envelope;
+
+    fn addr(i: usize) -> PeerAddr {
+        PeerAddr::new(format!("n{i}")).expect("addr")
+    }
+
+    /// A lossless network with 1 ms latency, optional cut links and a
+    /// record of every view change.
+    struct Net {
+        nodes: Vec<Option<ClusterNode>>,
+        ids: Vec<NodeId>,
+        queue: Vec<(u64, usize, Vec<u8>)>,
+        cut: BTreeSet<(usize, usize)>,
+        changes: Vec<(u64, usize, u64)>,
+        now: u64,
+    }
+
+    impl Net {
+        fn new(ids: &[u64]) -> Net {
+            let n = ids.len();
+            let nodes = (0..n)
+                .map(|i| {
+                    let cfg = ClusterConfig::new(NodeId(ids[i]), addr(i), vec![addr(0)]);
+                    Some(ClusterNode::new(cfg, 0).expect("valid config"))
+                })
+                .collect();
+            Net {
+                nodes,
+                ids: ids.iter().copied().map(NodeId).collect(),
+                queue: Vec::new(),
+                cut: BTreeSet::new(),
+                changes: Vec::new(),
+                now: 0,
+            }
+        }
+
+        fn index_of(&self, a: &PeerAddr) -> Option<usize> {
+            a.as_str().strip_prefix('n')?.parse().ok()
+        }
+
+        fn handle(&mut self, from: usize, effects: Vec<Effect>) {
+            for e in effects {
+                match e {
+                    Effect::Send { to, msg } => {
+                        let Some(j) = self.index_of(&to) else {
+                            continue;
+                        };
+                        if self.cut.contains(&(from, j)) {
+                            continue;
+                        }
+                        let env = Envelope {
+                            from: self.ids[from],
+                            msg,
+                        };
+                        self.queue.push((self.now + 1, j, env.encode()));
+                    }
+                    Effect::ViewChanged { cluster_key, .. } => {
+                        self.changes.push((self.now, from, cluster_key));
+                    }
+                    Effect::Orphaned => self.changes.push((self.now, from, 0)),
+                }
+            }
+        }
+
+        fn run_until(&mut self, end: u64) {
+            while self.now < end {
+                self.now += 5;
+                let now = self.now;
+                let (due, rest): (Vec<_>, Vec<_>) =
+                    self.queue.drain(..).partition(|(t, _, _)| *t <= now);
+                self.queue = rest;
+                for (_, to, bytes) in due {
+                    let env = Envelope::decode(&bytes).expect("own encoding decodes");
+                    if let Some(node) = self.nodes[to].as_mut() {
+                        let eff = node.on_message(env.from, env.msg, now);
+                        self.handle(to, eff);
+                    }
+                }
+                for i in 0..self.nodes.len() {
+                    if let Some(node) = self.nodes[i].as_mut() {
+                        let eff = node.tick(now);
+                        self.handle(i, eff);
+                    }
+                }
+            }
+        }
+
+        fn view(&self, i: usize) -> Option<(u64, Vec<NodeId>)> {
+            let v = self.nodes[i].as_ref()?.view()?;
+            Some((v.key(), v.succession().to_vec()))
+        }
+
+        fn split(&mut self, a: &[usize], b: &[usize]) {
+            for &x in a {
+                for &y in b {
+                    self.cut.insert((x, y));
+                    self.cut.insert((y, x));
+                }
+            }
+        }
+    }
+
+    fn sorted_ids(ids: &[u64]) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = ids.iter().copied().map(NodeId).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn nodes_converge_to_one_view_led_by_highest_id() {
+        let ids = [30, 10, 50, 20];
+        let mut net = Net::new(&ids);
+        net.run_until(15_000);
+        let first = net.view(0).expect("node 0 has a view");
+        assert_eq!(first.1, sorted_ids(&ids));
+        for i in 1..ids.len() {
+            assert_eq!(net.view(i), Some(first.clone()), "node {i}");
+        }
+        // Stable: no change during the next 10 quanta.
+        let before = net.changes.len();
+        net.run_until(45_000);
+        assert_eq!(net.changes.len(), before, "{:?}", &net.changes[before..]);
+    }
+
+    #[test]
+    fn view_changes_happen_only_at_quantum_boundaries() {
+        let ids = [1, 2, 3];
+        let mut net = Net::new(&ids);
+        net.run_until(15_000);
+        // Every node boots at 0 with a 3000 ms quantum. The principal (id 3,
+        // index 2) decides at 3000, 6000, ...; a round takes a few ms, a
+        // retried round at most retry_delay + 2 paxos timeouts more.
+        for (t, who, _) in &net.changes {
+            if *who == 2 {
+                let into = t % 3000;
+                assert!(into <= 1500 + 2 * 500 + 20, "change at {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn departed_node_is_removed_within_timeout_plus_quantum() {
+        let ids = [5, 9, 7, 3];
+        let mut net = Net::new(&ids);
+        net.run_until(15_000);
+        assert_eq!(net.view(0).map(|v| v.1.len()), Some(4));
+        // Crash the principal (id 9).
+        net.nodes[1] = None;
+        let crash = net.now;
+        let timeout = 1500;
+        let quantum = 3000;
+        let retry = 1500 + 2 * 500;
+        net.run_until(crash + timeout + quantum + retry + 100);
+        for i in [0, 2, 3] {
+            let v = net.view(i).expect("view");
+            assert_eq!(v.1, sorted_ids(&[3, 5, 7]), "node {i}");
+        }
+        assert_eq!(net.view(0), net.view(2));
+        assert_eq!(net.view(0), net.view(3));
+    }
+
+    #[test]
+    fn partitions_form_two_views_and_merge_in_one_change() {
+        let ids = [11, 12, 13, 14, 15, 16];
+        let mut net = Net::new(&ids);
+        for (i, id) in ids.iter().enumerate() {
+            let cfg = ClusterConfig::new(NodeId(*id), addr(i), vec![addr(0), addr(3)]);
+            net.nodes[i] = Some(ClusterNode::new(cfg, 0).expect("cfg"));
+        }
+        net.split(&[0, 1, 2], &[3, 4, 5]);
+        net.run_until(20_000);
+        assert_eq!(net.view(0).map(|v| v.1), Some(sorted_ids(&[11, 12, 13])));
+        assert_eq!(net.view(3).map(|v| v.1), Some(sorted_ids(&[14, 15, 16])));
+        net.cut.clear();
+        let healed_at = net.now;
+        net.run_until(healed_at + 20_000);
+        let v0 = net.view(0).expect("view");
+        assert_eq!(v0.1, sorted_ids(&ids));
+        for i in 1..6 {
+            assert_eq!(net.view(i), Some(v0.clone()), "node {i}");
+        }
+        // Every node changed view exactly once after the heal: straight
+        // into the merged view.
+        for i in 0..6 {
+            let after: Vec<_> = net
+                .changes
+                .iter()
+                .filter(|(t, who, _)| *who == i && *t > healed_at)
+                .collect();
+            assert_eq!(after.len(), 1, "node {i}: {after:?}");
+        }
+    }
+
+    #[test]
+    fn prepare_from_non_principal_is_refused() {
+        let ids = [1, 2, 3];
+        let mut net = Net::new(&ids);
+        net.run_until(15_000);
+        let node = net.nodes[0].as_mut().expect("alive");
+        let now = 15_001;
+        let bogus = Ballot {
+            round: 1_000,
+            node: NodeId(2),
+        };
+        let out = node.on_message(NodeId(2), Message::Prepare { ballot: bogus }, now);
+        assert!(
+            matches!(out.as_slice(), [Effect::Send { msg: Message::Nack { principal, .. }, .. }] if *principal == NodeId(3)),
+            "{out:?}"
+        );
+        // An Accept for a view without a promise is refused too.
+        let view = ClusterView::new(99, vec![NodeId(1), NodeId(2)]).expect("v");
+        let out = node.on_message(
+            NodeId(2),
+            Message::Accept {
+                ballot: bogus,
+                view,
+            },
+            now,
+        );
+        assert!(matches!(
+            out.as_slice(),
+            [Effect::Send {
+                msg: Message::Nack { .. },
+                ..
+            }]
+        ));
+        // A Commit of a value never accepted is ignored.
+        let view = ClusterView::new(98, vec![NodeId(1), NodeId(3)]).expect("v");
+        let before = node.view().cloned();
+        let out = node.on_message(
+            NodeId(3),
+            Message::Commit {
+                ballot: bogus,
+                view,
+            },
+            now,
+        );
+        assert!(out.is_empty());
+        assert_eq!(node.view().cloned(), before);
+    }
+
+    #[test]
+    fn lone_node_forms_a_solo_view_at_its_first_quantum() {
+        let cfg = ClusterConfig::new(NodeId(4), addr(0), vec![addr(1)]);
+        let mut node = ClusterNode::new(cfg, 100).expect("cfg");
+        let mut changes = Vec::new();
+        let mut t = 100;
+        while t < 3200 {
+            for e in node.tick(t) {
+                if let Effect::ViewChanged { succession, .. } = e {
+                    changes.push((t, succession));
+                }
+            }
+            t += 10;
+        }
+        assert_eq!(changes, vec![(3100, vec![NodeId(4)])]);
+    }
+
+    #[test]
+    fn config_validation() {
+        let mut cfg = ClusterConfig::new(NodeId(1), addr(0), vec![]);
+        assert!(cfg.validate().is_ok());
+        cfg.heartbeat.timeout_ms = cfg.heartbeat.interval_ms;
+        assert!(cfg.validate().is_err());
+        let mut cfg = ClusterConfig::new(NodeId(1), addr(0), vec![]);
+        cfg.quantum_ms = cfg.paxos_timeout_ms;
+        assert!(ClusterNode::new(cfg, 0).is_err());
+    }
+}

@@ -1,0 +1,511 @@
+//! The device storage engine over real `citrined` processes: crash safety
+//! under `kill -9` during concurrent writes (with and without
+//! commit-to-device), durable deletes and expirations across fast and cold
+//! restarts, corrupted blocks, and stop-writes that lift by themselves.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
+use common::*;
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A citrined whose log goes to a file, so tests can read it.
+struct Node {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    fn start(config: &Path, data_dir: &Path, port: u16, run: u32) -> Node {
+        let log = data_dir.join(format!("citrined-{run}.log"));
+        let log_file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(binary())
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "--data-dir",
+                data_dir.to_str().unwrap(),
+                "--port",
+                &port.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .unwrap();
+        let mut node = Node { child, log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = node.child.try_wait() {
+                panic!("citrined exited early with {status}: {}", node.log_text());
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return node;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "citrined did not listen within 30 s: {}",
+                node.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// kill -9.
+    fn kill(mut self) -> String {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.log_text()
+    }
+
+    /// SIGTERM and wait for the clean exit.
+    fn terminate(mut self) -> String {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(
+                    status.success(),
+                    "unclean exit {status}: {}",
+                    self.log_text()
+                );
+                return self.log_text();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "citrined did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "citrine-device-{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let _ = std::fs::remove_dir_all(&path);
+    std::fs::create_dir_all(&path).unwrap();
+    path
+}
+
+fn write_config(dir: &Path, engine: &str) -> PathBuf {
+    let path = dir.join("citrine.toml");
+    let text = format!(
+        "[service]\nport = 3000\n[logging]\nlevel = \"info\"\n[[namespace]]\nname = \"test\"\nnsup-period = 1\n[namespace.storage-engine]\ntype = \"device\"\n{engine}\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn put(stream: &mut TcpStream, key: &str, value: i64, ttl: u32) -> std::io::Result<u8> {
+    let header = MsgHeader {
+        info2: info2::WRITE,
+        record_ttl: ttl,
+        ..MsgHeader::default()
+    };
+    let frame = record_request(
+        "test",
+        key,
+        header,
+        &[(op_type::WRITE, 1, "v", value.to_be_bytes().to_vec())],
+    );
+    let (_, body) = round_trip(stream, &frame)?;
+    Ok(decode_reply(&body).0.result_code)
+}
+
+fn put_blob(stream: &mut TcpStream, key: &str, bytes: usize) -> std::io::Result<u8> {
+    let header = MsgHeader {
+        info2: info2::WRITE,
+        ..MsgHeader::default()
+    };
+    let frame = record_request(
+        "test",
+        key,
+        header,
+        &[(op_type::WRITE, 4, "b", vec![7u8; bytes])],
+    );
+    let (_, body) = round_trip(stream, &frame)?;
+    Ok(decode_reply(&body).0.result_code)
+}
+
+fn delete(stream: &mut TcpStream, key: &str) -> std::io::Result<u8> {
+    let header = MsgHeader {
+        info2: info2::WRITE | info2::DELETE,
+        ..MsgHeader::default()
+    };
+    let (_, body) = round_trip(stream, &record_request("test", key, header, &[]))?;
+    Ok(decode_reply(&body).0.result_code)
+}
+
+/// The value of bin "v", or `None` when the record is not found.
+fn get(stream: &mut TcpStream, key: &str) -> Option<i64> {
+    let header = MsgHeader {
+        info1: info1::READ | info1::GET_ALL,
+        ..MsgHeader::default()
+    };
+    let (_, body) = round_trip(stream, &record_request("test", key, header, &[])).unwrap();
+    let (reply, bins) = decode_reply(&body);
+    match reply.result_code {
+        0 => bins
+            .iter()
+            .find(|bin| bin.0 == b"v")
+            .map(|bin| i64::from_be_bytes(bin.2.clone().try_into().unwrap())),
+        2 => None,
+        code => panic!("read of {key} failed with {code}"),
+    }
+}
+
+fn stat(stream: &mut TcpStream, name: &str) -> String {
+    let answer = info(stream, &["namespace/test"]);
+    answer[0]
+        .1
+        .split(';')
+        .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// What a client thread knows when the server dies.
+#[derive(Default)]
+struct History {
+    /// Acknowledged state of each key: Some(value) or None (deleted).
+    acked: HashMap<String, Option<i64>>,
+    /// The operation in flight when the connection broke.
+    in_flight: Option<(String, Option<i64>)>,
+    /// Acknowledgement times of writes (for the loss-window test).
+    ack_times: Vec<(String, i64, Instant)>,
+}
+
+/// Runs `threads` clients doing writes and deletes until the server dies.
+fn hammer(
+    port: u16,
+    threads: usize,
+    keys_per_thread: u64,
+    delete_every: u64,
+) -> Vec<std::thread::JoinHandle<History>> {
+    (0..threads)
+        .map(|thread| {
+            std::thread::spawn(move || {
+                let mut history = History::default();
+                let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+                    return history;
+                };
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                for step in 1u64.. {
+                    let key = format!("t{thread}-{}", (step * 7919) % keys_per_thread);
+                    let deleting = delete_every != 0 && step % delete_every == 0;
+                    let new_state = if deleting { None } else { Some(step as i64) };
+                    history.in_flight = Some((key.clone(), new_state));
+                    let outcome = if deleting {
+                        delete(&mut stream, &key)
+                    } else {
+                        put(&mut stream, &key, step as i64, 0)
+                    };
+                    match outcome {
+                        Ok(0) | Ok(2) => {
+                            history.acked.insert(key.clone(), new_state);
+                            if let Some(value) = new_state {
+                                history.ack_times.push((key, value, Instant::now()));
+                            }
+                            history.in_flight = None;
+                        }
+                        Ok(code) => panic!("operation failed with result {code}"),
+                        Err(_) => break,
+                    }
+                }
+                history
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn kill_9_with_commit_to_device_loses_no_acknowledged_write_or_delete() {
+    let dir = temp_dir("commit");
+    let config = write_config(&dir, "file = \"test.dat\"\nfilesize = \"24M\"\nwrite-block-size = \"64K\"\ncommit-to-device = true\nflush-max-ms = 100");
+    let port = free_port();
+    let node = Node::start(&config, &dir, port, 1);
+    // Many overwrites of a small key space: blocks die and defrag runs.
+    let clients = hammer(port, 8, 150, 5);
+    std::thread::sleep(Duration::from_millis(3000));
+    let mut stream = connect(port);
+    let defragged = stat(&mut stream, "defrag_reads");
+    drop(stream);
+    node.kill();
+    let histories: Vec<History> = clients
+        .into_iter()
+        .map(|client| client.join().unwrap())
+        .collect();
+    let acknowledged: usize = histories.iter().map(|history| history.acked.len()).sum();
+    assert!(
+        acknowledged > 100,
+        "too few writes to mean anything: {acknowledged}"
+    );
+
+    let node = Node::start(&config, &dir, port, 2);
+    let mut stream = connect(port);
+    let mut checked = 0;
+    for history in &histories {
+        for (key, state) in &history.acked {
+            let actual = get(&mut stream, key);
+            let in_flight = history
+                .in_flight
+                .as_ref()
+                .filter(|(flying, _)| flying == key)
+                .map(|(_, state)| *state);
+            assert!(
+                actual == *state || Some(actual) == in_flight,
+                "{key}: acknowledged {state:?}, in flight {in_flight:?}, found {actual:?}"
+            );
+            checked += 1;
+        }
+    }
+    let log = node.kill();
+    assert!(
+        log.contains("cold start complete"),
+        "an unclean stop must cold start: {log}"
+    );
+    eprintln!("checked {checked} keys after kill -9; defrag had read {defragged} blocks");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn kill_9_without_commit_loses_at_most_the_flush_window() {
+    let dir = temp_dir("window");
+    let flush_max_ms = 200u64;
+    let config = write_config(&dir, &format!("file = \"test.dat\"\nfilesize = \"64M\"\nwrite-block-size = \"128K\"\nflush-max-ms = {flush_max_ms}"));
+    let port = free_port();
+    let node = Node::start(&config, &dir, port, 1);
+    // Unique keys, no deletes: every acknowledged write should survive unless
+    // it was acknowledged within the flush window before the kill.
+    let clients = hammer(port, 8, u64::MAX, 0);
+    std::thread::sleep(Duration::from_millis(2500));
+    let killed_at = Instant::now();
+    node.kill();
+    let histories: Vec<History> = clients
+        .into_iter()
+        .map(|client| client.join().unwrap())
+        .collect();
+    // Documented window: flush-max-ms, plus scheduling slack on a loaded test machine.
+    let window = Duration::from_millis(flush_max_ms + 400);
+    let node = Node::start(&config, &dir, port, 2);
+    let mut stream = connect(port);
+    let (mut old, mut recent, mut lost_recent) = (0, 0, 0);
+    for history in &histories {
+        for (key, value, acked_at) in &history.ack_times {
+            let actual = get(&mut stream, key);
+            if killed_at.duration_since(*acked_at) > window {
+                assert_eq!(
+                    actual,
+                    Some(*value),
+                    "{key} was acknowledged {:?} before the kill, outside the loss window",
+                    killed_at.duration_since(*acked_at)
+                );
+                old += 1;
+            } else {
+                recent += 1;
+                if actual.is_none() {
+                    lost_recent += 1;
+                }
+            }
+        }
+    }
+    assert!(old > 100, "too few writes: {old}");
+    eprintln!("{old} writes older than the window all present; {lost_recent} of {recent} writes inside the window lost");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn deletes_and_expirations_survive_fast_and_cold_restarts() {
+    let dir = temp_dir("durable");
+    let config = write_config(
+        &dir,
+        "file = \"test.dat\"\nfilesize = \"8M\"\nwrite-block-size = \"64K\"\nflush-max-ms = 50",
+    );
+    let port = free_port();
+    let node = Node::start(&config, &dir, port, 1);
+    let mut stream = connect(port);
+    for index in 0..400 {
+        assert_eq!(put(&mut stream, &format!("k{index}"), index, 0).unwrap(), 0);
+    }
+    for index in (0..400).step_by(2) {
+        assert_eq!(delete(&mut stream, &format!("k{index}")).unwrap(), 0);
+    }
+    // Records that expire in 1 s, after an older copy without a TTL.
+    for index in 0..50 {
+        assert_eq!(put(&mut stream, &format!("e{index}"), index, 0).unwrap(), 0);
+        assert_eq!(
+            put(&mut stream, &format!("e{index}"), index + 1000, 1).unwrap(),
+            0
+        );
+    }
+    // Churn so that defrag moves and frees blocks holding the old copies.
+    for round in 0..30 {
+        for index in 0..60 {
+            assert_eq!(
+                put_blob(&mut stream, &format!("churn{index}"), 3000 + round).unwrap(),
+                0
+            );
+        }
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let check = |stream: &mut TcpStream, when: &str| {
+        for index in 0..400 {
+            let expected = (index % 2 == 1).then_some(index);
+            assert_eq!(
+                get(stream, &format!("k{index}")),
+                expected,
+                "k{index} {when}"
+            );
+        }
+        for index in 0..50 {
+            assert_eq!(
+                get(stream, &format!("e{index}")),
+                None,
+                "e{index} expired but is back {when}"
+            );
+        }
+    };
+    check(&mut stream, "before any restart");
+    drop(stream);
+    let log = node.terminate();
+    assert!(log.contains("index saved for fast restart"), "{log}");
+
+    let node = Node::start(&config, &dir, port, 2);
+    let mut stream = connect(port);
+    check(&mut stream, "after a fast restart");
+    let log = node.kill();
+    assert!(log.contains("fast restart: index reattached"), "{log}");
+
+    let node = Node::start(&config, &dir, port, 3);
+    let mut stream = connect(port);
+    check(&mut stream, "after kill -9 and a cold start");
+    let log = node.kill();
+    assert!(log.contains("cold start complete"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_corrupted_block_is_skipped_with_a_log_line() {
+    let dir = temp_dir("corrupt");
+    let config = write_config(&dir, "file = \"test.dat\"\nfilesize = \"8M\"\nwrite-block-size = \"64K\"\ncommit-to-device = true");
+    let port = free_port();
+    let node = Node::start(&config, &dir, port, 1);
+    let mut stream = connect(port);
+    for index in 0..300 {
+        assert_eq!(put(&mut stream, &format!("k{index}"), index, 0).unwrap(), 0);
+    }
+    drop(stream);
+    node.kill();
+    // Flip bytes inside the first write block (after its header) and tear
+    // the header of the second.
+    let path = dir.join("test.dat");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let first_block = 1 << 20;
+    for byte in &mut bytes[first_block + 2000..first_block + 2300] {
+        *byte ^= 0xA5;
+    }
+    bytes[first_block + 65536 + 40] ^= 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let node = Node::start(&config, &dir, port, 2);
+    let mut stream = connect(port);
+    let found = (0..300)
+        .filter(|index| get(&mut stream, &format!("k{index}")) == Some(*index))
+        .count();
+    assert!(found > 100 && found < 300, "found {found} of 300");
+    // The node keeps serving writes.
+    assert_eq!(put(&mut stream, "after", 1, 0).unwrap(), 0);
+    let log = node.kill();
+    assert!(
+        log.contains("checksum"),
+        "no log line about the corruption: {log}"
+    );
+    assert!(!log.contains("panicked"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn stop_writes_when_full_then_resume_after_deletes() {
+    let dir = temp_dir("full");
+    // 1 MiB reserved + 32 blocks of 64 KiB.
+    let config = write_config(&dir, "file = \"test.dat\"\nfilesize = 3145728\nwrite-block-size = \"64K\"\nmin-avail-pct = 10\nflush-max-ms = 50");
+    let port = free_port();
+    let node = Node::start(&config, &dir, port, 1);
+    let mut stream = connect(port);
+    let mut written = 0;
+    loop {
+        match put_blob(&mut stream, &format!("f{written}"), 4000).unwrap() {
+            0 => written += 1,
+            8 => break,
+            code => panic!("unexpected result {code}"),
+        }
+        assert!(written < 10_000, "never ran out of space");
+    }
+    assert!(written > 100);
+    for index in 0..written {
+        if index % 5 != 0 {
+            assert_eq!(delete(&mut stream, &format!("f{index}")).unwrap(), 0);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let resumed = Arc::new(AtomicBool::new(false));
+    while Instant::now() < deadline {
+        if put_blob(&mut stream, "again", 4000).unwrap() == 0 {
+            resumed.store(true, Ordering::Relaxed);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        resumed.load(Ordering::Relaxed),
+        "writes did not resume after deletes: {}",
+        stat(&mut stream, "device_available_pct")
+    );
+    for index in (0..written).step_by(5) {
+        let header = MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            ..MsgHeader::default()
+        };
+        let (_, body) = round_trip(
+            &mut stream,
+            &record_request("test", &format!("f{index}"), header, &[]),
+        )
+        .unwrap();
+        assert_eq!(
+            decode_reply(&body).0.result_code,
+            0,
+            "f{index} lost by defrag"
+        );
+    }
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,569 @@
+//! Batch-index requests (`info1 BATCH`, field 41/42): many single-record
+//! reads, writes, deletes and operates in one request, answered as a stream
+//! of row messages and a LAST message (`shared/protocol/04-batch-scan-query.md`
+//! §2).
+//!
+//! A request is handled in two passes over the BATCH_INDEX payload:
+//! 1. [`validate`] walks every row once and checks every length (row header,
+//!    fields, ops), the row count (0 → 4, above `batch-max-requests` → 151)
+//!    and the REPEAT rules. Any structural fault answers a single LAST
+//!    message with result 4 and nothing else.
+//! 2. [`BatchCursor::step`] executes the rows in request order, each as the
+//!    single-record transaction it describes (`transaction::perform`, the
+//!    same code as a single request), writing one bare row message per row
+//!    whose `transaction_ttl` holds the row's batch index.
+//!
+//! Invariants:
+//! - every row is answered exactly once, in request order, followed by one
+//!   LAST message with result 0 (the "answer every row" behaviour the
+//!   protocol notes recommend; valid whatever the parent flags ask);
+//! - row-level problems (unknown namespace 20, transactions 25, UDF and
+//!   filter expressions 16, bad key or set 4) are row results, never batch
+//!   failures;
+//! - response messages are packed into frames of about [`FRAME_TARGET_BYTES`];
+//!   when a step has filled its budget the rest of the batch continues from
+//!   a cursor that owns a copy of the payload, so a connection streams a big
+//!   batch frame by frame and no partition lock is held between rows;
+//! - parsing never panics: every read is bounds-checked (`get`), and pass 2
+//!   only re-walks bytes pass 1 accepted.
+
+use crate::transaction::{self, Ops, Reply, Request};
+use crate::Service;
+use citrine_types::{Digest, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
+use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::msg::{field_type, info3, Message, MessageWriter, MsgHeader, Op};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Default limit on rows per batch request (`batch-max-requests`).
+pub const BATCH_MAX_REQUESTS_DEFAULT: u32 = 5000;
+
+/// A response frame is closed (and a step ends) once it holds this many bytes.
+pub const FRAME_TARGET_BYTES: usize = 1024 * 1024;
+
+/// Row type bits (§2.3).
+pub mod row_flags {
+    /// Reuse the previous full row's namespace, set, flags, fields and ops.
+    pub const REPEAT: u8 = 0x01;
+    /// `info2` and `info3` follow `info1`.
+    pub const INFO: u8 = 0x02;
+    /// A u16 generation follows.
+    pub const GENERATION: u8 = 0x04;
+    /// A u32 record TTL (writes) / read-touch percent (reads) follows.
+    pub const TTL: u8 = 0x08;
+    /// `info4` follows (transactions).
+    pub const INFO4: u8 = 0x10;
+    /// Every bit a row type may carry.
+    pub const KNOWN: u8 = REPEAT | INFO | GENERATION | TTL | INFO4;
+}
+
+/// `info3` bits a legacy read row inherits from the parent (SC read mode).
+const SC_READ_BITS: u8 = info3::SC_READ_TYPE | info3::SC_READ_RELAX;
+
+/// Batch counters.
+#[derive(Debug, Default)]
+pub struct BatchStats {
+    /// Batch requests accepted (rows dispatched).
+    pub requests: AtomicU64,
+    /// Rows executed.
+    pub rows: AtomicU64,
+    /// Batch requests refused before dispatch (4, 151).
+    pub errors: AtomicU64,
+}
+
+/// What a full row carries (a REPEAT row reuses its predecessor's).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowBody<'a> {
+    /// info1..4, generation, record_ttl, n_fields, n_ops of the row.
+    pub header: MsgHeader,
+    /// The row's fields (validated: every size fits).
+    pub fields: &'a [u8],
+    /// The row's ops (validated as `Message::decode` validates ops).
+    pub ops: &'a [u8],
+}
+
+impl<'a> RowBody<'a> {
+    /// Iterates the row's fields (type, data).
+    pub fn fields(&self) -> impl Iterator<Item = (u8, &'a [u8])> {
+        let mut rest = self.fields;
+        std::iter::from_fn(move || {
+            let (field_type, data, used) = parse_field(rest)?;
+            rest = rest.get(used..)?;
+            Some((field_type, data))
+        })
+    }
+
+    /// The data of the first field of `wanted` type.
+    pub fn field(&self, wanted: u8) -> Option<&'a [u8]> {
+        self.fields()
+            .find(|(field_type, _)| *field_type == wanted)
+            .map(|(_, data)| data)
+    }
+}
+
+/// One batch row: its index, digest and body.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Row<'a> {
+    pub index: u32,
+    pub digest: Digest,
+    pub body: RowBody<'a>,
+}
+
+/// Why a payload was refused before dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BatchError {
+    /// Structural fault: result 4.
+    Malformed(&'static str),
+    /// Too many rows: result 151.
+    TooManyRows,
+}
+
+impl BatchError {
+    fn code(self) -> ResultCode {
+        match self {
+            BatchError::Malformed(_) => ResultCode::Parameter,
+            BatchError::TooManyRows => ResultCode::BatchMaxRequests,
+        }
+    }
+}
+
+/// Settings a row inherits from the parent message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Parent {
+    /// The parent's SC read bits (legacy rows inherit them).
+    pub sc_bits: u8,
+    /// The parent's record_ttl (legacy rows inherit it: read-touch percent).
+    pub record_ttl: u32,
+    /// The parent carries a filter expression (applies to every row).
+    pub filter: bool,
+}
+
+/// The fixed part of a BATCH_INDEX payload: row count and parent flags.
+pub(crate) fn payload_header(payload: &[u8]) -> Result<(u32, u8), BatchError> {
+    let count = payload
+        .get(..4)
+        .map(|bytes| u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+        .ok_or(BatchError::Malformed("row count"))?;
+    let flags = *payload.get(4).ok_or(BatchError::Malformed("batch flags"))?;
+    Ok((count, flags))
+}
+
+/// Offset of the first row in a payload.
+const ROWS_START: usize = 5;
+
+/// Reads rows one after another, remembering the last full row for REPEAT.
+#[derive(Clone, Debug)]
+pub(crate) struct RowReader<'a> {
+    payload: &'a [u8],
+    at: usize,
+    parent: Parent,
+    /// The last full row and its offset (REPEAT rows reuse it).
+    previous: Option<(usize, RowBody<'a>)>,
+    /// The last full row carried a KEY field (a REPEAT may not follow it).
+    previous_has_key: bool,
+}
+
+impl<'a> RowReader<'a> {
+    /// A reader at the first row of `payload`.
+    pub fn new(payload: &'a [u8], parent: Parent) -> RowReader<'a> {
+        RowReader {
+            payload,
+            at: ROWS_START,
+            parent,
+            previous: None,
+            previous_has_key: false,
+        }
+    }
+
+    /// A reader positioned at `at`, with the last full row at `previous`
+    /// (both offsets a previous reader over the same payload handed out).
+    fn resume(
+        payload: &'a [u8],
+        parent: Parent,
+        at: usize,
+        previous: Option<usize>,
+    ) -> Result<RowReader<'a>, BatchError> {
+        let mut reader = RowReader::new(payload, parent);
+        if let Some(previous_at) = previous {
+            reader.at = previous_at;
+            reader.next_row()?;
+        }
+        reader.at = at;
+        Ok(reader)
+    }
+
+    /// Offset of the next row.
+    pub fn offset(&self) -> usize {
+        self.at
+    }
+
+    /// Offset of the last full row, if any.
+    fn previous_offset(&self) -> Option<usize> {
+        self.previous.map(|(at, _)| at)
+    }
+
+    /// True when every byte has been read.
+    pub fn at_end(&self) -> bool {
+        self.at >= self.payload.len()
+    }
+
+    fn take(&mut self, length: usize, what: &'static str) -> Result<&'a [u8], BatchError> {
+        let end = self
+            .at
+            .checked_add(length)
+            .ok_or(BatchError::Malformed(what))?;
+        let bytes = self
+            .payload
+            .get(self.at..end)
+            .ok_or(BatchError::Malformed(what))?;
+        self.at = end;
+        Ok(bytes)
+    }
+
+    fn byte(&mut self, what: &'static str) -> Result<u8, BatchError> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u16(&mut self, what: &'static str) -> Result<u16, BatchError> {
+        let bytes = self.take(2, what)?;
+        Ok(u16::from_be_bytes([bytes[0], bytes[1]]))
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, BatchError> {
+        let bytes = self.take(4, what)?;
+        Ok(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
+    /// Reads the next row, checking every length.
+    pub fn next_row(&mut self) -> Result<Row<'a>, BatchError> {
+        let row_start = self.at;
+        let index = self.u32("batch index")?;
+        let mut digest = [0u8; DIGEST_SIZE];
+        digest.copy_from_slice(self.take(DIGEST_SIZE, "row digest")?);
+        let row_type = self.byte("row type")?;
+        if row_type & !row_flags::KNOWN != 0 {
+            return Err(BatchError::Malformed("unknown row type bits"));
+        }
+        if row_type & row_flags::REPEAT != 0 {
+            if row_type != row_flags::REPEAT {
+                return Err(BatchError::Malformed("REPEAT with other row bits"));
+            }
+            let Some((_, body)) = self.previous else {
+                return Err(BatchError::Malformed("REPEAT on the first row"));
+            };
+            if self.previous_has_key {
+                return Err(BatchError::Malformed("REPEAT after a row with a key"));
+            }
+            return Ok(Row {
+                index,
+                digest: Digest(digest),
+                body,
+            });
+        }
+        let mut header = MsgHeader {
+            info1: self.byte("row info1")?,
+            info3: self.parent.sc_bits,
+            record_ttl: self.parent.record_ttl,
+            ..MsgHeader::default()
+        };
+        if row_type & row_flags::INFO != 0 {
+            header.info2 = self.byte("row info2")?;
+            header.info3 = self.byte("row info3")?;
+        }
+        if row_type & row_flags::INFO4 != 0 {
+            header.info4 = self.byte("row info4")?;
+        }
+        if row_type & row_flags::GENERATION != 0 {
+            header.generation = u32::from(self.u16("row generation")?);
+        }
+        if row_type & row_flags::TTL != 0 {
+            header.record_ttl = self.u32("row ttl")?;
+        }
+        let n_fields = match self.u16("row field count")? {
+            // Old clients sent 0 and meant the namespace field alone.
+            0 => 1,
+            count => count,
+        };
+        let n_ops = self.u16("row op count")?;
+        header.n_fields = n_fields;
+        header.n_ops = n_ops;
+        let fields_start = self.at;
+        let mut has_key = false;
+        for position in 0..n_fields {
+            let rest = self.payload.get(self.at..).unwrap_or_default();
+            let (field_type, _, used) =
+                parse_field(rest).ok_or(BatchError::Malformed("row field"))?;
+            if position == 0 && field_type != field_type::NAMESPACE {
+                return Err(BatchError::Malformed(
+                    "first row field is not the namespace",
+                ));
+            }
+            has_key |= field_type == field_type::KEY;
+            self.at += used;
+        }
+        let fields = &self.payload[fields_start..self.at];
+        let ops_start = self.at;
+        for _ in 0..n_ops {
+            let rest = self.payload.get(self.at..).unwrap_or_default();
+            let (_, used) = parse_op(rest).ok_or(BatchError::Malformed("row op"))?;
+            self.at += used;
+        }
+        let ops = &self.payload[ops_start..self.at];
+        let body = RowBody {
+            header,
+            fields,
+            ops,
+        };
+        self.previous = Some((row_start, body));
+        self.previous_has_key = has_key;
+        Ok(Row {
+            index,
+            digest: Digest(digest),
+            body,
+        })
+    }
+}
+
+/// Parses one field at the start of `bytes`: (type, data, bytes used).
+fn parse_field(bytes: &[u8]) -> Option<(u8, &[u8], usize)> {
+    let size = bytes.get(..4)?;
+    let size = u32::from_be_bytes([size[0], size[1], size[2], size[3]]) as usize;
+    if size == 0 {
+        return None;
+    }
+    let end = size.checked_add(4)?;
+    let field_type = *bytes.get(4)?;
+    let data = bytes.get(5..end)?;
+    Some((field_type, data, end))
+}
+
+/// Parses one op at the start of `bytes` with the checks `Message::decode`
+/// applies (size ≥ 4, name and LUT inside the op): (op, bytes used).
+pub(crate) fn parse_op(bytes: &[u8]) -> Option<(Op<'_>, usize)> {
+    let size = bytes.get(..4)?;
+    let size = u32::from_be_bytes([size[0], size[1], size[2], size[3]]) as usize;
+    if size < 4 {
+        return None;
+    }
+    let end = size.checked_add(4)?;
+    let body = bytes.get(4..end)?;
+    let op_type = body[0];
+    let particle_type = body[1];
+    let flags = body[2];
+    let name_length = usize::from(body[3]);
+    let name = body.get(4..4 + name_length)?;
+    let mut value_start = 4 + name_length;
+    let lut = if flags & 1 != 0 {
+        let lut_bytes = body.get(value_start..value_start + 8)?;
+        value_start += 8;
+        let mut word = [0u8; 8];
+        word.copy_from_slice(lut_bytes);
+        Some(u64::from_be_bytes(word))
+    } else {
+        None
+    };
+    let value = body.get(value_start..)?;
+    Some((
+        Op {
+            op_type,
+            particle_type,
+            flags,
+            name,
+            lut,
+            value,
+        },
+        end,
+    ))
+}
+
+/// Pass 1: checks the whole payload. Returns the number of rows.
+pub(crate) fn validate(payload: &[u8], parent: Parent, max_rows: u32) -> Result<u32, BatchError> {
+    let (count, _flags) = payload_header(payload)?;
+    if count == 0 {
+        return Err(BatchError::Malformed("zero rows"));
+    }
+    if count > max_rows {
+        return Err(BatchError::TooManyRows);
+    }
+    let mut reader = RowReader::new(payload, parent);
+    for _ in 0..count {
+        reader.next_row()?;
+    }
+    if !reader.at_end() {
+        return Err(BatchError::Malformed("bytes after the last row"));
+    }
+    Ok(count)
+}
+
+/// The batch left to answer once a step has filled its frame budget.
+#[derive(Debug)]
+pub struct BatchCursor {
+    payload: Vec<u8>,
+    parent: Parent,
+    at: usize,
+    previous: Option<usize>,
+    rows_left: u32,
+}
+
+/// Starts a batch request: validates it, then answers as many rows as fit in
+/// one step. Returns the cursor for the rest, if any.
+pub(crate) fn start(
+    service: &Service,
+    message: &Message<'_>,
+    out: &mut Vec<u8>,
+) -> Option<BatchCursor> {
+    let payload = message
+        .field(field_type::BATCH_INDEX)
+        .or_else(|| message.field(field_type::BATCH_INDEX_WITH_SET));
+    let Some(payload) = payload else {
+        service.stats.batch.errors.fetch_add(1, Ordering::Relaxed);
+        transaction::write_stream_end(out, ResultCode::Parameter);
+        return None;
+    };
+    let parent = Parent {
+        sc_bits: message.header.info3 & SC_READ_BITS,
+        record_ttl: message.header.record_ttl,
+        filter: message.field(field_type::FILTER_EXPRESSION).is_some(),
+    };
+    let max_rows = service.batch_max_requests.load(Ordering::Relaxed);
+    let rows = match validate(payload, parent, max_rows) {
+        Ok(rows) => rows,
+        Err(error) => {
+            tracing::debug!("batch refused: {error:?}");
+            service.stats.batch.errors.fetch_add(1, Ordering::Relaxed);
+            transaction::write_stream_end(out, error.code());
+            return None;
+        }
+    };
+    service.stats.batch.requests.fetch_add(1, Ordering::Relaxed);
+    let reader = RowReader::new(payload, parent);
+    let (at, previous, rows_left) = run_rows(service, reader, rows, out)?;
+    Some(BatchCursor {
+        payload: payload.to_vec(),
+        parent,
+        at,
+        previous,
+        rows_left,
+    })
+}
+
+impl BatchCursor {
+    /// Answers the next frame's worth of rows; `None` when the batch is done
+    /// (the LAST message has been written).
+    pub(crate) fn step(mut self, service: &Service, out: &mut Vec<u8>) -> Option<BatchCursor> {
+        let reader = match RowReader::resume(&self.payload, self.parent, self.at, self.previous) {
+            Ok(reader) => reader,
+            Err(_) => {
+                // Unreachable: the payload passed validation. Finish cleanly.
+                transaction::write_stream_end(out, ResultCode::ServerError);
+                return None;
+            }
+        };
+        let (at, previous, rows_left) = run_rows(service, reader, self.rows_left, out)?;
+        self.at = at;
+        self.previous = previous;
+        self.rows_left = rows_left;
+        Some(self)
+    }
+}
+
+/// Executes up to `rows_left` rows into one frame. Returns `None` when every
+/// row was answered and the LAST message written, otherwise where to resume:
+/// (row offset, last full row offset, rows left).
+fn run_rows(
+    service: &Service,
+    mut reader: RowReader<'_>,
+    mut rows_left: u32,
+    out: &mut Vec<u8>,
+) -> Option<(usize, Option<usize>, u32)> {
+    let frame_start = out.len();
+    out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
+    let now = service.now();
+    while rows_left > 0 {
+        let Ok(row) = reader.next_row() else {
+            // Unreachable after validation; end the stream rather than panic.
+            write_last(out, ResultCode::ServerError);
+            ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
+            return None;
+        };
+        rows_left -= 1;
+        execute_row(service, &row, reader.parent, now, out);
+        if rows_left > 0 && out.len() - frame_start >= FRAME_TARGET_BYTES {
+            ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
+            return Some((reader.offset(), reader.previous_offset(), rows_left));
+        }
+    }
+    write_last(out, ResultCode::Ok);
+    ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
+    None
+}
+
+/// Appends a bare LAST message.
+fn write_last(out: &mut Vec<u8>, code: ResultCode) {
+    let header = MsgHeader {
+        info3: info3::LAST,
+        result_code: code.code(),
+        ..MsgHeader::default()
+    };
+    MessageWriter::begin_bare(out, &header).finish();
+}
+
+/// Runs one row and writes its row message.
+fn execute_row(
+    service: &Service,
+    row: &Row<'_>,
+    parent: Parent,
+    now: crate::transaction::Now,
+    out: &mut Vec<u8>,
+) {
+    service.stats.batch.rows.fetch_add(1, Ordering::Relaxed);
+    let reply = Reply::Row(row.index);
+    let body = &row.body;
+    let refuse = |out: &mut Vec<u8>, code: ResultCode| transaction::write_error(out, code, reply);
+    let Some(namespace) = body
+        .field(field_type::NAMESPACE)
+        .and_then(|name| service.namespace(name))
+    else {
+        return refuse(out, ResultCode::Namespace);
+    };
+    let mut set: &[u8] = &[];
+    let mut key = None;
+    for (kind, data) in body.fields() {
+        match kind {
+            field_type::NAMESPACE => {}
+            field_type::SET => set = data,
+            field_type::KEY => match transaction::parse_key(data) {
+                Ok(parsed) => key = Some(parsed),
+                Err(code) => return refuse(out, code),
+            },
+            field_type::TXN_ID | field_type::RECORD_VERSION | field_type::TXN_DEADLINE => {
+                return refuse(out, ResultCode::EnterpriseOnly)
+            }
+            field_type::UDF_FILENAME
+            | field_type::UDF_FUNCTION
+            | field_type::UDF_ARGLIST
+            | field_type::UDF_OP => return refuse(out, ResultCode::UnsupportedFeature),
+            field_type::FILTER_EXPRESSION => return refuse(out, ResultCode::UnsupportedFeature),
+            _ => {}
+        }
+    }
+    if parent.filter {
+        // The parent's filter applies to this row; filters are not yet
+        // evaluated, so refuse rather than ignore it (as single records do).
+        return refuse(out, ResultCode::UnsupportedFeature);
+    }
+    if set.len() > SET_NAME_MAX || set.contains(&0) {
+        return refuse(out, ResultCode::Parameter);
+    }
+    let request = Request {
+        header: body.header,
+        digest: row.digest,
+        set,
+        key,
+        ops: Ops::Raw(body.ops),
+        reply,
+    };
+    transaction::perform(namespace, &request, now, out);
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

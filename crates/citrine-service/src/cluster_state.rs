@@ -1,0 +1,174 @@
+//! The cluster as the service sees it: the current view (cluster key and
+//! members), the partition map of every namespace computed from it, and the
+//! generations the clients poll to notice changes.
+//!
+//! The cluster runtime (in the server) publishes a new [`ClusterState`]
+//! whenever a view is committed; info answers read the current one. The
+//! answers for this node (`replicas` bitmaps) are computed once per view, not
+//! per request.
+//!
+//! Invariants:
+//! - `members` is sorted by node id, without duplicates, and contains this node;
+//! - `partition_generation` and `peers_generation` only grow while the process lives;
+//! - every node of one view computes the same partition maps (the map is a
+//!   pure function of the members and the namespace's replication factor).
+
+use base64::Engine as _;
+use citrine_cluster::partition_map::{NodeEntry, PartitionMap, PartitionMapConfig};
+use citrine_types::{NodeId, PartitionId, PARTITIONS};
+
+/// One member of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterMember {
+    pub node_id: NodeId,
+    pub rack_id: u32,
+    /// Where clients reach it, `host:port` (empty when unknown yet).
+    pub service_address: String,
+}
+
+/// The partition map of one namespace and this node's share of it.
+#[derive(Debug)]
+pub struct NamespaceMap {
+    pub name: String,
+    pub map: PartitionMap,
+    /// Base64 bitmaps, one per column, of the partitions this node holds.
+    pub column_bitmaps: Vec<String>,
+    /// Number of partitions this node holds per column.
+    pub column_counts: Vec<usize>,
+}
+
+/// A published cluster state.
+#[derive(Debug)]
+pub struct ClusterState {
+    pub self_id: NodeId,
+    pub cluster_key: u64,
+    pub members: Vec<ClusterMember>,
+    pub partition_generation: u64,
+    pub peers_generation: u64,
+    pub namespaces: Vec<NamespaceMap>,
+}
+
+/// Encodes a 4096-bit partition bitmap as the clients expect (684 base64 characters).
+pub fn bitmap_base64(owned: impl Iterator<Item = PartitionId>) -> String {
+    let mut bitmap = [0u8; PARTITIONS / 8];
+    for partition in owned {
+        let index = partition.index();
+        bitmap[index >> 3] |= 0x80 >> (index & 7);
+    }
+    base64::engine::general_purpose::STANDARD.encode(bitmap)
+}
+
+impl ClusterState {
+    /// Builds the state of a view. `namespaces` are (name, replication factor).
+    pub fn new(
+        self_id: NodeId,
+        cluster_key: u64,
+        mut members: Vec<ClusterMember>,
+        namespaces: &[(String, usize)],
+        partition_generation: u64,
+        peers_generation: u64,
+    ) -> ClusterState {
+        members.sort_by_key(|member| member.node_id);
+        members.dedup_by_key(|member| member.node_id);
+        assert!(members.iter().any(|member| member.node_id == self_id), "a node is always a member of its own cluster state");
+        let entries: Vec<NodeEntry> = members.iter().map(|member| NodeEntry { id: member.node_id, rack_id: member.rack_id }).collect();
+        let namespaces = namespaces
+            .iter()
+            .map(|(name, replication_factor)| {
+                let config = PartitionMapConfig { replication_factor: *replication_factor, uniform_balance: true };
+                let map = PartitionMap::compute(&entries, &config);
+                let columns = map.replication_factor();
+                let mut owned: Vec<Vec<PartitionId>> = vec![Vec::new(); columns];
+                for (partition, column) in map.columns_of(self_id) {
+                    if let Some(list) = owned.get_mut(column) {
+                        list.push(partition);
+                    }
+                }
+                let column_counts = owned.iter().map(Vec::len).collect();
+                let column_bitmaps = owned.into_iter().map(|list| bitmap_base64(list.into_iter())).collect();
+                NamespaceMap { name: name.clone(), map, column_bitmaps, column_counts }
+            })
+            .collect();
+        ClusterState { self_id, cluster_key, members, partition_generation, peers_generation, namespaces }
+    }
+
+    /// The state of a node alone: it masters every partition.
+    pub fn single(self_id: NodeId, service_address: String, namespaces: &[(String, usize)]) -> ClusterState {
+        let cluster_key = self_id.0.rotate_left(17) ^ 0x5A5A_C17A_1CE5_0001;
+        let member = ClusterMember { node_id: self_id, rack_id: 0, service_address };
+        ClusterState::new(self_id, cluster_key.max(1), vec![member], namespaces, 1, 1)
+    }
+
+    /// Number of members.
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The principal: the highest node id.
+    pub fn principal(&self) -> NodeId {
+        self.members.last().map_or(self.self_id, |member| member.node_id)
+    }
+
+    /// The other members.
+    pub fn peers(&self) -> impl Iterator<Item = &ClusterMember> {
+        self.members.iter().filter(move |member| member.node_id != self.self_id)
+    }
+
+    /// The map of namespace `name`.
+    pub fn namespace(&self, name: &str) -> Option<&NamespaceMap> {
+        self.namespaces.iter().find(|namespace| namespace.name == name)
+    }
+
+    /// `peers-clear-std` value: `<gen>,3000,[[id,,[addr]],...]` for the other
+    /// members; an address on port 3000 is printed without the port.
+    pub fn peers_value(&self) -> String {
+        let peers: Vec<String> = self
+            .peers()
+            .filter(|member| !member.service_address.is_empty())
+            .map(|member| {
+                let address = member.service_address.strip_suffix(":3000").unwrap_or(&member.service_address);
+                format!("[{},,[{}]]", member.node_id, address)
+            })
+            .collect();
+        format!("{},3000,[{}]", self.peers_generation, peers.join(","))
+    }
+
+    /// `services` value: the other members' `host:port`, `;`-separated.
+    pub fn services_value(&self) -> String {
+        self.peers().filter(|member| !member.service_address.is_empty()).map(|member| member.service_address.clone()).collect::<Vec<_>>().join(";")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64, port: u16) -> ClusterMember {
+        ClusterMember { node_id: NodeId(id), rack_id: 0, service_address: format!("127.0.0.1:{port}") }
+    }
+
+    #[test]
+    fn single_node_owns_everything() {
+        let state = ClusterState::single(NodeId(7), "127.0.0.1:3000".into(), &[("test".into(), 2)]);
+        let namespace = state.namespace("test").expect("namespace");
+        assert_eq!(namespace.column_bitmaps.len(), 1);
+        assert_eq!(namespace.column_counts, vec![PARTITIONS]);
+        assert_eq!(namespace.column_bitmaps[0].len(), 684);
+        assert!(namespace.column_bitmaps[0].ends_with("8="));
+        assert_eq!(state.peers_value(), "1,3000,[]");
+    }
+
+    #[test]
+    fn three_nodes_split_the_columns() {
+        let members = vec![member(1, 3000), member(2, 3100), member(3, 3200)];
+        let namespaces = [("test".to_owned(), 2)];
+        let states: Vec<ClusterState> = (1..=3).map(|id| ClusterState::new(NodeId(id), 99, members.clone(), &namespaces, 5, 5)).collect();
+        for column in 0..2 {
+            let total: usize = states.iter().map(|state| state.namespaces[0].column_counts[column]).sum();
+            assert_eq!(total, PARTITIONS, "column {column} covers every partition once");
+        }
+        assert_eq!(states[1].peers_value(), "5,3000,[[1,,[127.0.0.1]],[3,,[127.0.0.1:3200]]]");
+        assert_eq!(states[0].services_value(), "127.0.0.1:3100;127.0.0.1:3200");
+        assert_eq!(states[0].namespaces[0].map.fingerprint(), states[2].namespaces[0].map.fingerprint());
+    }
+}

@@ -1,0 +1,279 @@
+//! The service's side of the device storage engine: rebuilding the index at
+//! start (fast restart or cold start), moving records for defragmentation
+//! under their partition lock, and saving the index at a clean shutdown.
+//!
+//! The engine knows blocks and records; the index knows which copy of a
+//! record is current. Everything that needs both lives here, so the engine
+//! never depends on the index crate.
+//!
+//! Invariants: the index is rebuilt before the service answers anything;
+//! defrag moves a record only while holding its partition's write lock and
+//! only if the index still points at the copy being moved.
+
+use crate::config::StorageEngineConfig;
+use crate::namespace::Namespace;
+use crate::transaction::Now;
+use citrine_index::{IndexEntry, RecordMeta};
+use citrine_storage::device::{Recovered, RecoveredRecord, Relocator, SavedEntry, ScanProgress};
+use citrine_storage::{Location, StorageError};
+use citrine_types::{Digest, PartitionId};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Puts one recovered record into the index, unless it is expired or
+/// truncated.
+fn admit(
+    namespace: &Namespace,
+    digest: &Digest,
+    record: &RecoveredRecord<'_>,
+    now: Now,
+) -> Recovered {
+    let Some(set_id) = namespace.sets.id_of(record.set_name) else {
+        tracing::warn!(namespace = %namespace.config.name, "too many sets: a recovered record is kept without its set");
+        return admit_with_set(namespace, digest, record, 0, now);
+    };
+    admit_with_set(namespace, digest, record, set_id, now)
+}
+
+fn admit_with_set(
+    namespace: &Namespace,
+    digest: &Digest,
+    record: &RecoveredRecord<'_>,
+    set_id: u16,
+    now: Now,
+) -> Recovered {
+    let meta = RecordMeta {
+        generation: record.generation.max(1),
+        set_id,
+        void_time: record.void_time,
+        last_update_ms: record.last_update_ms,
+    };
+    if namespace.is_truncated(set_id, meta.last_update_ms) {
+        return Recovered::Truncated;
+    }
+    if meta.is_expired(now.citrusleaf_seconds) {
+        return Recovered::Expired;
+    }
+    let location = Location::Device(record.address);
+    let size = location.size() as i64;
+    let previous = namespace
+        .index
+        .partition(digest.partition())
+        .write()
+        .insert(*digest, IndexEntry { meta, location });
+    debug_assert!(previous.is_none(), "a digest recovered twice");
+    if previous.is_none() {
+        let set_stats = namespace.sets.stats(set_id);
+        set_stats.objects.fetch_add(1, Ordering::Relaxed);
+        set_stats.data_used_bytes.fetch_add(size, Ordering::Relaxed);
+        namespace.stats.objects.fetch_add(1, Ordering::Relaxed);
+    }
+    Recovered::Live
+}
+
+/// Rebuilds a device namespace's index: persisted truncations first, then a
+/// fast restart from the clean-shutdown image if there is a valid one,
+/// otherwise a cold start. Does nothing for other engines.
+pub(crate) fn recover(namespace: &Namespace, now: Now) -> Result<(), String> {
+    let Some(engine) = namespace.storage.device() else {
+        return Ok(());
+    };
+    let name = &namespace.config.name;
+    let (namespace_lut, set_luts) = engine.truncations();
+    namespace
+        .stats
+        .truncate_lut_ms
+        .fetch_max(namespace_lut, Ordering::Relaxed);
+    for (set, lut) in set_luts {
+        if let Some(id) = namespace.sets.id_of(&set) {
+            namespace
+                .sets
+                .stats(id)
+                .truncate_lut_ms
+                .fetch_max(lut, Ordering::Relaxed);
+        }
+    }
+    let started = Instant::now();
+    if let StorageEngineConfig::Device {
+        index_image: Some(path),
+        ..
+    } = &namespace.config.storage_engine
+    {
+        match engine.fast_restart(path, &mut |digest, record| {
+            admit(namespace, digest, record, now)
+        }) {
+            Ok(Some(report)) => {
+                let seconds = started.elapsed().as_secs_f64();
+                tracing::info!(
+                    namespace = %name,
+                    records = report.live,
+                    tombstones = report.tombstones,
+                    expired = report.expired,
+                    seconds = format!("{seconds:.3}"),
+                    records_per_second = (report.records_read as f64 / seconds.max(1e-6)) as u64,
+                    "fast restart: index reattached from {}",
+                    path.display()
+                );
+                return Ok(());
+            }
+            Ok(None) => {
+                tracing::info!(namespace = %name, "no clean-shutdown index image: cold start")
+            }
+            Err(why) => {
+                tracing::warn!(namespace = %name, "index image rejected ({why}): cold start")
+            }
+        }
+    }
+    let last_log = parking_lot::Mutex::new(Instant::now());
+    let records = AtomicU64::new(0);
+    let per_device: parking_lot::Mutex<Vec<u64>> = parking_lot::Mutex::new(Vec::new());
+    let progress = |progress: ScanProgress| {
+        {
+            let mut counts = per_device.lock();
+            if counts.len() <= progress.device {
+                counts.resize(progress.device + 1, 0);
+            }
+            counts[progress.device] = progress.records_read;
+            records.store(counts.iter().sum(), Ordering::Relaxed);
+        }
+        let mut last = last_log.lock();
+        if last.elapsed() >= Duration::from_secs(1) {
+            *last = Instant::now();
+            let read = records.load(Ordering::Relaxed);
+            let seconds = started.elapsed().as_secs_f64().max(1e-6);
+            tracing::info!(
+                namespace = %name,
+                device = progress.device,
+                blocks = format!("{}/{}", progress.blocks_scanned, progress.block_count),
+                records_read = read,
+                records_per_second = (read as f64 / seconds) as u64,
+                "cold start: scanning"
+            );
+        }
+    };
+    let sink =
+        |digest: &Digest, record: &RecoveredRecord<'_>| admit(namespace, digest, record, now);
+    let report = engine.cold_start(&sink, &progress);
+    let seconds = started.elapsed().as_secs_f64();
+    tracing::info!(
+        namespace = %name,
+        records = report.live,
+        records_read = report.records_read,
+        tombstones = report.tombstones,
+        expired = report.expired,
+        truncated = report.truncated,
+        corrupt_records = report.corrupt_records,
+        corrupt_blocks = report.corrupt_blocks,
+        blocks_in_use = report.blocks_in_use,
+        seconds = format!("{seconds:.3}"),
+        records_per_second = (report.records_read as f64 / seconds.max(1e-6)) as u64,
+        "cold start complete"
+    );
+    Ok(())
+}
+
+impl Relocator for Namespace {
+    fn relocate(
+        &self,
+        digest: &Digest,
+        from: &Location,
+        copy: &mut dyn FnMut() -> Result<Location, StorageError>,
+    ) -> bool {
+        let mut partition = self.index.partition(digest.partition()).write();
+        let Some(entry) = partition.get_mut(digest) else {
+            return false;
+        };
+        if entry.location != *from {
+            return false;
+        }
+        match copy() {
+            Ok(location) => {
+                debug_assert_eq!(
+                    location.size(),
+                    from.size(),
+                    "a moved record keeps its size"
+                );
+                // The engine accounts for the old copy itself.
+                entry.location = location;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// One defragmentation step of a device namespace; returns how long the
+/// defrag thread should pause (`None`: not a device namespace).
+pub fn defrag_step(namespace: &Namespace) -> Option<Duration> {
+    let engine = namespace.storage.device()?;
+    let step = engine.defrag_step(namespace);
+    Some(engine.defrag_pause(step))
+}
+
+/// The flusher's tick: writes out buffered records and frees emptied blocks.
+pub fn flush_tick(namespace: &Namespace) {
+    if let Some(engine) = namespace.storage.device() {
+        if let Err(error) = engine.flush_tick() {
+            tracing::error!(namespace = %namespace.config.name, "flush failed: {error}");
+        }
+    }
+}
+
+/// Drops tombstones that can no longer hide an older copy.
+pub fn collect_tombstones(namespace: &Namespace) -> usize {
+    namespace
+        .storage
+        .device()
+        .map_or(0, |engine| engine.collect_tombstones())
+}
+
+/// The flush period of a device namespace.
+pub fn flush_period(namespace: &Namespace) -> Option<Duration> {
+    match &namespace.config.storage_engine {
+        StorageEngineConfig::Device { flush_max_ms, .. } => {
+            Some(Duration::from_millis(u64::from(*flush_max_ms).max(1)))
+        }
+        StorageEngineConfig::Memory { .. } => None,
+    }
+}
+
+/// Clean shutdown of a device namespace: writes every buffer out and, when
+/// an image path is configured, saves the index for a fast restart. Call
+/// only after client transactions have stopped.
+pub fn shutdown(namespace: &Namespace) -> Result<(), String> {
+    let Some(engine) = namespace.storage.device() else {
+        return Ok(());
+    };
+    let StorageEngineConfig::Device { index_image, .. } = &namespace.config.storage_engine else {
+        return Ok(());
+    };
+    let Some(path) = index_image else {
+        return engine.flush_all().map_err(|error| error.to_string());
+    };
+    let started = Instant::now();
+    let sets: Vec<Vec<u8>> = std::iter::once(Vec::new())
+        .chain(namespace.sets.all().into_iter().map(|(_, name)| name))
+        .collect();
+    let mut entries =
+        Vec::with_capacity(namespace.stats.objects.load(Ordering::Relaxed).max(0) as usize);
+    for partition_id in PartitionId::all() {
+        let partition = namespace.index.partition(partition_id).read();
+        for (digest, entry) in partition.iter() {
+            let Location::Device(address) = entry.location else {
+                continue;
+            };
+            // Set ids are 1-based positions in `sets.all()`, 0 = no set.
+            entries.push(SavedEntry {
+                digest: *digest,
+                generation: entry.meta.generation,
+                void_time: entry.meta.void_time,
+                last_update_ms: entry.meta.last_update_ms,
+                set: entry.meta.set_id,
+                address,
+            });
+        }
+    }
+    engine.save_index(path, &sets, &entries)?;
+    tracing::info!(namespace = %namespace.config.name, records = entries.len(), seconds = format!("{:.3}", started.elapsed().as_secs_f64()), "index saved for fast restart to {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,542 @@
+//! Scan tests: request validation, partition selection, resume, set filter,
+//! record limit, projections, expiry, and chunked streaming.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::batch::tests::{decode_stream, digest, put, put_blob, run, service, Msg, START_MS};
+use std::collections::BTreeSet;
+
+/// Options of a scan request.
+#[derive(Default, Clone)]
+struct ScanSpec {
+    set: Option<&'static str>,
+    pids: Option<Vec<u16>>,
+    digests: Option<Vec<Digest>>,
+    max_records: Option<u64>,
+    bins: Vec<&'static str>,
+    no_bins: bool,
+    partition_done: bool,
+    extra_fields: Vec<(u8, Vec<u8>)>,
+    info2: u8,
+    namespace: Option<&'static str>,
+}
+
+fn scan_frame(spec: &ScanSpec) -> Vec<u8> {
+    let mut out = Vec::new();
+    let header = MsgHeader {
+        info1: info1::READ | if spec.no_bins { info1::GET_NO_BINS } else { 0 },
+        info2: spec.info2,
+        info3: if spec.partition_done {
+            info3::PARTITION_DONE
+        } else {
+            0
+        },
+        transaction_ttl: 1000,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer.field(
+        field_type::NAMESPACE,
+        spec.namespace.unwrap_or("test").as_bytes(),
+    );
+    if let Some(set) = spec.set {
+        writer.field(field_type::SET, set.as_bytes());
+    }
+    writer.field(field_type::SOCKET_TIMEOUT, &1000u32.to_be_bytes());
+    writer.field(field_type::TASK_ID, &42u64.to_be_bytes());
+    for (kind, data) in &spec.extra_fields {
+        writer.field(*kind, data);
+    }
+    if let Some(pids) = &spec.pids {
+        let bytes: Vec<u8> = pids.iter().flat_map(|pid| pid.to_le_bytes()).collect();
+        writer.field(field_type::PID_ARRAY, &bytes);
+    }
+    if let Some(digests) = &spec.digests {
+        let bytes: Vec<u8> = digests.iter().flat_map(|digest| digest.0).collect();
+        writer.field(field_type::DIGEST_ARRAY, &bytes);
+    }
+    if let Some(limit) = spec.max_records {
+        writer.field(field_type::MAX_RECORDS, &limit.to_be_bytes());
+    }
+    for bin in &spec.bins {
+        writer.op(op_type::READ, 0, bin.as_bytes(), b"");
+    }
+    writer.finish();
+    out
+}
+
+fn scan(service: &Service, spec: ScanSpec) -> (Vec<Msg>, Msg) {
+    let spec = ScanSpec {
+        partition_done: true,
+        ..spec
+    };
+    let mut messages = run(service, &scan_frame(&spec));
+    let last = messages.pop().unwrap();
+    assert_eq!(last.header.info3, info3::LAST);
+    assert!(messages
+        .iter()
+        .all(|message| message.header.info3 == 0 && message.header.result_code == 0));
+    (messages, last)
+}
+
+fn refused(service: &Service, spec: ScanSpec) -> u8 {
+    let messages = run(service, &scan_frame(&spec));
+    assert_eq!(messages.len(), 1, "a refusal is one message");
+    assert_eq!(messages[0].header.info3, info3::LAST);
+    messages[0].header.result_code
+}
+
+fn digest_of(message: &Msg) -> Digest {
+    let mut bytes = [0u8; DIGEST_SIZE];
+    bytes.copy_from_slice(message.field(field_type::DIGEST).unwrap());
+    Digest(bytes)
+}
+
+/// 300 records: 200 in "demo" (keys stored for even ones), 100 in "other".
+fn populated() -> (Service, Arc<crate::ManualClock>) {
+    let (service, clock) = service();
+    for key in 0..200 {
+        put(
+            &service,
+            "demo",
+            &format!("d{key}"),
+            &[("n", key), ("m", -key)],
+            key % 2 == 0,
+        );
+    }
+    for key in 0..100 {
+        put(&service, "other", &format!("o{key}"), &[("n", key)], false);
+    }
+    (service, clock)
+}
+
+#[test]
+fn scans_every_record_with_metadata() {
+    let (service, _) = populated();
+    let (records, last) = scan(&service, ScanSpec::default());
+    assert_eq!(last.header.result_code, 0);
+    assert_eq!(records.len(), 300);
+    let unique: BTreeSet<Digest> = records.iter().map(digest_of).collect();
+    assert_eq!(unique.len(), 300);
+    let d4 = records
+        .iter()
+        .find(|record| digest_of(record) == digest("demo", "d4"))
+        .unwrap();
+    assert_eq!(d4.field(field_type::NAMESPACE), Some(&b"test"[..]));
+    assert_eq!(d4.field(field_type::SET), Some(&b"demo"[..]));
+    assert_eq!(d4.field(field_type::KEY), Some(&b"\x03d4"[..]));
+    assert_eq!(d4.header.generation, 1);
+    assert_eq!(d4.bin("n"), Some(&4i64.to_be_bytes()[..]));
+    assert_eq!(d4.bin("m"), Some(&(-4i64).to_be_bytes()[..]));
+    assert!(d4.bins.iter().all(|(_, particle, _)| *particle == 1));
+    let d5 = records
+        .iter()
+        .find(|record| digest_of(record) == digest("demo", "d5"))
+        .unwrap();
+    assert_eq!(d5.field(field_type::KEY), None, "key not stored");
+    // Ascending partitions, ascending digests within each partition.
+    let order: Vec<(u16, Digest)> = records
+        .iter()
+        .map(|record| (digest_of(record).partition().get(), digest_of(record)))
+        .collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted);
+    assert_eq!(service.stats.scan.records.load(Ordering::Relaxed), 300);
+}
+
+#[test]
+fn pid_subset_returns_only_those_partitions() {
+    let (service, _) = populated();
+    let wanted: Vec<u16> = vec![
+        digest("demo", "d1").partition().get(),
+        digest("other", "o7").partition().get(),
+        4095,
+    ];
+    let (records, _) = scan(
+        &service,
+        ScanSpec {
+            pids: Some(wanted.clone()),
+            ..ScanSpec::default()
+        },
+    );
+    assert!(!records.is_empty());
+    assert!(records
+        .iter()
+        .all(|record| wanted.contains(&digest_of(record).partition().get())));
+    assert!(records
+        .iter()
+        .any(|record| digest_of(record) == digest("demo", "d1")));
+    assert!(records
+        .iter()
+        .any(|record| digest_of(record) == digest("other", "o7")));
+    // Exactly the records of those partitions.
+    let (all, _) = scan(&service, ScanSpec::default());
+    let expected = all
+        .iter()
+        .filter(|record| wanted.contains(&digest_of(record).partition().get()))
+        .count();
+    assert_eq!(records.len(), expected);
+}
+
+#[test]
+fn resume_after_digest_continues_strictly_after_it() {
+    let (service, _) = service();
+    // Many records so that one partition holds several.
+    for key in 0..20_000 {
+        put(&service, "demo", &format!("r{key}"), &[("n", key)], false);
+    }
+    let (all, _) = scan(&service, ScanSpec::default());
+    assert_eq!(all.len(), 20_000);
+    let target = digest_of(&all[0]).partition();
+    let in_partition: Vec<Digest> = all
+        .iter()
+        .map(digest_of)
+        .filter(|digest| digest.partition() == target)
+        .collect();
+    assert!(in_partition.len() >= 3, "{}", in_partition.len());
+    for cut in 0..in_partition.len() {
+        let (records, _) = scan(
+            &service,
+            ScanSpec {
+                digests: Some(vec![in_partition[cut]]),
+                ..ScanSpec::default()
+            },
+        );
+        let got: Vec<Digest> = records.iter().map(digest_of).collect();
+        assert_eq!(got, in_partition[cut + 1..].to_vec(), "cut {cut}");
+    }
+    // A resume digest that no longer exists still resumes after its place.
+    let mut ghost = in_partition[1];
+    ghost.0[19] = ghost.0[19].wrapping_add(1);
+    let (records, _) = scan(
+        &service,
+        ScanSpec {
+            digests: Some(vec![ghost]),
+            ..ScanSpec::default()
+        },
+    );
+    assert!(records.iter().all(|record| digest_of(record) > ghost));
+    // PIDs and digests together.
+    let other = digest_of(all.last().unwrap()).partition();
+    let (records, _) = scan(
+        &service,
+        ScanSpec {
+            pids: Some(vec![other.get()]),
+            digests: Some(vec![in_partition[0]]),
+            ..ScanSpec::default()
+        },
+    );
+    let expected = in_partition.len() - 1
+        + all
+            .iter()
+            .filter(|record| digest_of(record).partition() == other)
+            .count();
+    assert_eq!(records.len(), expected);
+}
+
+#[test]
+fn set_filter_and_unknown_set() {
+    let (service, _) = populated();
+    let (records, _) = scan(
+        &service,
+        ScanSpec {
+            set: Some("other"),
+            ..ScanSpec::default()
+        },
+    );
+    assert_eq!(records.len(), 100);
+    assert!(records
+        .iter()
+        .all(|record| record.field(field_type::SET) == Some(&b"other"[..])));
+    let (records, last) = scan(
+        &service,
+        ScanSpec {
+            set: Some("nosuchset"),
+            ..ScanSpec::default()
+        },
+    );
+    assert!(records.is_empty());
+    assert_eq!(last.header.result_code, 0);
+}
+
+#[test]
+fn max_records_limits_the_stream() {
+    let (service, _) = populated();
+    for limit in [1, 7, 299, 300, 1000] {
+        let (records, last) = scan(
+            &service,
+            ScanSpec {
+                max_records: Some(limit),
+                ..ScanSpec::default()
+            },
+        );
+        assert_eq!(records.len() as u64, limit.min(300));
+        assert_eq!(last.header.result_code, 0);
+    }
+}
+
+#[test]
+fn no_bins_and_projection() {
+    let (service, _) = populated();
+    let (records, _) = scan(
+        &service,
+        ScanSpec {
+            set: Some("demo"),
+            no_bins: true,
+            ..ScanSpec::default()
+        },
+    );
+    assert_eq!(records.len(), 200);
+    assert!(records.iter().all(|record| record.bins.is_empty()
+        && record.header.generation == 1
+        && record.field(field_type::DIGEST).is_some()));
+    let (records, _) = scan(
+        &service,
+        ScanSpec {
+            set: Some("demo"),
+            bins: vec!["m", "absent"],
+            ..ScanSpec::default()
+        },
+    );
+    assert_eq!(records.len(), 200);
+    assert!(records
+        .iter()
+        .all(|record| record.bins.len() == 1 && record.bin("m").is_some()));
+}
+
+#[test]
+fn expired_and_truncated_records_are_skipped() {
+    let (service, clock) = service();
+    let mut out = Vec::new();
+    // A record with a 10 s TTL.
+    let header = MsgHeader {
+        info2: info2::WRITE,
+        record_ttl: 10,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"demo")
+        .field(field_type::DIGEST, &digest("demo", "short").0);
+    writer.op(op_type::WRITE, 1, b"n", &1i64.to_be_bytes());
+    writer.finish();
+    assert_eq!(run(&service, &out)[0].header.result_code, 0);
+    put(&service, "demo", "long", &[("n", 2)], false);
+    let (records, _) = scan(&service, ScanSpec::default());
+    assert_eq!(records.len(), 2);
+    let short = records
+        .iter()
+        .find(|record| digest_of(record) == digest("demo", "short"))
+        .unwrap();
+    assert!(short.header.record_ttl > 0, "void time is sent");
+    clock.advance_ms(11_000);
+    let (records, _) = scan(&service, ScanSpec::default());
+    assert_eq!(records.len(), 1);
+    // Truncate the namespace: everything older disappears.
+    clock.advance_ms(1);
+    service
+        .namespace(b"test")
+        .unwrap()
+        .stats
+        .truncate_lut_ms
+        .store(START_MS + 11_001, Ordering::Relaxed);
+    let (records, _) = scan(&service, ScanSpec::default());
+    assert!(records.is_empty());
+}
+
+#[test]
+fn refusals() {
+    let (service, _) = populated();
+    let base = ScanSpec {
+        partition_done: true,
+        ..ScanSpec::default()
+    };
+    // Legacy scan without PARTITION_DONE.
+    assert_eq!(refused(&service, ScanSpec::default()), 16);
+    let with = |kind: u8, data: &[u8]| ScanSpec {
+        extra_fields: vec![(kind, data.to_vec())],
+        ..base.clone()
+    };
+    let range = [
+        1u8, 1, b'n', 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 9,
+    ];
+    assert_eq!(
+        refused(&service, with(field_type::INDEX_RANGE, &range)),
+        201
+    );
+    assert_eq!(refused(&service, with(field_type::INDEX_NAME, b"idx")), 201);
+    assert_eq!(refused(&service, with(field_type::UDF_OP, &[1])), 16);
+    assert_eq!(
+        refused(&service, with(field_type::FILTER_EXPRESSION, &[0xC3])),
+        16
+    );
+    assert_eq!(
+        refused(
+            &service,
+            ScanSpec {
+                info2: info2::WRITE,
+                bins: vec![],
+                ..base.clone()
+            }
+        ),
+        16
+    );
+    assert_eq!(
+        refused(
+            &service,
+            ScanSpec {
+                namespace: Some("nope"),
+                ..base.clone()
+            }
+        ),
+        20
+    );
+    let bad_pids: [&[u8]; 4] = [&[], &[1], &[0x00, 0x10], &[5, 0, 5, 0]];
+    for pids in bad_pids {
+        assert_eq!(
+            refused(&service, with(field_type::PID_ARRAY, pids)),
+            4,
+            "{pids:?}"
+        );
+    }
+    assert_eq!(
+        refused(&service, with(field_type::DIGEST_ARRAY, &[0; 19])),
+        4
+    );
+    // A digest in a partition that the PID list names too.
+    let d = digest("demo", "d1");
+    let mut both = base.clone();
+    both.pids = Some(vec![d.partition().get()]);
+    both.digests = Some(vec![d]);
+    assert_eq!(refused(&service, both), 4);
+    assert_eq!(refused(&service, with(field_type::MAX_RECORDS, &[0; 4])), 4);
+    // A projected bin name longer than 15 bytes.
+    let mut frame_spec = base.clone();
+    frame_spec.bins = vec!["0123456789abcdefg"];
+    assert_eq!(refused(&service, frame_spec), 21);
+    // RECS_PER_SEC is accepted (ignored).
+    let (records, _) = scan(
+        &service,
+        with(field_type::RECORDS_PER_SECOND, &100u32.to_be_bytes()),
+    );
+    assert_eq!(records.len(), 300);
+}
+
+#[test]
+fn streams_in_bounded_chunks_and_resumes_mid_partition() {
+    let (service, _) = service();
+    // ~6 MB of records in few partitions' worth per chunk.
+    for key in 0..300 {
+        put_blob(&service, "demo", &format!("b{key}"), 20_000);
+    }
+    let spec = ScanSpec {
+        partition_done: true,
+        ..ScanSpec::default()
+    };
+    let frame = scan_frame(&spec);
+    let mut header_bytes = [0u8; 8];
+    header_bytes.copy_from_slice(&frame[..8]);
+    let header = ProtoHeader::decode(&header_bytes).unwrap();
+    let mut out = Vec::new();
+    let mut pending = service
+        .handle_streaming(header, &frame[8..], &mut out)
+        .unwrap();
+    let mut chunks = vec![std::mem::take(&mut out)];
+    while let Some(continuation) = pending {
+        pending = service.resume(continuation, &mut out);
+        chunks.push(std::mem::take(&mut out));
+    }
+    assert!(chunks.len() >= 5, "{} chunks", chunks.len());
+    let mut messages = Vec::new();
+    for chunk in &chunks {
+        assert!(
+            chunk.len() <= CHUNK_BYTES + 30_000,
+            "chunk of {}",
+            chunk.len()
+        );
+        let (decoded, frames) = decode_stream(chunk);
+        assert!(frames <= 1);
+        messages.extend(decoded);
+    }
+    let last = messages.pop().unwrap();
+    assert_eq!(last.header.info3, info3::LAST);
+    assert_eq!(messages.len(), 300);
+    let unique: BTreeSet<Digest> = messages.iter().map(digest_of).collect();
+    assert_eq!(unique.len(), 300);
+
+    // One partition bigger than a chunk: the cursor resumes inside it.
+    let (service, _) = crate::batch::tests::service();
+    let mut same_partition = Vec::new();
+    let mut key = 0;
+    let target = digest("demo", "p0").partition();
+    while same_partition.len() < 80 {
+        let name = format!("p{key}");
+        if digest("demo", &name).partition() == target {
+            same_partition.push(name);
+        }
+        key += 1;
+    }
+    for name in &same_partition {
+        put_blob(&service, "demo", name, 30_000);
+    }
+    let mut spec = spec.clone();
+    spec.pids = Some(vec![target.get()]);
+    let frame = scan_frame(&spec);
+    let mut out = Vec::new();
+    let mut pending = service
+        .handle_streaming(header_of(&frame), &frame[8..], &mut out)
+        .unwrap();
+    let mut steps = 1;
+    while let Some(continuation) = pending {
+        pending = service.resume(continuation, &mut out);
+        steps += 1;
+    }
+    assert!(steps >= 3, "{steps} steps");
+    let (mut messages, _) = decode_stream(&out);
+    messages.pop();
+    let got: Vec<Digest> = messages.iter().map(digest_of).collect();
+    let mut expected: Vec<Digest> = same_partition
+        .iter()
+        .map(|name| digest("demo", name))
+        .collect();
+    expected.sort();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn a_sparse_set_never_sends_empty_frames() {
+    let (service, _) = service();
+    // Many records outside the set, few inside: steps end on the examine
+    // budget with nothing to send.
+    for key in 0..(EXAMINE_BUDGET as i64 + 5_000) {
+        put(&service, "bulk", &format!("x{key}"), &[("n", key)], false);
+    }
+    put(&service, "rare", "only", &[("n", 1)], false);
+    let spec = ScanSpec {
+        partition_done: true,
+        set: Some("rare"),
+        ..ScanSpec::default()
+    };
+    let frame = scan_frame(&spec);
+    let mut out = Vec::new();
+    let mut pending = service
+        .handle_streaming(header_of(&frame), &frame[8..], &mut out)
+        .unwrap();
+    let mut steps = 1;
+    while let Some(continuation) = pending {
+        pending = service.resume(continuation, &mut out);
+        steps += 1;
+    }
+    assert!(steps >= 2);
+    let (messages, _) = decode_stream(&out);
+    assert_eq!(messages.len(), 2);
+}
+
+fn header_of(frame: &[u8]) -> ProtoHeader {
+    let mut header_bytes = [0u8; 8];
+    header_bytes.copy_from_slice(&frame[..8]);
+    ProtoHeader::decode(&header_bytes).unwrap()
+}

@@ -1,0 +1,150 @@
+//! Measures the device engine: write throughput, random record reads with
+//! pread (page cache) against O_DIRECT, cold-start scan rate and fast-restart
+//! rate. Results are recorded in bench/RESULTS.md.
+//!
+//!   cargo run --release -p citrine-storage --example device_bench -- [DIR] [RECORDS] [BODY_BYTES]
+
+#![allow(clippy::unwrap_used)]
+
+use citrine_storage::device::{DeviceConfig, IoMode, Recovered, SavedEntry};
+use citrine_storage::{DeviceAddress, Location, StorageEngine, StoreMeta};
+use citrine_types::Digest;
+use std::time::Instant;
+
+fn digest(seed: u64) -> Digest {
+    let mut bytes = [0u8; 20];
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for byte in bytes.iter_mut() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        *byte = state as u8;
+    }
+    Digest(bytes)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = std::path::PathBuf::from(args.get(1).cloned().unwrap_or_else(|| {
+        std::env::temp_dir()
+            .join("citrine-device-bench")
+            .display()
+            .to_string()
+    }));
+    let records: u64 = args
+        .get(2)
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(400_000);
+    let body_bytes: usize = args
+        .get(3)
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(1500);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let paths = vec![dir.join("bench0.dat"), dir.join("bench1.dat")];
+    let per_device = (records * (body_bytes as u64 + 200) / 2) * 2 + (64 << 20);
+    let config = |mode: IoMode| DeviceConfig {
+        io_mode: mode,
+        post_write_queue: 0,
+        ..DeviceConfig::new("bench", paths.clone(), per_device)
+    };
+
+    let engine = DeviceEngine::open(config(IoMode::Buffered)).unwrap();
+    engine.cold_start(&|_, _| Recovered::Live, &|_| {});
+    let body = vec![0x5Au8; body_bytes];
+    let started = Instant::now();
+    let mut addresses: Vec<(Digest, DeviceAddress)> = Vec::with_capacity(records as usize);
+    for seed in 0..records {
+        let meta = StoreMeta {
+            generation: 1,
+            void_time: 0,
+            last_update_ms: seed,
+            set_name: b"bench",
+        };
+        match engine.write(&digest(seed), &meta, body.clone()).unwrap() {
+            Location::Device(address) => addresses.push((digest(seed), address)),
+            Location::Memory(_) => unreachable!(),
+        }
+    }
+    engine.flush_all().unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    println!("write: {records} records of {body_bytes} B in {seconds:.2} s = {:.0} records/s, {:.0} MiB/s", records as f64 / seconds, records as f64 * body_bytes as f64 / seconds / 1048576.0);
+    let entries: Vec<SavedEntry> = addresses
+        .iter()
+        .map(|(digest, address)| SavedEntry {
+            digest: *digest,
+            generation: 1,
+            void_time: 0,
+            last_update_ms: 0,
+            set: 1,
+            address: *address,
+        })
+        .collect();
+    let image = dir.join("bench.index");
+    let started = Instant::now();
+    engine
+        .save_index(&image, &[Vec::new(), b"bench".to_vec()], &entries)
+        .unwrap();
+    println!(
+        "index image save: {records} entries in {:.3} s",
+        started.elapsed().as_secs_f64()
+    );
+    drop(engine);
+
+    for mode in [IoMode::Buffered, IoMode::Direct] {
+        let engine = DeviceEngine::open(config(mode)).unwrap();
+        if mode == IoMode::Buffered {
+            let started = Instant::now();
+            let mut count = 0u64;
+            let report = engine.fast_restart(&image, &mut |_, _| {
+                count += 1;
+                Recovered::Live
+            });
+            let seconds = started.elapsed().as_secs_f64();
+            println!(
+                "fast restart: {:?} records in {seconds:.3} s = {:.0} records/s",
+                report.map(|report| report.map(|report| report.live)),
+                count as f64 / seconds
+            );
+        }
+        let engine = DeviceEngine::open(config(mode)).unwrap();
+        let started = Instant::now();
+        let report = engine.cold_start(&|_, _| Recovered::Live, &|_| {});
+        let seconds = started.elapsed().as_secs_f64();
+        println!(
+            "cold start ({mode:?}): {} records in {seconds:.2} s = {:.0} records/s",
+            report.live,
+            report.records_read as f64 / seconds
+        );
+        for threads in [1usize, 4] {
+            let reads_per_thread = 50_000u64;
+            let started = Instant::now();
+            std::thread::scope(|scope| {
+                for thread in 0..threads {
+                    let engine = &engine;
+                    let addresses = &addresses;
+                    scope.spawn(move || {
+                        let mut state = 0x1234_5678u64 + thread as u64;
+                        for _ in 0..reads_per_thread {
+                            state ^= state << 13;
+                            state ^= state >> 7;
+                            state ^= state << 17;
+                            let (_, address) = addresses[(state % addresses.len() as u64) as usize];
+                            let location = Location::Device(address);
+                            let body = engine.read(&location).unwrap();
+                            assert_eq!(body.len(), body_bytes);
+                        }
+                    });
+                }
+            });
+            let seconds = started.elapsed().as_secs_f64();
+            let total = reads_per_thread * threads as u64;
+            println!("random reads ({mode:?}, {threads} threads): {total} in {seconds:.2} s = {:.0} reads/s, {:.1} us/read/thread", total as f64 / seconds, seconds * 1e6 / reads_per_thread as f64);
+        }
+    }
+    if std::env::var_os("CITRINE_BENCH_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+use citrine_storage::DeviceEngine;

@@ -1,0 +1,1238 @@
+//! The device engine: records in log-structured write blocks on one or more
+//! files or raw block devices (papers: 001 §5, 002).
+//!
+//! Layout (byte by byte in `docs/storage.md`, code in [`format`]): each
+//! device starts with a 1 MiB reserved area (device header, metadata slots)
+//! followed by write blocks of `write-block-size` bytes. A record lives in
+//! exactly one device, chosen by its digest, and is addressed by its first
+//! 128-byte read block and its length ([`DeviceAddress`]).
+//!
+//! Writes are copy-on-write: a record is appended to the device's client
+//! write buffer (one write block in memory); the buffer is written out when
+//! full, when the server's flusher ticks (every `flush-max-ms`), or at once
+//! with `commit-to-device`. Sealed buffers stay in memory in the post-write
+//! queue so recent records are read without I/O. Defragmentation moves the
+//! live records of blocks whose live bytes fall below `defrag-lwm-pct` into
+//! a separate defrag write buffer (never mixed with client writes) and
+//! frees the block.
+//!
+//! Invariants:
+//! - `live[b]` of a block equals the bytes of the records in it that the
+//!   index or the tombstone table points at (asserted at fast restart);
+//! - a block's bytes are destroyed (free marker written, block reusable) only
+//!   after every write issued before it was freed is on the device and
+//!   synced: a crash can lose a recent write, never the older copy of a
+//!   record whose newer copy had not reached the device;
+//! - a record's newest copy is the one with the highest sequence number; a
+//!   tombstone or an expired copy stays (moved by defrag if needed) until no
+//!   block that could hold an older copy of its digest remains in use.
+
+pub mod format;
+pub mod io;
+mod persist;
+mod scan;
+
+pub use io::IoMode;
+pub use persist::SavedEntry;
+pub use scan::{ColdStartReport, Recovered, RecoveredRecord, ScanProgress};
+
+use crate::{DeviceAddress, Location, StorageEngine, StorageError, StoreMeta};
+use citrine_types::Digest;
+use format::{BlockHeader, BlockKind, RecordHeader, BLOCK_HEADER_BYTES, RBLOCK, RESERVED_BYTES};
+use io::{AlignedBuf, DeviceFile, DIRECT_ALIGN};
+use parking_lot::Mutex;
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Settings of a device namespace, already validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceConfig {
+    pub namespace: String,
+    /// Files or raw block devices, in order (device i = `paths[i]`).
+    pub paths: Vec<PathBuf>,
+    /// Size of each file created (ignored for raw devices).
+    pub file_size: u64,
+    pub write_block_size: u32,
+    pub defrag_lwm_pct: u8,
+    pub min_avail_pct: u8,
+    pub commit_to_device: bool,
+    /// Sealed write blocks kept in memory per device.
+    pub post_write_queue: u32,
+    pub io_mode: IoMode,
+}
+
+impl DeviceConfig {
+    /// Defaults for `namespace` over `paths`.
+    pub fn new(namespace: &str, paths: Vec<PathBuf>, file_size: u64) -> DeviceConfig {
+        DeviceConfig {
+            namespace: namespace.to_owned(),
+            paths,
+            file_size,
+            write_block_size: 1 << 20,
+            defrag_lwm_pct: 50,
+            min_avail_pct: 5,
+            commit_to_device: false,
+            post_write_queue: 16,
+            io_mode: IoMode::Buffered,
+        }
+    }
+}
+
+/// Where a block is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockState {
+    /// Empty (free marker on the device), on the free list.
+    Free,
+    /// The current client or defrag write buffer.
+    Open,
+    /// Sealed on the device.
+    Full,
+    /// Queued for, or under, defragmentation.
+    Defrag,
+    /// Emptied by defrag; becomes free after the next flush and sync.
+    PendingFree,
+}
+
+struct BlockMap {
+    live: Vec<u32>,
+    state: Vec<BlockState>,
+    /// Sequence number when the block was opened (its incarnation).
+    open_seq: Vec<u64>,
+    free: VecDeque<u32>,
+    defrag_queue: VecDeque<u32>,
+    pending_free: Vec<u32>,
+}
+
+/// A tombstone: a delete record, or an expired record kept as its own tombstone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tomb {
+    address: DeviceAddress,
+    sequence: u64,
+}
+
+/// Who asks for a new write block (decides how much of the reserve it may use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteClass {
+    Client,
+    Tombstone,
+    Defrag,
+}
+
+/// A write block being filled in memory.
+struct WriteBuffer {
+    kind: BlockKind,
+    block: Option<u32>,
+    incarnation: u64,
+    data: AlignedBuf,
+    /// Bytes filled (header included).
+    fill: usize,
+    /// Bytes already written to the device.
+    flushed: usize,
+}
+
+#[derive(Default)]
+struct PostWriteQueue {
+    blocks: HashMap<u32, Arc<AlignedBuf>>,
+    order: VecDeque<u32>,
+}
+
+struct Device {
+    index: usize,
+    /// Formatted by this open: every block is free, no scan needed.
+    fresh: bool,
+    file: DeviceFile,
+    block_count: u32,
+    blocks: Mutex<BlockMap>,
+    free_blocks: AtomicU32,
+    client: Mutex<WriteBuffer>,
+    defrag: Mutex<WriteBuffer>,
+    pwq: Mutex<PostWriteQueue>,
+    tombs: Mutex<HashMap<Digest, Tomb>>,
+}
+
+/// Counters of the device engine (all monotonic unless noted).
+#[derive(Debug, Default)]
+pub struct DeviceStats {
+    pub writes: AtomicU64,
+    pub reads_from_buffer: AtomicU64,
+    pub reads_from_pwq: AtomicU64,
+    pub reads_from_device: AtomicU64,
+    pub read_errors: AtomicU64,
+    pub blocks_written: AtomicU64,
+    pub partial_flushes: AtomicU64,
+    pub defrag_blocks: AtomicU64,
+    pub defrag_records_moved: AtomicU64,
+    pub tombstones_written: AtomicU64,
+    pub tombstones_collected: AtomicU64,
+    pub corrupt_records_skipped: AtomicU64,
+    pub out_of_space: AtomicU64,
+}
+
+/// Something defrag asks to move a live record: the index.
+pub trait Relocator: Sync {
+    /// Defrag found a record of `digest` at `from`. If the index still points
+    /// there, call `copy` (which writes the record into the defrag buffer and
+    /// returns its new location) while holding the record's lock, store the
+    /// new location in the index and return true; otherwise return false.
+    fn relocate(
+        &self,
+        digest: &Digest,
+        from: &Location,
+        copy: &mut dyn FnMut() -> Result<Location, StorageError>,
+    ) -> bool;
+}
+
+/// What one defrag step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DefragStep {
+    /// A block was processed.
+    pub worked: bool,
+    pub moved: u64,
+}
+
+/// The device storage engine.
+pub struct DeviceEngine {
+    config: DeviceConfig,
+    instance_id: u64,
+    devices: Vec<Device>,
+    /// Next sequence number (record writes and block incarnations).
+    sequence: AtomicU64,
+    used_bytes: AtomicU64,
+    metadata: Mutex<format::Metadata>,
+    defrag_cursor: AtomicUsize,
+    pub stats: DeviceStats,
+}
+
+fn io_error(error: std::io::Error) -> StorageError {
+    StorageError::Io(error.to_string())
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish() | 1
+}
+
+impl DeviceEngine {
+    /// Opens the devices of a namespace: formats blank ones, checks the
+    /// headers of formatted ones (same instance, same geometry). The index is
+    /// not rebuilt here: call [`DeviceEngine::fast_restart`] or
+    /// [`DeviceEngine::cold_start`] next.
+    pub fn open(config: DeviceConfig) -> Result<DeviceEngine, String> {
+        let wblock = config.write_block_size as usize;
+        if !wblock.is_power_of_two() || !(DIRECT_ALIGN * 4..=8 << 20).contains(&wblock) {
+            return Err(format!(
+                "write-block-size {wblock} must be a power of two from 16K to 8M"
+            ));
+        }
+        if config.paths.is_empty() || config.paths.len() > DeviceAddress::MAX_DEVICES {
+            return Err(format!(
+                "a device namespace needs 1 to {} devices",
+                DeviceAddress::MAX_DEVICES
+            ));
+        }
+        let count = config.paths.len();
+        let mut files = Vec::with_capacity(count);
+        let mut headers = Vec::with_capacity(count);
+        for path in &config.paths {
+            let file = DeviceFile::open(path, config.file_size, config.io_mode)
+                .map_err(|error| format!("cannot open device {}: {error}", path.display()))?;
+            let bytes = file
+                .read_at(0, format::DEVICE_HEADER_BYTES)
+                .map_err(|error| format!("cannot read device {}: {error}", path.display()))?;
+            let header = format::DeviceHeader::decode(&bytes)
+                .map_err(|why| format!("device {}: {why}", path.display()))?;
+            headers.push(header);
+            files.push(file);
+        }
+        let instance_id = match headers.iter().flatten().next() {
+            Some(header) => header.instance_id,
+            None => random_u64(),
+        };
+        let mut devices = Vec::with_capacity(count);
+        for (index, (file, header)) in files.into_iter().zip(headers).enumerate() {
+            let path = file.path.display().to_string();
+            let fresh = header.is_none();
+            let device_bytes = match &header {
+                Some(header) => {
+                    if header.instance_id != instance_id
+                        || header.device_index as usize != index
+                        || header.device_count as usize != count
+                    {
+                        return Err(format!(
+                            "device {path} belongs to another device set (instance {:x}, device {} of {}), expected device {index} of {count} of instance {instance_id:x}; the device list changed — restore it or erase the devices",
+                            header.instance_id, header.device_index, header.device_count
+                        ));
+                    }
+                    if header.write_block_size != config.write_block_size {
+                        return Err(format!(
+                            "device {path} was formatted with write-block-size {}, configured {}",
+                            header.write_block_size, config.write_block_size
+                        ));
+                    }
+                    if header.namespace != config.namespace {
+                        return Err(format!(
+                            "device {path} belongs to namespace {:?}",
+                            header.namespace
+                        ));
+                    }
+                    if header.device_bytes > file.size {
+                        return Err(format!(
+                            "device {path} is smaller ({} bytes) than when it was formatted ({})",
+                            file.size, header.device_bytes
+                        ));
+                    }
+                    header.device_bytes
+                }
+                None => {
+                    let blocks = file.size.saturating_sub(RESERVED_BYTES) / wblock as u64;
+                    let device_bytes = RESERVED_BYTES + blocks * wblock as u64;
+                    let header = format::DeviceHeader {
+                        instance_id,
+                        device_index: index as u32,
+                        device_count: count as u32,
+                        write_block_size: config.write_block_size,
+                        device_bytes,
+                        namespace: config.namespace.clone(),
+                    };
+                    let mut area = AlignedBuf::zeroed(DIRECT_ALIGN);
+                    area.as_mut_slice()[..format::DEVICE_HEADER_BYTES]
+                        .copy_from_slice(&header.encode());
+                    file.write_at(0, area.as_slice())
+                        .and_then(|()| file.sync())
+                        .map_err(|error| format!("cannot format device {path}: {error}"))?;
+                    tracing::info!(namespace = %config.namespace, device = %path, blocks, "formatted device");
+                    device_bytes
+                }
+            };
+            let block_count = ((device_bytes - RESERVED_BYTES) / wblock as u64) as u32;
+            if block_count < 8 {
+                return Err(format!("device {path} holds {block_count} write blocks; at least 8 are needed (filesize ≥ 1M + 8 × write-block-size)"));
+            }
+            if (device_bytes / RBLOCK as u64) > DeviceAddress::MAX_RBLOCK {
+                return Err(format!(
+                    "device {path} is larger than the 2 TiB a device can address"
+                ));
+            }
+            devices.push(Device {
+                index,
+                fresh,
+                file,
+                block_count,
+                blocks: Mutex::new(BlockMap {
+                    live: vec![0; block_count as usize],
+                    state: vec![BlockState::Free; block_count as usize],
+                    open_seq: vec![0; block_count as usize],
+                    free: VecDeque::new(),
+                    defrag_queue: VecDeque::new(),
+                    pending_free: Vec::new(),
+                }),
+                free_blocks: AtomicU32::new(0),
+                client: Mutex::new(WriteBuffer::new(BlockKind::Client, wblock)),
+                defrag: Mutex::new(WriteBuffer::new(BlockKind::Defrag, wblock)),
+                pwq: Mutex::new(PostWriteQueue::default()),
+                tombs: Mutex::new(HashMap::new()),
+            });
+        }
+        let metadata = Self::read_metadata(&devices[0].file);
+        Ok(DeviceEngine {
+            config,
+            instance_id,
+            devices,
+            sequence: AtomicU64::new(1),
+            used_bytes: AtomicU64::new(0),
+            metadata: Mutex::new(metadata),
+            defrag_cursor: AtomicUsize::new(0),
+            stats: DeviceStats::default(),
+        })
+    }
+
+    fn read_metadata(file: &DeviceFile) -> format::Metadata {
+        let mut best: Option<format::Metadata> = None;
+        for offset in format::META_SLOT_OFFSETS {
+            if let Ok(bytes) = file.read_at(offset, format::META_SLOT_BYTES) {
+                if let Some(meta) = format::Metadata::decode(&bytes) {
+                    if best
+                        .as_ref()
+                        .is_none_or(|current| meta.sequence > current.sequence)
+                    {
+                        best = Some(meta);
+                    }
+                }
+            }
+        }
+        best.unwrap_or_default()
+    }
+
+    pub fn config(&self) -> &DeviceConfig {
+        &self.config
+    }
+
+    /// Truncation times persisted on the devices: (namespace-wide, per set).
+    pub fn truncations(&self) -> (u64, Vec<(Vec<u8>, u64)>) {
+        let metadata = self.metadata.lock();
+        (metadata.truncate_lut_ms, metadata.set_truncations.clone())
+    }
+
+    /// Persists a truncation (`set = None`: the whole namespace) durably,
+    /// before the caller applies it.
+    pub fn persist_truncation(&self, set: Option<&[u8]>, lut_ms: u64) -> Result<(), StorageError> {
+        let mut metadata = self.metadata.lock();
+        let mut next = metadata.clone();
+        next.sequence += 1;
+        match set {
+            None => next.truncate_lut_ms = next.truncate_lut_ms.max(lut_ms),
+            Some(name) => match next
+                .set_truncations
+                .iter_mut()
+                .find(|(existing, _)| existing == name)
+            {
+                Some((_, lut)) => *lut = (*lut).max(lut_ms),
+                None => next.set_truncations.push((name.to_vec(), lut_ms)),
+            },
+        }
+        let encoded = next.encode();
+        if encoded.len() > format::META_SLOT_BYTES {
+            return Err(StorageError::Io(
+                "too many set truncations to persist".into(),
+            ));
+        }
+        let slot = format::META_SLOT_OFFSETS[(next.sequence % 2) as usize];
+        let mut area = AlignedBuf::zeroed(encoded.len().div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN);
+        area.as_mut_slice()[..encoded.len()].copy_from_slice(&encoded);
+        let file = &self.devices[0].file;
+        file.write_at(slot, area.as_slice())
+            .and_then(|()| file.sync())
+            .map_err(io_error)?;
+        *metadata = next;
+        Ok(())
+    }
+
+    fn wblock(&self) -> usize {
+        self.config.write_block_size as usize
+    }
+
+    fn device_of(&self, digest: &Digest) -> usize {
+        let word = u32::from_le_bytes([digest.0[12], digest.0[13], digest.0[14], digest.0[15]]);
+        word as usize % self.devices.len()
+    }
+
+    fn block_offset(&self, block: u32) -> u64 {
+        RESERVED_BYTES + u64::from(block) * self.wblock() as u64
+    }
+
+    /// (block, offset within block) of an address.
+    fn locate(&self, address: DeviceAddress) -> Option<(u32, usize)> {
+        let byte = address.rblock() * RBLOCK as u64;
+        let relative = byte.checked_sub(RESERVED_BYTES)?;
+        let block = u32::try_from(relative / self.wblock() as u64).ok()?;
+        let offset = (relative % self.wblock() as u64) as usize;
+        let device = self.devices.get(address.device())?;
+        if block >= device.block_count
+            || offset < BLOCK_HEADER_BYTES
+            || offset + address.bytes() as usize > self.wblock()
+        {
+            return None;
+        }
+        Some((block, offset))
+    }
+
+    fn address(
+        &self,
+        device: usize,
+        block: u32,
+        offset: usize,
+        rblocks: usize,
+    ) -> Option<DeviceAddress> {
+        let byte = self.block_offset(block) + offset as u64;
+        DeviceAddress::new(device, byte / RBLOCK as u64, u32::try_from(rblocks).ok()?)
+    }
+
+    fn next_sequence(&self) -> u64 {
+        self.sequence.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Free blocks kept back: client writes leave twice this many free,
+    /// tombstones this many, and defragmentation may use them all, so that
+    /// deletes work at stop-writes and defrag can always make room.
+    fn reserve_blocks(device: &Device) -> u32 {
+        (device.block_count / 100).max(2)
+    }
+
+    /// Percentage of write blocks free, the lowest over the devices.
+    pub fn available_pct(&self) -> u8 {
+        self.devices
+            .iter()
+            .map(|device| {
+                (u64::from(device.free_blocks.load(Ordering::Relaxed)) * 100
+                    / u64::from(device.block_count.max(1))) as u8
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// True when client writes must stop (available below `min-avail-pct`).
+    pub fn stop_writes(&self) -> bool {
+        self.available_pct() < self.config.min_avail_pct
+    }
+
+    /// Total bytes of write blocks over all devices.
+    pub fn total_bytes(&self) -> u64 {
+        self.devices
+            .iter()
+            .map(|device| u64::from(device.block_count) * self.wblock() as u64)
+            .sum()
+    }
+
+    /// Number of tombstones held.
+    pub fn tombstones(&self) -> usize {
+        self.devices
+            .iter()
+            .map(|device| device.tombs.lock().len())
+            .sum()
+    }
+
+    /// Blocks waiting for defragmentation.
+    pub fn defrag_queue_len(&self) -> usize {
+        self.devices
+            .iter()
+            .map(|device| device.blocks.lock().defrag_queue.len())
+            .sum()
+    }
+
+    /// Statistics for info answers.
+    pub fn info_pairs(&self) -> Vec<(String, String)> {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed).to_string();
+        let stats = &self.stats;
+        let free: u64 = self
+            .devices
+            .iter()
+            .map(|device| u64::from(device.free_blocks.load(Ordering::Relaxed)))
+            .sum();
+        vec![
+            ("device_total_bytes".into(), self.total_bytes().to_string()),
+            (
+                "device_used_bytes".into(),
+                self.used_bytes.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "device_available_pct".into(),
+                self.available_pct().to_string(),
+            ),
+            ("device_free_wblocks".into(), free.to_string()),
+            ("device_tombstones".into(), self.tombstones().to_string()),
+            ("defrag_q".into(), self.defrag_queue_len().to_string()),
+            ("defrag_reads".into(), load(&stats.defrag_blocks)),
+            (
+                "defrag_records_moved".into(),
+                load(&stats.defrag_records_moved),
+            ),
+            ("device_writes".into(), load(&stats.writes)),
+            ("device_wblocks_written".into(), load(&stats.blocks_written)),
+            (
+                "device_partial_flushes".into(),
+                load(&stats.partial_flushes),
+            ),
+            ("device_reads_buffer".into(), load(&stats.reads_from_buffer)),
+            ("device_reads_pwq".into(), load(&stats.reads_from_pwq)),
+            ("device_reads_device".into(), load(&stats.reads_from_device)),
+            ("device_read_errors".into(), load(&stats.read_errors)),
+            (
+                "device_corrupt_records_skipped".into(),
+                load(&stats.corrupt_records_skipped),
+            ),
+            ("device_out_of_space".into(), load(&stats.out_of_space)),
+            (
+                "device_tombstones_written".into(),
+                load(&stats.tombstones_written),
+            ),
+            (
+                "device_tombstones_collected".into(),
+                load(&stats.tombstones_collected),
+            ),
+        ]
+    }
+
+    // ------------------------------------------------------------ block accounting
+
+    fn queue_if_sparse(&self, map: &mut BlockMap, block: u32) {
+        let index = block as usize;
+        let threshold = self.wblock() as u64 * u64::from(self.config.defrag_lwm_pct) / 100;
+        if map.state[index] == BlockState::Full && u64::from(map.live[index]) < threshold {
+            map.state[index] = BlockState::Defrag;
+            map.defrag_queue.push_back(block);
+        }
+    }
+
+    /// Marks the bytes at `address` dead.
+    fn release_address(&self, address: DeviceAddress) {
+        let Some((block, _)) = self.locate(address) else {
+            tracing::error!(
+                address = address.0,
+                "release of an address outside the devices"
+            );
+            return;
+        };
+        let bytes = address.bytes();
+        let Some(device) = self.devices.get(address.device()) else {
+            return;
+        };
+        let mut map = device.blocks.lock();
+        let live = &mut map.live[block as usize];
+        debug_assert!(
+            u64::from(*live) >= bytes,
+            "block {block} releases more than it holds"
+        );
+        *live = live.saturating_sub(bytes as u32);
+        self.queue_if_sparse(&mut map, block);
+        drop(map);
+        self.used_bytes.fetch_sub(
+            bytes.min(self.used_bytes.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn add_live(&self, device: &Device, block: u32, bytes: u64) {
+        device.blocks.lock().live[block as usize] += bytes as u32;
+        self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    // ------------------------------------------------------------ write buffers
+
+    /// Writes the unflushed part of a buffer to its block.
+    fn flush_buffer(&self, device: &Device, buffer: &mut WriteBuffer) -> std::io::Result<()> {
+        let Some(block) = buffer.block else {
+            return Ok(());
+        };
+        if buffer.fill == buffer.flushed {
+            return Ok(());
+        }
+        let align = match device.file.mode {
+            IoMode::Direct => DIRECT_ALIGN,
+            IoMode::Buffered => RBLOCK,
+        };
+        let start = buffer.flushed / align * align;
+        let end = (buffer.fill.div_ceil(align) * align).min(buffer.data.len());
+        device.file.write_at(
+            self.block_offset(block) + start as u64,
+            &buffer.data.as_slice()[start..end],
+        )?;
+        buffer.flushed = buffer.fill;
+        self.stats.partial_flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes out and closes a buffer's block; it joins the post-write queue.
+    fn seal(&self, device: &Device, buffer: &mut WriteBuffer) -> std::io::Result<()> {
+        let Some(block) = buffer.block else {
+            return Ok(());
+        };
+        self.flush_buffer(device, buffer)?;
+        self.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
+        let full = std::mem::replace(&mut buffer.data, AlignedBuf::zeroed(self.wblock()));
+        if self.config.post_write_queue > 0 {
+            let mut pwq = device.pwq.lock();
+            pwq.blocks.insert(block, Arc::new(full));
+            pwq.order.push_back(block);
+            while pwq.order.len() > self.config.post_write_queue as usize {
+                if let Some(oldest) = pwq.order.pop_front() {
+                    // The same block may be queued twice only if it was freed
+                    // and reused; free removes it, so this is the oldest copy.
+                    pwq.blocks.remove(&oldest);
+                }
+            }
+        }
+        buffer.block = None;
+        buffer.fill = 0;
+        buffer.flushed = 0;
+        let mut map = device.blocks.lock();
+        debug_assert_eq!(map.state[block as usize], BlockState::Open);
+        map.state[block as usize] = BlockState::Full;
+        self.queue_if_sparse(&mut map, block);
+        Ok(())
+    }
+
+    /// Opens a free block for `buffer`.
+    fn open_block(
+        &self,
+        device: &Device,
+        buffer: &mut WriteBuffer,
+        class: WriteClass,
+    ) -> Result<(), StorageError> {
+        debug_assert!(buffer.block.is_none());
+        let mut map = device.blocks.lock();
+        let floor = match class {
+            WriteClass::Client => Self::reserve_blocks(device) * 2,
+            WriteClass::Tombstone => Self::reserve_blocks(device),
+            WriteClass::Defrag => 0,
+        };
+        if map.free.len() as u32 <= floor {
+            self.stats.out_of_space.fetch_add(1, Ordering::Relaxed);
+            return Err(StorageError::OutOfSpace);
+        }
+        let Some(block) = map.free.pop_front() else {
+            return Err(StorageError::OutOfSpace);
+        };
+        device.free_blocks.fetch_sub(1, Ordering::Relaxed);
+        let incarnation = self.next_sequence();
+        debug_assert_eq!(map.state[block as usize], BlockState::Free);
+        debug_assert_eq!(map.live[block as usize], 0);
+        map.state[block as usize] = BlockState::Open;
+        map.open_seq[block as usize] = incarnation;
+        drop(map);
+        device.pwq.lock().blocks.remove(&block);
+        buffer.data.as_mut_slice().fill(0);
+        let header = BlockHeader {
+            kind: buffer.kind,
+            instance_id: self.instance_id,
+            block_index: block,
+            incarnation,
+        };
+        buffer.data.as_mut_slice()[..BLOCK_HEADER_BYTES].copy_from_slice(&header.encode());
+        buffer.block = Some(block);
+        buffer.incarnation = incarnation;
+        buffer.fill = BLOCK_HEADER_BYTES;
+        buffer.flushed = 0;
+        Ok(())
+    }
+
+    /// Appends a record of `rblocks` to a buffer, `encode` filling its bytes
+    /// given the block incarnation. Returns the new address.
+    fn append(
+        &self,
+        device: &Device,
+        buffer: &mut WriteBuffer,
+        rblocks: usize,
+        class: WriteClass,
+        encode: impl FnOnce(&mut [u8], u64),
+    ) -> Result<DeviceAddress, StorageError> {
+        let bytes = rblocks * RBLOCK;
+        if bytes > self.wblock() - BLOCK_HEADER_BYTES {
+            return Err(StorageError::TooBig);
+        }
+        if buffer.block.is_some() && buffer.fill + bytes > self.wblock() {
+            self.seal(device, buffer).map_err(io_error)?;
+        }
+        if buffer.block.is_none() {
+            self.open_block(device, buffer, class)?;
+        }
+        let Some(block) = buffer.block else {
+            return Err(StorageError::OutOfSpace);
+        };
+        let offset = buffer.fill;
+        debug_assert_eq!(offset % RBLOCK, 0);
+        encode(
+            &mut buffer.data.as_mut_slice()[offset..offset + bytes],
+            buffer.incarnation,
+        );
+        buffer.fill += bytes;
+        let address = self
+            .address(device.index, block, offset, rblocks)
+            .ok_or_else(|| StorageError::Io("address does not fit".into()))?;
+        self.add_live(device, block, bytes as u64);
+        Ok(address)
+    }
+
+    /// Writes a record (client write or tombstone).
+    fn write_record(
+        &self,
+        digest: &Digest,
+        meta: &StoreMeta<'_>,
+        body: &[u8],
+        flags: u8,
+    ) -> Result<DeviceAddress, StorageError> {
+        let set = &meta.set_name[..meta.set_name.len().min(format::SET_NAME_MAX)];
+        let rblocks = format::rblocks_for(set.len(), body.len());
+        let device = &self.devices[self.device_of(digest)];
+        let tombstone = flags & format::FLAG_TOMBSTONE != 0;
+        let mut buffer = device.client.lock();
+        let sequence = self.next_sequence();
+        let header = RecordHeader {
+            flags,
+            generation: meta.generation,
+            digest: *digest,
+            void_time: meta.void_time,
+            last_update_ms: meta.last_update_ms,
+            sequence,
+            incarnation: 0,
+            body_len: body.len() as u32,
+            set_len: set.len() as u8,
+        };
+        let class = if tombstone {
+            WriteClass::Tombstone
+        } else {
+            WriteClass::Client
+        };
+        let address = self.append(device, &mut buffer, rblocks, class, |out, incarnation| {
+            format::encode_record(
+                out,
+                &RecordHeader {
+                    incarnation,
+                    ..header
+                },
+                set,
+                body,
+            )
+        })?;
+        if self.config.commit_to_device {
+            if let Err(error) = self
+                .flush_buffer(device, &mut buffer)
+                .and_then(|()| device.file.sync())
+            {
+                drop(buffer);
+                self.release_address(address);
+                return Err(io_error(error));
+            }
+        }
+        drop(buffer);
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        // A newer copy exists now: an older tombstone of this digest is no
+        // longer needed (its bytes are destroyed only after this write is
+        // durable, see `flush_tick`).
+        let mut tombs = device.tombs.lock();
+        if tombstone {
+            if let Some(old) = tombs.insert(*digest, Tomb { address, sequence }) {
+                self.release_address(old.address);
+            }
+        } else if let Some(old) = tombs.remove(digest) {
+            self.release_address(old.address);
+        }
+        Ok(address)
+    }
+
+    /// Reads the bytes of a record at `address` (from a buffer, the
+    /// post-write queue or the device) and returns its body, checked.
+    fn read_address(&self, address: DeviceAddress) -> Result<Vec<u8>, StorageError> {
+        let (block, offset) = self.locate(address).ok_or_else(|| {
+            StorageError::Corrupt(format!("address {:#x} outside the devices", address.0))
+        })?;
+        let device = &self.devices[address.device()];
+        let length = address.bytes() as usize;
+        let decode = |bytes: &[u8]| -> Result<Vec<u8>, StorageError> {
+            format::decode_record(bytes, None).map(|record| record.body.to_vec()).map_err(|error| {
+                self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(device = %device.file.path.display(), block, offset, ?error, "record failed its checksum on read");
+                StorageError::Corrupt(format!("{error:?}"))
+            })
+        };
+        for (buffer, _) in [(&device.client, 0), (&device.defrag, 1)] {
+            let buffer = buffer.lock();
+            if buffer.block == Some(block) {
+                self.stats.reads_from_buffer.fetch_add(1, Ordering::Relaxed);
+                return decode(&buffer.data.as_slice()[offset..offset + length]);
+            }
+        }
+        let cached = device.pwq.lock().blocks.get(&block).cloned();
+        if let Some(data) = cached {
+            self.stats.reads_from_pwq.fetch_add(1, Ordering::Relaxed);
+            return decode(&data.as_slice()[offset..offset + length]);
+        }
+        self.stats.reads_from_device.fetch_add(1, Ordering::Relaxed);
+        let bytes = device
+            .file
+            .read_at(self.block_offset(block) + offset as u64, length)
+            .map_err(io_error)?;
+        decode(&bytes)
+    }
+
+    // ------------------------------------------------------------ background work
+
+    /// The flusher's tick (every `flush-max-ms`): writes every buffer's
+    /// unflushed records, syncs, then frees the blocks defrag emptied before
+    /// the tick began (their moved records are now durable).
+    pub fn flush_tick(&self) -> Result<(), StorageError> {
+        let pending: Vec<Vec<u32>> = self
+            .devices
+            .iter()
+            .map(|device| std::mem::take(&mut device.blocks.lock().pending_free))
+            .collect();
+        let mut result = Ok(());
+        for device in &self.devices {
+            let outcome = (|| {
+                let dirty_client = {
+                    let mut client = device.client.lock();
+                    let dirty = client.fill != client.flushed;
+                    self.flush_buffer(device, &mut client)?;
+                    dirty
+                };
+                let dirty_defrag = {
+                    let mut defrag = device.defrag.lock();
+                    let dirty = defrag.fill != defrag.flushed;
+                    self.flush_buffer(device, &mut defrag)?;
+                    dirty
+                };
+                if dirty_client || dirty_defrag || !pending[device.index].is_empty() {
+                    device.file.sync()?;
+                }
+                Ok::<(), std::io::Error>(())
+            })();
+            if let Err(error) = outcome {
+                tracing::error!(device = %device.file.path.display(), "flush failed: {error}");
+                result = Err(io_error(error));
+            }
+        }
+        if result.is_err() {
+            // Keep the emptied blocks pending: their moves may not be durable.
+            for (device, blocks) in self.devices.iter().zip(pending) {
+                device.blocks.lock().pending_free.extend(blocks);
+            }
+            return result;
+        }
+        for (device, blocks) in self.devices.iter().zip(pending) {
+            if blocks.is_empty() {
+                continue;
+            }
+            let marker = AlignedBuf::zeroed(DIRECT_ALIGN);
+            let mut freed = Vec::with_capacity(blocks.len());
+            let mut failed = Vec::new();
+            for block in blocks {
+                match device
+                    .file
+                    .write_at(self.block_offset(block), marker.as_slice())
+                {
+                    Ok(()) => freed.push(block),
+                    Err(error) => {
+                        tracing::error!(device = %device.file.path.display(), block, "cannot write free marker: {error}");
+                        failed.push(block);
+                    }
+                }
+            }
+            if let Err(error) = device.file.sync() {
+                tracing::error!(device = %device.file.path.display(), "sync after freeing blocks failed: {error}");
+                failed.append(&mut freed);
+            }
+            let mut pwq = device.pwq.lock();
+            for block in &freed {
+                pwq.blocks.remove(block);
+            }
+            drop(pwq);
+            let mut map = device.blocks.lock();
+            for block in &freed {
+                let index = *block as usize;
+                debug_assert_eq!(map.state[index], BlockState::PendingFree);
+                debug_assert_eq!(map.live[index], 0);
+                map.state[index] = BlockState::Free;
+                map.free.push_back(*block);
+            }
+            map.pending_free.extend(failed);
+            device
+                .free_blocks
+                .fetch_add(freed.len() as u32, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// How long the defrag thread should pause after a step: no pause when
+    /// free blocks run short, longer pauses the more free blocks there are
+    /// (001 §5.1.2: the rate adapts to the space writes can consume).
+    pub fn defrag_pause(&self, step: DefragStep) -> std::time::Duration {
+        if !step.worked {
+            return std::time::Duration::from_millis(20);
+        }
+        let available = u64::from(self.available_pct());
+        let floor = u64::from(self.config.min_avail_pct).max(1);
+        let micros = if available <= floor * 2 {
+            0
+        } else if available < 50 {
+            available * 20
+        } else {
+            available * 100
+        };
+        std::time::Duration::from_micros(micros)
+    }
+
+    /// Defragments one queued block: moves its live records (asking
+    /// `relocator` for each) and tombstones to the defrag buffer and leaves
+    /// the block pending free.
+    pub fn defrag_step(&self, relocator: &dyn Relocator) -> DefragStep {
+        let count = self.devices.len();
+        let start = self.defrag_cursor.fetch_add(1, Ordering::Relaxed);
+        for attempt in 0..count {
+            let device = &self.devices[(start + attempt) % count];
+            let block = device.blocks.lock().defrag_queue.pop_front();
+            if let Some(block) = block {
+                let moved = self.defrag_block(device, block, relocator);
+                self.stats.defrag_blocks.fetch_add(1, Ordering::Relaxed);
+                return DefragStep {
+                    worked: true,
+                    moved,
+                };
+            }
+        }
+        DefragStep::default()
+    }
+
+    fn defrag_block(&self, device: &Device, block: u32, relocator: &dyn Relocator) -> u64 {
+        let wblock = self.wblock();
+        let (incarnation, live) = {
+            let map = device.blocks.lock();
+            (map.open_seq[block as usize], map.live[block as usize])
+        };
+        let mut moved = 0u64;
+        if live > 0 {
+            let cached = device.pwq.lock().blocks.get(&block).cloned();
+            let data: Cow<'_, [u8]> = match &cached {
+                Some(buffer) => Cow::Borrowed(buffer.as_slice()),
+                None => match device.file.read_at(self.block_offset(block), wblock) {
+                    Ok(bytes) => Cow::Owned(bytes),
+                    Err(error) => {
+                        tracing::error!(device = %device.file.path.display(), block, "defrag cannot read block: {error}");
+                        let mut map = device.blocks.lock();
+                        map.state[block as usize] = BlockState::Full;
+                        return 0;
+                    }
+                },
+            };
+            let mut offset = BLOCK_HEADER_BYTES;
+            while offset + format::RECORD_HEADER_BYTES <= wblock {
+                match format::decode_record(&data[offset..], Some(incarnation)) {
+                    Ok(record) => {
+                        let rblocks = record.header.rblocks();
+                        let raw = &data[offset..offset + rblocks * RBLOCK];
+                        if let Some(address) = self.address(device.index, block, offset, rblocks) {
+                            if self.defrag_record(
+                                device,
+                                &record.header.digest,
+                                address,
+                                raw,
+                                relocator,
+                            ) {
+                                moved += 1;
+                            }
+                        }
+                        offset += rblocks * RBLOCK;
+                    }
+                    Err(format::RecordError::End) | Err(format::RecordError::Stale) => break,
+                    Err(format::RecordError::BadBody { rblocks }) => {
+                        self.stats
+                            .corrupt_records_skipped
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(device = %device.file.path.display(), block, offset, "defrag: record body fails its checksum; skipped");
+                        offset += rblocks.max(1) * RBLOCK;
+                    }
+                    Err(format::RecordError::BadHeader(why)) => {
+                        self.stats
+                            .corrupt_records_skipped
+                            .fetch_add(1, Ordering::Relaxed);
+                        let next = format::resync(&data, offset + RBLOCK, incarnation);
+                        tracing::warn!(device = %device.file.path.display(), block, offset, "defrag: {why}; skipped to the next valid record header");
+                        offset = next;
+                    }
+                }
+            }
+        }
+        self.stats
+            .defrag_records_moved
+            .fetch_add(moved, Ordering::Relaxed);
+        let mut map = device.blocks.lock();
+        let index = block as usize;
+        if map.live[index] == 0 {
+            map.state[index] = BlockState::PendingFree;
+            map.pending_free.push(block);
+        } else {
+            // Something live could not be moved (unreadable record, or no
+            // space in the defrag buffer); the block stays and is retried
+            // when more of it dies.
+            tracing::warn!(device = %device.file.path.display(), block, live = map.live[index], "defrag left live bytes in block");
+            map.state[index] = BlockState::Full;
+        }
+        moved
+    }
+
+    /// Moves one record found by defrag if it is still referenced.
+    fn defrag_record(
+        &self,
+        device: &Device,
+        digest: &Digest,
+        address: DeviceAddress,
+        raw: &[u8],
+        relocator: &dyn Relocator,
+    ) -> bool {
+        let copy = |engine: &DeviceEngine| -> Result<DeviceAddress, StorageError> {
+            let mut buffer = device.defrag.lock();
+            let rblocks = raw.len() / RBLOCK;
+            engine.append(
+                device,
+                &mut buffer,
+                rblocks,
+                WriteClass::Defrag,
+                |out, incarnation| {
+                    out.copy_from_slice(raw);
+                    format::set_record_incarnation(out, incarnation);
+                },
+            )
+        };
+        {
+            let mut tombs = device.tombs.lock();
+            if let Some(tomb) = tombs.get_mut(digest) {
+                if tomb.address == address {
+                    return match copy(self) {
+                        Ok(new_address) => {
+                            tomb.address = new_address;
+                            drop(tombs);
+                            self.release_address(address);
+                            true
+                        }
+                        Err(error) => {
+                            tracing::warn!("defrag cannot move a tombstone: {error}");
+                            false
+                        }
+                    };
+                }
+            }
+        }
+        let from = Location::Device(address);
+        let mut failure = None;
+        let moved = relocator.relocate(digest, &from, &mut || match copy(self) {
+            Ok(new_address) => Ok(Location::Device(new_address)),
+            Err(error) => {
+                failure = Some(error.clone());
+                Err(error)
+            }
+        });
+        if let Some(error) = failure {
+            tracing::warn!("defrag cannot move a record: {error}");
+        }
+        if moved {
+            self.release_address(address);
+        }
+        moved
+    }
+
+    /// Drops tombstones that can no longer hide anything: every block that
+    /// was in use when the tombstone was written has since been freed, so no
+    /// older copy of its digest remains. Returns how many were dropped.
+    pub fn collect_tombstones(&self) -> usize {
+        let mut dropped = 0;
+        for device in &self.devices {
+            let oldest_in_use = {
+                let map = device.blocks.lock();
+                map.state
+                    .iter()
+                    .zip(&map.open_seq)
+                    .filter(|(state, _)| **state != BlockState::Free)
+                    .map(|(_, seq)| *seq)
+                    .min()
+                    .unwrap_or(u64::MAX)
+            };
+            let mut doomed = Vec::new();
+            device.tombs.lock().retain(|_, tomb| {
+                if tomb.sequence < oldest_in_use {
+                    doomed.push(tomb.address);
+                    false
+                } else {
+                    true
+                }
+            });
+            dropped += doomed.len();
+            for address in doomed {
+                self.release_address(address);
+            }
+        }
+        self.stats
+            .tombstones_collected
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+        dropped
+    }
+
+    /// Seals every open buffer, frees pending blocks and syncs: the devices
+    /// then hold everything acknowledged. Used at shutdown.
+    pub fn flush_all(&self) -> Result<(), StorageError> {
+        for device in &self.devices {
+            for buffer in [&device.client, &device.defrag] {
+                let mut buffer = buffer.lock();
+                self.seal(device, &mut buffer).map_err(io_error)?;
+            }
+        }
+        self.flush_tick()?;
+        for device in &self.devices {
+            device.file.sync().map_err(io_error)?;
+        }
+        Ok(())
+    }
+}
+
+impl WriteBuffer {
+    fn new(kind: BlockKind, wblock: usize) -> WriteBuffer {
+        WriteBuffer {
+            kind,
+            block: None,
+            incarnation: 0,
+            data: AlignedBuf::zeroed(wblock),
+            fill: 0,
+            flushed: 0,
+        }
+    }
+}
+
+impl StorageEngine for DeviceEngine {
+    fn name(&self) -> &'static str {
+        "device"
+    }
+
+    fn write(
+        &self,
+        digest: &Digest,
+        meta: &StoreMeta<'_>,
+        body: Vec<u8>,
+    ) -> Result<Location, StorageError> {
+        self.write_record(digest, meta, &body, 0)
+            .map(Location::Device)
+    }
+
+    fn read<'a>(&self, location: &'a Location) -> Result<Cow<'a, [u8]>, StorageError> {
+        match location {
+            Location::Device(address) => self.read_address(*address).map(Cow::Owned),
+            Location::Memory(_) => Err(StorageError::Corrupt(
+                "a memory location given to the device engine".into(),
+            )),
+        }
+    }
+
+    fn release(&self, location: Location) {
+        match location {
+            Location::Device(address) => self.release_address(address),
+            Location::Memory(_) => {
+                tracing::error!("a memory location released to the device engine")
+            }
+        }
+    }
+
+    fn write_tombstone(&self, digest: &Digest, meta: &StoreMeta<'_>) -> Result<(), StorageError> {
+        self.write_record(digest, meta, &[], format::FLAG_TOMBSTONE)?;
+        self.stats
+            .tombstones_written
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn retire(&self, digest: &Digest, location: Location) {
+        let Location::Device(address) = location else {
+            return self.release(location);
+        };
+        let device = &self.devices[self.device_of(digest)];
+        // The expired copy is the newest one: it hides the older copies as a
+        // tombstone would. Its sequence is only known on the device, so the
+        // conservative choice is "now".
+        let sequence = self.sequence.load(Ordering::Relaxed);
+        let mut tombs = device.tombs.lock();
+        if let Some(old) = tombs.insert(*digest, Tomb { address, sequence }) {
+            self.release_address(old.address);
+        }
+    }
+
+    fn used_bytes(&self) -> u64 {
+        self.used_bytes.load(Ordering::Relaxed)
+    }
+
+    fn device(&self) -> Option<&DeviceEngine> {
+        Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,406 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use parking_lot::Mutex as PlMutex;
+use std::collections::HashMap;
+
+/// A stand-in for the primary index.
+#[derive(Default)]
+struct FakeIndex {
+    entries: PlMutex<HashMap<Digest, (u16, Location)>>,
+}
+
+impl Relocator for FakeIndex {
+    fn relocate(
+        &self,
+        digest: &Digest,
+        from: &Location,
+        copy: &mut dyn FnMut() -> Result<Location, StorageError>,
+    ) -> bool {
+        let mut entries = self.entries.lock();
+        match entries.get_mut(digest) {
+            Some((_, location)) if location == from => match copy() {
+                Ok(new) => {
+                    *location = new;
+                    true
+                }
+                Err(_) => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+impl FakeIndex {
+    fn put(&self, engine: &DeviceEngine, digest: Digest, generation: u16, body: Vec<u8>) {
+        let meta = StoreMeta {
+            generation,
+            void_time: 0,
+            last_update_ms: 1,
+            set_name: b"s",
+        };
+        let location = engine.write(&digest, &meta, body).unwrap();
+        if let Some((_, old)) = self.entries.lock().insert(digest, (generation, location)) {
+            engine.release(old);
+        }
+    }
+    fn delete(&self, engine: &DeviceEngine, digest: Digest) {
+        engine
+            .write_tombstone(&digest, &StoreMeta::default())
+            .unwrap();
+        if let Some((_, old)) = self.entries.lock().remove(&digest) {
+            engine.release(old);
+        }
+    }
+    fn sink(&self) -> impl Fn(&Digest, &RecoveredRecord<'_>) -> Recovered + Sync + '_ {
+        move |digest, record| {
+            self.entries.lock().insert(
+                *digest,
+                (record.generation, Location::Device(record.address)),
+            );
+            Recovered::Live
+        }
+    }
+}
+
+fn digest(seed: u64) -> Digest {
+    let mut bytes = [0u8; 20];
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for byte in bytes.iter_mut() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        *byte = state as u8;
+    }
+    Digest(bytes)
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("citrine-storage-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    std::fs::create_dir_all(&path).unwrap();
+    path
+}
+
+fn config(dir: &std::path::Path, devices: usize) -> DeviceConfig {
+    let paths = (0..devices)
+        .map(|index| dir.join(format!("dev{index}.dat")))
+        .collect();
+    DeviceConfig {
+        write_block_size: 64 * 1024,
+        ..DeviceConfig::new("test", paths, (1 << 20) + 64 * (64 * 1024))
+    }
+}
+
+fn body(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|index| (seed as usize + index) as u8)
+        .collect()
+}
+
+#[test]
+fn write_read_and_cold_restart_keep_the_newest_copy() {
+    let dir = temp_dir("cold");
+    let index = FakeIndex::default();
+    {
+        let engine = DeviceEngine::open(config(&dir, 2)).unwrap();
+        engine.cold_start(&index.sink(), &|_| {});
+        for seed in 0..500u64 {
+            index.put(&engine, digest(seed), 1, body(seed, 200));
+        }
+        for seed in 0..100u64 {
+            index.put(&engine, digest(seed), 2, body(seed + 1000, 300));
+        }
+        for seed in 400..450u64 {
+            index.delete(&engine, digest(seed));
+        }
+        // Recent records are served from memory.
+        let (_, location) = index
+            .entries
+            .lock()
+            .get(&digest(7))
+            .map(|(generation, location)| {
+                (
+                    *generation,
+                    Location::Device(match location {
+                        Location::Device(a) => *a,
+                        Location::Memory(_) => unreachable!(),
+                    }),
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            engine.read(&location).unwrap().as_ref(),
+            &body(1007, 300)[..]
+        );
+        engine.flush_tick().unwrap();
+    }
+    let recovered = FakeIndex::default();
+    let engine = DeviceEngine::open(config(&dir, 2)).unwrap();
+    let report = engine.cold_start(&recovered.sink(), &|_| {});
+    assert_eq!(report.live, 450, "{report:?}");
+    assert_eq!(report.tombstones, 50);
+    let entries = recovered.entries.lock();
+    for seed in 0..500u64 {
+        let entry = entries.get(&digest(seed));
+        if (400..450).contains(&seed) {
+            assert!(entry.is_none(), "deleted record {seed} came back");
+            continue;
+        }
+        let (generation, location) = entry.unwrap();
+        let expected = if seed < 100 {
+            (2, body(seed + 1000, 300))
+        } else {
+            (1, body(seed, 200))
+        };
+        assert_eq!(*generation, expected.0);
+        assert_eq!(engine.read(location).unwrap().as_ref(), &expected.1[..]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn defrag_reclaims_blocks_and_keeps_records() {
+    let dir = temp_dir("defrag");
+    let index = FakeIndex::default();
+    let engine = DeviceEngine::open(config(&dir, 1)).unwrap();
+    engine.cold_start(&index.sink(), &|_| {});
+    // 64 blocks of 64 KiB; rewrite 100 records of ~2 KiB many times: without
+    // defrag this would need far more than 64 blocks.
+    for round in 0..60u64 {
+        for seed in 0..100u64 {
+            index.put(
+                &engine,
+                digest(seed),
+                round as u16 + 1,
+                body(seed + round, 2000),
+            );
+        }
+        engine.flush_tick().unwrap();
+        while engine.defrag_step(&index).worked {}
+        engine.flush_tick().unwrap();
+    }
+    assert!(engine.stats.defrag_blocks.load(Ordering::Relaxed) > 0);
+    assert!(
+        engine.available_pct() > 50,
+        "available {}",
+        engine.available_pct()
+    );
+    for seed in 0..100u64 {
+        let entries = index.entries.lock();
+        let (_, location) = entries.get(&digest(seed)).unwrap();
+        assert_eq!(
+            engine.read(location).unwrap().as_ref(),
+            &body(seed + 59, 2000)[..]
+        );
+    }
+    // A cold restart after defrag sees the same records.
+    engine.flush_all().unwrap();
+    drop(engine);
+    let recovered = FakeIndex::default();
+    let engine = DeviceEngine::open(config(&dir, 1)).unwrap();
+    let report = engine.cold_start(&recovered.sink(), &|_| {});
+    assert_eq!(report.live, 100);
+    for seed in 0..100u64 {
+        let entries = recovered.entries.lock();
+        let (generation, location) = entries.get(&digest(seed)).unwrap();
+        assert_eq!(*generation, 60);
+        assert_eq!(
+            engine.read(location).unwrap().as_ref(),
+            &body(seed + 59, 2000)[..]
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn out_of_space_then_recovers_after_deletes() {
+    let dir = temp_dir("space");
+    let index = FakeIndex::default();
+    let engine = DeviceEngine::open(DeviceConfig {
+        min_avail_pct: 10,
+        ..config(&dir, 1)
+    })
+    .unwrap();
+    engine.cold_start(&index.sink(), &|_| {});
+    let mut written = 0u64;
+    loop {
+        let meta = StoreMeta {
+            generation: 1,
+            ..StoreMeta::default()
+        };
+        match engine.write(&digest(written), &meta, body(written, 4000)) {
+            Ok(location) => {
+                index.entries.lock().insert(digest(written), (1, location));
+                written += 1;
+            }
+            Err(StorageError::OutOfSpace) => break,
+            Err(other) => panic!("{other}"),
+        }
+        assert!(written < 100_000);
+    }
+    assert!(engine.stop_writes());
+    for seed in 0..written {
+        if seed % 4 != 0 {
+            index.delete(&engine, digest(seed));
+        }
+    }
+    for _ in 0..200 {
+        engine.flush_tick().unwrap();
+        engine.defrag_step(&index);
+    }
+    engine.flush_tick().unwrap();
+    assert!(
+        !engine.stop_writes(),
+        "available {}",
+        engine.available_pct()
+    );
+    index.put(&engine, digest(1_000_000), 1, body(1, 4000));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn torn_block_is_skipped_not_fatal() {
+    let dir = temp_dir("torn");
+    let index = FakeIndex::default();
+    {
+        let engine = DeviceEngine::open(config(&dir, 1)).unwrap();
+        engine.cold_start(&index.sink(), &|_| {});
+        for seed in 0..200u64 {
+            index.put(&engine, digest(seed), 1, body(seed, 1000));
+        }
+        engine.flush_all().unwrap();
+    }
+    // Corrupt the middle of block 0 and the header of block 1 (records after
+    // the damage in block 0 are found again by resynchronising).
+    let path = dir.join("dev0.dat");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let block0 = RESERVED_BYTES as usize;
+    for byte in &mut bytes[block0 + 5000..block0 + 5100] {
+        *byte ^= 0x5A;
+    }
+    let block1 = block0 + 64 * 1024;
+    bytes[block1 + 10] ^= 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+    let recovered = FakeIndex::default();
+    let engine = DeviceEngine::open(config(&dir, 1)).unwrap();
+    let report = engine.cold_start(&recovered.sink(), &|_| {});
+    assert!(
+        report.corrupt_records >= 1 && report.corrupt_blocks == 1,
+        "{report:?}"
+    );
+    assert!(report.live > 100 && report.live < 200, "{report:?}");
+    for (_, location) in recovered.entries.lock().values() {
+        engine.read(location).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fast_restart_round_trip_and_rejects_a_stale_image() {
+    let dir = temp_dir("fast");
+    let image = dir.join("test.index");
+    let index = FakeIndex::default();
+    {
+        let engine = DeviceEngine::open(config(&dir, 2)).unwrap();
+        engine.cold_start(&index.sink(), &|_| {});
+        for seed in 0..300u64 {
+            index.put(&engine, digest(seed), 1, body(seed, 500));
+        }
+        for seed in 0..30u64 {
+            index.delete(&engine, digest(seed));
+        }
+        let entries: Vec<SavedEntry> = index
+            .entries
+            .lock()
+            .iter()
+            .map(|(digest, (generation, location))| match location {
+                Location::Device(address) => SavedEntry {
+                    digest: *digest,
+                    generation: *generation,
+                    void_time: 0,
+                    last_update_ms: 1,
+                    set: 0,
+                    address: *address,
+                },
+                Location::Memory(_) => unreachable!(),
+            })
+            .collect();
+        engine
+            .save_index(&image, &[b"s".to_vec()], &entries)
+            .unwrap();
+    }
+    let recovered = FakeIndex::default();
+    let engine = DeviceEngine::open(config(&dir, 2)).unwrap();
+    let mut sink = |digest: &Digest, record: &RecoveredRecord<'_>| {
+        assert_eq!(record.set_name, b"s");
+        recovered.entries.lock().insert(
+            *digest,
+            (record.generation, Location::Device(record.address)),
+        );
+        Recovered::Live
+    };
+    let report = engine.fast_restart(&image, &mut sink).unwrap().unwrap();
+    assert_eq!(report.live, 270);
+    assert_eq!(report.tombstones, 30);
+    assert!(!image.exists(), "the image is consumed at start");
+    for (_, location) in recovered.entries.lock().values() {
+        engine.read(location).unwrap();
+    }
+    // No image now: a second start must cold start.
+    assert!(engine
+        .fast_restart(&image, &mut |_, _| Recovered::Live)
+        .unwrap()
+        .is_none());
+    // A corrupted image is refused.
+    std::fs::write(&image, b"CITRIDX\0garbage-garbage").unwrap();
+    assert!(engine
+        .fast_restart(&image, &mut |_, _| Recovered::Live)
+        .is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn expired_copy_hides_older_copies_and_tombstones_are_collected() {
+    let dir = temp_dir("expire");
+    let index = FakeIndex::default();
+    let engine = DeviceEngine::open(config(&dir, 1)).unwrap();
+    engine.cold_start(&index.sink(), &|_| {});
+    index.put(&engine, digest(1), 1, body(1, 100));
+    let meta = StoreMeta {
+        generation: 2,
+        void_time: 5,
+        last_update_ms: 2,
+        set_name: b"",
+    };
+    let newer = engine.write(&digest(1), &meta, body(2, 100)).unwrap();
+    let (_, older) = index.entries.lock().remove(&digest(1)).unwrap();
+    engine.release(older);
+    engine.retire(&digest(1), newer);
+    assert_eq!(engine.tombstones(), 1);
+    engine.flush_all().unwrap();
+    drop(engine);
+    let engine = DeviceEngine::open(config(&dir, 1)).unwrap();
+    let sink = |_: &Digest, record: &RecoveredRecord<'_>| {
+        if record.void_time != 0 {
+            Recovered::Expired
+        } else {
+            Recovered::Live
+        }
+    };
+    let report = engine.cold_start(&sink, &|_| {});
+    assert_eq!((report.live, report.expired), (0, 1), "{report:?}");
+    // Rewrite a lot: old blocks get defragged and freed, and the tombstone goes.
+    let index = FakeIndex::default();
+    for round in 0..40u64 {
+        for seed in 10..60u64 {
+            index.put(&engine, digest(seed), round as u16 + 1, body(seed, 3000));
+        }
+        engine.flush_tick().unwrap();
+        while engine.defrag_step(&index).worked {}
+        engine.flush_tick().unwrap();
+        engine.collect_tombstones();
+    }
+    assert_eq!(engine.tombstones(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
