@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Citrine standard benchmark: builds release binaries, starts a fresh
+# citrined and the no-op responder on loopback, runs the standard workloads
+# against both, and appends a dated section to bench/RESULTS.md.
+#
+# Workloads (2016 VLDB paper style): 1 M keys, 32 concurrent commands,
+#   - load: insert every key (10 bins x 10-byte strings, and 1 KiB blobs)
+#   - ru,95 and ru,50 (read/update) on 10 x 10-byte string bins
+#   - ru,95 on one 1 KiB blob bin
+#
+# Environment (all optional):
+#   DURATION=20      seconds per read/update workload
+#   KEYS=1000000     key count
+#   CONCURRENCY=32   commands in flight
+#   LOAD=1           insert the keys first (0 = skip; reads then miss)
+#   PORT=3300        citrined port;  NOOP_PORT=3399 no-op responder port
+#   SKIP_BUILD=0     1 = use existing target/release binaries
+#   CITRINED_BIN     server binary (default target/release/citrined)
+#   DATA_SIZE=6G     memory budget of the benchmark namespace `test`
+#   RESULTS          output file (default bench/RESULTS.md)
+#   NOTE             free text added to the section (e.g. what changed)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+DURATION="${DURATION:-20}"
+KEYS="${KEYS:-1000000}"
+CONCURRENCY="${CONCURRENCY:-32}"
+LOAD="${LOAD:-1}"
+PORT="${PORT:-3300}"
+NOOP_PORT="${NOOP_PORT:-3399}"
+DATA_SIZE="${DATA_SIZE:-6G}"
+RESULTS="${RESULTS:-$ROOT/bench/RESULTS.md}"
+CITRINE="$ROOT/target/release/citrine"
+CITRINED="${CITRINED_BIN:-$ROOT/target/release/citrined}"
+
+if [ "${SKIP_BUILD:-0}" != "1" ]; then
+    echo "== building release binaries"
+    cargo build --release -p citrine-server -p citrine-cli
+fi
+for binary in "$CITRINE" "$CITRINED"; do
+    if [ ! -x "$binary" ]; then
+        echo "error: $binary is missing; run without SKIP_BUILD=1 or set CITRINED_BIN" >&2
+        exit 1
+    fi
+done
+
+WORK="$(mktemp -d)"
+SERVER_PID=""
+NOOP_PID=""
+cleanup() {
+    [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null || true
+    [ -n "$NOOP_PID" ] && kill "$NOOP_PID" 2>/dev/null || true
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+wait_for() { # host:port
+    for _ in $(seq 1 150); do
+        if "$CITRINE" info -h "$1" --timeout 200 -v build >/dev/null 2>&1; then return 0; fi
+        sleep 0.1
+    done
+    echo "error: nothing answers on $1" >&2
+    exit 1
+}
+
+echo "== starting citrined on 127.0.0.1:$PORT and the no-op responder on 127.0.0.1:$NOOP_PORT"
+# In-memory namespace `test` large enough for both data sets (1 M x 100 B and
+# 1 M x 1 KiB with index): the built-in default (1 GiB, stop-writes at 90 %)
+# would refuse part of the 1 KiB load with OUT_OF_SPACE (8).
+cat >"$WORK/bench.toml" <<EOF
+[service]
+address = "127.0.0.1"
+port = $PORT
+cluster-name = "citrine"
+
+[logging]
+level = "warn"
+
+[[namespace]]
+name = "test"
+replication-factor = 1
+default-ttl = 0
+
+[namespace.storage-engine]
+type = "memory"
+data-size = "$DATA_SIZE"
+evict-used-pct = 0
+stop-writes-used-pct = 95
+EOF
+"$CITRINED" --config "$WORK/bench.toml" --port "$PORT" --address 127.0.0.1 >"$WORK/citrined.log" 2>&1 &
+SERVER_PID=$!
+"$CITRINE" bench --noop-server "$NOOP_PORT" >"$WORK/noop.log" 2>&1 &
+NOOP_PID=$!
+wait_for "127.0.0.1:$PORT"
+wait_for "127.0.0.1:$NOOP_PORT"
+
+COMMANDS_FILE="$WORK/commands.txt"
+: >"$COMMANDS_FILE"
+run_bench() { # name target-port pid-or-empty extra-args...
+    local name="$1" port="$2" pid="$3"
+    shift 3
+    local args=(bench -h "127.0.0.1:$port" -n test -k "$KEYS" -c "$CONCURRENCY" -q --label "$name" --json "$WORK/$name.json" "$@")
+    if [ -n "$pid" ]; then args+=(--server-pid "$pid"); fi
+    echo "== $name"
+    echo "citrine ${args[*]}" | sed "s#$WORK/##" >>"$COMMANDS_FILE"
+    "$CITRINE" "${args[@]}" | grep -v '^JSON ' || true
+}
+
+SPEC_SMALL="10*S:10"
+SPEC_1K="B:1024"
+if [ "$LOAD" = "1" ]; then
+    run_bench load-10x10 "$PORT" "$SERVER_PID" -s p10x10 -o "$SPEC_SMALL" -w insert
+    run_bench load-1k "$PORT" "$SERVER_PID" -s p1k -o "$SPEC_1K" -w insert
+fi
+for target in citrined noop; do
+    if [ "$target" = citrined ]; then port="$PORT"; pid="$SERVER_PID"; else port="$NOOP_PORT"; pid="$NOOP_PID"; fi
+    run_bench "$target-ru95-10x10" "$port" "$pid" -s p10x10 -o "$SPEC_SMALL" -w ru,95 -d "$DURATION"
+    run_bench "$target-ru50-10x10" "$port" "$pid" -s p10x10 -o "$SPEC_SMALL" -w ru,50 -d "$DURATION"
+    run_bench "$target-ru95-1k" "$port" "$pid" -s p1k -o "$SPEC_1K" -w ru,95 -d "$DURATION"
+done
+
+echo "== writing $RESULTS"
+CPU_MODEL="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || echo unknown)"
+export WORK RESULTS DATA_SIZE DURATION KEYS CONCURRENCY LOAD CPU_MODEL NOTE="${NOTE:-}"
+export NPROC="$(nproc)" KERNEL="$(uname -sr)" LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
+export GIT_REV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)"
+python3 - <<'PY'
+import json, os, datetime
+work = os.environ["WORK"]
+def load(name):
+    try:
+        with open(os.path.join(work, name + ".json")) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+def lat(run, op):
+    o = (run or {}).get("ops", {}).get(op)
+    if not o:
+        return "-"
+    return f'{o["p50_ms"]:.3f} / {o["p99_ms"]:.3f} / {o["p99_9_ms"]:.3f}'
+def cpu(run, which="server"):
+    v = (run or {}).get(which + "_cpu_us_per_op")
+    return "-" if v is None else f"{v:.1f}"
+lines = []
+now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+lines.append(f"## {now} — commit {os.environ['GIT_REV']}, {os.environ['DURATION']} s per workload")
+lines.append("")
+lines.append(f"Machine: {os.environ['NPROC']} CPUs ({os.environ['CPU_MODEL']}), {os.environ['KERNEL']}; "
+             f"load average at the end {os.environ['LOADAVG']}. Client, server and no-op responder share these CPUs over loopback.")
+lines.append(f"Keys {os.environ['KEYS']}, concurrency {os.environ['CONCURRENCY']}, uniform key choice, total timeout 1 s, 2 retries.")
+if os.environ.get("NOTE"):
+    lines.append("")
+    lines.append("Note: " + os.environ["NOTE"])
+lines.append("")
+lines.append("| workload | target | ops/s | read p50 / p99 / p99.9 ms | write p50 / p99 / p99.9 ms | server CPU µs/op | client CPU µs/op | errors | vs no-op |")
+lines.append("|---|---|---:|---|---|---:|---:|---:|---:|")
+for name in ["load-10x10", "load-1k"]:
+    run = load(name)
+    if run:
+        lines.append(f"| {run['workload']} {run['object_spec']} | citrined | {run['throughput_ops_s']:.0f} | - | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | - |")
+for wl, label in [("ru95-10x10", "ru,95 10*S:10"), ("ru50-10x10", "ru,50 10*S:10"), ("ru95-1k", "ru,95 B:1024")]:
+    c, n = load("citrined-" + wl), load("noop-" + wl)
+    for target, run in [("citrined", c), ("no-op", n)]:
+        if not run:
+            continue
+        frac = "-"
+        if target == "citrined" and n and n["throughput_ops_s"] > 0:
+            frac = f"{run['throughput_ops_s'] / n['throughput_ops_s']:.2f}"
+        lines.append(f"| {label} | {target} | {run['throughput_ops_s']:.0f} | {lat(run, 'read')} | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | {frac} |")
+lines.append("")
+lines.append("The no-op responder answers every command with a header-only success (no bins back), so it is the ceiling of the client, the loopback path and the shared CPUs. "
+             "Reads against it return no data; reads of citrined return the full record.")
+lines.append("")
+lines.append("citrined ran with `--config bench.toml` (written by run.sh): one in-memory namespace `test`, "
+             f"data-size {os.environ['DATA_SIZE']}, replication factor 1, no eviction.")
+lines.append("")
+lines.append("Commands (bench/run.sh):")
+lines.append("")
+lines.append("```")
+with open(os.path.join(work, "commands.txt")) as f:
+    lines.extend(l.rstrip("\n") for l in f)
+lines.append("```")
+lines.append("")
+path = os.environ["RESULTS"]
+exists = os.path.exists(path)
+with open(path, "a") as f:
+    if not exists:
+        f.write("# Citrine benchmark results\n\nAppended by `bench/run.sh` (see bench/README.md). Newest last.\n\n")
+    f.write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY

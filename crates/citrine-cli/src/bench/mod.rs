@@ -1,0 +1,659 @@
+//! `citrine bench`: a closed-loop (optionally rate-limited) load generator
+//! on top of the smart client, and the `--noop-server` responder.
+//!
+//! Owns the worker loop, the once-a-second report, the final HDR percentile
+//! table and the JSON summary. Each of the `-c` workers is one tokio task
+//! issuing one command at a time; each has its own [`stats::OpStats`] per
+//! op type behind an uncontended mutex that the reporter swaps out every
+//! second, so the hot path never shares a histogram.
+//!
+//! Invariants: a command's latency is measured from just before the client
+//! call to just after it returns (retries included); failed commands are
+//! counted, not timed; `--ops N` issues exactly N commands (an RMW counts as
+//! one); the run ends at `-d` seconds or `--ops`, whichever comes first, and
+//! an insert also ends once every key of the range has been written.
+
+pub mod spec;
+pub mod stats;
+pub mod zipf;
+
+use crate::{noop, CliResult};
+use citrine_client::{
+    Bins, Client, ClientConfig, Error, GenerationPolicy, Key, ReadPolicy, RecordExistsAction,
+    WritePolicy,
+};
+use spec::{ObjectSpec, Workload};
+use stats::{round3, OpStats, Summary};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use zipf::{KeyDistribution, SplitMix64, Zipf};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    disable_help_flag = true,
+    after_help = "Examples:\n  citrine bench --noop-server 3999                      run the no-op responder\n  \
+                  citrine bench -h 127.0.0.1:3000 -k 1000000 -o 10*S:10 -w insert\n  \
+                  citrine bench -k 1000000 -o 10*S:10 -w ru,95 -c 32 -d 20 --json out.json\n  \
+                  citrine bench -w rmw --zipf 0.99 --rate 5000 --server-pid $(pidof citrined)"
+)]
+pub struct BenchArgs {
+    /// Seed node as HOST:PORT.
+    #[arg(
+        short = 'h',
+        long = "host",
+        default_value = "127.0.0.1:3000",
+        value_name = "HOST:PORT"
+    )]
+    pub host: String,
+    /// Namespace (comma-separated list with --noop-server: namespaces it serves besides test and bar).
+    #[arg(short = 'n', long = "namespace", default_value = "test")]
+    pub namespace: String,
+    /// Set.
+    #[arg(short = 's', long = "set", default_value = "bench")]
+    pub set: String,
+    /// Number of keys.
+    #[arg(short = 'k', long = "keys", default_value_t = 100_000)]
+    pub keys: u64,
+    /// First key (integer keys key-start .. key-start+keys).
+    #[arg(long = "key-start", default_value_t = 0)]
+    pub key_start: i64,
+    /// Object spec: I, D, S:<len>, B:<len>, with N* repeats, comma-separated (e.g. 10*S:10).
+    #[arg(
+        short = 'o',
+        long = "object-spec",
+        default_value = "I",
+        value_name = "SPEC"
+    )]
+    pub object: String,
+    /// Workload: ru,READ_PCT (read/update), insert, rmw (read-modify-write with generation check).
+    #[arg(short = 'w', long = "workload", default_value = "ru,50")]
+    pub workload: String,
+    /// Zipfian key choice with this theta in (0,1) (default uniform).
+    #[arg(long = "zipf", value_name = "THETA")]
+    pub zipf: Option<f64>,
+    /// Concurrent commands in flight.
+    #[arg(short = 'c', long = "concurrency", default_value_t = 32)]
+    pub concurrency: usize,
+    /// Duration in seconds (default: 10, or until every key is written for `-w insert`, or until --ops).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Stop after this many commands.
+    #[arg(long = "ops", value_name = "N")]
+    pub ops: Option<u64>,
+    /// Target throughput over all workers (default: as fast as possible).
+    #[arg(long = "rate", value_name = "OPS_PER_SEC")]
+    pub rate: Option<f64>,
+    /// Write the JSON summary to this file.
+    #[arg(long = "json", value_name = "FILE")]
+    pub json: Option<String>,
+    /// Server process id: report server CPU time per operation from /proc/PID/stat.
+    #[arg(long = "server-pid", value_name = "PID")]
+    pub server_pid: Option<u32>,
+    /// Total timeout of each command in ms.
+    #[arg(long = "timeout", default_value_t = 1000, value_name = "MS")]
+    pub timeout_ms: u64,
+    /// Retries of each command.
+    #[arg(long = "retries", default_value_t = 2)]
+    pub retries: u32,
+    /// Label stored in the JSON summary.
+    #[arg(long = "label", default_value = "")]
+    pub label: String,
+    /// Do not print the per-second lines.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
+    /// Run the no-op responder on this port instead of benchmarking (0 = any free port).
+    #[arg(long = "noop-server", value_name = "PORT")]
+    pub noop_server: Option<u16>,
+    /// Address the no-op responder binds.
+    #[arg(long = "noop-address", default_value = "127.0.0.1")]
+    pub noop_address: String,
+    /// Print help.
+    #[arg(long = "help", action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+}
+
+/// Op types tracked separately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpKind {
+    Read = 0,
+    Write = 1,
+    Rmw = 2,
+}
+const OP_NAMES: [&str; 3] = ["read", "write", "rmw"];
+
+type WorkerStats = [OpStats; 3];
+
+struct Shared {
+    client: Client,
+    spec: ObjectSpec,
+    names: Vec<String>,
+    workload: Workload,
+    distribution: KeyDistribution,
+    args_namespace: String,
+    set: String,
+    key_start: i64,
+    keys: u64,
+    stop: AtomicBool,
+    issued: AtomicU64,
+    ops_limit: Option<u64>,
+    next_insert: AtomicU64,
+    read_policy: ReadPolicy,
+    write_policy: WritePolicy,
+    per_worker_interval: Option<Duration>,
+}
+
+/// Server CPU time (utime + stime) of a process, in µs.
+pub fn process_cpu_us(pid: u32) -> Result<u64, String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("cannot read /proc/{pid}/stat: {e} (is --server-pid right?)"))?;
+    parse_stat_cpu_ticks(&text)
+        .map(|ticks| ticks * 1_000_000 / clock_ticks_per_second())
+        .ok_or_else(|| format!("unexpected /proc/{pid}/stat format"))
+}
+
+/// utime + stime in clock ticks from a /proc/PID/stat line.
+pub fn parse_stat_cpu_ticks(text: &str) -> Option<u64> {
+    // The command name (field 2) may contain spaces: fields resume after the last ')'.
+    let after = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After ')' field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12.
+    let utime = fields.get(11)?.parse::<u64>().ok()?;
+    let stime = fields.get(12)?.parse::<u64>().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks_per_second() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .filter(|ticks| *ticks > 0)
+        .unwrap_or(100)
+}
+
+pub async fn run(args: BenchArgs) -> CliResult {
+    if let Some(port) = args.noop_server {
+        let mut namespaces = vec!["test".to_owned(), "bar".to_owned()];
+        for ns in args
+            .namespace
+            .split(',')
+            .map(str::trim)
+            .filter(|ns| !ns.is_empty())
+        {
+            if !namespaces.iter().any(|known| known == ns) {
+                namespaces.push(ns.to_owned());
+            }
+        }
+        noop::serve(&args.noop_address, port, namespaces)
+            .await
+            .map_err(|e| format!("no-op responder on {}:{port}: {e} (port in use? pick another with --noop-server PORT)", args.noop_address))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let spec = ObjectSpec::parse(&args.object)?;
+    let workload = Workload::parse(&args.workload)?;
+    if args.keys == 0 {
+        return Err("-k KEYS must be at least 1".into());
+    }
+    if args.concurrency == 0 {
+        return Err("-c CONCURRENCY must be at least 1".into());
+    }
+    let distribution = match args.zipf {
+        Some(theta) => KeyDistribution::Zipf(Zipf::new(args.keys, theta)?),
+        None => KeyDistribution::Uniform { n: args.keys },
+    };
+    let duration = match (args.duration, args.ops) {
+        (Some(d), _) if !(d > 0.0 && d.is_finite()) => {
+            return Err("-d SECONDS must be positive".into())
+        }
+        (Some(d), _) => Some(Duration::from_secs_f64(d)),
+        (None, Some(_)) => None,
+        // An insert ends when every key is written; the others default to 10 s.
+        (None, None) if workload == Workload::Insert => None,
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    let per_worker_interval = match args.rate {
+        Some(rate) if !(rate > 0.0 && rate.is_finite()) => {
+            return Err("--rate must be a positive number of ops per second".into())
+        }
+        Some(rate) => Some(Duration::from_secs_f64(args.concurrency as f64 / rate)),
+        None => None,
+    };
+
+    let mut config = ClientConfig::new([args.host.clone()]);
+    config.max_connections_per_node = args.concurrency.max(16) * 2;
+    let client = Client::connect(config)
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}\n  hint: start citrined, or `citrine bench --noop-server PORT` for the no-op ceiling", args.host))?;
+    let mut read_policy = ReadPolicy::default();
+    read_policy.base.total_timeout = Duration::from_millis(args.timeout_ms);
+    read_policy.base.max_retries = args.retries;
+    let write_policy = WritePolicy {
+        base: read_policy.base.clone(),
+        ..WritePolicy::default()
+    };
+
+    let names = spec.names();
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        spec: spec.clone(),
+        names,
+        workload,
+        distribution,
+        args_namespace: args.namespace.clone(),
+        set: args.set.clone(),
+        key_start: args.key_start,
+        keys: args.keys,
+        stop: AtomicBool::new(false),
+        issued: AtomicU64::new(0),
+        ops_limit: args.ops,
+        next_insert: AtomicU64::new(0),
+        read_policy,
+        write_policy,
+        per_worker_interval,
+    });
+
+    let cpu_before = match args.server_pid {
+        Some(pid) => Some(process_cpu_us(pid)?),
+        None => None,
+    };
+    let retries_before = client.stats().retries;
+    let client_cpu_before = process_cpu_us(std::process::id()).ok();
+    outln!(
+        "bench: {} {} against {} ns={} set={} keys={} start={} object={} ({} B) concurrency={} {}{}",
+        workload.label(),
+        shared.distribution.label(),
+        args.host,
+        args.namespace,
+        args.set,
+        args.keys,
+        args.key_start,
+        spec.text,
+        spec.payload_bytes(),
+        args.concurrency,
+        match duration {
+            Some(d) => format!("duration={}s", d.as_secs_f64()),
+            None => String::new(),
+        },
+        args.ops.map(|n| format!(" ops={n}")).unwrap_or_default(),
+    );
+
+    let worker_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..args.concurrency)
+        .map(|_| Arc::new(Mutex::new(Default::default())))
+        .collect();
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for (index, stats) in worker_stats.iter().enumerate() {
+        let shared = shared.clone();
+        let stats = stats.clone();
+        let seed = 0x5EED_0000
+            ^ ((index as u64 + 1) * 0x9E37_79B9)
+            ^ (started.elapsed().as_nanos() as u64);
+        handles.push(tokio::spawn(
+            async move { worker(shared, stats, seed).await },
+        ));
+    }
+
+    // Reporter: once a second, swap each worker's stats out and merge.
+    let mut totals: WorkerStats = Default::default();
+    let deadline = duration.map(|d| started + d);
+    let mut last = started;
+    let mut second = 0u64;
+    loop {
+        let next_tick = last + Duration::from_secs(1);
+        let wake = match deadline {
+            Some(deadline) => next_tick.min(deadline),
+            None => next_tick,
+        };
+        tokio::time::sleep_until(wake.into()).await;
+        let all_done = handles.iter().all(|h| h.is_finished());
+        let time_up = deadline.is_some_and(|d| Instant::now() >= d);
+        if time_up {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
+        let mut interval: WorkerStats = Default::default();
+        for stats in &worker_stats {
+            let taken = match stats.lock() {
+                Ok(mut guard) => std::mem::take(&mut *guard),
+                Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+            };
+            for kind in 0..3 {
+                interval[kind].merge(&taken[kind]);
+            }
+        }
+        let now = Instant::now();
+        let seconds = now.duration_since(last).as_secs_f64();
+        last = now;
+        second += 1;
+        if !args.quiet && interval.iter().any(|s| s.count() + s.errors > 0) {
+            outln!(
+                "{}",
+                interval_line(started.elapsed().as_secs_f64(), &interval, seconds)
+            );
+        }
+        for kind in 0..3 {
+            totals[kind].merge(&interval[kind]);
+        }
+        if time_up || all_done {
+            break;
+        }
+        let _ = second;
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        let _ = handle.await;
+    }
+    // Late samples of commands that were in flight at the stop.
+    for stats in &worker_stats {
+        let taken = match stats.lock() {
+            Ok(mut guard) => std::mem::take(&mut *guard),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        for kind in 0..3 {
+            totals[kind].merge(&taken[kind]);
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu_after = match args.server_pid {
+        Some(pid) => Some(process_cpu_us(pid)?),
+        None => None,
+    };
+    let retries = client.stats().retries - retries_before;
+    let client_cpu_after = process_cpu_us(std::process::id()).ok();
+    client.close();
+
+    let total_ops: u64 = totals.iter().map(OpStats::count).sum();
+    let total_errors: u64 = totals.iter().map(|s| s.errors).sum();
+    let server_cpu_us_per_op = match (cpu_before, cpu_after) {
+        (Some(before), Some(after)) if total_ops > 0 => {
+            Some((after.saturating_sub(before)) as f64 / total_ops as f64)
+        }
+        _ => None,
+    };
+    let client_cpu_us_per_op = match (client_cpu_before, client_cpu_after) {
+        (Some(before), Some(after)) if total_ops > 0 => {
+            Some((after.saturating_sub(before)) as f64 / total_ops as f64)
+        }
+        _ => None,
+    };
+
+    outln!();
+    outln!(
+        "{:<6} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}",
+        "op",
+        "count",
+        "ops/s",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "p99.99",
+        "max",
+        "mean",
+        "errors"
+    );
+    let mut ops_json = serde_json::Map::new();
+    for (kind, stats) in totals.iter().enumerate() {
+        if stats.count() + stats.errors == 0 {
+            continue;
+        }
+        let summary = stats.summary(elapsed);
+        outln!(
+            "{:<6} {:>10} {:>12.0} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3} {:>7}",
+            OP_NAMES[kind],
+            summary.count,
+            summary.ops_per_sec,
+            summary.p50_ms,
+            summary.p90_ms,
+            summary.p99_ms,
+            summary.p999_ms,
+            summary.p9999_ms,
+            summary.max_ms,
+            summary.mean_ms,
+            summary.errors
+        );
+        if !summary.error_kinds.is_empty() {
+            let kinds: Vec<String> = summary
+                .error_kinds
+                .iter()
+                .map(|(kind, count)| format!("{kind}: {count}"))
+                .collect();
+            outln!("       errors by kind: {}", kinds.join(", "));
+        }
+        if summary.not_found > 0 || summary.conflicts > 0 || summary.timeouts > 0 {
+            outln!(
+                "       not found: {}  generation conflicts: {}  timeouts: {}",
+                summary.not_found,
+                summary.conflicts,
+                summary.timeouts
+            );
+        }
+        ops_json.insert(OP_NAMES[kind].to_owned(), summary.to_json());
+    }
+    outln!("(latencies in ms; HDR histogram, 3 significant digits)");
+    let throughput = total_ops as f64 / elapsed;
+    outln!("total: {total_ops} ops in {elapsed:.2}s = {throughput:.0} ops/s, {total_errors} errors, {retries} client retries");
+    if let Some(cpu) = server_cpu_us_per_op {
+        outln!("server CPU: {cpu:.2} µs per operation");
+    }
+    if let Some(cpu) = client_cpu_us_per_op {
+        outln!("client CPU: {cpu:.2} µs per operation (this process, all threads)");
+    }
+    let summary = serde_json::json!({
+        "label": args.label,
+        "target": args.host,
+        "workload": workload.label(),
+        "object_spec": spec.text,
+        "payload_bytes": spec.payload_bytes(),
+        "namespace": args.namespace,
+        "set": args.set,
+        "keys": args.keys,
+        "key_start": args.key_start,
+        "distribution": shared.distribution.label(),
+        "concurrency": args.concurrency,
+        "rate_target": args.rate,
+        "duration_s": round3(elapsed),
+        "total_ops": total_ops,
+        "throughput_ops_s": round3(throughput),
+        "errors": total_errors,
+        "client_retries": retries,
+        "server_cpu_us_per_op": server_cpu_us_per_op.map(round3),
+        "client_cpu_us_per_op": client_cpu_us_per_op.map(round3),
+        "ops": ops_json,
+    });
+    outln!("JSON {summary}");
+    if let Some(path) = &args.json {
+        std::fs::write(path, format!("{summary:#}\n"))
+            .map_err(|e| format!("cannot write --json {path}: {e}"))?;
+    }
+    Ok(if total_ops == 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn interval_line(at: f64, interval: &WorkerStats, seconds: f64) -> String {
+    let mut parts = Vec::new();
+    for (kind, stats) in interval.iter().enumerate() {
+        if stats.count() + stats.errors == 0 {
+            continue;
+        }
+        let s: Summary = stats.summary(seconds);
+        let mut part = format!(
+            "{} {:>8.0}/s p50 {:.3} p99 {:.3} p99.9 {:.3} ms",
+            OP_NAMES[kind], s.ops_per_sec, s.p50_ms, s.p99_ms, s.p999_ms
+        );
+        if s.errors > 0 {
+            part.push_str(&format!(" err {}", s.errors));
+        }
+        parts.push(part);
+    }
+    format!("[{at:>6.1}s] {}", parts.join(" | "))
+}
+
+fn record_error(stats: &mut OpStats, error: &Error) {
+    let kind = match error {
+        Error::Server { code, .. } => format!("code {code}"),
+        Error::Timeout { .. } => "timeout".to_owned(),
+        Error::Network { .. } => "network".to_owned(),
+        Error::NoNode { .. } => "no node".to_owned(),
+        other => other.to_string().chars().take(40).collect(),
+    };
+    stats.record_error(&kind, matches!(error, Error::Timeout { .. }));
+}
+
+async fn worker(shared: Arc<Shared>, stats: Arc<Mutex<WorkerStats>>, seed: u64) {
+    let mut rng = SplitMix64::new(seed);
+    let mut next_slot = Instant::now();
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if let Some(limit) = shared.ops_limit {
+            if shared.issued.fetch_add(1, Ordering::Relaxed) >= limit {
+                break;
+            }
+        }
+        if let Some(interval) = shared.per_worker_interval {
+            next_slot += interval;
+            let now = Instant::now();
+            if next_slot > now {
+                tokio::time::sleep_until(next_slot.into()).await;
+            } else if now.duration_since(next_slot) > interval * 10 {
+                // Far behind (server slower than the target): do not burst to catch up.
+                next_slot = now;
+            }
+        }
+        let index = match shared.workload {
+            Workload::Insert => {
+                let index = shared.next_insert.fetch_add(1, Ordering::Relaxed);
+                if index >= shared.keys {
+                    break;
+                }
+                index
+            }
+            _ => shared.distribution.sample(&mut rng),
+        };
+        let key = Key::new(
+            shared.args_namespace.clone(),
+            shared.set.clone(),
+            shared.key_start.wrapping_add(index as i64),
+        );
+        let (kind, outcome) = match shared.workload {
+            Workload::Insert => (
+                OpKind::Write,
+                timed(put(&shared, &key, &mut rng, &shared.write_policy)).await,
+            ),
+            Workload::ReadUpdate { read_pct } => {
+                if rng.below(100) < u64::from(read_pct) {
+                    (OpKind::Read, timed(read(&shared, &key)).await)
+                } else {
+                    (
+                        OpKind::Write,
+                        timed(put(&shared, &key, &mut rng, &shared.write_policy)).await,
+                    )
+                }
+            }
+            Workload::ReadModifyWrite => (OpKind::Rmw, timed(rmw(&shared, &key, &mut rng)).await),
+        };
+        let mut guard = match stats.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let slot = &mut guard[kind as usize];
+        match outcome {
+            (Ok(Outcome::Done), us) => slot.record_us(us),
+            (Ok(Outcome::NotFound), us) => {
+                slot.record_us(us);
+                slot.not_found += 1;
+            }
+            (Ok(Outcome::Conflict), us) => {
+                slot.record_us(us);
+                slot.conflicts += 1;
+            }
+            (Err(error), _) => record_error(slot, &error),
+        }
+    }
+}
+
+enum Outcome {
+    Done,
+    NotFound,
+    Conflict,
+}
+
+async fn timed<F: std::future::Future<Output = Result<Outcome, Error>>>(
+    future: F,
+) -> (Result<Outcome, Error>, u64) {
+    let start = Instant::now();
+    let result = future.await;
+    (result, start.elapsed().as_micros() as u64)
+}
+
+async fn read(shared: &Shared, key: &Key) -> Result<Outcome, Error> {
+    match shared
+        .client
+        .get(&shared.read_policy, key, Bins::All)
+        .await?
+    {
+        Some(_) => Ok(Outcome::Done),
+        None => Ok(Outcome::NotFound),
+    }
+}
+
+async fn put(
+    shared: &Shared,
+    key: &Key,
+    rng: &mut SplitMix64,
+    policy: &WritePolicy,
+) -> Result<Outcome, Error> {
+    let bins = shared.spec.generate(&shared.names, rng);
+    shared.client.put(policy, key, &bins).await?;
+    Ok(Outcome::Done)
+}
+
+async fn rmw(shared: &Shared, key: &Key, rng: &mut SplitMix64) -> Result<Outcome, Error> {
+    let record = shared
+        .client
+        .get(&shared.read_policy, key, Bins::All)
+        .await?;
+    let mut policy = shared.write_policy.clone();
+    match record {
+        Some(record) => policy.generation = GenerationPolicy::ExpectEqual(record.generation),
+        None => policy.record_exists = RecordExistsAction::CreateOnly,
+    }
+    match put(shared, key, rng, &policy).await {
+        Ok(outcome) => Ok(outcome),
+        // Lost the race with another writer: generation mismatch (3) or created meanwhile (5).
+        Err(error) if matches!(error.raw_code(), Some(3) | Some(5)) => Ok(Outcome::Conflict),
+        Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_parsing() {
+        let line = "1234 (citrined worker) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 100 1000 10 18446744073709551615";
+        assert_eq!(parse_stat_cpu_ticks(line), Some(300));
+        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn own_process_cpu_is_readable() {
+        let pid = std::process::id();
+        assert!(process_cpu_us(pid).is_ok());
+        assert!(process_cpu_us(u32::MAX).is_err());
+    }
+}

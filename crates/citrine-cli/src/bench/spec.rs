@@ -1,0 +1,246 @@
+//! Parsing of the benchmark's object spec (`-o`) and workload (`-w`), and
+//! generation of bin values from the spec.
+//!
+//! Object spec grammar (asbench-like): comma-separated items, each
+//! `[COUNT*]TYPE`, with TYPE one of `I` (8-byte integer), `S:N` (string of N
+//! bytes), `B:N` (blob of N bytes), `D` (double). Bins are named `b0`, `b1`,
+//! ... in order. Invariant: a parsed spec has 1..=1000 bins and every size
+//! is ≥ 1 and ≤ 1 MiB.
+
+use super::zipf::SplitMix64;
+use citrine_client::{Bin, Value};
+
+/// Type of one bin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinType {
+    Int,
+    Double,
+    String(usize),
+    Blob(usize),
+}
+
+/// A parsed object spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectSpec {
+    pub bins: Vec<BinType>,
+    pub text: String,
+}
+
+impl ObjectSpec {
+    pub fn parse(text: &str) -> Result<ObjectSpec, String> {
+        let mut bins = Vec::new();
+        for item in text.split(',').map(str::trim) {
+            if item.is_empty() {
+                return Err(format!("empty item in object spec {text:?}"));
+            }
+            let (count, kind) = match item.split_once('*') {
+                Some((count, kind)) => (
+                    count
+                        .trim()
+                        .parse::<usize>()
+                        .map_err(|_| format!("bad repeat count in {item:?}: write e.g. 10*S:10"))?,
+                    kind.trim(),
+                ),
+                None => (1, item),
+            };
+            let size = |n: &str| -> Result<usize, String> {
+                let size = n
+                    .parse::<usize>()
+                    .map_err(|_| format!("bad size in {item:?}: write e.g. S:10 or B:1024"))?;
+                if size == 0 || size > 1 << 20 {
+                    return Err(format!("size in {item:?} must be 1..=1048576"));
+                }
+                Ok(size)
+            };
+            let bin = match kind.split_once(':') {
+                None if kind.eq_ignore_ascii_case("I") => BinType::Int,
+                None if kind.eq_ignore_ascii_case("D") => BinType::Double,
+                Some((t, n)) if t.eq_ignore_ascii_case("S") => BinType::String(size(n)?),
+                Some((t, n)) if t.eq_ignore_ascii_case("B") => BinType::Blob(size(n)?),
+                _ => {
+                    return Err(format!(
+                        "unknown bin type {kind:?}: use I, D, S:<len> or B:<len> (e.g. -o 10*S:10)"
+                    ))
+                }
+            };
+            bins.extend(std::iter::repeat_n(bin, count));
+        }
+        if bins.is_empty() || bins.len() > 1000 {
+            return Err(format!("object spec {text:?} must describe 1..=1000 bins"));
+        }
+        Ok(ObjectSpec {
+            bins,
+            text: text.to_owned(),
+        })
+    }
+
+    /// Bytes of payload per record (for reports).
+    pub fn payload_bytes(&self) -> usize {
+        self.bins
+            .iter()
+            .map(|bin| match bin {
+                BinType::Int | BinType::Double => 8,
+                BinType::String(n) | BinType::Blob(n) => *n,
+            })
+            .sum()
+    }
+
+    /// Bin names b0, b1, ...
+    pub fn names(&self) -> Vec<String> {
+        (0..self.bins.len()).map(|i| format!("b{i}")).collect()
+    }
+
+    /// A fresh set of bins with random contents.
+    pub fn generate(&self, names: &[String], rng: &mut SplitMix64) -> Vec<Bin> {
+        self.bins
+            .iter()
+            .zip(names)
+            .map(|(kind, name)| {
+                let value = match kind {
+                    BinType::Int => Value::Int((rng.next_u64() >> 1) as i64),
+                    BinType::Double => Value::Float(rng.next_f64() * 1e6),
+                    BinType::String(n) => Value::String(random_text(*n, rng)),
+                    BinType::Blob(n) => Value::Blob(random_bytes(*n, rng)),
+                };
+                Bin {
+                    name: name.clone(),
+                    value,
+                }
+            })
+            .collect()
+    }
+}
+
+fn random_text(len: usize, rng: &mut SplitMix64) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(len);
+    let mut word = 0u64;
+    for i in 0..len {
+        if i % 10 == 0 {
+            word = rng.next_u64();
+        }
+        out.push(char::from(ALPHABET[(word & 63) as usize]));
+        word >>= 6;
+    }
+    out
+}
+
+fn random_bytes(len: usize, rng: &mut SplitMix64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        out.extend_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// What the benchmark does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Workload {
+    /// Reads with this percentage, updates (full puts) otherwise.
+    ReadUpdate { read_pct: u32 },
+    /// Writes every key of the range once, in order.
+    Insert,
+    /// Read, then write back with a generation-equal check.
+    ReadModifyWrite,
+}
+
+impl Workload {
+    pub fn parse(text: &str) -> Result<Workload, String> {
+        let lower = text.trim().to_ascii_lowercase();
+        match lower.as_str() {
+            "insert" | "i" => Ok(Workload::Insert),
+            "rmw" => Ok(Workload::ReadModifyWrite),
+            _ => {
+                let pct = lower.strip_prefix("ru,").ok_or_else(|| {
+                    format!(
+                        "unknown workload {text:?}: use ru,READ_PCT (e.g. ru,95), insert or rmw"
+                    )
+                })?;
+                let read_pct = pct
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("bad read percentage in {text:?}"))?;
+                if read_pct > 100 {
+                    return Err(format!("read percentage {read_pct} is over 100"));
+                }
+                Ok(Workload::ReadUpdate { read_pct })
+            }
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            Workload::ReadUpdate { read_pct } => format!("ru,{read_pct}"),
+            Workload::Insert => "insert".into(),
+            Workload::ReadModifyWrite => "rmw".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_specs() {
+        assert_eq!(
+            ObjectSpec::parse("I").map(|s| s.bins),
+            Ok(vec![BinType::Int])
+        );
+        let ten = ObjectSpec::parse("10*S:10").expect("ten strings");
+        assert_eq!(ten.bins, vec![BinType::String(10); 10]);
+        assert_eq!(ten.payload_bytes(), 100);
+        let mixed = ObjectSpec::parse("I, B:1024,2*d").expect("mixed");
+        assert_eq!(
+            mixed.bins,
+            vec![
+                BinType::Int,
+                BinType::Blob(1024),
+                BinType::Double,
+                BinType::Double
+            ]
+        );
+        for bad in [
+            "",
+            "X",
+            "S",
+            "S:0",
+            "S:x",
+            "x*I",
+            "I,,I",
+            "B:99999999",
+            "1001*I",
+        ] {
+            assert!(ObjectSpec::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn generated_bins_follow_the_spec() {
+        let spec = ObjectSpec::parse("I,S:10,B:33").expect("spec");
+        let mut rng = SplitMix64::new(9);
+        let bins = spec.generate(&spec.names(), &mut rng);
+        assert_eq!(bins.len(), 3);
+        assert_eq!(bins[0].name, "b0");
+        assert!(matches!(&bins[1].value, Value::String(s) if s.len() == 10));
+        assert!(matches!(&bins[2].value, Value::Blob(b) if b.len() == 33));
+    }
+
+    #[test]
+    fn workloads() {
+        assert_eq!(
+            Workload::parse("ru,95"),
+            Ok(Workload::ReadUpdate { read_pct: 95 })
+        );
+        assert_eq!(
+            Workload::parse("RU,50"),
+            Ok(Workload::ReadUpdate { read_pct: 50 })
+        );
+        assert_eq!(Workload::parse("insert"), Ok(Workload::Insert));
+        assert_eq!(Workload::parse("rmw"), Ok(Workload::ReadModifyWrite));
+        assert!(Workload::parse("ru,101").is_err());
+        assert!(Workload::parse("ru").is_err());
+        assert!(Workload::parse("scan").is_err());
+    }
+}

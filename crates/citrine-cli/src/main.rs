@@ -1,0 +1,120 @@
+//! `citrine`: the command-line tool of Citrine.
+//!
+//! Owns argument parsing (clap derive) and dispatch to the subcommands:
+//! `info` (asinfo-like), `get`/`put`/`delete`/`exists` (single records),
+//! `cluster` (node table) and `bench` (load generator and no-op responder).
+//! Every failure ends with a message saying what to do and exit status 1.
+//! Subcommands that take `-h HOST` disable clap's `-h` help short flag;
+//! `--help` works everywhere.
+
+/// `println!` that ends the process quietly when stdout is closed (`| head`)
+/// instead of panicking on a broken pipe.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout().lock(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+mod bench;
+mod info_cmd;
+mod msgpack;
+mod noop;
+mod record;
+
+use clap::{ArgAction, Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "citrine",
+    version,
+    about = "Command-line tool for Citrine and any Aerospike-protocol server",
+    long_about = "Command-line tool for Citrine (and any server speaking the Aerospike client protocol).\n\
+                  Talks to a server at HOST[:PORT] (default 127.0.0.1:3000).\n\
+                  Examples:\n  citrine info -v build\n  citrine put -n test -s demo key1 a=1 b=hello\n  \
+                  citrine get -n test -s demo key1\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run info commands on one node (like asinfo).
+    Info(info_cmd::InfoArgs),
+    /// Read a record and print its bins.
+    Get(record::RecordArgs),
+    /// Write bins to a record: BIN=VALUE pairs or --json '{"bin":value}'.
+    Put(record::RecordArgs),
+    /// Delete a record.
+    Delete(record::RecordArgs),
+    /// Tell whether a record exists (exit status 0 = yes, 2 = no).
+    Exists(record::RecordArgs),
+    /// Print a table of the cluster's nodes.
+    Cluster(info_cmd::ClusterArgs),
+    /// Benchmark a server (or run the no-op responder with --noop-server).
+    Bench(Box<bench::BenchArgs>),
+}
+
+/// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HostArgs {
+    /// Server to talk to, as HOST, HOST:PORT, [IPV6] or [IPV6]:PORT.
+    #[arg(
+        short = 'h',
+        long = "host",
+        default_value = "127.0.0.1:3000",
+        value_name = "HOST[:PORT]"
+    )]
+    pub host: String,
+    /// Timeout of each request, in milliseconds.
+    #[arg(long = "timeout", default_value_t = 2000, value_name = "MS")]
+    pub timeout_ms: u64,
+    /// Print help.
+    #[arg(long = "help", action = ArgAction::Help)]
+    pub help: Option<bool>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The no-op responder runs on one thread: cheaper per request than a
+    // work-stealing pool, and it leaves the other CPUs to the client.
+    let single_thread = matches!(&cli.command, Command::Bench(args) if args.noop_server.is_some());
+    let mut builder = if single_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("citrine: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Info(args) => info_cmd::run_info(args).await,
+            Command::Get(args) => record::run(record::Action::Get, args).await,
+            Command::Put(args) => record::run(record::Action::Put, args).await,
+            Command::Delete(args) => record::run(record::Action::Delete, args).await,
+            Command::Exists(args) => record::run(record::Action::Exists, args).await,
+            Command::Cluster(args) => info_cmd::run_cluster(args).await,
+            Command::Bench(args) => bench::run(*args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("citrine: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Result of a subcommand: an exit code, or a message for the user.
+pub type CliResult = Result<ExitCode, String>;

@@ -1,0 +1,199 @@
+//! The no-op responder (`citrine bench --noop-server PORT`): the ceiling of
+//! the client and the network path.
+//!
+//! It speaks just enough of the protocol for the smart client (and the
+//! official clients) to bootstrap: a one-node cluster (`node`, `build`
+//! 8.1.2.0, `features` incl. `pscans`, generations, `peers-clear-std`
+//! `0,<port>,[]`, `replicas` with an all-ones bitmap for every namespace it
+//! serves) and answers **every** AS_MSG with a header-only success (result 0,
+//! generation 1, no bins) — reads return no bins, so a benchmark against it
+//! measures request/response overhead only, not value transfer back.
+//! Security messages get result 52 (security not enabled); compressed
+//! requests get result 25. Nothing is stored.
+//!
+//! Invariant: answers go out in request order, one per request frame, and a
+//! malformed frame closes the connection (exactly what a server does).
+
+use citrine_client::partition::encode_bitmap;
+use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::info::{request_lines, InfoResponse};
+use citrine_wire::msg::write_status;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Node id the responder reports.
+pub const NOOP_NODE_ID: &str = "BB9000000000C17";
+
+const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;\
+sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;\
+truncate-namespace;udf";
+
+/// Static answers of one responder.
+#[derive(Debug)]
+pub struct Answers {
+    port: u16,
+    namespaces: Vec<String>,
+    replicas: String,
+}
+
+impl Answers {
+    pub fn new(port: u16, namespaces: &[String]) -> Answers {
+        let bitmap = encode_bitmap(&[0xFF; 512]);
+        let replicas = namespaces
+            .iter()
+            .map(|ns| format!("{ns}:0,1,{bitmap}"))
+            .collect::<Vec<_>>()
+            .join(";");
+        Answers {
+            port,
+            namespaces: namespaces.to_vec(),
+            replicas,
+        }
+    }
+
+    /// The value of one info command line.
+    pub fn info(&self, line: &str) -> String {
+        let name = line.split([':', '/']).next().unwrap_or_default();
+        match name {
+            "node" => NOOP_NODE_ID.into(),
+            "build" => "8.1.2.0".into(),
+            "version" => "Citrine no-op responder build 8.1.2.0".into(),
+            "edition" => "Citrine no-op responder".into(),
+            "features" => FEATURES.into(),
+            "cluster-name" => "citrine-noop".into(),
+            "partition-generation" | "peers-generation" | "rebalance-generation" => "0".into(),
+            "peers-clear-std" | "peers-clear-alt" | "alumni-clear-std" | "alumni-clear-alt" => {
+                format!("0,{},[]", self.port)
+            }
+            "service-clear-std" => format!("127.0.0.1:{}", self.port),
+            "service-clear-alt" | "service-tls-std" | "service-tls-alt" => String::new(),
+            "replicas" | "replicas-all" => {
+                if name == "replicas" {
+                    self.replicas.clone()
+                } else {
+                    self.replicas.replace(":0,1,", ":1,")
+                }
+            }
+            "replicas-master" => self.replicas.replace(":0,1,", ":"),
+            "partitions" => "4096".into(),
+            "namespaces" => self.namespaces.join(";"),
+            "statistics" => {
+                "cluster_size=1;cluster_key=C17C17C17C17;migrate_partitions_remaining=0;uptime=0"
+                    .into()
+            }
+            "cluster-key" => "C17C17C17C17".into(),
+            "user-agent-set" => "ok".into(),
+            "rack-ids" => "ERROR:25:enterprise only".into(),
+            _ => "ERROR:4:unrecognized command".into(),
+        }
+    }
+
+    /// The answer body of one info request body.
+    pub fn info_body(&self, body: &[u8]) -> Vec<u8> {
+        let mut response = InfoResponse::new();
+        let lines = request_lines(body);
+        if lines.is_empty() {
+            for name in [
+                "node",
+                "build",
+                "edition",
+                "features",
+                "partition-generation",
+            ] {
+                response.push(name, &self.info(name));
+            }
+        }
+        for line in &lines {
+            response.push(line, &self.info(line));
+        }
+        let mut out = Vec::new();
+        response.write_frame(&mut out);
+        out
+    }
+}
+
+/// Serves forever on `127.0.0.1:port` (or `address:port`).
+pub async fn serve(address: &str, port: u16, namespaces: Vec<String>) -> std::io::Result<()> {
+    let listener = TcpListener::bind((address, port)).await?;
+    let port = listener.local_addr()?.port();
+    eprintln!(
+        "citrine no-op responder on {address}:{port}: node {NOOP_NODE_ID}, namespaces {}",
+        namespaces.join(",")
+    );
+    serve_listener(listener, Arc::new(Answers::new(port, &namespaces))).await
+}
+
+/// Serves connections from an already bound listener.
+pub async fn serve_listener(listener: TcpListener, answers: Arc<Answers>) -> std::io::Result<()> {
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let answers = answers.clone();
+        tokio::spawn(async move {
+            let _ = connection(stream, answers).await;
+        });
+    }
+}
+
+async fn connection(mut stream: TcpStream, answers: Arc<Answers>) -> std::io::Result<()> {
+    let mut input: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut output: Vec<u8> = Vec::with_capacity(16 * 1024);
+    loop {
+        if stream.read_buf(&mut input).await? == 0 {
+            return Ok(());
+        }
+        let mut consumed = 0;
+        while input.len() - consumed >= PROTO_HEADER_SIZE {
+            let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
+            header_bytes.copy_from_slice(&input[consumed..consumed + PROTO_HEADER_SIZE]);
+            let header = ProtoHeader::decode(&header_bytes)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+            let end = consumed + PROTO_HEADER_SIZE + header.size as usize;
+            if input.len() < end {
+                break;
+            }
+            let body = &input[consumed + PROTO_HEADER_SIZE..end];
+            match header.message_type {
+                MessageType::Info => output.extend_from_slice(&answers.info_body(body)),
+                MessageType::Message => write_status(&mut output, 0, 1, 0),
+                MessageType::Compressed => write_status(&mut output, 25, 0, 0),
+                MessageType::Admin => {
+                    output.extend_from_slice(&ProtoHeader::encode(MessageType::Admin, 16));
+                    let mut security = [0u8; 16];
+                    security[1] = 52;
+                    output.extend_from_slice(&security);
+                }
+                MessageType::InternalXdr => return Ok(()),
+            }
+            consumed = end;
+        }
+        input.drain(..consumed);
+        if !output.is_empty() {
+            stream.write_all(&output).await?;
+            output.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_bootstrap_commands() {
+        let answers = Answers::new(3000, &["test".to_owned(), "bar".to_owned()]);
+        assert_eq!(answers.info("peers-clear-std"), "0,3000,[]");
+        assert!(answers.info("features").contains("pscans"));
+        let replicas = citrine_client::partition::parse_replicas(&answers.info("replicas"))
+            .expect("valid replicas");
+        assert_eq!(replicas.len(), 2);
+        assert_eq!(replicas[1].count(0), 4096);
+        assert!(answers.info("bogus").starts_with("ERROR:4"));
+        let body = answers.info_body(b"node\nbuild\n");
+        assert_eq!(
+            &body[8..],
+            format!("node\t{NOOP_NODE_ID}\nbuild\t8.1.2.0\n").as_bytes()
+        );
+    }
+}

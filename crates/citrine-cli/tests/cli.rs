@@ -1,0 +1,204 @@
+//! End-to-end tests of the `citrine` binary: the no-op responder it
+//! contains, `info`, `cluster`, `bench`, and record commands against a real
+//! `citrined` (found like the client's tests: `$CITRINED_BIN`, else the newer
+//! of `<workspace>/target/{release,debug}/citrined`; missing = failure).
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const CITRINE: &str = env!("CARGO_BIN_EXE_citrine");
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn noop() -> (Process, u16) {
+    let port = free_port();
+    let child = Command::new(CITRINE)
+        .args(["bench", "--noop-server", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn noop");
+    wait_listening(port);
+    (Process(child), port)
+}
+
+fn citrined() -> (Process, u16) {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let binary = match std::env::var("CITRINED_BIN") {
+        Ok(path) if PathBuf::from(&path).is_file() => PathBuf::from(path),
+        Ok(path) => workspace.join(path),
+        Err(_) => ["release", "debug"]
+            .iter()
+            .map(|profile| workspace.join("target").join(profile).join("citrined"))
+            .filter_map(|path| Some((std::fs::metadata(&path).ok()?.modified().ok()?, path)))
+            .max_by_key(|(modified, _)| *modified)
+            .map(|(_, path)| path)
+            .unwrap_or_else(|| panic!("citrined not found: build it with `cargo build --release -p citrine-server` or set CITRINED_BIN")),
+    };
+    assert!(binary.is_file(), "{} does not exist", binary.display());
+    let port = free_port();
+    let child = Command::new(binary)
+        .args(["--port", &port.to_string(), "--address", "127.0.0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn citrined");
+    wait_listening(port);
+    (Process(child), port)
+}
+
+fn citrine(args: &[&str]) -> Output {
+    Command::new(CITRINE)
+        .args(args)
+        .output()
+        .expect("run citrine")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn info_against_the_noop_responder() {
+    let (_noop, port) = noop();
+    let host = format!("127.0.0.1:{port}");
+    let value = citrine(&["info", "-h", &host, "-v", "build"]);
+    assert!(value.status.success());
+    assert_eq!(stdout(&value).trim(), "8.1.2.0");
+    let multi = citrine(&["info", "-h", &host, "statistics", "node"]);
+    let text = stdout(&multi);
+    assert!(text.contains("statistics:\n    cluster_size=1\n"), "{text}");
+    assert!(text.contains("node:\n"), "{text}");
+    let bad = citrine(&["info", "-h", &host, "-v", "no-such-command"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("check the command name"));
+}
+
+#[test]
+fn cluster_table_and_bench_against_the_noop_responder() {
+    let (_noop, port) = noop();
+    let host = format!("127.0.0.1:{port}");
+    let table = citrine(&["cluster", "-h", &host]);
+    assert!(table.status.success());
+    let text = stdout(&table);
+    assert!(
+        text.contains("Master parts")
+            && text.contains("BB9000000000C17")
+            && text.contains("1 node(s)"),
+        "{text}"
+    );
+
+    let json = std::env::temp_dir().join(format!("citrine-bench-{port}.json"));
+    let bench = citrine(&[
+        "bench",
+        "-h",
+        &host,
+        "-k",
+        "1000",
+        "-o",
+        "2*S:10",
+        "-w",
+        "ru,80",
+        "-c",
+        "4",
+        "--ops",
+        "2000",
+        "-q",
+        "--json",
+        json.to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        bench.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bench.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("valid json");
+    assert_eq!(summary["total_ops"], 2000);
+    assert_eq!(summary["errors"], 0);
+    assert!(summary["ops"]["read"]["count"]
+        .as_u64()
+        .is_some_and(|n| n > 1000));
+    let _ = std::fs::remove_file(json);
+}
+
+#[test]
+fn records_against_citrined() {
+    let (_server, port) = citrined();
+    let host = format!("127.0.0.1:{port}");
+    let put = citrine(&[
+        "put",
+        "-h",
+        &host,
+        "-n",
+        "test",
+        "-s",
+        "cli",
+        "k1",
+        "a=1",
+        "b=hello",
+        "c=2.5",
+        "--json",
+        r#"{"l":[1,2]}"#,
+    ]);
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let get = citrine(&[
+        "get",
+        "-h",
+        &host,
+        "-n",
+        "test",
+        "-s",
+        "cli",
+        "k1",
+        "--output-json",
+    ]);
+    assert!(get.status.success());
+    let record: serde_json::Value = serde_json::from_str(stdout(&get).trim()).expect("json record");
+    assert_eq!(record["bins"]["a"], 1);
+    assert_eq!(record["bins"]["b"], "hello");
+    assert_eq!(record["bins"]["c"], 2.5);
+    assert_eq!(record["bins"]["l"], serde_json::json!([1, 2]));
+    assert!(
+        citrine(&["exists", "-h", &host, "-n", "test", "-s", "cli", "k1"])
+            .status
+            .success()
+    );
+    assert!(
+        citrine(&["delete", "-h", &host, "-n", "test", "-s", "cli", "k1"])
+            .status
+            .success()
+    );
+    let missing = citrine(&["exists", "-h", &host, "-n", "test", "-s", "cli", "k1"]);
+    assert_eq!(missing.status.code(), Some(2));
+    let bad_ns = citrine(&["get", "-h", &host, "-n", "nosuchns", "k1"]);
+    assert!(!bad_ns.status.success());
+    assert!(String::from_utf8_lossy(&bad_ns.stderr).contains("citrine info namespaces"));
+}
