@@ -369,7 +369,10 @@ pub fn resolve(
             return Err(ConfigError(format!("{place}: the name is used twice")));
         }
     }
-    let device_directory = overrides.data_dir.clone().or_else(|| service.work_directory.clone());
+    let device_directory = overrides
+        .data_dir
+        .clone()
+        .or_else(|| service.work_directory.clone());
     for namespace in &mut namespaces {
         place_device_files(namespace, device_directory.as_deref());
     }
@@ -463,7 +466,9 @@ fn resolve_namespace(
             stop_writes_used_pct: default_stop,
         } = config.storage_engine
         else {
-            return Err(ConfigError(format!("{place}: internal: the default storage engine is not memory")));
+            return Err(ConfigError(format!(
+                "{place}: internal: the default storage engine is not memory"
+            )));
         };
         let data_size = data_size.map_or(default_size, |Size(bytes)| bytes);
         if data_size < 1 << 20 {
@@ -500,7 +505,11 @@ fn resolve_namespace(
 
 /// `[namespace.storage-engine] type = "device"`. Relative paths are made
 /// absolute later, by [`place_device_files`], once the work directory is known.
-fn resolve_device(section: &NamespaceSection, config: &mut NamespaceConfig, place: &str) -> Result<(), ConfigError> {
+fn resolve_device(
+    section: &NamespaceSection,
+    config: &mut NamespaceConfig,
+    place: &str,
+) -> Result<(), ConfigError> {
     let Some(StorageEngineSection::Device {
         file,
         files,
@@ -523,17 +532,30 @@ fn resolve_device(section: &NamespaceSection, config: &mut NamespaceConfig, plac
     paths.extend(files.iter().flatten().cloned());
     paths.extend(devices.iter().flatten().cloned());
     if paths.is_empty() {
-        return Err(ConfigError(format!("{place}: a device storage-engine needs file, files or devices")));
+        return Err(ConfigError(format!(
+            "{place}: a device storage-engine needs file, files or devices"
+        )));
     }
     if paths.len() > citrine_service::config::DEVICES_MAX {
-        return Err(ConfigError(format!("{place}: storage-engine lists {} devices, at most {} are supported", paths.len(), citrine_service::config::DEVICES_MAX)));
+        return Err(ConfigError(format!(
+            "{place}: storage-engine lists {} devices, at most {} are supported",
+            paths.len(),
+            citrine_service::config::DEVICES_MAX
+        )));
     }
     for (index, path) in paths.iter().enumerate() {
         if paths[..index].contains(path) {
-            return Err(ConfigError(format!("{place}: storage-engine lists {} twice", path.display())));
+            return Err(ConfigError(format!(
+                "{place}: storage-engine lists {} twice",
+                path.display()
+            )));
         }
     }
-    let mut engine = citrine_service::config::DeviceConfig::new(&config.name, paths, filesize.map_or(1 << 30, |Size(bytes)| bytes));
+    let mut engine = citrine_service::config::DeviceConfig::new(
+        &config.name,
+        paths,
+        filesize.map_or(1 << 30, |Size(bytes)| bytes),
+    );
     if let Some(Size(bytes)) = write_block_size {
         if !bytes.is_power_of_two() || !(16 * 1024..=8 << 20).contains(bytes) {
             return Err(ConfigError(format!("{place}: storage-engine.write-block-size = {bytes} is impossible (a power of two from 16K to 8M)")));
@@ -546,24 +568,33 @@ fn resolve_device(section: &NamespaceSection, config: &mut NamespaceConfig, plac
     }
     let flush_max_ms = flush_max_ms.unwrap_or(1000);
     if !(1..=60_000).contains(&flush_max_ms) {
-        return Err(ConfigError(format!("{place}: storage-engine.flush-max-ms = {flush_max_ms} is impossible (1 to 60000)")));
+        return Err(ConfigError(format!(
+            "{place}: storage-engine.flush-max-ms = {flush_max_ms} is impossible (1 to 60000)"
+        )));
     }
     if let Some(pct) = defrag_lwm_pct {
         if !(1..=99).contains(pct) {
-            return Err(ConfigError(format!("{place}: storage-engine.defrag-lwm-pct = {pct} is impossible (1 to 99)")));
+            return Err(ConfigError(format!(
+                "{place}: storage-engine.defrag-lwm-pct = {pct} is impossible (1 to 99)"
+            )));
         }
         engine.defrag_lwm_pct = *pct;
     }
     if let Some(pct) = min_avail_pct {
         if *pct > 50 {
-            return Err(ConfigError(format!("{place}: storage-engine.min-avail-pct = {pct} is impossible (0 to 50)")));
+            return Err(ConfigError(format!(
+                "{place}: storage-engine.min-avail-pct = {pct} is impossible (0 to 50)"
+            )));
         }
         engine.min_avail_pct = *pct;
     }
     engine.commit_to_device = commit_to_device.unwrap_or(false);
     engine.post_write_queue = post_write_queue.unwrap_or(engine.post_write_queue);
     if engine.post_write_queue > 4096 {
-        return Err(ConfigError(format!("{place}: storage-engine.post-write-queue = {} is too large (at most 4096 blocks)", engine.post_write_queue)));
+        return Err(ConfigError(format!(
+            "{place}: storage-engine.post-write-queue = {} is too large (at most 4096 blocks)",
+            engine.post_write_queue
+        )));
     }
     if direct_io.unwrap_or(false) {
         engine.io_mode = citrine_service::config::IoMode::Direct;
@@ -571,20 +602,36 @@ fn resolve_device(section: &NamespaceSection, config: &mut NamespaceConfig, plac
     // A record and its headers must fit in one write block.
     let largest = engine.write_block_size.saturating_sub(1024);
     if section.max_record_size.is_some() && config.max_record_size > largest {
-        return Err(ConfigError(format!("{place}: max-record-size = {} does not fit a write block of {} (at most {largest})", config.max_record_size, engine.write_block_size)));
+        return Err(ConfigError(format!(
+            "{place}: max-record-size = {} does not fit a write block of {} (at most {largest})",
+            config.max_record_size, engine.write_block_size
+        )));
     }
     config.max_record_size = config.max_record_size.min(largest);
     // The image path is placed with the files; a marker for "enabled" here.
-    let index_image = fast_restart.unwrap_or(true).then(|| PathBuf::from(format!("{}.index", config.name)));
-    config.storage_engine = StorageEngineConfig::Device { engine, flush_max_ms, index_image };
+    let index_image = fast_restart
+        .unwrap_or(true)
+        .then(|| PathBuf::from(format!("{}.index", config.name)));
+    config.storage_engine = StorageEngineConfig::Device {
+        engine,
+        flush_max_ms,
+        index_image,
+    };
     Ok(())
 }
 
 /// Makes a device namespace's relative paths (files, index image) relative
 /// to the work directory.
 fn place_device_files(namespace: &mut NamespaceConfig, work_directory: Option<&Path>) {
-    let Some(directory) = work_directory else { return };
-    if let StorageEngineConfig::Device { engine, index_image, .. } = &mut namespace.storage_engine {
+    let Some(directory) = work_directory else {
+        return;
+    };
+    if let StorageEngineConfig::Device {
+        engine,
+        index_image,
+        ..
+    } = &mut namespace.storage_engine
+    {
         for path in &mut engine.paths {
             if path.is_relative() {
                 *path = directory.join(&*path);
@@ -669,21 +716,58 @@ mod tests {
     #[test]
     fn device_engine_options_and_paths() {
         let text = "[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfiles = [\"a.dat\", \"/abs/b.dat\"]\nfilesize = \"64M\"\nwrite-block-size = \"128K\"\nflush-max-ms = 250\ndefrag-lwm-pct = 40\nmin-avail-pct = 7\ncommit-to-device = true\npost-write-queue = 4\n";
-        let overrides = Overrides { data_dir: Some(PathBuf::from("/data")), ..Overrides::default() };
-        let config = resolve(parse_text(text, "test.toml").expect("parses"), "test.toml", &overrides).expect("valid");
+        let overrides = Overrides {
+            data_dir: Some(PathBuf::from("/data")),
+            ..Overrides::default()
+        };
+        let config = resolve(
+            parse_text(text, "test.toml").expect("parses"),
+            "test.toml",
+            &overrides,
+        )
+        .expect("valid");
         let namespace = &config.service.namespaces[0];
-        let StorageEngineConfig::Device { engine, flush_max_ms, index_image } = &namespace.storage_engine else {
+        let StorageEngineConfig::Device {
+            engine,
+            flush_max_ms,
+            index_image,
+        } = &namespace.storage_engine
+        else {
             panic!("not a device namespace: {:?}", namespace.storage_engine);
         };
-        assert_eq!(engine.paths, [PathBuf::from("/data/a.dat"), PathBuf::from("/abs/b.dat")]);
-        assert_eq!((engine.file_size, engine.write_block_size, *flush_max_ms), (64 << 20, 128 << 10, 250));
-        assert_eq!((engine.defrag_lwm_pct, engine.min_avail_pct, engine.commit_to_device, engine.post_write_queue), (40, 7, true, 4));
+        assert_eq!(
+            engine.paths,
+            [PathBuf::from("/data/a.dat"), PathBuf::from("/abs/b.dat")]
+        );
+        assert_eq!(
+            (engine.file_size, engine.write_block_size, *flush_max_ms),
+            (64 << 20, 128 << 10, 250)
+        );
+        assert_eq!(
+            (
+                engine.defrag_lwm_pct,
+                engine.min_avail_pct,
+                engine.commit_to_device,
+                engine.post_write_queue
+            ),
+            (40, 7, true, 4)
+        );
         assert_eq!(index_image.as_deref(), Some(Path::new("/data/d.index")));
-        assert!(namespace.max_record_size < 128 << 10, "a record must fit a write block");
-        let no_file = resolve_text("[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\n").expect_err("no file");
+        assert!(
+            namespace.max_record_size < 128 << 10,
+            "a record must fit a write block"
+        );
+        let no_file = resolve_text(
+            "[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\n",
+        )
+        .expect_err("no file");
         assert!(no_file.0.contains("file"), "{}", no_file.0);
         let bad_block = resolve_text("[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfile = \"x\"\nwrite-block-size = 1000\n").expect_err("bad block");
-        assert!(bad_block.0.contains("write-block-size = 1000"), "{}", bad_block.0);
+        assert!(
+            bad_block.0.contains("write-block-size = 1000"),
+            "{}",
+            bad_block.0
+        );
     }
 
     #[test]

@@ -121,10 +121,15 @@ fn main() -> ExitCode {
 /// Starts, per device namespace, the flusher (writes buffered records out
 /// every `flush-max-ms`, frees emptied blocks, collects tombstones) and the
 /// defragmenter (paced by the engine by the number of free blocks).
-fn spawn_device_threads(service: &Arc<Service>, stopping: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
+fn spawn_device_threads(
+    service: &Arc<Service>,
+    stopping: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
     let mut threads = Vec::new();
     for (index, namespace) in service.namespaces().enumerate() {
-        let Some(period) = citrine_service::device::flush_period(namespace) else { continue };
+        let Some(period) = citrine_service::device::flush_period(namespace) else {
+            continue;
+        };
         let name = namespace.config.name.clone();
         let (flusher_service, flusher_stopping) = (service.clone(), stopping.clone());
         let flusher = std::thread::Builder::new().name(format!("citrine-flush-{name}")).spawn(move || {
@@ -146,20 +151,26 @@ fn spawn_device_threads(service: &Arc<Service>, stopping: &Arc<AtomicBool>) -> V
             }
         });
         let (defrag_service, defrag_stopping) = (service.clone(), stopping.clone());
-        let defragger = std::thread::Builder::new().name(format!("citrine-defrag-{name}")).spawn(move || {
-            let Some(namespace) = defrag_service.namespaces().nth(index) else { return };
-            while !defrag_stopping.load(Ordering::Relaxed) {
-                match citrine_service::device::defrag_step(namespace) {
-                    Some(pause) if !pause.is_zero() => std::thread::sleep(pause),
-                    Some(_) => {}
-                    None => return,
+        let defragger = std::thread::Builder::new()
+            .name(format!("citrine-defrag-{name}"))
+            .spawn(move || {
+                let Some(namespace) = defrag_service.namespaces().nth(index) else {
+                    return;
+                };
+                while !defrag_stopping.load(Ordering::Relaxed) {
+                    match citrine_service::device::defrag_step(namespace) {
+                        Some(pause) if !pause.is_zero() => std::thread::sleep(pause),
+                        Some(_) => {}
+                        None => return,
+                    }
                 }
-            }
-        });
+            });
         for thread in [flusher, defragger] {
             match thread {
                 Ok(handle) => threads.push(handle),
-                Err(error) => tracing::error!(namespace = %name, "cannot start a storage thread: {error}"),
+                Err(error) => {
+                    tracing::error!(namespace = %name, "cannot start a storage thread: {error}")
+                }
             }
         }
     }

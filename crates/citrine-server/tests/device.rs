@@ -102,6 +102,18 @@ impl Node {
     }
 }
 
+/// Log lines that would mean the engine's accounting went wrong.
+fn assert_no_anomaly(log: &str) {
+    for anomaly in [
+        "defrag cannot move",
+        "release of an address",
+        "panicked",
+        "flush failed",
+    ] {
+        assert!(!log.contains(anomaly), "log contains {anomaly:?}: {log}");
+    }
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!(
         "citrine-device-{name}-{}-{}",
@@ -249,7 +261,7 @@ fn hammer(
 #[test]
 fn kill_9_with_commit_to_device_loses_no_acknowledged_write_or_delete() {
     let dir = temp_dir("commit");
-    let config = write_config(&dir, "file = \"test.dat\"\nfilesize = \"24M\"\nwrite-block-size = \"64K\"\ncommit-to-device = true\nflush-max-ms = 100");
+    let config = write_config(&dir, "file = \"test.dat\"\nfilesize = \"4M\"\nwrite-block-size = \"64K\"\ncommit-to-device = true\nflush-max-ms = 100");
     let port = free_port();
     let node = Node::start(&config, &dir, port, 1);
     // Many overwrites of a small key space: blocks die and defrag runs.
@@ -258,7 +270,7 @@ fn kill_9_with_commit_to_device_loses_no_acknowledged_write_or_delete() {
     let mut stream = connect(port);
     let defragged = stat(&mut stream, "defrag_reads");
     drop(stream);
-    node.kill();
+    assert_no_anomaly(&node.kill());
     let histories: Vec<History> = clients
         .into_iter()
         .map(|client| client.join().unwrap())
@@ -397,6 +409,7 @@ fn deletes_and_expirations_survive_fast_and_cold_restarts() {
     check(&mut stream, "before any restart");
     drop(stream);
     let log = node.terminate();
+    assert_no_anomaly(&log);
     assert!(log.contains("index saved for fast restart"), "{log}");
 
     let node = Node::start(&config, &dir, port, 2);

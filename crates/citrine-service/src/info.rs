@@ -69,8 +69,10 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "rebalance-generation" => service.cluster().partition_generation.to_string(),
         "peers-clear-std" | "peers-clear-alt" => service.cluster().peers_value(),
         // No TLS: the TLS peer lists are empty.
-        "peers-tls-std" | "peers-tls-alt" | "alumni-clear-std" | "alumni-clear-alt" | "alumni-tls-std"
-        | "alumni-tls-alt" => format!("{},3000,[]", service.cluster().peers_generation),
+        "peers-tls-std" | "peers-tls-alt" | "alumni-clear-std" | "alumni-clear-alt"
+        | "alumni-tls-std" | "alumni-tls-alt" => {
+            format!("{},3000,[]", service.cluster().peers_generation)
+        }
         "services" | "services-alternate" => service.cluster().services_value(),
         "services-alumni" | "services-alumni-reset" => String::new(),
         "service" | "service-clear-std" => service.config.access_address.clone(),
@@ -83,7 +85,13 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
             cluster
                 .namespaces
                 .iter()
-                .map(|namespace| format!("{}:{}", namespace.name, namespace.column_bitmaps.first().map_or("", String::as_str)))
+                .map(|namespace| {
+                    format!(
+                        "{}:{}",
+                        namespace.name,
+                        namespace.column_bitmaps.first().map_or("", String::as_str)
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(";")
         }
@@ -128,9 +136,17 @@ fn replicas(service: &Service, with_regime: bool) -> String {
         .map(|namespace| {
             let columns = namespace.column_bitmaps.join(",");
             if with_regime {
-                format!("{}:0,{},{columns}", namespace.name, namespace.column_bitmaps.len())
+                format!(
+                    "{}:0,{},{columns}",
+                    namespace.name,
+                    namespace.column_bitmaps.len()
+                )
             } else {
-                format!("{}:{},{columns}", namespace.name, namespace.column_bitmaps.len())
+                format!(
+                    "{}:{},{columns}",
+                    namespace.name,
+                    namespace.column_bitmaps.len()
+                )
             }
         })
         .collect::<Vec<_>>()
@@ -140,7 +156,11 @@ fn replicas(service: &Service, with_regime: bool) -> String {
 /// `cluster-info`: key, size, principal and succession list, for operators.
 fn cluster_info(service: &Service) -> String {
     let cluster = service.cluster();
-    let succession: Vec<String> = cluster.members.iter().map(|member| member.node_id.to_string()).collect();
+    let succession: Vec<String> = cluster
+        .members
+        .iter()
+        .map(|member| member.node_id.to_string())
+        .collect();
     format!(
         "cluster_key={:X};cluster_size={};cluster_principal={};succession={};partition_generation={}",
         cluster.cluster_key,
@@ -191,19 +211,54 @@ fn namespace_config_pairs(namespace: &Namespace) -> Vec<(String, String)> {
                 stop_writes_used_pct.to_string(),
             ));
         }
-        StorageEngineConfig::Device { ref engine, flush_max_ms, ref index_image } => {
-            let files: Vec<String> = engine.paths.iter().map(|path| path.display().to_string()).collect();
+        StorageEngineConfig::Device {
+            ref engine,
+            flush_max_ms,
+            ref index_image,
+        } => {
+            let files: Vec<String> = engine
+                .paths
+                .iter()
+                .map(|path| path.display().to_string())
+                .collect();
             pairs.push(("storage-engine".to_owned(), "device".to_owned()));
             pairs.push(("storage-engine.files".to_owned(), files.join(",")));
-            pairs.push(("storage-engine.filesize".to_owned(), engine.file_size.to_string()));
-            pairs.push(("storage-engine.write-block-size".to_owned(), engine.write_block_size.to_string()));
-            pairs.push(("storage-engine.flush-max-ms".to_owned(), flush_max_ms.to_string()));
-            pairs.push(("storage-engine.defrag-lwm-pct".to_owned(), engine.defrag_lwm_pct.to_string()));
-            pairs.push(("storage-engine.min-avail-pct".to_owned(), engine.min_avail_pct.to_string()));
-            pairs.push(("storage-engine.commit-to-device".to_owned(), engine.commit_to_device.to_string()));
-            pairs.push(("storage-engine.post-write-queue".to_owned(), engine.post_write_queue.to_string()));
-            pairs.push(("storage-engine.direct-io".to_owned(), (engine.io_mode == citrine_storage::device::IoMode::Direct).to_string()));
-            pairs.push(("storage-engine.fast-restart".to_owned(), index_image.is_some().to_string()));
+            pairs.push((
+                "storage-engine.filesize".to_owned(),
+                engine.file_size.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.write-block-size".to_owned(),
+                engine.write_block_size.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.flush-max-ms".to_owned(),
+                flush_max_ms.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.defrag-lwm-pct".to_owned(),
+                engine.defrag_lwm_pct.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.min-avail-pct".to_owned(),
+                engine.min_avail_pct.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.commit-to-device".to_owned(),
+                engine.commit_to_device.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.post-write-queue".to_owned(),
+                engine.post_write_queue.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.direct-io".to_owned(),
+                (engine.io_mode == citrine_storage::device::IoMode::Direct).to_string(),
+            ));
+            pairs.push((
+                "storage-engine.fast-restart".to_owned(),
+                index_image.is_some().to_string(),
+            ));
         }
     }
     pairs
@@ -220,9 +275,22 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
     let data_bytes = namespace.storage.used_bytes();
     let mut pairs: Vec<(String, String)> = vec![
         ("ns_cluster_size".into(), cluster.size().to_string()),
-        ("effective_replication_factor".into(), cluster.namespace(&namespace.config.name).map_or(1, |map| map.column_bitmaps.len()).to_string()),
+        (
+            "effective_replication_factor".into(),
+            cluster
+                .namespace(&namespace.config.name)
+                .map_or(1, |map| map.column_bitmaps.len())
+                .to_string(),
+        ),
         ("objects".into(), objects.to_string()),
-        ("tombstones".into(), namespace.storage.device().map_or(0, |device| device.tombstones()).to_string()),
+        (
+            "tombstones".into(),
+            namespace
+                .storage
+                .device()
+                .map_or(0, |device| device.tombstones())
+                .to_string(),
+        ),
         ("master_objects".into(), objects.to_string()),
         ("prole_objects".into(), "0".into()),
         ("non_replica_objects".into(), "0".into()),
@@ -553,7 +621,11 @@ fn truncate(service: &Service, command: &InfoCommand<'_>, whole_namespace: bool)
             if let Some(id) = namespace.sets.existing_id(set.as_bytes()) {
                 // Durable first: a device namespace records the truncation on
                 // the device so a restart does not bring the records back.
-                if let Some(Err(error)) = namespace.storage.device().map(|device| device.persist_truncation(Some(set.as_bytes()), lut_ms)) {
+                if let Some(Err(error)) = namespace
+                    .storage
+                    .device()
+                    .map(|device| device.persist_truncation(Some(set.as_bytes()), lut_ms))
+                {
                     return format!("ERROR:1:cannot persist the truncation: {error}");
                 }
                 namespace
@@ -565,7 +637,11 @@ fn truncate(service: &Service, command: &InfoCommand<'_>, whole_namespace: bool)
             }
         }
         None => {
-            if let Some(Err(error)) = namespace.storage.device().map(|device| device.persist_truncation(None, lut_ms)) {
+            if let Some(Err(error)) = namespace
+                .storage
+                .device()
+                .map(|device| device.persist_truncation(None, lut_ms))
+            {
                 return format!("ERROR:1:cannot persist the truncation: {error}");
             }
             namespace

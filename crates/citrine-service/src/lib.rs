@@ -32,12 +32,12 @@ pub mod scan;
 pub mod transaction;
 
 use citrine_types::{NodeId, ResultCode};
-use cluster_state::ClusterState;
-use parking_lot::RwLock;
 use citrine_wire::frame::{inflate, MessageType, ProtoHeader};
 use citrine_wire::msg::{field_type, info1, Message};
+use cluster_state::ClusterState;
 use config::ServiceConfig;
 use namespace::Namespace;
+use parking_lot::RwLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use transaction::Now;
@@ -148,7 +148,11 @@ impl Service {
             .collect::<Result<Vec<_>, String>>()?;
         let started_unix_ms = clock.now_unix_ms();
         let node_id = NodeId(config.node_id);
-        let cluster = ClusterState::single(node_id, config.access_address.clone(), &Service::namespace_factors(&config));
+        let cluster = ClusterState::single(
+            node_id,
+            config.access_address.clone(),
+            &Service::namespace_factors(&config),
+        );
         Ok(Service {
             node_id,
             cluster: RwLock::new(Arc::new(cluster)),
@@ -163,7 +167,16 @@ impl Service {
 
     /// (name, replication factor) of every namespace, the input of partition maps.
     pub fn namespace_factors(config: &ServiceConfig) -> Vec<(String, usize)> {
-        config.namespaces.iter().map(|namespace| (namespace.name.clone(), usize::from(namespace.replication_factor))).collect()
+        config
+            .namespaces
+            .iter()
+            .map(|namespace| {
+                (
+                    namespace.name.clone(),
+                    usize::from(namespace.replication_factor),
+                )
+            })
+            .collect()
     }
 
     /// The current cluster state.

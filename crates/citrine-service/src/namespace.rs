@@ -149,18 +149,23 @@ impl Namespace {
     /// A namespace; a device namespace that cannot be opened panics (the
     /// server uses [`Namespace::open`]).
     pub fn new(config: NamespaceConfig) -> Namespace {
-        let now = crate::transaction::Now::from_unix_ms(crate::Clock::now_unix_ms(&crate::SystemClock));
+        let now =
+            crate::transaction::Now::from_unix_ms(crate::Clock::now_unix_ms(&crate::SystemClock));
         Namespace::open(config, now).unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// Opens a namespace. A device namespace opens its devices and rebuilds
     /// its index (fast restart from a clean shutdown's image, otherwise a
     /// cold start scanning the devices).
-    pub fn open(config: NamespaceConfig, now: crate::transaction::Now) -> Result<Namespace, String> {
+    pub fn open(
+        config: NamespaceConfig,
+        now: crate::transaction::Now,
+    ) -> Result<Namespace, String> {
         let storage: Box<dyn StorageEngine> = match &config.storage_engine {
             StorageEngineConfig::Memory { .. } => Box::new(MemoryEngine::new()),
             StorageEngineConfig::Device { engine, .. } => Box::new(
-                citrine_storage::DeviceEngine::open(engine.clone()).map_err(|error| format!("namespace {}: {error}", config.name))?,
+                citrine_storage::DeviceEngine::open(engine.clone())
+                    .map_err(|error| format!("namespace {}: {error}", config.name))?,
             ),
         };
         let namespace = Namespace {
@@ -178,7 +183,10 @@ impl Namespace {
     pub fn data_size(&self) -> u64 {
         match self.config.storage_engine {
             StorageEngineConfig::Memory { data_size, .. } => data_size,
-            StorageEngineConfig::Device { .. } => self.storage.device().map_or(0, |device| device.total_bytes()),
+            StorageEngineConfig::Device { .. } => self
+                .storage
+                .device()
+                .map_or(0, |device| device.total_bytes()),
         }
     }
 
@@ -209,7 +217,10 @@ impl Namespace {
             } => stop_writes_used_pct > 0 && self.used_pct() >= u64::from(stop_writes_used_pct),
             // Free write blocks below min-avail-pct; writes resume by
             // themselves once defragmentation frees blocks again.
-            StorageEngineConfig::Device { .. } => self.storage.device().is_some_and(|device| device.stop_writes()),
+            StorageEngineConfig::Device { .. } => self
+                .storage
+                .device()
+                .is_some_and(|device| device.stop_writes()),
         }
     }
 

@@ -95,7 +95,11 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
         partition.remove_where(
             // An eviction must survive a restart like a delete: the record
             // goes only once its tombstone is written (device engine).
-            |digest, entry| entry.meta.void_time != 0 && entry.meta.void_time <= cutoff && write_tombstone(namespace, digest, &entry.meta, now).is_ok(),
+            |digest, entry| {
+                entry.meta.void_time != 0
+                    && entry.meta.void_time <= cutoff
+                    && write_tombstone(namespace, digest, &entry.meta, now).is_ok()
+            },
             |_, entry| {
                 drop_entry(namespace, entry);
                 evicted += 1;

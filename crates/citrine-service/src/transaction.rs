@@ -13,11 +13,11 @@
 use crate::namespace::Namespace;
 use crate::Service;
 use citrine_index::{IndexEntry, RecordMeta};
-use citrine_storage::{StorageError, StoreMeta};
 use citrine_record::{
     encode_body, float_from_wire, integer_from_wire, normalise_value, valid_bin_name,
     validate_value, Bin, BodyView,
 };
+use citrine_storage::{StorageError, StoreMeta};
 use citrine_types::{Digest, ParticleType, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
 use citrine_wire::msg::{
     field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader, Op, OpIter,
@@ -176,7 +176,9 @@ fn prepare<'m>(message: &Message<'m>, digest_bytes: &[u8]) -> Result<Request<'m>
     if message.field(field_type::TXN_ID).is_some() {
         return Err(ResultCode::EnterpriseOnly);
     }
-    if message.field(field_type::UDF_FILENAME).is_some() || message.field(field_type::UDF_FUNCTION).is_some() {
+    if message.field(field_type::UDF_FILENAME).is_some()
+        || message.field(field_type::UDF_FUNCTION).is_some()
+    {
         // Record UDFs (Lua) are not implemented: say so, not "bad parameter".
         return Err(ResultCode::UnsupportedFeature);
     }
@@ -404,13 +406,26 @@ pub(crate) fn storage_result(error: StorageError) -> ResultCode {
 /// Makes the removal of `digest` durable before its entry goes: the device
 /// engine writes a tombstone so no older copy returns after a restart (the
 /// memory engine has nothing to do).
-pub(crate) fn write_tombstone(namespace: &Namespace, digest: &Digest, meta: &RecordMeta, now: Now) -> Result<(), ResultCode> {
+pub(crate) fn write_tombstone(
+    namespace: &Namespace,
+    digest: &Digest,
+    meta: &RecordMeta,
+    now: Now,
+) -> Result<(), ResultCode> {
     if namespace.storage.device().is_none() {
         return Ok(());
     }
     let set_name = namespace.sets.name(meta.set_id).unwrap_or_default();
-    let store = StoreMeta { generation: RecordMeta::next_generation(meta.generation), void_time: 0, last_update_ms: now.unix_ms, set_name: &set_name };
-    namespace.storage.write_tombstone(digest, &store).map_err(storage_result)
+    let store = StoreMeta {
+        generation: RecordMeta::next_generation(meta.generation),
+        void_time: 0,
+        last_update_ms: now.unix_ms,
+        set_name: &set_name,
+    };
+    namespace
+        .storage
+        .write_tombstone(digest, &store)
+        .map_err(storage_result)
 }
 
 /// Removes an expired entry: the engine keeps an expired copy as its own
@@ -823,8 +838,16 @@ fn write(
                 Some(_) => namespace.sets.name(meta.set_id).unwrap_or_default(),
                 None => Vec::new(),
             };
-            let store = StoreMeta { generation: meta.generation, void_time: meta.void_time, last_update_ms: meta.last_update_ms, set_name: &set_name };
-            let location = namespace.storage.write(&request.digest, &store, body).map_err(storage_result)?;
+            let store = StoreMeta {
+                generation: meta.generation,
+                void_time: meta.void_time,
+                last_update_ms: meta.last_update_ms,
+                set_name: &set_name,
+            };
+            let location = namespace
+                .storage
+                .write(&request.digest, &store, body)
+                .map_err(storage_result)?;
             let size = location.size() as i64;
             let previous = partition.insert(request.digest, IndexEntry { meta, location });
             drop(partition);

@@ -43,7 +43,9 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let paths = vec![dir.join("bench0.dat"), dir.join("bench1.dat")];
     let per_device = (records * (body_bytes as u64 + 200) / 2) * 2 + (64 << 20);
+    let commit = std::env::var_os("CITRINE_BENCH_COMMIT").is_some();
     let config = |mode: IoMode| DeviceConfig {
+        commit_to_device: commit,
         io_mode: mode,
         post_write_queue: 0,
         ..DeviceConfig::new("bench", paths.clone(), per_device)
@@ -53,22 +55,41 @@ fn main() {
     engine.cold_start(&|_, _| Recovered::Live, &|_| {});
     let body = vec![0x5Au8; body_bytes];
     let started = Instant::now();
-    let mut addresses: Vec<(Digest, DeviceAddress)> = Vec::with_capacity(records as usize);
-    for seed in 0..records {
-        let meta = StoreMeta {
-            generation: 1,
-            void_time: 0,
-            last_update_ms: seed,
-            set_name: b"bench",
-        };
-        match engine.write(&digest(seed), &meta, body.clone()).unwrap() {
-            Location::Device(address) => addresses.push((digest(seed), address)),
-            Location::Memory(_) => unreachable!(),
-        }
-    }
+    let writers: u64 = std::env::var("CITRINE_BENCH_WRITERS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let addresses: Vec<(Digest, DeviceAddress)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..writers)
+            .map(|writer| {
+                let (engine, body) = (&engine, &body);
+                scope.spawn(move || {
+                    let mut mine = Vec::new();
+                    for seed in (writer..records).step_by(writers as usize) {
+                        let meta = StoreMeta {
+                            generation: 1,
+                            void_time: 0,
+                            last_update_ms: seed,
+                            set_name: b"bench",
+                        };
+                        match engine.write(&digest(seed), &meta, body.clone()).unwrap() {
+                            Location::Device(address) => mine.push((digest(seed), address)),
+                            Location::Memory(_) => unreachable!(),
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|handle| handle.join().unwrap())
+            .collect()
+    });
     engine.flush_all().unwrap();
     let seconds = started.elapsed().as_secs_f64();
-    println!("write: {records} records of {body_bytes} B in {seconds:.2} s = {:.0} records/s, {:.0} MiB/s", records as f64 / seconds, records as f64 * body_bytes as f64 / seconds / 1048576.0);
+    println!("write (commit-to-device {commit}, {writers} writers): {records} records of {body_bytes} B in {seconds:.2} s = {:.0} records/s, {:.0} MiB/s", records as f64 / seconds, records as f64 * body_bytes as f64 / seconds / 1048576.0);
     let entries: Vec<SavedEntry> = addresses
         .iter()
         .map(|(digest, address)| SavedEntry {

@@ -151,6 +151,11 @@ struct Device {
     defrag: Mutex<WriteBuffer>,
     pwq: Mutex<PostWriteQueue>,
     tombs: Mutex<HashMap<Digest, Tomb>>,
+    /// Client appends so far (a ticket per write, taken under the client
+    /// buffer lock) and how many of them are known synced: group commit.
+    appended: AtomicU64,
+    synced: AtomicU64,
+    committer: Mutex<()>,
 }
 
 /// Counters of the device engine (all monotonic unless noted).
@@ -336,6 +341,9 @@ impl DeviceEngine {
                 defrag: Mutex::new(WriteBuffer::new(BlockKind::Defrag, wblock)),
                 pwq: Mutex::new(PostWriteQueue::default()),
                 tombs: Mutex::new(HashMap::new()),
+                appended: AtomicU64::new(0),
+                synced: AtomicU64::new(0),
+                committer: Mutex::new(()),
             });
         }
         let metadata = Self::read_metadata(&devices[0].file);
@@ -778,17 +786,14 @@ impl DeviceEngine {
                 body,
             )
         })?;
+        let ticket = device.appended.fetch_add(1, Ordering::Relaxed) + 1;
+        drop(buffer);
         if self.config.commit_to_device {
-            if let Err(error) = self
-                .flush_buffer(device, &mut buffer)
-                .and_then(|()| device.file.sync())
-            {
-                drop(buffer);
+            if let Err(error) = self.commit_through(device, ticket) {
                 self.release_address(address);
                 return Err(io_error(error));
             }
         }
-        drop(buffer);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         // A newer copy exists now: an older tombstone of this digest is no
         // longer needed (its bytes are destroyed only after this write is
@@ -802,6 +807,31 @@ impl DeviceEngine {
             self.release_address(old.address);
         }
         Ok(address)
+    }
+
+    /// Group commit: makes every client append up to `ticket` durable. One
+    /// writer at a time writes the buffer out and syncs, for itself and for
+    /// every writer that appended before it took the buffer lock; the others
+    /// find their ticket covered and return without a sync of their own.
+    fn commit_through(&self, device: &Device, ticket: u64) -> std::io::Result<()> {
+        if device.synced.load(Ordering::Acquire) >= ticket {
+            return Ok(());
+        }
+        let _committer = device.committer.lock();
+        if device.synced.load(Ordering::Acquire) >= ticket {
+            return Ok(());
+        }
+        let covered = {
+            let mut buffer = device.client.lock();
+            // Appends of sealed blocks were written at seal; the open block's
+            // are written now: everything up to `covered` is on its way.
+            self.flush_buffer(device, &mut buffer)?;
+            device.appended.load(Ordering::Relaxed)
+        };
+        device.file.sync()?;
+        device.synced.fetch_max(covered, Ordering::Release);
+        debug_assert!(covered >= ticket);
+        Ok(())
     }
 
     /// Reads the bytes of a record at `address` (from a buffer, the
@@ -1034,10 +1064,11 @@ impl DeviceEngine {
             map.state[index] = BlockState::PendingFree;
             map.pending_free.push(block);
         } else {
-            // Something live could not be moved (unreadable record, or no
-            // space in the defrag buffer); the block stays and is retried
-            // when more of it dies.
-            tracing::warn!(device = %device.file.path.display(), block, live = map.live[index], "defrag left live bytes in block");
+            // Either a release is in flight (a writer replaced a record and
+            // is about to release the old copy: that release re-queues the
+            // block), or something could not be moved (logged above). The
+            // block stays and is retried when more of it dies.
+            tracing::debug!(device = %device.file.path.display(), block, live = map.live[index], "defrag left live bytes in block");
             map.state[index] = BlockState::Full;
         }
         moved
@@ -1119,19 +1150,17 @@ impl DeviceEngine {
                     .min()
                     .unwrap_or(u64::MAX)
             };
-            let mut doomed = Vec::new();
+            // Released under the tombstone lock, so defrag never sees a
+            // tombstone gone from the table but still counted live.
             device.tombs.lock().retain(|_, tomb| {
                 if tomb.sequence < oldest_in_use {
-                    doomed.push(tomb.address);
+                    self.release_address(tomb.address);
+                    dropped += 1;
                     false
                 } else {
                     true
                 }
             });
-            dropped += doomed.len();
-            for address in doomed {
-                self.release_address(address);
-            }
         }
         self.stats
             .tombstones_collected

@@ -404,3 +404,101 @@ fn expired_copy_hides_older_copies_and_tombstones_are_collected() {
     assert_eq!(engine.tombstones(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn concurrent_writes_deletes_defrag_and_flush_stay_consistent() {
+    let dir = temp_dir("concurrent");
+    let engine = DeviceEngine::open(DeviceConfig {
+        file_size: (1 << 20) + 48 * (64 * 1024),
+        ..config(&dir, 2)
+    })
+    .unwrap();
+    let index = FakeIndex::default();
+    engine.cold_start(&index.sink(), &|_| {});
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // The expected final state, written under the same lock as the index.
+    let expected: PlMutex<HashMap<Digest, Option<Vec<u8>>>> = PlMutex::new(HashMap::new());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                engine.defrag_step(&index);
+            }
+        });
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                engine.flush_tick().unwrap();
+                engine.collect_tombstones();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        });
+        let writers: Vec<_> = (0..3u64)
+            .map(|thread| {
+                let (engine, index, expected) = (&engine, &index, &expected);
+                scope.spawn(move || {
+                    for step in 0..4000u64 {
+                        let key = digest(thread * 1000 + step % 200);
+                        // The index lock stands in for the partition lock.
+                        let mut entries = index.entries.lock();
+                        if step % 7 == 0 {
+                            if entries.contains_key(&key) {
+                                engine.write_tombstone(&key, &StoreMeta::default()).unwrap();
+                                let (_, old) = entries.remove(&key).unwrap();
+                                engine.release(old);
+                                expected.lock().insert(key, None);
+                            }
+                        } else {
+                            let value = body(step, 300 + (step % 5) as usize * 200);
+                            let meta = StoreMeta {
+                                generation: (step % 60_000) as u16 + 1,
+                                void_time: 0,
+                                last_update_ms: step,
+                                set_name: b"s",
+                            };
+                            let location = engine.write(&key, &meta, value.clone()).unwrap();
+                            if let Some((_, old)) = entries.insert(key, (meta.generation, location))
+                            {
+                                engine.release(old);
+                            }
+                            expected.lock().insert(key, Some(value));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(
+        engine.stats.defrag_blocks.load(Ordering::Relaxed) > 10,
+        "defrag barely ran"
+    );
+    let check = |engine: &DeviceEngine, entries: &HashMap<Digest, (u16, Location)>| {
+        for (key, value) in expected.lock().iter() {
+            match (value, entries.get(key)) {
+                (Some(value), Some((_, location))) => {
+                    assert_eq!(engine.read(location).unwrap().as_ref(), &value[..])
+                }
+                (None, None) => {}
+                (value, entry) => panic!(
+                    "mismatch: expected {:?}, index has {:?}",
+                    value.as_ref().map(Vec::len),
+                    entry.map(|(generation, _)| generation)
+                ),
+            }
+        }
+    };
+    check(&engine, &index.entries.lock());
+    engine.flush_all().unwrap();
+    drop(engine);
+    let recovered = FakeIndex::default();
+    let engine = DeviceEngine::open(DeviceConfig {
+        file_size: (1 << 20) + 48 * (64 * 1024),
+        ..config(&dir, 2)
+    })
+    .unwrap();
+    engine.cold_start(&recovered.sink(), &|_| {});
+    check(&engine, &recovered.entries.lock());
+    let _ = std::fs::remove_dir_all(&dir);
+}
