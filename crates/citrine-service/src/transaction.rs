@@ -12,7 +12,7 @@
 
 use crate::namespace::Namespace;
 use crate::Service;
-use citrine_index::{IndexEntry, RecordMeta};
+use citrine_index::{IndexEntry, PartitionIndex, RecordMeta};
 use citrine_record::{
     encode_body, float_from_wire, integer_from_wire, normalise_value, valid_bin_name,
     validate_value, Bin, BodyView,
@@ -236,6 +236,9 @@ fn read(
     let header = &request.header;
     if header.record_ttl > 100 && header.record_ttl != TTL_NEVER_EXPIRE {
         return Err(ResultCode::Parameter);
+    }
+    if (1..=100).contains(&header.record_ttl) {
+        read_touch(namespace, request, now)?;
     }
     // Validate ops before touching the index.
     let mut get_all = header.info1 & info1::GET_ALL != 0;
@@ -832,29 +835,8 @@ fn write(
             body,
             responses,
         } => {
-            // The device engine stores the set name with the record (set ids
-            // are per process); the memory engine needs none.
-            let set_name = match namespace.storage.device() {
-                Some(_) => namespace.sets.name(meta.set_id).unwrap_or_default(),
-                None => Vec::new(),
-            };
-            let store = StoreMeta {
-                generation: meta.generation,
-                void_time: meta.void_time,
-                last_update_ms: meta.last_update_ms,
-                set_name: &set_name,
-            };
-            let location = namespace
-                .storage
-                .write(&request.digest, &store, body)
-                .map_err(storage_result)?;
-            let size = location.size() as i64;
-            let previous = partition.insert(request.digest, IndexEntry { meta, location });
+            let previous = install(namespace, &mut partition, request.digest, meta, body)?;
             drop(partition);
-            let set_stats = namespace.sets.stats(meta.set_id);
-            set_stats.objects.fetch_add(1, Ordering::Relaxed);
-            set_stats.data_used_bytes.fetch_add(size, Ordering::Relaxed);
-            namespace.stats.objects.fetch_add(1, Ordering::Relaxed);
             debug_assert_eq!(previous.is_some(), existed_entry);
             if let Some(old) = previous {
                 drop_entry(namespace, old);
@@ -872,6 +854,73 @@ fn write(
         .stats
         .client_write_success
         .fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Stores a new body for `digest` (copy-on-write) and points the index at it,
+/// under the partition lock the caller holds. Returns the replaced entry,
+/// whose storage the caller releases after dropping the lock.
+fn install(
+    namespace: &Namespace,
+    partition: &mut PartitionIndex,
+    digest: Digest,
+    meta: RecordMeta,
+    body: Vec<u8>,
+) -> Result<Option<IndexEntry>, ResultCode> {
+    // The device engine stores the set name with the record (set ids are
+    // per process); the memory engine needs none.
+    let set_name = match namespace.storage.device() {
+        Some(_) => namespace.sets.name(meta.set_id).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let store = StoreMeta {
+        generation: meta.generation,
+        void_time: meta.void_time,
+        last_update_ms: meta.last_update_ms,
+        set_name: &set_name,
+    };
+    let location = namespace.storage.write(&digest, &store, body).map_err(storage_result)?;
+    let size = location.size() as i64;
+    let previous = partition.insert(digest, IndexEntry { meta, location });
+    let set_stats = namespace.sets.stats(meta.set_id);
+    set_stats.objects.fetch_add(1, Ordering::Relaxed);
+    set_stats.data_used_bytes.fetch_add(size, Ordering::Relaxed);
+    namespace.stats.objects.fetch_add(1, Ordering::Relaxed);
+    Ok(previous)
+}
+
+/// Read-touch (server 7.1+): a read whose `record_ttl` is a percentage
+/// 1..=100 resets the record's TTL — a touch: new void time, generation and
+/// last-update time — when less than that percentage of the TTL it was
+/// written with remains. Records that never expire are left alone.
+fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<(), ResultCode> {
+    let percent = request.header.record_ttl;
+    debug_assert!((1..=100).contains(&percent));
+    let mut partition = namespace.index.partition(request.digest.partition()).write();
+    let Some(entry) = partition.get(&request.digest) else {
+        return Ok(());
+    };
+    if entry.meta.void_time == 0 || !is_live(namespace, &entry.meta, now) {
+        return Ok(());
+    }
+    let written = citrine_types::citrusleaf_epoch_seconds(entry.meta.last_update_ms);
+    let ttl = entry.meta.void_time.saturating_sub(written);
+    let remaining = entry.meta.void_time.saturating_sub(now.citrusleaf_seconds);
+    if ttl == 0 || u64::from(remaining) * 100 >= u64::from(ttl) * u64::from(percent) {
+        return Ok(());
+    }
+    let body = namespace.storage.read(&entry.location).map_err(storage_result)?.into_owned();
+    let meta = RecordMeta {
+        generation: RecordMeta::next_generation(entry.meta.generation),
+        set_id: entry.meta.set_id,
+        void_time: now.citrusleaf_seconds.saturating_add(ttl),
+        last_update_ms: now.unix_ms,
+    };
+    let previous = install(namespace, &mut partition, request.digest, meta, body)?;
+    drop(partition);
+    if let Some(old) = previous {
+        drop_entry(namespace, old);
+    }
     Ok(())
 }
 
