@@ -61,6 +61,12 @@ fn citrined() -> (Process, u16) {
     let port = free_port();
     let child = Command::new(binary)
         .args(["--port", &port.to_string(), "--address", "127.0.0.1"])
+        .args([
+            "--fabric-port",
+            &free_port().to_string(),
+            "--heartbeat-port",
+            &free_port().to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -265,6 +265,24 @@ impl HealthTracker {
         }
     }
 
+    /// For a tracked peer still on probation (and not unhealthy): how many
+    /// ms from `now` until the window close that ends its probation.
+    pub fn admission_eta(&self, id: NodeId, now: u64) -> Option<u64> {
+        let p = self.peers.get(&id)?;
+        if p.windows >= self.cfg.probation_windows || self.unhealthy.contains(&id) {
+            return None;
+        }
+        // The current (possibly partial, discarded) window closes first.
+        let remaining = u64::from(self.cfg.probation_windows - p.windows);
+        let remaining = if p.full_window {
+            remaining - 1
+        } else {
+            remaining
+        };
+        let window_end = self.window_start + self.cfg.window_ms;
+        Some(window_end.saturating_sub(now) + remaining * self.cfg.window_ms)
+    }
+
     /// Peers currently judged unhealthy, ascending.
     pub fn unhealthy(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.unhealthy.iter().copied()
@@ -345,6 +363,8 @@ mod tests {
         let peers = ids(2);
         t.tick(500, &peers); // seen mid-window
         assert!(!t.is_eligible(NodeId(1)));
+        // Partial window to 1000, then three full ones: admitted at 4000.
+        assert_eq!(t.admission_eta(NodeId(1), 500), Some(3500));
         run(&mut t, &peers, 2, |_, _| 10);
         // windows: [0,1000) partial (discarded), [1000,2000) is window 1 ...
         assert!(!t.is_eligible(NodeId(1)));

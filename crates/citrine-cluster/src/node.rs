@@ -23,6 +23,11 @@
 //!   chosen only with *unanimous* acceptance by the proposed succession list,
 //!   so no value recovery from promises is needed; an incomplete round is
 //!   abandoned, and a later ballot supersedes it.
+//! - To make one network event one view change, a principal whose decision
+//!   is due while peers are in transition (silent for over two heartbeat
+//!   intervals but not yet timed out, or heard but still on health
+//!   probation) postpones it once, by at most half a quantum, until they
+//!   have settled.
 //! - If some eligible peers do not promise, the first attempt of the quantum
 //!   is abandoned and retried after `retry_delay_ms` (peers typically lag in
 //!   noticing that an old principal died); the retry proceeds with whoever
@@ -224,6 +229,12 @@ pub struct ClusterNode {
     commit_delivery: Option<CommitDelivery>,
     retry_at: Option<u64>,
     attempt: u8,
+    /// Whether this quantum's decision was already postponed once.
+    deferred: bool,
+    /// Quanta elapsed since boot.
+    quantum_index: u64,
+    /// Views committed as principal since the last quantum began.
+    commits_this_quantum: u32,
     /// When (at a quantum) the principal of the held view was first seen
     /// missing from the adjacency list.
     principal_lost_at: Option<u64>,
@@ -264,6 +275,9 @@ impl ClusterNode {
             commit_delivery: None,
             retry_at: None,
             attempt: 0,
+            deferred: false,
+            quantum_index: 0,
+            commits_this_quantum: 0,
             principal_lost_at: None,
             stats: NodeStats::default(),
         })
@@ -292,6 +306,11 @@ impl ClusterNode {
     /// Health tracker (read-only).
     pub fn health(&self) -> &HealthTracker {
         &self.health
+    }
+
+    /// Number of cluster-change quanta begun since this machine booted.
+    pub fn quantum_index(&self) -> u64 {
+        self.quantum_index
     }
 
     /// Counters.
@@ -459,7 +478,10 @@ impl ClusterNode {
     }
 
     fn on_quantum(&mut self, now: u64, out: &mut Vec<Effect>) {
+        self.quantum_index += 1;
+        self.commits_this_quantum = 0;
         self.attempt = 0;
+        self.deferred = false;
         self.retry_at = None;
         // Member side: did my principal move on without me?
         let my_principal = self.principal();
@@ -528,9 +550,40 @@ impl ClusterNode {
                     || self.member_out_of_sync(v, now)
             }
         };
-        if needed {
-            self.start_round(now, eligible, out);
+        if !needed {
+            return;
         }
+        if !self.deferred {
+            if let Some(wait) = self.settling_time(now) {
+                // One network event should give one view change: wait for
+                // the rest of it (peers about to time out, peers about to
+                // finish probation) instead of deciding twice.
+                self.deferred = true;
+                self.retry_at = Some(now + wait);
+                return;
+            }
+        }
+        self.start_round(now, eligible, out);
+    }
+
+    /// If some peers are in transition — silent for a while but not yet timed
+    /// out, or heard but not yet through health probation — and all of them
+    /// will be settled within half a quantum, how long to wait for that.
+    fn settling_time(&self, now: u64) -> Option<u64> {
+        let hb = self.hb.config();
+        let suspect_after = 2 * hb.interval_ms;
+        let mut wait = 0u64;
+        for id in self.hb.adjacency() {
+            let Some(p) = self.hb.peer(id) else { continue };
+            let silence = now.saturating_sub(p.last_heard);
+            if self.health.is_eligible(id) && silence > suspect_after {
+                wait = wait.max(hb.timeout_ms.saturating_sub(silence) + hb.interval_ms);
+            }
+            if let Some(eta) = self.health.admission_eta(id, now) {
+                wait = wait.max(eta + hb.interval_ms);
+            }
+        }
+        (wait > 0 && wait <= self.cfg.quantum_ms / 2).then_some(wait)
     }
 
     fn start_round(&mut self, now: u64, eligible: BTreeSet<NodeId>, out: &mut Vec<Effect>) {
@@ -666,6 +719,10 @@ impl ClusterNode {
             give_up_at: now + self.cfg.sync_grace_ms,
         });
         self.stats.rounds_committed += 1;
+        self.commits_this_quantum += 1;
+        // Decisions happen only at quanta: a quantum starts at most one
+        // round that commits (retries follow abandoned rounds only).
+        debug_assert!(self.commits_this_quantum <= 1, "two commits in one quantum");
         self.retry_at = None;
         self.apply_view(view, now, out);
     }
@@ -760,7 +817,6 @@ impl ClusterNode {
                     && self.principal() == from;
                 if ok {
                     self.promised = ballot;
-                    self.apply_view(view.clone(), now, out);
                     self.accepted = Some((ballot, view));
                     self.send(from, Message::Accepted { ballot }, out);
                 } else {

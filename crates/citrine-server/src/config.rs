@@ -20,6 +20,10 @@ pub struct FileConfig {
     pub service: ServiceSection,
     #[serde(default)]
     pub logging: LoggingSection,
+    #[serde(default)]
+    pub heartbeat: HeartbeatSection,
+    #[serde(default)]
+    pub fabric: FabricSection,
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceSection>,
 }
@@ -36,6 +40,34 @@ pub struct ServiceSection {
     pub work_directory: Option<PathBuf>,
     pub proto_fd_max: Option<u32>,
     pub service_threads: Option<u16>,
+    pub rack_id: Option<u32>,
+}
+
+/// `[heartbeat]`: mesh heartbeats between the nodes of a cluster.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HeartbeatSection {
+    /// Listen address (default: the service address).
+    pub address: Option<String>,
+    /// Listen port (default: service port + 2, i.e. 3002).
+    pub port: Option<u16>,
+    /// Other nodes' heartbeat addresses, `host:port` (Aerospike's mesh-seed-address-port).
+    #[serde(default)]
+    pub seeds: Vec<String>,
+    /// Milliseconds between heartbeats (default 150).
+    pub interval: Option<u64>,
+    /// Intervals without a heartbeat before a node is gone (default 10).
+    pub timeout: Option<u64>,
+}
+
+/// `[fabric]`: the node-to-node data channel.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FabricSection {
+    /// Listen address (default: the service address).
+    pub address: Option<String>,
+    /// Listen port (default: service port + 1, i.e. 3001).
+    pub port: Option<u16>,
 }
 
 /// `[logging]`.
@@ -188,6 +220,24 @@ pub struct Overrides {
     pub node_id: Option<String>,
     pub cluster_name: Option<String>,
     pub log_level: Option<String>,
+    pub heartbeat_port: Option<u16>,
+    pub fabric_port: Option<u16>,
+    pub seeds: Vec<String>,
+    pub rack_id: Option<u32>,
+}
+
+/// Where and how this node talks to the other nodes of its cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    pub heartbeat_address: String,
+    pub heartbeat_port: u16,
+    pub fabric_address: String,
+    pub fabric_port: u16,
+    /// Other nodes' heartbeat endpoints, `host:port`.
+    pub seeds: Vec<String>,
+    pub heartbeat_interval_ms: u64,
+    pub heartbeat_timeout_ms: u64,
+    pub rack_id: u32,
 }
 
 /// Everything the server needs to start.
@@ -200,6 +250,7 @@ pub struct ServerConfig {
     pub proto_fd_max: u32,
     pub service_threads: usize,
     pub log_level: String,
+    pub cluster: ClusterSettings,
 }
 
 /// A configuration error, already phrased for the operator.
@@ -386,6 +437,7 @@ pub fn resolve(
             "logging.level = {log_level:?} must be one of error, warn, info, debug, trace"
         )));
     }
+    let cluster = resolve_cluster(&file, origin, overrides, &address, port)?;
     Ok(ServerConfig {
         service: ServiceConfig {
             node_id,
@@ -403,6 +455,89 @@ pub fn resolve(
         proto_fd_max,
         service_threads,
         log_level,
+        cluster,
+    })
+}
+
+/// Resolves the heartbeat and fabric settings.
+fn resolve_cluster(
+    file: &FileConfig,
+    origin: &str,
+    overrides: &Overrides,
+    address: &str,
+    port: u16,
+) -> Result<ClusterSettings, ConfigError> {
+    let derived = |offset: u16, what: &str| {
+        port.checked_add(offset).ok_or_else(|| {
+            ConfigError(format!("{what} defaults to the service port + {offset}, which is past 65535: give --{what} explicitly"))
+        })
+    };
+    let heartbeat_port = match overrides.heartbeat_port.or(file.heartbeat.port) {
+        Some(port) => port,
+        None => derived(2, "heartbeat-port")?,
+    };
+    let fabric_port = match overrides.fabric_port.or(file.fabric.port) {
+        Some(port) => port,
+        None => derived(1, "fabric-port")?,
+    };
+    if heartbeat_port == 0 || fabric_port == 0 {
+        return Err(ConfigError(
+            "--heartbeat-port / --fabric-port (heartbeat.port / fabric.port) must be 1-65535"
+                .into(),
+        ));
+    }
+    if heartbeat_port == fabric_port || heartbeat_port == port || fabric_port == port {
+        return Err(ConfigError(format!(
+            "the service ({port}), fabric ({fabric_port}) and heartbeat ({heartbeat_port}) ports must differ"
+        )));
+    }
+    let listen =
+        |configured: &Option<String>| configured.clone().unwrap_or_else(|| address.to_owned());
+    let mut seeds: Vec<String> = file
+        .heartbeat
+        .seeds
+        .iter()
+        .map(|seed| (seed.clone(), format!("{origin}: heartbeat.seeds")))
+        .chain(
+            overrides
+                .seeds
+                .iter()
+                .map(|seed| (seed.clone(), "--seed".to_owned())),
+        )
+        .map(|(seed, place)| match seed.rsplit_once(':') {
+            Some((host, port))
+                if !host.is_empty() && port.parse::<u16>().is_ok_and(|port| port != 0) =>
+            {
+                Ok(seed)
+            }
+            _ => Err(ConfigError(format!(
+                "{place} = {seed:?} must be HOST:PORT (another node's heartbeat address)"
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
+    seeds.sort();
+    seeds.dedup();
+    let interval = file.heartbeat.interval.unwrap_or(150);
+    if !(10..=10_000).contains(&interval) {
+        return Err(ConfigError(format!(
+            "{origin}: heartbeat.interval = {interval} ms is impossible (10 to 10000)"
+        )));
+    }
+    let timeout_intervals = file.heartbeat.timeout.unwrap_or(10);
+    if !(3..=1000).contains(&timeout_intervals) {
+        return Err(ConfigError(format!(
+            "{origin}: heartbeat.timeout = {timeout_intervals} intervals is impossible (3 to 1000)"
+        )));
+    }
+    Ok(ClusterSettings {
+        heartbeat_address: listen(&file.heartbeat.address),
+        heartbeat_port,
+        fabric_address: listen(&file.fabric.address),
+        fabric_port,
+        seeds,
+        heartbeat_interval_ms: interval,
+        heartbeat_timeout_ms: interval * timeout_intervals,
+        rack_id: overrides.rack_id.or(file.service.rack_id).unwrap_or(0),
     })
 }
 

@@ -2,9 +2,12 @@
 //!
 //! Owns the process: parses flags and the config file, sets up logging,
 //! builds the [`citrine_service::Service`], runs the client listener
-//! ([`net`]) on a multi-threaded runtime with one worker per core, and runs
-//! the namespace supervisor (expiry and eviction) on its own thread.
+//! ([`net`]: one event loop per core), the cluster runtime ([`cluster`]:
+//! heartbeat and fabric channels driving the sans-I/O cluster state
+//! machine), the namespace supervisor (expiry and eviction) and the device
+//! engines' flusher and defragmenter threads.
 
+mod cluster;
 mod config;
 mod net;
 
@@ -43,6 +46,18 @@ struct Args {
     /// Log level: error, warn, info, debug or trace. Overrides logging.level.
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
+    /// Heartbeat port (default: service port + 2). Overrides heartbeat.port.
+    #[arg(long, value_name = "PORT")]
+    heartbeat_port: Option<u16>,
+    /// Fabric port (default: service port + 1). Overrides fabric.port.
+    #[arg(long, value_name = "PORT")]
+    fabric_port: Option<u16>,
+    /// Another node's heartbeat address to join; repeatable. Adds to heartbeat.seeds.
+    #[arg(long = "seed", value_name = "HOST:PORT")]
+    seeds: Vec<String>,
+    /// This node's rack. Overrides service.rack-id.
+    #[arg(long, value_name = "ID")]
+    rack_id: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -54,6 +69,10 @@ fn main() -> ExitCode {
         node_id: args.node_id,
         cluster_name: args.cluster_name,
         log_level: args.log_level,
+        heartbeat_port: args.heartbeat_port,
+        fabric_port: args.fabric_port,
+        seeds: args.seeds,
+        rack_id: args.rack_id,
     };
     let resolved = match &args.config {
         Some(path) => config::read_file(path)
@@ -92,10 +111,18 @@ fn main() -> ExitCode {
     let stopping = Arc::new(AtomicBool::new(false));
     let supervisor = spawn_nsup(service.clone(), stopping.clone());
     let storage_threads = spawn_device_threads(&service, &stopping);
+    let cluster_thread = match cluster::start(service.clone(), &server_config, stopping.clone()) {
+        Ok(thread) => thread,
+        Err(error) => {
+            eprintln!("citrined: {error}");
+            return ExitCode::from(2);
+        }
+    };
 
     let result = net::run(service.clone(), server_config.clone());
     stopping.store(true, Ordering::Relaxed);
     let _ = supervisor.join();
+    let _ = cluster_thread.join();
     for thread in storage_threads {
         let _ = thread.join();
     }

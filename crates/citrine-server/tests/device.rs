@@ -42,6 +42,10 @@ impl Node {
                 data_dir.to_str().unwrap(),
                 "--port",
                 &port.to_string(),
+                "--fabric-port",
+                &free_port().to_string(),
+                "--heartbeat-port",
+                &free_port().to_string(),
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::from(log_file))

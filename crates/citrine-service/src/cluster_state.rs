@@ -70,12 +70,24 @@ impl ClusterState {
     ) -> ClusterState {
         members.sort_by_key(|member| member.node_id);
         members.dedup_by_key(|member| member.node_id);
-        assert!(members.iter().any(|member| member.node_id == self_id), "a node is always a member of its own cluster state");
-        let entries: Vec<NodeEntry> = members.iter().map(|member| NodeEntry { id: member.node_id, rack_id: member.rack_id }).collect();
+        assert!(
+            members.iter().any(|member| member.node_id == self_id),
+            "a node is always a member of its own cluster state"
+        );
+        let entries: Vec<NodeEntry> = members
+            .iter()
+            .map(|member| NodeEntry {
+                id: member.node_id,
+                rack_id: member.rack_id,
+            })
+            .collect();
         let namespaces = namespaces
             .iter()
             .map(|(name, replication_factor)| {
-                let config = PartitionMapConfig { replication_factor: *replication_factor, uniform_balance: true };
+                let config = PartitionMapConfig {
+                    replication_factor: *replication_factor,
+                    uniform_balance: true,
+                };
                 let map = PartitionMap::compute(&entries, &config);
                 let columns = map.replication_factor();
                 let mut owned: Vec<Vec<PartitionId>> = vec![Vec::new(); columns];
@@ -85,17 +97,40 @@ impl ClusterState {
                     }
                 }
                 let column_counts = owned.iter().map(Vec::len).collect();
-                let column_bitmaps = owned.into_iter().map(|list| bitmap_base64(list.into_iter())).collect();
-                NamespaceMap { name: name.clone(), map, column_bitmaps, column_counts }
+                let column_bitmaps = owned
+                    .into_iter()
+                    .map(|list| bitmap_base64(list.into_iter()))
+                    .collect();
+                NamespaceMap {
+                    name: name.clone(),
+                    map,
+                    column_bitmaps,
+                    column_counts,
+                }
             })
             .collect();
-        ClusterState { self_id, cluster_key, members, partition_generation, peers_generation, namespaces }
+        ClusterState {
+            self_id,
+            cluster_key,
+            members,
+            partition_generation,
+            peers_generation,
+            namespaces,
+        }
     }
 
     /// The state of a node alone: it masters every partition.
-    pub fn single(self_id: NodeId, service_address: String, namespaces: &[(String, usize)]) -> ClusterState {
+    pub fn single(
+        self_id: NodeId,
+        service_address: String,
+        namespaces: &[(String, usize)],
+    ) -> ClusterState {
         let cluster_key = self_id.0.rotate_left(17) ^ 0x5A5A_C17A_1CE5_0001;
-        let member = ClusterMember { node_id: self_id, rack_id: 0, service_address };
+        let member = ClusterMember {
+            node_id: self_id,
+            rack_id: 0,
+            service_address,
+        };
         ClusterState::new(self_id, cluster_key.max(1), vec![member], namespaces, 1, 1)
     }
 
@@ -106,17 +141,23 @@ impl ClusterState {
 
     /// The principal: the highest node id.
     pub fn principal(&self) -> NodeId {
-        self.members.last().map_or(self.self_id, |member| member.node_id)
+        self.members
+            .last()
+            .map_or(self.self_id, |member| member.node_id)
     }
 
     /// The other members.
     pub fn peers(&self) -> impl Iterator<Item = &ClusterMember> {
-        self.members.iter().filter(move |member| member.node_id != self.self_id)
+        self.members
+            .iter()
+            .filter(move |member| member.node_id != self.self_id)
     }
 
     /// The map of namespace `name`.
     pub fn namespace(&self, name: &str) -> Option<&NamespaceMap> {
-        self.namespaces.iter().find(|namespace| namespace.name == name)
+        self.namespaces
+            .iter()
+            .find(|namespace| namespace.name == name)
     }
 
     /// `peers-clear-std` value: `<gen>,3000,[[id,,[addr]],...]` for the other
@@ -126,7 +167,10 @@ impl ClusterState {
             .peers()
             .filter(|member| !member.service_address.is_empty())
             .map(|member| {
-                let address = member.service_address.strip_suffix(":3000").unwrap_or(&member.service_address);
+                let address = member
+                    .service_address
+                    .strip_suffix(":3000")
+                    .unwrap_or(&member.service_address);
                 format!("[{},,[{}]]", member.node_id, address)
             })
             .collect();
@@ -135,7 +179,11 @@ impl ClusterState {
 
     /// `services` value: the other members' `host:port`, `;`-separated.
     pub fn services_value(&self) -> String {
-        self.peers().filter(|member| !member.service_address.is_empty()).map(|member| member.service_address.clone()).collect::<Vec<_>>().join(";")
+        self.peers()
+            .filter(|member| !member.service_address.is_empty())
+            .map(|member| member.service_address.clone())
+            .collect::<Vec<_>>()
+            .join(";")
     }
 }
 
@@ -144,7 +192,11 @@ mod tests {
     use super::*;
 
     fn member(id: u64, port: u16) -> ClusterMember {
-        ClusterMember { node_id: NodeId(id), rack_id: 0, service_address: format!("127.0.0.1:{port}") }
+        ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: format!("127.0.0.1:{port}"),
+        }
     }
 
     #[test]
@@ -162,13 +214,27 @@ mod tests {
     fn three_nodes_split_the_columns() {
         let members = vec![member(1, 3000), member(2, 3100), member(3, 3200)];
         let namespaces = [("test".to_owned(), 2)];
-        let states: Vec<ClusterState> = (1..=3).map(|id| ClusterState::new(NodeId(id), 99, members.clone(), &namespaces, 5, 5)).collect();
+        let states: Vec<ClusterState> = (1..=3)
+            .map(|id| ClusterState::new(NodeId(id), 99, members.clone(), &namespaces, 5, 5))
+            .collect();
         for column in 0..2 {
-            let total: usize = states.iter().map(|state| state.namespaces[0].column_counts[column]).sum();
-            assert_eq!(total, PARTITIONS, "column {column} covers every partition once");
+            let total: usize = states
+                .iter()
+                .map(|state| state.namespaces[0].column_counts[column])
+                .sum();
+            assert_eq!(
+                total, PARTITIONS,
+                "column {column} covers every partition once"
+            );
         }
-        assert_eq!(states[1].peers_value(), "5,3000,[[1,,[127.0.0.1]],[3,,[127.0.0.1:3200]]]");
+        assert_eq!(
+            states[1].peers_value(),
+            "5,3000,[[1,,[127.0.0.1]],[3,,[127.0.0.1:3200]]]"
+        );
         assert_eq!(states[0].services_value(), "127.0.0.1:3100;127.0.0.1:3200");
-        assert_eq!(states[0].namespaces[0].map.fingerprint(), states[2].namespaces[0].map.fingerprint());
+        assert_eq!(
+            states[0].namespaces[0].map.fingerprint(),
+            states[2].namespaces[0].map.fingerprint()
+        );
     }
 }

@@ -783,15 +783,36 @@ fn compressed_requests_are_inflated() {
 #[test]
 fn read_touch_resets_the_ttl_when_little_remains() {
     let (service, clock) = service();
-    let write = request("k", MsgHeader { info2: info2::WRITE, record_ttl: 100, ..MsgHeader::default() }, &Ops::new().int(op_type::WRITE, "a", 1), false);
+    let write = request(
+        "k",
+        MsgHeader {
+            info2: info2::WRITE,
+            record_ttl: 100,
+            ..MsgHeader::default()
+        },
+        &Ops::new().int(op_type::WRITE, "a", 1),
+        false,
+    );
     let written = send(&service, &write).header;
     let touch_read = |percent: u32| {
-        request("k", MsgHeader { info1: info1::READ | info1::GET_ALL, record_ttl: percent, ..MsgHeader::default() }, &Ops::new(), false)
+        request(
+            "k",
+            MsgHeader {
+                info1: info1::READ | info1::GET_ALL,
+                record_ttl: percent,
+                ..MsgHeader::default()
+            },
+            &Ops::new(),
+            false,
+        )
     };
     // 10 s in: 90 % remains, more than 80 %: no touch.
     clock.advance_ms(10_000);
     let reply = send(&service, &touch_read(80)).header;
-    assert_eq!((reply.generation, reply.record_ttl), (written.generation, written.record_ttl));
+    assert_eq!(
+        (reply.generation, reply.record_ttl),
+        (written.generation, written.record_ttl)
+    );
     // 30 s in: 70 % remains, less than 80 %: the TTL is reset to 100 s from now.
     clock.advance_ms(20_000);
     let reply = send(&service, &touch_read(80)).header;
@@ -801,5 +822,8 @@ fn read_touch_resets_the_ttl_when_little_remains() {
     clock.advance_ms(60_000);
     let reply = send(&service, &touch_read(0)).header;
     assert_eq!(reply.generation, written.generation + 1);
-    assert_eq!(send(&service, &touch_read(101)).header.result_code, ResultCode::Parameter.code());
+    assert_eq!(
+        send(&service, &touch_read(101)).header.result_code,
+        ResultCode::Parameter.code()
+    );
 }

@@ -879,7 +879,10 @@ fn install(
         last_update_ms: meta.last_update_ms,
         set_name: &set_name,
     };
-    let location = namespace.storage.write(&digest, &store, body).map_err(storage_result)?;
+    let location = namespace
+        .storage
+        .write(&digest, &store, body)
+        .map_err(storage_result)?;
     let size = location.size() as i64;
     let previous = partition.insert(digest, IndexEntry { meta, location });
     let set_stats = namespace.sets.stats(meta.set_id);
@@ -896,7 +899,10 @@ fn install(
 fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<(), ResultCode> {
     let percent = request.header.record_ttl;
     debug_assert!((1..=100).contains(&percent));
-    let mut partition = namespace.index.partition(request.digest.partition()).write();
+    let mut partition = namespace
+        .index
+        .partition(request.digest.partition())
+        .write();
     let Some(entry) = partition.get(&request.digest) else {
         return Ok(());
     };
@@ -909,7 +915,11 @@ fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<
     if ttl == 0 || u64::from(remaining) * 100 >= u64::from(ttl) * u64::from(percent) {
         return Ok(());
     }
-    let body = namespace.storage.read(&entry.location).map_err(storage_result)?.into_owned();
+    let body = namespace
+        .storage
+        .read(&entry.location)
+        .map_err(storage_result)?
+        .into_owned();
     let meta = RecordMeta {
         generation: RecordMeta::next_generation(entry.meta.generation),
         set_id: entry.meta.set_id,

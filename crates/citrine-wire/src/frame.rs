@@ -113,7 +113,11 @@ pub fn inflate(body: &[u8]) -> Result<(ProtoHeader, Vec<u8>), DecodeError> {
     let mut decoder = flate2::read::ZlibDecoder::new(&body[8..]);
     // Grow with the data actually inflated: a tiny frame announcing a huge
     // length must not cost a large allocation up front.
-    let mut original = Vec::with_capacity(capacity.min(body.len().saturating_mul(16).max(4096)).min(1 << 20));
+    let mut original = Vec::with_capacity(
+        capacity
+            .min(body.len().saturating_mul(16).max(4096))
+            .min(1 << 20),
+    );
     // Read at most one byte past the announced length to detect overruns
     // without inflating a zip bomb.
     decoder

@@ -70,6 +70,12 @@ impl Server {
     fn launch(&mut self) {
         let child = Command::new(citrined_bin())
             .args(["--port", &self.port.to_string(), "--address", "127.0.0.1"])
+            .args([
+                "--fabric-port",
+                &free_port().to_string(),
+                "--heartbeat-port",
+                &free_port().to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

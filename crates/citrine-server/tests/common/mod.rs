@@ -39,8 +39,16 @@ pub fn binary() -> &'static str {
 pub fn start(args: &[&str]) -> Server {
     let port = free_port();
     let port_text = port.to_string();
+    let (fabric, heartbeat) = (free_port().to_string(), free_port().to_string());
     let mut all: Vec<&str> = args.to_vec();
-    all.extend(["--port", &port_text]);
+    all.extend([
+        "--port",
+        &port_text,
+        "--fabric-port",
+        &fabric,
+        "--heartbeat-port",
+        &heartbeat,
+    ]);
     let child = Command::new(binary())
         .args(&all)
         .stdout(Stdio::null())

@@ -1,0 +1,127 @@
+//! Long-running seed sweep of the cluster simulator.
+//!
+//! ```text
+//! cargo run --release -p citrine-sim --example soak -- --seeds 1000..      # until stopped
+//! cargo run --release -p citrine-sim --example soak -- --seeds 0..500 --quick
+//! cargo run --release -p citrine-sim --example soak -- --seed 1234 -v      # replay one seed
+//! ```
+//!
+//! Prints every failing seed with its invariant and recent events, and a
+//! progress line every 100 seeds. Exits non-zero if any seed failed (for a
+//! bounded range).
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use citrine_sim::{run_seed, SimConfig};
+
+struct Args {
+    start: u64,
+    end: Option<u64>,
+    quick: bool,
+    verbose: bool,
+    no_pmap: bool,
+    trace: bool,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        start: 0,
+        end: None,
+        quick: false,
+        verbose: false,
+        no_pmap: false,
+        trace: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seeds" => {
+                let spec = it.next().ok_or("--seeds needs START.. or START..END")?;
+                let (s, e) = spec.split_once("..").ok_or("expected START..[END]")?;
+                args.start = s.parse().map_err(|_| format!("bad start {s}"))?;
+                if !e.is_empty() {
+                    args.end = Some(e.parse().map_err(|_| format!("bad end {e}"))?);
+                }
+            }
+            "--seed" => {
+                let s = it.next().ok_or("--seed needs a value")?;
+                args.start = s.parse().map_err(|_| format!("bad seed {s}"))?;
+                args.end = Some(args.start + 1);
+            }
+            "--quick" => args.quick = true,
+            "--trace" => args.trace = true,
+            "--no-pmap" => args.no_pmap = true,
+            "-v" | "--verbose" => args.verbose = true,
+            "-h" | "--help" => {
+                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [-v]"
+                    .to_string())
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut cfg = if args.quick {
+        SimConfig::quick()
+    } else {
+        SimConfig::full()
+    };
+    cfg.trace_paxos = args.trace;
+    if args.no_pmap {
+        cfg.check_partition_maps = false;
+    }
+    let started = Instant::now();
+    let mut failures = 0u64;
+    let mut runs = 0u64;
+    let mut max_conv = 0u64;
+    let mut max_dep = 0u64;
+    let mut seed = args.start;
+    loop {
+        if args.end.is_some_and(|e| seed >= e) {
+            break;
+        }
+        match run_seed(seed, &cfg) {
+            Ok(r) => {
+                max_conv = max_conv.max(r.convergence_ms.iter().copied().max().unwrap_or(0));
+                max_dep = max_dep.max(r.departure_ms.unwrap_or(0));
+                if args.verbose {
+                    println!("{r:?}");
+                }
+            }
+            Err(f) => {
+                failures += 1;
+                println!("FAIL {f}");
+            }
+        }
+        runs += 1;
+        seed += 1;
+        if runs.is_multiple_of(100) {
+            println!(
+                "{runs} seeds ({}..{seed}), {failures} failed, max convergence {max_conv} ms, \
+                 max departure {max_dep} ms, {:.1} s",
+                args.start,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    println!(
+        "done: {runs} seeds, {failures} failed, max convergence {max_conv} ms, max departure \
+         {max_dep} ms, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    if failures > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
