@@ -101,6 +101,7 @@ impl Node {
         let text = match &self.netns {
             Some(netns) => {
                 let citrine = std::path::Path::new(binary()).with_file_name("citrine");
+                assert!(citrine.is_file(), "{} is missing: the netns test queries nodes with the citrine CLI; run `cargo build -p citrine-cli` first", citrine.display());
                 let output = Command::new("ip")
                     .args(["netns", "exec", netns])
                     .arg(citrine)
