@@ -717,10 +717,16 @@ fn write(
             }
         }
         let replaces = header.info3 & (info3::CREATE_OR_REPLACE | info3::REPLACE_ONLY) != 0;
-        let mut bins: Vec<Bin<'_>> = match (&view, replaces) {
-            (Some(view), false) => view.bins().collect(),
-            _ => Vec::new(),
+        // One allocation for the working bins: room for every stored bin and
+        // one new bin per op.
+        let stored_bins = match (&view, replaces) {
+            (Some(view), false) => view.bin_count(),
+            _ => 0,
         };
+        let mut bins: Vec<Bin<'_>> = Vec::with_capacity(stored_bins + usize::from(header.n_ops));
+        if let (Some(view), false) = (&view, replaces) {
+            bins.extend(view.bins());
+        }
         let mut responses: Vec<ResponseEntry<'_>> = Vec::new();
         let mut record_deleted = false;
         for op in request.ops.iter() {
