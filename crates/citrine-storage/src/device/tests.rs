@@ -418,7 +418,16 @@ fn concurrent_writes_deletes_defrag_and_flush_stay_consistent() {
     let stop = std::sync::atomic::AtomicBool::new(false);
     // The expected final state, written under the same lock as the index.
     let expected: PlMutex<HashMap<Digest, Option<Vec<u8>>>> = PlMutex::new(HashMap::new());
+    // Stops the background threads even when a writer panics, so a failure
+    // fails the test instead of hanging it.
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
     std::thread::scope(|scope| {
+        let _stop_guard = StopOnDrop(&stop);
         scope.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 engine.defrag_step(&index);
@@ -454,7 +463,27 @@ fn concurrent_writes_deletes_defrag_and_flush_stay_consistent() {
                                 last_update_ms: step,
                                 set_name: b"s",
                             };
-                            let location = engine.write(&key, &meta, value.clone()).unwrap();
+                            // Under CPU pressure defrag can fall behind the
+                            // writers: the engine then answers OutOfSpace
+                            // (stop-writes) until blocks are freed. That is
+                            // the designed behaviour, so wait for defrag —
+                            // with the index lock released, since defrag
+                            // needs it — and try again, for at most 30 s.
+                            let deadline =
+                                std::time::Instant::now() + std::time::Duration::from_secs(30);
+                            let location = loop {
+                                match engine.write(&key, &meta, value.clone()) {
+                                    Ok(location) => break location,
+                                    Err(StorageError::OutOfSpace)
+                                        if std::time::Instant::now() < deadline =>
+                                    {
+                                        drop(entries);
+                                        std::thread::sleep(std::time::Duration::from_millis(2));
+                                        entries = index.entries.lock();
+                                    }
+                                    Err(error) => panic!("write failed: {error}"),
+                                }
+                            };
                             if let Some((_, old)) = entries.insert(key, (meta.generation, location))
                             {
                                 engine.release(old);
