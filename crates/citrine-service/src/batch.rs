@@ -31,7 +31,7 @@ use crate::transaction::{self, Ops, Reply, Request};
 use crate::Service;
 use citrine_types::{Digest, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
-use citrine_wire::msg::{field_type, info3, Message, MessageWriter, MsgHeader, Op};
+use citrine_wire::msg::{field_type, info3, Message, MessageWriter, MsgHeader};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Default limit on rows per batch request (`batch-max-requests`).
@@ -304,7 +304,8 @@ impl<'a> RowReader<'a> {
         let ops_start = self.at;
         for _ in 0..n_ops {
             let rest = self.payload.get(self.at..).unwrap_or_default();
-            let (_, used) = parse_op(rest).ok_or(BatchError::Malformed("row op"))?;
+            let (_, used) =
+                citrine_wire::msg::split_op(rest).ok_or(BatchError::Malformed("row op"))?;
             self.at += used;
         }
         let ops = &self.payload[ops_start..self.at];
@@ -334,45 +335,6 @@ fn parse_field(bytes: &[u8]) -> Option<(u8, &[u8], usize)> {
     let field_type = *bytes.get(4)?;
     let data = bytes.get(5..end)?;
     Some((field_type, data, end))
-}
-
-/// Parses one op at the start of `bytes` with the checks `Message::decode`
-/// applies (size ≥ 4, name and LUT inside the op): (op, bytes used).
-pub(crate) fn parse_op(bytes: &[u8]) -> Option<(Op<'_>, usize)> {
-    let size = bytes.get(..4)?;
-    let size = u32::from_be_bytes([size[0], size[1], size[2], size[3]]) as usize;
-    if size < 4 {
-        return None;
-    }
-    let end = size.checked_add(4)?;
-    let body = bytes.get(4..end)?;
-    let op_type = body[0];
-    let particle_type = body[1];
-    let flags = body[2];
-    let name_length = usize::from(body[3]);
-    let name = body.get(4..4 + name_length)?;
-    let mut value_start = 4 + name_length;
-    let lut = if flags & 1 != 0 {
-        let lut_bytes = body.get(value_start..value_start + 8)?;
-        value_start += 8;
-        let mut word = [0u8; 8];
-        word.copy_from_slice(lut_bytes);
-        Some(u64::from_be_bytes(word))
-    } else {
-        None
-    };
-    let value = body.get(value_start..)?;
-    Some((
-        Op {
-            op_type,
-            particle_type,
-            flags,
-            name,
-            lut,
-            value,
-        },
-        end,
-    ))
 }
 
 /// Pass 1: checks the whole payload. Returns the number of rows.

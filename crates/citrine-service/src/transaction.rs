@@ -154,7 +154,7 @@ impl<'m> Iterator for OpsIter<'m> {
         match self {
             OpsIter::Message(ops) => ops.next(),
             OpsIter::Raw(rest) => {
-                let (op, used) = crate::batch::parse_op(rest)?;
+                let (op, used) = citrine_wire::msg::split_op(rest)?;
                 *rest = rest.get(used..)?;
                 Some(op)
             }

@@ -303,35 +303,49 @@ pub struct OpIter<'a> {
 impl<'a> Iterator for OpIter<'a> {
     type Item = Op<'a>;
     fn next(&mut self) -> Option<Op<'a>> {
-        let size = read_u32(self.rest, 0, "op size").ok()? as usize;
-        let end = 4usize.checked_add(size)?;
-        let body = self.rest.get(4..end)?;
-        let op_type = *body.first()?;
-        let particle_type = *body.get(1)?;
-        let flags = *body.get(2)?;
-        let name_length = usize::from(*body.get(3)?);
-        let name = body.get(4..4 + name_length)?;
-        let mut value_start = 4 + name_length;
-        let lut = if flags & 1 != 0 {
-            let lut_bytes = body.get(value_start..value_start + 8)?;
-            value_start += 8;
-            let mut word = [0u8; 8];
-            word.copy_from_slice(lut_bytes);
-            Some(u64::from_be_bytes(word))
-        } else {
-            None
-        };
-        let value = body.get(value_start..)?;
-        self.rest = self.rest.get(end..)?;
-        Some(Op {
+        let (op, used) = split_op(self.rest)?;
+        self.rest = self.rest.get(used..)?;
+        Some(op)
+    }
+}
+
+/// Decodes the op at the start of `bytes`: the op and the bytes it occupies
+/// (its size field included). `None` when the op does not fit in `bytes` or
+/// its size cannot hold its header, name and LUT.
+pub fn split_op(bytes: &[u8]) -> Option<(Op<'_>, usize)> {
+    let size = read_u32(bytes, 0, "op size").ok()? as usize;
+    if size < 4 {
+        return None;
+    }
+    let end = 4usize.checked_add(size)?;
+    let body = bytes.get(4..end)?;
+    let op_type = *body.first()?;
+    let particle_type = *body.get(1)?;
+    let flags = *body.get(2)?;
+    let name_length = usize::from(*body.get(3)?);
+    let name = body.get(4..4 + name_length)?;
+    let mut value_start = 4 + name_length;
+    let lut = if flags & 1 != 0 {
+        let lut_bytes = body.get(value_start..value_start + 8)?;
+        value_start += 8;
+        let mut word = [0u8; 8];
+        word.copy_from_slice(lut_bytes);
+        Some(u64::from_be_bytes(word))
+    } else {
+        None
+    };
+    let value = body.get(value_start..)?;
+    Some((
+        Op {
             op_type,
             particle_type,
             flags,
             name,
             lut,
             value,
-        })
-    }
+        },
+        end,
+    ))
 }
 
 /// Encodes one AS_MSG frame (proto header, AS_MSG header, fields, ops) into a

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use citrine_wire::msg::Op;
 use crate::config::{NamespaceConfig, ServiceConfig};
 use crate::{ManualClock, Service};
 use citrine_wire::digest::{of_key, UserKey};
