@@ -1,0 +1,559 @@
+//! Data distribution on the request path (AP mode): synchronous replication
+//! of writes from a partition's master to its replicas, and proxying of
+//! single-record requests that reach a node which does not master the
+//! record's partition.
+//!
+//! The service owns no sockets: it talks to other nodes through a
+//! [`Fabric`] handle the server installs ([`crate::Service::set_fabric`]),
+//! which sends a payload to a node and resolves to that node's answer.
+//!
+//! Routing ([`route`]), once the node is in a cluster of more than one
+//! member and a fabric is installed:
+//! - the current partition map's master of the record's partition executes
+//!   the request; any other node forwards the request body to the master
+//!   ([`call_kind::PROXY`], payload `u8 hops | AS_MSG body`) and returns the
+//!   master's reply frame unchanged. Reads go to the master too (no
+//!   replica reads yet). A request that has been proxied
+//!   [`MAX_PROXY_HOPS`] times is answered 11 (partition unavailable);
+//! - on the master, a write or delete that succeeded locally is captured —
+//!   the record's full new state (generation, void time, last-update time,
+//!   set name, body) or a delete marker, never the ops — and sent
+//!   ([`call_kind::REPLICA_WRITE`]) to every other replica of the partition
+//!   in the current map before the client's reply is released. A replica
+//!   that does not acknowledge is retried until the client's deadline; a
+//!   replica that has left the map counts as done. If some replica still
+//!   has not acknowledged at the deadline the client gets 9 (timeout: the
+//!   write is in doubt, as with any timeout).
+//!
+//! Invariants:
+//! - no partition lock is held across an await: the local write runs to
+//!   completion under its lock, the lock is released, the state is captured
+//!   under a read lock, and only then are the replicas awaited;
+//! - a replica applies a replica write only when it is newer than its copy
+//!   (last-update time, then generation), so retries and reordered
+//!   deliveries are harmless;
+//! - a node alone (or without a fabric) never enters this module's async
+//!   path and allocates nothing for it.
+//!
+//! Not yet (later parts of issue 5): batch rows, scans and read-touch run
+//! locally on the node that receives them and are not replicated;
+//! migrations, partition versions and duplicate resolution.
+
+use crate::namespace::Namespace;
+use crate::transaction::{self, Now, Request};
+use crate::Service;
+use citrine_index::RecordMeta;
+use citrine_storage::StoreMeta;
+use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE};
+use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::msg::info2;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// Most times a request may be forwarded before it is refused with 11.
+pub const MAX_PROXY_HOPS: u8 = 3;
+/// Deadline of a proxied or replicated request whose client sent none.
+pub const DEFAULT_DEADLINE_MS: u64 = 5_000;
+/// Longest wait for one replica's answer before the write is sent again.
+pub const ATTEMPT_TIMEOUT_MS: u64 = 250;
+/// Most sends of one replica write (bounded also by the deadline).
+pub const MAX_ATTEMPTS: u32 = 40;
+
+/// Kinds of fabric calls.
+pub mod call_kind {
+    /// A client request forwarded to the master: `u8 hops | AS_MSG body`;
+    /// the answer is the reply frame for the client.
+    pub const PROXY: u8 = 1;
+    /// A record's new state for a replica ([`super::ReplicaWrite`]); the
+    /// answer is one result-code byte.
+    pub const REPLICA_WRITE: u8 = 2;
+}
+
+/// Why a fabric call produced no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FabricError {
+    /// No answer within the timeout (or the connection dropped the request).
+    Timeout,
+    /// The node is not known to the fabric (no address).
+    Unreachable,
+}
+
+/// The answer of a fabric call, resolved on whatever event loop awaits it.
+pub type FabricFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, FabricError>> + Send>>;
+
+/// "Send this to node X over the fabric and await the answer", implemented
+/// by the server on its fabric connections.
+pub trait Fabric: Send + Sync + 'static {
+    /// Sends `payload` of kind `kind` to `to`; resolves to the answer, or
+    /// an error after `timeout`.
+    fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, timeout: Duration) -> FabricFuture;
+}
+
+/// Work a request still has to do over the fabric before its reply is final.
+#[derive(Debug)]
+pub(crate) enum Remote {
+    /// Forward to the master; its answer replaces the (empty) reply.
+    Proxy {
+        to: NodeId,
+        payload: Vec<u8>,
+        deadline_ms: u64,
+    },
+    /// The local reply stands once every target acknowledged `payload`.
+    Replicate {
+        namespace: String,
+        partition: PartitionId,
+        targets: Vec<NodeId>,
+        payload: Vec<u8>,
+        deadline_ms: u64,
+    },
+}
+
+/// A record's new state as a replica stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaWrite {
+    pub namespace: String,
+    pub digest: Digest,
+    pub generation: u16,
+    pub void_time: u32,
+    pub last_update_ms: u64,
+    pub set_name: Vec<u8>,
+    /// The stored body; `None` is a delete.
+    pub body: Option<Vec<u8>>,
+}
+
+const REPLICA_STORE: u8 = 1;
+const REPLICA_DELETE: u8 = 2;
+
+impl ReplicaWrite {
+    /// `u8 kind | u8 ns len | ns | digest | u16 gen | u32 void | u64 lut |
+    /// u8 set len | set | (store) u32 body len | body`, big-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let body_len = self.body.as_ref().map_or(0, Vec::len);
+        let mut out = Vec::with_capacity(48 + self.namespace.len() + body_len);
+        out.push(if self.body.is_some() {
+            REPLICA_STORE
+        } else {
+            REPLICA_DELETE
+        });
+        let namespace = self.namespace.as_bytes();
+        let namespace = &namespace[..namespace.len().min(255)];
+        out.push(namespace.len() as u8);
+        out.extend_from_slice(namespace);
+        out.extend_from_slice(&self.digest.0);
+        out.extend_from_slice(&self.generation.to_be_bytes());
+        out.extend_from_slice(&self.void_time.to_be_bytes());
+        out.extend_from_slice(&self.last_update_ms.to_be_bytes());
+        let set = &self.set_name[..self.set_name.len().min(255)];
+        out.push(set.len() as u8);
+        out.extend_from_slice(set);
+        if let Some(body) = &self.body {
+            out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            out.extend_from_slice(body);
+        }
+        out
+    }
+
+    /// Decodes; `None` for anything malformed (including trailing bytes).
+    pub fn decode(bytes: &[u8]) -> Option<ReplicaWrite> {
+        let mut reader = Reader { bytes, at: 0 };
+        let kind = reader.u8()?;
+        let namespace_len = usize::from(reader.u8()?);
+        let namespace = std::str::from_utf8(reader.take(namespace_len)?)
+            .ok()?
+            .to_owned();
+        let digest: [u8; DIGEST_SIZE] = reader.take(DIGEST_SIZE)?.try_into().ok()?;
+        let generation = u16::from_be_bytes(reader.take(2)?.try_into().ok()?);
+        let void_time = u32::from_be_bytes(reader.take(4)?.try_into().ok()?);
+        let last_update_ms = u64::from_be_bytes(reader.take(8)?.try_into().ok()?);
+        let set_len = usize::from(reader.u8()?);
+        let set_name = reader.take(set_len)?.to_vec();
+        let body = match kind {
+            REPLICA_STORE => {
+                let length = u32::from_be_bytes(reader.take(4)?.try_into().ok()?) as usize;
+                Some(reader.take(length)?.to_vec())
+            }
+            REPLICA_DELETE => None,
+            _ => return None,
+        };
+        if reader.at != bytes.len() {
+            return None;
+        }
+        Some(ReplicaWrite {
+            namespace,
+            digest: Digest(digest),
+            generation,
+            void_time,
+            last_update_ms,
+            set_name,
+            body,
+        })
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, length: usize) -> Option<&'a [u8]> {
+        let slice = self.bytes.get(self.at..self.at.checked_add(length)?)?;
+        self.at += length;
+        Some(slice)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|bytes| bytes[0])
+    }
+}
+
+/// Runs a single-record request in a cluster: forwards it to the master, or
+/// executes it here and returns the replication still to do. `body` is the
+/// request's AS_MSG body (forwarded as is), `hops` how often it was
+/// forwarded already.
+pub(crate) fn route(
+    service: &Service,
+    namespace: &Namespace,
+    request: &Request<'_>,
+    body: &[u8],
+    hops: u8,
+    out: &mut Vec<u8>,
+) -> Option<Box<Remote>> {
+    let now = service.now();
+    let cluster = service.cluster();
+    let partition = request.digest.partition();
+    let replicas = cluster
+        .namespace(&namespace.config.name)
+        .map_or(&[][..], |map| map.map.replicas(partition));
+    let deadline_ms = now.unix_ms
+        + match request.header.transaction_ttl {
+            0 => DEFAULT_DEADLINE_MS,
+            ttl => u64::from(ttl),
+        };
+    match replicas.first() {
+        Some(master) if *master != service.node_id => {
+            if hops >= MAX_PROXY_HOPS {
+                transaction::write_result(out, ResultCode::Unavailable);
+                return None;
+            }
+            let mut payload = Vec::with_capacity(1 + body.len());
+            payload.push(hops + 1);
+            payload.extend_from_slice(body);
+            return Some(Box::new(Remote::Proxy {
+                to: *master,
+                payload,
+                deadline_ms,
+            }));
+        }
+        _ => {}
+    }
+    let start = out.len();
+    transaction::perform(namespace, request, now, out);
+    if request.header.info2 & info2::WRITE == 0 || replicas.len() < 2 {
+        return None;
+    }
+    // Result code: proto header, then byte 5 of the message header.
+    if out.get(start + PROTO_HEADER_SIZE + 5).copied() != Some(0) {
+        return None;
+    }
+    let write = capture(namespace, &request.digest, now);
+    Some(Box::new(Remote::Replicate {
+        namespace: namespace.config.name.clone(),
+        partition,
+        targets: replicas[1..].to_vec(),
+        payload: write.encode(),
+        deadline_ms,
+    }))
+}
+
+/// The record's current state (after the write that just finished) as a
+/// replica write: the stored copy, or a delete marker when it is gone.
+fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite {
+    let partition = namespace.index.partition(digest.partition()).read();
+    let stored = partition.get(digest).and_then(|entry| {
+        let body = namespace.storage.read(&entry.location).ok()?.into_owned();
+        Some((entry.meta, body))
+    });
+    drop(partition);
+    match stored {
+        Some((meta, body)) => ReplicaWrite {
+            namespace: namespace.config.name.clone(),
+            digest: *digest,
+            generation: meta.generation,
+            void_time: meta.void_time,
+            last_update_ms: meta.last_update_ms,
+            set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
+            body: Some(body),
+        },
+        None => ReplicaWrite {
+            namespace: namespace.config.name.clone(),
+            digest: *digest,
+            generation: 0,
+            void_time: 0,
+            last_update_ms: now.unix_ms,
+            set_name: Vec::new(),
+            body: None,
+        },
+    }
+}
+
+/// True when a copy with `meta` is at least as new as `write`.
+fn holds_newer(meta: &RecordMeta, write: &ReplicaWrite) -> bool {
+    (meta.last_update_ms, meta.generation) >= (write.last_update_ms, write.generation)
+}
+
+/// Applies a master's replica write to this node's copy.
+pub fn apply_replica_write(service: &Service, write: &ReplicaWrite) -> ResultCode {
+    let Some(namespace) = service.namespace(write.namespace.as_bytes()) else {
+        return ResultCode::Namespace;
+    };
+    match apply(namespace, write) {
+        Ok(()) => ResultCode::Ok,
+        Err(code) => code,
+    }
+}
+
+fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> {
+    let set_id = namespace
+        .sets
+        .id_of(&write.set_name)
+        .ok_or(ResultCode::Parameter)?;
+    let mut partition = namespace
+        .index
+        .partition(write.digest.partition())
+        .write();
+    if let Some(entry) = partition.get(&write.digest) {
+        if holds_newer(&entry.meta, write) {
+            return Ok(());
+        }
+    }
+    match &write.body {
+        Some(body) => {
+            let meta = RecordMeta {
+                generation: write.generation,
+                set_id,
+                void_time: write.void_time,
+                last_update_ms: write.last_update_ms,
+            };
+            let previous =
+                transaction::install(namespace, &mut partition, write.digest, meta, body.clone())?;
+            drop(partition);
+            if let Some(old) = previous {
+                transaction::drop_entry(namespace, old);
+            }
+        }
+        None => {
+            let Some(entry) = partition.get(&write.digest) else {
+                return Ok(());
+            };
+            if namespace.storage.device().is_some() {
+                let set_name = namespace.sets.name(entry.meta.set_id).unwrap_or_default();
+                let store = StoreMeta {
+                    generation: RecordMeta::next_generation(entry.meta.generation),
+                    void_time: 0,
+                    last_update_ms: write.last_update_ms,
+                    set_name: &set_name,
+                };
+                namespace
+                    .storage
+                    .write_tombstone(&write.digest, &store)
+                    .map_err(transaction::storage_result)?;
+            }
+            if let Some(entry) = partition.remove(&write.digest) {
+                drop(partition);
+                transaction::drop_entry(namespace, entry);
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Service {
+    /// Finishes a request's fabric work and leaves its final reply in `out`.
+    pub(crate) async fn complete(&self, remote: Remote, out: &mut Vec<u8>) {
+        let Some(fabric) = self.fabric.get() else {
+            out.clear();
+            transaction::write_result(out, ResultCode::Unavailable);
+            return;
+        };
+        match remote {
+            Remote::Proxy {
+                to,
+                payload,
+                deadline_ms,
+            } => {
+                let timeout = self.remaining(deadline_ms);
+                let answer = fabric.call(to, call_kind::PROXY, payload, timeout).await;
+                out.clear();
+                match answer {
+                    Ok(frame) if is_whole_frame(&frame) => out.extend_from_slice(&frame),
+                    Ok(_) => transaction::write_result(out, ResultCode::ServerError),
+                    Err(_) => transaction::write_result(out, ResultCode::Timeout),
+                }
+            }
+            Remote::Replicate {
+                namespace,
+                partition,
+                targets,
+                payload,
+                deadline_ms,
+            } => {
+                for target in targets {
+                    let done = self
+                        .replicate_to(
+                            fabric.as_ref(),
+                            &namespace,
+                            partition,
+                            target,
+                            &payload,
+                            deadline_ms,
+                        )
+                        .await;
+                    if !done {
+                        out.clear();
+                        transaction::write_result(out, ResultCode::Timeout);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends one replica write until it is acknowledged, the target leaves
+    /// the partition's replica list, or the deadline passes.
+    async fn replicate_to(
+        &self,
+        fabric: &dyn Fabric,
+        namespace: &str,
+        partition: PartitionId,
+        target: NodeId,
+        payload: &[u8],
+        deadline_ms: u64,
+    ) -> bool {
+        for _ in 0..MAX_ATTEMPTS {
+            let remaining = self.remaining(deadline_ms);
+            if remaining.is_zero() {
+                break;
+            }
+            let timeout = remaining.min(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
+            let answer = fabric
+                .call(target, call_kind::REPLICA_WRITE, payload.to_vec(), timeout)
+                .await;
+            if let Ok(code) = &answer {
+                if code.as_slice() == [ResultCode::Ok.code()] {
+                    return true;
+                }
+            }
+            let still_replica = self.cluster().namespace(namespace).is_some_and(|map| {
+                map.map.replicas(partition).contains(&target)
+            });
+            if !still_replica {
+                return true;
+            }
+            self.stats
+                .replica_write_retries
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        tracing::debug!(node = %target, "replica write not acknowledged before the deadline");
+        false
+    }
+
+    fn remaining(&self, deadline_ms: u64) -> Duration {
+        Duration::from_millis(deadline_ms.saturating_sub(self.clock.now_unix_ms()))
+    }
+
+    /// Serves one fabric call from another node; returns the answer.
+    pub async fn serve_fabric(&self, kind: u8, payload: &[u8]) -> Vec<u8> {
+        match kind {
+            call_kind::REPLICA_WRITE => {
+                let code = match ReplicaWrite::decode(payload) {
+                    Some(write) => apply_replica_write(self, &write),
+                    None => ResultCode::Parameter,
+                };
+                vec![code.code()]
+            }
+            call_kind::PROXY => {
+                let mut out = Vec::new();
+                let Some((&hops, body)) = payload.split_first() else {
+                    transaction::write_result(&mut out, ResultCode::Parameter);
+                    return out;
+                };
+                self.stats
+                    .proxied_in
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some(remote) = self.execute_single(body, hops, &mut out) {
+                    self.complete(*remote, &mut out).await;
+                }
+                out
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// True when `bytes` is exactly one proto frame.
+fn is_whole_frame(bytes: &[u8]) -> bool {
+    bytes
+        .get(..PROTO_HEADER_SIZE)
+        .and_then(|header| <&[u8; PROTO_HEADER_SIZE]>::try_from(header).ok())
+        .and_then(|header| ProtoHeader::decode(header).ok())
+        .is_some_and(|header| header.size as usize + PROTO_HEADER_SIZE == bytes.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(body: Option<Vec<u8>>) -> ReplicaWrite {
+        ReplicaWrite {
+            namespace: "test".into(),
+            digest: Digest([7; DIGEST_SIZE]),
+            generation: 3,
+            void_time: 1234,
+            last_update_ms: 99_000,
+            set_name: b"demo".to_vec(),
+            body,
+        }
+    }
+
+    #[test]
+    fn replica_write_round_trip_and_garbage() {
+        for write in [sample(Some(vec![1, 2, 3])), sample(None)] {
+            let bytes = write.encode();
+            assert_eq!(ReplicaWrite::decode(&bytes), Some(write));
+            for cut in 0..bytes.len() {
+                assert_eq!(ReplicaWrite::decode(&bytes[..cut]), None, "cut {cut}");
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert_eq!(ReplicaWrite::decode(&longer), None);
+            let mut bad_kind = bytes;
+            bad_kind[0] = 9;
+            assert_eq!(ReplicaWrite::decode(&bad_kind), None);
+        }
+    }
+
+    #[test]
+    fn newer_copies_win() {
+        let write = sample(None);
+        let meta = |last_update_ms, generation| RecordMeta {
+            generation,
+            set_id: 0,
+            void_time: 0,
+            last_update_ms,
+        };
+        assert!(holds_newer(&meta(99_000, 3), &write));
+        assert!(holds_newer(&meta(99_001, 1), &write));
+        assert!(!holds_newer(&meta(99_000, 2), &write));
+        assert!(!holds_newer(&meta(98_999, 9), &write));
+    }
+
+    #[test]
+    fn whole_frames() {
+        let mut frame = Vec::new();
+        transaction::write_result(&mut frame, ResultCode::Ok);
+        assert!(is_whole_frame(&frame));
+        assert!(!is_whole_frame(&frame[..frame.len() - 1]));
+        assert!(!is_whole_frame(&[]));
+    }
+}
