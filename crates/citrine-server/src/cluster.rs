@@ -233,18 +233,19 @@ impl FabricHub {
     /// False when the peer's address is unknown or its queue is full.
     fn send(&self, to: NodeId, bytes: Vec<u8>) -> bool {
         let mut queues = lock(&self.queues);
-        if !queues.contains_key(&to) {
-            let Some(address) = lock(&self.addresses).get(&to).cloned() else {
-                return false;
-            };
-            let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
-            self.runtime
-                .spawn(outbound(address, receiver, self.hello.clone()));
-            queues.insert(to, sender);
-        }
-        let sent = queues
-            .get(&to)
-            .is_some_and(|queue| queue.try_send(bytes).is_ok());
+        let queue = match queues.entry(to) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                let Some(address) = lock(&self.addresses).get(&to).cloned() else {
+                    return false;
+                };
+                let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
+                self.runtime
+                    .spawn(outbound(address, receiver, self.hello.clone()));
+                entry.insert(sender)
+            }
+        };
+        let sent = queue.try_send(bytes).is_ok();
         if !sent {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -835,6 +836,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::unwrap_used)]
     fn fabric_request_and_response_frames() {
         let bytes = request_frame(0x0102_0304_0506_0708, 2, b"payload");
         assert_eq!(

@@ -79,7 +79,8 @@ impl Node {
         )
         .ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        let answers = round_trip(&mut stream, &citrine_wire::info::request_frame(&[command])).ok()?;
+        let answers =
+            round_trip(&mut stream, &citrine_wire::info::request_frame(&[command])).ok()?;
         citrine_wire::info::parse_response(&answers.1)
             .into_iter()
             .next()
@@ -340,10 +341,16 @@ fn acknowledged_writes_survive_the_loss_of_a_master() {
         let key = format!("key-{index}");
         let answers: Vec<(u8, Option<Vec<u8>>)> =
             streams.iter_mut().map(|stream| get(stream, &key)).collect();
-        assert_eq!(answers[0], answers[1], "{key}: survivors answer alike (both ask the master)");
+        assert_eq!(
+            answers[0], answers[1],
+            "{key}: survivors answer alike (both ask the master)"
+        );
         match answers[0].0 {
             0 => {
-                assert_eq!(answers[0].1.as_deref(), Some(format!("value-{index}").as_bytes()));
+                assert_eq!(
+                    answers[0].1.as_deref(),
+                    Some(format!("value-{index}").as_bytes())
+                );
                 readable += 1;
             }
             2 => {}

@@ -318,10 +318,7 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
         .sets
         .id_of(&write.set_name)
         .ok_or(ResultCode::Parameter)?;
-    let mut partition = namespace
-        .index
-        .partition(write.digest.partition())
-        .write();
+    let mut partition = namespace.index.partition(write.digest.partition()).write();
     if let Some(entry) = partition.get(&write.digest) {
         if holds_newer(&entry.meta, write) {
             return Ok(());
@@ -444,9 +441,10 @@ impl Service {
                     return true;
                 }
             }
-            let still_replica = self.cluster().namespace(namespace).is_some_and(|map| {
-                map.map.replicas(partition).contains(&target)
-            });
+            let still_replica = self
+                .cluster()
+                .namespace(namespace)
+                .is_some_and(|map| map.map.replicas(partition).contains(&target));
             if !still_replica {
                 return true;
             }
@@ -546,6 +544,211 @@ mod tests {
         assert!(holds_newer(&meta(99_001, 1), &write));
         assert!(!holds_newer(&meta(99_000, 2), &write));
         assert!(!holds_newer(&meta(98_999, 9), &write));
+    }
+
+    fn memory_service(node_id: u64) -> Service {
+        let config = crate::config::ServiceConfig {
+            node_id,
+            cluster_name: "citrine".into(),
+            access_address: "127.0.0.1:3000".into(),
+            port: 3000,
+            namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
+        };
+        Service::new(
+            config,
+            std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000)),
+        )
+    }
+
+    fn stored(service: &Service, digest: &Digest) -> Option<(RecordMeta, Vec<u8>)> {
+        let namespace = service.namespace(b"test")?;
+        let partition = namespace.index.partition(digest.partition()).read();
+        let entry = partition.get(digest)?;
+        let body = namespace.storage.read(&entry.location).ok()?.into_owned();
+        Some((entry.meta, body))
+    }
+
+    #[test]
+    fn replicas_apply_newer_states_only() {
+        let service = memory_service(7);
+        let mut write = sample(Some(vec![1, 2, 3]));
+        assert_eq!(apply_replica_write(&service, &write), ResultCode::Ok);
+        let (meta, body) = stored(&service, &write.digest).expect("stored");
+        assert_eq!(
+            (meta.generation, meta.void_time, meta.last_update_ms),
+            (3, 1234, 99_000)
+        );
+        assert_eq!(body, vec![1, 2, 3]);
+        assert_eq!(
+            service
+                .namespace(b"test")
+                .map(|ns| ns.sets.existing_id(b"demo")),
+            Some(Some(meta.set_id))
+        );
+        // A retry of the same state and an older state change nothing.
+        assert_eq!(apply_replica_write(&service, &write), ResultCode::Ok);
+        let older = ReplicaWrite {
+            generation: 2,
+            last_update_ms: 98_000,
+            body: Some(vec![9]),
+            ..write.clone()
+        };
+        assert_eq!(apply_replica_write(&service, &older), ResultCode::Ok);
+        assert_eq!(
+            stored(&service, &write.digest).map(|(_, body)| body),
+            Some(vec![1, 2, 3])
+        );
+        // A newer state replaces it; a newer delete removes it.
+        write.generation = 4;
+        write.last_update_ms = 99_500;
+        write.body = Some(vec![4]);
+        assert_eq!(apply_replica_write(&service, &write), ResultCode::Ok);
+        assert_eq!(
+            stored(&service, &write.digest).map(|(meta, body)| (meta.generation, body)),
+            Some((4, vec![4]))
+        );
+        let stale_delete = ReplicaWrite {
+            last_update_ms: 99_400,
+            body: None,
+            ..write.clone()
+        };
+        assert_eq!(apply_replica_write(&service, &stale_delete), ResultCode::Ok);
+        assert!(stored(&service, &write.digest).is_some());
+        let delete = ReplicaWrite {
+            last_update_ms: 100_000,
+            generation: 0,
+            body: None,
+            ..write.clone()
+        };
+        assert_eq!(apply_replica_write(&service, &delete), ResultCode::Ok);
+        assert!(stored(&service, &write.digest).is_none());
+        assert_eq!(
+            service
+                .namespace(b"test")
+                .map(|ns| ns.stats.objects.load(std::sync::atomic::Ordering::Relaxed)),
+            Some(0)
+        );
+        let unknown = ReplicaWrite {
+            namespace: "nosuch".into(),
+            ..write
+        };
+        assert_eq!(
+            apply_replica_write(&service, &unknown),
+            ResultCode::Namespace
+        );
+    }
+
+    /// Records every call and answers replica writes with `Ok`, proxied
+    /// requests with a fixed frame.
+    struct FakeFabric {
+        calls: parking_lot::Mutex<Vec<(NodeId, u8, Vec<u8>)>>,
+    }
+
+    impl Fabric for FakeFabric {
+        fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, _: Duration) -> FabricFuture {
+            self.calls.lock().push((to, kind, payload));
+            let answer = if kind == call_kind::PROXY {
+                let mut frame = Vec::new();
+                transaction::write_result(&mut frame, ResultCode::KeyBusy);
+                frame
+            } else {
+                vec![0]
+            };
+            Box::pin(async move { Ok(answer) })
+        }
+    }
+
+    #[test]
+    fn masters_replicate_and_others_proxy() {
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        use citrine_wire::digest::{of_key, UserKey};
+        use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
+        let service = memory_service(1);
+        let fabric = std::sync::Arc::new(FakeFabric {
+            calls: parking_lot::Mutex::new(Vec::new()),
+        });
+        service.set_fabric(fabric.clone());
+        let members = [1u64, 2].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: format!("127.0.0.1:{}", 3000 + id),
+        });
+        let state = ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 2)], 2, 2);
+        let master_of = |digest: &Digest| state.namespaces[0].map.master(digest.partition());
+        let key_mastered_by = |node: u64| {
+            (0..1000)
+                .map(|index| format!("k{index}"))
+                .find(|key| {
+                    master_of(&of_key("demo", &UserKey::String(key.clone()))) == Some(NodeId(node))
+                })
+                .expect("a key")
+        };
+        let (mine, theirs) = (key_mastered_by(1), key_mastered_by(2));
+        service.publish_cluster(state);
+        let put = |key: &str| {
+            let digest = of_key("demo", &UserKey::String(key.into()));
+            let mut frame = Vec::new();
+            let header = MsgHeader {
+                info2: info2::WRITE,
+                ..MsgHeader::default()
+            };
+            let mut writer = MessageWriter::begin(&mut frame, &header);
+            writer
+                .field(field_type::NAMESPACE, b"test")
+                .field(field_type::SET, b"demo")
+                .field(field_type::DIGEST, &digest.0)
+                .op(op_type::WRITE, 3, b"v", b"x");
+            writer.finish();
+            let header_bytes: [u8; PROTO_HEADER_SIZE] =
+                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+            let header = ProtoHeader::decode(&header_bytes).expect("header");
+            let mut out = Vec::new();
+            service
+                .handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
+                .expect("handled");
+            (digest, frame, out)
+        };
+        // Mastered here: applied locally, then replicated as a full state.
+        let (digest, _, out) = put(&mine);
+        assert_eq!(out[PROTO_HEADER_SIZE + 5], 0);
+        let calls = std::mem::take(&mut *fabric.calls.lock());
+        assert_eq!(calls.len(), 1);
+        assert_eq!(
+            (calls[0].0, calls[0].1),
+            (NodeId(2), call_kind::REPLICA_WRITE)
+        );
+        let write = ReplicaWrite::decode(&calls[0].2).expect("replica write");
+        assert_eq!(
+            (write.digest, write.generation, write.set_name.as_slice()),
+            (digest, 1, &b"demo"[..])
+        );
+        assert_eq!(
+            Some(write.body.expect("body")),
+            stored(&service, &digest).map(|(_, body)| body)
+        );
+        // Mastered elsewhere: forwarded unchanged (hop 1), answer passed through.
+        let (digest, frame, out) = put(&theirs);
+        assert!(stored(&service, &digest).is_none());
+        assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::KeyBusy.code());
+        let calls = std::mem::take(&mut *fabric.calls.lock());
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].0, calls[0].1), (NodeId(2), call_kind::PROXY));
+        assert_eq!(calls[0].2[0], 1);
+        assert_eq!(&calls[0].2[1..], &frame[PROTO_HEADER_SIZE..]);
+        // A request proxied too often is refused with 11.
+        let answer = block_on_test(service.serve_fabric(
+            call_kind::PROXY,
+            &[&[MAX_PROXY_HOPS][..], &frame[PROTO_HEADER_SIZE..]].concat(),
+        ));
+        assert_eq!(
+            answer[PROTO_HEADER_SIZE + 5],
+            ResultCode::Unavailable.code()
+        );
+        assert!(fabric.calls.lock().is_empty());
+    }
+
+    fn block_on_test<F: std::future::Future>(future: F) -> F::Output {
+        crate::block_on(future)
     }
 
     #[test]
