@@ -40,7 +40,32 @@ impl Node {
         format!("127.0.0.1:{}", self.heartbeat_port)
     }
 
+    /// Starts the node and waits until it answers; a node that exits at
+    /// once (a port taken since `free_port` chose it) is started again on
+    /// fresh ports.
     fn start(&mut self, seed: &str) {
+        for _ in 0..5 {
+            self.spawn(seed);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
+                    break;
+                }
+                if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "node {} did not start", self.id);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            self.child = None;
+            self.port = free_port();
+            self.fabric_port = free_port();
+            self.heartbeat_port = free_port();
+        }
+        panic!("node {} exits at start", self.id);
+    }
+
+    fn spawn(&mut self, seed: &str) {
         let config = workspace_root().join("examples/cluster.toml");
         let child = Command::new(binary())
             .args([
@@ -143,11 +168,18 @@ fn wait_for_cluster(group: &[&Node], size: usize, limit: Duration) -> Duration {
     }
 }
 
-fn start_cluster() -> Vec<Node> {
-    let mut nodes: Vec<Node> = (0..3).map(Node::new).collect();
+/// Three nodes with ids `first`, `first + 1`, `first + 2` (distinct per
+/// test: tests run in parallel).
+fn start_cluster(first: usize) -> Vec<Node> {
+    let mut nodes: Vec<Node> = (first..first + 3).map(Node::new).collect();
+    let seed = nodes[0].heartbeat_address();
+    nodes[0].start(&seed);
+    // The first node may have moved to other ports.
     let seed = nodes[0].heartbeat_address();
     for node in nodes.iter_mut() {
-        node.start(&seed);
+        if node.child.is_none() {
+            node.start(&seed);
+        }
     }
     let took = wait_for_cluster(
         &nodes.iter().collect::<Vec<_>>(),
@@ -240,7 +272,7 @@ const RECORDS: usize = 300;
 
 #[test]
 fn writes_to_any_node_replicate_and_read_back_everywhere() {
-    let nodes = start_cluster();
+    let nodes = start_cluster(0);
     let mut streams: Vec<TcpStream> = nodes.iter().map(|node| connect(node.port)).collect();
     let started = Instant::now();
     for index in 0..RECORDS {
@@ -310,7 +342,7 @@ fn writes_to_any_node_replicate_and_read_back_everywhere() {
 /// found" (never a wrong value), and the test checks exactly that.
 #[test]
 fn acknowledged_writes_survive_the_loss_of_a_master() {
-    let mut nodes = start_cluster();
+    let mut nodes = start_cluster(3);
     let mut stream = connect(nodes[0].port);
     for index in 0..RECORDS {
         let key = format!("key-{index}");
