@@ -395,22 +395,31 @@ impl Service {
                 payload,
                 deadline_ms,
             } => {
-                for target in targets {
-                    let done = self
-                        .replicate_to(
-                            fabric.as_ref(),
-                            &namespace,
-                            partition,
-                            target,
-                            &payload,
-                            deadline_ms,
-                        )
-                        .await;
-                    if !done {
-                        out.clear();
-                        transaction::write_result(out, ResultCode::Timeout);
-                        return;
+                let sends = targets.iter().map(|target| {
+                    self.replicate_to(
+                        fabric.as_ref(),
+                        &namespace,
+                        partition,
+                        *target,
+                        &payload,
+                        deadline_ms,
+                    )
+                });
+                // One replica (replication factor 2): await it directly;
+                // more: all at once.
+                let done = match targets.len() {
+                    1 => {
+                        let mut sends = sends;
+                        match sends.next() {
+                            Some(send) => send.await,
+                            None => true,
+                        }
                     }
+                    _ => all_succeed(sends.collect()).await,
+                };
+                if !done {
+                    out.clear();
+                    transaction::write_result(out, ResultCode::Timeout);
                 }
             }
         }
@@ -487,6 +496,35 @@ impl Service {
             _ => Vec::new(),
         }
     }
+}
+
+/// Runs every future concurrently; true when all of them return true.
+async fn all_succeed<F: Future<Output = bool>>(futures: Vec<F>) -> bool {
+    let mut futures: Vec<Option<Pin<Box<F>>>> = futures
+        .into_iter()
+        .map(|future| Some(Box::pin(future)))
+        .collect();
+    let mut all = true;
+    std::future::poll_fn(|context| {
+        let mut pending = false;
+        for slot in futures.iter_mut() {
+            if let Some(future) = slot {
+                match future.as_mut().poll(context) {
+                    std::task::Poll::Ready(done) => {
+                        all &= done;
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(all)
+        }
+    })
+    .await
 }
 
 /// True when `bytes` is exactly one proto frame.
@@ -745,6 +783,54 @@ mod tests {
             ResultCode::Unavailable.code()
         );
         assert!(fabric.calls.lock().is_empty());
+    }
+
+    #[test]
+    fn every_replica_is_sent_to_at_once() {
+        let answers = |results: Vec<bool>| {
+            crate::block_on(all_succeed(
+                results
+                    .into_iter()
+                    .map(|result| async move { result })
+                    .collect(),
+            ))
+        };
+        assert!(answers(vec![true, true, true]));
+        assert!(!answers(vec![true, false, true]));
+        assert!(answers(Vec::new()));
+        // Three replicas: both others get the record's state.
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        let service = memory_service(1);
+        let fabric = std::sync::Arc::new(FakeFabric {
+            calls: parking_lot::Mutex::new(Vec::new()),
+        });
+        service.set_fabric(fabric.clone());
+        let members = [1u64, 2, 3].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: format!("127.0.0.1:{}", 3000 + id),
+        });
+        let state = ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 3)], 2, 2);
+        let partition = (0..4096u16)
+            .filter_map(PartitionId::new)
+            .find(|pid| state.namespaces[0].map.master(*pid) == Some(NodeId(1)))
+            .expect("a partition mastered here");
+        service.publish_cluster(state);
+        let remote = Remote::Replicate {
+            namespace: "test".into(),
+            partition,
+            targets: vec![NodeId(2), NodeId(3)],
+            payload: sample(None).encode(),
+            deadline_ms: u64::MAX,
+        };
+        let mut out = Vec::new();
+        transaction::write_result(&mut out, ResultCode::Ok);
+        let before = out.clone();
+        crate::block_on(service.complete(remote, &mut out));
+        assert_eq!(out, before);
+        let mut called: Vec<NodeId> = fabric.calls.lock().iter().map(|call| call.0).collect();
+        called.sort();
+        assert_eq!(called, vec![NodeId(2), NodeId(3)]);
     }
 
     fn block_on_test<F: std::future::Future>(future: F) -> F::Output {
