@@ -17,8 +17,9 @@
 //!   awaiting an answer; it implements the service's
 //!   [`citrine_service::replication::Fabric`] trait, so service threads send
 //!   through the same queues and await the answer on their own event loop.
-//!   A request is served on the cluster thread's event loop (its own task),
-//!   never blocking the heartbeat loop while it waits for replicas.
+//!   A request is served as its own task on the `citrine-fabric` thread's
+//!   event loop, so neither storage writes nor waiting for replicas ever
+//!   delay heartbeats and Paxos on the cluster thread.
 //!
 //! Every connection starts with a [`KIND_HELLO`] frame naming the sender's
 //! node id, rack, service address and fabric address: that is how a node
@@ -358,6 +359,29 @@ pub fn start(
         rack = settings.rack_id,
         "cluster channels listening"
     );
+    let (fabric_sender, fabric_receiver) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("citrine-fabric".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    let _ = fabric_sender.send(Err(error.to_string()));
+                    return;
+                }
+            };
+            let _ = fabric_sender.send(Ok(runtime.handle().clone()));
+            // Serves the tasks spawned on it for the life of the process.
+            runtime.block_on(std::future::pending::<()>());
+        })
+        .map_err(|error| format!("cannot start the fabric thread: {error}"))?;
+    let fabric_runtime = fabric_receiver
+        .recv()
+        .map_err(|_| "the fabric thread died at start".to_owned())?
+        .map_err(|error| format!("cannot start the fabric runtime: {error}"))?;
     std::thread::Builder::new()
         .name("citrine-cluster".into())
         .spawn(move || {
@@ -394,7 +418,12 @@ pub fn start(
                 service.set_fabric(Arc::new(FabricClient(hub.clone())));
                 let driver = Driver::new(service, hub, node, hello, started);
                 driver
-                    .run(heartbeat_listener, fabric_listener, stopping)
+                    .run(
+                        heartbeat_listener,
+                        fabric_listener,
+                        stopping,
+                        fabric_runtime,
+                    )
                     .await;
             });
         })
@@ -474,11 +503,18 @@ impl Driver {
         self.started.elapsed().as_millis() as u64 + 1
     }
 
-    async fn run(mut self, heartbeat: TcpListener, fabric: TcpListener, stopping: Arc<AtomicBool>) {
+    async fn run(
+        mut self,
+        heartbeat: TcpListener,
+        fabric: TcpListener,
+        stopping: Arc<AtomicBool>,
+        fabric_runtime: tokio::runtime::Handle,
+    ) {
         let context = PeerContext {
             inbound: self.inbound_sender.clone(),
             service: self.service.clone(),
             fabric: self.fabric.clone(),
+            serve_on: fabric_runtime,
         };
         tokio::spawn(accept(heartbeat, context.clone(), false));
         tokio::spawn(accept(fabric, context, true));
@@ -661,6 +697,8 @@ struct PeerContext {
     inbound: mpsc::Sender<Inbound>,
     service: Arc<Service>,
     fabric: Arc<FabricHub>,
+    /// Where fabric requests are served (the `citrine-fabric` thread).
+    serve_on: tokio::runtime::Handle,
 }
 
 /// Accepts peer connections on one channel and reads their frames.
@@ -727,7 +765,7 @@ async fn read_peer(
                 let payload = payload.to_vec();
                 let service = context.service.clone();
                 let hub = context.fabric.clone();
-                tokio::spawn(async move {
+                context.serve_on.spawn(async move {
                     let answer = service.serve_fabric(call_kind, &payload).await;
                     hub.send(from, response_frame(id, &answer));
                 });
