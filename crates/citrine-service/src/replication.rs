@@ -19,11 +19,15 @@
 //!   the record's full new state (generation, void time, last-update time,
 //!   set name, body) or a delete marker, never the ops — and sent
 //!   ([`call_kind::REPLICA_WRITE`]) to every other replica of the partition
-//!   in the current map before the client's reply is released. A replica
-//!   that does not acknowledge is retried until the client's deadline; a
-//!   replica that has left the map counts as done. If some replica still
-//!   has not acknowledged at the deadline the client gets 9 (timeout: the
-//!   write is in doubt, as with any timeout).
+//!   in the current map before the client's reply is released. Replicas
+//!   that do not acknowledge are sent the write again, in rounds, until the
+//!   client's deadline; before each round the replica list is read from the
+//!   current map again, so a replica that left the map is no longer waited
+//!   for and a node that joined it gets the write. If some replica of the
+//!   current map still has not acknowledged at the deadline the client gets
+//!   9 (timeout: the write is in doubt, as with any timeout).
+//! - a proxied request is sent once (it may not be idempotent); no answer
+//!   before the deadline → 9.
 //!
 //! Invariants:
 //! - no partition lock is held across an await: the local write runs to
@@ -395,28 +399,16 @@ impl Service {
                 payload,
                 deadline_ms,
             } => {
-                let sends = targets.iter().map(|target| {
-                    self.replicate_to(
+                let done = self
+                    .replicate(
                         fabric.as_ref(),
                         &namespace,
                         partition,
-                        *target,
+                        targets,
                         &payload,
                         deadline_ms,
                     )
-                });
-                // One replica (replication factor 2): await it directly;
-                // more: all at once.
-                let done = match targets.len() {
-                    1 => {
-                        let mut sends = sends;
-                        match sends.next() {
-                            Some(send) => send.await,
-                            None => true,
-                        }
-                    }
-                    _ => all_succeed(sends.collect()).await,
-                };
+                    .await;
                 if !done {
                     out.clear();
                     transaction::write_result(out, ResultCode::Timeout);
@@ -425,43 +417,70 @@ impl Service {
         }
     }
 
-    /// Sends one replica write until it is acknowledged, the target leaves
-    /// the partition's replica list, or the deadline passes.
-    async fn replicate_to(
+    /// Sends a replica write until every replica of the partition in the
+    /// current map (other than this node) has acknowledged it, or the
+    /// deadline passes. Works in rounds: each round sends to every replica
+    /// that has not acknowledged yet, all at once, and waits up to
+    /// [`ATTEMPT_TIMEOUT_MS`]; then the replica list is looked up again, so
+    /// a replica that left the map is no longer waited for and a node that
+    /// joined the partition's list gets the write too.
+    async fn replicate(
         &self,
         fabric: &dyn Fabric,
         namespace: &str,
         partition: PartitionId,
-        target: NodeId,
+        mut targets: Vec<NodeId>,
         payload: &[u8],
         deadline_ms: u64,
     ) -> bool {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut acknowledged: Vec<NodeId> = Vec::new();
+        for round in 0..MAX_ATTEMPTS {
+            targets.retain(|target| !acknowledged.contains(target));
+            if targets.is_empty() {
+                return true;
+            }
             let remaining = self.remaining(deadline_ms);
             if remaining.is_zero() {
                 break;
             }
+            if round > 0 {
+                self.stats
+                    .replica_write_retries
+                    .fetch_add(targets.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
             let timeout = remaining.min(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
-            let answer = fabric
-                .call(target, call_kind::REPLICA_WRITE, payload.to_vec(), timeout)
-                .await;
-            if let Ok(code) = &answer {
-                if code.as_slice() == [ResultCode::Ok.code()] {
-                    return true;
+            let send = |target: NodeId| async move {
+                let answer = fabric
+                    .call(target, call_kind::REPLICA_WRITE, payload.to_vec(), timeout)
+                    .await;
+                matches!(answer.as_deref(), Ok([code]) if *code == ResultCode::Ok.code())
+            };
+            // Replication factor 2: one replica, awaited directly.
+            let results = match targets.as_slice() {
+                [target] => vec![send(*target).await],
+                _ => join_all(targets.iter().map(|target| send(*target)).collect()).await,
+            };
+            for (target, done) in targets.iter().zip(results) {
+                if done {
+                    acknowledged.push(*target);
                 }
             }
-            let still_replica = self
+            targets = self
                 .cluster()
                 .namespace(namespace)
-                .is_some_and(|map| map.map.replicas(partition).contains(&target));
-            if !still_replica {
-                return true;
-            }
-            self.stats
-                .replica_write_retries
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                .map_or(Vec::new(), |map| {
+                    map.map
+                        .replicas(partition)
+                        .iter()
+                        .copied()
+                        .filter(|node| *node != self.node_id)
+                        .collect()
+                });
         }
-        tracing::debug!(node = %target, "replica write not acknowledged before the deadline");
+        tracing::debug!(
+            ?targets,
+            "replica write not acknowledged before the deadline"
+        );
         false
     }
 
@@ -498,22 +517,16 @@ impl Service {
     }
 }
 
-/// Runs every future concurrently; true when all of them return true.
-async fn all_succeed<F: Future<Output = bool>>(futures: Vec<F>) -> bool {
-    let mut futures: Vec<Option<Pin<Box<F>>>> = futures
-        .into_iter()
-        .map(|future| Some(Box::pin(future)))
-        .collect();
-    let mut all = true;
+/// Runs every future concurrently; their outputs in order.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
     std::future::poll_fn(|context| {
         let mut pending = false;
-        for slot in futures.iter_mut() {
-            if let Some(future) = slot {
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
                 match future.as_mut().poll(context) {
-                    std::task::Poll::Ready(done) => {
-                        all &= done;
-                        *slot = None;
-                    }
+                    std::task::Poll::Ready(value) => *output = Some(value),
                     std::task::Poll::Pending => pending = true,
                 }
             }
@@ -521,10 +534,11 @@ async fn all_succeed<F: Future<Output = bool>>(futures: Vec<F>) -> bool {
         if pending {
             std::task::Poll::Pending
         } else {
-            std::task::Poll::Ready(all)
+            std::task::Poll::Ready(())
         }
     })
-    .await
+    .await;
+    outputs.into_iter().flatten().collect()
 }
 
 /// True when `bytes` is exactly one proto frame.
@@ -787,17 +801,14 @@ mod tests {
 
     #[test]
     fn every_replica_is_sent_to_at_once() {
-        let answers = |results: Vec<bool>| {
-            crate::block_on(all_succeed(
-                results
-                    .into_iter()
-                    .map(|result| async move { result })
-                    .collect(),
-            ))
-        };
-        assert!(answers(vec![true, true, true]));
-        assert!(!answers(vec![true, false, true]));
-        assert!(answers(Vec::new()));
+        let joined = crate::block_on(join_all(
+            vec![3, 1, 2]
+                .into_iter()
+                .map(|value| async move { value })
+                .collect(),
+        ));
+        assert_eq!(joined, vec![3, 1, 2]);
+        assert!(crate::block_on(join_all(Vec::<std::future::Ready<u8>>::new())).is_empty());
         // Three replicas: both others get the record's state.
         use crate::cluster_state::{ClusterMember, ClusterState};
         let service = memory_service(1);
@@ -831,6 +842,60 @@ mod tests {
         let mut called: Vec<NodeId> = fabric.calls.lock().iter().map(|call| call.0).collect();
         called.sort();
         assert_eq!(called, vec![NodeId(2), NodeId(3)]);
+    }
+
+    /// Never answers.
+    struct DeadFabric;
+
+    impl Fabric for DeadFabric {
+        fn call(&self, _: NodeId, _: u8, _: Vec<u8>, _: Duration) -> FabricFuture {
+            Box::pin(async { Err(FabricError::Timeout) })
+        }
+    }
+
+    #[test]
+    fn unacknowledged_writes_time_out_unless_the_replica_left_the_map() {
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        let service = memory_service(1);
+        service.set_fabric(std::sync::Arc::new(DeadFabric));
+        let partition = PartitionId::new(7).expect("partition");
+        let replicate = |service: &Service| {
+            let remote = Remote::Replicate {
+                namespace: "test".into(),
+                partition,
+                targets: vec![NodeId(2)],
+                payload: sample(None).encode(),
+                deadline_ms: u64::MAX,
+            };
+            let mut out = Vec::new();
+            transaction::write_result(&mut out, ResultCode::Ok);
+            crate::block_on(service.complete(remote, &mut out));
+            out[PROTO_HEADER_SIZE + 5]
+        };
+        // The published map is this node alone: node 2 left, the write stands.
+        assert_eq!(replicate(&service), ResultCode::Ok.code());
+        // Node 2 is the partition's other replica and never answers: 9.
+        let members = [1u64, 2].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: String::new(),
+        });
+        service.publish_cluster(ClusterState::new(
+            NodeId(1),
+            5,
+            members.to_vec(),
+            &[("test".into(), 2)],
+            2,
+            2,
+        ));
+        assert_eq!(replicate(&service), ResultCode::Timeout.code());
+        assert_eq!(
+            service
+                .stats
+                .replica_write_retries
+                .load(std::sync::atomic::Ordering::Relaxed),
+            u64::from(MAX_ATTEMPTS - 1)
+        );
     }
 
     fn block_on_test<F: std::future::Future>(future: F) -> F::Output {
