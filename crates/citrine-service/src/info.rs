@@ -481,6 +481,21 @@ fn statistics(service: &Service) -> String {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
+        (
+            "proxied_out".into(),
+            stats.proxied_out.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "proxied_in".into(),
+            stats.proxied_in.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "replica_write_retries".into(),
+            stats
+                .replica_write_retries
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
         ("migrate_partitions_remaining".into(), "0".into()),
         ("migrate_allowed".into(), "true".into()),
     ];
