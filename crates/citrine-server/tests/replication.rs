@@ -425,3 +425,60 @@ fn acknowledged_writes_survive_the_loss_of_a_master() {
     );
     assert!(readable >= RECORDS / 2, "{readable}");
 }
+
+/// Malformed fabric frames close the connection that carried them; the
+/// node keeps serving clients and other fabric connections.
+#[test]
+fn bad_fabric_frames_close_only_their_connection() {
+    use std::io::{Read, Write};
+    let mut node = Node::new(6);
+    let seed = node.heartbeat_address();
+    node.start(&seed);
+    // A valid hello (node 0x77, rack 0, two addresses), then a request too
+    // short to carry its correlation id and call kind.
+    let mut hello_then_short = vec![0, 0, 0, 0, 1];
+    hello_then_short.extend_from_slice(&0x77u64.to_be_bytes());
+    hello_then_short.extend_from_slice(&0u32.to_be_bytes());
+    for address in ["127.0.0.1:1", "127.0.0.1:2"] {
+        hello_then_short.push(address.len() as u8);
+        hello_then_short.extend_from_slice(address.as_bytes());
+    }
+    let hello_length = (hello_then_short.len() - 4) as u32;
+    hello_then_short[..4].copy_from_slice(&hello_length.to_be_bytes());
+    hello_then_short.extend_from_slice(&[0, 0, 0, 4, 4, 0, 0, 0]);
+    let garbage: [&[u8]; 5] = [
+        &hello_then_short,
+        // A request before any hello.
+        &[0, 0, 0, 10, 4, 0, 0, 0, 0, 0, 0, 0, 1, 2],
+        // A frame longer than the fabric accepts.
+        &[0x7F, 0xFF, 0xFF, 0xFF, 4],
+        // An empty frame.
+        &[0, 0, 0, 0],
+        // An unknown kind.
+        &[0, 0, 0, 1, 99],
+    ];
+    for bytes in garbage {
+        let mut stream = TcpStream::connect(("127.0.0.1", node.fabric_port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream.write_all(bytes).unwrap();
+        let mut buffer = [0u8; 16];
+        let started = Instant::now();
+        let read = stream.read(&mut buffer);
+        let closed = match &read {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(error) => !matches!(
+                error.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        assert!(closed, "{bytes:?}: connection stays open: {read:?}");
+        println!("{bytes:?} closed in {:?}", started.elapsed());
+    }
+    assert_eq!(node.cluster_info().map(|(_, size)| size), Some(1));
+    let mut stream = connect(node.port);
+    assert_eq!(put(&mut stream, "after-garbage", "ok"), 0);
+    assert_eq!(get(&mut stream, "after-garbage"), (0, Some(b"ok".to_vec())));
+}
