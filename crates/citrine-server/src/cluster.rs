@@ -8,7 +8,18 @@
 //!   the state machine (kind [`KIND_CLUSTER`], an encoded `Envelope`);
 //! - **fabric** (default port 3001): the node-to-node data channel; today it
 //!   carries keepalives, and every frame that arrives counts as a surrogate
-//!   heartbeat for its sender. Replication and migration (issue 5) ride here.
+//!   heartbeat for its sender. It also carries the service's fabric calls
+//!   (proxied requests and replica writes): a [`KIND_REQUEST`] frame is
+//!   `u64 BE correlation id | u8 call kind | payload`, and its answer comes
+//!   back as a [`KIND_RESPONSE`] frame `u64 BE correlation id | answer` on
+//!   the answering node's own outbound connection to the caller. The
+//!   [`FabricHub`] owns the per-peer fabric queues and the table of calls
+//!   awaiting an answer; it implements the service's
+//!   [`citrine_service::replication::Fabric`] trait, so service threads send
+//!   through the same queues and await the answer on their own event loop.
+//!   A request is served as its own task on the `citrine-fabric` thread's
+//!   event loop, so neither storage writes nor waiting for replicas ever
+//!   delay heartbeats and Paxos on the cluster thread.
 //!
 //! Every connection starts with a [`KIND_HELLO`] frame naming the sender's
 //! node id, rack, service address and fabric address: that is how a node
@@ -27,16 +38,19 @@
 //!   from identical input;
 //! - `partition_generation` and `peers_generation` only grow;
 //! - nothing this module receives can panic the node: bad frames close the
-//!   connection that sent them.
+//!   connection that sent them;
+//! - every fabric call is removed from the pending table when it is
+//!   answered or times out, so answers that arrive late are dropped.
 
 use crate::config::ServerConfig;
 use citrine_cluster::{ClusterConfig, ClusterNode, Effect, Envelope, PeerAddr};
 use citrine_service::cluster_state::{ClusterMember, ClusterState};
+use citrine_service::replication::{Fabric, FabricError, FabricFuture};
 use citrine_service::Service;
 use citrine_types::NodeId;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -48,6 +62,8 @@ pub const TICK_MS: u64 = 10;
 const KIND_HELLO: u8 = 1;
 const KIND_CLUSTER: u8 = 2;
 const KIND_KEEPALIVE: u8 = 3;
+const KIND_REQUEST: u8 = 4;
+const KIND_RESPONSE: u8 = 5;
 /// Largest frame accepted from a peer.
 const FRAME_MAX: usize = 16 * 1024 * 1024;
 /// Messages queued per destination before new ones are dropped.
@@ -134,6 +150,147 @@ async fn read_frame(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> std::io::Re
     Ok(Some(kind))
 }
 
+/// Encodes a fabric request frame: `id | call kind | payload`.
+fn request_frame(id: u64, call_kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(14 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32 + 10).to_be_bytes());
+    out.push(KIND_REQUEST);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.push(call_kind);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Encodes a fabric response frame: `id | answer`.
+fn response_frame(id: u64, answer: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(13 + answer.len());
+    out.extend_from_slice(&(answer.len() as u32 + 9).to_be_bytes());
+    out.push(KIND_RESPONSE);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(answer);
+    out
+}
+
+/// Splits a request payload (after the kind byte) into (id, call kind, payload).
+fn decode_request(bytes: &[u8]) -> Option<(u64, u8, &[u8])> {
+    let id = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+    let call_kind = *bytes.get(8)?;
+    Some((id, call_kind, bytes.get(9..)?))
+}
+
+/// Splits a response payload into (id, answer).
+fn decode_response(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let id = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+    Some((id, bytes.get(8..)?))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The fabric as the rest of the node uses it: per-peer outbound queues
+/// (drained by connection tasks on the cluster runtime) and the calls
+/// awaiting answers.
+pub struct FabricHub {
+    /// The cluster runtime, where outbound connection tasks run.
+    runtime: tokio::runtime::Handle,
+    /// This node's hello frame, sent first on every connection.
+    hello: Vec<u8>,
+    /// Fabric address of every peer that said hello.
+    addresses: Mutex<HashMap<NodeId, String>>,
+    queues: Mutex<HashMap<NodeId, mpsc::Sender<Vec<u8>>>>,
+    pending: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Vec<u8>>>>,
+    next_id: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl FabricHub {
+    fn new(runtime: tokio::runtime::Handle, hello: &Hello) -> FabricHub {
+        FabricHub {
+            runtime,
+            hello: frame(KIND_HELLO, &hello.encode()),
+            addresses: Mutex::new(HashMap::new()),
+            queues: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    fn learn(&self, node: NodeId, fabric_address: &str) {
+        // Lock order: queues before addresses (as `send`).
+        let mut queues = lock(&self.queues);
+        let mut addresses = lock(&self.addresses);
+        if addresses.get(&node).map(String::as_str) != Some(fabric_address) {
+            addresses.insert(node, fabric_address.to_owned());
+            // A new address: the next send reconnects there.
+            queues.remove(&node);
+        }
+    }
+
+    /// Queues a frame to `to`, opening its connection task if needed.
+    /// False when the peer's address is unknown or its queue is full.
+    fn send(&self, to: NodeId, bytes: Vec<u8>) -> bool {
+        let mut queues = lock(&self.queues);
+        let queue = match queues.entry(to) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                let Some(address) = lock(&self.addresses).get(&to).cloned() else {
+                    return false;
+                };
+                let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
+                self.runtime
+                    .spawn(outbound(address, receiver, self.hello.clone()));
+                entry.insert(sender)
+            }
+        };
+        let sent = queue.try_send(bytes).is_ok();
+        if !sent {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Closes the queues of nodes not in `members`.
+    fn retain(&self, members: &[NodeId]) {
+        lock(&self.queues).retain(|node, _| members.contains(node));
+    }
+
+    /// Hands an answer to the call waiting for it (if it still waits).
+    fn answer(&self, id: u64, answer: Vec<u8>) {
+        if let Some(waiter) = lock(&self.pending).remove(&id) {
+            let _ = waiter.send(answer);
+        }
+    }
+}
+
+/// The service's handle on the fabric.
+pub struct FabricClient(pub Arc<FabricHub>);
+
+impl Fabric for FabricClient {
+    fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, timeout: Duration) -> FabricFuture {
+        let hub = self.0.clone();
+        let id = hub.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        lock(&hub.pending).insert(id, sender);
+        let sent = hub.send(to, request_frame(id, kind, &payload));
+        Box::pin(async move {
+            let answer = if sent {
+                match tokio::time::timeout(timeout, receiver).await {
+                    Ok(Ok(answer)) => Ok(answer),
+                    _ => Err(FabricError::Timeout),
+                }
+            } else {
+                Err(FabricError::Unreachable)
+            };
+            lock(&hub.pending).remove(&id);
+            answer
+        })
+    }
+}
+
 /// Something the connection tasks hand to the driver.
 enum Inbound {
     Hello(Hello),
@@ -202,6 +359,29 @@ pub fn start(
         rack = settings.rack_id,
         "cluster channels listening"
     );
+    let (fabric_sender, fabric_receiver) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("citrine-fabric".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    let _ = fabric_sender.send(Err(error.to_string()));
+                    return;
+                }
+            };
+            let _ = fabric_sender.send(Ok(runtime.handle().clone()));
+            // Serves the tasks spawned on it for the life of the process.
+            runtime.block_on(std::future::pending::<()>());
+        })
+        .map_err(|error| format!("cannot start the fabric thread: {error}"))?;
+    let fabric_runtime = fabric_receiver
+        .recv()
+        .map_err(|_| "the fabric thread died at start".to_owned())?
+        .map_err(|error| format!("cannot start the fabric runtime: {error}"))?;
     std::thread::Builder::new()
         .name("citrine-cluster".into())
         .spawn(move || {
@@ -234,9 +414,16 @@ pub fn start(
                         return;
                     }
                 };
-                let driver = Driver::new(service, node, hello, started);
+                let hub = Arc::new(FabricHub::new(tokio::runtime::Handle::current(), &hello));
+                service.set_fabric(Arc::new(FabricClient(hub.clone())));
+                let driver = Driver::new(service, hub, node, hello, started);
                 driver
-                    .run(heartbeat_listener, fabric_listener, stopping)
+                    .run(
+                        heartbeat_listener,
+                        fabric_listener,
+                        stopping,
+                        fabric_runtime,
+                    )
                     .await;
             });
         })
@@ -271,8 +458,8 @@ struct Driver {
     inbound: mpsc::Receiver<Inbound>,
     /// Heartbeat-channel queues by destination address.
     heartbeat_queues: HashMap<String, mpsc::Sender<Vec<u8>>>,
-    /// Fabric queues by node.
-    fabric_queues: HashMap<NodeId, mpsc::Sender<Vec<u8>>>,
+    /// Fabric queues by node, shared with the service.
+    fabric: Arc<FabricHub>,
     /// What each peer said about itself.
     peers: BTreeMap<NodeId, Hello>,
     /// The committed view waiting to be published (key, members).
@@ -284,7 +471,13 @@ struct Driver {
 }
 
 impl Driver {
-    fn new(service: Arc<Service>, node: ClusterNode, hello: Hello, started: Instant) -> Driver {
+    fn new(
+        service: Arc<Service>,
+        fabric: Arc<FabricHub>,
+        node: ClusterNode,
+        hello: Hello,
+        started: Instant,
+    ) -> Driver {
         let (inbound_sender, inbound) = mpsc::channel(4096);
         let initial = service.cluster();
         Driver {
@@ -294,7 +487,7 @@ impl Driver {
             inbound_sender,
             inbound,
             heartbeat_queues: HashMap::new(),
-            fabric_queues: HashMap::new(),
+            fabric,
             peers: BTreeMap::new(),
             view: None,
             published: None,
@@ -310,9 +503,21 @@ impl Driver {
         self.started.elapsed().as_millis() as u64 + 1
     }
 
-    async fn run(mut self, heartbeat: TcpListener, fabric: TcpListener, stopping: Arc<AtomicBool>) {
-        tokio::spawn(accept(heartbeat, self.inbound_sender.clone(), false));
-        tokio::spawn(accept(fabric, self.inbound_sender.clone(), true));
+    async fn run(
+        mut self,
+        heartbeat: TcpListener,
+        fabric: TcpListener,
+        stopping: Arc<AtomicBool>,
+        fabric_runtime: tokio::runtime::Handle,
+    ) {
+        let context = PeerContext {
+            inbound: self.inbound_sender.clone(),
+            service: self.service.clone(),
+            fabric: self.fabric.clone(),
+            serve_on: fabric_runtime,
+        };
+        tokio::spawn(accept(heartbeat, context.clone(), false));
+        tokio::spawn(accept(fabric, context, true));
         let mut ticker = tokio::time::interval(Duration::from_millis(TICK_MS));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut last_keepalive = Instant::now();
@@ -344,6 +549,7 @@ impl Driver {
                 if hello.node_id == self.hello.node_id {
                     return;
                 }
+                self.fabric.learn(hello.node_id, &hello.fabric_address);
                 let changed = self.peers.get(&hello.node_id) != Some(&hello);
                 self.peers.insert(hello.node_id, hello);
                 if changed {
@@ -411,34 +617,16 @@ impl Driver {
         let Some((_, members)) = &self.view else {
             return;
         };
-        for member in members.clone() {
-            if member == self.hello.node_id {
+        for member in members {
+            if *member == self.hello.node_id {
                 continue;
             }
-            let Some(address) = self
-                .peers
-                .get(&member)
-                .map(|hello| hello.fabric_address.clone())
-            else {
-                continue;
-            };
-            let queue = self.fabric_queues.entry(member).or_insert_with(|| {
-                let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
-                tokio::spawn(outbound(
-                    address,
-                    receiver,
-                    frame(KIND_HELLO, &self.hello.encode()),
-                ));
-                sender
-            });
-            if queue.try_send(frame(KIND_KEEPALIVE, &[])).is_err() {
+            if !self.fabric.send(*member, frame(KIND_KEEPALIVE, &[])) {
                 self.dropped_messages += 1;
             }
         }
         // Queues of nodes no longer in the view close with their senders.
-        if let Some((_, members)) = &self.view {
-            self.fabric_queues.retain(|node, _| members.contains(node));
-        }
+        self.fabric.retain(members);
     }
 
     /// Publishes the pending view once every member's hello is known.
@@ -503,13 +691,23 @@ impl Driver {
     }
 }
 
+/// What a peer connection's reader needs.
+#[derive(Clone)]
+struct PeerContext {
+    inbound: mpsc::Sender<Inbound>,
+    service: Arc<Service>,
+    fabric: Arc<FabricHub>,
+    /// Where fabric requests are served (the `citrine-fabric` thread).
+    serve_on: tokio::runtime::Handle,
+}
+
 /// Accepts peer connections on one channel and reads their frames.
-async fn accept(listener: TcpListener, inbound: mpsc::Sender<Inbound>, fabric: bool) {
+async fn accept(listener: TcpListener, context: PeerContext, fabric: bool) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(read_peer(stream, peer, inbound.clone(), fabric));
+                tokio::spawn(read_peer(stream, peer, context.clone(), fabric));
             }
             Err(error) => {
                 tracing::warn!("cluster accept failed: {error}");
@@ -524,9 +722,10 @@ async fn accept(listener: TcpListener, inbound: mpsc::Sender<Inbound>, fabric: b
 async fn read_peer(
     mut stream: TcpStream,
     peer: std::net::SocketAddr,
-    inbound: mpsc::Sender<Inbound>,
+    context: PeerContext,
     fabric: bool,
 ) {
+    let inbound = &context.inbound;
     let mut buffer = Vec::new();
     let mut sender: Option<NodeId> = None;
     loop {
@@ -556,6 +755,30 @@ async fn read_peer(
                     return;
                 }
             },
+            KIND_REQUEST if fabric => {
+                let (Some(from), Some((id, call_kind, payload))) =
+                    (sender, decode_request(&buffer))
+                else {
+                    tracing::warn!(%peer, "closing fabric connection: malformed request");
+                    return;
+                };
+                let payload = payload.to_vec();
+                let service = context.service.clone();
+                let hub = context.fabric.clone();
+                context.serve_on.spawn(async move {
+                    let answer = service.serve_fabric(call_kind, &payload).await;
+                    hub.send(from, response_frame(id, &answer));
+                });
+                continue;
+            }
+            KIND_RESPONSE if fabric => {
+                let Some((id, answer)) = decode_response(&buffer) else {
+                    tracing::warn!(%peer, "closing fabric connection: malformed response");
+                    return;
+                };
+                context.fabric.answer(id, answer.to_vec());
+                continue;
+            }
             KIND_KEEPALIVE if fabric => match sender {
                 Some(node) => Inbound::Fabric(node),
                 None => {
@@ -648,5 +871,32 @@ mod tests {
             "10.0.0.5:3002"
         );
         assert_eq!(advertised("::1", 3002, "[::1]:3000"), "[::1]:3002");
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn fabric_request_and_response_frames() {
+        let bytes = request_frame(0x0102_0304_0506_0708, 2, b"payload");
+        assert_eq!(
+            u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize,
+            bytes.len() - 4
+        );
+        assert_eq!(bytes[4], KIND_REQUEST);
+        assert_eq!(
+            decode_request(&bytes[5..]),
+            Some((0x0102_0304_0506_0708, 2, &b"payload"[..]))
+        );
+        let bytes = response_frame(42, b"\x00");
+        assert_eq!(bytes[4], KIND_RESPONSE);
+        assert_eq!(
+            u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize,
+            bytes.len() - 4
+        );
+        assert_eq!(decode_response(&bytes[5..]), Some((42, &[0u8][..])));
+        for cut in 0..8 {
+            assert_eq!(decode_request(&[0; 9][..cut]), None);
+            assert_eq!(decode_response(&[0; 8][..cut]), None);
+        }
+        assert_eq!(decode_request(&[0; 8]), None);
     }
 }

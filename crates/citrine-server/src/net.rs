@@ -16,7 +16,10 @@
 //!   chunk the task yields to its event loop before asking the service for
 //!   the next, so one big scan neither builds one giant buffer nor starves
 //!   the other connections of its service thread; the next request is read
-//!   only after the stream's last chunk.
+//!   only after the stream's last chunk;
+//! - a request the service must forward to its master or replicate
+//!   (`Continuation::is_remote`) is awaited on this event loop; the service
+//!   holds no lock across that wait, and the reply is written after it.
 
 use crate::config::ServerConfig;
 use citrine_service::Service;
@@ -221,6 +224,12 @@ async fn connection(service: &Service, stream: TcpStream, peer: SocketAddr) {
             service.handle_streaming(header, &body, &mut out)
         }));
         let mut pending = match handled {
+            // Proxy or replication: await the fabric (no lock is held),
+            // then write the final reply.
+            Ok(Ok(Some(continuation))) if continuation.is_remote() => {
+                service.complete_remote(continuation, &mut out).await;
+                None
+            }
             Ok(Ok(pending)) => pending,
             Ok(Err(close)) => {
                 tracing::warn!(%peer, "closing connection: {}", close.0);

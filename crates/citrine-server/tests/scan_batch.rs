@@ -138,7 +138,13 @@ fn scan_frame(pids: Option<&[u16]>, max_records: Option<u64>) -> Vec<u8> {
 }
 
 fn one_thread_server() -> Server {
-    let path = std::env::temp_dir().join(format!("citrine-scan-batch-{}.toml", std::process::id()));
+    // One file per call: the tests run in parallel and each removes its own.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(
+        "citrine-scan-batch-{}-{call}.toml",
+        std::process::id()
+    ));
     std::fs::write(
         &path,
         "[service]\nservice-threads = 1\n\n[[namespace]]\nname = \"test\"\n",

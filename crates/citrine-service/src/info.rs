@@ -121,6 +121,7 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "truncate" => truncate(service, command, false),
         "truncate-namespace" => truncate(service, command, true),
         "rack-ids" => "ERROR:25:enterprise only".to_owned(),
+        "partition-checksums" => partition_checksums(service, command),
         _ => "ERROR:4:unrecognized command".to_owned(),
     }
 }
@@ -480,6 +481,21 @@ fn statistics(service: &Service) -> String {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
+        (
+            "proxied_out".into(),
+            stats.proxied_out.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "proxied_in".into(),
+            stats.proxied_in.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "replica_write_retries".into(),
+            stats
+                .replica_write_retries
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
         ("migrate_partitions_remaining".into(), "0".into()),
         ("migrate_allowed".into(), "true".into()),
     ];
@@ -652,4 +668,50 @@ fn truncate(service: &Service, command: &InfoCommand<'_>, whole_namespace: bool)
         }
     }
     "ok".to_owned()
+}
+
+/// `partition-checksums:namespace=NS`: for every partition holding live
+/// records, `pid:count:checksum` (`;`-separated), the checksum being the XOR
+/// of a 64-bit FNV-1a hash of each record's digest, generation, void time,
+/// last-update time, set name and stored body. Two nodes holding identical
+/// copies of a partition answer identical entries for it; used by the
+/// replication tests to compare master and replica copies.
+fn partition_checksums(service: &Service, command: &InfoCommand<'_>) -> String {
+    let Some(namespace) = command
+        .param("namespace")
+        .and_then(|name| service.namespace(name.as_bytes()))
+    else {
+        return "ERROR:20:namespace not found".to_owned();
+    };
+    let now = service.now();
+    let mut entries = Vec::new();
+    for pid in 0..PARTITIONS {
+        let Some(partition_id) = citrine_types::PartitionId::new(pid as u16) else {
+            continue;
+        };
+        let partition = namespace.index.partition(partition_id).read();
+        let mut count = 0u64;
+        let mut checksum = 0u64;
+        let mut bytes = Vec::new();
+        for (digest, entry) in partition.iter() {
+            if !crate::transaction::is_live(namespace, &entry.meta, now) {
+                continue;
+            }
+            bytes.clear();
+            bytes.extend_from_slice(&digest.0);
+            bytes.extend_from_slice(&entry.meta.generation.to_be_bytes());
+            bytes.extend_from_slice(&entry.meta.void_time.to_be_bytes());
+            bytes.extend_from_slice(&entry.meta.last_update_ms.to_be_bytes());
+            bytes.extend_from_slice(&namespace.sets.name(entry.meta.set_id).unwrap_or_default());
+            if let Ok(body) = namespace.storage.read(&entry.location) {
+                bytes.extend_from_slice(&body);
+            }
+            count += 1;
+            checksum ^= citrine_cluster::partition_map::fnv1a_64(&bytes);
+        }
+        if count > 0 {
+            entries.push(format!("{pid}:{count}:{checksum:016X}"));
+        }
+    }
+    entries.join(";")
 }

@@ -13,7 +13,9 @@
 //!
 //! Modules: [`transaction`] (single-record reads, writes, deletes),
 //! [`batch`] (batch-index requests), [`scan`] (partition scans),
-//! [`info`] (info commands), [`cluster_state`] (the view and partition maps), [`nsup`] (expiry and eviction passes),
+//! [`info`] (info commands), [`cluster_state`] (the view and partition maps),
+//! [`replication`] (proxying to masters, synchronous replica writes),
+//! [`nsup`] (expiry and eviction passes),
 //! [`namespace`] (per-namespace state), [`config`] (validated settings).
 //!
 //! Architecture invariant: this crate does no network I/O. The server crate
@@ -28,6 +30,7 @@ pub mod device;
 pub mod info;
 pub mod namespace;
 pub mod nsup;
+pub mod replication;
 pub mod scan;
 pub mod transaction;
 
@@ -38,8 +41,9 @@ use cluster_state::ClusterState;
 use config::ServiceConfig;
 use namespace::Namespace;
 use parking_lot::RwLock;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use replication::{Fabric, Remote};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use transaction::Now;
 
 /// A source of wall-clock time, injected so tests can move time.
@@ -99,6 +103,12 @@ pub struct NodeStats {
     pub admin_requests: AtomicU64,
     pub transactions: AtomicU64,
     pub compressed_requests: AtomicU64,
+    /// Requests forwarded to their partition's master.
+    pub proxied_out: AtomicU64,
+    /// Forwarded requests executed here.
+    pub proxied_in: AtomicU64,
+    /// Replica writes sent again after a failed or unanswered attempt.
+    pub replica_write_retries: AtomicU64,
     pub batch: batch::BatchStats,
     pub scan: scan::ScanStats,
 }
@@ -113,6 +123,16 @@ pub struct Continuation(Pending);
 enum Pending {
     Batch(batch::BatchCursor),
     Scan(scan::ScanCursor),
+    /// Fabric work (proxy or replication) before the reply is final.
+    Remote(Box<Remote>),
+}
+
+impl Continuation {
+    /// True when the rest is fabric work: complete it with
+    /// [`Service::complete_remote`] (on an event loop), not `resume`.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.0, Pending::Remote(_))
+    }
 }
 
 /// The transaction service of one node.
@@ -127,6 +147,10 @@ pub struct Service {
     started_unix_ms: u64,
     /// The current cluster view and partition maps, replaced on view changes.
     cluster: RwLock<Arc<ClusterState>>,
+    /// True while the published view has other members.
+    clustered: AtomicBool,
+    /// How this node reaches the others (installed by the server).
+    fabric: OnceLock<Arc<dyn Fabric>>,
 }
 
 impl Service {
@@ -156,6 +180,8 @@ impl Service {
         Ok(Service {
             node_id,
             cluster: RwLock::new(Arc::new(cluster)),
+            clustered: AtomicBool::new(false),
+            fabric: OnceLock::new(),
             config,
             namespaces,
             clock,
@@ -187,7 +213,59 @@ impl Service {
     /// Publishes a new cluster state (after a view change).
     pub fn publish_cluster(&self, state: ClusterState) {
         debug_assert_eq!(state.self_id, self.node_id);
+        let clustered = state.size() > 1;
         *self.cluster.write() = Arc::new(state);
+        self.clustered.store(clustered, Ordering::Release);
+    }
+
+    /// Installs the fabric through which requests are proxied and writes
+    /// replicated. Without one, every node serves what it is sent.
+    pub fn set_fabric(&self, fabric: Arc<dyn Fabric>) {
+        let _ = self.fabric.set(fabric);
+    }
+
+    /// True when single-record requests are routed by the partition map
+    /// (other members and a fabric): one relaxed load on the alone path.
+    #[inline]
+    pub(crate) fn routes(&self) -> bool {
+        self.clustered.load(Ordering::Relaxed) && self.fabric.get().is_some()
+    }
+
+    /// Completes the fabric work of a request whose
+    /// [`Continuation::is_remote`] is true and leaves its final reply in
+    /// `out` (the proxied answer, the local reply once every replica
+    /// acknowledged, or an error). No lock is held while it waits.
+    pub async fn complete_remote(&self, continuation: Continuation, out: &mut Vec<u8>) {
+        if let Pending::Remote(remote) = continuation.0 {
+            if matches!(*remote, Remote::Proxy { .. }) {
+                self.stats.proxied_out.fetch_add(1, Ordering::Relaxed);
+            }
+            self.complete(*remote, out).await;
+        }
+    }
+
+    /// Runs a single-record request body (client or proxied) and writes its
+    /// reply; returns the fabric work still to do.
+    pub(crate) fn execute_single(
+        &self,
+        body: &[u8],
+        hops: u8,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Remote>> {
+        self.stats.transactions.fetch_add(1, Ordering::Relaxed);
+        match Message::decode(body) {
+            Ok(message)
+                if message.header.info1 & info1::BATCH == 0
+                    && message.field(field_type::DIGEST).is_some() =>
+            {
+                transaction::execute(self, &message, body, hops, out)
+            }
+            _ => {
+                self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
+                transaction::write_result(out, ResultCode::Parameter);
+                None
+            }
+        }
     }
 
     /// The namespace called `name`.
@@ -289,6 +367,12 @@ impl Service {
             Pending::Scan(cursor) => cursor
                 .step(self, self.now(), out)
                 .map(|cursor| Continuation(Pending::Scan(cursor))),
+            // Blocking: for tests and tools only; an event loop awaits
+            // `complete_remote` instead.
+            Pending::Remote(remote) => {
+                block_on(self.complete(*remote, out));
+                None
+            }
         }
     }
 
@@ -309,10 +393,8 @@ impl Service {
                     .and_then(|cursor| cursor.step(self, self.now(), out))
                     .map(|cursor| Continuation(Pending::Scan(cursor))))
             }
-            Ok(message) => {
-                transaction::execute(self, &message, out);
-                Ok(None)
-            }
+            Ok(message) => Ok(transaction::execute(self, &message, body, 0, out)
+                .map(|remote| Continuation(Pending::Remote(remote)))),
             Err(error) => {
                 // The frame boundary is intact, so the stream is still in step:
                 // answer with a parameter error and keep serving.
@@ -333,6 +415,26 @@ impl Service {
     fn proto_error(&self, why: String) -> CloseConnection {
         self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
         CloseConnection(why)
+    }
+}
+
+/// Runs a future to completion on the calling thread (parking between
+/// wake-ups). Only for the blocking [`Service::handle`] / `resume` path.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct ThreadWaker(std::thread::Thread);
+    impl std::task::Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut context = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::park();
     }
 }
 

@@ -49,19 +49,41 @@ impl Now {
 /// Executes one single-record AS_MSG request (it has a DIGEST field and no
 /// `info1 BATCH`; `Service` sends batches and scans elsewhere) and writes
 /// exactly one reply frame to `out`.
-pub fn execute(service: &Service, message: &Message<'_>, out: &mut Vec<u8>) {
+///
+/// In a cluster (more than one member and a fabric installed) the request
+/// is routed by [`crate::replication::route`]: `body` (the request's AS_MSG
+/// body) is forwarded when another node masters the record, and `hops` is
+/// how often it has been forwarded already. The returned work, if any, must
+/// be completed ([`crate::Service::complete_remote`]) before the reply in
+/// `out` is final. A node alone returns `None` and allocates nothing.
+pub(crate) fn execute(
+    service: &Service,
+    message: &Message<'_>,
+    body: &[u8],
+    hops: u8,
+    out: &mut Vec<u8>,
+) -> Option<Box<crate::replication::Remote>> {
     let namespace_name = message.field(field_type::NAMESPACE);
     let Some(namespace) = namespace_name.and_then(|name| service.namespace(name)) else {
-        return write_result(out, ResultCode::Namespace);
+        write_result(out, ResultCode::Namespace);
+        return None;
     };
     let Some(digest_bytes) = message.field(field_type::DIGEST) else {
-        return write_result(out, ResultCode::Parameter);
+        write_result(out, ResultCode::Parameter);
+        return None;
     };
     match prepare(message, digest_bytes) {
-        Ok(request) => perform(namespace, &request, service.now(), out),
+        Ok(request) if service.routes() => {
+            crate::replication::route(service, namespace, &request, body, hops, out)
+        }
+        Ok(request) => {
+            perform(namespace, &request, service.now(), out);
+            None
+        }
         Err(code) => {
             count_failure(namespace, &message.header, code);
             write_result(out, code);
+            None
         }
     }
 }
@@ -866,7 +888,7 @@ fn write(
 /// Stores a new body for `digest` (copy-on-write) and points the index at it,
 /// under the partition lock the caller holds. Returns the replaced entry,
 /// whose storage the caller releases after dropping the lock.
-fn install(
+pub(crate) fn install(
     namespace: &Namespace,
     partition: &mut PartitionIndex,
     digest: Digest,

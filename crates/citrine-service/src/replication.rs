@@ -1,0 +1,913 @@
+//! Data distribution on the request path (AP mode): synchronous replication
+//! of writes from a partition's master to its replicas, and proxying of
+//! single-record requests that reach a node which does not master the
+//! record's partition.
+//!
+//! The service owns no sockets: it talks to other nodes through a
+//! [`Fabric`] handle the server installs ([`crate::Service::set_fabric`]),
+//! which sends a payload to a node and resolves to that node's answer.
+//!
+//! Routing ([`route`]), once the node is in a cluster of more than one
+//! member and a fabric is installed:
+//! - the current partition map's master of the record's partition executes
+//!   the request; any other node forwards the request body to the master
+//!   ([`call_kind::PROXY`], payload `u8 hops | AS_MSG body`) and returns the
+//!   master's reply frame unchanged. Reads go to the master too (no
+//!   replica reads yet). A request that has been proxied
+//!   [`MAX_PROXY_HOPS`] times is answered 11 (partition unavailable);
+//! - on the master, a write or delete that succeeded locally is captured —
+//!   the record's full new state (generation, void time, last-update time,
+//!   set name, body) or a delete marker, never the ops — and sent
+//!   ([`call_kind::REPLICA_WRITE`]) to every other replica of the partition
+//!   in the current map before the client's reply is released. Replicas
+//!   that do not acknowledge are sent the write again, in rounds, until the
+//!   client's deadline; before each round the replica list is read from the
+//!   current map again, so a replica that left the map is no longer waited
+//!   for and a node that joined it gets the write. If some replica of the
+//!   current map still has not acknowledged at the deadline the client gets
+//!   9 (timeout: the write is in doubt, as with any timeout).
+//! - a proxied request is sent once (it may not be idempotent); no answer
+//!   before the deadline → 9.
+//!
+//! Invariants:
+//! - no partition lock is held across an await: the local write runs to
+//!   completion under its lock, the lock is released, the state is captured
+//!   under a read lock, and only then are the replicas awaited;
+//! - a replica applies a replica write only when it is newer than its copy
+//!   (last-update time, then generation), so retries and reordered
+//!   deliveries are harmless;
+//! - a node alone (or without a fabric) never enters this module's async
+//!   path and allocates nothing for it.
+//!
+//! Not yet (later parts of issue 5): batch rows, scans and read-touch run
+//! locally on the node that receives them and are not replicated;
+//! migrations, partition versions and duplicate resolution.
+
+use crate::namespace::Namespace;
+use crate::transaction::{self, Now, Request};
+use crate::Service;
+use citrine_index::RecordMeta;
+use citrine_storage::StoreMeta;
+use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE};
+use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::msg::info2;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// Most times a request may be forwarded before it is refused with 11.
+pub const MAX_PROXY_HOPS: u8 = 3;
+/// Deadline of a proxied or replicated request whose client sent none.
+pub const DEFAULT_DEADLINE_MS: u64 = 5_000;
+/// Longest wait for one replica's answer before the write is sent again.
+pub const ATTEMPT_TIMEOUT_MS: u64 = 250;
+/// Most sends of one replica write (bounded also by the deadline).
+pub const MAX_ATTEMPTS: u32 = 40;
+
+/// Kinds of fabric calls.
+pub mod call_kind {
+    /// A client request forwarded to the master: `u8 hops | AS_MSG body`;
+    /// the answer is the reply frame for the client.
+    pub const PROXY: u8 = 1;
+    /// A record's new state for a replica ([`super::ReplicaWrite`]); the
+    /// answer is one result-code byte.
+    pub const REPLICA_WRITE: u8 = 2;
+}
+
+/// Why a fabric call produced no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FabricError {
+    /// No answer within the timeout (or the connection dropped the request).
+    Timeout,
+    /// The node is not known to the fabric (no address).
+    Unreachable,
+}
+
+/// The answer of a fabric call, resolved on whatever event loop awaits it.
+pub type FabricFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, FabricError>> + Send>>;
+
+/// "Send this to node X over the fabric and await the answer", implemented
+/// by the server on its fabric connections.
+pub trait Fabric: Send + Sync + 'static {
+    /// Sends `payload` of kind `kind` to `to`; resolves to the answer, or
+    /// an error after `timeout`.
+    fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, timeout: Duration) -> FabricFuture;
+}
+
+/// Work a request still has to do over the fabric before its reply is final.
+#[derive(Debug)]
+pub(crate) enum Remote {
+    /// Forward to the master; its answer replaces the (empty) reply.
+    Proxy {
+        to: NodeId,
+        payload: Vec<u8>,
+        deadline_ms: u64,
+    },
+    /// The local reply stands once every target acknowledged `payload`.
+    Replicate {
+        namespace: String,
+        partition: PartitionId,
+        targets: Vec<NodeId>,
+        payload: Vec<u8>,
+        deadline_ms: u64,
+    },
+}
+
+/// A record's new state as a replica stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaWrite {
+    pub namespace: String,
+    pub digest: Digest,
+    pub generation: u16,
+    pub void_time: u32,
+    pub last_update_ms: u64,
+    pub set_name: Vec<u8>,
+    /// The stored body; `None` is a delete.
+    pub body: Option<Vec<u8>>,
+}
+
+const REPLICA_STORE: u8 = 1;
+const REPLICA_DELETE: u8 = 2;
+
+impl ReplicaWrite {
+    /// `u8 kind | u8 ns len | ns | digest | u16 gen | u32 void | u64 lut |
+    /// u8 set len | set | (store) u32 body len | body`, big-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let body_len = self.body.as_ref().map_or(0, Vec::len);
+        let mut out = Vec::with_capacity(48 + self.namespace.len() + body_len);
+        out.push(if self.body.is_some() {
+            REPLICA_STORE
+        } else {
+            REPLICA_DELETE
+        });
+        let namespace = self.namespace.as_bytes();
+        let namespace = &namespace[..namespace.len().min(255)];
+        out.push(namespace.len() as u8);
+        out.extend_from_slice(namespace);
+        out.extend_from_slice(&self.digest.0);
+        out.extend_from_slice(&self.generation.to_be_bytes());
+        out.extend_from_slice(&self.void_time.to_be_bytes());
+        out.extend_from_slice(&self.last_update_ms.to_be_bytes());
+        let set = &self.set_name[..self.set_name.len().min(255)];
+        out.push(set.len() as u8);
+        out.extend_from_slice(set);
+        if let Some(body) = &self.body {
+            out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            out.extend_from_slice(body);
+        }
+        out
+    }
+
+    /// Decodes; `None` for anything malformed (including trailing bytes).
+    pub fn decode(bytes: &[u8]) -> Option<ReplicaWrite> {
+        let mut reader = Reader { bytes, at: 0 };
+        let kind = reader.u8()?;
+        let namespace_len = usize::from(reader.u8()?);
+        let namespace = std::str::from_utf8(reader.take(namespace_len)?)
+            .ok()?
+            .to_owned();
+        let digest: [u8; DIGEST_SIZE] = reader.take(DIGEST_SIZE)?.try_into().ok()?;
+        let generation = u16::from_be_bytes(reader.take(2)?.try_into().ok()?);
+        let void_time = u32::from_be_bytes(reader.take(4)?.try_into().ok()?);
+        let last_update_ms = u64::from_be_bytes(reader.take(8)?.try_into().ok()?);
+        let set_len = usize::from(reader.u8()?);
+        let set_name = reader.take(set_len)?.to_vec();
+        let body = match kind {
+            REPLICA_STORE => {
+                let length = u32::from_be_bytes(reader.take(4)?.try_into().ok()?) as usize;
+                Some(reader.take(length)?.to_vec())
+            }
+            REPLICA_DELETE => None,
+            _ => return None,
+        };
+        if reader.at != bytes.len() {
+            return None;
+        }
+        Some(ReplicaWrite {
+            namespace,
+            digest: Digest(digest),
+            generation,
+            void_time,
+            last_update_ms,
+            set_name,
+            body,
+        })
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, length: usize) -> Option<&'a [u8]> {
+        let slice = self.bytes.get(self.at..self.at.checked_add(length)?)?;
+        self.at += length;
+        Some(slice)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|bytes| bytes[0])
+    }
+}
+
+/// Runs a single-record request in a cluster: forwards it to the master, or
+/// executes it here and returns the replication still to do. `body` is the
+/// request's AS_MSG body (forwarded as is), `hops` how often it was
+/// forwarded already.
+pub(crate) fn route(
+    service: &Service,
+    namespace: &Namespace,
+    request: &Request<'_>,
+    body: &[u8],
+    hops: u8,
+    out: &mut Vec<u8>,
+) -> Option<Box<Remote>> {
+    let now = service.now();
+    let cluster = service.cluster();
+    let partition = request.digest.partition();
+    let replicas = cluster
+        .namespace(&namespace.config.name)
+        .map_or(&[][..], |map| map.map.replicas(partition));
+    let deadline_ms = now.unix_ms
+        + match request.header.transaction_ttl {
+            0 => DEFAULT_DEADLINE_MS,
+            ttl => u64::from(ttl),
+        };
+    match replicas.first() {
+        Some(master) if *master != service.node_id => {
+            if hops >= MAX_PROXY_HOPS {
+                transaction::write_result(out, ResultCode::Unavailable);
+                return None;
+            }
+            let mut payload = Vec::with_capacity(1 + body.len());
+            payload.push(hops + 1);
+            payload.extend_from_slice(body);
+            return Some(Box::new(Remote::Proxy {
+                to: *master,
+                payload,
+                deadline_ms,
+            }));
+        }
+        _ => {}
+    }
+    let start = out.len();
+    transaction::perform(namespace, request, now, out);
+    if request.header.info2 & info2::WRITE == 0 || replicas.len() < 2 {
+        return None;
+    }
+    // Result code: proto header, then byte 5 of the message header.
+    if out.get(start + PROTO_HEADER_SIZE + 5).copied() != Some(0) {
+        return None;
+    }
+    let write = capture(namespace, &request.digest, now);
+    Some(Box::new(Remote::Replicate {
+        namespace: namespace.config.name.clone(),
+        partition,
+        targets: replicas[1..].to_vec(),
+        payload: write.encode(),
+        deadline_ms,
+    }))
+}
+
+/// The record's current state (after the write that just finished) as a
+/// replica write: the stored copy, or a delete marker when it is gone.
+fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite {
+    let partition = namespace.index.partition(digest.partition()).read();
+    let stored = partition.get(digest).and_then(|entry| {
+        let body = namespace.storage.read(&entry.location).ok()?.into_owned();
+        Some((entry.meta, body))
+    });
+    drop(partition);
+    match stored {
+        Some((meta, body)) => ReplicaWrite {
+            namespace: namespace.config.name.clone(),
+            digest: *digest,
+            generation: meta.generation,
+            void_time: meta.void_time,
+            last_update_ms: meta.last_update_ms,
+            set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
+            body: Some(body),
+        },
+        None => ReplicaWrite {
+            namespace: namespace.config.name.clone(),
+            digest: *digest,
+            generation: 0,
+            void_time: 0,
+            last_update_ms: now.unix_ms,
+            set_name: Vec::new(),
+            body: None,
+        },
+    }
+}
+
+/// True when a copy with `meta` is at least as new as `write`.
+fn holds_newer(meta: &RecordMeta, write: &ReplicaWrite) -> bool {
+    (meta.last_update_ms, meta.generation) >= (write.last_update_ms, write.generation)
+}
+
+/// Applies a master's replica write to this node's copy.
+pub fn apply_replica_write(service: &Service, write: &ReplicaWrite) -> ResultCode {
+    let Some(namespace) = service.namespace(write.namespace.as_bytes()) else {
+        return ResultCode::Namespace;
+    };
+    match apply(namespace, write) {
+        Ok(()) => ResultCode::Ok,
+        Err(code) => code,
+    }
+}
+
+fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> {
+    let set_id = namespace
+        .sets
+        .id_of(&write.set_name)
+        .ok_or(ResultCode::Parameter)?;
+    let mut partition = namespace.index.partition(write.digest.partition()).write();
+    if let Some(entry) = partition.get(&write.digest) {
+        if holds_newer(&entry.meta, write) {
+            return Ok(());
+        }
+    }
+    match &write.body {
+        Some(body) => {
+            let meta = RecordMeta {
+                generation: write.generation,
+                set_id,
+                void_time: write.void_time,
+                last_update_ms: write.last_update_ms,
+            };
+            let previous =
+                transaction::install(namespace, &mut partition, write.digest, meta, body.clone())?;
+            drop(partition);
+            if let Some(old) = previous {
+                transaction::drop_entry(namespace, old);
+            }
+        }
+        None => {
+            let Some(entry) = partition.get(&write.digest) else {
+                return Ok(());
+            };
+            if namespace.storage.device().is_some() {
+                let set_name = namespace.sets.name(entry.meta.set_id).unwrap_or_default();
+                let store = StoreMeta {
+                    generation: RecordMeta::next_generation(entry.meta.generation),
+                    void_time: 0,
+                    last_update_ms: write.last_update_ms,
+                    set_name: &set_name,
+                };
+                namespace
+                    .storage
+                    .write_tombstone(&write.digest, &store)
+                    .map_err(transaction::storage_result)?;
+            }
+            if let Some(entry) = partition.remove(&write.digest) {
+                drop(partition);
+                transaction::drop_entry(namespace, entry);
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Service {
+    /// Finishes a request's fabric work and leaves its final reply in `out`.
+    pub(crate) async fn complete(&self, remote: Remote, out: &mut Vec<u8>) {
+        let Some(fabric) = self.fabric.get() else {
+            out.clear();
+            transaction::write_result(out, ResultCode::Unavailable);
+            return;
+        };
+        match remote {
+            Remote::Proxy {
+                to,
+                payload,
+                deadline_ms,
+            } => {
+                let timeout = self.remaining(deadline_ms);
+                let answer = fabric.call(to, call_kind::PROXY, payload, timeout).await;
+                out.clear();
+                match answer {
+                    Ok(frame) if is_whole_frame(&frame) => out.extend_from_slice(&frame),
+                    Ok(_) => transaction::write_result(out, ResultCode::ServerError),
+                    Err(_) => transaction::write_result(out, ResultCode::Timeout),
+                }
+            }
+            Remote::Replicate {
+                namespace,
+                partition,
+                targets,
+                payload,
+                deadline_ms,
+            } => {
+                let done = self
+                    .replicate(
+                        fabric.as_ref(),
+                        &namespace,
+                        partition,
+                        targets,
+                        &payload,
+                        deadline_ms,
+                    )
+                    .await;
+                if !done {
+                    out.clear();
+                    transaction::write_result(out, ResultCode::Timeout);
+                }
+            }
+        }
+    }
+
+    /// Sends a replica write until every replica of the partition in the
+    /// current map (other than this node) has acknowledged it, or the
+    /// deadline passes. Works in rounds: each round sends to every replica
+    /// that has not acknowledged yet, all at once, and waits up to
+    /// [`ATTEMPT_TIMEOUT_MS`]; then the replica list is looked up again, so
+    /// a replica that left the map is no longer waited for and a node that
+    /// joined the partition's list gets the write too.
+    async fn replicate(
+        &self,
+        fabric: &dyn Fabric,
+        namespace: &str,
+        partition: PartitionId,
+        mut targets: Vec<NodeId>,
+        payload: &[u8],
+        deadline_ms: u64,
+    ) -> bool {
+        let mut acknowledged: Vec<NodeId> = Vec::new();
+        for round in 0..MAX_ATTEMPTS {
+            targets.retain(|target| !acknowledged.contains(target));
+            if targets.is_empty() {
+                return true;
+            }
+            let remaining = self.remaining(deadline_ms);
+            if remaining.is_zero() {
+                break;
+            }
+            if round > 0 {
+                self.stats
+                    .replica_write_retries
+                    .fetch_add(targets.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            let timeout = remaining.min(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
+            let send = |target: NodeId| async move {
+                let answer = fabric
+                    .call(target, call_kind::REPLICA_WRITE, payload.to_vec(), timeout)
+                    .await;
+                matches!(answer.as_deref(), Ok([code]) if *code == ResultCode::Ok.code())
+            };
+            // Replication factor 2: one replica, awaited directly.
+            let results = match targets.as_slice() {
+                [target] => vec![send(*target).await],
+                _ => join_all(targets.iter().map(|target| send(*target)).collect()).await,
+            };
+            for (target, done) in targets.iter().zip(results) {
+                if done {
+                    acknowledged.push(*target);
+                }
+            }
+            targets = self
+                .cluster()
+                .namespace(namespace)
+                .map_or(Vec::new(), |map| {
+                    map.map
+                        .replicas(partition)
+                        .iter()
+                        .copied()
+                        .filter(|node| *node != self.node_id)
+                        .collect()
+                });
+        }
+        tracing::debug!(
+            ?targets,
+            "replica write not acknowledged before the deadline"
+        );
+        false
+    }
+
+    fn remaining(&self, deadline_ms: u64) -> Duration {
+        Duration::from_millis(deadline_ms.saturating_sub(self.clock.now_unix_ms()))
+    }
+
+    /// Serves one fabric call from another node; returns the answer.
+    pub async fn serve_fabric(&self, kind: u8, payload: &[u8]) -> Vec<u8> {
+        match kind {
+            call_kind::REPLICA_WRITE => {
+                let code = match ReplicaWrite::decode(payload) {
+                    Some(write) => apply_replica_write(self, &write),
+                    None => ResultCode::Parameter,
+                };
+                vec![code.code()]
+            }
+            call_kind::PROXY => {
+                let mut out = Vec::new();
+                let Some((&hops, body)) = payload.split_first() else {
+                    transaction::write_result(&mut out, ResultCode::Parameter);
+                    return out;
+                };
+                self.stats
+                    .proxied_in
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some(remote) = self.execute_single(body, hops, &mut out) {
+                    self.complete(*remote, &mut out).await;
+                }
+                out
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Runs every future concurrently; their outputs in order.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|context| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(context) {
+                    std::task::Poll::Ready(value) => *output = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// True when `bytes` is exactly one proto frame.
+fn is_whole_frame(bytes: &[u8]) -> bool {
+    bytes
+        .get(..PROTO_HEADER_SIZE)
+        .and_then(|header| <&[u8; PROTO_HEADER_SIZE]>::try_from(header).ok())
+        .and_then(|header| ProtoHeader::decode(header).ok())
+        .is_some_and(|header| header.size as usize + PROTO_HEADER_SIZE == bytes.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(body: Option<Vec<u8>>) -> ReplicaWrite {
+        ReplicaWrite {
+            namespace: "test".into(),
+            digest: Digest([7; DIGEST_SIZE]),
+            generation: 3,
+            void_time: 1234,
+            last_update_ms: 99_000,
+            set_name: b"demo".to_vec(),
+            body,
+        }
+    }
+
+    #[test]
+    fn replica_write_round_trip_and_garbage() {
+        for write in [sample(Some(vec![1, 2, 3])), sample(None)] {
+            let bytes = write.encode();
+            assert_eq!(ReplicaWrite::decode(&bytes), Some(write));
+            for cut in 0..bytes.len() {
+                assert_eq!(ReplicaWrite::decode(&bytes[..cut]), None, "cut {cut}");
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert_eq!(ReplicaWrite::decode(&longer), None);
+            let mut bad_kind = bytes;
+            bad_kind[0] = 9;
+            assert_eq!(ReplicaWrite::decode(&bad_kind), None);
+        }
+    }
+
+    #[test]
+    fn newer_copies_win() {
+        let write = sample(None);
+        let meta = |last_update_ms, generation| RecordMeta {
+            generation,
+            set_id: 0,
+            void_time: 0,
+            last_update_ms,
+        };
+        assert!(holds_newer(&meta(99_000, 3), &write));
+        assert!(holds_newer(&meta(99_001, 1), &write));
+        assert!(!holds_newer(&meta(99_000, 2), &write));
+        assert!(!holds_newer(&meta(98_999, 9), &write));
+    }
+
+    fn memory_service(node_id: u64) -> Service {
+        let config = crate::config::ServiceConfig {
+            node_id,
+            cluster_name: "citrine".into(),
+            access_address: "127.0.0.1:3000".into(),
+            port: 3000,
+            namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
+        };
+        Service::new(
+            config,
+            std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000)),
+        )
+    }
+
+    fn stored(service: &Service, digest: &Digest) -> Option<(RecordMeta, Vec<u8>)> {
+        let namespace = service.namespace(b"test")?;
+        let partition = namespace.index.partition(digest.partition()).read();
+        let entry = partition.get(digest)?;
+        let body = namespace.storage.read(&entry.location).ok()?.into_owned();
+        Some((entry.meta, body))
+    }
+
+    #[test]
+    fn replicas_apply_newer_states_only() {
+        let service = memory_service(7);
+        let mut write = sample(Some(vec![1, 2, 3]));
+        assert_eq!(apply_replica_write(&service, &write), ResultCode::Ok);
+        let (meta, body) = stored(&service, &write.digest).expect("stored");
+        assert_eq!(
+            (meta.generation, meta.void_time, meta.last_update_ms),
+            (3, 1234, 99_000)
+        );
+        assert_eq!(body, vec![1, 2, 3]);
+        assert_eq!(
+            service
+                .namespace(b"test")
+                .map(|ns| ns.sets.existing_id(b"demo")),
+            Some(Some(meta.set_id))
+        );
+        // A retry of the same state and an older state change nothing.
+        assert_eq!(apply_replica_write(&service, &write), ResultCode::Ok);
+        let older = ReplicaWrite {
+            generation: 2,
+            last_update_ms: 98_000,
+            body: Some(vec![9]),
+            ..write.clone()
+        };
+        assert_eq!(apply_replica_write(&service, &older), ResultCode::Ok);
+        assert_eq!(
+            stored(&service, &write.digest).map(|(_, body)| body),
+            Some(vec![1, 2, 3])
+        );
+        // A newer state replaces it; a newer delete removes it.
+        write.generation = 4;
+        write.last_update_ms = 99_500;
+        write.body = Some(vec![4]);
+        assert_eq!(apply_replica_write(&service, &write), ResultCode::Ok);
+        assert_eq!(
+            stored(&service, &write.digest).map(|(meta, body)| (meta.generation, body)),
+            Some((4, vec![4]))
+        );
+        let stale_delete = ReplicaWrite {
+            last_update_ms: 99_400,
+            body: None,
+            ..write.clone()
+        };
+        assert_eq!(apply_replica_write(&service, &stale_delete), ResultCode::Ok);
+        assert!(stored(&service, &write.digest).is_some());
+        let delete = ReplicaWrite {
+            last_update_ms: 100_000,
+            generation: 0,
+            body: None,
+            ..write.clone()
+        };
+        assert_eq!(apply_replica_write(&service, &delete), ResultCode::Ok);
+        assert!(stored(&service, &write.digest).is_none());
+        assert_eq!(
+            service
+                .namespace(b"test")
+                .map(|ns| ns.stats.objects.load(std::sync::atomic::Ordering::Relaxed)),
+            Some(0)
+        );
+        let unknown = ReplicaWrite {
+            namespace: "nosuch".into(),
+            ..write
+        };
+        assert_eq!(
+            apply_replica_write(&service, &unknown),
+            ResultCode::Namespace
+        );
+    }
+
+    /// Records every call and answers replica writes with `Ok`, proxied
+    /// requests with a fixed frame.
+    struct FakeFabric {
+        calls: parking_lot::Mutex<Vec<(NodeId, u8, Vec<u8>)>>,
+    }
+
+    impl Fabric for FakeFabric {
+        fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, _: Duration) -> FabricFuture {
+            self.calls.lock().push((to, kind, payload));
+            let answer = if kind == call_kind::PROXY {
+                let mut frame = Vec::new();
+                transaction::write_result(&mut frame, ResultCode::KeyBusy);
+                frame
+            } else {
+                vec![0]
+            };
+            Box::pin(async move { Ok(answer) })
+        }
+    }
+
+    #[test]
+    fn masters_replicate_and_others_proxy() {
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        use citrine_wire::digest::{of_key, UserKey};
+        use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
+        let service = memory_service(1);
+        let fabric = std::sync::Arc::new(FakeFabric {
+            calls: parking_lot::Mutex::new(Vec::new()),
+        });
+        service.set_fabric(fabric.clone());
+        let members = [1u64, 2].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: format!("127.0.0.1:{}", 3000 + id),
+        });
+        let state = ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 2)], 2, 2);
+        let master_of = |digest: &Digest| state.namespaces[0].map.master(digest.partition());
+        let key_mastered_by = |node: u64| {
+            (0..1000)
+                .map(|index| format!("k{index}"))
+                .find(|key| {
+                    master_of(&of_key("demo", &UserKey::String(key.clone()))) == Some(NodeId(node))
+                })
+                .expect("a key")
+        };
+        let (mine, theirs) = (key_mastered_by(1), key_mastered_by(2));
+        service.publish_cluster(state);
+        let put = |key: &str| {
+            let digest = of_key("demo", &UserKey::String(key.into()));
+            let mut frame = Vec::new();
+            let header = MsgHeader {
+                info2: info2::WRITE,
+                ..MsgHeader::default()
+            };
+            let mut writer = MessageWriter::begin(&mut frame, &header);
+            writer
+                .field(field_type::NAMESPACE, b"test")
+                .field(field_type::SET, b"demo")
+                .field(field_type::DIGEST, &digest.0)
+                .op(op_type::WRITE, 3, b"v", b"x");
+            writer.finish();
+            let header_bytes: [u8; PROTO_HEADER_SIZE] =
+                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+            let header = ProtoHeader::decode(&header_bytes).expect("header");
+            let mut out = Vec::new();
+            service
+                .handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
+                .expect("handled");
+            (digest, frame, out)
+        };
+        // Mastered here: applied locally, then replicated as a full state.
+        let (digest, _, out) = put(&mine);
+        assert_eq!(out[PROTO_HEADER_SIZE + 5], 0);
+        let calls = std::mem::take(&mut *fabric.calls.lock());
+        assert_eq!(calls.len(), 1);
+        assert_eq!(
+            (calls[0].0, calls[0].1),
+            (NodeId(2), call_kind::REPLICA_WRITE)
+        );
+        let write = ReplicaWrite::decode(&calls[0].2).expect("replica write");
+        assert_eq!(
+            (write.digest, write.generation, write.set_name.as_slice()),
+            (digest, 1, &b"demo"[..])
+        );
+        assert_eq!(
+            Some(write.body.expect("body")),
+            stored(&service, &digest).map(|(_, body)| body)
+        );
+        // Mastered elsewhere: forwarded unchanged (hop 1), answer passed through.
+        let (digest, frame, out) = put(&theirs);
+        assert!(stored(&service, &digest).is_none());
+        assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::KeyBusy.code());
+        let calls = std::mem::take(&mut *fabric.calls.lock());
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].0, calls[0].1), (NodeId(2), call_kind::PROXY));
+        assert_eq!(calls[0].2[0], 1);
+        assert_eq!(&calls[0].2[1..], &frame[PROTO_HEADER_SIZE..]);
+        // A request proxied too often is refused with 11.
+        let answer = block_on_test(service.serve_fabric(
+            call_kind::PROXY,
+            &[&[MAX_PROXY_HOPS][..], &frame[PROTO_HEADER_SIZE..]].concat(),
+        ));
+        assert_eq!(
+            answer[PROTO_HEADER_SIZE + 5],
+            ResultCode::Unavailable.code()
+        );
+        assert!(fabric.calls.lock().is_empty());
+    }
+
+    #[test]
+    fn every_replica_is_sent_to_at_once() {
+        let joined = crate::block_on(join_all(
+            vec![3, 1, 2]
+                .into_iter()
+                .map(|value| async move { value })
+                .collect(),
+        ));
+        assert_eq!(joined, vec![3, 1, 2]);
+        assert!(crate::block_on(join_all(Vec::<std::future::Ready<u8>>::new())).is_empty());
+        // Three replicas: both others get the record's state.
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        let service = memory_service(1);
+        let fabric = std::sync::Arc::new(FakeFabric {
+            calls: parking_lot::Mutex::new(Vec::new()),
+        });
+        service.set_fabric(fabric.clone());
+        let members = [1u64, 2, 3].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: format!("127.0.0.1:{}", 3000 + id),
+        });
+        let state = ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 3)], 2, 2);
+        let partition = (0..4096u16)
+            .filter_map(PartitionId::new)
+            .find(|pid| state.namespaces[0].map.master(*pid) == Some(NodeId(1)))
+            .expect("a partition mastered here");
+        service.publish_cluster(state);
+        let remote = Remote::Replicate {
+            namespace: "test".into(),
+            partition,
+            targets: vec![NodeId(2), NodeId(3)],
+            payload: sample(None).encode(),
+            deadline_ms: u64::MAX,
+        };
+        let mut out = Vec::new();
+        transaction::write_result(&mut out, ResultCode::Ok);
+        let before = out.clone();
+        crate::block_on(service.complete(remote, &mut out));
+        assert_eq!(out, before);
+        let mut called: Vec<NodeId> = fabric.calls.lock().iter().map(|call| call.0).collect();
+        called.sort();
+        assert_eq!(called, vec![NodeId(2), NodeId(3)]);
+    }
+
+    /// Never answers.
+    struct DeadFabric;
+
+    impl Fabric for DeadFabric {
+        fn call(&self, _: NodeId, _: u8, _: Vec<u8>, _: Duration) -> FabricFuture {
+            Box::pin(async { Err(FabricError::Timeout) })
+        }
+    }
+
+    #[test]
+    fn unacknowledged_writes_time_out_unless_the_replica_left_the_map() {
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        let service = memory_service(1);
+        service.set_fabric(std::sync::Arc::new(DeadFabric));
+        let partition = PartitionId::new(7).expect("partition");
+        let replicate = |service: &Service| {
+            let remote = Remote::Replicate {
+                namespace: "test".into(),
+                partition,
+                targets: vec![NodeId(2)],
+                payload: sample(None).encode(),
+                deadline_ms: u64::MAX,
+            };
+            let mut out = Vec::new();
+            transaction::write_result(&mut out, ResultCode::Ok);
+            crate::block_on(service.complete(remote, &mut out));
+            out[PROTO_HEADER_SIZE + 5]
+        };
+        // The published map is this node alone: node 2 left, the write stands.
+        assert_eq!(replicate(&service), ResultCode::Ok.code());
+        // Node 2 is the partition's other replica and never answers: 9.
+        let members = [1u64, 2].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: String::new(),
+        });
+        service.publish_cluster(ClusterState::new(
+            NodeId(1),
+            5,
+            members.to_vec(),
+            &[("test".into(), 2)],
+            2,
+            2,
+        ));
+        assert_eq!(replicate(&service), ResultCode::Timeout.code());
+        assert_eq!(
+            service
+                .stats
+                .replica_write_retries
+                .load(std::sync::atomic::Ordering::Relaxed),
+            u64::from(MAX_ATTEMPTS - 1)
+        );
+    }
+
+    fn block_on_test<F: std::future::Future>(future: F) -> F::Output {
+        crate::block_on(future)
+    }
+
+    #[test]
+    fn whole_frames() {
+        let mut frame = Vec::new();
+        transaction::write_result(&mut frame, ResultCode::Ok);
+        assert!(is_whole_frame(&frame));
+        assert!(!is_whole_frame(&frame[..frame.len() - 1]));
+        assert!(!is_whole_frame(&[]));
+    }
+}
