@@ -5,10 +5,10 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use citrine_wire::msg::Op;
 use crate::config::{NamespaceConfig, ServiceConfig};
 use crate::{ManualClock, Service};
 use citrine_wire::digest::{of_key, UserKey};
+use citrine_wire::msg::Op;
 use citrine_wire::msg::{info1, info2, op_type};
 use std::sync::Arc;
 
