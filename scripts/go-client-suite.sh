@@ -96,7 +96,7 @@ fi
 port_free "$PORT" || die "port $PORT is in use"
 
 echo "== starting citrined on 127.0.0.1:$PORT"
-"$CITRINED" --port "$PORT" --address 127.0.0.1 --data-dir "$WORK/data" >"$WORK/server.log" 2>&1 &
+"$CITRINED" --port "$PORT" --address 127.0.0.1 --data-dir "$WORK/data" ${CITRINED_ARGS:-} >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 1 100); do
     if ! port_free "$PORT"; then break; fi
