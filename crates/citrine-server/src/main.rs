@@ -9,6 +9,7 @@
 
 mod cluster;
 mod config;
+mod migrate;
 mod net;
 
 use citrine_service::{Service, SystemClock};
@@ -118,6 +119,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Not joined at shutdown: it only reads records and waits on the fabric.
+    if let Err(error) = migrate::start(service.clone(), stopping.clone()) {
+        eprintln!("citrined: {error}");
+        return ExitCode::from(2);
+    }
 
     let result = net::run(service.clone(), server_config.clone());
     stopping.store(true, Ordering::Relaxed);

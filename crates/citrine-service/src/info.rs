@@ -269,6 +269,9 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
     let cluster = service.cluster();
     let stats = &namespace.stats;
     let objects = stats.objects.load(Ordering::Relaxed).max(0);
+    let (migrate_tx, migrate_rx) = service
+        .migrations
+        .namespace_remaining(&namespace.config.name);
     let index_bytes = namespace.index.table_bytes();
     stats
         .index_used_bytes
@@ -378,8 +381,14 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
-        ("migrate_tx_partitions_remaining".into(), "0".into()),
-        ("migrate_rx_partitions_remaining".into(), "0".into()),
+        (
+            "migrate_tx_partitions_remaining".into(),
+            migrate_tx.to_string(),
+        ),
+        (
+            "migrate_rx_partitions_remaining".into(),
+            migrate_rx.to_string(),
+        ),
     ];
     if let Some(device) = namespace.storage.device() {
         pairs.extend(device.info_pairs());
@@ -402,6 +411,7 @@ fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
 fn statistics(service: &Service) -> String {
     let cluster = service.cluster();
     let stats = &service.stats;
+    let migrations = &service.migrations;
     let objects: i64 = service
         .namespaces()
         .map(|namespace| namespace.stats.objects.load(Ordering::Relaxed).max(0))
@@ -496,7 +506,36 @@ fn statistics(service: &Service) -> String {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
-        ("migrate_partitions_remaining".into(), "0".into()),
+        (
+            "migrate_partitions_remaining".into(),
+            (migrations.tx_remaining() + migrations.rx_remaining()).to_string(),
+        ),
+        (
+            "migrate_tx_partitions_remaining".into(),
+            migrations.tx_remaining().to_string(),
+        ),
+        (
+            "migrate_rx_partitions_remaining".into(),
+            migrations.rx_remaining().to_string(),
+        ),
+        (
+            "migrate_records_sent".into(),
+            migrations.records_sent.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "migrate_records_received".into(),
+            migrations
+                .records_received
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "migrate_partitions_sent".into(),
+            migrations
+                .partitions_sent
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
         ("migrate_allowed".into(), "true".into()),
     ];
     join_pairs(&pairs, ';')
@@ -597,14 +636,22 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
 
 fn cluster_stable(service: &Service, command: &InfoCommand<'_>) -> String {
     if let Some(size) = command.param("size") {
-        if size != "1" {
+        if size != service.cluster().size().to_string() {
             return "ERROR::cluster not specified size".to_owned();
         }
     }
-    if let Some(name) = command.param("namespace") {
-        if service.namespace(name.as_bytes()).is_none() {
-            return "ERROR::unknown namespace".to_owned();
+    let pending = match command.param("namespace") {
+        Some(name) => {
+            if service.namespace(name.as_bytes()).is_none() {
+                return "ERROR::unknown namespace".to_owned();
+            }
+            let (tx, rx) = service.migrations.namespace_remaining(name);
+            tx + rx
         }
+        None => service.migrations.tx_remaining() + service.migrations.rx_remaining(),
+    };
+    if pending > 0 && command.param("ignore-migrations") != Some("true") {
+        return "ERROR::unstable-cluster".to_owned();
     }
     cluster_key(service)
 }

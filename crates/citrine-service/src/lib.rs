@@ -15,6 +15,7 @@
 //! [`batch`] (batch-index requests), [`scan`] (partition scans),
 //! [`info`] (info commands), [`cluster_state`] (the view and partition maps),
 //! [`replication`] (proxying to masters, synchronous replica writes),
+//! [`migration`] (copying partitions to new replicas after view changes),
 //! [`nsup`] (expiry and eviction passes),
 //! [`namespace`] (per-namespace state), [`config`] (validated settings).
 //!
@@ -28,6 +29,7 @@ pub mod cluster_state;
 pub mod config;
 pub mod device;
 pub mod info;
+pub mod migration;
 pub mod namespace;
 pub mod nsup;
 pub mod replication;
@@ -151,6 +153,8 @@ pub struct Service {
     clustered: AtomicBool,
     /// How this node reaches the others (installed by the server).
     fabric: OnceLock<Arc<dyn Fabric>>,
+    /// Migration plan and counters (see [`migration`]).
+    pub migrations: migration::Migrations,
 }
 
 impl Service {
@@ -182,6 +186,7 @@ impl Service {
             cluster: RwLock::new(Arc::new(cluster)),
             clustered: AtomicBool::new(false),
             fabric: OnceLock::new(),
+            migrations: migration::Migrations::default(),
             config,
             namespaces,
             clock,
@@ -210,18 +215,27 @@ impl Service {
         self.cluster.read().clone()
     }
 
-    /// Publishes a new cluster state (after a view change).
+    /// Publishes a new cluster state (after a view change) and plans the
+    /// migrations it calls for (the server's migration thread sends them).
     pub fn publish_cluster(&self, state: ClusterState) {
         debug_assert_eq!(state.self_id, self.node_id);
         let clustered = state.size() > 1;
-        *self.cluster.write() = Arc::new(state);
+        let state = Arc::new(state);
+        *self.cluster.write() = state.clone();
         self.clustered.store(clustered, Ordering::Release);
+        self.plan_migrations(state);
     }
 
     /// Installs the fabric through which requests are proxied and writes
     /// replicated. Without one, every node serves what it is sent.
     pub fn set_fabric(&self, fabric: Arc<dyn Fabric>) {
         let _ = self.fabric.set(fabric);
+    }
+
+    /// The installed fabric, if any (the server's migration thread sends
+    /// through it).
+    pub fn fabric(&self) -> Option<Arc<dyn Fabric>> {
+        self.fabric.get().cloned()
     }
 
     /// True when single-record requests are routed by the partition map

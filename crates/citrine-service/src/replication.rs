@@ -72,6 +72,10 @@ pub mod call_kind {
     /// A record's new state for a replica ([`super::ReplicaWrite`]); the
     /// answer is one result-code byte.
     pub const REPLICA_WRITE: u8 = 2;
+    /// A batch of a partition's records sent by a migration
+    /// ([`crate::migration::MigrateBatch`]); the answer is one result-code
+    /// byte.
+    pub const MIGRATE: u8 = 3;
 }
 
 /// Why a fabric call produced no answer.
@@ -498,6 +502,7 @@ impl Service {
                 };
                 vec![code.code()]
             }
+            call_kind::MIGRATE => vec![self.apply_migrate_batch(payload).code()],
             call_kind::PROXY => {
                 let mut out = Vec::new();
                 let Some((&hops, body)) = payload.split_first() else {

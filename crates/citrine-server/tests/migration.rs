@@ -1,0 +1,431 @@
+//! Migrations over real `citrined` processes (replication factor 2,
+//! `examples/cluster.toml`): after a node joins, or restarts empty, and
+//! `cluster-stable` answers the cluster key on every node, the two nodes of
+//! each partition's replica list hold identical copies of it
+//! (`partition-checksums`; other nodes' leftover copies are ignored) and
+//! every acknowledged write reads back from every node.
+//!
+//! The node helpers are those of `tests/replication.rs`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
+use common::*;
+use std::collections::BTreeMap;
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One node of a test cluster.
+struct Node {
+    child: Option<Child>,
+    id: String,
+    port: u16,
+    fabric_port: u16,
+    heartbeat_port: u16,
+}
+
+impl Node {
+    fn new(index: usize) -> Node {
+        Node {
+            child: None,
+            id: format!("{:X}", 0xA0 + index),
+            port: free_port(),
+            fabric_port: free_port(),
+            heartbeat_port: free_port(),
+        }
+    }
+
+    fn heartbeat_address(&self) -> String {
+        format!("127.0.0.1:{}", self.heartbeat_port)
+    }
+
+    /// Starts the node and waits until it answers; a node that exits at
+    /// once (a port taken since `free_port` chose it) is started again on
+    /// fresh ports.
+    fn start(&mut self, seed: &str) {
+        for _ in 0..5 {
+            self.spawn(seed);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
+                    break;
+                }
+                if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "node {} did not start", self.id);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            self.child = None;
+            self.port = free_port();
+            self.fabric_port = free_port();
+            self.heartbeat_port = free_port();
+        }
+        panic!("node {} exits at start", self.id);
+    }
+
+    fn spawn(&mut self, seed: &str) {
+        let config = workspace_root().join("examples/cluster.toml");
+        let child = Command::new(binary())
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "--port",
+                &self.port.to_string(),
+                "--fabric-port",
+                &self.fabric_port.to_string(),
+                "--heartbeat-port",
+                &self.heartbeat_port.to_string(),
+                "--node-id",
+                &self.id,
+                "--seed",
+                seed,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// SIGKILL.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn info_value(&self, command: &str) -> Option<String> {
+        let mut stream = TcpStream::connect_timeout(
+            &format!("127.0.0.1:{}", self.port).parse().ok()?,
+            Duration::from_millis(300),
+        )
+        .ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let answers =
+            round_trip(&mut stream, &citrine_wire::info::request_frame(&[command])).ok()?;
+        citrine_wire::info::parse_response(&answers.1)
+            .into_iter()
+            .next()
+            .map(|(_, value)| value)
+    }
+
+    /// (cluster key, size) from `cluster-info`.
+    fn cluster_info(&self) -> Option<(String, usize)> {
+        let text = self.info_value("cluster-info")?;
+        let field = |name: &str| {
+            text.split(';')
+                .find_map(|pair| pair.strip_prefix(name))
+                .map(str::to_owned)
+        };
+        Some((
+            field("cluster_key=")?,
+            field("cluster_size=")?.parse().ok()?,
+        ))
+    }
+
+    /// partition id → "count:checksum" of this node's copies.
+    fn checksums(&self) -> BTreeMap<u16, String> {
+        let text = self
+            .info_value("partition-checksums:namespace=test")
+            .unwrap();
+        text.split(';')
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                let (pid, rest) = entry.split_once(':').unwrap();
+                (pid.parse().unwrap(), rest.to_owned())
+            })
+            .collect()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn wait_for_cluster(group: &[&Node], size: usize, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let infos: Vec<Option<(String, usize)>> =
+            group.iter().map(|node| node.cluster_info()).collect();
+        let agreed = infos.iter().all(|info| {
+            info.as_ref().is_some_and(|(key, found)| {
+                *found == size && Some(key) == infos[0].as_ref().map(|(first, _)| first)
+            })
+        });
+        if agreed {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no agreement on a cluster of {size} within {limit:?}: {infos:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Three nodes with ids `first`, `first + 1`, `first + 2` (distinct per
+/// test: tests run in parallel).
+fn start_cluster(first: usize) -> Vec<Node> {
+    let mut nodes: Vec<Node> = (first..first + 3).map(Node::new).collect();
+    let seed = nodes[0].heartbeat_address();
+    nodes[0].start(&seed);
+    // The first node may have moved to other ports.
+    let seed = nodes[0].heartbeat_address();
+    for node in nodes.iter_mut() {
+        if node.child.is_none() {
+            node.start(&seed);
+        }
+    }
+    let took = wait_for_cluster(
+        &nodes.iter().collect::<Vec<_>>(),
+        3,
+        Duration::from_secs(30),
+    );
+    println!("3 nodes formed one cluster in {took:?}");
+    nodes
+}
+
+fn put(stream: &mut TcpStream, key: &str, value: &str) -> u8 {
+    let request = record_request(
+        "test",
+        key,
+        MsgHeader {
+            info2: info2::WRITE,
+            transaction_ttl: 5000,
+            ..MsgHeader::default()
+        },
+        &[(op_type::WRITE, 3, "v", value.as_bytes().to_vec())],
+    );
+    let (_, body) = round_trip(stream, &request).unwrap();
+    decode_reply(&body).0.result_code
+}
+
+/// (result code, value of bin "v").
+fn get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
+    let request = record_request(
+        "test",
+        key,
+        MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            transaction_ttl: 5000,
+            ..MsgHeader::default()
+        },
+        &[],
+    );
+    let (_, body) = round_trip(stream, &request).unwrap();
+    let (header, bins) = decode_reply(&body);
+    let value = bins
+        .into_iter()
+        .find(|(name, _, _)| name == b"v")
+        .map(|(_, _, value)| value);
+    (header.result_code, value)
+}
+
+/// Decodes standard base64 (no line breaks).
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |byte: u8| -> u32 {
+        match byte {
+            b'A'..=b'Z' => u32::from(byte - b'A'),
+            b'a'..=b'z' => u32::from(byte - b'a') + 26,
+            b'0'..=b'9' => u32::from(byte - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("bad base64 byte {byte}"),
+        }
+    };
+    let mut out = Vec::new();
+    for chunk in text.trim_end_matches('=').as_bytes().chunks(4) {
+        let mut bits = 0u32;
+        for (index, byte) in chunk.iter().enumerate() {
+            bits |= value(*byte) << (18 - 6 * index);
+        }
+        let bytes = bits.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
+
+/// The partitions this node holds (any column) by its `replicas` answer.
+fn held_partitions(node: &Node) -> Vec<bool> {
+    let text = node.info_value("replicas").unwrap();
+    let entry = text
+        .split(';')
+        .find_map(|entry| entry.strip_prefix("test:"))
+        .unwrap();
+    let mut held = vec![false; 4096];
+    // regime, column count, then one bitmap per column.
+    for bitmap in entry.split(',').skip(2) {
+        let bytes = base64_decode(bitmap);
+        assert_eq!(bytes.len(), 512);
+        for (pid, slot) in held.iter_mut().enumerate() {
+            if bytes[pid >> 3] & (0x80 >> (pid & 7)) != 0 {
+                *slot = true;
+            }
+        }
+    }
+    held
+}
+
+/// Polls `cluster-stable` on every node until all answer the same cluster
+/// key (no migration pending anywhere); returns how long it took.
+fn wait_for_stable(group: &[&Node], limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let answers: Vec<Option<String>> = group
+            .iter()
+            .map(|node| node.info_value(&format!("cluster-stable:size={}", group.len())))
+            .collect();
+        let stable = answers.iter().all(|answer| {
+            answer
+                .as_ref()
+                .is_some_and(|key| !key.starts_with("ERROR") && Some(key) == answers[0].as_ref())
+        });
+        if stable {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "migrations did not settle within {limit:?}: {answers:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every partition's two replica-list nodes hold identical copies (count
+/// and checksum), and the list holders' copies add up to `records`.
+fn assert_copies_match_the_map(group: &[&Node], records: u64) {
+    let held: Vec<Vec<bool>> = group.iter().map(|node| held_partitions(node)).collect();
+    let sums: Vec<BTreeMap<u16, String>> = group.iter().map(|node| node.checksums()).collect();
+    let mut total = 0;
+    for pid in 0..4096u16 {
+        let holders: Vec<usize> = (0..group.len())
+            .filter(|node| held[*node][usize::from(pid)])
+            .collect();
+        assert_eq!(holders.len(), 2, "partition {pid}: holders {holders:?}");
+        let copies: Vec<Option<&String>> =
+            holders.iter().map(|node| sums[*node].get(&pid)).collect();
+        assert_eq!(
+            copies[0], copies[1],
+            "partition {pid}: the copies of nodes {holders:?} differ"
+        );
+        if let Some(sum) = copies[0] {
+            total += sum.split(':').next().unwrap().parse::<u64>().unwrap();
+        }
+    }
+    assert_eq!(total, records, "records held by the replica lists");
+}
+
+fn assert_all_readable(group: &[&Node], keys: &[String]) {
+    for node in group {
+        let mut stream = connect(node.port);
+        for key in keys {
+            assert_eq!(
+                get(&mut stream, key),
+                (0, Some(format!("value-{key}").into_bytes())),
+                "{key} from node {}",
+                node.id
+            );
+        }
+    }
+}
+
+fn write_records(node: &Node, prefix: &str, count: usize) -> Vec<String> {
+    let mut stream = connect(node.port);
+    let started = Instant::now();
+    let keys: Vec<String> = (0..count)
+        .map(|index| format!("{prefix}-{index}"))
+        .collect();
+    for key in &keys {
+        assert_eq!(
+            put(&mut stream, key, &format!("value-{key}")),
+            0,
+            "put {key}"
+        );
+    }
+    println!("{count} writes in {:?}", started.elapsed());
+    keys
+}
+
+fn migrated(group: &[&Node]) -> (u64, u64) {
+    let field = |node: &Node, name: &str| -> u64 {
+        let text = node.info_value("statistics").unwrap();
+        text.split(';')
+            .find_map(|pair| pair.strip_prefix(name))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (
+        group
+            .iter()
+            .map(|node| field(node, "migrate_records_sent="))
+            .sum(),
+        group
+            .iter()
+            .map(|node| field(node, "migrate_partitions_sent="))
+            .sum(),
+    )
+}
+
+const RECORDS: usize = 3000;
+
+#[test]
+fn a_joining_node_receives_its_partitions() {
+    let mut nodes = start_cluster(20);
+    let keys = write_records(&nodes[0], "key", RECORDS);
+    let three: Vec<&Node> = nodes.iter().collect();
+    wait_for_stable(&three, Duration::from_secs(10));
+    let mut fourth = Node::new(23);
+    let started = Instant::now();
+    fourth.start(&nodes[0].heartbeat_address());
+    nodes.push(fourth);
+    let group: Vec<&Node> = nodes.iter().collect();
+    let formed = wait_for_cluster(&group, 4, Duration::from_secs(20));
+    let settled = wait_for_stable(&group, Duration::from_secs(30));
+    let (records, partitions) = migrated(&group);
+    println!(
+        "join: cluster of 4 after {formed:?}, migrations settled {settled:?} later ({:?} from start): {records} records in {partitions} partitions",
+        started.elapsed()
+    );
+    assert!(records > 0 && partitions > 0);
+    assert_copies_match_the_map(&group, RECORDS as u64);
+    assert_all_readable(&group, &keys);
+    // The new node holds a share.
+    assert!(!nodes[3].checksums().is_empty());
+}
+
+#[test]
+fn a_node_restarted_empty_gets_its_copies_back() {
+    let mut nodes = start_cluster(24);
+    let mut keys = write_records(&nodes[1], "key", RECORDS);
+    wait_for_stable(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(10));
+    nodes[2].kill();
+    let survivors = [&nodes[0], &nodes[1]];
+    wait_for_cluster(&survivors, 2, Duration::from_secs(20));
+    let settled = wait_for_stable(&survivors, Duration::from_secs(30));
+    println!("kill: migrations to the survivors settled in {settled:?}");
+    assert_copies_match_the_map(&survivors, RECORDS as u64);
+    keys.extend(write_records(&nodes[0], "while-down", 200));
+    assert_all_readable(&survivors, &keys);
+    // Restart empty (memory namespace): it gets back its share.
+    let seed = nodes[0].heartbeat_address();
+    let started = Instant::now();
+    nodes[2].start(&seed);
+    let group: Vec<&Node> = nodes.iter().collect();
+    wait_for_cluster(&group, 3, Duration::from_secs(20));
+    let settled = wait_for_stable(&group, Duration::from_secs(30));
+    println!(
+        "restart: migrations settled {settled:?} after the cluster of 3 ({:?} from start)",
+        started.elapsed()
+    );
+    assert!(!nodes[2].checksums().is_empty());
+    assert_copies_match_the_map(&group, (RECORDS + 200) as u64);
+    assert_all_readable(&group, &keys);
+}
