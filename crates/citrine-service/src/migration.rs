@@ -455,3 +455,224 @@ impl MigrateBatch {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster_state::ClusterMember;
+
+    fn service(node_id: u64) -> Service {
+        let config = crate::config::ServiceConfig {
+            node_id,
+            cluster_name: "citrine".into(),
+            access_address: "127.0.0.1:3000".into(),
+            port: 3000,
+            namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
+        };
+        Service::new(config, Arc::new(crate::ManualClock::new(1_700_000_000_000)))
+    }
+
+    fn state(self_id: u64, key: u64, members: &[u64]) -> ClusterState {
+        let members = members
+            .iter()
+            .map(|id| ClusterMember {
+                node_id: NodeId(*id),
+                rack_id: 0,
+                service_address: String::new(),
+            })
+            .collect();
+        ClusterState::new(NodeId(self_id), key, members, &[("test".into(), 2)], 2, 2)
+    }
+
+    fn record(partition: u16, seed: u8, generation: u16) -> ReplicaWrite {
+        let mut digest = [seed; 20];
+        digest[0] = (partition & 0xFF) as u8;
+        digest[1] = (partition >> 8) as u8;
+        ReplicaWrite {
+            namespace: "test".into(),
+            digest: Digest(digest),
+            generation,
+            void_time: 0,
+            last_update_ms: 1_700_000_000_000 - 1000 + u64::from(generation),
+            set_name: b"demo".to_vec(),
+            body: Some(vec![seed, 1, 2]),
+        }
+    }
+
+    #[test]
+    fn batch_round_trip_and_garbage() {
+        let batch = MigrateBatch {
+            cluster_key: 0xABCD,
+            flags: FLAG_FIRST | FLAG_LAST,
+            namespace: "test".into(),
+            partition: 4095,
+            records: vec![record(4095, 1, 1).encode(), vec![]],
+        };
+        let bytes = batch.encode();
+        assert_eq!(MigrateBatch::decode(&bytes), Some(batch.clone()));
+        for cut in 0..bytes.len() {
+            assert_eq!(MigrateBatch::decode(&bytes[..cut]), None, "cut {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(MigrateBatch::decode(&longer), None);
+        let bad_partition = MigrateBatch {
+            partition: 4096,
+            ..batch
+        };
+        assert_eq!(MigrateBatch::decode(&bad_partition.encode()), None);
+    }
+
+    #[test]
+    fn the_old_master_plans_sends_and_the_receiver_applies_newer_copies() {
+        let sender = service(1);
+        let receiver = service(2);
+        // Node 1 alone holds records in partitions 5 and 9 (more in 9).
+        for write in [record(5, 1, 1), record(9, 2, 1), record(9, 3, 1)] {
+            assert_eq!(
+                crate::replication::apply_replica_write(&sender, &write),
+                ResultCode::Ok
+            );
+        }
+        sender.publish_cluster(state(1, 7, &[1]));
+        assert_eq!(sender.migrations.tx_remaining(), 0);
+        // Node 2 joins: node 1 was the only copy, so it sends every
+        // partition with records whose new list has node 2; smallest first.
+        let joined = state(1, 8, &[1, 2]);
+        let targets = |pid: u16| {
+            joined.namespaces[0]
+                .map
+                .replicas(PartitionId::new(pid).expect("pid"))
+                .to_vec()
+        };
+        assert!(targets(5).contains(&NodeId(2)) && targets(9).contains(&NodeId(2)));
+        sender.publish_cluster(joined);
+        receiver.publish_cluster(state(2, 8, &[1, 2]));
+        assert_eq!(sender.migrations.tx_remaining(), 2);
+        assert_eq!(sender.migrations.namespace_remaining("test"), (2, 0));
+        let (epoch, key, tasks) = sender.migrations.take_tasks();
+        assert_eq!(key, 8);
+        let order: Vec<(usize, usize)> = tasks
+            .iter()
+            .map(|task| (task.partition.index(), task.records))
+            .collect();
+        assert_eq!(order, vec![(5, 1), (9, 2)]);
+        assert!(sender.migrations.take_tasks().2.is_empty());
+        // The receiver holds a newer copy of one record: it stays.
+        let mut newer = record(9, 3, 5);
+        newer.body = Some(vec![9]);
+        crate::replication::apply_replica_write(&receiver, &newer);
+        for task in &tasks {
+            let digests = sender.migration_digests(&task.namespace, task.partition);
+            let (batch, consumed) =
+                sender.migration_batch(key, &task.namespace, task.partition, &digests, FLAG_FIRST);
+            assert_eq!(consumed, digests.len());
+            assert_eq!(batch.flags, FLAG_FIRST | FLAG_LAST);
+            assert_eq!(
+                receiver.apply_migrate_batch(&batch.encode()),
+                ResultCode::Ok
+            );
+            sender
+                .migrations
+                .finished(epoch, &task.namespace, task.partition);
+        }
+        assert_eq!(sender.migrations.tx_remaining(), 0);
+        assert_eq!(receiver.migrations.rx_remaining(), 0);
+        let stored = |service: &Service, write: &ReplicaWrite| {
+            let namespace = service.namespace(b"test")?;
+            let index = namespace.index.partition(write.digest.partition()).read();
+            let entry = index.get(&write.digest)?;
+            Some((
+                entry.meta.generation,
+                namespace.storage.read(&entry.location).ok()?.into_owned(),
+            ))
+        };
+        assert_eq!(
+            stored(&receiver, &record(5, 1, 1)),
+            Some((1, vec![1, 1, 2]))
+        );
+        assert_eq!(
+            stored(&receiver, &record(9, 2, 1)),
+            Some((1, vec![2, 1, 2]))
+        );
+        assert_eq!(stored(&receiver, &newer), Some((5, vec![9])));
+        // The plan finished: the base moved on, the same view plans nothing.
+        sender.publish_cluster(state(1, 8, &[1, 2]));
+        assert_eq!(sender.migrations.tx_remaining(), 0);
+    }
+
+    #[test]
+    fn a_view_change_keeps_the_unfinished_base_and_tracks_receiving() {
+        let sender = service(1);
+        crate::replication::apply_replica_write(&sender, &record(5, 1, 1));
+        sender.publish_cluster(state(1, 7, &[1]));
+        sender.publish_cluster(state(1, 8, &[1, 2]));
+        let (first_epoch, _, tasks) = sender.migrations.take_tasks();
+        assert_eq!(tasks.len(), 1);
+        // Interrupted: the next view (same members, new key) plans it again.
+        sender.publish_cluster(state(1, 9, &[1, 2]));
+        sender
+            .migrations
+            .finished(first_epoch, "test", tasks[0].partition);
+        assert_eq!(sender.migrations.tx_remaining(), 1);
+        assert_eq!(sender.migrations.take_tasks().2, tasks);
+        // A receiver counts a partition from its first batch to its last,
+        // under the current cluster key only.
+        let receiver = service(2);
+        receiver.publish_cluster(state(2, 9, &[1, 2]));
+        let batch = |key, flags| {
+            MigrateBatch {
+                cluster_key: key,
+                flags,
+                namespace: "test".into(),
+                partition: 5,
+                records: vec![record(5, 1, 1).encode()],
+            }
+            .encode()
+        };
+        assert_eq!(
+            receiver.apply_migrate_batch(&batch(8, FLAG_FIRST)),
+            ResultCode::Ok
+        );
+        assert_eq!(receiver.migrations.rx_remaining(), 0);
+        receiver.apply_migrate_batch(&batch(9, FLAG_FIRST));
+        assert_eq!(receiver.migrations.rx_remaining(), 1);
+        assert_eq!(receiver.migrations.namespace_remaining("test"), (0, 1));
+        receiver.apply_migrate_batch(&batch(9, 0));
+        assert_eq!(receiver.migrations.rx_remaining(), 1);
+        receiver.apply_migrate_batch(&batch(9, FLAG_LAST));
+        assert_eq!(receiver.migrations.rx_remaining(), 0);
+        // Records of another partition than the batch's are refused.
+        let mut wrong = MigrateBatch::decode(&batch(9, 0)).expect("batch");
+        wrong.partition = 6;
+        assert_eq!(
+            receiver.apply_migrate_batch(&wrong.encode()),
+            ResultCode::Parameter
+        );
+        assert_eq!(receiver.apply_migrate_batch(&[1, 2]), ResultCode::Parameter);
+    }
+
+    #[test]
+    fn cluster_stable_waits_for_migrations() {
+        let sender = service(1);
+        crate::replication::apply_replica_write(&sender, &record(5, 1, 1));
+        sender.publish_cluster(state(1, 7, &[1]));
+        sender.publish_cluster(state(1, 8, &[1, 2]));
+        let ask = |command: &str| {
+            let mut out = Vec::new();
+            crate::info::handle(&sender, format!("{command}\n").as_bytes(), &mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        assert!(ask("cluster-stable:size=2").contains("ERROR::unstable-cluster"));
+        assert!(ask("statistics").contains("migrate_tx_partitions_remaining=1"));
+        assert!(ask("namespace/test").contains("migrate_tx_partitions_remaining=1"));
+        assert!(!ask("cluster-stable:size=2;ignore-migrations=true").contains("ERROR"));
+        assert!(ask("cluster-stable:size=3").contains("ERROR::cluster not specified size"));
+        let (epoch, _, tasks) = sender.migrations.take_tasks();
+        sender
+            .migrations
+            .finished(epoch, "test", tasks[0].partition);
+        assert!(!ask("cluster-stable:size=2").contains("ERROR"));
+        assert!(ask("statistics").contains("migrate_partitions_remaining=0"));
+    }
+}
