@@ -41,6 +41,11 @@ pub struct ServiceSection {
     pub proto_fd_max: Option<u32>,
     pub service_threads: Option<u16>,
     pub rack_id: Option<u32>,
+    /// Most partitions this node migrates at once (default 4, 1 to 64).
+    pub migrate_max_partitions: Option<u32>,
+    /// Microseconds a migration pauses after each acknowledged batch
+    /// (default 0, at most 1000000).
+    pub migrate_sleep: Option<u32>,
 }
 
 /// `[heartbeat]`: mesh heartbeats between the nodes of a cluster.
@@ -238,6 +243,10 @@ pub struct ClusterSettings {
     pub heartbeat_interval_ms: u64,
     pub heartbeat_timeout_ms: u64,
     pub rack_id: u32,
+    /// `service.migrate-max-partitions`.
+    pub migrate_max_partitions: u32,
+    /// `service.migrate-sleep`, microseconds.
+    pub migrate_sleep_us: u32,
 }
 
 /// Everything the server needs to start.
@@ -529,7 +538,24 @@ fn resolve_cluster(
             "{origin}: heartbeat.timeout = {timeout_intervals} intervals is impossible (3 to 1000)"
         )));
     }
+    let migrate_max_partitions = file
+        .service
+        .migrate_max_partitions
+        .unwrap_or(citrine_service::migration::MAX_PARTITIONS_DEFAULT);
+    if !(1..=64).contains(&migrate_max_partitions) {
+        return Err(ConfigError(format!(
+            "{origin}: service.migrate-max-partitions = {migrate_max_partitions} is impossible (1 to 64)"
+        )));
+    }
+    let migrate_sleep_us = file.service.migrate_sleep.unwrap_or(0);
+    if migrate_sleep_us > 1_000_000 {
+        return Err(ConfigError(format!(
+            "{origin}: service.migrate-sleep = {migrate_sleep_us} microseconds is impossible (at most 1000000)"
+        )));
+    }
     Ok(ClusterSettings {
+        migrate_max_partitions,
+        migrate_sleep_us,
         heartbeat_address: listen(&file.heartbeat.address),
         heartbeat_port,
         fabric_address: listen(&file.fabric.address),
@@ -943,5 +969,37 @@ mod tests {
         assert!(port_flag.0.contains("--port"), "{}", port_flag.0);
         let no_namespace = resolve_text("[service]\nport = 3000\n").expect_err("no namespace");
         assert!(no_namespace.0.contains("namespace"));
+    }
+
+    #[test]
+    fn migration_throttles() {
+        let config = resolve_text("[[namespace]]\nname = \"a\"\n").expect("defaults");
+        assert_eq!(
+            (
+                config.cluster.migrate_max_partitions,
+                config.cluster.migrate_sleep_us
+            ),
+            (citrine_service::migration::MAX_PARTITIONS_DEFAULT, 0)
+        );
+        let config = resolve_text(
+            "[service]\nmigrate-max-partitions = 2\nmigrate-sleep = 500\n[[namespace]]\nname = \"a\"\n",
+        )
+        .expect("set");
+        assert_eq!(
+            (
+                config.cluster.migrate_max_partitions,
+                config.cluster.migrate_sleep_us
+            ),
+            (2, 500)
+        );
+        for bad in ["migrate-max-partitions = 0", "migrate-sleep = 2000000"] {
+            let error = resolve_text(&format!("[service]\n{bad}\n[[namespace]]\nname = \"a\"\n"))
+                .expect_err(bad);
+            assert!(
+                error.0.contains(bad.split(' ').next().unwrap_or_default()),
+                "{}",
+                error.0
+            );
+        }
     }
 }

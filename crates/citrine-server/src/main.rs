@@ -119,6 +119,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let migrations = &service.migrations;
+    migrations.max_partitions.store(
+        server_config.cluster.migrate_max_partitions,
+        Ordering::Relaxed,
+    );
+    migrations
+        .sleep_us
+        .store(server_config.cluster.migrate_sleep_us, Ordering::Relaxed);
     // Not joined at shutdown: it only reads records and waits on the fabric.
     if let Err(error) = migrate::start(service.clone(), stopping.clone()) {
         eprintln!("citrined: {error}");

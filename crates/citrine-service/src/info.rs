@@ -602,6 +602,22 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
                         .to_string(),
                 ),
                 (
+                    "migrate-max-partitions".into(),
+                    service
+                        .migrations
+                        .max_partitions
+                        .load(Ordering::Relaxed)
+                        .to_string(),
+                ),
+                (
+                    "migrate-sleep".into(),
+                    service
+                        .migrations
+                        .sleep_us
+                        .load(Ordering::Relaxed)
+                        .to_string(),
+                ),
+                (
                     "service-threads".into(),
                     std::thread::available_parallelism()
                         .map(|count| count.get())
