@@ -338,8 +338,9 @@ fn writes_to_any_node_replicate_and_read_back_everywhere() {
 /// new master) whenever the new map's master of its partition holds a copy
 /// — with the natural succession order that is the surviving replica, but
 /// uniform balance may hand mastership to the node without a copy; until
-/// migrations and duplicate resolution exist such a record answers "not
-/// found" (never a wrong value), and the test checks exactly that.
+/// the migration reaches it (no duplicate resolution yet) such a record
+/// answers "not found" (never a wrong value), and the test checks exactly
+/// that. `tests/migration.rs` checks the state after migrations settle.
 #[test]
 fn acknowledged_writes_survive_the_loss_of_a_master() {
     let mut nodes = start_cluster(3);

@@ -41,7 +41,9 @@
 //!
 //! Not yet (later parts of issue 5): batch rows, scans and read-touch run
 //! locally on the node that receives them and are not replicated;
-//! migrations, partition versions and duplicate resolution.
+//! partition versions and duplicate resolution (migrations: see
+//! [`crate::migration`], which sends records in this module's
+//! [`ReplicaWrite`] encoding and applies them with the same rule).
 
 use crate::namespace::Namespace;
 use crate::transaction::{self, Now, Request};
