@@ -374,12 +374,22 @@ fn migrated(group: &[&Node]) -> (u64, u64) {
     )
 }
 
-const RECORDS: usize = 3000;
+const RECORDS_DEFAULT: usize = 3000;
+
+/// Records written before the view changes (`$CITRINE_MIGRATION_RECORDS`
+/// for timings on bigger data).
+fn records() -> usize {
+    std::env::var("CITRINE_MIGRATION_RECORDS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(RECORDS_DEFAULT)
+}
 
 #[test]
 fn a_joining_node_receives_its_partitions() {
     let mut nodes = start_cluster(20);
-    let keys = write_records(&nodes[0], "key", RECORDS);
+    let records = records();
+    let keys = write_records(&nodes[0], "key", records);
     let three: Vec<&Node> = nodes.iter().collect();
     wait_for_stable(&three, Duration::from_secs(10));
     let mut fourth = Node::new(23);
@@ -389,13 +399,14 @@ fn a_joining_node_receives_its_partitions() {
     let group: Vec<&Node> = nodes.iter().collect();
     let formed = wait_for_cluster(&group, 4, Duration::from_secs(20));
     let settled = wait_for_stable(&group, Duration::from_secs(30));
-    let (records, partitions) = migrated(&group);
+    let (sent, partitions) = migrated(&group);
     println!(
-        "join: cluster of 4 after {formed:?}, migrations settled {settled:?} later ({:?} from start): {records} records in {partitions} partitions",
-        started.elapsed()
+        "join: cluster of 4 after {formed:?}, migrations settled {settled:?} later ({:?} from start): {sent} records in {partitions} partitions ({:.0} records/s after the view)",
+        started.elapsed(),
+        sent as f64 / settled.as_secs_f64().max(1e-3)
     );
-    assert!(records > 0 && partitions > 0);
-    assert_copies_match_the_map(&group, RECORDS as u64);
+    assert!(sent > 0 && partitions > 0);
+    assert_copies_match_the_map(&group, records as u64);
     assert_all_readable(&group, &keys);
     // The new node holds a share.
     assert!(!nodes[3].checksums().is_empty());
@@ -404,14 +415,15 @@ fn a_joining_node_receives_its_partitions() {
 #[test]
 fn a_node_restarted_empty_gets_its_copies_back() {
     let mut nodes = start_cluster(24);
-    let mut keys = write_records(&nodes[1], "key", RECORDS);
+    let records = records();
+    let mut keys = write_records(&nodes[1], "key", records);
     wait_for_stable(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(10));
     nodes[2].kill();
     let survivors = [&nodes[0], &nodes[1]];
     wait_for_cluster(&survivors, 2, Duration::from_secs(20));
     let settled = wait_for_stable(&survivors, Duration::from_secs(30));
     println!("kill: migrations to the survivors settled in {settled:?}");
-    assert_copies_match_the_map(&survivors, RECORDS as u64);
+    assert_copies_match_the_map(&survivors, records as u64);
     keys.extend(write_records(&nodes[0], "while-down", 200));
     assert_all_readable(&survivors, &keys);
     // Restart empty (memory namespace): it gets back its share.
@@ -426,6 +438,6 @@ fn a_node_restarted_empty_gets_its_copies_back() {
         started.elapsed()
     );
     assert!(!nodes[2].checksums().is_empty());
-    assert_copies_match_the_map(&group, (RECORDS + 200) as u64);
+    assert_copies_match_the_map(&group, (records + 200) as u64);
     assert_all_readable(&group, &keys);
 }

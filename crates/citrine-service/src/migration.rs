@@ -6,7 +6,7 @@
 //! path, through the same [`Fabric`](crate::replication::Fabric) as
 //! replica writes.
 //!
-//! Planning ([`Migrations::plan`], run when a view is published): for each
+//! Planning (`Service::plan_migrations`, run when a view is published): for each
 //! namespace and partition, with `old` the partition's replica list in this
 //! node's **base** map and `new` its list in the published map, the
 //! *sender* is the first node of `old` still a member of the new view (the
@@ -45,7 +45,10 @@
 //! run (a read may miss a record not migrated yet), acting masters,
 //! tombstones (deletes are not migrated: a node holding a stale copy of a
 //! record deleted while it was away keeps it), dropping copies a node no
-//! longer needs, hottest-first ordering.
+//! longer needs, hottest-first ordering. The base is this node's own
+//! notion of "done": a receiver whose sender died in the middle of a
+//! partition keeps a partial copy until a later plan lists it as a new
+//! replica again (partition versions will tell).
 
 use crate::cluster_state::ClusterState;
 use crate::replication::ReplicaWrite;

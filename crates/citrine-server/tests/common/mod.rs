@@ -31,8 +31,13 @@ pub fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
+/// The `citrined` under test: this build's, or `$CITRINED_BIN` (e.g. a
+/// release build, for timings).
 pub fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_citrined")
+    static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BINARY.get_or_init(|| {
+        std::env::var("CITRINED_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_citrined").to_owned())
+    })
 }
 
 /// Starts citrined with `args` plus `--port`, waiting until it answers.
