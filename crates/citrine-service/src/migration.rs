@@ -40,9 +40,19 @@
 //! - no lock is held across an await (the sender holds a partition lock
 //!   only while it copies one batch).
 //!
+//! Duplicate resolution: planning also lists the partitions this node
+//! masters but did not hold under its base (all it masters when the base
+//! is its own single-node map) as *incoming*; a single-record transaction
+//! on an incoming partition first fetches the record from every other
+//! member (`crate::replication`, `DUPRES`) and applies the newest copy.
+//! A partition stops being incoming when its LAST batch arrives, when every
+//! member answers that it has nothing left to send of it
+//! ([`Migrations::sent_all`]), or when the server's sweep (`PENDING`
+//! calls, [`Migrations::incoming_retain`]) finds no member still sending
+//! it. The steady-state check is one relaxed load.
+//!
 //! Not yet: partition versions and delta migration (every record of a
-//! partition is sent), duplicate resolution at the master while migrations
-//! run (a read may miss a record not migrated yet), acting masters,
+//! partition is sent), acting masters,
 //! tombstones (deletes are not migrated: a node holding a stale copy of a
 //! record deleted while it was away keeps it), dropping copies a node no
 //! longer needs, hottest-first ordering. The base is this node's own

@@ -28,6 +28,12 @@
 //!   9 (timeout: the write is in doubt, as with any timeout).
 //! - a proxied request is sent once (it may not be idempotent); no answer
 //!   before the deadline → 9.
+//! - on the master of a partition whose incoming migration is not finished
+//!   ([`crate::migration::Migrations::dupres_key`]), a request first runs
+//!   duplicate resolution: [`call_kind::DUPRES`] to every other member, each
+//!   answer's copy applied with the replica-write rule, then the request
+//!   executes; a member that does not answer in time → 11 (the client
+//!   retries) rather than a possible lost update.
 //!
 //! Invariants:
 //! - no partition lock is held across an await: the local write runs to
@@ -41,7 +47,7 @@
 //!
 //! Not yet (later parts of issue 5): batch rows, scans and read-touch run
 //! locally on the node that receives them and are not replicated;
-//! partition versions and duplicate resolution (migrations: see
+//! partition versions (migrations: see
 //! [`crate::migration`], which sends records in this module's
 //! [`ReplicaWrite`] encoding and applies them with the same rule).
 
@@ -1192,6 +1198,157 @@ mod tests {
 
     fn block_on_test<F: std::future::Future>(future: F) -> F::Output {
         crate::block_on(future)
+    }
+
+    /// Answers DUPRES with `answer` (or times out when `None`), acks the rest.
+    struct DupResFabric {
+        answer: Option<DupResAnswer>,
+        calls: parking_lot::Mutex<Vec<u8>>,
+    }
+
+    impl Fabric for DupResFabric {
+        fn call(&self, _: NodeId, kind: u8, _: Vec<u8>, _: Duration) -> FabricFuture {
+            self.calls.lock().push(kind);
+            let answer = match (kind, &self.answer) {
+                (call_kind::DUPRES, Some(answer)) => Ok(answer.encode()),
+                (call_kind::DUPRES, None) => Err(FabricError::Timeout),
+                _ => Ok(vec![0]),
+            };
+            Box::pin(async move { answer })
+        }
+    }
+
+    #[test]
+    fn dupres_messages_round_trip() {
+        let request = DupResRequest {
+            cluster_key: 42,
+            namespace: "test".into(),
+            digest: Digest([9; DIGEST_SIZE]),
+        };
+        assert_eq!(
+            DupResRequest::decode(&request.encode()),
+            Some(request.clone())
+        );
+        assert_eq!(DupResRequest::decode(&request.encode()[1..]), None);
+        for answer in [
+            DupResAnswer {
+                sent_all: true,
+                record: None,
+            },
+            DupResAnswer {
+                sent_all: false,
+                record: Some(sample(Some(vec![1, 2, 3]))),
+            },
+        ] {
+            assert_eq!(DupResAnswer::decode(&answer.encode()), Some(answer.clone()));
+        }
+        assert_eq!(DupResAnswer::decode(&[0, 1]), None);
+        assert_eq!(DupResAnswer::decode(&[]), None);
+    }
+
+    /// A write at a master whose partition is incoming builds on the newest
+    /// copy held elsewhere; unanswered resolution → 11, nothing executed.
+    #[test]
+    fn an_incoming_master_resolves_before_executing() {
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        use citrine_wire::digest::{of_key, UserKey};
+        use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
+        let incr = |service: &Service, key: &str| {
+            let digest = of_key("demo", &UserKey::String(key.into()));
+            let mut frame = Vec::new();
+            let header = MsgHeader {
+                info2: info2::WRITE,
+                ..MsgHeader::default()
+            };
+            let mut writer = MessageWriter::begin(&mut frame, &header);
+            writer
+                .field(field_type::NAMESPACE, b"test")
+                .field(field_type::SET, b"demo")
+                .field(field_type::DIGEST, &digest.0)
+                .op(op_type::INCR, 1, b"c", &1i64.to_be_bytes());
+            writer.finish();
+            let header_bytes: [u8; PROTO_HEADER_SIZE] =
+                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+            let header = ProtoHeader::decode(&header_bytes).expect("header");
+            let mut out = Vec::new();
+            service
+                .handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
+                .expect("handled");
+            (digest, out[PROTO_HEADER_SIZE + 5])
+        };
+        // The old holder: three increments.
+        let old = memory_service(2);
+        let members = [1u64, 2].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: format!("127.0.0.1:{}", 3000 + id),
+        });
+        let make_state =
+            || ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 2)], 2, 2);
+        let state = make_state();
+        let key = (0..1000)
+            .map(|index| format!("k{index}"))
+            .find(|key| {
+                state.namespaces[0]
+                    .map
+                    .master(of_key("demo", &UserKey::String(key.clone())).partition())
+                    == Some(NodeId(1))
+            })
+            .expect("a key");
+        for _ in 0..3 {
+            assert_eq!(incr(&old, &key).1, 0);
+        }
+        let digest = of_key("demo", &UserKey::String(key.clone()));
+        let copy = fetch(old.namespace(b"test").expect("ns"), &digest, old.now()).expect("copy");
+        assert_eq!(copy.generation, 3);
+        // The new master (base: alone) resolves with node 2 first.
+        let service = memory_service(1);
+        let fabric = std::sync::Arc::new(DupResFabric {
+            answer: Some(DupResAnswer {
+                sent_all: false,
+                record: Some(copy),
+            }),
+            calls: parking_lot::Mutex::new(Vec::new()),
+        });
+        service.set_fabric(fabric.clone());
+        service.publish_cluster(make_state());
+        assert!(service
+            .migrations
+            .dupres_key("test", digest.partition())
+            .is_some());
+        assert_eq!(incr(&service, &key).1, 0);
+        assert_eq!(
+            fabric.calls.lock().as_slice(),
+            &[call_kind::DUPRES, call_kind::REPLICA_WRITE]
+        );
+        assert_eq!(
+            stored(&service, &digest).map(|(meta, _)| meta.generation),
+            Some(4)
+        );
+        // Unreachable member: 11, the local copy untouched.
+        let service = memory_service(1);
+        service.set_fabric(std::sync::Arc::new(DupResFabric {
+            answer: None,
+            calls: parking_lot::Mutex::new(Vec::new()),
+        }));
+        service.publish_cluster(make_state());
+        assert_eq!(incr(&service, &key).1, ResultCode::Unavailable.code());
+        assert!(stored(&service, &digest).is_none());
+        // Every member has sent everything: the partition stops being incoming.
+        let service = memory_service(1);
+        service.set_fabric(std::sync::Arc::new(DupResFabric {
+            answer: Some(DupResAnswer {
+                sent_all: true,
+                record: None,
+            }),
+            calls: parking_lot::Mutex::new(Vec::new()),
+        }));
+        service.publish_cluster(make_state());
+        assert_eq!(incr(&service, &key).1, 0);
+        assert!(service
+            .migrations
+            .dupres_key("test", digest.partition())
+            .is_none());
     }
 
     #[test]
