@@ -22,6 +22,7 @@ use citrine_service::migration::{MigrateTask, FLAG_FIRST, FLAG_LAST};
 use citrine_service::replication::{call_kind, Fabric};
 use citrine_service::Service;
 use citrine_types::ResultCode;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +33,9 @@ pub const BATCH_TIMEOUT_MS: u64 = 2_000;
 pub const RETRY_PAUSE_MS: u64 = 100;
 /// How often an idle migration thread looks for a new plan.
 pub const IDLE_POLL_MS: u64 = 20;
+/// How often the other members are asked which partitions they still send
+/// while some partition is incoming here (duplicate resolution).
+pub const INCOMING_POLL_MS: u64 = 200;
 
 /// Starts the migration thread.
 pub fn start(
@@ -57,6 +61,7 @@ pub fn start(
 }
 
 async fn run(service: Arc<Service>, stopping: Arc<AtomicBool>) {
+    let mut last_sweep = Instant::now();
     while !stopping.load(Ordering::Relaxed) {
         let Some(fabric) = service.fabric() else {
             tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
@@ -64,6 +69,10 @@ async fn run(service: Arc<Service>, stopping: Arc<AtomicBool>) {
         };
         let (epoch, cluster_key, tasks) = service.migrations.take_tasks();
         if tasks.is_empty() {
+            if last_sweep.elapsed() >= Duration::from_millis(INCOMING_POLL_MS) {
+                last_sweep = Instant::now();
+                sweep_incoming(&service, &fabric).await;
+            }
             tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
             continue;
         }
@@ -81,6 +90,55 @@ async fn run(service: Arc<Service>, stopping: Arc<AtomicBool>) {
             complete = service.migrations.epoch() == epoch,
             "migration plan done"
         );
+    }
+}
+
+/// Asks every other member which partitions it still has to migrate
+/// ([`call_kind::PENDING`]) and ends duplicate resolution for the incoming
+/// partitions none of them still sends (a partition with no records
+/// anywhere gets no batch, so its LAST never arrives). A member that does
+/// not answer, or answers for another cluster key, keeps every incoming
+/// partition incoming.
+async fn sweep_incoming(service: &Arc<Service>, fabric: &Arc<dyn Fabric>) {
+    let Some((cluster_key, namespaces)) = service.migrations.incoming_namespaces() else {
+        return;
+    };
+    let cluster = service.cluster();
+    if cluster.cluster_key != cluster_key {
+        return;
+    }
+    for namespace in namespaces {
+        let mut payload = cluster_key.to_be_bytes().to_vec();
+        payload.extend_from_slice(namespace.as_bytes());
+        let mut still = HashSet::new();
+        for member in cluster
+            .members
+            .iter()
+            .filter(|m| m.node_id != service.node_id)
+        {
+            let answer = fabric
+                .call(
+                    member.node_id,
+                    call_kind::PENDING,
+                    payload.clone(),
+                    Duration::from_millis(INCOMING_POLL_MS),
+                )
+                .await;
+            let Ok(answer) = answer else {
+                return;
+            };
+            let Some((&1, partitions)) = answer.split_first() else {
+                return;
+            };
+            still.extend(
+                partitions
+                    .chunks_exact(2)
+                    .map(|pair| u16::from_be_bytes([pair[0], pair[1]])),
+            );
+        }
+        service
+            .migrations
+            .incoming_retain(cluster_key, &namespace, &still);
     }
 }
 

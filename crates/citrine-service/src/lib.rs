@@ -267,12 +267,33 @@ impl Service {
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
+        self.execute_body(body, hops, false, out)
+    }
+
+    /// Runs a single-record request body after its duplicate resolution
+    /// (no second resolution, not counted again).
+    pub(crate) fn execute_resolved(
+        &self,
+        body: &[u8],
+        hops: u8,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Remote>> {
+        self.execute_body(body, hops, true, out)
+    }
+
+    fn execute_body(
+        &self,
+        body: &[u8],
+        hops: u8,
+        resolved: bool,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Remote>> {
         match Message::decode(body) {
             Ok(message)
                 if message.header.info1 & info1::BATCH == 0
                     && message.field(field_type::DIGEST).is_some() =>
             {
-                transaction::execute(self, &message, body, hops, out)
+                transaction::execute(self, &message, body, hops, resolved, out)
             }
             _ => {
                 self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
@@ -407,7 +428,7 @@ impl Service {
                     .and_then(|cursor| cursor.step(self, self.now(), out))
                     .map(|cursor| Continuation(Pending::Scan(cursor))))
             }
-            Ok(message) => Ok(transaction::execute(self, &message, body, 0, out)
+            Ok(message) => Ok(transaction::execute(self, &message, body, 0, false, out)
                 .map(|remote| Continuation(Pending::Remote(remote)))),
             Err(error) => {
                 // The frame boundary is intact, so the stream is still in step:

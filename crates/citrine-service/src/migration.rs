@@ -40,9 +40,19 @@
 //! - no lock is held across an await (the sender holds a partition lock
 //!   only while it copies one batch).
 //!
+//! Duplicate resolution: planning also lists the partitions this node
+//! masters but did not hold under its base (all it masters when the base
+//! is its own single-node map) as *incoming*; a single-record transaction
+//! on an incoming partition first fetches the record from every other
+//! member (`crate::replication`, `DUPRES`) and applies the newest copy.
+//! A partition stops being incoming when its LAST batch arrives, when every
+//! member answers that it has nothing left to send of it
+//! ([`Migrations::sent_all`]), or when the server's sweep (`PENDING`
+//! calls, [`Migrations::incoming_retain`]) finds no member still sending
+//! it. The steady-state check is one relaxed load.
+//!
 //! Not yet: partition versions and delta migration (every record of a
-//! partition is sent), duplicate resolution at the master while migrations
-//! run (a read may miss a record not migrated yet), acting masters,
+//! partition is sent), acting masters,
 //! tombstones (deletes are not migrated: a node holding a stale copy of a
 //! record deleted while it was away keeps it), dropping copies a node no
 //! longer needs, hottest-first ordering. The base is this node's own
@@ -90,6 +100,9 @@ struct State {
     pending: HashSet<(String, u16)>,
     /// Partitions being received under the current cluster key.
     receiving: HashSet<(String, u16)>,
+    /// Partitions this node masters in the current map whose records may
+    /// still be elsewhere: duplicate resolution runs for them.
+    incoming: HashSet<(String, u16)>,
     cluster_key: u64,
 }
 
@@ -102,6 +115,10 @@ pub struct Migrations {
     tasks: Mutex<Vec<MigrateTask>>,
     tx_remaining: AtomicU64,
     rx_remaining: AtomicU64,
+    /// Size of `incoming` (the one check on the steady-state path).
+    incoming_count: AtomicU64,
+    /// Duplicate resolutions run (a fetch from the other members).
+    pub dupres_runs: AtomicU64,
     /// Most partitions sent at once (`migrate-max-partitions`).
     pub max_partitions: AtomicU32,
     /// Pause after each acknowledged batch, microseconds (`migrate-sleep`).
@@ -120,6 +137,8 @@ impl Default for Migrations {
             tasks: Mutex::new(Vec::new()),
             tx_remaining: AtomicU64::new(0),
             rx_remaining: AtomicU64::new(0),
+            incoming_count: AtomicU64::new(0),
+            dupres_runs: AtomicU64::new(0),
             max_partitions: AtomicU32::new(MAX_PARTITIONS_DEFAULT),
             sleep_us: AtomicU32::new(0),
             records_sent: AtomicU64::new(0),
@@ -183,6 +202,90 @@ impl Migrations {
         }
     }
 
+    /// The cluster key to resolve duplicates under when `partition` of
+    /// `namespace` is mastered here with its incoming migration not
+    /// finished; `None` otherwise. One relaxed load when no partition is
+    /// incoming (the steady state).
+    #[inline]
+    pub fn dupres_key(&self, namespace: &str, partition: PartitionId) -> Option<u64> {
+        if self.incoming_count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let state = self.state.lock();
+        state
+            .incoming
+            .contains(&(namespace.to_owned(), partition.index() as u16))
+            .then_some(state.cluster_key)
+    }
+
+    /// The incoming migration of a partition is over under `cluster_key`
+    /// (its last batch arrived, or every other member has nothing more to
+    /// send): no more duplicate resolution for it.
+    pub fn incoming_done(&self, cluster_key: u64, namespace: &str, partition: u16) {
+        let mut state = self.state.lock();
+        if state.cluster_key != cluster_key {
+            return;
+        }
+        state.incoming.remove(&(namespace.to_owned(), partition));
+        self.incoming_count
+            .store(state.incoming.len() as u64, Ordering::Relaxed);
+    }
+
+    /// True when this node has nothing (more) to send of `partition` under
+    /// `cluster_key`: it made its plan for that key and the partition is not
+    /// pending in it.
+    pub fn sent_all(&self, cluster_key: u64, namespace: &str, partition: u16) -> bool {
+        let state = self.state.lock();
+        state.cluster_key == cluster_key
+            && !state.pending.contains(&(namespace.to_owned(), partition))
+    }
+
+    /// When some partition is incoming: the cluster key and the namespaces
+    /// with incoming partitions.
+    pub fn incoming_namespaces(&self) -> Option<(u64, Vec<String>)> {
+        if self.incoming_count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let state = self.state.lock();
+        let mut names: Vec<String> = state
+            .incoming
+            .iter()
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        Some((state.cluster_key, names))
+    }
+
+    /// The partitions of `namespace` this node still has to send under
+    /// `cluster_key`; `None` when its plan is not for that key.
+    pub fn pending_for(&self, cluster_key: u64, namespace: &str) -> Option<Vec<u16>> {
+        let state = self.state.lock();
+        (state.cluster_key == cluster_key).then(|| {
+            state
+                .pending
+                .iter()
+                .filter(|(name, _)| name == namespace)
+                .map(|(_, partition)| *partition)
+                .collect()
+        })
+    }
+
+    /// Every other member answered its pending partitions of `namespace`
+    /// under `cluster_key`: incoming partitions none of them still has to
+    /// send are complete here.
+    pub fn incoming_retain(&self, cluster_key: u64, namespace: &str, still: &HashSet<u16>) {
+        let mut state = self.state.lock();
+        if state.cluster_key != cluster_key {
+            return;
+        }
+        state
+            .incoming
+            .retain(|(name, partition)| name != namespace || still.contains(partition));
+        self.incoming_count
+            .store(state.incoming.len() as u64, Ordering::Relaxed);
+    }
+
     /// A batch arrived: tracks the partitions being received.
     fn received(&self, cluster_key: u64, namespace: &str, partition: u16, flags: u8) {
         let mut state = self.state.lock();
@@ -192,6 +295,9 @@ impl Migrations {
         let key = (namespace.to_owned(), partition);
         if flags & FLAG_LAST != 0 {
             state.receiving.remove(&key);
+            state.incoming.remove(&key);
+            self.incoming_count
+                .store(state.incoming.len() as u64, Ordering::Relaxed);
         } else if flags & FLAG_FIRST != 0 {
             state.receiving.insert(key);
         }
@@ -216,6 +322,11 @@ impl Service {
             })
             .clone();
         let mut tasks = Vec::new();
+        let mut incoming = HashSet::new();
+        // A node whose base is its own single-node map (it just started or
+        // came back) holds nothing the cluster wrote meanwhile: every
+        // partition it masters in a view with others is incoming.
+        let joining = base.members.len() <= 1 && published.members.len() > 1;
         for namespace in self.namespaces() {
             let name = &namespace.config.name;
             let (Some(old), Some(new)) = (base.namespace(name), published.namespace(name)) else {
@@ -226,6 +337,12 @@ impl Service {
                     continue;
                 };
                 let old_list = old.map.replicas(partition);
+                if published.members.len() > 1
+                    && new.map.replicas(partition).first() == Some(&self.node_id)
+                    && (joining || !old_list.contains(&self.node_id))
+                {
+                    incoming.insert((name.clone(), pid));
+                }
                 let sender = old_list.iter().find(|node| {
                     published
                         .members
@@ -264,6 +381,10 @@ impl Service {
             .map(|task| (task.namespace.clone(), task.partition.index() as u16))
             .collect();
         state.receiving.clear();
+        migrations
+            .incoming_count
+            .store(incoming.len() as u64, Ordering::Relaxed);
+        state.incoming = incoming;
         state.cluster_key = published.cluster_key;
         if tasks.is_empty() {
             state.base = Some(published.clone());

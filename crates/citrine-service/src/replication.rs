@@ -28,6 +28,12 @@
 //!   9 (timeout: the write is in doubt, as with any timeout).
 //! - a proxied request is sent once (it may not be idempotent); no answer
 //!   before the deadline → 9.
+//! - on the master of a partition whose incoming migration is not finished
+//!   ([`crate::migration::Migrations::dupres_key`]), a request first runs
+//!   duplicate resolution: [`call_kind::DUPRES`] to every other member, each
+//!   answer's copy applied with the replica-write rule, then the request
+//!   executes; a member that does not answer in time → 11 (the client
+//!   retries) rather than a possible lost update.
 //!
 //! Invariants:
 //! - no partition lock is held across an await: the local write runs to
@@ -41,7 +47,7 @@
 //!
 //! Not yet (later parts of issue 5): batch rows, scans and read-touch run
 //! locally on the node that receives them and are not replicated;
-//! partition versions and duplicate resolution (migrations: see
+//! partition versions (migrations: see
 //! [`crate::migration`], which sends records in this module's
 //! [`ReplicaWrite`] encoding and applies them with the same rule).
 
@@ -78,6 +84,104 @@ pub mod call_kind {
     /// ([`crate::migration::MigrateBatch`]); the answer is one result-code
     /// byte.
     pub const MIGRATE: u8 = 3;
+    /// Duplicate resolution: a new master asks for a record's version
+    /// ([`super::DupResRequest`]); the answer is [`super::DupResAnswer`].
+    pub const DUPRES: u8 = 4;
+    /// Which partitions of a namespace the member still has to migrate:
+    /// `u64 cluster key | ns`; the answer is empty when its plan is for
+    /// another key, else `u8 1 | u16 partition...`, big-endian.
+    pub const PENDING: u8 = 5;
+}
+
+/// Longest wait for one member's duplicate-resolution answer.
+pub const DUPRES_TIMEOUT_MS: u64 = 1_000;
+
+/// A duplicate-resolution request: `u64 cluster key | u8 ns len | ns |
+/// digest`, big-endian.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DupResRequest {
+    pub cluster_key: u64,
+    pub namespace: String,
+    pub digest: Digest,
+}
+
+impl DupResRequest {
+    pub fn encode(&self) -> Vec<u8> {
+        let namespace = &self.namespace.as_bytes()[..self.namespace.len().min(255)];
+        let mut out = Vec::with_capacity(9 + namespace.len() + DIGEST_SIZE);
+        out.extend_from_slice(&self.cluster_key.to_be_bytes());
+        out.push(namespace.len() as u8);
+        out.extend_from_slice(namespace);
+        out.extend_from_slice(&self.digest.0);
+        out
+    }
+
+    /// Decodes; `None` for anything malformed (including trailing bytes).
+    pub fn decode(bytes: &[u8]) -> Option<DupResRequest> {
+        let mut reader = Reader { bytes, at: 0 };
+        let cluster_key = u64::from_be_bytes(reader.take(8)?.try_into().ok()?);
+        let namespace_len = usize::from(reader.u8()?);
+        let namespace = std::str::from_utf8(reader.take(namespace_len)?)
+            .ok()?
+            .to_owned();
+        let digest: [u8; DIGEST_SIZE] = reader.take(DIGEST_SIZE)?.try_into().ok()?;
+        if reader.at != bytes.len() {
+            return None;
+        }
+        Some(DupResRequest {
+            cluster_key,
+            namespace,
+            digest: Digest(digest),
+        })
+    }
+}
+
+/// A member's answer to a [`DupResRequest`]: `u8 flags | (FOUND) replica
+/// write`. The index keeps no tombstones, so a deleted record is absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DupResAnswer {
+    /// The member has nothing (more) to migrate of the record's partition
+    /// under the request's cluster key.
+    pub sent_all: bool,
+    /// The member's live copy (full state), or `None` when absent.
+    pub record: Option<ReplicaWrite>,
+}
+
+const DUPRES_SENT_ALL: u8 = 1;
+const DUPRES_FOUND: u8 = 2;
+
+impl DupResAnswer {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut flags = 0;
+        if self.sent_all {
+            flags |= DUPRES_SENT_ALL;
+        }
+        let record = self.record.as_ref().map(ReplicaWrite::encode);
+        if record.is_some() {
+            flags |= DUPRES_FOUND;
+        }
+        let mut out = vec![flags];
+        if let Some(record) = record {
+            out.extend_from_slice(&record);
+        }
+        out
+    }
+
+    /// Decodes; `None` for anything malformed.
+    pub fn decode(bytes: &[u8]) -> Option<DupResAnswer> {
+        let (&flags, rest) = bytes.split_first()?;
+        let record = if flags & DUPRES_FOUND != 0 {
+            Some(ReplicaWrite::decode(rest)?)
+        } else if rest.is_empty() {
+            None
+        } else {
+            return None;
+        };
+        Some(DupResAnswer {
+            sent_all: flags & DUPRES_SENT_ALL != 0,
+            record,
+        })
+    }
 }
 
 /// Why a fabric call produced no answer.
@@ -115,6 +219,15 @@ pub(crate) enum Remote {
         partition: PartitionId,
         targets: Vec<NodeId>,
         payload: Vec<u8>,
+        deadline_ms: u64,
+    },
+    /// Fetch the record's version from every other member, apply the
+    /// newest, then execute `body` here (duplicate resolution).
+    DupRes {
+        request: DupResRequest,
+        sources: Vec<NodeId>,
+        body: Vec<u8>,
+        hops: u8,
         deadline_ms: u64,
     },
 }
@@ -227,6 +340,7 @@ pub(crate) fn route(
     request: &Request<'_>,
     body: &[u8],
     hops: u8,
+    resolved: bool,
     out: &mut Vec<u8>,
 ) -> Option<Box<Remote>> {
     let now = service.now();
@@ -256,6 +370,30 @@ pub(crate) fn route(
             }));
         }
         _ => {}
+    }
+    if !resolved {
+        if let Some(cluster_key) = service
+            .migrations
+            .dupres_key(&namespace.config.name, partition)
+        {
+            let sources = cluster
+                .members
+                .iter()
+                .map(|member| member.node_id)
+                .filter(|node| *node != service.node_id)
+                .collect();
+            return Some(Box::new(Remote::DupRes {
+                request: DupResRequest {
+                    cluster_key,
+                    namespace: namespace.config.name.clone(),
+                    digest: request.digest,
+                },
+                sources,
+                body: body.to_vec(),
+                hops,
+                deadline_ms,
+            }));
+        }
     }
     let start = out.len();
     transaction::perform(namespace, request, now, out);
@@ -305,6 +443,25 @@ fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite {
             body: None,
         },
     }
+}
+
+/// This node's live copy of a record as a replica write, if it has one.
+fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrite> {
+    let partition = namespace.index.partition(digest.partition()).read();
+    let entry = partition.get(digest)?;
+    if !transaction::is_live(namespace, &entry.meta, now) {
+        return None;
+    }
+    let body = namespace.storage.read(&entry.location).ok()?.into_owned();
+    Some(ReplicaWrite {
+        namespace: namespace.config.name.clone(),
+        digest: *digest,
+        generation: entry.meta.generation,
+        void_time: entry.meta.void_time,
+        last_update_ms: entry.meta.last_update_ms,
+        set_name: namespace.sets.name(entry.meta.set_id).unwrap_or_default(),
+        body: Some(body),
+    })
 }
 
 /// True when a copy with `meta` is at least as new as `write`.
@@ -383,7 +540,35 @@ impl Service {
             transaction::write_result(out, ResultCode::Unavailable);
             return;
         };
+        let remote = match remote {
+            Remote::DupRes {
+                request,
+                sources,
+                body,
+                hops,
+                deadline_ms,
+            } => {
+                out.clear();
+                if !self
+                    .resolve(fabric.as_ref(), &request, sources, deadline_ms)
+                    .await
+                {
+                    transaction::write_result(out, ResultCode::Unavailable);
+                    return;
+                }
+                match self.execute_resolved(&body, hops, out) {
+                    Some(next) => *next,
+                    None => return,
+                }
+            }
+            other => other,
+        };
         match remote {
+            Remote::DupRes { .. } => {
+                // `execute_resolved` never asks for a second resolution.
+                out.clear();
+                transaction::write_result(out, ResultCode::ServerError);
+            }
             Remote::Proxy {
                 to,
                 payload,
@@ -490,6 +675,65 @@ impl Service {
         false
     }
 
+    /// Duplicate resolution: asks every member in `sources` for its copy
+    /// of the record at once, applies each copy with the replica-write
+    /// rule (only when newer), and marks the partition's incoming
+    /// migration over when every member has nothing more to send. False
+    /// when some member did not answer in time (the caller answers 11: the
+    /// record's newest version may be there, and executing without it
+    /// could lose an update).
+    async fn resolve(
+        &self,
+        fabric: &dyn Fabric,
+        request: &DupResRequest,
+        sources: Vec<NodeId>,
+        deadline_ms: u64,
+    ) -> bool {
+        self.migrations
+            .dupres_runs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let timeout = self
+            .remaining(deadline_ms)
+            .min(Duration::from_millis(DUPRES_TIMEOUT_MS));
+        if timeout.is_zero() {
+            return false;
+        }
+        let payload = request.encode();
+        let ask = |source: NodeId| {
+            let payload = payload.clone();
+            async move {
+                let answer = fabric
+                    .call(source, call_kind::DUPRES, payload, timeout)
+                    .await;
+                answer.ok().and_then(|bytes| DupResAnswer::decode(&bytes))
+            }
+        };
+        let answers = join_all(sources.iter().map(|source| ask(*source)).collect()).await;
+        let mut sent_all = true;
+        for answer in answers {
+            let Some(answer) = answer else {
+                return false;
+            };
+            sent_all &= answer.sent_all;
+            if let Some(record) = answer.record {
+                if record.namespace != request.namespace || record.digest != request.digest {
+                    return false;
+                }
+                if apply_replica_write(self, &record) != ResultCode::Ok {
+                    return false;
+                }
+            }
+        }
+        if sent_all {
+            self.migrations.incoming_done(
+                request.cluster_key,
+                &request.namespace,
+                request.digest.partition().index() as u16,
+            );
+        }
+        true
+    }
+
     fn remaining(&self, deadline_ms: u64) -> Duration {
         Duration::from_millis(deadline_ms.saturating_sub(self.clock.now_unix_ms()))
     }
@@ -505,6 +749,48 @@ impl Service {
                 vec![code.code()]
             }
             call_kind::MIGRATE => vec![self.apply_migrate_batch(payload).code()],
+            call_kind::PENDING => {
+                let Some((key, namespace)) = payload.split_at_checked(8) else {
+                    return Vec::new();
+                };
+                let Ok(key) = <[u8; 8]>::try_from(key) else {
+                    return Vec::new();
+                };
+                let Ok(namespace) = std::str::from_utf8(namespace) else {
+                    return Vec::new();
+                };
+                match self
+                    .migrations
+                    .pending_for(u64::from_be_bytes(key), namespace)
+                {
+                    Some(partitions) => {
+                        let mut out = Vec::with_capacity(1 + 2 * partitions.len());
+                        out.push(1);
+                        for partition in partitions {
+                            out.extend_from_slice(&partition.to_be_bytes());
+                        }
+                        out
+                    }
+                    None => Vec::new(),
+                }
+            }
+            call_kind::DUPRES => {
+                let Some(request) = DupResRequest::decode(payload) else {
+                    return Vec::new();
+                };
+                let Some(namespace) = self.namespace(request.namespace.as_bytes()) else {
+                    return Vec::new();
+                };
+                DupResAnswer {
+                    sent_all: self.migrations.sent_all(
+                        request.cluster_key,
+                        &request.namespace,
+                        request.digest.partition().index() as u16,
+                    ),
+                    record: fetch(namespace, &request.digest, self.now()),
+                }
+                .encode()
+            }
             call_kind::PROXY => {
                 let mut out = Vec::new();
                 let Some((&hops, body)) = payload.split_first() else {
@@ -770,7 +1056,12 @@ mod tests {
         // Mastered here: applied locally, then replicated as a full state.
         let (digest, _, out) = put(&mine);
         assert_eq!(out[PROTO_HEADER_SIZE + 5], 0);
-        let calls = std::mem::take(&mut *fabric.calls.lock());
+        let mut calls = std::mem::take(&mut *fabric.calls.lock());
+        // The node's base is its single-node map (it just joined): the
+        // partition is incoming, so the record is resolved with the other
+        // member first (the fake answers "absent, more to come").
+        assert_eq!((calls[0].0, calls[0].1), (NodeId(2), call_kind::DUPRES));
+        calls.remove(0);
         assert_eq!(calls.len(), 1);
         assert_eq!(
             (calls[0].0, calls[0].1),
@@ -907,6 +1198,157 @@ mod tests {
 
     fn block_on_test<F: std::future::Future>(future: F) -> F::Output {
         crate::block_on(future)
+    }
+
+    /// Answers DUPRES with `answer` (or times out when `None`), acks the rest.
+    struct DupResFabric {
+        answer: Option<DupResAnswer>,
+        calls: parking_lot::Mutex<Vec<u8>>,
+    }
+
+    impl Fabric for DupResFabric {
+        fn call(&self, _: NodeId, kind: u8, _: Vec<u8>, _: Duration) -> FabricFuture {
+            self.calls.lock().push(kind);
+            let answer = match (kind, &self.answer) {
+                (call_kind::DUPRES, Some(answer)) => Ok(answer.encode()),
+                (call_kind::DUPRES, None) => Err(FabricError::Timeout),
+                _ => Ok(vec![0]),
+            };
+            Box::pin(async move { answer })
+        }
+    }
+
+    #[test]
+    fn dupres_messages_round_trip() {
+        let request = DupResRequest {
+            cluster_key: 42,
+            namespace: "test".into(),
+            digest: Digest([9; DIGEST_SIZE]),
+        };
+        assert_eq!(
+            DupResRequest::decode(&request.encode()),
+            Some(request.clone())
+        );
+        assert_eq!(DupResRequest::decode(&request.encode()[1..]), None);
+        for answer in [
+            DupResAnswer {
+                sent_all: true,
+                record: None,
+            },
+            DupResAnswer {
+                sent_all: false,
+                record: Some(sample(Some(vec![1, 2, 3]))),
+            },
+        ] {
+            assert_eq!(DupResAnswer::decode(&answer.encode()), Some(answer.clone()));
+        }
+        assert_eq!(DupResAnswer::decode(&[0, 1]), None);
+        assert_eq!(DupResAnswer::decode(&[]), None);
+    }
+
+    /// A write at a master whose partition is incoming builds on the newest
+    /// copy held elsewhere; unanswered resolution → 11, nothing executed.
+    #[test]
+    fn an_incoming_master_resolves_before_executing() {
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        use citrine_wire::digest::{of_key, UserKey};
+        use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
+        let incr = |service: &Service, key: &str| {
+            let digest = of_key("demo", &UserKey::String(key.into()));
+            let mut frame = Vec::new();
+            let header = MsgHeader {
+                info2: info2::WRITE,
+                ..MsgHeader::default()
+            };
+            let mut writer = MessageWriter::begin(&mut frame, &header);
+            writer
+                .field(field_type::NAMESPACE, b"test")
+                .field(field_type::SET, b"demo")
+                .field(field_type::DIGEST, &digest.0)
+                .op(op_type::INCR, 1, b"c", &1i64.to_be_bytes());
+            writer.finish();
+            let header_bytes: [u8; PROTO_HEADER_SIZE] =
+                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+            let header = ProtoHeader::decode(&header_bytes).expect("header");
+            let mut out = Vec::new();
+            service
+                .handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
+                .expect("handled");
+            (digest, out[PROTO_HEADER_SIZE + 5])
+        };
+        // The old holder: three increments.
+        let old = memory_service(2);
+        let members = [1u64, 2].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: format!("127.0.0.1:{}", 3000 + id),
+        });
+        let make_state =
+            || ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 2)], 2, 2);
+        let state = make_state();
+        let key = (0..1000)
+            .map(|index| format!("k{index}"))
+            .find(|key| {
+                state.namespaces[0]
+                    .map
+                    .master(of_key("demo", &UserKey::String(key.clone())).partition())
+                    == Some(NodeId(1))
+            })
+            .expect("a key");
+        for _ in 0..3 {
+            assert_eq!(incr(&old, &key).1, 0);
+        }
+        let digest = of_key("demo", &UserKey::String(key.clone()));
+        let copy = fetch(old.namespace(b"test").expect("ns"), &digest, old.now()).expect("copy");
+        assert_eq!(copy.generation, 3);
+        // The new master (base: alone) resolves with node 2 first.
+        let service = memory_service(1);
+        let fabric = std::sync::Arc::new(DupResFabric {
+            answer: Some(DupResAnswer {
+                sent_all: false,
+                record: Some(copy),
+            }),
+            calls: parking_lot::Mutex::new(Vec::new()),
+        });
+        service.set_fabric(fabric.clone());
+        service.publish_cluster(make_state());
+        assert!(service
+            .migrations
+            .dupres_key("test", digest.partition())
+            .is_some());
+        assert_eq!(incr(&service, &key).1, 0);
+        assert_eq!(
+            fabric.calls.lock().as_slice(),
+            &[call_kind::DUPRES, call_kind::REPLICA_WRITE]
+        );
+        assert_eq!(
+            stored(&service, &digest).map(|(meta, _)| meta.generation),
+            Some(4)
+        );
+        // Unreachable member: 11, the local copy untouched.
+        let service = memory_service(1);
+        service.set_fabric(std::sync::Arc::new(DupResFabric {
+            answer: None,
+            calls: parking_lot::Mutex::new(Vec::new()),
+        }));
+        service.publish_cluster(make_state());
+        assert_eq!(incr(&service, &key).1, ResultCode::Unavailable.code());
+        assert!(stored(&service, &digest).is_none());
+        // Every member has sent everything: the partition stops being incoming.
+        let service = memory_service(1);
+        service.set_fabric(std::sync::Arc::new(DupResFabric {
+            answer: Some(DupResAnswer {
+                sent_all: true,
+                record: None,
+            }),
+            calls: parking_lot::Mutex::new(Vec::new()),
+        }));
+        service.publish_cluster(make_state());
+        assert_eq!(incr(&service, &key).1, 0);
+        assert!(service
+            .migrations
+            .dupres_key("test", digest.partition())
+            .is_none());
     }
 
     #[test]

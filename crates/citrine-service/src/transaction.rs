@@ -61,6 +61,7 @@ pub(crate) fn execute(
     message: &Message<'_>,
     body: &[u8],
     hops: u8,
+    resolved: bool,
     out: &mut Vec<u8>,
 ) -> Option<Box<crate::replication::Remote>> {
     let namespace_name = message.field(field_type::NAMESPACE);
@@ -74,7 +75,7 @@ pub(crate) fn execute(
     };
     match prepare(message, digest_bytes) {
         Ok(request) if service.routes() => {
-            crate::replication::route(service, namespace, &request, body, hops, out)
+            crate::replication::route(service, namespace, &request, body, hops, resolved, out)
         }
         Ok(request) => {
             perform(namespace, &request, service.now(), out);
