@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod cluster;
+
 use citrine_wire::digest::{of_key, UserKey};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::msg::{field_type, Message, MessageWriter, MsgHeader};
