@@ -26,42 +26,17 @@
 # WORKLOADS ("RU,50 RU,95"), GO_CLIENT_VERSION (latest), WORK (mktemp -d).
 set -euo pipefail
 
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
 VER="${GO_CLIENT_VERSION:-latest}"
 KEYS="${KEYS:-1000000}"
 CONCURRENCY="${CONCURRENCY:-32}"
 DURATION="${DURATION:-20}"
 WORKLOADS="${WORKLOADS:-RU,50 RU,95}"
 
-die() { echo "go-benchmark.sh: error: $*" >&2; exit 2; }
-command -v go >/dev/null 2>&1 || die "go not found in PATH"
-command -v python3 >/dev/null 2>&1 || die "python3 not found in PATH"
-
-WORK="${WORK:-$(mktemp -d /tmp/go-benchmark.XXXXXX)}"
+SCRIPT_NAME=go-benchmark.sh
+WORK_PREFIX=go-benchmark
+# shellcheck source=lib/citrined-run.sh
+source "$(dirname "$0")/lib/citrined-run.sh"
 mkdir -p "$WORK/bin"
-echo "== work dir: $WORK"
-
-SERVER_PID=""
-cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-}
-trap cleanup EXIT
-
-# ---------------------------------------------------------------- binaries
-if [ -z "${CITRINED:-}" ]; then
-    if [ "${NO_BUILD:-0}" != "1" ]; then
-        echo "== cargo build --release -p citrine-server"
-        (cd "$REPO" && cargo build --release -p citrine-server) >"$WORK/cargo-build.log" 2>&1 \
-            || { tail -20 "$WORK/cargo-build.log" >&2; die "cargo build failed"; }
-    fi
-    [ -x "$REPO/target/release/citrined" ] || die "no $REPO/target/release/citrined"
-    cp "$REPO/target/release/citrined" "$WORK/citrined"
-    CITRINED="$WORK/citrined"
-fi
-[ -x "$CITRINED" ] || die "CITRINED=$CITRINED is not executable"
 
 echo "== go install github.com/aerospike/aerospike-client-go/v8/tools/benchmark@$VER"
 (cd "$WORK" && GOBIN="$WORK/bin" go install "github.com/aerospike/aerospike-client-go/v8/tools/benchmark@$VER") \

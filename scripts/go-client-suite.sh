@@ -29,7 +29,6 @@
 # no ginkgo report produced).
 set -euo pipefail
 
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
 MOD="github.com/aerospike/aerospike-client-go/v8"
 VER="${GO_CLIENT_VERSION:-latest}"
 SEED="${SEED:-1}"
@@ -37,36 +36,10 @@ SUITE_TIMEOUT="${SUITE_TIMEOUT:-20m}"
 SKIP="${SKIP:-}"
 FOCUS="${FOCUS:-}"
 
-die() { echo "go-client-suite.sh: error: $*" >&2; exit 2; }
-
-command -v go >/dev/null 2>&1 || die "go not found in PATH"
-command -v python3 >/dev/null 2>&1 || die "python3 not found in PATH"
-
-WORK="${WORK:-$(mktemp -d /tmp/go-client-suite.XXXXXX)}"
-mkdir -p "$WORK"
-echo "== work dir: $WORK"
-
-SERVER_PID=""
-cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-}
-trap cleanup EXIT
-
-# ---------------------------------------------------------------- server binary
-if [ -z "${CITRINED:-}" ]; then
-    if [ "${NO_BUILD:-0}" != "1" ]; then
-        echo "== cargo build --release -p citrine-server"
-        (cd "$REPO" && cargo build --release -p citrine-server) >"$WORK/cargo-build.log" 2>&1 \
-            || { tail -20 "$WORK/cargo-build.log" >&2; die "cargo build failed"; }
-    fi
-    [ -x "$REPO/target/release/citrined" ] || die "no $REPO/target/release/citrined"
-    cp "$REPO/target/release/citrined" "$WORK/citrined"
-    CITRINED="$WORK/citrined"
-fi
-[ -x "$CITRINED" ] || die "CITRINED=$CITRINED is not executable"
+SCRIPT_NAME=go-client-suite.sh
+WORK_PREFIX=go-client-suite
+# shellcheck source=lib/citrined-run.sh
+source "$(dirname "$0")/lib/citrined-run.sh"
 
 # ------------------------------------------------------- client module + tests
 echo "== go mod download $MOD@$VER (Go module proxy)"
