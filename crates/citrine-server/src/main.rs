@@ -110,7 +110,13 @@ fn main() -> ExitCode {
         }
     };
     let stopping = Arc::new(AtomicBool::new(false));
-    let supervisor = spawn_nsup(service.clone(), stopping.clone());
+    let supervisor = match spawn_nsup(service.clone(), stopping.clone()) {
+        Ok(thread) => thread,
+        Err(error) => {
+            eprintln!("citrined: cannot start the nsup thread: {error}");
+            return ExitCode::from(1);
+        }
+    };
     let storage_threads = spawn_device_threads(&service, &stopping);
     let cluster_thread = match cluster::start(service.clone(), &server_config, stopping.clone()) {
         Ok(thread) => thread,
@@ -219,7 +225,10 @@ fn spawn_device_threads(
 }
 
 /// Runs each namespace's nsup pass every `nsup-period` seconds.
-fn spawn_nsup(service: Arc<Service>, stopping: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+fn spawn_nsup(
+    service: Arc<Service>,
+    stopping: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("citrine-nsup".into())
         .spawn(move || {
@@ -239,5 +248,4 @@ fn spawn_nsup(service: Arc<Service>, stopping: Arc<AtomicBool>) -> std::thread::
                 }
             }
         })
-        .unwrap_or_else(|error| panic!("cannot start the nsup thread: {error}"))
 }
