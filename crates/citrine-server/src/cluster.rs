@@ -382,52 +382,37 @@ pub fn start(
         .recv()
         .map_err(|_| "the fabric thread died at start".to_owned())?
         .map_err(|error| format!("cannot start the fabric runtime: {error}"))?;
-    std::thread::Builder::new()
-        .name("citrine-cluster".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(error) => {
-                    tracing::error!("cannot start the cluster runtime: {error}");
-                    return;
-                }
-            };
-            runtime.block_on(async move {
-                let (heartbeat_listener, fabric_listener) = match (
-                    TcpListener::from_std(heartbeat_listener),
-                    TcpListener::from_std(fabric_listener),
-                ) {
-                    (Ok(heartbeat), Ok(fabric)) => (heartbeat, fabric),
-                    _ => {
-                        tracing::error!("cannot register the cluster listeners");
-                        return;
-                    }
-                };
-                let started = Instant::now();
-                let node = match ClusterNode::new(cluster_config, 1) {
-                    Ok(node) => node,
-                    Err(error) => {
-                        tracing::error!("bad cluster timing settings: {error}");
-                        return;
-                    }
-                };
-                let hub = Arc::new(FabricHub::new(tokio::runtime::Handle::current(), &hello));
-                service.set_fabric(Arc::new(FabricClient(hub.clone())));
-                let driver = Driver::new(service, hub, node, hello, started);
-                driver
-                    .run(
-                        heartbeat_listener,
-                        fabric_listener,
-                        stopping,
-                        fabric_runtime,
-                    )
-                    .await;
-            });
-        })
-        .map_err(|error| format!("cannot start the cluster thread: {error}"))
+    crate::event_loop::spawn("citrine-cluster", move || async move {
+        let (heartbeat_listener, fabric_listener) = match (
+            TcpListener::from_std(heartbeat_listener),
+            TcpListener::from_std(fabric_listener),
+        ) {
+            (Ok(heartbeat), Ok(fabric)) => (heartbeat, fabric),
+            _ => {
+                tracing::error!("cannot register the cluster listeners");
+                return;
+            }
+        };
+        let started = Instant::now();
+        let node = match ClusterNode::new(cluster_config, 1) {
+            Ok(node) => node,
+            Err(error) => {
+                tracing::error!("bad cluster timing settings: {error}");
+                return;
+            }
+        };
+        let hub = Arc::new(FabricHub::new(tokio::runtime::Handle::current(), &hello));
+        service.set_fabric(Arc::new(FabricClient(hub.clone())));
+        let driver = Driver::new(service, hub, node, hello, started);
+        driver
+            .run(
+                heartbeat_listener,
+                fabric_listener,
+                stopping,
+                fabric_runtime,
+            )
+            .await;
+    })
 }
 
 /// The address peers should use: the listen host, unless it is a wildcard,

@@ -9,6 +9,7 @@
 
 mod cluster;
 mod config;
+mod event_loop;
 mod migrate;
 mod net;
 

@@ -42,22 +42,7 @@ pub fn start(
     service: Arc<Service>,
     stopping: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, String> {
-    std::thread::Builder::new()
-        .name("citrine-migrate".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(error) => {
-                    tracing::error!("cannot start the migration runtime: {error}");
-                    return;
-                }
-            };
-            runtime.block_on(run(service, stopping));
-        })
-        .map_err(|error| format!("cannot start the migration thread: {error}"))
+    crate::event_loop::spawn("citrine-migrate", move || run(service, stopping))
 }
 
 async fn run(service: Arc<Service>, stopping: Arc<AtomicBool>) {

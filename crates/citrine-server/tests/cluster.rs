@@ -7,10 +7,11 @@
 
 mod common;
 
+use common::cluster::{wait_for_cluster, ViewProbe};
 use common::*;
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One node of a test cluster.
 struct Node {
@@ -152,26 +153,9 @@ impl Drop for Node {
     }
 }
 
-/// Waits until every node in `group` reports the same cluster key and a
-/// cluster of `size`; returns the time it took.
-fn wait_for_cluster(group: &[&Node], size: usize, limit: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        let infos: Vec<Option<(String, usize)>> =
-            group.iter().map(|node| node.cluster_info()).collect();
-        let agreed = infos.iter().all(|info| {
-            info.as_ref().is_some_and(|(key, found)| {
-                *found == size && Some(key) == infos[0].as_ref().map(|(first, _)| first)
-            })
-        });
-        if agreed {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < limit,
-            "no agreement on a cluster of {size} within {limit:?}: {infos:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+impl ViewProbe for Node {
+    fn view(&self) -> Option<(String, usize)> {
+        self.cluster_info()
     }
 }
 

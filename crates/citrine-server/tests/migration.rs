@@ -11,118 +11,9 @@
 
 mod common;
 
-use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
 use common::cluster::*;
 use common::*;
-use std::collections::BTreeMap;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-fn put(stream: &mut TcpStream, key: &str, value: &str) -> u8 {
-    let request = record_request(
-        "test",
-        key,
-        MsgHeader {
-            info2: info2::WRITE,
-            transaction_ttl: 5000,
-            ..MsgHeader::default()
-        },
-        &[(op_type::WRITE, 3, "v", value.as_bytes().to_vec())],
-    );
-    let (_, body) = round_trip(stream, &request).unwrap();
-    decode_reply(&body).0.result_code
-}
-
-/// (result code, value of bin "v").
-fn get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
-    let request = record_request(
-        "test",
-        key,
-        MsgHeader {
-            info1: info1::READ | info1::GET_ALL,
-            transaction_ttl: 5000,
-            ..MsgHeader::default()
-        },
-        &[],
-    );
-    let (_, body) = round_trip(stream, &request).unwrap();
-    let (header, bins) = decode_reply(&body);
-    let value = bins
-        .into_iter()
-        .find(|(name, _, _)| name == b"v")
-        .map(|(_, _, value)| value);
-    (header.result_code, value)
-}
-
-/// Decodes standard base64 (no line breaks).
-fn base64_decode(text: &str) -> Vec<u8> {
-    let value = |byte: u8| -> u32 {
-        match byte {
-            b'A'..=b'Z' => u32::from(byte - b'A'),
-            b'a'..=b'z' => u32::from(byte - b'a') + 26,
-            b'0'..=b'9' => u32::from(byte - b'0') + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => panic!("bad base64 byte {byte}"),
-        }
-    };
-    let mut out = Vec::new();
-    for chunk in text.trim_end_matches('=').as_bytes().chunks(4) {
-        let mut bits = 0u32;
-        for (index, byte) in chunk.iter().enumerate() {
-            bits |= value(*byte) << (18 - 6 * index);
-        }
-        let bytes = bits.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    out
-}
-
-/// The partitions this node holds (any column) by its `replicas` answer.
-fn held_partitions(node: &Node) -> Vec<bool> {
-    let text = node.info_value("replicas").unwrap();
-    let entry = text
-        .split(';')
-        .find_map(|entry| entry.strip_prefix("test:"))
-        .unwrap();
-    let mut held = vec![false; 4096];
-    // regime, column count, then one bitmap per column.
-    for bitmap in entry.split(',').skip(2) {
-        let bytes = base64_decode(bitmap);
-        assert_eq!(bytes.len(), 512);
-        for (pid, slot) in held.iter_mut().enumerate() {
-            if bytes[pid >> 3] & (0x80 >> (pid & 7)) != 0 {
-                *slot = true;
-            }
-        }
-    }
-    held
-}
-
-/// Polls `cluster-stable` on every node until all answer the same cluster
-/// key (no migration pending anywhere); returns how long it took.
-fn wait_for_stable(group: &[&Node], limit: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        let answers: Vec<Option<String>> = group
-            .iter()
-            .map(|node| node.info_value(&format!("cluster-stable:size={}", group.len())))
-            .collect();
-        let stable = answers.iter().all(|answer| {
-            answer
-                .as_ref()
-                .is_some_and(|key| !key.starts_with("ERROR") && Some(key) == answers[0].as_ref())
-        });
-        if stable {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < limit,
-            "migrations did not settle within {limit:?}: {answers:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Every partition's two replica-list nodes hold identical copies (count
 /// and checksum), and the list holders' copies add up to `records`.
@@ -132,30 +23,6 @@ fn assert_copies_match_the_map(group: &[&Node], records: u64) {
         records,
         "records held by the replica lists"
     );
-}
-
-/// Every partition's two replica-list nodes hold identical copies (count
-/// and checksum); returns the records the list holders' copies add up to.
-fn copies_matching_the_map(group: &[&Node]) -> u64 {
-    let held: Vec<Vec<bool>> = group.iter().map(|node| held_partitions(node)).collect();
-    let sums: Vec<BTreeMap<u16, String>> = group.iter().map(|node| node.checksums()).collect();
-    let mut total = 0;
-    for pid in 0..4096u16 {
-        let holders: Vec<usize> = (0..group.len())
-            .filter(|node| held[*node][usize::from(pid)])
-            .collect();
-        assert_eq!(holders.len(), 2, "partition {pid}: holders {holders:?}");
-        let copies: Vec<Option<&String>> =
-            holders.iter().map(|node| sums[*node].get(&pid)).collect();
-        assert_eq!(
-            copies[0], copies[1],
-            "partition {pid}: the copies of nodes {holders:?} differ"
-        );
-        if let Some(sum) = copies[0] {
-            total += sum.split(':').next().unwrap().parse::<u64>().unwrap();
-        }
-    }
-    total
 }
 
 fn assert_all_readable(group: &[&Node], keys: &[String]) {

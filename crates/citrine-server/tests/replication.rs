@@ -9,27 +9,12 @@
 
 mod common;
 
-use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
+use citrine_wire::msg::{info2, MsgHeader};
 use common::cluster::*;
 use common::*;
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-fn put(stream: &mut TcpStream, key: &str, value: &str) -> u8 {
-    let request = record_request(
-        "test",
-        key,
-        MsgHeader {
-            info2: info2::WRITE,
-            transaction_ttl: 5000,
-            ..MsgHeader::default()
-        },
-        &[(op_type::WRITE, 3, "v", value.as_bytes().to_vec())],
-    );
-    let (_, body) = round_trip(stream, &request).unwrap();
-    decode_reply(&body).0.result_code
-}
 
 fn delete(stream: &mut TcpStream, key: &str) -> u8 {
     let request = record_request(
@@ -44,27 +29,6 @@ fn delete(stream: &mut TcpStream, key: &str) -> u8 {
     );
     let (_, body) = round_trip(stream, &request).unwrap();
     decode_reply(&body).0.result_code
-}
-
-/// (result code, value of bin "v").
-fn get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
-    let request = record_request(
-        "test",
-        key,
-        MsgHeader {
-            info1: info1::READ | info1::GET_ALL,
-            transaction_ttl: 5000,
-            ..MsgHeader::default()
-        },
-        &[],
-    );
-    let (_, body) = round_trip(stream, &request).unwrap();
-    let (header, bins) = decode_reply(&body);
-    let value = bins
-        .into_iter()
-        .find(|(name, _, _)| name == b"v")
-        .map(|(_, _, value)| value);
-    (header.result_code, value)
 }
 
 /// Every partition that holds records is held by exactly `copies` nodes,

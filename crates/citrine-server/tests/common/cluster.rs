@@ -3,6 +3,8 @@
 //! restart, and ask nodes about the view and their partition copies.
 
 use super::*;
+use base64::Engine as _;
+use citrine_wire::msg::{info1, info2, op_type};
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -139,11 +141,23 @@ impl Drop for Node {
     }
 }
 
-pub fn wait_for_cluster(group: &[&Node], size: usize, limit: Duration) -> Duration {
+/// Anything that can report the view it holds: this module's [`Node`], and
+/// the namespace-aware node of `tests/cluster.rs`.
+pub trait ViewProbe {
+    /// `cluster-info` as (cluster key, size), or None when unreachable.
+    fn view(&self) -> Option<(String, usize)>;
+}
+
+impl ViewProbe for Node {
+    fn view(&self) -> Option<(String, usize)> {
+        self.cluster_info()
+    }
+}
+
+pub fn wait_for_cluster<N: ViewProbe>(group: &[&N], size: usize, limit: Duration) -> Duration {
     let started = Instant::now();
     loop {
-        let infos: Vec<Option<(String, usize)>> =
-            group.iter().map(|node| node.cluster_info()).collect();
+        let infos: Vec<Option<(String, usize)>> = group.iter().map(|node| node.view()).collect();
         let agreed = infos.iter().all(|info| {
             info.as_ref().is_some_and(|(key, found)| {
                 *found == size && Some(key) == infos[0].as_ref().map(|(first, _)| first)
@@ -180,4 +194,117 @@ pub fn start_cluster(first: usize) -> Vec<Node> {
     );
     println!("3 nodes formed one cluster in {took:?}");
     nodes
+}
+
+/// The partitions this node holds (any column) by its `replicas` answer.
+pub fn held_partitions(node: &Node) -> Vec<bool> {
+    let text = node.info_value("replicas").unwrap();
+    let entry = text
+        .split(';')
+        .find_map(|entry| entry.strip_prefix("test:"))
+        .unwrap();
+    let mut held = vec![false; 4096];
+    // regime, column count, then one bitmap per column.
+    for bitmap in entry.split(',').skip(2) {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(bitmap)
+            .unwrap();
+        assert_eq!(bytes.len(), 512);
+        for (pid, slot) in held.iter_mut().enumerate() {
+            if bytes[pid >> 3] & (0x80 >> (pid & 7)) != 0 {
+                *slot = true;
+            }
+        }
+    }
+    held
+}
+
+/// Polls `cluster-stable` on every node until all answer the same cluster
+/// key (no migration pending anywhere); returns how long it took.
+pub fn wait_for_stable(group: &[&Node], limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let answers: Vec<Option<String>> = group
+            .iter()
+            .map(|node| node.info_value(&format!("cluster-stable:size={}", group.len())))
+            .collect();
+        let stable = answers.iter().all(|answer| {
+            answer
+                .as_ref()
+                .is_some_and(|key| !key.starts_with("ERROR") && Some(key) == answers[0].as_ref())
+        });
+        if stable {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "migrations did not settle within {limit:?}: {answers:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every partition's two replica-list nodes hold identical copies (count
+/// and checksum); returns the records the list holders' copies add up to.
+pub fn copies_matching_the_map(group: &[&Node]) -> u64 {
+    let held: Vec<Vec<bool>> = group.iter().map(|node| held_partitions(node)).collect();
+    let sums: Vec<BTreeMap<u16, String>> = group.iter().map(|node| node.checksums()).collect();
+    let mut total = 0;
+    for pid in 0..4096u16 {
+        let holders: Vec<usize> = (0..group.len())
+            .filter(|node| held[*node][usize::from(pid)])
+            .collect();
+        assert_eq!(holders.len(), 2, "partition {pid}: holders {holders:?}");
+        let copies: Vec<Option<&String>> =
+            holders.iter().map(|node| sums[*node].get(&pid)).collect();
+        assert_eq!(
+            copies[0], copies[1],
+            "partition {pid}: the copies of nodes {holders:?} differ"
+        );
+        if let Some(sum) = copies[0] {
+            total += sum.split(':').next().unwrap().parse::<u64>().unwrap();
+        } else if sums.iter().any(|sums| sums.contains_key(&pid)) {
+            println!(
+                "partition {pid}: holders {holders:?}, copies {:?}",
+                sums.iter().map(|sums| sums.get(&pid)).collect::<Vec<_>>()
+            );
+        }
+    }
+    total
+}
+
+pub fn put(stream: &mut TcpStream, key: &str, value: &str) -> u8 {
+    let request = record_request(
+        "test",
+        key,
+        MsgHeader {
+            info2: info2::WRITE,
+            transaction_ttl: 5000,
+            ..MsgHeader::default()
+        },
+        &[(op_type::WRITE, 3, "v", value.as_bytes().to_vec())],
+    );
+    let (_, body) = round_trip(stream, &request).unwrap();
+    decode_reply(&body).0.result_code
+}
+
+/// (result code, value of bin "v").
+pub fn get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
+    let request = record_request(
+        "test",
+        key,
+        MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            transaction_ttl: 5000,
+            ..MsgHeader::default()
+        },
+        &[],
+    );
+    let (_, body) = round_trip(stream, &request).unwrap();
+    let (header, bins) = decode_reply(&body);
+    let value = bins
+        .into_iter()
+        .find(|(name, _, _)| name == b"v")
+        .map(|(_, _, value)| value);
+    (header.result_code, value)
 }
