@@ -14,9 +14,12 @@
 //! - [`view`]: [`ClusterView`], [`Ballot`], cluster key derivation;
 //! - [`message`]: wire messages and their versioned binary format;
 //! - [`node`]: [`ClusterNode`], which combines them;
-//! - `partition_map`: partition ownership computed from a succession list.
+//! - `partition_map`: partition ownership computed from a succession list;
+//! - [`exchange`]: partition versions and what the exchange after a view
+//!   change decides per partition (migrations, acting master, drops).
 
 mod codec;
+pub mod exchange;
 pub mod health;
 pub mod heartbeat;
 pub mod message;

@@ -111,6 +111,7 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "statistics" => statistics(service),
         "sets" => sets(service, command),
         "get-config" => get_config(service, command),
+        "set-config" => set_config(service, command),
         "cluster-stable" => cluster_stable(service, command),
         "cluster-key" => cluster_key(service),
         "cluster-size" => service.cluster().size().to_string(),
@@ -536,6 +537,32 @@ fn statistics(service: &Service) -> String {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
+        (
+            "migrate_records_skipped".into(),
+            migrations
+                .records_skipped
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "migrate_partitions_dropped".into(),
+            migrations
+                .partitions_dropped
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "migrate_exchanges".into(),
+            migrations.exchanges.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "migrate_dupres_runs".into(),
+            migrations.dupres_runs.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "migrate_acting_reads".into(),
+            migrations.acting_reads.load(Ordering::Relaxed).to_string(),
+        ),
         ("migrate_allowed".into(), "true".into()),
     ];
     join_pairs(&pairs, ';')
@@ -618,6 +645,14 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
                         .to_string(),
                 ),
                 (
+                    "migrate-max-records-per-sec".into(),
+                    service
+                        .migrations
+                        .max_records_per_sec
+                        .load(Ordering::Relaxed)
+                        .to_string(),
+                ),
+                (
                     "service-threads".into(),
                     std::thread::available_parallelism()
                         .map(|count| count.get())
@@ -650,6 +685,58 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
     }
 }
 
+/// `set-config:context=service;NAME=VALUE[;...]`: the migration throttles
+/// change at run time (the migration driver reads them before every
+/// batch). Every value is checked before any is applied.
+fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
+    match command.param("context") {
+        Some("service") => {}
+        Some(_) => return "ERROR:4:only context=service can be set".to_owned(),
+        None => return "ERROR:4:missing context".to_owned(),
+    }
+    let migrations = &service.migrations;
+    let mut changes: Vec<Box<dyn Fn()>> = Vec::new();
+    for (name, value) in &command.params {
+        if *name == "context" {
+            continue;
+        }
+        let Ok(number) = value.parse::<u64>() else {
+            return format!("ERROR:4:{name} must be a non-negative integer");
+        };
+        match *name {
+            "migrate-max-partitions" if (1..=4096).contains(&number) => {
+                changes.push(Box::new(move || {
+                    migrations
+                        .max_partitions
+                        .store(number as u32, Ordering::Relaxed)
+                }))
+            }
+            "migrate-max-partitions" => {
+                return "ERROR:4:migrate-max-partitions must be 1 to 4096".to_owned()
+            }
+            "migrate-sleep" if number <= 1_000_000 => changes.push(Box::new(move || {
+                migrations.sleep_us.store(number as u32, Ordering::Relaxed)
+            })),
+            "migrate-sleep" => {
+                return "ERROR:4:migrate-sleep must be at most 1000000 microseconds".to_owned()
+            }
+            "migrate-max-records-per-sec" => changes.push(Box::new(move || {
+                migrations
+                    .max_records_per_sec
+                    .store(number, Ordering::Relaxed)
+            })),
+            _ => return format!("ERROR:4:{name} cannot be set at run time"),
+        }
+    }
+    if changes.is_empty() {
+        return "ERROR:4:nothing to set".to_owned();
+    }
+    for change in changes {
+        change();
+    }
+    "ok".to_owned()
+}
+
 fn cluster_stable(service: &Service, command: &InfoCommand<'_>) -> String {
     if let Some(size) = command.param("size") {
         if size != service.cluster().size().to_string() {
@@ -666,6 +753,7 @@ fn cluster_stable(service: &Service, command: &InfoCommand<'_>) -> String {
         }
         None => service.migrations.tx_remaining() + service.migrations.rx_remaining(),
     };
+    let pending = pending + u64::from(service.migrations.exchanging());
     if pending > 0 && command.param("ignore-migrations") != Some("true") {
         return "ERROR::unstable-cluster".to_owned();
     }

@@ -186,7 +186,13 @@ impl Service {
             cluster: RwLock::new(Arc::new(cluster)),
             clustered: AtomicBool::new(false),
             fabric: OnceLock::new(),
-            migrations: migration::Migrations::default(),
+            migrations: migration::Migrations::new(
+                config
+                    .namespaces
+                    .iter()
+                    .map(|namespace| namespace.name.as_str()),
+                node_id.0.rotate_left(29) ^ started_unix_ms,
+            ),
             config,
             namespaces,
             clock,

@@ -51,6 +51,7 @@
 //! [`crate::migration`], which sends records in this module's
 //! [`ReplicaWrite`] encoding and applies them with the same rule).
 
+use crate::migration::Disposition;
 use crate::namespace::Namespace;
 use crate::transaction::{self, Now, Request};
 use crate::Service;
@@ -65,6 +66,9 @@ use std::time::Duration;
 
 /// Most times a request may be forwarded before it is refused with 11.
 pub const MAX_PROXY_HOPS: u8 = 3;
+/// Bit of a proxied request's hop byte: a read the master hands to the
+/// partition's acting master (see [`crate::migration`]).
+pub const PROXY_ACTING: u8 = 0x80;
 /// Deadline of a proxied or replicated request whose client sent none.
 pub const DEFAULT_DEADLINE_MS: u64 = 5_000;
 /// Longest wait for one replica's answer before the write is sent again.
@@ -87,10 +91,19 @@ pub mod call_kind {
     /// Duplicate resolution: a new master asks for a record's version
     /// ([`super::DupResRequest`]); the answer is [`super::DupResAnswer`].
     pub const DUPRES: u8 = 4;
-    /// Which partitions of a namespace the member still has to migrate:
-    /// `u64 cluster key | ns`; the answer is empty when its plan is for
-    /// another key, else `u8 1 | u16 partition...`, big-endian.
-    pub const PENDING: u8 = 5;
+    /// A member's partition-version snapshot for a view: `u64 cluster
+    /// key`; the answer is a status byte
+    /// ([`crate::migration::exchange_status`]) and, when ready, the
+    /// snapshot.
+    pub const EXCHANGE: u8 = 5;
+    /// The source of a group delivered it: a copy it covers outside the
+    /// replica list may be dropped (`crate::migration::encode_drop`); the
+    /// answer is one result-code byte.
+    pub const DROP: u8 = 6;
+    /// The digests, generations and last-update times of a partition's
+    /// records, for a delta migration
+    /// (`crate::migration::encode_partition_ref`).
+    pub const MANIFEST: u8 = 7;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.
@@ -140,22 +153,15 @@ impl DupResRequest {
 /// write`. The index keeps no tombstones, so a deleted record is absent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DupResAnswer {
-    /// The member has nothing (more) to migrate of the record's partition
-    /// under the request's cluster key.
-    pub sent_all: bool,
     /// The member's live copy (full state), or `None` when absent.
     pub record: Option<ReplicaWrite>,
 }
 
-const DUPRES_SENT_ALL: u8 = 1;
 const DUPRES_FOUND: u8 = 2;
 
 impl DupResAnswer {
     pub fn encode(&self) -> Vec<u8> {
         let mut flags = 0;
-        if self.sent_all {
-            flags |= DUPRES_SENT_ALL;
-        }
         let record = self.record.as_ref().map(ReplicaWrite::encode);
         if record.is_some() {
             flags |= DUPRES_FOUND;
@@ -177,10 +183,10 @@ impl DupResAnswer {
         } else {
             return None;
         };
-        Some(DupResAnswer {
-            sent_all: flags & DUPRES_SENT_ALL != 0,
-            record,
-        })
+        if flags & !DUPRES_FOUND != 0 {
+            return None;
+        }
+        Some(DupResAnswer { record })
     }
 }
 
@@ -346,73 +352,106 @@ pub(crate) fn route(
     let now = service.now();
     let cluster = service.cluster();
     let partition = request.digest.partition();
+    let name = &namespace.config.name;
     let replicas = cluster
-        .namespace(&namespace.config.name)
+        .namespace(name)
         .map_or(&[][..], |map| map.map.replicas(partition));
     let deadline_ms = now.unix_ms
         + match request.header.transaction_ttl {
             0 => DEFAULT_DEADLINE_MS,
             ttl => u64::from(ttl),
         };
+    let acting_read = hops & PROXY_ACTING != 0;
+    let hops = hops & !PROXY_ACTING;
+    let read = request.header.info2 & info2::WRITE == 0;
+    let proxy = |to: NodeId, flags: u8, out: &mut Vec<u8>| {
+        if hops >= MAX_PROXY_HOPS {
+            transaction::write_result(out, ResultCode::Unavailable);
+            return None;
+        }
+        let mut payload = Vec::with_capacity(1 + body.len());
+        payload.push((hops + 1) | flags);
+        payload.extend_from_slice(body);
+        Some(Box::new(Remote::Proxy {
+            to,
+            payload,
+            deadline_ms,
+        }))
+    };
     match replicas.first() {
         Some(master) if *master != service.node_id => {
-            if hops >= MAX_PROXY_HOPS {
-                transaction::write_result(out, ResultCode::Unavailable);
+            if acting_read
+                && read
+                && service
+                    .migrations
+                    .is_acting(name, partition, service.node_id)
+            {
+                // The master is filling and this node holds the copy.
+                service
+                    .migrations
+                    .acting_reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                transaction::perform(namespace, request, now, out);
                 return None;
             }
-            let mut payload = Vec::with_capacity(1 + body.len());
-            payload.push(hops + 1);
-            payload.extend_from_slice(body);
-            return Some(Box::new(Remote::Proxy {
-                to: *master,
-                payload,
-                deadline_ms,
-            }));
+            return proxy(*master, 0, out);
         }
         _ => {}
     }
     if !resolved {
-        if let Some(cluster_key) = service
-            .migrations
-            .dupres_key(&namespace.config.name, partition)
-        {
-            let sources = cluster
-                .members
-                .iter()
-                .map(|member| member.node_id)
-                .filter(|node| *node != service.node_id)
-                .collect();
-            return Some(Box::new(Remote::DupRes {
-                request: DupResRequest {
-                    cluster_key,
-                    namespace: namespace.config.name.clone(),
-                    digest: request.digest,
-                },
+        match service.migrations.disposition(name, partition, read) {
+            Disposition::Normal => {}
+            Disposition::Acting(acting) => return proxy(acting, PROXY_ACTING, out),
+            Disposition::DupRes {
+                cluster_key,
                 sources,
-                body: body.to_vec(),
-                hops,
-                deadline_ms,
-            }));
+            } if !sources.is_empty() => {
+                return Some(Box::new(Remote::DupRes {
+                    request: DupResRequest {
+                        cluster_key,
+                        namespace: name.clone(),
+                        digest: request.digest,
+                    },
+                    sources,
+                    body: body.to_vec(),
+                    hops,
+                    deadline_ms,
+                }));
+            }
+            Disposition::DupRes { .. } => {}
         }
     }
     let start = out.len();
     transaction::perform(namespace, request, now, out);
-    if request.header.info2 & info2::WRITE == 0 || replicas.len() < 2 {
+    if read {
+        return None;
+    }
+    let mut targets = replicas.get(1..).unwrap_or_default().to_vec();
+    if let Some(acting) = service.migrations.acting_target(name, partition) {
+        if !targets.contains(&acting) && acting != service.node_id {
+            targets.push(acting);
+        }
+    }
+    if targets.is_empty() {
         return None;
     }
     // Result code: proto header, then byte 5 of the message header.
-    if out.get(start + PROTO_HEADER_SIZE + 5).copied() != Some(0) {
+    if out.get(start + PROXY_RESULT_AT).copied() != Some(0) {
         return None;
     }
     let write = capture(namespace, &request.digest, now);
     Some(Box::new(Remote::Replicate {
-        namespace: namespace.config.name.clone(),
+        namespace: name.clone(),
         partition,
-        targets: replicas[1..].to_vec(),
+        targets,
         payload: write.encode(),
         deadline_ms,
     }))
 }
+
+/// Where a reply's result code is: proto header, then byte 5 of the
+/// message header.
+const PROXY_RESULT_AT: usize = PROTO_HEADER_SIZE + 5;
 
 /// The record's current state (after the write that just finished) as a
 /// replica write: the stored copy, or a delete marker when it is gone.
@@ -466,7 +505,16 @@ fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrit
 
 /// True when a copy with `meta` is at least as new as `write`.
 fn holds_newer(meta: &RecordMeta, write: &ReplicaWrite) -> bool {
-    (meta.last_update_ms, meta.generation) >= (write.last_update_ms, write.generation)
+    copy_holds(
+        (meta.generation, meta.last_update_ms),
+        (write.generation, write.last_update_ms),
+    )
+}
+
+/// True when a copy with (generation, last-update ms) `held` is at least
+/// as new as one with `other`: it need not be replaced by it.
+pub(crate) fn copy_holds(held: (u16, u64), other: (u16, u64)) -> bool {
+    (held.1, held.0) >= (other.1, other.0)
 }
 
 /// Applies a master's replica write to this node's copy.
@@ -667,6 +715,11 @@ impl Service {
                         .filter(|node| *node != self.node_id)
                         .collect()
                 });
+            if let Some(acting) = self.migrations.acting_target(namespace, partition) {
+                if !targets.contains(&acting) && acting != self.node_id {
+                    targets.push(acting);
+                }
+            }
         }
         tracing::debug!(
             ?targets,
@@ -709,12 +762,10 @@ impl Service {
             }
         };
         let answers = join_all(sources.iter().map(|source| ask(*source)).collect()).await;
-        let mut sent_all = true;
         for answer in answers {
             let Some(answer) = answer else {
                 return false;
             };
-            sent_all &= answer.sent_all;
             if let Some(record) = answer.record {
                 if record.namespace != request.namespace || record.digest != request.digest {
                     return false;
@@ -723,13 +774,6 @@ impl Service {
                     return false;
                 }
             }
-        }
-        if sent_all {
-            self.migrations.incoming_done(
-                request.cluster_key,
-                &request.namespace,
-                request.digest.partition().index() as u16,
-            );
         }
         true
     }
@@ -749,31 +793,12 @@ impl Service {
                 vec![code.code()]
             }
             call_kind::MIGRATE => vec![self.apply_migrate_batch(payload).code()],
-            call_kind::PENDING => {
-                let Some((key, namespace)) = payload.split_at_checked(8) else {
-                    return Vec::new();
-                };
-                let Ok(key) = <[u8; 8]>::try_from(key) else {
-                    return Vec::new();
-                };
-                let Ok(namespace) = std::str::from_utf8(namespace) else {
-                    return Vec::new();
-                };
-                match self
-                    .migrations
-                    .pending_for(u64::from_be_bytes(key), namespace)
-                {
-                    Some(partitions) => {
-                        let mut out = Vec::with_capacity(1 + 2 * partitions.len());
-                        out.push(1);
-                        for partition in partitions {
-                            out.extend_from_slice(&partition.to_be_bytes());
-                        }
-                        out
-                    }
-                    None => Vec::new(),
-                }
-            }
+            call_kind::EXCHANGE => match <[u8; 8]>::try_from(payload) {
+                Ok(key) => self.migrations.exchange_answer(u64::from_be_bytes(key)),
+                Err(_) => Vec::new(),
+            },
+            call_kind::DROP => vec![self.retire_copy(payload).code()],
+            call_kind::MANIFEST => self.manifest(payload),
             call_kind::DUPRES => {
                 let Some(request) = DupResRequest::decode(payload) else {
                     return Vec::new();
@@ -781,12 +806,11 @@ impl Service {
                 let Some(namespace) = self.namespace(request.namespace.as_bytes()) else {
                     return Vec::new();
                 };
+                self.migrations.hit(
+                    &request.namespace,
+                    request.digest.partition().index() as u16,
+                );
                 DupResAnswer {
-                    sent_all: self.migrations.sent_all(
-                        request.cluster_key,
-                        &request.namespace,
-                        request.digest.partition().index() as u16,
-                    ),
                     record: fetch(namespace, &request.digest, self.now()),
                 }
                 .encode()
@@ -811,7 +835,7 @@ impl Service {
 }
 
 /// Runs every future concurrently; their outputs in order.
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
     let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
     std::future::poll_fn(|context| {
@@ -1231,18 +1255,15 @@ mod tests {
         );
         assert_eq!(DupResRequest::decode(&request.encode()[1..]), None);
         for answer in [
+            DupResAnswer { record: None },
             DupResAnswer {
-                sent_all: true,
-                record: None,
-            },
-            DupResAnswer {
-                sent_all: false,
                 record: Some(sample(Some(vec![1, 2, 3]))),
             },
         ] {
             assert_eq!(DupResAnswer::decode(&answer.encode()), Some(answer.clone()));
         }
         assert_eq!(DupResAnswer::decode(&[0, 1]), None);
+        assert_eq!(DupResAnswer::decode(&[1]), None);
         assert_eq!(DupResAnswer::decode(&[]), None);
     }
 
@@ -1305,17 +1326,22 @@ mod tests {
         let service = memory_service(1);
         let fabric = std::sync::Arc::new(DupResFabric {
             answer: Some(DupResAnswer {
-                sent_all: false,
-                record: Some(copy),
+                record: Some(copy.clone()),
             }),
             calls: parking_lot::Mutex::new(Vec::new()),
         });
         service.set_fabric(fabric.clone());
         service.publish_cluster(make_state());
-        assert!(service
-            .migrations
-            .dupres_key("test", digest.partition())
-            .is_some());
+        // Exchanging: resolution against every other member.
+        assert_eq!(
+            service
+                .migrations
+                .disposition("test", digest.partition(), false),
+            Disposition::DupRes {
+                cluster_key: 5,
+                sources: vec![NodeId(2)]
+            }
+        );
         assert_eq!(incr(&service, &key).1, 0);
         assert_eq!(
             fabric.calls.lock().as_slice(),
@@ -1334,21 +1360,68 @@ mod tests {
         service.publish_cluster(make_state());
         assert_eq!(incr(&service, &key).1, ResultCode::Unavailable.code());
         assert!(stored(&service, &digest).is_none());
-        // Every member has sent everything: the partition stops being incoming.
+        // After the exchange: node 2 held the only copy and node 1 nothing,
+        // so node 1 expects node 2 (resolution against it alone) and node
+        // 2 is the acting master (reads go there) until its last batch.
         let service = memory_service(1);
         service.set_fabric(std::sync::Arc::new(DupResFabric {
-            answer: Some(DupResAnswer {
-                sent_all: true,
-                record: None,
-            }),
+            answer: Some(DupResAnswer { record: None }),
             calls: parking_lot::Mutex::new(Vec::new()),
         }));
         service.publish_cluster(make_state());
-        assert_eq!(incr(&service, &key).1, 0);
-        assert!(service
-            .migrations
-            .dupres_key("test", digest.partition())
-            .is_none());
+        old.publish_cluster(ClusterState::new(
+            NodeId(2),
+            5,
+            members.to_vec(),
+            &[("test".into(), 2)],
+            2,
+            2,
+        ));
+        assert!(service.finish_exchange(
+            service.migrations.epoch(),
+            vec![(NodeId(2), old.migrations.exchange_answer(5))]
+        ));
+        let partition = digest.partition();
+        assert_eq!(
+            service.migrations.disposition("test", partition, false),
+            Disposition::DupRes {
+                cluster_key: 5,
+                sources: vec![NodeId(2)]
+            }
+        );
+        assert_eq!(
+            service.migrations.disposition("test", partition, true),
+            Disposition::Acting(NodeId(2))
+        );
+        assert_eq!(
+            service.migrations.acting_target("test", partition),
+            Some(NodeId(2))
+        );
+        assert_eq!(
+            service.migrations.rx_remaining(),
+            service.migrations.namespace_remaining("test").1
+        );
+        let last = crate::migration::MigrateBatch {
+            cluster_key: 5,
+            source: NodeId(2),
+            flags: crate::migration::FLAG_FIRST | crate::migration::FLAG_LAST,
+            namespace: "test".into(),
+            partition: partition.index() as u16,
+            records: vec![copy.encode()],
+        };
+        assert_eq!(service.apply_migrate_batch(&last.encode()), ResultCode::Ok);
+        assert_eq!(
+            service.migrations.disposition("test", partition, false),
+            Disposition::Normal
+        );
+        assert_eq!(
+            service.migrations.version("test", partition),
+            citrine_cluster::exchange::PartitionVersion::full(5)
+        );
+        assert_eq!(
+            stored(&service, &digest).map(|(meta, _)| meta.generation),
+            Some(3)
+        );
     }
 
     #[test]

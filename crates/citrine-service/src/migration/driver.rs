@@ -1,0 +1,337 @@
+//! The migration driver: the async loop that runs each view's exchange and
+//! then sends this node's copies ([`super`] has the rules). It depends on
+//! no runtime: time passes through a [`Pause`], messages through the
+//! [`Fabric`], so the server runs it on a tokio thread (`citrine-migrate`)
+//! and the simulator on its fake network and clock.
+//!
+//! Invariants:
+//! - at most `migrate-max-partitions` copies are sent at once, each with
+//!   one batch awaiting its ack per target (flow control: a batch goes only
+//!   when the previous one was acknowledged);
+//! - a copy is marked sent only when every target acknowledged its last
+//!   batch under the plan's epoch; a newer plan (view change) stops every
+//!   running copy at its next batch, and the loop starts over;
+//! - a batch that is not acknowledged is sent again (after
+//!   [`RETRY_PAUSE_MS`]) until it is or the plan changes: a target that
+//!   died leaves the view, which makes a new plan;
+//! - client transactions never wait for the driver: it runs on its own
+//!   thread and holds a partition lock only while it copies one batch.
+
+use super::{exchange_status, MigrateTask, Work, FLAG_FIRST, FLAG_LAST};
+use crate::replication::{call_kind, join_all, Fabric};
+use crate::Service;
+use citrine_types::{NodeId, ResultCode};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+/// How long one batch may wait for its ack before it is sent again.
+pub const BATCH_TIMEOUT_MS: u64 = 2_000;
+/// Pause before a batch or exchange call that failed is sent again.
+pub const RETRY_PAUSE_MS: u64 = 100;
+/// Pause before asking again a member that has not published the view.
+pub const EXCHANGE_RETRY_MS: u64 = 20;
+/// How often an idle driver looks for new work.
+pub const IDLE_POLL_MS: u64 = 20;
+
+/// A boxed future the driver awaits.
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Time for the driver: the server sleeps on tokio, the simulator on its
+/// fake clock.
+pub trait Pause: Send + Sync + 'static {
+    /// Resolves once `duration` has passed.
+    fn sleep(&self, duration: Duration) -> Sleep;
+}
+
+/// Runs until `stopping` is set.
+pub async fn run(service: Arc<Service>, pause: Arc<dyn Pause>, stopping: Arc<AtomicBool>) {
+    while !stopping.load(Ordering::Relaxed) {
+        if !step(&service, &pause).await {
+            pause.sleep(Duration::from_millis(IDLE_POLL_MS)).await;
+        }
+    }
+}
+
+/// Does the next piece of work, if any; false when there was none.
+pub async fn step(service: &Arc<Service>, pause: &Arc<dyn Pause>) -> bool {
+    let Some(fabric) = service.fabric() else {
+        return false;
+    };
+    match service.migrations.next_work() {
+        Work::Idle => false,
+        Work::Exchange {
+            epoch,
+            cluster_key,
+            peers,
+        } => {
+            exchange(service, &fabric, pause, epoch, cluster_key, peers).await;
+            true
+        }
+        Work::Send {
+            epoch,
+            cluster_key,
+            tasks,
+        } => {
+            let partitions = tasks.len();
+            let sent_before = service.migrations.records_sent.load(Ordering::Relaxed);
+            let started = service.now().unix_ms;
+            run_plan(service, &fabric, pause, epoch, cluster_key, tasks).await;
+            let records = service.migrations.records_sent.load(Ordering::Relaxed) - sent_before;
+            let seconds = service.now().unix_ms.saturating_sub(started) as f64 / 1000.0;
+            tracing::info!(
+                partitions,
+                records,
+                seconds,
+                records_per_second = (records as f64 / seconds.max(1e-3)) as u64,
+                complete = service.migrations.epoch() == epoch,
+                "migration plan done"
+            );
+            true
+        }
+    }
+}
+
+/// Fetches every peer's snapshot for `cluster_key` and resolves the
+/// exchange; gives up when the plan moves on.
+async fn exchange(
+    service: &Arc<Service>,
+    fabric: &Arc<dyn Fabric>,
+    pause: &Arc<dyn Pause>,
+    epoch: u64,
+    cluster_key: u64,
+    peers: Vec<NodeId>,
+) {
+    let fetch = |peer: NodeId| async move {
+        loop {
+            if service.migrations.epoch() != epoch {
+                return None;
+            }
+            let answer = fabric
+                .call(
+                    peer,
+                    call_kind::EXCHANGE,
+                    cluster_key.to_be_bytes().to_vec(),
+                    Duration::from_millis(BATCH_TIMEOUT_MS),
+                )
+                .await;
+            match answer.as_deref() {
+                Ok([exchange_status::READY, ..]) => return answer.ok().map(|bytes| (peer, bytes)),
+                Ok([exchange_status::NOT_YET]) => {
+                    pause.sleep(Duration::from_millis(EXCHANGE_RETRY_MS)).await
+                }
+                _ => pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await,
+            }
+        }
+    };
+    let answers = join_all(peers.iter().map(|peer| fetch(*peer)).collect()).await;
+    let Some(answers) = answers.into_iter().collect::<Option<Vec<_>>>() else {
+        return;
+    };
+    if !service.finish_exchange(epoch, answers) && service.migrations.epoch() == epoch {
+        tracing::warn!(
+            "partition-version exchange could not be resolved; waiting for the next view"
+        );
+    }
+}
+
+/// Runs one plan: up to `migrate-max-partitions` copies at once, the
+/// hottest first, then the smallest.
+async fn run_plan(
+    service: &Arc<Service>,
+    fabric: &Arc<dyn Fabric>,
+    pause: &Arc<dyn Pause>,
+    epoch: u64,
+    cluster_key: u64,
+    mut queue: Vec<MigrateTask>,
+) {
+    let mut running: Vec<Sleep> = Vec::new();
+    loop {
+        let current = service.migrations.epoch() == epoch;
+        let limit = service
+            .migrations
+            .max_partitions
+            .load(Ordering::Relaxed)
+            .max(1) as usize;
+        while current && running.len() < limit && !queue.is_empty() {
+            // Hottest first, then the plan's order (smallest first).
+            let hottest = queue
+                .iter()
+                .enumerate()
+                .max_by_key(|(at, task)| {
+                    (
+                        service.migrations.hotness(&task.namespace, task.partition),
+                        std::cmp::Reverse(*at),
+                    )
+                })
+                .map_or(0, |(at, _)| at);
+            let task = queue.remove(hottest);
+            running.push(Box::pin(migrate_partition(
+                service.clone(),
+                fabric.clone(),
+                pause.clone(),
+                epoch,
+                cluster_key,
+                task,
+            )));
+        }
+        if running.is_empty() {
+            return;
+        }
+        first_done(&mut running).await;
+    }
+}
+
+/// Sends one copy to each of its targets, batch by batch, then retires the
+/// copies it covers.
+async fn migrate_partition(
+    service: Arc<Service>,
+    fabric: Arc<dyn Fabric>,
+    pause: Arc<dyn Pause>,
+    epoch: u64,
+    cluster_key: u64,
+    task: MigrateTask,
+) {
+    let migrations = &service.migrations;
+    let digests = service.migration_digests(&task.namespace, task.partition);
+    for (target, version) in &task.targets {
+        // A target with some copy gets the delta only.
+        let to_send = if version.is_zero() || digests.is_empty() {
+            digests.clone()
+        } else {
+            let request = super::encode_partition_ref(&task.namespace, task.partition);
+            loop {
+                if migrations.epoch() != epoch {
+                    return;
+                }
+                let answer = fabric
+                    .call(
+                        *target,
+                        call_kind::MANIFEST,
+                        request.clone(),
+                        Duration::from_millis(BATCH_TIMEOUT_MS),
+                    )
+                    .await;
+                let delta = answer.ok().and_then(|manifest| {
+                    service.migration_delta(&task.namespace, task.partition, &digests, &manifest)
+                });
+                match delta {
+                    Some(delta) => break delta,
+                    None => pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await,
+                }
+            }
+        };
+        let mut at = 0;
+        let mut flags = FLAG_FIRST;
+        loop {
+            let (batch, consumed) = service.migration_batch(
+                cluster_key,
+                &task.namespace,
+                task.partition,
+                to_send.get(at..).unwrap_or_default(),
+                flags,
+            );
+            at += consumed;
+            flags = 0;
+            let payload = batch.encode();
+            loop {
+                if migrations.epoch() != epoch {
+                    return;
+                }
+                let answer = fabric
+                    .call(
+                        *target,
+                        call_kind::MIGRATE,
+                        payload.clone(),
+                        Duration::from_millis(BATCH_TIMEOUT_MS),
+                    )
+                    .await;
+                match answer.as_deref() {
+                    Ok([code]) if *code == ResultCode::Ok.code() => break,
+                    other => {
+                        tracing::debug!(
+                            target = %target,
+                            partition = task.partition.index(),
+                            answer = ?other,
+                            "migration batch not acknowledged; sending it again"
+                        );
+                        pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+                    }
+                }
+            }
+            let records = batch.records.len() as u64;
+            migrations
+                .records_sent
+                .fetch_add(records, Ordering::Relaxed);
+            if batch.flags & FLAG_LAST != 0 {
+                break;
+            }
+            let now_us = service.now().unix_ms.saturating_mul(1000);
+            let wait = migrations.throttle(records, now_us)
+                + Duration::from_micros(u64::from(migrations.sleep_us.load(Ordering::Relaxed)));
+            if wait.is_zero() {
+                yield_now().await;
+            } else {
+                pause.sleep(wait).await;
+            }
+        }
+    }
+    migrations.finished(epoch, &task.namespace, task.partition);
+    // The targets hold this copy now: the copies it covers outside the
+    // replica list may go. A retiree that misses the call keeps its copy
+    // until the next exchange merges (and then drops) it.
+    let notice = super::encode_drop(
+        cluster_key,
+        service.node_id,
+        &task.namespace,
+        task.partition,
+    );
+    let calls = task
+        .retire
+        .iter()
+        .map(|node| {
+            fabric.call(
+                *node,
+                call_kind::DROP,
+                notice.clone(),
+                Duration::from_millis(BATCH_TIMEOUT_MS),
+            )
+        })
+        .collect();
+    join_all(calls).await;
+    if task.drop_after && migrations.epoch() == epoch {
+        service.drop_copy(&task.namespace, task.partition);
+    }
+}
+
+/// Waits until one of `running` completes and removes the completed ones.
+async fn first_done(running: &mut Vec<Sleep>) {
+    std::future::poll_fn(|context| {
+        let before = running.len();
+        running.retain_mut(|future| future.as_mut().poll(context).is_pending());
+        if running.len() < before {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Lets other tasks of the event loop run once.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|context| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            context.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await
+}

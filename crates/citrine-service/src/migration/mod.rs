@@ -1,0 +1,1205 @@
+//! Migrations (001 §2.2.1): after every view change, the members exchange
+//! their partition versions, each works out from them what it sends,
+//! receives and drops, and records move until every replica of every
+//! partition holds the merge of every distinct copy.
+//!
+//! This module owns the bookkeeping and the record work; [`driver`] runs
+//! the exchange and the sending as an async loop over the
+//! [`Fabric`](crate::replication::Fabric) (the server runs it on its own
+//! thread, the simulator on its fake network).
+//!
+//! The steps of one view (cluster key `K`):
+//! 1. **Publish** ([`Service::plan_migrations`], synchronously with the
+//!    view): this node snapshots its [`PartitionVersion`]s and record
+//!    counts — what it answers every member's `EXCHANGE` call for `K` —
+//!    and enters *exchanging*. A node alone resolves at once.
+//! 2. **Exchange** (driver): it fetches every other member's snapshot for
+//!    `K`; [`Service::finish_exchange`] runs
+//!    [`citrine_cluster::exchange::resolve`] for every partition — the same
+//!    pure function on every node, so all agree — and applies this node's
+//!    part: a replica that holds a copy equal to every distinct copy
+//!    present is full at once (version `full(K)`), one that must receive is
+//!    *filling* (`subset(K)`) until each expected source has delivered; a
+//!    node that sends a group gets a task; a copy outside the new replica
+//!    list is dropped once its group was delivered (at once when no replica
+//!    needs it).
+//! 3. **Send** (driver): tasks run hottest first (partitions whose records
+//!    were asked for by duplicate resolution or acting-master reads here),
+//!    then smallest first (§2.2.1.4), at most `migrate-max-partitions` at
+//!    once, batch by batch with an ack each. A target that held some copy
+//!    first sends its manifest (digest, generation, last-update time of
+//!    every record) and receives only the records it lacks or holds older —
+//!    the delta (§2.2.1.1). The last batch of a source (possibly empty)
+//!    carries [`FLAG_LAST`]; the receiver applies every record with the
+//!    replica-write rule (only when it wins under the namespace's conflict
+//!    resolution), so client writes during migration are never regressed
+//!    and resends are harmless. When a group is delivered, its source tells
+//!    the copies it covers outside the replica list to drop (`DROP`), and
+//!    drops its own copy when it is not a replica.
+//!
+//! While a partition's master is filling, single-record transactions on it
+//! run duplicate resolution first against exactly the sources it still
+//! expects (the previous holders of the other versions); while exchanging,
+//! against every member. When the master held nothing and one copy exists
+//! (a node joined), that copy's holder is the **acting master**: reads are
+//! proxied to it and served from its copy without duplicate resolution,
+//! and writes — still executed by the master after duplicate resolution —
+//! are also replicated to it, so the reads it serves stay current
+//! (§2.2.1.3). Both end when the master's last expected source delivered.
+//!
+//! Invariants:
+//! - versions change only when an exchange completes (replicas), when a
+//!   fill completes (`subset(K)` → `full(K)`) and when a copy is dropped
+//!   (→ ZERO); the snapshot answered for `K` is the one taken at publish;
+//! - a partition with no records is reported as ZERO (nothing to merge);
+//!   records present without a version (loaded from a device at start)
+//!   are reported with this boot's own key: an unknown lineage, merged;
+//! - the request path checks one relaxed atomic per partition (plus one
+//!   for the exchange) and takes the mutex only for partitions in
+//!   migration;
+//! - `tx_remaining`/`rx_remaining` are set synchronously with the publish,
+//!   so `cluster-stable` never sees a view whose migrations are not
+//!   counted yet;
+//! - no lock is held across an await.
+//!
+//! Not yet: tombstones in memory namespaces (a delete is not migrated, so
+//! a copy that missed it can bring the record back at a merge); device
+//! namespaces do not persist versions across restarts (their records come
+//! back as a copy of unknown lineage, merged by delta).
+
+pub mod driver;
+
+use crate::cluster_state::ClusterState;
+use crate::replication::ReplicaWrite;
+use crate::Service;
+use citrine_cluster::exchange::{self, Holding, PartitionVersion};
+use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE, PARTITIONS};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// The last batch of a source's delivery of a partition.
+pub const FLAG_LAST: u8 = 1;
+/// The first batch of a partition.
+pub const FLAG_FIRST: u8 = 2;
+/// Most records in one batch.
+pub const BATCH_RECORDS: usize = 512;
+/// A batch is closed once its records take this many bytes.
+pub const BATCH_BYTES: usize = 1 << 20;
+/// Default most partitions migrated at once by one node.
+pub const MAX_PARTITIONS_DEFAULT: u32 = 4;
+
+/// Status byte of an `EXCHANGE` answer.
+pub mod exchange_status {
+    /// The snapshot follows.
+    pub const READY: u8 = 0;
+    /// This node has not published that view yet: ask again.
+    pub const NOT_YET: u8 = 1;
+    /// This node has moved past that view.
+    pub const STALE: u8 = 2;
+}
+
+/// A copy this node sends to some replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrateTask {
+    pub namespace: String,
+    pub partition: PartitionId,
+    /// Replicas to fill, each with the version it held (ZERO: it has
+    /// nothing, so no manifest is asked).
+    pub targets: Vec<(NodeId, PartitionVersion)>,
+    /// Nodes outside the replica list to tell to drop their copies once
+    /// the targets are filled.
+    pub retire: Vec<NodeId>,
+    /// This node is not a replica: drop the copy once sent.
+    pub drop_after: bool,
+    /// Records when planned (the order key after hotness: smallest first).
+    pub records: u64,
+}
+
+/// What the driver has to do next.
+#[derive(Debug)]
+pub enum Work {
+    Idle,
+    /// Fetch the snapshots of `peers` for `cluster_key`.
+    Exchange {
+        epoch: u64,
+        cluster_key: u64,
+        peers: Vec<NodeId>,
+    },
+    /// Send these copies.
+    Send {
+        epoch: u64,
+        cluster_key: u64,
+        tasks: Vec<MigrateTask>,
+    },
+}
+
+/// The routing a master's request needs while its partition migrates.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Disposition {
+    /// Execute here.
+    Normal,
+    /// Resolve the record against `sources` first.
+    DupRes {
+        cluster_key: u64,
+        sources: Vec<NodeId>,
+    },
+    /// A read: let the acting master serve it.
+    Acting(NodeId),
+}
+
+/// Per-partition flag bits read on the request path.
+const ROUTE_FILLING: u8 = 1;
+const ROUTE_ACTING: u8 = 2;
+
+#[derive(Debug, Default, Clone)]
+struct PartitionState {
+    /// Sources still to deliver (this node is a replica being filled).
+    expect: Vec<NodeId>,
+    /// The partition's acting master (kept on the master and the acting
+    /// master itself).
+    acting: Option<NodeId>,
+    /// Not a replica: drop the copy when this source delivered its group.
+    drop_after: Option<NodeId>,
+    /// This node is the partition's master.
+    master: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    cluster_key: u64,
+    /// Other members of the view.
+    peers: Vec<NodeId>,
+    current: Option<Arc<ClusterState>>,
+    /// The exchange of `cluster_key` is resolved.
+    exchanged: bool,
+    /// The exchange was handed to the driver.
+    exchange_taken: bool,
+    /// The answer to `EXCHANGE` for `cluster_key`.
+    snapshot: Arc<Vec<u8>>,
+    /// Per namespace, per partition.
+    versions: HashMap<String, Vec<PartitionVersion>>,
+    /// Partitions in migration on this node.
+    parts: HashMap<(String, u16), PartitionState>,
+    /// Copies still to send.
+    pending: HashSet<(String, u16)>,
+    tasks: Vec<MigrateTask>,
+    /// LAST batches and DROP calls that arrived before the exchange was
+    /// resolved here.
+    early_lasts: HashSet<(String, u16, NodeId)>,
+    early_drops: HashSet<(String, u16, NodeId)>,
+    /// Requests that needed a migrating partition here (hottest first).
+    hits: HashMap<(String, u16), u64>,
+}
+
+/// A node's migration bookkeeping.
+#[derive(Debug)]
+pub struct Migrations {
+    state: Mutex<State>,
+    /// Per namespace (in service order), per partition: ROUTE_* bits.
+    route: Vec<(String, Box<[AtomicU8]>)>,
+    exchanging: AtomicBool,
+    /// Bumped by every plan; running work whose epoch is stale stops.
+    epoch: AtomicU64,
+    /// Key of records held without a version (loaded at start).
+    boot_key: u64,
+    tx_remaining: AtomicU64,
+    rx_remaining: AtomicU64,
+    /// Duplicate resolutions run (a fetch from the other copies).
+    pub dupres_runs: AtomicU64,
+    /// Reads served as acting master.
+    pub acting_reads: AtomicU64,
+    /// Most partitions sent at once (`migrate-max-partitions`).
+    pub max_partitions: AtomicU32,
+    /// Pause after each acknowledged batch, microseconds (`migrate-sleep`).
+    pub sleep_us: AtomicU32,
+    /// Most records sent per second, 0 = no limit
+    /// (`migrate-max-records-per-sec`).
+    pub max_records_per_sec: AtomicU64,
+    /// When the rate limit lets the next batch go, microseconds.
+    throttle_next_us: Mutex<u64>,
+    /// Records sent and acknowledged / received and applied.
+    pub records_sent: AtomicU64,
+    pub records_received: AtomicU64,
+    /// Records a delta left out (the target already held them).
+    pub records_skipped: AtomicU64,
+    pub partitions_sent: AtomicU64,
+    /// Copies dropped (no longer a replica).
+    pub partitions_dropped: AtomicU64,
+    pub exchanges: AtomicU64,
+}
+
+impl Migrations {
+    /// The bookkeeping of a node with these namespaces; `boot_key` marks
+    /// the records it holds at start.
+    pub fn new<'a>(namespaces: impl Iterator<Item = &'a str>, boot_key: u64) -> Migrations {
+        let route = namespaces
+            .map(|name| {
+                (
+                    name.to_owned(),
+                    (0..PARTITIONS).map(|_| AtomicU8::new(0)).collect(),
+                )
+            })
+            .collect();
+        Migrations {
+            state: Mutex::new(State::default()),
+            route,
+            exchanging: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            boot_key: boot_key.max(1),
+            tx_remaining: AtomicU64::new(0),
+            rx_remaining: AtomicU64::new(0),
+            dupres_runs: AtomicU64::new(0),
+            acting_reads: AtomicU64::new(0),
+            max_partitions: AtomicU32::new(MAX_PARTITIONS_DEFAULT),
+            sleep_us: AtomicU32::new(0),
+            max_records_per_sec: AtomicU64::new(0),
+            throttle_next_us: Mutex::new(0),
+            records_sent: AtomicU64::new(0),
+            records_received: AtomicU64::new(0),
+            records_skipped: AtomicU64::new(0),
+            partitions_sent: AtomicU64::new(0),
+            partitions_dropped: AtomicU64::new(0),
+            exchanges: AtomicU64::new(0),
+        }
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Partitions this node still has to send.
+    pub fn tx_remaining(&self) -> u64 {
+        self.tx_remaining.load(Ordering::Relaxed)
+    }
+
+    /// Partitions this node is still filling.
+    pub fn rx_remaining(&self) -> u64 {
+        self.rx_remaining.load(Ordering::Relaxed)
+    }
+
+    /// True while the exchange of the current view is not resolved here.
+    pub fn exchanging(&self) -> bool {
+        self.exchanging.load(Ordering::Relaxed)
+    }
+
+    /// Partitions of `namespace` still to send / still filling.
+    pub fn namespace_remaining(&self, namespace: &str) -> (u64, u64) {
+        let state = self.state.lock();
+        let tx = state
+            .pending
+            .iter()
+            .filter(|(name, _)| name == namespace)
+            .count() as u64;
+        let rx = state
+            .parts
+            .iter()
+            .filter(|((name, _), part)| name == namespace && !part.expect.is_empty())
+            .count() as u64;
+        (tx, rx)
+    }
+
+    /// This node's version of a partition.
+    pub fn version(&self, namespace: &str, partition: PartitionId) -> PartitionVersion {
+        let state = self.state.lock();
+        state
+            .versions
+            .get(namespace)
+            .and_then(|versions| versions.get(partition.index()).copied())
+            .unwrap_or_default()
+    }
+
+    /// What the driver has to do next (each exchange and each task list is
+    /// handed out once).
+    pub fn next_work(&self) -> Work {
+        let mut state = self.state.lock();
+        let epoch = self.epoch();
+        if !state.exchanged {
+            if state.exchange_taken || state.current.is_none() {
+                return Work::Idle;
+            }
+            state.exchange_taken = true;
+            return Work::Exchange {
+                epoch,
+                cluster_key: state.cluster_key,
+                peers: state.peers.clone(),
+            };
+        }
+        if state.tasks.is_empty() {
+            return Work::Idle;
+        }
+        Work::Send {
+            epoch,
+            cluster_key: state.cluster_key,
+            tasks: std::mem::take(&mut state.tasks),
+        }
+    }
+
+    fn route_flags(&self, namespace: &str) -> Option<&[AtomicU8]> {
+        self.route
+            .iter()
+            .find(|(name, _)| name == namespace)
+            .map(|(_, flags)| &flags[..])
+    }
+
+    fn set_route(&self, namespace: &str, partition: u16, part: Option<&PartitionState>) {
+        let bits = part.map_or(0, |part| {
+            let mut bits = 0;
+            if part.master && !part.expect.is_empty() {
+                bits |= ROUTE_FILLING;
+            }
+            if part.acting.is_some() {
+                bits |= ROUTE_ACTING;
+            }
+            bits
+        });
+        if let Some(flag) = self
+            .route_flags(namespace)
+            .and_then(|flags| flags.get(usize::from(partition)))
+        {
+            flag.store(bits, Ordering::Release);
+        }
+    }
+
+    fn route_bits(&self, namespace: &str, partition: PartitionId) -> u8 {
+        self.route_flags(namespace)
+            .and_then(|flags| flags.get(partition.index()))
+            .map_or(0, |flag| flag.load(Ordering::Acquire))
+    }
+
+    /// How the master runs a request on `partition` (see the module doc).
+    /// Two relaxed loads when the partition is not migrating.
+    #[inline]
+    pub(crate) fn disposition(
+        &self,
+        namespace: &str,
+        partition: PartitionId,
+        read: bool,
+    ) -> Disposition {
+        let exchanging = self.exchanging.load(Ordering::Relaxed);
+        if !exchanging && self.route_bits(namespace, partition) == 0 {
+            return Disposition::Normal;
+        }
+        let mut state = self.state.lock();
+        let key = (namespace.to_owned(), partition.index() as u16);
+        if !state.exchanged {
+            return Disposition::DupRes {
+                cluster_key: state.cluster_key,
+                sources: state.peers.clone(),
+            };
+        }
+        let cluster_key = state.cluster_key;
+        let Some(part) = state.parts.get(&key).cloned() else {
+            return Disposition::Normal;
+        };
+        if !part.master || part.expect.is_empty() {
+            return Disposition::Normal;
+        }
+        *state.hits.entry(key).or_default() += 1;
+        match part.acting {
+            Some(acting) if read => Disposition::Acting(acting),
+            _ => Disposition::DupRes {
+                cluster_key,
+                sources: part.expect,
+            },
+        }
+    }
+
+    /// The acting master a filling master also replicates its writes to
+    /// (callers skip it when it is a replica anyway).
+    #[inline]
+    pub(crate) fn acting_target(&self, namespace: &str, partition: PartitionId) -> Option<NodeId> {
+        if self.route_bits(namespace, partition) & ROUTE_ACTING == 0 {
+            return None;
+        }
+        let state = self.state.lock();
+        let part = state
+            .parts
+            .get(&(namespace.to_owned(), partition.index() as u16))?;
+        (part.master && !part.expect.is_empty())
+            .then_some(part.acting)
+            .flatten()
+    }
+
+    /// True when this node (`self_id`) is the acting master of `partition`
+    /// and still holds its copy: it serves the reads its master proxies.
+    pub(crate) fn is_acting(
+        &self,
+        namespace: &str,
+        partition: PartitionId,
+        self_id: NodeId,
+    ) -> bool {
+        if self.route_bits(namespace, partition) & ROUTE_ACTING == 0 {
+            return false;
+        }
+        let mut state = self.state.lock();
+        let key = (namespace.to_owned(), partition.index() as u16);
+        let acting = state
+            .parts
+            .get(&key)
+            .is_some_and(|part| part.acting == Some(self_id));
+        if acting {
+            *state.hits.entry(key).or_default() += 1;
+        }
+        acting
+    }
+
+    /// A duplicate-resolution request for `partition` was served here.
+    pub(crate) fn hit(&self, namespace: &str, partition: u16) {
+        let mut state = self.state.lock();
+        let key = (namespace.to_owned(), partition);
+        if state.pending.contains(&key) {
+            *state.hits.entry(key).or_default() += 1;
+        }
+    }
+
+    /// Requests that needed `partition` while it migrated (hottest first).
+    pub fn hotness(&self, namespace: &str, partition: PartitionId) -> u64 {
+        let state = self.state.lock();
+        state
+            .hits
+            .get(&(namespace.to_owned(), partition.index() as u16))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The answer to an `EXCHANGE` call for `cluster_key`.
+    pub(crate) fn exchange_answer(&self, cluster_key: u64) -> Vec<u8> {
+        let state = self.state.lock();
+        if state.current.is_none() || state.cluster_key != cluster_key {
+            // A key this node has not published yet, or one it left.
+            let newer = state.current.is_some() && state.cluster_key != cluster_key;
+            let status = if newer && state.exchanged {
+                exchange_status::STALE
+            } else {
+                exchange_status::NOT_YET
+            };
+            return vec![status];
+        }
+        let mut out = Vec::with_capacity(1 + state.snapshot.len());
+        out.push(exchange_status::READY);
+        out.extend_from_slice(&state.snapshot);
+        out
+    }
+
+    /// Marks a copy of plan `epoch` sent.
+    pub fn finished(&self, epoch: u64, namespace: &str, partition: PartitionId) {
+        let mut state = self.state.lock();
+        if self.epoch() != epoch {
+            return;
+        }
+        let key = (namespace.to_owned(), partition.index() as u16);
+        if state.pending.remove(&key) {
+            self.partitions_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        state.hits.remove(&key);
+        self.tx_remaining
+            .store(state.pending.len() as u64, Ordering::Relaxed);
+    }
+
+    /// How long to wait before sending `records` more under the
+    /// `migrate-max-records-per-sec` limit.
+    pub fn throttle(&self, records: u64, now_us: u64) -> std::time::Duration {
+        let rate = self.max_records_per_sec.load(Ordering::Relaxed);
+        if rate == 0 || records == 0 {
+            return std::time::Duration::ZERO;
+        }
+        let mut next = self.throttle_next_us.lock();
+        let start = (*next).max(now_us);
+        *next = start + records.saturating_mul(1_000_000) / rate;
+        std::time::Duration::from_micros(start - now_us)
+    }
+
+    fn update_counts(&self, state: &State) {
+        self.tx_remaining
+            .store(state.pending.len() as u64, Ordering::Relaxed);
+        let filling = state
+            .parts
+            .values()
+            .filter(|part| !part.expect.is_empty())
+            .count();
+        self.rx_remaining.store(filling as u64, Ordering::Relaxed);
+    }
+}
+
+/// A namespace's snapshot: `u8 ns len | ns | u16 count | count × (u16
+/// partition | u64 ckey | u8 flags | u64 records)`, big-endian; the
+/// snapshot is the namespaces one after another.
+fn encode_snapshot(out: &mut Vec<u8>, namespace: &str, holdings: &[(u16, PartitionVersion, u64)]) {
+    let name = &namespace.as_bytes()[..namespace.len().min(255)];
+    out.push(name.len() as u8);
+    out.extend_from_slice(name);
+    out.extend_from_slice(&(holdings.len() as u16).to_be_bytes());
+    for (partition, version, records) in holdings {
+        out.extend_from_slice(&partition.to_be_bytes());
+        out.extend_from_slice(&version.ckey.to_be_bytes());
+        out.push(version.flags());
+        out.extend_from_slice(&records.to_be_bytes());
+    }
+}
+
+/// Per namespace, the holdings of a snapshot; `None` when malformed.
+type Snapshot = HashMap<String, Vec<(u16, PartitionVersion, u64)>>;
+
+fn decode_snapshot(bytes: &[u8]) -> Option<Snapshot> {
+    let mut at = 0usize;
+    let mut take = |length: usize| -> Option<&[u8]> {
+        let slice = bytes.get(at..at.checked_add(length)?)?;
+        at += length;
+        Some(slice)
+    };
+    let mut snapshot = HashMap::new();
+    while let Some(length) = take(1) {
+        let name = std::str::from_utf8(take(usize::from(length[0]))?)
+            .ok()?
+            .to_owned();
+        let count = u16::from_be_bytes(take(2)?.try_into().ok()?);
+        let mut holdings = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            let partition = u16::from_be_bytes(take(2)?.try_into().ok()?);
+            let ckey = u64::from_be_bytes(take(8)?.try_into().ok()?);
+            let version = PartitionVersion::from_wire(ckey, take(1)?[0])?;
+            let records = u64::from_be_bytes(take(8)?.try_into().ok()?);
+            if usize::from(partition) >= PARTITIONS || version.is_zero() {
+                return None;
+            }
+            holdings.push((partition, version, records));
+        }
+        snapshot.insert(name, holdings);
+    }
+    Some(snapshot)
+}
+
+impl Service {
+    /// Starts the migrations of a newly published view (see the module
+    /// doc): snapshot, then exchange (at once when alone).
+    pub(crate) fn plan_migrations(&self, published: Arc<ClusterState>) {
+        let migrations = &self.migrations;
+        let mut snapshot = Vec::new();
+        let mut own: Snapshot = HashMap::new();
+        let mut state = migrations.state.lock();
+        for namespace in self.namespaces() {
+            let name = &namespace.config.name;
+            let versions = state
+                .versions
+                .entry(name.clone())
+                .or_insert_with(|| vec![PartitionVersion::ZERO; PARTITIONS]);
+            let mut holdings = Vec::new();
+            for partition in PartitionId::all() {
+                let records = namespace.index.partition(partition).read().len() as u64;
+                if records == 0 {
+                    continue;
+                }
+                let version = match versions[partition.index()] {
+                    version if version.is_zero() => PartitionVersion::full(migrations.boot_key),
+                    version => version,
+                };
+                holdings.push((partition.index() as u16, version, records));
+            }
+            encode_snapshot(&mut snapshot, name, &holdings);
+            own.insert(name.clone(), holdings);
+        }
+        let alone = published.members.len() <= 1;
+        state.cluster_key = published.cluster_key;
+        state.peers = published.peers().map(|member| member.node_id).collect();
+        state.snapshot = Arc::new(snapshot);
+        state.exchanged = false;
+        state.exchange_taken = false;
+        state.pending.clear();
+        state.tasks.clear();
+        state.early_lasts.clear();
+        state.early_drops.clear();
+        state.hits.clear();
+        for (name, partition) in state.parts.keys() {
+            migrations.set_route(name, *partition, None);
+        }
+        state.parts.clear();
+        state.current = Some(published);
+        migrations.exchanging.store(!alone, Ordering::Relaxed);
+        // Until resolved, anything may move: count the exchange as work
+        // left, so `cluster-stable` waits for it.
+        migrations.tx_remaining.store(0, Ordering::Relaxed);
+        migrations.rx_remaining.store(0, Ordering::Relaxed);
+        migrations.epoch.fetch_add(1, Ordering::AcqRel);
+        drop(state);
+        if alone {
+            let epoch = migrations.epoch();
+            self.resolve_exchange(epoch, vec![(self.node_id, own)]);
+        }
+    }
+
+    /// Resolves the exchange of plan `epoch` with the other members'
+    /// `EXCHANGE` answers (status byte included); false when an answer is
+    /// malformed or the plan moved on.
+    pub fn finish_exchange(&self, epoch: u64, answers: Vec<(NodeId, Vec<u8>)>) -> bool {
+        let mut snapshots = Vec::with_capacity(answers.len() + 1);
+        for (node, answer) in answers {
+            let Some((&exchange_status::READY, body)) = answer.split_first() else {
+                return false;
+            };
+            let Some(snapshot) = decode_snapshot(body) else {
+                tracing::warn!(node = %node, "malformed partition-version snapshot");
+                return false;
+            };
+            snapshots.push((node, snapshot));
+        }
+        let own = {
+            let state = self.migrations.state.lock();
+            match decode_snapshot(&state.snapshot) {
+                Some(own) => own,
+                None => return false,
+            }
+        };
+        snapshots.push((self.node_id, own));
+        self.resolve_exchange(epoch, snapshots)
+    }
+
+    fn resolve_exchange(&self, epoch: u64, snapshots: Vec<(NodeId, Snapshot)>) -> bool {
+        let migrations = &self.migrations;
+        let mut state = migrations.state.lock();
+        if migrations.epoch() != epoch || state.exchanged {
+            return false;
+        }
+        let Some(current) = state.current.clone() else {
+            return false;
+        };
+        let cluster_key = current.cluster_key;
+        let mut drops = Vec::new();
+        let mut tasks = Vec::new();
+        for namespace in self.namespaces() {
+            let name = namespace.config.name.clone();
+            let Some(map) = current.namespace(&name) else {
+                continue;
+            };
+            let mut holdings: Vec<Vec<Holding>> = vec![Vec::new(); PARTITIONS];
+            for (node, snapshot) in &snapshots {
+                for (partition, version, records) in snapshot.get(&name).into_iter().flatten() {
+                    if let Some(list) = holdings.get_mut(usize::from(*partition)) {
+                        list.push(Holding {
+                            node: *node,
+                            version: *version,
+                            records: *records,
+                        });
+                    }
+                }
+            }
+            for partition in PartitionId::all() {
+                let pid = partition.index() as u16;
+                let replicas = map.map.replicas(partition);
+                let held = &holdings[partition.index()];
+                let outcome = exchange::resolve(replicas, held);
+                let mine = held
+                    .iter()
+                    .find(|holding| holding.node == self.node_id)
+                    .map(|holding| holding.version)
+                    .unwrap_or_default();
+                let key = (name.clone(), pid);
+                let mut part = PartitionState {
+                    master: replicas.first() == Some(&self.node_id),
+                    ..PartitionState::default()
+                };
+                let replica = replicas.contains(&self.node_id);
+                if replica {
+                    part.expect = outcome.expected_by(self.node_id);
+                    part.expect.retain(|source| {
+                        !state.early_lasts.contains(&(name.clone(), pid, *source))
+                    });
+                    let version = if part.expect.is_empty() {
+                        PartitionVersion::full(cluster_key)
+                    } else {
+                        PartitionVersion::subset(cluster_key)
+                    };
+                    if let Some(versions) = state.versions.get_mut(&name) {
+                        versions[partition.index()] = version;
+                    }
+                } else if !mine.is_zero() {
+                    match outcome.drop_after(self.node_id) {
+                        None => drops.push((name.clone(), partition)),
+                        Some(source) if source == self.node_id => {}
+                        Some(source) => {
+                            if state.early_drops.contains(&(name.clone(), pid, source)) {
+                                drops.push((name.clone(), partition));
+                            } else {
+                                part.drop_after = Some(source);
+                            }
+                        }
+                    }
+                }
+                if let Some(acting) = outcome.acting_master {
+                    if part.master || acting == self.node_id {
+                        part.acting = Some(acting);
+                    }
+                }
+                for group in outcome.sent_by(self.node_id) {
+                    let targets = group
+                        .targets
+                        .iter()
+                        .map(|target| {
+                            let version = held
+                                .iter()
+                                .find(|holding| holding.node == *target)
+                                .map(|holding| holding.version)
+                                .unwrap_or_default();
+                            (*target, version)
+                        })
+                        .collect();
+                    tasks.push(MigrateTask {
+                        namespace: name.clone(),
+                        partition,
+                        targets,
+                        retire: group.retire.clone(),
+                        drop_after: !replica,
+                        records: group.records,
+                    });
+                }
+                let busy =
+                    !part.expect.is_empty() || part.acting.is_some() || part.drop_after.is_some();
+                if busy {
+                    migrations.set_route(&name, pid, Some(&part));
+                    state.parts.insert(key, part);
+                }
+            }
+        }
+        tasks.sort_by_key(|task| (task.records, task.partition.index()));
+        state.pending = tasks
+            .iter()
+            .map(|task| (task.namespace.clone(), task.partition.index() as u16))
+            .collect();
+        state.tasks = tasks;
+        state.exchanged = true;
+        state.early_lasts.clear();
+        state.early_drops.clear();
+        migrations.update_counts(&state);
+        migrations.exchanges.fetch_add(1, Ordering::Relaxed);
+        migrations.exchanging.store(false, Ordering::Relaxed);
+        let planned = state.pending.len();
+        let filling = migrations.rx_remaining();
+        drop(state);
+        for (name, partition) in &drops {
+            self.drop_copy(name, *partition);
+        }
+        if planned > 0 || filling > 0 || !drops.is_empty() {
+            tracing::info!(
+                send = planned,
+                receive = filling,
+                dropped = drops.len(),
+                cluster_key = format!("{cluster_key:x}"),
+                "partition versions exchanged"
+            );
+        }
+        true
+    }
+
+    /// Drops this node's copy of a partition it no longer holds a place
+    /// for: every record goes, the version becomes ZERO.
+    pub(crate) fn drop_copy(&self, namespace_name: &str, partition: PartitionId) {
+        let Some(namespace) = self.namespace(namespace_name.as_bytes()) else {
+            return;
+        };
+        let migrations = &self.migrations;
+        let mut state = migrations.state.lock();
+        let key = (namespace_name.to_owned(), partition.index() as u16);
+        if state.current.as_ref().is_some_and(|current| {
+            current
+                .namespace(namespace_name)
+                .is_some_and(|map| map.map.replicas(partition).contains(&self.node_id))
+        }) {
+            // A replica again under a newer view: keep it.
+            return;
+        }
+        if let Some(versions) = state.versions.get_mut(namespace_name) {
+            versions[partition.index()] = PartitionVersion::ZERO;
+        }
+        state.parts.remove(&key);
+        migrations.set_route(namespace_name, key.1, None);
+        let mut index = namespace.index.partition(partition).write();
+        drop(state);
+        let mut dropped = 0u64;
+        index.remove_where(
+            |_, _| true,
+            |_, entry| {
+                crate::transaction::drop_entry(namespace, entry);
+                dropped += 1;
+            },
+        );
+        drop(index);
+        migrations
+            .partitions_dropped
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            namespace = namespace_name,
+            partition = partition.index(),
+            records = dropped,
+            "dropped a copy this node no longer holds"
+        );
+    }
+
+    /// `source` delivered its group of `partition` (its LAST batch).
+    fn source_done(&self, cluster_key: u64, namespace: &str, partition: u16, source: NodeId) {
+        let migrations = &self.migrations;
+        let mut state = migrations.state.lock();
+        if state.cluster_key != cluster_key {
+            return;
+        }
+        let key = (namespace.to_owned(), partition);
+        if !state.exchanged {
+            state
+                .early_lasts
+                .insert((namespace.to_owned(), partition, source));
+            return;
+        }
+        let Some(part) = state.parts.get_mut(&key) else {
+            return;
+        };
+        if !part.expect.contains(&source) {
+            return;
+        }
+        part.expect.retain(|node| *node != source);
+        if part.expect.is_empty() {
+            part.acting = None;
+            if let Some(versions) = state.versions.get_mut(namespace) {
+                versions[usize::from(partition)] = PartitionVersion::full(cluster_key);
+            }
+            state.parts.remove(&key);
+            migrations.set_route(namespace, partition, None);
+        } else {
+            let part = part.clone();
+            migrations.set_route(namespace, partition, Some(&part));
+        }
+        migrations.update_counts(&state);
+    }
+
+    /// `source` delivered the group that covers this node's copy: drop it
+    /// (answers the `DROP` call; the answer is one result-code byte).
+    pub(crate) fn retire_copy(&self, payload: &[u8]) -> ResultCode {
+        let Some((cluster_key, namespace, partition, source)) = decode_drop(payload) else {
+            return ResultCode::Parameter;
+        };
+        let Some(partition_id) = PartitionId::new(partition) else {
+            return ResultCode::Parameter;
+        };
+        let mut state = self.migrations.state.lock();
+        if state.cluster_key != cluster_key {
+            return ResultCode::Ok;
+        }
+        if !state.exchanged {
+            state.early_drops.insert((namespace, partition, source));
+            return ResultCode::Ok;
+        }
+        let waiting = state
+            .parts
+            .get(&(namespace.clone(), partition))
+            .is_some_and(|part| part.drop_after == Some(source));
+        drop(state);
+        if waiting {
+            self.drop_copy(&namespace, partition_id);
+        }
+        ResultCode::Ok
+    }
+
+    /// The digests of a partition's records, in no particular order.
+    pub fn migration_digests(&self, namespace: &str, partition: PartitionId) -> Vec<Digest> {
+        self.namespace(namespace.as_bytes())
+            .map(|namespace| {
+                let index = namespace.index.partition(partition).read();
+                index.iter().map(|(digest, _)| *digest).collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// This node's manifest of a partition (answers `MANIFEST`): `u8 1 |
+    /// u32 count | count × (digest | u16 generation | u64 last-update
+    /// ms)`; `[0]` for an unknown namespace or partition.
+    pub(crate) fn manifest(&self, payload: &[u8]) -> Vec<u8> {
+        let Some((namespace, partition)) = decode_partition_ref(payload) else {
+            return vec![0];
+        };
+        let (Some(namespace), Some(partition)) = (
+            self.namespace(namespace.as_bytes()),
+            PartitionId::new(partition),
+        ) else {
+            return vec![0];
+        };
+        let now = self.now();
+        let index = namespace.index.partition(partition).read();
+        let mut out = Vec::with_capacity(5 + index.len() * (DIGEST_SIZE + 10));
+        out.push(1);
+        out.extend_from_slice(&[0; 4]);
+        let mut count = 0u32;
+        for (digest, entry) in index.iter() {
+            if !crate::transaction::is_live(namespace, &entry.meta, now) {
+                continue;
+            }
+            out.extend_from_slice(&digest.0);
+            out.extend_from_slice(&entry.meta.generation.to_be_bytes());
+            out.extend_from_slice(&entry.meta.last_update_ms.to_be_bytes());
+            count += 1;
+        }
+        out[1..5].copy_from_slice(&count.to_be_bytes());
+        out
+    }
+
+    /// The digests of `digests` a target with `manifest` (a `MANIFEST`
+    /// answer) lacks or holds an older copy of: the delta to send. `None`
+    /// when the manifest is malformed.
+    pub fn migration_delta(
+        &self,
+        namespace_name: &str,
+        partition: PartitionId,
+        digests: &[Digest],
+        manifest: &[u8],
+    ) -> Option<Vec<Digest>> {
+        let (&1, rest) = manifest.split_first()? else {
+            return None;
+        };
+        let count = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+        let entries = rest.get(4..)?;
+        const ENTRY: usize = DIGEST_SIZE + 10;
+        if entries.len() != count.checked_mul(ENTRY)? {
+            return None;
+        }
+        let theirs: HashMap<[u8; DIGEST_SIZE], (u16, u64)> = entries
+            .chunks_exact(ENTRY)
+            .filter_map(|entry| {
+                let digest: [u8; DIGEST_SIZE] = entry[..DIGEST_SIZE].try_into().ok()?;
+                let generation =
+                    u16::from_be_bytes(entry[DIGEST_SIZE..DIGEST_SIZE + 2].try_into().ok()?);
+                let lut = u64::from_be_bytes(entry[DIGEST_SIZE + 2..].try_into().ok()?);
+                Some((digest, (generation, lut)))
+            })
+            .collect();
+        let namespace = self.namespace(namespace_name.as_bytes())?;
+        let index = namespace.index.partition(partition).read();
+        let delta: Vec<Digest> = digests
+            .iter()
+            .filter(|digest| {
+                let Some(entry) = index.get(digest) else {
+                    return false;
+                };
+                match theirs.get(&digest.0) {
+                    None => true,
+                    Some((generation, lut)) => !crate::replication::copy_holds(
+                        (*generation, *lut),
+                        (entry.meta.generation, entry.meta.last_update_ms),
+                    ),
+                }
+            })
+            .copied()
+            .collect();
+        drop(index);
+        self.migrations
+            .records_skipped
+            .fetch_add((digests.len() - delta.len()) as u64, Ordering::Relaxed);
+        Some(delta)
+    }
+
+    /// Encodes the records of `digests` still live as one batch of
+    /// partition `partition`; returns the batch and how many digests it
+    /// consumed (at most [`BATCH_RECORDS`], fewer once [`BATCH_BYTES`] is
+    /// reached). When it consumed the rest, the batch carries
+    /// [`FLAG_LAST`].
+    pub fn migration_batch(
+        &self,
+        cluster_key: u64,
+        namespace_name: &str,
+        partition: PartitionId,
+        digests: &[Digest],
+        flags: u8,
+    ) -> (MigrateBatch, usize) {
+        let mut batch = MigrateBatch {
+            cluster_key,
+            source: self.node_id,
+            flags,
+            namespace: namespace_name.to_owned(),
+            partition: partition.index() as u16,
+            records: Vec::new(),
+        };
+        let Some(namespace) = self.namespace(namespace_name.as_bytes()) else {
+            batch.flags |= FLAG_LAST;
+            return (batch, digests.len());
+        };
+        let now = self.now();
+        let index = namespace.index.partition(partition).read();
+        let mut bytes = 0;
+        let mut consumed = 0;
+        for digest in digests.iter().take(BATCH_RECORDS) {
+            consumed += 1;
+            let Some(entry) = index.get(digest) else {
+                continue;
+            };
+            if !crate::transaction::is_live(namespace, &entry.meta, now) {
+                continue;
+            }
+            let Ok(body) = namespace.storage.read(&entry.location) else {
+                continue;
+            };
+            let write = ReplicaWrite {
+                namespace: namespace_name.to_owned(),
+                digest: *digest,
+                generation: entry.meta.generation,
+                void_time: entry.meta.void_time,
+                last_update_ms: entry.meta.last_update_ms,
+                set_name: namespace.sets.name(entry.meta.set_id).unwrap_or_default(),
+                body: Some(body.into_owned()),
+            }
+            .encode();
+            bytes += write.len();
+            batch.records.push(write);
+            if bytes >= BATCH_BYTES {
+                break;
+            }
+        }
+        drop(index);
+        if consumed == digests.len() {
+            batch.flags |= FLAG_LAST;
+        }
+        (batch, consumed)
+    }
+
+    /// Applies a received batch; the answer is one result-code byte.
+    pub(crate) fn apply_migrate_batch(&self, payload: &[u8]) -> ResultCode {
+        let Some(batch) = MigrateBatch::decode(payload) else {
+            return ResultCode::Parameter;
+        };
+        if self.namespace(batch.namespace.as_bytes()).is_none() {
+            return ResultCode::Namespace;
+        }
+        for record in &batch.records {
+            let Some(write) = ReplicaWrite::decode(record) else {
+                return ResultCode::Parameter;
+            };
+            if write.namespace != batch.namespace
+                || write.digest.partition().index() != usize::from(batch.partition)
+            {
+                return ResultCode::Parameter;
+            }
+            let code = crate::replication::apply_replica_write(self, &write);
+            if code != ResultCode::Ok {
+                return code;
+            }
+        }
+        self.migrations
+            .records_received
+            .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+        if batch.flags & FLAG_LAST != 0 {
+            self.source_done(
+                batch.cluster_key,
+                &batch.namespace,
+                batch.partition,
+                batch.source,
+            );
+        }
+        ResultCode::Ok
+    }
+}
+
+/// `u8 ns len | ns | u16 partition`.
+pub fn encode_partition_ref(namespace: &str, partition: PartitionId) -> Vec<u8> {
+    let name = &namespace.as_bytes()[..namespace.len().min(255)];
+    let mut out = Vec::with_capacity(3 + name.len());
+    out.push(name.len() as u8);
+    out.extend_from_slice(name);
+    out.extend_from_slice(&(partition.index() as u16).to_be_bytes());
+    out
+}
+
+fn decode_partition_ref(bytes: &[u8]) -> Option<(String, u16)> {
+    let (&length, rest) = bytes.split_first()?;
+    let name = std::str::from_utf8(rest.get(..usize::from(length))?).ok()?;
+    let partition = rest.get(usize::from(length)..)?;
+    let partition = u16::from_be_bytes(partition.try_into().ok()?);
+    (usize::from(partition) < PARTITIONS).then(|| (name.to_owned(), partition))
+}
+
+/// A `DROP` call: `u64 cluster key | u64 source | partition ref`.
+pub fn encode_drop(
+    cluster_key: u64,
+    source: NodeId,
+    namespace: &str,
+    partition: PartitionId,
+) -> Vec<u8> {
+    let mut out = cluster_key.to_be_bytes().to_vec();
+    out.extend_from_slice(&source.0.to_be_bytes());
+    out.extend_from_slice(&encode_partition_ref(namespace, partition));
+    out
+}
+
+fn decode_drop(bytes: &[u8]) -> Option<(u64, String, u16, NodeId)> {
+    let cluster_key = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+    let source = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
+    let (namespace, partition) = decode_partition_ref(bytes.get(16..)?)?;
+    Some((cluster_key, namespace, partition, NodeId(source)))
+}
+
+/// One batch of a partition's records from one source: `u64 cluster key |
+/// u64 source | u8 flags | u8 ns len | ns | u16 partition | u32 count |
+/// count × (u32 len | replica write)`, big-endian.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrateBatch {
+    pub cluster_key: u64,
+    /// The node sending it (a LAST batch completes that source).
+    pub source: NodeId,
+    pub flags: u8,
+    pub namespace: String,
+    pub partition: u16,
+    /// Encoded [`ReplicaWrite`]s.
+    pub records: Vec<Vec<u8>>,
+}
+
+impl MigrateBatch {
+    pub fn encode(&self) -> Vec<u8> {
+        let size: usize = self.records.iter().map(|record| record.len() + 4).sum();
+        let mut out = Vec::with_capacity(28 + self.namespace.len() + size);
+        out.extend_from_slice(&self.cluster_key.to_be_bytes());
+        out.extend_from_slice(&self.source.0.to_be_bytes());
+        out.push(self.flags);
+        let namespace = &self.namespace.as_bytes()[..self.namespace.len().min(255)];
+        out.push(namespace.len() as u8);
+        out.extend_from_slice(namespace);
+        out.extend_from_slice(&self.partition.to_be_bytes());
+        out.extend_from_slice(&(self.records.len() as u32).to_be_bytes());
+        for record in &self.records {
+            out.extend_from_slice(&(record.len() as u32).to_be_bytes());
+            out.extend_from_slice(record);
+        }
+        out
+    }
+
+    /// Decodes; `None` for anything malformed (including trailing bytes).
+    pub fn decode(bytes: &[u8]) -> Option<MigrateBatch> {
+        let mut at = 0usize;
+        let mut take = |length: usize| -> Option<&[u8]> {
+            let slice = bytes.get(at..at.checked_add(length)?)?;
+            at += length;
+            Some(slice)
+        };
+        let cluster_key = u64::from_be_bytes(take(8)?.try_into().ok()?);
+        let source = NodeId(u64::from_be_bytes(take(8)?.try_into().ok()?));
+        let flags = take(1)?[0];
+        let namespace_len = usize::from(take(1)?[0]);
+        let namespace = std::str::from_utf8(take(namespace_len)?).ok()?.to_owned();
+        let partition = u16::from_be_bytes(take(2)?.try_into().ok()?);
+        if usize::from(partition) >= PARTITIONS {
+            return None;
+        }
+        let count = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+        let mut records = Vec::with_capacity(count.min(BATCH_RECORDS));
+        for _ in 0..count {
+            let length = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+            records.push(take(length)?.to_vec());
+        }
+        if at != bytes.len() {
+            return None;
+        }
+        Some(MigrateBatch {
+            cluster_key,
+            source,
+            flags,
+            namespace,
+            partition,
+            records,
+        })
+    }
+}
