@@ -394,7 +394,8 @@ pub fn start(
             }
         };
         let started = Instant::now();
-        let node = match ClusterNode::new(cluster_config, 1) {
+        let boot_ms = boot_clock_ms();
+        let node = match ClusterNode::new(cluster_config, boot_ms) {
             Ok(node) => node,
             Err(error) => {
                 tracing::error!("bad cluster timing settings: {error}");
@@ -403,7 +404,7 @@ pub fn start(
         };
         let hub = Arc::new(FabricHub::new(tokio::runtime::Handle::current(), &hello));
         service.set_fabric(Arc::new(FabricClient(hub.clone())));
-        let driver = Driver::new(service, hub, node, hello, started);
+        let driver = Driver::new(service, hub, node, hello, started, boot_ms);
         driver
             .run(
                 heartbeat_listener,
@@ -439,6 +440,8 @@ struct Driver {
     node: ClusterNode,
     hello: Hello,
     started: Instant,
+    /// `now()` at `started`.
+    boot_ms: u64,
     inbound_sender: mpsc::Sender<Inbound>,
     inbound: mpsc::Receiver<Inbound>,
     /// Heartbeat-channel queues by destination address.
@@ -462,6 +465,7 @@ impl Driver {
         node: ClusterNode,
         hello: Hello,
         started: Instant,
+        boot_ms: u64,
     ) -> Driver {
         let (inbound_sender, inbound) = mpsc::channel(4096);
         let initial = service.cluster();
@@ -469,6 +473,7 @@ impl Driver {
             node,
             hello,
             started,
+            boot_ms,
             inbound_sender,
             inbound,
             heartbeat_queues: HashMap::new(),
@@ -483,9 +488,14 @@ impl Driver {
         }
     }
 
-    /// Milliseconds since start, plus one so the state machine never sees 0.
+    /// The state machine's clock: the Unix time of the boot (milliseconds)
+    /// advanced by the monotonic clock. It is also the heartbeat
+    /// incarnation and goes into cluster keys, so a node restarted at once
+    /// under the same id is a *later* incarnation (its peers take its
+    /// heartbeats, see it orphaned and form a new view) and never derives
+    /// the keys of its previous life.
     fn now(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64 + 1
+        self.boot_ms + self.started.elapsed().as_millis() as u64
     }
 
     async fn run(
@@ -687,6 +697,14 @@ struct PeerContext {
 }
 
 /// Accepts peer connections on one channel and reads their frames.
+/// Unix time in milliseconds (at least 1).
+fn boot_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |since| since.as_millis() as u64)
+        .max(1)
+}
+
 async fn accept(listener: TcpListener, context: PeerContext, fabric: bool) {
     loop {
         match listener.accept().await {

@@ -46,6 +46,8 @@ pub struct ServiceSection {
     /// Microseconds a migration pauses after each acknowledged batch
     /// (default 0, at most 1000000).
     pub migrate_sleep: Option<u32>,
+    /// Most records this node migrates per second (default 0: no limit).
+    pub migrate_max_records_per_sec: Option<u64>,
 }
 
 /// `[heartbeat]`: mesh heartbeats between the nodes of a cluster.
@@ -247,6 +249,8 @@ pub struct ClusterSettings {
     pub migrate_max_partitions: u32,
     /// `service.migrate-sleep`, microseconds.
     pub migrate_sleep_us: u32,
+    /// `service.migrate-max-records-per-sec`, 0 = no limit.
+    pub migrate_max_records_per_sec: u64,
 }
 
 /// Everything the server needs to start.
@@ -556,6 +560,7 @@ fn resolve_cluster(
     Ok(ClusterSettings {
         migrate_max_partitions,
         migrate_sleep_us,
+        migrate_max_records_per_sec: file.service.migrate_max_records_per_sec.unwrap_or(0),
         heartbeat_address: listen(&file.heartbeat.address),
         heartbeat_port,
         fabric_address: listen(&file.fabric.address),
@@ -982,15 +987,16 @@ mod tests {
             (citrine_service::migration::MAX_PARTITIONS_DEFAULT, 0)
         );
         let config = resolve_text(
-            "[service]\nmigrate-max-partitions = 2\nmigrate-sleep = 500\n[[namespace]]\nname = \"a\"\n",
+            "[service]\nmigrate-max-partitions = 2\nmigrate-sleep = 500\nmigrate-max-records-per-sec = 20000\n[[namespace]]\nname = \"a\"\n",
         )
         .expect("set");
         assert_eq!(
             (
                 config.cluster.migrate_max_partitions,
-                config.cluster.migrate_sleep_us
+                config.cluster.migrate_sleep_us,
+                config.cluster.migrate_max_records_per_sec
             ),
-            (2, 500)
+            (2, 500, 20_000)
         );
         for bad in ["migrate-max-partitions = 0", "migrate-sleep = 2000000"] {
             let error = resolve_text(&format!("[service]\n{bad}\n[[namespace]]\nname = \"a\"\n"))

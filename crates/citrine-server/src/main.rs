@@ -134,6 +134,10 @@ fn main() -> ExitCode {
     migrations
         .sleep_us
         .store(server_config.cluster.migrate_sleep_us, Ordering::Relaxed);
+    migrations.max_records_per_sec.store(
+        server_config.cluster.migrate_max_records_per_sec,
+        Ordering::Relaxed,
+    );
     // Not joined at shutdown: it only reads records and waits on the fabric.
     if let Err(error) = migrate::start(service.clone(), stopping.clone()) {
         eprintln!("citrined: {error}");

@@ -182,3 +182,31 @@ fn a_node_restarted_empty_gets_its_copies_back() {
     assert_copies_match_the_map(&group, (records + 200) as u64);
     assert_all_readable(&group, &keys);
 }
+
+/// A node killed and started again before the others notice it left (well
+/// within the heartbeat timeout) comes back empty under the same node id:
+/// its heartbeats carry no cluster key, the principal forms a new view, the
+/// exchange sees its empty copies, and it is filled again.
+#[test]
+fn a_node_restarted_within_the_heartbeat_timeout_is_refilled() {
+    let mut nodes = start_cluster(28);
+    let records = records();
+    let keys = write_records(&nodes[1], "key", records);
+    let group: Vec<&Node> = nodes.iter().collect();
+    wait_for_stable(&group, Duration::from_secs(10));
+    let key_before = nodes[0].info_value("cluster-key");
+    let seed = nodes[0].heartbeat_address();
+    nodes[2].kill();
+    let started = Instant::now();
+    nodes[2].start(&seed);
+    let group: Vec<&Node> = nodes.iter().collect();
+    wait_for_cluster(&group, 3, Duration::from_secs(20));
+    let settled = wait_for_stable(&group, Duration::from_secs(30));
+    println!(
+        "quick restart: stable {settled:?} after the cluster of 3 ({:?} from the restart)",
+        started.elapsed()
+    );
+    assert_copies_match_the_map(&group, records as u64);
+    assert_all_readable(&group, &keys);
+    assert_ne!(nodes[0].info_value("cluster-key"), key_before);
+}

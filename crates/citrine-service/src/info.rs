@@ -704,7 +704,7 @@ fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
             return format!("ERROR:4:{name} must be a non-negative integer");
         };
         match *name {
-            "migrate-max-partitions" if (1..=4096).contains(&number) => {
+            "migrate-max-partitions" if (1..=64).contains(&number) => {
                 changes.push(Box::new(move || {
                     migrations
                         .max_partitions
@@ -712,7 +712,7 @@ fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
                 }))
             }
             "migrate-max-partitions" => {
-                return "ERROR:4:migrate-max-partitions must be 1 to 4096".to_owned()
+                return "ERROR:4:migrate-max-partitions must be 1 to 64".to_owned()
             }
             "migrate-sleep" if number <= 1_000_000 => changes.push(Box::new(move || {
                 migrations.sleep_us.store(number as u32, Ordering::Relaxed)

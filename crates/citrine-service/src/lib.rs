@@ -461,7 +461,7 @@ impl Service {
 
 /// Runs a future to completion on the calling thread (parking between
 /// wake-ups). Only for the blocking [`Service::handle`] / `resume` path.
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     struct ThreadWaker(std::thread::Thread);
     impl std::task::Wake for ThreadWaker {
         fn wake(self: Arc<Self>) {

@@ -245,7 +245,9 @@ pub fn wait_for_stable(group: &[&Node], limit: Duration) -> Duration {
 }
 
 /// Every partition's two replica-list nodes hold identical copies (count
-/// and checksum); returns the records the list holders' copies add up to.
+/// and checksum) and no other node holds any copy of it (copies a node no
+/// longer holds a place for are dropped before `cluster-stable`); returns
+/// the records the list holders' copies add up to.
 pub fn copies_matching_the_map(group: &[&Node]) -> u64 {
     let held: Vec<Vec<bool>> = group.iter().map(|node| held_partitions(node)).collect();
     let sums: Vec<BTreeMap<u16, String>> = group.iter().map(|node| node.checksums()).collect();
@@ -255,6 +257,14 @@ pub fn copies_matching_the_map(group: &[&Node]) -> u64 {
             .filter(|node| held[*node][usize::from(pid)])
             .collect();
         assert_eq!(holders.len(), 2, "partition {pid}: holders {holders:?}");
+        let strays: Vec<&String> = (0..group.len())
+            .filter(|node| !holders.contains(node) && sums[*node].contains_key(&pid))
+            .map(|node| &group[node].id)
+            .collect();
+        assert!(
+            strays.is_empty(),
+            "partition {pid}: nodes {strays:?} hold a copy outside the replica list"
+        );
         let copies: Vec<Option<&String>> =
             holders.iter().map(|node| sums[*node].get(&pid)).collect();
         assert_eq!(

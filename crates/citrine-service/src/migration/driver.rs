@@ -279,7 +279,6 @@ async fn migrate_partition(
             }
         }
     }
-    migrations.finished(epoch, &task.namespace, task.partition);
     // The targets hold this copy now: the copies it covers outside the
     // replica list may go. A retiree that misses the call keeps its copy
     // until the next exchange merges (and then drops) it.
@@ -305,6 +304,8 @@ async fn migrate_partition(
     if task.drop_after && migrations.epoch() == epoch {
         service.drop_copy(&task.namespace, task.partition);
     }
+    // Last: `cluster-stable` counts the copy until its drops are done.
+    migrations.finished(epoch, &task.namespace, task.partition);
 }
 
 /// Waits until one of `running` completes and removes the completed ones.

@@ -773,13 +773,14 @@ impl Service {
         state.early_drops.clear();
         migrations.update_counts(&state);
         migrations.exchanges.fetch_add(1, Ordering::Relaxed);
-        migrations.exchanging.store(false, Ordering::Relaxed);
         let planned = state.pending.len();
         let filling = migrations.rx_remaining();
         drop(state);
         for (name, partition) in &drops {
             self.drop_copy(name, *partition);
         }
+        // Only now (drops done) may `cluster-stable` report the view.
+        migrations.exchanging.store(false, Ordering::Relaxed);
         if planned > 0 || filling > 0 || !drops.is_empty() {
             tracing::info!(
                 send = planned,
@@ -1201,5 +1202,422 @@ impl MigrateBatch {
             partition,
             records,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::driver::{self, Pause, Sleep};
+    use super::*;
+    use crate::cluster_state::ClusterMember;
+    use crate::replication::{Fabric, FabricError, FabricFuture};
+    use std::time::Duration;
+
+    fn service(node_id: u64) -> Arc<Service> {
+        let config = crate::config::ServiceConfig {
+            node_id,
+            cluster_name: "citrine".into(),
+            access_address: "127.0.0.1:3000".into(),
+            port: 3000,
+            namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
+        };
+        Arc::new(Service::new(
+            config,
+            Arc::new(crate::ManualClock::new(1_700_000_000_000)),
+        ))
+    }
+
+    fn state(self_id: u64, key: u64, members: &[u64]) -> ClusterState {
+        let members = members
+            .iter()
+            .map(|id| ClusterMember {
+                node_id: NodeId(*id),
+                rack_id: 0,
+                service_address: String::new(),
+            })
+            .collect();
+        ClusterState::new(NodeId(self_id), key, members, &[("test".into(), 2)], 2, 2)
+    }
+
+    /// Calls the target service directly; `cut` pairs cannot talk.
+    struct Direct {
+        from: NodeId,
+        nodes: Arc<Mutex<Vec<Arc<Service>>>>,
+        cut: Arc<Mutex<HashSet<(NodeId, NodeId)>>>,
+    }
+
+    impl Fabric for Direct {
+        fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, _: Duration) -> FabricFuture {
+            let target = self
+                .nodes
+                .lock()
+                .iter()
+                .find(|service| service.node_id == to)
+                .cloned();
+            let cut = self.cut.lock().contains(&(self.from, to));
+            Box::pin(async move {
+                match target {
+                    Some(target) if !cut => Ok(target.serve_fabric(kind, &payload).await),
+                    _ => Err(FabricError::Unreachable),
+                }
+            })
+        }
+    }
+
+    struct NoWait;
+
+    impl Pause for NoWait {
+        fn sleep(&self, _: Duration) -> Sleep {
+            Box::pin(async {})
+        }
+    }
+
+    struct World {
+        nodes: Arc<Mutex<Vec<Arc<Service>>>>,
+        cut: Arc<Mutex<HashSet<(NodeId, NodeId)>>>,
+    }
+
+    impl World {
+        fn new(ids: &[u64]) -> World {
+            let world = World {
+                nodes: Arc::new(Mutex::new(Vec::new())),
+                cut: Arc::new(Mutex::new(HashSet::new())),
+            };
+            for id in ids {
+                let node = service(*id);
+                node.set_fabric(Arc::new(Direct {
+                    from: node.node_id,
+                    nodes: world.nodes.clone(),
+                    cut: world.cut.clone(),
+                }));
+                world.nodes.lock().push(node);
+            }
+            world
+        }
+
+        fn node(&self, id: u64) -> Arc<Service> {
+            self.nodes
+                .lock()
+                .iter()
+                .find(|node| node.node_id == NodeId(id))
+                .cloned()
+                .expect("node")
+        }
+
+        /// Publishes view `key` of `members` on each of them.
+        fn publish(&self, key: u64, members: &[u64]) {
+            for id in members {
+                self.node(*id).publish_cluster(state(*id, key, members));
+            }
+        }
+
+        /// Runs the drivers of `members` until none has work.
+        fn settle(&self, members: &[u64]) {
+            let pause: Arc<dyn Pause> = Arc::new(NoWait);
+            for _ in 0..100 {
+                let mut busy = false;
+                for id in members {
+                    busy |= crate::block_on(driver::step(&self.node(*id), &pause));
+                }
+                if !busy {
+                    return;
+                }
+            }
+            panic!("migrations did not settle");
+        }
+    }
+
+    fn record(partition: u16, seed: u8, generation: u16) -> ReplicaWrite {
+        let mut digest = [seed; 20];
+        digest[0] = (partition & 0xFF) as u8;
+        digest[1] = (partition >> 8) as u8;
+        ReplicaWrite {
+            namespace: "test".into(),
+            digest: Digest(digest),
+            generation,
+            void_time: 0,
+            last_update_ms: 1_700_000_000_000 - 1000 + u64::from(generation),
+            set_name: b"demo".to_vec(),
+            body: Some(vec![seed, 1, 2]),
+        }
+    }
+
+    fn put(node: &Service, write: &ReplicaWrite) {
+        assert_eq!(
+            crate::replication::apply_replica_write(node, write),
+            ResultCode::Ok
+        );
+    }
+
+    fn stored(node: &Service, write: &ReplicaWrite) -> Option<(u16, Vec<u8>)> {
+        let namespace = node.namespace(b"test")?;
+        let index = namespace.index.partition(write.digest.partition()).read();
+        let entry = index.get(&write.digest)?;
+        Some((
+            entry.meta.generation,
+            namespace.storage.read(&entry.location).ok()?.into_owned(),
+        ))
+    }
+
+    fn partition(write: &ReplicaWrite) -> PartitionId {
+        write.digest.partition()
+    }
+
+    /// Every record of `writes` is on exactly its replicas under view
+    /// `key` of `members` (and nowhere else), with the given generation.
+    fn assert_placed(world: &World, members: &[u64], key: u64, writes: &[(ReplicaWrite, u16)]) {
+        let view = state(members[0], key, members);
+        for (write, generation) in writes {
+            let replicas = view.namespaces[0].map.replicas(partition(write));
+            for id in members {
+                let held = stored(&world.node(*id), write).map(|(generation, _)| generation);
+                let expected = replicas.contains(&NodeId(*id)).then_some(*generation);
+                assert_eq!(
+                    held,
+                    expected,
+                    "node {id}, partition {}, replicas {replicas:?}",
+                    partition(write).index()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn batch_round_trip_and_garbage() {
+        let batch = MigrateBatch {
+            cluster_key: 0xABCD,
+            source: NodeId(7),
+            flags: FLAG_FIRST | FLAG_LAST,
+            namespace: "test".into(),
+            partition: 4095,
+            records: vec![record(4095, 1, 1).encode(), vec![]],
+        };
+        let bytes = batch.encode();
+        assert_eq!(MigrateBatch::decode(&bytes), Some(batch.clone()));
+        for cut in 0..bytes.len() {
+            assert_eq!(MigrateBatch::decode(&bytes[..cut]), None, "cut {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(MigrateBatch::decode(&longer), None);
+        let bad_partition = MigrateBatch {
+            partition: 4096,
+            ..batch
+        };
+        assert_eq!(MigrateBatch::decode(&bad_partition.encode()), None);
+        assert_eq!(
+            decode_drop(&encode_drop(
+                9,
+                NodeId(3),
+                "test",
+                PartitionId::new(17).expect("pid")
+            )),
+            Some((9, "test".to_owned(), 17, NodeId(3)))
+        );
+        assert_eq!(
+            decode_partition_ref(&[4, b't', b'e', b's', b't', 0x10]),
+            None
+        );
+    }
+
+    #[test]
+    fn snapshots_round_trip_and_refuse_garbage() {
+        let holdings = vec![
+            (3u16, PartitionVersion::full(8), 10u64),
+            (4095, PartitionVersion::subset(9), 1),
+        ];
+        let mut bytes = Vec::new();
+        encode_snapshot(&mut bytes, "test", &holdings);
+        encode_snapshot(&mut bytes, "bar", &[]);
+        let snapshot = decode_snapshot(&bytes).expect("snapshot");
+        assert_eq!(snapshot.get("test"), Some(&holdings));
+        assert_eq!(snapshot.get("bar"), Some(&Vec::new()));
+        for cut in 1..bytes.len() {
+            if cut != bytes.len() - 6 {
+                assert!(decode_snapshot(&bytes[..cut]).is_none(), "cut {cut}");
+            }
+        }
+        let mut zero = Vec::new();
+        encode_snapshot(&mut zero, "test", &[(1, PartitionVersion::ZERO, 1)]);
+        assert!(decode_snapshot(&zero).is_none());
+    }
+
+    #[test]
+    fn a_join_moves_only_what_changed_and_drops_what_is_no_longer_held() {
+        let world = World::new(&[1, 2, 3]);
+        let writes: Vec<ReplicaWrite> = (0..64u16).map(|pid| record(pid * 61, 5, 1)).collect();
+        let node1 = world.node(1);
+        node1.publish_cluster(state(1, 10, &[1]));
+        for write in &writes {
+            put(&node1, write);
+        }
+        // Node 2 joins: node 1 held everything, node 2 nothing.
+        world.publish(11, &[1, 2]);
+        assert!(node1.migrations.exchanging());
+        assert!(cluster_stable_answer(&node1).contains("unstable"));
+        world.settle(&[1, 2]);
+        let expected: Vec<(ReplicaWrite, u16)> = writes.iter().map(|w| (w.clone(), 1)).collect();
+        assert_placed(&world, &[1, 2], 11, &expected);
+        assert!(!cluster_stable_answer(&node1).contains("ERROR"));
+        let sent = node1.migrations.records_sent.load(Ordering::Relaxed);
+        assert_eq!(
+            sent,
+            writes.len() as u64,
+            "rf 2 on 2 nodes: each record once"
+        );
+        // The same members under a new key: equal versions, nothing moves.
+        world.publish(12, &[1, 2]);
+        world.settle(&[1, 2]);
+        assert_eq!(node1.migrations.records_sent.load(Ordering::Relaxed), sent);
+        assert_eq!(
+            world
+                .node(2)
+                .migrations
+                .records_sent
+                .load(Ordering::Relaxed),
+            0
+        );
+        // Node 3 joins: copies move to it, and the nodes it replaces drop.
+        world.publish(13, &[1, 2, 3]);
+        world.settle(&[1, 2, 3]);
+        assert_placed(&world, &[1, 2, 3], 13, &expected);
+        let dropped: u64 = [1, 2]
+            .iter()
+            .map(|id| {
+                world
+                    .node(*id)
+                    .migrations
+                    .partitions_dropped
+                    .load(Ordering::Relaxed)
+            })
+            .sum();
+        assert!(dropped > 0);
+        for id in [1, 2, 3] {
+            let node = world.node(id);
+            assert_eq!(node.migrations.tx_remaining(), 0);
+            assert_eq!(node.migrations.rx_remaining(), 0);
+        }
+        // A replica's version is the view's key once filled.
+        let view = state(1, 13, &[1, 2, 3]);
+        let some = partition(&writes[0]);
+        for replica in view.namespaces[0].map.replicas(some) {
+            let version = world.node(replica.0).migrations.version("test", some);
+            assert_eq!(version, PartitionVersion::full(13));
+        }
+    }
+
+    #[test]
+    fn split_sides_merge_by_delta_and_the_newer_copy_wins() {
+        let world = World::new(&[1, 2]);
+        world.publish(20, &[1, 2]);
+        world.settle(&[1, 2]);
+        let shared: Vec<ReplicaWrite> = (0..32u16).map(|pid| record(pid * 101, 7, 1)).collect();
+        for write in &shared {
+            put(&world.node(1), write);
+            put(&world.node(2), write);
+        }
+        // Split: each side alone, each writes.
+        world
+            .cut
+            .lock()
+            .extend([(NodeId(1), NodeId(2)), (NodeId(2), NodeId(1))]);
+        world.node(1).publish_cluster(state(1, 21, &[1]));
+        world.node(2).publish_cluster(state(2, 22, &[2]));
+        let only_a = record(300, 1, 1);
+        let only_b = record(301, 2, 1);
+        put(&world.node(1), &only_a);
+        put(&world.node(2), &only_b);
+        // Both update the same record; side B more often (newer).
+        let mut on_a = shared[0].clone();
+        on_a.generation = 2;
+        on_a.last_update_ms += 10;
+        on_a.body = Some(b"side a".to_vec());
+        let mut on_b = shared[0].clone();
+        on_b.generation = 4;
+        on_b.last_update_ms += 20;
+        on_b.body = Some(b"side b".to_vec());
+        put(&world.node(1), &on_a);
+        put(&world.node(2), &on_b);
+        // Heal.
+        world.cut.lock().clear();
+        world.publish(23, &[1, 2]);
+        world.settle(&[1, 2]);
+        let mut expected: Vec<(ReplicaWrite, u16)> =
+            shared[1..].iter().map(|w| (w.clone(), 1)).collect();
+        expected.push((only_a.clone(), 1));
+        expected.push((only_b.clone(), 1));
+        expected.push((on_b.clone(), 4));
+        assert_placed(&world, &[1, 2], 23, &expected);
+        for id in [1, 2] {
+            assert_eq!(
+                stored(&world.node(id), &on_b).map(|(_, body)| body),
+                Some(b"side b".to_vec())
+            );
+        }
+        // Delta: the unchanged shared records were not sent again.
+        let skipped: u64 = [1, 2]
+            .iter()
+            .map(|id| {
+                world
+                    .node(*id)
+                    .migrations
+                    .records_skipped
+                    .load(Ordering::Relaxed)
+            })
+            .sum();
+        assert!(
+            skipped >= 2 * (shared.len() as u64 - 1),
+            "skipped {skipped}"
+        );
+    }
+
+    #[test]
+    fn the_rate_limit_spaces_batches() {
+        let migrations = Migrations::new(["test"].into_iter(), 1);
+        assert_eq!(migrations.throttle(500, 0), Duration::ZERO);
+        migrations
+            .max_records_per_sec
+            .store(1000, Ordering::Relaxed);
+        assert_eq!(migrations.throttle(500, 1_000_000), Duration::ZERO);
+        // The next 500 may go half a second after the first.
+        assert_eq!(
+            migrations.throttle(500, 1_100_000),
+            Duration::from_millis(400)
+        );
+        assert_eq!(migrations.throttle(0, 1_100_000), Duration::ZERO);
+    }
+
+    fn cluster_stable_answer(node: &Service) -> String {
+        let mut out = Vec::new();
+        crate::info::handle(node, b"cluster-stable\n", &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn throttles_change_at_run_time() {
+        let node = service(1);
+        let ask = |command: &str| {
+            let mut out = Vec::new();
+            crate::info::handle(&node, format!("{command}\n").as_bytes(), &mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        assert!(ask("set-config:context=service;migrate-max-partitions=8;migrate-sleep=250;migrate-max-records-per-sec=5000").ends_with("\tok\n"));
+        let config = ask("get-config:context=service");
+        for pair in [
+            "migrate-max-partitions=8",
+            "migrate-sleep=250",
+            "migrate-max-records-per-sec=5000",
+        ] {
+            assert!(config.contains(pair), "{config}");
+        }
+        // A bad value changes nothing.
+        assert!(
+            ask("set-config:context=service;migrate-sleep=1;migrate-max-partitions=0")
+                .contains("ERROR")
+        );
+        assert!(ask("get-config:context=service").contains("migrate-sleep=250"));
+        assert!(ask("set-config:context=service;nonsense=1").contains("ERROR"));
+        assert!(ask("set-config:context=namespace;migrate-sleep=1").contains("ERROR"));
+        assert!(ask("set-config:context=service").contains("ERROR"));
     }
 }
