@@ -3,12 +3,14 @@
 //!
 //! Option names follow Aerospike's where they exist (`cluster-name`,
 //! `replication-factor`, `default-ttl`, `nsup-period`, `max-record-size`,
-//! `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`).
+//! `conflict-resolution-policy`, `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`).
 //! An unknown option, a wrong type or an impossible value stops the start
 //! with a message naming the option and where it was given (file and line,
 //! or the flag).
 
-use citrine_service::config::{NamespaceConfig, ServiceConfig, StorageEngineConfig};
+use citrine_service::config::{
+    ConflictResolutionPolicy, NamespaceConfig, ServiceConfig, StorageEngineConfig,
+};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -94,6 +96,8 @@ pub struct NamespaceSection {
     pub nsup_period: Option<Duration>,
     pub allow_ttl_without_nsup: Option<bool>,
     pub max_record_size: Option<Size>,
+    /// `generation` (default) or `last-update-time`.
+    pub conflict_resolution_policy: Option<String>,
     pub storage_engine: Option<StorageEngineSection>,
 }
 
@@ -301,6 +305,7 @@ pub fn embedded_default() -> FileConfig {
         nsup_period: None,
         allow_ttl_without_nsup: None,
         max_record_size: None,
+        conflict_resolution_policy: None,
         storage_engine: None,
     };
     FileConfig {
@@ -619,6 +624,19 @@ fn resolve_namespace(
             )));
         }
         config.max_record_size = bytes as u32;
+    }
+    if let Some(name) = &section.conflict_resolution_policy {
+        config.conflict_resolution_policy =
+            ConflictResolutionPolicy::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = ConflictResolutionPolicy::ALL
+                    .iter()
+                    .map(|policy| policy.name())
+                    .collect();
+                ConfigError(format!(
+                    "{place}: conflict-resolution-policy = {name:?} is not a policy (one of: {})",
+                    known.join(", ")
+                ))
+            })?;
     }
     if let Some(StorageEngineSection::Memory {
         data_size,
@@ -974,6 +992,46 @@ mod tests {
         assert!(port_flag.0.contains("--port"), "{}", port_flag.0);
         let no_namespace = resolve_text("[service]\nport = 3000\n").expect_err("no namespace");
         assert!(no_namespace.0.contains("namespace"));
+    }
+
+    #[test]
+    fn conflict_resolution_policy() {
+        let config = resolve_text("[[namespace]]\nname = \"a\"\n").expect("default");
+        assert_eq!(
+            config.service.namespaces[0].conflict_resolution_policy,
+            ConflictResolutionPolicy::Generation
+        );
+        for (text, policy) in [
+            ("generation", ConflictResolutionPolicy::Generation),
+            ("last-update-time", ConflictResolutionPolicy::LastUpdateTime),
+        ] {
+            let config = resolve_text(&format!(
+                "[[namespace]]\nname = \"a\"\nconflict-resolution-policy = \"{text}\"\n"
+            ))
+            .expect("valid");
+            assert_eq!(
+                config.service.namespaces[0].conflict_resolution_policy,
+                policy
+            );
+        }
+        let wrong =
+            resolve_text("[[namespace]]\nname = \"a\"\nconflict-resolution-policy = \"newest\"\n")
+                .expect_err("unknown policy");
+        assert!(
+            wrong.0.contains("conflict-resolution-policy = \"newest\"")
+                && wrong.0.contains("\"a\"")
+                && wrong.0.contains("generation, last-update-time"),
+            "{}",
+            wrong.0
+        );
+        let wrong_type =
+            resolve_text("[[namespace]]\nname = \"a\"\nconflict-resolution-policy = 1\n")
+                .expect_err("not a string");
+        assert!(
+            wrong_type.0.contains("conflict-resolution-policy"),
+            "{}",
+            wrong_type.0
+        );
     }
 
     #[test]

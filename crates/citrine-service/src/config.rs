@@ -33,6 +33,41 @@ pub enum StorageEngineConfig {
     },
 }
 
+/// Which of two copies of a record wins when a replica write, a migrated
+/// record or a duplicate-resolution answer meets the local copy (Aerospike's
+/// `conflict-resolution-policy`). Decided by
+/// [`crate::namespace::compare_versions`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConflictResolutionPolicy {
+    /// The higher generation wins (wrapping: generations count 1..=65535
+    /// and start again at 1); on a tie the later last-update time.
+    #[default]
+    Generation,
+    /// The later last-update time wins; on a tie the higher generation.
+    LastUpdateTime,
+}
+
+impl ConflictResolutionPolicy {
+    /// Every policy, in the order the config option lists them.
+    pub const ALL: [ConflictResolutionPolicy; 2] = [
+        ConflictResolutionPolicy::Generation,
+        ConflictResolutionPolicy::LastUpdateTime,
+    ];
+
+    /// The option's value: `generation` or `last-update-time`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConflictResolutionPolicy::Generation => "generation",
+            ConflictResolutionPolicy::LastUpdateTime => "last-update-time",
+        }
+    }
+
+    /// The policy named `name` (as [`Self::name`] spells it).
+    pub fn from_name(name: &str) -> Option<ConflictResolutionPolicy> {
+        Self::ALL.into_iter().find(|policy| policy.name() == name)
+    }
+}
+
 /// One namespace's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamespaceConfig {
@@ -46,6 +81,8 @@ pub struct NamespaceConfig {
     pub allow_ttl_without_nsup: bool,
     /// Largest stored record body, in bytes.
     pub max_record_size: u32,
+    /// Which copy of a record wins when two meet.
+    pub conflict_resolution_policy: ConflictResolutionPolicy,
     pub storage_engine: StorageEngineConfig,
 }
 
@@ -60,6 +97,7 @@ impl NamespaceConfig {
             nsup_period: 120,
             allow_ttl_without_nsup: false,
             max_record_size: 1024 * 1024,
+            conflict_resolution_policy: ConflictResolutionPolicy::Generation,
             storage_engine: StorageEngineConfig::Memory {
                 data_size: 1 << 30,
                 evict_used_pct: 0,

@@ -193,7 +193,7 @@ fn namespace_config_pairs(namespace: &Namespace) -> Vec<(String, String)> {
         ("strong-consistency".to_owned(), "false".to_owned()),
         (
             "conflict-resolution-policy".to_owned(),
-            "generation".to_owned(),
+            config.conflict_resolution_policy.name().to_owned(),
         ),
     ];
     match config.storage_engine {

@@ -7,10 +7,11 @@
 //! - `used_bytes()` = index table bytes + engine data bytes, the figure the
 //!   memory budget (evict-used-pct, stop-writes-used-pct) is compared with.
 
-use crate::config::{NamespaceConfig, StorageEngineConfig};
+use crate::config::{ConflictResolutionPolicy, NamespaceConfig, StorageEngineConfig};
 use citrine_index::PartitionTable;
 use citrine_storage::{MemoryEngine, StorageEngine};
 use parking_lot::RwLock;
+use std::cmp::Ordering as Order;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -106,6 +107,42 @@ impl SetRegistry {
             .enumerate()
             .map(|(index, name)| (index as u16 + 1, name.clone()))
             .collect()
+    }
+}
+
+/// What conflict resolution compares of one copy of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Version {
+    /// 1..=65535, wrapping to 1.
+    pub generation: u16,
+    pub last_update_ms: u64,
+}
+
+/// Orders two copies of one record under `policy`: `Greater` when `ours`
+/// wins over `theirs`, `Less` when `theirs` does, `Equal` when the policy
+/// cannot tell them apart (the caller keeps the copy it holds).
+///
+/// Generations are compared as serial numbers: they wrap from 65535 to 1,
+/// so a generation up to 32767 writes ahead of another is the newer one
+/// (65535 < 1 < 2). At exactly 32768 apart the numerically larger wins, so
+/// the order stays antisymmetric.
+pub fn compare_versions(policy: ConflictResolutionPolicy, ours: Version, theirs: Version) -> Order {
+    let generation = compare_generations(ours.generation, theirs.generation);
+    let last_update = ours.last_update_ms.cmp(&theirs.last_update_ms);
+    match policy {
+        ConflictResolutionPolicy::Generation => generation.then(last_update),
+        ConflictResolutionPolicy::LastUpdateTime => last_update.then(generation),
+    }
+}
+
+/// Serial-number order of two wrapping generations.
+fn compare_generations(ours: u16, theirs: u16) -> Order {
+    let ahead = ours.wrapping_sub(theirs);
+    match ahead {
+        0 => Order::Equal,
+        1..=0x7FFF => Order::Greater,
+        0x8000 => ours.cmp(&theirs),
+        _ => Order::Less,
     }
 }
 
@@ -250,5 +287,115 @@ impl Namespace {
             .truncate_lut_ms
             .load(Ordering::Relaxed);
         set_lut != 0 && last_update_ms < set_lut
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(generation: u16, last_update_ms: u64) -> Version {
+        Version {
+            generation,
+            last_update_ms,
+        }
+    }
+
+    #[test]
+    fn generation_policy_prefers_more_writes_then_the_later_update() {
+        let policy = ConflictResolutionPolicy::Generation;
+        // More writes win even when older.
+        assert_eq!(
+            compare_versions(policy, version(5, 1_000), version(3, 9_000)),
+            Order::Greater
+        );
+        assert_eq!(
+            compare_versions(policy, version(3, 9_000), version(5, 1_000)),
+            Order::Less
+        );
+        // Tie on generation: the later last-update time.
+        assert_eq!(
+            compare_versions(policy, version(4, 2_000), version(4, 1_999)),
+            Order::Greater
+        );
+        assert_eq!(
+            compare_versions(policy, version(4, 1_999), version(4, 2_000)),
+            Order::Less
+        );
+        // Full tie: the caller keeps its copy.
+        assert_eq!(
+            compare_versions(policy, version(4, 2_000), version(4, 2_000)),
+            Order::Equal
+        );
+    }
+
+    #[test]
+    fn last_update_time_policy_prefers_the_later_update_then_more_writes() {
+        let policy = ConflictResolutionPolicy::LastUpdateTime;
+        assert_eq!(
+            compare_versions(policy, version(5, 1_000), version(3, 9_000)),
+            Order::Less
+        );
+        assert_eq!(
+            compare_versions(policy, version(3, 9_000), version(5, 1_000)),
+            Order::Greater
+        );
+        // Tie on last-update time: the higher generation.
+        assert_eq!(
+            compare_versions(policy, version(6, 5_000), version(2, 5_000)),
+            Order::Greater
+        );
+        assert_eq!(
+            compare_versions(policy, version(2, 5_000), version(6, 5_000)),
+            Order::Less
+        );
+        assert_eq!(
+            compare_versions(policy, version(2, 5_000), version(2, 5_000)),
+            Order::Equal
+        );
+    }
+
+    #[test]
+    fn generations_compare_across_the_wrap() {
+        for policy in ConflictResolutionPolicy::ALL {
+            // 65535 then 1: the wrapped generation is the newer one.
+            let before = version(u16::MAX, 7_000);
+            let after = version(1, 7_000);
+            assert_eq!(compare_versions(policy, after, before), Order::Greater);
+            assert_eq!(compare_versions(policy, before, after), Order::Less);
+        }
+        let policy = ConflictResolutionPolicy::Generation;
+        assert_eq!(
+            compare_versions(policy, version(2, 0), version(65_000, 9)),
+            Order::Greater
+        );
+        assert_eq!(
+            compare_versions(policy, version(40_000, 0), version(2, 9)),
+            Order::Less
+        );
+        // Exactly half the cycle apart: still antisymmetric.
+        assert_eq!(
+            compare_versions(policy, version(0x8001, 0), version(1, 0)),
+            Order::Greater
+        );
+        assert_eq!(
+            compare_versions(policy, version(1, 0), version(0x8001, 0)),
+            Order::Less
+        );
+    }
+
+    #[test]
+    fn policy_names_round_trip() {
+        for policy in ConflictResolutionPolicy::ALL {
+            assert_eq!(
+                ConflictResolutionPolicy::from_name(policy.name()),
+                Some(policy)
+            );
+        }
+        assert_eq!(
+            ConflictResolutionPolicy::default(),
+            ConflictResolutionPolicy::Generation
+        );
+        assert_eq!(ConflictResolutionPolicy::from_name("lut"), None);
     }
 }

@@ -39,9 +39,12 @@
 //! - no partition lock is held across an await: the local write runs to
 //!   completion under its lock, the lock is released, the state is captured
 //!   under a read lock, and only then are the replicas awaited;
-//! - a replica applies a replica write only when it is newer than its copy
-//!   (last-update time, then generation), so retries and reordered
-//!   deliveries are harmless;
+//! - a replica applies a replica write only when it wins over its copy
+//!   under the namespace's `conflict-resolution-policy`
+//!   ([`crate::namespace::compare_versions`]: generation then last-update
+//!   time by default, or last-update time then generation; a delete marker
+//!   by last-update time), so retries and reordered deliveries are
+//!   harmless;
 //! - a node alone (or without a fabric) never enters this module's async
 //!   path and allocates nothing for it.
 //!
@@ -51,8 +54,9 @@
 //! [`crate::migration`], which sends records in this module's
 //! [`ReplicaWrite`] encoding and applies them with the same rule).
 
+use crate::config::ConflictResolutionPolicy;
 use crate::migration::Disposition;
-use crate::namespace::Namespace;
+use crate::namespace::{compare_versions, Namespace, Version};
 use crate::transaction::{self, Now, Request};
 use crate::Service;
 use citrine_index::RecordMeta;
@@ -503,18 +507,38 @@ fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrit
     })
 }
 
-/// True when a copy with `meta` is at least as new as `write`.
-fn holds_newer(meta: &RecordMeta, write: &ReplicaWrite) -> bool {
-    copy_holds(
-        (meta.generation, meta.last_update_ms),
-        (write.generation, write.last_update_ms),
-    )
+/// True when the local copy (`meta`) wins over `write` or ties with it
+/// under the namespace's conflict-resolution policy, so `write` is not
+/// applied. A delete marker has no generation (the record is gone): it
+/// wins only with a later last-update time, whatever the policy.
+fn holds_newer(policy: ConflictResolutionPolicy, meta: &RecordMeta, write: &ReplicaWrite) -> bool {
+    if write.body.is_none() {
+        return meta.last_update_ms >= write.last_update_ms;
+    }
+    let ours = Version {
+        generation: meta.generation,
+        last_update_ms: meta.last_update_ms,
+    };
+    let theirs = Version {
+        generation: write.generation,
+        last_update_ms: write.last_update_ms,
+    };
+    compare_versions(policy, ours, theirs) != std::cmp::Ordering::Less
 }
 
-/// True when a copy with (generation, last-update ms) `held` is at least
-/// as new as one with `other`: it need not be replaced by it.
-pub(crate) fn copy_holds(held: (u16, u64), other: (u16, u64)) -> bool {
-    (held.1, held.0) >= (other.1, other.0)
+/// True when a copy with (generation, last-update ms) `held` wins over or
+/// ties with one with `other` under `policy`: it need not be replaced (the
+/// delta of a migration leaves such records out).
+pub(crate) fn copy_holds(
+    policy: ConflictResolutionPolicy,
+    held: (u16, u64),
+    other: (u16, u64),
+) -> bool {
+    let version = |(generation, last_update_ms): (u16, u64)| Version {
+        generation,
+        last_update_ms,
+    };
+    compare_versions(policy, version(held), version(other)) != std::cmp::Ordering::Less
 }
 
 /// Applies a master's replica write to this node's copy.
@@ -535,7 +559,11 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
         .ok_or(ResultCode::Parameter)?;
     let mut partition = namespace.index.partition(write.digest.partition()).write();
     if let Some(entry) = partition.get(&write.digest) {
-        if holds_newer(&entry.meta, write) {
+        if holds_newer(
+            namespace.config.conflict_resolution_policy,
+            &entry.meta,
+            write,
+        ) {
             return Ok(());
         }
     }
@@ -901,18 +929,47 @@ mod tests {
     }
 
     #[test]
-    fn newer_copies_win() {
-        let write = sample(None);
+    fn newer_copies_win_under_each_policy() {
+        use ConflictResolutionPolicy::{Generation, LastUpdateTime};
+        // The incoming copy: generation 3, last update 99 000.
+        let write = sample(Some(vec![1]));
         let meta = |last_update_ms, generation| RecordMeta {
             generation,
             set_id: 0,
             void_time: 0,
             last_update_ms,
         };
-        assert!(holds_newer(&meta(99_000, 3), &write));
-        assert!(holds_newer(&meta(99_001, 1), &write));
-        assert!(!holds_newer(&meta(99_000, 2), &write));
-        assert!(!holds_newer(&meta(98_999, 9), &write));
+        // (local last update, local generation, kept under generation,
+        // kept under last-update-time)
+        let cases = [
+            (99_000, 3, true, true),   // identical: keep ours
+            (99_000, 4, true, true),   // same time, more writes
+            (99_000, 2, false, false), // same time, fewer writes
+            (99_001, 3, true, true),   // same writes, later
+            (98_999, 3, false, false), // same writes, earlier
+            (99_001, 1, false, true),  // later but fewer writes
+            (98_999, 9, true, false),  // more writes but earlier
+        ];
+        for (last_update_ms, generation, by_generation, by_time) in cases {
+            let local = meta(last_update_ms, generation);
+            assert_eq!(
+                holds_newer(Generation, &local, &write),
+                by_generation,
+                "generation policy, local {local:?}"
+            );
+            assert_eq!(
+                holds_newer(LastUpdateTime, &local, &write),
+                by_time,
+                "last-update-time policy, local {local:?}"
+            );
+        }
+        // A delete marker (no generation) goes by time under both.
+        let delete = sample(None);
+        for policy in ConflictResolutionPolicy::ALL {
+            assert!(holds_newer(policy, &meta(99_000, 1), &delete));
+            assert!(holds_newer(policy, &meta(99_001, 1), &delete));
+            assert!(!holds_newer(policy, &meta(98_999, 9), &delete));
+        }
     }
 
     fn memory_service(node_id: u64) -> Service {

@@ -715,6 +715,34 @@ fn info_answers() {
 }
 
 #[test]
+fn namespace_info_lists_the_conflict_resolution_policy() {
+    let (service, _) = service();
+    let answers = info(
+        &service,
+        &["namespace/test", "get-config:context=namespace;id=test"],
+    );
+    for (_, value) in &answers {
+        assert!(
+            value.contains("conflict-resolution-policy=generation;"),
+            "{value}"
+        );
+    }
+    let mut config = NamespaceConfig::in_memory("test");
+    config.conflict_resolution_policy = crate::config::ConflictResolutionPolicy::LastUpdateTime;
+    let (service, _) = service_with(config);
+    let answers = info(
+        &service,
+        &["namespace/test", "get-config:context=namespace;id=test"],
+    );
+    for (_, value) in &answers {
+        assert!(
+            value.contains("conflict-resolution-policy=last-update-time;"),
+            "{value}"
+        );
+    }
+}
+
+#[test]
 fn truncate_removes_older_records() {
     let (service, clock) = service();
     send(

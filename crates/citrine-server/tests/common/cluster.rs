@@ -1,6 +1,8 @@
-//! A test cluster of real `citrined` processes on loopback, each started
-//! with `examples/cluster.toml` and seeded from the first node: start, kill,
-//! restart, and ask nodes about the view and their partition copies.
+//! A test cluster of real `citrined` processes, each started with
+//! `examples/cluster.toml` and seeded from the first node: start, kill,
+//! restart, and ask nodes about the view and their partition copies. Nodes
+//! run on loopback, or inside a network namespace ([`super::netns`]) on
+//! an address the test process reaches through a route.
 
 use super::*;
 use base64::Engine as _;
@@ -14,44 +16,76 @@ use std::time::{Duration, Instant};
 pub struct Node {
     pub child: Option<Child>,
     pub id: String,
+    /// The address it listens on (service, fabric and heartbeat).
+    pub host: String,
     pub port: u16,
     pub fabric_port: u16,
     pub heartbeat_port: u16,
+    /// Runs the node inside this network namespace.
+    pub netns: Option<String>,
 }
 
 impl Node {
+    /// A node on loopback, on free ports.
     pub fn new(index: usize) -> Node {
         Node {
             child: None,
             id: format!("{:X}", 0xA0 + index),
+            host: "127.0.0.1".to_owned(),
             port: free_port(),
             fabric_port: free_port(),
             heartbeat_port: free_port(),
+            netns: None,
+        }
+    }
+
+    /// A node inside network namespace `netns`, listening on `host`
+    /// (every port is free in a fresh namespace).
+    pub fn in_netns(index: usize, host: &str, netns: &str) -> Node {
+        let base = 4000 + 10 * index as u16;
+        Node {
+            child: None,
+            id: format!("{:X}", 0xA0 + index),
+            host: host.to_owned(),
+            port: base,
+            fabric_port: base + 1,
+            heartbeat_port: base + 2,
+            netns: Some(netns.to_owned()),
         }
     }
 
     pub fn heartbeat_address(&self) -> String {
-        format!("127.0.0.1:{}", self.heartbeat_port)
+        format!("{}:{}", self.host, self.heartbeat_port)
     }
 
-    /// Starts the node and waits until it answers; a node that exits at
-    /// once (a port taken since `free_port` chose it) is started again on
-    /// fresh ports.
+    pub fn service_address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// Starts the node seeded from one node; see [`Node::start_seeds`].
     pub fn start(&mut self, seed: &str) {
+        self.start_seeds(&[seed.to_owned()]);
+    }
+
+    /// Starts the node and waits until it answers; a node on loopback that
+    /// exits at once (a port taken since `free_port` chose it) is started
+    /// again on fresh ports.
+    pub fn start_seeds(&mut self, seeds: &[String]) {
         for _ in 0..5 {
-            self.spawn(seed);
+            self.spawn(seeds);
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
                 if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
                     break;
                 }
-                if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                if TcpStream::connect(self.service_address()).is_ok() {
                     return;
                 }
                 assert!(Instant::now() < deadline, "node {} did not start", self.id);
                 std::thread::sleep(Duration::from_millis(20));
             }
             self.child = None;
+            assert!(self.netns.is_none(), "node {} exits at start", self.id);
             self.port = free_port();
             self.fabric_port = free_port();
             self.heartbeat_port = free_port();
@@ -59,23 +93,34 @@ impl Node {
         panic!("node {} exits at start", self.id);
     }
 
-    pub fn spawn(&mut self, seed: &str) {
+    pub fn spawn(&mut self, seeds: &[String]) {
         let config = workspace_root().join("examples/cluster.toml");
-        let child = Command::new(binary())
-            .args([
-                "--config",
-                config.to_str().unwrap(),
-                "--port",
-                &self.port.to_string(),
-                "--fabric-port",
-                &self.fabric_port.to_string(),
-                "--heartbeat-port",
-                &self.heartbeat_port.to_string(),
-                "--node-id",
-                &self.id,
-                "--seed",
-                seed,
-            ])
+        let mut command = match &self.netns {
+            Some(netns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", netns, binary()]);
+                command
+            }
+            None => Command::new(binary()),
+        };
+        command.args([
+            "--config",
+            config.to_str().unwrap(),
+            "--address",
+            &self.host,
+            "--port",
+            &self.port.to_string(),
+            "--fabric-port",
+            &self.fabric_port.to_string(),
+            "--heartbeat-port",
+            &self.heartbeat_port.to_string(),
+            "--node-id",
+            &self.id,
+        ]);
+        for seed in seeds {
+            command.args(["--seed", seed]);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -91,9 +136,19 @@ impl Node {
         }
     }
 
+    /// A connection to the node's client port.
+    pub fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(self.service_address()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream
+    }
+
     pub fn info_value(&self, command: &str) -> Option<String> {
         let mut stream = TcpStream::connect_timeout(
-            &format!("127.0.0.1:{}", self.port).parse().ok()?,
+            &self.service_address().parse().ok()?,
             Duration::from_millis(300),
         )
         .ok()?;
@@ -141,23 +196,13 @@ impl Drop for Node {
     }
 }
 
-/// Anything that can report the view it holds: this module's [`Node`], and
-/// the namespace-aware node of `tests/cluster.rs`.
-pub trait ViewProbe {
-    /// `cluster-info` as (cluster key, size), or None when unreachable.
-    fn view(&self) -> Option<(String, usize)>;
-}
-
-impl ViewProbe for Node {
-    fn view(&self) -> Option<(String, usize)> {
-        self.cluster_info()
-    }
-}
-
-pub fn wait_for_cluster<N: ViewProbe>(group: &[&N], size: usize, limit: Duration) -> Duration {
+/// Polls `cluster-info` until every node of `group` reports the same
+/// cluster of `size` nodes; returns how long it took.
+pub fn wait_for_cluster(group: &[&Node], size: usize, limit: Duration) -> Duration {
     let started = Instant::now();
     loop {
-        let infos: Vec<Option<(String, usize)>> = group.iter().map(|node| node.view()).collect();
+        let infos: Vec<Option<(String, usize)>> =
+            group.iter().map(|node| node.cluster_info()).collect();
         let agreed = infos.iter().all(|info| {
             info.as_ref().is_some_and(|(key, found)| {
                 *found == size && Some(key) == infos[0].as_ref().map(|(first, _)| first)

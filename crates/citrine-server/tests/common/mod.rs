@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod cluster;
+pub mod netns;
 
 use citrine_wire::digest::{of_key, UserKey};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};

@@ -982,6 +982,7 @@ impl Service {
                 match theirs.get(&digest.0) {
                     None => true,
                     Some((generation, lut)) => !crate::replication::copy_holds(
+                        namespace.config.conflict_resolution_policy,
                         (*generation, *lut),
                         (entry.meta.generation, entry.meta.last_update_ms),
                     ),

@@ -1,0 +1,144 @@
+//! Two network namespaces, side A and side B, joined by a veth pair that a
+//! test can cut and restore (a real network split), each also linked to the
+//! test's own namespace so the test reaches the nodes of both sides at all
+//! times. Needs root (`ip netns`); tests honour `CITRINE_SKIP_NETNS=1`.
+//!
+//! Addresses (`b` from the process id, so that runs in other worktrees do
+//! not collide): the split link is 10.b.1.0/24 (A = .1, B = .2, the
+//! addresses nodes listen on); the test reaches A through 10.b.2.0/24 and
+//! B through 10.b.3.0/24, with a host route to each side's node address.
+//! The sides have no route to each other except the split link: the test's
+//! namespace does not forward between them.
+
+use std::process::Command;
+
+/// Runs `ip` with arguments; panics with its stderr on failure.
+pub fn ip(args: &[&str]) {
+    let output = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        output.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// True when the environment asks to skip the network-namespace tests.
+pub fn skipped() -> bool {
+    if std::env::var_os("CITRINE_SKIP_NETNS").is_some() {
+        println!("skipped by CITRINE_SKIP_NETNS");
+        return true;
+    }
+    false
+}
+
+/// The two sides, removed (with their links and routes) on drop.
+pub struct SplitNetwork {
+    /// Namespace names of side A and side B.
+    pub names: [String; 2],
+    /// The address nodes of each side listen on.
+    pub hosts: [String; 2],
+    tag: u32,
+}
+
+impl SplitNetwork {
+    pub fn new() -> SplitNetwork {
+        let tag = std::process::id() % 100_000;
+        let octet = 64 + tag % 128;
+        let names = [format!("citrine-a-{tag}"), format!("citrine-b-{tag}")];
+        let hosts = [format!("10.{octet}.1.1"), format!("10.{octet}.1.2")];
+        let network = SplitNetwork { names, hosts, tag };
+        let (a, b) = (&network.names[0], &network.names[1]);
+        let (veth_a, veth_b) = (network.veth(0), network.veth(1));
+        ip(&["netns", "add", a]);
+        ip(&["netns", "add", b]);
+        ip(&[
+            "link", "add", &veth_a, "type", "veth", "peer", "name", &veth_b,
+        ]);
+        ip(&["link", "set", &veth_a, "netns", a]);
+        ip(&["link", "set", &veth_b, "netns", b]);
+        ip(&[
+            "-n",
+            a,
+            "addr",
+            "add",
+            &format!("{}/24", network.hosts[0]),
+            "dev",
+            &veth_a,
+        ]);
+        ip(&[
+            "-n",
+            b,
+            "addr",
+            "add",
+            &format!("{}/24", network.hosts[1]),
+            "dev",
+            &veth_b,
+        ]);
+        for (namespace, veth) in [(a, &veth_a), (b, &veth_b)] {
+            ip(&["-n", namespace, "link", "set", "lo", "up"]);
+            ip(&["-n", namespace, "link", "set", veth, "up"]);
+        }
+        // The test's links: root end 10.b.{2,3}.1, side end .2.
+        for side in 0..2 {
+            let subnet = 2 + side;
+            let (outer, inner) = (format!("cr{side}{tag}"), format!("cs{side}{tag}"));
+            let namespace = &network.names[side];
+            ip(&[
+                "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+            ]);
+            ip(&["link", "set", &inner, "netns", namespace]);
+            ip(&[
+                "addr",
+                "add",
+                &format!("10.{octet}.{subnet}.1/24"),
+                "dev",
+                &outer,
+            ]);
+            ip(&[
+                "-n",
+                namespace,
+                "addr",
+                "add",
+                &format!("10.{octet}.{subnet}.2/24"),
+                "dev",
+                &inner,
+            ]);
+            ip(&["link", "set", &outer, "up"]);
+            ip(&["-n", namespace, "link", "set", &inner, "up"]);
+            ip(&[
+                "route",
+                "add",
+                &format!("{}/32", network.hosts[side]),
+                "via",
+                &format!("10.{octet}.{subnet}.2"),
+            ]);
+        }
+        network
+    }
+
+    fn veth(&self, side: usize) -> String {
+        if side == 0 {
+            format!("cva{}", self.tag)
+        } else {
+            format!("cvb{}", self.tag)
+        }
+    }
+
+    /// Cuts (or restores) the link between the two sides.
+    pub fn set_link(&self, up: bool) {
+        let state = if up { "up" } else { "down" };
+        ip(&["-n", &self.names[0], "link", "set", &self.veth(0), state]);
+        ip(&["-n", &self.names[1], "link", "set", &self.veth(1), state]);
+    }
+}
+
+impl Drop for SplitNetwork {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its veth ends, their peers in the
+        // test's namespace, and the routes through them.
+        for name in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+        }
+    }
+}
