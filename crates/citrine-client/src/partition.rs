@@ -6,10 +6,14 @@
 //! - every bitmap accepted is exactly 684 base64 characters decoding to 512
 //!   bytes (4096 bits, MSB-first: partition p is bit `0x80 >> (p & 7)` of
 //!   byte `p >> 3`);
-//! - a node's answer only ever sets or clears entries naming that node, so
-//!   answers from different nodes can be applied in any order;
-//! - for strong-consistency namespaces an entry is only replaced by an answer
-//!   whose regime is at least the one recorded for that partition.
+//! - the table is a function of every known node's latest answer: an entry
+//!   names the node whose claim has the highest regime, the most recent
+//!   answer among equals. A node whose claim shrinks (or that is removed)
+//!   leaves the partition to the other nodes' claims instead of leaving it
+//!   unmapped, so the order in which nodes are refreshed during a view
+//!   change never loses a partition (a node that restarted and claimed
+//!   everything alone for a moment, then joined, would otherwise blank out
+//!   partitions the others claimed before it).
 
 use base64::Engine as _;
 use citrine_types::{NodeId, PARTITIONS};
@@ -155,56 +159,52 @@ impl NamespaceTable {
 #[derive(Clone, Debug, Default)]
 pub struct PartitionMap {
     pub namespaces: HashMap<String, NamespaceTable>,
+    /// Each node's latest answer and when it was applied (a sequence).
+    answers: HashMap<NodeId, (u64, Vec<NamespaceReplicas>)>,
+    applied: u64,
 }
 
 impl PartitionMap {
     /// Applies one node's `replicas` answer.
     pub fn apply(&mut self, node: NodeId, answer: &[NamespaceReplicas]) {
-        for namespace in answer {
-            let table = self
-                .namespaces
-                .entry(namespace.namespace.clone())
-                .or_default();
-            while table.columns.len() < namespace.columns.len() {
-                table.columns.push(vec![None; PARTITIONS]);
-            }
-            for (column_index, column) in table.columns.iter_mut().enumerate() {
-                for (partition, entry) in column.iter_mut().enumerate() {
-                    if namespace.owns(column_index, partition) {
-                        if namespace.regime >= table.regimes[partition] {
-                            *entry = Some(node);
-                            if namespace.regime > table.regimes[partition] {
-                                table.regimes[partition] = namespace.regime;
-                            }
-                        }
-                    } else if *entry == Some(node) {
-                        *entry = None;
-                    }
-                }
-            }
-        }
-        // Namespaces this node no longer reports: forget its entries there.
-        for (name, table) in self.namespaces.iter_mut() {
-            if answer.iter().any(|namespace| &namespace.namespace == name) {
-                continue;
-            }
-            for column in table.columns.iter_mut() {
-                for entry in column.iter_mut().filter(|entry| **entry == Some(node)) {
-                    *entry = None;
-                }
-            }
-        }
+        self.applied += 1;
+        self.answers.insert(node, (self.applied, answer.to_vec()));
+        self.rebuild();
     }
 
     /// Forgets every entry naming `node` (it left the cluster).
     pub fn remove_node(&mut self, node: NodeId) {
-        for table in self.namespaces.values_mut() {
-            for column in table.columns.iter_mut() {
-                for entry in column.iter_mut().filter(|entry| **entry == Some(node)) {
-                    *entry = None;
+        if self.answers.remove(&node).is_some() {
+            self.rebuild();
+        }
+    }
+
+    fn rebuild(&mut self) {
+        let mut namespaces: HashMap<String, NamespaceTable> = HashMap::new();
+        // Oldest first, so a later answer replaces an earlier one of the
+        // same regime.
+        let mut answers: Vec<(&NodeId, &(u64, Vec<NamespaceReplicas>))> =
+            self.answers.iter().collect();
+        answers.sort_by_key(|(_, (applied, _))| *applied);
+        for (node, (_, answer)) in answers {
+            for namespace in answer {
+                let table = namespaces.entry(namespace.namespace.clone()).or_default();
+                while table.columns.len() < namespace.columns.len() {
+                    table.columns.push(vec![None; PARTITIONS]);
+                }
+                for (column_index, column) in table.columns.iter_mut().enumerate() {
+                    for (partition, entry) in column.iter_mut().enumerate() {
+                        if namespace.owns(column_index, partition)
+                            && namespace.regime >= table.regimes[partition]
+                        {
+                            *entry = Some(*node);
+                            table.regimes[partition] = namespace.regime;
+                        }
+                    }
                 }
             }
         }
+        self.namespaces = namespaces;
     }
 
     /// Node of `partition` of `namespace` in `column`.
@@ -310,6 +310,29 @@ mod tests {
         map.remove_node(NodeId(2));
         assert_eq!(map.node("test", 0, 1), None);
         assert_eq!(map.node("test", 1, 0), None);
+    }
+
+    /// A node restarted alone claims everything for a moment, then joins
+    /// again with its half: the other node's half stays mapped to it,
+    /// whatever order the answers come in.
+    #[test]
+    fn a_shrinking_claim_falls_back_to_the_other_nodes() {
+        let evens: Vec<usize> = (0..PARTITIONS).step_by(2).collect();
+        let odds: Vec<usize> = (1..PARTITIONS).step_by(2).collect();
+        let half =
+            |own: &[usize]| parse_replicas(&format!("test:0,1,{}", bitmap_of(own))).expect("half");
+        let all = parse_replicas(&format!("test:0,1,{}", all_ones())).expect("all");
+        let mut map = PartitionMap::default();
+        map.apply(NodeId(1), &half(&evens));
+        map.apply(NodeId(2), &half(&odds));
+        map.apply(NodeId(1), &all);
+        assert_eq!(map.node("test", 0, 1), Some(NodeId(1)), "latest claim wins");
+        map.apply(NodeId(1), &half(&evens));
+        assert_eq!(map.node("test", 0, 1), Some(NodeId(2)));
+        assert_eq!(map.node("test", 0, 0), Some(NodeId(1)));
+        map.remove_node(NodeId(1));
+        assert_eq!(map.node("test", 0, 0), None);
+        assert_eq!(map.node("test", 0, 3), Some(NodeId(2)));
     }
 
     #[test]

@@ -10,7 +10,15 @@
 //! Invariants:
 //! - an entry lives in the partition its digest maps to;
 //! - `generation` is never 0 for a live entry (0 means "no record" on the wire);
-//! - the index never stores two entries for one digest.
+//! - the index never stores two entries for one digest;
+//! - a digest has a live entry or a tombstone, never both (inserting an
+//!   entry removes the digest's tombstone).
+//!
+//! Tombstones: a deleted record leaves a [`Tombstone`] (its next
+//! generation and the delete's last-update time) in its partition, so an
+//! older copy that arrives later — a replica write, a migrated record, a
+//! duplicate-resolution answer — cannot bring the record back, and so the
+//! delete itself can be migrated. They are purged by age.
 //!
 //! Memory: an entry occupies one hash-table slot of `SLOT_BYTES` plus one
 //! control byte; [`PartitionIndex::table_bytes`] reports the real footprint
@@ -109,10 +117,24 @@ impl BuildHasher for DigestHashBuilder {
     }
 }
 
+/// What remains of a deleted record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tombstone {
+    /// The generation the delete gave the record (the deleted copy's next).
+    pub generation: u16,
+    /// When it was deleted, Unix milliseconds.
+    pub last_update_ms: u64,
+}
+
+/// Bytes one tombstone occupies (slot and control byte, without spare
+/// capacity).
+pub const TOMBSTONE_BYTES: usize = std::mem::size_of::<(Digest, Tombstone)>() + 1;
+
 /// The index of one partition.
 #[derive(Debug, Default)]
 pub struct PartitionIndex {
     entries: HashMap<Digest, IndexEntry, DigestHashBuilder>,
+    tombstones: HashMap<Digest, Tombstone, DigestHashBuilder>,
 }
 
 impl PartitionIndex {
@@ -128,7 +150,54 @@ impl PartitionIndex {
     /// caller must release).
     pub fn insert(&mut self, digest: Digest, entry: IndexEntry) -> Option<IndexEntry> {
         debug_assert!(entry.meta.generation != 0, "live entries have a generation");
+        if !self.tombstones.is_empty() {
+            self.tombstones.remove(&digest);
+        }
         self.entries.insert(digest, entry)
+    }
+
+    /// The tombstone of a deleted record, if it is kept.
+    pub fn tombstone(&self, digest: &Digest) -> Option<Tombstone> {
+        if self.tombstones.is_empty() {
+            return None;
+        }
+        self.tombstones.get(digest).copied()
+    }
+
+    /// Records that `digest` was deleted (it must have no live entry); an
+    /// existing tombstone is replaced only by a later delete.
+    pub fn set_tombstone(&mut self, digest: Digest, tombstone: Tombstone) {
+        debug_assert!(!self.entries.contains_key(&digest), "entry and tombstone");
+        let slot = self.tombstones.entry(digest).or_insert(tombstone);
+        if tombstone.last_update_ms > slot.last_update_ms {
+            *slot = tombstone;
+        }
+    }
+
+    /// Every tombstone.
+    pub fn tombstones(&self) -> impl Iterator<Item = (&Digest, &Tombstone)> {
+        self.tombstones.iter()
+    }
+
+    pub fn tombstone_count(&self) -> usize {
+        self.tombstones.len()
+    }
+
+    /// Drops the tombstones of deletes older than `before_ms`; returns how
+    /// many.
+    pub fn purge_tombstones(&mut self, before_ms: u64) -> usize {
+        let before = self.tombstones.len();
+        self.tombstones
+            .retain(|_, tombstone| tombstone.last_update_ms >= before_ms);
+        if self.tombstones.is_empty() {
+            self.tombstones.shrink_to_fit();
+        }
+        before - self.tombstones.len()
+    }
+
+    /// Drops every tombstone (the partition's copy is dropped).
+    pub fn clear_tombstones(&mut self) {
+        self.tombstones = HashMap::default();
     }
 
     pub fn remove(&mut self, digest: &Digest) -> Option<IndexEntry> {
@@ -218,6 +287,14 @@ impl PartitionTable {
     }
 
     /// Total bytes of all partition tables.
+    /// Tombstones kept in every partition.
+    pub fn tombstone_count(&self) -> usize {
+        self.partitions
+            .iter()
+            .map(|partition| partition.read().tombstone_count())
+            .sum()
+    }
+
     pub fn table_bytes(&self) -> usize {
         self.partitions
             .iter()
@@ -245,6 +322,47 @@ mod tests {
     // The papers' index entry is 64 bytes; one slot of ours, digest and
     // control byte included, is smaller (checked at compile time).
     const _: () = assert!(SLOT_BYTES + 1 < 64);
+
+    #[test]
+    fn tombstones_keep_the_latest_delete_and_give_way_to_a_new_record() {
+        let table = PartitionTable::new();
+        let key = digest(9);
+        let mut partition = table.partition(key.partition()).write();
+        assert_eq!(partition.tombstone(&key), None);
+        let first = Tombstone {
+            generation: 3,
+            last_update_ms: 100,
+        };
+        partition.set_tombstone(key, first);
+        partition.set_tombstone(
+            key,
+            Tombstone {
+                generation: 2,
+                last_update_ms: 50,
+            },
+        );
+        assert_eq!(partition.tombstone(&key), Some(first));
+        let later = Tombstone {
+            generation: 5,
+            last_update_ms: 200,
+        };
+        partition.set_tombstone(key, later);
+        assert_eq!(partition.tombstone(&key), Some(later));
+        assert_eq!(partition.tombstone_count(), 1);
+        assert_eq!(partition.purge_tombstones(200), 0);
+        assert_eq!(partition.purge_tombstones(201), 1);
+        partition.set_tombstone(key, later);
+        let entry = IndexEntry {
+            meta: RecordMeta {
+                generation: 6,
+                ..RecordMeta::default()
+            },
+            location: Location::Memory(Box::new([1u8])),
+        };
+        partition.insert(key, entry);
+        assert_eq!(partition.tombstone(&key), None, "a new record replaces it");
+        assert_eq!(partition.tombstone_count(), 0);
+    }
 
     #[test]
     fn insert_get_remove() {

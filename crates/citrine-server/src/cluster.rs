@@ -337,6 +337,10 @@ pub fn start(
         .filter(|seed| **seed != own_heartbeat)
         .filter_map(|seed| PeerAddr::new(seed.clone()))
         .collect();
+    if !seeds.is_empty() {
+        // Joining others: serve nothing until the first view is published.
+        service.set_orphan();
+    }
     let mut cluster_config = ClusterConfig::new(node_id, address, seeds);
     cluster_config.heartbeat.interval_ms = settings.heartbeat_interval_ms;
     cluster_config.heartbeat.timeout_ms = settings.heartbeat_timeout_ms;

@@ -3,7 +3,7 @@
 //!
 //! Option names follow Aerospike's where they exist (`cluster-name`,
 //! `replication-factor`, `default-ttl`, `nsup-period`, `max-record-size`,
-//! `conflict-resolution-policy`, `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`).
+//! `conflict-resolution-policy`, `tomb-raider-eligible-age`, `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`).
 //! An unknown option, a wrong type or an impossible value stops the start
 //! with a message naming the option and where it was given (file and line,
 //! or the flag).
@@ -98,6 +98,8 @@ pub struct NamespaceSection {
     pub max_record_size: Option<Size>,
     /// `generation` (default) or `last-update-time`.
     pub conflict_resolution_policy: Option<String>,
+    /// How long deleted records' tombstones are kept (default 1 day).
+    pub tomb_raider_eligible_age: Option<Duration>,
     pub storage_engine: Option<StorageEngineSection>,
 }
 
@@ -306,6 +308,7 @@ pub fn embedded_default() -> FileConfig {
         allow_ttl_without_nsup: None,
         max_record_size: None,
         conflict_resolution_policy: None,
+        tomb_raider_eligible_age: None,
         storage_engine: None,
     };
     FileConfig {
@@ -624,6 +627,14 @@ fn resolve_namespace(
             )));
         }
         config.max_record_size = bytes as u32;
+    }
+    if let Some(Duration(seconds)) = section.tomb_raider_eligible_age {
+        if !(1..=10 * 365 * 86_400).contains(&seconds) {
+            return Err(ConfigError(format!(
+                "{place}: tomb-raider-eligible-age = {seconds} s is impossible (1 s to ten years)"
+            )));
+        }
+        config.tomb_raider_eligible_age = seconds as u32;
     }
     if let Some(name) = &section.conflict_resolution_policy {
         config.conflict_resolution_policy =
@@ -992,6 +1003,22 @@ mod tests {
         assert!(port_flag.0.contains("--port"), "{}", port_flag.0);
         let no_namespace = resolve_text("[service]\nport = 3000\n").expect_err("no namespace");
         assert!(no_namespace.0.contains("namespace"));
+    }
+
+    #[test]
+    fn tomb_raider_eligible_age() {
+        let config = resolve_text("[[namespace]]\nname = \"a\"\n").expect("default");
+        assert_eq!(
+            config.service.namespaces[0].tomb_raider_eligible_age,
+            citrine_service::config::TOMB_RAIDER_ELIGIBLE_AGE_DEFAULT
+        );
+        let config =
+            resolve_text("[[namespace]]\nname = \"a\"\ntomb-raider-eligible-age = \"2h\"\n")
+                .expect("set");
+        assert_eq!(config.service.namespaces[0].tomb_raider_eligible_age, 7200);
+        let wrong = resolve_text("[[namespace]]\nname = \"a\"\ntomb-raider-eligible-age = 0\n")
+            .expect_err("zero");
+        assert!(wrong.0.contains("tomb-raider-eligible-age"), "{}", wrong.0);
     }
 
     #[test]

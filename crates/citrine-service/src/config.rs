@@ -83,8 +83,14 @@ pub struct NamespaceConfig {
     pub max_record_size: u32,
     /// Which copy of a record wins when two meet.
     pub conflict_resolution_policy: ConflictResolutionPolicy,
+    /// Seconds a deleted record's tombstone is kept (older ones are purged
+    /// by nsup passes).
+    pub tomb_raider_eligible_age: u32,
     pub storage_engine: StorageEngineConfig,
 }
+
+/// Default `tomb-raider-eligible-age`: one day, as Aerospike.
+pub const TOMB_RAIDER_ELIGIBLE_AGE_DEFAULT: u32 = 86_400;
 
 impl NamespaceConfig {
     /// The embedded default for a namespace named `name`: in memory, 1 GiB
@@ -98,6 +104,7 @@ impl NamespaceConfig {
             allow_ttl_without_nsup: false,
             max_record_size: 1024 * 1024,
             conflict_resolution_policy: ConflictResolutionPolicy::Generation,
+            tomb_raider_eligible_age: TOMB_RAIDER_ELIGIBLE_AGE_DEFAULT,
             storage_engine: StorageEngineConfig::Memory {
                 data_size: 1 << 30,
                 evict_used_pct: 0,

@@ -80,6 +80,19 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "partitions" => PARTITIONS.to_string(),
         "replicas" => replicas(service, true),
         "replicas-all" => replicas(service, false),
+        "replicas-master" if service.is_orphan() => service
+            .cluster()
+            .namespaces
+            .iter()
+            .map(|namespace| {
+                format!(
+                    "{}:{}",
+                    namespace.name,
+                    crate::cluster_state::bitmap_base64(std::iter::empty())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(";"),
         "replicas-master" => {
             let cluster = service.cluster();
             cluster
@@ -132,11 +145,21 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
 /// holds; the number of columns is the effective replication factor.
 fn replicas(service: &Service, with_regime: bool) -> String {
     let cluster = service.cluster();
+    let orphan = service.is_orphan();
     cluster
         .namespaces
         .iter()
         .map(|namespace| {
-            let columns = namespace.column_bitmaps.join(",");
+            let columns = if orphan {
+                // Not in a cluster yet: it holds nothing.
+                vec![
+                    crate::cluster_state::bitmap_base64(std::iter::empty());
+                    namespace.column_bitmaps.len()
+                ]
+                .join(",")
+            } else {
+                namespace.column_bitmaps.join(",")
+            };
             if with_regime {
                 format!(
                     "{}:0,{},{columns}",
@@ -194,6 +217,10 @@ fn namespace_config_pairs(namespace: &Namespace) -> Vec<(String, String)> {
         (
             "conflict-resolution-policy".to_owned(),
             config.conflict_resolution_policy.name().to_owned(),
+        ),
+        (
+            "tomb-raider-eligible-age".to_owned(),
+            config.tomb_raider_eligible_age.to_string(),
         ),
     ];
     match config.storage_engine {
@@ -312,6 +339,10 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
             stats.truncated_objects.load(Ordering::Relaxed).to_string(),
         ),
         ("index_used_bytes".into(), index_bytes.to_string()),
+        (
+            "tombstones".into(),
+            namespace.index.tombstone_count().to_string(),
+        ),
         (
             "index_bytes_per_object".into(),
             if objects > 0 {

@@ -155,6 +155,9 @@ pub struct Service {
     fabric: OnceLock<Arc<dyn Fabric>>,
     /// Migration plan and counters (see [`migration`]).
     pub migrations: migration::Migrations,
+    /// Started to join a cluster and not in any view yet: it claims no
+    /// partition and answers 11 to data requests (see [`Service::set_orphan`]).
+    orphan: AtomicBool,
 }
 
 impl Service {
@@ -193,6 +196,7 @@ impl Service {
                     .map(|namespace| namespace.name.as_str()),
                 node_id.0.rotate_left(29) ^ started_unix_ms,
             ),
+            orphan: AtomicBool::new(false),
             config,
             namespaces,
             clock,
@@ -221,8 +225,24 @@ impl Service {
         self.cluster.read().clone()
     }
 
-    /// Publishes a new cluster state (after a view change) and plans the
-    /// migrations it calls for (the server's migration thread sends them).
+    /// Marks a node that starts to join a cluster (it has seeds) as not
+    /// serving until its first view is published: a node restarted under
+    /// the same id must not, for the seconds before it joins, claim every
+    /// partition to clients that already know its address and answer "not
+    /// found" for records the cluster holds.
+    pub fn set_orphan(&self) {
+        self.orphan.store(true, Ordering::Relaxed);
+    }
+
+    /// True until a node started with [`Service::set_orphan`] publishes a
+    /// view.
+    pub fn is_orphan(&self) -> bool {
+        self.orphan.load(Ordering::Relaxed)
+    }
+
+    /// Publishes a new cluster state (after a view change) and starts the
+    /// partition-version exchange it calls for (the migration driver does
+    /// the rest); a node that was an orphan serves from now on.
     pub fn publish_cluster(&self, state: ClusterState) {
         debug_assert_eq!(state.self_id, self.node_id);
         let clustered = state.size() > 1;
@@ -230,6 +250,7 @@ impl Service {
         *self.cluster.write() = state.clone();
         self.clustered.store(clustered, Ordering::Release);
         self.plan_migrations(state);
+        self.orphan.store(false, Ordering::Relaxed);
     }
 
     /// Installs the fabric through which requests are proxied and writes
@@ -423,6 +444,15 @@ impl Service {
         out: &mut Vec<u8>,
     ) -> Result<Option<Continuation>, CloseConnection> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
+        if self.orphan.load(Ordering::Relaxed) {
+            // Not in a cluster yet: the client tries another node.
+            if body.get(1).is_some_and(|bits| bits & info1::BATCH != 0) {
+                transaction::write_stream_end(out, ResultCode::Unavailable);
+            } else {
+                transaction::write_result(out, ResultCode::Unavailable);
+            }
+            return Ok(None);
+        }
         match Message::decode(body) {
             Ok(message) if message.header.info1 & info1::BATCH != 0 => {
                 Ok(batch::start(self, &message, out)

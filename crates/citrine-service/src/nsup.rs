@@ -18,13 +18,19 @@ use std::sync::atomic::Ordering;
 pub struct PassReport {
     pub expired: u64,
     pub evicted: u64,
+    /// Tombstones older than `tomb-raider-eligible-age` dropped.
+    pub tombstones_purged: u64,
 }
 
 /// Removes every expired record of `namespace`, then evicts if over budget.
 pub fn run_pass(namespace: &Namespace, now: Now) -> PassReport {
     let mut report = PassReport::default();
+    let tombs_before_ms = now
+        .unix_ms
+        .saturating_sub(u64::from(namespace.config.tomb_raider_eligible_age).saturating_mul(1000));
     for partition_id in PartitionId::all() {
         let mut partition = namespace.index.partition(partition_id).write();
+        report.tombstones_purged += partition.purge_tombstones(tombs_before_ms) as u64;
         partition.remove_where(
             |_, entry| entry.meta.is_expired(now.citrusleaf_seconds),
             |digest, entry| {

@@ -59,7 +59,7 @@ use crate::migration::Disposition;
 use crate::namespace::{compare_versions, Namespace, Version};
 use crate::transaction::{self, Now, Request};
 use crate::Service;
-use citrine_index::RecordMeta;
+use citrine_index::{RecordMeta, Tombstone};
 use citrine_storage::StoreMeta;
 use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
@@ -476,22 +476,42 @@ fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite {
             set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
             body: Some(body),
         },
-        None => ReplicaWrite {
-            namespace: namespace.config.name.clone(),
-            digest: *digest,
-            generation: 0,
-            void_time: 0,
-            last_update_ms: now.unix_ms,
-            set_name: Vec::new(),
-            body: None,
-        },
+        None => {
+            let tombstone = namespace
+                .index
+                .partition(digest.partition())
+                .read()
+                .tombstone(digest);
+            ReplicaWrite {
+                namespace: namespace.config.name.clone(),
+                digest: *digest,
+                generation: tombstone.map_or(0, |tombstone| tombstone.generation),
+                void_time: 0,
+                last_update_ms: tombstone.map_or(now.unix_ms, |tombstone| tombstone.last_update_ms),
+                set_name: Vec::new(),
+                body: None,
+            }
+        }
     }
 }
 
-/// This node's live copy of a record as a replica write, if it has one.
+/// This node's live copy of a record as a replica write, or a delete
+/// marker when it keeps the record's tombstone.
 fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrite> {
     let partition = namespace.index.partition(digest.partition()).read();
-    let entry = partition.get(digest)?;
+    let Some(entry) = partition.get(digest) else {
+        // A delete this node knows of travels as a delete marker.
+        let tombstone = partition.tombstone(digest)?;
+        return Some(ReplicaWrite {
+            namespace: namespace.config.name.clone(),
+            digest: *digest,
+            generation: tombstone.generation,
+            void_time: 0,
+            last_update_ms: tombstone.last_update_ms,
+            set_name: Vec::new(),
+            body: None,
+        });
+    };
     if !transaction::is_live(namespace, &entry.meta, now) {
         return None;
     }
@@ -509,10 +529,13 @@ fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrit
 
 /// True when the local copy (`meta`) wins over `write` or ties with it
 /// under the namespace's conflict-resolution policy, so `write` is not
-/// applied. A delete marker has no generation (the record is gone): it
-/// wins only with a later last-update time, whatever the policy.
+/// applied. A delete marker carries its tombstone's generation (the
+/// deleted copy's next) and competes like a record; one without a
+/// generation (no tombstone known) wins only with a later last-update
+/// time, whatever the policy.
 fn holds_newer(policy: ConflictResolutionPolicy, meta: &RecordMeta, write: &ReplicaWrite) -> bool {
-    if write.body.is_none() {
+    if write.body.is_none() && write.generation == 0 {
+        // A marker from a master that kept no tombstone.
         return meta.last_update_ms >= write.last_update_ms;
     }
     let ours = Version {
@@ -557,13 +580,21 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
         .sets
         .id_of(&write.set_name)
         .ok_or(ResultCode::Parameter)?;
+    let policy = namespace.config.conflict_resolution_policy;
     let mut partition = namespace.index.partition(write.digest.partition()).write();
     if let Some(entry) = partition.get(&write.digest) {
-        if holds_newer(
-            namespace.config.conflict_resolution_policy,
-            &entry.meta,
-            write,
-        ) {
+        if holds_newer(policy, &entry.meta, write) {
+            return Ok(());
+        }
+    } else if let Some(tombstone) = partition.tombstone(&write.digest) {
+        // Deleted here later than this copy was written: it stays deleted.
+        if write.body.is_some()
+            && copy_holds(
+                policy,
+                (tombstone.generation, tombstone.last_update_ms),
+                (write.generation, write.last_update_ms),
+            )
+        {
             return Ok(());
         }
     }
@@ -584,12 +615,25 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
         }
         None => {
             let Some(entry) = partition.get(&write.digest) else {
+                if write.generation != 0 {
+                    partition.set_tombstone(
+                        write.digest,
+                        Tombstone {
+                            generation: write.generation,
+                            last_update_ms: write.last_update_ms,
+                        },
+                    );
+                }
                 return Ok(());
+            };
+            let generation = match write.generation {
+                0 => RecordMeta::next_generation(entry.meta.generation),
+                generation => generation,
             };
             if namespace.storage.device().is_some() {
                 let set_name = namespace.sets.name(entry.meta.set_id).unwrap_or_default();
                 let store = StoreMeta {
-                    generation: RecordMeta::next_generation(entry.meta.generation),
+                    generation,
                     void_time: 0,
                     last_update_ms: write.last_update_ms,
                     set_name: &set_name,
@@ -600,6 +644,13 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
                     .map_err(transaction::storage_result)?;
             }
             if let Some(entry) = partition.remove(&write.digest) {
+                partition.set_tombstone(
+                    write.digest,
+                    Tombstone {
+                        generation,
+                        last_update_ms: write.last_update_ms,
+                    },
+                );
                 drop(partition);
                 transaction::drop_entry(namespace, entry);
             }
@@ -963,13 +1014,22 @@ mod tests {
                 "last-update-time policy, local {local:?}"
             );
         }
-        // A delete marker (no generation) goes by time under both.
-        let delete = sample(None);
+        // A delete marker without a generation (no tombstone known at its
+        // master) goes by time under both.
+        let delete = ReplicaWrite {
+            generation: 0,
+            ..sample(None)
+        };
         for policy in ConflictResolutionPolicy::ALL {
             assert!(holds_newer(policy, &meta(99_000, 1), &delete));
             assert!(holds_newer(policy, &meta(99_001, 1), &delete));
             assert!(!holds_newer(policy, &meta(98_999, 9), &delete));
         }
+        // One with its tombstone's generation competes like a record.
+        let delete = sample(None);
+        assert!(holds_newer(Generation, &meta(98_999, 9), &delete));
+        assert!(!holds_newer(LastUpdateTime, &meta(98_999, 9), &delete));
+        assert!(!holds_newer(Generation, &meta(99_500, 2), &delete));
     }
 
     fn memory_service(node_id: u64) -> Service {

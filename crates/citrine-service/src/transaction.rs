@@ -12,7 +12,7 @@
 
 use crate::namespace::Namespace;
 use crate::Service;
-use citrine_index::{IndexEntry, PartitionIndex, RecordMeta};
+use citrine_index::{IndexEntry, PartitionIndex, RecordMeta, Tombstone};
 use citrine_record::{
     encode_body, float_from_wire, integer_from_wire, normalise_value, valid_bin_name,
     validate_value, Bin, BodyView,
@@ -408,9 +408,7 @@ fn delete(
         check_generation(&request.header, entry.meta.generation)?;
         write_tombstone(namespace, &request.digest, &entry.meta, now)?;
     }
-    if let Some(entry) = partition.remove(&request.digest) {
-        drop_entry(namespace, entry);
-    }
+    remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
     drop(partition);
     namespace
         .stats
@@ -463,6 +461,27 @@ pub(crate) fn retire_entry(namespace: &Namespace, digest: &Digest, entry: IndexE
     set_stats.data_used_bytes.fetch_sub(size, Ordering::Relaxed);
     namespace.stats.objects.fetch_sub(1, Ordering::Relaxed);
     namespace.storage.retire(digest, entry.location);
+}
+
+/// Removes a deleted record's entry (if any) and leaves its tombstone in
+/// the index (see `citrine_index`): generation the deleted copy's next,
+/// last-update time `lut_ms`.
+pub(crate) fn remove_deleted(
+    namespace: &Namespace,
+    partition: &mut PartitionIndex,
+    digest: &Digest,
+    lut_ms: u64,
+) {
+    if let Some(entry) = partition.remove(digest) {
+        partition.set_tombstone(
+            *digest,
+            Tombstone {
+                generation: RecordMeta::next_generation(entry.meta.generation),
+                last_update_ms: lut_ms,
+            },
+        );
+        drop_entry(namespace, entry);
+    }
 }
 
 /// Releases a removed entry's storage and updates the counters.
@@ -853,9 +872,7 @@ fn write(
             if let Some(entry) = partition.get(&request.digest) {
                 write_tombstone(namespace, &request.digest, &entry.meta, now)?;
             }
-            if let Some(entry) = partition.remove(&request.digest) {
-                drop_entry(namespace, entry);
-            }
+            remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
             drop(partition);
             write_operate_reply(out, request.reply, 0, 0, &responses);
         }

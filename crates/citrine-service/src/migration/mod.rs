@@ -62,10 +62,15 @@
 //!   counted yet;
 //! - no lock is held across an await.
 //!
-//! Not yet: tombstones in memory namespaces (a delete is not migrated, so
-//! a copy that missed it can bring the record back at a merge); device
-//! namespaces do not persist versions across restarts (their records come
-//! back as a copy of unknown lineage, merged by delta).
+//! Deletes migrate too: a deleted record's tombstone (kept in the index
+//! for `tomb-raider-eligible-age`) is listed in snapshots' counts,
+//! manifests and batches as a delete marker, so a copy that missed the
+//! delete cannot bring the record back.
+//!
+//! Not yet: device namespaces do not persist versions across restarts
+//! (their records come back as a copy of unknown lineage, merged by
+//! delta); tombstones are not kept across restarts (the device engine's
+//! own tombstones keep deleted records dead locally).
 
 pub mod driver;
 
@@ -588,7 +593,10 @@ impl Service {
                 .or_insert_with(|| vec![PartitionVersion::ZERO; PARTITIONS]);
             let mut holdings = Vec::new();
             for partition in PartitionId::all() {
-                let records = namespace.index.partition(partition).read().len() as u64;
+                let records = {
+                    let index = namespace.index.partition(partition).read();
+                    (index.len() + index.tombstone_count()) as u64
+                };
                 if records == 0 {
                     continue;
                 }
@@ -612,12 +620,13 @@ impl Service {
         state.early_lasts.clear();
         state.early_drops.clear();
         state.hits.clear();
+        // Exchanging first, so no request runs unresolved in between.
+        migrations.exchanging.store(!alone, Ordering::Relaxed);
         for (name, partition) in state.parts.keys() {
             migrations.set_route(name, *partition, None);
         }
         state.parts.clear();
         state.current = Some(published);
-        migrations.exchanging.store(!alone, Ordering::Relaxed);
         // Until resolved, anything may move: count the exchange as work
         // left, so `cluster-stable` waits for it.
         migrations.tx_remaining.store(0, Ordering::Relaxed);
@@ -818,6 +827,7 @@ impl Service {
         let mut index = namespace.index.partition(partition).write();
         drop(state);
         let mut dropped = 0u64;
+        index.clear_tombstones();
         index.remove_where(
             |_, _| true,
             |_, entry| {
@@ -900,12 +910,17 @@ impl Service {
         ResultCode::Ok
     }
 
-    /// The digests of a partition's records, in no particular order.
+    /// The digests of a partition's records and tombstones, in no
+    /// particular order.
     pub fn migration_digests(&self, namespace: &str, partition: PartitionId) -> Vec<Digest> {
         self.namespace(namespace.as_bytes())
             .map(|namespace| {
                 let index = namespace.index.partition(partition).read();
-                index.iter().map(|(digest, _)| *digest).collect()
+                index
+                    .iter()
+                    .map(|(digest, _)| *digest)
+                    .chain(index.tombstones().map(|(digest, _)| *digest))
+                    .collect()
             })
             .unwrap_or_default()
     }
@@ -929,13 +944,17 @@ impl Service {
         out.push(1);
         out.extend_from_slice(&[0; 4]);
         let mut count = 0u32;
-        for (digest, entry) in index.iter() {
-            if !crate::transaction::is_live(namespace, &entry.meta, now) {
-                continue;
-            }
+        let live = index
+            .iter()
+            .filter(|(_, entry)| crate::transaction::is_live(namespace, &entry.meta, now))
+            .map(|(digest, entry)| (digest, entry.meta.generation, entry.meta.last_update_ms));
+        let deleted = index
+            .tombstones()
+            .map(|(digest, tombstone)| (digest, tombstone.generation, tombstone.last_update_ms));
+        for (digest, generation, last_update_ms) in live.chain(deleted) {
             out.extend_from_slice(&digest.0);
-            out.extend_from_slice(&entry.meta.generation.to_be_bytes());
-            out.extend_from_slice(&entry.meta.last_update_ms.to_be_bytes());
+            out.extend_from_slice(&generation.to_be_bytes());
+            out.extend_from_slice(&last_update_ms.to_be_bytes());
             count += 1;
         }
         out[1..5].copy_from_slice(&count.to_be_bytes());
@@ -976,15 +995,19 @@ impl Service {
         let delta: Vec<Digest> = digests
             .iter()
             .filter(|digest| {
-                let Some(entry) = index.get(digest) else {
-                    return false;
+                let ours = match index.get(digest) {
+                    Some(entry) => (entry.meta.generation, entry.meta.last_update_ms),
+                    None => match index.tombstone(digest) {
+                        Some(tombstone) => (tombstone.generation, tombstone.last_update_ms),
+                        None => return false,
+                    },
                 };
                 match theirs.get(&digest.0) {
                     None => true,
                     Some((generation, lut)) => !crate::replication::copy_holds(
                         namespace.config.conflict_resolution_policy,
                         (*generation, *lut),
-                        (entry.meta.generation, entry.meta.last_update_ms),
+                        ours,
                     ),
                 }
             })
@@ -1029,6 +1052,20 @@ impl Service {
         for digest in digests.iter().take(BATCH_RECORDS) {
             consumed += 1;
             let Some(entry) = index.get(digest) else {
+                if let Some(tombstone) = index.tombstone(digest) {
+                    let marker = ReplicaWrite {
+                        namespace: namespace_name.to_owned(),
+                        digest: *digest,
+                        generation: tombstone.generation,
+                        void_time: 0,
+                        last_update_ms: tombstone.last_update_ms,
+                        set_name: Vec::new(),
+                        body: None,
+                    }
+                    .encode();
+                    bytes += marker.len();
+                    batch.records.push(marker);
+                }
                 continue;
             };
             if !crate::transaction::is_live(namespace, &entry.meta, now) {
@@ -1570,6 +1607,83 @@ mod tests {
             skipped >= 2 * (shared.len() as u64 - 1),
             "skipped {skipped}"
         );
+    }
+
+    fn tombstone(node: &Service, write: &ReplicaWrite) -> Option<citrine_index::Tombstone> {
+        let namespace = node.namespace(b"test")?;
+        let index = namespace.index.partition(write.digest.partition()).read();
+        index.tombstone(&write.digest)
+    }
+
+    #[test]
+    fn deletes_migrate_and_stale_copies_stay_deleted() {
+        let world = World::new(&[1, 2]);
+        world.publish(30, &[1, 2]);
+        world.settle(&[1, 2]);
+        let kept = record(77, 4, 1);
+        let doomed = record(78, 5, 1);
+        for id in [1, 2] {
+            put(&world.node(id), &kept);
+            put(&world.node(id), &doomed);
+        }
+        // Split; side 1 deletes `doomed` (its tombstone: generation 2).
+        world
+            .cut
+            .lock()
+            .extend([(NodeId(1), NodeId(2)), (NodeId(2), NodeId(1))]);
+        world.node(1).publish_cluster(state(1, 31, &[1]));
+        world.node(2).publish_cluster(state(2, 32, &[2]));
+        let delete = ReplicaWrite {
+            generation: 2,
+            last_update_ms: doomed.last_update_ms + 50,
+            body: None,
+            set_name: Vec::new(),
+            ..doomed.clone()
+        };
+        put(&world.node(1), &delete);
+        assert_eq!(stored(&world.node(1), &doomed), None);
+        assert_eq!(
+            tombstone(&world.node(1), &doomed).map(|tomb| tomb.generation),
+            Some(2)
+        );
+        // Heal: the delete reaches side 2, whose copy is older.
+        world.cut.lock().clear();
+        world.publish(33, &[1, 2]);
+        world.settle(&[1, 2]);
+        for id in [1, 2] {
+            let node = world.node(id);
+            assert_eq!(stored(&node, &doomed), None, "node {id} resurrected it");
+            assert!(tombstone(&node, &doomed).is_some(), "node {id}");
+            assert_eq!(
+                stored(&node, &kept).map(|(generation, _)| generation),
+                Some(1)
+            );
+            // A stale copy arriving late (a slow migration batch, a replica
+            // write from before the delete) does not bring it back.
+            put(&node, &doomed);
+            assert_eq!(stored(&node, &doomed), None);
+        }
+        // A newer write of the same key does, and clears the tombstone.
+        let again = ReplicaWrite {
+            generation: 3,
+            last_update_ms: doomed.last_update_ms + 100,
+            ..doomed.clone()
+        };
+        put(&world.node(2), &again);
+        assert_eq!(
+            stored(&world.node(2), &again).map(|(generation, _)| generation),
+            Some(3)
+        );
+        assert_eq!(tombstone(&world.node(2), &again), None);
+        // Tombstones go after `tomb-raider-eligible-age` (a nsup pass).
+        let node = world.node(1);
+        let namespace = node.namespace(b"test").expect("ns");
+        let late = crate::transaction::Now::from_unix_ms(
+            delete.last_update_ms + 1000 * u64::from(namespace.config.tomb_raider_eligible_age) + 1,
+        );
+        let report = crate::nsup::run_pass(namespace, late);
+        assert_eq!(report.tombstones_purged, 1);
+        assert_eq!(tombstone(&node, &doomed), None);
     }
 
     #[test]
