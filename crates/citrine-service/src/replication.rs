@@ -154,7 +154,8 @@ impl DupResRequest {
 }
 
 /// A member's answer to a [`DupResRequest`]: `u8 flags | (FOUND) replica
-/// write`. The index keeps no tombstones, so a deleted record is absent.
+/// write`; the replica write is a delete marker when the member keeps the
+/// record's tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DupResAnswer {
     /// The member's live copy (full state), or `None` when absent.
