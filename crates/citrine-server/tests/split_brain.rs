@@ -11,7 +11,10 @@
 //! - `both-*`: records written before the split, then updated on both
 //!   sides, a different number of times;
 //! - `new-both-*`: records created on both sides during the split, a
-//!   different number of times.
+//!   different number of times;
+//! - `gone-*`: records written before the split and deleted on one side
+//!   during it: the delete (a tombstone) must win over the other side's
+//!   older copy, on every node.
 //!
 //! For every record written on both sides, the side with more updates
 //! writes first and the side with fewer writes last, so the generation
@@ -24,14 +27,11 @@
 //! generation, read locally with a scan), and every partition's holders
 //! have identical copies (`partition-checksums`).
 //!
-//! Each side finishes its own migrations before the heal, so every node's
-//! migration base is its side's map and, at the merge, each side sends its
-//! copies to the other side's nodes of the merged map. Not covered: a heal
-//! before a side's migrations finished (the base may still be the map from
-//! before the split, which can plan nothing for the divergent copies:
-//! partition versions, issue 5), deletes during the split (not migrated:
-//! the deleted record comes back), and copies left on nodes that no longer
-//! hold a partition (not dropped yet, not checked).
+//! At the merge the partition versions of the two sides differ, so every
+//! copy is merged into every replica of the merged map (by delta), and a
+//! replica's master resolves records against the other side's copy until
+//! it is filled. Copies left on nodes outside a partition's replica list
+//! are dropped (checked by `copies_matching_the_map`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -93,6 +93,30 @@ fn update(node: &Node, reader: &Node, key: &str, label: &str, times: usize) -> u
         reader.id
     );
     generation
+}
+
+/// Deletes `key` through `node`; checks through `reader` that it is gone.
+/// Returns the delete's result code: 0, or 2 when this side held no copy.
+fn delete(node: &Node, reader: &Node, key: &str) -> u8 {
+    let request = record_request(
+        "test",
+        key,
+        MsgHeader {
+            info2: info2::WRITE | info2::DELETE,
+            transaction_ttl: 5000,
+            ..MsgHeader::default()
+        },
+        &[],
+    );
+    let (_, body) = round_trip(&mut node.connect(), &request).unwrap();
+    let code = decode_reply(&body).0.result_code;
+    assert!(code == 0 || code == 2, "delete {key}: {code}");
+    assert_eq!(
+        get(&mut reader.connect(), key).0,
+        2,
+        "{key} gone on its side"
+    );
+    code
 }
 
 /// A scan of namespace `test`, set `demo` on one node (scans run on the
@@ -171,6 +195,7 @@ fn a_split_brain_merges_to_the_generation_winner_on_every_replica() {
     let mut stream = nodes[0].connect();
     for i in 0..RECORDS {
         assert_eq!(put(&mut stream, &format!("both-{i}"), "base"), 0);
+        assert_eq!(put(&mut stream, &format!("gone-{i}"), "base"), 0);
     }
 
     network.set_link(false);
@@ -200,6 +225,31 @@ fn a_split_brain_merges_to_the_generation_winner_on_every_replica() {
             );
         }
     }
+    // Deleted on one side only: the delete must win over the other side's
+    // untouched (older) copy at the merge.
+    // A side whose nodes held no replica of the record deletes nothing
+    // (2): then the other side deletes it. A record the other side still
+    // reads after the delete had copies on both sides (contested).
+    let gone: Vec<String> = (0..RECORDS).map(|i| format!("gone-{i}")).collect();
+    let mut contested = 0;
+    for (i, key) in gone.iter().enumerate() {
+        let (this, other) = if i.is_multiple_of(2) {
+            ((a, a_reader), (b, b_reader))
+        } else {
+            ((b, b_reader), (a, a_reader))
+        };
+        let survivor = if delete(this.0, this.1, key) == 0 {
+            other
+        } else {
+            assert_eq!(delete(other.0, other.1, key), 0, "{key} is somewhere");
+            this
+        };
+        if get(&mut survivor.0.connect(), key).0 == 0 {
+            contested += 1;
+        }
+    }
+    println!("{contested} of {RECORDS} deleted records still live on the other side");
+    assert!(contested > 0, "no deleted record had a copy on both sides");
     // Both sides: more updates first, on side A for even i and side B for
     // odd i; the other side updates fewer times afterwards (a later
     // last-update time).
@@ -260,6 +310,18 @@ fn a_split_brain_merges_to_the_generation_winner_on_every_replica() {
             }
         }
     }
+    for node in &nodes {
+        let mut stream = node.connect();
+        for key in &gone {
+            let (code, value) = get(&mut stream, key);
+            if code != 2 {
+                wrong_reads.push(format!(
+                    "{key} through node {}: {code} {value:?}, deleted during the split",
+                    node.id
+                ));
+            }
+        }
+    }
     // Every holder of a record's partition has the winner's copy.
     let held: Vec<Vec<bool>> = nodes.iter().map(held_partitions).collect();
     let copies: Vec<_> = nodes.iter().map(local_copies).collect();
@@ -276,6 +338,17 @@ fn a_split_brain_merges_to_the_generation_winner_on_every_replica() {
                 wrong_copies.push(format!(
                     "{key} (partition {pid}) on node {}: {copy:?}, expected {:?} generation {}",
                     node.id, winner.value, winner.generation
+                ));
+            }
+        }
+    }
+    for key in &gone {
+        let digest = of_key("demo", &UserKey::String(key.clone()));
+        for (index, node) in nodes.iter().enumerate() {
+            if let Some(copy) = copies[index].get(&digest.0) {
+                wrong_copies.push(format!(
+                    "{key} on node {}: {copy:?}, deleted during the split",
+                    node.id
                 ));
             }
         }
