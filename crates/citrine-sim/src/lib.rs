@@ -20,9 +20,11 @@
 //! `citrine_cluster::partition_map::PartitionMap` with every node on rack 0
 //! (views carry no rack ids yet).
 
+pub mod data;
 pub mod rng;
 mod sim;
 
+pub use data::{run_data_seed, DataConfig, DataReport};
 pub use sim::{run_seed, Failure, Invariant, RunReport, SimConfig};
 
 #[cfg(test)]
