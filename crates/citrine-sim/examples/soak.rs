@@ -4,7 +4,16 @@
 //! cargo run --release -p citrine-sim --example soak -- --seeds 1000..      # until stopped
 //! cargo run --release -p citrine-sim --example soak -- --seeds 0..500 --quick
 //! cargo run --release -p citrine-sim --example soak -- --seed 1234 -v      # replay one seed
+//! cargo run --release -p citrine-sim --example soak -- --data --seeds 0..1000
+//! cargo run --release -p citrine-sim --example soak -- --data --early-restart --seed 7 -v
 //! ```
+//!
+//! `--data` runs the data-mode simulator (real services and clients under
+//! membership changes, `citrine_sim::data`) instead of the membership-only
+//! one; `--early-restart` lets a crashed node restart before the survivors
+//! noticed the crash (`DataConfig::restart_before_noticed`); `--vanish`
+//! makes lost messages vanish instead of arriving late
+//! (`DataConfig::messages_vanish`).
 //!
 //! Prints every failing seed with its invariant and recent events, and a
 //! progress line every 100 seeds. Exits non-zero if any seed failed (for a
@@ -13,7 +22,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use citrine_sim::{run_seed, SimConfig};
+use citrine_sim::{run_data_seed, run_seed, DataConfig, SimConfig};
 
 struct Args {
     start: u64,
@@ -22,6 +31,9 @@ struct Args {
     verbose: bool,
     no_pmap: bool,
     trace: bool,
+    data: bool,
+    early_restart: bool,
+    vanish: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -32,6 +44,9 @@ fn parse() -> Result<Args, String> {
         verbose: false,
         no_pmap: false,
         trace: false,
+        data: false,
+        early_restart: false,
+        vanish: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -51,10 +66,13 @@ fn parse() -> Result<Args, String> {
             }
             "--quick" => args.quick = true,
             "--trace" => args.trace = true,
+            "--data" => args.data = true,
+            "--early-restart" => args.early_restart = true,
+            "--vanish" => args.vanish = true,
             "--no-pmap" => args.no_pmap = true,
             "-v" | "--verbose" => args.verbose = true,
             "-h" | "--help" => {
-                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [-v]"
+                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [--data [--early-restart] [--vanish]] [-v]"
                     .to_string())
             }
             other => return Err(format!("unknown argument {other}")),
@@ -90,17 +108,34 @@ fn main() -> ExitCode {
         if args.end.is_some_and(|e| seed >= e) {
             break;
         }
-        match run_seed(seed, &cfg) {
-            Ok(r) => {
-                max_conv = max_conv.max(r.convergence_ms.iter().copied().max().unwrap_or(0));
-                max_dep = max_dep.max(r.departure_ms.unwrap_or(0));
-                if args.verbose {
-                    println!("{r:?}");
+        if args.data {
+            let mut data_cfg = DataConfig::quick();
+            data_cfg.restart_before_noticed = args.early_restart;
+            data_cfg.messages_vanish = args.vanish;
+            match run_data_seed(seed, &data_cfg) {
+                Ok(r) => {
+                    if args.verbose {
+                        println!("{r:?}");
+                    }
+                }
+                Err(f) => {
+                    failures += 1;
+                    println!("FAIL {f}");
                 }
             }
-            Err(f) => {
-                failures += 1;
-                println!("FAIL {f}");
+        } else {
+            match run_seed(seed, &cfg) {
+                Ok(r) => {
+                    max_conv = max_conv.max(r.convergence_ms.iter().copied().max().unwrap_or(0));
+                    max_dep = max_dep.max(r.departure_ms.unwrap_or(0));
+                    if args.verbose {
+                        println!("{r:?}");
+                    }
+                }
+                Err(f) => {
+                    failures += 1;
+                    println!("FAIL {f}");
+                }
             }
         }
         runs += 1;

@@ -1,5 +1,7 @@
-//! `citrine_sim`: a deterministic, single-threaded simulator for Citrine's
-//! cluster management (`citrine-cluster`).
+//! `citrine_sim`: deterministic, single-threaded simulators for Citrine's
+//! cluster management (`citrine-cluster`, this module's [`run_seed`]) and,
+//! in [`data`], for data under membership changes (real
+//! `citrine-service` nodes and clients, [`run_data_seed`]).
 //!
 //! Owns: the simulated world — N [`citrine_cluster::ClusterNode`] state
 //! machines, a fake network (loss, delay, duplication, reordering, symmetric
@@ -20,9 +22,11 @@
 //! `citrine_cluster::partition_map::PartitionMap` with every node on rack 0
 //! (views carry no rack ids yet).
 
+pub mod data;
 pub mod rng;
 mod sim;
 
+pub use data::{run_data_seed, DataConfig, DataReport};
 pub use sim::{run_seed, Failure, Invariant, RunReport, SimConfig};
 
 #[cfg(test)]

@@ -143,6 +143,24 @@ pub enum Invariant {
     OneCommitPerQuantum,
     /// A flaky (lossy) node is never in a healthy node's view once stable.
     FlakyExcluded,
+    /// Data mode: the cluster comes to rest (one view of every live node,
+    /// every node `cluster-stable`, the executor idle) within its bound.
+    Quiescence,
+    /// Data mode: after quiescence every record is held by exactly its
+    /// partition's replicas in the final map, and by no other node.
+    Placement,
+    /// Data mode: after quiescence the replicas' copies of a record agree
+    /// byte for byte (generation, void time, last-update time, set, body).
+    ReplicaAgreement,
+    /// Data mode: no acknowledged write is lost (counters hold at least
+    /// their acknowledged increments; a put key holds its last
+    /// acknowledged value or a later attempt's).
+    LostWrite,
+    /// Data mode: nothing is invented (counters hold at most their
+    /// acknowledged plus in-doubt increments; values read were written).
+    PhantomWrite,
+    /// Data mode: every reply decodes and carries an expected result code.
+    ClientResult,
 }
 
 impl fmt::Display for Invariant {

@@ -1,0 +1,1588 @@
+//! Data mode: N real [`citrine_service::Service`]s on the fake network, with
+//! clients writing and reading while nodes join, crash and come back empty,
+//! and the checks that nothing acknowledged is lost.
+//!
+//! Owns: the data-mode scenario ([`run_data_seed`], [`DataConfig`]), the
+//! simulated clients and their history, and the data invariants checked
+//! after quiescence. The fake world below (time, network, fabric,
+//! executor) is [`net`].
+//!
+//! A node is a [`ClusterNode`] (heartbeats and Paxos over the fake network,
+//! exactly as in [`crate::sim`]) plus a `Service` (in-memory namespace
+//! `test`, replication factor 2) whose clock reads the node's simulated
+//! time, whose fabric is [`net::SimFabric`] and whose migration driver
+//! (`citrine_service::migration::driver::run`) is a task on the executor.
+//! Views come from the state machines: when a node's `ClusterNode` reports
+//! `ViewChanged` (or `Orphaned`), the node publishes a `ClusterState` of
+//! that view to its service, as `citrine-server`'s cluster runtime does.
+//!
+//! Script of a run (all choices from the seed):
+//! 1. 3 or 4 nodes boot within 300 ms (one or two more stay spare); the
+//!    run waits until they agree on one view and are migration-stable;
+//! 2. clients start: each keeps one request outstanding — increments of
+//!    shared counters, puts of unique values to keys it owns, reads —
+//!    sent to the master in some node's current map (or, sometimes, to a
+//!    random node, which proxies), retried on 9, 11 and timeouts;
+//! 3. 3–5 membership events 1.5–4 s apart: a spare node joins, a node
+//!    crashes (only when the cluster is stable: with replication factor 2
+//!    one node may be lost at a time), a crashed node restarts empty; the
+//!    network loses up to `max_loss` of packets and delays them 1–6 ms, but
+//!    is never partitioned;
+//! 4. clients stop; the run waits for quiescence (one view of every live
+//!    node, every node `cluster-stable`, for `settle_ms`);
+//! 5. the checks ([`Invariant`] data variants).
+//!
+//! Invariants of the simulator itself: as for [`crate::sim`] — one seed,
+//! `BTreeMap`s and `Vec`s only, a fixed polling order — so a run is a pure
+//! function of `(seed, DataConfig)`, and the trace hash (packets, views,
+//! client outcomes, final copies) proves it.
+
+pub(crate) mod net;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use citrine_cluster::{ClusterConfig, ClusterNode, Effect, Envelope, PeerAddr};
+use citrine_service::cluster_state::{ClusterMember, ClusterState};
+use citrine_service::config::{NamespaceConfig, ServiceConfig, StorageEngineConfig};
+use citrine_service::replication::ReplicaWrite;
+use citrine_service::{Clock, Service};
+use citrine_types::{Digest, NodeId, PartitionId};
+use citrine_wire::digest::{of_key, UserKey};
+use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::msg::{field_type, info1, info2, op_type, Message, MessageWriter, MsgHeader};
+use parking_lot::Mutex;
+
+use crate::rng::SimRng;
+use crate::sim::{Failure, Invariant};
+use net::{mix, Core, Executor, NetParams, Packet, Shared, SimFabric, SimPause};
+
+/// Unix time of simulated time 0 on every node (before its skew).
+const BASE_UNIX_MS: u64 = 1_700_000_000_000;
+const NAMESPACE: &str = "test";
+const SET: &str = "sim";
+const TICK_MS: u64 = 10;
+const RECENT: usize = 400;
+/// Executor rounds allowed per simulated millisecond.
+const POLL_BUDGET: u32 = 10_000;
+
+/// Shape of data-mode runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DataConfig {
+    /// Nodes booted at the start (3 or 4 drawn between these).
+    pub min_initial: usize,
+    pub max_initial: usize,
+    /// Nodes that may join later.
+    pub spares: usize,
+    /// Simulated clients.
+    pub clients: usize,
+    /// Shared counters (incremented by every client).
+    pub counters: usize,
+    /// Put keys per client.
+    pub puts_per_client: usize,
+    /// Membership events (drawn between these).
+    pub min_events: usize,
+    pub max_events: usize,
+    /// Largest packet-loss probability.
+    pub max_loss: f64,
+    /// Largest clock skew between nodes, ms.
+    pub max_skew_ms: u64,
+    /// Client transaction deadline (sent as the transaction ttl), ms.
+    pub client_timeout_ms: u64,
+    /// How long the cluster must stay stable before the checks, ms.
+    pub settle_ms: u64,
+    /// Bound on reaching quiescence after the clients stop, ms.
+    pub quiesce_bound_ms: u64,
+    /// Restart a crashed node as soon as it is picked, even before the
+    /// survivors noticed the crash (off: a node restarts only once it is in
+    /// no live node's view, as after an ordinary restart).
+    pub restart_before_noticed: bool,
+    /// Lost messages vanish instead of arriving late (the server's cluster
+    /// and fabric links are TCP connections, which retransmit: off by
+    /// default).
+    pub messages_vanish: bool,
+}
+
+impl DataConfig {
+    /// Runs fast enough for a debug-build seed sweep.
+    pub fn quick() -> DataConfig {
+        DataConfig {
+            min_initial: 3,
+            max_initial: 4,
+            spares: 1,
+            clients: 4,
+            counters: 12,
+            puts_per_client: 16,
+            min_events: 3,
+            max_events: 5,
+            max_loss: 0.02,
+            max_skew_ms: 3,
+            client_timeout_ms: 1_000,
+            settle_ms: 5_000,
+            quiesce_bound_ms: 60_000,
+            restart_before_noticed: false,
+            messages_vanish: false,
+        }
+    }
+}
+
+/// Summary of a successful data-mode run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataReport {
+    pub seed: u64,
+    /// Nodes that ever ran.
+    pub nodes: usize,
+    /// The membership events, in order.
+    pub events: Vec<String>,
+    pub trace_hash: u64,
+    /// Client operations acknowledged (writes and reads).
+    pub acked: u64,
+    /// Write attempts that ended in doubt (timeout, 9).
+    pub in_doubt: u64,
+    /// Attempts refused before execution (11).
+    pub refused: u64,
+    /// Records present at the end.
+    pub records: usize,
+    /// View changes reported by all nodes.
+    pub view_changes: u64,
+    /// Packets sent / lost.
+    pub packets: u64,
+    pub lost: u64,
+    /// Simulated time at the end, ms.
+    pub end_ms: u64,
+}
+
+/// Runs one data-mode seed.
+pub fn run_data_seed(seed: u64, cfg: &DataConfig) -> Result<DataReport, Box<Failure>> {
+    let mut world = World::new(seed, cfg.clone());
+    world.run().map_err(Box::new)
+}
+
+/// A node's service clock: its simulated time plus its skew.
+struct NodeClock {
+    time: Arc<AtomicU64>,
+    skew_ms: u64,
+}
+
+impl Clock for NodeClock {
+    fn now_unix_ms(&self) -> u64 {
+        BASE_UNIX_MS + self.skew_ms + self.time.load(Ordering::Relaxed)
+    }
+}
+
+struct Up {
+    service: Arc<Service>,
+    machine: ClusterNode,
+    view: Option<(u64, Vec<NodeId>)>,
+    published: Option<Vec<NodeId>>,
+    partition_generation: u64,
+    peers_generation: u64,
+    stopping: Arc<AtomicBool>,
+}
+
+struct DNode {
+    id: NodeId,
+    cfg: ClusterConfig,
+    skew_ms: u64,
+    up: Option<Up>,
+    boots: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Pending,
+    Acked,
+    /// Timed out or 9: may or may not have been applied.
+    InDoubt,
+    /// Refused before execution (11).
+    Failed,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum OpKind {
+    Incr {
+        counter: usize,
+    },
+    Put {
+        key: usize,
+        value: i64,
+        attempt: usize,
+    },
+    Read {
+        counter: usize,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct InFlight {
+    kind: OpKind,
+    req: u64,
+    sent_at: u64,
+    tries: u32,
+    /// The node it was sent to.
+    to: Option<usize>,
+}
+
+#[derive(Clone, Debug)]
+enum ClientState {
+    Idle { next_at: u64 },
+    Waiting(InFlight),
+    Stopped,
+}
+
+#[derive(Default, Clone, Debug)]
+struct CounterHistory {
+    acked: u64,
+    in_doubt: u64,
+    /// Attempts sent so far (bounds what a read may see).
+    attempts: u64,
+    /// The new values acknowledged increments returned: each at most once
+    /// (two acknowledged increments that saw the same result mean one was
+    /// applied to a copy without the other).
+    returned: BTreeSet<i64>,
+}
+
+#[derive(Clone, Debug)]
+struct PutAttempt {
+    value: i64,
+    outcome: Outcome,
+}
+
+const MAX_TRIES: u32 = 6;
+
+struct World {
+    seed: u64,
+    cfg: DataConfig,
+    rng: SimRng,
+    core: Shared,
+    exec: Executor,
+    nodes: Vec<DNode>,
+    addr_index: BTreeMap<PeerAddr, usize>,
+    clients: Vec<ClientState>,
+    /// The nodes the clients know (tended like a smart client's node list).
+    known: BTreeSet<usize>,
+    next_tend: u64,
+    /// Clients finish their attempt in flight and send no more.
+    stopping: bool,
+    /// Notes every attempt on this counter (`CITRINE_SIM_TRACE_COUNTER`).
+    trace_counter: Option<usize>,
+    next_req: u64,
+    counters: Vec<CounterHistory>,
+    puts: Vec<Vec<PutAttempt>>,
+    acked: u64,
+    in_doubt: u64,
+    refused: u64,
+    view_changes: u64,
+    events: Vec<String>,
+    recent: VecDeque<String>,
+    hash: u64,
+}
+
+fn counter_key(i: usize) -> String {
+    format!("counter-{i}")
+}
+
+fn put_key(i: usize) -> String {
+    format!("put-{i}")
+}
+
+fn digest_of(key: &str) -> Digest {
+    of_key(SET, &UserKey::String(key.to_owned()))
+}
+
+/// A single-record request frame for `key`.
+fn request_frame(key: &str, header: MsgHeader, op: Option<(u8, &str, i64)>) -> Vec<u8> {
+    let digest = digest_of(key);
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, NAMESPACE.as_bytes())
+        .field(field_type::SET, SET.as_bytes())
+        .field(field_type::DIGEST, &digest.0);
+    if let Some((op, bin, value)) = op {
+        writer.op(op, 1, bin.as_bytes(), &value.to_be_bytes());
+        if op == op_type::INCR {
+            // Read the new value back in the same request.
+            writer.op(op_type::READ, 0, bin.as_bytes(), &[]);
+        }
+    }
+    writer.finish();
+    out
+}
+
+/// (result code, integer value of the first bin) of a reply frame.
+fn parse_reply(frame: &[u8]) -> Option<(u8, Option<i64>)> {
+    let header: &[u8; PROTO_HEADER_SIZE] = frame.get(..PROTO_HEADER_SIZE)?.try_into().ok()?;
+    ProtoHeader::decode(header).ok()?;
+    let message = Message::decode(frame.get(PROTO_HEADER_SIZE..)?).ok()?;
+    let value = message
+        .ops()
+        .next()
+        .and_then(|op| <[u8; 8]>::try_from(op.value).ok())
+        .map(i64::from_be_bytes);
+    Some((message.header.result_code, value))
+}
+
+impl World {
+    fn new(seed: u64, cfg: DataConfig) -> World {
+        assert!(cfg.min_initial >= 3 && cfg.min_initial <= cfg.max_initial);
+        let mut rng = SimRng::new(seed);
+        let initial = rng.range(cfg.min_initial as u64, cfg.max_initial as u64) as usize;
+        let n = initial + cfg.spares;
+        let mut ids = BTreeSet::new();
+        while ids.len() < n {
+            ids.insert(rng.next_u64() >> rng.below(40) | 1);
+        }
+        let mut ids: Vec<u64> = ids.into_iter().collect();
+        for i in (1..ids.len()).rev() {
+            let j = rng.index(i + 1);
+            ids.swap(i, j);
+        }
+        let addrs: Vec<PeerAddr> = (0..n)
+            .filter_map(|i| PeerAddr::new(format!("10.0.1.{i}:3002")))
+            .collect();
+        assert_eq!(addrs.len(), n);
+        // Every initial node is a mesh seed, so a joiner finds a live one.
+        let seeds: Vec<PeerAddr> = addrs.iter().take(initial).cloned().collect();
+        let params = NetParams {
+            loss: rng.unit() * cfg.max_loss,
+            base_delay: 1,
+            jitter: rng.range(0, 5),
+            vanish: cfg.messages_vanish,
+        };
+        let mut core = Core::new(seed, n, params);
+        let mut nodes = Vec::with_capacity(n);
+        let mut addr_index = BTreeMap::new();
+        for i in 0..n {
+            let id = NodeId(ids[i]);
+            core.index.insert(id, i);
+            addr_index.insert(addrs[i].clone(), i);
+            nodes.push(DNode {
+                id,
+                cfg: ClusterConfig::new(id, addrs[i].clone(), seeds.clone()),
+                skew_ms: rng.range(0, cfg.max_skew_ms),
+                up: None,
+                boots: 0,
+            });
+        }
+        let clients = vec![ClientState::Stopped; cfg.clients];
+        let counters = vec![CounterHistory::default(); cfg.counters];
+        let puts = vec![Vec::new(); cfg.clients * cfg.puts_per_client];
+        World {
+            seed,
+            cfg,
+            rng,
+            core: Arc::new(Mutex::new(core)),
+            exec: Executor::default(),
+            nodes,
+            addr_index,
+            clients,
+            known: BTreeSet::new(),
+            next_tend: 0,
+            stopping: false,
+            trace_counter: std::env::var("CITRINE_SIM_TRACE_COUNTER")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            next_req: 1,
+            counters,
+            puts,
+            acked: 0,
+            in_doubt: 0,
+            refused: 0,
+            view_changes: 0,
+            events: Vec::new(),
+            recent: VecDeque::new(),
+            hash: seed,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.core.lock().now
+    }
+
+    fn note(&mut self, text: String) {
+        if self.recent.len() >= RECENT {
+            self.recent.pop_front();
+        }
+        let now = self.now();
+        self.recent.push_back(format!("{now:>7} ms  {text}"));
+    }
+
+    fn fail(&self, invariant: Invariant, detail: String) -> Failure {
+        Failure {
+            seed: self.seed,
+            invariant,
+            at_ms: self.now(),
+            detail,
+            recent: self.recent.iter().cloned().collect(),
+        }
+    }
+
+    /// The node's local clock for its state machine.
+    fn local(&self, i: usize) -> u64 {
+        self.now() + self.nodes[i].skew_ms
+    }
+
+    // ----- nodes -----
+
+    fn boot(&mut self, i: usize) -> Result<(), Failure> {
+        let time = self.core.lock().clock.clone();
+        let config = ServiceConfig {
+            node_id: self.nodes[i].id.0,
+            cluster_name: "citrine".into(),
+            access_address: format!("10.0.1.{i}:3000"),
+            port: 3000,
+            namespaces: vec![NamespaceConfig {
+                storage_engine: StorageEngineConfig::Memory {
+                    data_size: 64 << 20,
+                    evict_used_pct: 0,
+                    stop_writes_used_pct: 90,
+                },
+                ..NamespaceConfig::in_memory(NAMESPACE)
+            }],
+        };
+        let clock = Arc::new(NodeClock {
+            time,
+            skew_ms: self.nodes[i].skew_ms,
+        });
+        let service = Arc::new(
+            Service::open(config, clock)
+                .map_err(|e| self.fail(Invariant::ViewBookkeeping, format!("service: {e}")))?,
+        );
+        service.set_fabric(Arc::new(SimFabric {
+            core: self.core.clone(),
+            node: i,
+        }));
+        let machine = ClusterNode::new(self.nodes[i].cfg.clone(), self.local(i))
+            .map_err(|e| self.fail(Invariant::ViewBookkeeping, format!("config: {e}")))?;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let pause: Arc<dyn citrine_service::migration::driver::Pause> = Arc::new(SimPause {
+            core: self.core.clone(),
+        });
+        self.exec.spawn(
+            i,
+            citrine_service::migration::driver::run(service.clone(), pause, stopping.clone()),
+        );
+        self.nodes[i].up = Some(Up {
+            service,
+            machine,
+            view: None,
+            published: None,
+            partition_generation: 0,
+            peers_generation: 0,
+            stopping,
+        });
+        self.nodes[i].boots += 1;
+        {
+            let mut core = self.core.lock();
+            core.up[i] = true;
+            core.boots[i] += 1;
+        }
+        self.hash = mix(self.hash, 0xB007 ^ i as u64);
+        let id = self.nodes[i].id;
+        self.note(format!("boot #{i} {id} (empty)"));
+        Ok(())
+    }
+
+    fn crash(&mut self, i: usize) {
+        if let Some(up) = self.nodes[i].up.take() {
+            up.stopping.store(true, Ordering::Relaxed);
+        }
+        self.core.lock().up[i] = false;
+        self.exec.kill(i);
+        self.hash = mix(self.hash, 0xDEAD ^ i as u64);
+        let id = self.nodes[i].id;
+        self.note(format!("crash #{i} {id}"));
+    }
+
+    fn live(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].up.is_some())
+            .collect()
+    }
+
+    fn effects(&mut self, i: usize, effects: Vec<Effect>) {
+        let me = self.nodes[i].id;
+        for effect in effects {
+            match effect {
+                Effect::Send { to, msg } => {
+                    let Some(&j) = self.addr_index.get(&to) else {
+                        continue;
+                    };
+                    let bytes = Envelope { from: me, msg }.encode();
+                    self.core.lock().send(Packet::Cluster {
+                        from: i,
+                        to: j,
+                        bytes,
+                    });
+                }
+                Effect::ViewChanged {
+                    cluster_key,
+                    succession,
+                } => self.publish(i, cluster_key, succession),
+                Effect::Orphaned => {
+                    let key = (me.0.rotate_left(29) ^ self.local(i)).max(1);
+                    self.publish(i, key, vec![me]);
+                }
+            }
+        }
+    }
+
+    /// Publishes a view to the node's service, as the server's cluster
+    /// runtime does.
+    fn publish(&mut self, i: usize, key: u64, succession: Vec<NodeId>) {
+        self.view_changes += 1;
+        self.hash = mix(self.hash, key ^ i as u64);
+        let text = succession
+            .iter()
+            .map(|id| id.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        self.note(format!("#{i} view {key:016x} [{text}]"));
+        let members: Vec<ClusterMember> = succession
+            .iter()
+            .map(|id| ClusterMember {
+                node_id: *id,
+                rack_id: 0,
+                service_address: self
+                    .nodes
+                    .iter()
+                    .position(|n| n.id == *id)
+                    .map(|j| format!("10.0.1.{j}:3000"))
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let Some(up) = self.nodes[i].up.as_mut() else {
+            return;
+        };
+        up.partition_generation += 1;
+        if up.published.as_ref() != Some(&succession) {
+            up.peers_generation += 1;
+        }
+        let factors = Service::namespace_factors(&up.service.config);
+        let state = ClusterState::new(
+            up.service.node_id,
+            key,
+            members,
+            &factors,
+            up.partition_generation,
+            up.peers_generation,
+        );
+        up.service.publish_cluster(state);
+        up.view = Some((key, succession.clone()));
+        up.published = Some(succession);
+    }
+
+    /// Every live node holds one view of exactly the live nodes.
+    fn converged(&self) -> bool {
+        let live = self.live();
+        let mut ids: Vec<NodeId> = live.iter().map(|i| self.nodes[*i].id).collect();
+        ids.sort();
+        let mut key = None;
+        for i in &live {
+            let Some(up) = &self.nodes[*i].up else {
+                return false;
+            };
+            let Some((k, s)) = &up.view else { return false };
+            if *s != ids || key.is_some_and(|x| x != *k) {
+                return false;
+            }
+            key = Some(*k);
+        }
+        key.is_some()
+    }
+
+    /// Converged and every node `cluster-stable` (nothing to exchange,
+    /// send or receive).
+    fn settled(&self) -> bool {
+        self.converged()
+            && self.live().iter().all(|i| {
+                self.nodes[*i].up.as_ref().is_some_and(|up| {
+                    let m = &up.service.migrations;
+                    !m.exchanging() && m.tx_remaining() == 0 && m.rx_remaining() == 0
+                })
+            })
+    }
+
+    // ----- the network -----
+
+    fn deliver(&mut self, packet: Packet) -> Result<(), Failure> {
+        match packet {
+            Packet::Cluster { from: _, to, bytes } => {
+                let local = self.local(to);
+                let Some(up) = self.nodes[to].up.as_mut() else {
+                    return Ok(());
+                };
+                let env = match Envelope::decode(&bytes) {
+                    Ok(env) => env,
+                    Err(e) => return Err(self.fail(Invariant::Codec, format!("decode: {e}"))),
+                };
+                let effects = up.machine.on_message(env.from, env.msg, local);
+                self.effects(to, effects);
+            }
+            Packet::Request {
+                call,
+                from,
+                to,
+                kind,
+                payload,
+            } => {
+                let Some(up) = self.nodes[to].up.as_ref() else {
+                    return Ok(());
+                };
+                let service = up.service.clone();
+                let core = self.core.clone();
+                self.exec.spawn(to, async move {
+                    let answer = service.serve_fabric(kind, &payload).await;
+                    core.lock().send(Packet::Response {
+                        call,
+                        to: from,
+                        payload: answer,
+                    });
+                });
+            }
+            Packet::Response { call, to, payload } => {
+                let mut core = self.core.lock();
+                if core.up[to] {
+                    core.answer(call, payload);
+                }
+            }
+            Packet::ClientRequest {
+                client,
+                req,
+                to,
+                frame,
+            } => {
+                let Some(up) = self.nodes[to].up.as_ref() else {
+                    return Ok(());
+                };
+                let service = up.service.clone();
+                let Some(header) = frame
+                    .get(..PROTO_HEADER_SIZE)
+                    .and_then(|h| <&[u8; PROTO_HEADER_SIZE]>::try_from(h).ok())
+                    .and_then(|h| ProtoHeader::decode(h).ok())
+                else {
+                    return Err(self.fail(Invariant::ClientResult, "bad request frame".into()));
+                };
+                let mut out = Vec::new();
+                let body = frame.get(PROTO_HEADER_SIZE..).unwrap_or_default();
+                match service.handle_streaming(header, body, &mut out) {
+                    Ok(None) => self.core.lock().send(Packet::ClientReply {
+                        client,
+                        req,
+                        frame: out,
+                    }),
+                    Ok(Some(continuation)) if continuation.is_remote() => {
+                        let core = self.core.clone();
+                        self.exec.spawn(to, async move {
+                            service.complete_remote(continuation, &mut out).await;
+                            core.lock().send(Packet::ClientReply {
+                                client,
+                                req,
+                                frame: out,
+                            });
+                        });
+                    }
+                    Ok(Some(_)) | Err(_) => {
+                        return Err(self.fail(
+                            Invariant::ClientResult,
+                            "a single-record request was streamed or refused".into(),
+                        ))
+                    }
+                }
+            }
+            Packet::ClientReply { client, req, frame } => self.on_reply(client, req, &frame)?,
+        }
+        Ok(())
+    }
+
+    // ----- clients -----
+
+    /// A smart client's tend: the nodes it keeps are the live ones listed
+    /// in the view (peers) of some *other* known live node — a node no
+    /// other node references is dropped, as the Aerospike clients do, so a
+    /// node that restarted and has not joined the cluster yet (alone in
+    /// its own view) is not used.
+    fn tend(&mut self) {
+        let mut known = BTreeSet::new();
+        for i in &self.known {
+            let Some(up) = &self.nodes[*i].up else {
+                continue;
+            };
+            let Some((_, members)) = &up.view else {
+                continue;
+            };
+            for id in members {
+                match self.nodes.iter().position(|n| n.id == *id) {
+                    Some(j) if j != *i && self.nodes[j].up.is_some() => {
+                        known.insert(j);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if known.is_empty() {
+            return; // keep what it had rather than nothing
+        }
+        if known != self.known {
+            self.note(format!("clients know {known:?}"));
+            self.known = known;
+        }
+    }
+
+    fn start_clients(&mut self) {
+        self.known = self.live().into_iter().collect();
+        let now = self.now();
+        for c in 0..self.clients.len() {
+            self.clients[c] = ClientState::Idle {
+                next_at: now + self.rng.range(0, 20),
+            };
+        }
+        self.note("clients start".into());
+    }
+
+    fn clients_idle(&self) -> bool {
+        self.clients
+            .iter()
+            .all(|c| matches!(c, ClientState::Stopped))
+    }
+
+    /// Where a smart client sends a request for `digest`. An Aerospike
+    /// client learns which partitions a node masters from that node's own
+    /// `replicas` answer, so it sends to the master named by a known node's
+    /// map only when that master is known and its own current map agrees;
+    /// otherwise (and sometimes at random) to a known node, which proxies.
+    fn route(&mut self, digest: &Digest) -> Option<usize> {
+        let live: Vec<usize> = self
+            .known
+            .iter()
+            .copied()
+            .filter(|i| self.nodes[*i].up.is_some())
+            .collect();
+        if live.is_empty() {
+            return None;
+        }
+        let via = live[self.rng.index(live.len())];
+        if self.rng.chance(0.15) {
+            return Some(via);
+        }
+        let master_in = |world: &World, i: usize| {
+            let up = world.nodes[i].up.as_ref()?;
+            let cluster = up.service.cluster();
+            let id = cluster
+                .namespace(NAMESPACE)
+                .and_then(|map| map.map.master(digest.partition()))?;
+            world.nodes.iter().position(|n| n.id == id)
+        };
+        match master_in(self, via) {
+            Some(m) if self.known.contains(&m) && master_in(self, m) == Some(m) => Some(m),
+            _ => Some(via),
+        }
+    }
+
+    fn new_op(&mut self, c: usize) -> OpKind {
+        let roll = self.rng.below(100);
+        if roll < 45 {
+            OpKind::Incr {
+                counter: self.rng.index(self.cfg.counters),
+            }
+        } else if roll < 80 {
+            let key = c + self.cfg.clients * self.rng.index(self.cfg.puts_per_client);
+            self.new_put(c, key)
+        } else {
+            OpKind::Read {
+                counter: self.rng.index(self.cfg.counters),
+            }
+        }
+    }
+
+    fn new_put(&mut self, c: usize, key: usize) -> OpKind {
+        let attempt = self.puts[key].len();
+        let value = ((c as i64) << 40) | ((key as i64) << 20) | attempt as i64;
+        self.puts[key].push(PutAttempt {
+            value,
+            outcome: Outcome::Pending,
+        });
+        OpKind::Put {
+            key,
+            value,
+            attempt,
+        }
+    }
+
+    fn send_op(&mut self, c: usize, kind: OpKind, tries: u32) {
+        let ttl = self.cfg.client_timeout_ms as u32;
+        let (key, frame) = match kind {
+            OpKind::Incr { counter } => {
+                self.counters[counter].attempts += 1;
+                let key = counter_key(counter);
+                let header = MsgHeader {
+                    info1: info1::READ,
+                    info2: info2::WRITE,
+                    transaction_ttl: ttl,
+                    ..MsgHeader::default()
+                };
+                let frame = request_frame(&key, header, Some((op_type::INCR, "n", 1)));
+                (key, frame)
+            }
+            OpKind::Put { key, value, .. } => {
+                let key = put_key(key);
+                let header = MsgHeader {
+                    info2: info2::WRITE,
+                    transaction_ttl: ttl,
+                    ..MsgHeader::default()
+                };
+                let frame = request_frame(&key, header, Some((op_type::WRITE, "v", value)));
+                (key, frame)
+            }
+            OpKind::Read { counter } => {
+                let key = counter_key(counter);
+                let header = MsgHeader {
+                    info1: info1::READ | info1::GET_ALL,
+                    transaction_ttl: ttl,
+                    ..MsgHeader::default()
+                };
+                (key.clone(), request_frame(&key, header, None))
+            }
+        };
+        let req = self.next_req;
+        self.next_req += 1;
+        let now = self.now();
+        let to = self.route(&digest_of(&key));
+        self.clients[c] = ClientState::Waiting(InFlight {
+            kind,
+            req,
+            sent_at: now,
+            tries,
+            to,
+        });
+        let Some(to) = to else {
+            return;
+        };
+        self.core.lock().send(Packet::ClientRequest {
+            client: c,
+            req,
+            to,
+            frame,
+        });
+    }
+
+    fn clients_step(&mut self, stopping: bool) -> Result<(), Failure> {
+        let now = self.now();
+        if now >= self.next_tend {
+            self.tend();
+            self.next_tend = now + 1_000;
+        }
+        for c in 0..self.clients.len() {
+            match self.clients[c].clone() {
+                ClientState::Idle { .. } if stopping => {
+                    self.clients[c] = ClientState::Stopped;
+                }
+                ClientState::Idle { next_at } if now >= next_at => {
+                    let kind = self.new_op(c);
+                    self.send_op(c, kind, 1);
+                }
+                ClientState::Waiting(op)
+                    if now >= op.sent_at + self.cfg.client_timeout_ms + 500 =>
+                {
+                    // No answer: the request or its reply was lost, or the
+                    // node died.
+                    self.hash = mix(self.hash, 0x7173 ^ op.req);
+                    self.finish(c, op, None, stopping)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn on_reply(&mut self, c: usize, req: u64, frame: &[u8]) -> Result<(), Failure> {
+        let ClientState::Waiting(op) = self.clients[c].clone() else {
+            return Ok(());
+        };
+        if op.req != req {
+            return Ok(()); // a late reply to an attempt already given up
+        }
+        let Some(reply) = parse_reply(frame) else {
+            return Err(self.fail(Invariant::ClientResult, "undecodable reply".into()));
+        };
+        self.hash = mix(self.hash, req ^ u64::from(reply.0) << 56);
+        self.finish(c, op, Some(reply), false)
+    }
+
+    /// Records the outcome of an attempt; retries or moves on.
+    fn finish(
+        &mut self,
+        c: usize,
+        op: InFlight,
+        reply: Option<(u8, Option<i64>)>,
+        stopping: bool,
+    ) -> Result<(), Failure> {
+        let code = reply.map(|r| r.0);
+        if self.trace_counter.is_some_and(|t| {
+            matches!(op.kind, OpKind::Incr { counter } | OpKind::Read { counter } if counter == t)
+        }) {
+            self.note(format!(
+                "client {c} {:?} via {:?} (sent {} ms) -> {reply:?}",
+                op.kind, op.to, op.sent_at
+            ));
+        }
+        let outcome = match code {
+            Some(0) => Outcome::Acked,
+            Some(2) if matches!(op.kind, OpKind::Read { .. }) => Outcome::Acked,
+            None | Some(9) => Outcome::InDoubt,
+            Some(11) => Outcome::Failed,
+            Some(other) => {
+                return Err(self.fail(
+                    Invariant::ClientResult,
+                    format!("{:?} answered {other}", op.kind),
+                ))
+            }
+        };
+        match outcome {
+            Outcome::Acked => self.acked += 1,
+            Outcome::InDoubt if !matches!(op.kind, OpKind::Read { .. }) => self.in_doubt += 1,
+            Outcome::Failed => self.refused += 1,
+            _ => {}
+        }
+        match op.kind {
+            OpKind::Incr { counter } => match outcome {
+                Outcome::Acked => {
+                    self.counters[counter].acked += 1;
+                    let value = reply.and_then(|r| r.1).unwrap_or(-1);
+                    if !self.counters[counter].returned.insert(value) {
+                        return Err(self.fail(
+                            Invariant::LostWrite,
+                            format!(
+                                "two acknowledged increments of counter {counter} both \
+                                 returned {value}"
+                            ),
+                        ));
+                    }
+                }
+                Outcome::InDoubt => self.counters[counter].in_doubt += 1,
+                _ => {}
+            },
+            OpKind::Put { key, attempt, .. } => {
+                if let Some(a) = self.puts[key].get_mut(attempt) {
+                    a.outcome = outcome;
+                }
+            }
+            OpKind::Read { counter } => {
+                let seen = if code == Some(0) {
+                    reply.and_then(|r| r.1)
+                } else {
+                    None
+                };
+                let bound = self.counters[counter].attempts;
+                if let Some(v) = seen {
+                    if v < 0 || v as u64 > bound {
+                        return Err(self.fail(
+                            Invariant::PhantomWrite,
+                            format!("counter {counter} read {v}, only {bound} increments sent"),
+                        ));
+                    }
+                }
+            }
+        }
+        let now = self.now();
+        if outcome != Outcome::Acked && op.tries < MAX_TRIES && !stopping && !self.stopping {
+            // Retry like a smart client: a new attempt (a put with a new
+            // value, so every value names one attempt).
+            let kind = match op.kind {
+                OpKind::Put { key, .. } => self.new_put(c, key),
+                other => other,
+            };
+            self.clients[c] = ClientState::Idle { next_at: now };
+            self.send_op(c, kind, op.tries + 1);
+            return Ok(());
+        }
+        self.clients[c] = ClientState::Idle {
+            next_at: now + self.rng.range(2, 25),
+        };
+        Ok(())
+    }
+
+    // ----- the run -----
+
+    /// Advances one millisecond: deliveries, timers, state-machine ticks,
+    /// then every woken task.
+    fn step(&mut self) -> Result<(), Failure> {
+        let now = {
+            let mut core = self.core.lock();
+            let now = core.now + 1;
+            core.set_now(now);
+            now
+        };
+        loop {
+            let packet = self.core.lock().pop_due();
+            match packet {
+                None => break,
+                Some(None) => {}
+                Some(Some(packet)) => self.deliver(packet)?,
+            }
+        }
+        let wakers = self.core.lock().due_timers();
+        for w in wakers {
+            w.wake();
+        }
+        for i in 0..self.nodes.len() {
+            if !(now + i as u64).is_multiple_of(TICK_MS) {
+                continue;
+            }
+            let local = self.local(i);
+            let Some(up) = self.nodes[i].up.as_mut() else {
+                continue;
+            };
+            let effects = up.machine.tick(local);
+            self.effects(i, effects);
+        }
+        if self.exec.run(POLL_BUDGET).is_err() {
+            return Err(self.fail(
+                Invariant::Quiescence,
+                "the executor does not come to rest".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn wait_until(
+        &mut self,
+        bound_ms: u64,
+        what: &str,
+        clients: bool,
+        mut done: impl FnMut(&World) -> bool,
+    ) -> Result<(), Failure> {
+        let start = self.now();
+        while !done(self) {
+            if self.now() > start + bound_ms {
+                let views = self.describe();
+                return Err(self.fail(
+                    Invariant::Quiescence,
+                    format!("{what} not reached within {bound_ms} ms{views}"),
+                ));
+            }
+            self.step()?;
+            if clients {
+                self.clients_step(false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn run_for(&mut self, ms: u64, stopping: bool) -> Result<(), Failure> {
+        for _ in 0..ms {
+            self.step()?;
+            self.clients_step(stopping)?;
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let mut s = format!(
+            "\n    {} packets in flight, {} tasks",
+            self.core.lock().in_flight(),
+            self.exec.len()
+        );
+        for (i, n) in self.nodes.iter().enumerate() {
+            let state = match &n.up {
+                None => "down".to_string(),
+                Some(up) => {
+                    let m = &up.service.migrations;
+                    format!(
+                        "view {:?} exchanging {} tx {} rx {}",
+                        up.view.as_ref().map(|(k, s)| (
+                            format!("{k:016x}"),
+                            s.iter().map(|x| x.to_string()).collect::<Vec<_>>()
+                        )),
+                        m.exchanging(),
+                        m.tx_remaining(),
+                        m.rx_remaining()
+                    )
+                }
+            };
+            s.push_str(&format!("\n    #{i} {}: {state}", n.id));
+        }
+        s
+    }
+
+    fn event(&mut self) -> Result<(), Failure> {
+        let live = self.live();
+        let never: Vec<usize> = (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].boots == 0)
+            .collect();
+        let down: Vec<usize> = (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].boots > 0 && self.nodes[*i].up.is_none())
+            .collect();
+        let mut options = Vec::new();
+        if !never.is_empty() {
+            options.push(0);
+        }
+        if live.len() >= 3 {
+            options.push(1);
+        }
+        if !down.is_empty() {
+            options.push(2);
+        }
+        if options.is_empty() {
+            return Ok(());
+        }
+        match options[self.rng.index(options.len())] {
+            0 => {
+                let i = never[self.rng.index(never.len())];
+                self.events.push(format!("add #{i}"));
+                self.boot(i)?;
+            }
+            1 => {
+                // Only one node may be lost at a time: wait until every
+                // partition has its copies again.
+                self.wait_until(
+                    self.cfg.quiesce_bound_ms,
+                    "stability before a crash",
+                    true,
+                    |w| w.settled(),
+                )?;
+                let live = self.live();
+                let i = live[self.rng.index(live.len())];
+                self.events.push(format!("crash #{i}"));
+                self.crash(i);
+            }
+            _ => {
+                let i = down[self.rng.index(down.len())];
+                if !self.cfg.restart_before_noticed {
+                    let id = self.nodes[i].id;
+                    self.wait_until(
+                        self.cfg.quiesce_bound_ms,
+                        "the crash noticed before a restart",
+                        true,
+                        |w| {
+                            w.live().iter().all(|j| {
+                                w.nodes[*j].up.as_ref().is_some_and(|up| {
+                                    up.view.as_ref().is_some_and(|(_, s)| !s.contains(&id))
+                                })
+                            })
+                        },
+                    )?;
+                }
+                self.events.push(format!("restart #{i} empty"));
+                self.boot(i)?;
+            }
+        }
+        if self.rng.chance(0.3) {
+            let params = NetParams {
+                loss: self.rng.unit() * self.cfg.max_loss,
+                base_delay: 1,
+                jitter: self.rng.range(0, 5),
+                vanish: self.cfg.messages_vanish,
+            };
+            self.note(format!("network {params:?}"));
+            self.core.lock().params = params;
+        }
+        Ok(())
+    }
+
+    /// Steps 1–4 of the script: everything before the checks.
+    fn run_to_quiescence(&mut self) -> Result<(), Failure> {
+        let initial: Vec<usize> = (0..self.nodes.len() - self.cfg.spares).collect();
+        let mut boot_at: Vec<(u64, usize)> =
+            initial.iter().map(|i| (self.rng.below(300), *i)).collect();
+        boot_at.sort_unstable();
+        for (at, i) in boot_at {
+            while self.now() < at {
+                self.step()?;
+            }
+            self.boot(i)?;
+        }
+        self.wait_until(30_000, "initial convergence", false, |w| w.settled())?;
+        self.start_clients();
+        self.run_for(1_000, false)?;
+        let events = self
+            .rng
+            .range(self.cfg.min_events as u64, self.cfg.max_events as u64);
+        for _ in 0..events {
+            self.event()?;
+            let gap = self.rng.range(1_500, 4_000);
+            self.run_for(gap, false)?;
+        }
+        // Clients stop: outstanding attempts finish or time out.
+        self.note("clients stop".into());
+        self.stopping = true;
+        let bound = self.cfg.client_timeout_ms + 1_000;
+        let start = self.now();
+        while !self.clients_idle() {
+            if self.now() > start + bound {
+                return Err(self.fail(Invariant::Quiescence, "clients do not stop".into()));
+            }
+            self.step()?;
+            self.clients_step(true)?;
+        }
+        // Quiescence: settled, and still settled `settle_ms` later.
+        let deadline = self.now() + self.cfg.quiesce_bound_ms;
+        let mut since: Option<u64> = None;
+        loop {
+            let now = self.now();
+            if self.settled() {
+                let s = *since.get_or_insert(now);
+                if now >= s + self.cfg.settle_ms {
+                    break;
+                }
+            } else {
+                since = None;
+            }
+            if now > deadline {
+                let views = self.describe();
+                return Err(self.fail(
+                    Invariant::Quiescence,
+                    format!(
+                        "not quiescent {} ms after the clients stopped{views}",
+                        self.cfg.quiesce_bound_ms
+                    ),
+                ));
+            }
+            self.step()?;
+        }
+        self.note("quiescent".into());
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<DataReport, Failure> {
+        self.run_to_quiescence()?;
+        let records = self.check()?;
+        let core = self.core.lock();
+        Ok(DataReport {
+            seed: self.seed,
+            nodes: self.nodes.iter().filter(|n| n.boots > 0).count(),
+            events: self.events.clone(),
+            trace_hash: mix(self.hash, core.hash),
+            acked: self.acked,
+            in_doubt: self.in_doubt,
+            refused: self.refused,
+            records,
+            view_changes: self.view_changes,
+            packets: core.sent,
+            lost: core.lost,
+            end_ms: core.now,
+        })
+    }
+
+    // ----- the checks -----
+
+    /// Every record of every live node: digest → node → its state as a
+    /// replica write (generation, void time, last-update time, set, body).
+    fn copies(&self) -> BTreeMap<Digest, BTreeMap<usize, ReplicaWrite>> {
+        let mut out: BTreeMap<Digest, BTreeMap<usize, ReplicaWrite>> = BTreeMap::new();
+        for i in self.live() {
+            let Some(up) = &self.nodes[i].up else {
+                continue;
+            };
+            let service = &up.service;
+            for partition in PartitionId::all() {
+                let mut digests = service.migration_digests(NAMESPACE, partition);
+                digests.sort();
+                let mut at = 0;
+                while at < digests.len() {
+                    let (batch, consumed) = service.migration_batch(
+                        0,
+                        NAMESPACE,
+                        partition,
+                        digests.get(at..).unwrap_or_default(),
+                        0,
+                    );
+                    at += consumed.max(1);
+                    for bytes in &batch.records {
+                        if let Some(write) = ReplicaWrite::decode(bytes) {
+                            out.entry(write.digest).or_default().insert(i, write);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Reads `key` at its master (the cluster is quiescent: no proxy, no
+    /// duplicate resolution).
+    fn final_read(&self, key: &str) -> Result<Option<i64>, Failure> {
+        let digest = digest_of(key);
+        let live = self.live();
+        let via = live
+            .first()
+            .and_then(|i| self.nodes[*i].up.as_ref())
+            .map(|up| up.service.cluster());
+        let master = via
+            .as_ref()
+            .and_then(|c| c.namespace(NAMESPACE))
+            .and_then(|m| m.map.master(digest.partition()));
+        let node = master.and_then(|m| self.nodes.iter().position(|n| n.id == m));
+        let Some(up) = node.and_then(|i| self.nodes[i].up.as_ref()) else {
+            return Err(self.fail(Invariant::Placement, format!("no live master for {key}")));
+        };
+        let header = MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            ..MsgHeader::default()
+        };
+        let frame = request_frame(key, header, None);
+        let mut out = Vec::new();
+        let proto = frame
+            .get(..PROTO_HEADER_SIZE)
+            .and_then(|h| <&[u8; PROTO_HEADER_SIZE]>::try_from(h).ok())
+            .and_then(|h| ProtoHeader::decode(h).ok());
+        let body = frame.get(PROTO_HEADER_SIZE..).unwrap_or_default();
+        let handled = proto.map(|p| up.service.handle_streaming(p, body, &mut out));
+        if !matches!(handled, Some(Ok(None))) {
+            return Err(self.fail(
+                Invariant::Quiescence,
+                format!("final read of {key} at its master did not complete locally"),
+            ));
+        }
+        match parse_reply(&out) {
+            Some((0, value)) => Ok(value),
+            Some((2, _)) => Ok(None),
+            other => Err(self.fail(
+                Invariant::ClientResult,
+                format!("final read of {key}: {other:?}"),
+            )),
+        }
+    }
+
+    fn check(&mut self) -> Result<usize, Failure> {
+        let live = self.live();
+        let Some(state) = live
+            .first()
+            .and_then(|i| self.nodes[*i].up.as_ref())
+            .map(|up| up.service.cluster())
+        else {
+            return Err(self.fail(Invariant::Quiescence, "no live node".into()));
+        };
+        let Some(map) = state.namespace(NAMESPACE) else {
+            return Err(self.fail(Invariant::Placement, "no map".into()));
+        };
+        let copies = self.copies();
+        // (a) exactly the replicas hold each record; (b) byte for byte.
+        for (digest, holders) in &copies {
+            let replicas: BTreeSet<usize> = map
+                .map
+                .replicas(digest.partition())
+                .iter()
+                .filter_map(|id| self.nodes.iter().position(|n| n.id == *id))
+                .collect();
+            let held: BTreeSet<usize> = holders.keys().copied().collect();
+            if held != replicas {
+                return Err(self.fail(
+                    Invariant::Placement,
+                    format!(
+                        "record {} (partition {}) is on {held:?}, its replicas are {replicas:?}",
+                        hex(&digest.0),
+                        digest.partition().index()
+                    ),
+                ));
+            }
+            let mut versions = holders.iter();
+            if let Some((first_node, first)) = versions.next() {
+                let bytes = first.encode();
+                self.hash = mix(self.hash, crate::data::fnv(&bytes));
+                for (node, other) in versions {
+                    if other.encode() != bytes {
+                        return Err(self.fail(
+                            Invariant::ReplicaAgreement,
+                            format!(
+                                "record {} differs: #{first_node} gen {} lut {} vs #{node} gen {} lut {}",
+                                hex(&digest.0),
+                                first.generation,
+                                first.last_update_ms,
+                                other.generation,
+                                other.last_update_ms
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        // (c) nothing acknowledged lost, nothing invented.
+        for counter in 0..self.counters.len() {
+            let h = self.counters[counter].clone();
+            let value = self.final_read(&counter_key(counter))?.unwrap_or(0);
+            let value = u64::try_from(value).unwrap_or(u64::MAX);
+            if value < h.acked {
+                return Err(self.fail(
+                    Invariant::LostWrite,
+                    format!(
+                        "counter {counter} is {value} after {} acknowledged increments ({} in doubt)",
+                        h.acked, h.in_doubt
+                    ),
+                ));
+            }
+            if value > h.acked + h.in_doubt {
+                return Err(self.fail(
+                    Invariant::PhantomWrite,
+                    format!(
+                        "counter {counter} is {value}: {} acknowledged + {} in doubt increments",
+                        h.acked, h.in_doubt
+                    ),
+                ));
+            }
+        }
+        for key in 0..self.puts.len() {
+            let attempts = self.puts[key].clone();
+            let value = self.final_read(&put_key(key))?;
+            let last_acked = attempts.iter().rposition(|a| a.outcome == Outcome::Acked);
+            let found = value.and_then(|v| attempts.iter().position(|a| a.value == v));
+            let ok = match (value, found) {
+                (None, _) => last_acked.is_none(),
+                (Some(_), None) => false,
+                (Some(_), Some(j)) => {
+                    attempts[j].outcome != Outcome::Failed && last_acked.is_none_or(|l| j >= l)
+                }
+            };
+            if !ok {
+                let invariant = if value.is_none() || found.is_some_and(|j| Some(j) < last_acked) {
+                    Invariant::LostWrite
+                } else {
+                    Invariant::PhantomWrite
+                };
+                return Err(self.fail(
+                    invariant,
+                    format!(
+                        "put key {key} holds {value:?} (attempt {found:?}); attempts {:?}",
+                        attempts
+                            .iter()
+                            .map(|a| (a.value, a.outcome))
+                            .collect::<Vec<_>>()
+                    ),
+                ));
+            }
+        }
+        Ok(copies.len())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_seed_twice_same_trace() {
+        let cfg = DataConfig::quick();
+        let a = run_data_seed(1, &cfg).map_err(|f| f.to_string());
+        let b = run_data_seed(1, &cfg).map_err(|f| f.to_string());
+        assert_eq!(a, b, "seed 1 is not reproducible");
+        let report = a.as_ref().map_err(String::as_str);
+        assert!(
+            report.is_ok_and(|r| r.acked > 0 && r.records > 0),
+            "{report:?}"
+        );
+        let c = run_data_seed(2, &cfg).map(|r| r.trace_hash).ok();
+        assert_ne!(
+            a.map(|r| r.trace_hash).ok(),
+            c,
+            "different seeds should differ"
+        );
+    }
+
+    /// A quiescent world and one record's copy on its master.
+    fn quiescent(seed: u64) -> (World, usize, ReplicaWrite, Vec<usize>) {
+        let mut world = World::new(seed, DataConfig::quick());
+        let done = world.run_to_quiescence().map_err(|f| f.to_string());
+        assert!(done.is_ok(), "{done:?}");
+        let copies = world.copies();
+        let digest = digest_of(&counter_key(0));
+        let holders = copies.get(&digest).cloned().unwrap_or_default();
+        let (&master, write) = holders.iter().next().expect("counter 0 is stored");
+        let others: Vec<usize> = world
+            .live()
+            .into_iter()
+            .filter(|i| !holders.contains_key(i))
+            .collect();
+        (world, master, write.clone(), others)
+    }
+
+    fn plant(world: &World, node: usize, write: &ReplicaWrite) {
+        let service = &world.nodes[node].up.as_ref().expect("live").service;
+        let code = citrine_service::replication::apply_replica_write(service, write);
+        assert_eq!(code, citrine_types::ResultCode::Ok);
+    }
+
+    #[test]
+    fn the_checks_catch_planted_faults() {
+        // A copy on a node that is not a replica.
+        let (mut world, _, write, others) = quiescent(2);
+        plant(&world, others[0], &write);
+        let invariant = world.check().err().map(|f| f.invariant);
+        assert_eq!(invariant, Some(Invariant::Placement));
+
+        // Replicas that disagree.
+        let (mut world, holder, mut write, _) = quiescent(2);
+        write.last_update_ms += 1;
+        plant(&world, holder, &write);
+        let invariant = world.check().err().map(|f| f.invariant);
+        assert_eq!(invariant, Some(Invariant::ReplicaAgreement));
+
+        // An older counter value written over both copies: increments lost.
+        let (mut world, _, write, _) = quiescent(2);
+        let mut older = write.clone();
+        older.last_update_ms += 1;
+        let holders: Vec<usize> = world
+            .copies()
+            .get(&write.digest)
+            .map(|h| h.keys().copied().collect())
+            .unwrap_or_default();
+        older.body = Some(small_counter_body(&write));
+        for node in holders {
+            plant(&world, node, &older);
+        }
+        let invariant = world.check().err().map(|f| f.invariant);
+        assert_eq!(invariant, Some(Invariant::LostWrite));
+    }
+
+    /// The stored body of counter 0 holding the value 0, taken from a
+    /// standalone service that ran one write.
+    fn small_counter_body(like: &ReplicaWrite) -> Vec<u8> {
+        let service = Service::new(
+            ServiceConfig {
+                node_id: 7,
+                cluster_name: "c".into(),
+                access_address: "x:1".into(),
+                port: 1,
+                namespaces: vec![NamespaceConfig::in_memory(NAMESPACE)],
+            },
+            Arc::new(citrine_service::ManualClock::new(BASE_UNIX_MS)),
+        );
+        let header = MsgHeader {
+            info2: info2::WRITE,
+            ..MsgHeader::default()
+        };
+        let frame = request_frame(&counter_key(0), header, Some((op_type::WRITE, "n", 0)));
+        let proto = frame
+            .get(..PROTO_HEADER_SIZE)
+            .and_then(|h| <&[u8; PROTO_HEADER_SIZE]>::try_from(h).ok())
+            .and_then(|h| ProtoHeader::decode(h).ok())
+            .expect("header");
+        let mut out = Vec::new();
+        assert!(service
+            .handle(proto, &frame[PROTO_HEADER_SIZE..], &mut out)
+            .is_ok());
+        let digests = service.migration_digests(NAMESPACE, like.digest.partition());
+        let (batch, _) =
+            service.migration_batch(0, NAMESPACE, like.digest.partition(), &digests, 0);
+        let write = batch
+            .records
+            .first()
+            .and_then(|bytes| ReplicaWrite::decode(bytes))
+            .expect("one record");
+        write.body.expect("a body")
+    }
+}

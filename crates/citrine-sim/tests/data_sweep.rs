@@ -1,0 +1,65 @@
+//! Seed sweep of the data-mode simulator (real services, clients,
+//! membership changes; see `citrine_sim::data`).
+//!
+//! `cargo test -p citrine-sim` runs `DEBUG_SEEDS` seeds in a debug build,
+//! split over two tests so the harness uses both cores;
+//! `cargo test --release -p citrine-sim` runs `RELEASE_SEEDS`.
+//! `CITRINE_SIM_DATA_SEEDS=N` overrides the count, `CITRINE_SIM_START=S`
+//! the first seed. Replay a failing seed with
+//! `cargo run --release -p citrine-sim --example soak -- --data --seed S -v`.
+
+use std::time::Instant;
+
+use citrine_sim::{run_data_seed, DataConfig};
+
+const DEBUG_SEEDS: u64 = 40;
+const RELEASE_SEEDS: u64 = 300;
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn half(which: u64) {
+    let default = if cfg!(debug_assertions) {
+        DEBUG_SEEDS
+    } else {
+        RELEASE_SEEDS
+    };
+    let total = env_u64("CITRINE_SIM_DATA_SEEDS").unwrap_or(default);
+    // Seeds of their own, apart from the membership sweep's.
+    let start = 2_000_000 + env_u64("CITRINE_SIM_START").unwrap_or(0);
+    let first = start + which * (total / 2);
+    let count = if which == 0 {
+        total / 2
+    } else {
+        total - total / 2
+    };
+    let cfg = DataConfig::quick();
+    let t = Instant::now();
+    let mut failures = Vec::new();
+    for seed in first..first + count {
+        if let Err(f) = run_data_seed(seed, &cfg) {
+            failures.push(f.to_string());
+        }
+    }
+    eprintln!(
+        "data sweep: {count} seeds from {first} in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {count} seeds failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn data_seed_sweep_first_half() {
+    half(0);
+}
+
+#[test]
+fn data_seed_sweep_second_half() {
+    half(1);
+}
