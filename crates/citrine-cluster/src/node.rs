@@ -245,6 +245,10 @@ pub struct ClusterNode {
 /// admitted into a new view, gives up its stale view.
 const ORPHAN_AFTER_QUANTA: u64 = 2;
 
+/// Quanta an orphan waits for peers it hears to finish probation before it
+/// forms a view without them.
+const ADMISSION_WAIT_QUANTA: u64 = 3;
+
 impl ClusterNode {
     /// A fresh node booting at `now` (local milliseconds). `now` also serves
     /// as the heartbeat incarnation, so a restarted node must boot at a later
@@ -543,7 +547,21 @@ impl ClusterNode {
             return;
         }
         let needed = match &self.view {
-            None => true,
+            // An orphan (booted, or dropped from its view) does not form a
+            // view without the peers it hears but has not admitted yet
+            // (health probation): a node restarted under its old id would
+            // otherwise form a cluster of itself and serve alone, on empty
+            // copies, for as long as it takes to merge. Bounded, so a node
+            // that can never admit them still forms a view.
+            None => {
+                let waiting = self
+                    .hb
+                    .adjacency()
+                    .any(|id| self.health.admission_eta(id, now).is_some());
+                !waiting
+                    || now.saturating_sub(self.view_since)
+                        >= ADMISSION_WAIT_QUANTA * self.cfg.quantum_ms
+            }
             Some(v) => {
                 v.principal() != me
                     || !v.succession().iter().copied().eq(eligible.iter().copied())

@@ -583,10 +583,13 @@ impl Driver {
                     self.try_publish();
                 }
                 Effect::Orphaned => {
-                    tracing::warn!("left the cluster view; serving alone until admitted again");
-                    let key = self.hello.node_id.0.rotate_left(29) ^ self.now();
-                    self.view = Some((key.max(1), vec![self.hello.node_id]));
-                    self.try_publish();
+                    // Serving alone from a stale view could acknowledge
+                    // writes on copies the cluster has moved past: stop
+                    // serving until the next view (alone, if nobody else
+                    // is reachable: a network split) is agreed.
+                    tracing::warn!("left the cluster view; not serving until a new view is agreed");
+                    self.view = None;
+                    self.service.set_orphan();
                 }
             }
         }

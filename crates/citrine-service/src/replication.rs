@@ -25,16 +25,29 @@
 //!   current map again, so a replica that left the map is no longer waited
 //!   for and a node that joined it gets the write. If some replica of the
 //!   current map still has not acknowledged at the deadline the client gets
-//!   9 (timeout: the write is in doubt, as with any timeout).
+//!   9 (timeout: the write is in doubt, as with any timeout). A replica
+//!   write carries the cluster key of the view it was executed in
+//!   (`u64 key | write`); a replica under another view refuses it (7), and
+//!   a master whose own view changed before every replica acknowledged
+//!   answers 9 — a write executed under one view is never acknowledged
+//!   under the next, where another node may already master the partition
+//!   with a copy that looked equal at the exchange. It then sends the
+//!   record's state once to the new view's replicas, so the copies
+//!   converge by conflict resolution;
 //! - a proxied request is sent once (it may not be idempotent); no answer
-//!   before the deadline → 9.
-//! - on the master of a partition whose incoming migration is not finished
-//!   ([`crate::migration::Migrations::dupres_key`]), a request first runs
-//!   duplicate resolution: [`call_kind::DUPRES`] to every other member, each
-//!   answer's copy applied with the replica-write rule, then the request
-//!   executes; a member that does not answer in time → 11 (the client
-//!   retries) rather than a possible lost update.
-//!
+//!   before the deadline → 9;
+//! - on a master whose partition is still being filled (or while the
+//!   view's exchange runs), a request first runs duplicate resolution
+//!   ([`crate::migration`] decides: [`call_kind::DUPRES`] to the sources it
+//!   still expects, or to every member while exchanging), each answer's
+//!   copy applied with the replica-write rule, then the request executes;
+//!   a source that does not answer in time → 11 (the client retries)
+//!   rather than a possible lost update. Reads of a partition whose master
+//!   holds nothing go to its acting master (hop flag [`PROXY_ACTING`]);
+//! - a node that is not in a view yet ([`crate::Service::set_orphan`])
+//!   answers proxied requests 11 and duplicate-resolution requests nothing:
+//!   it never executes on, or vouches for, copies it does not have.
+
 //! Invariants:
 //! - no partition lock is held across an await: the local write runs to
 //!   completion under its lock, the lock is released, the state is captured
@@ -43,16 +56,15 @@
 //!   under the namespace's `conflict-resolution-policy`
 //!   ([`crate::namespace::compare_versions`]: generation then last-update
 //!   time by default, or last-update time then generation; a delete marker
-//!   by last-update time), so retries and reordered deliveries are
-//!   harmless;
+//!   carries its tombstone's generation), so retries and reordered
+//!   deliveries are harmless;
 //! - a node alone (or without a fabric) never enters this module's async
 //!   path and allocates nothing for it.
 //!
-//! Not yet (later parts of issue 5): batch rows, scans and read-touch run
-//! locally on the node that receives them and are not replicated;
-//! partition versions (migrations: see
-//! [`crate::migration`], which sends records in this module's
-//! [`ReplicaWrite`] encoding and applies them with the same rule).
+//! Not yet: batch rows, scans and read-touch run locally on the node that
+//! receives them and are not replicated. Migrations ([`crate::migration`])
+//! send records in this module's [`ReplicaWrite`] encoding and apply them
+//! with the same rule.
 
 use crate::config::ConflictResolutionPolicy;
 use crate::migration::Disposition;
@@ -224,11 +236,13 @@ pub(crate) enum Remote {
         payload: Vec<u8>,
         deadline_ms: u64,
     },
-    /// The local reply stands once every target acknowledged `payload`.
+    /// The local reply stands once every target acknowledged `payload`
+    /// under the view (`cluster_key`) the write was executed in.
     Replicate {
         namespace: String,
         partition: PartitionId,
         targets: Vec<NodeId>,
+        cluster_key: u64,
         payload: Vec<u8>,
         deadline_ms: u64,
     },
@@ -449,9 +463,29 @@ pub(crate) fn route(
         namespace: name.clone(),
         partition,
         targets,
-        payload: write.encode(),
+        cluster_key: cluster.cluster_key,
+        payload: replica_payload(cluster.cluster_key, &write),
         deadline_ms,
     }))
+}
+
+/// Where a replicated write belongs: its partition, under the view (cluster
+/// key) it was executed in.
+#[derive(Debug, Clone, Copy)]
+struct WriteScope<'a> {
+    namespace: &'a str,
+    partition: PartitionId,
+    cluster_key: u64,
+}
+
+/// A `REPLICA_WRITE` call: `u64 cluster key | replica write`. A replica
+/// whose view has another key refuses it (7): a write executed under one
+/// view must not be acknowledged under the next, where another node may
+/// already be master of its partition.
+pub fn replica_payload(cluster_key: u64, write: &ReplicaWrite) -> Vec<u8> {
+    let mut payload = cluster_key.to_be_bytes().to_vec();
+    payload.extend_from_slice(&write.encode());
+    payload
 }
 
 /// Where a reply's result code is: proto header, then byte 5 of the
@@ -715,14 +749,18 @@ impl Service {
                 namespace,
                 partition,
                 targets,
+                cluster_key,
                 payload,
                 deadline_ms,
             } => {
                 let done = self
                     .replicate(
                         fabric.as_ref(),
-                        &namespace,
-                        partition,
+                        WriteScope {
+                            namespace: &namespace,
+                            partition,
+                            cluster_key,
+                        },
                         targets,
                         &payload,
                         deadline_ms,
@@ -731,6 +769,10 @@ impl Service {
                 if !done {
                     out.clear();
                     transaction::write_result(out, ResultCode::Timeout);
+                    if self.cluster().cluster_key != cluster_key {
+                        self.reconcile(fabric.as_ref(), &namespace, partition, &payload)
+                            .await;
+                    }
                 }
             }
         }
@@ -746,17 +788,27 @@ impl Service {
     async fn replicate(
         &self,
         fabric: &dyn Fabric,
-        namespace: &str,
-        partition: PartitionId,
+        scope: WriteScope<'_>,
         mut targets: Vec<NodeId>,
         payload: &[u8],
         deadline_ms: u64,
     ) -> bool {
+        let WriteScope {
+            namespace,
+            partition,
+            cluster_key,
+        } = scope;
         let mut acknowledged: Vec<NodeId> = Vec::new();
         for round in 0..MAX_ATTEMPTS {
             targets.retain(|target| !acknowledged.contains(target));
             if targets.is_empty() {
                 return true;
+            }
+            if self.cluster().cluster_key != cluster_key {
+                // The view changed before every replica acknowledged: the
+                // new master may already have written the record, so this
+                // write is in doubt (9), never acknowledged.
+                break;
             }
             let remaining = self.remaining(deadline_ms);
             if remaining.is_zero() {
@@ -806,6 +858,47 @@ impl Service {
             "replica write not acknowledged before the deadline"
         );
         false
+    }
+
+    /// After a write whose replication the view change cut short (the
+    /// client gets 9: in doubt), sends the record's current state once to
+    /// the partition's replicas under the new view, so the copies converge
+    /// by conflict resolution instead of staying apart when the new view
+    /// finds the partition's versions equal and migrates nothing.
+    async fn reconcile(
+        &self,
+        fabric: &dyn Fabric,
+        namespace_name: &str,
+        partition: PartitionId,
+        payload: &[u8],
+    ) {
+        let Some(write) = payload.get(8..).and_then(ReplicaWrite::decode) else {
+            return;
+        };
+        let Some(namespace) = self.namespace(namespace_name.as_bytes()) else {
+            return;
+        };
+        // Only what this node holds (a copy or a tombstone); nothing is
+        // made up for a record it does not know.
+        let Some(current) = fetch(namespace, &write.digest, self.now()) else {
+            return;
+        };
+        let cluster = self.cluster();
+        let payload = replica_payload(cluster.cluster_key, &current);
+        let targets: Vec<NodeId> = cluster.namespace(namespace_name).map_or(Vec::new(), |map| {
+            map.map
+                .replicas(partition)
+                .iter()
+                .copied()
+                .filter(|node| *node != self.node_id)
+                .collect()
+        });
+        let timeout = Duration::from_millis(ATTEMPT_TIMEOUT_MS);
+        let sends = targets
+            .iter()
+            .map(|target| fabric.call(*target, call_kind::REPLICA_WRITE, payload.clone(), timeout))
+            .collect();
+        join_all(sends).await;
     }
 
     /// Duplicate resolution: asks every member in `sources` for its copy
@@ -866,8 +959,14 @@ impl Service {
     pub async fn serve_fabric(&self, kind: u8, payload: &[u8]) -> Vec<u8> {
         match kind {
             call_kind::REPLICA_WRITE => {
-                let code = match ReplicaWrite::decode(payload) {
-                    Some(write) => apply_replica_write(self, &write),
+                let code = match payload.split_first_chunk::<8>() {
+                    Some((key, _)) if u64::from_be_bytes(*key) != self.cluster().cluster_key => {
+                        ResultCode::ClusterKeyMismatch
+                    }
+                    Some((_, write)) => match ReplicaWrite::decode(write) {
+                        Some(write) => apply_replica_write(self, &write),
+                        None => ResultCode::Parameter,
+                    },
                     None => ResultCode::Parameter,
                 };
                 vec![code.code()]
@@ -879,6 +978,10 @@ impl Service {
             },
             call_kind::DROP => vec![self.retire_copy(payload).code()],
             call_kind::MANIFEST => self.manifest(payload),
+            // A node not in a view yet (restarted under the same id before
+            // the others noticed) knows nothing of the record: no answer
+            // (the asking master answers 11), never "absent".
+            call_kind::DUPRES if self.is_orphan() => Vec::new(),
             call_kind::DUPRES => {
                 let Some(request) = DupResRequest::decode(payload) else {
                     return Vec::new();
@@ -894,6 +997,12 @@ impl Service {
                     record: fetch(namespace, &request.digest, self.now()),
                 }
                 .encode()
+            }
+            call_kind::PROXY if self.is_orphan() => {
+                // Not in a view yet: it must not execute on an empty copy.
+                let mut out = Vec::new();
+                transaction::write_result(&mut out, ResultCode::Unavailable);
+                out
             }
             call_kind::PROXY => {
                 let mut out = Vec::new();
@@ -1199,9 +1308,8 @@ mod tests {
         let (digest, _, out) = put(&mine);
         assert_eq!(out[PROTO_HEADER_SIZE + 5], 0);
         let mut calls = std::mem::take(&mut *fabric.calls.lock());
-        // The node's base is its single-node map (it just joined): the
-        // partition is incoming, so the record is resolved with the other
-        // member first (the fake answers "absent, more to come").
+        // The view's exchange has not run (no driver here): the record is
+        // resolved with the other member first (the fake answers "absent").
         assert_eq!((calls[0].0, calls[0].1), (NodeId(2), call_kind::DUPRES));
         calls.remove(0);
         assert_eq!(calls.len(), 1);
@@ -1209,7 +1317,10 @@ mod tests {
             (calls[0].0, calls[0].1),
             (NodeId(2), call_kind::REPLICA_WRITE)
         );
-        let write = ReplicaWrite::decode(&calls[0].2).expect("replica write");
+        // Stamped with the view's cluster key.
+        let (key, write) = calls[0].2.split_first_chunk::<8>().expect("key");
+        assert_eq!(u64::from_be_bytes(*key), service.cluster().cluster_key);
+        let write = ReplicaWrite::decode(write).expect("replica write");
         assert_eq!(
             (write.digest, write.generation, write.set_name.as_slice()),
             (digest, 1, &b"demo"[..])
@@ -1271,7 +1382,8 @@ mod tests {
             namespace: "test".into(),
             partition,
             targets: vec![NodeId(2), NodeId(3)],
-            payload: sample(None).encode(),
+            cluster_key: service.cluster().cluster_key,
+            payload: replica_payload(service.cluster().cluster_key, &sample(None)),
             deadline_ms: u64::MAX,
         };
         let mut out = Vec::new();
@@ -1304,7 +1416,8 @@ mod tests {
                 namespace: "test".into(),
                 partition,
                 targets: vec![NodeId(2)],
-                payload: sample(None).encode(),
+                cluster_key: service.cluster().cluster_key,
+                payload: replica_payload(service.cluster().cluster_key, &sample(None)),
                 deadline_ms: u64::MAX,
             };
             let mut out = Vec::new();
@@ -1540,6 +1653,50 @@ mod tests {
             stored(&service, &digest).map(|(meta, _)| meta.generation),
             Some(3)
         );
+    }
+
+    /// A write executed under one view is never acknowledged under the
+    /// next: the replica refuses another view's key, and a master whose view
+    /// moved on stops (9: in doubt).
+    #[test]
+    fn replica_writes_belong_to_one_view() {
+        let replica = memory_service(2);
+        let key = replica.cluster().cluster_key;
+        let write = sample(Some(vec![7]));
+        let answer = |payload: Vec<u8>| {
+            crate::block_on(replica.serve_fabric(call_kind::REPLICA_WRITE, &payload))
+        };
+        assert_eq!(
+            answer(replica_payload(key ^ 1, &write)),
+            vec![ResultCode::ClusterKeyMismatch.code()]
+        );
+        assert!(stored(&replica, &write.digest).is_none());
+        assert_eq!(answer(replica_payload(key, &write)), vec![0]);
+        assert!(stored(&replica, &write.digest).is_some());
+        assert_eq!(answer(vec![1, 2]), vec![ResultCode::Parameter.code()]);
+        // The master side: its own view moved on.
+        let master = memory_service(1);
+        let fabric = AlwaysOk;
+        let done = crate::block_on(master.replicate(
+            &fabric,
+            WriteScope {
+                namespace: "test",
+                partition: write.digest.partition(),
+                cluster_key: master.cluster().cluster_key ^ 1,
+            },
+            vec![NodeId(2)],
+            &replica_payload(key, &write),
+            u64::MAX,
+        ));
+        assert!(!done);
+    }
+
+    struct AlwaysOk;
+
+    impl Fabric for AlwaysOk {
+        fn call(&self, _: NodeId, _: u8, _: Vec<u8>, _: Duration) -> FabricFuture {
+            Box::pin(async { Ok(vec![0]) })
+        }
     }
 
     #[test]

@@ -280,27 +280,37 @@ async fn migrate_partition(
         }
     }
     // The targets hold this copy now: the copies it covers outside the
-    // replica list may go. A retiree that misses the call keeps its copy
-    // until the next exchange merges (and then drops) it.
+    // replica list may go. Each retiree is told until it acknowledges or
+    // the plan moves on (a retiree that died leaves the view).
     let notice = super::encode_drop(
         cluster_key,
         service.node_id,
         &task.namespace,
         task.partition,
     );
-    let calls = task
-        .retire
-        .iter()
-        .map(|node| {
-            fabric.call(
-                *node,
-                call_kind::DROP,
-                notice.clone(),
-                Duration::from_millis(BATCH_TIMEOUT_MS),
-            )
-        })
-        .collect();
-    join_all(calls).await;
+    let tell = |node: NodeId| {
+        let notice = notice.clone();
+        let fabric = fabric.clone();
+        let pause = pause.clone();
+        let service = service.clone();
+        async move {
+            while service.migrations.epoch() == epoch {
+                let answer = fabric
+                    .call(
+                        node,
+                        call_kind::DROP,
+                        notice.clone(),
+                        Duration::from_millis(BATCH_TIMEOUT_MS),
+                    )
+                    .await;
+                if matches!(answer.as_deref(), Ok([code]) if *code == ResultCode::Ok.code()) {
+                    return;
+                }
+                pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+            }
+        }
+    };
+    join_all(task.retire.iter().map(|node| tell(*node)).collect()).await;
     if task.drop_after && migrations.epoch() == epoch {
         service.drop_copy(&task.namespace, task.partition);
     }

@@ -454,6 +454,18 @@ impl World {
             core: self.core.clone(),
             node: i,
         }));
+        // As the server: a node with seeds other than itself serves nothing
+        // until its first view is published.
+        let own = &self.nodes[i].cfg.addr;
+        if self.nodes[i]
+            .cfg
+            .heartbeat
+            .seeds
+            .iter()
+            .any(|seed| seed != own)
+        {
+            service.set_orphan();
+        }
         let machine = ClusterNode::new(self.nodes[i].cfg.clone(), self.local(i))
             .map_err(|e| self.fail(Invariant::ViewBookkeeping, format!("config: {e}")))?;
         let stopping = Arc::new(AtomicBool::new(false));
@@ -522,8 +534,12 @@ impl World {
                     succession,
                 } => self.publish(i, cluster_key, succession),
                 Effect::Orphaned => {
-                    let key = (me.0.rotate_left(29) ^ self.local(i)).max(1);
-                    self.publish(i, key, vec![me]);
+                    // As the server: no serving until the next view.
+                    self.note(format!("#{i} orphaned"));
+                    if let Some(up) = self.nodes[i].up.as_mut() {
+                        up.view = None;
+                        up.service.set_orphan();
+                    }
                 }
             }
         }
