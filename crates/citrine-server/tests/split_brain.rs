@@ -22,10 +22,9 @@
 //! the more-updated copy (higher generation) must win.
 //!
 //! After the merge and `cluster-stable` on every node: every record reads
-//! as its winner through every node, every node that the map lists as
-//! holding the record's partition has the winner's copy (value and
-//! generation, read locally with a scan), and every partition's holders
-//! have identical copies (`partition-checksums`).
+//! as its winner through every node, the record's master has the winner's
+//! copy (value and generation, read with a scan of the node), and every
+//! partition's holders have identical copies (`partition-checksums`).
 //!
 //! At the merge the partition versions of the two sides differ, so every
 //! copy is merged into every replica of the merged map (by delta), and a
@@ -119,9 +118,9 @@ fn delete(node: &Node, reader: &Node, key: &str) -> u8 {
     code
 }
 
-/// A scan of namespace `test`, set `demo` on one node (scans run on the
-/// node's own copies): its local copies as digest → (value of bin "v",
-/// generation).
+/// A scan of namespace `test`, set `demo` on one node: its copies of the
+/// partitions it masters (the others are reported unavailable) as digest →
+/// (value of bin "v", generation).
 fn local_copies(node: &Node) -> BTreeMap<[u8; 20], (String, u16)> {
     let mut frame = Vec::new();
     let header = MsgHeader {
@@ -322,8 +321,10 @@ fn a_split_brain_merges_to_the_generation_winner_on_every_replica() {
             }
         }
     }
-    // Every holder of a record's partition has the winner's copy.
-    let held: Vec<Vec<bool>> = nodes.iter().map(held_partitions).collect();
+    // Every record's master has the winner's copy (a scan returns the
+    // partitions a node masters); the replicas' copies equal the masters'
+    // (checksums, below).
+    let held: Vec<Vec<bool>> = nodes.iter().map(mastered_partitions).collect();
     let copies: Vec<_> = nodes.iter().map(local_copies).collect();
     let mut wrong_copies = Vec::new();
     for (key, winner) in &expected {

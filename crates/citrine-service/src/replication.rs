@@ -47,7 +47,7 @@
 //! - a node that is not in a view yet ([`crate::Service::set_orphan`])
 //!   answers proxied requests 11 and duplicate-resolution requests nothing:
 //!   it never executes on, or vouches for, copies it does not have.
-
+//!
 //! Invariants:
 //! - no partition lock is held across an await: the local write runs to
 //!   completion under its lock, the lock is released, the state is captured

@@ -27,9 +27,14 @@
 //! - every step makes progress (at least one record emitted or one partition
 //!   finished), so a scan always ends;
 //! - at most MAX_RECORDS records are returned;
-//! - no PARTITION_DONE messages are sent: every partition is available on a
-//!   single node, and clients treat a partition not reported unavailable as
-//!   finished when the stream ends.
+//! - a node alone serves every partition and sends no PARTITION_DONE
+//!   message; in a cluster, a partition the node does not master in its
+//!   current map, or masters but is still filling (migrations, or the
+//!   view's exchange not resolved), is reported with a PARTITION_DONE
+//!   message of result 11 at the start of the stream and not scanned —
+//!   clients retry it in a later round — so a scan never returns a partial
+//!   copy as complete. Clients treat a partition not reported unavailable
+//!   as finished when the stream ends.
 //!
 //! Not yet: RECS_PER_SEC (field 10) is accepted and ignored (no throttle);
 //! secondary-index queries answer 201 (no index exists); UDF scans and
@@ -106,6 +111,10 @@ pub struct ScanCursor {
     digests: Vec<Digest>,
     /// Reused buffer for a KEY field.
     key_field: Vec<u8>,
+    /// Partitions this node cannot serve whole (not their master in the
+    /// current map, or still being filled): reported unavailable (11) at
+    /// the start of the stream, so the client retries them elsewhere.
+    unavailable: Vec<PartitionId>,
 }
 
 impl std::fmt::Debug for ScanCursor {
@@ -172,7 +181,12 @@ pub(crate) fn start(
         return refuse(service, out, ResultCode::Namespace);
     };
     let cursor = match parse(message, namespace) {
-        Ok(Some(cursor)) => cursor,
+        Ok(Some(mut cursor)) => {
+            if service.routes() {
+                cursor.keep_served_partitions(service);
+            }
+            cursor
+        }
         Ok(None) => {
             // Unknown set: nothing to return, the stream completes normally.
             service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
@@ -245,6 +259,7 @@ fn parse(
         set_names: HashMap::new(),
         digests: Vec::new(),
         key_field: Vec::new(),
+        unavailable: Vec::new(),
     }))
 }
 
@@ -322,6 +337,26 @@ impl ScanCursor {
 
     /// Appends one frame of the stream. Returns the cursor while the stream
     /// continues, `None` once the frame ended with the LAST message.
+    /// In a cluster: keeps the partitions this node masters and holds whole,
+    /// moves the others to `unavailable`.
+    fn keep_served_partitions(&mut self, service: &Service) {
+        let cluster = service.cluster();
+        let name = &self.namespace.config.name;
+        let Some(map) = cluster.namespace(name) else {
+            return;
+        };
+        let mut unavailable = Vec::new();
+        self.partitions.retain(|cursor| {
+            let served = map.map.replicas(cursor.partition).first() == Some(&service.node_id)
+                && service.migrations.serves_whole(name, cursor.partition);
+            if !served {
+                unavailable.push(cursor.partition);
+            }
+            served
+        });
+        self.unavailable = unavailable;
+    }
+
     pub(crate) fn step(
         mut self,
         service: &Service,
@@ -330,6 +365,16 @@ impl ScanCursor {
     ) -> Option<ScanCursor> {
         let frame_start = out.len();
         out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
+        for partition in std::mem::take(&mut self.unavailable) {
+            // Partition-done with 11: retry this partition on another round.
+            let done = MsgHeader {
+                info3: info3::PARTITION_DONE,
+                generation: partition.index() as u32,
+                result_code: ResultCode::Unavailable.code(),
+                ..MsgHeader::default()
+            };
+            MessageWriter::begin_bare(out, &done).finish();
+        }
         let mut examined = 0usize;
         let sent_before = self.sent;
         let finished = loop {

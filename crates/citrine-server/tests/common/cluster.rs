@@ -242,6 +242,23 @@ pub fn start_cluster(first: usize) -> Vec<Node> {
 }
 
 /// The partitions this node holds (any column) by its `replicas` answer.
+/// The partitions `node` masters (first column of its `replicas` answer).
+pub fn mastered_partitions(node: &Node) -> Vec<bool> {
+    let text = node.info_value("replicas").unwrap();
+    let entry = text
+        .split(';')
+        .find_map(|entry| entry.strip_prefix("test:"))
+        .unwrap();
+    // regime, column count, then one bitmap per column: the first.
+    let bitmap = entry.split(',').nth(2).unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(bitmap)
+        .unwrap();
+    (0..4096)
+        .map(|pid| bytes[pid >> 3] & (0x80 >> (pid & 7)) != 0)
+        .collect()
+}
+
 pub fn held_partitions(node: &Node) -> Vec<bool> {
     let text = node.info_value("replicas").unwrap();
     let entry = text

@@ -412,6 +412,14 @@ impl Migrations {
         }
     }
 
+    /// True when this node's copy of `partition` is whole as far as
+    /// migrations know: the view's exchange is resolved and the partition
+    /// is not being filled here. One or two relaxed loads.
+    pub fn serves_whole(&self, namespace: &str, partition: PartitionId) -> bool {
+        !self.exchanging.load(Ordering::Relaxed)
+            && self.route_bits(namespace, partition) & ROUTE_FILLING == 0
+    }
+
     /// The acting master a filling master also replicates its writes to
     /// (callers skip it when it is a replica anyway).
     #[inline]

@@ -540,3 +540,103 @@ fn header_of(frame: &[u8]) -> ProtoHeader {
     header_bytes.copy_from_slice(&frame[..8]);
     ProtoHeader::decode(&header_bytes).unwrap()
 }
+
+/// A fabric that reaches nobody (the scan path never calls it).
+struct Nowhere;
+
+impl crate::replication::Fabric for Nowhere {
+    fn call(
+        &self,
+        _: citrine_types::NodeId,
+        _: u8,
+        _: Vec<u8>,
+        _: std::time::Duration,
+    ) -> crate::replication::FabricFuture {
+        Box::pin(async { Err(crate::replication::FabricError::Unreachable) })
+    }
+}
+
+/// In a cluster, a node scans only the partitions it masters and holds
+/// whole; the others are reported unavailable (partition-done, 11) so the
+/// client retries them elsewhere — before the view's exchange, all of them.
+#[test]
+fn in_a_cluster_only_whole_mastered_partitions_are_scanned() {
+    use crate::cluster_state::{ClusterMember, ClusterState};
+    use citrine_types::NodeId;
+    let (service, _) = populated();
+    let (all, _) = scan(&service, ScanSpec::default());
+    let members: Vec<ClusterMember> = [service.node_id.0, service.node_id.0 + 1]
+        .iter()
+        .map(|id| ClusterMember {
+            node_id: NodeId(*id),
+            rack_id: 0,
+            service_address: String::new(),
+        })
+        .collect();
+    let state =
+        |me: u64| ClusterState::new(NodeId(me), 77, members.clone(), &[("test".into(), 2)], 2, 2);
+    service.set_fabric(std::sync::Arc::new(Nowhere));
+    service.publish_cluster(state(service.node_id.0));
+    let spec = ScanSpec {
+        partition_done: true,
+        ..ScanSpec::default()
+    };
+    let split = |messages: Vec<Msg>| {
+        let (done, records): (Vec<Msg>, Vec<Msg>) = messages
+            .into_iter()
+            .filter(|message| message.header.info3 != info3::LAST)
+            .partition(|message| message.header.info3 == info3::PARTITION_DONE);
+        (done, records)
+    };
+    // Exchanging: nothing is known to be whole.
+    let (done, records) = split(run(&service, &scan_frame(&spec)));
+    assert!(records.is_empty());
+    assert_eq!(done.len(), 4096);
+    assert!(done.iter().all(|message| message.header.result_code == 11));
+    // After the exchange (the other node is empty): this node's own
+    // partitions are whole here, the other node's are not served here.
+    let other = service_with_id(service.node_id.0 + 1);
+    other.publish_cluster(state(service.node_id.0 + 1));
+    assert!(service.finish_exchange(
+        service.migrations.epoch(),
+        vec![(other.node_id, other.migrations.exchange_answer(77))]
+    ));
+    let map = state(service.node_id.0);
+    let mastered = |pid: u16| {
+        map.namespaces[0]
+            .map
+            .replicas(PartitionId::new(pid).unwrap())
+            .first()
+            == Some(&service.node_id)
+    };
+    let (done, records) = split(run(&service, &scan_frame(&spec)));
+    let done_pids: BTreeSet<u16> = done
+        .iter()
+        .map(|message| message.header.generation as u16)
+        .collect();
+    assert!(!records.is_empty() && !done.is_empty());
+    assert!(done_pids.iter().all(|pid| !mastered(*pid)));
+    assert_eq!(
+        done_pids.len() + (0..4096).filter(|pid| mastered(*pid)).count(),
+        4096
+    );
+    assert!(records
+        .iter()
+        .all(|record| mastered(digest_of(record).partition().get())));
+    let expected = all
+        .iter()
+        .filter(|record| mastered(digest_of(record).partition().get()))
+        .count();
+    assert_eq!(records.len(), expected);
+}
+
+fn service_with_id(node_id: u64) -> Service {
+    let config = crate::config::ServiceConfig {
+        node_id,
+        cluster_name: "citrine".into(),
+        access_address: "127.0.0.1:3000".into(),
+        port: 3000,
+        namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
+    };
+    Service::new(config, Arc::new(crate::ManualClock::new(START_MS)))
+}
