@@ -19,7 +19,10 @@
 //!   only after the stream's last chunk;
 //! - a request the service must forward to its master or replicate
 //!   (`Continuation::is_remote`) is awaited on this event loop; the service
-//!   holds no lock across that wait, and the reply is written after it.
+//!   holds no lock across that wait, and the reply is written after it. A
+//!   batch whose rows wait for the fabric (in a cluster) continues the
+//!   same way: its rows' answers are awaited, written, and the rest of the
+//!   batch resumes.
 
 use crate::config::ServerConfig;
 use citrine_service::Service;
@@ -227,8 +230,7 @@ async fn connection(service: &Service, stream: TcpStream, peer: SocketAddr) {
             // Proxy or replication: await the fabric (no lock is held),
             // then write the final reply.
             Ok(Ok(Some(continuation))) if continuation.is_remote() => {
-                service.complete_remote(continuation, &mut out).await;
-                None
+                service.complete_remote(continuation, &mut out).await
             }
             Ok(Ok(pending)) => pending,
             Ok(Err(close)) => {
@@ -249,6 +251,15 @@ async fn connection(service: &Service, stream: TcpStream, peer: SocketAddr) {
         while let Some(continuation) = pending {
             tokio::task::yield_now().await;
             out.clear();
+            if continuation.is_remote() {
+                // Batch rows waiting for the fabric (no lock is held).
+                pending = service.complete_remote(continuation, &mut out).await;
+                if let Err(error) = writer.write_all(&out).await {
+                    tracing::debug!(%peer, "connection write error: {error}");
+                    return;
+                }
+                continue;
+            }
             let resumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 service.resume(continuation, &mut out)
             }));

@@ -13,10 +13,21 @@
 //!    same code as a single request), writing one bare row message per row
 //!    whose `transaction_ttl` holds the row's batch index.
 //!
+//! In a cluster ([`Service::routes`](crate::Service)), each row runs as the
+//! single-record request it describes (fields plus the digest, ops), through
+//! the same routing as a single request: a row mastered elsewhere is
+//! proxied, a write is replicated, a row on a partition being filled goes
+//! through duplicate resolution. Rows that need the fabric wait together
+//! ([`BatchRemote`], at most [`REMOTE_ROWS_MAX`] per step) and their row
+//! messages follow once their answers are in.
+//!
 //! Invariants:
-//! - every row is answered exactly once, in request order, followed by one
-//!   LAST message with result 0 (the "answer every row" behaviour the
-//!   protocol notes recommend; valid whatever the parent flags ask);
+//! - every row is answered exactly once, followed by one LAST message with
+//!   result 0 (the "answer every row" behaviour the protocol notes
+//!   recommend; valid whatever the parent flags ask); rows are answered in
+//!   request order, except that in a cluster rows that waited for the
+//!   fabric come after the rows of their step (each carries its index);
+//! - no frame is empty;
 //! - row-level problems (unknown namespace 20, transactions 25, UDF and
 //!   filter expressions 16, bad key or set 4) are row results, never batch
 //!   failures;
@@ -27,11 +38,12 @@
 //! - parsing never panics: every read is bounds-checked (`get`), and pass 2
 //!   only re-walks bytes pass 1 accepted.
 
+use crate::replication::Remote;
 use crate::transaction::{self, Ops, Reply, Request};
 use crate::Service;
 use citrine_types::{Digest, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
-use citrine_wire::msg::{field_type, info3, Message, MessageWriter, MsgHeader};
+use citrine_wire::msg::{field_type, info3, Message, MessageWriter, MsgHeader, MSG_HEADER_SIZE};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Default limit on rows per batch request (`batch-max-requests`).
@@ -135,6 +147,9 @@ pub(crate) struct Parent {
     pub record_ttl: u32,
     /// The parent carries a filter expression (applies to every row).
     pub filter: bool,
+    /// The parent's total timeout (ms, 0 = none): the deadline of rows
+    /// that need the fabric in a cluster.
+    pub transaction_ttl: u32,
 }
 
 /// The fixed part of a BATCH_INDEX payload: row count and parent flags.
@@ -367,24 +382,21 @@ pub struct BatchCursor {
 }
 
 /// Starts a batch request: validates it, then answers as many rows as fit in
-/// one step. Returns the cursor for the rest, if any.
-pub(crate) fn start(
-    service: &Service,
-    message: &Message<'_>,
-    out: &mut Vec<u8>,
-) -> Option<BatchCursor> {
+/// one step. Returns what follows.
+pub(crate) fn start(service: &Service, message: &Message<'_>, out: &mut Vec<u8>) -> BatchNext {
     let payload = message
         .field(field_type::BATCH_INDEX)
         .or_else(|| message.field(field_type::BATCH_INDEX_WITH_SET));
     let Some(payload) = payload else {
         service.stats.batch.errors.fetch_add(1, Ordering::Relaxed);
         transaction::write_stream_end(out, ResultCode::Parameter);
-        return None;
+        return BatchNext::Done;
     };
     let parent = Parent {
         sc_bits: message.header.info3 & SC_READ_BITS,
         record_ttl: message.header.record_ttl,
         filter: message.field(field_type::FILTER_EXPRESSION).is_some(),
+        transaction_ttl: message.header.transaction_ttl,
     };
     let max_rows = service.batch_max_requests.load(Ordering::Relaxed);
     let rows = match validate(payload, parent, max_rows) {
@@ -393,13 +405,13 @@ pub(crate) fn start(
             tracing::debug!("batch refused: {error:?}");
             service.stats.batch.errors.fetch_add(1, Ordering::Relaxed);
             transaction::write_stream_end(out, error.code());
-            return None;
+            return BatchNext::Done;
         }
     };
     service.stats.batch.requests.fetch_add(1, Ordering::Relaxed);
     let reader = RowReader::new(payload, parent);
-    let (at, previous, rows_left) = run_rows(service, reader, rows, out)?;
-    Some(BatchCursor {
+    let chunk = run_rows(service, reader, rows, out);
+    chunk.next(|(at, previous, rows_left)| BatchCursor {
         payload: payload.to_vec(),
         parent,
         at,
@@ -408,55 +420,202 @@ pub(crate) fn start(
     })
 }
 
+/// What follows a step of a batch.
+#[derive(Debug)]
+pub(crate) enum BatchNext {
+    /// Every row answered, LAST written.
+    Done,
+    /// More rows to run.
+    More(BatchCursor),
+    /// Rows that need the fabric before their answers (then the rest).
+    Remote(Box<BatchRemote>),
+}
+
+/// Rows of a step that need the fabric (in a cluster: proxying to their
+/// master, replication, duplicate resolution) before their answers are
+/// final; [`BatchRemote::complete`] runs them concurrently and writes their
+/// row messages (rows answer in any order: each carries its batch index).
+#[derive(Debug)]
+pub(crate) struct BatchRemote {
+    /// (row index, fabric work, the reply so far: a replicated write's
+    /// local reply stands once the replicas acknowledged).
+    rows: Vec<RemoteRow>,
+    /// The rest of the batch; `None`: the LAST message follows these rows.
+    rest: Option<BatchCursor>,
+}
+
+impl BatchRemote {
+    /// Completes the rows' fabric work and writes one frame with their row
+    /// messages (and LAST when the batch ends); returns the rest.
+    pub(crate) async fn complete(
+        self,
+        service: &Service,
+        out: &mut Vec<u8>,
+    ) -> Option<BatchCursor> {
+        let runs = self
+            .rows
+            .into_iter()
+            .map(|(index, remote, mut reply)| async move {
+                service.complete_row(*remote, &mut reply).await;
+                (index, reply)
+            })
+            .collect();
+        let replies = crate::replication::join_all(runs).await;
+        let frame_start = out.len();
+        out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
+        for (index, reply) in replies {
+            append_row_reply(out, &reply, index);
+        }
+        if self.rest.is_none() {
+            write_last(out, ResultCode::Ok);
+        }
+        ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
+        self.rest
+    }
+}
+
+/// Where a step of rows ended.
+struct Chunk {
+    /// Where to resume (row offset, last full row offset, rows left);
+    /// `None` when every row was run.
+    resume: Option<(usize, Option<usize>, u32)>,
+    /// Rows waiting for the fabric.
+    remote: Vec<RemoteRow>,
+}
+
+/// A batch row waiting for the fabric: index, work, reply so far.
+type RemoteRow = (u32, Box<Remote>, Vec<u8>);
+
+impl Chunk {
+    fn next(self, cursor: impl FnOnce((usize, Option<usize>, u32)) -> BatchCursor) -> BatchNext {
+        let rest = self.resume.map(cursor);
+        match (rest, self.remote.is_empty()) {
+            (None, true) => BatchNext::Done,
+            (Some(rest), true) => BatchNext::More(rest),
+            (rest, false) => BatchNext::Remote(Box::new(BatchRemote {
+                rows: self.remote,
+                rest,
+            })),
+        }
+    }
+}
+
 impl BatchCursor {
     /// Answers the next frame's worth of rows; `None` when the batch is done
     /// (the LAST message has been written).
-    pub(crate) fn step(mut self, service: &Service, out: &mut Vec<u8>) -> Option<BatchCursor> {
+    pub(crate) fn step(mut self, service: &Service, out: &mut Vec<u8>) -> BatchNext {
         let reader = match RowReader::resume(&self.payload, self.parent, self.at, self.previous) {
             Ok(reader) => reader,
             Err(_) => {
                 // Unreachable: the payload passed validation. Finish cleanly.
                 transaction::write_stream_end(out, ResultCode::ServerError);
-                return None;
+                return BatchNext::Done;
             }
         };
-        let (at, previous, rows_left) = run_rows(service, reader, self.rows_left, out)?;
-        self.at = at;
-        self.previous = previous;
-        self.rows_left = rows_left;
-        Some(self)
+        let chunk = run_rows(service, reader, self.rows_left, out);
+        chunk.next(|(at, previous, rows_left)| {
+            self.at = at;
+            self.previous = previous;
+            self.rows_left = rows_left;
+            self
+        })
     }
 }
 
-/// Executes up to `rows_left` rows into one frame. Returns `None` when every
-/// row was answered and the LAST message written, otherwise where to resume:
-/// (row offset, last full row offset, rows left).
+/// Executes up to `rows_left` rows into one frame. The chunk ends when every
+/// row was run (LAST written unless some rows wait for the fabric) or the
+/// frame is full.
 fn run_rows(
     service: &Service,
     mut reader: RowReader<'_>,
     mut rows_left: u32,
     out: &mut Vec<u8>,
-) -> Option<(usize, Option<usize>, u32)> {
+) -> Chunk {
     let frame_start = out.len();
     out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
     let now = service.now();
+    let mut remote = Vec::new();
     while rows_left > 0 {
         let Ok(row) = reader.next_row() else {
             // Unreachable after validation; end the stream rather than panic.
             write_last(out, ResultCode::ServerError);
             ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
-            return None;
+            return Chunk {
+                resume: None,
+                remote: Vec::new(),
+            };
         };
         rows_left -= 1;
-        execute_row(service, &row, reader.parent, now, out);
-        if rows_left > 0 && out.len() - frame_start >= FRAME_TARGET_BYTES {
-            ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
-            return Some((reader.offset(), reader.previous_offset(), rows_left));
+        if let Some(waiting) = execute_row(service, &row, reader.parent, now, out) {
+            remote.push(waiting);
+        }
+        if rows_left > 0
+            && (out.len() - frame_start >= FRAME_TARGET_BYTES || remote.len() >= REMOTE_ROWS_MAX)
+        {
+            close_frame(out, frame_start);
+            return Chunk {
+                resume: Some((reader.offset(), reader.previous_offset(), rows_left)),
+                remote,
+            };
         }
     }
-    write_last(out, ResultCode::Ok);
-    ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
-    None
+    if remote.is_empty() {
+        write_last(out, ResultCode::Ok);
+    }
+    close_frame(out, frame_start);
+    Chunk {
+        resume: None,
+        remote,
+    }
+}
+
+/// Patches the frame started at `frame_start`, or removes it when no
+/// message went into it (every row of the step waits for the fabric):
+/// clients are never sent an empty frame.
+fn close_frame(out: &mut Vec<u8>, frame_start: usize) {
+    if out.len() == frame_start + PROTO_HEADER_SIZE {
+        out.truncate(frame_start);
+    } else {
+        ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
+    }
+}
+
+/// Most rows of one step that wait for the fabric together.
+const REMOTE_ROWS_MAX: usize = 256;
+
+/// Appends the reply frame of a single-record request as the row message
+/// of batch row `index` (its `transaction_ttl` carries the index).
+fn append_row_reply(out: &mut Vec<u8>, reply: &[u8], index: u32) {
+    let message = reply.get(PROTO_HEADER_SIZE..).unwrap_or_default();
+    if message.len() < MSG_HEADER_SIZE {
+        transaction::write_error(out, ResultCode::ServerError, Reply::Row(index));
+        return;
+    }
+    let at = out.len();
+    out.extend_from_slice(message);
+    // transaction_ttl: bytes 14..18 of the message header.
+    out[at + 14..at + 18].copy_from_slice(&index.to_be_bytes());
+}
+
+/// The single-record request (AS_MSG body) a batch row describes: its
+/// header, its fields plus the digest, its ops.
+fn single_body(row: &Row<'_>, parent: Parent) -> Vec<u8> {
+    let fields = row.body.fields().count() as u16;
+    let header = MsgHeader {
+        n_fields: fields + 1,
+        transaction_ttl: parent.transaction_ttl,
+        ..row.body.header
+    };
+    let mut body = Vec::with_capacity(
+        MSG_HEADER_SIZE + row.body.fields.len() + DIGEST_SIZE + 5 + row.body.ops.len(),
+    );
+    header.encode_into(&mut body);
+    body.extend_from_slice(row.body.fields);
+    body.extend_from_slice(&(DIGEST_SIZE as u32 + 1).to_be_bytes());
+    body.push(field_type::DIGEST);
+    body.extend_from_slice(&row.digest.0);
+    body.extend_from_slice(row.body.ops);
+    body
 }
 
 /// Appends a bare LAST message.
@@ -469,18 +628,22 @@ fn write_last(out: &mut Vec<u8>, code: ResultCode) {
     MessageWriter::begin_bare(out, &header).finish();
 }
 
-/// Runs one row and writes its row message.
+/// Runs one row and writes its row message, or returns the fabric work it
+/// needs first (in a cluster).
 fn execute_row(
     service: &Service,
     row: &Row<'_>,
     parent: Parent,
     now: crate::transaction::Now,
     out: &mut Vec<u8>,
-) {
+) -> Option<RemoteRow> {
     service.stats.batch.rows.fetch_add(1, Ordering::Relaxed);
     let reply = Reply::Row(row.index);
     let body = &row.body;
-    let refuse = |out: &mut Vec<u8>, code: ResultCode| transaction::write_error(out, code, reply);
+    let refuse = |out: &mut Vec<u8>, code: ResultCode| {
+        transaction::write_error(out, code, reply);
+        None
+    };
     let Some(namespace) = body
         .field(field_type::NAMESPACE)
         .and_then(|name| service.namespace(name))
@@ -516,6 +679,18 @@ fn execute_row(
     if set.len() > SET_NAME_MAX || set.contains(&0) {
         return refuse(out, ResultCode::Parameter);
     }
+    if service.routes() {
+        // In a cluster a row goes where a single-record request would: to
+        // its master (proxied), through duplicate resolution, replicated.
+        let mut reply = Vec::new();
+        return match service.execute_row_body(&single_body(row, parent), &mut reply) {
+            Some(work) => Some((row.index, work, reply)),
+            None => {
+                append_row_reply(out, &reply, row.index);
+                None
+            }
+        };
+    }
     let request = Request {
         header: body.header,
         digest: row.digest,
@@ -525,6 +700,7 @@ fn execute_row(
         reply,
     };
     transaction::perform(namespace, &request, now, out);
+    None
 }
 
 #[cfg(test)]

@@ -127,13 +127,23 @@ enum Pending {
     Scan(scan::ScanCursor),
     /// Fabric work (proxy or replication) before the reply is final.
     Remote(Box<Remote>),
+    /// Batch rows waiting for the fabric, then the rest of the batch.
+    BatchRemote(Box<batch::BatchRemote>),
 }
 
 impl Continuation {
-    /// True when the rest is fabric work: complete it with
+    /// True when the next chunk needs fabric work: produce it with
     /// [`Service::complete_remote`] (on an event loop), not `resume`.
     pub fn is_remote(&self) -> bool {
-        matches!(self.0, Pending::Remote(_))
+        matches!(self.0, Pending::Remote(_) | Pending::BatchRemote(_))
+    }
+
+    fn of_batch(next: batch::BatchNext) -> Option<Continuation> {
+        match next {
+            batch::BatchNext::Done => None,
+            batch::BatchNext::More(cursor) => Some(Continuation(Pending::Batch(cursor))),
+            batch::BatchNext::Remote(remote) => Some(Continuation(Pending::BatchRemote(remote))),
+        }
     }
 }
 
@@ -276,13 +286,40 @@ impl Service {
     /// [`Continuation::is_remote`] is true and leaves its final reply in
     /// `out` (the proxied answer, the local reply once every replica
     /// acknowledged, or an error). No lock is held while it waits.
-    pub async fn complete_remote(&self, continuation: Continuation, out: &mut Vec<u8>) {
-        if let Pending::Remote(remote) = continuation.0 {
-            if matches!(*remote, Remote::Proxy { .. }) {
-                self.stats.proxied_out.fetch_add(1, Ordering::Relaxed);
+    ///
+    /// For batch rows that waited for the fabric it writes their row
+    /// messages and returns the rest of the batch (resume it, or complete it
+    /// again when it [`Continuation::is_remote`]).
+    pub async fn complete_remote(
+        &self,
+        continuation: Continuation,
+        out: &mut Vec<u8>,
+    ) -> Option<Continuation> {
+        match continuation.0 {
+            Pending::Remote(remote) => {
+                self.complete_row(*remote, out).await;
+                None
             }
-            self.complete(*remote, out).await;
+            Pending::BatchRemote(rows) => rows
+                .complete(self, out)
+                .await
+                .map(|cursor| Continuation(Pending::Batch(cursor))),
+            other => Some(Continuation(other)),
         }
+    }
+
+    /// Completes one request's fabric work into its reply frame.
+    pub(crate) async fn complete_row(&self, remote: Remote, out: &mut Vec<u8>) {
+        if matches!(remote, Remote::Proxy { .. }) {
+            self.stats.proxied_out.fetch_add(1, Ordering::Relaxed);
+        }
+        self.complete(remote, out).await;
+    }
+
+    /// Runs a batch row as the single-record request `body` (in a
+    /// cluster); its reply frame goes to `out` unless fabric work remains.
+    pub(crate) fn execute_row_body(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>> {
+        self.execute_body(body, 0, false, out)
     }
 
     /// Runs a single-record request body (client or proxied) and writes its
@@ -423,9 +460,7 @@ impl Service {
     /// has been written.
     pub fn resume(&self, continuation: Continuation, out: &mut Vec<u8>) -> Option<Continuation> {
         match continuation.0 {
-            Pending::Batch(cursor) => cursor
-                .step(self, out)
-                .map(|cursor| Continuation(Pending::Batch(cursor))),
+            Pending::Batch(cursor) => Continuation::of_batch(cursor.step(self, out)),
             Pending::Scan(cursor) => cursor
                 .step(self, self.now(), out)
                 .map(|cursor| Continuation(Pending::Scan(cursor))),
@@ -435,6 +470,8 @@ impl Service {
                 block_on(self.complete(*remote, out));
                 None
             }
+            Pending::BatchRemote(rows) => block_on(rows.complete(self, out))
+                .map(|cursor| Continuation(Pending::Batch(cursor))),
         }
     }
 
@@ -455,8 +492,7 @@ impl Service {
         }
         match Message::decode(body) {
             Ok(message) if message.header.info1 & info1::BATCH != 0 => {
-                Ok(batch::start(self, &message, out)
-                    .map(|cursor| Continuation(Pending::Batch(cursor))))
+                Ok(Continuation::of_batch(batch::start(self, &message, out)))
             }
             Ok(message) if message.field(field_type::DIGEST).is_none() => {
                 // No digest: a scan or a query.

@@ -61,8 +61,10 @@
 //! - a node alone (or without a fabric) never enters this module's async
 //!   path and allocates nothing for it.
 //!
-//! Not yet: batch rows, scans and read-touch run locally on the node that
-//! receives them and are not replicated. Migrations ([`crate::migration`])
+//! Batch rows in a cluster take the same route one by one
+//! ([`crate::batch`]); a read-touch that rewrote the record is replicated
+//! like a write; scans serve only whole, mastered partitions
+//! ([`crate::scan`]). Migrations ([`crate::migration`])
 //! send records in this module's [`ReplicaWrite`] encoding and apply them
 //! with the same rule.
 
@@ -441,8 +443,15 @@ pub(crate) fn route(
         }
     }
     let start = out.len();
+    // A read-touch (read with a TTL percentage) may rewrite the record's
+    // void time and generation: then it is replicated like a write.
+    let touch = read && (1..=100).contains(&request.header.record_ttl);
+    let generation_before = touch.then(|| generation_of(namespace, &request.digest));
     transaction::perform(namespace, request, now, out);
-    if read {
+    if read
+        && generation_before
+            .is_none_or(|before| before == generation_of(namespace, &request.digest))
+    {
         return None;
     }
     let mut targets = replicas.get(1..).unwrap_or_default().to_vec();
@@ -486,6 +495,12 @@ pub fn replica_payload(cluster_key: u64, write: &ReplicaWrite) -> Vec<u8> {
     let mut payload = cluster_key.to_be_bytes().to_vec();
     payload.extend_from_slice(&write.encode());
     payload
+}
+
+/// The generation of this node's copy of a record (None when absent).
+fn generation_of(namespace: &Namespace, digest: &Digest) -> Option<u16> {
+    let partition = namespace.index.partition(digest.partition()).read();
+    partition.get(digest).map(|entry| entry.meta.generation)
 }
 
 /// Where a reply's result code is: proto header, then byte 5 of the

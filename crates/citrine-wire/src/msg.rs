@@ -147,7 +147,7 @@ impl MsgHeader {
         })
     }
 
-    fn encode_into(&self, out: &mut Vec<u8>) {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.push(MSG_HEADER_SIZE as u8);
         out.push(self.info1);
         out.push(self.info2);

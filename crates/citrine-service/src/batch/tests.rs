@@ -340,6 +340,7 @@ fn parses_every_row_form() {
         sc_bits: info3::SC_READ_TYPE,
         record_ttl: 55,
         filter: false,
+        transaction_ttl: 0,
     };
     assert_eq!(payload_header(&bytes), Ok((5, 0x0C)));
     assert_eq!(validate(&bytes, parent, 5000), Ok(5));

@@ -1694,6 +1694,152 @@ mod tests {
         assert_eq!(tombstone(&node, &doomed), None);
     }
 
+    /// In a cluster a batch's rows go where single-record requests go:
+    /// rows mastered elsewhere are proxied, written rows are replicated,
+    /// and every row is answered once, then LAST.
+    #[test]
+    fn batch_rows_in_a_cluster_reach_their_masters_and_replicas() {
+        use crate::batch::row_flags;
+        use crate::batch::tests::{batch_frame, digest, payload, run, RowSpec};
+        use citrine_wire::msg::{info1, info2, info3, op_type};
+        let world = World::new(&[1, 2]);
+        world.publish(50, &[1, 2]);
+        world.settle(&[1, 2]);
+        let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+        let write_flags = row_flags::INFO | row_flags::GENERATION | row_flags::TTL;
+        let rows: Vec<RowSpec> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                RowSpec::full(
+                    i as u32,
+                    "test",
+                    "demo",
+                    key,
+                    write_flags,
+                    [0, info2::WRITE, 0, 0],
+                )
+                .op(op_type::WRITE, 1, "v", &(i as i64).to_be_bytes())
+            })
+            .collect();
+        let answers = run(&world.node(1), &batch_frame(&payload(&rows, 0), false));
+        let (last, rows_answered) = answers.split_last().expect("messages");
+        assert_eq!(last.header.info3 & info3::LAST, info3::LAST);
+        assert_eq!(last.header.result_code, 0);
+        let mut indexes: Vec<u32> = rows_answered
+            .iter()
+            .map(|row| row.header.transaction_ttl)
+            .collect();
+        indexes.sort_unstable();
+        assert_eq!(indexes, (0..40).collect::<Vec<u32>>());
+        let codes: Vec<(u32, u8)> = rows_answered
+            .iter()
+            .map(|row| (row.header.transaction_ttl, row.header.result_code))
+            .filter(|(_, code)| *code != 0)
+            .collect();
+        assert!(codes.is_empty(), "{codes:?}");
+        // Both nodes are replicas of everything (rf 2): both hold every row.
+        let view = state(1, 50, &[1, 2]);
+        let masters: Vec<NodeId> = keys
+            .iter()
+            .map(|key| {
+                view.namespaces[0]
+                    .map
+                    .replicas(digest("demo", key).partition())[0]
+            })
+            .collect();
+        assert!(masters.contains(&NodeId(1)) && masters.contains(&NodeId(2)));
+        for id in [1, 2] {
+            let node = world.node(id);
+            let namespace = node.namespace(b"test").expect("ns");
+            for key in &keys {
+                let digest = digest("demo", key);
+                let index = namespace.index.partition(digest.partition()).read();
+                assert_eq!(
+                    index.get(&digest).map(|entry| entry.meta.generation),
+                    Some(1),
+                    "{key} on node {id}"
+                );
+            }
+        }
+        // Reads through the other node find them all.
+        let reads: Vec<RowSpec> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                RowSpec::full(
+                    i as u32,
+                    "test",
+                    "demo",
+                    key,
+                    0,
+                    [info1::READ | info1::GET_ALL, 0, 0, 0],
+                )
+            })
+            .collect();
+        let answers = run(&world.node(2), &batch_frame(&payload(&reads, 0), false));
+        let found = answers
+            .iter()
+            .filter(|row| row.header.info3 & info3::LAST == 0)
+            .filter(|row| {
+                row.bin("v") == Some(&(row.header.transaction_ttl as i64).to_be_bytes()[..])
+            })
+            .count();
+        assert_eq!(found, 40);
+    }
+
+    /// A read-touch at the master that rewrites the record (new void time
+    /// and generation) reaches the replica too.
+    #[test]
+    fn a_read_touch_is_replicated() {
+        use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+        use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
+        let world = World::new(&[1, 2]);
+        world.publish(60, &[1, 2]);
+        world.settle(&[1, 2]);
+        let now = world.node(1).now();
+        // Written 1000 s ago with a TTL of 1010 s: 10 s (1 %) remain.
+        let mut write = record(0, 9, 1);
+        let view = state(1, 60, &[1, 2]);
+        let master = view.namespaces[0].map.replicas(write.digest.partition())[0];
+        let replica = if master == NodeId(1) { 2 } else { 1 };
+        write.body = Some(citrine_record::encode_body(None, &[]).expect("body"));
+        write.last_update_ms = now.unix_ms - 1_000_000;
+        write.void_time = now.citrusleaf_seconds + 10;
+        for id in [1, 2] {
+            put(&world.node(id), &write);
+        }
+        let mut frame = Vec::new();
+        let header = MsgHeader {
+            info1: info1::READ | info1::GET_NO_BINS,
+            record_ttl: 50,
+            ..MsgHeader::default()
+        };
+        let mut writer = MessageWriter::begin(&mut frame, &header);
+        writer
+            .field(field_type::NAMESPACE, b"test")
+            .field(field_type::DIGEST, &write.digest.0);
+        writer.finish();
+        let proto: [u8; PROTO_HEADER_SIZE] = frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+        let mut out = Vec::new();
+        world
+            .node(master.0)
+            .handle(
+                ProtoHeader::decode(&proto).expect("proto"),
+                &frame[PROTO_HEADER_SIZE..],
+                &mut out,
+            )
+            .expect("handled");
+        assert_eq!(out[PROTO_HEADER_SIZE + 5], 0, "read answered");
+        for id in [master.0, replica] {
+            assert_eq!(
+                stored(&world.node(id), &write).map(|(generation, _)| generation),
+                Some(2),
+                "node {id} has the touched copy"
+            );
+        }
+    }
+
     #[test]
     fn the_rate_limit_spaces_batches() {
         let migrations = Migrations::new(["test"].into_iter(), 1);
