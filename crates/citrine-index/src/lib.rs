@@ -124,6 +124,8 @@ pub struct Tombstone {
     pub generation: u16,
     /// When it was deleted, Unix milliseconds.
     pub last_update_ms: u64,
+    /// The set the record was in.
+    pub set_id: u16,
 }
 
 /// Bytes one tombstone occupies (slot and control byte, without spare
@@ -295,6 +297,17 @@ impl PartitionTable {
             .sum()
     }
 
+    /// Tombstones kept, per set id.
+    pub fn tombstones_by_set(&self) -> HashMap<u16, u64> {
+        let mut counts = HashMap::new();
+        for partition in &self.partitions {
+            for (_, tombstone) in partition.read().tombstones() {
+                *counts.entry(tombstone.set_id).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
     pub fn table_bytes(&self) -> usize {
         self.partitions
             .iter()
@@ -332,6 +345,7 @@ mod tests {
         let first = Tombstone {
             generation: 3,
             last_update_ms: 100,
+            set_id: 0,
         };
         partition.set_tombstone(key, first);
         partition.set_tombstone(
@@ -339,12 +353,14 @@ mod tests {
             Tombstone {
                 generation: 2,
                 last_update_ms: 50,
+                set_id: 0,
             },
         );
         assert_eq!(partition.tombstone(&key), Some(first));
         let later = Tombstone {
             generation: 5,
             last_update_ms: 200,
+            set_id: 0,
         };
         partition.set_tombstone(key, later);
         assert_eq!(partition.tombstone(&key), Some(later));

@@ -12,7 +12,7 @@ use crate::Service;
 use citrine_types::PARTITIONS;
 use citrine_wire::info::{request_lines, InfoCommand, InfoResponse};
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The server version we announce. Clients gate features on it (03-info §3.3).
 pub const BUILD: &str = "8.1.2.0";
@@ -441,6 +441,9 @@ fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
 }
 
 fn statistics(service: &Service) -> String {
+    let counter = |name: &str, value: &AtomicU64| {
+        (name.to_owned(), value.load(Ordering::Relaxed).to_string())
+    };
     let cluster = service.cluster();
     let stats = &service.stats;
     let migrations = &service.migrations;
@@ -457,87 +460,37 @@ fn statistics(service: &Service) -> String {
         ("cluster_clock_skew_ms".into(), "0".into()),
         ("uptime".into(), service.uptime_seconds().to_string()),
         ("objects".into(), objects.to_string()),
-        ("tombstones".into(), "0".into()),
         (
-            "client_connections".into(),
-            stats.client_connections.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "client_connections_opened".into(),
-            stats
-                .client_connections_opened
-                .load(Ordering::Relaxed)
+            "tombstones".into(),
+            service
+                .namespaces()
+                .map(|namespace| namespace.index.tombstone_count())
+                .sum::<usize>()
                 .to_string(),
         ),
-        (
-            "client_connections_closed".into(),
-            stats
-                .client_connections_closed
-                .load(Ordering::Relaxed)
-                .to_string(),
+        counter("client_connections", &stats.client_connections),
+        counter(
+            "client_connections_opened",
+            &stats.client_connections_opened,
         ),
-        (
-            "batch_index_initiate".into(),
-            stats.batch.requests.load(Ordering::Relaxed).to_string(),
+        counter(
+            "client_connections_closed",
+            &stats.client_connections_closed,
         ),
-        (
-            "batch_index_error".into(),
-            stats.batch.errors.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "batch_index_rows".into(),
-            stats.batch.rows.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "scan_basic_started".into(),
-            stats.scan.started.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "scan_basic_complete".into(),
-            stats.scan.completed.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "scan_basic_refused".into(),
-            stats.scan.refused.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "scan_basic_records".into(),
-            stats.scan.records.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "proto_errors".into(),
-            stats.proto_errors.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "info_requests".into(),
-            stats.info_requests.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "transactions".into(),
-            stats.transactions.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "compressed_requests".into(),
-            stats
-                .compressed_requests
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "proxied_out".into(),
-            stats.proxied_out.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "proxied_in".into(),
-            stats.proxied_in.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "replica_write_retries".into(),
-            stats
-                .replica_write_retries
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
+        counter("batch_index_initiate", &stats.batch.requests),
+        counter("batch_index_error", &stats.batch.errors),
+        counter("batch_index_rows", &stats.batch.rows),
+        counter("scan_basic_started", &stats.scan.started),
+        counter("scan_basic_complete", &stats.scan.completed),
+        counter("scan_basic_refused", &stats.scan.refused),
+        counter("scan_basic_records", &stats.scan.records),
+        counter("proto_errors", &stats.proto_errors),
+        counter("info_requests", &stats.info_requests),
+        counter("transactions", &stats.transactions),
+        counter("compressed_requests", &stats.compressed_requests),
+        counter("proxied_out", &stats.proxied_out),
+        counter("proxied_in", &stats.proxied_in),
+        counter("replica_write_retries", &stats.replica_write_retries),
         (
             "migrate_partitions_remaining".into(),
             (migrations.tx_remaining() + migrations.rx_remaining()).to_string(),
@@ -550,61 +503,33 @@ fn statistics(service: &Service) -> String {
             "migrate_rx_partitions_remaining".into(),
             migrations.rx_remaining().to_string(),
         ),
-        (
-            "migrate_records_sent".into(),
-            migrations.records_sent.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "migrate_records_received".into(),
-            migrations
-                .records_received
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "migrate_partitions_sent".into(),
-            migrations
-                .partitions_sent
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "migrate_records_skipped".into(),
-            migrations
-                .records_skipped
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "migrate_partitions_dropped".into(),
-            migrations
-                .partitions_dropped
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "migrate_exchanges".into(),
-            migrations.exchanges.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "migrate_dupres_runs".into(),
-            migrations.dupres_runs.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "migrate_acting_reads".into(),
-            migrations.acting_reads.load(Ordering::Relaxed).to_string(),
-        ),
+        counter("migrate_records_sent", &migrations.records_sent),
+        counter("migrate_records_received", &migrations.records_received),
+        counter("migrate_partitions_sent", &migrations.partitions_sent),
+        counter("migrate_records_skipped", &migrations.records_skipped),
+        counter("migrate_partitions_dropped", &migrations.partitions_dropped),
+        counter("migrate_exchanges", &migrations.exchanges),
+        counter("migrate_dupres_runs", &migrations.dupres_runs),
+        counter("migrate_acting_reads", &migrations.acting_reads),
         ("migrate_allowed".into(), "true".into()),
     ];
     join_pairs(&pairs, ';')
 }
 
-fn set_line(namespace: &Namespace, id: u16, name: &[u8]) -> String {
+/// One set's line; `tombstones` is the namespace's tombstone count per set
+/// (`PartitionTable::tombstones_by_set`).
+fn set_line(
+    namespace: &Namespace,
+    id: u16,
+    name: &[u8],
+    tombstones: &std::collections::HashMap<u16, u64>,
+) -> String {
     let stats = namespace.sets.stats(id);
     let truncate_lut = stats.truncate_lut_ms.load(Ordering::Relaxed);
     format!(
-        "objects={}:tombstones=0:data_used_bytes={}:truncate_lut={}:sindexes=0:index_populating=false:truncating=false:default-read-touch-ttl-pct=0:default-ttl={}:disable-eviction=false:enable-index=false:stop-writes-count=0:stop-writes-size=0",
+        "objects={}:tombstones={}:data_used_bytes={}:truncate_lut={}:sindexes=0:index_populating=false:truncating=false:default-read-touch-ttl-pct=0:default-ttl={}:disable-eviction=false:enable-index=false:stop-writes-count=0:stop-writes-size=0",
         stats.objects.load(Ordering::Relaxed).max(0),
+        tombstones.get(&id).copied().unwrap_or(0),
         stats.data_used_bytes.load(Ordering::Relaxed).max(0),
         truncate_lut,
         namespace.config.default_ttl
@@ -622,7 +547,8 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         if let Some(set) = set_filter {
             return match namespace.sets.existing_id(set.as_bytes()) {
                 Some(id) if id != 0 => {
-                    let line = set_line(namespace, id, set.as_bytes());
+                    let tombstones = namespace.index.tombstones_by_set();
+                    let line = set_line(namespace, id, set.as_bytes(), &tombstones);
                     // With namespace and set given: only the properties.
                     let prefix = format!("ns={}:set={}:", namespace.config.name, set);
                     format!("{}:", line.strip_prefix(&prefix).unwrap_or(&line))
@@ -636,8 +562,9 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         if namespace_filter.is_some_and(|name| name != namespace.config.name) {
             continue;
         }
+        let tombstones = namespace.index.tombstones_by_set();
         for (id, name) in namespace.sets.all() {
-            out.push_str(&set_line(namespace, id, &name));
+            out.push_str(&set_line(namespace, id, &name, &tombstones));
             out.push(';');
         }
     }

@@ -532,16 +532,37 @@ fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite {
                 .partition(digest.partition())
                 .read()
                 .tombstone(digest);
-            ReplicaWrite {
-                namespace: namespace.config.name.clone(),
-                digest: *digest,
-                generation: tombstone.map_or(0, |tombstone| tombstone.generation),
-                void_time: 0,
-                last_update_ms: tombstone.map_or(now.unix_ms, |tombstone| tombstone.last_update_ms),
-                set_name: Vec::new(),
-                body: None,
+            match tombstone {
+                Some(tombstone) => delete_marker(namespace, digest, &tombstone),
+                // No tombstone kept: a marker without a generation.
+                None => ReplicaWrite {
+                    namespace: namespace.config.name.clone(),
+                    digest: *digest,
+                    generation: 0,
+                    void_time: 0,
+                    last_update_ms: now.unix_ms,
+                    set_name: Vec::new(),
+                    body: None,
+                },
             }
         }
+    }
+}
+
+/// The delete marker of a record this node keeps the tombstone of.
+pub(crate) fn delete_marker(
+    namespace: &Namespace,
+    digest: &Digest,
+    tombstone: &Tombstone,
+) -> ReplicaWrite {
+    ReplicaWrite {
+        namespace: namespace.config.name.clone(),
+        digest: *digest,
+        generation: tombstone.generation,
+        void_time: 0,
+        last_update_ms: tombstone.last_update_ms,
+        set_name: namespace.sets.name(tombstone.set_id).unwrap_or_default(),
+        body: None,
     }
 }
 
@@ -552,15 +573,7 @@ fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrit
     let Some(entry) = partition.get(digest) else {
         // A delete this node knows of travels as a delete marker.
         let tombstone = partition.tombstone(digest)?;
-        return Some(ReplicaWrite {
-            namespace: namespace.config.name.clone(),
-            digest: *digest,
-            generation: tombstone.generation,
-            void_time: 0,
-            last_update_ms: tombstone.last_update_ms,
-            set_name: Vec::new(),
-            body: None,
-        });
+        return Some(delete_marker(namespace, digest, &tombstone));
     };
     if !transaction::is_live(namespace, &entry.meta, now) {
         return None;
@@ -671,6 +684,7 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
                         Tombstone {
                             generation: write.generation,
                             last_update_ms: write.last_update_ms,
+                            set_id,
                         },
                     );
                 }
@@ -699,6 +713,7 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
                     Tombstone {
                         generation,
                         last_update_ms: write.last_update_ms,
+                        set_id: entry.meta.set_id,
                     },
                 );
                 drop(partition);

@@ -478,6 +478,7 @@ pub(crate) fn remove_deleted(
             Tombstone {
                 generation: RecordMeta::next_generation(entry.meta.generation),
                 last_update_ms: lut_ms,
+                set_id: entry.meta.set_id,
             },
         );
         drop_entry(namespace, entry);

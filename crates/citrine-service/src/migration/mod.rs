@@ -1061,16 +1061,8 @@ impl Service {
             consumed += 1;
             let Some(entry) = index.get(digest) else {
                 if let Some(tombstone) = index.tombstone(digest) {
-                    let marker = ReplicaWrite {
-                        namespace: namespace_name.to_owned(),
-                        digest: *digest,
-                        generation: tombstone.generation,
-                        void_time: 0,
-                        last_update_ms: tombstone.last_update_ms,
-                        set_name: Vec::new(),
-                        body: None,
-                    }
-                    .encode();
+                    let marker =
+                        crate::replication::delete_marker(namespace, digest, &tombstone).encode();
                     bytes += marker.len();
                     batch.records.push(marker);
                 }
@@ -1654,6 +1646,14 @@ mod tests {
             tombstone(&world.node(1), &doomed).map(|tomb| tomb.generation),
             Some(2)
         );
+        let ask = |command: &str| {
+            let mut out = Vec::new();
+            crate::info::handle(&world.node(1), format!("{command}\n").as_bytes(), &mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        assert!(ask("statistics").contains(";tombstones=1;"));
+        assert!(ask("sets/test/demo").contains("tombstones=1:"));
+        assert!(ask("namespace/test").contains("tombstones=1"));
         // Heal: the delete reaches side 2, whose copy is older.
         world.cut.lock().clear();
         world.publish(33, &[1, 2]);
