@@ -48,6 +48,14 @@ const BUFFER_KEEP_BYTES: usize = 1024 * 1024;
 /// per-request wake-ups of other threads (measured: the multi-threaded
 /// work-stealing scheduler spent a tenth of the server's time in context
 /// switches under the 95/5 load).
+///
+/// Per request: one `recvfrom`, one `sendto`, and a share of an
+/// `epoll_wait`. What is left is the thread's sleep and wake-up when it runs
+/// out of ready connections; fewer threads wake less often per request, so
+/// on a small machine that also runs the clients `service-threads = 1` is
+/// cheaper, while one per core stays the default for clients on other
+/// machines. Spinning before sleeping and yielding the core before sleeping
+/// were measured and not kept (bench/RESULTS.md, 2026-11-22 05:40).
 pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
     let mut workers = Vec::with_capacity(config.service_threads);
     let mut handles = Vec::with_capacity(config.service_threads);
