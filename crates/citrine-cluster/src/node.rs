@@ -245,10 +245,6 @@ pub struct ClusterNode {
 /// admitted into a new view, gives up its stale view.
 const ORPHAN_AFTER_QUANTA: u64 = 2;
 
-/// Quanta an orphan waits for peers it hears to finish probation before it
-/// forms a view without them.
-const ADMISSION_WAIT_QUANTA: u64 = 3;
-
 impl ClusterNode {
     /// A fresh node booting at `now` (local milliseconds). `now` also serves
     /// as the heartbeat incarnation, so a restarted node must boot at a later
@@ -551,16 +547,21 @@ impl ClusterNode {
             // view without the peers it hears but has not admitted yet
             // (health probation): a node restarted under its old id would
             // otherwise form a cluster of itself and serve alone, on empty
-            // copies, for as long as it takes to merge. Bounded, so a node
-            // that can never admit them still forms a view.
+            // copies, for as long as it takes to merge. The wait is bounded
+            // by one probation plus two windows — long enough for healthy
+            // peers to be admitted, shorter than the two quanta after which
+            // a node whose principal it is would give up its own view — so
+            // a peer that never passes probation (a flaky node) does not
+            // hold it back for long.
             None => {
                 let waiting = self
                     .hb
                     .adjacency()
                     .any(|id| self.health.admission_eta(id, now).is_some());
-                !waiting
-                    || now.saturating_sub(self.view_since)
-                        >= ADMISSION_WAIT_QUANTA * self.cfg.quantum_ms
+                let health = &self.cfg.health;
+                let bound =
+                    (u64::from(health.probation_windows) + 2).saturating_mul(health.window_ms);
+                !waiting || now.saturating_sub(self.view_since) >= bound
             }
             Some(v) => {
                 v.principal() != me
