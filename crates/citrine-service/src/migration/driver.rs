@@ -148,7 +148,8 @@ async fn run_plan(
     cluster_key: u64,
     mut queue: Vec<MigrateTask>,
 ) {
-    let mut running: Vec<Sleep> = Vec::new();
+    let mut sending: Vec<Sending> = Vec::new();
+    let mut retiring: Vec<Sleep> = Vec::new();
     loop {
         let current = service.migrations.epoch() == epoch;
         let limit = service
@@ -156,20 +157,10 @@ async fn run_plan(
             .max_partitions
             .load(Ordering::Relaxed)
             .max(1) as usize;
-        while current && running.len() < limit && !queue.is_empty() {
+        while current && sending.len() < limit && !queue.is_empty() {
             // Hottest first, then the plan's order (smallest first).
-            let hottest = queue
-                .iter()
-                .enumerate()
-                .max_by_key(|(at, task)| {
-                    (
-                        service.migrations.hotness(&task.namespace, task.partition),
-                        std::cmp::Reverse(*at),
-                    )
-                })
-                .map_or(0, |(at, _)| at);
-            let task = queue.remove(hottest);
-            running.push(Box::pin(migrate_partition(
+            let task = queue.remove(service.migrations.hottest(&queue));
+            sending.push(Box::pin(migrate_partition(
                 service.clone(),
                 fabric.clone(),
                 pause.clone(),
@@ -178,15 +169,28 @@ async fn run_plan(
                 task,
             )));
         }
-        if running.is_empty() {
+        if sending.is_empty() && retiring.is_empty() {
             return;
         }
-        first_done(&mut running).await;
+        for task in next_done(&mut sending, &mut retiring).await {
+            retiring.push(Box::pin(retire_partition(
+                service.clone(),
+                fabric.clone(),
+                pause.clone(),
+                epoch,
+                cluster_key,
+                task,
+            )));
+        }
     }
 }
 
-/// Sends one copy to each of its targets, batch by batch, then retires the
-/// copies it covers.
+/// A copy being sent: resolves to its task once delivered.
+type Sending = Pin<Box<dyn Future<Output = Option<MigrateTask>> + Send>>;
+
+/// Sends one copy to each of its targets, batch by batch; the task back
+/// once every target acknowledged its last batch under `epoch` (`None`:
+/// the plan moved on).
 async fn migrate_partition(
     service: Arc<Service>,
     fabric: Arc<dyn Fabric>,
@@ -194,7 +198,7 @@ async fn migrate_partition(
     epoch: u64,
     cluster_key: u64,
     task: MigrateTask,
-) {
+) -> Option<MigrateTask> {
     let migrations = &service.migrations;
     let digests = service.migration_digests(&task.namespace, task.partition);
     for (target, version) in &task.targets {
@@ -205,7 +209,7 @@ async fn migrate_partition(
             let request = super::encode_partition_ref(&task.namespace, task.partition);
             loop {
                 if migrations.epoch() != epoch {
-                    return;
+                    return None;
                 }
                 let answer = fabric
                     .call(
@@ -239,7 +243,7 @@ async fn migrate_partition(
             let payload = batch.encode();
             loop {
                 if migrations.epoch() != epoch {
-                    return;
+                    return None;
                 }
                 let answer = fabric
                     .call(
@@ -279,6 +283,23 @@ async fn migrate_partition(
             }
         }
     }
+    Some(task)
+}
+
+/// After a copy was delivered: tells the copies it covers outside the
+/// replica list to drop, drops this node's copy when it is not a replica,
+/// and only then marks the copy sent (so `cluster-stable` counts it until
+/// its drops are done). Runs beside the sending, outside the
+/// `migrate-max-partitions` limit.
+async fn retire_partition(
+    service: Arc<Service>,
+    fabric: Arc<dyn Fabric>,
+    pause: Arc<dyn Pause>,
+    epoch: u64,
+    cluster_key: u64,
+    task: MigrateTask,
+) {
+    let migrations = &service.migrations;
     // The targets hold this copy now: the copies it covers outside the
     // replica list may go. Each retiree is told until it acknowledges or
     // the plan moves on (a retiree that died leaves the view).
@@ -318,13 +339,22 @@ async fn migrate_partition(
     migrations.finished(epoch, &task.namespace, task.partition);
 }
 
-/// Waits until one of `running` completes and removes the completed ones.
-async fn first_done(running: &mut Vec<Sleep>) {
+/// Waits until some of `sending` or `retiring` complete, removes them, and
+/// returns the tasks delivered.
+async fn next_done(sending: &mut Vec<Sending>, retiring: &mut Vec<Sleep>) -> Vec<MigrateTask> {
     std::future::poll_fn(|context| {
-        let before = running.len();
-        running.retain_mut(|future| future.as_mut().poll(context).is_pending());
-        if running.len() < before {
-            Poll::Ready(())
+        let mut delivered = Vec::new();
+        let before = sending.len() + retiring.len();
+        sending.retain_mut(|future| match future.as_mut().poll(context) {
+            Poll::Ready(task) => {
+                delivered.extend(task);
+                false
+            }
+            Poll::Pending => true,
+        });
+        retiring.retain_mut(|future| future.as_mut().poll(context).is_pending());
+        if sending.len() + retiring.len() < before {
+            Poll::Ready(std::mem::take(&mut delivered))
         } else {
             Poll::Pending
         }

@@ -468,14 +468,26 @@ impl Migrations {
         }
     }
 
-    /// Requests that needed `partition` while it migrated (hottest first).
-    pub fn hotness(&self, namespace: &str, partition: PartitionId) -> u64 {
+    /// The position in `queue` (in plan order: smallest first) of the task
+    /// to send next: the hottest, the first among equals. One lock; no
+    /// lookups while nothing is hot.
+    pub fn hottest(&self, queue: &[MigrateTask]) -> usize {
         let state = self.state.lock();
-        state
-            .hits
-            .get(&(namespace.to_owned(), partition.index() as u16))
-            .copied()
-            .unwrap_or(0)
+        if state.hits.is_empty() {
+            return 0;
+        }
+        let mut best = (0, 0u64);
+        for (at, task) in queue.iter().enumerate() {
+            let hits = state
+                .hits
+                .get(&(task.namespace.clone(), task.partition.index() as u16))
+                .copied()
+                .unwrap_or(0);
+            if hits > best.1 {
+                best = (at, hits);
+            }
+        }
+        best.0
     }
 
     /// The answer to an `EXCHANGE` call for `cluster_key`.
@@ -1838,6 +1850,26 @@ mod tests {
                 "node {id} has the touched copy"
             );
         }
+    }
+
+    #[test]
+    fn the_hottest_partition_goes_first_then_the_smallest() {
+        let migrations = Migrations::new(["test"].into_iter(), 1);
+        let task = |pid: u16, records: u64| MigrateTask {
+            namespace: "test".into(),
+            partition: PartitionId::new(pid).expect("pid"),
+            targets: Vec::new(),
+            retire: Vec::new(),
+            drop_after: false,
+            records,
+        };
+        let queue = vec![task(5, 1), task(9, 10), task(7, 20)];
+        assert_eq!(migrations.hottest(&queue), 0, "nothing hot: plan order");
+        migrations.state.lock().hits.insert(("test".into(), 7), 2);
+        migrations.state.lock().hits.insert(("test".into(), 9), 3);
+        assert_eq!(migrations.hottest(&queue), 1);
+        migrations.state.lock().hits.insert(("test".into(), 7), 3);
+        assert_eq!(migrations.hottest(&queue), 1, "ties: the earlier (smaller)");
     }
 
     #[test]
