@@ -9,8 +9,11 @@
 //!   one batch awaiting its ack per target (flow control: a batch goes only
 //!   when the previous one was acknowledged);
 //! - a copy is marked sent only when every target acknowledged its last
-//!   batch under the plan's epoch; a newer plan (view change) stops every
-//!   running copy at its next batch, and the loop starts over;
+//!   batch under the plan's epoch and its retirement (DROP to the copies it
+//!   covers, resent until acknowledged; this node's own copy when it is not
+//!   a replica) is done — the retirement runs beside the sending, outside
+//!   the partition limit; a newer plan (view change) stops every running
+//!   copy at its next batch, and the loop starts over;
 //! - a batch that is not acknowledged is sent again (after
 //!   [`RETRY_PAUSE_MS`]) until it is or the plan changes: a target that
 //!   died leaves the view, which makes a new plan;
