@@ -2,11 +2,13 @@
 //! membership changes; see `citrine_sim::data`).
 //!
 //! `cargo test -p citrine-sim` runs `DEBUG_SEEDS` seeds in a debug build,
-//! split over two tests so the harness uses both cores;
+//! split over two tests so the harness uses both cores; the second half
+//! mixes in the `--early-restart` and `--vanish` modes;
 //! `cargo test --release -p citrine-sim` runs `RELEASE_SEEDS`.
 //! `CITRINE_SIM_DATA_SEEDS=N` overrides the count, `CITRINE_SIM_START=S`
 //! the first seed. Replay a failing seed with
-//! `cargo run --release -p citrine-sim --example soak -- --data --seed S -v`.
+//! `cargo run --release -p citrine-sim --example soak -- --data --seed S -v`
+//! (with `--early-restart` / `--vanish` as the seed's mode asks).
 
 use std::time::Instant;
 
@@ -34,10 +36,16 @@ fn half(which: u64) {
     } else {
         total - total / 2
     };
-    let cfg = DataConfig::quick();
     let t = Instant::now();
     let mut failures = Vec::new();
     for seed in first..first + count {
+        // The second half also runs the harsher modes: a node restarted
+        // before the others noticed it died, and messages that vanish.
+        let cfg = DataConfig {
+            restart_before_noticed: which == 1 && seed % 2 == 0,
+            messages_vanish: which == 1 && seed % 3 == 0,
+            ..DataConfig::quick()
+        };
         if let Err(f) = run_data_seed(seed, &cfg) {
             failures.push(f.to_string());
         }
