@@ -490,6 +490,7 @@ fn statistics(service: &Service) -> String {
         counter("compressed_requests", &stats.compressed_requests),
         counter("proxied_out", &stats.proxied_out),
         counter("proxied_in", &stats.proxied_in),
+        counter("replica_reads", &stats.replica_reads),
         counter("replica_write_retries", &stats.replica_write_retries),
         (
             "migrate_partitions_remaining".into(),

@@ -109,6 +109,8 @@ pub struct NodeStats {
     pub proxied_out: AtomicU64,
     /// Forwarded requests executed here.
     pub proxied_in: AtomicU64,
+    /// Reads served by this node as a replica (client replica policy).
+    pub replica_reads: AtomicU64,
     /// Replica writes sent again after a failed or unanswered attempt.
     pub replica_write_retries: AtomicU64,
     pub batch: batch::BatchStats,
@@ -467,7 +469,7 @@ impl Service {
             // Blocking: for tests and tools only; an event loop awaits
             // `complete_remote` instead.
             Pending::Remote(remote) => {
-                block_on(self.complete(*remote, out));
+                block_on(self.complete_row(*remote, out));
                 None
             }
             Pending::BatchRemote(rows) => block_on(rows.complete(self, out))

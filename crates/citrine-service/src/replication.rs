@@ -12,8 +12,9 @@
 //! - the current partition map's master of the record's partition executes
 //!   the request; any other node forwards the request body to the master
 //!   ([`call_kind::PROXY`], payload `u8 hops | AS_MSG body`) and returns the
-//!   master's reply frame unchanged. Reads go to the master too (no
-//!   replica reads yet). A request that has been proxied
+//!   master's reply frame unchanged — except a plain read reaching a
+//!   replica whose copy is whole (a client reading from replicas by
+//!   policy), which the replica serves. A request that has been proxied
 //!   [`MAX_PROXY_HOPS`] times is answered 11 (partition unavailable);
 //! - on the master, a write or delete that succeeded locally is captured —
 //!   the record's full new state (generation, void time, last-update time,
@@ -411,6 +412,21 @@ pub(crate) fn route(
                 service
                     .migrations
                     .acting_reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                transaction::perform(namespace, request, now, out);
+                return None;
+            }
+            // A plain read (a client reading from replicas by policy) on a
+            // replica whose copy is whole is served here: every
+            // acknowledged write reached this copy before it was acked.
+            if read
+                && !(1..=100).contains(&request.header.record_ttl)
+                && replicas[1..].contains(&service.node_id)
+                && service.migrations.serves_whole(name, partition)
+            {
+                service
+                    .stats
+                    .replica_reads
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 transaction::perform(namespace, request, now, out);
                 return None;

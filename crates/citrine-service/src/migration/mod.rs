@@ -155,8 +155,12 @@ pub(crate) enum Disposition {
 }
 
 /// Per-partition flag bits read on the request path.
+/// This node masters the partition and is filling it.
 const ROUTE_FILLING: u8 = 1;
+/// The partition has an acting master (kept on the master and on it).
 const ROUTE_ACTING: u8 = 2;
+/// This node's copy is filling, whatever its role.
+const ROUTE_INCOMPLETE: u8 = 4;
 
 #[derive(Debug, Default, Clone)]
 struct PartitionState {
@@ -355,6 +359,9 @@ impl Migrations {
             if part.master && !part.expect.is_empty() {
                 bits |= ROUTE_FILLING;
             }
+            if !part.expect.is_empty() {
+                bits |= ROUTE_INCOMPLETE;
+            }
             if part.acting.is_some() {
                 bits |= ROUTE_ACTING;
             }
@@ -414,10 +421,11 @@ impl Migrations {
 
     /// True when this node's copy of `partition` is whole as far as
     /// migrations know: the view's exchange is resolved and the partition
-    /// is not being filled here. One or two relaxed loads.
+    /// is not being filled here (as master or replica). One or two relaxed
+    /// loads.
     pub fn serves_whole(&self, namespace: &str, partition: PartitionId) -> bool {
         !self.exchanging.load(Ordering::Relaxed)
-            && self.route_bits(namespace, partition) & ROUTE_FILLING == 0
+            && self.route_bits(namespace, partition) & ROUTE_INCOMPLETE == 0
     }
 
     /// The acting master a filling master also replicates its writes to
@@ -1870,6 +1878,56 @@ mod tests {
         assert_eq!(migrations.hottest(&queue), 1);
         migrations.state.lock().hits.insert(("test".into(), 7), 3);
         assert_eq!(migrations.hottest(&queue), 1, "ties: the earlier (smaller)");
+    }
+
+    /// A plain read at a replica whose copy is whole is served there; while
+    /// the replica's copy is filling it goes to the master.
+    #[test]
+    fn replicas_serve_reads_only_when_whole() {
+        use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+        use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
+        let world = World::new(&[1, 2]);
+        world.publish(70, &[1, 2]);
+        world.settle(&[1, 2]);
+        let mut write = record(0, 3, 1);
+        write.body = Some(citrine_record::encode_body(None, &[]).expect("body"));
+        for id in [1, 2] {
+            put(&world.node(id), &write);
+        }
+        let view = state(1, 70, &[1, 2]);
+        let replica = view.namespaces[0].map.replicas(write.digest.partition())[1];
+        let read = |node: &Service| {
+            let mut frame = Vec::new();
+            let header = MsgHeader {
+                info1: info1::READ | info1::GET_NO_BINS,
+                ..MsgHeader::default()
+            };
+            let mut writer = MessageWriter::begin(&mut frame, &header);
+            writer
+                .field(field_type::NAMESPACE, b"test")
+                .field(field_type::DIGEST, &write.digest.0);
+            writer.finish();
+            let proto: [u8; PROTO_HEADER_SIZE] =
+                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+            let mut out = Vec::new();
+            node.handle(
+                ProtoHeader::decode(&proto).expect("proto"),
+                &frame[PROTO_HEADER_SIZE..],
+                &mut out,
+            )
+            .expect("handled");
+            out[PROTO_HEADER_SIZE + 5]
+        };
+        let node = world.node(replica.0);
+        assert_eq!(read(&node), 0);
+        assert_eq!(node.stats.replica_reads.load(Ordering::Relaxed), 1);
+        assert_eq!(node.stats.proxied_out.load(Ordering::Relaxed), 0);
+        // A new view whose exchange has not run: the replica's copy is not
+        // known to be whole, the read goes to the master.
+        node.publish_cluster(state(replica.0, 71, &[1, 2]));
+        assert_eq!(read(&node), 0);
+        assert_eq!(node.stats.replica_reads.load(Ordering::Relaxed), 1);
+        assert_eq!(node.stats.proxied_out.load(Ordering::Relaxed), 1);
     }
 
     #[test]
