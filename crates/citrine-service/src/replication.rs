@@ -436,7 +436,10 @@ pub(crate) fn route(
         _ => {}
     }
     if !resolved {
-        match service.migrations.disposition(name, partition, read) {
+        // A read-touch may rewrite the record: it runs here, like a write,
+        // never at the acting master.
+        let plain_read = read && !(1..=100).contains(&request.header.record_ttl);
+        match service.migrations.disposition(name, partition, plain_read) {
             Disposition::Normal => {}
             Disposition::Acting(acting) => return proxy(acting, PROXY_ACTING, out),
             Disposition::DupRes {
