@@ -242,40 +242,41 @@ pub fn start_cluster(first: usize) -> Vec<Node> {
 }
 
 /// The partitions this node holds (any column) by its `replicas` answer.
-/// The partitions `node` masters (first column of its `replicas` answer).
-pub fn mastered_partitions(node: &Node) -> Vec<bool> {
+/// Per column of `node`'s `replicas` answer for namespace `test` (master
+/// first), which of the 4096 partitions it holds.
+pub fn replica_columns(node: &Node) -> Vec<Vec<bool>> {
     let text = node.info_value("replicas").unwrap();
     let entry = text
         .split(';')
         .find_map(|entry| entry.strip_prefix("test:"))
         .unwrap();
-    // regime, column count, then one bitmap per column: the first.
-    let bitmap = entry.split(',').nth(2).unwrap();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(bitmap)
-        .unwrap();
-    (0..4096)
-        .map(|pid| bytes[pid >> 3] & (0x80 >> (pid & 7)) != 0)
+    // regime, column count, then one bitmap per column.
+    entry
+        .split(',')
+        .skip(2)
+        .map(|bitmap| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(bitmap)
+                .unwrap();
+            assert_eq!(bytes.len(), 512);
+            (0..4096)
+                .map(|pid| bytes[pid >> 3] & (0x80 >> (pid & 7)) != 0)
+                .collect()
+        })
         .collect()
 }
 
+/// The partitions `node` masters.
+pub fn mastered_partitions(node: &Node) -> Vec<bool> {
+    replica_columns(node).swap_remove(0)
+}
+
+/// The partitions `node` holds in any column.
 pub fn held_partitions(node: &Node) -> Vec<bool> {
-    let text = node.info_value("replicas").unwrap();
-    let entry = text
-        .split(';')
-        .find_map(|entry| entry.strip_prefix("test:"))
-        .unwrap();
     let mut held = vec![false; 4096];
-    // regime, column count, then one bitmap per column.
-    for bitmap in entry.split(',').skip(2) {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(bitmap)
-            .unwrap();
-        assert_eq!(bytes.len(), 512);
-        for (pid, slot) in held.iter_mut().enumerate() {
-            if bytes[pid >> 3] & (0x80 >> (pid & 7)) != 0 {
-                *slot = true;
-            }
+    for column in replica_columns(node) {
+        for (slot, holds) in held.iter_mut().zip(column) {
+            *slot |= holds;
         }
     }
     held

@@ -21,7 +21,7 @@
 //!   thread and holds a partition lock only while it copies one batch.
 
 use super::{exchange_status, MigrateTask, Work, FLAG_FIRST, FLAG_LAST};
-use crate::replication::{call_kind, join_all, Fabric};
+use crate::replication::{call_kind, join_all, Fabric, FabricError};
 use crate::Service;
 use citrine_types::{NodeId, ResultCode};
 use std::future::Future;
@@ -210,26 +210,24 @@ async fn migrate_partition(
             digests.clone()
         } else {
             let request = super::encode_partition_ref(&task.namespace, task.partition);
-            loop {
-                if migrations.epoch() != epoch {
-                    return None;
-                }
-                let answer = fabric
-                    .call(
-                        *target,
-                        call_kind::MANIFEST,
-                        request.clone(),
-                        Duration::from_millis(BATCH_TIMEOUT_MS),
-                    )
-                    .await;
-                let delta = answer.ok().and_then(|manifest| {
-                    service.migration_delta(&task.namespace, task.partition, &digests, &manifest)
-                });
-                match delta {
-                    Some(delta) => break delta,
-                    None => pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await,
-                }
-            }
+            call_until(
+                &service,
+                &fabric,
+                &pause,
+                epoch,
+                (*target, call_kind::MANIFEST, &request),
+                |answer| {
+                    answer.ok().and_then(|manifest| {
+                        service.migration_delta(
+                            &task.namespace,
+                            task.partition,
+                            &digests,
+                            &manifest,
+                        )
+                    })
+                },
+            )
+            .await?
         };
         let mut at = 0;
         let mut flags = FLAG_FIRST;
@@ -244,31 +242,26 @@ async fn migrate_partition(
             at += consumed;
             flags = 0;
             let payload = batch.encode();
-            loop {
-                if migrations.epoch() != epoch {
-                    return None;
-                }
-                let answer = fabric
-                    .call(
-                        *target,
-                        call_kind::MIGRATE,
-                        payload.clone(),
-                        Duration::from_millis(BATCH_TIMEOUT_MS),
-                    )
-                    .await;
-                match answer.as_deref() {
-                    Ok([code]) if *code == ResultCode::Ok.code() => break,
-                    other => {
+            call_until(
+                &service,
+                &fabric,
+                &pause,
+                epoch,
+                (*target, call_kind::MIGRATE, &payload),
+                |answer| {
+                    let acknowledged = acknowledged(&answer);
+                    if !acknowledged {
                         tracing::debug!(
                             target = %target,
                             partition = task.partition.index(),
-                            answer = ?other,
+                            answer = ?answer,
                             "migration batch not acknowledged; sending it again"
                         );
-                        pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
                     }
-                }
-            }
+                    acknowledged.then_some(())
+                },
+            )
+            .await?;
             let records = batch.records.len() as u64;
             migrations
                 .records_sent
@@ -313,26 +306,14 @@ async fn retire_partition(
         task.partition,
     );
     let tell = |node: NodeId| {
-        let notice = notice.clone();
-        let fabric = fabric.clone();
-        let pause = pause.clone();
-        let service = service.clone();
-        async move {
-            while service.migrations.epoch() == epoch {
-                let answer = fabric
-                    .call(
-                        node,
-                        call_kind::DROP,
-                        notice.clone(),
-                        Duration::from_millis(BATCH_TIMEOUT_MS),
-                    )
-                    .await;
-                if matches!(answer.as_deref(), Ok([code]) if *code == ResultCode::Ok.code()) {
-                    return;
-                }
-                pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
-            }
-        }
+        call_until(
+            &service,
+            &fabric,
+            &pause,
+            epoch,
+            (node, call_kind::DROP, &notice),
+            |answer| acknowledged(&answer).then_some(()),
+        )
     };
     join_all(task.retire.iter().map(|node| tell(*node)).collect()).await;
     if task.drop_after && migrations.epoch() == epoch {
@@ -340,6 +321,38 @@ async fn retire_partition(
     }
     // Last: `cluster-stable` counts the copy until its drops are done.
     migrations.finished(epoch, &task.namespace, task.partition);
+}
+
+/// Calls `to` (`kind`, `payload`) until `accept` takes an answer, pausing
+/// [`RETRY_PAUSE_MS`] between tries; `None` once the plan `epoch` is over.
+async fn call_until<T>(
+    service: &Service,
+    fabric: &Arc<dyn Fabric>,
+    pause: &Arc<dyn Pause>,
+    epoch: u64,
+    (to, kind, payload): (NodeId, u8, &[u8]),
+    mut accept: impl FnMut(Result<Vec<u8>, FabricError>) -> Option<T>,
+) -> Option<T> {
+    while service.migrations.epoch() == epoch {
+        let answer = fabric
+            .call(
+                to,
+                kind,
+                payload.to_vec(),
+                Duration::from_millis(BATCH_TIMEOUT_MS),
+            )
+            .await;
+        if let Some(value) = accept(answer) {
+            return Some(value);
+        }
+        pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+    }
+    None
+}
+
+/// True for a one-byte OK answer.
+fn acknowledged(answer: &Result<Vec<u8>, FabricError>) -> bool {
+    matches!(answer.as_deref(), Ok([code]) if *code == ResultCode::Ok.code())
 }
 
 /// Waits until some of `sending` or `retiring` complete, removes them, and
