@@ -128,8 +128,7 @@ pub struct Tombstone {
     pub set_id: u16,
 }
 
-/// Bytes one tombstone occupies (slot and control byte, without spare
-/// capacity).
+/// Bytes one tombstone slot occupies (slot and control byte).
 pub const TOMBSTONE_BYTES: usize = std::mem::size_of::<(Digest, Tombstone)>() + 1;
 
 /// The index of one partition.
@@ -240,17 +239,20 @@ impl PartitionIndex {
 
     /// Bytes the table occupies: its buckets (a power of two at least
     /// capacity × 8/7) times slot size plus one control byte each.
+    /// Tombstones included.
     pub fn table_bytes(&self) -> usize {
-        let capacity = self.entries.capacity();
-        if capacity == 0 {
-            return 0;
-        }
-        let buckets = if capacity < 8 {
-            (capacity + 1).next_power_of_two()
-        } else {
-            (capacity * 8 / 7).next_power_of_two()
-        };
-        buckets * (SLOT_BYTES + 1)
+        buckets(self.entries.capacity()) * (SLOT_BYTES + 1)
+            + buckets(self.tombstones.capacity()) * TOMBSTONE_BYTES
+    }
+}
+
+/// Buckets of a hash table with `capacity` (a power of two at least
+/// capacity × 8/7; 0 when nothing was ever allocated).
+fn buckets(capacity: usize) -> usize {
+    match capacity {
+        0 => 0,
+        1..8 => (capacity + 1).next_power_of_two(),
+        _ => (capacity * 8 / 7).next_power_of_two(),
     }
 }
 
