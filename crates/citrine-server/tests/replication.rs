@@ -2,17 +2,21 @@
 //! cluster with replication factor 2 (`examples/cluster.toml`). Records
 //! written to any node (masters and non-masters alike) read back from any
 //! node; master and replica hold byte-identical copies of every partition
-//! (`partition-checksums`); deletes replicate; and after the master of some
-//! records is killed, every acknowledged write is still readable.
+//! (`partition-checksums`); deletes replicate; batch rows are routed and
+//! replicated like single requests; and after the master of some records
+//! is killed, every acknowledged write is still readable.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use citrine_wire::msg::{info2, MsgHeader};
+use citrine_wire::digest::{of_key, UserKey};
+use citrine_wire::msg::{field_type, info1, info2, op_type, MessageWriter, MsgHeader};
 use common::cluster::*;
+use common::stream::read_stream;
 use common::*;
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -272,4 +276,121 @@ fn bad_fabric_frames_close_only_their_connection() {
     let mut stream = connect(node.port);
     assert_eq!(put(&mut stream, "after-garbage", "ok"), 0);
     assert_eq!(get(&mut stream, "after-garbage"), (0, Some(b"ok".to_vec())));
+}
+
+/// One batch row (type INFO: info1..3 follow) in namespace `test`, set
+/// `demo`: a write of string bin `v` = `value`, or a read of all bins.
+fn batch_row(out: &mut Vec<u8>, index: u32, key: &str, value: Option<&str>) {
+    out.extend_from_slice(&index.to_be_bytes());
+    out.extend_from_slice(&of_key("demo", &UserKey::String(key.into())).0);
+    out.push(0x02);
+    match value {
+        Some(_) => out.extend_from_slice(&[0, info2::WRITE, 0]),
+        None => out.extend_from_slice(&[info1::READ | info1::GET_ALL, 0, 0]),
+    }
+    out.extend_from_slice(&2u16.to_be_bytes());
+    out.extend_from_slice(&u16::from(value.is_some()).to_be_bytes());
+    for (kind, data) in [
+        (field_type::NAMESPACE, &b"test"[..]),
+        (field_type::SET, b"demo"),
+    ] {
+        out.extend_from_slice(&(data.len() as u32 + 1).to_be_bytes());
+        out.push(kind);
+        out.extend_from_slice(data);
+    }
+    if let Some(value) = value {
+        out.extend_from_slice(&((4 + 1 + value.len()) as u32).to_be_bytes());
+        out.extend_from_slice(&[op_type::WRITE, 3, 0, 1, b'v']);
+        out.extend_from_slice(value.as_bytes());
+    }
+}
+
+/// Sends a batch of `rows` rows built by `row` to `node`; returns (index,
+/// result code, value of bin `v`) per row, and checks the LAST message.
+fn batch(
+    node: &Node,
+    rows: u32,
+    row: impl Fn(&mut Vec<u8>, u32),
+) -> Vec<(u32, u8, Option<Vec<u8>>)> {
+    let mut payload = rows.to_be_bytes().to_vec();
+    payload.push(0);
+    for index in 0..rows {
+        row(&mut payload, index);
+    }
+    let mut frame = Vec::new();
+    let header = MsgHeader {
+        info1: info1::BATCH,
+        transaction_ttl: 5000,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut frame, &header);
+    writer.field(field_type::BATCH_INDEX, &payload);
+    writer.finish();
+    let mut stream = node.connect();
+    stream.write_all(&frame).unwrap();
+    let (mut messages, _) = read_stream(&mut stream);
+    let last = messages.pop().unwrap();
+    assert_eq!(last.header.result_code, 0, "LAST of the batch");
+    messages
+        .into_iter()
+        .map(|message| {
+            let value = message
+                .bins
+                .iter()
+                .find(|(name, _)| name == b"v")
+                .map(|(_, value)| value.clone());
+            (
+                message.header.transaction_ttl,
+                message.header.result_code,
+                value,
+            )
+        })
+        .collect()
+}
+
+/// In a cluster a batch's rows go where single requests go: rows mastered
+/// elsewhere are proxied, written rows are replicated before their answer,
+/// every row is answered once; then every write reads back from every node,
+/// by single reads and by a batch through another node.
+#[test]
+fn batch_rows_reach_their_masters_and_replicas() {
+    const ROWS: u32 = 120;
+    let nodes = start_cluster(12);
+    let key = |index: u32| format!("batch-{index}");
+    let value = |index: u32| format!("value-{index}");
+    let mut answers = batch(&nodes[0], ROWS, |out, index| {
+        batch_row(out, index, &key(index), Some(&value(index)))
+    });
+    answers.sort_by_key(|(index, _, _)| *index);
+    assert_eq!(answers.len(), ROWS as usize);
+    for (at, (index, code, _)) in answers.iter().enumerate() {
+        assert_eq!((*index, *code), (at as u32, 0), "row {at}");
+    }
+    for node in &nodes {
+        let mut stream = connect(node.port);
+        for index in 0..ROWS {
+            assert_eq!(
+                get(&mut stream, &key(index)),
+                (0, Some(value(index).into_bytes())),
+                "{} from node {}",
+                key(index),
+                node.id
+            );
+        }
+    }
+    assert_eq!(
+        copies_matching_the_map(&nodes.iter().collect::<Vec<_>>()),
+        u64::from(ROWS)
+    );
+    let reads = batch(&nodes[1], ROWS, |out, index| {
+        batch_row(out, index, &key(index), None)
+    });
+    assert_eq!(reads.len(), ROWS as usize);
+    for (index, code, found) in reads {
+        assert_eq!(
+            (code, found),
+            (0, Some(value(index).into_bytes())),
+            "read row {index}"
+        );
+    }
 }

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod netns;
+pub mod stream;
 
 use citrine_wire::digest::{of_key, UserKey};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
