@@ -74,18 +74,8 @@ fn a_network_split_makes_two_clusters_that_merge_when_healed() {
         return;
     }
     let network = SplitNetwork::new();
-    let mut nodes: Vec<Node> = (0..4)
-        .map(|index| {
-            let side = index / 2;
-            Node::in_netns(0x40 + index, &network.hosts[side], &network.names[side])
-        })
-        .collect();
-    let seeds = vec![nodes[0].heartbeat_address(), nodes[2].heartbeat_address()];
-    for node in nodes.iter_mut() {
-        node.start_seeds(&seeds);
-    }
+    let nodes = network.start_cluster(0x40);
     let all: Vec<&Node> = nodes.iter().collect();
-    wait_for_cluster(&all, 4, Duration::from_secs(40));
     network.set_link(false);
     let took_a = wait_for_cluster(&all[..2], 2, Duration::from_secs(30));
     let took_b = wait_for_cluster(&all[2..], 2, Duration::from_secs(30));

@@ -174,18 +174,8 @@ fn a_split_brain_merges_to_the_generation_winner_on_every_replica() {
     }
     let started = Instant::now();
     let network = SplitNetwork::new();
-    let mut nodes: Vec<Node> = (0..4)
-        .map(|index| {
-            let side = index / 2;
-            Node::in_netns(0x48 + index, &network.hosts[side], &network.names[side])
-        })
-        .collect();
-    let seeds = vec![nodes[0].heartbeat_address(), nodes[2].heartbeat_address()];
-    for node in nodes.iter_mut() {
-        node.start_seeds(&seeds);
-    }
+    let nodes = network.start_cluster(0x48);
     let all: Vec<&Node> = nodes.iter().collect();
-    wait_for_cluster(&all, 4, Duration::from_secs(40));
     wait_for_stable(&all, Duration::from_secs(30));
     println!("4 nodes stable after {:?}", started.elapsed());
 

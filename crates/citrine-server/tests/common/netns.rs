@@ -10,7 +10,9 @@
 //! The sides have no route to each other except the split link: the test's
 //! namespace does not forward between them.
 
+use super::cluster::{wait_for_cluster, Node};
 use std::process::Command;
+use std::time::Duration;
 
 /// Runs `ip` with arguments; panics with its stderr on failure.
 pub fn ip(args: &[&str]) {
@@ -130,6 +132,26 @@ impl SplitNetwork {
         let state = if up { "up" } else { "down" };
         ip(&["-n", &self.names[0], "link", "set", &self.veth(0), state]);
         ip(&["-n", &self.names[1], "link", "set", &self.veth(1), state]);
+    }
+}
+
+impl SplitNetwork {
+    /// Four nodes, two per side (ids `first`..`first + 3`), seeded from the
+    /// first node of each side, started and agreed on a cluster of four.
+    pub fn start_cluster(&self, first: usize) -> Vec<Node> {
+        let mut nodes: Vec<Node> = (0..4)
+            .map(|index| {
+                let side = index / 2;
+                Node::in_netns(first + index, &self.hosts[side], &self.names[side])
+            })
+            .collect();
+        let seeds = vec![nodes[0].heartbeat_address(), nodes[2].heartbeat_address()];
+        for node in nodes.iter_mut() {
+            node.start_seeds(&seeds);
+        }
+        let all: Vec<&Node> = nodes.iter().collect();
+        wait_for_cluster(&all, 4, Duration::from_secs(40));
+        nodes
     }
 }
 
