@@ -59,24 +59,7 @@ echo "== go test -c (compiling the suite; first time takes a few minutes)"
     || { tail -30 "$WORK/go-build.log" >&2; die "go test -c failed"; }
 
 # -------------------------------------------------------------------- server
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-if [ -z "${PORT:-}" ]; then
-    for p in $(seq 3400 3499); do
-        if port_free "$p"; then PORT="$p"; break; fi
-    done
-fi
-[ -n "${PORT:-}" ] || die "no free port in 3400-3499"
-port_free "$PORT" || die "port $PORT is in use"
-
-echo "== starting citrined on 127.0.0.1:$PORT"
-"$CITRINED" --port "$PORT" --address 127.0.0.1 --data-dir "$WORK/data" ${CITRINED_ARGS:-} >"$WORK/server.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 1 100); do
-    if ! port_free "$PORT"; then break; fi
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; die "citrined exited"; }
-    sleep 0.1
-done
-port_free "$PORT" && die "citrined did not open port $PORT"
+start_citrined
 
 # ---------------------------------------------------------------------- suite
 ARGS=(-h 127.0.0.1 -p "$PORT" -n test

@@ -1,9 +1,11 @@
 # Shared set-up of the scripts that run an external tool against a fresh
 # citrined (go-benchmark.sh, go-client-suite.sh). Source it after setting
 # SCRIPT_NAME and WORK_PREFIX; it defines die(), checks for go and python3,
-# creates $WORK, installs a trap that stops $SERVER_PID on exit, and sets
+# creates $WORK, installs a trap that stops $SERVER_PID on exit, sets
 # $CITRINED to a copy of the release binary (built unless NO_BUILD=1, or
-# the caller's own CITRINED).
+# the caller's own CITRINED), and defines start_citrined (a free port in
+# 3400-3499 unless $PORT is set; sets $PORT and $SERVER_PID; extra flags in
+# $CITRINED_ARGS).
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -35,3 +37,25 @@ if [ -z "${CITRINED:-}" ]; then
     CITRINED="$WORK/citrined"
 fi
 [ -x "$CITRINED" ] || die "CITRINED=$CITRINED is not executable"
+
+# Starts $CITRINED on 127.0.0.1:$PORT and waits until it listens.
+start_citrined() {
+    port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+    if [ -z "${PORT:-}" ]; then
+        for p in $(seq 3400 3499); do
+            if port_free "$p"; then PORT="$p"; break; fi
+        done
+    fi
+    [ -n "${PORT:-}" ] || die "no free port in 3400-3499"
+    port_free "$PORT" || die "port $PORT is in use"
+
+    echo "== starting citrined on 127.0.0.1:$PORT"
+    "$CITRINED" --port "$PORT" --address 127.0.0.1 --data-dir "$WORK/data" ${CITRINED_ARGS:-} >"$WORK/server.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 1 100); do
+        if ! port_free "$PORT"; then break; fi
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; die "citrined exited"; }
+        sleep 0.1
+    done
+    if port_free "$PORT"; then die "citrined did not open port $PORT"; fi
+}
