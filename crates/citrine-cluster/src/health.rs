@@ -145,6 +145,20 @@ impl HealthTracker {
         }
     }
 
+    /// `id` restarted (a later incarnation): it goes through probation
+    /// again, as a new peer — a node that comes back empty under its old id
+    /// must not be anyone's principal before it is admitted again.
+    pub fn restarted(&mut self, id: NodeId) {
+        if let Some(p) = self.peers.get_mut(&id) {
+            *p = PeerHealth {
+                full_window: false,
+                alpha_pow: 1.0,
+                ..PeerHealth::default()
+            };
+        }
+        self.unhealthy.remove(&id);
+    }
+
     /// Notes a surrogate (fabric or Paxos) message from `from` at `now`; it
     /// does not count as a heartbeat but proves the peer alive.
     pub fn record_surrogate(&mut self, from: NodeId, now: u64) {
@@ -355,6 +369,19 @@ mod tests {
         let peers = ids(2);
         run(&mut t, &peers, 10, |i, _| if i == 0 { 0 } else { 10 });
         assert_eq!(t.unhealthy().count(), 0);
+    }
+
+    #[test]
+    fn a_restarted_peer_goes_through_probation_again() {
+        let mut t = tracker();
+        let peers = ids(2);
+        t.tick(500, &peers);
+        run(&mut t, &peers, 4, |_, _| 10);
+        assert!(t.is_eligible(NodeId(1)));
+        t.restarted(NodeId(1));
+        assert!(!t.is_eligible(NodeId(1)));
+        assert!(t.admission_eta(NodeId(1), 4_000).is_some());
+        assert!(t.is_eligible(NodeId(2)), "the others are untouched");
     }
 
     #[test]

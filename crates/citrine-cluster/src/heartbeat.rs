@@ -81,6 +81,9 @@ pub enum HeartbeatOutcome {
     NewPeer,
     /// A new heartbeat from an adjacent peer.
     Fresh,
+    /// The first heartbeat of a later incarnation of an adjacent peer: it
+    /// restarted (and is judged like a new peer again).
+    Restarted,
     /// A duplicate or reordered older heartbeat: liveness only.
     Stale,
     /// A heartbeat claiming to come from the local node id; ignored.
@@ -198,12 +201,17 @@ impl HeartbeatState {
                 if stamp <= p.latest {
                     return HeartbeatOutcome::Stale;
                 }
+                let restarted = stamp.0 > p.latest.0;
                 p.latest = stamp;
                 p.addr = hb.addr.clone();
                 p.last_heartbeat = now;
                 p.cluster_key = hb.cluster_key;
                 p.succession.clone_from(&hb.succession);
-                HeartbeatOutcome::Fresh
+                if restarted {
+                    HeartbeatOutcome::Restarted
+                } else {
+                    HeartbeatOutcome::Fresh
+                }
             }
             None => {
                 self.peers.insert(
@@ -384,7 +392,7 @@ mod tests {
         // A restart (higher incarnation) resets the sequence.
         assert_eq!(
             s.on_heartbeat(NodeId(2), &hb("two", 2, 1, vec![]), 2),
-            HeartbeatOutcome::Fresh
+            HeartbeatOutcome::Restarted
         );
         assert_eq!(s.peer(NodeId(2)).map(|p| p.cluster_key), Some(0));
         assert_eq!(

@@ -9,7 +9,11 @@
 //!
 //! Protocol summary:
 //! - *eligible set*: the node itself plus adjacent peers that passed health
-//!   probation and are not unhealthy. The *principal* is its highest id.
+//!   probation and are not unhealthy. The *principal* is its highest id. A
+//!   peer heard under a later incarnation (it restarted) goes through
+//!   probation again, so a node back empty under its old id is nobody's
+//!   principal before it is admitted; an orphan waits (bounded) for the
+//!   peers it hears to pass probation before it forms a view without them.
 //! - Only at a cluster-change quantum (every `quantum_ms`) does a node that
 //!   is its own principal decide whether the view must change: it is an
 //!   orphan, its view is led by someone else, the eligible set differs from
@@ -405,7 +409,15 @@ impl ClusterNode {
         match msg {
             Message::Heartbeat(hb) => {
                 let outcome = self.hb.on_heartbeat(from, &hb, now);
-                if matches!(outcome, HeartbeatOutcome::Fresh | HeartbeatOutcome::NewPeer) {
+                if outcome == HeartbeatOutcome::Restarted {
+                    self.health.restarted(from);
+                }
+                if matches!(
+                    outcome,
+                    HeartbeatOutcome::Fresh
+                        | HeartbeatOutcome::NewPeer
+                        | HeartbeatOutcome::Restarted
+                ) {
                     // A brand-new peer is registered with the tracker on the
                     // next tick; its first window is discarded anyway.
                     self.health.record_heartbeat(from, now);
