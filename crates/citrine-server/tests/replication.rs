@@ -20,23 +20,6 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-fn delete(stream: &mut TcpStream, key: &str) -> u8 {
-    let request = record_request(
-        "test",
-        key,
-        MsgHeader {
-            info2: info2::WRITE | info2::DELETE,
-            transaction_ttl: 5000,
-            ..MsgHeader::default()
-        },
-        &[],
-    );
-    let (_, body) = round_trip(stream, &request).unwrap();
-    decode_reply(&body).0.result_code
-}
-
-/// Every partition that holds records is held by exactly `copies` nodes,
-/// all with the same count and checksum; returns the records per node.
 fn assert_copies_agree(nodes: &[&Node], copies: usize) -> Vec<u64> {
     let sums: Vec<BTreeMap<u16, String>> = nodes.iter().map(|node| node.checksums()).collect();
     let mut holders: BTreeMap<u16, Vec<&String>> = BTreeMap::new();

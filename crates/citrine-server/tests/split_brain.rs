@@ -96,19 +96,8 @@ fn update(node: &Node, reader: &Node, key: &str, label: &str, times: usize) -> u
 
 /// Deletes `key` through `node`; checks through `reader` that it is gone.
 /// Returns the delete's result code: 0, or 2 when this side held no copy.
-fn delete(node: &Node, reader: &Node, key: &str) -> u8 {
-    let request = record_request(
-        "test",
-        key,
-        MsgHeader {
-            info2: info2::WRITE | info2::DELETE,
-            transaction_ttl: 5000,
-            ..MsgHeader::default()
-        },
-        &[],
-    );
-    let (_, body) = round_trip(&mut node.connect(), &request).unwrap();
-    let code = decode_reply(&body).0.result_code;
+fn delete_on_side(node: &Node, reader: &Node, key: &str) -> u8 {
+    let code = delete(&mut node.connect(), key);
     assert!(code == 0 || code == 2, "delete {key}: {code}");
     assert_eq!(
         get(&mut reader.connect(), key).0,
@@ -227,10 +216,14 @@ fn a_split_brain_merges_to_the_generation_winner_on_every_replica() {
         } else {
             ((b, b_reader), (a, a_reader))
         };
-        let survivor = if delete(this.0, this.1, key) == 0 {
+        let survivor = if delete_on_side(this.0, this.1, key) == 0 {
             other
         } else {
-            assert_eq!(delete(other.0, other.1, key), 0, "{key} is somewhere");
+            assert_eq!(
+                delete_on_side(other.0, other.1, key),
+                0,
+                "{key} is somewhere"
+            );
             this
         };
         if get(&mut survivor.0.connect(), key).0 == 0 {

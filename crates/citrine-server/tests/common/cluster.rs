@@ -361,6 +361,22 @@ pub fn put(stream: &mut TcpStream, key: &str, value: &str) -> u8 {
     decode_reply(&body).0.result_code
 }
 
+/// Deletes `key`; the result code.
+pub fn delete(stream: &mut TcpStream, key: &str) -> u8 {
+    let request = record_request(
+        "test",
+        key,
+        MsgHeader {
+            info2: info2::WRITE | info2::DELETE,
+            transaction_ttl: 5000,
+            ..MsgHeader::default()
+        },
+        &[],
+    );
+    let (_, body) = round_trip(stream, &request).unwrap();
+    decode_reply(&body).0.result_code
+}
+
 /// (result code, value of bin "v").
 pub fn get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
     let request = record_request(

@@ -1808,12 +1808,38 @@ mod tests {
         assert_eq!(found, 40);
     }
 
+    /// Sends a header-only read of `digest` (with read-touch percent
+    /// `touch`, 0 = none) to `node` through `Service::handle`; the result
+    /// code.
+    fn read_header(node: &Service, digest: &Digest, touch: u32) -> u8 {
+        use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+        use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
+        let mut frame = Vec::new();
+        let header = MsgHeader {
+            info1: info1::READ | info1::GET_NO_BINS,
+            record_ttl: touch,
+            ..MsgHeader::default()
+        };
+        let mut writer = MessageWriter::begin(&mut frame, &header);
+        writer
+            .field(field_type::NAMESPACE, b"test")
+            .field(field_type::DIGEST, &digest.0);
+        writer.finish();
+        let proto: [u8; PROTO_HEADER_SIZE] = frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+        let mut out = Vec::new();
+        node.handle(
+            ProtoHeader::decode(&proto).expect("proto"),
+            &frame[PROTO_HEADER_SIZE..],
+            &mut out,
+        )
+        .expect("handled");
+        out[PROTO_HEADER_SIZE + 5]
+    }
+
     /// A read-touch at the master that rewrites the record (new void time
     /// and generation) reaches the replica too.
     #[test]
     fn a_read_touch_is_replicated() {
-        use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
-        use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
         let world = World::new(&[1, 2]);
         world.publish(60, &[1, 2]);
         world.settle(&[1, 2]);
@@ -1829,28 +1855,8 @@ mod tests {
         for id in [1, 2] {
             put(&world.node(id), &write);
         }
-        let mut frame = Vec::new();
-        let header = MsgHeader {
-            info1: info1::READ | info1::GET_NO_BINS,
-            record_ttl: 50,
-            ..MsgHeader::default()
-        };
-        let mut writer = MessageWriter::begin(&mut frame, &header);
-        writer
-            .field(field_type::NAMESPACE, b"test")
-            .field(field_type::DIGEST, &write.digest.0);
-        writer.finish();
-        let proto: [u8; PROTO_HEADER_SIZE] = frame[..PROTO_HEADER_SIZE].try_into().expect("header");
-        let mut out = Vec::new();
-        world
-            .node(master.0)
-            .handle(
-                ProtoHeader::decode(&proto).expect("proto"),
-                &frame[PROTO_HEADER_SIZE..],
-                &mut out,
-            )
-            .expect("handled");
-        assert_eq!(out[PROTO_HEADER_SIZE + 5], 0, "read answered");
+        let code = read_header(&world.node(master.0), &write.digest, 50);
+        assert_eq!(code, 0, "read answered");
         for id in [master.0, replica] {
             assert_eq!(
                 stored(&world.node(id), &write).map(|(generation, _)| generation),
@@ -1884,8 +1890,6 @@ mod tests {
     /// the replica's copy is filling it goes to the master.
     #[test]
     fn replicas_serve_reads_only_when_whole() {
-        use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
-        use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
         let world = World::new(&[1, 2]);
         world.publish(70, &[1, 2]);
         world.settle(&[1, 2]);
@@ -1896,28 +1900,7 @@ mod tests {
         }
         let view = state(1, 70, &[1, 2]);
         let replica = view.namespaces[0].map.replicas(write.digest.partition())[1];
-        let read = |node: &Service| {
-            let mut frame = Vec::new();
-            let header = MsgHeader {
-                info1: info1::READ | info1::GET_NO_BINS,
-                ..MsgHeader::default()
-            };
-            let mut writer = MessageWriter::begin(&mut frame, &header);
-            writer
-                .field(field_type::NAMESPACE, b"test")
-                .field(field_type::DIGEST, &write.digest.0);
-            writer.finish();
-            let proto: [u8; PROTO_HEADER_SIZE] =
-                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
-            let mut out = Vec::new();
-            node.handle(
-                ProtoHeader::decode(&proto).expect("proto"),
-                &frame[PROTO_HEADER_SIZE..],
-                &mut out,
-            )
-            .expect("handled");
-            out[PROTO_HEADER_SIZE + 5]
-        };
+        let read = |node: &Service| read_header(node, &write.digest, 0);
         let node = world.node(replica.0);
         assert_eq!(read(&node), 0);
         assert_eq!(node.stats.replica_reads.load(Ordering::Relaxed), 1);
