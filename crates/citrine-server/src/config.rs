@@ -42,6 +42,9 @@ pub struct ServiceSection {
     pub work_directory: Option<PathBuf>,
     pub proto_fd_max: Option<u32>,
     pub service_threads: Option<u16>,
+    /// Share of one core (percent, 1 to 100, default 85) above which a
+    /// service thread hands connections to a less loaded one.
+    pub service_thread_spill_pct: Option<u32>,
     pub rack_id: Option<u32>,
     /// Most partitions this node migrates at once (default 4, 1 to 64).
     pub migrate_max_partitions: Option<u32>,
@@ -268,6 +271,8 @@ pub struct ServerConfig {
     pub work_directory: Option<PathBuf>,
     pub proto_fd_max: u32,
     pub service_threads: usize,
+    /// `service.service-thread-spill-pct`.
+    pub service_thread_spill_pct: u32,
     pub log_level: String,
     pub cluster: ClusterSettings,
 }
@@ -421,6 +426,12 @@ pub fn resolve(
             .unwrap_or(1),
         Some(count) => usize::from(count),
     };
+    let service_thread_spill_pct = service.service_thread_spill_pct.unwrap_or(85);
+    if !(1..=100).contains(&service_thread_spill_pct) {
+        return Err(ConfigError(format!(
+            "{origin}: service.service-thread-spill-pct = {service_thread_spill_pct} is out of range: use 1 to 100 (percent of one core)"
+        )));
+    }
     if file.namespaces.is_empty() {
         return Err(ConfigError(format!(
             "{origin}: no [[namespace]] defined; a node needs at least one"
@@ -475,6 +486,7 @@ pub fn resolve(
             .or_else(|| service.work_directory.clone()),
         proto_fd_max,
         service_threads,
+        service_thread_spill_pct,
         log_level,
         cluster,
     })

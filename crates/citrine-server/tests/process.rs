@@ -10,6 +10,7 @@ use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
 use common::*;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[test]
 fn embedded_default_serves_test_and_bar() {
@@ -300,4 +301,111 @@ fn pipelined_requests_are_answered_in_order() {
         let (_, get_body) = read_frame(&mut stream).unwrap();
         assert_eq!(decode_reply(&get_body).1[0].2, index.to_be_bytes().to_vec());
     }
+}
+
+/// Connections handed between service threads mid-load lose, repeat and
+/// reorder nothing. With `service-thread-spill-pct = 1` any busy thread
+/// gives connections to a less busy one, so the connections of this test
+/// move while they pipeline increments and reads, and while they send and
+/// fetch values larger than the read buffer (partial reads and writes).
+#[test]
+fn connections_move_between_service_threads_without_losing_a_request() {
+    let dir = tempdir();
+    let config = dir.join("spill.toml");
+    std::fs::write(
+        &config,
+        "[service]\nservice-threads = 2\nservice-thread-spill-pct = 1\n\n[[namespace]]\nname = \"test\"\n",
+    )
+    .unwrap();
+    let server = start(&["--config", config.to_str().unwrap()]);
+    let connections = 8;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let threads: Vec<_> = (0..connections)
+        .map(|client| {
+            let port = server.port;
+            std::thread::spawn(move || {
+                let mut stream = connect(port);
+                let key = format!("moving-{client}");
+                let increment = record_request(
+                    "test",
+                    &key,
+                    MsgHeader {
+                        info2: info2::WRITE,
+                        ..MsgHeader::default()
+                    },
+                    &[(op_type::INCR, 1, "n", 1i64.to_be_bytes().to_vec())],
+                );
+                let read = record_request(
+                    "test",
+                    &key,
+                    MsgHeader {
+                        info1: info1::READ,
+                        ..MsgHeader::default()
+                    },
+                    &[(op_type::READ, 0, "n", Vec::new())],
+                );
+                let mut pipelined = increment.clone();
+                pipelined.extend_from_slice(&read);
+                let mut count = 0i64;
+                while Instant::now() < deadline {
+                    stream.write_all(&pipelined).unwrap();
+                    count += 1;
+                    let (_, body) = read_frame(&mut stream).unwrap();
+                    assert_eq!(decode_reply(&body).0.result_code, 0);
+                    let (_, body) = read_frame(&mut stream).unwrap();
+                    let (header, bins) = decode_reply(&body);
+                    assert_eq!(header.result_code, 0);
+                    assert_eq!(bins[0].2, count.to_be_bytes().to_vec(), "client {client}");
+                    if count % 25 == 0 {
+                        let blob: Vec<u8> = (0..200_000u32)
+                            .map(|i| (i as u8) ^ (count as u8) ^ (client as u8))
+                            .collect();
+                        let blob_key = format!("moving-blob-{client}");
+                        let put = record_request(
+                            "test",
+                            &blob_key,
+                            MsgHeader {
+                                info2: info2::WRITE,
+                                ..MsgHeader::default()
+                            },
+                            &[(op_type::WRITE, 4, "b", blob.clone())],
+                        );
+                        let (_, body) = round_trip(&mut stream, &put).unwrap();
+                        assert_eq!(decode_reply(&body).0.result_code, 0);
+                        let get = record_request(
+                            "test",
+                            &blob_key,
+                            MsgHeader {
+                                info1: info1::READ | info1::GET_ALL,
+                                ..MsgHeader::default()
+                            },
+                            &[],
+                        );
+                        let (_, body) = round_trip(&mut stream, &get).unwrap();
+                        assert!(
+                            decode_reply(&body).1[0].2 == blob,
+                            "client {client}: blob differs"
+                        );
+                    }
+                }
+                count
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for thread in threads {
+        total += thread.join().unwrap();
+    }
+    let mut stream = connect(server.port);
+    let stats = info(&mut stream, &["statistics"]);
+    let moved: u64 = stats[0]
+        .1
+        .split(';')
+        .find_map(|pair| pair.strip_prefix("client_connections_moved="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    eprintln!("{total} increment+read pairs, {moved} connection moves");
+    assert!(moved > 0, "no connection moved between service threads");
+    assert_eq!(info(&mut stream, &["status"])[0].1, "ok");
 }

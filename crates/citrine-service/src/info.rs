@@ -477,6 +477,7 @@ fn statistics(service: &Service) -> String {
             "client_connections_closed",
             &stats.client_connections_closed,
         ),
+        counter("client_connections_moved", &stats.client_connections_moved),
         counter("batch_index_initiate", &stats.batch.requests),
         counter("batch_index_error", &stats.batch.errors),
         counter("batch_index_rows", &stats.batch.rows),

@@ -100,6 +100,9 @@ pub struct NodeStats {
     pub client_connections: AtomicU64,
     pub client_connections_opened: AtomicU64,
     pub client_connections_closed: AtomicU64,
+    /// Connections handed from one service thread to another (load
+    /// balancing between requests).
+    pub client_connections_moved: AtomicU64,
     pub proto_errors: AtomicU64,
     pub info_requests: AtomicU64,
     pub admin_requests: AtomicU64,
