@@ -91,6 +91,8 @@ enum Next {
     /// Has more work now, after the other ready connections.
     Again,
     Close,
+    /// Fabric work was just started.
+    Started,
 }
 
 /// Wakes the thread when a connection's fabric work can make progress.
@@ -297,21 +299,16 @@ impl ServiceThread {
     }
 
     fn drive(&mut self, token: usize) {
-        let service = self.service.clone();
         let next = match self.connections.get_mut(token) {
-            Some(Some(connection)) => drive_connection(&service, connection),
+            Some(Some(connection)) => drive_connection(&self.service, connection),
             _ => return,
         };
         match next {
             Next::Wait => {}
             Next::Again => self.runnable.push_back(token),
             Next::Close => self.close(token),
-        }
-        // Fabric work just started: poll it once so it sends its messages.
-        if let Some(Some(connection)) = self.connections.get(token) {
-            if matches!(connection.state, State::Remote(_)) {
-                self.poll_remote(token);
-            }
+            // Poll it once now so it sends its messages.
+            Next::Started => self.poll_remote(token),
         }
     }
 
@@ -459,7 +456,7 @@ fn drive_connection(service: &Arc<Service>, connection: &mut Connection) -> Next
                 connection.written = 0;
                 if continuation.is_remote() {
                     start_remote(service, connection, continuation);
-                    return Next::Wait;
+                    return Next::Started;
                 }
                 let resumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     service.resume(continuation, &mut connection.out)
@@ -580,7 +577,7 @@ fn handle(
         Ok(Ok(None)) => None,
         Ok(Ok(Some(continuation))) if continuation.is_remote() => {
             start_remote(service, connection, continuation);
-            Some(Next::Wait)
+            Some(Next::Started)
         }
         Ok(Ok(Some(continuation))) => {
             connection.state = State::Streaming(continuation);
