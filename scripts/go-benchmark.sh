@@ -63,6 +63,12 @@ def cpu_ticks(pid):
         f = fh.read().rsplit(")", 1)[1].split()
     return int(f[11]) + int(f[12])  # fields 14 (utime) and 15 (stime)
 
+def cpu_totals():
+    """(steal, total) ticks of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as fh:
+        f = [int(x) for x in fh.readline().split()[1:]]
+    return f[7], sum(f[:8])
+
 def base_args(workload):
     return [bench, "-h", "127.0.0.1", "-p", port, "-n", "test", "-s", "testset",
             "-k", str(keys), "-c", str(conc), "-o", "I", "-w", workload, "-L", LAT]
@@ -111,7 +117,7 @@ for wl in workloads:
             reports += 1
             now = time.monotonic()
             sample = (now, int(m.group(4)), cpu_ticks(spid), cpu_ticks(p.pid),
-                      int(m.group(2)), int(m.group(3)))
+                      int(m.group(2)), int(m.group(3)), cpu_totals())
             if reports == 2:          # first report covers the warm-up
                 start = sample
             elif start is not None:
@@ -146,7 +152,9 @@ for wl in workloads:
     print(f"   throughput {tps:,.0f} ops/s over {dt:.1f} s ({ops:,} ops; per-second min {min(per_sec):,} max {max(per_sec):,})")
     print(f"   server CPU {s_us:.1f} us/op ({(end[2]-start[2])/TCK/dt*100:.0f}% of one core); "
           f"benchmark client CPU {c_us:.1f} us/op")
-    print(f"   timeouts {to}, errors {er} (last report)")
+    steal = (end[6][0] - start[6][0]) / max(end[6][1] - start[6][1], 1) * 100
+    print(f"   timeouts {to}, errors {er} (last report); machine: {steal:.1f}% of CPU time stolen by the hypervisor, "
+          f"load average {open('/proc/loadavg').read().split()[0]}")
     hdr = ["<=1ms", ">1ms", ">2ms", ">4ms", ">8ms", ">16ms"]
     for kind in ("READ", "WRITE"):
         b = lat[kind]
