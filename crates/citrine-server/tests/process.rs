@@ -6,7 +6,7 @@ mod common;
 
 use citrine_types::ResultCode;
 use citrine_wire::frame::{MessageType, ProtoHeader};
-use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
+use citrine_wire::msg::{info1, op_type, MsgHeader};
 use common::*;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -24,15 +24,7 @@ fn embedded_default_serves_test_and_bar() {
     assert_eq!(answers[1].1, "8.1.2.0");
     assert_eq!(answers[2].1, "4096");
     assert_eq!(answers[3].1, "citrine");
-    let put = record_request(
-        "bar",
-        "k",
-        MsgHeader {
-            info2: info2::WRITE,
-            ..MsgHeader::default()
-        },
-        &[(op_type::WRITE, 3, "s", b"v".to_vec())],
-    );
+    let put = write_request("bar", "k", &[(op_type::WRITE, 3, "s", b"v".to_vec())]);
     let (_, body) = round_trip(&mut stream, &put).unwrap();
     assert_eq!(decode_reply(&body).0.result_code, 0);
 }
@@ -168,29 +160,13 @@ fn bad_input_never_stops_the_node() {
     );
 
     // Unknown op and unknown particle: proper result codes.
-    let unknown_op = record_request(
-        "test",
-        "k",
-        MsgHeader {
-            info2: info2::WRITE,
-            ..MsgHeader::default()
-        },
-        &[(77, 1, "a", vec![0; 8])],
-    );
+    let unknown_op = write_request("test", "k", &[(77, 1, "a", vec![0; 8])]);
     let (_, body) = round_trip(&mut garbage, &unknown_op).unwrap();
     assert_eq!(
         decode_reply(&body).0.result_code,
         ResultCode::Parameter.code()
     );
-    let unknown_namespace = record_request(
-        "nosuch",
-        "k",
-        MsgHeader {
-            info1: info1::READ | info1::GET_ALL,
-            ..MsgHeader::default()
-        },
-        &[],
-    );
+    let unknown_namespace = get_all_request("nosuch", "k");
     let (_, body) = round_trip(&mut garbage, &unknown_namespace).unwrap();
     assert_eq!(
         decode_reply(&body).0.result_code,
@@ -227,13 +203,9 @@ fn concurrent_increments_from_many_connections() {
             let port = server.port;
             std::thread::spawn(move || {
                 let mut stream = connect(port);
-                let frame = record_request(
+                let frame = write_request(
                     "test",
                     "counter",
-                    MsgHeader {
-                        info2: info2::WRITE,
-                        ..MsgHeader::default()
-                    },
                     &[(op_type::INCR, 1, "n", 1i64.to_be_bytes().to_vec())],
                 );
                 for _ in 0..increments {
@@ -247,15 +219,7 @@ fn concurrent_increments_from_many_connections() {
         thread.join().unwrap();
     }
     let mut stream = connect(server.port);
-    let get = record_request(
-        "test",
-        "counter",
-        MsgHeader {
-            info1: info1::READ | info1::GET_ALL,
-            ..MsgHeader::default()
-        },
-        &[],
-    );
+    let get = get_all_request("test", "counter");
     let (_, body) = round_trip(&mut stream, &get).unwrap();
     let (header, bins) = decode_reply(&body);
     assert_eq!(
@@ -275,24 +239,12 @@ fn pipelined_requests_are_answered_in_order() {
     let mut stream = connect(server.port);
     let mut batch = Vec::new();
     for index in 0..50i64 {
-        batch.extend(record_request(
+        batch.extend(write_request(
             "test",
             &format!("p{index}"),
-            MsgHeader {
-                info2: info2::WRITE,
-                ..MsgHeader::default()
-            },
             &[(op_type::WRITE, 1, "v", index.to_be_bytes().to_vec())],
         ));
-        batch.extend(record_request(
-            "test",
-            &format!("p{index}"),
-            MsgHeader {
-                info1: info1::READ | info1::GET_ALL,
-                ..MsgHeader::default()
-            },
-            &[],
-        ));
+        batch.extend(get_all_request("test", &format!("p{index}")));
     }
     stream.write_all(&batch).unwrap();
     for index in 0..50i64 {
@@ -326,13 +278,9 @@ fn connections_move_between_service_threads_without_losing_a_request() {
             std::thread::spawn(move || {
                 let mut stream = connect(port);
                 let key = format!("moving-{client}");
-                let increment = record_request(
+                let increment = write_request(
                     "test",
                     &key,
-                    MsgHeader {
-                        info2: info2::WRITE,
-                        ..MsgHeader::default()
-                    },
                     &[(op_type::INCR, 1, "n", 1i64.to_be_bytes().to_vec())],
                 );
                 let read = record_request(
@@ -361,26 +309,14 @@ fn connections_move_between_service_threads_without_losing_a_request() {
                             .map(|i| (i as u8) ^ (count as u8) ^ (client as u8))
                             .collect();
                         let blob_key = format!("moving-blob-{client}");
-                        let put = record_request(
+                        let put = write_request(
                             "test",
                             &blob_key,
-                            MsgHeader {
-                                info2: info2::WRITE,
-                                ..MsgHeader::default()
-                            },
                             &[(op_type::WRITE, 4, "b", blob.clone())],
                         );
                         let (_, body) = round_trip(&mut stream, &put).unwrap();
                         assert_eq!(decode_reply(&body).0.result_code, 0);
-                        let get = record_request(
-                            "test",
-                            &blob_key,
-                            MsgHeader {
-                                info1: info1::READ | info1::GET_ALL,
-                                ..MsgHeader::default()
-                            },
-                            &[],
-                        );
+                        let get = get_all_request("test", &blob_key);
                         let (_, body) = round_trip(&mut stream, &get).unwrap();
                         assert!(
                             decode_reply(&body).1[0].2 == blob,

@@ -133,6 +133,32 @@ pub fn record_request(
     out
 }
 
+/// A read of every bin of `key` (set "demo").
+pub fn get_all_request(namespace: &str, key: &str) -> Vec<u8> {
+    record_request(
+        namespace,
+        key,
+        MsgHeader {
+            info1: citrine_wire::msg::info1::READ | citrine_wire::msg::info1::GET_ALL,
+            ..MsgHeader::default()
+        },
+        &[],
+    )
+}
+
+/// A write of `ops` to `key` (set "demo").
+pub fn write_request(namespace: &str, key: &str, ops: &[(u8, u8, &str, Vec<u8>)]) -> Vec<u8> {
+    record_request(
+        namespace,
+        key,
+        MsgHeader {
+            info2: citrine_wire::msg::info2::WRITE,
+            ..MsgHeader::default()
+        },
+        ops,
+    )
+}
+
 /// A reply bin: name, particle type, value.
 pub type ReplyBin = (Vec<u8>, u8, Vec<u8>);
 
