@@ -151,11 +151,12 @@ impl ServiceThread {
         let mut meter = LoadMeter::new();
         let mut woken: Vec<usize> = Vec::new();
         let mut arrivals: Vec<Arrival> = Vec::new();
+        // When the last turn ended: close enough to now for the timeout.
+        let mut last_done = Instant::now();
         loop {
-            let now = Instant::now();
             let window_end = meter.window_end(BALANCE_WINDOW);
             let timeout = if self.runnable.is_empty() {
-                window_end.saturating_duration_since(now)
+                window_end.saturating_duration_since(last_done)
             } else {
                 Duration::ZERO
             };
@@ -209,6 +210,7 @@ impl ServiceThread {
             if done >= window_end {
                 self.balance(&mut meter, done);
             }
+            last_done = done;
         }
         let open: Vec<Connection> = self.connections.drain(..).flatten().collect();
         for connection in open {
