@@ -168,16 +168,8 @@ fn a_node_restarted_empty_gets_its_copies_back() {
     keys.extend(write_records(&nodes[0], "while-down", 200));
     assert_all_readable(&survivors, &keys);
     // Restart empty (memory namespace): it gets back its share.
-    let seed = nodes[0].heartbeat_address();
-    let started = Instant::now();
-    nodes[2].start(&seed);
+    restart_and_settle(&mut nodes, 2, "restart");
     let group: Vec<&Node> = nodes.iter().collect();
-    wait_for_cluster(&group, 3, Duration::from_secs(20));
-    let settled = wait_for_stable(&group, Duration::from_secs(30));
-    println!(
-        "restart: migrations settled {settled:?} after the cluster of 3 ({:?} from start)",
-        started.elapsed()
-    );
     assert!(!nodes[2].checksums().is_empty());
     assert_copies_match_the_map(&group, (records + 200) as u64);
     assert_all_readable(&group, &keys);
@@ -195,18 +187,25 @@ fn a_node_restarted_within_the_heartbeat_timeout_is_refilled() {
     let group: Vec<&Node> = nodes.iter().collect();
     wait_for_stable(&group, Duration::from_secs(10));
     let key_before = nodes[0].info_value("cluster-key");
-    let seed = nodes[0].heartbeat_address();
     nodes[2].kill();
+    restart_and_settle(&mut nodes, 2, "quick restart");
+    let group: Vec<&Node> = nodes.iter().collect();
+    assert_copies_match_the_map(&group, records as u64);
+    assert_all_readable(&group, &keys);
+    assert_ne!(nodes[0].info_value("cluster-key"), key_before);
+}
+
+/// Starts node `index` again (seeded by node 0) and waits until the three
+/// form a cluster and their migrations are done; prints how long it took.
+fn restart_and_settle(nodes: &mut [Node], index: usize, what: &str) {
+    let seed = nodes[0].heartbeat_address();
     let started = Instant::now();
-    nodes[2].start(&seed);
+    nodes[index].start(&seed);
     let group: Vec<&Node> = nodes.iter().collect();
     wait_for_cluster(&group, 3, Duration::from_secs(20));
     let settled = wait_for_stable(&group, Duration::from_secs(30));
     println!(
-        "quick restart: stable {settled:?} after the cluster of 3 ({:?} from the restart)",
+        "{what}: migrations settled {settled:?} after the cluster of 3 ({:?} from the restart)",
         started.elapsed()
     );
-    assert_copies_match_the_map(&group, records as u64);
-    assert_all_readable(&group, &keys);
-    assert_ne!(nodes[0].info_value("cluster-key"), key_before);
 }
