@@ -45,6 +45,9 @@ pub struct ServiceSection {
     /// Share of one core (percent, 1 to 100, default 85) above which a
     /// service thread hands connections to a less loaded one.
     pub service_thread_spill_pct: Option<u32>,
+    /// How service threads do socket I/O: "auto" (default: io_uring
+    /// where the kernel allows it, else epoll), "io_uring" or "epoll".
+    pub service_io: Option<String>,
     pub rack_id: Option<u32>,
     /// Most partitions this node migrates at once (default 4, 1 to 64).
     pub migrate_max_partitions: Option<u32>,
@@ -240,6 +243,7 @@ pub struct Overrides {
     pub fabric_port: Option<u16>,
     pub seeds: Vec<String>,
     pub rack_id: Option<u32>,
+    pub service_io: Option<String>,
 }
 
 /// Where and how this node talks to the other nodes of its cluster.
@@ -273,8 +277,19 @@ pub struct ServerConfig {
     pub service_threads: usize,
     /// `service.service-thread-spill-pct`.
     pub service_thread_spill_pct: u32,
+    /// `service.service-io`.
+    pub service_io: ServiceIo,
     pub log_level: String,
     pub cluster: ClusterSettings,
+}
+
+/// How service threads do socket I/O (`service.service-io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceIo {
+    /// io_uring where the kernel allows it, else epoll.
+    Auto,
+    IoUring,
+    Epoll,
 }
 
 /// A configuration error, already phrased for the operator.
@@ -432,6 +447,20 @@ pub fn resolve(
             "{origin}: service.service-thread-spill-pct = {service_thread_spill_pct} is out of range: use 1 to 100 (percent of one core)"
         )));
     }
+    let service_io = match overrides
+        .service_io
+        .as_deref()
+        .or(service.service_io.as_deref())
+    {
+        None | Some("auto") => ServiceIo::Auto,
+        Some("io_uring") => ServiceIo::IoUring,
+        Some("epoll") => ServiceIo::Epoll,
+        Some(other) => {
+            return Err(ConfigError(format!(
+                "{origin}: service.service-io = {other:?} is not one of \"auto\", \"io_uring\", \"epoll\""
+            )))
+        }
+    };
     if file.namespaces.is_empty() {
         return Err(ConfigError(format!(
             "{origin}: no [[namespace]] defined; a node needs at least one"
@@ -487,6 +516,7 @@ pub fn resolve(
         proto_fd_max,
         service_threads,
         service_thread_spill_pct,
+        service_io,
         log_level,
         cluster,
     })
@@ -918,6 +948,38 @@ mod tests {
                 stop_writes_used_pct: 70
             }
         );
+    }
+
+    #[test]
+    fn service_io_is_chosen_by_file_or_flag() {
+        let resolve_with = |text: &str, flag: Option<&str>| {
+            resolve(
+                parse_text(text, "io.toml").expect("parses"),
+                "io.toml",
+                &Overrides {
+                    service_io: flag.map(str::to_owned),
+                    ..Overrides::default()
+                },
+            )
+        };
+        let namespace = "[[namespace]]\nname = \"test\"\n";
+        let epoll = format!("[service]\nservice-io = \"epoll\"\n{namespace}");
+        assert_eq!(
+            resolve_with(namespace, None).expect("valid").service_io,
+            ServiceIo::Auto
+        );
+        assert_eq!(
+            resolve_with(&epoll, None).expect("valid").service_io,
+            ServiceIo::Epoll
+        );
+        assert_eq!(
+            resolve_with(&epoll, Some("io_uring"))
+                .expect("valid")
+                .service_io,
+            ServiceIo::IoUring
+        );
+        let bad = resolve_with(namespace, Some("kqueue")).expect_err("kqueue");
+        assert!(bad.0.contains("service-io = \"kqueue\""), "{}", bad.0);
     }
 
     #[test]

@@ -60,6 +60,10 @@ struct Args {
     /// This node's rack. Overrides service.rack-id.
     #[arg(long, value_name = "ID")]
     rack_id: Option<u32>,
+    /// Socket I/O of the service threads: auto, io_uring or epoll.
+    /// Overrides service.service-io.
+    #[arg(long, value_name = "KIND")]
+    service_io: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         fabric_port: args.fabric_port,
         seeds: args.seeds,
         rack_id: args.rack_id,
+        service_io: args.service_io,
     };
     let resolved = match &args.config {
         Some(path) => config::read_file(path)

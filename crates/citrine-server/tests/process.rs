@@ -122,7 +122,16 @@ fn bad_config_stops_the_start_with_a_clear_message() {
 /// other connection keeps being served.
 #[test]
 fn bad_input_never_stops_the_node() {
-    let server = start(&[]);
+    bad_input_never_stops_the_node_with(io_uring_or_auto());
+}
+
+#[test]
+fn bad_input_never_stops_the_node_on_epoll() {
+    bad_input_never_stops_the_node_with("epoll");
+}
+
+fn bad_input_never_stops_the_node_with(service_io: &str) {
+    let server = start(&["--service-io", service_io]);
     let mut healthy = connect(server.port);
     assert_eq!(info(&mut healthy, &["status"])[0].1, "ok");
 
@@ -195,7 +204,16 @@ fn bad_input_never_stops_the_node() {
 /// Many connections increment one counter; the total is exact.
 #[test]
 fn concurrent_increments_from_many_connections() {
-    let server = start(&[]);
+    concurrent_increments_with(io_uring_or_auto());
+}
+
+#[test]
+fn concurrent_increments_from_many_connections_on_epoll() {
+    concurrent_increments_with("epoll");
+}
+
+fn concurrent_increments_with(service_io: &str) {
+    let server = start(&["--service-io", service_io]);
     let connections = 16;
     let increments = 500;
     let threads: Vec<_> = (0..connections)
@@ -235,7 +253,16 @@ fn concurrent_increments_from_many_connections() {
 /// Several requests written back to back on one socket are answered in order.
 #[test]
 fn pipelined_requests_are_answered_in_order() {
-    let server = start(&[]);
+    pipelined_requests_with(io_uring_or_auto());
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order_on_epoll() {
+    pipelined_requests_with("epoll");
+}
+
+fn pipelined_requests_with(service_io: &str) {
+    let server = start(&["--service-io", service_io]);
     let mut stream = connect(server.port);
     let mut batch = Vec::new();
     for index in 0..50i64 {
@@ -262,6 +289,15 @@ fn pipelined_requests_are_answered_in_order() {
 /// fetch values larger than the read buffer (partial reads and writes).
 #[test]
 fn connections_move_between_service_threads_without_losing_a_request() {
+    connections_move_with(io_uring_or_auto());
+}
+
+#[test]
+fn connections_move_between_service_threads_without_losing_a_request_on_epoll() {
+    connections_move_with("epoll");
+}
+
+fn connections_move_with(service_io: &str) {
     let dir = tempdir();
     let config = dir.join("spill.toml");
     std::fs::write(
@@ -269,7 +305,12 @@ fn connections_move_between_service_threads_without_losing_a_request() {
         "[service]\nservice-threads = 2\nservice-thread-spill-pct = 1\n\n[[namespace]]\nname = \"test\"\n",
     )
     .unwrap();
-    let server = start(&["--config", config.to_str().unwrap()]);
+    let server = start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--service-io",
+        service_io,
+    ]);
     let connections = 8;
     let deadline = Instant::now() + Duration::from_secs(3);
     let threads: Vec<_> = (0..connections)

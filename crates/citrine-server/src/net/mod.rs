@@ -2,9 +2,11 @@
 //! each to a service thread ([`service_thread`]), which reads its frames,
 //! runs them through the service and writes the replies.
 //!
-//! Threading: `service-threads` threads (default one per core), each an
-//! epoll loop that owns its connections and runs every request to
-//! completion without crossing threads. Connections are packed onto as
+//! Threading: `service-threads` threads (default one per core), each a
+//! loop that owns its connections and runs every request to completion
+//! without crossing threads. The loop's I/O is io_uring where the kernel
+//! allows it ([`uring`], batched submissions: no system call per request
+//! of its own), else epoll ([`epoll`]); `service-io` chooses. Connections are packed onto as
 //! few threads as carry the load ([`balance`]): one thread serving many
 //! connections finds several ready at each wake-up and costs less CPU per
 //! request than several threads each waking for a few; a thread that uses
@@ -22,11 +24,15 @@
 //!   bounded buffers, panics, streamed replies, fabric work).
 
 mod balance;
+mod conn;
+mod epoll;
+mod ring;
 mod service_thread;
+mod uring;
 
-use crate::config::ServerConfig;
+use crate::config::{ServerConfig, ServiceIo};
 use citrine_service::Service;
-use service_thread::{ServiceThread, WAKE_TOKEN};
+use service_thread::ServiceThread;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,7 +47,7 @@ enum Arrival {
 
 /// A connection between requests, in transit between service threads.
 struct Parked {
-    stream: mio::net::TcpStream,
+    stream: std::net::TcpStream,
     peer: SocketAddr,
     input: Vec<u8>,
     start: usize,
@@ -49,9 +55,34 @@ struct Parked {
     out: Vec<u8>,
 }
 
+/// Wakes a service thread from another thread.
+enum ThreadWaker {
+    Epoll(mio::Waker),
+    Uring(uring::RingWaker),
+}
+
+impl ThreadWaker {
+    fn wake(&self, thread: usize) {
+        let woken = match self {
+            ThreadWaker::Epoll(waker) => waker.wake(),
+            ThreadWaker::Uring(waker) => waker.wake(),
+        };
+        if let Err(error) = woken {
+            tracing::error!("cannot wake service thread {thread}: {error}");
+        }
+    }
+
+    /// Called by the woken thread before it looks at its inbox.
+    fn clear(&self) {
+        if let ThreadWaker::Uring(waker) = self {
+            waker.clear();
+        }
+    }
+}
+
 /// What the service threads and the acceptor share about one thread.
 struct ThreadSlot {
-    waker: mio::Waker,
+    waker: ThreadWaker,
     inbox: Mutex<Vec<Arrival>>,
     /// Tokens of connections whose fabric work was woken.
     woken: Mutex<Vec<usize>>,
@@ -72,9 +103,7 @@ impl Shared {
     fn hand_over(&self, to: usize, arrivals: Vec<Arrival>) {
         let slot = &self.threads[to];
         lock(&slot.inbox).extend(arrivals);
-        if let Err(error) = slot.waker.wake() {
-            tracing::error!("cannot wake service thread {to}: {error}");
-        }
+        slot.waker.wake(to);
     }
 
     fn loads(&self) -> Vec<u32> {
@@ -106,14 +135,33 @@ pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
         .map_err(|error| format!("cannot listen on {bind} (--address/--port): {error}"))?;
 
     let count = config.service_threads.max(1);
-    let mut polls = Vec::with_capacity(count);
+    let io = choose_io(config.service_io)?;
+    tracing::info!(
+        "service threads do their socket I/O with {}",
+        match io {
+            Io::Uring => "io_uring",
+            Io::Epoll => "epoll",
+        }
+    );
+    // Each thread's backend is built on that thread (an io_uring ring
+    // belongs to the thread that submits to it); what it needs from here
+    // is made now.
+    let mut seeds = Vec::with_capacity(count);
     let mut slots = Vec::with_capacity(count);
     for index in 0..count {
-        let poll = mio::Poll::new()
-            .map_err(|error| format!("cannot create service thread {index}'s poll: {error}"))?;
-        let waker = mio::Waker::new(poll.registry(), WAKE_TOKEN)
-            .map_err(|error| format!("cannot create service thread {index}'s waker: {error}"))?;
-        polls.push(poll);
+        let cannot =
+            |error: std::io::Error| format!("cannot set up service thread {index}: {error}");
+        let (seed, waker) = match io {
+            Io::Uring => {
+                let (waker, rx) = uring::RingWaker::pair().map_err(cannot)?;
+                (BackendSeed::Uring(rx), ThreadWaker::Uring(waker))
+            }
+            Io::Epoll => {
+                let (epoll, waker) = epoll::Epoll::new().map_err(cannot)?;
+                (BackendSeed::Epoll(epoll), ThreadWaker::Epoll(waker))
+            }
+        };
+        seeds.push(seed);
         slots.push(ThreadSlot {
             waker,
             inbox: Mutex::new(Vec::new()),
@@ -128,15 +176,33 @@ pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
         spill_permille: config.service_thread_spill_pct * 10,
     });
     let mut workers = Vec::with_capacity(count);
-    for (index, poll) in polls.into_iter().enumerate() {
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    for (index, seed) in seeds.into_iter().enumerate() {
         let handle = runtime.handle().clone();
         let (thread_shared, thread_service) = (shared.clone(), service.clone());
+        let started = started_tx.clone();
         let worker = std::thread::Builder::new()
             .name(format!("citrine-service-{index}"))
             .spawn(move || {
                 // Fabric work's timers register with the listener runtime.
                 let _context = handle.enter();
-                ServiceThread::new(index, poll, thread_shared, thread_service).run();
+                match seed {
+                    BackendSeed::Epoll(epoll) => {
+                        let _ = started.send(Ok(()));
+                        ServiceThread::new(index, epoll, thread_shared, thread_service).run();
+                    }
+                    BackendSeed::Uring(rx) => match uring::Uring::new(rx) {
+                        Ok(backend) => {
+                            let _ = started.send(Ok(()));
+                            ServiceThread::new(index, backend, thread_shared, thread_service).run();
+                        }
+                        Err(error) => {
+                            let _ = started.send(Err(format!(
+                                "service thread {index} cannot set up io_uring: {error} (service-io = \"epoll\" avoids it)"
+                            )));
+                        }
+                    },
+                }
             })
             .map_err(|error| format!("cannot start service thread {index}: {error}"));
         match worker {
@@ -147,15 +213,57 @@ pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
             }
         }
     }
+    drop(started_tx);
+    for _ in 0..count {
+        let outcome = started_rx
+            .recv()
+            .unwrap_or_else(|_| Err("a service thread ended while starting".to_owned()));
+        if let Err(error) = outcome {
+            stop_threads(&shared, workers);
+            return Err(error);
+        }
+    }
     let result = runtime.block_on(accept_loop(&service, &config, listener, &shared));
     stop_threads(&shared, workers);
     result
 }
 
+/// The I/O backend all service threads use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Io {
+    Uring,
+    Epoll,
+}
+
+/// What a service thread builds its backend from.
+enum BackendSeed {
+    Epoll(epoll::Epoll),
+    /// The receiving end of the thread's waker.
+    Uring(std::os::unix::net::UnixStream),
+}
+
+fn choose_io(wanted: ServiceIo) -> Result<Io, String> {
+    match wanted {
+        ServiceIo::Epoll => Ok(Io::Epoll),
+        ServiceIo::IoUring => uring::Uring::available()
+            .map(|()| Io::Uring)
+            .map_err(|error| {
+                format!("service-io = \"io_uring\" but io_uring cannot be used here: {error}")
+            }),
+        ServiceIo::Auto => match uring::Uring::available() {
+            Ok(()) => Ok(Io::Uring),
+            Err(error) => {
+                tracing::info!("io_uring cannot be used here ({error}); service threads use epoll");
+                Ok(Io::Epoll)
+            }
+        },
+    }
+}
+
 fn stop_threads(shared: &Shared, workers: Vec<std::thread::JoinHandle<()>>) {
     shared.stopping.store(true, Ordering::Release);
-    for slot in &shared.threads {
-        let _ = slot.waker.wake();
+    for (index, slot) in shared.threads.iter().enumerate() {
+        slot.waker.wake(index);
     }
     for worker in workers {
         let _ = worker.join();

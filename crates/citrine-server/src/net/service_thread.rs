@@ -1,98 +1,67 @@
-//! One service thread: an epoll loop (mio) that owns a set of client
-//! connections and runs each request to completion on this thread.
+//! One service thread: a loop that owns a set of client connections and
+//! runs each request to completion on this thread. The loop is the same
+//! for every I/O backend ([`Backend`]: io_uring or epoll); the backend
+//! waits for I/O and says which connections are ready, and the protocol
+//! state machine ([`super::conn`]) does the rest.
 //!
-//! Per request the loop does one `recvfrom`, one `sendto` and a share of
-//! one `epoll_wait`: sockets are registered once, edge-triggered, for
-//! reading and writing; a read shorter than the free buffer means the
-//! socket is drained (the next data raises a new edge), so no read is spent
-//! learning `EAGAIN`.
-//!
-//! Invariants:
-//! - at most one request per connection is in progress, and replies leave
-//!   in request order; the next frame is looked at only when the previous
-//!   reply (every chunk of it) is written;
-//! - a frame whose header cannot be trusted closes that connection with a
-//!   log line; every other connection keeps being served;
-//! - the input buffer grows only as bytes arrive (at most doubling when it
-//!   is full), never to a size a frame merely announces;
-//! - a panic in the service closes only the connection that caused it;
-//! - a streamed reply (batch, scan) is produced chunk by chunk: after each
-//!   chunk is written the connection goes to the back of the line, so one
-//!   big scan neither builds one giant buffer nor starves the others;
+//! Invariants (beyond the per-connection ones in [`super::conn`]):
 //! - fabric work (proxy, replication, batch rows in a cluster) runs as a
 //!   future polled by this loop and woken through the thread's waker; no
-//!   lock is held across it, and nothing else is read on that connection
-//!   until it completes. Its timers live on the listener's runtime, whose
-//!   context this thread enters for its whole life;
+//!   lock is held across it. Its timers live on the listener's runtime,
+//!   whose context this thread enters for its whole life;
 //! - a connection moves to another thread only between requests (nothing
-//!   buffered to write, no stream or fabric work pending), with its input
-//!   buffer, so no byte is lost or reordered by a move.
+//!   buffered to write, no stream or fabric work pending, no I/O in
+//!   flight), with its input buffer, so no byte is lost or reordered by a
+//!   move;
+//! - a connection's slot (token) is reused only after the backend has let
+//!   go of it; the backend tells a late completion for an old connection
+//!   from one for the slot's new owner.
 
 use super::balance::{self, LoadMeter, Rebalance};
+use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
 use super::{Arrival, Parked, Shared};
-use citrine_service::{Continuation, Service};
-use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
-use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token};
+use citrine_service::Service;
 use std::collections::VecDeque;
-use std::future::Future;
-use std::io::{ErrorKind, Read, Write};
-use std::net::SocketAddr;
-use std::pin::Pin;
+use std::io;
+use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll as TaskPoll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-/// Read buffer per connection: one syscall brings in a typical request.
-pub(super) const READ_BUFFER_BYTES: usize = 16 * 1024;
-/// Buffers grown past this by a large request are shrunk back afterwards.
-const BUFFER_KEEP_BYTES: usize = 1024 * 1024;
-/// The token of the thread's waker (arrivals, fabric completions, stop).
-pub(super) const WAKE_TOKEN: Token = Token(usize::MAX);
 /// How often a thread measures its load and considers rebalancing.
 const BALANCE_WINDOW: Duration = Duration::from_millis(100);
 
-type RemoteFuture = Pin<Box<dyn Future<Output = (Vec<u8>, Option<Continuation>)>>>;
-
-enum State {
-    /// Between requests (or inside one that needs more bytes).
-    Idle,
-    /// The rest of a streamed reply, produced after the written chunk.
-    Streaming(Continuation),
-    /// Fabric work before the reply (or the next chunk) is final.
-    Remote(RemoteFuture),
+/// One connection as a service thread holds it.
+pub(super) struct Connection<S> {
+    pub(super) conn: Conn,
+    pub(super) socket: S,
+    /// Chosen to move to this thread once its I/O has stopped.
+    moving_to: Option<usize>,
 }
 
-struct Connection {
-    stream: TcpStream,
-    peer: SocketAddr,
-    /// Received bytes live in `input[start..end]`; the rest is free space.
-    input: Vec<u8>,
-    start: usize,
-    end: usize,
-    /// The reply being written; `out[written..]` is still to go.
-    out: Vec<u8>,
-    written: usize,
-    state: State,
-    /// The socket may have unread bytes (an edge arrived and no short read
-    /// or `EAGAIN` has been seen since).
-    readable: bool,
-    /// The peer closed its side.
-    eof: bool,
-    /// Served a request in the current balance window.
-    active: bool,
-}
-
-/// What the loop does with a connection after driving it.
-enum Next {
-    /// Waits for an event (readable, writable or a fabric wake-up).
-    Wait,
-    /// Has more work now, after the other ready connections.
-    Again,
-    Close,
-    /// Fabric work was just started.
-    Started,
+/// The I/O half of a service thread.
+pub(super) trait Backend: Transport {
+    /// Takes over a connection's socket, known by `token` on this thread.
+    fn attach(&mut self, token: usize, stream: TcpStream) -> io::Result<Self::Socket>;
+    /// Gives a socket with no I/O in flight back, to move it elsewhere.
+    fn detach(&mut self, socket: Self::Socket) -> io::Result<TcpStream>;
+    /// Closes a connection (any I/O still in flight is abandoned safely).
+    fn release(&mut self, socket: Self::Socket);
+    /// Stops the I/O in flight so the connection can leave; it is driven
+    /// again when that has happened.
+    fn quiesce(&mut self, socket: &mut Self::Socket);
+    /// Whether no I/O is in flight.
+    fn quiet(&self, socket: &Self::Socket) -> bool;
+    /// Waits up to `timeout` for I/O, applies what happened to the
+    /// connections and lists those that can make progress in `ready`.
+    /// `Ok(true)`: the thread's waker fired.
+    fn wait(
+        &mut self,
+        timeout: Duration,
+        connections: &mut [Option<Connection<Self::Socket>>],
+        ready: &mut Vec<usize>,
+    ) -> io::Result<bool>;
 }
 
 /// Wakes the thread when a connection's fabric work can make progress.
@@ -110,33 +79,31 @@ impl Wake for RemoteWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         let slot = &self.shared.threads[self.thread];
         super::lock(&slot.woken).push(self.token);
-        if let Err(error) = slot.waker.wake() {
-            tracing::error!("cannot wake service thread {}: {error}", self.thread);
-        }
+        slot.waker.wake(self.thread);
     }
 }
 
-pub(super) struct ServiceThread {
+pub(super) struct ServiceThread<B: Backend> {
     index: usize,
-    poll: Poll,
+    backend: B,
     shared: Arc<Shared>,
     service: Arc<Service>,
-    connections: Vec<Option<Connection>>,
+    connections: Vec<Option<Connection<B::Socket>>>,
     free: Vec<usize>,
-    /// Connections with work to do without waiting for an event.
+    /// Connections with work to do without waiting for I/O.
     runnable: VecDeque<usize>,
 }
 
-impl ServiceThread {
+impl<B: Backend> ServiceThread<B> {
     pub(super) fn new(
         index: usize,
-        poll: Poll,
+        backend: B,
         shared: Arc<Shared>,
         service: Arc<Service>,
-    ) -> ServiceThread {
+    ) -> ServiceThread<B> {
         ServiceThread {
             index,
-            poll,
+            backend,
             shared,
             service,
             connections: Vec::new(),
@@ -147,8 +114,8 @@ impl ServiceThread {
 
     /// Serves until the listener stops.
     pub(super) fn run(mut self) {
-        let mut events = Events::with_capacity(1024);
         let mut meter = LoadMeter::new();
+        let mut ready: Vec<usize> = Vec::new();
         let mut woken: Vec<usize> = Vec::new();
         let mut arrivals: Vec<Arrival> = Vec::new();
         // When the last turn ended: close enough to now for the timeout.
@@ -160,43 +127,39 @@ impl ServiceThread {
             } else {
                 Duration::ZERO
             };
-            if let Err(error) = self.poll.poll(&mut events, Some(timeout)) {
-                if error.kind() != ErrorKind::Interrupted {
-                    tracing::error!("service thread {}: poll failed: {error}", self.index);
+            ready.clear();
+            let waker_fired = match self
+                .backend
+                .wait(timeout, &mut self.connections, &mut ready)
+            {
+                Ok(fired) => fired,
+                Err(error) => {
+                    tracing::error!(
+                        "service thread {}: waiting for I/O failed: {error}",
+                        self.index
+                    );
                     std::thread::sleep(Duration::from_millis(10));
+                    continue;
                 }
-                continue;
-            }
+            };
             let busy_from = Instant::now();
             if self.shared.stopping.load(Ordering::Acquire) {
                 break;
             }
-            for event in events.iter() {
-                let token = event.token();
-                if token == WAKE_TOKEN {
-                    std::mem::swap(
-                        &mut woken,
-                        &mut *super::lock(&self.shared.threads[self.index].woken),
-                    );
-                    std::mem::swap(
-                        &mut arrivals,
-                        &mut *super::lock(&self.shared.threads[self.index].inbox),
-                    );
-                    for arrival in arrivals.drain(..) {
-                        self.arrive(arrival);
-                    }
-                    for token in woken.drain(..) {
-                        self.poll_remote(token);
-                    }
-                    continue;
+            if waker_fired {
+                let slot = &self.shared.threads[self.index];
+                slot.waker.clear();
+                std::mem::swap(&mut woken, &mut *super::lock(&slot.woken));
+                std::mem::swap(&mut arrivals, &mut *super::lock(&slot.inbox));
+                for arrival in arrivals.drain(..) {
+                    self.arrive(arrival);
                 }
-                let token = token.0;
-                if let Some(Some(connection)) = self.connections.get_mut(token) {
-                    if event.is_readable() || event.is_read_closed() || event.is_error() {
-                        connection.readable = true;
-                    }
-                    self.drive(token);
+                for token in woken.drain(..) {
+                    self.poll_remote(token);
                 }
+            }
+            for &token in &ready {
+                self.drive(token);
             }
             // Connections that yielded (streamed chunks, arrivals) run
             // after the ready ones; those that yield again wait a turn.
@@ -212,10 +175,8 @@ impl ServiceThread {
             }
             last_done = done;
         }
-        let open: Vec<Connection> = self.connections.drain(..).flatten().collect();
-        for connection in open {
-            drop(connection);
-            self.closed();
+        for token in 0..self.connections.len() {
+            self.close(token);
         }
     }
 
@@ -223,11 +184,6 @@ impl ServiceThread {
     fn arrive(&mut self, arrival: Arrival) {
         let parked = match arrival {
             Arrival::Accepted(stream, peer) => {
-                if let Err(error) = stream.set_nonblocking(true) {
-                    tracing::warn!(%peer, "cannot make the connection non-blocking: {error}");
-                    self.shared.open.fetch_sub(1, Ordering::Relaxed);
-                    return;
-                }
                 let _ = stream.set_nodelay(true);
                 let stats = &self.service.stats;
                 stats.client_connections.fetch_add(1, Ordering::Relaxed);
@@ -235,7 +191,7 @@ impl ServiceThread {
                     .client_connections_opened
                     .fetch_add(1, Ordering::Relaxed);
                 Parked {
-                    stream: TcpStream::from_std(stream),
+                    stream,
                     peer,
                     input: vec![0; READ_BUFFER_BYTES],
                     start: 0,
@@ -249,32 +205,22 @@ impl ServiceThread {
             self.connections.push(None);
             self.connections.len() - 1
         });
-        let mut connection = Connection {
-            stream: parked.stream,
-            peer: parked.peer,
-            input: parked.input,
-            start: parked.start,
-            end: parked.end,
-            out: parked.out,
-            written: 0,
-            state: State::Idle,
-            readable: true,
-            eof: false,
-            active: true,
+        let socket = match self.backend.attach(token, parked.stream) {
+            Ok(socket) => socket,
+            Err(error) => {
+                tracing::warn!(peer = %parked.peer, "cannot serve connection: {error}");
+                self.free.push(token);
+                self.closed();
+                return;
+            }
         };
-        connection.out.clear();
-        if let Err(error) = self.poll.registry().register(
-            &mut connection.stream,
-            Token(token),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            tracing::warn!(peer = %connection.peer, "cannot register connection: {error}");
-            self.free.push(token);
-            drop(connection);
-            self.closed();
-            return;
-        }
-        self.connections[token] = Some(connection);
+        let mut out = parked.out;
+        out.clear();
+        self.connections[token] = Some(Connection {
+            conn: Conn::new(parked.peer, parked.input, parked.start, parked.end, out),
+            socket,
+            moving_to: None,
+        });
         // It may hold a whole request already (moved between requests).
         self.runnable.push_back(token);
     }
@@ -291,9 +237,8 @@ impl ServiceThread {
 
     fn close(&mut self, token: usize) {
         if let Some(slot) = self.connections.get_mut(token) {
-            if let Some(mut connection) = slot.take() {
-                let _ = self.poll.registry().deregister(&mut connection.stream);
-                drop(connection);
+            if let Some(connection) = slot.take() {
+                self.backend.release(connection.socket);
                 self.free.push(token);
                 self.closed();
             }
@@ -301,10 +246,27 @@ impl ServiceThread {
     }
 
     fn drive(&mut self, token: usize) {
-        let next = match self.connections.get_mut(token) {
-            Some(Some(connection)) => drive_connection(&self.service, connection),
-            _ => return,
+        let Some(Some(connection)) = self.connections.get_mut(token) else {
+            return;
         };
+        if let Some(to) = connection.moving_to {
+            if connection.conn.between_requests() {
+                if self.backend.quiet(&connection.socket) {
+                    if let Some(parked) = self.move_out(token, to) {
+                        self.shared.hand_over(to, vec![Arrival::Moved(parked)]);
+                    }
+                }
+                // Otherwise it moves when its I/O has stopped.
+                return;
+            }
+            connection.moving_to = None;
+        }
+        let next = conn::drive(
+            &self.service,
+            &mut self.backend,
+            &mut connection.socket,
+            &mut connection.conn,
+        );
         match next {
             Next::Wait => {}
             Next::Again => self.runnable.push_back(token),
@@ -320,7 +282,7 @@ impl ServiceThread {
         let Some(Some(connection)) = self.connections.get_mut(token) else {
             return;
         };
-        let State::Remote(future) = &mut connection.state else {
+        let State::Remote(future) = &mut connection.conn.state else {
             return;
         };
         let waker = Waker::from(Arc::new(RemoteWaker {
@@ -335,16 +297,17 @@ impl ServiceThread {
         match polled {
             Ok(TaskPoll::Pending) => {}
             Ok(TaskPoll::Ready((out, next))) => {
-                connection.out = out;
-                connection.written = 0;
-                connection.state = match next {
+                let conn = &mut connection.conn;
+                conn.out = out;
+                conn.written = 0;
+                conn.state = match next {
                     Some(continuation) => State::Streaming(continuation),
                     None => State::Idle,
                 };
                 self.drive(token);
             }
             Err(_) => {
-                tracing::error!(peer = %connection.peer, "fabric work panicked; closing this connection, the node keeps serving");
+                tracing::error!(peer = %connection.conn.peer, "fabric work panicked; closing this connection, the node keeps serving");
                 self.close(token);
             }
         }
@@ -358,332 +321,87 @@ impl ServiceThread {
         threads[self.index]
             .load_permille
             .store(load, Ordering::Relaxed);
-        let loads: Vec<u32> = threads
-            .iter()
-            .map(|thread| thread.load_permille.load(Ordering::Relaxed))
-            .collect();
+        let loads = self.shared.loads();
         let active = self
             .connections
             .iter()
             .flatten()
-            .filter(|connection| connection.active)
+            .filter(|connection| connection.conn.active)
             .count();
         let decision = balance::rebalance(self.index, &loads, active, self.shared.spill_permille);
         if let Rebalance::Move { to, count } = decision {
-            self.move_connections(to, count);
+            self.choose_leavers(to, count);
         }
         for connection in self.connections.iter_mut().flatten() {
-            connection.active = false;
+            connection.conn.active = false;
         }
     }
 
-    /// Hands up to `count` active connections that sit between requests
-    /// to thread `to`.
-    fn move_connections(&mut self, to: usize, count: usize) {
+    /// Picks up to `count` active connections that sit between requests to
+    /// move to thread `to`: at once if their I/O is quiet, else as soon as
+    /// it has stopped.
+    fn choose_leavers(&mut self, to: usize, count: usize) {
         debug_assert_ne!(to, self.index);
+        let mut chosen = 0;
         let mut moved = Vec::new();
         for token in 0..self.connections.len() {
-            if moved.len() == count {
+            if chosen == count {
                 break;
             }
-            let movable = matches!(
-                &self.connections[token],
-                Some(connection) if connection.active
-                    && matches!(connection.state, State::Idle)
-                    && connection.written == connection.out.len()
-                    && !connection.eof
-            );
-            if !movable {
-                continue;
-            }
-            let Some(mut connection) = self.connections[token].take() else {
+            let Some(connection) = self.connections[token].as_mut() else {
                 continue;
             };
-            self.free.push(token);
-            if let Err(error) = self.poll.registry().deregister(&mut connection.stream) {
-                tracing::warn!(peer = %connection.peer, "cannot move connection: {error}");
-                drop(connection);
-                self.closed();
+            if !connection.conn.active
+                || !connection.conn.between_requests()
+                || connection.moving_to.is_some()
+            {
                 continue;
             }
-            moved.push(Arrival::Moved(Box::new(Parked {
-                stream: connection.stream,
-                peer: connection.peer,
-                input: connection.input,
-                start: connection.start,
-                end: connection.end,
-                out: connection.out,
-            })));
+            chosen += 1;
+            connection.moving_to = Some(to);
+            if self.backend.quiet(&connection.socket) {
+                moved.extend(self.move_out(token, to).map(Arrival::Moved));
+            } else {
+                self.backend.quiesce(&mut connection.socket);
+            }
         }
-        if moved.is_empty() {
-            return;
+        if !moved.is_empty() {
+            self.shared.hand_over(to, moved);
         }
+    }
+
+    /// Takes a connection that is between requests and quiet off this
+    /// thread, to be handed to thread `to`.
+    fn move_out(&mut self, token: usize, to: usize) -> Option<Box<Parked>> {
+        let connection = self.connections[token].take()?;
+        self.free.push(token);
+        let Connection { conn, socket, .. } = connection;
+        debug_assert!(conn.between_requests());
+        let stream = match self.backend.detach(socket) {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!(peer = %conn.peer, "cannot move connection: {error}");
+                self.closed();
+                return None;
+            }
+        };
         self.service
             .stats
             .client_connections_moved
-            .fetch_add(moved.len() as u64, Ordering::Relaxed);
+            .fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             from = self.index,
             to,
-            connections = moved.len(),
-            "moving connections between service threads"
+            peer = %conn.peer,
+            "moving a connection between service threads"
         );
-        self.shared.hand_over(to, moved);
-    }
-}
-
-/// Runs a connection as far as it goes without waiting.
-fn drive_connection(service: &Arc<Service>, connection: &mut Connection) -> Next {
-    loop {
-        // 1. The reply in progress goes out first.
-        match flush(connection) {
-            Ok(true) => {}
-            Ok(false) => return Next::Wait,
-            Err(()) => return Next::Close,
-        }
-        match std::mem::replace(&mut connection.state, State::Idle) {
-            State::Remote(future) => {
-                connection.state = State::Remote(future);
-                return Next::Wait;
-            }
-            State::Streaming(continuation) => {
-                if !connection.out.is_empty() && connection.written == connection.out.len() {
-                    // A chunk just went out: let the others run first.
-                    connection.out.clear();
-                    connection.written = 0;
-                    connection.state = State::Streaming(continuation);
-                    return Next::Again;
-                }
-                connection.out.clear();
-                connection.written = 0;
-                if continuation.is_remote() {
-                    start_remote(service, connection, continuation);
-                    return Next::Started;
-                }
-                let resumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    service.resume(continuation, &mut connection.out)
-                }));
-                match resumed {
-                    Ok(Some(next)) => connection.state = State::Streaming(next),
-                    Ok(None) => {}
-                    Err(_) => {
-                        tracing::error!(peer = %connection.peer, "streamed reply panicked; closing this connection, the node keeps serving");
-                        return Next::Close;
-                    }
-                }
-                continue;
-            }
-            State::Idle => {}
-        }
-        // 2. Between requests: shed grown buffers, then the next frame.
-        if connection.out.capacity() > BUFFER_KEEP_BYTES {
-            connection.out = Vec::with_capacity(READ_BUFFER_BYTES);
-        }
-        connection.out.clear();
-        connection.written = 0;
-        match next_frame(service, connection) {
-            Frame::Ready(header) => {
-                if let Some(next) = handle(service, connection, header) {
-                    return next;
-                }
-            }
-            Frame::NeedBytes => match fill(connection) {
-                Ok(true) => {}
-                Ok(false) => return Next::Wait,
-                Err(()) => return Next::Close,
-            },
-            Frame::Bad => return Next::Close,
-        }
-    }
-}
-
-enum Frame {
-    /// A whole frame is at `input[start..]`.
-    Ready(ProtoHeader),
-    NeedBytes,
-    Bad,
-}
-
-fn next_frame(service: &Service, connection: &mut Connection) -> Frame {
-    let buffered = connection.end - connection.start;
-    if buffered < PROTO_HEADER_SIZE {
-        return Frame::NeedBytes;
-    }
-    let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
-    header_bytes
-        .copy_from_slice(&connection.input[connection.start..connection.start + PROTO_HEADER_SIZE]);
-    let header = match ProtoHeader::decode(&header_bytes) {
-        Ok(header) => header,
-        Err(error) => {
-            service.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(peer = %connection.peer, header = ?header_bytes, "closing connection: bad proto header: {error}");
-            return Frame::Bad;
-        }
-    };
-    let total = PROTO_HEADER_SIZE as u64 + header.size;
-    if (buffered as u64) < total {
-        make_room(connection, total);
-        return Frame::NeedBytes;
-    }
-    Frame::Ready(header)
-}
-
-/// Makes free space after the buffered bytes of a frame of `total` bytes:
-/// moves them to the front, then at most doubles the buffer.
-fn make_room(connection: &mut Connection, total: u64) {
-    if connection.end < connection.input.len() {
-        return;
-    }
-    if connection.start > 0 {
-        connection
-            .input
-            .copy_within(connection.start..connection.end, 0);
-        connection.end -= connection.start;
-        connection.start = 0;
-        return;
-    }
-    let wanted = usize::try_from(total).unwrap_or(usize::MAX);
-    let grown = connection.input.len().saturating_mul(2).min(wanted);
-    if grown > connection.input.len() {
-        connection.input.resize(grown, 0);
-    }
-}
-
-/// Runs the frame at `input[start..]`; `Some` when the connection must
-/// stop here.
-fn handle(
-    service: &Arc<Service>,
-    connection: &mut Connection,
-    header: ProtoHeader,
-) -> Option<Next> {
-    connection.active = true;
-    let body_start = connection.start + PROTO_HEADER_SIZE;
-    // Fits: `next_frame` saw the whole frame buffered.
-    let body_end = body_start + header.size as usize;
-    let handled = {
-        let body = &connection.input[body_start..body_end];
-        let out = &mut connection.out;
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            service.handle_streaming(header, body, out)
+        Some(Box::new(Parked {
+            stream,
+            peer: conn.peer,
+            input: conn.input,
+            start: conn.start,
+            end: conn.end,
+            out: conn.out,
         }))
-    };
-    connection.start = body_end;
-    if connection.start == connection.end {
-        connection.start = 0;
-        connection.end = 0;
-        if connection.input.len() > BUFFER_KEEP_BYTES {
-            connection.input = vec![0; READ_BUFFER_BYTES];
-        }
-    }
-    match handled {
-        Ok(Ok(None)) => None,
-        Ok(Ok(Some(continuation))) if continuation.is_remote() => {
-            start_remote(service, connection, continuation);
-            Some(Next::Started)
-        }
-        Ok(Ok(Some(continuation))) => {
-            connection.state = State::Streaming(continuation);
-            None
-        }
-        Ok(Err(close)) => {
-            tracing::warn!(peer = %connection.peer, "closing connection: {}", close.0);
-            Some(Next::Close)
-        }
-        Err(_) => {
-            tracing::error!(peer = %connection.peer, "request handling panicked; closing this connection, the node keeps serving");
-            Some(Next::Close)
-        }
-    }
-}
-
-/// Turns fabric work into the connection's pending future. The reply
-/// built so far (earlier batch rows) travels with it and comes back with
-/// the rows the fabric completes appended.
-fn start_remote(service: &Arc<Service>, connection: &mut Connection, continuation: Continuation) {
-    let service = service.clone();
-    let mut out = std::mem::take(&mut connection.out);
-    connection.written = 0;
-    connection.state = State::Remote(Box::pin(async move {
-        let next = service.complete_remote(continuation, &mut out).await;
-        (out, next)
-    }));
-}
-
-/// Writes what is left of the reply. `Ok(true)`: all written.
-fn flush(connection: &mut Connection) -> Result<bool, ()> {
-    while connection.written < connection.out.len() {
-        match connection
-            .stream
-            .write(&connection.out[connection.written..])
-        {
-            Ok(0) => return Err(()),
-            Ok(written) => connection.written += written,
-            Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(false),
-            Err(error) if error.kind() == ErrorKind::Interrupted => {}
-            Err(error) => {
-                tracing::debug!(peer = %connection.peer, "connection write error: {error}");
-                return Err(());
-            }
-        }
-    }
-    Ok(true)
-}
-
-/// Reads what the socket has. `Ok(true)`: bytes arrived; `Ok(false)`:
-/// nothing until the next edge; `Err`: the connection is over.
-fn fill(connection: &mut Connection) -> Result<bool, ()> {
-    if connection.eof {
-        if connection.end > connection.start {
-            tracing::warn!(peer = %connection.peer, buffered = connection.end - connection.start, "closing connection: peer closed inside a frame");
-        }
-        return Err(());
-    }
-    if !connection.readable {
-        return Ok(false);
-    }
-    if connection.end == connection.input.len() {
-        // `make_room` leaves space unless a header is still incomplete at
-        // the very end of the buffer.
-        connection
-            .input
-            .copy_within(connection.start..connection.end, 0);
-        connection.end -= connection.start;
-        connection.start = 0;
-        if connection.end == connection.input.len() {
-            let grown = connection.input.len() + READ_BUFFER_BYTES;
-            connection.input.resize(grown, 0);
-        }
-    }
-    loop {
-        let free = connection.input.len() - connection.end;
-        match connection
-            .stream
-            .read(&mut connection.input[connection.end..])
-        {
-            Ok(0) => {
-                connection.eof = true;
-                connection.readable = false;
-                if connection.end > connection.start {
-                    tracing::warn!(peer = %connection.peer, buffered = connection.end - connection.start, "closing connection: peer closed inside a frame");
-                }
-                return Err(());
-            }
-            Ok(read) => {
-                connection.end += read;
-                if read < free {
-                    connection.readable = false;
-                }
-                return Ok(true);
-            }
-            Err(error) if error.kind() == ErrorKind::WouldBlock => {
-                connection.readable = false;
-                return Ok(false);
-            }
-            Err(error) if error.kind() == ErrorKind::Interrupted => {}
-            Err(error) => {
-                tracing::debug!(peer = %connection.peer, "connection read error: {error}");
-                return Err(());
-            }
-        }
     }
 }

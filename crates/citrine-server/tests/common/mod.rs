@@ -44,6 +44,17 @@ pub fn binary() -> &'static str {
     })
 }
 
+/// The `--service-io` the listener tests run with besides `epoll`:
+/// `io_uring` where the test run requires it (`CITRINE_REQUIRE_IO_URING=1`,
+/// as `scripts/test.sh` sets), else `auto`.
+pub fn io_uring_or_auto() -> &'static str {
+    if std::env::var("CITRINE_REQUIRE_IO_URING").as_deref() == Ok("1") {
+        "io_uring"
+    } else {
+        "auto"
+    }
+}
+
 /// Starts citrined with `args` plus `--port`, waiting until it answers.
 pub fn start(args: &[&str]) -> Server {
     let port = free_port();

@@ -1,0 +1,322 @@
+//! The protocol half of one client connection: its buffers, the request in
+//! progress, and the state machine that turns received frames into
+//! replies. It is the same for every I/O backend; the backend
+//! ([`super::Backend`]) only moves bytes between these buffers and the
+//! socket.
+//!
+//! Invariants:
+//! - at most one request per connection is in progress, and replies leave
+//!   in request order; the next frame is looked at only when the previous
+//!   reply (every chunk of it) is written;
+//! - a frame whose header cannot be trusted closes that connection with a
+//!   log line; every other connection keeps being served;
+//! - the input buffer grows only as bytes arrive (at most doubling when it
+//!   is full), never to a size a frame merely announces;
+//! - a panic in the service closes only the connection that caused it;
+//! - a streamed reply (batch, scan) is produced chunk by chunk: after each
+//!   chunk is written the connection goes to the back of the line, so one
+//!   big scan neither builds one giant buffer nor starves the others;
+//! - fabric work (proxy, replication, batch rows in a cluster) is a future
+//!   the service thread polls; nothing else is read on that connection
+//!   until it completes.
+
+use citrine_service::{Continuation, Service};
+use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Read buffer per connection: one syscall brings in a typical request.
+pub(super) const READ_BUFFER_BYTES: usize = 16 * 1024;
+/// Buffers grown past this by a large request are shrunk back afterwards.
+const BUFFER_KEEP_BYTES: usize = 1024 * 1024;
+
+pub(super) type RemoteFuture = Pin<Box<dyn Future<Output = (Vec<u8>, Option<Continuation>)>>>;
+
+pub(super) enum State {
+    /// Between requests (or inside one that needs more bytes).
+    Idle,
+    /// The rest of a streamed reply, produced after the written chunk.
+    Streaming(Continuation),
+    /// Fabric work before the reply (or the next chunk) is final.
+    Remote(RemoteFuture),
+}
+
+/// A connection's buffers and request state.
+pub(super) struct Conn {
+    pub(super) peer: SocketAddr,
+    /// Received bytes live in `input[start..end]`; the rest is free space.
+    /// A backend may hold the buffer while a receive is in flight
+    /// ([`Transport::input_here`] is then false); `start` and `end` keep
+    /// their meaning for when it comes back.
+    pub(super) input: Vec<u8>,
+    pub(super) start: usize,
+    pub(super) end: usize,
+    /// The reply being written; `out[written..]` is still to go.
+    pub(super) out: Vec<u8>,
+    pub(super) written: usize,
+    pub(super) state: State,
+    /// The peer closed its side.
+    pub(super) eof: bool,
+    /// Served a request in the current balance window.
+    pub(super) active: bool,
+}
+
+impl Conn {
+    /// A connection with `input[start..end]` received and not yet handled;
+    /// `out` is an empty buffer to reuse for replies.
+    pub(super) fn new(
+        peer: SocketAddr,
+        input: Vec<u8>,
+        start: usize,
+        end: usize,
+        out: Vec<u8>,
+    ) -> Conn {
+        debug_assert!(start <= end && end <= input.len());
+        debug_assert!(out.is_empty());
+        Conn {
+            peer,
+            input,
+            start,
+            end,
+            out,
+            written: 0,
+            state: State::Idle,
+            eof: false,
+            active: true,
+        }
+    }
+
+    /// Between requests: no reply left to write and no work pending, so
+    /// the connection may move to another thread.
+    pub(super) fn between_requests(&self) -> bool {
+        matches!(self.state, State::Idle) && self.written == self.out.len() && !self.eof
+    }
+
+    /// Makes free space at `input[end..]`: moves the buffered bytes to the
+    /// front, and grows the buffer by one read's worth when they fill it.
+    pub(super) fn reserve_free_space(&mut self) {
+        if self.end < self.input.len() {
+            return;
+        }
+        self.input.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        if self.end == self.input.len() {
+            let grown = self.input.len() + READ_BUFFER_BYTES;
+            self.input.resize(grown, 0);
+        }
+    }
+
+    /// Logs a peer that hung up in the middle of a frame.
+    pub(super) fn log_eof(&self) {
+        if self.end > self.start {
+            tracing::warn!(peer = %self.peer, buffered = self.end - self.start, "closing connection: peer closed inside a frame");
+        }
+    }
+}
+
+/// What the service thread does with a connection after driving it.
+pub(super) enum Next {
+    /// Waits for I/O or a fabric wake-up.
+    Wait,
+    /// Has more work now, after the other ready connections.
+    Again,
+    Close,
+    /// Fabric work was just started.
+    Started,
+}
+
+/// How the state machine moves bytes: implemented by each backend, for
+/// its per-connection socket state.
+pub(super) trait Transport {
+    type Socket;
+    /// Writes (or starts writing) `out[written..]`. `Ok(true)`: all of it
+    /// is written; `Ok(false)`: wait for I/O; `Err`: the connection is over.
+    fn flush(&mut self, socket: &mut Self::Socket, conn: &mut Conn) -> Result<bool, ()>;
+    /// Brings in more bytes after `input[..end]`. `Ok(true)`: bytes arrived
+    /// now; `Ok(false)`: wait for I/O; `Err`: the connection is over.
+    fn fill(&mut self, socket: &mut Self::Socket, conn: &mut Conn) -> Result<bool, ()>;
+    /// Whether `input` is here to be parsed (not lent to the kernel).
+    fn input_here(&self, socket: &Self::Socket) -> bool;
+}
+
+/// Runs a connection as far as it goes without waiting.
+pub(super) fn drive<T: Transport>(
+    service: &Arc<Service>,
+    io: &mut T,
+    socket: &mut T::Socket,
+    conn: &mut Conn,
+) -> Next {
+    loop {
+        // 1. The reply in progress goes out first.
+        match io.flush(socket, conn) {
+            Ok(true) => {}
+            Ok(false) => return Next::Wait,
+            Err(()) => return Next::Close,
+        }
+        match std::mem::replace(&mut conn.state, State::Idle) {
+            State::Remote(future) => {
+                conn.state = State::Remote(future);
+                return Next::Wait;
+            }
+            State::Streaming(continuation) => {
+                if !conn.out.is_empty() && conn.written == conn.out.len() {
+                    // A chunk just went out: let the others run first.
+                    conn.out.clear();
+                    conn.written = 0;
+                    conn.state = State::Streaming(continuation);
+                    return Next::Again;
+                }
+                conn.out.clear();
+                conn.written = 0;
+                if continuation.is_remote() {
+                    start_remote(service, conn, continuation);
+                    return Next::Started;
+                }
+                let resumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    service.resume(continuation, &mut conn.out)
+                }));
+                match resumed {
+                    Ok(Some(next)) => conn.state = State::Streaming(next),
+                    Ok(None) => {}
+                    Err(_) => {
+                        tracing::error!(peer = %conn.peer, "streamed reply panicked; closing this connection, the node keeps serving");
+                        return Next::Close;
+                    }
+                }
+                continue;
+            }
+            State::Idle => {}
+        }
+        // 2. Between requests: shed grown buffers, then the next frame.
+        if conn.out.capacity() > BUFFER_KEEP_BYTES {
+            conn.out = Vec::with_capacity(READ_BUFFER_BYTES);
+        }
+        conn.out.clear();
+        conn.written = 0;
+        if !io.input_here(socket) {
+            return Next::Wait;
+        }
+        match next_frame(service, conn) {
+            Frame::Ready(header) => {
+                if let Some(next) = handle(service, conn, header) {
+                    return next;
+                }
+            }
+            Frame::NeedBytes => match io.fill(socket, conn) {
+                Ok(true) => {}
+                Ok(false) => return Next::Wait,
+                Err(()) => return Next::Close,
+            },
+            Frame::Bad => return Next::Close,
+        }
+    }
+}
+
+enum Frame {
+    /// A whole frame is at `input[start..]`.
+    Ready(ProtoHeader),
+    NeedBytes,
+    Bad,
+}
+
+fn next_frame(service: &Service, conn: &mut Conn) -> Frame {
+    let buffered = conn.end - conn.start;
+    if buffered < PROTO_HEADER_SIZE {
+        return Frame::NeedBytes;
+    }
+    let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
+    header_bytes.copy_from_slice(&conn.input[conn.start..conn.start + PROTO_HEADER_SIZE]);
+    let header = match ProtoHeader::decode(&header_bytes) {
+        Ok(header) => header,
+        Err(error) => {
+            service.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(peer = %conn.peer, header = ?header_bytes, "closing connection: bad proto header: {error}");
+            return Frame::Bad;
+        }
+    };
+    let total = PROTO_HEADER_SIZE as u64 + header.size;
+    if (buffered as u64) < total {
+        make_room(conn, total);
+        return Frame::NeedBytes;
+    }
+    Frame::Ready(header)
+}
+
+/// Makes free space after the buffered bytes of a frame of `total` bytes:
+/// moves them to the front, then at most doubles the buffer.
+fn make_room(conn: &mut Conn, total: u64) {
+    if conn.end < conn.input.len() {
+        return;
+    }
+    if conn.start > 0 {
+        conn.input.copy_within(conn.start..conn.end, 0);
+        conn.end -= conn.start;
+        conn.start = 0;
+        return;
+    }
+    let wanted = usize::try_from(total).unwrap_or(usize::MAX);
+    let grown = conn.input.len().saturating_mul(2).min(wanted);
+    if grown > conn.input.len() {
+        conn.input.resize(grown, 0);
+    }
+}
+
+/// Runs the frame at `input[start..]`; `Some` when the connection must
+/// stop here.
+fn handle(service: &Arc<Service>, conn: &mut Conn, header: ProtoHeader) -> Option<Next> {
+    conn.active = true;
+    let body_start = conn.start + PROTO_HEADER_SIZE;
+    // Fits: `next_frame` saw the whole frame buffered.
+    let body_end = body_start + header.size as usize;
+    let handled = {
+        let body = &conn.input[body_start..body_end];
+        let out = &mut conn.out;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            service.handle_streaming(header, body, out)
+        }))
+    };
+    conn.start = body_end;
+    if conn.start == conn.end {
+        conn.start = 0;
+        conn.end = 0;
+        if conn.input.len() > BUFFER_KEEP_BYTES {
+            conn.input = vec![0; READ_BUFFER_BYTES];
+        }
+    }
+    match handled {
+        Ok(Ok(None)) => None,
+        Ok(Ok(Some(continuation))) if continuation.is_remote() => {
+            start_remote(service, conn, continuation);
+            Some(Next::Started)
+        }
+        Ok(Ok(Some(continuation))) => {
+            conn.state = State::Streaming(continuation);
+            None
+        }
+        Ok(Err(close)) => {
+            tracing::warn!(peer = %conn.peer, "closing connection: {}", close.0);
+            Some(Next::Close)
+        }
+        Err(_) => {
+            tracing::error!(peer = %conn.peer, "request handling panicked; closing this connection, the node keeps serving");
+            Some(Next::Close)
+        }
+    }
+}
+
+/// Turns fabric work into the connection's pending future. The reply
+/// built so far (earlier batch rows) travels with it and comes back with
+/// the rows the fabric completes appended.
+fn start_remote(service: &Arc<Service>, conn: &mut Conn, continuation: Continuation) {
+    let service = service.clone();
+    let mut out = std::mem::take(&mut conn.out);
+    conn.written = 0;
+    conn.state = State::Remote(Box::pin(async move {
+        let next = service.complete_remote(continuation, &mut out).await;
+        (out, next)
+    }));
+}

@@ -1,0 +1,375 @@
+//! An io_uring instance that owns the buffers of the operations it has in
+//! flight. This is the only module of the server with `unsafe` code.
+//!
+//! The kernel writes into a receive buffer (and reads a send buffer) at
+//! some later time, so the buffer must neither move, shrink nor be freed
+//! before the operation's completion is reaped. The API makes that a
+//! matter of ownership instead of care: [`Ring::recv`] and [`Ring::send`]
+//! take the `Vec<u8>` by value and [`Ring::reap`] gives it back with the
+//! completion. Between the two the ring holds the vector and never touches
+//! it. Dropping the ring cancels what is in flight and waits for it; a
+//! buffer the kernel still holds after that is leaked, never freed.
+//!
+//! Invariants:
+//! - every operation's `user_data` is unique among those in flight (slot
+//!   index and a per-slot sequence number), so a cancel never hits a
+//!   newer operation that reused the slot;
+//! - `in_flight` counts the operations whose completion is not reaped.
+//!
+//! Set-up: `SINGLE_ISSUER | DEFER_TASKRUN` when the kernel has them
+//! (completion work then runs only inside this thread's `io_uring_enter`,
+//! batched); plain otherwise. The ring must be created, used and dropped
+//! by one thread.
+#![allow(unsafe_code)]
+
+use io_uring::{opcode, types, IoUring};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+/// Identifies an operation in flight, for [`Ring::cancel`].
+pub(super) type OpId = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OpKind {
+    Recv,
+    Send,
+}
+
+/// A reaped operation: its buffer is the caller's again.
+pub(super) struct Completion {
+    /// What the caller tagged the operation with.
+    pub(super) tag: u64,
+    pub(super) kind: OpKind,
+    /// Bytes moved, or a negated `errno`.
+    pub(super) result: i32,
+    pub(super) buf: Vec<u8>,
+}
+
+struct Op {
+    tag: u64,
+    kind: OpKind,
+    sequence: u32,
+    /// Owned by the kernel until the completion is reaped: not touched.
+    buf: Vec<u8>,
+}
+
+/// `user_data` of cancel requests; their completions carry no buffer.
+const CANCEL_USER_DATA: u64 = u64::MAX;
+/// How long a dropped ring waits for the kernel to give buffers back.
+const DROP_GRACE: Duration = Duration::from_secs(1);
+
+pub(super) struct Ring {
+    ring: IoUring,
+    ops: Vec<Option<Op>>,
+    free: Vec<u32>,
+    sequence: u32,
+    in_flight: usize,
+}
+
+impl Ring {
+    /// A ring with room for `entries` submissions at a time (completions
+    /// beyond the queue's size are kept by the kernel, not dropped).
+    pub(super) fn new(entries: u32) -> io::Result<Ring> {
+        let cq_entries = entries.saturating_mul(4);
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_cqsize(cq_entries)
+            .build(entries)
+            .or_else(|_| IoUring::builder().setup_cqsize(cq_entries).build(entries))?;
+        let params = ring.params();
+        if !params.is_feature_ext_arg() || !params.is_feature_nodrop() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the kernel's io_uring lacks EXT_ARG or NODROP (Linux 5.11 or later is needed)",
+            ));
+        }
+        Ok(Ring {
+            ring,
+            ops: Vec::new(),
+            free: Vec::new(),
+            sequence: 0,
+            in_flight: 0,
+        })
+    }
+
+    /// Operations whose completion is not reaped yet.
+    #[cfg(test)]
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Receives into `buf[from..]`. On error the buffer comes back.
+    pub(super) fn recv(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        tag: u64,
+        mut buf: Vec<u8>,
+        from: usize,
+    ) -> Result<OpId, (io::Error, Vec<u8>)> {
+        assert!(from < buf.len(), "a receive needs free space");
+        let len = u32::try_from(buf.len() - from).unwrap_or(u32::MAX);
+        let pointer = buf[from..].as_mut_ptr();
+        let entry = opcode::Recv::new(types::Fd(fd.as_raw_fd()), pointer, len).build();
+        self.start(entry, tag, OpKind::Recv, buf)
+    }
+
+    /// Sends `buf[from..]`. On error the buffer comes back.
+    pub(super) fn send(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        tag: u64,
+        buf: Vec<u8>,
+        from: usize,
+    ) -> Result<OpId, (io::Error, Vec<u8>)> {
+        assert!(from < buf.len(), "a send needs bytes");
+        let len = u32::try_from(buf.len() - from).unwrap_or(u32::MAX);
+        let pointer = buf[from..].as_ptr();
+        let entry = opcode::Send::new(types::Fd(fd.as_raw_fd()), pointer, len).build();
+        self.start(entry, tag, OpKind::Send, buf)
+    }
+
+    /// Asks the kernel to cancel operation `op` (its completion still
+    /// comes, with `-ECANCELED` or with what it did before the cancel).
+    pub(super) fn cancel(&mut self, op: OpId) -> io::Result<()> {
+        let entry = opcode::AsyncCancel::new(op)
+            .build()
+            .user_data(CANCEL_USER_DATA);
+        self.push(&entry)
+    }
+
+    /// Hands the queued submissions to the kernel without waiting.
+    pub(super) fn submit(&mut self) -> io::Result<()> {
+        self.ring.submit().map(drop)
+    }
+
+    /// Submits what is queued and waits until a completion is ready or
+    /// `timeout` has passed (zero: only runs what is already done).
+    pub(super) fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        let timespec = types::Timespec::from(timeout);
+        let args = types::SubmitArgs::new().timespec(&timespec);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(error)
+                if matches!(
+                    error.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Moves the completions that are ready to `out`, with their buffers.
+    pub(super) fn reap(&mut self, out: &mut Vec<Completion>) {
+        let ops = &mut self.ops;
+        let free = &mut self.free;
+        let in_flight = &mut self.in_flight;
+        for entry in self.ring.completion() {
+            let user_data = entry.user_data();
+            if user_data == CANCEL_USER_DATA {
+                continue;
+            }
+            let index = (user_data & u64::from(u32::MAX)) as usize;
+            let sequence = (user_data >> 32) as u32;
+            let Some(slot) = ops.get_mut(index) else {
+                debug_assert!(false, "completion for unknown slot {index}");
+                continue;
+            };
+            match slot.take() {
+                Some(op) if op.sequence == sequence => {
+                    free.push(index as u32);
+                    *in_flight -= 1;
+                    out.push(Completion {
+                        tag: op.tag,
+                        kind: op.kind,
+                        result: entry.result(),
+                        buf: op.buf,
+                    });
+                }
+                other => {
+                    debug_assert!(false, "completion for a stale operation in slot {index}");
+                    *slot = other;
+                }
+            }
+        }
+    }
+
+    fn start(
+        &mut self,
+        entry: io_uring::squeue::Entry,
+        tag: u64,
+        kind: OpKind,
+        buf: Vec<u8>,
+    ) -> Result<OpId, (io::Error, Vec<u8>)> {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => match u32::try_from(self.ops.len()) {
+                Ok(index) if index < u32::MAX => {
+                    self.ops.push(None);
+                    index
+                }
+                _ => {
+                    let error = io::Error::other("too many operations in flight");
+                    return Err((error, buf));
+                }
+            },
+        };
+        self.sequence = self.sequence.wrapping_add(1);
+        let op_id = u64::from(self.sequence) << 32 | u64::from(index);
+        if let Err(error) = self.push(&entry.user_data(op_id)) {
+            self.free.push(index);
+            return Err((error, buf));
+        }
+        // The entry points into `buf`'s heap block; moving the vector into
+        // its slot moves only the handle, and the slot keeps it untouched
+        // until `reap` takes it out with the completion.
+        self.ops[index as usize] = Some(Op {
+            tag,
+            kind,
+            sequence: self.sequence,
+            buf,
+        });
+        self.in_flight += 1;
+        Ok(op_id)
+    }
+
+    fn push(&mut self, entry: &io_uring::squeue::Entry) -> io::Result<()> {
+        for _ in 0..2 {
+            // SAFETY: the buffers an entry points to are owned by `ops`
+            // until the completion is reaped (see `start`), or leaked when
+            // the ring is dropped with the operation still in flight.
+            let pushed = unsafe { self.ring.submission().push(entry) };
+            if pushed.is_ok() {
+                return Ok(());
+            }
+            // The submission queue is full: hand it to the kernel.
+            self.ring.submit()?;
+        }
+        Err(io::Error::other("the io_uring submission queue stays full"))
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.in_flight > 0 {
+            let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+                .build()
+                .user_data(CANCEL_USER_DATA);
+            if self.push(&cancel).is_ok() {
+                let deadline = Instant::now() + DROP_GRACE;
+                let mut done = Vec::new();
+                while self.in_flight > 0 && Instant::now() < deadline {
+                    if self.wait(Duration::from_millis(50)).is_err() {
+                        break;
+                    }
+                    self.reap(&mut done);
+                    done.clear();
+                }
+            }
+        }
+        // What the kernel may still write to must outlive it.
+        for op in self.ops.drain(..).flatten() {
+            std::mem::forget(op.buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    /// The ring, or `None` (the test is skipped) where io_uring is not
+    /// allowed, unless the run requires it (`CITRINE_REQUIRE_IO_URING=1`).
+    fn ring() -> Option<Ring> {
+        match Ring::new(8) {
+            Ok(ring) => Some(ring),
+            Err(error) if std::env::var("CITRINE_REQUIRE_IO_URING").as_deref() != Ok("1") => {
+                eprintln!("io_uring unavailable here ({error}); skipping");
+                None
+            }
+            Err(error) => panic!("io_uring is required but unavailable: {error}"),
+        }
+    }
+
+    fn reap_one(ring: &mut Ring) -> Completion {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while out.is_empty() {
+            assert!(Instant::now() < deadline, "no completion within 5 s");
+            ring.wait(Duration::from_millis(100)).expect("wait");
+            ring.reap(&mut out);
+        }
+        assert_eq!(out.len(), 1);
+        out.remove(0)
+    }
+
+    #[test]
+    fn receive_and_send_give_their_buffers_back() {
+        let Some(mut ring) = ring() else { return };
+        let (mine, mut peer) = UnixStream::pair().expect("pair");
+        let mut buf = vec![0u8; 16];
+        buf[..3].copy_from_slice(b"xyz");
+        ring.recv(mine.as_fd(), 7, buf, 3)
+            .map_err(|e| e.0)
+            .expect("recv");
+        assert_eq!(ring.in_flight(), 1);
+        ring.submit().expect("submit");
+        peer.write_all(b"hello").expect("write");
+        let done = reap_one(&mut ring);
+        assert_eq!((done.tag, done.kind, done.result), (7, OpKind::Recv, 5));
+        assert_eq!(&done.buf[..8], b"xyzhello");
+        assert_eq!(ring.in_flight(), 0);
+
+        ring.send(mine.as_fd(), 9, b"..reply".to_vec(), 2)
+            .map_err(|e| e.0)
+            .expect("send");
+        let done = reap_one(&mut ring);
+        assert_eq!((done.tag, done.kind, done.result), (9, OpKind::Send, 5));
+        let mut got = [0u8; 5];
+        peer.read_exact(&mut got).expect("read");
+        assert_eq!(&got, b"reply");
+    }
+
+    #[test]
+    fn a_cancelled_receive_comes_back_and_a_dropped_ring_waits_for_its_buffers() {
+        let Some(mut ring) = ring() else { return };
+        let (mine, _peer) = UnixStream::pair().expect("pair");
+        let op = ring
+            .recv(mine.as_fd(), 1, vec![0u8; 8], 0)
+            .map_err(|e| e.0)
+            .expect("recv");
+        ring.submit().expect("submit");
+        ring.cancel(op).expect("cancel");
+        let done = reap_one(&mut ring);
+        assert_eq!(done.result, -libc::ECANCELED);
+        assert_eq!(done.buf.len(), 8);
+
+        // In flight at drop: cancelled and waited for, not freed under the
+        // kernel's feet.
+        ring.recv(mine.as_fd(), 2, vec![0u8; 8], 0)
+            .map_err(|e| e.0)
+            .expect("recv");
+        ring.submit().expect("submit");
+        let started = Instant::now();
+        drop(ring);
+        assert!(started.elapsed() < DROP_GRACE);
+    }
+
+    #[test]
+    fn a_wait_with_nothing_to_do_returns_after_its_timeout() {
+        let Some(mut ring) = ring() else { return };
+        let started = Instant::now();
+        ring.wait(Duration::from_millis(30)).expect("wait");
+        assert!(started.elapsed() >= Duration::from_millis(25));
+        let mut out = Vec::new();
+        ring.reap(&mut out);
+        assert!(out.is_empty());
+    }
+}
