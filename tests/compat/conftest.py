@@ -9,6 +9,7 @@ Environment:
 """
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -38,10 +39,29 @@ CLIENT_POLICIES = {
 }
 
 
+_handed_out = set()
+
+
 def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (32768-60999), as the
+    Rust tests choose them (crates/citrine-testsupport): a port from the
+    ephemeral range can be taken by any outgoing connection, even by the
+    readiness probe connecting to itself, before citrined binds it."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(1000):
+        port = rng.randrange(20000, 32000)
+        if port in _handed_out:
+            continue
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, \
+                    socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                tcp.bind(("127.0.0.1", port))
+                udp.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 class CitrinedProcess:

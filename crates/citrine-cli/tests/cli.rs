@@ -10,10 +10,7 @@ use std::time::{Duration, Instant};
 
 const CITRINE: &str = env!("CARGO_BIN_EXE_citrine");
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port()
-}
+use citrine_testsupport::free_port;
 
 struct Process(Child);
 

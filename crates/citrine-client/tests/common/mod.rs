@@ -44,11 +44,7 @@ pub fn citrined_bin() -> PathBuf {
     );
 }
 
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local address").port()
-}
+pub use citrine_testsupport::free_port;
 
 /// A running citrined; killed on drop.
 pub struct Server {

@@ -30,10 +30,7 @@ impl Drop for Server {
 }
 
 /// A free loopback port.
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
+pub use citrine_testsupport::free_port;
 
 /// The `citrined` under test: this build's, or `$CITRINED_BIN` (e.g. a
 /// release build, for timings).
