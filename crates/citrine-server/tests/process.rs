@@ -9,6 +9,7 @@ use citrine_wire::frame::{MessageType, ProtoHeader};
 use citrine_wire::msg::{info1, op_type, MsgHeader};
 use common::*;
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -248,6 +249,77 @@ fn concurrent_increments_with(service_io: &str) {
         bins[0].2,
         ((connections * increments) as i64).to_be_bytes().to_vec()
     );
+}
+
+/// More connections than a service thread's io_uring has queue entries
+/// (1024), each with a request in flight at once: every one is answered
+/// with its own record.
+#[test]
+fn many_connections_with_requests_in_flight_at_once() {
+    many_connections_with(io_uring_or_auto());
+}
+
+#[test]
+fn many_connections_with_requests_in_flight_at_once_on_epoll() {
+    many_connections_with("epoll");
+}
+
+fn many_connections_with(service_io: &str) {
+    // Stay inside this process's descriptor limit (and the server's).
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| {
+            limits
+                .lines()
+                .find(|line| line.starts_with("Max open files"))
+                .and_then(|line| line.split_whitespace().nth(3)?.parse::<usize>().ok())
+        })
+        .unwrap_or(1024);
+    let count = 1200.min(limit.saturating_sub(100));
+    let dir = tempdir();
+    let config = dir.join("one.toml");
+    std::fs::write(
+        &config,
+        "[service]\nservice-threads = 1\n\n[[namespace]]\nname = \"test\"\n",
+    )
+    .unwrap();
+    let server = start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--service-io",
+        service_io,
+    ]);
+    let mut streams: Vec<TcpStream> = (0..count).map(|_| connect(server.port)).collect();
+    for (index, stream) in streams.iter_mut().enumerate() {
+        let put = write_request(
+            "test",
+            &format!("many-{index}"),
+            &[(
+                op_type::WRITE,
+                1,
+                "v",
+                (index as i64).to_be_bytes().to_vec(),
+            )],
+        );
+        stream.write_all(&put).unwrap();
+    }
+    for stream in streams.iter_mut() {
+        let (_, body) = read_frame(stream).unwrap();
+        assert_eq!(decode_reply(&body).0.result_code, 0);
+    }
+    for (index, stream) in streams.iter_mut().enumerate() {
+        stream
+            .write_all(&get_all_request("test", &format!("many-{index}")))
+            .unwrap();
+    }
+    for (index, stream) in streams.iter_mut().enumerate() {
+        let (_, body) = read_frame(stream).unwrap();
+        assert_eq!(
+            decode_reply(&body).1[0].2,
+            (index as i64).to_be_bytes().to_vec(),
+            "connection {index}"
+        );
+    }
 }
 
 /// Several requests written back to back on one socket are answered in order.

@@ -363,6 +363,37 @@ mod tests {
     }
 
     #[test]
+    fn more_operations_than_queue_entries_are_all_carried_out() {
+        let Some(mut ring) = ring() else { return };
+        // Eight entries, forty receives: pushing submits when the queue is
+        // full, and every receive still completes with its own bytes.
+        let pairs: Vec<(UnixStream, UnixStream)> =
+            (0..40).map(|_| UnixStream::pair().expect("pair")).collect();
+        for (index, (mine, _)) in pairs.iter().enumerate() {
+            ring.recv(mine.as_fd(), index as u64, vec![0u8; 4], 0)
+                .map_err(|e| e.0)
+                .expect("recv");
+        }
+        assert_eq!(ring.in_flight(), 40);
+        ring.submit().expect("submit");
+        for (index, (_, peer)) in pairs.iter().enumerate() {
+            (&*peer).write_all(&[index as u8]).expect("write");
+        }
+        let mut done = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while done.len() < 40 {
+            assert!(Instant::now() < deadline, "{} of 40 completed", done.len());
+            ring.wait(Duration::from_millis(100)).expect("wait");
+            ring.reap(&mut done);
+        }
+        for completion in &done {
+            assert_eq!(completion.result, 1);
+            assert_eq!(u64::from(completion.buf[0]), completion.tag);
+        }
+        assert_eq!(ring.in_flight(), 0);
+    }
+
+    #[test]
     fn a_wait_with_nothing_to_do_returns_after_its_timeout() {
         let Some(mut ring) = ring() else { return };
         let started = Instant::now();
