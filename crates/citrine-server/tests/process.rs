@@ -458,3 +458,188 @@ fn connections_move_with(service_io: &str) {
     assert!(moved > 0, "no connection moved between service threads");
     assert_eq!(info(&mut stream, &["status"])[0].1, "ok");
 }
+
+/// Seeded clients that misbehave in every way a network allows: frames
+/// split at random points with pauses between the pieces, bursts of
+/// pipelined requests, hang-ups in the middle of a frame, values larger
+/// than the read buffer, all while connections move between the two
+/// service threads (`service-thread-spill-pct = 1`). Every reply that
+/// comes back must be the right one, and when the clients are gone the
+/// node holds no connection of theirs.
+#[test]
+fn chaotic_clients_get_exact_replies_and_leave_no_connection_behind() {
+    chaotic_clients_with(io_uring_or_auto());
+}
+
+#[test]
+fn chaotic_clients_get_exact_replies_and_leave_no_connection_behind_on_epoll() {
+    chaotic_clients_with("epoll");
+}
+
+/// xorshift64*: a small deterministic generator for the client schedules.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+}
+
+fn chaotic_clients_with(service_io: &str) {
+    let dir = tempdir();
+    let config = dir.join("chaos.toml");
+    std::fs::write(
+        &config,
+        "[service]\nservice-threads = 2\nservice-thread-spill-pct = 1\n\n[[namespace]]\nname = \"test\"\n",
+    )
+    .unwrap();
+    let server = start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--service-io",
+        service_io,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let clients: Vec<_> = (0..10u64)
+        .map(|client| {
+            let port = server.port;
+            std::thread::spawn(move || {
+                let mut rng =
+                    Rng(0x9E37_79B9_7F4A_7C15 ^ (client + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+                let key = format!("chaos-{client}");
+                let increment = write_request(
+                    "test",
+                    &key,
+                    &[(op_type::INCR, 1, "n", 1i64.to_be_bytes().to_vec())],
+                );
+                let read = get_all_request("test", &key);
+                let mut stream = connect(port);
+                let mut count = 0i64;
+                let mut actions = 0u32;
+                while Instant::now() < deadline {
+                    actions += 1;
+                    match rng.below(10) {
+                        // One increment, written in random pieces.
+                        0..=3 => {
+                            let mut at = 0;
+                            while at < increment.len() {
+                                let piece =
+                                    1 + rng.below(increment.len() as u64 - at as u64) as usize;
+                                stream.write_all(&increment[at..at + piece]).unwrap();
+                                at += piece;
+                                if rng.below(3) == 0 {
+                                    std::thread::sleep(Duration::from_micros(rng.below(2000)));
+                                }
+                            }
+                            let (_, body) = read_frame(&mut stream).unwrap();
+                            assert_eq!(decode_reply(&body).0.result_code, 0, "client {client}");
+                            count += 1;
+                        }
+                        // A burst: increments and a read, pipelined.
+                        4..=6 => {
+                            let burst = 1 + rng.below(20) as i64;
+                            let mut frames = Vec::new();
+                            for _ in 0..burst {
+                                frames.extend_from_slice(&increment);
+                            }
+                            frames.extend_from_slice(&read);
+                            stream.write_all(&frames).unwrap();
+                            for _ in 0..burst {
+                                let (_, body) = read_frame(&mut stream).unwrap();
+                                assert_eq!(decode_reply(&body).0.result_code, 0, "client {client}");
+                            }
+                            count += burst;
+                            let (_, body) = read_frame(&mut stream).unwrap();
+                            let (header, bins) = decode_reply(&body);
+                            assert_eq!(header.result_code, 0, "client {client}");
+                            assert_eq!(bins[0].2, count.to_be_bytes().to_vec(), "client {client}");
+                        }
+                        // Hang up inside a frame (maybe after a whole
+                        // request, whose reply is never read), reconnect.
+                        7 => {
+                            let mut partial = if rng.below(2) == 0 {
+                                increment.clone()
+                            } else {
+                                Vec::new()
+                            };
+                            let cut = 1 + rng.below(increment.len() as u64 - 1) as usize;
+                            partial.extend_from_slice(&increment[..cut]);
+                            stream.write_all(&partial).unwrap();
+                            if partial.len() > cut {
+                                // The whole one counts once it is answered.
+                                let (_, body) = read_frame(&mut stream).unwrap();
+                                assert_eq!(decode_reply(&body).0.result_code, 0, "client {client}");
+                                count += 1;
+                            }
+                            drop(stream);
+                            stream = connect(port);
+                        }
+                        // A value larger than the read buffer, and back.
+                        _ => {
+                            let size = 20_000 + rng.below(280_000) as usize;
+                            let fill = rng.next() as u8;
+                            let blob: Vec<u8> =
+                                (0..size).map(|i| (i as u8).wrapping_add(fill)).collect();
+                            let blob_key = format!("chaos-blob-{client}");
+                            let put = write_request(
+                                "test",
+                                &blob_key,
+                                &[(op_type::WRITE, 4, "b", blob.clone())],
+                            );
+                            let (_, body) = round_trip(&mut stream, &put).unwrap();
+                            assert_eq!(decode_reply(&body).0.result_code, 0, "client {client}");
+                            let (_, body) =
+                                round_trip(&mut stream, &get_all_request("test", &blob_key))
+                                    .unwrap();
+                            assert!(
+                                decode_reply(&body).1[0].2 == blob,
+                                "client {client}: blob differs"
+                            );
+                        }
+                    }
+                }
+                // The counter saw every answered increment, and nothing else.
+                let (_, body) = round_trip(&mut stream, &read).unwrap();
+                assert_eq!(
+                    decode_reply(&body).1[0].2,
+                    count.to_be_bytes().to_vec(),
+                    "client {client}"
+                );
+                actions
+            })
+        })
+        .collect();
+    let actions: u32 = clients
+        .into_iter()
+        .map(|client| client.join().unwrap())
+        .sum();
+    assert!(actions > 100, "only {actions} client actions ran");
+
+    // Only the connection asking is left (closes are noticed promptly).
+    let mut stream = connect(server.port);
+    let counter = |stream: &mut TcpStream, name: &str| -> u64 {
+        info(stream, &["statistics"])[0]
+            .1
+            .split(';')
+            .find_map(|pair| pair.strip_prefix(&format!("{name}=")).map(str::to_owned))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let wait_until = Instant::now() + Duration::from_secs(5);
+    while counter(&mut stream, "client_connections") != 1 {
+        assert!(
+            Instant::now() < wait_until,
+            "{} client connections still open after the clients left",
+            counter(&mut stream, "client_connections")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -5,7 +5,10 @@
 //! `epoll_wait`: sockets are registered once, edge-triggered, for reading
 //! and writing; a read shorter than the free buffer means the socket is
 //! drained (the next data raises a new edge), so no read is spent learning
-//! `EAGAIN`.
+//! `EAGAIN`. The exception is a peer that has hung up: its last bytes and
+//! its end of stream can arrive under one edge, and no edge follows, so
+//! once the event says the read side is closed the socket is read until a
+//! read returns 0.
 //!
 //! Invariant: a socket is registered with this thread's poll exactly while
 //! the thread holds its connection; nothing is ever in flight between
@@ -46,6 +49,8 @@ pub(super) struct EpollSocket {
     /// The socket may have unread bytes (an edge arrived and no short read
     /// or `EAGAIN` has been seen since).
     readable: bool,
+    /// The peer closed its side (or the socket failed): read until 0.
+    hung_up: bool,
 }
 
 impl Backend for Epoll {
@@ -60,6 +65,7 @@ impl Backend for Epoll {
         Ok(EpollSocket {
             stream,
             readable: true,
+            hung_up: false,
         })
     }
 
@@ -97,8 +103,12 @@ impl Backend for Epoll {
             }
             let token = event.token().0;
             if let Some(Some(connection)) = connections.get_mut(token) {
-                if event.is_readable() || event.is_read_closed() || event.is_error() {
-                    connection.socket.readable = true;
+                let socket = &mut connection.socket;
+                if event.is_read_closed() || event.is_error() {
+                    socket.hung_up = true;
+                }
+                if event.is_readable() || socket.hung_up {
+                    socket.readable = true;
                 }
                 ready.push(token);
             }
@@ -146,7 +156,7 @@ impl Transport for Epoll {
                 }
                 Ok(read) => {
                     conn.end += read;
-                    if read < free {
+                    if read < free && !socket.hung_up {
                         socket.readable = false;
                     }
                     return Ok(true);
