@@ -500,12 +500,13 @@ fn chaotic_clients_with(service_io: &str) {
         "[service]\nservice-threads = 2\nservice-thread-spill-pct = 1\n\n[[namespace]]\nname = \"test\"\n",
     )
     .unwrap();
-    let server = start(&[
+    let mut server = start(&[
         "--config",
         config.to_str().unwrap(),
         "--service-io",
         service_io,
     ]);
+    let read = get_all_request("test", "chaos-0");
     let deadline = Instant::now() + Duration::from_secs(3);
     let clients: Vec<_> = (0..10u64)
         .map(|client| {
@@ -642,4 +643,26 @@ fn chaotic_clients_with(service_io: &str) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+
+    // A clean stop with I/O in flight: an idle connection (a receive
+    // waiting), one inside a frame, one whose big replies it does not read.
+    let mut inside = connect(server.port);
+    inside.write_all(&read[..read.len() / 2]).unwrap();
+    let mut unread = connect(server.port);
+    let blob = vec![5u8; 900_000];
+    let (_, body) = round_trip(
+        &mut unread,
+        &write_request("test", "chaos-big", &[(op_type::WRITE, 4, "b", blob)]),
+    )
+    .unwrap();
+    assert_eq!(decode_reply(&body).0.result_code, 0);
+    // Replies far beyond the socket buffers: the server's send waits.
+    for _ in 0..8 {
+        unread
+            .write_all(&get_all_request("test", "chaos-big"))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let status = server.terminate(Duration::from_secs(10));
+    assert!(status.success(), "unclean exit: {status}");
 }
