@@ -644,6 +644,18 @@ fn chaotic_clients_with(service_io: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
 
+    // And the sockets are really closed, not just counted so: none of the
+    // node's is left in CLOSE-WAIT (the peer gone, the node not closing).
+    let wait_until = Instant::now() + Duration::from_secs(5);
+    while close_wait_sockets(server.port) > 0 {
+        assert!(
+            Instant::now() < wait_until,
+            "{} of the node's sockets stay in CLOSE-WAIT",
+            close_wait_sockets(server.port)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
     // A clean stop with I/O in flight: an idle connection (a receive
     // waiting), one inside a frame, one whose big replies it does not read.
     let mut inside = connect(server.port);
@@ -665,4 +677,19 @@ fn chaotic_clients_with(service_io: &str) {
     std::thread::sleep(Duration::from_millis(200));
     let status = server.terminate(Duration::from_secs(10));
     assert!(status.success(), "unclean exit: {status}");
+}
+
+/// The node's sockets on `port` in CLOSE-WAIT (from /proc/net/tcp).
+fn close_wait_sockets(port: u16) -> usize {
+    const CLOSE_WAIT: &str = "08";
+    let local = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 3 && fields[1].ends_with(&local) && fields[3] == CLOSE_WAIT
+        })
+        .count()
 }

@@ -30,6 +30,16 @@ use std::time::{Duration, Instant};
 /// Identifies an operation in flight, for [`Ring::cancel`].
 pub(super) type OpId = u64;
 
+/// The socket an operation works on.
+#[derive(Clone, Copy)]
+pub(super) enum Target<'a> {
+    Fd(BorrowedFd<'a>),
+    /// A slot of the ring's registered file table ([`Ring::install`]):
+    /// the kernel skips looking the descriptor up and counting a
+    /// reference to its file for every operation.
+    Fixed(u32),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum OpKind {
     Recv,
@@ -61,6 +71,8 @@ const DROP_GRACE: Duration = Duration::from_secs(1);
 
 pub(super) struct Ring {
     ring: IoUring,
+    /// Slots in the registered file table (0: none could be registered).
+    fixed_slots: u32,
     ops: Vec<Option<Op>>,
     free: Vec<u32>,
     sequence: u32,
@@ -70,7 +82,7 @@ pub(super) struct Ring {
 impl Ring {
     /// A ring with room for `entries` submissions at a time (completions
     /// beyond the queue's size are kept by the kernel, not dropped).
-    pub(super) fn new(entries: u32) -> io::Result<Ring> {
+    pub(super) fn new(entries: u32, fixed_slots: u32) -> io::Result<Ring> {
         let cq_entries = entries.saturating_mul(4);
         let ring = IoUring::builder()
             .setup_single_issuer()
@@ -85,8 +97,16 @@ impl Ring {
                 "the kernel's io_uring lacks EXT_ARG or NODROP (Linux 5.11 or later is needed)",
             ));
         }
+        let fixed_slots = match ring.submitter().register_files_sparse(fixed_slots) {
+            Ok(()) => fixed_slots,
+            Err(error) => {
+                tracing::debug!("no registered file table ({error}): plain descriptors");
+                0
+            }
+        };
         Ok(Ring {
             ring,
+            fixed_slots,
             ops: Vec::new(),
             free: Vec::new(),
             sequence: 0,
@@ -100,10 +120,36 @@ impl Ring {
         self.in_flight
     }
 
+    /// Slots of the registered file table.
+    pub(super) fn fixed_slots(&self) -> u32 {
+        self.fixed_slots
+    }
+
+    /// Puts `fd` in slot `slot` of the registered file table. The table
+    /// holds its own reference to the file: the socket stays open until
+    /// [`Ring::remove`] (or the ring's end), whatever happens to `fd`.
+    pub(super) fn install(&mut self, slot: u32, fd: BorrowedFd<'_>) -> io::Result<()> {
+        debug_assert!(slot < self.fixed_slots);
+        self.ring
+            .submitter()
+            .register_files_update(slot, &[fd.as_raw_fd()])
+            .map(drop)
+    }
+
+    /// Empties slot `slot`. Operations already handed to the kernel keep
+    /// the file they started with; queued ones must be submitted first.
+    pub(super) fn remove(&mut self, slot: u32) -> io::Result<()> {
+        debug_assert!(slot < self.fixed_slots);
+        self.ring
+            .submitter()
+            .register_files_update(slot, &[-1])
+            .map(drop)
+    }
+
     /// Receives into `buf[from..]`. On error the buffer comes back.
     pub(super) fn recv(
         &mut self,
-        fd: BorrowedFd<'_>,
+        target: Target<'_>,
         tag: u64,
         mut buf: Vec<u8>,
         from: usize,
@@ -111,14 +157,17 @@ impl Ring {
         assert!(from < buf.len(), "a receive needs free space");
         let len = u32::try_from(buf.len() - from).unwrap_or(u32::MAX);
         let pointer = buf[from..].as_mut_ptr();
-        let entry = opcode::Recv::new(types::Fd(fd.as_raw_fd()), pointer, len).build();
+        let entry = match target {
+            Target::Fd(fd) => opcode::Recv::new(types::Fd(fd.as_raw_fd()), pointer, len).build(),
+            Target::Fixed(slot) => opcode::Recv::new(types::Fixed(slot), pointer, len).build(),
+        };
         self.start(entry, tag, OpKind::Recv, buf)
     }
 
     /// Sends `buf[from..]`. On error the buffer comes back.
     pub(super) fn send(
         &mut self,
-        fd: BorrowedFd<'_>,
+        target: Target<'_>,
         tag: u64,
         buf: Vec<u8>,
         from: usize,
@@ -126,7 +175,10 @@ impl Ring {
         assert!(from < buf.len(), "a send needs bytes");
         let len = u32::try_from(buf.len() - from).unwrap_or(u32::MAX);
         let pointer = buf[from..].as_ptr();
-        let entry = opcode::Send::new(types::Fd(fd.as_raw_fd()), pointer, len).build();
+        let entry = match target {
+            Target::Fd(fd) => opcode::Send::new(types::Fd(fd.as_raw_fd()), pointer, len).build(),
+            Target::Fixed(slot) => opcode::Send::new(types::Fixed(slot), pointer, len).build(),
+        };
         self.start(entry, tag, OpKind::Send, buf)
     }
 
@@ -288,7 +340,7 @@ mod tests {
     /// The ring, or `None` (the test is skipped) where io_uring is not
     /// allowed, unless the run requires it (`CITRINE_REQUIRE_IO_URING=1`).
     fn ring() -> Option<Ring> {
-        match Ring::new(8) {
+        match Ring::new(8, 4) {
             Ok(ring) => Some(ring),
             Err(error) if std::env::var("CITRINE_REQUIRE_IO_URING").as_deref() != Ok("1") => {
                 eprintln!("io_uring unavailable here ({error}); skipping");
@@ -316,7 +368,7 @@ mod tests {
         let (mine, mut peer) = UnixStream::pair().expect("pair");
         let mut buf = vec![0u8; 16];
         buf[..3].copy_from_slice(b"xyz");
-        ring.recv(mine.as_fd(), 7, buf, 3)
+        ring.recv(Target::Fd(mine.as_fd()), 7, buf, 3)
             .map_err(|e| e.0)
             .expect("recv");
         assert_eq!(ring.in_flight(), 1);
@@ -327,7 +379,7 @@ mod tests {
         assert_eq!(&done.buf[..8], b"xyzhello");
         assert_eq!(ring.in_flight(), 0);
 
-        ring.send(mine.as_fd(), 9, b"..reply".to_vec(), 2)
+        ring.send(Target::Fd(mine.as_fd()), 9, b"..reply".to_vec(), 2)
             .map_err(|e| e.0)
             .expect("send");
         let done = reap_one(&mut ring);
@@ -342,7 +394,7 @@ mod tests {
         let Some(mut ring) = ring() else { return };
         let (mine, _peer) = UnixStream::pair().expect("pair");
         let op = ring
-            .recv(mine.as_fd(), 1, vec![0u8; 8], 0)
+            .recv(Target::Fd(mine.as_fd()), 1, vec![0u8; 8], 0)
             .map_err(|e| e.0)
             .expect("recv");
         ring.submit().expect("submit");
@@ -353,7 +405,7 @@ mod tests {
 
         // In flight at drop: cancelled and waited for, not freed under the
         // kernel's feet.
-        ring.recv(mine.as_fd(), 2, vec![0u8; 8], 0)
+        ring.recv(Target::Fd(mine.as_fd()), 2, vec![0u8; 8], 0)
             .map_err(|e| e.0)
             .expect("recv");
         ring.submit().expect("submit");
@@ -370,7 +422,7 @@ mod tests {
         let pairs: Vec<(UnixStream, UnixStream)> =
             (0..40).map(|_| UnixStream::pair().expect("pair")).collect();
         for (index, (mine, _)) in pairs.iter().enumerate() {
-            ring.recv(mine.as_fd(), index as u64, vec![0u8; 4], 0)
+            ring.recv(Target::Fd(mine.as_fd()), index as u64, vec![0u8; 4], 0)
                 .map_err(|e| e.0)
                 .expect("recv");
         }
@@ -391,6 +443,35 @@ mod tests {
             assert_eq!(u64::from(completion.buf[0]), completion.tag);
         }
         assert_eq!(ring.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_registered_socket_works_by_slot_and_closes_only_when_removed() {
+        let Some(mut ring) = ring() else { return };
+        assert_eq!(ring.fixed_slots(), 4);
+        let (mine, mut peer) = UnixStream::pair().expect("pair");
+        ring.install(2, mine.as_fd()).expect("install");
+        // The table keeps the socket open after our descriptor is gone.
+        drop(mine);
+        peer.write_all(b"ping").expect("write");
+        ring.recv(Target::Fixed(2), 5, vec![0u8; 8], 0)
+            .map_err(|e| e.0)
+            .expect("recv");
+        let done = reap_one(&mut ring);
+        assert_eq!((done.tag, done.result), (5, 4));
+        assert_eq!(&done.buf[..4], b"ping");
+        ring.send(Target::Fixed(2), 6, b"pong".to_vec(), 0)
+            .map_err(|e| e.0)
+            .expect("send");
+        assert_eq!(reap_one(&mut ring).result, 4);
+        let mut got = [0u8; 4];
+        peer.read_exact(&mut got).expect("read");
+        assert_eq!(&got, b"pong");
+        // Removed from the table, the socket closes: the peer reads 0.
+        ring.remove(2).expect("remove");
+        peer.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        assert_eq!(peer.read(&mut got).expect("read after close"), 0);
     }
 
     #[test]

@@ -24,7 +24,7 @@
 //!   blocking and, when it would block, waits for readiness itself.
 
 use super::conn::{Conn, Transport};
-use super::ring::{Completion, OpId, OpKind, Ring};
+use super::ring::{Completion, OpId, OpKind, Ring, Target};
 use super::service_thread::{Backend, Connection};
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
@@ -35,6 +35,9 @@ use std::time::Duration;
 
 /// Submission queue entries per ring (it is flushed early when full).
 const RING_ENTRIES: u32 = 1024;
+/// Slots in each ring's registered file table: connections in slots
+/// (tokens) past it use plain descriptors.
+const FIXED_FILES: u32 = 4096;
 /// The tag of the waker's receive.
 const WAKE_TAG: u64 = u64::MAX;
 
@@ -92,7 +95,7 @@ impl Uring {
     pub(super) fn new(wake_rx: UnixStream) -> io::Result<Uring> {
         wake_rx.set_nonblocking(false)?;
         Ok(Uring {
-            ring: Ring::new(RING_ENTRIES)?,
+            ring: Ring::new(RING_ENTRIES, FIXED_FILES)?,
             completions: Vec::new(),
             wake_rx,
             wake_buf: Some(vec![0; 64]),
@@ -102,12 +105,15 @@ impl Uring {
 
     /// Whether io_uring works here at all (kernel, seccomp, sysctl).
     pub(super) fn available() -> io::Result<()> {
-        Ring::new(8).map(drop)
+        Ring::new(8, 0).map(drop)
     }
 
     fn arm_waker(&mut self) -> io::Result<()> {
         if let Some(buf) = self.wake_buf.take() {
-            if let Err((error, buf)) = self.ring.recv(self.wake_rx.as_fd(), WAKE_TAG, buf, 0) {
+            if let Err((error, buf)) =
+                self.ring
+                    .recv(Target::Fd(self.wake_rx.as_fd()), WAKE_TAG, buf, 0)
+            {
                 self.wake_buf = Some(buf);
                 return Err(error);
             }
@@ -118,6 +124,8 @@ impl Uring {
 
 pub(super) struct UringSocket {
     stream: TcpStream,
+    /// Its slot in the ring's registered file table, if it has one.
+    fixed: Option<u32>,
     /// Slot and generation, in every operation's tag.
     tag: u64,
     /// The receive in flight (`input` is lent to the ring).
@@ -126,6 +134,26 @@ pub(super) struct UringSocket {
     sending: bool,
     /// An I/O error ended the connection.
     failed: bool,
+}
+
+impl UringSocket {
+    fn target(&self) -> Target<'_> {
+        match self.fixed {
+            Some(slot) => Target::Fixed(slot),
+            None => Target::Fd(self.stream.as_fd()),
+        }
+    }
+}
+
+impl Uring {
+    /// Takes a socket out of the registered file table, if it is in it.
+    fn unregister(&mut self, socket: &mut UringSocket) {
+        if let Some(slot) = socket.fixed.take() {
+            if let Err(error) = self.ring.remove(slot) {
+                tracing::error!("cannot remove a socket from the io_uring file table: {error}");
+            }
+        }
+    }
 }
 
 impl Transport for Uring {
@@ -144,7 +172,7 @@ impl Transport for Uring {
         let out = std::mem::take(&mut conn.out);
         match self
             .ring
-            .send(socket.stream.as_fd(), socket.tag, out, conn.written)
+            .send(socket.target(), socket.tag, out, conn.written)
         {
             Ok(_) => {
                 socket.sending = true;
@@ -171,10 +199,7 @@ impl Transport for Uring {
         }
         conn.reserve_free_space();
         let input = std::mem::take(&mut conn.input);
-        match self
-            .ring
-            .recv(socket.stream.as_fd(), socket.tag, input, conn.end)
-        {
+        match self.ring.recv(socket.target(), socket.tag, input, conn.end) {
             Ok(op) => {
                 socket.recv = Some(op);
                 Ok(false)
@@ -198,8 +223,18 @@ impl Backend for Uring {
         let token = u32::try_from(token)
             .map_err(|_| io::Error::other("more connections than slots on one thread"))?;
         self.generation = self.generation.wrapping_add(1);
+        let fixed = (token < self.ring.fixed_slots())
+            .then(|| self.ring.install(token, stream.as_fd()))
+            .and_then(|installed| match installed {
+                Ok(()) => Some(token),
+                Err(error) => {
+                    tracing::debug!("socket not in the io_uring file table: {error}");
+                    None
+                }
+            });
         Ok(UringSocket {
             stream,
+            fixed,
             tag: u64::from(self.generation) << 32 | u64::from(token),
             recv: None,
             sending: false,
@@ -207,20 +242,23 @@ impl Backend for Uring {
         })
     }
 
-    fn detach(&mut self, socket: UringSocket) -> io::Result<TcpStream> {
+    fn detach(&mut self, mut socket: UringSocket) -> io::Result<TcpStream> {
         debug_assert!(self.quiet(&socket));
+        self.unregister(&mut socket);
         Ok(socket.stream)
     }
 
-    fn release(&mut self, socket: UringSocket) {
+    fn release(&mut self, mut socket: UringSocket) {
         if !self.quiet(&socket) {
-            // Queued operations name the descriptor by number: they must
-            // reach the kernel before it is closed and maybe reused.
+            // Queued operations name the descriptor (or the table slot) by
+            // number: they must reach the kernel before it is closed (or
+            // emptied) and maybe reused.
             if let Err(error) = self.ring.submit() {
                 tracing::warn!("cannot submit before closing a connection: {error}");
             }
             let _ = socket.stream.shutdown(Shutdown::Both);
         }
+        self.unregister(&mut socket);
     }
 
     fn quiesce(&mut self, socket: &mut UringSocket) {
