@@ -20,6 +20,11 @@
 //!   operation has reached the kernel) before it is closed, so its
 //!   operations finish and no queued operation can reach a reused
 //!   descriptor;
+//! - a connection's socket sits in its ring's registered file table (slot
+//!   = the connection's token, while the table has room), and it leaves
+//!   the table whenever the connection leaves the thread or closes: the
+//!   table holds its own reference to the file, so a socket left in it
+//!   would never close;
 //! - sockets are in blocking mode: io_uring tries each operation without
 //!   blocking and, when it would block, waits for readiness itself.
 
