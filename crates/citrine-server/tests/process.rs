@@ -72,6 +72,27 @@ fn every_example_config_starts() {
     );
 }
 
+/// Two service threads that hand connections to each other whenever one
+/// is busier: connections move all the time.
+const SPILL_ALWAYS: &str = "service-threads = 2\nservice-thread-spill-pct = 1";
+
+/// Starts citrined with these `[service]` lines, namespace `test` and
+/// `--service-io service_io`.
+fn start_with(service: &str, service_io: &str) -> Server {
+    let config = tempdir().join("citrine.toml");
+    std::fs::write(
+        &config,
+        format!("[service]\n{service}\n\n[[namespace]]\nname = \"test\"\n"),
+    )
+    .unwrap();
+    start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--service-io",
+        service_io,
+    ])
+}
+
 fn tempdir() -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!(
         "citrine-test-{}-{}",
@@ -276,19 +297,7 @@ fn many_connections_with(service_io: &str) {
         })
         .unwrap_or(1024);
     let count = 1200.min(limit.saturating_sub(100));
-    let dir = tempdir();
-    let config = dir.join("one.toml");
-    std::fs::write(
-        &config,
-        "[service]\nservice-threads = 1\n\n[[namespace]]\nname = \"test\"\n",
-    )
-    .unwrap();
-    let server = start(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--service-io",
-        service_io,
-    ]);
+    let server = start_with("service-threads = 1", service_io);
     let mut streams: Vec<TcpStream> = (0..count).map(|_| connect(server.port)).collect();
     for (index, stream) in streams.iter_mut().enumerate() {
         let put = write_request(
@@ -370,19 +379,7 @@ fn connections_move_between_service_threads_without_losing_a_request_on_epoll() 
 }
 
 fn connections_move_with(service_io: &str) {
-    let dir = tempdir();
-    let config = dir.join("spill.toml");
-    std::fs::write(
-        &config,
-        "[service]\nservice-threads = 2\nservice-thread-spill-pct = 1\n\n[[namespace]]\nname = \"test\"\n",
-    )
-    .unwrap();
-    let server = start(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--service-io",
-        service_io,
-    ]);
+    let server = start_with(SPILL_ALWAYS, service_io);
     let connections = 8;
     let deadline = Instant::now() + Duration::from_secs(3);
     let threads: Vec<_> = (0..connections)
@@ -493,19 +490,7 @@ impl Rng {
 }
 
 fn chaotic_clients_with(service_io: &str) {
-    let dir = tempdir();
-    let config = dir.join("chaos.toml");
-    std::fs::write(
-        &config,
-        "[service]\nservice-threads = 2\nservice-thread-spill-pct = 1\n\n[[namespace]]\nname = \"test\"\n",
-    )
-    .unwrap();
-    let mut server = start(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--service-io",
-        service_io,
-    ]);
+    let mut server = start_with(SPILL_ALWAYS, service_io);
     let read = get_all_request("test", "chaos-0");
     let deadline = Instant::now() + Duration::from_secs(3);
     let clients: Vec<_> = (0..10u64)

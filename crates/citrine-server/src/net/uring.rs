@@ -313,34 +313,34 @@ impl Backend for Uring {
                 // For a connection closed since; its buffer just goes.
                 continue;
             }
-            match done.kind {
-                OpKind::Recv => {
+            match (done.kind, Outcome::of(done.result)) {
+                (OpKind::Recv, outcome) => {
                     socket.recv = None;
                     conn.input = done.buf;
-                    match done.result {
-                        read if read > 0 => {
-                            conn.end += read as usize;
+                    match outcome {
+                        Outcome::Moved(read) => {
+                            conn.end += read;
                             debug_assert!(conn.end <= conn.input.len());
                         }
-                        0 => conn.eof = true,
-                        error if error == -libc::ECANCELED || error == -libc::EINTR => {}
-                        error => {
-                            log_io_error(conn, "read", error);
+                        Outcome::End => conn.eof = true,
+                        Outcome::Again => {}
+                        Outcome::Failed => {
+                            log_io_error(conn, "read", done.result);
                             socket.failed = true;
                         }
                     }
                 }
-                OpKind::Send => {
+                (OpKind::Send, outcome) => {
                     socket.sending = false;
                     conn.out = done.buf;
-                    match done.result {
-                        sent if sent > 0 => {
-                            conn.written += sent as usize;
+                    match outcome {
+                        Outcome::Moved(sent) => {
+                            conn.written += sent;
                             debug_assert!(conn.written <= conn.out.len());
                         }
-                        error if error == -libc::EINTR => {}
-                        error => {
-                            log_io_error(conn, "write", error);
+                        Outcome::Again => {}
+                        Outcome::End | Outcome::Failed => {
+                            log_io_error(conn, "write", done.result);
                             socket.failed = true;
                         }
                     }
@@ -349,6 +349,29 @@ impl Backend for Uring {
             ready.push(token);
         }
         Ok(woken)
+    }
+}
+
+/// What a completed receive or send did.
+enum Outcome {
+    /// Moved this many bytes.
+    Moved(usize),
+    /// Moved nothing: the peer closed (a receive).
+    End,
+    /// Cancelled or interrupted: nothing happened, the state machine asks
+    /// again.
+    Again,
+    Failed,
+}
+
+impl Outcome {
+    fn of(result: i32) -> Outcome {
+        match result {
+            moved if moved > 0 => Outcome::Moved(moved as usize),
+            0 => Outcome::End,
+            error if error == -libc::ECANCELED || error == -libc::EINTR => Outcome::Again,
+            _ => Outcome::Failed,
+        }
     }
 }
 
