@@ -97,12 +97,15 @@ impl Ring {
                 "the kernel's io_uring lacks EXT_ARG or NODROP (Linux 5.11 or later is needed)",
             ));
         }
-        let fixed_slots = match ring.submitter().register_files_sparse(fixed_slots) {
-            Ok(()) => fixed_slots,
-            Err(error) => {
-                tracing::debug!("no registered file table ({error}): plain descriptors");
-                0
-            }
+        let fixed_slots = match fixed_slots {
+            0 => 0,
+            wanted => match ring.submitter().register_files_sparse(wanted) {
+                Ok(()) => wanted,
+                Err(error) => {
+                    tracing::debug!("no registered file table ({error}): plain descriptors");
+                    0
+                }
+            },
         };
         Ok(Ring {
             ring,
