@@ -273,8 +273,8 @@ fn concurrent_increments_with(service_io: &str) {
 }
 
 /// More connections than a service thread's io_uring has queue entries
-/// (1024), each with a request in flight at once: every one is answered
-/// with its own record. In a debug build the ring's registered file table
+/// (1024; 1200 where the descriptor limit allows), each with a request in
+/// flight at once: every one is answered with its own record. In a debug build the ring's registered file table
 /// has 512 slots, so this also runs registered and plain sockets side by
 /// side.
 #[test]

@@ -20,6 +20,8 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+/// Every partition that holds records is held by exactly `copies` nodes,
+/// all with the same count and checksum; returns the records per node.
 fn assert_copies_agree(nodes: &[&Node], copies: usize) -> Vec<u64> {
     let sums: Vec<BTreeMap<u16, String>> = nodes.iter().map(|node| node.checksums()).collect();
     let mut holders: BTreeMap<u16, Vec<&String>> = BTreeMap::new();

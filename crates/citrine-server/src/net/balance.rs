@@ -117,6 +117,12 @@ impl LoadMeter {
         }
     }
 
+    /// Whether the meter reads the thread's CPU time (else it needs
+    /// [`LoadMeter::add_busy`]).
+    pub fn counts_cpu(&self) -> bool {
+        self.cpu_start_ns.is_some()
+    }
+
     /// Adds wall time spent serving (the fallback measure).
     pub fn add_busy(&mut self, busy: std::time::Duration) {
         self.busy_wall += busy;

@@ -1,8 +1,8 @@
 //! The protocol half of one client connection: its buffers, the request in
 //! progress, and the state machine that turns received frames into
 //! replies. It is the same for every I/O backend; the backend
-//! ([`super::Backend`]) only moves bytes between these buffers and the
-//! socket.
+//! ([`super::service_thread::Backend`]) only moves bytes between these
+//! buffers and the socket.
 //!
 //! Invariants:
 //! - at most one request per connection is in progress, and replies leave
@@ -95,19 +95,34 @@ impl Conn {
         matches!(self.state, State::Idle) && self.written == self.out.len() && !self.eof
     }
 
-    /// Makes free space at `input[end..]`: moves the buffered bytes to the
-    /// front, and grows the buffer by one read's worth when they fill it.
-    pub(super) fn reserve_free_space(&mut self) {
+    /// Makes free space at `input[end..]` for the rest of a frame of
+    /// `total` bytes: moves the buffered bytes to the front, else grows the
+    /// buffer (at most doubling it, and not past `total` unless one more
+    /// byte is needed). Afterwards `end < input.len()`, which every
+    /// backend's `fill` relies on.
+    fn make_room(&mut self, total: u64) {
         if self.end < self.input.len() {
             return;
         }
-        self.input.copy_within(self.start..self.end, 0);
-        self.end -= self.start;
-        self.start = 0;
-        if self.end == self.input.len() {
-            let grown = self.input.len() + READ_BUFFER_BYTES;
-            self.input.resize(grown, 0);
+        if self.start > 0 {
+            self.input.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            return;
         }
+        let wanted = usize::try_from(total).unwrap_or(usize::MAX);
+        let grown = self
+            .input
+            .len()
+            .saturating_mul(2)
+            .min(wanted)
+            .max(self.input.len() + 1);
+        self.input.resize(grown, 0);
+    }
+
+    /// Whether `input[end..]` has room for a read.
+    pub(super) fn has_room(&self) -> bool {
+        self.end < self.input.len()
     }
 
     /// Logs a peer that hung up in the middle of a frame.
@@ -226,6 +241,7 @@ enum Frame {
 fn next_frame(service: &Service, conn: &mut Conn) -> Frame {
     let buffered = conn.end - conn.start;
     if buffered < PROTO_HEADER_SIZE {
+        conn.make_room(PROTO_HEADER_SIZE as u64);
         return Frame::NeedBytes;
     }
     let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
@@ -240,29 +256,10 @@ fn next_frame(service: &Service, conn: &mut Conn) -> Frame {
     };
     let total = PROTO_HEADER_SIZE as u64 + header.size;
     if (buffered as u64) < total {
-        make_room(conn, total);
+        conn.make_room(total);
         return Frame::NeedBytes;
     }
     Frame::Ready(header)
-}
-
-/// Makes free space after the buffered bytes of a frame of `total` bytes:
-/// moves them to the front, then at most doubles the buffer.
-fn make_room(conn: &mut Conn, total: u64) {
-    if conn.end < conn.input.len() {
-        return;
-    }
-    if conn.start > 0 {
-        conn.input.copy_within(conn.start..conn.end, 0);
-        conn.end -= conn.start;
-        conn.start = 0;
-        return;
-    }
-    let wanted = usize::try_from(total).unwrap_or(usize::MAX);
-    let grown = conn.input.len().saturating_mul(2).min(wanted);
-    if grown > conn.input.len() {
-        conn.input.resize(grown, 0);
-    }
 }
 
 /// Runs the frame at `input[start..]`; `Some` when the connection must

@@ -144,7 +144,7 @@ impl Transport for Epoll {
         if !socket.readable {
             return Ok(false);
         }
-        conn.reserve_free_space();
+        debug_assert!(conn.has_room(), "next_frame makes room before a fill");
         loop {
             let free = conn.input.len() - conn.end;
             match socket.stream.read(&mut conn.input[conn.end..]) {

@@ -6,22 +6,24 @@
 //! loop that owns its connections and runs every request to completion
 //! without crossing threads. The loop's I/O is io_uring where the kernel
 //! allows it ([`uring`], batched submissions: no system call per request
-//! of its own), else epoll ([`epoll`]); `service-io` chooses. Connections are packed onto as
-//! few threads as carry the load ([`balance`]): one thread serving many
-//! connections finds several ready at each wake-up and costs less CPU per
-//! request than several threads each waking for a few; a thread that uses
-//! more than `service-thread-spill-pct` of a core hands some of its
-//! connections to the least loaded thread, and a nearly idle thread hands
-//! its connections back. The acceptor, signal handling and the timers of
-//! fabric work run on a small tokio runtime of their own.
+//! of its own), else epoll ([`epoll`]); `service-io` chooses.
+//! Connections are packed onto as few threads as carry the load
+//! ([`balance`]): one thread serving many connections finds several ready
+//! at each wake-up and costs less CPU per request than several threads
+//! each waking for a few; a thread that uses more than
+//! `service-thread-spill-pct` of a core hands some of its connections to
+//! the least loaded thread, and two threads that would fit in one merge.
+//! The acceptor, signal handling and the timers of fabric work run on a
+//! small tokio runtime of their own.
 //!
 //! Invariants:
 //! - a connection is owned by exactly one service thread at a time; it
 //!   moves only between requests, through the receiving thread's inbox;
 //! - `proto-fd-max` bounds the open client connections: one over it is
 //!   closed at accept with a log line;
-//! - see [`service_thread`] for the per-connection invariants (order,
-//!   bounded buffers, panics, streamed replies, fabric work).
+//! - see [`conn`] for the per-connection invariants (order, bounded
+//!   buffers, panics, streamed replies, fabric work), [`service_thread`]
+//!   for moves, and [`ring`] for the ownership of in-flight buffers.
 
 mod balance;
 mod conn;

@@ -157,7 +157,10 @@ impl Ring {
         mut buf: Vec<u8>,
         from: usize,
     ) -> Result<OpId, (io::Error, Vec<u8>)> {
-        assert!(from < buf.len(), "a receive needs free space");
+        if from >= buf.len() {
+            let error = io::Error::new(io::ErrorKind::InvalidInput, "a receive needs free space");
+            return Err((error, buf));
+        }
         let len = u32::try_from(buf.len() - from).unwrap_or(u32::MAX);
         let pointer = buf[from..].as_mut_ptr();
         let entry = match target {
@@ -175,7 +178,10 @@ impl Ring {
         buf: Vec<u8>,
         from: usize,
     ) -> Result<OpId, (io::Error, Vec<u8>)> {
-        assert!(from < buf.len(), "a send needs bytes");
+        if from >= buf.len() {
+            let error = io::Error::new(io::ErrorKind::InvalidInput, "a send needs bytes");
+            return Err((error, buf));
+        }
         let len = u32::try_from(buf.len() - from).unwrap_or(u32::MAX);
         let pointer = buf[from..].as_ptr();
         let entry = match target {

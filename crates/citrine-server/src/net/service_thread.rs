@@ -36,8 +36,11 @@ const BALANCE_WINDOW: Duration = Duration::from_millis(100);
 pub(super) struct Connection<S> {
     pub(super) conn: Conn,
     pub(super) socket: S,
-    /// Chosen to move to this thread once its I/O has stopped.
+    /// The thread it was chosen to move to, once its I/O has stopped.
     moving_to: Option<usize>,
+    /// Wakes this thread for the connection's fabric work; made at its
+    /// first fabric wait and kept for the connection's life here.
+    waker: Option<Waker>,
 }
 
 /// The I/O half of a service thread.
@@ -142,7 +145,8 @@ impl<B: Backend> ServiceThread<B> {
                     continue;
                 }
             };
-            let busy_from = Instant::now();
+            // The wall-clock fallback of the load meter needs the start.
+            let busy_from = (!meter.counts_cpu()).then(Instant::now);
             if self.shared.stopping.load(Ordering::Acquire) {
                 break;
             }
@@ -169,7 +173,9 @@ impl<B: Backend> ServiceThread<B> {
                 }
             }
             let done = Instant::now();
-            meter.add_busy(done.saturating_duration_since(busy_from));
+            if let Some(busy_from) = busy_from {
+                meter.add_busy(done.saturating_duration_since(busy_from));
+            }
             if done >= window_end {
                 self.balance(&mut meter, done);
             }
@@ -220,6 +226,7 @@ impl<B: Backend> ServiceThread<B> {
             conn: Conn::new(parked.peer, parked.input, parked.start, parked.end, out),
             socket,
             moving_to: None,
+            waker: None,
         });
         // It may hold a whole request already (moved between requests).
         self.runnable.push_back(token);
@@ -285,12 +292,14 @@ impl<B: Backend> ServiceThread<B> {
         let State::Remote(future) = &mut connection.conn.state else {
             return;
         };
-        let waker = Waker::from(Arc::new(RemoteWaker {
-            token,
-            shared: self.shared.clone(),
-            thread: self.index,
-        }));
-        let mut context = Context::from_waker(&waker);
+        let waker = connection.waker.get_or_insert_with(|| {
+            Waker::from(Arc::new(RemoteWaker {
+                token,
+                shared: self.shared.clone(),
+                thread: self.index,
+            }))
+        });
+        let mut context = Context::from_waker(waker);
         let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             future.as_mut().poll(&mut context)
         }));

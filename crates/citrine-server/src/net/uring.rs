@@ -117,6 +117,15 @@ impl Uring {
         Ring::new(8, 0).map(drop)
     }
 
+    /// Takes a socket out of the registered file table, if it is in it.
+    fn unregister(&mut self, socket: &mut UringSocket) {
+        if let Some(slot) = socket.fixed.take() {
+            if let Err(error) = self.ring.remove(slot) {
+                tracing::error!("cannot remove a socket from the io_uring file table: {error}");
+            }
+        }
+    }
+
     fn arm_waker(&mut self) -> io::Result<()> {
         if let Some(buf) = self.wake_buf.take() {
             if let Err((error, buf)) =
@@ -150,17 +159,6 @@ impl UringSocket {
         match self.fixed {
             Some(slot) => Target::Fixed(slot),
             None => Target::Fd(self.stream.as_fd()),
-        }
-    }
-}
-
-impl Uring {
-    /// Takes a socket out of the registered file table, if it is in it.
-    fn unregister(&mut self, socket: &mut UringSocket) {
-        if let Some(slot) = socket.fixed.take() {
-            if let Err(error) = self.ring.remove(slot) {
-                tracing::error!("cannot remove a socket from the io_uring file table: {error}");
-            }
         }
     }
 }
@@ -206,7 +204,7 @@ impl Transport for Uring {
         if socket.recv.is_some() {
             return Ok(false);
         }
-        conn.reserve_free_space();
+        debug_assert!(conn.has_room(), "next_frame makes room before a fill");
         let input = std::mem::take(&mut conn.input);
         match self.ring.recv(socket.target(), socket.tag, input, conn.end) {
             Ok(op) => {
