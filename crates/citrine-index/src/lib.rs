@@ -20,17 +20,32 @@
 //! duplicate-resolution answer — cannot bring the record back, and so the
 //! delete itself can be migrated. They are purged by age.
 //!
-//! Memory: an entry occupies one hash-table slot of `SLOT_BYTES` plus one
-//! control byte; [`PartitionIndex::table_bytes`] reports the real footprint
-//! including the table's spare capacity.
+//! Memory: an entry occupies one slot of `SLOT_BYTES` plus one tag byte in
+//! its partition's [`DigestTable`]; [`PartitionIndex::table_bytes`] reports
+//! the real footprint including the table's spare capacity.
+//!
+//! Prefetching: each [`Partition`] publishes its table's layout (as of the
+//! last write-lock release) beside its lock, so a service thread can start
+//! the cache misses of a whole batch of lookups before it runs the first
+//! ([`PartitionTable::prefetch_partition`], then
+//! [`PartitionTable::prefetch_record`]). The published layout is a hint:
+//! a stale one costs a wasted prefetch, never a wrong answer.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+mod prefetch;
+pub mod table;
+
+pub use prefetch::prefetch;
+pub use table::DigestTable;
 
 use citrine_storage::Location;
 use citrine_types::{Digest, PartitionId, PARTITIONS};
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Record metadata kept in DRAM for every record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,12 +84,23 @@ pub struct IndexEntry {
     pub location: Location,
 }
 
-/// Bytes of one hash-table slot: the digest key and the entry.
-pub const SLOT_BYTES: usize = std::mem::size_of::<(Digest, IndexEntry)>();
+impl Default for IndexEntry {
+    /// The placeholder an empty table slot holds (an empty body: no
+    /// allocation). Never a live record: its generation is 0.
+    fn default() -> Self {
+        IndexEntry {
+            meta: RecordMeta::default(),
+            location: Location::Memory(Box::default()),
+        }
+    }
+}
 
-/// Hashes digests by taking digest bytes 8..16: digests are already uniformly
-/// distributed, and bytes 0..2 are the partition id (constant within a
-/// partition), so they must not be used.
+/// Bytes of one table slot: the digest key and the entry.
+pub const SLOT_BYTES: usize = DigestTable::<IndexEntry>::SLOT_BYTES;
+
+/// Hashes digests (for the tombstone map) by taking digest bytes 8..16:
+/// digests are already uniformly distributed, and bytes 0..2 are the
+/// partition id (constant within a partition), so they must not be used.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct DigestHashBuilder;
 
@@ -134,7 +160,7 @@ pub const TOMBSTONE_BYTES: usize = std::mem::size_of::<(Digest, Tombstone)>() + 
 /// The index of one partition.
 #[derive(Debug, Default)]
 pub struct PartitionIndex {
-    entries: HashMap<Digest, IndexEntry, DigestHashBuilder>,
+    entries: DigestTable<IndexEntry>,
     tombstones: HashMap<Digest, Tombstone, DigestHashBuilder>,
 }
 
@@ -237,16 +263,15 @@ impl PartitionIndex {
         }
     }
 
-    /// Bytes the table occupies: its buckets (a power of two at least
-    /// capacity × 8/7) times slot size plus one control byte each.
-    /// Tombstones included.
+    /// Bytes the tables occupy: every slot of the entry table (a power of
+    /// two, filled at most 7/8) with its tag byte, and the tombstone map's
+    /// buckets.
     pub fn table_bytes(&self) -> usize {
-        buckets(self.entries.capacity()) * (SLOT_BYTES + 1)
-            + buckets(self.tombstones.capacity()) * TOMBSTONE_BYTES
+        self.entries.table_bytes() + buckets(self.tombstones.capacity()) * TOMBSTONE_BYTES
     }
 }
 
-/// Buckets of a hash table with `capacity` (a power of two at least
+/// Buckets of a `std` hash table with `capacity` (a power of two at least
 /// capacity × 8/7; 0 when nothing was ever allocated).
 fn buckets(capacity: usize) -> usize {
     match capacity {
@@ -257,8 +282,84 @@ fn buckets(capacity: usize) -> usize {
 }
 
 /// The 4096 partition indexes of one namespace, each behind its own lock.
+/// One partition's index behind its lock, with the table layout published
+/// for prefetching. The layout words come first and the struct is aligned
+/// to a cache line, so the layout and the lock word share one line.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct Partition {
+    /// `DigestTable::layout` of the entry table at the last write-lock
+    /// release: (tags, slots, mask). Read without the lock, as a hint.
+    layout: [AtomicUsize; 3],
+    lock: RwLock<PartitionIndex>,
+}
+
+impl Default for Partition {
+    fn default() -> Self {
+        let (tags, slots, mask) = DigestTable::<IndexEntry>::default().layout();
+        Partition {
+            layout: [
+                AtomicUsize::new(tags),
+                AtomicUsize::new(slots),
+                AtomicUsize::new(mask),
+            ],
+            lock: RwLock::default(),
+        }
+    }
+}
+
+impl Partition {
+    #[inline]
+    pub fn read(&self) -> RwLockReadGuard<'_, PartitionIndex> {
+        self.lock.read()
+    }
+
+    /// The write lock; releasing it publishes the table's layout.
+    #[inline]
+    pub fn write(&self) -> PartitionWriteGuard<'_> {
+        PartitionWriteGuard {
+            guard: self.lock.write(),
+            layout: &self.layout,
+        }
+    }
+}
+
+/// A partition's write lock. Dropping it publishes the (possibly grown or
+/// released) table's layout before the lock itself is released.
+pub struct PartitionWriteGuard<'a> {
+    guard: RwLockWriteGuard<'a, PartitionIndex>,
+    layout: &'a [AtomicUsize; 3],
+}
+
+impl Deref for PartitionWriteGuard<'_> {
+    type Target = PartitionIndex;
+    #[inline]
+    fn deref(&self) -> &PartitionIndex {
+        &self.guard
+    }
+}
+
+impl DerefMut for PartitionWriteGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut PartitionIndex {
+        &mut self.guard
+    }
+}
+
+impl Drop for PartitionWriteGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let (tags, slots, mask) = self.guard.entries.layout();
+        self.layout[0].store(tags, Ordering::Relaxed);
+        self.layout[1].store(slots, Ordering::Relaxed);
+        self.layout[2].store(mask, Ordering::Relaxed);
+    }
+}
+
+/// The index of one namespace: its 4096 partitions.
+#[derive(Debug)]
 pub struct PartitionTable {
-    partitions: Vec<RwLock<PartitionIndex>>,
+    partitions: Vec<Partition>,
 }
 
 impl Default for PartitionTable {
@@ -269,17 +370,58 @@ impl Default for PartitionTable {
 
 impl PartitionTable {
     pub fn new() -> PartitionTable {
-        let partitions = (0..PARTITIONS)
-            .map(|_| RwLock::new(PartitionIndex::default()))
-            .collect();
+        let partitions = (0..PARTITIONS).map(|_| Partition::default()).collect();
         PartitionTable { partitions }
     }
 
-    /// The lock of one partition.
+    /// One partition (its lock).
     #[inline]
-    pub fn partition(&self, partition: PartitionId) -> &RwLock<PartitionIndex> {
+    pub fn partition(&self, partition: PartitionId) -> &Partition {
         // PartitionId guarantees index < PARTITIONS == partitions.len().
         &self.partitions[partition.index()]
+    }
+
+    /// Starts loading the cache line of a partition's lock and layout.
+    #[inline]
+    pub fn prefetch_partition(&self, partition: PartitionId) {
+        prefetch(self.partition(partition) as *const Partition as usize);
+    }
+
+    /// Starts loading the cache lines where a lookup of `digest` begins:
+    /// its first tag and its home slot. Best after
+    /// [`PartitionTable::prefetch_partition`] had time to land, since the
+    /// layout is read from the partition's line.
+    #[inline]
+    pub fn prefetch_record(&self, digest: &Digest) {
+        let partition = self.partition(digest.partition());
+        let layout = (
+            partition.layout[0].load(Ordering::Relaxed),
+            partition.layout[1].load(Ordering::Relaxed),
+            partition.layout[2].load(Ordering::Relaxed),
+        );
+        if let Some(start) = DigestTable::<IndexEntry>::probe_start(layout, digest) {
+            prefetch(start.tag);
+            prefetch(start.slot);
+            prefetch(start.slot.wrapping_add(SLOT_BYTES - 1));
+        }
+    }
+
+    /// Starts loading the first line of an in-memory record's body. It
+    /// looks the record up under the partition's read lock, so it is best
+    /// after [`PartitionTable::prefetch_record`] had time to land; it never
+    /// waits for the lock (a partition being written is skipped).
+    #[inline]
+    pub fn prefetch_body(&self, digest: &Digest) {
+        let Some(partition) = self.partition(digest.partition()).lock.try_read() else {
+            return;
+        };
+        if let Some(IndexEntry {
+            location: Location::Memory(body),
+            ..
+        }) = partition.get(digest)
+        {
+            prefetch(body.as_ptr() as usize);
+        }
     }
 
     /// Total records (takes each partition's read lock briefly).
@@ -323,20 +465,66 @@ mod tests {
     use super::*;
 
     fn digest(seed: u64) -> Digest {
-        let mut bytes = [0u8; 20];
-        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        for byte in bytes.iter_mut() {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            *byte = state as u8;
-        }
-        Digest(bytes)
+        Digest(citrine_testsupport::digest_bytes(seed))
     }
 
     // The papers' index entry is 64 bytes; one slot of ours, digest and
-    // control byte included, is smaller (checked at compile time).
+    // tag byte included, is smaller (checked at compile time).
     const _: () = assert!(SLOT_BYTES + 1 < 64);
+
+    fn entry(generation: u16) -> IndexEntry {
+        IndexEntry {
+            meta: RecordMeta {
+                generation,
+                ..RecordMeta::default()
+            },
+            location: Location::Memory(vec![1, 2, 3].into_boxed_slice()),
+        }
+    }
+
+    /// Releasing a write lock publishes the table's layout, through growth
+    /// and back to empty; prefetching any digest, with or without a
+    /// record, on a stale or empty layout, never disturbs a lookup.
+    #[test]
+    fn write_lock_release_publishes_the_layout_for_prefetch() {
+        let table = PartitionTable::new();
+        let key = digest(1);
+        let partition = table.partition(key.partition());
+        let published = |partition: &Partition| {
+            (
+                partition.layout[0].load(Ordering::Relaxed),
+                partition.layout[1].load(Ordering::Relaxed),
+                partition.layout[2].load(Ordering::Relaxed),
+            )
+        };
+        assert_eq!(published(partition), partition.read().entries.layout());
+        table.prefetch_record(&key);
+        table.prefetch_body(&key);
+        let mut same_partition = Vec::new();
+        for seed in 0..200_000 {
+            let other = digest(seed);
+            if other.partition() == key.partition() {
+                same_partition.push(other);
+            }
+        }
+        assert!(same_partition.len() > 20);
+        for (n, other) in same_partition.iter().enumerate() {
+            let mut guard = partition.write();
+            guard.insert(*other, entry(n as u16 + 1));
+            drop(guard);
+            assert_eq!(published(partition), partition.read().entries.layout());
+            table.prefetch_partition(other.partition());
+            table.prefetch_record(other);
+            table.prefetch_body(other);
+            assert!(partition.read().get(other).is_some());
+        }
+        for other in &same_partition {
+            partition.write().remove(other);
+        }
+        assert_eq!(partition.read().entries.slot_count(), 0);
+        assert_eq!(published(partition), partition.read().entries.layout());
+        table.prefetch_record(&same_partition[0]);
+    }
 
     #[test]
     fn tombstones_keep_the_latest_delete_and_give_way_to_a_new_record() {
@@ -439,7 +627,7 @@ mod tests {
         assert_eq!(table.record_count() as u64, records);
         let per_record = table.table_bytes() as f64 / records as f64;
         println!(
-            "slot {} B + 1 control byte; {per_record:.1} B per record at {records} records",
+            "slot {} B + 1 tag byte; {per_record:.1} B per record at {records} records",
             SLOT_BYTES
         );
         assert!(per_record >= (SLOT_BYTES + 1) as f64);

@@ -29,6 +29,7 @@ pub mod cluster_state;
 pub mod config;
 pub mod device;
 pub mod info;
+pub mod lookahead;
 pub mod migration;
 pub mod namespace;
 pub mod nsup;

@@ -855,3 +855,55 @@ fn read_touch_resets_the_ttl_when_little_remains() {
         ResultCode::Parameter.code()
     );
 }
+
+/// Lookahead reads the right lookup from a real request, and prefetching
+/// a batch (records present, absent, and in a partition another thread
+/// holds write-locked) neither blocks nor changes what the requests return.
+#[test]
+fn lookahead_finds_the_lookup_and_changes_nothing() {
+    let (service, _) = service();
+    let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+    for key in &keys[..30] {
+        send(&service, &put(key, Ops::new().int(op_type::WRITE, "n", 7)));
+    }
+    let frames: Vec<Vec<u8>> = keys.iter().map(|key| get(key)).collect();
+    let lookups: Vec<lookahead::Lookup> = frames
+        .iter()
+        .map(|frame| {
+            service
+                .lookup_of(&frame[8..])
+                .expect("a single-record read")
+        })
+        .collect();
+    let digest = of_key("demo", &UserKey::String("k3".into()));
+    assert_eq!(lookups[3], lookahead::Lookup::new(0, digest));
+
+    // Not single-record lookups: unknown namespace, truncated, batch.
+    let mut other = frames[0].clone();
+    let at = other.windows(4).position(|w| w == b"test").unwrap();
+    other[at..at + 4].copy_from_slice(b"tess");
+    assert_eq!(service.lookup_of(&other[8..]), None);
+    assert_eq!(service.lookup_of(&frames[0][8..30]), None);
+    let mut batch = frames[0].clone();
+    batch[8 + 1] |= info1::BATCH;
+    assert_eq!(service.lookup_of(&batch[8..]), None);
+
+    // A partition write-locked elsewhere: prefetch must skip it, not wait.
+    let namespace = service.namespace(b"test").unwrap();
+    let held = namespace.index.partition(digest.partition()).write();
+    service.prefetch(&lookups);
+    drop(held);
+
+    for (i, frame) in frames.iter().enumerate() {
+        let reply = send(&service, frame);
+        if i < 30 {
+            assert_eq!(reply.header.result_code, 0, "key {i}");
+            assert_eq!(
+                reply.bins,
+                vec![(b"n".to_vec(), 1, 7i64.to_be_bytes().to_vec())]
+            );
+        } else {
+            assert_eq!(reply.header.result_code, 2, "key {i}: not found");
+        }
+    }
+}

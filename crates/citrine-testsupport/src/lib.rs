@@ -12,6 +12,11 @@
 //! checked free for TCP and UDP before it is handed out.
 //!
 //! Invariant: a port is handed out at most once per test process.
+//!
+//! It also answers "is the process listening on this port the one the test
+//! started?" ([`listener_is`]): a readiness probe that only connects can
+//! be answered by some other process that holds the port, and the test
+//! then talks to a stranger while its own node fails to start.
 
 #![forbid(unsafe_code)]
 
@@ -46,6 +51,57 @@ pub fn free_port() -> u16 {
     panic!("no free port in {FIRST}..{}", FIRST + SPAN);
 }
 
+/// The bytes of a pseudo-random, well-spread record digest made from
+/// `seed` (xorshift), the same for the same seed: for tests and benchmarks
+/// that need many distinct digests without hashing keys.
+pub fn digest_bytes(seed: u64) -> [u8; 20] {
+    let mut bytes = [0u8; 20];
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for byte in bytes.iter_mut() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        *byte = state as u8;
+    }
+    bytes
+}
+
+/// True when `pid` holds the TCP socket listening on 127.0.0.1:`port` (or
+/// on any address at that port): the socket inode from `/proc/net/tcp`
+/// is among the process's open descriptors. False when nothing listens or
+/// another process does.
+pub fn listener_is(port: u16, pid: u32) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let wanted = format!(":{port:04X}");
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address, state 0A (LISTEN), inode.
+            let local = fields.get(1)?;
+            (local.ends_with(&wanted) && fields.get(3) == Some(&"0A"))
+                .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
+                .flatten()
+        })
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(descriptors) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    descriptors.flatten().any(|entry| {
+        std::fs::read_link(entry.path()).is_ok_and(|target| {
+            inodes
+                .iter()
+                .any(|inode| target.as_os_str() == inode.as_str())
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +119,18 @@ mod tests {
         // Still free: nothing kept them.
         let listener = TcpListener::bind(("127.0.0.1", ports[0]));
         assert!(listener.is_ok());
+    }
+
+    #[test]
+    fn listener_is_tells_our_listener_from_none_and_from_another_process() {
+        let port = free_port();
+        let me = std::process::id();
+        assert!(!listener_is(port, me), "nothing listens yet");
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("the port was free");
+        assert!(listener_is(port, me));
+        // pid 1 (init) does not hold our socket.
+        assert!(!listener_is(port, 1));
+        drop(listener);
+        assert!(!listener_is(port, me));
     }
 }

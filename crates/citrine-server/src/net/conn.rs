@@ -21,7 +21,7 @@
 //!   until it completes.
 
 use citrine_service::{Continuation, Service};
-use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -93,6 +93,24 @@ impl Conn {
     /// the connection may move to another thread.
     pub(super) fn between_requests(&self) -> bool {
         matches!(self.state, State::Idle) && self.written == self.out.len() && !self.eof
+    }
+
+    /// The body of the AS_MSG frame at `input[start..]`, when the
+    /// connection is between requests and holds all of it (for lookahead
+    /// only: the frame is decoded and checked again when it runs).
+    pub(super) fn buffered_message(&self) -> Option<&[u8]> {
+        if !matches!(self.state, State::Idle) {
+            return None;
+        }
+        let buffered = self.input.get(self.start..self.end)?;
+        let header: &[u8; PROTO_HEADER_SIZE] =
+            buffered.get(..PROTO_HEADER_SIZE)?.try_into().ok()?;
+        let header = ProtoHeader::decode(header).ok()?;
+        if header.message_type != MessageType::Message {
+            return None;
+        }
+        let end = PROTO_HEADER_SIZE.checked_add(usize::try_from(header.size).ok()?)?;
+        buffered.get(PROTO_HEADER_SIZE..end)
     }
 
     /// Makes free space at `input[end..]` for the rest of a frame of

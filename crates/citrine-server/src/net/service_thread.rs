@@ -20,6 +20,7 @@
 use super::balance::{self, LoadMeter, Rebalance};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
 use super::{Arrival, Parked, Shared};
+use citrine_service::lookahead::Lookup;
 use citrine_service::Service;
 use std::collections::VecDeque;
 use std::io;
@@ -95,6 +96,8 @@ pub(super) struct ServiceThread<B: Backend> {
     free: Vec<usize>,
     /// Connections with work to do without waiting for I/O.
     runnable: VecDeque<usize>,
+    /// The lookahead of the current turn (kept to reuse its allocation).
+    lookups: Vec<Lookup>,
 }
 
 impl<B: Backend> ServiceThread<B> {
@@ -112,6 +115,7 @@ impl<B: Backend> ServiceThread<B> {
             connections: Vec::new(),
             free: Vec::new(),
             runnable: VecDeque::new(),
+            lookups: Vec::new(),
         }
     }
 
@@ -162,6 +166,7 @@ impl<B: Backend> ServiceThread<B> {
                     self.poll_remote(token);
                 }
             }
+            self.look_ahead(&ready);
             for &token in &ready {
                 self.drive(token);
             }
@@ -183,6 +188,30 @@ impl<B: Backend> ServiceThread<B> {
         }
         for token in 0..self.connections.len() {
             self.close(token);
+        }
+    }
+
+    /// Starts the index cache misses of every request the ready
+    /// connections hold, so they overlap instead of stalling one request
+    /// after another (`citrine_service::lookahead`). With io_uring the
+    /// bytes are already here when the wait returns; with epoll they are
+    /// read inside `drive`, so this finds only pipelined frames.
+    fn look_ahead(&mut self, ready: &[usize]) {
+        if ready.len() < 2 {
+            return;
+        }
+        self.lookups.clear();
+        for &token in ready {
+            let body = match self.connections.get(token) {
+                Some(Some(connection)) => connection.conn.buffered_message(),
+                _ => None,
+            };
+            if let Some(lookup) = body.and_then(|body| self.service.lookup_of(body)) {
+                self.lookups.push(lookup);
+            }
+        }
+        if self.lookups.len() > 1 {
+            self.service.prefetch(&self.lookups);
         }
     }
 

@@ -52,7 +52,7 @@ impl Drop for Server {
 }
 
 /// A free loopback port.
-pub use citrine_testsupport::free_port;
+pub use citrine_testsupport::{free_port, listener_is};
 
 /// The `citrined` under test: this build's, or `$CITRINED_BIN` (e.g. a
 /// release build, for timings).
@@ -100,7 +100,9 @@ pub fn start(args: &[&str]) -> Server {
         if let Ok(Some(status)) = server.child.try_wait() {
             panic!("citrined exited early with {status}");
         }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        // Ours, not some other process that took the port: until our node
+        // listens, its config file and everything else must stay.
+        if listener_is(port, server.child.id()) && TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return server;
         }
         assert!(

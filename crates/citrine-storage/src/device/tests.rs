@@ -64,15 +64,7 @@ impl FakeIndex {
 }
 
 fn digest(seed: u64) -> Digest {
-    let mut bytes = [0u8; 20];
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for byte in bytes.iter_mut() {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        *byte = state as u8;
-    }
-    Digest(bytes)
+    Digest(citrine_testsupport::digest_bytes(seed))
 }
 
 fn temp_dir(name: &str) -> std::path::PathBuf {

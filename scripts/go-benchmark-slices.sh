@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Paired A/B of two citrined variants under the official Go client's
+# benchmark tool, in short interleaved slices, for differences smaller than
+# this machine's drift.
+#
+#   A_BIN=/tmp/citrined-old B_BIN=target/release/citrined scripts/go-benchmark-slices.sh
+#
+# Why: on a shared 2-vCPU VM the whole machine speeds up and slows down by
+# 10-30 % over minutes (client and server CPU per operation move together),
+# so two variants run one after the other (scripts/go-benchmark-ab.sh) can
+# differ by more than the change being measured. Here both servers run at
+# once (each idle while the other is measured), both are loaded once, and
+# then the workload runs in SLICE-second slices alternating A, B, B, A, A,
+# B, ... so each A slice has a B slice next to it in time. The verdict is
+# the median of the per-pair differences (B - A), beside each variant's
+# median.
+#
+# Each slice: the tool starts, its first per-second report (connection
+# warm-up) is skipped, then ops and the server's utime+stime
+# (/proc/PID/stat) are taken between the 2nd report and the first report
+# SLICE seconds later:  ops/s, server us/op, client us/op.
+#
+# Environment: A_BIN, B_BIN (server binaries; required), A_ARGS, B_ARGS
+# (extra citrined flags), SLICES (8 pairs), SLICE (6 s), WORKLOAD (RU,95),
+# KEYS (1000000), CONCURRENCY (32), GO_CLIENT_VERSION (latest), WORK.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { echo "go-benchmark-slices.sh: error: $*" >&2; exit 2; }
+command -v go >/dev/null 2>&1 || die "go not found in PATH"
+command -v python3 >/dev/null 2>&1 || die "python3 not found in PATH"
+[ -n "${A_BIN:-}" ] && [ -x "$A_BIN" ] || die "A_BIN must name an executable citrined"
+[ -n "${B_BIN:-}" ] && [ -x "$B_BIN" ] || die "B_BIN must name an executable citrined"
+
+VER="${GO_CLIENT_VERSION:-latest}"
+WORK="${WORK:-$(mktemp -d /tmp/go-benchmark-slices.XXXXXX)}"
+mkdir -p "$WORK/bin"
+echo "== work dir: $WORK"
+
+echo "== go install github.com/aerospike/aerospike-client-go/v8/tools/benchmark@$VER"
+(cd "$WORK" && GOBIN="$WORK/bin" go install "github.com/aerospike/aerospike-client-go/v8/tools/benchmark@$VER") \
+    >"$WORK/go-install.log" 2>&1 || { tail -20 "$WORK/go-install.log" >&2; die "go install failed"; }
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# start VARIANT BIN ARGS: prints "PORT PID" once the server listens.
+start() {
+    local variant=$1 bin=$2 args=$3 port=""
+    for p in $(seq 3400 3489); do
+        # The server also takes PORT+1 and PORT+2 (fabric, heartbeat).
+        if port_free "$p" && port_free $((p + 1)) && port_free $((p + 2)); then port=$p; break; fi
+    done
+    [ -n "$port" ] || die "no free port in 3400-3489"
+    # shellcheck disable=SC2086
+    "$bin" --port "$port" --address 127.0.0.1 --data-dir "$WORK/data-$variant" $args \
+        >"$WORK/server-$variant.log" 2>&1 &
+    local pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 1 100); do
+        if ! port_free "$port"; then break; fi
+        kill -0 "$pid" 2>/dev/null || { cat "$WORK/server-$variant.log" >&2; die "citrined ($variant) exited"; }
+        sleep 0.1
+    done
+    port_free "$port" && die "citrined ($variant) did not open port $port"
+    echo "$port $pid"
+}
+
+read -r A_PORT A_PID < <(start A "$A_BIN" "${A_ARGS:-}")
+read -r B_PORT B_PID < <(start B "$B_BIN" "${B_ARGS:-}")
+# The process substitution's subshell cannot extend PIDS here: record them.
+PIDS=("$A_PID" "$B_PID")
+echo "== A: $A_BIN ${A_ARGS:-} (port $A_PORT, pid $A_PID)"
+echo "== B: $B_BIN ${B_ARGS:-} (port $B_PORT, pid $B_PID)"
+echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+python3 - "$WORK/bin/benchmark" "$WORK" "$A_PORT" "$A_PID" "$B_PORT" "$B_PID" \
+    "${KEYS:-1000000}" "${CONCURRENCY:-32}" "${SLICES:-8}" "${SLICE:-6}" "${WORKLOAD:-RU,95}" <<'PY'
+import os, re, signal, statistics, subprocess, sys, time
+
+bench, work, a_port, a_pid, b_port, b_pid, keys, conc, slices, slice_s, workload = sys.argv[1:12]
+servers = {"A": (a_port, int(a_pid)), "B": (b_port, int(b_pid))}
+slices, slice_s = int(slices), float(slice_s)
+TCK = os.sysconf("SC_CLK_TCK")
+total_re = re.compile(r"total\(tps=(\d+) timeouts=(\d+) errors=(\d+), count=(\d+)\)")
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
+
+def args(port, wl):
+    return [bench, "-h", "127.0.0.1", "-p", port, "-n", "test", "-s", "testset",
+            "-k", keys, "-c", conc, "-o", "I", "-w", wl]
+
+for variant, (port, pid) in servers.items():
+    print(f"== loading {keys} keys into {variant}", flush=True)
+    with open(f"{work}/load-{variant}.log", "w") as log:
+        if subprocess.run(args(port, "I:100"), stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+            sys.exit(f"load of {variant} failed; see {work}/load-{variant}.log")
+
+def one_slice(variant, index):
+    port, spid = servers[variant]
+    p = subprocess.Popen(args(port, workload), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    start = end = None
+    errors = 0
+    with open(f"{work}/slice-{index:02d}-{variant}.log", "w") as log:
+        for line in p.stdout:
+            log.write(line)
+            m = total_re.search(line)
+            if not m:
+                continue
+            sample = (time.monotonic(), int(m.group(4)), cpu_ticks(spid), cpu_ticks(p.pid))
+            errors = int(m.group(2)) + int(m.group(3))
+            if start is None:
+                start = "warm-up"
+            elif start == "warm-up":
+                start = sample
+            elif sample[0] - start[0] >= slice_s - 0.05:
+                end = sample
+                break
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    if end is None:
+        sys.exit(f"slice {index} of {variant} ended early; see {work}/slice-{index:02d}-{variant}.log")
+    ops = end[1] - start[1]
+    seconds = end[0] - start[0]
+    return (ops / seconds, (end[2] - start[2]) / TCK / ops * 1e6,
+            (end[3] - start[3]) / TCK / ops * 1e6, errors)
+
+rows = {"A": [], "B": []}
+print(f"== {slices} pairs of {slice_s:.0f} s slices, workload {workload}, {conc} concurrent", flush=True)
+print(f"{'pair':>4} {'variant':>7} {'ops/s':>9} {'server us/op':>13} {'client us/op':>13} {'load':>6}")
+for pair in range(slices):
+    order = "AB" if pair % 2 == 0 else "BA"
+    for variant in order:
+        row = one_slice(variant, pair)
+        rows[variant].append(row)
+        load = open("/proc/loadavg").read().split()[0]
+        print(f"{pair:>4} {variant:>7} {row[0]:>9,.0f} {row[1]:>13.2f} {row[2]:>13.2f} {load:>6}"
+              + (f"  ({row[3]} errors/timeouts)" if row[3] else ""), flush=True)
+
+def med(values):
+    return statistics.median(values)
+
+print("\n== medians (range)")
+for variant in "AB":
+    r = rows[variant]
+    print(f"   {variant}: {med([x[0] for x in r]):,.0f} ops/s [{min(x[0] for x in r):,.0f}-{max(x[0] for x in r):,.0f}], "
+          f"server {med([x[1] for x in r]):.2f} us/op [{min(x[1] for x in r):.2f}-{max(x[1] for x in r):.2f}], "
+          f"client {med([x[2] for x in r]):.2f} us/op")
+d_ops = [b[0] - a[0] for a, b in zip(rows["A"], rows["B"])]
+d_cpu = [b[1] - a[1] for a, b in zip(rows["A"], rows["B"])]
+better = sum(1 for d in d_cpu if d < 0)
+print(f"== paired B - A: ops/s median {med(d_ops):+,.0f} [{min(d_ops):+,.0f} to {max(d_ops):+,.0f}]; "
+      f"server us/op median {med(d_cpu):+.2f} [{min(d_cpu):+.2f} to {max(d_cpu):+.2f}]; "
+      f"B cheaper in {better} of {len(d_cpu)} pairs")
+PY
