@@ -49,7 +49,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start VARIANT BIN ARGS: prints "PORT PID" once the server listens.
+# start VARIANT BIN ARGS: prints "PORT PID" once the server listens (it
+# runs in a subshell, so the caller records the pid).
 start() {
     local variant=$1 bin=$2 args=$3 port=""
     for p in $(seq 3400 3489); do
@@ -61,20 +62,19 @@ start() {
     "$bin" --port "$port" --address 127.0.0.1 --data-dir "$WORK/data-$variant" $args \
         >"$WORK/server-$variant.log" 2>&1 &
     local pid=$!
-    PIDS+=("$pid")
     for _ in $(seq 1 100); do
         if ! port_free "$port"; then break; fi
         kill -0 "$pid" 2>/dev/null || { cat "$WORK/server-$variant.log" >&2; die "citrined ($variant) exited"; }
         sleep 0.1
     done
-    port_free "$port" && die "citrined ($variant) did not open port $port"
+    if port_free "$port"; then die "citrined ($variant) did not open port $port"; fi
     echo "$port $pid"
 }
 
-read -r A_PORT A_PID < <(start A "$A_BIN" "${A_ARGS:-}")
-read -r B_PORT B_PID < <(start B "$B_BIN" "${B_ARGS:-}")
-# The process substitution's subshell cannot extend PIDS here: record them.
-PIDS=("$A_PID" "$B_PID")
+read -r A_PORT A_PID < <(start A "$A_BIN" "${A_ARGS:-}") || die "citrined (A) did not start"
+PIDS+=("$A_PID")
+read -r B_PORT B_PID < <(start B "$B_BIN" "${B_ARGS:-}") || die "citrined (B) did not start"
+PIDS+=("$B_PID")
 echo "== A: $A_BIN ${A_ARGS:-} (port $A_PORT, pid $A_PID)"
 echo "== B: $B_BIN ${B_ARGS:-} (port $B_PORT, pid $B_PID)"
 echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -98,9 +98,7 @@ impl Default for IndexEntry {
 /// Bytes of one table slot: the digest key and the entry.
 pub const SLOT_BYTES: usize = DigestTable::<IndexEntry>::SLOT_BYTES;
 
-/// Hashes digests (for the tombstone map) by taking digest bytes 8..16:
-/// digests are already uniformly distributed, and bytes 0..2 are the
-/// partition id (constant within a partition), so they must not be used.
+/// Hashes digests for the tombstone map, as [`table::digest_hash`] does.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct DigestHashBuilder;
 
@@ -114,9 +112,7 @@ impl Hasher for DigestHasher {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
         if bytes.len() >= 16 {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(&bytes[8..16]);
-            self.state ^= u64::from_le_bytes(word);
+            self.state ^= table::hash_of_digest_bytes(bytes);
         } else {
             for byte in bytes {
                 self.state = self.state.rotate_left(8) ^ u64::from(*byte);
@@ -281,7 +277,6 @@ fn buckets(capacity: usize) -> usize {
     }
 }
 
-/// The 4096 partition indexes of one namespace, each behind its own lock.
 /// One partition's index behind its lock, with the table layout published
 /// for prefetching. The layout words come first and the struct is aligned
 /// to a cache line, so the layout and the lock word share one line.
@@ -296,19 +291,32 @@ pub struct Partition {
 
 impl Default for Partition {
     fn default() -> Self {
-        let (tags, slots, mask) = DigestTable::<IndexEntry>::default().layout();
-        Partition {
-            layout: [
-                AtomicUsize::new(tags),
-                AtomicUsize::new(slots),
-                AtomicUsize::new(mask),
-            ],
+        let partition = Partition {
+            layout: Default::default(),
             lock: RwLock::default(),
-        }
+        };
+        partition.publish(partition.lock.read().entries.layout());
+        partition
     }
 }
 
 impl Partition {
+    fn publish(&self, (tags, slots, mask): (usize, usize, usize)) {
+        self.layout[0].store(tags, Ordering::Relaxed);
+        self.layout[1].store(slots, Ordering::Relaxed);
+        self.layout[2].store(mask, Ordering::Relaxed);
+    }
+
+    /// The layout published at the last write-lock release (a hint).
+    #[inline]
+    fn published(&self) -> (usize, usize, usize) {
+        (
+            self.layout[0].load(Ordering::Relaxed),
+            self.layout[1].load(Ordering::Relaxed),
+            self.layout[2].load(Ordering::Relaxed),
+        )
+    }
+
     #[inline]
     pub fn read(&self) -> RwLockReadGuard<'_, PartitionIndex> {
         self.lock.read()
@@ -319,7 +327,7 @@ impl Partition {
     pub fn write(&self) -> PartitionWriteGuard<'_> {
         PartitionWriteGuard {
             guard: self.lock.write(),
-            layout: &self.layout,
+            partition: self,
         }
     }
 }
@@ -328,7 +336,7 @@ impl Partition {
 /// released) table's layout before the lock itself is released.
 pub struct PartitionWriteGuard<'a> {
     guard: RwLockWriteGuard<'a, PartitionIndex>,
-    layout: &'a [AtomicUsize; 3],
+    partition: &'a Partition,
 }
 
 impl Deref for PartitionWriteGuard<'_> {
@@ -349,10 +357,7 @@ impl DerefMut for PartitionWriteGuard<'_> {
 impl Drop for PartitionWriteGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        let (tags, slots, mask) = self.guard.entries.layout();
-        self.layout[0].store(tags, Ordering::Relaxed);
-        self.layout[1].store(slots, Ordering::Relaxed);
-        self.layout[2].store(mask, Ordering::Relaxed);
+        self.partition.publish(self.guard.entries.layout());
     }
 }
 
@@ -393,12 +398,7 @@ impl PartitionTable {
     /// layout is read from the partition's line.
     #[inline]
     pub fn prefetch_record(&self, digest: &Digest) {
-        let partition = self.partition(digest.partition());
-        let layout = (
-            partition.layout[0].load(Ordering::Relaxed),
-            partition.layout[1].load(Ordering::Relaxed),
-            partition.layout[2].load(Ordering::Relaxed),
-        );
+        let layout = self.partition(digest.partition()).published();
         if let Some(start) = DigestTable::<IndexEntry>::probe_start(layout, digest) {
             prefetch(start.tag);
             prefetch(start.slot);
@@ -490,13 +490,7 @@ mod tests {
         let table = PartitionTable::new();
         let key = digest(1);
         let partition = table.partition(key.partition());
-        let published = |partition: &Partition| {
-            (
-                partition.layout[0].load(Ordering::Relaxed),
-                partition.layout[1].load(Ordering::Relaxed),
-                partition.layout[2].load(Ordering::Relaxed),
-            )
-        };
+        let published = Partition::published;
         assert_eq!(published(partition), partition.read().entries.layout());
         table.prefetch_record(&key);
         table.prefetch_body(&key);

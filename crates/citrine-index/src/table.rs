@@ -42,8 +42,15 @@ const MIN_SLOTS: usize = 8;
 /// partition), so they must not be used.
 #[inline]
 pub fn digest_hash(digest: &Digest) -> u64 {
+    hash_of_digest_bytes(&digest.0)
+}
+
+/// [`digest_hash`] of a digest's bytes (also what the tombstone map's
+/// hasher uses); `bytes` must hold at least 16.
+#[inline]
+pub(crate) fn hash_of_digest_bytes(bytes: &[u8]) -> u64 {
     let mut word = [0u8; 8];
-    word.copy_from_slice(&digest.0[8..16]);
+    word.copy_from_slice(&bytes[8..16]);
     u64::from_le_bytes(word)
 }
 

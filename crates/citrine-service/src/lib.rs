@@ -376,10 +376,16 @@ impl Service {
     /// The namespace called `name`.
     #[inline]
     pub fn namespace(&self, name: &[u8]) -> Option<&Namespace> {
+        self.namespace_index(name)
+            .map(|index| self.namespaces[index].as_ref())
+    }
+
+    /// The position of the namespace called `name` in configuration order.
+    #[inline]
+    pub fn namespace_index(&self, name: &[u8]) -> Option<usize> {
         self.namespaces
             .iter()
-            .find(|namespace| namespace.config.name.as_bytes() == name)
-            .map(Arc::as_ref)
+            .position(|namespace| namespace.config.name.as_bytes() == name)
     }
 
     /// All namespaces, in configuration order.

@@ -13,8 +13,9 @@
 //! wrong or stale guess costs a wasted prefetch, nothing else.
 
 use crate::Service;
+use citrine_index::PartitionTable;
 use citrine_types::Digest;
-use citrine_wire::msg::{field_type, info1, MSG_HEADER_SIZE};
+use citrine_wire::msg::{field_type, info1, FieldIter, MsgHeader};
 
 /// One request's index lookup: the namespace (by position) and digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,32 +36,31 @@ impl Service {
     /// header) will make; `None` for batches, scans, unknown namespaces and
     /// anything malformed.
     pub fn lookup_of(&self, body: &[u8]) -> Option<Lookup> {
-        if body.len() < MSG_HEADER_SIZE || body[1] & info1::BATCH != 0 {
+        let header = MsgHeader::decode(body).ok()?;
+        if header.info1 & info1::BATCH != 0 {
             return None;
         }
-        let fields = u16::from_be_bytes([body[18], body[19]]);
-        let mut rest = &body[MSG_HEADER_SIZE..];
         let mut namespace = None;
         let mut digest = None;
-        for _ in 0..fields {
-            let size = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-            let field = rest.get(4..4usize.checked_add(size)?)?;
-            let (&kind, data) = field.split_first()?;
-            match kind {
-                field_type::NAMESPACE => namespace = Some(data),
-                field_type::DIGEST => digest = Some(Digest(data.try_into().ok()?)),
+        for field in FieldIter::unchecked(body).take(usize::from(header.n_fields)) {
+            match field.field_type {
+                field_type::NAMESPACE => namespace = Some(field.data),
+                field_type::DIGEST => digest = Some(Digest(field.data.try_into().ok()?)),
                 _ => {}
             }
             if let (Some(name), Some(digest)) = (namespace, digest) {
-                let namespace = self
-                    .namespaces
-                    .iter()
-                    .position(|namespace| namespace.config.name.as_bytes() == name)?;
+                let namespace = self.namespace_index(name)?;
                 return Some(Lookup { namespace, digest });
             }
-            rest = &rest[4 + size..];
         }
         None
+    }
+
+    /// The index a lookup goes to.
+    fn index_of(&self, lookup: &Lookup) -> Option<&PartitionTable> {
+        self.namespaces
+            .get(lookup.namespace)
+            .map(|namespace| &namespace.index)
     }
 
     /// Starts the cache misses of `lookups` in three waves: every
@@ -70,20 +70,18 @@ impl Service {
     /// wave loaded).
     pub fn prefetch(&self, lookups: &[Lookup]) {
         for lookup in lookups {
-            if let Some(namespace) = self.namespaces.get(lookup.namespace) {
-                namespace
-                    .index
-                    .prefetch_partition(lookup.digest.partition());
+            if let Some(index) = self.index_of(lookup) {
+                index.prefetch_partition(lookup.digest.partition());
             }
         }
         for lookup in lookups {
-            if let Some(namespace) = self.namespaces.get(lookup.namespace) {
-                namespace.index.prefetch_record(&lookup.digest);
+            if let Some(index) = self.index_of(lookup) {
+                index.prefetch_record(&lookup.digest);
             }
         }
         for lookup in lookups {
-            if let Some(namespace) = self.namespaces.get(lookup.namespace) {
-                namespace.index.prefetch_body(&lookup.digest);
+            if let Some(index) = self.index_of(lookup) {
+                index.prefetch_body(&lookup.digest);
             }
         }
     }

@@ -80,11 +80,9 @@ pub fn listener_is(port: u16, pid: u32) -> bool {
         .skip(1)
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            // local_address, state 0A (LISTEN), inode.
-            let local = fields.get(1)?;
-            (local.ends_with(&wanted) && fields.get(3) == Some(&"0A"))
-                .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
-                .flatten()
+            // local_address, state (0A: LISTEN), inode.
+            let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
+            (local.ends_with(&wanted) && *state == "0A").then(|| format!("socket:[{inode}]"))
         })
         .collect();
     if inodes.is_empty() {

@@ -278,9 +278,22 @@ impl<'a> Message<'a> {
     }
 }
 
-/// Iterator over validated fields.
+/// Iterator over fields: validated ones ([`Message::fields`]), or the
+/// fields of a body not decoded yet ([`FieldIter::unchecked`]).
 pub struct FieldIter<'a> {
     rest: &'a [u8],
+}
+
+impl<'a> FieldIter<'a> {
+    /// The fields of an AS_MSG body that has not been validated, for a
+    /// quick look before [`Message::decode`]: take `header.n_fields` of
+    /// them (past those come the ops). It stops at the first field that
+    /// does not fit.
+    pub fn unchecked(body: &'a [u8]) -> FieldIter<'a> {
+        FieldIter {
+            rest: body.get(MSG_HEADER_SIZE..).unwrap_or_default(),
+        }
+    }
 }
 
 impl<'a> Iterator for FieldIter<'a> {

@@ -22,6 +22,7 @@
 
 use citrine_service::{Continuation, Service};
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::DecodeError;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -102,15 +103,28 @@ impl Conn {
         if !matches!(self.state, State::Idle) {
             return None;
         }
-        let buffered = self.input.get(self.start..self.end)?;
-        let header: &[u8; PROTO_HEADER_SIZE] =
-            buffered.get(..PROTO_HEADER_SIZE)?.try_into().ok()?;
-        let header = ProtoHeader::decode(header).ok()?;
+        let header = self.buffered_header()?.ok()?;
         if header.message_type != MessageType::Message {
             return None;
         }
-        let end = PROTO_HEADER_SIZE.checked_add(usize::try_from(header.size).ok()?)?;
-        buffered.get(PROTO_HEADER_SIZE..end)
+        let body = self.start + PROTO_HEADER_SIZE;
+        let end = body.checked_add(usize::try_from(header.size).ok()?)?;
+        if end > self.end {
+            return None;
+        }
+        self.input.get(body..end)
+    }
+
+    /// The proto header at `input[start..]`; `None` until its 8 bytes are
+    /// buffered.
+    fn buffered_header(&self) -> Option<Result<ProtoHeader, DecodeError>> {
+        let bytes: &[u8; PROTO_HEADER_SIZE] = self
+            .input
+            .get(self.start..self.end)?
+            .get(..PROTO_HEADER_SIZE)?
+            .try_into()
+            .ok()?;
+        Some(ProtoHeader::decode(bytes))
     }
 
     /// Makes free space at `input[end..]` for the rest of a frame of
@@ -258,16 +272,15 @@ enum Frame {
 
 fn next_frame(service: &Service, conn: &mut Conn) -> Frame {
     let buffered = conn.end - conn.start;
-    if buffered < PROTO_HEADER_SIZE {
-        conn.make_room(PROTO_HEADER_SIZE as u64);
-        return Frame::NeedBytes;
-    }
-    let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
-    header_bytes.copy_from_slice(&conn.input[conn.start..conn.start + PROTO_HEADER_SIZE]);
-    let header = match ProtoHeader::decode(&header_bytes) {
-        Ok(header) => header,
-        Err(error) => {
+    let header = match conn.buffered_header() {
+        None => {
+            conn.make_room(PROTO_HEADER_SIZE as u64);
+            return Frame::NeedBytes;
+        }
+        Some(Ok(header)) => header,
+        Some(Err(error)) => {
             service.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
+            let header_bytes = &conn.input[conn.start..conn.start + PROTO_HEADER_SIZE];
             tracing::warn!(peer = %conn.peer, header = ?header_bytes, "closing connection: bad proto header: {error}");
             return Frame::Bad;
         }
