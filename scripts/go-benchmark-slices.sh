@@ -20,9 +20,19 @@
 # (/proc/PID/stat) are taken between the 2nd report and the first report
 # SLICE seconds later:  ops/s, server us/op, client us/op.
 #
+# MODE=together runs both at the same time instead: one tool per server,
+# for SLICES windows of SLICE seconds, so both variants see the same
+# moment of the machine's drift (and compete for the same CPUs, evenly on
+# average; swap A and B for a second run to check that). Each window is
+# taken between two of each tool's own per-second reports, with the
+# server's CPU read as the report arrives. The servers are busier than
+# with one tool (two tools' requests each wake-up), so the absolute us/op
+# is lower than in MODE=slices; the difference is the point.
+#
 # Environment: A_BIN, B_BIN (server binaries; required), A_ARGS, B_ARGS
-# (extra citrined flags), SLICES (8 pairs), SLICE (6 s), WORKLOAD (RU,95),
-# KEYS (1000000), CONCURRENCY (32), GO_CLIENT_VERSION (latest), WORK.
+# (extra citrined flags), MODE (slices | together), SLICES (8 pairs or
+# windows), SLICE (6 s), WORKLOAD (RU,95), KEYS (1000000), CONCURRENCY (32;
+# per tool in MODE=together), GO_CLIENT_VERSION (latest), WORK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,11 +89,13 @@ echo "== A: $A_BIN ${A_ARGS:-} (port $A_PORT, pid $A_PID)"
 echo "== B: $B_BIN ${B_ARGS:-} (port $B_PORT, pid $B_PID)"
 echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$WORK/bin/benchmark" "$WORK" "$A_PORT" "$A_PID" "$B_PORT" "$B_PID" \
-    "${KEYS:-1000000}" "${CONCURRENCY:-32}" "${SLICES:-8}" "${SLICE:-6}" "${WORKLOAD:-RU,95}" <<'PY'
-import os, re, signal, statistics, subprocess, sys, time
+case "${MODE:=slices}" in slices | together) ;; *) die "MODE is slices or together, not $MODE" ;; esac
 
-bench, work, a_port, a_pid, b_port, b_pid, keys, conc, slices, slice_s, workload = sys.argv[1:12]
+python3 - "$WORK/bin/benchmark" "$WORK" "$A_PORT" "$A_PID" "$B_PORT" "$B_PID" \
+    "${KEYS:-1000000}" "${CONCURRENCY:-32}" "${SLICES:-8}" "${SLICE:-6}" "${WORKLOAD:-RU,95}" "$MODE" <<'PY'
+import os, re, signal, statistics, subprocess, sys, threading, time
+
+bench, work, a_port, a_pid, b_port, b_pid, keys, conc, slices, slice_s, workload, mode = sys.argv[1:13]
 servers = {"A": (a_port, int(a_pid)), "B": (b_port, int(b_pid))}
 slices, slice_s = int(slices), float(slice_s)
 TCK = os.sysconf("SC_CLK_TCK")
@@ -103,6 +115,14 @@ for variant, (port, pid) in servers.items():
     with open(f"{work}/load-{variant}.log", "w") as log:
         if subprocess.run(args(port, "I:100"), stdout=log, stderr=subprocess.STDOUT).returncode != 0:
             sys.exit(f"load of {variant} failed; see {work}/load-{variant}.log")
+
+def stop(p):
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 def one_slice(variant, index):
     port, spid = servers[variant]
@@ -125,12 +145,7 @@ def one_slice(variant, index):
             elif sample[0] - start[0] >= slice_s - 0.05:
                 end = sample
                 break
-    p.send_signal(signal.SIGINT)
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    stop(p)
     if end is None:
         sys.exit(f"slice {index} of {variant} ended early; see {work}/slice-{index:02d}-{variant}.log")
     ops = end[1] - start[1]
@@ -138,17 +153,76 @@ def one_slice(variant, index):
     return (ops / seconds, (end[2] - start[2]) / TCK / ops * 1e6,
             (end[3] - start[3]) / TCK / ops * 1e6, errors)
 
+def together():
+    """Both tools at once; SLICES windows of SLICE seconds."""
+    samples = {"A": [], "B": []}
+    procs = {}
+    def reader(variant, p, spid):
+        with open(f"{work}/together-{variant}.log", "w") as log:
+            for line in p.stdout:
+                log.write(line)
+                m = total_re.search(line)
+                if m:
+                    samples[variant].append((time.monotonic(), int(m.group(4)), cpu_ticks(spid),
+                                             cpu_ticks(p.pid), int(m.group(2)) + int(m.group(3))))
+    threads = []
+    for variant, (port, spid) in servers.items():
+        p = subprocess.Popen(args(port, workload), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        procs[variant] = p
+        t = threading.Thread(target=reader, args=(variant, p, spid), daemon=True)
+        t.start()
+        threads.append(t)
+    # Warm-up: two reports from each.
+    deadline = time.monotonic() + 30
+    while min(len(v) for v in samples.values()) < 2:
+        if time.monotonic() > deadline:
+            sys.exit(f"the tools did not report; see {work}/together-*.log")
+        time.sleep(0.1)
+    def at(variant, t):
+        """The first report of `variant` at or after time t."""
+        while True:
+            for sample in samples[variant]:
+                if sample[0] >= t:
+                    return sample
+            if procs[variant].poll() is not None:
+                sys.exit(f"the tool for {variant} ended early; see {work}/together-{variant}.log")
+            time.sleep(0.05)
+    t0 = time.monotonic()
+    for window in range(slices):
+        t1 = t0 + slice_s
+        time.sleep(max(0.0, t1 - time.monotonic()))
+        for variant in "AB":
+            start, end = at(variant, t0), at(variant, t1)
+            ops = end[1] - start[1]
+            if ops <= 0:
+                sys.exit(f"no operations from {variant} in window {window}")
+            row = (ops / (end[0] - start[0]), (end[2] - start[2]) / TCK / ops * 1e6,
+                   (end[3] - start[3]) / TCK / ops * 1e6, end[4])
+            rows[variant].append(row)
+            load = open("/proc/loadavg").read().split()[0]
+            print(f"{window:>4} {variant:>7} {row[0]:>9,.0f} {row[1]:>13.2f} {row[2]:>13.2f} {load:>6}"
+                  + (f"  ({row[3]} errors/timeouts)" if row[3] else ""), flush=True)
+        t0 = t1
+    for p in procs.values():
+        stop(p)
+
 rows = {"A": [], "B": []}
-print(f"== {slices} pairs of {slice_s:.0f} s slices, workload {workload}, {conc} concurrent", flush=True)
-print(f"{'pair':>4} {'variant':>7} {'ops/s':>9} {'server us/op':>13} {'client us/op':>13} {'load':>6}")
-for pair in range(slices):
-    order = "AB" if pair % 2 == 0 else "BA"
-    for variant in order:
-        row = one_slice(variant, pair)
-        rows[variant].append(row)
-        load = open("/proc/loadavg").read().split()[0]
-        print(f"{pair:>4} {variant:>7} {row[0]:>9,.0f} {row[1]:>13.2f} {row[2]:>13.2f} {load:>6}"
-              + (f"  ({row[3]} errors/timeouts)" if row[3] else ""), flush=True)
+if mode == "together":
+    print(f"== {slices} windows of {slice_s:.0f} s, both at once, workload {workload}, {conc} concurrent each", flush=True)
+    print(f"{'win':>4} {'variant':>7} {'ops/s':>9} {'server us/op':>13} {'client us/op':>13} {'load':>6}")
+    together()
+else:
+    print(f"== {slices} pairs of {slice_s:.0f} s slices, workload {workload}, {conc} concurrent", flush=True)
+    print(f"{'pair':>4} {'variant':>7} {'ops/s':>9} {'server us/op':>13} {'client us/op':>13} {'load':>6}")
+    for pair in range(slices):
+        order = "AB" if pair % 2 == 0 else "BA"
+        for variant in order:
+            row = one_slice(variant, pair)
+            rows[variant].append(row)
+            load = open("/proc/loadavg").read().split()[0]
+            print(f"{pair:>4} {variant:>7} {row[0]:>9,.0f} {row[1]:>13.2f} {row[2]:>13.2f} {load:>6}"
+                  + (f"  ({row[3]} errors/timeouts)" if row[3] else ""), flush=True)
 
 def med(values):
     return statistics.median(values)
@@ -162,7 +236,7 @@ for variant in "AB":
 d_ops = [b[0] - a[0] for a, b in zip(rows["A"], rows["B"])]
 d_cpu = [b[1] - a[1] for a, b in zip(rows["A"], rows["B"])]
 better = sum(1 for d in d_cpu if d < 0)
-print(f"== paired B - A: ops/s median {med(d_ops):+,.0f} [{min(d_ops):+,.0f} to {max(d_ops):+,.0f}]; "
+print(f"== paired B - A ({'same windows' if mode == 'together' else 'adjacent slices'}): ops/s median {med(d_ops):+,.0f} [{min(d_ops):+,.0f} to {max(d_ops):+,.0f}]; "
       f"server us/op median {med(d_cpu):+.2f} [{min(d_cpu):+.2f} to {max(d_cpu):+.2f}]; "
       f"B cheaper in {better} of {len(d_cpu)} pairs")
 PY

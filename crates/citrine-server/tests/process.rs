@@ -365,6 +365,64 @@ fn pipelined_requests_with(service_io: &str) {
     }
 }
 
+/// A client that writes far more requests than the server reads ahead
+/// (hundreds of kilobytes, while it reads no reply for a while) is held
+/// back by TCP and still gets every reply, in order.
+#[test]
+fn a_client_far_ahead_of_its_replies_gets_them_all_in_order() {
+    far_ahead_with(io_uring_or_auto());
+}
+
+#[test]
+fn a_client_far_ahead_of_its_replies_gets_them_all_in_order_on_epoll() {
+    far_ahead_with("epoll");
+}
+
+fn far_ahead_with(service_io: &str) {
+    let server = start(&["--service-io", service_io]);
+    // Three connections, so that in debug builds (whose io_uring backend
+    // uses multishot receives on even slots only) both kinds are covered.
+    let clients: Vec<_> = (0..3)
+        .map(|client| {
+            let port = server.port;
+            std::thread::spawn(move || far_ahead_client(port, client))
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+}
+
+fn far_ahead_client(port: u16, client: usize) {
+    let mut stream = connect(port);
+    let count = 4000i64;
+    let key = |index: i64| format!("ahead-{client}-{}", index % 100);
+    let mut requests = Vec::new();
+    for index in 0..count {
+        requests.extend(write_request(
+            "test",
+            &key(index),
+            &[(op_type::WRITE, 1, "v", index.to_be_bytes().to_vec())],
+        ));
+        requests.extend(get_all_request("test", &key(index)));
+    }
+    assert!(requests.len() > 400_000, "{} bytes", requests.len());
+    let mut writer = stream.try_clone().unwrap();
+    let sender = std::thread::spawn(move || writer.write_all(&requests));
+    std::thread::sleep(Duration::from_millis(500));
+    for index in 0..count {
+        let (_, put_body) = read_frame(&mut stream).unwrap();
+        assert_eq!(decode_reply(&put_body).0.result_code, 0, "write {index}");
+        let (_, get_body) = read_frame(&mut stream).unwrap();
+        assert_eq!(
+            decode_reply(&get_body).1[0].2,
+            index.to_be_bytes().to_vec(),
+            "client {client}, read {index}"
+        );
+    }
+    sender.join().unwrap().unwrap();
+}
+
 /// Connections handed between service threads mid-load lose, repeat and
 /// reorder nothing. With `service-thread-spill-pct = 1` any busy thread
 /// gives connections to a less busy one, so the connections of this test

@@ -152,6 +152,37 @@ impl Conn {
         self.input.resize(grown, 0);
     }
 
+    /// Appends bytes a backend received elsewhere (a multishot receive's
+    /// provided buffer): moves the buffered bytes to the front when that
+    /// makes room, else grows the buffer (at least doubling it).
+    pub(super) fn receive(&mut self, bytes: &[u8]) {
+        if self.input.len() - self.end < bytes.len() && self.start > 0 {
+            self.input.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let end = self.end + bytes.len();
+        if end > self.input.len() {
+            let grown = self.input.len().saturating_mul(2).max(end);
+            self.input.resize(grown, 0);
+        }
+        self.input[self.end..end].copy_from_slice(bytes);
+        self.end = end;
+    }
+
+    /// Whether the connection has room for more input: it holds less than
+    /// its current frame (as far as its header is buffered) plus `ahead`
+    /// bytes.
+    pub(super) fn wants_input(&self, ahead: usize) -> bool {
+        let frame = match self.buffered_header() {
+            Some(Ok(header)) => usize::try_from(header.size)
+                .unwrap_or(usize::MAX)
+                .saturating_add(PROTO_HEADER_SIZE),
+            _ => 0,
+        };
+        self.end - self.start < frame.saturating_add(ahead)
+    }
+
     /// Whether `input[end..]` has room for a read.
     pub(super) fn has_room(&self) -> bool {
         self.end < self.input.len()
@@ -347,4 +378,51 @@ fn start_remote(service: &Arc<Service>, conn: &mut Conn, continuation: Continuat
         let next = service.complete_remote(continuation, &mut out).await;
         (out, next)
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> Conn {
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        Conn::new(peer, vec![0; 8], 0, 0, Vec::new())
+    }
+
+    #[test]
+    fn received_bytes_are_appended_after_compacting_or_growing() {
+        let mut conn = conn();
+        conn.receive(b"abcdef");
+        assert_eq!((conn.start, conn.end, conn.input.len()), (0, 6, 8));
+        // Consumed bytes make room: moved to the front, not grown.
+        conn.start = 4;
+        conn.receive(b"ghij");
+        assert_eq!(&conn.input[conn.start..conn.end], b"efghij");
+        assert_eq!((conn.start, conn.input.len()), (0, 8));
+        // Still no room: at least doubled.
+        conn.receive(b"klmnopqrstu");
+        assert_eq!(&conn.input[conn.start..conn.end], b"efghijklmnopqrstu");
+        assert_eq!(conn.input.len(), 17);
+        conn.receive(b"v");
+        assert_eq!(conn.input.len(), 34);
+        assert_eq!(&conn.input[..conn.end], b"efghijklmnopqrstuv");
+    }
+
+    #[test]
+    fn input_is_wanted_up_to_the_frame_plus_the_read_ahead() {
+        let mut conn = conn();
+        assert!(conn.wants_input(4));
+        conn.receive(b"abc");
+        assert!(conn.wants_input(4));
+        conn.receive(b"d");
+        // No header buffered yet counts as a frame of 0 bytes.
+        assert!(!conn.wants_input(4));
+        // A header announcing a 20-byte body: 28 bytes plus 4 ahead.
+        let mut conn = super::tests::conn();
+        conn.receive(&ProtoHeader::encode(MessageType::Message, 20));
+        conn.receive(&[0; 23]);
+        assert!(conn.wants_input(4));
+        conn.receive(&[0]);
+        assert!(!conn.wants_input(4));
+    }
 }

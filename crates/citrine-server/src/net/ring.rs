@@ -10,11 +10,23 @@
 //! it. Dropping the ring cancels what is in flight and waits for it; a
 //! buffer the kernel still holds after that is leaked, never freed.
 //!
+//! A multishot receive ([`Ring::recv_multishot`]) stays armed on its socket
+//! and completes once for every batch of bytes that arrives, each time in
+//! one of the ring's provided buffers ([`Ring::provide_buffers`]): the
+//! kernel picks a free one, and the caller reads it
+//! ([`Ring::provided`]) and hands it back ([`Ring::give_back`]).
+//!
 //! Invariants:
 //! - every operation's `user_data` is unique among those in flight (slot
 //!   index and a per-slot sequence number), so a cancel never hits a
 //!   newer operation that reused the slot;
-//! - `in_flight` counts the operations whose completion is not reaped.
+//! - `in_flight` counts the operations whose last completion is not
+//!   reaped (a multishot receive's last completion is the one without
+//!   `IORING_CQE_F_MORE`);
+//! - a provided buffer is either the kernel's (published in the buffer
+//!   ring) or the caller's (named by a reaped completion, not yet given
+//!   back), never both: `PROVIDED` memory the kernel may write is never
+//!   read, and a buffer is published again only once.
 //!
 //! Set-up: `SINGLE_ISSUER | DEFER_TASKRUN` when the kernel has them
 //! (completion work then runs only inside this thread's `io_uring_enter`,
@@ -22,9 +34,11 @@
 //! by one thread.
 #![allow(unsafe_code)]
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{cqueue, opcode, types, IoUring};
+use std::alloc::{self, Layout};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 /// Identifies an operation in flight, for [`Ring::cancel`].
@@ -43,10 +57,13 @@ pub(super) enum Target<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum OpKind {
     Recv,
+    /// A multishot receive into provided buffers.
+    RecvMulti,
     Send,
 }
 
-/// A reaped operation: its buffer is the caller's again.
+/// A reaped completion: its buffer is the caller's again (a multishot
+/// receive's completions carry an empty one and name a provided buffer).
 pub(super) struct Completion {
     /// What the caller tagged the operation with.
     pub(super) tag: u64,
@@ -54,6 +71,12 @@ pub(super) struct Completion {
     /// Bytes moved, or a negated `errno`.
     pub(super) result: i32,
     pub(super) buf: Vec<u8>,
+    /// The provided buffer holding the bytes, now the caller's until
+    /// [`Ring::give_back`].
+    pub(super) provided: Option<u16>,
+    /// More completions of the same operation will follow (the multishot
+    /// receive is still armed).
+    pub(super) more: bool,
 }
 
 struct Op {
@@ -69,6 +92,9 @@ const CANCEL_USER_DATA: u64 = u64::MAX;
 /// How long a dropped ring waits for the kernel to give buffers back.
 const DROP_GRACE: Duration = Duration::from_secs(1);
 
+/// The buffer group id of the ring's provided buffers.
+const BUFFER_GROUP: u16 = 0;
+
 pub(super) struct Ring {
     ring: IoUring,
     /// Slots in the registered file table (0: none could be registered).
@@ -77,6 +103,8 @@ pub(super) struct Ring {
     free: Vec<u32>,
     sequence: u32,
     in_flight: usize,
+    /// Buffers for multishot receives, once registered.
+    provided: Option<ProvidedBuffers>,
 }
 
 impl Ring {
@@ -114,7 +142,63 @@ impl Ring {
             free: Vec::new(),
             sequence: 0,
             in_flight: 0,
+            provided: None,
         })
+    }
+
+    /// Registers `count` buffers of `size` bytes (`count` a power of two)
+    /// for multishot receives. Fails where the kernel lacks buffer rings
+    /// (before 5.19); the caller then keeps to single receives.
+    pub(super) fn provide_buffers(&mut self, count: u16, size: u32) -> io::Result<()> {
+        if self.provided.is_some() {
+            return Err(io::Error::other("buffers are already provided"));
+        }
+        let buffers = ProvidedBuffers::new(count, size)?;
+        // SAFETY: the ring memory stays allocated, at this address, until
+        // `Drop` unregisters it (or leaks it when the kernel may still use
+        // it).
+        let registered = unsafe {
+            self.ring.submitter().register_buf_ring_with_flags(
+                buffers.ring as u64,
+                count,
+                BUFFER_GROUP,
+                0,
+            )
+        };
+        if let Err(error) = registered {
+            buffers.free();
+            return Err(error);
+        }
+        let mut buffers = buffers;
+        buffers.publish_all();
+        self.provided = Some(buffers);
+        Ok(())
+    }
+
+    /// Whether multishot receives can be started.
+    pub(super) fn has_provided_buffers(&self) -> bool {
+        self.provided.is_some()
+    }
+
+    /// The first `len` bytes of provided buffer `id`, which a reaped
+    /// completion handed to the caller. Empty for an id that is not the
+    /// caller's (a bug, asserted in debug builds).
+    pub(super) fn provided(&self, id: u16, len: usize) -> &[u8] {
+        match &self.provided {
+            Some(buffers) => buffers.bytes(id, len),
+            None => {
+                debug_assert!(false, "no provided buffers");
+                &[]
+            }
+        }
+    }
+
+    /// Hands provided buffer `id` back to the kernel.
+    pub(super) fn give_back(&mut self, id: u16) {
+        match &mut self.provided {
+            Some(buffers) => buffers.give_back(id),
+            None => debug_assert!(false, "no provided buffers"),
+        }
     }
 
     /// Operations whose completion is not reaped yet.
@@ -168,6 +252,26 @@ impl Ring {
             Target::Fixed(slot) => opcode::Recv::new(types::Fixed(slot), pointer, len).build(),
         };
         self.start(entry, tag, OpKind::Recv, buf)
+    }
+
+    /// Starts a multishot receive: it completes whenever bytes arrive, each
+    /// time in a provided buffer, until a completion without `more` (the
+    /// peer closed, an error, a cancel, or no free buffer: `-ENOBUFS`).
+    pub(super) fn recv_multishot(&mut self, target: Target<'_>, tag: u64) -> io::Result<OpId> {
+        if self.provided.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a multishot receive needs provided buffers",
+            ));
+        }
+        let entry = match target {
+            Target::Fd(fd) => {
+                opcode::RecvMulti::new(types::Fd(fd.as_raw_fd()), BUFFER_GROUP).build()
+            }
+            Target::Fixed(slot) => opcode::RecvMulti::new(types::Fixed(slot), BUFFER_GROUP).build(),
+        };
+        self.start(entry, tag, OpKind::RecvMulti, Vec::new())
+            .map_err(|(error, _)| error)
     }
 
     /// Sends `buf[from..]`. On error the buffer comes back.
@@ -229,10 +333,16 @@ impl Ring {
         let ops = &mut self.ops;
         let free = &mut self.free;
         let in_flight = &mut self.in_flight;
+        let mut provided = self.provided.as_mut();
         for entry in self.ring.completion() {
             let user_data = entry.user_data();
             if user_data == CANCEL_USER_DATA {
                 continue;
+            }
+            let flags = entry.flags();
+            let buffer = cqueue::buffer_select(flags);
+            if let (Some(id), Some(buffers)) = (buffer, provided.as_deref_mut()) {
+                buffers.taken(id);
             }
             let index = (user_data & u64::from(u32::MAX)) as usize;
             let sequence = (user_data >> 32) as u32;
@@ -240,21 +350,37 @@ impl Ring {
                 debug_assert!(false, "completion for unknown slot {index}");
                 continue;
             };
-            match slot.take() {
-                Some(op) if op.sequence == sequence => {
-                    free.push(index as u32);
-                    *in_flight -= 1;
+            let current = matches!(slot, Some(op) if op.sequence == sequence);
+            if !current {
+                debug_assert!(false, "completion for a stale operation in slot {index}");
+                continue;
+            }
+            if cqueue::more(flags) {
+                // A multishot receive that stays armed keeps its slot.
+                if let Some(op) = slot.as_ref() {
+                    debug_assert_eq!(op.kind, OpKind::RecvMulti);
                     out.push(Completion {
                         tag: op.tag,
                         kind: op.kind,
                         result: entry.result(),
-                        buf: op.buf,
+                        buf: Vec::new(),
+                        provided: buffer,
+                        more: true,
                     });
                 }
-                other => {
-                    debug_assert!(false, "completion for a stale operation in slot {index}");
-                    *slot = other;
-                }
+                continue;
+            }
+            if let Some(op) = slot.take() {
+                free.push(index as u32);
+                *in_flight -= 1;
+                out.push(Completion {
+                    tag: op.tag,
+                    kind: op.kind,
+                    result: entry.result(),
+                    buf: op.buf,
+                    provided: buffer,
+                    more: false,
+                });
             }
         }
     }
@@ -335,6 +461,139 @@ impl Drop for Ring {
         // What the kernel may still write to must outlive it.
         for op in self.ops.drain(..).flatten() {
             std::mem::forget(op.buf);
+        }
+        if let Some(buffers) = self.provided.take() {
+            let unregistered = self.in_flight == 0
+                && self
+                    .ring
+                    .submitter()
+                    .unregister_buf_ring(BUFFER_GROUP)
+                    .is_ok();
+            if unregistered {
+                buffers.free();
+            }
+            // Otherwise the kernel may still write to them: leaked.
+        }
+    }
+}
+
+/// A registered ring of provided buffers: `count` buffers of `size` bytes
+/// in one block, and the ring of entries through which they are handed to
+/// the kernel (its tail is the only field the kernel reads concurrently).
+/// Without `free` its memory is leaked, never freed under the kernel.
+struct ProvidedBuffers {
+    /// The entries: page-aligned, `count` × 16 bytes.
+    ring: *mut types::BufRingEntry,
+    ring_layout: Layout,
+    memory: *mut u8,
+    memory_layout: Layout,
+    size: u32,
+    mask: u16,
+    /// Our copy of the tail the kernel reads.
+    tail: u16,
+    /// Which buffers a completion has handed to the caller.
+    ours: Vec<bool>,
+}
+
+impl ProvidedBuffers {
+    fn new(count: u16, size: u32) -> io::Result<ProvidedBuffers> {
+        if !count.is_power_of_two() || count > 1 << 15 || size == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "provided buffers: a power-of-two count up to 32768 of non-empty buffers",
+            ));
+        }
+        let entries = usize::from(count) * std::mem::size_of::<types::BufRingEntry>();
+        let ring_layout = Layout::from_size_align(entries.max(4096), 4096)
+            .map_err(|_| io::Error::other("provided buffer ring layout"))?;
+        let memory_layout = Layout::from_size_align(usize::from(count) * size as usize, 64)
+            .map_err(|_| io::Error::other("provided buffer layout"))?;
+        // SAFETY: both layouts have a non-zero size.
+        let ring = unsafe { alloc::alloc_zeroed(ring_layout) }.cast::<types::BufRingEntry>();
+        if ring.is_null() {
+            return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+        }
+        // SAFETY: as above.
+        let memory = unsafe { alloc::alloc_zeroed(memory_layout) };
+        if memory.is_null() {
+            // SAFETY: allocated just above with this layout.
+            unsafe { alloc::dealloc(ring.cast(), ring_layout) };
+            return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+        }
+        Ok(ProvidedBuffers {
+            ring,
+            ring_layout,
+            memory,
+            memory_layout,
+            size,
+            mask: count - 1,
+            tail: 0,
+            ours: vec![true; usize::from(count)],
+        })
+    }
+
+    /// Hands every buffer to the kernel (right after registration).
+    fn publish_all(&mut self) {
+        for id in 0..=self.mask {
+            self.give_back(id);
+        }
+    }
+
+    fn give_back(&mut self, id: u16) {
+        let owned = self.ours.get_mut(usize::from(id));
+        debug_assert!(
+            owned.as_deref() == Some(&true),
+            "buffer {id} is not ours to give back"
+        );
+        let Some(owned) = owned else { return };
+        if !std::mem::replace(owned, false) {
+            return;
+        }
+        let slot = usize::from(self.tail & self.mask);
+        // SAFETY: `slot` < count: inside the ring's allocation. The kernel
+        // reads this entry only once the tail below covers it.
+        let entry = unsafe { &mut *self.ring.add(slot) };
+        entry.set_addr(self.memory as u64 + u64::from(id) * u64::from(self.size));
+        entry.set_len(self.size);
+        entry.set_bid(id);
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail is a 2-byte aligned u16 inside entry 0, which
+        // the kernel only reads; the release store publishes the entry.
+        let tail = unsafe { &*types::BufRingEntry::tail(self.ring).cast::<AtomicU16>() };
+        tail.store(self.tail, Ordering::Release);
+    }
+
+    /// A completion handed buffer `id` to the caller.
+    fn taken(&mut self, id: u16) {
+        match self.ours.get_mut(usize::from(id)) {
+            Some(owned) => {
+                debug_assert!(!*owned, "buffer {id} handed out twice");
+                *owned = true;
+            }
+            None => debug_assert!(false, "the kernel named buffer {id}, past the ring"),
+        }
+    }
+
+    fn bytes(&self, id: u16, len: usize) -> &[u8] {
+        if self.ours.get(usize::from(id)) != Some(&true) {
+            debug_assert!(false, "buffer {id} is the kernel's");
+            return &[];
+        }
+        let len = len.min(self.size as usize);
+        // SAFETY: the buffer lies inside `memory`, and it is the caller's
+        // (the kernel does not write it) until `give_back`, which needs
+        // `&mut self` and so ends this borrow first.
+        unsafe {
+            std::slice::from_raw_parts(self.memory.add(usize::from(id) * self.size as usize), len)
+        }
+    }
+
+    /// Frees the memory; only once the kernel has let go of it.
+    fn free(self) {
+        // SAFETY: allocated in `new` with these layouts, freed once.
+        unsafe {
+            alloc::dealloc(self.ring.cast(), self.ring_layout);
+            alloc::dealloc(self.memory, self.memory_layout);
         }
     }
 }
@@ -481,6 +740,121 @@ mod tests {
         peer.set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
         assert_eq!(peer.read(&mut got).expect("read after close"), 0);
+    }
+
+    /// Reaps until `want` completions are in, or 5 s have passed.
+    fn reap_n(ring: &mut Ring, want: usize) -> Vec<Completion> {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while out.len() < want {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {want} completions",
+                out.len()
+            );
+            ring.wait(Duration::from_millis(100)).expect("wait");
+            ring.reap(&mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn a_multishot_receive_completes_once_per_arrival_in_provided_buffers() {
+        let Some(mut ring) = ring() else { return };
+        assert!(
+            ring.recv_multishot(Target::Fixed(0), 1).is_err(),
+            "needs buffers"
+        );
+        ring.provide_buffers(4, 8).expect("provide buffers");
+        assert!(ring.has_provided_buffers());
+        let (mine, mut peer) = UnixStream::pair().expect("pair");
+        ring.recv_multishot(Target::Fd(mine.as_fd()), 3)
+            .expect("recv multishot");
+        ring.submit().expect("submit");
+        // Six arrivals, more than there are buffers: each one's buffer is
+        // given back before the next, so the one operation carries them all.
+        for round in 0..6u8 {
+            peer.write_all(&[b'a' + round; 5]).expect("write");
+            let done = reap_n(&mut ring, 1).remove(0);
+            assert_eq!(
+                (done.tag, done.kind, done.result),
+                (3, OpKind::RecvMulti, 5)
+            );
+            assert!(done.more, "still armed");
+            let id = done.provided.expect("a provided buffer");
+            assert_eq!(ring.provided(id, 5), &[b'a' + round; 5]);
+            ring.give_back(id);
+            assert_eq!(ring.in_flight(), 1);
+        }
+        // An arrival longer than a buffer takes several, in order.
+        peer.write_all(b"0123456789abcdefghij").expect("write");
+        let mut got = Vec::new();
+        while got.len() < 20 {
+            for done in reap_n(&mut ring, 1) {
+                assert!(done.result > 0 && done.more);
+                let id = done.provided.expect("buffer");
+                got.extend_from_slice(ring.provided(id, done.result as usize));
+                ring.give_back(id);
+            }
+        }
+        assert_eq!(got, b"0123456789abcdefghij");
+        // The peer's close ends it: a last completion of 0 bytes.
+        drop(peer);
+        let done = reap_n(&mut ring, 1).remove(0);
+        assert_eq!((done.result, done.more), (0, false));
+        assert_eq!(ring.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_multishot_receive_ends_when_buffers_run_out_and_when_cancelled() {
+        let Some(mut ring) = ring() else { return };
+        ring.provide_buffers(2, 4).expect("provide buffers");
+        let (mine, mut peer) = UnixStream::pair().expect("pair");
+        ring.recv_multishot(Target::Fd(mine.as_fd()), 9)
+            .expect("recv multishot");
+        ring.submit().expect("submit");
+        // Twelve bytes, two buffers of four, none given back: the third
+        // arrival finds no buffer and the receive ends with -ENOBUFS.
+        peer.write_all(b"abcdefghijkl").expect("write");
+        let mut done = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while done.last().is_none_or(|last: &Completion| last.more) {
+            assert!(Instant::now() < deadline, "the receive did not end");
+            ring.wait(Duration::from_millis(100)).expect("wait");
+            ring.reap(&mut done);
+        }
+        let last = done.pop().expect("the last completion");
+        assert_eq!((last.result, last.provided), (-libc::ENOBUFS, None));
+        assert_eq!(done.len(), 2);
+        let mut ids: Vec<u16> = done.iter().filter_map(|d| d.provided).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [0, 1]);
+        for id in ids {
+            ring.give_back(id);
+        }
+        assert_eq!(ring.in_flight(), 0);
+
+        // Armed again, the rest arrives; then a cancel ends it.
+        let op = ring
+            .recv_multishot(Target::Fd(mine.as_fd()), 10)
+            .expect("recv multishot");
+        let first = reap_n(&mut ring, 1).remove(0);
+        assert!(first.more);
+        let id = first.provided.expect("buffer");
+        assert_eq!(ring.provided(id, first.result as usize), b"ijkl");
+        ring.give_back(id);
+        ring.cancel(op).expect("cancel");
+        let done = reap_n(&mut ring, 1).remove(0);
+        assert_eq!((done.result, done.more), (-libc::ECANCELED, false));
+        assert_eq!(ring.in_flight(), 0);
+
+        // A ring dropped with a multishot receive armed waits for it.
+        ring.recv_multishot(Target::Fd(mine.as_fd()), 11)
+            .expect("recv multishot");
+        ring.submit().expect("submit");
+        let started = Instant::now();
+        drop(ring);
+        assert!(started.elapsed() < DROP_GRACE);
     }
 
     #[test]

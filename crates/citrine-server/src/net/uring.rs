@@ -9,10 +9,27 @@
 //! machine kind that saves about a microsecond of server CPU per request
 //! against epoll (see `bench/RESULTS.md`).
 //!
+//! A connection's receive is a multishot receive into the ring's provided
+//! buffers where the kernel has them (6.0 and later): it is armed once and
+//! completes whenever bytes arrive, and the bytes are copied from the
+//! provided buffer to the connection's `input`. A request then costs no
+//! receive attempt of its own, and no re-arming of the socket's poll. On
+//! older kernels (and, in debug builds, on every other slot, so the tests
+//! run both) it is a single receive straight into `input`, started again
+//! after each completion.
+//!
 //! Invariants:
-//! - while a receive is in flight the ring owns `input` (and the
+//! - while a single receive is in flight the ring owns `input` (and the
 //!   connection's `input_here` is false); while a send is in flight it
 //!   owns `out`; both come back with their completions;
+//! - a multishot receive never holds `input`; it is cancelled once the
+//!   connection holds more than its current frame plus `READ_AHEAD_BYTES`
+//!   (a client that sends faster than it reads is held back by TCP, as
+//!   with single receives), and started again when the connection needs
+//!   bytes;
+//! - every provided buffer a completion names is given back to the ring
+//!   right after its bytes are copied, whether or not its connection
+//!   still exists;
 //! - a completion is applied only to the connection it was started for:
 //!   its tag carries the slot and the connection's generation, and a
 //!   completion for a connection closed since is dropped;
@@ -49,6 +66,15 @@ const FIXED_FILES: u32 = 4096;
 const FIXED_FILES: u32 = 512;
 /// The tag of the waker's receive.
 const WAKE_TAG: u64 = u64::MAX;
+/// Provided buffers per ring for multishot receives: a power of two.
+/// They are given back at every wake-up, so they run out only when more
+/// than this many receives complete between two.
+const PROVIDED_BUFFERS: u16 = 256;
+/// Bytes per provided buffer (a larger arrival takes several).
+const PROVIDED_BUFFER_BYTES: u32 = 16 * 1024;
+/// How far past its current frame a connection's multishot receive may
+/// read before it is paused.
+const READ_AHEAD_BYTES: usize = 64 * 1024;
 
 /// Wakes a service thread whose backend is io_uring: a byte on a socket
 /// pair whose other end the thread keeps a receive on.
@@ -103,8 +129,12 @@ impl Uring {
     /// Must run on the service thread that will use it.
     pub(super) fn new(wake_rx: UnixStream) -> io::Result<Uring> {
         wake_rx.set_nonblocking(false)?;
+        let mut ring = Ring::new(RING_ENTRIES, FIXED_FILES)?;
+        if let Err(error) = ring.provide_buffers(PROVIDED_BUFFERS, PROVIDED_BUFFER_BYTES) {
+            tracing::debug!("no provided buffers ({error}): single receives");
+        }
         Ok(Uring {
-            ring: Ring::new(RING_ENTRIES, FIXED_FILES)?,
+            ring,
             completions: Vec::new(),
             wake_rx,
             wake_buf: Some(vec![0; 64]),
@@ -146,8 +176,14 @@ pub(super) struct UringSocket {
     fixed: Option<u32>,
     /// Slot and generation, in every operation's tag.
     tag: u64,
-    /// The receive in flight (`input` is lent to the ring).
+    /// The receive in flight (single: `input` is lent to the ring).
     recv: Option<OpId>,
+    /// The receive in flight is multishot (`input` stays here).
+    multishot: bool,
+    /// A cancel was queued for the receive in flight.
+    cancelling: bool,
+    /// Receives on this socket are multishot.
+    use_multishot: bool,
     /// A send is in flight (`out` is lent to the ring).
     sending: bool,
     /// An I/O error ended the connection.
@@ -160,6 +196,23 @@ impl UringSocket {
             Some(slot) => Target::Fixed(slot),
             None => Target::Fd(self.stream.as_fd()),
         }
+    }
+
+    /// Asks the kernel to stop the receive in flight (once).
+    fn cancel_recv(&mut self, ring: &mut Ring) {
+        if let (Some(op), false) = (self.recv, self.cancelling) {
+            match ring.cancel(op) {
+                Ok(()) => self.cancelling = true,
+                Err(error) => tracing::warn!("cannot cancel a receive: {error}"),
+            }
+        }
+    }
+
+    /// The receive in flight has ended.
+    fn recv_ended(&mut self) {
+        self.recv = None;
+        self.multishot = false;
+        self.cancelling = false;
     }
 }
 
@@ -204,6 +257,19 @@ impl Transport for Uring {
         if socket.recv.is_some() {
             return Ok(false);
         }
+        if socket.use_multishot {
+            return match self.ring.recv_multishot(socket.target(), socket.tag) {
+                Ok(op) => {
+                    socket.recv = Some(op);
+                    socket.multishot = true;
+                    Ok(false)
+                }
+                Err(error) => {
+                    tracing::warn!(peer = %conn.peer, "cannot queue a receive: {error}");
+                    Err(())
+                }
+            };
+        }
         debug_assert!(conn.has_room(), "next_frame makes room before a fill");
         let input = std::mem::take(&mut conn.input);
         match self.ring.recv(socket.target(), socket.tag, input, conn.end) {
@@ -220,7 +286,7 @@ impl Transport for Uring {
     }
 
     fn input_here(&self, socket: &UringSocket) -> bool {
-        socket.recv.is_none()
+        socket.recv.is_none() || socket.multishot
     }
 }
 
@@ -239,11 +305,18 @@ impl Backend for Uring {
                     None
                 }
             });
+        // Debug builds (the tests') use single receives on odd slots, so
+        // both kinds are exercised.
+        let use_multishot =
+            self.ring.has_provided_buffers() && (!cfg!(debug_assertions) || token % 2 == 0);
         Ok(UringSocket {
             stream,
             fixed,
             tag: u64::from(self.generation) << 32 | u64::from(token),
             recv: None,
+            multishot: false,
+            cancelling: false,
+            use_multishot,
             sending: false,
             failed: false,
         })
@@ -269,11 +342,7 @@ impl Backend for Uring {
     }
 
     fn quiesce(&mut self, socket: &mut UringSocket) {
-        if let Some(op) = socket.recv {
-            if let Err(error) = self.ring.cancel(op) {
-                tracing::warn!("cannot cancel a receive: {error}");
-            }
-        }
+        socket.cancel_recv(&mut self.ring);
     }
 
     fn quiet(&self, socket: &UringSocket) -> bool {
@@ -291,9 +360,10 @@ impl Backend for Uring {
         self.ring.reap(&mut self.completions);
         let mut woken = false;
         for done in self.completions.drain(..) {
+            let provided = done.provided;
             if done.tag == WAKE_TAG {
+                woken = true;
                 if done.result > 0 {
-                    woken = true;
                     self.wake_buf = Some(done.buf);
                 } else {
                     // The pair broke (it cannot while the listener lives):
@@ -302,56 +372,93 @@ impl Backend for Uring {
                         "service thread waker failed ({}); it is no longer watched",
                         done.result
                     );
-                    woken = true;
                 }
-                continue;
+            } else {
+                apply(&mut self.ring, done, connections, ready);
             }
-            let token = (done.tag & u64::from(u32::MAX)) as usize;
-            let Some(Some(connection)) = connections.get_mut(token) else {
-                continue;
-            };
-            let (socket, conn) = (&mut connection.socket, &mut connection.conn);
-            if socket.tag != done.tag {
-                // For a connection closed since; its buffer just goes.
-                continue;
+            if let Some(id) = provided {
+                self.ring.give_back(id);
             }
-            match (done.kind, Outcome::of(done.result)) {
-                (OpKind::Recv, outcome) => {
-                    socket.recv = None;
-                    conn.input = done.buf;
-                    match outcome {
-                        Outcome::Moved(read) => {
-                            conn.end += read;
-                            debug_assert!(conn.end <= conn.input.len());
-                        }
-                        Outcome::End => conn.eof = true,
-                        Outcome::Again => {}
-                        Outcome::Failed => {
-                            log_io_error(conn, "read", done.result);
-                            socket.failed = true;
-                        }
-                    }
-                }
-                (OpKind::Send, outcome) => {
-                    socket.sending = false;
-                    conn.out = done.buf;
-                    match outcome {
-                        Outcome::Moved(sent) => {
-                            conn.written += sent;
-                            debug_assert!(conn.written <= conn.out.len());
-                        }
-                        Outcome::Again => {}
-                        Outcome::End | Outcome::Failed => {
-                            log_io_error(conn, "write", done.result);
-                            socket.failed = true;
-                        }
-                    }
-                }
-            }
-            ready.push(token);
         }
         Ok(woken)
     }
+}
+
+/// Applies a connection's completion to it and lists it as ready; a
+/// completion for a connection closed since is dropped.
+fn apply(
+    ring: &mut Ring,
+    done: Completion,
+    connections: &mut [Option<Connection<UringSocket>>],
+    ready: &mut Vec<usize>,
+) {
+    let token = (done.tag & u64::from(u32::MAX)) as usize;
+    let Some(Some(connection)) = connections.get_mut(token) else {
+        return;
+    };
+    let (socket, conn) = (&mut connection.socket, &mut connection.conn);
+    if socket.tag != done.tag {
+        // For a connection closed since; its buffer just goes.
+        return;
+    }
+    match (done.kind, Outcome::of(done.result)) {
+        (OpKind::Recv, outcome) => {
+            socket.recv_ended();
+            conn.input = done.buf;
+            match outcome {
+                Outcome::Moved(read) => {
+                    conn.end += read;
+                    debug_assert!(conn.end <= conn.input.len());
+                }
+                Outcome::End => conn.eof = true,
+                Outcome::Again => {}
+                Outcome::Failed => {
+                    log_io_error(conn, "read", done.result);
+                    socket.failed = true;
+                }
+            }
+        }
+        (OpKind::RecvMulti, outcome) => {
+            if !done.more {
+                socket.recv_ended();
+            }
+            match outcome {
+                Outcome::Moved(read) => {
+                    match done.provided {
+                        Some(id) => conn.receive(ring.provided(id, read)),
+                        None => debug_assert!(false, "a multishot receive without its buffer"),
+                    }
+                    if socket.recv.is_some() && !conn.wants_input(READ_AHEAD_BYTES) {
+                        socket.cancel_recv(ring);
+                    }
+                }
+                Outcome::End => conn.eof = true,
+                // Cancelled, or out of provided buffers: started again when
+                // the connection needs bytes.
+                Outcome::Again => {}
+                Outcome::Failed => {
+                    log_io_error(conn, "read", done.result);
+                    socket.failed = true;
+                }
+            }
+        }
+        (OpKind::Send, outcome) => {
+            socket.sending = false;
+            conn.out = done.buf;
+            match outcome {
+                Outcome::Moved(sent) => {
+                    conn.written += sent;
+                    debug_assert!(conn.written <= conn.out.len());
+                }
+                Outcome::Again => {}
+                Outcome::End | Outcome::Failed => {
+                    log_io_error(conn, "write", done.result);
+                    socket.failed = true;
+                }
+            }
+        }
+    }
+    ready.push(token);
 }
 
 /// What a completed receive or send did.
@@ -360,8 +467,8 @@ enum Outcome {
     Moved(usize),
     /// Moved nothing: the peer closed (a receive).
     End,
-    /// Cancelled or interrupted: nothing happened, the state machine asks
-    /// again.
+    /// Cancelled, interrupted, or (a multishot receive) out of provided
+    /// buffers: nothing happened, the state machine asks again.
     Again,
     Failed,
 }
@@ -371,7 +478,13 @@ impl Outcome {
         match result {
             moved if moved > 0 => Outcome::Moved(moved as usize),
             0 => Outcome::End,
-            error if error == -libc::ECANCELED || error == -libc::EINTR => Outcome::Again,
+            error
+                if error == -libc::ECANCELED
+                    || error == -libc::EINTR
+                    || error == -libc::ENOBUFS =>
+            {
+                Outcome::Again
+            }
             _ => Outcome::Failed,
         }
     }
