@@ -346,15 +346,17 @@ impl Ring {
             }
             let index = (user_data & u64::from(u32::MAX)) as usize;
             let sequence = (user_data >> 32) as u32;
-            let Some(slot) = ops.get_mut(index) else {
-                debug_assert!(false, "completion for unknown slot {index}");
+            let slot = ops
+                .get_mut(index)
+                .filter(|slot| matches!(slot, Some(op) if op.sequence == sequence));
+            let Some(slot) = slot else {
+                debug_assert!(false, "completion for an unknown operation in slot {index}");
+                // Its buffer, if it names one, is not lost to the ring.
+                if let (Some(id), Some(buffers)) = (buffer, provided.as_deref_mut()) {
+                    buffers.give_back(id);
+                }
                 continue;
             };
-            let current = matches!(slot, Some(op) if op.sequence == sequence);
-            if !current {
-                debug_assert!(false, "completion for a stale operation in slot {index}");
-                continue;
-            }
             if cqueue::more(flags) {
                 // A multishot receive that stays armed keeps its slot.
                 if let Some(op) = slot.as_ref() {
