@@ -91,38 +91,22 @@ echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d:
 
 case "${MODE:=slices}" in slices | together) ;; *) die "MODE is slices or together, not $MODE" ;; esac
 
-python3 - "$WORK/bin/benchmark" "$WORK" "$A_PORT" "$A_PID" "$B_PORT" "$B_PID" \
+PYTHONPATH=scripts/lib python3 - "$WORK/bin/benchmark" "$WORK" "$A_PORT" "$A_PID" "$B_PORT" "$B_PID" \
     "${KEYS:-1000000}" "${CONCURRENCY:-32}" "${SLICES:-8}" "${SLICE:-6}" "${WORKLOAD:-RU,95}" "$MODE" <<'PY'
-import os, re, signal, statistics, subprocess, sys, threading, time
+import statistics, subprocess, sys, threading, time
+from gotool import TCK, TOTAL_RE as total_re, cpu_ticks, stop, tool_args
 
 bench, work, a_port, a_pid, b_port, b_pid, keys, conc, slices, slice_s, workload, mode = sys.argv[1:13]
 servers = {"A": (a_port, int(a_pid)), "B": (b_port, int(b_pid))}
 slices, slice_s = int(slices), float(slice_s)
-TCK = os.sysconf("SC_CLK_TCK")
-total_re = re.compile(r"total\(tps=(\d+) timeouts=(\d+) errors=(\d+), count=(\d+)\)")
-
-def cpu_ticks(pid):
-    with open(f"/proc/{pid}/stat") as fh:
-        f = fh.read().rsplit(")", 1)[1].split()
-    return int(f[11]) + int(f[12])
-
 def args(port, wl):
-    return [bench, "-h", "127.0.0.1", "-p", port, "-n", "test", "-s", "testset",
-            "-k", keys, "-c", conc, "-o", "I", "-w", wl]
+    return tool_args(bench, port, keys, conc, wl)
 
 for variant, (port, pid) in servers.items():
     print(f"== loading {keys} keys into {variant}", flush=True)
     with open(f"{work}/load-{variant}.log", "w") as log:
         if subprocess.run(args(port, "I:100"), stdout=log, stderr=subprocess.STDOUT).returncode != 0:
             sys.exit(f"load of {variant} failed; see {work}/load-{variant}.log")
-
-def stop(p):
-    p.send_signal(signal.SIGINT)
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
 
 def one_slice(variant, index):
     port, spid = servers[variant]

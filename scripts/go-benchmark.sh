@@ -49,19 +49,15 @@ start_citrined
 echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---------------------------------------------------------------- driver
-python3 - "$BENCH" "$PORT" "$SERVER_PID" "$KEYS" "$CONCURRENCY" "$DURATION" "$WORK" $WORKLOADS <<'PY'
-import os, re, signal, subprocess, sys, time
+PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/lib" \
+    python3 - "$BENCH" "$PORT" "$SERVER_PID" "$KEYS" "$CONCURRENCY" "$DURATION" "$WORK" $WORKLOADS <<'PY'
+import re, subprocess, sys, time
+from gotool import TCK, TOTAL_RE as total_re, cpu_ticks, stop, tool_args
 
 bench, port, spid, keys, conc, duration, work = sys.argv[1:8]
 workloads = sys.argv[8:]
 spid, keys, conc, duration = int(spid), int(keys), int(conc), float(duration)
-TCK = os.sysconf("SC_CLK_TCK")
 LAT = "5,1"
-
-def cpu_ticks(pid):
-    with open(f"/proc/{pid}/stat") as fh:
-        f = fh.read().rsplit(")", 1)[1].split()
-    return int(f[11]) + int(f[12])  # fields 14 (utime) and 15 (stime)
 
 def cpu_totals():
     """(steal, total) ticks of the whole machine, from /proc/stat."""
@@ -70,10 +66,8 @@ def cpu_totals():
     return f[7], sum(f[:8])
 
 def base_args(workload):
-    return [bench, "-h", "127.0.0.1", "-p", port, "-n", "test", "-s", "testset",
-            "-k", str(keys), "-c", str(conc), "-o", "I", "-w", workload, "-L", LAT]
+    return tool_args(bench, port, keys, conc, workload, ["-L", LAT])
 
-total_re = re.compile(r"total\(tps=(\d+) timeouts=(\d+) errors=(\d+), count=(\d+)\)")
 ins_re = re.compile(r"write\(tps=(\d+) timeouts=(\d+) errors=(\d+) totalCount=(\d+)\)")
 lat_re = re.compile(r"\t(READ|WRITE)\t(\d+)\t([\d.]+)\t(\d+)((?:\t\|\s*\d+/[\d.]+%)+)")
 
@@ -135,12 +129,7 @@ for wl in workloads:
             lat_max[kind] = max(lat_max[kind], int(m.group(4)))
         if end is not None and m and m.group(1) == "WRITE":
             break
-    p.send_signal(signal.SIGINT)
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    stop(p)
     if start is None or end is None:
         sys.exit(f"workload {wl}: benchmark ended before the window completed; see {log.name}")
     dt = end[0] - start[0]
