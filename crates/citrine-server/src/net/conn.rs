@@ -11,7 +11,8 @@
 //! - a frame whose header cannot be trusted closes that connection with a
 //!   log line; every other connection keeps being served;
 //! - the input buffer grows only as bytes arrive (at most doubling when it
-//!   is full), never to a size a frame merely announces;
+//!   is full, or to the bytes a backend hands over at once if that is
+//!   more), never to a size a frame merely announces;
 //! - a panic in the service closes only the connection that caused it;
 //! - a streamed reply (batch, scan) is produced chunk by chunk: after each
 //!   chunk is written the connection goes to the back of the line, so one
@@ -137,9 +138,7 @@ impl Conn {
             return;
         }
         if self.start > 0 {
-            self.input.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
+            self.compact();
             return;
         }
         let wanted = usize::try_from(total).unwrap_or(usize::MAX);
@@ -156,10 +155,8 @@ impl Conn {
     /// provided buffer): moves the buffered bytes to the front when that
     /// makes room, else grows the buffer (at least doubling it).
     pub(super) fn receive(&mut self, bytes: &[u8]) {
-        if self.input.len() - self.end < bytes.len() && self.start > 0 {
-            self.input.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
+        if self.input.len() - self.end < bytes.len() {
+            self.compact();
         }
         let end = self.end + bytes.len();
         if end > self.input.len() {
@@ -181,6 +178,15 @@ impl Conn {
             _ => 0,
         };
         self.end - self.start < frame.saturating_add(ahead)
+    }
+
+    /// Moves the buffered bytes to the front of `input`.
+    fn compact(&mut self) {
+        if self.start > 0 {
+            self.input.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
     }
 
     /// Whether `input[end..]` has room for a read.
