@@ -57,7 +57,9 @@ impl Node {
             if let Ok(Some(status)) = node.child.try_wait() {
                 panic!("citrined exited early with {status}: {}", node.log_text());
             }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            // Ours, not some other process that took the port.
+            if listener_is(port, node.child.id()) && TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
                 return node;
             }
             assert!(
