@@ -51,7 +51,8 @@ echo "== go install github.com/aerospike/aerospike-client-go/v8/tools/benchmark@
 (cd "$WORK" && GOBIN="$WORK/bin" go install "github.com/aerospike/aerospike-client-go/v8/tools/benchmark@$VER") \
     >"$WORK/go-install.log" 2>&1 || { tail -20 "$WORK/go-install.log" >&2; die "go install failed"; }
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# shellcheck source=lib/listen.sh
+source scripts/lib/listen.sh
 PIDS=()
 cleanup() {
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -72,12 +73,7 @@ start() {
     "$bin" --port "$port" --address 127.0.0.1 --data-dir "$WORK/data-$variant" $args \
         >"$WORK/server-$variant.log" 2>&1 &
     local pid=$!
-    for _ in $(seq 1 100); do
-        if ! port_free "$port"; then break; fi
-        kill -0 "$pid" 2>/dev/null || { cat "$WORK/server-$variant.log" >&2; die "citrined ($variant) exited"; }
-        sleep 0.1
-    done
-    if port_free "$port"; then die "citrined ($variant) did not open port $port"; fi
+    wait_listening "$port" "$pid" "$WORK/server-$variant.log" "citrined ($variant)"
     echo "$port $pid"
 }
 

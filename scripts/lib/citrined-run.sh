@@ -10,6 +10,8 @@
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 die() { echo "$SCRIPT_NAME: error: $*" >&2; exit 2; }
+# shellcheck source=listen.sh
+source "$(dirname "${BASH_SOURCE[0]}")/listen.sh"
 command -v go >/dev/null 2>&1 || die "go not found in PATH"
 command -v python3 >/dev/null 2>&1 || die "python3 not found in PATH"
 
@@ -40,7 +42,6 @@ fi
 
 # Starts $CITRINED on 127.0.0.1:$PORT and waits until it listens.
 start_citrined() {
-    port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
     if [ -z "${PORT:-}" ]; then
         for p in $(seq 3400 3499); do
             if port_free "$p"; then PORT="$p"; break; fi
@@ -52,10 +53,5 @@ start_citrined() {
     echo "== starting citrined on 127.0.0.1:$PORT"
     "$CITRINED" --port "$PORT" --address 127.0.0.1 --data-dir "$WORK/data" ${CITRINED_ARGS:-} >"$WORK/server.log" 2>&1 &
     SERVER_PID=$!
-    for _ in $(seq 1 100); do
-        if ! port_free "$PORT"; then break; fi
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; die "citrined exited"; }
-        sleep 0.1
-    done
-    if port_free "$PORT"; then die "citrined did not open port $PORT"; fi
+    wait_listening "$PORT" "$SERVER_PID" "$WORK/server.log" citrined
 }

@@ -153,7 +153,7 @@ impl Ring {
         if self.provided.is_some() {
             return Err(io::Error::other("buffers are already provided"));
         }
-        let buffers = ProvidedBuffers::new(count, size)?;
+        let mut buffers = ProvidedBuffers::new(count, size)?;
         // SAFETY: the ring memory stays allocated, at this address, until
         // `Drop` unregisters it (or leaks it when the kernel may still use
         // it).
@@ -169,7 +169,6 @@ impl Ring {
             buffers.free();
             return Err(error);
         }
-        let mut buffers = buffers;
         buffers.publish_all();
         self.provided = Some(buffers);
         Ok(())
@@ -181,16 +180,11 @@ impl Ring {
     }
 
     /// The first `len` bytes of provided buffer `id`, which a reaped
-    /// completion handed to the caller. Empty for an id that is not the
-    /// caller's (a bug, asserted in debug builds).
-    pub(super) fn provided(&self, id: u16, len: usize) -> &[u8] {
-        match &self.provided {
-            Some(buffers) => buffers.bytes(id, len),
-            None => {
-                debug_assert!(false, "no provided buffers");
-                &[]
-            }
-        }
+    /// completion handed to the caller. `None` for an id that is not the
+    /// caller's or a length past the buffer (a bug: the caller must not
+    /// carry on as if the bytes had arrived).
+    pub(super) fn provided(&self, id: u16, len: usize) -> Option<&[u8]> {
+        self.provided.as_ref()?.bytes(id, len)
     }
 
     /// Hands provided buffer `id` back to the kernel.
@@ -576,18 +570,16 @@ impl ProvidedBuffers {
         }
     }
 
-    fn bytes(&self, id: u16, len: usize) -> &[u8] {
-        if self.ours.get(usize::from(id)) != Some(&true) {
-            debug_assert!(false, "buffer {id} is the kernel's");
-            return &[];
+    fn bytes(&self, id: u16, len: usize) -> Option<&[u8]> {
+        if self.ours.get(usize::from(id)) != Some(&true) || len > self.size as usize {
+            return None;
         }
-        let len = len.min(self.size as usize);
         // SAFETY: the buffer lies inside `memory`, and it is the caller's
         // (the kernel does not write it) until `give_back`, which needs
         // `&mut self` and so ends this borrow first.
-        unsafe {
+        Some(unsafe {
             std::slice::from_raw_parts(self.memory.add(usize::from(id) * self.size as usize), len)
-        }
+        })
     }
 
     /// Frees the memory; only once the kernel has let go of it.
@@ -784,7 +776,7 @@ mod tests {
             );
             assert!(done.more, "still armed");
             let id = done.provided.expect("a provided buffer");
-            assert_eq!(ring.provided(id, 5), &[b'a' + round; 5]);
+            assert_eq!(ring.provided(id, 5), Some(&[b'a' + round; 5][..]));
             ring.give_back(id);
             assert_eq!(ring.in_flight(), 1);
         }
@@ -795,7 +787,7 @@ mod tests {
             for done in reap_n(&mut ring, 1) {
                 assert!(done.result > 0 && done.more);
                 let id = done.provided.expect("buffer");
-                got.extend_from_slice(ring.provided(id, done.result as usize));
+                got.extend_from_slice(ring.provided(id, done.result as usize).expect("ours"));
                 ring.give_back(id);
             }
         }
@@ -843,7 +835,7 @@ mod tests {
         let first = reap_n(&mut ring, 1).remove(0);
         assert!(first.more);
         let id = first.provided.expect("buffer");
-        assert_eq!(ring.provided(id, first.result as usize), b"ijkl");
+        assert_eq!(ring.provided(id, first.result as usize), Some(&b"ijkl"[..]));
         ring.give_back(id);
         ring.cancel(op).expect("cancel");
         let done = reap_n(&mut ring, 1).remove(0);

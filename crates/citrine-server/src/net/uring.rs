@@ -402,39 +402,38 @@ fn apply(
         return;
     }
     match (done.kind, Outcome::of(done.result)) {
-        (OpKind::Recv, outcome) => {
-            socket.recv_ended();
-            conn.input = done.buf;
-            match outcome {
-                Outcome::Moved(read) => {
-                    conn.end += read;
-                    debug_assert!(conn.end <= conn.input.len());
-                }
-                Outcome::End => conn.eof = true,
-                Outcome::Again => {}
-                Outcome::Failed => {
-                    log_io_error(conn, "read", done.result);
-                    socket.failed = true;
-                }
+        (kind @ (OpKind::Recv | OpKind::RecvMulti), outcome) => {
+            let single = kind == OpKind::Recv;
+            if single {
+                conn.input = done.buf;
             }
-        }
-        (OpKind::RecvMulti, outcome) => {
-            if !done.more {
+            if single || !done.more {
                 socket.recv_ended();
             }
             match outcome {
+                Outcome::Moved(read) if single => {
+                    conn.end += read;
+                    debug_assert!(conn.end <= conn.input.len());
+                }
                 Outcome::Moved(read) => {
-                    match done.provided {
-                        Some(id) => conn.receive(ring.provided(id, read)),
-                        None => debug_assert!(false, "a multishot receive without its buffer"),
+                    match done.provided.and_then(|id| ring.provided(id, read)) {
+                        Some(bytes) => conn.receive(bytes),
+                        None => {
+                            // A bug, not the peer's doing: bytes were taken
+                            // off the socket that cannot be read here, so the
+                            // connection cannot go on.
+                            tracing::error!(peer = %conn.peer, read, buffer = ?done.provided, "closing connection: a receive's provided buffer is not readable");
+                            debug_assert!(false, "unreadable provided buffer");
+                            socket.failed = true;
+                        }
                     }
                     if socket.recv.is_some() && !conn.wants_input(READ_AHEAD_BYTES) {
                         socket.cancel_recv(ring);
                     }
                 }
                 Outcome::End => conn.eof = true,
-                // Cancelled, or out of provided buffers: started again when
-                // the connection needs bytes.
+                // Cancelled, interrupted, or (multishot) out of provided
+                // buffers: started again when the connection needs bytes.
                 Outcome::Again => {}
                 Outcome::Failed => {
                     log_io_error(conn, "read", done.result);
