@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Citrine standard benchmark: builds release binaries, starts a fresh
-# citrined and the no-op responder on loopback, runs the standard workloads
-# against both, and appends a dated section to bench/RESULTS.md.
+# citrined and, as the ceiling, a second citrined with --noop (the same
+# listener and I/O, every data request answered with success, nothing
+# stored) on loopback, runs each standard workload against both, one right
+# after the other, and appends a dated section to bench/RESULTS.md.
 #
 # Workloads (2016 VLDB paper style): 1 M keys, 32 concurrent commands,
 #   - load: insert every key (10 bins x 10-byte strings, and 1 KiB blobs)
@@ -13,7 +15,7 @@
 #   KEYS=1000000     key count
 #   CONCURRENCY=32   commands in flight
 #   LOAD=1           insert the keys first (0 = skip; reads then miss)
-#   PORT=3300        citrined port;  NOOP_PORT=3399 no-op responder port
+#   PORT=3300        citrined port;  NOOP_PORT=3399 the --noop citrined's port
 #   SKIP_BUILD=0     1 = use existing target/release binaries
 #   CITRINED_BIN     server binary (default target/release/citrined)
 #   DATA_SIZE=6G     memory budget of the benchmark namespace `test`
@@ -64,7 +66,7 @@ wait_for() { # host:port
     exit 1
 }
 
-echo "== starting citrined on 127.0.0.1:$PORT and the no-op responder on 127.0.0.1:$NOOP_PORT"
+echo "== starting citrined on 127.0.0.1:$PORT and citrined --noop on 127.0.0.1:$NOOP_PORT"
 # In-memory namespace `test` large enough for both data sets (1 M x 100 B and
 # 1 M x 1 KiB with index): the built-in default (1 GiB, stop-writes at 90 %)
 # would refuse part of the 1 KiB load with OUT_OF_SPACE (8).
@@ -90,7 +92,7 @@ stop-writes-used-pct = 95
 EOF
 "$CITRINED" --config "$WORK/bench.toml" --port "$PORT" --address 127.0.0.1 >"$WORK/citrined.log" 2>&1 &
 SERVER_PID=$!
-"$CITRINE" bench --noop-server "$NOOP_PORT" >"$WORK/noop.log" 2>&1 &
+"$CITRINED" --config "$WORK/bench.toml" --port "$NOOP_PORT" --address 127.0.0.1 --noop >"$WORK/noop.log" 2>&1 &
 NOOP_PID=$!
 wait_for "127.0.0.1:$PORT"
 wait_for "127.0.0.1:$NOOP_PORT"
@@ -113,11 +115,12 @@ if [ "$LOAD" = "1" ]; then
     run_bench load-10x10 "$PORT" "$SERVER_PID" -s p10x10 -o "$SPEC_SMALL" -w insert
     run_bench load-1k "$PORT" "$SERVER_PID" -s p1k -o "$SPEC_1K" -w insert
 fi
-for target in citrined noop; do
-    if [ "$target" = citrined ]; then port="$PORT"; pid="$SERVER_PID"; else port="$NOOP_PORT"; pid="$NOOP_PID"; fi
-    run_bench "$target-ru95-10x10" "$port" "$pid" -s p10x10 -o "$SPEC_SMALL" -w ru,95 -d "$DURATION"
-    run_bench "$target-ru50-10x10" "$port" "$pid" -s p10x10 -o "$SPEC_SMALL" -w ru,50 -d "$DURATION"
-    run_bench "$target-ru95-1k" "$port" "$pid" -s p1k -o "$SPEC_1K" -w ru,95 -d "$DURATION"
+# Each workload against citrined, then at once against the ceiling, so both
+# see nearly the same moment of the machine.
+for workload in "ru95-10x10 p10x10 $SPEC_SMALL ru,95" "ru50-10x10 p10x10 $SPEC_SMALL ru,50" "ru95-1k p1k $SPEC_1K ru,95"; do
+    read -r name set spec mix <<<"$workload"
+    run_bench "citrined-$name" "$PORT" "$SERVER_PID" -s "$set" -o "$spec" -w "$mix" -d "$DURATION"
+    run_bench "noop-$name" "$NOOP_PORT" "$NOOP_PID" -s "$set" -o "$spec" -w "$mix" -d "$DURATION"
 done
 
 echo "== writing $RESULTS"
@@ -147,7 +150,7 @@ now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"
 lines.append(f"## {now} — commit {os.environ['GIT_REV']}, {os.environ['DURATION']} s per workload")
 lines.append("")
 lines.append(f"Machine: {os.environ['NPROC']} CPUs ({os.environ['CPU_MODEL']}), {os.environ['KERNEL']}; "
-             f"load average at the end {os.environ['LOADAVG']}. Client, server and no-op responder share these CPUs over loopback.")
+             f"load average at the end {os.environ['LOADAVG']}. Client, citrined and citrined --noop share these CPUs over loopback.")
 lines.append(f"Keys {os.environ['KEYS']}, concurrency {os.environ['CONCURRENCY']}, uniform key choice, total timeout 1 s, 2 retries.")
 if os.environ.get("NOTE"):
     lines.append("")
@@ -169,7 +172,8 @@ for wl, label in [("ru95-10x10", "ru,95 10*S:10"), ("ru50-10x10", "ru,50 10*S:10
             frac = f"{run['throughput_ops_s'] / n['throughput_ops_s']:.2f}"
         lines.append(f"| {label} | {target} | {run['throughput_ops_s']:.0f} | {lat(run, 'read')} | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | {frac} |")
 lines.append("")
-lines.append("The no-op responder answers every command with a header-only success (no bins back), so it is the ceiling of the client, the loopback path and the shared CPUs. "
+lines.append("The no-op rows are the same citrined binary started with `--noop`: its listener and I/O answer every command with a header-only success (no bins back) and store nothing, "
+             "so they are the ceiling of the client, the loopback path, this server's I/O and the shared CPUs, measured right after each citrined row. "
              "Reads against it return no data; reads of citrined return the full record.")
 lines.append("")
 lines.append("citrined ran with `--config bench.toml` (written by run.sh): one in-memory namespace `test`, "

@@ -63,11 +63,8 @@ trap cleanup EXIT
 # start VARIANT BIN ARGS: prints "PORT PID" once the server listens (it
 # runs in a subshell, so the caller records the pid).
 start() {
-    local variant=$1 bin=$2 args=$3 port=""
-    for p in $(seq 3400 3489); do
-        # The server also takes PORT+1 and PORT+2 (fabric, heartbeat).
-        if port_free "$p" && port_free $((p + 1)) && port_free $((p + 2)); then port=$p; break; fi
-    done
+    local variant=$1 bin=$2 args=$3 port
+    port=$(free_node_port 3400 3489)
     [ -n "$port" ] || die "no free port in 3400-3489"
     # shellcheck disable=SC2086
     "$bin" --port "$port" --address 127.0.0.1 --data-dir "$WORK/data-$variant" $args \

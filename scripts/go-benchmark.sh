@@ -10,8 +10,12 @@
 #   2. starts a fresh citrined (in-memory namespace `test`) on a free port
 #   3. loads KEYS records, one integer bin (benchmark -w I:100 -o I)
 #   4. for each workload in WORKLOADS (default "RU,50 RU,95"): runs the tool
-#      with CONCURRENCY goroutines, skips the first per-second report
-#      (connection warm-up), then measures a DURATION-second window:
+#      with CONCURRENCY goroutines against citrined, then against a second
+#      citrined started with --noop (the ceiling: the same binary's listener
+#      and I/O answering every request with success, nothing stored), and
+#      quotes citrined's throughput as a fraction of the ceiling's. Each run
+#      skips the first per-second report (connection warm-up), then
+#      measures a DURATION-second window:
 #        throughput   = delta(cumulative op count) / delta(wall time)
 #        server CPU   = delta(utime+stime of citrined, /proc/<pid>/stat fields
 #                       14+15, in CLK_TCK ticks) / delta(ops)   -> us/op
@@ -22,8 +26,9 @@
 #
 # Environment (optional): CITRINED (server binary; default: cargo build
 # --release -p citrine-server and a copy of target/release/citrined),
-# NO_BUILD=1, PORT, KEYS (1000000), CONCURRENCY (32), DURATION (20),
-# WORKLOADS ("RU,50 RU,95"), GO_CLIENT_VERSION (latest), WORK (mktemp -d).
+# NO_BUILD=1, PORT, NOOP_PORT, NOOP (1; 0 skips the ceiling runs), KEYS
+# (1000000), CONCURRENCY (32), DURATION (20), WORKLOADS ("RU,50 RU,95"),
+# GO_CLIENT_VERSION (latest), WORK (mktemp -d).
 set -euo pipefail
 
 VER="${GO_CLIENT_VERSION:-latest}"
@@ -45,18 +50,20 @@ BENCH="$WORK/bin/benchmark"
 
 # ---------------------------------------------------------------- server
 start_citrined
+NOOP="${NOOP:-1}"
+if [ "$NOOP" = 1 ]; then start_noop; else NOOP_PORT=0 NOOP_PID=0; fi
 
 echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---------------------------------------------------------------- driver
 PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/lib" \
-    python3 - "$BENCH" "$PORT" "$SERVER_PID" "$KEYS" "$CONCURRENCY" "$DURATION" "$WORK" $WORKLOADS <<'PY'
+    python3 - "$BENCH" "$PORT" "$SERVER_PID" "$NOOP_PORT" "$NOOP_PID" "$KEYS" "$CONCURRENCY" "$DURATION" "$WORK" $WORKLOADS <<'PY'
 import re, subprocess, sys, time
 from gotool import TCK, TOTAL_RE as total_re, cpu_ticks, stop, tool_args
 
-bench, port, spid, keys, conc, duration, work = sys.argv[1:8]
-workloads = sys.argv[8:]
-spid, keys, conc, duration = int(spid), int(keys), int(conc), float(duration)
+bench, port, spid, noop_port, noop_pid, keys, conc, duration, work = sys.argv[1:10]
+workloads = sys.argv[10:]
+spid, noop_pid, keys, conc, duration = int(spid), int(noop_pid), int(keys), int(conc), float(duration)
 LAT = "5,1"
 
 def cpu_totals():
@@ -65,8 +72,8 @@ def cpu_totals():
         f = [int(x) for x in fh.readline().split()[1:]]
     return f[7], sum(f[:8])
 
-def base_args(workload):
-    return tool_args(bench, port, keys, conc, workload, ["-L", LAT])
+def base_args(workload, to_port=port):
+    return tool_args(bench, to_port, keys, conc, workload, ["-L", LAT])
 
 ins_re = re.compile(r"write\(tps=(\d+) timeouts=(\d+) errors=(\d+) totalCount=(\d+)\)")
 lat_re = re.compile(r"\t(READ|WRITE)\t(\d+)\t([\d.]+)\t(\d+)((?:\t\|\s*\d+/[\d.]+%)+)")
@@ -93,16 +100,17 @@ print(f"   inserted {loaded} records in {t1-t0:.1f} s ({loaded/(t1-t0):.0f} inse
       f"errors {lerr}, timeouts {lto}, server CPU {(s1-s0)/TCK/max(loaded,1)*1e6:.1f} us/insert", flush=True)
 
 # ---- timed workloads
-for wl in workloads:
-    print(f"== workload {wl}: {conc} concurrent, {keys} keys, {duration:.0f} s window", flush=True)
-    log = open(f"{work}/{wl.replace(',', '_')}.log", "w")
-    p = subprocess.Popen(base_args(wl), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def measure(wl, target, to_port, pid):
+    """Runs workload wl against the server at to_port (process pid); prints
+    and returns (ops/s, server us/op, client us/op)."""
+    print(f"== workload {wl} against {target}: {conc} concurrent, {keys} keys, {duration:.0f} s window", flush=True)
+    log = open(f"{work}/{wl.replace(',', '_')}-{target.replace(' ', '')}.log", "w")
+    p = subprocess.Popen(base_args(wl, to_port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     reports = 0
     start = None
     end = None
     lat = {"READ": None, "WRITE": None}
     lat_max = {"READ": 0, "WRITE": 0}
-    lat_cnt = {"READ": 0, "WRITE": 0}
     per_sec = []
     for line in p.stdout:
         log.write(line)
@@ -110,7 +118,7 @@ for wl in workloads:
         if m:
             reports += 1
             now = time.monotonic()
-            sample = (now, int(m.group(4)), cpu_ticks(spid), cpu_ticks(p.pid),
+            sample = (now, int(m.group(4)), cpu_ticks(pid), cpu_ticks(p.pid),
                       int(m.group(2)), int(m.group(3)), cpu_totals())
             if reports == 2:          # first report covers the warm-up
                 start = sample
@@ -131,7 +139,7 @@ for wl in workloads:
             break
     stop(p)
     if start is None or end is None:
-        sys.exit(f"workload {wl}: benchmark ended before the window completed; see {log.name}")
+        sys.exit(f"workload {wl} against {target}: benchmark ended before the window completed; see {log.name}")
     dt = end[0] - start[0]
     ops = end[1] - start[1]
     tps = ops / dt
@@ -152,10 +160,17 @@ for wl in workloads:
         n = b[0] + b[1]  # every op is either <=1 ms or >1 ms
         pct = "  ".join(f"{h} {v/n*100:6.2f}%" for h, v in zip(hdr, b))
         print(f"   {kind:5s} latency (tool, whole ms): {pct}  max {lat_max[kind]} ms")
-    results.append((wl, tps, s_us, c_us))
+    return tps, s_us, c_us
 
-print("\n== summary")
-print(f"{'workload':10s} {'ops/s':>10s} {'server us/op':>13s} {'client us/op':>13s}")
-for wl, tps, s_us, c_us in results:
-    print(f"{wl:10s} {tps:10,.0f} {s_us:13.1f} {c_us:13.1f}")
+for wl in workloads:
+    citrine = measure(wl, "citrined", port, spid)
+    ceiling = measure(wl, "citrined --noop", noop_port, noop_pid) if noop_pid else None
+    results.append((wl, citrine, ceiling))
+
+print("\n== summary (ceiling: the same binary with --noop, measured right after)")
+print(f"{'workload':10s} {'ops/s':>10s} {'server us/op':>13s} {'client us/op':>13s}"
+      f" {'ceiling ops/s':>14s} {'ceiling us/op':>14s} {'of ceiling':>11s}")
+for wl, (tps, s_us, c_us), ceiling in results:
+    tail = f" {ceiling[0]:14,.0f} {ceiling[1]:14.1f} {tps / ceiling[0]:11.2f}" if ceiling else ""
+    print(f"{wl:10s} {tps:10,.0f} {s_us:13.1f} {c_us:13.1f}{tail}")
 PY

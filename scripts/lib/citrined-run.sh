@@ -1,11 +1,10 @@
 # Shared set-up of the scripts that run an external tool against a fresh
 # citrined (go-benchmark.sh, go-client-suite.sh). Source it after setting
 # SCRIPT_NAME and WORK_PREFIX; it defines die(), checks for go and python3,
-# creates $WORK, installs a trap that stops $SERVER_PID on exit, sets
-# $CITRINED to a copy of the release binary (built unless NO_BUILD=1, or
-# the caller's own CITRINED), and defines start_citrined (a free port in
-# 3400-3499 unless $PORT is set; sets $PORT and $SERVER_PID; extra flags in
-# $CITRINED_ARGS).
+# creates $WORK, installs a trap that stops $SERVER_PID and $NOOP_PID on
+# exit, sets $CITRINED to a copy of the release binary (built unless
+# NO_BUILD=1, or the caller's own CITRINED), and defines start_citrined
+# and start_noop (below).
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -20,11 +19,15 @@ mkdir -p "$WORK"
 echo "== work dir: $WORK"
 
 SERVER_PID=""
+NOOP_PID=""
 cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
+    local pid
+    for pid in $SERVER_PID $NOOP_PID; do
+        if kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
 }
 trap cleanup EXIT
 
@@ -40,18 +43,40 @@ if [ -z "${CITRINED:-}" ]; then
 fi
 [ -x "$CITRINED" ] || die "CITRINED=$CITRINED is not executable"
 
-# Starts $CITRINED on 127.0.0.1:$PORT and waits until it listens.
+# launch WHAT PORT LOG ARGS...: starts $CITRINED on 127.0.0.1:PORT with
+# ARGS, sets LAUNCHED_PID, and waits until it listens.
+launch() {
+    local what=$1 port=$2 log=$3
+    shift 3
+    echo "== starting $what on 127.0.0.1:$port"
+    "$CITRINED" --port "$port" --address 127.0.0.1 "$@" >"$log" 2>&1 &
+    LAUNCHED_PID=$!
+    wait_listening "$port" "$LAUNCHED_PID" "$log" "$what"
+}
+
+# Starts $CITRINED on 127.0.0.1:$PORT (a free port in 3400-3449 unless
+# $PORT is set; extra flags in $CITRINED_ARGS); sets $PORT and $SERVER_PID.
 start_citrined() {
     if [ -z "${PORT:-}" ]; then
-        for p in $(seq 3400 3499); do
-            if port_free "$p"; then PORT="$p"; break; fi
-        done
+        PORT=$(free_node_port 3400 3449)
+        [ -n "$PORT" ] || die "no free port in 3400-3449"
     fi
-    [ -n "${PORT:-}" ] || die "no free port in 3400-3499"
     port_free "$PORT" || die "port $PORT is in use"
+    # shellcheck disable=SC2086
+    launch citrined "$PORT" "$WORK/server.log" --data-dir "$WORK/data" ${CITRINED_ARGS:-}
+    SERVER_PID=$LAUNCHED_PID
+}
 
-    echo "== starting citrined on 127.0.0.1:$PORT"
-    "$CITRINED" --port "$PORT" --address 127.0.0.1 --data-dir "$WORK/data" ${CITRINED_ARGS:-} >"$WORK/server.log" 2>&1 &
-    SERVER_PID=$!
-    wait_listening "$PORT" "$SERVER_PID" "$WORK/server.log" citrined
+# Starts the same $CITRINED with --noop (the benchmark ceiling: every data
+# request answered with success, nothing stored) on a free port in
+# 3450-3499 unless $NOOP_PORT is set; sets $NOOP_PORT and $NOOP_PID.
+start_noop() {
+    if [ -z "${NOOP_PORT:-}" ]; then
+        NOOP_PORT=$(free_node_port 3450 3499)
+        [ -n "$NOOP_PORT" ] || die "no free port in 3450-3499"
+    fi
+    port_free "$NOOP_PORT" || die "port $NOOP_PORT is in use"
+    # shellcheck disable=SC2086
+    launch "citrined --noop" "$NOOP_PORT" "$WORK/noop.log" --data-dir "$WORK/noop-data" --noop ${CITRINED_ARGS:-}
+    NOOP_PID=$LAUNCHED_PID
 }

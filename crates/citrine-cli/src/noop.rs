@@ -1,5 +1,8 @@
-//! The no-op responder (`citrine bench --noop-server PORT`): the ceiling of
-//! the client and the network path.
+//! The no-op responder (`citrine bench --noop-server PORT`): a small,
+//! portable stand-in server for trying the client and the CLI without
+//! `citrined`. It is not the benchmark ceiling: a tokio loop costs more CPU
+//! per request than citrined's own I/O layer, so reports measure their
+//! ceiling with `citrined --noop` (`citrine_service::noop`) instead.
 //!
 //! It speaks just enough of the protocol for the smart client (and the
 //! official clients) to bootstrap: a one-node cluster (`node`, `build`

@@ -64,6 +64,11 @@ struct Args {
     /// Overrides service.service-io.
     #[arg(long, value_name = "KIND")]
     service_io: Option<String>,
+    /// Benchmark ceiling: answer every data request with success and store
+    /// nothing (reads return no bins). Info commands work as usual. For
+    /// measuring the client and network path; never for real data.
+    #[arg(long)]
+    noop: bool,
 }
 
 fn main() -> ExitCode {
@@ -115,6 +120,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.noop {
+        service.set_noop();
+        tracing::warn!("--noop: every data request is answered with success and nothing is stored (benchmark ceiling; never for real data)");
+    }
     let stopping = Arc::new(AtomicBool::new(false));
     let supervisor = match spawn_nsup(service.clone(), stopping.clone()) {
         Ok(thread) => thread,

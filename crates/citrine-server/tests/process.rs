@@ -30,6 +30,64 @@ fn embedded_default_serves_test_and_bar() {
     assert_eq!(decode_reply(&body).0.result_code, 0);
 }
 
+/// `--noop` (the benchmark ceiling): info answers as usual, every data
+/// request gets a success, and nothing is stored.
+#[test]
+fn noop_mode_answers_success_and_stores_nothing() {
+    let server = start(&["--noop"]);
+    let mut stream = connect(server.port);
+    let answers = info(&mut stream, &["namespaces", "partitions"]);
+    assert_eq!(answers[0].1, "test;bar");
+    assert_eq!(answers[1].1, "4096");
+    let put = write_request(
+        "test",
+        "k",
+        &[(op_type::WRITE, 1, "n", 5i64.to_be_bytes().to_vec())],
+    );
+    for _ in 0..3 {
+        let (_, body) = round_trip(&mut stream, &put).unwrap();
+        let (header, bins) = decode_reply(&body);
+        assert_eq!(header.result_code, 0);
+        assert_eq!(
+            header.generation, 1,
+            "no-op writes do not count generations"
+        );
+        assert!(bins.is_empty());
+    }
+    let (_, body) = round_trip(&mut stream, &get_all_request("test", "k")).unwrap();
+    let (header, bins) = decode_reply(&body);
+    assert_eq!(header.result_code, 0);
+    assert!(
+        bins.is_empty(),
+        "nothing was stored, so a read returns no bins"
+    );
+    // A scan (no digest) gets an empty stream: its LAST message at once.
+    let scan = {
+        let mut out = Vec::new();
+        let header = MsgHeader {
+            info1: info1::READ,
+            ..MsgHeader::default()
+        };
+        let mut writer = citrine_wire::msg::MessageWriter::begin(&mut out, &header);
+        writer.field(citrine_wire::msg::field_type::NAMESPACE, b"test");
+        writer.finish();
+        out
+    };
+    let (_, body) = round_trip(&mut stream, &scan).unwrap();
+    let (header, bins) = decode_reply(&body);
+    assert_eq!(header.result_code, 0);
+    assert_ne!(header.info3 & citrine_wire::msg::info3::LAST, 0);
+    assert!(bins.is_empty());
+    // The same node without --noop keeps what it is given.
+    drop(stream);
+    drop(server);
+    let server = start(&[]);
+    let mut stream = connect(server.port);
+    round_trip(&mut stream, &put).unwrap();
+    let (_, body) = round_trip(&mut stream, &get_all_request("test", "k")).unwrap();
+    assert_eq!(decode_reply(&body).1.len(), 1);
+}
+
 #[test]
 fn every_example_config_starts() {
     let examples = workspace_root().join("examples");

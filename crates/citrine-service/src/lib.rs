@@ -16,7 +16,8 @@
 //! [`info`] (info commands), [`cluster_state`] (the view and partition maps),
 //! [`replication`] (proxying to masters, synchronous replica writes),
 //! [`migration`] (copying partitions to new replicas after view changes),
-//! [`nsup`] (expiry and eviction passes),
+//! [`nsup`] (expiry and eviction passes), [`noop`] (the no-op mode that
+//! benchmarks measure their ceiling with),
 //! [`namespace`] (per-namespace state), [`config`] (validated settings).
 //!
 //! Architecture invariant: this crate does no network I/O. The server crate
@@ -32,6 +33,7 @@ pub mod info;
 pub mod lookahead;
 pub mod migration;
 pub mod namespace;
+pub mod noop;
 pub mod nsup;
 pub mod replication;
 pub mod scan;
@@ -174,6 +176,9 @@ pub struct Service {
     /// Started to join a cluster and not in any view yet: it claims no
     /// partition and answers 11 to data requests (see [`Service::set_orphan`]).
     orphan: AtomicBool,
+    /// No-op mode (see [`noop`]): data requests are answered without
+    /// touching a namespace. Set once, before the node serves.
+    noop: AtomicBool,
 }
 
 impl Service {
@@ -213,6 +218,7 @@ impl Service {
                 node_id.0.rotate_left(29) ^ started_unix_ms,
             ),
             orphan: AtomicBool::new(false),
+            noop: AtomicBool::new(false),
             config,
             namespaces,
             clock,
@@ -248,6 +254,18 @@ impl Service {
     /// found" for records the cluster holds.
     pub fn set_orphan(&self) {
         self.orphan.store(true, Ordering::Relaxed);
+    }
+
+    /// Puts the node in no-op mode (`citrined --noop`, the benchmark
+    /// ceiling, see [`noop`]): from now on every AS_MSG is answered with
+    /// success and nothing is read or stored.
+    pub fn set_noop(&self) {
+        self.noop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the node is in no-op mode.
+    pub fn is_noop(&self) -> bool {
+        self.noop.load(Ordering::Relaxed)
     }
 
     /// True until a node started with [`Service::set_orphan`] publishes a
@@ -493,6 +511,10 @@ impl Service {
         out: &mut Vec<u8>,
     ) -> Result<Option<Continuation>, CloseConnection> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
+        if self.is_noop() {
+            noop::reply(body, out);
+            return Ok(None);
+        }
         if self.orphan.load(Ordering::Relaxed) {
             // Not in a cluster yet: the client tries another node.
             if body.get(1).is_some_and(|bits| bits & info1::BATCH != 0) {

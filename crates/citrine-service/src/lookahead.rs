@@ -34,8 +34,11 @@ impl Lookup {
 impl Service {
     /// The lookup a single-record AS_MSG body (the frame after its proto
     /// header) will make; `None` for batches, scans, unknown namespaces and
-    /// anything malformed.
+    /// anything malformed, and for everything in no-op mode.
     pub fn lookup_of(&self, body: &[u8]) -> Option<Lookup> {
+        if self.is_noop() {
+            return None;
+        }
         let header = MsgHeader::decode(body).ok()?;
         if header.info1 & info1::BATCH != 0 {
             return None;
