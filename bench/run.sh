@@ -188,9 +188,16 @@ lines.append("```")
 lines.append("")
 path = os.environ["RESULTS"]
 exists = os.path.exists(path)
+# A section starts after a blank line, whatever the file ended with.
+separator = ""
+if exists:
+    with open(path, "rb") as f:
+        f.seek(max(os.path.getsize(path) - 2, 0))
+        tail = f.read()
+    separator = "" if tail.endswith(b"\n\n") or not tail else ("\n" if tail.endswith(b"\n") else "\n\n")
 with open(path, "a") as f:
     if not exists:
         f.write("# Citrine benchmark results\n\nAppended by `bench/run.sh` (see bench/README.md). Newest last.\n\n")
-    f.write("\n".join(lines) + "\n")
+    f.write(separator + "\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -100,11 +100,11 @@ print(f"   inserted {loaded} records in {t1-t0:.1f} s ({loaded/(t1-t0):.0f} inse
       f"errors {lerr}, timeouts {lto}, server CPU {(s1-s0)/TCK/max(loaded,1)*1e6:.1f} us/insert", flush=True)
 
 # ---- timed workloads
-def measure(wl, target, to_port, pid):
+def measure(run, wl, target, to_port, pid):
     """Runs workload wl against the server at to_port (process pid); prints
     and returns (ops/s, server us/op, client us/op)."""
     print(f"== workload {wl} against {target}: {conc} concurrent, {keys} keys, {duration:.0f} s window", flush=True)
-    log = open(f"{work}/{wl.replace(',', '_')}-{target.replace(' ', '')}.log", "w")
+    log = open(f"{work}/{run:02d}-{wl.replace(',', '_')}-{target.replace(' ', '').replace('--', '-')}.log", "w")
     p = subprocess.Popen(base_args(wl, to_port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     reports = 0
     start = None
@@ -162,9 +162,9 @@ def measure(wl, target, to_port, pid):
         print(f"   {kind:5s} latency (tool, whole ms): {pct}  max {lat_max[kind]} ms")
     return tps, s_us, c_us
 
-for wl in workloads:
-    citrine = measure(wl, "citrined", port, spid)
-    ceiling = measure(wl, "citrined --noop", noop_port, noop_pid) if noop_pid else None
+for run, wl in enumerate(workloads, 1):
+    citrine = measure(run, wl, "citrined", port, spid)
+    ceiling = measure(run, wl, "citrined --noop", noop_port, noop_pid) if noop_pid else None
     results.append((wl, citrine, ceiling))
 
 print("\n== summary (ceiling: the same binary with --noop, measured right after)")
