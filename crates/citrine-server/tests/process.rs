@@ -78,7 +78,7 @@ fn noop_mode_answers_success_and_stores_nothing() {
     assert_eq!(header.result_code, 0);
     assert_ne!(header.info3 & citrine_wire::msg::info3::LAST, 0);
     assert!(bins.is_empty());
-    // The same node without --noop keeps what it is given.
+    // Without --noop, the same write is kept and read back.
     drop(stream);
     drop(server);
     let server = start(&[]);

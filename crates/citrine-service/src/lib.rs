@@ -517,11 +517,7 @@ impl Service {
         }
         if self.orphan.load(Ordering::Relaxed) {
             // Not in a cluster yet: the client tries another node.
-            if body.get(1).is_some_and(|bits| bits & info1::BATCH != 0) {
-                transaction::write_stream_end(out, ResultCode::Unavailable);
-            } else {
-                transaction::write_result(out, ResultCode::Unavailable);
-            }
+            transaction::write_refusal(out, body, ResultCode::Unavailable);
             return Ok(None);
         }
         match Message::decode(body) {
@@ -541,13 +537,7 @@ impl Service {
                 // answer with a parameter error and keep serving.
                 self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("malformed AS_MSG: {error}");
-                let batch = body.get(1).is_some_and(|bits| bits & info1::BATCH != 0);
-                if batch {
-                    // A batch reader waits for a LAST message.
-                    transaction::write_stream_end(out, ResultCode::Parameter);
-                } else {
-                    transaction::write_result(out, ResultCode::Parameter);
-                }
+                transaction::write_refusal(out, body, ResultCode::Parameter);
                 Ok(None)
             }
         }

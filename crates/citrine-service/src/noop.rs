@@ -28,12 +28,7 @@ const GENERATION: u32 = 1;
 /// for a header gets a parameter error, as from a real node.
 pub(crate) fn reply(body: &[u8], out: &mut Vec<u8>) {
     let Ok(header) = MsgHeader::decode(body) else {
-        let batch = body.get(1).is_some_and(|bits| bits & info1::BATCH != 0);
-        if batch {
-            transaction::write_stream_end(out, ResultCode::Parameter);
-        } else {
-            transaction::write_result(out, ResultCode::Parameter);
-        }
+        transaction::write_refusal(out, body, ResultCode::Parameter);
         return;
     };
     let single_record = header.info1 & info1::BATCH == 0

@@ -1076,6 +1076,17 @@ pub fn write_stream_end(out: &mut Vec<u8>, code: ResultCode) {
     MessageWriter::begin(out, &header).finish();
 }
 
+/// Answers an AS_MSG body that will not be run with a header-only `code`,
+/// in the form its reader waits for: a stream end when the body's `info1`
+/// (byte 1, read without decoding the rest) says batch, else a plain reply.
+pub(crate) fn write_refusal(out: &mut Vec<u8>, body: &[u8], code: ResultCode) {
+    if body.get(1).is_some_and(|bits| bits & info1::BATCH != 0) {
+        write_stream_end(out, code);
+    } else {
+        write_result(out, code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
