@@ -10,10 +10,12 @@
 #   2. starts a fresh citrined (in-memory namespace `test`) on a free port
 #   3. loads KEYS records, one integer bin (benchmark -w I:100 -o I)
 #   4. for each workload in WORKLOADS (default "RU,50 RU,95"): runs the tool
-#      with CONCURRENCY goroutines against citrined, then against a second
+#      with CONCURRENCY goroutines against citrined and against a second
 #      citrined started with --noop (the ceiling: the same binary's listener
-#      and I/O answering every request with success, nothing stored), and
-#      quotes citrined's throughput as a fraction of the ceiling's. Each run
+#      and I/O answering every request with success, nothing stored), one
+#      right after the other (the ceiling second in odd-numbered runs, first
+#      in even ones), and quotes citrined's throughput as a fraction of the
+#      ceiling's. Each run
 #      skips the first per-second report (connection warm-up), then
 #      measures a DURATION-second window:
 #        throughput   = delta(cumulative op count) / delta(wall time)
@@ -163,11 +165,17 @@ def measure(run, wl, target, to_port, pid):
     return tps, s_us, c_us
 
 for run, wl in enumerate(workloads, 1):
+    # Alternate which goes first, so a drift of the machine within a pair
+    # does not always favour the same side.
+    ceiling = None
+    if noop_pid and run % 2 == 0:
+        ceiling = measure(run, wl, "citrined --noop", noop_port, noop_pid)
     citrine = measure(run, wl, "citrined", port, spid)
-    ceiling = measure(run, wl, "citrined --noop", noop_port, noop_pid) if noop_pid else None
+    if noop_pid and run % 2 == 1:
+        ceiling = measure(run, wl, "citrined --noop", noop_port, noop_pid)
     results.append((wl, citrine, ceiling))
 
-print("\n== summary (ceiling: the same binary with --noop, measured right after)")
+print("\n== summary (ceiling: the same binary with --noop, measured right after citrined, or right before it in even-numbered runs)")
 print(f"{'workload':10s} {'ops/s':>10s} {'server us/op':>13s} {'client us/op':>13s}"
       f" {'ceiling ops/s':>14s} {'ceiling us/op':>14s} {'of ceiling':>11s}")
 for wl, (tps, s_us, c_us), ceiling in results:
