@@ -9,19 +9,31 @@
 //! lookup, which `std`'s table does not expose. This table computes both
 //! from the digest alone ([`DigestTable::probe_start`]).
 //!
-//! Layout: `tags[i]` is 0 for an empty slot, else `0x80 | hash >> 57`
-//! (seven more bits of the hash, so most mismatches are rejected without
-//! touching the slot); `slots[i]` holds the digest and the value (an empty
+//! Layout: `tags[i]` is 0 for an empty slot, else `0x80 | hash & 0x7F`
+//! (seven bits of the hash that the home slot does not depend on, so most
+//! mismatches are rejected without touching the slot); `slots[i]` holds the digest and the value (an empty
 //! slot holds defaults, so a slot needs no discriminant of its own). The
 //! tags are dense (64 to a cache line), so a probe sequence usually reads
 //! one tag line and one slot line.
 //!
-//! Probing is linear from the digest's home slot (`hash & mask`); removal
-//! shifts the rest of the probe run back (no deletion markers), so a probe
-//! stops at the first empty tag.
+//! Probing is linear from the digest's home slot, `hash × n / 2⁶⁴` for a
+//! table of `n` slots (the high bits of the hash scaled to the table, so
+//! `n` need not be a power of two), wrapping at the end; removal shifts
+//! the rest of the probe run back (no deletion markers), so a probe stops
+//! at the first empty tag.
+//!
+//! Growth: a full table grows to the next size of the form `m × 2^k` with
+//! `m` in 4..=7 (8, 10, 12, 14, 16, 20, ...: steps of 1.14-1.25×), not to
+//! twice its size. Doubling would leave a table between 7/16 and 7/8 full,
+//! and the per-partition tables of a namespace all hold about the same
+//! count, so they would all sit near the same point of that range: with
+//! 500 K to 4 M records, just past 7/8 of a power of two, at 0.48 full
+//! (119.5 bytes per record). These steps keep every table between 0.7 and
+//! 0.875 full (`bench/RESULTS.md`).
 //!
 //! Invariants (checked by `check` in the tests, `debug_assert!` in place):
-//! - `tags.len() == slots.len()`, a power of two or zero;
+//! - `tags.len() == slots.len()`, zero or `m × 2^k` with `4 <= m <= 7`,
+//!   `k >= 1`;
 //! - `tags[i] == 0` exactly when slot `i` is empty, and an empty slot holds
 //!   `(Digest::default(), V::default())`;
 //! - at most 7/8 of the slots are full, so every probe run ends;
@@ -56,7 +68,39 @@ pub(crate) fn hash_of_digest_bytes(bytes: &[u8]) -> u64 {
 
 #[inline]
 fn tag_of(hash: u64) -> u8 {
-    0x80 | (hash >> 57) as u8
+    0x80 | (hash & 0x7F) as u8
+}
+
+/// The home slot of `hash` in a table of `slots` slots: the hash's high
+/// bits scaled to the table (`hash × slots / 2⁶⁴`).
+#[inline]
+fn home_of(hash: u64, slots: usize) -> usize {
+    ((u128::from(hash) * slots as u128) >> 64) as usize
+}
+
+/// The size a table of `slots` slots grows to: the next `m × 2^k` with
+/// `m` in 4..=7 (see the module doc).
+fn grown(slots: usize) -> usize {
+    if slots < MIN_SLOTS {
+        return MIN_SLOTS;
+    }
+    let shift = slots.ilog2() - 2;
+    let m = slots >> shift;
+    debug_assert!(
+        (4..=7).contains(&m) && m << shift == slots,
+        "table size {slots}"
+    );
+    (m + 1) << shift
+}
+
+/// Whether `slots` is a table size [`grown`] produces (or 0).
+#[cfg(test)]
+fn is_table_size(slots: usize) -> bool {
+    slots == 0
+        || (slots >= MIN_SLOTS && {
+            let shift = slots.ilog2() - 2;
+            (4..=7).contains(&(slots >> shift)) && (slots >> shift) << shift == slots
+        })
 }
 
 /// An open-addressing table from digest to `V` (see the module doc).
@@ -97,7 +141,7 @@ impl<V: Default> DigestTable<V> {
         self.len == 0
     }
 
-    /// Slots allocated (a power of two, or 0).
+    /// Slots allocated (0, or `m × 2^k` with `m` in 4..=7).
     pub fn slot_count(&self) -> usize {
         self.slots.len()
     }
@@ -107,13 +151,13 @@ impl<V: Default> DigestTable<V> {
         self.slots.len() * (Self::SLOT_BYTES + 1)
     }
 
-    /// The base addresses and mask from which [`DigestTable::probe_start`]
-    /// computes a digest's first tag and slot: `(tags, slots, mask)`.
+    /// The base addresses and size from which [`DigestTable::probe_start`]
+    /// computes a digest's first tag and slot: `(tags, slots, slot count)`.
     pub fn layout(&self) -> (usize, usize, usize) {
         (
             self.tags.as_ptr() as usize,
             self.slots.as_ptr() as usize,
-            self.slots.len().wrapping_sub(1),
+            self.slots.len(),
         )
     }
 
@@ -121,20 +165,35 @@ impl<V: Default> DigestTable<V> {
     /// [`DigestTable::layout`] was `layout`; `None` for an empty table.
     #[inline]
     pub fn probe_start(layout: (usize, usize, usize), digest: &Digest) -> Option<ProbeStart> {
-        let (tags, slots, mask) = layout;
-        if mask == usize::MAX {
+        let (tags, slots, count) = layout;
+        if count == 0 {
             return None;
         }
-        let home = digest_hash(digest) as usize & mask;
+        let home = home_of(digest_hash(digest), count);
         Some(ProbeStart {
             tag: tags.wrapping_add(home),
             slot: slots.wrapping_add(home.wrapping_mul(Self::SLOT_BYTES)),
         })
     }
 
+    /// The slot after `at`, wrapping at the end.
     #[inline]
-    fn mask(&self) -> usize {
-        self.slots.len() - 1
+    fn next(&self, at: usize) -> usize {
+        if at + 1 == self.slots.len() {
+            0
+        } else {
+            at + 1
+        }
+    }
+
+    /// How many steps a probe takes from slot `from` forward to slot `to`.
+    #[inline]
+    fn distance(&self, from: usize, to: usize) -> usize {
+        if to >= from {
+            to - from
+        } else {
+            to + self.slots.len() - from
+        }
     }
 
     /// The slot holding `digest`, if any.
@@ -145,15 +204,14 @@ impl<V: Default> DigestTable<V> {
         }
         let hash = digest_hash(digest);
         let tag = tag_of(hash);
-        let mask = self.mask();
-        let mut at = hash as usize & mask;
+        let mut at = home_of(hash, self.slots.len());
         loop {
             match self.tags[at] {
                 0 => return None,
                 found if found == tag && self.slots[at].0 == *digest => return Some(at),
                 _ => {}
             }
-            at = (at + 1) & mask;
+            at = self.next(at);
         }
     }
 
@@ -190,17 +248,16 @@ impl<V: Default> DigestTable<V> {
     /// probe run (there is one: the load is below 7/8).
     fn place(&mut self, digest: Digest, value: V) {
         let hash = digest_hash(&digest);
-        let mask = self.mask();
-        let mut at = hash as usize & mask;
+        let mut at = home_of(hash, self.slots.len());
         while self.tags[at] != 0 {
-            at = (at + 1) & mask;
+            at = self.next(at);
         }
         self.tags[at] = tag_of(hash);
         self.slots[at] = (digest, value);
     }
 
     fn grow(&mut self) {
-        let slots = (self.slots.len() * 2).max(MIN_SLOTS);
+        let slots = grown(self.slots.len());
         let old_tags = std::mem::replace(&mut self.tags, vec![0; slots]);
         let old_slots = std::mem::take(&mut self.slots);
         self.slots.resize_with(slots, Default::default);
@@ -221,15 +278,14 @@ impl<V: Default> DigestTable<V> {
         // run; an entry whose home is not cyclically in (hole, at] would be
         // cut off from its home by the hole, so it moves into the hole,
         // which moves to where it was.
-        let mask = self.mask();
         let mut at = hole;
         loop {
-            at = (at + 1) & mask;
+            at = self.next(at);
             if self.tags[at] == 0 {
                 break;
             }
-            let home = digest_hash(&self.slots[at].0) as usize & mask;
-            let reachable = (at.wrapping_sub(home) & mask) < (at.wrapping_sub(hole) & mask);
+            let home = home_of(digest_hash(&self.slots[at].0), self.slots.len());
+            let reachable = self.distance(home, at) < self.distance(hole, at);
             if !reachable {
                 self.tags[hole] = self.tags[at];
                 self.tags[at] = 0;
@@ -255,7 +311,11 @@ impl<V: Default> DigestTable<V> {
     #[cfg(test)]
     pub(crate) fn check(&self) {
         assert_eq!(self.tags.len(), self.slots.len());
-        assert!(self.slots.is_empty() || self.slots.len().is_power_of_two());
+        assert!(
+            is_table_size(self.slots.len()),
+            "table size {}",
+            self.slots.len()
+        );
         let full = self.tags.iter().filter(|tag| **tag != 0).count();
         assert_eq!(full, self.len);
         assert!(full * MAX_LOAD_DENOMINATOR <= self.slots.len() * MAX_LOAD_NUMERATOR);
@@ -268,10 +328,10 @@ impl<V: Default> DigestTable<V> {
             } else {
                 let hash = digest_hash(digest);
                 assert_eq!(self.tags[at], tag_of(hash));
-                let mut probe = hash as usize & self.mask();
+                let mut probe = home_of(hash, self.slots.len());
                 while probe != at {
                     assert_ne!(self.tags[probe], 0, "a hole before slot {at}");
-                    probe = (probe + 1) & self.mask();
+                    probe = self.next(probe);
                 }
             }
         }
@@ -283,11 +343,23 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Digests whose home slots collide often: only `spread` distinct
-    /// hash values, so probe runs are long and wrap around.
+    /// Digests with only `spread` distinct hash values (`u64::MAX`: all
+    /// distinct), spread over the whole 64-bit range as real digests are.
+    /// Hash value 0 is `u64::MAX`, whose home is the table's last slot, so
+    /// with a small spread probe runs are long and wrap around the end.
     fn digest(seed: u64, spread: u64) -> Digest {
+        let value = seed % spread;
+        let hash = if value == 0 {
+            u64::MAX
+        } else {
+            // splitmix64's finaliser: a bijection that scatters small values.
+            let mut z = value.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
         let mut bytes = [0u8; 20];
-        bytes[8..16].copy_from_slice(&(seed % spread).wrapping_mul(0x9E37_79B9).to_le_bytes());
+        bytes[8..16].copy_from_slice(&hash.to_le_bytes());
         bytes[16..20].copy_from_slice(&(seed as u32).to_le_bytes());
         Digest(bytes)
     }
@@ -338,6 +410,55 @@ mod tests {
     }
 
     #[test]
+    fn tables_grow_in_steps_of_at_most_a_quarter() {
+        let mut sizes = vec![0];
+        while *sizes.last().expect("one") < 1 << 20 {
+            let size = grown(*sizes.last().expect("one"));
+            assert!(is_table_size(size), "{size}");
+            sizes.push(size);
+        }
+        assert_eq!(&sizes[..10], &[0, 8, 10, 12, 14, 16, 20, 24, 28, 32]);
+        for pair in sizes[1..].windows(2) {
+            let step = pair[1] as f64 / pair[0] as f64;
+            assert!((8.0 / 7.0..=1.25).contains(&step), "{pair:?}");
+        }
+        // A table filled to its limit and one past it is at least 0.7 full.
+        let mut table: DigestTable<u64> = DigestTable::default();
+        for seed in 0..20_000 {
+            table.insert(digest(seed, u64::MAX), seed);
+            if table.len() > 8 {
+                let fill = table.len() as f64 / table.slot_count() as f64;
+                assert!(
+                    (0.7..=0.875).contains(&fill),
+                    "{} in {}",
+                    table.len(),
+                    table.slot_count()
+                );
+            }
+        }
+        table.check();
+    }
+
+    #[test]
+    fn the_last_slot_wraps_to_the_first() {
+        let mut table: DigestTable<u64> = DigestTable::default();
+        // Hash u64::MAX: every one of these has the last slot as its home.
+        let keys: Vec<Digest> = (0..5).map(|seed| digest(seed * 4, 4)).collect();
+        for (value, key) in keys.iter().enumerate() {
+            table.insert(*key, value as u64);
+        }
+        table.check();
+        assert_eq!(table.slot_count(), 8);
+        assert_eq!(table.tags.iter().filter(|tag| **tag != 0).count(), 5);
+        assert_ne!(table.tags[0], 0, "the run wrapped to slot 0");
+        assert_eq!(table.remove(&keys[0]), Some(0));
+        table.check();
+        for (value, key) in keys.iter().enumerate().skip(1) {
+            assert_eq!(table.get(key), Some(&(value as u64)));
+        }
+    }
+
+    #[test]
     fn empties_release_memory_and_probe_start_names_the_home_slot() {
         let mut table: DigestTable<u64> = DigestTable::default();
         assert_eq!(
@@ -349,8 +470,9 @@ mod tests {
         }
         let key = digest(7, u64::MAX);
         let start = DigestTable::<u64>::probe_start(table.layout(), &key).expect("allocated");
-        let (tags, slots, mask) = table.layout();
-        let home = digest_hash(&key) as usize & mask;
+        let (tags, slots, count) = table.layout();
+        assert_eq!(count, table.slot_count());
+        let home = home_of(digest_hash(&key), count);
         assert_eq!(start.tag, tags + home);
         assert_eq!(start.slot, slots + home * DigestTable::<u64>::SLOT_BYTES);
         assert_eq!(table.slot_count(), 128);
