@@ -11,10 +11,10 @@
 //!
 //! Layout: `tags[i]` is 0 for an empty slot, else `0x80 | hash & 0x7F`
 //! (seven bits of the hash that the home slot does not depend on, so most
-//! mismatches are rejected without touching the slot); `slots[i]` holds the digest and the value (an empty
-//! slot holds defaults, so a slot needs no discriminant of its own). The
-//! tags are dense (64 to a cache line), so a probe sequence usually reads
-//! one tag line and one slot line.
+//! mismatches are rejected without touching the slot); `slots[i]` holds
+//! the digest and the value (an empty slot holds defaults, so a slot needs
+//! no discriminant of its own). The tags are dense (64 to a cache line),
+//! so a probe sequence usually reads one tag line and one slot line.
 //!
 //! Probing is linear from the digest's home slot, `hash × n / 2⁶⁴` for a
 //! table of `n` slots (the high bits of the hash scaled to the table, so
@@ -78,29 +78,28 @@ fn home_of(hash: u64, slots: usize) -> usize {
     ((u128::from(hash) * slots as u128) >> 64) as usize
 }
 
-/// The size a table of `slots` slots grows to: the next `m × 2^k` with
-/// `m` in 4..=7 (see the module doc).
-fn grown(slots: usize) -> usize {
+/// `slots` as `(m, k)` with `slots == m × 2^k` and `m` in 4..=7, if it is
+/// a size tables have (see the module doc); `None` for 0 and any other.
+fn size_parts(slots: usize) -> Option<(usize, u32)> {
     if slots < MIN_SLOTS {
-        return MIN_SLOTS;
+        return None;
     }
     let shift = slots.ilog2() - 2;
     let m = slots >> shift;
-    debug_assert!(
-        (4..=7).contains(&m) && m << shift == slots,
-        "table size {slots}"
-    );
-    (m + 1) << shift
+    debug_assert!((4..=7).contains(&m));
+    (m << shift == slots).then_some((m, shift))
 }
 
-/// Whether `slots` is a table size [`grown`] produces (or 0).
-#[cfg(test)]
-fn is_table_size(slots: usize) -> bool {
-    slots == 0
-        || (slots >= MIN_SLOTS && {
-            let shift = slots.ilog2() - 2;
-            (4..=7).contains(&(slots >> shift)) && (slots >> shift) << shift == slots
-        })
+/// The size a table of `slots` slots grows to: the next `m × 2^k` with
+/// `m` in 4..=7.
+fn grown(slots: usize) -> usize {
+    match size_parts(slots) {
+        Some((m, shift)) => (m + 1) << shift,
+        None => {
+            debug_assert_eq!(slots, 0, "not a table size");
+            MIN_SLOTS
+        }
+    }
 }
 
 /// An open-addressing table from digest to `V` (see the module doc).
@@ -312,7 +311,7 @@ impl<V: Default> DigestTable<V> {
     pub(crate) fn check(&self) {
         assert_eq!(self.tags.len(), self.slots.len());
         assert!(
-            is_table_size(self.slots.len()),
+            self.slots.is_empty() || size_parts(self.slots.len()).is_some(),
             "table size {}",
             self.slots.len()
         );
@@ -414,7 +413,7 @@ mod tests {
         let mut sizes = vec![0];
         while *sizes.last().expect("one") < 1 << 20 {
             let size = grown(*sizes.last().expect("one"));
-            assert!(is_table_size(size), "{size}");
+            assert!(size_parts(size).is_some(), "{size}");
             sizes.push(size);
         }
         assert_eq!(&sizes[..10], &[0, 8, 10, 12, 14, 16, 20, 24, 28, 32]);
