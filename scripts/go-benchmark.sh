@@ -53,13 +53,15 @@ BENCH="$WORK/bin/benchmark"
 # ---------------------------------------------------------------- server
 start_citrined
 NOOP="${NOOP:-1}"
-if [ "$NOOP" = 1 ]; then start_noop; else NOOP_PORT=0 NOOP_PID=0; fi
+# Without the ceiling, the driver gets port and pid 0 (NOOP_PID itself stays
+# empty: the exit trap would otherwise signal "process 0", this whole group).
+if [ "$NOOP" = 1 ]; then start_noop; fi
 
 echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---------------------------------------------------------------- driver
 PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/lib" \
-    python3 - "$BENCH" "$PORT" "$SERVER_PID" "$NOOP_PORT" "$NOOP_PID" "$KEYS" "$CONCURRENCY" "$DURATION" "$WORK" $WORKLOADS <<'PY'
+    python3 - "$BENCH" "$PORT" "$SERVER_PID" "${NOOP_PORT:-0}" "${NOOP_PID:-0}" "$KEYS" "$CONCURRENCY" "$DURATION" "$WORK" $WORKLOADS <<'PY'
 import re, subprocess, sys, time
 from gotool import TCK, TOTAL_RE as total_re, cpu_ticks, stop, tool_args
 
