@@ -7,7 +7,8 @@
 #
 # What it does, in one go:
 #   1. go install .../v8/tools/benchmark@$GO_CLIENT_VERSION into $WORK/bin
-#   2. starts a fresh citrined (in-memory namespace `test`) on a free port
+#   2. starts a fresh citrined (in-memory namespace `test`) on a free port,
+#      and the same binary with --noop on another (NOOP=0: not)
 #   3. loads KEYS records, one integer bin (benchmark -w I:100 -o I)
 #   4. for each workload in WORKLOADS (default "RU,50 RU,95"): runs the tool
 #      with CONCURRENCY goroutines against citrined and against a second
@@ -15,9 +16,8 @@
 #      and I/O answering every request with success, nothing stored), one
 #      right after the other (the ceiling second in odd-numbered runs, first
 #      in even ones), and quotes citrined's throughput as a fraction of the
-#      ceiling's. Each run
-#      skips the first per-second report (connection warm-up), then
-#      measures a DURATION-second window:
+#      ceiling's. Each run skips the first per-second report (connection
+#      warm-up), then measures a DURATION-second window:
 #        throughput   = delta(cumulative op count) / delta(wall time)
 #        server CPU   = delta(utime+stime of citrined, /proc/<pid>/stat fields
 #                       14+15, in CLK_TCK ticks) / delta(ops)   -> us/op
