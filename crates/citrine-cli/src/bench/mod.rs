@@ -103,7 +103,9 @@ pub struct BenchArgs {
     /// Do not print the per-second lines.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
-    /// Run the no-op responder on this port instead of benchmarking (0 = any free port).
+    /// Run the no-op responder on this port instead of benchmarking (0 = any
+    /// free port): a stand-in server for trying the client without citrined.
+    /// The benchmark ceiling is `citrined --noop`, which is cheaper.
     #[arg(long = "noop-server", value_name = "PORT")]
     pub noop_server: Option<u16>,
     /// Address the no-op responder binds.
@@ -231,7 +233,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
     config.max_connections_per_node = args.concurrency.max(16) * 2;
     let client = Client::connect(config)
         .await
-        .map_err(|e| format!("cannot connect to {}: {e}\n  hint: start citrined, or `citrine bench --noop-server PORT` for the no-op ceiling", args.host))?;
+        .map_err(|e| format!("cannot connect to {}: {e}\n  hint: start citrined (`citrined --noop` for the benchmark ceiling), or `citrine bench --noop-server PORT` for a stand-in responder", args.host))?;
     let mut read_policy = ReadPolicy::default();
     read_policy.base.total_timeout = Duration::from_millis(args.timeout_ms);
     read_policy.base.max_retries = args.retries;
