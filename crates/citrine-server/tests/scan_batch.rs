@@ -64,6 +64,14 @@ fn batch_frame(payload: &[u8]) -> Vec<u8> {
 }
 
 fn scan_frame(pids: Option<&[u16]>, max_records: Option<u64>) -> Vec<u8> {
+    scan_frame_with(pids, max_records, None)
+}
+
+fn scan_frame_with(
+    pids: Option<&[u16]>,
+    max_records: Option<u64>,
+    records_per_second: Option<u32>,
+) -> Vec<u8> {
     let mut out = Vec::new();
     let header = MsgHeader {
         info1: info1::READ,
@@ -82,11 +90,18 @@ fn scan_frame(pids: Option<&[u16]>, max_records: Option<u64>) -> Vec<u8> {
     if let Some(limit) = max_records {
         writer.field(field_type::MAX_RECORDS, &limit.to_be_bytes());
     }
+    if let Some(rate) = records_per_second {
+        writer.field(field_type::RECORDS_PER_SECOND, &rate.to_be_bytes());
+    }
     writer.finish();
     out
 }
 
 fn one_thread_server() -> Server {
+    one_thread_server_with(io_uring_or_auto())
+}
+
+fn one_thread_server_with(service_io: &str) -> Server {
     // One file per call: the tests run in parallel and each removes its own.
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -96,7 +111,7 @@ fn one_thread_server() -> Server {
     ));
     std::fs::write(
         &path,
-        "[service]\nservice-threads = 1\n\n[[namespace]]\nname = \"test\"\n",
+        format!("[service]\nservice-threads = 1\nservice-io = \"{service_io}\"\n\n[[namespace]]\nname = \"test\"\n"),
     )
     .unwrap();
     let server = start(&["--config", path.to_str().unwrap()]);
@@ -211,4 +226,60 @@ fn a_stalled_scan_does_not_block_its_service_thread() {
     // The stalled client can still read its whole stream afterwards.
     let (messages, _) = read_stream(&mut stalled);
     assert_eq!(messages.len(), 2001);
+}
+
+/// RECS_PER_SEC over a socket: 60 records at 20 a second take about 3 s
+/// (two records a step, each step due 100 ms after the one before), and
+/// the one service thread serves another connection meanwhile.
+#[test]
+fn a_throttled_scan_keeps_its_rate_and_its_thread_serves_others() {
+    throttled_scan_with(io_uring_or_auto());
+}
+
+#[test]
+fn a_throttled_scan_keeps_its_rate_and_its_thread_serves_others_on_epoll() {
+    throttled_scan_with("epoll");
+}
+
+fn throttled_scan_with(service_io: &str) {
+    let server = one_thread_server_with(service_io);
+    let mut writer = connect(server.port);
+    for key in 0..60 {
+        put(&mut writer, &format!("slow{key}"), vec![3u8; 100]);
+    }
+    let mut scanner = connect(server.port);
+    let started = Instant::now();
+    scanner
+        .write_all(&scan_frame_with(None, None, Some(20)))
+        .unwrap();
+    let scan = std::thread::spawn(move || {
+        let (messages, _) = read_stream(&mut scanner);
+        (messages.len(), started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let get = record_request(
+        "test",
+        "slow7",
+        MsgHeader {
+            info1: info1::READ | info1::GET_ALL,
+            ..MsgHeader::default()
+        },
+        &[],
+    );
+    for _ in 0..20 {
+        let (_, body) = round_trip(&mut writer, &get).unwrap();
+        assert_eq!(decode_reply(&body).0.result_code, 0);
+    }
+    let served_by = started.elapsed();
+    let (messages, took) = scan.join().unwrap();
+    assert_eq!(messages, 61, "every record and the LAST message");
+    // The 59th and 60th records are due 2.9 s after the first step.
+    assert!(
+        took >= Duration::from_millis(2900),
+        "the scan took {took:?}"
+    );
+    assert!(
+        served_by < took,
+        "the other connection waited for the scan: {served_by:?} against {took:?}"
+    );
 }

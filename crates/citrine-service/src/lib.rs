@@ -132,7 +132,8 @@ pub struct Continuation(Pending);
 #[derive(Debug)]
 enum Pending {
     Batch(batch::BatchCursor),
-    Scan(scan::ScanCursor),
+    /// Boxed: a cursor is several times the size of the other variants.
+    Scan(Box<scan::ScanCursor>),
     /// Fabric work (proxy or replication) before the reply is final.
     Remote(Box<Remote>),
     /// Batch rows waiting for the fabric, then the rest of the batch.
@@ -485,6 +486,18 @@ impl Service {
         }
     }
 
+    /// How long the connection loop should hold `continuation` before
+    /// resuming it: a scan throttled by RECS_PER_SEC that is ahead of its
+    /// rate (see [`scan`]). `None`: resume it now.
+    pub fn pause_of(&self, continuation: &Continuation) -> Option<std::time::Duration> {
+        let Pending::Scan(cursor) = &continuation.0 else {
+            return None;
+        };
+        let due = cursor.not_before_ms()?;
+        let now = self.clock.now_unix_ms();
+        (due > now).then(|| std::time::Duration::from_millis(due - now))
+    }
+
     /// Appends the next chunk of a streamed reply to `out`; returns the
     /// continuation while the stream goes on, `None` once its LAST message
     /// has been written.
@@ -527,7 +540,7 @@ impl Service {
             Ok(message) if message.field(field_type::DIGEST).is_none() => {
                 // No digest: a scan or a query.
                 Ok(scan::start(self, &message, out)
-                    .and_then(|cursor| cursor.step(self, self.now(), out))
+                    .and_then(|cursor| Box::new(cursor).step(self, self.now(), out))
                     .map(|cursor| Continuation(Pending::Scan(cursor))))
             }
             Ok(message) => Ok(transaction::execute(self, &message, body, 0, false, out)

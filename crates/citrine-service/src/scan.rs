@@ -36,8 +36,14 @@
 //!   copy as complete. Clients treat a partition not reported unavailable
 //!   as finished when the stream ends.
 //!
-//! Not yet: RECS_PER_SEC (field 10) is accepted and ignored (no throttle);
-//! secondary-index queries answer 201 (no index exists); UDF scans and
+//! Throttle: RECS_PER_SEC (field 10, records a second, 0 = none) caps each
+//! step at a tenth of a second's worth of records (at least one) and
+//! names the time the next step is due, [`ScanCursor::not_before_ms`]:
+//! when `sent` records are due at that rate since the scan's first step.
+//! The connection loop holds the connection until then (serving the
+//! others); the blocking [`Service::handle`] path does not wait.
+//!
+//! Not yet: secondary-index queries answer 201 (no index exists); UDF scans and
 //! queries (field 33), background write scans (`info2 WRITE`) and filter
 //! expressions answer 16.
 
@@ -53,6 +59,10 @@ use citrine_wire::msg::{
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// A throttled scan's steps a second: each carries at most `rate / 10`
+/// records (at least one).
+const PACED_STEPS_PER_SECOND: u32 = 10;
 
 /// A step ends once its frame holds this many bytes.
 pub const CHUNK_BYTES: usize = 1024 * 1024;
@@ -105,6 +115,12 @@ pub struct ScanCursor {
     max_records: u64,
     /// Records returned so far.
     sent: u64,
+    /// RECS_PER_SEC: records a second, 0 = no throttle.
+    rate: u32,
+    /// When the first step ran (unix ms), for the throttle.
+    paced_since_ms: Option<u64>,
+    /// The current step ends once `sent` reaches this (throttle).
+    step_end: u64,
     /// Set names by id, fetched once per scan.
     set_names: HashMap<u16, Option<Vec<u8>>>,
     /// Reused buffer for one partition's sorted digests.
@@ -216,12 +232,13 @@ fn parse(
             u64::from_be_bytes(word)
         }
     };
-    if let Some(rate) = message.field(field_type::RECORDS_PER_SECOND) {
-        // Accepted and ignored: scans are not throttled yet.
-        if rate.len() != 4 {
-            return Err(ResultCode::Parameter);
+    let rate = match message.field(field_type::RECORDS_PER_SECOND) {
+        None => 0,
+        Some(bytes) => {
+            let word: [u8; 4] = bytes.try_into().map_err(|_| ResultCode::Parameter)?;
+            u32::from_be_bytes(word)
         }
-    }
+    };
     let set_name = message.field(field_type::SET).unwrap_or_default();
     if set_name.len() > citrine_types::SET_NAME_MAX || set_name.contains(&0) {
         return Err(ResultCode::Parameter);
@@ -256,6 +273,9 @@ fn parse(
         no_bins,
         max_records,
         sent: 0,
+        rate,
+        paced_since_ms: None,
+        step_end: u64::MAX,
         set_names: HashMap::new(),
         digests: Vec::new(),
         key_field: Vec::new(),
@@ -358,11 +378,11 @@ impl ScanCursor {
     }
 
     pub(crate) fn step(
-        mut self,
+        mut self: Box<Self>,
         service: &Service,
         now: Now,
         out: &mut Vec<u8>,
-    ) -> Option<ScanCursor> {
+    ) -> Option<Box<ScanCursor>> {
         let frame_start = out.len();
         out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
         for partition in std::mem::take(&mut self.unavailable) {
@@ -377,6 +397,11 @@ impl ScanCursor {
         }
         let mut examined = 0usize;
         let sent_before = self.sent;
+        if self.rate > 0 {
+            self.paced_since_ms.get_or_insert(now.unix_ms);
+            let per_step = (self.rate / PACED_STEPS_PER_SECOND).max(1);
+            self.step_end = self.sent + u64::from(per_step);
+        }
         let finished = loop {
             if self.limit_reached() || self.next >= self.partitions.len() {
                 break true;
@@ -388,7 +413,10 @@ impl ScanCursor {
             if self.limit_reached() || self.next >= self.partitions.len() {
                 break true;
             }
-            if out.len() - frame_start >= CHUNK_BYTES || examined >= EXAMINE_BUDGET {
+            if out.len() - frame_start >= CHUNK_BYTES
+                || examined >= EXAMINE_BUDGET
+                || self.sent >= self.step_end
+            {
                 break false;
             }
         };
@@ -418,6 +446,17 @@ impl ScanCursor {
 
     fn limit_reached(&self) -> bool {
         self.max_records != 0 && self.sent >= self.max_records
+    }
+
+    /// When the next step is due (unix ms) under the scan's RECS_PER_SEC:
+    /// the time by which the records sent so far are due at that rate,
+    /// counted from the first step. `None` when the scan is not throttled.
+    pub(crate) fn not_before_ms(&self) -> Option<u64> {
+        if self.rate == 0 {
+            return None;
+        }
+        let since = self.paced_since_ms?;
+        Some(since + self.sent * 1000 / u64::from(self.rate))
     }
 
     /// Visits the current partition under its read lock: collects the live
@@ -465,7 +504,8 @@ impl ScanCursor {
             if more_here
                 && (self.limit_reached()
                     || out.len() - frame_start >= CHUNK_BYTES
-                    || *examined >= EXAMINE_BUDGET)
+                    || *examined >= EXAMINE_BUDGET
+                    || self.sent >= self.step_end)
             {
                 if let Some(current) = self.partitions.get_mut(self.next) {
                     current.after = Some(*digest);

@@ -17,6 +17,9 @@
 //! - a streamed reply (batch, scan) is produced chunk by chunk: after each
 //!   chunk is written the connection goes to the back of the line, so one
 //!   big scan neither builds one giant buffer nor starves the others;
+//! - a scan throttled by RECS_PER_SEC that is ahead of its rate is held
+//!   (`Next::Later`) until its next chunk is due; the thread serves the
+//!   other connections meanwhile;
 //! - fabric work (proxy, replication, batch rows in a cluster) is a future
 //!   the service thread polls; nothing else is read on that connection
 //!   until it completes.
@@ -211,6 +214,9 @@ pub(super) enum Next {
     Close,
     /// Fabric work was just started.
     Started,
+    /// Has more work after this pause (a throttled scan), and nothing
+    /// before it.
+    Later(std::time::Duration),
 }
 
 /// How the state machine moves bytes: implemented by each backend, for
@@ -256,6 +262,11 @@ pub(super) fn drive<T: Transport>(
                 }
                 conn.out.clear();
                 conn.written = 0;
+                if let Some(pause) = service.pause_of(&continuation) {
+                    // A throttled scan ahead of its rate.
+                    conn.state = State::Streaming(continuation);
+                    return Next::Later(pause);
+                }
                 if continuation.is_remote() {
                     start_remote(service, conn, continuation);
                     return Next::Started;

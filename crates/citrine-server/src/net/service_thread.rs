@@ -22,7 +22,8 @@ use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
 use super::{Arrival, Parked, Shared};
 use citrine_service::lookahead::Lookup;
 use citrine_service::Service;
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::io;
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
@@ -96,6 +97,11 @@ pub(super) struct ServiceThread<B: Backend> {
     free: Vec<usize>,
     /// Connections with work to do without waiting for I/O.
     runnable: VecDeque<usize>,
+    /// Connections held until a moment (throttled scans), earliest first.
+    /// An entry can outlive its connection; its token then drives whatever
+    /// holds the slot, which finds nothing to do or does what it would
+    /// have done anyway.
+    paced: BinaryHeap<Reverse<(Instant, usize)>>,
     /// The lookahead of the current turn (kept to reuse its allocation).
     lookups: Vec<Lookup>,
 }
@@ -115,6 +121,7 @@ impl<B: Backend> ServiceThread<B> {
             connections: Vec::new(),
             free: Vec::new(),
             runnable: VecDeque::new(),
+            paced: BinaryHeap::new(),
             lookups: Vec::new(),
         }
     }
@@ -130,7 +137,11 @@ impl<B: Backend> ServiceThread<B> {
         loop {
             let window_end = meter.window_end(BALANCE_WINDOW);
             let timeout = if self.runnable.is_empty() {
-                window_end.saturating_duration_since(last_done)
+                let until = match self.paced.peek() {
+                    Some(Reverse((due, _))) => window_end.min(*due),
+                    None => window_end,
+                };
+                until.saturating_duration_since(last_done)
             } else {
                 Duration::ZERO
             };
@@ -166,6 +177,7 @@ impl<B: Backend> ServiceThread<B> {
                     self.poll_remote(token);
                 }
             }
+            self.release_paced(Instant::now());
             self.look_ahead(&ready);
             for &token in &ready {
                 self.drive(token);
@@ -309,6 +321,19 @@ impl<B: Backend> ServiceThread<B> {
             Next::Close => self.close(token),
             // Poll it once now so it sends its messages.
             Next::Started => self.poll_remote(token),
+            Next::Later(pause) => self.paced.push(Reverse((Instant::now() + pause, token))),
+        }
+    }
+
+    /// Moves the held connections whose moment has come to the runnable
+    /// ones.
+    fn release_paced(&mut self, now: Instant) {
+        while let Some(Reverse((due, token))) = self.paced.peek().copied() {
+            if due > now {
+                break;
+            }
+            self.paced.pop();
+            self.runnable.push_back(token);
         }
     }
 

@@ -417,12 +417,72 @@ fn refusals() {
     let mut frame_spec = base.clone();
     frame_spec.bins = vec!["0123456789abcdefg"];
     assert_eq!(refused(&service, frame_spec), 21);
-    // RECS_PER_SEC is accepted (ignored).
+    // RECS_PER_SEC must be a u32.
+    assert_eq!(
+        refused(&service, with(field_type::RECORDS_PER_SECOND, &[0; 3])),
+        4
+    );
+    // The blocking path does not wait for a throttled scan's rate.
     let (records, _) = scan(
         &service,
         with(field_type::RECORDS_PER_SECOND, &100u32.to_be_bytes()),
     );
     assert_eq!(records.len(), 300);
+}
+
+/// RECS_PER_SEC: each step carries a tenth of a second's records, and the
+/// next step is due when the records sent so far are due at the rate.
+#[test]
+fn a_throttled_scan_paces_its_steps() {
+    let (service, clock) = populated();
+    let spec = ScanSpec {
+        partition_done: true,
+        extra_fields: vec![(field_type::RECORDS_PER_SECOND, 50u32.to_be_bytes().to_vec())],
+        ..ScanSpec::default()
+    };
+    let frame = scan_frame(&spec);
+    let mut out = Vec::new();
+    let mut pending = service
+        .handle_streaming(header_of(&frame), &frame[8..], &mut out)
+        .unwrap();
+    let mut per_step = vec![decode_stream(&out).0.len()];
+    let mut waited_ms = 0;
+    while let Some(continuation) = pending {
+        let pause = service.pause_of(&continuation).expect("ahead of its rate");
+        // Five records a step at 50 a second: each due 100 ms after the last.
+        assert_eq!(pause, std::time::Duration::from_millis(100));
+        clock.advance_ms(50);
+        assert_eq!(
+            service.pause_of(&continuation),
+            Some(std::time::Duration::from_millis(50))
+        );
+        clock.advance_ms(50);
+        waited_ms += 100;
+        assert_eq!(service.pause_of(&continuation), None, "due now");
+        out.clear();
+        pending = service.resume(continuation, &mut out);
+        per_step.push(decode_stream(&out).0.len());
+    }
+    // 300 records five at a time; the step after the 300th finds the
+    // partitions left empty and ends the stream (the LAST message alone).
+    assert_eq!(per_step.len(), 61, "{per_step:?}");
+    assert!(
+        per_step[..60].iter().all(|count| *count == 5),
+        "{per_step:?}"
+    );
+    assert_eq!(per_step[60], 1);
+    assert_eq!(waited_ms, 6000);
+    // An unthrottled scan is never held.
+    let frame = scan_frame(&ScanSpec {
+        partition_done: true,
+        ..ScanSpec::default()
+    });
+    let pending = service
+        .handle_streaming(header_of(&frame), &frame[8..], &mut Vec::new())
+        .unwrap();
+    if let Some(continuation) = pending {
+        assert_eq!(service.pause_of(&continuation), None);
+    }
 }
 
 #[test]
