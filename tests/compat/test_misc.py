@@ -2,6 +2,7 @@
 concurrency."""
 
 import threading
+import time
 
 import aerospike
 import pytest
@@ -63,6 +64,22 @@ def test_partition_id_matches_digest(client, key):
 def _scan(client, set_name):
     q = client.query("test", set_name)
     return {bytes(r[0][3]): r for r in q.results()}
+
+
+@pytest.mark.scan
+def test_query_records_per_second_paces_the_stream(client, set_name):
+    """Query.records_per_second (the RECS_PER_SEC field): 40 records at 20 a second
+    arrive over two seconds (the 39th and 40th are due 1.9 s after the first), all
+    of them, each once."""
+    for i in range(40):
+        client.put(("test", set_name, i), {"a": i})
+    q = client.query("test", set_name)
+    q.records_per_second = 20
+    started = time.monotonic()
+    recs = q.results()
+    took = time.monotonic() - started
+    assert sorted(r[2]["a"] for r in recs) == list(range(40))
+    assert took >= 1.8, f"the paced query took {took:.2f} s"
 
 
 @pytest.mark.scan
