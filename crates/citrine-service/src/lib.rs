@@ -85,6 +85,10 @@ impl ManualClock {
     pub fn advance_ms(&self, milliseconds: u64) {
         self.unix_ms.fetch_add(milliseconds, Ordering::Relaxed);
     }
+    /// Steps the clock back, as a wall clock corrected by NTP can be.
+    pub fn rewind_ms(&self, milliseconds: u64) {
+        self.unix_ms.fetch_sub(milliseconds, Ordering::Relaxed);
+    }
 }
 
 impl Clock for ManualClock {
@@ -495,7 +499,10 @@ impl Service {
         };
         let due = cursor.not_before_ms()?;
         let now = self.clock.now_unix_ms();
-        (due > now).then(|| std::time::Duration::from_millis(due - now))
+        // Never longer than one step's interval: past that the wall clock
+        // was stepped back, and the next step starts the schedule again.
+        (due > now)
+            .then(|| std::time::Duration::from_millis((due - now).min(scan::MAX_PACED_PAUSE_MS)))
     }
 
     /// Appends the next chunk of a streamed reply to `out`; returns the

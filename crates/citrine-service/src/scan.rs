@@ -63,6 +63,9 @@ use std::sync::Arc;
 /// A throttled scan's steps a second: each carries at most `rate / 10`
 /// records (at least one).
 const PACED_STEPS_PER_SECOND: u32 = 10;
+/// The longest a throttled scan waits between steps: one record at one a
+/// second. A longer wait means the wall clock was stepped back.
+pub(crate) const MAX_PACED_PAUSE_MS: u64 = 1000;
 
 /// A step ends once its frame holds this many bytes.
 pub const CHUNK_BYTES: usize = 1024 * 1024;
@@ -398,7 +401,13 @@ impl ScanCursor {
         let mut examined = 0usize;
         let sent_before = self.sent;
         if self.rate > 0 {
-            self.paced_since_ms.get_or_insert(now.unix_ms);
+            let since = *self.paced_since_ms.get_or_insert(now.unix_ms);
+            let schedule = self.sent * 1000 / u64::from(self.rate);
+            if since + schedule > now.unix_ms + MAX_PACED_PAUSE_MS {
+                // The wall clock went back: go on from now at the same
+                // rate rather than hold the scan for the jump.
+                self.paced_since_ms = Some(now.unix_ms.saturating_sub(schedule));
+            }
             let per_step = (self.rate / PACED_STEPS_PER_SECOND).max(1);
             self.step_end = self.sent + u64::from(per_step);
         }

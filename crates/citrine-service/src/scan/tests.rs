@@ -472,6 +472,26 @@ fn a_throttled_scan_paces_its_steps() {
     );
     assert_eq!(per_step[60], 1);
     assert_eq!(waited_ms, 6000);
+    // A wall clock stepped back an hour holds a scan for one step's
+    // interval at most, and the schedule starts again from the new time.
+    let pending = service
+        .handle_streaming(header_of(&frame), &frame[8..], &mut Vec::new())
+        .unwrap();
+    let continuation = pending.expect("more than one step");
+    clock.rewind_ms(3_600_000);
+    assert_eq!(
+        service.pause_of(&continuation),
+        Some(std::time::Duration::from_millis(1000))
+    );
+    clock.advance_ms(1000);
+    let mut out = Vec::new();
+    let next = service.resume(continuation, &mut out).expect("more steps");
+    assert_eq!(decode_stream(&out).0.len(), 5);
+    assert_eq!(
+        service.pause_of(&next),
+        Some(std::time::Duration::from_millis(100)),
+        "back on schedule"
+    );
     // An unthrottled scan is never held.
     let frame = scan_frame(&ScanSpec {
         partition_done: true,
