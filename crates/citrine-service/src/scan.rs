@@ -41,7 +41,9 @@
 //! names the time the next step is due, [`ScanCursor::not_before_ms`]:
 //! when `sent` records are due at that rate since the scan's first step.
 //! The connection loop holds the connection until then (serving the
-//! others); the blocking [`Service::handle`] path does not wait.
+//! others), never longer than [`MAX_PACED_PAUSE_MS`] at a time: a wall
+//! clock stepped back makes the next step start the schedule again. The
+//! blocking [`Service::handle`] path does not wait.
 //!
 //! Not yet: secondary-index queries answer 201 (no index exists); UDF scans and
 //! queries (field 33), background write scans (`info2 WRITE`) and filter
