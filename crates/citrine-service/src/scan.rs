@@ -38,10 +38,10 @@
 //!
 //! Throttle: RECS_PER_SEC (field 10, records a second, 0 = none) caps each
 //! step at a tenth of a second's worth of records (at least one) and
-//! names the time the next step is due, [`ScanCursor::not_before_ms`]:
+//! names the time the next step is due, `ScanCursor::not_before_ms`:
 //! when `sent` records are due at that rate since the scan's first step.
 //! The connection loop holds the connection until then (serving the
-//! others), never longer than [`MAX_PACED_PAUSE_MS`] at a time: a wall
+//! others), never longer than `MAX_PACED_PAUSE_MS` at a time: a wall
 //! clock stepped back makes the next step start the schedule again. The
 //! blocking [`Service::handle`] path does not wait.
 //!
