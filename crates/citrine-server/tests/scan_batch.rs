@@ -257,15 +257,7 @@ fn throttled_scan_with(service_io: &str) {
         (messages.len(), started.elapsed())
     });
     std::thread::sleep(Duration::from_millis(300));
-    let get = record_request(
-        "test",
-        "slow7",
-        MsgHeader {
-            info1: info1::READ | info1::GET_ALL,
-            ..MsgHeader::default()
-        },
-        &[],
-    );
+    let get = get_all_request("test", "slow7");
     for _ in 0..20 {
         let (_, body) = round_trip(&mut writer, &get).unwrap();
         assert_eq!(decode_reply(&body).0.result_code, 0);

@@ -440,11 +440,8 @@ fn a_throttled_scan_paces_its_steps() {
         extra_fields: vec![(field_type::RECORDS_PER_SECOND, 50u32.to_be_bytes().to_vec())],
         ..ScanSpec::default()
     };
-    let frame = scan_frame(&spec);
     let mut out = Vec::new();
-    let mut pending = service
-        .handle_streaming(header_of(&frame), &frame[8..], &mut out)
-        .unwrap();
+    let mut pending = start_scan(&service, &spec, &mut out);
     let mut per_step = vec![decode_stream(&out).0.len()];
     let mut waited_ms = 0;
     while let Some(continuation) = pending {
@@ -474,10 +471,7 @@ fn a_throttled_scan_paces_its_steps() {
     assert_eq!(waited_ms, 6000);
     // A wall clock stepped back an hour holds a scan for one step's
     // interval at most, and the schedule starts again from the new time.
-    let pending = service
-        .handle_streaming(header_of(&frame), &frame[8..], &mut Vec::new())
-        .unwrap();
-    let continuation = pending.expect("more than one step");
+    let continuation = start_scan(&service, &spec, &mut Vec::new()).expect("more than one step");
     clock.rewind_ms(3_600_000);
     assert_eq!(
         service.pause_of(&continuation),
@@ -493,14 +487,11 @@ fn a_throttled_scan_paces_its_steps() {
         "back on schedule"
     );
     // An unthrottled scan is never held.
-    let frame = scan_frame(&ScanSpec {
+    let unthrottled = ScanSpec {
         partition_done: true,
         ..ScanSpec::default()
-    });
-    let pending = service
-        .handle_streaming(header_of(&frame), &frame[8..], &mut Vec::new())
-        .unwrap();
-    if let Some(continuation) = pending {
+    };
+    if let Some(continuation) = start_scan(&service, &unthrottled, &mut Vec::new()) {
         assert_eq!(service.pause_of(&continuation), None);
     }
 }
@@ -564,11 +555,8 @@ fn streams_in_bounded_chunks_and_resumes_mid_partition() {
     }
     let mut spec = spec.clone();
     spec.pids = Some(vec![target.get()]);
-    let frame = scan_frame(&spec);
     let mut out = Vec::new();
-    let mut pending = service
-        .handle_streaming(header_of(&frame), &frame[8..], &mut out)
-        .unwrap();
+    let mut pending = start_scan(&service, &spec, &mut out);
     let mut steps = 1;
     while let Some(continuation) = pending {
         pending = service.resume(continuation, &mut out);
@@ -600,11 +588,8 @@ fn a_sparse_set_never_sends_empty_frames() {
         set: Some("rare"),
         ..ScanSpec::default()
     };
-    let frame = scan_frame(&spec);
     let mut out = Vec::new();
-    let mut pending = service
-        .handle_streaming(header_of(&frame), &frame[8..], &mut out)
-        .unwrap();
+    let mut pending = start_scan(&service, &spec, &mut out);
     let mut steps = 1;
     while let Some(continuation) = pending {
         pending = service.resume(continuation, &mut out);
@@ -613,6 +598,18 @@ fn a_sparse_set_never_sends_empty_frames() {
     assert!(steps >= 2);
     let (messages, _) = decode_stream(&out);
     assert_eq!(messages.len(), 2);
+}
+
+/// Starts the scan `spec` describes: its first step's chunk goes to `out`.
+fn start_scan(
+    service: &Service,
+    spec: &ScanSpec,
+    out: &mut Vec<u8>,
+) -> Option<crate::Continuation> {
+    let frame = scan_frame(spec);
+    service
+        .handle_streaming(header_of(&frame), &frame[8..], out)
+        .unwrap()
 }
 
 fn header_of(frame: &[u8]) -> ProtoHeader {
