@@ -403,12 +403,14 @@ impl ScanCursor {
         let mut examined = 0usize;
         let sent_before = self.sent;
         if self.rate > 0 {
-            let since = *self.paced_since_ms.get_or_insert(now.unix_ms);
-            let schedule = self.sent * 1000 / u64::from(self.rate);
-            if since + schedule > now.unix_ms + MAX_PACED_PAUSE_MS {
+            self.paced_since_ms.get_or_insert(now.unix_ms);
+            if self
+                .not_before_ms()
+                .is_some_and(|due| due > now.unix_ms + MAX_PACED_PAUSE_MS)
+            {
                 // The wall clock went back: go on from now at the same
                 // rate rather than hold the scan for the jump.
-                self.paced_since_ms = Some(now.unix_ms.saturating_sub(schedule));
+                self.paced_since_ms = Some(now.unix_ms.saturating_sub(self.schedule_ms()));
             }
             let per_step = (self.rate / PACED_STEPS_PER_SECOND).max(1);
             self.step_end = self.sent + u64::from(per_step);
@@ -466,8 +468,16 @@ impl ScanCursor {
         if self.rate == 0 {
             return None;
         }
-        let since = self.paced_since_ms?;
-        Some(since + self.sent * 1000 / u64::from(self.rate))
+        Some(self.paced_since_ms? + self.schedule_ms())
+    }
+
+    /// How long after the first step the records sent so far are due at
+    /// the scan's rate (0 when it has none).
+    fn schedule_ms(&self) -> u64 {
+        match self.rate {
+            0 => 0,
+            rate => self.sent * 1000 / u64::from(rate),
+        }
     }
 
     /// Visits the current partition under its read lock: collects the live
