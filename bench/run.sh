@@ -9,6 +9,10 @@
 #   - load: insert every key (10 bins x 10-byte strings, and 1 KiB blobs)
 #   - ru,95 and ru,50 (read/update) on 10 x 10-byte string bins
 #   - ru,95 on one 1 KiB blob bin
+#   - ru,95 on 10 x 10-byte string bins with ONE command in flight (-c 1):
+#     latency without queueing, beside the machine's loopback floor (two
+#     processes passing request- and reply-sized messages over plain
+#     blocking sockets, bench/loopback-pingpong.c; skipped without gcc)
 #
 # Environment (all optional):
 #   DURATION=20      seconds per read/update workload
@@ -99,15 +103,20 @@ wait_for "127.0.0.1:$NOOP_PORT"
 
 COMMANDS_FILE="$WORK/commands.txt"
 : >"$COMMANDS_FILE"
-run_bench() { # name target-port pid-or-empty extra-args...
+run_bench() { # name target-port pid-or-empty extra-args... (C=N: N in flight, not CONCURRENCY)
     local name="$1" port="$2" pid="$3"
     shift 3
-    local args=(bench -h "127.0.0.1:$port" -n test -k "$KEYS" -c "$CONCURRENCY" -q --label "$name" --json "$WORK/$name.json" "$@")
+    local args=(bench -h "127.0.0.1:$port" -n test -k "$KEYS" -c "${C:-$CONCURRENCY}" -q --label "$name" --json "$WORK/$name.json" "$@")
     if [ -n "$pid" ]; then args+=(--server-pid "$pid"); fi
     echo "== $name"
     echo "citrine ${args[*]}" | sed "s#$WORK/##" >>"$COMMANDS_FILE"
     "$CITRINE" "${args[@]}" | grep -v '^JSON ' || true
+    if [ "${PIPESTATUS[0]}" != 0 ]; then
+        echo "error: $name failed (its row will be missing)" >&2
+        FAILED="$FAILED $name"
+    fi
 }
+FAILED=""
 
 SPEC_SMALL="10*S:10"
 SPEC_1K="B:1024"
@@ -122,10 +131,24 @@ for workload in "ru95-10x10 p10x10 $SPEC_SMALL ru,95" "ru50-10x10 p10x10 $SPEC_S
     run_bench "citrined-$name" "$PORT" "$SERVER_PID" -s "$set" -o "$spec" -w "$mix" -d "$DURATION"
     run_bench "noop-$name" "$NOOP_PORT" "$NOOP_PID" -s "$set" -o "$spec" -w "$mix" -d "$DURATION"
 done
+# One command at a time: the round trip itself, against the ceiling and
+# against the machine's floor for any server (plain sockets, no protocol).
+C=1 run_bench citrined-ru95-10x10-c1 "$PORT" "$SERVER_PID" -s p10x10 -o "$SPEC_SMALL" -w ru,95 -d "$DURATION"
+C=1 run_bench noop-ru95-10x10-c1 "$NOOP_PORT" "$NOOP_PID" -s p10x10 -o "$SPEC_SMALL" -w ru,95 -d "$DURATION"
+if command -v gcc >/dev/null 2>&1; then
+    echo "== loopback floor (bench/loopback-pingpong.c)"
+    gcc -O2 -o "$WORK/loopback-pingpong" "$ROOT/bench/loopback-pingpong.c"
+    # About DURATION seconds at this machine's ~65 us a round trip.
+    ROUND_TRIPS=$(python3 -c "print(max(1000, int(float('$DURATION') * 15000)))")
+    "$WORK/loopback-pingpong" "$ROUND_TRIPS" --json "$WORK/floor.json"
+    echo "gcc -O2 -o loopback-pingpong bench/loopback-pingpong.c && ./loopback-pingpong $ROUND_TRIPS" >>"$COMMANDS_FILE"
+else
+    echo "== loopback floor skipped: no gcc"
+fi
 
 echo "== writing $RESULTS"
 CPU_MODEL="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || echo unknown)"
-export WORK RESULTS DATA_SIZE DURATION KEYS CONCURRENCY LOAD CPU_MODEL NOTE="${NOTE:-}"
+export WORK RESULTS DATA_SIZE DURATION KEYS CONCURRENCY LOAD CPU_MODEL NOTE="${NOTE:-}" FAILED
 export NPROC="$(nproc)" KERNEL="$(uname -sr)" LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
 export GIT_REV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)"
 python3 - <<'PY'
@@ -156,13 +179,17 @@ if os.environ.get("NOTE"):
     lines.append("")
     lines.append("Note: " + os.environ["NOTE"])
 lines.append("")
+if os.environ.get("FAILED", "").strip():
+    lines.append("Runs that failed (no row): " + ", ".join(os.environ["FAILED"].split()) + ".")
+    lines.append("")
 lines.append("| workload | target | ops/s | read p50 / p99 / p99.9 ms | write p50 / p99 / p99.9 ms | server CPU µs/op | client CPU µs/op | errors | vs no-op |")
 lines.append("|---|---|---:|---|---|---:|---:|---:|---:|")
 for name in ["load-10x10", "load-1k"]:
     run = load(name)
     if run:
         lines.append(f"| {run['workload']} {run['object_spec']} | citrined | {run['throughput_ops_s']:.0f} | - | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | - |")
-for wl, label in [("ru95-10x10", "ru,95 10*S:10"), ("ru50-10x10", "ru,50 10*S:10"), ("ru95-1k", "ru,95 B:1024")]:
+for wl, label in [("ru95-10x10", "ru,95 10*S:10"), ("ru50-10x10", "ru,50 10*S:10"), ("ru95-1k", "ru,95 B:1024"),
+                  ("ru95-10x10-c1", "ru,95 10*S:10, -c 1")]:
     c, n = load("citrined-" + wl), load("noop-" + wl)
     for target, run in [("citrined", c), ("no-op", n)]:
         if not run:
@@ -171,10 +198,20 @@ for wl, label in [("ru95-10x10", "ru,95 10*S:10"), ("ru50-10x10", "ru,50 10*S:10
         if target == "citrined" and n and n["throughput_ops_s"] > 0:
             frac = f"{run['throughput_ops_s'] / n['throughput_ops_s']:.2f}"
         lines.append(f"| {label} | {target} | {run['throughput_ops_s']:.0f} | {lat(run, 'read')} | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | {frac} |")
+floor = load("floor")
+if floor:
+    ms = f'{floor["p50_ms"]:.3f} / {floor["p99_ms"]:.3f} / {floor["p99_9_ms"]:.3f}'
+    lines.append(f"| ping-pong 80 B / 48 B, one at a time | loopback floor | {floor['throughput_ops_s']:.0f} | {ms} | - | "
+                 f"{floor['server_cpu_us_per_op']:.1f} | {floor['client_cpu_us_per_op']:.1f} | 0 | - |")
 lines.append("")
 lines.append("The no-op rows are the same citrined binary started with `--noop`: its listener and I/O answer every command with a header-only success (no bins back) and store nothing, "
              "so they are the ceiling of the client, the loopback path, this server's I/O and the shared CPUs, measured right after each citrined row. "
              "Reads against it return no data; reads of citrined return the full record.")
+if floor:
+    lines.append("")
+    lines.append("The loopback floor row is bench/loopback-pingpong.c: two processes passing an 80-byte request and a 48-byte reply "
+                 "over plain blocking loopback sockets, one at a time, with no protocol at all (its server CPU column is the responder's). "
+                 "The -c 1 rows are read against it: no server answers one request at a time faster on this machine.")
 lines.append("")
 lines.append("citrined ran with `--config bench.toml` (written by run.sh): one in-memory namespace `test`, "
              f"data-size {os.environ['DATA_SIZE']}, replication factor 1, no eviction.")
@@ -201,3 +238,7 @@ with open(path, "a") as f:
     f.write(separator + "\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+if [ -n "${FAILED// /}" ]; then
+    echo "error: these runs failed:$FAILED" >&2
+    exit 1
+fi

@@ -25,11 +25,17 @@
 #                       machine with the server)
 #      and aggregates the tool's latency buckets (-L 5,1: <=1 ms, >1, >2, >4,
 #      >8, >16 ms; the tool measures latency in whole milliseconds).
+#   5. with ROUNDS > 1, does step 4 that many times and ends with, per
+#      workload, the medians over the rounds and how many windows met the
+#      targets (TARGET_OPS ops/s or more, TARGET_US us/op of server CPU or
+#      less), for citrined and for the ceiling.
 #
 # Environment (optional): CITRINED (server binary; default: cargo build
 # --release -p citrine-server and a copy of target/release/citrined),
 # NO_BUILD=1, PORT, NOOP_PORT, NOOP (1; 0 skips the ceiling runs), KEYS
 # (1000000), CONCURRENCY (32), DURATION (20), WORKLOADS ("RU,50 RU,95"),
+# ROUNDS (1), TARGET_OPS (80000: 1.3 x the 61-64 K ops/s that issue 3
+# measured for the reference server, rounded), TARGET_US (8.0),
 # GO_CLIENT_VERSION (latest), WORK (mktemp -d).
 set -euo pipefail
 
@@ -38,11 +44,15 @@ KEYS="${KEYS:-1000000}"
 CONCURRENCY="${CONCURRENCY:-32}"
 DURATION="${DURATION:-20}"
 WORKLOADS="${WORKLOADS:-RU,50 RU,95}"
+ROUNDS="${ROUNDS:-1}"
+TARGET_OPS="${TARGET_OPS:-80000}"
+TARGET_US="${TARGET_US:-8.0}"
 
 SCRIPT_NAME=go-benchmark.sh
 WORK_PREFIX=go-benchmark
 # shellcheck source=lib/citrined-run.sh
 source "$(dirname "$0")/lib/citrined-run.sh"
+case "$ROUNDS" in '' | *[!0-9]* | 0) die "ROUNDS must be a positive integer, not '$ROUNDS'" ;; esac
 mkdir -p "$WORK/bin"
 
 echo "== go install github.com/aerospike/aerospike-client-go/v8/tools/benchmark@$VER"
@@ -61,12 +71,14 @@ echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d:
 
 # ---------------------------------------------------------------- driver
 PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/lib" \
-    python3 - "$BENCH" "$PORT" "$SERVER_PID" "${NOOP_PORT:-0}" "${NOOP_PID:-0}" "$KEYS" "$CONCURRENCY" "$DURATION" "$WORK" $WORKLOADS <<'PY'
-import re, subprocess, sys, time
+    python3 - "$BENCH" "$PORT" "$SERVER_PID" "${NOOP_PORT:-0}" "${NOOP_PID:-0}" "$KEYS" "$CONCURRENCY" "$DURATION" "$WORK" \
+    "$ROUNDS" "$TARGET_OPS" "$TARGET_US" $WORKLOADS <<'PY'
+import re, statistics, subprocess, sys, time
 from gotool import TCK, TOTAL_RE as total_re, cpu_ticks, stop, tool_args
 
 bench, port, spid, noop_port, noop_pid, keys, conc, duration, work = sys.argv[1:10]
-workloads = sys.argv[10:]
+rounds, target_ops, target_us = int(sys.argv[10]), float(sys.argv[11]), float(sys.argv[12])
+workloads = sys.argv[13:]
 spid, noop_pid, keys, conc, duration = int(spid), int(noop_pid), int(keys), int(conc), float(duration)
 LAT = "5,1"
 
@@ -166,7 +178,7 @@ def measure(run, wl, target, to_port, pid):
         print(f"   {kind:5s} latency (tool, whole ms): {pct}  max {lat_max[kind]} ms")
     return tps, s_us, c_us
 
-for run, wl in enumerate(workloads, 1):
+for run, wl in enumerate(workloads * rounds, 1):
     # Alternate which goes first, so a drift of the machine within a pair
     # does not always favour the same side.
     ceiling = None
@@ -183,4 +195,22 @@ print(f"{'workload':10s} {'ops/s':>10s} {'server us/op':>13s} {'client us/op':>1
 for wl, (tps, s_us, c_us), ceiling in results:
     tail = f" {ceiling[0]:14,.0f} {ceiling[1]:14.1f} {tps / ceiling[0]:11.2f}" if ceiling else ""
     print(f"{wl:10s} {tps:10,.0f} {s_us:13.1f} {c_us:13.1f}{tail}")
+
+if rounds > 1:
+    print(f"\n== over {rounds} rounds: medians [ranges], and windows meeting the targets "
+          f"(>= {target_ops:,.0f} ops/s; <= {target_us} us/op of server CPU; both)")
+    def tally(name, rows):
+        ops = [r[0] for r in rows]
+        us = [r[1] for r in rows]
+        fast = sum(o >= target_ops for o in ops)
+        lean = sum(u <= target_us for u in us)
+        both = sum(o >= target_ops and u <= target_us for o, u in zip(ops, us))
+        print(f"   {name:26s} {statistics.median(ops):9,.0f} ops/s [{min(ops):,.0f}-{max(ops):,.0f}]"
+              f"  {statistics.median(us):4.1f} us/op [{min(us):.1f}-{max(us):.1f}]"
+              f"  ops {fast}/{len(rows)}, us {lean}/{len(rows)}, both {both}/{len(rows)}")
+    for wl in workloads:
+        tally(f"{wl} citrined", [c for w, c, _ in results if w == wl])
+        ceilings = [n for w, _, n in results if w == wl and n]
+        if ceilings:
+            tally(f"{wl} ceiling (--noop)", ceilings)
 PY
