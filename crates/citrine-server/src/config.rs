@@ -45,6 +45,11 @@ pub struct ServiceSection {
     /// Share of one core (percent, 1 to 100, default 85) above which a
     /// service thread hands connections to a less loaded one.
     pub service_thread_spill_pct: Option<u32>,
+    /// Share of the time (percent, 1 to 100, default 10) a service thread
+    /// may wait for a CPU and still spill: one that waits more finds the
+    /// CPUs taken, so it keeps its connections (and merges with any thread
+    /// it fits in one core with). 100: waits are ignored.
+    pub service_thread_contended_pct: Option<u32>,
     /// How service threads do socket I/O: "auto" (default: io_uring
     /// where the kernel allows it, else epoll), "io_uring" or "epoll".
     pub service_io: Option<String>,
@@ -277,6 +282,8 @@ pub struct ServerConfig {
     pub service_threads: usize,
     /// `service.service-thread-spill-pct`.
     pub service_thread_spill_pct: u32,
+    /// `service.service-thread-contended-pct`.
+    pub service_thread_contended_pct: u32,
     /// `service.service-io`.
     pub service_io: ServiceIo,
     pub log_level: String,
@@ -447,6 +454,12 @@ pub fn resolve(
             "{origin}: service.service-thread-spill-pct = {service_thread_spill_pct} is out of range: use 1 to 100 (percent of one core)"
         )));
     }
+    let service_thread_contended_pct = service.service_thread_contended_pct.unwrap_or(10);
+    if !(1..=100).contains(&service_thread_contended_pct) {
+        return Err(ConfigError(format!(
+            "{origin}: service.service-thread-contended-pct = {service_thread_contended_pct} is out of range: use 1 to 100 (percent of the time waiting for a CPU; 100 ignores waits)"
+        )));
+    }
     let service_io = match overrides
         .service_io
         .as_deref()
@@ -516,6 +529,7 @@ pub fn resolve(
         proto_fd_max,
         service_threads,
         service_thread_spill_pct,
+        service_thread_contended_pct,
         service_io,
         log_level,
         cluster,

@@ -132,7 +132,8 @@ fn every_example_config_starts() {
 
 /// Two service threads that hand connections to each other whenever one
 /// is busier: connections move all the time.
-const SPILL_ALWAYS: &str = "service-threads = 2\nservice-thread-spill-pct = 1";
+const SPILL_ALWAYS: &str =
+    "service-threads = 2\nservice-thread-spill-pct = 1\nservice-thread-contended-pct = 100";
 
 /// Starts citrined with these `[service]` lines, namespace `test` and
 /// `--service-io service_io`.

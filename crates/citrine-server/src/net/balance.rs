@@ -13,19 +13,31 @@
 //!
 //! - a new connection goes to the lowest-numbered thread under the spill
 //!   threshold (all busy: the least loaded);
-//! - a thread over the spill threshold moves some of its active
-//!   connections to the least loaded thread, if that one is clearly less
-//!   loaded (by [`MIN_GAP_PERMILLE`]); it moves a quarter of the gap's
-//!   share at a time, so loads converge without oscillating;
+//! - a thread over the spill threshold for [`SPILL_AFTER_WINDOWS`] windows
+//!   in a row moves some of its active connections to the least loaded
+//!   thread, if that one is clearly less loaded (by [`MIN_GAP_PERMILLE`]);
+//!   it moves a quarter of the gap's share at a time, so loads converge
+//!   without oscillating;
+//! - but not while it is contended: a thread that spends
+//!   [`Thresholds::contended_permille`] or more of a window runnable and waiting
+//!   for a CPU shows that the machine's CPUs are taken (by other service
+//!   threads, by clients on the same machine, by anything), so a second
+//!   thread would get no CPU of its own and would only cut the same CPU
+//!   time into more wake-ups (measured on 2 cores shared with the client:
+//!   spilling there cost 1.5-2 µs a request and tripled p99, for no
+//!   throughput, bench/RESULTS.md);
 //! - a thread hands all its active connections to a lower-numbered thread
 //!   when both together use less than [`MERGE_PCT`] of the threshold, so a
 //!   node returns to few threads after a burst. Merged, they use less than
 //!   the sum (fewer wake-ups), so a merge never pushes a thread over the
-//!   threshold and spilling and merging do not chase each other.
+//!   threshold and spilling and merging do not chase each other. A
+//!   contended thread merges whenever both fit in one core: spread over
+//!   CPUs they do not have, they only time-slice.
 //!
-//! Invariants: loads are per-mille of one core (0..=1000 and a bit over
-//! when the measurement window stretches); a decision never moves
-//! connections to the deciding thread itself, and never more than it has.
+//! Invariants: loads and waits are per-mille of one core or of the window
+//! (0..=1000 and a bit over when the measurement window stretches); a
+//! decision never moves connections to the deciding thread itself, and
+//! never more than it has; a contended thread never spills.
 
 /// Least difference (per-mille of a core) between a hot thread and the
 /// thread it spills to: moving work between two nearly equal threads only
@@ -35,6 +47,48 @@ pub const MIN_GAP_PERMILLE: u32 = 150;
 /// Two threads whose loads add up to less than this share (percent) of
 /// the spill threshold are merged into one.
 pub const MERGE_PCT: u32 = 90;
+
+/// The balancing thresholds a node runs with (`service-thread-spill-pct`
+/// and `service-thread-contended-pct`, in per-mille).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// CPU load above which a thread spills.
+    pub spill_permille: u32,
+    /// Share of a window runnable but waiting for a CPU from which a
+    /// thread counts as contended (1000: never).
+    pub contended_permille: u32,
+}
+
+/// Windows in a row a thread must be over the spill threshold before it
+/// spills: one busy window is noise.
+pub const SPILL_AFTER_WINDOWS: u32 = 3;
+
+/// One core, per-mille.
+const ONE_CORE_PERMILLE: u32 = 1000;
+
+/// A service thread's use of the machine over one window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Load {
+    /// CPU time, per-mille of one core.
+    pub cpu: u32,
+    /// Time runnable but waiting for a CPU, per-mille of the window (0
+    /// where the kernel does not tell).
+    pub wait: u32,
+}
+
+impl Load {
+    /// Whether the thread waited for a CPU long enough that a second
+    /// thread would not find one free.
+    pub fn contended(&self, thresholds: Thresholds) -> bool {
+        self.wait >= thresholds.contended_permille && thresholds.contended_permille < 1000
+    }
+
+    /// Whether this window counts toward a spill: over the threshold with
+    /// a CPU of its own.
+    pub fn hot(&self, thresholds: Thresholds) -> bool {
+        self.cpu > thresholds.spill_permille && !self.contended(thresholds)
+    }
+}
 
 /// What a service thread does after measuring the loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,14 +111,30 @@ pub fn place(loads: &[u32], spill_permille: u32) -> usize {
 }
 
 /// The rebalancing decision of thread `me`, which has `active` connections
-/// that carried requests in the last measurement window.
-pub fn rebalance(me: usize, loads: &[u32], active: usize, spill_permille: u32) -> Rebalance {
+/// that carried requests in the last measurement window, measured `own`
+/// over it, and has been over the spill threshold (uncontended) for
+/// `hot_windows` windows in a row, this one included. `loads` are the
+/// threads' CPU loads (`loads[me] == own.cpu`).
+pub fn rebalance(
+    me: usize,
+    loads: &[u32],
+    own: Load,
+    hot_windows: u32,
+    active: usize,
+    thresholds: Thresholds,
+) -> Rebalance {
     debug_assert!(me < loads.len());
+    debug_assert_eq!(loads[me], own.cpu);
     if active == 0 || loads.len() < 2 {
         return Rebalance::Stay;
     }
+    let spill_permille = thresholds.spill_permille;
+    let contended = own.contended(thresholds);
     let mine = loads[me];
     if mine > spill_permille {
+        if contended || hot_windows < SPILL_AFTER_WINDOWS {
+            return Rebalance::Stay;
+        }
         if let Some(to) = least_loaded(loads, Some(me)) {
             let theirs = loads[to];
             if theirs + MIN_GAP_PERMILLE < mine {
@@ -78,7 +148,11 @@ pub fn rebalance(me: usize, loads: &[u32], active: usize, spill_permille: u32) -
         return Rebalance::Stay;
     }
     if me > 0 {
-        let merged_limit = spill_permille * MERGE_PCT / 100;
+        let merged_limit = if contended {
+            ONE_CORE_PERMILLE
+        } else {
+            spill_permille * MERGE_PCT / 100
+        };
         if let Some(to) = (0..me).find(|&to| loads[to] + mine < merged_limit) {
             return Rebalance::Move { to, count: active };
         }
@@ -96,15 +170,17 @@ fn least_loaded(loads: &[u32], except: Option<usize>) -> Option<usize> {
         .map(|(index, _)| index)
 }
 
-/// Measures one service thread's CPU use over windows of wall time.
+/// Measures one service thread's CPU use, and its waits for a CPU, over
+/// windows of wall time.
 ///
-/// The CPU time comes from `/proc/thread-self/schedstat` (nanoseconds on a
-/// CPU, read once a window); where that file is missing the meter falls
-/// back to the wall time the thread spent outside its poll, which also
-/// counts time the thread was runnable but preempted.
+/// Both come from `/proc/thread-self/schedstat` (nanoseconds on a CPU and
+/// nanoseconds runnable on a run queue, read once a window); where that
+/// file is missing the meter falls back to the wall time the thread spent
+/// outside its poll, which also counts time the thread was runnable but
+/// preempted, and reports no waits.
 pub struct LoadMeter {
     window_start: std::time::Instant,
-    cpu_start_ns: Option<u64>,
+    start: Option<SchedStat>,
     busy_wall: std::time::Duration,
 }
 
@@ -112,7 +188,7 @@ impl LoadMeter {
     pub fn new() -> LoadMeter {
         LoadMeter {
             window_start: std::time::Instant::now(),
-            cpu_start_ns: thread_cpu_ns(),
+            start: SchedStat::of_this_thread(),
             busy_wall: std::time::Duration::ZERO,
         }
     }
@@ -120,7 +196,7 @@ impl LoadMeter {
     /// Whether the meter reads the thread's CPU time (else it needs
     /// [`LoadMeter::add_busy`]).
     pub fn counts_cpu(&self) -> bool {
-        self.cpu_start_ns.is_some()
+        self.start.is_some()
     }
 
     /// Adds wall time spent serving (the fallback measure).
@@ -133,28 +209,49 @@ impl LoadMeter {
         self.window_start + window
     }
 
-    /// Closes the window at `now`: the load in per-mille of one core.
-    pub fn close_window(&mut self, now: std::time::Instant) -> u32 {
+    /// Closes the window at `now`: the thread's CPU time and waits over it.
+    pub fn close_window(&mut self, now: std::time::Instant) -> Load {
         let wall = now.saturating_duration_since(self.window_start);
-        let cpu_now = thread_cpu_ns();
-        let used_ns = match (self.cpu_start_ns, cpu_now) {
-            (Some(start), Some(end)) => u128::from(end.saturating_sub(start)),
-            _ => self.busy_wall.as_nanos(),
+        let end = SchedStat::of_this_thread();
+        let (used_ns, waited_ns) = match (self.start, end) {
+            (Some(start), Some(end)) => (
+                u128::from(end.on_cpu_ns.saturating_sub(start.on_cpu_ns)),
+                u128::from(end.waiting_ns.saturating_sub(start.waiting_ns)),
+            ),
+            _ => (self.busy_wall.as_nanos(), 0),
         };
         self.window_start = now;
-        self.cpu_start_ns = cpu_now;
+        self.start = end;
         self.busy_wall = std::time::Duration::ZERO;
         if wall.is_zero() {
-            return 0;
+            return Load::default();
         }
-        (used_ns * 1000 / wall.as_nanos()).min(u128::from(u32::MAX)) as u32
+        let per_mille = |ns: u128| (ns * 1000 / wall.as_nanos()).min(u128::from(u32::MAX)) as u32;
+        Load {
+            cpu: per_mille(used_ns),
+            wait: per_mille(waited_ns),
+        }
     }
 }
 
-/// Nanoseconds this thread has run on a CPU, if the kernel tells.
-fn thread_cpu_ns() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    text.split_whitespace().next()?.parse().ok()
+/// The scheduler's account of this thread, if the kernel tells.
+#[derive(Debug, Clone, Copy)]
+struct SchedStat {
+    /// Time on a CPU.
+    on_cpu_ns: u64,
+    /// Time runnable, waiting on a run queue for a CPU.
+    waiting_ns: u64,
+}
+
+impl SchedStat {
+    fn of_this_thread() -> Option<SchedStat> {
+        let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        let mut fields = text.split_whitespace();
+        Some(SchedStat {
+            on_cpu_ns: fields.next()?.parse().ok()?,
+            waiting_ns: fields.next()?.parse().ok()?,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -162,6 +259,27 @@ mod tests {
     use super::*;
 
     const SPILL: u32 = 850;
+    const LIMITS: Thresholds = Thresholds {
+        spill_permille: SPILL,
+        contended_permille: 100,
+    };
+    const NEVER_CONTENDED: Thresholds = Thresholds {
+        spill_permille: SPILL,
+        contended_permille: 1000,
+    };
+
+    /// The decision of an uncontended thread that has been hot long enough.
+    fn rebalance_settled(me: usize, loads: &[u32], active: usize, spill: u32) -> Rebalance {
+        let own = Load {
+            cpu: loads[me],
+            wait: 0,
+        };
+        let thresholds = Thresholds {
+            spill_permille: spill,
+            ..LIMITS
+        };
+        rebalance(me, loads, own, SPILL_AFTER_WINDOWS, active, thresholds)
+    }
 
     #[test]
     fn new_connections_pack_onto_the_first_thread_with_room() {
@@ -178,47 +296,50 @@ mod tests {
         // 1000 vs 0: the gap's half is half the load; a quarter of the
         // connections move.
         assert_eq!(
-            rebalance(0, &[1000, 0], 32, SPILL),
+            rebalance_settled(0, &[1000, 0], 32, SPILL),
             Rebalance::Move { to: 1, count: 8 }
         );
         assert_eq!(
-            rebalance(0, &[1000, 400, 100], 40, SPILL),
+            rebalance_settled(0, &[1000, 400, 100], 40, SPILL),
             Rebalance::Move { to: 2, count: 9 }
         );
         // At least one connection moves.
         assert_eq!(
-            rebalance(1, &[0, 1000], 1, SPILL),
+            rebalance_settled(1, &[0, 1000], 1, SPILL),
             Rebalance::Move { to: 0, count: 1 }
         );
     }
 
     #[test]
     fn no_move_below_the_threshold_or_between_equals() {
-        assert_eq!(rebalance(0, &[800, 0], 32, SPILL), Rebalance::Stay);
-        assert_eq!(rebalance(0, &[950, 900], 32, SPILL), Rebalance::Stay);
-        assert_eq!(rebalance(0, &[1000, 0], 0, SPILL), Rebalance::Stay);
-        assert_eq!(rebalance(0, &[1000], 10, SPILL), Rebalance::Stay);
+        assert_eq!(rebalance_settled(0, &[800, 0], 32, SPILL), Rebalance::Stay);
+        assert_eq!(
+            rebalance_settled(0, &[950, 900], 32, SPILL),
+            Rebalance::Stay
+        );
+        assert_eq!(rebalance_settled(0, &[1000, 0], 0, SPILL), Rebalance::Stay);
+        assert_eq!(rebalance_settled(0, &[1000], 10, SPILL), Rebalance::Stay);
     }
 
     #[test]
     fn threads_that_fit_in_one_merge_into_the_lower() {
         assert_eq!(
-            rebalance(1, &[300, 100], 5, SPILL),
+            rebalance_settled(1, &[300, 100], 5, SPILL),
             Rebalance::Move { to: 0, count: 5 }
         );
         // Both half busy (seen after a burst spilled connections): one
         // thread carries them for less.
         assert_eq!(
-            rebalance(1, &[490, 230], 16, SPILL),
+            rebalance_settled(1, &[490, 230], 16, SPILL),
             Rebalance::Move { to: 0, count: 16 }
         );
         // Together they would be too busy: stay apart.
-        assert_eq!(rebalance(1, &[600, 200], 5, SPILL), Rebalance::Stay);
+        assert_eq!(rebalance_settled(1, &[600, 200], 5, SPILL), Rebalance::Stay);
         // The first thread never merges anywhere.
-        assert_eq!(rebalance(0, &[100, 0], 5, SPILL), Rebalance::Stay);
+        assert_eq!(rebalance_settled(0, &[100, 0], 5, SPILL), Rebalance::Stay);
         // Skips a full lower thread for a later one with room.
         assert_eq!(
-            rebalance(2, &[800, 100, 50], 3, SPILL),
+            rebalance_settled(2, &[800, 100, 50], 3, SPILL),
             Rebalance::Move { to: 1, count: 3 }
         );
     }
@@ -228,8 +349,108 @@ mod tests {
         // After a spill of a saturated thread, the receiver holds the
         // moved share: it must not merge straight back.
         let after_spill = [750, 250];
-        assert_eq!(rebalance(1, &after_spill, 8, SPILL), Rebalance::Stay);
-        assert_eq!(rebalance(0, &after_spill, 24, SPILL), Rebalance::Stay);
+        assert_eq!(
+            rebalance_settled(1, &after_spill, 8, SPILL),
+            Rebalance::Stay
+        );
+        assert_eq!(
+            rebalance_settled(0, &after_spill, 24, SPILL),
+            Rebalance::Stay
+        );
+    }
+
+    #[test]
+    fn one_hot_window_is_not_enough_to_spill() {
+        let loads = [1000, 0];
+        let own = Load { cpu: 1000, wait: 0 };
+        for hot in 0..SPILL_AFTER_WINDOWS {
+            assert_eq!(rebalance(0, &loads, own, hot, 32, LIMITS), Rebalance::Stay);
+        }
+        assert_eq!(
+            rebalance(0, &loads, own, SPILL_AFTER_WINDOWS, 32, LIMITS),
+            Rebalance::Move { to: 1, count: 8 }
+        );
+    }
+
+    #[test]
+    fn a_thread_waiting_for_a_cpu_does_not_spill() {
+        // Saturated and long hot, but a tenth of the window runnable
+        // without a CPU: a second thread would find none free.
+        let contended = Load {
+            cpu: 1000,
+            wait: LIMITS.contended_permille,
+        };
+        assert!(contended.contended(LIMITS));
+        assert!(!contended.hot(LIMITS));
+        assert_eq!(
+            rebalance(0, &[1000, 0], contended, 100, 32, LIMITS),
+            Rebalance::Stay
+        );
+        let almost = Load {
+            cpu: 1000,
+            wait: LIMITS.contended_permille - 1,
+        };
+        assert!(!almost.contended(LIMITS));
+        assert!(almost.hot(LIMITS));
+        assert_eq!(
+            rebalance(0, &[1000, 0], almost, SPILL_AFTER_WINDOWS, 32, LIMITS),
+            Rebalance::Move { to: 1, count: 8 }
+        );
+        // With waits ignored (`service-thread-contended-pct = 100`), even a
+        // thread that waited the whole window spills.
+        let starved = Load {
+            cpu: 1000,
+            wait: 1000,
+        };
+        assert!(!starved.contended(NEVER_CONTENDED));
+        assert_eq!(
+            rebalance(
+                0,
+                &[1000, 0],
+                starved,
+                SPILL_AFTER_WINDOWS,
+                32,
+                NEVER_CONTENDED
+            ),
+            Rebalance::Move { to: 1, count: 8 }
+        );
+    }
+
+    #[test]
+    fn contended_threads_that_fit_in_one_core_merge() {
+        // Measured on 2 cores shared with the client after a spill: 500 and
+        // 384 per-mille, each waiting for a CPU over a third of the time.
+        let loads = [500, 384];
+        let contended = Load {
+            cpu: 384,
+            wait: 356,
+        };
+        assert_eq!(
+            rebalance(1, &loads, contended, 0, 16, LIMITS),
+            Rebalance::Move { to: 0, count: 16 }
+        );
+        // Uncontended, the same loads stay apart (over MERGE_PCT of the
+        // threshold together).
+        let free = Load { cpu: 384, wait: 0 };
+        assert_eq!(rebalance(1, &loads, free, 0, 16, LIMITS), Rebalance::Stay);
+        // More than one core together: stay apart even when contended.
+        let busy = Load {
+            cpu: 520,
+            wait: 356,
+        };
+        assert_eq!(
+            rebalance(1, &[500, 520], busy, 0, 16, LIMITS),
+            Rebalance::Stay
+        );
+        // After the merge the thread is under the threshold: no spill back.
+        let merged = Load {
+            cpu: 650,
+            wait: 290,
+        };
+        assert_eq!(
+            rebalance(0, &[650, 0], merged, 0, 32, LIMITS),
+            Rebalance::Stay
+        );
     }
 
     #[test]
@@ -246,9 +467,45 @@ mod tests {
         let load = meter.close_window(std::time::Instant::now());
         // A spinning thread uses (nearly) a whole core; allow for being
         // preempted on a busy machine.
-        assert!(load > 200 && load <= 1100, "load {load}");
+        assert!(load.cpu > 200 && load.cpu <= 1100, "load {load:?}");
+        assert!(load.wait <= 1000, "load {load:?}");
         std::thread::sleep(std::time::Duration::from_millis(30));
         let idle = meter.close_window(std::time::Instant::now());
-        assert!(idle < 200, "idle load {idle}");
+        assert!(idle.cpu < 200, "idle load {idle:?}");
+    }
+
+    #[test]
+    fn the_meter_sees_waits_for_a_cpu() {
+        let mut meter = LoadMeter::new();
+        if !meter.counts_cpu() {
+            // No schedstat on this kernel: waits are not measured.
+            return;
+        }
+        // Twice as many spinning threads as CPUs, and this one spinning too:
+        // each gets well under half a CPU and waits for the rest.
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinners: Vec<_> = (0..2 * cpus)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let start = std::time::Instant::now();
+        let _ = meter.close_window(start);
+        while start.elapsed() < std::time::Duration::from_millis(300) {
+            std::hint::spin_loop();
+        }
+        let load = meter.close_window(std::time::Instant::now());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for spinner in spinners {
+            let _ = spinner.join();
+        }
+        assert!(load.contended(LIMITS), "{} CPUs, load {load:?}", cpus);
+        assert!(load.cpu < 900, "{} CPUs, load {load:?}", cpus);
     }
 }

@@ -12,7 +12,10 @@
 //! at each wake-up and costs less CPU per request than several threads
 //! each waking for a few; a thread that uses more than
 //! `service-thread-spill-pct` of a core hands some of its connections to
-//! the least loaded thread, and two threads that would fit in one merge.
+//! the least loaded thread, unless it waits for a CPU
+//! `service-thread-contended-pct` of the time or more (the CPUs are taken:
+//! another thread would only time-slice with it), and two threads that
+//! would fit in one merge.
 //! The acceptor, signal handling and the timers of fabric work run on a
 //! small tokio runtime of their own.
 //!
@@ -97,7 +100,8 @@ struct Shared {
     stopping: AtomicBool,
     /// Open client connections (for `proto-fd-max`).
     open: AtomicU32,
-    spill_permille: u32,
+    /// When a thread spills, and when it counts as contended.
+    thresholds: balance::Thresholds,
 }
 
 impl Shared {
@@ -175,7 +179,10 @@ pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
         threads: slots,
         stopping: AtomicBool::new(false),
         open: AtomicU32::new(0),
-        spill_permille: config.service_thread_spill_pct * 10,
+        thresholds: balance::Thresholds {
+            spill_permille: config.service_thread_spill_pct * 10,
+            contended_permille: config.service_thread_contended_pct * 10,
+        },
     });
     let mut workers = Vec::with_capacity(count);
     let (started_tx, started_rx) = std::sync::mpsc::channel();
@@ -314,7 +321,7 @@ async fn accept_loop(
                         }
                     };
                     shared.open.fetch_add(1, Ordering::Relaxed);
-                    let to = balance::place(&shared.loads(), shared.spill_permille);
+                    let to = balance::place(&shared.loads(), shared.thresholds.spill_permille);
                     shared.hand_over(to, vec![Arrival::Accepted(stream, peer)]);
                 }
                 Err(error) => {

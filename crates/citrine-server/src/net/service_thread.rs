@@ -104,6 +104,9 @@ pub(super) struct ServiceThread<B: Backend> {
     paced: BinaryHeap<Reverse<(Instant, usize)>>,
     /// The lookahead of the current turn (kept to reuse its allocation).
     lookups: Vec<Lookup>,
+    /// Balance windows in a row this thread was over the spill threshold
+    /// without waiting for a CPU.
+    hot_windows: u32,
 }
 
 impl<B: Backend> ServiceThread<B> {
@@ -123,6 +126,7 @@ impl<B: Backend> ServiceThread<B> {
             runnable: VecDeque::new(),
             paced: BinaryHeap::new(),
             lookups: Vec::new(),
+            hot_windows: 0,
         }
     }
 
@@ -386,7 +390,13 @@ impl<B: Backend> ServiceThread<B> {
         let threads = &self.shared.threads;
         threads[self.index]
             .load_permille
-            .store(load, Ordering::Relaxed);
+            .store(load.cpu, Ordering::Relaxed);
+        let thresholds = self.shared.thresholds;
+        self.hot_windows = if load.hot(thresholds) {
+            self.hot_windows.saturating_add(1)
+        } else {
+            0
+        };
         let loads = self.shared.loads();
         let active = self
             .connections
@@ -394,7 +404,14 @@ impl<B: Backend> ServiceThread<B> {
             .flatten()
             .filter(|connection| connection.conn.active)
             .count();
-        let decision = balance::rebalance(self.index, &loads, active, self.shared.spill_permille);
+        let decision = balance::rebalance(
+            self.index,
+            &loads,
+            load,
+            self.hot_windows,
+            active,
+            thresholds,
+        );
         if let Rebalance::Move { to, count } = decision {
             self.choose_leavers(to, count);
         }
