@@ -418,39 +418,31 @@ mod tests {
 
     #[test]
     fn contended_threads_that_fit_in_one_core_merge() {
-        // Measured on 2 cores shared with the client after a spill: 500 and
-        // 384 per-mille, each waiting for a CPU over a third of the time.
-        let loads = [500, 384];
-        let contended = Load {
-            cpu: 384,
-            wait: 356,
-        };
-        assert_eq!(
-            rebalance(1, &loads, contended, 0, 16, LIMITS),
-            Rebalance::Move { to: 0, count: 16 }
-        );
-        // Uncontended, the same loads stay apart (over MERGE_PCT of the
-        // threshold together).
-        let free = Load { cpu: 384, wait: 0 };
-        assert_eq!(rebalance(1, &loads, free, 0, 16, LIMITS), Rebalance::Stay);
-        // More than one core together: stay apart even when contended.
-        let busy = Load {
-            cpu: 520,
-            wait: 356,
-        };
-        assert_eq!(
-            rebalance(1, &[500, 520], busy, 0, 16, LIMITS),
-            Rebalance::Stay
-        );
-        // After the merge the thread is under the threshold: no spill back.
-        let merged = Load {
-            cpu: 650,
-            wait: 290,
-        };
-        assert_eq!(
-            rebalance(0, &[650, 0], merged, 0, 32, LIMITS),
-            Rebalance::Stay
-        );
+        // (deciding thread, loads, its wait, decision). The first: measured
+        // on 2 cores shared with the client after a spill, 500 and 384
+        // per-mille, each waiting for a CPU over a third of the time.
+        let cases: [(usize, [u32; 2], u32, Rebalance); 4] = [
+            (1, [500, 384], 356, Rebalance::Move { to: 0, count: 16 }),
+            // Uncontended, the same loads stay apart (over MERGE_PCT of
+            // the threshold together).
+            (1, [500, 384], 0, Rebalance::Stay),
+            // More than one core together: apart even when contended.
+            (1, [500, 520], 356, Rebalance::Stay),
+            // After the merge the thread is under the threshold: no spill
+            // back.
+            (0, [650, 0], 290, Rebalance::Stay),
+        ];
+        for (me, loads, wait, expected) in cases {
+            let own = Load {
+                cpu: loads[me],
+                wait,
+            };
+            assert_eq!(
+                rebalance(me, &loads, own, 0, 16, LIMITS),
+                expected,
+                "thread {me} of {loads:?} waiting {wait}"
+            );
+        }
     }
 
     #[test]
