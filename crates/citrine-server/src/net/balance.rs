@@ -24,7 +24,7 @@
 //!   threads, by clients on the same machine, by anything), so a second
 //!   thread would get no CPU of its own and would only cut the same CPU
 //!   time into more wake-ups (measured on 2 cores shared with the client:
-//!   spilling there cost 1.5-2 µs a request and tripled p99, for no
+//!   spilling there cost 1.6-2.8 µs a request and tripled p99, for no
 //!   throughput, bench/RESULTS.md);
 //! - a thread hands all its active connections to a lower-numbered thread
 //!   when both together use less than [`MERGE_PCT`] of the threshold, so a
@@ -32,7 +32,12 @@
 //!   the sum (fewer wake-ups), so a merge never pushes a thread over the
 //!   threshold and spilling and merging do not chase each other. A
 //!   contended thread merges whenever both fit in one core: spread over
-//!   CPUs they do not have, they only time-slice.
+//!   CPUs they do not have, they only time-slice. (The merged thread can
+//!   be over the spill threshold; if it then has a CPU of its own, it
+//!   spills again after [`SPILL_AFTER_WINDOWS`]. Where the contention
+//!   came only from the spill itself, such a node alternates between one
+//!   and two threads every few hundred milliseconds: not seen, and not
+//!   guarded against.)
 //!
 //! Invariants: loads and waits are per-mille of one core or of the window
 //! (0..=1000 and a bit over when the measurement window stretches); a
