@@ -110,9 +110,13 @@ run_bench() { # name target-port pid-or-empty extra-args... (C=N: N in flight, n
     if [ -n "$pid" ]; then args+=(--server-pid "$pid"); fi
     echo "== $name"
     echo "citrine ${args[*]}" | sed "s#$WORK/##" >>"$COMMANDS_FILE"
-    "$CITRINE" "${args[@]}" | grep -v '^JSON ' || true
-    if [ "${PIPESTATUS[0]}" != 0 ]; then
-        echo "error: $name failed (its row will be missing)" >&2
+    # The exit status is taken before any pipe (after `a | b || true`,
+    # PIPESTATUS would be `true`'s).
+    local status=0
+    "$CITRINE" "${args[@]}" >"$WORK/$name.out" 2>&1 || status=$?
+    grep -v '^JSON ' "$WORK/$name.out" || true
+    if [ "$status" != 0 ]; then
+        echo "error: $name failed with status $status (its row will be missing)" >&2
         FAILED="$FAILED $name"
     fi
 }
