@@ -14,8 +14,9 @@
 #      with CONCURRENCY goroutines against citrined and against a second
 #      citrined started with --noop (the ceiling: the same binary's listener
 #      and I/O answering every request with success, nothing stored), one
-#      right after the other (the ceiling second in odd-numbered runs, first
-#      in even ones), and quotes citrined's throughput as a fraction of the
+#      right after the other (the ceiling second for the first workload,
+#      first for the second, and so on, the other way round in each next
+#      round), and quotes citrined's throughput as a fraction of the
 #      ceiling's. Each run skips the first per-second report (connection
 #      warm-up), then measures a DURATION-second window:
 #        throughput   = delta(cumulative op count) / delta(wall time)
@@ -180,16 +181,19 @@ def measure(run, wl, target, to_port, pid):
 
 for run, wl in enumerate(workloads * rounds, 1):
     # Alternate which goes first, so a drift of the machine within a pair
-    # does not always favour the same side.
+    # does not always favour the same side: by run, and again by round, so
+    # that with an even number of workloads each one still alternates.
+    round_index, workload_index = divmod(run - 1, len(workloads))
+    ceiling_first = (round_index + workload_index) % 2 == 1
     ceiling = None
-    if noop_pid and run % 2 == 0:
+    if noop_pid and ceiling_first:
         ceiling = measure(run, wl, "citrined --noop", noop_port, noop_pid)
     citrine = measure(run, wl, "citrined", port, spid)
-    if noop_pid and run % 2 == 1:
+    if noop_pid and not ceiling_first:
         ceiling = measure(run, wl, "citrined --noop", noop_port, noop_pid)
     results.append((wl, citrine, ceiling))
 
-print("\n== summary (ceiling: the same binary with --noop, measured right after citrined, or right before it in even-numbered runs)")
+print("\n== summary (ceiling: the same binary with --noop, measured right before or right after citrined, alternating)")
 print(f"{'workload':10s} {'ops/s':>10s} {'server us/op':>13s} {'client us/op':>13s}"
       f" {'ceiling ops/s':>14s} {'ceiling us/op':>14s} {'of ceiling':>11s}")
 for wl, (tps, s_us, c_us), ceiling in results:
