@@ -1094,6 +1094,33 @@ mod tests {
     }
 
     #[test]
+    fn service_thread_balance_thresholds() {
+        let namespace = "[[namespace]]\nname = \"a\"\n";
+        let default = resolve_text(namespace).unwrap();
+        assert_eq!(default.service_thread_spill_pct, 85);
+        assert_eq!(default.service_thread_contended_pct, 10);
+        let set = resolve_text(&format!(
+            "[service]\nservice-thread-spill-pct = 60\nservice-thread-contended-pct = 100\n{namespace}"
+        ))
+        .unwrap();
+        assert_eq!(set.service_thread_spill_pct, 60);
+        assert_eq!(set.service_thread_contended_pct, 100);
+        for bad in [0, 101] {
+            let error = resolve_text(&format!(
+                "[service]\nservice-thread-contended-pct = {bad}\n{namespace}"
+            ))
+            .expect_err("out of range");
+            assert!(
+                error
+                    .0
+                    .contains(&format!("service-thread-contended-pct = {bad}")),
+                "{}",
+                error.0
+            );
+        }
+    }
+
+    #[test]
     fn tomb_raider_eligible_age() {
         let config = resolve_text("[[namespace]]\nname = \"a\"\n").expect("default");
         assert_eq!(
