@@ -1096,13 +1096,13 @@ mod tests {
     #[test]
     fn service_thread_balance_thresholds() {
         let namespace = "[[namespace]]\nname = \"a\"\n";
-        let default = resolve_text(namespace).unwrap();
+        let default = resolve_text(namespace).expect("defaults");
         assert_eq!(default.service_thread_spill_pct, 85);
         assert_eq!(default.service_thread_contended_pct, 10);
         let set = resolve_text(&format!(
             "[service]\nservice-thread-spill-pct = 60\nservice-thread-contended-pct = 100\n{namespace}"
         ))
-        .unwrap();
+        .expect("both set");
         assert_eq!(set.service_thread_spill_pct, 60);
         assert_eq!(set.service_thread_contended_pct, 100);
         for bad in [0, 101] {
