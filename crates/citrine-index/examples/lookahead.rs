@@ -11,7 +11,7 @@
 //! read the first bytes of the body.
 
 use citrine_index::{IndexEntry, PartitionTable, RecordMeta};
-use citrine_storage::Location;
+use citrine_storage::{Location, Stored};
 use citrine_types::Digest;
 use std::hint::black_box;
 use std::time::Instant;
@@ -24,11 +24,13 @@ fn digest(seed: u64) -> Digest {
 fn lookup(table: &PartitionTable, key: &Digest) -> u8 {
     let partition = table.partition(key.partition()).read();
     match partition.get(key) {
-        Some(IndexEntry {
-            location: Location::Memory(body),
-            meta,
-        }) => body.first().copied().unwrap_or(0) ^ meta.generation as u8,
-        _ => 0,
+        Some(entry) => match entry.location.get() {
+            Stored::Memory(body) => {
+                body.first().copied().unwrap_or(0) ^ entry.meta().generation as u8
+            }
+            Stored::Device(_) => 0,
+        },
+        None => 0,
     }
 }
 
@@ -53,13 +55,13 @@ fn main() {
         let key = digest(seed);
         table.partition(key.partition()).write().insert(
             key,
-            IndexEntry {
-                meta: RecordMeta {
+            IndexEntry::new(
+                RecordMeta {
                     generation: 1,
                     ..RecordMeta::default()
                 },
-                location: Location::Memory(vec![seed as u8; 40].into_boxed_slice()),
-            },
+                Location::memory(&[seed as u8; 40]).expect("fits"),
+            ),
         );
     }
     // A large buffer swept between batches, as a request's other work

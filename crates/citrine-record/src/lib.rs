@@ -164,10 +164,22 @@ pub fn body_size(key: Option<(u8, &[u8])>, bins: &[Bin<'_>]) -> usize {
 
 /// Encodes a body. The caller guarantees valid names and unique bins.
 pub fn encode_body(key: Option<(u8, &[u8])>, bins: &[Bin<'_>]) -> Result<Vec<u8>, RecordError> {
+    encode_body_reserving(key, bins, 0)
+}
+
+/// Encodes a body into a vector with exactly `spare` bytes of capacity
+/// beyond the body, for the caller's own use (the memory engine turns a
+/// body with room for its length prefix into the stored record without a
+/// copy).
+pub fn encode_body_reserving(
+    key: Option<(u8, &[u8])>,
+    bins: &[Bin<'_>],
+    spare: usize,
+) -> Result<Vec<u8>, RecordError> {
     if bins.len() > BINS_MAX {
         return Err(RecordError::TooManyBins);
     }
-    let mut out = Vec::with_capacity(body_size(key, bins));
+    let mut out = Vec::with_capacity(body_size(key, bins) + spare);
     out.push(BODY_FORMAT_VERSION);
     match key {
         Some((particle_type, bytes)) if particle_type != 0 => {

@@ -54,13 +54,13 @@ fn admit_with_set(
     if meta.is_expired(now.citrusleaf_seconds) {
         return Recovered::Expired;
     }
-    let location = Location::Device(record.address);
+    let location = Location::device(record.address);
     let size = location.size() as i64;
     let previous = namespace
         .index
         .partition(digest.partition())
         .write()
-        .insert(*digest, IndexEntry { meta, location });
+        .insert(*digest, IndexEntry::new(meta, location));
     debug_assert!(previous.is_none(), "a digest recovered twice");
     if previous.is_none() {
         let set_stats = namespace.sets.stats(set_id);
@@ -259,16 +259,17 @@ pub fn shutdown(namespace: &Namespace) -> Result<(), String> {
     for partition_id in PartitionId::all() {
         let partition = namespace.index.partition(partition_id).read();
         for (digest, entry) in partition.iter() {
-            let Location::Device(address) = entry.location else {
+            let Some(address) = entry.location.device_address() else {
                 continue;
             };
+            let meta = entry.meta();
             // Set ids are 1-based positions in `sets.all()`, 0 = no set.
             entries.push(SavedEntry {
                 digest: *digest,
-                generation: entry.meta.generation,
-                void_time: entry.meta.void_time,
-                last_update_ms: entry.meta.last_update_ms,
-                set: entry.meta.set_id,
+                generation: meta.generation,
+                void_time: meta.void_time,
+                last_update_ms: meta.last_update_ms,
+                set: meta.set_id,
                 address,
             });
         }

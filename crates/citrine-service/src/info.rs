@@ -805,15 +805,16 @@ fn partition_checksums(service: &Service, command: &InfoCommand<'_>) -> String {
         let mut checksum = 0u64;
         let mut bytes = Vec::new();
         for (digest, entry) in partition.iter() {
-            if !crate::transaction::is_live(namespace, &entry.meta, now) {
+            let meta = entry.meta();
+            if !crate::transaction::is_live(namespace, &meta, now) {
                 continue;
             }
             bytes.clear();
             bytes.extend_from_slice(&digest.0);
-            bytes.extend_from_slice(&entry.meta.generation.to_be_bytes());
-            bytes.extend_from_slice(&entry.meta.void_time.to_be_bytes());
-            bytes.extend_from_slice(&entry.meta.last_update_ms.to_be_bytes());
-            bytes.extend_from_slice(&namespace.sets.name(entry.meta.set_id).unwrap_or_default());
+            bytes.extend_from_slice(&meta.generation.to_be_bytes());
+            bytes.extend_from_slice(&meta.void_time.to_be_bytes());
+            bytes.extend_from_slice(&meta.last_update_ms.to_be_bytes());
+            bytes.extend_from_slice(&namespace.sets.name(meta.set_id).unwrap_or_default());
             if let Ok(body) = namespace.storage.read(&entry.location) {
                 bytes.extend_from_slice(&body);
             }

@@ -32,7 +32,7 @@ pub fn run_pass(namespace: &Namespace, now: Now) -> PassReport {
         let mut partition = namespace.index.partition(partition_id).write();
         report.tombstones_purged += partition.purge_tombstones(tombs_before_ms) as u64;
         partition.remove_where(
-            |_, entry| entry.meta.is_expired(now.citrusleaf_seconds),
+            |_, entry| entry.meta().is_expired(now.citrusleaf_seconds),
             |digest, entry| {
                 // Expiry is durable by the stored void time: the device
                 // engine keeps the expired copy as the record's tombstone.
@@ -73,9 +73,9 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
     for partition_id in PartitionId::all() {
         let partition = namespace.index.partition(partition_id).read();
         for (_, entry) in partition.iter() {
-            if entry.meta.void_time != 0 {
+            if entry.meta().void_time != 0 {
                 candidates.push((
-                    entry.meta.void_time,
+                    entry.meta().void_time,
                     entry.location.size() as u64 + slot_bytes,
                 ));
             }
@@ -102,9 +102,9 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
             // An eviction must survive a restart like a delete: the record
             // goes only once its tombstone is written (device engine).
             |digest, entry| {
-                entry.meta.void_time != 0
-                    && entry.meta.void_time <= cutoff
-                    && write_tombstone(namespace, digest, &entry.meta, now).is_ok()
+                entry.meta().void_time != 0
+                    && entry.meta().void_time <= cutoff
+                    && write_tombstone(namespace, digest, &entry.meta(), now).is_ok()
             },
             |_, entry| {
                 drop_entry(namespace, entry);
@@ -132,8 +132,8 @@ pub fn remove_truncated(namespace: &Namespace, set_id: Option<u16>, lut_ms: u64)
         let mut partition = namespace.index.partition(partition_id).write();
         partition.remove_where(
             |_, entry| {
-                set_id.is_none_or(|id| id == entry.meta.set_id)
-                    && entry.meta.last_update_ms < lut_ms
+                set_id.is_none_or(|id| id == entry.meta().set_id)
+                    && entry.meta().last_update_ms < lut_ms
             },
             |_, entry| {
                 drop_entry(namespace, entry);

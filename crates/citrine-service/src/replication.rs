@@ -519,7 +519,7 @@ pub fn replica_payload(cluster_key: u64, write: &ReplicaWrite) -> Vec<u8> {
 /// The generation of this node's copy of a record (None when absent).
 fn generation_of(namespace: &Namespace, digest: &Digest) -> Option<u16> {
     let partition = namespace.index.partition(digest.partition()).read();
-    partition.get(digest).map(|entry| entry.meta.generation)
+    partition.get(digest).map(|entry| entry.meta().generation)
 }
 
 /// Where a reply's result code is: proto header, then byte 5 of the
@@ -532,7 +532,7 @@ fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite {
     let partition = namespace.index.partition(digest.partition()).read();
     let stored = partition.get(digest).and_then(|entry| {
         let body = namespace.storage.read(&entry.location).ok()?.into_owned();
-        Some((entry.meta, body))
+        Some((entry.meta(), body))
     });
     drop(partition);
     match stored {
@@ -594,17 +594,18 @@ fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrit
         let tombstone = partition.tombstone(digest)?;
         return Some(delete_marker(namespace, digest, &tombstone));
     };
-    if !transaction::is_live(namespace, &entry.meta, now) {
+    if !transaction::is_live(namespace, &entry.meta(), now) {
         return None;
     }
     let body = namespace.storage.read(&entry.location).ok()?.into_owned();
+    let meta = entry.meta();
     Some(ReplicaWrite {
         namespace: namespace.config.name.clone(),
         digest: *digest,
-        generation: entry.meta.generation,
-        void_time: entry.meta.void_time,
-        last_update_ms: entry.meta.last_update_ms,
-        set_name: namespace.sets.name(entry.meta.set_id).unwrap_or_default(),
+        generation: meta.generation,
+        void_time: meta.void_time,
+        last_update_ms: meta.last_update_ms,
+        set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
         body: Some(body),
     })
 }
@@ -665,7 +666,7 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
     let policy = namespace.config.conflict_resolution_policy;
     let mut partition = namespace.index.partition(write.digest.partition()).write();
     if let Some(entry) = partition.get(&write.digest) {
-        if holds_newer(policy, &entry.meta, write) {
+        if holds_newer(policy, &entry.meta(), write) {
             return Ok(());
         }
     } else if let Some(tombstone) = partition.tombstone(&write.digest) {
@@ -710,11 +711,11 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
                 return Ok(());
             };
             let generation = match write.generation {
-                0 => RecordMeta::next_generation(entry.meta.generation),
+                0 => RecordMeta::next_generation(entry.meta().generation),
                 generation => generation,
             };
             if namespace.storage.device().is_some() {
-                let set_name = namespace.sets.name(entry.meta.set_id).unwrap_or_default();
+                let set_name = namespace.sets.name(entry.meta().set_id).unwrap_or_default();
                 let store = StoreMeta {
                     generation,
                     void_time: 0,
@@ -732,7 +733,7 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
                     Tombstone {
                         generation,
                         last_update_ms: write.last_update_ms,
-                        set_id: entry.meta.set_id,
+                        set_id: entry.meta().set_id,
                     },
                 );
                 drop(partition);
@@ -1210,7 +1211,7 @@ mod tests {
         let partition = namespace.index.partition(digest.partition()).read();
         let entry = partition.get(digest)?;
         let body = namespace.storage.read(&entry.location).ok()?.into_owned();
-        Some((entry.meta, body))
+        Some((entry.meta(), body))
     }
 
     #[test]

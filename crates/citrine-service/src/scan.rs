@@ -505,9 +505,9 @@ impl ScanCursor {
                     cursor.after.is_none_or(|after| **digest > after)
                         && match self.set {
                             SetFilter::All => true,
-                            SetFilter::Only(id) => entry.meta.set_id == id,
+                            SetFilter::Only(id) => entry.meta().set_id == id,
                         }
-                        && is_live(&namespace, &entry.meta, now)
+                        && is_live(&namespace, &entry.meta(), now)
                 })
                 .map(|(digest, _)| *digest),
         );
@@ -560,12 +560,13 @@ impl ScanCursor {
             tracing::warn!(?digest, "scan skips a record with a corrupt body");
             return false;
         };
+        let meta = entry.meta();
         let header = MsgHeader {
-            generation: u32::from(entry.meta.generation),
-            record_ttl: entry.meta.void_time,
+            generation: u32::from(meta.generation),
+            record_ttl: meta.void_time,
             ..MsgHeader::default()
         };
-        let set_id = entry.meta.set_id;
+        let set_id = meta.set_id;
         let set_name = self
             .set_names
             .entry(set_id)

@@ -14,10 +14,10 @@ use crate::namespace::Namespace;
 use crate::Service;
 use citrine_index::{IndexEntry, PartitionIndex, RecordMeta, Tombstone};
 use citrine_record::{
-    encode_body, float_from_wire, integer_from_wire, normalise_value, valid_bin_name,
+    encode_body_reserving, float_from_wire, integer_from_wire, normalise_value, valid_bin_name,
     validate_value, Bin, BodyView,
 };
-use citrine_storage::{StorageError, StoreMeta};
+use citrine_storage::{StorageError, StoreMeta, MEMORY_BODY_SPARE};
 use citrine_types::{Digest, ParticleType, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
 use citrine_wire::msg::{
     field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader, Op, OpIter,
@@ -296,8 +296,11 @@ fn read(
     }
 
     let partition = namespace.index.partition(request.digest.partition()).read();
-    let entry = match partition.get(&request.digest) {
-        Some(entry) if is_live(namespace, &entry.meta, now) => entry,
+    let found = partition
+        .get(&request.digest)
+        .map(|entry| (entry, entry.meta()));
+    let (entry, meta) = match found {
+        Some((entry, meta)) if is_live(namespace, &meta, now) => (entry, meta),
         _ => {
             namespace
                 .stats
@@ -317,8 +320,8 @@ fn read(
         }
     }
     let reply = MsgHeader {
-        generation: u32::from(entry.meta.generation),
-        record_ttl: entry.meta.void_time,
+        generation: u32::from(meta.generation),
+        record_ttl: meta.void_time,
         ..MsgHeader::default()
     };
     let mut writer = begin_reply(out, reply, request.reply);
@@ -394,7 +397,7 @@ fn delete(
         .partition(request.digest.partition())
         .write();
     let live = match partition.get(&request.digest) {
-        Some(entry) => is_live(namespace, &entry.meta, now),
+        Some(entry) => is_live(namespace, &entry.meta(), now),
         None => false,
     };
     if !live {
@@ -405,8 +408,8 @@ fn delete(
         return Err(ResultCode::NotFound);
     }
     if let Some(entry) = partition.get(&request.digest) {
-        check_generation(&request.header, entry.meta.generation)?;
-        write_tombstone(namespace, &request.digest, &entry.meta, now)?;
+        check_generation(&request.header, entry.meta().generation)?;
+        write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
     }
     remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
     drop(partition);
@@ -456,7 +459,7 @@ pub(crate) fn write_tombstone(
 /// tombstone (its void time proves it dead after a restart too).
 pub(crate) fn retire_entry(namespace: &Namespace, digest: &Digest, entry: IndexEntry) {
     let size = entry.location.size() as i64;
-    let set_stats = namespace.sets.stats(entry.meta.set_id);
+    let set_stats = namespace.sets.stats(entry.meta().set_id);
     set_stats.objects.fetch_sub(1, Ordering::Relaxed);
     set_stats.data_used_bytes.fetch_sub(size, Ordering::Relaxed);
     namespace.stats.objects.fetch_sub(1, Ordering::Relaxed);
@@ -476,9 +479,9 @@ pub(crate) fn remove_deleted(
         partition.set_tombstone(
             *digest,
             Tombstone {
-                generation: RecordMeta::next_generation(entry.meta.generation),
+                generation: RecordMeta::next_generation(entry.meta().generation),
                 last_update_ms: lut_ms,
-                set_id: entry.meta.set_id,
+                set_id: entry.meta().set_id,
             },
         );
         drop_entry(namespace, entry);
@@ -488,7 +491,7 @@ pub(crate) fn remove_deleted(
 /// Releases a removed entry's storage and updates the counters.
 pub(crate) fn drop_entry(namespace: &Namespace, entry: IndexEntry) {
     let size = entry.location.size() as i64;
-    let set_stats = namespace.sets.stats(entry.meta.set_id);
+    let set_stats = namespace.sets.stats(entry.meta().set_id);
     set_stats.objects.fetch_sub(1, Ordering::Relaxed);
     set_stats.data_used_bytes.fetch_sub(size, Ordering::Relaxed);
     namespace.stats.objects.fetch_sub(1, Ordering::Relaxed);
@@ -722,7 +725,7 @@ fn write(
         .write();
     let (outcome, existed_entry) = {
         let current = partition.get(&request.digest);
-        let live = current.filter(|entry| is_live(namespace, &entry.meta, now));
+        let live = current.filter(|entry| is_live(namespace, &entry.meta(), now));
         let body = match live {
             Some(entry) => Some(
                 namespace
@@ -742,7 +745,7 @@ fn write(
                 if header.info2 & info2::CREATE_ONLY != 0 {
                     return Err(ResultCode::RecordExists);
                 }
-                check_generation(header, entry.meta.generation)?;
+                check_generation(header, entry.meta().generation)?;
             }
             None => {
                 if header.info3 & (info3::UPDATE_ONLY | info3::REPLACE_ONLY) != 0 {
@@ -822,7 +825,7 @@ fn write(
                 }
             }
         }
-        let existing_void_time = live.map(|entry| entry.meta.void_time);
+        let existing_void_time = live.map(|entry| entry.meta().void_time);
         if bins.is_empty() {
             // Nothing left: the record goes (or never comes into being).
             if live.is_none() {
@@ -837,7 +840,8 @@ fn write(
         } else {
             let void_time = void_time_for(namespace, header.record_ttl, existing_void_time, now)?;
             let key = request.key.or(stored_key);
-            let new_body = encode_body(key, &bins).map_err(|_| ResultCode::Parameter)?;
+            let new_body = encode_body_reserving(key, &bins, MEMORY_BODY_SPARE)
+                .map_err(|_| ResultCode::Parameter)?;
             if new_body.len() > namespace.config.max_record_size as usize {
                 namespace
                     .stats
@@ -846,10 +850,10 @@ fn write(
                 return Err(ResultCode::RecordTooBig);
             }
             let generation = live.map_or(1, |entry| {
-                RecordMeta::next_generation(entry.meta.generation)
+                RecordMeta::next_generation(entry.meta().generation)
             });
             let record_set = match live {
-                Some(entry) => entry.meta.set_id,
+                Some(entry) => entry.meta().set_id,
                 None => set_id,
             };
             let meta = RecordMeta {
@@ -871,7 +875,7 @@ fn write(
     match outcome {
         WriteOutcome::Delete { responses } => {
             if let Some(entry) = partition.get(&request.digest) {
-                write_tombstone(namespace, &request.digest, &entry.meta, now)?;
+                write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
             }
             remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
             drop(partition);
@@ -931,7 +935,7 @@ pub(crate) fn install(
         .write(&digest, &store, body)
         .map_err(storage_result)?;
     let size = location.size() as i64;
-    let previous = partition.insert(digest, IndexEntry { meta, location });
+    let previous = partition.insert(digest, IndexEntry::new(meta, location));
     let set_stats = namespace.sets.stats(meta.set_id);
     set_stats.objects.fetch_add(1, Ordering::Relaxed);
     set_stats.data_used_bytes.fetch_add(size, Ordering::Relaxed);
@@ -953,12 +957,13 @@ fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<
     let Some(entry) = partition.get(&request.digest) else {
         return Ok(());
     };
-    if entry.meta.void_time == 0 || !is_live(namespace, &entry.meta, now) {
+    let current = entry.meta();
+    if current.void_time == 0 || !is_live(namespace, &current, now) {
         return Ok(());
     }
-    let written = citrine_types::citrusleaf_epoch_seconds(entry.meta.last_update_ms);
-    let ttl = entry.meta.void_time.saturating_sub(written);
-    let remaining = entry.meta.void_time.saturating_sub(now.citrusleaf_seconds);
+    let written = citrine_types::citrusleaf_epoch_seconds(current.last_update_ms);
+    let ttl = current.void_time.saturating_sub(written);
+    let remaining = current.void_time.saturating_sub(now.citrusleaf_seconds);
     if ttl == 0 || u64::from(remaining) * 100 >= u64::from(ttl) * u64::from(percent) {
         return Ok(());
     }
@@ -968,8 +973,8 @@ fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<
         .map_err(storage_result)?
         .into_owned();
     let meta = RecordMeta {
-        generation: RecordMeta::next_generation(entry.meta.generation),
-        set_id: entry.meta.set_id,
+        generation: RecordMeta::next_generation(current.generation),
+        set_id: current.set_id,
         void_time: now.citrusleaf_seconds.saturating_add(ttl),
         last_update_ms: now.unix_ms,
     };

@@ -65,10 +65,9 @@ fn main() {
                             last_update_ms: seed,
                             set_name: b"bench",
                         };
-                        match engine.write(&digest(seed), &meta, body.clone()).unwrap() {
-                            Location::Device(address) => mine.push((digest(seed), address)),
-                            Location::Memory(_) => unreachable!(),
-                        }
+                        let location = engine.write(&digest(seed), &meta, body.clone()).unwrap();
+                        let address = location.device_address().expect("a device location");
+                        mine.push((digest(seed), address));
                     }
                     mine
                 })
@@ -143,7 +142,7 @@ fn main() {
                             state ^= state >> 7;
                             state ^= state << 17;
                             let (_, address) = addresses[(state % addresses.len() as u64) as usize];
-                            let location = Location::Device(address);
+                            let location = Location::device(address);
                             let body = engine.read(&location).unwrap();
                             assert_eq!(body.len(), body_bytes);
                         }

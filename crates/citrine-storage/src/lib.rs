@@ -15,12 +15,14 @@
 //! background work (flushing, defragmentation) from its own threads. The
 //! cold-start scan uses scoped threads, one per device, and returns.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod device;
+mod location;
 mod memory;
 
 pub use device::DeviceEngine;
+pub use location::{Location, Stored, MEMORY_BODY_SPARE};
 pub use memory::MemoryEngine;
 
 use citrine_types::Digest;
@@ -28,7 +30,7 @@ use std::borrow::Cow;
 
 /// Where a record lives on a device: device number (6 bits), first 128-byte
 /// read block (34 bits: 2 TiB per device) and length in read blocks (24
-/// bits), packed in one `u64` so that a `Location` stays 16 bytes.
+/// bits), packed in one `u64` (a [`Location`] holds it in one word).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeviceAddress(pub u64);
 
@@ -66,26 +68,6 @@ impl DeviceAddress {
     /// Bytes the record occupies on the device.
     pub fn bytes(self) -> u64 {
         u64::from(self.rblocks()) * device::format::RBLOCK as u64
-    }
-}
-
-/// Where one record body is stored. Owned by the index entry that points to it.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Location {
-    /// The body itself, in process memory.
-    Memory(Box<[u8]>),
-    /// A record on a device.
-    Device(DeviceAddress),
-}
-
-impl Location {
-    /// The stored size of the body, in bytes (for a device record: the
-    /// whole rblocks it occupies, header included).
-    pub fn size(&self) -> usize {
-        match self {
-            Location::Memory(body) => body.len(),
-            Location::Device(address) => address.bytes() as usize,
-        }
     }
 }
 
@@ -176,11 +158,6 @@ pub trait StorageEngine: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn location_stays_sixteen_bytes() {
-        assert_eq!(std::mem::size_of::<Location>(), 16);
-    }
 
     #[test]
     fn address_packing() {

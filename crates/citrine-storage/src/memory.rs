@@ -1,8 +1,9 @@
 //! The memory engine: record bodies live in process memory, one allocation
-//! per body, owned by the index entry through [`Location::Memory`]. Reads
-//! borrow the body in place (no copy until the reply is written).
+//! per body (length-prefixed, see [`Location::memory`]), owned by the index
+//! entry through its [`Location`]. Reads borrow the body in place (no copy
+//! until the reply is written).
 
-use crate::{Location, StorageEngine, StorageError, StoreMeta};
+use crate::{Location, StorageEngine, StorageError, StoreMeta, Stored};
 use citrine_types::Digest;
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,15 +31,16 @@ impl StorageEngine for MemoryEngine {
         _meta: &StoreMeta<'_>,
         body: Vec<u8>,
     ) -> Result<Location, StorageError> {
-        self.used_bytes
-            .fetch_add(body.len() as u64, Ordering::Relaxed);
-        Ok(Location::Memory(body.into_boxed_slice()))
+        let len = body.len() as u64;
+        let location = Location::memory_from_vec(body).ok_or(StorageError::TooBig)?;
+        self.used_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(location)
     }
 
     fn read<'a>(&self, location: &'a Location) -> Result<Cow<'a, [u8]>, StorageError> {
-        match location {
-            Location::Memory(body) => Ok(Cow::Borrowed(body)),
-            Location::Device(_) => Err(StorageError::Corrupt(
+        match location.get() {
+            Stored::Memory(body) => Ok(Cow::Borrowed(body)),
+            Stored::Device(_) => Err(StorageError::Corrupt(
                 "a device location given to the memory engine".into(),
             )),
         }

@@ -974,8 +974,8 @@ impl Service {
         let mut count = 0u32;
         let live = index
             .iter()
-            .filter(|(_, entry)| crate::transaction::is_live(namespace, &entry.meta, now))
-            .map(|(digest, entry)| (digest, entry.meta.generation, entry.meta.last_update_ms));
+            .filter(|(_, entry)| crate::transaction::is_live(namespace, &entry.meta(), now))
+            .map(|(digest, entry)| (digest, entry.meta().generation, entry.meta().last_update_ms));
         let deleted = index
             .tombstones()
             .map(|(digest, tombstone)| (digest, tombstone.generation, tombstone.last_update_ms));
@@ -1024,7 +1024,7 @@ impl Service {
             .iter()
             .filter(|digest| {
                 let ours = match index.get(digest) {
-                    Some(entry) => (entry.meta.generation, entry.meta.last_update_ms),
+                    Some(entry) => (entry.meta().generation, entry.meta().last_update_ms),
                     None => match index.tombstone(digest) {
                         Some(tombstone) => (tombstone.generation, tombstone.last_update_ms),
                         None => return false,
@@ -1088,7 +1088,8 @@ impl Service {
                 }
                 continue;
             };
-            if !crate::transaction::is_live(namespace, &entry.meta, now) {
+            let meta = entry.meta();
+            if !crate::transaction::is_live(namespace, &meta, now) {
                 continue;
             }
             let Ok(body) = namespace.storage.read(&entry.location) else {
@@ -1097,10 +1098,10 @@ impl Service {
             let write = ReplicaWrite {
                 namespace: namespace_name.to_owned(),
                 digest: *digest,
-                generation: entry.meta.generation,
-                void_time: entry.meta.void_time,
-                last_update_ms: entry.meta.last_update_ms,
-                set_name: namespace.sets.name(entry.meta.set_id).unwrap_or_default(),
+                generation: meta.generation,
+                void_time: meta.void_time,
+                last_update_ms: meta.last_update_ms,
+                set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
                 body: Some(body.into_owned()),
             }
             .encode();
@@ -1412,7 +1413,7 @@ mod tests {
         let index = namespace.index.partition(write.digest.partition()).read();
         let entry = index.get(&write.digest)?;
         Some((
-            entry.meta.generation,
+            entry.meta().generation,
             namespace.storage.read(&entry.location).ok()?.into_owned(),
         ))
     }
@@ -1776,7 +1777,7 @@ mod tests {
                 let digest = digest("demo", key);
                 let index = namespace.index.partition(digest.partition()).read();
                 assert_eq!(
-                    index.get(&digest).map(|entry| entry.meta.generation),
+                    index.get(&digest).map(|entry| entry.meta().generation),
                     Some(1),
                     "{key} on node {id}"
                 );

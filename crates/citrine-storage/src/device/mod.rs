@@ -36,7 +36,7 @@ pub use io::IoMode;
 pub use persist::SavedEntry;
 pub use scan::{ColdStartReport, Recovered, RecoveredRecord, ScanProgress};
 
-use crate::{DeviceAddress, Location, StorageEngine, StorageError, StoreMeta};
+use crate::{DeviceAddress, Location, StorageEngine, StorageError, StoreMeta, Stored};
 use citrine_types::Digest;
 use format::{BlockHeader, BlockKind, RecordHeader, BLOCK_HEADER_BYTES, RBLOCK, RESERVED_BYTES};
 use io::{AlignedBuf, DeviceFile, DIRECT_ALIGN};
@@ -1116,10 +1116,10 @@ impl DeviceEngine {
                 }
             }
         }
-        let from = Location::Device(address);
+        let from = Location::device(address);
         let mut failure = None;
         let moved = relocator.relocate(digest, &from, &mut || match copy(self) {
-            Ok(new_address) => Ok(Location::Device(new_address)),
+            Ok(new_address) => Ok(Location::device(new_address)),
             Err(error) => {
                 failure = Some(error.clone());
                 Err(error)
@@ -1210,22 +1210,22 @@ impl StorageEngine for DeviceEngine {
         body: Vec<u8>,
     ) -> Result<Location, StorageError> {
         self.write_record(digest, meta, &body, 0)
-            .map(Location::Device)
+            .map(Location::device)
     }
 
     fn read<'a>(&self, location: &'a Location) -> Result<Cow<'a, [u8]>, StorageError> {
-        match location {
-            Location::Device(address) => self.read_address(*address).map(Cow::Owned),
-            Location::Memory(_) => Err(StorageError::Corrupt(
+        match location.get() {
+            Stored::Device(address) => self.read_address(address).map(Cow::Owned),
+            Stored::Memory(_) => Err(StorageError::Corrupt(
                 "a memory location given to the device engine".into(),
             )),
         }
     }
 
     fn release(&self, location: Location) {
-        match location {
-            Location::Device(address) => self.release_address(address),
-            Location::Memory(_) => {
+        match location.device_address() {
+            Some(address) => self.release_address(address),
+            None => {
                 tracing::error!("a memory location released to the device engine")
             }
         }
@@ -1240,7 +1240,7 @@ impl StorageEngine for DeviceEngine {
     }
 
     fn retire(&self, digest: &Digest, location: Location) {
-        let Location::Device(address) = location else {
+        let Some(address) = location.device_address() else {
             return self.release(location);
         };
         let device = &self.devices[self.device_of(digest)];

@@ -56,7 +56,7 @@ impl FakeIndex {
         move |digest, record| {
             self.entries.lock().insert(
                 *digest,
-                (record.generation, Location::Device(record.address)),
+                (record.generation, Location::device(record.address)),
             );
             Recovered::Live
         }
@@ -114,10 +114,7 @@ fn write_read_and_cold_restart_keep_the_newest_copy() {
             .map(|(generation, location)| {
                 (
                     *generation,
-                    Location::Device(match location {
-                        Location::Device(a) => *a,
-                        Location::Memory(_) => unreachable!(),
-                    }),
+                    Location::device(location.device_address().unwrap()),
                 )
             })
             .unwrap();
@@ -306,16 +303,13 @@ fn fast_restart_round_trip_and_rejects_a_stale_image() {
             .entries
             .lock()
             .iter()
-            .map(|(digest, (generation, location))| match location {
-                Location::Device(address) => SavedEntry {
-                    digest: *digest,
-                    generation: *generation,
-                    void_time: 0,
-                    last_update_ms: 1,
-                    set: 0,
-                    address: *address,
-                },
-                Location::Memory(_) => unreachable!(),
+            .map(|(digest, (generation, location))| SavedEntry {
+                digest: *digest,
+                generation: *generation,
+                void_time: 0,
+                last_update_ms: 1,
+                set: 0,
+                address: location.device_address().unwrap(),
             })
             .collect();
         engine
@@ -328,7 +322,7 @@ fn fast_restart_round_trip_and_rejects_a_stale_image() {
         assert_eq!(record.set_name, b"s");
         recovered.entries.lock().insert(
             *digest,
-            (record.generation, Location::Device(record.address)),
+            (record.generation, Location::device(record.address)),
         );
         Recovered::Live
     };
