@@ -14,8 +14,8 @@
 //! - a new connection goes to the lowest-numbered thread under the spill
 //!   threshold (all busy: the least loaded);
 //! - a thread over the spill threshold for [`SPILL_AFTER_WINDOWS`] windows
-//!   in a row moves some of its active connections to the least loaded
-//!   thread, if that one is clearly less loaded (by [`MIN_GAP_PERMILLE`]);
+//!   in a row (more after spills that were undone, see [`SpillGate`])
+//!   moves some of its active connections to the least loaded thread, if that one is clearly less loaded (by [`MIN_GAP_PERMILLE`]);
 //!   it moves a quarter of the gap's share at a time, so loads converge
 //!   without oscillating;
 //! - but not while it is contended: a thread that spends
@@ -34,10 +34,12 @@
 //!   contended thread merges whenever both fit in one core: spread over
 //!   CPUs they do not have, they only time-slice. (The merged thread can
 //!   be over the spill threshold; if it then has a CPU of its own, it
-//!   spills again after [`SPILL_AFTER_WINDOWS`]. Where the contention
-//!   came only from the spill itself, such a node alternates between one
-//!   and two threads every few hundred milliseconds: not seen, and not
-//!   guarded against.)
+//!   spills again. Where the contention came only from the spill itself,
+//!   a node would alternate between one and two threads every few hundred
+//!   milliseconds; [`SpillGate`] doubles the hot windows a spill needs each
+//!   time connections came back to the thread since its last spill, up to
+//!   [`MAX_SPILL_AFTER_WINDOWS`], so such a node settles to one
+//!   alternation in about 20 s at most.)
 //!
 //! Invariants: loads and waits are per-mille of one core or of the window
 //! (0..=1000 and a bit over when the measurement window stretches); a
@@ -67,6 +69,94 @@ pub struct Thresholds {
 /// Windows in a row a thread must be over the spill threshold before it
 /// spills: one busy window is noise.
 pub const SPILL_AFTER_WINDOWS: u32 = 3;
+
+/// The most hot windows in a row a spill can be made to wait for (about
+/// 19 s of 100-ms windows) after spills that were undone.
+pub const MAX_SPILL_AFTER_WINDOWS: u32 = SPILL_AFTER_WINDOWS << 6;
+
+/// Windows without a spill after which a thread's spills need only
+/// [`SPILL_AFTER_WINDOWS`] again (about a minute).
+pub const SPILL_QUIET_WINDOWS: u32 = 600;
+
+/// When a thread may spill: after enough hot windows in a row, and after
+/// more of them when its spills keep being undone.
+///
+/// A spill is undone when connections move back to the thread (another
+/// thread merged into it) before it spills again. Each spill that follows
+/// an undone one, within [`SPILL_QUIET_WINDOWS`] of the last, doubles the
+/// hot windows the next spill needs, up to [`MAX_SPILL_AFTER_WINDOWS`]; a
+/// spill that was not undone, or a quiet minute, resets it. A surge that
+/// needs several spills in a row to spread (each moves a quarter of the
+/// gap) is not slowed: nothing comes back between them.
+///
+/// Invariant: `SPILL_AFTER_WINDOWS <= spill_after <= MAX_SPILL_AFTER_WINDOWS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpillGate {
+    /// Windows in a row over the spill threshold without waiting for a CPU.
+    hot_windows: u32,
+    /// Hot windows the next spill needs.
+    spill_after: u32,
+    /// Windows since the last spill (`u32::MAX`: none yet).
+    since_spill: u32,
+    /// Connections moved back to this thread since its last spill.
+    undone: bool,
+}
+
+impl Default for SpillGate {
+    fn default() -> SpillGate {
+        SpillGate {
+            hot_windows: 0,
+            spill_after: SPILL_AFTER_WINDOWS,
+            since_spill: u32::MAX,
+            undone: false,
+        }
+    }
+}
+
+impl SpillGate {
+    /// Records one window's load.
+    pub fn observe(&mut self, load: Load, thresholds: Thresholds) {
+        self.hot_windows = if load.hot(thresholds) {
+            self.hot_windows.saturating_add(1)
+        } else {
+            0
+        };
+        self.since_spill = self.since_spill.saturating_add(1);
+        if self.since_spill >= SPILL_QUIET_WINDOWS {
+            self.spill_after = SPILL_AFTER_WINDOWS;
+        }
+    }
+
+    /// Whether the thread has been hot long enough to spill.
+    pub fn ready(&self) -> bool {
+        self.hot_windows >= self.spill_after
+    }
+
+    /// Records connections moved to this thread from another.
+    pub fn took_back(&mut self) {
+        if self.since_spill != u32::MAX {
+            self.undone = true;
+        }
+    }
+
+    /// Records that the thread spilled.
+    pub fn spilled(&mut self) {
+        self.spill_after = if self.undone && self.since_spill < SPILL_QUIET_WINDOWS {
+            (self.spill_after * 2).min(MAX_SPILL_AFTER_WINDOWS)
+        } else {
+            SPILL_AFTER_WINDOWS
+        };
+        debug_assert!((SPILL_AFTER_WINDOWS..=MAX_SPILL_AFTER_WINDOWS).contains(&self.spill_after));
+        self.since_spill = 0;
+        self.undone = false;
+        self.hot_windows = 0;
+    }
+
+    /// Hot windows the next spill needs.
+    pub fn spill_after(&self) -> u32 {
+        self.spill_after
+    }
+}
 
 /// One core, per-mille.
 const ONE_CORE_PERMILLE: u32 = 1000;
@@ -99,8 +189,15 @@ impl Load {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rebalance {
     Stay,
-    /// Move `count` of this thread's active connections to thread `to`.
-    Move {
+    /// This thread is saturated: move `count` of its active connections
+    /// to the less loaded thread `to`.
+    Spill {
+        to: usize,
+        count: usize,
+    },
+    /// This thread and the lower thread `to` fit in one: move all `count`
+    /// of its active connections there.
+    Merge {
         to: usize,
         count: usize,
     },
@@ -117,14 +214,13 @@ pub fn place(loads: &[u32], spill_permille: u32) -> usize {
 
 /// The rebalancing decision of thread `me`, which has `active` connections
 /// that carried requests in the last measurement window, measured `own`
-/// over it, and has been over the spill threshold (uncontended) for
-/// `hot_windows` windows in a row, this one included. `loads` are the
-/// threads' CPU loads (`loads[me] == own.cpu`).
+/// over it, and may spill if `spill_ready` (its [`SpillGate`]: hot long
+/// enough). `loads` are the threads' CPU loads (`loads[me] == own.cpu`).
 pub fn rebalance(
     me: usize,
     loads: &[u32],
     own: Load,
-    hot_windows: u32,
+    spill_ready: bool,
     active: usize,
     thresholds: Thresholds,
 ) -> Rebalance {
@@ -137,7 +233,7 @@ pub fn rebalance(
     let contended = own.contended(thresholds);
     let mine = loads[me];
     if mine > spill_permille {
-        if contended || hot_windows < SPILL_AFTER_WINDOWS {
+        if contended || !spill_ready {
             return Rebalance::Stay;
         }
         if let Some(to) = least_loaded(loads, Some(me)) {
@@ -147,7 +243,7 @@ pub fn rebalance(
                 // connections that share represents, at least one.
                 let share = (mine - theirs) as usize * active / (4 * mine as usize);
                 let count = share.clamp(1, active);
-                return Rebalance::Move { to, count };
+                return Rebalance::Spill { to, count };
             }
         }
         return Rebalance::Stay;
@@ -159,7 +255,7 @@ pub fn rebalance(
             spill_permille * MERGE_PCT / 100
         };
         if let Some(to) = (0..me).find(|&to| loads[to] + mine < merged_limit) {
-            return Rebalance::Move { to, count: active };
+            return Rebalance::Merge { to, count: active };
         }
     }
     Rebalance::Stay
@@ -283,7 +379,7 @@ mod tests {
             spill_permille: spill,
             ..LIMITS
         };
-        rebalance(me, loads, own, SPILL_AFTER_WINDOWS, active, thresholds)
+        rebalance(me, loads, own, true, active, thresholds)
     }
 
     #[test]
@@ -302,16 +398,16 @@ mod tests {
         // connections move.
         assert_eq!(
             rebalance_settled(0, &[1000, 0], 32, SPILL),
-            Rebalance::Move { to: 1, count: 8 }
+            Rebalance::Spill { to: 1, count: 8 }
         );
         assert_eq!(
             rebalance_settled(0, &[1000, 400, 100], 40, SPILL),
-            Rebalance::Move { to: 2, count: 9 }
+            Rebalance::Spill { to: 2, count: 9 }
         );
         // At least one connection moves.
         assert_eq!(
             rebalance_settled(1, &[0, 1000], 1, SPILL),
-            Rebalance::Move { to: 0, count: 1 }
+            Rebalance::Spill { to: 0, count: 1 }
         );
     }
 
@@ -330,13 +426,13 @@ mod tests {
     fn threads_that_fit_in_one_merge_into_the_lower() {
         assert_eq!(
             rebalance_settled(1, &[300, 100], 5, SPILL),
-            Rebalance::Move { to: 0, count: 5 }
+            Rebalance::Merge { to: 0, count: 5 }
         );
         // Both half busy (seen after a burst spilled connections): one
         // thread carries them for less.
         assert_eq!(
             rebalance_settled(1, &[490, 230], 16, SPILL),
-            Rebalance::Move { to: 0, count: 16 }
+            Rebalance::Merge { to: 0, count: 16 }
         );
         // Together they would be too busy: stay apart.
         assert_eq!(rebalance_settled(1, &[600, 200], 5, SPILL), Rebalance::Stay);
@@ -345,7 +441,7 @@ mod tests {
         // Skips a full lower thread for a later one with room.
         assert_eq!(
             rebalance_settled(2, &[800, 100, 50], 3, SPILL),
-            Rebalance::Move { to: 1, count: 3 }
+            Rebalance::Merge { to: 1, count: 3 }
         );
     }
 
@@ -368,13 +464,77 @@ mod tests {
     fn one_hot_window_is_not_enough_to_spill() {
         let loads = [1000, 0];
         let own = Load { cpu: 1000, wait: 0 };
-        for hot in 0..SPILL_AFTER_WINDOWS {
-            assert_eq!(rebalance(0, &loads, own, hot, 32, LIMITS), Rebalance::Stay);
+        let mut gate = SpillGate::default();
+        for _ in 0..SPILL_AFTER_WINDOWS - 1 {
+            gate.observe(own, LIMITS);
+            assert!(!gate.ready());
+            let decision = rebalance(0, &loads, own, gate.ready(), 32, LIMITS);
+            assert_eq!(decision, Rebalance::Stay);
         }
+        gate.observe(own, LIMITS);
+        assert!(gate.ready());
         assert_eq!(
-            rebalance(0, &loads, own, SPILL_AFTER_WINDOWS, 32, LIMITS),
-            Rebalance::Move { to: 1, count: 8 }
+            rebalance(0, &loads, own, gate.ready(), 32, LIMITS),
+            Rebalance::Spill { to: 1, count: 8 }
         );
+        // A cooler window starts the count again.
+        gate.observe(Load { cpu: 500, wait: 0 }, LIMITS);
+        assert!(!gate.ready());
+    }
+
+    /// Windows a gate needs, hot and uncontended, before it is ready.
+    fn windows_to_ready(gate: &mut SpillGate) -> u32 {
+        let hot = Load { cpu: 1000, wait: 0 };
+        (1..=MAX_SPILL_AFTER_WINDOWS + 1)
+            .find(|_| {
+                gate.observe(hot, LIMITS);
+                gate.ready()
+            })
+            .expect("a hot thread is ready within the longest back-off")
+    }
+
+    #[test]
+    fn spills_that_are_undone_back_off_until_a_quiet_minute() {
+        let mut gate = SpillGate::default();
+        // Connections arriving before any spill are not an undone spill.
+        gate.took_back();
+        let mut waits = Vec::new();
+        for _ in 0..9 {
+            waits.push(windows_to_ready(&mut gate));
+            gate.spilled();
+            // The spread threads wait for CPUs; the other one merges back.
+            gate.took_back();
+        }
+        assert_eq!(waits, [3, 3, 6, 12, 24, 48, 96, 192, 192]);
+        // The next spill (after an undone one) stays done: the one after it
+        // needs only the base again.
+        windows_to_ready(&mut gate);
+        gate.spilled();
+        assert_eq!(gate.spill_after(), MAX_SPILL_AFTER_WINDOWS);
+        windows_to_ready(&mut gate);
+        gate.spilled();
+        assert_eq!(gate.spill_after(), SPILL_AFTER_WINDOWS);
+        // So does a quiet minute after an undone one.
+        gate.took_back();
+        windows_to_ready(&mut gate);
+        gate.spilled();
+        assert_eq!(gate.spill_after(), 2 * SPILL_AFTER_WINDOWS);
+        let cool = Load { cpu: 100, wait: 0 };
+        for _ in 0..SPILL_QUIET_WINDOWS {
+            gate.observe(cool, LIMITS);
+        }
+        assert_eq!(gate.spill_after(), SPILL_AFTER_WINDOWS);
+        assert_eq!(windows_to_ready(&mut gate), SPILL_AFTER_WINDOWS);
+    }
+
+    #[test]
+    fn a_surge_spreads_in_spills_that_are_not_slowed() {
+        // Nothing comes back between the spills that spread a surge.
+        let mut gate = SpillGate::default();
+        for _ in 0..5 {
+            assert_eq!(windows_to_ready(&mut gate), SPILL_AFTER_WINDOWS);
+            gate.spilled();
+        }
     }
 
     #[test]
@@ -388,7 +548,7 @@ mod tests {
         assert!(contended.contended(LIMITS));
         assert!(!contended.hot(LIMITS));
         assert_eq!(
-            rebalance(0, &[1000, 0], contended, 100, 32, LIMITS),
+            rebalance(0, &[1000, 0], contended, true, 32, LIMITS),
             Rebalance::Stay
         );
         let almost = Load {
@@ -398,8 +558,8 @@ mod tests {
         assert!(!almost.contended(LIMITS));
         assert!(almost.hot(LIMITS));
         assert_eq!(
-            rebalance(0, &[1000, 0], almost, SPILL_AFTER_WINDOWS, 32, LIMITS),
-            Rebalance::Move { to: 1, count: 8 }
+            rebalance(0, &[1000, 0], almost, true, 32, LIMITS),
+            Rebalance::Spill { to: 1, count: 8 }
         );
         // With waits ignored (`service-thread-contended-pct = 100`), even a
         // thread that waited the whole window spills.
@@ -409,15 +569,8 @@ mod tests {
         };
         assert!(!starved.contended(NEVER_CONTENDED));
         assert_eq!(
-            rebalance(
-                0,
-                &[1000, 0],
-                starved,
-                SPILL_AFTER_WINDOWS,
-                32,
-                NEVER_CONTENDED
-            ),
-            Rebalance::Move { to: 1, count: 8 }
+            rebalance(0, &[1000, 0], starved, true, 32, NEVER_CONTENDED),
+            Rebalance::Spill { to: 1, count: 8 }
         );
     }
 
@@ -427,7 +580,7 @@ mod tests {
         // on 2 cores shared with the client after a spill, 500 and 384
         // per-mille, each waiting for a CPU over a third of the time.
         let cases: [(usize, [u32; 2], u32, Rebalance); 4] = [
-            (1, [500, 384], 356, Rebalance::Move { to: 0, count: 16 }),
+            (1, [500, 384], 356, Rebalance::Merge { to: 0, count: 16 }),
             // Uncontended, the same loads stay apart (over MERGE_PCT of
             // the threshold together).
             (1, [500, 384], 0, Rebalance::Stay),
@@ -443,7 +596,7 @@ mod tests {
                 wait,
             };
             assert_eq!(
-                rebalance(me, &loads, own, 0, 16, LIMITS),
+                rebalance(me, &loads, own, false, 16, LIMITS),
                 expected,
                 "thread {me} of {loads:?} waiting {wait}"
             );

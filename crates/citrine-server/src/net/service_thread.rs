@@ -17,7 +17,7 @@
 //!   go of it; the backend tells a late completion for an old connection
 //!   from one for the slot's new owner.
 
-use super::balance::{self, LoadMeter, Rebalance};
+use super::balance::{self, LoadMeter, Rebalance, SpillGate};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
 use super::{Arrival, Parked, Shared};
 use citrine_service::lookahead::Lookup;
@@ -104,9 +104,8 @@ pub(super) struct ServiceThread<B: Backend> {
     paced: BinaryHeap<Reverse<(Instant, usize)>>,
     /// The lookahead of the current turn (kept to reuse its allocation).
     lookups: Vec<Lookup>,
-    /// Balance windows in a row this thread was over the spill threshold
-    /// without waiting for a CPU.
-    hot_windows: u32,
+    /// When this thread may spill (hot windows in a row, back-off).
+    spill_gate: SpillGate,
 }
 
 impl<B: Backend> ServiceThread<B> {
@@ -126,7 +125,7 @@ impl<B: Backend> ServiceThread<B> {
             runnable: VecDeque::new(),
             paced: BinaryHeap::new(),
             lookups: Vec::new(),
-            hot_windows: 0,
+            spill_gate: SpillGate::default(),
         }
     }
 
@@ -253,7 +252,10 @@ impl<B: Backend> ServiceThread<B> {
                     out: Vec::with_capacity(READ_BUFFER_BYTES),
                 }
             }
-            Arrival::Moved(parked) => *parked,
+            Arrival::Moved(parked) => {
+                self.spill_gate.took_back();
+                *parked
+            }
         };
         let token = self.free.pop().unwrap_or_else(|| {
             self.connections.push(None);
@@ -392,11 +394,7 @@ impl<B: Backend> ServiceThread<B> {
             .load_permille
             .store(load.cpu, Ordering::Relaxed);
         let thresholds = self.shared.thresholds;
-        self.hot_windows = if load.hot(thresholds) {
-            self.hot_windows.saturating_add(1)
-        } else {
-            0
-        };
+        self.spill_gate.observe(load, thresholds);
         let loads = self.shared.loads();
         let active = self
             .connections
@@ -408,12 +406,24 @@ impl<B: Backend> ServiceThread<B> {
             self.index,
             &loads,
             load,
-            self.hot_windows,
+            self.spill_gate.ready(),
             active,
             thresholds,
         );
-        if let Rebalance::Move { to, count } = decision {
-            self.choose_leavers(to, count);
+        match decision {
+            Rebalance::Stay => {}
+            Rebalance::Spill { to, count } => {
+                self.spill_gate.spilled();
+                tracing::debug!(
+                    thread = self.index,
+                    to,
+                    count,
+                    next_spill_after_windows = self.spill_gate.spill_after(),
+                    "service thread saturated: spilling connections"
+                );
+                self.choose_leavers(to, count);
+            }
+            Rebalance::Merge { to, count } => self.choose_leavers(to, count),
         }
         for connection in self.connections.iter_mut().flatten() {
             connection.conn.active = false;
