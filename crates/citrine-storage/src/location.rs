@@ -28,6 +28,9 @@ use crate::DeviceAddress;
 use std::alloc::Layout;
 use std::fmt;
 
+// A device address (64 bits) is held in a pointer-sized word.
+const _: () = assert!(usize::BITS == 64, "Location needs 64-bit pointers");
+
 const MEMORY: u8 = 0;
 const DEVICE: u8 = 1;
 
