@@ -39,6 +39,10 @@ pub struct InfoArgs {
 pub struct ClusterArgs {
     #[command(flatten)]
     pub host: HostArgs,
+    /// Count only this namespace's partitions (default: every namespace's,
+    /// added up; each namespace has 4096).
+    #[arg(short = 'n', long = "namespace", value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
 }
 
 fn connect_hint(host: &str, error: &citrine_client::Error) -> String {
@@ -153,8 +157,14 @@ pub struct NodeRow {
     pub cluster_key: String,
 }
 
-/// Builds a row from a node's info answers (missing values become `-`).
-pub fn node_row(node: String, address: String, answer: &HashMap<String, String>) -> NodeRow {
+/// Builds a row from a node's info answers (missing values become `-`),
+/// counting the partitions of `namespace` only, or of every namespace.
+pub fn node_row(
+    node: String,
+    address: String,
+    answer: &HashMap<String, String>,
+    namespace: Option<&str>,
+) -> NodeRow {
     let good = |name: &str| {
         answer
             .get(name)
@@ -165,7 +175,8 @@ pub fn node_row(node: String, address: String, answer: &HashMap<String, String>)
         .map(|text| parse_kv(&text))
         .unwrap_or_default();
     let (masters, replicas) = match good("replicas").map(|text| parse_replicas(&text)) {
-        Some(Ok(namespaces)) => {
+        Some(Ok(mut namespaces)) => {
+            namespaces.retain(|ns| namespace.is_none_or(|only| ns.namespace == only));
             let masters: usize = namespaces.iter().map(|ns| ns.count(0)).sum();
             let replicas: usize = namespaces
                 .iter()
@@ -262,17 +273,39 @@ pub async fn run_cluster(args: ClusterArgs) -> CliResult {
         .info_all(&["build", "replicas", "statistics", "cluster-key"])
         .await;
     let mut rows = Vec::new();
+    let mut counted = std::collections::BTreeSet::new();
     for (node, answer) in answers {
         let answer = answer.unwrap_or_default();
+        if let Some(Ok(namespaces)) = answer.get("replicas").map(|text| parse_replicas(text)) {
+            counted.extend(namespaces.into_iter().map(|ns| ns.namespace));
+        }
         rows.push(node_row(
             node.id.to_string(),
             node.address.to_string(),
             &answer,
+            args.namespace.as_deref(),
         ));
     }
     rows.sort_by(|a, b| a.node.cmp(&b.node));
     outln!("{}", render_table(&rows));
-    outln!("{} node(s)", rows.len());
+    let counted: Vec<String> = counted.into_iter().collect();
+    match &args.namespace {
+        Some(only) if !counted.contains(only) => {
+            eprintln!(
+                "citrine: no node has namespace `{only}` (namespaces: {}); partition counts are 0",
+                counted.join(", ")
+            );
+            client.close();
+            return Ok(ExitCode::FAILURE);
+        }
+        Some(only) => outln!("{} node(s); partitions of namespace {only}", rows.len()),
+        None if counted.len() > 1 => outln!(
+            "{} node(s); partitions of namespaces {} added up (-n NAMESPACE for one)",
+            rows.len(),
+            counted.join(", ")
+        ),
+        None => outln!("{} node(s)", rows.len()),
+    }
     client.close();
     Ok(ExitCode::SUCCESS)
 }
@@ -304,12 +337,17 @@ mod tests {
             "cluster-key".to_owned(),
             "ERROR:4:unrecognized command".to_owned(),
         );
-        let row = node_row("A1".into(), "127.0.0.1:3000".into(), &answer);
+        let only_bar = node_row("A1".into(), "x".into(), &answer, Some("bar"));
+        assert_eq!(
+            (only_bar.masters.as_str(), only_bar.replicas.as_str()),
+            ("4096", "0")
+        );
+        let row = node_row("A1".into(), "127.0.0.1:3000".into(), &answer, None);
         assert_eq!(row.masters, "8192");
         assert_eq!(row.replicas, "4096");
         assert_eq!(row.migrations, "7");
         assert_eq!(row.cluster_key, "ABC");
-        let empty = node_row("B2".into(), "x".into(), &HashMap::new());
+        let empty = node_row("B2".into(), "x".into(), &HashMap::new(), None);
         assert_eq!(
             (
                 empty.build.as_str(),

@@ -109,8 +109,21 @@ fn cluster_table_and_bench_against_the_noop_responder() {
     assert!(
         text.contains("Master parts")
             && text.contains("BB9000000000C17")
-            && text.contains("1 node(s)"),
+            && text.contains("1 node(s); partitions of namespaces bar, test added up"),
         "{text}"
+    );
+    let one = citrine(&["cluster", "-h", &host, "-n", "test"]);
+    let text = stdout(&one);
+    assert!(
+        one.status.success() && text.contains("1 node(s); partitions of namespace test"),
+        "{text}"
+    );
+    let missing = citrine(&["cluster", "-h", &host, "-n", "nosuch"]);
+    assert!(!missing.status.success());
+    let why = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        why.contains("no node has namespace `nosuch` (namespaces: bar, test)"),
+        "{why}"
     );
 
     let json = std::env::temp_dir().join(format!("citrine-bench-{port}.json"));
