@@ -73,11 +73,9 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
     for partition_id in PartitionId::all() {
         let partition = namespace.index.partition(partition_id).read();
         for (_, entry) in partition.iter() {
-            if entry.meta().void_time != 0 {
-                candidates.push((
-                    entry.meta().void_time,
-                    entry.location.size() as u64 + slot_bytes,
-                ));
+            let void_time = entry.meta().void_time;
+            if void_time != 0 {
+                candidates.push((void_time, entry.location.size() as u64 + slot_bytes));
             }
         }
     }
@@ -102,9 +100,10 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
             // An eviction must survive a restart like a delete: the record
             // goes only once its tombstone is written (device engine).
             |digest, entry| {
-                entry.meta().void_time != 0
-                    && entry.meta().void_time <= cutoff
-                    && write_tombstone(namespace, digest, &entry.meta(), now).is_ok()
+                let meta = entry.meta();
+                meta.void_time != 0
+                    && meta.void_time <= cutoff
+                    && write_tombstone(namespace, digest, &meta, now).is_ok()
             },
             |_, entry| {
                 drop_entry(namespace, entry);
@@ -132,8 +131,8 @@ pub fn remove_truncated(namespace: &Namespace, set_id: Option<u16>, lut_ms: u64)
         let mut partition = namespace.index.partition(partition_id).write();
         partition.remove_where(
             |_, entry| {
-                set_id.is_none_or(|id| id == entry.meta().set_id)
-                    && entry.meta().last_update_ms < lut_ms
+                let meta = entry.meta();
+                set_id.is_none_or(|id| id == meta.set_id) && meta.last_update_ms < lut_ms
             },
             |_, entry| {
                 drop_entry(namespace, entry);

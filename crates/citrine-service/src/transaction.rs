@@ -396,21 +396,19 @@ fn delete(
         .index
         .partition(request.digest.partition())
         .write();
-    let live = match partition.get(&request.digest) {
-        Some(entry) => is_live(namespace, &entry.meta(), now),
-        None => false,
-    };
-    if !live {
+    let live = partition
+        .get(&request.digest)
+        .map(IndexEntry::meta)
+        .filter(|meta| is_live(namespace, meta, now));
+    let Some(meta) = live else {
         namespace
             .stats
             .client_delete_not_found
             .fetch_add(1, Ordering::Relaxed);
         return Err(ResultCode::NotFound);
-    }
-    if let Some(entry) = partition.get(&request.digest) {
-        check_generation(&request.header, entry.meta().generation)?;
-        write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
-    }
+    };
+    check_generation(&request.header, meta.generation)?;
+    write_tombstone(namespace, &request.digest, &meta, now)?;
     remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
     drop(partition);
     namespace
@@ -725,7 +723,12 @@ fn write(
         .write();
     let (outcome, existed_entry) = {
         let current = partition.get(&request.digest);
-        let live = current.filter(|entry| is_live(namespace, &entry.meta(), now));
+        // The live record and its metadata (unpacked once).
+        let live = current
+            .map(|entry| (entry, entry.meta()))
+            .filter(|(_, meta)| is_live(namespace, meta, now));
+        let live_meta = live.map(|(_, meta)| meta);
+        let live = live.map(|(entry, _)| entry);
         let body = match live {
             Some(entry) => Some(
                 namespace
@@ -740,12 +743,12 @@ fn write(
             None => None,
         };
         // Record-exists action and generation.
-        match live {
-            Some(entry) => {
+        match live_meta {
+            Some(meta) => {
                 if header.info2 & info2::CREATE_ONLY != 0 {
                     return Err(ResultCode::RecordExists);
                 }
-                check_generation(header, entry.meta().generation)?;
+                check_generation(header, meta.generation)?;
             }
             None => {
                 if header.info3 & (info3::UPDATE_ONLY | info3::REPLACE_ONLY) != 0 {
@@ -825,7 +828,7 @@ fn write(
                 }
             }
         }
-        let existing_void_time = live.map(|entry| entry.meta().void_time);
+        let existing_void_time = live_meta.map(|meta| meta.void_time);
         if bins.is_empty() {
             // Nothing left: the record goes (or never comes into being).
             if live.is_none() {
@@ -849,13 +852,9 @@ fn write(
                     .fetch_add(1, Ordering::Relaxed);
                 return Err(ResultCode::RecordTooBig);
             }
-            let generation = live.map_or(1, |entry| {
-                RecordMeta::next_generation(entry.meta().generation)
-            });
-            let record_set = match live {
-                Some(entry) => entry.meta().set_id,
-                None => set_id,
-            };
+            let generation =
+                live_meta.map_or(1, |meta| RecordMeta::next_generation(meta.generation));
+            let record_set = live_meta.map_or(set_id, |meta| meta.set_id);
             let meta = RecordMeta {
                 generation,
                 set_id: record_set,

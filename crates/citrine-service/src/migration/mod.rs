@@ -974,8 +974,9 @@ impl Service {
         let mut count = 0u32;
         let live = index
             .iter()
-            .filter(|(_, entry)| crate::transaction::is_live(namespace, &entry.meta(), now))
-            .map(|(digest, entry)| (digest, entry.meta().generation, entry.meta().last_update_ms));
+            .map(|(digest, entry)| (digest, entry.meta()))
+            .filter(|(_, meta)| crate::transaction::is_live(namespace, meta, now))
+            .map(|(digest, meta)| (digest, meta.generation, meta.last_update_ms));
         let deleted = index
             .tombstones()
             .map(|(digest, tombstone)| (digest, tombstone.generation, tombstone.last_update_ms));
@@ -1024,7 +1025,10 @@ impl Service {
             .iter()
             .filter(|digest| {
                 let ours = match index.get(digest) {
-                    Some(entry) => (entry.meta().generation, entry.meta().last_update_ms),
+                    Some(entry) => {
+                        let meta = entry.meta();
+                        (meta.generation, meta.last_update_ms)
+                    }
                     None => match index.tombstone(digest) {
                         Some(tombstone) => (tombstone.generation, tombstone.last_update_ms),
                         None => return false,
