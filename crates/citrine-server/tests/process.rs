@@ -482,6 +482,67 @@ fn far_ahead_client(port: u16, client: usize) {
     sender.join().unwrap().unwrap();
 }
 
+/// While clients take none of their replies, the server stops receiving
+/// from each once it holds more than the frame at hand plus the read-ahead
+/// (io_uring's multishot receive is cancelled, which
+/// `client_read_ahead_pauses` counts), so TCP holds the clients back; when
+/// they read, every reply arrives, in order.
+#[test]
+fn receives_pause_at_the_read_ahead_while_replies_back_up() {
+    let service_io = io_uring_or_auto();
+    let server = start(&["--service-io", service_io]);
+    let mut stream = connect(server.port);
+    let blob = vec![7u8; 20_000];
+    let put = write_request("test", "big", &[(op_type::WRITE, 4, "b", blob.clone())]);
+    let (_, reply) = round_trip(&mut stream, &put).unwrap();
+    assert_eq!(decode_reply(&reply).0.result_code, 0);
+    // Each reply is 20 KB: the sockets' buffers hold a few hundred of
+    // them, so most of the 3 000 requests (180 KB, far past the 64 KB
+    // read-ahead) wait at the server until the client reads. In debug
+    // builds only even connection slots use multishot receives: four
+    // connections cover both.
+    let count = 3_000;
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let mut stream = connect(server.port);
+            let requests = get_all_request("test", "big").repeat(count);
+            assert!(requests.len() > 150_000, "{} bytes", requests.len());
+            let mut writer = stream.try_clone().unwrap();
+            let blob = blob.clone();
+            std::thread::spawn(move || {
+                let sender = std::thread::spawn(move || writer.write_all(&requests));
+                std::thread::sleep(Duration::from_millis(500));
+                for index in 0..count {
+                    let (_, body) = read_frame(&mut stream).unwrap();
+                    let (header, bins) = decode_reply(&body);
+                    assert_eq!(header.result_code, 0, "read {index}");
+                    assert_eq!(bins[0].2, blob, "read {index}");
+                }
+                sender.join().unwrap().unwrap();
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    // Service threads report at the end of their 100-ms balance window.
+    std::thread::sleep(Duration::from_millis(400));
+    let stats = info(&mut stream, &["statistics"]);
+    let pauses: u64 = stats[0]
+        .1
+        .split(';')
+        .find_map(|pair| pair.strip_prefix("client_read_ahead_pauses="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    eprintln!("{pauses} read-ahead pauses over {service_io}");
+    // Where io_uring may be missing (`auto` fell back to epoll, which reads
+    // only when a frame needs bytes) there is nothing to pause.
+    if service_io == "io_uring" {
+        assert!(pauses > 0, "no receive paused at the read-ahead");
+    }
+}
+
 /// Connections handed between service threads mid-load lose, repeat and
 /// reorder nothing. With `service-thread-spill-pct = 1` any busy thread
 /// gives connections to a less busy one, so the connections of this test

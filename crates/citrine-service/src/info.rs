@@ -478,6 +478,7 @@ fn statistics(service: &Service) -> String {
             &stats.client_connections_closed,
         ),
         counter("client_connections_moved", &stats.client_connections_moved),
+        counter("client_read_ahead_pauses", &stats.client_read_ahead_pauses),
         counter("batch_index_initiate", &stats.batch.requests),
         counter("batch_index_error", &stats.batch.errors),
         counter("batch_index_rows", &stats.batch.rows),

@@ -110,6 +110,10 @@ pub struct NodeStats {
     /// Connections handed from one service thread to another (load
     /// balancing between requests).
     pub client_connections_moved: AtomicU64,
+    /// Receives stopped because a connection held more than its current
+    /// frame plus the read-ahead (its replies were not being taken; the
+    /// client is held back by TCP until they are).
+    pub client_read_ahead_pauses: AtomicU64,
     pub proto_errors: AtomicU64,
     pub info_requests: AtomicU64,
     pub admin_requests: AtomicU64,

@@ -67,6 +67,12 @@ pub(super) trait Backend: Transport {
         connections: &mut [Option<Connection<Self::Socket>>],
         ready: &mut Vec<usize>,
     ) -> io::Result<bool>;
+    /// Receives stopped since the last call because a connection held more
+    /// than its current frame plus the read-ahead (0 for a backend that
+    /// reads only when a frame needs bytes).
+    fn take_read_ahead_pauses(&mut self) -> u64 {
+        0
+    }
 }
 
 /// Wakes the thread when a connection's fabric work can make progress.
@@ -389,6 +395,13 @@ impl<B: Backend> ServiceThread<B> {
     /// the policy says so.
     fn balance(&mut self, meter: &mut LoadMeter, now: Instant) {
         let load = meter.close_window(now);
+        let pauses = self.backend.take_read_ahead_pauses();
+        if pauses > 0 {
+            self.service
+                .stats
+                .client_read_ahead_pauses
+                .fetch_add(pauses, Ordering::Relaxed);
+        }
         let threads = &self.shared.threads;
         threads[self.index]
             .load_permille

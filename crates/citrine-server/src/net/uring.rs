@@ -123,6 +123,8 @@ pub(super) struct Uring {
     wake_buf: Option<Vec<u8>>,
     /// Gives each attached connection a tag no earlier one had.
     generation: u32,
+    /// Multishot receives cancelled at the read-ahead, not yet reported.
+    read_ahead_pauses: u64,
 }
 
 impl Uring {
@@ -139,6 +141,7 @@ impl Uring {
             wake_rx,
             wake_buf: Some(vec![0; 64]),
             generation: 0,
+            read_ahead_pauses: 0,
         })
     }
 
@@ -291,6 +294,10 @@ impl Transport for Uring {
 }
 
 impl Backend for Uring {
+    fn take_read_ahead_pauses(&mut self) -> u64 {
+        std::mem::take(&mut self.read_ahead_pauses)
+    }
+
     fn attach(&mut self, token: usize, stream: TcpStream) -> io::Result<UringSocket> {
         stream.set_nonblocking(false)?;
         let token = u32::try_from(token)
@@ -374,7 +381,7 @@ impl Backend for Uring {
                     );
                 }
             } else {
-                apply(&mut self.ring, done, connections, ready);
+                self.read_ahead_pauses += apply(&mut self.ring, done, connections, ready);
             }
             if let Some(id) = provided {
                 self.ring.give_back(id);
@@ -385,21 +392,23 @@ impl Backend for Uring {
 }
 
 /// Applies a connection's completion to it and lists it as ready; a
-/// completion for a connection closed since is dropped.
+/// completion for a connection closed since is dropped. Returns 1 when it
+/// cancelled a multishot receive at the read-ahead, else 0.
 fn apply(
     ring: &mut Ring,
     done: Completion,
     connections: &mut [Option<Connection<UringSocket>>],
     ready: &mut Vec<usize>,
-) {
+) -> u64 {
+    let mut paused = 0;
     let token = (done.tag & u64::from(u32::MAX)) as usize;
     let Some(Some(connection)) = connections.get_mut(token) else {
-        return;
+        return paused;
     };
     let (socket, conn) = (&mut connection.socket, &mut connection.conn);
     if socket.tag != done.tag {
         // For a connection closed since; its buffer just goes.
-        return;
+        return paused;
     }
     match (done.kind, Outcome::of(done.result)) {
         (kind @ (OpKind::Recv | OpKind::RecvMulti), outcome) => {
@@ -429,6 +438,7 @@ fn apply(
                     }
                     if socket.recv.is_some() && !conn.wants_input(READ_AHEAD_BYTES) {
                         socket.cancel_recv(ring);
+                        paused = 1;
                     }
                 }
                 Outcome::End => conn.eof = true,
@@ -458,6 +468,7 @@ fn apply(
         }
     }
     ready.push(token);
+    paused
 }
 
 /// What a completed receive or send did.
