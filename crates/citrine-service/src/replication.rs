@@ -74,8 +74,8 @@ use crate::migration::Disposition;
 use crate::namespace::{compare_versions, Namespace, Version};
 use crate::transaction::{self, Now, Request};
 use crate::Service;
-use citrine_index::{RecordMeta, Tombstone};
-use citrine_storage::StoreMeta;
+use citrine_index::{RecordMeta, Tombstone, MAX_LAST_UPDATE_MS};
+use citrine_storage::{StoreMeta, MEMORY_BODY_SPARE};
 use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::msg::info2;
@@ -316,7 +316,10 @@ impl ReplicaWrite {
         let digest: [u8; DIGEST_SIZE] = reader.take(DIGEST_SIZE)?.try_into().ok()?;
         let generation = u16::from_be_bytes(reader.take(2)?.try_into().ok()?);
         let void_time = u32::from_be_bytes(reader.take(4)?.try_into().ok()?);
-        let last_update_ms = u64::from_be_bytes(reader.take(8)?.try_into().ok()?);
+        // Held to the index's range, so that every comparison of this copy
+        // with a stored one sees the same value the index would keep.
+        let last_update_ms =
+            u64::from_be_bytes(reader.take(8)?.try_into().ok()?).min(MAX_LAST_UPDATE_MS);
         let set_len = usize::from(reader.u8()?);
         let set_name = reader.take(set_len)?.to_vec();
         let body = match kind {
@@ -689,8 +692,12 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
                 void_time: write.void_time,
                 last_update_ms: write.last_update_ms,
             };
+            // With room for the memory engine's length prefix: kept, not
+            // copied again.
+            let mut stored = Vec::with_capacity(body.len() + MEMORY_BODY_SPARE);
+            stored.extend_from_slice(body);
             let previous =
-                transaction::install(namespace, &mut partition, write.digest, meta, body.clone())?;
+                transaction::install(namespace, &mut partition, write.digest, meta, stored)?;
             drop(partition);
             if let Some(old) = previous {
                 transaction::drop_entry(namespace, old);
@@ -1137,6 +1144,12 @@ mod tests {
             bad_kind[0] = 9;
             assert_eq!(ReplicaWrite::decode(&bad_kind), None);
         }
+        // A last-update time past the index's 48 bits arrives as the
+        // index would hold it, so stored and incoming copies compare alike.
+        let mut late = sample(None);
+        late.last_update_ms = u64::MAX;
+        let decoded = ReplicaWrite::decode(&late.encode()).expect("decodes");
+        assert_eq!(decoded.last_update_ms, MAX_LAST_UPDATE_MS);
     }
 
     #[test]

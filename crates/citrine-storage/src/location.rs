@@ -11,13 +11,13 @@
 //!
 //! Invariants (this module is the only `unsafe` in the crate; each block
 //! relies on them):
-//! - `kind == MEMORY`: `word` is null (an empty body: no allocation) or
+//! - `kind == Kind::Memory`: `word` is null (an empty body: no allocation) or
 //!   points to an allocation of the global allocator with layout
 //!   `body_layout(len)` (made by [`Location::memory`], or a `Vec<u8>`'s
 //!   taken over by [`Location::memory_from_vec`]), whose first 4 bytes hold
 //!   `len` (native endian, unaligned) and whose next `len` bytes are the
 //!   body; this location is its only owner and frees it on drop.
-//! - `kind == DEVICE`: `word` is the address's bits as a pointer without
+//! - `kind == Kind::Device`: `word` is the address's bits as a pointer without
 //!   provenance; it is never dereferenced or freed.
 //! - Nothing else constructs a `Location` (the fields are private), so the
 //!   two cases above are the only ones.
@@ -31,8 +31,13 @@ use std::fmt;
 // A device address (64 bits) is held in a pointer-sized word.
 const _: () = assert!(usize::BITS == 64, "Location needs 64-bit pointers");
 
-const MEMORY: u8 = 0;
-const DEVICE: u8 = 1;
+/// What a location's word is.
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Memory,
+    Device,
+}
 
 /// Bytes of the length prefix of an in-memory body's allocation: the spare
 /// capacity a body's `Vec` needs for [`Location::memory_from_vec`] to keep
@@ -45,7 +50,7 @@ const PREFIX: usize = MEMORY_BODY_SPARE;
 #[repr(C, packed)]
 pub struct Location {
     word: *mut u8,
-    kind: u8,
+    kind: Kind,
 }
 
 // SAFETY: a Location owns its allocation exclusively (like a Box<[u8]>)
@@ -96,7 +101,10 @@ impl Location {
             word.cast::<u32>().write_unaligned(len);
             std::ptr::copy_nonoverlapping(body.as_ptr(), word.add(PREFIX), body.len());
         }
-        Some(Location { word, kind: MEMORY })
+        Some(Location {
+            word,
+            kind: Kind::Memory,
+        })
     }
 
     /// An in-memory body holding `body`. When the vector has exactly
@@ -126,14 +134,17 @@ impl Location {
         // from the global allocator, and its first PREFIX bytes now hold
         // `len`. Ownership passes to the location (the vector is never
         // dropped).
-        Some(Location { word, kind: MEMORY })
+        Some(Location {
+            word,
+            kind: Kind::Memory,
+        })
     }
 
     /// A record on a device.
     pub fn device(address: DeviceAddress) -> Location {
         Location {
             word: std::ptr::without_provenance_mut(address.0 as usize),
-            kind: DEVICE,
+            kind: Kind::Device,
         }
     }
 
@@ -142,10 +153,9 @@ impl Location {
     pub fn get(&self) -> Stored<'_> {
         // Copies out of the packed struct (no reference to a field).
         let (word, kind) = (self.word, self.kind);
-        if kind == DEVICE {
+        if kind == Kind::Device {
             return Stored::Device(DeviceAddress(word.addr() as u64));
         }
-        debug_assert_eq!(kind, MEMORY);
         if word.is_null() {
             return Stored::Memory(&[]);
         }
@@ -174,7 +184,7 @@ impl Location {
     #[inline]
     pub fn memory_address(&self) -> Option<usize> {
         let (word, kind) = (self.word, self.kind);
-        (kind == MEMORY && !word.is_null()).then(|| word.addr())
+        (kind == Kind::Memory && !word.is_null()).then(|| word.addr())
     }
 
     /// The stored size of the body, in bytes (for a device record: the
@@ -193,7 +203,7 @@ impl Default for Location {
     fn default() -> Location {
         Location {
             word: std::ptr::null_mut(),
-            kind: MEMORY,
+            kind: Kind::Memory,
         }
     }
 }
@@ -201,7 +211,7 @@ impl Default for Location {
 impl Drop for Location {
     fn drop(&mut self) {
         let (word, kind) = (self.word, self.kind);
-        if kind != MEMORY || word.is_null() {
+        if kind != Kind::Memory || word.is_null() {
             return;
         }
         // SAFETY: by the module's invariant `word` is this location's own
@@ -210,7 +220,9 @@ impl Drop for Location {
         // freed once, here.
         unsafe {
             let len = word.cast::<u32>().read_unaligned() as usize;
-            if let Some(layout) = body_layout(len) {
+            let layout = body_layout(len);
+            debug_assert!(layout.is_some(), "a stored body's length has a layout");
+            if let Some(layout) = layout {
                 std::alloc::dealloc(word, layout);
             }
         }

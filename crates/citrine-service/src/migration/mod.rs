@@ -1015,7 +1015,8 @@ impl Service {
                 let digest: [u8; DIGEST_SIZE] = entry[..DIGEST_SIZE].try_into().ok()?;
                 let generation =
                     u16::from_be_bytes(entry[DIGEST_SIZE..DIGEST_SIZE + 2].try_into().ok()?);
-                let lut = u64::from_be_bytes(entry[DIGEST_SIZE + 2..].try_into().ok()?);
+                let lut = u64::from_be_bytes(entry[DIGEST_SIZE + 2..].try_into().ok()?)
+                    .min(citrine_index::MAX_LAST_UPDATE_MS);
                 Some((digest, (generation, lut)))
             })
             .collect();
