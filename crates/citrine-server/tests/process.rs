@@ -527,14 +527,7 @@ fn receives_pause_at_the_read_ahead_while_replies_back_up() {
     }
     // Service threads report at the end of their 100-ms balance window.
     std::thread::sleep(Duration::from_millis(400));
-    let stats = info(&mut stream, &["statistics"]);
-    let pauses: u64 = stats[0]
-        .1
-        .split(';')
-        .find_map(|pair| pair.strip_prefix("client_read_ahead_pauses="))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let pauses = statistic(&mut stream, "client_read_ahead_pauses");
     eprintln!("{pauses} read-ahead pauses over {service_io}");
     // Where io_uring may be missing (`auto` fell back to epoll, which reads
     // only when a frame needs bytes) there is nothing to pause.
@@ -623,14 +616,7 @@ fn connections_move_with(service_io: &str) {
         total += thread.join().unwrap();
     }
     let mut stream = connect(server.port);
-    let stats = info(&mut stream, &["statistics"]);
-    let moved: u64 = stats[0]
-        .1
-        .split(';')
-        .find_map(|pair| pair.strip_prefix("client_connections_moved="))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let moved = statistic(&mut stream, "client_connections_moved");
     eprintln!("{total} increment+read pairs, {moved} connection moves");
     assert!(moved > 0, "no connection moved between service threads");
     assert_eq!(info(&mut stream, &["status"])[0].1, "ok");

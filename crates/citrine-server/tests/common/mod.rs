@@ -144,6 +144,18 @@ pub fn info(stream: &mut TcpStream, commands: &[&str]) -> Vec<(String, String)> 
     citrine_wire::info::parse_response(&body)
 }
 
+/// One counter of the node's `statistics` answer.
+pub fn statistic(stream: &mut TcpStream, name: &str) -> u64 {
+    let stats = info(stream, &["statistics"]);
+    let prefix = format!("{name}=");
+    let value = stats[0]
+        .1
+        .split(';')
+        .find_map(|pair| pair.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no statistic {name}"));
+    value.parse().unwrap_or_else(|_| panic!("{name}={value}"))
+}
+
 /// Builds a single-record request on namespace `namespace`, set "demo".
 pub fn record_request(
     namespace: &str,
