@@ -117,7 +117,8 @@ impl Location {
         if body.is_empty() || body.capacity() != body.len() + PREFIX {
             return Location::memory(&body);
         }
-        body_layout(body.len())?;
+        // A u32 length plus the prefix always has a layout on 64 bits.
+        debug_assert!(body_layout(body.len()).is_some());
         let end = body.len();
         body.resize(end + PREFIX, 0);
         body.copy_within(0..end, PREFIX);

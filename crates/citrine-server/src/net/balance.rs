@@ -81,8 +81,10 @@ pub const SPILL_QUIET_WINDOWS: u32 = 600;
 /// When a thread may spill: after enough hot windows in a row, and after
 /// more of them when its spills keep being undone.
 ///
-/// A spill is undone when connections move back to the thread (another
-/// thread merged into it) before it spills again. Each spill that follows
+/// A spill is undone when connections move back to the thread before it
+/// spills again: another thread merged into it, or (counted alike, since
+/// connections going back and forth is what the back-off damps) another
+/// thread spilled onto it. Each spill that follows
 /// an undone one, within [`SPILL_QUIET_WINDOWS`] of the last, doubles the
 /// hot windows the next spill needs, up to [`MAX_SPILL_AFTER_WINDOWS`]; a
 /// spill that was not undone, or a quiet minute, resets it. A surge that
@@ -132,7 +134,8 @@ impl SpillGate {
         self.hot_windows >= self.spill_after
     }
 
-    /// Records connections moved to this thread from another.
+    /// Records connections moved to this thread from another (by a merge
+    /// or a spill: the arrival does not say which).
     pub fn took_back(&mut self) {
         if self.since_spill != u32::MAX {
             self.undone = true;

@@ -201,14 +201,19 @@ impl UringSocket {
         }
     }
 
-    /// Asks the kernel to stop the receive in flight (once).
-    fn cancel_recv(&mut self, ring: &mut Ring) {
+    /// Asks the kernel to stop the receive in flight (once); true when
+    /// this call queued the cancel.
+    fn cancel_recv(&mut self, ring: &mut Ring) -> bool {
         if let (Some(op), false) = (self.recv, self.cancelling) {
             match ring.cancel(op) {
-                Ok(()) => self.cancelling = true,
+                Ok(()) => {
+                    self.cancelling = true;
+                    return true;
+                }
                 Err(error) => tracing::warn!("cannot cancel a receive: {error}"),
             }
         }
+        false
     }
 
     /// The receive in flight has ended.
@@ -349,7 +354,7 @@ impl Backend for Uring {
     }
 
     fn quiesce(&mut self, socket: &mut UringSocket) {
-        socket.cancel_recv(&mut self.ring);
+        let _ = socket.cancel_recv(&mut self.ring);
     }
 
     fn quiet(&self, socket: &UringSocket) -> bool {
@@ -436,8 +441,12 @@ fn apply(
                             socket.failed = true;
                         }
                     }
-                    if socket.recv.is_some() && !conn.wants_input(READ_AHEAD_BYTES) {
-                        socket.cancel_recv(ring);
+                    // Counted once per cancel, not per completion that
+                    // arrives before the cancel takes effect.
+                    if socket.recv.is_some()
+                        && !conn.wants_input(READ_AHEAD_BYTES)
+                        && socket.cancel_recv(ring)
+                    {
                         paused = 1;
                     }
                 }
