@@ -69,12 +69,6 @@ def test_operate_ordered_reads_see_earlier_writes(client, key):
 
 
 @pytest.mark.cdt
-@pytest.mark.xfail(
-    strict=True,
-    raises=aerospike.exception.UnsupportedFeature,
-    reason="CDT (list/map) ops are not implemented yet: the server answers 16. "
-    "Strict: once map ops land this test passes and the marker must go.",
-)
 def test_operate_ordered_respond_all_ops_with_map_op(client, key):
     """The client sets RESPOND_ALL_OPS (info2 0x80) when a map op is present (the
     `respond_all_ops` policy key is ignored by the Python client): then every op yields

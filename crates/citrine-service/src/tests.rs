@@ -427,6 +427,88 @@ fn operate_modifies_and_reads_atomically() {
 }
 
 #[test]
+fn cdt_ops_write_read_and_fail_as_one_transaction() {
+    let (service, _) = service();
+    // [1 (APPEND), 5] and [1, "x"]: the first creates the list bin.
+    let append_5 = b"\x92\x01\x05";
+    let append_x = b"\x92\x01\xa2\x03x";
+    let size = b"\x91\x10"; // [16 (SIZE)]
+    let reply = send(
+        &service,
+        &put(
+            "k",
+            Ops::new()
+                .op(op_type::CDT_MODIFY, 4, "l", append_5)
+                .op(op_type::CDT_MODIFY, 4, "l", append_x)
+                .op(op_type::WRITE, 3, "s", b"text"),
+        ),
+    );
+    assert_eq!(reply.header.result_code, 0);
+    // Each modify answers the list's size.
+    assert_eq!(
+        reply.bins,
+        vec![
+            (b"l".to_vec(), 1, 1i64.to_be_bytes().to_vec()),
+            (b"l".to_vec(), 1, 2i64.to_be_bytes().to_vec())
+        ]
+    );
+    let read = request(
+        "k",
+        MsgHeader {
+            info1: info1::READ,
+            ..MsgHeader::default()
+        },
+        &Ops::new()
+            .op(op_type::CDT_READ, 4, "l", size)
+            .op(op_type::CDT_READ, 4, "missing", size),
+        false,
+    );
+    let reply = send(&service, &read);
+    assert_eq!(reply.header.result_code, 0);
+    assert_eq!(
+        reply.bins,
+        vec![(b"l".to_vec(), 1, 2i64.to_be_bytes().to_vec())]
+    );
+    // The stored bin is the list [5, "x"].
+    let reply = send(&service, &get("k"));
+    assert!(reply
+        .bins
+        .contains(&(b"l".to_vec(), 20, b"\x92\x05\xa2\x03x".to_vec())));
+    // A list op on the string bin fails the whole operate: the append to
+    // "l" before it is not stored, the generation stays.
+    let bad = put(
+        "k",
+        Ops::new().op(op_type::CDT_MODIFY, 4, "l", append_5).op(
+            op_type::CDT_MODIFY,
+            4,
+            "s",
+            append_5,
+        ),
+    );
+    assert_eq!(
+        send(&service, &bad).header.result_code,
+        ResultCode::IncompatibleType.code()
+    );
+    // A modify code under CDT_READ, and a malformed payload, are 4.
+    for (op, payload) in [
+        (op_type::CDT_READ, &append_5[..]),
+        (op_type::CDT_MODIFY, &b"\x92\x01"[..]),
+    ] {
+        let frame = put("k", Ops::new().op(op, 4, "l", payload));
+        assert_eq!(
+            send(&service, &frame).header.result_code,
+            ResultCode::Parameter.code()
+        );
+    }
+    let reply = send(&service, &read);
+    assert_eq!(reply.header.generation, 1);
+    assert_eq!(
+        reply.bins,
+        vec![(b"l".to_vec(), 1, 2i64.to_be_bytes().to_vec())]
+    );
+}
+
+#[test]
 fn respond_all_ops_gives_one_entry_per_op() {
     let (service, _) = service();
     let ops = Ops::new()
@@ -542,7 +624,8 @@ fn errors_use_protocol_codes() {
     );
     let cdt = put(
         "k",
-        Ops::new().op(op_type::CDT_MODIFY, 20, "l", b"\x93\x01\x02\x03"),
+        // The newer SELECT form ([0xfe, [], 0]) is not implemented.
+        Ops::new().op(op_type::CDT_MODIFY, 4, "l", b"\x93\xcc\xfe\x90\x00"),
     );
     assert_eq!(
         send(&service, &cdt).header.result_code,

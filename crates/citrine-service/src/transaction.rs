@@ -273,7 +273,12 @@ fn read(
                     return Err(ResultCode::BinName);
                 }
             }
-            op_type::CDT_READ | op_type::EXP_READ | op_type::BITS_READ | op_type::HLL_READ => {
+            op_type::CDT_READ => {
+                if !valid_bin_name(op.name) {
+                    return Err(ResultCode::BinName);
+                }
+            }
+            op_type::EXP_READ | op_type::BITS_READ | op_type::HLL_READ => {
                 return Err(ResultCode::UnsupportedFeature)
             }
             op_type::WRITE
@@ -319,6 +324,23 @@ fn read(
             return Err(ResultCode::KeyMismatch);
         }
     }
+    // CDT reads are evaluated before the reply starts, so an error leaves
+    // nothing half-written.
+    let mut cdt_results = Vec::new();
+    if !get_all {
+        for op in request.ops.iter() {
+            if op.op_type == op_type::CDT_READ {
+                let bin = view.bin(op.name);
+                let current = bin
+                    .as_ref()
+                    .map(|bin| (bin.particle_type, bin.value.as_ref()));
+                let outcome = citrine_cdt::operate(op.value, current, false)
+                    .map_err(citrine_cdt::CdtError::result_code)?;
+                cdt_results.push(outcome.result);
+            }
+        }
+    }
+    let mut cdt_results = cdt_results.into_iter();
     let reply = MsgHeader {
         generation: u32::from(meta.generation),
         record_ttl: meta.void_time,
@@ -344,6 +366,18 @@ fn read(
                         for bin in view.bins() {
                             writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
                         }
+                    }
+                    continue;
+                }
+                if op.op_type == op_type::CDT_READ {
+                    match cdt_results.next().flatten() {
+                        Some((particle_type, value)) => {
+                            writer.op(op.op_type, particle_type, op.name, &value);
+                        }
+                        None if respond_all => {
+                            writer.op(op.op_type, ParticleType::Null as u8, op.name, &[]);
+                        }
+                        None => {}
                     }
                     continue;
                 }
@@ -551,9 +585,16 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
                     return Err(ResultCode::Parameter);
                 }
             }
-            op_type::CDT_READ
-            | op_type::CDT_MODIFY
-            | op_type::EXP_READ
+            op_type::CDT_READ | op_type::CDT_MODIFY => {
+                if !valid_bin_name(op.name) {
+                    return Err(ResultCode::BinName);
+                }
+                if replaces {
+                    return Err(ResultCode::Parameter);
+                }
+                response_ops += 1;
+            }
+            op_type::EXP_READ
             | op_type::EXP_MODIFY
             | op_type::BITS_READ
             | op_type::BITS_MODIFY
@@ -818,6 +859,36 @@ fn write(
                     record_deleted = true;
                     if respond_all {
                         responses.push(null_entry(&op));
+                    }
+                }
+                op_type::CDT_READ | op_type::CDT_MODIFY => {
+                    let position = find_bin(&bins, op.name);
+                    let current = position.map(|i| (bins[i].particle_type, bins[i].value.as_ref()));
+                    let outcome =
+                        citrine_cdt::operate(op.value, current, op.op_type == op_type::CDT_MODIFY)
+                            .map_err(citrine_cdt::CdtError::result_code)?;
+                    if let Some((particle_type, value)) = outcome.bin {
+                        match position {
+                            Some(index) => {
+                                bins[index].particle_type = particle_type;
+                                bins[index].value = Cow::Owned(value);
+                            }
+                            None => bins.push(Bin {
+                                name: Cow::Borrowed(op.name),
+                                particle_type,
+                                value: Cow::Owned(value),
+                            }),
+                        }
+                    }
+                    match outcome.result {
+                        Some((particle_type, value)) => responses.push(ResponseEntry {
+                            op_type: op.op_type,
+                            name: Cow::Borrowed(op.name),
+                            particle_type,
+                            value: Cow::Owned(value),
+                        }),
+                        None if respond_all => responses.push(null_entry(&op)),
+                        None => {}
                     }
                 }
                 _ => {

@@ -1,0 +1,250 @@
+//! Contexts: `[ctx_type, ctx_value, ...]` pairs that walk from the bin into
+//! a nested list or map before the op applies there (protocol 05 §2.1).
+//!
+//! Each step selects one element of the current collection: a list by
+//! index, rank or value; a map by index, rank, key or value. Negative
+//! indexes and ranks count from the end. A step whose element is missing
+//! fails the op ([`CdtError::ElementNotFound`] for writes; reads answer
+//! nothing) unless the step carries create flags (0x40/0x80/0xc0 in its
+//! type) and the op writes: then an empty collection of the step's kind is
+//! created there (a map step creates a map with the flags' order, a list
+//! step a list), at the map key, or appended at the list's end (an index
+//! past the end is padded with nils only with the "unbounded" flag).
+//!
+//! Invariant: after the op ran inside a step, its parent is put back in
+//! canonical order (an ordered list re-sorted, since its element changed).
+
+use crate::list::sort_items;
+use crate::result::{index_of, order_by_value, resolve_index as resolve};
+use crate::value::{self, List, Map, Value, LIST_ORDERED, MAP_KEY_ORDERED, MAP_VALUE_ORDERED};
+use crate::CdtError;
+use std::cmp::Ordering;
+
+/// Step kinds (base 0x0f plus collection bits 0x30).
+const LIST_INDEX: i64 = 0x10;
+const LIST_RANK: i64 = 0x11;
+const LIST_VALUE: i64 = 0x13;
+const MAP_INDEX: i64 = 0x20;
+const MAP_RANK: i64 = 0x21;
+const MAP_KEY: i64 = 0x22;
+const MAP_VALUE: i64 = 0x23;
+/// Create flags, OR-ed into a step's type.
+const CREATE_MASK: i64 = 0xc0;
+/// Persist-index flag a create may carry (accepted, no effect).
+const CREATE_PERSIST: i64 = 0x100;
+
+/// One parsed step.
+pub(crate) struct Step {
+    kind: i64,
+    create: i64,
+    value: Value,
+}
+
+/// Parses the context list: an even number of items, type then value.
+pub(crate) fn parse(items: Vec<Value>) -> Result<Vec<Step>, CdtError> {
+    if items.is_empty() || !items.len().is_multiple_of(2) {
+        return Err(CdtError::Parameter);
+    }
+    let mut steps = Vec::with_capacity(items.len() / 2);
+    let mut items = items.into_iter();
+    while let (Some(kind), Some(value)) = (items.next(), items.next()) {
+        let raw = kind.as_int().ok_or(CdtError::Parameter)?;
+        if raw & !(0x3f | CREATE_MASK | CREATE_PERSIST) != 0 {
+            // Context by expression and the newer forms.
+            return Err(CdtError::Unsupported);
+        }
+        let base = raw & 0x3f;
+        if !matches!(
+            base,
+            LIST_INDEX | LIST_RANK | LIST_VALUE | MAP_INDEX | MAP_RANK | MAP_KEY | MAP_VALUE
+        ) {
+            return Err(if base == 0x04 {
+                CdtError::Unsupported
+            } else {
+                CdtError::Parameter
+            });
+        }
+        if matches!(base, LIST_INDEX | LIST_RANK | MAP_INDEX | MAP_RANK) && value.as_int().is_none()
+        {
+            return Err(CdtError::Parameter);
+        }
+        steps.push(Step {
+            kind: base,
+            create: raw & CREATE_MASK,
+            value,
+        });
+    }
+    Ok(steps)
+}
+
+/// An op applied where the context leads: the slot in, the result out.
+pub(crate) type SlotOp<'a> = dyn FnMut(&mut Option<Value>) -> Result<Option<Value>, CdtError> + 'a;
+
+/// Runs `op` on the element the steps lead to (the bin itself with no
+/// steps). `slot` is the bin (`None`: absent).
+pub(crate) fn apply(
+    slot: &mut Option<Value>,
+    steps: &[Step],
+    modifies: bool,
+    op: &mut SlotOp<'_>,
+) -> Result<Option<Value>, CdtError> {
+    let Some((step, rest)) = steps.split_first() else {
+        return op(slot);
+    };
+    let Some(current) = slot.as_mut() else {
+        if !modifies {
+            return Ok(None);
+        }
+        if step.create == 0 {
+            return Err(CdtError::ElementNotFound);
+        }
+        // Create the bin itself as the step's collection kind.
+        *slot = Some(if step.kind & 0x20 != 0 {
+            Value::Map(Map::default())
+        } else {
+            Value::List(List::default())
+        });
+        return apply(slot, steps, modifies, op);
+    };
+    let position = match select(current, step)? {
+        Some(position) => position,
+        None if !modifies => return Ok(None),
+        None if step.create == 0 => return Err(CdtError::ElementNotFound),
+        None => create(current, step)?,
+    };
+    let mut child = Some(std::mem::replace(
+        element_mut(current, position),
+        Value::Nil,
+    ));
+    let outcome = apply(&mut child, rest, modifies, op);
+    *element_mut(current, position) = child.unwrap_or(Value::Nil);
+    let result = outcome?;
+    if modifies {
+        if let Value::List(list) = current {
+            if list.is_ordered() {
+                sort_items(&mut list.items);
+            }
+        }
+    }
+    Ok(result)
+}
+
+/// Where an element lives in its parent: a list index or a map entry's
+/// value (by entry position).
+#[derive(Clone, Copy)]
+enum Position {
+    Item(usize),
+    Entry(usize),
+}
+
+fn element_mut(parent: &mut Value, position: Position) -> &mut Value {
+    match (parent, position) {
+        (Value::List(list), Position::Item(i)) => &mut list.items[i],
+        (Value::Map(map), Position::Entry(i)) => &mut map.entries[i].1,
+        _ => unreachable!("positions come from select/create on the same parent"),
+    }
+}
+
+fn select(parent: &Value, step: &Step) -> Result<Option<Position>, CdtError> {
+    Ok(match (parent, step.kind) {
+        (Value::List(list), LIST_INDEX) => {
+            resolve(step.value.as_int().unwrap_or_default(), list.items.len()).map(Position::Item)
+        }
+        (Value::List(list), LIST_RANK) => {
+            let order = order_by_value(list.items.iter());
+            resolve(step.value.as_int().unwrap_or_default(), order.len())
+                .map(|rank| Position::Item(order[rank]))
+        }
+        (Value::List(list), LIST_VALUE) => list
+            .items
+            .iter()
+            .position(|item| value::compare(item, &step.value) == Ordering::Equal)
+            .map(Position::Item),
+        (Value::Map(map), MAP_INDEX) => {
+            let order = key_order(map);
+            resolve(step.value.as_int().unwrap_or_default(), order.len())
+                .map(|i| Position::Entry(order[i]))
+        }
+        (Value::Map(map), MAP_RANK) => {
+            let order = order_by_value(map.entries.iter().map(|(_, v)| v));
+            resolve(step.value.as_int().unwrap_or_default(), order.len())
+                .map(|rank| Position::Entry(order[rank]))
+        }
+        (Value::Map(map), MAP_KEY) => index_of(map, &step.value).map(Position::Entry),
+        (Value::Map(map), MAP_VALUE) => map
+            .entries
+            .iter()
+            .position(|(_, v)| value::compare(v, &step.value) == Ordering::Equal)
+            .map(Position::Entry),
+        _ => return Err(CdtError::IncompatibleType),
+    })
+}
+
+/// Entry positions of a map in key order (stored order when key-ordered).
+fn key_order(map: &Map) -> Vec<usize> {
+    if map.is_key_ordered() {
+        return (0..map.entries.len()).collect();
+    }
+    order_by_value(map.entries.iter().map(|(k, _)| k))
+}
+
+/// The empty collection a create step makes.
+fn new_collection(step: &Step) -> Value {
+    if step.kind & 0x20 != 0 {
+        let flags = match step.create {
+            0x80 => MAP_KEY_ORDERED,
+            0xc0 => MAP_KEY_ORDERED | MAP_VALUE_ORDERED,
+            _ => 0,
+        };
+        Value::Map(Map {
+            flags,
+            entries: Vec::new(),
+        })
+    } else {
+        let flags = if step.create == 0xc0 { LIST_ORDERED } else { 0 };
+        Value::List(List {
+            flags,
+            items: Vec::new(),
+        })
+    }
+}
+
+fn create(parent: &mut Value, step: &Step) -> Result<Position, CdtError> {
+    let fresh = new_collection(step);
+    match (parent, step.kind) {
+        (Value::Map(map), MAP_KEY) => {
+            let at = if map.is_key_ordered() {
+                map.entries
+                    .iter()
+                    .position(|(k, _)| value::compare(k, &step.value) == Ordering::Greater)
+                    .unwrap_or(map.entries.len())
+            } else {
+                map.entries.len()
+            };
+            map.entries.insert(at, (step.value.clone(), fresh));
+            Ok(Position::Entry(at))
+        }
+        (Value::List(list), LIST_INDEX) => {
+            if list.is_ordered() {
+                return Err(CdtError::OpNotApplicable);
+            }
+            let index = step.value.as_int().unwrap_or_default();
+            let len = list.items.len();
+            let target = if index < 0 {
+                return Err(CdtError::OpNotApplicable);
+            } else {
+                usize::try_from(index).map_err(|_| CdtError::Parameter)?
+            };
+            if target > len {
+                // Only the "unbounded" create pads with nils.
+                if step.create != 0x80 {
+                    return Err(CdtError::OpNotApplicable);
+                }
+                list.items.resize(target, Value::Nil);
+            }
+            list.items.insert(target, fresh);
+            Ok(Position::Item(target))
+        }
+        _ => Err(CdtError::OpNotApplicable),
+    }
+}

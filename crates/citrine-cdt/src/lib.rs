@@ -1,0 +1,209 @@
+//! Collection data types (001 §2.1's "complex data types"): list and map
+//! bins and the CDT operations on them (op types `CDT_READ` 3 and
+//! `CDT_MODIFY` 4; payloads as in protocol 05 §2).
+//!
+//! This crate is pure: bytes in, bytes out, no I/O and no locks. The
+//! transaction service hands [`operate`] one op's payload and the bin it
+//! names; it answers with the bin's new value (when the op changed it) and
+//! the op's result, or a [`CdtError`] that maps to a result code.
+//!
+//! Layout: [`value`] (the msgpack dialect, the value model and the
+//! reference order), `context` (walking `[0xff, [ctx...], op]` into nested
+//! collections, creating them on request), `result` (return types shared by
+//! the by-index/rank/value/key selectors), `list` (op codes below 64) and
+//! `map` (64..128).
+//!
+//! Invariants: [`operate`] never panics on any input; an error leaves the
+//! bin unchanged (the caller drops the whole transaction); a value written
+//! back is canonical (ordered lists sorted, key-ordered maps sorted by key
+//! with unique keys, smallest msgpack forms).
+
+pub mod value;
+
+mod context;
+mod list;
+mod map;
+mod result;
+
+use citrine_types::{ParticleType, ResultCode};
+pub use value::Value;
+
+/// Why a CDT op failed. Each maps to the reference server's result code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CdtError {
+    /// Malformed payload, unknown op code, argument of the wrong kind,
+    /// index out of range where the op requires it (4).
+    Parameter,
+    /// The bin or context element is not a collection of the op's kind (12).
+    IncompatibleType,
+    /// An update-only write found no such element (23).
+    ElementNotFound,
+    /// A create-only write found the element (24).
+    ElementExists,
+    /// The op cannot apply to the value it found (26).
+    OpNotApplicable,
+    /// A form this server does not implement yet (16).
+    Unsupported,
+}
+
+impl CdtError {
+    /// The wire result code.
+    pub fn result_code(self) -> ResultCode {
+        match self {
+            CdtError::Parameter => ResultCode::Parameter,
+            CdtError::IncompatibleType => ResultCode::IncompatibleType,
+            CdtError::ElementNotFound => ResultCode::ElementNotFound,
+            CdtError::ElementExists => ResultCode::ElementExists,
+            CdtError::OpNotApplicable => ResultCode::OpNotApplicable,
+            CdtError::Unsupported => ResultCode::UnsupportedFeature,
+        }
+    }
+}
+
+/// What one CDT op did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The bin's new value (particle type, bytes) when the op changed it.
+    pub bin: Option<(u8, Vec<u8>)>,
+    /// The op's result as a particle (type, bytes), when it has one.
+    pub result: Option<(u8, Vec<u8>)>,
+}
+
+/// Op code that announces a context: `[0xff, [ctx...], [op...]]`.
+const CONTEXT_EVAL: i64 = 0xff;
+/// Op code of the newer SELECT form (not implemented).
+const SELECT: i64 = 0xfe;
+/// List op codes are below this; map op codes from here to 127.
+const MAP_CODES: i64 = 64;
+
+/// Applies one CDT op. `payload` is the op's value (msgpack); `bin` is the
+/// named bin's particle type and bytes when the record has it; `modify` is
+/// whether the op came as `CDT_MODIFY` (a modifying op code under
+/// `CDT_READ` is refused).
+pub fn operate(
+    payload: &[u8],
+    bin: Option<(u8, &[u8])>,
+    modify: bool,
+) -> Result<Outcome, CdtError> {
+    let request = value::decode(payload).map_err(|_| CdtError::Parameter)?;
+    let Value::List(request) = request else {
+        return Err(CdtError::Parameter);
+    };
+    let mut items = request.items;
+    let (ctx, op) = match items.first().and_then(Value::as_int) {
+        Some(CONTEXT_EVAL) => {
+            if items.len() != 3 {
+                return Err(CdtError::Parameter);
+            }
+            let op = items.pop().ok_or(CdtError::Parameter)?;
+            let ctx = items.pop().ok_or(CdtError::Parameter)?;
+            let (Value::List(ctx), Value::List(op)) = (ctx, op) else {
+                return Err(CdtError::Parameter);
+            };
+            (context::parse(ctx.items)?, op.items)
+        }
+        Some(SELECT) => return Err(CdtError::Unsupported),
+        Some(_) => (Vec::new(), items),
+        None => return Err(CdtError::Parameter),
+    };
+    let code = op
+        .first()
+        .and_then(Value::as_int)
+        .ok_or(CdtError::Parameter)?;
+    let args = &op[1..];
+    let kind = if (0..MAP_CODES).contains(&code) {
+        Kind::List
+    } else if (MAP_CODES..128).contains(&code) {
+        Kind::Map
+    } else {
+        return Err(CdtError::Parameter);
+    };
+    let modifies = match kind {
+        Kind::List => list::is_modify(code),
+        Kind::Map => map::is_modify(code),
+    }
+    .ok_or(CdtError::Parameter)?;
+    if modifies && !modify {
+        return Err(CdtError::Parameter);
+    }
+
+    let mut root = match bin {
+        None => None,
+        Some((particle, bytes))
+            if particle == ParticleType::List as u8 || particle == ParticleType::Map as u8 =>
+        {
+            Some(value::decode(bytes).map_err(|_| CdtError::Parameter)?)
+        }
+        Some(_) => return Err(CdtError::IncompatibleType),
+    };
+    if !modifies && root.is_none() {
+        // A read of a missing bin answers nothing (02 §8).
+        return Ok(Outcome::default());
+    }
+    let before = if modifies { root.clone() } else { None };
+    let result = context::apply(&mut root, &ctx, modifies, &mut |slot| match kind {
+        Kind::List => list::apply(code, args, slot),
+        Kind::Map => map::apply(code, args, slot),
+    })?;
+    let bin = match (&root, modifies) {
+        (Some(after), true) if before.as_ref().is_none_or(|b| !identical(b, after)) => {
+            let particle = match after {
+                Value::List(_) => ParticleType::List,
+                Value::Map(_) => ParticleType::Map,
+                _ => return Err(CdtError::IncompatibleType),
+            };
+            Some((particle as u8, value::to_bytes(after)))
+        }
+        _ => None,
+    };
+    Ok(Outcome {
+        bin,
+        result: result.map(|value| to_particle(&value)),
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    List,
+    Map,
+}
+
+/// Byte-for-byte equality (the order's equality treats 1 and 1.0 apart but
+/// wildcards as equal; this is for "did the op change the bin").
+fn identical(a: &Value, b: &Value) -> bool {
+    value::to_bytes(a) == value::to_bytes(b)
+}
+
+/// A result value as the particle a reply op carries (02 §8).
+pub fn to_particle(value: &Value) -> (u8, Vec<u8>) {
+    match value {
+        Value::Nil | Value::Wildcard | Value::Infinity => (ParticleType::Null as u8, Vec::new()),
+        Value::Bool(b) => (ParticleType::Bool as u8, vec![u8::from(*b)]),
+        Value::Int(i) => (ParticleType::Integer as u8, i.to_be_bytes().to_vec()),
+        Value::UInt(u) => (ParticleType::Integer as u8, u.to_be_bytes().to_vec()),
+        Value::Double(d) => (
+            ParticleType::Float as u8,
+            d.to_bits().to_be_bytes().to_vec(),
+        ),
+        Value::Str(s) => (ParticleType::String as u8, s.clone()),
+        Value::Geo(g) => (ParticleType::GeoJson as u8, g.clone()),
+        Value::Blob(0, b) => (ParticleType::Blob as u8, b.clone()),
+        Value::Blob(subtype, b) => (*subtype, b.clone()),
+        Value::List(_) | Value::Ext(..) => (ParticleType::List as u8, value::to_bytes(value)),
+        Value::Map(_) => (ParticleType::Map as u8, value::to_bytes(value)),
+    }
+}
+
+/// Converts a bin's particle into a value (for writing whole collections
+/// and for tests): lists and maps decode, scalars wrap.
+pub fn from_particle(particle: u8, bytes: &[u8]) -> Result<Value, CdtError> {
+    match ParticleType::from_u8(particle) {
+        Some(ParticleType::List | ParticleType::Map) => {
+            value::decode(bytes).map_err(|_| CdtError::Parameter)
+        }
+        _ => Err(CdtError::IncompatibleType),
+    }
+}
+
+#[cfg(test)]
+mod tests;

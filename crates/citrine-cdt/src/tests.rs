@@ -1,0 +1,276 @@
+//! Tests of `operate` end to end: payload bytes in, the bin and the result
+//! particle out, with contexts, creation, wrong types and malformed input.
+
+use crate::value::{self, List, Map, Value};
+use crate::{operate, CdtError};
+use citrine_types::ParticleType;
+
+const LIST: u8 = ParticleType::List as u8;
+const MAP: u8 = ParticleType::Map as u8;
+
+fn list(items: Vec<Value>) -> Value {
+    Value::List(List { flags: 0, items })
+}
+
+fn map(entries: Vec<(Value, Value)>) -> Value {
+    Value::Map(Map { flags: 0, entries })
+}
+
+fn ints(items: &[i64]) -> Value {
+    list(items.iter().map(|&i| Value::Int(i)).collect())
+}
+
+/// Encodes an op: `[code, args...]`, or with a context `[0xff, ctx, op]`.
+fn payload(ctx: Option<Vec<Value>>, code: i64, args: Vec<Value>) -> Vec<u8> {
+    let mut op = vec![Value::Int(code)];
+    op.extend(args);
+    let request = match ctx {
+        None => list(op),
+        Some(ctx) => list(vec![Value::Int(0xff), list(ctx), list(op)]),
+    };
+    value::to_bytes(&request)
+}
+
+/// A result particle: type and bytes.
+type Particle = (u8, Vec<u8>);
+
+fn run(
+    bin: Option<&Value>,
+    payload: &[u8],
+    modify: bool,
+) -> Result<(Option<Value>, Option<Particle>), CdtError> {
+    let encoded = bin.map(|v| {
+        let particle = if matches!(v, Value::Map(_)) {
+            MAP
+        } else {
+            LIST
+        };
+        (particle, value::to_bytes(v))
+    });
+    let outcome = operate(
+        payload,
+        encoded.as_ref().map(|(p, b)| (*p, b.as_slice())),
+        modify,
+    )?;
+    let new_bin = outcome
+        .bin
+        .map(|(_, bytes)| value::decode(&bytes).expect("the new bin decodes"));
+    Ok((new_bin, outcome.result))
+}
+
+fn int_result(result: Option<Particle>) -> i64 {
+    let (particle, bytes) = result.expect("a result");
+    assert_eq!(particle, ParticleType::Integer as u8);
+    i64::from_be_bytes(bytes.try_into().expect("8 bytes"))
+}
+
+// List op codes used here (05 §2.3) and map op codes (§2.4).
+const LIST_APPEND: i64 = 1;
+const LIST_SIZE: i64 = 16;
+const MAP_PUT: i64 = 67;
+const MAP_SIZE: i64 = 96;
+const MAP_GET_BY_KEY: i64 = 97;
+const RETURN_VALUE: i64 = 7;
+const CTX_LIST_INDEX: i64 = 0x10;
+const CTX_MAP_KEY: i64 = 0x22;
+const CREATE_KEY_ORDERED_MAP: i64 = 0x80;
+
+#[test]
+fn append_creates_a_list_and_answers_its_size() {
+    let (bin, result) =
+        run(None, &payload(None, LIST_APPEND, vec![Value::Int(5)]), true).expect("appends");
+    assert_eq!(int_result(result), 1);
+    assert_eq!(
+        value::to_bytes(&bin.expect("a new bin")),
+        value::to_bytes(&ints(&[5]))
+    );
+}
+
+#[test]
+fn a_read_changes_nothing_and_a_read_of_a_missing_bin_answers_nothing() {
+    let current = ints(&[1, 2, 3]);
+    let (bin, result) =
+        run(Some(&current), &payload(None, LIST_SIZE, vec![]), false).expect("reads");
+    assert!(bin.is_none());
+    assert_eq!(int_result(result), 3);
+    let (bin, result) = run(None, &payload(None, LIST_SIZE, vec![]), false).expect("reads");
+    assert!(bin.is_none() && result.is_none());
+}
+
+#[test]
+fn a_modify_code_under_cdt_read_is_refused() {
+    let current = ints(&[1]);
+    assert_eq!(
+        run(
+            Some(&current),
+            &payload(None, LIST_APPEND, vec![Value::Int(2)]),
+            false
+        )
+        .err(),
+        Some(CdtError::Parameter)
+    );
+}
+
+#[test]
+fn list_ops_on_a_map_and_map_ops_on_a_list_are_incompatible() {
+    let m = map(vec![(Value::str("a"), Value::Int(1))]);
+    assert_eq!(
+        run(Some(&m), &payload(None, LIST_SIZE, vec![]), false).err(),
+        Some(CdtError::IncompatibleType)
+    );
+    let l = ints(&[1]);
+    assert_eq!(
+        run(Some(&l), &payload(None, MAP_SIZE, vec![]), false).err(),
+        Some(CdtError::IncompatibleType)
+    );
+    // A scalar bin is no collection at all.
+    let outcome = operate(
+        &payload(None, LIST_SIZE, vec![]),
+        Some((ParticleType::Integer as u8, &[0; 8])),
+        false,
+    );
+    assert_eq!(outcome.err(), Some(CdtError::IncompatibleType));
+}
+
+#[test]
+fn a_context_walks_into_nested_collections() {
+    // {"a": [[1], [2, 3]]}: append 4 to the last inner list.
+    let current = map(vec![(
+        Value::str("a"),
+        list(vec![ints(&[1]), ints(&[2, 3])]),
+    )]);
+    let ctx = vec![
+        Value::Int(CTX_MAP_KEY),
+        Value::str("a"),
+        Value::Int(CTX_LIST_INDEX),
+        Value::Int(-1),
+    ];
+    let (bin, result) = run(
+        Some(&current),
+        &payload(Some(ctx), LIST_APPEND, vec![Value::Int(4)]),
+        true,
+    )
+    .expect("appends");
+    assert_eq!(int_result(result), 3);
+    let expected = map(vec![(
+        Value::str("a"),
+        list(vec![ints(&[1]), ints(&[2, 3, 4])]),
+    )]);
+    assert_eq!(
+        value::to_bytes(&bin.expect("changed")),
+        value::to_bytes(&expected)
+    );
+}
+
+#[test]
+fn a_missing_context_element_fails_a_write_and_answers_nothing_to_a_read() {
+    let current = map(vec![]);
+    let ctx = vec![Value::Int(CTX_MAP_KEY), Value::str("nope")];
+    assert_eq!(
+        run(
+            Some(&current),
+            &payload(
+                Some(ctx.clone()),
+                MAP_PUT,
+                vec![Value::Int(1), Value::Int(2)]
+            ),
+            true
+        )
+        .err(),
+        Some(CdtError::ElementNotFound)
+    );
+    let (bin, result) =
+        run(Some(&current), &payload(Some(ctx), MAP_SIZE, vec![]), false).expect("reads");
+    assert!(bin.is_none() && result.is_none());
+}
+
+#[test]
+fn a_create_context_makes_the_missing_map() {
+    let current = map(vec![]);
+    let ctx = vec![
+        Value::Int(CTX_MAP_KEY | CREATE_KEY_ORDERED_MAP),
+        Value::str("new"),
+    ];
+    let (bin, result) = run(
+        Some(&current),
+        &payload(Some(ctx), MAP_PUT, vec![Value::str("k"), Value::Int(7)]),
+        true,
+    )
+    .expect("puts");
+    assert_eq!(int_result(result), 1);
+    let Some(Value::Map(outer)) = bin else {
+        panic!("a map")
+    };
+    let (key, Value::Map(inner)) = &outer.entries[0] else {
+        panic!("a nested map")
+    };
+    assert_eq!(key, &Value::str("new"));
+    assert!(inner.is_key_ordered());
+    assert_eq!(inner.entries, vec![(Value::str("k"), Value::Int(7))]);
+}
+
+#[test]
+fn results_come_back_as_particles() {
+    let current = map(vec![
+        (Value::str("s"), Value::str("text")),
+        (Value::str("l"), ints(&[1, 2])),
+    ]);
+    let get = |key: &str| {
+        run(
+            Some(&current),
+            &payload(
+                None,
+                MAP_GET_BY_KEY,
+                vec![Value::Int(RETURN_VALUE), Value::str(key)],
+            ),
+            false,
+        )
+        .expect("reads")
+        .1
+        .expect("a result")
+    };
+    assert_eq!(get("s"), (ParticleType::String as u8, b"text".to_vec()));
+    assert_eq!(get("l"), (LIST, value::to_bytes(&ints(&[1, 2]))));
+}
+
+#[test]
+fn malformed_payloads_are_parameter_errors_never_panics() {
+    let current = ints(&[1, 2, 3]);
+    let bin = value::to_bytes(&current);
+    let cases: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0xc1],
+        vec![0x01],
+        vec![0x90],
+        vec![0x91, 0xa1, 0x03],
+        vec![0x93, 0xcc, 0xff, 0x90, 0x91, 0x10],
+        vec![0x93, 0xcc, 0xff, 0x92, 0x10, 0xa1, 0x03, 0x91, 0x10],
+        vec![0x91, 0xcc, 0x80],
+        vec![0x92, 0x01, 0xdd, 0xff, 0xff, 0xff, 0xff],
+    ];
+    for case in cases {
+        let outcome = operate(&case, Some((LIST, &bin)), true);
+        assert!(outcome.is_err(), "{case:x?}");
+    }
+    // Every prefix of a valid op, under both op types, fails cleanly.
+    let valid = payload(
+        Some(vec![Value::Int(CTX_LIST_INDEX), Value::Int(0)]),
+        LIST_APPEND,
+        vec![Value::str("x")],
+    );
+    for end in 0..valid.len() {
+        for modify in [false, true] {
+            let _ = operate(&valid[..end], Some((LIST, &bin)), modify);
+        }
+    }
+}
+
+#[test]
+fn a_corrupt_stored_bin_is_an_error_not_a_panic() {
+    assert!(operate(
+        &payload(None, LIST_SIZE, vec![]),
+        Some((LIST, &[0x93, 0x01])),
+        false
+    )
+    .is_err());
+}

@@ -1,0 +1,771 @@
+//! The value model of list and map bins, and its codec: Aerospike's msgpack
+//! dialect (protocol 05 §1) to [`Value`] and back, and the total order the
+//! reference server sorts and compares elements by.
+//!
+//! Dialect: strings are msgpack `str` whose first byte is the particle type
+//! 3 (blobs: 4 or another blob subtype; GeoJSON: 23); an ordered list or
+//! map carries its flags in a zero-length ext (`0xc7 0x00 flags`) as its
+//! first element (a map: as the first key, with a nil value). The wildcard
+//! and infinity helpers of range arguments are `fixext1` of type 0xff.
+//!
+//! Order (the reference's msgpack compare): nil < false < true < negative
+//! integers < non-negative integers < strings < lists < maps < bytes <
+//! doubles < GeoJSON < other ext < wildcard < infinity. Strings and bytes
+//! compare bytewise (particle byte first), then by length; lists element by
+//! element, then the shorter first; maps by entry count first, then entry
+//! by entry in stored order. A wildcard equals anything, and ends the
+//! comparison of the containers it is in.
+//!
+//! Invariants: [`decode`] never panics and refuses trailing bytes, depth
+//! beyond [`MAX_DEPTH`] and counts the input cannot hold; [`encode`] writes
+//! the smallest form of every header and integer, so decoding and encoding
+//! a stored value gives back the same bytes.
+
+use std::cmp::Ordering;
+
+/// Deepest nesting accepted (the reference refuses deeper contexts too).
+pub const MAX_DEPTH: usize = 64;
+
+/// Particle type byte that starts a msgpack string.
+pub const STRING_PREFIX: u8 = 3;
+/// Particle type byte of a plain blob.
+pub const BLOB_PREFIX: u8 = 4;
+/// Particle type byte that starts GeoJSON text.
+pub const GEOJSON_PREFIX: u8 = 23;
+
+/// Ext type of the wildcard / infinity helpers.
+const CMP_EXT_TYPE: u8 = 0xff;
+const CMP_WILDCARD: u8 = 0x00;
+const CMP_INF: u8 = 0x01;
+
+/// List flag: the list is kept sorted.
+pub const LIST_ORDERED: u8 = 0x01;
+/// Map flag: kept sorted by key.
+pub const MAP_KEY_ORDERED: u8 = 0x01;
+/// Map flag: value-ordered as well (only with [`MAP_KEY_ORDERED`]).
+pub const MAP_VALUE_ORDERED: u8 = 0x02;
+/// Map flag of results: an ordered list of pairs, not a lookup map.
+pub const MAP_PRESERVE_ORDER: u8 = 0x08;
+/// Flag: the server keeps an index for the collection (accepted, not used).
+pub const PERSIST_INDEX: u8 = 0x10;
+
+/// A decoded element of a list or map bin, an op argument or a result.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Nil,
+    Bool(bool),
+    /// Any integer that fits `i64`.
+    Int(i64),
+    /// A positive integer above `i64::MAX` (msgpack uint64).
+    UInt(u64),
+    Double(f64),
+    /// UTF-8 text (particle prefix removed).
+    Str(Vec<u8>),
+    /// Bytes with their particle subtype (4, or 7..=12; 0 for an empty or
+    /// plain msgpack `bin`).
+    Blob(u8, Vec<u8>),
+    /// GeoJSON text (prefix removed).
+    Geo(Vec<u8>),
+    List(List),
+    Map(Map),
+    /// An ext other than the collection flags and helpers, kept verbatim.
+    Ext(u8, Vec<u8>),
+    /// Range helper: equal to anything.
+    Wildcard,
+    /// Range helper: greater than anything.
+    Infinity,
+}
+
+/// A list and its flags ([`LIST_ORDERED`], [`PERSIST_INDEX`]).
+#[derive(Clone, Debug, Default)]
+pub struct List {
+    pub flags: u8,
+    pub items: Vec<Value>,
+}
+
+/// A map and its flags ([`MAP_KEY_ORDERED`] ...). Entries are in stored
+/// order: sorted by key when key-ordered, insertion order otherwise.
+#[derive(Clone, Debug, Default)]
+pub struct Map {
+    pub flags: u8,
+    pub entries: Vec<(Value, Value)>,
+}
+
+impl List {
+    /// Whether the list is kept sorted.
+    pub fn is_ordered(&self) -> bool {
+        self.flags & LIST_ORDERED != 0
+    }
+}
+
+impl Map {
+    /// Whether the map is kept sorted by key.
+    pub fn is_key_ordered(&self) -> bool {
+        self.flags & MAP_KEY_ORDERED != 0
+    }
+}
+
+/// Why bytes are not a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The input ends inside a value.
+    Truncated,
+    /// A byte that starts no msgpack value (0xc1), or a malformed ext.
+    Invalid,
+    /// Nesting deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// Bytes after the value.
+    Trailing,
+}
+
+/// Decodes exactly one value filling `bytes`.
+pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
+    let mut reader = Reader { bytes, at: 0 };
+    let value = reader.value(0)?;
+    if reader.at != bytes.len() {
+        return Err(DecodeError::Trailing);
+    }
+    Ok(value)
+}
+
+/// Decodes the first value of `bytes`; returns it and the bytes it used.
+pub fn decode_prefix(bytes: &[u8]) -> Result<(Value, usize), DecodeError> {
+    let mut reader = Reader { bytes, at: 0 };
+    let value = reader.value(0)?;
+    Ok((value, reader.at))
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self.at.checked_add(n).ok_or(DecodeError::Truncated)?;
+        let slice = self.bytes.get(self.at..end).ok_or(DecodeError::Truncated)?;
+        self.at = end;
+        Ok(slice)
+    }
+
+    fn byte(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn uint(&mut self, n: usize) -> Result<u64, DecodeError> {
+        Ok(self
+            .take(n)?
+            .iter()
+            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
+    }
+
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, DecodeError> {
+        if depth > MAX_DEPTH {
+            return Err(DecodeError::TooDeep);
+        }
+        let b = self.byte()?;
+        Ok(match b {
+            0x00..=0x7f => Value::Int(i64::from(b)),
+            0xe0..=0xff => Value::Int(i64::from(b as i8)),
+            0xc0 => Value::Nil,
+            0xc2 => Value::Bool(false),
+            0xc3 => Value::Bool(true),
+            0xcc => Value::Int(self.uint(1)? as i64),
+            0xcd => Value::Int(self.uint(2)? as i64),
+            0xce => Value::Int(self.uint(4)? as i64),
+            0xcf => {
+                let raw = self.uint(8)?;
+                match i64::try_from(raw) {
+                    Ok(small) => Value::Int(small),
+                    Err(_) => Value::UInt(raw),
+                }
+            }
+            0xd0 => Value::Int(i64::from(self.uint(1)? as u8 as i8)),
+            0xd1 => Value::Int(i64::from(self.uint(2)? as u16 as i16)),
+            0xd2 => Value::Int(i64::from(self.uint(4)? as u32 as i32)),
+            0xd3 => Value::Int(self.uint(8)? as i64),
+            0xca => Value::Double(f64::from(f32::from_bits(self.uint(4)? as u32))),
+            0xcb => Value::Double(f64::from_bits(self.uint(8)?)),
+            0xa0..=0xbf => self.text(usize::from(b & 0x1f))?,
+            0xd9 | 0xc4 => {
+                let n = self.uint(1)? as usize;
+                self.bytes_of(b, n)?
+            }
+            0xda | 0xc5 => {
+                let n = self.uint(2)? as usize;
+                self.bytes_of(b, n)?
+            }
+            0xdb | 0xc6 => {
+                let n = self.uint(4)? as usize;
+                self.bytes_of(b, n)?
+            }
+            0x90..=0x9f => self.list(usize::from(b & 0x0f), depth)?,
+            0xdc => {
+                let n = self.uint(2)? as usize;
+                self.list(n, depth)?
+            }
+            0xdd => {
+                let n = self.uint(4)? as usize;
+                self.list(n, depth)?
+            }
+            0x80..=0x8f => self.map(usize::from(b & 0x0f), depth)?,
+            0xde => {
+                let n = self.uint(2)? as usize;
+                self.map(n, depth)?
+            }
+            0xdf => {
+                let n = self.uint(4)? as usize;
+                self.map(n, depth)?
+            }
+            0xd4 => self.ext(1)?,
+            0xd5 => self.ext(2)?,
+            0xd6 => self.ext(4)?,
+            0xd7 => self.ext(8)?,
+            0xd8 => self.ext(16)?,
+            0xc7 => {
+                let n = self.uint(1)? as usize;
+                self.ext(n)?
+            }
+            0xc8 => {
+                let n = self.uint(2)? as usize;
+                self.ext(n)?
+            }
+            0xc9 => {
+                let n = self.uint(4)? as usize;
+                self.ext(n)?
+            }
+            0xc1 => return Err(DecodeError::Invalid),
+        })
+    }
+
+    fn bytes_of(&mut self, header: u8, n: usize) -> Result<Value, DecodeError> {
+        if matches!(header, 0xc4..=0xc6) {
+            // A plain msgpack `bin`: raw bytes with no particle prefix.
+            return Ok(Value::Blob(0, self.take(n)?.to_vec()));
+        }
+        self.text(n)
+    }
+
+    /// A `str`-family payload of `n` bytes: particle prefix, then content.
+    fn text(&mut self, n: usize) -> Result<Value, DecodeError> {
+        let payload = self.take(n)?;
+        Ok(match payload.split_first() {
+            None => Value::Blob(0, Vec::new()),
+            Some((&STRING_PREFIX, rest)) => Value::Str(rest.to_vec()),
+            Some((&GEOJSON_PREFIX, rest)) => Value::Geo(rest.to_vec()),
+            Some((&prefix, rest)) => Value::Blob(prefix, rest.to_vec()),
+        })
+    }
+
+    /// The ext type byte and `n` data bytes.
+    fn ext(&mut self, n: usize) -> Result<Value, DecodeError> {
+        if n == 0 {
+            // Zero-length exts are collection flags, valid only as the
+            // first element (taken by `flags`); anywhere else they would
+            // turn into flags when the element moves first.
+            return Err(DecodeError::Invalid);
+        }
+        let kind = self.byte()?;
+        let data = self.take(n)?;
+        if kind == CMP_EXT_TYPE && n == 1 {
+            match data[0] {
+                CMP_WILDCARD => return Ok(Value::Wildcard),
+                CMP_INF => return Ok(Value::Infinity),
+                _ => {}
+            }
+        }
+        Ok(Value::Ext(kind, data.to_vec()))
+    }
+
+    /// If the next value is a zero-length ext, consumes it: its type byte
+    /// is the collection's flags.
+    fn flags(&mut self) -> Option<u8> {
+        match self.bytes.get(self.at..self.at + 3) {
+            Some([0xc7, 0x00, flags]) => {
+                let flags = *flags;
+                self.at += 3;
+                Some(flags)
+            }
+            _ => None,
+        }
+    }
+
+    fn list(&mut self, mut n: usize, depth: usize) -> Result<Value, DecodeError> {
+        // Every element takes at least one byte.
+        if n > self.remaining() {
+            return Err(DecodeError::Truncated);
+        }
+        let mut flags = 0;
+        if n > 0 {
+            if let Some(f) = self.flags() {
+                flags = f;
+                n -= 1;
+            }
+        }
+        let mut items = Vec::with_capacity(n);
+        for _ in 0..n {
+            items.push(self.value(depth + 1)?);
+        }
+        Ok(Value::List(List { flags, items }))
+    }
+
+    fn map(&mut self, mut n: usize, depth: usize) -> Result<Value, DecodeError> {
+        if n > self.remaining() / 2 {
+            return Err(DecodeError::Truncated);
+        }
+        let mut flags = 0;
+        if n > 0 {
+            if let Some(f) = self.flags() {
+                flags = f;
+                n -= 1;
+                // The flags key's value (nil).
+                self.value(depth + 1)?;
+            }
+        }
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = self.value(depth + 1)?;
+            let value = self.value(depth + 1)?;
+            entries.push((key, value));
+        }
+        Ok(Value::Map(Map { flags, entries }))
+    }
+}
+
+/// Encodes `value` in the dialect, appending to `out`.
+pub fn encode(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Nil => out.push(0xc0),
+        Value::Bool(false) => out.push(0xc2),
+        Value::Bool(true) => out.push(0xc3),
+        Value::Int(i) => encode_int(*i, out),
+        Value::UInt(u) => {
+            out.push(0xcf);
+            out.extend_from_slice(&u.to_be_bytes());
+        }
+        Value::Double(d) => {
+            out.push(0xcb);
+            out.extend_from_slice(&d.to_bits().to_be_bytes());
+        }
+        Value::Str(s) => encode_prefixed(STRING_PREFIX, s, out),
+        Value::Geo(s) => encode_prefixed(GEOJSON_PREFIX, s, out),
+        Value::Blob(0, b) if b.is_empty() => encode_str_header(0, out),
+        Value::Blob(0, b) => {
+            // Plain msgpack bin, as it came.
+            match u32::try_from(b.len()) {
+                Ok(n) if n < 0x100 => out.extend_from_slice(&[0xc4, n as u8]),
+                Ok(n) if n < 0x1_0000 => {
+                    out.push(0xc5);
+                    out.extend_from_slice(&(n as u16).to_be_bytes());
+                }
+                _ => {
+                    out.push(0xc6);
+                    out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+                }
+            }
+            out.extend_from_slice(b);
+        }
+        Value::Blob(prefix, b) => encode_prefixed(*prefix, b, out),
+        Value::List(list) => {
+            let flagged = list.flags != 0;
+            encode_count(0x90, 0xdc, list.items.len() + usize::from(flagged), out);
+            if flagged {
+                out.extend_from_slice(&[0xc7, 0x00, list.flags]);
+            }
+            for item in &list.items {
+                encode(item, out);
+            }
+        }
+        Value::Map(map) => {
+            let flagged = map.flags != 0;
+            encode_count(0x80, 0xde, map.entries.len() + usize::from(flagged), out);
+            if flagged {
+                out.extend_from_slice(&[0xc7, 0x00, map.flags, 0xc0]);
+            }
+            for (key, value) in &map.entries {
+                encode(key, out);
+                encode(value, out);
+            }
+        }
+        Value::Ext(kind, data) => {
+            match data.len() {
+                1 => out.push(0xd4),
+                2 => out.push(0xd5),
+                4 => out.push(0xd6),
+                8 => out.push(0xd7),
+                16 => out.push(0xd8),
+                n if n < 0x100 => out.extend_from_slice(&[0xc7, n as u8]),
+                n if n < 0x1_0000 => {
+                    out.push(0xc8);
+                    out.extend_from_slice(&(n as u16).to_be_bytes());
+                }
+                n => {
+                    out.push(0xc9);
+                    out.extend_from_slice(&(n as u32).to_be_bytes());
+                }
+            }
+            out.push(*kind);
+            out.extend_from_slice(data);
+        }
+        Value::Wildcard => out.extend_from_slice(&[0xd4, CMP_EXT_TYPE, CMP_WILDCARD]),
+        Value::Infinity => out.extend_from_slice(&[0xd4, CMP_EXT_TYPE, CMP_INF]),
+    }
+}
+
+/// Encodes `value` into a new buffer.
+pub fn to_bytes(value: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode(value, &mut out);
+    out
+}
+
+fn encode_int(i: i64, out: &mut Vec<u8>) {
+    if (0..=0x7f).contains(&i) || (-32..0).contains(&i) {
+        out.push(i as u8);
+    } else if i >= 0 {
+        if i <= 0xff {
+            out.extend_from_slice(&[0xcc, i as u8]);
+        } else if i <= 0xffff {
+            out.push(0xcd);
+            out.extend_from_slice(&(i as u16).to_be_bytes());
+        } else if i <= 0xffff_ffff {
+            out.push(0xce);
+            out.extend_from_slice(&(i as u32).to_be_bytes());
+        } else {
+            out.push(0xcf);
+            out.extend_from_slice(&(i as u64).to_be_bytes());
+        }
+    } else if i >= i64::from(i8::MIN) {
+        out.extend_from_slice(&[0xd0, i as i8 as u8]);
+    } else if i >= i64::from(i16::MIN) {
+        out.push(0xd1);
+        out.extend_from_slice(&(i as i16).to_be_bytes());
+    } else if i >= i64::from(i32::MIN) {
+        out.push(0xd2);
+        out.extend_from_slice(&(i as i32).to_be_bytes());
+    } else {
+        out.push(0xd3);
+        out.extend_from_slice(&i.to_be_bytes());
+    }
+}
+
+fn encode_str_header(n: usize, out: &mut Vec<u8>) {
+    if n < 32 {
+        out.push(0xa0 | n as u8);
+    } else if n < 0x100 {
+        out.extend_from_slice(&[0xd9, n as u8]);
+    } else if n < 0x1_0000 {
+        out.push(0xda);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+    } else {
+        out.push(0xdb);
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
+}
+
+fn encode_prefixed(prefix: u8, content: &[u8], out: &mut Vec<u8>) {
+    encode_str_header(content.len() + 1, out);
+    out.push(prefix);
+    out.extend_from_slice(content);
+}
+
+fn encode_count(fix: u8, wide16: u8, n: usize, out: &mut Vec<u8>) {
+    if n < 16 {
+        out.push(fix | n as u8);
+    } else if n < 0x1_0000 {
+        out.push(wide16);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+    } else {
+        out.push(wide16 + 1);
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
+}
+
+/// Rank of a value's type in the reference order.
+fn type_rank(value: &Value) -> u8 {
+    match value {
+        Value::Nil => 1,
+        Value::Bool(false) => 2,
+        Value::Bool(true) => 3,
+        Value::Int(i) if *i < 0 => 4,
+        Value::Int(_) | Value::UInt(_) => 5,
+        Value::Str(_) => 6,
+        Value::List(_) => 7,
+        Value::Map(_) => 8,
+        Value::Blob(..) => 9,
+        Value::Double(_) => 10,
+        Value::Geo(_) => 11,
+        Value::Ext(..) => 12,
+        Value::Wildcard => 13,
+        Value::Infinity => 14,
+    }
+}
+
+/// The result of comparing two values: `None` when a wildcard decided it
+/// (equal, and nothing after it in the enclosing containers counts).
+fn compare_inner(a: &Value, b: &Value) -> (Ordering, bool) {
+    if matches!(a, Value::Wildcard) || matches!(b, Value::Wildcard) {
+        return (Ordering::Equal, true);
+    }
+    let (ra, rb) = (type_rank(a), type_rank(b));
+    if ra != rb {
+        return (ra.cmp(&rb), false);
+    }
+    let ordering = match (a, b) {
+        (Value::Int(x), Value::Int(y)) => x.cmp(y),
+        (Value::Int(_), Value::UInt(_)) => Ordering::Less,
+        (Value::UInt(_), Value::Int(_)) => Ordering::Greater,
+        (Value::UInt(x), Value::UInt(y)) => x.cmp(y),
+        (Value::Double(x), Value::Double(y)) => {
+            // NaN after every number and equal to itself, so sorting sees a
+            // total order (-0.0 and 0.0 stay equal, as in the reference).
+            x.partial_cmp(y)
+                .unwrap_or_else(|| x.is_nan().cmp(&y.is_nan()))
+        }
+        (Value::Str(x), Value::Str(y)) | (Value::Geo(x), Value::Geo(y)) => x.cmp(y),
+        (Value::Blob(px, x), Value::Blob(py, y)) => {
+            // Bytewise over the particle byte and content, as stored.
+            (*px, x.as_slice()).cmp(&(*py, y.as_slice()))
+        }
+        (Value::Ext(kx, x), Value::Ext(ky, y)) => (*kx, x.as_slice()).cmp(&(*ky, y.as_slice())),
+        (Value::List(x), Value::List(y)) => {
+            for (p, q) in x.items.iter().zip(&y.items) {
+                let (ordering, wild) = compare_inner(p, q);
+                if wild {
+                    return (Ordering::Equal, true);
+                }
+                if ordering != Ordering::Equal {
+                    return (ordering, false);
+                }
+            }
+            x.items.len().cmp(&y.items.len())
+        }
+        (Value::Map(x), Value::Map(y)) => {
+            let by_count = x.entries.len().cmp(&y.entries.len());
+            if by_count != Ordering::Equal {
+                return (by_count, false);
+            }
+            for ((kx, vx), (ky, vy)) in x.entries.iter().zip(&y.entries) {
+                for (p, q) in [(kx, ky), (vx, vy)] {
+                    let (ordering, wild) = compare_inner(p, q);
+                    if wild {
+                        return (Ordering::Equal, true);
+                    }
+                    if ordering != Ordering::Equal {
+                        return (ordering, false);
+                    }
+                }
+            }
+            Ordering::Equal
+        }
+        _ => Ordering::Equal,
+    };
+    (ordering, false)
+}
+
+/// Compares two values in the reference order (module doc).
+pub fn compare(a: &Value, b: &Value) -> Ordering {
+    compare_inner(a, b).0
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        compare(self, other) == Ordering::Equal
+    }
+}
+
+impl Value {
+    /// A string value from text.
+    pub fn str(text: &str) -> Value {
+        Value::Str(text.as_bytes().to_vec())
+    }
+
+    /// The integer, if this is one that fits `i64`.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a list or a map.
+    pub fn is_collection(&self) -> bool {
+        matches!(self, Value::List(_) | Value::Map(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(bytes: &[u8]) {
+        let value = decode(bytes).expect("decodes");
+        assert_eq!(to_bytes(&value), bytes, "{value:?}");
+    }
+
+    #[test]
+    fn dialect_round_trips() {
+        round_trip(&[0x93, 0x01, 0x02, 0x03]);
+        round_trip(&[0x92, 0xa2, 0x03, b'x', 0xd0, 0x80]);
+        round_trip(&[0x94, 0xc7, 0x00, 0x01, 0x01, 0x02, 0x03]);
+        round_trip(&[0x82, 0xc7, 0x00, 0x01, 0xc0, 0xa2, 0x03, b'k', 0x05]);
+        round_trip(&[0x81, 0x01, 0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0]);
+        round_trip(&[0x91, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        round_trip(&[0x92, 0xd4, 0xff, 0x00, 0xd4, 0xff, 0x01]);
+        round_trip(&[0x91, 0xc4, 0x02, 0xab, 0xcd]);
+    }
+
+    #[test]
+    fn integers_use_the_smallest_form() {
+        for (i, len) in [
+            (0i64, 1),
+            (127, 1),
+            (-32, 1),
+            (-33, 2),
+            (128, 2),
+            (255, 2),
+            (256, 3),
+            (-129, 3),
+            (65_536, 5),
+            (-40_000, 5),
+            (1 << 40, 9),
+            (i64::MIN, 9),
+        ] {
+            let bytes = to_bytes(&Value::Int(i));
+            assert_eq!(bytes.len(), len, "{i}");
+            assert_eq!(decode(&bytes).expect("decodes").as_int(), Some(i));
+        }
+    }
+
+    #[test]
+    fn malformed_input_is_refused_without_panic() {
+        assert_eq!(decode(&[]), Err(DecodeError::Truncated));
+        assert_eq!(decode(&[0xc1]), Err(DecodeError::Invalid));
+        assert_eq!(decode(&[0x01, 0x02]), Err(DecodeError::Trailing));
+        assert_eq!(
+            decode(&[0xdd, 0xff, 0xff, 0xff, 0xff]),
+            Err(DecodeError::Truncated)
+        );
+        assert_eq!(
+            decode(&[0xdf, 0xff, 0xff, 0xff, 0xff, 0]),
+            Err(DecodeError::Truncated)
+        );
+        assert_eq!(
+            decode(&[0xdb, 0xff, 0xff, 0xff, 0xff]),
+            Err(DecodeError::Truncated)
+        );
+        // A flags ext anywhere but first.
+        assert_eq!(
+            decode(&[0x92, 0x01, 0xc7, 0x00, 0x00]),
+            Err(DecodeError::Invalid)
+        );
+        let deep = vec![0x91; MAX_DEPTH + 2];
+        assert!(decode(&deep).is_err());
+        // Every prefix of a valid value fails cleanly.
+        let valid = [
+            0x82, 0xa2, 0x03, b'k', 0x93, 1, 2, 3, 0x01, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        for end in 0..valid.len() {
+            assert!(decode(&valid[..end]).is_err());
+        }
+        assert!(decode(&valid).is_ok());
+    }
+
+    #[test]
+    fn order_follows_the_reference() {
+        let ascending = [
+            Value::Nil,
+            Value::Bool(false),
+            Value::Bool(true),
+            Value::Int(-5),
+            Value::Int(-1),
+            Value::Int(0),
+            Value::Int(7),
+            Value::UInt(u64::MAX),
+            Value::str("a"),
+            Value::str("ab"),
+            Value::str("b"),
+            Value::List(List {
+                flags: 0,
+                items: vec![Value::Int(1)],
+            }),
+            Value::List(List {
+                flags: 0,
+                items: vec![Value::Int(1), Value::Int(0)],
+            }),
+            Value::List(List {
+                flags: 0,
+                items: vec![Value::Int(2)],
+            }),
+            Value::Map(Map {
+                flags: 0,
+                entries: vec![(Value::Int(9), Value::Int(9))],
+            }),
+            Value::Map(Map {
+                flags: 0,
+                entries: vec![
+                    (Value::Int(1), Value::Int(1)),
+                    (Value::Int(2), Value::Int(2)),
+                ],
+            }),
+            Value::Blob(4, vec![0]),
+            Value::Double(-1.0),
+            Value::Double(2.5),
+            Value::Geo(b"{}".to_vec()),
+            Value::Infinity,
+        ];
+        for (i, a) in ascending.iter().enumerate() {
+            for (j, b) in ascending.iter().enumerate() {
+                assert_eq!(compare(a, b), i.cmp(&j), "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn nan_sorts_after_every_number_without_breaking_the_order() {
+        let mut items: Vec<Value> = (0..200)
+            .map(|i| match i % 3 {
+                0 => Value::Double(f64::NAN),
+                1 => Value::Double(f64::from(i) * -1.5),
+                _ => Value::Double(f64::from(i)),
+            })
+            .collect();
+        items.sort_by(compare);
+        let first_nan = items
+            .iter()
+            .position(|v| matches!(v, Value::Double(d) if d.is_nan()))
+            .expect("NaNs are kept");
+        assert!(items[first_nan..]
+            .iter()
+            .all(|v| matches!(v, Value::Double(d) if d.is_nan())));
+        assert!(items[..first_nan]
+            .windows(2)
+            .all(|w| compare(&w[0], &w[1]) != Ordering::Greater));
+        assert_eq!(
+            compare(&Value::Double(-0.0), &Value::Double(0.0)),
+            Ordering::Equal
+        );
+    }
+
+    #[test]
+    fn wildcard_equals_anything_and_ends_the_comparison() {
+        let pattern = Value::List(List {
+            flags: 0,
+            items: vec![Value::str("a"), Value::Wildcard],
+        });
+        let longer = Value::List(List {
+            flags: 0,
+            items: vec![Value::str("a"), Value::Int(1), Value::Int(2)],
+        });
+        let other = Value::List(List {
+            flags: 0,
+            items: vec![Value::str("b"), Value::Int(1)],
+        });
+        assert_eq!(compare(&pattern, &longer), Ordering::Equal);
+        assert_eq!(compare(&pattern, &other), Ordering::Less);
+    }
+}
