@@ -225,9 +225,6 @@ fn create(parent: &mut Value, step: &Step) -> Result<Position, CdtError> {
             Ok(Position::Entry(at))
         }
         (Value::List(list), LIST_INDEX) => {
-            if list.is_ordered() {
-                return Err(CdtError::OpNotApplicable);
-            }
             let index = step.value.as_int().unwrap_or_default();
             let len = list.items.len();
             let target = if index < 0 {
@@ -235,6 +232,11 @@ fn create(parent: &mut Value, step: &Step) -> Result<Position, CdtError> {
             } else {
                 usize::try_from(index).map_err(|_| CdtError::Parameter)?
             };
+            if list.is_ordered() && target != len {
+                // An ordered list takes a new element only at its end; the
+                // re-sort after the op puts it in its place.
+                return Err(CdtError::OpNotApplicable);
+            }
             if target > len {
                 // Only the "unbounded" create pads with nils.
                 if step.create != 0x80 {

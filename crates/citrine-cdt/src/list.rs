@@ -262,9 +262,12 @@ fn int_arg(arg: &Value) -> Result<i64, CdtError> {
     arg.as_int().ok_or(CdtError::Parameter)
 }
 
-/// A count argument: `None` when it is too large to limit anything.
+/// A count argument: `None` when it is too large to limit anything. The
+/// wire count is unsigned, so a negative one (the Go client's -1) is a
+/// huge count: "to the end".
 fn count_arg(arg: &Value) -> Result<Option<i64>, CdtError> {
     match arg {
+        Value::Int(count) if *count < 0 => Ok(None),
         Value::Int(count) => Ok(Some(*count)),
         Value::UInt(_) => Ok(None),
         _ => Err(CdtError::Parameter),
@@ -1352,11 +1355,6 @@ mod tests {
             &[int(RT_VALUE), int(1)],
             Parameter,
         );
-        bin.fails(
-            REMOVE_BY_RANK_RANGE,
-            &[int(RT_VALUE), int(0), int(-1)],
-            Parameter,
-        );
         // Map return types do not apply to lists.
         bin.fails(GET_BY_INDEX, &[int(RT_KEY), int(0)], OpNotApplicable);
         bin.fails(REMOVE_BY_VALUE, &[int(8), int(1)], OpNotApplicable);
@@ -1607,8 +1605,15 @@ mod tests {
         bin.holds(list(&[]));
 
         let mut bin = Bin::new(list(&[1, 2, 3]));
-        bin.fails(TRIM, &[int(0), int(-1)], Parameter);
-        bin.fails(POP_RANGE, &[int(0), int(-1)], Parameter);
+        // A negative count is a huge unsigned one on the wire: to the end.
+        let mut probe = Bin::new(list(&[1, 2, 3]));
+        same(probe.ok(TRIM, &[int(0), int(-1)]), Some(int(0)));
+        same(probe.ok(POP_RANGE, &[int(1), int(-1)]), Some(list(&[2, 3])));
+        same(
+            probe.ok(REMOVE_BY_RANK_RANGE, &[int(RT_VALUE), int(0), int(-1)]),
+            Some(list(&[1])),
+        );
+        probe.holds(list(&[]));
         // A count too large for an i64 reaches the end.
         same(
             bin.ok(REMOVE_RANGE, &[int(1), Value::UInt(u64::MAX)]),
@@ -2016,11 +2021,15 @@ mod tests {
             Some(int(2)),
         );
         bin.holds(ordered(&[1, 3, 9]));
-        bin.fails(
-            REMOVE_BY_VALUE_REL_RANK_RANGE,
-            &[int(RT_COUNT), int(4), int(0), int(-2)],
-            Parameter,
+        // A negative count is a huge unsigned one: to the end (the 9).
+        same(
+            bin.ok(
+                REMOVE_BY_VALUE_REL_RANK_RANGE,
+                &[int(RT_COUNT), int(4), int(0), int(-2)],
+            ),
+            Some(int(1)),
         );
+        bin.holds(ordered(&[1, 3]));
     }
 
     #[test]

@@ -205,9 +205,16 @@ fn opt_flags(arg: Option<&Value>) -> Result<u64, CdtError> {
 /// there.)
 const DEFAULT_COUNT: u64 = u32::MAX as u64;
 
-/// An optional count argument (absent: [`DEFAULT_COUNT`]).
+/// An optional count argument (absent: [`DEFAULT_COUNT`]). The wire count
+/// is unsigned, so a negative one (the Go client's -1) is read as its
+/// two's-complement bits: a huge count, "to the end".
 fn opt_count(arg: Option<&Value>) -> Result<u64, CdtError> {
-    arg.map_or(Ok(DEFAULT_COUNT), uint_arg)
+    match arg {
+        None => Ok(DEFAULT_COUNT),
+        Some(Value::Int(count)) => Ok(*count as u64),
+        Some(Value::UInt(count)) => Ok(*count),
+        Some(_) => Err(CdtError::Parameter),
+    }
 }
 
 /// A count as the signed count [`range_of`] takes.
@@ -1880,12 +1887,10 @@ mod tests {
             &range(vec![int(RT_INDEX), int(0)], &mut slot),
             &ints(&[0, 1, 2, 3, 4]),
         );
-        // Negative counts are refused.
-        fails(
-            GET_BY_INDEX_RANGE,
-            vec![int(RT_KEY), int(0), int(-1)],
-            &slot,
-            CdtError::Parameter,
+        // A negative count is a huge unsigned one on the wire: to the end.
+        same(
+            &range(vec![int(RT_KEY), int(0), int(-1)], &mut slot),
+            &ints(&[4, 3, 2, 1, 5]),
         );
     }
 
@@ -2737,12 +2742,6 @@ mod tests {
                 vec![int(RT_RANK), strs(&["Jim"])],
                 &start,
                 CdtError::OpNotApplicable,
-            );
-            fails(
-                REMOVE_BY_INDEX_RANGE,
-                vec![int(RT_KEY), int(0), int(-1)],
-                &start,
-                CdtError::Parameter,
             );
         }
     }

@@ -98,8 +98,8 @@ pub(crate) fn resolve_index(index: i64, len: usize) -> Option<usize> {
 /// The half-open range `[start, end)` an (index, optional count) selects
 /// in a collection of `len` elements, as the reference clamps it: a
 /// negative index counts from the end, an index before the start is
-/// clamped to 0 (the count shrinking by as much), a missing count means
-/// "to the end", a negative count is a parameter error. May be empty.
+/// clamped to 0 (the count shrinking by as much), a missing or negative
+/// count means "to the end". May be empty.
 pub(crate) fn range_of(
     index: i64,
     count: Option<i64>,
@@ -114,7 +114,8 @@ pub(crate) fn range_of(
     let mut count = match count {
         // The reference's "to the end" is the largest u32 count.
         None => i64::from(u32::MAX),
-        Some(c) if c < 0 => return Err(CdtError::Parameter),
+        // The wire count is unsigned: a negative one is huge, "to the end".
+        Some(c) if c < 0 => i64::MAX,
         Some(c) => c,
     };
     if start < 0 {

@@ -274,3 +274,39 @@ fn a_corrupt_stored_bin_is_an_error_not_a_panic() {
     )
     .is_err());
 }
+
+#[test]
+fn a_list_created_at_the_end_of_an_ordered_list_is_sorted_into_place() {
+    // Ordered [[1, 2, 3], [5, 7, 9]]; create an ordered list at index 2
+    // (its end) and append 2 there: the parent re-sorts to put [2] second.
+    let current = Value::List(List {
+        flags: value::LIST_ORDERED,
+        items: vec![ints(&[1, 2, 3]), ints(&[5, 7, 9])],
+    });
+    let ctx = vec![Value::Int(CTX_LIST_INDEX | 0xc0), Value::Int(2)];
+    let (bin, result) = run(
+        Some(&current),
+        &payload(Some(ctx.clone()), LIST_APPEND, vec![Value::Int(2)]),
+        true,
+    )
+    .expect("appends");
+    assert_eq!(int_result(result), 1);
+    let Some(Value::List(top)) = bin else {
+        panic!("a list")
+    };
+    assert_eq!(
+        top.items,
+        vec![ints(&[1, 2, 3]), ints(&[2]), ints(&[5, 7, 9])]
+    );
+    // Anywhere but the end of an ordered list is refused.
+    let inside = vec![Value::Int(CTX_LIST_INDEX | 0xc0), Value::Int(5)];
+    assert_eq!(
+        run(
+            Some(&current),
+            &payload(Some(inside), LIST_APPEND, vec![Value::Int(2)]),
+            true
+        )
+        .err(),
+        Some(CdtError::OpNotApplicable)
+    );
+}
