@@ -26,6 +26,11 @@ use std::cmp::Ordering;
 /// Deepest nesting accepted (the reference refuses deeper contexts too).
 pub const MAX_DEPTH: usize = 64;
 
+/// Most elements a header's count reserves room for before they are read:
+/// nested headers each claiming the rest of the input must not reserve
+/// that much at every level.
+const PREALLOCATE_MAX: usize = 1024;
+
 /// Particle type byte that starts a msgpack string.
 pub const STRING_PREFIX: u8 = 3;
 /// Particle type byte of a plain blob.
@@ -191,34 +196,19 @@ impl<'a> Reader<'a> {
             0xca => Value::Double(f64::from(f32::from_bits(self.uint(4)? as u32))),
             0xcb => Value::Double(f64::from_bits(self.uint(8)?)),
             0xa0..=0xbf => self.text(usize::from(b & 0x1f))?,
-            0xd9 | 0xc4 => {
-                let n = self.uint(1)? as usize;
-                self.bytes_of(b, n)?
-            }
-            0xda | 0xc5 => {
-                let n = self.uint(2)? as usize;
-                self.bytes_of(b, n)?
-            }
-            0xdb | 0xc6 => {
-                let n = self.uint(4)? as usize;
+            // str/bin, array and map headers with a 1-, 2- or 4-byte length.
+            0xd9 | 0xc4 | 0xda | 0xc5 | 0xdb | 0xc6 => {
+                let n = self.length(b)?;
                 self.bytes_of(b, n)?
             }
             0x90..=0x9f => self.list(usize::from(b & 0x0f), depth)?,
-            0xdc => {
-                let n = self.uint(2)? as usize;
-                self.list(n, depth)?
-            }
-            0xdd => {
-                let n = self.uint(4)? as usize;
+            0xdc | 0xdd => {
+                let n = self.length(b)?;
                 self.list(n, depth)?
             }
             0x80..=0x8f => self.map(usize::from(b & 0x0f), depth)?,
-            0xde => {
-                let n = self.uint(2)? as usize;
-                self.map(n, depth)?
-            }
-            0xdf => {
-                let n = self.uint(4)? as usize;
+            0xde | 0xdf => {
+                let n = self.length(b)?;
                 self.map(n, depth)?
             }
             0xd4 => self.ext(1)?,
@@ -240,6 +230,17 @@ impl<'a> Reader<'a> {
             }
             0xc1 => return Err(DecodeError::Invalid),
         })
+    }
+
+    /// The length that follows a header byte with a wide length field
+    /// (1 byte for str8/bin8, 2 for the 16-bit forms, 4 for the 32-bit).
+    fn length(&mut self, header: u8) -> Result<usize, DecodeError> {
+        let width = match header {
+            0xd9 | 0xc4 => 1,
+            0xda | 0xc5 | 0xdc | 0xde => 2,
+            _ => 4,
+        };
+        Ok(self.uint(width)? as usize)
     }
 
     fn bytes_of(&mut self, header: u8, n: usize) -> Result<Value, DecodeError> {
@@ -306,7 +307,7 @@ impl<'a> Reader<'a> {
                 n -= 1;
             }
         }
-        let mut items = Vec::with_capacity(n);
+        let mut items = Vec::with_capacity(n.min(PREALLOCATE_MAX));
         for _ in 0..n {
             items.push(self.value(depth + 1)?);
         }
@@ -326,7 +327,7 @@ impl<'a> Reader<'a> {
                 self.value(depth + 1)?;
             }
         }
-        let mut entries = Vec::with_capacity(n);
+        let mut entries = Vec::with_capacity(n.min(PREALLOCATE_MAX));
         for _ in 0..n {
             let key = self.value(depth + 1)?;
             let value = self.value(depth + 1)?;
