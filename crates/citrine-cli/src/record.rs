@@ -176,7 +176,7 @@ fn value_to_json(value: &Value) -> serde_json::Value {
         Value::String(s) | Value::GeoJson(s) => J::String(s.clone()),
         Value::Bool(b) => J::Bool(*b),
         Value::Blob(b) | Value::Hll(b) => J::String(b.iter().map(|x| format!("{x:02x}")).collect()),
-        Value::List(b) | Value::Map(b) => msgpack::unpack(b).map(|(v, _)| v).unwrap_or(J::Null),
+        Value::List(b) | Value::Map(b) => msgpack::unpack(b).unwrap_or(J::Null),
     }
 }
 
