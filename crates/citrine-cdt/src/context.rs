@@ -14,9 +14,12 @@
 //! Invariant: after the op ran inside a step, its parent is put back in
 //! canonical order (an ordered list re-sorted, since its element changed).
 
-use crate::list::sort_items;
+use crate::list::{sort_items, MAX_PADDING};
+use crate::map::check_key;
 use crate::result::{index_of, order_by_value, resolve_index as resolve};
-use crate::value::{self, List, Map, Value, LIST_ORDERED, MAP_KEY_ORDERED, MAP_VALUE_ORDERED};
+use crate::value::{
+    self, List, Map, Value, LIST_ORDERED, MAP_KEY_ORDERED, MAP_VALUE_ORDERED, MAX_DEPTH,
+};
 use crate::CdtError;
 use std::cmp::Ordering;
 
@@ -45,6 +48,11 @@ pub(crate) fn parse(items: Vec<Value>) -> Result<Vec<Step>, CdtError> {
     if items.is_empty() || !items.len().is_multiple_of(2) {
         return Err(CdtError::Parameter);
     }
+    if items.len() / 2 > MAX_DEPTH {
+        // Each step may nest one level deeper (and `apply` recurses once
+        // per step): no deeper than a stored value may be.
+        return Err(CdtError::Parameter);
+    }
     let mut steps = Vec::with_capacity(items.len() / 2);
     let mut items = items.into_iter();
     while let (Some(kind), Some(value)) = (items.next(), items.next()) {
@@ -67,6 +75,10 @@ pub(crate) fn parse(items: Vec<Value>) -> Result<Vec<Step>, CdtError> {
         if matches!(base, LIST_INDEX | LIST_RANK | MAP_INDEX | MAP_RANK) && value.as_int().is_none()
         {
             return Err(CdtError::Parameter);
+        }
+        if base == MAP_KEY && raw & CREATE_MASK != 0 {
+            // A key this step may create must be one a map can store.
+            check_key(&value)?;
         }
         steps.push(Step {
             kind: base,
@@ -238,8 +250,9 @@ fn create(parent: &mut Value, step: &Step) -> Result<Position, CdtError> {
                 return Err(CdtError::OpNotApplicable);
             }
             if target > len {
-                // Only the "unbounded" create pads with nils.
-                if step.create != 0x80 {
+                // Only the "unbounded" create pads with nils, and no further
+                // than a list insert may.
+                if step.create != 0x80 || target - len > MAX_PADDING {
                     return Err(CdtError::OpNotApplicable);
                 }
                 list.items.resize(target, Value::Nil);

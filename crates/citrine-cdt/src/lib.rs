@@ -132,7 +132,7 @@ pub fn operate(
         Some((particle, bytes))
             if particle == ParticleType::List as u8 || particle == ParticleType::Map as u8 =>
         {
-            Some(value::decode(bytes).map_err(|_| CdtError::Parameter)?)
+            Some(value::decode_stored(bytes).map_err(|_| CdtError::Parameter)?)
         }
         Some(_) => return Err(CdtError::IncompatibleType),
     };
@@ -145,6 +145,17 @@ pub fn operate(
         Kind::List => list::apply(code, args, slot),
         Kind::Map => map::apply(code, args, slot),
     })?;
+    if modifies {
+        if let Some(after) = root.as_mut() {
+            // Nested collections an op stored as sent (arguments) are put
+            // in order, and nothing deeper than a stored value may be is
+            // written (the next decode would refuse it).
+            value::canonicalize(after);
+            if value::depth(after) > value::MAX_DEPTH {
+                return Err(CdtError::Parameter);
+            }
+        }
+    }
     let bin = match (&root, modifies) {
         (Some(after), true) if before.as_ref().is_none_or(|b| !identical(b, after)) => {
             let particle = match after {
@@ -186,22 +197,16 @@ pub fn to_particle(value: &Value) -> (u8, Vec<u8>) {
             d.to_bits().to_be_bytes().to_vec(),
         ),
         Value::Str(s) => (ParticleType::String as u8, s.clone()),
-        Value::Geo(g) => (ParticleType::GeoJson as u8, g.clone()),
+        Value::Geo(g) => {
+            // The GeoJSON particle: flags (1), cell count (2), cells, text.
+            let mut particle = vec![0, 0, 0];
+            particle.extend_from_slice(g);
+            (ParticleType::GeoJson as u8, particle)
+        }
         Value::Blob(0, b) => (ParticleType::Blob as u8, b.clone()),
         Value::Blob(subtype, b) => (*subtype, b.clone()),
         Value::List(_) | Value::Ext(..) => (ParticleType::List as u8, value::to_bytes(value)),
         Value::Map(_) => (ParticleType::Map as u8, value::to_bytes(value)),
-    }
-}
-
-/// Converts a bin's particle into a value (for writing whole collections
-/// and for tests): lists and maps decode, scalars wrap.
-pub fn from_particle(particle: u8, bytes: &[u8]) -> Result<Value, CdtError> {
-    match ParticleType::from_u8(particle) {
-        Some(ParticleType::List | ParticleType::Map) => {
-            value::decode(bytes).map_err(|_| CdtError::Parameter)
-        }
-        _ => Err(CdtError::IncompatibleType),
     }
 }
 

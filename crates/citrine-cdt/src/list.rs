@@ -31,9 +31,9 @@
 //!   ascending and index ranges list reverse indexes ascending (the
 //!   reference's order); inverted results are in index order.
 //!
-//! Invariants: [`apply`] never panics on any input (provided
-//! `value::compare` is a total order: today it is not for NaN, and the
-//! standard sorts may panic on a list holding NaN); an error leaves `slot`
+//! Invariants: [`apply`] never panics on any input (`value::compare` is a
+//! total order on stored values: NaN sorts last, and wildcard/infinity are
+//! refused in anything stored); an error leaves `slot`
 //! unchanged (every op validates its arguments and decides its outcome
 //! before it mutates, and a list created for a missing slot is only stored
 //! on success); an ordered list is sorted after every op.
@@ -100,7 +100,7 @@ const MAX_INDEX: i64 = i32::MAX as i64;
 /// Most nils an insert or set past the end may pad with. The reference
 /// pads up to its record size limit (1 MiB by default: a million nils);
 /// beyond this the write is refused rather than allocate without bound.
-const MAX_PADDING: usize = 1 << 20;
+pub(crate) const MAX_PADDING: usize = 1 << 20;
 
 /// Ext type of the wildcard / infinity helpers (never stored).
 const CMP_EXT_TYPE: u8 = 0xff;

@@ -260,7 +260,7 @@ fn check_storable(value: &Value) -> Result<(), CdtError> {
 
 /// Refuses keys that cannot be stored: collections, and what
 /// [`check_storable`] refuses.
-fn check_key(key: &Value) -> Result<(), CdtError> {
+pub(crate) fn check_key(key: &Value) -> Result<(), CdtError> {
     if key.is_collection() {
         return Err(CdtError::Parameter);
     }

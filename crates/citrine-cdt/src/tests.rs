@@ -310,3 +310,157 @@ fn a_list_created_at_the_end_of_an_ordered_list_is_sorted_into_place() {
         Some(CdtError::OpNotApplicable)
     );
 }
+
+// Inputs from the review of the first version: each crashed the process,
+// broke an invariant or answered what clients cannot read.
+
+#[test]
+fn a_create_context_pads_no_further_than_a_list_insert() {
+    let current = ints(&[1]);
+    for index in [1i64 << 40, i64::MAX - 1, 50_000_000] {
+        let ctx = vec![Value::Int(CTX_LIST_INDEX | 0x80), Value::Int(index)];
+        assert_eq!(
+            run(
+                Some(&current),
+                &payload(Some(ctx), LIST_APPEND, vec![Value::Int(5)]),
+                true
+            )
+            .err(),
+            Some(CdtError::OpNotApplicable),
+            "{index}"
+        );
+    }
+}
+
+#[test]
+fn contexts_deeper_than_a_stored_value_are_refused() {
+    // Create steps nest one list each: thousands of them overflowed the
+    // stack; 70 wrote a bin the decoder then refused forever.
+    for steps in [70usize, 10_000] {
+        let ctx: Vec<Value> = (0..steps)
+            .flat_map(|_| [Value::Int(CTX_LIST_INDEX | 0x40), Value::Int(0)])
+            .collect();
+        assert_eq!(
+            run(
+                None,
+                &payload(Some(ctx), LIST_APPEND, vec![Value::Int(5)]),
+                true
+            )
+            .err(),
+            Some(CdtError::Parameter),
+            "{steps} steps"
+        );
+    }
+    // An argument that would make the bin too deep is refused too.
+    let mut deep = Value::Int(0);
+    for _ in 0..value::MAX_DEPTH {
+        deep = list(vec![deep]);
+    }
+    assert_eq!(
+        run(
+            Some(&ints(&[])),
+            &payload(None, LIST_APPEND, vec![deep]),
+            true
+        )
+        .err(),
+        Some(CdtError::Parameter)
+    );
+}
+
+#[test]
+fn helper_exts_in_a_stored_bin_are_plain_values() {
+    // A client may store the wildcard's bytes in a list; sorting such a
+    // list with "equals anything" panicked (not a total order).
+    let mut bytes = vec![0xdc, 0x00, 40];
+    for i in 0..40u8 {
+        if i % 3 == 0 {
+            bytes.extend_from_slice(&[0xd4, 0xff, 0x00]);
+        } else {
+            bytes.push(i % 7);
+        }
+    }
+    const SORT: i64 = 13;
+    let outcome = operate(
+        &payload(None, SORT, vec![Value::Int(0)]),
+        Some((LIST, &bytes)),
+        true,
+    )
+    .expect("sorts");
+    let (_, sorted) = outcome.bin.expect("sorted");
+    let Value::List(sorted) = value::decode_stored(&sorted).expect("decodes") else {
+        panic!("a list")
+    };
+    assert_eq!(sorted.items.len(), 40);
+    assert!(sorted.items[..26]
+        .iter()
+        .all(|item| matches!(item, Value::Int(_))));
+    assert!(sorted.items[26..]
+        .iter()
+        .all(|item| matches!(item, Value::Ext(0xff, _))));
+}
+
+#[test]
+fn a_create_context_refuses_a_key_a_map_cannot_hold() {
+    let current = map(vec![]);
+    for key in [ints(&[1, 2]), Value::Wildcard, Value::Infinity] {
+        let ctx = vec![Value::Int(CTX_MAP_KEY | 0x40), key];
+        assert_eq!(
+            run(
+                Some(&current),
+                &payload(Some(ctx), MAP_PUT, vec![Value::Int(1), Value::Int(1)]),
+                true
+            )
+            .err(),
+            Some(CdtError::Parameter)
+        );
+    }
+}
+
+#[test]
+fn nested_ordered_collections_from_arguments_are_stored_in_order() {
+    // Append a key-ordered map whose keys arrive unsorted and repeated.
+    let unsorted = Value::Map(Map {
+        flags: value::MAP_KEY_ORDERED,
+        entries: vec![
+            (Value::str("b"), Value::Int(1)),
+            (Value::str("a"), Value::Int(2)),
+            (Value::str("b"), Value::Int(3)),
+        ],
+    });
+    let (bin, _) = run(
+        Some(&ints(&[])),
+        &payload(None, LIST_APPEND, vec![unsorted]),
+        true,
+    )
+    .expect("appends");
+    let expected = list(vec![Value::Map(Map {
+        flags: value::MAP_KEY_ORDERED,
+        entries: vec![
+            (Value::str("a"), Value::Int(2)),
+            (Value::str("b"), Value::Int(3)),
+        ],
+    })]);
+    assert_eq!(
+        value::to_bytes(&bin.expect("changed")),
+        value::to_bytes(&expected)
+    );
+}
+
+#[test]
+fn a_geojson_result_carries_the_particle_header() {
+    let current = map(vec![(Value::str("g"), Value::Geo(b"{}".to_vec()))]);
+    let (_, result) = run(
+        Some(&current),
+        &payload(
+            None,
+            MAP_GET_BY_KEY,
+            vec![Value::Int(RETURN_VALUE), Value::str("g")],
+        ),
+        false,
+    )
+    .expect("reads");
+    assert_eq!(
+        result,
+        Some((ParticleType::GeoJson as u8, vec![0, 0, 0, b'{', b'}']))
+    );
+}

@@ -123,9 +123,24 @@ pub enum DecodeError {
     Trailing,
 }
 
-/// Decodes exactly one value filling `bytes`.
+/// Decodes exactly one value filling `bytes`: an op's payload, where the
+/// wildcard and infinity helpers mean what they say.
 pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
-    let mut reader = Reader { bytes, at: 0 };
+    decode_as(bytes, true)
+}
+
+/// Decodes a stored bin: the helpers' bytes there are plain exts (a client
+/// may write anything), so that the order stays total on stored values.
+pub fn decode_stored(bytes: &[u8]) -> Result<Value, DecodeError> {
+    decode_as(bytes, false)
+}
+
+fn decode_as(bytes: &[u8], helpers: bool) -> Result<Value, DecodeError> {
+    let mut reader = Reader {
+        bytes,
+        at: 0,
+        helpers,
+    };
     let value = reader.value(0)?;
     if reader.at != bytes.len() {
         return Err(DecodeError::Trailing);
@@ -133,16 +148,12 @@ pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
     Ok(value)
 }
 
-/// Decodes the first value of `bytes`; returns it and the bytes it used.
-pub fn decode_prefix(bytes: &[u8]) -> Result<(Value, usize), DecodeError> {
-    let mut reader = Reader { bytes, at: 0 };
-    let value = reader.value(0)?;
-    Ok((value, reader.at))
-}
-
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// Whether `0xff`-type exts decode as [`Value::Wildcard`] /
+    /// [`Value::Infinity`] (op payloads) or as plain exts (stored bins).
+    helpers: bool,
 }
 
 impl<'a> Reader<'a> {
@@ -272,7 +283,7 @@ impl<'a> Reader<'a> {
         }
         let kind = self.byte()?;
         let data = self.take(n)?;
-        if kind == CMP_EXT_TYPE && n == 1 {
+        if self.helpers && kind == CMP_EXT_TYPE && n == 1 {
             match data[0] {
                 CMP_WILDCARD => return Ok(Value::Wildcard),
                 CMP_INF => return Ok(Value::Infinity),
@@ -483,6 +494,64 @@ fn encode_count(fix: u8, wide16: u8, n: usize, out: &mut Vec<u8>) {
     } else {
         out.push(wide16 + 1);
         out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
+}
+
+/// Nesting depth: 0 for a scalar, 1 for a flat collection, and so on.
+pub fn depth(value: &Value) -> usize {
+    match value {
+        Value::List(list) => 1 + list.items.iter().map(depth).max().unwrap_or(0),
+        Value::Map(map) => {
+            1 + map
+                .entries
+                .iter()
+                .map(|(key, item)| depth(key).max(depth(item)))
+                .max()
+                .unwrap_or(0)
+        }
+        _ => 0,
+    }
+}
+
+/// Puts every collection inside `value` in canonical order: ordered lists
+/// sorted, key-ordered maps sorted by key with unique keys (the last of
+/// equal keys kept). Values already in order are only checked.
+pub fn canonicalize(value: &mut Value) {
+    match value {
+        Value::List(list) => {
+            list.items.iter_mut().for_each(canonicalize);
+            let sorted = list
+                .items
+                .windows(2)
+                .all(|pair| compare(&pair[0], &pair[1]) != Ordering::Greater);
+            if list.is_ordered() && !sorted {
+                list.items.sort_by(compare);
+            }
+        }
+        Value::Map(map) => {
+            for (_, item) in map.entries.iter_mut() {
+                canonicalize(item);
+            }
+            let strictly_sorted = map
+                .entries
+                .windows(2)
+                .all(|pair| compare(&pair[0].0, &pair[1].0) == Ordering::Less);
+            if map.is_key_ordered() && !strictly_sorted {
+                // Stable: equal keys keep their order, and the last wins.
+                map.entries.sort_by(|a, b| compare(&a.0, &b.0));
+                let mut unique: Vec<(Value, Value)> = Vec::with_capacity(map.entries.len());
+                for entry in map.entries.drain(..) {
+                    match unique.last_mut() {
+                        Some(last) if compare(&last.0, &entry.0) == Ordering::Equal => {
+                            *last = entry
+                        }
+                        _ => unique.push(entry),
+                    }
+                }
+                map.entries = unique;
+            }
+        }
+        _ => {}
     }
 }
 
@@ -750,6 +819,74 @@ mod tests {
             compare(&Value::Double(-0.0), &Value::Double(0.0)),
             Ordering::Equal
         );
+    }
+
+    #[test]
+    fn stored_bins_read_the_helpers_as_plain_exts() {
+        let bytes = [0x92, 0xd4, 0xff, 0x00, 0xd4, 0xff, 0x01];
+        let stored = decode_stored(&bytes).expect("decodes");
+        let Value::List(list) = &stored else {
+            panic!("a list")
+        };
+        assert!(list
+            .items
+            .iter()
+            .all(|item| matches!(item, Value::Ext(0xff, _))));
+        assert_eq!(to_bytes(&stored), bytes);
+        let payload = decode(&bytes).expect("decodes");
+        let Value::List(list) = &payload else {
+            panic!("a list")
+        };
+        assert!(matches!(list.items[..], [Value::Wildcard, Value::Infinity]));
+    }
+
+    #[test]
+    fn canonicalize_sorts_nested_ordered_collections() {
+        let mut value = Value::List(List {
+            flags: 0,
+            items: vec![
+                Value::List(List {
+                    flags: LIST_ORDERED,
+                    items: vec![Value::Int(3), Value::Int(1)],
+                }),
+                Value::Map(Map {
+                    flags: MAP_KEY_ORDERED,
+                    entries: vec![
+                        (Value::str("b"), Value::Int(1)),
+                        (Value::str("a"), Value::Int(2)),
+                        (Value::str("b"), Value::Int(3)),
+                    ],
+                }),
+                Value::List(List {
+                    flags: 0,
+                    items: vec![Value::Int(3), Value::Int(1)],
+                }),
+            ],
+        });
+        canonicalize(&mut value);
+        let expected = Value::List(List {
+            flags: 0,
+            items: vec![
+                Value::List(List {
+                    flags: LIST_ORDERED,
+                    items: vec![Value::Int(1), Value::Int(3)],
+                }),
+                Value::Map(Map {
+                    flags: MAP_KEY_ORDERED,
+                    entries: vec![
+                        (Value::str("a"), Value::Int(2)),
+                        (Value::str("b"), Value::Int(3)),
+                    ],
+                }),
+                Value::List(List {
+                    flags: 0,
+                    items: vec![Value::Int(3), Value::Int(1)],
+                }),
+            ],
+        });
+        assert_eq!(to_bytes(&value), to_bytes(&expected));
+        assert_eq!(depth(&value), 2);
+        assert_eq!(depth(&Value::Int(1)), 0);
     }
 
     #[test]

@@ -509,6 +509,27 @@ fn cdt_ops_write_read_and_fail_as_one_transaction() {
 }
 
 #[test]
+fn cdt_ops_that_grow_a_bin_past_the_record_limit_stop_at_the_first() {
+    let (service, _) = service();
+    // [3 (INSERT), index, 7] at 0, 1 M, 2 M, ... : each pads with nils.
+    let mut ops = Ops::new();
+    for i in 0..8i64 {
+        let mut payload = vec![0x93, 0x03, 0xd2];
+        payload.extend_from_slice(&((i * 1_000_000) as i32).to_be_bytes());
+        payload.push(0x07);
+        ops = ops.op(op_type::CDT_MODIFY, 4, "l", &payload);
+    }
+    assert_eq!(
+        send(&service, &put("k", ops)).header.result_code,
+        ResultCode::RecordTooBig.code()
+    );
+    assert_eq!(
+        send(&service, &get("k")).header.result_code,
+        ResultCode::NotFound.code()
+    );
+}
+
+#[test]
 fn respond_all_ops_gives_one_entry_per_op() {
     let (service, _) = service();
     let ops = Ops::new()

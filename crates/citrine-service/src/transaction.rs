@@ -868,6 +868,16 @@ fn write(
                         citrine_cdt::operate(op.value, current, op.op_type == op_type::CDT_MODIFY)
                             .map_err(citrine_cdt::CdtError::result_code)?;
                     if let Some((particle_type, value)) = outcome.bin {
+                        // Checked per op, not only for the whole record at
+                        // the end: ops that each grow a bin must not build a
+                        // record many times the limit under the lock.
+                        if value.len() > namespace.config.max_record_size as usize {
+                            namespace
+                                .stats
+                                .fail_record_too_big
+                                .fetch_add(1, Ordering::Relaxed);
+                            return Err(ResultCode::RecordTooBig);
+                        }
                         match position {
                             Some(index) => {
                                 bins[index].particle_type = particle_type;
