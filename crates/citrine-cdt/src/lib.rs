@@ -4,7 +4,7 @@
 //!
 //! This crate is pure: bytes in, bytes out, no I/O and no locks. The
 //! transaction service hands [`operate`] one op's payload and the bin it
-//! names; it answers with the bin's new value (when the op changed it) and
+//! names; it answers with the bin's new value (after any modify op) and
 //! the op's result, or a [`CdtError`] that maps to a result code.
 //!
 //! Layout: [`value`] (the msgpack dialect, the value model and the
@@ -63,7 +63,7 @@ impl CdtError {
 /// What one CDT op did.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// The bin's new value (particle type, bytes) when the op changed it.
+    /// The bin's new value (particle type, bytes) after a modify op (`None` after a read, or a modify op on a missing bin that created nothing).
     pub bin: Option<(u8, Vec<u8>)>,
     /// The op's result as a particle (type, bytes), when it has one.
     pub result: Option<(u8, Vec<u8>)>,
@@ -140,7 +140,6 @@ pub fn operate(
         // A read of a missing bin answers nothing (02 §8).
         return Ok(Outcome::default());
     }
-    let before = if modifies { root.clone() } else { None };
     let result = context::apply(&mut root, &ctx, modifies, &mut |slot| match kind {
         Kind::List => list::apply(code, args, slot),
         Kind::Map => map::apply(code, args, slot),
@@ -157,7 +156,10 @@ pub fn operate(
         }
     }
     let bin = match (&root, modifies) {
-        (Some(after), true) if before.as_ref().is_none_or(|b| !identical(b, after)) => {
+        // A modify op's bin is written back even when the op changed
+        // nothing (a skipped NO_FAIL write): the transaction stores the
+        // record and bumps its generation either way, as the reference's.
+        (Some(after), true) => {
             let particle = match after {
                 Value::List(_) => ParticleType::List,
                 Value::Map(_) => ParticleType::Map,
@@ -177,12 +179,6 @@ pub fn operate(
 enum Kind {
     List,
     Map,
-}
-
-/// Byte-for-byte equality (the order's equality treats 1 and 1.0 apart but
-/// wildcards as equal; this is for "did the op change the bin").
-fn identical(a: &Value, b: &Value) -> bool {
-    value::to_bytes(a) == value::to_bytes(b)
 }
 
 /// A result value as the particle a reply op carries (02 §8).
