@@ -11,10 +11,11 @@
 //! step a list), at the map key, or appended at the list's end (an index
 //! past the end is padded with nils only with the "unbounded" flag).
 //!
-//! Invariant: after the op ran inside a step, its parent is put back in
-//! canonical order (an ordered list re-sorted, since its element changed).
+//! An ordered list whose element the op changed is re-sorted afterwards by
+//! `value::canonicalize`, which `operate` runs over the whole bin after
+//! every modify op (so this module does not sort).
 
-use crate::list::{sort_items, MAX_PADDING};
+use crate::list::MAX_PADDING;
 use crate::map::check_key;
 use crate::result::{index_of, order_by_value, resolve_index as resolve};
 use crate::value::{
@@ -130,15 +131,7 @@ pub(crate) fn apply(
     ));
     let outcome = apply(&mut child, rest, modifies, op);
     *element_mut(current, position) = child.unwrap_or(Value::Nil);
-    let result = outcome?;
-    if modifies {
-        if let Value::List(list) = current {
-            if list.is_ordered() {
-                sort_items(&mut list.items);
-            }
-        }
-    }
-    Ok(result)
+    outcome
 }
 
 /// Where an element lives in its parent: a list index or a map entry's

@@ -182,7 +182,7 @@ enum Kind {
 }
 
 /// A result value as the particle a reply op carries (02 §8).
-pub fn to_particle(value: &Value) -> (u8, Vec<u8>) {
+fn to_particle(value: &Value) -> (u8, Vec<u8>) {
     match value {
         Value::Nil | Value::Wildcard | Value::Infinity => (ParticleType::Null as u8, Vec::new()),
         Value::Bool(b) => (ParticleType::Bool as u8, vec![u8::from(*b)]),

@@ -33,8 +33,6 @@ const PREALLOCATE_MAX: usize = 1024;
 
 /// Particle type byte that starts a msgpack string.
 pub const STRING_PREFIX: u8 = 3;
-/// Particle type byte of a plain blob.
-pub const BLOB_PREFIX: u8 = 4;
 /// Particle type byte that starts GeoJSON text.
 pub const GEOJSON_PREFIX: u8 = 23;
 

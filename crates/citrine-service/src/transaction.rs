@@ -736,6 +736,19 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
     Ok(())
 }
 
+/// Refuses (13, counted) a record or bin of `len` bytes above the
+/// namespace's `max-record-size`.
+fn check_record_size(namespace: &Namespace, len: usize) -> Result<(), ResultCode> {
+    if len > namespace.config.max_record_size as usize {
+        namespace
+            .stats
+            .fail_record_too_big
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ResultCode::RecordTooBig);
+    }
+    Ok(())
+}
+
 fn write(
     namespace: &Namespace,
     request: &Request<'_>,
@@ -871,13 +884,7 @@ fn write(
                         // Checked per op, not only for the whole record at
                         // the end: ops that each grow a bin must not build a
                         // record many times the limit under the lock.
-                        if value.len() > namespace.config.max_record_size as usize {
-                            namespace
-                                .stats
-                                .fail_record_too_big
-                                .fetch_add(1, Ordering::Relaxed);
-                            return Err(ResultCode::RecordTooBig);
-                        }
+                        check_record_size(namespace, value.len())?;
                         match position {
                             Some(index) => {
                                 bins[index].particle_type = particle_type;
@@ -926,13 +933,7 @@ fn write(
             let key = request.key.or(stored_key);
             let new_body = encode_body_reserving(key, &bins, MEMORY_BODY_SPARE)
                 .map_err(|_| ResultCode::Parameter)?;
-            if new_body.len() > namespace.config.max_record_size as usize {
-                namespace
-                    .stats
-                    .fail_record_too_big
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(ResultCode::RecordTooBig);
-            }
+            check_record_size(namespace, new_body.len())?;
             let generation =
                 live_meta.map_or(1, |meta| RecordMeta::next_generation(meta.generation));
             let record_set = live_meta.map_or(set_id, |meta| meta.set_id);
