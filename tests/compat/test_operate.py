@@ -156,6 +156,16 @@ def test_operate_delete_then_write_in_one_command(client, key):
     assert got == {"new": 3}  # bins from before the delete are gone
 
 
+def test_operate_delete_on_a_missing_record_lets_later_ops_create_it(client, key):
+    client.operate(key, [op.delete(), op.write("a", 1)])
+    assert client.get(key)[2] == {"a": 1}
+
+
+def test_operate_delete_alone_on_a_missing_record_is_not_found(client, key):
+    with pytest.raises(ex.RecordNotFound):
+        client.operate(key, [op.delete()])
+
+
 def test_operate_delete_removes_record(client, key):
     client.put(key, {"a": 1})
     client.operate(key, [op.delete()])

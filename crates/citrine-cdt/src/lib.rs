@@ -1,23 +1,28 @@
-//! Collection data types (001 §2.1's "complex data types"): list and map
-//! bins and the CDT operations on them (op types `CDT_READ` 3 and
-//! `CDT_MODIFY` 4; payloads as in protocol 05 §2).
+//! The operations the server evaluates on one bin's value (001 §2.1's
+//! "complex data types" and their kin): list and map bins and the CDT
+//! operations on them (op types `CDT_READ` 3 and `CDT_MODIFY` 4; payloads
+//! as in protocol 05 §2), bitwise operations on blob bins (`BITS_READ` 12,
+//! `BITS_MODIFY` 13) and HyperLogLog bins (`HLL_READ` 15, `HLL_MODIFY` 16;
+//! 05 §3).
 //!
 //! This crate is pure: bytes in, bytes out, no I/O and no locks. The
-//! transaction service hands [`operate`] one op's payload and the bin it
-//! names; it answers with the bin's new value (after any modify op) and
+//! transaction service hands [`apply`] one op's family, payload and the bin
+//! it names; it answers with the bin's new value (after any modify op) and
 //! the op's result, or a [`CdtError`] that maps to a result code.
 //!
 //! Layout: [`value`] (the msgpack dialect, the value model and the
 //! reference order), `context` (walking `[0xff, [ctx...], op]` into nested
 //! collections, creating them on request), `result` (return types shared by
 //! the by-index/rank/value/key selectors), `list` (op codes below 64) and
-//! `map` (64..128).
+//! `map` (64..128); [`bits`] and [`hll`] for the other two families.
 //!
 //! Invariants: [`operate`] never panics on any input; an error leaves the
 //! bin unchanged (the caller drops the whole transaction); a value written
 //! back is canonical (ordered lists sorted, key-ordered maps sorted by key
 //! with unique keys, smallest msgpack forms).
 
+pub mod bits;
+pub mod hll;
 pub mod value;
 
 mod context;
@@ -44,6 +49,10 @@ pub enum CdtError {
     OpNotApplicable,
     /// A form this server does not implement yet (16).
     Unsupported,
+    /// A create-only bit or HLL write found the bin (6).
+    BinExists,
+    /// An update-only bit or HLL write found no bin (17).
+    BinNotFound,
 }
 
 impl CdtError {
@@ -56,6 +65,8 @@ impl CdtError {
             CdtError::ElementExists => ResultCode::ElementExists,
             CdtError::OpNotApplicable => ResultCode::OpNotApplicable,
             CdtError::Unsupported => ResultCode::UnsupportedFeature,
+            CdtError::BinExists => ResultCode::BinExists,
+            CdtError::BinNotFound => ResultCode::BinNotFound,
         }
     }
 }
@@ -67,6 +78,32 @@ pub struct Outcome {
     pub bin: Option<(u8, Vec<u8>)>,
     /// The op's result as a particle (type, bytes), when it has one.
     pub result: Option<(u8, Vec<u8>)>,
+}
+
+/// The three op families this crate evaluates, each a pair of wire op
+/// types (read, modify).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// List and map ops (`CDT_READ`, `CDT_MODIFY`).
+    Cdt,
+    /// Bitwise ops on blob bins (`BITS_READ`, `BITS_MODIFY`).
+    Bits,
+    /// HyperLogLog ops (`HLL_READ`, `HLL_MODIFY`).
+    Hll,
+}
+
+/// Applies one op of `family` (see [`operate`] for the arguments).
+pub fn apply(
+    family: Family,
+    payload: &[u8],
+    bin: Option<(u8, &[u8])>,
+    modify: bool,
+) -> Result<Outcome, CdtError> {
+    match family {
+        Family::Cdt => operate(payload, bin, modify),
+        Family::Bits => bits::operate(payload, bin, modify),
+        Family::Hll => hll::operate(payload, bin, modify),
+    }
 }
 
 /// Op code that announces a context: `[0xff, [ctx...], [op...]]`.
@@ -182,7 +219,7 @@ enum Kind {
 }
 
 /// A result value as the particle a reply op carries (02 §8).
-fn to_particle(value: &Value) -> (u8, Vec<u8>) {
+pub(crate) fn to_particle(value: &Value) -> (u8, Vec<u8>) {
     match value {
         Value::Nil | Value::Wildcard | Value::Infinity => (ParticleType::Null as u8, Vec::new()),
         Value::Bool(b) => (ParticleType::Bool as u8, vec![u8::from(*b)]),

@@ -146,6 +146,68 @@ fn decode_as(bytes: &[u8], helpers: bool) -> Result<Value, DecodeError> {
     Ok(value)
 }
 
+/// The length in bytes of the one msgpack value that starts `bytes` (which
+/// may go on past it), without decoding it: what a caller needs to slice a
+/// value out of a larger message (expressions carry op payloads and
+/// literals inline). Refuses what [`decode`] refuses for the shape of the
+/// bytes (0xc1, truncation, counts the input cannot hold); contents such
+/// as particle prefixes and zero-length exts are not looked at. Does not
+/// allocate; nesting costs no stack (an iterative count of pending values).
+pub fn skip(bytes: &[u8]) -> Result<usize, DecodeError> {
+    let mut at = 0usize;
+    // Values still to step over; a header adds its elements.
+    let mut pending: u64 = 1;
+    while pending > 0 {
+        pending -= 1;
+        let b = *bytes.get(at).ok_or(DecodeError::Truncated)?;
+        at += 1;
+        let width = |n: usize, at: usize| -> Result<u64, DecodeError> {
+            let end = at.checked_add(n).ok_or(DecodeError::Truncated)?;
+            let field = bytes.get(at..end).ok_or(DecodeError::Truncated)?;
+            Ok(field.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
+        };
+        // (payload bytes to step over, elements the header announces)
+        let (data, elements): (u64, u64) = match b {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0xc1 => return Err(DecodeError::Invalid),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 => (2, 0),
+            0xce | 0xd2 | 0xca => (4, 0),
+            0xcf | 0xd3 | 0xcb => (8, 0),
+            0xa0..=0xbf => (u64::from(b & 0x1f), 0),
+            0xd9 | 0xc4 => (1 + width(1, at)?, 0),
+            0xda | 0xc5 => (2 + width(2, at)?, 0),
+            0xdb | 0xc6 => (4 + width(4, at)?, 0),
+            0x90..=0x9f => (0, u64::from(b & 0x0f)),
+            0xdc => (2, width(2, at)?),
+            0xdd => (4, width(4, at)?),
+            0x80..=0x8f => (0, 2 * u64::from(b & 0x0f)),
+            0xde => (2, 2 * width(2, at)?),
+            0xdf => (4, 2 * width(4, at)?),
+            0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xd6 => (5, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xc7 => (2 + width(1, at)?, 0),
+            0xc8 => (3 + width(2, at)?, 0),
+            0xc9 => (5 + width(4, at)?, 0),
+        };
+        let data = usize::try_from(data).map_err(|_| DecodeError::Truncated)?;
+        at = at
+            .checked_add(data)
+            .filter(|&end| end <= bytes.len())
+            .ok_or(DecodeError::Truncated)?;
+        // Every element takes at least one byte.
+        let remaining = (bytes.len() - at) as u64;
+        pending = pending
+            .checked_add(elements)
+            .filter(|&n| n <= remaining)
+            .ok_or(DecodeError::Truncated)?;
+    }
+    Ok(at)
+}
+
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -685,6 +747,36 @@ mod tests {
         round_trip(&[0x91, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
         round_trip(&[0x92, 0xd4, 0xff, 0x00, 0xd4, 0xff, 0x01]);
         round_trip(&[0x91, 0xc4, 0x02, 0xab, 0xcd]);
+    }
+
+    #[test]
+    fn skip_measures_one_value_without_decoding() {
+        for bytes in [
+            &[0x93, 0x01, 0x02, 0x03][..],
+            &[0x82, 0xc7, 0x00, 0x01, 0xc0, 0xa2, 0x03, b'k', 0x05],
+            &[0x81, 0x01, 0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0],
+            &[0x91, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+            &[0x92, 0xd4, 0xff, 0x00, 0xd4, 0xff, 0x01],
+            &[0xdc, 0x00, 0x02, 0xc4, 0x02, 0xab, 0xcd, 0xc0],
+            &[0xc0],
+        ] {
+            assert_eq!(skip(bytes), Ok(bytes.len()), "{bytes:x?}");
+            let mut longer = bytes.to_vec();
+            longer.extend_from_slice(&[0x01, 0x02]);
+            assert_eq!(skip(&longer), Ok(bytes.len()), "{bytes:x?}");
+            for end in 0..bytes.len() {
+                assert!(skip(&bytes[..end]).is_err(), "{:x?}", &bytes[..end]);
+            }
+        }
+        assert_eq!(skip(&[0xc1]), Err(DecodeError::Invalid));
+        assert_eq!(
+            skip(&[0xdd, 0xff, 0xff, 0xff, 0xff]),
+            Err(DecodeError::Truncated)
+        );
+        // Deep nesting costs no stack.
+        let mut deep = vec![0x91; 100_000];
+        deep.push(0xc0);
+        assert_eq!(skip(&deep), Ok(deep.len()));
     }
 
     #[test]

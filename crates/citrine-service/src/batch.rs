@@ -28,9 +28,10 @@
 //!   request order, except that in a cluster rows that waited for the
 //!   fabric come after the rows of their step (each carries its index);
 //! - no frame is empty;
-//! - row-level problems (unknown namespace 20, transactions 25, UDF and
-//!   filter expressions 16, bad key or set 4) are row results, never batch
-//!   failures;
+//! - row-level problems (unknown namespace 20, transactions 25, UDF 16,
+//!   a malformed row filter 4, bad key or set 4) are row results, never
+//!   batch failures; a row's own filter expression replaces the parent's,
+//!   and a row that does not pass its filter answers FILTERED_OUT (27);
 //! - response messages are packed into frames of about [`FRAME_TARGET_BYTES`];
 //!   when a step has filled its budget the rest of the batch continues from
 //!   a cursor that owns a copy of the payload, so a connection streams a big
@@ -371,11 +372,20 @@ pub(crate) fn validate(payload: &[u8], parent: Parent, max_rows: u32) -> Result<
     Ok(count)
 }
 
+/// The parent's filter expression: its bytes (forwarded with rows a
+/// cluster routes) and its parsed form.
+#[derive(Debug)]
+pub(crate) struct ParentFilter {
+    bytes: Vec<u8>,
+    expression: citrine_exp::Expression,
+}
+
 /// The batch left to answer once a step has filled its frame budget.
 #[derive(Debug)]
 pub struct BatchCursor {
     payload: Vec<u8>,
     parent: Parent,
+    filter: Option<Box<ParentFilter>>,
     at: usize,
     previous: Option<usize>,
     rows_left: u32,
@@ -398,6 +408,20 @@ pub(crate) fn start(service: &Service, message: &Message<'_>, out: &mut Vec<u8>)
         filter: message.field(field_type::FILTER_EXPRESSION).is_some(),
         transaction_ttl: message.header.transaction_ttl,
     };
+    let filter = match message.field(field_type::FILTER_EXPRESSION) {
+        Some(bytes) => match crate::filter::parse(bytes) {
+            Ok(expression) => Some(Box::new(ParentFilter {
+                bytes: bytes.to_vec(),
+                expression,
+            })),
+            Err(code) => {
+                service.stats.batch.errors.fetch_add(1, Ordering::Relaxed);
+                transaction::write_stream_end(out, code);
+                return BatchNext::Done;
+            }
+        },
+        None => None,
+    };
     let max_rows = service.batch_max_requests.load(Ordering::Relaxed);
     let rows = match validate(payload, parent, max_rows) {
         Ok(rows) => rows,
@@ -410,10 +434,11 @@ pub(crate) fn start(service: &Service, message: &Message<'_>, out: &mut Vec<u8>)
     };
     service.stats.batch.requests.fetch_add(1, Ordering::Relaxed);
     let reader = RowReader::new(payload, parent);
-    let chunk = run_rows(service, reader, rows, out);
+    let chunk = run_rows(service, reader, rows, filter.as_deref(), out);
     chunk.next(|(at, previous, rows_left)| BatchCursor {
         payload: payload.to_vec(),
         parent,
+        filter,
         at,
         previous,
         rows_left,
@@ -512,7 +537,7 @@ impl BatchCursor {
                 return BatchNext::Done;
             }
         };
-        let chunk = run_rows(service, reader, self.rows_left, out);
+        let chunk = run_rows(service, reader, self.rows_left, self.filter.as_deref(), out);
         chunk.next(|(at, previous, rows_left)| {
             self.at = at;
             self.previous = previous;
@@ -529,6 +554,7 @@ fn run_rows(
     service: &Service,
     mut reader: RowReader<'_>,
     mut rows_left: u32,
+    filter: Option<&ParentFilter>,
     out: &mut Vec<u8>,
 ) -> Chunk {
     let frame_start = out.len();
@@ -546,7 +572,7 @@ fn run_rows(
             };
         };
         rows_left -= 1;
-        if let Some(waiting) = execute_row(service, &row, reader.parent, now, out) {
+        if let Some(waiting) = execute_row(service, &row, reader.parent, filter, now, out) {
             remote.push(waiting);
         }
         if rows_left > 0
@@ -599,18 +625,31 @@ fn append_row_reply(out: &mut Vec<u8>, reply: &[u8], index: u32) {
 
 /// The single-record request (AS_MSG body) a batch row describes: its
 /// header, its fields plus the digest, its ops.
-fn single_body(row: &Row<'_>, parent: Parent) -> Vec<u8> {
+fn single_body(row: &Row<'_>, parent: Parent, parent_filter: Option<&[u8]>) -> Vec<u8> {
     let fields = row.body.fields().count() as u16;
+    // The parent's filter travels with a row that has none of its own.
+    let parent_filter =
+        parent_filter.filter(|_| row.body.field(field_type::FILTER_EXPRESSION).is_none());
     let header = MsgHeader {
-        n_fields: fields + 1,
+        n_fields: fields + 1 + u16::from(parent_filter.is_some()),
         transaction_ttl: parent.transaction_ttl,
         ..row.body.header
     };
     let mut body = Vec::with_capacity(
-        MSG_HEADER_SIZE + row.body.fields.len() + DIGEST_SIZE + 5 + row.body.ops.len(),
+        MSG_HEADER_SIZE
+            + row.body.fields.len()
+            + DIGEST_SIZE
+            + 5
+            + parent_filter.map_or(0, |bytes| bytes.len() + 5)
+            + row.body.ops.len(),
     );
     header.encode_into(&mut body);
     body.extend_from_slice(row.body.fields);
+    if let Some(bytes) = parent_filter {
+        body.extend_from_slice(&(bytes.len() as u32 + 1).to_be_bytes());
+        body.push(field_type::FILTER_EXPRESSION);
+        body.extend_from_slice(bytes);
+    }
     body.extend_from_slice(&(DIGEST_SIZE as u32 + 1).to_be_bytes());
     body.push(field_type::DIGEST);
     body.extend_from_slice(&row.digest.0);
@@ -634,6 +673,7 @@ fn execute_row(
     service: &Service,
     row: &Row<'_>,
     parent: Parent,
+    parent_filter: Option<&ParentFilter>,
     now: crate::transaction::Now,
     out: &mut Vec<u8>,
 ) -> Option<RemoteRow> {
@@ -652,6 +692,7 @@ fn execute_row(
     };
     let mut set: &[u8] = &[];
     let mut key = None;
+    let mut row_filter = None;
     for (kind, data) in body.fields() {
         match kind {
             field_type::NAMESPACE => {}
@@ -667,15 +708,14 @@ fn execute_row(
             | field_type::UDF_FUNCTION
             | field_type::UDF_ARGLIST
             | field_type::UDF_OP => return refuse(out, ResultCode::UnsupportedFeature),
-            field_type::FILTER_EXPRESSION => return refuse(out, ResultCode::UnsupportedFeature),
+            field_type::FILTER_EXPRESSION => match crate::filter::parse(data) {
+                Ok(expression) => row_filter = Some(expression),
+                Err(code) => return refuse(out, code),
+            },
             _ => {}
         }
     }
-    if parent.filter {
-        // The parent's filter applies to this row; filters are not yet
-        // evaluated, so refuse rather than ignore it (as single records do).
-        return refuse(out, ResultCode::UnsupportedFeature);
-    }
+    debug_assert_eq!(parent.filter, parent_filter.is_some());
     if set.len() > SET_NAME_MAX || set.contains(&0) {
         return refuse(out, ResultCode::Parameter);
     }
@@ -683,7 +723,8 @@ fn execute_row(
         // In a cluster a row goes where a single-record request would: to
         // its master (proxied), through duplicate resolution, replicated.
         let mut reply = Vec::new();
-        return match service.execute_row_body(&single_body(row, parent), &mut reply) {
+        let body = single_body(row, parent, parent_filter.map(|filter| &filter.bytes[..]));
+        return match service.execute_row_body(&body, &mut reply) {
             Some(work) => Some((row.index, work, reply)),
             None => {
                 append_row_reply(out, &reply, row.index);
@@ -698,6 +739,9 @@ fn execute_row(
         key,
         ops: Ops::Raw(body.ops),
         reply,
+        filter: row_filter
+            .as_ref()
+            .or(parent_filter.map(|filter| &filter.expression)),
     };
     transaction::perform(namespace, &request, now, out);
     None

@@ -403,6 +403,27 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
                 .to_string(),
         ),
         (
+            "client_read_filtered_out".into(),
+            stats
+                .client_read_filtered_out
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "client_write_filtered_out".into(),
+            stats
+                .client_write_filtered_out
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "client_delete_filtered_out".into(),
+            stats
+                .client_delete_filtered_out
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
             "fail_generation".into(),
             stats.fail_generation.load(Ordering::Relaxed).to_string(),
         ),

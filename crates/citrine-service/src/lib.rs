@@ -29,6 +29,7 @@ pub mod batch;
 pub mod cluster_state;
 pub mod config;
 pub mod device;
+pub mod filter;
 pub mod info;
 pub mod lookahead;
 pub mod migration;

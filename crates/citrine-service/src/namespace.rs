@@ -160,6 +160,10 @@ pub struct NamespaceStats {
     pub client_write_error: AtomicU64,
     pub client_delete_success: AtomicU64,
     pub client_delete_not_found: AtomicU64,
+    /// Commands a filter expression turned away (FILTERED_OUT, 27).
+    pub client_read_filtered_out: AtomicU64,
+    pub client_write_filtered_out: AtomicU64,
+    pub client_delete_filtered_out: AtomicU64,
     pub client_udf_error: AtomicU64,
     pub fail_generation: AtomicU64,
     pub fail_key_busy: AtomicU64,

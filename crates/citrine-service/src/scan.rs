@@ -49,6 +49,7 @@
 //! queries (field 33), background write scans (`info2 WRITE`) and filter
 //! expressions answer 16.
 
+use crate::filter::{Bins, RecordView};
 use crate::namespace::Namespace;
 use crate::transaction::{self, is_live, Now};
 use crate::Service;
@@ -116,6 +117,8 @@ pub struct ScanCursor {
     bins: Vec<Vec<u8>>,
     /// Metadata only (`info1 GET_NO_BINS`).
     no_bins: bool,
+    /// The filter expression (field 43) a record must pass to be returned.
+    filter: Option<Box<citrine_exp::Expression>>,
     /// Record limit (0 = none).
     max_records: u64,
     /// Records returned so far.
@@ -181,9 +184,6 @@ pub(crate) fn start(
     {
         // A secondary-index query: no index exists.
         return refuse(service, out, ResultCode::SindexNotFound);
-    }
-    if has(field_type::FILTER_EXPRESSION) {
-        return refuse(service, out, ResultCode::UnsupportedFeature);
     }
     if has(field_type::TXN_ID) {
         return refuse(service, out, ResultCode::EnterpriseOnly);
@@ -269,6 +269,10 @@ fn parse(
         }
     }
     let no_bins = message.header.info1 & info1::GET_NO_BINS != 0;
+    let filter = match message.field(field_type::FILTER_EXPRESSION) {
+        Some(bytes) => Some(Box::new(crate::filter::parse(bytes)?)),
+        None => None,
+    };
     Ok(Some(ScanCursor {
         namespace,
         partitions,
@@ -276,6 +280,7 @@ fn parse(
         set,
         bins,
         no_bins,
+        filter,
         max_records,
         sent: 0,
         rate,
@@ -516,7 +521,7 @@ impl ScanCursor {
         let total = digests.len();
         for (position, digest) in digests.iter().enumerate() {
             if let Some(entry) = partition.get(digest) {
-                if self.emit(&namespace, digest, entry, out) {
+                if self.emit(&namespace, digest, entry, now, out) {
                     self.sent += 1;
                 }
             }
@@ -540,13 +545,15 @@ impl ScanCursor {
         visit
     }
 
-    /// Writes one record message. False when the body could not be read
-    /// (logged; the record is skipped rather than failing the scan).
+    /// Writes one record message. False when the record does not pass the
+    /// scan's filter, or its body could not be read (logged; the record is
+    /// skipped rather than failing the scan).
     fn emit(
         &mut self,
         namespace: &Namespace,
         digest: &Digest,
         entry: &citrine_index::IndexEntry,
+        now: Now,
         out: &mut Vec<u8>,
     ) -> bool {
         let body = match namespace.storage.read(&entry.location) {
@@ -561,6 +568,19 @@ impl ScanCursor {
             return false;
         };
         let meta = entry.meta();
+        if let Some(filter) = &self.filter {
+            let record = RecordView::new(
+                namespace,
+                &digest.0,
+                Bins::Stored(&view),
+                view.key(),
+                Some(meta),
+                entry.location.size() as u64,
+            );
+            if crate::filter::check(filter, &record, now).is_err() {
+                return false;
+            }
+        }
         let header = MsgHeader {
             generation: u32::from(meta.generation),
             record_ttl: meta.void_time,

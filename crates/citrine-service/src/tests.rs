@@ -69,6 +69,17 @@ impl Ops {
 }
 
 fn request(key: &str, header: MsgHeader, ops: &Ops, send_key: bool) -> Vec<u8> {
+    request_filtered(key, header, ops, send_key, None)
+}
+
+/// A request with a filter expression (field 43) when `filter` is given.
+fn request_filtered(
+    key: &str,
+    header: MsgHeader,
+    ops: &Ops,
+    send_key: bool,
+    filter: Option<&[u8]>,
+) -> Vec<u8> {
     let user_key = UserKey::String(key.into());
     let digest = of_key("demo", &user_key);
     let mut out = Vec::new();
@@ -79,6 +90,9 @@ fn request(key: &str, header: MsgHeader, ops: &Ops, send_key: bool) -> Vec<u8> {
         .field(field_type::DIGEST, &digest.0);
     if send_key {
         writer.field(field_type::KEY, &user_key.to_field());
+    }
+    if let Some(filter) = filter {
+        writer.field(field_type::FILTER_EXPRESSION, filter);
     }
     for (op, particle, name, value) in &ops.0 {
         writer.op(*op, *particle, name, value);
@@ -506,6 +520,143 @@ fn cdt_ops_write_read_and_fail_as_one_transaction() {
         reply.bins,
         vec![(b"l".to_vec(), 1, 2i64.to_be_bytes().to_vec())]
     );
+}
+
+#[test]
+fn filter_expressions_gate_reads_writes_and_deletes() {
+    let (service, _) = service();
+    assert_eq!(
+        send(&service, &put("k", Ops::new().int(op_type::WRITE, "n", 5)))
+            .header
+            .result_code,
+        0
+    );
+    // [EQ, [BIN, INT, "n"], 5] and [EQ, [BIN, INT, "n"], 6].
+    let is_5: &[u8] = &[0x93, 0x01, 0x93, 0x51, 0x02, 0xA1, b'n', 0x05];
+    let is_6: &[u8] = &[0x93, 0x01, 0x93, 0x51, 0x02, 0xA1, b'n', 0x06];
+    let read = MsgHeader {
+        info1: info1::READ | info1::GET_ALL,
+        ..MsgHeader::default()
+    };
+    let write = MsgHeader {
+        info2: info2::WRITE,
+        ..MsgHeader::default()
+    };
+    let delete = MsgHeader {
+        info2: info2::WRITE | info2::DELETE,
+        ..MsgHeader::default()
+    };
+    let none = Ops::new();
+    let set_7 = Ops::new().int(op_type::WRITE, "n", 7);
+    let code = |header: MsgHeader, ops: &Ops, filter: &[u8]| {
+        send(
+            &service,
+            &request_filtered("k", header, ops, false, Some(filter)),
+        )
+        .header
+        .result_code
+    };
+    let filtered_out = ResultCode::FilteredOut.code();
+    assert_eq!(code(read, &none, is_6), filtered_out);
+    assert_eq!(code(read, &none, is_5), 0);
+    assert_eq!(code(write, &set_7, is_6), filtered_out);
+    assert_eq!(code(delete, &none, is_6), filtered_out);
+    // Nothing changed: n is still 5, generation 1.
+    let reply = send(&service, &get("k"));
+    assert_eq!(reply.header.generation, 1);
+    assert_eq!(
+        reply.bins,
+        vec![(b"n".to_vec(), 1, 5i64.to_be_bytes().to_vec())]
+    );
+    assert_eq!(code(write, &set_7, is_5), 0);
+    assert_eq!(code(delete, &none, is_5), filtered_out, "n is 7 now");
+    // A write that creates a record is not filtered.
+    let create = send(
+        &service,
+        &request_filtered("new", write, &set_7, false, Some(is_6)),
+    );
+    assert_eq!(create.header.result_code, 0);
+    // A filter that does not parse is a parameter error.
+    assert_eq!(code(read, &none, &[0x91, 0x01]), 4);
+    let stats = &service.namespaces[0].stats;
+    assert_eq!(stats.client_read_filtered_out.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.client_write_filtered_out.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.client_delete_filtered_out.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn expression_ops_read_and_write_bins() {
+    let (service, _) = service();
+    send(
+        &service,
+        &put(
+            "k",
+            Ops::new()
+                .int(op_type::WRITE, "a", 4)
+                .int(op_type::WRITE, "b", 5),
+        ),
+    );
+    // [[ADD, [BIN, INT, "a"], [BIN, INT, "b"]], 0]
+    let sum: &[u8] = &[
+        0x92, 0x93, 0x14, 0x93, 0x51, 0x02, 0xA1, b'a', 0x93, 0x51, 0x02, 0xA1, b'b', 0x00,
+    ];
+    // An operate: write the sum to "s", then read "s" + "a" by expression.
+    let reply = send(
+        &service,
+        &put(
+            "k",
+            Ops::new().op(op_type::EXP_MODIFY, 4, "s", sum).op(
+                op_type::EXP_READ,
+                4,
+                "r",
+                &[
+                    0x92, 0x93, 0x14, 0x93, 0x51, 0x02, 0xA1, b's', 0x93, 0x51, 0x02, 0xA1, b'a',
+                    0x00,
+                ],
+            ),
+        ),
+    );
+    assert_eq!(reply.header.result_code, 0);
+    assert_eq!(
+        reply.bins,
+        vec![(b"r".to_vec(), 1, 13i64.to_be_bytes().to_vec())]
+    );
+    let reply = send(&service, &get("k"));
+    assert!(reply
+        .bins
+        .contains(&(b"s".to_vec(), 1, 9i64.to_be_bytes().to_vec())));
+    // On the read path too.
+    let read = request(
+        "k",
+        MsgHeader {
+            info1: info1::READ,
+            ..MsgHeader::default()
+        },
+        &Ops::new().op(op_type::EXP_READ, 4, "r", sum),
+        false,
+    );
+    let reply = send(&service, &read);
+    assert_eq!(
+        reply.bins,
+        vec![(b"r".to_vec(), 1, 9i64.to_be_bytes().to_vec())]
+    );
+    // A failing expression (a missing bin) fails the operate (26) and
+    // stores nothing.
+    let missing: &[u8] = &[0x92, 0x93, 0x51, 0x02, 0xA1, b'z', 0x00];
+    let reply = send(
+        &service,
+        &put(
+            "k",
+            Ops::new()
+                .int(op_type::WRITE, "a", 100)
+                .op(op_type::EXP_MODIFY, 4, "t", missing),
+        ),
+    );
+    assert_eq!(reply.header.result_code, ResultCode::OpNotApplicable.code());
+    let reply = send(&service, &get("k"));
+    assert!(reply
+        .bins
+        .contains(&(b"a".to_vec(), 1, 4i64.to_be_bytes().to_vec())));
 }
 
 #[test]

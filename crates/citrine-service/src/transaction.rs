@@ -10,8 +10,10 @@
 //! reference server's validation of op combinations. Every failure is
 //! answered with the protocol's own result code.
 
+use crate::filter::{self, Bins, RecordView};
 use crate::namespace::Namespace;
 use crate::Service;
+use citrine_exp::{BinWrite, Expression};
 use citrine_index::{IndexEntry, PartitionIndex, RecordMeta, Tombstone};
 use citrine_record::{
     encode_body_reserving, float_from_wire, integer_from_wire, normalise_value, valid_bin_name,
@@ -73,7 +75,20 @@ pub(crate) fn execute(
         write_result(out, ResultCode::Parameter);
         return None;
     };
-    match prepare(message, digest_bytes) {
+    // A filter is parsed once, before routing; a malformed one is refused
+    // here, wherever the record lives.
+    let filter = match message.field(field_type::FILTER_EXPRESSION) {
+        Some(bytes) => match filter::parse(bytes) {
+            Ok(expression) => Some(expression),
+            Err(code) => {
+                count_failure(namespace, &message.header, code);
+                write_result(out, code);
+                return None;
+            }
+        },
+        None => None,
+    };
+    match prepare(message, digest_bytes, filter.as_ref()) {
         Ok(request) if service.routes() => {
             crate::replication::route(service, namespace, &request, body, hops, resolved, out)
         }
@@ -193,9 +208,15 @@ pub(crate) struct Request<'m> {
     pub key: Option<(u8, &'m [u8])>,
     pub ops: Ops<'m>,
     pub reply: Reply,
+    /// The filter expression (field 43) the record must pass, if any.
+    pub filter: Option<&'m Expression>,
 }
 
-fn prepare<'m>(message: &Message<'m>, digest_bytes: &[u8]) -> Result<Request<'m>, ResultCode> {
+fn prepare<'m>(
+    message: &Message<'m>,
+    digest_bytes: &[u8],
+    filter: Option<&'m Expression>,
+) -> Result<Request<'m>, ResultCode> {
     if message.field(field_type::TXN_ID).is_some() {
         return Err(ResultCode::EnterpriseOnly);
     }
@@ -203,11 +224,6 @@ fn prepare<'m>(message: &Message<'m>, digest_bytes: &[u8]) -> Result<Request<'m>
         || message.field(field_type::UDF_FUNCTION).is_some()
     {
         // Record UDFs (Lua) are not implemented: say so, not "bad parameter".
-        return Err(ResultCode::UnsupportedFeature);
-    }
-    if message.field(field_type::FILTER_EXPRESSION).is_some() {
-        // Filter expressions arrive with the expressions issue; refuse rather
-        // than silently ignore a filter the application relies on.
         return Err(ResultCode::UnsupportedFeature);
     }
     let digest: [u8; DIGEST_SIZE] = digest_bytes.try_into().map_err(|_| ResultCode::Parameter)?;
@@ -226,6 +242,7 @@ fn prepare<'m>(message: &Message<'m>, digest_bytes: &[u8]) -> Result<Request<'m>
         key,
         ops: Ops::Message(*message),
         reply: Reply::Frame,
+        filter,
     })
 }
 
@@ -273,13 +290,10 @@ fn read(
                     return Err(ResultCode::BinName);
                 }
             }
-            op_type::CDT_READ => {
+            op_type::CDT_READ | op_type::BITS_READ | op_type::HLL_READ | op_type::EXP_READ => {
                 if !valid_bin_name(op.name) {
                     return Err(ResultCode::BinName);
                 }
-            }
-            op_type::EXP_READ | op_type::BITS_READ | op_type::HLL_READ => {
-                return Err(ResultCode::UnsupportedFeature)
             }
             op_type::WRITE
             | op_type::CDT_MODIFY
@@ -324,19 +338,34 @@ fn read(
             return Err(ResultCode::KeyMismatch);
         }
     }
-    // CDT reads are evaluated before the reply starts, so an error leaves
-    // nothing half-written.
+    let record = RecordView::new(
+        namespace,
+        &request.digest.0,
+        Bins::Stored(&view),
+        view.key(),
+        Some(meta),
+        entry.location.size() as u64,
+    );
+    if let Some(expression) = request.filter {
+        filter::check(expression, &record, now)?;
+    }
+    // CDT, bit, HLL and expression reads are evaluated before the reply
+    // starts, so an error leaves nothing half-written.
     let mut cdt_results = Vec::new();
     if !get_all {
         for op in request.ops.iter() {
-            if op.op_type == op_type::CDT_READ {
+            if let Some((family, false)) = bin_op_family(op.op_type) {
                 let bin = view.bin(op.name);
                 let current = bin
                     .as_ref()
                     .map(|bin| (bin.particle_type, bin.value.as_ref()));
-                let outcome = citrine_cdt::operate(op.value, current, false)
+                let outcome = citrine_cdt::apply(family, op.value, current, false)
                     .map_err(citrine_cdt::CdtError::result_code)?;
                 cdt_results.push(outcome.result);
+            } else if op.op_type == op_type::EXP_READ {
+                let result = citrine_exp::read_op(op.value, &record, now.unix_ms)
+                    .map_err(citrine_exp::ExpError::result_code)?;
+                cdt_results.push(result);
             }
         }
     }
@@ -369,7 +398,7 @@ fn read(
                     }
                     continue;
                 }
-                if op.op_type == op_type::CDT_READ {
+                if bin_op_family(op.op_type).is_some() || op.op_type == op_type::EXP_READ {
                     match cdt_results.next().flatten() {
                         Some((particle_type, value)) => {
                             writer.op(op.op_type, particle_type, op.name, &value);
@@ -399,6 +428,21 @@ fn read(
         .client_read_success
         .fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+/// The family of a bin op that `citrine_cdt::apply` evaluates (list/map,
+/// bits, HLL), and whether the op type is the modifying one.
+fn bin_op_family(op_type: u8) -> Option<(citrine_cdt::Family, bool)> {
+    use citrine_cdt::Family;
+    match op_type {
+        op_type::CDT_READ => Some((Family::Cdt, false)),
+        op_type::CDT_MODIFY => Some((Family::Cdt, true)),
+        op_type::BITS_READ => Some((Family::Bits, false)),
+        op_type::BITS_MODIFY => Some((Family::Bits, true)),
+        op_type::HLL_READ => Some((Family::Hll, false)),
+        op_type::HLL_MODIFY => Some((Family::Hll, true)),
+        _ => None,
+    }
 }
 
 fn write_key_field(writer: &mut MessageWriter<'_>, particle_type: u8, bytes: &[u8]) {
@@ -442,6 +486,23 @@ fn delete(
         return Err(ResultCode::NotFound);
     };
     check_generation(&request.header, meta.generation)?;
+    if let Some(expression) = request.filter {
+        let entry = partition.get(&request.digest).ok_or(ResultCode::NotFound)?;
+        let body = namespace
+            .storage
+            .read(&entry.location)
+            .map_err(|_| ResultCode::ServerError)?;
+        let view = BodyView::parse(&body).map_err(|_| ResultCode::ServerError)?;
+        let record = RecordView::new(
+            namespace,
+            &request.digest.0,
+            Bins::Stored(&view),
+            view.key(),
+            Some(meta),
+            entry.location.size() as u64,
+        );
+        filter::check(expression, &record, now)?;
+    }
     write_tombstone(namespace, &request.digest, &meta, now)?;
     remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
     drop(partition);
@@ -571,6 +632,11 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
                     return Err(ResultCode::BinName);
                 }
                 validate_value(op.particle_type, op.value).map_err(|_| ResultCode::Parameter)?;
+                if op.particle_type == ParticleType::Hll as u8
+                    && !citrine_cdt::hll::valid_particle(op.value)
+                {
+                    return Err(ResultCode::Parameter);
+                }
                 if op.op_type != op_type::WRITE && op.particle_type == ParticleType::Null as u8 {
                     return Err(ResultCode::Parameter);
                 }
@@ -585,7 +651,12 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
                     return Err(ResultCode::Parameter);
                 }
             }
-            op_type::CDT_READ | op_type::CDT_MODIFY => {
+            op_type::CDT_READ
+            | op_type::CDT_MODIFY
+            | op_type::BITS_READ
+            | op_type::BITS_MODIFY
+            | op_type::HLL_READ
+            | op_type::HLL_MODIFY => {
                 if !valid_bin_name(op.name) {
                     return Err(ResultCode::BinName);
                 }
@@ -594,12 +665,15 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
                 }
                 response_ops += 1;
             }
-            op_type::EXP_READ
-            | op_type::EXP_MODIFY
-            | op_type::BITS_READ
-            | op_type::BITS_MODIFY
-            | op_type::HLL_READ
-            | op_type::HLL_MODIFY => return Err(ResultCode::UnsupportedFeature),
+            op_type::EXP_READ | op_type::EXP_MODIFY => {
+                if !valid_bin_name(op.name) {
+                    return Err(ResultCode::BinName);
+                }
+                if replaces {
+                    return Err(ResultCode::Parameter);
+                }
+                response_ops += 1;
+            }
             _ => return Err(ResultCode::Parameter),
         }
     }
@@ -819,6 +893,20 @@ fn write(
                 return Err(ResultCode::KeyMismatch);
             }
         }
+        // A filter applies to the record as it is; a write that creates
+        // the record has nothing to filter (as the reference).
+        if let (Some(expression), Some(view), Some(entry)) = (request.filter, &view, live) {
+            let record = RecordView::new(
+                namespace,
+                &request.digest.0,
+                Bins::Stored(view),
+                stored_key,
+                live_meta,
+                entry.location.size() as u64,
+            );
+            filter::check(expression, &record, now)?;
+        }
+        let stored_size = live.map_or(0, |entry| entry.location.size() as u64);
         let replaces = header.info3 & (info3::CREATE_OR_REPLACE | info3::REPLACE_ONLY) != 0;
         // One allocation for the working bins: room for every stored bin and
         // one new bin per op.
@@ -865,21 +953,27 @@ fn write(
                     }
                 }
                 op_type::DELETE_ALL => {
-                    if live.is_none() {
-                        return Err(ResultCode::NotFound);
-                    }
+                    // On a missing record this deletes nothing: the ops
+                    // after it may still create the record (a delete left
+                    // alone answers NOT_FOUND below, as nothing is stored).
                     bins.clear();
                     record_deleted = true;
                     if respond_all {
                         responses.push(null_entry(&op));
                     }
                 }
-                op_type::CDT_READ | op_type::CDT_MODIFY => {
+                op_type::CDT_READ
+                | op_type::CDT_MODIFY
+                | op_type::BITS_READ
+                | op_type::BITS_MODIFY
+                | op_type::HLL_READ
+                | op_type::HLL_MODIFY => {
+                    let (family, modify) =
+                        bin_op_family(op.op_type).ok_or(ResultCode::Parameter)?;
                     let position = find_bin(&bins, op.name);
                     let current = position.map(|i| (bins[i].particle_type, bins[i].value.as_ref()));
-                    let outcome =
-                        citrine_cdt::operate(op.value, current, op.op_type == op_type::CDT_MODIFY)
-                            .map_err(citrine_cdt::CdtError::result_code)?;
+                    let outcome = citrine_cdt::apply(family, op.value, current, modify)
+                        .map_err(citrine_cdt::CdtError::result_code)?;
                     if let Some((particle_type, value)) = outcome.bin {
                         // Checked per op, not only for the whole record at
                         // the end: ops that each grow a bin must not build a
@@ -906,6 +1000,60 @@ fn write(
                         }),
                         None if respond_all => responses.push(null_entry(&op)),
                         None => {}
+                    }
+                }
+                op_type::EXP_READ | op_type::EXP_MODIFY => {
+                    let stored_key = stored_key.or(request.key);
+                    let record = RecordView::new(
+                        namespace,
+                        &request.digest.0,
+                        Bins::Working(&bins),
+                        stored_key,
+                        live_meta.filter(|_| !record_deleted),
+                        stored_size,
+                    );
+                    if op.op_type == op_type::EXP_READ {
+                        let result = citrine_exp::read_op(op.value, &record, now.unix_ms)
+                            .map_err(citrine_exp::ExpError::result_code)?;
+                        match result {
+                            Some((particle_type, value)) => responses.push(ResponseEntry {
+                                op_type: op.op_type,
+                                name: Cow::Borrowed(op.name),
+                                particle_type,
+                                value: Cow::Owned(value),
+                            }),
+                            None if respond_all => responses.push(null_entry(&op)),
+                            None => {}
+                        }
+                        continue;
+                    }
+                    let change = citrine_exp::modify_op(op.value, op.name, &record, now.unix_ms)
+                        .map_err(citrine_exp::ExpError::result_code)?;
+                    let position = find_bin(&bins, op.name);
+                    match change {
+                        BinWrite::Store(particle_type, value) => {
+                            check_record_size(namespace, value.len())?;
+                            match position {
+                                Some(index) => {
+                                    bins[index].particle_type = particle_type;
+                                    bins[index].value = Cow::Owned(value);
+                                }
+                                None => bins.push(Bin {
+                                    name: Cow::Borrowed(op.name),
+                                    particle_type,
+                                    value: Cow::Owned(value),
+                                }),
+                            }
+                        }
+                        BinWrite::Delete => {
+                            if let Some(index) = position {
+                                bins.remove(index);
+                            }
+                        }
+                        BinWrite::Keep => {}
+                    }
+                    if respond_all {
+                        responses.push(null_entry(&op));
                     }
                 }
                 _ => {
@@ -1136,6 +1284,16 @@ fn count_failure(namespace: &Namespace, header: &MsgHeader, code: ResultCode) {
         ResultCode::NotFound => {}
         ResultCode::Generation => {
             stats.fail_generation.fetch_add(1, Ordering::Relaxed);
+        }
+        ResultCode::FilteredOut => {
+            let counter = if header.info2 & info2::WRITE == 0 {
+                &stats.client_read_filtered_out
+            } else if header.info2 & info2::DELETE != 0 {
+                &stats.client_delete_filtered_out
+            } else {
+                &stats.client_write_filtered_out
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
         }
         _ if header.info2 & info2::WRITE != 0 => {
             stats.client_write_error.fetch_add(1, Ordering::Relaxed);

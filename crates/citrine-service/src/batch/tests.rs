@@ -266,6 +266,13 @@ pub(crate) fn payload(rows: &[RowSpec], flags: u8) -> Vec<u8> {
 
 /// A batch request frame around `payload`.
 pub(crate) fn batch_frame(payload: &[u8], parent_filter: bool) -> Vec<u8> {
+    // [EQ, 2, 3]: false for every record.
+    let filter: &[u8] = &[0x93, 0x01, 0x02, 0x03];
+    batch_frame_filtered(payload, parent_filter.then_some(filter))
+}
+
+/// A batch request frame around `payload` with a parent filter expression.
+pub(crate) fn batch_frame_filtered(payload: &[u8], filter: Option<&[u8]>) -> Vec<u8> {
     let mut out = Vec::new();
     let header = MsgHeader {
         info1: info1::BATCH | info1::READ,
@@ -273,8 +280,8 @@ pub(crate) fn batch_frame(payload: &[u8], parent_filter: bool) -> Vec<u8> {
         ..MsgHeader::default()
     };
     let mut writer = MessageWriter::begin(&mut out, &header);
-    if parent_filter {
-        writer.field(field_type::FILTER_EXPRESSION, &[0x93, 0x01, 0x02, 0x03]);
+    if let Some(filter) = filter {
+        writer.field(field_type::FILTER_EXPRESSION, filter);
     }
     writer.field(field_type::BATCH_INDEX, payload);
     writer.finish();
@@ -667,9 +674,9 @@ fn mixed_batch_answers_every_row_in_order() {
             [info1::READ | info1::GET_ALL, 0, 0, 1],
         )
         .field(field_type::TXN_ID, &1u64.to_le_bytes()),
-        // 11: filter expression row.
+        // 11: a row filter the record does not pass ([EQ, 2, 3]).
         RowSpec::full(111, "test", "demo", "a", 0, READ_ALL)
-            .field(field_type::FILTER_EXPRESSION, &[0xC3]),
+            .field(field_type::FILTER_EXPRESSION, &[0x93, 0x01, 0x02, 0x03]),
         // 12: generation mismatch on a write.
         RowSpec::full(
             112,
@@ -694,7 +701,7 @@ fn mixed_batch_answers_every_row_in_order() {
         .collect();
     assert_eq!(indexes, (100..114).collect::<Vec<u32>>());
     let codes: Vec<u8> = rows_out.iter().map(|row| row.header.result_code).collect();
-    assert_eq!(codes, vec![0, 0, 2, 0, 0, 0, 0, 0, 20, 16, 25, 16, 3, 0]);
+    assert_eq!(codes, vec![0, 0, 2, 0, 0, 0, 0, 0, 20, 16, 25, 27, 3, 0]);
     assert_eq!(rows_out[0].bin("x"), Some(&1i64.to_be_bytes()[..]));
     assert_eq!(rows_out[0].bin("y"), Some(&2i64.to_be_bytes()[..]));
     assert_eq!(rows_out[0].header.generation, 1);
@@ -740,7 +747,28 @@ fn parent_filter_expression_applies_to_every_row() {
     ];
     let (rows_out, last) = rows_and_last(run(&service, &batch_frame(&payload(&rows, 0), true)));
     assert_eq!(last.header.result_code, 0);
-    assert!(rows_out.iter().all(|row| row.header.result_code == 16));
+    assert!(rows_out.iter().all(|row| row.header.result_code == 27));
+    // [EQ, [BIN, INT, "x"], 1] passes both rows; a row's own filter
+    // ([EQ, 1, 2]) replaces the parent's.
+    let passes: &[u8] = &[0x93, 0x01, 0x93, 0x51, 0x02, 0xA1, b'x', 0x01];
+    let mut rows = rows;
+    rows.push(
+        RowSpec::full(2, "test", "demo", "a", 0, READ_ALL)
+            .field(field_type::FILTER_EXPRESSION, &[0x93, 0x01, 0x01, 0x02]),
+    );
+    let (rows_out, _) = rows_and_last(run(
+        &service,
+        &batch_frame_filtered(&payload(&rows, 0), Some(passes)),
+    ));
+    let codes: Vec<u8> = rows_out.iter().map(|row| row.header.result_code).collect();
+    assert_eq!(codes, vec![0, 0, 27]);
+    // A parent filter that does not parse fails the whole batch (4).
+    let reply = run(
+        &service,
+        &batch_frame_filtered(&payload(&rows, 0), Some(&[0x91, 0x01])),
+    );
+    assert_eq!(reply.len(), 1);
+    assert_eq!(reply[0].header.result_code, 4);
 }
 
 #[test]

@@ -262,6 +262,39 @@ fn set_filter_and_unknown_set() {
 }
 
 #[test]
+fn a_filter_expression_returns_only_the_records_it_passes() {
+    let (service, _) = populated();
+    // [GE, [BIN, INT, "n"], 150]: true for d150..d199; "other" holds n < 100.
+    let filter = [0x93, 0x04, 0x93, 0x51, 0x02, 0xA1, b'n', 0xCC, 150];
+    let (records, last) = scan(
+        &service,
+        ScanSpec {
+            extra_fields: vec![(field_type::FILTER_EXPRESSION, filter.to_vec())],
+            partition_done: true,
+            ..ScanSpec::default()
+        },
+    );
+    assert_eq!(last.header.result_code, 0);
+    assert_eq!(records.len(), 50);
+    assert!(records.iter().all(|record| {
+        let n = i64::from_be_bytes(record.bin("n").unwrap().try_into().unwrap());
+        (150..200).contains(&n)
+    }));
+    // A record without the bin is "unknown": not returned either.
+    // [LT, [BIN, INT, "m"], 0]: only "demo" has bin m (0, -1, ..., -199).
+    let filter = [0x93, 0x05, 0x93, 0x51, 0x02, 0xA1, b'm', 0x00];
+    let (records, _) = scan(
+        &service,
+        ScanSpec {
+            extra_fields: vec![(field_type::FILTER_EXPRESSION, filter.to_vec())],
+            partition_done: true,
+            ..ScanSpec::default()
+        },
+    );
+    assert_eq!(records.len(), 199);
+}
+
+#[test]
 fn max_records_limits_the_stream() {
     let (service, _) = populated();
     for limit in [1, 7, 299, 300, 1000] {
@@ -369,9 +402,10 @@ fn refusals() {
     );
     assert_eq!(refused(&service, with(field_type::INDEX_NAME, b"idx")), 201);
     assert_eq!(refused(&service, with(field_type::UDF_OP, &[1])), 16);
+    // A filter that does not parse: [EQ] with no operands.
     assert_eq!(
-        refused(&service, with(field_type::FILTER_EXPRESSION, &[0xC3])),
-        16
+        refused(&service, with(field_type::FILTER_EXPRESSION, &[0x91, 0x01])),
+        4
     );
     assert_eq!(
         refused(

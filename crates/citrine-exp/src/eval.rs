@@ -1,0 +1,809 @@
+//! Evaluation of a parsed expression against one record, with the
+//! reference's semantics (`exp_eval_*` in the reference server).
+//!
+//! Owns: [`Val`] (a runtime value; `Unknown` is the third truth value and
+//! the failure of any op), [`run`] and the conversions between values and
+//! particles.
+//!
+//! Rules: an op whose operand is unknown is unknown, except AND (false
+//! wins over unknown), OR (true wins over unknown); a missing bin, a bin or
+//! key of another type than asked, integer division or modulo by zero (and
+//! `i64::MIN / -1`), a comparison of structures holding an unordered map, a
+//! failed module call or a call result of another type than declared are
+//! unknown. Integer add, subtract, multiply, negate, abs and shifts wrap
+//! (two's complement, shift counts taken modulo 64), as the reference's C
+//! does on its platforms; float to int of NaN or out-of-range values gives
+//! `i64::MIN` (x86's conversion result).
+//!
+//! Invariants: evaluation never panics; reading scalar bins and metadata
+//! and comparing scalars does not allocate (values borrow the record and
+//! the expression); depth is bounded by the parser's nesting limit.
+
+use crate::parse::{Arg, Arith, Call, CmpOp, IntOp, Meta, Module, Node, Shift, Ty};
+use crate::Record;
+use citrine_cdt::value::{self, Value};
+use citrine_cdt::Family;
+use citrine_types::ParticleType;
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+/// Particle type numbers used here.
+const P_NULL: u8 = ParticleType::Null as u8;
+const P_INT: u8 = ParticleType::Integer as u8;
+const P_FLOAT: u8 = ParticleType::Float as u8;
+const P_STR: u8 = ParticleType::String as u8;
+const P_BLOB: u8 = ParticleType::Blob as u8;
+const P_BOOL: u8 = ParticleType::Bool as u8;
+const P_HLL: u8 = ParticleType::Hll as u8;
+const P_MAP: u8 = ParticleType::Map as u8;
+const P_LIST: u8 = ParticleType::List as u8;
+const P_GEO: u8 = ParticleType::GeoJson as u8;
+
+/// A list or map value as msgpack bytes. Literals were decoded as op
+/// payloads (wildcards mean what they say); bins and call results are
+/// stored values.
+#[derive(Clone, Debug)]
+pub(crate) struct Cdt<'a> {
+    pub bytes: Cow<'a, [u8]>,
+    pub literal: bool,
+}
+
+impl Cdt<'_> {
+    fn decode(&self) -> Option<Value> {
+        if self.literal {
+            value::decode(&self.bytes).ok()
+        } else {
+            value::decode_stored(&self.bytes).ok()
+        }
+    }
+}
+
+/// A runtime value. Strings, blobs and HLLs without particle prefixes;
+/// GeoJSON as its particle (flags, cells, text).
+#[derive(Clone, Debug)]
+pub(crate) enum Val<'a> {
+    Unknown,
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Cow<'a, [u8]>),
+    Blob(Cow<'a, [u8]>),
+    Hll(Cow<'a, [u8]>),
+    Geo(Cow<'a, [u8]>),
+    List(Cdt<'a>),
+    Map(Cdt<'a>),
+    /// `result_remove` [100]: only meaningful inside CDT selections.
+    Remove,
+}
+
+impl<'a> Val<'a> {
+    fn has_type(&self, ty: Ty) -> bool {
+        matches!(
+            (self, ty),
+            (Val::Nil, Ty::Nil)
+                | (Val::Bool(_), Ty::Bool)
+                | (Val::Int(_), Ty::Int)
+                | (Val::Float(_), Ty::Float)
+                | (Val::Str(_), Ty::Str)
+                | (Val::Blob(_), Ty::Blob)
+                | (Val::Hll(_), Ty::Hll)
+                | (Val::Geo(_), Ty::Geo)
+                | (Val::List(_), Ty::List)
+                | (Val::Map(_), Ty::Map)
+                | (Val::Remove, Ty::Remove)
+        )
+    }
+
+    /// A particle (type, bytes) as the record or a CDT op holds it.
+    pub(crate) fn from_particle(particle: u8, bytes: &'a [u8]) -> Val<'a> {
+        Val::from_particle_cow(particle, Cow::Borrowed(bytes))
+    }
+
+    fn from_particle_cow(particle: u8, bytes: Cow<'a, [u8]>) -> Val<'a> {
+        match particle {
+            P_NULL => Val::Nil,
+            P_INT => match int_from_bytes(&bytes) {
+                Some(i) => Val::Int(i),
+                None => Val::Unknown,
+            },
+            P_FLOAT => match <[u8; 8]>::try_from(bytes.as_ref()) {
+                Ok(word) => Val::Float(f64::from_bits(u64::from_be_bytes(word))),
+                Err(_) => Val::Unknown,
+            },
+            P_STR => Val::Str(bytes),
+            P_BLOB => Val::Blob(bytes),
+            P_BOOL => Val::Bool(bytes.first().is_some_and(|&b| b != 0)),
+            P_HLL => Val::Hll(bytes),
+            P_GEO => Val::Geo(bytes),
+            P_LIST => Val::List(Cdt {
+                bytes,
+                literal: false,
+            }),
+            P_MAP => Val::Map(Cdt {
+                bytes,
+                literal: false,
+            }),
+            // Blob subtypes (Java, Python... blobs) are none of the
+            // expression types: the reference's bin reads answer unknown.
+            _ => Val::Unknown,
+        }
+    }
+
+    /// The value as a particle for a reply or a bin: `Ok(None)` for nil,
+    /// `Err` for what is no storable value (unknown, `result_remove`, a
+    /// string that is not UTF-8).
+    pub(crate) fn into_particle(self) -> Result<Option<(u8, Vec<u8>)>, ()> {
+        Ok(Some(match self {
+            Val::Unknown | Val::Remove => return Err(()),
+            Val::Nil => return Ok(None),
+            Val::Bool(b) => (P_BOOL, vec![u8::from(b)]),
+            Val::Int(i) => (P_INT, i.to_be_bytes().to_vec()),
+            Val::Float(f) => (P_FLOAT, f.to_bits().to_be_bytes().to_vec()),
+            Val::Str(s) => {
+                if std::str::from_utf8(&s).is_err() {
+                    return Err(());
+                }
+                (P_STR, s.into_owned())
+            }
+            Val::Blob(b) => (P_BLOB, b.into_owned()),
+            Val::Hll(h) => (P_HLL, h.into_owned()),
+            Val::Geo(g) => (P_GEO, g.into_owned()),
+            Val::List(l) => (P_LIST, l.bytes.into_owned()),
+            Val::Map(m) => (P_MAP, m.bytes.into_owned()),
+        }))
+    }
+
+    /// The value as an element of a CDT (what the reference packs when an
+    /// expression feeds an op payload or IN_LIST); `None` when it has none.
+    fn to_value(&self) -> Option<Value> {
+        Some(match self {
+            Val::Unknown | Val::Remove => return None,
+            Val::Nil => Value::Nil,
+            Val::Bool(b) => Value::Bool(*b),
+            Val::Int(i) => Value::Int(*i),
+            Val::Float(f) => Value::Double(*f),
+            Val::Str(s) => Value::Str(s.to_vec()),
+            Val::Blob(b) => Value::Blob(P_BLOB, b.to_vec()),
+            Val::Hll(h) => Value::Blob(P_HLL, h.to_vec()),
+            Val::Geo(g) => Value::Geo(geo_text(g)?.to_vec()),
+            Val::List(c) | Val::Map(c) => c.decode()?,
+        })
+    }
+
+    /// The value packed as msgpack into `out` (an op payload argument).
+    fn pack(&self, out: &mut Vec<u8>) -> Option<()> {
+        match self {
+            Val::List(c) | Val::Map(c) => out.extend_from_slice(&c.bytes),
+            other => value::encode(&other.to_value()?, out),
+        }
+        Some(())
+    }
+
+    /// The value as the bin argument of a module call.
+    fn as_bin(&self) -> Result<Option<Particle<'_>>, ()> {
+        Ok(Some(match self {
+            Val::Unknown | Val::Remove => return Err(()),
+            Val::Nil => return Ok(None),
+            Val::Bool(b) => (P_BOOL, Cow::Owned(vec![u8::from(*b)])),
+            Val::Int(i) => (P_INT, Cow::Owned(i.to_be_bytes().to_vec())),
+            Val::Float(f) => (P_FLOAT, Cow::Owned(f.to_bits().to_be_bytes().to_vec())),
+            Val::Str(s) => (P_STR, Cow::Borrowed(s.as_ref())),
+            Val::Blob(b) => (P_BLOB, Cow::Borrowed(b.as_ref())),
+            Val::Hll(h) => (P_HLL, Cow::Borrowed(h.as_ref())),
+            Val::Geo(g) => (P_GEO, Cow::Borrowed(g.as_ref())),
+            Val::List(c) => (P_LIST, Cow::Borrowed(c.bytes.as_ref())),
+            Val::Map(c) => (P_MAP, Cow::Borrowed(c.bytes.as_ref())),
+        }))
+    }
+}
+
+/// A particle type and its bytes, borrowed where it can be.
+type Particle<'a> = (u8, Cow<'a, [u8]>);
+
+/// An integer particle: 8 bytes big-endian (shorter forms zero-extended).
+fn int_from_bytes(bytes: &[u8]) -> Option<i64> {
+    if bytes.len() > 8 {
+        return None;
+    }
+    let mut word = [0u8; 8];
+    word[8 - bytes.len()..].copy_from_slice(bytes);
+    Some(i64::from_be_bytes(word))
+}
+
+/// The text of a GeoJSON particle (flags u8, cell count u16, cells, text).
+fn geo_text(particle: &[u8]) -> Option<&[u8]> {
+    let cells = usize::from(u16::from_be_bytes([*particle.get(1)?, *particle.get(2)?]));
+    particle.get(3 + cells * 8..)
+}
+
+/// What evaluation needs besides the tree.
+pub(crate) struct Ctx<'a> {
+    pub record: &'a dyn Record,
+    pub now_ms: u64,
+}
+
+/// Evaluates `root` with `slots` variable slots.
+pub(crate) fn run<'a>(root: &'a Node, slots: usize, cx: &Ctx<'a>) -> Val<'a> {
+    // No allocation for expressions without variables.
+    let mut env: Vec<Val<'a>> = Vec::new();
+    if slots > 0 {
+        env.resize(slots, Val::Unknown);
+    }
+    let result = eval(root, cx, &mut env);
+    debug_assert_eq!(env.len(), slots);
+    result
+}
+
+/// Evaluates an operand; returns unknown from the enclosing function when
+/// it is unknown.
+macro_rules! known {
+    ($e:expr) => {
+        match $e {
+            Val::Unknown => return Val::Unknown,
+            v => v,
+        }
+    };
+}
+
+fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    match node {
+        Node::Unknown => Val::Unknown,
+        Node::Nil => Val::Nil,
+        Node::Bool(b) => Val::Bool(*b),
+        Node::Int(i) => Val::Int(*i),
+        Node::Float(f) => Val::Float(*f),
+        Node::Str(s) => Val::Str(Cow::Borrowed(s)),
+        Node::Blob(b) => Val::Blob(Cow::Borrowed(b)),
+        Node::Hll(h) => Val::Hll(Cow::Borrowed(h)),
+        Node::Geo(g) => Val::Geo(Cow::Borrowed(g)),
+        Node::List(lit) => Val::List(Cdt {
+            bytes: Cow::Borrowed(&lit.bytes),
+            literal: true,
+        }),
+        Node::Map(lit) => Val::Map(Cdt {
+            bytes: Cow::Borrowed(&lit.bytes),
+            literal: true,
+        }),
+        Node::Compare(op, ty, args) => {
+            let a = known!(eval(&args[0], cx, env));
+            let b = known!(eval(&args[1], cx, env));
+            compare(*op, *ty, &a, &b)
+        }
+        Node::Regex(regex, subject) => match known!(eval(subject, cx, env)) {
+            Val::Str(s) => {
+                // The reference matches a C string: up to the first NUL.
+                let s = match s.iter().position(|&b| b == 0) {
+                    Some(nul) => &s[..nul],
+                    None => &s[..],
+                };
+                Val::Bool(regex.is_match(s))
+            }
+            _ => Val::Unknown,
+        },
+        Node::InList(args) => {
+            let needle = known!(eval(&args[0], cx, env));
+            let Val::List(list) = known!(eval(&args[1], cx, env)) else {
+                return Val::Unknown;
+            };
+            let (Some(needle), Some(Value::List(list))) = (needle.to_value(), list.decode()) else {
+                return Val::Unknown;
+            };
+            Val::Bool(
+                list.items
+                    .iter()
+                    .any(|item| value::compare(&needle, item) == Ordering::Equal),
+            )
+        }
+        Node::And(args) => {
+            let mut unknown = false;
+            for arg in args {
+                match eval(arg, cx, env) {
+                    Val::Bool(false) => return Val::Bool(false),
+                    Val::Bool(true) => {}
+                    _ => unknown = true,
+                }
+            }
+            if unknown {
+                Val::Unknown
+            } else {
+                Val::Bool(true)
+            }
+        }
+        Node::Or(args) => {
+            let mut unknown = false;
+            for arg in args {
+                match eval(arg, cx, env) {
+                    Val::Bool(true) => return Val::Bool(true),
+                    Val::Bool(false) => {}
+                    _ => unknown = true,
+                }
+            }
+            if unknown {
+                Val::Unknown
+            } else {
+                Val::Bool(false)
+            }
+        }
+        Node::Not(arg) => match known!(eval(arg, cx, env)) {
+            Val::Bool(b) => Val::Bool(!b),
+            _ => Val::Unknown,
+        },
+        Node::Exclusive(args) => {
+            // Exactly one true; an unknown operand ends it unknown, a
+            // second true ends it false.
+            let mut seen = false;
+            for arg in args {
+                match eval(arg, cx, env) {
+                    Val::Bool(true) if seen => return Val::Bool(false),
+                    Val::Bool(true) => seen = true,
+                    Val::Bool(false) => {}
+                    _ => return Val::Unknown,
+                }
+            }
+            Val::Bool(seen)
+        }
+        Node::Arith(op, float, args) => arith(*op, *float, args, cx, env),
+        Node::Pow(args) => floats2(args, cx, env, f64::powf),
+        Node::Log(args) => floats2(args, cx, env, |x, base| x.ln() / base.ln()),
+        Node::Mod(args) => {
+            let (a, b) = match ints2(args, cx, env) {
+                Some(pair) => pair,
+                None => return Val::Unknown,
+            };
+            // Zero, and the one quotient that overflows, are unknown.
+            match a.checked_rem(b) {
+                Some(r) => Val::Int(r),
+                None => Val::Unknown,
+            }
+        }
+        Node::Abs(arg) => match known!(eval(arg, cx, env)) {
+            Val::Int(i) => Val::Int(i.wrapping_abs()),
+            Val::Float(f) => Val::Float(f.abs()),
+            _ => Val::Unknown,
+        },
+        Node::Floor(arg) => float1(arg, cx, env, f64::floor),
+        Node::Ceil(arg) => float1(arg, cx, env, f64::ceil),
+        Node::ToInt(arg) => match known!(eval(arg, cx, env)) {
+            Val::Float(f) => Val::Int(float_to_int(f)),
+            _ => Val::Unknown,
+        },
+        Node::ToFloat(arg) => match known!(eval(arg, cx, env)) {
+            Val::Int(i) => Val::Float(i as f64),
+            _ => Val::Unknown,
+        },
+        Node::IntBits(op, args) => {
+            let mut acc: Option<i64> = None;
+            for arg in args {
+                let Val::Int(x) = known!(eval(arg, cx, env)) else {
+                    return Val::Unknown;
+                };
+                acc = Some(match (acc, op) {
+                    (None, _) => x,
+                    (Some(a), IntOp::And) => a & x,
+                    (Some(a), IntOp::Or) => a | x,
+                    (Some(a), IntOp::Xor) => a ^ x,
+                });
+            }
+            acc.map_or(Val::Unknown, Val::Int)
+        }
+        Node::IntNot(arg) => match known!(eval(arg, cx, env)) {
+            Val::Int(i) => Val::Int(!i),
+            _ => Val::Unknown,
+        },
+        Node::Count(arg) => match known!(eval(arg, cx, env)) {
+            Val::Int(i) => Val::Int(i64::from(i.count_ones())),
+            _ => Val::Unknown,
+        },
+        Node::Shift(kind, args) => {
+            let (value, shift) = match ints2(args, cx, env) {
+                Some(pair) => pair,
+                None => return Val::Unknown,
+            };
+            // Counts are taken modulo 64, as x86 does for the reference's
+            // (undefined in C) out-of-range shifts.
+            let shift = shift as u32;
+            Val::Int(match kind {
+                Shift::Left => value.wrapping_shl(shift),
+                Shift::Right => (value as u64).wrapping_shr(shift) as i64,
+                Shift::Arith => value.wrapping_shr(shift),
+            })
+        }
+        Node::Scan(left, args) => {
+            let Val::Int(value) = known!(eval(&args[0], cx, env)) else {
+                return Val::Unknown;
+            };
+            let Val::Bool(set) = known!(eval(&args[1], cx, env)) else {
+                return Val::Unknown;
+            };
+            let bits = if set { value as u64 } else { !(value as u64) };
+            // Bit positions count from the most significant bit (0).
+            Val::Int(match (bits, left) {
+                (0, _) => -1,
+                (_, true) => i64::from(bits.leading_zeros()),
+                (_, false) => 63 - i64::from(bits.trailing_zeros()),
+            })
+        }
+        Node::DigestMod(modulus) => {
+            let digest = cx.record.digest();
+            // The reference reads bytes 16..20 as a native (little-endian)
+            // 32-bit word.
+            let word = u32::from_le_bytes([digest[16], digest[17], digest[18], digest[19]]);
+            Val::Int(i64::from(word) % modulus)
+        }
+        Node::Meta(meta) => metadata(*meta, cx),
+        Node::Key(ty) => {
+            let Some((particle, bytes)) = cx.record.key() else {
+                return Val::Unknown;
+            };
+            let key = match particle {
+                P_INT if bytes.len() == 8 => Val::from_particle(P_INT, bytes),
+                P_STR | P_BLOB => Val::from_particle(particle, bytes),
+                _ => Val::Unknown,
+            };
+            if key.has_type(*ty) {
+                key
+            } else {
+                Val::Unknown
+            }
+        }
+        Node::Bin(ty, name) => match cx.record.bin(name) {
+            Some((particle, bytes)) => {
+                let value = Val::from_particle(particle, bytes);
+                if value.has_type(*ty) {
+                    value
+                } else {
+                    Val::Unknown
+                }
+            }
+            None => Val::Unknown,
+        },
+        Node::BinType(name) => Val::Int(cx.record.bin(name).map_or(0, |(p, _)| i64::from(p))),
+        Node::BinExists(name) => Val::Bool(cx.record.bin(name).is_some()),
+        Node::ResultRemove => Val::Remove,
+        Node::MapKeys(values, arg) => {
+            let Val::Map(map) = known!(eval(arg, cx, env)) else {
+                return Val::Unknown;
+            };
+            let Some(Value::Map(map)) = map.decode() else {
+                return Val::Unknown;
+            };
+            let items = map
+                .entries
+                .into_iter()
+                .map(|(k, v)| if *values { v } else { k })
+                .collect();
+            let list = Value::List(value::List { flags: 0, items });
+            Val::List(Cdt {
+                bytes: Cow::Owned(value::to_bytes(&list)),
+                literal: false,
+            })
+        }
+        // The builtin variables (the element a CDT selection is at) are
+        // bound only inside CDT selections, which this server does not
+        // evaluate: outside them the reference answers unknown.
+        Node::VarBuiltin => Val::Unknown,
+        Node::Cond(cases, default) => {
+            for (test, action) in cases {
+                match eval(test, cx, env) {
+                    Val::Bool(true) => return eval(action, cx, env),
+                    Val::Bool(false) => {}
+                    _ => return Val::Unknown,
+                }
+            }
+            eval(default, cx, env)
+        }
+        Node::Let(defs, body) => {
+            for (slot, def) in defs {
+                debug_assert!(*slot < env.len(), "the parser counts every slot");
+                let value = eval(def, cx, env);
+                if let Some(place) = env.get_mut(*slot) {
+                    *place = value;
+                }
+            }
+            eval(body, cx, env)
+        }
+        Node::Var(slot) => env.get(*slot).cloned().unwrap_or(Val::Unknown),
+        Node::Call(call) => module_call(call, cx, env),
+    }
+}
+
+/// x86's conversion of a double to a 64-bit integer: truncation toward
+/// zero, `i64::MIN` for NaN and out-of-range values.
+fn float_to_int(f: f64) -> i64 {
+    // 2^63 is exactly representable; every double below it fits.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if f.is_nan() || !(-LIMIT..LIMIT).contains(&f) {
+        i64::MIN
+    } else {
+        f as i64
+    }
+}
+
+fn ints2<'a>(args: &'a [Node; 2], cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Option<(i64, i64)> {
+    let Val::Int(a) = eval(&args[0], cx, env) else {
+        return None;
+    };
+    let Val::Int(b) = eval(&args[1], cx, env) else {
+        return None;
+    };
+    Some((a, b))
+}
+
+fn floats2<'a>(
+    args: &'a [Node; 2],
+    cx: &Ctx<'a>,
+    env: &mut Vec<Val<'a>>,
+    f: impl Fn(f64, f64) -> f64,
+) -> Val<'a> {
+    let Val::Float(a) = known!(eval(&args[0], cx, env)) else {
+        return Val::Unknown;
+    };
+    let Val::Float(b) = known!(eval(&args[1], cx, env)) else {
+        return Val::Unknown;
+    };
+    Val::Float(f(a, b))
+}
+
+fn float1<'a>(
+    arg: &'a Node,
+    cx: &Ctx<'a>,
+    env: &mut Vec<Val<'a>>,
+    f: impl Fn(f64) -> f64,
+) -> Val<'a> {
+    match known!(eval(arg, cx, env)) {
+        Val::Float(x) => Val::Float(f(x)),
+        _ => Val::Unknown,
+    }
+}
+
+/// A number operand of the variadic arithmetic ops.
+#[derive(Clone, Copy)]
+enum Num {
+    I(i64),
+    F(f64),
+}
+
+fn arith<'a>(
+    op: Arith,
+    float: bool,
+    args: &'a [Node],
+    cx: &Ctx<'a>,
+    env: &mut Vec<Val<'a>>,
+) -> Val<'a> {
+    let mut nums = args.iter();
+    let mut next = |env: &mut Vec<Val<'a>>| -> Option<Option<Num>> {
+        let arg = nums.next()?;
+        Some(match (eval(arg, cx, env), float) {
+            (Val::Int(i), false) => Some(Num::I(i)),
+            (Val::Float(f), true) => Some(Num::F(f)),
+            _ => None,
+        })
+    };
+    let Some(Some(first)) = next(env) else {
+        return Val::Unknown;
+    };
+    let mut acc = first;
+    let mut rest = 0usize;
+    // Division divides the first operand by the product of the others.
+    let mut divisor = if float { Num::F(1.0) } else { Num::I(1) };
+    while let Some(arg) = next(env) {
+        let Some(x) = arg else {
+            return Val::Unknown;
+        };
+        rest += 1;
+        acc = match (op, acc, x) {
+            (Arith::Add, Num::I(a), Num::I(b)) => Num::I(a.wrapping_add(b)),
+            (Arith::Sub, Num::I(a), Num::I(b)) => Num::I(a.wrapping_sub(b)),
+            (Arith::Mul, Num::I(a), Num::I(b)) => Num::I(a.wrapping_mul(b)),
+            (Arith::Add, Num::F(a), Num::F(b)) => Num::F(a + b),
+            (Arith::Sub, Num::F(a), Num::F(b)) => Num::F(a - b),
+            (Arith::Mul, Num::F(a), Num::F(b)) => Num::F(a * b),
+            // Only replaced when the comparison holds, so a NaN operand
+            // is kept or skipped as the reference's `<`/`>` decide.
+            (Arith::Min, Num::I(a), Num::I(b)) => Num::I(if a > b { b } else { a }),
+            (Arith::Max, Num::I(a), Num::I(b)) => Num::I(if a < b { b } else { a }),
+            (Arith::Min, Num::F(a), Num::F(b)) => Num::F(if a > b { b } else { a }),
+            (Arith::Max, Num::F(a), Num::F(b)) => Num::F(if a < b { b } else { a }),
+            (Arith::Div, acc, x) => {
+                divisor = match (divisor, x) {
+                    (Num::I(d), Num::I(b)) => Num::I(d.wrapping_mul(b)),
+                    (Num::F(d), Num::F(b)) => Num::F(d * b),
+                    _ => return Val::Unknown,
+                };
+                acc
+            }
+            _ => return Val::Unknown,
+        };
+    }
+    match (op, rest) {
+        // One operand: negation, and the reciprocal.
+        (Arith::Sub, 0) => acc = neg(acc),
+        (Arith::Div, 0) => {
+            divisor = acc;
+            acc = if float { Num::F(1.0) } else { Num::I(1) };
+        }
+        _ => {}
+    }
+    if op == Arith::Div {
+        acc = match (acc, divisor) {
+            (Num::F(a), Num::F(d)) => Num::F(a / d),
+            // By zero, and i64::MIN / -1, are unknown.
+            (Num::I(a), Num::I(d)) => match a.checked_div(d) {
+                Some(q) => Num::I(q),
+                None => return Val::Unknown,
+            },
+            _ => return Val::Unknown,
+        };
+    }
+    match acc {
+        Num::I(i) => Val::Int(i),
+        Num::F(f) => Val::Float(f),
+    }
+}
+
+fn neg(x: Num) -> Num {
+    match x {
+        Num::I(i) => Num::I(0i64.wrapping_sub(i)),
+        Num::F(f) => Num::F(0.0 - f),
+    }
+}
+
+fn metadata<'a>(meta: Meta, cx: &Ctx<'a>) -> Val<'a> {
+    let record = cx.record;
+    let size = i64::try_from(record.record_size()).unwrap_or(i64::MAX);
+    match meta {
+        Meta::RecordSize => Val::Int(size),
+        // The deprecated sizes: the record's size where it is stored.
+        Meta::DeviceSize => Val::Int(if record.in_memory() { 0 } else { size }),
+        Meta::MemorySize => Val::Int(if record.in_memory() { size } else { 0 }),
+        Meta::LastUpdate => Val::Int(
+            i64::try_from(record.last_update_ms().saturating_mul(1_000_000)).unwrap_or(i64::MAX),
+        ),
+        Meta::SinceUpdate => Val::Int(
+            i64::try_from(cx.now_ms.saturating_sub(record.last_update_ms())).unwrap_or(i64::MAX),
+        ),
+        Meta::VoidTime => Val::Int(match record.void_time_s() {
+            None => -1,
+            Some(s) => i64::try_from(s.saturating_mul(1_000_000_000)).unwrap_or(i64::MAX),
+        }),
+        Meta::Ttl => Val::Int(match record.void_time_s() {
+            None => -1,
+            // A record past its void time not yet removed reports 1.
+            Some(void) => {
+                let now = cx.now_ms / 1000;
+                i64::try_from(void.saturating_sub(now).max(1)).unwrap_or(i64::MAX)
+            }
+        }),
+        Meta::SetName => Val::Str(Cow::Borrowed(record.set_name())),
+        Meta::KeyExists => Val::Bool(record.key().is_some()),
+        Meta::IsTombstone => Val::Bool(record.is_tombstone()),
+    }
+}
+
+/// Compares two known values of the static type `ty`.
+fn compare<'a>(op: CmpOp, ty: Ty, a: &Val<'a>, b: &Val<'a>) -> Val<'a> {
+    if !a.has_type(ty) || !b.has_type(ty) {
+        return Val::Unknown;
+    }
+    let ordering = match (a, b) {
+        (Val::Nil, Val::Nil) => Some(Ordering::Equal),
+        (Val::Bool(x), Val::Bool(y)) => Some(x.cmp(y)),
+        (Val::Int(x), Val::Int(y)) => Some(x.cmp(y)),
+        (Val::Float(x), Val::Float(y)) => x.partial_cmp(y),
+        (Val::Str(x), Val::Str(y)) | (Val::Blob(x), Val::Blob(y)) => Some(x.cmp(y)),
+        (Val::List(x), Val::List(y)) | (Val::Map(x), Val::Map(y)) => {
+            let (Some(x), Some(y)) = (x.decode(), y.decode()) else {
+                return Val::Unknown;
+            };
+            let mut unordered = false;
+            let (ordering, _) = cmp_tracked(&x, &y, &mut unordered);
+            // Structures holding unordered maps have no order to compare.
+            if unordered {
+                return Val::Unknown;
+            }
+            Some(ordering)
+        }
+        _ => return Val::Unknown,
+    };
+    // A NaN compares as unordered: only "not equal" holds.
+    Val::Bool(match (op, ordering) {
+        (CmpOp::Ne, None) => true,
+        (_, None) => false,
+        (CmpOp::Eq, Some(o)) => o == Ordering::Equal,
+        (CmpOp::Ne, Some(o)) => o != Ordering::Equal,
+        (CmpOp::Gt, Some(o)) => o == Ordering::Greater,
+        (CmpOp::Ge, Some(o)) => o != Ordering::Less,
+        (CmpOp::Lt, Some(o)) => o == Ordering::Less,
+        (CmpOp::Le, Some(o)) => o != Ordering::Greater,
+    })
+}
+
+fn is_unordered_map(v: &Value) -> bool {
+    matches!(v, Value::Map(m) if !m.entries.is_empty() && !m.is_key_ordered())
+}
+
+/// The reference order of two values, noting every non-empty map without
+/// key order the walk reaches (as the reference's `msgpack_cmp` does);
+/// the bool says a wildcard ended the comparison.
+fn cmp_tracked(a: &Value, b: &Value, unordered: &mut bool) -> (Ordering, bool) {
+    if matches!(a, Value::Wildcard) || matches!(b, Value::Wildcard) {
+        return (Ordering::Equal, true);
+    }
+    if is_unordered_map(a) || is_unordered_map(b) {
+        *unordered = true;
+    }
+    match (a, b) {
+        (Value::List(x), Value::List(y)) => {
+            for (p, q) in x.items.iter().zip(&y.items) {
+                let (ordering, wild) = cmp_tracked(p, q, unordered);
+                if wild || ordering != Ordering::Equal {
+                    return (ordering, wild);
+                }
+            }
+            (x.items.len().cmp(&y.items.len()), false)
+        }
+        (Value::Map(x), Value::Map(y)) => {
+            let by_count = x.entries.len().cmp(&y.entries.len());
+            if by_count != Ordering::Equal {
+                return (by_count, false);
+            }
+            for ((kx, vx), (ky, vy)) in x.entries.iter().zip(&y.entries) {
+                for (p, q) in [(kx, ky), (vx, vy)] {
+                    let (ordering, wild) = cmp_tracked(p, q, unordered);
+                    if wild || ordering != Ordering::Equal {
+                        return (ordering, wild);
+                    }
+                }
+            }
+            (Ordering::Equal, false)
+        }
+        _ => (value::compare(a, b), false),
+    }
+}
+
+fn module_call<'a>(call: &'a Call, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    debug_assert!(!call.header.is_empty(), "a payload starts with its op code");
+    let mut payload = call.header.clone();
+    for arg in &call.args {
+        match arg {
+            Arg::Raw(raw) => payload.extend_from_slice(raw),
+            Arg::Exp(exp) => {
+                if eval(exp, cx, env).pack(&mut payload).is_none() {
+                    return Val::Unknown;
+                }
+            }
+        }
+    }
+    let target = eval(&call.target, cx, env);
+    let Ok(bin) = target.as_bin() else {
+        return Val::Unknown;
+    };
+    let family = match call.module {
+        Module::Cdt => Family::Cdt,
+        Module::Bits => Family::Bits,
+        Module::Hll => Family::Hll,
+    };
+    let bin_ref = bin.as_ref().map(|(p, bytes)| (*p, bytes.as_ref()));
+    let Ok(outcome) = citrine_cdt::apply(family, &payload, bin_ref, call.modify) else {
+        return Val::Unknown;
+    };
+    // A modifying call's value is the collection after the op (unchanged
+    // when the op wrote nothing back); a reading call's is the op's result.
+    let particle = if call.modify {
+        outcome
+            .bin
+            .or_else(|| bin.map(|(p, bytes)| (p, bytes.into_owned())))
+    } else {
+        outcome.result
+    };
+    let value = match particle {
+        None => Val::Nil,
+        Some((p, bytes)) => Val::from_particle_cow(p, Cow::Owned(bytes)),
+    };
+    if value.has_type(call.ret) {
+        value
+    } else {
+        Val::Unknown
+    }
+}

@@ -1,0 +1,152 @@
+//! Expressions against a record (protocol 05 §4): the service's views of a
+//! record as a [`citrine_exp::Record`], and the filter check every
+//! transaction kind applies.
+//!
+//! Owns: [`RecordView`] (a stored body or an operate's working bins, with
+//! the record's metadata) and [`check`] (a filter's outcome as the result
+//! the transaction answers).
+//!
+//! Invariants: a filter passes only when it evaluates to true (false and
+//! "unknown" answer FILTERED_OUT, 27, or skip the record in a scan); the
+//! set name is looked up only when an expression asks for it.
+
+use crate::namespace::Namespace;
+use crate::transaction::Now;
+use citrine_exp::{Expression, Truth};
+use citrine_index::RecordMeta;
+use citrine_record::{Bin, BodyView};
+use citrine_types::{ResultCode, CITRUSLEAF_EPOCH_UNIX_SECONDS};
+use std::borrow::Cow;
+use std::cell::OnceCell;
+
+/// Where a [`RecordView`]'s bins come from.
+pub(crate) enum Bins<'r> {
+    /// The stored body (reads, deletes, the first look of a write).
+    Stored(&'r BodyView<'r>),
+    /// An operate's working bins, as the ops so far left them.
+    Working(&'r [Bin<'r>]),
+}
+
+/// One record as expressions see it.
+pub(crate) struct RecordView<'r> {
+    pub bins: Bins<'r>,
+    pub key: Option<(u8, &'r [u8])>,
+    pub digest: &'r [u8; 20],
+    /// The live record's metadata; `None` while a write creates it.
+    pub meta: Option<RecordMeta>,
+    /// The stored size of the record, bytes.
+    pub size: u64,
+    pub namespace: &'r Namespace,
+    set_name: OnceCell<Vec<u8>>,
+}
+
+impl<'r> RecordView<'r> {
+    pub(crate) fn new(
+        namespace: &'r Namespace,
+        digest: &'r [u8; 20],
+        bins: Bins<'r>,
+        key: Option<(u8, &'r [u8])>,
+        meta: Option<RecordMeta>,
+        size: u64,
+    ) -> RecordView<'r> {
+        RecordView {
+            bins,
+            key,
+            digest,
+            meta,
+            size,
+            namespace,
+            set_name: OnceCell::new(),
+        }
+    }
+}
+
+/// A borrowed bin value; bodies and working bins hold their bytes as
+/// `Cow`s that outlive the view.
+fn borrowed<'r>(value: &'r Cow<'r, [u8]>) -> &'r [u8] {
+    value.as_ref()
+}
+
+impl citrine_exp::Record for RecordView<'_> {
+    fn bin(&self, name: &[u8]) -> Option<(u8, &[u8])> {
+        let bins: &[Bin<'_>] = match &self.bins {
+            Bins::Working(bins) => bins,
+            Bins::Stored(view) => {
+                // A stored body's bins borrow the body itself.
+                let bin = view.bin(name)?;
+                return match bin.value {
+                    Cow::Borrowed(value) => Some((bin.particle_type, value)),
+                    Cow::Owned(_) => None,
+                };
+            }
+        };
+        bins.iter()
+            .find(|bin| bin.name.as_ref() == name)
+            .map(|bin| (bin.particle_type, borrowed(&bin.value)))
+    }
+
+    fn key(&self) -> Option<(u8, &[u8])> {
+        self.key
+    }
+
+    fn digest(&self) -> &[u8; 20] {
+        self.digest
+    }
+
+    fn set_name(&self) -> &[u8] {
+        self.set_name.get_or_init(|| {
+            self.meta
+                .and_then(|meta| self.namespace.sets.name(meta.set_id))
+                .unwrap_or_default()
+        })
+    }
+
+    fn last_update_ms(&self) -> u64 {
+        self.meta.map_or(0, |meta| meta.last_update_ms)
+    }
+
+    fn void_time_s(&self) -> Option<u64> {
+        match self.meta {
+            Some(meta) if meta.void_time != 0 => {
+                Some(u64::from(meta.void_time) + CITRUSLEAF_EPOCH_UNIX_SECONDS)
+            }
+            _ => None,
+        }
+    }
+
+    fn record_size(&self) -> u64 {
+        self.size
+    }
+
+    fn is_tombstone(&self) -> bool {
+        false
+    }
+
+    fn exists(&self) -> bool {
+        self.meta.is_some()
+    }
+
+    fn in_memory(&self) -> bool {
+        self.namespace.storage.device().is_none()
+    }
+}
+
+/// Parses a request's filter (field 43), refusing malformed or unsupported
+/// expressions with their result code.
+pub(crate) fn parse(bytes: &[u8]) -> Result<Expression, ResultCode> {
+    Expression::parse(bytes).map_err(citrine_exp::ExpError::result_code)
+}
+
+/// Applies `filter` to `record`: `Ok` when it passes, FILTERED_OUT (27)
+/// otherwise (counted in `namespace`'s `client_*_filtered_out` by the
+/// caller's failure accounting).
+pub(crate) fn check(
+    filter: &Expression,
+    record: &RecordView<'_>,
+    now: Now,
+) -> Result<(), ResultCode> {
+    match filter.filter(record, now.unix_ms) {
+        Truth::True => Ok(()),
+        Truth::False | Truth::Unknown => Err(ResultCode::FilteredOut),
+    }
+}
