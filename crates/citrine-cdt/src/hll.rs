@@ -206,7 +206,13 @@ impl<'a> Op<'a> {
                 }
             }
             Arg::Sketches => {
-                let n = reader.array_len().ok_or(CdtError::Parameter)?;
+                // A list of HLLs, or one HLL alone (what an expression's
+                // HLL-valued argument packs to).
+                let n = if reader.peek().is_some_and(is_array_header) {
+                    reader.array_len().ok_or(CdtError::Parameter)?
+                } else {
+                    1
+                };
                 if n == 0 {
                     return Err(CdtError::Parameter);
                 }
@@ -469,6 +475,11 @@ impl<'a> Reader<'a> {
         )
     }
 
+    /// The next byte, not taken.
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
     /// An array header's element count.
     fn array_len(&mut self) -> Option<usize> {
         match self.byte()? {
@@ -542,6 +553,11 @@ impl<'a> Reader<'a> {
         self.take(body)?;
         self.bytes.get(start..self.at)
     }
+}
+
+/// Whether `byte` starts a msgpack array.
+fn is_array_header(byte: u8) -> bool {
+    matches!(byte, 0x90..=0x9f | 0xdc | 0xdd)
 }
 
 #[cfg(test)]

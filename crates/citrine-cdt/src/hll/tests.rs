@@ -656,3 +656,19 @@ fn wrong_bin_types_and_missing_bins() {
     let err = operate(&ops[0], Some((HLL, &[0, 8, 0])), false).expect_err("refused");
     assert_eq!(err, CdtError::Parameter);
 }
+
+#[test]
+fn a_single_hll_argument_counts_as_a_list_of_one() {
+    // What an expression packs for `HLLGetUnion(HLLBin("a"), HLLBin("b"))`:
+    // the argument is one HLL, not a list of them.
+    let a = added(keys(0..3), 8, -1);
+    let b = added(keys(2..6), 8, -1);
+    let single = payload(51, vec![Value::Blob(HLL, b.clone())]);
+    let listed = payload(51, vec![blobs(&[&b])]);
+    assert_eq!(
+        read(&a, &single).expect("union of one"),
+        read(&a, &listed).expect("union of a list")
+    );
+    let n = read(&a, &payload(52, vec![Value::Blob(HLL, b)])).expect("union count");
+    assert_eq!(as_int(&n), 6);
+}
