@@ -202,3 +202,11 @@ def test_cdt_write_bumps_the_generation_once(client, key):
                                       op.read("l")])
     assert meta["gen"] == 2
     assert client.get(key)[2]["l"] == [1, 2, 3]
+
+
+def test_a_key_ordered_map_written_whole_is_stored_in_key_order(client, key):
+    client.put(key, {"m": aerospike.KeyOrderedDict({"b": 2, "c": 3, "a": 1})})
+    stored = client.get(key)[2]["m"]
+    assert list(stored.keys()) == ["a", "b", "c"]
+    # Map ops by index see the same order.
+    assert results(client, key, [mo.map_get_by_index("m", 0, aerospike.MAP_RETURN_KEY)]) == ["a"]

@@ -575,22 +575,29 @@ pub fn depth(value: &Value) -> usize {
 
 /// Puts every collection inside `value` in canonical order: ordered lists
 /// sorted, key-ordered maps sorted by key with unique keys (the last of
-/// equal keys kept). Values already in order are only checked.
-pub fn canonicalize(value: &mut Value) {
+/// equal keys kept). Values already in order are only checked. Answers
+/// whether anything moved.
+pub fn canonicalize(value: &mut Value) -> bool {
     match value {
         Value::List(list) => {
-            list.items.iter_mut().for_each(canonicalize);
+            let mut changed = false;
+            for item in list.items.iter_mut() {
+                changed |= canonicalize(item);
+            }
             let sorted = list
                 .items
                 .windows(2)
                 .all(|pair| compare(&pair[0], &pair[1]) != Ordering::Greater);
             if list.is_ordered() && !sorted {
                 list.items.sort_by(compare);
+                changed = true;
             }
+            changed
         }
         Value::Map(map) => {
+            let mut changed = false;
             for (_, item) in map.entries.iter_mut() {
-                canonicalize(item);
+                changed |= canonicalize(item);
             }
             let strictly_sorted = map
                 .entries
@@ -609,9 +616,11 @@ pub fn canonicalize(value: &mut Value) {
                     }
                 }
                 map.entries = unique;
+                changed = true;
             }
+            changed
         }
-        _ => {}
+        _ => false,
     }
 }
 

@@ -660,6 +660,47 @@ fn expression_ops_read_and_write_bins() {
 }
 
 #[test]
+fn list_and_map_writes_are_checked_and_made_canonical() {
+    let (service, _) = service();
+    let write = |particle: u8, bytes: &[u8]| {
+        send(
+            &service,
+            &put("k", Ops::new().op(op_type::WRITE, particle, "c", bytes)),
+        )
+        .header
+        .result_code
+    };
+    // Not msgpack, trailing bytes, a map sent as a list, truncated.
+    assert_eq!(write(20, &[0xc1]), 4);
+    assert_eq!(write(20, &[0x91, 0x01, 0x02]), 4);
+    assert_eq!(write(20, &[0x81, 0x01, 0x02]), 4);
+    assert_eq!(write(19, &[0x82, 0x01]), 4);
+    // An unordered list is stored as sent.
+    assert_eq!(write(20, &[0x93, 0x03, 0x01, 0x02]), 0);
+    let stored = |service: &Service| {
+        send(service, &get("k"))
+            .bins
+            .into_iter()
+            .find(|(name, _, _)| name == b"c")
+            .map(|(_, particle, bytes)| (particle, bytes))
+    };
+    assert_eq!(stored(&service), Some((20, vec![0x93, 0x03, 0x01, 0x02])));
+    // A key-ordered map (ext flags 0x01 first) sent unsorted, with a
+    // duplicate key, is stored sorted with the last value of the key.
+    let map = [
+        0x84, 0xc7, 0x00, 0x01, 0xc0, 0x02, 0x0a, 0x01, 0x0b, 0x02, 0x0c,
+    ];
+    assert_eq!(write(19, &map), 0);
+    assert_eq!(
+        stored(&service),
+        Some((
+            19,
+            vec![0x83, 0xc7, 0x00, 0x01, 0xc0, 0x01, 0x0b, 0x02, 0x0c]
+        ))
+    );
+}
+
+#[test]
 fn cdt_ops_that_grow_a_bin_past_the_record_limit_stop_at_the_first() {
     let (service, _) = service();
     // [3 (INSERT), index, 7] at 0, 1 M, 2 M, ... : each pads with nils.

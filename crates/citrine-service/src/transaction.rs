@@ -730,7 +730,13 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
                 }
                 return Ok(());
             }
-            let value = normalise_value(op.particle_type, op.value);
+            let value = if op.particle_type == ParticleType::List as u8
+                || op.particle_type == ParticleType::Map as u8
+            {
+                collection_value(op.particle_type, op.value)?
+            } else {
+                normalise_value(op.particle_type, op.value)
+            };
             match position {
                 Some(index) => {
                     bins[index].particle_type = op.particle_type;
@@ -808,6 +814,28 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
         _ => return Err(ResultCode::Parameter),
     }
     Ok(())
+}
+
+/// A list or map bin as a WRITE sets it: well-formed msgpack of the
+/// particle's kind, nested no deeper than a stored value may be (else 4),
+/// with its ordered lists and key-ordered maps put in canonical order (the
+/// CDT ops rely on it); stored as sent when it already is.
+fn collection_value(particle_type: u8, bytes: &[u8]) -> Result<Cow<'_, [u8]>, ResultCode> {
+    use citrine_cdt::value::{self, Value};
+    let mut decoded = value::decode_stored(bytes).map_err(|_| ResultCode::Parameter)?;
+    let kind_matches = match decoded {
+        Value::List(_) => particle_type == ParticleType::List as u8,
+        Value::Map(_) => particle_type == ParticleType::Map as u8,
+        _ => false,
+    };
+    if !kind_matches {
+        return Err(ResultCode::Parameter);
+    }
+    if value::canonicalize(&mut decoded) {
+        Ok(Cow::Owned(value::to_bytes(&decoded)))
+    } else {
+        Ok(Cow::Borrowed(bytes))
+    }
 }
 
 /// Refuses (13, counted) a record or bin of `len` bytes above the
