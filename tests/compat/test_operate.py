@@ -233,3 +233,4 @@ def test_read_all_with_respond_all_ops_is_parameter_error_raw(citrined, client, 
                            rawwire.INFO2_WRITE | 0x80, ops=ops)
     assert resp["result_code"] == 4, resp
     assert client.get(("test", set_name, "rk"))[2] == {"a": 1}
+

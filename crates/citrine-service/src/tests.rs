@@ -660,6 +660,27 @@ fn expression_ops_read_and_write_bins() {
 }
 
 #[test]
+fn an_op_on_a_missing_bin_makes_the_bin_from_its_operand() {
+    // As the reference (and the Go suite's "Add must work"): an add of a
+    // string to a missing bin creates a string bin; to a string bin it is 12.
+    let (service, _) = service();
+    let add = |value: &[u8]| {
+        send(
+            &service,
+            &put("k", Ops::new().op(op_type::INCR, 3, "s", value)),
+        )
+        .header
+        .result_code
+    };
+    assert_eq!(add(b"text"), 0);
+    assert_eq!(
+        send(&service, &get("k")).bins,
+        vec![(b"s".to_vec(), 3, b"text".to_vec())]
+    );
+    assert_eq!(add(b"more"), ResultCode::IncompatibleType.code());
+}
+
+#[test]
 fn list_and_map_writes_are_checked_and_made_canonical() {
     let (service, _) = service();
     let write = |particle: u8, bytes: &[u8]| {

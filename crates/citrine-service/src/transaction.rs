@@ -753,9 +753,19 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
             let integer = ParticleType::Integer as u8;
             let float = ParticleType::Float as u8;
             let new_value: Vec<u8> = match (position.map(|index| &bins[index]), op.particle_type) {
+                // As the reference: an op on a missing bin makes the bin
+                // from its operand, whatever the operand's type (an add of
+                // a string creates a string bin).
                 (None, particle) if particle == integer || particle == float => {
                     normalise_value(particle, op.value).into_owned()
                 }
+                (None, particle)
+                    if particle == ParticleType::List as u8
+                        || particle == ParticleType::Map as u8 =>
+                {
+                    collection_value(particle, op.value)?.into_owned()
+                }
+                (None, particle) => normalise_value(particle, op.value).into_owned(),
                 (Some(bin), particle) if particle == integer && bin.particle_type == integer => {
                     let current =
                         integer_from_wire(&bin.value).ok_or(ResultCode::IncompatibleType)?;
@@ -768,7 +778,6 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
                     let delta = float_from_wire(op.value).ok_or(ResultCode::Parameter)?;
                     (current + delta).to_bits().to_be_bytes().to_vec()
                 }
-                (None, _) => return Err(ResultCode::Parameter),
                 (Some(_), _) => return Err(ResultCode::IncompatibleType),
             };
             match position {
