@@ -17,7 +17,10 @@
 //!
 //! Invariants: evaluation never panics; reading scalar bins and metadata
 //! and comparing scalars does not allocate (values borrow the record and
-//! the expression); depth is bounded by the parser's nesting limit.
+//! the expression); depth is bounded by the parser's nesting limit; the
+//! bytes one evaluation makes (call payloads and results, copies of
+//! variables, key and value lists) are bounded by [`EVAL_BUDGET`], and an
+//! evaluation that would exceed it is unknown as a whole.
 
 use crate::parse::{Arg, Arith, Call, CmpOp, IntOp, Meta, Module, Node, Shift, Ty};
 use crate::Record;
@@ -25,6 +28,7 @@ use citrine_cdt::value::{self, Value};
 use citrine_cdt::Family;
 use citrine_types::ParticleType;
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::cmp::Ordering;
 
 /// Particle type numbers used here.
@@ -131,8 +135,7 @@ impl<'a> Val<'a> {
     }
 
     /// The value as a particle for a reply or a bin: `Ok(None)` for nil,
-    /// `Err` for what is no storable value (unknown, `result_remove`, a
-    /// string that is not UTF-8).
+    /// `Err` for what is no storable value (unknown, `result_remove`).
     pub(crate) fn into_particle(self) -> Result<Option<(u8, Vec<u8>)>, ()> {
         Ok(Some(match self {
             Val::Unknown | Val::Remove => return Err(()),
@@ -140,12 +143,8 @@ impl<'a> Val<'a> {
             Val::Bool(b) => (P_BOOL, vec![u8::from(b)]),
             Val::Int(i) => (P_INT, i.to_be_bytes().to_vec()),
             Val::Float(f) => (P_FLOAT, f.to_bits().to_be_bytes().to_vec()),
-            Val::Str(s) => {
-                if std::str::from_utf8(&s).is_err() {
-                    return Err(());
-                }
-                (P_STR, s.into_owned())
-            }
+            // Strings are bytes, as stored (UTF-8 is the clients' affair).
+            Val::Str(s) => (P_STR, s.into_owned()),
             Val::Blob(b) => (P_BLOB, b.into_owned()),
             Val::Hll(h) => (P_HLL, h.into_owned()),
             Val::Geo(g) => (P_GEO, g.into_owned()),
@@ -178,6 +177,22 @@ impl<'a> Val<'a> {
             other => value::encode(&other.to_value()?, out),
         }
         Some(())
+    }
+
+    /// Bytes the value owns (copying it copies them); borrowed values
+    /// and scalars own none.
+    fn owned_len(&self) -> usize {
+        match self {
+            Val::Str(Cow::Owned(b))
+            | Val::Blob(Cow::Owned(b))
+            | Val::Hll(Cow::Owned(b))
+            | Val::Geo(Cow::Owned(b)) => b.len(),
+            Val::List(c) | Val::Map(c) => match &c.bytes {
+                Cow::Owned(b) => b.len(),
+                Cow::Borrowed(_) => 0,
+            },
+            _ => 0,
+        }
     }
 
     /// The value as the bin argument of a module call.
@@ -217,10 +232,48 @@ fn geo_text(particle: &[u8]) -> Option<&[u8]> {
     particle.get(3 + cells * 8..)
 }
 
+/// Bytes of values one evaluation may make in all: module call payloads
+/// and results, copies of variables, map keys and values lists (the
+/// reference's largest message, `PROTO_SIZE_MAX`). Without a bound a
+/// 1 MiB expression could hold thousands of 128 MiB blobs at once (`let`
+/// keeps every definition) or copy one big value once per use.
+pub(crate) const EVAL_BUDGET: usize = 128 << 20;
+
 /// What evaluation needs besides the tree.
 pub(crate) struct Ctx<'a> {
     pub record: &'a dyn Record,
     pub now_ms: u64,
+    /// Bytes of [`EVAL_BUDGET`] not yet spent.
+    budget: Cell<usize>,
+    /// Set once a step found the budget spent: the whole evaluation then
+    /// fails (unknown), whatever its result would have been.
+    exhausted: Cell<bool>,
+}
+
+impl<'a> Ctx<'a> {
+    pub(crate) fn new(record: &'a dyn Record, now_ms: u64) -> Ctx<'a> {
+        Ctx {
+            record,
+            now_ms,
+            budget: Cell::new(EVAL_BUDGET),
+            exhausted: Cell::new(false),
+        }
+    }
+
+    /// Takes `bytes` from the budget; false when they are not there (and
+    /// from then on for every request).
+    fn spend(&self, bytes: usize) -> bool {
+        match self.budget.get().checked_sub(bytes) {
+            Some(left) if !self.exhausted.get() => {
+                self.budget.set(left);
+                true
+            }
+            _ => {
+                self.exhausted.set(true);
+                false
+            }
+        }
+    }
 }
 
 /// Evaluates `root` with `slots` variable slots.
@@ -232,6 +285,9 @@ pub(crate) fn run<'a>(root: &'a Node, slots: usize, cx: &Ctx<'a>) -> Val<'a> {
     }
     let result = eval(root, cx, &mut env);
     debug_assert_eq!(env.len(), slots);
+    if cx.exhausted.get() {
+        return Val::Unknown;
+    }
     result
 }
 
@@ -474,8 +530,12 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
                 .map(|(k, v)| if *values { v } else { k })
                 .collect();
             let list = Value::List(value::List { flags: 0, items });
+            let bytes = value::to_bytes(&list);
+            if !cx.spend(bytes.len()) {
+                return Val::Unknown;
+            }
             Val::List(Cdt {
-                bytes: Cow::Owned(value::to_bytes(&list)),
+                bytes: Cow::Owned(bytes),
                 literal: false,
             })
         }
@@ -503,7 +563,11 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
             }
             eval(body, cx, env)
         }
-        Node::Var(slot) => env.get(*slot).cloned().unwrap_or(Val::Unknown),
+        Node::Var(slot) => match env.get(*slot) {
+            // Each use copies what the value owns.
+            Some(value) if cx.spend(value.owned_len()) => value.clone(),
+            _ => Val::Unknown,
+        },
         Node::Call(call) => module_call(call, cx, env),
     }
 }
@@ -779,6 +843,9 @@ fn module_call<'a>(call: &'a Call, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<
     let Ok(bin) = target.as_bin() else {
         return Val::Unknown;
     };
+    if !cx.spend(payload.len()) {
+        return Val::Unknown;
+    }
     let family = match call.module {
         Module::Cdt => Family::Cdt,
         Module::Bits => Family::Bits,
@@ -797,6 +864,9 @@ fn module_call<'a>(call: &'a Call, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<
     } else {
         outcome.result
     };
+    if !cx.spend(particle.as_ref().map_or(0, |(_, bytes)| bytes.len())) {
+        return Val::Unknown;
+    }
     let value = match particle {
         None => Val::Nil,
         Some((p, bytes)) => Val::from_particle_cow(p, Cow::Owned(bytes)),

@@ -25,8 +25,9 @@
 //!
 //! Invariants: parsing and evaluation never panic on any input; evaluation
 //! does not allocate for expressions that only compare scalars read from
-//! bins and metadata (the common filter); an evaluation error is never a
-//! silent "true".
+//! bins and metadata (the common filter); the values one evaluation makes
+//! are bounded in all (`eval::EVAL_BUDGET`, 128 MiB: running out is an
+//! evaluation failure); an evaluation error is never a silent "true".
 
 #![deny(unsafe_code)]
 
@@ -93,7 +94,7 @@ pub enum Truth {
 /// What the evaluator may ask of a record. Times are Unix time.
 pub trait Record {
     /// The named bin's particle type and bytes (as stored: integers 8-byte
-    /// big-endian, floats IEEE bits big-endian, strings UTF-8, blobs raw,
+    /// big-endian, floats IEEE bits big-endian, strings as sent, blobs raw,
     /// lists and maps msgpack, booleans one byte, GeoJSON with its 3-byte
     /// particle header, HLL as stored).
     fn bin(&self, name: &[u8]) -> Option<(u8, &[u8])>;
@@ -167,7 +168,7 @@ impl Expression {
     }
 
     fn evaluate<'a>(&'a self, record: &'a dyn Record, now_ms: u64) -> Val<'a> {
-        let cx = Ctx { record, now_ms };
+        let cx = Ctx::new(record, now_ms);
         eval::run(&self.root, self.slots, &cx)
     }
 }

@@ -1051,6 +1051,33 @@ fn read_results_are_particles() {
 }
 
 #[test]
+fn strings_are_bytes_as_stored() {
+    // The server stores a string bin's bytes as sent, UTF-8 or not (the Go
+    // and C clients can send any bytes); expressions read, compare and
+    // write them back as they are, as the reference does.
+    let raw_bytes = vec![b'a', 0xff, 0xfe];
+    let rec = Rec::new().with("s", 3, raw_bytes.clone());
+    assert_eq!(
+        read(&bin(T_STR, "s"), &rec),
+        Ok(Some((3, raw_bytes.clone())))
+    );
+    let literal = {
+        let mut out = vec![0xa4, 3];
+        out.extend_from_slice(&raw_bytes);
+        out
+    };
+    assert_eq!(
+        truth(&eq(bin(T_STR, "s"), literal.clone()), &rec),
+        Truth::True
+    );
+    assert_eq!(read(&literal, &rec), Ok(Some((3, raw_bytes.clone()))));
+    assert_eq!(
+        modify(&bin(T_STR, "s"), 0, "t", &rec),
+        Ok(BinWrite::Store(3, raw_bytes))
+    );
+}
+
+#[test]
 fn op_payload_shapes_and_flags() {
     let rec = empty();
     let mut one = header(1);
@@ -1209,6 +1236,64 @@ fn size_is_bounded() {
     big.extend(std::iter::repeat_n(b'a', text_len - 1));
     let exp = eq(s("a"), big);
     assert_eq!(refused(&exp), ExpError::Parameter);
+}
+
+/// `[125, name, definition, ..., body]`.
+fn let_exp(defs: Vec<(&str, Vec<u8>)>, body: Vec<u8>) -> Vec<u8> {
+    let mut out = header(2 * defs.len() + 2);
+    out.extend(int(125));
+    for (name, def) in defs {
+        out.extend(raw(name));
+        out.extend(def);
+    }
+    out.extend(body);
+    out
+}
+
+fn var(name: &str) -> Vec<u8> {
+    op(124, &[raw(name)])
+}
+
+#[test]
+fn values_an_evaluation_produces_are_bounded() {
+    // A bit resize on nil makes a zeroed blob of that many bytes.
+    const MIB: i64 = 1 << 20;
+    let blob_of = |bytes: i64| call(T_BLOB, 0x41, op(0, &[int(bytes)]), nil());
+    // Blobs well under the bound evaluate.
+    // (Results are compared by length: a failure must not print them.)
+    let answer = |exp: &[u8]| read(exp, &empty()).map(|r| r.map(|(p, b)| (p, b.len())));
+    let small = let_exp(vec![("a", blob_of(MIB))], var("a"));
+    assert_eq!(answer(&small), Ok(Some((4, 1 << 20))));
+    // `let` keeps every definition alive at once: each is well under the
+    // bound, together they are not (without a bound, a 1 MiB expression
+    // holds tens of thousands of 128 MiB blobs).
+    let many = let_exp(
+        vec![
+            ("a", blob_of(60 * MIB)),
+            ("b", blob_of(60 * MIB)),
+            ("c", blob_of(60 * MIB)),
+        ],
+        var("c"),
+    );
+    assert_eq!(answer(&many), Err(ExpError::OpNotApplicable));
+    // A filter whose body ignores the definitions fails too: running out
+    // is an evaluation failure, never a silent pass.
+    let ignored = let_exp(
+        vec![
+            ("a", blob_of(60 * MIB)),
+            ("b", blob_of(60 * MIB)),
+            ("c", blob_of(60 * MIB)),
+        ],
+        boolean(true),
+    );
+    assert_eq!(truth(&ignored, &empty()), Truth::Unknown);
+    // Every use of a variable copies its value: many uses of one big
+    // value are bounded the same way.
+    let uses: Vec<Vec<u8>> = (0..8).map(|_| op(1, &[var("a"), var("a")])).collect();
+    let copies = let_exp(vec![("a", blob_of(20 * MIB))], op(16, &uses));
+    assert_eq!(truth(&copies, &empty()), Truth::Unknown);
+    let few = let_exp(vec![("a", blob_of(MIB))], op(16, &uses));
+    assert_eq!(truth(&few, &empty()), Truth::True);
 }
 
 #[test]

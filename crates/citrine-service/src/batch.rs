@@ -624,14 +624,18 @@ fn append_row_reply(out: &mut Vec<u8>, reply: &[u8], index: u32) {
 }
 
 /// The single-record request (AS_MSG body) a batch row describes: its
-/// header, its fields plus the digest, its ops.
-fn single_body(row: &Row<'_>, parent: Parent, parent_filter: Option<&[u8]>) -> Vec<u8> {
-    let fields = row.body.fields().count() as u16;
+/// header, its fields plus the digest (and the parent's filter), its ops.
+/// `None` when the fields added overflow the header's 16-bit field count
+/// (a row may already carry 65 535).
+fn single_body(row: &Row<'_>, parent: Parent, parent_filter: Option<&[u8]>) -> Option<Vec<u8>> {
     // The parent's filter travels with a row that has none of its own.
     let parent_filter =
         parent_filter.filter(|_| row.body.field(field_type::FILTER_EXPRESSION).is_none());
+    let n_fields = u16::try_from(row.body.fields().count())
+        .ok()?
+        .checked_add(1 + u16::from(parent_filter.is_some()))?;
     let header = MsgHeader {
-        n_fields: fields + 1 + u16::from(parent_filter.is_some()),
+        n_fields,
         transaction_ttl: parent.transaction_ttl,
         ..row.body.header
     };
@@ -654,7 +658,7 @@ fn single_body(row: &Row<'_>, parent: Parent, parent_filter: Option<&[u8]>) -> V
     body.push(field_type::DIGEST);
     body.extend_from_slice(&row.digest.0);
     body.extend_from_slice(row.body.ops);
-    body
+    Some(body)
 }
 
 /// Appends a bare LAST message.
@@ -723,7 +727,10 @@ fn execute_row(
         // In a cluster a row goes where a single-record request would: to
         // its master (proxied), through duplicate resolution, replicated.
         let mut reply = Vec::new();
-        let body = single_body(row, parent, parent_filter.map(|filter| &filter.bytes[..]));
+        let Some(body) = single_body(row, parent, parent_filter.map(|filter| &filter.bytes[..]))
+        else {
+            return refuse(out, ResultCode::Parameter);
+        };
         return match service.execute_row_body(&body, &mut reply) {
             Some(work) => Some((row.index, work, reply)),
             None => {

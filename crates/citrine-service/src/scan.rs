@@ -45,9 +45,12 @@
 //! clock stepped back makes the next step start the schedule again. The
 //! blocking [`Service::handle`] path does not wait.
 //!
+//! Filter expressions (field 43) are evaluated against each record's
+//! stored bins (whatever bins the scan projects): a record that does not
+//! pass is skipped, not counted against `max_records`.
+//!
 //! Not yet: secondary-index queries answer 201 (no index exists); UDF scans and
-//! queries (field 33), background write scans (`info2 WRITE`) and filter
-//! expressions answer 16.
+//! queries (field 33) and background write scans (`info2 WRITE`) answer 16.
 
 use crate::filter::{Bins, RecordView};
 use crate::namespace::Namespace;

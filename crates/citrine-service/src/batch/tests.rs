@@ -870,3 +870,39 @@ fn repeat_survives_a_frame_boundary() {
         .iter()
         .all(|row| row.header.result_code == 0 && row.bin("blob").is_some()));
 }
+
+#[test]
+fn a_row_with_the_most_fields_is_refused_not_overflowed_when_routed() {
+    // A row may carry 65 535 fields (a u16 count); in a cluster the row is
+    // re-encoded as a single-record request with the digest (and the
+    // parent's filter) added, which no longer fits the u16 field count.
+    let mut row = RowSpec::full(0, "test", "demo", "a", 0, READ_ALL);
+    if let RowSpec::Full { fields, .. } = &mut row {
+        while fields.len() < usize::from(u16::MAX) {
+            fields.push((200, Vec::new()));
+        }
+    }
+    let bytes = payload(&[row], 0);
+    let parent = Parent::default();
+    let parsed = RowReader::new(&bytes, parent).next_row().unwrap();
+    assert_eq!(parsed.body.fields().count(), usize::from(u16::MAX));
+    assert!(single_body(&parsed, parent, None).is_none());
+    assert!(single_body(&parsed, parent, Some(&[0xc3])).is_none());
+    // One field fewer fits without a parent filter, not with one.
+    let mut row = RowSpec::full(0, "test", "demo", "a", 0, READ_ALL);
+    if let RowSpec::Full { fields, .. } = &mut row {
+        while fields.len() < usize::from(u16::MAX) - 1 {
+            fields.push((200, Vec::new()));
+        }
+    }
+    let bytes = payload(&[row], 0);
+    let parsed = RowReader::new(&bytes, parent).next_row().unwrap();
+    let body = single_body(&parsed, parent, None).unwrap();
+    let (message, _) = Message::decode_prefix(&body).unwrap();
+    assert_eq!(message.header.n_fields, u16::MAX);
+    assert_eq!(
+        message.field(field_type::DIGEST),
+        Some(&digest("demo", "a").0[..])
+    );
+    assert!(single_body(&parsed, parent, Some(&[0xc3])).is_none());
+}
