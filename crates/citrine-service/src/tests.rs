@@ -660,6 +660,63 @@ fn expression_ops_read_and_write_bins() {
 }
 
 #[test]
+fn replies_past_the_largest_message_are_refused_not_built() {
+    let (service, _) = service();
+    let big = vec![7u8; 900 * 1024];
+    assert_eq!(
+        send(
+            &service,
+            &put("k", Ops::new().op(op_type::WRITE, 4, "b", &big))
+        )
+        .header
+        .result_code,
+        0
+    );
+    // 150 reads of a 900 KiB bin: a 132 MiB reply.
+    let mut reads = Ops::new();
+    for _ in 0..150 {
+        reads = reads.op(op_type::READ, 0, "b", &[]);
+    }
+    let read = MsgHeader {
+        info1: info1::READ,
+        ..MsgHeader::default()
+    };
+    let too_big = ResultCode::RecordTooBig.code();
+    assert_eq!(
+        send(&service, &request("k", read, &reads, false))
+            .header
+            .result_code,
+        too_big
+    );
+    // The same through an operate (the write path), which stores nothing.
+    let mut operate = Ops::new().int(op_type::WRITE, "n", 1);
+    for _ in 0..150 {
+        operate = operate.op(op_type::READ, 0, "b", &[]);
+    }
+    let read_write = MsgHeader {
+        info1: info1::READ,
+        info2: info2::WRITE,
+        ..MsgHeader::default()
+    };
+    assert_eq!(
+        send(&service, &request("k", read_write, &operate, false))
+            .header
+            .result_code,
+        too_big
+    );
+    let reply = send(&service, &get("k"));
+    assert_eq!(reply.header.generation, 1);
+    // 100 reads (88 MiB) are answered.
+    let mut reads = Ops::new();
+    for _ in 0..100 {
+        reads = reads.op(op_type::READ, 0, "b", &[]);
+    }
+    let reply = send(&service, &request("k", read, &reads, false));
+    assert_eq!(reply.header.result_code, 0);
+    assert_eq!(reply.bins.len(), 100);
+}
+
+#[test]
 fn an_op_on_a_missing_bin_makes_the_bin_from_its_operand() {
     // As the reference (and the Go suite's "Add must work"): an add of a
     // string to a missing bin creates a string bin; to a string bin it is 12.

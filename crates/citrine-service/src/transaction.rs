@@ -27,6 +27,12 @@ use citrine_wire::msg::{
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
+/// Largest reply a single-record command may build (the largest message
+/// the clients read). Many read ops of one big bin, or big expression and
+/// CDT results, could otherwise build replies of any size; past this the
+/// command answers RECORD_TOO_BIG (13) instead.
+pub const MAX_REPLY_BYTES: usize = 128 * 1024 * 1024;
+
 /// Largest TTL a write may ask for: ten years.
 pub const TTL_MAX_SECONDS: u32 = 315_360_000;
 const TTL_NEVER_EXPIRE: u32 = 0xFFFF_FFFF;
@@ -352,6 +358,7 @@ fn read(
     // CDT, bit, HLL and expression reads are evaluated before the reply
     // starts, so an error leaves nothing half-written.
     let mut cdt_results = Vec::new();
+    let mut computed_bytes = 0usize;
     if !get_all {
         for op in request.ops.iter() {
             if let Some((family, false)) = bin_op_family(op.op_type) {
@@ -361,11 +368,16 @@ fn read(
                     .map(|bin| (bin.particle_type, bin.value.as_ref()));
                 let outcome = citrine_cdt::apply(family, op.value, current, false)
                     .map_err(citrine_cdt::CdtError::result_code)?;
+                computed_bytes += outcome.result.as_ref().map_or(0, |(_, v)| v.len());
                 cdt_results.push(outcome.result);
             } else if op.op_type == op_type::EXP_READ {
                 let result = citrine_exp::read_op(op.value, &record, now.unix_ms)
                     .map_err(citrine_exp::ExpError::result_code)?;
+                computed_bytes += result.as_ref().map_or(0, |(_, v)| v.len());
                 cdt_results.push(result);
+            }
+            if computed_bytes > MAX_REPLY_BYTES {
+                return Err(ResultCode::RecordTooBig);
             }
         }
     }
@@ -418,6 +430,11 @@ fn read(
                         writer.op(op.op_type, ParticleType::Null as u8, op.name, &[]);
                     }
                     None => {}
+                }
+                if writer.written() > MAX_REPLY_BYTES {
+                    // Many reads of big bins: refuse before it grows further.
+                    writer.abandon();
+                    return Err(ResultCode::RecordTooBig);
                 }
             }
         }
@@ -825,6 +842,25 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
     Ok(())
 }
 
+/// Adds the reply bytes of `responses[*counted..]` to `so_far`; refuses
+/// (13) past [`MAX_REPLY_BYTES`].
+fn count_reply_bytes(
+    responses: &[ResponseEntry<'_>],
+    counted: &mut usize,
+    so_far: usize,
+) -> Result<usize, ResultCode> {
+    let added: usize = responses[*counted..]
+        .iter()
+        .map(|entry| 8 + entry.name.len() + entry.value.len())
+        .sum();
+    *counted = responses.len();
+    let total = so_far.saturating_add(added);
+    if total > MAX_REPLY_BYTES {
+        return Err(ResultCode::RecordTooBig);
+    }
+    Ok(total)
+}
+
 /// A list or map bin as a WRITE sets it: well-formed msgpack of the
 /// particle's kind, nested no deeper than a stored value may be (else 4),
 /// with its ordered lists and key-ordered maps put in canonical order (the
@@ -957,7 +993,12 @@ fn write(
         }
         let mut responses: Vec<ResponseEntry<'_>> = Vec::new();
         let mut record_deleted = false;
+        // Reply bytes of the responses so far (checked before each op and
+        // after the last: see MAX_REPLY_BYTES).
+        let mut reply_bytes = 0usize;
+        let mut counted = 0usize;
         for op in request.ops.iter() {
+            reply_bytes = count_reply_bytes(&responses, &mut counted, reply_bytes)?;
             match op.op_type {
                 op_type::READ => {
                     if op.name.is_empty() {
@@ -1101,6 +1142,7 @@ fn write(
                 }
             }
         }
+        count_reply_bytes(&responses, &mut counted, reply_bytes)?;
         let existing_void_time = live_meta.map(|meta| meta.void_time);
         if bins.is_empty() {
             // Nothing left: the record goes (or never comes into being).

@@ -455,6 +455,16 @@ impl<'b> MessageWriter<'b> {
         self.n_ops
     }
 
+    /// Bytes of this message (or frame) written so far.
+    pub fn written(&self) -> usize {
+        self.buffer.len() - self.frame_start
+    }
+
+    /// Drops everything this writer wrote: the buffer is as before `begin`.
+    pub fn abandon(self) {
+        self.buffer.truncate(self.frame_start);
+    }
+
     /// Patches counts (and the proto header) and returns the frame's length.
     pub fn finish(self) -> usize {
         let header_at = if self.with_proto_header {
