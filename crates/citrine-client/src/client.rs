@@ -381,7 +381,13 @@ impl Client {
         request: &Request<'_>,
     ) -> Result<Answer> {
         let mut frame = Vec::with_capacity(128);
-        encode_request(&mut frame, key, policy.send_key, request)?;
+        encode_request(
+            &mut frame,
+            key,
+            policy.send_key,
+            policy.filter.as_deref(),
+            request,
+        )?;
         self.execute(policy, key, is_write, &frame).await
     }
 

@@ -3,7 +3,8 @@
 //!
 //! Invariant: every request this module builds carries namespace, set (when
 //! non-empty) and digest fields, in the official clients' order, then the
-//! user key when `send_key` is set, then the ops; the frame is complete
+//! user key when `send_key` is set, the policy's filter expression (field
+//! 43) when it has one, then the ops; the frame is complete
 //! (proto header patched) and can be resent unchanged on retries.
 
 use crate::error::{Error, Result};
@@ -271,6 +272,7 @@ pub(crate) fn encode_request(
     out: &mut Vec<u8>,
     key: &Key,
     send_key: bool,
+    filter: Option<&[u8]>,
     request: &Request<'_>,
 ) -> Result<()> {
     key.validate()?;
@@ -302,6 +304,9 @@ pub(crate) fn encode_request(
         if let Some(user_key) = &key.user_key {
             writer.field(field_type::KEY, &user_key.to_field());
         }
+    }
+    if let Some(filter) = filter {
+        writer.field(field_type::FILTER_EXPRESSION, filter);
     }
     match &request.ops {
         RequestOps::None => {}
@@ -379,6 +384,7 @@ mod tests {
             &mut out,
             &key,
             false,
+            None,
             &Request {
                 header,
                 ops: RequestOps::Bins(op_type::WRITE, &bins),
@@ -427,6 +433,7 @@ mod tests {
             &mut out,
             &key,
             false,
+            None,
             &Request {
                 header,
                 ops: RequestOps::Operations(&ops)
@@ -438,6 +445,7 @@ mod tests {
             &mut out,
             &bad,
             false,
+            None,
             &Request {
                 header,
                 ops: RequestOps::None
@@ -458,6 +466,7 @@ mod tests {
             &mut out,
             &key,
             true,
+            None,
             &Request {
                 header,
                 ops: RequestOps::None,

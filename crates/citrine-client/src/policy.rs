@@ -41,6 +41,10 @@ pub struct Policy {
     pub replica: Replica,
     /// Send the user key with the command (field 2) so the server stores it.
     pub send_key: bool,
+    /// A filter expression (field 43): its msgpack bytes as protocol 05 §4
+    /// lays them out. A record it does not decide true is left alone and
+    /// the command fails with FILTERED_OUT (27).
+    pub filter: Option<std::sync::Arc<[u8]>>,
 }
 
 impl Default for Policy {
@@ -53,6 +57,7 @@ impl Default for Policy {
             max_backoff: Duration::from_millis(250),
             replica: Replica::Master,
             send_key: false,
+            filter: None,
         }
     }
 }

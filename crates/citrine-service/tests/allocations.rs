@@ -159,5 +159,8 @@ fn hot_path_allocations() {
     assert!(writes >= 1.0, "the counter missed the update's allocations");
     // A filter is parsed once per request (its node tree); evaluating it
     // against the record allocates nothing more.
-    assert!(filtered <= 3.0, "a filtered read allocates {filtered} times");
+    assert!(
+        filtered <= 3.0,
+        "a filtered read allocates {filtered} times"
+    );
 }

@@ -97,6 +97,11 @@ pub struct BenchArgs {
     /// Retries of each command.
     #[arg(long = "retries", default_value_t = 2)]
     pub retries: u32,
+    /// Send every command with the filter expression BIN >= VALUE (an
+    /// integer bin): what a filter costs the server. Records that fail it
+    /// answer FILTERED_OUT and count as errors.
+    #[arg(long = "filter-int-ge", value_name = "BIN:VALUE")]
+    pub filter_int_ge: Option<String>,
     /// Label stored in the JSON summary.
     #[arg(long = "label", default_value = "")]
     pub label: String,
@@ -114,6 +119,25 @@ pub struct BenchArgs {
     /// Print help.
     #[arg(long = "help", action = clap::ArgAction::Help)]
     pub help: Option<bool>,
+}
+
+/// The expression `[GE, [BIN, INT, name], value]` (protocol 05 §4) from
+/// `NAME:VALUE`.
+fn int_ge_filter(spec: &str) -> Result<Vec<u8>, String> {
+    let usage = || format!("--filter-int-ge wants BIN:VALUE (an integer), not {spec:?}");
+    let (name, value) = spec.rsplit_once(':').ok_or_else(usage)?;
+    let value: i64 = value.trim().parse().map_err(|_| usage())?;
+    if name.is_empty() || name.len() > citrine_types::BIN_NAME_MAX {
+        return Err(format!(
+            "--filter-int-ge: bin name {name:?} must be 1 to 15 bytes"
+        ));
+    }
+    // GE = 4, BIN = 81, expression type INT = 2.
+    let mut out = vec![0x93, 0x04, 0x93, 0x51, 0x02, 0xa0 | name.len() as u8];
+    out.extend_from_slice(name.as_bytes());
+    out.push(0xd3);
+    out.extend_from_slice(&value.to_be_bytes());
+    Ok(out)
 }
 
 /// Op types tracked separately.
@@ -237,6 +261,9 @@ pub async fn run(args: BenchArgs) -> CliResult {
     let mut read_policy = ReadPolicy::default();
     read_policy.base.total_timeout = Duration::from_millis(args.timeout_ms);
     read_policy.base.max_retries = args.retries;
+    if let Some(spec) = &args.filter_int_ge {
+        read_policy.base.filter = Some(int_ge_filter(spec)?.into());
+    }
     let write_policy = WritePolicy {
         base: read_policy.base.clone(),
         ..WritePolicy::default()
@@ -650,6 +677,59 @@ mod tests {
         assert_eq!(parse_stat_cpu_ticks(line), Some(300));
         assert_eq!(parse_stat_cpu_ticks("garbage"), None);
         assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
+    }
+
+    /// A record with one integer bin "bin" (8 bytes big-endian), for
+    /// evaluating the filter.
+    struct OneBin([u8; 8]);
+
+    fn one_bin(value: i64) -> OneBin {
+        OneBin(value.to_be_bytes())
+    }
+
+    impl citrine_exp::Record for OneBin {
+        fn bin(&self, name: &[u8]) -> Option<(u8, &[u8])> {
+            (name == b"bin").then_some((1, &self.0[..]))
+        }
+        fn key(&self) -> Option<(u8, &[u8])> {
+            None
+        }
+        fn digest(&self) -> &[u8; 20] {
+            &[0; 20]
+        }
+        fn set_name(&self) -> &[u8] {
+            b""
+        }
+        fn last_update_ms(&self) -> u64 {
+            0
+        }
+        fn void_time_s(&self) -> Option<u64> {
+            None
+        }
+        fn record_size(&self) -> u64 {
+            0
+        }
+        fn is_tombstone(&self) -> bool {
+            false
+        }
+        fn exists(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn the_int_ge_filter_is_an_expression_the_server_evaluates() {
+        use citrine_exp::{Expression, Truth};
+        let filter = Expression::parse(&int_ge_filter("bin:-5").expect("valid")).expect("parses");
+        assert_eq!(filter.filter(&one_bin(-5), 0), Truth::True);
+        assert_eq!(filter.filter(&one_bin(7), 0), Truth::True);
+        assert_eq!(filter.filter(&one_bin(-6), 0), Truth::False);
+        let other = Expression::parse(&int_ge_filter("other:0").expect("valid")).expect("parses");
+        assert_eq!(other.filter(&one_bin(1), 0), Truth::Unknown);
+        assert!(int_ge_filter("bin").is_err());
+        assert!(int_ge_filter("bin:x").is_err());
+        assert!(int_ge_filter(":1").is_err());
+        assert!(int_ge_filter("a-very-long-bin-name:1").is_err());
     }
 
     #[test]
