@@ -187,12 +187,24 @@ pub struct Message<'a> {
     pub header: MsgHeader,
     fields: &'a [u8],
     ops: &'a [u8],
+    /// The last field's size ran past the end of the message, and its data
+    /// is the rest of the message (see [`Message::decode`]).
+    last_field_clamped: bool,
 }
 
 impl<'a> Message<'a> {
     /// Decodes one AS_MSG that must occupy `body` exactly.
+    ///
+    /// One leniency, the reference server's: when a message has no ops, its
+    /// last field may declare more bytes than the message holds, and its
+    /// data is then the rest of the message. The reference checks only that
+    /// each field starts inside the message, and the official Go client
+    /// (v8.5.0) sends such frames: a batch with a filter expression sizes
+    /// its BATCH_INDEX field as if it held the filter field too. Whatever
+    /// reads that field still checks its own contents (a batch payload its
+    /// row count and every row's length).
     pub fn decode(body: &'a [u8]) -> Result<Message<'a>, DecodeError> {
-        let (message, used) = Message::decode_prefix(body)?;
+        let (message, used) = Message::decode_inner(body, true)?;
         if used != body.len() {
             return Err(DecodeError::Invalid("extra bytes follow fields and ops"));
         }
@@ -202,10 +214,17 @@ impl<'a> Message<'a> {
     /// Decodes one AS_MSG at the start of `bytes`, returning it and the number
     /// of bytes it occupies (for concatenated messages in streams).
     pub fn decode_prefix(bytes: &'a [u8]) -> Result<(Message<'a>, usize), DecodeError> {
+        Message::decode_inner(bytes, false)
+    }
+
+    /// `whole`: `bytes` is the whole message (the last field may be
+    /// clamped, see [`Message::decode`]).
+    fn decode_inner(bytes: &'a [u8], whole: bool) -> Result<(Message<'a>, usize), DecodeError> {
         let header = MsgHeader::decode(bytes)?;
         let mut offset = MSG_HEADER_SIZE;
         let fields_start = offset;
-        for _ in 0..header.n_fields {
+        let mut last_field_clamped = false;
+        for index in 0..header.n_fields {
             let size = read_u32(bytes, offset, "field size")? as usize;
             if size == 0 {
                 return Err(DecodeError::Invalid("field size 0"));
@@ -214,6 +233,13 @@ impl<'a> Message<'a> {
                 .checked_add(4)
                 .and_then(|at| at.checked_add(size))
                 .ok_or(DecodeError::Invalid("field size"))?;
+            let last = index + 1 == header.n_fields && header.n_ops == 0;
+            if end > bytes.len() && whole && last && offset + 5 <= bytes.len() {
+                // The reference's leniency: the last field ends the message.
+                last_field_clamped = true;
+                offset = bytes.len();
+                break;
+            }
             if end > bytes.len() {
                 return Err(DecodeError::Truncated {
                     what: "field",
@@ -255,14 +281,24 @@ impl<'a> Message<'a> {
                 header,
                 fields,
                 ops,
+                last_field_clamped,
             },
             offset,
         ))
     }
 
+    /// Whether the last field was sized past the end of the message and
+    /// taken as its rest (the leniency [`Message::decode`] describes).
+    pub fn last_field_clamped(&self) -> bool {
+        self.last_field_clamped
+    }
+
     /// Iterates the fields in wire order.
     pub fn fields(&self) -> FieldIter<'a> {
-        FieldIter { rest: self.fields }
+        FieldIter {
+            rest: self.fields,
+            clamp_last: self.last_field_clamped,
+        }
     }
 
     /// The data of the first field of `field_type`, if present.
@@ -282,6 +318,9 @@ impl<'a> Message<'a> {
 /// fields of a body not decoded yet ([`FieldIter::unchecked`]).
 pub struct FieldIter<'a> {
     rest: &'a [u8],
+    /// The last field's data is the rest of the bytes, whatever its size
+    /// says (a [`Message`] decoded with the reference's leniency).
+    clamp_last: bool,
 }
 
 impl<'a> FieldIter<'a> {
@@ -292,6 +331,7 @@ impl<'a> FieldIter<'a> {
     pub fn unchecked(body: &'a [u8]) -> FieldIter<'a> {
         FieldIter {
             rest: body.get(MSG_HEADER_SIZE..).unwrap_or_default(),
+            clamp_last: false,
         }
     }
 }
@@ -300,7 +340,10 @@ impl<'a> Iterator for FieldIter<'a> {
     type Item = Field<'a>;
     fn next(&mut self) -> Option<Field<'a>> {
         let size = read_u32(self.rest, 0, "field size").ok()? as usize;
-        let end = 4usize.checked_add(size)?;
+        let mut end = 4usize.checked_add(size)?;
+        if self.clamp_last && end > self.rest.len() {
+            end = self.rest.len();
+        }
         let field_type = *self.rest.get(4)?;
         let data = self.rest.get(5..end)?;
         self.rest = self.rest.get(end..)?;
@@ -576,5 +619,54 @@ mod tests {
         // Claim a 200-byte name inside a 7-byte op.
         out[8 + MSG_HEADER_SIZE + 7] = 200;
         assert!(Message::decode(&out[8..]).is_err());
+    }
+
+    #[test]
+    fn a_last_field_sized_past_the_end_is_the_rest_of_the_message() {
+        // What the official Go client sends for a batch with a filter: the
+        // last field (no ops follow) claims 15 bytes more than there are.
+        let header = MsgHeader::default();
+        let two_fields = || {
+            let mut out = Vec::new();
+            let mut writer = MessageWriter::begin_bare(&mut out, &header);
+            writer
+                .field(field_type::FILTER_EXPRESSION, &[0xc3])
+                .field(field_type::BATCH_INDEX, b"payload");
+            writer.finish();
+            out
+        };
+        let mut body = two_fields();
+        let last_size_at = body.len() - (4 + 1 + 7);
+        body[last_size_at..last_size_at + 4].copy_from_slice(&(1u32 + 7 + 15).to_be_bytes());
+        let message = Message::decode(&body).expect("lenient on the last field");
+        assert_eq!(
+            message.field(field_type::BATCH_INDEX),
+            Some(&b"payload"[..])
+        );
+        assert_eq!(
+            message.field(field_type::FILTER_EXPRESSION),
+            Some(&[0xc3][..])
+        );
+        // Not in a stream, where the next message would be read as data.
+        assert!(Message::decode_prefix(&body).is_err());
+        // Not a field other than the last.
+        let mut early = two_fields();
+        early[MSG_HEADER_SIZE..MSG_HEADER_SIZE + 4].copy_from_slice(&100u32.to_be_bytes());
+        assert!(Message::decode(&early).is_err());
+        // Not when ops follow the fields.
+        let mut with_op = Vec::new();
+        let mut writer = MessageWriter::begin_bare(&mut with_op, &header);
+        writer
+            .field(field_type::BATCH_INDEX, b"payload")
+            .op(op_type::READ, 0, b"a", &[]);
+        writer.finish();
+        with_op[MSG_HEADER_SIZE..MSG_HEADER_SIZE + 4].copy_from_slice(&100u32.to_be_bytes());
+        assert!(Message::decode(&with_op).is_err());
+        // A size that leaves no room for the field's type byte stays an error.
+        let mut short = Vec::new();
+        MessageWriter::begin_bare(&mut short, &header).finish();
+        short[18..20].copy_from_slice(&1u16.to_be_bytes());
+        short.extend_from_slice(&[0, 0, 0, 9]);
+        assert!(Message::decode(&short).is_err());
     }
 }
