@@ -127,7 +127,9 @@ def category(x):
             return "16: batch"
         if "scan" in t or f == "scan_test.go":
             return "16: scan"
-        if "quer" in t or f in ("query_test.go", "query_aggregate_test.go", "truncate_test.go"):
+        if f in ("udf_test.go", "query_aggregate_test.go"):
+            return "16: UDF query or aggregation (no UDFs)"
+        if "quer" in t or f in ("query_test.go", "truncate_test.go"):
             return "16: query (truncate specs count records with a query)"
         if "send key on" in t or "touch an existing key" in t:
             return "16: scan (spec verifies its write with ScanAll)"
