@@ -842,6 +842,52 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
     Ok(())
 }
 
+/// Sets bin `name` of the working bins to a value an op computed. Checked
+/// against `max-record-size` per op, not only for the whole record at the
+/// end: ops that each grow a bin must not build a record many times the
+/// limit under the lock.
+fn set_bin<'a>(
+    namespace: &Namespace,
+    bins: &mut Vec<Bin<'a>>,
+    name: &'a [u8],
+    particle_type: u8,
+    value: Vec<u8>,
+) -> Result<(), ResultCode> {
+    check_record_size(namespace, value.len())?;
+    match find_bin(bins, name) {
+        Some(index) => {
+            bins[index].particle_type = particle_type;
+            bins[index].value = Cow::Owned(value);
+        }
+        None => bins.push(Bin {
+            name: Cow::Borrowed(name),
+            particle_type,
+            value: Cow::Owned(value),
+        }),
+    }
+    Ok(())
+}
+
+/// The reply entry of an op that computes a value: the value, or (none)
+/// a null entry under RESPOND_ALL_OPS.
+fn push_result<'a>(
+    responses: &mut Vec<ResponseEntry<'a>>,
+    op: &Op<'a>,
+    result: Option<(u8, Vec<u8>)>,
+    respond_all: bool,
+) {
+    match result {
+        Some((particle_type, value)) => responses.push(ResponseEntry {
+            op_type: op.op_type,
+            name: Cow::Borrowed(op.name),
+            particle_type,
+            value: Cow::Owned(value),
+        }),
+        None if respond_all => responses.push(null_entry(op)),
+        None => {}
+    }
+}
+
 /// Adds the reply bytes of `responses[*counted..]` to `so_far`; refuses
 /// (13) past [`MAX_REPLY_BYTES`].
 fn count_reply_bytes(
@@ -1048,37 +1094,14 @@ fn write(
                 | op_type::HLL_MODIFY => {
                     let (family, modify) =
                         bin_op_family(op.op_type).ok_or(ResultCode::Parameter)?;
-                    let position = find_bin(&bins, op.name);
-                    let current = position.map(|i| (bins[i].particle_type, bins[i].value.as_ref()));
+                    let current = find_bin(&bins, op.name)
+                        .map(|i| (bins[i].particle_type, bins[i].value.as_ref()));
                     let outcome = citrine_cdt::apply(family, op.value, current, modify)
                         .map_err(citrine_cdt::CdtError::result_code)?;
                     if let Some((particle_type, value)) = outcome.bin {
-                        // Checked per op, not only for the whole record at
-                        // the end: ops that each grow a bin must not build a
-                        // record many times the limit under the lock.
-                        check_record_size(namespace, value.len())?;
-                        match position {
-                            Some(index) => {
-                                bins[index].particle_type = particle_type;
-                                bins[index].value = Cow::Owned(value);
-                            }
-                            None => bins.push(Bin {
-                                name: Cow::Borrowed(op.name),
-                                particle_type,
-                                value: Cow::Owned(value),
-                            }),
-                        }
+                        set_bin(namespace, &mut bins, op.name, particle_type, value)?;
                     }
-                    match outcome.result {
-                        Some((particle_type, value)) => responses.push(ResponseEntry {
-                            op_type: op.op_type,
-                            name: Cow::Borrowed(op.name),
-                            particle_type,
-                            value: Cow::Owned(value),
-                        }),
-                        None if respond_all => responses.push(null_entry(&op)),
-                        None => {}
-                    }
+                    push_result(&mut responses, &op, outcome.result, respond_all);
                 }
                 op_type::EXP_READ | op_type::EXP_MODIFY => {
                     let stored_key = stored_key.or(request.key);
@@ -1093,46 +1116,23 @@ fn write(
                     if op.op_type == op_type::EXP_READ {
                         let result = citrine_exp::read_op(op.value, &record, now.unix_ms)
                             .map_err(citrine_exp::ExpError::result_code)?;
-                        match result {
-                            Some((particle_type, value)) => responses.push(ResponseEntry {
-                                op_type: op.op_type,
-                                name: Cow::Borrowed(op.name),
-                                particle_type,
-                                value: Cow::Owned(value),
-                            }),
-                            None if respond_all => responses.push(null_entry(&op)),
-                            None => {}
-                        }
+                        push_result(&mut responses, &op, result, respond_all);
                         continue;
                     }
                     let change = citrine_exp::modify_op(op.value, op.name, &record, now.unix_ms)
                         .map_err(citrine_exp::ExpError::result_code)?;
-                    let position = find_bin(&bins, op.name);
                     match change {
                         BinWrite::Store(particle_type, value) => {
-                            check_record_size(namespace, value.len())?;
-                            match position {
-                                Some(index) => {
-                                    bins[index].particle_type = particle_type;
-                                    bins[index].value = Cow::Owned(value);
-                                }
-                                None => bins.push(Bin {
-                                    name: Cow::Borrowed(op.name),
-                                    particle_type,
-                                    value: Cow::Owned(value),
-                                }),
-                            }
+                            set_bin(namespace, &mut bins, op.name, particle_type, value)?;
                         }
                         BinWrite::Delete => {
-                            if let Some(index) = position {
+                            if let Some(index) = find_bin(&bins, op.name) {
                                 bins.remove(index);
                             }
                         }
                         BinWrite::Keep => {}
                     }
-                    if respond_all {
-                        responses.push(null_entry(&op));
-                    }
+                    push_result(&mut responses, &op, None, respond_all);
                 }
                 _ => {
                     apply_modify(&mut bins, &op)?;
