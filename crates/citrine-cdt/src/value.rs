@@ -646,9 +646,12 @@ fn type_rank(value: &Value) -> u8 {
 
 /// The result of comparing two values: `None` when a wildcard decided it
 /// (equal, and nothing after it in the enclosing containers counts).
-fn compare_inner(a: &Value, b: &Value) -> (Ordering, bool) {
+fn compare_inner(a: &Value, b: &Value, unordered: &mut bool) -> (Ordering, bool) {
     if matches!(a, Value::Wildcard) || matches!(b, Value::Wildcard) {
         return (Ordering::Equal, true);
+    }
+    if is_unordered_map(a) || is_unordered_map(b) {
+        *unordered = true;
     }
     let (ra, rb) = (type_rank(a), type_rank(b));
     if ra != rb {
@@ -673,7 +676,7 @@ fn compare_inner(a: &Value, b: &Value) -> (Ordering, bool) {
         (Value::Ext(kx, x), Value::Ext(ky, y)) => (*kx, x.as_slice()).cmp(&(*ky, y.as_slice())),
         (Value::List(x), Value::List(y)) => {
             for (p, q) in x.items.iter().zip(&y.items) {
-                let (ordering, wild) = compare_inner(p, q);
+                let (ordering, wild) = compare_inner(p, q, unordered);
                 if wild {
                     return (Ordering::Equal, true);
                 }
@@ -690,7 +693,7 @@ fn compare_inner(a: &Value, b: &Value) -> (Ordering, bool) {
             }
             for ((kx, vx), (ky, vy)) in x.entries.iter().zip(&y.entries) {
                 for (p, q) in [(kx, ky), (vx, vy)] {
-                    let (ordering, wild) = compare_inner(p, q);
+                    let (ordering, wild) = compare_inner(p, q, unordered);
                     if wild {
                         return (Ordering::Equal, true);
                     }
@@ -708,7 +711,20 @@ fn compare_inner(a: &Value, b: &Value) -> (Ordering, bool) {
 
 /// Compares two values in the reference order (module doc).
 pub fn compare(a: &Value, b: &Value) -> Ordering {
-    compare_inner(a, b).0
+    compare_inner(a, b, &mut false).0
+}
+
+/// [`compare`], and whether the walk met a non-empty map without key order
+/// (the reference's expression comparisons answer "unknown" then: such a
+/// map has no order of its own).
+pub fn compare_noting_unordered(a: &Value, b: &Value) -> (Ordering, bool) {
+    let mut unordered = false;
+    let ordering = compare_inner(a, b, &mut unordered).0;
+    (ordering, unordered)
+}
+
+fn is_unordered_map(value: &Value) -> bool {
+    matches!(value, Value::Map(map) if !map.entries.is_empty() && !map.is_key_ordered())
 }
 
 impl PartialEq for Value {

@@ -760,8 +760,7 @@ fn compare<'a>(op: CmpOp, ty: Ty, a: &Val<'a>, b: &Val<'a>) -> Val<'a> {
             let (Some(x), Some(y)) = (x.decode(), y.decode()) else {
                 return Val::Unknown;
             };
-            let mut unordered = false;
-            let (ordering, _) = cmp_tracked(&x, &y, &mut unordered);
+            let (ordering, unordered) = value::compare_noting_unordered(&x, &y);
             // Structures holding unordered maps have no order to compare.
             if unordered {
                 return Val::Unknown;
@@ -781,49 +780,6 @@ fn compare<'a>(op: CmpOp, ty: Ty, a: &Val<'a>, b: &Val<'a>) -> Val<'a> {
         (CmpOp::Lt, Some(o)) => o == Ordering::Less,
         (CmpOp::Le, Some(o)) => o != Ordering::Greater,
     })
-}
-
-fn is_unordered_map(v: &Value) -> bool {
-    matches!(v, Value::Map(m) if !m.entries.is_empty() && !m.is_key_ordered())
-}
-
-/// The reference order of two values, noting every non-empty map without
-/// key order the walk reaches (as the reference's `msgpack_cmp` does);
-/// the bool says a wildcard ended the comparison.
-fn cmp_tracked(a: &Value, b: &Value, unordered: &mut bool) -> (Ordering, bool) {
-    if matches!(a, Value::Wildcard) || matches!(b, Value::Wildcard) {
-        return (Ordering::Equal, true);
-    }
-    if is_unordered_map(a) || is_unordered_map(b) {
-        *unordered = true;
-    }
-    match (a, b) {
-        (Value::List(x), Value::List(y)) => {
-            for (p, q) in x.items.iter().zip(&y.items) {
-                let (ordering, wild) = cmp_tracked(p, q, unordered);
-                if wild || ordering != Ordering::Equal {
-                    return (ordering, wild);
-                }
-            }
-            (x.items.len().cmp(&y.items.len()), false)
-        }
-        (Value::Map(x), Value::Map(y)) => {
-            let by_count = x.entries.len().cmp(&y.entries.len());
-            if by_count != Ordering::Equal {
-                return (by_count, false);
-            }
-            for ((kx, vx), (ky, vy)) in x.entries.iter().zip(&y.entries) {
-                for (p, q) in [(kx, ky), (vx, vy)] {
-                    let (ordering, wild) = cmp_tracked(p, q, unordered);
-                    if wild || ordering != Ordering::Equal {
-                        return (ordering, wild);
-                    }
-                }
-            }
-            (Ordering::Equal, false)
-        }
-        _ => (value::compare(a, b), false),
-    }
 }
 
 fn module_call<'a>(call: &'a Call, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
