@@ -61,6 +61,26 @@ impl<'r> RecordView<'r> {
     }
 }
 
+impl<'r> RecordView<'r> {
+    /// A stored, live record: its body, metadata and stored size.
+    pub(crate) fn stored(
+        namespace: &'r Namespace,
+        digest: &'r [u8; 20],
+        view: &'r BodyView<'r>,
+        meta: RecordMeta,
+        size: u64,
+    ) -> RecordView<'r> {
+        RecordView::new(
+            namespace,
+            digest,
+            Bins::Stored(view),
+            view.key(),
+            Some(meta),
+            size,
+        )
+    }
+}
+
 /// A borrowed bin value; bodies and working bins hold their bytes as
 /// `Cow`s that outlive the view.
 fn borrowed<'r>(value: &'r Cow<'r, [u8]>) -> &'r [u8] {

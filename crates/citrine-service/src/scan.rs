@@ -52,7 +52,7 @@
 //! Not yet: secondary-index queries answer 201 (no index exists); UDF scans and
 //! queries (field 33) and background write scans (`info2 WRITE`) answer 16.
 
-use crate::filter::{Bins, RecordView};
+use crate::filter::RecordView;
 use crate::namespace::Namespace;
 use crate::transaction::{self, is_live, Now};
 use crate::Service;
@@ -572,12 +572,11 @@ impl ScanCursor {
         };
         let meta = entry.meta();
         if let Some(filter) = &self.filter {
-            let record = RecordView::new(
+            let record = RecordView::stored(
                 namespace,
                 &digest.0,
-                Bins::Stored(&view),
-                view.key(),
-                Some(meta),
+                &view,
+                meta,
                 entry.location.size() as u64,
             );
             if crate::filter::check(filter, &record, now).is_err() {

@@ -344,12 +344,11 @@ fn read(
             return Err(ResultCode::KeyMismatch);
         }
     }
-    let record = RecordView::new(
+    let record = RecordView::stored(
         namespace,
         &request.digest.0,
-        Bins::Stored(&view),
-        view.key(),
-        Some(meta),
+        &view,
+        meta,
         entry.location.size() as u64,
     );
     if let Some(expression) = request.filter {
@@ -510,12 +509,11 @@ fn delete(
             .read(&entry.location)
             .map_err(|_| ResultCode::ServerError)?;
         let view = BodyView::parse(&body).map_err(|_| ResultCode::ServerError)?;
-        let record = RecordView::new(
+        let record = RecordView::stored(
             namespace,
             &request.digest.0,
-            Bins::Stored(&view),
-            view.key(),
-            Some(meta),
+            &view,
+            meta,
             entry.location.size() as u64,
         );
         filter::check(expression, &record, now)?;
@@ -1014,18 +1012,11 @@ fn write(
         }
         // A filter applies to the record as it is; a write that creates
         // the record has nothing to filter (as the reference).
-        if let (Some(expression), Some(view), Some(entry)) = (request.filter, &view, live) {
-            let record = RecordView::new(
-                namespace,
-                &request.digest.0,
-                Bins::Stored(view),
-                stored_key,
-                live_meta,
-                entry.location.size() as u64,
-            );
+        let stored_size = live.map_or(0, |entry| entry.location.size() as u64);
+        if let (Some(expression), Some(view), Some(meta)) = (request.filter, &view, live_meta) {
+            let record = RecordView::stored(namespace, &request.digest.0, view, meta, stored_size);
             filter::check(expression, &record, now)?;
         }
-        let stored_size = live.map_or(0, |entry| entry.location.size() as u64);
         let replaces = header.info3 & (info3::CREATE_OR_REPLACE | info3::REPLACE_ONLY) != 0;
         // One allocation for the working bins: room for every stored bin and
         // one new bin per op.
