@@ -180,6 +180,8 @@ struct Args {
     bytes: Vec<u8>,
     flags: u64,
     subflags: u64,
+    /// The largest blob the caller will store ([`operate_within`]).
+    limit: u64,
 }
 
 /// An integer argument as the reference reads it: any msgpack integer,
@@ -197,7 +199,10 @@ fn parse(code: Code, items: &[Value]) -> Result<Args, CdtError> {
     if items.len() < required || items.len() > kinds.len() {
         return Err(CdtError::Parameter);
     }
-    let mut args = Args::default();
+    let mut args = Args {
+        limit: u64::MAX,
+        ..Args::default()
+    };
     for (kind, item) in kinds.iter().zip(items) {
         match kind {
             Arg::ByteOffset => {
@@ -322,6 +327,18 @@ pub fn operate(
     bin: Option<(u8, &[u8])>,
     modify: bool,
 ) -> Result<Outcome, CdtError> {
+    operate_within(payload, bin, modify, u64::MAX)
+}
+
+/// [`operate`], refusing ([`CdtError::TooBig`]) before it is built a blob
+/// of more than `limit` bytes (the namespace's largest record: a resize or
+/// insert must not allocate a blob the transaction would refuse anyway).
+pub fn operate_within(
+    payload: &[u8],
+    bin: Option<(u8, &[u8])>,
+    modify: bool,
+    limit: u64,
+) -> Result<Outcome, CdtError> {
     if !modify && bin.is_none() {
         // The reference never parses a read of a missing bin: no result.
         return Ok(Outcome::default());
@@ -335,7 +352,8 @@ pub fn operate(
     }
     let (code, items) = request.items.split_first().ok_or(CdtError::Parameter)?;
     let code = Code::from_wire(number(code)?, modify)?;
-    let args = parse(code, items)?;
+    let mut args = parse(code, items)?;
+    args.limit = limit;
 
     if !modify {
         let Some((particle, blob)) = bin else {
@@ -429,7 +447,7 @@ fn write(code: Code, args: &Args, old: &[u8]) -> Result<Step, CdtError> {
             if new_len == old_len {
                 return Ok(Step::Skip);
             }
-            check_size(new_len)?;
+            check_size(new_len, args.limit)?;
             let new_len = new_len as usize;
             let front = args.subflags & FROM_FRONT != 0;
             let mut new = Vec::with_capacity(new_len);
@@ -448,7 +466,7 @@ fn write(code: Code, args: &Args, old: &[u8]) -> Result<Step, CdtError> {
         Code::Insert => {
             let at = byte_offset.min(old_len) as usize;
             let gap = byte_offset.saturating_sub(old_len);
-            check_size(old_len + gap + args.bytes.len() as u64)?;
+            check_size(old_len + gap + args.bytes.len() as u64, args.limit)?;
             let mut new = Vec::with_capacity(old.len() + gap as usize + args.bytes.len());
             new.extend_from_slice(&old[..at]);
             new.resize(new.len() + gap as usize, 0);
@@ -467,7 +485,7 @@ fn write(code: Code, args: &Args, old: &[u8]) -> Result<Step, CdtError> {
                 }
                 end = old_len;
             }
-            check_size(old_len - (end - byte_offset))?;
+            check_size(old_len - (end - byte_offset), args.limit)?;
             let mut new = old.to_vec();
             new.drain(byte_offset as usize..end as usize);
             Step::Write(new)
@@ -484,7 +502,7 @@ fn write(code: Code, args: &Args, old: &[u8]) -> Result<Step, CdtError> {
                 // Cut at the blob's end.
                 size = old_len * 8 - start;
             }
-            check_size(old_len)?;
+            check_size(old_len, args.limit)?;
             let mut new = old.to_vec();
             modify_span(code, args, &mut new, start, size);
             Step::Write(new)
@@ -493,7 +511,7 @@ fn write(code: Code, args: &Args, old: &[u8]) -> Result<Step, CdtError> {
             if !span_fits(start, args.size, old.len()) {
                 return refuse(flags, CdtError::OpNotApplicable);
             }
-            check_size(old_len)?;
+            check_size(old_len, args.limit)?;
             let bits = args.size as u32;
             let value = if code == Code::SetInt {
                 args.value & mask(bits)
@@ -523,9 +541,13 @@ fn write(code: Code, args: &Args, old: &[u8]) -> Result<Step, CdtError> {
 
 /// The reference refuses a result blob of 128 MiB or more (checked once
 /// the op is known to apply, before it runs).
-fn check_size(len: u64) -> Result<(), CdtError> {
+/// The reference's bound (4), then the caller's (13, what the record-size
+/// check would answer once the blob was built).
+fn check_size(len: u64, limit: u64) -> Result<(), CdtError> {
     if len >= PROTO_SIZE_MAX {
         Err(CdtError::Parameter)
+    } else if len > limit {
+        Err(CdtError::TooBig)
     } else {
         Ok(())
     }
@@ -1578,5 +1600,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn growth_past_the_callers_limit_is_refused_before_it_is_built() {
+        let within = |code, args, bin: Option<&[u8]>, limit| {
+            operate_within(
+                &payload(code, args),
+                bin.map(|b| (ParticleType::Blob as u8, b)),
+                true,
+                limit,
+            )
+        };
+        // Resize (0) to 100 MiB with a 1 MiB limit: 13, not a 100 MiB blob.
+        let big = 100 << 20;
+        assert_eq!(
+            within(0, vec![int(big), int(0), int(0)], None, 1 << 20).err(),
+            Some(CdtError::TooBig)
+        );
+        // At the limit it is built.
+        let outcome = within(0, vec![int(1 << 20), int(0), int(0)], None, 1 << 20).expect("fits");
+        assert_eq!(outcome.bin.map(|(_, bytes)| bytes.len()), Some(1 << 20));
+        // Insert past the end pads with zeros: the padded size counts.
+        assert_eq!(
+            within(1, vec![int(big), blob(b"x"), int(0)], Some(&[1]), 1 << 20).err(),
+            Some(CdtError::TooBig)
+        );
+        // The reference's own bound still answers 4.
+        assert_eq!(
+            within(0, vec![int(128 << 20), int(0), int(0)], None, u64::MAX).err(),
+            Some(CdtError::Parameter)
+        );
+        assert_eq!(CdtError::TooBig.result_code().code(), 13);
     }
 }

@@ -15,6 +15,7 @@
 //! collections, creating them on request), `result` (return types shared by
 //! the by-index/rank/value/key selectors), `list` (op codes below 64) and
 //! `map` (64..128); [`bits`] and [`hll`] for the other two families.
+//! [`apply_within`] lets the caller bound what an op may build.
 //!
 //! Invariants: [`operate`] never panics on any input; an error leaves the
 //! bin unchanged (the caller drops the whole transaction); a value written
@@ -53,6 +54,8 @@ pub enum CdtError {
     BinExists,
     /// An update-only bit or HLL write found no bin (17).
     BinNotFound,
+    /// The bin would grow past the caller's size limit (13).
+    TooBig,
 }
 
 impl CdtError {
@@ -67,6 +70,7 @@ impl CdtError {
             CdtError::Unsupported => ResultCode::UnsupportedFeature,
             CdtError::BinExists => ResultCode::BinExists,
             CdtError::BinNotFound => ResultCode::BinNotFound,
+            CdtError::TooBig => ResultCode::RecordTooBig,
         }
     }
 }
@@ -99,9 +103,24 @@ pub fn apply(
     bin: Option<(u8, &[u8])>,
     modify: bool,
 ) -> Result<Outcome, CdtError> {
+    apply_within(family, payload, bin, modify, u64::MAX)
+}
+
+/// [`apply`] for a caller that will not store a bin of more than
+/// `max_bin_bytes`: ops that could build one from a small request (a bit
+/// resize or insert) refuse with [`CdtError::TooBig`] before allocating it.
+/// List, map and HLL ops grow a bin by at most their arguments (or a bounded
+/// padding), so the caller's check of the result suffices for them.
+pub fn apply_within(
+    family: Family,
+    payload: &[u8],
+    bin: Option<(u8, &[u8])>,
+    modify: bool,
+    max_bin_bytes: u64,
+) -> Result<Outcome, CdtError> {
     match family {
         Family::Cdt => operate(payload, bin, modify),
-        Family::Bits => bits::operate(payload, bin, modify),
+        Family::Bits => bits::operate_within(payload, bin, modify, max_bin_bytes),
         Family::Hll => hll::operate(payload, bin, modify),
     }
 }

@@ -717,6 +717,21 @@ fn replies_past_the_largest_message_are_refused_not_built() {
 }
 
 #[test]
+fn a_bit_resize_past_the_record_limit_is_refused_before_it_is_built() {
+    // [RESIZE, 100 MiB, 0, 0] on a namespace whose records stop at 1 MiB.
+    let (service, _) = service();
+    let resize = [0x94, 0x00, 0xce, 0x06, 0x40, 0x00, 0x00, 0x00, 0x00];
+    let reply = send(
+        &service,
+        &put("k", Ops::new().op(op_type::BITS_MODIFY, 4, "b", &resize)),
+    );
+    assert_eq!(reply.header.result_code, ResultCode::RecordTooBig.code());
+    let stats = &service.namespaces[0].stats;
+    // Counted as the record-size check counts a record too big.
+    assert_eq!(stats.fail_record_too_big.load(Ordering::Relaxed), 1);
+}
+
+#[test]
 fn an_op_on_a_missing_bin_makes_the_bin_from_its_operand() {
     // As the reference (and the Go suite's "Add must work"): an add of a
     // string to a missing bin creates a string bin; to a string bin it is 12.

@@ -931,13 +931,18 @@ fn collection_value(particle_type: u8, bytes: &[u8]) -> Result<Cow<'_, [u8]>, Re
 /// namespace's `max-record-size`.
 fn check_record_size(namespace: &Namespace, len: usize) -> Result<(), ResultCode> {
     if len > namespace.config.max_record_size as usize {
-        namespace
-            .stats
-            .fail_record_too_big
-            .fetch_add(1, Ordering::Relaxed);
-        return Err(ResultCode::RecordTooBig);
+        return Err(record_too_big(namespace));
     }
     Ok(())
+}
+
+/// Counts a record refused for its size; answers 13.
+fn record_too_big(namespace: &Namespace) -> ResultCode {
+    namespace
+        .stats
+        .fail_record_too_big
+        .fetch_add(1, Ordering::Relaxed);
+    ResultCode::RecordTooBig
 }
 
 fn write(
@@ -1087,8 +1092,15 @@ fn write(
                         bin_op_family(op.op_type).ok_or(ResultCode::Parameter)?;
                     let current = find_bin(&bins, op.name)
                         .map(|i| (bins[i].particle_type, bins[i].value.as_ref()));
-                    let outcome = citrine_cdt::apply(family, op.value, current, modify)
-                        .map_err(citrine_cdt::CdtError::result_code)?;
+                    let limit = u64::from(namespace.config.max_record_size);
+                    let outcome =
+                        citrine_cdt::apply_within(family, op.value, current, modify, limit)
+                            .map_err(|error| match error {
+                                // Refused before it was built: counted as the
+                                // record-size check counts it.
+                                citrine_cdt::CdtError::TooBig => record_too_big(namespace),
+                                error => error.result_code(),
+                            })?;
                     if let Some((particle_type, value)) = outcome.bin {
                         set_bin(namespace, &mut bins, op.name, particle_type, value)?;
                     }
