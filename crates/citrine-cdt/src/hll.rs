@@ -1,6 +1,6 @@
 //! HyperLogLog bins and their operations (op types `HLL_READ` 15 and
 //! `HLL_MODIFY` 16; protocol 05 §3), with the reference server's
-//! semantics: HyperMinHash sketches (see [`sketch`] for the particle
+//! semantics: HyperMinHash sketches (see `sketch` for the particle
 //! layout), values hashed with MurmurHash3 x64-128 over their msgpack
 //! bytes exactly as the client sent them.
 //!
