@@ -117,8 +117,8 @@ pub trait Record {
     /// expression before the record is created).
     fn exists(&self) -> bool;
     /// Whether the namespace keeps records in memory only (no device):
-    /// the deprecated `device_size` [65] then answers 0 and `memory_size`
-    /// [73] the record size, the other way round otherwise, as the
+    /// the deprecated `device_size` (65) then answers 0 and `memory_size`
+    /// (73) the record size, the other way round otherwise, as the
     /// reference does.
     fn in_memory(&self) -> bool {
         false
