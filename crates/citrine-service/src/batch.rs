@@ -146,8 +146,6 @@ pub(crate) struct Parent {
     pub sc_bits: u8,
     /// The parent's record_ttl (legacy rows inherit it: read-touch percent).
     pub record_ttl: u32,
-    /// The parent carries a filter expression (applies to every row).
-    pub filter: bool,
     /// The parent's total timeout (ms, 0 = none): the deadline of rows
     /// that need the fabric in a cluster.
     pub transaction_ttl: u32,
@@ -405,7 +403,6 @@ pub(crate) fn start(service: &Service, message: &Message<'_>, out: &mut Vec<u8>)
     let parent = Parent {
         sc_bits: message.header.info3 & SC_READ_BITS,
         record_ttl: message.header.record_ttl,
-        filter: message.field(field_type::FILTER_EXPRESSION).is_some(),
         transaction_ttl: message.header.transaction_ttl,
     };
     let filter = match message.field(field_type::FILTER_EXPRESSION) {
@@ -719,7 +716,6 @@ fn execute_row(
             _ => {}
         }
     }
-    debug_assert_eq!(parent.filter, parent_filter.is_some());
     if set.len() > SET_NAME_MAX || set.contains(&0) {
         return refuse(out, ResultCode::Parameter);
     }

@@ -81,12 +81,6 @@ impl<'r> RecordView<'r> {
     }
 }
 
-/// A borrowed bin value; bodies and working bins hold their bytes as
-/// `Cow`s that outlive the view.
-fn borrowed<'r>(value: &'r Cow<'r, [u8]>) -> &'r [u8] {
-    value.as_ref()
-}
-
 impl citrine_exp::Record for RecordView<'_> {
     fn bin(&self, name: &[u8]) -> Option<(u8, &[u8])> {
         let bins: &[Bin<'_>] = match &self.bins {
@@ -96,13 +90,16 @@ impl citrine_exp::Record for RecordView<'_> {
                 let bin = view.bin(name)?;
                 return match bin.value {
                     Cow::Borrowed(value) => Some((bin.particle_type, value)),
-                    Cow::Owned(_) => None,
+                    Cow::Owned(_) => {
+                        debug_assert!(false, "a stored body's bins borrow it");
+                        None
+                    }
                 };
             }
         };
         bins.iter()
             .find(|bin| bin.name.as_ref() == name)
-            .map(|bin| (bin.particle_type, borrowed(&bin.value)))
+            .map(|bin| (bin.particle_type, bin.value.as_ref()))
     }
 
     fn key(&self) -> Option<(u8, &[u8])> {

@@ -492,9 +492,9 @@ fn delete(
         .write();
     let live = partition
         .get(&request.digest)
-        .map(IndexEntry::meta)
-        .filter(|meta| is_live(namespace, meta, now));
-    let Some(meta) = live else {
+        .map(|entry| (entry, entry.meta()))
+        .filter(|(_, meta)| is_live(namespace, meta, now));
+    let Some((entry, meta)) = live else {
         namespace
             .stats
             .client_delete_not_found
@@ -503,19 +503,13 @@ fn delete(
     };
     check_generation(&request.header, meta.generation)?;
     if let Some(expression) = request.filter {
-        let entry = partition.get(&request.digest).ok_or(ResultCode::NotFound)?;
         let body = namespace
             .storage
             .read(&entry.location)
             .map_err(|_| ResultCode::ServerError)?;
         let view = BodyView::parse(&body).map_err(|_| ResultCode::ServerError)?;
-        let record = RecordView::stored(
-            namespace,
-            &request.digest.0,
-            &view,
-            meta,
-            entry.location.size() as u64,
-        );
+        let size = entry.location.size() as u64;
+        let record = RecordView::stored(namespace, &request.digest.0, &view, meta, size);
         filter::check(expression, &record, now)?;
     }
     write_tombstone(namespace, &request.digest, &meta, now)?;

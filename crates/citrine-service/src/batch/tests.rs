@@ -346,7 +346,6 @@ fn parses_every_row_form() {
     let parent = Parent {
         sc_bits: info3::SC_READ_TYPE,
         record_ttl: 55,
-        filter: false,
         transaction_ttl: 0,
     };
     assert_eq!(payload_header(&bytes), Ok((5, 0x0C)));
