@@ -511,7 +511,8 @@ fn set_type(args: &[Value], slot: &mut Option<Value>) -> Result<Option<Value>, C
     on_map(slot, Some(flags), |map| {
         map.flags = flags;
         if map.is_key_ordered() {
-            map.entries.sort_by(|(a, _), (b, _)| value::compare(a, b));
+            // An unordered map written whole may hold a key twice.
+            value::sort_unique_keys(&mut map.entries);
         }
         debug_check(map);
         Ok(None)
@@ -2744,6 +2745,18 @@ mod tests {
                 CdtError::OpNotApplicable,
             );
         }
+    }
+
+    #[test]
+    fn an_unordered_map_with_a_key_twice_becomes_key_ordered_with_it_once() {
+        // What the fuzzer found: SET_TYPE to key-ordered kept both entries.
+        let mut slot = imap(0, &[(2, 20), (1, 10), (2, 21)]);
+        assert!(
+            run(SET_TYPE, vec![int(i64::from(MAP_KEY_ORDERED))], &mut slot)
+                .expect("applies")
+                .is_none()
+        );
+        slot_is(&slot, &imap(MAP_KEY_ORDERED, &[(1, 10), (2, 21)]));
     }
 
     #[test]

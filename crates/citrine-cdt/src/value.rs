@@ -604,24 +604,29 @@ pub fn canonicalize(value: &mut Value) -> bool {
                 .windows(2)
                 .all(|pair| compare(&pair[0].0, &pair[1].0) == Ordering::Less);
             if map.is_key_ordered() && !strictly_sorted {
-                // Stable: equal keys keep their order, and the last wins.
-                map.entries.sort_by(|a, b| compare(&a.0, &b.0));
-                let mut unique: Vec<(Value, Value)> = Vec::with_capacity(map.entries.len());
-                for entry in map.entries.drain(..) {
-                    match unique.last_mut() {
-                        Some(last) if compare(&last.0, &entry.0) == Ordering::Equal => {
-                            *last = entry
-                        }
-                        _ => unique.push(entry),
-                    }
-                }
-                map.entries = unique;
+                sort_unique_keys(&mut map.entries);
                 changed = true;
             }
             changed
         }
         _ => false,
     }
+}
+
+/// Sorts map entries by key and keeps one entry per key, the last of equal
+/// keys (as putting the entries one by one would): what a key-ordered map
+/// holds.
+pub(crate) fn sort_unique_keys(entries: &mut Vec<(Value, Value)>) {
+    // Stable: equal keys keep their order, and the last wins.
+    entries.sort_by(|a, b| compare(&a.0, &b.0));
+    let mut unique: Vec<(Value, Value)> = Vec::with_capacity(entries.len());
+    for entry in entries.drain(..) {
+        match unique.last_mut() {
+            Some(last) if compare(&last.0, &entry.0) == Ordering::Equal => *last = entry,
+            _ => unique.push(entry),
+        }
+    }
+    *entries = unique;
 }
 
 /// Rank of a value's type in the reference order.
