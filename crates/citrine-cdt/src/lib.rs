@@ -125,6 +125,30 @@ pub fn apply_within(
     }
 }
 
+/// The element a context leads to inside `value`, read-only: `context` is
+/// the msgpack array of `[ctx_type, ctx_value, ...]` pairs (what a
+/// secondary index definition's `context=` carries, and a query's
+/// INDEX_CONTEXT field). `Ok(None)` when a step finds no element;
+/// [`CdtError::Parameter`] for a malformed context, [`CdtError::Unsupported`]
+/// for the forms `operate` does not implement either.
+pub fn select(value: Value, context: &[u8]) -> Result<Option<Value>, CdtError> {
+    let steps = parse_context(context)?;
+    let mut slot = Some(value);
+    context::apply(&mut slot, &steps, false, &mut |element| Ok(element.take()))
+}
+
+/// Checks a context's bytes (see [`select`]) without applying it.
+pub fn check_context(context: &[u8]) -> Result<(), CdtError> {
+    parse_context(context).map(|_| ())
+}
+
+fn parse_context(context: &[u8]) -> Result<Vec<context::Step>, CdtError> {
+    match value::decode(context).map_err(|_| CdtError::Parameter)? {
+        Value::List(list) => context::parse(list.items),
+        _ => Err(CdtError::Parameter),
+    }
+}
+
 /// Op code that announces a context: `[0xff, [ctx...], [op...]]`.
 const CONTEXT_EVAL: i64 = 0xff;
 /// Op code of the newer SELECT form (not implemented).

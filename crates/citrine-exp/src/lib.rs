@@ -157,6 +157,44 @@ impl Expression {
         })
     }
 
+    /// Parses an expression of any type: the value a secondary index on an
+    /// expression (`sindex-create ...;exp=`) indexes.
+    pub fn parse_value(bytes: &[u8]) -> Result<Expression, ExpError> {
+        Expression::parse_any(bytes)
+    }
+
+    /// Whether the expression may define a secondary index whose values are
+    /// of the kind `kind` names (its static type: a bin or call of that
+    /// type), as the reference checks: it must read a bin or the digest
+    /// modulo, and must not read the record's key or any metadata but the
+    /// digest (an index holds values that only a write changes).
+    pub fn indexable_as(&self, kind: IndexValue) -> bool {
+        let typed = matches!(
+            (kind, self.ty),
+            (IndexValue::Int, Ty::Int)
+                | (IndexValue::Str, Ty::Str)
+                | (IndexValue::Blob, Ty::Blob)
+                | (IndexValue::List, Ty::List)
+                | (IndexValue::Map, Ty::Map)
+        );
+        let (mut reads_record, mut forbidden) = (false, false);
+        self.root.walk(&mut |node| match node {
+            Node::Bin(..) | Node::BinType(_) | Node::BinExists(_) | Node::DigestMod(_) => {
+                reads_record = true;
+            }
+            Node::Key(_) | Node::Meta(_) => forbidden = true,
+            _ => {}
+        });
+        typed && reads_record && !forbidden
+    }
+
+    /// Evaluates the expression against `record` at `now_ms` to a particle
+    /// (type, bytes); `None` when the result is nil or the evaluation
+    /// failed (an expression index does not index such a record).
+    pub fn value(&self, record: &dyn Record, now_ms: u64) -> Option<(u8, Vec<u8>)> {
+        self.evaluate(record, now_ms).into_particle().ok().flatten()
+    }
+
     /// Evaluates the expression as a filter against `record` at `now_ms`
     /// (Unix milliseconds). Anything but a boolean result is `Unknown`.
     pub fn filter(&self, record: &dyn Record, now_ms: u64) -> Truth {
@@ -171,6 +209,18 @@ impl Expression {
         let cx = Ctx::new(record, now_ms);
         eval::run(&self.root, self.slots, &cx)
     }
+}
+
+/// The kind of value a secondary index on an expression holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexValue {
+    Int,
+    Str,
+    Blob,
+    /// A list (a LIST collection index).
+    List,
+    /// A map (a MAPKEYS or MAPVALUES collection index).
+    Map,
 }
 
 /// The result of an `EXP_MODIFY` op for its bin.

@@ -218,6 +218,78 @@ pub(crate) enum Node {
     Call(Box<Call>),
 }
 
+impl Node {
+    /// Calls `visit` on this node and every node below it.
+    pub(crate) fn walk(&self, visit: &mut dyn FnMut(&Node)) {
+        visit(self);
+        match self {
+            Node::Compare(_, _, pair)
+            | Node::InList(pair)
+            | Node::Pow(pair)
+            | Node::Log(pair)
+            | Node::Mod(pair)
+            | Node::Shift(_, pair)
+            | Node::Scan(_, pair) => pair.iter().for_each(|node| node.walk(visit)),
+            Node::Regex(_, node)
+            | Node::Not(node)
+            | Node::Abs(node)
+            | Node::Floor(node)
+            | Node::Ceil(node)
+            | Node::ToInt(node)
+            | Node::ToFloat(node)
+            | Node::IntNot(node)
+            | Node::Count(node)
+            | Node::MapKeys(_, node) => node.walk(visit),
+            Node::And(nodes)
+            | Node::Or(nodes)
+            | Node::Exclusive(nodes)
+            | Node::Arith(_, _, nodes)
+            | Node::IntBits(_, nodes) => nodes.iter().for_each(|node| node.walk(visit)),
+            Node::Cond(branches, otherwise) => {
+                for (condition, value) in branches {
+                    condition.walk(visit);
+                    value.walk(visit);
+                }
+                otherwise.walk(visit);
+            }
+            Node::Let(definitions, body) => {
+                for (_, value) in definitions {
+                    value.walk(visit);
+                }
+                body.walk(visit);
+            }
+            Node::Call(call) => {
+                for arg in &call.args {
+                    if let Arg::Exp(node) = arg {
+                        node.walk(visit);
+                    }
+                }
+                call.target.walk(visit);
+            }
+            Node::Unknown
+            | Node::Nil
+            | Node::Bool(_)
+            | Node::Int(_)
+            | Node::Float(_)
+            | Node::Str(_)
+            | Node::Blob(_)
+            | Node::Hll(_)
+            | Node::Geo(_)
+            | Node::List(_)
+            | Node::Map(_)
+            | Node::DigestMod(_)
+            | Node::Meta(_)
+            | Node::Key(_)
+            | Node::Bin(..)
+            | Node::BinType(_)
+            | Node::BinExists(_)
+            | Node::ResultRemove
+            | Node::VarBuiltin
+            | Node::Var(_) => {}
+        }
+    }
+}
+
 /// A parsed expression: the tree, its static type and how many variable
 /// slots evaluation needs.
 #[derive(Debug)]

@@ -132,6 +132,38 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let jobs = match spawn_named(
+        "citrine-jobs",
+        service.clone(),
+        stopping.clone(),
+        |service, stopping| service.run_background_jobs(stopping),
+    ) {
+        Ok(thread) => thread,
+        Err(error) => {
+            eprintln!("citrined: cannot start the background-job thread: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let sindex_builder = match spawn_named(
+        "citrine-sindex",
+        service.clone(),
+        stopping.clone(),
+        |service, stopping| service.run_sindex_builds(stopping),
+    ) {
+        Ok(thread) => thread,
+        Err(error) => {
+            eprintln!("citrined: cannot start the secondary-index builder thread: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    // Secondary-index definitions live beside the data: restored (and
+    // rebuilt from the records just loaded) here, kept up to date after.
+    if let Some(directory) = &server_config.work_directory {
+        if let Err(error) = service.keep_sindex_definitions(directory) {
+            eprintln!("citrined: {error}");
+            return ExitCode::from(2);
+        }
+    }
     let storage_threads = spawn_device_threads(&service, &stopping);
     let cluster_thread = match cluster::start(service.clone(), &server_config, stopping.clone()) {
         Ok(thread) => thread,
@@ -161,6 +193,8 @@ fn main() -> ExitCode {
     let result = net::run(service.clone(), server_config.clone());
     stopping.store(true, Ordering::Relaxed);
     let _ = supervisor.join();
+    let _ = sindex_builder.join();
+    let _ = jobs.join();
     let _ = cluster_thread.join();
     for thread in storage_threads {
         let _ = thread.join();
@@ -244,6 +278,21 @@ fn spawn_device_threads(
 }
 
 /// Runs each namespace's nsup pass every `nsup-period` seconds.
+/// Starts one of the service's work threads: `citrine-sindex` builds new
+/// secondary indexes from the records already stored
+/// (`Service::run_sindex_builds`), `citrine-jobs` runs background scans and
+/// queries (`Service::run_background_jobs`); each runs until `stopping`.
+fn spawn_named(
+    name: &str,
+    service: Arc<Service>,
+    stopping: Arc<AtomicBool>,
+    work: fn(&Service, &AtomicBool),
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || work(&service, &stopping))
+}
+
 fn spawn_nsup(
     service: Arc<Service>,
     stopping: Arc<AtomicBool>,

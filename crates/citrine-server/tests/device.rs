@@ -528,3 +528,103 @@ fn stop_writes_when_full_then_resume_after_deletes() {
     drop(node);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The values of bin "v" a secondary-index query on it returns for
+/// `begin..=end` (every record once).
+fn query_v(stream: &mut TcpStream, begin: i64, end: i64) -> Vec<i64> {
+    use citrine_wire::msg::{field_type, info3, MessageWriter};
+    let header = MsgHeader {
+        info1: info1::READ,
+        info3: info3::PARTITION_DONE,
+        transaction_ttl: 5000,
+        ..MsgHeader::default()
+    };
+    let mut range = vec![1u8, 1, b'v', 1];
+    for value in [begin, end] {
+        range.extend_from_slice(&8u32.to_be_bytes());
+        range.extend_from_slice(&value.to_be_bytes());
+    }
+    let mut frame = Vec::new();
+    let mut writer = MessageWriter::begin(&mut frame, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::TASK_ID, &9u64.to_be_bytes())
+        .field(field_type::INDEX_RANGE, &range);
+    writer.finish();
+    std::io::Write::write_all(stream, &frame).unwrap();
+    let (messages, _) = stream::read_stream(stream);
+    let (last, records) = messages.split_last().unwrap();
+    assert_eq!(last.header.result_code, 0, "query refused");
+    let mut values: Vec<i64> = records
+        .iter()
+        .map(|record| {
+            let (_, value) = record.bins.iter().find(|(name, _)| name == b"v").unwrap();
+            i64::from_be_bytes(value.clone().try_into().unwrap())
+        })
+        .collect();
+    values.sort_unstable();
+    values
+}
+
+#[test]
+fn secondary_indexes_survive_fast_and_cold_restarts() {
+    let dir = temp_dir("sindex");
+    let config = write_config(
+        &dir,
+        "file = \"test.dat\"\nfilesize = \"8M\"\nwrite-block-size = \"64K\"\nflush-max-ms = 50",
+    );
+    let port = free_port();
+    let node = Node::start(&config, &dir, port, 1);
+    let mut stream = connect(port);
+    for index in 0..300 {
+        assert_eq!(put(&mut stream, &format!("k{index}"), index, 0).unwrap(), 0);
+    }
+    let create = "sindex-create:namespace=test;indexname=by_v;bin=v;type=NUMERIC";
+    assert_eq!(info(&mut stream, &[create])[0].1, "ok");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !info(&mut stream, &["sindex/test/by_v"])[0]
+        .1
+        .contains("load_pct=100;")
+    {
+        assert!(Instant::now() < deadline, "the index was not built");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Changes after the build: deletes, and values moved out of the range.
+    for index in (0..300).step_by(3) {
+        assert_eq!(delete(&mut stream, &format!("k{index}")).unwrap(), 0);
+    }
+    for index in (1..300).step_by(3) {
+        assert_eq!(
+            put(&mut stream, &format!("k{index}"), -index, 0).unwrap(),
+            0
+        );
+    }
+    let expected: Vec<i64> = (0..300).filter(|index| index % 3 == 2).collect();
+    assert_eq!(query_v(&mut stream, 0, 1000), expected);
+    drop(stream);
+    let log = node.terminate();
+    assert_no_anomaly(&log);
+
+    // The definition comes back from the work directory and the index is
+    // rebuilt from the records, after a fast restart and a cold one.
+    for (run, how) in [(2, "fast restart"), (3, "cold start")] {
+        let node = Node::start(&config, &dir, port, run);
+        let mut stream = connect(port);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !info(&mut stream, &["sindex/test/by_v"])[0]
+            .1
+            .contains("load_pct=100;")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the index was not rebuilt after a {how}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(query_v(&mut stream, 0, 1000), expected, "after a {how}");
+        assert_eq!(query_v(&mut stream, -1000, -1).len(), 100, "after a {how}");
+        let log = node.kill();
+        assert!(log.contains("secondary index built"), "{log}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

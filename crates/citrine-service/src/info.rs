@@ -136,6 +136,28 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "truncate-namespace" => truncate(service, command, true),
         "rack-ids" => "ERROR:25:enterprise only".to_owned(),
         "partition-checksums" => partition_checksums(service, command),
+        "query-show" | "scan-show" => crate::job::show(service, command),
+        "query-abort" | "scan-abort" => crate::job::abort(service, command),
+        "sindex-create" => crate::sindex::create(service, command),
+        "sindex-delete" => crate::sindex::delete(service, command),
+        "sindex-exists" => crate::sindex::exists(service, command),
+        "sindex" => match command.positional.as_slice() {
+            [] => crate::sindex::list(service, None),
+            [namespace] => crate::sindex::list(service, Some(namespace)),
+            [namespace, name, ..] => crate::sindex::stat(service, namespace, name),
+        },
+        "sindex-list" => crate::sindex::list(
+            service,
+            command.param("ns").or_else(|| command.param("namespace")),
+        ),
+        "sindex-stat" => crate::sindex::stat(
+            service,
+            command
+                .param("namespace")
+                .or_else(|| command.param("ns"))
+                .unwrap_or_default(),
+            command.param("indexname").unwrap_or_default(),
+        ),
         _ => "ERROR:4:unrecognized command".to_owned(),
     }
 }
@@ -551,11 +573,12 @@ fn set_line(
     let stats = namespace.sets.stats(id);
     let truncate_lut = stats.truncate_lut_ms.load(Ordering::Relaxed);
     format!(
-        "objects={}:tombstones={}:data_used_bytes={}:truncate_lut={}:sindexes=0:index_populating=false:truncating=false:default-read-touch-ttl-pct=0:default-ttl={}:disable-eviction=false:enable-index=false:stop-writes-count=0:stop-writes-size=0",
+        "objects={}:tombstones={}:data_used_bytes={}:truncate_lut={}:sindexes={}:index_populating=false:truncating=false:default-read-touch-ttl-pct=0:default-ttl={}:disable-eviction=false:enable-index=false:stop-writes-count=0:stop-writes-size=0",
         stats.objects.load(Ordering::Relaxed).max(0),
         tombstones.get(&id).copied().unwrap_or(0),
         stats.data_used_bytes.load(Ordering::Relaxed).max(0),
         truncate_lut,
+        crate::sindex::count_on_set(namespace, name),
         namespace.config.default_ttl
     )
     .replacen("objects", &format!("ns={}:set={}:objects", namespace.config.name, String::from_utf8_lossy(name)), 1)

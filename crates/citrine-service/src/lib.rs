@@ -31,6 +31,7 @@ pub mod config;
 pub mod device;
 pub mod filter;
 pub mod info;
+pub mod job;
 pub mod lookahead;
 pub mod migration;
 pub mod namespace;
@@ -38,6 +39,7 @@ pub mod noop;
 pub mod nsup;
 pub mod replication;
 pub mod scan;
+pub mod sindex;
 pub mod transaction;
 
 use citrine_types::{NodeId, ResultCode};
@@ -189,6 +191,11 @@ pub struct Service {
     /// No-op mode (see [`noop`]): data requests are answered without
     /// touching a namespace. Set once, before the node serves.
     noop: AtomicBool,
+    /// Secondary-index builds waiting for the builder thread, the file
+    /// the definitions are kept in (see [`sindex`]).
+    pub(crate) sindex_builds: sindex::Builds,
+    /// Background scans and queries (see [`job`]).
+    pub(crate) jobs: job::Jobs,
 }
 
 impl Service {
@@ -229,6 +236,8 @@ impl Service {
             ),
             orphan: AtomicBool::new(false),
             noop: AtomicBool::new(false),
+            sindex_builds: sindex::Builds::default(),
+            jobs: job::Jobs::default(),
             config,
             namespaces,
             clock,

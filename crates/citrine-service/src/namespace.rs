@@ -184,6 +184,8 @@ pub struct Namespace {
     pub storage: Box<dyn StorageEngine>,
     pub sets: SetRegistry,
     pub stats: NamespaceStats,
+    /// The namespace's secondary indexes (see [`crate::sindex`]).
+    pub sindexes: citrine_sindex::Registry,
 }
 
 impl Namespace {
@@ -215,6 +217,7 @@ impl Namespace {
             storage,
             sets: SetRegistry::default(),
             stats: NamespaceStats::default(),
+            sindexes: citrine_sindex::Registry::default(),
         };
         crate::device::recover(&namespace, now)?;
         Ok(namespace)

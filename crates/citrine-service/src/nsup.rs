@@ -34,6 +34,7 @@ pub fn run_pass(namespace: &Namespace, now: Now) -> PassReport {
         partition.remove_where(
             |_, entry| entry.meta().is_expired(now.citrusleaf_seconds),
             |digest, entry| {
+                crate::sindex::unindex(namespace, &digest, &entry);
                 // Expiry is durable by the stored void time: the device
                 // engine keeps the expired copy as the record's tombstone.
                 retire_entry(namespace, &digest, entry);
@@ -105,7 +106,8 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
                     && meta.void_time <= cutoff
                     && write_tombstone(namespace, digest, &meta, now).is_ok()
             },
-            |_, entry| {
+            |digest, entry| {
+                crate::sindex::unindex(namespace, &digest, &entry);
                 drop_entry(namespace, entry);
                 evicted += 1;
             },
@@ -134,7 +136,8 @@ pub fn remove_truncated(namespace: &Namespace, set_id: Option<u16>, lut_ms: u64)
                 let meta = entry.meta();
                 set_id.is_none_or(|id| id == meta.set_id) && meta.last_update_ms < lut_ms
             },
-            |_, entry| {
+            |digest, entry| {
+                crate::sindex::unindex(namespace, &digest, &entry);
                 drop_entry(namespace, entry);
                 removed += 1;
             },

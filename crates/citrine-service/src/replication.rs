@@ -735,6 +735,7 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
                     .map_err(transaction::storage_result)?;
             }
             if let Some(entry) = partition.remove(&write.digest) {
+                crate::sindex::unindex(namespace, &write.digest, &entry);
                 partition.set_tombstone(
                     write.digest,
                     Tombstone {

@@ -1,5 +1,5 @@
-//! Foreground partition scans (an AS_MSG without a DIGEST field and without
-//! secondary-index fields; `shared/protocol/04-batch-scan-query.md` §3),
+//! Foreground partition scans and secondary-index queries (an AS_MSG
+//! without a DIGEST field; `shared/protocol/04-batch-scan-query.md` §3),
 //! streamed in chunks.
 //!
 //! [`start`] validates the request and builds a [`ScanCursor`]; each
@@ -49,8 +49,17 @@
 //! stored bins (whatever bins the scan projects): a record that does not
 //! pass is skipped, not counted against `max_records`.
 //!
-//! Not yet: secondary-index queries answer 201 (no index exists); UDF scans and
-//! queries (field 33) and background write scans (`info2 WRITE`) answer 16.
+//! Queries (INDEX_RANGE, field 22): the index is found by name, expression
+//! or bin, key type, collection type and context (`citrine_sindex::Registry::for_query`;
+//! none → 201). A partition's records then come from the index's tree in
+//! `(bval, digest)` order, resuming strictly after the client's
+//! `(BVAL, DIGEST)`; each is checked against the record itself (live, in
+//! the set, still holding a value in range) and returned once, at its
+//! smallest matching bval, with a BVAL field (15, i64 LE) for the client's
+//! next resume point.
+//!
+//! Not yet: UDF scans and queries (field 33) and background write scans
+//! (`info2 WRITE`) answer 16; geo filters answer 16.
 
 use crate::filter::RecordView;
 use crate::namespace::Namespace;
@@ -96,8 +105,22 @@ pub struct ScanStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct PartitionCursor {
     partition: PartitionId,
-    /// Resume strictly after this digest (in ascending digest order).
+    /// Resume strictly after this digest (in ascending digest order; for a
+    /// query, after `(after_bval, digest)` in the index's order).
     after: Option<Digest>,
+    /// A query's resume bval (BVAL_ARRAY); 0 for scans.
+    after_bval: i64,
+}
+
+/// A secondary-index query's part of a cursor: the index, the filter, and
+/// reused buffers.
+struct Query {
+    index: Arc<citrine_sindex::Sindex>,
+    filter: citrine_sindex::Filter,
+    /// One step's `(bval, digest)` candidates from the index.
+    candidates: Vec<(i64, Digest)>,
+    /// One record's keys, when checking it.
+    keys: Vec<citrine_sindex::Key>,
 }
 
 /// Which records a scan returns.
@@ -122,6 +145,12 @@ pub struct ScanCursor {
     no_bins: bool,
     /// The filter expression (field 43) a record must pass to be returned.
     filter: Option<Box<citrine_exp::Expression>>,
+    /// A secondary-index query: records come from the index, not from a
+    /// walk of the partition.
+    query: Option<Box<Query>>,
+    /// A background job's cursor: the digests of the records that pass go
+    /// here instead of into record messages.
+    collected: Option<Vec<Digest>>,
     /// Record limit (0 = none).
     max_records: u64,
     /// Records returned so far.
@@ -174,24 +203,15 @@ pub(crate) fn start(
 ) -> Option<ScanCursor> {
     let header = message.header;
     let has = |kind: u8| message.field(kind).is_some();
-    if has(field_type::UDF_OP)
-        || has(field_type::UDF_FILENAME)
-        || header.info2 & (info2::WRITE | info2::DELETE) != 0
-    {
-        // Aggregations, background UDF scans and background operations: not yet.
+    if has(field_type::UDF_OP) || has(field_type::UDF_FILENAME) {
+        // Aggregations and background UDF scans and queries: no UDFs.
         return refuse(service, out, ResultCode::UnsupportedFeature);
     }
-    if has(field_type::INDEX_RANGE)
-        || has(field_type::INDEX_NAME)
-        || has(field_type::INDEX_EXPRESSION)
-    {
-        // A secondary-index query: no index exists.
-        return refuse(service, out, ResultCode::SindexNotFound);
-    }
+    let background = header.info2 & (info2::WRITE | info2::DELETE) != 0;
     if has(field_type::TXN_ID) {
         return refuse(service, out, ResultCode::EnterpriseOnly);
     }
-    if header.info3 & info3::PARTITION_DONE == 0 {
+    if header.info3 & info3::PARTITION_DONE == 0 && !background {
         // A legacy (pre-6.0 client) scan, as the reference server answers it.
         return refuse(service, out, ResultCode::UnsupportedFeature);
     }
@@ -204,7 +224,25 @@ pub(crate) fn start(
     }) else {
         return refuse(service, out, ResultCode::Namespace);
     };
-    let cursor = match parse(message, namespace) {
+    let parsed = parse(message, Arc::clone(&namespace), background);
+    if background {
+        return match parsed {
+            Err(code) => refuse(service, out, code),
+            Ok(mut cursor) => {
+                if let Some(cursor) = cursor.as_mut() {
+                    if service.routes() {
+                        cursor.keep_served_partitions(service);
+                    }
+                    // Partitions this node does not serve are another's work.
+                    cursor.unavailable.clear();
+                }
+                crate::job::submit(service, message, &namespace, cursor.map(Box::new));
+                transaction::write_stream_end(out, ResultCode::Ok);
+                None
+            }
+        };
+    }
+    let cursor = match parsed {
         Ok(Some(mut cursor)) => {
             if service.routes() {
                 cursor.keep_served_partitions(service);
@@ -224,14 +262,31 @@ pub(crate) fn start(
     Some(cursor)
 }
 
-/// Parses the scan's fields and ops. `Ok(None)` when the set does not exist.
+/// Parses the scan's fields and ops (a background scan's ops are the
+/// writes each record gets, checked by [`crate::job::check_ops`]; a
+/// foreground scan's are the bins it projects). `Ok(None)` when the set
+/// does not exist.
 fn parse(
     message: &Message<'_>,
     namespace: Arc<Namespace>,
+    background: bool,
 ) -> Result<Option<ScanCursor>, ResultCode> {
+    if background {
+        crate::job::check_ops(message)?;
+    }
+    let query = match message.field(field_type::INDEX_RANGE) {
+        Some(range) => Some(query(message, &namespace, range)?),
+        None => None,
+    };
+    let bvals = message.field(field_type::BVAL_ARRAY);
+    if query.is_some() && bvals.is_none() && message.field(field_type::DIGEST_ARRAY).is_some() {
+        // A query resumes at (bval, digest): the bvals are required.
+        return Err(ResultCode::Parameter);
+    }
     let partitions = partitions(
         message.field(field_type::PID_ARRAY),
         message.field(field_type::DIGEST_ARRAY),
+        bvals.filter(|_| query.is_some()),
     )?;
     let max_records = match message.field(field_type::MAX_RECORDS) {
         None => 0,
@@ -260,7 +315,7 @@ fn parse(
         }
     };
     let mut bins = Vec::new();
-    for op in message.ops() {
+    for op in message.ops().filter(|_| !background) {
         if op.op_type != op_type::READ {
             return Err(ResultCode::Parameter);
         }
@@ -271,7 +326,7 @@ fn parse(
             bins.push(op.name.to_vec());
         }
     }
-    let no_bins = message.header.info1 & info1::GET_NO_BINS != 0;
+    let no_bins = background || message.header.info1 & info1::GET_NO_BINS != 0;
     let filter = match message.field(field_type::FILTER_EXPRESSION) {
         Some(bytes) => Some(Box::new(crate::filter::parse(bytes)?)),
         None => None,
@@ -284,7 +339,9 @@ fn parse(
         bins,
         no_bins,
         filter,
-        max_records,
+        query,
+        collected: background.then(Vec::new),
+        max_records: if background { 0 } else { max_records },
         sent: 0,
         rate,
         paced_since_ms: None,
@@ -296,18 +353,77 @@ fn parse(
     }))
 }
 
+/// A query's index and filter: INDEX_RANGE (22) with INDEX_TYPE (26),
+/// INDEX_CONTEXT (23), INDEX_NAME (21) or INDEX_EXPRESSION (24) naming the
+/// index. No such index → 201.
+fn query(
+    message: &Message<'_>,
+    namespace: &Namespace,
+    range: &[u8],
+) -> Result<Box<Query>, ResultCode> {
+    use citrine_sindex::{CollectionType, Filter, FilterError, Lookup};
+    let filter = Filter::parse(range).map_err(|error| match error {
+        FilterError::Parameter => ResultCode::Parameter,
+        FilterError::Unsupported => ResultCode::UnsupportedFeature,
+    })?;
+    let collection = match message.field(field_type::INDEX_TYPE) {
+        None => CollectionType::Default,
+        Some([byte]) => CollectionType::from_wire(*byte).ok_or(ResultCode::Parameter)?,
+        Some(_) => return Err(ResultCode::Parameter),
+    };
+    let name = match message.field(field_type::INDEX_NAME) {
+        None | Some([]) => None,
+        Some(bytes) => Some(std::str::from_utf8(bytes).map_err(|_| ResultCode::Parameter)?),
+    };
+    let set = message
+        .field(field_type::SET)
+        .filter(|set| !set.is_empty())
+        .and_then(|set| std::str::from_utf8(set).ok());
+    let lookup = Lookup {
+        name,
+        expression: message.field(field_type::INDEX_EXPRESSION),
+        bin: &filter.bin,
+        key_type: filter.key_type,
+        collection,
+        context: message.field(field_type::INDEX_CONTEXT),
+    };
+    let index = namespace
+        .sindexes
+        .for_query(set, &lookup)
+        .ok_or(ResultCode::SindexNotFound)?;
+    if index.def.key_type != filter.key_type {
+        // Named, but of another type than the filter's value.
+        return Err(ResultCode::Parameter);
+    }
+    if !index.is_loaded() {
+        // Still being built: its answer would miss records (as the
+        // reference, 203).
+        return Err(ResultCode::SindexNotReadable);
+    }
+    index.stats().queries.fetch_add(1, Ordering::Relaxed);
+    Ok(Box::new(Query {
+        index,
+        filter,
+        candidates: Vec::new(),
+        keys: Vec::new(),
+    }))
+}
+
 /// The partitions a scan visits, ascending: PID_ARRAY (u16 LE ids, from the
-/// start) and DIGEST_ARRAY (resume after each digest in its partition), or
-/// every partition when neither is present.
+/// start) and DIGEST_ARRAY (resume after each digest in its partition; a
+/// query's BVAL_ARRAY gives each its bval, i64 LE), or every partition when
+/// neither is present.
 fn partitions(
     pid_array: Option<&[u8]>,
     digest_array: Option<&[u8]>,
+    bval_array: Option<&[u8]>,
 ) -> Result<Vec<PartitionCursor>, ResultCode> {
     if pid_array.is_none() && digest_array.is_none() {
         return Ok(PartitionId::all()
             .map(|partition| PartitionCursor {
                 partition,
                 after: None,
+                after_bval: 0,
             })
             .collect());
     }
@@ -326,6 +442,7 @@ fn partitions(
             chosen.push(PartitionCursor {
                 partition,
                 after: None,
+                after_bval: 0,
             });
         }
     }
@@ -336,7 +453,13 @@ fn partitions(
         {
             return Err(ResultCode::Parameter);
         }
-        for chunk in bytes.chunks_exact(DIGEST_SIZE) {
+        let bvals = match bval_array {
+            None => None,
+            Some(bvals) if bvals.len() == bytes.len() / DIGEST_SIZE * 8 => Some(bvals),
+            // One bval per digest, or none.
+            Some(_) => return Err(ResultCode::Parameter),
+        };
+        for (position, chunk) in bytes.chunks_exact(DIGEST_SIZE).enumerate() {
             let mut digest = [0u8; DIGEST_SIZE];
             digest.copy_from_slice(chunk);
             let digest = Digest(digest);
@@ -344,9 +467,14 @@ fn partitions(
             if std::mem::replace(&mut seen[partition.index()], true) {
                 return Err(ResultCode::Parameter);
             }
+            let after_bval = bvals
+                .and_then(|bvals| bvals.get(position * 8..position * 8 + 8))
+                .and_then(|word| word.try_into().ok())
+                .map_or(0, i64::from_le_bytes);
             chosen.push(PartitionCursor {
                 partition,
                 after: Some(digest),
+                after_bval,
             });
         }
     }
@@ -368,8 +496,29 @@ impl ScanCursor {
         self.sent
     }
 
-    /// Appends one frame of the stream. Returns the cursor while the stream
-    /// continues, `None` once the frame ended with the LAST message.
+    /// The index a query uses.
+    pub(crate) fn index_name(&self) -> Option<String> {
+        self.query
+            .as_ref()
+            .map(|query| query.index.def.name.clone())
+    }
+
+    /// A background job's digests collected since the last call.
+    pub(crate) fn take_collected(&mut self) -> Vec<Digest> {
+        self.collected
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// How much of the scan is done, percent of its partitions.
+    pub(crate) fn progress_pct(&self) -> u64 {
+        match self.partitions.len() {
+            0 => 100,
+            total => (self.next * 100 / total) as u64,
+        }
+    }
+
     /// In a cluster: keeps the partitions this node masters and holds whole,
     /// moves the others to `unavailable`.
     fn keep_served_partitions(&mut self, service: &Service) {
@@ -390,12 +539,23 @@ impl ScanCursor {
         self.unavailable = unavailable;
     }
 
+    /// Appends one frame of the stream. Returns the cursor while the stream
+    /// continues, `None` once the frame ended with the LAST message.
     pub(crate) fn step(
         mut self: Box<Self>,
         service: &Service,
         now: Now,
         out: &mut Vec<u8>,
     ) -> Option<Box<ScanCursor>> {
+        if self.advance(service, now, out) {
+            None
+        } else {
+            Some(self)
+        }
+    }
+
+    /// [`ScanCursor::step`] in place: true once the stream ended.
+    pub(crate) fn advance(&mut self, service: &Service, now: Now, out: &mut Vec<u8>) -> bool {
         let frame_start = out.len();
         out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
         for partition in std::mem::take(&mut self.unavailable) {
@@ -454,7 +614,7 @@ impl ScanCursor {
             MessageWriter::begin_bare(out, &last).finish();
             ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
             service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
-            return None;
+            return true;
         }
         if out.len() == frame_start + PROTO_HEADER_SIZE {
             // Nothing matched in this step: send no (empty) frame at all.
@@ -462,7 +622,7 @@ impl ScanCursor {
         } else {
             ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
         }
-        Some(self)
+        false
     }
 
     fn limit_reached(&self) -> bool {
@@ -501,6 +661,9 @@ impl ScanCursor {
         let Some(cursor) = self.partitions.get(self.next).copied() else {
             return Visit::Finished;
         };
+        if self.query.is_some() {
+            return self.visit_index(cursor, now, out, frame_start, examined);
+        }
         let namespace = Arc::clone(&self.namespace);
         let partition = namespace.index.partition(cursor.partition).read();
         *examined += partition.len();
@@ -524,7 +687,7 @@ impl ScanCursor {
         let total = digests.len();
         for (position, digest) in digests.iter().enumerate() {
             if let Some(entry) = partition.get(digest) {
-                if self.emit(&namespace, digest, entry, now, out) {
+                if self.emit(&namespace, digest, entry, now, out, None) {
                     self.sent += 1;
                 }
             }
@@ -548,9 +711,108 @@ impl ScanCursor {
         visit
     }
 
-    /// Writes one record message. False when the record does not pass the
-    /// scan's filter, or its body could not be read (logged; the record is
-    /// skipped rather than failing the scan).
+    /// A query's visit of the current partition, under its read lock: the
+    /// index's entries in range past the resume point, in `(bval, digest)`
+    /// order, each checked against the record (live, in the query's set,
+    /// still holding a matching value) before it is returned.
+    fn visit_index(
+        &mut self,
+        cursor: PartitionCursor,
+        now: Now,
+        out: &mut Vec<u8>,
+        frame_start: usize,
+        examined: &mut usize,
+    ) -> Visit {
+        let Some(mut query) = self.query.take() else {
+            return Visit::Finished;
+        };
+        let namespace = Arc::clone(&self.namespace);
+        let partition = namespace.index.partition(cursor.partition).read();
+        let mut candidates = std::mem::take(&mut query.candidates);
+        candidates.clear();
+        let budget = EXAMINE_BUDGET.saturating_sub(*examined).max(1);
+        query.index.candidates(
+            cursor.partition,
+            query.filter.bval_bounds(),
+            cursor.after.map(|digest| (cursor.after_bval, digest)),
+            budget + 1,
+            &mut candidates,
+        );
+        // More entries past this step's budget: the visit stops at the last
+        // one it looks at.
+        let more_in_tree = candidates.len() > budget;
+        candidates.truncate(budget);
+        self.query = Some(query);
+        let mut visit = Visit::Finished;
+        let total = candidates.len();
+        for (position, &(bval, digest)) in candidates.iter().enumerate() {
+            *examined += 1;
+            if let Some(entry) = partition.get(&digest) {
+                let meta = entry.meta();
+                let in_set = match self.set {
+                    SetFilter::All => true,
+                    SetFilter::Only(id) => meta.set_id == id,
+                };
+                if in_set
+                    && is_live(&namespace, &meta, now)
+                    && self.emit(&namespace, &digest, entry, now, out, Some(bval))
+                {
+                    self.sent += 1;
+                    if let Some(query) = &self.query {
+                        query
+                            .index
+                            .stats()
+                            .query_records
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            let more_here = position + 1 < total || more_in_tree;
+            let stop = more_here
+                && (position + 1 == total
+                    || self.limit_reached()
+                    || out.len() - frame_start >= CHUNK_BYTES
+                    || self.sent >= self.step_end);
+            if stop {
+                if let Some(current) = self.partitions.get_mut(self.next) {
+                    current.after = Some(digest);
+                    current.after_bval = bval;
+                }
+                visit = Visit::Stopped;
+                break;
+            }
+        }
+        drop(partition);
+        if let Some(query) = self.query.as_mut() {
+            query.candidates = candidates;
+        }
+        visit
+    }
+
+    /// Whether a query's candidate record still holds a value the filter
+    /// selects, and this entry is the first of the record's matching
+    /// entries in index order (a record whose list holds several values in
+    /// range is returned once, at the smallest).
+    fn query_selects(&mut self, record: &RecordView<'_>, last_update_ms: u64, bval: i64) -> bool {
+        let Some(query) = self.query.as_mut() else {
+            return true;
+        };
+        let mut keys = std::mem::take(&mut query.keys);
+        query.index.keys(record, last_update_ms, &mut keys);
+        let first = keys
+            .iter()
+            .filter(|key| query.filter.matches(key))
+            .map(citrine_sindex::Key::bval)
+            .min();
+        query.keys = keys;
+        first == Some(bval)
+    }
+
+    /// Writes one record message (`bval`: a query's, sent back in the
+    /// BVAL field for the client's resume point). False when the record
+    /// does not pass the scan's filter or the query's check, or its body
+    /// could not be read (logged; the record is skipped rather than failing
+    /// the scan).
     fn emit(
         &mut self,
         namespace: &Namespace,
@@ -558,6 +820,7 @@ impl ScanCursor {
         entry: &citrine_index::IndexEntry,
         now: Now,
         out: &mut Vec<u8>,
+        bval: Option<i64>,
     ) -> bool {
         let body = match namespace.storage.read(&entry.location) {
             Ok(body) => body,
@@ -571,7 +834,7 @@ impl ScanCursor {
             return false;
         };
         let meta = entry.meta();
-        if let Some(filter) = &self.filter {
+        if self.filter.is_some() || bval.is_some() {
             let record = RecordView::stored(
                 namespace,
                 &digest.0,
@@ -579,9 +842,20 @@ impl ScanCursor {
                 meta,
                 entry.location.size() as u64,
             );
-            if crate::filter::check(filter, &record, now).is_err() {
-                return false;
+            if let Some(bval) = bval {
+                if !self.query_selects(&record, meta.last_update_ms, bval) {
+                    return false;
+                }
             }
+            if let Some(filter) = &self.filter {
+                if crate::filter::check(filter, &record, now).is_err() {
+                    return false;
+                }
+            }
+        }
+        if let Some(collected) = self.collected.as_mut() {
+            collected.push(*digest);
+            return true;
         }
         let header = MsgHeader {
             generation: u32::from(meta.generation),
@@ -605,6 +879,9 @@ impl ScanCursor {
             self.key_field.push(particle_type);
             self.key_field.extend_from_slice(bytes);
             writer.field(field_type::KEY, &self.key_field);
+        }
+        if let Some(bval) = bval {
+            writer.field(field_type::BVAL_ARRAY, &bval.to_le_bytes());
         }
         if !self.no_bins {
             if self.bins.is_empty() {

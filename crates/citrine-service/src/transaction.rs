@@ -578,6 +578,7 @@ pub(crate) fn remove_deleted(
     lut_ms: u64,
 ) {
     if let Some(entry) = partition.remove(digest) {
+        crate::sindex::unindex(namespace, digest, &entry);
         partition.set_tombstone(
             *digest,
             Tombstone {
@@ -1235,12 +1236,17 @@ pub(crate) fn install(
         last_update_ms: meta.last_update_ms,
         set_name: &set_name,
     };
+    // The new version's secondary-index keys, while the body is still here.
+    let sindex_keys = crate::sindex::before_install(namespace, &digest, meta, &body);
     let location = namespace
         .storage
         .write(&digest, &store, body)
         .map_err(storage_result)?;
     let size = location.size() as i64;
     let previous = partition.insert(digest, IndexEntry::new(meta, location));
+    if let Some(pending) = sindex_keys {
+        crate::sindex::after_install(namespace, pending, &digest, previous.as_ref());
+    }
     let set_stats = namespace.sets.stats(meta.set_id);
     set_stats.objects.fetch_add(1, Ordering::Relaxed);
     set_stats.data_used_bytes.fetch_add(size, Ordering::Relaxed);

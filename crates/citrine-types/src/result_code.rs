@@ -48,6 +48,7 @@ pub enum ResultCode {
     BatchQueuesFull = 152,
     SindexFound = 200,
     SindexNotFound = 201,
+    SindexNotReadable = 203,
 }
 
 impl ResultCode {
@@ -99,6 +100,7 @@ impl ResultCode {
             ResultCode::BatchQueuesFull => "batch queues full",
             ResultCode::SindexFound => "index already exists",
             ResultCode::SindexNotFound => "index not found",
+            ResultCode::SindexNotReadable => "index not readable (still being built)",
         }
     }
 }

@@ -1,0 +1,444 @@
+//! Background scans and queries (protocol 04 §3.4): a scan or query sent
+//! with `info2 WRITE` and write ops applies those ops to every record it
+//! selects, on the server, after answering the client at once. Clients
+//! then poll `query-show` until the job is done.
+//!
+//! Owns: the job registry (active jobs and the last [`MAX_DONE`] finished
+//! ones, by transaction id), [`submit`] (from [`crate::scan::start`]),
+//! running a job ([`Service::run_background_jobs`] on the server's
+//! `citrine-jobs` thread, or inline where no such thread runs), and the
+//! `query-show` / `scan-show` / `query-abort` info commands.
+//!
+//! A job walks its records with the same [`ScanCursor`] a foreground scan
+//! or query uses (partitions this node masters, set, index range, filter
+//! expression), collecting digests a step at a time, and applies the ops
+//! to each through the ordinary write path ([`Service::handle`]: partition
+//! lock, replication, statistics), as a single-record write of the
+//! record's digest with the request's write flags, its filter expression
+//! (checked again under the lock) and `UPDATE_ONLY`, so a record deleted
+//! meanwhile is not brought back.
+//!
+//! Invariants: a job's ops are write ops only (a read op answers 4 before
+//! the job starts); every selected record gets one write attempt; a job
+//! is `done` once its cursor ends or it is aborted, and stays visible to
+//! `query-show` until [`MAX_DONE`] later jobs finish.
+//!
+//! Not yet: background UDF jobs (16).
+
+use crate::namespace::Namespace;
+use crate::scan::ScanCursor;
+use crate::Service;
+use citrine_types::{Digest, ResultCode};
+use citrine_wire::frame::ProtoHeader;
+use citrine_wire::info::InfoCommand;
+use citrine_wire::msg::{field_type, info3, op_type, Message, MessageWriter, MsgHeader};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// Finished jobs `query-show` still answers for.
+pub const MAX_DONE: usize = 100;
+
+/// Where a job stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Status {
+    Active = 0,
+    Done = 1,
+    Aborted = 2,
+}
+
+/// One background job.
+pub struct Job {
+    pub trid: u64,
+    namespace: String,
+    set: String,
+    /// The index a query job uses.
+    index: Option<String>,
+    /// The request's header, filter expression and ops, for the
+    /// per-record writes.
+    header: MsgHeader,
+    filter: Option<Vec<u8>>,
+    ops: Vec<JobOp>,
+    /// The walk, taken by whoever runs the job; `None` when nothing is left
+    /// (an unknown set).
+    cursor: Mutex<Option<Box<ScanCursor>>>,
+    status: AtomicU8,
+    abort: AtomicBool,
+    progress_pct: AtomicU64,
+    succeeded: AtomicU64,
+    failed: AtomicU64,
+    filtered: AtomicU64,
+    started_ms: u64,
+    finished_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("trid", &self.trid)
+            .field("namespace", &self.namespace)
+            .field("status", &self.status.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// One op of a job, owned.
+struct JobOp {
+    op_type: u8,
+    particle_type: u8,
+    name: Vec<u8>,
+    value: Vec<u8>,
+}
+
+/// Jobs waiting for the runner, and the registry.
+#[derive(Default)]
+pub(crate) struct Jobs {
+    queue: Mutex<VecDeque<Arc<Job>>>,
+    wake: Condvar,
+    /// A runner thread serves the queue (else jobs run inline).
+    attached: AtomicBool,
+    /// Every job not yet forgotten, oldest first.
+    registry: Mutex<VecDeque<Arc<Job>>>,
+}
+
+/// Checks a background request's ops: at least one, and only ops that
+/// write (reads have nowhere to go: 4, as the reference answers).
+pub(crate) fn check_ops(message: &Message<'_>) -> Result<(), ResultCode> {
+    let mut count = 0;
+    for op in message.ops() {
+        count += 1;
+        let writes = matches!(
+            op.op_type,
+            op_type::WRITE
+                | op_type::INCR
+                | op_type::APPEND
+                | op_type::PREPEND
+                | op_type::TOUCH
+                | op_type::DELETE_ALL
+                | op_type::CDT_MODIFY
+                | op_type::BITS_MODIFY
+                | op_type::HLL_MODIFY
+                | op_type::EXP_MODIFY
+        );
+        if !writes {
+            return Err(ResultCode::Parameter);
+        }
+    }
+    if count == 0 {
+        return Err(ResultCode::Parameter);
+    }
+    Ok(())
+}
+
+/// Registers a background job for `message` (its walk `cursor`; `None`
+/// when it selects nothing) and starts it.
+pub(crate) fn submit(
+    service: &Service,
+    message: &Message<'_>,
+    namespace: &Namespace,
+    cursor: Option<Box<ScanCursor>>,
+) {
+    let text = |kind| {
+        message
+            .field(kind)
+            .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+    };
+    let trid = message
+        .field(field_type::TASK_ID)
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+        .map_or(0, u64::from_be_bytes);
+    let index = cursor.as_ref().and_then(|cursor| cursor.index_name());
+    let job = Arc::new(Job {
+        trid,
+        namespace: namespace.config.name.clone(),
+        set: text(field_type::SET).unwrap_or_default(),
+        index,
+        header: message.header,
+        filter: message
+            .field(field_type::FILTER_EXPRESSION)
+            .map(<[u8]>::to_vec),
+        ops: message
+            .ops()
+            .map(|op| JobOp {
+                op_type: op.op_type,
+                particle_type: op.particle_type,
+                name: op.name.to_vec(),
+                value: op.value.to_vec(),
+            })
+            .collect(),
+        cursor: Mutex::new(cursor),
+        status: AtomicU8::new(Status::Active as u8),
+        abort: AtomicBool::new(false),
+        progress_pct: AtomicU64::new(0),
+        succeeded: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+        filtered: AtomicU64::new(0),
+        started_ms: service.now().unix_ms,
+        finished_ms: AtomicU64::new(0),
+    });
+    let jobs = &service.jobs;
+    {
+        let mut registry = jobs.registry.lock();
+        registry.push_back(Arc::clone(&job));
+        // Forget the oldest finished jobs past the limit.
+        let done = registry
+            .iter()
+            .filter(|job| job.status() != Status::Active)
+            .count();
+        let mut excess = done.saturating_sub(MAX_DONE);
+        registry.retain(|job| {
+            if excess > 0 && job.status() != Status::Active {
+                excess -= 1;
+                return false;
+            }
+            true
+        });
+    }
+    jobs.queue.lock().push_back(job);
+    if jobs.attached.load(Ordering::Acquire) {
+        jobs.wake.notify_one();
+    } else {
+        service.run_pending_background_jobs();
+    }
+}
+
+impl Job {
+    fn status(&self) -> Status {
+        match self.status.load(Ordering::Acquire) {
+            0 => Status::Active,
+            1 => Status::Done,
+            _ => Status::Aborted,
+        }
+    }
+
+    fn finish(&self, service: &Service, status: Status) {
+        self.finished_ms
+            .store(service.now().unix_ms, Ordering::Relaxed);
+        if status == Status::Done {
+            self.progress_pct.store(100, Ordering::Relaxed);
+        }
+        self.status.store(status as u8, Ordering::Release);
+    }
+
+    /// Runs the job to its end (or its abort).
+    fn run(&self, service: &Service) {
+        let Some(mut cursor) = self.cursor.lock().take() else {
+            self.finish(service, Status::Done);
+            return;
+        };
+        let mut scratch = Vec::new();
+        let mut frame = Vec::new();
+        let mut reply = Vec::new();
+        loop {
+            if self.abort.load(Ordering::Relaxed) {
+                self.finish(service, Status::Aborted);
+                return;
+            }
+            if let Some(due) = cursor.not_before_ms() {
+                // RECS_PER_SEC: wait for the step's turn.
+                let wait = due.saturating_sub(service.now().unix_ms);
+                std::thread::sleep(std::time::Duration::from_millis(
+                    wait.min(crate::scan::MAX_PACED_PAUSE_MS),
+                ));
+            }
+            scratch.clear();
+            let finished = cursor.advance(service, service.now(), &mut scratch);
+            for digest in cursor.take_collected() {
+                let code = self.apply(service, &digest, &mut frame, &mut reply);
+                let counter = match code {
+                    0 => &self.succeeded,
+                    27 => &self.filtered,
+                    // Deleted since it was selected: nothing to do.
+                    2 => continue,
+                    _ => &self.failed,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            self.progress_pct
+                .store(cursor.progress_pct(), Ordering::Relaxed);
+            if finished {
+                break;
+            }
+        }
+        self.finish(service, Status::Done);
+    }
+
+    /// Applies the job's ops to one record through the write path; answers
+    /// the write's result code.
+    fn apply(
+        &self,
+        service: &Service,
+        digest: &Digest,
+        frame: &mut Vec<u8>,
+        reply: &mut Vec<u8>,
+    ) -> u8 {
+        let server_error = ResultCode::ServerError.code();
+        let original = self.header;
+        let mut info3_bits = original.info3 & !(info3::PARTITION_DONE | info3::LAST);
+        if info3_bits & info3::CREATE_OR_REPLACE != 0 {
+            info3_bits = (info3_bits & !info3::CREATE_OR_REPLACE) | info3::REPLACE_ONLY;
+        } else if info3_bits & info3::REPLACE_ONLY == 0 {
+            info3_bits |= info3::UPDATE_ONLY;
+        }
+        let header = MsgHeader {
+            info1: 0,
+            info2: original.info2,
+            info3: info3_bits,
+            record_ttl: original.record_ttl,
+            transaction_ttl: 1000,
+            ..MsgHeader::default()
+        };
+        frame.clear();
+        let mut writer = MessageWriter::begin(frame, &header);
+        writer
+            .field(field_type::NAMESPACE, self.namespace.as_bytes())
+            .field(field_type::DIGEST, &digest.0);
+        if let Some(filter) = &self.filter {
+            writer.field(field_type::FILTER_EXPRESSION, filter);
+        }
+        for op in &self.ops {
+            writer.op(op.op_type, op.particle_type, &op.name, &op.value);
+        }
+        writer.finish();
+        let Some(Ok(proto)) = frame
+            .get(..8)
+            .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+            .map(|bytes| ProtoHeader::decode(&bytes))
+        else {
+            return server_error;
+        };
+        reply.clear();
+        if service.handle(proto, &frame[8..], reply).is_err() {
+            return server_error;
+        }
+        reply
+            .get(8..)
+            .and_then(|body| Message::decode(body).ok())
+            .map_or(server_error, |message| message.header.result_code)
+    }
+
+    /// The `query-show` line.
+    fn show(&self, now_ms: u64) -> String {
+        let status = match self.status() {
+            Status::Active => "active(ok)",
+            Status::Done => "done(ok)",
+            Status::Aborted => "done(abandoned-user-aborted)",
+        };
+        let finished = self.finished_ms.load(Ordering::Relaxed);
+        let (run_time, since_done) = if finished == 0 {
+            (now_ms.saturating_sub(self.started_ms), 0)
+        } else {
+            (
+                finished.saturating_sub(self.started_ms),
+                now_ms.saturating_sub(finished),
+            )
+        };
+        let mut line = format!(
+            "trid={}:job-type=background:ns={}",
+            self.trid, self.namespace
+        );
+        if !self.set.is_empty() {
+            line.push_str(&format!(":set={}", self.set));
+        }
+        if let Some(index) = &self.index {
+            line.push_str(&format!(":sindex-name={index}"));
+        }
+        line.push_str(&format!(
+            ":status={status}:job-progress={}:run-time={run_time}:time-since-done={since_done}:recs-throttled=0:recs-filtered-meta=0:recs-filtered-bins={}:recs-succeeded={}:recs-failed={}:",
+            self.progress_pct.load(Ordering::Relaxed),
+            self.filtered.load(Ordering::Relaxed),
+            self.succeeded.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        ));
+        line
+    }
+}
+
+impl Service {
+    /// Runs background jobs until `stopping` is set (the server's
+    /// `citrine-jobs` thread). While it runs, jobs are queued here instead
+    /// of running inline in the request that started them.
+    pub fn run_background_jobs(&self, stopping: &AtomicBool) {
+        let jobs = &self.jobs;
+        jobs.attached.store(true, Ordering::Release);
+        while !stopping.load(Ordering::Relaxed) {
+            let job = {
+                let mut queue = jobs.queue.lock();
+                if queue.is_empty() {
+                    jobs.wake
+                        .wait_for(&mut queue, std::time::Duration::from_millis(200));
+                }
+                queue.pop_front()
+            };
+            if let Some(job) = job {
+                job.run(self);
+            }
+        }
+        jobs.attached.store(false, Ordering::Release);
+    }
+
+    /// Runs every queued job now, on this thread.
+    pub fn run_pending_background_jobs(&self) {
+        loop {
+            let Some(job) = self.jobs.queue.lock().pop_front() else {
+                return;
+            };
+            job.run(self);
+        }
+    }
+
+    fn job(&self, trid: u64) -> Option<Arc<Job>> {
+        self.jobs
+            .registry
+            .lock()
+            .iter()
+            .rev()
+            .find(|job| job.trid == trid)
+            .cloned()
+    }
+}
+
+fn trid_param(command: &InfoCommand<'_>) -> Option<u64> {
+    command
+        .param("trid")
+        .or_else(|| command.param("id"))
+        .and_then(|text| text.parse().ok())
+}
+
+/// `query-show:trid=ID` (also `id=`, and `scan-show`): the job's status
+/// line; `ERROR:2:job not found` for a job this node does not know.
+pub(crate) fn show(service: &Service, command: &InfoCommand<'_>) -> String {
+    let now_ms = service.now().unix_ms;
+    match trid_param(command) {
+        Some(trid) => match service.job(trid) {
+            Some(job) => job.show(now_ms),
+            None => "ERROR:2:job not found".to_owned(),
+        },
+        // Every job this node knows.
+        None => service
+            .jobs
+            .registry
+            .lock()
+            .iter()
+            .map(|job| job.show(now_ms))
+            .collect::<Vec<_>>()
+            .join(";"),
+    }
+}
+
+/// `query-abort:trid=ID` (also `id=`, and `scan-abort`).
+pub(crate) fn abort(service: &Service, command: &InfoCommand<'_>) -> String {
+    match trid_param(command).and_then(|trid| service.job(trid)) {
+        Some(job) if job.status() == Status::Active => {
+            job.abort.store(true, Ordering::Relaxed);
+            "OK".to_owned()
+        }
+        Some(_) => "ERROR:2:job already finished".to_owned(),
+        None => "ERROR:2:job not found".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,244 @@
+//! Background scans and queries through `Service::handle`: the one-message
+//! acceptance, the writes each selected record gets (scan, index query,
+//! filter expression, delete), refusals, and `query-show` / `query-abort`.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::batch::tests::{digest, put, run, service, Msg};
+use crate::sindex::tests::{info, int_range};
+use crate::Service;
+use citrine_wire::msg::{field_type, info1, info2, op_type, MessageWriter, MsgHeader};
+
+/// What a background request carries.
+#[derive(Default)]
+struct Background<'a> {
+    set: Option<&'a str>,
+    trid: u64,
+    range: Option<Vec<u8>>,
+    filter: Option<Vec<u8>>,
+    /// (op type, particle type, bin, value)
+    ops: Vec<(u8, u8, &'a str, Vec<u8>)>,
+}
+
+/// Sends a background request; answers the single reply's result code.
+fn submit(service: &Service, request: &Background<'_>) -> u8 {
+    let mut out = Vec::new();
+    let header = MsgHeader {
+        info2: info2::WRITE,
+        transaction_ttl: 1000,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer.field(field_type::NAMESPACE, b"test");
+    if let Some(set) = request.set {
+        writer.field(field_type::SET, set.as_bytes());
+    }
+    writer.field(field_type::TASK_ID, &request.trid.to_be_bytes());
+    if let Some(range) = &request.range {
+        writer.field(field_type::INDEX_RANGE, range);
+    }
+    if let Some(filter) = &request.filter {
+        writer.field(field_type::FILTER_EXPRESSION, filter);
+    }
+    for (op, particle, bin, value) in &request.ops {
+        writer.op(*op, *particle, bin.as_bytes(), value);
+    }
+    writer.finish();
+    let reply = run(service, &out);
+    assert_eq!(reply.len(), 1, "a background request answers one message");
+    reply[0].header.result_code
+}
+
+/// The integer value of `bin` of record `key` in `set`, if any.
+fn read(service: &Service, set: &str, key: &str, bin: &str) -> Option<i64> {
+    let mut out = Vec::new();
+    let header = MsgHeader {
+        info1: info1::READ | info1::GET_ALL,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, set.as_bytes())
+        .field(field_type::DIGEST, &digest(set, key).0);
+    writer.finish();
+    let reply: Vec<Msg> = run(service, &out);
+    reply[0]
+        .bin(bin)
+        .map(|value| i64::from_be_bytes(value.try_into().unwrap()))
+}
+
+fn show_value(service: &Service, trid: u64, key: &str) -> String {
+    let line = info(service, &format!("query-show:trid={trid}"));
+    line.split(':')
+        .find_map(|pair| pair.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .to_owned()
+}
+
+fn put_op(bin: &str, value: i64) -> (u8, u8, &str, Vec<u8>) {
+    (op_type::WRITE, 1, bin, value.to_be_bytes().to_vec())
+}
+
+#[test]
+fn a_background_scan_writes_every_record_of_its_set() {
+    let (service, _) = service();
+    for key in 0..60 {
+        put(&service, "demo", &format!("k{key}"), &[("n", key)], false);
+    }
+    put(&service, "other", "o", &[("n", 1)], false);
+    let request = Background {
+        set: Some("demo"),
+        trid: 77,
+        ops: vec![
+            put_op("flag", 42),
+            (op_type::INCR, 1, "n", 1000i64.to_be_bytes().to_vec()),
+        ],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &request), 0);
+    for key in 0..60 {
+        assert_eq!(read(&service, "demo", &format!("k{key}"), "flag"), Some(42));
+        assert_eq!(
+            read(&service, "demo", &format!("k{key}"), "n"),
+            Some(key + 1000)
+        );
+    }
+    assert_eq!(read(&service, "other", "o", "flag"), None);
+    assert_eq!(show_value(&service, 77, "status"), "done(ok)");
+    assert_eq!(show_value(&service, 77, "recs-succeeded"), "60");
+    assert_eq!(show_value(&service, 77, "recs-failed"), "0");
+    assert_eq!(show_value(&service, 77, "job-progress"), "100");
+    assert_eq!(show_value(&service, 77, "set"), "demo");
+    // The 8.1 form of the command, and the older scan module's.
+    assert_eq!(
+        info(&service, "query-show:id=77"),
+        info(&service, "query-show:trid=77")
+    );
+    assert!(info(&service, "scan-show:trid=77").contains("status=done"));
+    assert_eq!(
+        info(&service, "query-show:trid=78"),
+        "ERROR:2:job not found"
+    );
+    assert_eq!(
+        info(&service, "query-abort:trid=77"),
+        "ERROR:2:job already finished"
+    );
+}
+
+#[test]
+fn a_background_query_writes_only_the_records_in_range_and_passing_its_filter() {
+    let (service, _) = service();
+    assert_eq!(
+        info(
+            &service,
+            "sindex-create:ns=test;indexname=n;bin=n;type=NUMERIC"
+        ),
+        "ok"
+    );
+    for key in 0..100 {
+        put(
+            &service,
+            "demo",
+            &format!("k{key}"),
+            &[("n", key), ("odd", key % 2)],
+            false,
+        );
+    }
+    // Filter: bin "odd" == 1: [EQ, [BIN_INT, "odd"], 1] = [1, [2, 2, "odd"], 1]
+    // (msgpack: 0x93 0x01 0x93 0x51 0x02 0xa3 "odd" 0x01).
+    let filter = vec![0x93, 0x01, 0x93, 0x51, 0x02, 0xa3, b'o', b'd', b'd', 0x01];
+    let request = Background {
+        set: Some("demo"),
+        trid: 5,
+        range: Some(int_range("n", 10, 29)),
+        filter: Some(filter),
+        ops: vec![put_op("hit", 1)],
+    };
+    assert_eq!(submit(&service, &request), 0);
+    for key in 0..100 {
+        let expected = ((10..30).contains(&key) && key % 2 == 1).then_some(1);
+        assert_eq!(
+            read(&service, "demo", &format!("k{key}"), "hit"),
+            expected,
+            "k{key}"
+        );
+    }
+    assert_eq!(show_value(&service, 5, "recs-succeeded"), "10");
+    assert_eq!(show_value(&service, 5, "sindex-name"), "n");
+    // A background delete removes the records and their index entries.
+    let delete = Background {
+        set: Some("demo"),
+        trid: 6,
+        range: Some(int_range("n", 0, 49)),
+        ops: vec![(op_type::DELETE_ALL, 0, "", Vec::new())],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &delete), 0);
+    assert_eq!(show_value(&service, 6, "recs-succeeded"), "50");
+    assert_eq!(read(&service, "demo", "k0", "n"), None);
+    assert_eq!(read(&service, "demo", "k50", "n"), Some(50));
+    assert!(info(&service, "sindex/test/n").contains("entries=50;"));
+}
+
+#[test]
+fn refusals_and_empty_jobs() {
+    let (service, _) = service();
+    put(&service, "demo", "a", &[("n", 1)], false);
+    // A read op in a background job: 4, and no job.
+    let reads = Background {
+        set: Some("demo"),
+        trid: 1,
+        ops: vec![(op_type::READ, 0, "n", Vec::new())],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &reads), 4);
+    assert_eq!(info(&service, "query-show:trid=1"), "ERROR:2:job not found");
+    // No ops at all: 4.
+    let empty = Background {
+        set: Some("demo"),
+        trid: 2,
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &empty), 4);
+    // A set that does not exist: accepted, done at once, nothing written.
+    let missing = Background {
+        set: Some("nope"),
+        trid: 3,
+        ops: vec![put_op("x", 1)],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &missing), 0);
+    assert_eq!(show_value(&service, 3, "status"), "done(ok)");
+    assert_eq!(show_value(&service, 3, "recs-succeeded"), "0");
+    // A query on an index that does not exist: 201.
+    let no_index = Background {
+        set: Some("demo"),
+        trid: 4,
+        range: Some(int_range("n", 0, 1)),
+        ops: vec![put_op("x", 1)],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &no_index), 201);
+}
+
+#[test]
+fn only_the_last_hundred_finished_jobs_are_remembered() {
+    let (service, _) = service();
+    put(&service, "demo", "a", &[("n", 1)], false);
+    for trid in 1..=(super::MAX_DONE as u64 + 5) {
+        let request = Background {
+            set: Some("demo"),
+            trid,
+            ops: vec![put_op("x", trid as i64)],
+            ..Background::default()
+        };
+        assert_eq!(submit(&service, &request), 0);
+    }
+    // The newest job's submission saw 104 finished before it: the oldest
+    // ones beyond the limit are gone.
+    assert_eq!(info(&service, "query-show:trid=1"), "ERROR:2:job not found");
+    assert!(info(&service, "query-show:trid=105").contains("status=done(ok)"));
+    assert!(info(&service, "query-show:trid=10").contains("status=done(ok)"));
+    assert_eq!(read(&service, "demo", "a", "x"), Some(105));
+}

@@ -1,0 +1,427 @@
+//! Index definitions: what `sindex-create` names (protocol 03 §4), checked
+//! once, and the text forms the info commands and the definitions file use.
+//!
+//! Both command dialects are accepted: the pre-8.1 `ns=...;indexdata=BIN,TYPE`
+//! and the 8.1 `namespace=...;bin=BIN;type=TYPE` / `exp=B64;type=TYPE`.
+//!
+//! Invariants: a parsed [`SindexDef`] names exactly one source (a bin or an
+//! expression), a key type this server indexes, and a context and
+//! expression that parse; its [`SindexDef::to_command`] form parses back to
+//! an equal definition.
+
+use base64::Engine as _;
+
+/// Longest index name (the reference's limit).
+pub const INDEX_NAME_MAX: usize = 63;
+
+/// The kind of value an index holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyType {
+    /// Integers (`NUMERIC`, also `INTEGER`): range and equality queries.
+    Numeric,
+    /// Strings: equality queries.
+    String,
+    /// Blobs: equality queries.
+    Blob,
+}
+
+impl KeyType {
+    /// The name `sindex` listings use.
+    pub fn listing_name(self) -> &'static str {
+        match self {
+            KeyType::Numeric => "numeric",
+            KeyType::String => "string",
+            KeyType::Blob => "blob",
+        }
+    }
+
+    /// The name the create command uses.
+    pub fn command_name(self) -> &'static str {
+        match self {
+            KeyType::Numeric => "NUMERIC",
+            KeyType::String => "STRING",
+            KeyType::Blob => "BLOB",
+        }
+    }
+}
+
+/// Which values of the source an index holds (INDEX_TYPE, field 26).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CollectionType {
+    /// The value itself.
+    Default,
+    /// Each element of a list.
+    List,
+    /// Each key of a map.
+    MapKeys,
+    /// Each value of a map.
+    MapValues,
+}
+
+impl CollectionType {
+    /// From the wire byte of field 26.
+    pub fn from_wire(byte: u8) -> Option<CollectionType> {
+        Some(match byte {
+            0 => CollectionType::Default,
+            1 => CollectionType::List,
+            2 => CollectionType::MapKeys,
+            3 => CollectionType::MapValues,
+            _ => return None,
+        })
+    }
+
+    /// The name `sindex` listings use.
+    pub fn listing_name(self) -> &'static str {
+        match self {
+            CollectionType::Default => "default",
+            CollectionType::List => "list",
+            CollectionType::MapKeys => "mapkeys",
+            CollectionType::MapValues => "mapvalues",
+        }
+    }
+
+    fn command_name(self) -> &'static str {
+        match self {
+            CollectionType::Default => "DEFAULT",
+            CollectionType::List => "LIST",
+            CollectionType::MapKeys => "MAPKEYS",
+            CollectionType::MapValues => "MAPVALUES",
+        }
+    }
+}
+
+/// What an index reads from a record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A bin, by name.
+    Bin(String),
+    /// The value of an expression (its msgpack bytes).
+    Expression(Vec<u8>),
+}
+
+/// One index's definition.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SindexDef {
+    pub namespace: String,
+    pub name: String,
+    /// Only records of this set are indexed; `None`: every record.
+    pub set: Option<String>,
+    pub source: Source,
+    pub key_type: KeyType,
+    pub collection: CollectionType,
+    /// A CDT context (msgpack array) applied to the source first.
+    pub context: Option<Vec<u8>>,
+}
+
+/// Why a definition was refused: the info error code and a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefError {
+    pub code: u16,
+    pub message: String,
+}
+
+fn parameter(message: impl Into<String>) -> DefError {
+    DefError {
+        code: 4,
+        message: message.into(),
+    }
+}
+
+fn unsupported(message: impl Into<String>) -> DefError {
+    DefError {
+        code: 16,
+        message: message.into(),
+    }
+}
+
+fn base64_param(name: &str, text: &str) -> Result<Vec<u8>, DefError> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|_| parameter(format!("{name} is not base64")))
+}
+
+fn key_type(text: &str) -> Result<KeyType, DefError> {
+    match text.to_ascii_uppercase().as_str() {
+        "NUMERIC" | "INTEGER" => Ok(KeyType::Numeric),
+        "STRING" => Ok(KeyType::String),
+        "BLOB" => Ok(KeyType::Blob),
+        "GEO2DSPHERE" => Err(unsupported("GEO2DSPHERE indexes are not supported")),
+        _ => Err(parameter(format!("bad index type {text:?}"))),
+    }
+}
+
+fn is_name(text: &str, max: usize) -> bool {
+    !text.is_empty()
+        && text.len() <= max
+        && !text
+            .bytes()
+            .any(|byte| matches!(byte, b';' | b':' | b'=' | b',' | 0) || byte.is_ascii_whitespace())
+}
+
+/// Whether an expression can define an index of `key_type` and
+/// `collection` (a context walks into a list or map value).
+fn expression_fits(
+    expression: &citrine_exp::Expression,
+    key_type: KeyType,
+    collection: CollectionType,
+    has_context: bool,
+) -> bool {
+    use citrine_exp::IndexValue;
+    if has_context {
+        return expression.indexable_as(IndexValue::List)
+            || expression.indexable_as(IndexValue::Map);
+    }
+    expression.indexable_as(match (collection, key_type) {
+        (CollectionType::List, _) => IndexValue::List,
+        (CollectionType::MapKeys | CollectionType::MapValues, _) => IndexValue::Map,
+        (CollectionType::Default, KeyType::Numeric) => IndexValue::Int,
+        (CollectionType::Default, KeyType::String) => IndexValue::Str,
+        (CollectionType::Default, KeyType::Blob) => IndexValue::Blob,
+    })
+}
+
+impl SindexDef {
+    /// Parses a `sindex-create` command's parameters (`param(name)` answers
+    /// a parameter's value).
+    pub fn parse<'a>(param: impl Fn(&str) -> Option<&'a str>) -> Result<SindexDef, DefError> {
+        let namespace = param("namespace")
+            .or_else(|| param("ns"))
+            .filter(|name| !name.is_empty())
+            .ok_or_else(|| parameter("missing namespace"))?;
+        let name = param("indexname").ok_or_else(|| parameter("missing indexname"))?;
+        if !is_name(name, INDEX_NAME_MAX) {
+            return Err(parameter(format!(
+                "bad indexname {name:?} (1 to {INDEX_NAME_MAX} characters, none of ;:=, or space)"
+            )));
+        }
+        let set = match param("set") {
+            None | Some("") => None,
+            Some(set) if is_name(set, citrine_types::SET_NAME_MAX) => Some(set.to_owned()),
+            Some(set) => return Err(parameter(format!("bad set name {set:?}"))),
+        };
+        let collection = match param("indextype").map(str::to_ascii_uppercase).as_deref() {
+            None | Some("DEFAULT") => CollectionType::Default,
+            Some("LIST") => CollectionType::List,
+            Some("MAPKEYS") => CollectionType::MapKeys,
+            Some("MAPVALUES") => CollectionType::MapValues,
+            Some("SET") => return Err(unsupported("set indexes are not supported")),
+            Some(other) => return Err(parameter(format!("bad indextype {other:?}"))),
+        };
+        let context = match param("context") {
+            None | Some("") => None,
+            Some(text) => {
+                let bytes = base64_param("context", text)?;
+                citrine_cdt::check_context(&bytes).map_err(|error| DefError {
+                    code: error.result_code().code() as u16,
+                    message: "bad context".to_owned(),
+                })?;
+                Some(bytes)
+            }
+        };
+        let (source, key_type) = match (param("indexdata"), param("bin"), param("exp")) {
+            (Some(data), None, None) => {
+                let (bin, kind) = data
+                    .split_once(',')
+                    .ok_or_else(|| parameter("indexdata must be BIN,TYPE"))?;
+                (Source::Bin(bin.to_owned()), key_type(kind)?)
+            }
+            (None, Some(bin), None) => (
+                Source::Bin(bin.to_owned()),
+                key_type(param("type").ok_or_else(|| parameter("missing type"))?)?,
+            ),
+            (None, None, Some(exp)) => {
+                let bytes = base64_param("exp", exp)?;
+                let expression =
+                    citrine_exp::Expression::parse_value(&bytes).map_err(|error| DefError {
+                        code: error.result_code().code() as u16,
+                        message: "bad expression".to_owned(),
+                    })?;
+                let key_type = key_type(param("type").ok_or_else(|| parameter("missing type"))?)?;
+                if !expression_fits(&expression, key_type, collection, context.is_some()) {
+                    return Err(parameter(
+                        "bad exp: its type does not match the index's, or it reads no bin, or it reads the key or metadata",
+                    ));
+                }
+                (Source::Expression(bytes), key_type)
+            }
+            (None, None, None) => return Err(parameter("missing bin (or indexdata, or exp)")),
+            _ => return Err(parameter("name one of bin, indexdata and exp")),
+        };
+        if let Source::Bin(bin) = &source {
+            if bin.is_empty() || bin.len() > citrine_types::BIN_NAME_MAX {
+                return Err(parameter(format!("bad bin name {bin:?}")));
+            }
+        }
+        Ok(SindexDef {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            set,
+            source,
+            key_type,
+            collection,
+            context,
+        })
+    }
+
+    /// Whether two definitions index the same thing (all but the name).
+    pub fn same_target(&self, other: &SindexDef) -> bool {
+        self.namespace == other.namespace
+            && self.set == other.set
+            && self.source == other.source
+            && self.key_type == other.key_type
+            && self.collection == other.collection
+            && self.context == other.context
+    }
+
+    /// The `sindex-create` parameters that make this definition (the
+    /// 8.1 dialect), as the definitions file keeps them.
+    pub fn to_command(&self) -> String {
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        let mut text = format!("namespace={};indexname={}", self.namespace, self.name);
+        if let Some(set) = &self.set {
+            text.push_str(";set=");
+            text.push_str(set);
+        }
+        if self.collection != CollectionType::Default {
+            text.push_str(";indextype=");
+            text.push_str(self.collection.command_name());
+        }
+        if let Some(context) = &self.context {
+            text.push_str(";context=");
+            text.push_str(&b64(context));
+        }
+        match &self.source {
+            Source::Bin(bin) => {
+                text.push_str(";bin=");
+                text.push_str(bin);
+            }
+            Source::Expression(bytes) => {
+                text.push_str(";exp=");
+                text.push_str(&b64(bytes));
+            }
+        }
+        text.push_str(";type=");
+        text.push_str(self.key_type.command_name());
+        text
+    }
+
+    /// The `sindex` listing entry (without the state).
+    pub fn listing(&self) -> String {
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        let (bin, exp) = match &self.source {
+            Source::Bin(bin) => (bin.clone(), "NULL".to_owned()),
+            Source::Expression(bytes) => ("NULL".to_owned(), b64(bytes)),
+        };
+        format!(
+            "ns={}:indexname={}:set={}:bin={}:type={}:indextype={}:context={}:exp={}",
+            self.namespace,
+            self.name,
+            self.set.as_deref().unwrap_or("NULL"),
+            bin,
+            self.key_type.listing_name(),
+            self.collection.listing_name(),
+            self.context
+                .as_deref()
+                .map_or_else(|| "NULL".to_owned(), b64),
+            exp
+        )
+    }
+}
+
+/// Splits `k=v;k=v` parameter text (the definitions file's lines) into a
+/// lookup.
+pub fn params<'t>(text: &'t str) -> impl Fn(&str) -> Option<&'t str> + 't {
+    move |name| {
+        text.split(';').find_map(|pair| {
+            let (key, value) = pair.split_once('=')?;
+            (key == name).then_some(value)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<SindexDef, DefError> {
+        SindexDef::parse(params(text))
+    }
+
+    #[test]
+    fn both_dialects_give_the_same_definition() {
+        let old = parse("ns=test;set=demo;indexname=i1;indexdata=age,NUMERIC").expect("old");
+        let new = parse("namespace=test;set=demo;indexname=i1;bin=age;type=numeric").expect("new");
+        assert_eq!(old, new);
+        assert_eq!(old.source, Source::Bin("age".into()));
+        assert_eq!(old.key_type, KeyType::Numeric);
+        assert_eq!(old.collection, CollectionType::Default);
+        assert_eq!(parse(&old.to_command()).expect("round trip"), old);
+    }
+
+    #[test]
+    fn collection_context_and_expression_round_trip() {
+        // ctx [0x10 (list index), 0] = msgpack [16, 0]
+        let ctx = base64::engine::general_purpose::STANDARD.encode([0x92, 0x10, 0x00]);
+        let def = parse(&format!(
+            "namespace=test;indexname=l;indextype=list;context={ctx};bin=b;type=STRING"
+        ))
+        .expect("list");
+        assert_eq!(def.collection, CollectionType::List);
+        assert_eq!(def.context.as_deref(), Some(&[0x92, 0x10, 0x00][..]));
+        assert_eq!(parse(&def.to_command()).expect("round trip"), def);
+        // An integer bin "a": [BIN (81), INT (2), "a"].
+        let int_bin = [0x93, 0x51, 0x02, 0xa1, b'a'];
+        let exp = base64::engine::general_purpose::STANDARD.encode(int_bin);
+        let def = parse(&format!(
+            "namespace=test;indexname=e;exp={exp};type=NUMERIC"
+        ))
+        .expect("exp");
+        assert_eq!(def.source, Source::Expression(int_bin.to_vec()));
+        assert_eq!(parse(&def.to_command()).expect("round trip"), def);
+        assert!(def.listing().contains(":bin=NULL:"));
+        // As the reference refuses: a type that is not the index's, a
+        // literal (reads no bin), the key ([80, INT]), metadata ([66]:
+        // last update).
+        for (bytes, kind) in [
+            (&int_bin[..], "STRING"),
+            (&[0x07][..], "NUMERIC"),
+            (&[0x92, 0x50, 0x02][..], "NUMERIC"),
+            (&[0x91, 0x42][..], "NUMERIC"),
+        ] {
+            let exp = base64::engine::general_purpose::STANDARD.encode(bytes);
+            let error = parse(&format!("namespace=test;indexname=e;exp={exp};type={kind}"))
+                .expect_err("refused");
+            assert_eq!(error.code, 4, "{bytes:?} {kind}");
+        }
+        let list = parse(&format!(
+            "namespace=test;indexname=e;exp={exp};type=NUMERIC;indextype=LIST"
+        ));
+        assert!(
+            list.is_err(),
+            "an integer expression cannot be a list index"
+        );
+    }
+
+    #[test]
+    fn bad_definitions_are_refused_with_a_reason() {
+        for (text, code) in [
+            ("indexname=i;bin=b;type=NUMERIC", 4),
+            ("ns=test;bin=b;type=NUMERIC", 4),
+            ("ns=test;indexname=a:b;bin=b;type=NUMERIC", 4),
+            ("ns=test;indexname=i;bin=b", 4),
+            ("ns=test;indexname=i;bin=b;type=FLOAT", 4),
+            ("ns=test;indexname=i;bin=b;type=GEO2DSPHERE", 16),
+            ("ns=test;indexname=i;indexdata=b", 4),
+            ("ns=test;indexname=i;bin=b;exp=Bw==;type=NUMERIC", 4),
+            ("ns=test;indexname=i;bin=sixteen_chars_xx;type=NUMERIC", 4),
+            ("ns=test;indexname=i;bin=b;type=NUMERIC;indextype=SET", 16),
+            ("ns=test;indexname=i;bin=b;type=NUMERIC;indextype=tree", 4),
+            ("ns=test;indexname=i;bin=b;type=NUMERIC;context=!!", 4),
+            ("ns=test;indexname=i;bin=b;type=NUMERIC;context=kQ==", 4),
+            ("ns=test;indexname=i;exp=wQ==;type=NUMERIC", 4),
+        ] {
+            let error = parse(text).expect_err(text);
+            assert_eq!(error.code, code, "{text}: {}", error.message);
+        }
+    }
+}

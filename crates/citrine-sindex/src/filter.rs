@@ -1,0 +1,205 @@
+//! A query's index filter: the INDEX_RANGE field (22; protocol 04 §3.2).
+//!
+//! Invariants: [`Filter::parse`] reads every length against the field's
+//! end and refuses trailing bytes; a string or blob filter is an equality
+//! (begin equal to end); an integer range has begin ≤ end.
+
+use crate::def::KeyType;
+use crate::key::{bytes_bval, Key};
+use citrine_types::ParticleType;
+
+/// What a query selects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Range {
+    /// Integers from `begin` to `end`, both included.
+    Int { begin: i64, end: i64 },
+    /// Exactly this string or blob.
+    Equal(Vec<u8>),
+}
+
+/// A parsed INDEX_RANGE.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Filter {
+    /// The indexed bin (empty when the query names its index or
+    /// expression instead).
+    pub bin: Vec<u8>,
+    pub key_type: KeyType,
+    pub range: Range,
+}
+
+/// Why a filter was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterError {
+    /// Malformed (4).
+    Parameter,
+    /// A geo filter (16: geo indexes are not supported).
+    Unsupported,
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, count: usize) -> Result<&'a [u8], FilterError> {
+        if self.bytes.len() < count {
+            return Err(FilterError::Parameter);
+        }
+        let (head, rest) = self.bytes.split_at(count);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn byte(&mut self) -> Result<u8, FilterError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn value(&mut self) -> Result<&'a [u8], FilterError> {
+        let mut word = [0u8; 4];
+        word.copy_from_slice(self.take(4)?);
+        self.take(u32::from_be_bytes(word) as usize)
+    }
+}
+
+fn int(bytes: &[u8]) -> Result<i64, FilterError> {
+    Ok(i64::from_be_bytes(
+        bytes.try_into().map_err(|_| FilterError::Parameter)?,
+    ))
+}
+
+impl Filter {
+    /// Parses field 22's payload.
+    pub fn parse(bytes: &[u8]) -> Result<Filter, FilterError> {
+        let mut reader = Reader { bytes };
+        if reader.byte()? != 1 {
+            // Clients send one filter; the server supports one.
+            return Err(FilterError::Parameter);
+        }
+        let name_length = usize::from(reader.byte()?);
+        let bin = reader.take(name_length)?.to_vec();
+        if bin.len() > citrine_types::BIN_NAME_MAX {
+            return Err(FilterError::Parameter);
+        }
+        let particle_type = reader.byte()?;
+        let begin = reader.value()?;
+        let end = reader.value()?;
+        if !reader.bytes.is_empty() {
+            return Err(FilterError::Parameter);
+        }
+        let (key_type, range) = match ParticleType::from_u8(particle_type) {
+            Some(ParticleType::Integer) => {
+                let (begin, end) = (int(begin)?, int(end)?);
+                if begin > end {
+                    return Err(FilterError::Parameter);
+                }
+                (KeyType::Numeric, Range::Int { begin, end })
+            }
+            Some(ParticleType::String | ParticleType::Blob) => {
+                if begin != end {
+                    return Err(FilterError::Parameter);
+                }
+                let key_type = if particle_type == ParticleType::String as u8 {
+                    KeyType::String
+                } else {
+                    KeyType::Blob
+                };
+                (key_type, Range::Equal(begin.to_vec()))
+            }
+            Some(ParticleType::GeoJson) => return Err(FilterError::Unsupported),
+            _ => return Err(FilterError::Parameter),
+        };
+        Ok(Filter {
+            bin,
+            key_type,
+            range,
+        })
+    }
+
+    /// The bvals the filter's keys can have, both included.
+    pub fn bval_bounds(&self) -> (i64, i64) {
+        match &self.range {
+            Range::Int { begin, end } => (*begin, *end),
+            Range::Equal(bytes) => {
+                let bval = bytes_bval(bytes);
+                (bval, bval)
+            }
+        }
+    }
+
+    /// Whether `key` is one the filter selects.
+    pub fn matches(&self, key: &Key) -> bool {
+        match (&self.range, key) {
+            (Range::Int { begin, end }, Key::Int(value)) => (begin..=end).contains(&value),
+            (Range::Equal(wanted), Key::Bytes(bytes)) => wanted == bytes,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(bin: &[u8], particle_type: u8, begin: &[u8], end: &[u8]) -> Vec<u8> {
+        let mut out = vec![1, bin.len() as u8];
+        out.extend_from_slice(bin);
+        out.push(particle_type);
+        out.extend_from_slice(&(begin.len() as u32).to_be_bytes());
+        out.extend_from_slice(begin);
+        out.extend_from_slice(&(end.len() as u32).to_be_bytes());
+        out.extend_from_slice(end);
+        out
+    }
+
+    #[test]
+    fn integer_ranges_and_equalities_parse() {
+        let filter = Filter::parse(&payload(
+            b"age",
+            1,
+            &(-3i64).to_be_bytes(),
+            &9i64.to_be_bytes(),
+        ))
+        .expect("range");
+        assert_eq!(filter.bin, b"age");
+        assert_eq!(filter.range, Range::Int { begin: -3, end: 9 });
+        assert_eq!(filter.bval_bounds(), (-3, 9));
+        assert!(filter.matches(&Key::Int(9)));
+        assert!(!filter.matches(&Key::Int(10)));
+        assert!(!filter.matches(&Key::Bytes(vec![])));
+        let filter = Filter::parse(&payload(b"s", 3, b"abc", b"abc")).expect("equality");
+        assert_eq!(filter.key_type, KeyType::String);
+        assert!(filter.matches(&Key::Bytes(b"abc".to_vec())));
+        assert!(!filter.matches(&Key::Bytes(b"abd".to_vec())));
+        assert_eq!(filter.bval_bounds().0, bytes_bval(b"abc"));
+        let filter = Filter::parse(&payload(b"", 4, &[1, 2], &[1, 2])).expect("blob");
+        assert_eq!(filter.key_type, KeyType::Blob);
+    }
+
+    #[test]
+    fn malformed_filters_are_refused() {
+        let good = payload(b"age", 1, &1i64.to_be_bytes(), &2i64.to_be_bytes());
+        for cut in 0..good.len() {
+            assert_eq!(
+                Filter::parse(&good[..cut]),
+                Err(FilterError::Parameter),
+                "cut {cut}"
+            );
+        }
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(Filter::parse(&trailing), Err(FilterError::Parameter));
+        let mut two = good.clone();
+        two[0] = 2;
+        assert_eq!(Filter::parse(&two), Err(FilterError::Parameter));
+        let backwards = payload(b"age", 1, &3i64.to_be_bytes(), &2i64.to_be_bytes());
+        assert_eq!(Filter::parse(&backwards), Err(FilterError::Parameter));
+        let short_int = payload(b"age", 1, &[1], &[2]);
+        assert_eq!(Filter::parse(&short_int), Err(FilterError::Parameter));
+        let string_range = payload(b"s", 3, b"a", b"b");
+        assert_eq!(Filter::parse(&string_range), Err(FilterError::Parameter));
+        let geo = payload(b"g", 23, b"{}", b"{}");
+        assert_eq!(Filter::parse(&geo), Err(FilterError::Unsupported));
+        let float = payload(b"f", 2, &[0; 8], &[0; 8]);
+        assert_eq!(Filter::parse(&float), Err(FilterError::Parameter));
+    }
+}

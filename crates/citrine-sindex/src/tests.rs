@@ -1,0 +1,163 @@
+//! Tests of one index's trees and of the registry's rules.
+
+use super::*;
+use crate::def::params;
+
+fn def(text: &str) -> SindexDef {
+    SindexDef::parse(params(text)).expect("definition")
+}
+
+fn digest(first: u8, partition_byte: u8) -> Digest {
+    let mut bytes = [0u8; DIGEST_SIZE];
+    bytes[0] = partition_byte;
+    bytes[19] = first;
+    Digest(bytes)
+}
+
+#[test]
+fn updates_move_a_record_between_keys() {
+    let index = Sindex::new(def("ns=t;indexname=i;bin=b;type=NUMERIC")).expect("index");
+    let d = digest(1, 7);
+    index.update(&d, &[], &[Key::Int(5), Key::Int(9)]);
+    assert_eq!(index.entries(), 2);
+    index.update(
+        &d,
+        &[Key::Int(5), Key::Int(9)],
+        &[Key::Int(9), Key::Int(11)],
+    );
+    assert_eq!(index.entries(), 2);
+    let mut out = Vec::new();
+    index.candidates(d.partition(), (0, 100), None, usize::MAX, &mut out);
+    assert_eq!(out, vec![(9, d), (11, d)]);
+    index.update(&d, &[Key::Int(9), Key::Int(11)], &[]);
+    assert_eq!(index.entries(), 0);
+}
+
+#[test]
+fn candidates_are_ordered_bounded_and_resume_strictly_after() {
+    let index = Sindex::new(def("ns=t;indexname=i;bin=b;type=NUMERIC")).expect("index");
+    let (a, b, c) = (digest(1, 3), digest(2, 3), digest(3, 3));
+    index.update(&a, &[], &[Key::Int(10)]);
+    index.update(&b, &[], &[Key::Int(10)]);
+    index.update(&c, &[], &[Key::Int(-4)]);
+    let partition = a.partition();
+    let mut out = Vec::new();
+    index.candidates(partition, (i64::MIN, i64::MAX), None, usize::MAX, &mut out);
+    assert_eq!(out, vec![(-4, c), (10, a), (10, b)]);
+    out.clear();
+    index.candidates(
+        partition,
+        (i64::MIN, i64::MAX),
+        Some((10, a)),
+        usize::MAX,
+        &mut out,
+    );
+    assert_eq!(out, vec![(10, b)]);
+    out.clear();
+    // A resume point below the range starts at the range.
+    index.candidates(partition, (0, 10), Some((-100, c)), 1, &mut out);
+    assert_eq!(out, vec![(10, a)]);
+    out.clear();
+    index.candidates(partition, (0, 10), Some((10, b)), usize::MAX, &mut out);
+    assert!(out.is_empty());
+    index.candidates(partition, (11, 10), None, usize::MAX, &mut out);
+    assert!(out.is_empty());
+    index.clear_partition(partition);
+    assert_eq!(index.entries(), 0);
+}
+
+#[test]
+fn registry_rules_follow_the_reference() {
+    let registry = Registry::default();
+    assert!(registry.is_empty());
+    let first = def("ns=t;indexname=i;bin=b;type=NUMERIC");
+    assert!(matches!(
+        registry.create(first.clone()),
+        Ok(Created::New(_))
+    ));
+    assert!(matches!(registry.create(first), Ok(Created::Exists)));
+    let redefined = def("ns=t;indexname=i;bin=c;type=NUMERIC");
+    assert_eq!(
+        registry.create(redefined).map(|_| ()).map_err(|e| e.code),
+        Err(200)
+    );
+    for n in 1..MAX_INDEXES {
+        let text = format!("ns=t;indexname=x{n};bin=b{n};type=STRING");
+        assert!(matches!(registry.create(def(&text)), Ok(Created::New(_))));
+    }
+    let over = def("ns=t;indexname=over;bin=z;type=STRING");
+    assert_eq!(
+        registry.create(over).map(|_| ()).map_err(|e| e.code),
+        Err(206)
+    );
+    // The same definition under another name renames the index, keeping
+    // its entries.
+    let digest = digest(1, 2);
+    registry
+        .get("i")
+        .expect("i")
+        .update(&digest, &[], &[Key::Int(3)]);
+    let renamed = def("ns=t;indexname=j;bin=b;type=NUMERIC");
+    assert!(matches!(registry.create(renamed), Ok(Created::Renamed)));
+    assert!(registry.get("i").is_none());
+    assert_eq!(registry.get("j").expect("renamed").entries(), 1);
+    let gone = registry.delete("j").expect("deleted");
+    assert!(gone.is_dropped());
+    assert!(registry.delete("j").is_none());
+    assert_eq!(registry.len(), MAX_INDEXES - 1);
+}
+
+#[test]
+fn a_query_finds_the_set_index_first_then_the_namespace_one() {
+    let registry = Registry::default();
+    for text in [
+        "ns=t;indexname=all;bin=b;type=NUMERIC",
+        "ns=t;set=s;indexname=on_s;bin=b;type=NUMERIC",
+        "ns=t;indexname=list;bin=b;type=NUMERIC;indextype=LIST",
+    ] {
+        registry.create(def(text)).expect("created");
+    }
+    let lookup = Lookup {
+        name: None,
+        expression: None,
+        bin: b"b",
+        key_type: KeyType::Numeric,
+        collection: CollectionType::Default,
+        context: None,
+    };
+    let name = |set| {
+        registry
+            .for_query(set, &lookup)
+            .map(|index| index.def.name.clone())
+    };
+    assert_eq!(name(Some("s")).as_deref(), Some("on_s"));
+    assert_eq!(name(Some("other")).as_deref(), Some("all"));
+    assert_eq!(name(None).as_deref(), Some("all"));
+    let list = Lookup {
+        collection: CollectionType::List,
+        ..lookup
+    };
+    assert_eq!(
+        registry
+            .for_query(None, &list)
+            .map(|index| index.def.name.clone())
+            .as_deref(),
+        Some("list")
+    );
+    let string = Lookup {
+        key_type: KeyType::String,
+        ..lookup
+    };
+    assert!(registry.for_query(None, &string).is_none());
+    let named = Lookup {
+        name: Some("list"),
+        ..lookup
+    };
+    assert_eq!(
+        registry
+            .for_query(None, &named)
+            .map(|index| index.def.name.clone())
+            .as_deref(),
+        Some("list")
+    );
+}
