@@ -279,18 +279,32 @@ fn spawn_device_threads(
 
 /// Runs each namespace's nsup pass every `nsup-period` seconds.
 /// Starts one of the service's work threads: `citrine-sindex` builds new
-/// secondary indexes from the records already stored
-/// (`Service::run_sindex_builds`), `citrine-jobs` runs background scans and
-/// queries (`Service::run_background_jobs`); each runs until `stopping`.
+/// secondary indexes from the records already stored and pushes their
+/// definitions to the other members (`Service::run_sindex_builds`),
+/// `citrine-jobs` runs background scans and queries
+/// (`Service::run_background_jobs`); each runs until `stopping`.
+///
+/// Their work waits on fabric calls (pushes, replica writes) with the
+/// service's blocking `block_on`: the calls' timers need a tokio runtime
+/// driven by another thread, so each work thread enters a one-worker
+/// runtime of its own.
 fn spawn_named(
     name: &str,
     service: Arc<Service>,
     stopping: Arc<AtomicBool>,
     work: fn(&Service, &AtomicBool),
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(format!("{name}-timers"))
+        .enable_all()
+        .build()?;
     std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || work(&service, &stopping))
+        .spawn(move || {
+            let _context = runtime.enter();
+            work(&service, &stopping);
+        })
 }
 
 fn spawn_nsup(

@@ -138,8 +138,8 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "partition-checksums" => partition_checksums(service, command),
         "query-show" | "scan-show" => crate::job::show(service, command),
         "query-abort" | "scan-abort" => crate::job::abort(service, command),
-        "sindex-create" => crate::sindex::create(service, command),
-        "sindex-delete" => crate::sindex::delete(service, command),
+        "sindex-create" => crate::sindex::smd::create(service, command),
+        "sindex-delete" => crate::sindex::smd::delete(service, command),
         "sindex-exists" => crate::sindex::exists(service, command),
         "sindex" => match command.positional.as_slice() {
             [] => crate::sindex::list(service, None),

@@ -123,6 +123,10 @@ pub mod call_kind {
     /// records, for a delta migration
     /// (`crate::migration::encode_partition_ref`).
     pub const MANIFEST: u8 = 7;
+    /// Every secondary-index definition the sender knows, with versions
+    /// and tombstones (`crate::sindex::smd`, one text line each); the
+    /// answer is one result-code byte.
+    pub const SINDEX_DEFINITIONS: u8 = 8;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.
@@ -1036,6 +1040,13 @@ impl Service {
             },
             call_kind::DROP => vec![self.retire_copy(payload).code()],
             call_kind::MANIFEST => self.manifest(payload),
+            call_kind::SINDEX_DEFINITIONS => match std::str::from_utf8(payload) {
+                Ok(text) => {
+                    self.merge_sindex_definitions(text);
+                    vec![ResultCode::Ok.code()]
+                }
+                Err(_) => vec![ResultCode::Parameter.code()],
+            },
             // A node not in a view yet (restarted under the same id before
             // the others noticed) knows nothing of the record: no answer
             // (the asking master answers 11), never "absent".

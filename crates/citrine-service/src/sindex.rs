@@ -20,14 +20,10 @@
 //! ([`Service::run_sindex_builds`]); a service without that thread (tests,
 //! the simulator) builds inline in the create command.
 //!
-//! Definitions file: with a directory set ([`Service::keep_sindex_definitions`])
-//! every namespace's definitions are kept in `sindex.smd` there, one
-//! `sindex-create` parameter line each, rewritten whole (to a temporary
-//! file, then renamed) on every change; at start the indexes it names are
-//! created again and built.
-//!
-//! Not yet: a cluster does not share definitions — a `sindex-create` sent
-//! to one node creates the index on that node only.
+//! Definitions: the `sindex-create` / `sindex-delete` commands, the
+//! cluster's sharing of definitions and the definitions file
+//! (`sindex.smd` in the work directory, [`Service::keep_sindex_definitions`])
+//! are [`smd`]'s.
 //!
 //! [`transaction::install`]: crate::transaction::install
 
@@ -37,14 +33,13 @@ use crate::transaction::{is_live, Now};
 use crate::Service;
 use citrine_index::{IndexEntry, RecordMeta};
 use citrine_record::BodyView;
-use citrine_sindex::{Created, Key, Sindex, SindexDef};
+use citrine_sindex::{Key, Sindex};
 use citrine_types::{Digest, PartitionId};
 use citrine_wire::info::InfoCommand;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The definitions file's name in its directory.
 pub const DEFINITIONS_FILE: &str = "sindex.smd";
@@ -53,13 +48,11 @@ pub const DEFINITIONS_FILE: &str = "sindex.smd";
 #[derive(Default)]
 pub(crate) struct Builds {
     queue: Mutex<VecDeque<(Arc<Namespace>, Arc<Sindex>)>>,
-    wake: Condvar,
+    pub(crate) wake: Condvar,
     /// A builder thread runs (else builds run inline).
     attached: AtomicBool,
-    /// The definitions file, once the server names its directory.
-    file: OnceLock<PathBuf>,
-    /// Serializes rewrites of the file.
-    file_lock: Mutex<()>,
+    /// The definitions this node shares with the cluster.
+    pub(crate) smd: smd::Smd,
 }
 
 /// The keys one version of a record contributes to each of `indexes`, in
@@ -220,7 +213,8 @@ pub(crate) fn build(namespace: &Namespace, index: &Sindex, now: impl Fn() -> Now
 }
 
 impl Service {
-    /// Runs the builds of new indexes until `stopping` is set (the server's
+    /// Runs the builds of new indexes, and the pushes of the definitions to
+    /// the other members (`smd`), until `stopping` is set (the server's
     /// `citrine-sindex` thread). While it runs, create commands queue their
     /// builds here instead of building inline.
     pub fn run_sindex_builds(&self, stopping: &AtomicBool) {
@@ -239,6 +233,8 @@ impl Service {
             if let Some((namespace, index)) = job {
                 build(&namespace, &index, || self.now());
             }
+            // Between builds: the cluster's definitions (see `smd`).
+            self.push_sindex_definitions();
         }
         builds.attached.store(false, Ordering::Release);
     }
@@ -254,7 +250,7 @@ impl Service {
         }
     }
 
-    fn queue_build(&self, namespace: Arc<Namespace>, index: Arc<Sindex>) {
+    pub(crate) fn queue_build(&self, namespace: Arc<Namespace>, index: Arc<Sindex>) {
         let builds = &self.sindex_builds;
         builds.queue.lock().push_back((namespace, index));
         if builds.attached.load(Ordering::Acquire) {
@@ -263,137 +259,16 @@ impl Service {
             self.run_pending_sindex_builds();
         }
     }
-
-    /// Keeps index definitions in `directory` from now on, and creates (and
-    /// queues the builds of) the indexes the file there names. A line that
-    /// no longer makes a valid index (its namespace is gone from the
-    /// configuration, say) is logged and dropped from the file.
-    pub fn keep_sindex_definitions(&self, directory: &Path) -> Result<(), String> {
-        let path = directory.join(DEFINITIONS_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
-        };
-        if self.sindex_builds.file.set(path.clone()).is_err() {
-            return Err("the definitions directory is already set".to_owned());
-        }
-        for line in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
-            match SindexDef::parse(citrine_sindex::def::params(line)) {
-                Ok(def) => {
-                    if let Err(message) = self.create_local(def) {
-                        tracing::error!(file = %path.display(), %line, "index definition not restored: {message}");
-                    }
-                }
-                Err(error) => {
-                    tracing::error!(file = %path.display(), %line, "index definition not restored: {}", error.message);
-                }
-            }
-        }
-        self.save_sindex_definitions()
-    }
-
-    /// Rewrites the definitions file (when there is one).
-    fn save_sindex_definitions(&self) -> Result<(), String> {
-        let Some(path) = self.sindex_builds.file.get() else {
-            return Ok(());
-        };
-        let _guard = self.sindex_builds.file_lock.lock();
-        let mut text = String::new();
-        for namespace in self.namespaces() {
-            for index in namespace.sindexes.read().iter() {
-                text.push_str(&index.def.to_command());
-                text.push('\n');
-            }
-        }
-        let temporary = path.with_extension("smd.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut file = std::fs::File::create(&temporary)?;
-            std::io::Write::write_all(&mut file, text.as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&temporary, path)?;
-            if let Some(directory) = path.parent() {
-                std::fs::File::open(directory)?.sync_all()?;
-            }
-            Ok(())
-        };
-        write().map_err(|error| format!("cannot write {}: {error}", path.display()))
-    }
-
-    /// Creates (or renames) an index on this node and queues the build of
-    /// a new one. `Ok(false)` when it already existed with that name and
-    /// definition.
-    fn create_local(&self, def: SindexDef) -> Result<bool, String> {
-        let Some(namespace) = self
-            .namespaces
-            .iter()
-            .find(|namespace| namespace.config.name == def.namespace)
-            .cloned()
-        else {
-            return Err(format!("ERROR:4:namespace {} not found", def.namespace));
-        };
-        match namespace.sindexes.create(def) {
-            Ok(Created::Exists) => Ok(false),
-            // Nothing to build; the definitions file names it anew.
-            Ok(Created::Renamed) => Ok(true),
-            Ok(Created::New(index)) => {
-                self.queue_build(namespace, index);
-                Ok(true)
-            }
-            Err(error) => Err(format!("ERROR:{}:{}", error.code, error.message)),
-        }
-    }
 }
 
-/// `sindex-create:...`
-pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
-    let def = match SindexDef::parse(|name| command.param(name)) {
-        Ok(def) => def,
-        Err(error) => return format!("ERROR:{}:{}", error.code, error.message),
-    };
-    let (namespace, name) = (def.namespace.clone(), def.name.clone());
-    match service.create_local(def) {
-        Ok(false) => "ok".to_owned(),
-        Ok(true) => match service.save_sindex_definitions() {
-            Ok(()) => "ok".to_owned(),
-            Err(message) => {
-                // Not durable: not created.
-                if let Some(namespace) = service.namespace(namespace.as_bytes()) {
-                    namespace.sindexes.delete(&name);
-                }
-                tracing::error!("sindex-create refused: {message}");
-                format!("ERROR:1:{message}")
-            }
-        },
-        Err(answer) => answer,
-    }
-}
-
-fn namespace_param<'s>(service: &'s Service, command: &InfoCommand<'_>) -> Option<&'s Namespace> {
+pub(crate) fn namespace_param<'s>(
+    service: &'s Service,
+    command: &InfoCommand<'_>,
+) -> Option<&'s Namespace> {
     command
         .param("namespace")
         .or_else(|| command.param("ns"))
         .and_then(|name| service.namespace(name.as_bytes()))
-}
-
-/// `sindex-delete:...`: `ok`, also for an index that does not exist (as
-/// the 8.x reference answers).
-pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
-    let Some(namespace) = namespace_param(service, command) else {
-        return "ERROR:4:namespace not found".to_owned();
-    };
-    let Some(name) = command.param("indexname") else {
-        return "ERROR:4:missing indexname".to_owned();
-    };
-    if namespace.sindexes.delete(name).is_some() {
-        if let Err(message) = service.save_sindex_definitions() {
-            // The index is gone from memory; the file still names it, so a
-            // restart would bring it back.
-            tracing::error!("sindex-delete: {message}");
-            return format!("ERROR:1:{message}");
-        }
-    }
-    "ok".to_owned()
 }
 
 /// `sindex-exists:...`: `true` / `false`.
@@ -459,3 +334,5 @@ pub(crate) fn count_on_set(namespace: &Namespace, set: &[u8]) -> usize {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+pub(crate) mod smd;

@@ -305,9 +305,9 @@ pub enum Created {
     New(Arc<Sindex>),
     /// An index of that name and definition already exists.
     Exists,
-    /// The index with that definition now has the new name (its entries
-    /// and progress kept), as the reference renames.
-    Renamed,
+    /// The index with that definition (its old name here) now has the new
+    /// name, its entries and progress kept, as the reference renames.
+    Renamed(String),
 }
 
 /// A namespace's indexes.
@@ -355,11 +355,12 @@ impl Registry {
             });
         }
         if let Some(slot) = list.iter_mut().find(|index| index.def.same_target(&def)) {
+            let old = slot.def.name.clone();
             *slot = Arc::new(Sindex {
                 def,
                 state: Arc::clone(&slot.state),
             });
-            return Ok(Created::Renamed);
+            return Ok(Created::Renamed(old));
         }
         if list.len() >= MAX_INDEXES {
             return Err(DefError {

@@ -601,8 +601,21 @@ fn definitions_are_kept_and_restored_with_their_entries() {
     );
     assert_eq!(records.len(), 5);
     assert_eq!(info(&second, "sindex-delete:ns=test;indexname=s"), "ok");
+    // The deleted index stays as a tombstone (so a peer that missed the
+    // delete cannot bring it back).
     let text = std::fs::read_to_string(directory.join(super::DEFINITIONS_FILE)).unwrap();
-    assert_eq!(text.lines().count(), 1, "{text}");
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|line| line.contains("deleted=true;"))
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.lines().all(|line| line.starts_with("version=")),
+        "{text}"
+    );
     std::fs::remove_dir_all(&directory).unwrap();
 }
 

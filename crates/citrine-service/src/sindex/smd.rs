@@ -1,0 +1,467 @@
+//! The index definitions a cluster shares (the reference's "system
+//! metadata" for secondary indexes): every node holds every definition,
+//! whichever node a client sent `sindex-create` or `sindex-delete` to.
+//!
+//! Owns: the versioned definitions ([`Entry`]: a definition, or the
+//! tombstone of a deleted one, with the [`Version`] of its last change),
+//! the info commands that change them, the merge of a peer's definitions,
+//! their pushes to the peers, and the definitions file.
+//!
+//! Rules: a change made here gets version (now, this node's id); a merge
+//! takes each entry whose version is newer than this node's and applies it
+//! to the namespace's registry (create and build, rename, or delete), so
+//! every node ends with the same definitions whatever order the pushes
+//! arrive in. The `citrine-sindex` thread pushes every definition to every
+//! other member at once after a change, after each view change, and every
+//! [`PUSH_EVERY_MS`] (a node that missed a push, or was down, catches up).
+//! Tombstones are kept, so a delete is not undone by a node that missed it.
+//!
+//! File: `sindex.smd` in the work directory, one entry a line
+//! (`version=MS.NODE;` and the `sindex-create` parameters, or
+//! `version=MS.NODE;deleted=true;namespace=NS;indexname=NAME`), rewritten
+//! whole (temporary file, fsync, rename, directory fsync) on every change
+//! and read at start. A line without a version (written before versions)
+//! is version 0.
+//!
+//! Invariant: the entries lock is held across a change's registry update
+//! and its file write, so the file never lags a change the node answered
+//! `ok` to.
+
+use super::DEFINITIONS_FILE;
+use crate::replication::call_kind;
+use crate::Service;
+use citrine_sindex::def::params;
+use citrine_sindex::{Created, SindexDef};
+use citrine_types::NodeId;
+use citrine_wire::info::InfoCommand;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The longest a change waits for a push to the peers that missed it.
+pub const PUSH_EVERY_MS: u64 = 5_000;
+
+/// How long one push to one peer may take.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// When and where a definition last changed: the later change wins, the
+/// node id breaks a tie.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Version {
+    pub ms: u64,
+    pub node: u64,
+}
+
+/// One index name's definition, or its tombstone.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub version: Version,
+    pub namespace: String,
+    pub name: String,
+    /// `None`: deleted.
+    pub def: Option<SindexDef>,
+}
+
+impl Entry {
+    fn line(&self) -> String {
+        let version = format!("version={}.{:x}", self.version.ms, self.version.node);
+        match &self.def {
+            Some(def) => format!("{version};{}", def.to_command()),
+            None => format!(
+                "{version};deleted=true;namespace={};indexname={}",
+                self.namespace, self.name
+            ),
+        }
+    }
+
+    fn parse(line: &str) -> Result<Entry, String> {
+        let param = params(line);
+        let version = match param("version") {
+            None => Version::default(),
+            Some(text) => {
+                let (ms, node) = text
+                    .split_once('.')
+                    .ok_or_else(|| format!("bad version {text:?}"))?;
+                Version {
+                    ms: ms.parse().map_err(|_| format!("bad version {text:?}"))?,
+                    node: u64::from_str_radix(node, 16)
+                        .map_err(|_| format!("bad version {text:?}"))?,
+                }
+            }
+        };
+        if param("deleted") == Some("true") {
+            let namespace = param("namespace").ok_or("a tombstone without a namespace")?;
+            let name = param("indexname").ok_or("a tombstone without an indexname")?;
+            return Ok(Entry {
+                version,
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                def: None,
+            });
+        }
+        let def = SindexDef::parse(param).map_err(|error| error.message)?;
+        Ok(Entry {
+            version,
+            namespace: def.namespace.clone(),
+            name: def.name.clone(),
+            def: Some(def),
+        })
+    }
+}
+
+/// This node's copy of the shared definitions.
+#[derive(Default)]
+pub(crate) struct Smd {
+    /// By (namespace, index name).
+    entries: Mutex<BTreeMap<(String, String), Entry>>,
+    /// The definitions file, once the server names its directory.
+    file: OnceLock<PathBuf>,
+    /// A change the peers have not been sent yet.
+    unpushed: AtomicBool,
+    /// The cluster key and time of the last push.
+    pushed_key: AtomicU64,
+    pushed_ms: AtomicU64,
+}
+
+impl Smd {
+    /// Every entry, one line each.
+    fn text(entries: &BTreeMap<(String, String), Entry>) -> String {
+        let mut text = String::new();
+        for entry in entries.values() {
+            text.push_str(&entry.line());
+            text.push('\n');
+        }
+        text
+    }
+
+    /// Rewrites the file (when there is one). The caller holds `entries`.
+    fn save(&self, entries: &BTreeMap<(String, String), Entry>) -> Result<(), String> {
+        let Some(path) = self.file.get() else {
+            return Ok(());
+        };
+        let text = Smd::text(entries);
+        let temporary = path.with_extension("smd.tmp");
+        let write = || -> std::io::Result<()> {
+            let mut file = std::fs::File::create(&temporary)?;
+            std::io::Write::write_all(&mut file, text.as_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&temporary, path)?;
+            if let Some(directory) = path.parent() {
+                std::fs::File::open(directory)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|error| format!("cannot write {}: {error}", path.display()))
+    }
+}
+
+/// What applying a definition did.
+enum Applied {
+    /// Nothing: that name already had that definition.
+    Unchanged,
+    /// Created (its build queued) or renamed; `Some(old)` names the index
+    /// a rename took the entries of.
+    Changed(Option<String>),
+}
+
+impl Service {
+    fn smd(&self) -> &Smd {
+        &self.sindex_builds.smd
+    }
+
+    /// Applies a definition to its namespace's registry: creates the index
+    /// and queues its build, renames the index that has its definition, or
+    /// replaces an index of that name with another definition.
+    fn apply_def(&self, def: SindexDef, replace: bool) -> Result<Applied, String> {
+        let Some(namespace) = self
+            .namespaces
+            .iter()
+            .find(|namespace| namespace.config.name == def.namespace)
+            .cloned()
+        else {
+            return Err(format!("ERROR:4:namespace {} not found", def.namespace));
+        };
+        if replace {
+            if let Some(existing) = namespace.sindexes.get(&def.name) {
+                if existing.def != def {
+                    namespace.sindexes.delete(&def.name);
+                }
+            }
+        }
+        match namespace.sindexes.create(def) {
+            Ok(Created::Exists) => Ok(Applied::Unchanged),
+            Ok(Created::Renamed(old)) => Ok(Applied::Changed(Some(old))),
+            Ok(Created::New(index)) => {
+                self.queue_build(namespace, index);
+                Ok(Applied::Changed(None))
+            }
+            Err(error) => Err(format!("ERROR:{}:{}", error.code, error.message)),
+        }
+    }
+
+    fn local_version(&self) -> Version {
+        Version {
+            ms: self.now().unix_ms,
+            node: self.node_id.0,
+        }
+    }
+
+    /// Marks a change for the peers and wakes the thread that pushes.
+    fn changed(&self) {
+        self.smd().unpushed.store(true, Ordering::Release);
+        self.sindex_builds.wake.notify_one();
+    }
+
+    /// Keeps index definitions in `directory` from now on, and creates (and
+    /// queues the builds of) the indexes the file there names. A line that
+    /// no longer makes a valid index (its namespace is gone from the
+    /// configuration, say) is logged and dropped from the file.
+    pub fn keep_sindex_definitions(&self, directory: &Path) -> Result<(), String> {
+        let path = directory.join(DEFINITIONS_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+        };
+        let smd = self.smd();
+        if smd.file.set(path.clone()).is_err() {
+            return Err("the definitions directory is already set".to_owned());
+        }
+        let mut entries = smd.entries.lock();
+        for line in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
+            let entry = match Entry::parse(line) {
+                Ok(entry) => entry,
+                Err(message) => {
+                    tracing::error!(file = %path.display(), %line, "index definition not restored: {message}");
+                    continue;
+                }
+            };
+            if let Some(def) = entry.def.clone() {
+                if let Err(message) = self.apply_def(def, true) {
+                    tracing::error!(file = %path.display(), %line, "index definition not restored: {message}");
+                    continue;
+                }
+            }
+            entries.insert((entry.namespace.clone(), entry.name.clone()), entry);
+        }
+        smd.save(&entries)
+    }
+
+    /// Merges a peer's definitions (the text its push carries): each entry
+    /// newer than this node's is applied and kept.
+    pub(crate) fn merge_sindex_definitions(&self, text: &str) {
+        let smd = self.smd();
+        let mut entries = smd.entries.lock();
+        let mut incoming: Vec<Entry> = text
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .filter_map(|line| match Entry::parse(line) {
+                Ok(entry) => Some(entry),
+                Err(message) => {
+                    tracing::warn!(%line, "a peer's index definition is not understood: {message}");
+                    None
+                }
+            })
+            .filter(|entry| {
+                entries
+                    .get(&(entry.namespace.clone(), entry.name.clone()))
+                    .is_none_or(|known| entry.version > known.version)
+            })
+            .collect();
+        if incoming.is_empty() {
+            return;
+        }
+        // Tombstones first: a rename arrives as the old name's tombstone
+        // and the new name's definition.
+        incoming.sort_by_key(|entry| entry.def.is_some());
+        for entry in incoming {
+            match &entry.def {
+                None => {
+                    if let Some(namespace) = self.namespace(entry.namespace.as_bytes()) {
+                        namespace.sindexes.delete(&entry.name);
+                    }
+                }
+                Some(def) => {
+                    if let Err(message) = self.apply_def(def.clone(), true) {
+                        tracing::error!(index = %entry.name, "a peer's index definition cannot be applied here: {message}");
+                        continue;
+                    }
+                }
+            }
+            tracing::info!(namespace = %entry.namespace, index = %entry.name, deleted = entry.def.is_none(), "index definition merged from a peer");
+            entries.insert((entry.namespace.clone(), entry.name.clone()), entry);
+        }
+        if let Err(message) = smd.save(&entries) {
+            tracing::error!("merged index definitions not saved: {message}");
+        }
+    }
+
+    /// Sends every definition to every other member when a change is
+    /// unpushed, the view changed, or [`PUSH_EVERY_MS`] passed (called by
+    /// the `citrine-sindex` thread).
+    pub(crate) fn push_sindex_definitions(&self) {
+        let Some(fabric) = self.fabric() else {
+            return;
+        };
+        let cluster = self.cluster();
+        let peers: Vec<NodeId> = cluster
+            .members
+            .iter()
+            .map(|member| member.node_id)
+            .filter(|node| *node != self.node_id)
+            .collect();
+        let smd = self.smd();
+        let now_ms = self.now().unix_ms;
+        let due = smd.unpushed.load(Ordering::Acquire)
+            || smd.pushed_key.load(Ordering::Relaxed) != cluster.cluster_key
+            || now_ms.saturating_sub(smd.pushed_ms.load(Ordering::Relaxed)) >= PUSH_EVERY_MS;
+        if peers.is_empty() || !due {
+            return;
+        }
+        smd.unpushed.store(false, Ordering::Release);
+        smd.pushed_key.store(cluster.cluster_key, Ordering::Relaxed);
+        smd.pushed_ms.store(now_ms, Ordering::Relaxed);
+        let text = Smd::text(&smd.entries.lock());
+        if text.is_empty() {
+            return;
+        }
+        for peer in peers {
+            let call = fabric.call(
+                peer,
+                call_kind::SINDEX_DEFINITIONS,
+                text.as_bytes().to_vec(),
+                PUSH_TIMEOUT,
+            );
+            if let Err(error) = crate::block_on(call) {
+                // The next periodic push tries again.
+                tracing::debug!(?peer, "index definitions not pushed: {error:?}");
+            }
+        }
+    }
+}
+
+/// `sindex-create:...`: creates (or renames) the index here, records the
+/// change and has it pushed to the other members.
+pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
+    let def = match SindexDef::parse(|name| command.param(name)) {
+        Ok(def) => def,
+        Err(error) => return format!("ERROR:{}:{}", error.code, error.message),
+    };
+    let smd = service.smd();
+    let mut entries = smd.entries.lock();
+    let key = (def.namespace.clone(), def.name.clone());
+    let renamed_from = match service.apply_def(def.clone(), false) {
+        Ok(Applied::Unchanged) => return "ok".to_owned(),
+        Ok(Applied::Changed(renamed_from)) => renamed_from,
+        Err(answer) => return answer,
+    };
+    let version = service.local_version();
+    if let Some(old) = renamed_from {
+        entries.insert(
+            (def.namespace.clone(), old.clone()),
+            Entry {
+                version,
+                namespace: def.namespace.clone(),
+                name: old,
+                def: None,
+            },
+        );
+    }
+    entries.insert(
+        key,
+        Entry {
+            version,
+            namespace: def.namespace.clone(),
+            name: def.name.clone(),
+            def: Some(def),
+        },
+    );
+    let saved = smd.save(&entries);
+    drop(entries);
+    service.changed();
+    match saved {
+        Ok(()) => "ok".to_owned(),
+        Err(message) => {
+            tracing::error!("sindex-create: {message}");
+            format!("ERROR:1:{message}")
+        }
+    }
+}
+
+/// `sindex-delete:...`: `ok`, also for an index that does not exist (as
+/// the 8.x reference answers); a known index's tombstone is pushed to the
+/// other members.
+pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
+    let Some(namespace) = super::namespace_param(service, command) else {
+        return "ERROR:4:namespace not found".to_owned();
+    };
+    let Some(name) = command.param("indexname") else {
+        return "ERROR:4:missing indexname".to_owned();
+    };
+    let smd = service.smd();
+    let mut entries = smd.entries.lock();
+    let key = (namespace.config.name.clone(), name.to_owned());
+    let known = entries.get(&key).is_some_and(|entry| entry.def.is_some());
+    if namespace.sindexes.delete(name).is_none() && !known {
+        return "ok".to_owned();
+    }
+    entries.insert(
+        key,
+        Entry {
+            version: service.local_version(),
+            namespace: namespace.config.name.clone(),
+            name: name.to_owned(),
+            def: None,
+        },
+    );
+    let saved = smd.save(&entries);
+    drop(entries);
+    service.changed();
+    match saved {
+        Ok(()) => "ok".to_owned(),
+        Err(message) => {
+            // Gone from memory; the file still names it, so a restart
+            // would bring it back.
+            tracing::error!("sindex-delete: {message}");
+            format!("ERROR:1:{message}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_through_their_lines() {
+        let def = SindexDef::parse(params("ns=test;set=s;indexname=i;bin=b;type=STRING"))
+            .expect("definition");
+        let live = Entry {
+            version: Version {
+                ms: 1_700_000_000_123,
+                node: 0xBB9,
+            },
+            namespace: "test".into(),
+            name: "i".into(),
+            def: Some(def.clone()),
+        };
+        let parsed = Entry::parse(&live.line()).expect("live");
+        assert_eq!(parsed.version, live.version);
+        assert_eq!(parsed.def, Some(def));
+        let tombstone = Entry {
+            def: None,
+            ..live.clone()
+        };
+        let parsed = Entry::parse(&tombstone.line()).expect("tombstone");
+        assert_eq!((parsed.version, parsed.def), (tombstone.version, None));
+        assert_eq!(parsed.name, "i");
+        // A line from before versions: version 0.
+        let old = Entry::parse("namespace=test;indexname=i;bin=b;type=NUMERIC").expect("old");
+        assert_eq!(old.version, Version::default());
+        assert!(Entry::parse("version=12;namespace=test;indexname=i;bin=b;type=NUMERIC").is_err());
+        assert!(Entry::parse("version=1.1;deleted=true;indexname=i").is_err());
+    }
+}
