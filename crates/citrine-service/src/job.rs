@@ -61,6 +61,8 @@ pub struct Job {
     header: MsgHeader,
     filter: Option<Vec<u8>>,
     ops: Vec<JobOp>,
+    /// RECS_PER_SEC: writes a second, 0 = as fast as they go.
+    rate: u32,
     /// The walk, taken by whoever runs the job; `None` when nothing is left
     /// (an unknown set).
     cursor: Mutex<Option<Box<ScanCursor>>>,
@@ -156,6 +158,10 @@ pub(crate) fn submit(
         set: text(field_type::SET).unwrap_or_default(),
         index,
         header: message.header,
+        rate: message
+            .field(field_type::RECORDS_PER_SECOND)
+            .and_then(|bytes| <[u8; 4]>::try_from(bytes).ok())
+            .map_or(0, u32::from_be_bytes),
         filter: message
             .field(field_type::FILTER_EXPRESSION)
             .map(<[u8]>::to_vec),
@@ -231,21 +237,31 @@ impl Job {
         let mut scratch = Vec::new();
         let mut frame = Vec::new();
         let mut reply = Vec::new();
+        // Pacing is in real time (a monotonic clock), whatever the
+        // service's clock says.
+        let (started, mut attempted) = (std::time::Instant::now(), 0u64);
         loop {
             if self.abort.load(Ordering::Relaxed) {
                 self.finish(service, Status::Aborted);
                 return;
             }
-            if let Some(due) = cursor.not_before_ms() {
-                // RECS_PER_SEC: wait for the step's turn.
-                let wait = due.saturating_sub(service.now().unix_ms);
-                std::thread::sleep(std::time::Duration::from_millis(
-                    wait.min(crate::scan::MAX_PACED_PAUSE_MS),
-                ));
-            }
             scratch.clear();
             let finished = cursor.advance(service, service.now(), &mut scratch);
             for digest in cursor.take_collected() {
+                if self.abort.load(Ordering::Relaxed) {
+                    self.finish(service, Status::Aborted);
+                    return;
+                }
+                if self.rate > 0 {
+                    // RECS_PER_SEC: this write's turn.
+                    let due = std::time::Duration::from_micros(
+                        attempted * 1_000_000 / u64::from(self.rate),
+                    );
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+                attempted += 1;
                 let code = self.apply(service, &digest, &mut frame, &mut reply);
                 let counter = match code {
                     0 => &self.succeeded,

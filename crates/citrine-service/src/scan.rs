@@ -56,7 +56,10 @@
 //! `(BVAL, DIGEST)`; each is checked against the record itself (live, in
 //! the set, still holding a value in range) and returned once, at its
 //! smallest matching bval, with a BVAL field (15, i64 LE) for the client's
-//! next resume point.
+//! next resume point. A query is not a snapshot: a record updated while the
+//! query runs is returned as it is when the query reaches it (or not at
+//! all, if the update moved its smallest matching value behind the query's
+//! position), as the reference's queries are not snapshots either.
 //!
 //! Not yet: UDF scans and queries (field 33) and background write scans
 //! (`info2 WRITE`) answer 16; geo filters answer 16.
@@ -343,7 +346,8 @@ fn parse(
         collected: background.then(Vec::new),
         max_records: if background { 0 } else { max_records },
         sent: 0,
-        rate,
+        // A background job paces its writes itself (`job`).
+        rate: if background { 0 } else { rate },
         paced_since_ms: None,
         step_end: u64::MAX,
         set_names: HashMap::new(),
@@ -730,7 +734,14 @@ impl ScanCursor {
         let partition = namespace.index.partition(cursor.partition).read();
         let mut candidates = std::mem::take(&mut query.candidates);
         candidates.clear();
-        let budget = EXAMINE_BUDGET.saturating_sub(*examined).max(1);
+        // A background job takes a partition's whole selection at once: its
+        // writes move records within the index, so resuming part-way by
+        // index position could select a record it already wrote.
+        let budget = if self.collected.is_some() {
+            usize::MAX - 1
+        } else {
+            EXAMINE_BUDGET.saturating_sub(*examined).max(1)
+        };
         query.index.candidates(
             cursor.partition,
             query.filter.bval_bounds(),
@@ -769,6 +780,7 @@ impl ScanCursor {
             }
             let more_here = position + 1 < total || more_in_tree;
             let stop = more_here
+                && self.collected.is_none()
                 && (position + 1 == total
                     || self.limit_reached()
                     || out.len() - frame_start >= CHUNK_BYTES

@@ -29,7 +29,7 @@
 
 use crate::filter::RecordView;
 use crate::namespace::Namespace;
-use crate::transaction::{is_live, Now};
+use crate::transaction::is_live;
 use crate::Service;
 use citrine_index::{IndexEntry, RecordMeta};
 use citrine_record::BodyView;
@@ -106,24 +106,40 @@ fn keys_of_entry(
 }
 
 /// What a write must do to the indexes: the new version's keys, computed
-/// before its body goes to storage. `None` when the namespace has no index.
-pub(crate) struct PendingKeys<'n> {
-    indexes: parking_lot::RwLockReadGuard<'n, Vec<Arc<Sindex>>>,
+/// before its body goes to storage, for the indexes that cover the
+/// record's set (a snapshot: the registry is not held across the store).
+pub(crate) struct PendingKeys {
+    indexes: Vec<Arc<Sindex>>,
     keys: Vec<Vec<Key>>,
 }
 
-/// Before a record's new body is stored: its keys for every index. The
-/// caller holds the record partition's write lock.
-pub(crate) fn before_install<'n>(
-    namespace: &'n Namespace,
+/// The namespace's indexes that records of set `set_id` belong in.
+fn covering(namespace: &Namespace, set_id: u16) -> Vec<Arc<Sindex>> {
+    namespace
+        .sindexes
+        .read()
+        .iter()
+        .filter(|index| in_index_set(namespace, index, set_id))
+        .cloned()
+        .collect()
+}
+
+/// Before a record's new body is stored: its keys for every index that
+/// covers its set. `None` when no index does (one relaxed load when the
+/// namespace has none). The caller holds the record partition's write lock.
+pub(crate) fn before_install(
+    namespace: &Namespace,
     digest: &Digest,
     meta: RecordMeta,
     body: &[u8],
-) -> Option<PendingKeys<'n>> {
+) -> Option<PendingKeys> {
     if namespace.sindexes.is_empty() {
         return None;
     }
-    let indexes = namespace.sindexes.read();
+    let indexes = covering(namespace, meta.set_id);
+    if indexes.is_empty() {
+        return None;
+    }
     let keys = keys_of(namespace, &indexes, digest, meta, body);
     Some(PendingKeys { indexes, keys })
 }
@@ -133,7 +149,7 @@ pub(crate) fn before_install<'n>(
 /// yet) to the new ones. Same lock as [`before_install`].
 pub(crate) fn after_install(
     namespace: &Namespace,
-    pending: PendingKeys<'_>,
+    pending: PendingKeys,
     digest: &Digest,
     previous: Option<&IndexEntry>,
 ) {
@@ -153,7 +169,10 @@ pub(crate) fn unindex(namespace: &Namespace, digest: &Digest, entry: &IndexEntry
     if namespace.sindexes.is_empty() {
         return;
     }
-    let indexes = namespace.sindexes.read();
+    let indexes = covering(namespace, entry.meta().set_id);
+    if indexes.is_empty() {
+        return;
+    }
     let old = keys_of_entry(namespace, &indexes, digest, entry);
     for (index, old) in indexes.iter().zip(&old) {
         index.update(digest, old, &[]);
@@ -174,7 +193,8 @@ pub(crate) fn clear_partition(namespace: &Namespace, partition: PartitionId) {
 /// Builds a new index from the records already stored: each partition under
 /// its read lock (writers to it wait; they maintain the index themselves
 /// afterwards). Stops early if the index is deleted.
-pub(crate) fn build(namespace: &Namespace, index: &Sindex, now: impl Fn() -> Now) {
+pub(crate) fn build(service: &Service, namespace: &Namespace, index: &Sindex) {
+    let now = || service.now();
     let started = now().unix_ms;
     let mut keys = Vec::new();
     let mut added = 0u64;
@@ -206,6 +226,8 @@ pub(crate) fn build(namespace: &Namespace, index: &Sindex, now: impl Fn() -> Now
         }
         drop(partition);
         index.partition_built();
+        // A long build does not hold back the definitions' pushes.
+        service.push_sindex_definitions();
     }
     let elapsed = now().unix_ms.saturating_sub(started);
     index.build_finished(elapsed);
@@ -231,7 +253,7 @@ impl Service {
                 queue.pop_front()
             };
             if let Some((namespace, index)) = job {
-                build(&namespace, &index, || self.now());
+                build(self, &namespace, &index);
             }
             // Between builds: the cluster's definitions (see `smd`).
             self.push_sindex_definitions();
@@ -246,7 +268,7 @@ impl Service {
             let Some((namespace, index)) = self.sindex_builds.queue.lock().pop_front() else {
                 return;
             };
-            build(&namespace, &index, || self.now());
+            build(self, &namespace, &index);
         }
     }
 

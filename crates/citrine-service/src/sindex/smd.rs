@@ -112,11 +112,13 @@ impl Entry {
     }
 }
 
+/// Entries by (namespace, index name).
+type Entries = BTreeMap<(String, String), Entry>;
+
 /// This node's copy of the shared definitions.
 #[derive(Default)]
 pub(crate) struct Smd {
-    /// By (namespace, index name).
-    entries: Mutex<BTreeMap<(String, String), Entry>>,
+    entries: Mutex<Entries>,
     /// The definitions file, once the server names its directory.
     file: OnceLock<PathBuf>,
     /// A change the peers have not been sent yet.
@@ -128,7 +130,7 @@ pub(crate) struct Smd {
 
 impl Smd {
     /// Every entry, one line each.
-    fn text(entries: &BTreeMap<(String, String), Entry>) -> String {
+    fn text(entries: &Entries) -> String {
         let mut text = String::new();
         for entry in entries.values() {
             text.push_str(&entry.line());
@@ -138,7 +140,7 @@ impl Smd {
     }
 
     /// Rewrites the file (when there is one). The caller holds `entries`.
-    fn save(&self, entries: &BTreeMap<(String, String), Entry>) -> Result<(), String> {
+    fn save(&self, entries: &Entries) -> Result<(), String> {
         let Some(path) = self.file.get() else {
             return Ok(());
         };
@@ -202,9 +204,17 @@ impl Service {
         }
     }
 
-    fn local_version(&self) -> Version {
+    /// The version of a change made here to `key`: now, but always later
+    /// than the version this node knows for it (a clock behind a peer's,
+    /// or two changes in one millisecond, must not make a change lose to
+    /// the one it follows).
+    fn next_version(&self, entries: &Entries, key: &(String, String)) -> Version {
+        let now = self.now().unix_ms;
+        let after = entries
+            .get(key)
+            .map_or(0, |known| known.version.ms.saturating_add(1));
         Version {
-            ms: self.now().unix_ms,
+            ms: now.max(after),
             node: self.node_id.0,
         }
     }
@@ -251,7 +261,12 @@ impl Service {
     }
 
     /// Merges a peer's definitions (the text its push carries): each entry
-    /// newer than this node's is applied and kept.
+    /// newer than this node's is applied and kept. Definitions go first, so
+    /// a rename (the new name's definition and the old name's tombstone)
+    /// keeps the index's entries. When a definition's index is here under
+    /// another live name (two names created for one target at once), the
+    /// newer of the two names wins on every node: the other gets a
+    /// tombstone of the winner's version.
     pub(crate) fn merge_sindex_definitions(&self, text: &str) {
         let smd = self.smd();
         let mut entries = smd.entries.lock();
@@ -265,19 +280,17 @@ impl Service {
                     None
                 }
             })
-            .filter(|entry| {
-                entries
-                    .get(&(entry.namespace.clone(), entry.name.clone()))
-                    .is_none_or(|known| entry.version > known.version)
-            })
+            .filter(|entry| newer(&entries, entry))
             .collect();
         if incoming.is_empty() {
             return;
         }
-        // Tombstones first: a rename arrives as the old name's tombstone
-        // and the new name's definition.
-        incoming.sort_by_key(|entry| entry.def.is_some());
+        incoming.sort_by_key(|entry| entry.def.is_none());
         for entry in incoming {
+            // An earlier entry of this merge may have settled this one.
+            if !newer(&entries, &entry) {
+                continue;
+            }
             match &entry.def {
                 None => {
                     if let Some(namespace) = self.namespace(entry.namespace.as_bytes()) {
@@ -285,6 +298,26 @@ impl Service {
                     }
                 }
                 Some(def) => {
+                    if let Some(rival) = rival_of(&entries, def) {
+                        if rival.version > entry.version {
+                            // This node's name for the target is newer: the
+                            // incoming name loses.
+                            let loser = Entry {
+                                version: rival.version,
+                                def: None,
+                                ..entry.clone()
+                            };
+                            tracing::info!(index = %entry.name, kept = %rival.name, "a peer's index name lost to a newer one for the same definition");
+                            entries.insert((loser.namespace.clone(), loser.name.clone()), loser);
+                            continue;
+                        }
+                        let loser = Entry {
+                            version: entry.version,
+                            def: None,
+                            ..rival
+                        };
+                        entries.insert((loser.namespace.clone(), loser.name.clone()), loser);
+                    }
                     if let Err(message) = self.apply_def(def.clone(), true) {
                         tracing::error!(index = %entry.name, "a peer's index definition cannot be applied here: {message}");
                         continue;
@@ -294,6 +327,7 @@ impl Service {
             tracing::info!(namespace = %entry.namespace, index = %entry.name, deleted = entry.def.is_none(), "index definition merged from a peer");
             entries.insert((entry.namespace.clone(), entry.name.clone()), entry);
         }
+        self.changed();
         if let Err(message) = smd.save(&entries) {
             tracing::error!("merged index definitions not saved: {message}");
         }
@@ -343,6 +377,27 @@ impl Service {
     }
 }
 
+/// Whether `entry` is newer than what `entries` knows of its name.
+fn newer(entries: &Entries, entry: &Entry) -> bool {
+    entries
+        .get(&(entry.namespace.clone(), entry.name.clone()))
+        .is_none_or(|known| entry.version > known.version)
+}
+
+/// The live entry of another name with `def`'s target, if any.
+fn rival_of(entries: &Entries, def: &SindexDef) -> Option<Entry> {
+    entries
+        .values()
+        .find(|entry| {
+            entry.name != def.name
+                && entry
+                    .def
+                    .as_ref()
+                    .is_some_and(|known| known.same_target(def))
+        })
+        .cloned()
+}
+
 /// `sindex-create:...`: creates (or renames) the index here, records the
 /// change and has it pushed to the other members.
 pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
@@ -353,15 +408,19 @@ pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
     let smd = service.smd();
     let mut entries = smd.entries.lock();
     let key = (def.namespace.clone(), def.name.clone());
+    // Recorded even when nothing changes here: this command is the latest
+    // word on the name, over a delete a peer has not pushed yet.
     let renamed_from = match service.apply_def(def.clone(), false) {
-        Ok(Applied::Unchanged) => return "ok".to_owned(),
+        Ok(Applied::Unchanged) => None,
         Ok(Applied::Changed(renamed_from)) => renamed_from,
         Err(answer) => return answer,
     };
-    let version = service.local_version();
+    let version = service.next_version(&entries, &key);
     if let Some(old) = renamed_from {
+        let old_key = (def.namespace.clone(), old.clone());
+        let version = version.max(service.next_version(&entries, &old_key));
         entries.insert(
-            (def.namespace.clone(), old.clone()),
+            old_key,
             Entry {
                 version,
                 namespace: def.namespace.clone(),
@@ -404,14 +463,14 @@ pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
     let smd = service.smd();
     let mut entries = smd.entries.lock();
     let key = (namespace.config.name.clone(), name.to_owned());
-    let known = entries.get(&key).is_some_and(|entry| entry.def.is_some());
-    if namespace.sindexes.delete(name).is_none() && !known {
-        return "ok".to_owned();
-    }
+    // A tombstone even for a name not known here: a peer may hold a create
+    // of it it has not pushed yet, which this later delete must win over.
+    namespace.sindexes.delete(name);
+    let version = service.next_version(&entries, &key);
     entries.insert(
         key,
         Entry {
-            version: service.local_version(),
+            version,
             namespace: namespace.config.name.clone(),
             name: name.to_owned(),
             def: None,
@@ -434,6 +493,136 @@ pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{NamespaceConfig, ServiceConfig};
+    use crate::sindex::tests::info;
+    use crate::ManualClock;
+    use std::sync::Arc;
+
+    const START_MS: u64 = 1_700_000_000_000;
+
+    fn node(id: u64, clock_ms: u64) -> Service {
+        let config = ServiceConfig {
+            node_id: id,
+            cluster_name: "citrine".into(),
+            access_address: "127.0.0.1:3000".into(),
+            port: 3000,
+            namespaces: vec![NamespaceConfig::in_memory("test")],
+        };
+        Service::new(config, Arc::new(ManualClock::new(clock_ms)))
+    }
+
+    /// What `from`'s push would carry, merged into `to`.
+    fn push(from: &Service, to: &Service) {
+        let text = Smd::text(&from.smd().entries.lock());
+        to.merge_sindex_definitions(&text);
+    }
+
+    fn sync(a: &Service, b: &Service) {
+        push(a, b);
+        push(b, a);
+        push(a, b);
+    }
+
+    fn names(service: &Service) -> Vec<String> {
+        let namespace = service.namespace(b"test").expect("namespace");
+        let list = namespace.sindexes.read();
+        list.iter().map(|index| index.def.name.clone()).collect()
+    }
+
+    const CREATE_I: &str = "sindex-create:ns=test;indexname=i;bin=b;type=NUMERIC";
+    const DELETE_I: &str = "sindex-delete:ns=test;indexname=i";
+
+    #[test]
+    fn the_last_command_wins_even_when_it_changes_nothing_where_it_lands() {
+        // Delete on A, then create on B (which still has the index).
+        let (a, b) = (node(0xA, START_MS), node(0xB, START_MS + 5));
+        assert_eq!(info(&a, CREATE_I), "ok");
+        push(&a, &b);
+        assert_eq!(info(&a, DELETE_I), "ok");
+        assert_eq!(info(&b, CREATE_I), "ok");
+        sync(&a, &b);
+        assert_eq!(
+            (names(&a), names(&b)),
+            (vec!["i".to_owned()], vec!["i".to_owned()])
+        );
+        // Create on A, then delete on B (which never had it).
+        let (a, b) = (node(0xA, START_MS), node(0xB, START_MS + 5));
+        assert_eq!(info(&a, CREATE_I), "ok");
+        assert_eq!(info(&b, DELETE_I), "ok");
+        sync(&a, &b);
+        assert!(names(&a).is_empty() && names(&b).is_empty());
+    }
+
+    #[test]
+    fn a_clock_behind_does_not_make_a_later_change_lose() {
+        let (a, b) = (node(0xA, START_MS), node(0xB, START_MS - 100));
+        assert_eq!(info(&a, CREATE_I), "ok");
+        push(&a, &b);
+        assert_eq!(info(&a, DELETE_I), "ok");
+        push(&a, &b);
+        assert!(names(&b).is_empty());
+        // B's clock says 100 ms before A's delete; its create comes after.
+        assert_eq!(info(&b, CREATE_I), "ok");
+        sync(&a, &b);
+        assert_eq!(
+            (names(&a), names(&b)),
+            (vec!["i".to_owned()], vec!["i".to_owned()])
+        );
+        // Two changes in one millisecond on one node: the second wins.
+        assert_eq!(info(&a, DELETE_I), "ok");
+        assert_eq!(info(&a, CREATE_I), "ok");
+        sync(&a, &b);
+        assert_eq!(
+            (names(&a), names(&b)),
+            (vec!["i".to_owned()], vec!["i".to_owned()])
+        );
+    }
+
+    #[test]
+    fn two_names_for_one_definition_settle_on_the_newer_everywhere() {
+        let (a, b) = (node(0xA, START_MS), node(0xB, START_MS + 1));
+        assert_eq!(
+            info(&a, "sindex-create:ns=test;indexname=i1;bin=b;type=NUMERIC"),
+            "ok"
+        );
+        assert_eq!(
+            info(&b, "sindex-create:ns=test;indexname=i2;bin=b;type=NUMERIC"),
+            "ok"
+        );
+        sync(&a, &b);
+        assert_eq!(names(&a), vec!["i2".to_owned()]);
+        assert_eq!(names(&b), vec!["i2".to_owned()]);
+        assert_eq!(
+            Smd::text(&a.smd().entries.lock()),
+            Smd::text(&b.smd().entries.lock())
+        );
+    }
+
+    #[test]
+    fn a_rename_reaches_peers_with_its_entries() {
+        let (a, b) = (node(0xA, START_MS), node(0xB, START_MS));
+        for service in [&a, &b] {
+            crate::batch::tests::put(service, "demo", "k", &[("b", 7)], false);
+        }
+        assert_eq!(info(&a, CREATE_I), "ok");
+        push(&a, &b);
+        assert!(info(&b, "sindex/test/i").contains("entries=1;"));
+        assert_eq!(
+            info(&a, "sindex-create:ns=test;indexname=j;bin=b;type=NUMERIC"),
+            "ok"
+        );
+        push(&a, &b);
+        assert_eq!(names(&b), vec!["j".to_owned()]);
+        let stat = info(&b, "sindex/test/j");
+        assert!(
+            stat.contains("entries=1;") && stat.contains("load_pct=100;"),
+            "{stat}"
+        );
+        assert_eq!(
+            Smd::text(&a.smd().entries.lock()),
+            Smd::text(&b.smd().entries.lock())
+        );
+    }
 
     #[test]
     fn entries_round_trip_through_their_lines() {
