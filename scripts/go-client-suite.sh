@@ -129,6 +129,8 @@ def category(x):
             return "16: scan"
         if f in ("udf_test.go", "query_aggregate_test.go"):
             return "16: UDF query or aggregation (no UDFs)"
+        if f in ("geo_test.go", "secondary_index_test.go") or "geo" in msg.lower():
+            return "16: geo index or query (GEO2DSPHERE not supported)"
         if "quer" in t or f in ("query_test.go", "truncate_test.go"):
             return "16: query (truncate specs count records with a query)"
         if "send key on" in t or "touch an existing key" in t:
