@@ -132,30 +132,22 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let jobs = match spawn_named(
-        "citrine-jobs",
-        service.clone(),
-        stopping.clone(),
-        |service, stopping| service.run_background_jobs(stopping),
-    ) {
-        Ok(thread) => thread,
-        Err(error) => {
-            eprintln!("citrined: cannot start the background-job thread: {error}");
-            return ExitCode::from(1);
+    let mut work_threads = Vec::new();
+    for (name, work) in [
+        (
+            "citrine-jobs",
+            Service::run_background_jobs as fn(&Service, &AtomicBool),
+        ),
+        ("citrine-sindex", Service::run_sindex_builds),
+    ] {
+        match spawn_named(name, service.clone(), stopping.clone(), work) {
+            Ok(thread) => work_threads.push(thread),
+            Err(error) => {
+                eprintln!("citrined: cannot start the {name} thread: {error}");
+                return ExitCode::from(1);
+            }
         }
-    };
-    let sindex_builder = match spawn_named(
-        "citrine-sindex",
-        service.clone(),
-        stopping.clone(),
-        |service, stopping| service.run_sindex_builds(stopping),
-    ) {
-        Ok(thread) => thread,
-        Err(error) => {
-            eprintln!("citrined: cannot start the secondary-index builder thread: {error}");
-            return ExitCode::from(1);
-        }
-    };
+    }
     // Secondary-index definitions live beside the data: restored (and
     // rebuilt from the records just loaded) here, kept up to date after.
     if let Some(directory) = &server_config.work_directory {
@@ -193,8 +185,9 @@ fn main() -> ExitCode {
     let result = net::run(service.clone(), server_config.clone());
     stopping.store(true, Ordering::Relaxed);
     let _ = supervisor.join();
-    let _ = sindex_builder.join();
-    let _ = jobs.join();
+    for thread in work_threads {
+        let _ = thread.join();
+    }
     let _ = cluster_thread.join();
     for thread in storage_threads {
         let _ = thread.join();

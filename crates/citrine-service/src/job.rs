@@ -27,12 +27,13 @@
 
 use crate::namespace::Namespace;
 use crate::scan::ScanCursor;
+use crate::work::WorkQueue;
 use crate::Service;
 use citrine_types::{Digest, ResultCode};
 use citrine_wire::frame::ProtoHeader;
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, info3, op_type, Message, MessageWriter, MsgHeader};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -97,10 +98,7 @@ struct JobOp {
 /// Jobs waiting for the runner, and the registry.
 #[derive(Default)]
 pub(crate) struct Jobs {
-    queue: Mutex<VecDeque<Arc<Job>>>,
-    wake: Condvar,
-    /// A runner thread serves the queue (else jobs run inline).
-    attached: AtomicBool,
+    queue: WorkQueue<Arc<Job>>,
     /// Every job not yet forgotten, oldest first.
     registry: Mutex<VecDeque<Arc<Job>>>,
 }
@@ -202,10 +200,7 @@ pub(crate) fn submit(
             true
         });
     }
-    jobs.queue.lock().push_back(job);
-    if jobs.attached.load(Ordering::Acquire) {
-        jobs.wake.notify_one();
-    } else {
+    if !jobs.queue.push(job) {
         service.run_pending_background_jobs();
     }
 }
@@ -377,30 +372,12 @@ impl Service {
     /// `citrine-jobs` thread). While it runs, jobs are queued here instead
     /// of running inline in the request that started them.
     pub fn run_background_jobs(&self, stopping: &AtomicBool) {
-        let jobs = &self.jobs;
-        jobs.attached.store(true, Ordering::Release);
-        while !stopping.load(Ordering::Relaxed) {
-            let job = {
-                let mut queue = jobs.queue.lock();
-                if queue.is_empty() {
-                    jobs.wake
-                        .wait_for(&mut queue, std::time::Duration::from_millis(200));
-                }
-                queue.pop_front()
-            };
-            if let Some(job) = job {
-                job.run(self);
-            }
-        }
-        jobs.attached.store(false, Ordering::Release);
+        self.jobs.queue.serve(stopping, |job| job.run(self), || {});
     }
 
     /// Runs every queued job now, on this thread.
     pub fn run_pending_background_jobs(&self) {
-        loop {
-            let Some(job) = self.jobs.queue.lock().pop_front() else {
-                return;
-            };
+        while let Some(job) = self.jobs.queue.pop() {
             job.run(self);
         }
     }

@@ -41,6 +41,7 @@ pub mod replication;
 pub mod scan;
 pub mod sindex;
 pub mod transaction;
+mod work;
 
 use citrine_types::{NodeId, ResultCode};
 use citrine_wire::frame::{inflate, MessageType, ProtoHeader};

@@ -30,27 +30,23 @@
 use crate::filter::RecordView;
 use crate::namespace::Namespace;
 use crate::transaction::is_live;
+use crate::work::WorkQueue;
 use crate::Service;
 use citrine_index::{IndexEntry, RecordMeta};
 use citrine_record::BodyView;
 use citrine_sindex::{Key, Sindex};
 use citrine_types::{Digest, PartitionId};
 use citrine_wire::info::InfoCommand;
-use parking_lot::{Condvar, Mutex};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The definitions file's name in its directory.
 pub const DEFINITIONS_FILE: &str = "sindex.smd";
 
-/// Builds waiting for the builder thread, and where definitions are kept.
+/// Builds waiting for the builder thread, and the shared definitions.
 #[derive(Default)]
 pub(crate) struct Builds {
-    queue: Mutex<VecDeque<(Arc<Namespace>, Arc<Sindex>)>>,
-    pub(crate) wake: Condvar,
-    /// A builder thread runs (else builds run inline).
-    attached: AtomicBool,
+    pub(crate) queue: WorkQueue<(Arc<Namespace>, Arc<Sindex>)>,
     /// The definitions this node shares with the cluster.
     pub(crate) smd: smd::Smd,
 }
@@ -240,44 +236,24 @@ impl Service {
     /// `citrine-sindex` thread). While it runs, create commands queue their
     /// builds here instead of building inline.
     pub fn run_sindex_builds(&self, stopping: &AtomicBool) {
-        let builds = &self.sindex_builds;
-        builds.attached.store(true, Ordering::Release);
-        while !stopping.load(Ordering::Relaxed) {
-            let job = {
-                let mut queue = builds.queue.lock();
-                if queue.is_empty() {
-                    builds
-                        .wake
-                        .wait_for(&mut queue, std::time::Duration::from_millis(200));
-                }
-                queue.pop_front()
-            };
-            if let Some((namespace, index)) = job {
-                build(self, &namespace, &index);
-            }
+        self.sindex_builds.queue.serve(
+            stopping,
+            |(namespace, index)| build(self, &namespace, &index),
             // Between builds: the cluster's definitions (see `smd`).
-            self.push_sindex_definitions();
-        }
-        builds.attached.store(false, Ordering::Release);
+            || self.push_sindex_definitions(),
+        );
     }
 
     /// Builds every queued index now, on this thread (for a service no
     /// builder thread serves, and for tests).
     pub fn run_pending_sindex_builds(&self) {
-        loop {
-            let Some((namespace, index)) = self.sindex_builds.queue.lock().pop_front() else {
-                return;
-            };
+        while let Some((namespace, index)) = self.sindex_builds.queue.pop() {
             build(self, &namespace, &index);
         }
     }
 
     pub(crate) fn queue_build(&self, namespace: Arc<Namespace>, index: Arc<Sindex>) {
-        let builds = &self.sindex_builds;
-        builds.queue.lock().push_back((namespace, index));
-        if builds.attached.load(Ordering::Acquire) {
-            builds.wake.notify_one();
-        } else {
+        if !self.sindex_builds.queue.push((namespace, index)) {
             self.run_pending_sindex_builds();
         }
     }

@@ -97,6 +97,30 @@ pub(crate) fn digest(set: &str, key: &str) -> Digest {
     of_key(set, &UserKey::String(key.into()))
 }
 
+/// Sends one single-record request (namespace `test`, `set`, `key`'s
+/// digest, `ops` as (op type, particle type, bin, value)); its reply.
+pub(crate) fn single(
+    service: &Service,
+    header: MsgHeader,
+    set: &str,
+    key: &str,
+    ops: &[(u8, u8, &str, &[u8])],
+) -> Msg {
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, set.as_bytes())
+        .field(field_type::DIGEST, &digest(set, key).0);
+    for (op, particle, bin, value) in ops {
+        writer.op(*op, *particle, bin.as_bytes(), value);
+    }
+    writer.finish();
+    let mut reply = run(service, &out);
+    assert_eq!(reply.len(), 1);
+    reply.remove(0)
+}
+
 /// Writes a record with string key `key` in `set`, integer bins, and the
 /// key stored when `send_key`.
 pub(crate) fn put(service: &Service, set: &str, key: &str, bins: &[(&str, i64)], send_key: bool) {

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use crate::batch::tests::{digest, put, run, service, Msg};
+use crate::batch::tests::{put, run, service, single};
 use crate::sindex::tests::{info, int_range};
 use crate::Service;
 use citrine_wire::msg::{field_type, info1, info2, op_type, MessageWriter, MsgHeader};
@@ -55,19 +55,11 @@ fn submit(service: &Service, request: &Background<'_>) -> u8 {
 
 /// The integer value of `bin` of record `key` in `set`, if any.
 fn read(service: &Service, set: &str, key: &str, bin: &str) -> Option<i64> {
-    let mut out = Vec::new();
     let header = MsgHeader {
         info1: info1::READ | info1::GET_ALL,
         ..MsgHeader::default()
     };
-    let mut writer = MessageWriter::begin(&mut out, &header);
-    writer
-        .field(field_type::NAMESPACE, b"test")
-        .field(field_type::SET, set.as_bytes())
-        .field(field_type::DIGEST, &digest(set, key).0);
-    writer.finish();
-    let reply: Vec<Msg> = run(service, &out);
-    reply[0]
+    single(service, header, set, key, &[])
         .bin(bin)
         .map(|value| i64::from_be_bytes(value.try_into().unwrap()))
 }

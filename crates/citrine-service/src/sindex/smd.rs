@@ -219,10 +219,27 @@ impl Service {
         }
     }
 
+    /// After a command changed `entries`: saves them, has them pushed, and
+    /// answers the command. A save that fails answers `ERROR:1`: the change
+    /// holds in memory (and reaches the peers) but a restart of this node
+    /// would not know it.
+    fn commit(&self, entries: parking_lot::MutexGuard<'_, Entries>, command: &str) -> String {
+        let saved = self.smd().save(&entries);
+        drop(entries);
+        self.changed();
+        match saved {
+            Ok(()) => "ok".to_owned(),
+            Err(message) => {
+                tracing::error!("{command}: {message}");
+                format!("ERROR:1:{message}")
+            }
+        }
+    }
+
     /// Marks a change for the peers and wakes the thread that pushes.
     fn changed(&self) {
         self.smd().unpushed.store(true, Ordering::Release);
-        self.sindex_builds.wake.notify_one();
+        self.sindex_builds.queue.wake();
     }
 
     /// Keeps index definitions in `directory` from now on, and creates (and
@@ -438,16 +455,7 @@ pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
             def: Some(def),
         },
     );
-    let saved = smd.save(&entries);
-    drop(entries);
-    service.changed();
-    match saved {
-        Ok(()) => "ok".to_owned(),
-        Err(message) => {
-            tracing::error!("sindex-create: {message}");
-            format!("ERROR:1:{message}")
-        }
-    }
+    service.commit(entries, "sindex-create")
 }
 
 /// `sindex-delete:...`: `ok`, also for an index that does not exist (as
@@ -476,18 +484,7 @@ pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
             def: None,
         },
     );
-    let saved = smd.save(&entries);
-    drop(entries);
-    service.changed();
-    match saved {
-        Ok(()) => "ok".to_owned(),
-        Err(message) => {
-            // Gone from memory; the file still names it, so a restart
-            // would bring it back.
-            tracing::error!("sindex-delete: {message}");
-            format!("ERROR:1:{message}")
-        }
-    }
+    service.commit(entries, "sindex-delete")
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use crate::batch::tests::{digest, put, run, service, Msg};
+use crate::batch::tests::{put, run, service, single, Msg};
 use crate::Service;
 use citrine_types::{Digest, DIGEST_SIZE};
 use citrine_wire::frame::ProtoHeader;
@@ -39,34 +39,26 @@ pub(crate) fn put_particle(
     particle: u8,
     value: &[u8],
 ) {
-    let mut out = Vec::new();
     let header = MsgHeader {
         info2: info2::WRITE,
         ..MsgHeader::default()
     };
-    let mut writer = MessageWriter::begin(&mut out, &header);
-    writer
-        .field(field_type::NAMESPACE, b"test")
-        .field(field_type::SET, set.as_bytes())
-        .field(field_type::DIGEST, &digest(set, key).0);
-    writer.op(op_type::WRITE, particle, bin.as_bytes(), value);
-    writer.finish();
-    assert_eq!(run(service, &out)[0].header.result_code, 0);
+    let reply = single(
+        service,
+        header,
+        set,
+        key,
+        &[(op_type::WRITE, particle, bin, value)],
+    );
+    assert_eq!(reply.header.result_code, 0);
 }
 
 fn delete(service: &Service, set: &str, key: &str) {
-    let mut out = Vec::new();
     let header = MsgHeader {
         info2: info2::WRITE | info2::DELETE,
         ..MsgHeader::default()
     };
-    let mut writer = MessageWriter::begin(&mut out, &header);
-    writer
-        .field(field_type::NAMESPACE, b"test")
-        .field(field_type::SET, set.as_bytes())
-        .field(field_type::DIGEST, &digest(set, key).0);
-    writer.finish();
-    assert_eq!(run(service, &out)[0].header.result_code, 0);
+    assert_eq!(single(service, header, set, key, &[]).header.result_code, 0);
 }
 
 /// The INDEX_RANGE payload of an integer range.
@@ -278,20 +270,20 @@ fn expiry_removes_entries() {
         ),
         "ok"
     );
-    let mut out = Vec::new();
     let header = MsgHeader {
         info2: info2::WRITE,
         record_ttl: 10,
         ..MsgHeader::default()
     };
-    let mut writer = MessageWriter::begin(&mut out, &header);
-    writer
-        .field(field_type::NAMESPACE, b"test")
-        .field(field_type::SET, b"demo")
-        .field(field_type::DIGEST, &digest("demo", "short").0);
-    writer.op(op_type::WRITE, 1, b"n", &5i64.to_be_bytes());
-    writer.finish();
-    assert_eq!(run(&service, &out)[0].header.result_code, 0);
+    let five = 5i64.to_be_bytes();
+    let reply = single(
+        &service,
+        header,
+        "demo",
+        "short",
+        &[(op_type::WRITE, 1, "n", &five)],
+    );
+    assert_eq!(reply.header.result_code, 0);
     let spec = QuerySpec {
         range: int_range("n", 5, 5),
         ..QuerySpec::default()
