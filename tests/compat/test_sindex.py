@@ -1006,6 +1006,15 @@ def test_query_on_a_set_that_does_not_exist(client, w):
         run(client, "nosuchset" + uid(), p.between("nobin" + uid(), 0, 4))
 
 
+def wait_for_job(client, job):
+    """Polls job_info (query-show) until the background job is done."""
+    for _ in range(100):
+        if client.job_info(job, aerospike.JOB_QUERY)["status"] == aerospike.JOB_STATUS_COMPLETED:
+            return
+        time.sleep(0.1)
+    pytest.fail("background job did not complete")
+
+
 def test_background_query_writes_only_matching_records(client, w, set_name):
     """A background query (ops, no read) writes exactly the records its
     predicate selects, in its set; job_info follows it to completion."""
@@ -1017,12 +1026,7 @@ def test_background_query_writes_only_matching_records(client, w, set_name):
     q.where(p.between(w.n, 1, 3))
     q.add_ops([op.write("touched", 1)])
     job = q.execute_background()
-    for _ in range(100):
-        if client.job_info(job, aerospike.JOB_QUERY)["status"] == aerospike.JOB_STATUS_COMPLETED:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("background query did not complete")
+    wait_for_job(client, job)
     info = client.job_info(job, aerospike.JOB_QUERY)
     assert info["records_read"] == 3, info
     touched = {i for i in range(6) if "touched" in client.get((NS, s, i))[2]}
@@ -1042,11 +1046,6 @@ def test_background_scan_writes_every_record_of_its_set(client, w, set_name):
     q = client.query(NS, s)
     q.add_ops([op.increment(w.n, 100)])
     job = q.execute_background()
-    for _ in range(100):
-        if client.job_info(job, aerospike.JOB_QUERY)["status"] == aerospike.JOB_STATUS_COMPLETED:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("background scan did not complete")
+    wait_for_job(client, job)
     assert sorted(client.get((NS, s, i))[2][w.n] for i in range(5)) == [100, 101, 102, 103, 104]
 

@@ -605,4 +605,4 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

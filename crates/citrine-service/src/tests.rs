@@ -1053,7 +1053,7 @@ fn concurrent_increments_are_atomic() {
     assert_eq!(reply.bins[0].2, 16_000i64.to_be_bytes().to_vec());
 }
 
-fn info(service: &Service, commands: &[&str]) -> Vec<(String, String)> {
+pub(crate) fn info(service: &Service, commands: &[&str]) -> Vec<(String, String)> {
     let frame = citrine_wire::info::request_frame(commands);
     let mut header_bytes = [0u8; 8];
     header_bytes.copy_from_slice(&frame[..8]);

@@ -13,21 +13,11 @@ use citrine_wire::msg::{field_type, info1, info2, info3, op_type, MessageWriter,
 use std::collections::BTreeSet;
 
 pub(crate) fn info(service: &Service, command: &str) -> String {
-    let frame = citrine_wire::info::request_frame(&[command]);
-    let mut header_bytes = [0u8; 8];
-    header_bytes.copy_from_slice(&frame[..8]);
-    let mut out = Vec::new();
-    service
-        .handle(
-            ProtoHeader::decode(&header_bytes).unwrap(),
-            &frame[8..],
-            &mut out,
-        )
-        .unwrap();
-    let text = String::from_utf8(out[8..].to_vec()).unwrap();
-    let (line, value) = text.trim_end_matches('\n').split_once('\t').unwrap();
+    let mut answers = crate::tests::info(service, &[command]);
+    assert_eq!(answers.len(), 1);
+    let (line, value) = answers.remove(0);
     assert_eq!(line, command);
-    value.to_owned()
+    value
 }
 
 /// Writes one bin of any particle.
