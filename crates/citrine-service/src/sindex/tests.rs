@@ -8,7 +8,6 @@
 use crate::batch::tests::{put, run, service, single, Msg};
 use crate::Service;
 use citrine_types::{Digest, DIGEST_SIZE};
-use citrine_wire::frame::ProtoHeader;
 use citrine_wire::msg::{field_type, info1, info2, info3, op_type, MessageWriter, MsgHeader};
 use std::collections::BTreeSet;
 
