@@ -192,8 +192,8 @@ pub struct Service {
     /// No-op mode (see [`noop`]): data requests are answered without
     /// touching a namespace. Set once, before the node serves.
     noop: AtomicBool,
-    /// Secondary-index builds waiting for the builder thread, the file
-    /// the definitions are kept in (see [`sindex`]).
+    /// Secondary-index builds waiting for the builder thread, and the
+    /// definitions the cluster shares (see [`sindex`]).
     pub(crate) sindex_builds: sindex::Builds,
     /// Background scans and queries (see [`job`]).
     pub(crate) jobs: job::Jobs,

@@ -188,8 +188,14 @@ pub(crate) fn clear_partition(namespace: &Namespace, partition: PartitionId) {
 
 /// Builds a new index from the records already stored: each partition under
 /// its read lock (writers to it wait; they maintain the index themselves
-/// afterwards). Stops early if the index is deleted.
-pub(crate) fn build(service: &Service, namespace: &Namespace, index: &Sindex) {
+/// afterwards), calling `between` after each. Stops early if the index is
+/// deleted.
+pub(crate) fn build(
+    service: &Service,
+    namespace: &Namespace,
+    index: &Sindex,
+    between: &mut dyn FnMut(),
+) {
     let now = || service.now();
     let started = now().unix_ms;
     let mut keys = Vec::new();
@@ -222,8 +228,7 @@ pub(crate) fn build(service: &Service, namespace: &Namespace, index: &Sindex) {
         }
         drop(partition);
         index.partition_built();
-        // A long build does not hold back the definitions' pushes.
-        service.push_sindex_definitions();
+        between();
     }
     let elapsed = now().unix_ms.saturating_sub(started);
     index.build_finished(elapsed);
@@ -236,19 +241,25 @@ impl Service {
     /// `citrine-sindex` thread). While it runs, create commands queue their
     /// builds here instead of building inline.
     pub fn run_sindex_builds(&self, stopping: &AtomicBool) {
+        // The cluster's definitions (see `smd`) go out between builds and
+        // between a long build's partitions.
         self.sindex_builds.queue.serve(
             stopping,
-            |(namespace, index)| build(self, &namespace, &index),
-            // Between builds: the cluster's definitions (see `smd`).
+            |(namespace, index)| {
+                build(self, &namespace, &index, &mut || {
+                    self.push_sindex_definitions()
+                })
+            },
             || self.push_sindex_definitions(),
         );
     }
 
     /// Builds every queued index now, on this thread (for a service no
-    /// builder thread serves, and for tests).
+    /// builder thread serves, and for tests). Pushes nothing: a caller may
+    /// hold the definitions' lock.
     pub fn run_pending_sindex_builds(&self) {
         while let Some((namespace, index)) = self.sindex_builds.queue.pop() {
-            build(self, &namespace, &index);
+            build(self, &namespace, &index, &mut || {});
         }
     }
 
