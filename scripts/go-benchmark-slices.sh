@@ -30,7 +30,10 @@
 # is lower than in MODE=slices; the difference is the point.
 #
 # Environment: A_BIN, B_BIN (server binaries; required), A_ARGS, B_ARGS
-# (extra citrined flags), MODE (slices | together), SLICES (8 pairs or
+# (extra citrined flags), B_INFO (an info command sent to B after both
+# are loaded, e.g. a `sindex-create:...` to measure writes that keep an
+# index true: the tool's integer bin is `I`; a sindex-create waits for the
+# index's load_pct=100), MODE (slices | together), SLICES (8 pairs or
 # windows), SLICE (6 s), WORKLOAD (RU,95), KEYS (1000000), CONCURRENCY (32;
 # per tool in MODE=together), GO_CLIENT_VERSION (latest), WORK.
 set -euo pipefail
@@ -85,11 +88,26 @@ echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d:
 case "${MODE:=slices}" in slices | together) ;; *) die "MODE is slices or together, not $MODE" ;; esac
 
 PYTHONPATH=scripts/lib python3 - "$WORK/bin/benchmark" "$WORK" "$A_PORT" "$A_PID" "$B_PORT" "$B_PID" \
-    "${KEYS:-1000000}" "${CONCURRENCY:-32}" "${SLICES:-8}" "${SLICE:-6}" "${WORKLOAD:-RU,95}" "$MODE" <<'PY'
-import statistics, subprocess, sys, threading, time
+    "${KEYS:-1000000}" "${CONCURRENCY:-32}" "${SLICES:-8}" "${SLICE:-6}" "${WORKLOAD:-RU,95}" "$MODE" "${B_INFO:-}" <<'PY'
+import socket, statistics, subprocess, sys, threading, time
 from gotool import TCK, TOTAL_RE as total_re, cpu_ticks, stop, tool_args
 
-bench, work, a_port, a_pid, b_port, b_pid, keys, conc, slices, slice_s, workload, mode = sys.argv[1:13]
+bench, work, a_port, a_pid, b_port, b_pid, keys, conc, slices, slice_s, workload, mode, b_info = sys.argv[1:14]
+
+def info(port, command):
+    """One info command over the Aerospike info protocol (proto type 1)."""
+    body = (command + "\n").encode()
+    header = (2 << 56 | 1 << 48 | len(body)).to_bytes(8, "big")
+    with socket.create_connection(("127.0.0.1", int(port)), timeout=10) as conn:
+        conn.sendall(header + body)
+        reply = b""
+        while len(reply) < 8:
+            reply += conn.recv(8 - len(reply))
+        size = int.from_bytes(reply[:8], "big") & ((1 << 48) - 1)
+        data = b""
+        while len(data) < size:
+            data += conn.recv(size - len(data))
+    return data.decode().rstrip("\n").split("\t", 1)[-1]
 servers = {"A": (a_port, int(a_pid)), "B": (b_port, int(b_pid))}
 slices, slice_s = int(slices), float(slice_s)
 def args(port, wl):
@@ -100,6 +118,16 @@ for variant, (port, pid) in servers.items():
     with open(f"{work}/load-{variant}.log", "w") as log:
         if subprocess.run(args(port, "I:100"), stdout=log, stderr=subprocess.STDOUT).returncode != 0:
             sys.exit(f"load of {variant} failed; see {work}/load-{variant}.log")
+
+if b_info:
+    print(f"== B: {b_info} -> {info(b_port, b_info)}", flush=True)
+    if b_info.startswith("sindex-create"):
+        params = dict(pair.split("=", 1) for pair in b_info.split(":", 1)[1].split(";") if "=" in pair)
+        ns = params.get("namespace") or params.get("ns")
+        stat = f"sindex/{ns}/{params['indexname']}"
+        while "load_pct=100;" not in (answer := info(b_port, stat)):
+            time.sleep(0.2)
+        print(f"== B: {stat} -> {answer}", flush=True)
 
 def one_slice(variant, index):
     port, spid = servers[variant]
