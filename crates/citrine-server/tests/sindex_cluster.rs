@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::cluster::{put, start_cluster, wait_for_cluster, wait_for_stable, Node};
+use common::cluster::{get_bin, put, start_cluster, wait_for_cluster, wait_for_stable, Node};
 use common::stream::read_stream;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -107,24 +107,9 @@ fn background_hit(node: &Node, trid: u64) -> u8 {
 
 /// Bin "hit" of record `key`, read through `node`.
 fn hit(node: &Node, key: &str) -> Option<i64> {
-    use citrine_wire::msg::{info1, MsgHeader};
-    let request = common::record_request(
-        "test",
-        key,
-        MsgHeader {
-            info1: info1::READ | info1::GET_ALL,
-            transaction_ttl: 5000,
-            ..MsgHeader::default()
-        },
-        &[],
-    );
-    let mut stream = node.connect();
-    let (_, body) = common::round_trip(&mut stream, &request).unwrap();
-    let (header, bins) = common::decode_reply(&body);
-    assert_eq!(header.result_code, 0, "{key}");
-    bins.into_iter()
-        .find(|(name, _, _)| name == b"hit")
-        .map(|(_, _, value)| i64::from_be_bytes(value.try_into().unwrap()))
+    let (code, value) = get_bin(&mut node.connect(), key, "hit");
+    assert_eq!(code, 0, "{key}");
+    value.map(|value| i64::from_be_bytes(value.try_into().unwrap()))
 }
 
 #[test]

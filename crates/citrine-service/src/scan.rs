@@ -61,8 +61,11 @@
 //! all, if the update moved its smallest matching value behind the query's
 //! position), as the reference's queries are not snapshots either.
 //!
-//! Not yet: UDF scans and queries (field 33) and background write scans
-//! (`info2 WRITE`) answer 16; geo filters answer 16.
+//! Background scans and queries (`info2 WRITE` with write ops) use the
+//! same cursor, collecting digests instead of writing record messages, for
+//! [`crate::job`].
+//!
+//! Not yet: UDF scans and queries (field 33) and geo filters answer 16.
 
 use crate::filter::RecordView;
 use crate::namespace::Namespace;
@@ -133,6 +136,18 @@ enum SetFilter {
     All,
     /// Records of this set id.
     Only(u16),
+}
+
+impl ScanCursor {
+    /// Whether a record with `meta` is one the scan may return: in its set
+    /// and live (not expired, not truncated).
+    fn admits(&self, meta: &citrine_index::RecordMeta, now: Now) -> bool {
+        let in_set = match self.set {
+            SetFilter::All => true,
+            SetFilter::Only(id) => meta.set_id == id,
+        };
+        in_set && is_live(&self.namespace, meta, now)
+    }
 }
 
 /// A scan in progress: what is left and the limits that apply.
@@ -617,7 +632,10 @@ impl ScanCursor {
             };
             MessageWriter::begin_bare(out, &last).finish();
             ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
-            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            if self.collected.is_none() {
+                // Foreground scans only (jobs have `query-show`).
+                service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            }
             return true;
         }
         if out.len() == frame_start + PROTO_HEADER_SIZE {
@@ -678,11 +696,7 @@ impl ScanCursor {
                 .iter()
                 .filter(|(digest, entry)| {
                     cursor.after.is_none_or(|after| **digest > after)
-                        && match self.set {
-                            SetFilter::All => true,
-                            SetFilter::Only(id) => entry.meta().set_id == id,
-                        }
-                        && is_live(&namespace, &entry.meta(), now)
+                        && self.admits(&entry.meta(), now)
                 })
                 .map(|(digest, _)| *digest),
         );
@@ -759,13 +773,7 @@ impl ScanCursor {
         for (position, &(bval, digest)) in candidates.iter().enumerate() {
             *examined += 1;
             if let Some(entry) = partition.get(&digest) {
-                let meta = entry.meta();
-                let in_set = match self.set {
-                    SetFilter::All => true,
-                    SetFilter::Only(id) => meta.set_id == id,
-                };
-                if in_set
-                    && is_live(&namespace, &meta, now)
+                if self.admits(&entry.meta(), now)
                     && self.emit(&namespace, &digest, entry, now, out, Some(bval))
                 {
                     self.sent += 1;
@@ -834,6 +842,13 @@ impl ScanCursor {
         out: &mut Vec<u8>,
         bval: Option<i64>,
     ) -> bool {
+        if self.filter.is_none() && bval.is_none() {
+            if let Some(collected) = self.collected.as_mut() {
+                // A background scan with nothing to check: no body to read.
+                collected.push(*digest);
+                return true;
+            }
+        }
         let body = match namespace.storage.read(&entry.location) {
             Ok(body) => body,
             Err(error) => {

@@ -379,6 +379,11 @@ pub fn delete(stream: &mut TcpStream, key: &str) -> u8 {
 
 /// (result code, value of bin "v").
 pub fn get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
+    get_bin(stream, key, "v")
+}
+
+/// (result code, value of bin `bin`).
+pub fn get_bin(stream: &mut TcpStream, key: &str, bin: &str) -> (u8, Option<Vec<u8>>) {
     let request = record_request(
         "test",
         key,
@@ -393,7 +398,7 @@ pub fn get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
     let (header, bins) = decode_reply(&body);
     let value = bins
         .into_iter()
-        .find(|(name, _, _)| name == b"v")
+        .find(|(name, _, _)| name == bin.as_bytes())
         .map(|(_, _, value)| value);
     (header.result_code, value)
 }
