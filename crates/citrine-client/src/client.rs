@@ -36,7 +36,7 @@ use std::time::Instant;
 /// dropped or [`Client::close`] is called).
 #[derive(Clone, Debug)]
 pub struct Client {
-    cluster: Arc<Cluster>,
+    pub(crate) cluster: Arc<Cluster>,
     tender: Arc<TendTask>,
     sequence: Arc<AtomicU64>,
 }
@@ -391,7 +391,7 @@ impl Client {
         self.execute(policy, key, is_write, &frame).await
     }
 
-    fn next_random(&self) -> u64 {
+    pub(crate) fn next_random(&self) -> u64 {
         // xorshift64* over a shared counter: only used for jitter and round-robin.
         let mut x = self
             .sequence
@@ -402,7 +402,7 @@ impl Client {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn pick_node(
+    pub(crate) fn pick_node(
         &self,
         state: &ClusterState,
         policy: &Policy,
@@ -464,8 +464,7 @@ impl Client {
         let counters = &self.cluster.counters;
         counters.commands.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        let total_deadline =
-            (!policy.total_timeout.is_zero()).then(|| start + policy.total_timeout);
+        let total_deadline = policy.total_deadline(start);
         let spin = if policy.replica == Replica::Any {
             self.next_random()
         } else {
@@ -482,13 +481,7 @@ impl Client {
                 },
                 Some(node) => {
                     drop(state);
-                    let socket_deadline = match (policy.socket_timeout.is_zero(), total_deadline) {
-                        (true, deadline) => deadline,
-                        (false, None) => Some(Instant::now() + policy.socket_timeout),
-                        (false, Some(total)) => {
-                            Some((Instant::now() + policy.socket_timeout).min(total))
-                        }
-                    };
+                    let socket_deadline = policy.socket_deadline(total_deadline);
                     match attempt_on(&node, frame, socket_deadline).await {
                         Ok(answer) if !is_retryable_code(answer.result_code) => return Ok(answer),
                         Ok(answer) => Error::server(answer.result_code, node.name()),

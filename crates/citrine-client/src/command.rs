@@ -144,14 +144,14 @@ impl Operation {
         Operation::Add(Bin::new(name, by))
     }
 
-    fn is_write(&self) -> bool {
+    pub(crate) fn is_write(&self) -> bool {
         !matches!(
             self,
             Operation::Read(_) | Operation::ReadAll | Operation::ReadHeader
         )
     }
 
-    fn encode(&self, writer: &mut MessageWriter<'_>) {
+    pub(crate) fn encode(&self, writer: &mut MessageWriter<'_>) {
         let bin_op = |writer: &mut MessageWriter<'_>, op: u8, bin: &Bin| {
             writer.op_with(op, bin.value.particle_type(), bin.name.as_bytes(), |out| {
                 bin.value.encode_into(out)
@@ -178,7 +178,7 @@ impl Operation {
         }
     }
 
-    fn bin_name(&self) -> Option<&str> {
+    pub(crate) fn bin_name(&self) -> Option<&str> {
         match self {
             Operation::Read(name) => Some(name),
             Operation::Write(bin)

@@ -23,8 +23,11 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 pub struct Connection {
     stream: TcpStream,
     address: SocketAddr,
+    /// Bytes read from the socket; the current frame is `buffer[..consumed]`
+    /// and anything after it belongs to the next frame of a stream.
     buffer: Vec<u8>,
-    /// Decoded answer body (after inflation when compressed).
+    consumed: usize,
+    /// Inflated body of the current frame when it came compressed.
     body: Vec<u8>,
     last_used: Instant,
 }
@@ -48,6 +51,49 @@ async fn with_deadline<T>(
     }
 }
 
+/// Like [`with_deadline`], for a step after which the server may have
+/// acted on the request: a timeout is in doubt.
+async fn with_deadline_in_doubt<T>(
+    deadline: Option<Instant>,
+    future: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    with_deadline(deadline, "socket", future)
+        .await
+        .map_err(|mut error| {
+            if matches!(error, Error::Timeout { .. }) {
+                error.set_in_doubt(true);
+            }
+            error
+        })
+}
+
+/// A network error on `address`; in doubt, because it happened once the
+/// request may have reached the server.
+fn network_error(address: SocketAddr, stage: &str, error: std::io::Error) -> Error {
+    Error::Network {
+        address: address.to_string(),
+        message: format!("{stage}: {error}"),
+        in_doubt: true,
+    }
+}
+
+/// Appends what the socket has to `buffer`; the peer closing is an error.
+async fn read_more(
+    stream: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+    address: SocketAddr,
+) -> Result<()> {
+    match stream.read_buf(buffer).await {
+        Ok(0) => Err(network_error(
+            address,
+            "receive",
+            std::io::ErrorKind::UnexpectedEof.into(),
+        )),
+        Ok(_) => Ok(()),
+        Err(error) => Err(network_error(address, "receive", error)),
+    }
+}
+
 impl Connection {
     /// Connects, with a deadline.
     pub async fn connect(address: SocketAddr, deadline: Option<Instant>) -> Result<Connection> {
@@ -66,6 +112,7 @@ impl Connection {
             stream,
             address,
             buffer: Vec::with_capacity(4096),
+            consumed: 0,
             body: Vec::new(),
             last_used: Instant::now(),
         })
@@ -79,107 +126,115 @@ impl Connection {
     /// Sends `request` (a complete frame) and reads one complete answer
     /// frame. Returns its type and body. Errors after the first byte was
     /// written are marked in doubt (the server may have applied a write).
+    /// Bytes after the answer frame are a protocol error: a single-record
+    /// answer is exactly one frame.
     pub async fn exchange(
         &mut self,
         request: &[u8],
         deadline: Option<Instant>,
     ) -> Result<(MessageType, &[u8])> {
+        self.send(request, deadline).await?;
+        let (message_type, compressed) = self.read_frame(deadline).await?;
+        if self.buffer.len() > self.consumed {
+            return Err(Error::Protocol {
+                address: self.address.to_string(),
+                message: "server sent more bytes than one answer frame".into(),
+            });
+        }
+        Ok((message_type, self.frame_body(compressed)))
+    }
+
+    /// Sends `request` (a complete frame) and forgets any unread bytes of
+    /// earlier answers. The start of a streamed command (batch, scan,
+    /// query); read its answer frames with [`Connection::receive`].
+    pub async fn send(&mut self, request: &[u8], deadline: Option<Instant>) -> Result<()> {
         let address = self.address;
-        let network = move |stage: &str, error: std::io::Error, in_doubt: bool| Error::Network {
-            address: address.to_string(),
-            message: format!("{stage}: {error}"),
-            in_doubt,
-        };
-        let message_type = {
-            let Connection {
-                stream,
-                buffer,
-                body,
-                ..
-            } = self;
-            let future =
-                async {
-                    stream
-                        .write_all(request)
-                        .await
-                        .map_err(|e| network("send", e, true))?;
-                    buffer.clear();
-                    // Read at least the header; often the whole answer comes in one read.
-                    while buffer.len() < PROTO_HEADER_SIZE {
-                        if stream
-                            .read_buf(buffer)
-                            .await
-                            .map_err(|e| network("receive", e, true))?
-                            == 0
-                        {
-                            return Err(network(
-                                "receive",
-                                std::io::ErrorKind::UnexpectedEof.into(),
-                                true,
-                            ));
-                        }
-                    }
-                    let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
-                    header_bytes.copy_from_slice(&buffer[..PROTO_HEADER_SIZE]);
-                    let header =
-                        ProtoHeader::decode(&header_bytes).map_err(|error| Error::Protocol {
-                            address: address.to_string(),
-                            message: format!("bad proto header: {error}"),
-                        })?;
-                    let total = PROTO_HEADER_SIZE + header.size as usize;
-                    if buffer.len() < total {
-                        buffer.reserve(total - buffer.len());
-                    }
-                    while buffer.len() < total {
-                        if stream
-                            .read_buf(buffer)
-                            .await
-                            .map_err(|e| network("receive", e, true))?
-                            == 0
-                        {
-                            return Err(network(
-                                "receive",
-                                std::io::ErrorKind::UnexpectedEof.into(),
-                                true,
-                            ));
-                        }
-                    }
-                    if buffer.len() > total {
-                        return Err(Error::Protocol {
-                            address: address.to_string(),
-                            message: "server sent more bytes than one answer frame".into(),
-                        });
-                    }
-                    if header.message_type == MessageType::Compressed {
-                        let (inner, inflated) = frame::inflate(&buffer[PROTO_HEADER_SIZE..])
-                            .map_err(|error| Error::Protocol {
-                                address: address.to_string(),
-                                message: format!("bad compressed answer: {error}"),
-                            })?;
-                        *body = inflated;
-                        Ok(inner.message_type)
-                    } else {
-                        body.clear();
-                        body.extend_from_slice(&buffer[PROTO_HEADER_SIZE..]);
-                        Ok(header.message_type)
-                    }
-                };
-            match deadline {
-                None => future.await?,
-                Some(deadline) => match tokio::time::timeout_at(deadline.into(), future).await {
-                    Ok(result) => result?,
-                    Err(_) => {
-                        return Err(Error::Timeout {
-                            what: "socket",
-                            iterations: 1,
-                            in_doubt: true,
-                        })
-                    }
-                },
-            }
-        };
+        self.buffer.clear();
+        self.consumed = 0;
+        let stream = &mut self.stream;
+        with_deadline_in_doubt(deadline, async {
+            stream
+                .write_all(request)
+                .await
+                .map_err(|error| network_error(address, "send", error))
+        })
+        .await?;
         self.last_used = Instant::now();
-        Ok((message_type, &self.body))
+        Ok(())
+    }
+
+    /// Reads the next complete answer frame of a streamed command. Returns
+    /// its type and body (inflated when the frame was compressed).
+    pub async fn receive(&mut self, deadline: Option<Instant>) -> Result<(MessageType, &[u8])> {
+        let (message_type, compressed) = self.read_frame(deadline).await?;
+        Ok((message_type, self.frame_body(compressed)))
+    }
+
+    /// The body of the frame [`Connection::read_frame`] just read.
+    fn frame_body(&self, compressed: bool) -> &[u8] {
+        if compressed {
+            &self.body
+        } else {
+            self.buffer
+                .get(PROTO_HEADER_SIZE..self.consumed)
+                .unwrap_or_default()
+        }
+    }
+
+    /// Reads one frame into `buffer[..consumed]` (dropping the previous
+    /// frame's bytes first, keeping whatever followed them), inflating a
+    /// compressed frame into `body`. Returns the (inner) message type and
+    /// whether the body is in `body` rather than in `buffer`.
+    async fn read_frame(&mut self, deadline: Option<Instant>) -> Result<(MessageType, bool)> {
+        let address = self.address;
+        if self.consumed > 0 {
+            self.buffer.drain(..self.consumed);
+            self.consumed = 0;
+        }
+        let Connection {
+            stream,
+            buffer,
+            body,
+            consumed,
+            ..
+        } = self;
+        let outcome = with_deadline_in_doubt(deadline, async {
+            // Read at least the header; often the whole answer comes in one read.
+            while buffer.len() < PROTO_HEADER_SIZE {
+                read_more(stream, buffer, address).await?;
+            }
+            let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
+            header_bytes.copy_from_slice(&buffer[..PROTO_HEADER_SIZE]);
+            let header = ProtoHeader::decode(&header_bytes).map_err(|error| Error::Protocol {
+                address: address.to_string(),
+                message: format!("bad proto header: {error}"),
+            })?;
+            // PROTO_SIZE_MAX bounds the size, so this cannot overflow.
+            let total = PROTO_HEADER_SIZE + header.size as usize;
+            if buffer.len() < total {
+                buffer.reserve(total - buffer.len());
+            }
+            while buffer.len() < total {
+                read_more(stream, buffer, address).await?;
+            }
+            *consumed = total;
+            if header.message_type == MessageType::Compressed {
+                let (inner, inflated) =
+                    frame::inflate(&buffer[PROTO_HEADER_SIZE..total]).map_err(|error| {
+                        Error::Protocol {
+                            address: address.to_string(),
+                            message: format!("bad compressed answer: {error}"),
+                        }
+                    })?;
+                *body = inflated;
+                Ok((inner.message_type, true))
+            } else {
+                Ok((header.message_type, false))
+            }
+        })
+        .await?;
+        self.last_used = Instant::now();
+        Ok(outcome)
     }
 
     /// Runs info commands and returns (command, value) pairs in answer order.

@@ -10,7 +10,7 @@ use citrine_types::ResultCode;
 use std::net::SocketAddr;
 
 /// Everything that can go wrong in a client call.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
     /// The server answered with a non-zero result code.
     #[error("server {node} answered result code {code} ({}){}", describe_code(*.result), in_doubt_suffix(*.in_doubt))]

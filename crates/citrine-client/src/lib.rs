@@ -24,10 +24,13 @@
 //! Module map: [`error`] typed errors; [`value`] bin values; [`policy`]
 //! policies; [`command`] keys, ops and wire encoding; [`peers`] and
 //! [`partition`] info-answer parsers; [`conn`] connections and pools;
-//! [`node`] node health; [`cluster`] tend loop; [`client`] the API.
+//! [`node`] node health; [`cluster`] tend loop; [`client`] the API and
+//! single-record commands; [`batch`] batch commands; [`query`] scans,
+//! queries, background jobs and index management.
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod client;
 pub mod cluster;
 pub mod command;
@@ -37,8 +40,10 @@ pub mod node;
 pub mod partition;
 pub mod peers;
 pub mod policy;
+pub mod query;
 pub mod value;
 
+pub use batch::BatchPolicy;
 pub use citrine_types::{NodeId, ResultCode};
 pub use citrine_wire::digest::UserKey;
 pub use client::{Client, ClientStats, NodeSummary};
@@ -46,6 +51,10 @@ pub use command::{Bins, IntoUserKey, Key, Operation, Record};
 pub use error::{Error, Result};
 pub use policy::{
     Expiration, GenerationPolicy, Policy, ReadPolicy, RecordExistsAction, Replica, WritePolicy,
+};
+pub use query::{
+    FilterValue, IndexCollection, IndexFilter, IndexType, JobStatus, KeyRecord, PartitionFilter,
+    RecordStream, ScanPolicy, Statement,
 };
 pub use value::{Bin, Value};
 

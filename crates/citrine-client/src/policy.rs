@@ -75,6 +75,24 @@ impl Policy {
         u32::try_from(chosen.as_millis()).unwrap_or(u32::MAX)
     }
 
+    /// The total deadline of a command started at `start` (`None` without
+    /// a total timeout).
+    pub fn total_deadline(&self, start: std::time::Instant) -> Option<std::time::Instant> {
+        (!self.total_timeout.is_zero()).then(|| start + self.total_timeout)
+    }
+
+    /// The deadline of one attempt (or one read of a stream) starting now:
+    /// the socket timeout, capped by the total deadline.
+    pub fn socket_deadline(&self, total: Option<std::time::Instant>) -> Option<std::time::Instant> {
+        match (self.socket_timeout.is_zero(), total) {
+            (true, total) => total,
+            (false, None) => Some(std::time::Instant::now() + self.socket_timeout),
+            (false, Some(total)) => {
+                Some((std::time::Instant::now() + self.socket_timeout).min(total))
+            }
+        }
+    }
+
     /// The backoff before retry number `retry` (1-based), with up to 50 %
     /// jitter taken from `jitter` (any 64-bit random value).
     pub fn backoff_for(&self, retry: u32, jitter: u64) -> Duration {

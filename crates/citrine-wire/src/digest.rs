@@ -42,6 +42,24 @@ impl UserKey {
         out.extend_from_slice(&self.value_bytes());
         out
     }
+
+    /// Decodes a field-2 payload (the inverse of [`UserKey::to_field`]).
+    /// `None` for an unknown particle type or a number that is not 8 bytes.
+    pub fn from_field(data: &[u8]) -> Option<UserKey> {
+        let (&particle, value) = data.split_first()?;
+        let word = || -> Option<[u8; 8]> { value.try_into().ok() };
+        Some(match particle {
+            p if p == ParticleType::Integer as u8 => UserKey::Integer(i64::from_be_bytes(word()?)),
+            p if p == ParticleType::Float as u8 => {
+                UserKey::Float(f64::from_bits(u64::from_be_bytes(word()?)))
+            }
+            p if p == ParticleType::String as u8 => {
+                UserKey::String(String::from_utf8(value.to_vec()).ok()?)
+            }
+            p if p == ParticleType::Blob as u8 => UserKey::Blob(value.to_vec()),
+            _ => return None,
+        })
+    }
 }
 
 /// Computes the digest from the raw pieces.
@@ -94,5 +112,21 @@ mod tests {
         let digest = of_key("demo", &UserKey::String("key1".into()));
         assert_eq!(hex(digest), "ec91192d4b7f8ce35d5d78d34bca65cbaaaac960");
         assert_eq!(digest.partition().get(), 492);
+    }
+
+    #[test]
+    fn key_fields_round_trip() {
+        for key in [
+            UserKey::Integer(-7),
+            UserKey::Float(2.5),
+            UserKey::String("k".into()),
+            UserKey::Blob(vec![0, 255]),
+        ] {
+            assert_eq!(UserKey::from_field(&key.to_field()), Some(key));
+        }
+        assert_eq!(UserKey::from_field(&[]), None);
+        assert_eq!(UserKey::from_field(&[1, 0, 0]), None, "short integer");
+        assert_eq!(UserKey::from_field(&[3, 0xff]), None, "not UTF-8");
+        assert_eq!(UserKey::from_field(&[9, 1]), None, "unknown particle type");
     }
 }

@@ -1,0 +1,495 @@
+//! Batch commands, scans, queries, background jobs and index management
+//! through the client, against a real `citrined` process.
+
+mod common;
+
+use citrine_client::{
+    BatchPolicy, Bin, Bins, Client, ClientConfig, Error, IndexCollection, IndexFilter, IndexType,
+    JobStatus, Key, Operation, PartitionFilter, ScanPolicy, Statement, Value, WritePolicy,
+};
+use common::Server;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+async fn connect(server: &Server) -> Client {
+    Client::connect(ClientConfig::new([server.seed()]))
+        .await
+        .expect("client connects")
+}
+
+fn key(set: &str, index: i64) -> Key {
+    Key::new("test", set, index)
+}
+
+/// Writes `count` records of `set`: bin `n` = index, bin `s` = "v{index % 10}",
+/// bin `l` = [index, index + 1000]; the user key is stored.
+async fn load(client: &Client, set: &str, count: i64) {
+    let mut policy = WritePolicy::default();
+    policy.base.send_key = true;
+    for index in 0..count {
+        client
+            .put(
+                &policy,
+                &key(set, index),
+                &[
+                    Bin::new("n", index),
+                    Bin::new("s", format!("v{}", index % 10)),
+                    Bin::new("l", Value::List(int_list(&[index, index + 1000]))),
+                ],
+            )
+            .await
+            .expect("put");
+    }
+}
+
+/// A msgpack list of integers (each as a 64-bit msgpack integer).
+fn int_list(values: &[i64]) -> Vec<u8> {
+    assert!(values.len() < 16);
+    let mut out = vec![0x90 | values.len() as u8];
+    for value in values {
+        out.push(0xd3);
+        out.extend_from_slice(&value.to_be_bytes());
+    }
+    out
+}
+
+fn int_bin(record: &citrine_client::Record, name: &str) -> Option<i64> {
+    match record.bin(name) {
+        Some(Value::Int(value)) => Some(*value),
+        _ => None,
+    }
+}
+
+fn user_keys(records: &[citrine_client::KeyRecord]) -> Vec<i64> {
+    let mut keys: Vec<i64> = records
+        .iter()
+        .map(|record| match &record.key.user_key {
+            Some(citrine_client::UserKey::Integer(value)) => *value,
+            other => panic!("stored key expected, got {other:?}"),
+        })
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+#[tokio::test]
+async fn batch_reads_writes_and_deletes() {
+    let server = Server::start();
+    let client = connect(&server).await;
+    load(&client, "b", 300).await;
+    let policy = BatchPolicy::default();
+    // Every third key was never written.
+    let keys: Vec<Key> = (0..450).map(|index| key("b", index)).collect();
+
+    let records = client
+        .batch_get(&policy, &keys, Bins::All)
+        .await
+        .expect("batch get");
+    assert_eq!(records.len(), 450);
+    for (index, record) in records.iter().enumerate() {
+        if index < 300 {
+            let record = record.as_ref().expect("written record is found");
+            assert_eq!(record.bin("n"), Some(&Value::Int(index as i64)));
+            assert_eq!(record.generation, 1);
+        } else {
+            assert!(record.is_none(), "key {index} was never written");
+        }
+    }
+    let named = client
+        .batch_get(&policy, &keys[..5], Bins::Names(vec!["s".into()]))
+        .await
+        .expect("named bins");
+    for record in named.iter().flatten() {
+        assert_eq!(record.bins.keys().collect::<Vec<_>>(), vec!["s"]);
+    }
+    let exists = client.batch_exists(&policy, &keys).await.expect("exists");
+    assert_eq!(exists.iter().filter(|found| **found).count(), 300);
+    assert!(exists[299] && !exists[300]);
+
+    // A key list in another namespace fails per row; here the whole get fails.
+    let unknown = [Key::new("nope", "b", 1i64)];
+    let error = client
+        .batch_get(&policy, &unknown, Bins::All)
+        .await
+        .expect_err("unknown namespace");
+    assert!(error.raw_code().is_some(), "{error}");
+
+    // Operate: add to every record and read the result back.
+    let ops = [Operation::incr("n", 10), Operation::Read("n".into())];
+    let outcomes = client
+        .batch_operate(&policy, &WritePolicy::default(), &keys[295..305], &ops)
+        .await
+        .expect("batch operate");
+    for (offset, outcome) in outcomes.iter().enumerate() {
+        let index = 295 + offset as i64;
+        let record = outcome.as_ref().expect("incr creates or updates");
+        let expected = if index < 300 { index + 10 } else { 10 };
+        assert_eq!(record.bin("n"), Some(&Value::Int(expected)), "key {index}");
+    }
+    // UPDATE_ONLY rows fail with 2 on missing records, row by row.
+    let update_only = WritePolicy {
+        record_exists: citrine_client::RecordExistsAction::UpdateOnly,
+        ..WritePolicy::default()
+    };
+    let outcomes = client
+        .batch_operate(
+            &policy,
+            &update_only,
+            &[key("b", 1), key("b", 9999)],
+            &[Operation::Write(Bin::new("t", 1i64))],
+        )
+        .await
+        .expect("batch operate");
+    assert!(outcomes[0].is_ok());
+    assert_eq!(
+        outcomes[1].as_ref().err().and_then(Error::raw_code),
+        Some(2)
+    );
+
+    let deleted = client
+        .batch_delete(&policy, &WritePolicy::default(), &keys[..3])
+        .await
+        .expect("batch delete");
+    assert!(deleted.iter().all(|row| matches!(row, Ok(true))));
+    let again = client
+        .batch_delete(&policy, &WritePolicy::default(), &keys[..3])
+        .await
+        .expect("batch delete");
+    assert!(again.iter().all(|row| matches!(row, Ok(false))));
+
+    // More keys than the server takes in one request: sent in several.
+    let many: Vec<Key> = (0..12_000).map(|index| key("b", index)).collect();
+    let found = client.batch_exists(&policy, &many).await.expect("chunked");
+    let few = client.batch_exists(&policy, &keys).await.expect("exists");
+    assert_eq!(&found[..450], &few[..]);
+    assert!(found[450..].iter().all(|found| !found));
+    let unchunked = BatchPolicy {
+        max_rows_per_request: 0,
+        ..BatchPolicy::default()
+    };
+    let refused = client
+        .batch_exists(&unchunked, &many)
+        .await
+        .expect_err("over batch-max-requests");
+    assert_eq!(refused.raw_code(), Some(151), "{refused}");
+
+    assert!(client
+        .batch_get(&policy, &[], Bins::All)
+        .await
+        .expect("empty")
+        .is_empty());
+    assert!(matches!(
+        client
+            .batch_get(&policy, &keys[..1], Bins::Names(vec!["x".repeat(16)]))
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    // The connection pool is still clean after all of that.
+    assert_eq!(
+        client
+            .get(&Default::default(), &key("b", 10), Bins::All)
+            .await
+            .expect("get")
+            .and_then(|record| record.bin("n").cloned()),
+        Some(Value::Int(10))
+    );
+    client.close();
+}
+
+#[tokio::test]
+async fn scans_cover_a_set_once_with_limits_and_partition_filters() {
+    let server = Server::start();
+    let client = connect(&server).await;
+    load(&client, "scan", 600).await;
+    load(&client, "other", 50).await;
+    let policy = ScanPolicy::default();
+
+    let records = client
+        .scan(&policy, &Statement::new("test", "scan"))
+        .expect("scan")
+        .collect()
+        .await
+        .expect("scan completes");
+    assert_eq!(user_keys(&records), (0..600).collect::<Vec<_>>());
+    for record in &records {
+        let n = int_bin(&record.record, "n").expect("bin n");
+        assert_eq!(record.key.set, "scan");
+        assert_eq!(record.key.digest, key("scan", n).digest);
+    }
+
+    let whole = client
+        .scan(&policy, &Statement::new("test", ""))
+        .expect("scan")
+        .collect()
+        .await
+        .expect("namespace scan");
+    assert!(whole.len() >= 650, "{} records", whole.len());
+
+    let headers = client
+        .scan(&policy, &Statement::new("test", "scan").bins(Bins::Header))
+        .expect("scan")
+        .collect()
+        .await
+        .expect("header scan");
+    assert_eq!(headers.len(), 600);
+    assert!(headers
+        .iter()
+        .all(|record| record.record.bins.is_empty() && record.record.generation == 1));
+
+    let limited = ScanPolicy {
+        max_records: 100,
+        ..ScanPolicy::default()
+    };
+    let some = client
+        .scan(&limited, &Statement::new("test", "scan"))
+        .expect("scan")
+        .collect()
+        .await
+        .expect("limited scan");
+    assert_eq!(some.len(), 100);
+
+    // A quarter of the partitions: exactly the records that live there.
+    let quarter = PartitionFilter::range(1024, 1024).expect("range");
+    let part = client
+        .scan(&policy, &Statement::new("test", "scan").partitions(quarter))
+        .expect("scan")
+        .collect()
+        .await
+        .expect("partition scan");
+    let expected: Vec<i64> = (0..600)
+        .filter(|index| (1024..2048).contains(&key("scan", *index).partition().get()))
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(user_keys(&part), expected);
+
+    // Dropping a stream part-way stops it and leaves the client usable.
+    let mut stream = client
+        .scan(
+            &ScanPolicy {
+                queue_size: 1,
+                ..ScanPolicy::default()
+            },
+            &Statement::new("test", "scan"),
+        )
+        .expect("scan");
+    assert!(stream.next().await.expect("a record").is_ok());
+    drop(stream);
+    assert_eq!(
+        client
+            .scan(&policy, &Statement::new("test", "scan"))
+            .expect("scan")
+            .collect()
+            .await
+            .expect("scan again")
+            .len(),
+        600
+    );
+
+    assert!(matches!(
+        client.scan(
+            &policy,
+            &Statement::new("test", "scan").filter(IndexFilter::range("n", 0, 1))
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    let unknown = client
+        .scan(&policy, &Statement::new("nope", ""))
+        .expect("scan")
+        .collect()
+        .await;
+    assert!(unknown.is_err(), "an unknown namespace is an error");
+    client.close();
+}
+
+#[tokio::test]
+async fn queries_through_secondary_indexes_and_background_jobs() {
+    let server = Server::start();
+    let client = connect(&server).await;
+    load(&client, "q", 400).await;
+    let wait = Duration::from_secs(20);
+    let policy = ScanPolicy::default();
+
+    // No index yet: the server says so (201).
+    let missing = client
+        .query(
+            &policy,
+            &Statement::new("test", "q").filter(IndexFilter::range("n", 0, 9)),
+        )
+        .expect("query")
+        .collect()
+        .await
+        .expect_err("no index");
+    assert_eq!(missing.raw_code(), Some(201), "{missing}");
+
+    client
+        .create_index(
+            "test",
+            "q",
+            "q_n",
+            "n",
+            IndexType::Numeric,
+            IndexCollection::Default,
+            None,
+        )
+        .await
+        .expect("create numeric index");
+    client
+        .create_index(
+            "test",
+            "q",
+            "q_s",
+            "s",
+            IndexType::String,
+            IndexCollection::Default,
+            None,
+        )
+        .await
+        .expect("create string index");
+    client
+        .create_index(
+            "test",
+            "q",
+            "q_l",
+            "l",
+            IndexType::Numeric,
+            IndexCollection::List,
+            None,
+        )
+        .await
+        .expect("create list index");
+    for name in ["q_n", "q_s", "q_l"] {
+        client
+            .wait_for_index("test", name, wait)
+            .await
+            .expect("index built");
+    }
+
+    let range = client
+        .query(
+            &policy,
+            &Statement::new("test", "q").filter(IndexFilter::range("n", 100, 199)),
+        )
+        .expect("query")
+        .collect()
+        .await
+        .expect("range query");
+    assert_eq!(user_keys(&range), (100..200).collect::<Vec<_>>());
+
+    let equal = client
+        .query(
+            &policy,
+            &Statement::new("test", "q").filter(IndexFilter::equal("s", "v7")),
+        )
+        .expect("query")
+        .collect()
+        .await
+        .expect("string query");
+    assert_eq!(
+        user_keys(&equal),
+        (0..400).filter(|index| index % 10 == 7).collect::<Vec<_>>()
+    );
+
+    let listed = client
+        .query(
+            &policy,
+            &Statement::new("test", "q")
+                .filter(IndexFilter::range("l", 1390, 1395).on(IndexCollection::List)),
+        )
+        .expect("query")
+        .collect()
+        .await
+        .expect("list query");
+    assert_eq!(user_keys(&listed), (390..396).collect::<Vec<_>>());
+
+    // A limited query resumes across rounds without repeating a record.
+    let limited = client
+        .query(
+            &ScanPolicy {
+                max_records: 30,
+                ..ScanPolicy::default()
+            },
+            &Statement::new("test", "q").filter(IndexFilter::range("n", 0, 399)),
+        )
+        .expect("query")
+        .collect()
+        .await
+        .expect("limited query");
+    assert_eq!(limited.len(), 30);
+    assert_eq!(
+        user_keys(&limited)
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+            .len(),
+        30
+    );
+
+    // A background job adds 1000 to `n` of the records `s = "v3"` selects.
+    let task = client
+        .execute_background(
+            &WritePolicy::default(),
+            &Statement::new("test", "q").filter(IndexFilter::equal("s", "v3")),
+            &[Operation::incr("n", 1000)],
+        )
+        .await
+        .expect("background job starts");
+    client.wait_for_job(task, wait).await.expect("job finishes");
+    assert_eq!(
+        client.job_status(task).await.expect("status"),
+        JobStatus::Done
+    );
+    assert_eq!(
+        client.job_status(task ^ 0x5555).await.expect("status"),
+        JobStatus::NotFound
+    );
+    let records = client
+        .batch_get(
+            &BatchPolicy::default(),
+            &(0..400).map(|index| key("q", index)).collect::<Vec<_>>(),
+            Bins::Names(vec!["n".into()]),
+        )
+        .await
+        .expect("batch get");
+    for (index, record) in records.iter().enumerate() {
+        let expected = index as i64 + if index % 10 == 3 { 1000 } else { 0 };
+        assert_eq!(
+            record.as_ref().and_then(|record| record.bin("n")),
+            Some(&Value::Int(expected)),
+            "key {index}"
+        );
+    }
+    assert!(matches!(
+        client
+            .execute_background(
+                &WritePolicy::default(),
+                &Statement::new("test", "q"),
+                &[Operation::Read("n".into())],
+            )
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+
+    client.drop_index("test", "q_n").await.expect("drop");
+    let gone = client
+        .query(
+            &policy,
+            &Statement::new("test", "q").filter(IndexFilter::range("n", 0, 9)),
+        )
+        .expect("query")
+        .collect()
+        .await
+        .expect_err("dropped index");
+    assert_eq!(gone.raw_code(), Some(201));
+    let duplicate = client
+        .create_index(
+            "test",
+            "q",
+            "q_s",
+            "n",
+            IndexType::Numeric,
+            IndexCollection::Default,
+            None,
+        )
+        .await;
+    assert!(duplicate.is_err(), "a taken name is refused: {duplicate:?}");
+    client.close();
+}
