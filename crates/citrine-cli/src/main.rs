@@ -2,6 +2,7 @@
 //!
 //! Owns argument parsing (clap derive) and dispatch to the subcommands:
 //! `info` (asinfo-like), `get`/`put`/`delete`/`exists` (single records),
+//! `scan`/`query`/`index` (many records, secondary indexes),
 //! `cluster` (node table) and `bench` (load generator and no-op responder).
 //! Every failure ends with a message saying what to do and exit status 1.
 //! Subcommands that take `-h HOST` disable clap's `-h` help short flag;
@@ -21,6 +22,7 @@ macro_rules! outln {
 mod bench;
 mod info_cmd;
 mod msgpack;
+mod multi;
 mod noop;
 mod record;
 
@@ -35,7 +37,7 @@ use std::process::ExitCode;
     long_about = "Command-line tool for Citrine (and any server speaking the Aerospike client protocol).\n\
                   Talks to a server at HOST[:PORT] (default 127.0.0.1:3000).\n\
                   Examples:\n  citrine info -v build\n  citrine put -n test -s demo key1 a=1 b=hello\n  \
-                  citrine get -n test -s demo key1\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10"
+                  citrine get -n test -s demo key1\n  citrine scan -n test -s demo\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -54,6 +56,12 @@ enum Command {
     Delete(record::RecordArgs),
     /// Tell whether a record exists (exit status 0 = yes, 2 = no).
     Exists(record::RecordArgs),
+    /// Stream every record of a namespace or set.
+    Scan(multi::ScanArgs),
+    /// Stream the records a secondary index selects (--equal or --range).
+    Query(multi::QueryArgs),
+    /// Create, drop or list secondary indexes.
+    Index(multi::IndexArgs),
     /// Print a table of the cluster's nodes.
     Cluster(info_cmd::ClusterArgs),
     /// Benchmark a server (or run the no-op responder with --noop-server).
@@ -103,6 +111,9 @@ fn main() -> ExitCode {
             Command::Put(args) => record::run(record::Action::Put, args).await,
             Command::Delete(args) => record::run(record::Action::Delete, args).await,
             Command::Exists(args) => record::run(record::Action::Exists, args).await,
+            Command::Scan(args) => multi::run_scan(args).await,
+            Command::Query(args) => multi::run_query(args).await,
+            Command::Index(args) => multi::run_index(args).await,
             Command::Cluster(args) => info_cmd::run_cluster(args).await,
             Command::Bench(args) => bench::run(*args).await,
         }
@@ -118,3 +129,16 @@ fn main() -> ExitCode {
 
 /// Result of a subcommand: an exit code, or a message for the user.
 pub type CliResult = Result<ExitCode, String>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    /// clap checks a command's definition (unique short flags, ...) only
+    /// when that subcommand runs; this checks every one of them.
+    #[test]
+    fn every_subcommand_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

@@ -167,7 +167,7 @@ pub fn show_value(value: &Value) -> String {
     }
 }
 
-fn value_to_json(value: &Value) -> serde_json::Value {
+pub fn value_to_json(value: &Value) -> serde_json::Value {
     use serde_json::Value as J;
     match value {
         Value::Nil => J::Null,
@@ -196,6 +196,18 @@ fn make_key(args: &RecordArgs) -> Result<Key, String> {
     })
 }
 
+/// A client connected through `host`, or a message saying what to do.
+pub async fn connect(host: &HostArgs) -> Result<Client, String> {
+    let mut config = ClientConfig::new([host.host.clone()]);
+    config.tend_timeout = Duration::from_millis(host.timeout_ms);
+    Client::connect(config).await.map_err(|e| {
+        format!(
+            "cannot connect to {}: {e}\n  hint: start the server or pass -h HOST:PORT",
+            host.host
+        )
+    })
+}
+
 pub async fn run(action: Action, args: RecordArgs) -> CliResult {
     let key = make_key(&args)?;
     // Check the arguments before touching the network.
@@ -209,14 +221,7 @@ pub async fn run(action: Action, args: RecordArgs) -> CliResult {
         Vec::new()
     };
     let timeout = Duration::from_millis(args.host.timeout_ms);
-    let mut config = ClientConfig::new([args.host.host.clone()]);
-    config.tend_timeout = timeout;
-    let client = Client::connect(config).await.map_err(|e| {
-        format!(
-            "cannot connect to {}: {e}\n  hint: start the server or pass -h HOST:PORT",
-            args.host.host
-        )
-    })?;
+    let client = connect(&args.host).await?;
     let mut read = ReadPolicy::default();
     read.base.total_timeout = timeout;
     read.base.send_key = args.send_key;

@@ -218,3 +218,89 @@ fn records_against_citrined() {
     assert!(!bad_ns.status.success());
     assert!(String::from_utf8_lossy(&bad_ns.stderr).contains("citrine info namespaces"));
 }
+
+#[test]
+fn scan_query_and_index_against_citrined() {
+    let (_server, port) = citrined();
+    let host = format!("127.0.0.1:{port}");
+    for index in 0..20 {
+        let put = citrine(&[
+            "put",
+            "-h",
+            &host,
+            "-s",
+            "many",
+            "--send-key",
+            &index.to_string(),
+            &format!("n={index}"),
+            &format!("s=v{}", index % 4),
+        ]);
+        assert!(put.status.success());
+    }
+    let scan = citrine(&["scan", "-h", &host, "-s", "many", "--output-json"]);
+    assert!(
+        scan.status.success(),
+        "{}",
+        String::from_utf8_lossy(&scan.stderr)
+    );
+    let mut keys: Vec<i64> = stdout(&scan)
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).expect("json line");
+            assert_eq!(record["bins"]["n"], record["key"]);
+            record["key"].as_i64().expect("stored key")
+        })
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, (0..20).collect::<Vec<_>>());
+    assert!(String::from_utf8_lossy(&scan.stderr).contains("20 records"));
+    let limited = citrine(&["scan", "-h", &host, "-s", "many", "--max-records", "5", "n"]);
+    assert_eq!(stdout(&limited).lines().count(), 5);
+    assert!(stdout(&limited)
+        .lines()
+        .all(|line| line.contains(" n=") && !line.contains(" s=")));
+
+    let no_index = citrine(&["query", "-h", &host, "-s", "many", "--range", "n=3..7"]);
+    assert!(!no_index.status.success());
+    assert!(String::from_utf8_lossy(&no_index.stderr).contains("citrine index create"));
+    for (name, bin, kind) in [("many_n", "n", "numeric"), ("many_s", "s", "string")] {
+        let create = citrine(&[
+            "index", "create", "-h", &host, "-s", "many", name, bin, kind,
+        ]);
+        assert!(
+            create.status.success(),
+            "{}",
+            String::from_utf8_lossy(&create.stderr)
+        );
+    }
+    let list = citrine(&["index", "list", "-h", &host]);
+    assert!(
+        stdout(&list).contains("indexname=many_n") && stdout(&list).contains("indexname=many_s")
+    );
+    let range = citrine(&["query", "-h", &host, "-s", "many", "--range", "n=3..7"]);
+    assert!(
+        range.status.success(),
+        "{}",
+        String::from_utf8_lossy(&range.stderr)
+    );
+    assert_eq!(stdout(&range).lines().count(), 5);
+    let equal = citrine(&["query", "-h", &host, "-s", "many", "--equal", "s=v1"]);
+    let mut found: Vec<String> = stdout(&equal)
+        .lines()
+        .map(|line| {
+            line.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    found.sort();
+    assert_eq!(found, ["key=1", "key=13", "key=17", "key=5", "key=9"]);
+    let bad = citrine(&["query", "-h", &host, "--range", "n=9..1"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("LOW is above HIGH"));
+    assert!(citrine(&["index", "drop", "-h", &host, "many_n"])
+        .status
+        .success());
+    assert!(!stdout(&citrine(&["index", "list", "-h", &host])).contains("many_n"));
+}
