@@ -9,6 +9,9 @@
 #   - load: insert every key (10 bins x 10-byte strings, and 1 KiB blobs)
 #   - ru,95 and ru,50 (read/update) on 10 x 10-byte string bins
 #   - ru,95 on one 1 KiB blob bin
+#   - batch reads of BATCH keys each (ru,100 --batch-size BATCH) on the
+#     10 x 10-byte string bins: one request per node, rows answered in a
+#     stream (the ceiling answers each row with a header-only success)
 #   - ru,95 on 10 x 10-byte string bins with ONE command in flight (-c 1):
 #     latency without queueing, beside the machine's loopback floor (two
 #     processes passing request- and reply-sized messages over plain
@@ -19,6 +22,7 @@
 #   KEYS=1000000     key count
 #   CONCURRENCY=32   commands in flight
 #   LOAD=1           insert the keys first (0 = skip; reads then miss)
+#   BATCH=10         keys per batch read of the batch workload (0 = skip it)
 #   PORT=3300        citrined port;  NOOP_PORT=3399 the --noop citrined's port
 #   SKIP_BUILD=0     1 = use existing target/release binaries
 #   CITRINED_BIN     server binary (default target/release/citrined)
@@ -33,6 +37,7 @@ DURATION="${DURATION:-20}"
 KEYS="${KEYS:-1000000}"
 CONCURRENCY="${CONCURRENCY:-32}"
 LOAD="${LOAD:-1}"
+BATCH="${BATCH:-10}"
 PORT="${PORT:-3300}"
 NOOP_PORT="${NOOP_PORT:-3399}"
 DATA_SIZE="${DATA_SIZE:-6G}"
@@ -135,6 +140,10 @@ for workload in "ru95-10x10 p10x10 $SPEC_SMALL ru,95" "ru50-10x10 p10x10 $SPEC_S
     run_bench "citrined-$name" "$PORT" "$SERVER_PID" -s "$set" -o "$spec" -w "$mix" -d "$DURATION"
     run_bench "noop-$name" "$NOOP_PORT" "$NOOP_PID" -s "$set" -o "$spec" -w "$mix" -d "$DURATION"
 done
+if [ "$BATCH" != "0" ]; then
+    run_bench "citrined-batch-10x10" "$PORT" "$SERVER_PID" -s p10x10 -o "$SPEC_SMALL" -w ru,100 --batch-size "$BATCH" -d "$DURATION"
+    run_bench "noop-batch-10x10" "$NOOP_PORT" "$NOOP_PID" -s p10x10 -o "$SPEC_SMALL" -w ru,100 --batch-size "$BATCH" -d "$DURATION"
+fi
 # One command at a time: the round trip itself, against the ceiling and
 # against the machine's floor for any server (plain sockets, no protocol).
 C=1 run_bench citrined-ru95-10x10-c1 "$PORT" "$SERVER_PID" -s p10x10 -o "$SPEC_SMALL" -w ru,95 -d "$DURATION"
@@ -152,7 +161,7 @@ fi
 
 echo "== writing $RESULTS"
 CPU_MODEL="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || echo unknown)"
-export WORK RESULTS DATA_SIZE DURATION KEYS CONCURRENCY LOAD CPU_MODEL NOTE="${NOTE:-}" FAILED
+export WORK RESULTS DATA_SIZE DURATION KEYS CONCURRENCY LOAD BATCH CPU_MODEL NOTE="${NOTE:-}" FAILED
 export NPROC="$(nproc)" KERNEL="$(uname -sr)" LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
 export GIT_REV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)"
 python3 - <<'PY'
@@ -202,6 +211,15 @@ for wl, label in [("ru95-10x10", "ru,95 10*S:10"), ("ru50-10x10", "ru,50 10*S:10
         if target == "citrined" and n and n["throughput_ops_s"] > 0:
             frac = f"{run['throughput_ops_s'] / n['throughput_ops_s']:.2f}"
         lines.append(f"| {label} | {target} | {run['throughput_ops_s']:.0f} | {lat(run, 'read')} | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | {frac} |")
+c, n = load("citrined-batch-10x10"), load("noop-batch-10x10")
+for target, run in [("citrined", c), ("no-op", n)]:
+    if not run:
+        continue
+    frac = "-"
+    if target == "citrined" and n and n["throughput_ops_s"] > 0:
+        frac = f"{run['throughput_ops_s'] / n['throughput_ops_s']:.2f}"
+    keys = run.get("batch_keys_per_sec") or 0
+    lines.append(f"| batch reads of {run.get('batch_size')} keys 10*S:10 ({keys:.0f} keys/s) | {target} | {run['throughput_ops_s']:.0f} batches/s | {lat(run, 'batch')} | - | {cpu(run)} per batch | {cpu(run, 'client')} per batch | {run['errors']} | {frac} |")
 floor = load("floor")
 if floor:
     ms = f'{floor["p50_ms"]:.3f} / {floor["p99_ms"]:.3f} / {floor["p99_9_ms"]:.3f}'

@@ -8,9 +8,11 @@
 //! official clients) to bootstrap: a one-node cluster (`node`, `build`
 //! 8.1.2.0, `features` incl. `pscans`, generations, `peers-clear-std`
 //! `0,<port>,[]`, `replicas` with an all-ones bitmap for every namespace it
-//! serves) and answers **every** AS_MSG with a header-only success (result 0,
-//! generation 1, no bins) — reads return no bins, so a benchmark against it
-//! measures request/response overhead only, not value transfer back.
+//! serves) and answers every single-record AS_MSG with a header-only
+//! success (result 0, generation 1, no bins) — reads return no bins, so a
+//! benchmark against it measures request/response overhead only, not value
+//! transfer back. A scan or query gets an empty stream (LAST/0) and a
+//! batch LAST/16 (unsupported: `citrined --noop` answers batches row by row).
 //! Security messages get result 52 (security not enabled); compressed
 //! requests get result 25. Nothing is stored.
 //!
@@ -20,7 +22,9 @@
 use citrine_client::partition::encode_bitmap;
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::info::{request_lines, InfoResponse};
-use citrine_wire::msg::write_status;
+use citrine_wire::msg::{
+    field_type, info1, info3, write_status, FieldIter, MessageWriter, MsgHeader,
+};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -159,7 +163,7 @@ async fn connection(mut stream: TcpStream, answers: Arc<Answers>) -> std::io::Re
             let body = &input[consumed + PROTO_HEADER_SIZE..end];
             match header.message_type {
                 MessageType::Info => output.extend_from_slice(&answers.info_body(body)),
-                MessageType::Message => write_status(&mut output, 0, 1, 0),
+                MessageType::Message => message_reply(body, &mut output),
                 MessageType::Compressed => write_status(&mut output, 25, 0, 0),
                 MessageType::Admin => {
                     output.extend_from_slice(&ProtoHeader::encode(MessageType::Admin, 16));
@@ -176,6 +180,34 @@ async fn connection(mut stream: TcpStream, answers: Arc<Answers>) -> std::io::Re
             stream.write_all(&output).await?;
             output.clear();
         }
+    }
+}
+
+/// The answer to one AS_MSG: a header-only success for a single-record
+/// command; an empty stream (LAST/0) for a scan or query; LAST/16 for a
+/// batch, whose rows this stand-in does not parse (`citrined --noop` does).
+fn message_reply(body: &[u8], out: &mut Vec<u8>) {
+    let Ok(header) = MsgHeader::decode(body) else {
+        write_status(out, 4, 0, 0);
+        return;
+    };
+    let end = |out: &mut Vec<u8>, code: u8| {
+        let last = MsgHeader {
+            info3: info3::LAST,
+            result_code: code,
+            ..MsgHeader::default()
+        };
+        MessageWriter::begin(out, &last).finish();
+    };
+    if header.info1 & info1::BATCH != 0 {
+        end(out, 16);
+    } else if FieldIter::unchecked(body)
+        .take(usize::from(header.n_fields))
+        .any(|field| field.field_type == field_type::DIGEST)
+    {
+        write_status(out, 0, 1, 0);
+    } else {
+        end(out, 0);
     }
 }
 
@@ -198,5 +230,31 @@ mod tests {
             &body[8..],
             format!("node\t{NOOP_NODE_ID}\nbuild\t8.1.2.0\n").as_bytes()
         );
+    }
+
+    #[test]
+    fn single_records_succeed_scans_end_and_batches_are_refused() {
+        let reply_to = |info1_bits: u8, digest: bool| {
+            let header = MsgHeader {
+                info1: info1_bits,
+                ..MsgHeader::default()
+            };
+            let mut frame = Vec::new();
+            let mut writer = MessageWriter::begin(&mut frame, &header);
+            writer.field(field_type::NAMESPACE, b"test");
+            if digest {
+                writer.field(field_type::DIGEST, &[9; 20]);
+            }
+            writer.finish();
+            let mut out = Vec::new();
+            message_reply(&frame[PROTO_HEADER_SIZE..], &mut out);
+            MsgHeader::decode(&out[PROTO_HEADER_SIZE..]).expect("a reply")
+        };
+        let single = reply_to(info1::READ, true);
+        assert_eq!((single.result_code, single.info3), (0, 0));
+        let scan = reply_to(info1::READ, false);
+        assert_eq!((scan.result_code, scan.info3), (0, info3::LAST));
+        let batch = reply_to(info1::BATCH, false);
+        assert_eq!((batch.result_code, batch.info3), (16, info3::LAST));
     }
 }

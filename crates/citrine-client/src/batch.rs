@@ -294,34 +294,50 @@ impl Client {
                     }
                 }
             }
-            let mut tasks = tokio::task::JoinSet::new();
             let chunk = match policy.max_rows_per_request {
                 0 => usize::MAX,
                 rows => rows,
             };
-            let requests = groups.into_values().flat_map(|(node, indexes)| {
-                indexes
-                    .chunks(chunk)
-                    .map(|rows| (node.clone(), rows.to_vec()))
-                    .collect::<Vec<_>>()
-            });
-            for (node, indexes) in requests {
+            let requests: Vec<(Arc<Node>, Vec<usize>)> = groups
+                .into_values()
+                .flat_map(|(node, indexes)| {
+                    indexes
+                        .chunks(chunk)
+                        .map(|rows| (node.clone(), rows.to_vec()))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let run = |node: Arc<Node>, indexes: Vec<usize>| {
                 let mut frame = Vec::with_capacity(64 + indexes.len() * 40);
                 encode_batch(&mut frame, policy, keys, &indexes, spec);
                 let deadline = base.socket_deadline(total_deadline);
-                tasks.spawn(async move {
+                async move {
                     let mut answers = Vec::with_capacity(indexes.len());
                     let outcome =
                         run_on_node(&node, &frame, &indexes, count, deadline, &mut answers).await;
                     (node, indexes, answers, outcome)
-                });
-            }
-            while let Some(joined) = tasks.join_next().await {
-                let (node, indexes, answers, outcome) =
-                    joined.map_err(|error| Error::Protocol {
+                }
+            };
+            let mut finished = Vec::with_capacity(requests.len());
+            if requests.len() == 1 {
+                // One node (a single-node cluster, or keys of one node):
+                // no task to spawn.
+                for (node, indexes) in requests {
+                    finished.push(run(node, indexes).await);
+                }
+            } else {
+                let mut tasks = tokio::task::JoinSet::new();
+                for (node, indexes) in requests {
+                    tasks.spawn(run(node, indexes));
+                }
+                while let Some(joined) = tasks.join_next().await {
+                    finished.push(joined.map_err(|error| Error::Protocol {
                         address: String::new(),
                         message: format!("batch task failed: {error}"),
-                    })?;
+                    })?);
+                }
+            }
+            for (node, indexes, answers, outcome) in finished {
                 for (index, answer) in answers {
                     outcomes[index] = Some(Ok(answer));
                 }

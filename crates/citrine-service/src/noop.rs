@@ -3,9 +3,11 @@
 //! A node in no-op mode runs everything a real node runs — its listener,
 //! service threads, frame parsing, info commands, cluster view — but
 //! answers every AS_MSG without touching a namespace: a single-record
-//! command gets a header-only success (result 0, generation 1, no bins),
-//! a batch, scan or query gets an empty stream (its LAST message, result
-//! 0). Nothing is stored, so reads return no bins.
+//! command gets a header-only success (result 0, generation 1, no bins);
+//! a batch gets one such success per row (carrying the row's batch index)
+//! and its LAST message, or just a LAST with 4 when its rows do not parse;
+//! a scan or query gets an empty stream (its LAST message, result 0).
+//! Nothing is stored, so reads return no bins.
 //!
 //! What a benchmark measures against it is the cost of the client, the
 //! network path and this server's own I/O layer: the ceiling a real node
@@ -16,9 +18,12 @@
 //! Invariant: exactly one reply per request frame, in request order, as
 //! for a real node (a batch or scan reply ends with its LAST message).
 
-use crate::transaction;
+use crate::{batch, transaction};
 use citrine_types::ResultCode;
-use citrine_wire::msg::{field_type, info1, write_status, FieldIter, MsgHeader};
+use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::msg::{
+    field_type, info1, info3, write_status, FieldIter, MessageWriter, MsgHeader,
+};
 
 /// The generation every no-op reply reports.
 const GENERATION: u32 = 1;
@@ -37,9 +42,55 @@ pub(crate) fn reply(body: &[u8], out: &mut Vec<u8>) {
             .any(|field| field.field_type == field_type::DIGEST);
     if single_record {
         write_status(out, ResultCode::Ok.code(), GENERATION, 0);
+    } else if header.info1 & info1::BATCH != 0 {
+        batch_reply(body, header, out);
     } else {
         transaction::write_stream_end(out, ResultCode::Ok);
     }
+}
+
+/// One header-only success per row of a batch, then LAST/0, in one frame.
+fn batch_reply(body: &[u8], header: MsgHeader, out: &mut Vec<u8>) {
+    let payload = FieldIter::unchecked(body)
+        .take(usize::from(header.n_fields))
+        .find(|field| {
+            matches!(
+                field.field_type,
+                field_type::BATCH_INDEX | field_type::BATCH_INDEX_WITH_SET
+            )
+        })
+        .map(|field| field.data);
+    let rows = payload.ok_or(()).and_then(|payload| {
+        let (count, _) = batch::payload_header(payload).map_err(|_| ())?;
+        let mut reader = batch::RowReader::new(payload, batch::Parent::default());
+        // At most one index per 25 payload bytes (index, digest, type): a
+        // count beyond that cannot be honest, so it reserves nothing.
+        let mut indexes = Vec::with_capacity((count as usize).min(payload.len() / 25));
+        for _ in 0..count {
+            indexes.push(reader.next_row().map_err(|_| ())?.index);
+        }
+        Ok(indexes)
+    });
+    let Ok(indexes) = rows else {
+        transaction::write_stream_end(out, ResultCode::Parameter);
+        return;
+    };
+    let frame_start = out.len();
+    out.extend_from_slice(&[0; PROTO_HEADER_SIZE]);
+    for index in indexes {
+        let row = MsgHeader {
+            generation: GENERATION,
+            transaction_ttl: index,
+            ..MsgHeader::default()
+        };
+        MessageWriter::begin_bare(out, &row).finish();
+    }
+    let last = MsgHeader {
+        info3: info3::LAST,
+        ..MsgHeader::default()
+    };
+    MessageWriter::begin_bare(out, &last).finish();
+    ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
 }
 
 #[cfg(test)]
@@ -82,22 +133,70 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_or_scan_gets_an_empty_stream() {
-        let batch = MsgHeader {
-            info1: info1::READ | info1::BATCH,
-            ..MsgHeader::default()
-        };
+    fn a_scan_gets_an_empty_stream() {
         let scan = MsgHeader {
             info1: info1::READ,
             ..MsgHeader::default()
         };
-        for header in [
-            answer(&request(batch, false)),
-            answer(&request(scan, false)),
-        ] {
-            assert_eq!(header.result_code, ResultCode::Ok.code());
-            assert_ne!(header.info3 & info3::LAST, 0, "the stream ends at once");
+        let header = answer(&request(scan, false));
+        assert_eq!(header.result_code, ResultCode::Ok.code());
+        assert_ne!(header.info3 & info3::LAST, 0, "the stream ends at once");
+    }
+
+    #[test]
+    fn a_batch_gets_a_success_per_row_then_its_last_message() {
+        let header = MsgHeader {
+            info1: info1::BATCH,
+            ..MsgHeader::default()
+        };
+        // Two rows: a legacy read row (index 7), then a REPEAT (index 3).
+        let mut payload = vec![0, 0, 0, 2, 0];
+        payload.extend_from_slice(&7u32.to_be_bytes());
+        payload.extend_from_slice(&[1; 20]);
+        payload.extend_from_slice(&[0, info1::READ, 0, 1, 0, 0]);
+        payload.extend_from_slice(&5u32.to_be_bytes());
+        payload.push(field_type::NAMESPACE);
+        payload.extend_from_slice(b"test");
+        payload.extend_from_slice(&3u32.to_be_bytes());
+        payload.extend_from_slice(&[2; 20]);
+        payload.push(1);
+        let frame = |payload: &[u8]| {
+            let mut out = Vec::new();
+            let mut writer = MessageWriter::begin(&mut out, &header);
+            writer.field(field_type::BATCH_INDEX, payload);
+            writer.finish();
+            out.split_off(PROTO_HEADER_SIZE)
+        };
+        let mut out = Vec::new();
+        reply(&frame(&payload), &mut out);
+        let mut rest = &out[PROTO_HEADER_SIZE..];
+        let mut messages = Vec::new();
+        while !rest.is_empty() {
+            let (message, used) = Message::decode_prefix(rest).unwrap();
+            messages.push(message.header);
+            rest = &rest[used..];
         }
+        assert_eq!(messages.len(), 3);
+        assert_eq!(
+            (messages[0].transaction_ttl, messages[1].transaction_ttl),
+            (7, 3)
+        );
+        assert!(messages[..2]
+            .iter()
+            .all(|row| row.result_code == 0 && row.generation == GENERATION && row.info3 == 0));
+        assert_eq!(messages[2].info3 & info3::LAST, info3::LAST);
+        assert_eq!(messages[2].result_code, 0);
+        // A row cut short: the whole batch is refused with 4.
+        let mut out = Vec::new();
+        reply(&frame(&payload[..payload.len() - 3]), &mut out);
+        let last = Message::decode(&out[PROTO_HEADER_SIZE..]).unwrap().header;
+        assert_eq!(last.result_code, ResultCode::Parameter.code());
+        assert_ne!(last.info3 & info3::LAST, 0);
+        // So is a batch without its rows.
+        assert_eq!(
+            answer(&request(header, false)).result_code,
+            ResultCode::Parameter.code()
+        );
     }
 
     #[test]

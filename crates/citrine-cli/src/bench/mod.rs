@@ -19,8 +19,8 @@ pub mod zipf;
 
 use crate::{noop, CliResult};
 use citrine_client::{
-    Bins, Client, ClientConfig, Error, GenerationPolicy, Key, ReadPolicy, RecordExistsAction,
-    WritePolicy,
+    BatchPolicy, Bins, Client, ClientConfig, Error, GenerationPolicy, Key, ReadPolicy,
+    RecordExistsAction, WritePolicy,
 };
 use spec::{ObjectSpec, Workload};
 use stats::{round3, OpStats, Summary};
@@ -85,6 +85,11 @@ pub struct BenchArgs {
     /// Target throughput over all workers (default: as fast as possible).
     #[arg(long = "rate", value_name = "OPS_PER_SEC")]
     pub rate: Option<f64>,
+    /// ru workloads: each read is a batch read of this many keys (one
+    /// request per node); latency and ops/s count batches, and the summary
+    /// adds keys read a second. 1: single-record reads.
+    #[arg(long = "batch-size", default_value_t = 1, value_name = "KEYS")]
+    pub batch_size: usize,
     /// Write the JSON summary to this file.
     #[arg(long = "json", value_name = "FILE")]
     pub json: Option<String>,
@@ -146,10 +151,13 @@ enum OpKind {
     Read = 0,
     Write = 1,
     Rmw = 2,
+    /// A batch read of `--batch-size` keys.
+    Batch = 3,
 }
-const OP_NAMES: [&str; 3] = ["read", "write", "rmw"];
+const OP_NAMES: [&str; OP_KINDS] = ["read", "write", "rmw", "batch"];
+const OP_KINDS: usize = 4;
 
-type WorkerStats = [OpStats; 3];
+type WorkerStats = [OpStats; OP_KINDS];
 
 struct Shared {
     client: Client,
@@ -167,6 +175,8 @@ struct Shared {
     next_insert: AtomicU64,
     read_policy: ReadPolicy,
     write_policy: WritePolicy,
+    batch_policy: BatchPolicy,
+    batch_size: usize,
     per_worker_interval: Option<Duration>,
 }
 
@@ -231,6 +241,12 @@ pub async fn run(args: BenchArgs) -> CliResult {
     if args.concurrency == 0 {
         return Err("-c CONCURRENCY must be at least 1".into());
     }
+    if args.batch_size == 0 {
+        return Err("--batch-size must be at least 1".into());
+    }
+    if args.batch_size > 1 && !matches!(workload, Workload::ReadUpdate { .. }) {
+        return Err("--batch-size applies to the reads of ru,READ_PCT workloads".into());
+    }
     let distribution = match args.zipf {
         Some(theta) => KeyDistribution::Zipf(Zipf::new(args.keys, theta)?),
         None => KeyDistribution::Uniform { n: args.keys },
@@ -269,6 +285,10 @@ pub async fn run(args: BenchArgs) -> CliResult {
         ..WritePolicy::default()
     };
 
+    let batch_policy = BatchPolicy {
+        base: read_policy.base.clone(),
+        ..BatchPolicy::default()
+    };
     let names = spec.names();
     let shared = Arc::new(Shared {
         client: client.clone(),
@@ -286,6 +306,8 @@ pub async fn run(args: BenchArgs) -> CliResult {
         next_insert: AtomicU64::new(0),
         read_policy,
         write_policy,
+        batch_policy,
+        batch_size: args.batch_size,
         per_worker_interval,
     });
 
@@ -353,7 +375,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
                 Ok(mut guard) => std::mem::take(&mut *guard),
                 Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
             };
-            for kind in 0..3 {
+            for kind in 0..OP_KINDS {
                 interval[kind].merge(&taken[kind]);
             }
         }
@@ -367,7 +389,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
                 interval_line(started.elapsed().as_secs_f64(), &interval, seconds)
             );
         }
-        for kind in 0..3 {
+        for kind in 0..OP_KINDS {
             totals[kind].merge(&interval[kind]);
         }
         if time_up || all_done {
@@ -385,7 +407,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
             Ok(mut guard) => std::mem::take(&mut *guard),
             Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
         };
-        for kind in 0..3 {
+        for kind in 0..OP_KINDS {
             totals[kind].merge(&taken[kind]);
         }
     }
@@ -469,6 +491,15 @@ pub async fn run(args: BenchArgs) -> CliResult {
     outln!("(latencies in ms; HDR histogram, 3 significant digits)");
     let throughput = total_ops as f64 / elapsed;
     outln!("total: {total_ops} ops in {elapsed:.2}s = {throughput:.0} ops/s, {total_errors} errors, {retries} client retries");
+    let batches = totals[OpKind::Batch as usize].count();
+    let batch_keys_per_sec =
+        (batches > 0).then(|| (batches * args.batch_size as u64) as f64 / elapsed);
+    if let Some(keys) = batch_keys_per_sec {
+        outln!(
+            "batch reads: {batches} batches of {} keys = {keys:.0} keys/s",
+            args.batch_size
+        );
+    }
     if let Some(cpu) = server_cpu_us_per_op {
         outln!("server CPU: {cpu:.2} µs per operation");
     }
@@ -488,6 +519,8 @@ pub async fn run(args: BenchArgs) -> CliResult {
         "distribution": shared.distribution.label(),
         "concurrency": args.concurrency,
         "rate_target": args.rate,
+        "batch_size": args.batch_size,
+        "batch_keys_per_sec": batch_keys_per_sec.map(round3),
         "duration_s": round3(elapsed),
         "total_ops": total_ops,
         "throughput_ops_s": round3(throughput),
@@ -583,7 +616,14 @@ async fn worker(shared: Arc<Shared>, stats: Arc<Mutex<WorkerStats>>, seed: u64) 
             ),
             Workload::ReadUpdate { read_pct } => {
                 if rng.below(100) < u64::from(read_pct) {
-                    (OpKind::Read, timed(read(&shared, &key)).await)
+                    if shared.batch_size > 1 {
+                        (
+                            OpKind::Batch,
+                            timed(batch_read(&shared, key, &mut rng)).await,
+                        )
+                    } else {
+                        (OpKind::Read, timed(read(&shared, &key)).await)
+                    }
                 } else {
                     (
                         OpKind::Write,
@@ -636,6 +676,29 @@ async fn read(shared: &Shared, key: &Key) -> Result<Outcome, Error> {
         Some(_) => Ok(Outcome::Done),
         None => Ok(Outcome::NotFound),
     }
+}
+
+/// A batch read of `key` and `batch_size - 1` more keys from the distribution.
+async fn batch_read(shared: &Shared, key: Key, rng: &mut SplitMix64) -> Result<Outcome, Error> {
+    let mut keys = Vec::with_capacity(shared.batch_size);
+    keys.push(key);
+    while keys.len() < shared.batch_size {
+        let index = shared.distribution.sample(rng);
+        keys.push(Key::new(
+            shared.args_namespace.clone(),
+            shared.set.clone(),
+            shared.key_start.wrapping_add(index as i64),
+        ));
+    }
+    let records = shared
+        .client
+        .batch_get(&shared.batch_policy, &keys, Bins::All)
+        .await?;
+    Ok(if records.iter().all(Option::is_some) {
+        Outcome::Done
+    } else {
+        Outcome::NotFound
+    })
 }
 
 async fn put(
