@@ -310,11 +310,15 @@ impl Client {
             let run = |node: Arc<Node>, indexes: Vec<usize>| {
                 let mut frame = Vec::with_capacity(64 + indexes.len() * 40);
                 encode_batch(&mut frame, policy, keys, &indexes, spec);
-                let deadline = base.socket_deadline(total_deadline);
+                let base = base.clone();
                 async move {
                     let mut answers = Vec::with_capacity(indexes.len());
+                    let deadlines = Deadlines {
+                        policy: &base,
+                        total: total_deadline,
+                    };
                     let outcome =
-                        run_on_node(&node, &frame, &indexes, count, deadline, &mut answers).await;
+                        run_on_node(&node, &frame, &indexes, count, deadlines, &mut answers).await;
                     (node, indexes, answers, outcome)
                 }
             };
@@ -546,6 +550,21 @@ pub(crate) fn encode_batch(
     writer.finish();
 }
 
+/// The deadline of each step of a node's request: the socket timeout from
+/// the start of the step (the pool wait, the send, each answer frame),
+/// capped by the command's total deadline.
+#[derive(Clone, Copy)]
+struct Deadlines<'a> {
+    policy: &'a Policy,
+    total: Option<Instant>,
+}
+
+impl Deadlines<'_> {
+    fn next(&self) -> Option<Instant> {
+        self.policy.socket_deadline(self.total)
+    }
+}
+
 /// Runs one node's request and collects its row answers into `answers`
 /// (also when the stream breaks part-way: the rows answered so far stand).
 async fn run_on_node(
@@ -553,10 +572,10 @@ async fn run_on_node(
     frame: &[u8],
     indexes: &[usize],
     count: u32,
-    deadline: Option<Instant>,
+    deadlines: Deadlines<'_>,
     answers: &mut Vec<(usize, RowAnswer)>,
 ) -> Result<()> {
-    let mut pooled = node.pool.get(deadline).await?;
+    let mut pooled = node.pool.get(deadlines.next()).await?;
     let Some(connection) = pooled.connection() else {
         return Err(Error::Closed);
     };
@@ -567,9 +586,9 @@ async fn run_on_node(
     // Rows sent to this node and not yet answered.
     let mut expected: HashSet<usize> = indexes.iter().copied().collect();
     let outcome = async {
-        connection.send(frame, deadline).await?;
+        connection.send(frame, deadlines.next()).await?;
         loop {
-            let (message_type, body) = connection.receive(deadline).await?;
+            let (message_type, body) = connection.receive(deadlines.next()).await?;
             if message_type != MessageType::Message {
                 return Err(protocol(format!(
                     "expected AS_MSG frames in a batch answer, got {message_type:?}"
@@ -629,7 +648,7 @@ async fn run_on_node(
     .await;
     match outcome {
         // A LAST with an error code still ended the stream cleanly.
-        Ok(()) | Err(Error::Server { .. }) => {}
+        Ok(()) | Err(Error::Server { .. }) => pooled.release(),
         Err(_) => {
             pooled.discard();
             if matches!(outcome, Err(Error::Network { .. })) {

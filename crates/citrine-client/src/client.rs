@@ -548,6 +548,7 @@ async fn attempt_on(node: &Node, frame: &[u8], deadline: Option<Instant>) -> Res
     };
     match outcome {
         Ok(mut answer) => {
+            pooled.release();
             node.record_success();
             answer.node = Some(node.name());
             Ok(answer)

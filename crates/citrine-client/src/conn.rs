@@ -376,17 +376,29 @@ impl Pooled<'_> {
         self.connection.as_mut()
     }
 
-    /// Closes the connection instead of returning it to the pool.
+    /// Returns the connection to the pool. Call it only when the socket is
+    /// at a message boundary: the whole answer (a stream's LAST message
+    /// included) has been read and nothing more is coming.
+    pub fn release(mut self) {
+        if let Some(connection) = self.connection.take() {
+            self.pool.idle.lock().push(connection);
+        }
+    }
+
+    /// Closes the connection instead of returning it to the pool (what
+    /// dropping it does too).
     pub fn discard(mut self) {
         self.connection = None;
     }
 }
 
+/// Dropping a checked-out connection closes it: a command cancelled while
+/// it waited for its answer (a dropped stream, a timeout around the call)
+/// leaves the server's answer in flight, and the next command on that
+/// socket would read it as its own.
 impl Drop for Pooled<'_> {
     fn drop(&mut self) {
-        if let Some(connection) = self.connection.take() {
-            self.pool.idle.lock().push(connection);
-        }
+        self.connection = None;
     }
 }
 
@@ -430,13 +442,13 @@ mod tests {
             matches!(pool.get(soon).await, Err(Error::Timeout { .. })),
             "third must wait for a slot"
         );
-        drop(first);
+        first.release();
         assert_eq!(pool.idle_count(), 1);
         let again = pool.get(None).await.expect("reused");
         assert_eq!(pool.idle_count(), 0);
         again.discard();
-        second.discard();
-        assert_eq!(pool.idle_count(), 0);
+        drop(second);
+        assert_eq!(pool.idle_count(), 0, "dropped connections are closed");
         let streams = accepted.await.expect("join");
         assert_eq!(streams.len(), 2, "only two sockets were ever opened");
     }

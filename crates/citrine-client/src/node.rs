@@ -140,7 +140,15 @@ impl Node {
             None => Err(Error::Closed),
         };
         match result {
-            Ok(pairs) => Ok(pairs.into_iter().collect()),
+            Ok(pairs) => {
+                pooled.release();
+                Ok(pairs.into_iter().collect())
+            }
+            // An ERROR answer was read whole: the connection is clean.
+            Err(error @ Error::Info { .. }) => {
+                pooled.release();
+                Err(error)
+            }
             Err(error) => {
                 pooled.discard();
                 if matches!(error, Error::Network { .. }) {

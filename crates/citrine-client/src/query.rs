@@ -442,6 +442,10 @@ impl Client {
     /// record `statement` selects, on every node, under `write`'s TTL,
     /// generation and existence rules and filter expression. Returns the
     /// job's id for [`Client::job_status`]; the server runs it on its own.
+    /// It is started node by node with no retry: after an error it may be
+    /// running on the nodes that accepted it (the error says which node
+    /// failed), so do not start it again blindly when its ops are not
+    /// idempotent.
     pub async fn execute_background(
         &self,
         write: &WritePolicy,
@@ -513,8 +517,11 @@ impl Client {
                 }
             };
             match answer {
-                Ok(header) if header.result_code == 0 => {}
-                Ok(header) => return Err(Error::server(header.result_code, node.name())),
+                Ok(header) if header.result_code == 0 => pooled.release(),
+                Ok(header) => {
+                    pooled.release();
+                    return Err(Error::server(header.result_code, node.name()));
+                }
                 Err(message) => {
                     pooled.discard();
                     return Err(Error::Protocol {
@@ -535,6 +542,8 @@ impl Client {
         for summary in self.nodes() {
             let value = self.info_value(summary.id, &command).await;
             match value {
+                // No answer for the command: this node does not know the job.
+                Ok(value) if value.trim().is_empty() => {}
                 Ok(value) => {
                     known = true;
                     let status = value
@@ -596,12 +605,9 @@ impl Client {
         context: Option<&[u8]>,
     ) -> Result<()> {
         use base64::Engine as _;
-        for (what, text) in [("namespace", namespace), ("index name", name), ("bin", bin)] {
-            if text.is_empty() || text.contains([':', ';', '=', '\t', '\n']) {
-                return Err(Error::InvalidArgument(format!(
-                    "{what} {text:?} must be non-empty without : ; = or whitespace"
-                )));
-            }
+        check_info_words(&[("namespace", namespace), ("index name", name), ("bin", bin)])?;
+        if !set.is_empty() {
+            check_info_words(&[("set", set)])?;
         }
         let mut command = format!("sindex-create:namespace={namespace}");
         if !set.is_empty() {
@@ -622,6 +628,7 @@ impl Client {
 
     /// Drops a secondary index (`sindex-delete`) through one node.
     pub async fn drop_index(&self, namespace: &str, name: &str) -> Result<()> {
+        check_info_words(&[("namespace", namespace), ("index name", name)])?;
         let node = self.any_node()?;
         self.info_value(
             node,
@@ -694,6 +701,19 @@ impl Client {
                 partition: 0,
             })
     }
+}
+
+/// Names that go into an info command must be non-empty and free of the
+/// command's separators.
+fn check_info_words(words: &[(&str, &str)]) -> Result<()> {
+    for (what, text) in words {
+        if text.is_empty() || text.contains([':', ';', '=', '\t', '\n', ' ']) {
+            return Err(Error::InvalidArgument(format!(
+                "{what} {text:?} must be non-empty, without : ; = or whitespace"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One partition's progress.
@@ -791,11 +811,14 @@ async fn rounds(
         .commands
         .fetch_add(1, Ordering::Relaxed);
     let total_deadline = base.total_deadline(Instant::now());
-    let task_id = client.next_random() >> 1 | 1;
     let tracker = Arc::new(Mutex::new(Tracker::new(statement.partitions)));
     let namespace: Arc<str> = Arc::from(statement.namespace.as_str());
     let mut attempt: u32 = 0;
     loop {
+        // A fresh id each round: a server may still be running the last
+        // round's request (after a timeout) and refuse a second one under
+        // its id.
+        let task_id = client.next_random() >> 1 | 1;
         let mut last_error = None;
         // Assign the unfinished partitions to their masters in the current map.
         let mut plan: BTreeMap<NodeId, (Arc<Node>, Vec<PartitionState>)> = BTreeMap::new();
@@ -966,10 +989,13 @@ fn encode_query(
     if !policy.include_bin_data || statement.bins == Bins::Header {
         bits1 |= info1::GET_NO_BINS;
     }
+    // The server's deadline for the whole scan is the total timeout (0:
+    // none); the socket timeout goes in its own field.
+    let total_ms = u32::try_from(policy.base.total_timeout.as_millis()).unwrap_or(u32::MAX);
     let header = MsgHeader {
         info1: bits1,
         info3: info3::PARTITION_DONE,
-        transaction_ttl: policy.base.server_timeout_ms(),
+        transaction_ttl: total_ms,
         ..MsgHeader::default()
     };
     let mut writer = MessageWriter::begin(out, &header);
@@ -1081,15 +1107,21 @@ impl NodeStream {
                                     self.protocol("bytes after a scan's LAST message".into())
                                 );
                             }
-                            return Ok(Some(()));
+                            return Ok(Some(true));
                         }
+                        Step::Absent => return Ok(Some(false)),
                     }
                 }
             }
         }
         .await;
         match outcome {
-            Ok(Some(())) => NodeOutcome::Finished { records },
+            Ok(Some(true)) => {
+                pooled.release();
+                NodeOutcome::Finished { records }
+            }
+            // Ended by a message after which the server may still send.
+            Ok(Some(false)) => NodeOutcome::Finished { records },
             Ok(None) => {
                 pooled.discard();
                 NodeOutcome::Cancelled
@@ -1115,6 +1147,15 @@ impl NodeStream {
     /// Takes one message of the stream into the tracker.
     fn absorb(&self, message: &Message<'_>) -> Result<Step> {
         let header = message.header;
+        if header.result_code == 2 && header.info3 & info3::PARTITION_DONE == 0 {
+            // No such set: the reference ends such a stream this way, with
+            // or without LAST; either way nothing more is to be read.
+            return Ok(if header.info3 & info3::LAST != 0 {
+                Step::Last
+            } else {
+                Step::Absent
+            });
+        }
         if header.info3 & info3::LAST != 0 {
             return match header.result_code {
                 0 => Ok(Step::Last),
@@ -1130,11 +1171,8 @@ impl NodeStream {
             }
             return Ok(Step::Continue);
         }
-        match header.result_code {
-            0 => {}
-            // No such set: the reference ends such a stream this way.
-            2 => return Ok(Step::Continue),
-            code => return Err(Error::server(code, self.node.name())),
+        if header.result_code != 0 {
+            return Err(Error::server(header.result_code, self.node.name()));
         }
         let mut digest = None;
         let mut set = String::new();
@@ -1213,6 +1251,9 @@ enum Step {
     Record(Option<KeyRecord>),
     Continue,
     Last,
+    /// Result 2 without LAST (no such set): the stream is over, but the
+    /// connection is not known to be at a message boundary.
+    Absent,
 }
 
 #[cfg(test)]

@@ -493,3 +493,36 @@ async fn queries_through_secondary_indexes_and_background_jobs() {
     assert!(duplicate.is_err(), "a taken name is refused: {duplicate:?}");
     client.close();
 }
+
+/// A stream dropped while its node is still sending (paced, so the node's
+/// task waits in a read) must not leave that connection in the pool: the
+/// next command on it would read the rest of the scan as its answer.
+#[tokio::test]
+async fn a_dropped_stream_leaves_no_half_read_connection_behind() {
+    let server = Server::start();
+    let mut config = ClientConfig::new([server.seed()]);
+    config.max_connections_per_node = 1;
+    let client = Client::connect(config).await.expect("client connects");
+    load(&client, "drop", 200).await;
+    let paced = ScanPolicy {
+        records_per_second: 100,
+        ..ScanPolicy::default()
+    };
+    for _ in 0..3 {
+        let mut stream = client
+            .scan(&paced, &Statement::new("test", "drop"))
+            .expect("scan");
+        assert!(stream.next().await.expect("a record").is_ok());
+        drop(stream);
+        // One connection a node: the get takes the scan's, if it was kept.
+        for index in [3, 77, 150] {
+            let record = client
+                .get(&Default::default(), &key("drop", index), Bins::All)
+                .await
+                .expect("get")
+                .expect("found");
+            assert_eq!(int_bin(&record, "n"), Some(index), "key {index}");
+        }
+    }
+    client.close();
+}

@@ -131,7 +131,7 @@ pub(crate) enum BatchError {
 }
 
 impl BatchError {
-    fn code(self) -> ResultCode {
+    pub(crate) fn code(self) -> ResultCode {
         match self {
             BatchError::Malformed(_) => ResultCode::Parameter,
             BatchError::TooManyRows => ResultCode::BatchMaxRequests,

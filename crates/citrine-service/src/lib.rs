@@ -547,7 +547,7 @@ impl Service {
     ) -> Result<Option<Continuation>, CloseConnection> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
         if self.is_noop() {
-            noop::reply(body, out);
+            noop::reply(body, self.batch_max_requests.load(Ordering::Relaxed), out);
             return Ok(None);
         }
         if self.orphan.load(Ordering::Relaxed) {

@@ -5,7 +5,9 @@
 //! answers every AS_MSG without touching a namespace: a single-record
 //! command gets a header-only success (result 0, generation 1, no bins);
 //! a batch gets one such success per row (carrying the row's batch index)
-//! and its LAST message, or just a LAST with 4 when its rows do not parse;
+//! and its LAST message, or just the LAST a real node refuses it with (4
+//! when its rows do not parse or there are none, 151 past
+//! `batch-max-requests`);
 //! a scan or query gets an empty stream (its LAST message, result 0).
 //! Nothing is stored, so reads return no bins.
 //!
@@ -31,7 +33,7 @@ const GENERATION: u32 = 1;
 /// Appends the no-op answer to one AS_MSG body. It reads only the message
 /// header and the field types, never validates the rest: a body too short
 /// for a header gets a parameter error, as from a real node.
-pub(crate) fn reply(body: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn reply(body: &[u8], batch_max_rows: u32, out: &mut Vec<u8>) {
     let Ok(header) = MsgHeader::decode(body) else {
         transaction::write_refusal(out, body, ResultCode::Parameter);
         return;
@@ -43,14 +45,14 @@ pub(crate) fn reply(body: &[u8], out: &mut Vec<u8>) {
     if single_record {
         write_status(out, ResultCode::Ok.code(), GENERATION, 0);
     } else if header.info1 & info1::BATCH != 0 {
-        batch_reply(body, header, out);
+        batch_reply(body, header, batch_max_rows, out);
     } else {
         transaction::write_stream_end(out, ResultCode::Ok);
     }
 }
 
 /// One header-only success per row of a batch, then LAST/0, in one frame.
-fn batch_reply(body: &[u8], header: MsgHeader, out: &mut Vec<u8>) {
+fn batch_reply(body: &[u8], header: MsgHeader, max_rows: u32, out: &mut Vec<u8>) {
     let payload = FieldIter::unchecked(body)
         .take(usize::from(header.n_fields))
         .find(|field| {
@@ -60,20 +62,22 @@ fn batch_reply(body: &[u8], header: MsgHeader, out: &mut Vec<u8>) {
             )
         })
         .map(|field| field.data);
-    let rows = payload.ok_or(()).and_then(|payload| {
-        let (count, _) = batch::payload_header(payload).map_err(|_| ())?;
-        let mut reader = batch::RowReader::new(payload, batch::Parent::default());
-        // At most one index per 25 payload bytes (index, digest, type): a
-        // count beyond that cannot be honest, so it reserves nothing.
-        let mut indexes = Vec::with_capacity((count as usize).min(payload.len() / 25));
-        for _ in 0..count {
-            indexes.push(reader.next_row().map_err(|_| ())?.index);
+    let rows = payload
+        .ok_or(batch::BatchError::Malformed("no batch field"))
+        .and_then(|payload| {
+            // The checks a real node makes before it runs any row.
+            let count = batch::validate(payload, batch::Parent::default(), max_rows)?;
+            let mut reader = batch::RowReader::new(payload, batch::Parent::default());
+            (0..count)
+                .map(|_| reader.next_row().map(|row| row.index))
+                .collect::<Result<Vec<u32>, _>>()
+        });
+    let indexes = match rows {
+        Ok(indexes) => indexes,
+        Err(error) => {
+            transaction::write_stream_end(out, error.code());
+            return;
         }
-        Ok(indexes)
-    });
-    let Ok(indexes) = rows else {
-        transaction::write_stream_end(out, ResultCode::Parameter);
-        return;
     };
     let frame_start = out.len();
     out.extend_from_slice(&[0; PROTO_HEADER_SIZE]);
@@ -114,7 +118,7 @@ mod tests {
 
     fn answer(body: &[u8]) -> MsgHeader {
         let mut out = Vec::new();
-        reply(body, &mut out);
+        reply(body, 5000, &mut out);
         let reply = Message::decode(&out[citrine_wire::frame::PROTO_HEADER_SIZE..]).unwrap();
         assert_eq!(reply.ops().count(), 0, "a no-op reply carries no bins");
         reply.header
@@ -168,7 +172,7 @@ mod tests {
             out.split_off(PROTO_HEADER_SIZE)
         };
         let mut out = Vec::new();
-        reply(&frame(&payload), &mut out);
+        reply(&frame(&payload), 5000, &mut out);
         let mut rest = &out[PROTO_HEADER_SIZE..];
         let mut messages = Vec::new();
         while !rest.is_empty() {
@@ -188,10 +192,23 @@ mod tests {
         assert_eq!(messages[2].result_code, 0);
         // A row cut short: the whole batch is refused with 4.
         let mut out = Vec::new();
-        reply(&frame(&payload[..payload.len() - 3]), &mut out);
+        reply(&frame(&payload[..payload.len() - 3]), 5000, &mut out);
         let last = Message::decode(&out[PROTO_HEADER_SIZE..]).unwrap().header;
         assert_eq!(last.result_code, ResultCode::Parameter.code());
         assert_ne!(last.info3 & info3::LAST, 0);
+        // Bytes after the last row, no rows, or more rows than allowed: as
+        // a real node refuses them.
+        for (payload, max_rows, code) in [
+            ([&payload[..], &[0]].concat(), 5000, ResultCode::Parameter),
+            (vec![0, 0, 0, 0, 0], 5000, ResultCode::Parameter),
+            (payload.clone(), 1, ResultCode::BatchMaxRequests),
+        ] {
+            let mut out = Vec::new();
+            reply(&frame(&payload), max_rows, &mut out);
+            let last = Message::decode(&out[PROTO_HEADER_SIZE..]).unwrap().header;
+            assert_eq!(last.result_code, code.code());
+            assert_ne!(last.info3 & info3::LAST, 0);
+        }
         // So is a batch without its rows.
         assert_eq!(
             answer(&request(header, false)).result_code,

@@ -19,8 +19,8 @@ pub mod zipf;
 
 use crate::{noop, CliResult};
 use citrine_client::{
-    BatchPolicy, Bins, Client, ClientConfig, Error, GenerationPolicy, Key, ReadPolicy,
-    RecordExistsAction, WritePolicy,
+    BatchPolicy, Bins, Client, ClientConfig, Error, GenerationPolicy, IndexCollection, IndexFilter,
+    IndexType, Key, ReadPolicy, RecordExistsAction, ScanPolicy, Statement, WritePolicy,
 };
 use spec::{ObjectSpec, Workload};
 use stats::{round3, OpStats, Summary};
@@ -153,9 +153,11 @@ enum OpKind {
     Rmw = 2,
     /// A batch read of `--batch-size` keys.
     Batch = 3,
+    /// A secondary-index query for one group.
+    Query = 4,
 }
-const OP_NAMES: [&str; OP_KINDS] = ["read", "write", "rmw", "batch"];
-const OP_KINDS: usize = 4;
+const OP_NAMES: [&str; OP_KINDS] = ["read", "write", "rmw", "batch", "query"];
+const OP_KINDS: usize = 5;
 
 type WorkerStats = [OpStats; OP_KINDS];
 
@@ -177,6 +179,11 @@ struct Shared {
     write_policy: WritePolicy,
     batch_policy: BatchPolicy,
     batch_size: usize,
+    /// The query workload: its policy, the group bin's name and group count.
+    query_policy: ScanPolicy,
+    query_bin: Option<(String, u64)>,
+    /// Records the queries returned.
+    query_records: AtomicU64,
     per_worker_interval: Option<Duration>,
 }
 
@@ -290,6 +297,20 @@ pub async fn run(args: BenchArgs) -> CliResult {
         ..BatchPolicy::default()
     };
     let names = spec.names();
+    let query_bin = match (workload, spec.group_bin()) {
+        (Workload::Query, None) => return Err(
+            "the query workload selects by a group bin: give -o a G:N item (e.g. -o G:10000,10*S:10) and load the keys with -w insert and the same -o".into(),
+        ),
+        (Workload::Query, Some((at, groups))) => {
+            let bin = names[at].clone();
+            ensure_index(&client, &args.namespace, &args.set, &bin).await?;
+            Some((bin, groups))
+        }
+        _ => None,
+    };
+    let mut query_policy = ScanPolicy::default();
+    query_policy.base.socket_timeout = Duration::from_millis(args.timeout_ms);
+    query_policy.base.max_retries = args.retries;
     let shared = Arc::new(Shared {
         client: client.clone(),
         spec: spec.clone(),
@@ -308,6 +329,9 @@ pub async fn run(args: BenchArgs) -> CliResult {
         write_policy,
         batch_policy,
         batch_size: args.batch_size,
+        query_policy,
+        query_bin,
+        query_records: AtomicU64::new(0),
         per_worker_interval,
     });
 
@@ -500,6 +524,15 @@ pub async fn run(args: BenchArgs) -> CliResult {
             args.batch_size
         );
     }
+    let queries = totals[OpKind::Query as usize].count();
+    let query_records = shared.query_records.load(Ordering::Relaxed);
+    let query_records_per_sec = (queries > 0).then(|| query_records as f64 / elapsed);
+    if let Some(rate) = query_records_per_sec {
+        outln!(
+            "queries: {queries}, {query_records} records ({:.1} a query) = {rate:.0} records/s",
+            query_records as f64 / queries as f64
+        );
+    }
     if let Some(cpu) = server_cpu_us_per_op {
         outln!("server CPU: {cpu:.2} µs per operation");
     }
@@ -521,6 +554,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
         "rate_target": args.rate,
         "batch_size": args.batch_size,
         "batch_keys_per_sec": batch_keys_per_sec.map(round3),
+        "query_records_per_sec": query_records_per_sec.map(round3),
         "duration_s": round3(elapsed),
         "total_ops": total_ops,
         "throughput_ops_s": round3(throughput),
@@ -612,8 +646,9 @@ async fn worker(shared: Arc<Shared>, stats: Arc<Mutex<WorkerStats>>, seed: u64) 
         let (kind, outcome) = match shared.workload {
             Workload::Insert => (
                 OpKind::Write,
-                timed(put(&shared, &key, &mut rng, &shared.write_policy)).await,
+                timed(put(&shared, &key, index, &mut rng, &shared.write_policy)).await,
             ),
+            Workload::Query => (OpKind::Query, timed(query(&shared, &mut rng)).await),
             Workload::ReadUpdate { read_pct } => {
                 if rng.below(100) < u64::from(read_pct) {
                     if shared.batch_size > 1 {
@@ -627,11 +662,14 @@ async fn worker(shared: Arc<Shared>, stats: Arc<Mutex<WorkerStats>>, seed: u64) 
                 } else {
                     (
                         OpKind::Write,
-                        timed(put(&shared, &key, &mut rng, &shared.write_policy)).await,
+                        timed(put(&shared, &key, index, &mut rng, &shared.write_policy)).await,
                     )
                 }
             }
-            Workload::ReadModifyWrite => (OpKind::Rmw, timed(rmw(&shared, &key, &mut rng)).await),
+            Workload::ReadModifyWrite => (
+                OpKind::Rmw,
+                timed(rmw(&shared, &key, index, &mut rng)).await,
+            ),
         };
         let mut guard = match stats.lock() {
             Ok(guard) => guard,
@@ -678,6 +716,62 @@ async fn read(shared: &Shared, key: &Key) -> Result<Outcome, Error> {
     }
 }
 
+/// Every record of one random group, through the group bin's index.
+async fn query(shared: &Shared, rng: &mut SplitMix64) -> Result<Outcome, Error> {
+    let Some((bin, groups)) = &shared.query_bin else {
+        return Err(Error::InvalidArgument("no group bin to query".into()));
+    };
+    let group = rng.below(*groups) as i64;
+    let statement = Statement::new(shared.args_namespace.clone(), shared.set.clone())
+        .filter(IndexFilter::equal(bin.clone(), group));
+    let mut stream = shared.client.query(&shared.query_policy, &statement)?;
+    let mut records = 0;
+    while let Some(record) = stream.next().await {
+        record?;
+        records += 1;
+    }
+    shared.query_records.fetch_add(records, Ordering::Relaxed);
+    Ok(if records == 0 {
+        Outcome::NotFound
+    } else {
+        Outcome::Done
+    })
+}
+
+/// Creates the numeric index the query workload uses on `bin` (unless it
+/// exists) and waits until every node has built it.
+async fn ensure_index(
+    client: &Client,
+    namespace: &str,
+    set: &str,
+    bin: &str,
+) -> Result<(), String> {
+    let name = format!("bench_{set}_{bin}");
+    match client
+        .create_index(
+            namespace,
+            set,
+            &name,
+            bin,
+            IndexType::Numeric,
+            IndexCollection::Default,
+            None,
+        )
+        .await
+    {
+        Ok(()) | Err(Error::Info { code: 200, .. }) => {}
+        Err(error) => {
+            return Err(format!(
+                "cannot create index {name} for the query workload: {error}"
+            ))
+        }
+    }
+    client
+        .wait_for_index(namespace, &name, Duration::from_secs(600))
+        .await
+        .map_err(|error| format!("index {name} was not built: {error}"))
+}
+
 /// A batch read of `key` and `batch_size - 1` more keys from the distribution.
 async fn batch_read(shared: &Shared, key: Key, rng: &mut SplitMix64) -> Result<Outcome, Error> {
     let mut keys = Vec::with_capacity(shared.batch_size);
@@ -704,15 +798,21 @@ async fn batch_read(shared: &Shared, key: Key, rng: &mut SplitMix64) -> Result<O
 async fn put(
     shared: &Shared,
     key: &Key,
+    index: u64,
     rng: &mut SplitMix64,
     policy: &WritePolicy,
 ) -> Result<Outcome, Error> {
-    let bins = shared.spec.generate(&shared.names, rng);
+    let bins = shared.spec.generate(&shared.names, index, rng);
     shared.client.put(policy, key, &bins).await?;
     Ok(Outcome::Done)
 }
 
-async fn rmw(shared: &Shared, key: &Key, rng: &mut SplitMix64) -> Result<Outcome, Error> {
+async fn rmw(
+    shared: &Shared,
+    key: &Key,
+    index: u64,
+    rng: &mut SplitMix64,
+) -> Result<Outcome, Error> {
     let record = shared
         .client
         .get(&shared.read_policy, key, Bins::All)
@@ -722,7 +822,7 @@ async fn rmw(shared: &Shared, key: &Key, rng: &mut SplitMix64) -> Result<Outcome
         Some(record) => policy.generation = GenerationPolicy::ExpectEqual(record.generation),
         None => policy.record_exists = RecordExistsAction::CreateOnly,
     }
-    match put(shared, key, rng, &policy).await {
+    match put(shared, key, index, rng, &policy).await {
         Ok(outcome) => Ok(outcome),
         // Lost the race with another writer: generation mismatch (3) or created meanwhile (5).
         Err(error) if matches!(error.raw_code(), Some(3) | Some(5)) => Ok(Outcome::Conflict),

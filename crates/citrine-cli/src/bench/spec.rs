@@ -3,9 +3,10 @@
 //!
 //! Object spec grammar (asbench-like): comma-separated items, each
 //! `[COUNT*]TYPE`, with TYPE one of `I` (8-byte integer), `S:N` (string of N
-//! bytes), `B:N` (blob of N bytes), `D` (double). Bins are named `b0`, `b1`,
-//! ... in order. Invariant: a parsed spec has 1..=1000 bins and every size
-//! is ≥ 1 and ≤ 1 MiB.
+//! bytes), `B:N` (blob of N bytes), `D` (double), `G:N` (the group of the
+//! key: its index modulo N, an integer the `query` workload selects by).
+//! Bins are named `b0`, `b1`, ... in order. Invariant: a parsed spec has
+//! 1..=1000 bins and every size and group count is ≥ 1 and ≤ 1 Mi.
 
 use super::zipf::SplitMix64;
 use citrine_client::{Bin, Value};
@@ -17,6 +18,8 @@ pub enum BinType {
     Double,
     String(usize),
     Blob(usize),
+    /// The key's index modulo this count.
+    Group(u64),
 }
 
 /// A parsed object spec.
@@ -57,9 +60,10 @@ impl ObjectSpec {
                 None if kind.eq_ignore_ascii_case("D") => BinType::Double,
                 Some((t, n)) if t.eq_ignore_ascii_case("S") => BinType::String(size(n)?),
                 Some((t, n)) if t.eq_ignore_ascii_case("B") => BinType::Blob(size(n)?),
+                Some((t, n)) if t.eq_ignore_ascii_case("G") => BinType::Group(size(n)? as u64),
                 _ => {
                     return Err(format!(
-                        "unknown bin type {kind:?}: use I, D, S:<len> or B:<len> (e.g. -o 10*S:10)"
+                        "unknown bin type {kind:?}: use I, D, S:<len>, B:<len> or G:<groups> (e.g. -o 10*S:10)"
                     ))
                 }
             };
@@ -79,7 +83,7 @@ impl ObjectSpec {
         self.bins
             .iter()
             .map(|bin| match bin {
-                BinType::Int | BinType::Double => 8,
+                BinType::Int | BinType::Double | BinType::Group(_) => 8,
                 BinType::String(n) | BinType::Blob(n) => *n,
             })
             .sum()
@@ -90,8 +94,19 @@ impl ObjectSpec {
         (0..self.bins.len()).map(|i| format!("b{i}")).collect()
     }
 
-    /// A fresh set of bins with random contents.
-    pub fn generate(&self, names: &[String], rng: &mut SplitMix64) -> Vec<Bin> {
+    /// The first group bin: its position and group count.
+    pub fn group_bin(&self) -> Option<(usize, u64)> {
+        self.bins
+            .iter()
+            .enumerate()
+            .find_map(|(at, kind)| match kind {
+                BinType::Group(groups) => Some((at, *groups)),
+                _ => None,
+            })
+    }
+
+    /// A fresh set of bins with random contents for the key of index `index`.
+    pub fn generate(&self, names: &[String], index: u64, rng: &mut SplitMix64) -> Vec<Bin> {
         self.bins
             .iter()
             .zip(names)
@@ -101,6 +116,8 @@ impl ObjectSpec {
                     BinType::Double => Value::Float(rng.next_f64() * 1e6),
                     BinType::String(n) => Value::String(random_text(*n, rng)),
                     BinType::Blob(n) => Value::Blob(random_bytes(*n, rng)),
+                    // Groups are at most 1 Mi: the remainder fits an i64.
+                    BinType::Group(groups) => Value::Int((index % groups) as i64),
                 };
                 Bin {
                     name: name.clone(),
@@ -143,6 +160,8 @@ pub enum Workload {
     Insert,
     /// Read, then write back with a generation-equal check.
     ReadModifyWrite,
+    /// Secondary-index queries: every record of one group (`G:N` bin).
+    Query,
 }
 
 impl Workload {
@@ -151,10 +170,11 @@ impl Workload {
         match lower.as_str() {
             "insert" | "i" => Ok(Workload::Insert),
             "rmw" => Ok(Workload::ReadModifyWrite),
+            "query" => Ok(Workload::Query),
             _ => {
                 let pct = lower.strip_prefix("ru,").ok_or_else(|| {
                     format!(
-                        "unknown workload {text:?}: use ru,READ_PCT (e.g. ru,95), insert or rmw"
+                        "unknown workload {text:?}: use ru,READ_PCT (e.g. ru,95), insert, rmw or query"
                     )
                 })?;
                 let read_pct = pct
@@ -174,6 +194,7 @@ impl Workload {
             Workload::ReadUpdate { read_pct } => format!("ru,{read_pct}"),
             Workload::Insert => "insert".into(),
             Workload::ReadModifyWrite => "rmw".into(),
+            Workload::Query => "query".into(),
         }
     }
 }
@@ -220,11 +241,17 @@ mod tests {
     fn generated_bins_follow_the_spec() {
         let spec = ObjectSpec::parse("I,S:10,B:33").expect("spec");
         let mut rng = SplitMix64::new(9);
-        let bins = spec.generate(&spec.names(), &mut rng);
+        let bins = spec.generate(&spec.names(), 5, &mut rng);
         assert_eq!(bins.len(), 3);
         assert_eq!(bins[0].name, "b0");
         assert!(matches!(&bins[1].value, Value::String(s) if s.len() == 10));
         assert!(matches!(&bins[2].value, Value::Blob(b) if b.len() == 33));
+        let grouped = ObjectSpec::parse("S:4,G:100").expect("spec");
+        assert_eq!(grouped.group_bin(), Some((1, 100)));
+        assert_eq!(spec.group_bin(), None);
+        let bins = grouped.generate(&grouped.names(), 1234, &mut rng);
+        assert_eq!(bins[1].value, Value::Int(34));
+        assert!(ObjectSpec::parse("G:0").is_err());
     }
 
     #[test]
@@ -239,6 +266,7 @@ mod tests {
         );
         assert_eq!(Workload::parse("insert"), Ok(Workload::Insert));
         assert_eq!(Workload::parse("rmw"), Ok(Workload::ReadModifyWrite));
+        assert_eq!(Workload::parse("query"), Ok(Workload::Query));
         assert!(Workload::parse("ru,101").is_err());
         assert!(Workload::parse("ru").is_err());
         assert!(Workload::parse("scan").is_err());
