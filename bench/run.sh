@@ -12,6 +12,11 @@
 #   - batch reads of BATCH keys each (ru,100 --batch-size BATCH) on the
 #     10 x 10-byte string bins: one request per node, rows answered in a
 #     stream (the ceiling answers each row with a header-only success)
+#   - secondary-index queries (-w query): 1 M keys with a group bin
+#     (key index modulo QUERY_GROUPS, 10 000: 100 records a group) and the
+#     10 string bins, each query every record of one random group; its
+#     baseline, right after it, is batch reads of as many keys (100) a
+#     batch on the same records (no-op rows would be empty streams)
 #   - ru,95 on 10 x 10-byte string bins with ONE command in flight (-c 1):
 #     latency without queueing, beside the machine's loopback floor (two
 #     processes passing request- and reply-sized messages over plain
@@ -23,6 +28,7 @@
 #   CONCURRENCY=32   commands in flight
 #   LOAD=1           insert the keys first (0 = skip; reads then miss)
 #   BATCH=10         keys per batch read of the batch workload (0 = skip it)
+#   QUERY_GROUPS=10000  groups of the query workload (0 = skip it)
 #   PORT=3300        citrined port;  NOOP_PORT=3399 the --noop citrined's port
 #   SKIP_BUILD=0     1 = use existing target/release binaries
 #   CITRINED_BIN     server binary (default target/release/citrined)
@@ -38,6 +44,7 @@ KEYS="${KEYS:-1000000}"
 CONCURRENCY="${CONCURRENCY:-32}"
 LOAD="${LOAD:-1}"
 BATCH="${BATCH:-10}"
+QUERY_GROUPS="${QUERY_GROUPS:-10000}"
 PORT="${PORT:-3300}"
 NOOP_PORT="${NOOP_PORT:-3399}"
 DATA_SIZE="${DATA_SIZE:-6G}"
@@ -144,6 +151,14 @@ if [ "$BATCH" != "0" ]; then
     run_bench "citrined-batch-10x10" "$PORT" "$SERVER_PID" -s p10x10 -o "$SPEC_SMALL" -w ru,100 --batch-size "$BATCH" -d "$DURATION"
     run_bench "noop-batch-10x10" "$NOOP_PORT" "$NOOP_PID" -s p10x10 -o "$SPEC_SMALL" -w ru,100 --batch-size "$BATCH" -d "$DURATION"
 fi
+if [ "$QUERY_GROUPS" != "0" ]; then
+    SPEC_GROUP="G:$QUERY_GROUPS,10*S:10"
+    PER_GROUP=$((KEYS / QUERY_GROUPS))
+    [ "$PER_GROUP" -ge 1 ] || PER_GROUP=1
+    run_bench load-group "$PORT" "$SERVER_PID" -s pgroup -o "$SPEC_GROUP" -w insert
+    run_bench citrined-query "$PORT" "$SERVER_PID" -s pgroup -o "$SPEC_GROUP" -w query -d "$DURATION"
+    run_bench citrined-query-batch "$PORT" "$SERVER_PID" -s pgroup -o "$SPEC_GROUP" -w ru,100 --batch-size "$PER_GROUP" -d "$DURATION"
+fi
 # One command at a time: the round trip itself, against the ceiling and
 # against the machine's floor for any server (plain sockets, no protocol).
 C=1 run_bench citrined-ru95-10x10-c1 "$PORT" "$SERVER_PID" -s p10x10 -o "$SPEC_SMALL" -w ru,95 -d "$DURATION"
@@ -161,7 +176,7 @@ fi
 
 echo "== writing $RESULTS"
 CPU_MODEL="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || echo unknown)"
-export WORK RESULTS DATA_SIZE DURATION KEYS CONCURRENCY LOAD BATCH CPU_MODEL NOTE="${NOTE:-}" FAILED
+export WORK RESULTS DATA_SIZE DURATION KEYS CONCURRENCY LOAD BATCH QUERY_GROUPS CPU_MODEL NOTE="${NOTE:-}" FAILED
 export NPROC="$(nproc)" KERNEL="$(uname -sr)" LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
 export GIT_REV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)"
 python3 - <<'PY'
@@ -197,7 +212,7 @@ if os.environ.get("FAILED", "").strip():
     lines.append("")
 lines.append("| workload | target | ops/s | read p50 / p99 / p99.9 ms | write p50 / p99 / p99.9 ms | server CPU µs/op | client CPU µs/op | errors | vs no-op |")
 lines.append("|---|---|---:|---|---|---:|---:|---:|---:|")
-for name in ["load-10x10", "load-1k"]:
+for name in ["load-10x10", "load-1k", "load-group"]:
     run = load(name)
     if run:
         lines.append(f"| {run['workload']} {run['object_spec']} | citrined | {run['throughput_ops_s']:.0f} | - | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | - |")
@@ -220,6 +235,15 @@ for target, run in [("citrined", c), ("no-op", n)]:
         frac = f"{run['throughput_ops_s'] / n['throughput_ops_s']:.2f}"
     keys = run.get("batch_keys_per_sec") or 0
     lines.append(f"| batch reads of {run.get('batch_size')} keys 10*S:10 ({keys:.0f} keys/s) | {target} | {run['throughput_ops_s']:.0f} batches/s | {lat(run, 'batch')} | - | {cpu(run)} per batch | {cpu(run, 'client')} per batch | {run['errors']} | {frac} |")
+q, qb = load("citrined-query"), load("citrined-query-batch")
+if q:
+    per = (q.get("query_records_per_sec") or 0) / q["throughput_ops_s"] if q["throughput_ops_s"] else 0
+    frac = "-"
+    if qb and qb.get("batch_keys_per_sec"):
+        frac = f"{(q.get('query_records_per_sec') or 0) / qb['batch_keys_per_sec']:.2f} of batch"
+    lines.append(f"| query: one group of {per:.0f} records, G:{os.environ['QUERY_GROUPS']},10*S:10 ({q.get('query_records_per_sec') or 0:.0f} records/s) | citrined | {q['throughput_ops_s']:.0f} queries/s | {lat(q, 'query')} | - | {cpu(q)} per query | {cpu(q, 'client')} per query | {q['errors']} | {frac} |")
+if qb:
+    lines.append(f"| baseline: batch reads of {qb.get('batch_size')} keys, same records ({qb.get('batch_keys_per_sec') or 0:.0f} keys/s) | citrined | {qb['throughput_ops_s']:.0f} batches/s | {lat(qb, 'batch')} | - | {cpu(qb)} per batch | {cpu(qb, 'client')} per batch | {qb['errors']} | - |")
 floor = load("floor")
 if floor:
     ms = f'{floor["p50_ms"]:.3f} / {floor["p99_ms"]:.3f} / {floor["p99_9_ms"]:.3f}'

@@ -820,23 +820,28 @@ async fn rounds(
         // its id.
         let task_id = client.next_random() >> 1 | 1;
         let mut last_error = None;
-        // Assign the unfinished partitions to their masters in the current map.
-        let mut plan: BTreeMap<NodeId, (Arc<Node>, Vec<PartitionState>)> = BTreeMap::new();
+        // Assign the unfinished partitions to their masters in the current
+        // map: the namespace's table is looked up once, and the few nodes
+        // found by a short linear search (no hashing per partition).
+        let mut plan: Vec<(Arc<Node>, Vec<PartitionState>)> = Vec::new();
         {
             let state = client.cluster.state();
+            let table = state.map.namespaces.get(&statement.namespace);
             let mut tracker = tracker.lock();
             for part in tracker.parts.iter_mut().filter(|part| !part.done) {
                 part.unavailable = false;
-                match state
-                    .map
-                    .node(&statement.namespace, 0, usize::from(part.id))
-                    .and_then(|id| state.by_id.get(&id))
-                {
-                    Some(node) => plan
-                        .entry(node.id)
-                        .or_insert_with(|| (node.clone(), Vec::new()))
-                        .1
-                        .push(part.clone()),
+                let master = table.and_then(|table| table.node(0, usize::from(part.id)));
+                let slot =
+                    master.and_then(|id| match plan.iter().position(|(node, _)| node.id == id) {
+                        Some(slot) => Some(slot),
+                        None => {
+                            let node = state.by_id.get(&id)?;
+                            plan.push((node.clone(), Vec::new()));
+                            Some(plan.len() - 1)
+                        }
+                    });
+                match slot {
+                    Some(slot) => plan[slot].1.push(part.clone()),
                     None => {
                         last_error = Some(Error::NoNode {
                             namespace: statement.namespace.clone(),
@@ -854,7 +859,7 @@ async fn rounds(
             }
         };
         let mut tasks = tokio::task::JoinSet::new();
-        for (node, parts) in plan.into_values() {
+        for (node, parts) in plan {
             let mut frame = Vec::with_capacity(256 + parts.len() * 24);
             encode_query(&mut frame, policy, statement, task_id, &parts, node_limit);
             let stream = NodeStream {
