@@ -124,6 +124,8 @@ pub fn result_code_from_u8(code: u8) -> Option<ResultCode> {
         152 => R::BatchQueuesFull,
         200 => R::SindexFound,
         201 => R::SindexNotFound,
+        203 => R::SindexNotReadable,
+        211 => R::QueryQueueFull,
         _ => return None,
     })
 }

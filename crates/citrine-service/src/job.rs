@@ -18,6 +18,13 @@
 //! (checked again under the lock) and `UPDATE_ONLY`, so a record deleted
 //! meanwhile is not brought back.
 //!
+//! The runner interleaves jobs: up to [`MAX_RUNNING`] at once, each taking
+//! a turn of at most [`WRITES_PER_TURN`] writes, so a job paced by
+//! RECS_PER_SEC (it waits for its next write's turn without holding the
+//! thread) or a long one does not hold up the others; later jobs wait in
+//! order. At most [`MAX_ACTIVE`] jobs are active (running or waiting); one
+//! more is refused with 211 (query queue full).
+//!
 //! Invariants: a job's ops are write ops only (a read op answers 4 before
 //! the job starts); every selected record gets one write attempt; a job
 //! is `done` once its cursor ends or it is aborted, and stays visible to
@@ -37,9 +44,19 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Finished jobs `query-show` still answers for.
 pub const MAX_DONE: usize = 100;
+
+/// Jobs the runner takes turns between.
+pub const MAX_RUNNING: usize = 8;
+
+/// Jobs active at once (running or waiting for a turn); more are refused.
+pub const MAX_ACTIVE: usize = 256;
+
+/// Writes one job makes in a turn before the runner moves on.
+const WRITES_PER_TURN: usize = 256;
 
 /// Where a job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,9 +81,9 @@ pub struct Job {
     ops: Vec<JobOp>,
     /// RECS_PER_SEC: writes a second, 0 = as fast as they go.
     rate: u32,
-    /// The walk, taken by whoever runs the job; `None` when nothing is left
-    /// (an unknown set).
-    cursor: Mutex<Option<Box<ScanCursor>>>,
+    /// The walk and its place, used by whoever runs the job; `None` when
+    /// nothing is left (an unknown set, or the job is over).
+    progress: Mutex<Option<Progress>>,
     status: AtomicU8,
     abort: AtomicBool,
     progress_pct: AtomicU64,
@@ -85,6 +102,33 @@ impl std::fmt::Debug for Job {
             .field("status", &self.status.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
+}
+
+/// Where a job is in its walk.
+struct Progress {
+    cursor: Box<ScanCursor>,
+    /// Selected records not yet written, in walk order.
+    pending: VecDeque<Digest>,
+    /// The cursor has nothing more to select.
+    exhausted: bool,
+    /// Pacing is in real time (a monotonic clock), whatever the service's
+    /// clock says: write n is due `n / rate` seconds after `started`.
+    started: Instant,
+    attempted: u64,
+    scratch: Vec<u8>,
+    frame: Vec<u8>,
+    reply: Vec<u8>,
+}
+
+/// What a job's turn ended with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    /// Done or aborted: the runner drops it.
+    Finished,
+    /// It has more to do now.
+    More,
+    /// Its next write is due at this instant (RECS_PER_SEC).
+    WaitUntil(Instant),
 }
 
 /// One op of a job, owned.
@@ -133,13 +177,24 @@ pub(crate) fn check_ops(message: &Message<'_>) -> Result<(), ResultCode> {
 }
 
 /// Registers a background job for `message` (its walk `cursor`; `None`
-/// when it selects nothing) and starts it.
+/// when it selects nothing) and starts it; refused with 211 when
+/// [`MAX_ACTIVE`] jobs are active already.
 pub(crate) fn submit(
     service: &Service,
     message: &Message<'_>,
     namespace: &Namespace,
     cursor: Option<Box<ScanCursor>>,
-) {
+) -> Result<(), ResultCode> {
+    let active = service
+        .jobs
+        .registry
+        .lock()
+        .iter()
+        .filter(|job| job.status() == Status::Active)
+        .count();
+    if active >= MAX_ACTIVE {
+        return Err(ResultCode::QueryQueueFull);
+    }
     let text = |kind| {
         message
             .field(kind)
@@ -172,7 +227,16 @@ pub(crate) fn submit(
                 value: op.value.to_vec(),
             })
             .collect(),
-        cursor: Mutex::new(cursor),
+        progress: Mutex::new(cursor.map(|cursor| Progress {
+            cursor,
+            pending: VecDeque::new(),
+            exhausted: false,
+            started: Instant::now(),
+            attempted: 0,
+            scratch: Vec::new(),
+            frame: Vec::new(),
+            reply: Vec::new(),
+        })),
         status: AtomicU8::new(Status::Active as u8),
         abort: AtomicBool::new(false),
         progress_pct: AtomicU64::new(0),
@@ -203,6 +267,7 @@ pub(crate) fn submit(
     if !jobs.queue.push(job) {
         service.run_pending_background_jobs();
     }
+    Ok(())
 }
 
 impl Job {
@@ -223,57 +288,73 @@ impl Job {
         self.status.store(status as u8, Ordering::Release);
     }
 
-    /// Runs the job to its end (or its abort).
-    fn run(&self, service: &Service) {
-        let Some(mut cursor) = self.cursor.lock().take() else {
-            self.finish(service, Status::Done);
-            return;
+    /// One turn: up to [`WRITES_PER_TURN`] writes (stepping the cursor
+    /// when nothing selected is left to write), until the job ends or its
+    /// next write is not yet due.
+    fn turn(&self, service: &Service) -> Turn {
+        let mut guard = self.progress.lock();
+        let Some(progress) = guard.as_mut() else {
+            if self.status() == Status::Active {
+                self.finish(service, Status::Done);
+            }
+            return Turn::Finished;
         };
-        let mut scratch = Vec::new();
-        let mut frame = Vec::new();
-        let mut reply = Vec::new();
-        // Pacing is in real time (a monotonic clock), whatever the
-        // service's clock says.
-        let (started, mut attempted) = (std::time::Instant::now(), 0u64);
-        loop {
+        for _ in 0..WRITES_PER_TURN {
             if self.abort.load(Ordering::Relaxed) {
+                *guard = None;
                 self.finish(service, Status::Aborted);
-                return;
+                return Turn::Finished;
             }
-            scratch.clear();
-            let finished = cursor.advance(service, service.now(), &mut scratch);
-            for digest in cursor.take_collected() {
-                if self.abort.load(Ordering::Relaxed) {
-                    self.finish(service, Status::Aborted);
-                    return;
+            let Some(digest) = progress.pending.front().copied() else {
+                if progress.exhausted {
+                    *guard = None;
+                    self.finish(service, Status::Done);
+                    return Turn::Finished;
                 }
-                if self.rate > 0 {
-                    // RECS_PER_SEC: this write's turn.
-                    let due = std::time::Duration::from_micros(
-                        attempted * 1_000_000 / u64::from(self.rate),
-                    );
-                    if let Some(wait) = due.checked_sub(started.elapsed()) {
-                        std::thread::sleep(wait);
-                    }
+                progress.scratch.clear();
+                progress.exhausted =
+                    progress
+                        .cursor
+                        .advance(service, service.now(), &mut progress.scratch);
+                progress.pending.extend(progress.cursor.take_collected());
+                self.progress_pct
+                    .store(progress.cursor.progress_pct(), Ordering::Relaxed);
+                continue;
+            };
+            if self.rate > 0 {
+                // RECS_PER_SEC: this write's turn.
+                let due = progress.started
+                    + Duration::from_micros(progress.attempted * 1_000_000 / u64::from(self.rate));
+                if due > Instant::now() {
+                    return Turn::WaitUntil(due);
                 }
-                attempted += 1;
-                let code = self.apply(service, &digest, &mut frame, &mut reply);
-                let counter = match code {
-                    0 => &self.succeeded,
-                    27 => &self.filtered,
-                    // Deleted since it was selected: nothing to do.
-                    2 => continue,
-                    _ => &self.failed,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
             }
-            self.progress_pct
-                .store(cursor.progress_pct(), Ordering::Relaxed);
-            if finished {
-                break;
+            progress.pending.pop_front();
+            progress.attempted += 1;
+            let code = self.apply(service, &digest, &mut progress.frame, &mut progress.reply);
+            let counter = match code {
+                0 => &self.succeeded,
+                27 => &self.filtered,
+                // Deleted since it was selected: nothing to do.
+                2 => continue,
+                _ => &self.failed,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        Turn::More
+    }
+
+    /// Runs the job to its end (or its abort) on this thread.
+    fn run_to_end(&self, service: &Service) {
+        loop {
+            match self.turn(service) {
+                Turn::Finished => return,
+                Turn::More => {}
+                Turn::WaitUntil(due) => {
+                    std::thread::sleep(due.saturating_duration_since(Instant::now()))
+                }
             }
         }
-        self.finish(service, Status::Done);
     }
 
     /// Applies the job's ops to one record through the write path; answers
@@ -372,13 +453,42 @@ impl Service {
     /// `citrine-jobs` thread). While it runs, jobs are queued here instead
     /// of running inline in the request that started them.
     pub fn run_background_jobs(&self, stopping: &AtomicBool) {
-        self.jobs.queue.serve(stopping, |job| job.run(self), || {});
+        let mut running: Vec<Arc<Job>> = Vec::new();
+        let mut waiting: VecDeque<Arc<Job>> = VecDeque::new();
+        self.jobs.queue.serve_turns(stopping, |new| {
+            waiting.extend(new);
+            while running.len() < MAX_RUNNING {
+                let Some(job) = waiting.pop_front() else {
+                    break;
+                };
+                running.push(job);
+            }
+            let mut busy = false;
+            let mut next_due: Option<Instant> = None;
+            running.retain(|job| match job.turn(self) {
+                Turn::Finished => false,
+                Turn::More => {
+                    busy = true;
+                    true
+                }
+                Turn::WaitUntil(due) => {
+                    next_due = Some(next_due.map_or(due, |next| next.min(due)));
+                    true
+                }
+            });
+            if busy || (running.len() < MAX_RUNNING && !waiting.is_empty()) {
+                Some(Duration::ZERO)
+            } else {
+                // Idle, or every running job waits for its pace.
+                next_due.map(|due| due.saturating_duration_since(Instant::now()))
+            }
+        });
     }
 
-    /// Runs every queued job now, on this thread.
+    /// Runs every queued job now, to its end, on this thread.
     pub fn run_pending_background_jobs(&self) {
         while let Some(job) = self.jobs.queue.pop() {
-            job.run(self);
+            job.run_to_end(self);
         }
     }
 

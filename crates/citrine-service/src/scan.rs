@@ -254,8 +254,9 @@ pub(crate) fn start(
                     // Partitions this node does not serve are another's work.
                     cursor.unavailable.clear();
                 }
-                crate::job::submit(service, message, &namespace, cursor.map(Box::new));
-                transaction::write_stream_end(out, ResultCode::Ok);
+                let accepted =
+                    crate::job::submit(service, message, &namespace, cursor.map(Box::new));
+                transaction::write_stream_end(out, accepted.err().unwrap_or(ResultCode::Ok));
                 None
             }
         };

@@ -47,6 +47,12 @@ impl<T> WorkQueue<T> {
         attached
     }
 
+    /// Whether a runner serves the queue now.
+    #[cfg(test)]
+    pub fn is_attached(&self) -> bool {
+        self.attached.load(Ordering::Acquire)
+    }
+
     /// The next item, if any.
     pub fn pop(&self) -> Option<T> {
         self.queue.lock().pop_front()
@@ -73,6 +79,31 @@ impl<T> WorkQueue<T> {
                 each(item);
             }
             idle();
+        }
+        self.attached.store(false, Ordering::Release);
+    }
+
+    /// Serves the queue in turns until `stopping`: each turn gets every
+    /// item queued since the last one and answers how long the runner may
+    /// sleep before the next turn if nothing new comes (`None`: up to the
+    /// idle wait; zero: go on at once).
+    pub fn serve_turns(
+        &self,
+        stopping: &AtomicBool,
+        mut turn: impl FnMut(Vec<T>) -> Option<Duration>,
+    ) {
+        self.attached.store(true, Ordering::Release);
+        let mut sleep = Some(Duration::ZERO);
+        while !stopping.load(Ordering::Relaxed) {
+            let items: Vec<T> = {
+                let mut queue = self.queue.lock();
+                let wait = sleep.unwrap_or(IDLE_WAIT).min(IDLE_WAIT);
+                if queue.is_empty() && !wait.is_zero() {
+                    self.wake.wait_for(&mut queue, wait);
+                }
+                queue.drain(..).collect()
+            };
+            sleep = turn(items);
         }
         self.attached.store(false, Ordering::Release);
     }

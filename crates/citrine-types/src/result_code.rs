@@ -49,6 +49,8 @@ pub enum ResultCode {
     SindexFound = 200,
     SindexNotFound = 201,
     SindexNotReadable = 203,
+    /// Too many background jobs active (the older servers' name for it).
+    QueryQueueFull = 211,
 }
 
 impl ResultCode {
@@ -101,6 +103,7 @@ impl ResultCode {
             ResultCode::SindexFound => "index already exists",
             ResultCode::SindexNotFound => "index not found",
             ResultCode::SindexNotReadable => "index not readable (still being built)",
+            ResultCode::QueryQueueFull => "query queue full (too many background jobs)",
         }
     }
 }

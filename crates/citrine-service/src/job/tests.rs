@@ -281,3 +281,130 @@ fn a_background_query_moving_records_in_its_own_range_writes_each_once() {
     let stat = info(&service, "sindex/test/n");
     assert!(stat.contains(&format!("entries={count};")), "{stat}");
 }
+
+/// Runs `body` while a runner thread serves the service's jobs (as the
+/// server's `citrine-jobs` thread does), then stops it.
+fn with_runner(service: &Service, body: impl FnOnce()) {
+    /// Stops the runner however `body` ends: a failed assertion must fail
+    /// the test, not leave the scope waiting for the runner forever.
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let stopping = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| service.run_background_jobs(&stopping));
+        let _stop = Stop(&stopping);
+        while !service.jobs.queue.is_attached() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        body();
+    });
+}
+
+/// Polls `query-show` until job `trid` is no longer active; panics after
+/// `limit`.
+fn wait_done(service: &Service, trid: u64, limit: std::time::Duration) -> String {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let status = show_value(service, trid, "status");
+        if !status.starts_with("active") {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {trid} still {status}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_paced_job_does_not_hold_up_the_ones_after_it() {
+    let (service, _) = service();
+    for key in 0..40 {
+        put(&service, "slow", &format!("s{key}"), &[("n", key)], false);
+        put(&service, "fast", &format!("f{key}"), &[("n", key)], false);
+    }
+    with_runner(&service, || {
+        // 40 records at 10 a second: about 4 s.
+        let slow = Background {
+            set: Some("slow"),
+            trid: 1,
+            rate: Some(10),
+            ops: vec![put_op("x", 1)],
+            ..Background::default()
+        };
+        assert_eq!(submit(&service, &slow), 0);
+        let fast = Background {
+            set: Some("fast"),
+            trid: 2,
+            ops: vec![put_op("x", 2)],
+            ..Background::default()
+        };
+        assert_eq!(submit(&service, &fast), 0);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            wait_done(&service, 2, std::time::Duration::from_secs(2)),
+            "done(ok)"
+        );
+        assert_eq!(show_value(&service, 2, "recs-succeeded"), "40");
+        assert!(
+            show_value(&service, 1, "status").starts_with("active"),
+            "the paced job is still going after {:?}",
+            started.elapsed()
+        );
+        let written = show_value(&service, 1, "recs-succeeded");
+        assert!(
+            written.parse::<u64>().unwrap() < 40,
+            "paced at 10 a second: {written} written so far"
+        );
+        assert_eq!(info(&service, "query-abort:trid=1"), "OK");
+        assert!(wait_done(&service, 1, std::time::Duration::from_secs(2)).contains("abandoned"));
+    });
+    for key in 0..40 {
+        assert_eq!(read(&service, "fast", &format!("f{key}"), "x"), Some(2));
+    }
+}
+
+#[test]
+fn jobs_past_the_active_limit_are_refused() {
+    let (service, _) = service();
+    put(&service, "demo", "a", &[("n", 1)], false);
+    put(&service, "demo", "b", &[("n", 2)], false);
+    with_runner(&service, || {
+        // Each job writes its first record at once and waits a second for
+        // its second: all stay active while the limit fills.
+        for trid in 1..=super::MAX_ACTIVE as u64 {
+            let request = Background {
+                set: Some("demo"),
+                trid,
+                rate: Some(1),
+                ops: vec![put_op("x", 1)],
+                ..Background::default()
+            };
+            assert_eq!(submit(&service, &request), 0, "job {trid}");
+        }
+        let one_more = Background {
+            set: Some("demo"),
+            trid: 999,
+            ops: vec![put_op("x", 1)],
+            ..Background::default()
+        };
+        assert_eq!(submit(&service, &one_more), 211);
+        assert_eq!(
+            info(&service, "query-show:trid=999"),
+            "ERROR:2:job not found"
+        );
+        for trid in 1..=super::MAX_ACTIVE as u64 {
+            info(&service, &format!("query-abort:trid={trid}"));
+        }
+        wait_done(
+            &service,
+            super::MAX_ACTIVE as u64,
+            std::time::Duration::from_secs(5),
+        );
+    });
+}
