@@ -13,8 +13,7 @@ read-only query tests share one module-scoped data set and its indexes, and the
 write-path tests share module-scoped whole-namespace indexes on bin names no
 other test uses, each test working in its own set.
 
-Not covered (not supported by citrined): geo queries (a geo2dsphere index
-create is checked to be refused), UDF / aggregation queries. Background query
+Not covered (not supported by citrined): UDF / aggregation queries. Background query
 execution is checked to either be refused (16) or write exactly the selected
 records."""
 
@@ -674,13 +673,31 @@ def test_create_same_definition_under_a_new_name_renames(client, indexes, set_na
     assert qkeys(client, set_name, p.equals("a", 7)) == [1]
 
 
-def test_geo2dsphere_index_is_refused(client, indexes, set_name):
+def test_geo2dsphere_queries(client, indexes, set_name):
+    """The Go client's geo specs' data: points on a diagonal from
+    (-122, 37.5), 0.1 degree a step, and one polygon record."""
     name = indexes.name("geo")
-    with pytest.raises(ex.AerospikeError) as info:
-        client.index_geo2dsphere_create(NS, set_name, "loc", name)
-    assert info.value.code == 16
-    assert exists(client, name) == "false"
-    assert name not in listing(client)
+    client.index_geo2dsphere_create(NS, set_name, "loc", name)
+    assert exists(client, name) == "true"
+    assert listing(client)[name]["type"] == "geo2dsphere"
+    bay = {"type": "Polygon",
+           "coordinates": [[[-122.5, 37.0], [-121.0, 37.0], [-121.0, 38.08],
+                            [-122.5, 38.08], [-122.5, 37.0]]]}
+    for i in range(20):
+        point = {"type": "Point", "coordinates": [-122.0 + 0.1 * i, 37.5 + 0.1 * i]}
+        client.put((NS, set_name, i), {"loc": aerospike.GeoJSON(point)}, policy=KEY_SEND)
+    client.put((NS, set_name, 100), {"loc": aerospike.GeoJSON(bay)}, policy=KEY_SEND)
+    import json
+    assert qkeys(client, set_name, p.geo_within_geojson_region("loc", json.dumps(bay))) == list(range(6))
+    assert qkeys(client, set_name, p.geo_within_radius("loc", -122.0, 37.5, 50000.0)) == [0, 1, 2, 3]
+    inside = json.dumps({"type": "Point", "coordinates": [-121.7, 37.8]})
+    assert qkeys(client, set_name, p.geo_contains_geojson_point("loc", inside)) == [100]
+    assert qkeys(client, set_name, p.geo_contains_point("loc", -120.0, 37.8)) == []
+    # Records move out of the region and are deleted: the index follows.
+    client.put((NS, set_name, 0), {"loc": aerospike.GeoJSON({"type": "Point", "coordinates": [10, 10]})},
+               policy=KEY_SEND)
+    client.remove((NS, set_name, 1))
+    assert qkeys(client, set_name, p.geo_within_geojson_region("loc", json.dumps(bay))) == [2, 3, 4, 5]
 
 
 def test_index_remove(client, indexes, set_name):

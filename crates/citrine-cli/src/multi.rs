@@ -89,14 +89,19 @@ pub struct ScanArgs {
     after_help = "The bin needs a secondary index of the value's type (see `citrine index create`).\n\
                   Examples:\n  citrine query -n test -s demo --range age=30..39\n  \
                   citrine query -n test -s demo --equal name=alice\n  \
-                  citrine query -n test --range tags=5..5 --on list"
+                  citrine query -n test --range tags=5..5 --on list\n  \
+                  citrine query -n test -s places --geo 'loc={\"type\":\"AeroCircle\",\"coordinates\":[[-122,37.5],5000]}'"
 )]
 pub struct QueryArgs {
     #[command(flatten)]
     pub common: ReadManyArgs,
     /// Records whose BIN equals VALUE (an integer or a string).
-    #[arg(long = "equal", value_name = "BIN=VALUE", conflicts_with = "range")]
+    #[arg(long = "equal", value_name = "BIN=VALUE", conflicts_with_all = ["range", "geo"])]
     pub equal: Option<String>,
+    /// Records of a geo2dsphere index on BIN whose point lies in a GeoJSON
+    /// region (Polygon, AeroCircle), or whose region holds a GeoJSON Point.
+    #[arg(long = "geo", value_name = "BIN=GEOJSON", conflicts_with = "range")]
+    pub geo: Option<String>,
     /// Records whose integer BIN is within LOW..HIGH (both included).
     #[arg(long = "range", value_name = "BIN=LOW..HIGH")]
     pub range: Option<String>,
@@ -113,6 +118,8 @@ pub enum KeyKind {
     Numeric,
     String,
     Blob,
+    /// GeoJSON points and regions.
+    Geo2dsphere,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -226,7 +233,12 @@ pub fn parse_filter(
             }
             IndexFilter::range(bin, low, high)
         }
-        _ => return Err("a query needs --equal BIN=VALUE or --range BIN=LOW..HIGH".into()),
+        _ => {
+            return Err(
+                "a query needs --equal BIN=VALUE, --range BIN=LOW..HIGH or --geo BIN=GEOJSON"
+                    .into(),
+            )
+        }
     };
     Ok(filter.on(on.into()))
 }
@@ -238,11 +250,15 @@ pub async fn run_scan(args: ScanArgs) -> CliResult {
 
 pub async fn run_query(args: QueryArgs) -> CliResult {
     let mut statement = statement(&args.common)?;
-    statement.filter = Some(parse_filter(
-        args.equal.as_deref(),
-        args.range.as_deref(),
-        args.on,
-    )?);
+    statement.filter = Some(match &args.geo {
+        Some(text) => {
+            let (bin, json) = text.split_once('=').ok_or_else(|| {
+                format!("--geo {text}: write BIN=GEOJSON, e.g. loc='{{\"type\":\"AeroCircle\",\"coordinates\":[[-122,37.5],5000]}}'")
+            })?;
+            IndexFilter::geo(bin, json)
+        }
+        None => parse_filter(args.equal.as_deref(), args.range.as_deref(), args.on)?,
+    });
     statement.index_name = args.index.clone();
     read_many(&args.common, statement).await
 }
@@ -337,6 +353,7 @@ pub async fn run_index(args: IndexArgs) -> CliResult {
                 KeyKind::Numeric => IndexType::Numeric,
                 KeyKind::String => IndexType::String,
                 KeyKind::Blob => IndexType::Blob,
+                KeyKind::Geo2dsphere => IndexType::Geo2DSphere,
             };
             client
                 .create_index(&namespace, &set, &name, &bin, kind, on.into(), None)

@@ -159,6 +159,8 @@ pub enum IndexType {
     Numeric,
     String,
     Blob,
+    /// GeoJSON points and regions (`GEO2DSPHERE`).
+    Geo2DSphere,
 }
 
 impl IndexType {
@@ -167,6 +169,7 @@ impl IndexType {
             IndexType::Numeric => "numeric",
             IndexType::String => "string",
             IndexType::Blob => "blob",
+            IndexType::Geo2DSphere => "geo2dsphere",
         }
     }
 }
@@ -177,6 +180,9 @@ pub enum FilterValue {
     Int(i64),
     String(String),
     Blob(Vec<u8>),
+    /// GeoJSON text: a region (points inside it) or a point (regions
+    /// holding it).
+    GeoJson(String),
 }
 
 impl From<i64> for FilterValue {
@@ -206,6 +212,7 @@ impl FilterValue {
             FilterValue::Int(_) => 1,
             FilterValue::String(_) => 3,
             FilterValue::Blob(_) => 4,
+            FilterValue::GeoJson(_) => 23,
         }
     }
 
@@ -214,6 +221,7 @@ impl FilterValue {
             FilterValue::Int(value) => value.to_be_bytes().to_vec(),
             FilterValue::String(value) => value.as_bytes().to_vec(),
             FilterValue::Blob(value) => value.clone(),
+            FilterValue::GeoJson(text) => text.as_bytes().to_vec(),
         }
     }
 }
@@ -253,6 +261,33 @@ impl IndexFilter {
         }
     }
 
+    /// Records of a `GEO2DSPHERE` index whose point lies inside `region`
+    /// (GeoJSON `Polygon`, `MultiPolygon` or `AeroCircle`), or, when
+    /// `region` is a `Point`, whose region holds it.
+    pub fn geo(bin: impl Into<String>, geojson: impl Into<String>) -> IndexFilter {
+        let value = FilterValue::GeoJson(geojson.into());
+        IndexFilter {
+            bin: bin.into(),
+            collection: IndexCollection::Default,
+            begin: value.clone(),
+            end: value,
+            context: None,
+        }
+    }
+
+    /// Records whose point lies within `radius_m` metres of (lng, lat).
+    pub fn geo_within_radius(
+        bin: impl Into<String>,
+        lng: f64,
+        lat: f64,
+        radius_m: f64,
+    ) -> IndexFilter {
+        IndexFilter::geo(
+            bin,
+            format!(r#"{{"type":"AeroCircle","coordinates":[[{lng},{lat}],{radius_m}]}}"#),
+        )
+    }
+
     /// The same filter on a list's elements or a map's keys or values.
     pub fn on(mut self, collection: IndexCollection) -> IndexFilter {
         self.collection = collection;
@@ -279,7 +314,8 @@ impl IndexFilter {
             (FilterValue::Int(_), FilterValue::Int(_)) => Ok(()),
             (begin, end) if begin == end => Ok(()),
             _ => Err(Error::InvalidArgument(
-                "string and blob filters are equalities: begin and end must be the same".into(),
+                "string, blob and geo filters are equalities: begin and end must be the same"
+                    .into(),
             )),
         }
     }

@@ -526,3 +526,127 @@ async fn a_dropped_stream_leaves_no_half_read_connection_behind() {
     }
     client.close();
 }
+
+/// The official Go client's geo specs, through this client: regions
+/// holding a point, points inside a polygon, points within a radius.
+#[tokio::test]
+async fn geo_queries_find_points_in_regions_and_regions_holding_points() {
+    let server = Server::start();
+    let client = connect(&server).await;
+    let mut write = WritePolicy::default();
+    write.base.send_key = true;
+    client
+        .create_index(
+            "test",
+            "geo",
+            "geo_loc",
+            "loc",
+            IndexType::Geo2DSphere,
+            IndexCollection::Default,
+            None,
+        )
+        .await
+        .expect("create geo index");
+    client
+        .wait_for_index("test", "geo_loc", Duration::from_secs(20))
+        .await
+        .expect("built");
+    let bay = r#"{"type":"Polygon","coordinates":[[[-122.5,37.0],[-121.0,37.0],[-121.0,38.08],[-122.5,38.08],[-122.5,37.0]]]}"#;
+    // Points 0..20 along a diagonal from (-122, 37.5), 0.1 degree a step;
+    // key 100 holds the region itself.
+    for index in 0..20i64 {
+        let point = format!(
+            r#"{{"type":"Point","coordinates":[{:.6},{:.6}]}}"#,
+            -122.0 + 0.1 * index as f64,
+            37.5 + 0.1 * index as f64
+        );
+        client
+            .put(
+                &write,
+                &key("geo", index),
+                &[Bin::new("loc", Value::GeoJson(point)), Bin::new("n", index)],
+            )
+            .await
+            .expect("put point");
+    }
+    client
+        .put(
+            &write,
+            &key("geo", 100),
+            &[
+                Bin::new("loc", Value::GeoJson(bay.into())),
+                Bin::new("n", 100i64),
+            ],
+        )
+        .await
+        .expect("put region");
+    let policy = ScanPolicy::default();
+    let run = |filter: IndexFilter| {
+        let client = client.clone();
+        let policy = policy.clone();
+        async move {
+            user_keys(
+                &client
+                    .query(&policy, &Statement::new("test", "geo").filter(filter))
+                    .expect("query")
+                    .collect()
+                    .await
+                    .expect("geo query"),
+            )
+        }
+    };
+    // Points inside the bay: the first six (the seventh is at 38.1).
+    assert_eq!(
+        run(IndexFilter::geo("loc", bay)).await,
+        (0..6).collect::<Vec<_>>()
+    );
+    // Within 50 km of the first point: four of them.
+    assert_eq!(
+        run(IndexFilter::geo_within_radius(
+            "loc", -122.0, 37.5, 50_000.0
+        ))
+        .await,
+        vec![0, 1, 2, 3]
+    );
+    // Regions holding a point: the bay, for points inside it only.
+    for (lng, lat, expected) in [(-121.7, 37.8, vec![100]), (-120.0, 37.8, vec![])] {
+        let point = format!(r#"{{"type":"Point","coordinates":[{lng},{lat}]}}"#);
+        assert_eq!(
+            run(IndexFilter::geo("loc", point)).await,
+            expected,
+            "({lng}, {lat})"
+        );
+    }
+    // The index follows updates and deletes.
+    client
+        .put(
+            &write,
+            &key("geo", 0),
+            &[Bin::new(
+                "loc",
+                Value::GeoJson(r#"{"type":"Point","coordinates":[10,10]}"#.into()),
+            )],
+        )
+        .await
+        .expect("move point 0");
+    client
+        .delete(&write, &key("geo", 1))
+        .await
+        .expect("delete point 1");
+    assert_eq!(
+        run(IndexFilter::geo("loc", bay)).await,
+        (2..6).collect::<Vec<_>>()
+    );
+    // A query that is not GeoJSON: the server refuses it (4).
+    let bad = client
+        .query(
+            &policy,
+            &Statement::new("test", "geo").filter(IndexFilter::geo("loc", "{}")),
+        )
+        .expect("query")
+        .collect()
+        .await
+        .expect_err("bad geo query");
+    assert_eq!(bad.raw_code(), Some(4), "{bad}");
+    client.close();
+}

@@ -123,6 +123,8 @@ struct PartitionCursor {
 struct Query {
     index: Arc<citrine_sindex::Sindex>,
     filter: citrine_sindex::Filter,
+    /// The bval ranges the filter reads, sorted and disjoint.
+    ranges: Vec<(i64, i64)>,
     /// One step's `(bval, digest)` candidates from the index.
     candidates: Vec<(i64, Digest)>,
     /// One record's keys, when checking it.
@@ -423,6 +425,7 @@ fn query(
     index.stats().queries.fetch_add(1, Ordering::Relaxed);
     Ok(Box::new(Query {
         index,
+        ranges: filter.bval_ranges(),
         filter,
         candidates: Vec::new(),
         keys: Vec::new(),
@@ -759,7 +762,7 @@ impl ScanCursor {
         };
         query.index.candidates(
             cursor.partition,
-            query.filter.bval_bounds(),
+            &query.ranges,
             cursor.after.map(|digest| (cursor.after_bval, digest)),
             budget + 1,
             &mut candidates,
@@ -826,7 +829,8 @@ impl ScanCursor {
             .map(citrine_sindex::Key::bval)
             .min();
         query.keys = keys;
-        first == Some(bval)
+        // A geo entry is a cell: the shape itself decides.
+        first == Some(bval) && query.index.geo_selects(&query.filter, record)
     }
 
     /// Writes one record message (`bval`: a query's, sent back in the

@@ -23,6 +23,9 @@ pub enum KeyType {
     String,
     /// Blobs: equality queries.
     Blob,
+    /// GeoJSON points and regions (`GEO2DSPHERE`): region and point
+    /// queries ([`crate::geo`]).
+    Geo,
 }
 
 impl KeyType {
@@ -32,6 +35,7 @@ impl KeyType {
             KeyType::Numeric => "numeric",
             KeyType::String => "string",
             KeyType::Blob => "blob",
+            KeyType::Geo => "geo2dsphere",
         }
     }
 
@@ -41,6 +45,7 @@ impl KeyType {
             KeyType::Numeric => "NUMERIC",
             KeyType::String => "STRING",
             KeyType::Blob => "BLOB",
+            KeyType::Geo => "GEO2DSPHERE",
         }
     }
 }
@@ -145,7 +150,7 @@ fn key_type(text: &str) -> Result<KeyType, DefError> {
         "NUMERIC" | "INTEGER" => Ok(KeyType::Numeric),
         "STRING" => Ok(KeyType::String),
         "BLOB" => Ok(KeyType::Blob),
-        "GEO2DSPHERE" => Err(unsupported("GEO2DSPHERE indexes are not supported")),
+        "GEO2DSPHERE" => Ok(KeyType::Geo),
         _ => Err(parameter(format!("bad index type {text:?}"))),
     }
 }
@@ -177,6 +182,8 @@ fn expression_fits(
         (CollectionType::Default, KeyType::Numeric) => IndexValue::Int,
         (CollectionType::Default, KeyType::String) => IndexValue::Str,
         (CollectionType::Default, KeyType::Blob) => IndexValue::Blob,
+        // Refused before: geo indexes are on bins.
+        (CollectionType::Default, KeyType::Geo) => return false,
     })
 }
 
@@ -251,6 +258,15 @@ impl SindexDef {
             if bin.is_empty() || bin.len() > citrine_types::BIN_NAME_MAX {
                 return Err(parameter(format!("bad bin name {bin:?}")));
             }
+        }
+        if key_type == KeyType::Geo
+            && (collection != CollectionType::Default
+                || context.is_some()
+                || !matches!(source, Source::Bin(_)))
+        {
+            return Err(unsupported(
+                "a GEO2DSPHERE index is on a bin's own value (no collection type, context or expression)",
+            ));
         }
         Ok(SindexDef {
             namespace: namespace.to_owned(),
@@ -410,7 +426,10 @@ mod tests {
             ("ns=test;indexname=a:b;bin=b;type=NUMERIC", 4),
             ("ns=test;indexname=i;bin=b", 4),
             ("ns=test;indexname=i;bin=b;type=FLOAT", 4),
-            ("ns=test;indexname=i;bin=b;type=GEO2DSPHERE", 16),
+            (
+                "ns=test;indexname=i;bin=b;type=GEO2DSPHERE;indextype=LIST",
+                16,
+            ),
             ("ns=test;indexname=i;indexdata=b", 4),
             ("ns=test;indexname=i;bin=b;exp=Bw==;type=NUMERIC", 4),
             ("ns=test;indexname=i;bin=sixteen_chars_xx;type=NUMERIC", 4),
@@ -423,5 +442,12 @@ mod tests {
             let error = parse(text).expect_err(text);
             assert_eq!(error.code, code, "{text}: {}", error.message);
         }
+        let geo = parse("ns=test;indexname=g;bin=b;type=geo2dsphere").expect("a geo index");
+        assert_eq!(geo.key_type, KeyType::Geo);
+        assert!(
+            geo.listing().contains("type=geo2dsphere"),
+            "{}",
+            geo.listing()
+        );
     }
 }

@@ -9,16 +9,22 @@ use crate::key::{bytes_bval, Key};
 use citrine_types::ParticleType;
 
 /// What a query selects.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Range {
     /// Integers from `begin` to `end`, both included.
     Int { begin: i64, end: i64 },
     /// Exactly this string or blob.
     Equal(Vec<u8>),
+    /// Points inside this region, or regions holding this point, with the
+    /// bval ranges the shape's cells cover ([`crate::geo`]).
+    Geo {
+        shape: crate::geo::Shape,
+        ranges: Vec<(i64, i64)>,
+    },
 }
 
 /// A parsed INDEX_RANGE.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Filter {
     /// The indexed bin (empty when the query names its index or
     /// expression instead).
@@ -32,7 +38,7 @@ pub struct Filter {
 pub enum FilterError {
     /// Malformed (4).
     Parameter,
-    /// A geo filter (16: geo indexes are not supported).
+    /// Not a query this server runs (16).
     Unsupported,
 }
 
@@ -105,7 +111,12 @@ impl Filter {
                 };
                 (key_type, Range::Equal(begin.to_vec()))
             }
-            Some(ParticleType::GeoJson) => return Err(FilterError::Unsupported),
+            Some(ParticleType::GeoJson) => {
+                // The region or point, as text (the end repeats it).
+                let shape = crate::geo::Shape::parse(begin).ok_or(FilterError::Parameter)?;
+                let ranges = crate::geo::query_ranges(&shape);
+                (KeyType::Geo, Range::Geo { shape, ranges })
+            }
             _ => return Err(FilterError::Parameter),
         };
         Ok(Filter {
@@ -115,14 +126,16 @@ impl Filter {
         })
     }
 
-    /// The bvals the filter's keys can have, both included.
-    pub fn bval_bounds(&self) -> (i64, i64) {
+    /// The bvals the filter's keys can have, as sorted, disjoint ranges
+    /// (both ends included).
+    pub fn bval_ranges(&self) -> Vec<(i64, i64)> {
         match &self.range {
-            Range::Int { begin, end } => (*begin, *end),
+            Range::Int { begin, end } => vec![(*begin, *end)],
             Range::Equal(bytes) => {
                 let bval = bytes_bval(bytes);
-                (bval, bval)
+                vec![(bval, bval)]
             }
+            Range::Geo { ranges, .. } => ranges.clone(),
         }
     }
 
@@ -131,6 +144,9 @@ impl Filter {
         match (&self.range, key) {
             (Range::Int { begin, end }, Key::Int(value)) => (begin..=end).contains(&value),
             (Range::Equal(wanted), Key::Bytes(bytes)) => wanted == bytes,
+            (Range::Geo { ranges, .. }, Key::Int(cell)) => ranges
+                .iter()
+                .any(|(low, high)| (*low..=*high).contains(cell)),
             _ => false,
         }
     }
@@ -162,7 +178,7 @@ mod tests {
         .expect("range");
         assert_eq!(filter.bin, b"age");
         assert_eq!(filter.range, Range::Int { begin: -3, end: 9 });
-        assert_eq!(filter.bval_bounds(), (-3, 9));
+        assert_eq!(filter.bval_ranges(), vec![(-3, 9)]);
         assert!(filter.matches(&Key::Int(9)));
         assert!(!filter.matches(&Key::Int(10)));
         assert!(!filter.matches(&Key::Bytes(vec![])));
@@ -170,7 +186,7 @@ mod tests {
         assert_eq!(filter.key_type, KeyType::String);
         assert!(filter.matches(&Key::Bytes(b"abc".to_vec())));
         assert!(!filter.matches(&Key::Bytes(b"abd".to_vec())));
-        assert_eq!(filter.bval_bounds().0, bytes_bval(b"abc"));
+        assert_eq!(filter.bval_ranges()[0].0, bytes_bval(b"abc"));
         let filter = Filter::parse(&payload(b"", 4, &[1, 2], &[1, 2])).expect("blob");
         assert_eq!(filter.key_type, KeyType::Blob);
     }
@@ -198,7 +214,14 @@ mod tests {
         let string_range = payload(b"s", 3, b"a", b"b");
         assert_eq!(Filter::parse(&string_range), Err(FilterError::Parameter));
         let geo = payload(b"g", 23, b"{}", b"{}");
-        assert_eq!(Filter::parse(&geo), Err(FilterError::Unsupported));
+        assert_eq!(Filter::parse(&geo), Err(FilterError::Parameter));
+        let point = br#"{"type":"Point","coordinates":[1,2]}"#;
+        let geo = Filter::parse(&payload(b"g", 23, point, point)).expect("a point query");
+        assert_eq!(geo.key_type, KeyType::Geo);
+        let ranges = geo.bval_ranges();
+        assert!(!ranges.is_empty() && ranges.len() <= crate::geo::MAX_LEVEL as usize + 1);
+        assert!(geo.matches(&Key::Int(ranges[0].0)));
+        assert!(!geo.matches(&Key::Int(ranges[0].0 - 1)) || ranges[0].0 == 1);
         let float = payload(b"f", 2, &[0; 8], &[0; 8]);
         assert_eq!(Filter::parse(&float), Err(FilterError::Parameter));
     }

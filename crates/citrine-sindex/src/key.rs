@@ -74,6 +74,15 @@ fn from_value(key_type: KeyType, element: &Value) -> Option<Key> {
 /// Appends the keys of one source value (the bin's or the expression's
 /// particle) under `def`'s context and collection type.
 pub(crate) fn collect(def: &SindexDef, particle_type: u8, bytes: &[u8], out: &mut Vec<Key>) {
+    if def.key_type == KeyType::Geo {
+        // A GeoJSON bin: the cells its shape is indexed under.
+        if particle_type == ParticleType::GeoJson as u8 {
+            if let Some(shape) = crate::geo::Shape::from_particle(bytes) {
+                out.extend(crate::geo::index_cells(&shape).into_iter().map(Key::Int));
+            }
+        }
+        return;
+    }
     if def.context.is_none() && def.collection == CollectionType::Default {
         out.extend(from_particle(def.key_type, particle_type, bytes));
         return;

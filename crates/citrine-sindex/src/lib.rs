@@ -29,6 +29,7 @@
 
 pub mod def;
 pub mod filter;
+pub mod geo;
 pub mod key;
 
 pub use def::{CollectionType, DefError, KeyType, SindexDef, Source};
@@ -182,33 +183,62 @@ impl Sindex {
     }
 
     /// Appends to `out` the entries of `partition` whose bval is within
-    /// `bounds` (both included), in order, strictly after `after` when the
-    /// query resumes there, at most `limit` of them. The caller holds the
-    /// partition's lock.
+    /// one of `ranges` (sorted, disjoint, ends included), in order,
+    /// strictly after `after` when the query resumes there, at most `limit`
+    /// of them. The caller holds the partition's lock.
     pub fn candidates(
         &self,
         partition: PartitionId,
-        bounds: (i64, i64),
+        ranges: &[(i64, i64)],
         after: Option<(i64, Digest)>,
         limit: usize,
         out: &mut Vec<(i64, Digest)>,
     ) {
-        let (low, high) = bounds;
-        if low > high {
-            return;
-        }
-        let start = match after {
-            Some(resume) if resume >= (low, DIGEST_MIN) => Bound::Excluded(resume),
-            _ => Bound::Included((low, DIGEST_MIN)),
-        };
-        let end = Bound::Included((high, DIGEST_MAX));
-        if let (Bound::Excluded(resume), Bound::Included(end)) = (start, end) {
-            if resume >= end {
+        debug_assert!(ranges.windows(2).all(|pair| pair[0].1 < pair[1].0));
+        let tree = self.state.trees[partition.index()].read();
+        for &(low, high) in ranges {
+            if out.len() >= limit {
                 return;
             }
+            if low > high {
+                continue;
+            }
+            let start = match after {
+                Some(resume) if resume >= (low, DIGEST_MIN) => Bound::Excluded(resume),
+                _ => Bound::Included((low, DIGEST_MIN)),
+            };
+            let end = (high, DIGEST_MAX);
+            if let Bound::Excluded(resume) = start {
+                if resume >= end {
+                    continue;
+                }
+            }
+            let room = limit - out.len();
+            out.extend(
+                tree.range((start, Bound::Included(end)))
+                    .take(room)
+                    .copied(),
+            );
         }
-        let tree = self.state.trees[partition.index()].read();
-        out.extend(tree.range((start, end)).take(limit).copied());
+    }
+
+    /// For a geo query, whether the record's shape is one it selects (a
+    /// point inside the queried region, a region holding the queried
+    /// point); true for every other query, whose keys say it all.
+    pub fn geo_selects(&self, filter: &Filter, record: &dyn citrine_exp::Record) -> bool {
+        let filter::Range::Geo { shape, .. } = &filter.range else {
+            return true;
+        };
+        let def::Source::Bin(bin) = &self.def.source else {
+            return false;
+        };
+        record
+            .bin(bin.as_bytes())
+            .filter(|(particle_type, _)| {
+                *particle_type == citrine_types::ParticleType::GeoJson as u8
+            })
+            .and_then(|(_, bytes)| geo::Shape::from_particle(bytes))
+            .is_some_and(|stored| geo::selects(shape, &stored))
     }
 
     /// Entries in all partitions.

@@ -27,7 +27,7 @@ fn updates_move_a_record_between_keys() {
     );
     assert_eq!(index.entries(), 2);
     let mut out = Vec::new();
-    index.candidates(d.partition(), (0, 100), None, usize::MAX, &mut out);
+    index.candidates(d.partition(), &[(0, 100)], None, usize::MAX, &mut out);
     assert_eq!(out, vec![(9, d), (11, d)]);
     index.update(&d, &[Key::Int(9), Key::Int(11)], &[]);
     assert_eq!(index.entries(), 0);
@@ -42,12 +42,18 @@ fn candidates_are_ordered_bounded_and_resume_strictly_after() {
     index.update(&c, &[], &[Key::Int(-4)]);
     let partition = a.partition();
     let mut out = Vec::new();
-    index.candidates(partition, (i64::MIN, i64::MAX), None, usize::MAX, &mut out);
+    index.candidates(
+        partition,
+        &[(i64::MIN, i64::MAX)],
+        None,
+        usize::MAX,
+        &mut out,
+    );
     assert_eq!(out, vec![(-4, c), (10, a), (10, b)]);
     out.clear();
     index.candidates(
         partition,
-        (i64::MIN, i64::MAX),
+        &[(i64::MIN, i64::MAX)],
         Some((10, a)),
         usize::MAX,
         &mut out,
@@ -55,12 +61,24 @@ fn candidates_are_ordered_bounded_and_resume_strictly_after() {
     assert_eq!(out, vec![(10, b)]);
     out.clear();
     // A resume point below the range starts at the range.
-    index.candidates(partition, (0, 10), Some((-100, c)), 1, &mut out);
+    index.candidates(partition, &[(0, 10)], Some((-100, c)), 1, &mut out);
     assert_eq!(out, vec![(10, a)]);
     out.clear();
-    index.candidates(partition, (0, 10), Some((10, b)), usize::MAX, &mut out);
+    index.candidates(partition, &[(0, 10)], Some((10, b)), usize::MAX, &mut out);
     assert!(out.is_empty());
-    index.candidates(partition, (11, 10), None, usize::MAX, &mut out);
+    index.candidates(partition, &[(11, 10)], None, usize::MAX, &mut out);
+    assert!(out.is_empty());
+    // Several ranges: in order, the resume point skipping what is behind
+    // it, the limit counted over all of them.
+    index.candidates(partition, &[(-5, -4), (10, 10)], None, usize::MAX, &mut out);
+    assert_eq!(out, vec![(-4, c), (10, a), (10, b)]);
+    out.clear();
+    index.candidates(partition, &[(-5, -4), (10, 10)], Some((-4, c)), 1, &mut out);
+    assert_eq!(out, vec![(10, a)]);
+    out.clear();
+    index.candidates(partition, &[(-5, -4), (9, 9)], None, usize::MAX, &mut out);
+    assert_eq!(out, vec![(-4, c)]);
+    out.clear();
     assert!(out.is_empty());
     index.clear_partition(partition);
     assert_eq!(index.entries(), 0);

@@ -158,7 +158,7 @@ fn info_commands_create_list_describe_and_delete() {
     .starts_with("ERROR:4:"));
     assert!(info(
         &service,
-        "sindex-create:ns=test;indexname=g;bin=m;type=GEO2DSPHERE"
+        "sindex-create:ns=test;indexname=g;bin=m;type=GEO2DSPHERE;indextype=LIST"
     )
     .starts_with("ERROR:16:"));
     assert_eq!(
@@ -363,7 +363,7 @@ fn queries_pick_the_index_by_set_type_and_name_and_answer_201_without_one() {
         },
     );
     assert_eq!(named.len(), 6);
-    // A malformed filter: 4. A geo filter: 16.
+    // A malformed filter: 4. A geo filter that is not GeoJSON: 4.
     let (_, code) = query(
         &service,
         &QuerySpec {
@@ -379,7 +379,7 @@ fn queries_pick_the_index_by_set_type_and_name_and_answer_201_without_one() {
             ..QuerySpec::default()
         },
     );
-    assert_eq!(code, 16);
+    assert_eq!(code, 4);
 }
 
 #[test]
