@@ -136,6 +136,24 @@ pub enum Operation {
     Touch,
     /// Delete the whole record.
     Delete,
+    /// A list or map operation on a bin (build one with [`crate::cdt`]):
+    /// `payload` is its msgpack `[op_code, args...]`; `modify` says
+    /// whether it writes.
+    Cdt {
+        bin: String,
+        modify: bool,
+        payload: Vec<u8>,
+    },
+    /// Any other operation, as it goes on the wire (02 §4): bit, HLL and
+    /// expression operations, for instance. `write` says whether it
+    /// changes the record.
+    Raw {
+        op_type: u8,
+        particle_type: u8,
+        bin: String,
+        value: Vec<u8>,
+        write: bool,
+    },
 }
 
 impl Operation {
@@ -145,10 +163,12 @@ impl Operation {
     }
 
     pub(crate) fn is_write(&self) -> bool {
-        !matches!(
-            self,
-            Operation::Read(_) | Operation::ReadAll | Operation::ReadHeader
-        )
+        match self {
+            Operation::Read(_) | Operation::ReadAll | Operation::ReadHeader => false,
+            Operation::Cdt { modify, .. } => *modify,
+            Operation::Raw { write, .. } => *write,
+            _ => true,
+        }
     }
 
     pub(crate) fn encode(&self, writer: &mut MessageWriter<'_>) {
@@ -175,6 +195,27 @@ impl Operation {
             Operation::Delete => {
                 writer.op(op_type::DELETE_ALL, 0, &[], &[]);
             }
+            Operation::Cdt {
+                bin,
+                modify,
+                payload,
+            } => {
+                let kind = if *modify {
+                    op_type::CDT_MODIFY
+                } else {
+                    op_type::CDT_READ
+                };
+                writer.op(kind, 4, bin.as_bytes(), payload);
+            }
+            Operation::Raw {
+                op_type,
+                particle_type,
+                bin,
+                value,
+                ..
+            } => {
+                writer.op(*op_type, *particle_type, bin.as_bytes(), value);
+            }
         }
     }
 
@@ -185,6 +226,7 @@ impl Operation {
             | Operation::Add(bin)
             | Operation::Append(bin)
             | Operation::Prepend(bin) => Some(&bin.name),
+            Operation::Cdt { bin, .. } | Operation::Raw { bin, .. } => Some(bin),
             _ => None,
         }
     }
@@ -351,6 +393,11 @@ pub(crate) fn operate_flags(ops: &[Operation]) -> (u8, bool) {
             Operation::ReadHeader => {
                 bits1 |= info1::READ;
                 read_header = true;
+            }
+            // Reads that return a bin's (derived) value.
+            Operation::Cdt { modify: false, .. } | Operation::Raw { write: false, .. } => {
+                bits1 |= info1::READ;
+                reads_bins = true;
             }
             _ => {}
         }

@@ -25,17 +25,20 @@
 //! policies; [`command`] keys, ops and wire encoding; [`peers`] and
 //! [`partition`] info-answer parsers; [`conn`] connections and pools;
 //! [`node`] node health; [`cluster`] tend loop; [`client`] the API and
-//! single-record commands; [`batch`] batch commands; [`query`] scans,
+//! single-record commands; [`cdt`] list and map operations; [`msgpack`]
+//! list and map values; [`batch`] batch commands; [`query`] scans,
 //! queries, background jobs and index management.
 
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod cdt;
 pub mod client;
 pub mod cluster;
 pub mod command;
 pub mod conn;
 pub mod error;
+pub mod msgpack;
 pub mod node;
 pub mod partition;
 pub mod peers;
@@ -49,6 +52,7 @@ pub use citrine_wire::digest::UserKey;
 pub use client::{Client, ClientStats, NodeSummary};
 pub use command::{Bins, IntoUserKey, Key, Operation, Record};
 pub use error::{Error, Result};
+pub use msgpack::Element;
 pub use policy::{
     Expiration, GenerationPolicy, Policy, ReadPolicy, RecordExistsAction, Replica, WritePolicy,
 };

@@ -478,3 +478,121 @@ async fn server_restart_is_invisible_to_the_application() {
     assert_eq!(stats.nodes, 1, "{stats:?}");
     client.close();
 }
+
+#[tokio::test]
+async fn list_and_map_operations_through_operate() {
+    use citrine_client::{cdt, msgpack, Element};
+    let server = Server::start();
+    let client = connect(&server).await;
+    let write = WritePolicy::default();
+    let key = Key::new("test", "cdt", "profile");
+    let s = |text: &str| Value::String(text.into());
+
+    // Lists: append to an absent bin creates it; sizes come back.
+    let record = client
+        .operate(
+            &write,
+            &key,
+            &[
+                cdt::list::append("seg", &Value::Int(10)),
+                cdt::list::append_items("seg", &msgpack::list(&[Value::Int(20), s("x")])),
+                cdt::list::insert("seg", 0, &Value::Int(5)),
+            ],
+        )
+        .await
+        .expect("list writes");
+    assert_eq!(
+        record.bin("seg"),
+        Some(&Value::Int(4)),
+        "the last op's size"
+    );
+    let record = client
+        .operate(
+            &write,
+            &key,
+            &[cdt::list::get_range("seg", 1, 2), cdt::list::size("seg")],
+        )
+        .await
+        .expect("list reads");
+    // Several ops on one bin: the client keeps the last value per bin.
+    assert_eq!(record.bin("seg"), Some(&Value::Int(4)));
+    let record = client
+        .operate(&write, &key, &[cdt::list::get_range("seg", 1, 2)])
+        .await
+        .expect("range");
+    assert_eq!(
+        record.bin("seg").and_then(Value::elements),
+        Some(Element::List(vec![Element::Int(10), Element::Int(20)]))
+    );
+    let record = client
+        .operate(
+            &write,
+            &key,
+            &[cdt::list::increment("seg", 0, 2), cdt::list::pop("seg", -1)],
+        )
+        .await
+        .expect("increment, pop");
+    assert_eq!(
+        record.bin("seg"),
+        Some(&Value::String("x".into())),
+        "the popped element"
+    );
+
+    // Maps: counters and lookups.
+    client
+        .operate(
+            &write,
+            &key,
+            &[
+                cdt::map::put("m", &s("name"), &s("alice")),
+                cdt::map::increment("m", &s("visits"), 3),
+                cdt::map::increment("m", &s("visits"), 4),
+            ],
+        )
+        .await
+        .expect("map writes");
+    let record = client
+        .operate(&write, &key, &[cdt::map::get_by_key("m", &s("visits"))])
+        .await
+        .expect("map read");
+    assert_eq!(record.bin("m"), Some(&Value::Int(7)));
+    let record = client
+        .operate(
+            &write,
+            &key,
+            &[
+                cdt::map::remove_by_key("m", &s("name")),
+                cdt::map::size("m"),
+            ],
+        )
+        .await
+        .expect("remove, size");
+    assert_eq!(record.bin("m"), Some(&Value::Int(1)));
+    let whole = client
+        .get(&Default::default(), &key, Bins::All)
+        .await
+        .expect("get")
+        .expect("found");
+    assert_eq!(
+        whole.bin("seg").and_then(Value::elements),
+        Some(Element::List(vec![
+            Element::Int(7),
+            Element::Int(10),
+            Element::Int(20)
+        ]))
+    );
+    assert_eq!(
+        whole.bin("m").and_then(Value::elements),
+        Some(Element::Map(vec![(
+            Element::String("visits".into()),
+            Element::Int(7)
+        )]))
+    );
+    // A list op on a map bin: the server's type error comes back typed.
+    let error = client
+        .operate(&write, &key, &[cdt::list::append("m", &Value::Int(1))])
+        .await
+        .expect_err("wrong type");
+    assert_eq!(error.raw_code(), Some(12), "{error}");
+    client.close();
+}
