@@ -176,6 +176,7 @@ impl Expression {
                 | (IndexValue::Blob, Ty::Blob)
                 | (IndexValue::List, Ty::List)
                 | (IndexValue::Map, Ty::Map)
+                | (IndexValue::Geo, Ty::Geo)
         );
         let (mut reads_record, mut forbidden) = (false, false);
         self.root.walk(&mut |node| match node {
@@ -221,6 +222,8 @@ pub enum IndexValue {
     List,
     /// A map (a MAPKEYS or MAPVALUES collection index).
     Map,
+    /// GeoJSON (a GEO2DSPHERE index).
+    Geo,
 }
 
 /// The result of an `EXP_MODIFY` op for its bin.

@@ -830,7 +830,10 @@ impl ScanCursor {
             .min();
         query.keys = keys;
         // A geo entry is a cell: the shape itself decides.
-        first == Some(bval) && query.index.geo_selects(&query.filter, record)
+        first == Some(bval)
+            && query
+                .index
+                .geo_selects(&query.filter, record, last_update_ms)
     }
 
     /// Writes one record message (`bval`: a query's, sent back in the

@@ -182,8 +182,7 @@ fn expression_fits(
         (CollectionType::Default, KeyType::Numeric) => IndexValue::Int,
         (CollectionType::Default, KeyType::String) => IndexValue::Str,
         (CollectionType::Default, KeyType::Blob) => IndexValue::Blob,
-        // Refused before: geo indexes are on bins.
-        (CollectionType::Default, KeyType::Geo) => return false,
+        (CollectionType::Default, KeyType::Geo) => IndexValue::Geo,
     })
 }
 
@@ -258,15 +257,6 @@ impl SindexDef {
             if bin.is_empty() || bin.len() > citrine_types::BIN_NAME_MAX {
                 return Err(parameter(format!("bad bin name {bin:?}")));
             }
-        }
-        if key_type == KeyType::Geo
-            && (collection != CollectionType::Default
-                || context.is_some()
-                || !matches!(source, Source::Bin(_)))
-        {
-            return Err(unsupported(
-                "a GEO2DSPHERE index is on a bin's own value (no collection type, context or expression)",
-            ));
         }
         Ok(SindexDef {
             namespace: namespace.to_owned(),
@@ -426,10 +416,6 @@ mod tests {
             ("ns=test;indexname=a:b;bin=b;type=NUMERIC", 4),
             ("ns=test;indexname=i;bin=b", 4),
             ("ns=test;indexname=i;bin=b;type=FLOAT", 4),
-            (
-                "ns=test;indexname=i;bin=b;type=GEO2DSPHERE;indextype=LIST",
-                16,
-            ),
             ("ns=test;indexname=i;indexdata=b", 4),
             ("ns=test;indexname=i;bin=b;exp=Bw==;type=NUMERIC", 4),
             ("ns=test;indexname=i;bin=sixteen_chars_xx;type=NUMERIC", 4),

@@ -56,8 +56,22 @@ fn from_particle(key_type: KeyType, particle_type: u8, bytes: &[u8]) -> Option<K
     }
 }
 
+/// The keys of an element of a list or map, when it is of the index's key
+/// type (a geo element: the cells of its shape).
+fn push_from_value(key_type: KeyType, element: &Value, out: &mut Vec<Key>) {
+    if key_type == KeyType::Geo {
+        if let Value::Geo(text) = element {
+            if let Some(shape) = crate::geo::Shape::parse(text) {
+                out.extend(crate::geo::index_cells(&shape).into_iter().map(Key::Int));
+            }
+        }
+        return;
+    }
+    out.extend(from_value(key_type, element));
+}
+
 /// A key from an element of a list or map, when it is of the index's key
-/// type.
+/// type (not geo).
 fn from_value(key_type: KeyType, element: &Value) -> Option<Key> {
     match (key_type, element) {
         (KeyType::Numeric, Value::Int(value)) => Some(Key::Int(*value)),
@@ -71,20 +85,23 @@ fn from_value(key_type: KeyType, element: &Value) -> Option<Key> {
     }
 }
 
-/// Appends the keys of one source value (the bin's or the expression's
-/// particle) under `def`'s context and collection type.
-pub(crate) fn collect(def: &SindexDef, particle_type: u8, bytes: &[u8], out: &mut Vec<Key>) {
-    if def.key_type == KeyType::Geo {
-        // A GeoJSON bin: the cells its shape is indexed under.
-        if particle_type == ParticleType::GeoJson as u8 {
-            if let Some(shape) = crate::geo::Shape::from_particle(bytes) {
-                out.extend(crate::geo::index_cells(&shape).into_iter().map(Key::Int));
-            }
-        }
-        return;
-    }
+/// One indexed element of a source value: the source particle itself (a
+/// default collection without a context), or an element found in it.
+pub(crate) enum Element<'a> {
+    Particle(u8, &'a [u8]),
+    Value(&'a Value),
+}
+
+/// Calls `each` with every element of one source value (the bin's or the
+/// expression's particle) that `def`'s context and collection type select.
+pub(crate) fn visit(
+    def: &SindexDef,
+    particle_type: u8,
+    bytes: &[u8],
+    each: &mut dyn FnMut(Element<'_>),
+) {
     if def.context.is_none() && def.collection == CollectionType::Default {
-        out.extend(from_particle(def.key_type, particle_type, bytes));
+        each(Element::Particle(particle_type, bytes));
         return;
     }
     if particle_type != ParticleType::List as u8 && particle_type != ParticleType::Map as u8 {
@@ -99,24 +116,71 @@ pub(crate) fn collect(def: &SindexDef, particle_type: u8, bytes: &[u8], out: &mu
             _ => return,
         }
     }
-    match (def.collection, element) {
-        (CollectionType::Default, element) => out.extend(from_value(def.key_type, &element)),
-        (CollectionType::List, Value::List(list)) => out.extend(
-            list.items
-                .iter()
-                .filter_map(|item| from_value(def.key_type, item)),
-        ),
-        (CollectionType::MapKeys, Value::Map(map)) => out.extend(
-            map.entries
-                .iter()
-                .filter_map(|(key, _)| from_value(def.key_type, key)),
-        ),
-        (CollectionType::MapValues, Value::Map(map)) => out.extend(
-            map.entries
-                .iter()
-                .filter_map(|(_, item)| from_value(def.key_type, item)),
-        ),
+    match (def.collection, &element) {
+        (CollectionType::Default, element) => each(Element::Value(element)),
+        (CollectionType::List, Value::List(list)) => list
+            .items
+            .iter()
+            .for_each(|item| each(Element::Value(item))),
+        (CollectionType::MapKeys, Value::Map(map)) => map
+            .entries
+            .iter()
+            .for_each(|(key, _)| each(Element::Value(key))),
+        (CollectionType::MapValues, Value::Map(map)) => map
+            .entries
+            .iter()
+            .for_each(|(_, item)| each(Element::Value(item))),
         _ => {}
+    }
+}
+
+/// Appends the keys of one source value (the bin's or the expression's
+/// particle) under `def`'s context and collection type.
+pub(crate) fn collect(def: &SindexDef, particle_type: u8, bytes: &[u8], out: &mut Vec<Key>) {
+    visit(def, particle_type, bytes, &mut |element| match element {
+        Element::Particle(particle_type, bytes) if def.key_type == KeyType::Geo => {
+            if particle_type == ParticleType::GeoJson as u8 {
+                if let Some(shape) = crate::geo::Shape::from_particle(bytes) {
+                    out.extend(crate::geo::index_cells(&shape).into_iter().map(Key::Int));
+                }
+            }
+        }
+        Element::Particle(particle_type, bytes) => {
+            out.extend(from_particle(def.key_type, particle_type, bytes))
+        }
+        Element::Value(element) => push_from_value(def.key_type, element, out),
+    });
+}
+
+/// The GeoJSON shapes of one source value that `def` indexes.
+pub(crate) fn shapes(def: &SindexDef, particle_type: u8, bytes: &[u8]) -> Vec<crate::geo::Shape> {
+    let mut out = Vec::new();
+    visit(def, particle_type, bytes, &mut |element| match element {
+        Element::Particle(particle_type, bytes) => {
+            if particle_type == ParticleType::GeoJson as u8 {
+                out.extend(crate::geo::Shape::from_particle(bytes));
+            }
+        }
+        Element::Value(Value::Geo(text)) => out.extend(crate::geo::Shape::parse(text)),
+        Element::Value(_) => {}
+    });
+    out
+}
+
+/// The source value (particle type, bytes) of `record` for an index
+/// defined by `def`: its bin, or its expression's value.
+pub(crate) fn source_value(
+    def: &SindexDef,
+    expression: Option<&Expression>,
+    record: &dyn Record,
+    now_ms: u64,
+) -> Option<(u8, Vec<u8>)> {
+    match (&def.source, expression) {
+        (Source::Bin(bin), _) => record
+            .bin(bin.as_bytes())
+            .map(|(particle_type, bytes)| (particle_type, bytes.to_vec())),
+        (Source::Expression(_), Some(expression)) => expression.value(record, now_ms),
+        (Source::Expression(_), None) => None,
     }
 }
 
@@ -265,6 +329,31 @@ mod tests {
         ));
         assert!(keys(&missing, 20, &msgpack(&nested)).is_empty());
         assert!(keys(&missing, 1, &5i64.to_be_bytes()).is_empty());
+    }
+
+    #[test]
+    fn geo_keys_are_the_cells_of_points_and_regions() {
+        let point = br#"{"type":"Point","coordinates":[-122,37.5]}"#;
+        let mut particle = vec![0, 0, 0];
+        particle.extend_from_slice(point);
+        let geo = def("ns=t;indexname=i;bin=b;type=GEO2DSPHERE");
+        let cells = keys(&geo, 23, &particle);
+        assert_eq!(cells.len(), 1);
+        assert!(keys(&geo, 3, point).is_empty(), "a string is not GeoJSON");
+        // A list of GeoJSON values under a LIST index: every element's cells.
+        let list = Value::List(value::List {
+            flags: 0,
+            items: vec![
+                Value::Geo(point.to_vec()),
+                Value::Geo(br#"{"type":"Point","coordinates":[151.2,-33.9]}"#.to_vec()),
+                Value::Int(4),
+            ],
+        });
+        let in_list = def("ns=t;indexname=i;bin=b;type=GEO2DSPHERE;indextype=LIST");
+        let listed = keys(&in_list, 20, &msgpack(&list));
+        assert_eq!(listed.len(), 2);
+        assert!(listed.contains(&cells[0]));
+        assert_eq!(shapes(&in_list, 20, &msgpack(&list)).len(), 2);
     }
 
     #[test]

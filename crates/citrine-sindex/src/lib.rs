@@ -222,23 +222,28 @@ impl Sindex {
         }
     }
 
-    /// For a geo query, whether the record's shape is one it selects (a
+    /// For a geo query, whether the record holds a shape it selects (a
     /// point inside the queried region, a region holding the queried
-    /// point); true for every other query, whose keys say it all.
-    pub fn geo_selects(&self, filter: &Filter, record: &dyn citrine_exp::Record) -> bool {
+    /// point), read from the index's source (bin or expression) under its
+    /// context and collection type; true for every other query, whose
+    /// keys say it all.
+    pub fn geo_selects(
+        &self,
+        filter: &Filter,
+        record: &dyn citrine_exp::Record,
+        now_ms: u64,
+    ) -> bool {
         let filter::Range::Geo { shape, .. } = &filter.range else {
             return true;
         };
-        let def::Source::Bin(bin) = &self.def.source else {
+        let Some((particle_type, bytes)) =
+            key::source_value(&self.def, self.state.expression.as_ref(), record, now_ms)
+        else {
             return false;
         };
-        record
-            .bin(bin.as_bytes())
-            .filter(|(particle_type, _)| {
-                *particle_type == citrine_types::ParticleType::GeoJson as u8
-            })
-            .and_then(|(_, bytes)| geo::Shape::from_particle(bytes))
-            .is_some_and(|stored| geo::selects(shape, &stored))
+        key::shapes(&self.def, particle_type, &bytes)
+            .iter()
+            .any(|stored| geo::selects(shape, stored))
     }
 
     /// Entries in all partitions.

@@ -158,7 +158,7 @@ fn info_commands_create_list_describe_and_delete() {
     .starts_with("ERROR:4:"));
     assert!(info(
         &service,
-        "sindex-create:ns=test;indexname=g;bin=m;type=GEO2DSPHERE;indextype=LIST"
+        "sindex-create:ns=test;indexname=g;bin=m;type=NUMERIC;indextype=SET"
     )
     .starts_with("ERROR:16:"));
     assert_eq!(
