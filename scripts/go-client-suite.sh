@@ -115,6 +115,8 @@ def category(x):
     if f == "udf_test.go" and rc == "PARAMETER_ERROR" and "Node: <nil>" not in msg:
         return "UDF apply answered 4 (not 16)"
     # -- not implemented ---------------------------------------------------
+    if "Lua UDFs are not supported" in msg:
+        return "16: UDFs (udf-put answers ERROR:16, no Lua)"
     if "unrecognized command" in msg:
         floc = x["Failure"]["Location"]["FileName"].rsplit("/", 1)[-1]
         if "Registration failed" in msg or floc in ("query_aggregate_test.go", "udf_test.go"):

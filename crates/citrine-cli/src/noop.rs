@@ -34,7 +34,7 @@ pub const NOOP_NODE_ID: &str = "BB9000000000C17";
 
 const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;\
 sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;\
-truncate-namespace;udf";
+truncate-namespace";
 
 /// Static answers of one responder.
 #[derive(Debug)]

@@ -19,7 +19,7 @@ pub const BUILD: &str = "8.1.2.0";
 /// The edition string.
 pub const EDITION: &str = "Citrine";
 /// Capabilities, as the reference 8.1 server lists them.
-pub const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;truncate-namespace;udf";
+pub const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;truncate-namespace";
 /// Answers every command line of an info request.
 pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
     let lines = request_lines(body);
@@ -136,6 +136,12 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "truncate-namespace" => truncate(service, command, true),
         "rack-ids" => "ERROR:25:enterprise only".to_owned(),
         "partition-checksums" => partition_checksums(service, command),
+        // Lua UDFs are not implemented: say so rather than "unrecognized".
+        "udf-put" | "udf-get" | "udf-remove" => {
+            "ERROR:16:Lua UDFs are not supported by this server".to_owned()
+        }
+        // No module is registered.
+        "udf-list" => String::new(),
         "query-show" | "scan-show" => crate::job::show(service, command),
         "query-abort" | "scan-abort" => crate::job::abort(service, command),
         "sindex-create" => crate::sindex::smd::create(service, command),

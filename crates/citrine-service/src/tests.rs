@@ -1104,6 +1104,27 @@ fn info_answers() {
 }
 
 #[test]
+fn udf_commands_say_udfs_are_not_supported() {
+    let (service, _) = service();
+    let answers = info(
+        &service,
+        &[
+            "udf-put:filename=a.lua;content=AA==;content-len=1;udf-type=LUA;",
+            "udf-remove:filename=a.lua",
+            "udf-list",
+            "features",
+        ],
+    );
+    assert!(answers[0].1.starts_with("ERROR:16:"), "{:?}", answers[0]);
+    assert!(answers[1].1.starts_with("ERROR:16:"));
+    assert_eq!(answers[2].1, "", "no module is registered");
+    assert!(
+        !answers[3].1.split(';').any(|feature| feature == "udf"),
+        "UDFs are not advertised"
+    );
+}
+
+#[test]
 fn namespace_info_lists_the_conflict_resolution_policy() {
     let (service, _) = service();
     let answers = info(
