@@ -179,12 +179,17 @@ impl Client {
         }
         check_bin_names(ops.iter().filter_map(Operation::bin_name))?;
         let (bits1, has_write) = crate::command::operate_flags(ops);
+        let respond_all = if crate::command::respond_all_ops(ops) {
+            info2::RESPOND_ALL_OPS
+        } else {
+            0
+        };
         let (encoded, n_ops) = encode_ops(ops);
         let spec = if has_write {
             let (bits2, bits3, generation) = write.header_bits();
             RowSpec::Full {
                 info1: bits1,
-                info2: bits2,
+                info2: bits2 | respond_all,
                 info3: bits3,
                 generation: row_generation(generation)?,
                 record_ttl: write.expiration.wire(),
@@ -195,7 +200,7 @@ impl Client {
         } else {
             RowSpec::Full {
                 info1: bits1,
-                info2: 0,
+                info2: respond_all,
                 info3: 0,
                 generation: 0,
                 record_ttl: 0,

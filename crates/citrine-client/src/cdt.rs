@@ -180,6 +180,22 @@ mod tests {
     }
 
     #[test]
+    fn map_ops_ask_for_an_answer_per_op() {
+        use crate::command::respond_all_ops;
+        assert!(respond_all_ops(&[map::size("m"), list::size("l")]));
+        assert!(!respond_all_ops(&[list::size("l")]));
+        assert!(!respond_all_ops(&[map::size("m"), Operation::ReadAll]));
+        let bits = Operation::Raw {
+            op_type: citrine_wire::msg::op_type::BITS_READ,
+            particle_type: 4,
+            bin: "b".into(),
+            value: vec![0x91, 50],
+            write: false,
+        };
+        assert!(respond_all_ops(&[bits]));
+    }
+
+    #[test]
     fn payloads_follow_the_protocol() {
         assert_eq!(
             payload(&list::append("l", &Value::Int(5))),

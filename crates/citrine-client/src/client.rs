@@ -14,8 +14,8 @@
 
 use crate::cluster::{Cluster, ClusterState};
 use crate::command::{
-    encode_request, operate_flags, parse_answer, Answer, Bins, Key, Operation, Record, Request,
-    RequestOps, WRITE_DELETE,
+    encode_request, operate_flags, parse_answer, respond_all_ops, Answer, Bins, Key, Operation,
+    Record, Request, RequestOps, WRITE_DELETE,
 };
 use crate::error::{is_retryable_code, Error, Result};
 use crate::node::Node;
@@ -346,7 +346,7 @@ impl Client {
             ));
         }
         let (bits1, has_write) = operate_flags(ops);
-        let header = if has_write {
+        let mut header = if has_write {
             let mut header = write_header(policy);
             header.info1 = bits1;
             header
@@ -357,6 +357,9 @@ impl Client {
                 ..MsgHeader::default()
             }
         };
+        if respond_all_ops(ops) {
+            header.info2 |= citrine_wire::msg::info2::RESPOND_ALL_OPS;
+        }
         let answer = self
             .run(
                 &policy.base,

@@ -409,6 +409,31 @@ pub(crate) fn operate_flags(ops: &[Operation]) -> (u8, bool) {
     (bits1, has_write)
 }
 
+/// Whether an operate with `ops` asks for one answer per op
+/// (`RESPOND_ALL_OPS`, 02 §6): when it has a map, bit, HLL or expression
+/// op and no read-all op, as the official clients send it.
+pub(crate) fn respond_all_ops(ops: &[Operation]) -> bool {
+    let reads_all = ops.iter().any(|op| matches!(op, Operation::ReadAll));
+    let needs = ops.iter().any(|op| match op {
+        // Map op codes are 64..127 (05 §2); the code is the payload's
+        // first element, a one-byte positive fixint after the array header.
+        Operation::Cdt { payload, .. } => {
+            payload.get(1).is_some_and(|code| (64..128).contains(code))
+        }
+        Operation::Raw { op_type, .. } => matches!(
+            *op_type,
+            op_type::BITS_READ
+                | op_type::BITS_MODIFY
+                | op_type::HLL_READ
+                | op_type::HLL_MODIFY
+                | op_type::EXP_READ
+                | op_type::EXP_MODIFY
+        ),
+        _ => false,
+    });
+    needs && !reads_all
+}
+
 /// info2 bits of a delete command.
 pub(crate) const WRITE_DELETE: u8 = info2::WRITE | info2::DELETE;
 

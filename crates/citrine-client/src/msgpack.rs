@@ -261,7 +261,8 @@ impl<'a> Reader<'a> {
             self.take(3)?;
             remaining -= 1;
         }
-        let mut items = Vec::with_capacity(remaining.min(self.bytes.len()));
+        // A count is the sender's word: reserve no more than a little.
+        let mut items = Vec::with_capacity(remaining.min(64));
         for _ in 0..remaining {
             items.push(self.element(depth + 1)?);
         }
@@ -275,7 +276,7 @@ impl<'a> Reader<'a> {
             self.element(depth + 1)?;
             remaining -= 1;
         }
-        let mut entries = Vec::with_capacity(remaining.min(self.bytes.len() / 2));
+        let mut entries = Vec::with_capacity(remaining.min(64));
         for _ in 0..remaining {
             let key = self.element(depth + 1)?;
             let item = self.element(depth + 1)?;
@@ -367,5 +368,11 @@ mod tests {
         assert_eq!(unpack(&[0x01, 0x02]), None, "trailing bytes");
         let deep = vec![0x91; 100];
         assert_eq!(unpack(&deep), None, "nesting is bounded");
+        // A count far beyond the bytes: refused without reserving for it.
+        let mut huge = Vec::new();
+        for _ in 0..60 {
+            huge.extend_from_slice(&[0xdd, 0xff, 0xff, 0xff, 0xff]);
+        }
+        assert_eq!(unpack(&huge), None);
     }
 }

@@ -112,8 +112,10 @@ struct Progress {
     /// The cursor has nothing more to select.
     exhausted: bool,
     /// Pacing is in real time (a monotonic clock), whatever the service's
-    /// clock says: write n is due `n / rate` seconds after `started`.
-    started: Instant,
+    /// clock says: write n is due `n / rate` seconds after `started`, the
+    /// job's first turn (time spent waiting for a turn is not paced
+    /// time).
+    started: Option<Instant>,
     attempted: u64,
     scratch: Vec<u8>,
     frame: Vec<u8>,
@@ -185,16 +187,6 @@ pub(crate) fn submit(
     namespace: &Namespace,
     cursor: Option<Box<ScanCursor>>,
 ) -> Result<(), ResultCode> {
-    let active = service
-        .jobs
-        .registry
-        .lock()
-        .iter()
-        .filter(|job| job.status() == Status::Active)
-        .count();
-    if active >= MAX_ACTIVE {
-        return Err(ResultCode::QueryQueueFull);
-    }
     let text = |kind| {
         message
             .field(kind)
@@ -231,7 +223,7 @@ pub(crate) fn submit(
             cursor,
             pending: VecDeque::new(),
             exhausted: false,
-            started: Instant::now(),
+            started: None,
             attempted: 0,
             scratch: Vec::new(),
             frame: Vec::new(),
@@ -248,7 +240,16 @@ pub(crate) fn submit(
     });
     let jobs = &service.jobs;
     {
+        // The count and the registration under one lock: concurrent
+        // submissions cannot all pass the limit.
         let mut registry = jobs.registry.lock();
+        let active = registry
+            .iter()
+            .filter(|job| job.status() == Status::Active)
+            .count();
+        if active >= MAX_ACTIVE {
+            return Err(ResultCode::QueryQueueFull);
+        }
         registry.push_back(Arc::clone(&job));
         // Forget the oldest finished jobs past the limit.
         let done = registry
@@ -299,6 +300,7 @@ impl Job {
             }
             return Turn::Finished;
         };
+        let started = *progress.started.get_or_insert_with(Instant::now);
         for _ in 0..WRITES_PER_TURN {
             if self.abort.load(Ordering::Relaxed) {
                 *guard = None;
@@ -323,7 +325,7 @@ impl Job {
             };
             if self.rate > 0 {
                 // RECS_PER_SEC: this write's turn.
-                let due = progress.started
+                let due = started
                     + Duration::from_micros(progress.attempted * 1_000_000 / u64::from(self.rate));
                 if due > Instant::now() {
                     return Turn::WaitUntil(due);
@@ -536,6 +538,10 @@ pub(crate) fn abort(service: &Service, command: &InfoCommand<'_>) -> String {
     match trid_param(command).and_then(|trid| service.job(trid)) {
         Some(job) if job.status() == Status::Active => {
             job.abort.store(true, Ordering::Relaxed);
+            // Reported aborted now, also while it waits for a turn (the
+            // runner drops it at its next turn; a turn under way stops
+            // before its next write).
+            job.finish(service, Status::Aborted);
             "OK".to_owned()
         }
         Some(_) => "ERROR:2:job already finished".to_owned(),

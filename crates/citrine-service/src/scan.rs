@@ -755,10 +755,11 @@ impl ScanCursor {
         // A background job takes a partition's whole selection at once: its
         // writes move records within the index, so resuming part-way by
         // index position could select a record it already wrote.
+        let cost = query.filter.check_cost();
         let budget = if self.collected.is_some() {
             usize::MAX - 1
         } else {
-            EXAMINE_BUDGET.saturating_sub(*examined).max(1)
+            (EXAMINE_BUDGET.saturating_sub(*examined) / cost).max(1)
         };
         query.index.candidates(
             cursor.partition,
@@ -775,7 +776,7 @@ impl ScanCursor {
         let mut visit = Visit::Finished;
         let total = candidates.len();
         for (position, &(bval, digest)) in candidates.iter().enumerate() {
-            *examined += 1;
+            *examined += cost;
             if let Some(entry) = partition.get(&digest) {
                 if self.admits(&entry.meta(), now)
                     && self.emit(&namespace, &digest, entry, now, out, Some(bval))

@@ -113,7 +113,13 @@ impl Filter {
             }
             Some(ParticleType::GeoJson) => {
                 // The region or point, as text (the end repeats it).
+                if begin.len() > crate::geo::MAX_QUERY_BYTES {
+                    return Err(FilterError::Parameter);
+                }
                 let shape = crate::geo::Shape::parse(begin).ok_or(FilterError::Parameter)?;
+                if shape.vertices() > crate::geo::MAX_QUERY_VERTICES {
+                    return Err(FilterError::Parameter);
+                }
                 let ranges = crate::geo::query_ranges(&shape);
                 (KeyType::Geo, Range::Geo { shape, ranges })
             }
@@ -136,6 +142,15 @@ impl Filter {
                 vec![(bval, bval)]
             }
             Range::Geo { ranges, .. } => ranges.clone(),
+        }
+    }
+
+    /// What checking one candidate costs, in units of a plain one (a geo
+    /// query tests the candidate's shape against every vertex of its own).
+    pub fn check_cost(&self) -> usize {
+        match &self.range {
+            Range::Geo { shape, .. } => 1 + shape.vertices() / 64,
+            _ => 1,
         }
     }
 
@@ -218,6 +233,20 @@ mod tests {
         let point = br#"{"type":"Point","coordinates":[1,2]}"#;
         let geo = Filter::parse(&payload(b"g", 23, point, point)).expect("a point query");
         assert_eq!(geo.key_type, KeyType::Geo);
+        assert_eq!(geo.check_cost(), 1);
+        // A region past the vertex limit, or too much text: refused.
+        let ring: Vec<String> = (0..=crate::geo::MAX_QUERY_VERTICES)
+            .map(|i| format!("[{},{}]", (i as f64 * 0.01).sin(), (i as f64 * 0.01).cos()))
+            .chain(std::iter::once(format!("[{},{}]", 0f64.sin(), 0f64.cos())))
+            .collect();
+        let big = format!(
+            r#"{{"type":"Polygon","coordinates":[[{}]]}}"#,
+            ring.join(",")
+        );
+        assert_eq!(
+            Filter::parse(&payload(b"g", 23, big.as_bytes(), big.as_bytes())),
+            Err(FilterError::Parameter)
+        );
         let ranges = geo.bval_ranges();
         assert!(!ranges.is_empty() && ranges.len() <= crate::geo::MAX_LEVEL as usize + 1);
         assert!(geo.matches(&Key::Int(ranges[0].0)));

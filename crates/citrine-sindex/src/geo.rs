@@ -17,7 +17,10 @@
 //! a query for a point reads the point's cell at every level (the regions
 //! indexed there) and keeps the regions containing it. Containment is
 //! planar in degrees for polygons (edges are straight in longitude and
-//! latitude, not great circles) and great-circle distance for circles.
+//! latitude, not great circles, so a polygon meant to cross the
+//! antimeridian selects the band the other way round; the reference's S2
+//! edges differ from these for large polygons) and great-circle distance
+//! for circles.
 //! Which cells serve as the bvals is Citrine's own choice (the reference
 //! uses S2 cells): clients treat a bval as an opaque resume point.
 //!
@@ -35,6 +38,12 @@ const EARTH_RADIUS_M: f64 = 6_371_000.0;
 
 /// Cells a region query reads at most (more precise coverings need more).
 const MAX_QUERY_CELLS: usize = 16;
+
+/// The largest GeoJSON text a query may send, and the most vertices its
+/// region may have: the exact test runs on every candidate under a
+/// partition's lock, so its cost is bounded.
+pub const MAX_QUERY_BYTES: usize = 1 << 20;
+pub const MAX_QUERY_VERTICES: usize = 10_000;
 
 /// A GeoJSON shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,8 +77,8 @@ fn polygon(value: &Json) -> Option<Vec<Vec<(f64, f64)>>> {
                 .iter()
                 .map(position)
                 .collect::<Option<Vec<_>>>()?;
-            // A closed ring of at least a triangle.
-            (points.len() >= 4).then_some(points)
+            // A closed ring (last point = first) of at least a triangle.
+            (points.len() >= 4 && points.first() == points.last()).then_some(points)
         })
         .collect::<Option<Vec<_>>>()?;
     (!rings.is_empty()).then_some(rings)
@@ -112,6 +121,15 @@ impl Shape {
     pub fn from_particle(bytes: &[u8]) -> Option<Shape> {
         let cells = usize::from(u16::from_be_bytes([*bytes.get(1)?, *bytes.get(2)?]));
         Shape::parse(bytes.get(3 + cells * 8..)?)
+    }
+
+    /// Vertices of a region's rings (1 for a point or circle): what an
+    /// exact test costs.
+    pub fn vertices(&self) -> usize {
+        match self {
+            Shape::Polygons(polygons) => polygons.iter().flatten().map(Vec::len).sum(),
+            _ => 1,
+        }
     }
 
     /// Bounding boxes `(min_lng, min_lat, max_lng, max_lat)` (two for a
@@ -379,6 +397,7 @@ mod tests {
             r#"{"type":"Point","coordinates":[200,0]}"#,
             r#"{"type":"Point","coordinates":[1]}"#,
             r#"{"type":"Polygon","coordinates":[[[0,0],[1,1],[0,0]]]}"#,
+            r#"{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1]]]}"#,
             r#"{"type":"AeroCircle","coordinates":[[0,0],-5]}"#,
             r#"{"type":"LineString","coordinates":[[0,0],[1,1]]}"#,
         ] {
