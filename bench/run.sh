@@ -216,23 +216,21 @@ for name in ["load-10x10", "load-1k", "load-group"]:
     run = load(name)
     if run:
         lines.append(f"| {run['workload']} {run['object_spec']} | citrined | {run['throughput_ops_s']:.0f} | - | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | - |")
-for wl, label in [("ru95-10x10", "ru,95 10*S:10"), ("ru50-10x10", "ru,50 10*S:10"), ("ru95-1k", "ru,95 B:1024"),
-                  ("ru95-10x10-c1", "ru,95 10*S:10, -c 1")]:
-    c, n = load("citrined-" + wl), load("noop-" + wl)
+def pairs(name):
+    """(target, run, fraction of the ceiling) for citrined's and the no-op's runs of `name`."""
+    c, n = load("citrined-" + name), load("noop-" + name)
     for target, run in [("citrined", c), ("no-op", n)]:
         if not run:
             continue
         frac = "-"
         if target == "citrined" and n and n["throughput_ops_s"] > 0:
             frac = f"{run['throughput_ops_s'] / n['throughput_ops_s']:.2f}"
+        yield target, run, frac
+for wl, label in [("ru95-10x10", "ru,95 10*S:10"), ("ru50-10x10", "ru,50 10*S:10"), ("ru95-1k", "ru,95 B:1024"),
+                  ("ru95-10x10-c1", "ru,95 10*S:10, -c 1")]:
+    for target, run, frac in pairs(wl):
         lines.append(f"| {label} | {target} | {run['throughput_ops_s']:.0f} | {lat(run, 'read')} | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | {frac} |")
-c, n = load("citrined-batch-10x10"), load("noop-batch-10x10")
-for target, run in [("citrined", c), ("no-op", n)]:
-    if not run:
-        continue
-    frac = "-"
-    if target == "citrined" and n and n["throughput_ops_s"] > 0:
-        frac = f"{run['throughput_ops_s'] / n['throughput_ops_s']:.2f}"
+for target, run, frac in pairs("batch-10x10"):
     keys = run.get("batch_keys_per_sec") or 0
     lines.append(f"| batch reads of {run.get('batch_size')} keys 10*S:10 ({keys:.0f} keys/s) | {target} | {run['throughput_ops_s']:.0f} batches/s | {lat(run, 'batch')} | - | {cpu(run)} per batch | {cpu(run, 'client')} per batch | {run['errors']} | {frac} |")
 q, qb = load("citrined-query"), load("citrined-query-batch")

@@ -604,26 +604,21 @@ impl Client {
     /// Waits until background job `task_id` is done on every node, polling
     /// every 100 ms; fails after `timeout`, or at once when no node knows it.
     pub async fn wait_for_job(&self, task_id: u64, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.job_status(task_id).await? {
-                JobStatus::Done => return Ok(()),
-                JobStatus::NotFound => {
-                    return Err(Error::InvalidArgument(format!(
+        poll(
+            timeout,
+            Duration::from_millis(100),
+            "background job",
+            || async {
+                match self.job_status(task_id).await? {
+                    JobStatus::Done => Ok(true),
+                    JobStatus::NotFound => Err(Error::InvalidArgument(format!(
                         "no node knows background job {task_id}"
-                    )))
+                    ))),
+                    JobStatus::InProgress => Ok(false),
                 }
-                JobStatus::InProgress => {}
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: "background job",
-                    iterations: 1,
-                    in_doubt: false,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            },
+        )
+        .await
     }
 
     /// Creates a secondary index (`sindex-create`) through one node; the
@@ -683,31 +678,26 @@ impl Client {
         timeout: Duration,
     ) -> Result<()> {
         let command = format!("sindex-stat:namespace={namespace};indexname={name}");
-        let deadline = Instant::now() + timeout;
-        loop {
-            let mut built = true;
-            for summary in self.nodes() {
-                match self.info_value(summary.id, &command).await {
-                    Ok(value) => {
-                        built &= value.split(';').any(|pair| pair == "load_pct=100");
+        poll(
+            timeout,
+            Duration::from_millis(50),
+            "index build",
+            || async {
+                let mut built = true;
+                for summary in self.nodes() {
+                    match self.info_value(summary.id, &command).await {
+                        Ok(value) => {
+                            built &= value.split(';').any(|pair| pair == "load_pct=100");
+                        }
+                        // Not there yet: the definition is still on its way.
+                        Err(Error::Info { code: 201, .. }) => built = false,
+                        Err(error) => return Err(error),
                     }
-                    // Not there yet: the definition is still on its way.
-                    Err(Error::Info { code: 201, .. }) => built = false,
-                    Err(error) => return Err(error),
                 }
-            }
-            if built {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: "index build",
-                    iterations: 1,
-                    in_doubt: false,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                Ok(built)
+            },
+        )
+        .await
     }
 
     /// One info command's value on one node; an `ERROR:`/`FAIL:` value is
@@ -736,6 +726,34 @@ impl Client {
                 namespace: String::new(),
                 partition: 0,
             })
+    }
+}
+
+/// Calls `check` every `every` until it answers true; a timeout named
+/// `what` past `timeout`, and `check`'s error at once.
+async fn poll<F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    what: &'static str,
+    mut check: F,
+) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what,
+                iterations: 1,
+                in_doubt: false,
+            });
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
