@@ -133,8 +133,12 @@ impl Connection {
         request: &[u8],
         deadline: Option<Instant>,
     ) -> Result<(MessageType, &[u8])> {
-        self.send(request, deadline).await?;
-        let (message_type, compressed) = self.read_frame(deadline).await?;
+        // One deadline (one timer) for the round trip.
+        let (message_type, compressed) = with_deadline_in_doubt(deadline, async {
+            self.write_request(request).await?;
+            self.read_frame().await
+        })
+        .await?;
         if self.buffer.len() > self.consumed {
             return Err(Error::Protocol {
                 address: self.address.to_string(),
@@ -148,25 +152,14 @@ impl Connection {
     /// earlier answers. The start of a streamed command (batch, scan,
     /// query); read its answer frames with [`Connection::receive`].
     pub async fn send(&mut self, request: &[u8], deadline: Option<Instant>) -> Result<()> {
-        let address = self.address;
-        self.buffer.clear();
-        self.consumed = 0;
-        let stream = &mut self.stream;
-        with_deadline_in_doubt(deadline, async {
-            stream
-                .write_all(request)
-                .await
-                .map_err(|error| network_error(address, "send", error))
-        })
-        .await?;
-        self.last_used = Instant::now();
-        Ok(())
+        with_deadline_in_doubt(deadline, self.write_request(request)).await
     }
 
     /// Reads the next complete answer frame of a streamed command. Returns
     /// its type and body (inflated when the frame was compressed).
     pub async fn receive(&mut self, deadline: Option<Instant>) -> Result<(MessageType, &[u8])> {
-        let (message_type, compressed) = self.read_frame(deadline).await?;
+        let (message_type, compressed) =
+            with_deadline_in_doubt(deadline, self.read_frame()).await?;
         Ok((message_type, self.frame_body(compressed)))
     }
 
@@ -181,11 +174,24 @@ impl Connection {
         }
     }
 
+    /// Writes a request, first forgetting unread bytes of earlier answers.
+    async fn write_request(&mut self, request: &[u8]) -> Result<()> {
+        self.buffer.clear();
+        self.consumed = 0;
+        let address = self.address;
+        self.stream
+            .write_all(request)
+            .await
+            .map_err(|error| network_error(address, "send", error))?;
+        self.last_used = Instant::now();
+        Ok(())
+    }
+
     /// Reads one frame into `buffer[..consumed]` (dropping the previous
     /// frame's bytes first, keeping whatever followed them), inflating a
     /// compressed frame into `body`. Returns the (inner) message type and
     /// whether the body is in `body` rather than in `buffer`.
-    async fn read_frame(&mut self, deadline: Option<Instant>) -> Result<(MessageType, bool)> {
+    async fn read_frame(&mut self) -> Result<(MessageType, bool)> {
         let address = self.address;
         if self.consumed > 0 {
             self.buffer.drain(..self.consumed);
@@ -196,45 +202,42 @@ impl Connection {
             buffer,
             body,
             consumed,
+            last_used,
             ..
         } = self;
-        let outcome = with_deadline_in_doubt(deadline, async {
-            // Read at least the header; often the whole answer comes in one read.
-            while buffer.len() < PROTO_HEADER_SIZE {
-                read_more(stream, buffer, address).await?;
-            }
-            let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
-            header_bytes.copy_from_slice(&buffer[..PROTO_HEADER_SIZE]);
-            let header = ProtoHeader::decode(&header_bytes).map_err(|error| Error::Protocol {
-                address: address.to_string(),
-                message: format!("bad proto header: {error}"),
-            })?;
-            // PROTO_SIZE_MAX bounds the size, so this cannot overflow.
-            let total = PROTO_HEADER_SIZE + header.size as usize;
-            if buffer.len() < total {
-                buffer.reserve(total - buffer.len());
-            }
-            while buffer.len() < total {
-                read_more(stream, buffer, address).await?;
-            }
-            *consumed = total;
-            if header.message_type == MessageType::Compressed {
-                let (inner, inflated) =
-                    frame::inflate(&buffer[PROTO_HEADER_SIZE..total]).map_err(|error| {
-                        Error::Protocol {
-                            address: address.to_string(),
-                            message: format!("bad compressed answer: {error}"),
-                        }
-                    })?;
-                *body = inflated;
-                Ok((inner.message_type, true))
-            } else {
-                Ok((header.message_type, false))
-            }
-        })
-        .await?;
-        self.last_used = Instant::now();
-        Ok(outcome)
+        // Read at least the header; often the whole answer comes in one read.
+        while buffer.len() < PROTO_HEADER_SIZE {
+            read_more(stream, buffer, address).await?;
+        }
+        let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
+        header_bytes.copy_from_slice(&buffer[..PROTO_HEADER_SIZE]);
+        let header = ProtoHeader::decode(&header_bytes).map_err(|error| Error::Protocol {
+            address: address.to_string(),
+            message: format!("bad proto header: {error}"),
+        })?;
+        // PROTO_SIZE_MAX bounds the size, so this cannot overflow.
+        let total = PROTO_HEADER_SIZE + header.size as usize;
+        if buffer.len() < total {
+            buffer.reserve(total - buffer.len());
+        }
+        while buffer.len() < total {
+            read_more(stream, buffer, address).await?;
+        }
+        *consumed = total;
+        *last_used = Instant::now();
+        if header.message_type == MessageType::Compressed {
+            let (inner, inflated) =
+                frame::inflate(&buffer[PROTO_HEADER_SIZE..total]).map_err(|error| {
+                    Error::Protocol {
+                        address: address.to_string(),
+                        message: format!("bad compressed answer: {error}"),
+                    }
+                })?;
+            *body = inflated;
+            Ok((inner.message_type, true))
+        } else {
+            Ok((header.message_type, false))
+        }
     }
 
     /// Runs info commands and returns (command, value) pairs in answer order.

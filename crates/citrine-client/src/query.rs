@@ -265,14 +265,7 @@ impl IndexFilter {
     /// (GeoJSON `Polygon`, `MultiPolygon` or `AeroCircle`), or, when
     /// `region` is a `Point`, whose region holds it.
     pub fn geo(bin: impl Into<String>, geojson: impl Into<String>) -> IndexFilter {
-        let value = FilterValue::GeoJson(geojson.into());
-        IndexFilter {
-            bin: bin.into(),
-            collection: IndexCollection::Default,
-            begin: value.clone(),
-            end: value,
-            context: None,
-        }
+        IndexFilter::equal(bin, FilterValue::GeoJson(geojson.into()))
     }
 
     /// Records whose point lies within `radius_m` metres of (lng, lat).
