@@ -92,6 +92,16 @@ else
     say "toolchain: no nightly; using $(cd "$FUZZ_DIR" && rustc --version) with RUSTC_BOOTSTRAP=1"
 fi
 
+# --- the targets compile ----------------------------------------------------
+# A fuzz target that no longer compiles against the crates it drives is our
+# bug, not a missing tool: it fails the run instead of falling back to the
+# smoke fuzzer (which would hide it). Plain `cargo check` on the usual
+# toolchain, no sanitizer.
+if ! (cd "$FUZZ_DIR" && cargo check --bins --quiet); then
+    loud "the fuzz targets do not compile (errors above): fix them"
+    exit 1
+fi
+
 # --- cargo-fuzz ------------------------------------------------------------
 if ! cargo fuzz --version >/dev/null 2>&1; then
     say "cargo-fuzz missing: installing cargo-fuzz $CARGO_FUZZ_VERSION (--locked)"

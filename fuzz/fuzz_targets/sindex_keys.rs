@@ -59,8 +59,11 @@ fuzz_target!(|data: &[u8]| {
         if let Range::Int { begin, end } = filter.range {
             assert!(begin <= end);
         }
-        let (low, high) = filter.bval_bounds();
-        assert!(low <= high);
+        let ranges = filter.bval_ranges();
+        assert!(!ranges.is_empty());
+        assert!(ranges.iter().all(|(low, high)| low <= high));
+        assert!(ranges.windows(2).all(|pair| pair[0].1 < pair[1].0), "sorted, disjoint");
+        assert!(filter.check_cost() >= 1);
     }
     let text = String::from_utf8_lossy(data);
     if let Ok(def) = SindexDef::parse(params(&text)) {
@@ -74,7 +77,8 @@ fuzz_target!(|data: &[u8]| {
     let key_type = match config & 3 {
         0 => KeyType::Numeric,
         1 => KeyType::String,
-        _ => KeyType::Blob,
+        2 => KeyType::Blob,
+        _ => KeyType::Geo,
     };
     let collection = match (config >> 2) & 3 {
         0 => CollectionType::Default,
@@ -87,7 +91,8 @@ fuzz_target!(|data: &[u8]| {
         1 => 3,
         2 => 4,
         3 | 4 => 20,
-        5 | 6 => 19,
+        5 => 19,
+        6 => 23,
         _ => 2,
     };
     let context_length = usize::from(*context_length).min(rest.len());
@@ -111,7 +116,8 @@ fuzz_target!(|data: &[u8]| {
     assert!(keys.windows(2).all(|pair| pair[0] < pair[1]), "sorted, unique");
     for key in &keys {
         match (key_type, key) {
-            (KeyType::Numeric, Key::Int(_)) | (KeyType::String | KeyType::Blob, Key::Bytes(_)) => {}
+            (KeyType::Numeric | KeyType::Geo, Key::Int(_))
+            | (KeyType::String | KeyType::Blob, Key::Bytes(_)) => {}
             _ => panic!("a key of another type than the index's: {key:?}"),
         }
     }
