@@ -33,7 +33,8 @@
 # (extra citrined flags), B_INFO (an info command sent to B after both
 # are loaded, e.g. a `sindex-create:...` to measure writes that keep an
 # index true: the tool's integer bin is `I`; a sindex-create waits for the
-# index's load_pct=100), MODE (slices | together), SLICES (8 pairs or
+# index's load_pct=100), A_INFO (the same for A: with both, two builds
+# compare at keeping the same index), MODE (slices | together), SLICES (8 pairs or
 # windows), SLICE (6 s), WORKLOAD (RU,95), KEYS (1000000), CONCURRENCY (32;
 # per tool in MODE=together), GO_CLIENT_VERSION (latest), WORK.
 set -euo pipefail
@@ -88,11 +89,11 @@ echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d:
 case "${MODE:=slices}" in slices | together) ;; *) die "MODE is slices or together, not $MODE" ;; esac
 
 PYTHONPATH=scripts/lib python3 - "$WORK/bin/benchmark" "$WORK" "$A_PORT" "$A_PID" "$B_PORT" "$B_PID" \
-    "${KEYS:-1000000}" "${CONCURRENCY:-32}" "${SLICES:-8}" "${SLICE:-6}" "${WORKLOAD:-RU,95}" "$MODE" "${B_INFO:-}" <<'PY'
+    "${KEYS:-1000000}" "${CONCURRENCY:-32}" "${SLICES:-8}" "${SLICE:-6}" "${WORKLOAD:-RU,95}" "$MODE" "${B_INFO:-}" "${A_INFO:-}" <<'PY'
 import socket, statistics, subprocess, sys, threading, time
 from gotool import TCK, TOTAL_RE as total_re, cpu_ticks, stop, tool_args
 
-bench, work, a_port, a_pid, b_port, b_pid, keys, conc, slices, slice_s, workload, mode, b_info = sys.argv[1:14]
+bench, work, a_port, a_pid, b_port, b_pid, keys, conc, slices, slice_s, workload, mode, b_info, a_info = sys.argv[1:15]
 
 def info(port, command):
     """One info command over the Aerospike info protocol (proto type 1)."""
@@ -119,15 +120,17 @@ for variant, (port, pid) in servers.items():
         if subprocess.run(args(port, "I:100"), stdout=log, stderr=subprocess.STDOUT).returncode != 0:
             sys.exit(f"load of {variant} failed; see {work}/load-{variant}.log")
 
-if b_info:
-    print(f"== B: {b_info} -> {info(b_port, b_info)}", flush=True)
-    if b_info.startswith("sindex-create"):
-        params = dict(pair.split("=", 1) for pair in b_info.split(":", 1)[1].split(";") if "=" in pair)
+for label, port, command in [("A", a_port, a_info), ("B", b_port, b_info)]:
+    if not command:
+        continue
+    print(f"== {label}: {command} -> {info(port, command)}", flush=True)
+    if command.startswith("sindex-create"):
+        params = dict(pair.split("=", 1) for pair in command.split(":", 1)[1].split(";") if "=" in pair)
         ns = params.get("namespace") or params.get("ns")
         stat = f"sindex/{ns}/{params['indexname']}"
-        while "load_pct=100;" not in (answer := info(b_port, stat)):
+        while "load_pct=100;" not in (answer := info(port, stat)):
             time.sleep(0.2)
-        print(f"== B: {stat} -> {answer}", flush=True)
+        print(f"== {label}: {stat} -> {answer}", flush=True)
 
 def one_slice(variant, index):
     port, spid = servers[variant]

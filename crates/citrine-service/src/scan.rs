@@ -120,11 +120,19 @@ struct PartitionCursor {
 
 /// A secondary-index query's part of a cursor: the index, the filter, and
 /// reused buffers.
+/// A query lists the partitions holding its entries when they are at most
+/// this many `(bval, partition)` pairs; past it, it visits every partition.
+const HOLDERS_MAX_PAIRS: usize = 4096;
+
 struct Query {
     index: Arc<citrine_sindex::Sindex>,
     filter: citrine_sindex::Filter,
     /// The bval ranges the filter reads, sorted and disjoint.
     ranges: Vec<(i64, i64)>,
+    /// The partitions holding entries in those ranges when the query
+    /// started (`None`: too many to list, visit every one); the others are
+    /// passed without a look at their trees.
+    holders: Option<Vec<bool>>,
     /// One step's `(bval, digest)` candidates from the index.
     candidates: Vec<(i64, Digest)>,
     /// One record's keys, when checking it.
@@ -423,9 +431,12 @@ fn query(
         return Err(ResultCode::SindexNotReadable);
     }
     index.stats().queries.fetch_add(1, Ordering::Relaxed);
+    let ranges = filter.bval_ranges();
+    let holders = index.partitions_in(&ranges, HOLDERS_MAX_PAIRS);
     Ok(Box::new(Query {
         index,
-        ranges: filter.bval_ranges(),
+        ranges,
+        holders,
         filter,
         candidates: Vec::new(),
         keys: Vec::new(),
@@ -748,6 +759,15 @@ impl ScanCursor {
         let Some(mut query) = self.query.take() else {
             return Visit::Finished;
         };
+        if query
+            .holders
+            .as_ref()
+            .is_some_and(|holders| !holders[cursor.partition.index()])
+        {
+            // No entry in range here when the query started.
+            self.query = Some(query);
+            return Visit::Finished;
+        }
         let namespace = Arc::clone(&self.namespace);
         let partition = namespace.index.partition(cursor.partition).read();
         let mut candidates = std::mem::take(&mut query.candidates);

@@ -38,8 +38,8 @@ pub use key::Key;
 
 use citrine_exp::{Expression, Record};
 use citrine_types::{Digest, PartitionId, DIGEST_SIZE, PARTITIONS};
-use parking_lot::{RwLock, RwLockReadGuard};
-use std::collections::BTreeSet;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -59,6 +59,15 @@ const DIGEST_MAX: Digest = Digest([0xff; DIGEST_SIZE]);
 
 /// One partition's entries, in `(bval, digest)` order.
 type Tree = BTreeSet<(i64, Digest)>;
+
+/// Shards of an index's summary (by partition: writes to different
+/// partitions rarely meet on one shard's lock).
+const SUMMARY_SHARDS: usize = 16;
+
+/// Which partitions hold entries of which bvals: `(bval, partition)` →
+/// entries, so a selective query visits only the partitions that can
+/// answer instead of all 4096 trees.
+type Summary = BTreeMap<(i64, u16), u32>;
 
 /// Query counters of one index.
 #[derive(Debug, Default)]
@@ -81,6 +90,10 @@ struct State {
     /// The parsed expression of an expression index.
     expression: Option<Expression>,
     trees: Box<[RwLock<Tree>]>,
+    /// The trees' `(bval, partition)` pairs, sharded by partition; each
+    /// shard changes only under the write lock of one of its partitions'
+    /// trees (taken first).
+    summary: Box<[Mutex<Summary>]>,
     entries: AtomicU64,
     /// Partitions the initial build has filled.
     built: AtomicU32,
@@ -122,6 +135,9 @@ impl Sindex {
             state: Arc::new(State {
                 expression,
                 trees: (0..PARTITIONS).map(|_| RwLock::new(Tree::new())).collect(),
+                summary: (0..SUMMARY_SHARDS)
+                    .map(|_| Mutex::new(Summary::new()))
+                    .collect(),
                 entries: AtomicU64::new(0),
                 built: AtomicU32::new(0),
                 loaded: AtomicBool::new(false),
@@ -156,18 +172,29 @@ impl Sindex {
         if old.is_empty() && new.is_empty() {
             return;
         }
-        let mut tree = self.state.trees[digest.partition().index()].write();
+        let partition = digest.partition().index();
+        let mut tree = self.state.trees[partition].write();
+        let mut summary = self.state.summary[partition % SUMMARY_SHARDS].lock();
         let (mut added, mut removed) = (0u64, 0u64);
         for key in old {
             if new.binary_search(key).is_err() && tree.remove(&(key.bval(), *digest)) {
                 removed += 1;
+                let pair = (key.bval(), partition as u16);
+                if let Some(count) = summary.get_mut(&pair) {
+                    *count -= 1;
+                    if *count == 0 {
+                        summary.remove(&pair);
+                    }
+                }
             }
         }
         for key in new {
             if tree.insert((key.bval(), *digest)) {
                 added += 1;
+                *summary.entry((key.bval(), partition as u16)).or_insert(0) += 1;
             }
         }
+        drop(summary);
         drop(tree);
         self.state.entries.fetch_add(added, Ordering::Relaxed);
         self.state.entries.fetch_sub(removed, Ordering::Relaxed);
@@ -177,9 +204,41 @@ impl Sindex {
     pub fn clear_partition(&self, partition: PartitionId) {
         let mut tree = self.state.trees[partition.index()].write();
         let count = tree.len() as u64;
+        let mut summary = self.state.summary[partition.index() % SUMMARY_SHARDS].lock();
+        let id = partition.index() as u16;
+        summary.retain(|(_, holder), _| *holder != id);
+        drop(summary);
         tree.clear();
         drop(tree);
         self.state.entries.fetch_sub(count, Ordering::Relaxed);
+    }
+
+    /// The partitions holding entries within `ranges` (sorted, disjoint),
+    /// as a map of the 4096; `None` when more than `max_pairs` `(bval,
+    /// partition)` pairs are in range (a wide query: visiting every
+    /// partition costs less than listing them).
+    pub fn partitions_in(&self, ranges: &[(i64, i64)], max_pairs: usize) -> Option<Vec<bool>> {
+        let mut holders = vec![false; PARTITIONS];
+        let mut seen = 0usize;
+        for shard in self.state.summary.iter() {
+            let shard = shard.lock();
+            for &(low, high) in ranges {
+                if low > high {
+                    continue;
+                }
+                for &(_, partition) in shard
+                    .range((low, 0)..=(high, u16::MAX))
+                    .map(|(pair, _)| pair)
+                {
+                    seen += 1;
+                    if seen > max_pairs {
+                        return None;
+                    }
+                    holders[usize::from(partition)] = true;
+                }
+            }
+        }
+        Some(holders)
     }
 
     /// Appends to `out` the entries of `partition` whose bval is within

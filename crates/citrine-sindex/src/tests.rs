@@ -179,3 +179,53 @@ fn a_query_finds_the_set_index_first_then_the_namespace_one() {
         Some("list")
     );
 }
+
+#[test]
+fn the_summary_lists_the_partitions_holding_a_range() {
+    let index = Sindex::new(def("ns=t;indexname=i;bin=b;type=NUMERIC")).expect("index");
+    let digests: Vec<Digest> = (0u8..40).map(|i| Digest([i; 20])).collect();
+    for (i, digest) in digests.iter().enumerate() {
+        index.update(digest, &[], &[Key::Int(i as i64 % 4)]);
+    }
+    let holders = |ranges: &[(i64, i64)]| {
+        let map = index.partitions_in(ranges, usize::MAX).expect("few pairs");
+        (0..4096).filter(|p| map[*p]).collect::<Vec<usize>>()
+    };
+    let expected = |value: i64| {
+        let mut out: Vec<usize> = digests
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i as i64 % 4 == value)
+            .map(|(_, digest)| digest.partition().index())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    };
+    assert_eq!(holders(&[(2, 2)]), expected(2));
+    assert!(holders(&[(7, 9)]).is_empty());
+    // Moving a record's value moves its partition in the summary.
+    let moved = digests[2];
+    index.update(&moved, &[Key::Int(2)], &[Key::Int(9)]);
+    assert_eq!(holders(&[(9, 9)]), vec![moved.partition().index()]);
+    // Past the pair limit: no list (visit everything).
+    assert!(index.partitions_in(&[(0, 3)], 3).is_none());
+    // A dropped partition leaves the summary.
+    index.clear_partition(moved.partition());
+    assert!(holders(&[(9, 9)]).is_empty());
+    index.update(&digests[6], &[Key::Int(2)], &[]);
+    for partition in holders(&[(2, 2)]) {
+        let mut out = Vec::new();
+        index.candidates(
+            citrine_types::PartitionId::new(partition as u16).expect("id"),
+            &[(2, 2)],
+            None,
+            usize::MAX,
+            &mut out,
+        );
+        assert!(
+            !out.is_empty(),
+            "partition {partition} is listed but holds nothing"
+        );
+    }
+}
