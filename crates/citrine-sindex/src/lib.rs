@@ -206,7 +206,15 @@ impl Sindex {
         let count = tree.len() as u64;
         let mut summary = self.state.summary[partition.index() % SUMMARY_SHARDS].lock();
         let id = partition.index() as u16;
-        summary.retain(|(_, holder), _| *holder != id);
+        // The tree's bvals, each once (they come in order): the partition's
+        // pairs, without walking the rest of the shard.
+        let mut previous = None;
+        for &(bval, _) in tree.iter() {
+            if previous != Some(bval) {
+                summary.remove(&(bval, id));
+                previous = Some(bval);
+            }
+        }
         drop(summary);
         tree.clear();
         drop(tree);
