@@ -19,7 +19,6 @@ use crate::command::{Bins, Key, Operation, Record};
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::policy::{Policy, WritePolicy};
-use crate::value::Value;
 use citrine_types::NodeId;
 use citrine_wire::frame::MessageType;
 use citrine_wire::msg::{
@@ -624,21 +623,7 @@ async fn run_on_node(
                         "batch answer for row {index}, which was not asked of this node or was answered twice"
                     )));
                 }
-                let mut record = Record {
-                    generation: header.generation,
-                    void_time: header.record_ttl,
-                    bins: BTreeMap::new(),
-                };
-                for op in message.ops() {
-                    let name = String::from_utf8_lossy(op.name).into_owned();
-                    let value = Value::decode(op.particle_type, op.value).ok_or_else(|| {
-                        protocol(format!(
-                            "bin {name:?}: bad value of particle type {}",
-                            op.particle_type
-                        ))
-                    })?;
-                    record.bins.insert(name, value);
-                }
+                let record = Record::from_message(&message).map_err(protocol)?;
                 answers.push((
                     index,
                     RowAnswer {

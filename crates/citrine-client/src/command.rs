@@ -271,27 +271,36 @@ pub(crate) struct Answer {
     pub node: Option<String>,
 }
 
+impl Record {
+    /// The record a message carries: generation, void time and its ops'
+    /// bins (a bin returned by several ops keeps the last value). Every
+    /// answer that returns records (single, batch row, scan) reads it so.
+    pub(crate) fn from_message(message: &Message<'_>) -> std::result::Result<Record, String> {
+        let mut record = Record {
+            generation: message.header.generation,
+            void_time: message.header.record_ttl,
+            bins: BTreeMap::new(),
+        };
+        for op in message.ops() {
+            let name = String::from_utf8_lossy(op.name).into_owned();
+            let value = Value::decode(op.particle_type, op.value).ok_or_else(|| {
+                format!(
+                    "bin {name:?}: bad value of particle type {}",
+                    op.particle_type
+                )
+            })?;
+            record.bins.insert(name, value);
+        }
+        Ok(record)
+    }
+}
+
 /// Parses one AS_MSG answer body.
 pub(crate) fn parse_answer(body: &[u8]) -> std::result::Result<Answer, String> {
     let (message, _) = Message::decode_prefix(body).map_err(|error| error.to_string())?;
-    let mut record = Record {
-        generation: message.header.generation,
-        void_time: message.header.record_ttl,
-        bins: BTreeMap::new(),
-    };
-    for op in message.ops() {
-        let name = String::from_utf8_lossy(op.name).into_owned();
-        let value = Value::decode(op.particle_type, op.value).ok_or_else(|| {
-            format!(
-                "bin {name:?}: bad value of particle type {}",
-                op.particle_type
-            )
-        })?;
-        record.bins.insert(name, value);
-    }
     Ok(Answer {
         result_code: message.header.result_code,
-        record,
+        record: Record::from_message(&message)?,
         node: None,
     })
 }

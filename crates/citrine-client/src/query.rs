@@ -27,7 +27,6 @@ use crate::command::{Bins, Key, Operation, Record};
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::policy::{Policy, WritePolicy};
-use crate::value::Value;
 use citrine_types::{Digest, NodeId, PARTITIONS as PARTITION_COUNT};
 use citrine_wire::digest::UserKey;
 use citrine_wire::frame::MessageType;
@@ -35,7 +34,6 @@ use citrine_wire::msg::{
     field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader,
 };
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -1254,17 +1252,7 @@ impl NodeStream {
         let Some(digest) = digest else {
             return Err(self.protocol("a scan record without a digest".into()));
         };
-        let mut bins = BTreeMap::new();
-        for op in message.ops() {
-            let name = String::from_utf8_lossy(op.name).into_owned();
-            let value = Value::decode(op.particle_type, op.value).ok_or_else(|| {
-                self.protocol(format!(
-                    "bin {name:?}: bad value of particle type {}",
-                    op.particle_type
-                ))
-            })?;
-            bins.insert(name, value);
-        }
+        let record = Record::from_message(message).map_err(|text| self.protocol(text))?;
         {
             let mut tracker = self.tracker.lock();
             if self.max_records > 0 && tracker.received >= self.max_records {
@@ -1288,11 +1276,7 @@ impl NodeStream {
                 user_key,
                 digest,
             },
-            record: Record {
-                generation: header.generation,
-                void_time: header.record_ttl,
-                bins,
-            },
+            record,
         })))
     }
 }

@@ -169,7 +169,8 @@ impl Sindex {
     /// sorted and unique, as [`Sindex::keys`] gives them). The caller holds
     /// the write lock of the record's partition.
     pub fn update(&self, digest: &Digest, old: &[Key], new: &[Key]) {
-        if old.is_empty() && new.is_empty() {
+        // Unchanged keys (a write to other bins): no lock to take.
+        if old == new {
             return;
         }
         let partition = digest.partition().index();
