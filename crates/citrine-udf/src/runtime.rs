@@ -1,0 +1,311 @@
+//! The Lua states UDFs run in: one per thread, for one registry at one
+//! generation, built on first use and rebuilt when the registry changes.
+//!
+//! Owns: the sandbox (which libraries and globals a module sees), loading
+//! modules into environments of their own, the time limit (an instruction
+//! hook that fails the call past its deadline) and the memory limit, and
+//! the two ways in: a record call and a stream.
+//!
+//! Invariants: a state is only touched by its thread (`thread_local`);
+//! nothing is kept between calls but the loaded modules and the prelude;
+//! after a call that failed, the state is dropped (a half-run module or an
+//! exhausted memory budget must not leak into the next call).
+
+use crate::convert::{from_lua, to_lua, Metatables};
+use crate::{Applied, Call, Change, RecordIn, Registry, UdfError, HOOK_INSTRUCTIONS, MEMORY_LIMIT};
+use citrine_cdt::value::Value;
+use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Table, Value as LuaValue, VmState};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::time::Instant;
+
+const PRELUDE: &str = include_str!("prelude.lua");
+
+/// Globals of the base library a module may not use.
+const REMOVED_GLOBALS: &[&str] = &["dofile", "loadfile", "load", "require", "collectgarbage"];
+
+struct State {
+    registry: u64,
+    generation: u64,
+    lua: Lua,
+    internal: Table,
+    meta: Metatables,
+    /// Module environments by module name.
+    modules: HashMap<String, Table>,
+}
+
+thread_local! {
+    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+fn lua_error(error: mlua::Error) -> UdfError {
+    UdfError::Execution(message_of(&error))
+}
+
+/// A Lua error's message without mlua's decorations.
+fn message_of(error: &mlua::Error) -> String {
+    match error {
+        mlua::Error::RuntimeError(message) | mlua::Error::SyntaxError { message, .. } => message
+            .split_once("\nstack traceback:")
+            .map_or(message.as_str(), |(head, _)| head)
+            .to_owned(),
+        mlua::Error::MemoryError(_) => "UDF ran out of memory".to_owned(),
+        mlua::Error::CallbackError { cause, .. } => message_of(cause),
+        mlua::Error::WithContext { cause, .. } => message_of(cause),
+        other => other.to_string(),
+    }
+}
+
+/// A sandboxed state with the prelude loaded.
+fn new_lua() -> mlua::Result<(Lua, Table, Metatables)> {
+    let lua = Lua::new_with(
+        StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8,
+        LuaOptions::default(),
+    )?;
+    lua.set_memory_limit(MEMORY_LIMIT)?;
+    let globals = lua.globals();
+    for name in REMOVED_GLOBALS {
+        globals.raw_set(*name, LuaValue::Nil)?;
+    }
+    lua.set_hook(
+        HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS),
+        |_, _| match DEADLINE.get() {
+            Some(deadline) if Instant::now() > deadline => Err(mlua::Error::runtime(
+                "UDF execution ran past its time limit",
+            )),
+            _ => Ok(VmState::Continue),
+        },
+    )?;
+    let log = lua.create_function(|_, (level, text): (i64, mlua::LuaString)| {
+        let text = text.to_string_lossy();
+        match level {
+            1 => tracing::warn!(target: "citrine_udf", "{text}"),
+            2 => tracing::info!(target: "citrine_udf", "{text}"),
+            3 => tracing::debug!(target: "citrine_udf", "{text}"),
+            _ => tracing::trace!(target: "citrine_udf", "{text}"),
+        }
+        Ok(())
+    })?;
+    let internal: Table = lua.load(PRELUDE).set_name("=citrine-prelude").call(log)?;
+    let meta = Metatables {
+        list: internal.get("List")?,
+        map: internal.get("Map")?,
+        bytes: internal.get("Bytes")?,
+        geojson: internal.get("GeoJSON")?,
+        record: internal.get("Record")?,
+        state: internal.get("state")?,
+    };
+    Ok((lua, internal, meta))
+}
+
+/// Compiles a module's source without running it.
+pub(crate) fn compile(filename: &str, source: &[u8]) -> Result<(), String> {
+    let lua = Lua::new_with(StdLib::NONE, LuaOptions::default()).map_err(|e| message_of(&e))?;
+    lua.load(source)
+        .set_name(format!("@{filename}"))
+        .into_function()
+        .map(drop)
+        .map_err(|error| message_of(&error))
+}
+
+/// Runs `work` with this thread's state for `registry` (built or rebuilt
+/// as needed) and a deadline; drops the state when `work` fails.
+fn with_state<R>(
+    registry: &Registry,
+    deadline: Instant,
+    work: impl FnOnce(&mut State) -> Result<R, UdfError>,
+) -> Result<R, UdfError> {
+    STATE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let generation = registry.generation();
+        let current = slot
+            .as_ref()
+            .is_some_and(|state| state.registry == registry.id() && state.generation == generation);
+        if !current {
+            *slot = None;
+            let (lua, internal, meta) = new_lua().map_err(lua_error)?;
+            *slot = Some(State {
+                registry: registry.id(),
+                generation,
+                lua,
+                internal,
+                meta,
+                modules: HashMap::new(),
+            });
+        }
+        let Some(state) = slot.as_mut() else {
+            return Err(UdfError::Execution("no Lua state".to_owned()));
+        };
+        DEADLINE.set(Some(deadline));
+        let outcome = work(state);
+        DEADLINE.set(None);
+        if outcome.is_err() {
+            *slot = None;
+        }
+        outcome
+    })
+}
+
+impl State {
+    /// The function `call` names, loading its module first if needed.
+    fn function(
+        &mut self,
+        registry: &Registry,
+        call: &Call<'_>,
+    ) -> Result<mlua::Function, UdfError> {
+        let env = match self.modules.get(call.module) {
+            Some(env) => env.clone(),
+            None => {
+                let filename = format!("{}.lua", call.module);
+                let module = registry
+                    .get(&filename)
+                    .ok_or_else(|| UdfError::ModuleNotFound(call.module.to_owned()))?;
+                let env = self.lua.create_table().map_err(lua_error)?;
+                let inherit = self.lua.create_table().map_err(lua_error)?;
+                inherit
+                    .raw_set("__index", self.lua.globals())
+                    .map_err(lua_error)?;
+                env.set_metatable(Some(inherit)).map_err(lua_error)?;
+                self.lua
+                    .load(&module.source[..])
+                    .set_name(format!("@{filename}"))
+                    .set_environment(env.clone())
+                    .exec()
+                    .map_err(lua_error)?;
+                self.modules.insert(call.module.to_owned(), env.clone());
+                env
+            }
+        };
+        match env.get::<LuaValue>(call.function).map_err(lua_error)? {
+            LuaValue::Function(function) => Ok(function),
+            _ => Err(UdfError::FunctionNotFound(call.function.to_owned())),
+        }
+    }
+
+    /// The call's arguments as Lua values, after `first`.
+    fn arguments(&self, first: LuaValue, args: &[Value]) -> Result<mlua::MultiValue, UdfError> {
+        let mut values = Vec::with_capacity(args.len() + 1);
+        values.push(first);
+        for arg in args {
+            values.push(to_lua(&self.lua, &self.meta, arg).map_err(lua_error)?);
+        }
+        Ok(mlua::MultiValue::from_vec(values))
+    }
+
+    /// A record table for `record`.
+    fn record(&self, record: &RecordIn<'_>, readonly: bool) -> Result<Table, UdfError> {
+        let lua = &self.lua;
+        let build = || -> mlua::Result<Table> {
+            let bins = lua.create_table_with_capacity(0, record.bins.len())?;
+            for (name, value) in &record.bins {
+                let value = to_lua(lua, &self.meta, value)?;
+                bins.raw_set(lua.create_string(name)?, value)?;
+            }
+            let state = lua.create_table()?;
+            state.raw_set("bins", bins)?;
+            state.raw_set("exists", record.exists)?;
+            state.raw_set("readonly", readonly)?;
+            state.raw_set("gen", i64::from(record.generation))?;
+            state.raw_set("ttl", record.ttl)?;
+            state.raw_set("last_update", record.last_update_ms)?;
+            state.raw_set("size", record.size)?;
+            state.raw_set("set", lua.create_string(record.set)?)?;
+            let digest = to_lua(lua, &self.meta, &Value::Blob(4, record.digest.to_vec()))?;
+            state.raw_set("digest", digest)?;
+            if let Some(key) = &record.key {
+                state.raw_set("key", to_lua(lua, &self.meta, key)?)?;
+            }
+            let make: mlua::Function = self.internal.get("record")?;
+            make.call(state)
+        };
+        build().map_err(lua_error)
+    }
+}
+
+/// See [`crate::apply_record`].
+pub(crate) fn apply_record(
+    registry: &Registry,
+    call: &Call<'_>,
+    record: RecordIn<'_>,
+) -> Result<Applied, UdfError> {
+    let deadline = Instant::now() + call.time_limit;
+    with_state(registry, deadline, |state| {
+        let function = state.function(registry, call)?;
+        let rec = state.record(&record, false)?;
+        let args = state.arguments(LuaValue::Table(rec.clone()), &call.args)?;
+        let returned: LuaValue = function.call(args).map_err(lua_error)?;
+        let result = from_lua(&state.meta, &returned, 0).map_err(UdfError::Execution)?;
+        let change = change_of(state, &rec, record.exists)?;
+        Ok(Applied { result, change })
+    })
+}
+
+/// What the UDF asked to be done with its record.
+fn change_of(state: &State, rec: &Table, existed: bool) -> Result<Change, UdfError> {
+    let record_state: Table = state.meta.state.call(rec.clone()).map_err(lua_error)?;
+    let committed: Option<Table> = record_state.raw_get("committed").map_err(lua_error)?;
+    let removed: bool = record_state.raw_get("removed").unwrap_or(false);
+    match committed {
+        Some(bins) => {
+            let mut out = Vec::new();
+            for pair in bins.pairs::<LuaValue, LuaValue>() {
+                let (name, value) = pair.map_err(lua_error)?;
+                let LuaValue::String(name) = name else {
+                    return Err(UdfError::Execution(format!(
+                        "a bin name must be a string, not a {}",
+                        name.type_name()
+                    )));
+                };
+                let value = from_lua(&state.meta, &value, 0).map_err(UdfError::Execution)?;
+                if matches!(value, Value::Nil) {
+                    continue;
+                }
+                out.push((name.as_bytes().to_vec(), value));
+            }
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+            let ttl: Option<i64> = match record_state.raw_get::<LuaValue>("ttl_set") {
+                Ok(LuaValue::Integer(ttl)) => Some(ttl),
+                Ok(LuaValue::Number(ttl)) => Some(ttl as i64),
+                _ => None,
+            };
+            Ok(Change::Write { bins: out, ttl })
+        }
+        None if removed && existed => Ok(Change::Remove),
+        None => Ok(Change::None),
+    }
+}
+
+/// See [`crate::aggregate`].
+pub(crate) fn aggregate<'r>(
+    registry: &Registry,
+    call: &Call<'_>,
+    next: &mut dyn FnMut() -> Option<RecordIn<'r>>,
+    emit: &mut dyn FnMut(Value) -> Result<(), String>,
+) -> Result<(), UdfError> {
+    let deadline = Instant::now() + call.time_limit;
+    with_state(registry, deadline, |state| {
+        let function = state.function(registry, call)?;
+        let new_stream: mlua::Function = state.internal.get("stream").map_err(lua_error)?;
+        let push: mlua::Function = state.internal.get("push").map_err(lua_error)?;
+        let take: mlua::Function = state.internal.get("take").map_err(lua_error)?;
+        let finish: mlua::Function = state.internal.get("finish").map_err(lua_error)?;
+        let stream: Table = new_stream.call(()).map_err(lua_error)?;
+        let args = state.arguments(LuaValue::Table(stream.clone()), &call.args)?;
+        function.call::<LuaValue>(args).map_err(lua_error)?;
+        let collect = |table: Table, emit: &mut dyn FnMut(Value) -> Result<(), String>| {
+            for value in table.sequence_values::<LuaValue>() {
+                let value = value.map_err(lua_error)?;
+                emit(from_lua(&state.meta, &value, 0).map_err(UdfError::Execution)?)
+                    .map_err(UdfError::Execution)?;
+            }
+            Ok::<(), UdfError>(())
+        };
+        while let Some(record) = next() {
+            let rec = state.record(&record, true)?;
+            push.call::<()>((stream.clone(), rec)).map_err(lua_error)?;
+            collect(take.call(stream.clone()).map_err(lua_error)?, emit)?;
+        }
+        collect(finish.call(stream).map_err(lua_error)?, emit)
+    })
+}

@@ -1,0 +1,442 @@
+use super::*;
+use citrine_cdt::value::{List, Map};
+use std::time::Duration;
+
+fn registry(filename: &str, source: &str) -> Registry {
+    let registry = Registry::default();
+    check(filename, source.as_bytes()).expect("module compiles");
+    assert!(registry.put(Module::new(filename, source.as_bytes().to_vec())));
+    registry
+}
+
+fn call<'a>(module: &'a str, function: &'a str, args: Vec<Value>) -> Call<'a> {
+    Call {
+        module,
+        function,
+        args,
+        time_limit: Duration::from_secs(2),
+    }
+}
+
+fn str(text: &str) -> Value {
+    Value::Str(text.as_bytes().to_vec())
+}
+
+fn record(bins: Vec<(&'static [u8], Value)>) -> RecordIn<'static> {
+    RecordIn {
+        exists: true,
+        bins,
+        generation: 3,
+        ttl: -1,
+        last_update_ms: 1_700_000_000_000,
+        digest: [7; 20],
+        set: b"demo",
+        key: Some(Value::Int(-1)),
+        size: 40,
+    }
+}
+
+fn map_get<'v>(value: &'v Value, key: &str) -> Option<&'v Value> {
+    let Value::Map(map) = value else {
+        return None;
+    };
+    map.entries
+        .iter()
+        .find(|(k, _)| matches!(k, Value::Str(s) if s == key.as_bytes()))
+        .map(|(_, v)| v)
+}
+
+const MODULE: &str = r#"
+function test_func(rec, div)
+   local ret = map()
+   local x = rec['bin1']
+   rec['bin2'] = math.floor(x / div)
+   aerospike:update(rec)
+   ret['status'] = 'OK'
+   return ret
+end
+
+function echo(rec, param) return param end
+
+function remove(rec) aerospike:remove(rec) end
+
+function create(rec, bins)
+   for b, v in map.pairs(bins) do rec[b] = v end
+   return aerospike:create(rec)
+end
+
+function meta(rec)
+   return list{record.gen(rec), record.ttl(rec), record.key(rec), record.setname(rec),
+               bytes.size(record.digest(rec)), aerospike:exists(rec), record.numbins(rec)}
+end
+
+function change_without_update(rec) rec['bin1'] = 99; return 1 end
+
+function update_then_change(rec)
+   rec['a'] = 1
+   aerospike:update(rec)
+   rec['b'] = 2
+end
+
+function with_ttl(rec) rec['x'] = 1; record.set_ttl(rec, 300); aerospike:update(rec) end
+
+function fail(rec) error("1000:Invalid value") end
+function forever(rec) while true do end end
+function sleeps(rec) sleep(1) end
+function returns_function(rec) return print end
+function cyclic(rec) local t = {} t[1] = t return t end
+function blob(rec) local b = bytes(3); bytes.set_byte(b, 2, 65); return b end
+function plain_tables(rec) return {1, 2, {a = 1}} end
+function escape(rec) return io end
+"#;
+
+#[test]
+fn a_record_udf_updates_its_record_and_returns_a_map() {
+    let registry = registry("udf1.lua", MODULE);
+    let applied = apply_record(
+        &registry,
+        &call("udf1", "test_func", vec![Value::Int(2)]),
+        record(vec![(b"bin1", Value::Int(21))]),
+    )
+    .expect("runs");
+    assert!(matches!(map_get(&applied.result, "status"), Some(Value::Str(s)) if s == b"OK"));
+    let Change::Write { bins, ttl } = applied.change else {
+        panic!("expected a write, got {:?}", applied.change);
+    };
+    assert_eq!(ttl, None);
+    assert_eq!(bins.len(), 2);
+    assert_eq!(bins[0].0, b"bin1");
+    assert!(matches!(bins[1], (ref name, Value::Int(10)) if name == b"bin2"));
+}
+
+#[test]
+fn values_round_trip_through_lua() {
+    let registry = registry("udf1.lua", MODULE);
+    let nested = Value::Map(Map {
+        flags: 0,
+        entries: vec![
+            // In key order, as maps come back.
+            (Value::Int(7), Value::Bool(true)),
+            (
+                str("list"),
+                Value::List(List {
+                    flags: 0,
+                    items: vec![Value::Int(1), str("two"), Value::Double(3.5)],
+                }),
+            ),
+        ],
+    });
+    for value in [
+        Value::Int(i64::MIN),
+        Value::Int(0),
+        Value::Double(-0.25),
+        str(""),
+        str(&"s".repeat(100_000)),
+        str("Hello, 世界"),
+        Value::Blob(4, vec![0, 1, 255]),
+        Value::Bool(false),
+        nested,
+    ] {
+        let applied = apply_record(
+            &registry,
+            &call("udf1", "echo", vec![value.clone()]),
+            record(vec![]),
+        )
+        .expect("runs");
+        assert_eq!(
+            citrine_cdt::value::compare(&applied.result, &value),
+            std::cmp::Ordering::Equal,
+            "{value:?} came back as {:?}",
+            applied.result
+        );
+        assert_eq!(applied.change, Change::None);
+    }
+    let applied =
+        apply_record(&registry, &call("udf1", "echo", vec![]), record(vec![])).expect("runs");
+    assert!(matches!(applied.result, Value::Nil));
+}
+
+#[test]
+fn changes_reach_the_record_only_through_create_update_or_remove() {
+    let registry = registry("udf1.lua", MODULE);
+    let run = |function: &str, exists: bool| {
+        let mut input = record(vec![(b"bin1", Value::Int(1))]);
+        input.exists = exists;
+        apply_record(&registry, &call("udf1", function, vec![]), input).expect("runs")
+    };
+    assert_eq!(run("change_without_update", true).change, Change::None);
+    assert_eq!(run("remove", true).change, Change::Remove);
+    assert_eq!(run("remove", false).change, Change::None);
+    // Bins set after the last update are not stored.
+    let Change::Write { bins, .. } = run("update_then_change", true).change else {
+        panic!("expected a write");
+    };
+    let names: Vec<&[u8]> = bins.iter().map(|(name, _)| name.as_slice()).collect();
+    assert_eq!(names, vec![b"a".as_slice(), b"bin1".as_slice()]);
+    let Change::Write { ttl, .. } = run("with_ttl", true).change else {
+        panic!("expected a write");
+    };
+    assert_eq!(ttl, Some(300));
+    // create on an existing record returns 1 and changes nothing.
+    let args = vec![Value::Map(Map {
+        flags: 0,
+        entries: vec![(str("x"), Value::Int(5))],
+    })];
+    let applied = apply_record(
+        &registry,
+        &call("udf1", "create", args.clone()),
+        record(vec![]),
+    )
+    .expect("runs");
+    assert!(matches!(applied.result, Value::Int(1)));
+    assert_eq!(applied.change, Change::None);
+    let mut absent = record(vec![]);
+    absent.exists = false;
+    let applied = apply_record(&registry, &call("udf1", "create", args), absent).expect("runs");
+    assert!(matches!(applied.result, Value::Int(0)));
+    assert!(matches!(applied.change, Change::Write { ref bins, .. } if bins.len() == 1));
+}
+
+#[test]
+fn record_metadata_is_visible() {
+    let registry = registry("udf1.lua", MODULE);
+    let applied = apply_record(
+        &registry,
+        &call("udf1", "meta", vec![]),
+        record(vec![(b"a", Value::Int(1))]),
+    )
+    .expect("runs");
+    let Value::List(list) = applied.result else {
+        panic!("expected a list, got {:?}", applied.result);
+    };
+    let expected = [
+        Value::Int(3),
+        Value::Int(-1),
+        Value::Int(-1),
+        str("demo"),
+        Value::Int(20),
+        Value::Bool(true),
+        Value::Int(1),
+    ];
+    assert_eq!(list.items.len(), expected.len());
+    for (got, want) in list.items.iter().zip(expected.iter()) {
+        assert_eq!(
+            citrine_cdt::value::compare(got, want),
+            std::cmp::Ordering::Equal,
+            "{got:?} != {want:?}"
+        );
+    }
+}
+
+#[test]
+fn failures_are_errors_with_messages_and_change_nothing() {
+    let registry = registry("udf1.lua", MODULE);
+    let run =
+        |function: &str| apply_record(&registry, &call("udf1", function, vec![]), record(vec![]));
+    let Err(UdfError::Execution(message)) = run("fail") else {
+        panic!("error() must fail the call");
+    };
+    assert!(
+        message.contains("udf1.lua:") && message.ends_with("1000:Invalid value"),
+        "{message}"
+    );
+    assert!(matches!(run("sleeps"), Err(UdfError::Execution(_))));
+    assert!(matches!(
+        run("returns_function"),
+        Err(UdfError::Execution(_))
+    ));
+    assert!(matches!(run("cyclic"), Err(UdfError::Execution(_))));
+    assert!(
+        matches!(
+            run("escape"),
+            Ok(Applied {
+                result: Value::Nil,
+                ..
+            })
+        ),
+        "no io library"
+    );
+    assert_eq!(
+        run("nope").err(),
+        Some(UdfError::FunctionNotFound("nope".to_owned()))
+    );
+    let missing = apply_record(&registry, &call("absent", "f", vec![]), record(vec![]));
+    assert_eq!(
+        missing.err(),
+        Some(UdfError::ModuleNotFound("absent".to_owned()))
+    );
+    // The state was dropped after the failures; calls still work.
+    assert!(run("echo").is_ok());
+}
+
+#[test]
+fn a_udf_that_never_ends_is_stopped_at_its_time_limit() {
+    let registry = registry("udf1.lua", MODULE);
+    let mut limited = call("udf1", "forever", vec![]);
+    limited.time_limit = Duration::from_millis(50);
+    let started = std::time::Instant::now();
+    let Err(UdfError::Execution(message)) = apply_record(&registry, &limited, record(vec![]))
+    else {
+        panic!("a loop without end must fail");
+    };
+    assert!(message.contains("time limit"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn blobs_and_plain_tables_convert() {
+    let registry = registry("udf1.lua", MODULE);
+    let applied =
+        apply_record(&registry, &call("udf1", "blob", vec![]), record(vec![])).expect("runs");
+    assert!(matches!(applied.result, Value::Blob(4, ref b) if b == &[0, 65, 0]));
+    let applied = apply_record(
+        &registry,
+        &call("udf1", "plain_tables", vec![]),
+        record(vec![]),
+    )
+    .expect("runs");
+    let Value::List(list) = applied.result else {
+        panic!("a sequence is a list");
+    };
+    assert_eq!(list.items.len(), 3);
+    assert!(matches!(list.items[2], Value::Map(_)));
+}
+
+#[test]
+fn modules_that_do_not_compile_are_refused_with_their_line() {
+    let error = check(
+        "bad.lua",
+        b"function f(rec, div)\n\tasdf\n   returned ret\nend",
+    )
+    .expect_err("refused");
+    assert_eq!(error.line, Some(3), "{error:?}");
+    assert!(error.message.contains("bad.lua:3:"), "{error:?}");
+}
+
+#[test]
+fn a_changed_module_is_loaded_again() {
+    let registry = registry("m.lua", "function f(rec) return 1 end");
+    let run = || {
+        apply_record(&registry, &call("m", "f", vec![]), record(vec![]))
+            .expect("runs")
+            .result
+    };
+    assert!(matches!(run(), Value::Int(1)));
+    registry.put(Module::new(
+        "m.lua",
+        b"function f(rec) return 2 end".to_vec(),
+    ));
+    assert!(matches!(run(), Value::Int(2)));
+    assert!(registry.remove("m.lua"));
+    assert!(apply_record(&registry, &call("m", "f", vec![]), record(vec![])).is_err());
+}
+
+#[test]
+fn module_hashes_are_sha1() {
+    // SHA-1 of "abc".
+    assert_eq!(
+        Module::new("x.lua", b"abc".to_vec()).hash,
+        "a9993e364706816aba3e25717850c26c9cd0d89d"
+    );
+}
+
+const STREAMS: &str = r#"
+local function reducer(a, b) return a + b end
+function sum(stream, name)
+  local function mapper(rec) return rec[name] end
+  return stream : map(mapper) : reduce(reducer)
+end
+
+function average(s, name)
+  local function mapper(out, rec)
+    out['sum'] = (out['sum'] or 0) + (rec[name] or 0)
+    out['count'] = (out['count'] or 0) + 1
+    return out
+  end
+  local function merge(a, b)
+    local out = map()
+    out['sum'] = a['sum'] + b['sum']
+    out['count'] = a['count'] + b['count']
+    return out
+  end
+  return s : aggregate(map{sum = 0, count = 0}, mapper) : reduce(merge)
+end
+
+function odd_names(stream)
+  local function odd(rec) return rec.n % 2 == 1 end
+  local function name(rec) return map{n = rec.n} end
+  return stream : filter(odd) : map(name)
+end
+
+function writes(stream)
+  local function w(rec) rec.x = 1; return 1 end
+  return stream : map(w)
+end
+"#;
+
+fn run_stream(function: &str, args: Vec<Value>, count: i64) -> Result<Vec<Value>, UdfError> {
+    let registry = registry("streams.lua", STREAMS);
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        (n <= count).then(|| record(vec![(b"n".as_slice(), Value::Int(n))]))
+    };
+    let mut out = Vec::new();
+    aggregate(
+        &registry,
+        &call("streams", function, args),
+        &mut next,
+        &mut |value| {
+            out.push(value);
+            Ok(())
+        },
+    )?;
+    Ok(out)
+}
+
+#[test]
+fn streams_map_reduce_aggregate_and_filter() {
+    let sum = run_stream("sum", vec![str("n")], 100).expect("runs");
+    assert!(matches!(sum.as_slice(), [Value::Int(5050)]), "{sum:?}");
+    let average = run_stream("average", vec![str("n")], 10).expect("runs");
+    assert_eq!(average.len(), 1);
+    assert!(matches!(map_get(&average[0], "sum"), Some(Value::Int(55))));
+    assert!(matches!(
+        map_get(&average[0], "count"),
+        Some(Value::Int(10))
+    ));
+    let odd = run_stream("odd_names", vec![], 9).expect("runs");
+    assert_eq!(odd.len(), 5);
+    assert!(run_stream("sum", vec![str("n")], 0)
+        .expect("runs")
+        .is_empty());
+    assert!(
+        matches!(run_stream("writes", vec![], 3), Err(UdfError::Execution(_))),
+        "stream records are read-only"
+    );
+}
+
+#[test]
+fn bins_convert_to_values_and_back() {
+    for value in [
+        Value::Int(-5),
+        Value::Double(1.5),
+        str("text"),
+        Value::Blob(4, vec![1, 2]),
+        Value::Bool(true),
+        Value::Geo(br#"{"type":"Point","coordinates":[1,2]}"#.to_vec()),
+        Value::List(List {
+            flags: 0,
+            items: vec![Value::Int(1)],
+        }),
+    ] {
+        let (particle, bytes) = particle_of(&value).expect("a bin");
+        let back = bin_value(particle, &bytes).expect("a value");
+        assert_eq!(
+            citrine_cdt::value::compare(&back, &value),
+            std::cmp::Ordering::Equal,
+            "{value:?}"
+        );
+    }
+    assert!(particle_of(&Value::Nil).is_none());
+}
