@@ -13,6 +13,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -189,8 +190,18 @@ def citrined_configured(tmp_path_factory):
     server.stop()
 
 
+# Where the clients look for Lua modules to run the last step of an
+# aggregation locally. The C client under the Python one reads this setting
+# once per process, from the first client made, so every client gets it.
+LUA_USER_PATH = Path(tempfile.mkdtemp(prefix="citrine-compat-lua-"))
+
+
 def make_client(server, **extra):
-    config = {"hosts": [(server.host, server.port)], "policies": dict(CLIENT_POLICIES)}
+    config = {
+        "hosts": [(server.host, server.port)],
+        "policies": dict(CLIENT_POLICIES),
+        "lua": {"user_path": str(LUA_USER_PATH)},
+    }
     config.update(extra)
     return aerospike.client(config).connect()
 

@@ -705,10 +705,7 @@ fn execute_row(
             field_type::TXN_ID | field_type::RECORD_VERSION | field_type::TXN_DEADLINE => {
                 return refuse(out, ResultCode::EnterpriseOnly)
             }
-            field_type::UDF_FILENAME
-            | field_type::UDF_FUNCTION
-            | field_type::UDF_ARGLIST
-            | field_type::UDF_OP => return refuse(out, ResultCode::UnsupportedFeature),
+            field_type::UDF_OP => return refuse(out, ResultCode::Parameter),
             field_type::FILTER_EXPRESSION => match crate::filter::parse(data) {
                 Ok(expression) => row_filter = Some(expression),
                 Err(code) => return refuse(out, code),
@@ -719,6 +716,10 @@ fn execute_row(
     if set.len() > SET_NAME_MAX || set.contains(&0) {
         return refuse(out, ResultCode::Parameter);
     }
+    let udf = match crate::udf::parse_call(service.udf_registry(), |kind| body.field(kind)) {
+        Ok(udf) => udf,
+        Err(code) => return refuse(out, code),
+    };
     if service.routes() {
         // In a cluster a row goes where a single-record request would: to
         // its master (proxied), through duplicate resolution, replicated.
@@ -745,6 +746,7 @@ fn execute_row(
         filter: row_filter
             .as_ref()
             .or(parent_filter.map(|filter| &filter.expression)),
+        udf,
     };
     transaction::perform(namespace, &request, now, out);
     None

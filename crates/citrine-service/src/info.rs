@@ -19,7 +19,7 @@ pub const BUILD: &str = "8.1.2.0";
 /// The edition string.
 pub const EDITION: &str = "Citrine";
 /// Capabilities, as the reference 8.1 server lists them.
-pub const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;truncate-namespace";
+pub const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;truncate-namespace;udf";
 /// Answers every command line of an info request.
 pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
     let lines = request_lines(body);
@@ -136,12 +136,10 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "truncate-namespace" => truncate(service, command, true),
         "rack-ids" => "ERROR:25:enterprise only".to_owned(),
         "partition-checksums" => partition_checksums(service, command),
-        // Lua UDFs are not implemented: say so rather than "unrecognized".
-        "udf-put" | "udf-get" | "udf-remove" => {
-            "ERROR:16:Lua UDFs are not supported by this server".to_owned()
-        }
-        // No module is registered.
-        "udf-list" => String::new(),
+        "udf-put" => crate::udf::put(service, command),
+        "udf-get" => crate::udf::get(service, command),
+        "udf-remove" => crate::udf::remove(service, command),
+        "udf-list" => crate::udf::list(service),
         "query-show" | "scan-show" => crate::job::show(service, command),
         "query-abort" | "scan-abort" => crate::job::abort(service, command),
         "sindex-create" => crate::sindex::smd::create(service, command),
@@ -450,6 +448,17 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
                 .client_delete_filtered_out
                 .load(Ordering::Relaxed)
                 .to_string(),
+        ),
+        (
+            "client_udf_complete".into(),
+            stats
+                .client_udf_complete
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "client_udf_error".into(),
+            stats.client_udf_error.load(Ordering::Relaxed).to_string(),
         ),
         (
             "fail_generation".into(),

@@ -30,7 +30,9 @@
 //! is `done` once its cursor ends or it is aborted, and stays visible to
 //! `query-show` until [`MAX_DONE`] later jobs finish.
 //!
-//! Not yet: background UDF jobs (16).
+//! A UDF job (UDF_OP 2 with a module and function, no ops) sends each
+//! record's write with the UDF fields instead of ops: the record UDF runs
+//! through the same path as a client's `execute` ([`crate::udf`]).
 
 use crate::namespace::Namespace;
 use crate::scan::ScanCursor;
@@ -79,6 +81,10 @@ pub struct Job {
     header: MsgHeader,
     filter: Option<Vec<u8>>,
     ops: Vec<JobOp>,
+    /// A UDF job's module, function and argument fields (UDF_FILENAME,
+    /// UDF_FUNCTION, UDF_ARGLIST), sent with each record's write instead
+    /// of ops.
+    udf: Vec<(u8, Vec<u8>)>,
     /// RECS_PER_SEC: writes a second, 0 = as fast as they go.
     rate: u32,
     /// The walk and its place, used by whoever runs the job; `None` when
@@ -152,6 +158,14 @@ pub(crate) struct Jobs {
 /// Checks a background request's ops: at least one, and only ops that
 /// write (reads have nowhere to go: 4, as the reference answers).
 pub(crate) fn check_ops(message: &Message<'_>) -> Result<(), ResultCode> {
+    if message.field(field_type::UDF_OP).is_some() {
+        // A UDF job: the module and function instead of ops.
+        let registry = citrine_udf::Registry::default();
+        return match crate::udf::call_of(&registry, message)? {
+            Some(_) => Ok(()),
+            None => Err(ResultCode::Parameter),
+        };
+    }
     let mut count = 0;
     for op in message.ops() {
         count += 1;
@@ -210,6 +224,14 @@ pub(crate) fn submit(
         filter: message
             .field(field_type::FILTER_EXPRESSION)
             .map(<[u8]>::to_vec),
+        udf: [
+            field_type::UDF_FILENAME,
+            field_type::UDF_FUNCTION,
+            field_type::UDF_ARGLIST,
+        ]
+        .into_iter()
+        .filter_map(|kind| Some((kind, message.field(kind)?.to_vec())))
+        .collect(),
         ops: message
             .ops()
             .map(|op| JobOp {
@@ -391,6 +413,9 @@ impl Job {
             .field(field_type::DIGEST, &digest.0);
         if let Some(filter) = &self.filter {
             writer.field(field_type::FILTER_EXPRESSION, filter);
+        }
+        for (kind, data) in &self.udf {
+            writer.field(*kind, data);
         }
         for op in &self.ops {
             writer.op(op.op_type, op.particle_type, &op.name, &op.value);

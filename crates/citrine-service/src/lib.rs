@@ -40,7 +40,9 @@ pub mod nsup;
 pub mod replication;
 pub mod scan;
 pub mod sindex;
+mod smd;
 pub mod transaction;
+pub mod udf;
 mod work;
 
 use citrine_types::{NodeId, ResultCode};
@@ -197,6 +199,8 @@ pub struct Service {
     pub(crate) sindex_builds: sindex::Builds,
     /// Background scans and queries (see [`job`]).
     pub(crate) jobs: job::Jobs,
+    /// UDF modules (see [`udf`]).
+    pub(crate) udfs: udf::Udfs,
 }
 
 impl Service {
@@ -239,6 +243,7 @@ impl Service {
             noop: AtomicBool::new(false),
             sindex_builds: sindex::Builds::default(),
             jobs: job::Jobs::default(),
+            udfs: udf::Udfs::default(),
             config,
             namespaces,
             clock,

@@ -164,6 +164,7 @@ pub struct NamespaceStats {
     pub client_read_filtered_out: AtomicU64,
     pub client_write_filtered_out: AtomicU64,
     pub client_delete_filtered_out: AtomicU64,
+    pub client_udf_complete: AtomicU64,
     pub client_udf_error: AtomicU64,
     pub fail_generation: AtomicU64,
     pub fail_key_busy: AtomicU64,

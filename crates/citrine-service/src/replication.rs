@@ -127,6 +127,9 @@ pub mod call_kind {
     /// and tombstones (`crate::sindex::smd`, one text line each); the
     /// answer is one result-code byte.
     pub const SINDEX_DEFINITIONS: u8 = 8;
+    /// Every UDF module the sender knows, with versions and tombstones
+    /// (`crate::udf`, one line each); the answer is one result-code byte.
+    pub const UDF_MODULES: u8 = 9;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.
@@ -1043,6 +1046,13 @@ impl Service {
             call_kind::SINDEX_DEFINITIONS => match std::str::from_utf8(payload) {
                 Ok(text) => {
                     self.merge_sindex_definitions(text);
+                    vec![ResultCode::Ok.code()]
+                }
+                Err(_) => vec![ResultCode::Parameter.code()],
+            },
+            call_kind::UDF_MODULES => match std::str::from_utf8(payload) {
+                Ok(text) => {
+                    self.merge_udf_modules(text);
                     vec![ResultCode::Ok.code()]
                 }
                 Err(_) => vec![ResultCode::Parameter.code()],

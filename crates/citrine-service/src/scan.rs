@@ -221,6 +221,14 @@ fn refuse(service: &Service, out: &mut Vec<u8>, code: ResultCode) -> Option<Scan
     None
 }
 
+/// The UDF_OP field's values.
+pub(crate) mod udf_op {
+    /// A stream UDF over the records the query selects.
+    pub const AGGREGATE: u8 = 1;
+    /// A record UDF applied to each selected record by a background job.
+    pub const BACKGROUND: u8 = 2;
+}
+
 /// Starts a scan (or refuses a query): validates the request and returns the
 /// cursor whose steps produce the stream, or `None` after writing a
 /// one-message refusal (or, for an unknown set, an empty complete stream).
@@ -231,11 +239,20 @@ pub(crate) fn start(
 ) -> Option<ScanCursor> {
     let header = message.header;
     let has = |kind: u8| message.field(kind).is_some();
-    if has(field_type::UDF_OP) || has(field_type::UDF_FILENAME) {
-        // Aggregations and background UDF scans and queries: no UDFs.
-        return refuse(service, out, ResultCode::UnsupportedFeature);
-    }
     let background = header.info2 & (info2::WRITE | info2::DELETE) != 0;
+    match message.field(field_type::UDF_OP) {
+        None if has(field_type::UDF_FILENAME) => {
+            return refuse(service, out, ResultCode::Parameter)
+        }
+        None => {}
+        Some([udf_op::AGGREGATE]) if !background => {
+            crate::udf::aggregate(service, message, out);
+            return None;
+        }
+        // A background UDF job: checked with the job's other fields.
+        Some([udf_op::BACKGROUND]) if background => {}
+        Some(_) => return refuse(service, out, ResultCode::Parameter),
+    }
     if has(field_type::TXN_ID) {
         return refuse(service, out, ResultCode::EnterpriseOnly);
     }
@@ -295,13 +312,17 @@ pub(crate) fn start(
 /// writes each record gets, checked by [`crate::job::check_ops`]; a
 /// foreground scan's are the bins it projects). `Ok(None)` when the set
 /// does not exist.
-fn parse(
+pub(crate) fn parse(
     message: &Message<'_>,
     namespace: Arc<Namespace>,
     background: bool,
 ) -> Result<Option<ScanCursor>, ResultCode> {
     if background {
         crate::job::check_ops(message)?;
+    }
+    if message.field(field_type::UDF_OP).is_some() && message.ops().next().is_some() {
+        // A UDF job or aggregation has no ops of its own.
+        return Err(ResultCode::Parameter);
     }
     let query = match message.field(field_type::INDEX_RANGE) {
         Some(range) => Some(query(message, &namespace, range)?),
@@ -555,7 +576,7 @@ impl ScanCursor {
 
     /// In a cluster: keeps the partitions this node masters and holds whole,
     /// moves the others to `unavailable`.
-    fn keep_served_partitions(&mut self, service: &Service) {
+    pub(crate) fn keep_served_partitions(&mut self, service: &Service) {
         let cluster = service.cluster();
         let name = &self.namespace.config.name;
         let Some(map) = cluster.namespace(name) else {

@@ -247,10 +247,14 @@ impl Service {
             stopping,
             |(namespace, index)| {
                 build(self, &namespace, &index, &mut || {
-                    self.push_sindex_definitions()
+                    self.push_sindex_definitions();
+                    self.push_udf_modules();
                 })
             },
-            || self.push_sindex_definitions(),
+            || {
+                self.push_sindex_definitions();
+                self.push_udf_modules();
+            },
         );
     }
 

@@ -94,7 +94,15 @@ pub(crate) fn execute(
         },
         None => None,
     };
-    match prepare(message, digest_bytes, filter.as_ref()) {
+    let udf = match crate::udf::call_of(service.udf_registry(), message) {
+        Ok(udf) => udf,
+        Err(code) => {
+            count_failure(namespace, &message.header, code);
+            write_result(out, code);
+            return None;
+        }
+    };
+    match prepare(message, digest_bytes, filter.as_ref(), udf) {
         Ok(request) if service.routes() => {
             crate::replication::route(service, namespace, &request, body, hops, resolved, out)
         }
@@ -115,7 +123,9 @@ pub(crate) fn execute(
 /// to `out`, including the error reply when it fails.
 pub(crate) fn perform(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8>) {
     let header = &request.header;
-    let outcome = if header.info2 & info2::WRITE != 0 {
+    let outcome = if let Some(call) = &request.udf {
+        crate::udf::apply(namespace, request, call, now, out)
+    } else if header.info2 & info2::WRITE != 0 {
         if header.info2 & info2::DELETE != 0 {
             delete(namespace, request, now, out)
         } else {
@@ -144,7 +154,11 @@ pub(crate) enum Reply {
 
 /// Starts the reply message for `header` in the form `reply` asks for.
 #[inline]
-fn begin_reply<'b>(out: &'b mut Vec<u8>, header: MsgHeader, reply: Reply) -> MessageWriter<'b> {
+pub(crate) fn begin_reply<'b>(
+    out: &'b mut Vec<u8>,
+    header: MsgHeader,
+    reply: Reply,
+) -> MessageWriter<'b> {
     match reply {
         Reply::Frame => MessageWriter::begin(out, &header),
         Reply::Row(index) => MessageWriter::begin_bare(
@@ -216,21 +230,18 @@ pub(crate) struct Request<'m> {
     pub reply: Reply,
     /// The filter expression (field 43) the record must pass, if any.
     pub filter: Option<&'m Expression>,
+    /// The record UDF to run instead of ops (fields 30-32), if any.
+    pub udf: Option<crate::udf::UdfCall<'m>>,
 }
 
 fn prepare<'m>(
     message: &Message<'m>,
     digest_bytes: &[u8],
     filter: Option<&'m Expression>,
+    udf: Option<crate::udf::UdfCall<'m>>,
 ) -> Result<Request<'m>, ResultCode> {
     if message.field(field_type::TXN_ID).is_some() {
         return Err(ResultCode::EnterpriseOnly);
-    }
-    if message.field(field_type::UDF_FILENAME).is_some()
-        || message.field(field_type::UDF_FUNCTION).is_some()
-    {
-        // Record UDFs (Lua) are not implemented: say so, not "bad parameter".
-        return Err(ResultCode::UnsupportedFeature);
     }
     let digest: [u8; DIGEST_SIZE] = digest_bytes.try_into().map_err(|_| ResultCode::Parameter)?;
     let set = message.field(field_type::SET).unwrap_or_default();
@@ -249,6 +260,7 @@ fn prepare<'m>(
         ops: Ops::Message(*message),
         reply: Reply::Frame,
         filter,
+        udf,
     })
 }
 
@@ -697,7 +709,7 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
 }
 
 /// Computes a record's void time for a write.
-fn void_time_for(
+pub(crate) fn void_time_for(
     namespace: &Namespace,
     ttl: u32,
     existing_void_time: Option<u32>,
@@ -924,7 +936,7 @@ fn collection_value(particle_type: u8, bytes: &[u8]) -> Result<Cow<'_, [u8]>, Re
 
 /// Refuses (13, counted) a record or bin of `len` bytes above the
 /// namespace's `max-record-size`.
-fn check_record_size(namespace: &Namespace, len: usize) -> Result<(), ResultCode> {
+pub(crate) fn check_record_size(namespace: &Namespace, len: usize) -> Result<(), ResultCode> {
     if len > namespace.config.max_record_size as usize {
         return Err(record_too_big(namespace));
     }

@@ -38,6 +38,7 @@ pub use convert::{bin_value, particle_of};
 use citrine_cdt::value::Value;
 use parking_lot::RwLock;
 use sha1::{Digest as _, Sha1};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -216,7 +217,7 @@ impl std::fmt::Display for UdfError {
 pub struct RecordIn<'a> {
     pub exists: bool,
     /// Bin names and values.
-    pub bins: Vec<(&'a [u8], Value)>,
+    pub bins: Vec<(Cow<'a, [u8]>, Value)>,
     pub generation: u16,
     /// Seconds left to live; -1 when the record never expires (0 when it
     /// does not exist).
@@ -224,7 +225,7 @@ pub struct RecordIn<'a> {
     /// Milliseconds since the Unix epoch.
     pub last_update_ms: u64,
     pub digest: [u8; 20],
-    pub set: &'a [u8],
+    pub set: Cow<'a, [u8]>,
     /// The key stored with the record (or sent with the request).
     pub key: Option<Value>,
     /// Stored size in bytes.

@@ -200,7 +200,7 @@ impl State {
             let bins = lua.create_table_with_capacity(0, record.bins.len())?;
             for (name, value) in &record.bins {
                 let value = to_lua(lua, &self.meta, value)?;
-                bins.raw_set(lua.create_string(name)?, value)?;
+                bins.raw_set(lua.create_string(name.as_ref())?, value)?;
             }
             let state = lua.create_table()?;
             state.raw_set("bins", bins)?;
@@ -210,7 +210,7 @@ impl State {
             state.raw_set("ttl", record.ttl)?;
             state.raw_set("last_update", record.last_update_ms)?;
             state.raw_set("size", record.size)?;
-            state.raw_set("set", lua.create_string(record.set)?)?;
+            state.raw_set("set", lua.create_string(&record.set)?)?;
             let digest = to_lua(lua, &self.meta, &Value::Blob(4, record.digest.to_vec()))?;
             state.raw_set("digest", digest)?;
             if let Some(key) = &record.key {

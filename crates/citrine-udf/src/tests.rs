@@ -1,5 +1,6 @@
 use super::*;
 use citrine_cdt::value::{List, Map};
+use std::borrow::Cow;
 use std::time::Duration;
 
 fn registry(filename: &str, source: &str) -> Registry {
@@ -25,12 +26,15 @@ fn str(text: &str) -> Value {
 fn record(bins: Vec<(&'static [u8], Value)>) -> RecordIn<'static> {
     RecordIn {
         exists: true,
-        bins,
+        bins: bins
+            .into_iter()
+            .map(|(name, value)| (Cow::Borrowed(name), value))
+            .collect(),
         generation: 3,
         ttl: -1,
         last_update_ms: 1_700_000_000_000,
         digest: [7; 20],
-        set: b"demo",
+        set: Cow::Borrowed(b"demo"),
         key: Some(Value::Int(-1)),
         size: 40,
     }

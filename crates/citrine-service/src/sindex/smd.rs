@@ -13,7 +13,9 @@
 //! every node ends with the same definitions whatever order the pushes
 //! arrive in. The `citrine-sindex` thread pushes every definition to every
 //! other member at once after a change, after each view change, and every
-//! [`PUSH_EVERY_MS`] (a node that missed a push, or was down, catches up).
+//! [`crate::smd::PUSH_EVERY_MS`] (a node that missed a push, or was down,
+//! catches up). Versions, the file write and the push are
+//! [`crate::smd`]'s, shared with the UDF modules.
 //! Tombstones are kept, so a delete is not undone by a node that missed it.
 //!
 //! File: `sindex.smd` in the work directory, one entry a line
@@ -29,31 +31,15 @@
 
 use super::DEFINITIONS_FILE;
 use crate::replication::call_kind;
+use crate::smd::{PushClock, Version};
 use crate::Service;
 use citrine_sindex::def::params;
 use citrine_sindex::{Created, SindexDef};
-use citrine_types::NodeId;
 use citrine_wire::info::InfoCommand;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
-
-/// The longest a change waits for a push to the peers that missed it.
-pub const PUSH_EVERY_MS: u64 = 5_000;
-
-/// How long one push to one peer may take.
-const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// When and where a definition last changed: the later change wins, the
-/// node id breaks a tie.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Version {
-    pub ms: u64,
-    pub node: u64,
-}
 
 /// One index name's definition, or its tombstone.
 #[derive(Clone, Debug)]
@@ -67,7 +53,7 @@ pub(crate) struct Entry {
 
 impl Entry {
     fn line(&self) -> String {
-        let version = format!("version={}.{:x}", self.version.ms, self.version.node);
+        let version = self.version.param();
         match &self.def {
             Some(def) => format!("{version};{}", def.to_command()),
             None => format!(
@@ -79,19 +65,7 @@ impl Entry {
 
     fn parse(line: &str) -> Result<Entry, String> {
         let param = params(line);
-        let version = match param("version") {
-            None => Version::default(),
-            Some(text) => {
-                let (ms, node) = text
-                    .split_once('.')
-                    .ok_or_else(|| format!("bad version {text:?}"))?;
-                Version {
-                    ms: ms.parse().map_err(|_| format!("bad version {text:?}"))?,
-                    node: u64::from_str_radix(node, 16)
-                        .map_err(|_| format!("bad version {text:?}"))?,
-                }
-            }
-        };
+        let version = Version::parse(param("version"))?;
         if param("deleted") == Some("true") {
             let namespace = param("namespace").ok_or("a tombstone without a namespace")?;
             let name = param("indexname").ok_or("a tombstone without an indexname")?;
@@ -121,11 +95,8 @@ pub(crate) struct Smd {
     entries: Mutex<Entries>,
     /// The definitions file, once the server names its directory.
     file: OnceLock<PathBuf>,
-    /// A change the peers have not been sent yet.
-    unpushed: AtomicBool,
-    /// The cluster key and time of the last push.
-    pushed_key: AtomicU64,
-    pushed_ms: AtomicU64,
+    /// When the definitions were last pushed.
+    push: PushClock,
 }
 
 impl Smd {
@@ -144,19 +115,7 @@ impl Smd {
         let Some(path) = self.file.get() else {
             return Ok(());
         };
-        let text = Smd::text(entries);
-        let temporary = path.with_extension("smd.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut file = std::fs::File::create(&temporary)?;
-            std::io::Write::write_all(&mut file, text.as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&temporary, path)?;
-            if let Some(directory) = path.parent() {
-                std::fs::File::open(directory)?.sync_all()?;
-            }
-            Ok(())
-        };
-        write().map_err(|error| format!("cannot write {}: {error}", path.display()))
+        crate::smd::save_atomically(path, &Smd::text(entries))
     }
 }
 
@@ -209,14 +168,8 @@ impl Service {
     /// or two changes in one millisecond, must not make a change lose to
     /// the one it follows).
     fn next_version(&self, entries: &Entries, key: &(String, String)) -> Version {
-        let now = self.now().unix_ms;
-        let after = entries
-            .get(key)
-            .map_or(0, |known| known.version.ms.saturating_add(1));
-        Version {
-            ms: now.max(after),
-            node: self.node_id.0,
-        }
+        let known = entries.get(key).map(|entry| entry.version);
+        crate::smd::next_version(known, self.now().unix_ms, self.node_id)
     }
 
     /// After a command changed `entries`: saves them, has them pushed, and
@@ -238,7 +191,7 @@ impl Service {
 
     /// Marks a change for the peers and wakes the thread that pushes.
     fn changed(&self) {
-        self.smd().unpushed.store(true, Ordering::Release);
+        self.smd().push.mark();
         self.sindex_builds.queue.wake();
     }
 
@@ -248,11 +201,7 @@ impl Service {
     /// configuration, say) is logged and dropped from the file.
     pub fn keep_sindex_definitions(&self, directory: &Path) -> Result<(), String> {
         let path = directory.join(DEFINITIONS_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
-        };
+        let text = crate::smd::read(&path)?;
         let smd = self.smd();
         if smd.file.set(path.clone()).is_err() {
             return Err("the definitions directory is already set".to_owned());
@@ -351,46 +300,17 @@ impl Service {
     }
 
     /// Sends every definition to every other member when a change is
-    /// unpushed, the view changed, or [`PUSH_EVERY_MS`] passed (called by
+    /// unpushed, the view changed, or [`crate::smd::PUSH_EVERY_MS`] passed (called by
     /// the `citrine-sindex` thread).
     pub(crate) fn push_sindex_definitions(&self) {
-        let Some(fabric) = self.fabric() else {
-            return;
-        };
-        let cluster = self.cluster();
-        let peers: Vec<NodeId> = cluster
-            .members
-            .iter()
-            .map(|member| member.node_id)
-            .filter(|node| *node != self.node_id)
-            .collect();
         let smd = self.smd();
-        let now_ms = self.now().unix_ms;
-        let due = smd.unpushed.load(Ordering::Acquire)
-            || smd.pushed_key.load(Ordering::Relaxed) != cluster.cluster_key
-            || now_ms.saturating_sub(smd.pushed_ms.load(Ordering::Relaxed)) >= PUSH_EVERY_MS;
-        if peers.is_empty() || !due {
-            return;
-        }
-        smd.unpushed.store(false, Ordering::Release);
-        smd.pushed_key.store(cluster.cluster_key, Ordering::Relaxed);
-        smd.pushed_ms.store(now_ms, Ordering::Relaxed);
-        let text = Smd::text(&smd.entries.lock());
-        if text.is_empty() {
-            return;
-        }
-        for peer in peers {
-            let call = fabric.call(
-                peer,
-                call_kind::SINDEX_DEFINITIONS,
-                text.as_bytes().to_vec(),
-                PUSH_TIMEOUT,
-            );
-            if let Err(error) = crate::block_on(call) {
-                // The next periodic push tries again.
-                tracing::debug!(?peer, "index definitions not pushed: {error:?}");
-            }
-        }
+        crate::smd::push_to_peers(
+            self,
+            &smd.push,
+            call_kind::SINDEX_DEFINITIONS,
+            "index definitions",
+            || Smd::text(&smd.entries.lock()),
+        );
     }
 }
 

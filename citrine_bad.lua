@@ -1,0 +1,4 @@
+function f(rec)
+  asdf
+  returned ret
+end

@@ -1,0 +1,1 @@
+function f(rec) return 1 end

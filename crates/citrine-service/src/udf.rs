@@ -1,0 +1,806 @@
+//! User-defined functions on the service: the Lua modules the cluster
+//! shares, and record UDFs on the transaction path.
+//!
+//! Owns:
+//! - [`Udfs`]: this node's modules ([`citrine_udf::Registry`], which the
+//!   Lua states load from) and their versioned entries — a module's source
+//!   or the tombstone of a removed one — kept in `udf.smd` in the work
+//!   directory and pushed to every other member ([`crate::smd`]: the later
+//!   version wins everywhere, tombstones are kept);
+//! - the info commands `udf-put`, `udf-get`, `udf-list`, `udf-remove`;
+//! - [`UdfCall`]: the UDF fields of a request (30 module, 31 function, 32
+//!   arguments), checked before the request runs;
+//! - [`apply`]: a record UDF under the record's partition write lock, like
+//!   any write: the record's bins and metadata go to the function, what it
+//!   did comes back as a new set of bins (stored through
+//!   [`transaction::install`], so secondary indexes, replication and
+//!   storage see an ordinary write), a removal, or nothing. The reply
+//!   carries the function's return value in a bin `SUCCESS`, or result 100
+//!   and the error's text in a bin `FAILURE`.
+//!
+//! Invariants: the entries lock is held across a change's registry update
+//! and its file write, so the file never lags a change answered `ok`; a UDF
+//! that fails changes nothing; a UDF runs for at most three quarters of the
+//! request's server-side timeout, or [`DEFAULT_TIME_LIMIT`] without one, and
+//! never more than [`MAX_TIME_LIMIT`] (it holds its partition's lock
+//! meanwhile).
+
+use crate::filter::{self, RecordView};
+use crate::namespace::Namespace;
+use crate::replication::call_kind;
+use crate::smd::{PushClock, Version};
+use crate::transaction::{self, is_live, Now, Request};
+use crate::Service;
+use base64::Engine as _;
+use citrine_cdt::value::{self, Value};
+use citrine_index::RecordMeta;
+use citrine_record::{encode_body_reserving, valid_bin_name, Bin, BodyView};
+use citrine_storage::MEMORY_BODY_SPARE;
+use citrine_types::{ParticleType, ResultCode};
+use citrine_udf::{Change, Registry, UdfError};
+use citrine_wire::info::InfoCommand;
+use citrine_wire::msg::{field_type, op_type, Message, MessageWriter, MsgHeader};
+use parking_lot::Mutex;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// The modules file in the work directory.
+pub const MODULES_FILE: &str = "udf.smd";
+
+/// How long a record UDF may run when the request sets no timeout.
+pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(1);
+
+/// The longest a record UDF may run, whatever the request asks.
+pub const MAX_TIME_LIMIT: Duration = Duration::from_secs(10);
+
+/// The longest module file name.
+const FILENAME_MAX: usize = 127;
+
+/// One module's entry: its source, or the tombstone of its removal.
+#[derive(Clone, Debug)]
+struct Entry {
+    version: Version,
+    /// `None`: removed.
+    source: Option<Vec<u8>>,
+}
+
+type Entries = BTreeMap<String, Entry>;
+
+/// This node's modules.
+#[derive(Default)]
+pub(crate) struct Udfs {
+    /// What the Lua states load.
+    pub registry: Registry,
+    entries: Mutex<Entries>,
+    /// The modules file, once the server names its directory.
+    file: OnceLock<PathBuf>,
+    push: PushClock,
+}
+
+fn line(filename: &str, entry: &Entry) -> String {
+    let version = entry.version.param();
+    match &entry.source {
+        Some(source) => format!(
+            "{version};filename={filename};content={}",
+            base64::engine::general_purpose::STANDARD.encode(source)
+        ),
+        None => format!("{version};deleted=true;filename={filename}"),
+    }
+}
+
+fn parse_line(text: &str) -> Result<(String, Entry), String> {
+    let param = citrine_sindex::def::params(text);
+    let version = Version::parse(param("version"))?;
+    let filename = param("filename")
+        .filter(|name| valid_filename(name))
+        .ok_or("no valid filename")?;
+    let source = if param("deleted") == Some("true") {
+        None
+    } else {
+        let content = param("content").ok_or("no content")?;
+        let source = base64::engine::general_purpose::STANDARD
+            .decode(content)
+            .map_err(|error| format!("bad content: {error}"))?;
+        citrine_udf::check(filename, &source).map_err(|error| error.message)?;
+        Some(source)
+    };
+    Ok((filename.to_owned(), Entry { version, source }))
+}
+
+fn text(entries: &Entries) -> String {
+    let mut text = String::new();
+    for (filename, entry) in entries {
+        text.push_str(&line(filename, entry));
+        text.push('\n');
+    }
+    text
+}
+
+/// A module file name: `name.lua`, letters, digits, `_`, `-` and `.`.
+fn valid_filename(name: &str) -> bool {
+    name.len() > 4
+        && name.len() <= FILENAME_MAX
+        && name.ends_with(".lua")
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
+}
+
+/// Puts an entry into the registry and the entries (the caller holds them).
+fn adopt(registry: &Registry, entries: &mut Entries, filename: String, entry: Entry) {
+    match &entry.source {
+        Some(source) => {
+            registry.put(citrine_udf::Module::new(&filename, source.clone()));
+        }
+        None => {
+            registry.remove(&filename);
+        }
+    }
+    entries.insert(filename, entry);
+}
+
+impl Udfs {
+    fn save(&self, entries: &Entries) -> Result<(), String> {
+        match self.file.get() {
+            Some(path) => crate::smd::save_atomically(path, &text(entries)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Service {
+    /// This node's UDF modules.
+    pub fn udf_registry(&self) -> &Registry {
+        &self.udfs.registry
+    }
+
+    /// Keeps UDF modules in `directory` from now on, and loads the ones
+    /// the file there holds. A line that no longer makes a module is logged
+    /// and dropped from the file.
+    pub fn keep_udf_modules(&self, directory: &Path) -> Result<(), String> {
+        let path = directory.join(MODULES_FILE);
+        let text = crate::smd::read(&path)?;
+        if self.udfs.file.set(path.clone()).is_err() {
+            return Err("the UDF modules directory is already set".to_owned());
+        }
+        let mut entries = self.udfs.entries.lock();
+        for item in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
+            match parse_line(item) {
+                Ok((filename, entry)) => adopt(&self.udfs.registry, &mut entries, filename, entry),
+                Err(message) => {
+                    tracing::error!(file = %path.display(), "UDF module not restored: {message}")
+                }
+            }
+        }
+        self.udfs.save(&entries)
+    }
+
+    /// Merges a peer's modules (the text its push carries): each entry
+    /// newer than this node's is taken.
+    pub(crate) fn merge_udf_modules(&self, incoming: &str) {
+        let mut entries = self.udfs.entries.lock();
+        let mut changed = false;
+        for item in incoming.lines().filter(|line| !line.trim().is_empty()) {
+            let (filename, entry) = match parse_line(item) {
+                Ok(parsed) => parsed,
+                Err(message) => {
+                    tracing::warn!("a peer's UDF module is not understood: {message}");
+                    continue;
+                }
+            };
+            if entries
+                .get(&filename)
+                .is_some_and(|known| known.version >= entry.version)
+            {
+                continue;
+            }
+            tracing::info!(module = %filename, removed = entry.source.is_none(), "UDF module merged from a peer");
+            adopt(&self.udfs.registry, &mut entries, filename, entry);
+            changed = true;
+        }
+        if changed {
+            self.udfs.push.mark();
+            if let Err(message) = self.udfs.save(&entries) {
+                tracing::error!("merged UDF modules not saved: {message}");
+            }
+        }
+    }
+
+    /// Sends every module to every other member when a push is due (the
+    /// `citrine-sindex` thread calls it beside the index definitions').
+    pub(crate) fn push_udf_modules(&self) {
+        crate::smd::push_to_peers(
+            self,
+            &self.udfs.push,
+            call_kind::UDF_MODULES,
+            "UDF modules",
+            || text(&self.udfs.entries.lock()),
+        );
+    }
+
+    /// Records a change made here and answers the command.
+    fn commit_udf(&self, filename: &str, source: Option<Vec<u8>>) -> String {
+        let mut entries = self.udfs.entries.lock();
+        let known = entries.get(filename).map(|entry| entry.version);
+        let version = crate::smd::next_version(known, self.now().unix_ms, self.node_id);
+        adopt(
+            &self.udfs.registry,
+            &mut entries,
+            filename.to_owned(),
+            Entry { version, source },
+        );
+        let saved = self.udfs.save(&entries);
+        drop(entries);
+        self.udfs.push.mark();
+        self.sindex_builds.queue.wake();
+        match saved {
+            Ok(()) => "ok".to_owned(),
+            Err(message) => {
+                tracing::error!("UDF module change not saved: {message}");
+                format!("error=write_failed;message={}", encode(&message))
+            }
+        }
+    }
+}
+
+fn encode(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// `udf-put:filename=F;content=B64;content-len=N;udf-type=LUA;`
+pub(crate) fn put(service: &Service, command: &InfoCommand<'_>) -> String {
+    let Some(filename) = command
+        .param("filename")
+        .filter(|name| valid_filename(name))
+    else {
+        return "error=invalid_filename".to_owned();
+    };
+    if command
+        .param("udf-type")
+        .is_some_and(|kind| !kind.eq_ignore_ascii_case("LUA"))
+    {
+        return "error=invalid_udf_type".to_owned();
+    }
+    let Some(content) = command.param("content") else {
+        return "error=empty_content".to_owned();
+    };
+    if let Some(length) = command.param("content-len") {
+        if length.parse::<usize>().ok() != Some(content.len()) {
+            return "error=invalid_content_len".to_owned();
+        }
+    }
+    let Ok(source) = base64::engine::general_purpose::STANDARD.decode(content) else {
+        return "error=invalid_base64_content".to_owned();
+    };
+    if let Err(error) = citrine_udf::check(filename, &source) {
+        let line = error
+            .line
+            .map(|line| format!(";line={line}"))
+            .unwrap_or_default();
+        return format!(
+            "error=compile_error;file={filename}{line};message={}",
+            encode(&error.message)
+        );
+    }
+    service.commit_udf(filename, Some(source))
+}
+
+/// `udf-get:filename=F;`
+pub(crate) fn get(service: &Service, command: &InfoCommand<'_>) -> String {
+    match command
+        .param("filename")
+        .and_then(|name| service.udfs.registry.get(name))
+    {
+        Some(module) => format!(
+            "gen={};type=LUA;content={}",
+            module.hash,
+            base64::engine::general_purpose::STANDARD.encode(&module.source)
+        ),
+        None => "error=not_found".to_owned(),
+    }
+}
+
+/// `udf-list`: `filename=F,hash=H,type=LUA;` per module.
+pub(crate) fn list(service: &Service) -> String {
+    service
+        .udfs
+        .registry
+        .list()
+        .iter()
+        .map(|module| {
+            format!(
+                "filename={},hash={},type=LUA;",
+                module.filename, module.hash
+            )
+        })
+        .collect()
+}
+
+/// `udf-remove:filename=F;` (removing a module that is not there is `ok`).
+pub(crate) fn remove(service: &Service, command: &InfoCommand<'_>) -> String {
+    let Some(filename) = command
+        .param("filename")
+        .filter(|name| valid_filename(name))
+    else {
+        return "error=invalid_filename".to_owned();
+    };
+    if service.udfs.registry.get(filename).is_none() {
+        return "ok".to_owned();
+    }
+    service.commit_udf(filename, None)
+}
+
+/// A request's UDF fields.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UdfCall<'m> {
+    pub registry: &'m Registry,
+    pub module: &'m str,
+    pub function: &'m str,
+    /// The msgpack list of arguments (empty: none).
+    pub args: &'m [u8],
+}
+
+/// The UDF a request names, if any: module and function are both needed,
+/// as UTF-8; the arguments must be a msgpack list.
+pub(crate) fn parse_call<'m>(
+    registry: &'m Registry,
+    field: impl Fn(u8) -> Option<&'m [u8]>,
+) -> Result<Option<UdfCall<'m>>, ResultCode> {
+    let module = field(field_type::UDF_FILENAME);
+    let function = field(field_type::UDF_FUNCTION);
+    let (module, function) = match (module, function) {
+        (None, None) => return Ok(None),
+        (Some(module), Some(function)) => (module, function),
+        _ => return Err(ResultCode::Parameter),
+    };
+    let module = std::str::from_utf8(module).map_err(|_| ResultCode::Parameter)?;
+    let function = std::str::from_utf8(function).map_err(|_| ResultCode::Parameter)?;
+    if module.is_empty() || function.is_empty() {
+        return Err(ResultCode::Parameter);
+    }
+    let args = field(field_type::UDF_ARGLIST).unwrap_or_default();
+    if !args.is_empty() && !matches!(value::decode(args), Ok(Value::List(_))) {
+        return Err(ResultCode::Parameter);
+    }
+    Ok(Some(UdfCall {
+        registry,
+        module,
+        function,
+        args,
+    }))
+}
+
+/// The UDF fields of a decoded message.
+pub(crate) fn call_of<'m>(
+    registry: &'m Registry,
+    message: &Message<'m>,
+) -> Result<Option<UdfCall<'m>>, ResultCode> {
+    parse_call(registry, |kind| message.field(kind))
+}
+
+/// The key field's value as a UDF sees it.
+fn key_value(particle_type: u8, bytes: &[u8]) -> Option<Value> {
+    citrine_udf::bin_value(particle_type, bytes)
+}
+
+/// The time limit of a request whose server-side timeout is `timeout_ms`:
+/// three quarters of it, so that the failure reaches the client before it
+/// gives up on the request.
+pub(crate) fn time_limit(timeout_ms: u32) -> Duration {
+    match timeout_ms {
+        0 => DEFAULT_TIME_LIMIT,
+        ms => Duration::from_millis(u64::from(ms) * 3 / 4).min(MAX_TIME_LIMIT),
+    }
+}
+
+/// Runs a record UDF and writes its one reply. Errors before the function
+/// runs (namespace full, unknown set, a filter that does not pass) are
+/// returned for the caller to answer; the function's own failure is
+/// answered here (100 and `FAILURE`).
+pub(crate) fn apply(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    call: &UdfCall<'_>,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), ResultCode> {
+    let header = &request.header;
+    if namespace.stop_writes() {
+        namespace
+            .stats
+            .stop_writes_count
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ResultCode::OutOfSpace);
+    }
+    let set_id = namespace
+        .sets
+        .id_of(request.set)
+        .ok_or(ResultCode::Forbidden)?;
+    let args = match value::decode(call.args) {
+        Ok(Value::List(list)) => list.items,
+        _ => Vec::new(),
+    };
+    let mut partition = namespace
+        .index
+        .partition(request.digest.partition())
+        .write();
+    let current = partition.get(&request.digest);
+    let live = current
+        .map(|entry| (entry, entry.meta()))
+        .filter(|(_, meta)| is_live(namespace, meta, now));
+    let body = match live {
+        Some((entry, _)) => Some(
+            namespace
+                .storage
+                .read(&entry.location)
+                .map_err(|_| ResultCode::ServerError)?,
+        ),
+        None => None,
+    };
+    let view = match &body {
+        Some(bytes) => Some(BodyView::parse(bytes).map_err(|_| ResultCode::ServerError)?),
+        None => None,
+    };
+    let live_meta = live.map(|(_, meta)| meta);
+    let stored_size = live.map_or(0, |(entry, _)| entry.location.size() as u64);
+    if let (Some(expression), Some(view), Some(meta)) = (request.filter, &view, live_meta) {
+        let record = RecordView::stored(namespace, &request.digest.0, view, meta, stored_size);
+        filter::check(expression, &record, now)?;
+    }
+    let stored_key = view.as_ref().and_then(BodyView::key);
+    if let (Some(sent), Some(stored)) = (request.key, stored_key) {
+        if sent != stored {
+            return Err(ResultCode::KeyMismatch);
+        }
+    }
+    let key = request.key.or(stored_key);
+    let bins: Vec<(Cow<'_, [u8]>, Value)> = view
+        .as_ref()
+        .map(|view| {
+            view.bins()
+                .filter_map(|bin| {
+                    let value = citrine_udf::bin_value(bin.particle_type, &bin.value)?;
+                    Some((bin.name, value))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let ttl = match live_meta {
+        None => 0,
+        Some(meta) if meta.void_time == 0 => -1,
+        Some(meta) => i64::from(meta.void_time.saturating_sub(now.citrusleaf_seconds)),
+    };
+    let set_name = namespace.sets.name(set_id).unwrap_or_default();
+    if header.info3 & citrine_wire::msg::info3::UPDATE_ONLY != 0 && live.is_none() {
+        // A background job's write: a record deleted meanwhile stays gone.
+        return Err(ResultCode::NotFound);
+    }
+    let input = citrine_udf::RecordIn {
+        exists: live.is_some(),
+        bins,
+        generation: live_meta.map_or(0, |meta| meta.generation),
+        ttl,
+        last_update_ms: live_meta.map_or(0, |meta| meta.last_update_ms),
+        digest: request.digest.0,
+        set: Cow::Owned(set_name),
+        key: key.and_then(|(particle_type, bytes)| key_value(particle_type, bytes)),
+        size: stored_size,
+    };
+    let udf = citrine_udf::Call {
+        module: call.module,
+        function: call.function,
+        args,
+        time_limit: time_limit(header.transaction_ttl),
+    };
+    let applied = match citrine_udf::apply_record(call.registry, &udf, input) {
+        Ok(applied) => applied,
+        Err(error) => {
+            drop(partition);
+            namespace
+                .stats
+                .client_udf_error
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                module = call.module,
+                function = call.function,
+                "UDF failed: {error}"
+            );
+            write_failure(out, request, &error);
+            return Ok(());
+        }
+    };
+    let (generation, void_time) = match applied.change {
+        Change::None => live_meta.map_or((0, 0), |meta| (meta.generation, meta.void_time)),
+        Change::Remove => {
+            if let Some(entry) = partition.get(&request.digest) {
+                transaction::write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
+            }
+            transaction::remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
+            (0, 0)
+        }
+        Change::Write { bins, ttl } => {
+            let mut stored: Vec<Bin<'_>> = Vec::with_capacity(bins.len());
+            for (name, value) in &bins {
+                if !valid_bin_name(name) {
+                    drop(partition);
+                    write_failure(
+                        out,
+                        request,
+                        &UdfError::Execution(format!(
+                            "bin name too long or empty: {}",
+                            String::from_utf8_lossy(name)
+                        )),
+                    );
+                    return Ok(());
+                }
+                if let Some((particle_type, bytes)) = citrine_udf::particle_of(value) {
+                    stored.push(Bin {
+                        name: Cow::Borrowed(name),
+                        particle_type,
+                        value: Cow::Owned(bytes),
+                    });
+                }
+            }
+            if stored.is_empty() {
+                // No bins left: the record goes.
+                if let Some(entry) = partition.get(&request.digest) {
+                    transaction::write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
+                }
+                transaction::remove_deleted(
+                    namespace,
+                    &mut partition,
+                    &request.digest,
+                    now.unix_ms,
+                );
+                (0, 0)
+            } else {
+                let requested_ttl = match ttl {
+                    Some(seconds) if seconds < 0 => u32::MAX,
+                    Some(seconds) => u32::try_from(seconds).map_err(|_| ResultCode::Parameter)?,
+                    None => header.record_ttl,
+                };
+                let existing = live_meta.map(|meta| meta.void_time);
+                let void_time =
+                    transaction::void_time_for(namespace, requested_ttl, existing, now)?;
+                let new_body = encode_body_reserving(key, &stored, MEMORY_BODY_SPARE)
+                    .map_err(|_| ResultCode::Parameter)?;
+                transaction::check_record_size(namespace, new_body.len())?;
+                let meta = RecordMeta {
+                    generation: live_meta
+                        .map_or(1, |meta| RecordMeta::next_generation(meta.generation)),
+                    set_id: live_meta.map_or(set_id, |meta| meta.set_id),
+                    void_time,
+                    last_update_ms: now.unix_ms,
+                };
+                let previous = transaction::install(
+                    namespace,
+                    &mut partition,
+                    request.digest,
+                    meta,
+                    new_body,
+                )?;
+                drop(partition);
+                if let Some(old) = previous {
+                    transaction::drop_entry(namespace, old);
+                }
+                (meta.generation, meta.void_time)
+            }
+        }
+    };
+    namespace
+        .stats
+        .client_udf_complete
+        .fetch_add(1, Ordering::Relaxed);
+    let reply = MsgHeader {
+        generation: u32::from(generation),
+        record_ttl: void_time,
+        ..MsgHeader::default()
+    };
+    let (particle_type, bytes) =
+        citrine_udf::particle_of(&applied.result).unwrap_or((ParticleType::Null as u8, Vec::new()));
+    let mut writer = transaction::begin_reply(out, reply, request.reply);
+    writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
+    writer.finish();
+    Ok(())
+}
+
+/// Writes result 100 with the error's text in a `FAILURE` bin.
+fn write_failure(out: &mut Vec<u8>, request: &Request<'_>, error: &UdfError) {
+    let header = MsgHeader {
+        result_code: ResultCode::UdfExecution.code(),
+        ..MsgHeader::default()
+    };
+    let message = error.to_string();
+    let mut writer: MessageWriter<'_> = transaction::begin_reply(out, header, request.reply);
+    writer.op(
+        op_type::READ,
+        ParticleType::String as u8,
+        b"FAILURE",
+        message.as_bytes(),
+    );
+    writer.finish();
+}
+
+/// The longest an aggregation may run on one node.
+pub const AGGREGATE_TIME_LIMIT: Duration = Duration::from_secs(30);
+
+/// The most bytes of values an aggregation may send from one node.
+pub const AGGREGATE_OUTPUT_MAX: usize = transaction::MAX_REPLY_BYTES;
+
+/// A query or scan with a stream UDF (UDF_OP 1): walks the records the
+/// request selects as a foreground query would (the same cursor), runs the
+/// stream over them on this thread, and writes one message a value (a bin
+/// `SUCCESS`), then LAST. A UDF failure is answered with a message of
+/// result 100 and a bin `FAILURE`, then LAST carrying 100.
+///
+/// The whole run happens before the reply is sent, and holds this service
+/// thread for its length (at most [`AGGREGATE_TIME_LIMIT`]).
+pub(crate) fn aggregate(service: &Service, message: &Message<'_>, out: &mut Vec<u8>) {
+    let fail = |out: &mut Vec<u8>, code: ResultCode| {
+        service.stats.scan.refused.fetch_add(1, Ordering::Relaxed);
+        transaction::write_stream_end(out, code);
+    };
+    let Some(namespace) = message
+        .field(field_type::NAMESPACE)
+        .and_then(|name| service.namespace_index(name))
+        .map(|index| Arc::clone(&service.namespaces[index]))
+    else {
+        return fail(out, ResultCode::Namespace);
+    };
+    let call = match call_of(service.udf_registry(), message) {
+        Ok(Some(call)) => call,
+        Ok(None) => return fail(out, ResultCode::Parameter),
+        Err(code) => return fail(out, code),
+    };
+    let mut cursor = match crate::scan::parse(message, namespace, false) {
+        Ok(Some(cursor)) => cursor,
+        Ok(None) => {
+            // Unknown set: no records, nothing emitted.
+            return transaction::write_stream_end(out, ResultCode::Ok);
+        }
+        Err(code) => return fail(out, code),
+    };
+    if service.routes() {
+        cursor.keep_served_partitions(service);
+    }
+    let args = match value::decode(call.args) {
+        Ok(Value::List(list)) => list.items,
+        _ => Vec::new(),
+    };
+    let udf = citrine_udf::Call {
+        module: call.module,
+        function: call.function,
+        args,
+        time_limit: AGGREGATE_TIME_LIMIT,
+    };
+    service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
+    let mut pending: std::collections::VecDeque<citrine_udf::RecordIn<'static>> =
+        std::collections::VecDeque::new();
+    let mut finished = false;
+    let mut chunk = Vec::new();
+    let mut next = || loop {
+        if let Some(record) = pending.pop_front() {
+            return Some(record);
+        }
+        if finished {
+            return None;
+        }
+        chunk.clear();
+        let now = service.now();
+        finished = cursor.advance(service, now, &mut chunk);
+        records_of(&chunk, now, &mut pending);
+    };
+    let start = out.len();
+    let mut emit = |value: Value| {
+        let (particle_type, bytes) =
+            citrine_udf::particle_of(&value).unwrap_or((ParticleType::Null as u8, Vec::new()));
+        if out.len() - start + bytes.len() > AGGREGATE_OUTPUT_MAX {
+            return Err(format!(
+                "the aggregation's output passed {AGGREGATE_OUTPUT_MAX} bytes"
+            ));
+        }
+        let mut writer = MessageWriter::begin(out, &MsgHeader::default());
+        writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
+        writer.finish();
+        Ok(())
+    };
+    match citrine_udf::aggregate(call.registry, &udf, &mut next, &mut emit) {
+        Ok(()) => transaction::write_stream_end(out, ResultCode::Ok),
+        Err(error) => {
+            namespace_udf_error(service, message);
+            tracing::debug!(
+                module = call.module,
+                function = call.function,
+                "aggregation failed: {error}"
+            );
+            let header = MsgHeader {
+                result_code: ResultCode::UdfExecution.code(),
+                ..MsgHeader::default()
+            };
+            let text = error.to_string();
+            let mut writer = MessageWriter::begin(out, &header);
+            writer.op(
+                op_type::READ,
+                ParticleType::String as u8,
+                b"FAILURE",
+                text.as_bytes(),
+            );
+            writer.finish();
+            transaction::write_stream_end(out, ResultCode::UdfExecution);
+        }
+    }
+    service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a failed aggregation against its namespace.
+fn namespace_udf_error(service: &Service, message: &Message<'_>) {
+    if let Some(namespace) = message
+        .field(field_type::NAMESPACE)
+        .and_then(|name| service.namespace(name))
+    {
+        namespace
+            .stats
+            .client_udf_error
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The records of one frame of a scan's stream (its record messages; the
+/// partition-done and LAST messages carry none) as a stream UDF sees them.
+fn records_of(
+    frame: &[u8],
+    now: Now,
+    into: &mut std::collections::VecDeque<citrine_udf::RecordIn<'static>>,
+) {
+    let mut rest = frame
+        .get(citrine_wire::frame::PROTO_HEADER_SIZE..)
+        .unwrap_or_default();
+    while !rest.is_empty() {
+        let Ok((message, used)) = Message::decode_prefix(rest) else {
+            return;
+        };
+        rest = rest.get(used..).unwrap_or_default();
+        let header = message.header;
+        if header.result_code != 0
+            || header.info3
+                & (citrine_wire::msg::info3::LAST | citrine_wire::msg::info3::PARTITION_DONE)
+                != 0
+        {
+            continue;
+        }
+        let mut digest = [0u8; 20];
+        if let Some(bytes) = message.field(field_type::DIGEST) {
+            if bytes.len() == digest.len() {
+                digest.copy_from_slice(bytes);
+            }
+        }
+        let bins = message
+            .ops()
+            .filter_map(|op| {
+                let value = citrine_udf::bin_value(op.particle_type, op.value)?;
+                Some((Cow::Owned(op.name.to_vec()), value))
+            })
+            .collect();
+        into.push_back(citrine_udf::RecordIn {
+            exists: true,
+            bins,
+            generation: u16::try_from(header.generation).unwrap_or(u16::MAX),
+            ttl: match header.record_ttl {
+                0 => -1,
+                void_time => i64::from(void_time.saturating_sub(now.citrusleaf_seconds)),
+            },
+            last_update_ms: 0,
+            digest,
+            set: Cow::Owned(message.field(field_type::SET).unwrap_or_default().to_vec()),
+            key: message
+                .field(field_type::KEY)
+                .and_then(|field| transaction::parse_key(field).ok())
+                .and_then(|(particle_type, bytes)| key_value(particle_type, bytes)),
+            size: 0,
+        });
+    }
+}
