@@ -1104,24 +1104,96 @@ fn info_answers() {
 }
 
 #[test]
-fn udf_commands_say_udfs_are_not_supported() {
+fn udf_modules_are_registered_listed_fetched_and_removed() {
+    use base64::Engine as _;
     let (service, _) = service();
+    let source = "function f(rec) return 1 end";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let put = format!(
+        "udf-put:filename=m.lua;content={content};content-len={};udf-type=LUA;",
+        content.len()
+    );
+    let bad = base64::engine::general_purpose::STANDARD.encode("function f(\n  returned\nend");
     let answers = info(
         &service,
         &[
-            "udf-put:filename=a.lua;content=AA==;content-len=1;udf-type=LUA;",
-            "udf-remove:filename=a.lua",
+            &put,
             "udf-list",
+            "udf-get:filename=m.lua",
+            &format!("udf-put:filename=bad.lua;content={bad};udf-type=LUA;"),
+            "udf-put:filename=x.lua;content=%%%;udf-type=LUA;",
+            "udf-put:filename=../x.lua;content=AA==;udf-type=LUA;",
             "features",
         ],
     );
-    assert!(answers[0].1.starts_with("ERROR:16:"), "{:?}", answers[0]);
-    assert!(answers[1].1.starts_with("ERROR:16:"));
-    assert_eq!(answers[2].1, "", "no module is registered");
-    assert!(
-        !answers[3].1.split(';').any(|feature| feature == "udf"),
-        "UDFs are not advertised"
+    assert_eq!(answers[0].1, "ok");
+    let hash = citrine_udf::Module::new("m.lua", source.into()).hash;
+    assert_eq!(
+        answers[1].1,
+        format!("filename=m.lua,hash={hash},type=LUA;")
     );
+    assert!(
+        answers[2]
+            .1
+            .ends_with(&format!("type=LUA;content={content}")),
+        "{:?}",
+        answers[2]
+    );
+    assert!(
+        answers[3]
+            .1
+            .starts_with("error=compile_error;file=bad.lua;line="),
+        "{:?}",
+        answers[3]
+    );
+    assert_eq!(answers[4].1, "error=invalid_base64_content");
+    assert_eq!(answers[5].1, "error=invalid_filename");
+    assert!(answers[6].1.split(';').any(|feature| feature == "udf"));
+    let answers = info(
+        &service,
+        &[
+            "udf-remove:filename=m.lua",
+            "udf-list",
+            "udf-get:filename=m.lua",
+            "udf-remove:filename=m.lua",
+        ],
+    );
+    assert_eq!(answers[0].1, "ok");
+    assert_eq!(answers[1].1, "");
+    assert_eq!(answers[2].1, "error=not_found");
+    assert_eq!(answers[3].1, "ok", "removing what is not there is ok");
+}
+
+#[test]
+fn udf_modules_merge_newest_wins_and_removals_stick() {
+    use base64::Engine as _;
+    let (a, _) = service();
+    let (b, _) = service();
+    let put = |service: &Service, source: &str| {
+        let content = base64::engine::general_purpose::STANDARD.encode(source);
+        let answers = info(
+            service,
+            &[&format!("udf-put:filename=m.lua;content={content};")],
+        );
+        assert_eq!(answers[0].1, "ok");
+    };
+    put(&a, "function f(rec) return 1 end");
+    let first_push = info(&a, &["udf-list"]);
+    b.merge_udf_modules(&a.udf_modules_text());
+    assert_eq!(info(&b, &["udf-list"]), first_push);
+    let stale = a.udf_modules_text();
+    let answers = info(&a, &["udf-remove:filename=m.lua"]);
+    assert_eq!(answers[0].1, "ok");
+    b.merge_udf_modules(&a.udf_modules_text());
+    assert_eq!(info(&b, &["udf-list"])[0].1, "");
+    // An older push does not bring the module back.
+    b.merge_udf_modules(&stale);
+    assert_eq!(info(&b, &["udf-list"])[0].1, "");
+    // A newer put on b reaches a.
+    put(&b, "function f(rec) return 2 end");
+    a.merge_udf_modules(&b.udf_modules_text());
+    assert_eq!(info(&a, &["udf-list"]), info(&b, &["udf-list"]));
+    assert!(a.udf_registry().get("m.lua").is_some());
 }
 
 #[test]

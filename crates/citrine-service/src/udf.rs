@@ -210,6 +210,11 @@ impl Service {
         }
     }
 
+    /// Every module and tombstone, one line each (what a push carries).
+    pub(crate) fn udf_modules_text(&self) -> String {
+        text(&self.udfs.entries.lock())
+    }
+
     /// Sends every module to every other member when a push is due (the
     /// `citrine-sindex` thread calls it beside the index definitions').
     pub(crate) fn push_udf_modules(&self) {
@@ -218,7 +223,7 @@ impl Service {
             &self.udfs.push,
             call_kind::UDF_MODULES,
             "UDF modules",
-            || text(&self.udfs.entries.lock()),
+            || self.udf_modules_text(),
         );
     }
 

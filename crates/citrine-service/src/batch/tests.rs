@@ -675,7 +675,7 @@ fn mixed_batch_answers_every_row_in_order() {
         .op(op_type::READ, 0, "x", b""),
         // 8: unknown namespace.
         RowSpec::full(108, "nope", "demo", "a", 0, READ_ALL),
-        // 9: UDF row.
+        // 9: UDF row of a module that is not registered: 100.
         RowSpec::full(
             109,
             "test",
@@ -724,7 +724,7 @@ fn mixed_batch_answers_every_row_in_order() {
         .collect();
     assert_eq!(indexes, (100..114).collect::<Vec<u32>>());
     let codes: Vec<u8> = rows_out.iter().map(|row| row.header.result_code).collect();
-    assert_eq!(codes, vec![0, 0, 2, 0, 0, 0, 0, 0, 20, 16, 25, 27, 3, 0]);
+    assert_eq!(codes, vec![0, 0, 2, 0, 0, 0, 0, 0, 20, 100, 25, 27, 3, 0]);
     assert_eq!(rows_out[0].bin("x"), Some(&1i64.to_be_bytes()[..]));
     assert_eq!(rows_out[0].bin("y"), Some(&2i64.to_be_bytes()[..]));
     assert_eq!(rows_out[0].header.generation, 1);
@@ -740,10 +740,14 @@ fn mixed_batch_answers_every_row_in_order() {
     assert_eq!(rows_out[7].bin("x"), Some(&15i64.to_be_bytes()[..]));
     assert_eq!(rows_out[7].header.generation, 2);
     assert_eq!(rows_out[13].bin("s"), Some(&b"hello"[..]));
-    // Errors carry no generation or bins.
+    // Errors carry no generation or bins, but a UDF's failure carries
+    // its message.
     assert!(rows_out[8..13]
         .iter()
-        .all(|row| row.bins.is_empty() && row.header.generation == 0));
+        .enumerate()
+        .all(|(i, row)| (i == 1 || row.bins.is_empty()) && row.header.generation == 0));
+    let failure = rows_out[9].bin("FAILURE").expect("a FAILURE bin");
+    assert!(String::from_utf8_lossy(failure).contains("not found"));
     // The writes and the delete happened.
     let check = vec![
         RowSpec::full(0, "test", "demo", "gone", 0, READ_ALL),

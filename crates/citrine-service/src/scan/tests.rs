@@ -404,7 +404,8 @@ fn refusals() {
     // decides by INDEX_RANGE alone.
     let (records, last) = scan(&service, with(field_type::INDEX_NAME, b"idx"));
     assert_eq!((records.len(), last.header.result_code), (300, 0));
-    assert_eq!(refused(&service, with(field_type::UDF_OP, &[1])), 16);
+    // An aggregation without a module and function.
+    assert_eq!(refused(&service, with(field_type::UDF_OP, &[1])), 4);
     // A filter that does not parse: [EQ] with no operands.
     assert_eq!(
         refused(&service, with(field_type::FILTER_EXPRESSION, &[0x91, 0x01])),
