@@ -1,4 +1,0 @@
-function f(rec)
-  asdf
-  returned ret
-end

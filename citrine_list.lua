@@ -1,1 +1,0 @@
-function f(rec) return 1 end
