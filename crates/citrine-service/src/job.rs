@@ -41,7 +41,7 @@ use crate::Service;
 use citrine_types::{Digest, ResultCode};
 use citrine_wire::frame::ProtoHeader;
 use citrine_wire::info::InfoCommand;
-use citrine_wire::msg::{field_type, info3, op_type, Message, MessageWriter, MsgHeader};
+use citrine_wire::msg::{field_type, info2, info3, op_type, Message, MessageWriter, MsgHeader};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -398,9 +398,11 @@ impl Job {
         } else if info3_bits & info3::REPLACE_ONLY == 0 {
             info3_bits |= info3::UPDATE_ONLY;
         }
+        // A UDF job's record writes are writes whatever its header said.
+        let udf_write = if self.udf.is_empty() { 0 } else { info2::WRITE };
         let header = MsgHeader {
             info1: 0,
-            info2: original.info2,
+            info2: original.info2 | udf_write,
             info3: info3_bits,
             record_ttl: original.record_ttl,
             transaction_ttl: 1000,

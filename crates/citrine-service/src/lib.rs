@@ -152,6 +152,8 @@ enum Pending {
     Remote(Box<Remote>),
     /// Batch rows waiting for the fabric, then the rest of the batch.
     BatchRemote(Box<batch::BatchRemote>),
+    /// An aggregation (a query with a stream UDF).
+    Aggregate(Box<udf::AggregateRun>),
 }
 
 impl Continuation {
@@ -542,6 +544,9 @@ impl Service {
             }
             Pending::BatchRemote(rows) => block_on(rows.complete(self, out))
                 .map(|cursor| Continuation(Pending::Batch(cursor))),
+            Pending::Aggregate(run) => run
+                .step(self, out)
+                .map(|run| Continuation(Pending::Aggregate(run))),
         }
     }
 
@@ -563,6 +568,13 @@ impl Service {
         match Message::decode(body) {
             Ok(message) if message.header.info1 & info1::BATCH != 0 => {
                 Ok(Continuation::of_batch(batch::start(self, &message, out)))
+            }
+            Ok(message)
+                if message.field(field_type::DIGEST).is_none() && udf::is_aggregation(&message) =>
+            {
+                Ok(udf::start_aggregate(self, &message, out)
+                    .and_then(|run| run.step(self, out))
+                    .map(|run| Continuation(Pending::Aggregate(run))))
             }
             Ok(message) if message.field(field_type::DIGEST).is_none() => {
                 // No digest: a scan or a query.

@@ -395,7 +395,8 @@ pub(crate) fn route(
         };
     let acting_read = hops & PROXY_ACTING != 0;
     let hops = hops & !PROXY_ACTING;
-    let read = request.header.info2 & info2::WRITE == 0;
+    // A record UDF may write whatever its header says.
+    let read = request.header.info2 & info2::WRITE == 0 && request.udf.is_none();
     let proxy = |to: NodeId, flags: u8, out: &mut Vec<u8>| {
         if hops >= MAX_PROXY_HOPS {
             transaction::write_result(out, ResultCode::Unavailable);

@@ -239,16 +239,16 @@ pub(crate) fn start(
 ) -> Option<ScanCursor> {
     let header = message.header;
     let has = |kind: u8| message.field(kind).is_some();
-    let background = header.info2 & (info2::WRITE | info2::DELETE) != 0;
+    // A background UDF job may come with a read header (the Go client's
+    // ExecuteUDF sends no write policy): UDF_OP 2 says background.
+    let background = header.info2 & (info2::WRITE | info2::DELETE) != 0
+        || message.field(field_type::UDF_OP) == Some(&[udf_op::BACKGROUND][..]);
     match message.field(field_type::UDF_OP) {
         None if has(field_type::UDF_FILENAME) => {
             return refuse(service, out, ResultCode::Parameter)
         }
         None => {}
-        Some([udf_op::AGGREGATE]) if !background => {
-            crate::udf::aggregate(service, message, out);
-            return None;
-        }
+        // Aggregations start in `crate::udf::start_aggregate`.
         // A background UDF job: checked with the job's other fields.
         Some([udf_op::BACKGROUND]) if background => {}
         Some(_) => return refuse(service, out, ResultCode::Parameter),
@@ -576,6 +576,11 @@ impl ScanCursor {
 
     /// In a cluster: keeps the partitions this node masters and holds whole,
     /// moves the others to `unavailable`.
+    /// Forgets the partitions found unavailable (not reported as such).
+    pub(crate) fn drop_unavailable(&mut self) {
+        self.unavailable.clear();
+    }
+
     pub(crate) fn keep_served_partitions(&mut self, service: &Service) {
         let cluster = service.cluster();
         let name = &self.namespace.config.name;

@@ -630,48 +630,87 @@ fn write_failure(out: &mut Vec<u8>, request: &Request<'_>, error: &UdfError) {
     writer.finish();
 }
 
-/// The longest an aggregation may run on one node.
-pub const AGGREGATE_TIME_LIMIT: Duration = Duration::from_secs(30);
+/// Whether a scan or query message is an aggregation (UDF_OP 1, not a
+/// background write).
+pub(crate) fn is_aggregation(message: &Message<'_>) -> bool {
+    message.field(field_type::UDF_OP) == Some(&[crate::scan::udf_op::AGGREGATE][..])
+        && message.header.info2
+            & (citrine_wire::msg::info2::WRITE | citrine_wire::msg::info2::DELETE)
+            == 0
+}
+
+/// A query or scan with a stream UDF (UDF_OP 1), streamed like a scan: each
+/// step walks one chunk of the records the request selects (the same
+/// cursor a foreground query uses), sends them through the stream, and
+/// writes one frame holding a message per value emitted (no fields, one bin
+/// `SUCCESS`); the last step ends the stream, writes what it emits at the
+/// end, then LAST. A failure is answered with a message of result 100 and a
+/// bin `FAILURE`, then LAST carrying 100.
+///
+/// Invariant: a step holds its thread for one chunk of the walk (and each
+/// Lua call for at most [`AGGREGATE_STEP_LIMIT`]), as a scan step does; the
+/// stream's Lua state travels with the run.
+pub struct AggregateRun {
+    cursor: Box<crate::scan::ScanCursor>,
+    aggregation: citrine_udf::Aggregation,
+    namespace: Arc<Namespace>,
+    /// Bytes of values sent so far.
+    sent: usize,
+}
+
+impl std::fmt::Debug for AggregateRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AggregateRun")
+            .field("sent", &self.sent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long one step of an aggregation's Lua (building the stream, one
+/// record, or the end) may run.
+pub const AGGREGATE_STEP_LIMIT: Duration = Duration::from_secs(10);
 
 /// The most bytes of values an aggregation may send from one node.
-pub const AGGREGATE_OUTPUT_MAX: usize = transaction::MAX_REPLY_BYTES;
+pub const AGGREGATE_OUTPUT_MAX: usize = 1 << 30;
 
-/// A query or scan with a stream UDF (UDF_OP 1): walks the records the
-/// request selects as a foreground query would (the same cursor), runs the
-/// stream over them on this thread, and writes one message a value (a bin
-/// `SUCCESS`), then LAST. A UDF failure is answered with a message of
-/// result 100 and a bin `FAILURE`, then LAST carrying 100.
-///
-/// The whole run happens before the reply is sent, and holds this service
-/// thread for its length (at most [`AGGREGATE_TIME_LIMIT`]).
-pub(crate) fn aggregate(service: &Service, message: &Message<'_>, out: &mut Vec<u8>) {
-    let fail = |out: &mut Vec<u8>, code: ResultCode| {
+/// Starts an aggregation, or writes its refusal (LAST with the code) to
+/// `out` and returns `None`.
+pub(crate) fn start_aggregate(
+    service: &Service,
+    message: &Message<'_>,
+    out: &mut Vec<u8>,
+) -> Option<Box<AggregateRun>> {
+    let refuse = |out: &mut Vec<u8>, code: ResultCode| {
         service.stats.scan.refused.fetch_add(1, Ordering::Relaxed);
         transaction::write_stream_end(out, code);
+        None
     };
     let Some(namespace) = message
         .field(field_type::NAMESPACE)
         .and_then(|name| service.namespace_index(name))
         .map(|index| Arc::clone(&service.namespaces[index]))
     else {
-        return fail(out, ResultCode::Namespace);
+        return refuse(out, ResultCode::Namespace);
     };
     let call = match call_of(service.udf_registry(), message) {
         Ok(Some(call)) => call,
-        Ok(None) => return fail(out, ResultCode::Parameter),
-        Err(code) => return fail(out, code),
+        Ok(None) => return refuse(out, ResultCode::Parameter),
+        Err(code) => return refuse(out, code),
     };
-    let mut cursor = match crate::scan::parse(message, namespace, false) {
+    let mut cursor = match crate::scan::parse(message, Arc::clone(&namespace), false) {
         Ok(Some(cursor)) => cursor,
         Ok(None) => {
             // Unknown set: no records, nothing emitted.
-            return transaction::write_stream_end(out, ResultCode::Ok);
+            transaction::write_stream_end(out, ResultCode::Ok);
+            return None;
         }
-        Err(code) => return fail(out, code),
+        Err(code) => return refuse(out, code),
     };
     if service.routes() {
         cursor.keep_served_partitions(service);
     }
+    // Partitions another node serves are its part of the aggregation.
+    cursor.drop_unavailable();
     let args = match value::decode(call.args) {
         Ok(Value::List(list)) => list.items,
         _ => Vec::new(),
@@ -680,78 +719,138 @@ pub(crate) fn aggregate(service: &Service, message: &Message<'_>, out: &mut Vec<
         module: call.module,
         function: call.function,
         args,
-        time_limit: AGGREGATE_TIME_LIMIT,
+        time_limit: AGGREGATE_STEP_LIMIT,
     };
     service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
-    let mut pending: std::collections::VecDeque<citrine_udf::RecordIn<'static>> =
-        std::collections::VecDeque::new();
-    let mut finished = false;
-    let mut chunk = Vec::new();
-    let mut next = || loop {
-        if let Some(record) = pending.pop_front() {
-            return Some(record);
-        }
-        if finished {
-            return None;
-        }
-        chunk.clear();
-        let now = service.now();
-        finished = cursor.advance(service, now, &mut chunk);
-        records_of(&chunk, now, &mut pending);
-    };
-    let start = out.len();
-    let mut emit = |value: Value| {
-        let (particle_type, bytes) =
-            citrine_udf::particle_of(&value).unwrap_or((ParticleType::Null as u8, Vec::new()));
-        if out.len() - start + bytes.len() > AGGREGATE_OUTPUT_MAX {
-            return Err(format!(
-                "the aggregation's output passed {AGGREGATE_OUTPUT_MAX} bytes"
-            ));
-        }
-        let mut writer = MessageWriter::begin(out, &MsgHeader::default());
-        writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
-        writer.finish();
-        Ok(())
-    };
-    match citrine_udf::aggregate(call.registry, &udf, &mut next, &mut emit) {
-        Ok(()) => transaction::write_stream_end(out, ResultCode::Ok),
+    match citrine_udf::Aggregation::new(call.registry, &udf) {
+        Ok(aggregation) => Some(Box::new(AggregateRun {
+            cursor: Box::new(cursor),
+            aggregation,
+            namespace,
+            sent: 0,
+        })),
         Err(error) => {
-            namespace_udf_error(service, message);
-            tracing::debug!(
-                module = call.module,
-                function = call.function,
-                "aggregation failed: {error}"
-            );
-            let header = MsgHeader {
-                result_code: ResultCode::UdfExecution.code(),
-                ..MsgHeader::default()
-            };
-            let text = error.to_string();
-            let mut writer = MessageWriter::begin(out, &header);
-            writer.op(
-                op_type::READ,
-                ParticleType::String as u8,
-                b"FAILURE",
-                text.as_bytes(),
-            );
-            writer.finish();
-            transaction::write_stream_end(out, ResultCode::UdfExecution);
+            namespace
+                .stats
+                .client_udf_error
+                .fetch_add(1, Ordering::Relaxed);
+            write_aggregate_failure(out, &error);
+            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            None
         }
     }
-    service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Counts a failed aggregation against its namespace.
-fn namespace_udf_error(service: &Service, message: &Message<'_>) {
-    if let Some(namespace) = message
-        .field(field_type::NAMESPACE)
-        .and_then(|name| service.namespace(name))
-    {
-        namespace
-            .stats
-            .client_udf_error
-            .fetch_add(1, Ordering::Relaxed);
+impl AggregateRun {
+    /// Appends the next step's frame (and, at the end, LAST) to `out`;
+    /// returns the run while it continues.
+    pub(crate) fn step(
+        mut self: Box<Self>,
+        service: &Service,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Self>> {
+        let now = service.now();
+        let mut chunk = Vec::new();
+        let finished = self.cursor.advance(service, now, &mut chunk);
+        let mut records = std::collections::VecDeque::new();
+        records_of(&chunk, now, &mut records);
+        let frame_start = out.len();
+        out.extend_from_slice(&[0u8; citrine_wire::frame::PROTO_HEADER_SIZE]);
+        let mut sent = self.sent;
+        let mut emit = |value: Value| {
+            let (particle_type, bytes) =
+                citrine_udf::particle_of(&value).unwrap_or((ParticleType::Null as u8, Vec::new()));
+            sent += bytes.len();
+            if sent > AGGREGATE_OUTPUT_MAX {
+                return Err(format!(
+                    "the aggregation's output passed {AGGREGATE_OUTPUT_MAX} bytes"
+                ));
+            }
+            let mut writer = MessageWriter::begin_bare(out, &MsgHeader::default());
+            writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
+            writer.finish();
+            Ok(())
+        };
+        let mut outcome = Ok(());
+        for record in &records {
+            outcome = self
+                .aggregation
+                .record(record)
+                .and_then(|()| self.aggregation.take(&mut emit));
+            if outcome.is_err() {
+                break;
+            }
+        }
+        match outcome {
+            Ok(()) if finished => {
+                let AggregateRun {
+                    aggregation,
+                    namespace,
+                    ..
+                } = *self;
+                let result = aggregation.end(&mut emit);
+                close_frame(out, frame_start);
+                match result {
+                    Ok(()) => transaction::write_stream_end(out, ResultCode::Ok),
+                    Err(error) => {
+                        namespace
+                            .stats
+                            .client_udf_error
+                            .fetch_add(1, Ordering::Relaxed);
+                        write_aggregate_failure(out, &error);
+                    }
+                }
+            }
+            Ok(()) => {
+                close_frame(out, frame_start);
+                self.sent = sent;
+                return Some(self);
+            }
+            Err(error) => {
+                close_frame(out, frame_start);
+                self.namespace
+                    .stats
+                    .client_udf_error
+                    .fetch_add(1, Ordering::Relaxed);
+                write_aggregate_failure(out, &error);
+            }
+        }
+        service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+        None
     }
+}
+
+/// Patches the frame started at `start`, or drops it when it holds no
+/// message.
+fn close_frame(out: &mut Vec<u8>, start: usize) {
+    if out.len() == start + citrine_wire::frame::PROTO_HEADER_SIZE {
+        out.truncate(start);
+    } else {
+        citrine_wire::frame::ProtoHeader::patch(
+            &mut out[start..],
+            citrine_wire::frame::MessageType::Message,
+        );
+    }
+}
+
+/// Writes an aggregation's failure: a message of result 100 with a bin
+/// `FAILURE`, then LAST carrying 100.
+fn write_aggregate_failure(out: &mut Vec<u8>, error: &UdfError) {
+    tracing::debug!("aggregation failed: {error}");
+    let header = MsgHeader {
+        result_code: ResultCode::UdfExecution.code(),
+        ..MsgHeader::default()
+    };
+    let text = error.to_string();
+    let mut writer = MessageWriter::begin(out, &header);
+    writer.op(
+        op_type::READ,
+        ParticleType::String as u8,
+        b"FAILURE",
+        text.as_bytes(),
+    );
+    writer.finish();
+    transaction::write_stream_end(out, ResultCode::UdfExecution);
 }
 
 /// The records of one frame of a scan's stream (its record messages; the

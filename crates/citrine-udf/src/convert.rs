@@ -6,8 +6,11 @@
 //! blobs and GeoJSON apart.
 //!
 //! Rules:
+//! - a list may hold nils: its length is kept beside it (the prelude's
+//!   `List.__len`), as a Lua sequence cannot hold them;
 //! - integers stay integers and floats floats (Lua 5.4 keeps the two
-//!   apart); a uint64 above `i64::MAX` becomes a float in Lua;
+//!   apart); a uint64 above `i64::MAX` becomes the signed integer of the
+//!   same 64 bits (as the reference server does: `u64::MAX` is -1);
 //! - a Lua table without one of the prelude's metatables is a list when its
 //!   keys are exactly 1..n, otherwise a map (an empty one is a list);
 //! - a record returned by a UDF becomes the map of its bins;
@@ -31,6 +34,8 @@ pub(crate) struct Metatables {
     pub record: Table,
     /// `internal.state`: a record's state table.
     pub state: mlua::Function,
+    /// `internal.set_length`: the length of a list holding nils.
+    pub set_length: mlua::Function,
 }
 
 /// A stored bin's value (`particle_type`, wire bytes) as a [`Value`];
@@ -71,10 +76,7 @@ pub fn particle_of(value: &Value) -> Option<(u8, Vec<u8>)> {
         Value::Nil | Value::Wildcard | Value::Infinity => return None,
         Value::Bool(b) => (ParticleType::Bool as u8, vec![u8::from(*b)]),
         Value::Int(i) => (ParticleType::Integer as u8, i.to_be_bytes().to_vec()),
-        Value::UInt(u) => (
-            ParticleType::Float as u8,
-            (*u as f64).to_be_bytes().to_vec(),
-        ),
+        Value::UInt(u) => (ParticleType::Integer as u8, u.to_be_bytes().to_vec()),
         Value::Double(d) => (ParticleType::Float as u8, d.to_be_bytes().to_vec()),
         Value::Str(s) => (ParticleType::String as u8, s.clone()),
         Value::Blob(subtype, b) => {
@@ -103,7 +105,9 @@ pub(crate) fn to_lua(lua: &Lua, meta: &Metatables, value: &Value) -> mlua::Resul
         Value::Nil | Value::Wildcard | Value::Infinity => LuaValue::Nil,
         Value::Bool(b) => LuaValue::Boolean(*b),
         Value::Int(i) => LuaValue::Integer(*i),
-        Value::UInt(u) => LuaValue::Number(*u as f64),
+        // As the reference: the 64 bits, read as a signed integer.
+        // The same 64 bits, read as signed (see the module doc).
+        Value::UInt(u) => LuaValue::Integer(*u as i64),
         Value::Double(d) => LuaValue::Number(*d),
         Value::Str(s) => LuaValue::String(lua.create_string(s)?),
         Value::Blob(subtype, b) | Value::Ext(subtype, b) => {
@@ -121,15 +125,19 @@ pub(crate) fn to_lua(lua: &Lua, meta: &Metatables, value: &Value) -> mlua::Resul
         }
         Value::List(list) => {
             let table = lua.create_table_with_capacity(list.items.len(), 0)?;
-            // A nil cannot sit inside a Lua sequence: the list ends there.
+            let mut holes = false;
             for (index, item) in list.items.iter().enumerate() {
                 let item = to_lua(lua, meta, item)?;
-                if item.is_nil() {
-                    break;
-                }
+                holes |= item.is_nil();
                 table.raw_set(index + 1, item)?;
             }
             table.set_metatable(Some(meta.list.clone()))?;
+            if holes {
+                // A Lua sequence cannot hold nil: the list keeps its length
+                // apart.
+                meta.set_length
+                    .call::<()>((table.clone(), list.items.len()))?;
+            }
             LuaValue::Table(table)
         }
         Value::Map(map) => {
@@ -212,9 +220,12 @@ fn table_value(meta: &Metatables, table: &Table, depth: usize) -> Result<Value, 
 }
 
 fn list_value(meta: &Metatables, table: &Table, depth: usize) -> Result<Value, String> {
-    let mut items = Vec::with_capacity(table.raw_len().min(1024));
-    for item in table.sequence_values::<LuaValue>() {
-        let item = item.map_err(|error| error.to_string())?;
+    // The length the list's metatable knows (nils included), else the
+    // sequence's.
+    let length = usize::try_from(table.len().map_err(|error| error.to_string())?).unwrap_or(0);
+    let mut items = Vec::with_capacity(length.min(1024));
+    for index in 1..=length {
+        let item: LuaValue = table.raw_get(index).map_err(|error| error.to_string())?;
         items.push(from_lua(meta, &item, depth + 1)?);
     }
     Ok(Value::List(List { flags: 0, items }))

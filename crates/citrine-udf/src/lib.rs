@@ -163,9 +163,17 @@ pub fn check(filename: &str, source: &[u8]) -> Result<(), CompileError> {
             message: format!("a module may hold at most {MODULE_SIZE_MAX} bytes"),
         });
     }
-    runtime::compile(filename, source).map_err(|message| CompileError {
-        line: error_line(filename, &message),
-        message,
+    runtime::compile(filename, source).map_err(|message| {
+        let line = error_line(filename, &message);
+        // Lua's "name.lua:3: syntax error ..." without the place, which
+        // the error names apart.
+        let message = match line {
+            Some(line) => message
+                .strip_prefix(&format!("{filename}:{line}: "))
+                .map_or(message.clone(), str::to_owned),
+            None => message,
+        };
+        CompileError { line, message }
     })
 }
 
@@ -264,19 +272,34 @@ pub fn apply_record(
     runtime::apply_record(registry, call, record)
 }
 
+/// A stream UDF (an aggregation) run step by step: [`Aggregation::new`]
+/// calls the module's function to build its stream, [`Aggregation::record`]
+/// sends one record through it, [`Aggregation::take`] hands over the
+/// values emitted so far (one per record that passes a stream of filters
+/// and maps), and [`Aggregation::end`] ends the stream and hands over the
+/// rest (the accumulated value of a stream that aggregates or reduces). The
+/// records are read-only.
+///
+/// An aggregation owns a Lua state of its own (not the thread's), so it can
+/// be stepped from any thread, one step at a time; each step may run for
+/// the call's time limit.
+pub use runtime::Aggregation;
+
 /// Runs the stream UDF `call` over the records `next` yields (until it
-/// yields `None`) and hands `emit` the values the stream emits on this
-/// node: one per record that passes a stream of filters and maps, or the
-/// accumulated value of a stream that aggregates or reduces, once the
-/// records are done. The records are read-only. An error from `emit` (a
-/// full output, say) ends the run with that message.
+/// yields `None`) and hands `emit` every value it emits (see
+/// [`Aggregation`]).
 pub fn aggregate<'r>(
     registry: &Registry,
     call: &Call<'_>,
     next: &mut dyn FnMut() -> Option<RecordIn<'r>>,
     emit: &mut dyn FnMut(Value) -> Result<(), String>,
 ) -> Result<(), UdfError> {
-    runtime::aggregate(registry, call, next, emit)
+    let mut aggregation = Aggregation::new(registry, call)?;
+    while let Some(record) = next() {
+        aggregation.record(&record)?;
+        aggregation.take(emit)?;
+    }
+    aggregation.end(emit)
 }
 
 #[cfg(test)]

@@ -26,12 +26,25 @@ local Record = { __name = "Record" }
 
 -- list ------------------------------------------------------------------
 
+-- The length of lists that hold nils (a Lua sequence cannot say it), by
+-- list; weak, so a list's entry goes with it.
+local lengths = setmetatable({}, { __mode = "k" })
+
+List.__len = function(l)
+  local n = lengths[l] or 0
+  local r = rawlen(l)
+  if r > n then return r end
+  return n
+end
+
 local function new_list(items)
-  local l = {}
+  local l = setmetatable({}, List)
   if items ~= nil then
-    for i = 1, #items do l[i] = items[i] end
+    local n = #items
+    for i = 1, n do rawset(l, i, items[i]) end
+    if n > rawlen(l) then lengths[l] = n end
   end
-  return setmetatable(l, List)
+  return l
 end
 
 list = setmetatable({}, {
@@ -40,10 +53,20 @@ list = setmetatable({}, {
 
 function list.create(_) return new_list(nil) end
 function list.size(l) return #l end
+-- A removal inside a list with nils shortens its known length.
+local function shorten(l) if lengths[l] then lengths[l] = lengths[l] - 1 end end
 function list.append(l, v) l[#l + 1] = v; return l end
 function list.prepend(l, v) table.insert(l, 1, v); return l end
 function list.insert(l, i, v) table.insert(l, i, v); return l end
-function list.remove(l, i) return table.remove(l, i) end
+function list.remove(l, i)
+  local n = #l
+  if i < 1 or i > n then return nil end
+  local v = l[i]
+  for j = i, n - 1 do rawset(l, j, l[j + 1]) end
+  rawset(l, n, nil)
+  shorten(l)
+  return v
+end
 function list.clone(l) return new_list(l) end
 
 function list.take(l, n)
@@ -59,7 +82,8 @@ function list.drop(l, n)
 end
 
 function list.trim(l, n)
-  for i = #l, n, -1 do l[i] = nil end
+  for i = #l, n, -1 do rawset(l, i, nil) end
+  if lengths[l] and lengths[l] >= n then lengths[l] = n - 1 end
   return l
 end
 
@@ -374,6 +398,11 @@ end
 
 function internal.state(r)
   return rawget(r, STATE)
+end
+
+-- Sets the length of a list built from Rust with nils in it.
+function internal.set_length(l, n)
+  lengths[l] = n
 end
 
 function internal.stream()

@@ -95,6 +95,7 @@ fn new_lua() -> mlua::Result<(Lua, Table, Metatables)> {
         geojson: internal.get("GeoJSON")?,
         record: internal.get("Record")?,
         state: internal.get("state")?,
+        set_length: internal.get("set_length")?,
     };
     Ok((lua, internal, meta))
 }
@@ -195,11 +196,23 @@ impl State {
 
     /// A record table for `record`.
     fn record(&self, record: &RecordIn<'_>, readonly: bool) -> Result<Table, UdfError> {
-        let lua = &self.lua;
+        record_table(&self.lua, &self.meta, &self.internal, record, readonly)
+    }
+}
+
+/// A Lua record table for `record` (see the prelude's `Record`).
+fn record_table(
+    lua: &Lua,
+    meta: &Metatables,
+    internal: &Table,
+    record: &RecordIn<'_>,
+    readonly: bool,
+) -> Result<Table, UdfError> {
+    {
         let build = || -> mlua::Result<Table> {
             let bins = lua.create_table_with_capacity(0, record.bins.len())?;
             for (name, value) in &record.bins {
-                let value = to_lua(lua, &self.meta, value)?;
+                let value = to_lua(lua, meta, value)?;
                 bins.raw_set(lua.create_string(name.as_ref())?, value)?;
             }
             let state = lua.create_table()?;
@@ -211,12 +224,12 @@ impl State {
             state.raw_set("last_update", record.last_update_ms)?;
             state.raw_set("size", record.size)?;
             state.raw_set("set", lua.create_string(&record.set)?)?;
-            let digest = to_lua(lua, &self.meta, &Value::Blob(4, record.digest.to_vec()))?;
+            let digest = to_lua(lua, meta, &Value::Blob(4, record.digest.to_vec()))?;
             state.raw_set("digest", digest)?;
             if let Some(key) = &record.key {
-                state.raw_set("key", to_lua(lua, &self.meta, key)?)?;
+                state.raw_set("key", to_lua(lua, meta, key)?)?;
             }
-            let make: mlua::Function = self.internal.get("record")?;
+            let make: mlua::Function = internal.get("record")?;
             make.call(state)
         };
         build().map_err(lua_error)
@@ -276,36 +289,115 @@ fn change_of(state: &State, rec: &Table, existed: bool) -> Result<Change, UdfErr
     }
 }
 
-/// See [`crate::aggregate`].
-pub(crate) fn aggregate<'r>(
-    registry: &Registry,
-    call: &Call<'_>,
-    next: &mut dyn FnMut() -> Option<RecordIn<'r>>,
-    emit: &mut dyn FnMut(Value) -> Result<(), String>,
-) -> Result<(), UdfError> {
-    let deadline = Instant::now() + call.time_limit;
-    with_state(registry, deadline, |state| {
-        let function = state.function(registry, call)?;
-        let new_stream: mlua::Function = state.internal.get("stream").map_err(lua_error)?;
-        let push: mlua::Function = state.internal.get("push").map_err(lua_error)?;
-        let take: mlua::Function = state.internal.get("take").map_err(lua_error)?;
-        let finish: mlua::Function = state.internal.get("finish").map_err(lua_error)?;
-        let stream: Table = new_stream.call(()).map_err(lua_error)?;
-        let args = state.arguments(LuaValue::Table(stream.clone()), &call.args)?;
-        function.call::<LuaValue>(args).map_err(lua_error)?;
-        let collect = |table: Table, emit: &mut dyn FnMut(Value) -> Result<(), String>| {
-            for value in table.sequence_values::<LuaValue>() {
-                let value = value.map_err(lua_error)?;
-                emit(from_lua(&state.meta, &value, 0).map_err(UdfError::Execution)?)
-                    .map_err(UdfError::Execution)?;
-            }
-            Ok::<(), UdfError>(())
+/// See [`crate::Aggregation`].
+pub struct Aggregation {
+    lua: Lua,
+    meta: Metatables,
+    internal: Table,
+    stream: Table,
+    push: mlua::Function,
+    take: mlua::Function,
+    finish: mlua::Function,
+    /// How long each step may run.
+    step_limit: std::time::Duration,
+}
+
+impl std::fmt::Debug for Aggregation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aggregation").finish_non_exhaustive()
+    }
+}
+
+/// Runs `work` with the calling thread's deadline set `limit` from now.
+fn with_deadline<R>(limit: std::time::Duration, work: impl FnOnce() -> R) -> R {
+    DEADLINE.set(Some(Instant::now() + limit));
+    let result = work();
+    DEADLINE.set(None);
+    result
+}
+
+impl Aggregation {
+    /// Builds the stream of `call`.
+    pub fn new(registry: &Registry, call: &Call<'_>) -> Result<Aggregation, UdfError> {
+        let (lua, internal, meta) = new_lua().map_err(lua_error)?;
+        // A state of its own, not the thread's: the stream outlives this
+        // call and may be stepped on another thread.
+        let mut state = State {
+            registry: registry.id(),
+            generation: registry.generation(),
+            lua,
+            internal,
+            meta,
+            modules: HashMap::new(),
         };
-        while let Some(record) = next() {
-            let rec = state.record(&record, true)?;
-            push.call::<()>((stream.clone(), rec)).map_err(lua_error)?;
-            collect(take.call(stream.clone()).map_err(lua_error)?, emit)?;
+        with_deadline(call.time_limit, || {
+            let function = state.function(registry, call)?;
+            let new_stream: mlua::Function = state.internal.get("stream").map_err(lua_error)?;
+            let stream: Table = new_stream.call(()).map_err(lua_error)?;
+            let args = state.arguments(LuaValue::Table(stream.clone()), &call.args)?;
+            function.call::<LuaValue>(args).map_err(lua_error)?;
+            let State {
+                lua,
+                internal,
+                meta,
+                ..
+            } = state;
+            Ok(Aggregation {
+                push: internal.get("push").map_err(lua_error)?,
+                take: internal.get("take").map_err(lua_error)?,
+                finish: internal.get("finish").map_err(lua_error)?,
+                lua,
+                meta,
+                internal,
+                stream,
+                step_limit: call.time_limit,
+            })
+        })
+    }
+
+    /// A record table for `record`, read-only.
+    fn record_of(&self, record: &RecordIn<'_>) -> Result<Table, UdfError> {
+        record_table(&self.lua, &self.meta, &self.internal, record, true)
+    }
+
+    /// Sends one record through the stream.
+    pub fn record(&mut self, record: &RecordIn<'_>) -> Result<(), UdfError> {
+        with_deadline(self.step_limit, || {
+            let rec = self.record_of(record)?;
+            self.push
+                .call::<()>((self.stream.clone(), rec))
+                .map_err(lua_error)
+        })
+    }
+
+    fn emit_all(
+        &self,
+        table: Table,
+        emit: &mut dyn FnMut(Value) -> Result<(), String>,
+    ) -> Result<(), UdfError> {
+        for value in table.sequence_values::<LuaValue>() {
+            let value = value.map_err(lua_error)?;
+            emit(from_lua(&self.meta, &value, 0).map_err(UdfError::Execution)?)
+                .map_err(UdfError::Execution)?;
         }
-        collect(finish.call(stream).map_err(lua_error)?, emit)
-    })
+        Ok(())
+    }
+
+    /// Hands `emit` the values emitted so far; an error from `emit` (a
+    /// full output, say) ends the run with that message.
+    pub fn take(
+        &mut self,
+        emit: &mut dyn FnMut(Value) -> Result<(), String>,
+    ) -> Result<(), UdfError> {
+        let out: Table = self.take.call(self.stream.clone()).map_err(lua_error)?;
+        self.emit_all(out, emit)
+    }
+
+    /// Ends the stream and hands `emit` what it emits at the end.
+    pub fn end(self, emit: &mut dyn FnMut(Value) -> Result<(), String>) -> Result<(), UdfError> {
+        let out: Table = with_deadline(self.step_limit, || {
+            self.finish.call(self.stream.clone()).map_err(lua_error)
+        })?;
+        self.emit_all(out, emit)
+    }
 }
