@@ -2,7 +2,8 @@
 //!
 //! Owns argument parsing (clap derive) and dispatch to the subcommands:
 //! `info` (asinfo-like), `get`/`put`/`delete`/`exists` (single records),
-//! `scan`/`query`/`index` (many records, secondary indexes),
+//! `scan`/`query`/`index` (many records, secondary indexes), `udf` (Lua
+//! modules and calling them on a record),
 //! `cluster` (node table) and `bench` (load generator and no-op responder).
 //! Every failure ends with a message saying what to do and exit status 1.
 //! Subcommands that take `-h HOST` disable clap's `-h` help short flag;
@@ -25,6 +26,7 @@ mod msgpack;
 mod multi;
 mod noop;
 mod record;
+mod udf_cmd;
 
 use clap::{ArgAction, Parser, Subcommand};
 use std::process::ExitCode;
@@ -37,7 +39,8 @@ use std::process::ExitCode;
     long_about = "Command-line tool for Citrine (and any server speaking the Aerospike client protocol).\n\
                   Talks to a server at HOST[:PORT] (default 127.0.0.1:3000).\n\
                   Examples:\n  citrine info -v build\n  citrine put -n test -s demo key1 a=1 b=hello\n  \
-                  citrine get -n test -s demo key1\n  citrine scan -n test -s demo\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10"
+                  citrine get -n test -s demo key1\n  citrine scan -n test -s demo\n  \
+                  citrine udf put counters.lua\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -62,6 +65,8 @@ enum Command {
     Query(multi::QueryArgs),
     /// Create, drop or list secondary indexes.
     Index(multi::IndexArgs),
+    /// Lua UDF modules: put, list, get, remove; execute a function on a record.
+    Udf(udf_cmd::UdfArgs),
     /// Print a table of the cluster's nodes.
     Cluster(info_cmd::ClusterArgs),
     /// Benchmark a server (or run the no-op responder with --noop-server).
@@ -114,6 +119,7 @@ fn main() -> ExitCode {
             Command::Scan(args) => multi::run_scan(args).await,
             Command::Query(args) => multi::run_query(args).await,
             Command::Index(args) => multi::run_index(args).await,
+            Command::Udf(args) => udf_cmd::run(args).await,
             Command::Cluster(args) => info_cmd::run_cluster(args).await,
             Command::Bench(args) => bench::run(*args).await,
         }

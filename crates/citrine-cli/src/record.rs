@@ -181,18 +181,18 @@ pub fn value_to_json(value: &Value) -> serde_json::Value {
 }
 
 fn make_key(args: &RecordArgs) -> Result<Key, String> {
-    let int = args.key.parse::<i64>();
-    Ok(match (args.key_type, int) {
-        (KeyType::Int, Ok(value)) | (KeyType::Auto, Ok(value)) => {
-            Key::new(args.namespace.clone(), args.set.clone(), value)
-        }
+    key_of(&args.namespace, &args.set, &args.key, args.key_type)
+}
+
+/// The key of a record named on the command line (`--key-type` rules).
+pub fn key_of(namespace: &str, set: &str, key: &str, key_type: KeyType) -> Result<Key, String> {
+    let int = key.parse::<i64>();
+    Ok(match (key_type, int) {
+        (KeyType::Int, Ok(value)) | (KeyType::Auto, Ok(value)) => Key::new(namespace, set, value),
         (KeyType::Int, Err(_)) => {
-            return Err(format!(
-                "--key-type int but `{}` is not an integer",
-                args.key
-            ))
+            return Err(format!("--key-type int but `{key}` is not an integer"))
         }
-        _ => Key::new(args.namespace.clone(), args.set.clone(), args.key.clone()),
+        _ => Key::new(namespace, set, key),
     })
 }
 

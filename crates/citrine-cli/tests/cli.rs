@@ -304,3 +304,124 @@ fn scan_query_and_index_against_citrined() {
         .success());
     assert!(!stdout(&citrine(&["index", "list", "-h", &host])).contains("many_n"));
 }
+
+#[test]
+fn udf_modules_and_calls_against_citrined() {
+    let (_server, port) = citrined();
+    let host = format!("127.0.0.1:{port}");
+    let directory = std::env::temp_dir().join(format!("citrine-cli-udf-{port}"));
+    std::fs::create_dir_all(&directory).expect("temp dir");
+    let source = "function bump(rec, bin, by)\n  local old = rec[bin] or 0\n  rec[bin] = old + by\n  \
+                  aerospike:update(rec)\n  local out = map()\n  out['old'] = old\n  out['new'] = rec[bin]\n  \
+                  return out\nend\n\nfunction fail(rec, why) error(why) end\n";
+    let file = directory.join("cli_counters.lua");
+    std::fs::write(&file, source).expect("write module");
+    let file = file.to_string_lossy().into_owned();
+
+    let put = citrine(&["udf", "put", "-h", &host, &file]);
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let hash = citrine_client::udf_hash(source.as_bytes());
+    assert_eq!(
+        stdout(&put).trim(),
+        format!("ok: cli_counters.lua registered (sha1 {hash})")
+    );
+    let list = citrine(&["udf", "list", "-h", &host]);
+    assert!(list.status.success());
+    assert!(
+        stdout(&list)
+            .lines()
+            .any(|line| line == format!("cli_counters.lua  {hash}")),
+        "{}",
+        stdout(&list)
+    );
+    let get = citrine(&["udf", "get", "-h", &host, "cli_counters"]);
+    assert!(get.status.success());
+    assert_eq!(get.stdout, source.as_bytes());
+
+    let put_record = citrine(&["put", "-h", &host, "-s", "cliudf", "k1", "hits=4"]);
+    assert!(put_record.status.success());
+    let execute = citrine(&[
+        "udf",
+        "execute",
+        "-h",
+        &host,
+        "-n",
+        "test",
+        "-s",
+        "cliudf",
+        "k1",
+        "cli_counters",
+        "bump",
+        "hits",
+        "3",
+    ]);
+    assert!(
+        execute.status.success(),
+        "{}",
+        String::from_utf8_lossy(&execute.stderr)
+    );
+    let result: serde_json::Value =
+        serde_json::from_str(stdout(&execute).trim()).expect("JSON result");
+    assert_eq!(result, serde_json::json!({"old": 4, "new": 7}));
+    let record = citrine(&["get", "-h", &host, "-s", "cliudf", "k1", "--output-json"]);
+    let record: serde_json::Value = serde_json::from_str(stdout(&record).trim()).expect("json");
+    assert_eq!(record["bins"]["hits"], 7);
+
+    // A function that raises an error: the server's message, status 1.
+    let failed = citrine(&[
+        "udf",
+        "execute",
+        "-h",
+        &host,
+        "-s",
+        "cliudf",
+        "k1",
+        "cli_counters.lua",
+        "fail",
+        "\"no thanks\"",
+    ]);
+    assert_eq!(failed.status.code(), Some(1));
+    let why = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        why.contains("result code 100") && why.contains("no thanks"),
+        "{why}"
+    );
+    let missing = citrine(&["udf", "execute", "-h", &host, "k1", "no_such_mod", "f"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("citrine udf list"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    let bad_arg = citrine(&[
+        "udf",
+        "execute",
+        "-h",
+        &host,
+        "k1",
+        "cli_counters",
+        "bump",
+        "[1,",
+    ]);
+    assert_eq!(bad_arg.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad_arg.stderr).contains("not valid JSON"));
+
+    // A module that does not compile is refused with its line.
+    let broken = directory.join("cli_broken.lua");
+    std::fs::write(&broken, "function f(rec)\n  return (\nend\n").expect("write");
+    let refused = citrine(&["udf", "put", "-h", &host, &broken.to_string_lossy()]);
+    assert_eq!(refused.status.code(), Some(1));
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("compile_error at cli_broken.lua:"), "{why}");
+
+    let remove = citrine(&["udf", "remove", "-h", &host, "cli_counters.lua"]);
+    assert!(remove.status.success());
+    assert!(!stdout(&citrine(&["udf", "list", "-h", &host])).contains("cli_counters"));
+    let gone = citrine(&["udf", "get", "-h", &host, "cli_counters.lua"]);
+    assert_eq!(gone.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&directory);
+}

@@ -1,6 +1,7 @@
 //! Batch commands: many records, one request per node (protocol 04 §1–§2).
 //!
-//! Owns the batch-index request encoding (rows, REPEAT rows, parent flags),
+//! Owns the batch-index request encoding (rows, REPEAT rows, parent flags,
+//! the call fields of BatchUDF rows),
 //! the parsing of a node's answer stream (row messages carrying their batch
 //! index in `transaction_ttl`, then a LAST message), and the execution
 //! loop: group the keys by the node that serves each one (master for
@@ -19,6 +20,7 @@ use crate::command::{Bins, Key, Operation, Record};
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::policy::{Policy, WritePolicy};
+use crate::udf::UdfFields;
 use citrine_types::NodeId;
 use citrine_wire::frame::MessageType;
 use citrine_wire::msg::{
@@ -97,6 +99,8 @@ pub(crate) enum RowSpec {
         n_ops: u16,
         /// Whether a row with a user key carries it (write rows).
         send_key: bool,
+        /// A UDF call's fields, after the key (BatchUDF rows).
+        udf: Option<UdfFields>,
     },
 }
 
@@ -195,6 +199,7 @@ impl Client {
                 ops: encoded,
                 n_ops,
                 send_key: policy.base.send_key,
+                udf: None,
             }
         } else {
             RowSpec::Full {
@@ -206,6 +211,7 @@ impl Client {
                 ops: encoded,
                 n_ops,
                 send_key: false,
+                udf: None,
             }
         };
         let rows = self.run_batch(policy, keys, &spec, has_write).await?;
@@ -237,6 +243,7 @@ impl Client {
             ops: Vec::new(),
             n_ops: 0,
             send_key: policy.base.send_key,
+            udf: None,
         };
         let rows = self.run_batch(policy, keys, &spec, true).await?;
         Ok(rows
@@ -496,7 +503,14 @@ pub(crate) fn encode_batch(
             continue;
         }
         previous = Some(key);
-        let n_fields = 1 + u16::from(!key.set.is_empty()) + u16::from(carries_key);
+        let udf = match spec {
+            RowSpec::Full { udf, .. } => udf.as_ref(),
+            RowSpec::Read { .. } => None,
+        };
+        let n_fields = 1
+            + u16::from(!key.set.is_empty())
+            + u16::from(carries_key)
+            + if udf.is_some() { UdfFields::COUNT } else { 0 };
         let (ops, n_ops): (&[u8], u16) = match spec {
             RowSpec::Read { info1, names } => {
                 payload.push(row_type::READ);
@@ -534,6 +548,9 @@ pub(crate) fn encode_batch(
             if let Some(user_key) = &key.user_key {
                 push_field(&mut payload, field_type::KEY, &user_key.to_field());
             }
+        }
+        if let Some(udf) = udf {
+            udf.push_fields(&mut payload);
         }
         match spec {
             RowSpec::Read { names, .. } => {
@@ -717,6 +734,7 @@ mod tests {
             ops,
             n_ops,
             send_key: true,
+            udf: None,
         };
         let mut frame = Vec::new();
         let policy = BatchPolicy {

@@ -376,7 +376,7 @@ impl Client {
 
     // ----- execution -----
 
-    async fn run(
+    pub(crate) async fn run(
         &self,
         policy: &Policy,
         key: &Key,
@@ -566,7 +566,7 @@ async fn attempt_on(node: &Node, frame: &[u8], deadline: Option<Instant>) -> Res
     }
 }
 
-fn write_header(policy: &WritePolicy) -> MsgHeader {
+pub(crate) fn write_header(policy: &WritePolicy) -> MsgHeader {
     let (bits2, bits3, generation) = policy.header_bits();
     MsgHeader {
         info2: bits2,
@@ -578,7 +578,7 @@ fn write_header(policy: &WritePolicy) -> MsgHeader {
     }
 }
 
-fn answer_node(answer: &Answer) -> String {
+pub(crate) fn answer_node(answer: &Answer) -> String {
     answer.node.clone().unwrap_or_default()
 }
 

@@ -4,7 +4,8 @@
 //! Invariant: every request this module builds carries namespace, set (when
 //! non-empty) and digest fields, in the official clients' order, then the
 //! user key when `send_key` is set, the policy's filter expression (field
-//! 43) when it has one, then the ops; the frame is complete
+//! 43) when it has one, the UDF fields (30, 31, 32) of a UDF call, then the
+//! ops; the frame is complete
 //! (proto header patched) and can be resent unchanged on retries.
 
 use crate::error::{Error, Result};
@@ -316,6 +317,8 @@ pub(crate) enum RequestOps<'a> {
     ReadNames(&'a [String]),
     Bins(u8, &'a [Bin]),
     Operations(&'a [Operation]),
+    /// A record UDF: no ops, the call's fields instead.
+    Udf(&'a crate::udf::UdfFields),
 }
 
 /// Encodes a complete request frame into `out`.
@@ -337,7 +340,7 @@ pub(crate) fn encode_request(
         }
     };
     match &request.ops {
-        RequestOps::None => {}
+        RequestOps::None | RequestOps::Udf(_) => {}
         RequestOps::ReadNames(names) => names.iter().try_for_each(|name| check_name(name))?,
         RequestOps::Bins(_, bins) => bins.iter().try_for_each(|bin| check_name(&bin.name))?,
         RequestOps::Operations(ops) => ops
@@ -359,8 +362,11 @@ pub(crate) fn encode_request(
     if let Some(filter) = filter {
         writer.field(field_type::FILTER_EXPRESSION, filter);
     }
+    if let RequestOps::Udf(call) = &request.ops {
+        call.write_fields(&mut writer);
+    }
     match &request.ops {
-        RequestOps::None => {}
+        RequestOps::None | RequestOps::Udf(_) => {}
         RequestOps::ReadNames(names) => {
             for name in names.iter() {
                 writer.op(op_type::READ, 0, name.as_bytes(), &[]);

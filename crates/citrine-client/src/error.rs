@@ -58,6 +58,21 @@ pub enum Error {
         code: u8,
         message: String,
     },
+    /// A user-defined function failed on the server: result code 100
+    /// (`UDF_EXECUTION`) with the server's text from the `FAILURE` bin
+    /// (an error the Lua code raised, a module or function not found, a
+    /// time limit...). The record was not changed.
+    #[error("UDF failed on {node} (result code 100): {message}")]
+    Udf {
+        /// Node that answered.
+        node: String,
+        /// The `FAILURE` bin's text (empty if the server sent none).
+        message: String,
+    },
+    /// A UDF module command (`udf-put`, `udf-get`, `udf-remove`) answered
+    /// `error=<reason>[;file=..;line=..;message=..]` (boxed: it is large).
+    #[error("{0}")]
+    UdfModule(Box<UdfModuleError>),
     /// The caller passed something that cannot be sent (bad name lengths, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -71,6 +86,43 @@ fn in_doubt_suffix(in_doubt: bool) -> &'static str {
         " (write in doubt)"
     } else {
         ""
+    }
+}
+
+/// A UDF module command's refusal ([`Error::UdfModule`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UdfModuleError {
+    /// Node that answered.
+    pub node: String,
+    /// The module's file name the command named.
+    pub filename: String,
+    /// The server's reason word, e.g. `compile_error`, `invalid_filename`.
+    pub reason: String,
+    /// The file the problem is in (compile errors).
+    pub file: Option<String>,
+    /// The line the problem is on (compile errors).
+    pub line: Option<u32>,
+    /// The server's explanation (sent base64-encoded; decoded here).
+    pub message: Option<String>,
+}
+
+impl std::fmt::Display for UdfModuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "UDF module {:?} refused by {}: {}",
+            self.filename, self.node, self.reason
+        )?;
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => write!(f, " at {file}:{line}")?,
+            (Some(file), None) => write!(f, " in {file}")?,
+            (None, Some(line)) => write!(f, " at line {line}")?,
+            (None, None) => {}
+        }
+        if let Some(message) = &self.message {
+            write!(f, ": {message}")?;
+        }
+        Ok(())
     }
 }
 
@@ -148,10 +200,12 @@ impl Error {
         }
     }
 
-    /// The server's result code, when the error came from a server answer.
+    /// The server's result code, when the error came from a server answer
+    /// ([`Error::Udf`] is 100, `UdfExecution`).
     pub fn result_code(&self) -> Option<ResultCode> {
         match self {
             Error::Server { result, .. } => *result,
+            Error::Udf { .. } => Some(ResultCode::UdfExecution),
             _ => None,
         }
     }
@@ -160,6 +214,7 @@ impl Error {
     pub fn raw_code(&self) -> Option<u8> {
         match self {
             Error::Server { code, .. } => Some(*code),
+            Error::Udf { .. } => Some(ResultCode::UdfExecution.code()),
             _ => None,
         }
     }

@@ -27,7 +27,9 @@
 //! [`node`] node health; [`cluster`] tend loop; [`client`] the API and
 //! single-record commands; [`cdt`] list and map operations; [`msgpack`]
 //! list and map values; [`batch`] batch commands; [`query`] scans,
-//! queries, background jobs and index management.
+//! queries, background jobs and index management; [`udf`] Lua modules
+//! and UDF calls on one record, a batch, or (background, aggregation)
+//! a scan or query.
 
 #![forbid(unsafe_code)]
 
@@ -44,6 +46,7 @@ pub mod partition;
 pub mod peers;
 pub mod policy;
 pub mod query;
+pub mod udf;
 pub mod value;
 
 pub use batch::BatchPolicy;
@@ -51,15 +54,16 @@ pub use citrine_types::{NodeId, ResultCode};
 pub use citrine_wire::digest::UserKey;
 pub use client::{Client, ClientStats, NodeSummary};
 pub use command::{Bins, IntoUserKey, Key, Operation, Record};
-pub use error::{Error, Result};
+pub use error::{Error, Result, UdfModuleError};
 pub use msgpack::Element;
 pub use policy::{
     Expiration, GenerationPolicy, Policy, ReadPolicy, RecordExistsAction, Replica, WritePolicy,
 };
 pub use query::{
-    FilterValue, IndexCollection, IndexFilter, IndexType, JobStatus, KeyRecord, PartitionFilter,
-    RecordStream, ScanPolicy, Statement,
+    BackgroundTask, FilterValue, IndexCollection, IndexFilter, IndexType, JobStatus, KeyRecord,
+    PartitionFilter, RecordStream, ScanPolicy, Statement,
 };
+pub use udf::{udf_hash, AggregateOutput, BatchUdfResult, UdfModule};
 pub use value::{Bin, Value};
 
 use std::time::Duration;

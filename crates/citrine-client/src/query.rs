@@ -12,8 +12,9 @@
 //! round uses the current partition map), resuming strictly after the last
 //! record delivered: a record is delivered once even across retries.
 //!
-//! Also here: background scans and queries that apply write ops on the
-//! server ([`Client::execute_background`], [`Client::job_status`]) and the
+//! Also here: background scans and queries that apply write ops or a
+//! record UDF on the server ([`Client::execute_background`],
+//! [`BackgroundTask`], [`Client::job_status`]) and the
 //! secondary-index info commands ([`Client::create_index`],
 //! [`Client::drop_index`], [`Client::wait_for_index`]).
 //!
@@ -27,6 +28,8 @@ use crate::command::{Bins, Key, Operation, Record};
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::policy::{Policy, WritePolicy};
+use crate::udf::UdfFields;
+use crate::value::Value;
 use citrine_types::{Digest, NodeId, PARTITIONS as PARTITION_COUNT};
 use citrine_wire::digest::UserKey;
 use citrine_wire::frame::MessageType;
@@ -108,6 +111,11 @@ impl PartitionFilter {
             begin: key.partition().get(),
             count: 1,
         }
+    }
+
+    /// The first partition and how many.
+    pub(crate) fn bounds(self) -> (u16, u16) {
+        (self.begin, self.count)
     }
 }
 
@@ -370,7 +378,7 @@ impl Statement {
         self
     }
 
-    fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Key::from_digest(self.namespace.clone(), self.set.clone(), Digest([0; 20])).validate()?;
         if let Bins::Names(names) = &self.bins {
             if let Some(name) = names
@@ -428,6 +436,44 @@ impl Drop for RecordStream {
     }
 }
 
+/// What a background job does to each record it selects.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BackgroundTask<'a> {
+    /// These write operations (sent as the request's ops).
+    Operations(&'a [Operation]),
+    /// This record UDF (`UDF_OP` 2 and the call's fields, no ops): the
+    /// module's name without `.lua`, the function, its arguments after
+    /// the record.
+    Udf {
+        module: &'a str,
+        function: &'a str,
+        args: &'a [Value],
+    },
+}
+
+impl<'a> From<&'a [Operation]> for BackgroundTask<'a> {
+    fn from(ops: &'a [Operation]) -> BackgroundTask<'a> {
+        BackgroundTask::Operations(ops)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [Operation; N]> for BackgroundTask<'a> {
+    fn from(ops: &'a [Operation; N]) -> BackgroundTask<'a> {
+        BackgroundTask::Operations(ops)
+    }
+}
+
+impl<'a> From<&'a Vec<Operation>> for BackgroundTask<'a> {
+    fn from(ops: &'a Vec<Operation>) -> BackgroundTask<'a> {
+        BackgroundTask::Operations(ops)
+    }
+}
+
+/// `UDF_OP` (field 33): a stream UDF over the selected records.
+pub(crate) const UDF_OP_AGGREGATE: u8 = 1;
+/// `UDF_OP` (field 33): a record UDF applied by a background job.
+pub(crate) const UDF_OP_BACKGROUND: u8 = 2;
+
 /// Progress of a background job across the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobStatus {
@@ -465,19 +511,20 @@ impl Client {
         Ok(RecordStream { receiver, driver })
     }
 
-    /// Starts a background job applying `ops` (write operations) to every
-    /// record `statement` selects, on every node, under `write`'s TTL,
-    /// generation and existence rules and filter expression. Returns the
-    /// job's id for [`Client::job_status`]; the server runs it on its own.
+    /// Starts a background job doing `task` — write operations, or a
+    /// record UDF ([`BackgroundTask::Udf`]) — to every record `statement`
+    /// selects, on every node, under `write`'s TTL, generation and
+    /// existence rules and filter expression. Returns the job's id for
+    /// [`Client::job_status`]; the server runs it on its own.
     /// It is started node by node with no retry: after an error it may be
     /// running on the nodes that accepted it (the error says which node
-    /// failed), so do not start it again blindly when its ops are not
+    /// failed), so do not start it again blindly when its work is not
     /// idempotent.
-    pub async fn execute_background(
+    pub async fn execute_background<'a>(
         &self,
         write: &WritePolicy,
         statement: &Statement,
-        ops: &[Operation],
+        task: impl Into<BackgroundTask<'a>>,
     ) -> Result<u64> {
         statement.validate()?;
         if statement.partitions != PartitionFilter::all() {
@@ -485,20 +532,31 @@ impl Client {
                 "a background job covers every partition".into(),
             ));
         }
-        if ops.is_empty() || ops.iter().any(|op| !op.is_write()) {
-            return Err(Error::InvalidArgument(
-                "a background job needs write operations only".into(),
-            ));
-        }
-        if let Some(name) = ops
-            .iter()
-            .filter_map(Operation::bin_name)
-            .find(|name| name.len() > citrine_types::BIN_NAME_MAX)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "bin name {name:?} is longer than 15 bytes"
-            )));
-        }
+        let task = task.into();
+        let udf = match task {
+            BackgroundTask::Operations(ops) => {
+                if ops.is_empty() || ops.iter().any(|op| !op.is_write()) {
+                    return Err(Error::InvalidArgument(
+                        "a background job needs write operations only".into(),
+                    ));
+                }
+                if let Some(name) = ops
+                    .iter()
+                    .filter_map(Operation::bin_name)
+                    .find(|name| name.len() > citrine_types::BIN_NAME_MAX)
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "bin name {name:?} is longer than 15 bytes"
+                    )));
+                }
+                None
+            }
+            BackgroundTask::Udf {
+                module,
+                function,
+                args,
+            } => Some(UdfFields::new(module, function, args)?),
+        };
         let task_id = self.next_random() >> 1 | 1;
         let (bits2, bits3, generation) = write.header_bits();
         let header = MsgHeader {
@@ -515,8 +573,17 @@ impl Client {
         if let Some(filter) = &write.base.filter {
             writer.field(field_type::FILTER_EXPRESSION, filter);
         }
-        for op in ops {
-            op.encode(&mut writer);
+        match (&udf, task) {
+            (Some(call), _) => {
+                writer.field(field_type::UDF_OP, &[UDF_OP_BACKGROUND]);
+                call.write_fields(&mut writer);
+            }
+            (None, BackgroundTask::Operations(ops)) => {
+                for op in ops {
+                    op.encode(&mut writer);
+                }
+            }
+            (None, BackgroundTask::Udf { .. }) => {}
         }
         writer.finish();
         let nodes = self.cluster.state().nodes.clone();
@@ -708,7 +775,7 @@ impl Client {
         Ok(value)
     }
 
-    fn any_node(&self) -> Result<NodeId> {
+    pub(crate) fn any_node(&self) -> Result<NodeId> {
         self.nodes()
             .into_iter()
             .find(|node| node.reachable)
@@ -722,7 +789,7 @@ impl Client {
 
 /// Calls `check` every `every` until it answers true; a timeout named
 /// `what` past `timeout`, and `check`'s error at once.
-async fn poll<F, Fut>(
+pub(crate) async fn poll<F, Fut>(
     timeout: Duration,
     every: Duration,
     what: &'static str,
@@ -990,7 +1057,7 @@ async fn rounds(
 }
 
 /// Namespace, set, pacing, socket timeout, task id and index fields.
-fn write_common_fields(
+pub(crate) fn write_common_fields(
     writer: &mut MessageWriter<'_>,
     statement: &Statement,
     base: &Policy,

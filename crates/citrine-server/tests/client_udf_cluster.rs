@@ -1,0 +1,189 @@
+//! Citrine's client (`citrine-client`) using Lua UDFs on a real three-node
+//! cluster (`examples/cluster.toml`): a module registered through one node
+//! is listed by every node with the source's hash before `register_udf`
+//! returns; record calls go to each key's master; a batch UDF splits its
+//! keys by node; a background UDF job runs on every node; an aggregation
+//! returns one partial result per node, which add up to the whole.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use citrine_client::{
+    udf_hash, BackgroundTask, BatchPolicy, Bin, Bins, Client, ClientConfig, Key, Policy,
+    ScanPolicy, Statement, Value, WritePolicy,
+};
+use common::cluster::{start_cluster, wait_for_stable, Node};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const RECORDS: i64 = 300;
+
+const MODULE: &str = r#"
+function add(rec, bin, by)
+  rec[bin] = (rec[bin] or 0) + by
+  aerospike:update(rec)
+  return rec[bin]
+end
+
+function mark(rec, value)
+  rec['mark'] = value
+  aerospike:update(rec)
+end
+
+local function plus(a, b) return a + b end
+
+function count(stream)
+  return stream : map(function(rec) return 1 end) : reduce(plus)
+end
+"#;
+
+fn key(index: i64) -> Key {
+    Key::new("test", "u", index)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udfs_across_a_three_node_cluster() {
+    let nodes = start_cluster(0x70);
+    wait_for_stable(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(30));
+    let client = Client::connect(ClientConfig::new(nodes.iter().map(Node::service_address)))
+        .await
+        .unwrap();
+    assert_eq!(client.nodes().len(), 3);
+
+    client
+        .register_udf("cluster_m.lua", MODULE.as_bytes())
+        .await
+        .unwrap();
+    // Every node lists it with the source's hash as soon as the call returns.
+    let line = format!(
+        "filename=cluster_m.lua,hash={},type=LUA;",
+        udf_hash(MODULE.as_bytes())
+    );
+    for node in &nodes {
+        let listed = node.info_value("udf-list").unwrap_or_default();
+        assert!(listed.contains(&line), "node {}: {listed:?}", node.id);
+    }
+
+    let write = WritePolicy {
+        base: Policy {
+            max_retries: 20,
+            backoff: Duration::from_millis(50),
+            ..Policy::default()
+        },
+        ..WritePolicy::default()
+    };
+    for index in 0..RECORDS {
+        client
+            .put(&write, &key(index), &[Bin::new("n", index)])
+            .await
+            .unwrap();
+    }
+    let keys: Vec<Key> = (0..RECORDS).map(key).collect();
+    let masters: BTreeSet<_> = keys
+        .iter()
+        .filter_map(|key| client.master_of(key))
+        .collect();
+    assert_eq!(masters.len(), 3, "the keys span all three nodes");
+
+    // Record calls, each on its key's master.
+    for index in 0..30 {
+        let result = client
+            .execute_udf(
+                &write,
+                &key(index),
+                "cluster_m",
+                "add",
+                &[Value::from("n"), Value::Int(1000)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(result, Value::Int(index + 1000));
+    }
+
+    // A batch over every key: one request per node.
+    let batch = BatchPolicy {
+        base: write.base.clone(),
+        ..BatchPolicy::default()
+    };
+    let results = client
+        .batch_udf(
+            &batch,
+            &keys,
+            "cluster_m",
+            "add",
+            &[Value::from("n"), Value::Int(1)],
+        )
+        .await
+        .unwrap();
+    for (index, result) in results.iter().enumerate() {
+        let index = index as i64;
+        let expected = index + 1 + if index < 30 { 1000 } else { 0 };
+        assert_eq!(
+            result.as_ref().ok(),
+            Some(&Value::Int(expected)),
+            "key {index}"
+        );
+    }
+
+    // A background job on every node.
+    let task = client
+        .execute_background(
+            &write,
+            &Statement::new("test", "u"),
+            BackgroundTask::Udf {
+                module: "cluster_m",
+                function: "mark",
+                args: &[Value::from("done")],
+            },
+        )
+        .await
+        .unwrap();
+    client
+        .wait_for_job(task, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let records = client.batch_get(&batch, &keys, Bins::All).await.unwrap();
+    for (index, record) in records.iter().enumerate() {
+        assert_eq!(
+            record.as_ref().and_then(|record| record.bin("mark")),
+            Some(&Value::from("done")),
+            "key {index}"
+        );
+    }
+
+    // An aggregation: one count per node, adding up to every record once.
+    let outputs = client
+        .query_aggregate_raw(
+            &ScanPolicy::default(),
+            &Statement::new("test", "u"),
+            "cluster_m",
+            "count",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(outputs.len(), 3, "{outputs:?}");
+    let mut total = 0;
+    for output in &outputs {
+        match output.values.as_slice() {
+            [Value::Int(count)] => {
+                assert!(*count > 0, "{outputs:?}");
+                total += count;
+            }
+            other => panic!("node {}: {other:?}", output.node),
+        }
+    }
+    assert_eq!(total, RECORDS, "{outputs:?}");
+
+    client.remove_udf("cluster_m.lua").await.unwrap();
+    for node in &nodes {
+        let listed = node.info_value("udf-list").unwrap_or_default();
+        assert!(
+            !listed.contains("cluster_m.lua"),
+            "node {}: {listed:?}",
+            node.id
+        );
+    }
+    client.close();
+}
