@@ -4,7 +4,10 @@
 //! matching record exactly once (each node its master partitions), a
 //! background query sent to every node writes each matching record once
 //! (replicas included), and a node that was down when an index was
-//! created gets it when it rejoins.
+//! created gets it when it rejoins. UDF modules, the other shared metadata,
+//! take the same way: registered through one node, listed by all; a node
+//! that was down gets the module registered meanwhile, and not the one
+//! removed meanwhile.
 
 #![allow(clippy::unwrap_used)]
 
@@ -189,6 +192,17 @@ fn index_definitions_reach_every_node_and_queries_cover_the_cluster_once() {
         "the index is not deleted on every node",
     );
 
+    // UDF modules: registered through one node, listed by every node.
+    let module_f =
+        "udf-put:filename=f.lua;content=ZnVuY3Rpb24gZihyZWMpIHJldHVybiAxIGVuZA==;udf-type=LUA;";
+    assert_eq!(nodes[1].info_value(module_f).as_deref(), Some("ok"));
+    wait_all(
+        &group,
+        "udf-list",
+        |answer| answer == "filename=f.lua,hash=124814078c4397c597cd9f704c94a39a46a0db33,type=LUA;",
+        "the module is not on every node",
+    );
+
     // A node down when an index is created gets it when it comes back.
     nodes[2].kill();
     wait_for_cluster(
@@ -197,6 +211,14 @@ fn index_definitions_reach_every_node_and_queries_cover_the_cluster_once() {
         Duration::from_secs(30),
     );
     assert_eq!(nodes[0].info_value(create).as_deref(), Some("ok"));
+    // Meanwhile f.lua goes and g.lua comes.
+    assert_eq!(
+        nodes[0].info_value("udf-remove:filename=f.lua").as_deref(),
+        Some("ok")
+    );
+    let module_g =
+        "udf-put:filename=g.lua;content=ZnVuY3Rpb24gZyhyZWMpIHJldHVybiAyIGVuZA==;udf-type=LUA;";
+    assert_eq!(nodes[1].info_value(module_g).as_deref(), Some("ok"));
     let seed = nodes[0].heartbeat_address();
     nodes[2].start(&seed);
     let group: Vec<&Node> = nodes.iter().collect();
@@ -206,6 +228,12 @@ fn index_definitions_reach_every_node_and_queries_cover_the_cluster_once() {
         "sindex/test/by_v",
         |answer| answer.contains("load_pct=100;"),
         "the restarted node did not get the index",
+    );
+    wait_all(
+        &group,
+        "udf-list",
+        |answer| answer == "filename=g.lua,hash=f7eb310df5e5f2fd7a5092b92d0fc6a092151965,type=LUA;",
+        "the rejoined node did not settle on the modules",
     );
     // And the delete before it did not come back anywhere.
     wait_all(

@@ -1197,6 +1197,61 @@ fn udf_modules_merge_newest_wins_and_removals_stick() {
 }
 
 #[test]
+fn udf_modules_are_kept_in_the_work_directory() {
+    use base64::Engine as _;
+    let directory = std::env::temp_dir().join(format!(
+        "citrine-udf-test-{}-{}",
+        std::process::id(),
+        line!()
+    ));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).unwrap();
+    let encode = |source: &str| base64::engine::general_purpose::STANDARD.encode(source);
+    let (first, _) = service();
+    first.keep_udf_modules(&directory).unwrap();
+    let put_a = format!(
+        "udf-put:filename=a.lua;content={};",
+        encode("function f(r) return 1 end")
+    );
+    let put_b = format!(
+        "udf-put:filename=b.lua;content={};",
+        encode("function f(r) return 2 end")
+    );
+    let answers = info(
+        &first,
+        &[&put_a, &put_b, "udf-remove:filename=a.lua", "udf-list"],
+    );
+    assert!(
+        answers[..3].iter().all(|(_, answer)| answer == "ok"),
+        "{answers:?}"
+    );
+    let listed = answers[3].1.clone();
+    // A new process over the same directory has b, and a's tombstone (an
+    // older push of a from a peer does not bring it back).
+    let (second, _) = service();
+    second.keep_udf_modules(&directory).unwrap();
+    assert_eq!(info(&second, &["udf-list"])[0].1, listed);
+    let (peer, _) = service();
+    let answers = info(&peer, &[&put_a]);
+    assert_eq!(answers[0].1, "ok");
+    // The peer's put is older than the removal only if its clock says so:
+    // both run on the same test clock, so compare versions the way a merge
+    // does: whatever wins, every node ends up with the same list.
+    second.merge_udf_modules(&peer.udf_modules_text());
+    peer.merge_udf_modules(&second.udf_modules_text());
+    assert_eq!(info(&second, &["udf-list"]), info(&peer, &["udf-list"]));
+    // A line that no longer makes a module is dropped, not fatal.
+    let file = directory.join(crate::udf::MODULES_FILE);
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str("version=1.1;filename=bad.lua;content=%%%\n");
+    std::fs::write(&file, text).unwrap();
+    let (third, _) = service();
+    third.keep_udf_modules(&directory).unwrap();
+    assert!(info(&third, &["udf-list"])[0].1.contains("b.lua"));
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[test]
 fn namespace_info_lists_the_conflict_resolution_policy() {
     let (service, _) = service();
     let answers = info(
