@@ -268,6 +268,64 @@ async fn execute_updates_the_record_and_returns_values() {
             .expect("nothing"),
         Value::Nil
     );
+
+    // The write policy's generation check and record-exists action hold for
+    // a UDF as for a put: refused before the function runs.
+    let generation = client
+        .get(&ReadPolicy::default(), &key, Bins::All)
+        .await
+        .expect("get")
+        .expect("exists")
+        .generation;
+    let stale = WritePolicy {
+        generation: citrine_client::GenerationPolicy::ExpectEqual(u32::from(generation) + 7),
+        ..WritePolicy::default()
+    };
+    let refused = client
+        .execute_udf(
+            &stale,
+            &key,
+            "citrine_m",
+            "bump",
+            &[Value::from("n"), Value::Int(1)],
+        )
+        .await;
+    assert_eq!(
+        refused.err().and_then(|e| e.result_code()),
+        Some(ResultCode::Generation)
+    );
+    let current = WritePolicy {
+        generation: citrine_client::GenerationPolicy::ExpectEqual(u32::from(generation)),
+        ..WritePolicy::default()
+    };
+    client
+        .execute_udf(
+            &current,
+            &key,
+            "citrine_m",
+            "bump",
+            &[Value::from("n"), Value::Int(1)],
+        )
+        .await
+        .expect("the generation matches");
+    let create_only = WritePolicy {
+        record_exists: citrine_client::RecordExistsAction::CreateOnly,
+        ..WritePolicy::default()
+    };
+    let refused = client
+        .execute_udf(
+            &create_only,
+            &key,
+            "citrine_m",
+            "bump",
+            &[Value::from("n"), Value::Int(1)],
+        )
+        .await;
+    assert_eq!(
+        refused.err().and_then(|e| e.result_code()),
+        Some(ResultCode::RecordExists)
+    );
+    assert_eq!(int_bin(&client, &key, "n").await, Some(16));
     client.close();
 }
 
@@ -533,6 +591,23 @@ async fn a_background_udf_job_updates_the_selected_records() {
     assert!(
         matches!(refused, Err(Error::InvalidArgument(_))),
         "{refused:?}"
+    );
+    // A module this node does not have fails the job at once (100), not
+    // as a job that is done with every record failed.
+    let refused = client
+        .execute_background(
+            &write,
+            &Statement::new("test", "bg"),
+            BackgroundTask::Udf {
+                module: "no_such_module",
+                function: "f",
+                args: &[],
+            },
+        )
+        .await;
+    assert_eq!(
+        refused.err().and_then(|e| e.result_code()),
+        Some(ResultCode::UdfExecution)
     );
     client.close();
 }

@@ -157,12 +157,18 @@ pub(crate) struct Jobs {
 
 /// Checks a background request's ops: at least one, and only ops that
 /// write (reads have nowhere to go: 4, as the reference answers).
-pub(crate) fn check_ops(message: &Message<'_>) -> Result<(), ResultCode> {
+pub(crate) fn check_ops(
+    message: &Message<'_>,
+    modules: &citrine_udf::Registry,
+) -> Result<(), ResultCode> {
     if message.field(field_type::UDF_OP).is_some() {
-        // A UDF job: the module and function instead of ops.
+        // A UDF job: the module and function instead of ops; a module this
+        // node does not have fails the job at once (clients register a
+        // module on every node before they use it).
         let registry = citrine_udf::Registry::default();
         return match crate::udf::call_of(&registry, message)? {
-            Some(_) => Ok(()),
+            Some(call) if modules.get(&format!("{}.lua", call.module)).is_some() => Ok(()),
+            Some(_) => Err(ResultCode::UdfExecution),
             None => Err(ResultCode::Parameter),
         };
     }

@@ -269,7 +269,11 @@ pub(crate) fn start(
     }) else {
         return refuse(service, out, ResultCode::Namespace);
     };
-    let parsed = parse(message, Arc::clone(&namespace), background);
+    let parsed = match background {
+        true => crate::job::check_ops(message, service.udf_registry())
+            .and_then(|()| parse(message, Arc::clone(&namespace), background)),
+        false => parse(message, Arc::clone(&namespace), background),
+    };
     if background {
         return match parsed {
             Err(code) => refuse(service, out, code),
@@ -309,7 +313,7 @@ pub(crate) fn start(
 }
 
 /// Parses the scan's fields and ops (a background scan's ops are the
-/// writes each record gets, checked by [`crate::job::check_ops`]; a
+/// writes each record gets, checked before by [`crate::job::check_ops`]; a
 /// foreground scan's are the bins it projects). `Ok(None)` when the set
 /// does not exist.
 pub(crate) fn parse(
@@ -317,9 +321,6 @@ pub(crate) fn parse(
     namespace: Arc<Namespace>,
     background: bool,
 ) -> Result<Option<ScanCursor>, ResultCode> {
-    if background {
-        crate::job::check_ops(message)?;
-    }
     if message.field(field_type::UDF_OP).is_some() && message.ops().next().is_some() {
         // A UDF job or aggregation has no ops of its own.
         return Err(ResultCode::Parameter);

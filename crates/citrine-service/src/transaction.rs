@@ -481,7 +481,7 @@ fn write_key_field(writer: &mut MessageWriter<'_>, particle_type: u8, bytes: &[u
 }
 
 /// Checks the generation condition of a write or delete.
-fn check_generation(header: &MsgHeader, current: u16) -> Result<(), ResultCode> {
+pub(crate) fn check_generation(header: &MsgHeader, current: u16) -> Result<(), ResultCode> {
     let expected = header.generation;
     if header.info2 & info2::GENERATION != 0 && expected != u32::from(current) {
         return Err(ResultCode::Generation);

@@ -480,9 +480,26 @@ pub(crate) fn apply(
         Some(meta) => i64::from(meta.void_time.saturating_sub(now.citrusleaf_seconds)),
     };
     let set_name = namespace.sets.name(set_id).unwrap_or_default();
-    if header.info3 & citrine_wire::msg::info3::UPDATE_ONLY != 0 && live.is_none() {
-        // A background job's write: a record deleted meanwhile stays gone.
-        return Err(ResultCode::NotFound);
+    // The write policy's record-exists action and generation check, as a
+    // write honours them (a background job's writes are UPDATE_ONLY: a
+    // record deleted meanwhile stays gone).
+    match live_meta {
+        Some(meta) => {
+            if header.info2 & citrine_wire::msg::info2::CREATE_ONLY != 0 {
+                return Err(ResultCode::RecordExists);
+            }
+            transaction::check_generation(header, meta.generation)?;
+        }
+        None => {
+            let must_exist =
+                citrine_wire::msg::info3::UPDATE_ONLY | citrine_wire::msg::info3::REPLACE_ONLY;
+            if header.info3 & must_exist != 0 {
+                return Err(ResultCode::NotFound);
+            }
+            if header.info2 & citrine_wire::msg::info2::GENERATION != 0 && header.generation != 0 {
+                return Err(ResultCode::Generation);
+            }
+        }
     }
     let input = citrine_udf::RecordIn {
         exists: live.is_some(),
