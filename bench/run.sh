@@ -21,6 +21,12 @@
 #     latency without queueing, beside the machine's loopback floor (two
 #     processes passing request- and reply-sized messages over plain
 #     blocking sockets, bench/loopback-pingpong.c; skipped without gcc)
+#   - record UDFs (UDF=1): UDF_KEYS keys with one integer bin (-o I), then
+#     -w udf (the bench's Lua module citrine_bench.lua, function incr: read
+#     the bin, add 1, aerospike:update, return it: a read-modify-write on
+#     the server) and -w udf-read (function get: return the bin), each
+#     followed by its plain baseline on the same keys: ru,0 (a put of the
+#     bin) and ru,100 (a read). No ceiling rows: citrined --noop runs no Lua.
 #
 # Environment (all optional):
 #   DURATION=20      seconds per read/update workload
@@ -29,6 +35,8 @@
 #   LOAD=1           insert the keys first (0 = skip; reads then miss)
 #   BATCH=10         keys per batch read of the batch workload (0 = skip it)
 #   QUERY_GROUPS=10000  groups of the query workload (0 = skip it)
+#   UDF=1            run the record-UDF workloads (0 = skip them)
+#   UDF_KEYS=100000  keys of the record-UDF workloads
 #   PORT=3300        citrined port;  NOOP_PORT=3399 the --noop citrined's port
 #   SKIP_BUILD=0     1 = use existing target/release binaries
 #   CITRINED_BIN     server binary (default target/release/citrined)
@@ -45,6 +53,8 @@ CONCURRENCY="${CONCURRENCY:-32}"
 LOAD="${LOAD:-1}"
 BATCH="${BATCH:-10}"
 QUERY_GROUPS="${QUERY_GROUPS:-10000}"
+UDF="${UDF:-1}"
+UDF_KEYS="${UDF_KEYS:-100000}"
 PORT="${PORT:-3300}"
 NOOP_PORT="${NOOP_PORT:-3399}"
 DATA_SIZE="${DATA_SIZE:-6G}"
@@ -115,10 +125,10 @@ wait_for "127.0.0.1:$NOOP_PORT"
 
 COMMANDS_FILE="$WORK/commands.txt"
 : >"$COMMANDS_FILE"
-run_bench() { # name target-port pid-or-empty extra-args... (C=N: N in flight, not CONCURRENCY)
+run_bench() { # name target-port pid-or-empty extra-args... (C=N: N in flight, not CONCURRENCY; K=N: N keys, not KEYS)
     local name="$1" port="$2" pid="$3"
     shift 3
-    local args=(bench -h "127.0.0.1:$port" -n test -k "$KEYS" -c "${C:-$CONCURRENCY}" -q --label "$name" --json "$WORK/$name.json" "$@")
+    local args=(bench -h "127.0.0.1:$port" -n test -k "${K:-$KEYS}" -c "${C:-$CONCURRENCY}" -q --label "$name" --json "$WORK/$name.json" "$@")
     if [ -n "$pid" ]; then args+=(--server-pid "$pid"); fi
     echo "== $name"
     echo "citrine ${args[*]}" | sed "s#$WORK/##" >>"$COMMANDS_FILE"
@@ -173,10 +183,19 @@ if command -v gcc >/dev/null 2>&1; then
 else
     echo "== loopback floor skipped: no gcc"
 fi
+# Record UDFs, each right before its plain baseline on the same keys. No
+# ceiling: citrined --noop runs no Lua.
+if [ "$UDF" = "1" ]; then
+    K="$UDF_KEYS" run_bench load-udf "$PORT" "$SERVER_PID" -s pudf -o I -w insert
+    K="$UDF_KEYS" run_bench citrined-udf "$PORT" "$SERVER_PID" -s pudf -o I -w udf -d "$DURATION"
+    K="$UDF_KEYS" run_bench citrined-udf-baseline "$PORT" "$SERVER_PID" -s pudf -o I -w ru,0 -d "$DURATION"
+    K="$UDF_KEYS" run_bench citrined-udf-read "$PORT" "$SERVER_PID" -s pudf -o I -w udf-read -d "$DURATION"
+    K="$UDF_KEYS" run_bench citrined-udf-read-baseline "$PORT" "$SERVER_PID" -s pudf -o I -w ru,100 -d "$DURATION"
+fi
 
 echo "== writing $RESULTS"
 CPU_MODEL="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || echo unknown)"
-export WORK RESULTS DATA_SIZE DURATION KEYS CONCURRENCY LOAD BATCH QUERY_GROUPS CPU_MODEL NOTE="${NOTE:-}" FAILED
+export WORK RESULTS DATA_SIZE DURATION KEYS CONCURRENCY LOAD BATCH QUERY_GROUPS UDF_KEYS CPU_MODEL NOTE="${NOTE:-}" FAILED
 export NPROC="$(nproc)" KERNEL="$(uname -sr)" LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
 export GIT_REV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)"
 python3 - <<'PY'
@@ -212,7 +231,7 @@ if os.environ.get("FAILED", "").strip():
     lines.append("")
 lines.append("| workload | target | ops/s | read p50 / p99 / p99.9 ms | write p50 / p99 / p99.9 ms | server CPU µs/op | client CPU µs/op | errors | vs no-op |")
 lines.append("|---|---|---:|---|---|---:|---:|---:|---:|")
-for name in ["load-10x10", "load-1k", "load-group"]:
+for name in ["load-10x10", "load-1k", "load-group", "load-udf"]:
     run = load(name)
     if run:
         lines.append(f"| {run['workload']} {run['object_spec']} | citrined | {run['throughput_ops_s']:.0f} | - | {lat(run, 'write')} | {cpu(run)} | {cpu(run, 'client')} | {run['errors']} | - |")
@@ -242,6 +261,23 @@ if q:
     lines.append(f"| query: one group of {per:.0f} records, G:{os.environ['QUERY_GROUPS']},10*S:10 ({q.get('query_records_per_sec') or 0:.0f} records/s) | citrined | {q['throughput_ops_s']:.0f} queries/s | {lat(q, 'query')} | - | {cpu(q)} per query | {cpu(q, 'client')} per query | {q['errors']} | {frac} |")
 if qb:
     lines.append(f"| baseline: batch reads of {qb.get('batch_size')} keys, same records ({qb.get('batch_keys_per_sec') or 0:.0f} keys/s) | citrined | {qb['throughput_ops_s']:.0f} batches/s | {lat(qb, 'batch')} | - | {cpu(qb)} per batch | {cpu(qb, 'client')} per batch | {qb['errors']} | - |")
+udf_runs = [("citrined-udf", "citrined-udf-baseline", "udf", "write",
+             "record UDF citrine_bench.incr (read b0, add 1, update)", "ru,0 (a put of b0)"),
+            ("citrined-udf-read", "citrined-udf-read-baseline", "udf-read", "read",
+             "record UDF citrine_bench.get (return b0, read-only)", "ru,100 (a read)")]
+for name, base_name, op, base_op, label, base_label in udf_runs:
+    u, b = load(name), load(base_name)
+    # The UDF's latency in the column of the plain op it stands for.
+    cols = lambda run, o: f"{lat(run, o)} | -" if base_op == "read" else f"- | {lat(run, o)}"
+    if u:
+        frac = "-"
+        if b and b["throughput_ops_s"] > 0:
+            frac = f"{u['throughput_ops_s'] / b['throughput_ops_s']:.2f} of {b['workload']}"
+            if u.get("server_cpu_us_per_op") is not None and b.get("server_cpu_us_per_op") is not None:
+                frac += f", {u['server_cpu_us_per_op'] - b['server_cpu_us_per_op']:+.1f} µs server CPU"
+        lines.append(f"| {label} I, {os.environ['UDF_KEYS']} keys | citrined | {u['throughput_ops_s']:.0f} | {cols(u, op)} | {cpu(u)} | {cpu(u, 'client')} | {u['errors']} | {frac} |")
+    if b:
+        lines.append(f"| baseline: {base_label} I, same keys | citrined | {b['throughput_ops_s']:.0f} | {cols(b, base_op)} | {cpu(b)} | {cpu(b, 'client')} | {b['errors']} | - |")
 floor = load("floor")
 if floor:
     ms = f'{floor["p50_ms"]:.3f} / {floor["p99_ms"]:.3f} / {floor["p99_9_ms"]:.3f}'
@@ -251,6 +287,14 @@ lines.append("")
 lines.append("The no-op rows are the same citrined binary started with `--noop`: its listener and I/O answer every command with a header-only success (no bins back) and store nothing, "
              "so they are the ceiling of the client, the loopback path, this server's I/O and the shared CPUs, measured right after each citrined row. "
              "Reads against it return no data; reads of citrined return the full record.")
+if load("citrined-udf") or load("citrined-udf-read"):
+    lines.append("")
+    lines.append("The record-UDF rows call the bench's own Lua module (citrine_bench.lua, registered by `citrine bench -w udf`) on "
+                 f"{os.environ['UDF_KEYS']} keys holding one integer bin (load-udf): `incr` reads b0, adds 1, writes it back with "
+                 "`aerospike:update` and returns it, one round trip; `get` only returns b0. Each is followed by its plain baseline "
+                 "on the same keys (a put of the bin, `ru,0`, for incr; a read, `ru,100`, for get), and its last column is the "
+                 "UDF's throughput as a fraction of the baseline's and the server CPU it adds per operation: what calling Lua costs. "
+                 "They have no no-op ceiling row: `citrined --noop` runs no Lua (it would answer each call with a header-only success).")
 if floor:
     lines.append("")
     lines.append("The loopback floor row is bench/loopback-pingpong.c: two processes passing an 80-byte request and a 48-byte reply "

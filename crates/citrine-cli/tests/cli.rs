@@ -425,3 +425,99 @@ fn udf_modules_and_calls_against_citrined() {
     assert_eq!(gone.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+#[test]
+fn bench_udf_workloads_against_citrined() {
+    let (_server, port) = citrined();
+    let host = format!("127.0.0.1:{port}");
+    let json = std::env::temp_dir().join(format!("citrine-bench-udf-{port}.json"));
+    let json_path = json.to_str().expect("utf-8 path");
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["bench", "-h", &host, "-s", "benchudf", "-c", "4", "-q"];
+        args.extend_from_slice(extra);
+        citrine(&args)
+    };
+    let summary = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("valid json")
+    };
+
+    // Five keys that do not exist yet: incr creates each and adds 1 per call,
+    // so the bins add up to the number of calls.
+    let udf = bench(&["-k", "5", "-w", "udf", "--ops", "300", "--json", json_path]);
+    assert!(
+        udf.status.success(),
+        "{}",
+        String::from_utf8_lossy(&udf.stderr)
+    );
+    assert!(
+        stdout(&udf).contains("calls citrine_bench.incr(rec, \"b0\")"),
+        "{}",
+        stdout(&udf)
+    );
+    let result = summary();
+    assert_eq!(result["workload"], "udf");
+    assert_eq!(result["udf"], "citrine_bench.incr(b0)");
+    assert_eq!(result["errors"], 0);
+    assert_eq!(result["ops"]["udf"]["count"], 300);
+    let mut total = 0;
+    for key in 0..5 {
+        let record = citrine(&[
+            "get",
+            "-h",
+            &host,
+            "-s",
+            "benchudf",
+            &key.to_string(),
+            "--output-json",
+        ]);
+        assert!(record.status.success(), "key {key}");
+        let record: serde_json::Value = serde_json::from_str(stdout(&record).trim()).expect("json");
+        total += record["bins"]["b0"].as_i64().expect("integer bin");
+    }
+    assert_eq!(total, 300);
+    assert!(stdout(&citrine(&["udf", "list", "-h", &host])).contains("citrine_bench.lua"));
+
+    // Read-only calls on ten keys, five of them missing (not found, not errors).
+    let read = bench(&[
+        "-k", "10", "-w", "udf-read", "--ops", "200", "--json", json_path,
+    ]);
+    assert!(read.status.success());
+    let result = summary();
+    assert_eq!(result["workload"], "udf-read");
+    assert_eq!(result["errors"], 0);
+    assert_eq!(result["ops"]["udf-read"]["count"], 200);
+    assert!(result["ops"]["udf-read"]["not_found"]
+        .as_u64()
+        .is_some_and(|n| n > 0 && n < 200));
+    assert!(result["ops"]["udf"].is_null());
+
+    // A bin the function cannot add 1 to: every call is an error.
+    assert!(
+        citrine(&["put", "-h", &host, "-s", "benchudf", "7", "b0=\"text\""])
+            .status
+            .success()
+    );
+    let failing = bench(&[
+        "-k",
+        "1",
+        "--key-start",
+        "7",
+        "-w",
+        "udf",
+        "--ops",
+        "20",
+        "--json",
+        json_path,
+    ]);
+    assert!(!failing.status.success());
+    let result = summary();
+    assert_eq!(result["errors"], 20);
+    assert_eq!(result["ops"]["udf"]["error_kinds"]["code 100 (udf)"], 20);
+
+    // udf needs an integer bin in the object spec.
+    let no_int = bench(&["-o", "S:10", "-w", "udf", "--ops", "1"]);
+    assert!(!no_int.status.success());
+    assert!(String::from_utf8_lossy(&no_int.stderr).contains("give -o an I item"));
+    let _ = std::fs::remove_file(json);
+}

@@ -7,6 +7,10 @@
 //! op type behind an uncontended mutex that the reporter swaps out every
 //! second, so the hot path never shares a histogram.
 //!
+//! The `udf` and `udf-read` workloads first register the bench's own Lua
+//! module ([`UDF_SOURCE`], file `citrine_bench.lua`) unless every node
+//! already lists it with the same source.
+//!
 //! Invariants: a command's latency is measured from just before the client
 //! call to just after it returns (retries included); failed commands are
 //! counted, not timed; `--ops N` issues exactly N commands (an RMW counts as
@@ -19,8 +23,9 @@ pub mod zipf;
 
 use crate::{noop, CliResult};
 use citrine_client::{
-    BatchPolicy, Bins, Client, ClientConfig, Error, GenerationPolicy, IndexCollection, IndexFilter,
-    IndexType, Key, ReadPolicy, RecordExistsAction, ScanPolicy, Statement, WritePolicy,
+    udf_hash, BatchPolicy, Bins, Client, ClientConfig, Error, GenerationPolicy, IndexCollection,
+    IndexFilter, IndexType, Key, ReadPolicy, RecordExistsAction, ScanPolicy, Statement, Value,
+    WritePolicy,
 };
 use spec::{ObjectSpec, Workload};
 use stats::{round3, OpStats, Summary};
@@ -36,7 +41,11 @@ use zipf::{KeyDistribution, SplitMix64, Zipf};
     after_help = "Examples:\n  citrine bench --noop-server 3999                      run the no-op responder\n  \
                   citrine bench -h 127.0.0.1:3000 -k 1000000 -o 10*S:10 -w insert\n  \
                   citrine bench -k 1000000 -o 10*S:10 -w ru,95 -c 32 -d 20 --json out.json\n  \
-                  citrine bench -w rmw --zipf 0.99 --rate 5000 --server-pid $(pidof citrined)"
+                  citrine bench -w rmw --zipf 0.99 --rate 5000 --server-pid $(pidof citrined)\n  \
+                  citrine bench -k 100000 -o I -w insert -s counters && citrine bench -k 100000 -s counters -w udf\n\n\
+                  The udf workloads register the Lua module citrine_bench.lua (function incr: read the first\n\
+                  integer bin of -o, add 1, aerospike:update, return the new value; function get: return that\n\
+                  bin, nothing written) and call one of them on a random key each operation."
 )]
 pub struct BenchArgs {
     /// Seed node as HOST:PORT.
@@ -67,7 +76,11 @@ pub struct BenchArgs {
         value_name = "SPEC"
     )]
     pub object: String,
-    /// Workload: ru,READ_PCT (read/update), insert, rmw (read-modify-write with generation check).
+    /// Workload: ru,READ_PCT (read/update), insert, rmw (read-modify-write
+    /// with generation check), query (the records of one group, needs a G:N
+    /// bin), udf (a record UDF adding 1 to the first integer bin and
+    /// updating the record, on the server) or udf-read (a record UDF
+    /// returning that bin: read-only).
     #[arg(short = 'w', long = "workload", default_value = "ru,50")]
     pub workload: String,
     /// Zipfian key choice with this theta in (0,1) (default uniform).
@@ -155,9 +168,38 @@ enum OpKind {
     Batch = 3,
     /// A secondary-index query for one group.
     Query = 4,
+    /// A record UDF that updates the record (`citrine_bench.incr`).
+    Udf = 5,
+    /// A read-only record UDF (`citrine_bench.get`).
+    UdfRead = 6,
 }
-const OP_NAMES: [&str; OP_KINDS] = ["read", "write", "rmw", "batch", "query"];
-const OP_KINDS: usize = 5;
+const OP_NAMES: [&str; OP_KINDS] = ["read", "write", "rmw", "batch", "query", "udf", "udf-read"];
+const OP_KINDS: usize = 7;
+
+/// File name of the bench's Lua module; calls name it [`UDF_MODULE`].
+pub const UDF_FILE: &str = "citrine_bench.lua";
+/// The module name the `udf` workloads call.
+pub const UDF_MODULE: &str = "citrine_bench";
+/// The bench's Lua module: `incr(rec, bin)` adds 1 to an integer bin
+/// (missing: 0) and updates the record (creating it when missing),
+/// returning the new value: a read-modify-write done on the server.
+/// `get(rec, bin)` only returns the bin (nil when the record is missing).
+pub const UDF_SOURCE: &str = "\
+-- citrine bench: the record UDFs of the udf and udf-read workloads.
+function incr(rec, bin)
+  local value = (rec[bin] or 0) + 1
+  rec[bin] = value
+  aerospike:update(rec)
+  return value
+end
+
+function get(rec, bin)
+  if not aerospike:exists(rec) then
+    return nil
+  end
+  return rec[bin]
+end
+";
 
 type WorkerStats = [OpStats; OP_KINDS];
 
@@ -184,6 +226,8 @@ struct Shared {
     query_bin: Option<(String, u64)>,
     /// Records the queries returned.
     query_records: AtomicU64,
+    /// The udf workloads: the function's argument list (the bin's name).
+    udf_args: Vec<Value>,
     per_worker_interval: Option<Duration>,
 }
 
@@ -308,6 +352,17 @@ pub async fn run(args: BenchArgs) -> CliResult {
         }
         _ => None,
     };
+    let udf_bin = match workload {
+        Workload::Udf { read_only } => {
+            // udf-read returns any bin; udf adds 1 to an integer one.
+            let at = spec.int_bin().or(read_only.then_some(0)).ok_or(
+                "the udf workload adds 1 to an integer bin: give -o an I item (the default -o I), and load the keys with -w insert and the same -o",
+            )?;
+            ensure_udf_module(&client).await?;
+            Some(names[at].clone())
+        }
+        _ => None,
+    };
     let mut query_policy = ScanPolicy::default();
     query_policy.base.socket_timeout = Duration::from_millis(args.timeout_ms);
     query_policy.base.max_retries = args.retries;
@@ -332,6 +387,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
         query_policy,
         query_bin,
         query_records: AtomicU64::new(0),
+        udf_args: udf_bin.iter().cloned().map(Value::String).collect(),
         per_worker_interval,
     });
 
@@ -359,6 +415,14 @@ pub async fn run(args: BenchArgs) -> CliResult {
         },
         args.ops.map(|n| format!(" ops={n}")).unwrap_or_default(),
     );
+    let udf_call = match (workload, &udf_bin) {
+        (Workload::Udf { read_only }, Some(bin)) => {
+            let call = format!("{UDF_MODULE}.{}", udf_function(read_only));
+            outln!("bench: each operation calls {call}(rec, {bin:?}) ({UDF_FILE})");
+            Some(format!("{call}({bin})"))
+        }
+        _ => None,
+    };
 
     let worker_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..args.concurrency)
         .map(|_| Arc::new(Mutex::new(Default::default())))
@@ -461,7 +525,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
 
     outln!();
     outln!(
-        "{:<6} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}",
+        "{:<8} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}",
         "op",
         "count",
         "ops/s",
@@ -481,7 +545,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
         }
         let summary = stats.summary(elapsed);
         outln!(
-            "{:<6} {:>10} {:>12.0} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3} {:>7}",
+            "{:<8} {:>10} {:>12.0} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3} {:>7}",
             OP_NAMES[kind],
             summary.count,
             summary.ops_per_sec,
@@ -500,11 +564,11 @@ pub async fn run(args: BenchArgs) -> CliResult {
                 .iter()
                 .map(|(kind, count)| format!("{kind}: {count}"))
                 .collect();
-            outln!("       errors by kind: {}", kinds.join(", "));
+            outln!("         errors by kind: {}", kinds.join(", "));
         }
         if summary.not_found > 0 || summary.conflicts > 0 || summary.timeouts > 0 {
             outln!(
-                "       not found: {}  generation conflicts: {}  timeouts: {}",
+                "         not found: {}  generation conflicts: {}  timeouts: {}",
                 summary.not_found,
                 summary.conflicts,
                 summary.timeouts
@@ -555,6 +619,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
         "batch_size": args.batch_size,
         "batch_keys_per_sec": batch_keys_per_sec.map(round3),
         "query_records_per_sec": query_records_per_sec.map(round3),
+        "udf": udf_call,
         "duration_s": round3(elapsed),
         "total_ops": total_ops,
         "throughput_ops_s": round3(throughput),
@@ -601,6 +666,8 @@ fn record_error(stats: &mut OpStats, error: &Error) {
         Error::Timeout { .. } => "timeout".to_owned(),
         Error::Network { .. } => "network".to_owned(),
         Error::NoNode { .. } => "no node".to_owned(),
+        // The function failed (raised an error, or no such module or function).
+        Error::Udf { .. } => "code 100 (udf)".to_owned(),
         other => other.to_string().chars().take(40).collect(),
     };
     stats.record_error(&kind, matches!(error, Error::Timeout { .. }));
@@ -670,6 +737,14 @@ async fn worker(shared: Arc<Shared>, stats: Arc<Mutex<WorkerStats>>, seed: u64) 
                 OpKind::Rmw,
                 timed(rmw(&shared, &key, index, &mut rng)).await,
             ),
+            Workload::Udf { read_only } => (
+                if read_only {
+                    OpKind::UdfRead
+                } else {
+                    OpKind::Udf
+                },
+                timed(udf(&shared, &key, read_only)).await,
+            ),
         };
         let mut guard = match stats.lock() {
             Ok(guard) => guard,
@@ -732,6 +807,53 @@ async fn query(shared: &Shared, rng: &mut SplitMix64) -> Result<Outcome, Error> 
     }
     shared.query_records.fetch_add(records, Ordering::Relaxed);
     Ok(if records == 0 {
+        Outcome::NotFound
+    } else {
+        Outcome::Done
+    })
+}
+
+/// The function of the bench's module a udf workload calls.
+fn udf_function(read_only: bool) -> &'static str {
+    if read_only {
+        "get"
+    } else {
+        "incr"
+    }
+}
+
+/// Registers the bench's Lua module unless every node already lists it with
+/// this source (registering again would only make each service thread
+/// reload its modules at the start of the run).
+async fn ensure_udf_module(client: &Client) -> Result<(), String> {
+    let hash = udf_hash(UDF_SOURCE.as_bytes());
+    let settled = client
+        .wait_for_udf(UDF_FILE, Some(&hash), Duration::ZERO)
+        .await
+        .is_ok();
+    if settled {
+        return Ok(());
+    }
+    client
+        .register_udf(UDF_FILE, UDF_SOURCE.as_bytes())
+        .await
+        .map_err(|error| format!("cannot register the udf workload's module {UDF_FILE}: {error}"))
+}
+
+/// One call of the bench's UDF on `key`: a nil answer (the read-only
+/// function on a missing record) counts as not found.
+async fn udf(shared: &Shared, key: &Key, read_only: bool) -> Result<Outcome, Error> {
+    let value = shared
+        .client
+        .execute_udf(
+            &shared.write_policy,
+            key,
+            UDF_MODULE,
+            udf_function(read_only),
+            &shared.udf_args,
+        )
+        .await?;
+    Ok(if value == Value::Nil {
         Outcome::NotFound
     } else {
         Outcome::Done
@@ -893,6 +1015,18 @@ mod tests {
         assert!(int_ge_filter("bin:x").is_err());
         assert!(int_ge_filter(":1").is_err());
         assert!(int_ge_filter("a-very-long-bin-name:1").is_err());
+    }
+
+    #[test]
+    fn the_bench_module_names_its_functions() {
+        for read_only in [false, true] {
+            let function = udf_function(read_only);
+            assert!(
+                UDF_SOURCE.contains(&format!("function {function}(rec, bin)")),
+                "{function}"
+            );
+        }
+        assert_eq!(UDF_FILE, format!("{UDF_MODULE}.lua"));
     }
 
     #[test]

@@ -105,6 +105,12 @@ impl ObjectSpec {
             })
     }
 
+    /// The position of the first integer bin (`I`), the bin the `udf`
+    /// workload adds 1 to.
+    pub fn int_bin(&self) -> Option<usize> {
+        self.bins.iter().position(|kind| *kind == BinType::Int)
+    }
+
     /// A fresh set of bins with random contents for the key of index `index`.
     pub fn generate(&self, names: &[String], index: u64, rng: &mut SplitMix64) -> Vec<Bin> {
         self.bins
@@ -162,6 +168,10 @@ pub enum Workload {
     ReadModifyWrite,
     /// Secondary-index queries: every record of one group (`G:N` bin).
     Query,
+    /// A record UDF of the bench's own Lua module on each key: with
+    /// `read_only` one that returns an integer bin's value (`udf-read`),
+    /// else one that adds 1 to it and updates the record (`udf`).
+    Udf { read_only: bool },
 }
 
 impl Workload {
@@ -171,10 +181,12 @@ impl Workload {
             "insert" | "i" => Ok(Workload::Insert),
             "rmw" => Ok(Workload::ReadModifyWrite),
             "query" => Ok(Workload::Query),
+            "udf" => Ok(Workload::Udf { read_only: false }),
+            "udf-read" => Ok(Workload::Udf { read_only: true }),
             _ => {
                 let pct = lower.strip_prefix("ru,").ok_or_else(|| {
                     format!(
-                        "unknown workload {text:?}: use ru,READ_PCT (e.g. ru,95), insert, rmw or query"
+                        "unknown workload {text:?}: use ru,READ_PCT (e.g. ru,95), insert, rmw, query, udf or udf-read"
                     )
                 })?;
                 let read_pct = pct
@@ -195,6 +207,8 @@ impl Workload {
             Workload::Insert => "insert".into(),
             Workload::ReadModifyWrite => "rmw".into(),
             Workload::Query => "query".into(),
+            Workload::Udf { read_only: false } => "udf".into(),
+            Workload::Udf { read_only: true } => "udf-read".into(),
         }
     }
 }
@@ -270,5 +284,33 @@ mod tests {
         assert!(Workload::parse("ru,101").is_err());
         assert!(Workload::parse("ru").is_err());
         assert!(Workload::parse("scan").is_err());
+        assert_eq!(
+            Workload::parse("udf"),
+            Ok(Workload::Udf { read_only: false })
+        );
+        assert_eq!(
+            Workload::parse(" UDF-Read "),
+            Ok(Workload::Udf { read_only: true })
+        );
+        for bad in ["udf,read", "udf-write", "udfread", "udf-"] {
+            assert!(Workload::parse(bad).is_err(), "{bad:?}");
+        }
+        // Every workload prints back as text that parses to itself.
+        for text in ["ru,95", "ru,0", "insert", "rmw", "query", "udf", "udf-read"] {
+            let workload = Workload::parse(text).expect("parses");
+            assert_eq!(workload.label(), text);
+            assert_eq!(Workload::parse(&workload.label()), Ok(workload));
+        }
+    }
+
+    #[test]
+    fn the_udf_workload_uses_the_first_integer_bin() {
+        let spec = ObjectSpec::parse("S:10,2*I").expect("spec");
+        assert_eq!(spec.int_bin(), Some(1));
+        assert_eq!(ObjectSpec::parse("I").expect("spec").int_bin(), Some(0));
+        assert_eq!(
+            ObjectSpec::parse("10*S:10,G:5").expect("spec").int_bin(),
+            None
+        );
     }
 }
