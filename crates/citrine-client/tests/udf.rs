@@ -278,7 +278,7 @@ async fn execute_updates_the_record_and_returns_values() {
         .expect("exists")
         .generation;
     let stale = WritePolicy {
-        generation: citrine_client::GenerationPolicy::ExpectEqual(u32::from(generation) + 7),
+        generation: citrine_client::GenerationPolicy::ExpectEqual(generation + 7),
         ..WritePolicy::default()
     };
     let refused = client
@@ -295,7 +295,7 @@ async fn execute_updates_the_record_and_returns_values() {
         Some(ResultCode::Generation)
     );
     let current = WritePolicy {
-        generation: citrine_client::GenerationPolicy::ExpectEqual(u32::from(generation)),
+        generation: citrine_client::GenerationPolicy::ExpectEqual(generation),
         ..WritePolicy::default()
     };
     client

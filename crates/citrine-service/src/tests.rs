@@ -1053,6 +1053,91 @@ fn concurrent_increments_are_atomic() {
     assert_eq!(reply.bins[0].2, 16_000i64.to_be_bytes().to_vec());
 }
 
+/// A record UDF call on `key` (fields 30-32), with `args` as a msgpack
+/// list of integers.
+fn udf_call(key: &str, module: &str, function: &str, args: &[i64]) -> Vec<u8> {
+    let user_key = UserKey::String(key.into());
+    let digest = of_key("demo", &user_key);
+    let mut list = vec![0x90 | args.len() as u8];
+    for arg in args {
+        list.push(0xd3);
+        list.extend_from_slice(&arg.to_be_bytes());
+    }
+    let header = MsgHeader {
+        info2: info2::WRITE,
+        transaction_ttl: 5000,
+        ..MsgHeader::default()
+    };
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"demo")
+        .field(field_type::DIGEST, &digest.0)
+        .field(field_type::UDF_FILENAME, module.as_bytes())
+        .field(field_type::UDF_FUNCTION, function.as_bytes())
+        .field(field_type::UDF_ARGLIST, &list);
+    writer.finish();
+    out
+}
+
+#[test]
+fn udfs_and_writes_on_one_record_lose_no_update() {
+    use base64::Engine as _;
+    let (service, _) = service();
+    // A slow read-modify-write: the record may change while it runs, and
+    // then it must run again on the new record, not overwrite it.
+    let source = "function add(rec, n)\n  local v = rec['n'] or 0\n  local x = 0\n  for i = 1, 20000 do x = x + i end\n  rec['n'] = v + n\n  aerospike:update(rec)\n  return rec['n']\nend";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let answers = info(
+        &service,
+        &[&format!("udf-put:filename=slow.lua;content={content};")],
+    );
+    assert_eq!(answers[0].1, "ok");
+    let service = Arc::new(service);
+    let threads: Vec<_> = (0..6)
+        .map(|thread| {
+            let service = service.clone();
+            std::thread::spawn(move || {
+                let mut added = 0i64;
+                for _ in 0..150 {
+                    let (frame, by) = if thread % 2 == 0 {
+                        (udf_call("hot", "slow", "add", &[1]), 1)
+                    } else {
+                        (put("hot", Ops::new().int(op_type::INCR, "n", 1)), 1)
+                    };
+                    match send(&service, &frame).header.result_code {
+                        0 => added += by,
+                        14 => {} // key busy: the UDF lost its record three times
+                        code => panic!("result {code}"),
+                    }
+                }
+                added
+            })
+        })
+        .collect();
+    let added: i64 = threads
+        .into_iter()
+        .map(|thread| thread.join().unwrap())
+        .sum();
+    assert!(added > 450, "most calls succeed: {added}");
+    let reply = send(&service, &get("hot"));
+    assert_eq!(
+        reply.bins[0].2,
+        added.to_be_bytes().to_vec(),
+        "no update lost"
+    );
+    assert!(
+        service
+            .namespace(b"test")
+            .unwrap()
+            .stats
+            .client_udf_complete
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+}
+
 pub(crate) fn info(service: &Service, commands: &[&str]) -> Vec<(String, String)> {
     let frame = citrine_wire::info::request_frame(commands);
     let mut header_bytes = [0u8; 8];

@@ -35,8 +35,10 @@ pub const MAX_REPLY_BYTES: usize = 128 * 1024 * 1024;
 
 /// Largest TTL a write may ask for: ten years.
 pub const TTL_MAX_SECONDS: u32 = 315_360_000;
-const TTL_NEVER_EXPIRE: u32 = 0xFFFF_FFFF;
-const TTL_DONT_UPDATE: u32 = 0xFFFF_FFFE;
+/// Record TTL encoding: never expire.
+pub(crate) const TTL_NEVER_EXPIRE: u32 = 0xFFFF_FFFF;
+/// Record TTL encoding: keep the record's current TTL.
+pub(crate) const TTL_DONT_UPDATE: u32 = 0xFFFF_FFFE;
 
 /// The time a transaction runs at.
 #[derive(Clone, Copy, Debug)]

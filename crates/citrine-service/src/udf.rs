@@ -29,17 +29,17 @@ use crate::filter::{self, RecordView};
 use crate::namespace::Namespace;
 use crate::replication::call_kind;
 use crate::smd::{PushClock, Version};
-use crate::transaction::{self, is_live, Now, Request};
+use crate::transaction::{self, is_live, Now, Request, TTL_DONT_UPDATE, TTL_NEVER_EXPIRE};
 use crate::Service;
 use base64::Engine as _;
 use citrine_cdt::value::{self, Value};
 use citrine_index::RecordMeta;
-use citrine_record::{encode_body_reserving, valid_bin_name, Bin, BodyView};
+use citrine_record::{encode_body_reserving, valid_bin_name, validate_value, Bin, BodyView};
 use citrine_storage::MEMORY_BODY_SPARE;
 use citrine_types::{ParticleType, ResultCode};
 use citrine_udf::{Change, Registry, UdfError};
 use citrine_wire::info::InfoCommand;
-use citrine_wire::msg::{field_type, op_type, Message, MessageWriter, MsgHeader};
+use citrine_wire::msg::{field_type, info2, info3, op_type, Message, MessageWriter, MsgHeader};
 use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -60,6 +60,10 @@ pub const MAX_TIME_LIMIT: Duration = Duration::from_secs(10);
 /// The longest module file name.
 const FILENAME_MAX: usize = 127;
 
+/// The most bytes of source all modules together may hold: every push
+/// carries them all, in base64, in one fabric message (at most 16 MiB).
+pub const MODULES_BYTES_MAX: usize = 8 << 20;
+
 /// One module's entry: its source, or the tombstone of its removal.
 #[derive(Clone, Debug)]
 struct Entry {
@@ -79,6 +83,8 @@ pub(crate) struct Udfs {
     /// The modules file, once the server names its directory.
     file: OnceLock<PathBuf>,
     push: PushClock,
+    /// Aggregations running on this node.
+    aggregations: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn line(filename: &str, entry: &Entry) -> String {
@@ -105,7 +111,6 @@ fn parse_line(text: &str) -> Result<(String, Entry), String> {
         let source = base64::engine::general_purpose::STANDARD
             .decode(content)
             .map_err(|error| format!("bad content: {error}"))?;
-        citrine_udf::check(filename, &source).map_err(|error| error.message)?;
         Some(source)
     };
     Ok((filename.to_owned(), Entry { version, source }))
@@ -128,6 +133,15 @@ fn valid_filename(name: &str) -> bool {
         && name
             .bytes()
             .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
+}
+
+/// Compiles an entry's source (a tombstone passes): what a file or a peer
+/// holds is checked as `udf-put` checks it.
+fn compiles(filename: &str, entry: &Entry) -> Result<(), String> {
+    match &entry.source {
+        Some(source) => citrine_udf::check(filename, source).map_err(|error| error.message),
+        None => Ok(()),
+    }
 }
 
 /// Puts an entry into the registry and the entries (the caller holds them).
@@ -169,7 +183,10 @@ impl Service {
         }
         let mut entries = self.udfs.entries.lock();
         for item in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
-            match parse_line(item) {
+            let parsed = parse_line(item).and_then(|(filename, entry)| {
+                compiles(&filename, &entry).map(|()| (filename, entry))
+            });
+            match parsed {
                 Ok((filename, entry)) => adopt(&self.udfs.registry, &mut entries, filename, entry),
                 Err(message) => {
                     tracing::error!(file = %path.display(), "UDF module not restored: {message}")
@@ -196,6 +213,11 @@ impl Service {
                 .get(&filename)
                 .is_some_and(|known| known.version >= entry.version)
             {
+                continue;
+            }
+            // Compiled only once it is known to be newer.
+            if let Err(message) = compiles(&filename, &entry) {
+                tracing::warn!(module = %filename, "a peer's UDF module does not compile here: {message}");
                 continue;
             }
             tracing::info!(module = %filename, removed = entry.source.is_none(), "UDF module merged from a peer");
@@ -281,6 +303,22 @@ pub(crate) fn put(service: &Service, command: &InfoCommand<'_>) -> String {
     let Ok(source) = base64::engine::general_purpose::STANDARD.decode(content) else {
         return "error=invalid_base64_content".to_owned();
     };
+    let others: usize = service
+        .udfs
+        .registry
+        .list()
+        .iter()
+        .filter(|module| module.filename != filename)
+        .map(|module| module.source.len())
+        .sum();
+    if others + source.len() > MODULES_BYTES_MAX {
+        return format!(
+            "error=too_large;message={}",
+            encode(&format!(
+                "the modules may hold at most {MODULES_BYTES_MAX} bytes together"
+            ))
+        );
+    }
     if let Err(error) = citrine_udf::check(filename, &source) {
         let line = error
             .line
@@ -402,10 +440,79 @@ pub(crate) fn time_limit(timeout_ms: u32) -> Duration {
     }
 }
 
+/// How often a record UDF runs again when its record changed while it ran.
+pub const APPLY_ATTEMPTS: usize = 3;
+
+/// A record as it was read for a UDF: enough to tell, under the write lock,
+/// whether it is still the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    generation: u16,
+    last_update_ms: u64,
+    void_time: u32,
+}
+
+/// What a UDF's run read: the live record's metadata, body and stamp.
+struct Snapshot {
+    meta: Option<RecordMeta>,
+    body: Option<Vec<u8>>,
+    size: u64,
+}
+
+impl Snapshot {
+    fn stamp(&self) -> Option<Stamp> {
+        self.meta.map(|meta| Stamp {
+            generation: meta.generation,
+            last_update_ms: meta.last_update_ms,
+            void_time: meta.void_time,
+        })
+    }
+}
+
+/// The live record's metadata, a copy of its body and its stored size,
+/// read under the partition's read lock (released on return).
+fn snapshot(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    now: Now,
+) -> Result<Snapshot, ResultCode> {
+    let partition = namespace.index.partition(request.digest.partition()).read();
+    let live = partition
+        .get(&request.digest)
+        .map(|entry| (entry, entry.meta()))
+        .filter(|(_, meta)| is_live(namespace, meta, now));
+    Ok(match live {
+        None => Snapshot {
+            meta: None,
+            body: None,
+            size: 0,
+        },
+        Some((entry, meta)) => Snapshot {
+            meta: Some(meta),
+            body: Some(
+                namespace
+                    .storage
+                    .read(&entry.location)
+                    .map_err(|_| ResultCode::ServerError)?
+                    .into_owned(),
+            ),
+            size: entry.location.size() as u64,
+        },
+    })
+}
+
 /// Runs a record UDF and writes its one reply. Errors before the function
-/// runs (namespace full, unknown set, a filter that does not pass) are
-/// returned for the caller to answer; the function's own failure is
-/// answered here (100 and `FAILURE`).
+/// runs (namespace full, unknown set, the write policy's checks, a filter
+/// that does not pass) are returned for the caller to answer; the
+/// function's own failure is answered here (100 and `FAILURE`).
+///
+/// The function runs without the partition lock: the record is read under
+/// the read lock, the function runs on that copy, and its change is stored
+/// under the write lock only if the record is still the one it read (same
+/// generation, last-update time and void time, or still absent); otherwise
+/// the UDF runs again on the new record, up to [`APPLY_ATTEMPTS`] times,
+/// then answers 14 (key busy). Every run sees one consistent record and
+/// the stored result follows from it, as if the UDF had held the lock.
 pub(crate) fn apply(
     namespace: &Namespace,
     request: &Request<'_>,
@@ -429,146 +536,122 @@ pub(crate) fn apply(
         Ok(Value::List(list)) => list.items,
         _ => Vec::new(),
     };
-    let mut partition = namespace
-        .index
-        .partition(request.digest.partition())
-        .write();
-    let current = partition.get(&request.digest);
-    let live = current
-        .map(|entry| (entry, entry.meta()))
-        .filter(|(_, meta)| is_live(namespace, meta, now));
-    let body = match live {
-        Some((entry, _)) => Some(
-            namespace
-                .storage
-                .read(&entry.location)
-                .map_err(|_| ResultCode::ServerError)?,
-        ),
-        None => None,
-    };
-    let view = match &body {
-        Some(bytes) => Some(BodyView::parse(bytes).map_err(|_| ResultCode::ServerError)?),
-        None => None,
-    };
-    let live_meta = live.map(|(_, meta)| meta);
-    let stored_size = live.map_or(0, |(entry, _)| entry.location.size() as u64);
-    if let (Some(expression), Some(view), Some(meta)) = (request.filter, &view, live_meta) {
-        let record = RecordView::stored(namespace, &request.digest.0, view, meta, stored_size);
-        filter::check(expression, &record, now)?;
-    }
-    let stored_key = view.as_ref().and_then(BodyView::key);
-    if let (Some(sent), Some(stored)) = (request.key, stored_key) {
-        if sent != stored {
-            return Err(ResultCode::KeyMismatch);
-        }
-    }
-    let key = request.key.or(stored_key);
-    let bins: Vec<(Cow<'_, [u8]>, Value)> = view
-        .as_ref()
-        .map(|view| {
-            view.bins()
-                .filter_map(|bin| {
-                    let value = citrine_udf::bin_value(bin.particle_type, &bin.value)?;
-                    Some((bin.name, value))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let ttl = match live_meta {
-        None => 0,
-        Some(meta) if meta.void_time == 0 => -1,
-        Some(meta) => i64::from(meta.void_time.saturating_sub(now.citrusleaf_seconds)),
-    };
-    let set_name = namespace.sets.name(set_id).unwrap_or_default();
-    // The write policy's record-exists action and generation check, as a
-    // write honours them (a background job's writes are UPDATE_ONLY: a
-    // record deleted meanwhile stays gone).
-    match live_meta {
-        Some(meta) => {
-            if header.info2 & citrine_wire::msg::info2::CREATE_ONLY != 0 {
-                return Err(ResultCode::RecordExists);
-            }
-            transaction::check_generation(header, meta.generation)?;
-        }
-        None => {
-            let must_exist =
-                citrine_wire::msg::info3::UPDATE_ONLY | citrine_wire::msg::info3::REPLACE_ONLY;
-            if header.info3 & must_exist != 0 {
-                return Err(ResultCode::NotFound);
-            }
-            if header.info2 & citrine_wire::msg::info2::GENERATION != 0 && header.generation != 0 {
-                return Err(ResultCode::Generation);
-            }
-        }
-    }
-    let input = citrine_udf::RecordIn {
-        exists: live.is_some(),
-        bins,
-        generation: live_meta.map_or(0, |meta| meta.generation),
-        ttl,
-        last_update_ms: live_meta.map_or(0, |meta| meta.last_update_ms),
-        digest: request.digest.0,
-        set: Cow::Owned(set_name),
-        key: key.and_then(|(particle_type, bytes)| key_value(particle_type, bytes)),
-        size: stored_size,
-    };
-    let udf = citrine_udf::Call {
-        module: call.module,
-        function: call.function,
-        args,
-        time_limit: time_limit(header.transaction_ttl),
-    };
-    let applied = match citrine_udf::apply_record(call.registry, &udf, input) {
-        Ok(applied) => applied,
-        Err(error) => {
-            drop(partition);
-            namespace
-                .stats
-                .client_udf_error
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(
-                module = call.module,
-                function = call.function,
-                "UDF failed: {error}"
-            );
-            write_failure(out, request, &error);
-            return Ok(());
-        }
-    };
-    let (generation, void_time) = match applied.change {
-        Change::None => live_meta.map_or((0, 0), |meta| (meta.generation, meta.void_time)),
-        Change::Remove => {
-            if let Some(entry) = partition.get(&request.digest) {
-                transaction::write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
-            }
-            transaction::remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
-            (0, 0)
-        }
-        Change::Write { bins, ttl } => {
-            let mut stored: Vec<Bin<'_>> = Vec::with_capacity(bins.len());
-            for (name, value) in &bins {
-                if !valid_bin_name(name) {
-                    drop(partition);
-                    write_failure(
-                        out,
-                        request,
-                        &UdfError::Execution(format!(
-                            "bin name too long or empty: {}",
-                            String::from_utf8_lossy(name)
-                        )),
-                    );
-                    return Ok(());
+    for _ in 0..APPLY_ATTEMPTS {
+        let snapshot = snapshot(namespace, request, now)?;
+        let view = match &snapshot.body {
+            Some(bytes) => Some(BodyView::parse(bytes).map_err(|_| ResultCode::ServerError)?),
+            None => None,
+        };
+        // The write policy's record-exists action and generation check, as
+        // a write honours them (a background job's writes are UPDATE_ONLY:
+        // a record deleted meanwhile stays gone).
+        match snapshot.meta {
+            Some(meta) => {
+                if header.info2 & info2::CREATE_ONLY != 0 {
+                    return Err(ResultCode::RecordExists);
                 }
-                if let Some((particle_type, bytes)) = citrine_udf::particle_of(value) {
-                    stored.push(Bin {
-                        name: Cow::Borrowed(name),
-                        particle_type,
-                        value: Cow::Owned(bytes),
-                    });
+                transaction::check_generation(header, meta.generation)?;
+            }
+            None => {
+                if header.info3 & (info3::UPDATE_ONLY | info3::REPLACE_ONLY) != 0 {
+                    return Err(ResultCode::NotFound);
+                }
+                if header.info2 & info2::GENERATION != 0 && header.generation != 0 {
+                    return Err(ResultCode::Generation);
                 }
             }
-            if stored.is_empty() {
-                // No bins left: the record goes.
+        }
+        if let (Some(expression), Some(view), Some(meta)) = (request.filter, &view, snapshot.meta) {
+            let record =
+                RecordView::stored(namespace, &request.digest.0, view, meta, snapshot.size);
+            filter::check(expression, &record, now)?;
+        }
+        let stored_key = view.as_ref().and_then(BodyView::key);
+        if let (Some(sent), Some(stored)) = (request.key, stored_key) {
+            if sent != stored {
+                return Err(ResultCode::KeyMismatch);
+            }
+        }
+        let key = request.key.or(stored_key);
+        // Bins a UDF cannot see (no value the Lua side has) are kept as
+        // they are when it writes the record.
+        let mut hidden: Vec<Bin<'_>> = Vec::new();
+        let mut bins: Vec<(Cow<'_, [u8]>, Value)> = Vec::new();
+        for bin in view.iter().flat_map(BodyView::bins) {
+            match citrine_udf::bin_value(bin.particle_type, &bin.value) {
+                Some(value) => bins.push((bin.name, value)),
+                None => hidden.push(bin),
+            }
+        }
+        let ttl = match snapshot.meta {
+            None => 0,
+            Some(meta) if meta.void_time == 0 => -1,
+            Some(meta) => i64::from(meta.void_time.saturating_sub(now.citrusleaf_seconds)),
+        };
+        let set_name = namespace.sets.name(set_id).unwrap_or_default();
+        let input = citrine_udf::RecordIn {
+            exists: snapshot.meta.is_some(),
+            bins,
+            generation: snapshot.meta.map_or(0, |meta| meta.generation),
+            ttl,
+            last_update_ms: snapshot.meta.map_or(0, |meta| meta.last_update_ms),
+            digest: request.digest.0,
+            set: Cow::Owned(set_name),
+            key: key.and_then(|(particle_type, bytes)| key_value(particle_type, bytes)),
+            size: snapshot.size,
+        };
+        let udf = citrine_udf::Call {
+            module: call.module,
+            function: call.function,
+            args: args.clone(),
+            time_limit: time_limit(header.transaction_ttl),
+        };
+        let applied = match citrine_udf::apply_record(call.registry, &udf, input) {
+            Ok(applied) => applied,
+            Err(error) => {
+                udf_failed(namespace, call, out, request, &error);
+                return Ok(());
+            }
+        };
+        // What the change stores, built before the lock is taken.
+        let planned = match plan(
+            namespace,
+            header,
+            &applied.change,
+            key,
+            &hidden,
+            snapshot.meta,
+            now,
+        ) {
+            Ok(planned) => planned,
+            Err(Refusal::Code(code)) => return Err(code),
+            Err(Refusal::Udf(error)) => {
+                udf_failed(namespace, call, out, request, &error);
+                return Ok(());
+            }
+        };
+        let mut partition = namespace
+            .index
+            .partition(request.digest.partition())
+            .write();
+        let current = partition
+            .get(&request.digest)
+            .map(|entry| entry.meta())
+            .filter(|meta| is_live(namespace, meta, now))
+            .map(|meta| Stamp {
+                generation: meta.generation,
+                last_update_ms: meta.last_update_ms,
+                void_time: meta.void_time,
+            });
+        if current != snapshot.stamp() {
+            // Changed while the UDF ran: run it again on the new record.
+            continue;
+        }
+        let (generation, void_time) = match planned {
+            Planned::Nothing => snapshot
+                .meta
+                .map_or((0, 0), |meta| (meta.generation, meta.void_time)),
+            Planned::Remove => {
                 if let Some(entry) = partition.get(&request.digest) {
                     transaction::write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
                 }
@@ -579,55 +662,162 @@ pub(crate) fn apply(
                     now.unix_ms,
                 );
                 (0, 0)
-            } else {
-                let requested_ttl = match ttl {
-                    Some(seconds) if seconds < 0 => u32::MAX,
-                    Some(seconds) => u32::try_from(seconds).map_err(|_| ResultCode::Parameter)?,
-                    None => header.record_ttl,
-                };
-                let existing = live_meta.map(|meta| meta.void_time);
-                let void_time =
-                    transaction::void_time_for(namespace, requested_ttl, existing, now)?;
-                let new_body = encode_body_reserving(key, &stored, MEMORY_BODY_SPARE)
-                    .map_err(|_| ResultCode::Parameter)?;
-                transaction::check_record_size(namespace, new_body.len())?;
+            }
+            Planned::Store { body, void_time } => {
                 let meta = RecordMeta {
-                    generation: live_meta
+                    generation: snapshot
+                        .meta
                         .map_or(1, |meta| RecordMeta::next_generation(meta.generation)),
-                    set_id: live_meta.map_or(set_id, |meta| meta.set_id),
+                    set_id: snapshot.meta.map_or(set_id, |meta| meta.set_id),
                     void_time,
                     last_update_ms: now.unix_ms,
                 };
-                let previous = transaction::install(
-                    namespace,
-                    &mut partition,
-                    request.digest,
-                    meta,
-                    new_body,
-                )?;
+                let previous =
+                    transaction::install(namespace, &mut partition, request.digest, meta, body)?;
                 drop(partition);
                 if let Some(old) = previous {
                     transaction::drop_entry(namespace, old);
                 }
                 (meta.generation, meta.void_time)
             }
-        }
-    };
+        };
+        namespace
+            .stats
+            .client_udf_complete
+            .fetch_add(1, Ordering::Relaxed);
+        let reply = MsgHeader {
+            generation: u32::from(generation),
+            record_ttl: void_time,
+            ..MsgHeader::default()
+        };
+        let (particle_type, bytes) = citrine_udf::particle_of(&applied.result)
+            .unwrap_or((ParticleType::Null as u8, Vec::new()));
+        let mut writer = transaction::begin_reply(out, reply, request.reply);
+        writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
+        writer.finish();
+        return Ok(());
+    }
+    Err(ResultCode::KeyBusy)
+}
+
+/// Counts and answers a UDF's failure.
+fn udf_failed(
+    namespace: &Namespace,
+    call: &UdfCall<'_>,
+    out: &mut Vec<u8>,
+    request: &Request<'_>,
+    error: &UdfError,
+) {
     namespace
         .stats
-        .client_udf_complete
+        .client_udf_error
         .fetch_add(1, Ordering::Relaxed);
-    let reply = MsgHeader {
-        generation: u32::from(generation),
-        record_ttl: void_time,
-        ..MsgHeader::default()
+    tracing::debug!(
+        module = call.module,
+        function = call.function,
+        "UDF failed: {error}"
+    );
+    write_failure(out, request, error);
+}
+
+/// What a UDF's change stores.
+enum Planned {
+    Nothing,
+    Remove,
+    Store { body: Vec<u8>, void_time: u32 },
+}
+
+/// Why a change cannot be stored: a result code, or a failure of the UDF
+/// (a bin it made that no write could store).
+enum Refusal {
+    Code(ResultCode),
+    Udf(UdfError),
+}
+
+impl From<ResultCode> for Refusal {
+    fn from(code: ResultCode) -> Refusal {
+        Refusal::Code(code)
+    }
+}
+
+/// Builds what `change` stores: the new body with its void time (every bin
+/// checked as a write checks it, the bins the UDF could not see kept), or
+/// a removal (also when no bin is left).
+fn plan(
+    namespace: &Namespace,
+    header: &MsgHeader,
+    change: &Change,
+    key: Option<(u8, &[u8])>,
+    hidden: &[Bin<'_>],
+    live: Option<RecordMeta>,
+    now: Now,
+) -> Result<Planned, Refusal> {
+    let (bins, ttl, drop_key) = match change {
+        Change::None => return Ok(Planned::Nothing),
+        Change::Remove => return Ok(Planned::Remove),
+        Change::Write {
+            bins,
+            ttl,
+            drop_key,
+        } => (bins, ttl, *drop_key),
     };
-    let (particle_type, bytes) =
-        citrine_udf::particle_of(&applied.result).unwrap_or((ParticleType::Null as u8, Vec::new()));
-    let mut writer = transaction::begin_reply(out, reply, request.reply);
-    writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
-    writer.finish();
-    Ok(())
+    let mut stored: Vec<Bin<'_>> = Vec::with_capacity(bins.len() + hidden.len());
+    for (name, value) in bins {
+        let bad = |why: &str| {
+            Refusal::Udf(UdfError::Execution(format!(
+                "bin {}: {why}",
+                String::from_utf8_lossy(name)
+            )))
+        };
+        if !valid_bin_name(name) {
+            return Err(bad("the name is empty or longer than 15 bytes"));
+        }
+        if let Some((particle_type, bytes)) = citrine_udf::particle_of(value) {
+            let valid = validate_value(particle_type, &bytes).is_ok()
+                && (particle_type != ParticleType::Hll as u8
+                    || citrine_cdt::hll::valid_particle(&bytes));
+            if !valid {
+                return Err(bad("not a value a bin can hold"));
+            }
+            transaction::check_record_size(namespace, bytes.len())?;
+            stored.push(Bin {
+                name: Cow::Borrowed(name),
+                particle_type,
+                value: Cow::Owned(bytes),
+            });
+        }
+    }
+    for bin in hidden {
+        if !stored.iter().any(|kept| kept.name == bin.name) {
+            stored.push(bin.clone());
+        }
+    }
+    if stored.is_empty() {
+        return Ok(if live.is_some() {
+            Planned::Remove
+        } else {
+            Planned::Nothing
+        });
+    }
+    let requested_ttl = match ttl {
+        None => header.record_ttl,
+        // record.set_ttl: -1 never expires, -2 keeps the current TTL, 0
+        // the namespace default (02 §2.5's encodings).
+        Some(-1) => TTL_NEVER_EXPIRE,
+        Some(-2) => TTL_DONT_UPDATE,
+        Some(seconds) => u32::try_from(*seconds).map_err(|_| ResultCode::Parameter)?,
+    };
+    let void_time = transaction::void_time_for(
+        namespace,
+        requested_ttl,
+        live.map(|meta| meta.void_time),
+        now,
+    )?;
+    let key = if drop_key { None } else { key };
+    let body = encode_body_reserving(key, &stored, MEMORY_BODY_SPARE)
+        .map_err(|_| ResultCode::Parameter)?;
+    transaction::check_record_size(namespace, body.len())?;
+    Ok(Planned::Store { body, void_time })
 }
 
 /// Writes result 100 with the error's text in a `FAILURE` bin.
@@ -668,11 +858,33 @@ pub(crate) fn is_aggregation(message: &Message<'_>) -> bool {
 /// Lua call for at most [`AGGREGATE_STEP_LIMIT`]), as a scan step does; the
 /// stream's Lua state travels with the run.
 pub struct AggregateRun {
+    /// Counts this run among the node's aggregations while it lives.
+    _slot: AggregateSlot,
     cursor: Box<crate::scan::ScanCursor>,
     aggregation: citrine_udf::Aggregation,
     namespace: Arc<Namespace>,
     /// Bytes of values sent so far.
     sent: usize,
+}
+
+/// One of the node's [`MAX_AGGREGATIONS`] places, given back on drop.
+struct AggregateSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl AggregateSlot {
+    fn take(count: &Arc<std::sync::atomic::AtomicUsize>) -> Option<AggregateSlot> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running < MAX_AGGREGATIONS).then_some(running + 1)
+            })
+            .ok()
+            .map(|_| AggregateSlot(Arc::clone(count)))
+    }
+}
+
+impl Drop for AggregateSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for AggregateRun {
@@ -683,9 +895,13 @@ impl std::fmt::Debug for AggregateRun {
     }
 }
 
-/// How long one step of an aggregation's Lua (building the stream, one
-/// record, or the end) may run.
-pub const AGGREGATE_STEP_LIMIT: Duration = Duration::from_secs(10);
+/// How long each Lua call of an aggregation (building the stream, one
+/// record, taking what it emitted, or the end) may run.
+pub const AGGREGATE_STEP_LIMIT: Duration = Duration::from_secs(2);
+
+/// Aggregations one node runs at once (each holds a Lua state of up to
+/// [`citrine_udf::MEMORY_LIMIT`]); one more is refused with 211.
+pub const MAX_AGGREGATIONS: usize = 16;
 
 /// The most bytes of values an aggregation may send from one node.
 pub const AGGREGATE_OUTPUT_MAX: usize = 1 << 30;
@@ -738,9 +954,13 @@ pub(crate) fn start_aggregate(
         args,
         time_limit: AGGREGATE_STEP_LIMIT,
     };
+    let Some(slot) = AggregateSlot::take(&service.udfs.aggregations) else {
+        return refuse(out, ResultCode::QueryQueueFull);
+    };
     service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
     match citrine_udf::Aggregation::new(call.registry, &udf) {
         Ok(aggregation) => Some(Box::new(AggregateRun {
+            _slot: slot,
             cursor: Box::new(cursor),
             aggregation,
             namespace,
@@ -832,7 +1052,10 @@ impl AggregateRun {
                 write_aggregate_failure(out, &error);
             }
         }
-        service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+        if !finished {
+            // The cursor counts the runs it finished itself.
+            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+        }
         None
     }
 }

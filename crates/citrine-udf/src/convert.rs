@@ -36,6 +36,45 @@ pub(crate) struct Metatables {
     pub state: mlua::Function,
     /// `internal.set_length`: the length of a list holding nils.
     pub set_length: mlua::Function,
+    /// `internal.length`: a list's length, nils included.
+    pub length: mlua::Function,
+}
+
+/// The most values (every element of every list and map counts) one
+/// conversion out of Lua may produce.
+pub const VALUES_MAX: usize = 1 << 21;
+
+/// The most bytes of strings and blobs one conversion out of Lua may
+/// produce.
+pub const BYTES_MAX: usize = 128 << 20;
+
+/// What is left of one conversion's allowance: Lua builds large values from
+/// small ones cheaply (a table holding the same string a million times), so
+/// their Rust copies are counted as they are made.
+pub(crate) struct Budget {
+    values: usize,
+    bytes: usize,
+}
+
+impl Budget {
+    pub(crate) fn new() -> Budget {
+        Budget {
+            values: VALUES_MAX,
+            bytes: BYTES_MAX,
+        }
+    }
+
+    fn spend(&mut self, bytes: usize) -> Result<(), String> {
+        self.values = self
+            .values
+            .checked_sub(1)
+            .ok_or_else(|| format!("a UDF value may hold at most {VALUES_MAX} elements"))?;
+        self.bytes = self
+            .bytes
+            .checked_sub(bytes)
+            .ok_or_else(|| format!("a UDF value may hold at most {BYTES_MAX} bytes"))?;
+        Ok(())
+    }
 }
 
 /// A stored bin's value (`particle_type`, wire bytes) as a [`Value`];
@@ -80,10 +119,20 @@ pub fn particle_of(value: &Value) -> Option<(u8, Vec<u8>)> {
         Value::Double(d) => (ParticleType::Float as u8, d.to_be_bytes().to_vec()),
         Value::Str(s) => (ParticleType::String as u8, s.clone()),
         Value::Blob(subtype, b) => {
-            let particle = if *subtype == 0 {
-                ParticleType::Blob as u8
-            } else {
-                *subtype
+            // A blob keeps its language subtype, or stays an HLL; any other
+            // number (`bytes.set_type`, a client's prefix byte) is a plain
+            // blob, never another particle type.
+            let particle = match ParticleType::from_u8(*subtype) {
+                Some(
+                    ParticleType::JavaBlob
+                    | ParticleType::CsharpBlob
+                    | ParticleType::PythonBlob
+                    | ParticleType::RubyBlob
+                    | ParticleType::PhpBlob
+                    | ParticleType::ErlangBlob
+                    | ParticleType::Hll,
+                ) => *subtype,
+                _ => ParticleType::Blob as u8,
             };
             (particle, b.clone())
         }
@@ -162,82 +211,120 @@ pub(crate) fn to_lua(lua: &Lua, meta: &Metatables, value: &Value) -> mlua::Resul
 }
 
 /// A Lua value as a [`Value`].
-pub(crate) fn from_lua(meta: &Metatables, value: &LuaValue, depth: usize) -> Result<Value, String> {
+pub(crate) fn from_lua(
+    meta: &Metatables,
+    value: &LuaValue,
+    depth: usize,
+    budget: &mut Budget,
+) -> Result<Value, String> {
     if depth > DEPTH_MAX {
         return Err(format!(
             "a value nests deeper than {DEPTH_MAX} levels (a table that holds itself?)"
         ));
     }
+    let size = match value {
+        LuaValue::String(s) => s.as_bytes().len(),
+        _ => 0,
+    };
+    budget.spend(size)?;
     Ok(match value {
         LuaValue::Nil => Value::Nil,
         LuaValue::Boolean(b) => Value::Bool(*b),
         LuaValue::Integer(i) => Value::Int(*i),
         LuaValue::Number(n) => Value::Double(*n),
         LuaValue::String(s) => Value::Str(s.as_bytes().to_vec()),
-        LuaValue::Table(table) => return table_value(meta, table, depth),
+        LuaValue::Table(table) => return table_value(meta, table, depth, budget),
         LuaValue::Error(error) => Value::Str(error.to_string().into_bytes()),
         other => return Err(format!("a UDF cannot return a {}", other.type_name())),
     })
 }
 
-fn table_value(meta: &Metatables, table: &Table, depth: usize) -> Result<Value, String> {
+fn table_value(
+    meta: &Metatables,
+    table: &Table,
+    depth: usize,
+    budget: &mut Budget,
+) -> Result<Value, String> {
     let lua_error = |error: mlua::Error| error.to_string();
     let metatable = table.metatable();
     let is = |known: &Table| metatable.as_ref() == Some(known);
     if is(&meta.bytes) {
         let bytes: mlua::LuaString = table.raw_get("s").map_err(lua_error)?;
+        budget.spend(bytes.as_bytes().len())?;
         let subtype: i64 = table.raw_get("t").unwrap_or(4);
         let subtype = u8::try_from(subtype).unwrap_or(4);
         return Ok(Value::Blob(subtype, bytes.as_bytes().to_vec()));
     }
     if is(&meta.geojson) {
         let text: mlua::LuaString = table.raw_get("json").map_err(lua_error)?;
+        budget.spend(text.as_bytes().len())?;
         return Ok(Value::Geo(text.as_bytes().to_vec()));
     }
     if is(&meta.record) {
         let state: Table = meta.state.call(table.clone()).map_err(lua_error)?;
         let bins: Table = state.raw_get("bins").map_err(lua_error)?;
-        return map_value(meta, &bins, depth);
+        return map_value(meta, &bins, depth, budget);
     }
     if is(&meta.list) {
-        return list_value(meta, table, depth);
+        let length: i64 = meta.length.call(table.clone()).map_err(lua_error)?;
+        return list_value(
+            meta,
+            table,
+            usize::try_from(length).unwrap_or(0),
+            depth,
+            budget,
+        );
     }
     if is(&meta.map) {
-        return map_value(meta, table, depth);
+        return map_value(meta, table, depth, budget);
     }
-    // A plain table: a list when its keys are exactly 1..n.
+    // A plain table: a list when its keys are exactly 1..n (its own
+    // metatable, if any, is not consulted).
     let length = table.raw_len();
     let mut count = 0usize;
     for pair in table.pairs::<LuaValue, LuaValue>() {
         pair.map_err(lua_error)?;
         count += 1;
+        if count > VALUES_MAX {
+            return Err(format!(
+                "a UDF value may hold at most {VALUES_MAX} elements"
+            ));
+        }
     }
     if count == length {
-        list_value(meta, table, depth)
+        list_value(meta, table, length, depth, budget)
     } else {
-        map_value(meta, table, depth)
+        map_value(meta, table, depth, budget)
     }
 }
 
-fn list_value(meta: &Metatables, table: &Table, depth: usize) -> Result<Value, String> {
-    // The length the list's metatable knows (nils included), else the
-    // sequence's.
-    let length = usize::try_from(table.len().map_err(|error| error.to_string())?).unwrap_or(0);
+fn list_value(
+    meta: &Metatables,
+    table: &Table,
+    length: usize,
+    depth: usize,
+    budget: &mut Budget,
+) -> Result<Value, String> {
     let mut items = Vec::with_capacity(length.min(1024));
     for index in 1..=length {
         let item: LuaValue = table.raw_get(index).map_err(|error| error.to_string())?;
-        items.push(from_lua(meta, &item, depth + 1)?);
+        items.push(from_lua(meta, &item, depth + 1, budget)?);
     }
     Ok(Value::List(List { flags: 0, items }))
 }
 
-fn map_value(meta: &Metatables, table: &Table, depth: usize) -> Result<Value, String> {
+fn map_value(
+    meta: &Metatables,
+    table: &Table,
+    depth: usize,
+    budget: &mut Budget,
+) -> Result<Value, String> {
     let mut entries = Vec::new();
     for pair in table.pairs::<LuaValue, LuaValue>() {
         let (key, item) = pair.map_err(|error| error.to_string())?;
         entries.push((
-            from_lua(meta, &key, depth + 1)?,
-            from_lua(meta, &item, depth + 1)?,
+            from_lua(meta, &key, depth + 1, budget)?,
+            from_lua(meta, &item, depth + 1, budget)?,
         ));
     }
     // Lua's table order depends on its hashing: keep the reply the same

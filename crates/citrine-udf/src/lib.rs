@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The most memory one Lua state may hold.
-pub const MEMORY_LIMIT: usize = 256 << 20;
+pub const MEMORY_LIMIT: usize = 64 << 20;
 
 /// How many Lua instructions run between two checks of the time limit.
 pub const HOOK_INSTRUCTIONS: u32 = 10_000;
@@ -250,6 +250,8 @@ pub enum Change {
     Write {
         bins: Vec<(Vec<u8>, Value)>,
         ttl: Option<i64>,
+        /// `record.drop_key`: store the record without its key.
+        drop_key: bool,
     },
     /// Remove the record.
     Remove,

@@ -1,34 +1,103 @@
 -- The Lua side of Citrine's UDF API: what a module sees besides Lua's own
--- base, string, table and math libraries. Written for Citrine after the
--- documented Aerospike UDF API (list, map, bytes, record, aerospike,
+-- base, string, table, math and utf8 libraries. Written for Citrine after
+-- the documented Aerospike UDF API (list, map, bytes, record, aerospike,
 -- stream, logging); Rust (src/runtime.rs) loads it once per Lua state and
 -- keeps the table it returns.
 --
 -- Values: a list is a Lua table (elements 1..n) whose metatable is List, a
 -- map a table whose metatable is Map, a blob a table {s = bytes, t =
 -- particle subtype} whose metatable is Bytes, GeoJSON a table {json =
--- text} whose metatable is GeoJSON. A list cannot hold nil (Lua's own
--- rule); a map entry set to nil is removed.
+-- text} whose metatable is GeoJSON. A list may hold nils: its length is
+-- kept apart (`lengths`); a map entry set to nil is removed.
 --
--- A record is a table whose metatable is Record; its state (bins, metadata
--- and what the UDF asked to be done with it) sits under a private key that
--- module code cannot name.
+-- A record is an empty table whose metatable is Record; its state (bins,
+-- metadata and what the UDF asked to be done with it) sits in `states`,
+-- keyed by the record, which module code cannot reach.
+--
+-- Isolation: every module gets an environment of its own
+-- (`internal.environment`) holding copies of the library tables, so a
+-- module that changes `aerospike.update` or `string.find` changes them for
+-- itself only; the metatables the prelude relies on are protected
+-- (`getmetatable` answers their name, `setmetatable` refuses them); this
+-- file uses only the locals it captured below, never a global a module
+-- could replace.
+--
+-- Limits (with the instruction hook Rust sets): `pcall`/`xpcall` cannot
+-- swallow the time limit's error; `setmetatable` refuses `__gc` (Lua runs
+-- finalizers without hooks); the pattern functions of `string` refuse a
+-- pattern whose worst case on its subject would run for long (they run in
+-- C, where the hook cannot stop them).
 
-local log = ...
+local log, expired = ...
 
-local STATE = {}
+local rawget, rawset, rawlen, next, type, tostring, select, error =
+  rawget, rawset, rawlen, next, type, tostring, select, error
+local raw_setmetatable, raw_getmetatable, raw_pcall, raw_xpcall =
+  setmetatable, getmetatable, pcall, xpcall
+local string_rep, string_sub, string_char, string_byte, string_format =
+  string.rep, string.sub, string.char, string.byte, string.format
+local string_find, string_match, string_gmatch, string_gsub =
+  string.find, string.match, string.gmatch, string.gsub
+local table_insert, table_concat = table.insert, table.concat
+local math_min, math_log = math.min, math.log
 
-local List = { __name = "List" }
-local Map = { __name = "Map" }
-local Bytes = { __name = "Bytes" }
-local GeoJSON = { __name = "GeoJSON" }
-local Record = { __name = "Record" }
+local List = { __name = "List", __metatable = "List" }
+local Map = { __name = "Map", __metatable = "Map" }
+local Bytes = { __name = "Bytes", __metatable = "Bytes" }
+local GeoJSON = { __name = "GeoJSON", __metatable = "GeoJSON" }
+local Record = { __name = "Record", __metatable = "Record" }
+
+-- Strings' shared metatable: out of modules' reach.
+raw_getmetatable("").__metatable = "string"
+
+-- limits ----------------------------------------------------------------
+
+local function rethrow_if_expired(ok, ...)
+  if not ok and expired() then error((...), 0) end
+  return ok, ...
+end
+
+pcall = function(f, ...) return rethrow_if_expired(raw_pcall(f, ...)) end
+xpcall = function(f, handler, ...) return rethrow_if_expired(raw_xpcall(f, handler, ...)) end
+
+setmetatable = function(t, mt)
+  if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+    error("__gc metamethods are not allowed in UDFs", 2)
+  end
+  return raw_setmetatable(t, mt)
+end
+
+-- Lua's matcher backtracks: each repetition item (*, +, -, ?) can multiply
+-- the work by the subject's length. A pattern is refused when that worst
+-- case passes about 10^8 steps.
+local function guard(subject, pattern, plain)
+  if plain then return end
+  subject, pattern = tostring(subject), tostring(pattern)
+  local items, i = 0, 1
+  while i <= #pattern do
+    local c = string_byte(pattern, i)
+    if c == 37 then -- '%': the next character is escaped
+      i = i + 2
+    else
+      if c == 42 or c == 43 or c == 45 or c == 63 then items = items + 1 end
+      i = i + 1
+    end
+  end
+  if items > 0 and (items + 1) * math_log(#subject + 1, 10) > 8 then
+    error("pattern too costly for a subject of " .. #subject .. " bytes", 3)
+  end
+end
+
+string.find = function(s, p, init, plain) guard(s, p, plain); return string_find(s, p, init, plain) end
+string.match = function(s, p, init) guard(s, p); return string_match(s, p, init) end
+string.gmatch = function(s, p, init) guard(s, p); return string_gmatch(s, p, init) end
+string.gsub = function(s, p, r, n) guard(s, p); return string_gsub(s, p, r, n) end
 
 -- list ------------------------------------------------------------------
 
 -- The length of lists that hold nils (a Lua sequence cannot say it), by
 -- list; weak, so a list's entry goes with it.
-local lengths = setmetatable({}, { __mode = "k" })
+local lengths = raw_setmetatable({}, { __mode = "k" })
 
 List.__len = function(l)
   local n = lengths[l] or 0
@@ -38,7 +107,7 @@ List.__len = function(l)
 end
 
 local function new_list(items)
-  local l = setmetatable({}, List)
+  local l = raw_setmetatable({}, List)
   if items ~= nil then
     local n = #items
     for i = 1, n do rawset(l, i, items[i]) end
@@ -47,17 +116,25 @@ local function new_list(items)
   return l
 end
 
-list = setmetatable({}, {
-  __call = function(_, items) return new_list(items) end,
-})
+local ListCall = { __call = function(_, items) return new_list(items) end, __metatable = "list" }
+list = raw_setmetatable({}, ListCall)
 
 function list.create(_) return new_list(nil) end
 function list.size(l) return #l end
 -- A removal inside a list with nils shortens its known length.
 local function shorten(l) if lengths[l] then lengths[l] = lengths[l] - 1 end end
-function list.append(l, v) l[#l + 1] = v; return l end
-function list.prepend(l, v) table.insert(l, 1, v); return l end
-function list.insert(l, i, v) table.insert(l, i, v); return l end
+local function set_length(l, n)
+  if n > rawlen(l) then lengths[l] = n else lengths[l] = nil end
+end
+function list.append(l, v) local n = #l + 1; rawset(l, n, v); set_length(l, n); return l end
+function list.prepend(l, v) return list.insert(l, 1, v) end
+function list.insert(l, i, v)
+  local n = #l
+  for j = n, i, -1 do rawset(l, j + 1, rawget(l, j)) end
+  rawset(l, i, v)
+  set_length(l, n + 1)
+  return l
+end
 function list.remove(l, i)
   local n = #l
   if i < 1 or i > n then return nil end
@@ -71,13 +148,16 @@ function list.clone(l) return new_list(l) end
 
 function list.take(l, n)
   local out = new_list(nil)
-  for i = 1, math.min(n, #l) do out[i] = l[i] end
+  for i = 1, math_min(n, #l) do rawset(out, i, rawget(l, i)) end
+  set_length(out, math_min(n, #l))
   return out
 end
 
 function list.drop(l, n)
   local out = new_list(nil)
-  for i = n + 1, #l do out[#out + 1] = l[i] end
+  local m = #l
+  for i = n + 1, m do rawset(out, i - n, rawget(l, i)) end
+  if m > n then set_length(out, m - n) end
   return out
 end
 
@@ -88,7 +168,7 @@ function list.trim(l, n)
 end
 
 function list.concat(l, other)
-  for i = 1, #other do l[#l + 1] = other[i] end
+  for i = 1, #other do list.append(l, other[i]) end
   return l
 end
 
@@ -108,7 +188,7 @@ end
 List.__tostring = function(l)
   local parts = {}
   for i = 1, #l do parts[i] = tostring(l[i]) end
-  return "List(" .. table.concat(parts, ", ") .. ")"
+  return "List(" .. table_concat(parts, ", ") .. ")"
 end
 
 -- map -------------------------------------------------------------------
@@ -116,24 +196,23 @@ end
 local function new_map(entries)
   local m = {}
   if entries ~= nil then
-    for k, v in pairs(entries) do m[k] = v end
+    for k, v in next, entries do m[k] = v end
   end
-  return setmetatable(m, Map)
+  return raw_setmetatable(m, Map)
 end
 
-map = setmetatable({}, {
-  __call = function(_, entries) return new_map(entries) end,
-})
+local MapCall = { __call = function(_, entries) return new_map(entries) end, __metatable = "map" }
+map = raw_setmetatable({}, MapCall)
 
 function map.create(_) return new_map(nil) end
-function map.pairs(m) return pairs(m) end
+function map.pairs(m) return next, m, nil end
 function map.clone(m) return new_map(m) end
 function map.remove(m, k) m[k] = nil; return m end
 function map.has(m, k) return m[k] ~= nil end
 
 function map.size(m)
   local n = 0
-  for _ in pairs(m) do n = n + 1 end
+  for _ in next, m do n = n + 1 end
   return n
 end
 
@@ -156,7 +235,7 @@ end
 
 function map.merge(a, b, resolve)
   local out = new_map(a)
-  for k, v in pairs(b) do
+  for k, v in next, b do
     if out[k] ~= nil and resolve ~= nil then
       out[k] = resolve(out[k], v)
     else
@@ -168,10 +247,10 @@ end
 
 function map.diff(a, b)
   local out = new_map(nil)
-  for k, v in pairs(a) do
+  for k, v in next, a do
     if b[k] == nil then out[k] = v end
   end
-  for k, v in pairs(b) do
+  for k, v in next, b do
     if a[k] == nil then out[k] = v end
   end
   return out
@@ -179,50 +258,52 @@ end
 
 Map.__tostring = function(m)
   local parts = {}
-  for k, v in pairs(m) do parts[#parts + 1] = tostring(k) .. "=" .. tostring(v) end
-  return "Map(" .. table.concat(parts, ", ") .. ")"
+  for k, v in next, m do parts[#parts + 1] = tostring(k) .. "=" .. tostring(v) end
+  return "Map(" .. table_concat(parts, ", ") .. ")"
 end
 
 -- bytes -----------------------------------------------------------------
 
 local function new_bytes(s, t)
-  return setmetatable({ s = s, t = t or 4 }, Bytes)
+  return raw_setmetatable({ s = s, t = t or 4 }, Bytes)
 end
 
-bytes = setmetatable({}, {
-  __call = function(_, n) return new_bytes(string.rep("\0", n or 0), 4) end,
-})
+local BytesCall = {
+  __call = function(_, n) return new_bytes(string_rep("\0", n or 0), 4) end,
+  __metatable = "bytes",
+}
+bytes = raw_setmetatable({}, BytesCall)
 
 function bytes.size(b) return #b.s end
-function bytes.get_byte(b, i) return string.byte(b.s, i) end
-function bytes.get_string(b, i, n) return string.sub(b.s, i, i + n - 1) end
-function bytes.get_bytes(b, i, n) return new_bytes(string.sub(b.s, i, i + n - 1), b.t) end
+function bytes.get_byte(b, i) return string_byte(b.s, i) end
+function bytes.get_string(b, i, n) return string_sub(b.s, i, i + n - 1) end
+function bytes.get_bytes(b, i, n) return new_bytes(string_sub(b.s, i, i + n - 1), b.t) end
 function bytes.get_type(b) return b.t end
 function bytes.set_type(b, t) b.t = t; return true end
 function bytes.tostring(b) return b.s end
 
 function bytes.set_byte(b, i, v)
   if i < 1 or i > #b.s then return false end
-  b.s = string.sub(b.s, 1, i - 1) .. string.char(v) .. string.sub(b.s, i + 1)
+  b.s = string_sub(b.s, 1, i - 1) .. string_char(v) .. string_sub(b.s, i + 1)
   return true
 end
 
 function bytes.set_string(b, i, s)
   if i < 1 or i - 1 + #s > #b.s then return false end
-  b.s = string.sub(b.s, 1, i - 1) .. s .. string.sub(b.s, i + #s)
+  b.s = string_sub(b.s, 1, i - 1) .. s .. string_sub(b.s, i + #s)
   return true
 end
 
 function bytes.append_string(b, s) b.s = b.s .. s; return true end
 function bytes.append_bytes(b, other) b.s = b.s .. other.s; return true end
 function bytes.set_size(b, n)
-  if n <= #b.s then b.s = string.sub(b.s, 1, n) else b.s = b.s .. string.rep("\0", n - #b.s) end
+  if n <= #b.s then b.s = string_sub(b.s, 1, n) else b.s = b.s .. string_rep("\0", n - #b.s) end
   return true
 end
 
 Bytes.__len = function(b) return #b.s end
 Bytes.__index = function(b, i)
-  if type(i) == "number" then return string.byte(rawget(b, "s"), i) end
+  if type(i) == "number" then return string_byte(rawget(b, "s"), i) end
   return nil
 end
 Bytes.__tostring = function(b)
@@ -232,29 +313,49 @@ end
 -- GeoJSON ---------------------------------------------------------------
 
 geojson = {}
-function geojson.new(text) return setmetatable({ json = text }, GeoJSON) end
+function geojson.new(text) return raw_setmetatable({ json = text }, GeoJSON) end
 function geojson.tostring(g) return g.json end
 GeoJSON.__tostring = function(g) return g.json end
 
 -- record ----------------------------------------------------------------
 
+-- Record states by record; weak, so a state goes with its record.
+local states = raw_setmetatable({}, { __mode = "k" })
+
 local function state(r)
-  local s = type(r) == "table" and rawget(r, STATE)
+  local s = states[r]
   if not s then error("not a record", 3) end
   return s
 end
 
-Record.__index = function(r, name) return rawget(r, STATE).bins[name] end
+Record.__index = function(r, name) return states[r].bins[name] end
 Record.__newindex = function(r, name, v)
-  local s = rawget(r, STATE)
+  local s = states[r]
   if s.readonly then error("the record of a stream UDF is read-only", 2) end
   s.bins[name] = v
 end
 Record.__tostring = function(_) return "Record()" end
 
+-- A deep copy of a value (lists, maps and blobs copied; depth bounded, a
+-- table that holds itself is cut there).
+local function copy_value(v, depth)
+  if type(v) ~= "table" or depth > 64 then return v end
+  -- getmetatable answers a protected metatable's name.
+  local tag = raw_getmetatable(v)
+  if tag == "Bytes" then return new_bytes(rawget(v, "s"), rawget(v, "t")) end
+  local kind = nil
+  if tag == "List" then kind = List elseif tag == "Map" then kind = Map
+  elseif tag ~= nil then return v end
+  local out = {}
+  for k, x in next, v do out[k] = copy_value(x, depth + 1) end
+  if kind ~= nil then raw_setmetatable(out, kind) end
+  if lengths[v] then lengths[out] = lengths[v] end
+  return out
+end
+
 local function snapshot(bins)
   local copy = {}
-  for k, v in pairs(bins) do copy[k] = v end
+  for k, v in next, bins do copy[k] = copy_value(v, 1) end
   return copy
 end
 
@@ -274,13 +375,13 @@ function record.set_bin_type(r, _, _) state(r) end
 
 function record.bin_names(r)
   local names = new_list(nil)
-  for k in pairs(state(r).bins) do names[#names + 1] = k end
+  for k in next, state(r).bins do names[#names + 1] = k end
   return names
 end
 
 function record.numbins(r)
   local n = 0
-  for _ in pairs(state(r).bins) do n = n + 1 end
+  for _ in next, state(r).bins do n = n + 1 end
   return n
 end
 
@@ -327,7 +428,7 @@ end
 
 local function logger(level)
   return function(format, ...)
-    local ok, text = pcall(string.format, tostring(format), ...)
+    local ok, text = raw_pcall(string_format, tostring(format), ...)
     if not ok then text = tostring(format) end
     log(level, text)
   end
@@ -340,12 +441,12 @@ trace = logger(4)
 print = function(...)
   local parts = {}
   for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
-  log(2, table.concat(parts, "\t"))
+  log(2, table_concat(parts, "\t"))
 end
 
 -- stream ----------------------------------------------------------------
 
-local Stream = { __name = "Stream" }
+local Stream = { __name = "Stream", __metatable = "Stream" }
 Stream.__index = Stream
 
 local function add(s, op)
@@ -393,11 +494,22 @@ local internal = {
 }
 
 function internal.record(s)
-  return setmetatable({ [STATE] = s }, Record)
+  local r = raw_setmetatable({}, Record)
+  states[r] = s
+  return r
 end
 
 function internal.state(r)
-  return rawget(r, STATE)
+  return states[r]
+end
+
+-- A list's length, nils included (not its __len, which a module cannot
+-- change anyway).
+function internal.length(l)
+  local n = lengths[l] or 0
+  local r = rawlen(l)
+  if r > n then return r end
+  return n
 end
 
 -- Sets the length of a list built from Rust with nils in it.
@@ -406,7 +518,7 @@ function internal.set_length(l, n)
 end
 
 function internal.stream()
-  return setmetatable({ ops = {}, acc = {}, out = {} }, Stream)
+  return raw_setmetatable({ ops = {}, acc = {}, out = {} }, Stream)
 end
 
 function internal.push(s, v)
@@ -433,6 +545,28 @@ function internal.take(s)
   local out = s.out
   s.out = {}
   return out
+end
+
+-- The globals every module starts from, as they are now.
+local base = {}
+for k, v in next, _G do base[k] = v end
+local callables = { [list] = ListCall, [map] = MapCall, [bytes] = BytesCall }
+
+-- A module's environment: the globals, each library table copied.
+function internal.environment()
+  local env = {}
+  for k, v in next, base do
+    if type(v) == "table" and k ~= "_G" then
+      local copy = {}
+      for k2, v2 in next, v do copy[k2] = v2 end
+      if callables[v] then raw_setmetatable(copy, callables[v]) end
+      env[k] = copy
+    else
+      env[k] = v
+    end
+  end
+  env._G = env
+  return env
 end
 
 return internal

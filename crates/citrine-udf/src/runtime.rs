@@ -11,9 +11,10 @@
 //! after a call that failed, the state is dropped (a half-run module or an
 //! exhausted memory budget must not leak into the next call).
 
-use crate::convert::{from_lua, to_lua, Metatables};
+use crate::convert::{from_lua, to_lua, Budget, Metatables};
 use crate::{Applied, Call, Change, RecordIn, Registry, UdfError, HOOK_INSTRUCTIONS, MEMORY_LIMIT};
 use citrine_cdt::value::Value;
+use mlua::chunk::ChunkMode;
 use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Table, Value as LuaValue, VmState};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -87,7 +88,18 @@ fn new_lua() -> mlua::Result<(Lua, Table, Metatables)> {
         }
         Ok(())
     })?;
-    let internal: Table = lua.load(PRELUDE).set_name("=citrine-prelude").call(log)?;
+    // Whether the running call is past its deadline (the prelude's pcall
+    // rethrows the time limit's error then).
+    let expired = lua.create_function(|_, ()| {
+        Ok(DEADLINE
+            .get()
+            .is_some_and(|deadline| Instant::now() > deadline))
+    })?;
+    let internal: Table = lua
+        .load(PRELUDE)
+        .set_name("=citrine-prelude")
+        .set_mode(ChunkMode::Text)
+        .call((log, expired))?;
     let meta = Metatables {
         list: internal.get("List")?,
         map: internal.get("Map")?,
@@ -96,6 +108,7 @@ fn new_lua() -> mlua::Result<(Lua, Table, Metatables)> {
         record: internal.get("Record")?,
         state: internal.get("state")?,
         set_length: internal.get("set_length")?,
+        length: internal.get("length")?,
     };
     Ok((lua, internal, meta))
 }
@@ -105,6 +118,9 @@ pub(crate) fn compile(filename: &str, source: &[u8]) -> Result<(), String> {
     let lua = Lua::new_with(StdLib::NONE, LuaOptions::default()).map_err(|e| message_of(&e))?;
     lua.load(source)
         .set_name(format!("@{filename}"))
+        // Source only: Lua does not check bytecode, so a binary chunk
+        // could break the server's memory.
+        .set_mode(ChunkMode::Text)
         .into_function()
         .map(drop)
         .map_err(|error| message_of(&error))
@@ -162,15 +178,14 @@ impl State {
                 let module = registry
                     .get(&filename)
                     .ok_or_else(|| UdfError::ModuleNotFound(call.module.to_owned()))?;
-                let env = self.lua.create_table().map_err(lua_error)?;
-                let inherit = self.lua.create_table().map_err(lua_error)?;
-                inherit
-                    .raw_set("__index", self.lua.globals())
-                    .map_err(lua_error)?;
-                env.set_metatable(Some(inherit)).map_err(lua_error)?;
+                // An environment of its own: what it changes stays in it.
+                let environment: mlua::Function =
+                    self.internal.get("environment").map_err(lua_error)?;
+                let env: Table = environment.call(()).map_err(lua_error)?;
                 self.lua
                     .load(&module.source[..])
                     .set_name(format!("@{filename}"))
+                    .set_mode(ChunkMode::Text)
                     .set_environment(env.clone())
                     .exec()
                     .map_err(lua_error)?;
@@ -248,7 +263,8 @@ pub(crate) fn apply_record(
         let rec = state.record(&record, false)?;
         let args = state.arguments(LuaValue::Table(rec.clone()), &call.args)?;
         let returned: LuaValue = function.call(args).map_err(lua_error)?;
-        let result = from_lua(&state.meta, &returned, 0).map_err(UdfError::Execution)?;
+        let result =
+            from_lua(&state.meta, &returned, 0, &mut Budget::new()).map_err(UdfError::Execution)?;
         let change = change_of(state, &rec, record.exists)?;
         Ok(Applied { result, change })
     })
@@ -262,6 +278,7 @@ fn change_of(state: &State, rec: &Table, existed: bool) -> Result<Change, UdfErr
     match committed {
         Some(bins) => {
             let mut out = Vec::new();
+            let mut budget = Budget::new();
             for pair in bins.pairs::<LuaValue, LuaValue>() {
                 let (name, value) = pair.map_err(lua_error)?;
                 let LuaValue::String(name) = name else {
@@ -270,7 +287,8 @@ fn change_of(state: &State, rec: &Table, existed: bool) -> Result<Change, UdfErr
                         name.type_name()
                     )));
                 };
-                let value = from_lua(&state.meta, &value, 0).map_err(UdfError::Execution)?;
+                let value =
+                    from_lua(&state.meta, &value, 0, &mut budget).map_err(UdfError::Execution)?;
                 if matches!(value, Value::Nil) {
                     continue;
                 }
@@ -282,7 +300,12 @@ fn change_of(state: &State, rec: &Table, existed: bool) -> Result<Change, UdfErr
                 Ok(LuaValue::Number(ttl)) => Some(ttl as i64),
                 _ => None,
             };
-            Ok(Change::Write { bins: out, ttl })
+            let drop_key: bool = record_state.raw_get("drop_key").unwrap_or(false);
+            Ok(Change::Write {
+                bins: out,
+                ttl,
+                drop_key,
+            })
         }
         None if removed && existed => Ok(Change::Remove),
         None => Ok(Change::None),
@@ -375,9 +398,10 @@ impl Aggregation {
         table: Table,
         emit: &mut dyn FnMut(Value) -> Result<(), String>,
     ) -> Result<(), UdfError> {
+        let mut budget = Budget::new();
         for value in table.sequence_values::<LuaValue>() {
             let value = value.map_err(lua_error)?;
-            emit(from_lua(&self.meta, &value, 0).map_err(UdfError::Execution)?)
+            emit(from_lua(&self.meta, &value, 0, &mut budget).map_err(UdfError::Execution)?)
                 .map_err(UdfError::Execution)?;
         }
         Ok(())
@@ -389,15 +413,17 @@ impl Aggregation {
         &mut self,
         emit: &mut dyn FnMut(Value) -> Result<(), String>,
     ) -> Result<(), UdfError> {
-        let out: Table = self.take.call(self.stream.clone()).map_err(lua_error)?;
-        self.emit_all(out, emit)
+        with_deadline(self.step_limit, || {
+            let out: Table = self.take.call(self.stream.clone()).map_err(lua_error)?;
+            self.emit_all(out, emit)
+        })
     }
 
     /// Ends the stream and hands `emit` what it emits at the end.
     pub fn end(self, emit: &mut dyn FnMut(Value) -> Result<(), String>) -> Result<(), UdfError> {
-        let out: Table = with_deadline(self.step_limit, || {
-            self.finish.call(self.stream.clone()).map_err(lua_error)
-        })?;
-        self.emit_all(out, emit)
+        with_deadline(self.step_limit, || {
+            let out: Table = self.finish.call(self.stream.clone()).map_err(lua_error)?;
+            self.emit_all(out, emit)
+        })
     }
 }

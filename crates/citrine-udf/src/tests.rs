@@ -104,10 +104,16 @@ fn a_record_udf_updates_its_record_and_returns_a_map() {
     )
     .expect("runs");
     assert!(matches!(map_get(&applied.result, "status"), Some(Value::Str(s)) if s == b"OK"));
-    let Change::Write { bins, ttl } = applied.change else {
+    let Change::Write {
+        bins,
+        ttl,
+        drop_key,
+    } = applied.change
+    else {
         panic!("expected a write, got {:?}", applied.change);
     };
     assert_eq!(ttl, None);
+    assert!(!drop_key);
     assert_eq!(bins.len(), 2);
     assert_eq!(bins[0].0, b"bin1");
     assert!(matches!(bins[1], (ref name, Value::Int(10)) if name == b"bin2"));
@@ -450,4 +456,135 @@ fn bins_convert_to_values_and_back() {
         );
     }
     assert!(particle_of(&Value::Nil).is_none());
+}
+
+const HOSTILE: &str = r#"
+function swallow(rec) while true do pcall(function() while true do end end) end end
+function nested(rec) pcall(function() while true do pcall(function() while true do end end) end end) return 1 end
+function finalizer(rec) setmetatable({}, {__gc = function() while true do end end}) return 1 end
+function pattern(rec) return string.find(("a"):rep(40), ("a*"):rep(25) .. "b") end
+function method_pattern(rec) return (("a"):rep(40)):find(("a*"):rep(25) .. "b") end
+function fine_patterns(rec)
+  local words = list()
+  for w in string.gmatch("one two three", "%a+") do list.append(words, w) end
+  return list{#words, (string.gsub("a-b-c", "-", "+")), string.find(("x"):rep(100000), "x", 1, true)}
+end
+function peek(rec) return next(rec) == nil end
+function long_len(rec) return setmetatable({}, {__len = function() return math.maxinteger end}) end
+function huge(rec) local s = ("x"):rep(2^20) local t = {} for i = 1, 200 do t[i] = s end return t end
+function cyclic_list(rec) local l = list() list.append(l, l) return l end
+function spoil(rec) aerospike.update = function() return 7 end string.upper = nil return 1 end
+function nested_after_update(rec)
+  local l = list{1}
+  rec['l'] = l
+  aerospike:update(rec)
+  list.append(l, 2)
+end
+"#;
+
+const VICTIM: &str = r#"
+function write(rec) rec['x'] = string.upper('a') return aerospike:update(rec) end
+"#;
+
+#[test]
+fn bytecode_is_refused() {
+    let lua = mlua::Lua::new();
+    let dumped = lua
+        .load("return 1")
+        .into_function()
+        .expect("compiles")
+        .dump(false);
+    assert!(
+        check("dumped.lua", &dumped).is_err(),
+        "a binary chunk must be refused"
+    );
+    // Even if one reached the registry, loading it fails.
+    let registry = Registry::default();
+    registry.put(Module::new("dumped.lua", dumped));
+    let result = apply_record(&registry, &call("dumped", "f", vec![]), record(vec![]));
+    assert!(matches!(result, Err(UdfError::Execution(_))), "{result:?}");
+}
+
+#[test]
+fn the_time_limit_cannot_be_caught_or_dodged() {
+    let registry = registry("hostile.lua", HOSTILE);
+    for function in ["swallow", "nested"] {
+        let mut limited = call("hostile", function, vec![]);
+        limited.time_limit = Duration::from_millis(50);
+        let started = std::time::Instant::now();
+        let result = apply_record(&registry, &limited, record(vec![]));
+        assert!(
+            matches!(result, Err(UdfError::Execution(ref message)) if message.contains("time limit")),
+            "{function}: {result:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{function}");
+    }
+    for function in ["finalizer", "pattern", "method_pattern"] {
+        let result = apply_record(
+            &registry,
+            &call("hostile", function, vec![]),
+            record(vec![]),
+        );
+        assert!(
+            matches!(result, Err(UdfError::Execution(_))),
+            "{function}: {result:?}"
+        );
+    }
+    let fine = apply_record(
+        &registry,
+        &call("hostile", "fine_patterns", vec![]),
+        record(vec![]),
+    )
+    .expect("patterns on short subjects and plain finds work");
+    let Value::List(list) = fine.result else {
+        panic!("a list");
+    };
+    assert!(
+        matches!(list.items[..], [Value::Int(3), Value::Str(ref s), Value::Int(1), Value::Int(1)] if s == b"a+b+c"),
+        "{list:?}"
+    );
+}
+
+#[test]
+fn results_are_bounded_and_records_keep_their_state_private() {
+    let registry = registry("hostile.lua", HOSTILE);
+    let run = |function: &str| {
+        apply_record(
+            &registry,
+            &call("hostile", function, vec![]),
+            record(vec![]),
+        )
+    };
+    assert!(matches!(
+        run("peek").expect("runs").result,
+        Value::Bool(true)
+    ));
+    // A table's own __len is not consulted.
+    assert!(
+        matches!(run("long_len").expect("runs").result, Value::List(ref l) if l.items.is_empty())
+    );
+    assert!(matches!(run("huge"), Err(UdfError::Execution(ref m)) if m.contains("at most")));
+    assert!(matches!(run("cyclic_list"), Err(UdfError::Execution(_))));
+    // What a record held at its update is what is stored.
+    let Change::Write { bins, .. } = run("nested_after_update").expect("runs").change else {
+        panic!("a write");
+    };
+    assert!(
+        matches!(&bins[0].1, Value::List(l) if l.items.len() == 1),
+        "{bins:?}"
+    );
+}
+
+#[test]
+fn one_module_cannot_change_what_another_sees() {
+    let registry = Registry::default();
+    registry.put(Module::new("hostile.lua", HOSTILE.as_bytes().to_vec()));
+    registry.put(Module::new("victim.lua", VICTIM.as_bytes().to_vec()));
+    apply_record(&registry, &call("hostile", "spoil", vec![]), record(vec![])).expect("runs");
+    let applied =
+        apply_record(&registry, &call("victim", "write", vec![]), record(vec![])).expect("runs");
+    assert!(matches!(applied.result, Value::Int(0)));
+    assert!(
+        matches!(applied.change, Change::Write { ref bins, .. } if matches!(&bins[0].1, Value::Str(s) if s == b"A"))
+    );
 }
