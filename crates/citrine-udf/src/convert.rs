@@ -38,6 +38,10 @@ pub(crate) struct Metatables {
     pub set_length: mlua::Function,
     /// `internal.length`: a list's length, nils included.
     pub length: mlua::Function,
+    /// `internal.record`: a record table from its pieces.
+    pub record_of: mlua::Function,
+    /// `internal.outcome`: what a record UDF asked for.
+    pub outcome: mlua::Function,
 }
 
 /// The most values (every element of every list and map counts) one

@@ -363,7 +363,11 @@ record = {}
 function record.ttl(r) return state(r).ttl end
 function record.gen(r) return state(r).gen end
 function record.key(r) return state(r).key end
-function record.digest(r) return state(r).digest end
+function record.digest(r)
+  local s = state(r)
+  if s.digest == nil then s.digest = new_bytes(s.digest_bytes, 4) end
+  return s.digest
+end
 function record.setname(r) return state(r).set end
 function record.last_update_time(r) return state(r).last_update end
 function record.device_size(r) return state(r).size end
@@ -493,10 +497,23 @@ local internal = {
   Record = Record,
 }
 
-function internal.record(s)
+-- A record for a call: its bins, metadata and key as Rust passes them
+-- (one call, so that the field names are not made again for each record).
+function internal.record(bins, exists, readonly, gen, ttl, last_update, size, set, digest, key)
   local r = raw_setmetatable({}, Record)
-  states[r] = s
+  states[r] = {
+    bins = bins, exists = exists, readonly = readonly, gen = gen, ttl = ttl,
+    last_update = last_update, size = size, set = set, digest_bytes = digest, key = key,
+  }
   return r
+end
+
+-- What a record UDF asked for: the bins committed by its last create or
+-- update (nil for none), whether it removed the record, the TTL it set, and
+-- whether it dropped the key.
+function internal.outcome(r)
+  local s = states[r]
+  return s.committed, s.removed == true, s.ttl_set, s.drop_key == true
 end
 
 function internal.state(r)

@@ -65,6 +65,11 @@ fn new_lua() -> mlua::Result<(Lua, Table, Metatables)> {
         LuaOptions::default(),
     )?;
     lua.set_memory_limit(MEMORY_LIMIT)?;
+    // Each call makes a few short-lived tables: a generational collector
+    // frees them in its minor collections.
+    lua.gc_set_mode(mlua::state::GcMode::Generational(
+        mlua::state::GcGenParams::default(),
+    ));
     let globals = lua.globals();
     for name in REMOVED_GLOBALS {
         globals.raw_set(*name, LuaValue::Nil)?;
@@ -109,6 +114,8 @@ fn new_lua() -> mlua::Result<(Lua, Table, Metatables)> {
         state: internal.get("state")?,
         set_length: internal.get("set_length")?,
         length: internal.get("length")?,
+        record_of: internal.get("record")?,
+        outcome: internal.get("outcome")?,
     };
     Ok((lua, internal, meta))
 }
@@ -211,7 +218,7 @@ impl State {
 
     /// A record table for `record`.
     fn record(&self, record: &RecordIn<'_>, readonly: bool) -> Result<Table, UdfError> {
-        record_table(&self.lua, &self.meta, &self.internal, record, readonly)
+        record_table(&self.lua, &self.meta, record, readonly)
     }
 }
 
@@ -219,36 +226,33 @@ impl State {
 fn record_table(
     lua: &Lua,
     meta: &Metatables,
-    internal: &Table,
     record: &RecordIn<'_>,
     readonly: bool,
 ) -> Result<Table, UdfError> {
-    {
-        let build = || -> mlua::Result<Table> {
-            let bins = lua.create_table_with_capacity(0, record.bins.len())?;
-            for (name, value) in &record.bins {
-                let value = to_lua(lua, meta, value)?;
-                bins.raw_set(lua.create_string(name.as_ref())?, value)?;
-            }
-            let state = lua.create_table()?;
-            state.raw_set("bins", bins)?;
-            state.raw_set("exists", record.exists)?;
-            state.raw_set("readonly", readonly)?;
-            state.raw_set("gen", i64::from(record.generation))?;
-            state.raw_set("ttl", record.ttl)?;
-            state.raw_set("last_update", record.last_update_ms)?;
-            state.raw_set("size", record.size)?;
-            state.raw_set("set", lua.create_string(&record.set)?)?;
-            let digest = to_lua(lua, meta, &Value::Blob(4, record.digest.to_vec()))?;
-            state.raw_set("digest", digest)?;
-            if let Some(key) = &record.key {
-                state.raw_set("key", to_lua(lua, meta, key)?)?;
-            }
-            let make: mlua::Function = internal.get("record")?;
-            make.call(state)
+    let build = || -> mlua::Result<Table> {
+        let bins = lua.create_table_with_capacity(0, record.bins.len())?;
+        for (name, value) in &record.bins {
+            let value = to_lua(lua, meta, value)?;
+            bins.raw_set(lua.create_string(name.as_ref())?, value)?;
+        }
+        let key = match &record.key {
+            Some(key) => to_lua(lua, meta, key)?,
+            None => LuaValue::Nil,
         };
-        build().map_err(lua_error)
-    }
+        meta.record_of.call((
+            bins,
+            record.exists,
+            readonly,
+            i64::from(record.generation),
+            record.ttl,
+            record.last_update_ms,
+            record.size,
+            lua.create_string(&record.set)?,
+            lua.create_string(record.digest)?,
+            key,
+        ))
+    };
+    build().map_err(lua_error)
 }
 
 /// See [`crate::apply_record`].
@@ -272,9 +276,8 @@ pub(crate) fn apply_record(
 
 /// What the UDF asked to be done with its record.
 fn change_of(state: &State, rec: &Table, existed: bool) -> Result<Change, UdfError> {
-    let record_state: Table = state.meta.state.call(rec.clone()).map_err(lua_error)?;
-    let committed: Option<Table> = record_state.raw_get("committed").map_err(lua_error)?;
-    let removed: bool = record_state.raw_get("removed").unwrap_or(false);
+    let (committed, removed, ttl_set, drop_key): (Option<Table>, bool, LuaValue, bool) =
+        state.meta.outcome.call(rec.clone()).map_err(lua_error)?;
     match committed {
         Some(bins) => {
             let mut out = Vec::new();
@@ -295,12 +298,11 @@ fn change_of(state: &State, rec: &Table, existed: bool) -> Result<Change, UdfErr
                 out.push((name.as_bytes().to_vec(), value));
             }
             out.sort_by(|a, b| a.0.cmp(&b.0));
-            let ttl: Option<i64> = match record_state.raw_get::<LuaValue>("ttl_set") {
-                Ok(LuaValue::Integer(ttl)) => Some(ttl),
-                Ok(LuaValue::Number(ttl)) => Some(ttl as i64),
+            let ttl: Option<i64> = match ttl_set {
+                LuaValue::Integer(ttl) => Some(ttl),
+                LuaValue::Number(ttl) => Some(ttl as i64),
                 _ => None,
             };
-            let drop_key: bool = record_state.raw_get("drop_key").unwrap_or(false);
             Ok(Change::Write {
                 bins: out,
                 ttl,
@@ -316,7 +318,6 @@ fn change_of(state: &State, rec: &Table, existed: bool) -> Result<Change, UdfErr
 pub struct Aggregation {
     lua: Lua,
     meta: Metatables,
-    internal: Table,
     stream: Table,
     push: mlua::Function,
     take: mlua::Function,
@@ -371,7 +372,6 @@ impl Aggregation {
                 finish: internal.get("finish").map_err(lua_error)?,
                 lua,
                 meta,
-                internal,
                 stream,
                 step_limit: call.time_limit,
             })
@@ -380,7 +380,7 @@ impl Aggregation {
 
     /// A record table for `record`, read-only.
     fn record_of(&self, record: &RecordIn<'_>) -> Result<Table, UdfError> {
-        record_table(&self.lua, &self.meta, &self.internal, record, true)
+        record_table(&self.lua, &self.meta, record, true)
     }
 
     /// Sends one record through the stream.
