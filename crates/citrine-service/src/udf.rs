@@ -10,20 +10,22 @@
 //! - the info commands `udf-put`, `udf-get`, `udf-list`, `udf-remove`;
 //! - [`UdfCall`]: the UDF fields of a request (30 module, 31 function, 32
 //!   arguments), checked before the request runs;
-//! - [`apply`]: a record UDF under the record's partition write lock, like
-//!   any write: the record's bins and metadata go to the function, what it
-//!   did comes back as a new set of bins (stored through
-//!   [`transaction::install`], so secondary indexes, replication and
-//!   storage see an ordinary write), a removal, or nothing. The reply
-//!   carries the function's return value in a bin `SUCCESS`, or result 100
-//!   and the error's text in a bin `FAILURE`.
+//! - [`apply`]: a record UDF, stored like any write: the record's bins and
+//!   metadata go to the function (run on a copy, without the partition
+//!   lock), what it did comes back as a new set of bins (stored under the
+//!   write lock through [`transaction::install`], so secondary indexes,
+//!   replication and storage see an ordinary write, if the record did not
+//!   change meanwhile; otherwise the function runs again), a removal, or
+//!   nothing. The reply carries the function's return value in a bin
+//!   `SUCCESS`, or result 100 and the error's text in a bin `FAILURE`;
+//! - aggregations ([`AggregateRun`]), streamed like scans.
 //!
 //! Invariants: the entries lock is held across a change's registry update
 //! and its file write, so the file never lags a change answered `ok`; a UDF
 //! that fails changes nothing; a UDF runs for at most three quarters of the
 //! request's server-side timeout, or [`DEFAULT_TIME_LIMIT`] without one, and
-//! never more than [`MAX_TIME_LIMIT`] (it holds its partition's lock
-//! meanwhile).
+//! never more than [`MAX_TIME_LIMIT`]; no partition lock is held while Lua
+//! runs; a change is stored only over the record the function read.
 
 use crate::filter::{self, RecordView};
 use crate::namespace::Namespace;
