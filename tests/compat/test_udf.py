@@ -83,6 +83,7 @@ def record_module(client, tmp_path):
 def test_modules_register_list_and_remove(client, tmp_path):
     _register(client, tmp_path, "citrine_list.lua", "function f(rec) return 1 end")
     listed = {entry["name"]: entry for entry in client.udf_list()}
+    assert client.udf_get("citrine_list.lua") == "function f(rec) return 1 end"
     assert "citrine_list.lua" in listed
     # The hash is the source's SHA-1.
     source = b"function f(rec) return 1 end"

@@ -1220,7 +1220,7 @@ fn udf_modules_are_registered_listed_fetched_and_removed() {
     assert!(
         answers[2]
             .1
-            .ends_with(&format!("type=LUA;content={content}")),
+            .ends_with(&format!("type=LUA;content={content};")),
         "{:?}",
         answers[2]
     );

@@ -334,17 +334,24 @@ pub(crate) fn put(service: &Service, command: &InfoCommand<'_>) -> String {
     service.commit_udf(filename, Some(source))
 }
 
-/// `udf-get:filename=F;`
+/// `udf-get:filename=F;` → `gen=<base64 SHA-1>;type=LUA;content=<base64>;`
 pub(crate) fn get(service: &Service, command: &InfoCommand<'_>) -> String {
     match command
         .param("filename")
         .and_then(|name| service.udfs.registry.get(name))
     {
-        Some(module) => format!(
-            "gen={};type=LUA;content={}",
-            module.hash,
-            base64::engine::general_purpose::STANDARD.encode(&module.source)
-        ),
+        Some(module) => {
+            // `gen` is the source's SHA-1 in base64 (the 20 bytes, not the
+            // hex `udf-list` shows), as the reference answers it.
+            let digest: Vec<u8> = (0..module.hash.len() / 2)
+                .filter_map(|at| u8::from_str_radix(module.hash.get(at * 2..at * 2 + 2)?, 16).ok())
+                .collect();
+            format!(
+                "gen={};type=LUA;content={};",
+                base64::engine::general_purpose::STANDARD.encode(digest),
+                base64::engine::general_purpose::STANDARD.encode(&module.source)
+            )
+        }
         None => "error=not_found".to_owned(),
     }
 }
