@@ -16,9 +16,11 @@
 //!   at a time, and returning the values the stream emits on this node.
 //!
 //! Sandbox (`runtime`): one Lua 5.4 state per thread and registry
-//! generation, with Lua's base, string, table and math libraries and the
-//! API of `prelude.lua`; no `io`, `os`, `package`, `debug`, `load`,
-//! `dofile` or `require`. Each module runs in an environment of its own.
+//! generation, with Lua's base, string, table, math and utf8 libraries and
+//! the API of `prelude.lua`; no `io`, `os`, `package`, `debug`,
+//! `coroutine`, `load` or `dofile`. `require(name)` loads another
+//! registered module (source only), once per state. Each module runs in an
+//! environment of its own.
 //! A state may use at most [`MEMORY_LIMIT`] bytes, and a call stops with an
 //! error once it runs past its time limit (checked every
 //! [`HOOK_INSTRUCTIONS`] Lua instructions), so a UDF that loops forever

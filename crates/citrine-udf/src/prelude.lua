@@ -40,6 +40,9 @@ local string_find, string_match, string_gmatch, string_gsub =
   string.find, string.match, string.gmatch, string.gsub
 local table_insert, table_concat = table.insert, table.concat
 local math_min, math_log = math.min, math.log
+-- Kept for `require` only (source text, never bytecode), then hidden.
+local raw_load = load
+load = nil
 
 local List = { __name = "List", __metatable = "List" }
 local Map = { __name = "Map", __metatable = "Map" }
@@ -562,6 +565,33 @@ function internal.take(s)
   local out = s.out
   s.out = {}
   return out
+end
+
+-- require ---------------------------------------------------------------
+
+-- Another registered module, by name (no `.lua`): run once per state in an
+-- environment of its own; its return value, or that environment when it
+-- returns nothing (a module that defines global functions).
+local sources = {}
+local required = {}
+
+function internal.set_sources(t)
+  sources = t
+end
+
+require = function(name)
+  name = tostring(name)
+  local done = required[name]
+  if done ~= nil then return done end
+  local source = sources[name]
+  if source == nil then error("module '" .. name .. "' not found", 2) end
+  local env = internal.environment()
+  local chunk, why = raw_load(source, "@" .. name .. ".lua", "t", env)
+  if not chunk then error(why, 2) end
+  local result = chunk()
+  if result == nil then result = env end
+  required[name] = result
+  return result
 end
 
 -- The globals every module starts from, as they are now.

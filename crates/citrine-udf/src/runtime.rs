@@ -23,7 +23,8 @@ use std::time::Instant;
 const PRELUDE: &str = include_str!("prelude.lua");
 
 /// Globals of the base library a module may not use.
-const REMOVED_GLOBALS: &[&str] = &["dofile", "loadfile", "load", "require", "collectgarbage"];
+/// (The prelude keeps `load` for itself, text only, for `require`.)
+const REMOVED_GLOBALS: &[&str] = &["dofile", "loadfile", "require", "collectgarbage"];
 
 struct State {
     registry: u64,
@@ -59,7 +60,7 @@ fn message_of(error: &mlua::Error) -> String {
 }
 
 /// A sandboxed state with the prelude loaded.
-fn new_lua() -> mlua::Result<(Lua, Table, Metatables)> {
+fn new_lua(registry: &Registry) -> mlua::Result<(Lua, Table, Metatables)> {
     let lua = Lua::new_with(
         StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8,
         LuaOptions::default(),
@@ -117,6 +118,18 @@ fn new_lua() -> mlua::Result<(Lua, Table, Metatables)> {
         record_of: internal.get("record")?,
         outcome: internal.get("outcome")?,
     };
+    // The registered modules' sources, for `require` (a state is rebuilt
+    // whenever the registry changes).
+    let sources = lua.create_table()?;
+    for module in registry.list() {
+        let name = module
+            .filename
+            .strip_suffix(".lua")
+            .unwrap_or(&module.filename);
+        sources.raw_set(name, lua.create_string(&module.source)?)?;
+    }
+    let set_sources: mlua::Function = internal.get("set_sources")?;
+    set_sources.call::<()>(sources)?;
     Ok((lua, internal, meta))
 }
 
@@ -148,7 +161,7 @@ fn with_state<R>(
             .is_some_and(|state| state.registry == registry.id() && state.generation == generation);
         if !current {
             *slot = None;
-            let (lua, internal, meta) = new_lua().map_err(lua_error)?;
+            let (lua, internal, meta) = new_lua(registry).map_err(lua_error)?;
             *slot = Some(State {
                 registry: registry.id(),
                 generation,
@@ -343,7 +356,7 @@ fn with_deadline<R>(limit: std::time::Duration, work: impl FnOnce() -> R) -> R {
 impl Aggregation {
     /// Builds the stream of `call`.
     pub fn new(registry: &Registry, call: &Call<'_>) -> Result<Aggregation, UdfError> {
-        let (lua, internal, meta) = new_lua().map_err(lua_error)?;
+        let (lua, internal, meta) = new_lua(registry).map_err(lua_error)?;
         // A state of its own, not the thread's: the stream outlives this
         // call and may be stepped on another thread.
         let mut state = State {

@@ -588,3 +588,40 @@ fn one_module_cannot_change_what_another_sees() {
         matches!(applied.change, Change::Write { ref bins, .. } if matches!(&bins[0].1, Value::Str(s) if s == b"A"))
     );
 }
+
+#[test]
+fn modules_require_other_registered_modules() {
+    let registry = Registry::default();
+    registry.put(Module::new(
+        "helper.lua",
+        b"function twice(x) return 2 * x end".to_vec(),
+    ));
+    registry.put(Module::new(
+        "table_module.lua",
+        b"local M = {} function M.three() return 3 end return M".to_vec(),
+    ));
+    registry.put(Module::new(
+        "user.lua",
+        b"local h = require('helper')\nlocal t = require('table_module')\nfunction f(rec, x) return h.twice(x) + t.three() end\nfunction missing(rec) return require('nowhere') end\nfunction no_load(rec) return load == nil and dofile == nil end"
+            .to_vec(),
+    ));
+    let applied = apply_record(
+        &registry,
+        &call("user", "f", vec![Value::Int(5)]),
+        record(vec![]),
+    )
+    .expect("runs");
+    assert!(
+        matches!(applied.result, Value::Int(13)),
+        "{:?}",
+        applied.result
+    );
+    let missing = apply_record(&registry, &call("user", "missing", vec![]), record(vec![]));
+    assert!(
+        matches!(missing, Err(UdfError::Execution(ref m)) if m.contains("nowhere")),
+        "{missing:?}"
+    );
+    let hidden =
+        apply_record(&registry, &call("user", "no_load", vec![]), record(vec![])).expect("runs");
+    assert!(matches!(hidden.result, Value::Bool(true)));
+}
