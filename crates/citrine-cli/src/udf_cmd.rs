@@ -95,7 +95,7 @@ pub enum UdfCommand {
         /// The function to call.
         function: String,
         /// The function's arguments after the record, as JSON values.
-        #[arg(value_name = "ARG", allow_hyphen_values = true)]
+        #[arg(value_name = "ARG", allow_negative_numbers = true)]
         args: Vec<String>,
     },
 }

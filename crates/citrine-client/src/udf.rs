@@ -352,9 +352,14 @@ impl Client {
     ) -> Result<Value> {
         let call = UdfFields::new(module, function, args)?;
         let header = write_header(policy);
+        // A UDF need not be idempotent: it is sent once. A retry after a
+        // timeout or a lost connection could run it twice (the server may
+        // have applied it before the answer was lost); the caller decides.
+        let mut once = policy.base.clone();
+        once.max_retries = 0;
         let answer = self
             .run(
-                &policy.base,
+                &once,
                 key,
                 true,
                 &Request {
