@@ -530,17 +530,7 @@ pub(crate) fn apply(
     out: &mut Vec<u8>,
 ) -> Result<(), ResultCode> {
     let header = &request.header;
-    if namespace.stop_writes() {
-        namespace
-            .stats
-            .stop_writes_count
-            .fetch_add(1, Ordering::Relaxed);
-        return Err(ResultCode::OutOfSpace);
-    }
-    let set_id = namespace
-        .sets
-        .id_of(request.set)
-        .ok_or(ResultCode::Forbidden)?;
+    let set_id = transaction::admit_write(namespace, request)?;
     let args = match value::decode(call.args) {
         Ok(Value::List(list)) => list.items,
         _ => Vec::new(),
