@@ -3,14 +3,13 @@
 //! `citrined` (found like the client's tests: `$CITRINED_BIN`, else the newer
 //! of `<workspace>/target/{release,debug}/citrined`; missing = failure).
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CITRINE: &str = env!("CARGO_BIN_EXE_citrine");
 
-use citrine_testsupport::free_port;
+use citrine_testsupport::{free_port, wait_until_serving};
 
 struct Process(Child);
 
@@ -21,23 +20,15 @@ impl Drop for Process {
     }
 }
 
-fn wait_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn noop() -> (Process, u16) {
     let port = free_port();
-    let child = Command::new(CITRINE)
+    let mut child = Command::new(CITRINE)
         .args(["bench", "--noop-server", &port.to_string()])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn noop");
-    wait_listening(port);
+    wait_until_serving(&mut child, port, Duration::from_secs(15));
     (Process(child), port)
 }
 
@@ -56,7 +47,7 @@ fn citrined() -> (Process, u16) {
     };
     assert!(binary.is_file(), "{} does not exist", binary.display());
     let port = free_port();
-    let child = Command::new(binary)
+    let mut child = Command::new(binary)
         .args(["--port", &port.to_string(), "--address", "127.0.0.1"])
         .args([
             "--fabric-port",
@@ -65,10 +56,10 @@ fn citrined() -> (Process, u16) {
             &free_port().to_string(),
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn citrined");
-    wait_listening(port);
+    wait_until_serving(&mut child, port, Duration::from_secs(15));
     (Process(child), port)
 }
 

@@ -7,6 +7,7 @@
 
 mod common;
 
+use citrine_testsupport::listener_is;
 use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
 use common::*;
 use std::collections::HashMap;

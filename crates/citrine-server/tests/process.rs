@@ -199,6 +199,35 @@ fn bad_config_stops_the_start_with_a_clear_message() {
     let _ = std::fs::remove_dir_all(&directory);
 }
 
+/// A service port another process holds stops the start with a message
+/// naming it and a failing exit status: the node never half-starts.
+#[test]
+fn a_taken_service_port_stops_the_start_with_a_clear_message() {
+    let port = free_port();
+    let holder = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let (fabric, heartbeat) = (free_port().to_string(), free_port().to_string());
+    for service_io in ["epoll", io_uring_or_auto()] {
+        let output = Command::new(binary())
+            .args(["--address", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--fabric-port", &fabric, "--heartbeat-port", &heartbeat])
+            .args(["--service-io", service_io])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            !output.status.success(),
+            "{service_io}: {:?}",
+            output.status
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+            "{service_io}: {stderr}"
+        );
+    }
+    drop(holder);
+}
+
 /// Malformed input closes or answers only the offending connection; every
 /// other connection keeps being served.
 #[test]

@@ -20,8 +20,10 @@
 
 #![forbid(unsafe_code)]
 
-use std::net::{TcpListener, UdpSocket};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::Child;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// First port handed out (below Linux's default ephemeral range,
 /// 32768-60999, and above the usual service ports).
@@ -98,6 +100,29 @@ pub fn listener_is(port: u16, pid: u32) -> bool {
                 .any(|inode| target.as_os_str() == inode.as_str())
         })
     })
+}
+
+/// Waits until `child` itself listens on 127.0.0.1:`port` and accepts a
+/// connection there. Panics, naming the port, when the child exits first
+/// (with its status) or `within` passes (the child is then killed).
+pub fn wait_until_serving(child: &mut Child, port: u16, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the process meant to serve on port {port} exited early with {status}");
+        }
+        // Ours, not another process holding the port: a probe that only
+        // connects can be answered by a stranger while ours failed.
+        if listener_is(port, child.id()) && TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("nothing of ours listened on port {port} within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[cfg(test)]

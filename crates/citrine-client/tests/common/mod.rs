@@ -6,10 +6,9 @@
 
 #![allow(dead_code)]
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Path of the server binary, or a panic saying how to build it.
 pub fn citrined_bin() -> PathBuf {
@@ -44,7 +43,7 @@ pub fn citrined_bin() -> PathBuf {
     );
 }
 
-pub use citrine_testsupport::free_port;
+pub use citrine_testsupport::{free_port, wait_until_serving};
 
 /// A running citrined; killed on drop.
 pub struct Server {
@@ -64,7 +63,7 @@ impl Server {
     }
 
     fn launch(&mut self) {
-        let child = Command::new(citrined_bin())
+        let mut child = Command::new(citrined_bin())
             .args(["--port", &self.port.to_string(), "--address", "127.0.0.1"])
             .args([
                 "--fabric-port",
@@ -74,19 +73,12 @@ impl Server {
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // A node that fails says why in the test's output.
+            .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn citrined");
+        wait_until_serving(&mut child, self.port, Duration::from_secs(15));
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "citrined did not listen on port {} within 15 s",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     pub fn seed(&self) -> String {

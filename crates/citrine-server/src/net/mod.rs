@@ -128,6 +128,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Serves clients until SIGINT or SIGTERM.
+///
+/// The port is bound only once every service thread is up, so a node that
+/// listens is a node that serves: a failed start never shows a listening
+/// socket that then vanishes.
 pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -135,13 +139,42 @@ pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|error| format!("cannot start the listener runtime: {error}"))?;
-    let bind = format!("{}:{}", config.address, config.port);
-    let listener = runtime
-        .block_on(TcpListener::bind(&bind))
-        .map_err(|error| format!("cannot listen on {bind} (--address/--port): {error}"))?;
-
-    let count = config.service_threads.max(1);
     let io = choose_io(config.service_io)?;
+    let (shared, workers) = match start_threads(io, &runtime, &service, &config) {
+        Ok(started) => started,
+        // "auto" found io_uring usable, but a thread could not get its ring
+        // (memory accounting, limits): epoll serves just as correctly.
+        Err(error) if io == Io::Uring && config.service_io == ServiceIo::Auto => {
+            tracing::warn!("{error}; service threads use epoll instead");
+            start_threads(Io::Epoll, &runtime, &service, &config)?
+        }
+        Err(error) => return Err(error),
+    };
+    let bind = format!("{}:{}", config.address, config.port);
+    let listener = match runtime.block_on(TcpListener::bind(&bind)) {
+        Ok(listener) => listener,
+        Err(error) => {
+            stop_threads(&shared, workers);
+            return Err(format!(
+                "cannot listen on {bind} (--address/--port): {error}"
+            ));
+        }
+    };
+    let result = runtime.block_on(accept_loop(&service, &config, listener, &shared));
+    stop_threads(&shared, workers);
+    result
+}
+
+/// Starts the service threads, each with its `io` backend, and waits until
+/// every one has set it up. On failure the threads already started are
+/// stopped and the first error is returned.
+fn start_threads(
+    io: Io,
+    runtime: &tokio::runtime::Runtime,
+    service: &Arc<Service>,
+    config: &ServerConfig,
+) -> Result<(Arc<Shared>, Vec<std::thread::JoinHandle<()>>), String> {
+    let count = config.service_threads.max(1);
     tracing::info!(
         "service threads do their socket I/O with {}",
         match io {
@@ -232,9 +265,7 @@ pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
             return Err(error);
         }
     }
-    let result = runtime.block_on(accept_loop(&service, &config, listener, &shared));
-    stop_threads(&shared, workers);
-    result
+    Ok((shared, workers))
 }
 
 /// The I/O backend all service threads use.

@@ -52,7 +52,7 @@ impl Drop for Server {
 }
 
 /// A free loopback port.
-pub use citrine_testsupport::{free_port, listener_is};
+pub use citrine_testsupport::{free_port, wait_until_serving};
 
 /// The `citrined` under test: this build's, or `$CITRINED_BIN` (e.g. a
 /// release build, for timings).
@@ -95,22 +95,8 @@ pub fn start(args: &[&str]) -> Server {
         .spawn()
         .unwrap();
     let mut server = Server { child, port };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(Some(status)) = server.child.try_wait() {
-            panic!("citrined exited early with {status}");
-        }
-        // Ours, not some other process that took the port: until our node
-        // listens, its config file and everything else must stay.
-        if listener_is(port, server.child.id()) && TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return server;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "citrined did not start listening within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_serving(&mut server.child, port, Duration::from_secs(20));
+    server
 }
 
 pub fn connect(port: u16) -> TcpStream {
