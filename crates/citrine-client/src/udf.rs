@@ -252,8 +252,24 @@ impl Client {
         );
         let node = self.any_node()?;
         self.module_command(node, &command, filename).await?;
-        self.wait_for_udf(filename, Some(&udf_hash(source)), UDF_PROPAGATION_TIMEOUT)
+        // Servers differ in what they hash (Citrine the source, the
+        // reference its stored metadata), but every node of one cluster
+        // hashes alike: the node that took the put lists the hash the others
+        // will. Only if it cannot say is the source's SHA-1 expected.
+        let expected = match self.listed_udf(node, filename).await {
+            Ok(Some(module)) => module.hash,
+            _ => udf_hash(source),
+        };
+        self.wait_for_udf(filename, Some(&expected), UDF_PROPAGATION_TIMEOUT)
             .await
+    }
+
+    /// Module `filename` as `node`'s `udf-list` shows it.
+    async fn listed_udf(&self, node: NodeId, filename: &str) -> Result<Option<UdfModule>> {
+        let answer = self.info_value(node, "udf-list").await?;
+        Ok(parse_udf_list(&answer)
+            .into_iter()
+            .find(|module| module.filename == filename))
     }
 
     /// Removes the module `filename` through one node, then waits until no
@@ -287,9 +303,11 @@ impl Client {
     }
 
     /// Waits until every node lists module `filename` with hash
-    /// `expected_hash` (lower-case hex SHA-1, see [`udf_hash`]), or, with
-    /// `None`, until no node lists it; polls every 50 ms and fails with a
-    /// timeout after `timeout`.
+    /// `expected_hash` (hex, as the server lists it; Citrine's is
+    /// [`udf_hash`]), or, with `None`, until no node lists it; polls every
+    /// 50 ms and fails with a timeout after `timeout`. A node that does not
+    /// answer counts as not there yet: it is asked again next time (a node
+    /// that left the cluster is no longer asked).
     pub async fn wait_for_udf(
         &self,
         filename: &str,
@@ -298,10 +316,9 @@ impl Client {
     ) -> Result<()> {
         crate::query::poll(timeout, Duration::from_millis(50), "UDF module", || async {
             for summary in self.nodes() {
-                let answer = self.info_value(summary.id, "udf-list").await?;
-                let listed = parse_udf_list(&answer)
-                    .into_iter()
-                    .find(|module| module.filename == filename);
+                let Ok(listed) = self.listed_udf(summary.id, filename).await else {
+                    return Ok(false);
+                };
                 let settled = match (expected_hash, listed) {
                     (Some(hash), Some(module)) => module.hash.eq_ignore_ascii_case(hash),
                     (Some(_), None) => false,

@@ -5,6 +5,8 @@
 //!
 //! Each mock node answers every AS_MSG with a success carrying one bin,
 //! `node` = its own id, so the test sees which node served each command.
+//! Its UDF modules hash as the reference's do, not as Citrine's: not the
+//! source's SHA-1.
 
 use citrine_client::partition::encode_bitmap;
 use citrine_client::{Bins, Client, ClientConfig, Key, ReadPolicy, Replica, Value};
@@ -31,7 +33,13 @@ struct MockNode {
     /// The next this-many AS_MSG answers carry `fail_code` instead of success.
     fail_next: AtomicU64,
     fail_code: AtomicU64,
+    /// UDF modules it lists: (filename, hash).
+    udfs: Mutex<Vec<(String, String)>>,
 }
+
+/// The hash a mock node lists for every module: any hex but the source's
+/// SHA-1, as the reference hashes its stored metadata instead.
+const METADATA_HASH: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c";
 
 impl MockNode {
     async fn start(id: &str, parity: usize, rack: u32) -> Arc<MockNode> {
@@ -48,6 +56,7 @@ impl MockNode {
             alive: AtomicBool::new(true),
             fail_next: AtomicU64::new(0),
             fail_code: AtomicU64::new(0),
+            udfs: Mutex::new(Vec::new()),
         });
         let serving = node.clone();
         tokio::spawn(async move {
@@ -75,8 +84,30 @@ impl MockNode {
         encode_bitmap(&bytes)
     }
 
+    /// Lists module `filename` (as a node does once the module reached it).
+    fn hold_udf(&self, filename: &str) {
+        let mut udfs = self.udfs.lock().expect("lock");
+        udfs.retain(|(name, _)| name != filename);
+        udfs.push((filename.to_owned(), METADATA_HASH.to_owned()));
+    }
+
     fn info(&self, line: &str) -> String {
+        if let Some(params) = line.strip_prefix("udf-put:") {
+            let filename = params
+                .split(';')
+                .find_map(|param| param.strip_prefix("filename="))
+                .unwrap_or_default();
+            self.hold_udf(filename);
+            return "ok".into();
+        }
         match line {
+            "udf-list" => self
+                .udfs
+                .lock()
+                .expect("lock")
+                .iter()
+                .map(|(name, hash)| format!("filename={name},hash={hash},type=LUA;"))
+                .collect(),
             "node" => self.id.clone(),
             "build" => "8.1.2.0".into(),
             "partition-generation" => self.partition_generation.load(Ordering::SeqCst).to_string(),
@@ -363,5 +394,40 @@ async fn partition_map_follows_partition_generation_changes() {
     let refreshes = client.stats().partition_refreshes;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(client.stats().partition_refreshes, refreshes);
+    client.close();
+}
+
+/// A server that hashes its modules otherwise than Citrine (the reference
+/// hashes its metadata): `register_udf` waits for the hash the node that took
+/// the put lists, on every node, and returns once the last one has it.
+#[tokio::test]
+async fn register_udf_waits_for_every_node_whatever_the_server_hashes() {
+    let a = MockNode::start("A1", 0, 1).await;
+    let b = MockNode::start("B2", 1, 1).await;
+    a.set_peers(&[&b]);
+    b.set_peers(&[&a]);
+    let client = Arc::new(Client::connect(config(&a)).await.expect("connect"));
+    assert_eq!(client.nodes().len(), 2);
+    let registering = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .register_udf("sums.lua", b"function one() return 1 end")
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !registering.is_finished(),
+        "one node lists the module, the other does not yet"
+    );
+    // The module reaches the node that did not take the put.
+    a.hold_udf("sums.lua");
+    b.hold_udf("sums.lua");
+    let outcome = tokio::time::timeout(Duration::from_secs(5), registering)
+        .await
+        .expect("register returns once every node lists the module")
+        .expect("task");
+    assert!(outcome.is_ok(), "{outcome:?}");
     client.close();
 }
