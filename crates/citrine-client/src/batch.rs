@@ -280,6 +280,9 @@ impl Client {
         let total_deadline = base.total_deadline(Instant::now());
         let spin = self.next_random();
         let mut pending: Vec<usize> = (0..keys.len()).collect();
+        // A UDF need not be idempotent: rows that may have reached the
+        // server are never sent again (a UDF must not run twice).
+        let runs_udf = matches!(spec, RowSpec::Full { udf: Some(_), .. });
         let mut attempt: u32 = 0;
         let mut in_doubt = false;
         loop {
@@ -363,10 +366,11 @@ impl Client {
                             node.record_failure();
                         }
                         in_doubt |= error.in_doubt();
-                        if error.is_retryable() {
+                        if error.is_retryable() && !(runs_udf && error.in_doubt()) {
                             last_error = Some(error);
                         } else {
-                            // Not worth another round: the rows it did not answer fail.
+                            // Not worth another round, or one that could run a
+                            // UDF twice: the rows it did not answer fail.
                             for index in indexes {
                                 if outcomes[index].is_none() {
                                     outcomes[index] = Some(Err(error.clone()));

@@ -390,7 +390,10 @@ impl Client {
     }
 
     /// Calls `module.function(record, args...)` on each key's record, one
-    /// request per node (rows retried in rounds as other batches are).
+    /// request per node. Rows are retried in rounds as other batches are,
+    /// except rows that may have reached the server (a stream that broke
+    /// or timed out after the request went out): those fail in doubt, since
+    /// a UDF need not be idempotent and must not run twice.
     /// Returns one outcome per key, in key order (see [`BatchUdfResult`]).
     /// Rows are writes with the namespace's default TTL, no generation or
     /// existence condition, and carry the user key when

@@ -35,6 +35,11 @@ struct MockNode {
     fail_code: AtomicU64,
     /// UDF modules it lists: (filename, hash).
     udfs: Mutex<Vec<(String, String)>>,
+    /// The next this-many AS_MSG requests are read, then the connection is
+    /// closed without an answer (the node may have acted on them).
+    drop_next: AtomicU64,
+    /// AS_MSG requests read.
+    messages: AtomicU64,
 }
 
 /// The hash a mock node lists for every module: any hex but the source's
@@ -57,6 +62,8 @@ impl MockNode {
             fail_next: AtomicU64::new(0),
             fail_code: AtomicU64::new(0),
             udfs: Mutex::new(Vec::new()),
+            drop_next: AtomicU64::new(0),
+            messages: AtomicU64::new(0),
         });
         let serving = node.clone();
         tokio::spawn(async move {
@@ -152,6 +159,13 @@ impl MockNode {
                 return;
             }
             let mut out = Vec::new();
+            if proto.message_type != MessageType::Info {
+                self.messages.fetch_add(1, Ordering::SeqCst);
+                if self.drop_next.load(Ordering::SeqCst) > 0 {
+                    self.drop_next.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
+            }
             match proto.message_type {
                 MessageType::Info => {
                     let mut response = InfoResponse::new();
@@ -429,5 +443,48 @@ async fn register_udf_waits_for_every_node_whatever_the_server_hashes() {
         .expect("register returns once every node lists the module")
         .expect("task");
     assert!(outcome.is_ok(), "{outcome:?}");
+    client.close();
+}
+
+/// A batch whose stream breaks after it was sent: read rows are sent again,
+/// UDF rows are not (a UDF need not be idempotent; running it twice could
+/// count twice) and fail in doubt.
+#[tokio::test]
+async fn batch_udf_rows_are_never_sent_twice() {
+    let a = MockNode::start("A1", 0, 1).await;
+    let client = Client::connect(config(&a)).await.expect("connect");
+    // Keys of partitions A masters.
+    let keys: Vec<Key> = (0..)
+        .map(|i: i64| Key::new("test", "s", i))
+        .filter(|key| key.partition().get().is_multiple_of(2))
+        .take(4)
+        .collect();
+    let policy = citrine_client::BatchPolicy::default();
+    assert!(policy.base.max_retries > 0, "the default retries");
+
+    a.drop_next.store(1, Ordering::SeqCst);
+    let before = a.messages.load(Ordering::SeqCst);
+    let _ = client.batch_get(&policy, &keys, Bins::All).await;
+    assert_eq!(
+        a.messages.load(Ordering::SeqCst) - before,
+        2,
+        "a read batch is sent again after the broken stream"
+    );
+
+    a.drop_next.store(1, Ordering::SeqCst);
+    let before = a.messages.load(Ordering::SeqCst);
+    let rows = client
+        .batch_udf(&policy, &keys, "sums", "add", &[Value::Int(1)])
+        .await
+        .expect("batch");
+    assert_eq!(
+        a.messages.load(Ordering::SeqCst) - before,
+        1,
+        "the UDF rows went out once"
+    );
+    for row in &rows {
+        let error = row.as_ref().expect_err("no answer came");
+        assert!(error.in_doubt(), "{error:?}");
+    }
     client.close();
 }
