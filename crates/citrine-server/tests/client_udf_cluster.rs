@@ -13,7 +13,7 @@ use citrine_client::{
     udf_hash, BackgroundTask, BatchPolicy, Bin, Bins, Client, ClientConfig, Key, Policy,
     ScanPolicy, Statement, Value, WritePolicy,
 };
-use common::cluster::{start_cluster, wait_for_stable, Node};
+use common::cluster::{start_cluster, wait_for_cluster, wait_for_stable, Node};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -185,5 +185,110 @@ async fn udfs_across_a_three_node_cluster() {
             node.id
         );
     }
+    client.close();
+}
+
+/// An aggregation while a joining node's partitions are still filling:
+/// the stream has no per-partition answers to say what it left out, so it
+/// fails with 11 (partition unavailable) rather than return a count that
+/// silently misses the filling partitions; once migrations are done it
+/// counts every record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregation_during_migrations_fails_rather_than_miss_records() {
+    const LOADED: i64 = 2000;
+    let mut nodes: Vec<Node> = (0x78..0x7B).map(Node::new).collect();
+    let seed = nodes[0].heartbeat_address();
+    nodes[0].start(&seed);
+    let seed = nodes[0].heartbeat_address();
+    nodes[1].start(&seed);
+    wait_for_cluster(&[&nodes[0], &nodes[1]], 2, Duration::from_secs(30));
+    wait_for_stable(&[&nodes[0], &nodes[1]], Duration::from_secs(30));
+    let client = Client::connect(ClientConfig::new([nodes[0].service_address()]))
+        .await
+        .unwrap();
+    client
+        .register_udf("cluster_m.lua", MODULE.as_bytes())
+        .await
+        .unwrap();
+    let write = WritePolicy {
+        base: Policy {
+            max_retries: 20,
+            backoff: Duration::from_millis(50),
+            ..Policy::default()
+        },
+        ..WritePolicy::default()
+    };
+    for index in 0..LOADED {
+        client
+            .put(
+                &write,
+                &Key::new("test", "m", index),
+                &[Bin::new("n", index)],
+            )
+            .await
+            .unwrap();
+    }
+    let (scan, statement) = (ScanPolicy::default(), Statement::new("test", "m"));
+    let count = || client.query_aggregate_raw(&scan, &statement, "cluster_m", "count", &[]);
+    let total = |outputs: &[citrine_client::AggregateOutput]| -> i64 {
+        outputs
+            .iter()
+            .flat_map(|output| &output.values)
+            .map(|value| match value {
+                Value::Int(count) => *count,
+                other => panic!("{other:?}"),
+            })
+            .sum()
+    };
+    assert_eq!(total(&count().await.unwrap()), LOADED);
+
+    // Migrations to the third node crawl (20 records a second from each
+    // source): its partitions stay filling for about half a minute.
+    for node in &nodes[..2] {
+        assert_eq!(
+            node.info_value("set-config:context=service;migrate-max-records-per-sec=20")
+                .as_deref(),
+            Some("ok")
+        );
+    }
+    nodes[2].start(&seed);
+    wait_for_cluster(
+        &nodes.iter().collect::<Vec<_>>(),
+        3,
+        Duration::from_secs(30),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while client.nodes().len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client sees 3 nodes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    match count().await {
+        Err(error) => assert_eq!(error.raw_code(), Some(11), "{error}"),
+        Ok(outputs) => panic!(
+            "an aggregation during migrations answered, counting {} of {LOADED}: {outputs:?}",
+            total(&outputs)
+        ),
+    }
+
+    for node in &nodes[..2] {
+        node.info_value("set-config:context=service;migrate-max-records-per-sec=0");
+    }
+    wait_for_stable(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(60));
+    // The client may still hold the map of a moment ago: retry a refusal.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let outputs = loop {
+        match count().await {
+            Ok(outputs) => break outputs,
+            Err(error) if error.raw_code() == Some(11) => {
+                assert!(std::time::Instant::now() < deadline, "{error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    };
+    assert_eq!(total(&outputs), LOADED, "{outputs:?}");
     client.close();
 }

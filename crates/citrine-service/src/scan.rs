@@ -575,13 +575,14 @@ impl ScanCursor {
         }
     }
 
-    /// In a cluster: keeps the partitions this node masters and holds whole,
-    /// moves the others to `unavailable`.
-    /// Forgets the partitions found unavailable (not reported as such).
-    pub(crate) fn drop_unavailable(&mut self) {
-        self.unavailable.clear();
+    /// Takes the partitions found unavailable (they are then not reported
+    /// in the stream).
+    pub(crate) fn take_unavailable(&mut self) -> Vec<PartitionId> {
+        std::mem::take(&mut self.unavailable)
     }
 
+    /// In a cluster: keeps the partitions this node masters and holds whole,
+    /// moves the others to `unavailable`.
     pub(crate) fn keep_served_partitions(&mut self, service: &Service) {
         let cluster = service.cluster();
         let name = &self.namespace.config.name;

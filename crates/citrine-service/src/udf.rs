@@ -941,8 +941,18 @@ pub(crate) fn start_aggregate(
     if service.routes() {
         cursor.keep_served_partitions(service);
     }
-    // Partitions another node serves are its part of the aggregation.
-    cursor.drop_unavailable();
+    if let Some(partition) =
+        missed_partition(service, message, &namespace, cursor.take_unavailable())
+    {
+        // An aggregation's stream has no per-partition answers (the
+        // official clients read none), so a partition left out would be
+        // a silently wrong result: fail it instead, to be tried again.
+        tracing::debug!(
+            partition = partition.index(),
+            "aggregation refused: a partition it must cover is not served whole here"
+        );
+        return refuse(out, ResultCode::Unavailable);
+    }
     let args = match value::decode(call.args) {
         Ok(Value::List(list)) => list.items,
         _ => Vec::new(),
@@ -975,6 +985,29 @@ pub(crate) fn start_aggregate(
             None
         }
     }
+}
+
+/// A partition this aggregation had to cover but cannot, of the
+/// `unavailable` ones (not mastered here, or mastered but still filling).
+/// Asked by partition list, it must cover every one asked; asked for all
+/// (the reference clients' aggregations), the ones this node masters,
+/// the others being their masters' part.
+fn missed_partition(
+    service: &Service,
+    message: &Message<'_>,
+    namespace: &Namespace,
+    unavailable: Vec<citrine_types::PartitionId>,
+) -> Option<citrine_types::PartitionId> {
+    let listed = message.field(field_type::PID_ARRAY).is_some()
+        || message.field(field_type::DIGEST_ARRAY).is_some();
+    if listed {
+        return unavailable.first().copied();
+    }
+    let cluster = service.cluster();
+    let map = cluster.namespace(&namespace.config.name)?;
+    unavailable
+        .into_iter()
+        .find(|&partition| map.map.replicas(partition).first() == Some(&service.node_id))
 }
 
 impl AggregateRun {

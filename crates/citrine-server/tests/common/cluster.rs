@@ -78,7 +78,14 @@ impl Node {
                 if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
                     break;
                 }
-                if TcpStream::connect(self.service_address()).is_ok() {
+                // On loopback the listener must be this node's, not another
+                // process's that holds the port (a namespace's sockets are
+                // not in this namespace's /proc/net/tcp).
+                let ours = self.netns.is_some()
+                    || self.child.as_ref().is_some_and(|child| {
+                        citrine_testsupport::listener_is(self.port, child.id())
+                    });
+                if ours && TcpStream::connect(self.service_address()).is_ok() {
                     return;
                 }
                 assert!(Instant::now() < deadline, "node {} did not start", self.id);

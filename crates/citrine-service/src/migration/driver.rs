@@ -241,6 +241,15 @@ async fn migrate_partition(
             );
             at += consumed;
             flags = 0;
+            let records = batch.records.len() as u64;
+            // Every batch counts against `migrate-max-records-per-sec`, a
+            // partition's only (LAST) batch included: the wait is for the
+            // batches sent before this one, of any partition.
+            let now_us = service.now().unix_ms.saturating_mul(1000);
+            let owed = migrations.throttle(records, now_us);
+            if !owed.is_zero() {
+                pause.sleep(owed).await;
+            }
             let payload = batch.encode();
             call_until(
                 &service,
@@ -262,20 +271,24 @@ async fn migrate_partition(
                 },
             )
             .await?;
-            let records = batch.records.len() as u64;
             migrations
                 .records_sent
                 .fetch_add(records, Ordering::Relaxed);
-            if batch.flags & FLAG_LAST != 0 {
-                break;
-            }
-            let now_us = service.now().unix_ms.saturating_mul(1000);
-            let wait = migrations.throttle(records, now_us)
-                + Duration::from_micros(u64::from(migrations.sleep_us.load(Ordering::Relaxed)));
-            if wait.is_zero() {
+            let last = batch.flags & FLAG_LAST != 0;
+            // `migrate-sleep` after every batch that carried records (the
+            // last one too: the task holds its place meanwhile); an empty
+            // partition's lone LAST costs no sleep.
+            let sleep = match records {
+                0 => Duration::ZERO,
+                _ => Duration::from_micros(u64::from(migrations.sleep_us.load(Ordering::Relaxed))),
+            };
+            if !sleep.is_zero() {
+                pause.sleep(sleep).await;
+            } else if !last {
                 yield_now().await;
-            } else {
-                pause.sleep(wait).await;
+            }
+            if last {
+                break;
             }
         }
     }

@@ -533,7 +533,8 @@ impl Migrations {
     }
 
     /// How long to wait before sending `records` more under the
-    /// `migrate-max-records-per-sec` limit.
+    /// `migrate-max-records-per-sec` limit (asked just before they go; the
+    /// records are counted as sent at the end of the wait).
     pub fn throttle(&self, records: u64, now_us: u64) -> std::time::Duration {
         let rate = self.max_records_per_sec.load(Ordering::Relaxed);
         if rate == 0 || records == 0 {
@@ -1378,7 +1379,11 @@ mod tests {
 
         /// Runs the drivers of `members` until none has work.
         fn settle(&self, members: &[u64]) {
-            let pause: Arc<dyn Pause> = Arc::new(NoWait);
+            self.settle_with(members, Arc::new(NoWait));
+        }
+
+        /// [`World::settle`] with the drivers pausing through `pause`.
+        fn settle_with(&self, members: &[u64], pause: Arc<dyn Pause>) {
             for _ in 0..100 {
                 let mut busy = false;
                 for id in members {
@@ -1934,6 +1939,56 @@ mod tests {
             Duration::from_millis(400)
         );
         assert_eq!(migrations.throttle(0, 1_100_000), Duration::ZERO);
+    }
+
+    /// Returns at once, keeping every pause asked for.
+    #[derive(Default)]
+    struct Recording(Mutex<Vec<Duration>>);
+
+    impl Pause for Recording {
+        fn sleep(&self, duration: Duration) -> Sleep {
+            self.0.lock().push(duration);
+            Box::pin(async {})
+        }
+    }
+
+    /// Partitions of one record each migrate in one (LAST) batch: the rate
+    /// limit and `migrate-sleep` still hold for them.
+    #[test]
+    fn the_throttles_hold_for_partitions_of_one_batch() {
+        let world = World::new(&[1, 2]);
+        let writes: Vec<ReplicaWrite> = (0..40u16).map(|pid| record(pid * 61, 5, 1)).collect();
+        let node1 = world.node(1);
+        node1.publish_cluster(state(1, 10, &[1]));
+        for write in &writes {
+            put(&node1, write);
+        }
+        node1
+            .migrations
+            .max_records_per_sec
+            .store(10, Ordering::Relaxed);
+        node1.migrations.sleep_us.store(1000, Ordering::Relaxed);
+        world.publish(11, &[1, 2]);
+        let pause = Arc::new(Recording::default());
+        world.settle_with(&[1, 2], pause.clone());
+        assert_eq!(
+            node1.migrations.records_sent.load(Ordering::Relaxed),
+            writes.len() as u64
+        );
+        let pauses = pause.0.lock();
+        // The clock stands still: the 40th record may go 3.9 s after the
+        // first at 10 a second.
+        let longest = pauses.iter().max().copied().unwrap_or_default();
+        assert_eq!(longest, Duration::from_millis(3900), "{pauses:?}");
+        let sleeps = pauses
+            .iter()
+            .filter(|pause| **pause == Duration::from_millis(1))
+            .count();
+        assert_eq!(
+            sleeps,
+            writes.len(),
+            "one migrate-sleep a batch with records"
+        );
     }
 
     fn cluster_stable_answer(node: &Service) -> String {
