@@ -516,10 +516,14 @@ impl Client {
     /// selects, on every node, under `write`'s TTL, generation and
     /// existence rules and filter expression. Returns the job's id for
     /// [`Client::job_status`]; the server runs it on its own.
-    /// It is started node by node with no retry: after an error it may be
-    /// running on the nodes that accepted it (the error says which node
-    /// failed), so do not start it again blindly when its work is not
-    /// idempotent.
+    /// It is sent to every node at once. A node is asked again (up to
+    /// `write.base.max_retries`, with its backoff) only while its error
+    /// says the job surely did not start there: no connection, or a
+    /// retryable refusal; a lost answer is not resent (Citrine would run
+    /// the same task id once, other servers may not). After an error the
+    /// job may be running on the nodes that accepted it (the error says
+    /// which node failed), so do not start it again blindly when its work
+    /// is not idempotent.
     pub async fn execute_background<'a>(
         &self,
         write: &WritePolicy,
@@ -594,36 +598,45 @@ impl Client {
             });
         }
         let deadline = write.base.total_deadline(Instant::now());
+        // Every node at once; each retried on its own while its error says
+        // the job was certainly not started there (nothing sent, or a
+        // retryable refusal). A job that may have started is never sent
+        // again: its writes need not be idempotent.
+        let mut submissions = tokio::task::JoinSet::new();
         for node in nodes {
-            let deadline = write.base.socket_deadline(deadline);
-            let mut pooled = node.pool.get(deadline).await?;
-            let Some(connection) = pooled.connection() else {
-                return Err(Error::Closed);
-            };
-            let answer = match connection.exchange(&frame, deadline).await {
-                Ok((MessageType::Message, body)) => Message::decode_prefix(body)
-                    .map(|(message, _)| message.header)
-                    .map_err(|error| error.to_string()),
-                Ok((other, _)) => Err(format!("expected an AS_MSG answer, got {other:?}")),
-                Err(error) => {
-                    pooled.discard();
-                    return Err(error);
+            let (client, frame, base) = (self.clone(), frame.clone(), write.base.clone());
+            submissions.spawn(async move {
+                let mut retry = 0;
+                loop {
+                    let outcome = submit_job(&node, &frame, base.socket_deadline(deadline)).await;
+                    let again =
+                        matches!(&outcome, Err(error) if error.is_retryable() && !error.in_doubt());
+                    if !again || retry >= base.max_retries {
+                        return outcome;
+                    }
+                    retry += 1;
+                    let backoff = base.backoff_for(retry, client.next_random());
+                    if deadline.is_some_and(|deadline| Instant::now() + backoff >= deadline) {
+                        return outcome;
+                    }
+                    tokio::time::sleep(backoff).await;
                 }
-            };
-            match answer {
-                Ok(header) if header.result_code == 0 => pooled.release(),
-                Ok(header) => {
-                    pooled.release();
-                    return Err(Error::server(header.result_code, node.name()));
-                }
-                Err(message) => {
-                    pooled.discard();
-                    return Err(Error::Protocol {
-                        address: node.address.to_string(),
-                        message,
-                    });
-                }
+            });
+        }
+        let mut first_error = None;
+        while let Some(joined) = submissions.join_next().await {
+            let outcome = joined.unwrap_or_else(|error| {
+                Err(Error::Protocol {
+                    address: String::new(),
+                    message: format!("job submission task failed: {error}"),
+                })
+            });
+            if let Err(error) = outcome {
+                first_error.get_or_insert(error);
             }
+        }
+        if let Some(error) = first_error {
+            return Err(error);
         }
         Ok(task_id)
     }
@@ -1357,6 +1370,41 @@ enum Step {
     /// Result 2 without LAST (no such set): the stream is over, but the
     /// connection is not known to be at a message boundary.
     Absent,
+}
+
+/// Sends a background job's request to one node and reads its one answer.
+async fn submit_job(node: &Node, frame: &[u8], deadline: Option<Instant>) -> Result<()> {
+    let mut pooled = node.pool.get(deadline).await?;
+    let Some(connection) = pooled.connection() else {
+        return Err(Error::Closed);
+    };
+    let answer = match connection.exchange(frame, deadline).await {
+        Ok((MessageType::Message, body)) => Message::decode_prefix(body)
+            .map(|(message, _)| message.header)
+            .map_err(|error| error.to_string()),
+        Ok((other, _)) => Err(format!("expected an AS_MSG answer, got {other:?}")),
+        Err(error) => {
+            pooled.discard();
+            return Err(error);
+        }
+    };
+    match answer {
+        Ok(header) if header.result_code == 0 => {
+            pooled.release();
+            Ok(())
+        }
+        Ok(header) => {
+            pooled.release();
+            Err(Error::server(header.result_code, node.name()))
+        }
+        Err(message) => {
+            pooled.discard();
+            Err(Error::Protocol {
+                address: node.address.to_string(),
+                message,
+            })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -488,3 +488,43 @@ async fn batch_udf_rows_are_never_sent_twice() {
     }
     client.close();
 }
+
+/// A background job goes to every node; a node that refused it with a
+/// retryable code is asked again on its own, and one whose answer was lost
+/// after the request went out is not (the job may have started there).
+#[tokio::test]
+async fn background_jobs_retry_a_node_only_when_it_surely_did_not_start() {
+    let a = MockNode::start("A1", 0, 1).await;
+    let b = MockNode::start("B2", 1, 1).await;
+    a.set_peers(&[&b]);
+    b.set_peers(&[&a]);
+    let client = Client::connect(config(&a)).await.expect("connect");
+    assert_eq!(client.nodes().len(), 2);
+    let ops = [citrine_client::Operation::Write(citrine_client::Bin::new(
+        "flag", 1,
+    ))];
+    let statement = citrine_client::Statement::new("test", "s");
+    let write = citrine_client::WritePolicy::default();
+    let sent = |node: &MockNode| node.messages.load(Ordering::SeqCst);
+
+    // A refuses once with 11 (partition unavailable): asked again.
+    a.fail_code.store(11, Ordering::SeqCst);
+    a.fail_next.store(1, Ordering::SeqCst);
+    let (a0, b0) = (sent(&a), sent(&b));
+    client
+        .execute_background(&write, &statement, &ops[..])
+        .await
+        .expect("accepted on the second try");
+    assert_eq!((sent(&a) - a0, sent(&b) - b0), (2, 1));
+
+    // B's answer is lost after it read the request: not sent again.
+    b.drop_next.store(1, Ordering::SeqCst);
+    let (a0, b0) = (sent(&a), sent(&b));
+    let error = client
+        .execute_background(&write, &statement, &ops[..])
+        .await
+        .expect_err("B's outcome is unknown");
+    assert!(error.in_doubt(), "{error:?}");
+    assert_eq!((sent(&a) - a0, sent(&b) - b0), (1, 1));
+    client.close();
+}

@@ -271,6 +271,11 @@ pub(crate) fn submit(
         // The count and the registration under one lock: concurrent
         // submissions cannot all pass the limit.
         let mut registry = jobs.registry.lock();
+        if trid != 0 && registry.iter().any(|known| known.trid == trid) {
+            // The same job sent again (a client retrying a submission whose
+            // answer it lost): it runs once.
+            return Ok(());
+        }
         let active = registry
             .iter()
             .filter(|job| job.status() == Status::Active)

@@ -122,6 +122,31 @@ fn a_background_scan_writes_every_record_of_its_set() {
     );
 }
 
+/// A submission sent again with the same task id (a client that lost the
+/// first answer and retried) starts no second job: the increment runs once.
+#[test]
+fn a_job_sent_twice_runs_once() {
+    let (service, _) = service();
+    for key in 0..5 {
+        put(&service, "demo", &format!("k{key}"), &[("n", key)], false);
+    }
+    let request = Background {
+        set: Some("demo"),
+        trid: 91,
+        ops: vec![(op_type::INCR, 1, "n", 10i64.to_be_bytes().to_vec())],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &request), 0);
+    assert_eq!(submit(&service, &request), 0);
+    for key in 0..5 {
+        assert_eq!(
+            read(&service, "demo", &format!("k{key}"), "n"),
+            Some(key + 10)
+        );
+    }
+    assert_eq!(show_value(&service, 91, "recs-succeeded"), "5");
+}
+
 #[test]
 fn a_background_query_writes_only_the_records_in_range_and_passing_its_filter() {
     let (service, _) = service();
