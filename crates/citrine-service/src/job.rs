@@ -11,7 +11,10 @@
 //!
 //! A job walks its records with the same [`ScanCursor`] a foreground scan
 //! or query uses (partitions this node masters, set, index range, filter
-//! expression), collecting digests a step at a time, and applies the ops
+//! expression), collecting digests a step at a time; in a cluster, a
+//! partition this node masters but is still filling (a migration towards
+//! it) is walked only once it is whole, the others first, so no record of
+//! it is missed, and applies the ops
 //! to each through the ordinary write path ([`Service::handle`]: partition
 //! lock, replication, statistics), as a single-record write of the
 //! record's digest with the request's write flags, its filter expression
@@ -59,6 +62,10 @@ pub const MAX_ACTIVE: usize = 256;
 
 /// Writes one job makes in a turn before the runner moves on.
 const WRITES_PER_TURN: usize = 256;
+
+/// How soon a job whose partitions left are all still filling here looks
+/// again.
+const FILLING_RECHECK: Duration = Duration::from_millis(100);
 
 /// Where a job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -354,6 +361,10 @@ impl Job {
                 progress.pending.extend(progress.cursor.take_collected());
                 self.progress_pct
                     .store(progress.cursor.progress_pct(), Ordering::Relaxed);
+                if progress.pending.is_empty() && progress.cursor.blocked() {
+                    // Every partition left is still filling here.
+                    return Turn::WaitUntil(Instant::now() + FILLING_RECHECK);
+                }
                 continue;
             };
             if self.rate > 0 {

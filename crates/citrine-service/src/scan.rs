@@ -199,6 +199,12 @@ pub struct ScanCursor {
     /// current map, or still being filled): reported unavailable (11) at
     /// the start of the stream, so the client retries them elsewhere.
     unavailable: Vec<PartitionId>,
+    /// A background job's cursor: a partition this node masters but is
+    /// still filling is visited only once it is whole (others go first).
+    wait_for_whole: bool,
+    /// Set by a step that stopped because every partition left is still
+    /// filling here: the job tries again later.
+    blocked: bool,
 }
 
 impl std::fmt::Debug for ScanCursor {
@@ -280,10 +286,9 @@ pub(crate) fn start(
             Ok(mut cursor) => {
                 if let Some(cursor) = cursor.as_mut() {
                     if service.routes() {
-                        cursor.keep_served_partitions(service);
+                        // Partitions another node masters are its work.
+                        cursor.keep_mastered_partitions(service);
                     }
-                    // Partitions this node does not serve are another's work.
-                    cursor.unavailable.clear();
                 }
                 let accepted =
                     crate::job::submit(service, message, &namespace, cursor.map(Box::new));
@@ -402,6 +407,8 @@ pub(crate) fn parse(
         digests: Vec::new(),
         key_field: Vec::new(),
         unavailable: Vec::new(),
+        wait_for_whole: false,
+        blocked: false,
     }))
 }
 
@@ -581,6 +588,57 @@ impl ScanCursor {
         std::mem::take(&mut self.unavailable)
     }
 
+    /// For a background job in a cluster: keeps the partitions this node
+    /// masters, whole or still filling; a filling one is visited once it is
+    /// whole ([`ScanCursor::blocked`] meanwhile, when nothing else is left).
+    /// The others are their masters' part of the job.
+    pub(crate) fn keep_mastered_partitions(&mut self, service: &Service) {
+        let cluster = service.cluster();
+        let Some(map) = cluster.namespace(&self.namespace.config.name) else {
+            return;
+        };
+        self.partitions
+            .retain(|cursor| map.map.replicas(cursor.partition).first() == Some(&service.node_id));
+        self.wait_for_whole = true;
+    }
+
+    /// True when the last step stopped only because every partition left
+    /// is still being filled here.
+    pub(crate) fn blocked(&self) -> bool {
+        self.blocked
+    }
+
+    /// Whether the partition at `next` may be visited now; else puts a
+    /// later one that may in its place, if any. A partition may be visited
+    /// once it is whole here, or once this node no longer masters it (what
+    /// is left of it here is visited, its writes taking the ordinary path).
+    fn next_is_ready(&mut self, service: &Service) -> bool {
+        let name = &self.namespace.config.name;
+        let cluster = service.cluster();
+        let map = cluster.namespace(name);
+        let ready = |partition: PartitionId| {
+            service.migrations.serves_whole(name, partition)
+                || map
+                    .is_none_or(|map| map.map.replicas(partition).first() != Some(&service.node_id))
+        };
+        let Some(current) = self.partitions.get(self.next) else {
+            return true;
+        };
+        if current.after.is_some() || ready(current.partition) {
+            return true;
+        }
+        let later = self.partitions[self.next + 1..]
+            .iter()
+            .position(|cursor| ready(cursor.partition));
+        match later {
+            Some(offset) => {
+                self.partitions.swap(self.next, self.next + 1 + offset);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// In a cluster: keeps the partitions this node masters and holds whole,
     /// moves the others to `unavailable`.
     pub(crate) fn keep_served_partitions(&mut self, service: &Service) {
@@ -645,9 +703,14 @@ impl ScanCursor {
             let per_step = (self.rate / PACED_STEPS_PER_SECOND).max(1);
             self.step_end = self.sent + u64::from(per_step);
         }
+        self.blocked = false;
         let finished = loop {
             if self.limit_reached() || self.next >= self.partitions.len() {
                 break true;
+            }
+            if self.wait_for_whole && !self.next_is_ready(service) {
+                self.blocked = true;
+                break false;
             }
             let visit = self.visit_partition(now, out, frame_start, &mut examined);
             if let Visit::Finished = visit {
