@@ -277,6 +277,9 @@ impl<'a> RowReader<'a> {
             info1: self.byte("row info1")?,
             info3: self.parent.sc_bits,
             record_ttl: self.parent.record_ttl,
+            // The request's server-side timeout (a row has none of its
+            // own): a UDF row's time limit comes from it.
+            transaction_ttl: self.parent.transaction_ttl,
             ..MsgHeader::default()
         };
         if row_type & row_flags::INFO != 0 {

@@ -933,3 +933,59 @@ fn a_row_with_the_most_fields_is_refused_not_overflowed_when_routed() {
     );
     assert!(single_body(&parsed, parent, Some(&[0xc3])).is_none());
 }
+
+/// A UDF row runs under the batch request's timeout (three quarters of
+/// it), as a single-record call does: rows carry no timeout of their own.
+/// An endless function under a 2 s request stops after 1.5 s, not after
+/// the 1 s of a request without one. (Only the lower bound is checked: a
+/// time limit cannot fire early, a loaded machine can make it late.)
+#[test]
+fn a_udf_row_runs_under_the_requests_timeout() {
+    use base64::Engine as _;
+    let (service, _) = service();
+    let source = b"function spin(rec) while true do end end";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    assert_eq!(
+        crate::sindex::tests::info(
+            &service,
+            &format!(
+                "udf-put:filename=spin.lua;content={content};content-len={};",
+                content.len()
+            )
+        ),
+        "ok"
+    );
+    let rows = [RowSpec::full(
+        0,
+        "test",
+        "demo",
+        "a",
+        row_flags::INFO | row_flags::GENERATION | row_flags::TTL,
+        [0, info2::WRITE, 0, 0],
+    )
+    .field(field_type::UDF_FILENAME, b"spin")
+    .field(field_type::UDF_FUNCTION, b"spin")
+    .field(field_type::UDF_ARGLIST, &[0x90])];
+    let mut frame = Vec::new();
+    let header = MsgHeader {
+        info1: info1::BATCH,
+        info2: info2::WRITE,
+        transaction_ttl: 2000,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut frame, &header);
+    writer.field(field_type::BATCH_INDEX, &payload(&rows, 0));
+    writer.finish();
+    let started = std::time::Instant::now();
+    let (rows_out, last) = rows_and_last(run(&service, &frame));
+    let took = started.elapsed();
+    assert_eq!(last.header.result_code, 0);
+    assert_eq!(rows_out[0].header.result_code, 100);
+    let failure =
+        String::from_utf8_lossy(rows_out[0].bin("FAILURE").expect("FAILURE bin")).into_owned();
+    assert!(failure.contains("time"), "{failure}");
+    assert!(
+        took >= std::time::Duration::from_millis(1450),
+        "stopped after {took:?}: not the request's 1.5 s"
+    );
+}
