@@ -210,7 +210,7 @@ pub fn parse_filter(
             let (bin, value) = text
                 .split_once('=')
                 .ok_or_else(|| format!("--equal {text}: write BIN=VALUE, e.g. name=alice"))?;
-            match parse_value(value) {
+            match parse_value(value).map_err(|why| format!("--equal {text}: {why}"))? {
                 Value::Int(value) => IndexFilter::equal(bin, value),
                 Value::String(value) => IndexFilter::equal(bin, value),
                 other => {

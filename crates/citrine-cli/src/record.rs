@@ -80,42 +80,61 @@ pub enum Action {
     Exists,
 }
 
-/// Types a command-line value.
-pub fn parse_value(text: &str) -> Value {
+/// The error for a whole number an integer bin cannot hold (bins hold
+/// signed 64-bit integers; it would otherwise become an inexact float).
+fn out_of_range(text: &str) -> String {
+    format!(
+        "{text} does not fit a 64-bit signed integer ({}..={}); quote it to store it as a string",
+        i64::MIN,
+        i64::MAX
+    )
+}
+
+/// Types a command-line value: a quoted string, an integer, `true`/`false`,
+/// a float, else a string. A whole number out of the integer range is an
+/// error, not a float.
+pub fn parse_value(text: &str) -> Result<Value, String> {
     if text.len() >= 2
         && ((text.starts_with('"') && text.ends_with('"'))
             || (text.starts_with('\'') && text.ends_with('\'')))
     {
-        return Value::String(text[1..text.len() - 1].to_owned());
+        return Ok(Value::String(text[1..text.len() - 1].to_owned()));
     }
     if let Ok(int) = text.parse::<i64>() {
-        return Value::Int(int);
+        return Ok(Value::Int(int));
+    }
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    if !digits.is_empty() && digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Err(out_of_range(text));
     }
     match text {
-        "true" => return Value::Bool(true),
-        "false" => return Value::Bool(false),
+        "true" => return Ok(Value::Bool(true)),
+        "false" => return Ok(Value::Bool(false)),
         _ => {}
     }
     if text.chars().any(|c| c.is_ascii_digit()) {
         if let Ok(float) = text.parse::<f64>() {
             if float.is_finite() {
-                return Value::Float(float);
+                return Ok(Value::Float(float));
             }
         }
     }
-    Value::String(text.to_owned())
+    Ok(Value::String(text.to_owned()))
 }
 
-/// Converts one JSON value to a bin value.
-pub fn json_to_value(json: &serde_json::Value) -> Value {
+/// Converts one JSON value to a bin value. A whole number out of the
+/// integer range is an error (inside a list or map it is sent as msgpack's
+/// unsigned 64-bit integer, which fits up to 2^64 - 1).
+pub fn json_to_value(json: &serde_json::Value) -> Result<Value, String> {
     use serde_json::Value as J;
-    match json {
+    Ok(match json {
         J::Null => Value::Nil,
         J::Bool(b) => Value::Bool(*b),
-        J::Number(n) => n
-            .as_i64()
-            .map(Value::Int)
-            .unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(0.0))),
+        J::Number(n) => match n.as_i64() {
+            Some(int) => Value::Int(int),
+            None if n.is_u64() => return Err(out_of_range(&n.to_string())),
+            None => Value::Float(n.as_f64().unwrap_or(0.0)),
+        },
         J::String(s) => Value::String(s.clone()),
         J::Array(_) => {
             let mut out = Vec::new();
@@ -127,7 +146,7 @@ pub fn json_to_value(json: &serde_json::Value) -> Value {
             msgpack::pack(json, &mut out);
             Value::Map(out)
         }
-    }
+    })
 }
 
 /// Builds the bins of a put from `BIN=VALUE` pairs and an optional JSON object.
@@ -140,7 +159,8 @@ pub fn parse_bins(pairs: &[String], json: Option<&str>) -> Result<Vec<Bin>, Stri
         if name.is_empty() || name.len() > 15 {
             return Err(format!("bin name `{name}` must be 1 to 15 bytes"));
         }
-        bins.push(Bin::new(name, parse_value(value)));
+        let value = parse_value(value).map_err(|why| format!("bin `{name}`: {why}"))?;
+        bins.push(Bin::new(name, value));
     }
     if let Some(text) = json {
         let parsed: serde_json::Value = serde_json::from_str(text).map_err(|e| {
@@ -153,7 +173,8 @@ pub fn parse_bins(pairs: &[String], json: Option<&str>) -> Result<Vec<Bin>, Stri
             if name.is_empty() || name.len() > 15 {
                 return Err(format!("bin name `{name}` must be 1 to 15 bytes"));
             }
-            bins.push(Bin::new(name.clone(), json_to_value(value)));
+            let value = json_to_value(value).map_err(|why| format!("bin `{name}`: {why}"))?;
+            bins.push(Bin::new(name.clone(), value));
         }
     }
     Ok(bins)
@@ -339,15 +360,35 @@ mod tests {
 
     #[test]
     fn values_are_typed() {
-        assert_eq!(parse_value("42"), Value::Int(42));
-        assert_eq!(parse_value("-7"), Value::Int(-7));
-        assert_eq!(parse_value("2.5"), Value::Float(2.5));
-        assert_eq!(parse_value("true"), Value::Bool(true));
-        assert_eq!(parse_value("false"), Value::Bool(false));
-        assert_eq!(parse_value("hello"), Value::String("hello".into()));
-        assert_eq!(parse_value("\"42\""), Value::String("42".into()));
-        assert_eq!(parse_value("inf"), Value::String("inf".into()));
-        assert_eq!(parse_value("nan"), Value::String("nan".into()));
+        assert_eq!(parse_value("42"), Ok(Value::Int(42)));
+        assert_eq!(parse_value("-7"), Ok(Value::Int(-7)));
+        assert_eq!(parse_value("2.5"), Ok(Value::Float(2.5)));
+        assert_eq!(parse_value("true"), Ok(Value::Bool(true)));
+        assert_eq!(parse_value("false"), Ok(Value::Bool(false)));
+        assert_eq!(parse_value("hello"), Ok(Value::String("hello".into())));
+        assert_eq!(parse_value("\"42\""), Ok(Value::String("42".into())));
+        assert_eq!(parse_value("inf"), Ok(Value::String("inf".into())));
+        assert_eq!(parse_value("nan"), Ok(Value::String("nan".into())));
+        // Whole numbers out of the integer range are refused, not rounded.
+        assert_eq!(parse_value("9223372036854775807"), Ok(Value::Int(i64::MAX)));
+        for text in [
+            "9223372036854775808",
+            "-9223372036854775809",
+            "+99999999999999999999",
+        ] {
+            let error = parse_value(text).expect_err(text);
+            assert!(error.contains("64-bit signed integer"), "{error}");
+        }
+        assert_eq!(
+            parse_value("'18446744073709551615'"),
+            Ok(Value::String("18446744073709551615".into()))
+        );
+        assert!(json_to_value(&serde_json::json!(18446744073709551615u64)).is_err());
+        assert_eq!(json_to_value(&serde_json::json!(-5)), Ok(Value::Int(-5)));
+        assert_eq!(
+            json_to_value(&serde_json::json!(0.5)),
+            Ok(Value::Float(0.5))
+        );
     }
 
     #[test]

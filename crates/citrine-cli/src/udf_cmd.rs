@@ -112,7 +112,7 @@ fn module_file_name(name: &str) -> String {
 /// One command-line argument of a call: JSON, or a bare word as a string.
 pub fn parse_arg(position: usize, text: &str) -> Result<Value, String> {
     match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(json) => Ok(json_to_value(&json)),
+        Ok(json) => json_to_value(&json).map_err(|why| format!("argument {position}: {why}")),
         Err(error) if text.trim_start().starts_with(['[', '{', '"']) => Err(format!(
             "argument {position} `{text}` is not valid JSON ({error}); e.g. [1,2], {{\"k\":1}}, \"text\""
         )),
