@@ -126,6 +126,20 @@ async fn udfs_across_a_three_node_cluster() {
         );
     }
 
+    // One hop: every call and batch row reached its key's master directly.
+    let proxied: u64 = nodes
+        .iter()
+        .map(|node| {
+            let statistics = node.info_value("statistics").unwrap_or_default();
+            statistics
+                .split(';')
+                .find_map(|pair| pair.strip_prefix("proxied_out="))
+                .and_then(|count| count.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("node {}: no proxied_out in {statistics}", node.id))
+        })
+        .sum();
+    assert_eq!(proxied, 0, "requests proxied between nodes");
+
     // A background job on every node.
     let task = client
         .execute_background(
