@@ -1333,6 +1333,21 @@ fn udf_modules_are_kept_in_the_work_directory() {
     let (third, _) = service();
     third.keep_udf_modules(&directory).unwrap();
     assert!(info(&third, &["udf-list"])[0].1.contains("b.lua"));
+    // A change the file cannot keep (here the file's place is taken by a
+    // directory) is refused and not made: it would be gone after a restart.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir_all(file.join("in-the-way")).unwrap();
+    let answers = info(&third, &[&put_a, "udf-remove:filename=b.lua", "udf-list"]);
+    assert!(
+        answers[0].1.starts_with("error=write_failed"),
+        "{answers:?}"
+    );
+    assert!(
+        answers[1].1.starts_with("error=write_failed"),
+        "{answers:?}"
+    );
+    assert!(!answers[2].1.contains("a.lua"), "{answers:?}");
+    assert!(answers[2].1.contains("b.lua"), "{answers:?}");
     let _ = std::fs::remove_dir_all(&directory);
 }
 

@@ -251,28 +251,30 @@ impl Service {
         );
     }
 
-    /// Records a change made here and answers the command.
+    /// Records a change made here and answers the command. The change is
+    /// saved first: a change the file could not keep is refused and takes
+    /// no effect (it would be lost at the next restart).
     fn commit_udf(&self, filename: &str, source: Option<Vec<u8>>) -> String {
         let mut entries = self.udfs.entries.lock();
         let known = entries.get(filename).map(|entry| entry.version);
         let version = crate::smd::next_version(known, self.now().unix_ms, self.node_id);
+        let entry = Entry { version, source };
+        let mut next = entries.clone();
+        next.insert(filename.to_owned(), entry.clone());
+        if let Err(message) = self.udfs.save(&next) {
+            tracing::error!("UDF module change not saved, so not made: {message}");
+            return format!("error=write_failed;message={}", encode(&message));
+        }
         adopt(
             &self.udfs.registry,
             &mut entries,
             filename.to_owned(),
-            Entry { version, source },
+            entry,
         );
-        let saved = self.udfs.save(&entries);
         drop(entries);
         self.udfs.push.mark();
         self.sindex_builds.queue.wake();
-        match saved {
-            Ok(()) => "ok".to_owned(),
-            Err(message) => {
-                tracing::error!("UDF module change not saved: {message}");
-                format!("error=write_failed;message={}", encode(&message))
-            }
-        }
+        "ok".to_owned()
     }
 }
 
