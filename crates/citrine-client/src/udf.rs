@@ -441,12 +441,13 @@ pub struct AggregateOutput {
 impl Client {
     /// Runs the stream UDF `module.function(stream, args...)` over the
     /// records `statement` selects (a scan, or a query with an index
-    /// filter) and returns what each node's stream emitted, node by node,
-    /// **unreduced**. A reference client would run the function's final
-    /// reduce step in Lua over all nodes' values; this client has no Lua,
-    /// so that last step — summing per-node counts, merging maps... — is
-    /// the caller's. The values of a function ending in `reduce` are one
-    /// per node (none from a node with no records).
+    /// filter) and returns what each node's streams emitted, node by node,
+    /// **unreduced**. A server runs one stream per partition (as the
+    /// reference does), so a function ending in `reduce` yields one value
+    /// per partition holding selected records. A reference client would
+    /// run the function's final reduce step in Lua over all those values;
+    /// this client has no Lua, so that last step — summing the counts,
+    /// merging maps... — is the caller's.
     ///
     /// Each node is sent the partitions of `statement.partitions` it
     /// masters; there is no resume: a node that fails (or a partition

@@ -851,9 +851,14 @@ pub(crate) fn is_aggregation(message: &Message<'_>) -> bool {
 /// step walks one chunk of the records the request selects (the same
 /// cursor a foreground query uses), sends them through the stream, and
 /// writes one frame holding a message per value emitted (no fields, one bin
-/// `SUCCESS`); the last step ends the stream, writes what it emits at the
-/// end, then LAST. A failure is answered with a message of result 100 and a
-/// bin `FAILURE`, then LAST carrying 100.
+/// `SUCCESS`). As the reference does, each partition's records go through
+/// a stream of their own: when the walk moves to the next partition the
+/// stream ends, its result is written, and a new one starts; the client
+/// reduces the partitions' results (the official clients run the
+/// function's last `reduce` over them). The last step ends the last
+/// partition's stream, then writes LAST. A partition with no selected
+/// record emits nothing. A failure is answered with a message of result
+/// 100 and a bin `FAILURE`, then LAST carrying 100.
 ///
 /// Invariant: a step holds its thread for one chunk of the walk (and each
 /// Lua call for at most [`AGGREGATE_STEP_LIMIT`]), as a scan step does; the
@@ -866,6 +871,9 @@ pub struct AggregateRun {
     namespace: Arc<Namespace>,
     /// Bytes of values sent so far.
     sent: usize,
+    /// The partition whose records the current stream holds (`None`
+    /// before the first record).
+    partition: Option<citrine_types::PartitionId>,
 }
 
 /// One of the node's [`MAX_AGGREGATIONS`] places, given back on drop.
@@ -976,6 +984,7 @@ pub(crate) fn start_aggregate(
             aggregation,
             namespace,
             sent: 0,
+            partition: None,
         })),
         Err(error) => {
             namespace
@@ -1044,6 +1053,15 @@ impl AggregateRun {
         };
         let mut outcome = Ok(());
         for record in &records {
+            let partition = citrine_types::Digest(record.digest).partition();
+            if self.partition.is_some_and(|current| current != partition) {
+                // The walk moved on: the last partition's result goes out.
+                outcome = self.aggregation.restart(&mut emit);
+                if outcome.is_err() {
+                    break;
+                }
+            }
+            self.partition = Some(partition);
             outcome = self
                 .aggregation
                 .record(record)

@@ -335,6 +335,14 @@ pub struct Aggregation {
     push: mlua::Function,
     take: mlua::Function,
     finish: mlua::Function,
+    /// Makes an empty stream (for [`Aggregation::restart`]).
+    new_stream: mlua::Function,
+    /// The module's function, called with a new stream and `args`.
+    function: mlua::Function,
+    /// The call's arguments after the stream, converted anew for each
+    /// stream (a function that changes a table argument changes only its
+    /// own stream's copy).
+    args: Vec<Value>,
     /// How long each step may run.
     step_limit: std::time::Duration,
 }
@@ -370,24 +378,58 @@ impl Aggregation {
         with_deadline(call.time_limit, || {
             let function = state.function(registry, call)?;
             let new_stream: mlua::Function = state.internal.get("stream").map_err(lua_error)?;
-            let stream: Table = new_stream.call(()).map_err(lua_error)?;
-            let args = state.arguments(LuaValue::Table(stream.clone()), &call.args)?;
-            function.call::<LuaValue>(args).map_err(lua_error)?;
             let State {
                 lua,
                 internal,
                 meta,
                 ..
             } = state;
-            Ok(Aggregation {
+            let stream = lua.create_table().map_err(lua_error)?;
+            let mut aggregation = Aggregation {
                 push: internal.get("push").map_err(lua_error)?,
                 take: internal.get("take").map_err(lua_error)?,
                 finish: internal.get("finish").map_err(lua_error)?,
                 lua,
                 meta,
                 stream,
+                new_stream,
+                function,
+                args: call.args.clone(),
                 step_limit: call.time_limit,
-            })
+            };
+            aggregation.begin()?;
+            Ok(aggregation)
+        })
+    }
+
+    /// Builds a new stream: an empty one, through the module's function.
+    fn begin(&mut self) -> Result<(), UdfError> {
+        let stream: Table = self.new_stream.call(()).map_err(lua_error)?;
+        let mut values = Vec::with_capacity(self.args.len() + 1);
+        values.push(LuaValue::Table(stream.clone()));
+        for arg in &self.args {
+            values.push(to_lua(&self.lua, &self.meta, arg).map_err(lua_error)?);
+        }
+        self.function
+            .call::<LuaValue>(mlua::MultiValue::from_vec(values))
+            .map_err(lua_error)?;
+        self.stream = stream;
+        Ok(())
+    }
+
+    /// Ends the current stream, handing `emit` what it emits at its end
+    /// (as [`Aggregation::end`]), and starts a new one of the same call:
+    /// one aggregation run over several groups of records (the reference
+    /// runs a stream per partition and leaves the final reduce to the
+    /// client).
+    pub fn restart(
+        &mut self,
+        emit: &mut dyn FnMut(Value) -> Result<(), String>,
+    ) -> Result<(), UdfError> {
+        with_deadline(self.step_limit, || {
+            let out: Table = self.finish.call(self.stream.clone()).map_err(lua_error)?;
+            self.emit_all(out, emit)?;
+            self.begin()
         })
     }
 

@@ -433,6 +433,67 @@ fn streams_map_reduce_aggregate_and_filter() {
     );
 }
 
+/// One aggregation run over groups of records (a partition each, on the
+/// server): `restart` ends a group's stream, emitting its result, and the
+/// next group starts from an empty stream with fresh arguments.
+#[test]
+fn a_restarted_stream_emits_each_groups_result() {
+    let registry = registry(
+        "streams.lua",
+        &format!(
+            "{STREAMS}\nfunction tagged(stream, tags)\n  list.append(tags, 'seen')\n  local function f(rec) return list.size(tags) end\n  return stream : map(f) : reduce(function(a, b) return a + b end)\nend\n"
+        ),
+    );
+    let mut aggregation =
+        Aggregation::new(&registry, &call("streams", "sum", vec![str("n")])).expect("a stream");
+    let mut out = Vec::new();
+    let mut emit = |value| {
+        out.push(value);
+        Ok(())
+    };
+    for n in 1..=3 {
+        aggregation
+            .record(&record(vec![(b"n".as_slice(), Value::Int(n))]))
+            .expect("record");
+    }
+    aggregation.restart(&mut emit).expect("restart");
+    for n in [10, 20] {
+        aggregation
+            .record(&record(vec![(b"n".as_slice(), Value::Int(n))]))
+            .expect("record");
+    }
+    aggregation.restart(&mut emit).expect("restart");
+    // A group with no records emits nothing.
+    aggregation.end(&mut emit).expect("end");
+    assert!(
+        matches!(out.as_slice(), [Value::Int(6), Value::Int(30)]),
+        "{out:?}"
+    );
+
+    // Each stream gets its own copy of a table argument.
+    let tags = Value::List(List {
+        flags: 0,
+        items: Vec::new(),
+    });
+    let mut aggregation =
+        Aggregation::new(&registry, &call("streams", "tagged", vec![tags])).expect("a stream");
+    let mut out = Vec::new();
+    let mut emit = |value| {
+        out.push(value);
+        Ok(())
+    };
+    for _ in 0..2 {
+        aggregation
+            .record(&record(vec![(b"n".as_slice(), Value::Int(1))]))
+            .expect("record");
+        aggregation.restart(&mut emit).expect("restart");
+    }
+    assert!(
+        matches!(out.as_slice(), [Value::Int(1), Value::Int(1)]),
+        "{out:?}"
+    );
+}
+
 #[test]
 fn bins_convert_to_values_and_back() {
     for value in [
