@@ -1138,6 +1138,23 @@ fn udfs_and_writes_on_one_record_lose_no_update() {
     );
 }
 
+/// A UDF call stopped before its function runs (here: create-only on a
+/// record that exists) counts as a UDF error, not as a plain write's.
+#[test]
+fn a_udf_call_refused_before_it_runs_counts_as_a_udf_error() {
+    let (service, _) = crate::batch::tests::service();
+    crate::batch::tests::put(&service, "demo", "k", &[("n", 1)], false);
+    let mut frame = udf_call("k", "m", "f", &[]);
+    frame[8 + 2] |= info2::CREATE_ONLY;
+    let reply = crate::batch::tests::run(&service, &frame);
+    assert_eq!(reply[0].header.result_code, ResultCode::RecordExists.code());
+    let stats = &service.namespace(b"test").unwrap().stats;
+    let load =
+        |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(load(&stats.client_udf_error), 1);
+    assert_eq!(load(&stats.client_write_error), 0);
+}
+
 pub(crate) fn info(service: &Service, commands: &[&str]) -> Vec<(String, String)> {
     let frame = citrine_wire::info::request_frame(commands);
     let mut header_bytes = [0u8; 8];

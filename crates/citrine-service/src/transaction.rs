@@ -89,7 +89,8 @@ pub(crate) fn execute(
         Some(bytes) => match filter::parse(bytes) {
             Ok(expression) => Some(expression),
             Err(code) => {
-                count_failure(namespace, &message.header, code);
+                let udf = message.field(field_type::UDF_FILENAME).is_some();
+                count_failure(namespace, &message.header, code, udf);
                 write_result(out, code);
                 return None;
             }
@@ -99,11 +100,12 @@ pub(crate) fn execute(
     let udf = match crate::udf::call_of(service.udf_registry(), message) {
         Ok(udf) => udf,
         Err(code) => {
-            count_failure(namespace, &message.header, code);
+            count_failure(namespace, &message.header, code, true);
             write_result(out, code);
             return None;
         }
     };
+    let is_udf = udf.is_some();
     match prepare(message, digest_bytes, filter.as_ref(), udf) {
         Ok(request) if service.routes() => {
             crate::replication::route(service, namespace, &request, body, hops, resolved, out)
@@ -113,7 +115,7 @@ pub(crate) fn execute(
             None
         }
         Err(code) => {
-            count_failure(namespace, &message.header, code);
+            count_failure(namespace, &message.header, code, is_udf);
             write_result(out, code);
             None
         }
@@ -139,7 +141,7 @@ pub(crate) fn perform(namespace: &Namespace, request: &Request<'_>, now: Now, ou
         Err(ResultCode::Parameter)
     };
     if let Err(code) = outcome {
-        count_failure(namespace, header, code);
+        count_failure(namespace, header, code, request.udf.is_some());
         write_error(out, code, request.reply);
     }
 }
@@ -1382,7 +1384,10 @@ fn write_operate_reply(
     writer.finish();
 }
 
-fn count_failure(namespace: &Namespace, header: &MsgHeader, code: ResultCode) {
+/// Counts a request that failed with `code` before or instead of its work
+/// (`udf`: a record UDF call, counted in `client_udf_error` whatever
+/// stopped it, as its failures while running are).
+fn count_failure(namespace: &Namespace, header: &MsgHeader, code: ResultCode, udf: bool) {
     let stats = &namespace.stats;
     match code {
         ResultCode::NotFound => {}
@@ -1398,6 +1403,9 @@ fn count_failure(namespace: &Namespace, header: &MsgHeader, code: ResultCode) {
                 &stats.client_write_filtered_out
             };
             counter.fetch_add(1, Ordering::Relaxed);
+        }
+        _ if udf => {
+            stats.client_udf_error.fetch_add(1, Ordering::Relaxed);
         }
         _ if header.info2 & info2::WRITE != 0 => {
             stats.client_write_error.fetch_add(1, Ordering::Relaxed);
