@@ -205,6 +205,16 @@ impl MockNode {
     }
 }
 
+/// Two mock nodes that list each other: A1 (rack `a_rack`) masters the
+/// even partitions, B2 (rack 1) the odd ones.
+async fn pair(a_rack: u32) -> (Arc<MockNode>, Arc<MockNode>) {
+    let a = MockNode::start("A1", 0, a_rack).await;
+    let b = MockNode::start("B2", 1, 1).await;
+    a.set_peers(&[&b]);
+    b.set_peers(&[&a]);
+    (a, b)
+}
+
 fn config(seed: &Arc<MockNode>) -> ClientConfig {
     let mut config = ClientConfig::new([format!("127.0.0.1:{}", seed.port)]);
     config.tend_interval = Duration::from_millis(100);
@@ -227,10 +237,7 @@ async fn served_by(client: &Client, policy: &ReadPolicy, key: &Key) -> String {
 
 #[tokio::test]
 async fn discovers_peers_from_one_seed_and_routes_in_one_hop() {
-    let a = MockNode::start("A1", 0, 2).await;
-    let b = MockNode::start("B2", 1, 1).await;
-    a.set_peers(&[&b]);
-    b.set_peers(&[&a]);
+    let (a, _b) = pair(2).await;
     let client = Client::connect(config(&a)).await.expect("connect");
     let mut ids: Vec<String> = client.nodes().iter().map(|n| n.id.to_string()).collect();
     ids.sort();
@@ -259,10 +266,7 @@ async fn discovers_peers_from_one_seed_and_routes_in_one_hop() {
 
 #[tokio::test]
 async fn prefer_rack_reads_go_to_the_local_rack() {
-    let a = MockNode::start("A1", 0, 2).await;
-    let b = MockNode::start("B2", 1, 1).await;
-    a.set_peers(&[&b]);
-    b.set_peers(&[&a]);
+    let (a, _b) = pair(2).await;
     let mut config = config(&a);
     config.rack_id = Some(1);
     let client = Client::connect(config).await.expect("connect");
@@ -281,10 +285,7 @@ async fn prefer_rack_reads_go_to_the_local_rack() {
 
 #[tokio::test]
 async fn unreachable_node_is_kept_while_a_peer_lists_it() {
-    let a = MockNode::start("A1", 0, 1).await;
-    let b = MockNode::start("B2", 1, 1).await;
-    a.set_peers(&[&b]);
-    b.set_peers(&[&a]);
+    let (a, b) = pair(1).await;
     let client = Client::connect(config(&a)).await.expect("connect");
     assert_eq!(client.nodes().len(), 2);
 
@@ -316,10 +317,7 @@ async fn unreachable_node_is_kept_while_a_peer_lists_it() {
 
 #[tokio::test]
 async fn retryable_result_codes_are_retried_others_are_not() {
-    let a = MockNode::start("A1", 0, 1).await;
-    let b = MockNode::start("B2", 1, 1).await;
-    a.set_peers(&[&b]);
-    b.set_peers(&[&a]);
+    let (a, _b) = pair(1).await;
     let client = Client::connect(config(&a)).await.expect("connect");
     let key = (0..)
         .map(|i: i64| Key::new("test", "s", i))
@@ -376,10 +374,7 @@ async fn retryable_result_codes_are_retried_others_are_not() {
 
 #[tokio::test]
 async fn partition_map_follows_partition_generation_changes() {
-    let a = MockNode::start("A1", 0, 1).await;
-    let b = MockNode::start("B2", 1, 1).await;
-    a.set_peers(&[&b]);
-    b.set_peers(&[&a]);
+    let (a, b) = pair(1).await;
     let client = Client::connect(config(&a)).await.expect("connect");
     let policy = ReadPolicy::default();
     let even = (0..)
@@ -416,10 +411,7 @@ async fn partition_map_follows_partition_generation_changes() {
 /// the put lists, on every node, and returns once the last one has it.
 #[tokio::test]
 async fn register_udf_waits_for_every_node_whatever_the_server_hashes() {
-    let a = MockNode::start("A1", 0, 1).await;
-    let b = MockNode::start("B2", 1, 1).await;
-    a.set_peers(&[&b]);
-    b.set_peers(&[&a]);
+    let (a, b) = pair(1).await;
     let client = Arc::new(Client::connect(config(&a)).await.expect("connect"));
     assert_eq!(client.nodes().len(), 2);
     let registering = {
@@ -494,10 +486,7 @@ async fn batch_udf_rows_are_never_sent_twice() {
 /// after the request went out is not (the job may have started there).
 #[tokio::test]
 async fn background_jobs_retry_a_node_only_when_it_surely_did_not_start() {
-    let a = MockNode::start("A1", 0, 1).await;
-    let b = MockNode::start("B2", 1, 1).await;
-    a.set_peers(&[&b]);
-    b.set_peers(&[&a]);
+    let (a, b) = pair(1).await;
     let client = Client::connect(config(&a)).await.expect("connect");
     assert_eq!(client.nodes().len(), 2);
     let ops = [citrine_client::Operation::Write(citrine_client::Bin::new(

@@ -38,6 +38,18 @@ function count(stream)
 end
 "#;
 
+/// Writes that ride out a view change (retried every 50 ms, 20 times).
+fn patient_write() -> WritePolicy {
+    WritePolicy {
+        base: Policy {
+            max_retries: 20,
+            backoff: Duration::from_millis(50),
+            ..Policy::default()
+        },
+        ..WritePolicy::default()
+    }
+}
+
 fn key(index: i64) -> Key {
     Key::new("test", "u", index)
 }
@@ -65,14 +77,7 @@ async fn udfs_across_a_three_node_cluster() {
         assert!(listed.contains(&line), "node {}: {listed:?}", node.id);
     }
 
-    let write = WritePolicy {
-        base: Policy {
-            max_retries: 20,
-            backoff: Duration::from_millis(50),
-            ..Policy::default()
-        },
-        ..WritePolicy::default()
-    };
+    let write = patient_write();
     for index in 0..RECORDS {
         client
             .put(&write, &key(index), &[Bin::new("n", index)])
@@ -227,14 +232,7 @@ async fn during_migrations_aggregations_fail_and_jobs_miss_no_record() {
         .register_udf("cluster_m.lua", MODULE.as_bytes())
         .await
         .unwrap();
-    let write = WritePolicy {
-        base: Policy {
-            max_retries: 20,
-            backoff: Duration::from_millis(50),
-            ..Policy::default()
-        },
-        ..WritePolicy::default()
-    };
+    let write = patient_write();
     for index in 0..LOADED {
         client
             .put(

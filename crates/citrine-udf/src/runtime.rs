@@ -427,10 +427,19 @@ impl Aggregation {
         emit: &mut dyn FnMut(Value) -> Result<(), String>,
     ) -> Result<(), UdfError> {
         with_deadline(self.step_limit, || {
-            let out: Table = self.finish.call(self.stream.clone()).map_err(lua_error)?;
-            self.emit_all(out, emit)?;
+            self.finish_stream(emit)?;
             self.begin()
         })
+    }
+
+    /// Ends the current stream and hands `emit` what it emits at its end
+    /// (under the caller's deadline).
+    fn finish_stream(
+        &self,
+        emit: &mut dyn FnMut(Value) -> Result<(), String>,
+    ) -> Result<(), UdfError> {
+        let out: Table = self.finish.call(self.stream.clone()).map_err(lua_error)?;
+        self.emit_all(out, emit)
     }
 
     /// A record table for `record`, read-only.
@@ -476,9 +485,6 @@ impl Aggregation {
 
     /// Ends the stream and hands `emit` what it emits at the end.
     pub fn end(self, emit: &mut dyn FnMut(Value) -> Result<(), String>) -> Result<(), UdfError> {
-        with_deadline(self.step_limit, || {
-            let out: Table = self.finish.call(self.stream.clone()).map_err(lua_error)?;
-            self.emit_all(out, emit)
-        })
+        with_deadline(self.step_limit, || self.finish_stream(emit))
     }
 }
