@@ -22,7 +22,7 @@ use crate::node::Node;
 use crate::policy::{Policy, ReadPolicy, Replica, WritePolicy};
 use crate::value::Bin;
 use crate::ClientConfig;
-use citrine_types::NodeId;
+use citrine_types::{NodeId, ResultCode};
 use citrine_wire::frame::MessageType;
 use citrine_wire::msg::{info1, op_type, MsgHeader};
 use std::collections::HashMap;
@@ -391,7 +391,13 @@ impl Client {
             policy.filter.as_deref(),
             request,
         )?;
-        self.execute(policy, key, is_write, &frame).await
+        // A UDF need not be idempotent: it is sent again only after a
+        // failure that surely did not run it.
+        let retries = match request.ops {
+            RequestOps::Udf(_) => Retries::NotApplied,
+            _ => Retries::Any,
+        };
+        self.execute(policy, key, is_write, &frame, retries).await
     }
 
     pub(crate) fn next_random(&self) -> u64 {
@@ -463,6 +469,7 @@ impl Client {
         key: &Key,
         is_write: bool,
         frame: &[u8],
+        retries: Retries,
     ) -> Result<Answer> {
         let counters = &self.cluster.counters;
         counters.commands.fetch_add(1, Ordering::Relaxed);
@@ -502,6 +509,15 @@ impl Client {
                 }
             };
             in_doubt |= error.in_doubt();
+            if retries == Retries::NotApplied
+                && (error.in_doubt() || error.raw_code() == Some(ResultCode::Timeout.code()))
+            {
+                // It may have run (a server's 9 can come after the master
+                // applied it): not sent again.
+                in_doubt = true;
+                attempt += 1;
+                break error;
+            }
             attempt += 1;
             if attempt > policy.max_retries {
                 break error;
@@ -530,6 +546,17 @@ impl Client {
         error.set_in_doubt(is_write && in_doubt);
         Err(error)
     }
+}
+
+/// Which failed attempts of a command may be made again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retries {
+    /// Any retryable failure (reads, and writes whose second application
+    /// does no harm a policy's retries accept).
+    Any,
+    /// Only failures after which the server surely did not run the
+    /// command: nothing was sent, or the node refused it (11, 14, 18).
+    NotApplied,
 }
 
 /// One attempt on one node.

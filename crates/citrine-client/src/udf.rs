@@ -356,7 +356,11 @@ impl Client {
     /// ([`Value::Nil`] for nothing; Lua lists and maps come back as
     /// [`Value::List`] / [`Value::Map`] msgpack). The call is a write: it
     /// goes to the key's master under `policy`'s existence, generation and
-    /// TTL rules, with its retries. A function that fails (raises an error,
+    /// TTL rules. It is retried (within `policy`'s retries) only after a
+    /// failure that surely did not run it — no connection, or a refusal
+    /// (11, 14, 18) — and never after one that may have (a timeout, a lost
+    /// answer, a server's 9): that error is in doubt
+    /// ([`Error::in_doubt`]). A function that fails (raises an error,
     /// or the module or function does not exist) is [`Error::Udf`]: result
     /// code 100 and the server's message.
     pub async fn execute_udf(
@@ -369,14 +373,13 @@ impl Client {
     ) -> Result<Value> {
         let call = UdfFields::new(module, function, args)?;
         let header = write_header(policy);
-        // A UDF need not be idempotent: it is sent once. A retry after a
-        // timeout or a lost connection could run it twice (the server may
-        // have applied it before the answer was lost); the caller decides.
-        let mut once = policy.base.clone();
-        once.max_retries = 0;
+        // A UDF need not be idempotent: `run` retries it only after failures
+        // that surely did not run it (no connection, a refusal); after a
+        // timeout or a lost answer the error is in doubt and the caller
+        // decides.
         let answer = self
             .run(
-                &once,
+                &policy.base,
                 key,
                 true,
                 &Request {

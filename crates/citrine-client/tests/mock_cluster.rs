@@ -517,3 +517,40 @@ async fn background_jobs_retry_a_node_only_when_it_surely_did_not_start() {
     assert_eq!((sent(&a) - a0, sent(&b) - b0), (1, 1));
     client.close();
 }
+
+/// A record UDF is sent again after a refusal that surely did not run it
+/// (14, key busy), never after a failure that may have (a server's 9, a
+/// lost answer): those come back in doubt.
+#[tokio::test]
+async fn a_record_udf_is_retried_only_when_it_surely_did_not_run() {
+    let (a, _b) = pair(1).await;
+    let client = Client::connect(config(&a)).await.expect("connect");
+    let key = (0..)
+        .map(|i: i64| Key::new("test", "s", i))
+        .find(|key| key.partition().get().is_multiple_of(2))
+        .expect("a key of A");
+    let write = citrine_client::WritePolicy::default();
+    let call = || client.execute_udf(&write, &key, "m", "f", &[]);
+    let sent = || a.messages.load(Ordering::SeqCst);
+
+    a.fail_code.store(14, Ordering::SeqCst);
+    a.fail_next.store(1, Ordering::SeqCst);
+    let before = sent();
+    call().await.expect("runs on the second try");
+    assert_eq!(sent() - before, 2);
+
+    a.fail_code.store(9, Ordering::SeqCst);
+    a.fail_next.store(1, Ordering::SeqCst);
+    let before = sent();
+    let error = call().await.expect_err("9: may have run");
+    assert_eq!(error.raw_code(), Some(9));
+    assert!(error.in_doubt(), "{error:?}");
+    assert_eq!(sent() - before, 1);
+
+    a.drop_next.store(1, Ordering::SeqCst);
+    let before = sent();
+    let error = call().await.expect_err("the answer was lost");
+    assert!(error.in_doubt(), "{error:?}");
+    assert_eq!(sent() - before, 1);
+    client.close();
+}
