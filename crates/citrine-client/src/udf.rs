@@ -15,7 +15,7 @@
 //! stream UDF and returns each node's emitted values unreduced.
 //!
 //! Invariants: a call's fields are checked and its arguments packed once
-//! ([`UdfFields`]), then sent unchanged on every attempt and every batch
+//! (`UdfFields`), then sent unchanged on every attempt and every batch
 //! row; a call's answer is a value only for result 0 (the `SUCCESS` bin, nil
 //! when the function returned nothing), [`Error::Udf`] with the `FAILURE`
 //! bin's text for result 100, and the plain server error for any other
