@@ -466,6 +466,27 @@ function Stream:map(f) return add(self, { k = "map", f = f }) end
 function Stream:aggregate(init, f) return add(self, { k = "aggregate", f = f, init = init }) end
 function Stream:reduce(f) return add(self, { k = "reduce", f = f }) end
 
+-- Groups the values by `f(value)`: one map from each key to the list of
+-- the values that gave it. An aggregate builds each stream's map; the
+-- reduce (run again by clients over the partitions' maps) joins the lists
+-- of equal keys.
+function Stream:groupby(f)
+  local function group(groups, v)
+    local key = f(v)
+    local members = groups[key]
+    if members == nil then
+      members = list()
+      groups[key] = members
+    end
+    list.append(members, v)
+    return groups
+  end
+  local function join(a, b)
+    return map.merge(a, b, list.merge)
+  end
+  return self:aggregate(map(), group):reduce(join)
+end
+
 -- Runs `v` through the ops from `from` on: a filter may drop it, a map
 -- replaces it, an aggregate or reduce folds it into its accumulator (and
 -- the ops after it run on the accumulator at the end).

@@ -385,6 +385,11 @@ function odd_names(stream)
   return stream : filter(odd) : map(name)
 end
 
+function by_parity(stream)
+  local function n(rec) return rec.n end
+  return stream : map(n) : groupby(function(v) return v % 2 end)
+end
+
 function writes(stream)
   local function w(rec) rec.x = 1; return 1 end
   return stream : map(w)
@@ -431,6 +436,34 @@ fn streams_map_reduce_aggregate_and_filter() {
         matches!(run_stream("writes", vec![], 3), Err(UdfError::Execution(_))),
         "stream records are read-only"
     );
+    // groupby: a map from each key to the list of values that gave it.
+    let groups = run_stream("by_parity", vec![], 6).expect("runs");
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let members = |key: i64| -> Vec<i64> {
+        let Value::Map(map) = &groups[0] else {
+            panic!("{groups:?}")
+        };
+        let (_, list) = map
+            .entries
+            .iter()
+            .find(|(k, _)| matches!(k, Value::Int(found) if *found == key))
+            .unwrap_or_else(|| panic!("no key {key}: {groups:?}"));
+        let Value::List(list) = list else {
+            panic!("{list:?}")
+        };
+        let mut values: Vec<i64> = list
+            .items
+            .iter()
+            .map(|value| match value {
+                Value::Int(n) => *n,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        values.sort_unstable();
+        values
+    };
+    assert_eq!(members(0), vec![2, 4, 6]);
+    assert_eq!(members(1), vec![1, 3, 5]);
 }
 
 /// One aggregation run over groups of records (a partition each, on the
