@@ -221,18 +221,29 @@ impl State {
 
     /// The call's arguments as Lua values, after `first`.
     fn arguments(&self, first: LuaValue, args: &[Value]) -> Result<mlua::MultiValue, UdfError> {
-        let mut values = Vec::with_capacity(args.len() + 1);
-        values.push(first);
-        for arg in args {
-            values.push(to_lua(&self.lua, &self.meta, arg).map_err(lua_error)?);
-        }
-        Ok(mlua::MultiValue::from_vec(values))
+        call_arguments(&self.lua, &self.meta, first, args)
     }
 
     /// A record table for `record`.
     fn record(&self, record: &RecordIn<'_>, readonly: bool) -> Result<Table, UdfError> {
         record_table(&self.lua, &self.meta, record, readonly)
     }
+}
+
+/// A call's Lua arguments: `first` (the record or the stream), then
+/// `args` converted.
+fn call_arguments(
+    lua: &Lua,
+    meta: &Metatables,
+    first: LuaValue,
+    args: &[Value],
+) -> Result<mlua::MultiValue, UdfError> {
+    let mut values = Vec::with_capacity(args.len() + 1);
+    values.push(first);
+    for arg in args {
+        values.push(to_lua(lua, meta, arg).map_err(lua_error)?);
+    }
+    Ok(mlua::MultiValue::from_vec(values))
 }
 
 /// A Lua record table for `record` (see the prelude's `Record`).
@@ -405,14 +416,13 @@ impl Aggregation {
     /// Builds a new stream: an empty one, through the module's function.
     fn begin(&mut self) -> Result<(), UdfError> {
         let stream: Table = self.new_stream.call(()).map_err(lua_error)?;
-        let mut values = Vec::with_capacity(self.args.len() + 1);
-        values.push(LuaValue::Table(stream.clone()));
-        for arg in &self.args {
-            values.push(to_lua(&self.lua, &self.meta, arg).map_err(lua_error)?);
-        }
-        self.function
-            .call::<LuaValue>(mlua::MultiValue::from_vec(values))
-            .map_err(lua_error)?;
+        let values = call_arguments(
+            &self.lua,
+            &self.meta,
+            LuaValue::Table(stream.clone()),
+            &self.args,
+        )?;
+        self.function.call::<LuaValue>(values).map_err(lua_error)?;
         self.stream = stream;
         Ok(())
     }
