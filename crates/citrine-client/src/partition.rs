@@ -6,14 +6,21 @@
 //! - every bitmap accepted is exactly 684 base64 characters decoding to 512
 //!   bytes (4096 bits, MSB-first: partition p is bit `0x80 >> (p & 7)` of
 //!   byte `p >> 3`);
-//! - the table is a function of every known node's latest answer: an entry
-//!   names the node whose claim has the highest regime, the most recent
-//!   answer among equals. A node whose claim shrinks (or that is removed)
-//!   leaves the partition to the other nodes' claims instead of leaving it
-//!   unmapped, so the order in which nodes are refreshed during a view
-//!   change never loses a partition (a node that restarted and claimed
-//!   everything alone for a moment, then joined, would otherwise blank out
-//!   partitions the others claimed before it).
+//! - an entry names the node whose claim has the highest regime among
+//!   every known node's latest answer, the most recent answer among
+//!   equals. A node whose claim shrinks leaves the partition to the other
+//!   nodes' claims instead of leaving it unmapped, so the order in which
+//!   nodes are refreshed during a view change never loses a partition (a
+//!   node that restarted and claimed everything alone for a moment, then
+//!   joined, would otherwise blank out partitions the others claimed
+//!   before it);
+//! - a partition no answer claims keeps the node it named, while that node
+//!   is known (as the official clients keep it): claims move between
+//!   answers fetched at different moments — an acting master hands a
+//!   partition back to its master just before the master's copy is whole,
+//!   and the client may see the one answer before the other — and a
+//!   request sent to the last claimant is still served or redirected; a
+//!   removed node's entries are forgotten.
 
 use base64::Engine as _;
 use citrine_types::{NodeId, PARTITIONS};
@@ -180,6 +187,7 @@ impl PartitionMap {
     }
 
     fn rebuild(&mut self) {
+        let previous = std::mem::take(&mut self.namespaces);
         let mut namespaces: HashMap<String, NamespaceTable> = HashMap::new();
         // Oldest first, so a later answer replaces an earlier one of the
         // same regime.
@@ -199,6 +207,26 @@ impl PartitionMap {
                         {
                             *entry = Some(*node);
                             table.regimes[partition] = namespace.regime;
+                        }
+                    }
+                }
+            }
+        }
+        // Unclaimed now: the last claimant, while it is known.
+        for (name, table) in &mut namespaces {
+            let Some(before) = previous.get(name) else {
+                continue;
+            };
+            for (column, entries) in table.columns.iter_mut().enumerate() {
+                for (partition, entry) in entries.iter_mut().enumerate() {
+                    if entry.is_some() {
+                        continue;
+                    }
+                    if let Some(node) = before.node(column, partition) {
+                        if self.answers.contains_key(&node) {
+                            *entry = Some(node);
+                            table.regimes[partition] =
+                                table.regimes[partition].max(before.regimes[partition]);
                         }
                     }
                 }
@@ -297,7 +325,8 @@ mod tests {
         assert_eq!(map.node("test", 0, 0), Some(NodeId(1)));
         assert_eq!(map.node("test", 1, 0), Some(NodeId(2)));
         assert_eq!(map.node("test", 0, 1), Some(NodeId(2)));
-        // Node 1 gives up partition 0 (master) : its entry is cleared.
+        // Node 1 gives up partition 0 (master) and nobody claims it yet:
+        // its entry stays until another node claims it.
         let a2 = parse_replicas(&format!(
             "test:0,2,{},{}",
             bitmap_of(&evens[1..]),
@@ -305,9 +334,22 @@ mod tests {
         ))
         .expect("a2");
         map.apply(NodeId(1), &a2);
-        assert_eq!(map.node("test", 0, 0), None);
+        assert_eq!(map.node("test", 0, 0), Some(NodeId(1)));
         assert_eq!(map.node("test", 0, 2), Some(NodeId(1)));
+        // Node 2 claims it: its entry now.
+        let with_zero: Vec<usize> = std::iter::once(0).chain(odds.iter().copied()).collect();
+        let b2 = parse_replicas(&format!(
+            "test:0,2,{},{}",
+            bitmap_of(&with_zero),
+            bitmap_of(&evens)
+        ))
+        .expect("b2");
+        map.apply(NodeId(2), &b2);
+        assert_eq!(map.node("test", 0, 0), Some(NodeId(2)));
+        map.apply(NodeId(1), &a2);
+        assert_eq!(map.node("test", 0, 0), Some(NodeId(2)));
         map.remove_node(NodeId(2));
+        assert_eq!(map.node("test", 0, 0), None, "a removed node's entries go");
         assert_eq!(map.node("test", 0, 1), None);
         assert_eq!(map.node("test", 1, 0), None);
     }

@@ -6,11 +6,13 @@
 //! Invariant: every request line gets exactly one answer line that echoes the
 //! line byte for byte; unknown commands answer `ERROR:4:unrecognized command`.
 
+use crate::cluster_state::NamespaceMap;
 use crate::config::StorageEngineConfig;
 use crate::namespace::Namespace;
 use crate::Service;
 use citrine_types::PARTITIONS;
 use citrine_wire::info::{request_lines, InfoCommand, InfoResponse};
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -64,7 +66,7 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "compatibility-id" => "1".to_owned(),
         "features" => FEATURES.to_owned(),
         "cluster-name" => service.config.cluster_name.clone(),
-        "partition-generation" => service.cluster().partition_generation.to_string(),
+        "partition-generation" => partition_generation(service).to_string(),
         "peers-generation" => service.cluster().peers_generation.to_string(),
         "rebalance-generation" => service.cluster().partition_generation.to_string(),
         "peers-clear-std" | "peers-clear-alt" => service.cluster().peers_value(),
@@ -99,11 +101,7 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
                 .namespaces
                 .iter()
                 .map(|namespace| {
-                    format!(
-                        "{}:{}",
-                        namespace.name,
-                        namespace.column_bitmaps.first().map_or("", String::as_str)
-                    )
+                    format!("{}:{}", namespace.name, master_bitmap(service, namespace))
                 })
                 .collect::<Vec<_>>()
                 .join(";")
@@ -184,7 +182,13 @@ fn replicas(service: &Service, with_regime: bool) -> String {
                 ]
                 .join(",")
             } else {
-                namespace.column_bitmaps.join(",")
+                let mut columns = namespace.column_bitmaps.clone();
+                if let Some(first) = columns.first_mut() {
+                    if let Cow::Owned(claimed) = master_bitmap(service, namespace) {
+                        *first = claimed;
+                    }
+                }
+                columns.join(",")
             };
             if with_regime {
                 format!(
@@ -204,6 +208,34 @@ fn replicas(service: &Service, with_regime: bool) -> String {
         .join(";")
 }
 
+/// `partition-generation`: the view's, plus every change of this node's
+/// master-column claims within the view (acting masters), so a client
+/// fetches `replicas` again whenever the answer would differ.
+fn partition_generation(service: &Service) -> u64 {
+    service.cluster().partition_generation + service.migrations.claims_generation()
+}
+
+/// This node's master-column bitmap of a namespace: the partition map's,
+/// less the partitions it cedes to acting masters while it fills them,
+/// plus those it claims as an acting master (see `crate::migration`).
+fn master_bitmap<'a>(service: &Service, namespace: &'a NamespaceMap) -> Cow<'a, str> {
+    let fixed = namespace.column_bitmaps.first().map_or("", String::as_str);
+    let (ceded, taken) = service
+        .migrations
+        .claim_overrides(&namespace.name, service.node_id);
+    if ceded.is_empty() && taken.is_empty() {
+        return Cow::Borrowed(fixed);
+    }
+    let mastered = namespace
+        .map
+        .columns_of(service.node_id)
+        .filter(|(partition, column)| *column == 0 && ceded.binary_search(partition).is_err())
+        .map(|(partition, _)| partition);
+    Cow::Owned(crate::cluster_state::bitmap_base64(
+        mastered.chain(taken.iter().copied()),
+    ))
+}
+
 /// `cluster-info`: key, size, principal and succession list, for operators.
 fn cluster_info(service: &Service) -> String {
     let cluster = service.cluster();
@@ -218,7 +250,7 @@ fn cluster_info(service: &Service) -> String {
         cluster.size(),
         cluster.principal(),
         succession.join(","),
-        cluster.partition_generation
+        partition_generation(service)
     )
 }
 

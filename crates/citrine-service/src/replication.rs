@@ -70,7 +70,7 @@
 //! with the same rule.
 
 use crate::config::ConflictResolutionPolicy;
-use crate::migration::Disposition;
+use crate::migration::{Disposition, MasterClaim};
 use crate::namespace::{compare_versions, Namespace, Version};
 use crate::transaction::{self, Now, Request};
 use crate::Service;
@@ -413,7 +413,16 @@ pub(crate) fn route(
     };
     match replicas.first() {
         Some(master) if *master != service.node_id => {
-            if acting_read
+            // A plain read (no read-touch) sent here by a client, while
+            // this node claims the master column as the acting master.
+            let claimed_read = read
+                && !acting_read
+                && !(1..=100).contains(&request.header.record_ttl)
+                && service
+                    .migrations
+                    .master_claim(name, partition, service.node_id)
+                    == MasterClaim::Acting;
+            if (acting_read || claimed_read)
                 && read
                 && service
                     .migrations
@@ -1718,6 +1727,103 @@ mod tests {
             service.migrations.rx_remaining(),
             service.migrations.namespace_remaining("test").1
         );
+
+        // Claims: node 1 cedes the partition's master column to node 2,
+        // which claims it as the acting master (the reference's working
+        // master) once its own exchange is resolved; each change moves the
+        // partition generation clients poll.
+        let claims = |node: &Service| -> (bool, u64) {
+            let answer = crate::tests::info(node, &["replicas-master", "partition-generation"]);
+            let bitmap = answer[0].1.split_once(':').expect("ns:bitmap").1;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(bitmap)
+                .expect("base64");
+            let at = partition.index();
+            let claimed = bytes[at >> 3] & (0x80 >> (at & 7)) != 0;
+            (claimed, answer[1].1.parse().expect("generation"))
+        };
+        use crate::migration::{Handover, MasterClaim};
+        use base64::Engine as _;
+        assert_eq!(
+            service
+                .migrations
+                .master_claim("test", partition, NodeId(1)),
+            MasterClaim::Ceded
+        );
+        assert!(!claims(&service).0, "the filling master cedes it");
+        let old_fabric = std::sync::Arc::new(DupResFabric {
+            answer: None,
+            calls: parking_lot::Mutex::new(Vec::new()),
+        });
+        old.set_fabric(old_fabric.clone());
+        let (claimed, before) = claims(&old);
+        assert!(!claimed, "node 2 is no master in the map");
+        assert!(old.finish_exchange(
+            old.migrations.epoch(),
+            vec![(NodeId(1), service.migrations.exchange_answer(5))]
+        ));
+        let (claimed, acting_generation) = claims(&old);
+        assert!(claimed, "the acting master claims it");
+        assert!(acting_generation > before);
+        // A plain read a client sends the acting master is served there.
+        let read = |node: &Service| {
+            let mut frame = Vec::new();
+            let header = MsgHeader {
+                info1: citrine_wire::msg::info1::READ | citrine_wire::msg::info1::GET_ALL,
+                ..MsgHeader::default()
+            };
+            let mut writer = MessageWriter::begin(&mut frame, &header);
+            writer
+                .field(field_type::NAMESPACE, b"test")
+                .field(field_type::SET, b"demo")
+                .field(field_type::DIGEST, &digest.0);
+            writer.finish();
+            let header_bytes: [u8; PROTO_HEADER_SIZE] =
+                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+            let header = ProtoHeader::decode(&header_bytes).expect("header");
+            let mut out = Vec::new();
+            node.handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
+                .expect("handled");
+            out
+        };
+        let reply = read(&old);
+        assert_eq!(reply[PROTO_HEADER_SIZE + 5], 0, "found");
+        assert!(old_fabric.calls.lock().is_empty(), "served, not proxied");
+        assert_eq!(
+            old.migrations
+                .acting_reads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        // Before its last batch to the master it hands the claim back; from
+        // then on a client's read is served only as a replica's (node 2 is
+        // one here; the master replicates every write to it).
+        let epoch = old.migrations.epoch();
+        old.migrations
+            .hand_over(epoch, "test", partition, NodeId(2), Handover::Releasing);
+        assert_eq!(
+            old.migrations.master_claim("test", partition, NodeId(2)),
+            MasterClaim::Releasing
+        );
+        let (claimed, releasing_generation) = claims(&old);
+        assert!(!claimed);
+        assert!(releasing_generation > acting_generation);
+        let reply = read(&old);
+        assert_eq!(reply[PROTO_HEADER_SIZE + 5], 0, "found");
+        assert!(old_fabric.calls.lock().is_empty(), "served, not proxied");
+        let load = |counter: &std::sync::atomic::AtomicU64| {
+            counter.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        assert_eq!(load(&old.migrations.acting_reads), 1);
+        assert_eq!(load(&old.stats.replica_reads), 1);
+        old.migrations
+            .hand_over(epoch, "test", partition, NodeId(2), Handover::Released);
+        assert_eq!(
+            old.migrations.master_claim("test", partition, NodeId(2)),
+            MasterClaim::Ordinary
+        );
+        let (_, master_generation) = claims(&service);
+
         let last = crate::migration::MigrateBatch {
             cluster_key: 5,
             source: NodeId(2),
@@ -1731,6 +1837,9 @@ mod tests {
             service.migrations.disposition("test", partition, false),
             Disposition::Normal
         );
+        let (claimed, generation) = claims(&service);
+        assert!(claimed, "the filled master claims it again");
+        assert!(generation > master_generation);
         assert_eq!(
             service.migrations.version("test", partition),
             citrine_cluster::exchange::PartitionVersion::full(5)

@@ -205,6 +205,10 @@ pub struct ScanCursor {
     /// Set by a step that stopped because every partition left is still
     /// filling here: the job tries again later.
     blocked: bool,
+    /// A foreground scan or query in a cluster that may serve partitions
+    /// this node claims as acting master: each partition is checked again
+    /// once walked (see [`ScanCursor::keep_served_partitions`]).
+    recheck: bool,
 }
 
 impl std::fmt::Debug for ScanCursor {
@@ -300,7 +304,7 @@ pub(crate) fn start(
     let cursor = match parsed {
         Ok(Some(mut cursor)) => {
             if service.routes() {
-                cursor.keep_served_partitions(service);
+                cursor.keep_served_partitions(service, lists_partitions(message));
             }
             cursor
         }
@@ -409,6 +413,7 @@ pub(crate) fn parse(
         unavailable: Vec::new(),
         wait_for_whole: false,
         blocked: false,
+        recheck: false,
     }))
 }
 
@@ -470,6 +475,32 @@ fn query(
         candidates: Vec::new(),
         keys: Vec::new(),
     }))
+}
+
+/// True when this node serves `partition` to a scan: it masters it in
+/// `map` and holds it whole, or (`follow_claims`) it claims it as its
+/// acting master.
+fn serves(
+    service: &Service,
+    map: &citrine_cluster::partition_map::PartitionMap,
+    namespace: &str,
+    partition: PartitionId,
+    follow_claims: bool,
+) -> bool {
+    (map.replicas(partition).first() == Some(&service.node_id)
+        && service.migrations.serves_whole(namespace, partition))
+        || (follow_claims
+            && service
+                .migrations
+                .master_claim(namespace, partition, service.node_id)
+                == crate::migration::MasterClaim::Acting)
+}
+
+/// True when the request names the partitions it wants (PID_ARRAY or
+/// DIGEST_ARRAY), as partition-tracking clients send scans and queries.
+pub(crate) fn lists_partitions(message: &Message<'_>) -> bool {
+    message.field(field_type::PID_ARRAY).is_some()
+        || message.field(field_type::DIGEST_ARRAY).is_some()
 }
 
 /// The partitions a scan visits, ascending: PID_ARRAY (u16 LE ids, from the
@@ -640,23 +671,41 @@ impl ScanCursor {
     }
 
     /// In a cluster: keeps the partitions this node masters and holds whole,
-    /// moves the others to `unavailable`.
-    pub(crate) fn keep_served_partitions(&mut self, service: &Service) {
+    /// and — when `follow_claims` — those it claims as their acting master
+    /// (it holds their only copy while their master fills); moves the
+    /// others to `unavailable`.
+    ///
+    /// Only scans and queries that list their partitions follow claims:
+    /// the client tracks each partition and retries the ones refused. A
+    /// request for all partitions (no list: legacy scans, the official
+    /// clients' aggregations) goes to every node at once, and each node's
+    /// share is decided at a different moment: were it to follow the
+    /// claims, which move as each partition's fill completes, one node
+    /// could cover a partition the node asked a moment later covers too,
+    /// or neither could. Aggregations, which have no per-partition answers
+    /// to retry, never follow them either.
+    ///
+    /// A partition that followed a claim is checked again once walked: an
+    /// acting master hands its claim back before the master is whole (and
+    /// may then drop its copy), so a partition no longer served when its
+    /// walk ends is reported unavailable, and the client resumes it after
+    /// the last record it got.
+    pub(crate) fn keep_served_partitions(&mut self, service: &Service, follow_claims: bool) {
         let cluster = service.cluster();
-        let name = &self.namespace.config.name;
-        let Some(map) = cluster.namespace(name) else {
+        let name = self.namespace.config.name.clone();
+        let Some(map) = cluster.namespace(&name) else {
             return;
         };
         let mut unavailable = Vec::new();
         self.partitions.retain(|cursor| {
-            let served = map.map.replicas(cursor.partition).first() == Some(&service.node_id)
-                && service.migrations.serves_whole(name, cursor.partition);
+            let served = serves(service, &map.map, &name, cursor.partition, follow_claims);
             if !served {
                 unavailable.push(cursor.partition);
             }
             served
         });
         self.unavailable = unavailable;
+        self.recheck = follow_claims;
     }
 
     /// Appends one frame of the stream. Returns the cursor while the stream
@@ -714,6 +763,9 @@ impl ScanCursor {
             }
             let visit = self.visit_partition(now, out, frame_start, &mut examined);
             if let Visit::Finished = visit {
+                if self.recheck {
+                    self.recheck_walked(service, out);
+                }
                 self.next += 1;
             }
             if self.limit_reached() || self.next >= self.partitions.len() {
@@ -751,6 +803,28 @@ impl ScanCursor {
             ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
         }
         false
+    }
+
+    /// The partition just walked is reported unavailable (11) when this
+    /// node no longer serves it (see [`ScanCursor::keep_served_partitions`]).
+    fn recheck_walked(&self, service: &Service, out: &mut Vec<u8>) {
+        let Some(cursor) = self.partitions.get(self.next) else {
+            return;
+        };
+        let name = &self.namespace.config.name;
+        let cluster = service.cluster();
+        let still = cluster
+            .namespace(name)
+            .is_some_and(|map| serves(service, &map.map, name, cursor.partition, true));
+        if !still {
+            let done = MsgHeader {
+                info3: info3::PARTITION_DONE,
+                generation: cursor.partition.index() as u32,
+                result_code: ResultCode::Unavailable.code(),
+                ..MsgHeader::default()
+            };
+            MessageWriter::begin_bare(out, &done).finish();
+        }
     }
 
     fn limit_reached(&self) -> bool {

@@ -949,7 +949,8 @@ pub(crate) fn start_aggregate(
         Err(code) => return refuse(out, code),
     };
     if service.routes() {
-        cursor.keep_served_partitions(service);
+        // Aggregations do not follow acting-master claims (see there).
+        cursor.keep_served_partitions(service, false);
     }
     if let Some(partition) =
         missed_partition(service, message, &namespace, cursor.take_unavailable())
@@ -1002,16 +1003,15 @@ pub(crate) fn start_aggregate(
 /// `unavailable` ones (not mastered here, or mastered but still filling).
 /// Asked by partition list, it must cover every one asked; asked for all
 /// (the reference clients' aggregations), the ones this node masters,
-/// the others being their masters' part.
+/// the others being their masters' part (see
+/// `ScanCursor::keep_served_partitions`: acting masters do not count).
 fn missed_partition(
     service: &Service,
     message: &Message<'_>,
     namespace: &Namespace,
     unavailable: Vec<citrine_types::PartitionId>,
 ) -> Option<citrine_types::PartitionId> {
-    let listed = message.field(field_type::PID_ARRAY).is_some()
-        || message.field(field_type::DIGEST_ARRAY).is_some();
-    if listed {
+    if crate::scan::lists_partitions(message) {
         return unavailable.first().copied();
     }
     let cluster = service.cluster();

@@ -20,7 +20,7 @@
 //! - client transactions never wait for the driver: it runs on its own
 //!   thread and holds a partition lock only while it copies one batch.
 
-use super::{exchange_status, MigrateTask, Work, FLAG_FIRST, FLAG_LAST};
+use super::{exchange_status, Handover, MigrateTask, Work, FLAG_FIRST, FLAG_LAST};
 use crate::replication::{call_kind, join_all, Fabric, FabricError};
 use crate::Service;
 use citrine_types::{NodeId, ResultCode};
@@ -250,6 +250,19 @@ async fn migrate_partition(
             if !owed.is_zero() {
                 pause.sleep(owed).await;
             }
+            let last = batch.flags & FLAG_LAST != 0;
+            let to_master = last && is_master(&service, &task, *target);
+            if to_master {
+                // An acting master gives its claim back before the master
+                // can be whole (see `Handover`).
+                migrations.hand_over(
+                    epoch,
+                    &task.namespace,
+                    task.partition,
+                    service.node_id,
+                    Handover::Releasing,
+                );
+            }
             let payload = batch.encode();
             call_until(
                 &service,
@@ -274,7 +287,15 @@ async fn migrate_partition(
             migrations
                 .records_sent
                 .fetch_add(records, Ordering::Relaxed);
-            let last = batch.flags & FLAG_LAST != 0;
+            if to_master {
+                migrations.hand_over(
+                    epoch,
+                    &task.namespace,
+                    task.partition,
+                    service.node_id,
+                    Handover::Released,
+                );
+            }
             // `migrate-sleep` after every batch that carried records (the
             // last one too: the task holds its place meanwhile); an empty
             // partition's lone LAST costs no sleep.
@@ -293,6 +314,15 @@ async fn migrate_partition(
         }
     }
     Some(task)
+}
+
+/// True when `target` is the master of the task's partition in the
+/// current view.
+fn is_master(service: &Service, task: &MigrateTask, target: NodeId) -> bool {
+    service
+        .cluster()
+        .namespace(&task.namespace)
+        .is_some_and(|map| map.map.replicas(task.partition).first() == Some(&target))
 }
 
 /// After a copy was delivered: tells the copies it covers outside the

@@ -47,6 +47,20 @@
 //! are also replicated to it, so the reads it serves stay current
 //! (§2.2.1.3). Both end when the master's last expected source delivered.
 //!
+//! Like the reference's working master, the acting master also *claims*
+//! the partition's master column in its `replicas` answer while the master
+//! cedes it ([`MasterClaim`]; each change bumps the partition generation
+//! clients poll): clients send it the partition's reads, which it serves,
+//! its scans and queries, which it serves from its whole copy instead of
+//! the master refusing them while it fills, and its writes, which it
+//! proxies to the master. It gives the claim back just before it sends the
+//! master its last batch ([`Handover`]): from then on writes the master
+//! acknowledges may no longer reach its copy. Requests for all partitions
+//! (no partition list) do not follow claims — each node's share would be
+//! decided at a different moment — nor do aggregations, which have no
+//! per-partition answers to retry: they keep failing (11) while a master
+//! they need fills.
+//!
 //! Invariants:
 //! - versions change only when an exchange completes (replicas), when a
 //!   fill completes (`subset(K)` → `full(K)`) and when a copy is dropped
@@ -162,6 +176,38 @@ const ROUTE_ACTING: u8 = 2;
 /// This node's copy is filling, whatever its role.
 const ROUTE_INCOMPLETE: u8 = 4;
 
+/// Who claims a partition's master column in this node's `replicas`
+/// answer while it migrates (the node clients send its reads, writes,
+/// scans and queries to), as the reference's working master does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MasterClaim {
+    /// No migration changes it: the partition map's master claims it.
+    Ordinary,
+    /// This node masters the partition but is filling it and another node
+    /// holds the only copy: that acting master claims it meanwhile.
+    Ceded,
+    /// This node is the acting master and claims it: the master has not
+    /// been sent the last batch yet, so every write reaches this copy.
+    Acting,
+    /// This node was the acting master and is sending the master its last
+    /// batch: once the master is whole it stops replicating its writes
+    /// here, so this copy serves no client request any more (they are
+    /// refused or proxied, and tried again at the master).
+    Releasing,
+}
+
+/// Where an acting master is in handing its claim back to the master.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handover {
+    /// Claiming (the master has not been sent its last batch).
+    #[default]
+    Claiming,
+    /// The last batch to the master is on its way.
+    Releasing,
+    /// The master acknowledged its last batch: it claims the partition.
+    Released,
+}
+
 #[derive(Debug, Default, Clone)]
 struct PartitionState {
     /// Sources still to deliver (this node is a replica being filled).
@@ -173,6 +219,22 @@ struct PartitionState {
     drop_after: Option<NodeId>,
     /// This node is the partition's master.
     master: bool,
+    /// On the acting master: where its claim of the master column is.
+    handover: Handover,
+}
+
+impl PartitionState {
+    fn master_claim(&self, self_id: NodeId) -> MasterClaim {
+        match self.acting {
+            Some(acting) if acting == self_id && !self.master => match self.handover {
+                Handover::Claiming => MasterClaim::Acting,
+                Handover::Releasing => MasterClaim::Releasing,
+                Handover::Released => MasterClaim::Ordinary,
+            },
+            Some(_) if self.master && !self.expect.is_empty() => MasterClaim::Ceded,
+            _ => MasterClaim::Ordinary,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -219,6 +281,10 @@ pub struct Migrations {
     pub dupres_runs: AtomicU64,
     /// Reads served as acting master.
     pub acting_reads: AtomicU64,
+    /// Bumped whenever this node's claims of master columns change during
+    /// a view (an acting master's claim begins or ends): added to the
+    /// view's partition generation, so clients fetch `replicas` again.
+    claims_generation: AtomicU64,
     /// Most partitions sent at once (`migrate-max-partitions`).
     pub max_partitions: AtomicU32,
     /// Pause after each acknowledged batch, microseconds (`migrate-sleep`).
@@ -261,6 +327,7 @@ impl Migrations {
             rx_remaining: AtomicU64::new(0),
             dupres_runs: AtomicU64::new(0),
             acting_reads: AtomicU64::new(0),
+            claims_generation: AtomicU64::new(0),
             max_partitions: AtomicU32::new(MAX_PARTITIONS_DEFAULT),
             sleep_us: AtomicU32::new(0),
             max_records_per_sec: AtomicU64::new(0),
@@ -467,6 +534,90 @@ impl Migrations {
         acting
     }
 
+    /// Who claims `partition`'s master column, as far as this node
+    /// (`self_id`) knows (see [`MasterClaim`]). One relaxed load when the
+    /// partition has no acting master.
+    #[inline]
+    pub(crate) fn master_claim(
+        &self,
+        namespace: &str,
+        partition: PartitionId,
+        self_id: NodeId,
+    ) -> MasterClaim {
+        if self.route_bits(namespace, partition) & ROUTE_ACTING == 0 {
+            return MasterClaim::Ordinary;
+        }
+        let state = self.state.lock();
+        state
+            .parts
+            .get(&(namespace.to_owned(), partition.index() as u16))
+            .map_or(MasterClaim::Ordinary, |part| part.master_claim(self_id))
+    }
+
+    /// The partitions of `namespace` whose master column this node
+    /// (`self_id`) cedes to an acting master, and those it claims as one,
+    /// each in ascending order.
+    pub(crate) fn claim_overrides(
+        &self,
+        namespace: &str,
+        self_id: NodeId,
+    ) -> (Vec<PartitionId>, Vec<PartitionId>) {
+        let state = self.state.lock();
+        let (mut ceded, mut taken) = (Vec::new(), Vec::new());
+        for ((name, partition), part) in &state.parts {
+            if name != namespace {
+                continue;
+            }
+            let Some(partition) = PartitionId::new(*partition) else {
+                continue;
+            };
+            match part.master_claim(self_id) {
+                MasterClaim::Ceded => ceded.push(partition),
+                MasterClaim::Acting => taken.push(partition),
+                MasterClaim::Ordinary | MasterClaim::Releasing => {}
+            }
+        }
+        ceded.sort_unstable();
+        taken.sort_unstable();
+        (ceded, taken)
+    }
+
+    /// How many times this node's master-column claims changed within
+    /// views (see `claims_generation`).
+    pub fn claims_generation(&self) -> u64 {
+        self.claims_generation.load(Ordering::Acquire)
+    }
+
+    /// The acting master (`self_id`) of `partition` is about to send the
+    /// master its last batch (`to`: [`Handover::Releasing`]) or has had it
+    /// acknowledged ([`Handover::Released`]), under plan `epoch`.
+    pub(crate) fn hand_over(
+        &self,
+        epoch: u64,
+        namespace: &str,
+        partition: PartitionId,
+        self_id: NodeId,
+        to: Handover,
+    ) {
+        let mut state = self.state.lock();
+        if self.epoch() != epoch {
+            return;
+        }
+        let key = (namespace.to_owned(), partition.index() as u16);
+        let Some(part) = state.parts.get_mut(&key) else {
+            return;
+        };
+        if part.acting != Some(self_id) || part.master || part.handover == to {
+            return;
+        }
+        debug_assert!(
+            to != Handover::Claiming,
+            "a claim handed back is not taken again within a view"
+        );
+        part.handover = to;
+        self.claims_generation.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// A duplicate-resolution request for `partition` was served here.
     pub(crate) fn hit(&self, namespace: &str, partition: u16) {
         let mut state = self.state.lock();
@@ -654,6 +805,9 @@ impl Service {
         for (name, partition) in state.parts.keys() {
             migrations.set_route(name, *partition, None);
         }
+        if state.parts.values().any(|part| part.acting.is_some()) {
+            migrations.claims_generation.fetch_add(1, Ordering::AcqRel);
+        }
         state.parts.clear();
         state.current = Some(published);
         // Until resolved, anything may move: count the exchange as work
@@ -806,6 +960,10 @@ impl Service {
             .map(|task| (task.namespace.clone(), task.partition.index() as u16))
             .collect();
         state.tasks = tasks;
+        if state.parts.values().any(|part| part.acting.is_some()) {
+            // Acting masters claim what their masters cede.
+            migrations.claims_generation.fetch_add(1, Ordering::AcqRel);
+        }
         state.exchanged = true;
         state.early_lasts.clear();
         state.early_drops.clear();
@@ -851,7 +1009,13 @@ impl Service {
         if let Some(versions) = state.versions.get_mut(namespace_name) {
             versions[partition.index()] = PartitionVersion::ZERO;
         }
-        state.parts.remove(&key);
+        if state
+            .parts
+            .remove(&key)
+            .is_some_and(|part| part.master_claim(self.node_id) != MasterClaim::Ordinary)
+        {
+            migrations.claims_generation.fetch_add(1, Ordering::AcqRel);
+        }
         migrations.set_route(namespace_name, key.1, None);
         let mut index = namespace.index.partition(partition).write();
         drop(state);
@@ -897,8 +1061,13 @@ impl Service {
         if !part.expect.contains(&source) {
             return;
         }
+        let ceded = part.master_claim(self.node_id) == MasterClaim::Ceded;
         part.expect.retain(|node| *node != source);
         if part.expect.is_empty() {
+            if ceded {
+                // Filled: the master claims its partition again.
+                migrations.claims_generation.fetch_add(1, Ordering::AcqRel);
+            }
             part.acting = None;
             if let Some(versions) = state.versions.get_mut(namespace) {
                 versions[usize::from(partition)] = PartitionVersion::full(cluster_key);

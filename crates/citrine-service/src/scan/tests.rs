@@ -756,3 +756,122 @@ fn service_with_id(node_id: u64) -> Service {
     };
     Service::new(config, Arc::new(crate::ManualClock::new(START_MS)))
 }
+
+/// A node holding the only copy of a partition its new master has yet to
+/// be filled with claims it as acting master: it serves scans that list
+/// the partition (not those for all partitions), and when its claim ends
+/// before the walk does, it reports the partition unavailable at the end
+/// so the client resumes it at the master.
+#[test]
+fn an_acting_master_serves_listed_scans_while_it_claims() {
+    use crate::cluster_state::{ClusterMember, ClusterState};
+    use crate::migration::{Handover, MasterClaim};
+    use citrine_types::NodeId;
+    let (service, _) = service();
+    let (me, peer) = (service.node_id.0, service.node_id.0 + 1);
+    let members: Vec<ClusterMember> = [me, peer]
+        .iter()
+        .map(|id| ClusterMember {
+            node_id: NodeId(*id),
+            rack_id: 0,
+            service_address: String::new(),
+        })
+        .collect();
+    let state =
+        |id: u64| ClusterState::new(NodeId(id), 77, members.clone(), &[("test".into(), 2)], 2, 2);
+    // A partition the peer masters, with records enough for several steps.
+    let map = state(me);
+    let mut names = Vec::new();
+    let mut target = None;
+    for key in 0.. {
+        let name = format!("a{key}");
+        let partition = digest("demo", &name).partition();
+        if map.namespaces[0].map.replicas(partition).first() != Some(&NodeId(peer)) {
+            continue;
+        }
+        match target {
+            None => target = Some(partition),
+            Some(target) if target != partition => continue,
+            Some(_) => {}
+        }
+        names.push(name);
+        if names.len() == 80 {
+            break;
+        }
+    }
+    let target = target.unwrap();
+    for name in &names {
+        put_blob(&service, "demo", name, 30_000);
+    }
+    service.set_fabric(Arc::new(Nowhere));
+    service.publish_cluster(state(me));
+    let other = service_with_id(peer);
+    other.publish_cluster(state(peer));
+    assert!(service.finish_exchange(
+        service.migrations.epoch(),
+        vec![(other.node_id, other.migrations.exchange_answer(77))]
+    ));
+    assert_eq!(
+        service
+            .migrations
+            .master_claim("test", target, service.node_id),
+        MasterClaim::Acting
+    );
+    let listed = ScanSpec {
+        partition_done: true,
+        pids: Some(vec![target.get()]),
+        ..ScanSpec::default()
+    };
+    let walk = |release: bool| {
+        let mut out = Vec::new();
+        let mut pending = start_scan(&service, &listed, &mut out);
+        assert!(pending.is_some(), "more than one step");
+        if release {
+            service.migrations.hand_over(
+                service.migrations.epoch(),
+                "test",
+                target,
+                service.node_id,
+                Handover::Releasing,
+            );
+        }
+        while let Some(continuation) = pending {
+            pending = service.resume(continuation, &mut out);
+        }
+        let (mut messages, _) = decode_stream(&out);
+        assert_eq!(messages.pop().unwrap().header.info3, info3::LAST);
+        let (done, records): (Vec<Msg>, Vec<Msg>) = messages
+            .into_iter()
+            .partition(|message| message.header.info3 == info3::PARTITION_DONE);
+        (done, records.len())
+    };
+    // Claimed throughout: every record, no partition-done.
+    let (done, records) = walk(false);
+    assert!(done.is_empty());
+    assert_eq!(records, names.len());
+    // A scan for all partitions does not follow the claim.
+    let (messages, _) = {
+        let mut messages = run(
+            &service,
+            &scan_frame(&ScanSpec {
+                partition_done: true,
+                ..ScanSpec::default()
+            }),
+        );
+        let last = messages.pop().unwrap();
+        (messages, last)
+    };
+    assert!(messages
+        .iter()
+        .any(|message| message.header.info3 == info3::PARTITION_DONE
+            && message.header.generation == u32::from(target.get())
+            && message.header.result_code == 11));
+    assert!(messages
+        .iter()
+        .all(|message| message.header.info3 == info3::PARTITION_DONE));
+    // The claim ends mid-walk: the partition is reported unavailable.
+    let (done, _) = walk(true);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].header.generation, u32::from(target.get()));
+    assert_eq!(done[0].header.result_code, 11);
+}
