@@ -453,9 +453,13 @@ impl Client {
     /// merging maps... — is the caller's.
     ///
     /// Each node is sent the partitions of `statement.partitions` it
-    /// masters; there is no resume: a node that fails (or a partition
-    /// with no master) fails the whole call, and a UDF error on any node
-    /// is [`Error::Udf`]. `policy.base.filter` applies to the records;
+    /// masters. There is no resume: a node that fails (or a partition with
+    /// no master) fails the whole attempt. An attempt that failed only
+    /// retryably (a partition refused, 11, as while a master fills during
+    /// migrations; a network error; a timeout) is run again whole, on a
+    /// fresh partition map, up to `policy.base.max_retries` times with its
+    /// backoff — an aggregation writes nothing, and no value of a failed
+    /// attempt is returned. A UDF error on any node is [`Error::Udf`]. `policy.base.filter` applies to the records;
     /// `policy.max_records` and the statement's bins do not.
     pub async fn query_aggregate_raw(
         &self,
@@ -465,10 +469,49 @@ impl Client {
         function: &str,
         args: &[Value],
     ) -> Result<Vec<AggregateOutput>> {
-        use std::collections::BTreeMap;
-        use std::sync::Arc;
         statement.validate()?;
         let call = UdfFields::new(module, function, args)?;
+        let total_deadline = policy.base.total_deadline(std::time::Instant::now());
+        let mut retry = 0;
+        loop {
+            let error = match self
+                .aggregate_once(policy, statement, &call, total_deadline)
+                .await
+            {
+                Ok(outputs) => return Ok(outputs),
+                Err(error) => error,
+            };
+            let backoff = policy.base.backoff_for(retry + 1, self.next_random());
+            let out_of_time = total_deadline
+                .is_some_and(|deadline| std::time::Instant::now() + backoff >= deadline);
+            if !error.is_retryable() || retry >= policy.base.max_retries || out_of_time {
+                return Err(error);
+            }
+            retry += 1;
+            self.cluster
+                .counters
+                .retries
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(retry, %error, "running the aggregation again");
+            if !backoff.is_zero() {
+                tokio::time::sleep(backoff).await;
+            }
+            // A fresh map before planning again (the tend loop may not
+            // have run yet).
+            let _ = self.tend_now().await;
+        }
+    }
+
+    /// One attempt of [`Client::query_aggregate_raw`].
+    async fn aggregate_once(
+        &self,
+        policy: &crate::query::ScanPolicy,
+        statement: &crate::query::Statement,
+        call: &UdfFields,
+        total_deadline: Option<std::time::Instant>,
+    ) -> Result<Vec<AggregateOutput>> {
+        use std::collections::BTreeMap;
+        use std::sync::Arc;
         let mut plan: BTreeMap<NodeId, (Arc<crate::node::Node>, Vec<u16>)> = BTreeMap::new();
         {
             let state = self.cluster.state();
@@ -493,11 +536,10 @@ impl Client {
             .commands
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let task_id = self.next_random() >> 1 | 1;
-        let total_deadline = policy.base.total_deadline(std::time::Instant::now());
         let mut tasks = tokio::task::JoinSet::new();
         for (id, (node, partitions)) in plan {
             let mut frame = Vec::with_capacity(256 + partitions.len() * 2);
-            encode_aggregate(&mut frame, policy, statement, task_id, &partitions, &call);
+            encode_aggregate(&mut frame, policy, statement, task_id, &partitions, call);
             let base = policy.base.clone();
             tasks.spawn(async move {
                 let values = aggregate_on(&node, &frame, &base, total_deadline).await;

@@ -12,7 +12,7 @@ use citrine_client::partition::encode_bitmap;
 use citrine_client::{Bins, Client, ClientConfig, Key, ReadPolicy, Replica, Value};
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::info::{request_lines, InfoResponse};
-use citrine_wire::msg::{MessageWriter, MsgHeader};
+use citrine_wire::msg::{field_type, info3, Message, MessageWriter, MsgHeader};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -177,14 +177,31 @@ impl MockNode {
                 _ if self.fail_next.load(Ordering::SeqCst) > 0 => {
                     self.fail_next.fetch_sub(1, Ordering::SeqCst);
                     let code = self.fail_code.load(Ordering::SeqCst) as u8;
+                    // LAST too, so that a stream (an aggregation) ends here.
                     MessageWriter::begin(
                         &mut out,
                         &MsgHeader {
+                            info3: info3::LAST,
                             result_code: code,
                             ..MsgHeader::default()
                         },
                     )
                     .finish();
+                }
+                _ if Message::decode(&body)
+                    .is_ok_and(|message| message.field(field_type::UDF_OP).is_some()) =>
+                {
+                    // An aggregation: one value (this node's count, 1),
+                    // then LAST.
+                    let mut writer = MessageWriter::begin(&mut out, &MsgHeader::default());
+                    writer.op(1, 1, b"SUCCESS", &1i64.to_be_bytes());
+                    writer.finish();
+                    let last = MsgHeader {
+                        info3: info3::LAST,
+                        ..MsgHeader::default()
+                    };
+                    MessageWriter::begin_bare(&mut out, &last).finish();
+                    ProtoHeader::patch(&mut out, MessageType::Message);
                 }
                 _ => {
                     let mut writer = MessageWriter::begin(
@@ -552,5 +569,49 @@ async fn a_record_udf_is_retried_only_when_it_surely_did_not_run() {
     let error = call().await.expect_err("the answer was lost");
     assert!(error.in_doubt(), "{error:?}");
     assert_eq!(sent() - before, 1);
+    client.close();
+}
+
+/// An aggregation refused by a node with a retryable code (11: a partition
+/// it does not serve, as while a master fills) is run again whole on a
+/// fresh map — no value of the failed attempt is returned — and one that
+/// failed otherwise is not.
+#[tokio::test]
+async fn an_aggregation_refused_retryably_runs_again_whole() {
+    let (a, b) = pair(1).await;
+    let client = Client::connect(config(&a)).await.expect("connect");
+    assert_eq!(client.nodes().len(), 2);
+    let statement = citrine_client::Statement::new("test", "s");
+    let policy = citrine_client::ScanPolicy::default();
+    let run = || client.query_aggregate_raw(&policy, &statement, "m", "count", &[]);
+    let sent = |node: &MockNode| node.messages.load(Ordering::SeqCst);
+    let ones = |outputs: &[citrine_client::AggregateOutput]| -> Vec<Vec<Value>> {
+        outputs.iter().map(|output| output.values.clone()).collect()
+    };
+
+    let (a0, b0) = (sent(&a), sent(&b));
+    let outputs = run().await.expect("both nodes answer");
+    assert_eq!(
+        ones(&outputs),
+        vec![vec![Value::Int(1)], vec![Value::Int(1)]]
+    );
+    assert_eq!((sent(&a) - a0, sent(&b) - b0), (1, 1));
+
+    a.fail_code.store(11, Ordering::SeqCst);
+    a.fail_next.store(1, Ordering::SeqCst);
+    let (a0, b0) = (sent(&a), sent(&b));
+    let outputs = run().await.expect("the second attempt succeeds");
+    assert_eq!(
+        ones(&outputs),
+        vec![vec![Value::Int(1)], vec![Value::Int(1)]]
+    );
+    assert_eq!((sent(&a) - a0, sent(&b) - b0), (2, 2), "run again whole");
+
+    a.fail_code.store(4, Ordering::SeqCst);
+    a.fail_next.store(1, Ordering::SeqCst);
+    let (a0, b0) = (sent(&a), sent(&b));
+    let error = run().await.expect_err("4 is no reason to try again");
+    assert_eq!(error.raw_code(), Some(4));
+    assert_eq!((sent(&a) - a0, sent(&b) - b0), (1, 1));
     client.close();
 }

@@ -329,17 +329,19 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // An aggregation cannot cover a partition whose master is filling, and
-    // has no per-partition answers to retry just the ones it missed: it
-    // fails (11) rather than count a part, whether it lists partitions (as
-    // this client sends it) or not (as the official clients send it, to
-    // every node).
-    match count().await {
-        Err(error) => assert_eq!(error.raw_code(), Some(11), "{error}"),
-        Ok(outputs) => panic!(
-            "an aggregation during migrations answered, counting {} of {LOADED}: {outputs:?}",
-            total(&outputs)
-        ),
+    // An aggregation has no per-partition answers to retry just the
+    // partitions it missed. One that lists its partitions (as this client
+    // sends it) follows the acting masters' claims, and fails (11) where
+    // the client's map is a handover behind (frequent here: most
+    // partitions hold one or two records) or a claim ends during the walk:
+    // it counts all or fails, never a part. One sent to every node for all
+    // partitions (as the official clients send it) keeps to the map's
+    // masters: the joining node refuses it while it fills.
+    for _ in 0..5 {
+        match count().await {
+            Err(error) => assert_eq!(error.raw_code(), Some(11), "{error}"),
+            Ok(outputs) => assert_eq!(total(&outputs), LOADED, "{outputs:?}"),
+        }
     }
     assert_eq!(count_on_every_node(&nodes), Err(11));
     // Meanwhile the nodes holding the only copies of the partitions the

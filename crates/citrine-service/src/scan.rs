@@ -675,21 +675,20 @@ impl ScanCursor {
     /// (it holds their only copy while their master fills); moves the
     /// others to `unavailable`.
     ///
-    /// Only scans and queries that list their partitions follow claims:
-    /// the client tracks each partition and retries the ones refused. A
-    /// request for all partitions (no list: legacy scans, the official
-    /// clients' aggregations) goes to every node at once, and each node's
-    /// share is decided at a different moment: were it to follow the
-    /// claims, which move as each partition's fill completes, one node
-    /// could cover a partition the node asked a moment later covers too,
-    /// or neither could. Aggregations, which have no per-partition answers
-    /// to retry, never follow them either.
+    /// Only requests that list their partitions follow claims: the client
+    /// chose a node for each partition. A request for all partitions (no
+    /// list: legacy scans, the official clients' aggregations) goes to
+    /// every node at once, and each node's share is decided at a different
+    /// moment: were it to follow the claims, which move as each partition's
+    /// fill completes, one node could cover a partition the node asked a
+    /// moment later covers too, or neither could.
     ///
-    /// A partition that followed a claim is checked again once walked: an
-    /// acting master hands its claim back before the master is whole (and
-    /// may then drop its copy), so a partition no longer served when its
-    /// walk ends is reported unavailable, and the client resumes it after
-    /// the last record it got.
+    /// Such a request checks each partition again once walked: an acting
+    /// master hands its claim back before the master is whole (and may then
+    /// drop its copy), and a view change can move a master's partition, so
+    /// a partition no longer served when its walk ends is reported
+    /// unavailable. A scan's client resumes it after the last record it
+    /// got; an aggregation, which has no per-partition answers, fails (11).
     pub(crate) fn keep_served_partitions(&mut self, service: &Service, follow_claims: bool) {
         let cluster = service.cluster();
         let name = self.namespace.config.name.clone();

@@ -949,8 +949,9 @@ pub(crate) fn start_aggregate(
         Err(code) => return refuse(out, code),
     };
     if service.routes() {
-        // Aggregations do not follow acting-master claims (see there).
-        cursor.keep_served_partitions(service, false);
+        // Only those that list their partitions follow acting-master
+        // claims (see there); a claim lost during the walk fails the run.
+        cursor.keep_served_partitions(service, crate::scan::lists_partitions(message));
     }
     if let Some(partition) =
         missed_partition(service, message, &namespace, cursor.take_unavailable())
@@ -1033,7 +1034,17 @@ impl AggregateRun {
         let mut chunk = Vec::new();
         let finished = self.cursor.advance(service, now, &mut chunk);
         let mut records = std::collections::VecDeque::new();
-        records_of(&chunk, now, &mut records);
+        if records_of(&chunk, now, &mut records) {
+            // A partition walked here is no longer served here (its acting
+            // master's claim ended): its result could miss writes, and an
+            // aggregation has no per-partition answer to retry it by.
+            tracing::debug!("aggregation refused: a partition's claim ended during its walk");
+            transaction::write_stream_end(out, ResultCode::Unavailable);
+            if !finished {
+                service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            }
+            return None;
+        }
         let frame_start = out.len();
         out.extend_from_slice(&[0u8; citrine_wire::frame::PROTO_HEADER_SIZE]);
         let mut sent = self.sent;
@@ -1147,20 +1158,25 @@ fn write_aggregate_failure(out: &mut Vec<u8>, error: &UdfError) {
 
 /// The records of one frame of a scan's stream (its record messages; the
 /// partition-done and LAST messages carry none) as a stream UDF sees them.
+/// True (and the records so far) when the frame reports a partition
+/// unavailable: one this node stopped serving while it walked it.
 fn records_of(
     frame: &[u8],
     now: Now,
     into: &mut std::collections::VecDeque<citrine_udf::RecordIn<'static>>,
-) {
+) -> bool {
     let mut rest = frame
         .get(citrine_wire::frame::PROTO_HEADER_SIZE..)
         .unwrap_or_default();
     while !rest.is_empty() {
         let Ok((message, used)) = Message::decode_prefix(rest) else {
-            return;
+            return false;
         };
         rest = rest.get(used..).unwrap_or_default();
         let header = message.header;
+        if header.info3 & citrine_wire::msg::info3::PARTITION_DONE != 0 && header.result_code != 0 {
+            return true;
+        }
         if header.result_code != 0
             || header.info3
                 & (citrine_wire::msg::info3::LAST | citrine_wire::msg::info3::PARTITION_DONE)
@@ -1199,4 +1215,5 @@ fn records_of(
             size: 0,
         });
     }
+    false
 }

@@ -56,10 +56,11 @@
 //! proxies to the master. It gives the claim back just before it sends the
 //! master its last batch ([`Handover`]): from then on writes the master
 //! acknowledges may no longer reach its copy. Requests for all partitions
-//! (no partition list) do not follow claims — each node's share would be
-//! decided at a different moment — nor do aggregations, which have no
-//! per-partition answers to retry: they keep failing (11) while a master
-//! they need fills.
+//! (no partition list: the official clients' aggregations) do not follow
+//! claims — each node's share would be decided at a different moment — and
+//! keep failing (11) while a master they need fills; an aggregation that
+//! lists its partitions follows them, and fails (11) if a claim it used
+//! ends before the partition's walk does.
 //!
 //! Invariants:
 //! - versions change only when an exchange completes (replicas), when a

@@ -757,15 +757,12 @@ fn service_with_id(node_id: u64) -> Service {
     Service::new(config, Arc::new(crate::ManualClock::new(START_MS)))
 }
 
-/// A node holding the only copy of a partition its new master has yet to
-/// be filled with claims it as acting master: it serves scans that list
-/// the partition (not those for all partitions), and when its claim ends
-/// before the walk does, it reports the partition unavailable at the end
-/// so the client resumes it at the master.
-#[test]
-fn an_acting_master_serves_listed_scans_while_it_claims() {
+/// A node of a two-node view holding the only copy of `records` blobs in
+/// one partition the other (empty) node masters: after the exchange it is
+/// that partition's acting master, claiming it.
+fn an_acting_master(records: usize) -> (Service, PartitionId) {
     use crate::cluster_state::{ClusterMember, ClusterState};
-    use crate::migration::{Handover, MasterClaim};
+    use crate::migration::MasterClaim;
     use citrine_types::NodeId;
     let (service, _) = service();
     let (me, peer) = (service.node_id.0, service.node_id.0 + 1);
@@ -779,30 +776,25 @@ fn an_acting_master_serves_listed_scans_while_it_claims() {
         .collect();
     let state =
         |id: u64| ClusterState::new(NodeId(id), 77, members.clone(), &[("test".into(), 2)], 2, 2);
-    // A partition the peer masters, with records enough for several steps.
     let map = state(me);
-    let mut names = Vec::new();
     let mut target = None;
+    let mut stored = 0;
     for key in 0.. {
         let name = format!("a{key}");
         let partition = digest("demo", &name).partition();
-        if map.namespaces[0].map.replicas(partition).first() != Some(&NodeId(peer)) {
+        if map.namespaces[0].map.replicas(partition).first() != Some(&NodeId(peer))
+            || target.is_some_and(|target| target != partition)
+        {
             continue;
         }
-        match target {
-            None => target = Some(partition),
-            Some(target) if target != partition => continue,
-            Some(_) => {}
-        }
-        names.push(name);
-        if names.len() == 80 {
+        target = Some(partition);
+        put_blob(&service, "demo", &name, 30_000);
+        stored += 1;
+        if stored == records {
             break;
         }
     }
     let target = target.unwrap();
-    for name in &names {
-        put_blob(&service, "demo", name, 30_000);
-    }
     service.set_fabric(Arc::new(Nowhere));
     service.publish_cluster(state(me));
     let other = service_with_id(peer);
@@ -817,28 +809,48 @@ fn an_acting_master_serves_listed_scans_while_it_claims() {
             .master_claim("test", target, service.node_id),
         MasterClaim::Acting
     );
-    let listed = ScanSpec {
+    (service, target)
+}
+
+/// Runs the request `frame` to its end; `release` hands the acting claim
+/// of `target` back after the first step. The stream's messages, LAST
+/// included.
+fn run_releasing(service: &Service, frame: &[u8], target: PartitionId, release: bool) -> Vec<Msg> {
+    let mut out = Vec::new();
+    let mut pending = service
+        .handle_streaming(header_of(frame), &frame[8..], &mut out)
+        .unwrap();
+    assert!(pending.is_some(), "more than one step");
+    if release {
+        service.migrations.hand_over(
+            service.migrations.epoch(),
+            "test",
+            target,
+            service.node_id,
+            crate::migration::Handover::Releasing,
+        );
+    }
+    while let Some(continuation) = pending {
+        pending = service.resume(continuation, &mut out);
+    }
+    decode_stream(&out).0
+}
+
+/// A node holding the only copy of a partition its new master has yet to
+/// be filled with claims it as acting master: it serves scans that list
+/// the partition (not those for all partitions), and when its claim ends
+/// before the walk does, it reports the partition unavailable at the end
+/// so the client resumes it at the master.
+#[test]
+fn an_acting_master_serves_listed_scans_while_it_claims() {
+    let (service, target) = an_acting_master(80);
+    let listed = scan_frame(&ScanSpec {
         partition_done: true,
         pids: Some(vec![target.get()]),
         ..ScanSpec::default()
-    };
+    });
     let walk = |release: bool| {
-        let mut out = Vec::new();
-        let mut pending = start_scan(&service, &listed, &mut out);
-        assert!(pending.is_some(), "more than one step");
-        if release {
-            service.migrations.hand_over(
-                service.migrations.epoch(),
-                "test",
-                target,
-                service.node_id,
-                Handover::Releasing,
-            );
-        }
-        while let Some(continuation) = pending {
-            pending = service.resume(continuation, &mut out);
-        }
-        let (mut messages, _) = decode_stream(&out);
+        let mut messages = run_releasing(&service, &listed, target, release);
         assert_eq!(messages.pop().unwrap().header.info3, info3::LAST);
         let (done, records): (Vec<Msg>, Vec<Msg>) = messages
             .into_iter()
@@ -848,19 +860,16 @@ fn an_acting_master_serves_listed_scans_while_it_claims() {
     // Claimed throughout: every record, no partition-done.
     let (done, records) = walk(false);
     assert!(done.is_empty());
-    assert_eq!(records, names.len());
+    assert_eq!(records, 80);
     // A scan for all partitions does not follow the claim.
-    let (messages, _) = {
-        let mut messages = run(
-            &service,
-            &scan_frame(&ScanSpec {
-                partition_done: true,
-                ..ScanSpec::default()
-            }),
-        );
-        let last = messages.pop().unwrap();
-        (messages, last)
-    };
+    let mut messages = run(
+        &service,
+        &scan_frame(&ScanSpec {
+            partition_done: true,
+            ..ScanSpec::default()
+        }),
+    );
+    messages.pop();
     assert!(messages
         .iter()
         .any(|message| message.header.info3 == info3::PARTITION_DONE
@@ -874,4 +883,62 @@ fn an_acting_master_serves_listed_scans_while_it_claims() {
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].header.generation, u32::from(target.get()));
     assert_eq!(done[0].header.result_code, 11);
+}
+
+/// An aggregation that lists the partition is served by its acting master
+/// while it claims it, and fails (11) when the claim ends before the
+/// partition's walk does: its result could miss writes, and there is no
+/// per-partition answer to retry it by. One for all partitions fails.
+#[test]
+fn an_acting_master_serves_listed_aggregations_while_it_claims() {
+    use base64::Engine as _;
+    let (service, target) = an_acting_master(80);
+    let source = "local function plus(a, b) return a + b end\nfunction count(stream)\n  return stream : map(function(rec) return 1 end) : reduce(plus)\nend\n";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let answers = crate::tests::info(
+        &service,
+        &[&format!("udf-put:filename=agg.lua;content={content};")],
+    );
+    assert_eq!(answers[0].1, "ok");
+    let aggregation = |pids: Option<Vec<u16>>| {
+        scan_frame(&ScanSpec {
+            pids,
+            extra_fields: vec![
+                (field_type::UDF_OP, vec![udf_op::AGGREGATE]),
+                (field_type::UDF_FILENAME, b"agg".to_vec()),
+                (field_type::UDF_FUNCTION, b"count".to_vec()),
+                (field_type::UDF_ARGLIST, vec![0x90]),
+            ],
+            ..ScanSpec::default()
+        })
+    };
+    let listed = aggregation(Some(vec![target.get()]));
+    let counted = |messages: &[Msg]| -> Vec<i64> {
+        messages
+            .iter()
+            .filter(|message| message.header.info3 == 0)
+            .filter_map(|message| message.bin("SUCCESS"))
+            .map(|value| i64::from_be_bytes(value.try_into().unwrap()))
+            .collect()
+    };
+    let mut messages = run_releasing(&service, &listed, target, false);
+    let last = messages.pop().unwrap();
+    assert_eq!(
+        (last.header.info3, last.header.result_code),
+        (info3::LAST, 0)
+    );
+    assert_eq!(counted(&messages), vec![80]);
+    let mut messages = run_releasing(&service, &listed, target, true);
+    let last = messages.pop().unwrap();
+    assert_eq!(
+        (last.header.info3, last.header.result_code),
+        (info3::LAST, 11)
+    );
+    assert!(
+        counted(&messages).is_empty(),
+        "no result for a partition it lost"
+    );
+    let messages = run(&service, &aggregation(None));
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].header.result_code, 0, "nothing it masters");
 }
