@@ -413,6 +413,39 @@ pub enum Created {
     Renamed(String),
 }
 
+/// What creating an index in a registry comes to (see [`decide`]).
+enum Decision {
+    Exists,
+    /// The index at this position has the definition under another name.
+    Rename(usize),
+    New,
+}
+
+/// How `list` takes `def`: an index of that name and definition exists; an
+/// index with that definition under another name is renamed; or a new one
+/// (refused: a name taken by another definition, 200; a full list, 206).
+fn decide(list: &[Arc<Sindex>], def: &SindexDef) -> Result<Decision, DefError> {
+    if let Some(existing) = list.iter().find(|index| index.def.name == def.name) {
+        if existing.def == *def {
+            return Ok(Decision::Exists);
+        }
+        return Err(DefError {
+            code: 200,
+            message: "an index of that name exists with another definition".to_owned(),
+        });
+    }
+    if let Some(at) = list.iter().position(|index| index.def.same_target(def)) {
+        return Ok(Decision::Rename(at));
+    }
+    if list.len() >= MAX_INDEXES {
+        return Err(DefError {
+            code: 206,
+            message: format!("a namespace has at most {MAX_INDEXES} indexes"),
+        });
+    }
+    Ok(Decision::New)
+}
+
 /// A namespace's indexes.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -448,33 +481,36 @@ impl Registry {
     /// updates the index).
     pub fn create(&self, def: SindexDef) -> Result<Created, DefError> {
         let mut list = self.list.write();
-        if let Some(existing) = list.iter().find(|index| index.def.name == def.name) {
-            if existing.def == def {
-                return Ok(Created::Exists);
+        match decide(&list, &def)? {
+            Decision::Exists => Ok(Created::Exists),
+            Decision::Rename(at) => {
+                let slot = &mut list[at];
+                let old = slot.def.name.clone();
+                *slot = Arc::new(Sindex {
+                    def,
+                    state: Arc::clone(&slot.state),
+                });
+                Ok(Created::Renamed(old))
             }
-            return Err(DefError {
-                code: 200,
-                message: "an index of that name exists with another definition".to_owned(),
-            });
+            Decision::New => {
+                let index = Arc::new(Sindex::new(def)?);
+                list.push(Arc::clone(&index));
+                self.count.store(list.len(), Ordering::Relaxed);
+                Ok(Created::New(index))
+            }
         }
-        if let Some(slot) = list.iter_mut().find(|index| index.def.same_target(&def)) {
-            let old = slot.def.name.clone();
-            *slot = Arc::new(Sindex {
-                def,
-                state: Arc::clone(&slot.state),
-            });
-            return Ok(Created::Renamed(old));
-        }
-        if list.len() >= MAX_INDEXES {
-            return Err(DefError {
-                code: 206,
-                message: format!("a namespace has at most {MAX_INDEXES} indexes"),
-            });
-        }
-        let index = Arc::new(Sindex::new(def)?);
-        list.push(Arc::clone(&index));
-        self.count.store(list.len(), Ordering::Relaxed);
-        Ok(Created::New(index))
+    }
+
+    /// What [`Registry::create`] would do with `def` now, without doing
+    /// it: `Exists`, `Renamed(old name)`, or `New` (with an index that is
+    /// not registered), or the refusal it would answer.
+    pub fn plan(&self, def: &SindexDef) -> Result<Created, DefError> {
+        let list = self.list.read();
+        Ok(match decide(&list, def)? {
+            Decision::Exists => Created::Exists,
+            Decision::Rename(at) => Created::Renamed(list[at].def.name.clone()),
+            Decision::New => Created::New(Arc::new(Sindex::new(def.clone())?)),
+        })
     }
 
     /// Removes an index by name; `None` when there is none.

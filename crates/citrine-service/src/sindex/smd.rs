@@ -119,15 +119,6 @@ impl Smd {
     }
 }
 
-/// What applying a definition did.
-enum Applied {
-    /// Nothing: that name already had that definition.
-    Unchanged,
-    /// Created (its build queued) or renamed; `Some(old)` names the index
-    /// a rename took the entries of.
-    Changed(Option<String>),
-}
-
 impl Service {
     fn smd(&self) -> &Smd {
         &self.sindex_builds.smd
@@ -135,8 +126,9 @@ impl Service {
 
     /// Applies a definition to its namespace's registry: creates the index
     /// and queues its build, renames the index that has its definition, or
-    /// replaces an index of that name with another definition.
-    fn apply_def(&self, def: SindexDef, replace: bool) -> Result<Applied, String> {
+    /// replaces an index of that name with another definition (nothing
+    /// when that name already has that definition).
+    fn apply_def(&self, def: SindexDef, replace: bool) -> Result<(), String> {
         let Some(namespace) = self
             .namespaces
             .iter()
@@ -153,11 +145,10 @@ impl Service {
             }
         }
         match namespace.sindexes.create(def) {
-            Ok(Created::Exists) => Ok(Applied::Unchanged),
-            Ok(Created::Renamed(old)) => Ok(Applied::Changed(Some(old))),
+            Ok(Created::Exists | Created::Renamed(_)) => Ok(()),
             Ok(Created::New(index)) => {
                 self.queue_build(namespace, index);
-                Ok(Applied::Changed(None))
+                Ok(())
             }
             Err(error) => Err(format!("ERROR:{}:{}", error.code, error.message)),
         }
@@ -172,21 +163,34 @@ impl Service {
         crate::smd::next_version(known, self.now().unix_ms, self.node_id)
     }
 
-    /// After a command changed `entries`: saves them, has them pushed, and
-    /// answers the command. A save that fails answers `ERROR:1`: the change
-    /// holds in memory (and reaches the peers) but a restart of this node
-    /// would not know it.
-    fn commit(&self, entries: parking_lot::MutexGuard<'_, Entries>, command: &str) -> String {
-        let saved = self.smd().save(&entries);
+    /// Records a command's change: `next` (the entries with the change) is
+    /// saved first, then `apply` makes the change here, then the entries
+    /// become `next` and are pushed. A save that fails answers `ERROR:1`
+    /// and changes nothing: a change the file could not keep would be gone
+    /// after a restart of this node.
+    fn commit(
+        &self,
+        mut entries: parking_lot::MutexGuard<'_, Entries>,
+        next: Entries,
+        command: &str,
+        apply: impl FnOnce() -> Result<(), String>,
+    ) -> String {
+        if let Err(message) = self.smd().save(&next) {
+            tracing::error!("{command} not saved, so not made: {message}");
+            return format!("ERROR:1:{message}");
+        }
+        if let Err(answer) = apply() {
+            // Not expected: the change was planned under this same lock.
+            // The file goes back to what holds.
+            if let Err(message) = self.smd().save(&entries) {
+                tracing::error!("{command}: the definitions file could not be restored: {message}");
+            }
+            return answer;
+        }
+        *entries = next;
         drop(entries);
         self.changed();
-        match saved {
-            Ok(()) => "ok".to_owned(),
-            Err(message) => {
-                tracing::error!("{command}: {message}");
-                format!("ERROR:1:{message}")
-            }
-        }
+        "ok".to_owned()
     }
 
     /// Marks a change for the peers and wakes the thread that pushes.
@@ -336,27 +340,37 @@ fn rival_of(entries: &Entries, def: &SindexDef) -> Option<Entry> {
 }
 
 /// `sindex-create:...`: creates (or renames) the index here, records the
-/// change and has it pushed to the other members.
+/// change and has it pushed to the other members; the change is saved
+/// before it is made (see `Service::commit`).
 pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
     let def = match SindexDef::parse(|name| command.param(name)) {
         Ok(def) => def,
         Err(error) => return format!("ERROR:{}:{}", error.code, error.message),
     };
+    let Some(namespace) = service
+        .namespaces
+        .iter()
+        .find(|namespace| namespace.config.name == def.namespace)
+    else {
+        return format!("ERROR:4:namespace {} not found", def.namespace);
+    };
     let smd = service.smd();
-    let mut entries = smd.entries.lock();
+    let entries = smd.entries.lock();
+    // Registries change only under this lock: the plan holds until applied.
+    let renamed_from = match namespace.sindexes.plan(&def) {
+        Ok(Created::Renamed(old)) => Some(old),
+        Ok(Created::Exists | Created::New(_)) => None,
+        Err(error) => return format!("ERROR:{}:{}", error.code, error.message),
+    };
     let key = (def.namespace.clone(), def.name.clone());
     // Recorded even when nothing changes here: this command is the latest
     // word on the name, over a delete a peer has not pushed yet.
-    let renamed_from = match service.apply_def(def.clone(), false) {
-        Ok(Applied::Unchanged) => None,
-        Ok(Applied::Changed(renamed_from)) => renamed_from,
-        Err(answer) => return answer,
-    };
     let version = service.next_version(&entries, &key);
+    let mut next = entries.clone();
     if let Some(old) = renamed_from {
         let old_key = (def.namespace.clone(), old.clone());
         let version = version.max(service.next_version(&entries, &old_key));
-        entries.insert(
+        next.insert(
             old_key,
             Entry {
                 version,
@@ -366,21 +380,23 @@ pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
             },
         );
     }
-    entries.insert(
+    next.insert(
         key,
         Entry {
             version,
             namespace: def.namespace.clone(),
             name: def.name.clone(),
-            def: Some(def),
+            def: Some(def.clone()),
         },
     );
-    service.commit(entries, "sindex-create")
+    service.commit(entries, next, "sindex-create", || {
+        service.apply_def(def, false)
+    })
 }
 
 /// `sindex-delete:...`: `ok`, also for an index that does not exist (as
 /// the 8.x reference answers); a known index's tombstone is pushed to the
-/// other members.
+/// other members. The tombstone is saved before the index goes.
 pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
     let Some(namespace) = super::namespace_param(service, command) else {
         return "ERROR:4:namespace not found".to_owned();
@@ -389,13 +405,13 @@ pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
         return "ERROR:4:missing indexname".to_owned();
     };
     let smd = service.smd();
-    let mut entries = smd.entries.lock();
+    let entries = smd.entries.lock();
     let key = (namespace.config.name.clone(), name.to_owned());
     // A tombstone even for a name not known here: a peer may hold a create
     // of it it has not pushed yet, which this later delete must win over.
-    namespace.sindexes.delete(name);
     let version = service.next_version(&entries, &key);
-    entries.insert(
+    let mut next = entries.clone();
+    next.insert(
         key,
         Entry {
             version,
@@ -404,7 +420,10 @@ pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
             def: None,
         },
     );
-    service.commit(entries, "sindex-delete")
+    service.commit(entries, next, "sindex-delete", || {
+        namespace.sindexes.delete(name);
+        Ok(())
+    })
 }
 
 #[cfg(test)]

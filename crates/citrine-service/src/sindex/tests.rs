@@ -597,6 +597,21 @@ fn definitions_are_kept_and_restored_with_their_entries() {
         text.lines().all(|line| line.starts_with("version=")),
         "{text}"
     );
+    // A change the file cannot keep (its place is taken by a directory) is
+    // refused and not made: it would be gone after a restart.
+    let file = directory.join(super::DEFINITIONS_FILE);
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir_all(file.join("in-the-way")).unwrap();
+    let refused = info(
+        &second,
+        "sindex-create:ns=test;indexname=t;bin=t;type=NUMERIC",
+    );
+    assert!(refused.starts_with("ERROR:1:"), "{refused}");
+    let refused = info(&second, "sindex-delete:ns=test;indexname=n");
+    assert!(refused.starts_with("ERROR:1:"), "{refused}");
+    let listing = info(&second, "sindex");
+    assert!(!listing.contains("indexname=t:"), "{listing}");
+    assert!(listing.contains("indexname=n:"), "{listing}");
     std::fs::remove_dir_all(&directory).unwrap();
 }
 
