@@ -1799,12 +1799,15 @@ mod tests {
         // then on a client's read is served only as a replica's (node 2 is
         // one here; the master replicates every write to it).
         let epoch = old.migrations.epoch();
-        old.migrations
-            .hand_over(epoch, "test", partition, NodeId(2), Handover::Releasing);
-        assert_eq!(
-            old.migrations.master_claim("test", partition, NodeId(2)),
-            MasterClaim::Releasing
-        );
+        let hand_over = |to: Handover, then: MasterClaim| {
+            old.migrations
+                .hand_over(epoch, "test", partition, NodeId(2), to);
+            assert_eq!(
+                old.migrations.master_claim("test", partition, NodeId(2)),
+                then
+            );
+        };
+        hand_over(Handover::Releasing, MasterClaim::Releasing);
         let (claimed, releasing_generation) = claims(&old);
         assert!(!claimed);
         assert!(releasing_generation > acting_generation);
@@ -1816,12 +1819,7 @@ mod tests {
         };
         assert_eq!(load(&old.migrations.acting_reads), 1);
         assert_eq!(load(&old.stats.replica_reads), 1);
-        old.migrations
-            .hand_over(epoch, "test", partition, NodeId(2), Handover::Released);
-        assert_eq!(
-            old.migrations.master_claim("test", partition, NodeId(2)),
-            MasterClaim::Ordinary
-        );
+        hand_over(Handover::Released, MasterClaim::Ordinary);
         let (_, master_generation) = claims(&service);
 
         let last = crate::migration::MigrateBatch {

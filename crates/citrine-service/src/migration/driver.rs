@@ -252,16 +252,13 @@ async fn migrate_partition(
             }
             let last = batch.flags & FLAG_LAST != 0;
             let to_master = last && is_master(&service, &task, *target);
+            let hand_over = |to: Handover| {
+                migrations.hand_over(epoch, &task.namespace, task.partition, service.node_id, to);
+            };
             if to_master {
                 // An acting master gives its claim back before the master
                 // can be whole (see `Handover`).
-                migrations.hand_over(
-                    epoch,
-                    &task.namespace,
-                    task.partition,
-                    service.node_id,
-                    Handover::Releasing,
-                );
+                hand_over(Handover::Releasing);
             }
             let payload = batch.encode();
             call_until(
@@ -288,13 +285,7 @@ async fn migrate_partition(
                 .records_sent
                 .fetch_add(records, Ordering::Relaxed);
             if to_master {
-                migrations.hand_over(
-                    epoch,
-                    &task.namespace,
-                    task.partition,
-                    service.node_id,
-                    Handover::Released,
-                );
+                hand_over(Handover::Released);
             }
             // `migrate-sleep` after every batch that carried records (the
             // last one too: the task holds its place meanwhile); an empty

@@ -677,20 +677,9 @@ impl crate::replication::Fabric for Nowhere {
 /// client retries them elsewhere — before the view's exchange, all of them.
 #[test]
 fn in_a_cluster_only_whole_mastered_partitions_are_scanned() {
-    use crate::cluster_state::{ClusterMember, ClusterState};
-    use citrine_types::NodeId;
     let (service, _) = populated();
     let (all, _) = scan(&service, ScanSpec::default());
-    let members: Vec<ClusterMember> = [service.node_id.0, service.node_id.0 + 1]
-        .iter()
-        .map(|id| ClusterMember {
-            node_id: NodeId(*id),
-            rack_id: 0,
-            service_address: String::new(),
-        })
-        .collect();
-    let state =
-        |me: u64| ClusterState::new(NodeId(me), 77, members.clone(), &[("test".into(), 2)], 2, 2);
+    let state = |me: u64| two_node_view(service.node_id.0, me);
     service.set_fabric(std::sync::Arc::new(Nowhere));
     service.publish_cluster(state(service.node_id.0));
     let spec = ScanSpec {
@@ -746,6 +735,22 @@ fn in_a_cluster_only_whole_mastered_partitions_are_scanned() {
     assert_eq!(records.len(), expected);
 }
 
+/// The view (cluster key 77, two copies of `test`) of nodes `first` and
+/// `first + 1`, as node `me` publishes it.
+fn two_node_view(first: u64, me: u64) -> crate::cluster_state::ClusterState {
+    use crate::cluster_state::{ClusterMember, ClusterState};
+    use citrine_types::NodeId;
+    let members: Vec<ClusterMember> = [first, first + 1]
+        .iter()
+        .map(|id| ClusterMember {
+            node_id: NodeId(*id),
+            rack_id: 0,
+            service_address: String::new(),
+        })
+        .collect();
+    ClusterState::new(NodeId(me), 77, members, &[("test".into(), 2)], 2, 2)
+}
+
 fn service_with_id(node_id: u64) -> Service {
     let config = crate::config::ServiceConfig {
         node_id,
@@ -761,21 +766,11 @@ fn service_with_id(node_id: u64) -> Service {
 /// one partition the other (empty) node masters: after the exchange it is
 /// that partition's acting master, claiming it.
 fn an_acting_master(records: usize) -> (Service, PartitionId) {
-    use crate::cluster_state::{ClusterMember, ClusterState};
     use crate::migration::MasterClaim;
     use citrine_types::NodeId;
     let (service, _) = service();
     let (me, peer) = (service.node_id.0, service.node_id.0 + 1);
-    let members: Vec<ClusterMember> = [me, peer]
-        .iter()
-        .map(|id| ClusterMember {
-            node_id: NodeId(*id),
-            rack_id: 0,
-            service_address: String::new(),
-        })
-        .collect();
-    let state =
-        |id: u64| ClusterState::new(NodeId(id), 77, members.clone(), &[("test".into(), 2)], 2, 2);
+    let state = |id: u64| two_node_view(me, id);
     let map = state(me);
     let mut target = None;
     let mut stored = 0;
