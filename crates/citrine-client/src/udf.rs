@@ -459,7 +459,8 @@ impl Client {
     /// migrations; a network error; a timeout) is run again whole, on a
     /// fresh partition map, up to `policy.base.max_retries` times with its
     /// backoff — an aggregation writes nothing, and no value of a failed
-    /// attempt is returned. A UDF error on any node is [`Error::Udf`]. `policy.base.filter` applies to the records;
+    /// attempt is returned. A UDF error on any node is [`Error::Udf`].
+    /// `policy.base.filter` applies to the records;
     /// `policy.max_records` and the statement's bins do not.
     pub async fn query_aggregate_raw(
         &self,
