@@ -374,6 +374,48 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
         .map(|node| statistic(&mut node.connect(), "migrate_acting_reads"))
         .sum();
     assert!(acting_reads > 0, "acting masters served reads");
+    // Every record is written again: the joining node now holds part of
+    // each partition it still fills (the master executes the write, the
+    // replicas receive it). A fourth node joins meanwhile. Where the third
+    // masters a partition it holds only part of, the holders of the only
+    // copy act for it again, so a scan still sees every record once.
+    for index in 0..LOADED {
+        client
+            .put(
+                &write,
+                &Key::new("test", "m", index),
+                &[Bin::new("n", index)],
+            )
+            .await
+            .unwrap();
+    }
+    assert!(filling(&nodes[2]) > 0, "the third node still fills");
+    nodes.push(Node::new(0x7B));
+    nodes[3].start(&seed);
+    wait_for_cluster(
+        &nodes.iter().collect::<Vec<_>>(),
+        4,
+        Duration::from_secs(30),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while client.nodes().len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client sees 4 nodes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut stream = client.scan(&scan, &statement).unwrap();
+    let mut seen = BTreeSet::new();
+    while let Some(record) = stream.next().await {
+        let record = record.unwrap();
+        assert!(seen.insert(record.key.digest), "a record delivered twice");
+    }
+    assert_eq!(seen.len() as i64, LOADED, "a scan during the second join");
+    assert!(
+        filling(&nodes[2]) > 0,
+        "the scan ran while the third node was still filling"
+    );
     // A background job started now: the joining node walks its filling
     // partitions once they are whole, so every record gets the write.
     let task = client

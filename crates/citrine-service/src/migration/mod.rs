@@ -40,8 +40,10 @@
 //! While a partition's master is filling, single-record transactions on it
 //! run duplicate resolution first against exactly the sources it still
 //! expects (the previous holders of the other versions); while exchanging,
-//! against every member. When the master held nothing and one copy exists
-//! (a node joined), that copy's holder is the **acting master**: reads are
+//! against every member. When one copy exists and the master must receive
+//! it — it held nothing (a node joined) or only a copy that one contains (a
+//! view changed while it filled; see [`Covers`]) — that copy's holder is
+//! the **acting master**: reads are
 //! proxied to it and served from its copy without duplicate resolution,
 //! and writes — still executed by the master after duplicate resolution —
 //! are also replicated to it, so the reads it serves stay current
@@ -61,6 +63,12 @@
 //! keep failing (11) while a master they need fills; an aggregation that
 //! lists its partitions follows them, and fails (11) if a claim it used
 //! ends before the partition's walk does.
+//!
+//! Each version carries its lineage ([`Lineage`]): the regimes whose full
+//! copies the copy is known to contain. A replica filled (or full at once)
+//! under `K` contains every full copy present at `K`'s exchange and their
+//! lineages; a filling one keeps what it held. Copies of a regime another
+//! full copy went through are replaced, not merged.
 //!
 //! Invariants:
 //! - versions change only when an exchange completes (replicas), when a
@@ -92,7 +100,7 @@ pub mod driver;
 use crate::cluster_state::ClusterState;
 use crate::replication::ReplicaWrite;
 use crate::Service;
-use citrine_cluster::exchange::{self, Holding, PartitionVersion};
+use citrine_cluster::exchange::{self, Covers, Holding, PartitionVersion};
 use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE, PARTITIONS};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -209,6 +217,21 @@ pub(crate) enum Handover {
     Released,
 }
 
+/// A copy's version and the regimes it is known to contain.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Lineage {
+    pub version: PartitionVersion,
+    pub covers: Covers,
+}
+
+impl Lineage {
+    /// No copy.
+    pub const ZERO: Lineage = Lineage {
+        version: PartitionVersion::ZERO,
+        covers: Covers::EMPTY,
+    };
+}
+
 #[derive(Debug, Default, Clone)]
 struct PartitionState {
     /// Sources still to deliver (this node is a replica being filled).
@@ -222,6 +245,8 @@ struct PartitionState {
     master: bool,
     /// On the acting master: where its claim of the master column is.
     handover: Handover,
+    /// What this replica's copy contains once filled.
+    covers_when_full: Covers,
 }
 
 impl PartitionState {
@@ -250,8 +275,9 @@ struct State {
     exchange_taken: bool,
     /// The answer to `EXCHANGE` for `cluster_key`.
     snapshot: Arc<Vec<u8>>,
-    /// Per namespace, per partition.
-    versions: HashMap<String, Vec<PartitionVersion>>,
+    /// Per namespace, per partition: this node's copy's version and what
+    /// it is known to contain.
+    versions: HashMap<String, Vec<Lineage>>,
     /// Partitions in migration on this node.
     parts: HashMap<(String, u16), PartitionState>,
     /// Copies still to send.
@@ -384,7 +410,8 @@ impl Migrations {
         state
             .versions
             .get(namespace)
-            .and_then(|versions| versions.get(partition.index()).copied())
+            .and_then(|versions| versions.get(partition.index()))
+            .map(|lineage| lineage.version)
             .unwrap_or_default()
     }
 
@@ -711,23 +738,28 @@ impl Migrations {
 }
 
 /// A namespace's snapshot: `u8 ns len | ns | u16 count | count × (u16
-/// partition | u64 ckey | u8 flags | u64 records)`, big-endian; the
-/// snapshot is the namespaces one after another.
-fn encode_snapshot(out: &mut Vec<u8>, namespace: &str, holdings: &[(u16, PartitionVersion, u64)]) {
+/// partition | u64 ckey | u8 flags | u64 records | u8 covers | covers ×
+/// u64 ckey)`, big-endian; the snapshot is the namespaces one after
+/// another.
+fn encode_snapshot(out: &mut Vec<u8>, namespace: &str, holdings: &[(u16, Lineage, u64)]) {
     let name = &namespace.as_bytes()[..namespace.len().min(255)];
     out.push(name.len() as u8);
     out.extend_from_slice(name);
     out.extend_from_slice(&(holdings.len() as u16).to_be_bytes());
-    for (partition, version, records) in holdings {
+    for (partition, lineage, records) in holdings {
         out.extend_from_slice(&partition.to_be_bytes());
-        out.extend_from_slice(&version.ckey.to_be_bytes());
-        out.push(version.flags());
+        out.extend_from_slice(&lineage.version.ckey.to_be_bytes());
+        out.push(lineage.version.flags());
         out.extend_from_slice(&records.to_be_bytes());
+        out.push(lineage.covers.len() as u8);
+        for ckey in lineage.covers.iter() {
+            out.extend_from_slice(&ckey.to_be_bytes());
+        }
     }
 }
 
 /// Per namespace, the holdings of a snapshot; `None` when malformed.
-type Snapshot = HashMap<String, Vec<(u16, PartitionVersion, u64)>>;
+type Snapshot = HashMap<String, Vec<(u16, Lineage, u64)>>;
 
 fn decode_snapshot(bytes: &[u8]) -> Option<Snapshot> {
     let mut at = 0usize;
@@ -748,10 +780,22 @@ fn decode_snapshot(bytes: &[u8]) -> Option<Snapshot> {
             let ckey = u64::from_be_bytes(take(8)?.try_into().ok()?);
             let version = PartitionVersion::from_wire(ckey, take(1)?[0])?;
             let records = u64::from_be_bytes(take(8)?.try_into().ok()?);
-            if usize::from(partition) >= PARTITIONS || version.is_zero() {
+            let covered = usize::from(take(1)?[0]);
+            if usize::from(partition) >= PARTITIONS
+                || version.is_zero()
+                || covered > exchange::COVERS_MAX
+            {
                 return None;
             }
-            holdings.push((partition, version, records));
+            let mut covers = Covers::EMPTY;
+            for _ in 0..covered {
+                let ckey = u64::from_be_bytes(take(8)?.try_into().ok()?);
+                if ckey == 0 || covers.contains(ckey) {
+                    return None;
+                }
+                covers.extend([ckey]);
+            }
+            holdings.push((partition, Lineage { version, covers }, records));
         }
         snapshot.insert(name, holdings);
     }
@@ -771,7 +815,7 @@ impl Service {
             let versions = state
                 .versions
                 .entry(name.clone())
-                .or_insert_with(|| vec![PartitionVersion::ZERO; PARTITIONS]);
+                .or_insert_with(|| vec![Lineage::ZERO; PARTITIONS]);
             let mut holdings = Vec::new();
             for partition in PartitionId::all() {
                 let records = {
@@ -781,11 +825,14 @@ impl Service {
                 if records == 0 {
                     continue;
                 }
-                let version = match versions[partition.index()] {
-                    version if version.is_zero() => PartitionVersion::full(migrations.boot_key),
-                    version => version,
+                let lineage = match versions[partition.index()] {
+                    lineage if lineage.version.is_zero() => Lineage {
+                        version: PartitionVersion::full(migrations.boot_key),
+                        covers: Covers::EMPTY,
+                    },
+                    lineage => lineage,
                 };
-                holdings.push((partition.index() as u16, version, records));
+                holdings.push((partition.index() as u16, lineage, records));
             }
             encode_snapshot(&mut snapshot, name, &holdings);
             own.insert(name.clone(), holdings);
@@ -868,12 +915,13 @@ impl Service {
             };
             let mut holdings: Vec<Vec<Holding>> = vec![Vec::new(); PARTITIONS];
             for (node, snapshot) in &snapshots {
-                for (partition, version, records) in snapshot.get(&name).into_iter().flatten() {
+                for (partition, lineage, records) in snapshot.get(&name).into_iter().flatten() {
                     if let Some(list) = holdings.get_mut(usize::from(*partition)) {
                         list.push(Holding {
                             node: *node,
-                            version: *version,
+                            version: lineage.version,
                             records: *records,
+                            covers: lineage.covers,
                         });
                     }
                 }
@@ -883,10 +931,10 @@ impl Service {
                 let replicas = map.map.replicas(partition);
                 let held = &holdings[partition.index()];
                 let outcome = exchange::resolve(replicas, held);
-                let mine = held
+                let (mine, my_covers) = held
                     .iter()
                     .find(|holding| holding.node == self.node_id)
-                    .map(|holding| holding.version)
+                    .map(|holding| (holding.version, holding.covers))
                     .unwrap_or_default();
                 let key = (name.clone(), pid);
                 let mut part = PartitionState {
@@ -899,13 +947,21 @@ impl Service {
                     part.expect.retain(|source| {
                         !state.early_lasts.contains(&(name.clone(), pid, *source))
                     });
-                    let version = if part.expect.is_empty() {
-                        PartitionVersion::full(cluster_key)
+                    part.covers_when_full = outcome.covers_when_full;
+                    let lineage = if part.expect.is_empty() {
+                        Lineage {
+                            version: PartitionVersion::full(cluster_key),
+                            covers: outcome.covers_when_full,
+                        }
                     } else {
-                        PartitionVersion::subset(cluster_key)
+                        // It still contains what it held.
+                        Lineage {
+                            version: PartitionVersion::subset(cluster_key),
+                            covers: my_covers.after(mine),
+                        }
                     };
                     if let Some(versions) = state.versions.get_mut(&name) {
-                        versions[partition.index()] = version;
+                        versions[partition.index()] = lineage;
                     }
                 } else if !mine.is_zero() {
                     match outcome.drop_after(self.node_id) {
@@ -1008,7 +1064,7 @@ impl Service {
             return;
         }
         if let Some(versions) = state.versions.get_mut(namespace_name) {
-            versions[partition.index()] = PartitionVersion::ZERO;
+            versions[partition.index()] = Lineage::ZERO;
         }
         if state
             .parts
@@ -1070,8 +1126,12 @@ impl Service {
                 migrations.claims_generation.fetch_add(1, Ordering::AcqRel);
             }
             part.acting = None;
+            let lineage = Lineage {
+                version: PartitionVersion::full(cluster_key),
+                covers: part.covers_when_full,
+            };
             if let Some(versions) = state.versions.get_mut(namespace) {
-                versions[usize::from(partition)] = PartitionVersion::full(cluster_key);
+                versions[usize::from(partition)] = lineage;
             }
             state.parts.remove(&key);
             migrations.set_route(namespace, partition, None);
@@ -1662,9 +1722,13 @@ mod tests {
 
     #[test]
     fn snapshots_round_trip_and_refuse_garbage() {
+        let lineage = |version, covers: &[u64]| Lineage {
+            version,
+            covers: Covers::from_keys(covers.iter().copied()),
+        };
         let holdings = vec![
-            (3u16, PartitionVersion::full(8), 10u64),
-            (4095, PartitionVersion::subset(9), 1),
+            (3u16, lineage(PartitionVersion::full(8), &[7, 5]), 10u64),
+            (4095, lineage(PartitionVersion::subset(9), &[]), 1),
         ];
         let mut bytes = Vec::new();
         encode_snapshot(&mut bytes, "test", &holdings);
@@ -1678,8 +1742,27 @@ mod tests {
             }
         }
         let mut zero = Vec::new();
-        encode_snapshot(&mut zero, "test", &[(1, PartitionVersion::ZERO, 1)]);
+        encode_snapshot(&mut zero, "test", &[(1, Lineage::ZERO, 1)]);
         assert!(decode_snapshot(&zero).is_none());
+        // Covers past the limit, zero or repeated are refused.
+        let one = |covers: &[u64]| {
+            let mut bytes = Vec::new();
+            encode_snapshot(
+                &mut bytes,
+                "t",
+                &[(1, lineage(PartitionVersion::full(2), &[]), 1)],
+            );
+            bytes.pop();
+            bytes.push(covers.len() as u8);
+            for ckey in covers {
+                bytes.extend_from_slice(&ckey.to_be_bytes());
+            }
+            decode_snapshot(&bytes)
+        };
+        assert!(one(&[4, 3]).is_some());
+        assert!(one(&[4, 0]).is_none());
+        assert!(one(&[4, 4]).is_none());
+        assert!(one(&[1; exchange::COVERS_MAX + 1]).is_none());
     }
 
     #[test]
