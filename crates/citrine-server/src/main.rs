@@ -159,6 +159,10 @@ fn main() -> ExitCode {
             eprintln!("citrined: {error}");
             return ExitCode::from(2);
         }
+        if let Err(error) = service.keep_partition_lineage(directory) {
+            eprintln!("citrined: {error}");
+            return ExitCode::from(2);
+        }
     }
     let storage_threads = spawn_device_threads(&service, &stopping);
     let cluster_thread = match cluster::start(service.clone(), &server_config, stopping.clone()) {

@@ -209,3 +209,120 @@ fn restart_and_settle(nodes: &mut [Node], index: usize, what: &str) {
         started.elapsed()
     );
 }
+
+/// A cluster of two nodes whose namespace lives on a device file in each
+/// node's work directory.
+fn device_pair(first: usize) -> (Vec<Node>, Vec<std::path::PathBuf>) {
+    let base = workspace_root().join("examples/cluster.toml");
+    let text = std::fs::read_to_string(base).unwrap();
+    let memory = text.find("[namespace.storage-engine]").unwrap();
+    let config = format!(
+        "{}[namespace.storage-engine]\ntype = \"device\"\nfile = \"test.dat\"\nfilesize = \"64M\"\nwrite-block-size = \"128K\"\nflush-max-ms = 50\n",
+        &text[..memory]
+    );
+    let mut directories = Vec::new();
+    let nodes = (first..first + 2)
+        .map(|index| {
+            let directory = std::env::temp_dir().join(format!(
+                "citrine-lineage-{}-{index}-{}",
+                std::process::id(),
+                free_port()
+            ));
+            let _ = std::fs::remove_dir_all(&directory);
+            std::fs::create_dir_all(&directory).unwrap();
+            let path = directory.join("cluster.toml");
+            std::fs::write(&path, &config).unwrap();
+            let mut node = Node::new(index);
+            node.config = Some(path);
+            node.data_dir = Some(directory.clone());
+            directories.push(directory);
+            node
+        })
+        .collect();
+    (nodes, directories)
+}
+
+/// A node killed and started again with its device keeps the regime of
+/// its last view (`regime` in its work directory). Its copies are then
+/// known to be contained in the survivor's, which went through that
+/// regime: only the survivor sends (the writes made while it was down),
+/// the restarted node sends nothing, and while it fills the partitions it
+/// masters, the survivor acts for it (reads served from the whole copy).
+#[test]
+fn a_node_restarted_with_its_device_gets_only_what_it_missed() {
+    let (mut nodes, directories) = device_pair(32);
+    let seed = nodes[0].heartbeat_address();
+    nodes[0].start(&seed);
+    nodes[1].start(&seed);
+    let pair: Vec<&Node> = nodes.iter().collect();
+    wait_for_cluster(&pair, 2, Duration::from_secs(30));
+    wait_for_stable(&pair, Duration::from_secs(30));
+    let mut keys = write_records(&nodes[0], "key", 2000);
+    wait_for_stable(&pair, Duration::from_secs(30));
+    // Past the flush window, so the device holds every record.
+    std::thread::sleep(Duration::from_millis(300));
+    let regime = std::fs::read_to_string(directories[1].join("regime")).unwrap();
+    assert!(regime.starts_with("citrine-regime 1 "), "{regime:?}");
+    nodes[1].kill();
+    wait_for_cluster(&[&nodes[0]], 1, Duration::from_secs(20));
+    wait_for_stable(&[&nodes[0]], Duration::from_secs(30));
+    let missed = write_records(&nodes[0], "while-down", 200);
+    // The survivor sends the missed records slowly: the restarted node
+    // fills its partitions for about ten seconds.
+    assert_eq!(
+        nodes[0]
+            .info_value("set-config:context=service;migrate-max-records-per-sec=20")
+            .as_deref(),
+        Some("ok")
+    );
+    nodes[1].start(&seed);
+    let pair: Vec<&Node> = nodes.iter().collect();
+    wait_for_cluster(&pair, 2, Duration::from_secs(30));
+    let remaining = |node: &Node| statistic(&mut node.connect(), "migrate_rx_partitions_remaining");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while remaining(&nodes[1]) == 0 {
+        assert!(Instant::now() < deadline, "the restarted node fills");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Reads sent to the restarted node while it fills: every record, each
+    // of a partition it masters served by the survivor acting for it.
+    let dupres = |node: &Node| statistic(&mut node.connect(), "migrate_dupres_runs");
+    let resolved = dupres(&nodes[1]);
+    let mut stream = nodes[1].connect();
+    for key in &missed {
+        assert_eq!(
+            get(&mut stream, key),
+            (0, Some(format!("value-{key}").into_bytes())),
+            "{key} while filling"
+        );
+    }
+    assert!(remaining(&nodes[1]) > 0, "the reads ran while it filled");
+    assert_eq!(
+        dupres(&nodes[1]),
+        resolved,
+        "no read needed duplicate resolution: the survivor acts for every filling partition"
+    );
+    assert!(
+        statistic(&mut nodes[0].connect(), "migrate_acting_reads") > 0,
+        "the survivor acted for the filling master"
+    );
+    nodes[0].info_value("set-config:context=service;migrate-max-records-per-sec=0");
+    wait_for_stable(&pair, Duration::from_secs(60));
+    let sent = |node: &Node, name: &str| statistic(&mut node.connect(), name);
+    assert_eq!(
+        (
+            sent(&nodes[1], "migrate_partitions_sent"),
+            sent(&nodes[1], "migrate_records_sent")
+        ),
+        (0, 0),
+        "the restarted node's copies are contained in the survivor's"
+    );
+    assert!(sent(&nodes[0], "migrate_records_sent") >= 200);
+    keys.extend(missed);
+    assert_copies_match_the_map(&pair, keys.len() as u64);
+    assert_all_readable(&pair, &keys);
+    drop(nodes);
+    for directory in directories {
+        let _ = std::fs::remove_dir_all(directory);
+    }
+}

@@ -307,6 +307,8 @@ impl Service {
     pub fn publish_cluster(&self, state: ClusterState) {
         debug_assert_eq!(state.self_id, self.node_id);
         let clustered = state.size() > 1;
+        // Saved before any write of this regime can reach the devices.
+        self.save_regime(state.cluster_key);
         let state = Arc::new(state);
         *self.cluster.write() = state.clone();
         self.clustered.store(clustered, Ordering::Release);

@@ -23,6 +23,10 @@ pub struct Node {
     pub heartbeat_port: u16,
     /// Runs the node inside this network namespace.
     pub netns: Option<String>,
+    /// Its configuration file (else `examples/cluster.toml`).
+    pub config: Option<std::path::PathBuf>,
+    /// Its work directory (`--data-dir`), if any.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Node {
@@ -36,6 +40,8 @@ impl Node {
             fabric_port: free_port(),
             heartbeat_port: free_port(),
             netns: None,
+            config: None,
+            data_dir: None,
         }
     }
 
@@ -51,6 +57,8 @@ impl Node {
             fabric_port: base + 1,
             heartbeat_port: base + 2,
             netns: Some(netns.to_owned()),
+            config: None,
+            data_dir: None,
         }
     }
 
@@ -101,7 +109,10 @@ impl Node {
     }
 
     pub fn spawn(&mut self, seeds: &[String]) {
-        let config = workspace_root().join("examples/cluster.toml");
+        let config = self
+            .config
+            .clone()
+            .unwrap_or_else(|| workspace_root().join("examples/cluster.toml"));
         let mut command = match &self.netns {
             Some(netns) => {
                 let mut command = Command::new("ip");
@@ -126,6 +137,9 @@ impl Node {
         ]);
         for seed in seeds {
             command.args(["--seed", seed]);
+        }
+        if let Some(directory) = &self.data_dir {
+            command.arg("--data-dir").arg(directory);
         }
         let child = command
             .stdout(Stdio::null())

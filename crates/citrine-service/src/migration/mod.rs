@@ -90,10 +90,12 @@
 //! manifests and batches as a delete marker, so a copy that missed the
 //! delete cannot bring the record back.
 //!
-//! Not yet: device namespaces do not persist versions across restarts
-//! (their records come back as a copy of unknown lineage, merged by
-//! delta); tombstones are not kept across restarts (the device engine's
-//! own tombstones keep deleted records dead locally).
+//! Across restarts a node keeps only the regime of the last view it
+//! published ([`REGIME_FILE`], saved before the view takes effect): the
+//! copies loaded at start are `subset(K)` of that regime (or of unknown
+//! lineage, merged, without the file). Tombstones are not kept across
+//! restarts (the device engine's own tombstones keep deleted records dead
+//! locally).
 
 pub mod driver;
 
@@ -117,6 +119,10 @@ pub const BATCH_RECORDS: usize = 512;
 pub const BATCH_BYTES: usize = 1 << 20;
 /// Default most partitions migrated at once by one node.
 pub const MAX_PARTITIONS_DEFAULT: u32 = 4;
+/// The file in the work directory naming the regime (cluster key) of the
+/// latest view this node published, saved before the view takes effect:
+/// the copies its devices hold contain no write of a later regime.
+pub const REGIME_FILE: &str = "regime";
 
 /// Status byte of an `EXCHANGE` answer.
 pub mod exchange_status {
@@ -330,6 +336,8 @@ pub struct Migrations {
     /// Copies dropped (no longer a replica).
     pub partitions_dropped: AtomicU64,
     pub exchanges: AtomicU64,
+    /// Where the latest published regime is kept (see [`REGIME_FILE`]).
+    regime_file: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 impl Migrations {
@@ -365,6 +373,7 @@ impl Migrations {
             partitions_sent: AtomicU64::new(0),
             partitions_dropped: AtomicU64::new(0),
             exchanges: AtomicU64::new(0),
+            regime_file: std::sync::OnceLock::new(),
         }
     }
 
@@ -802,7 +811,88 @@ fn decode_snapshot(bytes: &[u8]) -> Option<Snapshot> {
     Some(snapshot)
 }
 
+/// The regime a [`REGIME_FILE`] names; `None` when it names none.
+fn parse_regime(text: &str) -> Option<u64> {
+    let key = text.trim().strip_prefix("citrine-regime 1 ")?;
+    u64::from_str_radix(key, 16).ok().filter(|key| *key != 0)
+}
+
 impl Service {
+    /// Keeps the regime of every view this node publishes in `directory`
+    /// from now on ([`REGIME_FILE`]), and gives the copies loaded at start
+    /// the lineage the file names: `subset(K)`, `K` the last regime saved.
+    /// A copy of that regime is then known to be contained in any full
+    /// copy that went through `K` (it is replaced, not merged, and that
+    /// copy's holder may act for this node while it fills); without the
+    /// file, loaded copies are of unknown lineage and merged. Call it once,
+    /// after the devices are loaded and before the first view.
+    pub fn keep_partition_lineage(&self, directory: &std::path::Path) -> Result<(), String> {
+        let path = directory.join(REGIME_FILE);
+        let text = crate::smd::read(&path)?;
+        let migrations = &self.migrations;
+        if migrations.regime_file.set(path.clone()).is_err() {
+            return Err("the regime file is already set".to_owned());
+        }
+        let Some(regime) = parse_regime(&text) else {
+            if !text.is_empty() {
+                tracing::warn!(
+                    file = %path.display(),
+                    "regime file not understood: the copies loaded are merged as of unknown lineage"
+                );
+            }
+            return Ok(());
+        };
+        let mut state = migrations.state.lock();
+        let mut copies = 0usize;
+        for namespace in self.namespaces() {
+            let versions = state
+                .versions
+                .entry(namespace.config.name.clone())
+                .or_insert_with(|| vec![Lineage::ZERO; PARTITIONS]);
+            for partition in PartitionId::all() {
+                let held = {
+                    let index = namespace.index.partition(partition).read();
+                    index.len() + index.tombstone_count() > 0
+                };
+                if held {
+                    // Never full: the device may have lost its last
+                    // writes, and this node claims to contain nothing.
+                    versions[partition.index()] = Lineage {
+                        version: PartitionVersion::subset(regime),
+                        covers: Covers::EMPTY,
+                    };
+                    copies += 1;
+                }
+            }
+        }
+        tracing::info!(
+            regime = format!("{regime:x}"),
+            copies,
+            "copies loaded belong to the last regime saved"
+        );
+        Ok(())
+    }
+
+    /// Saves the regime of a view about to be published (see
+    /// [`Service::keep_partition_lineage`]). A view cannot wait for a
+    /// disk, so when the file cannot be written it is removed: the copies
+    /// are then of unknown lineage at the next start, never of a regime
+    /// older than their writes.
+    pub(crate) fn save_regime(&self, cluster_key: u64) {
+        let Some(path) = self.migrations.regime_file.get() else {
+            return;
+        };
+        if let Err(error) =
+            crate::smd::save_atomically(path, &format!("citrine-regime 1 {cluster_key:x}\n"))
+        {
+            let removed = std::fs::remove_file(path);
+            tracing::error!(
+                removed = removed.is_ok(),
+                "{error}: the copies held will be merged as of unknown lineage after a restart"
+            );
+        }
+    }
+
     /// Starts the migrations of a newly published view (see the module
     /// doc): snapshot, then exchange (at once when alone).
     pub(crate) fn plan_migrations(&self, published: Arc<ClusterState>) {
@@ -1763,6 +1853,93 @@ mod tests {
         assert!(one(&[4, 0]).is_none());
         assert!(one(&[4, 4]).is_none());
         assert!(one(&[1; exchange::COVERS_MAX + 1]).is_none());
+    }
+
+    #[test]
+    fn a_restarted_copy_of_a_regime_the_survivor_went_through_is_replaced() {
+        assert_eq!(parse_regime("citrine-regime 1 1e\n"), Some(30));
+        for text in [
+            "",
+            "citrine-regime 1 0",
+            "citrine-regime 2 1e",
+            "citrine-regime 1 zz",
+        ] {
+            assert_eq!(parse_regime(text), None, "{text:?}");
+        }
+        let directory = std::env::temp_dir().join(format!(
+            "citrine-regime-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).expect("directory");
+        let world = World::new(&[1, 2]);
+        let writes: Vec<ReplicaWrite> = (0..32u16).map(|pid| record(pid * 97, 3, 1)).collect();
+        for write in &writes {
+            put(&world.node(1), write);
+        }
+        world.publish(29, &[1]);
+        world.publish(30, &[1, 2]);
+        world.settle(&[1, 2]);
+        // Node 2 is gone; node 1 goes on alone and contains regime 30.
+        world.publish(31, &[1]);
+        world.settle(&[1]);
+        // Node 2 starts again with the records its device kept and the
+        // regime it saved.
+        let restarted = service(2);
+        restarted.set_fabric(Arc::new(Direct {
+            from: NodeId(2),
+            nodes: world.nodes.clone(),
+            cut: world.cut.clone(),
+        }));
+        for write in &writes {
+            put(&restarted, write);
+        }
+        std::fs::write(directory.join(REGIME_FILE), "citrine-regime 1 1e\n").expect("write");
+        restarted
+            .keep_partition_lineage(&directory)
+            .expect("lineage kept");
+        let held = partition(&writes[0]);
+        assert_eq!(
+            restarted.migrations.version("test", held),
+            PartitionVersion::subset(30)
+        );
+        let empty = PartitionId::all()
+            .find(|partition| {
+                writes
+                    .iter()
+                    .all(|write| write.digest.partition() != *partition)
+            })
+            .expect("an empty partition");
+        assert_eq!(
+            restarted.migrations.version("test", empty),
+            PartitionVersion::ZERO
+        );
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let sent_before = load(&world.node(1).migrations.records_sent);
+        world.nodes.lock().retain(|node| node.node_id != NodeId(2));
+        world.nodes.lock().push(restarted.clone());
+        world.publish(32, &[1, 2]);
+        let saved = std::fs::read_to_string(directory.join(REGIME_FILE)).expect("saved");
+        assert_eq!(saved, "citrine-regime 1 20\n", "each view is saved");
+        world.settle(&[1, 2]);
+        assert_eq!(
+            load(&restarted.migrations.partitions_sent),
+            0,
+            "its copies are contained in node 1's: it sends nothing"
+        );
+        assert_eq!(
+            load(&world.node(1).migrations.records_sent),
+            sent_before,
+            "nothing was missed"
+        );
+        for write in &writes {
+            assert_eq!(
+                restarted.migrations.version("test", partition(write)),
+                PartitionVersion::full(32)
+            );
+        }
+        let _ = std::fs::remove_dir_all(&directory);
     }
 
     #[test]
