@@ -345,6 +345,10 @@ pub struct Statement {
     /// Query this index by name instead of finding it by bin and type.
     pub index_name: Option<String>,
     pub partitions: PartitionFilter,
+    /// Writes a second a background job makes on each node (0: no limit),
+    /// as the official clients' statements carry it; scans and queries
+    /// take theirs from [`ScanPolicy::records_per_second`].
+    pub records_per_second: u32,
 }
 
 impl Statement {
@@ -357,6 +361,7 @@ impl Statement {
             filter: None,
             index_name: None,
             partitions: PartitionFilter::all(),
+            records_per_second: 0,
         }
     }
 
@@ -573,7 +578,13 @@ impl Client {
         };
         let mut frame = Vec::new();
         let mut writer = MessageWriter::begin(&mut frame, &header);
-        write_common_fields(&mut writer, statement, &write.base, 0, task_id);
+        write_common_fields(
+            &mut writer,
+            statement,
+            &write.base,
+            statement.records_per_second,
+            task_id,
+        );
         if let Some(filter) = &write.base.filter {
             writer.field(field_type::FILTER_EXPRESSION, filter);
         }

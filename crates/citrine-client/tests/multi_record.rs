@@ -437,6 +437,28 @@ async fn queries_through_secondary_indexes_and_background_jobs() {
         client.job_status(task).await.expect("status"),
         JobStatus::Done
     );
+    // The same job paced at 20 writes a second: its 40 writes take about
+    // two seconds (unpaced, a few milliseconds).
+    let mut paced = Statement::new("test", "q").filter(IndexFilter::equal("s", "v3"));
+    paced.records_per_second = 20;
+    let task = client
+        .execute_background(
+            &WritePolicy::default(),
+            &paced,
+            &[Operation::incr("n", 1000)],
+        )
+        .await
+        .expect("paced job starts");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        client.job_status(task).await.expect("status"),
+        JobStatus::InProgress,
+        "paced"
+    );
+    client
+        .wait_for_job(task, wait)
+        .await
+        .expect("paced job finishes");
     assert_eq!(
         client.job_status(task ^ 0x5555).await.expect("status"),
         JobStatus::NotFound
@@ -450,7 +472,7 @@ async fn queries_through_secondary_indexes_and_background_jobs() {
         .await
         .expect("batch get");
     for (index, record) in records.iter().enumerate() {
-        let expected = index as i64 + if index % 10 == 3 { 1000 } else { 0 };
+        let expected = index as i64 + if index % 10 == 3 { 2000 } else { 0 };
         assert_eq!(
             record.as_ref().and_then(|record| record.bin("n")),
             Some(&Value::Int(expected)),

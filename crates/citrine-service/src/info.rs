@@ -604,6 +604,10 @@ fn statistics(service: &Service) -> String {
         counter("migrate_exchanges", &migrations.exchanges),
         counter("migrate_dupres_runs", &migrations.dupres_runs),
         counter("migrate_acting_reads", &migrations.acting_reads),
+        (
+            "migrate_pinned_copies".into(),
+            migrations.pins.deferred().to_string(),
+        ),
         ("migrate_allowed".into(), "true".into()),
     ];
     join_pairs(&pairs, ';')

@@ -209,6 +209,41 @@ pub struct ScanCursor {
     /// this node claims as acting master: each partition is checked again
     /// once walked (see [`ScanCursor::keep_served_partitions`]).
     recheck: bool,
+    /// A background job's partitions not walked yet, pinned so that their
+    /// copies stay here until walked.
+    pins: Option<PinGuard>,
+}
+
+/// Pins on the partitions a background job's cursor still has to walk
+/// (see [`crate::migration::JobPins`]): each is released once its walk is
+/// done, and the rest when the cursor goes (the job ended or was aborted).
+#[derive(Debug)]
+struct PinGuard {
+    pins: Arc<crate::migration::JobPins>,
+    namespace: String,
+    held: Vec<u16>,
+}
+
+impl PinGuard {
+    /// Releases `partition`'s pin, dropping its copy if that waited for it.
+    fn release(&mut self, service: &Service, partition: PartitionId) {
+        let id = partition.index() as u16;
+        let Some(at) = self.held.iter().position(|held| *held == id) else {
+            return;
+        };
+        self.held.swap_remove(at);
+        if let Some(epoch) = self.pins.unpin(&self.namespace, id) {
+            service.drop_deferred(&self.namespace, partition, epoch);
+        }
+    }
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        for partition in self.held.drain(..) {
+            self.pins.unpin_later(&self.namespace, partition);
+        }
+    }
 }
 
 impl std::fmt::Debug for ScanCursor {
@@ -414,6 +449,7 @@ pub(crate) fn parse(
         wait_for_whole: false,
         blocked: false,
         recheck: false,
+        pins: None,
     }))
 }
 
@@ -622,7 +658,9 @@ impl ScanCursor {
     /// For a background job in a cluster: keeps the partitions this node
     /// masters, whole or still filling; a filling one is visited once it is
     /// whole ([`ScanCursor::blocked`] meanwhile, when nothing else is left).
-    /// The others are their masters' part of the job.
+    /// The others are their masters' part of the job. The partitions kept
+    /// are pinned until walked: a view that moves one away defers the drop
+    /// of this node's copy until the job has walked it.
     pub(crate) fn keep_mastered_partitions(&mut self, service: &Service) {
         let cluster = service.cluster();
         let Some(map) = cluster.namespace(&self.namespace.config.name) else {
@@ -631,6 +669,18 @@ impl ScanCursor {
         self.partitions
             .retain(|cursor| map.map.replicas(cursor.partition).first() == Some(&service.node_id));
         self.wait_for_whole = true;
+        let held: Vec<u16> = self
+            .partitions
+            .iter()
+            .map(|cursor| cursor.partition.index() as u16)
+            .collect();
+        let pins = Arc::clone(&service.migrations.pins);
+        pins.pin(&self.namespace.config.name, held.iter().copied());
+        self.pins = Some(PinGuard {
+            pins,
+            namespace: self.namespace.config.name.clone(),
+            held,
+        });
     }
 
     /// True when the last step stopped only because every partition left
@@ -764,6 +814,11 @@ impl ScanCursor {
             if let Visit::Finished = visit {
                 if self.recheck {
                     self.recheck_walked(service, out);
+                }
+                if let (Some(pins), Some(cursor)) =
+                    (self.pins.as_mut(), self.partitions.get(self.next))
+                {
+                    pins.release(service, cursor.partition);
                 }
                 self.next += 1;
             }

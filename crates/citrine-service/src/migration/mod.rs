@@ -223,6 +223,97 @@ pub(crate) enum Handover {
     Released,
 }
 
+/// The partitions background jobs still have to walk on this node, and the
+/// copies whose drop waits for them. A job keeps the partitions its node
+/// mastered when it started and walks them even after a view moved them
+/// away (its writes then take the ordinary path to the new master): the
+/// new master may have joined after the job started, or skipped the
+/// partition as not its own, so this copy is the only place the job can
+/// find those records. Dropping it would lose them from the job.
+///
+/// Invariant: a copy is dropped only when no job pins it; a drop asked
+/// while pinned is done when the last pin is released, if no later plan
+/// (view) has been made since: a later plan decides the copy's fate
+/// anew (it may have to send it first), and asks again if it drops it.
+#[derive(Debug, Default)]
+pub(crate) struct JobPins {
+    state: Mutex<PinState>,
+}
+
+#[derive(Debug, Default)]
+struct PinState {
+    /// Jobs still to walk each partition.
+    counts: HashMap<(String, u16), u32>,
+    /// Drops asked while pinned, with the plan epoch that asked.
+    deferred: HashMap<(String, u16), u64>,
+    /// Deferred drops whose last pin was released where no [`Service`]
+    /// was at hand (a job ended early): done by
+    /// [`Service::drop_released_copies`].
+    due: Vec<(String, u16, u64)>,
+}
+
+impl JobPins {
+    pub(crate) fn pin(&self, namespace: &str, partitions: impl Iterator<Item = u16>) {
+        let mut state = self.state.lock();
+        for partition in partitions {
+            *state
+                .counts
+                .entry((namespace.to_owned(), partition))
+                .or_default() += 1;
+        }
+    }
+
+    /// Releases one pin; when a drop waited for it and no pin is left,
+    /// the epoch of the plan that asked (the caller then drops the copy
+    /// through [`Service::drop_deferred`]).
+    pub(crate) fn unpin(&self, namespace: &str, partition: u16) -> Option<u64> {
+        let mut state = self.state.lock();
+        let key = (namespace.to_owned(), partition);
+        match state.counts.get_mut(&key) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                None
+            }
+            Some(_) => {
+                state.counts.remove(&key);
+                state.deferred.remove(&key)
+            }
+            None => {
+                debug_assert!(false, "a pin released twice");
+                None
+            }
+        }
+    }
+
+    /// [`JobPins::unpin`] where the copy cannot be dropped at once: it is
+    /// left for [`Service::drop_released_copies`].
+    pub(crate) fn unpin_later(&self, namespace: &str, partition: u16) {
+        if let Some(epoch) = self.unpin(namespace, partition) {
+            self.state
+                .lock()
+                .due
+                .push((namespace.to_owned(), partition, epoch));
+        }
+    }
+
+    /// True when the copy is pinned: its drop, asked by plan `epoch`, is
+    /// deferred until the last pin is released.
+    fn defer_drop(&self, namespace: &str, partition: u16, epoch: u64) -> bool {
+        let mut state = self.state.lock();
+        let key = (namespace.to_owned(), partition);
+        if !state.counts.contains_key(&key) {
+            return false;
+        }
+        state.deferred.insert(key, epoch);
+        true
+    }
+
+    /// Copies a job pinned that are not dropped yet (`migrate_pinned_copies`).
+    pub(crate) fn deferred(&self) -> usize {
+        self.state.lock().deferred.len()
+    }
+}
+
 /// A copy's version and the regimes it is known to contain.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Lineage {
@@ -338,6 +429,8 @@ pub struct Migrations {
     pub exchanges: AtomicU64,
     /// Where the latest published regime is kept (see [`REGIME_FILE`]).
     regime_file: std::sync::OnceLock<std::path::PathBuf>,
+    /// Partitions background jobs still walk here.
+    pub(crate) pins: Arc<JobPins>,
 }
 
 impl Migrations {
@@ -374,6 +467,7 @@ impl Migrations {
             partitions_dropped: AtomicU64::new(0),
             exchanges: AtomicU64::new(0),
             regime_file: std::sync::OnceLock::new(),
+            pins: Arc::new(JobPins::default()),
         }
     }
 
@@ -1143,6 +1237,17 @@ impl Service {
             return;
         };
         let migrations = &self.migrations;
+        if migrations
+            .pins
+            .defer_drop(namespace_name, partition.index() as u16, migrations.epoch())
+        {
+            tracing::debug!(
+                namespace = namespace_name,
+                partition = partition.index(),
+                "a background job still walks this copy: dropped once it has"
+            );
+            return;
+        }
         let mut state = migrations.state.lock();
         let key = (namespace_name.to_owned(), partition.index() as u16);
         if state.current.as_ref().is_some_and(|current| {
@@ -1186,6 +1291,25 @@ impl Service {
             records = dropped,
             "dropped a copy this node no longer holds"
         );
+    }
+
+    /// Drops the copies whose last job pin was released without a drop
+    /// at hand (see [`JobPins::unpin_later`]).
+    pub(crate) fn drop_released_copies(&self) {
+        let due = std::mem::take(&mut self.migrations.pins.state.lock().due);
+        for (namespace, partition, epoch) in due {
+            if let Some(partition) = PartitionId::new(partition) {
+                self.drop_deferred(&namespace, partition, epoch);
+            }
+        }
+    }
+
+    /// Drops a copy whose drop plan `epoch` deferred for a job, unless a
+    /// later plan was made since (it decides anew; see [`JobPins`]).
+    pub(crate) fn drop_deferred(&self, namespace: &str, partition: PartitionId, epoch: u64) {
+        if self.migrations.epoch() == epoch {
+            self.drop_copy(namespace, partition);
+        }
     }
 
     /// `source` delivered its group of `partition` (its LAST batch).

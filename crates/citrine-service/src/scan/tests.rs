@@ -937,3 +937,120 @@ fn an_acting_master_serves_listed_aggregations_while_it_claims() {
     assert_eq!(messages.len(), 1);
     assert_eq!(messages[0].header.result_code, 0, "nothing it masters");
 }
+
+/// The view of nodes `first..first + count` (two copies of `test`) under
+/// cluster `key`, as node `me` publishes it.
+fn view_of(first: u64, count: u64, key: u64, me: u64) -> crate::cluster_state::ClusterState {
+    use crate::cluster_state::{ClusterMember, ClusterState};
+    use citrine_types::NodeId;
+    let members: Vec<ClusterMember> = (first..first + count)
+        .map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: String::new(),
+        })
+        .collect();
+    ClusterState::new(NodeId(me), key, members, &[("test".into(), 2)], 2, 2)
+}
+
+/// Publishes view `key` of `count` nodes on `service` (the first) and
+/// resolves its exchange against empty peers.
+fn publish_alone_with_data(service: &Service, count: u64, key: u64) {
+    let me = service.node_id.0;
+    service.publish_cluster(view_of(me, count, key, me));
+    let answers = (me + 1..me + count)
+        .map(|id| {
+            let peer = service_with_id(id);
+            peer.publish_cluster(view_of(me, count, key, id));
+            (peer.node_id, peer.migrations.exchange_answer(key))
+        })
+        .collect();
+    assert!(service.finish_exchange(service.migrations.epoch(), answers));
+}
+
+/// A background job keeps the partitions its node masters and pins them:
+/// a copy the migrations drop meanwhile (a view moved the partition away)
+/// stays until the job has walked it, then goes. A drop a later view made
+/// obsolete is not done; a job that ends early releases its pins for
+/// `drop_released_copies`.
+#[test]
+fn a_background_jobs_partitions_are_dropped_only_once_walked() {
+    use citrine_types::NodeId;
+    let (service, _) = populated();
+    let me = service.node_id.0;
+    service.set_fabric(Arc::new(Nowhere));
+    publish_alone_with_data(&service, 3, 80);
+    let frame = scan_frame(&ScanSpec {
+        set: Some("demo"),
+        ..ScanSpec::default()
+    });
+    let message = Message::decode(&frame[8..]).unwrap();
+    let namespace = service
+        .namespaces
+        .iter()
+        .find(|namespace| namespace.config.name == "test")
+        .cloned()
+        .unwrap();
+    let cursor = || {
+        let mut cursor = parse(&message, Arc::clone(&namespace), true)
+            .unwrap()
+            .unwrap();
+        cursor.keep_mastered_partitions(&service);
+        cursor
+    };
+    let mut job = cursor();
+    let early = cursor();
+    // Four nodes: some partitions this node mastered are no longer its.
+    publish_alone_with_data(&service, 4, 81);
+    let later = view_of(me, 4, 81, me);
+    let held = |partition: PartitionId| namespace.index.partition(partition).read().len();
+    let moved: Vec<PartitionId> = job
+        .partitions
+        .iter()
+        .map(|cursor| cursor.partition)
+        .filter(|partition| {
+            held(*partition) > 0
+                && !later.namespaces[0]
+                    .map
+                    .replicas(*partition)
+                    .contains(&NodeId(me))
+        })
+        .collect();
+    assert!(moved.len() >= 2, "{moved:?}");
+    let (walked, stale) = (moved[0], moved[1]);
+    let records = held(walked);
+    // Sent: the migrations drop the copy, but the jobs still walk it.
+    service.drop_copy("test", walked);
+    assert_eq!(held(walked), records, "kept for the jobs");
+    assert_eq!(service.migrations.pins.deferred(), 1);
+    let mut out = Vec::new();
+    while !job.advance(&service, service.now(), &mut out) {
+        assert!(!job.blocked());
+    }
+    let digests = job.take_collected();
+    let of_walked = digests
+        .iter()
+        .filter(|digest| digest.partition() == walked)
+        .count();
+    assert_eq!(of_walked, records, "the job found every record");
+    assert_eq!(held(walked), records, "the other job has not walked it");
+    // The other job ends early: its pins go, and the copy with them.
+    drop(early);
+    assert_eq!(held(walked), records);
+    service.drop_released_copies();
+    assert_eq!(held(walked), 0, "dropped once no job needs it");
+    assert_eq!(service.migrations.pins.deferred(), 0);
+    // A drop asked under view 81, obsolete once view 82 is made: the new
+    // plan decides again (here: the copy is still to be sent).
+    let pins = &service.migrations.pins;
+    pins.pin("test", [stale.index() as u16].into_iter());
+    service.drop_copy("test", stale);
+    assert_eq!(pins.deferred(), 1);
+    publish_alone_with_data(&service, 4, 82);
+    let asked = pins.unpin("test", stale.index() as u16);
+    assert!(asked.is_some());
+    if let Some(epoch) = asked {
+        service.drop_deferred("test", stale, epoch);
+    }
+    assert!(held(stale) > 0, "kept: a later view decides its fate");
+}
