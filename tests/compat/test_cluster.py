@@ -185,3 +185,86 @@ def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
             client.close()
         for node in nodes:
             node.stop()
+
+
+def _device_config(directory):
+    """examples/cluster.toml with namespace `test` on a device file in the
+    node's work directory."""
+    from conftest import REPO
+    text = (REPO / "examples" / "cluster.toml").read_text()
+    head = text[:text.index("[namespace.storage-engine]")]
+    path = directory / "cluster.toml"
+    path.write_text(head + "[namespace.storage-engine]\ntype = \"device\"\n"
+                    "file = \"test.dat\"\nfilesize = \"64M\"\n"
+                    "write-block-size = \"128K\"\nflush-max-ms = 50\n")
+    return path
+
+
+def test_a_node_restarted_with_its_device_is_covered_while_it_fills(tmp_path_factory):
+    """A node killed and started again with its device comes back with the
+    regime of its last view: its copies are contained in the survivor's,
+    which acts for the partitions the restarted node masters while it
+    receives what it missed (20 records a second). The official client's
+    query over the set sees every record once meanwhile, and the
+    restarted node sends nothing."""
+    import rawwire as rw
+    dirs = [tmp_path_factory.mktemp(f"dev{i}") for i in range(2)]
+    args = [["--node-id", f"D{i + 1}", "--config", str(_device_config(d)), "--data-dir", str(d)]
+            for i, d in enumerate(dirs)]
+    first = start_citrined(dirs[0], args[0])
+    nodes = [first]
+    client = None
+    try:
+        seed = ["--seed", f"127.0.0.1:{_heartbeat_port(first)}"]
+        nodes.append(start_citrined(dirs[1], args[1] + seed))
+        client = aerospike.client({"hosts": [(first.host, first.port)],
+                                   "policies": CLIENT_POLICIES}).connect()
+        _wait_cluster_size(client, 2)
+        _wait_stable(nodes)
+        keys = [("test", "dev", i) for i in range(2200)]
+        for key in keys[:2000]:
+            client.put(key, {"v": key[2]})
+        _wait_stable(nodes)
+        time.sleep(0.3)  # past the flush window: the device holds them all
+        nodes[1].proc.kill()
+        nodes[1].proc.wait(timeout=5)
+        nodes[1].stop()
+        deadline = time.monotonic() + 20
+        while "cluster_size=1;" not in rw.info(first.host, first.port, ["cluster-info"])["cluster-info"]:
+            assert time.monotonic() < deadline, "the survivor sees the node leave"
+            time.sleep(0.1)
+        _wait_stable(nodes[:1])
+        deadline = time.monotonic() + 20
+        while len(client.get_nodes()) > 1:
+            assert time.monotonic() < deadline, "the client drops the dead node"
+            time.sleep(0.1)
+        for key in keys[2000:]:
+            client.put(key, {"v": key[2]}, policy={"max_retries": 5, "sleep_between_retries": 100})
+        answer = rw.info(first.host, first.port,
+                         ["set-config:context=service;migrate-max-records-per-sec=20"])
+        assert list(answer.values()) == ["ok"], answer
+        nodes[1] = start_citrined(dirs[1], args[1] + seed)
+        _wait_cluster_size(client, 2)
+        deadline = time.monotonic() + 20
+        while len(client.get_nodes()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(client.get_nodes()) == 2
+        patient = {"max_retries": 20, "sleep_between_retries": 250,
+                   "total_timeout": 30000, "socket_timeout": 10000}
+        records = client.query("test", "dev").results(patient)
+        digests = [bytes(record[0][3]) for record in records]
+        assert len(digests) == 2200
+        assert len(set(digests)) == 2200
+        assert sorted(record[2]["v"] for record in records) == list(range(2200))
+        assert _statistic(nodes[1], "migrate_rx_partitions_remaining") > 0, \
+            "the query ran while the restarted node was still filling"
+        rw.info(first.host, first.port,
+                ["set-config:context=service;migrate-max-records-per-sec=0"])
+        _wait_stable(nodes)
+        assert _statistic(nodes[1], "migrate_partitions_sent") == 0
+        assert _statistic(first, "migrate_records_sent") >= 200
+    finally:
+        if client is not None:
+            client.close()
+        for node in nodes:
+            node.stop()
