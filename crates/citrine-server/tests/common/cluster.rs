@@ -259,6 +259,9 @@ pub fn start_cluster(first: usize) -> Vec<Node> {
         Duration::from_secs(30),
     );
     println!("3 nodes formed one cluster in {took:?}");
+    // Until every node resolved the view's exchange, a write may be
+    // refused (11) for a client to retry; these tests' raw requests do not.
+    wait_for_stable(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(30));
     nodes
 }
 

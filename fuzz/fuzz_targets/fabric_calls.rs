@@ -1,0 +1,69 @@
+//! The fabric (`citrine_service::Service::serve_fabric`): every call kind a
+//! peer can send — proxied requests, replica writes, migration batches,
+//! duplicate resolution, the partition-version exchange, drops, manifests
+//! and the pushes of index definitions and UDF modules — with arbitrary
+//! payloads, into one node that keeps its state across inputs (a view of
+//! its own with cluster key 1, an in-memory namespace `test`, no fabric of
+//! its own, so nothing leaves it).
+//!
+//! Input: byte 0 is the call kind (its low 4 bits), the rest the payload.
+//!
+//! Oracle: no panic, no hang, memory bounded by libFuzzer; afterwards the
+//! node still answers an `EXCHANGE` for its own key.
+#![no_main]
+
+use citrine_service::cluster_state::{ClusterMember, ClusterState};
+use citrine_service::config::{NamespaceConfig, ServiceConfig};
+use citrine_service::{ManualClock, Service};
+use citrine_types::NodeId;
+use libfuzzer_sys::fuzz_target;
+use std::sync::{Arc, OnceLock};
+
+const NODE: u64 = 0xA1;
+const CLUSTER_KEY: u64 = 1;
+
+fn node() -> &'static (tokio::runtime::Runtime, Service) {
+    static NODE_STATE: OnceLock<(tokio::runtime::Runtime, Service)> = OnceLock::new();
+    NODE_STATE.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let config = ServiceConfig {
+            node_id: NODE,
+            cluster_name: "citrine".into(),
+            access_address: "127.0.0.1:3000".into(),
+            port: 3000,
+            namespaces: vec![NamespaceConfig::in_memory("test")],
+        };
+        let service = Service::new(config, Arc::new(ManualClock::new(1_700_000_000_000)));
+        let member = ClusterMember {
+            node_id: NodeId(NODE),
+            rack_id: 0,
+            service_address: "127.0.0.1:3000".into(),
+        };
+        service.publish_cluster(ClusterState::new(
+            NodeId(NODE),
+            CLUSTER_KEY,
+            vec![member],
+            &[("test".into(), 2)],
+            1,
+            1,
+        ));
+        (runtime, service)
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&kind, payload)) = data.split_first() else {
+        return;
+    };
+    let (runtime, service) = node();
+    let _answer = runtime.block_on(service.serve_fabric(kind & 0x0F, payload));
+    // Still serving: its own exchange answer, and an info call.
+    let exchange = runtime.block_on(service.serve_fabric(
+        citrine_service::replication::call_kind::EXCHANGE,
+        &CLUSTER_KEY.to_be_bytes(),
+    ));
+    assert!(!exchange.is_empty(), "no exchange answer");
+});
