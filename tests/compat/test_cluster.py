@@ -131,6 +131,27 @@ def _wait_stable(nodes, timeout=60.0):
     pytest.fail(f"cluster not stable in {timeout}s: {answers!r}")
 
 
+def _wait_client_nodes(client, size, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while len(client.get_nodes()) < size and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(client.get_nodes()) == size
+
+
+def _query_each_once(client, set_name, count):
+    """The official client's partition-tracked query over the set, retried
+    after a pause (a partition handed back to its master a moment ago is
+    refused where the client's map still sends it): every value of
+    0..count, each once."""
+    patient = {"max_retries": 20, "sleep_between_retries": 250,
+               "total_timeout": 30000, "socket_timeout": 10000}
+    records = client.query("test", set_name).results(patient)
+    digests = [bytes(record[0][3]) for record in records]
+    assert len(digests) == count
+    assert len(set(digests)) == count
+    assert sorted(record[2]["v"] for record in records) == list(range(count))
+
+
 def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
     """A third node joins while migrations crawl (20 records a second from
     each source). Until it is filled, the nodes holding the only copies of
@@ -159,20 +180,8 @@ def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
         nodes.append(start_citrined(tmp_path_factory.mktemp("mig2"),
                                     ["--node-id", "B3", "--seed", seed]))
         _wait_cluster_size(client, 3)
-        deadline = time.monotonic() + 20
-        while len(client.get_nodes()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(client.get_nodes()) == 3
-        # Retried after a pause: a partition handed back to its master a
-        # moment ago is refused where the client's map still sends it.
-        patient = {"max_retries": 20, "sleep_between_retries": 250,
-                   "total_timeout": 30000, "socket_timeout": 10000}
-        query = client.query("test", "mig")
-        records = query.results(patient)
-        digests = [bytes(record[0][3]) for record in records]
-        assert len(digests) == 2000
-        assert len(set(digests)) == 2000
-        assert sorted(record[2]["v"] for record in records) == list(range(2000))
+        _wait_client_nodes(client, 3)
+        _query_each_once(client, "mig", 2000)
         found = client.batch_read(keys, policy={"max_retries": 5, "sleep_between_retries": 100,
                                                 "total_timeout": 10000})
         assert [record.result for record in found.batch_records] == [0] * 2000
@@ -245,17 +254,8 @@ def test_a_node_restarted_with_its_device_is_covered_while_it_fills(tmp_path_fac
         assert list(answer.values()) == ["ok"], answer
         nodes[1] = start_citrined(dirs[1], args[1] + seed)
         _wait_cluster_size(client, 2)
-        deadline = time.monotonic() + 20
-        while len(client.get_nodes()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(client.get_nodes()) == 2
-        patient = {"max_retries": 20, "sleep_between_retries": 250,
-                   "total_timeout": 30000, "socket_timeout": 10000}
-        records = client.query("test", "dev").results(patient)
-        digests = [bytes(record[0][3]) for record in records]
-        assert len(digests) == 2200
-        assert len(set(digests)) == 2200
-        assert sorted(record[2]["v"] for record in records) == list(range(2200))
+        _wait_client_nodes(client, 2)
+        _query_each_once(client, "dev", 2200)
         assert _statistic(nodes[1], "migrate_rx_partitions_remaining") > 0, \
             "the query ran while the restarted node was still filling"
         rw.info(first.host, first.port,

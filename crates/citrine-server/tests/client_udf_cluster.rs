@@ -88,6 +88,38 @@ fn count_on_every_node(nodes: &[Node]) -> Result<i64, u8> {
 }
 
 /// Writes that ride out a view change (retried every 50 ms, 20 times).
+/// Starts `nodes[index]` (seeded by `seed`) and waits until every node and
+/// the client see all of them.
+async fn join(client: &Client, nodes: &mut [Node], index: usize, seed: &str) {
+    nodes[index].start(seed);
+    let size = nodes.len();
+    wait_for_cluster(
+        &nodes.iter().collect::<Vec<_>>(),
+        size,
+        Duration::from_secs(30),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while client.nodes().len() < size {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client sees {size} nodes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Scans `statement` to its end: how many records, after checking none
+/// came twice.
+async fn scan_each_once(client: &Client, scan: &ScanPolicy, statement: &Statement) -> i64 {
+    let mut stream = client.scan(scan, statement).unwrap();
+    let mut seen = BTreeSet::new();
+    while let Some(record) = stream.next().await {
+        let record = record.unwrap();
+        assert!(seen.insert(record.key.digest), "a record delivered twice");
+    }
+    seen.len() as i64
+}
+
 fn patient_write() -> WritePolicy {
     WritePolicy {
         base: Policy {
@@ -315,20 +347,7 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
             Some("ok")
         );
     }
-    nodes[2].start(&seed);
-    wait_for_cluster(
-        &nodes.iter().collect::<Vec<_>>(),
-        3,
-        Duration::from_secs(30),
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while client.nodes().len() < 3 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the client sees 3 nodes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    join(&client, &mut nodes, 2, &seed).await;
     // An aggregation has no per-partition answers to retry just the
     // partitions it missed. One that lists its partitions (as this client
     // sends it) follows the acting masters' claims, and fails (11) where
@@ -352,13 +371,11 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
         let mut stream = node.connect();
         statistic(&mut stream, "migrate_rx_partitions_remaining")
     };
-    let mut stream = client.scan(&scan, &statement).unwrap();
-    let mut seen = BTreeSet::new();
-    while let Some(record) = stream.next().await {
-        let record = record.unwrap();
-        assert!(seen.insert(record.key.digest), "a record delivered twice");
-    }
-    assert_eq!(seen.len() as i64, LOADED, "a scan during migrations");
+    assert_eq!(
+        scan_each_once(&client, &scan, &statement).await,
+        LOADED,
+        "a scan during migrations"
+    );
     let keys: Vec<Key> = (0..LOADED)
         .map(|index| Key::new("test", "m", index))
         .collect();
@@ -391,27 +408,12 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
     }
     assert!(filling(&nodes[2]) > 0, "the third node still fills");
     nodes.push(Node::new(0x7B));
-    nodes[3].start(&seed);
-    wait_for_cluster(
-        &nodes.iter().collect::<Vec<_>>(),
-        4,
-        Duration::from_secs(30),
+    join(&client, &mut nodes, 3, &seed).await;
+    assert_eq!(
+        scan_each_once(&client, &scan, &statement).await,
+        LOADED,
+        "a scan during the second join"
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while client.nodes().len() < 4 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the client sees 4 nodes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut stream = client.scan(&scan, &statement).unwrap();
-    let mut seen = BTreeSet::new();
-    while let Some(record) = stream.next().await {
-        let record = record.unwrap();
-        assert!(seen.insert(record.key.digest), "a record delivered twice");
-    }
-    assert_eq!(seen.len() as i64, LOADED, "a scan during the second join");
     assert!(
         filling(&nodes[2]) > 0,
         "the scan ran while the third node was still filling"
