@@ -700,6 +700,27 @@ def test_geo2dsphere_queries(client, indexes, set_name):
     assert qkeys(client, set_name, p.geo_within_geojson_region("loc", json.dumps(bay))) == [2, 3, 4, 5]
 
 
+def test_geo_regions_across_the_antimeridian(client, indexes, set_name):
+    """A polygon around Fiji (178°E to 178°W) and points on both sides of
+    the antimeridian: edges take the short way, as S2's great circles do,
+    so the polygon holds the points near the line and none of the world
+    the other way round."""
+    import json
+    name = indexes.name("fiji")
+    client.index_geo2dsphere_create(NS, set_name, "loc", name)
+    fiji = {"type": "Polygon",
+            "coordinates": [[[178, -20], [-178, -20], [-178, -16], [178, -16], [178, -20]]]}
+    points = {1: [179.5, -18], 2: [-179.5, -18], 3: [0, -18], 4: [-177, -18], 5: [177, -18]}
+    for key, position in points.items():
+        client.put((NS, set_name, key), {"loc": aerospike.GeoJSON({"type": "Point", "coordinates": position})},
+                   policy=KEY_SEND)
+    client.put((NS, set_name, 100), {"loc": aerospike.GeoJSON(fiji)}, policy=KEY_SEND)
+    assert qkeys(client, set_name, p.geo_within_geojson_region("loc", json.dumps(fiji))) == [1, 2]
+    for lng in (179.5, -179.5):
+        assert qkeys(client, set_name, p.geo_contains_point("loc", lng, -18.0)) == [100]
+    assert qkeys(client, set_name, p.geo_contains_point("loc", 0.0, -18.0)) == []
+
+
 def test_index_remove(client, indexes, set_name):
     for i in range(5):
         client.put((NS, set_name, i), {"a": i, "t": f"s{i}"}, policy=KEY_SEND)

@@ -17,10 +17,12 @@
 //! a query for a point reads the point's cell at every level (the regions
 //! indexed there) and keeps the regions containing it. Containment is
 //! planar in degrees for polygons (edges are straight in longitude and
-//! latitude, not great circles, so a polygon meant to cross the
-//! antimeridian selects the band the other way round; the reference's S2
-//! edges differ from these for large polygons) and great-circle distance
-//! for circles.
+//! latitude, not great circles: the reference's S2 edges differ from these
+//! for large polygons) and great-circle distance for circles. Like a great
+//! circle, an edge takes the short way in longitude: a ring is unwrapped
+//! so that a polygon crossing the antimeridian has longitudes past ±180
+//! (its boxes split at ±180, a point tested also 360° over), instead of
+//! selecting the band the other way round.
 //! Which cells serve as the bvals is Citrine's own choice (the reference
 //! uses S2 cells): clients treat a bval as an opaque resume point.
 //!
@@ -67,6 +69,38 @@ fn position(value: &Json) -> Option<(f64, f64)> {
     ((-180.0..=180.0).contains(&lng) && (-90.0..=90.0).contains(&lat)).then_some((lng, lat))
 }
 
+/// `ring` with each edge taking the short way in longitude, as a great
+/// circle between its ends does: a vertex more than 180° (and less than
+/// 360°) of longitude from the one before is moved by 360°, so a ring
+/// meant to cross the antimeridian gets longitudes past ±180 instead of
+/// spanning the globe the other way round. Its first vertex is moved to
+/// within 180° of `near` (the outer ring's first, for a hole). A ring
+/// that does not close once unwrapped (it circles a pole) is kept as it
+/// was. An edge of exactly 360° joins -180 and 180: it stays.
+fn unwrapped(ring: &[(f64, f64)], near: f64) -> Vec<(f64, f64)> {
+    let Some(&(first, _)) = ring.first() else {
+        return Vec::new();
+    };
+    let mut offset = ((near - first) / 360.0).round() * 360.0;
+    let mut out: Vec<(f64, f64)> = Vec::with_capacity(ring.len());
+    for &(lng, lat) in ring {
+        let mut x = lng + offset;
+        if let Some(&(previous, _)) = out.last() {
+            let step = x - previous;
+            if step.abs() > 180.0 && step.abs() < 360.0 {
+                let turn = -360.0 * step.signum();
+                x += turn;
+                offset += turn;
+            }
+        }
+        out.push((x, lat));
+    }
+    match (out.first(), out.last()) {
+        (Some(start), Some(end)) if (start.0 - end.0).abs() < 1e-9 => out,
+        _ => ring.to_vec(),
+    }
+}
+
 fn polygon(value: &Json) -> Option<Vec<Vec<(f64, f64)>>> {
     let rings = value
         .as_array()?
@@ -80,8 +114,9 @@ fn polygon(value: &Json) -> Option<Vec<Vec<(f64, f64)>>> {
             // A closed ring (last point = first) of at least a triangle.
             (points.len() >= 4 && points.first() == points.last()).then_some(points)
         })
-        .collect::<Option<Vec<_>>>()?;
-    (!rings.is_empty()).then_some(rings)
+        .collect::<Option<Vec<Vec<(f64, f64)>>>>()?;
+    let near = rings.first()?.first()?.0;
+    Some(rings.iter().map(|ring| unwrapped(ring, near)).collect())
 }
 
 impl Shape {
@@ -133,7 +168,7 @@ impl Shape {
     }
 
     /// Bounding boxes `(min_lng, min_lat, max_lng, max_lat)` (two for a
-    /// circle across the antimeridian).
+    /// region across the antimeridian).
     fn boxes(&self) -> Vec<(f64, f64, f64, f64)> {
         match self {
             Shape::Point { lng, lat } => vec![(*lng, *lat, *lng, *lat)],
@@ -147,7 +182,7 @@ impl Shape {
                         bounds.3.max(*lat),
                     );
                 }
-                vec![bounds]
+                wrapped(bounds)
             }
             Shape::Circle { lng, lat, radius_m } => {
                 let dlat = (radius_m / EARTH_RADIUS_M).to_degrees();
@@ -161,20 +196,7 @@ impl Shape {
                 if dlng >= 180.0 {
                     return vec![(-180.0, min_lat, 180.0, max_lat)];
                 }
-                let (west, east) = (lng - dlng, lng + dlng);
-                if west < -180.0 {
-                    vec![
-                        (-180.0, min_lat, east, max_lat),
-                        (west + 360.0, min_lat, 180.0, max_lat),
-                    ]
-                } else if east > 180.0 {
-                    vec![
-                        (west, min_lat, 180.0, max_lat),
-                        (-180.0, min_lat, east - 360.0, max_lat),
-                    ]
-                } else {
-                    vec![(west, min_lat, east, max_lat)]
-                }
+                wrapped((lng - dlng, min_lat, lng + dlng, max_lat))
             }
         }
     }
@@ -189,11 +211,36 @@ impl Shape {
                 lat: center_lat,
                 radius_m,
             } => distance_m(*center_lng, *center_lat, lng, lat) <= *radius_m,
+            // A ring across the antimeridian has longitudes past ±180:
+            // the point is tried where it falls in the ring's longitudes.
             Shape::Polygons(polygons) => polygons.iter().any(|rings| {
-                inside_ring(&rings[0], lng, lat)
-                    && !rings[1..].iter().any(|hole| inside_ring(hole, lng, lat))
+                [lng, lng + 360.0, lng - 360.0].into_iter().any(|lng| {
+                    inside_ring(&rings[0], lng, lat)
+                        && !rings[1..].iter().any(|hole| inside_ring(hole, lng, lat))
+                })
             }),
         }
+    }
+}
+
+/// A box whose longitudes may pass ±180 (a region across the
+/// antimeridian) as boxes within `[-180, 180]`.
+fn wrapped(bounds: (f64, f64, f64, f64)) -> Vec<(f64, f64, f64, f64)> {
+    let (west, south, east, north) = bounds;
+    if east - west >= 360.0 {
+        vec![(-180.0, south, 180.0, north)]
+    } else if west < -180.0 {
+        vec![
+            (-180.0, south, east, north),
+            (west + 360.0, south, 180.0, north),
+        ]
+    } else if east > 180.0 {
+        vec![
+            (west, south, 180.0, north),
+            (-180.0, south, east - 360.0, north),
+        ]
+    } else {
+        vec![bounds]
     }
 }
 
@@ -432,6 +479,56 @@ mod tests {
         assert!((distance_m(0.0, 0.0, 1.0, 0.0) - 111_195.0).abs() < 10.0);
     }
 
+    /// Fiji's area: 2° on each side of the antimeridian.
+    const ACROSS: &str = r#"{"type":"Polygon","coordinates":[[[178,-20],[-178,-20],[-178,-16],[178,-16],[178,-20]]]}"#;
+
+    #[test]
+    fn a_polygon_across_the_antimeridian_takes_the_short_way() {
+        let fiji = shape(ACROSS);
+        for (lng, lat) in [
+            (179.0, -18.0),
+            (-179.0, -18.0),
+            (180.0, -18.0),
+            (-180.0, -18.0),
+        ] {
+            assert!(fiji.contains(lng, lat), "({lng}, {lat})");
+        }
+        for (lng, lat) in [
+            (0.0, -18.0),
+            (177.0, -18.0),
+            (-177.0, -18.0),
+            (179.0, -21.0),
+        ] {
+            assert!(!fiji.contains(lng, lat), "({lng}, {lat}) is not in Fiji");
+        }
+        // A hole across it, given on the other side of the line.
+        let holed = shape(
+            r#"{"type":"Polygon","coordinates":[[[178,-20],[-178,-20],[-178,-16],[178,-16],[178,-20]],[[-179.5,-18.5],[179.5,-18.5],[179.5,-17.5],[-179.5,-17.5],[-179.5,-18.5]]]}"#,
+        );
+        assert!(!holed.contains(180.0, -18.0), "in the hole");
+        assert!(!holed.contains(-179.8, -18.0), "in the hole");
+        assert!(holed.contains(-178.5, -18.0));
+        // Its boxes split at ±180; the cells it is indexed under are on
+        // both sides.
+        let boxes = fiji.boxes();
+        assert_eq!(boxes.len(), 2, "{boxes:?}");
+        assert!(boxes
+            .iter()
+            .all(|(west, _, east, _)| *west >= -180.0 && *east <= 180.0 && east - west <= 2.0));
+        // Rings that close only the long way round stay as given: the
+        // whole world, and a band around a pole.
+        let world = shape(
+            r#"{"type":"Polygon","coordinates":[[[-180,-90],[180,-90],[180,90],[-180,90],[-180,-90]]]}"#,
+        );
+        assert!(world.contains(0.0, 0.0) && world.contains(179.0, 10.0));
+        let ring = vec![(0.0, 80.0), (120.0, 80.0), (-120.0, 80.0), (0.0, 80.0)];
+        assert_eq!(unwrapped(&ring, 0.0).len(), 4);
+        assert_eq!(
+            wrapped((-10.0, 0.0, 400.0, 1.0)),
+            vec![(-180.0, 0.0, 180.0, 1.0)]
+        );
+    }
+
     #[test]
     fn cells_nest_in_their_ancestors_ranges() {
         let (x, y) = leaf_xy(-122.0, 37.5);
@@ -453,6 +550,7 @@ mod tests {
             shape(BAY),
             shape(r#"{"type":"AeroCircle","coordinates":[[-122.0,37.5],50000]}"#),
             shape(r#"{"type":"AeroCircle","coordinates":[[179.9,10],40000]}"#),
+            shape(ACROSS),
         ] {
             let ranges = query_ranges(&query);
             assert!(!ranges.is_empty() && ranges.len() <= MAX_QUERY_CELLS * 2);
@@ -463,7 +561,10 @@ mod tests {
                     let lng = -180.0 + 0.9 * f64::from(i);
                     let lat = -90.0 + 0.45 * f64::from(j);
                     let fine = (-123.0 + 0.01 * f64::from(i), 36.5 + 0.01 * f64::from(j));
-                    for (lng, lat) in [(lng, lat), fine, (179.95 - 0.001 * f64::from(i), 10.0)] {
+                    let line = (179.95 - 0.001 * f64::from(i), 10.0);
+                    let fiji = (-179.99 + 0.005 * f64::from(i), -20.0 + 0.01 * f64::from(j));
+                    let fiji_west = (fiji.0 + 360.0 - 2.0, fiji.1);
+                    for (lng, lat) in [(lng, lat), fine, line, fiji, fiji_west] {
                         if query.contains(lng, lat) {
                             let [bval] = index_cells(&Shape::Point { lng, lat })[..] else {
                                 panic!("a point has one cell")
@@ -478,6 +579,23 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_point_query_across_the_antimeridian_reads_the_polygon() {
+        let fiji = shape(ACROSS);
+        let cells = index_cells(&fiji);
+        for lng in [179.5, -179.5] {
+            let point = Shape::Point { lng, lat: -18.0 };
+            let ranges = query_ranges(&point);
+            assert!(
+                cells.iter().any(|cell| ranges
+                    .iter()
+                    .any(|(low, high)| (*low..=*high).contains(cell))),
+                "({lng}, -18) does not reach the polygon's cells {cells:?}"
+            );
+            assert!(selects(&point, &fiji) && selects(&fiji, &point));
         }
     }
 
