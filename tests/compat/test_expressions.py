@@ -213,6 +213,24 @@ def test_bin_type_and_regex(client, key):
         client.get(key, policy=filtered(exp.CmpRegex(aerospike.REGEX_NONE, "^hello", exp.StrBin("s"))))
 
 
+def test_geo_compare_filters_points_and_regions(client, key):
+    """`CmpGeo`: a point bin inside a region, a region bin holding a point,
+    as the reference matches GeoJSON in expressions."""
+    bay = {"type": "Polygon",
+           "coordinates": [[[-122.5, 37.0], [-121.0, 37.0], [-121.0, 38.08],
+                            [-122.5, 38.08], [-122.5, 37.0]]]}
+    inside = aerospike.GeoJSON({"type": "Point", "coordinates": [-122.0, 37.5]})
+    outside = aerospike.GeoJSON({"type": "Point", "coordinates": [-120.0, 37.5]})
+    client.put(key, {"loc": inside, "area": aerospike.GeoJSON(bay)})
+    client.get(key, policy=filtered(exp.CmpGeo(exp.GeoBin("loc"), aerospike.GeoJSON(bay))))
+    client.get(key, policy=filtered(exp.CmpGeo(exp.GeoBin("area"), inside)))
+    with pytest.raises(ex.FilteredOut):
+        client.get(key, policy=filtered(exp.CmpGeo(exp.GeoBin("area"), outside)))
+    client.put(key, {"loc": outside})
+    with pytest.raises(ex.FilteredOut):
+        client.get(key, policy=filtered(exp.CmpGeo(exp.GeoBin("loc"), aerospike.GeoJSON(bay))))
+
+
 def test_list_and_map_reads_inside_expressions(client, key):
     client.put(key, {"l": [3, 1, 2], "m": {"x": 10, "y": 20}})
     client.get(key, policy=filtered(exp.Eq(exp.ListSize(None, exp.ListBin("l")), 3)))

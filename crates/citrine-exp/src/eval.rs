@@ -337,6 +337,28 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
             }
             _ => Val::Unknown,
         },
+        Node::GeoCmp(sides) => {
+            let mut shapes: [Option<std::borrow::Cow<'_, citrine_geo::Shape>>; 2] = [None, None];
+            for ((node, literal), shape) in sides.iter().zip(shapes.iter_mut()) {
+                *shape = Some(match literal {
+                    Some(literal) => std::borrow::Cow::Borrowed(literal),
+                    None => match known!(eval(node, cx, env)) {
+                        Val::Geo(particle) => {
+                            match geo_text(&particle).and_then(citrine_geo::Shape::parse) {
+                                Some(parsed) => std::borrow::Cow::Owned(parsed),
+                                // A stored value that is no shape matches nothing.
+                                None => return Val::Bool(false),
+                            }
+                        }
+                        _ => return Val::Unknown,
+                    },
+                });
+            }
+            match shapes {
+                [Some(left), Some(right)] => Val::Bool(citrine_geo::selects(&left, &right)),
+                _ => Val::Unknown,
+            }
+        }
         Node::InList(args) => {
             let needle = known!(eval(&args[0], cx, env));
             let Val::List(list) = known!(eval(&args[1], cx, env)) else {

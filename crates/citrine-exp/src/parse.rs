@@ -179,6 +179,9 @@ pub(crate) enum Node {
     Map(Lit),
     Compare(CmpOp, Ty, Box<[Node; 2]>),
     Regex(Box<Regex>, Box<Node>),
+    /// A point inside a region, or a region holding a point (either
+    /// side); a GeoJSON literal's shape is parsed once, here.
+    GeoCmp(Box<[(Node, Option<citrine_geo::Shape>); 2]>),
     InList(Box<[Node; 2]>),
     And(Vec<Node>),
     Or(Vec<Node>),
@@ -230,6 +233,7 @@ impl Node {
             | Node::Mod(pair)
             | Node::Shift(_, pair)
             | Node::Scan(_, pair) => pair.iter().for_each(|node| node.walk(visit)),
+            Node::GeoCmp(pair) => pair.iter().for_each(|(node, _)| node.walk(visit)),
             Node::Regex(_, node)
             | Node::Not(node)
             | Node::Abs(node)
@@ -486,8 +490,25 @@ impl<'a> Parser<'a> {
                 let regex = posix::compile(pattern, flags).map_err(|_| PARAM)?;
                 (Node::Regex(Box::new(regex), subject), Ty::Bool)
             }
-            // Geo comparisons need a geometry library this server lacks.
-            8 => return Err(ExpError::Unsupported),
+            8 => {
+                arity(2)?;
+                let mut side = || -> Result<(Node, Option<citrine_geo::Shape>), ExpError> {
+                    let (node, ty) = self.node(depth + 1)?;
+                    want(ty == Ty::Geo)?;
+                    let shape = match &node {
+                        // A literal that is no shape is refused now.
+                        Node::Geo(particle) => Some(
+                            citrine_geo::Shape::parse(particle.get(3..).unwrap_or_default())
+                                .ok_or(PARAM)?,
+                        ),
+                        _ => None,
+                    };
+                    Ok((node, shape))
+                };
+                let left = side()?;
+                let right = side()?;
+                (Node::GeoCmp(Box::new([left, right])), Ty::Bool)
+            }
             9 => {
                 arity(2)?;
                 let (value, _) = self.node(depth + 1)?;

@@ -165,6 +165,11 @@ fn quote(items: Vec<Value>) -> Vec<u8> {
     op(126, &[enc(&list_lit(items))])
 }
 
+/// A GeoJSON literal.
+fn geo(text: &str) -> Vec<u8> {
+    enc(&Value::Geo(text.as_bytes().to_vec()))
+}
+
 fn bin(ty: u64, name: &str) -> Vec<u8> {
     op(81, &[int(ty as i64), raw(name)])
 }
@@ -324,16 +329,57 @@ fn comparisons_need_one_static_type() {
         refused(&eq(bin(T_INT, "a"), bin(T_FLOAT, "a"))),
         ExpError::Parameter
     );
-    // HLL values do not compare; GeoJSON comparisons are not supported.
+    // HLL values do not compare; GeoJSON compares only with op 8, on
+    // GeoJSON, and a literal must be a shape.
     let hll = enc(&Value::Blob(18, vec![1]));
     assert_eq!(refused(&eq(hll.clone(), hll)), ExpError::Parameter);
+    assert_eq!(refused(&eq(bin(8, "g"), bin(8, "g"))), ExpError::Parameter);
     assert_eq!(
-        refused(&op(8, &[bin(8, "g"), bin(8, "g")])),
-        ExpError::Unsupported
+        refused(&op(8, &[bin(8, "g"), ibin("a")])),
+        ExpError::Parameter
+    );
+    assert_eq!(
+        refused(&op(8, &[bin(8, "g"), geo(r#"{"type":"Line"}"#)])),
+        ExpError::Parameter
     );
     // A filter must be boolean.
     assert_eq!(refused(&int(1)), ExpError::Parameter);
     assert_eq!(refused(&ibin("a")), ExpError::Parameter);
+}
+
+/// `geo_compare`: a point bin inside a region literal, a region bin
+/// holding a point literal (as the reference's `as_geojson_match`); two
+/// points or two regions never match; a stored value that is no shape
+/// matches nothing; a missing bin is unknown.
+#[test]
+fn geo_compare_matches_points_and_regions() {
+    const BAY: &str = r#"{"type":"Polygon","coordinates":[[[-122.5,37.0],[-121.0,37.0],[-121.0,38.08],[-122.5,38.08],[-122.5,37.0]]]}"#;
+    let particle = |text: &str| {
+        let mut bytes = vec![0, 0, 0];
+        bytes.extend_from_slice(text.as_bytes());
+        bytes
+    };
+    let point = |lng: f64, lat: f64| format!(r#"{{"type":"Point","coordinates":[{lng},{lat}]}}"#);
+    let within = |stored: &str, query: &str| {
+        let rec = Rec::new().with("g", 23, particle(stored));
+        truth(&op(8, &[bin(8, "g"), geo(query)]), &rec)
+    };
+    assert_eq!(within(&point(-122.0, 37.5), BAY), Truth::True);
+    assert_eq!(within(&point(-120.0, 37.5), BAY), Truth::False);
+    assert_eq!(within(BAY, &point(-121.7, 37.8)), Truth::True);
+    assert_eq!(within(BAY, &point(0.0, 0.0)), Truth::False);
+    let circle = r#"{"type":"AeroCircle","coordinates":[[-122.0,37.5],50000]}"#;
+    assert_eq!(within(&point(-122.1, 37.6), circle), Truth::True);
+    assert_eq!(
+        within(&point(-122.0, 37.5), &point(-122.0, 37.5)),
+        Truth::False
+    );
+    assert_eq!(within(BAY, BAY), Truth::False);
+    assert_eq!(within("not json", BAY), Truth::False);
+    assert_eq!(
+        truth(&op(8, &[bin(8, "none"), geo(BAY)]), &Rec::new()),
+        Truth::Unknown
+    );
 }
 
 #[test]

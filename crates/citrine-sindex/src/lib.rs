@@ -29,7 +29,7 @@
 
 pub mod def;
 pub mod filter;
-pub mod geo;
+pub use citrine_geo as geo;
 pub mod key;
 
 pub use def::{CollectionType, DefError, KeyType, SindexDef, Source};

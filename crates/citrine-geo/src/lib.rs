@@ -1,5 +1,6 @@
-//! Geospatial indexes (`GEO2DSPHERE`): GeoJSON shapes, the cells they
-//! are indexed under, and the exact tests a query makes on each candidate.
+//! Geospatial shapes for `GEO2DSPHERE` indexes and geo expressions:
+//! GeoJSON shapes, the cells they are indexed under, and the exact test a
+//! query or an expression's geo compare makes on each candidate.
 //!
 //! Owns the shapes the reference accepts in bins and queries — `Point`,
 //! `Polygon` (outer ring and holes), `MultiPolygon` and the reference's
