@@ -314,16 +314,19 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
         .await
         .unwrap();
     let write = patient_write();
-    for index in 0..LOADED {
-        client
-            .put(
-                &write,
-                &Key::new("test", "m", index),
-                &[Bin::new("n", index)],
-            )
-            .await
-            .unwrap();
-    }
+    let write_all = || async {
+        for index in 0..LOADED {
+            client
+                .put(
+                    &write,
+                    &Key::new("test", "m", index),
+                    &[Bin::new("n", index)],
+                )
+                .await
+                .unwrap();
+        }
+    };
+    write_all().await;
     let (scan, statement) = (ScanPolicy::default(), Statement::new("test", "m"));
     let count = || client.query_aggregate_raw(&scan, &statement, "cluster_m", "count", &[]);
     let total = |outputs: &[citrine_client::AggregateOutput]| -> i64 {
@@ -396,16 +399,7 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
     // replicas receive it). A fourth node joins meanwhile. Where the third
     // masters a partition it holds only part of, the holders of the only
     // copy act for it again, so a scan still sees every record once.
-    for index in 0..LOADED {
-        client
-            .put(
-                &write,
-                &Key::new("test", "m", index),
-                &[Bin::new("n", index)],
-            )
-            .await
-            .unwrap();
-    }
+    write_all().await;
     assert!(filling(&nodes[2]) > 0, "the third node still fills");
     nodes.push(Node::new(0x7B));
     join(&client, &mut nodes, 3, &seed).await;

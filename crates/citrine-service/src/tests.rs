@@ -1155,6 +1155,28 @@ fn a_udf_call_refused_before_it_runs_counts_as_a_udf_error() {
     assert_eq!(load(&stats.client_write_error), 0);
 }
 
+/// The view (cluster key `key`, two copies of namespace `test`) of
+/// `members`, as node `me` publishes it.
+pub(crate) fn view(me: u64, key: u64, members: &[u64]) -> crate::cluster_state::ClusterState {
+    use crate::cluster_state::{ClusterMember, ClusterState};
+    let members = members
+        .iter()
+        .map(|id| ClusterMember {
+            node_id: citrine_types::NodeId(*id),
+            rack_id: 0,
+            service_address: String::new(),
+        })
+        .collect();
+    ClusterState::new(
+        citrine_types::NodeId(me),
+        key,
+        members,
+        &[("test".into(), 2)],
+        2,
+        2,
+    )
+}
+
 pub(crate) fn info(service: &Service, commands: &[&str]) -> Vec<(String, String)> {
     let frame = citrine_wire::info::request_frame(commands);
     let mut header_bytes = [0u8; 8];

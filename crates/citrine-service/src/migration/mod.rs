@@ -1719,7 +1719,6 @@ impl MigrateBatch {
 mod tests {
     use super::driver::{self, Pause, Sleep};
     use super::*;
-    use crate::cluster_state::ClusterMember;
     use crate::replication::{Fabric, FabricError, FabricFuture};
     use std::time::Duration;
 
@@ -1738,15 +1737,7 @@ mod tests {
     }
 
     fn state(self_id: u64, key: u64, members: &[u64]) -> ClusterState {
-        let members = members
-            .iter()
-            .map(|id| ClusterMember {
-                node_id: NodeId(*id),
-                rack_id: 0,
-                service_address: String::new(),
-            })
-            .collect();
-        ClusterState::new(NodeId(self_id), key, members, &[("test".into(), 2)], 2, 2)
+        crate::tests::view(self_id, key, members)
     }
 
     /// Calls the target service directly; `cut` pairs cannot talk.

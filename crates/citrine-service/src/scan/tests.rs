@@ -738,17 +738,7 @@ fn in_a_cluster_only_whole_mastered_partitions_are_scanned() {
 /// The view (cluster key 77, two copies of `test`) of nodes `first` and
 /// `first + 1`, as node `me` publishes it.
 fn two_node_view(first: u64, me: u64) -> crate::cluster_state::ClusterState {
-    use crate::cluster_state::{ClusterMember, ClusterState};
-    use citrine_types::NodeId;
-    let members: Vec<ClusterMember> = [first, first + 1]
-        .iter()
-        .map(|id| ClusterMember {
-            node_id: NodeId(*id),
-            rack_id: 0,
-            service_address: String::new(),
-        })
-        .collect();
-    ClusterState::new(NodeId(me), 77, members, &[("test".into(), 2)], 2, 2)
+    crate::tests::view(me, 77, &[first, first + 1])
 }
 
 fn service_with_id(node_id: u64) -> Service {
@@ -941,16 +931,8 @@ fn an_acting_master_serves_listed_aggregations_while_it_claims() {
 /// The view of nodes `first..first + count` (two copies of `test`) under
 /// cluster `key`, as node `me` publishes it.
 fn view_of(first: u64, count: u64, key: u64, me: u64) -> crate::cluster_state::ClusterState {
-    use crate::cluster_state::{ClusterMember, ClusterState};
-    use citrine_types::NodeId;
-    let members: Vec<ClusterMember> = (first..first + count)
-        .map(|id| ClusterMember {
-            node_id: NodeId(id),
-            rack_id: 0,
-            service_address: String::new(),
-        })
-        .collect();
-    ClusterState::new(NodeId(me), key, members, &[("test".into(), 2)], 2, 2)
+    let members: Vec<u64> = (first..first + count).collect();
+    crate::tests::view(me, key, &members)
 }
 
 /// Publishes view `key` of `count` nodes on `service` (the first) and
