@@ -127,7 +127,7 @@ impl Covers {
         len: 0,
     };
 
-    /// From keys, most recent first (extra keys, zeros and repeats are
+    /// From keys in the order learned (extra keys, zeros and repeats are
     /// left out).
     pub fn from_keys(keys: impl IntoIterator<Item = u64>) -> Covers {
         let mut covers = Covers::default();
@@ -152,7 +152,7 @@ impl Covers {
         ckey != 0 && self.keys[..usize::from(self.len)].contains(&ckey)
     }
 
-    /// The keys, most recent first.
+    /// The keys, in the order learned.
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
         self.keys[..usize::from(self.len)].iter().copied()
     }
@@ -199,8 +199,8 @@ pub struct Outcome {
     /// Distinct copies, smallest first (then by source id).
     pub groups: Vec<Group>,
     /// Present when exactly one distinct copy exists and the master (first
-    /// replica) must receive it — it holds nothing, or only a known subset
-    /// of it (it was filling when the view changed): the source of that
+    /// replica) must receive it — it holds nothing, or only a copy that
+    /// one contains (a subset, a copy of a regime it went through): the source of that
     /// copy, which serves the partition's reads until the master is filled
     /// (001 §2.2.1.3).
     pub acting_master: Option<NodeId>,
@@ -648,7 +648,7 @@ mod tests {
     }
 
     #[test]
-    fn covers_keep_the_most_recent_keys() {
+    fn covers_keep_the_first_keys_learned() {
         let mut covers = Covers::from_keys([3, 0, 3, 2]);
         assert_eq!(covers.iter().collect::<Vec<_>>(), vec![3, 2]);
         covers.extend(10..30);

@@ -232,6 +232,26 @@ fn geo_text(particle: &[u8]) -> Option<&[u8]> {
     particle.get(3 + cells * 8..)
 }
 
+/// One side of a geo comparison as a shape: a literal's, parsed at parse
+/// time, or the value's; `Err` with the comparison's result when it is
+/// settled without one (unknown, or false for a value that is no shape).
+fn geo_side<'a>(
+    (node, literal): &'a (Node, Option<citrine_geo::Shape>),
+    cx: &Ctx<'a>,
+    env: &mut Vec<Val<'a>>,
+) -> Result<Cow<'a, citrine_geo::Shape>, Val<'a>> {
+    if let Some(literal) = literal {
+        return Ok(Cow::Borrowed(literal));
+    }
+    match eval(node, cx, env) {
+        Val::Geo(particle) => geo_text(&particle)
+            .and_then(citrine_geo::Shape::parse)
+            .map(Cow::Owned)
+            .ok_or(Val::Bool(false)),
+        _ => Err(Val::Unknown),
+    }
+}
+
 /// Bytes of values one evaluation may make in all: module call payloads
 /// and results, copies of variables, map keys and values lists (the
 /// reference's largest message, `PROTO_SIZE_MAX`). Without a bound a
@@ -338,25 +358,14 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
             _ => Val::Unknown,
         },
         Node::GeoCmp(sides) => {
-            let mut shapes: [Option<std::borrow::Cow<'_, citrine_geo::Shape>>; 2] = [None, None];
-            for ((node, literal), shape) in sides.iter().zip(shapes.iter_mut()) {
-                *shape = Some(match literal {
-                    Some(literal) => std::borrow::Cow::Borrowed(literal),
-                    None => match known!(eval(node, cx, env)) {
-                        Val::Geo(particle) => {
-                            match geo_text(&particle).and_then(citrine_geo::Shape::parse) {
-                                Some(parsed) => std::borrow::Cow::Owned(parsed),
-                                // A stored value that is no shape matches nothing.
-                                None => return Val::Bool(false),
-                            }
-                        }
-                        _ => return Val::Unknown,
-                    },
-                });
-            }
-            match shapes {
-                [Some(left), Some(right)] => Val::Bool(citrine_geo::selects(&left, &right)),
-                _ => Val::Unknown,
+            let [left, right] = &**sides;
+            let left = match geo_side(left, cx, env) {
+                Ok(shape) => shape,
+                Err(settled) => return settled,
+            };
+            match geo_side(right, cx, env) {
+                Ok(right) => Val::Bool(citrine_geo::selects(&left, &right)),
+                Err(settled) => settled,
             }
         }
         Node::InList(args) => {
