@@ -8,8 +8,10 @@ Environment:
   CITRINED_ARGS  extra command-line arguments for the server (split on spaces)
 """
 
+import atexit
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -194,6 +196,7 @@ def citrined_configured(tmp_path_factory):
 # aggregation locally. The C client under the Python one reads this setting
 # once per process, from the first client made, so every client gets it.
 LUA_USER_PATH = Path(tempfile.mkdtemp(prefix="citrine-compat-lua-"))
+atexit.register(shutil.rmtree, LUA_USER_PATH, True)
 
 
 def make_client(server, **extra):

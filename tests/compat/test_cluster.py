@@ -268,3 +268,101 @@ def test_a_node_restarted_with_its_device_is_covered_while_it_fills(tmp_path_fac
             client.close()
         for node in nodes:
             node.stop()
+
+
+def _set_objects(node, set_name):
+    """Records of `set_name` the node holds (its `sets/test/SET` answer)."""
+    from rawwire import info
+    command = f"sets/test/{set_name}"
+    value = info(node.host, node.port, [command])[command]
+    pairs = dict(pair.split("=", 1) for pair in value.strip().strip(";").split(":") if "=" in pair)
+    return int(pairs.get("objects", 0))
+
+
+def _wait_set_empty(nodes, set_name, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    counts = None
+    while time.monotonic() < deadline:
+        counts = [_set_objects(node, set_name) for node in nodes]
+        if not any(counts):
+            return
+        time.sleep(0.1)
+    pytest.fail(f"set {set_name} still held after {timeout}s: {counts}")
+
+
+def test_truncate_sent_to_one_node_empties_the_set_on_every_node(three_nodes):
+    """The official client sends `truncate` to one node; every node's
+    records of the set go, the other sets stay, and writes after it stay."""
+    seed = three_nodes[0]
+    client = aerospike.client({"hosts": [(seed.host, seed.port)], "policies": CLIENT_POLICIES}).connect()
+    try:
+        _wait_cluster_size(client, 3)
+        _wait_client_nodes(client, 3)
+        for i in range(300):
+            client.put(("test", "trunc", i), {"v": i})
+        for i in range(50):
+            client.put(("test", "trunc_keep", i), {"v": i})
+        assert all(_set_objects(node, "trunc") > 0 for node in three_nodes)
+        time.sleep(0.01)  # the truncation's time is past every write's
+        client.truncate("test", "trunc", 0)
+        _wait_set_empty(three_nodes, "trunc")
+        for i in range(300):
+            _, meta = client.exists(("test", "trunc", i))
+            assert meta is None, i
+        assert client.query("test", "trunc").results() == []
+        kept = client.query("test", "trunc_keep").results()
+        assert sorted(record[2]["v"] for record in kept) == list(range(50))
+        client.put(("test", "trunc", 1000), {"v": 1000})
+        assert client.get(("test", "trunc", 1000))[2] == {"v": 1000}
+        assert [r[2] for r in client.query("test", "trunc").results()] == [{"v": 1000}]
+    finally:
+        client.close()
+
+
+def test_a_node_down_during_a_truncate_does_not_bring_the_records_back(tmp_path_factory):
+    """Two device nodes; one is killed, the set is truncated through the
+    survivor, and the killed node restarts with its device still holding
+    the records. It learns the truncation from the survivor: once the
+    cluster is stable neither node holds a record of the set, and none
+    reads back."""
+    dirs = [tmp_path_factory.mktemp(f"trunc{i}") for i in range(2)]
+    args = [["--node-id", f"E{i + 1}", "--config", str(_device_config(d)), "--data-dir", str(d)]
+            for i, d in enumerate(dirs)]
+    first = start_citrined(dirs[0], args[0])
+    nodes = [first]
+    client = None
+    try:
+        seed = ["--seed", f"127.0.0.1:{_heartbeat_port(first)}"]
+        nodes.append(start_citrined(dirs[1], args[1] + seed))
+        client = aerospike.client({"hosts": [(first.host, first.port)],
+                                   "policies": CLIENT_POLICIES}).connect()
+        _wait_cluster_size(client, 2)
+        _wait_stable(nodes)
+        keys = [("test", "gone", i) for i in range(500)]
+        for key in keys:
+            client.put(key, {"v": key[2]})
+        _wait_stable(nodes)
+        time.sleep(0.3)  # past the flush window: the device holds them all
+        nodes[1].proc.kill()
+        nodes[1].proc.wait(timeout=5)
+        nodes[1].stop()
+        deadline = time.monotonic() + 20
+        while len(client.get_nodes()) > 1:
+            assert time.monotonic() < deadline, "the client drops the dead node"
+            time.sleep(0.1)
+        client.truncate("test", "gone", 0)
+        assert _set_objects(first, "gone") == 0
+        nodes[1] = start_citrined(dirs[1], args[1] + seed)
+        _wait_cluster_size(client, 2)
+        _wait_stable(nodes)
+        _wait_set_empty(nodes, "gone")
+        _wait_client_nodes(client, 2)
+        for key in keys:
+            _, meta = client.exists(key)
+            assert meta is None, key
+        assert client.query("test", "gone").results() == []
+    finally:
+        if client is not None:
+            client.close()
+        for node in nodes:
+            node.stop()

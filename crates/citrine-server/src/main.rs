@@ -159,6 +159,10 @@ fn main() -> ExitCode {
             eprintln!("citrined: {error}");
             return ExitCode::from(2);
         }
+        if let Err(error) = service.keep_truncations(directory) {
+            eprintln!("citrined: {error}");
+            return ExitCode::from(2);
+        }
         if let Err(error) = service.keep_partition_lineage(directory) {
             eprintln!("citrined: {error}");
             return ExitCode::from(2);

@@ -138,18 +138,22 @@ const SPILL_ALWAYS: &str =
 /// Starts citrined with these `[service]` lines, namespace `test` and
 /// `--service-io service_io`.
 fn start_with(service: &str, service_io: &str) -> Server {
-    let config = tempdir().join("citrine.toml");
+    let directory = tempdir();
+    let config = directory.join("citrine.toml");
     std::fs::write(
         &config,
         format!("[service]\n{service}\n\n[[namespace]]\nname = \"test\"\n"),
     )
     .unwrap();
-    start(&[
+    let server = start(&[
         "--config",
         config.to_str().unwrap(),
         "--service-io",
         service_io,
-    ])
+    ]);
+    // Read at start only.
+    let _ = std::fs::remove_dir_all(&directory);
+    server
 }
 
 fn tempdir() -> std::path::PathBuf {

@@ -130,8 +130,11 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "status" => "ok".to_owned(),
         "user-agent-set" => "ok".to_owned(),
         "logs" => "0:stderr".to_owned(),
-        "truncate" => truncate(service, command, false),
-        "truncate-namespace" => truncate(service, command, true),
+        "truncate" => service.truncate_command(command, false),
+        "truncate-namespace" => service.truncate_command(command, true),
+        "truncate-undo" => {
+            "ERROR:4:truncate-undo is not supported: a truncation cannot be undone".to_owned()
+        }
         "rack-ids" => "ERROR:25:enterprise only".to_owned(),
         "partition-checksums" => partition_checksums(service, command),
         "udf-put" => crate::udf::put(service, command),
@@ -814,67 +817,6 @@ fn cluster_stable(service: &Service, command: &InfoCommand<'_>) -> String {
         return "ERROR::unstable-cluster".to_owned();
     }
     cluster_key(service)
-}
-
-fn truncate(service: &Service, command: &InfoCommand<'_>, whole_namespace: bool) -> String {
-    let Some(namespace) = command
-        .param("namespace")
-        .and_then(|name| service.namespace(name.as_bytes()))
-    else {
-        return "ERROR:4:namespace not found".to_owned();
-    };
-    let now_ms = service.now().unix_ms;
-    let lut_ms = match command.param("lut") {
-        None => now_ms,
-        Some(text) => match text.parse::<u64>() {
-            // The lut parameter is in nanoseconds since the Unix epoch.
-            Ok(nanoseconds) if nanoseconds / 1_000_000 <= now_ms => nanoseconds / 1_000_000,
-            Ok(_) => return "ERROR:4:lut is in the future".to_owned(),
-            Err(_) => return "ERROR:4:bad lut".to_owned(),
-        },
-    };
-    let set = if whole_namespace {
-        None
-    } else {
-        command.param("set").filter(|set| !set.is_empty())
-    };
-    match set {
-        Some(set) => {
-            // Truncating a set that was never written is a no-op.
-            if let Some(id) = namespace.sets.existing_id(set.as_bytes()) {
-                // Durable first: a device namespace records the truncation on
-                // the device so a restart does not bring the records back.
-                if let Some(Err(error)) = namespace
-                    .storage
-                    .device()
-                    .map(|device| device.persist_truncation(Some(set.as_bytes()), lut_ms))
-                {
-                    return format!("ERROR:1:cannot persist the truncation: {error}");
-                }
-                namespace
-                    .sets
-                    .stats(id)
-                    .truncate_lut_ms
-                    .fetch_max(lut_ms, Ordering::Relaxed);
-                crate::nsup::remove_truncated(namespace, Some(id), lut_ms);
-            }
-        }
-        None => {
-            if let Some(Err(error)) = namespace
-                .storage
-                .device()
-                .map(|device| device.persist_truncation(None, lut_ms))
-            {
-                return format!("ERROR:1:cannot persist the truncation: {error}");
-            }
-            namespace
-                .stats
-                .truncate_lut_ms
-                .fetch_max(lut_ms, Ordering::Relaxed);
-            crate::nsup::remove_truncated(namespace, None, lut_ms);
-        }
-    }
-    "ok".to_owned()
 }
 
 /// `partition-checksums:namespace=NS`: for every partition holding live

@@ -42,6 +42,7 @@ pub mod scan;
 pub mod sindex;
 mod smd;
 pub mod transaction;
+mod truncate;
 pub mod udf;
 mod work;
 
@@ -203,6 +204,8 @@ pub struct Service {
     pub(crate) jobs: job::Jobs,
     /// UDF modules (see [`udf`]).
     pub(crate) udfs: udf::Udfs,
+    /// Truncation thresholds the cluster shares (see [`truncate`]).
+    pub(crate) truncations: truncate::Truncations,
 }
 
 impl Service {
@@ -246,6 +249,7 @@ impl Service {
             sindex_builds: sindex::Builds::default(),
             jobs: job::Jobs::default(),
             udfs: udf::Udfs::default(),
+            truncations: truncate::Truncations::default(),
             config,
             namespaces,
             clock,

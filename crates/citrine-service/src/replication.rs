@@ -130,6 +130,10 @@ pub mod call_kind {
     /// Every UDF module the sender knows, with versions and tombstones
     /// (`crate::udf`, one line each); the answer is one result-code byte.
     pub const UDF_MODULES: u8 = 9;
+    /// Every truncation threshold the sender knows (`crate::truncate`, one
+    /// line each); the answer is one result-code byte and, on success,
+    /// every threshold the answering node knows (same lines).
+    pub const TRUNCATIONS: u8 = 10;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.
@@ -683,6 +687,11 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
         .sets
         .id_of(&write.set_name)
         .ok_or(ResultCode::Parameter)?;
+    if write.body.is_some() && namespace.is_truncated(set_id, write.last_update_ms) {
+        // A copy from before a truncation (a node that missed it, or a
+        // write that crossed it): acknowledged and not stored.
+        return Ok(());
+    }
     let policy = namespace.config.conflict_resolution_policy;
     let mut partition = namespace.index.partition(write.digest.partition()).write();
     if let Some(entry) = partition.get(&write.digest) {
@@ -1064,6 +1073,15 @@ impl Service {
                 Ok(text) => {
                     self.merge_udf_modules(text);
                     vec![ResultCode::Ok.code()]
+                }
+                Err(_) => vec![ResultCode::Parameter.code()],
+            },
+            call_kind::TRUNCATIONS => match std::str::from_utf8(payload) {
+                Ok(text) => {
+                    self.merge_truncations(text);
+                    let mut answer = vec![ResultCode::Ok.code()];
+                    answer.extend_from_slice(self.truncations_text().as_bytes());
+                    answer
                 }
                 Err(_) => vec![ResultCode::Parameter.code()],
             },

@@ -249,11 +249,13 @@ impl Service {
                 build(self, &namespace, &index, &mut || {
                     self.push_sindex_definitions();
                     self.push_udf_modules();
+                    self.push_truncations();
                 })
             },
             || {
                 self.push_sindex_definitions();
                 self.push_udf_modules();
+                self.push_truncations();
             },
         );
     }

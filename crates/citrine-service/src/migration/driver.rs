@@ -122,7 +122,12 @@ async fn exchange(
                 )
                 .await;
             match answer.as_deref() {
-                Ok([exchange_status::READY, ..]) => return answer.ok().map(|bytes| (peer, bytes)),
+                Ok([exchange_status::READY, ..]) => {
+                    // Truncations first: a node that missed one must know
+                    // it before its exchange resolves and it serves copies.
+                    service.sync_truncations(fabric.as_ref(), peer).await;
+                    return answer.ok().map(|bytes| (peer, bytes));
+                }
                 Ok([exchange_status::NOT_YET]) => {
                     pause.sleep(Duration::from_millis(EXCHANGE_RETRY_MS)).await
                 }

@@ -2058,6 +2058,68 @@ mod tests {
     }
 
     #[test]
+    fn a_node_that_missed_a_truncation_learns_it_in_the_exchange() {
+        let world = World::new(&[1, 2]);
+        let writes: Vec<ReplicaWrite> = (0..16u16).map(|pid| record(pid * 131, 7, 1)).collect();
+        world.publish(40, &[1, 2]);
+        world.settle(&[1, 2]);
+        for write in &writes {
+            put(&world.node(1), write);
+            put(&world.node(2), write);
+        }
+        // Node 2 is down while the set is truncated through node 1.
+        world.publish(41, &[1]);
+        world.settle(&[1]);
+        let answer = crate::tests::info(&world.node(1), &["truncate:namespace=test;set=demo"]);
+        assert_eq!(answer[0].1, "ok");
+        assert!(writes
+            .iter()
+            .all(|write| stored(&world.node(1), write).is_none()));
+        // It comes back with its copies; the first step of its driver (the
+        // exchange) brings it the truncation before the exchange resolves.
+        let restarted = service(2);
+        restarted.set_fabric(Arc::new(Direct {
+            from: NodeId(2),
+            nodes: world.nodes.clone(),
+            cut: world.cut.clone(),
+        }));
+        for write in &writes {
+            put(&restarted, write);
+        }
+        world.nodes.lock().retain(|node| node.node_id != NodeId(2));
+        world.nodes.lock().push(restarted.clone());
+        world.publish(42, &[1, 2]);
+        let namespace = restarted.namespace(b"test").expect("namespace");
+        let demo = namespace.sets.existing_id(b"demo").expect("set");
+        assert!(!namespace.is_truncated(demo, writes[0].last_update_ms));
+        let pause: Arc<dyn Pause> = Arc::new(NoWait);
+        assert!(crate::block_on(driver::step(&restarted, &pause)));
+        assert!(
+            namespace.is_truncated(demo, writes[0].last_update_ms),
+            "known once its exchange ran"
+        );
+        world.settle(&[1, 2]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while writes
+            .iter()
+            .any(|write| stored(&restarted, write).is_some())
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "removed in the background"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(writes
+            .iter()
+            .all(|write| stored(&world.node(1), write).is_none()));
+        assert_eq!(
+            restarted.truncations_text(),
+            world.node(1).truncations_text()
+        );
+    }
+
+    #[test]
     fn a_join_moves_only_what_changed_and_drops_what_is_no_longer_held() {
         let world = World::new(&[1, 2, 3]);
         let writes: Vec<ReplicaWrite> = (0..64u16).map(|pid| record(pid * 61, 5, 1)).collect();

@@ -1,0 +1,389 @@
+//! Truncation of a namespace or of one set, for the whole cluster (the
+//! reference's `truncate` system-metadata module): `truncate` and
+//! `truncate-namespace` sent to any one node remove the records last
+//! updated before the truncation's time on every node, as the official
+//! clients expect (they send the command to a single node).
+//!
+//! Owns: the truncations this node knows ([`Truncations`]: the latest
+//! last-update-time threshold, "lut", of each namespace and each
+//! `(namespace, set)`), the two info commands, the merge of a peer's
+//! truncations, their pushes to the peers, and the file `truncate.smd` in
+//! the work directory.
+//!
+//! Rules:
+//! - a truncation's lut only grows: a command or a peer's entry with a lut
+//!   at or below the one known changes nothing (the reference's conflict
+//!   rule, the larger lut wins), so every order of pushes ends with the
+//!   same thresholds on every node;
+//! - a threshold takes effect at once: a record last updated before it is
+//!   no longer live ([`crate::namespace::Namespace::is_truncated`]), and a
+//!   replica write or migrated record that it covers is not stored
+//!   ([`crate::replication`]), so a node that was down during the command
+//!   cannot bring the records back; the records already held are then
+//!   removed (inline for a command, on a `citrine-truncate` thread for a
+//!   peer's entry, which arrives on the fabric's serving path);
+//! - durable before it is answered: a device namespace records the
+//!   threshold on its device (a restart does not load the records again),
+//!   and the file keeps every threshold (a memory namespace restarted empty
+//!   still refuses older copies from a node that missed the command);
+//! - pushed like the other shared metadata ([`crate::smd`]): at once after a
+//!   change (within the `citrine-sindex` thread's idle wait), after every
+//!   view change and every [`crate::smd::PUSH_EVERY_MS`]; and exchanged
+//!   both ways with every peer during each view's partition-version
+//!   exchange ([`Service::sync_truncations`]), so a node that missed a
+//!   truncation (down, or on the other side of a split) knows it before
+//!   its exchange resolves and it serves or sends any copy;
+//! - a truncation of a set this node has never stored gives the set its id
+//!   here, so the threshold applies to records of it that arrive later.
+//!
+//! File format: one line per threshold, `namespace=NS;lut=MS` or
+//! `namespace=NS;set=SET;lut=MS` (MS: Unix milliseconds), rewritten whole
+//! (temporary file, fsync, rename) on every change. Pushes carry the same
+//! lines. `truncate-undo` is not supported: a threshold cannot be lowered.
+
+use crate::namespace::Namespace;
+use crate::replication::{call_kind, Fabric};
+use crate::smd::PushClock;
+use crate::Service;
+use citrine_types::{NodeId, ResultCode};
+use citrine_wire::info::InfoCommand;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+/// The truncations file in the work directory.
+pub const TRUNCATIONS_FILE: &str = "truncate.smd";
+
+/// A peer's threshold this far past the local clock is taken with a
+/// warning (the clocks disagree).
+const CLOCK_SKEW_WARN_MS: u64 = 15_000;
+
+/// How long the exchange's truncation sync waits for a peer.
+const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a threshold truncates: a namespace, or one set of it.
+type Target = (String, Option<String>);
+
+/// This node's truncation thresholds.
+#[derive(Default)]
+pub(crate) struct Truncations {
+    /// Target → lut (Unix ms). Only grows.
+    entries: Mutex<BTreeMap<Target, u64>>,
+    /// The truncations file, once the server names its directory.
+    file: OnceLock<PathBuf>,
+    push: PushClock,
+}
+
+fn line((namespace, set): &Target, lut_ms: u64) -> String {
+    match set {
+        Some(set) => format!("namespace={namespace};set={set};lut={lut_ms}"),
+        None => format!("namespace={namespace};lut={lut_ms}"),
+    }
+}
+
+fn text(entries: &BTreeMap<Target, u64>) -> String {
+    let mut text = String::new();
+    for (target, lut_ms) in entries {
+        text.push_str(&line(target, *lut_ms));
+        text.push('\n');
+    }
+    text
+}
+
+fn parse_line(text: &str) -> Result<(Target, u64), String> {
+    let param = citrine_sindex::def::params(text);
+    let namespace = param("namespace")
+        .filter(|name| !name.is_empty())
+        .ok_or("no namespace")?;
+    let set = param("set").filter(|set| !set.is_empty());
+    let lut_ms = param("lut")
+        .and_then(|lut| lut.parse::<u64>().ok())
+        .filter(|lut| *lut > 0)
+        .ok_or("no valid lut")?;
+    Ok(((namespace.to_owned(), set.map(str::to_owned)), lut_ms))
+}
+
+/// Makes a threshold effective for `namespace`: recorded on its device
+/// (if any), then used by every liveness check. Returns the set's id to
+/// remove records of (`None`: every set), or why it could not.
+fn take_effect(
+    namespace: &Namespace,
+    set: Option<&str>,
+    lut_ms: u64,
+) -> Result<Option<u16>, String> {
+    // Durable first: a device namespace records the threshold on the device
+    // so a restart does not bring the records back.
+    if let Some(device) = namespace.storage.device() {
+        device
+            .persist_truncation(set.map(str::as_bytes), lut_ms)
+            .map_err(|error| format!("cannot persist the truncation: {error}"))?;
+    }
+    match set {
+        Some(set) => {
+            let id = namespace
+                .sets
+                .id_of(set.as_bytes())
+                .ok_or_else(|| format!("set {set:?} cannot be created: too many sets"))?;
+            namespace
+                .sets
+                .stats(id)
+                .truncate_lut_ms
+                .fetch_max(lut_ms, Ordering::Relaxed);
+            Ok(Some(id))
+        }
+        None => {
+            namespace
+                .stats
+                .truncate_lut_ms
+                .fetch_max(lut_ms, Ordering::Relaxed);
+            Ok(None)
+        }
+    }
+}
+
+/// Records already held that a threshold covers, still to be removed.
+pub(crate) struct Removal {
+    namespace: Arc<Namespace>,
+    set_id: Option<u16>,
+    lut_ms: u64,
+}
+
+impl Removal {
+    /// Removes the records (a walk of every partition under its lock).
+    pub(crate) fn run(self) -> u64 {
+        let removed = crate::nsup::remove_truncated(&self.namespace, self.set_id, self.lut_ms);
+        tracing::info!(namespace = %self.namespace.config.name, set_id = ?self.set_id, lut_ms = self.lut_ms, removed, "truncated");
+        removed
+    }
+
+    /// Runs every removal on a `citrine-truncate` thread (inline when no
+    /// thread can be started).
+    pub(crate) fn run_in_background(removals: Vec<Removal>) {
+        if removals.is_empty() {
+            return;
+        }
+        let pending = Arc::new(Mutex::new(removals));
+        let shared = Arc::clone(&pending);
+        let work = move || {
+            let removals = std::mem::take(&mut *shared.lock());
+            for removal in removals {
+                removal.run();
+            }
+        };
+        if let Err(error) = std::thread::Builder::new()
+            .name("citrine-truncate".to_owned())
+            .spawn(work)
+        {
+            tracing::warn!("truncating inline: cannot start a thread: {error}");
+            for removal in std::mem::take(&mut *pending.lock()) {
+                removal.run();
+            }
+        }
+    }
+}
+
+impl Truncations {
+    fn save(&self, entries: &BTreeMap<Target, u64>) -> Result<(), String> {
+        match self.file.get() {
+            Some(path) => crate::smd::save_atomically(path, &text(entries)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Service {
+    fn namespace_arc(&self, name: &str) -> Option<Arc<Namespace>> {
+        self.namespace_index(name.as_bytes())
+            .map(|index| Arc::clone(&self.namespaces[index]))
+    }
+
+    /// `truncate:namespace=NS;set=SET[;lut=NANOS]` and
+    /// `truncate-namespace:namespace=NS[;lut=NANOS]`: records last updated
+    /// before the lut (now when absent; nanoseconds since the Unix epoch)
+    /// are removed here at once and on every other member after the push.
+    pub(crate) fn truncate_command(
+        &self,
+        command: &InfoCommand<'_>,
+        whole_namespace: bool,
+    ) -> String {
+        let Some(namespace_name) = command
+            .param("namespace")
+            .filter(|name| self.namespace(name.as_bytes()).is_some())
+        else {
+            return "ERROR:4:namespace not found".to_owned();
+        };
+        let now_ms = self.now().unix_ms;
+        let lut_ms = match command.param("lut") {
+            None => now_ms,
+            Some(text) => match text.parse::<u64>() {
+                Ok(nanoseconds) if nanoseconds / 1_000_000 == 0 => {
+                    return "ERROR:4:lut would truncate to 0".to_owned()
+                }
+                Ok(nanoseconds) if nanoseconds / 1_000_000 <= now_ms => nanoseconds / 1_000_000,
+                Ok(_) => return "ERROR:4:lut is in the future".to_owned(),
+                Err(_) => return "ERROR:4:bad lut".to_owned(),
+            },
+        };
+        let set = if whole_namespace {
+            None
+        } else {
+            command.param("set").filter(|set| !set.is_empty())
+        };
+        let target: Target = (namespace_name.to_owned(), set.map(str::to_owned));
+        let mut entries = self.truncations.entries.lock();
+        if entries.get(&target).is_some_and(|known| *known >= lut_ms) {
+            // An equal or later truncation is already in effect.
+            return "ok".to_owned();
+        }
+        let Some(namespace) = self.namespace_arc(namespace_name) else {
+            return "ERROR:4:namespace not found".to_owned();
+        };
+        let set_id = match take_effect(&namespace, set, lut_ms) {
+            Ok(set_id) => set_id,
+            Err(message) => return format!("ERROR:1:{message}"),
+        };
+        let mut next = entries.clone();
+        next.insert(target, lut_ms);
+        if let Err(message) = self.truncations.save(&next) {
+            tracing::error!("truncation in effect here but not saved: {message}");
+            return format!("ERROR:1:cannot save the truncation: {message}");
+        }
+        *entries = next;
+        self.truncations.push.mark();
+        drop(entries);
+        Removal {
+            namespace,
+            set_id,
+            lut_ms,
+        }
+        .run();
+        "ok".to_owned()
+    }
+
+    /// Keeps truncations in `directory` from now on, and brings back the
+    /// ones the file there holds (removing what they cover of the records
+    /// just loaded). A line that is not understood is logged and dropped.
+    pub fn keep_truncations(&self, directory: &Path) -> Result<(), String> {
+        let path = directory.join(TRUNCATIONS_FILE);
+        let text = crate::smd::read(&path)?;
+        if self.truncations.file.set(path.clone()).is_err() {
+            return Err("the truncations directory is already set".to_owned());
+        }
+        let (_, removals) = self.adopt_truncations(&text, &path.display().to_string());
+        for removal in removals {
+            removal.run();
+        }
+        let entries = self.truncations.entries.lock();
+        self.truncations.save(&entries)
+    }
+
+    /// Merges a peer's truncations (the text its push carries); the records
+    /// they cover are removed on a background thread.
+    pub(crate) fn merge_truncations(&self, incoming: &str) {
+        let (changed, removals) = self.adopt_truncations(incoming, "a peer");
+        if changed {
+            self.truncations.push.mark();
+            let entries = self.truncations.entries.lock();
+            if let Err(message) = self.truncations.save(&entries) {
+                tracing::error!("merged truncations not saved: {message}");
+            }
+        }
+        Removal::run_in_background(removals);
+    }
+
+    /// Takes every line of `text` whose lut is later than the one known
+    /// (for a namespace this node has); returns whether any was taken, and
+    /// the removals they call for.
+    fn adopt_truncations(&self, text: &str, from: &str) -> (bool, Vec<Removal>) {
+        let mut entries = self.truncations.entries.lock();
+        let mut changed = false;
+        let mut removals = Vec::new();
+        for item in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
+            let (target, lut_ms) = match parse_line(item) {
+                Ok(parsed) => parsed,
+                Err(message) => {
+                    tracing::warn!(
+                        "a truncation from {from} is not understood ({message}): {item}"
+                    );
+                    continue;
+                }
+            };
+            if entries.get(&target).is_some_and(|known| *known >= lut_ms) {
+                continue;
+            }
+            let Some(namespace) = self.namespace_arc(&target.0) else {
+                // A namespace this node does not have: kept, so it is
+                // pushed on, but nothing here to truncate.
+                entries.insert(target, lut_ms);
+                changed = true;
+                continue;
+            };
+            let now_ms = self.now().unix_ms;
+            if lut_ms > now_ms.saturating_add(CLOCK_SKEW_WARN_MS) {
+                tracing::warn!(namespace = %target.0, set = ?target.1, lut_ms, now_ms, "a truncation from {from} is in the future: clock skew?");
+            }
+            match take_effect(&namespace, target.1.as_deref(), lut_ms) {
+                Ok(set_id) => {
+                    tracing::info!(namespace = %target.0, set = ?target.1, lut_ms, "truncation taken from {from}");
+                    entries.insert(target, lut_ms);
+                    changed = true;
+                    removals.push(Removal {
+                        namespace,
+                        set_id,
+                        lut_ms,
+                    });
+                }
+                // Not recorded: the next push brings it again.
+                Err(message) => {
+                    tracing::error!(namespace = %target.0, set = ?target.1, "truncation from {from} not taken: {message}")
+                }
+            }
+        }
+        (changed, removals)
+    }
+
+    /// Every threshold, one line each (what a push carries).
+    pub(crate) fn truncations_text(&self) -> String {
+        text(&self.truncations.entries.lock())
+    }
+
+    /// Sends every threshold to `peer` and takes the ones its answer
+    /// carries (the migration driver calls it once per peer in each view's
+    /// exchange, before the exchange resolves). One attempt: a peer that
+    /// does not answer gets the periodic pushes.
+    pub(crate) async fn sync_truncations(&self, fabric: &dyn Fabric, peer: NodeId) {
+        let text = self.truncations_text().into_bytes();
+        match fabric
+            .call(peer, call_kind::TRUNCATIONS, text, SYNC_TIMEOUT)
+            .await
+        {
+            Ok(answer) => match answer.split_first() {
+                Some((&code, rest)) if code == ResultCode::Ok.code() => {
+                    match std::str::from_utf8(rest) {
+                        Ok(text) => self.merge_truncations(text),
+                        Err(_) => tracing::warn!(?peer, "a peer's truncations are not text"),
+                    }
+                }
+                _ => tracing::debug!(?peer, "truncations not synced: answer {answer:?}"),
+            },
+            Err(error) => tracing::debug!(?peer, "truncations not synced: {error:?}"),
+        }
+    }
+
+    /// Sends every threshold to every other member when a push is due (the
+    /// `citrine-sindex` thread calls it beside the other shared metadata).
+    pub(crate) fn push_truncations(&self) {
+        crate::smd::push_to_peers(
+            self,
+            &self.truncations.push,
+            call_kind::TRUNCATIONS,
+            "truncations",
+            || self.truncations_text(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;
