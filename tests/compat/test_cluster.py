@@ -366,3 +366,34 @@ def test_a_node_down_during_a_truncate_does_not_bring_the_records_back(tmp_path_
             client.close()
         for node in nodes:
             node.stop()
+
+
+def test_a_record_written_again_after_its_delete_is_on_every_replica(three_nodes):
+    """Written twice, deleted, written again through the official client:
+    the delete's tombstone has a later generation than the first copy, so
+    the new copy's generation goes past it (as after the reference's
+    durable deletes) and every replica stores it: each partition's two
+    copies are identical."""
+    seed = three_nodes[0]
+    client = aerospike.client({"hosts": [(seed.host, seed.port)], "policies": CLIENT_POLICIES}).connect()
+    try:
+        _wait_cluster_size(client, 3)
+        _wait_client_nodes(client, 3)
+        keys = [("test", "again", i) for i in range(120)]
+        for key in keys:
+            client.put(key, {"v": 1})
+            client.put(key, {"v": 2})
+            client.remove(key)
+            client.put(key, {"v": 3})
+        holders = {}
+        for node in three_nodes:
+            for pid, value in _checksums(node).items():
+                holders.setdefault(pid, []).append(value)
+        differing = {pid: values for pid, values in holders.items()
+                     if len(values) != 2 or values[0] != values[1]}
+        assert not differing, differing
+        for key in keys:
+            _, meta, bins = client.get(key)
+            assert bins == {"v": 3} and meta["gen"] == 4, (key, meta)
+    finally:
+        client.close()

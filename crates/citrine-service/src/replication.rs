@@ -676,13 +676,13 @@ pub fn apply_replica_write(service: &Service, write: &ReplicaWrite) -> ResultCod
     let Some(namespace) = service.namespace(write.namespace.as_bytes()) else {
         return ResultCode::Namespace;
     };
-    match apply(namespace, write) {
+    match apply(namespace, write, service.now()) {
         Ok(()) => ResultCode::Ok,
         Err(code) => code,
     }
 }
 
-fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> {
+fn apply(namespace: &Namespace, write: &ReplicaWrite, now: Now) -> Result<(), ResultCode> {
     let set_id = namespace
         .sets
         .id_of(&write.set_name)
@@ -694,8 +694,18 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite) -> Result<(), ResultCode> 
     }
     let policy = namespace.config.conflict_resolution_policy;
     let mut partition = namespace.index.partition(write.digest.partition()).write();
-    if let Some(entry) = partition.get(&write.digest) {
-        if holds_newer(policy, &entry.meta(), write) {
+    // A held copy that is dead (expired or truncated here, or expired
+    // before the incoming copy was written, whatever this node's clock
+    // says) counts as absent: it wins over nothing, as in the manifests a
+    // migration compares against. The master writes a record afresh at
+    // generation 1 over its own expired copy.
+    let written_at = Now::from_unix_ms(write.last_update_ms).citrusleaf_seconds;
+    let held = partition
+        .get(&write.digest)
+        .map(|entry| entry.meta())
+        .filter(|meta| transaction::is_live(namespace, meta, now) && !meta.is_expired(written_at));
+    if let Some(meta) = held {
+        if holds_newer(policy, &meta, write) {
             return Ok(());
         }
     } else if let Some(tombstone) = partition.tombstone(&write.digest) {
@@ -1172,7 +1182,7 @@ mod tests {
             namespace: "test".into(),
             digest: Digest([7; DIGEST_SIZE]),
             generation: 3,
-            void_time: 1234,
+            void_time: 1_000_000_000, // live: expires after the test clock's now
             last_update_ms: 99_000,
             set_name: b"demo".to_vec(),
             body,
@@ -1285,7 +1295,7 @@ mod tests {
         let (meta, body) = stored(&service, &write.digest).expect("stored");
         assert_eq!(
             (meta.generation, meta.void_time, meta.last_update_ms),
-            (3, 1234, 99_000)
+            (3, 1_000_000_000, 99_000)
         );
         assert_eq!(body, vec![1, 2, 3]);
         assert_eq!(

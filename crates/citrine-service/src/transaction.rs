@@ -1165,8 +1165,10 @@ fn write(
             let new_body = encode_body_reserving(key, &bins, MEMORY_BODY_SPARE)
                 .map_err(|_| ResultCode::Parameter)?;
             check_record_size(namespace, new_body.len())?;
-            let generation =
-                live_meta.map_or(1, |meta| RecordMeta::next_generation(meta.generation));
+            let generation = match live_meta {
+                Some(meta) => RecordMeta::next_generation(meta.generation),
+                None => generation_after(partition.tombstone(&request.digest)),
+            };
             let record_set = live_meta.map_or(set_id, |meta| meta.set_id);
             let meta = RecordMeta {
                 generation,
@@ -1218,6 +1220,18 @@ fn write(
         .client_write_success
         .fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+/// The generation of a record written where none is live: past the
+/// tombstone of its delete while the node holds one (as after the
+/// reference's durable deletes), so the new copy wins over that tombstone
+/// on every replica still holding it and in every merge; else 1 (also over
+/// an expired or truncated copy, as the reference's "rescue" of a doomed
+/// record does: replicas count such a copy as absent).
+pub(crate) fn generation_after(tombstone: Option<Tombstone>) -> u16 {
+    tombstone.map_or(1, |tombstone| {
+        RecordMeta::next_generation(tombstone.generation)
+    })
 }
 
 /// The checks every write makes before it reads the record: the namespace

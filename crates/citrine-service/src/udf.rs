@@ -665,10 +665,12 @@ pub(crate) fn apply(
                 (0, 0)
             }
             Planned::Store { body, void_time } => {
+                let generation = match snapshot.meta {
+                    Some(meta) => RecordMeta::next_generation(meta.generation),
+                    None => transaction::generation_after(partition.tombstone(&request.digest)),
+                };
                 let meta = RecordMeta {
-                    generation: snapshot
-                        .meta
-                        .map_or(1, |meta| RecordMeta::next_generation(meta.generation)),
+                    generation,
                     set_id: snapshot.meta.map_or(set_id, |meta| meta.set_id),
                     void_time,
                     last_update_ms: now.unix_ms,

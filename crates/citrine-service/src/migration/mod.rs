@@ -2427,6 +2427,104 @@ mod tests {
         assert_eq!(found, 40);
     }
 
+    /// A replica (or migration target) whose copy expired stores whatever
+    /// copy it is sent, even of a lower generation: the master may have
+    /// removed its own expired copy already and written the record afresh.
+    #[test]
+    fn a_dead_copy_wins_over_nothing() {
+        let node = service(1);
+        let mut expired = record(5, 9, 5);
+        expired.void_time = 1;
+        put(&node, &expired);
+        let mut fresh = record(5, 9, 1);
+        fresh.last_update_ms += 10;
+        fresh.body = Some(vec![9, 9]);
+        put(&node, &fresh);
+        assert_eq!(stored(&node, &fresh), Some((1, vec![9, 9])));
+        // A live copy still wins over a lower generation.
+        let mut stale = record(5, 9, 0);
+        stale.generation = 0;
+        stale.last_update_ms -= 5;
+        put(&node, &stale);
+        assert_eq!(stored(&node, &fresh), Some((1, vec![9, 9])));
+        // A copy live by this node's clock, which runs behind the master's,
+        // but expired before the master wrote the record afresh.
+        let now = node.now();
+        let mut skewed = record(6, 9, 5);
+        skewed.void_time = now.citrusleaf_seconds + 2;
+        put(&node, &skewed);
+        let mut rewritten = record(6, 9, 1);
+        rewritten.last_update_ms = now.unix_ms + 5_000;
+        rewritten.body = Some(vec![6]);
+        put(&node, &rewritten);
+        assert_eq!(stored(&node, &rewritten), Some((1, vec![6])));
+    }
+
+    /// A record written, deleted and written again (with write ops, then
+    /// a delete, then write ops, all through the master, in batches) is on
+    /// every replica at the end: the new copy's generation is past the
+    /// tombstone's, so no replica keeps the tombstone over it.
+    #[test]
+    fn a_record_written_again_after_its_delete_reaches_every_replica() {
+        use crate::batch::row_flags;
+        use crate::batch::tests::{batch_frame, digest, payload, run, RowSpec};
+        use citrine_wire::msg::{info2, info3, op_type};
+        let world = World::new(&[1, 2]);
+        world.publish(60, &[1, 2]);
+        world.settle(&[1, 2]);
+        let keys: Vec<String> = (0..20).map(|i| format!("again{i}")).collect();
+        let batch = |info2_bits: u8, value: Option<i64>| {
+            let rows: Vec<RowSpec> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, key)| {
+                    let row = RowSpec::full(
+                        i as u32,
+                        "test",
+                        "demo",
+                        key,
+                        row_flags::INFO | row_flags::GENERATION | row_flags::TTL,
+                        [0, info2_bits, 0, 0],
+                    );
+                    match value {
+                        Some(value) => row.op(op_type::WRITE, 1, "v", &value.to_be_bytes()),
+                        None => row,
+                    }
+                })
+                .collect();
+            let answers = run(&world.node(1), &batch_frame(&payload(&rows, 0), false));
+            let (last, rows) = answers.split_last().expect("messages");
+            assert_eq!(last.header.info3 & info3::LAST, info3::LAST);
+            let failed: Vec<u8> = rows
+                .iter()
+                .map(|row| row.header.result_code)
+                .filter(|code| *code != 0)
+                .collect();
+            assert!(failed.is_empty(), "{failed:?}");
+        };
+        batch(info2::WRITE, Some(1));
+        batch(info2::WRITE, Some(2));
+        batch(info2::WRITE | info2::DELETE, None);
+        batch(info2::WRITE, Some(3));
+        for key in &keys {
+            let digest = digest("demo", key);
+            let copies: Vec<Option<(u16, Vec<u8>)>> = [1, 2]
+                .iter()
+                .map(|id| {
+                    let node = world.node(*id);
+                    let namespace = node.namespace(b"test").expect("ns");
+                    let index = namespace.index.partition(digest.partition()).read();
+                    let entry = index.get(&digest)?;
+                    let body = namespace.storage.read(&entry.location).ok()?.into_owned();
+                    Some((entry.meta().generation, body))
+                })
+                .collect();
+            assert_eq!(copies[0], copies[1], "{key}: the same copy on both nodes");
+            let generation = copies[0].as_ref().map(|(generation, _)| *generation);
+            assert_eq!(generation, Some(4), "{key}: past the tombstone's 3");
+        }
+    }
+
     /// Sends a header-only read of `digest` (with read-touch percent
     /// `touch`, 0 = none) to `node` through `Service::handle`; the result
     /// code.
