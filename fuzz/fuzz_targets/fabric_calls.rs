@@ -1,8 +1,9 @@
 //! The fabric (`citrine_service::Service::serve_fabric`): every call kind a
 //! peer can send — proxied requests, replica writes, migration batches,
 //! duplicate resolution, the partition-version exchange, drops, manifests
-//! and the pushes of index definitions, UDF modules and truncations — with
-//! arbitrary payloads, into one node that keeps its state across inputs (a view of
+//! the pushes of index definitions, UDF modules and truncations, and parts
+//! of aggregations — with arbitrary payloads, into one node that keeps its
+//! state across inputs (a view of
 //! its own with cluster key 1, an in-memory namespace `test`, no fabric of
 //! its own, so nothing leaves it).
 //!

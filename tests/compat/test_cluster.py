@@ -152,13 +152,41 @@ def _query_each_once(client, set_name, count):
     assert sorted(record[2]["v"] for record in records) == list(range(count))
 
 
+COUNT_MODULE = """
+local function plus(a, b) return a + b end
+function count(stream)
+  return stream : map(function(rec) return 1 end) : reduce(plus)
+end
+"""
+
+
+def _aggregate_counts(client, set_name, attempts):
+    """The official client's aggregation (sent to every node, no partition
+    list) counting the set, `attempts` times: each answer's total, or the
+    error code it failed with."""
+    answers = []
+    for _ in range(attempts):
+        query = client.query("test", set_name)
+        query.apply("citrine_count", "count", [])
+        try:
+            answers.append(sum(query.results()))
+        except aerospike.exception.AerospikeError as error:
+            answers.append(("error", error.code))
+    return answers
+
+
 def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
     """A third node joins while migrations crawl (20 records a second from
     each source). Until it is filled, the nodes holding the only copies of
     the partitions it will master claim them (acting masters): the official
     client's partition-tracked query over the whole set and its batch read
-    see every record, each once, and the acting masters serve reads."""
+    see every record, each once, and the acting masters serve reads. Its
+    aggregations (sent to every node for all partitions) count every
+    record, the joining node running the part of the partitions it fills on
+    their acting masters, or fail with 11 (a handover during the part):
+    never a count that misses the filling partitions."""
     import rawwire as rw
+    from conftest import LUA_USER_PATH
     first = start_citrined(tmp_path_factory.mktemp("mig0"), ["--node-id", "B1"])
     nodes = [first]
     client = None
@@ -167,9 +195,13 @@ def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
         nodes.append(start_citrined(tmp_path_factory.mktemp("mig1"),
                                     ["--node-id", "B2", "--seed", seed]))
         client = aerospike.client({"hosts": [(first.host, first.port)],
-                                   "policies": CLIENT_POLICIES}).connect()
+                                   "policies": CLIENT_POLICIES,
+                                   "lua": {"user_path": str(LUA_USER_PATH)}}).connect()
         _wait_cluster_size(client, 2)
         _wait_stable(nodes)
+        module = LUA_USER_PATH / "citrine_count.lua"
+        module.write_text(COUNT_MODULE)
+        client.udf_put(str(module))
         keys = [("test", "mig", i) for i in range(2000)]
         for key in keys:
             client.put(key, {"v": key[2]})
@@ -181,6 +213,14 @@ def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
                                     ["--node-id", "B3", "--seed", seed]))
         _wait_cluster_size(client, 3)
         _wait_client_nodes(client, 3)
+        deadline = time.monotonic() + 10
+        while "citrine_count.lua" not in rw.info(nodes[2].host, nodes[2].port,
+                                                 ["udf-list"])["udf-list"]:
+            assert time.monotonic() < deadline, "the joining node gets the module"
+            time.sleep(0.1)
+        counts = _aggregate_counts(client, "mig", 10)
+        assert all(count in (2000, ("error", 11)) for count in counts), counts
+        assert 2000 in counts, counts
         _query_each_once(client, "mig", 2000)
         found = client.batch_read(keys, policy={"max_retries": 5, "sleep_between_retries": 100,
                                                 "total_timeout": 10000})

@@ -120,6 +120,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    service.set_shared();
     if args.noop {
         service.set_noop();
         tracing::warn!("--noop: every data request is answered with success and nothing is stored (benchmark ceiling; never for real data)");

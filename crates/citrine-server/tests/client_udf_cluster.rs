@@ -291,9 +291,9 @@ async fn udfs_across_a_three_node_cluster() {
 
 /// While a joining node's partitions are still filling: an aggregation's
 /// stream has no per-partition answers to say what it left out, so it
-/// fails with 11 (partition unavailable) rather than return a count that
-/// silently misses the filling partitions (before: 1 333 of 2 000); once
-/// migrations are done it counts every record. A background job started
+/// counts every record or fails with 11 (partition unavailable), never a
+/// count that silently misses the filling partitions (before: 1 333 of
+/// 2 000); once migrations are done it counts every record. A background job started
 /// then walks the filling partitions once they are whole: every record
 /// gets its write (before: 673 of 2 000 missed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -356,16 +356,26 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
     // sends it) follows the acting masters' claims, and fails (11) where
     // the client's map is a handover behind (frequent here: most
     // partitions hold one or two records) or a claim ends during the walk:
-    // it counts all or fails, never a part. One sent to every node for all
-    // partitions (as the official clients send it) keeps to the map's
-    // masters: the joining node refuses it while it fills.
+    // it counts all or fails, never a part.
     for _ in 0..5 {
         match count().await {
             Err(error) => assert_eq!(error.raw_code(), Some(11), "{error}"),
             Ok(outputs) => assert_eq!(total(&outputs), LOADED, "{outputs:?}"),
         }
     }
-    assert_eq!(count_on_every_node(&nodes), Err(11));
+    // One sent to every node for all partitions (as the official clients
+    // send it) keeps to the map's masters; the joining node runs the part
+    // of the partitions it fills on the acting masters holding them. It
+    // too counts all or fails (a handover during its part), never a part;
+    // here 7 of 10 counted all, the rest failed.
+    let counted: Vec<Result<i64, u8>> = (0..10).map(|_| count_on_every_node(&nodes)).collect();
+    assert!(
+        counted
+            .iter()
+            .all(|count| *count == Ok(LOADED) || *count == Err(11)),
+        "{counted:?}"
+    );
+    assert!(counted.contains(&Ok(LOADED)), "{counted:?}");
     // Meanwhile the nodes holding the only copies of the partitions the
     // joining node fills claim them as acting masters: a scan (partition
     // by partition, retrying the ones refused) and a batch read see every

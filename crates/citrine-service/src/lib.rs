@@ -37,6 +37,7 @@ pub mod migration;
 pub mod namespace;
 pub mod noop;
 pub mod nsup;
+mod offload;
 pub mod replication;
 pub mod scan;
 pub mod sindex;
@@ -155,13 +156,20 @@ enum Pending {
     BatchRemote(Box<batch::BatchRemote>),
     /// An aggregation (a query with a stream UDF).
     Aggregate(Box<udf::AggregateRun>),
+    /// An aggregation whose first step is fabric work: the parts of
+    /// partitions it must cover that acting masters hold (see
+    /// [`udf::AggregateRun::run_delegated`]); then the rest, here.
+    AggregateRemote(Box<udf::AggregateRun>),
 }
 
 impl Continuation {
     /// True when the next chunk needs fabric work: produce it with
     /// [`Service::complete_remote`] (on an event loop), not `resume`.
     pub fn is_remote(&self) -> bool {
-        matches!(self.0, Pending::Remote(_) | Pending::BatchRemote(_))
+        matches!(
+            self.0,
+            Pending::Remote(_) | Pending::BatchRemote(_) | Pending::AggregateRemote(_)
+        )
     }
 
     fn of_batch(next: batch::BatchNext) -> Option<Continuation> {
@@ -206,6 +214,9 @@ pub struct Service {
     pub(crate) udfs: udf::Udfs,
     /// Truncation thresholds the cluster shares (see [`truncate`]).
     pub(crate) truncations: truncate::Truncations,
+    /// This service itself, once the server shares it
+    /// ([`Service::set_shared`]): for work handed to a thread of its own.
+    shared: OnceLock<std::sync::Weak<Service>>,
 }
 
 impl Service {
@@ -250,6 +261,7 @@ impl Service {
             jobs: job::Jobs::default(),
             udfs: udf::Udfs::default(),
             truncations: truncate::Truncations::default(),
+            shared: OnceLock::new(),
             config,
             namespaces,
             clock,
@@ -332,6 +344,17 @@ impl Service {
         self.fabric.get().cloned()
     }
 
+    /// Lets the service hand work that may run long to a thread of its own
+    /// (see [`offload`]); without it (tests, tools) such work runs inline.
+    pub fn set_shared(self: &Arc<Service>) {
+        let _ = self.shared.set(Arc::downgrade(self));
+    }
+
+    /// This service, shared, when [`Service::set_shared`] was called.
+    pub(crate) fn shared(&self) -> Option<Arc<Service>> {
+        self.shared.get().and_then(std::sync::Weak::upgrade)
+    }
+
     /// True when single-record requests are routed by the partition map
     /// (other members and a fabric): one relaxed load on the alone path.
     #[inline]
@@ -361,6 +384,10 @@ impl Service {
                 .complete(self, out)
                 .await
                 .map(|cursor| Continuation(Pending::Batch(cursor))),
+            Pending::AggregateRemote(run) => run
+                .run_delegated(self, out)
+                .await
+                .map(|run| Continuation(Pending::Aggregate(run))),
             other => Some(Continuation(other)),
         }
     }
@@ -553,6 +580,8 @@ impl Service {
             Pending::Aggregate(run) => run
                 .step(self, out)
                 .map(|run| Continuation(Pending::Aggregate(run))),
+            Pending::AggregateRemote(run) => block_on(run.run_delegated(self, out))
+                .map(|run| Continuation(Pending::Aggregate(run))),
         }
     }
 
@@ -578,9 +607,14 @@ impl Service {
             Ok(message)
                 if message.field(field_type::DIGEST).is_none() && udf::is_aggregation(&message) =>
             {
-                Ok(udf::start_aggregate(self, &message, out)
-                    .and_then(|run| run.step(self, out))
-                    .map(|run| Continuation(Pending::Aggregate(run))))
+                Ok(udf::start_aggregate(self, &message, out).and_then(|run| {
+                    if run.has_delegated() {
+                        Some(Continuation(Pending::AggregateRemote(run)))
+                    } else {
+                        run.step(self, out)
+                            .map(|run| Continuation(Pending::Aggregate(run)))
+                    }
+                }))
             }
             Ok(message) if message.field(field_type::DIGEST).is_none() => {
                 // No digest: a scan or a query.

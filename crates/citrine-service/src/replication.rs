@@ -134,6 +134,12 @@ pub mod call_kind {
     /// line each); the answer is one result-code byte and, on success,
     /// every threshold the answering node knows (same lines).
     pub const TRUNCATIONS: u8 = 10;
+    /// A part of an aggregation for all partitions: the AS_MSG body of the
+    /// aggregation, listing the partitions the asking master is filling
+    /// and the answering node acts for (`crate::udf`); the answer is a
+    /// result-code byte and, on success, the part's whole stream (value
+    /// frames, then LAST).
+    pub const AGGREGATE_PART: u8 = 11;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.
@@ -1086,6 +1092,7 @@ impl Service {
                 }
                 Err(_) => vec![ResultCode::Parameter.code()],
             },
+            call_kind::AGGREGATE_PART => self.serve_aggregate_part(payload).await,
             call_kind::TRUNCATIONS => match std::str::from_utf8(payload) {
                 Ok(text) => {
                     self.merge_truncations(text);

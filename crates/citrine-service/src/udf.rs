@@ -38,7 +38,7 @@ use citrine_cdt::value::{self, Value};
 use citrine_index::RecordMeta;
 use citrine_record::{encode_body_reserving, valid_bin_name, validate_value, Bin, BodyView};
 use citrine_storage::MEMORY_BODY_SPARE;
-use citrine_types::{ParticleType, ResultCode};
+use citrine_types::{NodeId, ParticleType, PartitionId, ResultCode};
 use citrine_udf::{Change, Registry, UdfError};
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, info2, info3, op_type, Message, MessageWriter, MsgHeader};
@@ -876,6 +876,12 @@ pub struct AggregateRun {
     /// The partition whose records the current stream holds (`None`
     /// before the first record).
     partition: Option<citrine_types::PartitionId>,
+    /// Partitions this node masters but is still filling, by the acting
+    /// master that holds each whole: their part is run there first
+    /// ([`AggregateRun::run_delegated`]).
+    delegated: Vec<(NodeId, Vec<PartitionId>)>,
+    /// The request, as the parts re-send it (empty when none is delegated).
+    request: Vec<u8>,
 }
 
 /// One of the node's [`MAX_AGGREGATIONS`] places, given back on drop.
@@ -943,6 +949,21 @@ pub(crate) fn start_aggregate(
     };
     let mut cursor = match crate::scan::parse(message, Arc::clone(&namespace), false) {
         Ok(Some(cursor)) => cursor,
+        Ok(None) if fills_a_mastered_partition(service, message, &namespace) => {
+            // The set is unknown here, but records of it may be in the
+            // partitions this node masters and is still filling: it gets
+            // the set (it will hold its records soon) and delegates them.
+            let set = message.field(field_type::SET).unwrap_or_default();
+            match namespace
+                .sets
+                .id_of(set)
+                .and_then(|_| crate::scan::parse(message, Arc::clone(&namespace), false).ok())
+                .flatten()
+            {
+                Some(cursor) => cursor,
+                None => return refuse(out, ResultCode::Unavailable),
+            }
+        }
         Ok(None) => {
             // Unknown set: no records, nothing emitted.
             transaction::write_stream_end(out, ResultCode::Ok);
@@ -955,18 +976,37 @@ pub(crate) fn start_aggregate(
         // claims (see there); a claim lost during the walk fails the run.
         cursor.keep_served_partitions(service, crate::scan::lists_partitions(message));
     }
-    if let Some(partition) =
-        missed_partition(service, message, &namespace, cursor.take_unavailable())
-    {
-        // An aggregation's stream has no per-partition answers (the
-        // official clients read none), so a partition left out would be
-        // a silently wrong result: fail it instead, to be tried again.
-        tracing::debug!(
-            partition = partition.index(),
-            "aggregation refused: a partition it must cover is not served whole here"
-        );
-        return refuse(out, ResultCode::Unavailable);
-    }
+    let delegated =
+        match delegate_partitions(service, message, &namespace, cursor.take_unavailable()) {
+            Ok(delegated) => delegated,
+            Err(partition) => {
+                // An aggregation's stream has no per-partition answers (the
+                // official clients read none), so a partition left out would
+                // be a silently wrong result: fail it instead, to be tried
+                // again.
+                tracing::debug!(
+                    partition = partition.index(),
+                    "aggregation refused: a partition it must cover is not served whole here"
+                );
+                return refuse(out, ResultCode::Unavailable);
+            }
+        };
+    let request = if delegated.is_empty() {
+        Vec::new()
+    } else {
+        let mut request = Vec::new();
+        let mut writer = MessageWriter::begin_bare(&mut request, &message.header);
+        for field in message.fields() {
+            if field.field_type != field_type::PID_ARRAY {
+                writer.field(field.field_type, field.data);
+            }
+        }
+        for op in message.ops() {
+            writer.op(op.op_type, op.particle_type, op.name, op.value);
+        }
+        writer.finish();
+        request
+    };
     let args = match value::decode(call.args) {
         Ok(Value::List(list)) => list.items,
         _ => Vec::new(),
@@ -989,6 +1029,8 @@ pub(crate) fn start_aggregate(
             namespace,
             sent: 0,
             partition: None,
+            delegated,
+            request,
         })),
         Err(error) => {
             namespace
@@ -1002,29 +1044,151 @@ pub(crate) fn start_aggregate(
     }
 }
 
-/// A partition this aggregation had to cover but cannot, of the
-/// `unavailable` ones (not mastered here, or mastered but still filling).
-/// Asked by partition list, it must cover every one asked; asked for all
-/// (the reference clients' aggregations), the ones this node masters,
-/// the others being their masters' part (see
-/// `ScanCursor::keep_served_partitions`: acting masters do not count).
-fn missed_partition(
+/// True when this node, in a cluster, masters a partition it is still
+/// filling and `message` asks for all partitions (so it must cover that
+/// partition's records, which are elsewhere for now).
+fn fills_a_mastered_partition(
     service: &Service,
     message: &Message<'_>,
     namespace: &Namespace,
-    unavailable: Vec<citrine_types::PartitionId>,
-) -> Option<citrine_types::PartitionId> {
-    if crate::scan::lists_partitions(message) {
-        return unavailable.first().copied();
+) -> bool {
+    if !service.routes() || crate::scan::lists_partitions(message) {
+        return false;
     }
     let cluster = service.cluster();
-    let map = cluster.namespace(&namespace.config.name)?;
-    unavailable
-        .into_iter()
-        .find(|&partition| map.map.replicas(partition).first() == Some(&service.node_id))
+    let Some(map) = cluster.namespace(&namespace.config.name) else {
+        return false;
+    };
+    PartitionId::all().any(|partition| {
+        map.map.replicas(partition).first() == Some(&service.node_id)
+            && !service
+                .migrations
+                .serves_whole(&namespace.config.name, partition)
+    })
+}
+
+/// Where the partitions this aggregation must cover but this node does not
+/// serve whole (`unavailable`) are served: asked by partition list, it must
+/// serve every one itself (`Err` with the first it cannot); asked for all
+/// (the reference clients' aggregations), it must cover those it masters,
+/// the others being their masters' part (see
+/// `ScanCursor::keep_served_partitions`), and those it masters but is
+/// still filling are delegated to the acting master holding each whole.
+/// `Err` with a partition it masters that no acting master holds (the
+/// copies are distinct: a split's sides, a full restart).
+fn delegate_partitions(
+    service: &Service,
+    message: &Message<'_>,
+    namespace: &Namespace,
+    unavailable: Vec<PartitionId>,
+) -> Result<Vec<(NodeId, Vec<PartitionId>)>, PartitionId> {
+    if crate::scan::lists_partitions(message) {
+        return match unavailable.first() {
+            Some(partition) => Err(*partition),
+            None => Ok(Vec::new()),
+        };
+    }
+    let cluster = service.cluster();
+    let Some(map) = cluster.namespace(&namespace.config.name) else {
+        return Ok(Vec::new());
+    };
+    let mut delegated: Vec<(NodeId, Vec<PartitionId>)> = Vec::new();
+    for partition in unavailable {
+        if map.map.replicas(partition).first() != Some(&service.node_id) {
+            continue;
+        }
+        let acting = service
+            .migrations
+            .acting_target(&namespace.config.name, partition)
+            .filter(|acting| *acting != service.node_id)
+            .ok_or(partition)?;
+        match delegated.iter_mut().find(|(node, _)| *node == acting) {
+            Some((_, partitions)) => partitions.push(partition),
+            None => delegated.push((acting, vec![partition])),
+        }
+    }
+    Ok(delegated)
+}
+
+/// The most bytes a part of an aggregation may answer with: its stream
+/// travels in one fabric message.
+pub const AGGREGATE_PART_MAX: usize = 8 << 20;
+
+/// How long a part may take when the request sets no timeout.
+const AGGREGATE_PART_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The body of the part of `request` (an aggregation's AS_MSG, without
+/// PID_ARRAY) for `partitions`.
+fn part_request(request: &[u8], partitions: &[PartitionId]) -> Vec<u8> {
+    let mut pids = Vec::with_capacity(partitions.len() * 2);
+    for partition in partitions {
+        pids.extend_from_slice(&(partition.index() as u16).to_le_bytes());
+    }
+    let mut body = request.to_vec();
+    // A field is `u32 size (type and data) | u8 type | data`, after the
+    // 22-byte header, whose n_fields (u16 at 18) grows by one.
+    let header = citrine_wire::msg::MSG_HEADER_SIZE;
+    let n_fields = u16::from_be_bytes([body[18], body[19]]).saturating_add(1);
+    body[18..20].copy_from_slice(&n_fields.to_be_bytes());
+    let mut field = Vec::with_capacity(5 + pids.len());
+    field.extend_from_slice(&(pids.len() as u32 + 1).to_be_bytes());
+    field.push(field_type::PID_ARRAY);
+    field.extend_from_slice(&pids);
+    body.splice(header..header, field);
+    body
 }
 
 impl AggregateRun {
+    /// True when parts of the aggregation run on acting masters first.
+    pub(crate) fn has_delegated(&self) -> bool {
+        !self.delegated.is_empty()
+    }
+
+    /// Runs the delegated parts on their acting masters and relays their
+    /// values (each partition's, as that node's stream emitted them) into
+    /// `out`; returns the run for the partitions left here. A part that
+    /// fails or cannot be reached fails the whole run (LAST with 11, or
+    /// the part's own failure), as a partition left out would.
+    pub(crate) async fn run_delegated(
+        mut self: Box<Self>,
+        service: &Service,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Self>> {
+        let fail = |out: &mut Vec<u8>, code: ResultCode| {
+            transaction::write_stream_end(out, code);
+            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            None
+        };
+        let Some(fabric) = service.fabric() else {
+            return fail(out, ResultCode::Unavailable);
+        };
+        let timeout = match Message::decode(&self.request).map(|m| m.header.transaction_ttl) {
+            Ok(0) | Err(_) => AGGREGATE_PART_TIMEOUT,
+            Ok(ms) => Duration::from_millis(u64::from(ms)),
+        };
+        for (node, partitions) in std::mem::take(&mut self.delegated) {
+            let body = part_request(&self.request, &partitions);
+            let answer = fabric
+                .call(node, call_kind::AGGREGATE_PART, body, timeout)
+                .await;
+            let frames = match answer.as_deref() {
+                Ok([code, frames @ ..]) if *code == ResultCode::Ok.code() => frames.to_vec(),
+                other => {
+                    tracing::debug!(?node, answer = ?other.map(|bytes| bytes.first().copied()), "aggregation part failed");
+                    return fail(out, ResultCode::Unavailable);
+                }
+            };
+            match relay_part(&frames, out, &mut self.sent) {
+                Ok(()) => {}
+                Err(code) => {
+                    service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+                    transaction::write_stream_end(out, code);
+                    return None;
+                }
+            }
+        }
+        Some(self)
+    }
     /// Appends the next step's frame (and, at the end, LAST) to `out`;
     /// returns the run while it continues.
     pub(crate) fn step(
@@ -1136,6 +1300,105 @@ fn close_frame(out: &mut Vec<u8>, start: usize) {
             citrine_wire::frame::MessageType::Message,
         );
     }
+}
+
+impl Service {
+    /// Serves a part of another master's aggregation (`AGGREGATE_PART`):
+    /// runs it as a listed aggregation — on a thread of its own, off the
+    /// fabric's runtime, when the service is shared — and answers its
+    /// whole stream.
+    pub(crate) async fn serve_aggregate_part(&self, payload: &[u8]) -> Vec<u8> {
+        if self.is_orphan() {
+            return vec![ResultCode::Unavailable.code()];
+        }
+        match self.shared() {
+            Some(service) => {
+                let body = payload.to_vec();
+                crate::offload::run("citrine-agg-part", move || aggregate_part(&service, &body))
+                    .await
+                    .unwrap_or_else(|| vec![ResultCode::ServerError.code()])
+            }
+            None => aggregate_part(self, payload),
+        }
+    }
+}
+
+/// Runs the listed aggregation `body` to its end; the answer of an
+/// `AGGREGATE_PART` call.
+fn aggregate_part(service: &Service, body: &[u8]) -> Vec<u8> {
+    let Ok(message) = Message::decode(body) else {
+        return vec![ResultCode::Parameter.code()];
+    };
+    if message.field(field_type::DIGEST).is_some()
+        || !is_aggregation(&message)
+        || !crate::scan::lists_partitions(&message)
+    {
+        return vec![ResultCode::Parameter.code()];
+    }
+    let mut answer = vec![ResultCode::Ok.code()];
+    let mut next = start_aggregate(service, &message, &mut answer)
+        .and_then(|run| run.step(service, &mut answer));
+    while let Some(run) = next {
+        if answer.len() > AGGREGATE_PART_MAX {
+            tracing::warn!(
+                "an aggregation part passed {AGGREGATE_PART_MAX} bytes; the aggregation fails"
+            );
+            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            return vec![ResultCode::Unavailable.code()];
+        }
+        next = run.step(service, &mut answer);
+    }
+    answer
+}
+
+/// Copies a part's stream (its frames of messages) into `out` as one frame,
+/// without its LAST; `Err` with the part's failure code when its LAST
+/// carries one (its failure messages are copied first), or 11 when the
+/// stream is malformed or `sent` would pass [`AGGREGATE_OUTPUT_MAX`].
+fn relay_part(frames: &[u8], out: &mut Vec<u8>, sent: &mut usize) -> Result<(), ResultCode> {
+    use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+    let frame_start = out.len();
+    out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
+    let mut rest = frames;
+    let mut outcome = Err(ResultCode::Unavailable);
+    'frames: while let Some((head, after)) = rest.split_first_chunk::<PROTO_HEADER_SIZE>() {
+        let Ok(header) = ProtoHeader::decode(head) else {
+            break;
+        };
+        let Some((mut messages, next)) = usize::try_from(header.size)
+            .ok()
+            .and_then(|size| (size <= after.len()).then(|| after.split_at(size)))
+        else {
+            break;
+        };
+        rest = next;
+        while !messages.is_empty() {
+            let Ok((message, used)) = Message::decode_prefix(messages) else {
+                break 'frames;
+            };
+            if message.header.info3 & info3::LAST != 0 {
+                let code = message.header.result_code;
+                outcome = if code == ResultCode::Ok.code() {
+                    Ok(())
+                } else if code == ResultCode::UdfExecution.code() {
+                    Err(ResultCode::UdfExecution)
+                } else if code == ResultCode::QueryQueueFull.code() {
+                    Err(ResultCode::QueryQueueFull)
+                } else {
+                    Err(ResultCode::Unavailable)
+                };
+                break 'frames;
+            }
+            *sent += used;
+            if *sent > AGGREGATE_OUTPUT_MAX {
+                break 'frames;
+            }
+            out.extend_from_slice(&messages[..used]);
+            messages = &messages[used..];
+        }
+    }
+    close_frame(out, frame_start);
+    outcome
 }
 
 /// Writes an aggregation's failure: a message of result 100 with a bin

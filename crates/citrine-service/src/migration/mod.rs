@@ -2427,6 +2427,93 @@ mod tests {
         assert_eq!(found, 40);
     }
 
+    /// An aggregation for all partitions (no list, as the official clients
+    /// send them) reaching a master that is still filling some of its
+    /// partitions runs their part on the acting master that holds them
+    /// whole, and relays its values: every node's share counts, and
+    /// together they count every record once.
+    #[test]
+    fn a_filling_masters_aggregation_runs_its_part_on_the_acting_master() {
+        use crate::batch::tests::{digest, put, run};
+        use crate::scan::udf_op;
+        use base64::Engine as _;
+        use citrine_wire::msg::{field_type, info1, info3, MessageWriter, MsgHeader};
+        let world = World::new(&[1, 2]);
+        let (node1, node2) = (world.node(1), world.node(2));
+        node1.publish_cluster(state(1, 70, &[1]));
+        let keys: Vec<String> = (0..300).map(|i| format!("agg{i}")).collect();
+        for key in &keys {
+            put(&node1, "demo", key, &[("n", 1)], false);
+        }
+        let source = "local function plus(a, b) return a + b end\nfunction count(stream)\n  return stream : map(function(rec) return 1 end) : reduce(plus)\nend\n";
+        let content = base64::engine::general_purpose::STANDARD.encode(source);
+        for node in [&node1, &node2] {
+            let put_module = format!("udf-put:filename=agg.lua;content={content};");
+            assert_eq!(crate::tests::info(node, &[&put_module])[0].1, "ok");
+        }
+        let mut frame = Vec::new();
+        let header = MsgHeader {
+            info1: info1::READ,
+            transaction_ttl: 5_000,
+            ..MsgHeader::default()
+        };
+        let mut writer = MessageWriter::begin(&mut frame, &header);
+        writer
+            .field(field_type::NAMESPACE, b"test")
+            .field(field_type::SET, b"demo")
+            .field(field_type::TASK_ID, &7u64.to_be_bytes())
+            .field(field_type::UDF_OP, &[udf_op::AGGREGATE])
+            .field(field_type::UDF_FILENAME, b"agg")
+            .field(field_type::UDF_FUNCTION, b"count")
+            .field(field_type::UDF_ARGLIST, &[0x90]);
+        writer.finish();
+        // The (code of LAST, sum of the values) of the aggregation at `node`.
+        let aggregate = |node: &Service| {
+            let messages = run(node, &frame);
+            let last = messages.last().expect("LAST");
+            assert_eq!(last.header.info3 & info3::LAST, info3::LAST);
+            let total: i64 = messages
+                .iter()
+                .filter(|message| message.header.info3 == 0)
+                .filter_map(|message| message.bin("SUCCESS"))
+                .map(|value| i64::from_be_bytes(value.try_into().expect("an integer")))
+                .sum();
+            (last.header.result_code, total)
+        };
+        // Node 2 joins: it masters part of the partitions, holds none of
+        // them, and node 1 acts for them once the exchange is resolved.
+        world.publish(71, &[1, 2]);
+        let pause: Arc<dyn Pause> = Arc::new(NoWait);
+        for node in [&node1, &node2] {
+            assert!(crate::block_on(driver::step(node, &pause)), "the exchange");
+        }
+        let view = state(1, 71, &[1, 2]);
+        let mastered_by_2 = keys
+            .iter()
+            .filter(|key| {
+                view.namespaces[0]
+                    .map
+                    .replicas(digest("demo", key).partition())[0]
+                    == NodeId(2)
+            })
+            .count() as i64;
+        assert!(mastered_by_2 > 0 && mastered_by_2 < 300);
+        let filling = PartitionId::all()
+            .filter(|partition| node2.migrations.acting_target("test", *partition).is_some())
+            .count();
+        assert!(filling > 0, "node 2 is still filling what it masters");
+        assert_eq!(
+            aggregate(&node2),
+            (0, mastered_by_2),
+            "its part ran on node 1"
+        );
+        assert_eq!(aggregate(&node1), (0, 300 - mastered_by_2));
+        // Once filled, the same shares from the nodes' own copies.
+        world.settle(&[1, 2]);
+        assert_eq!(aggregate(&node2), (0, mastered_by_2));
+        assert_eq!(aggregate(&node1), (0, 300 - mastered_by_2));
+    }
+
     /// A replica (or migration target) whose copy expired stores whatever
     /// copy it is sent, even of a lower generation: the master may have
     /// removed its own expired copy already and written the record afresh.
