@@ -249,6 +249,37 @@ def _device_config(directory):
     return path
 
 
+def _start_device_pair(tmp_path_factory, name, letter, nodes):
+    """Two nodes with namespace `test` on a device file in their work
+    directories (ids LETTER1 and LETTER2), the second seeded by the first,
+    appended to `nodes`; returns (dirs, args, seed, client) once the
+    cluster is stable, so a node can be started again as it was."""
+    dirs = [tmp_path_factory.mktemp(f"{name}{i}") for i in range(2)]
+    args = [["--node-id", f"{letter}{i + 1}", "--config", str(_device_config(d)), "--data-dir", str(d)]
+            for i, d in enumerate(dirs)]
+    nodes.append(start_citrined(dirs[0], args[0]))
+    seed = ["--seed", f"127.0.0.1:{_heartbeat_port(nodes[0])}"]
+    nodes.append(start_citrined(dirs[1], args[1] + seed))
+    client = aerospike.client({"hosts": [(nodes[0].host, nodes[0].port)],
+                               "policies": CLIENT_POLICIES}).connect()
+    _wait_cluster_size(client, 2)
+    _wait_stable(nodes)
+    return dirs, args, seed, client
+
+
+def _kill_second(nodes, client):
+    """SIGKILL for the second node once its device holds every write (past
+    the flush window); returns when the client has dropped it."""
+    time.sleep(0.3)
+    nodes[1].proc.kill()
+    nodes[1].proc.wait(timeout=5)
+    nodes[1].stop()
+    deadline = time.monotonic() + 20
+    while len(client.get_nodes()) > 1:
+        assert time.monotonic() < deadline, "the client drops the dead node"
+        time.sleep(0.1)
+
+
 def test_a_node_restarted_with_its_device_is_covered_while_it_fills(tmp_path_factory):
     """A node killed and started again with its device comes back with the
     regime of its last view: its copies are contained in the survivor's,
@@ -257,36 +288,21 @@ def test_a_node_restarted_with_its_device_is_covered_while_it_fills(tmp_path_fac
     query over the set sees every record once meanwhile, and the
     restarted node sends nothing."""
     import rawwire as rw
-    dirs = [tmp_path_factory.mktemp(f"dev{i}") for i in range(2)]
-    args = [["--node-id", f"D{i + 1}", "--config", str(_device_config(d)), "--data-dir", str(d)]
-            for i, d in enumerate(dirs)]
-    first = start_citrined(dirs[0], args[0])
-    nodes = [first]
+    nodes = []
     client = None
     try:
-        seed = ["--seed", f"127.0.0.1:{_heartbeat_port(first)}"]
-        nodes.append(start_citrined(dirs[1], args[1] + seed))
-        client = aerospike.client({"hosts": [(first.host, first.port)],
-                                   "policies": CLIENT_POLICIES}).connect()
-        _wait_cluster_size(client, 2)
-        _wait_stable(nodes)
+        dirs, args, seed, client = _start_device_pair(tmp_path_factory, "dev", "D", nodes)
+        first = nodes[0]
         keys = [("test", "dev", i) for i in range(2200)]
         for key in keys[:2000]:
             client.put(key, {"v": key[2]})
         _wait_stable(nodes)
-        time.sleep(0.3)  # past the flush window: the device holds them all
-        nodes[1].proc.kill()
-        nodes[1].proc.wait(timeout=5)
-        nodes[1].stop()
+        _kill_second(nodes, client)
         deadline = time.monotonic() + 20
         while "cluster_size=1;" not in rw.info(first.host, first.port, ["cluster-info"])["cluster-info"]:
             assert time.monotonic() < deadline, "the survivor sees the node leave"
             time.sleep(0.1)
         _wait_stable(nodes[:1])
-        deadline = time.monotonic() + 20
-        while len(client.get_nodes()) > 1:
-            assert time.monotonic() < deadline, "the client drops the dead node"
-            time.sleep(0.1)
         for key in keys[2000:]:
             client.put(key, {"v": key[2]}, policy={"max_retries": 5, "sleep_between_retries": 100})
         answer = rw.info(first.host, first.port,
@@ -365,31 +381,16 @@ def test_a_node_down_during_a_truncate_does_not_bring_the_records_back(tmp_path_
     the records. It learns the truncation from the survivor: once the
     cluster is stable neither node holds a record of the set, and none
     reads back."""
-    dirs = [tmp_path_factory.mktemp(f"trunc{i}") for i in range(2)]
-    args = [["--node-id", f"E{i + 1}", "--config", str(_device_config(d)), "--data-dir", str(d)]
-            for i, d in enumerate(dirs)]
-    first = start_citrined(dirs[0], args[0])
-    nodes = [first]
+    nodes = []
     client = None
     try:
-        seed = ["--seed", f"127.0.0.1:{_heartbeat_port(first)}"]
-        nodes.append(start_citrined(dirs[1], args[1] + seed))
-        client = aerospike.client({"hosts": [(first.host, first.port)],
-                                   "policies": CLIENT_POLICIES}).connect()
-        _wait_cluster_size(client, 2)
-        _wait_stable(nodes)
+        dirs, args, seed, client = _start_device_pair(tmp_path_factory, "trunc", "E", nodes)
+        first = nodes[0]
         keys = [("test", "gone", i) for i in range(500)]
         for key in keys:
             client.put(key, {"v": key[2]})
         _wait_stable(nodes)
-        time.sleep(0.3)  # past the flush window: the device holds them all
-        nodes[1].proc.kill()
-        nodes[1].proc.wait(timeout=5)
-        nodes[1].stop()
-        deadline = time.monotonic() + 20
-        while len(client.get_nodes()) > 1:
-            assert time.monotonic() < deadline, "the client drops the dead node"
-            time.sleep(0.1)
+        _kill_second(nodes, client)
         client.truncate("test", "gone", 0)
         assert _set_objects(first, "gone") == 0
         nodes[1] = start_citrined(dirs[1], args[1] + seed)
