@@ -876,12 +876,13 @@ pub struct AggregateRun {
     /// The partition whose records the current stream holds (`None`
     /// before the first record).
     partition: Option<citrine_types::PartitionId>,
-    /// Partitions this node masters but is still filling, by the acting
-    /// master that holds each whole: their part is run there first
+    /// The parts of the partitions this node masters but is still
+    /// filling: the acting master holding them whole, and the request with
+    /// those partitions listed. They run there first
     /// ([`AggregateRun::run_delegated`]).
-    delegated: Vec<(NodeId, Vec<PartitionId>)>,
-    /// The request, as the parts re-send it (empty when none is delegated).
-    request: Vec<u8>,
+    delegated: Vec<(NodeId, Vec<u8>)>,
+    /// How long a part may take (the request's timeout).
+    part_timeout: Duration,
 }
 
 /// One of the node's [`MAX_AGGREGATIONS`] places, given back on drop.
@@ -991,21 +992,13 @@ pub(crate) fn start_aggregate(
                 return refuse(out, ResultCode::Unavailable);
             }
         };
-    let request = if delegated.is_empty() {
-        Vec::new()
-    } else {
-        let mut request = Vec::new();
-        let mut writer = MessageWriter::begin_bare(&mut request, &message.header);
-        for field in message.fields() {
-            if field.field_type != field_type::PID_ARRAY {
-                writer.field(field.field_type, field.data);
-            }
-        }
-        for op in message.ops() {
-            writer.op(op.op_type, op.particle_type, op.name, op.value);
-        }
-        writer.finish();
-        request
+    let delegated: Vec<(NodeId, Vec<u8>)> = delegated
+        .into_iter()
+        .map(|(node, partitions)| (node, part_request(message, &partitions)))
+        .collect();
+    let part_timeout = match message.header.transaction_ttl {
+        0 => AGGREGATE_PART_TIMEOUT,
+        ms => Duration::from_millis(u64::from(ms)),
     };
     let args = match value::decode(call.args) {
         Ok(Value::List(list)) => list.items,
@@ -1030,7 +1023,7 @@ pub(crate) fn start_aggregate(
             sent: 0,
             partition: None,
             delegated,
-            request,
+            part_timeout,
         })),
         Err(error) => {
             namespace
@@ -1117,24 +1110,23 @@ pub const AGGREGATE_PART_MAX: usize = 8 << 20;
 /// How long a part may take when the request sets no timeout.
 const AGGREGATE_PART_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The body of the part of `request` (an aggregation's AS_MSG, without
-/// PID_ARRAY) for `partitions`.
-fn part_request(request: &[u8], partitions: &[PartitionId]) -> Vec<u8> {
-    let mut pids = Vec::with_capacity(partitions.len() * 2);
-    for partition in partitions {
-        pids.extend_from_slice(&(partition.index() as u16).to_le_bytes());
+/// The body of the part of aggregation `message` (asked for all
+/// partitions) that covers `partitions`: the same request, listing them.
+fn part_request(message: &Message<'_>, partitions: &[PartitionId]) -> Vec<u8> {
+    let pids: Vec<u8> = partitions
+        .iter()
+        .flat_map(|partition| (partition.index() as u16).to_le_bytes())
+        .collect();
+    let mut body = Vec::new();
+    let mut writer = MessageWriter::begin_bare(&mut body, &message.header);
+    for field in message.fields() {
+        writer.field(field.field_type, field.data);
     }
-    let mut body = request.to_vec();
-    // A field is `u32 size (type and data) | u8 type | data`, after the
-    // 22-byte header, whose n_fields (u16 at 18) grows by one.
-    let header = citrine_wire::msg::MSG_HEADER_SIZE;
-    let n_fields = u16::from_be_bytes([body[18], body[19]]).saturating_add(1);
-    body[18..20].copy_from_slice(&n_fields.to_be_bytes());
-    let mut field = Vec::with_capacity(5 + pids.len());
-    field.extend_from_slice(&(pids.len() as u32 + 1).to_be_bytes());
-    field.push(field_type::PID_ARRAY);
-    field.extend_from_slice(&pids);
-    body.splice(header..header, field);
+    writer.field(field_type::PID_ARRAY, &pids);
+    for op in message.ops() {
+        writer.op(op.op_type, op.particle_type, op.name, op.value);
+    }
+    writer.finish();
     body
 }
 
@@ -1162,29 +1154,21 @@ impl AggregateRun {
         let Some(fabric) = service.fabric() else {
             return fail(out, ResultCode::Unavailable);
         };
-        let timeout = match Message::decode(&self.request).map(|m| m.header.transaction_ttl) {
-            Ok(0) | Err(_) => AGGREGATE_PART_TIMEOUT,
-            Ok(ms) => Duration::from_millis(u64::from(ms)),
-        };
-        for (node, partitions) in std::mem::take(&mut self.delegated) {
-            let body = part_request(&self.request, &partitions);
+        for (node, body) in std::mem::take(&mut self.delegated) {
             let answer = fabric
-                .call(node, call_kind::AGGREGATE_PART, body, timeout)
+                .call(node, call_kind::AGGREGATE_PART, body, self.part_timeout)
                 .await;
-            let frames = match answer.as_deref() {
-                Ok([code, frames @ ..]) if *code == ResultCode::Ok.code() => frames.to_vec(),
+            let relayed = match answer.as_deref() {
+                Ok([code, frames @ ..]) if *code == ResultCode::Ok.code() => {
+                    relay_part(frames, out, &mut self.sent)
+                }
                 other => {
                     tracing::debug!(?node, answer = ?other.map(|bytes| bytes.first().copied()), "aggregation part failed");
-                    return fail(out, ResultCode::Unavailable);
+                    Err(ResultCode::Unavailable)
                 }
             };
-            match relay_part(&frames, out, &mut self.sent) {
-                Ok(()) => {}
-                Err(code) => {
-                    service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
-                    transaction::write_stream_end(out, code);
-                    return None;
-                }
+            if let Err(code) = relayed {
+                return fail(out, code);
             }
         }
         Some(self)
