@@ -5,7 +5,7 @@ import time
 import aerospike
 import pytest
 
-from conftest import CLIENT_POLICIES, start_citrined
+from conftest import LUA_USER_PATH, make_client, start_citrined
 
 
 def _heartbeat_port(server):
@@ -42,7 +42,7 @@ def _wait_cluster_size(client, size, timeout=30.0):
 
 def test_client_discovers_every_node_from_one_seed(three_nodes):
     seed = three_nodes[0]
-    client = aerospike.client({"hosts": [(seed.host, seed.port)], "policies": CLIENT_POLICIES}).connect()
+    client = make_client(seed)
     try:
         deadline = time.monotonic() + 30
         while len(client.get_nodes()) < 3 and time.monotonic() < deadline:
@@ -84,7 +84,7 @@ def test_writes_to_any_node_are_proxied_and_replicated(three_nodes):
     and every partition ends up on exactly two nodes with identical copies."""
     import rawwire as rw
     seed = three_nodes[0]
-    client = aerospike.client({"hosts": [(seed.host, seed.port)], "policies": CLIENT_POLICIES}).connect()
+    client = make_client(seed)
     try:
         _wait_cluster_size(client, 3)
         for i in range(150):
@@ -186,7 +186,6 @@ def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
     their acting masters, or fail with 11 (a handover during the part):
     never a count that misses the filling partitions."""
     import rawwire as rw
-    from conftest import LUA_USER_PATH
     first = start_citrined(tmp_path_factory.mktemp("mig0"), ["--node-id", "B1"])
     nodes = [first]
     client = None
@@ -194,9 +193,7 @@ def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
         seed = f"127.0.0.1:{_heartbeat_port(first)}"
         nodes.append(start_citrined(tmp_path_factory.mktemp("mig1"),
                                     ["--node-id", "B2", "--seed", seed]))
-        client = aerospike.client({"hosts": [(first.host, first.port)],
-                                   "policies": CLIENT_POLICIES,
-                                   "lua": {"user_path": str(LUA_USER_PATH)}}).connect()
+        client = make_client(first)
         _wait_cluster_size(client, 2)
         _wait_stable(nodes)
         module = LUA_USER_PATH / "citrine_count.lua"
@@ -260,8 +257,7 @@ def _start_device_pair(tmp_path_factory, name, letter, nodes):
     nodes.append(start_citrined(dirs[0], args[0]))
     seed = ["--seed", f"127.0.0.1:{_heartbeat_port(nodes[0])}"]
     nodes.append(start_citrined(dirs[1], args[1] + seed))
-    client = aerospike.client({"hosts": [(nodes[0].host, nodes[0].port)],
-                               "policies": CLIENT_POLICIES}).connect()
+    client = make_client(nodes[0])
     _wait_cluster_size(client, 2)
     _wait_stable(nodes)
     return dirs, args, seed, client
@@ -350,7 +346,7 @@ def test_truncate_sent_to_one_node_empties_the_set_on_every_node(three_nodes):
     """The official client sends `truncate` to one node; every node's
     records of the set go, the other sets stay, and writes after it stay."""
     seed = three_nodes[0]
-    client = aerospike.client({"hosts": [(seed.host, seed.port)], "policies": CLIENT_POLICIES}).connect()
+    client = make_client(seed)
     try:
         _wait_cluster_size(client, 3)
         _wait_client_nodes(client, 3)
@@ -416,7 +412,7 @@ def test_a_record_written_again_after_its_delete_is_on_every_replica(three_nodes
     durable deletes) and every replica stores it: each partition's two
     copies are identical."""
     seed = three_nodes[0]
-    client = aerospike.client({"hosts": [(seed.host, seed.port)], "policies": CLIENT_POLICIES}).connect()
+    client = make_client(seed)
     try:
         _wait_cluster_size(client, 3)
         _wait_client_nodes(client, 3)
