@@ -458,6 +458,13 @@ impl Service {
             .map(|index| self.namespaces[index].as_ref())
     }
 
+    /// The namespace called `name`, shared (for work that outlives the
+    /// request: a scan cursor, a background removal).
+    pub(crate) fn namespace_shared(&self, name: &[u8]) -> Option<Arc<Namespace>> {
+        self.namespace_index(name)
+            .map(|index| Arc::clone(&self.namespaces[index]))
+    }
+
     /// The position of the namespace called `name` in configuration order.
     #[inline]
     pub fn namespace_index(&self, name: &[u8]) -> Option<usize> {

@@ -305,13 +305,10 @@ pub(crate) fn start(
         // A legacy (pre-6.0 client) scan, as the reference server answers it.
         return refuse(service, out, ResultCode::UnsupportedFeature);
     }
-    let Some(namespace) = message.field(field_type::NAMESPACE).and_then(|name| {
-        service
-            .namespaces
-            .iter()
-            .find(|namespace| namespace.config.name.as_bytes() == name)
-            .cloned()
-    }) else {
+    let Some(namespace) = message
+        .field(field_type::NAMESPACE)
+        .and_then(|name| service.namespace_shared(name))
+    else {
         return refuse(service, out, ResultCode::Namespace);
     };
     let parsed = match background {

@@ -152,10 +152,9 @@ pub(crate) struct Removal {
 
 impl Removal {
     /// Removes the records (a walk of every partition under its lock).
-    pub(crate) fn run(self) -> u64 {
+    pub(crate) fn run(self) {
         let removed = crate::nsup::remove_truncated(&self.namespace, self.set_id, self.lut_ms);
         tracing::info!(namespace = %self.namespace.config.name, set_id = ?self.set_id, lut_ms = self.lut_ms, removed, "truncated");
-        removed
     }
 
     /// Runs every removal on a `citrine-truncate` thread (inline when no
@@ -194,11 +193,6 @@ impl Truncations {
 }
 
 impl Service {
-    fn namespace_arc(&self, name: &str) -> Option<Arc<Namespace>> {
-        self.namespace_index(name.as_bytes())
-            .map(|index| Arc::clone(&self.namespaces[index]))
-    }
-
     /// `truncate:namespace=NS;set=SET[;lut=NANOS]` and
     /// `truncate-namespace:namespace=NS[;lut=NANOS]`: records last updated
     /// before the lut (now when absent; nanoseconds since the Unix epoch)
@@ -208,9 +202,9 @@ impl Service {
         command: &InfoCommand<'_>,
         whole_namespace: bool,
     ) -> String {
-        let Some(namespace_name) = command
+        let Some(namespace) = command
             .param("namespace")
-            .filter(|name| self.namespace(name.as_bytes()).is_some())
+            .and_then(|name| self.namespace_shared(name.as_bytes()))
         else {
             return "ERROR:4:namespace not found".to_owned();
         };
@@ -231,15 +225,12 @@ impl Service {
         } else {
             command.param("set").filter(|set| !set.is_empty())
         };
-        let target: Target = (namespace_name.to_owned(), set.map(str::to_owned));
+        let target: Target = (namespace.config.name.clone(), set.map(str::to_owned));
         let mut entries = self.truncations.entries.lock();
         if entries.get(&target).is_some_and(|known| *known >= lut_ms) {
             // An equal or later truncation is already in effect.
             return "ok".to_owned();
         }
-        let Some(namespace) = self.namespace_arc(namespace_name) else {
-            return "ERROR:4:namespace not found".to_owned();
-        };
         let set_id = match take_effect(&namespace, set, lut_ms) {
             Ok(set_id) => set_id,
             Err(message) => return format!("ERROR:1:{message}"),
@@ -313,7 +304,7 @@ impl Service {
             if entries.get(&target).is_some_and(|known| *known >= lut_ms) {
                 continue;
             }
-            let Some(namespace) = self.namespace_arc(&target.0) else {
+            let Some(namespace) = self.namespace_shared(target.0.as_bytes()) else {
                 // A namespace this node does not have: kept, so it is
                 // pushed on, but nothing here to truncate.
                 entries.insert(target, lut_ms);

@@ -938,8 +938,7 @@ pub(crate) fn start_aggregate(
     };
     let Some(namespace) = message
         .field(field_type::NAMESPACE)
-        .and_then(|name| service.namespace_index(name))
-        .map(|index| Arc::clone(&service.namespaces[index]))
+        .and_then(|name| service.namespace_shared(name))
     else {
         return refuse(out, ResultCode::Namespace);
     };
@@ -1164,15 +1163,21 @@ impl AggregateRun {
                 }
                 other => {
                     tracing::debug!(?node, answer = ?other.map(|bytes| bytes.first().copied()), "aggregation part failed");
-                    Err(ResultCode::Unavailable)
+                    Relayed::Broken
                 }
             };
-            if let Err(code) = relayed {
-                return fail(out, code);
+            match relayed {
+                Relayed::Values => {}
+                Relayed::Ended => {
+                    service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+                Relayed::Broken => return fail(out, ResultCode::Unavailable),
             }
         }
         Some(self)
     }
+
     /// Appends the next step's frame (and, at the end, LAST) to `out`;
     /// returns the run while it continues.
     pub(crate) fn step(
@@ -1335,16 +1340,26 @@ fn aggregate_part(service: &Service, body: &[u8]) -> Vec<u8> {
     answer
 }
 
-/// Copies a part's stream (its frames of messages) into `out` as one frame,
-/// without its LAST; `Err` with the part's failure code when its LAST
-/// carries one (its failure messages are copied first), or 11 when the
-/// stream is malformed or `sent` would pass [`AGGREGATE_OUTPUT_MAX`].
-fn relay_part(frames: &[u8], out: &mut Vec<u8>, sent: &mut usize) -> Result<(), ResultCode> {
+/// How a part's stream was relayed ([`relay_part`]).
+enum Relayed {
+    /// Its values are in the stream; the aggregation goes on.
+    Values,
+    /// It failed: its failure messages and its LAST, with its code, are in
+    /// the stream, which that LAST ends.
+    Ended,
+    /// Malformed, or past [`AGGREGATE_OUTPUT_MAX`]: the stream still needs
+    /// its end.
+    Broken,
+}
+
+/// Copies a part's stream (its frames of messages) into `out` as one frame:
+/// its values, and its LAST only when that carries a failure.
+fn relay_part(frames: &[u8], out: &mut Vec<u8>, sent: &mut usize) -> Relayed {
     use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
     let frame_start = out.len();
     out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
     let mut rest = frames;
-    let mut outcome = Err(ResultCode::Unavailable);
+    let mut outcome = Relayed::Broken;
     'frames: while let Some((head, after)) = rest.split_first_chunk::<PROTO_HEADER_SIZE>() {
         let Ok(header) = ProtoHeader::decode(head) else {
             break;
@@ -1361,15 +1376,11 @@ fn relay_part(frames: &[u8], out: &mut Vec<u8>, sent: &mut usize) -> Result<(), 
                 break 'frames;
             };
             if message.header.info3 & info3::LAST != 0 {
-                let code = message.header.result_code;
-                outcome = if code == ResultCode::Ok.code() {
-                    Ok(())
-                } else if code == ResultCode::UdfExecution.code() {
-                    Err(ResultCode::UdfExecution)
-                } else if code == ResultCode::QueryQueueFull.code() {
-                    Err(ResultCode::QueryQueueFull)
+                outcome = if message.header.result_code == ResultCode::Ok.code() {
+                    Relayed::Values
                 } else {
-                    Err(ResultCode::Unavailable)
+                    out.extend_from_slice(&messages[..used]);
+                    Relayed::Ended
                 };
                 break 'frames;
             }
@@ -1465,4 +1476,66 @@ fn records_of(
         });
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::tests::decode_stream;
+
+    /// A part's stream: one value frame, then (in a frame of its own) LAST
+    /// with `code`, after a failure message when `code` is not 0.
+    fn part_stream(code: ResultCode) -> Vec<u8> {
+        let mut stream = Vec::new();
+        let mut writer = MessageWriter::begin(&mut stream, &MsgHeader::default());
+        writer.op(
+            op_type::READ,
+            ParticleType::Integer as u8,
+            b"SUCCESS",
+            &7i64.to_be_bytes(),
+        );
+        writer.finish();
+        if code == ResultCode::UdfExecution {
+            write_aggregate_failure(&mut stream, &UdfError::Execution("boom".into()));
+        } else {
+            transaction::write_stream_end(&mut stream, code);
+        }
+        stream
+    }
+
+    #[test]
+    fn a_parts_values_are_relayed_and_its_failure_ends_the_stream() {
+        let mut sent = 0;
+        let mut out = Vec::new();
+        assert!(matches!(
+            relay_part(&part_stream(ResultCode::Ok), &mut out, &mut sent),
+            Relayed::Values
+        ));
+        let messages = decode_stream(&out).0;
+        assert_eq!(messages.len(), 1, "the value, not LAST");
+        assert_eq!(messages[0].bin("SUCCESS"), Some(&7i64.to_be_bytes()[..]));
+        assert!(sent > 0);
+        for code in [ResultCode::UdfExecution, ResultCode::QueryQueueFull] {
+            let mut out = Vec::new();
+            assert!(matches!(
+                relay_part(&part_stream(code), &mut out, &mut sent),
+                Relayed::Ended
+            ));
+            let messages = decode_stream(&out).0;
+            let last = messages.last().expect("LAST");
+            assert_eq!(
+                (last.header.info3, last.header.result_code),
+                (info3::LAST, code.code())
+            );
+        }
+        // Cut short, or without LAST: the stream still needs its end.
+        let whole = part_stream(ResultCode::Ok);
+        for cut in [&whole[..whole.len() - 3], &whole[..30], &[][..]] {
+            let mut out = Vec::new();
+            assert!(matches!(
+                relay_part(cut, &mut out, &mut sent),
+                Relayed::Broken
+            ));
+        }
+    }
 }

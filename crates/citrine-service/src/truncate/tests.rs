@@ -1,27 +1,12 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::config::{NamespaceConfig, ServiceConfig};
+use crate::batch::tests::{service, START_MS};
 use crate::replication::{apply_replica_write, ReplicaWrite};
 use crate::tests::info;
-use crate::ManualClock;
 use citrine_types::ResultCode;
 use citrine_wire::digest::{of_key, UserKey};
 use std::time::{Duration, Instant};
-
-const START_MS: u64 = 1_700_000_000_000;
-
-fn node(id: u64) -> (Service, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock::new(START_MS));
-    let config = ServiceConfig {
-        node_id: id,
-        cluster_name: "citrine".into(),
-        access_address: "127.0.0.1:3000".into(),
-        port: 3000,
-        namespaces: vec![NamespaceConfig::in_memory("test")],
-    };
-    (Service::new(config, clock.clone()), clock)
-}
 
 /// Stores record `key` of `set` as a master's replica write would, last
 /// updated at `last_update_ms`.
@@ -76,8 +61,8 @@ fn wait_held(service: &Service, set: &str, expected: i64) {
 
 #[test]
 fn a_truncation_made_on_one_node_reaches_the_others_and_only_grows() {
-    let (a, clock) = node(0xA);
-    let (b, clock_b) = node(0xB);
+    let (a, clock) = service();
+    let (b, clock_b) = service();
     for service in [&a, &b] {
         for key in 0..3 {
             assert_eq!(store(service, "s", key, START_MS - 1_000), ResultCode::Ok);
@@ -144,8 +129,8 @@ fn a_truncation_made_on_one_node_reaches_the_others_and_only_grows() {
 
 #[test]
 fn a_set_this_node_never_stored_is_truncated_for_the_records_that_come_later() {
-    let (a, clock) = node(0xA);
-    let (b, _) = node(0xB);
+    let (a, clock) = service();
+    let (b, _) = service();
     assert_eq!(store(&a, "only_a", 1, START_MS - 5), ResultCode::Ok);
     clock.advance_ms(1);
     assert_eq!(command(&a, "truncate:namespace=test;set=only_a"), "ok");
@@ -167,7 +152,7 @@ fn truncations_are_kept_in_the_work_directory() {
     ));
     let _ = std::fs::remove_dir_all(&directory);
     std::fs::create_dir_all(&directory).unwrap();
-    let (a, clock) = node(0xA);
+    let (a, clock) = service();
     a.keep_truncations(&directory).unwrap();
     clock.advance_ms(3);
     assert_eq!(command(&a, "truncate-namespace:namespace=test"), "ok");
@@ -178,7 +163,7 @@ fn truncations_are_kept_in_the_work_directory() {
     // an older copy offered later is not stored. A line that is not a
     // truncation is dropped from the file.
     std::fs::write(&file, format!("{saved}namespace=;lut=5\nnonsense\n")).unwrap();
-    let (restarted, _) = node(0xA);
+    let (restarted, _) = service();
     restarted.keep_truncations(&directory).unwrap();
     assert_eq!(restarted.truncations_text(), saved);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), saved);
@@ -189,7 +174,7 @@ fn truncations_are_kept_in_the_work_directory() {
 
 #[test]
 fn bad_truncation_commands_and_pushes_change_nothing() {
-    let (a, _) = node(0xA);
+    let (a, _) = service();
     assert_eq!(store(&a, "s", 1, START_MS - 5), ResultCode::Ok);
     for (text, expected) in [
         (
