@@ -183,8 +183,11 @@ def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
     see every record, each once, and the acting masters serve reads. Its
     aggregations (sent to every node for all partitions) count every
     record, the joining node running the part of the partitions it fills on
-    their acting masters, or fail with 11 (a handover during the part):
-    never a count that misses the filling partitions."""
+    their acting masters, and running a part again where its partitions are
+    served when a handover refused it. Never a count that misses the
+    filling partitions; 11 only if a part stays refused (before the parts
+    ran again: 6 of 10 counted all in each of two runs, the rest failed
+    with 11; since: 10 of 10 in each of two runs)."""
     import rawwire as rw
     first = start_citrined(tmp_path_factory.mktemp("mig0"), ["--node-id", "B1"])
     nodes = [first]
@@ -217,7 +220,7 @@ def test_a_query_during_migrations_sees_every_record_once(tmp_path_factory):
             time.sleep(0.1)
         counts = _aggregate_counts(client, "mig", 10)
         assert all(count in (2000, ("error", 11)) for count in counts), counts
-        assert 2000 in counts, counts
+        assert counts.count(2000) >= 9, counts
         _query_each_once(client, "mig", 2000)
         found = client.batch_read(keys, policy={"max_retries": 5, "sleep_between_retries": 100,
                                                 "total_timeout": 10000})

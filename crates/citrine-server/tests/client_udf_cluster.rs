@@ -365,9 +365,11 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
     }
     // One sent to every node for all partitions (as the official clients
     // send it) keeps to the map's masters; the joining node runs the part
-    // of the partitions it fills on the acting masters holding them. It
-    // too counts all or fails (a handover during its part), never a part;
-    // here 7 of 10 counted all, the rest failed.
+    // of the partitions it fills on the acting masters holding them, and
+    // runs a part again, routed afresh, when a handover refused it (its
+    // whole answer arrives before any of it is relayed). It counts all or
+    // fails, never a part. Without the second run, 5 and 7 of 10 counted
+    // all in two runs, the rest failed (11); with it, 10 of 10 in two.
     let counted: Vec<Result<i64, u8>> = (0..10).map(|_| count_on_every_node(&nodes)).collect();
     assert!(
         counted
@@ -375,7 +377,10 @@ async fn during_migrations_acting_masters_serve_and_jobs_miss_no_record() {
             .all(|count| *count == Ok(LOADED) || *count == Err(11)),
         "{counted:?}"
     );
-    assert!(counted.contains(&Ok(LOADED)), "{counted:?}");
+    assert!(
+        counted.iter().filter(|count| **count == Ok(LOADED)).count() >= 9,
+        "{counted:?}"
+    );
     // Meanwhile the nodes holding the only copies of the partitions the
     // joining node fills claim them as acting masters: a scan (partition
     // by partition, retrying the ones refused) and a batch read see every

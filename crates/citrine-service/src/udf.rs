@@ -48,7 +48,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The modules file in the work directory.
 pub const MODULES_FILE: &str = "udf.smd";
@@ -877,10 +877,13 @@ pub struct AggregateRun {
     /// before the first record).
     partition: Option<citrine_types::PartitionId>,
     /// The parts of the partitions this node masters but is still
-    /// filling: the acting master holding them whole, and the request with
-    /// those partitions listed. They run there first
-    /// ([`AggregateRun::run_delegated`]).
-    delegated: Vec<(NodeId, Vec<u8>)>,
+    /// filling: the acting master holding them whole, and those
+    /// partitions. They run there first ([`AggregateRun::run_delegated`]).
+    delegated: Vec<(NodeId, Vec<PartitionId>)>,
+    /// The request as received (it lists no partitions), which each part
+    /// repeats with its partitions listed; empty when nothing is
+    /// delegated.
+    request: Vec<u8>,
     /// How long a part may take (the request's timeout).
     part_timeout: Duration,
 }
@@ -991,10 +994,11 @@ pub(crate) fn start_aggregate(
                 return refuse(out, ResultCode::Unavailable);
             }
         };
-    let delegated: Vec<(NodeId, Vec<u8>)> = delegated
-        .into_iter()
-        .map(|(node, partitions)| (node, part_request(message, &partitions)))
-        .collect();
+    let request = if delegated.is_empty() {
+        Vec::new()
+    } else {
+        part_request(message, &[])
+    };
     let part_timeout = match message.header.transaction_ttl {
         0 => AGGREGATE_PART_TIMEOUT,
         ms => Duration::from_millis(u64::from(ms)),
@@ -1022,6 +1026,7 @@ pub(crate) fn start_aggregate(
             sent: 0,
             partition: None,
             delegated,
+            request,
             part_timeout,
         })),
         Err(error) => {
@@ -1084,22 +1089,52 @@ fn delegate_partitions(
     let Some(map) = cluster.namespace(&namespace.config.name) else {
         return Ok(Vec::new());
     };
-    let mut delegated: Vec<(NodeId, Vec<PartitionId>)> = Vec::new();
-    for partition in unavailable {
-        if map.map.replicas(partition).first() != Some(&service.node_id) {
-            continue;
-        }
-        let acting = service
-            .migrations
-            .acting_target(&namespace.config.name, partition)
-            .filter(|acting| *acting != service.node_id)
-            .ok_or(partition)?;
-        match delegated.iter_mut().find(|(node, _)| *node == acting) {
-            Some((_, partitions)) => partitions.push(partition),
-            None => delegated.push((acting, vec![partition])),
+    let mastered = unavailable
+        .into_iter()
+        .filter(|partition| map.map.replicas(*partition).first() == Some(&service.node_id));
+    route_parts(service, &map.map, &namespace.config.name, mastered)
+}
+
+/// Groups `partitions` (which this node masters in `map`) by the node
+/// that serves each whole now ([`part_target`]); `Err` with the first that
+/// none does.
+fn route_parts(
+    service: &Service,
+    map: &citrine_cluster::partition_map::PartitionMap,
+    namespace: &str,
+    partitions: impl IntoIterator<Item = PartitionId>,
+) -> Result<Vec<(NodeId, Vec<PartitionId>)>, PartitionId> {
+    let mut parts: Vec<(NodeId, Vec<PartitionId>)> = Vec::new();
+    for partition in partitions {
+        let target = part_target(service, map, namespace, partition).ok_or(partition)?;
+        match parts.iter_mut().find(|(node, _)| *node == target) {
+            Some((_, listed)) => listed.push(partition),
+            None => parts.push((target, vec![partition])),
         }
     }
-    Ok(delegated)
+    Ok(parts)
+}
+
+/// Where a part covering `partition`, which this node masters, runs: here
+/// once this node serves it whole, else on its acting master; `None` while
+/// neither holds (a handover in progress, distinct copies, or this node no
+/// longer its master).
+fn part_target(
+    service: &Service,
+    map: &citrine_cluster::partition_map::PartitionMap,
+    namespace: &str,
+    partition: PartitionId,
+) -> Option<NodeId> {
+    if map.replicas(partition).first() != Some(&service.node_id) {
+        return None;
+    }
+    if service.migrations.serves_whole(namespace, partition) {
+        return Some(service.node_id);
+    }
+    service
+        .migrations
+        .acting_target(namespace, partition)
+        .filter(|acting| *acting != service.node_id)
 }
 
 /// The most bytes a part of an aggregation may answer with: its stream
@@ -1109,19 +1144,33 @@ pub const AGGREGATE_PART_MAX: usize = 8 << 20;
 /// How long a part may take when the request sets no timeout.
 const AGGREGATE_PART_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long the parts of an aggregation may be tried again, from its
+/// start: a handover settles in milliseconds; longer is a split or a
+/// restart, which the client is better told about (11).
+const PART_RETRY_WINDOW: Duration = Duration::from_secs(5);
+
+/// The first pause before parts are routed again; it doubles up to
+/// [`PART_RETRY_PAUSE_MAX`].
+const PART_RETRY_PAUSE: Duration = Duration::from_millis(5);
+const PART_RETRY_PAUSE_MAX: Duration = Duration::from_millis(200);
+
 /// The body of the part of aggregation `message` (asked for all
-/// partitions) that covers `partitions`: the same request, listing them.
+/// partitions) that covers `partitions`: the same request, listing them
+/// (none listed: the request as it came).
 fn part_request(message: &Message<'_>, partitions: &[PartitionId]) -> Vec<u8> {
-    let pids: Vec<u8> = partitions
-        .iter()
-        .flat_map(|partition| (partition.index() as u16).to_le_bytes())
-        .collect();
+    debug_assert!(!crate::scan::lists_partitions(message));
     let mut body = Vec::new();
     let mut writer = MessageWriter::begin_bare(&mut body, &message.header);
     for field in message.fields() {
         writer.field(field.field_type, field.data);
     }
-    writer.field(field_type::PID_ARRAY, &pids);
+    if !partitions.is_empty() {
+        let pids: Vec<u8> = partitions
+            .iter()
+            .flat_map(|partition| (partition.index() as u16).to_le_bytes())
+            .collect();
+        writer.field(field_type::PID_ARRAY, &pids);
+    }
     for op in message.ops() {
         writer.op(op.op_type, op.particle_type, op.name, op.value);
     }
@@ -1137,9 +1186,15 @@ impl AggregateRun {
 
     /// Runs the delegated parts on their acting masters and relays their
     /// values (each partition's, as that node's stream emitted them) into
-    /// `out`; returns the run for the partitions left here. A part that
-    /// fails or cannot be reached fails the whole run (LAST with 11, or
-    /// the part's own failure), as a partition left out would.
+    /// `out`; returns the run for the partitions left here.
+    ///
+    /// A part's whole answer arrives before any of it is relayed, so a
+    /// part that could not run whole (unreachable, or its LAST carries 11:
+    /// a claim ended, a handover happened) is run again, routed afresh —
+    /// here once this node serves its partitions whole — with pauses, for
+    /// at most [`PART_RETRY_WINDOW`] (and the request's timeout). Past
+    /// that, or when a part fails otherwise, the whole run fails (LAST
+    /// with 11, or the part's own failure), as a partition left out would.
     pub(crate) async fn run_delegated(
         mut self: Box<Self>,
         service: &Service,
@@ -1153,20 +1208,80 @@ impl AggregateRun {
         let Some(fabric) = service.fabric() else {
             return fail(out, ResultCode::Unavailable);
         };
-        for (node, body) in std::mem::take(&mut self.delegated) {
-            let answer = fabric
-                .call(node, call_kind::AGGREGATE_PART, body, self.part_timeout)
-                .await;
-            let relayed = match answer.as_deref() {
-                Ok([code, frames @ ..]) if *code == ResultCode::Ok.code() => {
-                    relay_part(frames, out, &mut self.sent)
+        let started = Instant::now();
+        let retry_until = started + self.part_timeout.min(PART_RETRY_WINDOW);
+        let mut pause = PART_RETRY_PAUSE;
+        let mut parts: std::collections::VecDeque<(NodeId, Vec<PartitionId>)> =
+            std::mem::take(&mut self.delegated).into();
+        let mut waiting: Vec<PartitionId> = Vec::new();
+        loop {
+            let Some((node, partitions)) = parts.pop_front() else {
+                if waiting.is_empty() {
+                    return Some(self);
+                }
+                if Instant::now() + pause > retry_until {
+                    tracing::debug!(
+                        left = waiting.len(),
+                        "aggregation refused: partitions it must cover stayed unavailable"
+                    );
+                    return fail(out, ResultCode::Unavailable);
+                }
+                crate::offload::run("citrine-agg-pause", move || std::thread::sleep(pause)).await;
+                pause = (pause * 2).min(PART_RETRY_PAUSE_MAX);
+                let cluster = service.cluster();
+                let Some(map) = cluster.namespace(&self.namespace.config.name) else {
+                    return fail(out, ResultCode::Unavailable);
+                };
+                let mut unroutable = Vec::new();
+                for partition in std::mem::take(&mut waiting) {
+                    match part_target(service, &map.map, &self.namespace.config.name, partition) {
+                        Some(node) => match parts.iter_mut().find(|(to, _)| *to == node) {
+                            Some((_, listed)) => listed.push(partition),
+                            None => parts.push_back((node, vec![partition])),
+                        },
+                        None => unroutable.push(partition),
+                    }
+                }
+                waiting = unroutable;
+                continue;
+            };
+            let Some(body) = Message::decode(&self.request)
+                .ok()
+                .map(|request| part_request(&request, &partitions))
+            else {
+                return fail(out, ResultCode::ServerError);
+            };
+            let answer = if node == service.node_id {
+                Ok(service.serve_aggregate_part(&body).await)
+            } else {
+                let left = self.part_timeout.saturating_sub(started.elapsed());
+                fabric
+                    .call(node, call_kind::AGGREGATE_PART, body, left)
+                    .await
+            };
+            let frames = match answer.as_deref() {
+                Ok([code, frames @ ..])
+                    if *code == ResultCode::Ok.code()
+                        && part_end(frames) != Some(ResultCode::Unavailable.code()) =>
+                {
+                    frames
+                }
+                Ok([code, ..])
+                    if *code != ResultCode::Ok.code()
+                        && *code != ResultCode::Unavailable.code() =>
+                {
+                    tracing::debug!(?node, code, "aggregation part refused");
+                    return fail(out, ResultCode::Unavailable);
                 }
                 other => {
-                    tracing::debug!(?node, answer = ?other.map(|bytes| bytes.first().copied()), "aggregation part failed");
-                    Relayed::Broken
+                    // Unreachable, timed out, or it could not cover its
+                    // partitions whole: nothing of it was relayed.
+                    tracing::debug!(?node, answer = ?other.map(|bytes| bytes.first().copied()), "aggregation part to run again");
+                    waiting.extend(partitions);
+                    continue;
                 }
             };
-            match relayed {
+            match relay_part(frames, out, &mut self.sent) {
                 Relayed::Values => {}
                 Relayed::Ended => {
                     service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
@@ -1175,7 +1290,6 @@ impl AggregateRun {
                 Relayed::Broken => return fail(out, ResultCode::Unavailable),
             }
         }
-        Some(self)
     }
 
     /// Appends the next step's frame (and, at the end, LAST) to `out`;
@@ -1350,6 +1464,27 @@ enum Relayed {
     /// Malformed, or past [`AGGREGATE_OUTPUT_MAX`]: the stream still needs
     /// its end.
     Broken,
+}
+
+/// The result code of the LAST message ending a part's stream (its frames
+/// of messages); `None` when the stream is malformed or has no LAST.
+fn part_end(frames: &[u8]) -> Option<u8> {
+    use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+    let mut rest = frames;
+    while let Some((head, after)) = rest.split_first_chunk::<PROTO_HEADER_SIZE>() {
+        let header = ProtoHeader::decode(head).ok()?;
+        let size = usize::try_from(header.size).ok()?;
+        let (mut messages, next) = (size <= after.len()).then(|| after.split_at(size))?;
+        rest = next;
+        while !messages.is_empty() {
+            let (message, used) = Message::decode_prefix(messages).ok()?;
+            if message.header.info3 & info3::LAST != 0 {
+                return Some(message.header.result_code);
+            }
+            messages = &messages[used..];
+        }
+    }
+    None
 }
 
 /// Copies a part's stream (its frames of messages) into `out` as one frame:

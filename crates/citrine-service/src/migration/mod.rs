@@ -1740,15 +1740,25 @@ mod tests {
         crate::tests::view(self_id, key, members)
     }
 
+    /// Work run once, as the next aggregation part is sent.
+    type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+
     /// Calls the target service directly; `cut` pairs cannot talk.
     struct Direct {
         from: NodeId,
         nodes: Arc<Mutex<Vec<Arc<Service>>>>,
         cut: Arc<Mutex<HashSet<(NodeId, NodeId)>>>,
+        before_part: Hook,
     }
 
     impl Fabric for Direct {
         fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, _: Duration) -> FabricFuture {
+            if kind == crate::replication::call_kind::AGGREGATE_PART {
+                let hook = self.before_part.lock().take();
+                if let Some(hook) = hook {
+                    hook();
+                }
+            }
             let target = self
                 .nodes
                 .lock()
@@ -1773,9 +1783,11 @@ mod tests {
         }
     }
 
+    #[derive(Clone)]
     struct World {
         nodes: Arc<Mutex<Vec<Arc<Service>>>>,
         cut: Arc<Mutex<HashSet<(NodeId, NodeId)>>>,
+        before_part: Hook,
     }
 
     impl World {
@@ -1783,17 +1795,24 @@ mod tests {
             let world = World {
                 nodes: Arc::new(Mutex::new(Vec::new())),
                 cut: Arc::new(Mutex::new(HashSet::new())),
+                before_part: Arc::new(Mutex::new(None)),
             };
             for id in ids {
                 let node = service(*id);
-                node.set_fabric(Arc::new(Direct {
-                    from: node.node_id,
-                    nodes: world.nodes.clone(),
-                    cut: world.cut.clone(),
-                }));
+                node.set_fabric(world.fabric(*id));
                 world.nodes.lock().push(node);
             }
             world
+        }
+
+        /// Node `from`'s fabric into this world.
+        fn fabric(&self, from: u64) -> Arc<Direct> {
+            Arc::new(Direct {
+                from: NodeId(from),
+                nodes: self.nodes.clone(),
+                cut: self.cut.clone(),
+                before_part: self.before_part.clone(),
+            })
         }
 
         fn node(&self, id: u64) -> Arc<Service> {
@@ -2002,11 +2021,7 @@ mod tests {
         // Node 2 starts again with the records its device kept and the
         // regime it saved.
         let restarted = service(2);
-        restarted.set_fabric(Arc::new(Direct {
-            from: NodeId(2),
-            nodes: world.nodes.clone(),
-            cut: world.cut.clone(),
-        }));
+        restarted.set_fabric(world.fabric(2));
         for write in &writes {
             put(&restarted, write);
         }
@@ -2078,11 +2093,7 @@ mod tests {
         // It comes back with its copies; the first step of its driver (the
         // exchange) brings it the truncation before the exchange resolves.
         let restarted = service(2);
-        restarted.set_fabric(Arc::new(Direct {
-            from: NodeId(2),
-            nodes: world.nodes.clone(),
-            cut: world.cut.clone(),
-        }));
+        restarted.set_fabric(world.fabric(2));
         for write in &writes {
             put(&restarted, write);
         }
@@ -2434,10 +2445,57 @@ mod tests {
     /// together they count every record once.
     #[test]
     fn a_filling_masters_aggregation_runs_its_part_on_the_acting_master() {
-        use crate::batch::tests::{digest, put, run};
+        let (world, frame, mastered_by_2) = aggregation_during_a_fill();
+        let (node1, node2) = (world.node(1), world.node(2));
+        assert_eq!(
+            aggregate(&node2, &frame),
+            (0, mastered_by_2),
+            "its part ran on node 1"
+        );
+        assert_eq!(aggregate(&node1, &frame), (0, 300 - mastered_by_2));
+        // Once filled, the same shares from the nodes' own copies.
+        world.settle(&[1, 2]);
+        assert_eq!(aggregate(&node2, &frame), (0, mastered_by_2));
+        assert_eq!(aggregate(&node1, &frame), (0, 300 - mastered_by_2));
+    }
+
+    /// The fill ends (the handover happens) between the filling master's
+    /// choice of the acting master and the part's arrival there: node 1 no
+    /// longer serves those partitions and its part answers 11 before any
+    /// value. Node 2 runs the part again where its partitions are served
+    /// whole now, on itself, and counts every record (before: 11).
+    #[test]
+    fn an_aggregation_part_refused_after_a_handover_runs_again_where_its_partitions_are() {
+        let (world, frame, mastered_by_2) = aggregation_during_a_fill();
+        let node2 = world.node(2);
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (settler, flag) = (world.clone(), Arc::clone(&ran));
+        *world.before_part.lock() = Some(Box::new(move || {
+            settler.settle(&[1, 2]);
+            flag.store(true, Ordering::Relaxed);
+        }));
+        assert_eq!(aggregate(&node2, &frame), (0, mastered_by_2));
+        assert!(ran.load(Ordering::Relaxed), "the handover came first");
+        // A part that stays refused ends the run with 11, within the retry
+        // window: node 2's partitions are neither whole there nor claimed.
+        let (world, mut frame, _) = aggregation_during_a_fill();
+        world.cut.lock().insert((NodeId(2), NodeId(1)));
+        // Its timeout (the message header's transaction TTL, after the
+        // 8-byte frame header) made 300 ms, so the window is that short.
+        frame[22..26].copy_from_slice(&300u32.to_be_bytes());
+        assert_eq!(aggregate(&world.node(2), &frame).0, 11);
+    }
+
+    /// Two nodes, 300 records of set `demo` written on node 1 alone, a
+    /// module `agg` with `count`; node 2 has joined and masters part of the
+    /// partitions, which node 1 still holds and acts for. Returns the
+    /// world, a count over all partitions (as the official clients send
+    /// it) and how many of the records node 2 masters.
+    fn aggregation_during_a_fill() -> (World, Vec<u8>, i64) {
+        use crate::batch::tests::{digest, put};
         use crate::scan::udf_op;
         use base64::Engine as _;
-        use citrine_wire::msg::{field_type, info1, info3, MessageWriter, MsgHeader};
+        use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
         let world = World::new(&[1, 2]);
         let (node1, node2) = (world.node(1), world.node(2));
         node1.publish_cluster(state(1, 70, &[1]));
@@ -2467,19 +2525,6 @@ mod tests {
             .field(field_type::UDF_FUNCTION, b"count")
             .field(field_type::UDF_ARGLIST, &[0x90]);
         writer.finish();
-        // The (code of LAST, sum of the values) of the aggregation at `node`.
-        let aggregate = |node: &Service| {
-            let messages = run(node, &frame);
-            let last = messages.last().expect("LAST");
-            assert_eq!(last.header.info3 & info3::LAST, info3::LAST);
-            let total: i64 = messages
-                .iter()
-                .filter(|message| message.header.info3 == 0)
-                .filter_map(|message| message.bin("SUCCESS"))
-                .map(|value| i64::from_be_bytes(value.try_into().expect("an integer")))
-                .sum();
-            (last.header.result_code, total)
-        };
         // Node 2 joins: it masters part of the partitions, holds none of
         // them, and node 1 acts for them once the exchange is resolved.
         world.publish(71, &[1, 2]);
@@ -2502,16 +2547,23 @@ mod tests {
             .filter(|partition| node2.migrations.acting_target("test", *partition).is_some())
             .count();
         assert!(filling > 0, "node 2 is still filling what it masters");
-        assert_eq!(
-            aggregate(&node2),
-            (0, mastered_by_2),
-            "its part ran on node 1"
-        );
-        assert_eq!(aggregate(&node1), (0, 300 - mastered_by_2));
-        // Once filled, the same shares from the nodes' own copies.
-        world.settle(&[1, 2]);
-        assert_eq!(aggregate(&node2), (0, mastered_by_2));
-        assert_eq!(aggregate(&node1), (0, 300 - mastered_by_2));
+        (world, frame, mastered_by_2)
+    }
+
+    /// The (code of LAST, sum of the values) of aggregation `frame` at
+    /// `node`.
+    fn aggregate(node: &Service, frame: &[u8]) -> (u8, i64) {
+        use citrine_wire::msg::info3;
+        let messages = crate::batch::tests::run(node, frame);
+        let last = messages.last().expect("LAST");
+        assert_eq!(last.header.info3 & info3::LAST, info3::LAST);
+        let total: i64 = messages
+            .iter()
+            .filter(|message| message.header.info3 == 0)
+            .filter_map(|message| message.bin("SUCCESS"))
+            .map(|value| i64::from_be_bytes(value.try_into().expect("an integer")))
+            .sum();
+        (last.header.result_code, total)
     }
 
     /// A replica (or migration target) whose copy expired stores whatever
