@@ -199,9 +199,13 @@ pub struct Service {
     fabric: OnceLock<Arc<dyn Fabric>>,
     /// Migration plan and counters (see [`migration`]).
     pub migrations: migration::Migrations,
-    /// Started to join a cluster and not in any view yet: it claims no
+    /// Started to join a cluster and not serving yet: it claims no
     /// partition and answers 11 to data requests (see [`Service::set_orphan`]).
     orphan: AtomicBool,
+    /// Set with `orphan`: for a node holding records, the orphan ends only
+    /// once a view with other members has had its exchange resolved, or a
+    /// view of this node alone is published (see [`Service::set_orphan`]).
+    joining: AtomicBool,
     /// No-op mode (see [`noop`]): data requests are answered without
     /// touching a namespace. Set once, before the node serves.
     noop: AtomicBool,
@@ -256,6 +260,7 @@ impl Service {
                 node_id.0.rotate_left(29) ^ started_unix_ms,
             ),
             orphan: AtomicBool::new(false),
+            joining: AtomicBool::new(false),
             noop: AtomicBool::new(false),
             sindex_builds: sindex::Builds::default(),
             jobs: job::Jobs::default(),
@@ -290,13 +295,35 @@ impl Service {
         self.cluster.read().clone()
     }
 
-    /// Marks a node that starts to join a cluster (it has seeds) as not
-    /// serving until its first view is published: a node restarted under
-    /// the same id must not, for the seconds before it joins, claim every
-    /// partition to clients that already know its address and answer "not
-    /// found" for records the cluster holds.
+    /// Marks a node that starts to join a cluster (it has seeds), or that
+    /// left its view, as not serving until it is back in one:
+    ///
+    /// - a node restarted under the same id must not, for the seconds
+    ///   before it joins, claim every partition to clients that already
+    ///   know its address and answer "not found" for records the cluster
+    ///   holds;
+    /// - in a view with other members, a node that holds records (it
+    ///   restarted with its device, or left its view and came back) serves
+    ///   again only once that view's partition-version exchange is
+    ///   resolved, which brings it the truncations it missed (synced with
+    ///   each peer before the exchange resolves): before, it would serve
+    ///   records truncated while it was away, and execute writes against
+    ///   them. Its
+    ///   partitions answer 11 for those milliseconds; the clients retry.
+    ///
+    /// A node holding nothing serves as soon as it is in a view, and a view
+    /// of this node alone ends it at once: there is nobody to learn from.
     pub fn set_orphan(&self) {
-        self.orphan.store(true, Ordering::Relaxed);
+        self.joining.store(true, Ordering::Relaxed);
+        self.orphan.store(true, Ordering::Release);
+    }
+
+    /// Ends the orphan state of [`Service::set_orphan`]: the node serves.
+    fn end_orphan(&self) {
+        if self.joining.swap(false, Ordering::AcqRel) {
+            tracing::info!("serving: the view's partition versions are exchanged");
+        }
+        self.orphan.store(false, Ordering::Release);
     }
 
     /// Puts the node in no-op mode (`citrined --noop`, the benchmark
@@ -311,15 +338,16 @@ impl Service {
         self.noop.load(Ordering::Relaxed)
     }
 
-    /// True until a node started with [`Service::set_orphan`] publishes a
-    /// view.
+    /// True from [`Service::set_orphan`] until the node is back in a
+    /// view whose exchange is resolved (or alone).
     pub fn is_orphan(&self) -> bool {
-        self.orphan.load(Ordering::Relaxed)
+        self.orphan.load(Ordering::Acquire)
     }
 
     /// Publishes a new cluster state (after a view change) and starts the
     /// partition-version exchange it calls for (the migration driver does
-    /// the rest); a node that was an orphan serves from now on.
+    /// the rest). An orphan serves from now on when the view is of this
+    /// node alone, else once the exchange is resolved.
     pub fn publish_cluster(&self, state: ClusterState) {
         debug_assert_eq!(state.self_id, self.node_id);
         let clustered = state.size() > 1;
@@ -329,7 +357,23 @@ impl Service {
         *self.cluster.write() = state.clone();
         self.clustered.store(clustered, Ordering::Release);
         self.plan_migrations(state);
-        self.orphan.store(false, Ordering::Relaxed);
+        if !clustered || !self.joining.load(Ordering::Acquire) || self.holds_nothing() {
+            self.end_orphan();
+        }
+    }
+
+    /// True when no namespace holds a record (or tombstone).
+    fn holds_nothing(&self) -> bool {
+        self.namespaces()
+            .all(|namespace| namespace.index.record_count() == 0)
+    }
+
+    /// The exchange of the published view is resolved: an orphan waiting
+    /// for it serves from now on.
+    pub(crate) fn exchange_resolved(&self) {
+        if self.joining.load(Ordering::Acquire) {
+            self.end_orphan();
+        }
     }
 
     /// Installs the fabric through which requests are proxied and writes
@@ -602,7 +646,7 @@ impl Service {
             noop::reply(body, self.batch_max_requests.load(Ordering::Relaxed), out);
             return Ok(None);
         }
-        if self.orphan.load(Ordering::Relaxed) {
+        if self.orphan.load(Ordering::Acquire) {
             // Not in a cluster yet: the client tries another node.
             transaction::write_refusal(out, body, ResultCode::Unavailable);
             return Ok(None);

@@ -1218,6 +1218,7 @@ impl Service {
         }
         // Only now (drops done) may `cluster-stable` report the view.
         migrations.exchanging.store(false, Ordering::Relaxed);
+        self.exchange_resolved();
         if planned > 0 || filling > 0 || !drops.is_empty() {
             tracing::info!(
                 send = planned,
@@ -2128,6 +2129,95 @@ mod tests {
             restarted.truncations_text(),
             world.node(1).truncations_text()
         );
+    }
+
+    /// A node restarted with its device while a set was truncated serves
+    /// nothing in the new view until its exchange is resolved (which
+    /// brings it the truncation): before, it answered the truncated
+    /// records it masters as found (15 of 15 reads here) in the
+    /// milliseconds between the view and the exchange, and it would have
+    /// executed writes against them.
+    #[test]
+    fn a_restarted_node_serves_no_truncated_record_before_its_exchange() {
+        use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
+        let directory =
+            std::env::temp_dir().join(format!("citrine-restart-truncated-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("directory");
+        let world = World::new(&[1, 2]);
+        let writes: Vec<ReplicaWrite> = (0..32u16)
+            .map(|pid| ReplicaWrite {
+                body: Some(citrine_record::encode_body(None, &[]).expect("body")),
+                ..record(pid * 127, 7, 1)
+            })
+            .collect();
+        world.publish(40, &[1, 2]);
+        world.settle(&[1, 2]);
+        for write in &writes {
+            put(&world.node(1), write);
+            put(&world.node(2), write);
+        }
+        // Node 2 is down while the set is truncated through node 1.
+        world.publish(41, &[1]);
+        world.settle(&[1]);
+        let answer = crate::tests::info(&world.node(1), &["truncate:namespace=test;set=demo"]);
+        assert_eq!(answer[0].1, "ok");
+        // It starts again with its device's records and saved regime, and
+        // joins (it has seeds: an orphan until it serves).
+        let restarted = service(2);
+        restarted.set_fabric(world.fabric(2));
+        restarted.set_orphan();
+        for write in &writes {
+            put(&restarted, write);
+        }
+        std::fs::write(directory.join(REGIME_FILE), "citrine-regime 1 28\n").expect("regime");
+        restarted
+            .keep_partition_lineage(&directory)
+            .expect("lineage kept");
+        world.nodes.lock().retain(|node| node.node_id != NodeId(2));
+        world.nodes.lock().push(restarted.clone());
+        world.publish(42, &[1, 2]);
+        let view = state(2, 42, &[1, 2]);
+        let mastered: Vec<&ReplicaWrite> = writes
+            .iter()
+            .filter(|write| view.namespaces[0].map.replicas(partition(write))[0] == NodeId(2))
+            .collect();
+        assert!(!mastered.is_empty());
+        // The code of a read of each at node 2.
+        let read_codes = || -> Vec<u8> {
+            mastered
+                .iter()
+                .map(|write| {
+                    let mut frame = Vec::new();
+                    let header = MsgHeader {
+                        info1: info1::READ | info1::GET_NO_BINS,
+                        ..MsgHeader::default()
+                    };
+                    let mut writer = MessageWriter::begin(&mut frame, &header);
+                    writer
+                        .field(field_type::NAMESPACE, b"test")
+                        .field(field_type::SET, b"demo")
+                        .field(field_type::DIGEST, &write.digest.0);
+                    writer.finish();
+                    crate::batch::tests::run(&restarted, &frame)[0]
+                        .header
+                        .result_code
+                })
+                .collect()
+        };
+        assert!(restarted.is_orphan());
+        assert!(
+            read_codes().iter().all(|code| *code == 11),
+            "{:?}",
+            read_codes()
+        );
+        world.settle(&[1, 2]);
+        assert!(!restarted.is_orphan(), "it serves once exchanged");
+        assert!(
+            read_codes().iter().all(|code| *code == 2),
+            "{:?}",
+            read_codes()
+        );
+        let _ = std::fs::remove_dir_all(&directory);
     }
 
     #[test]
