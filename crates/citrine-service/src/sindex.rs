@@ -249,13 +249,11 @@ impl Service {
                 build(self, &namespace, &index, &mut || {
                     self.push_sindex_definitions();
                     self.push_udf_modules();
-                    self.push_truncations();
                 })
             },
             || {
                 self.push_sindex_definitions();
                 self.push_udf_modules();
-                self.push_truncations();
             },
         );
     }

@@ -145,21 +145,58 @@ pub(crate) fn push_to_peers(
     what: &str,
     text: impl FnOnce() -> String,
 ) {
-    let Some(fabric) = service.fabric() else {
+    let Some((fabric, peers, text)) = due_push(service, clock, text) else {
         return;
     };
-    let (peers, cluster_key) = service.peers();
-    if peers.is_empty() || !clock.take_due(cluster_key, service.now().unix_ms) {
-        return;
-    }
-    let text = text();
-    if text.is_empty() {
-        return;
-    }
     for peer in peers {
         let call = fabric.call(peer, kind, text.as_bytes().to_vec(), PUSH_TIMEOUT);
         if let Err(error) = crate::block_on(call) {
             tracing::debug!(?peer, "{what} not pushed: {error:?}");
         }
     }
+}
+
+/// [`push_to_peers`] for async callers (the migration driver): the peers
+/// are sent to at once. True when a push went out.
+pub(crate) async fn push_to_peers_async(
+    service: &Service,
+    clock: &PushClock,
+    kind: u8,
+    what: &str,
+    text: impl FnOnce() -> String,
+) -> bool {
+    let Some((fabric, peers, text)) = due_push(service, clock, text) else {
+        return false;
+    };
+    let calls = peers
+        .iter()
+        .map(|peer| fabric.call(*peer, kind, text.as_bytes().to_vec(), PUSH_TIMEOUT))
+        .collect();
+    let answers = crate::replication::join_all(calls).await;
+    for (peer, answer) in peers.iter().zip(answers) {
+        if let Err(error) = answer {
+            tracing::debug!(?peer, "{what} not pushed: {error:?}");
+        }
+    }
+    true
+}
+
+/// The fabric, the peers and the text of a push when one is due (and there
+/// is anyone to send a non-empty text to).
+fn due_push(
+    service: &Service,
+    clock: &PushClock,
+    text: impl FnOnce() -> String,
+) -> Option<(
+    std::sync::Arc<dyn crate::replication::Fabric>,
+    Vec<NodeId>,
+    String,
+)> {
+    let fabric = service.fabric()?;
+    let (peers, cluster_key) = service.peers();
+    if peers.is_empty() || !clock.take_due(cluster_key, service.now().unix_ms) {
+        return None;
+    }
+    let text = text();
+    (!text.is_empty()).then_some((fabric, peers, text))
 }

@@ -26,13 +26,15 @@
 //!   threshold on its device (a restart does not load the records again),
 //!   and the file keeps every threshold (a memory namespace restarted empty
 //!   still refuses older copies from a node that missed the command);
-//! - pushed like the other shared metadata ([`crate::smd`]): at once after a
-//!   change (within the `citrine-sindex` thread's idle wait), after every
-//!   view change and every [`crate::smd::PUSH_EVERY_MS`]; and exchanged
-//!   both ways with every peer during each view's partition-version
-//!   exchange ([`Service::sync_truncations`]), so a node that missed a
-//!   truncation (down, or on the other side of a split) knows it before
-//!   its exchange resolves and it serves or sends any copy;
+//! - pushed like the other shared metadata ([`crate::smd`]), but by the
+//!   migration driver (an async task the simulator runs too): at once after
+//!   a change (within the driver's idle poll), after every view change and
+//!   every [`crate::smd::PUSH_EVERY_MS`]; and exchanged both ways with
+//!   every peer during each view's partition-version exchange
+//!   ([`Service::sync_truncations`], retried with the exchange until the
+//!   peer answers), so a node that missed a truncation (down, or on the
+//!   other side of a split) knows it before its exchange resolves and it
+//!   serves or sends any copy;
 //! - a truncation of a set this node has never stored gives the set its id
 //!   here, so the threshold applies to records of it that arrive later.
 //!
@@ -157,10 +159,19 @@ impl Removal {
         tracing::info!(namespace = %self.namespace.config.name, set_id = ?self.set_id, lut_ms = self.lut_ms, removed, "truncated");
     }
 
-    /// Runs every removal on a `citrine-truncate` thread (inline when no
-    /// thread can be started).
-    pub(crate) fn run_in_background(removals: Vec<Removal>) {
+    /// Runs every removal on a `citrine-truncate` thread when `service` is
+    /// shared (the server: a merge arrives on the fabric's runtime or in an
+    /// exchange, neither of which may wait for a walk of every partition);
+    /// inline otherwise (tests and the simulator, which must stay
+    /// deterministic), and when no thread can be started.
+    pub(crate) fn run_in_background(service: &Service, removals: Vec<Removal>) {
         if removals.is_empty() {
+            return;
+        }
+        if service.shared().is_none() {
+            for removal in removals {
+                removal.run();
+            }
             return;
         }
         let pending = Arc::new(Mutex::new(removals));
@@ -271,7 +282,8 @@ impl Service {
     }
 
     /// Merges a peer's truncations (the text its push carries); the records
-    /// they cover are removed on a background thread.
+    /// they cover are removed on a background thread (see
+    /// [`Removal::run_in_background`]).
     pub(crate) fn merge_truncations(&self, incoming: &str) {
         let (changed, removals) = self.adopt_truncations(incoming, "a peer");
         if changed {
@@ -281,7 +293,7 @@ impl Service {
                 tracing::error!("merged truncations not saved: {message}");
             }
         }
-        Removal::run_in_background(removals);
+        Removal::run_in_background(self, removals);
     }
 
     /// Takes every line of `text` whose lut is later than the one known
@@ -335,8 +347,9 @@ impl Service {
         (changed, removals)
     }
 
-    /// Every threshold, one line each (what a push carries).
-    pub(crate) fn truncations_text(&self) -> String {
+    /// Every threshold, one line each (what a push carries):
+    /// `namespace=NS;[set=S;]lut=MS`.
+    pub fn truncations_text(&self) -> String {
         text(&self.truncations.entries.lock())
     }
 
@@ -344,35 +357,45 @@ impl Service {
     /// carries (the migration driver calls it once per peer in each view's
     /// exchange, before the exchange resolves). One attempt: a peer that
     /// does not answer gets the periodic pushes.
-    pub(crate) async fn sync_truncations(&self, fabric: &dyn Fabric, peer: NodeId) {
+    /// False when the peer could not be reached (the caller tries again):
+    /// any answer, even a refusal, counts as synced.
+    pub(crate) async fn sync_truncations(&self, fabric: &dyn Fabric, peer: NodeId) -> bool {
         let text = self.truncations_text().into_bytes();
         match fabric
             .call(peer, call_kind::TRUNCATIONS, text, SYNC_TIMEOUT)
             .await
         {
-            Ok(answer) => match answer.split_first() {
-                Some((&code, rest)) if code == ResultCode::Ok.code() => {
-                    match std::str::from_utf8(rest) {
-                        Ok(text) => self.merge_truncations(text),
-                        Err(_) => tracing::warn!(?peer, "a peer's truncations are not text"),
+            Ok(answer) => {
+                match answer.split_first() {
+                    Some((&code, rest)) if code == ResultCode::Ok.code() => {
+                        match std::str::from_utf8(rest) {
+                            Ok(text) => self.merge_truncations(text),
+                            Err(_) => tracing::warn!(?peer, "a peer's truncations are not text"),
+                        }
                     }
+                    _ => tracing::warn!(?peer, "truncations not synced: answer {answer:?}"),
                 }
-                _ => tracing::debug!(?peer, "truncations not synced: answer {answer:?}"),
-            },
-            Err(error) => tracing::debug!(?peer, "truncations not synced: {error:?}"),
+                true
+            }
+            Err(error) => {
+                tracing::debug!(?peer, "truncations not synced: {error:?}");
+                false
+            }
         }
     }
 
     /// Sends every threshold to every other member when a push is due (the
-    /// `citrine-sindex` thread calls it beside the other shared metadata).
-    pub(crate) fn push_truncations(&self) {
-        crate::smd::push_to_peers(
+    /// migration driver calls it at each step, so the simulator runs the
+    /// pushes too); true when one went out.
+    pub(crate) async fn push_truncations(&self) -> bool {
+        crate::smd::push_to_peers_async(
             self,
             &self.truncations.push,
             call_kind::TRUNCATIONS,
             "truncations",
             || self.truncations_text(),
-        );
+        )
+        .await
     }
 }
 

@@ -161,6 +161,10 @@ pub enum Invariant {
     PhantomWrite,
     /// Data mode: every reply decodes and carries an expected result code.
     ClientResult,
+    /// Data mode: after quiescence every live node knows the truncation a
+    /// client issued at one node, holds no record it covers, and no put
+    /// acknowledged well before it (by every clock) is read back.
+    Truncation,
 }
 
 impl fmt::Display for Invariant {

@@ -59,13 +59,16 @@ pub async fn run(service: Arc<Service>, pause: Arc<dyn Pause>, stopping: Arc<Ato
     }
 }
 
-/// Does the next piece of work, if any; false when there was none.
+/// Does the next piece of work, if any; false when there was none. The
+/// truncations go out first when a push is due (see
+/// [`Service::push_truncations`]).
 pub async fn step(service: &Arc<Service>, pause: &Arc<dyn Pause>) -> bool {
     let Some(fabric) = service.fabric() else {
         return false;
     };
+    let pushed = service.push_truncations().await;
     match service.migrations.next_work() {
-        Work::Idle => false,
+        Work::Idle => pushed,
         Work::Exchange {
             epoch,
             cluster_key,
@@ -125,8 +128,10 @@ async fn exchange(
                 Ok([exchange_status::READY, ..]) => {
                     // Truncations first: a node that missed one must know
                     // it before its exchange resolves and it serves copies.
-                    service.sync_truncations(fabric.as_ref(), peer).await;
-                    return answer.ok().map(|bytes| (peer, bytes));
+                    if service.sync_truncations(fabric.as_ref(), peer).await {
+                        return answer.ok().map(|bytes| (peer, bytes));
+                    }
+                    pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await
                 }
                 Ok([exchange_status::NOT_YET]) => {
                     pause.sleep(Duration::from_millis(EXCHANGE_RETRY_MS)).await

@@ -23,14 +23,20 @@
 //!    shared counters, puts of unique values to keys it owns, reads —
 //!    sent to the master in some node's current map (or, sometimes, to a
 //!    random node, which proxies), retried on 9, 11 and timeouts;
+//!    With [`DataConfig::truncate`], some puts go to keys of set `trunc`;
 //! 3. 3–5 membership events 1.5–4 s apart: a spare node joins, a node
 //!    crashes (only when the cluster is stable: with replication factor 2
 //!    one node may be lost at a time), a crashed node restarts empty; the
 //!    network loses up to `max_loss` of packets and delays them 1–6 ms, but
-//!    is never partitioned;
+//!    is never partitioned. With [`DataConfig::truncate`], a client
+//!    truncates set `trunc` through one node before one of the events (its
+//!    threshold 2 × `max_skew_ms` behind that node's clock);
 //! 4. clients stop; the run waits for quiescence (one view of every live
 //!    node, every node `cluster-stable`, for `settle_ms`);
-//! 5. the checks ([`Invariant`] data variants).
+//! 5. the checks ([`Invariant`] data variants; for the truncation: every
+//!    node knows it, no node holds a record it covers, no put acknowledged
+//!    before it by every clock is read back, and the last put acknowledged
+//!    after it is).
 //!
 //! Invariants of the simulator itself: as for [`crate::sim`] — one seed,
 //! `BTreeMap`s and `Vec`s only, a fixed polling order — so a run is a pure
@@ -62,6 +68,10 @@ use net::{mix, Core, Executor, NetParams, Packet, Shared, SimFabric, SimPause};
 const BASE_UNIX_MS: u64 = 1_700_000_000_000;
 const NAMESPACE: &str = "test";
 const SET: &str = "sim";
+/// The set one truncation covers (see [`DataConfig::truncate`]).
+const TRUNCATED_SET: &str = "trunc";
+/// Keys of [`TRUNCATED_SET`] per client.
+const TRUNCATED_KEYS_PER_CLIENT: usize = 2;
 const TICK_MS: u64 = 10;
 const RECENT: usize = 400;
 /// Executor rounds allowed per simulated millisecond.
@@ -102,6 +112,10 @@ pub struct DataConfig {
     /// and fabric links are TCP connections, which retransmit: off by
     /// default).
     pub messages_vanish: bool,
+    /// Clients also put to keys of set `trunc`, and one of them truncates
+    /// that set at one node before a membership event (the other nodes
+    /// learn it in that event's exchange).
+    pub truncate: bool,
 }
 
 impl DataConfig {
@@ -123,6 +137,7 @@ impl DataConfig {
             quiesce_bound_ms: 60_000,
             restart_before_noticed: false,
             messages_vanish: false,
+            truncate: true,
         }
     }
 }
@@ -212,6 +227,12 @@ enum OpKind {
     Read {
         counter: usize,
     },
+    /// A put to a key of [`TRUNCATED_SET`].
+    TruncatedPut {
+        key: usize,
+        value: i64,
+        attempt: usize,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -249,6 +270,28 @@ struct PutAttempt {
     outcome: Outcome,
 }
 
+/// A put to a key of [`TRUNCATED_SET`], with when it was sent and when
+/// its outcome was known (simulated ms).
+#[derive(Clone, Debug)]
+struct TruncatedPut {
+    value: i64,
+    outcome: Outcome,
+    sent_at: u64,
+    done_at: u64,
+}
+
+/// The truncation a client issued.
+#[derive(Clone, Copy, Debug)]
+struct Truncation {
+    /// Its threshold (Unix ms on every node's clock).
+    lut_ms: u64,
+    /// Simulated time it was issued (and answered: info runs inline).
+    at: u64,
+    /// A put acknowledged at or before this simulated time was executed
+    /// before the threshold by every node's clock.
+    covers_acked_until: u64,
+}
+
 const MAX_TRIES: u32 = 6;
 
 struct World {
@@ -270,6 +313,8 @@ struct World {
     next_req: u64,
     counters: Vec<CounterHistory>,
     puts: Vec<Vec<PutAttempt>>,
+    truncated_puts: Vec<Vec<TruncatedPut>>,
+    truncation: Option<Truncation>,
     acked: u64,
     in_doubt: u64,
     refused: u64,
@@ -287,18 +332,36 @@ fn put_key(i: usize) -> String {
     format!("put-{i}")
 }
 
+fn truncated_key(i: usize) -> String {
+    format!("trunc-{i}")
+}
+
 fn digest_of(key: &str) -> Digest {
-    of_key(SET, &UserKey::String(key.to_owned()))
+    digest_in(SET, key)
+}
+
+fn digest_in(set: &str, key: &str) -> Digest {
+    of_key(set, &UserKey::String(key.to_owned()))
 }
 
 /// A single-record request frame for `key`.
 fn request_frame(key: &str, header: MsgHeader, op: Option<(u8, &str, i64)>) -> Vec<u8> {
-    let digest = digest_of(key);
+    request_frame_in(SET, key, header, op)
+}
+
+/// A single-record request frame for `key` of `set`.
+fn request_frame_in(
+    set: &str,
+    key: &str,
+    header: MsgHeader,
+    op: Option<(u8, &str, i64)>,
+) -> Vec<u8> {
+    let digest = digest_in(set, key);
     let mut out = Vec::new();
     let mut writer = MessageWriter::begin(&mut out, &header);
     writer
         .field(field_type::NAMESPACE, NAMESPACE.as_bytes())
-        .field(field_type::SET, SET.as_bytes())
+        .field(field_type::SET, set.as_bytes())
         .field(field_type::DIGEST, &digest.0);
     if let Some((op, bin, value)) = op {
         writer.op(op, 1, bin.as_bytes(), &value.to_be_bytes());
@@ -369,6 +432,7 @@ impl World {
         let clients = vec![ClientState::Stopped; cfg.clients];
         let counters = vec![CounterHistory::default(); cfg.counters];
         let puts = vec![Vec::new(); cfg.clients * cfg.puts_per_client];
+        let truncated_puts = vec![Vec::new(); cfg.clients * TRUNCATED_KEYS_PER_CLIENT];
         World {
             seed,
             cfg,
@@ -387,6 +451,8 @@ impl World {
             next_req: 1,
             counters,
             puts,
+            truncated_puts,
+            truncation: None,
             acked: 0,
             in_doubt: 0,
             refused: 0,
@@ -798,6 +864,10 @@ impl World {
     }
 
     fn new_op(&mut self, c: usize) -> OpKind {
+        if self.cfg.truncate && self.rng.chance(0.12) {
+            let key = c + self.cfg.clients * self.rng.index(TRUNCATED_KEYS_PER_CLIENT);
+            return self.new_truncated_put(key);
+        }
         let roll = self.rng.below(100);
         if roll < 45 {
             OpKind::Incr {
@@ -821,6 +891,23 @@ impl World {
             outcome: Outcome::Pending,
         });
         OpKind::Put {
+            key,
+            value,
+            attempt,
+        }
+    }
+
+    fn new_truncated_put(&mut self, key: usize) -> OpKind {
+        let attempt = self.truncated_puts[key].len();
+        let value = (1 << 60) | ((key as i64) << 20) | attempt as i64;
+        let now = self.now();
+        self.truncated_puts[key].push(TruncatedPut {
+            value,
+            outcome: Outcome::Pending,
+            sent_at: now,
+            done_at: now,
+        });
+        OpKind::TruncatedPut {
             key,
             value,
             attempt,
@@ -852,6 +939,24 @@ impl World {
                 let frame = request_frame(&key, header, Some((op_type::WRITE, "v", value)));
                 (key, frame)
             }
+            OpKind::TruncatedPut { key, value, .. } => {
+                let header = MsgHeader {
+                    info2: info2::WRITE,
+                    transaction_ttl: ttl,
+                    ..MsgHeader::default()
+                };
+                let key = truncated_key(key);
+                let frame = request_frame_in(
+                    TRUNCATED_SET,
+                    &key,
+                    header,
+                    Some((op_type::WRITE, "v", value)),
+                );
+                // Routed by the digest of its own set.
+                let digest = digest_in(TRUNCATED_SET, &key);
+                self.send_frame(c, kind, tries, &digest, frame);
+                return;
+            }
             OpKind::Read { counter } => {
                 let key = counter_key(counter);
                 let header = MsgHeader {
@@ -862,10 +967,15 @@ impl World {
                 (key.clone(), request_frame(&key, header, None))
             }
         };
+        self.send_frame(c, kind, tries, &digest_of(&key), frame);
+    }
+
+    /// Sends one attempt's `frame` to where [`World::route`] sends `digest`.
+    fn send_frame(&mut self, c: usize, kind: OpKind, tries: u32, digest: &Digest, frame: Vec<u8>) {
         let req = self.next_req;
         self.next_req += 1;
         let now = self.now();
-        let to = self.route(&digest_of(&key));
+        let to = self.route(digest);
         self.clients[c] = ClientState::Waiting(InFlight {
             kind,
             req,
@@ -985,6 +1095,13 @@ impl World {
                     a.outcome = outcome;
                 }
             }
+            OpKind::TruncatedPut { key, attempt, .. } => {
+                let now = self.now();
+                if let Some(a) = self.truncated_puts[key].get_mut(attempt) {
+                    a.outcome = outcome;
+                    a.done_at = now;
+                }
+            }
             OpKind::Read { counter } => {
                 let seen = if code == Some(0) {
                     reply.and_then(|r| r.1)
@@ -1008,6 +1125,7 @@ impl World {
             // value, so every value names one attempt).
             let kind = match op.kind {
                 OpKind::Put { key, .. } => self.new_put(c, key),
+                OpKind::TruncatedPut { key, .. } => self.new_truncated_put(key),
                 other => other,
             };
             self.clients[c] = ClientState::Idle { next_at: now };
@@ -1198,6 +1316,57 @@ impl World {
         Ok(())
     }
 
+    /// A client truncates [`TRUNCATED_SET`] through one live node, with a
+    /// threshold far enough behind that node's clock that every put sent
+    /// from now on is executed after it by any node's clock.
+    fn truncate(&mut self) -> Result<(), Failure> {
+        let live = self.live();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let i = live[self.rng.index(live.len())];
+        let Some(up) = &self.nodes[i].up else {
+            return Ok(());
+        };
+        let skew = self.cfg.max_skew_ms;
+        let lut_ms = up.service.now().unix_ms.saturating_sub(2 * skew + 1);
+        let command = format!(
+            "truncate:namespace={NAMESPACE};set={TRUNCATED_SET};lut={}",
+            u128::from(lut_ms) * 1_000_000
+        );
+        let frame = citrine_wire::info::request_frame(&[command.as_str()]);
+        let mut out = Vec::new();
+        citrine_service::info::handle(
+            &up.service,
+            frame.get(PROTO_HEADER_SIZE..).unwrap_or_default(),
+            &mut out,
+        );
+        let answer = out
+            .get(PROTO_HEADER_SIZE..)
+            .map(citrine_wire::info::parse_response)
+            .unwrap_or_default();
+        if answer.first().map(|(_, value)| value.as_str()) != Some("ok") {
+            return Err(self.fail(
+                Invariant::Truncation,
+                format!("{command} at #{i} answered {answer:?}"),
+            ));
+        }
+        let now = self.now();
+        self.truncation = Some(Truncation {
+            lut_ms,
+            at: now,
+            // Executed at or before `at' - 3 skew - 1`, a put's lut is at
+            // most `at - 2 skew - 1` on the fastest clock: at most the
+            // threshold, which the slowest clock put at or after it.
+            covers_acked_until: now.saturating_sub(3 * skew + 1),
+        });
+        self.events
+            .push(format!("truncate {TRUNCATED_SET} at #{i}"));
+        self.note(format!("truncate {TRUNCATED_SET} at #{i}, lut {lut_ms}"));
+        self.hash = mix(self.hash, 0x7247 ^ lut_ms);
+        Ok(())
+    }
+
     /// Steps 1–4 of the script: everything before the checks.
     fn run_to_quiescence(&mut self) -> Result<(), Failure> {
         let initial: Vec<usize> = (0..self.nodes.len() - self.cfg.spares).collect();
@@ -1216,7 +1385,16 @@ impl World {
         let events = self
             .rng
             .range(self.cfg.min_events as u64, self.cfg.max_events as u64);
-        for _ in 0..events {
+        // Before which event the truncation is issued: a membership event
+        // follows, whose exchange brings it to the nodes (the simulator
+        // runs no periodic pushes).
+        let truncate_before = self.cfg.truncate.then(|| self.rng.below(events.max(1)));
+        for event in 0..events {
+            if truncate_before == Some(event) {
+                self.truncate()?;
+                let gap = self.rng.range(100, 1_500);
+                self.run_for(gap, false)?;
+            }
             self.event()?;
             let gap = self.rng.range(1_500, 4_000);
             self.run_for(gap, false)?;
@@ -1320,7 +1498,12 @@ impl World {
     /// Reads `key` at its master (the cluster is quiescent: no proxy, no
     /// duplicate resolution).
     fn final_read(&self, key: &str) -> Result<Option<i64>, Failure> {
-        let digest = digest_of(key);
+        self.final_read_in(SET, key)
+    }
+
+    /// [`World::final_read`] of `key` in `set`.
+    fn final_read_in(&self, set: &str, key: &str) -> Result<Option<i64>, Failure> {
+        let digest = digest_in(set, key);
         let live = self.live();
         let via = live
             .first()
@@ -1338,7 +1521,7 @@ impl World {
             info1: info1::READ | info1::GET_ALL,
             ..MsgHeader::default()
         };
-        let frame = request_frame(key, header, None);
+        let frame = request_frame_in(set, key, header, None);
         let mut out = Vec::new();
         let proto = frame
             .get(..PROTO_HEADER_SIZE)
@@ -1469,7 +1652,94 @@ impl World {
                 ));
             }
         }
+        self.check_truncation(&copies)?;
         Ok(copies.len())
+    }
+
+    /// The [`Invariant::Truncation`] checks, when a truncation was issued.
+    fn check_truncation(
+        &self,
+        copies: &BTreeMap<Digest, BTreeMap<usize, ReplicaWrite>>,
+    ) -> Result<(), Failure> {
+        let Some(truncation) = self.truncation else {
+            return Ok(());
+        };
+        let line = format!(
+            "namespace={NAMESPACE};set={TRUNCATED_SET};lut={}",
+            truncation.lut_ms
+        );
+        for i in self.live() {
+            let Some(up) = &self.nodes[i].up else {
+                continue;
+            };
+            let known = up.service.truncations_text();
+            if !known.lines().any(|known| known == line) {
+                return Err(self.fail(
+                    Invariant::Truncation,
+                    format!("#{i} does not know {line}: it knows {known:?}"),
+                ));
+            }
+        }
+        for (digest, holders) in copies {
+            for (node, copy) in holders {
+                if copy.set_name == TRUNCATED_SET.as_bytes()
+                    && copy.body.is_some()
+                    && copy.last_update_ms <= truncation.lut_ms
+                {
+                    return Err(self.fail(
+                        Invariant::Truncation,
+                        format!(
+                            "#{node} holds record {} of {TRUNCATED_SET}, last updated at {} (the threshold is {})",
+                            hex(&digest.0),
+                            copy.last_update_ms,
+                            truncation.lut_ms
+                        ),
+                    ));
+                }
+            }
+        }
+        for key in 0..self.truncated_puts.len() {
+            let attempts = &self.truncated_puts[key];
+            let value = self.final_read_in(TRUNCATED_SET, &truncated_key(key))?;
+            let found = value.and_then(|v| attempts.iter().position(|a| a.value == v));
+            if let Some(j) = found {
+                let attempt = &attempts[j];
+                if attempt.outcome == Outcome::Acked
+                    && attempt.done_at <= truncation.covers_acked_until
+                {
+                    return Err(self.fail(
+                        Invariant::Truncation,
+                        format!(
+                            "truncated key {key} holds attempt {j}, acknowledged at {} ms, before the truncation at {} ms",
+                            attempt.done_at, truncation.at
+                        ),
+                    ));
+                }
+            }
+            // Puts sent after the truncation are after its threshold: the
+            // last acknowledged one (or a later attempt) is what is held.
+            let last_acked = attempts
+                .iter()
+                .rposition(|a| a.outcome == Outcome::Acked && a.sent_at > truncation.at);
+            if let Some(last) = last_acked {
+                let kept =
+                    found.is_some_and(|j| j >= last && attempts[j].outcome != Outcome::Failed);
+                if !kept {
+                    return Err(self.fail(
+                        Invariant::LostWrite,
+                        format!(
+                            "truncated key {key} holds {value:?} (attempt {found:?}); attempt {last}, sent after the truncation, was acknowledged"
+                        ),
+                    ));
+                }
+            } else if value.is_some() && found.is_none() {
+                return Err(self.fail(
+                    Invariant::PhantomWrite,
+                    format!("truncated key {key} holds {value:?}, which no attempt wrote"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
