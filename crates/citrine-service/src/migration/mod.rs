@@ -2073,21 +2073,28 @@ mod tests {
         let _ = std::fs::remove_dir_all(&directory);
     }
 
-    #[test]
-    fn a_node_that_missed_a_truncation_learns_it_in_the_exchange() {
+    /// Nodes 1 and 2 in view 40, both holding `writes` (set `demo`); node
+    /// 2 goes down (view 41: node 1 alone) and set `demo` is truncated
+    /// through node 1.
+    fn truncated_while_node_2_was_down(writes: &[ReplicaWrite]) -> World {
         let world = World::new(&[1, 2]);
-        let writes: Vec<ReplicaWrite> = (0..16u16).map(|pid| record(pid * 131, 7, 1)).collect();
         world.publish(40, &[1, 2]);
         world.settle(&[1, 2]);
-        for write in &writes {
+        for write in writes {
             put(&world.node(1), write);
             put(&world.node(2), write);
         }
-        // Node 2 is down while the set is truncated through node 1.
         world.publish(41, &[1]);
         world.settle(&[1]);
         let answer = crate::tests::info(&world.node(1), &["truncate:namespace=test;set=demo"]);
         assert_eq!(answer[0].1, "ok");
+        world
+    }
+
+    #[test]
+    fn a_node_that_missed_a_truncation_learns_it_in_the_exchange() {
+        let writes: Vec<ReplicaWrite> = (0..16u16).map(|pid| record(pid * 131, 7, 1)).collect();
+        let world = truncated_while_node_2_was_down(&writes);
         assert!(writes
             .iter()
             .all(|write| stored(&world.node(1), write).is_none()));
@@ -2143,24 +2150,13 @@ mod tests {
         let directory =
             std::env::temp_dir().join(format!("citrine-restart-truncated-{}", std::process::id()));
         std::fs::create_dir_all(&directory).expect("directory");
-        let world = World::new(&[1, 2]);
         let writes: Vec<ReplicaWrite> = (0..32u16)
             .map(|pid| ReplicaWrite {
                 body: Some(citrine_record::encode_body(None, &[]).expect("body")),
                 ..record(pid * 127, 7, 1)
             })
             .collect();
-        world.publish(40, &[1, 2]);
-        world.settle(&[1, 2]);
-        for write in &writes {
-            put(&world.node(1), write);
-            put(&world.node(2), write);
-        }
-        // Node 2 is down while the set is truncated through node 1.
-        world.publish(41, &[1]);
-        world.settle(&[1]);
-        let answer = crate::tests::info(&world.node(1), &["truncate:namespace=test;set=demo"]);
-        assert_eq!(answer[0].1, "ok");
+        let world = truncated_while_node_2_was_down(&writes);
         // It starts again with its device's records and saved regime, and
         // joins (it has seeds: an orphan until it serves).
         let restarted = service(2);
