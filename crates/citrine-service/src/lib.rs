@@ -308,8 +308,8 @@ impl Service {
     ///   resolved, which brings it the truncations it missed (synced with
     ///   each peer before the exchange resolves): before, it would serve
     ///   records truncated while it was away, and execute writes against
-    ///   them. Its
-    ///   partitions answer 11 for those milliseconds; the clients retry.
+    ///   them. Its partitions answer 11 for those milliseconds; the
+    ///   clients retry.
     ///
     /// A node holding nothing serves as soon as it is in a view, and a view
     /// of this node alone ends it at once: there is nobody to learn from.

@@ -114,7 +114,7 @@ pub struct DataConfig {
     pub messages_vanish: bool,
     /// Clients also put to keys of set `trunc`, and one of them truncates
     /// that set at one node before a membership event (the other nodes
-    /// learn it in that event's exchange).
+    /// learn it from its push or in that event's exchange).
     pub truncate: bool,
 }
 
@@ -1385,9 +1385,10 @@ impl World {
         let events = self
             .rng
             .range(self.cfg.min_events as u64, self.cfg.max_events as u64);
-        // Before which event the truncation is issued: a membership event
-        // follows, whose exchange brings it to the nodes (the simulator
-        // runs no periodic pushes).
+        // Before which event the truncation is issued: its push goes out
+        // within the drivers' idle poll, 100-1500 ms before that event,
+        // whose exchange syncs it again (a node restarted empty learns it
+        // there).
         let truncate_before = self.cfg.truncate.then(|| self.rng.below(events.max(1)));
         for event in 0..events {
             if truncate_before == Some(event) {
