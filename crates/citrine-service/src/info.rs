@@ -49,6 +49,26 @@ pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
 }
 
 /// The cluster key, as upper-case hex.
+/// `rack-ids`: this node's rack in every namespace, `ns:rack;ns:rack`
+/// (the rack it joined the view with; 0 alone). The reference answers it
+/// only in its Enterprise edition; rack-aware clients (the C client with
+/// `rack_aware`, Go's `RackAware`, Citrine's `PreferRack`) ask it with
+/// `rebalance-generation` to read from a replica on their own rack. With
+/// the error answer they learn no rack and read from the master.
+fn rack_ids(service: &Service) -> String {
+    let cluster = service.cluster();
+    let rack = cluster
+        .members
+        .iter()
+        .find(|member| member.node_id == service.node_id)
+        .map_or(0, |member| member.rack_id);
+    service
+        .namespaces()
+        .map(|namespace| format!("{}:{rack}", namespace.config.name))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
 pub fn cluster_key(service: &Service) -> String {
     format!("{:X}", service.cluster().cluster_key)
 }
@@ -135,7 +155,7 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "truncate-undo" => {
             "ERROR:4:truncate-undo is not supported: a truncation cannot be undone".to_owned()
         }
-        "rack-ids" => "ERROR:25:enterprise only".to_owned(),
+        "rack-ids" => rack_ids(service),
         "partition-checksums" => partition_checksums(service, command),
         "udf-put" => crate::udf::put(service, command),
         "udf-get" => crate::udf::get(service, command),

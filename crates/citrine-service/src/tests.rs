@@ -1583,3 +1583,39 @@ fn lookahead_finds_the_lookup_and_changes_nothing() {
         }
     }
 }
+
+/// `rack-ids` answers this node's rack (the one it joined the view with) in
+/// every namespace, as the rack-aware clients parse it; alone, rack 0.
+/// (It answered `ERROR:25:enterprise only`: rack-aware clients learned no
+/// rack.)
+#[test]
+fn rack_ids_answer_this_nodes_rack_in_every_namespace() {
+    use crate::cluster_state::{ClusterMember, ClusterState};
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let config = ServiceConfig {
+        node_id: 7,
+        cluster_name: "citrine".into(),
+        access_address: "127.0.0.1:3000".into(),
+        port: 3000,
+        namespaces: vec![
+            NamespaceConfig::in_memory("test"),
+            NamespaceConfig::in_memory("bar"),
+        ],
+    };
+    let service = Service::new(config, clock);
+    assert_eq!(info(&service, &["rack-ids"])[0].1, "test:0;bar:0");
+    let member = |id: u64, rack_id: u32| ClusterMember {
+        node_id: citrine_types::NodeId(id),
+        rack_id,
+        service_address: String::new(),
+    };
+    service.publish_cluster(ClusterState::new(
+        citrine_types::NodeId(7),
+        0x51,
+        vec![member(7, 3), member(9, 4)],
+        &[("test".into(), 2), ("bar".into(), 2)],
+        2,
+        2,
+    ));
+    assert_eq!(info(&service, &["rack-ids"])[0].1, "test:3;bar:3");
+}

@@ -27,6 +27,8 @@ pub struct Node {
     pub config: Option<std::path::PathBuf>,
     /// Its work directory (`--data-dir`), if any.
     pub data_dir: Option<std::path::PathBuf>,
+    /// Its rack (`--rack-id`), if any.
+    pub rack_id: Option<u32>,
 }
 
 impl Node {
@@ -42,6 +44,7 @@ impl Node {
             netns: None,
             config: None,
             data_dir: None,
+            rack_id: None,
         }
     }
 
@@ -59,6 +62,7 @@ impl Node {
             netns: Some(netns.to_owned()),
             config: None,
             data_dir: None,
+            rack_id: None,
         }
     }
 
@@ -140,6 +144,9 @@ impl Node {
         }
         if let Some(directory) = &self.data_dir {
             command.arg("--data-dir").arg(directory);
+        }
+        if let Some(rack) = self.rack_id {
+            command.args(["--rack-id", &rack.to_string()]);
         }
         let child = command
             .stdout(Stdio::null())
