@@ -437,3 +437,58 @@ def test_a_record_written_again_after_its_delete_is_on_every_replica(three_nodes
             assert bins == {"v": 3} and meta["gen"] == 4, (key, meta)
     finally:
         client.close()
+
+
+def _reads(node):
+    """Reads of namespace `test` that `node` served (found or not)."""
+    from rawwire import info
+    value = info(node.host, node.port, ["namespace/test"])["namespace/test"]
+    pairs = dict(pair.split("=", 1) for pair in value.strip().split(";") if "=" in pair)
+    return int(pairs["client_read_success"]) + int(pairs["client_read_not_found"])
+
+
+def test_a_rack_aware_client_reads_from_its_rack(tmp_path_factory):
+    """Two nodes on racks 1 and 2 (replication factor 2: each rack holds a
+    copy of every partition). Each answers `rack-ids` with its rack, and
+    the official client configured rack-aware on rack 2, reading with
+    POLICY_REPLICA_PREFER_RACK, is served by the rack-2 node alone (when
+    the nodes answered `rack-ids` with ERROR:25, as the reference's
+    Community Edition does, the client learned no rack and the reads split
+    109/91 between the nodes)."""
+    import rawwire as rw
+    first = start_citrined(tmp_path_factory.mktemp("rack1"),
+                           ["--node-id", "C1", "--rack-id", "1"])
+    nodes = [first]
+    client = None
+    try:
+        seed = f"127.0.0.1:{_heartbeat_port(first)}"
+        nodes.append(start_citrined(tmp_path_factory.mktemp("rack2"),
+                                    ["--node-id", "C2", "--rack-id", "2", "--seed", seed]))
+        client = make_client(first, rack_aware=True, rack_id=2)
+        _wait_cluster_size(client, 2)
+        _wait_client_nodes(client, 2)
+        _wait_stable(nodes)
+        assert [rw.info(n.host, n.port, ["rack-ids"])["rack-ids"].strip() for n in nodes] \
+            == ["test:1;bar:1", "test:2;bar:2"]
+        keys = [("test", "racks", i) for i in range(200)]
+        for key in keys:
+            client.put(key, {"v": key[2]})
+        before = [_reads(node) for node in nodes]
+        on_rack = {"replica": aerospike.POLICY_REPLICA_PREFER_RACK}
+        deadline = time.monotonic() + 10
+        while True:
+            # The client learns the racks at its next tend.
+            for key in keys:
+                assert client.get(key, policy=on_rack)[2] == {"v": key[2]}
+            after = [_reads(node) for node in nodes]
+            served = [a - b for a, b in zip(after, before)]
+            if served == [0, 200] or time.monotonic() > deadline:
+                break
+            before = after
+            time.sleep(1.1)
+        assert served == [0, 200], served
+    finally:
+        if client is not None:
+            client.close()
+        for node in nodes:
+            node.stop()

@@ -50,7 +50,7 @@ pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
 
 /// The cluster key, as upper-case hex.
 /// `rack-ids`: this node's rack in every namespace, `ns:rack;ns:rack`
-/// (the rack it joined the view with; 0 alone). The reference answers it
+/// (the rack it joined its view with; 0 before its first view). The reference answers it
 /// only in its Enterprise edition; rack-aware clients (the C client with
 /// `rack_aware`, Go's `RackAware`, Citrine's `PreferRack`) ask it with
 /// `rebalance-generation` to read from a replica on their own rack. With

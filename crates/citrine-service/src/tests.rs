@@ -1585,7 +1585,8 @@ fn lookahead_finds_the_lookup_and_changes_nothing() {
 }
 
 /// `rack-ids` answers this node's rack (the one it joined the view with) in
-/// every namespace, as the rack-aware clients parse it; alone, rack 0.
+/// every namespace, as the rack-aware clients parse it; before its first
+/// view, rack 0.
 /// (It answered `ERROR:25:enterprise only`: rack-aware clients learned no
 /// rack.)
 #[test]
