@@ -1092,27 +1092,34 @@ fn delegate_partitions(
     let mastered = unavailable
         .into_iter()
         .filter(|partition| map.map.replicas(*partition).first() == Some(&service.node_id));
-    route_parts(service, &map.map, &namespace.config.name, mastered)
+    let (parts, unroutable) = route_parts(service, &map.map, &namespace.config.name, mastered);
+    match unroutable.first() {
+        Some(partition) => Err(*partition),
+        None => Ok(parts),
+    }
 }
 
 /// Groups `partitions` (which this node masters in `map`) by the node
-/// that serves each whole now ([`part_target`]); `Err` with the first that
-/// none does.
+/// that serves each whole now ([`part_target`]); also those none does.
 fn route_parts(
     service: &Service,
     map: &citrine_cluster::partition_map::PartitionMap,
     namespace: &str,
     partitions: impl IntoIterator<Item = PartitionId>,
-) -> Result<Vec<(NodeId, Vec<PartitionId>)>, PartitionId> {
+) -> (Vec<(NodeId, Vec<PartitionId>)>, Vec<PartitionId>) {
     let mut parts: Vec<(NodeId, Vec<PartitionId>)> = Vec::new();
+    let mut unroutable = Vec::new();
     for partition in partitions {
-        let target = part_target(service, map, namespace, partition).ok_or(partition)?;
+        let Some(target) = part_target(service, map, namespace, partition) else {
+            unroutable.push(partition);
+            continue;
+        };
         match parts.iter_mut().find(|(node, _)| *node == target) {
             Some((_, listed)) => listed.push(partition),
             None => parts.push((target, vec![partition])),
         }
     }
-    Ok(parts)
+    (parts, unroutable)
 }
 
 /// Where a part covering `partition`, which this node masters, runs: here
@@ -1232,16 +1239,13 @@ impl AggregateRun {
                 let Some(map) = cluster.namespace(&self.namespace.config.name) else {
                     return fail(out, ResultCode::Unavailable);
                 };
-                let mut unroutable = Vec::new();
-                for partition in std::mem::take(&mut waiting) {
-                    match part_target(service, &map.map, &self.namespace.config.name, partition) {
-                        Some(node) => match parts.iter_mut().find(|(to, _)| *to == node) {
-                            Some((_, listed)) => listed.push(partition),
-                            None => parts.push_back((node, vec![partition])),
-                        },
-                        None => unroutable.push(partition),
-                    }
-                }
+                let (routed, unroutable) = route_parts(
+                    service,
+                    &map.map,
+                    &self.namespace.config.name,
+                    std::mem::take(&mut waiting),
+                );
+                parts = routed.into();
                 waiting = unroutable;
                 continue;
             };
@@ -1466,67 +1470,79 @@ enum Relayed {
     Broken,
 }
 
-/// The result code of the LAST message ending a part's stream (its frames
-/// of messages); `None` when the stream is malformed or has no LAST.
-fn part_end(frames: &[u8]) -> Option<u8> {
+/// Calls `visit` with each message of a part's stream (its frames of
+/// messages) and the message's bytes, until `visit` breaks, the stream
+/// ends, or it is malformed.
+fn walk_part<'a>(
+    frames: &'a [u8],
+    mut visit: impl FnMut(&Message<'a>, &'a [u8]) -> std::ops::ControlFlow<()>,
+) {
     use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
     let mut rest = frames;
     while let Some((head, after)) = rest.split_first_chunk::<PROTO_HEADER_SIZE>() {
-        let header = ProtoHeader::decode(head).ok()?;
-        let size = usize::try_from(header.size).ok()?;
-        let (mut messages, next) = (size <= after.len()).then(|| after.split_at(size))?;
+        let Ok(header) = ProtoHeader::decode(head) else {
+            return;
+        };
+        let Some((mut messages, next)) = usize::try_from(header.size)
+            .ok()
+            .and_then(|size| after.split_at_checked(size))
+        else {
+            return;
+        };
         rest = next;
         while !messages.is_empty() {
-            let (message, used) = Message::decode_prefix(messages).ok()?;
-            if message.header.info3 & info3::LAST != 0 {
-                return Some(message.header.result_code);
+            let Ok((message, used)) = Message::decode_prefix(messages) else {
+                return;
+            };
+            let Some((bytes, later)) = messages.split_at_checked(used) else {
+                return;
+            };
+            if visit(&message, bytes).is_break() {
+                return;
             }
-            messages = &messages[used..];
+            messages = later;
         }
     }
-    None
+}
+
+/// The result code of the LAST message ending a part's stream; `None`
+/// when the stream is malformed or has no LAST.
+fn part_end(frames: &[u8]) -> Option<u8> {
+    let mut end = None;
+    walk_part(frames, |message, _| {
+        if message.header.info3 & info3::LAST == 0 {
+            return std::ops::ControlFlow::Continue(());
+        }
+        end = Some(message.header.result_code);
+        std::ops::ControlFlow::Break(())
+    });
+    end
 }
 
 /// Copies a part's stream (its frames of messages) into `out` as one frame:
 /// its values, and its LAST only when that carries a failure.
 fn relay_part(frames: &[u8], out: &mut Vec<u8>, sent: &mut usize) -> Relayed {
-    use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+    use std::ops::ControlFlow::{Break, Continue};
     let frame_start = out.len();
-    out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
-    let mut rest = frames;
+    out.extend_from_slice(&[0u8; citrine_wire::frame::PROTO_HEADER_SIZE]);
     let mut outcome = Relayed::Broken;
-    'frames: while let Some((head, after)) = rest.split_first_chunk::<PROTO_HEADER_SIZE>() {
-        let Ok(header) = ProtoHeader::decode(head) else {
-            break;
-        };
-        let Some((mut messages, next)) = usize::try_from(header.size)
-            .ok()
-            .and_then(|size| (size <= after.len()).then(|| after.split_at(size)))
-        else {
-            break;
-        };
-        rest = next;
-        while !messages.is_empty() {
-            let Ok((message, used)) = Message::decode_prefix(messages) else {
-                break 'frames;
+    walk_part(frames, |message, bytes| {
+        if message.header.info3 & info3::LAST != 0 {
+            outcome = if message.header.result_code == ResultCode::Ok.code() {
+                Relayed::Values
+            } else {
+                out.extend_from_slice(bytes);
+                Relayed::Ended
             };
-            if message.header.info3 & info3::LAST != 0 {
-                outcome = if message.header.result_code == ResultCode::Ok.code() {
-                    Relayed::Values
-                } else {
-                    out.extend_from_slice(&messages[..used]);
-                    Relayed::Ended
-                };
-                break 'frames;
-            }
-            *sent += used;
-            if *sent > AGGREGATE_OUTPUT_MAX {
-                break 'frames;
-            }
-            out.extend_from_slice(&messages[..used]);
-            messages = &messages[used..];
+            return Break(());
         }
-    }
+        *sent += bytes.len();
+        if *sent > AGGREGATE_OUTPUT_MAX {
+            return Break(());
+        }
+        out.extend_from_slice(bytes);
+        Continue(())
+    });
     close_frame(out, frame_start);
     outcome
 }

@@ -336,17 +336,8 @@ fn truncated_key(i: usize) -> String {
     format!("trunc-{i}")
 }
 
-fn digest_of(key: &str) -> Digest {
-    digest_in(SET, key)
-}
-
 fn digest_in(set: &str, key: &str) -> Digest {
     of_key(set, &UserKey::String(key.to_owned()))
-}
-
-/// A single-record request frame for `key`.
-fn request_frame(key: &str, header: MsgHeader, op: Option<(u8, &str, i64)>) -> Vec<u8> {
-    request_frame_in(SET, key, header, op)
 }
 
 /// A single-record request frame for `key` of `set`.
@@ -916,66 +907,44 @@ impl World {
 
     fn send_op(&mut self, c: usize, kind: OpKind, tries: u32) {
         let ttl = self.cfg.client_timeout_ms as u32;
-        let (key, frame) = match kind {
+        let write = MsgHeader {
+            info2: info2::WRITE,
+            transaction_ttl: ttl,
+            ..MsgHeader::default()
+        };
+        let (set, key, header, op) = match kind {
             OpKind::Incr { counter } => {
                 self.counters[counter].attempts += 1;
-                let key = counter_key(counter);
                 let header = MsgHeader {
                     info1: info1::READ,
-                    info2: info2::WRITE,
-                    transaction_ttl: ttl,
-                    ..MsgHeader::default()
+                    ..write
                 };
-                let frame = request_frame(&key, header, Some((op_type::INCR, "n", 1)));
-                (key, frame)
+                let op = Some((op_type::INCR, "n", 1));
+                (SET, counter_key(counter), header, op)
             }
             OpKind::Put { key, value, .. } => {
-                let key = put_key(key);
-                let header = MsgHeader {
-                    info2: info2::WRITE,
-                    transaction_ttl: ttl,
-                    ..MsgHeader::default()
-                };
-                let frame = request_frame(&key, header, Some((op_type::WRITE, "v", value)));
-                (key, frame)
+                (SET, put_key(key), write, Some((op_type::WRITE, "v", value)))
             }
-            OpKind::TruncatedPut { key, value, .. } => {
-                let header = MsgHeader {
-                    info2: info2::WRITE,
-                    transaction_ttl: ttl,
-                    ..MsgHeader::default()
-                };
-                let key = truncated_key(key);
-                let frame = request_frame_in(
-                    TRUNCATED_SET,
-                    &key,
-                    header,
-                    Some((op_type::WRITE, "v", value)),
-                );
-                // Routed by the digest of its own set.
-                let digest = digest_in(TRUNCATED_SET, &key);
-                self.send_frame(c, kind, tries, &digest, frame);
-                return;
-            }
+            OpKind::TruncatedPut { key, value, .. } => (
+                TRUNCATED_SET,
+                truncated_key(key),
+                write,
+                Some((op_type::WRITE, "v", value)),
+            ),
             OpKind::Read { counter } => {
-                let key = counter_key(counter);
                 let header = MsgHeader {
                     info1: info1::READ | info1::GET_ALL,
                     transaction_ttl: ttl,
                     ..MsgHeader::default()
                 };
-                (key.clone(), request_frame(&key, header, None))
+                (SET, counter_key(counter), header, None)
             }
         };
-        self.send_frame(c, kind, tries, &digest_of(&key), frame);
-    }
-
-    /// Sends one attempt's `frame` to where [`World::route`] sends `digest`.
-    fn send_frame(&mut self, c: usize, kind: OpKind, tries: u32, digest: &Digest, frame: Vec<u8>) {
+        let frame = request_frame_in(set, &key, header, op);
         let req = self.next_req;
         self.next_req += 1;
         let now = self.now();
-        let to = self.route(digest);
+        let to = self.route(&digest_in(set, &key));
         self.clients[c] = ClientState::Waiting(InFlight {
             kind,
             req,
@@ -1786,7 +1755,7 @@ mod tests {
         let done = world.run_to_quiescence().map_err(|f| f.to_string());
         assert!(done.is_ok(), "{done:?}");
         let copies = world.copies();
-        let digest = digest_of(&counter_key(0));
+        let digest = digest_in(SET, &counter_key(0));
         let holders = copies.get(&digest).cloned().unwrap_or_default();
         let (&master, write) = holders.iter().next().expect("counter 0 is stored");
         let others: Vec<usize> = world
@@ -1856,7 +1825,7 @@ mod tests {
             info2: info2::WRITE,
             ..MsgHeader::default()
         };
-        let frame = request_frame(&counter_key(0), header, Some((op_type::WRITE, "n", 0)));
+        let frame = request_frame_in(SET, &counter_key(0), header, Some((op_type::WRITE, "n", 0)));
         let proto = frame
             .get(..PROTO_HEADER_SIZE)
             .and_then(|h| <&[u8; PROTO_HEADER_SIZE]>::try_from(h).ok())
