@@ -689,6 +689,11 @@ pub fn apply_replica_write(service: &Service, write: &ReplicaWrite) -> ResultCod
 }
 
 fn apply(namespace: &Namespace, write: &ReplicaWrite, now: Now) -> Result<(), ResultCode> {
+    if write.body.is_some() && write.generation == 0 {
+        // No master writes a record at generation 0 (generations wrap to
+        // 1): a malformed peer message, refused rather than indexed.
+        return Err(ResultCode::Parameter);
+    }
     let set_id = namespace
         .sets
         .id_of(&write.set_name)

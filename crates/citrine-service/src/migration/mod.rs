@@ -2652,6 +2652,21 @@ mod tests {
         (last.header.result_code, total)
     }
 
+    /// A replica write with a body at generation 0 (no master writes one;
+    /// the fabric fuzzer built it) is refused with 4 and nothing is
+    /// indexed: it tripped the index's "live entries have a generation"
+    /// assertion.
+    #[test]
+    fn a_replica_write_at_generation_0_is_refused() {
+        let node = service(1);
+        let write = record(5, 9, 0);
+        assert_eq!(
+            crate::replication::apply_replica_write(&node, &write),
+            ResultCode::Parameter
+        );
+        assert_eq!(stored(&node, &write), None);
+    }
+
     /// A replica (or migration target) whose copy expired stores whatever
     /// copy it is sent, even of a lower generation: the master may have
     /// removed its own expired copy already and written the record afresh.
