@@ -2681,9 +2681,9 @@ mod tests {
         fresh.body = Some(vec![9, 9]);
         put(&node, &fresh);
         assert_eq!(stored(&node, &fresh), Some((1, vec![9, 9])));
-        // A live copy still wins over a lower generation.
-        let mut stale = record(5, 9, 0);
-        stale.generation = 0;
+        // A live copy still wins over an older one of its generation (a
+        // lower one does not exist: generation 0 is refused).
+        let mut stale = record(5, 9, 1);
         stale.last_update_ms -= 5;
         put(&node, &stale);
         assert_eq!(stored(&node, &fresh), Some((1, vec![9, 9])));
