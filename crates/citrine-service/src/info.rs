@@ -623,6 +623,7 @@ fn statistics(service: &Service) -> String {
         counter("migrate_records_received", &migrations.records_received),
         counter("migrate_partitions_sent", &migrations.partitions_sent),
         counter("migrate_records_skipped", &migrations.records_skipped),
+        counter("migrate_records_pulled", &migrations.records_pulled),
         counter("migrate_partitions_dropped", &migrations.partitions_dropped),
         counter("migrate_exchanges", &migrations.exchanges),
         counter("migrate_dupres_runs", &migrations.dupres_runs),

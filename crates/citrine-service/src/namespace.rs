@@ -285,16 +285,21 @@ impl Namespace {
     /// has been truncated.
     #[inline]
     pub fn is_truncated(&self, set_id: u16, last_update_ms: u64) -> bool {
+        last_update_ms < self.truncated_before(set_id)
+    }
+
+    /// The truncation threshold of the set's records (the later of the
+    /// namespace's and the set's; 0 when neither was truncated): a copy
+    /// last updated before it is truncated.
+    #[inline]
+    pub fn truncated_before(&self, set_id: u16) -> u64 {
         let namespace_lut = self.stats.truncate_lut_ms.load(Ordering::Relaxed);
-        if namespace_lut != 0 && last_update_ms < namespace_lut {
-            return true;
-        }
         let set_lut = self
             .sets
             .stats(set_id)
             .truncate_lut_ms
             .load(Ordering::Relaxed);
-        set_lut != 0 && last_update_ms < set_lut
+        namespace_lut.max(set_lut)
     }
 }
 

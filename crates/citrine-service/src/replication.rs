@@ -185,13 +185,18 @@ impl DupResRequest {
     }
 }
 
-/// A member's answer to a [`DupResRequest`]: `u8 flags | (FOUND) replica
-/// write`; the replica write is a delete marker when the member keeps the
-/// record's tombstone.
+/// A member's answer to a [`DupResRequest`]: `u8 flags | (FOUND) u64
+/// truncated before | replica write`; the replica write is a delete marker when the member keeps the
+/// record's tombstone. With a record, `u64 truncated before` precedes it:
+/// the member's truncation threshold for the record's set (see
+/// [`replica_payload`]), which the asking master applies to its own copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DupResAnswer {
     /// The member's live copy (full state), or `None` when absent.
     pub record: Option<ReplicaWrite>,
+    /// The member's truncation threshold for the record's set (0: none, or
+    /// no record).
+    pub truncated_before: u64,
 }
 
 const DUPRES_FOUND: u8 = 2;
@@ -205,6 +210,7 @@ impl DupResAnswer {
         }
         let mut out = vec![flags];
         if let Some(record) = record {
+            out.extend_from_slice(&self.truncated_before.to_be_bytes());
             out.extend_from_slice(&record);
         }
         out
@@ -213,17 +219,20 @@ impl DupResAnswer {
     /// Decodes; `None` for anything malformed.
     pub fn decode(bytes: &[u8]) -> Option<DupResAnswer> {
         let (&flags, rest) = bytes.split_first()?;
-        let record = if flags & DUPRES_FOUND != 0 {
-            Some(ReplicaWrite::decode(rest)?)
-        } else if rest.is_empty() {
-            None
-        } else {
-            return None;
-        };
         if flags & !DUPRES_FOUND != 0 {
             return None;
         }
-        Some(DupResAnswer { record })
+        if flags & DUPRES_FOUND == 0 {
+            return rest.is_empty().then_some(DupResAnswer {
+                record: None,
+                truncated_before: 0,
+            });
+        }
+        let (truncated_before, record) = rest.split_first_chunk::<8>()?;
+        Some(DupResAnswer {
+            record: Some(ReplicaWrite::decode(record)?),
+            truncated_before: u64::from_be_bytes(*truncated_before),
+        })
     }
 }
 
@@ -522,7 +531,7 @@ pub(crate) fn route(
         partition,
         targets,
         cluster_key: cluster.cluster_key,
-        payload: replica_payload(cluster.cluster_key, &write),
+        payload: replica_payload(cluster.cluster_key, namespace, &write),
         deadline_ms,
     }))
 }
@@ -536,14 +545,63 @@ struct WriteScope<'a> {
     cluster_key: u64,
 }
 
-/// A `REPLICA_WRITE` call: `u64 cluster key | replica write`. A replica
-/// whose view has another key refuses it (7): a write executed under one
-/// view must not be acknowledged under the next, where another node may
-/// already be master of its partition.
-pub fn replica_payload(cluster_key: u64, write: &ReplicaWrite) -> Vec<u8> {
+/// A `REPLICA_WRITE` call: `u64 cluster key | u64 truncated before |
+/// replica write`.
+///
+/// A replica whose view has another key refuses it (7): a write executed
+/// under one view must not be acknowledged under the next, where another
+/// node may already be master of its partition.
+///
+/// The second word is the master's truncation threshold for the record's
+/// set (`Namespace::truncated_before`, 0 for none). A replica that has not
+/// learned that truncation yet (its push is still on the way) counts a copy
+/// or tombstone it holds from before it as absent, as the master did:
+/// otherwise the master's copy written afresh over the truncated one
+/// (generation 1) would lose to it, be acknowledged, and be gone from the
+/// replica once the truncation arrives there.
+pub fn replica_payload(cluster_key: u64, namespace: &Namespace, write: &ReplicaWrite) -> Vec<u8> {
+    let truncated_before = truncated_before_of(namespace, &write.set_name);
     let mut payload = cluster_key.to_be_bytes().to_vec();
+    payload.extend_from_slice(&truncated_before.to_be_bytes());
     payload.extend_from_slice(&write.encode());
     payload
+}
+
+/// This node's truncation threshold for records of set `set_name`
+/// (`Namespace::truncated_before`; 0 for none, or a set it does not know).
+pub(crate) fn truncated_before_of(namespace: &Namespace, set_name: &[u8]) -> u64 {
+    namespace
+        .sets
+        .existing_id(set_name)
+        .map_or(0, |set_id| namespace.truncated_before(set_id))
+}
+
+/// Writes the namespace's current truncation threshold for the record's
+/// set into a `REPLICA_WRITE` payload about to be sent again: a truncation
+/// made since it was built must travel with it, or the replica could keep
+/// the old copy over a newer one written after the truncation.
+pub(crate) fn refresh_truncation(namespace: &Namespace, payload: &mut [u8]) {
+    let Some(truncated_before) = split_replica_payload(payload)
+        .and_then(|(_, _, write)| ReplicaWrite::decode(write))
+        .map(|write| truncated_before_of(namespace, &write.set_name))
+    else {
+        return;
+    };
+    if let Some(field) = payload.get_mut(8..16) {
+        field.copy_from_slice(&truncated_before.to_be_bytes());
+    }
+}
+
+/// Splits a `REPLICA_WRITE` payload ([`replica_payload`]) into its cluster
+/// key, the master's truncation threshold and the encoded replica write.
+pub fn split_replica_payload(payload: &[u8]) -> Option<(u64, u64, &[u8])> {
+    let (key, rest) = payload.split_first_chunk::<8>()?;
+    let (truncated_before, write) = rest.split_first_chunk::<8>()?;
+    Some((
+        u64::from_be_bytes(*key),
+        u64::from_be_bytes(*truncated_before),
+        write,
+    ))
 }
 
 /// The generation of this node's copy of a record (None when absent).
@@ -677,18 +735,32 @@ pub(crate) fn copy_holds(
     compare_versions(policy, version(held), version(other)) != std::cmp::Ordering::Less
 }
 
-/// Applies a master's replica write to this node's copy.
+/// Applies a copy of a record to this node's copy by the replica-write
+/// rule, as from a node that knows no truncation this one does not.
 pub fn apply_replica_write(service: &Service, write: &ReplicaWrite) -> ResultCode {
+    apply_copy(service, write, 0)
+}
+
+/// Applies a copy of a record from another node — a master's replica
+/// write, a migrated record, a duplicate-resolution answer — which that
+/// node sent with its truncation threshold for the record's set
+/// (`truncated_before`, see [`replica_payload`]), to this node's copy.
+pub fn apply_copy(service: &Service, write: &ReplicaWrite, truncated_before: u64) -> ResultCode {
     let Some(namespace) = service.namespace(write.namespace.as_bytes()) else {
         return ResultCode::Namespace;
     };
-    match apply(namespace, write, service.now()) {
+    match apply(namespace, write, service.now(), truncated_before) {
         Ok(()) => ResultCode::Ok,
         Err(code) => code,
     }
 }
 
-fn apply(namespace: &Namespace, write: &ReplicaWrite, now: Now) -> Result<(), ResultCode> {
+fn apply(
+    namespace: &Namespace,
+    write: &ReplicaWrite,
+    now: Now,
+    truncated_before: u64,
+) -> Result<(), ResultCode> {
     if write.body.is_some() && write.generation == 0 {
         // No master writes a record at generation 0 (generations wrap to
         // 1): a malformed peer message, refused rather than indexed.
@@ -698,28 +770,40 @@ fn apply(namespace: &Namespace, write: &ReplicaWrite, now: Now) -> Result<(), Re
         .sets
         .id_of(&write.set_name)
         .ok_or(ResultCode::Parameter)?;
-    if write.body.is_some() && namespace.is_truncated(set_id, write.last_update_ms) {
+    if write.body.is_some()
+        && (namespace.is_truncated(set_id, write.last_update_ms)
+            || write.last_update_ms < truncated_before)
+    {
         // A copy from before a truncation (a node that missed it, or a
-        // write that crossed it): acknowledged and not stored.
+        // write that crossed it, here or at the sender): acknowledged and
+        // not stored.
         return Ok(());
     }
     let policy = namespace.config.conflict_resolution_policy;
     let mut partition = namespace.index.partition(write.digest.partition()).write();
     // A held copy that is dead (expired or truncated here, or expired
     // before the incoming copy was written, whatever this node's clock
-    // says) counts as absent: it wins over nothing, as in the manifests a
-    // migration compares against. The master writes a record afresh at
-    // generation 1 over its own expired copy.
+    // says, or truncated by the master's thresholds, which this node may
+    // not know yet) counts as absent: it wins over nothing, as in the
+    // manifests a migration compares against. The master writes a record
+    // afresh at generation 1 over its own expired or truncated copy.
     let written_at = Now::from_unix_ms(write.last_update_ms).citrusleaf_seconds;
     let held = partition
         .get(&write.digest)
         .map(|entry| entry.meta())
-        .filter(|meta| transaction::is_live(namespace, meta, now) && !meta.is_expired(written_at));
+        .filter(|meta| {
+            transaction::is_live(namespace, meta, now)
+                && !meta.is_expired(written_at)
+                && meta.last_update_ms >= truncated_before
+        });
     if let Some(meta) = held {
         if holds_newer(policy, &meta, write) {
             return Ok(());
         }
-    } else if let Some(tombstone) = partition.tombstone(&write.digest) {
+    } else if let Some(tombstone) = partition
+        .tombstone(&write.digest)
+        .filter(|tombstone| tombstone.last_update_ms >= truncated_before)
+    {
         // Deleted here later than this copy was written: it stays deleted.
         if write.body.is_some()
             && copy_holds(
@@ -904,6 +988,7 @@ impl Service {
             cluster_key,
         } = scope;
         let mut acknowledged: Vec<NodeId> = Vec::new();
+        let mut payload = std::borrow::Cow::Borrowed(payload);
         for round in 0..MAX_ATTEMPTS {
             targets.retain(|target| !acknowledged.contains(target));
             if targets.is_empty() {
@@ -923,7 +1008,11 @@ impl Service {
                 self.stats
                     .replica_write_retries
                     .fetch_add(targets.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                if let Some(namespace) = self.namespace(namespace.as_bytes()) {
+                    refresh_truncation(namespace, payload.to_mut());
+                }
             }
+            let payload: &[u8] = &payload;
             let timeout = remaining.min(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
             let send = |target: NodeId| async move {
                 let answer = fabric
@@ -977,7 +1066,9 @@ impl Service {
         partition: PartitionId,
         payload: &[u8],
     ) {
-        let Some(write) = payload.get(8..).and_then(ReplicaWrite::decode) else {
+        let Some(write) =
+            split_replica_payload(payload).and_then(|(_, _, write)| ReplicaWrite::decode(write))
+        else {
             return;
         };
         let Some(namespace) = self.namespace(namespace_name.as_bytes()) else {
@@ -989,7 +1080,7 @@ impl Service {
             return;
         };
         let cluster = self.cluster();
-        let payload = replica_payload(cluster.cluster_key, &current);
+        let payload = replica_payload(cluster.cluster_key, namespace, &current);
         let targets: Vec<NodeId> = cluster.namespace(namespace_name).map_or(Vec::new(), |map| {
             map.map
                 .replicas(partition)
@@ -1048,7 +1139,7 @@ impl Service {
                 if record.namespace != request.namespace || record.digest != request.digest {
                     return false;
                 }
-                if apply_replica_write(self, &record) != ResultCode::Ok {
+                if apply_copy(self, &record, answer.truncated_before) != ResultCode::Ok {
                     return false;
                 }
             }
@@ -1064,12 +1155,12 @@ impl Service {
     pub async fn serve_fabric(&self, kind: u8, payload: &[u8]) -> Vec<u8> {
         match kind {
             call_kind::REPLICA_WRITE => {
-                let code = match payload.split_first_chunk::<8>() {
-                    Some((key, _)) if u64::from_be_bytes(*key) != self.cluster().cluster_key => {
+                let code = match split_replica_payload(payload) {
+                    Some((key, _, _)) if key != self.cluster().cluster_key => {
                         ResultCode::ClusterKeyMismatch
                     }
-                    Some((_, write)) => match ReplicaWrite::decode(write) {
-                        Some(write) => apply_replica_write(self, &write),
+                    Some((_, truncated_before, write)) => match ReplicaWrite::decode(write) {
+                        Some(write) => apply_copy(self, &write, truncated_before),
                         None => ResultCode::Parameter,
                     },
                     None => ResultCode::Parameter,
@@ -1122,8 +1213,13 @@ impl Service {
                     &request.namespace,
                     request.digest.partition().index() as u16,
                 );
+                let record = fetch(namespace, &request.digest, self.now());
+                let truncated_before = record
+                    .as_ref()
+                    .map_or(0, |record| truncated_before_of(namespace, &record.set_name));
                 DupResAnswer {
-                    record: fetch(namespace, &request.digest, self.now()),
+                    record,
+                    truncated_before,
                 }
                 .encode()
             }
@@ -1291,6 +1387,10 @@ mod tests {
         )
     }
 
+    fn namespace_of(service: &Service) -> &Namespace {
+        service.namespace(b"test").expect("namespace test")
+    }
+
     fn stored(service: &Service, digest: &Digest) -> Option<(RecordMeta, Vec<u8>)> {
         let namespace = service.namespace(b"test")?;
         let partition = namespace.index.partition(digest.partition()).read();
@@ -1452,9 +1552,11 @@ mod tests {
             (calls[0].0, calls[0].1),
             (NodeId(2), call_kind::REPLICA_WRITE)
         );
-        // Stamped with the view's cluster key.
-        let (key, write) = calls[0].2.split_first_chunk::<8>().expect("key");
-        assert_eq!(u64::from_be_bytes(*key), service.cluster().cluster_key);
+        // Stamped with the view's cluster key, and no truncation known.
+        let (key, truncated_before, write) =
+            split_replica_payload(&calls[0].2).expect("a replica payload");
+        assert_eq!(key, service.cluster().cluster_key);
+        assert_eq!(truncated_before, 0);
         let write = ReplicaWrite::decode(write).expect("replica write");
         assert_eq!(
             (write.digest, write.generation, write.set_name.as_slice()),
@@ -1518,7 +1620,11 @@ mod tests {
             partition,
             targets: vec![NodeId(2), NodeId(3)],
             cluster_key: service.cluster().cluster_key,
-            payload: replica_payload(service.cluster().cluster_key, &sample(None)),
+            payload: replica_payload(
+                service.cluster().cluster_key,
+                namespace_of(&service),
+                &sample(None),
+            ),
             deadline_ms: u64::MAX,
         };
         let mut out = Vec::new();
@@ -1552,7 +1658,11 @@ mod tests {
                 partition,
                 targets: vec![NodeId(2)],
                 cluster_key: service.cluster().cluster_key,
-                payload: replica_payload(service.cluster().cluster_key, &sample(None)),
+                payload: replica_payload(
+                    service.cluster().cluster_key,
+                    namespace_of(service),
+                    &sample(None),
+                ),
                 deadline_ms: u64::MAX,
             };
             let mut out = Vec::new();
@@ -1621,9 +1731,13 @@ mod tests {
         );
         assert_eq!(DupResRequest::decode(&request.encode()[1..]), None);
         for answer in [
-            DupResAnswer { record: None },
+            DupResAnswer {
+                record: None,
+                truncated_before: 0,
+            },
             DupResAnswer {
                 record: Some(sample(Some(vec![1, 2, 3]))),
+                truncated_before: 1_700_000_000_000,
             },
         ] {
             assert_eq!(DupResAnswer::decode(&answer.encode()), Some(answer.clone()));
@@ -1693,6 +1807,7 @@ mod tests {
         let fabric = std::sync::Arc::new(DupResFabric {
             answer: Some(DupResAnswer {
                 record: Some(copy.clone()),
+                truncated_before: 0,
             }),
             calls: parking_lot::Mutex::new(Vec::new()),
         });
@@ -1731,7 +1846,10 @@ mod tests {
         // 2 is the acting master (reads go there) until its last batch.
         let service = memory_service(1);
         service.set_fabric(std::sync::Arc::new(DupResFabric {
-            answer: Some(DupResAnswer { record: None }),
+            answer: Some(DupResAnswer {
+                record: None,
+                truncated_before: 0,
+            }),
             calls: parking_lot::Mutex::new(Vec::new()),
         }));
         service.publish_cluster(make_state());
@@ -1869,6 +1987,7 @@ mod tests {
             namespace: "test".into(),
             partition: partition.index() as u16,
             records: vec![copy.encode()],
+            truncated_before: Vec::new(),
         };
         assert_eq!(service.apply_migrate_batch(&last.encode()), ResultCode::Ok);
         assert_eq!(
@@ -1900,11 +2019,14 @@ mod tests {
             crate::block_on(replica.serve_fabric(call_kind::REPLICA_WRITE, &payload))
         };
         assert_eq!(
-            answer(replica_payload(key ^ 1, &write)),
+            answer(replica_payload(key ^ 1, namespace_of(&replica), &write)),
             vec![ResultCode::ClusterKeyMismatch.code()]
         );
         assert!(stored(&replica, &write.digest).is_none());
-        assert_eq!(answer(replica_payload(key, &write)), vec![0]);
+        assert_eq!(
+            answer(replica_payload(key, namespace_of(&replica), &write)),
+            vec![0]
+        );
         assert!(stored(&replica, &write.digest).is_some());
         assert_eq!(answer(vec![1, 2]), vec![ResultCode::Parameter.code()]);
         // The master side: its own view moved on.
@@ -1918,7 +2040,7 @@ mod tests {
                 cluster_key: master.cluster().cluster_key ^ 1,
             },
             vec![NodeId(2)],
-            &replica_payload(key, &write),
+            &replica_payload(key, namespace_of(&master), &write),
             u64::MAX,
         ));
         assert!(!done);

@@ -6,6 +6,7 @@
 //! cargo run --release -p citrine-sim --example soak -- --seed 1234 -v      # replay one seed
 //! cargo run --release -p citrine-sim --example soak -- --data --seeds 0..1000
 //! cargo run --release -p citrine-sim --example soak -- --data --early-restart --seed 7 -v
+//! cargo run --release -p citrine-sim --example soak -- --data --device --seeds 0..300
 //! ```
 //!
 //! `--data` runs the data-mode simulator (real services and clients under
@@ -13,7 +14,9 @@
 //! one; `--early-restart` lets a crashed node restart before the survivors
 //! noticed the crash (`DataConfig::restart_before_noticed`); `--vanish`
 //! makes lost messages vanish instead of arriving late
-//! (`DataConfig::messages_vanish`).
+//! (`DataConfig::messages_vanish`); `--device` keeps the records on device
+//! files, so a crashed node restarts with what it had flushed
+//! (`DataConfig::device`).
 //!
 //! Prints every failing seed with its invariant and recent events, and a
 //! progress line every 100 seeds. Exits non-zero if any seed failed (for a
@@ -34,6 +37,7 @@ struct Args {
     data: bool,
     early_restart: bool,
     vanish: bool,
+    device: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -47,6 +51,7 @@ fn parse() -> Result<Args, String> {
         data: false,
         early_restart: false,
         vanish: false,
+        device: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -69,10 +74,11 @@ fn parse() -> Result<Args, String> {
             "--data" => args.data = true,
             "--early-restart" => args.early_restart = true,
             "--vanish" => args.vanish = true,
+            "--device" => args.device = true,
             "--no-pmap" => args.no_pmap = true,
             "-v" | "--verbose" => args.verbose = true,
             "-h" | "--help" => {
-                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [--data [--early-restart] [--vanish]] [-v]"
+                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [--data [--early-restart] [--vanish] [--device]] [-v]"
                     .to_string())
             }
             other => return Err(format!("unknown argument {other}")),
@@ -112,6 +118,7 @@ fn main() -> ExitCode {
             let mut data_cfg = DataConfig::quick();
             data_cfg.restart_before_noticed = args.early_restart;
             data_cfg.messages_vanish = args.vanish;
+            data_cfg.device = args.device;
             match run_data_seed(seed, &data_cfg) {
                 Ok(r) => {
                     if args.verbose {

@@ -165,6 +165,10 @@ pub enum Invariant {
     /// client issued at one node, holds no record it covers, and no put
     /// acknowledged well before it (by every clock) is read back.
     Truncation,
+    /// Data mode: every node starts — its service opens (on restart, from
+    /// the device file it wrote before its crash) and keeps its work
+    /// directory.
+    NodeStart,
 }
 
 impl fmt::Display for Invariant {

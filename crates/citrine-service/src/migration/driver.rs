@@ -21,7 +21,7 @@
 //!   thread and holds a partition lock only while it copies one batch.
 
 use super::{exchange_status, Handover, MigrateTask, Work, FLAG_FIRST, FLAG_LAST};
-use crate::replication::{call_kind, join_all, Fabric, FabricError};
+use crate::replication::{call_kind, join_all, DupResAnswer, DupResRequest, Fabric, FabricError};
 use crate::Service;
 use citrine_types::{NodeId, ResultCode};
 use std::future::Future;
@@ -214,35 +214,70 @@ async fn migrate_partition(
 ) -> Option<MigrateTask> {
     let migrations = &service.migrations;
     let digests = service.migration_digests(&task.namespace, task.partition);
+    // A target with some copy gets the delta only: its manifest first, and
+    // when its copy is one this copy contains (`pull_from`), the records it
+    // holds newer (writes that reached only it) are fetched from it before
+    // anything is sent, so every target gets them.
+    let mut manifests = Vec::with_capacity(task.targets.len());
     for (target, version) in &task.targets {
-        // A target with some copy gets the delta only.
-        let to_send = if version.is_zero() || digests.is_empty() {
-            digests.clone()
-        } else {
-            let request = super::encode_partition_ref(&task.namespace, task.partition);
-            call_until(
+        if version.is_zero() || digests.is_empty() {
+            manifests.push(None);
+            continue;
+        }
+        let request = super::encode_partition_ref(&task.namespace, task.partition);
+        let pulls_too = task.pull_from.contains(target);
+        let (manifest, pulls) = call_until(
+            &service,
+            &fabric,
+            &pause,
+            epoch,
+            (*target, call_kind::MANIFEST, &request),
+            |answer| {
+                let manifest = answer.ok()?;
+                let pulls = if pulls_too {
+                    service.migration_pulls(&task.namespace, task.partition, &manifest)?
+                } else {
+                    Vec::new()
+                };
+                Some((manifest, pulls))
+            },
+        )
+        .await?;
+        for digest in pulls {
+            let request = DupResRequest {
+                cluster_key,
+                namespace: task.namespace.clone(),
+                digest,
+            }
+            .encode();
+            let answer = call_until(
                 &service,
                 &fabric,
                 &pause,
                 epoch,
-                (*target, call_kind::MANIFEST, &request),
-                |answer| {
-                    answer.ok().and_then(|manifest| {
-                        service.migration_delta(
-                            &task.namespace,
-                            task.partition,
-                            &digests,
-                            &manifest,
-                        )
-                    })
-                },
+                (*target, call_kind::DUPRES, &request),
+                |answer| answer.ok().and_then(|bytes| DupResAnswer::decode(&bytes)),
             )
-            .await?
+            .await?;
+            service.apply_pulled(&task.namespace, &digest, answer);
+        }
+        manifests.push(Some(manifest));
+    }
+    for ((target, _), manifest) in task.targets.iter().zip(&manifests) {
+        let to_send = match manifest {
+            None => digests.clone(),
+            Some(manifest) => {
+                let delta =
+                    service.migration_delta(&task.namespace, task.partition, &digests, manifest);
+                // The manifest parsed when it was accepted.
+                debug_assert!(delta.is_some());
+                delta.unwrap_or_else(|| digests.clone())
+            }
         };
         let mut at = 0;
         let mut flags = FLAG_FIRST;
         loop {
-            let (batch, consumed) = service.migration_batch(
+            let (mut batch, consumed) = service.migration_batch(
                 cluster_key,
                 &task.namespace,
                 task.partition,
@@ -270,13 +305,23 @@ async fn migrate_partition(
                 // can be whole (see `Handover`).
                 hand_over(Handover::Releasing);
             }
-            let payload = batch.encode();
-            call_until(
+            let mut payload = batch.encode();
+            let mut sends = 0u32;
+            call_until_with(
                 &service,
                 &fabric,
                 &pause,
                 epoch,
-                (*target, call_kind::MIGRATE, &payload),
+                (*target, call_kind::MIGRATE),
+                || {
+                    // A resend carries the truncations made since.
+                    if sends > 0 {
+                        service.refresh_truncations(&mut batch);
+                        payload = batch.encode();
+                    }
+                    sends += 1;
+                    payload.clone()
+                },
                 |answer| {
                     let acknowledged = acknowledged(&answer);
                     if !acknowledged {
@@ -375,16 +420,33 @@ async fn call_until<T>(
     pause: &Arc<dyn Pause>,
     epoch: u64,
     (to, kind, payload): (NodeId, u8, &[u8]),
+    accept: impl FnMut(Result<Vec<u8>, FabricError>) -> Option<T>,
+) -> Option<T> {
+    call_until_with(
+        service,
+        fabric,
+        pause,
+        epoch,
+        (to, kind),
+        || payload.to_vec(),
+        accept,
+    )
+    .await
+}
+
+/// [`call_until`] with the payload of each try from `payload`.
+async fn call_until_with<T>(
+    service: &Service,
+    fabric: &Arc<dyn Fabric>,
+    pause: &Arc<dyn Pause>,
+    epoch: u64,
+    (to, kind): (NodeId, u8),
+    mut payload: impl FnMut() -> Vec<u8>,
     mut accept: impl FnMut(Result<Vec<u8>, FabricError>) -> Option<T>,
 ) -> Option<T> {
     while service.migrations.epoch() == epoch {
         let answer = fabric
-            .call(
-                to,
-                kind,
-                payload.to_vec(),
-                Duration::from_millis(BATCH_TIMEOUT_MS),
-            )
+            .call(to, kind, payload(), Duration::from_millis(BATCH_TIMEOUT_MS))
             .await;
         if let Some(value) = accept(answer) {
             return Some(value);

@@ -29,7 +29,12 @@
 //!    once, batch by batch with an ack each. A target that held some copy
 //!    first sends its manifest (digest, generation, last-update time of
 //!    every record) and receives only the records it lacks or holds older —
-//!    the delta (§2.2.1.1). The last batch of a source (possibly empty)
+//!    the delta (§2.2.1.1); when its copy is one the source's contains (a
+//!    restarted node's), the records it holds newer than the source's copy
+//!    or tombstone, or alone and written recently enough that a delete's
+//!    tombstone would still be kept (writes that reached only it), are
+//!    fetched from it first ([`Service::migration_pulls`]), so the copies
+//!    end equal. The last batch of a source (possibly empty)
 //!    carries [`FLAG_LAST`]; the receiver applies every record with the
 //!    replica-write rule (only when it wins under the namespace's conflict
 //!    resolution), so client writes during migration are never regressed
@@ -105,7 +110,7 @@ use crate::Service;
 use citrine_cluster::exchange::{self, Covers, Holding, PartitionVersion};
 use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE, PARTITIONS};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -149,6 +154,11 @@ pub struct MigrateTask {
     pub drop_after: bool,
     /// Records when planned (the order key after hotness: smallest first).
     pub records: u64,
+    /// Targets holding a copy no group comes from (one this copy contains,
+    /// such as a restarted node's): the records they hold newer — writes
+    /// that reached only them — are fetched before anything is sent. A
+    /// target whose copy is a group of its own sends it instead.
+    pub pull_from: Vec<NodeId>,
 }
 
 /// What the driver has to do next.
@@ -423,6 +433,9 @@ pub struct Migrations {
     pub records_received: AtomicU64,
     /// Records a delta left out (the target already held them).
     pub records_skipped: AtomicU64,
+    /// Records fetched from a target that held them newer (writes that
+    /// reached only it; see [`Service::migration_pulls`]).
+    pub records_pulled: AtomicU64,
     pub partitions_sent: AtomicU64,
     /// Copies dropped (no longer a replica).
     pub partitions_dropped: AtomicU64,
@@ -463,6 +476,7 @@ impl Migrations {
             records_sent: AtomicU64::new(0),
             records_received: AtomicU64::new(0),
             records_skipped: AtomicU64::new(0),
+            records_pulled: AtomicU64::new(0),
             partitions_sent: AtomicU64::new(0),
             partitions_dropped: AtomicU64::new(0),
             exchanges: AtomicU64::new(0),
@@ -1166,7 +1180,7 @@ impl Service {
                     }
                 }
                 for group in outcome.sent_by(self.node_id) {
-                    let targets = group
+                    let targets: Vec<(NodeId, PartitionVersion)> = group
                         .targets
                         .iter()
                         .map(|target| {
@@ -1178,6 +1192,14 @@ impl Service {
                             (*target, version)
                         })
                         .collect();
+                    let pull_from = targets
+                        .iter()
+                        .filter(|(target, version)| {
+                            !version.is_zero()
+                                && !outcome.groups.iter().any(|other| other.source == *target)
+                        })
+                        .map(|(target, _)| *target)
+                        .collect();
                     tasks.push(MigrateTask {
                         namespace: name.clone(),
                         partition,
@@ -1185,6 +1207,7 @@ impl Service {
                         retire: group.retire.clone(),
                         drop_after: !replica,
                         records: group.records,
+                        pull_from,
                     });
                 }
                 let busy =
@@ -1447,43 +1470,30 @@ impl Service {
         digests: &[Digest],
         manifest: &[u8],
     ) -> Option<Vec<Digest>> {
-        let (&1, rest) = manifest.split_first()? else {
-            return None;
-        };
-        let count = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-        let entries = rest.get(4..)?;
-        const ENTRY: usize = DIGEST_SIZE + 10;
-        if entries.len() != count.checked_mul(ENTRY)? {
-            return None;
-        }
-        let theirs: HashMap<[u8; DIGEST_SIZE], (u16, u64)> = entries
-            .chunks_exact(ENTRY)
-            .filter_map(|entry| {
-                let digest: [u8; DIGEST_SIZE] = entry[..DIGEST_SIZE].try_into().ok()?;
-                let generation =
-                    u16::from_be_bytes(entry[DIGEST_SIZE..DIGEST_SIZE + 2].try_into().ok()?);
-                let lut = u64::from_be_bytes(entry[DIGEST_SIZE + 2..].try_into().ok()?)
-                    .min(citrine_index::MAX_LAST_UPDATE_MS);
-                Some((digest, (generation, lut)))
-            })
-            .collect();
+        let theirs = parse_manifest(manifest)?;
         let namespace = self.namespace(namespace_name.as_bytes())?;
         let index = namespace.index.partition(partition).read();
         let delta: Vec<Digest> = digests
             .iter()
             .filter(|digest| {
-                let ours = match index.get(digest) {
+                let (ours, set_id) = match index.get(digest) {
                     Some(entry) => {
                         let meta = entry.meta();
-                        (meta.generation, meta.last_update_ms)
+                        ((meta.generation, meta.last_update_ms), meta.set_id)
                     }
                     None => match index.tombstone(digest) {
-                        Some(tombstone) => (tombstone.generation, tombstone.last_update_ms),
+                        Some(tombstone) => (
+                            (tombstone.generation, tombstone.last_update_ms),
+                            tombstone.set_id,
+                        ),
                         None => return false,
                     },
                 };
                 match theirs.get(&digest.0) {
                     None => true,
+                    // Their copy is from before a truncation this node
+                    // knows (and they may not yet): it counts as absent.
+                    Some((_, lut)) if *lut < namespace.truncated_before(set_id) => true,
                     Some((generation, lut)) => !crate::replication::copy_holds(
                         namespace.config.conflict_resolution_policy,
                         (*generation, *lut),
@@ -1498,6 +1508,111 @@ impl Service {
             .records_skipped
             .fetch_add((digests.len() - delta.len()) as u64, Ordering::Relaxed);
         Some(delta)
+    }
+
+    /// The digests of records a target with `manifest` holds a newer copy
+    /// of than this node does (by the namespace's conflict resolution), or
+    /// holds alone: writes that reached the target only — it applied them
+    /// and the replication to this node never completed, so none was
+    /// acknowledged (a node that crashed after writing, restarted with its
+    /// device). The delta sends nothing for them, so this node fetches them
+    /// (`DUPRES`) before its sends: otherwise the two copies would stay
+    /// different.
+    ///
+    /// A record this node lacks entirely (no copy, no tombstone) may also
+    /// be one deleted here whose tombstone is gone, which must not come
+    /// back: it is fetched only when it was written within
+    /// `tomb-raider-eligible-age` (less [`PULL_CLOCK_MARGIN_MS`]) of now,
+    /// since the tombstone of a later delete would still be kept.
+    /// `None` when the manifest is malformed.
+    pub fn migration_pulls(
+        &self,
+        namespace_name: &str,
+        partition: PartitionId,
+        manifest: &[u8],
+    ) -> Option<Vec<Digest>> {
+        let theirs = parse_manifest(manifest)?;
+        let namespace = self.namespace(namespace_name.as_bytes())?;
+        let policy = namespace.config.conflict_resolution_policy;
+        let tombstones_kept_since = self
+            .now()
+            .unix_ms
+            .saturating_sub(u64::from(namespace.config.tomb_raider_eligible_age) * 1000)
+            .saturating_add(PULL_CLOCK_MARGIN_MS);
+        let index = namespace.index.partition(partition).read();
+        let mut pulls: Vec<Digest> = theirs
+            .iter()
+            .filter_map(|(digest, their)| {
+                let digest = Digest(*digest);
+                let (ours, set_id) = match index.get(&digest) {
+                    Some(entry) => {
+                        let meta = entry.meta();
+                        ((meta.generation, meta.last_update_ms), meta.set_id)
+                    }
+                    None => match index.tombstone(&digest) {
+                        Some(tombstone) => (
+                            (tombstone.generation, tombstone.last_update_ms),
+                            tombstone.set_id,
+                        ),
+                        // Only theirs: a write that reached only them, or
+                        // (written before the tombstones kept) perhaps a
+                        // record deleted here long ago.
+                        None => {
+                            let recent = their.1 >= tombstones_kept_since
+                                && their.1 >= namespace.truncated_before(0);
+                            return recent.then_some(digest);
+                        }
+                    },
+                };
+                let newer = !crate::replication::copy_holds(policy, ours, *their)
+                    && their.1 >= namespace.truncated_before(set_id);
+                newer.then_some(digest)
+            })
+            .collect();
+        drop(index);
+        pulls.sort_unstable();
+        Some(pulls)
+    }
+
+    /// Brings a batch's truncation thresholds up to date before it is sent
+    /// again: a truncation made since it was built must travel with its
+    /// records, which are then older than it.
+    pub fn refresh_truncations(&self, batch: &mut MigrateBatch) {
+        let Some(namespace) = self.namespace(batch.namespace.as_bytes()) else {
+            return;
+        };
+        for (set, lut) in &mut batch.truncated_before {
+            *lut = crate::replication::truncated_before_of(namespace, set);
+        }
+    }
+
+    /// Applies a target's answer for a record [`Service::migration_pulls`]
+    /// listed (its copy, by the replica-write rule).
+    pub(crate) fn apply_pulled(
+        &self,
+        namespace: &str,
+        digest: &Digest,
+        answer: crate::replication::DupResAnswer,
+    ) {
+        let Some(record) = answer.record else {
+            return; // gone there meanwhile
+        };
+        if record.namespace != namespace || record.digest != *digest {
+            tracing::warn!(namespace, "a pulled record's answer names another record");
+            return;
+        }
+        let code = crate::replication::apply_copy(self, &record, answer.truncated_before);
+        if code == ResultCode::Ok {
+            self.migrations
+                .records_pulled
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            tracing::warn!(
+                namespace,
+                code = code.code(),
+                "a pulled record could not be applied"
+            );
+        }
     }
 
     /// Encodes the records of `digests` still live as one batch of
@@ -1520,6 +1635,7 @@ impl Service {
             namespace: namespace_name.to_owned(),
             partition: partition.index() as u16,
             records: Vec::new(),
+            truncated_before: Vec::new(),
         };
         let Some(namespace) = self.namespace(namespace_name.as_bytes()) else {
             batch.flags |= FLAG_LAST;
@@ -1529,6 +1645,11 @@ impl Service {
         let index = namespace.index.partition(partition).read();
         let mut bytes = 0;
         let mut consumed = 0;
+        // The sets of the records sent, each with its threshold.
+        let mut truncated: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut note_set = |set_id: u16| {
+            truncated.insert(set_id, namespace.truncated_before(set_id));
+        };
         for digest in digests.iter().take(BATCH_RECORDS) {
             consumed += 1;
             let Some(entry) = index.get(digest) else {
@@ -1537,6 +1658,7 @@ impl Service {
                         crate::replication::delete_marker(namespace, digest, &tombstone).encode();
                     bytes += marker.len();
                     batch.records.push(marker);
+                    note_set(tombstone.set_id);
                 }
                 continue;
             };
@@ -1559,11 +1681,16 @@ impl Service {
             .encode();
             bytes += write.len();
             batch.records.push(write);
+            note_set(meta.set_id);
             if bytes >= BATCH_BYTES {
                 break;
             }
         }
         drop(index);
+        batch.truncated_before = truncated
+            .into_iter()
+            .map(|(set_id, lut)| (namespace.sets.name(set_id).unwrap_or_default(), lut))
+            .collect();
         if consumed == digests.len() {
             batch.flags |= FLAG_LAST;
         }
@@ -1587,7 +1714,8 @@ impl Service {
             {
                 return ResultCode::Parameter;
             }
-            let code = crate::replication::apply_replica_write(self, &write);
+            let truncated_before = batch.truncated_before_of(&write.set_name);
+            let code = crate::replication::apply_copy(self, &write, truncated_before);
             if code != ResultCode::Ok {
                 return code;
             }
@@ -1605,6 +1733,37 @@ impl Service {
         }
         ResultCode::Ok
     }
+}
+
+/// How far clocks may disagree when [`Service::migration_pulls`] decides
+/// whether a tombstone would still be kept, ms.
+pub const PULL_CLOCK_MARGIN_MS: u64 = 60_000;
+
+/// A `MANIFEST` answer's entries: digest → (generation, last-update ms);
+/// `None` when it is malformed.
+fn parse_manifest(manifest: &[u8]) -> Option<HashMap<[u8; DIGEST_SIZE], (u16, u64)>> {
+    let (&1, rest) = manifest.split_first()? else {
+        return None;
+    };
+    let count = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let entries = rest.get(4..)?;
+    const ENTRY: usize = DIGEST_SIZE + 10;
+    if entries.len() != count.checked_mul(ENTRY)? {
+        return None;
+    }
+    Some(
+        entries
+            .chunks_exact(ENTRY)
+            .filter_map(|entry| {
+                let digest: [u8; DIGEST_SIZE] = entry[..DIGEST_SIZE].try_into().ok()?;
+                let generation =
+                    u16::from_be_bytes(entry[DIGEST_SIZE..DIGEST_SIZE + 2].try_into().ok()?);
+                let lut = u64::from_be_bytes(entry[DIGEST_SIZE + 2..].try_into().ok()?)
+                    .min(citrine_index::MAX_LAST_UPDATE_MS);
+                Some((digest, (generation, lut)))
+            })
+            .collect(),
+    )
 }
 
 /// `u8 ns len | ns | u16 partition`.
@@ -1647,7 +1806,8 @@ fn decode_drop(bytes: &[u8]) -> Option<(u64, String, u16, NodeId)> {
 
 /// One batch of a partition's records from one source: `u64 cluster key |
 /// u64 source | u8 flags | u8 ns len | ns | u16 partition | u32 count |
-/// count × (u32 len | replica write)`, big-endian.
+/// count × (u32 len | replica write) | u16 sets | sets × (u8 set len | set
+/// | u64 truncated before)`, big-endian.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrateBatch {
     pub cluster_key: u64,
@@ -1658,6 +1818,24 @@ pub struct MigrateBatch {
     pub partition: u16,
     /// Encoded [`ReplicaWrite`]s.
     pub records: Vec<Vec<u8>>,
+    /// The source's truncation threshold (`Namespace::truncated_before`,
+    /// 0 for none) of each set of the records (the empty name: records
+    /// without a set), as of the batch's last send
+    /// ([`Service::refresh_truncations`]). The target counts a copy it
+    /// holds, or one in the batch, from before the threshold as absent
+    /// even if it has not learned that truncation yet (see
+    /// `replication::replica_payload`).
+    pub truncated_before: Vec<(Vec<u8>, u64)>,
+}
+
+impl MigrateBatch {
+    /// The source's truncation threshold for records of `set` (0: none).
+    pub fn truncated_before_of(&self, set: &[u8]) -> u64 {
+        self.truncated_before
+            .iter()
+            .find(|(name, _)| name.as_slice() == set)
+            .map_or(0, |(_, lut)| *lut)
+    }
 }
 
 impl MigrateBatch {
@@ -1675,6 +1853,14 @@ impl MigrateBatch {
         for record in &self.records {
             out.extend_from_slice(&(record.len() as u32).to_be_bytes());
             out.extend_from_slice(record);
+        }
+        let sets = &self.truncated_before[..self.truncated_before.len().min(usize::from(u16::MAX))];
+        out.extend_from_slice(&(sets.len() as u16).to_be_bytes());
+        for (set, lut) in sets {
+            let set = &set[..set.len().min(255)];
+            out.push(set.len() as u8);
+            out.extend_from_slice(set);
+            out.extend_from_slice(&lut.to_be_bytes());
         }
         out
     }
@@ -1702,6 +1888,14 @@ impl MigrateBatch {
             let length = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
             records.push(take(length)?.to_vec());
         }
+        let sets = u16::from_be_bytes(take(2)?.try_into().ok()?);
+        let mut truncated_before = Vec::new();
+        for _ in 0..sets {
+            let length = usize::from(take(1)?[0]);
+            let set = take(length)?.to_vec();
+            let lut = u64::from_be_bytes(take(8)?.try_into().ok()?);
+            truncated_before.push((set, lut));
+        }
         if at != bytes.len() {
             return None;
         }
@@ -1712,6 +1906,7 @@ impl MigrateBatch {
             namespace,
             partition,
             records,
+            truncated_before,
         })
     }
 }
@@ -1916,6 +2111,7 @@ mod tests {
             namespace: "test".into(),
             partition: 4095,
             records: vec![record(4095, 1, 1).encode(), vec![]],
+            truncated_before: vec![(Vec::new(), 5), (b"set".to_vec(), 1_700_000_000_000)],
         };
         let bytes = batch.encode();
         assert_eq!(MigrateBatch::decode(&bytes), Some(batch.clone()));
@@ -1990,6 +2186,88 @@ mod tests {
         assert!(one(&[1; exchange::COVERS_MAX + 1]).is_none());
     }
 
+    /// A restarted node's copy holds writes that reached only it (it
+    /// crashed before their replication completed: never acknowledged). The
+    /// survivor fetches them before sending the delta, so both copies end
+    /// the same — but not a record it lacks that is older than the
+    /// tombstones it keeps; the restarted node still sends nothing.
+    #[test]
+    fn a_write_only_a_restarted_copy_holds_is_fetched_by_the_survivor() {
+        let writes: Vec<ReplicaWrite> = (0..16u16).map(|pid| record(pid * 97, 5, 3)).collect();
+        let (world, directory) = survivor_of_regime_30("pull", &writes);
+        // Node 2 comes back with every record, one of them newer, and two
+        // node 1 never had: one written a second ago (its replication never
+        // completed), one written two days ago (it may be one deleted on
+        // node 1 whose tombstone is gone).
+        let newer = record(0, 5, 4);
+        let only_here = record(97, 6, 1);
+        let ancient = ReplicaWrite {
+            last_update_ms: 1_700_000_000_000 - 2 * 86_400_000,
+            ..record(194, 6, 1)
+        };
+        let mut kept = writes[1..].to_vec();
+        kept.extend([newer.clone(), only_here.clone(), ancient.clone()]);
+        let restarted = restart_with(&world, &directory, &kept);
+        world.nodes.lock().retain(|node| node.node_id != NodeId(2));
+        world.nodes.lock().push(restarted.clone());
+        world.publish(32, &[1, 2]);
+        world.settle(&[1, 2]);
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        assert_eq!(load(&restarted.migrations.partitions_sent), 0);
+        assert_eq!(load(&world.node(1).migrations.records_pulled), 2);
+        for node in [&world.node(1), &restarted] {
+            assert_eq!(stored(node, &newer), Some((4, vec![5, 1, 2])));
+            assert_eq!(stored(node, &only_here), Some((1, vec![6, 1, 2])));
+        }
+        assert_eq!(stored(&world.node(1), &ancient), None);
+        for write in &writes[1..] {
+            assert_eq!(stored(&world.node(1), write), stored(&restarted, write));
+        }
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    /// Node 1 holds `writes`; nodes 1 and 2 share regime 30 (0x1e), then
+    /// node 2 is gone and node 1 goes on alone (31), containing regime 30.
+    /// Returns the world and an empty work directory for node 2.
+    fn survivor_of_regime_30(tag: &str, writes: &[ReplicaWrite]) -> (World, std::path::PathBuf) {
+        let directory = std::env::temp_dir().join(format!(
+            "citrine-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).expect("directory");
+        let world = World::new(&[1, 2]);
+        for write in writes {
+            put(&world.node(1), write);
+        }
+        world.publish(29, &[1]);
+        world.publish(30, &[1, 2]);
+        world.settle(&[1, 2]);
+        world.publish(31, &[1]);
+        world.settle(&[1]);
+        (world, directory)
+    }
+
+    /// Node 2 started again with the records its device kept (`kept`) and
+    /// the regime it saved (30), not yet in the world.
+    fn restart_with(
+        world: &World,
+        directory: &std::path::Path,
+        kept: &[ReplicaWrite],
+    ) -> Arc<Service> {
+        let restarted = service(2);
+        restarted.set_fabric(world.fabric(2));
+        for write in kept {
+            put(&restarted, write);
+        }
+        std::fs::write(directory.join(REGIME_FILE), "citrine-regime 1 1e\n").expect("write");
+        restarted
+            .keep_partition_lineage(directory)
+            .expect("lineage kept");
+        restarted
+    }
+
     #[test]
     fn a_restarted_copy_of_a_regime_the_survivor_went_through_is_replaced() {
         assert_eq!(parse_regime("citrine-regime 1 1e\n"), Some(30));
@@ -2001,35 +2279,12 @@ mod tests {
         ] {
             assert_eq!(parse_regime(text), None, "{text:?}");
         }
-        let directory = std::env::temp_dir().join(format!(
-            "citrine-regime-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&directory);
-        std::fs::create_dir_all(&directory).expect("directory");
-        let world = World::new(&[1, 2]);
         let writes: Vec<ReplicaWrite> = (0..32u16).map(|pid| record(pid * 97, 3, 1)).collect();
-        for write in &writes {
-            put(&world.node(1), write);
-        }
-        world.publish(29, &[1]);
-        world.publish(30, &[1, 2]);
-        world.settle(&[1, 2]);
         // Node 2 is gone; node 1 goes on alone and contains regime 30.
-        world.publish(31, &[1]);
-        world.settle(&[1]);
+        let (world, directory) = survivor_of_regime_30("regime", &writes);
         // Node 2 starts again with the records its device kept and the
         // regime it saved.
-        let restarted = service(2);
-        restarted.set_fabric(world.fabric(2));
-        for write in &writes {
-            put(&restarted, write);
-        }
-        std::fs::write(directory.join(REGIME_FILE), "citrine-regime 1 1e\n").expect("write");
-        restarted
-            .keep_partition_lineage(&directory)
-            .expect("lineage kept");
+        let restarted = restart_with(&world, &directory, &writes);
         let held = partition(&writes[0]);
         assert_eq!(
             restarted.migrations.version("test", held),
@@ -2343,6 +2598,16 @@ mod tests {
             skipped >= 2 * (shared.len() as u64 - 1),
             "skipped {skipped}"
         );
+        // Each side's copy is a group of its own that it sends: nothing is
+        // fetched record by record.
+        for id in [1, 2] {
+            let pulled = world
+                .node(id)
+                .migrations
+                .records_pulled
+                .load(Ordering::Relaxed);
+            assert_eq!(pulled, 0, "node {id}");
+        }
     }
 
     fn tombstone(node: &Service, write: &ReplicaWrite) -> Option<citrine_index::Tombstone> {
@@ -2833,6 +3098,7 @@ mod tests {
             retire: Vec::new(),
             drop_after: false,
             records,
+            pull_from: Vec::new(),
         };
         let queue = vec![task(5, 1), task(9, 10), task(7, 20)];
         assert_eq!(migrations.hottest(&queue), 0, "nothing hot: plan order");

@@ -8,18 +8,23 @@ use citrine_types::ResultCode;
 use citrine_wire::digest::{of_key, UserKey};
 use std::time::{Duration, Instant};
 
-/// Stores record `key` of `set` as a master's replica write would, last
-/// updated at `last_update_ms`.
-fn store(service: &Service, set: &str, key: i64, last_update_ms: u64) -> ResultCode {
-    let body = citrine_record::encode_body(
+/// A stored body with one integer bin `v`.
+fn body(value: i64) -> Vec<u8> {
+    citrine_record::encode_body(
         None,
         &[citrine_record::Bin {
             name: b"v".as_slice().into(),
             particle_type: 1,
-            value: key.to_be_bytes().to_vec().into(),
+            value: value.to_be_bytes().to_vec().into(),
         }],
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// Stores record `key` of `set` as a master's replica write would, last
+/// updated at `last_update_ms`.
+fn store(service: &Service, set: &str, key: i64, last_update_ms: u64) -> ResultCode {
+    let body = body(key);
     apply_replica_write(
         service,
         &ReplicaWrite {
@@ -205,4 +210,217 @@ fn bad_truncation_commands_and_pushes_change_nothing() {
     a.merge_truncations("namespace=elsewhere;lut=5\n");
     assert_eq!(a.truncations_text(), "namespace=elsewhere;lut=5\n");
     assert_eq!(held(&a, "s"), 1);
+}
+
+/// A master's copy written afresh after a truncation (generation 1) reaches
+/// a replica that has not learned the truncation yet and still holds the
+/// truncated copy (or its tombstone) at a higher generation. The replica
+/// must take it: answering "ok" while keeping its own copy would lose the
+/// acknowledged write once the truncation arrives and removes that copy.
+#[test]
+fn a_replica_that_missed_a_truncation_takes_the_masters_fresh_copy() {
+    use crate::replication::{call_kind, replica_payload};
+    let (master, clock) = service();
+    let (replica, _) = service();
+    let copy =
+        |key: i64, generation: u16, last_update_ms: u64, body: Option<Vec<u8>>| ReplicaWrite {
+            namespace: "test".into(),
+            digest: of_key("s", &UserKey::Integer(key)),
+            generation,
+            void_time: 0,
+            last_update_ms,
+            set_name: b"s".to_vec(),
+            body,
+        };
+    // Key 1: both hold generation 19. Key 2: both hold its tombstone at
+    // generation 20 (deleted before the truncation too).
+    let old = START_MS - 1_000;
+    for node in [&master, &replica] {
+        assert_eq!(
+            apply_replica_write(node, &copy(1, 19, old, Some(body(19)))),
+            ResultCode::Ok
+        );
+        assert_eq!(
+            apply_replica_write(node, &copy(2, 20, old, None)),
+            ResultCode::Ok
+        );
+    }
+    clock.advance_ms(10);
+    assert_eq!(command(&master, "truncate:namespace=test;set=s"), "ok");
+    assert_eq!(held(&master, "s"), 0);
+    // The master writes both keys afresh; the truncation's push has not
+    // reached the replica.
+    let namespace = master.namespace(b"test").unwrap();
+    let key = replica.cluster().cluster_key;
+    for k in [1, 2] {
+        let fresh = copy(k, 1, START_MS + 20, Some(body(100 + k)));
+        let payload = replica_payload(key, namespace, &fresh);
+        let answer = crate::block_on(replica.serve_fabric(call_kind::REPLICA_WRITE, &payload));
+        assert_eq!(answer, vec![0]);
+        let replica_namespace = replica.namespace(b"test").unwrap();
+        let partition = replica_namespace
+            .index
+            .partition(fresh.digest.partition())
+            .read();
+        let stored = partition.get(&fresh.digest).map(|entry| {
+            let meta = entry.meta();
+            (meta.generation, meta.last_update_ms)
+        });
+        assert_eq!(stored, Some((1, START_MS + 20)), "key {k}");
+    }
+    // A master that knows no truncation leaves the replica's rule as it
+    // was: a copy at a higher generation wins over generation 1.
+    let (other, _) = service();
+    assert_eq!(
+        apply_replica_write(&replica, &copy(3, 19, old, Some(body(19)))),
+        ResultCode::Ok
+    );
+    let payload = replica_payload(
+        key,
+        other.namespace(b"test").unwrap(),
+        &copy(3, 1, START_MS + 20, Some(body(103))),
+    );
+    let answer = crate::block_on(replica.serve_fabric(call_kind::REPLICA_WRITE, &payload));
+    assert_eq!(answer, vec![0]);
+    let replica_namespace = replica.namespace(b"test").unwrap();
+    let digest = of_key("s", &UserKey::Integer(3));
+    let generation = replica_namespace
+        .index
+        .partition(digest.partition())
+        .read()
+        .get(&digest)
+        .map(|entry| entry.meta().generation);
+    assert_eq!(generation, Some(19));
+}
+
+/// The same for the other ways a copy travels while a truncation's push is
+/// on its way: a migration batch and its delta, and a duplicate-resolution
+/// answer, each carry the sender's threshold for the record's set.
+#[test]
+fn migrations_and_duplicate_resolution_carry_the_senders_truncation() {
+    use crate::migration::encode_partition_ref;
+    use crate::replication::{apply_copy, call_kind, DupResAnswer, DupResRequest};
+    let (sender, clock) = service();
+    let (target, _) = service();
+    let digest = of_key("s", &UserKey::Integer(4));
+    let partition = digest.partition();
+    let copy = |generation: u16, last_update_ms: u64, value: i64| ReplicaWrite {
+        namespace: "test".into(),
+        digest,
+        generation,
+        void_time: 0,
+        last_update_ms,
+        set_name: b"s".to_vec(),
+        body: Some(body(value)),
+    };
+    let old = START_MS - 1_000;
+    for node in [&sender, &target] {
+        assert_eq!(
+            apply_replica_write(node, &copy(19, old, 19)),
+            ResultCode::Ok
+        );
+    }
+    clock.advance_ms(10);
+    assert_eq!(command(&sender, "truncate:namespace=test;set=s"), "ok");
+    let lut = START_MS + 10;
+    let fresh = copy(1, START_MS + 20, 1);
+    assert_eq!(apply_replica_write(&sender, &fresh), ResultCode::Ok);
+    let generation_at = |node: &Service| {
+        let namespace = node.namespace(b"test").unwrap();
+        let partition = namespace.index.partition(partition).read();
+        partition.get(&digest).map(|entry| entry.meta().generation)
+    };
+    assert_eq!(generation_at(&sender), Some(1));
+
+    // The delta: the target's manifest lists generation 19, from before
+    // the sender's threshold, so the fresh copy is sent.
+    let manifest = target.manifest(&encode_partition_ref("test", partition));
+    let delta = sender.migration_delta("test", partition, &[digest], &manifest);
+    assert_eq!(delta, Some(vec![digest]));
+
+    // The batch carries the threshold, and the target takes the copy.
+    let (batch, consumed) = sender.migration_batch(0, "test", partition, &[digest], 0);
+    assert_eq!(consumed, 1);
+    assert_eq!(batch.truncated_before, vec![(b"s".to_vec(), lut)]);
+    assert_eq!(target.apply_migrate_batch(&batch.encode()), ResultCode::Ok);
+    assert_eq!(generation_at(&target), Some(1));
+
+    // Duplicate resolution: the sender's answer carries it too, and a
+    // master holding the old copy takes the answer's.
+    let (master, _) = service();
+    assert_eq!(
+        apply_replica_write(&master, &copy(19, old, 19)),
+        ResultCode::Ok
+    );
+    let request = DupResRequest {
+        cluster_key: sender.cluster().cluster_key,
+        namespace: "test".into(),
+        digest,
+    };
+    let answer = crate::block_on(sender.serve_fabric(call_kind::DUPRES, &request.encode()));
+    let answer = DupResAnswer::decode(&answer).unwrap();
+    assert_eq!(answer.truncated_before, lut);
+    let record = answer.record.unwrap();
+    assert_eq!(
+        apply_copy(&master, &record, answer.truncated_before),
+        ResultCode::Ok
+    );
+    assert_eq!(generation_at(&master), Some(1));
+}
+
+/// A copy sent before a truncation and sent again after it (its
+/// acknowledgment was lost) carries the truncation the second time, and a
+/// target that has not learned it yet does not let it replace the copy
+/// written after the truncation.
+#[test]
+fn a_copy_sent_again_after_a_truncation_carries_it() {
+    use crate::replication::{
+        apply_copy, refresh_truncation, replica_payload, split_replica_payload,
+    };
+    let (sender, clock) = service();
+    let (target, _) = service();
+    let digest = of_key("s", &UserKey::Integer(5));
+    let copy = |generation: u16, last_update_ms: u64| ReplicaWrite {
+        namespace: "test".into(),
+        digest,
+        generation,
+        void_time: 0,
+        last_update_ms,
+        set_name: b"s".to_vec(),
+        body: Some(body(i64::from(generation))),
+    };
+    let old = copy(28, START_MS - 1_000);
+    assert_eq!(apply_replica_write(&sender, &old), ResultCode::Ok);
+    let namespace = sender.namespace(b"test").unwrap();
+    let mut payload = replica_payload(target.cluster().cluster_key, namespace, &old);
+    let (mut batch, _) = sender.migration_batch(0, "test", digest.partition(), &[digest], 0);
+    assert_eq!(batch.truncated_before, vec![(b"s".to_vec(), 0)]);
+    clock.advance_ms(10);
+    assert_eq!(command(&sender, "truncate:namespace=test;set=s"), "ok");
+    let lut = START_MS + 10;
+    refresh_truncation(namespace, &mut payload);
+    assert_eq!(
+        split_replica_payload(&payload).map(|(_, t, _)| t),
+        Some(lut)
+    );
+    sender.refresh_truncations(&mut batch);
+    assert_eq!(batch.truncated_before, vec![(b"s".to_vec(), lut)]);
+    // The target already holds the copy written after the truncation.
+    let fresh = copy(1, START_MS + 20);
+    assert_eq!(apply_replica_write(&target, &fresh), ResultCode::Ok);
+    let generation = || {
+        let namespace = target.namespace(b"test").unwrap();
+        let partition = namespace.index.partition(digest.partition()).read();
+        partition.get(&digest).map(|entry| entry.meta().generation)
+    };
+    let answer = crate::block_on(
+        target.serve_fabric(crate::replication::call_kind::REPLICA_WRITE, &payload),
+    );
+    assert_eq!(answer, vec![0]);
+    assert_eq!(generation(), Some(1));
+    assert_eq!(target.apply_migrate_batch(&batch.encode()), ResultCode::Ok);
+    assert_eq!(generation(), Some(1));
+    // Without the truncation it carries, the old copy wins by generation.
+    assert_eq!(apply_copy(&target, &old, 0), ResultCode::Ok);
+    assert_eq!(generation(), Some(28));
 }

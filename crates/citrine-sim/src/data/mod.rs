@@ -1,6 +1,7 @@
 //! Data mode: N real [`citrine_service::Service`]s on the fake network, with
-//! clients writing and reading while nodes join, crash and come back empty,
-//! and the checks that nothing acknowledged is lost.
+//! clients writing and reading while nodes join, crash and come back (empty,
+//! or with what their device files hold), and the checks that nothing
+//! acknowledged is lost.
 //!
 //! Owns: the data-mode scenario ([`run_data_seed`], [`DataConfig`]), the
 //! simulated clients and their history, and the data invariants checked
@@ -26,11 +27,13 @@
 //!    With [`DataConfig::truncate`], some puts go to keys of set `trunc`;
 //! 3. 3–5 membership events 1.5–4 s apart: a spare node joins, a node
 //!    crashes (only when the cluster is stable: with replication factor 2
-//!    one node may be lost at a time), a crashed node restarts empty; the
+//!    one node may be lost at a time), a crashed node restarts — empty, or
+//!    with [`DataConfig::device`] with what its device file holds; the
 //!    network loses up to `max_loss` of packets and delays them 1–6 ms, but
 //!    is never partitioned. With [`DataConfig::truncate`], a client
-//!    truncates set `trunc` through one node before one of the events (its
-//!    threshold 2 × `max_skew_ms` behind that node's clock);
+//!    truncates set `trunc` through one node shortly before or after one
+//!    of the events (its threshold 2 × `max_skew_ms` behind that node's
+//!    clock);
 //! 4. clients stop; the run waits for quiescence (one view of every live
 //!    node, every node `cluster-stable`, for `settle_ms`);
 //! 5. the checks ([`Invariant`] data variants; for the truncation: every
@@ -76,6 +79,15 @@ const TICK_MS: u64 = 10;
 const RECENT: usize = 400;
 /// Executor rounds allowed per simulated millisecond.
 const POLL_BUDGET: u32 = 10_000;
+/// Flush periods a device run draws from (ms); the server's default is
+/// 1000.
+const FLUSH_PERIODS_MS: [u64; 4] = [5, 50, 250, 1_000];
+/// How often the simulated flusher collects tombstones, as the server's.
+const TOMBSTONE_COLLECT_MS: u64 = 5_000;
+/// Size of each node's device file, and its write-block size: small blocks
+/// so that a run fills, seals and defragments several.
+const DEVICE_FILE_BYTES: u64 = 8 << 20;
+const DEVICE_WBLOCK_BYTES: u32 = 64 << 10;
 
 /// Shape of data-mode runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,6 +128,17 @@ pub struct DataConfig {
     /// that set at one node before a membership event (the other nodes
     /// learn it from its push or in that event's exchange).
     pub truncate: bool,
+    /// Nodes keep namespace `test` on a device (the log-structured engine
+    /// over a file in a scratch directory) instead of in memory. The
+    /// simulation is the flusher: every node's write buffers are written
+    /// out every flush period (drawn per run, 5 ms to 1 s), with a defrag
+    /// step each time and a tombstone collection every 5 s. A crash loses
+    /// what was not flushed yet, as a killed process does; a crashed node
+    /// restarts with what its file holds (a cold start), or, one time in
+    /// four, on a blank file (a replaced drive). Each node also has a work
+    /// directory, where it keeps its truncations and regime as the server
+    /// does.
+    pub device: bool,
 }
 
 impl DataConfig {
@@ -138,6 +161,7 @@ impl DataConfig {
             restart_before_noticed: false,
             messages_vanish: false,
             truncate: true,
+            device: false,
         }
     }
 }
@@ -183,6 +207,44 @@ struct NodeClock {
 impl Clock for NodeClock {
     fn now_unix_ms(&self) -> u64 {
         BASE_UNIX_MS + self.skew_ms + self.time.load(Ordering::Relaxed)
+    }
+}
+
+/// A directory of its own for one run's device files, removed when the
+/// run ends. On tmpfs (`/dev/shm`) where there is one, so the flusher's
+/// syncs cost nothing.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(seed: u64) -> std::io::Result<Scratch> {
+        static RUNS: AtomicU64 = AtomicU64::new(0);
+        let shm = std::path::Path::new("/dev/shm");
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let run = RUNS.fetch_add(1, Ordering::Relaxed);
+        let dir = base.join(format!("citrine-sim-{}-{seed}-{run}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Scratch(dir))
+    }
+
+    fn device(&self, node: usize) -> std::path::PathBuf {
+        self.0.join(format!("node-{node}.dat"))
+    }
+
+    /// Node `node`'s work directory (created).
+    fn work(&self, node: usize) -> std::io::Result<std::path::PathBuf> {
+        let dir = self.0.join(format!("node-{node}"));
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -322,6 +384,10 @@ struct World {
     events: Vec<String>,
     recent: VecDeque<String>,
     hash: u64,
+    /// The device files' directory ([`DataConfig::device`]).
+    scratch: Option<Scratch>,
+    /// The simulated flusher's period ([`DataConfig::device`]).
+    flush_ms: u64,
 }
 
 fn counter_key(i: usize) -> String {
@@ -424,6 +490,11 @@ impl World {
         let counters = vec![CounterHistory::default(); cfg.counters];
         let puts = vec![Vec::new(); cfg.clients * cfg.puts_per_client];
         let truncated_puts = vec![Vec::new(); cfg.clients * TRUNCATED_KEYS_PER_CLIENT];
+        let flush_ms = if cfg.device {
+            FLUSH_PERIODS_MS[rng.index(FLUSH_PERIODS_MS.len())]
+        } else {
+            0
+        };
         World {
             seed,
             cfg,
@@ -451,6 +522,8 @@ impl World {
             events: Vec::new(),
             recent: VecDeque::new(),
             hash: seed,
+            scratch: None,
+            flush_ms,
         }
     }
 
@@ -483,19 +556,46 @@ impl World {
 
     // ----- nodes -----
 
+    /// The namespace's storage on node `i`: memory, or its device file
+    /// ([`DataConfig::device`]).
+    fn storage_of(&mut self, i: usize) -> Result<StorageEngineConfig, Failure> {
+        if !self.cfg.device {
+            return Ok(StorageEngineConfig::Memory {
+                data_size: 64 << 20,
+                evict_used_pct: 0,
+                stop_writes_used_pct: 90,
+            });
+        }
+        if self.scratch.is_none() {
+            let scratch = Scratch::new(self.seed)
+                .map_err(|e| self.fail(Invariant::NodeStart, format!("scratch directory: {e}")))?;
+            self.scratch = Some(scratch);
+        }
+        let path = self
+            .scratch
+            .as_ref()
+            .map(|scratch| scratch.device(i))
+            .unwrap_or_default();
+        let mut engine =
+            citrine_storage::device::DeviceConfig::new(NAMESPACE, vec![path], DEVICE_FILE_BYTES);
+        engine.write_block_size = DEVICE_WBLOCK_BYTES;
+        Ok(StorageEngineConfig::Device {
+            engine,
+            flush_max_ms: self.flush_ms as u32,
+            index_image: None,
+        })
+    }
+
     fn boot(&mut self, i: usize) -> Result<(), Failure> {
         let time = self.core.lock().clock.clone();
+        let storage_engine = self.storage_of(i)?;
         let config = ServiceConfig {
             node_id: self.nodes[i].id.0,
             cluster_name: "citrine".into(),
             access_address: format!("10.0.1.{i}:3000"),
             port: 3000,
             namespaces: vec![NamespaceConfig {
-                storage_engine: StorageEngineConfig::Memory {
-                    data_size: 64 << 20,
-                    evict_used_pct: 0,
-                    stop_writes_used_pct: 90,
-                },
+                storage_engine,
                 ..NamespaceConfig::in_memory(NAMESPACE)
             }],
         };
@@ -505,8 +605,19 @@ impl World {
         });
         let service = Arc::new(
             Service::open(config, clock)
-                .map_err(|e| self.fail(Invariant::ViewBookkeeping, format!("service: {e}")))?,
+                .map_err(|e| self.fail(Invariant::NodeStart, format!("service: {e}")))?,
         );
+        // As the server with a work directory: the truncations and the
+        // regime the copies just loaded belong to are kept there.
+        if let Some(scratch) = &self.scratch {
+            let kept = scratch.work(i).map_err(|e| e.to_string()).and_then(|dir| {
+                service.keep_truncations(&dir)?;
+                service.keep_partition_lineage(&dir)
+            });
+            if let Err(e) = kept {
+                return Err(self.fail(Invariant::NodeStart, format!("work directory: {e}")));
+            }
+        }
         service.set_fabric(Arc::new(SimFabric {
             core: self.core.clone(),
             node: i,
@@ -524,7 +635,7 @@ impl World {
             service.set_orphan();
         }
         let machine = ClusterNode::new(self.nodes[i].cfg.clone(), self.local(i))
-            .map_err(|e| self.fail(Invariant::ViewBookkeeping, format!("config: {e}")))?;
+            .map_err(|e| self.fail(Invariant::NodeStart, format!("config: {e}")))?;
         let stopping = Arc::new(AtomicBool::new(false));
         let pause: Arc<dyn citrine_service::migration::driver::Pause> = Arc::new(SimPause {
             core: self.core.clone(),
@@ -548,10 +659,40 @@ impl World {
             core.up[i] = true;
             core.boots[i] += 1;
         }
-        self.hash = mix(self.hash, 0xB007 ^ i as u64);
+        let held = self.records_held(i);
+        self.hash = mix(self.hash, 0xB007 ^ i as u64 ^ (held as u64) << 8);
         let id = self.nodes[i].id;
-        self.note(format!("boot #{i} {id} (empty)"));
+        self.note(format!("boot #{i} {id} ({held} records)"));
         Ok(())
+    }
+
+    /// Records (and tombstones) node `i` holds, 0 when it is down.
+    fn records_held(&self, i: usize) -> usize {
+        self.nodes[i].up.as_ref().map_or(0, |up| {
+            PartitionId::all()
+                .map(|p| up.service.migration_digests(NAMESPACE, p).len())
+                .sum()
+        })
+    }
+
+    /// The simulated flusher of node `i`'s device: every flush period,
+    /// writes its buffers out, runs one defrag step and, every
+    /// [`TOMBSTONE_COLLECT_MS`], collects tombstones; what it has not
+    /// written yet is what a crash loses.
+    fn storage_tick(&self, i: usize, now: u64) {
+        if self.flush_ms == 0 || !(now + i as u64).is_multiple_of(self.flush_ms) {
+            return;
+        }
+        let Some(up) = self.nodes[i].up.as_ref() else {
+            return;
+        };
+        for namespace in up.service.namespaces() {
+            citrine_service::device::flush_tick(namespace);
+            citrine_service::device::defrag_step(namespace);
+            if (now + i as u64).is_multiple_of(TOMBSTONE_COLLECT_MS) {
+                citrine_service::device::collect_tombstones(namespace);
+            }
+        }
     }
 
     fn crash(&mut self, i: usize) {
@@ -1131,6 +1272,7 @@ impl World {
             w.wake();
         }
         for i in 0..self.nodes.len() {
+            self.storage_tick(i, now);
             if !(now + i as u64).is_multiple_of(TICK_MS) {
                 continue;
             }
@@ -1268,7 +1410,22 @@ impl World {
                         },
                     )?;
                 }
-                self.events.push(format!("restart #{i} empty"));
+                let device = self.scratch.as_ref().map(|scratch| scratch.device(i));
+                match device {
+                    None => self.events.push(format!("restart #{i} empty")),
+                    Some(_) if !self.rng.chance(0.25) => {
+                        self.events.push(format!("restart #{i} with its device"));
+                    }
+                    Some(path) => {
+                        self.events.push(format!("restart #{i} on a blank device"));
+                        if let Err(e) = std::fs::remove_file(&path) {
+                            return Err(self.fail(
+                                Invariant::NodeStart,
+                                format!("cannot blank {}: {e}", path.display()),
+                            ));
+                        }
+                    }
+                }
                 self.boot(i)?;
             }
         }
@@ -1324,10 +1481,12 @@ impl World {
         self.truncation = Some(Truncation {
             lut_ms,
             at: now,
-            // Executed at or before `at' - 3 skew - 1`, a put's lut is at
-            // most `at - 2 skew - 1` on the fastest clock: at most the
-            // threshold, which the slowest clock put at or after it.
-            covers_acked_until: now.saturating_sub(3 * skew + 1),
+            // A truncation covers a last-update time before its threshold
+            // (as the reference's). Executed at or before `at - 3 skew -
+            // 2`, a put's lut is at most `at - 2 skew - 2` on the fastest
+            // clock: before the threshold, which the slowest clock put at
+            // `at - 2 skew - 1` or after it.
+            covers_acked_until: now.saturating_sub(3 * skew + 2),
         });
         self.events
             .push(format!("truncate {TRUNCATED_SET} at #{i}"));
@@ -1354,19 +1513,30 @@ impl World {
         let events = self
             .rng
             .range(self.cfg.min_events as u64, self.cfg.max_events as u64);
-        // Before which event the truncation is issued: its push goes out
-        // within the drivers' idle poll, 100-1500 ms before that event,
-        // whose exchange syncs it again (a node restarted empty learns it
-        // there).
-        let truncate_before = self.cfg.truncate.then(|| self.rng.below(events.max(1)));
+        // Around which event the truncation is issued: half the time
+        // 100-1500 ms before it (its push goes out within the drivers'
+        // idle poll, and the event's exchange syncs it again: a node
+        // restarted empty learns it there), half the time 20-600 ms after
+        // it, while that event's migrations run (copies of the truncated
+        // set cross the push in flight).
+        let truncate_at = self
+            .cfg
+            .truncate
+            .then(|| (self.rng.below(events.max(1)), self.rng.chance(0.5)));
         for event in 0..events {
-            if truncate_before == Some(event) {
+            if truncate_at == Some((event, false)) {
                 self.truncate()?;
                 let gap = self.rng.range(100, 1_500);
                 self.run_for(gap, false)?;
             }
             self.event()?;
-            let gap = self.rng.range(1_500, 4_000);
+            let mut gap = self.rng.range(1_500, 4_000);
+            if truncate_at == Some((event, true)) {
+                let after = self.rng.range(20, 600);
+                self.run_for(after, false)?;
+                self.truncate()?;
+                gap -= after;
+            }
             self.run_for(gap, false)?;
         }
         // Clients stop: outstanding attempts finish or time out.
@@ -1654,7 +1824,7 @@ impl World {
             for (node, copy) in holders {
                 if copy.set_name == TRUNCATED_SET.as_bytes()
                     && copy.body.is_some()
-                    && copy.last_update_ms <= truncation.lut_ms
+                    && copy.last_update_ms < truncation.lut_ms
                 {
                     return Err(self.fail(
                         Invariant::Truncation,
@@ -1698,7 +1868,11 @@ impl World {
                     return Err(self.fail(
                         Invariant::LostWrite,
                         format!(
-                            "truncated key {key} holds {value:?} (attempt {found:?}); attempt {last}, sent after the truncation, was acknowledged"
+                            "truncated key {key} holds {value:?} (attempt {found:?}); attempt {last}, sent after the truncation, was acknowledged; attempts (outcome, sent, done) {:?}",
+                            attempts
+                                .iter()
+                                .map(|a| (a.outcome, a.sent_at, a.done_at))
+                                .collect::<Vec<_>>()
                         ),
                     ));
                 }
