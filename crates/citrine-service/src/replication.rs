@@ -186,9 +186,9 @@ impl DupResRequest {
 }
 
 /// A member's answer to a [`DupResRequest`]: `u8 flags | (FOUND) u64
-/// truncated before | replica write`; the replica write is a delete marker when the member keeps the
-/// record's tombstone. With a record, `u64 truncated before` precedes it:
-/// the member's truncation threshold for the record's set (see
+/// truncated before | replica write`. The replica write is a delete marker
+/// when the member keeps the record's tombstone; the word before it is the
+/// member's truncation threshold for the record's set (see
 /// [`replica_payload`]), which the asking master applies to its own copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DupResAnswer {

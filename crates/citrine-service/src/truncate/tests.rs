@@ -21,21 +21,32 @@ fn body(value: i64) -> Vec<u8> {
     .unwrap()
 }
 
+/// Record `key` of `set` as a copy another node sends (`None`: a delete
+/// marker).
+fn copy_in(
+    set: &str,
+    key: i64,
+    generation: u16,
+    last_update_ms: u64,
+    body: Option<Vec<u8>>,
+) -> ReplicaWrite {
+    ReplicaWrite {
+        namespace: "test".into(),
+        digest: of_key(set, &UserKey::Integer(key)),
+        generation,
+        void_time: 0,
+        last_update_ms,
+        set_name: set.as_bytes().to_vec(),
+        body,
+    }
+}
+
 /// Stores record `key` of `set` as a master's replica write would, last
 /// updated at `last_update_ms`.
 fn store(service: &Service, set: &str, key: i64, last_update_ms: u64) -> ResultCode {
-    let body = body(key);
     apply_replica_write(
         service,
-        &ReplicaWrite {
-            namespace: "test".into(),
-            digest: of_key(set, &UserKey::Integer(key)),
-            generation: 1,
-            void_time: 0,
-            last_update_ms,
-            set_name: set.as_bytes().to_vec(),
-            body: Some(body),
-        },
+        &copy_in(set, key, 1, last_update_ms, Some(body(key))),
     )
 }
 
@@ -222,16 +233,9 @@ fn a_replica_that_missed_a_truncation_takes_the_masters_fresh_copy() {
     use crate::replication::{call_kind, replica_payload};
     let (master, clock) = service();
     let (replica, _) = service();
-    let copy =
-        |key: i64, generation: u16, last_update_ms: u64, body: Option<Vec<u8>>| ReplicaWrite {
-            namespace: "test".into(),
-            digest: of_key("s", &UserKey::Integer(key)),
-            generation,
-            void_time: 0,
-            last_update_ms,
-            set_name: b"s".to_vec(),
-            body,
-        };
+    let copy = |key: i64, generation: u16, last_update_ms: u64, body: Option<Vec<u8>>| {
+        copy_in("s", key, generation, last_update_ms, body)
+    };
     // Key 1: both hold generation 19. Key 2: both hold its tombstone at
     // generation 20 (deleted before the truncation too).
     let old = START_MS - 1_000;
@@ -304,14 +308,8 @@ fn migrations_and_duplicate_resolution_carry_the_senders_truncation() {
     let (target, _) = service();
     let digest = of_key("s", &UserKey::Integer(4));
     let partition = digest.partition();
-    let copy = |generation: u16, last_update_ms: u64, value: i64| ReplicaWrite {
-        namespace: "test".into(),
-        digest,
-        generation,
-        void_time: 0,
-        last_update_ms,
-        set_name: b"s".to_vec(),
-        body: Some(body(value)),
+    let copy = |generation: u16, last_update_ms: u64, value: i64| {
+        copy_in("s", 4, generation, last_update_ms, Some(body(value)))
     };
     let old = START_MS - 1_000;
     for node in [&sender, &target] {
@@ -380,14 +378,14 @@ fn a_copy_sent_again_after_a_truncation_carries_it() {
     let (sender, clock) = service();
     let (target, _) = service();
     let digest = of_key("s", &UserKey::Integer(5));
-    let copy = |generation: u16, last_update_ms: u64| ReplicaWrite {
-        namespace: "test".into(),
-        digest,
-        generation,
-        void_time: 0,
-        last_update_ms,
-        set_name: b"s".to_vec(),
-        body: Some(body(i64::from(generation))),
+    let copy = |generation: u16, last_update_ms: u64| {
+        copy_in(
+            "s",
+            5,
+            generation,
+            last_update_ms,
+            Some(body(i64::from(generation))),
+        )
     };
     let old = copy(28, START_MS - 1_000);
     assert_eq!(apply_replica_write(&sender, &old), ResultCode::Ok);
