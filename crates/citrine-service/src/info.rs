@@ -48,10 +48,9 @@ pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
     response.write_frame(out);
 }
 
-/// The cluster key, as upper-case hex.
 /// `rack-ids`: this node's rack in every namespace, `ns:rack;ns:rack`
-/// (the rack it joined its view with; 0 before its first view). The reference answers it
-/// only in its Enterprise edition; rack-aware clients (the C client with
+/// (the rack it joined its view with; 0 before its first view). The
+/// reference answers it only in its Enterprise edition; rack-aware clients (the C client with
 /// `rack_aware`, Go's `RackAware`, Citrine's `PreferRack`) ask it with
 /// `rebalance-generation` to read from a replica on their own rack. With
 /// the error answer they learn no rack and read from the master.
@@ -69,6 +68,7 @@ fn rack_ids(service: &Service) -> String {
         .join(";")
 }
 
+/// The cluster key, as upper-case hex.
 pub fn cluster_key(service: &Service) -> String {
     format!("{:X}", service.cluster().cluster_key)
 }

@@ -11,13 +11,17 @@ use citrine_wire::msg::{field_type, info1, info2, info3, op_type, MessageWriter,
 const START_MS: u64 = 1_700_000_000_000;
 
 fn service_with(namespace: NamespaceConfig) -> (Service, Arc<ManualClock>) {
+    service_with_all(vec![namespace])
+}
+
+fn service_with_all(namespaces: Vec<NamespaceConfig>) -> (Service, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(START_MS));
     let config = ServiceConfig {
         node_id: 0xBB9020011AC4202,
         cluster_name: "citrine".into(),
         access_address: "127.0.0.1:3000".into(),
         port: 3000,
-        namespaces: vec![namespace],
+        namespaces,
     };
     (Service::new(config, clock.clone()), clock)
 }
@@ -1592,28 +1596,21 @@ fn lookahead_finds_the_lookup_and_changes_nothing() {
 #[test]
 fn rack_ids_answer_this_nodes_rack_in_every_namespace() {
     use crate::cluster_state::{ClusterMember, ClusterState};
-    let clock = Arc::new(ManualClock::new(START_MS));
-    let config = ServiceConfig {
-        node_id: 7,
-        cluster_name: "citrine".into(),
-        access_address: "127.0.0.1:3000".into(),
-        port: 3000,
-        namespaces: vec![
-            NamespaceConfig::in_memory("test"),
-            NamespaceConfig::in_memory("bar"),
-        ],
-    };
-    let service = Service::new(config, clock);
+    let (service, _) = service_with_all(vec![
+        NamespaceConfig::in_memory("test"),
+        NamespaceConfig::in_memory("bar"),
+    ]);
     assert_eq!(info(&service, &["rack-ids"])[0].1, "test:0;bar:0");
     let member = |id: u64, rack_id: u32| ClusterMember {
         node_id: citrine_types::NodeId(id),
         rack_id,
         service_address: String::new(),
     };
+    let me = service.node_id.0;
     service.publish_cluster(ClusterState::new(
-        citrine_types::NodeId(7),
+        service.node_id,
         0x51,
-        vec![member(7, 3), member(9, 4)],
+        vec![member(me, 3), member(me + 2, 4)],
         &[("test".into(), 2), ("bar".into(), 2)],
         2,
         2,

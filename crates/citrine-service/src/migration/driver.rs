@@ -233,7 +233,7 @@ async fn migrate_partition(
             epoch,
             (*target, call_kind::MANIFEST, &request),
             |answer| {
-                let manifest = answer.ok()?;
+                let manifest = super::parse_manifest(&answer.ok()?)?;
                 let pulls = if pulls_too {
                     service.migration_pulls(&task.namespace, task.partition, &manifest)?
                 } else {
@@ -266,13 +266,9 @@ async fn migrate_partition(
     for ((target, _), manifest) in task.targets.iter().zip(&manifests) {
         let to_send = match manifest {
             None => digests.clone(),
-            Some(manifest) => {
-                let delta =
-                    service.migration_delta(&task.namespace, task.partition, &digests, manifest);
-                // The manifest parsed when it was accepted.
-                debug_assert!(delta.is_some());
-                delta.unwrap_or_else(|| digests.clone())
-            }
+            Some(manifest) => service
+                .migration_delta(&task.namespace, task.partition, &digests, manifest)
+                .unwrap_or_else(|| digests.clone()),
         };
         let mut at = 0;
         let mut flags = FLAG_FIRST;
@@ -305,8 +301,7 @@ async fn migrate_partition(
                 // can be whole (see `Handover`).
                 hand_over(Handover::Releasing);
             }
-            let mut payload = batch.encode();
-            let mut sends = 0u32;
+            let mut resend = false;
             call_until_with(
                 &service,
                 &fabric,
@@ -315,12 +310,11 @@ async fn migrate_partition(
                 (*target, call_kind::MIGRATE),
                 || {
                     // A resend carries the truncations made since.
-                    if sends > 0 {
+                    if resend {
                         service.refresh_truncations(&mut batch);
-                        payload = batch.encode();
                     }
-                    sends += 1;
-                    payload.clone()
+                    resend = true;
+                    batch.encode()
                 },
                 |answer| {
                     let acknowledged = acknowledged(&answer);

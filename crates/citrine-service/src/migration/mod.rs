@@ -1460,34 +1460,23 @@ impl Service {
         out
     }
 
-    /// The digests of `digests` a target with `manifest` (a `MANIFEST`
-    /// answer) lacks or holds an older copy of: the delta to send. `None`
-    /// when the manifest is malformed.
+    /// The digests of `digests` a target with `theirs` (its parsed
+    /// `MANIFEST` answer) lacks or holds an older copy of: the delta to
+    /// send. `None` for an unknown namespace.
     pub fn migration_delta(
         &self,
         namespace_name: &str,
         partition: PartitionId,
         digests: &[Digest],
-        manifest: &[u8],
+        theirs: &Manifest,
     ) -> Option<Vec<Digest>> {
-        let theirs = parse_manifest(manifest)?;
         let namespace = self.namespace(namespace_name.as_bytes())?;
         let index = namespace.index.partition(partition).read();
         let delta: Vec<Digest> = digests
             .iter()
             .filter(|digest| {
-                let (ours, set_id) = match index.get(digest) {
-                    Some(entry) => {
-                        let meta = entry.meta();
-                        ((meta.generation, meta.last_update_ms), meta.set_id)
-                    }
-                    None => match index.tombstone(digest) {
-                        Some(tombstone) => (
-                            (tombstone.generation, tombstone.last_update_ms),
-                            tombstone.set_id,
-                        ),
-                        None => return false,
-                    },
+                let Some((ours, set_id)) = held_version(&index, digest) else {
+                    return false;
                 };
                 match theirs.get(&digest.0) {
                     None => true,
@@ -1524,14 +1513,13 @@ impl Service {
     /// back: it is fetched only when it was written within
     /// `tomb-raider-eligible-age` (less [`PULL_CLOCK_MARGIN_MS`]) of now,
     /// since the tombstone of a later delete would still be kept.
-    /// `None` when the manifest is malformed.
+    /// `None` for an unknown namespace.
     pub fn migration_pulls(
         &self,
         namespace_name: &str,
         partition: PartitionId,
-        manifest: &[u8],
+        theirs: &Manifest,
     ) -> Option<Vec<Digest>> {
-        let theirs = parse_manifest(manifest)?;
         let namespace = self.namespace(namespace_name.as_bytes())?;
         let policy = namespace.config.conflict_resolution_policy;
         let tombstones_kept_since = self
@@ -1544,25 +1532,13 @@ impl Service {
             .iter()
             .filter_map(|(digest, their)| {
                 let digest = Digest(*digest);
-                let (ours, set_id) = match index.get(&digest) {
-                    Some(entry) => {
-                        let meta = entry.meta();
-                        ((meta.generation, meta.last_update_ms), meta.set_id)
-                    }
-                    None => match index.tombstone(&digest) {
-                        Some(tombstone) => (
-                            (tombstone.generation, tombstone.last_update_ms),
-                            tombstone.set_id,
-                        ),
-                        // Only theirs: a write that reached only them, or
-                        // (written before the tombstones kept) perhaps a
-                        // record deleted here long ago.
-                        None => {
-                            let recent = their.1 >= tombstones_kept_since
-                                && their.1 >= namespace.truncated_before(0);
-                            return recent.then_some(digest);
-                        }
-                    },
+                let Some((ours, set_id)) = held_version(&index, &digest) else {
+                    // Only theirs: a write that reached only them, or
+                    // (written before the tombstones kept) perhaps a record
+                    // deleted here long ago.
+                    let recent = their.1 >= tombstones_kept_since
+                        && their.1 >= namespace.truncated_before(0);
+                    return recent.then_some(digest);
                 };
                 let newer = !crate::replication::copy_holds(policy, ours, *their)
                     && their.1 >= namespace.truncated_before(set_id);
@@ -1570,6 +1546,8 @@ impl Service {
             })
             .collect();
         drop(index);
+        // In digest order, not the map's: the simulator replays a seed
+        // exactly.
         pulls.sort_unstable();
         Some(pulls)
     }
@@ -1735,13 +1713,36 @@ impl Service {
     }
 }
 
+/// The (generation, last-update ms) and set of the copy of `digest` this
+/// node holds — the record, else its tombstone; `None` for neither.
+fn held_version(
+    index: &citrine_index::PartitionIndex,
+    digest: &Digest,
+) -> Option<((u16, u64), u16)> {
+    match index.get(digest) {
+        Some(entry) => {
+            let meta = entry.meta();
+            Some(((meta.generation, meta.last_update_ms), meta.set_id))
+        }
+        None => index.tombstone(digest).map(|tombstone| {
+            (
+                (tombstone.generation, tombstone.last_update_ms),
+                tombstone.set_id,
+            )
+        }),
+    }
+}
+
 /// How far clocks may disagree when [`Service::migration_pulls`] decides
 /// whether a tombstone would still be kept, ms.
 pub const PULL_CLOCK_MARGIN_MS: u64 = 60_000;
 
-/// A `MANIFEST` answer's entries: digest → (generation, last-update ms);
-/// `None` when it is malformed.
-fn parse_manifest(manifest: &[u8]) -> Option<HashMap<[u8; DIGEST_SIZE], (u16, u64)>> {
+/// A target's copy of a partition as its `MANIFEST` answer lists it:
+/// digest → (generation, last-update ms).
+pub type Manifest = HashMap<[u8; DIGEST_SIZE], (u16, u64)>;
+
+/// A `MANIFEST` answer's entries; `None` when it is malformed.
+pub fn parse_manifest(manifest: &[u8]) -> Option<Manifest> {
     let (&1, rest) = manifest.split_first()? else {
         return None;
     };

@@ -333,6 +333,7 @@ fn migrations_and_duplicate_resolution_carry_the_senders_truncation() {
     // The delta: the target's manifest lists generation 19, from before
     // the sender's threshold, so the fresh copy is sent.
     let manifest = target.manifest(&encode_partition_ref("test", partition));
+    let manifest = crate::migration::parse_manifest(&manifest).unwrap();
     let delta = sender.migration_delta("test", partition, &[digest], &manifest);
     assert_eq!(delta, Some(vec![digest]));
 
