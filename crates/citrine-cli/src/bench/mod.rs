@@ -510,18 +510,12 @@ pub async fn run(args: BenchArgs) -> CliResult {
 
     let total_ops: u64 = totals.iter().map(OpStats::count).sum();
     let total_errors: u64 = totals.iter().map(|s| s.errors).sum();
-    let server_cpu_us_per_op = match (cpu_before, cpu_after) {
-        (Some(before), Some(after)) if total_ops > 0 => {
-            Some((after.saturating_sub(before)) as f64 / total_ops as f64)
-        }
-        _ => None,
-    };
-    let client_cpu_us_per_op = match (client_cpu_before, client_cpu_after) {
-        (Some(before), Some(after)) if total_ops > 0 => {
-            Some((after.saturating_sub(before)) as f64 / total_ops as f64)
-        }
-        _ => None,
-    };
+    // A failed command costs CPU too (the server answered it with an error
+    // code, or worked on it past the client's timeout), so CPU is divided by
+    // every command the run finished, not only the successful ones.
+    let commands = total_ops + total_errors;
+    let server_cpu_us_per_op = cpu_us_per_command(cpu_before, cpu_after, commands);
+    let client_cpu_us_per_op = cpu_us_per_command(client_cpu_before, client_cpu_after, commands);
 
     outln!();
     outln!(
@@ -597,11 +591,16 @@ pub async fn run(args: BenchArgs) -> CliResult {
             query_records as f64 / queries as f64
         );
     }
+    let failed_part = if total_errors > 0 {
+        format!(", over {commands} commands of which {total_errors} failed")
+    } else {
+        String::new()
+    };
     if let Some(cpu) = server_cpu_us_per_op {
-        outln!("server CPU: {cpu:.2} µs per operation");
+        outln!("server CPU: {cpu:.2} µs per operation{failed_part}");
     }
     if let Some(cpu) = client_cpu_us_per_op {
-        outln!("client CPU: {cpu:.2} µs per operation (this process, all threads)");
+        outln!("client CPU: {cpu:.2} µs per operation (this process, all threads){failed_part}");
     }
     let summary = serde_json::json!({
         "label": args.label,
@@ -658,6 +657,17 @@ fn interval_line(at: f64, interval: &WorkerStats, seconds: f64) -> String {
         parts.push(part);
     }
     format!("[{at:>6.1}s] {}", parts.join(" | "))
+}
+
+/// CPU time spent between two `/proc` readings (µs), per command finished
+/// (successful or failed); `None` without both readings or without commands.
+fn cpu_us_per_command(before: Option<u64>, after: Option<u64>, commands: u64) -> Option<f64> {
+    match (before, after) {
+        (Some(before), Some(after)) if commands > 0 => {
+            Some(after.saturating_sub(before) as f64 / commands as f64)
+        }
+        _ => None,
+    }
 }
 
 fn record_error(stats: &mut OpStats, error: &Error) {
@@ -962,6 +972,21 @@ mod tests {
         assert_eq!(parse_stat_cpu_ticks(line), Some(300));
         assert_eq!(parse_stat_cpu_ticks("garbage"), None);
         assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn cpu_is_divided_by_every_finished_command() {
+        // 3 ms of CPU over 1000 successes and 500 failures: 2 µs a command.
+        assert_eq!(
+            cpu_us_per_command(Some(7_000), Some(10_000), 1_500),
+            Some(2.0)
+        );
+        assert_eq!(cpu_us_per_command(Some(7_000), Some(10_000), 0), None);
+        assert_eq!(cpu_us_per_command(None, Some(10_000), 10), None);
+        assert_eq!(cpu_us_per_command(Some(7_000), None, 10), None);
+        // A counter that went backwards (another process behind the PID) is
+        // not a negative cost.
+        assert_eq!(cpu_us_per_command(Some(10_000), Some(7_000), 10), Some(0.0));
     }
 
     /// A record with one integer bin "bin" (8 bytes big-endian), for
