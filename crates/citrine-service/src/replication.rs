@@ -744,11 +744,22 @@ pub fn apply_replica_write(service: &Service, write: &ReplicaWrite) -> ResultCod
 /// Applies a copy of a record from another node — a master's replica
 /// write, a migrated record, a duplicate-resolution answer — which that
 /// node sent with its truncation threshold for the record's set
-/// (`truncated_before`, see [`replica_payload`]), to this node's copy.
+/// (`truncated_before`, see [`replica_payload`]), to this node's copy. A
+/// threshold later than this node's is first taken as its own
+/// ([`Service::adopt_carried_truncation`]).
 pub fn apply_copy(service: &Service, write: &ReplicaWrite, truncated_before: u64) -> ResultCode {
     let Some(namespace) = service.namespace(write.namespace.as_bytes()) else {
         return ResultCode::Namespace;
     };
+    if truncated_before > 0
+        && namespace
+            .sets
+            .id_of(&write.set_name)
+            .is_some_and(|set_id| truncated_before > namespace.truncated_before(set_id))
+    {
+        // The sender knows a truncation this node has not heard of yet.
+        service.adopt_carried_truncation(&write.namespace, &write.set_name, truncated_before);
+    }
     match apply(namespace, write, service.now(), truncated_before) {
         Ok(()) => ResultCode::Ok,
         Err(code) => code,

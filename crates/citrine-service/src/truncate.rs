@@ -36,7 +36,12 @@
 //!   other side of a split) knows it before its exchange resolves and it
 //!   serves or sends any copy;
 //! - a truncation of a set this node has never stored gives the set its id
-//!   here, so the threshold applies to records of it that arrive later.
+//!   here, so the threshold applies to records of it that arrive later;
+//! - every copy of a record that travels between nodes (replica write,
+//!   migration batch, duplicate-resolution answer) carries its sender's
+//!   threshold for the record's set, and a receiver that knows an earlier
+//!   one takes it as its own at once
+//!   ([`Service::adopt_carried_truncation`]), before the push arrives.
 //!
 //! File format: one line per threshold, `namespace=NS;lut=MS` or
 //! `namespace=NS;set=SET;lut=MS` (MS: Unix milliseconds), rewritten whole
@@ -285,7 +290,29 @@ impl Service {
     /// they cover are removed on a background thread (see
     /// [`Removal::run_in_background`]).
     pub(crate) fn merge_truncations(&self, incoming: &str) {
-        let (changed, removals) = self.adopt_truncations(incoming, "a peer");
+        self.merge_truncations_from(incoming, "a peer");
+    }
+
+    /// Takes the threshold a copy of a record of `set` carried from its
+    /// sender ([`crate::replication::apply_copy`]) when it is later than the
+    /// one known here: the truncation's push has not arrived yet, and this
+    /// node must not serve the set's older records should the sender fail
+    /// before it does. The sender's threshold for a set is the later of the
+    /// namespace's and the set's, so it is taken as the set's own (the
+    /// namespace's for a record in no set): never more than the sender
+    /// truncated. The push, when it comes, brings the exact entry.
+    pub(crate) fn adopt_carried_truncation(&self, namespace: &str, set: &[u8], lut_ms: u64) {
+        let set = match std::str::from_utf8(set) {
+            Ok("") => None,
+            Ok(set) => Some(set.to_owned()),
+            Err(_) => return, // no set name a truncation line can carry
+        };
+        let entry = line(&(namespace.to_owned(), set), lut_ms);
+        self.merge_truncations_from(&entry, "a copy's sender");
+    }
+
+    fn merge_truncations_from(&self, incoming: &str, from: &str) {
+        let (changed, removals) = self.adopt_truncations(incoming, from);
         if changed {
             self.truncations.push.mark();
             let entries = self.truncations.entries.lock();

@@ -272,22 +272,22 @@ fn a_replica_that_missed_a_truncation_takes_the_masters_fresh_copy() {
         });
         assert_eq!(stored, Some((1, START_MS + 20)), "key {k}");
     }
-    // A master that knows no truncation leaves the replica's rule as it
-    // was: a copy at a higher generation wins over generation 1.
+    // A master that knows no truncation (of set `u`) leaves the replica's
+    // rule as it was: a copy at a higher generation wins over generation 1.
     let (other, _) = service();
     assert_eq!(
-        apply_replica_write(&replica, &copy(3, 19, old, Some(body(19)))),
+        apply_replica_write(&replica, &copy_in("u", 3, 19, old, Some(body(19)))),
         ResultCode::Ok
     );
     let payload = replica_payload(
         key,
         other.namespace(b"test").unwrap(),
-        &copy(3, 1, START_MS + 20, Some(body(103))),
+        &copy_in("u", 3, 1, START_MS + 20, Some(body(103))),
     );
     let answer = crate::block_on(replica.serve_fabric(call_kind::REPLICA_WRITE, &payload));
     assert_eq!(answer, vec![0]);
     let replica_namespace = replica.namespace(b"test").unwrap();
-    let digest = of_key("s", &UserKey::Integer(3));
+    let digest = of_key("u", &UserKey::Integer(3));
     let generation = replica_namespace
         .index
         .partition(digest.partition())
@@ -295,6 +295,77 @@ fn a_replica_that_missed_a_truncation_takes_the_masters_fresh_copy() {
         .get(&digest)
         .map(|entry| entry.meta().generation);
     assert_eq!(generation, Some(19));
+}
+
+#[test]
+fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
+    use crate::replication::{call_kind, replica_payload};
+    let (master, clock) = service();
+    let (replica, _) = service();
+    let old = START_MS - 1_000;
+    for node in [&master, &replica] {
+        for k in 0..4 {
+            assert_eq!(store(node, "s", k, old), ResultCode::Ok);
+            assert_eq!(store(node, "t", k, old), ResultCode::Ok);
+            assert_eq!(store(node, "", k, old), ResultCode::Ok);
+        }
+    }
+    clock.advance_ms(10);
+    assert_eq!(command(&master, "truncate:namespace=test;set=s"), "ok");
+    let lut = START_MS + 10;
+    assert_eq!(
+        master.truncations_text(),
+        format!("namespace=test;set=s;lut={lut}\n")
+    );
+    // A copy of set `t`, which no truncation covers, teaches nothing.
+    let key = replica.cluster().cluster_key;
+    let namespace = master.namespace(b"test").unwrap();
+    let send = |write: &ReplicaWrite| {
+        let payload = replica_payload(key, namespace, write);
+        crate::block_on(replica.serve_fabric(call_kind::REPLICA_WRITE, &payload))
+    };
+    assert_eq!(
+        send(&copy_in("t", 9, 1, START_MS + 20, Some(body(9)))),
+        vec![0]
+    );
+    assert_eq!(replica.truncations_text(), "");
+    // The master's fresh write of key 0 of `s` carries its threshold: the
+    // replica takes the truncation as its own (kept, pushed on) and removes
+    // the set's older records, before the push has come.
+    assert_eq!(
+        send(&copy_in("s", 0, 1, START_MS + 20, Some(body(100)))),
+        vec![0]
+    );
+    assert_eq!(replica.truncations_text(), master.truncations_text());
+    let replica_namespace = replica.namespace(b"test").unwrap();
+    let s = replica_namespace.sets.existing_id(b"s").unwrap();
+    assert!(replica_namespace.is_truncated(s, old));
+    wait_held(&replica, "s", 1);
+    assert_eq!((held(&replica, "t"), held(&replica, "")), (5, 4));
+    // A whole-namespace truncation reaches a record in no set the same way.
+    clock.advance_ms(10);
+    let cut = START_MS + 15;
+    assert_eq!(
+        command(
+            &master,
+            &format!("truncate-namespace:namespace=test;lut={}", cut * 1_000_000)
+        ),
+        "ok"
+    );
+    assert_eq!(
+        send(&copy_in("", 0, 1, START_MS + 30, Some(body(200)))),
+        vec![0]
+    );
+    assert!(replica
+        .truncations_text()
+        .contains(&format!("namespace=test;lut={cut}\n")));
+    // Only the copies written after it stay (key 9 of `t` at +20 too).
+    wait_held(&replica, "", 1);
+    wait_held(&replica, "t", 1);
+    wait_held(&replica, "s", 1);
+    // The push that follows changes nothing more.
+    replica.merge_truncations(&master.truncations_text());
+    assert_eq!(replica.truncations_text(), master.truncations_text());
 }
 
 /// The same for the other ways a copy travels while a truncation's push is
@@ -419,7 +490,15 @@ fn a_copy_sent_again_after_a_truncation_carries_it() {
     assert_eq!(generation(), Some(1));
     assert_eq!(target.apply_migrate_batch(&batch.encode()), ResultCode::Ok);
     assert_eq!(generation(), Some(1));
-    // Without the truncation it carries, the old copy wins by generation.
-    assert_eq!(apply_copy(&target, &old, 0), ResultCode::Ok);
-    assert_eq!(generation(), Some(28));
+    // The target took the truncation from the first copy.
+    assert_eq!(target.truncations_text(), sender.truncations_text());
+    // Without the truncation the copy carries, at a node that does not
+    // know it, the old copy wins by generation.
+    let (unaware, _) = service();
+    assert_eq!(apply_replica_write(&unaware, &fresh), ResultCode::Ok);
+    assert_eq!(apply_copy(&unaware, &old, 0), ResultCode::Ok);
+    let namespace = unaware.namespace(b"test").unwrap();
+    let partition = namespace.index.partition(digest.partition()).read();
+    let held = partition.get(&digest).map(|entry| entry.meta().generation);
+    assert_eq!(held, Some(28));
 }
