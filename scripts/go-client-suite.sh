@@ -14,6 +14,11 @@
 #   NO_BUILD=1         with CITRINED unset: do not run cargo, just copy the
 #                      existing target/release/citrined
 #   PORT               service port (default: first free port in 3400-3499)
+#   NODES              run the suite against a cluster of this many nodes
+#                      on loopback (default 1: one node, the default
+#                      config); with 2 or more, namespaces `test` and `bar`
+#                      keep two copies of each record, and the client is
+#                      given the first node (it finds the others)
 #   SKIP               ginkgo --skip regexp (default: none; see
 #                      bench/go-client-suite.md for specs that are slow here)
 #   FOCUS              ginkgo --focus regexp (default: everything)
@@ -59,7 +64,11 @@ echo "== go test -c (compiling the suite; first time takes a few minutes)"
     || { tail -30 "$WORK/go-build.log" >&2; die "go test -c failed"; }
 
 # -------------------------------------------------------------------- server
-start_citrined
+if [ "${NODES:-1}" -gt 1 ]; then
+    start_cluster "$NODES"
+else
+    start_citrined
+fi
 
 # ---------------------------------------------------------------------- suite
 ARGS=(-h 127.0.0.1 -p "$PORT" -n test
@@ -81,7 +90,9 @@ set -e
 END=$(date +%s)
 echo "   exit $RC after $((END - START)) s (log: $WORK/suite.log)"
 
-kill -0 "$SERVER_PID" 2>/dev/null || echo "!! citrined is no longer running after the suite (see $WORK/server.log)"
+for pid in $SERVER_PID $PEER_PIDS; do
+    kill -0 "$pid" 2>/dev/null || echo "!! citrined (pid $pid) is no longer running after the suite (see $WORK/server*.log)"
+done
 
 [ -s "$WORK/report.json" ] || { tail -30 "$WORK/suite.log" >&2; die "suite produced no JSON report"; }
 

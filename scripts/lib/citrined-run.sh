@@ -3,8 +3,8 @@
 # SCRIPT_NAME and WORK_PREFIX; it defines die(), checks for go and python3,
 # creates $WORK, installs a trap that stops $SERVER_PID and $NOOP_PID on
 # exit, sets $CITRINED to a copy of the release binary (built unless
-# NO_BUILD=1, or the caller's own CITRINED), and defines start_citrined
-# and start_noop (below).
+# NO_BUILD=1, or the caller's own CITRINED), and defines start_citrined,
+# start_cluster and start_noop (below).
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -20,9 +20,10 @@ echo "== work dir: $WORK"
 
 SERVER_PID=""
 NOOP_PID=""
+PEER_PIDS=""
 cleanup() {
     local pid
-    for pid in $SERVER_PID $NOOP_PID; do
+    for pid in $SERVER_PID $NOOP_PID $PEER_PIDS; do
         if kill -0 "$pid" 2>/dev/null; then
             kill "$pid" 2>/dev/null || true
             wait "$pid" 2>/dev/null || true
@@ -65,6 +66,96 @@ start_citrined() {
     # shellcheck disable=SC2086
     launch citrined "$PORT" "$WORK/server.log" --data-dir "$WORK/data" ${CITRINED_ARGS:-}
     SERVER_PID=$LAUNCHED_PID
+}
+
+# info_value PORT COMMAND: prints the answer of one info command of the
+# node at 127.0.0.1:PORT (the Aerospike info protocol: an 8-byte header,
+# version 2, type 1, 48-bit length, then the command), empty on failure.
+info_value() {
+    python3 - "$1" "$2" <<'PY' 2>/dev/null || true
+import socket, struct, sys
+port, command = int(sys.argv[1]), sys.argv[2].encode() + b"\n"
+with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+    s.sendall(struct.pack(">Q", (2 << 56) | (1 << 48) | len(command)) + command)
+    def take(n):
+        data = b""
+        while len(data) < n:
+            chunk = s.recv(n - len(data))
+            if not chunk:
+                raise SystemExit(1)
+            data += chunk
+        return data
+    size = struct.unpack(">Q", take(8))[0] & ((1 << 48) - 1)
+    body = take(size)
+line = body.decode().split("\n")[0]
+print(line.split("\t", 1)[1] if "\t" in line else "")
+PY
+}
+
+# start_cluster N: starts N nodes of $CITRINED as one cluster on loopback
+# (namespaces `test` and `bar`, two copies of each record, in memory;
+# heartbeats every 150 ms), each seeding from the first, and waits until
+# every node sees a view of N with no migrations left. The first node is
+# the one a client is pointed at: sets $PORT and $SERVER_PID to it (ports
+# as start_citrined), $PEER_PIDS to the others.
+start_cluster() {
+    local nodes=$1 node port seed
+    cat >"$WORK/cluster.toml" <<'TOML'
+[service]
+address = "127.0.0.1"
+cluster-name = "citrine-scripts"
+
+[heartbeat]
+interval = 150
+timeout = 10
+
+[[namespace]]
+name = "test"
+replication-factor = 2
+[namespace.storage-engine]
+type = "memory"
+data-size = "512M"
+
+[[namespace]]
+name = "bar"
+replication-factor = 2
+[namespace.storage-engine]
+type = "memory"
+data-size = "256M"
+TOML
+    local ports=() from=3400
+    for node in $(seq 1 "$nodes"); do
+        if [ "$node" = 1 ] && [ -n "${PORT:-}" ]; then
+            port=$PORT
+        else
+            port=$(free_node_port "$from" 3449)
+        fi
+        [ -n "$port" ] || die "no free ports for node $node in 3400-3449"
+        port_free "$port" || die "port $port is in use"
+        from=$((port + 3))
+        [ "$node" = 1 ] && seed=$((port + 2))
+        # shellcheck disable=SC2086
+        launch "citrined node $node of $nodes" "$port" "$WORK/server-$node.log" \
+            --config "$WORK/cluster.toml" --fabric-port $((port + 1)) \
+            --heartbeat-port $((port + 2)) --seed "127.0.0.1:$seed" \
+            --data-dir "$WORK/data-$node" ${CITRINED_ARGS:-}
+        if [ "$node" = 1 ]; then SERVER_PID=$LAUNCHED_PID; else PEER_PIDS="$PEER_PIDS $LAUNCHED_PID"; fi
+        ports+=("$port")
+    done
+    PORT=${ports[0]}
+    echo "== waiting for a view of $nodes nodes with no migrations left"
+    local ready
+    for _ in $(seq 1 300); do
+        ready=0
+        for port in "${ports[@]}"; do
+            [ "$(info_value "$port" cluster-size)" = "$nodes" ] || continue
+            stats=$(info_value "$port" statistics)
+            [[ ";$stats;" == *";migrate_partitions_remaining=0;"* ]] && ready=$((ready + 1))
+        done
+        [ "$ready" = "$nodes" ] && { echo "   cluster of $nodes formed (ports ${ports[*]})"; return 0; }
+        sleep 0.1
+    done
+    die "no view of $nodes nodes with migrations done after 30 s (see $WORK/server-*.log)"
 }
 
 # Starts the same $CITRINED with --noop (the benchmark ceiling: every data
