@@ -607,6 +607,8 @@ fn statistics(service: &Service) -> String {
         counter("proxied_in", &stats.proxied_in),
         counter("replica_reads", &stats.replica_reads),
         counter("replica_write_retries", &stats.replica_write_retries),
+        counter("replica_reconciles_done", &stats.reconciles_done),
+        counter("replica_reconciles_dropped", &stats.reconciles_dropped),
         (
             "migrate_partitions_remaining".into(),
             (migrations.tx_remaining() + migrations.rx_remaining()).to_string(),

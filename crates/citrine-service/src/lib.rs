@@ -135,6 +135,11 @@ pub struct NodeStats {
     pub replica_reads: AtomicU64,
     /// Replica writes sent again after a failed or unanswered attempt.
     pub replica_write_retries: AtomicU64,
+    /// Records whose state was sent again to replicas that had not
+    /// acknowledged a write, until all did.
+    pub reconciles_done: AtomicU64,
+    /// Records given up on (not acknowledged in time, or the queue full).
+    pub reconciles_dropped: AtomicU64,
     pub batch: batch::BatchStats,
     pub scan: scan::ScanStats,
 }
@@ -218,6 +223,9 @@ pub struct Service {
     pub(crate) udfs: udf::Udfs,
     /// Truncation thresholds the cluster shares (see [`truncate`]).
     pub(crate) truncations: truncate::Truncations,
+    /// Records to send to their replicas again (see
+    /// [`Service::reconcile_pending`]).
+    pub(crate) reconciles: replication::Reconciles,
     /// This service itself, once the server shares it
     /// ([`Service::set_shared`]): for work handed to a thread of its own.
     shared: OnceLock<std::sync::Weak<Service>>,
@@ -266,6 +274,7 @@ impl Service {
             jobs: job::Jobs::default(),
             udfs: udf::Udfs::default(),
             truncations: truncate::Truncations::default(),
+            reconciles: replication::Reconciles::default(),
             shared: OnceLock::new(),
             config,
             namespaces,

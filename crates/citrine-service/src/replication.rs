@@ -32,9 +32,13 @@
 //!   a master whose own view changed before every replica acknowledged
 //!   answers 9 — a write executed under one view is never acknowledged
 //!   under the next, where another node may already master the partition
-//!   with a copy that looked equal at the exchange. It then sends the
-//!   record's state once to the new view's replicas, so the copies
-//!   converge by conflict resolution;
+//!   with a copy that looked equal at the exchange. A write some replica
+//!   did not acknowledge (a view change, or every try lost) is queued:
+//!   the migration driver sends the record's state again, under the
+//!   current view, to its current replicas until all of them acknowledge
+//!   it ([`Service::reconcile_pending`], for up to [`RECONCILE_FOR_MS`]),
+//!   so the copies converge by conflict resolution even where the next
+//!   view finds the partition's versions equal and migrates nothing;
 //! - a proxied request is sent once (it may not be idempotent); no answer
 //!   before the deadline → 9;
 //! - on a master whose partition is still being filled (or while the
@@ -92,6 +96,30 @@ pub const PROXY_ACTING: u8 = 0x80;
 pub const DEFAULT_DEADLINE_MS: u64 = 5_000;
 /// Longest wait for one replica's answer before the write is sent again.
 pub const ATTEMPT_TIMEOUT_MS: u64 = 250;
+
+/// How long a record queued for [`Service::reconcile_pending`] is sent
+/// again before it is given up on (ms).
+pub const RECONCILE_FOR_MS: u64 = 30_000;
+/// Most records one [`Service::reconcile_pending`] call sends.
+const RECONCILE_BATCH: usize = 256;
+/// Most records queued at once; more are counted and dropped.
+const RECONCILE_QUEUE_MAX: usize = 100_000;
+
+/// Records whose replicas may lack this node's copy (a replica write that
+/// was not acknowledged by all of them), for
+/// [`Service::reconcile_pending`].
+#[derive(Default)]
+pub(crate) struct Reconciles {
+    pending: parking_lot::Mutex<Vec<PendingReconcile>>,
+}
+
+struct PendingReconcile {
+    namespace: String,
+    partition: PartitionId,
+    digest: Digest,
+    /// When it was queued (ms).
+    since_ms: u64,
+}
 /// Most sends of one replica write (bounded also by the deadline).
 pub const MAX_ATTEMPTS: u32 = 40;
 
@@ -969,10 +997,11 @@ impl Service {
                 if !done {
                     out.clear();
                     transaction::write_result(out, ResultCode::Timeout);
-                    if self.cluster().cluster_key != cluster_key {
-                        self.reconcile(fabric.as_ref(), &namespace, partition, &payload)
-                            .await;
-                    }
+                    // Some replica may lack what this node now holds (the
+                    // view changed, or every try was lost): the migration
+                    // driver sends the record's state again until the
+                    // current replicas have it.
+                    self.queue_reconcile(&namespace, partition, &payload);
                 }
             }
         }
@@ -1065,49 +1094,105 @@ impl Service {
         false
     }
 
-    /// After a write whose replication the view change cut short (the
-    /// client gets 9: in doubt), sends the record's current state once to
-    /// the partition's replicas under the new view, so the copies converge
-    /// by conflict resolution instead of staying apart when the new view
-    /// finds the partition's versions equal and migrates nothing.
-    async fn reconcile(
-        &self,
-        fabric: &dyn Fabric,
-        namespace_name: &str,
-        partition: PartitionId,
-        payload: &[u8],
-    ) {
+    /// Queues the record a replica write was about for
+    /// [`Service::reconcile_pending`]: the write was not acknowledged by
+    /// every replica, so some may lack this node's copy.
+    fn queue_reconcile(&self, namespace: &str, partition: PartitionId, payload: &[u8]) {
         let Some(write) =
             split_replica_payload(payload).and_then(|(_, _, write)| ReplicaWrite::decode(write))
         else {
             return;
         };
-        let Some(namespace) = self.namespace(namespace_name.as_bytes()) else {
+        let mut pending = self.reconciles.pending.lock();
+        if pending.len() >= RECONCILE_QUEUE_MAX {
+            self.stats
+                .reconciles_dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
-        };
-        // Only what this node holds (a copy or a tombstone); nothing is
-        // made up for a record it does not know.
-        let Some(current) = fetch(namespace, &write.digest, self.now()) else {
-            return;
-        };
-        let cluster = self.cluster();
-        let payload = replica_payload(cluster.cluster_key, namespace, &current);
-        let targets: Vec<NodeId> = cluster.namespace(namespace_name).map_or(Vec::new(), |map| {
-            map.map
-                .replicas(partition)
-                .iter()
-                .copied()
-                .filter(|node| *node != self.node_id)
-                .collect()
+        }
+        pending.push(PendingReconcile {
+            namespace: namespace.to_owned(),
+            partition,
+            digest: write.digest,
+            since_ms: self.now().unix_ms,
         });
-        let timeout = Duration::from_millis(ATTEMPT_TIMEOUT_MS);
-        let sends = targets
-            .iter()
-            .map(|target| fabric.call(*target, call_kind::REPLICA_WRITE, payload.clone(), timeout))
-            .collect();
-        join_all(sends).await;
     }
 
+    /// Sends the state this node holds of each queued record (a copy or
+    /// a tombstone; nothing for a record it no longer knows) to the
+    /// record's replicas in the current map, under the current view, so
+    /// the copies converge by conflict resolution. A record stays queued
+    /// until every one of them acknowledged, for up to
+    /// [`RECONCILE_FOR_MS`] (a replica of another view refuses until it
+    /// has this one; a lost message is sent again). The migration driver
+    /// calls it each step, so it runs in the server and the simulator
+    /// alike; up to [`RECONCILE_BATCH`] records a call, their sends at
+    /// once.
+    pub(crate) async fn reconcile_pending(&self, fabric: &dyn Fabric) {
+        let batch: Vec<PendingReconcile> = {
+            let mut pending = self.reconciles.pending.lock();
+            let take = pending.len().min(RECONCILE_BATCH);
+            pending.drain(..take).collect()
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let cluster = self.cluster();
+        let now_ms = self.now().unix_ms;
+        let timeout = Duration::from_millis(ATTEMPT_TIMEOUT_MS);
+        let mut sends = Vec::new();
+        let mut owners = Vec::new();
+        for (at, entry) in batch.iter().enumerate() {
+            let Some(namespace) = self.namespace(entry.namespace.as_bytes()) else {
+                continue;
+            };
+            let Some(current) = fetch(namespace, &entry.digest, self.now()) else {
+                continue;
+            };
+            let payload = replica_payload(cluster.cluster_key, namespace, &current);
+            let Some(map) = cluster.namespace(&entry.namespace) else {
+                continue;
+            };
+            for target in map.map.replicas(entry.partition) {
+                if *target != self.node_id {
+                    sends.push(fabric.call(
+                        *target,
+                        call_kind::REPLICA_WRITE,
+                        payload.clone(),
+                        timeout,
+                    ));
+                    owners.push(at);
+                }
+            }
+        }
+        let answers = join_all(sends).await;
+        let mut unacknowledged = vec![false; batch.len()];
+        for (at, answer) in owners.into_iter().zip(answers) {
+            if !matches!(answer.as_deref(), Ok([code]) if *code == ResultCode::Ok.code()) {
+                unacknowledged[at] = true;
+            }
+        }
+        let mut again = Vec::new();
+        for (entry, unacknowledged) in batch.into_iter().zip(unacknowledged) {
+            if !unacknowledged {
+                self.stats
+                    .reconciles_done
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            } else if now_ms.saturating_sub(entry.since_ms) < RECONCILE_FOR_MS {
+                again.push(entry);
+            } else {
+                self.stats
+                    .reconciles_dropped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(namespace = %entry.namespace, partition = ?entry.partition, "a record's replicas did not acknowledge its state in time; migrations and duplicate resolution remain");
+            }
+        }
+        if !again.is_empty() {
+            let mut pending = self.reconciles.pending.lock();
+            again.append(&mut pending);
+            *pending = again;
+        }
+    }
     /// Duplicate resolution: asks every member in `sources` for its copy
     /// of the record at once, applies each copy with the replica-write
     /// rule (only when newer), and marks the partition's incoming
@@ -1705,6 +1790,105 @@ mod tests {
                 .load(std::sync::atomic::Ordering::Relaxed),
             u64::from(MAX_ATTEMPTS - 1)
         );
+    }
+
+    /// Answers every call with `code`, recording the calls.
+    struct Answering {
+        code: u8,
+        calls: parking_lot::Mutex<Vec<(NodeId, u8, Vec<u8>)>>,
+    }
+
+    impl Fabric for Answering {
+        fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, _: Duration) -> FabricFuture {
+            self.calls.lock().push((to, kind, payload));
+            let code = self.code;
+            Box::pin(async move { Ok(vec![code]) })
+        }
+    }
+
+    #[test]
+    fn a_write_a_replica_missed_is_sent_again_until_it_is_acknowledged() {
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        use std::sync::atomic::Ordering::Relaxed;
+        let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
+        let config = crate::config::ServiceConfig {
+            node_id: 1,
+            cluster_name: "citrine".into(),
+            access_address: "127.0.0.1:3000".into(),
+            port: 3000,
+            namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
+        };
+        let service = Service::new(config, clock.clone());
+        let members = [1u64, 2].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: String::new(),
+        });
+        let view = |key: u64| {
+            ClusterState::new(
+                NodeId(1),
+                key,
+                members.to_vec(),
+                &[("test".into(), 2)],
+                2,
+                2,
+            )
+        };
+        service.publish_cluster(view(5));
+        // This node holds the record (its write); node 2 never answers.
+        let write = sample(Some(vec![1, 2, 3]));
+        assert_eq!(apply_replica_write(&service, &write), ResultCode::Ok);
+        service.set_fabric(std::sync::Arc::new(DeadFabric));
+        let remote = Remote::Replicate {
+            namespace: "test".into(),
+            partition: write.digest.partition(),
+            targets: vec![NodeId(2)],
+            cluster_key: 5,
+            payload: replica_payload(5, namespace_of(&service), &write),
+            deadline_ms: u64::MAX,
+        };
+        let mut out = Vec::new();
+        transaction::write_result(&mut out, ResultCode::Ok);
+        crate::block_on(service.complete(remote, &mut out));
+        assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Timeout.code());
+        assert_eq!(service.reconciles.pending.lock().len(), 1);
+        // A new view; node 2 still in the old one refuses (7): kept.
+        service.publish_cluster(view(6));
+        let refusing = Answering {
+            code: ResultCode::ClusterKeyMismatch.code(),
+            calls: parking_lot::Mutex::new(Vec::new()),
+        };
+        crate::block_on(service.reconcile_pending(&refusing));
+        assert_eq!(refusing.calls.lock().len(), 1);
+        assert_eq!(service.reconciles.pending.lock().len(), 1);
+        // Once node 2 takes it: the record's state under the current view,
+        // and the queue is empty.
+        let taking = Answering {
+            code: 0,
+            calls: parking_lot::Mutex::new(Vec::new()),
+        };
+        crate::block_on(service.reconcile_pending(&taking));
+        let calls = std::mem::take(&mut *taking.calls.lock());
+        assert_eq!(
+            (calls[0].0, calls[0].1),
+            (NodeId(2), call_kind::REPLICA_WRITE)
+        );
+        let (key, _, sent) = split_replica_payload(&calls[0].2).expect("a replica payload");
+        assert_eq!(key, 6);
+        let sent = ReplicaWrite::decode(sent).expect("a replica write");
+        assert_eq!((sent.digest, sent.generation), (write.digest, 3));
+        assert!(service.reconciles.pending.lock().is_empty());
+        assert_eq!(service.stats.reconciles_done.load(Relaxed), 1);
+        crate::block_on(service.reconcile_pending(&taking));
+        assert!(taking.calls.lock().is_empty());
+        // One never acknowledged is given up on after RECONCILE_FOR_MS.
+        service.queue_reconcile("test", write.digest.partition(), &calls[0].2);
+        crate::block_on(service.reconcile_pending(&refusing));
+        assert_eq!(service.reconciles.pending.lock().len(), 1);
+        clock.advance_ms(RECONCILE_FOR_MS);
+        crate::block_on(service.reconcile_pending(&refusing));
+        assert!(service.reconciles.pending.lock().is_empty());
+        assert_eq!(service.stats.reconciles_dropped.load(Relaxed), 1);
     }
 
     fn block_on_test<F: std::future::Future>(future: F) -> F::Output {

@@ -67,6 +67,8 @@ pub async fn step(service: &Arc<Service>, pause: &Arc<dyn Pause>) -> bool {
         return false;
     };
     let pushed = service.push_truncations().await;
+    // Paced by the idle poll: a replica of another view refuses at once.
+    service.reconcile_pending(fabric.as_ref()).await;
     match service.migrations.next_work() {
         Work::Idle => pushed,
         Work::Exchange {
