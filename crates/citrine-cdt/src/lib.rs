@@ -14,7 +14,9 @@
 //! reference order), `context` (walking `[0xff, [ctx...], op]` into nested
 //! collections, creating them on request), `result` (return types shared by
 //! the by-index/rank/value/key selectors), `list` (op codes below 64) and
-//! `map` (64..128); [`bits`] and [`hll`] for the other two families.
+//! `map` (64..128); [`bits`] and [`hll`] for the other two families;
+//! [`path`] for path expressions (op 0xfe), whose filters and modify
+//! expressions the caller evaluates.
 //! [`apply_within`] lets the caller bound what an op may build.
 //!
 //! Invariants: [`operate`] never panics on any input; an error leaves the
@@ -24,6 +26,7 @@
 
 pub mod bits;
 pub mod hll;
+pub mod path;
 pub mod value;
 
 mod context;
@@ -56,6 +59,9 @@ pub enum CdtError {
     BinNotFound,
     /// The bin would grow past the caller's size limit (13).
     TooBig,
+    /// A path's modify expression was unknown for a leaf and the op did
+    /// not say NO_FAIL (1, as the reference answers).
+    ExpressionFailed,
 }
 
 impl CdtError {
@@ -71,6 +77,7 @@ impl CdtError {
             CdtError::BinExists => ResultCode::BinExists,
             CdtError::BinNotFound => ResultCode::BinNotFound,
             CdtError::TooBig => ResultCode::RecordTooBig,
+            CdtError::ExpressionFailed => ResultCode::ServerError,
         }
     }
 }
@@ -151,8 +158,9 @@ fn parse_context(context: &[u8]) -> Result<Vec<context::Step>, CdtError> {
 
 /// Op code that announces a context: `[0xff, [ctx...], [op...]]`.
 const CONTEXT_EVAL: i64 = 0xff;
-/// Op code of the newer SELECT form (not implemented).
-const SELECT: i64 = 0xfe;
+/// Op code of a path payload ([`path`]): evaluated with its expressions
+/// by the expression crate (`citrine_exp::path_op`), not by [`operate`].
+const SELECT: i64 = path::SELECT;
 /// List op codes are below this; map op codes from here to 127.
 const MAP_CODES: i64 = 64;
 

@@ -22,13 +22,14 @@
 //! variables, key and value lists) are bounded by [`EVAL_BUDGET`], and an
 //! evaluation that would exceed it is unknown as a whole.
 
-use crate::parse::{Arg, Arith, Call, CmpOp, IntOp, Meta, Module, Node, Shift, Ty};
+use crate::parse::{Arg, Arith, Call, CmpOp, IntOp, Meta, Module, Node, PathCall, Shift, Ty};
 use crate::Record;
+use citrine_cdt::path::{LoopVars, Mode, Modified, PathEval, Verdict};
 use citrine_cdt::value::{self, Value};
 use citrine_cdt::Family;
 use citrine_types::ParticleType;
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 
 /// Particle type numbers used here.
@@ -268,6 +269,9 @@ pub(crate) struct Ctx<'a> {
     /// Set once a step found the budget spent: the whole evaluation then
     /// fails (unknown), whatever its result would have been.
     exhausted: Cell<bool>,
+    /// The loop variables of the path expressions being walked, innermost
+    /// last: key, value, index.
+    loop_vars: RefCell<Vec<[Option<Val<'static>>; 3]>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -277,7 +281,32 @@ impl<'a> Ctx<'a> {
             now_ms,
             budget: Cell::new(EVAL_BUDGET),
             exhausted: Cell::new(false),
+            loop_vars: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The innermost path's loop variable `index` (key 0, value 1,
+    /// index 2), when bound.
+    fn loop_var(&self, index: u8) -> Option<Val<'static>> {
+        let frames = self.loop_vars.borrow();
+        frames.last()?.get(usize::from(index))?.clone()
+    }
+
+    /// Runs `f` with `vars` bound as the innermost loop variables.
+    fn with_loop_vars<T>(&self, vars: &LoopVars<'_>, f: impl FnOnce() -> T) -> T {
+        let frame = [
+            vars.key.map(val_of),
+            Some(val_of(vars.value)),
+            vars.index.map(Val::Int),
+        ];
+        let bytes: usize = frame.iter().flatten().map(Val::owned_len).sum();
+        if !self.spend(bytes) {
+            return f();
+        }
+        self.loop_vars.borrow_mut().push(frame);
+        let result = f();
+        self.loop_vars.borrow_mut().pop();
+        result
     }
 
     /// Takes `bytes` from the budget; false when they are not there (and
@@ -573,7 +602,11 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
         // The builtin variables (the element a CDT selection is at) are
         // bound only inside CDT selections, which this server does not
         // evaluate: outside them the reference answers unknown.
-        Node::VarBuiltin => Val::Unknown,
+        Node::VarBuiltin(ty, index) => match cx.loop_var(*index) {
+            Some(value) if value.has_type(*ty) => value,
+            _ => Val::Unknown,
+        },
+        Node::Path(call) => path_call(call, cx, env),
         Node::Cond(cases, default) => {
             for (test, action) in cases {
                 match eval(test, cx, env) {
@@ -863,4 +896,168 @@ fn module_call<'a>(call: &'a Call, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<
     } else {
         Val::Unknown
     }
+}
+
+/// A CDT value as an owned runtime value (a loop variable).
+fn val_of(value: &Value) -> Val<'static> {
+    match value {
+        Value::Nil => Val::Nil,
+        Value::Bool(b) => Val::Bool(*b),
+        Value::Int(i) => Val::Int(*i),
+        Value::Double(f) => Val::Float(*f),
+        Value::Str(s) => Val::Str(Cow::Owned(s.clone())),
+        Value::Blob(P_HLL, bytes) => Val::Hll(Cow::Owned(bytes.clone())),
+        Value::Blob(P_BLOB | 0, bytes) => Val::Blob(Cow::Owned(bytes.clone())),
+        Value::Geo(text) => Val::Geo(Cow::Owned(crate::parse::geo_particle(text))),
+        Value::List(_) => Val::List(Cdt {
+            bytes: Cow::Owned(value::to_bytes(value)),
+            literal: false,
+        }),
+        Value::Map(_) => Val::Map(Cdt {
+            bytes: Cow::Owned(value::to_bytes(value)),
+            literal: false,
+        }),
+        // Integers above i64, other blob subtypes, exts: no expression
+        // type reads them.
+        _ => Val::Unknown,
+    }
+}
+
+/// Answers a path's filters and modify expression for the CDT walk.
+struct PathEvaluator<'c, 'a> {
+    call: &'a PathCall,
+    cx: &'c Ctx<'a>,
+}
+
+impl PathEval for PathEvaluator<'_, '_> {
+    fn filter(&mut self, level: usize, vars: &LoopVars<'_>) -> Verdict {
+        let Some((_, filter)) = self.call.filters.iter().find(|(at, _)| *at == level) else {
+            return Verdict::Unknown;
+        };
+        let result = self
+            .cx
+            .with_loop_vars(vars, || run(&filter.root, filter.slots, self.cx));
+        match result {
+            Val::Bool(true) => Verdict::Yes,
+            Val::Bool(false) => Verdict::No,
+            _ => Verdict::Unknown,
+        }
+    }
+
+    fn modify(&mut self, vars: &LoopVars<'_>) -> Modified {
+        let Some(modify) = &self.call.modify else {
+            return Modified::Unknown;
+        };
+        let result = self
+            .cx
+            .with_loop_vars(vars, || run(&modify.root, modify.slots, self.cx));
+        // Each leaf's new value is a copy: counted, so a big value written
+        // into many leaves cannot grow past the evaluation's budget.
+        let size = match &result {
+            Val::List(cdt) | Val::Map(cdt) => cdt.bytes.len(),
+            Val::Str(bytes) | Val::Blob(bytes) | Val::Hll(bytes) | Val::Geo(bytes) => bytes.len(),
+            _ => 0,
+        };
+        if !self.cx.spend(size.saturating_add(16)) {
+            return Modified::Unknown;
+        }
+        match result {
+            Val::Remove => Modified::Remove,
+            other => other.to_value().map_or(Modified::Unknown, Modified::Value),
+        }
+    }
+}
+
+/// What a path call gives for `root`: the selection, or the whole
+/// collection after the apply.
+fn walk_path(call: &PathCall, cx: &Ctx<'_>, root: Value) -> Result<Value, citrine_cdt::CdtError> {
+    let mut evaluator = PathEvaluator { call, cx };
+    if call.path.mode() == Mode::Apply {
+        let mut root = root;
+        call.path.apply(&mut root, &mut evaluator)?;
+        Ok(root)
+    } else {
+        call.path.select(&root, &mut evaluator)
+    }
+}
+
+fn path_call<'a>(call: &'a PathCall, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let root = match eval(&call.target, cx, env) {
+        Val::List(cdt) | Val::Map(cdt) => match cdt.decode() {
+            Some(root) => root,
+            None => return Val::Unknown,
+        },
+        _ => return Val::Unknown,
+    };
+    let Ok(result) = walk_path(call, cx, root) else {
+        return Val::Unknown;
+    };
+    let bytes = value::to_bytes(&result);
+    if !cx.spend(bytes.len()) {
+        return Val::Unknown;
+    }
+    let cdt = Cdt {
+        bytes: Cow::Owned(bytes),
+        literal: false,
+    };
+    let value = match result {
+        Value::List(_) => Val::List(cdt),
+        Value::Map(_) => Val::Map(cdt),
+        _ => return Val::Unknown,
+    };
+    if value.has_type(call.ret) {
+        value
+    } else {
+        Val::Unknown
+    }
+}
+
+/// A `CDT_READ` or `CDT_MODIFY` op whose payload is a path (op 0xfe) on
+/// the bin `bin` of `record`: the selection as the op's result, or the bin
+/// after the apply.
+pub(crate) fn path_op(
+    payload: &[u8],
+    bin: Option<(u8, &[u8])>,
+    modify: bool,
+    record: &dyn Record,
+    now_ms: u64,
+) -> Result<citrine_cdt::Outcome, citrine_types::ResultCode> {
+    use citrine_types::ResultCode;
+    let call = crate::parse::path_request(payload, Ty::Nil, Node::Nil, 0)
+        .map_err(|error| error.result_code())?;
+    if (call.path.mode() == Mode::Apply) != modify {
+        // An apply under CDT_READ, or a select under CDT_MODIFY.
+        return Err(ResultCode::Parameter);
+    }
+    let Some((particle, bytes)) = bin else {
+        // Nothing to select from or rewrite.
+        return Ok(citrine_cdt::Outcome::default());
+    };
+    if particle != P_LIST && particle != P_MAP {
+        return Err(ResultCode::IncompatibleType);
+    }
+    let root = value::decode_stored(bytes).map_err(|_| ResultCode::Parameter)?;
+    let cx = Ctx::new(record, now_ms);
+    let result = walk_path(&call, &cx, root).map_err(citrine_cdt::CdtError::result_code);
+    if cx.exhausted.get() {
+        // The copies the walk made outgrew the evaluation's budget.
+        return Err(ResultCode::RecordTooBig);
+    }
+    let result = result?;
+    let particle = match result {
+        Value::List(_) => P_LIST,
+        _ => P_MAP,
+    };
+    let encoded = Some((particle, value::to_bytes(&result)));
+    Ok(if modify {
+        citrine_cdt::Outcome {
+            bin: encoded,
+            result: None,
+        }
+    } else {
+        citrine_cdt::Outcome {
+            bin: None,
+            result: encoded,
+        }
+    })
 }

@@ -21,7 +21,12 @@
 //! module call are "unknown"), and an unknown result fails an `EXP_READ` or
 //! `EXP_MODIFY` op (OP_NOT_APPLICABLE) unless it says `EVAL_NO_FAIL`.
 //! Module calls (`[127, ...]`: list, map, bit and HLL ops inside an
-//! expression) run `citrine_cdt::apply` on the evaluated bin argument.
+//! expression) run `citrine_cdt::apply` on the evaluated bin argument;
+//! a call whose payload is a path (CDT SELECT, op 0xfe: `SelectByPath`,
+//! `ModifyByPath`) runs `citrine_cdt::path` with its filters and modify
+//! expression evaluated here, the loop variables (`[122, type, key 0 |
+//! value 1 | index 2]`) bound to the element at hand ([`path_op`] does
+//! the same for the `CDT_READ`/`CDT_MODIFY` op form).
 //!
 //! Invariants: parsing and evaluation never panic on any input; evaluation
 //! does not allocate for expressions that only compare scalars read from
@@ -274,6 +279,22 @@ fn op_payload(payload: &[u8], allowed: u64) -> Result<(Expression, u64), ExpErro
         return Err(ExpError::Parameter);
     }
     Ok((Expression::parse_any(expression)?, flags))
+}
+
+/// A `CDT_READ` or `CDT_MODIFY` op whose payload is a path expression
+/// (`citrine_cdt::path::is_path`: CDT SELECT, op 0xfe) on the bin `bin` of
+/// `record`: its filters and modify expression are evaluated here, with
+/// the record's bins and metadata readable as in any expression. The
+/// selection is the op's result; an apply gives the bin's new value and
+/// no result. A missing bin gives neither.
+pub fn path_op(
+    payload: &[u8],
+    bin: Option<(u8, &[u8])>,
+    modify: bool,
+    record: &dyn Record,
+    now_ms: u64,
+) -> Result<citrine_cdt::Outcome, ResultCode> {
+    eval::path_op(payload, bin, modify, record, now_ms)
 }
 
 /// Evaluates an `EXP_READ` op: `payload` is the op's value

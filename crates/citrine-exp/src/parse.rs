@@ -160,6 +160,52 @@ pub(crate) struct Call {
     pub target: Node,
 }
 
+/// A path expression `[127, return type, 0 or 0x40, [0xfe, ctx, flags
+/// (, modify expression)], bin]` (the select form, or with the modify
+/// flag the apply form), or the payload of a `CDT_READ`/`CDT_MODIFY` op
+/// of that code (then `target` is nil: the op's bin is the target).
+#[derive(Debug)]
+pub(crate) struct PathCall {
+    pub ret: Ty,
+    pub path: citrine_cdt::path::Path,
+    /// The filters of "all children" levels, parsed, by level.
+    pub filters: Vec<(usize, Parsed)>,
+    /// The apply form's expression.
+    pub modify: Option<Parsed>,
+    pub target: Node,
+}
+
+/// Parses a path payload's expressions (`depth`: how deep the payload
+/// sits in an enclosing expression, so nesting stays bounded).
+pub(crate) fn path_request(
+    payload: &[u8],
+    ret: Ty,
+    target: Node,
+    depth: usize,
+) -> Result<PathCall, ExpError> {
+    let path = citrine_cdt::path::Path::parse(payload).map_err(|error| match error {
+        citrine_cdt::CdtError::Unsupported => ExpError::Unsupported,
+        _ => PARAM,
+    })?;
+    let mut filters = Vec::new();
+    for (level, bytes) in path.filters() {
+        let filter = parse_at(bytes, depth + 1)?;
+        want(filter.ty == Ty::Bool)?;
+        filters.push((level, filter));
+    }
+    let modify = match path.modify_expression() {
+        Some(bytes) => Some(parse_at(bytes, depth + 1)?),
+        None => None,
+    };
+    Ok(PathCall {
+        ret,
+        path,
+        filters,
+        modify,
+        target,
+    })
+}
+
 /// One parsed op. Literal strings, blobs and HLLs hold their bytes without
 /// the particle prefix; a GeoJSON literal holds a GeoJSON particle (flags,
 /// no cells, text).
@@ -212,9 +258,12 @@ pub(crate) enum Node {
     ResultRemove,
     /// Map values when the bool is set, keys otherwise.
     MapKeys(bool, Box<Node>),
-    /// [122, type, index]: the element a CDT selection is at (key 0,
-    /// value 1, index 2), bound only inside selections.
-    VarBuiltin,
+    /// [122, type, index]: the element a path expression is at (key 0,
+    /// value 1, index 2), bound only inside its filters and modify
+    /// expression (unknown elsewhere, or when of another type).
+    VarBuiltin(Ty, u8),
+    /// A path expression (a module call whose payload is CDT SELECT).
+    Path(Box<PathCall>),
     Cond(Vec<(Node, Node)>, Box<Node>),
     Let(Vec<(usize, Node)>, Box<Node>),
     Var(usize),
@@ -262,6 +311,15 @@ impl Node {
                 }
                 body.walk(visit);
             }
+            Node::Path(call) => {
+                for (_, filter) in &call.filters {
+                    filter.root.walk(visit);
+                }
+                if let Some(modify) = &call.modify {
+                    modify.root.walk(visit);
+                }
+                call.target.walk(visit);
+            }
             Node::Call(call) => {
                 for arg in &call.args {
                     if let Arg::Exp(node) = arg {
@@ -288,7 +346,7 @@ impl Node {
             | Node::BinType(_)
             | Node::BinExists(_)
             | Node::ResultRemove
-            | Node::VarBuiltin
+            | Node::VarBuiltin(..)
             | Node::Var(_) => {}
         }
     }
@@ -305,6 +363,12 @@ pub(crate) struct Parsed {
 
 /// Parses a whole expression (`bytes` holds exactly one).
 pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, ExpError> {
+    parse_at(bytes, 0)
+}
+
+/// [`parse`] for an expression nested `depth` deep in another (a path's
+/// filter or modify expression): the nesting limit counts both.
+fn parse_at(bytes: &[u8], depth: usize) -> Result<Parsed, ExpError> {
     if bytes.len() > MAX_SIZE {
         return Err(ExpError::Parameter);
     }
@@ -314,7 +378,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, ExpError> {
         next_slot: 0,
         max_slots: 0,
     };
-    let (root, ty) = parser.node(0)?;
+    let (root, ty) = parser.node(depth)?;
     if !parser.cur.is_empty() {
         return Err(ExpError::Parameter);
     }
@@ -681,7 +745,7 @@ impl<'a> Parser<'a> {
                 let ty = Ty::from_wire(self.cur.uint().ok_or(PARAM)?).ok_or(PARAM)?;
                 let index = self.cur.uint().ok_or(PARAM)?;
                 want(index < 3 && (index != 2 || ty == Ty::Int))?;
-                (Node::VarBuiltin, ty)
+                (Node::VarBuiltin(ty, index as u8), ty)
             }
             123 => self.cond(n, depth)?,
             124 => {
@@ -783,6 +847,20 @@ impl<'a> Parser<'a> {
         };
         let modify = system & 0x40 != 0;
 
+        if module == Module::Cdt {
+            let mut ahead = self.cur;
+            let payload = ahead.value().ok_or(PARAM)?;
+            if citrine_cdt::path::is_path(payload) {
+                self.cur = ahead;
+                let (target, tt) = self.node(depth + 1)?;
+                want(matches!(tt, Ty::List | Ty::Map | Ty::Nil))?;
+                let call = path_request(payload, ret, target, depth)?;
+                let apply = call.path.mode() == citrine_cdt::path::Mode::Apply;
+                want(apply == modify)?;
+                return Ok((Node::Path(Box::new(call)), ret));
+            }
+        }
+
         // The op payload: [op, args...] or [0xff, ctx, [op, args...]].
         let start = self.cur.at();
         let mut count = self.cur.array().ok_or(PARAM)?;
@@ -796,13 +874,9 @@ impl<'a> Parser<'a> {
             code = self.cur.uint().ok_or(PARAM)?;
         }
         if code == CDT_SELECT {
-            // SELECT applies expressions inside the collection, which the
-            // CDT crate does not evaluate.
-            return Err(if module == Module::Cdt {
-                ExpError::Unsupported
-            } else {
-                PARAM
-            });
+            // A path payload is handled above; a SELECT under a context or
+            // another module is no payload the reference takes.
+            return Err(PARAM);
         }
         let header = self.cur.since(start).to_vec();
         // Vectors, as the reference splits the payload: the header and each

@@ -1038,11 +1038,43 @@ fn call_shapes_refused_at_parse() {
         (call(T_INT, 7, op(16, &[]), l()), ExpError::Parameter),
         (call(12, 0, op(16, &[]), l()), ExpError::Parameter),
         (call(T_INT, 0, header(0), l()), ExpError::Parameter),
-        // The string module and SELECT are not implemented.
+        // The string module and the 8.1.2 path contexts are not
+        // implemented; a path needs a context, and the modify flag exactly
+        // when it applies.
         (call(T_INT, 3, op(16, &[]), s("x")), ExpError::Unsupported),
         (
             call(T_LIST, 0, op(0xfe, &[enc(&list_lit(vec![])), int(0)]), l()),
+            ExpError::Parameter,
+        ),
+        (
+            call(
+                T_LIST,
+                0,
+                op(
+                    0xfe,
+                    &[
+                        enc(&list_lit(vec![Value::Int(0x2a), list_lit(vec![])])),
+                        int(1),
+                    ],
+                ),
+                l(),
+            ),
             ExpError::Unsupported,
+        ),
+        (
+            call(
+                T_LIST,
+                0x40,
+                op(
+                    0xfe,
+                    &[
+                        enc(&list_lit(vec![Value::Int(4), Value::Bool(true)])),
+                        int(1),
+                    ],
+                ),
+                l(),
+            ),
+            ExpError::Parameter,
         ),
     ] {
         assert_eq!(read(&bad, &empty()), Err(expected), "{bad:x?}");
@@ -1515,4 +1547,145 @@ fn scalar_reads_borrow_the_record_and_the_expression() {
     let parsed = Expression::parse(&op(4, &[ibin("i"), int(3)])).expect("parses");
     assert_eq!(parsed.slots, 0, "no variable slots to allocate");
     assert_eq!(parsed.filter(&rec, NOW_MS), Truth::True);
+}
+
+// ---------------------------------------------------------------------
+// Path expressions (CDT SELECT, op 0xfe), with the bytes the official
+// clients send.
+
+fn days() -> Value {
+    let day = |entries: &[(&str, f64)]| {
+        map_lit(
+            0,
+            entries
+                .iter()
+                .map(|(k, v)| (Value::str(k), Value::Double(*v)))
+                .collect(),
+        )
+    };
+    map_lit(
+        0,
+        vec![
+            (Value::str("Day1"), day(&[("book", 14.99), ("ferry", 5.0)])),
+            (Value::str("Day2"), day(&[("food", 34.0), ("game", 12.99)])),
+            (
+                Value::str("Day3"),
+                day(&[("plants", 19.99), ("stickers", 2.0)]),
+            ),
+        ],
+    )
+}
+
+/// Bytes written as hex pairs.
+fn hex(text: &str) -> Vec<u8> {
+    text.split_whitespace()
+        .map(|pair| u8::from_str_radix(pair, 16).expect("valid"))
+        .collect()
+}
+
+#[test]
+fn path_expressions_select_and_modify_with_loop_variables() {
+    let rec = Rec::new().cdt("m", &days()).int("i", 3);
+    // SelectByPath(LIST, VALUE, [all children, all children where
+    // float value >= 20.0], map bin m).
+    let select = hex(
+        "95 7f 04 00 93 cc fe 94 04 c3 04 93 04 93 7a 07 01 cb 40 34 00 00 00 00 00 00 01 \
+         93 51 05 a1 6d",
+    );
+    let expected = enc(&list_lit(vec![Value::Double(34.0)]));
+    assert_eq!(read(&select, &rec), Ok(Some((20, expected))));
+    // ModifyByPath(MAP, [all, all], float value - 5.0, map bin m): the
+    // whole map with every leaf rewritten.
+    let modify = hex(
+        "95 7f 05 40 94 cc fe 94 04 c3 04 c3 04 93 15 93 7a 07 01 cb 40 14 00 00 00 00 00 00 \
+         93 51 05 a1 6d",
+    );
+    let Ok(Some((19, bytes))) = read(&modify, &rec) else {
+        panic!("a map");
+    };
+    let Value::Map(modified) = value::decode(&bytes).expect("valid") else {
+        panic!("a map");
+    };
+    let Value::Map(day2) = &modified.entries[1].1 else {
+        panic!("a map");
+    };
+    assert_eq!(
+        value::to_bytes(&day2.entries[0].1),
+        enc(&Value::Double(29.0))
+    );
+    // A loop variable outside a path, or of another type than asked, is
+    // unknown; a select on a bin that is no collection is unknown.
+    assert_eq!(read_int(&op(122, &[int(2), int(1)]), &rec), None);
+    let as_int = hex("95 7f 04 00 93 cc fe 94 04 c3 04 93 04 93 7a 02 01 02 01 93 51 05 a1 6d");
+    assert_eq!(read(&as_int, &rec), Err(ExpError::OpNotApplicable));
+    let on_int = hex("95 7f 04 00 93 cc fe 92 04 c3 01 93 51 02 a1 69");
+    assert_eq!(read(&on_int, &rec), Err(ExpError::Parameter));
+}
+
+#[test]
+fn the_op_form_selects_and_applies_on_the_bin() {
+    let rec = Rec::new();
+    let bin = value::to_bytes(&days());
+    // [0xfe, [all, all], MAP_KEY]
+    let keys = hex("93 cc fe 94 04 c3 04 c3 02");
+    let outcome = path_op(&keys, Some((19, &bin)), false, &rec, NOW_MS).expect("valid");
+    let names = ["book", "ferry", "food", "game", "plants", "stickers"];
+    let expected = enc(&list_lit(names.iter().map(|k| Value::str(k)).collect()));
+    assert_eq!(outcome.result, Some((20, expected)));
+    assert!(outcome.bin.is_none());
+    // An apply under CDT_READ, a select under CDT_MODIFY, a scalar bin.
+    let remove = hex("94 cc fe 94 04 c3 04 c3 04 91 64");
+    assert_eq!(
+        path_op(&remove, Some((19, &bin)), false, &rec, NOW_MS).expect_err("refused"),
+        ResultCode::Parameter
+    );
+    assert_eq!(
+        path_op(&keys, Some((19, &bin)), true, &rec, NOW_MS).expect_err("refused"),
+        ResultCode::Parameter
+    );
+    assert_eq!(
+        path_op(
+            &keys,
+            Some((1, &[0, 0, 0, 0, 0, 0, 0, 1])),
+            false,
+            &rec,
+            NOW_MS
+        )
+        .expect_err("refused"),
+        ResultCode::IncompatibleType
+    );
+    // Remove every leaf: the days stay, empty.
+    let outcome = path_op(&remove, Some((19, &bin)), true, &rec, NOW_MS).expect("valid");
+    let empty_days = map_lit(
+        0,
+        ["Day1", "Day2", "Day3"]
+            .iter()
+            .map(|d| (Value::str(d), map_lit(0, vec![])))
+            .collect(),
+    );
+    assert_eq!(outcome.bin, Some((19, enc(&empty_days))));
+    assert!(outcome.result.is_none());
+    // No bin: nothing selected, nothing written.
+    let outcome = path_op(&keys, None, false, &rec, NOW_MS).expect("valid");
+    assert!(outcome.result.is_none() && outcome.bin.is_none());
+}
+
+#[test]
+fn a_modify_that_copies_a_big_value_into_every_leaf_is_bounded() {
+    let rec = Rec::new();
+    let leaves = list_lit((0..8_000).map(Value::Int).collect());
+    let bin = value::to_bytes(&leaves);
+    // [0xfe, [all children], APPLY, "x" * 20 000]: 160 MB of copies.
+    let mut payload = hex("94 cc fe 92 04 c3 04");
+    payload.extend(s(&"x".repeat(20_000)));
+    assert_eq!(
+        path_op(&payload, Some((20, &bin)), true, &rec, NOW_MS).expect_err("too big"),
+        ResultCode::RecordTooBig
+    );
+    // A small one is fine.
+    let mut payload = hex("94 cc fe 92 04 c3 04");
+    payload.extend(s("x"));
+    let outcome = path_op(&payload, Some((20, &bin)), true, &rec, NOW_MS).expect("applies");
+    let expected = list_lit(vec![Value::str("x"); 8_000]);
+    assert_eq!(outcome.bin, Some((20, enc(&expected))));
 }

@@ -934,12 +934,26 @@ fn errors_use_protocol_codes() {
     );
     let cdt = put(
         "k",
-        // The newer SELECT form ([0xfe, [], 0]) is not implemented.
-        Ops::new().op(op_type::CDT_MODIFY, 4, "l", b"\x93\xcc\xfe\x90\x00"),
+        // A path with the 8.1.2 keys-in context is not implemented.
+        Ops::new().op(
+            op_type::CDT_READ,
+            4,
+            "l",
+            b"\x93\xcc\xfe\x92\x2a\x91\xa2\x03a\x01",
+        ),
     );
     assert_eq!(
         send(&service, &cdt).header.result_code,
         ResultCode::UnsupportedFeature.code()
+    );
+    // A path without a context ([0xfe, [], 0]) is malformed.
+    let cdt = put(
+        "k",
+        Ops::new().op(op_type::CDT_READ, 4, "l", b"\x93\xcc\xfe\x90\x00"),
+    );
+    assert_eq!(
+        send(&service, &cdt).header.result_code,
+        ResultCode::Parameter.code()
     );
     let unknown_op = put("k", Ops::new().op(99, 1, "a", &[0; 8]));
     assert_eq!(

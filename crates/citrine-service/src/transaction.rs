@@ -381,8 +381,13 @@ fn read(
                 let current = bin
                     .as_ref()
                     .map(|bin| (bin.particle_type, bin.value.as_ref()));
-                let outcome = citrine_cdt::apply(family, op.value, current, false)
-                    .map_err(citrine_cdt::CdtError::result_code)?;
+                let outcome =
+                    if family == citrine_cdt::Family::Cdt && citrine_cdt::path::is_path(op.value) {
+                        citrine_exp::path_op(op.value, current, false, &record, now.unix_ms)?
+                    } else {
+                        citrine_cdt::apply(family, op.value, current, false)
+                            .map_err(citrine_cdt::CdtError::result_code)?
+                    };
                 computed_bytes += outcome.result.as_ref().map_or(0, |(_, v)| v.len());
                 cdt_results.push(outcome.result);
             } else if op.op_type == op_type::EXP_READ {
@@ -1094,14 +1099,29 @@ fn write(
                     let current = find_bin(&bins, op.name)
                         .map(|i| (bins[i].particle_type, bins[i].value.as_ref()));
                     let limit = u64::from(namespace.config.max_record_size);
-                    let outcome =
+                    let outcome = if family == citrine_cdt::Family::Cdt
+                        && citrine_cdt::path::is_path(op.value)
+                    {
+                        // A path's filters and modify expression may read
+                        // the record as it is at this op.
+                        let record = RecordView::new(
+                            namespace,
+                            &request.digest.0,
+                            Bins::Working(&bins),
+                            stored_key.or(request.key),
+                            live_meta.filter(|_| !record_deleted),
+                            stored_size,
+                        );
+                        citrine_exp::path_op(op.value, current, modify, &record, now.unix_ms)?
+                    } else {
                         citrine_cdt::apply_within(family, op.value, current, modify, limit)
                             .map_err(|error| match error {
                                 // Refused before it was built: counted as the
                                 // record-size check counts it.
                                 citrine_cdt::CdtError::TooBig => record_too_big(namespace),
                                 error => error.result_code(),
-                            })?;
+                            })?
+                    };
                     if let Some((particle_type, value)) = outcome.bin {
                         set_bin(namespace, &mut bins, op.name, particle_type, value)?;
                     }
