@@ -24,14 +24,15 @@ use crate::value::{
 use crate::CdtError;
 use std::cmp::Ordering;
 
-/// Step kinds (base 0x0f plus collection bits 0x30).
-const LIST_INDEX: i64 = 0x10;
-const LIST_RANK: i64 = 0x11;
-const LIST_VALUE: i64 = 0x13;
-const MAP_INDEX: i64 = 0x20;
-const MAP_RANK: i64 = 0x21;
-const MAP_KEY: i64 = 0x22;
-const MAP_VALUE: i64 = 0x23;
+/// Step kinds (base 0x0f plus collection bits 0x30); [`crate::path`]
+/// walks the same ones.
+pub(crate) const LIST_INDEX: i64 = 0x10;
+pub(crate) const LIST_RANK: i64 = 0x11;
+pub(crate) const LIST_VALUE: i64 = 0x13;
+pub(crate) const MAP_INDEX: i64 = 0x20;
+pub(crate) const MAP_RANK: i64 = 0x21;
+pub(crate) const MAP_KEY: i64 = 0x22;
+pub(crate) const MAP_VALUE: i64 = 0x23;
 /// Create flags, OR-ed into a step's type.
 const CREATE_MASK: i64 = 0xc0;
 /// Persist-index flag a create may carry (accepted, no effect).

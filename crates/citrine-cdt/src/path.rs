@@ -36,6 +36,7 @@
 //! its input; an apply changes the value only when it succeeds as a whole
 //! (the caller keeps the bin otherwise).
 
+use crate::context::{LIST_INDEX, LIST_RANK, LIST_VALUE, MAP_INDEX, MAP_KEY, MAP_RANK, MAP_VALUE};
 use crate::result::{index_of, order_by_value, resolve_index};
 use crate::value::{self, List, Map, Value, MAX_DEPTH};
 use crate::CdtError;
@@ -63,14 +64,7 @@ pub enum Mode {
 /// results and matched list elements under MAP_KEY into "skip".
 const NO_FAIL: i64 = 0x10;
 
-/// Context ids (the base in the low nibble, the collection in 0x30).
-const LIST_INDEX: i64 = 0x10;
-const LIST_RANK: i64 = 0x11;
-const LIST_VALUE: i64 = 0x13;
-const MAP_INDEX: i64 = 0x20;
-const MAP_RANK: i64 = 0x21;
-const MAP_KEY: i64 = 0x22;
-const MAP_VALUE: i64 = 0x23;
+/// "All children" (the plain step ids are [`crate::context`]'s).
 const CHILDREN: i64 = 0x04;
 /// Newer contexts (a map's keys in a list; a second filter on a level).
 const MAP_KEYS_IN: i64 = 0x2a;

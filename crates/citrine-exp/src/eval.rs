@@ -602,8 +602,9 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
         // The builtin variables (the element a CDT selection is at) are
         // bound only inside CDT selections, which this server does not
         // evaluate: outside them the reference answers unknown.
+        // A copy of the bound value: counted, as a variable's copies are.
         Node::VarBuiltin(ty, index) => match cx.loop_var(*index) {
-            Some(value) if value.has_type(*ty) => value,
+            Some(value) if value.has_type(*ty) && cx.spend(value.owned_len()) => value,
             _ => Val::Unknown,
         },
         Node::Path(call) => path_call(call, cx, env),

@@ -1166,18 +1166,25 @@ impl Service {
             }
         }
         let answers = join_all(sends).await;
+        // Per queued record: sent to some replica, and refused or lost.
+        let mut sent = vec![false; batch.len()];
         let mut unacknowledged = vec![false; batch.len()];
         for (at, answer) in owners.into_iter().zip(answers) {
+            sent[at] = true;
             if !matches!(answer.as_deref(), Ok([code]) if *code == ResultCode::Ok.code()) {
                 unacknowledged[at] = true;
             }
         }
         let mut again = Vec::new();
-        for (entry, unacknowledged) in batch.into_iter().zip(unacknowledged) {
+        for ((entry, sent), unacknowledged) in batch.into_iter().zip(sent).zip(unacknowledged) {
             if !unacknowledged {
-                self.stats
-                    .reconciles_done
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // Nothing to send (the record is gone here, or no other
+                // replica is left) ends it too.
+                if sent {
+                    self.stats
+                        .reconciles_done
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
             } else if now_ms.saturating_sub(entry.since_ms) < RECONCILE_FOR_MS {
                 again.push(entry);
             } else {
