@@ -176,3 +176,19 @@ def test_refused_paths(client, key):
     client.operate(key, [op.modify_by_path(
         "mixed", [ALL], halve, aerospike.EXP_PATH_MODIFY_NO_FAIL)])
     assert client.get(key)[2]["mixed"] == [4, "x", 2]
+
+
+def test_keys_in_and_an_and_filter(client, key):
+    client.put(key, {"m": {"a": 1, "ab": {"bb": 12}, "b": 2, "f": 3, "g": 4}})
+    values = aerospike.EXP_PATH_SELECT_MAP_VALUE
+    assert select(client, key, "m", [cdt_ctx.cdt_ctx_map_keys_in(["a", "z"])], values) == [1]
+    assert select(client, key, "m", [cdt_ctx.cdt_ctx_map_keys_in(["z"])], values) == []
+    at_least_two = cdt_ctx.cdt_ctx_and_filter(
+        exp.GE(exp.LoopVarInt(aerospike.EXP_LOOPVAR_VALUE), 2).compile())
+    assert select(client, key, "m", [cdt_ctx.cdt_ctx_map_keys_in(["a", "b"]), at_least_two],
+                  values) == [2]
+    # An and-filter must follow another step.
+    with pytest.raises(ex.InvalidRequest):
+        select(client, key, "m", [at_least_two], values)
+    with pytest.raises(ex.InvalidRequest):
+        select(client, key, "m", [ALL, at_least_two], values)

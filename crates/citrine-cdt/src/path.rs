@@ -16,8 +16,11 @@
 //!
 //! Rules (the reference's): a level's context is a plain step (list
 //! index, rank or value; map index, rank, key or value: every match of a
-//! value step, one element for the others) or "all children" (id 4 with
-//! `true`, or with a filter expression); a step made for one collection
+//! value step, one element for the others), the map entries whose keys a
+//! list names (0x2a, missing keys ignored), or "all children" (id 4 with
+//! `true`, or with a filter expression); an and-filter (0x204, with an
+//! expression) after a step other than "all children" filters what that
+//! step picked (never first, never twice on a level); a step made for one collection
 //! kind meeting the other is a parameter error, even with NO_FAIL; a
 //! missing element is no match, not an error; at a level before the last,
 //! a matched child that is no collection is skipped (kept as it is in the
@@ -66,17 +69,29 @@ const NO_FAIL: i64 = 0x10;
 
 /// "All children" (the plain step ids are [`crate::context`]'s).
 const CHILDREN: i64 = 0x04;
-/// Newer contexts (a map's keys in a list; a second filter on a level).
+/// The map entries whose keys a list names (8.1.2).
 const MAP_KEYS_IN: i64 = 0x2a;
+/// A filter on the level the step before picked (8.1.2).
 const AND_FILTER: i64 = 0x204;
 
-/// One level of the path.
+/// How one level of the path picks children.
 #[derive(Debug)]
-enum Level {
+enum Pick {
     /// A plain step.
     Step { kind: i64, value: Value },
-    /// Every child, or (with the filter's bytes) those it holds for.
-    Children(Option<Vec<u8>>),
+    /// The map entries whose keys are listed (missing ones ignored).
+    KeysIn(Vec<Value>),
+    /// Every child.
+    Children,
+}
+
+/// One level of the path: what it picks, and the filter expression's
+/// bytes the picked children must pass (an "all children" level's own
+/// filter, or an and-filter after another step).
+#[derive(Debug)]
+struct Level {
+    pick: Pick,
+    filter: Option<Vec<u8>>,
 }
 
 /// A filter's answer for one child.
@@ -195,10 +210,7 @@ impl Path {
         self.levels
             .iter()
             .enumerate()
-            .filter_map(|(level, step)| match step {
-                Level::Children(Some(filter)) => Some((level, filter.as_slice())),
-                _ => None,
-            })
+            .filter_map(|(level, step)| step.filter.as_deref().map(|filter| (level, filter)))
     }
 
     /// The modify expression's bytes (an apply only).
@@ -363,30 +375,9 @@ impl Path {
         let Some(step) = self.levels.get(level) else {
             return Ok(Vec::new());
         };
-        let mut picked = match (step, node) {
-            (Level::Children(filter), Value::List(_) | Value::Map(_)) => {
-                let len = collection_len(node);
-                let Some(_) = filter else {
-                    return Ok((0..len).collect());
-                };
-                let mut picked = Vec::new();
-                for position in 0..len {
-                    let (key, child) = child_at(node, position);
-                    let vars = LoopVars {
-                        key,
-                        index: key.is_none().then_some(position as i64),
-                        value: child,
-                    };
-                    match eval.filter(level, &vars) {
-                        Verdict::Yes => picked.push(position),
-                        Verdict::No => {}
-                        Verdict::Unknown if self.no_fail => {}
-                        Verdict::Unknown => return Err(CdtError::Parameter),
-                    }
-                }
-                picked
-            }
-            (Level::Step { kind, value }, Value::List(list)) => {
+        let mut picked: Vec<usize> = match (&step.pick, node) {
+            (Pick::Children, Value::List(_) | Value::Map(_)) => (0..collection_len(node)).collect(),
+            (Pick::Step { kind, value }, Value::List(list)) => {
                 if kind & 0x30 != 0x10 {
                     return Err(CdtError::Parameter);
                 }
@@ -403,7 +394,7 @@ impl Path {
                     _ => equal_positions(list.items.iter(), value),
                 }
             }
-            (Level::Step { kind, value }, Value::Map(map)) => {
+            (Pick::Step { kind, value }, Value::Map(map)) => {
                 if kind & 0x30 != 0x20 {
                     return Err(CdtError::Parameter);
                 }
@@ -431,10 +422,34 @@ impl Path {
                     _ => equal_positions(map.entries.iter().map(|(_, v)| v), value),
                 }
             }
+            (Pick::KeysIn(keys), Value::Map(map)) => {
+                keys.iter().filter_map(|key| index_of(map, key)).collect()
+            }
+            // A map step meeting a list.
+            (Pick::KeysIn(_), Value::List(_)) => return Err(CdtError::Parameter),
             _ => Vec::new(),
         };
         picked.sort_unstable();
-        Ok(picked)
+        picked.dedup();
+        if step.filter.is_none() {
+            return Ok(picked);
+        }
+        let mut passed = Vec::with_capacity(picked.len());
+        for position in picked {
+            let (key, child) = child_at(node, position);
+            let vars = LoopVars {
+                key,
+                index: key.is_none().then_some(position as i64),
+                value: child,
+            };
+            match eval.filter(level, &vars) {
+                Verdict::Yes => passed.push(position),
+                Verdict::No => {}
+                Verdict::Unknown if self.no_fail => {}
+                Verdict::Unknown => return Err(CdtError::Parameter),
+            }
+        }
+        Ok(passed)
     }
 }
 
@@ -454,10 +469,37 @@ fn parse_levels(bytes: &[u8]) -> Result<Vec<Level>, CdtError> {
             .ok()
             .and_then(|id| id.as_int())
             .ok_or(CdtError::Parameter)?;
-        let level = match id {
-            CHILDREN => match raw.first() {
-                Some(0xc3) if raw.len() == 1 => Level::Children(None),
-                Some(0x90..=0x9f | 0xdc | 0xdd) => Level::Children(Some(raw.to_vec())),
+        let is_expression = matches!(raw.first(), Some(0x90..=0x9f | 0xdc | 0xdd));
+        let pick = match id {
+            CHILDREN => {
+                let filter = match raw.first() {
+                    Some(0xc3) if raw.len() == 1 => None,
+                    _ if is_expression => Some(raw.to_vec()),
+                    _ => return Err(CdtError::Parameter),
+                };
+                levels.push(Level {
+                    pick: Pick::Children,
+                    filter,
+                });
+                continue;
+            }
+            AND_FILTER => {
+                // Filters the level before: not first, not after "all
+                // children" (which has its own), not twice.
+                match levels.last_mut() {
+                    Some(level)
+                        if is_expression
+                            && level.filter.is_none()
+                            && !matches!(level.pick, Pick::Children) =>
+                    {
+                        level.filter = Some(raw.to_vec());
+                    }
+                    _ => return Err(CdtError::Parameter),
+                }
+                continue;
+            }
+            MAP_KEYS_IN => match value::decode(raw) {
+                Ok(Value::List(keys)) => Pick::KeysIn(keys.items),
                 _ => return Err(CdtError::Parameter),
             },
             LIST_INDEX | LIST_RANK | LIST_VALUE | MAP_INDEX | MAP_RANK | MAP_KEY | MAP_VALUE => {
@@ -467,12 +509,11 @@ fn parse_levels(bytes: &[u8]) -> Result<Vec<Level>, CdtError> {
                 {
                     return Err(CdtError::Parameter);
                 }
-                Level::Step { kind: id, value }
+                Pick::Step { kind: id, value }
             }
-            MAP_KEYS_IN | AND_FILTER => return Err(CdtError::Unsupported),
             _ => return Err(CdtError::Parameter),
         };
-        levels.push(level);
+        levels.push(Level { pick, filter: None });
     }
     if !rest.is_empty() {
         return Err(CdtError::Parameter);

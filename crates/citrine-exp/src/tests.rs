@@ -1038,9 +1038,9 @@ fn call_shapes_refused_at_parse() {
         (call(T_INT, 7, op(16, &[]), l()), ExpError::Parameter),
         (call(12, 0, op(16, &[]), l()), ExpError::Parameter),
         (call(T_INT, 0, header(0), l()), ExpError::Parameter),
-        // The string module and the 8.1.2 path contexts are not
-        // implemented; a path needs a context, and the modify flag exactly
-        // when it applies.
+        // The string module is not implemented; a path needs a context,
+        // an and-filter a step before it, and the modify flag exactly when
+        // it applies.
         (call(T_INT, 3, op(16, &[]), s("x")), ExpError::Unsupported),
         (
             call(T_LIST, 0, op(0xfe, &[enc(&list_lit(vec![])), int(0)]), l()),
@@ -1053,13 +1053,16 @@ fn call_shapes_refused_at_parse() {
                 op(
                     0xfe,
                     &[
-                        enc(&list_lit(vec![Value::Int(0x2a), list_lit(vec![])])),
+                        enc(&list_lit(vec![
+                            Value::Int(0x204),
+                            list_lit(vec![Value::Bool(true)]),
+                        ])),
                         int(1),
                     ],
                 ),
                 l(),
             ),
-            ExpError::Unsupported,
+            ExpError::Parameter,
         ),
         (
             call(

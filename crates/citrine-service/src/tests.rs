@@ -934,12 +934,13 @@ fn errors_use_protocol_codes() {
     );
     let cdt = put(
         "k",
-        // A path with the 8.1.2 keys-in context is not implemented.
+        // A context by expression in an ordinary op ([0xff, [4, true],
+        // [size]]) is not implemented.
         Ops::new().op(
             op_type::CDT_READ,
             4,
             "l",
-            b"\x93\xcc\xfe\x92\x2a\x91\xa2\x03a\x01",
+            b"\x93\xcc\xff\x92\x04\xc3\x91\x10",
         ),
     );
     assert_eq!(

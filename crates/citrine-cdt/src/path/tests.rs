@@ -34,6 +34,8 @@ enum Ctx {
     All,
     Filter,
     Step(i64, Value),
+    KeysIn(Vec<Value>),
+    And,
 }
 
 /// `[0xfe, ctx, flags]`, or with a modify expression (any list) when the
@@ -46,6 +48,8 @@ fn payload(ctx: &[Ctx], flags: i64) -> Vec<u8> {
             // Any expression: the test evaluator decides.
             Ctx::Filter => pairs.extend([Value::Int(4), list(vec![Value::Int(0)])]),
             Ctx::Step(kind, value) => pairs.extend([Value::Int(*kind), value.clone()]),
+            Ctx::KeysIn(keys) => pairs.extend([Value::Int(MAP_KEYS_IN), list(keys.clone())]),
+            Ctx::And => pairs.extend([Value::Int(AND_FILTER), list(vec![Value::Int(0)])]),
         }
     }
     let mut items = vec![Value::Int(0xfe), list(pairs), Value::Int(flags)];
@@ -420,14 +424,24 @@ fn malformed_and_newer_payloads_are_refused() {
             "{bad:?}"
         );
     }
-    // The 8.1.2 contexts are not implemented.
-    for newer in [MAP_KEYS_IN, AND_FILTER] {
-        let payload = bytes(vec![
+    // An and-filter first, after "all children", or twice; keys-in with
+    // no list.
+    for bad in [
+        payload(&[Ctx::And], 1),
+        payload(&[Ctx::All, Ctx::And], 1),
+        payload(&[Ctx::Filter, Ctx::And], 1),
+        payload(&[Ctx::KeysIn(vec![s("a")]), Ctx::And, Ctx::And], 1),
+        bytes(vec![
             Value::Int(0xfe),
-            list(vec![Value::Int(newer), list(vec![s("a")])]),
+            list(vec![Value::Int(MAP_KEYS_IN), s("a")]),
             Value::Int(1),
-        ]);
-        assert_eq!(Path::parse(&payload).unwrap_err(), CdtError::Unsupported);
+        ]),
+    ] {
+        assert_eq!(
+            Path::parse(&bad).unwrap_err(),
+            CdtError::Parameter,
+            "{bad:?}"
+        );
     }
     // A path's root must be a collection.
     let mut eval = evaluator(Box::new(|_| Verdict::Yes), no_modify());
@@ -438,4 +452,52 @@ fn malformed_and_newer_payloads_are_refused() {
     assert!(is_path(&payload(&[Ctx::All], 1)));
     assert!(!is_path(&bytes(vec![Value::Int(0xff), all, list(vec![])])));
     assert!(!is_path(&[0xc0]));
+}
+
+#[test]
+fn keys_in_picks_the_named_entries_and_an_and_filter_narrows_them() {
+    let m = map(vec![
+        ("a", Value::Int(1)),
+        ("ab", map(vec![("bb", Value::Int(12))])),
+        ("b", Value::Int(2)),
+        ("f", Value::Int(3)),
+    ]);
+    let mut all = evaluator(Box::new(|_| Verdict::Yes), no_modify());
+    let named = [Ctx::KeysIn(vec![s("a"), s("z")])];
+    same(
+        &select(&named, 1, &m, &mut all).unwrap(),
+        &list(vec![Value::Int(1)]),
+    );
+    let none = [Ctx::KeysIn(vec![s("z")])];
+    same(&select(&none, 1, &m, &mut all).unwrap(), &list(vec![]));
+    // Named twice, or out of order: each entry once, in stored order.
+    let twice = [Ctx::KeysIn(vec![s("f"), s("a"), s("f")])];
+    same(
+        &select(&twice, 2, &m, &mut all).unwrap(),
+        &list(vec![s("a"), s("f")]),
+    );
+    let mut at_least_two = evaluator(
+        Box::new(|vars| match vars.value {
+            Value::Int(i) if *i >= 2 => Verdict::Yes,
+            Value::Int(_) => Verdict::No,
+            _ => Verdict::Unknown,
+        }),
+        no_modify(),
+    );
+    let narrowed = [Ctx::KeysIn(vec![s("a"), s("b")]), Ctx::And];
+    same(
+        &select(&narrowed, 1, &m, &mut at_least_two).unwrap(),
+        &list(vec![Value::Int(2)]),
+    );
+    // After a plain step too; keys-in on a list is a parameter error.
+    let step_and = [Ctx::Step(LIST_VALUE, Value::Int(3)), Ctx::And];
+    let numbers = list(vec![Value::Int(3), Value::Int(1), Value::Int(3)]);
+    same(
+        &select(&step_and, 1, &numbers, &mut at_least_two).unwrap(),
+        &list(vec![Value::Int(3), Value::Int(3)]),
+    );
+    assert_eq!(
+        select(&named, 1, &numbers, &mut all).unwrap_err(),
+        CdtError::Parameter
+    );
 }
