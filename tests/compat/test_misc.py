@@ -277,3 +277,33 @@ def test_concurrent_increments_from_several_processes(citrined, client, key):
         p.join(30)
     assert results == ["ok"] * n_procs, results
     assert client.get(key)[2]["n"] == n_procs * per_proc
+
+
+# --- operation projection in queries (servers 8.1.2+) ---------------------------------
+
+@pytest.mark.scan
+def test_query_projects_read_operations(client, set_name):
+    """A foreground query's ops: plain bin reads and, since 8.1.2, read operations
+    evaluated on each record (here a map read by key and an expression), answered
+    in order as an operate's. A record the op cannot read (a bin of another type)
+    comes back without that op's value."""
+    from aerospike_helpers import expressions as exp
+    from aerospike_helpers.operations import expression_operations as eo
+    from aerospike_helpers.operations import map_operations as mo
+
+    for i in range(3):
+        client.put(("test", set_name, i), {"a": i, "nested": {"value": 10 + i}})
+    client.put(("test", set_name, "odd"), {"a": 9, "nested": 5})
+    q = client.query("test", set_name)
+    q.add_ops([
+        op.read("a"),
+        mo.map_get_by_key("nested", "value", aerospike.MAP_RETURN_VALUE),
+        eo.expression_read("twice", exp.Mul(exp.IntBin("a"), 2).compile()),
+    ])
+    rows = sorted((r[2] for r in q.results()), key=lambda bins: bins["a"])
+    assert rows == [
+        {"a": 0, "nested": 10, "twice": 0},
+        {"a": 1, "nested": 11, "twice": 2},
+        {"a": 2, "nested": 12, "twice": 4},
+        {"a": 9, "twice": 18},
+    ]

@@ -6,10 +6,18 @@
 //! indexes and ranks count from the end. A step whose element is missing
 //! fails the op ([`CdtError::ElementNotFound`] for writes; reads answer
 //! nothing) unless the step carries create flags (0x40/0x80/0xc0 in its
-//! type) and the op writes: then an empty collection of the step's kind is
-//! created there (a map step creates a map with the flags' order, a list
-//! step a list), at the map key, or appended at the list's end (an index
-//! past the end is padded with nils only with the "unbounded" flag).
+//! type) and the op writes. Then, as the reference server does, a step's
+//! kind and create flags describe the collection it selects *in*: a map
+//! key step adds the key to its map, a list index step a slot at its
+//! list's end (past the end only with the "unbounded" flag, padded with
+//! nils; an ordered list appends whatever the index), and when that
+//! collection is itself missing (the bin, or an element being created) it
+//! is created as the step's kind in the order its flags name (map 0x80
+//! key-ordered, 0xc0 key-value-ordered; list 0xc0 ordered). The element
+//! created at the last step is left to the op: a list op makes it a list,
+//! a map op a map. Below the first create, steps create what they miss
+//! without flags of their own; a created element the op leaves absent is
+//! taken back.
 //!
 //! An ordered list whose element the op changed is re-sorted afterwards by
 //! `value::canonicalize`, which `operate` runs over the whole bin after
@@ -102,37 +110,77 @@ pub(crate) fn apply(
     modifies: bool,
     op: &mut SlotOp<'_>,
 ) -> Result<Option<Value>, CdtError> {
+    walk(slot, steps, modifies, false, op)
+}
+
+/// One level of [`apply`]. `creating`: `slot` is an element a step above
+/// has just created (so it is `None`), and the steps from here create
+/// what they miss whether or not they carry create flags, as the
+/// reference does once a create has begun.
+fn walk(
+    slot: &mut Option<Value>,
+    steps: &[Step],
+    modifies: bool,
+    creating: bool,
+    op: &mut SlotOp<'_>,
+) -> Result<Option<Value>, CdtError> {
     let Some((step, rest)) = steps.split_first() else {
+        // The element itself: a missing one is created by the op (a list
+        // op makes a list, a map op a map), never by the context.
         return op(slot);
     };
     let Some(current) = slot.as_mut() else {
         if !modifies {
             return Ok(None);
         }
-        if step.create == 0 {
+        if step.create == 0 && !creating {
             return Err(CdtError::ElementNotFound);
         }
-        // Create the bin itself as the step's collection kind.
-        *slot = Some(if step.kind & 0x20 != 0 {
-            Value::Map(Map::default())
-        } else {
-            Value::List(List::default())
-        });
-        return apply(slot, steps, modifies, op);
+        // The collection this step selects in is missing (the bin, or an
+        // element being created): create it as the step's kind, in the
+        // order its create flags name.
+        *slot = Some(new_collection(step));
+        return walk(slot, steps, modifies, true, op);
     };
-    let position = match select(current, step)? {
-        Some(position) => position,
+    let length_before = collection_len(current);
+    let (position, created) = match select(current, step)? {
+        Some(position) => (position, false),
         None if !modifies => return Ok(None),
-        None if step.create == 0 => return Err(CdtError::ElementNotFound),
-        None => create(current, step)?,
+        None if step.create == 0 && !creating => return Err(CdtError::ElementNotFound),
+        None => (create(current, step, creating)?, true),
     };
-    let mut child = Some(std::mem::replace(
-        element_mut(current, position),
-        Value::Nil,
-    ));
-    let outcome = apply(&mut child, rest, modifies, op);
-    *element_mut(current, position) = child.unwrap_or(Value::Nil);
+    // A created element starts absent: the next step (or the op) decides
+    // what it becomes.
+    let placeholder = std::mem::replace(element_mut(current, position), Value::Nil);
+    let mut child = (!created).then_some(placeholder);
+    let outcome = walk(&mut child, rest, modifies, created, op);
+    match child {
+        Some(value) => *element_mut(current, position) = value,
+        None if created => undo_create(current, position, length_before),
+        None => {}
+    }
     outcome
+}
+
+/// Element count of a list or map (0 for anything else).
+fn collection_len(value: &Value) -> usize {
+    match value {
+        Value::List(list) => list.items.len(),
+        Value::Map(map) => map.entries.len(),
+        _ => 0,
+    }
+}
+
+/// Takes back a created element the op left absent (and the nils that
+/// padded a list up to it).
+fn undo_create(parent: &mut Value, position: Position, length_before: usize) {
+    match (parent, position) {
+        (Value::List(list), Position::Item(_)) => list.items.truncate(length_before),
+        (Value::Map(map), Position::Entry(i)) => {
+            map.entries.remove(i);
+        }
+        _ => {}
+    }
 }
 
 /// Where an element lives in its parent: a list index or a map entry's
@@ -215,10 +263,22 @@ fn new_collection(step: &Step) -> Value {
     }
 }
 
-fn create(parent: &mut Value, step: &Step) -> Result<Position, CdtError> {
-    let fresh = new_collection(step);
+/// Makes room for the element `step` selects and did not find: a map
+/// key (in key order when the map is key-ordered), or a list slot. A list
+/// takes it at its end (an ordered list at its end whatever the index; the
+/// re-sort after the op puts it in place); past the end only with the
+/// "unbounded" create flag, padded with nils; index -1 of an empty list is
+/// its first slot. The new element is a `Nil` placeholder that
+/// [`walk`] fills or takes back. `creating`: the step's own flags need not
+/// ask for a create (a step below one that did).
+fn create(parent: &mut Value, step: &Step, creating: bool) -> Result<Position, CdtError> {
+    debug_assert!(step.create != 0 || creating);
     match (parent, step.kind) {
         (Value::Map(map), MAP_KEY) => {
+            if step.create == 0 {
+                // Not checked at parse: a step without create flags.
+                check_key(&step.value)?;
+            }
             let at = if map.is_key_ordered() {
                 map.entries
                     .iter()
@@ -227,23 +287,21 @@ fn create(parent: &mut Value, step: &Step) -> Result<Position, CdtError> {
             } else {
                 map.entries.len()
             };
-            map.entries.insert(at, (step.value.clone(), fresh));
+            map.entries.insert(at, (step.value.clone(), Value::Nil));
             Ok(Position::Entry(at))
         }
         (Value::List(list), LIST_INDEX) => {
             let index = step.value.as_int().unwrap_or_default();
             let len = list.items.len();
-            let target = if index < 0 {
+            let target = if index == -1 && len == 0 {
+                0
+            } else if index < 0 {
                 return Err(CdtError::OpNotApplicable);
             } else {
                 usize::try_from(index).map_err(|_| CdtError::Parameter)?
             };
-            if list.is_ordered() && target != len {
-                // An ordered list takes a new element only at its end; the
-                // re-sort after the op puts it in its place.
-                return Err(CdtError::OpNotApplicable);
-            }
-            if target > len {
+            debug_assert!(target >= len, "select finds every index inside the list");
+            if target > len && !list.is_ordered() {
                 // Only the "unbounded" create pads with nils, and no further
                 // than a list insert may.
                 if step.create != 0x80 || target - len > MAX_PADDING {
@@ -251,8 +309,8 @@ fn create(parent: &mut Value, step: &Step) -> Result<Position, CdtError> {
                 }
                 list.items.resize(target, Value::Nil);
             }
-            list.items.insert(target, fresh);
-            Ok(Position::Item(target))
+            list.items.push(Value::Nil);
+            Ok(Position::Item(list.items.len() - 1))
         }
         _ => Err(CdtError::OpNotApplicable),
     }

@@ -992,7 +992,28 @@ fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, 
         (Family::IndexRange, ReturnType::ReverseRank) if ordered => Key::IndexDescending,
         (Family::RankRange | Family::ValueMatch, ReturnType::Rank) => Key::RankAscending,
         (Family::RankRange | Family::ValueMatch, ReturnType::ReverseRank) => Key::RankDescending,
-        (Family::RankRange, ReturnType::Value) => Key::RankAscending,
+        (Family::RankRange, ReturnType::Value) if ordered => Key::RankAscending,
+        (Family::RankRange, ReturnType::Value) => {
+            // The reference picks an unordered list's rank range with a
+            // heap and answers the values in the heap's order: from the
+            // smallest side (descending) when the range starts no further
+            // from the lowest rank than it ends from the highest, else
+            // from the largest side (ascending). The official Node
+            // client's tests expect both: ranks 2..4 of 7 values come back
+            // descending, ranks 1..4 of 4 ascending.
+            let ranks = ranks_of(items.iter());
+            let start = chosen
+                .iter()
+                .filter_map(|&i| ranks.get(i).copied())
+                .min()
+                .unwrap_or(0);
+            let tail = items.len().saturating_sub(start + chosen.len());
+            if start <= tail {
+                Key::RankDescending
+            } else {
+                Key::RankAscending
+            }
+        }
         _ => Key::IndexAscending,
     };
     match key {
@@ -1965,8 +1986,13 @@ mod tests {
             all.extend(args.iter().copied().map(int));
             read(&l(), GET_BY_RANK_RANGE, &all)
         };
-        // Values in rank order; indexes in index order; ranks ascending.
-        same(ranks(RT_VALUE, &[0, 3]), Some(list(&[1, 3, 3])));
+        // Values in the reference's heap order (ranks 0..3 of 5 start
+        // nearer the lowest rank: descending; ranks 3..5 nearer the
+        // highest: ascending); indexes in index order; ranks ascending.
+        same(ranks(RT_VALUE, &[0, 3]), Some(list(&[3, 3, 1])));
+        same(ranks(RT_VALUE, &[1, 2]), Some(list(&[3, 3])));
+        same(ranks(RT_VALUE, &[2, 2]), Some(list(&[3, 7])));
+        same(ranks(RT_VALUE, &[3, 2]), Some(list(&[7, 9])));
         same(ranks(RT_INDEX, &[0, 3]), Some(list(&[1, 3, 4])));
         same(ranks(RT_RANK, &[0, 3]), Some(list(&[0, 1, 2])));
         same(ranks(RT_REV_RANK, &[0, 3]), Some(list(&[2, 3, 4])));
@@ -2007,7 +2033,8 @@ mod tests {
         // Before rank 0: clamped, the count shrinking by as much.
         same(relative(RT_VALUE, &[5, -10, 8]), Some(list(&[1])));
         same(relative(RT_VALUE, &[5, -10, 7]), Some(list(&[])));
-        same(relative(RT_VALUE, &[0, 0, 2]), Some(list(&[1, 3])));
+        // Ranks 0..2 of 5: the heap's descending order.
+        same(relative(RT_VALUE, &[0, 0, 2]), Some(list(&[3, 1])));
         same(relative(RT_VALUE, &[3, 0, 1]), Some(list(&[3])));
         same(relative(RT_VALUE, &[100, 0]), Some(list(&[])));
         same(relative(RT_VALUE | INV, &[5, 0]), Some(list(&[3, 3, 1])));

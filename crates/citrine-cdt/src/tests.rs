@@ -66,6 +66,9 @@ fn int_result(result: Option<Particle>) -> i64 {
 
 // List op codes used here (05 §2.3) and map op codes (§2.4).
 const LIST_APPEND: i64 = 1;
+const LIST_SET: i64 = 9;
+const LIST_REMOVE_BY_VALUE: i64 = 33;
+const RETURN_NONE: i64 = 0;
 const LIST_SIZE: i64 = 16;
 const MAP_PUT: i64 = 67;
 const MAP_SIZE: i64 = 96;
@@ -185,7 +188,9 @@ fn a_missing_context_element_fails_a_write_and_answers_nothing_to_a_read() {
 }
 
 #[test]
-fn a_create_context_makes_the_missing_map() {
+fn a_create_context_adds_the_key_and_the_op_makes_what_goes_there() {
+    // The step's flags order the map it looks in (here it exists, so they
+    // change nothing); the map at the new key is the put's own.
     let current = map(vec![]);
     let ctx = vec![
         Value::Int(CTX_MAP_KEY | CREATE_KEY_ORDERED_MAP),
@@ -193,7 +198,11 @@ fn a_create_context_makes_the_missing_map() {
     ];
     let (bin, result) = run(
         Some(&current),
-        &payload(Some(ctx), MAP_PUT, vec![Value::str("k"), Value::Int(7)]),
+        &payload(
+            Some(ctx.clone()),
+            MAP_PUT,
+            vec![Value::str("k"), Value::Int(7)],
+        ),
         true,
     )
     .expect("puts");
@@ -201,12 +210,87 @@ fn a_create_context_makes_the_missing_map() {
     let Some(Value::Map(outer)) = bin else {
         panic!("a map")
     };
+    assert!(!outer.is_key_ordered());
     let (key, Value::Map(inner)) = &outer.entries[0] else {
         panic!("a nested map")
     };
     assert_eq!(key, &Value::str("new"));
-    assert!(inner.is_key_ordered());
+    assert!(!inner.is_key_ordered());
     assert_eq!(inner.entries, vec![(Value::str("k"), Value::Int(7))]);
+
+    // A list op under the same context makes a list at the key (the
+    // official Node client's `addMapKeyCreate` + `lists.set` case).
+    let (bin, _) = run(
+        Some(&current),
+        &payload(
+            Some(ctx.clone()),
+            LIST_SET,
+            vec![Value::Int(0), Value::Int(150)],
+        ),
+        true,
+    )
+    .expect("sets");
+    assert_eq!(bin, Some(map(vec![(Value::str("new"), ints(&[150]))])));
+
+    // With the bin missing, the step's flags order the map created for it.
+    let (bin, _) = run(
+        None,
+        &payload(Some(ctx), MAP_PUT, vec![Value::str("k"), Value::Int(7)]),
+        true,
+    )
+    .expect("puts");
+    let Some(Value::Map(outer)) = bin else {
+        panic!("a map")
+    };
+    assert!(outer.is_key_ordered());
+    assert!(matches!(&outer.entries[0].1, Value::Map(inner) if !inner.is_key_ordered()));
+}
+
+#[test]
+fn below_a_create_every_missing_level_is_made_of_the_next_steps_kind() {
+    // [map key "a" (create), list index 0, map key "b"] on a missing bin:
+    // the bin a map, at "a" a list (the second step's kind), in it a map
+    // (the third's), at "b" what the op makes.
+    let ctx = vec![
+        Value::Int(CTX_MAP_KEY | 0x40),
+        Value::str("a"),
+        Value::Int(CTX_LIST_INDEX),
+        Value::Int(0),
+        Value::Int(CTX_MAP_KEY),
+        Value::str("b"),
+    ];
+    let (bin, _) = run(
+        None,
+        &payload(Some(ctx), LIST_APPEND, vec![Value::Int(1)]),
+        true,
+    )
+    .expect("appends");
+    assert_eq!(
+        bin,
+        Some(map(vec![(
+            Value::str("a"),
+            list(vec![map(vec![(Value::str("b"), ints(&[1]))])])
+        )]))
+    );
+}
+
+#[test]
+fn a_created_element_the_op_leaves_absent_is_taken_back() {
+    // A remove-by-value on the element being created changes nothing and
+    // leaves no key behind.
+    let current = map(vec![(Value::str("x"), Value::Int(1))]);
+    let ctx = vec![Value::Int(CTX_MAP_KEY | 0x40), Value::str("new")];
+    let (bin, _) = run(
+        Some(&current),
+        &payload(
+            Some(ctx),
+            LIST_REMOVE_BY_VALUE,
+            vec![Value::Int(RETURN_NONE), Value::Int(3)],
+        ),
+        true,
+    )
+    .expect("removes nothing");
+    assert_eq!(bin, Some(current));
 }
 
 #[test]
@@ -298,17 +382,57 @@ fn a_list_created_at_the_end_of_an_ordered_list_is_sorted_into_place() {
         top.items,
         vec![ints(&[1, 2, 3]), ints(&[2]), ints(&[5, 7, 9])]
     );
-    // Anywhere but the end of an ordered list is refused.
-    let inside = vec![Value::Int(CTX_LIST_INDEX | 0xc0), Value::Int(5)];
-    assert_eq!(
+    // Past the end, an ordered list appends whatever the index.
+    let past = vec![Value::Int(CTX_LIST_INDEX | 0xc0), Value::Int(5)];
+    let (bin, _) = run(
+        Some(&current),
+        &payload(Some(past), LIST_APPEND, vec![Value::Int(2)]),
+        true,
+    )
+    .expect("appends");
+    assert_eq!(bin.as_ref(), Some(&Value::List(top)));
+}
+
+#[test]
+fn a_list_index_create_pads_only_when_unbounded() {
+    // The official Node client's `addListIndexCreate(index, order, pad)`
+    // cases on [[1, 2], [5, 6], [3, 4], [5, 6]] with `lists.set(0, 150)`:
+    // at index 4 (the end) every flag works and the op makes [150]; at 5
+    // only the unbounded flag (0x80: unordered with padding) does, padding
+    // with a nil; the others answer 26.
+    let current = list(vec![
+        ints(&[1, 2]),
+        ints(&[5, 6]),
+        ints(&[3, 4]),
+        ints(&[5, 6]),
+    ]);
+    let set = |flags: i64, index: i64| {
+        let ctx = vec![Value::Int(CTX_LIST_INDEX | flags), Value::Int(index)];
         run(
             Some(&current),
-            &payload(Some(inside), LIST_APPEND, vec![Value::Int(2)]),
-            true
+            &payload(Some(ctx), LIST_SET, vec![Value::Int(0), Value::Int(150)]),
+            true,
         )
-        .err(),
-        Some(CdtError::OpNotApplicable)
-    );
+        .map(|(bin, _)| bin)
+    };
+    for flags in [0x40, 0x80, 0xc0] {
+        let Ok(Some(Value::List(top))) = set(flags, 4) else {
+            panic!("index 4 with flags {flags:#x}")
+        };
+        assert_eq!(top.items.len(), 5);
+        assert_eq!(top.items[4], ints(&[150]));
+    }
+    let Ok(Some(Value::List(top))) = set(0x80, 5) else {
+        panic!("index 5 unbounded")
+    };
+    assert_eq!(&top.items[4..], &[Value::Nil, ints(&[150])]);
+    for flags in [0x40, 0xc0] {
+        assert_eq!(
+            set(flags, 5).err(),
+            Some(CdtError::OpNotApplicable),
+            "{flags:#x}"
+        );
+    }
 }
 
 // Inputs from the review of the first version: each crashed the process,

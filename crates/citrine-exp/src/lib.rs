@@ -297,6 +297,12 @@ pub fn path_op(
     eval::path_op(payload, bin, modify, record, now_ms)
 }
 
+/// Checks an `EXP_READ` op's payload (`[expression, flags]`) without
+/// evaluating it: what [`read_op`] would refuse before evaluation.
+pub fn check_read_op(payload: &[u8]) -> Result<(), ExpError> {
+    op_payload(payload, READ_FLAGS).map(|_| ())
+}
+
 /// Evaluates an `EXP_READ` op: `payload` is the op's value
 /// (`[expression, flags]`). Answers the result as a particle (type, bytes),
 /// `None` for a nil result.

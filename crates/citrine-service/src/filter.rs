@@ -27,6 +27,11 @@ pub(crate) enum Bins<'r> {
     Working(&'r [Bin<'r>]),
 }
 
+/// The reference's per-record header in its flat storage format, bytes.
+const FLAT_RECORD_HEADER: u64 = 35;
+/// The reference's storage allocation unit (rblock), bytes.
+const RBLOCK: u64 = 16;
+
 /// One record as expressions see it.
 pub(crate) struct RecordView<'r> {
     pub bins: Bins<'r>,
@@ -132,7 +137,21 @@ impl citrine_exp::Record for RecordView<'_> {
     }
 
     fn record_size(&self) -> u64 {
-        self.size
+        if !self.in_memory() {
+            // A device record: the whole rblocks it occupies, header
+            // included, as the reference counts its own.
+            return self.size;
+        }
+        // In memory the body alone is stored. Answer what the reference's
+        // memory storage (7.0+: flat records in 16-byte rblocks) would:
+        // its 35-byte record header, the void time when the record
+        // expires, the set name with its length, then the key and bins,
+        // rounded up to 16 bytes. Expressions written against the
+        // reference ("bigger than 64 bytes") then select alike.
+        let void_time = if self.void_time_s().is_some() { 4 } else { 0 };
+        let set = self.set_name().len() as u64;
+        let set = if set == 0 { 0 } else { 1 + set };
+        (FLAT_RECORD_HEADER + void_time + set + self.size).next_multiple_of(RBLOCK)
     }
 
     fn is_tombstone(&self) -> bool {

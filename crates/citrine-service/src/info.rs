@@ -484,6 +484,18 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
                 .to_string(),
         ),
         (
+            "read_touch_success".into(),
+            stats.read_touch_success.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "read_touch_skip".into(),
+            stats.read_touch_skip.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "read_touch_error".into(),
+            stats.read_touch_error.load(Ordering::Relaxed).to_string(),
+        ),
+        (
             "client_read_filtered_out".into(),
             stats
                 .client_read_filtered_out

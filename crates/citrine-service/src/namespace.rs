@@ -164,6 +164,11 @@ pub struct NamespaceStats {
     pub client_read_filtered_out: AtomicU64,
     pub client_write_filtered_out: AtomicU64,
     pub client_delete_filtered_out: AtomicU64,
+    /// Read-touches (a read with a TTL percentage) that reset the TTL,
+    /// that found it need not, and that failed after the read answered.
+    pub read_touch_success: AtomicU64,
+    pub read_touch_skip: AtomicU64,
+    pub read_touch_error: AtomicU64,
     pub client_udf_complete: AtomicU64,
     pub client_udf_error: AtomicU64,
     pub fail_generation: AtomicU64,

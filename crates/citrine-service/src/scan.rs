@@ -167,8 +167,11 @@ pub struct ScanCursor {
     partitions: Vec<PartitionCursor>,
     next: usize,
     set: SetFilter,
-    /// Projected bin names; empty = every bin.
-    bins: Vec<Vec<u8>>,
+    /// The projection: bin reads by name, and (servers 8.1.2+) read ops
+    /// evaluated on each record — list/map, bit, HLL and expression reads,
+    /// path expressions — answered in order as an operate's would be.
+    /// Empty = every bin.
+    projection: Vec<ProjectionOp>,
     /// Metadata only (`info1 GET_NO_BINS`).
     no_bins: bool,
     /// The filter expression (field 43) a record must pass to be returned.
@@ -406,17 +409,44 @@ pub(crate) fn parse(
             None => return Ok(None),
         }
     };
-    let mut bins = Vec::new();
+    let mut projection = Vec::new();
     for op in message.ops().filter(|_| !background) {
-        if op.op_type != op_type::READ {
-            return Err(ResultCode::Parameter);
+        match op.op_type {
+            op_type::READ => {
+                if op.name.len() > BIN_NAME_MAX {
+                    return Err(ResultCode::BinName);
+                }
+                if op.name.is_empty() {
+                    // A read of every bin: the same as no projection.
+                    continue;
+                }
+            }
+            op_type::CDT_READ | op_type::BITS_READ | op_type::HLL_READ | op_type::EXP_READ => {
+                if !citrine_record::valid_bin_name(op.name) {
+                    return Err(ResultCode::BinName);
+                }
+                if op.op_type == op_type::EXP_READ {
+                    // Checked once here, not for every record.
+                    citrine_exp::check_read_op(op.value)
+                        .map_err(citrine_exp::ExpError::result_code)?;
+                }
+            }
+            // Writes belong to background jobs, not to a foreground query.
+            _ => return Err(ResultCode::Parameter),
         }
-        if op.name.len() > BIN_NAME_MAX {
-            return Err(ResultCode::BinName);
-        }
-        if !op.name.is_empty() {
-            bins.push(op.name.to_vec());
-        }
+        projection.push(ProjectionOp {
+            op_type: op.op_type,
+            name: op.name.to_vec(),
+            value: op.value.to_vec(),
+        });
+    }
+    if projection.iter().all(|op| op.op_type == op_type::READ)
+        && message
+            .ops()
+            .any(|op| op.op_type == op_type::READ && op.name.is_empty())
+    {
+        // Bin names beside a read of every bin: every bin, once.
+        projection.clear();
     }
     let no_bins = background || message.header.info1 & info1::GET_NO_BINS != 0;
     let filter = match message.field(field_type::FILTER_EXPRESSION) {
@@ -428,7 +458,7 @@ pub(crate) fn parse(
         partitions,
         next: 0,
         set,
-        bins,
+        projection,
         no_bins,
         filter,
         query,
@@ -1106,14 +1136,15 @@ impl ScanCursor {
             return false;
         };
         let meta = entry.meta();
+        // What filters and projected ops read (a few references: cheap).
+        let record = RecordView::stored(
+            namespace,
+            &digest.0,
+            &view,
+            meta,
+            entry.location.size() as u64,
+        );
         if self.filter.is_some() || bval.is_some() {
-            let record = RecordView::stored(
-                namespace,
-                &digest.0,
-                &view,
-                meta,
-                entry.location.size() as u64,
-            );
             if let Some(bval) = bval {
                 if !self.query_selects(&record, meta.last_update_ms, bval) {
                     return false;
@@ -1156,20 +1187,65 @@ impl ScanCursor {
             writer.field(field_type::BVAL_ARRAY, &bval.to_le_bytes());
         }
         if !self.no_bins {
-            if self.bins.is_empty() {
+            if self.projection.is_empty() {
                 for bin in view.bins() {
                     writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
                 }
             } else {
-                for name in &self.bins {
-                    if let Some(bin) = view.bin(name) {
-                        writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
+                for op in &self.projection {
+                    if op.op_type == op_type::READ {
+                        if let Some(bin) = view.bin(&op.name) {
+                            writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
+                        }
+                        continue;
+                    }
+                    // A query has no way to answer one record's error: an
+                    // op that fails on this record (a bin of another type,
+                    // say) answers nothing, as an op whose bin is missing.
+                    if let Some((particle_type, value)) = op.evaluate(&view, &record, now) {
+                        writer.op(op.op_type, particle_type, &op.name, &value);
                     }
                 }
             }
         }
         writer.finish();
         true
+    }
+}
+
+/// One read op of a query's projection.
+struct ProjectionOp {
+    op_type: u8,
+    name: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl ProjectionOp {
+    /// The op's result on one record (not a plain bin read): `None` when
+    /// it answers nothing or fails there.
+    fn evaluate(
+        &self,
+        view: &BodyView<'_>,
+        record: &RecordView<'_>,
+        now: Now,
+    ) -> Option<(u8, Vec<u8>)> {
+        if self.op_type == op_type::EXP_READ {
+            return citrine_exp::read_op(&self.value, record, now.unix_ms)
+                .ok()
+                .flatten();
+        }
+        let (family, _) = crate::transaction::bin_op_family(self.op_type)?;
+        let bin = view.bin(&self.name);
+        let current = bin
+            .as_ref()
+            .map(|bin| (bin.particle_type, bin.value.as_ref()));
+        let outcome =
+            if family == citrine_cdt::Family::Cdt && citrine_cdt::path::is_path(&self.value) {
+                citrine_exp::path_op(&self.value, current, false, record, now.unix_ms).ok()?
+            } else {
+                citrine_cdt::apply(family, &self.value, current, false).ok()?
+            };
+        outcome.result
     }
 }
 

@@ -1536,11 +1536,21 @@ fn read_touch_resets_the_ttl_when_little_remains() {
         (reply.generation, reply.record_ttl),
         (written.generation, written.record_ttl)
     );
-    // 30 s in: 70 % remains, less than 80 %: the TTL is reset to 100 s from now.
+    // 30 s in: 70 % remains, less than 80 %: the read answers the record as
+    // it was (as the reference does: the official Node client's test
+    // expects the old TTL), then the TTL is reset to 100 s from now.
     clock.advance_ms(20_000);
     let reply = send(&service, &touch_read(80)).header;
+    assert_eq!(
+        (reply.generation, reply.record_ttl),
+        (written.generation, written.record_ttl)
+    );
+    let reply = send(&service, &touch_read(0)).header;
     assert_eq!(reply.generation, written.generation + 1);
     assert_eq!(reply.record_ttl, service.now().citrusleaf_seconds + 100);
+    let stats = &service.namespace(b"test").expect("namespace test").stats;
+    assert_eq!(stats.read_touch_success.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.read_touch_skip.load(Ordering::Relaxed), 1);
     // A plain read (0) never touches.
     clock.advance_ms(60_000);
     let reply = send(&service, &touch_read(0)).header;

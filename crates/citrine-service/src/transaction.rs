@@ -299,9 +299,29 @@ fn read(
     if header.record_ttl > 100 && header.record_ttl != TTL_NEVER_EXPIRE {
         return Err(ResultCode::Parameter);
     }
+    read_record(namespace, request, now, out)?;
     if (1..=100).contains(&header.record_ttl) {
-        read_touch(namespace, request, now)?;
+        // As the reference: the read answers the record as it was, and the
+        // touch follows it. The reply is written by then, so a touch that
+        // fails is counted, not answered.
+        let stats = &namespace.stats;
+        match read_touch(namespace, request, now) {
+            Ok(true) => stats.read_touch_success.fetch_add(1, Ordering::Relaxed),
+            Ok(false) => stats.read_touch_skip.fetch_add(1, Ordering::Relaxed),
+            Err(_) => stats.read_touch_error.fetch_add(1, Ordering::Relaxed),
+        };
     }
+    Ok(())
+}
+
+/// The read itself: the record as stored, answered into `out`.
+fn read_record(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), ResultCode> {
+    let header = &request.header;
     // Validate ops before touching the index.
     let mut get_all = header.info1 & info1::GET_ALL != 0;
     let respond_all = header.info2 & info2::RESPOND_ALL_OPS != 0;
@@ -469,7 +489,7 @@ fn read(
 
 /// The family of a bin op that `citrine_cdt::apply` evaluates (list/map,
 /// bits, HLL), and whether the op type is the modifying one.
-fn bin_op_family(op_type: u8) -> Option<(citrine_cdt::Family, bool)> {
+pub(crate) fn bin_op_family(op_type: u8) -> Option<(citrine_cdt::Family, bool)> {
     use citrine_cdt::Family;
     match op_type {
         op_type::CDT_READ => Some((Family::Cdt, false)),
@@ -1315,8 +1335,9 @@ pub(crate) fn install(
 /// Read-touch (server 7.1+): a read whose `record_ttl` is a percentage
 /// 1..=100 resets the record's TTL — a touch: new void time, generation and
 /// last-update time — when less than that percentage of the TTL it was
-/// written with remains. Records that never expire are left alone.
-fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<(), ResultCode> {
+/// written with remains. Records that never expire are left alone. Runs
+/// after the read answered; true when it touched.
+fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<bool, ResultCode> {
     let percent = request.header.record_ttl;
     debug_assert!((1..=100).contains(&percent));
     let mut partition = namespace
@@ -1324,17 +1345,17 @@ fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<
         .partition(request.digest.partition())
         .write();
     let Some(entry) = partition.get(&request.digest) else {
-        return Ok(());
+        return Ok(false);
     };
     let current = entry.meta();
     if current.void_time == 0 || !is_live(namespace, &current, now) {
-        return Ok(());
+        return Ok(false);
     }
     let written = citrine_types::citrusleaf_epoch_seconds(current.last_update_ms);
     let ttl = current.void_time.saturating_sub(written);
     let remaining = current.void_time.saturating_sub(now.citrusleaf_seconds);
     if ttl == 0 || u64::from(remaining) * 100 >= u64::from(ttl) * u64::from(percent) {
-        return Ok(());
+        return Ok(false);
     }
     let body = namespace
         .storage
@@ -1352,7 +1373,7 @@ fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<
     if let Some(old) = previous {
         drop_entry(namespace, old);
     }
-    Ok(())
+    Ok(true)
 }
 
 enum WriteOutcome {
