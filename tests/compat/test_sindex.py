@@ -1087,3 +1087,51 @@ def test_background_scan_writes_every_record_of_its_set(client, w, set_name):
     wait_for_job(client, job)
     assert sorted(client.get((NS, s, i))[2][w.n] for i in range(5)) == [100, 101, 102, 103, 104]
 
+
+
+def test_a_set_index_lists_its_set_and_a_scan_reads_it(client):
+    """Set indexes (servers 8.1.2+: `sindex-create ... indextype=SET`, as the
+    official C client sends it): built over the set's records, kept true by
+    later writes and deletes, listed and dropped like other indexes; a scan of
+    the set then reads the index and answers exactly what it answered without
+    it, paged scans included; a filter query does not take it for a bin index."""
+    set_name = f"si-{uid()}"
+    other = f"si-{uid()}"
+    for i in range(50):
+        client.put((NS, set_name, i), {"a": i}, policy=KEY_SEND)
+        client.put((NS, other, i), {"a": i}, policy=KEY_SEND)
+
+    def scanned():
+        return ukeys(client.query(NS, set_name).results())
+
+    assert scanned() == list(range(50))
+    name = f"set-{uid()}"
+    assert info1(client, f"sindex-create:namespace={NS};set={set_name};indexname={name};indextype=SET") == "ok"
+    for _ in range(300):
+        if index_stat(client, name)["load_pct"] == "100":
+            break
+        time.sleep(0.1)
+    try:
+        assert entries(client, name) == 50
+        fields = listing(client)[name]
+        assert (fields["set"], fields["indextype"], fields["bin"]) == (set_name, "set", "NULL")
+        # Later writes and deletes keep it true; the other set stays out.
+        client.put((NS, set_name, 50), {"a": 50}, policy=KEY_SEND)
+        client.remove((NS, set_name, 0))
+        client.put((NS, other, 99), {"a": 99}, policy=KEY_SEND)
+        assert entries(client, name) == 50
+        assert scanned() == list(range(1, 51))
+        # The scan read its records from the index.
+        assert int(index_stat(client, name)["query_basic_records"]) == 50
+        # Paged scans resume at the last digest, as without the index.
+        pages = _paginate(client.query(NS, set_name), 7)
+        assert sorted(k for page in pages for k in ukeys(page)) == list(range(1, 51))
+        assert max(len(page) for page in pages) == 7
+        # A filter finds no bin index in it.
+        with pytest.raises(ex.AerospikeError) as error:
+            client.query(NS, set_name).where(p.between("a", 0, 10)).results()
+        assert error.value.code == 201
+    finally:
+        assert info1(client, f"sindex-delete:namespace={NS};indexname={name}") == "ok"
+    assert name not in listing(client)
+    assert scanned() == list(range(1, 51))

@@ -137,6 +137,9 @@ struct Query {
     candidates: Vec<(i64, Digest)>,
     /// One record's keys, when checking it.
     keys: Vec<citrine_sindex::Key>,
+    /// Whether records carry their bval (BVAL_ARRAY) for the client's
+    /// resume point: a query's do, a scan read from a set index's do not.
+    send_bval: bool,
 }
 
 /// Which records a scan returns.
@@ -409,6 +412,17 @@ pub(crate) fn parse(
             None => return Ok(None),
         }
     };
+    // A scan of a set that has a built set index reads the set's records
+    // from it instead of walking every record of each partition. Its
+    // entries are all 0, so a resume at a digest (bval 0) needs no bvals.
+    let query = match query {
+        Some(query) => Some(query),
+        None => std::str::from_utf8(set_name)
+            .ok()
+            .filter(|set| !set.is_empty())
+            .and_then(|set| namespace.sindexes.set_index(set))
+            .map(set_index_scan),
+    };
     let mut projection = Vec::new();
     for op in message.ops().filter(|_| !background) {
         match op.op_type {
@@ -518,8 +532,9 @@ fn query(
         .sindexes
         .for_query(set, &lookup)
         .ok_or(ResultCode::SindexNotFound)?;
-    if index.def.key_type != filter.key_type {
-        // Named, but of another type than the filter's value.
+    if index.def.key_type != filter.key_type || index.def.is_set_index() {
+        // Named, but of another type than the filter's value, or a set
+        // index (which answers scans of its set, not filters).
         return Err(ResultCode::Parameter);
     }
     if !index.is_loaded() {
@@ -537,7 +552,31 @@ fn query(
         filter,
         candidates: Vec::new(),
         keys: Vec::new(),
+        send_bval: true,
     }))
+}
+
+/// The query part of a scan that reads its set's records from the set's
+/// index: every entry (bval 0), no BVAL field in the records (the client
+/// asked for a scan, not a query).
+fn set_index_scan(index: Arc<citrine_sindex::Sindex>) -> Box<Query> {
+    debug_assert!(index.def.is_set_index());
+    index.stats().queries.fetch_add(1, Ordering::Relaxed);
+    let ranges = vec![(0, 0)];
+    let holders = index.partitions_in(&ranges, HOLDERS_MAX_PAIRS);
+    Box::new(Query {
+        index,
+        filter: citrine_sindex::Filter {
+            bin: Vec::new(),
+            key_type: citrine_sindex::KeyType::Numeric,
+            range: citrine_sindex::Range::Int { begin: 0, end: 0 },
+        },
+        ranges,
+        holders,
+        candidates: Vec::new(),
+        keys: Vec::new(),
+        send_bval: false,
+    })
 }
 
 /// True when this node serves `partition` to a scan: it masters it in
@@ -1183,7 +1222,7 @@ impl ScanCursor {
             self.key_field.extend_from_slice(bytes);
             writer.field(field_type::KEY, &self.key_field);
         }
-        if let Some(bval) = bval {
+        if let Some(bval) = bval.filter(|_| self.query.as_ref().is_some_and(|q| q.send_bval)) {
             writer.field(field_type::BVAL_ARRAY, &bval.to_le_bytes());
         }
         if !self.no_bins {

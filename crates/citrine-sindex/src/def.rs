@@ -4,10 +4,11 @@
 //! Both command dialects are accepted: the pre-8.1 `ns=...;indexdata=BIN,TYPE`
 //! and the 8.1 `namespace=...;bin=BIN;type=TYPE` / `exp=B64;type=TYPE`.
 //!
-//! Invariants: a parsed [`SindexDef`] names exactly one source (a bin or an
-//! expression), a key type this server indexes, and a context and
-//! expression that parse; its [`SindexDef::to_command`] form parses back to
-//! an equal definition.
+//! Invariants: a parsed [`SindexDef`] names exactly one source (a bin, an
+//! expression, or — a set index — its set's membership), a key type this
+//! server indexes, and a context and expression that parse; a set index
+//! always names a set; its [`SindexDef::to_command`] form parses back to an
+//! equal definition.
 
 use base64::Engine as _;
 
@@ -102,6 +103,11 @@ pub enum Source {
     Bin(String),
     /// The value of an expression (its msgpack bytes).
     Expression(Vec<u8>),
+    /// Membership of the definition's set: a set index (servers 8.1.2+,
+    /// `indextype=SET`). Every record of the set has one entry, the
+    /// integer 0, so the index lists the set's records and a scan of the
+    /// set reads them instead of walking every record of the namespace.
+    Set,
 }
 
 /// One index's definition.
@@ -128,13 +134,6 @@ pub struct DefError {
 fn parameter(message: impl Into<String>) -> DefError {
     DefError {
         code: 4,
-        message: message.into(),
-    }
-}
-
-fn unsupported(message: impl Into<String>) -> DefError {
-    DefError {
-        code: 16,
         message: message.into(),
     }
 }
@@ -210,7 +209,7 @@ impl SindexDef {
             Some("LIST") => CollectionType::List,
             Some("MAPKEYS") => CollectionType::MapKeys,
             Some("MAPVALUES") => CollectionType::MapValues,
-            Some("SET") => return Err(unsupported("set indexes are not supported")),
+            Some("SET") => return set_index(namespace, name, set),
             Some(other) => return Err(parameter(format!("bad indextype {other:?}"))),
         };
         let context = match param("context") {
@@ -269,6 +268,11 @@ impl SindexDef {
         })
     }
 
+    /// Whether this is a set index ([`Source::Set`]).
+    pub fn is_set_index(&self) -> bool {
+        self.source == Source::Set
+    }
+
     /// Whether two definitions index the same thing (all but the name).
     pub fn same_target(&self, other: &SindexDef) -> bool {
         self.namespace == other.namespace
@@ -288,6 +292,10 @@ impl SindexDef {
             text.push_str(";set=");
             text.push_str(set);
         }
+        if self.is_set_index() {
+            text.push_str(";indextype=SET");
+            return text;
+        }
         if self.collection != CollectionType::Default {
             text.push_str(";indextype=");
             text.push_str(self.collection.command_name());
@@ -305,6 +313,7 @@ impl SindexDef {
                 text.push_str(";exp=");
                 text.push_str(&b64(bytes));
             }
+            Source::Set => {}
         }
         text.push_str(";type=");
         text.push_str(self.key_type.command_name());
@@ -317,6 +326,12 @@ impl SindexDef {
         let (bin, exp) = match &self.source {
             Source::Bin(bin) => (bin.clone(), "NULL".to_owned()),
             Source::Expression(bytes) => ("NULL".to_owned(), b64(bytes)),
+            Source::Set => ("NULL".to_owned(), "NULL".to_owned()),
+        };
+        let (key_type, collection) = if self.is_set_index() {
+            ("NULL", "set")
+        } else {
+            (self.key_type.listing_name(), self.collection.listing_name())
         };
         format!(
             "ns={}:indexname={}:set={}:bin={}:type={}:indextype={}:context={}:exp={}",
@@ -324,14 +339,31 @@ impl SindexDef {
             self.name,
             self.set.as_deref().unwrap_or("NULL"),
             bin,
-            self.key_type.listing_name(),
-            self.collection.listing_name(),
+            key_type,
+            collection,
             self.context
                 .as_deref()
                 .map_or_else(|| "NULL".to_owned(), b64),
             exp
         )
     }
+}
+
+/// A set index's definition (`indextype=SET`): it needs a set, and
+/// nothing else names what it holds (a bin, type or context sent with it
+/// is ignored, as the clients that send one expect).
+fn set_index(namespace: &str, name: &str, set: Option<String>) -> Result<SindexDef, DefError> {
+    let set = set.ok_or_else(|| parameter("a set index needs a set"))?;
+    Ok(SindexDef {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        set: Some(set),
+        source: Source::Set,
+        // Its entries are the integer 0.
+        key_type: KeyType::Numeric,
+        collection: CollectionType::Default,
+        context: None,
+    })
 }
 
 /// Splits `k=v;k=v` parameter text (the definitions file's lines) into a
@@ -409,6 +441,26 @@ mod tests {
     }
 
     #[test]
+    fn a_set_index_names_its_set_and_round_trips() {
+        // What the official C client sends (servers 8.1.2+).
+        let def = parse("namespace=test;set=demo;indexname=s;indextype=SET").expect("set index");
+        assert!(def.is_set_index());
+        assert_eq!(def.set.as_deref(), Some("demo"));
+        assert_eq!(parse(&def.to_command()).expect("round trip"), def);
+        assert!(def
+            .listing()
+            .contains(":set=demo:bin=NULL:type=NULL:indextype=set:"));
+        // A bin sent with it changes nothing.
+        let with_bin =
+            parse("namespace=test;set=demo;indexname=s;indextype=set;bin=unused;type=STRING")
+                .expect("set index with a bin");
+        assert_eq!(with_bin, def);
+        assert!(!parse("namespace=test;indexname=n;bin=b;type=NUMERIC")
+            .expect("bin index")
+            .same_target(&def));
+    }
+
+    #[test]
     fn bad_definitions_are_refused_with_a_reason() {
         for (text, code) in [
             ("indexname=i;bin=b;type=NUMERIC", 4),
@@ -419,7 +471,7 @@ mod tests {
             ("ns=test;indexname=i;indexdata=b", 4),
             ("ns=test;indexname=i;bin=b;exp=Bw==;type=NUMERIC", 4),
             ("ns=test;indexname=i;bin=sixteen_chars_xx;type=NUMERIC", 4),
-            ("ns=test;indexname=i;bin=b;type=NUMERIC;indextype=SET", 16),
+            ("ns=test;indexname=i;indextype=SET", 4),
             ("ns=test;indexname=i;bin=b;type=NUMERIC;indextype=tree", 4),
             ("ns=test;indexname=i;bin=b;type=NUMERIC;context=!!", 4),
             ("ns=test;indexname=i;bin=b;type=NUMERIC;context=kQ==", 4),

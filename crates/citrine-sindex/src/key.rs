@@ -181,6 +181,7 @@ pub(crate) fn source_value(
             .map(|(particle_type, bytes)| (particle_type, bytes.to_vec())),
         (Source::Expression(_), Some(expression)) => expression.value(record, now_ms),
         (Source::Expression(_), None) => None,
+        (Source::Set, _) => Some((ParticleType::Integer as u8, 0i64.to_be_bytes().to_vec())),
     }
 }
 
@@ -209,6 +210,8 @@ pub(crate) fn extract(
         (Source::Expression(_), None) => {
             debug_assert!(false, "an expression index without its parsed expression");
         }
+        // A record of the set (the caller indexes only those): one entry.
+        (Source::Set, _) => out.push(Key::Int(0)),
     }
     if out.len() > 1 {
         out.sort_unstable();

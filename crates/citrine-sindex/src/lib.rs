@@ -122,7 +122,7 @@ impl Sindex {
     /// A new, empty index (not yet built).
     pub fn new(def: SindexDef) -> Result<Sindex, DefError> {
         let expression = match &def.source {
-            Source::Bin(_) => None,
+            Source::Bin(_) | Source::Set => None,
             Source::Expression(bytes) => {
                 Some(Expression::parse_value(bytes).map_err(|error| DefError {
                     code: error.result_code().code() as u16,
@@ -532,6 +532,20 @@ impl Registry {
             .cloned()
     }
 
+    /// The set index of `set`, once it is built: what a scan of the set
+    /// reads instead of every record of the namespace.
+    pub fn set_index(&self, set: &str) -> Option<Arc<Sindex>> {
+        self.list
+            .read()
+            .iter()
+            .find(|index| {
+                index.def.is_set_index()
+                    && index.def.set.as_deref() == Some(set)
+                    && index.is_loaded()
+            })
+            .cloned()
+    }
+
     /// The index a query on `set` (`None`: the whole namespace) uses: the
     /// one it names, or the one defined on the filter's source, key type,
     /// collection type and context — on the query's set if there is one,
@@ -547,6 +561,7 @@ impl Registry {
             let source = match (&def.source, lookup.expression) {
                 (Source::Expression(bytes), Some(expression)) => bytes.as_slice() == expression,
                 (Source::Bin(bin), None) => bin.as_bytes() == lookup.bin,
+                // A set index answers no filter, only scans of its set.
                 _ => false,
             };
             source

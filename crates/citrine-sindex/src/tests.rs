@@ -181,6 +181,73 @@ fn a_query_finds_the_set_index_first_then_the_namespace_one() {
 }
 
 #[test]
+fn a_set_index_serves_scans_of_its_set_once_built_and_no_filter() {
+    let registry = Registry::default();
+    registry
+        .create(def("namespace=t;set=s;indexname=set_s;indextype=SET"))
+        .expect("created");
+    let index = registry.get("set_s").expect("registered");
+    // Not built yet: a scan must not read a partial index.
+    assert!(registry.set_index("s").is_none());
+    index.build_finished(1);
+    assert_eq!(
+        registry
+            .set_index("s")
+            .map(|index| index.def.name.clone())
+            .as_deref(),
+        Some("set_s")
+    );
+    assert!(registry.set_index("other").is_none());
+    // Every record of the set contributes one entry, 0.
+    struct Any;
+    impl citrine_exp::Record for Any {
+        fn bin(&self, _: &[u8]) -> Option<(u8, &[u8])> {
+            None
+        }
+        fn key(&self) -> Option<(u8, &[u8])> {
+            None
+        }
+        fn digest(&self) -> &[u8; 20] {
+            &[0; 20]
+        }
+        fn set_name(&self) -> &[u8] {
+            b"s"
+        }
+        fn last_update_ms(&self) -> u64 {
+            0
+        }
+        fn void_time_s(&self) -> Option<u64> {
+            None
+        }
+        fn record_size(&self) -> u64 {
+            0
+        }
+        fn is_tombstone(&self) -> bool {
+            false
+        }
+        fn exists(&self) -> bool {
+            true
+        }
+        fn in_memory(&self) -> bool {
+            true
+        }
+    }
+    let mut keys = Vec::new();
+    index.keys(&Any, 0, &mut keys);
+    assert_eq!(keys, vec![Key::Int(0)]);
+    // A filter on a bin never takes it, even one of its integer type.
+    let lookup = Lookup {
+        name: None,
+        expression: None,
+        bin: b"",
+        key_type: KeyType::Numeric,
+        collection: CollectionType::Default,
+        context: None,
+    };
+    assert!(registry.for_query(Some("s"), &lookup).is_none());
+}
+
+#[test]
 fn the_summary_lists_the_partitions_holding_a_range() {
     let index = Sindex::new(def("ns=t;indexname=i;bin=b;type=NUMERIC")).expect("index");
     let digests: Vec<Digest> = (0u8..40).map(|i| Digest([i; 20])).collect();

@@ -156,11 +156,12 @@ fn info_commands_create_list_describe_and_delete() {
         "sindex-create:ns=nope;indexname=x;bin=m;type=NUMERIC"
     )
     .starts_with("ERROR:4:"));
+    // A set index names its set.
     assert!(info(
         &service,
         "sindex-create:ns=test;indexname=g;bin=m;type=NUMERIC;indextype=SET"
     )
-    .starts_with("ERROR:16:"));
+    .starts_with("ERROR:4:"));
     assert_eq!(
         info(&service, "sindex-exists:ns=test;indexname=idx_n"),
         "true"
