@@ -297,10 +297,35 @@ pub fn path_op(
     eval::path_op(payload, bin, modify, record, now_ms)
 }
 
-/// Checks an `EXP_READ` op's payload (`[expression, flags]`) without
-/// evaluating it: what [`read_op`] would refuse before evaluation.
-pub fn check_read_op(payload: &[u8]) -> Result<(), ExpError> {
-    op_payload(payload, READ_FLAGS).map(|_| ())
+/// An `EXP_READ` op parsed once, to be evaluated on many records (a
+/// query's projection runs it on each record it returns).
+#[derive(Debug)]
+pub struct ReadOp {
+    expression: Expression,
+    flags: u64,
+}
+
+impl ReadOp {
+    /// Parses an `EXP_READ` op's payload (`[expression, flags]`): what
+    /// [`read_op`] refuses before evaluation.
+    pub fn parse(payload: &[u8]) -> Result<ReadOp, ExpError> {
+        let (expression, flags) = op_payload(payload, READ_FLAGS)?;
+        Ok(ReadOp { expression, flags })
+    }
+
+    /// The op's result on `record` as a particle (type, bytes), `None` for
+    /// a nil result.
+    pub fn evaluate(
+        &self,
+        record: &dyn Record,
+        now_ms: u64,
+    ) -> Result<Option<(u8, Vec<u8>)>, ExpError> {
+        match self.expression.evaluate(record, now_ms).into_particle() {
+            Ok(particle) => Ok(particle),
+            Err(()) if self.flags & EVAL_NO_FAIL != 0 => Ok(None),
+            Err(()) => Err(ExpError::OpNotApplicable),
+        }
+    }
 }
 
 /// Evaluates an `EXP_READ` op: `payload` is the op's value
@@ -311,12 +336,7 @@ pub fn read_op(
     record: &dyn Record,
     now_ms: u64,
 ) -> Result<Option<(u8, Vec<u8>)>, ExpError> {
-    let (expression, flags) = op_payload(payload, READ_FLAGS)?;
-    match expression.evaluate(record, now_ms).into_particle() {
-        Ok(particle) => Ok(particle),
-        Err(()) if flags & EVAL_NO_FAIL != 0 => Ok(None),
-        Err(()) => Err(ExpError::OpNotApplicable),
-    }
+    ReadOp::parse(payload)?.evaluate(record, now_ms)
 }
 
 /// Evaluates an `EXP_MODIFY` op: `payload` is the op's value

@@ -439,19 +439,20 @@ pub(crate) fn parse(
                 if !citrine_record::valid_bin_name(op.name) {
                     return Err(ResultCode::BinName);
                 }
-                if op.op_type == op_type::EXP_READ {
-                    // Checked once here, not for every record.
-                    citrine_exp::check_read_op(op.value)
-                        .map_err(citrine_exp::ExpError::result_code)?;
-                }
             }
             // Writes belong to background jobs, not to a foreground query.
             _ => return Err(ResultCode::Parameter),
         }
+        // An expression is parsed once here, not for every record.
+        let expression = (op.op_type == op_type::EXP_READ)
+            .then(|| citrine_exp::ReadOp::parse(op.value))
+            .transpose()
+            .map_err(citrine_exp::ExpError::result_code)?;
         projection.push(ProjectionOp {
             op_type: op.op_type,
             name: op.name.to_vec(),
             value: op.value.to_vec(),
+            expression,
         });
     }
     if projection.iter().all(|op| op.op_type == op_type::READ)
@@ -1257,6 +1258,8 @@ struct ProjectionOp {
     op_type: u8,
     name: Vec<u8>,
     value: Vec<u8>,
+    /// An `EXP_READ`'s expression, parsed.
+    expression: Option<citrine_exp::ReadOp>,
 }
 
 impl ProjectionOp {
@@ -1268,10 +1271,8 @@ impl ProjectionOp {
         record: &RecordView<'_>,
         now: Now,
     ) -> Option<(u8, Vec<u8>)> {
-        if self.op_type == op_type::EXP_READ {
-            return citrine_exp::read_op(&self.value, record, now.unix_ms)
-                .ok()
-                .flatten();
+        if let Some(expression) = &self.expression {
+            return expression.evaluate(record, now.unix_ms).ok().flatten();
         }
         let (family, _) = crate::transaction::bin_op_family(self.op_type)?;
         let bin = view.bin(&self.name);
