@@ -983,6 +983,7 @@ fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, 
         IndexDescending,
         RankAscending,
         RankDescending,
+        RankHeapOrder,
     }
     let key = match (family, rt) {
         (_, ReturnType::None | ReturnType::Count | ReturnType::Exists) => return,
@@ -993,39 +994,38 @@ fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, 
         (Family::RankRange | Family::ValueMatch, ReturnType::Rank) => Key::RankAscending,
         (Family::RankRange | Family::ValueMatch, ReturnType::ReverseRank) => Key::RankDescending,
         (Family::RankRange, ReturnType::Value) if ordered => Key::RankAscending,
-        (Family::RankRange, ReturnType::Value) => {
-            // The reference picks an unordered list's rank range with a
-            // heap and answers the values in the heap's order: from the
-            // smallest side (descending) when the range starts no further
-            // from the lowest rank than it ends from the highest, else
-            // from the largest side (ascending). The official Node
-            // client's tests expect both: ranks 2..4 of 7 values come back
-            // descending, ranks 1..4 of 4 ascending.
-            let ranks = ranks_of(items.iter());
-            let start = chosen
-                .iter()
-                .filter_map(|&i| ranks.get(i).copied())
-                .min()
-                .unwrap_or(0);
-            let tail = items.len().saturating_sub(start + chosen.len());
-            if start <= tail {
-                Key::RankDescending
-            } else {
-                Key::RankAscending
-            }
-        }
+        // The reference picks an unordered list's rank range with a heap
+        // and answers the values in the heap's order (see below).
+        (Family::RankRange, ReturnType::Value) => Key::RankHeapOrder,
         _ => Key::IndexAscending,
     };
     match key {
         Key::IndexAscending => chosen.sort_unstable(),
         Key::IndexDescending => chosen.sort_unstable_by(|a, b| b.cmp(a)),
-        Key::RankAscending | Key::RankDescending => {
+        Key::RankAscending | Key::RankDescending | Key::RankHeapOrder => {
             let ranks = ranks_of(items.iter());
             let rank = |i: usize| ranks.get(i).copied().unwrap_or(usize::MAX);
-            if matches!(key, Key::RankAscending) {
-                chosen.sort_unstable_by_key(|&i| rank(i));
-            } else {
+            let descending = match key {
+                Key::RankDescending => true,
+                // The heap's order: from the smallest side (descending)
+                // when the range starts no further from the lowest rank
+                // than it ends from the highest, else from the largest
+                // side (ascending). The official Node client's tests
+                // expect both: ranks 2..4 of 7 values come back
+                // descending, ranks 1..4 of 4 ascending.
+                Key::RankHeapOrder => {
+                    let start = chosen.iter().map(|&i| rank(i)).min().unwrap_or(0);
+                    start
+                        <= items
+                            .len()
+                            .saturating_sub(start.saturating_add(chosen.len()))
+                }
+                _ => false,
+            };
+            if descending {
                 chosen.sort_unstable_by_key(|&i| std::cmp::Reverse(rank(i)));
+            } else {
+                chosen.sort_unstable_by_key(|&i| rank(i));
             }
         }
     }
