@@ -36,6 +36,19 @@ fn wait_all(group: &[&Node], command: &str, accept: impl Fn(&str) -> bool, what:
     }
 }
 
+/// Asserts that every node of `group` answers `command` with `expected`
+/// now: a shared-metadata command answers only once every member holds
+/// its change, so no waiting is needed after it.
+fn assert_all(group: &[&Node], command: &str, accept: impl Fn(&str) -> bool, what: &str) {
+    let answers: Vec<Option<String>> = group.iter().map(|node| node.info_value(command)).collect();
+    assert!(
+        answers
+            .iter()
+            .all(|answer| answer.as_deref().is_some_and(&accept)),
+        "{what}: {answers:?}"
+    );
+}
+
 /// The digests one node returns for `v == value` (its master partitions;
 /// the others it reports unavailable).
 fn query_node(node: &Node, value: &str) -> Vec<[u8; 20]> {
@@ -127,6 +140,13 @@ fn index_definitions_reach_every_node_and_queries_cover_the_cluster_once() {
     }
     let create = "sindex-create:namespace=test;indexname=by_v;bin=v;type=STRING";
     assert_eq!(nodes[1].info_value(create).as_deref(), Some("ok"));
+    let exists = "sindex-exists:namespace=test;indexname=by_v";
+    assert_all(
+        &group,
+        exists,
+        |answer| answer == "true",
+        "answered before every node had the index",
+    );
     wait_all(
         &group,
         "sindex/test/by_v",
@@ -185,18 +205,36 @@ fn index_definitions_reach_every_node_and_queries_cover_the_cluster_once() {
     // Deleted through another node: gone everywhere.
     let delete = "sindex-delete:namespace=test;indexname=by_v";
     assert_eq!(nodes[2].info_value(delete).as_deref(), Some("ok"));
-    wait_all(
+    assert_all(
         &group,
-        "sindex-exists:namespace=test;indexname=by_v",
+        exists,
         |answer| answer == "false",
-        "the index is not deleted on every node",
+        "answered before every node lost the index",
+    );
+    // At once another definition under the name, through a third node
+    // (as the official clients' suites do between test files): it sees
+    // the delete, so this is a new index, not "another one has the name".
+    let other = "sindex-create:namespace=test;indexname=by_v;bin=w;type=NUMERIC";
+    assert_eq!(nodes[0].info_value(other).as_deref(), Some("ok"));
+    assert_all(
+        &group,
+        "sindex-list:namespace=test",
+        |answer| answer.starts_with("ns=test:indexname=by_v:set=NULL:bin=w:type=numeric:"),
+        "the new definition is not on every node",
+    );
+    assert_eq!(nodes[1].info_value(delete).as_deref(), Some("ok"));
+    assert_all(
+        &group,
+        exists,
+        |answer| answer == "false",
+        "the second index is not gone",
     );
 
     // UDF modules: registered through one node, listed by every node.
     let module_f =
         "udf-put:filename=f.lua;content=ZnVuY3Rpb24gZihyZWMpIHJldHVybiAxIGVuZA==;udf-type=LUA;";
     assert_eq!(nodes[1].info_value(module_f).as_deref(), Some("ok"));
-    wait_all(
+    assert_all(
         &group,
         "udf-list",
         |answer| answer == "filename=f.lua,hash=124814078c4397c597cd9f704c94a39a46a0db33,type=LUA;",

@@ -9,6 +9,7 @@
 use crate::cluster_state::NamespaceMap;
 use crate::config::StorageEngineConfig;
 use crate::namespace::Namespace;
+use crate::smd::Store;
 use crate::Service;
 use citrine_types::PARTITIONS;
 use citrine_wire::info::{request_lines, InfoCommand, InfoResponse};
@@ -24,7 +25,15 @@ pub const EDITION: &str = "Citrine";
 pub const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;truncate-namespace;udf";
 /// Answers every command line of an info request.
 pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
+    answer_request(service, body, out);
+}
+
+/// Answers every command line of an info request; returns the shared
+/// stores its commands changed (each once), which the other members must
+/// acknowledge before the answer goes out (see [`crate::smd`]).
+pub(crate) fn answer_request(service: &Service, body: &[u8], out: &mut Vec<u8>) -> Vec<Store> {
     let lines = request_lines(body);
+    let mut changed = Vec::new();
     let mut response = InfoResponse::new();
     if lines.is_empty() {
         for name in [
@@ -43,9 +52,16 @@ pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
     }
     for line in &lines {
         let command = InfoCommand::parse(line);
-        response.push(line, &answer(service, &command));
+        let answer = answer(service, &command);
+        if let Some(store) = Store::changed_by(command.name) {
+            if answer == "ok" && !changed.contains(&store) {
+                changed.push(store);
+            }
+        }
+        response.push(line, &answer);
     }
     response.write_frame(out);
+    changed
 }
 
 /// `rack-ids`: this node's rack in every namespace, `ns:rack;ns:rack`

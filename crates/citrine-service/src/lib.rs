@@ -165,6 +165,9 @@ enum Pending {
     /// partitions it must cover that acting masters hold (see
     /// [`udf::AggregateRun::run_delegated`]); then the rest, here.
     AggregateRemote(Box<udf::AggregateRun>),
+    /// An info answer that stands once the other members acknowledged the
+    /// shared stores its commands changed ([`Service::sync_stores`]).
+    SyncStores(Vec<smd::Store>),
 }
 
 impl Continuation {
@@ -173,7 +176,10 @@ impl Continuation {
     pub fn is_remote(&self) -> bool {
         matches!(
             self.0,
-            Pending::Remote(_) | Pending::BatchRemote(_) | Pending::AggregateRemote(_)
+            Pending::Remote(_)
+                | Pending::BatchRemote(_)
+                | Pending::AggregateRemote(_)
+                | Pending::SyncStores(_)
         )
     }
 
@@ -441,6 +447,10 @@ impl Service {
                 .run_delegated(self, out)
                 .await
                 .map(|run| Continuation(Pending::Aggregate(run))),
+            Pending::SyncStores(stores) => {
+                self.sync_stores(&stores).await;
+                None
+            }
             other => Some(Continuation(other)),
         }
     }
@@ -580,8 +590,9 @@ impl Service {
         match header.message_type {
             MessageType::Info => {
                 self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
-                info::handle(self, body, out);
-                Ok(None)
+                let changed = info::answer_request(self, body, out);
+                let peers = !changed.is_empty() && self.routes() && !self.peers().0.is_empty();
+                Ok(peers.then(|| Continuation(Pending::SyncStores(changed))))
             }
             MessageType::Admin => {
                 self.stats.admin_requests.fetch_add(1, Ordering::Relaxed);
@@ -642,6 +653,10 @@ impl Service {
                 .map(|run| Continuation(Pending::Aggregate(run))),
             Pending::AggregateRemote(run) => block_on(run.run_delegated(self, out))
                 .map(|run| Continuation(Pending::Aggregate(run))),
+            Pending::SyncStores(stores) => {
+                block_on(self.sync_stores(&stores));
+                None
+            }
         }
     }
 

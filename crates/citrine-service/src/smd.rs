@@ -13,6 +13,15 @@
 //! removals are kept as tombstones so a node that missed one cannot bring
 //! the entry back; every change is pushed to every other member at once,
 //! again after each view change, and every [`PUSH_EVERY_MS`].
+//!
+//! An info command that changes a store ([`Store::changed_by`]) answers only
+//! once every other member acknowledged the store with the change
+//! ([`Service::sync_stores`], at most [`SYNC_TIMEOUT`]), as the reference's
+//! index and UDF commands answer once the change is committed cluster-wide:
+//! a client that deletes an index through one node and creates one under
+//! that name through another finds the delete there. A member that does
+//! not answer in time gets the change from the pushes that follow; the
+//! answer still goes out, since the change is made and saved here.
 
 use crate::Service;
 use citrine_types::NodeId;
@@ -25,6 +34,47 @@ pub const PUSH_EVERY_MS: u64 = 5_000;
 
 /// How long one push to one peer may take.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest a change's info answer waits for the other members.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A store the members share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Store {
+    SindexDefinitions,
+    UdfModules,
+    Truncations,
+}
+
+impl Store {
+    /// The store the info command `name` changes when it answers `ok`.
+    pub(crate) fn changed_by(name: &str) -> Option<Store> {
+        match name {
+            "sindex-create" | "sindex-delete" => Some(Store::SindexDefinitions),
+            "udf-put" | "udf-remove" => Some(Store::UdfModules),
+            "truncate" | "truncate-namespace" => Some(Store::Truncations),
+            _ => None,
+        }
+    }
+
+    fn call_kind(self) -> u8 {
+        use crate::replication::call_kind;
+        match self {
+            Store::SindexDefinitions => call_kind::SINDEX_DEFINITIONS,
+            Store::UdfModules => call_kind::UDF_MODULES,
+            Store::Truncations => call_kind::TRUNCATIONS,
+        }
+    }
+
+    /// The store's whole text, as its push carries it.
+    fn text(self, service: &Service) -> String {
+        match self {
+            Store::SindexDefinitions => service.sindex_definitions_text(),
+            Store::UdfModules => service.udf_modules_text(),
+            Store::Truncations => service.truncations_text(),
+        }
+    }
+}
 
 /// When and where an entry last changed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -132,6 +182,46 @@ impl Service {
             .filter(|node| *node != self.node_id)
             .collect();
         (peers, cluster.cluster_key)
+    }
+}
+
+impl Service {
+    /// Sends each of `stores` to every other member of the current view at
+    /// once and waits until every one answered, at most [`SYNC_TIMEOUT`].
+    /// Returns how many (member, store) pushes were not acknowledged; those
+    /// members get the change from the pushes that follow.
+    pub(crate) async fn sync_stores(&self, stores: &[Store]) -> usize {
+        let Some(fabric) = self.fabric() else {
+            return 0;
+        };
+        let (peers, _) = self.peers();
+        let mut sent = Vec::new();
+        let mut calls = Vec::new();
+        for store in stores {
+            let text = store.text(self);
+            if text.is_empty() {
+                continue;
+            }
+            for peer in &peers {
+                sent.push((*peer, *store));
+                calls.push(fabric.call(
+                    *peer,
+                    store.call_kind(),
+                    text.as_bytes().to_vec(),
+                    SYNC_TIMEOUT,
+                ));
+            }
+        }
+        let answers = crate::replication::join_all(calls).await;
+        let mut unacknowledged = 0;
+        for ((peer, store), answer) in sent.into_iter().zip(answers) {
+            let acknowledged = matches!(&answer, Ok(bytes) if bytes.first() == Some(&citrine_types::ResultCode::Ok.code()));
+            if !acknowledged {
+                unacknowledged += 1;
+                tracing::warn!(?peer, ?store, ?answer, "a change was answered before this member acknowledged it; it gets the change from the next push");
+            }
+        }
+        unacknowledged
     }
 }
 

@@ -303,6 +303,11 @@ impl Service {
         }
     }
 
+    /// Every definition and tombstone, as a push carries them.
+    pub(crate) fn sindex_definitions_text(&self) -> String {
+        Smd::text(&self.smd().entries.lock())
+    }
+
     /// Sends every definition to every other member when a change is
     /// unpushed, the view changed, or [`crate::smd::PUSH_EVERY_MS`] passed (called by
     /// the `citrine-sindex` thread).
@@ -313,7 +318,7 @@ impl Service {
             &smd.push,
             call_kind::SINDEX_DEFINITIONS,
             "index definitions",
-            || Smd::text(&smd.entries.lock()),
+            || self.sindex_definitions_text(),
         );
     }
 }
