@@ -247,3 +247,44 @@ def test_huge_declared_frame_is_refused(citrined, client, key):
     assert citrined.alive()
     client.put(key, {"a": 1})
     assert client.get(key)[2] == {"a": 1}
+
+
+def test_an_empty_bin_name_is_a_bin(client, key):
+    # The reference stores a bin named "" (the official C client's suite
+    # writes and reads one); only names over 15 bytes are refused.
+    client.put(key, {"": 19, "a": 1})
+    assert client.get(key)[2] == {"": 19, "a": 1}
+
+
+def test_geojson_that_is_no_supported_shape_is_code_160(client, key):
+    # Shapes the server indexes and queries are taken (a Feature is its
+    # geometry); anything else answers 160, as the reference.
+    for good in ({"type": "Point", "coordinates": [0.0, 0.0]},
+                 {"type": "Feature", "geometry": {"type": "Point", "coordinates": [1.0, 2.0]}}):
+        client.put(key, {"g": aerospike.GeoJSON(good)})
+    for bad in ({"type": "point", "coordinates": [0.0, 0.0]},
+                {"type": "LineString", "coordinates": [[100.0, 0.0], [101.0, 1.0]]},
+                {"type": "MultiPoint", "coordinates": [[0.0, 0.0], [0.0, 0.0]]}):
+        with pytest.raises(ex.AerospikeError) as ei:
+            client.put(key, {"g": aerospike.GeoJSON(bad)})
+        assert ei.value.code == 160, bad
+    assert client.get(key)[2]["g"].dumps() == aerospike.GeoJSON(
+        {"type": "Feature", "geometry": {"type": "Point", "coordinates": [1.0, 2.0]}}).dumps()
+
+
+def test_a_key_ordered_map_bin_out_of_order_is_code_4(citrined, client, set_name):
+    # Raw msgpack: map of 3, the key-ordered ext header, then keys 3, 2
+    # (out of order): refused, as the reference refuses it. In order, it
+    # is stored (and read back as a map).
+    PT_MAP = 19
+    def raw_map(keys):
+        body = bytes([0x83, 0xc7, 0x00, 0x01, 0xc0])
+        for k in keys:
+            body += bytes([k, k])
+        return body
+    put = lambda keys: rawwire.command(
+        citrined.host, citrined.port, "test", set_name, "om", 0, rawwire.INFO2_WRITE,
+        ops=[rawwire.op(rawwire.OP_WRITE, PT_MAP, "m", raw_map(keys))])
+    assert put([3, 2])["result_code"] == 4
+    assert put([2, 3])["result_code"] == 0
+    assert client.get(("test", set_name, "om"))[2] == {"m": {2: 2, 3: 3}}

@@ -43,7 +43,9 @@ pub(crate) const MAP_KEY: i64 = 0x22;
 pub(crate) const MAP_VALUE: i64 = 0x23;
 /// Create flags, OR-ed into a step's type.
 const CREATE_MASK: i64 = 0xc0;
-/// Persist-index flag a create may carry (accepted, no effect).
+/// Persist-index flag a create may carry: accepted (no effect) on the
+/// first step, whose collection is the bin's own; refused (4) on a later
+/// step, as the reference keeps no index for a nested collection.
 const CREATE_PERSIST: i64 = 0x100;
 
 /// One parsed step.
@@ -70,6 +72,9 @@ pub(crate) fn parse(items: Vec<Value>) -> Result<Vec<Step>, CdtError> {
         if raw & !(0x3f | CREATE_MASK | CREATE_PERSIST) != 0 {
             // Context by expression and the newer forms.
             return Err(CdtError::Unsupported);
+        }
+        if raw & CREATE_PERSIST != 0 && !steps.is_empty() {
+            return Err(CdtError::Parameter);
         }
         let base = raw & 0x3f;
         if !matches!(
@@ -140,7 +145,17 @@ fn walk(
         // element being created): create it as the step's kind, in the
         // order its create flags name.
         *slot = Some(new_collection(step));
-        return walk(slot, steps, modifies, true, op);
+        let outcome = walk(slot, steps, modifies, true, op);
+        if slot
+            .as_ref()
+            .is_some_and(|created| collection_len(created) == 0)
+        {
+            // The op left nothing in it (a remove or clear where nothing
+            // was): it is taken back too, as the reference takes back what
+            // a context created for an op that did nothing.
+            *slot = None;
+        }
+        return outcome;
     };
     let length_before = collection_len(current);
     let (position, created) = match select(current, step)? {

@@ -28,8 +28,10 @@
 //!   (by index, by rank, by value) answer a scalar and refuse `INVERTED`;
 //!   range results list the chosen elements in index order, except that
 //!   rank ranges list values in rank order, rank/value ranges list ranks
-//!   ascending and index ranges list reverse indexes ascending (the
-//!   reference's order); inverted results are in index order.
+//!   ascending and index ranges list reverse indexes ascending, and a
+//!   value list's ranks (on an ordered list all its results) follow the
+//!   value list's order (the reference's order); inverted results are in
+//!   index order, but for a value list's ranks, which ascend.
 //!
 //! Invariants: [`apply`] never panics on any input (`value::compare` is a
 //! total order on stored values: NaN sorts last, and wildcard/infinity are
@@ -836,6 +838,16 @@ fn select(
     };
     if inverted {
         selection.invert();
+        if choice.family == Family::ValueList
+            && matches!(rt, ReturnType::Rank | ReturnType::ReverseRank)
+        {
+            // The reference lists the ranks of what a value list leaves
+            // out in ascending rank.
+            let ranks = ranks_of(list.items.iter());
+            selection
+                .chosen
+                .sort_unstable_by_key(|&i| ranks.get(i).copied().unwrap_or(usize::MAX));
+        }
     } else {
         arrange(
             &mut selection.chosen,
@@ -900,11 +912,18 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
             false,
             Family::ValueMatch,
         ),
-        Selector::ValueList(values) => (
-            matching(&|item| values.iter().any(|value| equal(item, value))),
-            false,
-            Family::ValueList,
-        ),
+        Selector::ValueList(values) => {
+            // In the value list's order: each value's matches (in index
+            // order, which is their rank order), a repeated value once.
+            let mut chosen = Vec::new();
+            for (at, value) in values.iter().enumerate() {
+                if values[..at].iter().any(|earlier| equal(earlier, value)) {
+                    continue;
+                }
+                chosen.extend(matching(&|item| equal(item, value)));
+            }
+            (chosen, false, Family::ValueList)
+        }
         Selector::IndexRange(index, count) => {
             let (start, end) = range_of(index, count, len)?;
             ((start..end).collect(), false, Family::IndexRange)
@@ -976,7 +995,8 @@ fn relative_range(
 /// `rt` (module doc): index order by default; rank order for the values of
 /// a rank range; ascending ranks for rank and value ranges; ascending
 /// reverse indexes (and reverse ranks, on an `ordered` list) for index
-/// ranges.
+/// ranges; the value list's order for a value list's ranks (and, on an
+/// ordered list, for its indexes and values).
 fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, items: &[Value]) {
     enum Key {
         IndexAscending,
@@ -987,6 +1007,10 @@ fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, 
     }
     let key = match (family, rt) {
         (_, ReturnType::None | ReturnType::Count | ReturnType::Exists) => return,
+        // A value list's ranks, and on an ordered list its indexes and
+        // values too, come in the value list's order (see `choose`).
+        (Family::ValueList, ReturnType::Rank | ReturnType::ReverseRank) => return,
+        (Family::ValueList, _) if ordered => return,
         (Family::IndexRange, ReturnType::ReverseIndex) => Key::IndexDescending,
         // On an ordered list ranks are indexes; on an unordered one the
         // reference lists an index range's ranks in index order.
@@ -1830,6 +1854,31 @@ mod tests {
         same(by_list(RT_VALUE | INV, &[3, 9]), Some(list(&[7, 1])));
         same(by_list(RT_VALUE, &[]), Some(list(&[])));
         same(by_list(RT_COUNT | INV, &[]), Some(int(5)));
+        // Ranks follow the value list (the official C client's suite):
+        // 9 is rank 4, the 3s ranks 1 and 2; what a value list leaves out
+        // comes in ascending rank.
+        same(by_list(RT_RANK, &[9, 3, 9]), Some(list(&[4, 1, 2])));
+        same(by_list(RT_REV_RANK, &[9, 3]), Some(list(&[0, 3, 2])));
+        same(by_list(RT_RANK | INV, &[9, 3]), Some(list(&[0, 3])));
+        let unordered = list(&[4, 3, 1, 5, 2]);
+        same(
+            read(
+                &unordered,
+                GET_ALL_BY_VALUE_LIST,
+                &[int(RT_RANK | INV), list(&[4, 2])],
+            ),
+            Some(list(&[0, 2, 4])),
+        );
+        // On an ordered list indexes and values follow the value list too.
+        let sorted = ordered(&[1, 2, 3, 4]);
+        let by_sorted = |rt: i64, values: &[i64]| {
+            read(&sorted, GET_ALL_BY_VALUE_LIST, &[int(rt), list(values)])
+        };
+        same(by_sorted(RT_RANK, &[4, 2]), Some(list(&[3, 1])));
+        same(by_sorted(RT_INDEX, &[4, 2]), Some(list(&[3, 1])));
+        same(by_sorted(RT_VALUE, &[4, 2]), Some(list(&[4, 2])));
+        same(by_sorted(RT_INDEX | INV, &[4, 2]), Some(list(&[0, 2])));
+        same(by_sorted(RT_COUNT, &[4, 2, 4]), Some(int(2)));
 
         let mut bin = Bin::new(list(&[1, 2, 1, 3, 1]));
         same(

@@ -588,3 +588,57 @@ fn a_geojson_result_carries_the_particle_header() {
         Some((ParticleType::GeoJson as u8, vec![0, 0, 0, b'{', b'}']))
     );
 }
+
+#[test]
+fn a_persist_flag_is_taken_on_the_bins_own_collection_only() {
+    // The official C client's "test persist index": a persist-index flag
+    // on a nested create step is refused.
+    const PERSIST: i64 = 0x100;
+    const CREATE_ORDERED_LIST: i64 = 0xc0;
+    let append = |ctx: Vec<Value>| {
+        run(
+            None,
+            &payload(Some(ctx), LIST_APPEND, vec![Value::Int(1)]),
+            true,
+        )
+    };
+    let top = vec![
+        Value::Int(CTX_LIST_INDEX | CREATE_ORDERED_LIST | PERSIST),
+        Value::Int(0),
+    ];
+    assert!(append(top).is_ok());
+    let nested = vec![
+        Value::Int(CTX_LIST_INDEX | 0x40),
+        Value::Int(0),
+        Value::Int(CTX_LIST_INDEX | CREATE_ORDERED_LIST | PERSIST),
+        Value::Int(0),
+    ];
+    assert_eq!(append(nested).err(), Some(CdtError::Parameter));
+}
+
+#[test]
+fn a_create_context_for_an_op_that_does_nothing_leaves_no_bin() {
+    // The official C client's "Nested List ctx": a clear under a create
+    // context on a missing bin creates nothing (the record is not made);
+    // a set-type there does make the bin.
+    const LIST_CLEAR: i64 = 11;
+    const LIST_SET_TYPE: i64 = 0;
+    const CREATE_ORDERED_LIST: i64 = 0xc0;
+    let ctx = vec![
+        Value::Int(CTX_LIST_INDEX | CREATE_ORDERED_LIST),
+        Value::Int(3),
+    ];
+    let (bin, _) = run(None, &payload(Some(ctx.clone()), LIST_CLEAR, vec![]), true)
+        .expect("a clear of nothing");
+    assert!(bin.is_none(), "{bin:?}");
+    let (bin, _) = run(
+        None,
+        &payload(Some(ctx), LIST_SET_TYPE, vec![Value::Int(0)]),
+        true,
+    )
+    .expect("set-type");
+    let Some(Value::List(outer)) = bin else {
+        panic!("a list bin")
+    };
+    assert_eq!(outer.items.len(), 1);
+}

@@ -5,7 +5,9 @@
 //! Dialect: strings are msgpack `str` whose first byte is the particle type
 //! 3 (blobs: 4 or another blob subtype; GeoJSON: 23); an ordered list or
 //! map carries its flags in a zero-length ext (`0xc7 0x00 flags`) as its
-//! first element (a map: as the first key, with a nil value). The wildcard
+//! first element (a map: as the first key, with a nil value; a map's header
+//! ext may also carry the reference's persisted offset index, which is
+//! dropped on decoding, the flags kept). The wildcard
 //! and infinity helpers of range arguments are `fixext1` of type 0xff.
 //!
 //! Order (the reference's msgpack compare): nil < false < true < negative
@@ -366,6 +368,45 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// If the next pair is a map header that carries the reference's
+    /// persisted offset index (an ext of any length, its type byte the
+    /// flags, with a nil value), consumes it: the flags are kept, the index
+    /// is dropped (Citrine keeps none in the value; the reference answers
+    /// such a map re-packed without it).
+    fn indexed_map_header(&mut self) -> Option<u8> {
+        let rest = self.bytes.get(self.at..)?;
+        let (header, len) = match *rest.first()? {
+            0xd4 => (2, 1),
+            0xd5 => (2, 2),
+            0xd6 => (2, 4),
+            0xd7 => (2, 8),
+            0xd8 => (2, 16),
+            0xc7 => (3, usize::from(*rest.get(1)?)),
+            0xc8 => (
+                4,
+                usize::from(u16::from_be_bytes([*rest.get(1)?, *rest.get(2)?])),
+            ),
+            0xc9 => (
+                6,
+                usize::try_from(u32::from_be_bytes([
+                    *rest.get(1)?,
+                    *rest.get(2)?,
+                    *rest.get(3)?,
+                    *rest.get(4)?,
+                ]))
+                .ok()?,
+            ),
+            _ => return None,
+        };
+        let flags = *rest.get(header - 1)?;
+        let end = header.checked_add(len)?;
+        if rest.get(end) != Some(&0xc0) {
+            return None;
+        }
+        self.at += end + 1;
+        Some(flags)
+    }
+
     fn list(&mut self, mut n: usize, depth: usize) -> Result<Value, DecodeError> {
         // Every element takes at least one byte.
         if n > self.remaining() {
@@ -396,6 +437,9 @@ impl<'a> Reader<'a> {
                 n -= 1;
                 // The flags key's value (nil).
                 self.value(depth + 1)?;
+            } else if let Some(f) = self.indexed_map_header() {
+                flags = f;
+                n -= 1;
             }
         }
         let mut entries = Vec::with_capacity(n.min(PREALLOCATE_MAX));
@@ -777,6 +821,30 @@ mod tests {
         round_trip(&[0x91, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
         round_trip(&[0x92, 0xd4, 0xff, 0x00, 0xd4, 0xff, 0x01]);
         round_trip(&[0x91, 0xc4, 0x02, 0xab, 0xcd]);
+    }
+
+    #[test]
+    fn a_map_header_with_a_persisted_index_keeps_its_flags_and_drops_the_index() {
+        // The official C client's "incorrect offset index": a key-ordered
+        // map whose header ext carries 10 bytes of (wrong) offset index.
+        let mut bytes = vec![0x83, 0xc7, 0x0a, 0x01];
+        bytes.extend(55u8..65);
+        bytes.extend_from_slice(&[0xc0, 0x01, 0x01, 0x02, 0x02]);
+        let Value::Map(map) = decode_stored(&bytes).expect("decodes") else {
+            panic!("a map");
+        };
+        assert_eq!(map.flags, MAP_KEY_ORDERED);
+        assert_eq!(map.entries.len(), 2);
+        assert_eq!(
+            to_bytes(&Value::Map(map)),
+            [0x83, 0xc7, 0x00, 0x01, 0xc0, 0x01, 0x01, 0x02, 0x02]
+        );
+        // An ext key whose value is not nil stays an entry.
+        let bytes = [0x81, 0xd4, 0x05, 0x00, 0x01];
+        let Value::Map(map) = decode_stored(&bytes).expect("decodes") else {
+            panic!("a map");
+        };
+        assert_eq!((map.flags, map.entries.len()), (0, 1));
     }
 
     #[test]

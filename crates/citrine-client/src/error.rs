@@ -174,6 +174,7 @@ pub fn result_code_from_u8(code: u8) -> Option<ResultCode> {
         150 => R::BatchDisabled,
         151 => R::BatchMaxRequests,
         152 => R::BatchQueuesFull,
+        160 => R::GeoInvalidGeojson,
         200 => R::SindexFound,
         201 => R::SindexNotFound,
         203 => R::SindexNotReadable,

@@ -121,9 +121,23 @@ fn polygon(value: &Json) -> Option<Vec<Vec<(f64, f64)>>> {
 }
 
 impl Shape {
-    /// Parses GeoJSON text; `None` for anything else (or out of range).
+    /// Parses GeoJSON text; `None` for anything else (or out of range). A
+    /// `Feature` is its geometry, as the reference takes it; type names
+    /// are case-sensitive, and other geometries (`MultiPoint`,
+    /// `LineString`, ...) are refused.
     pub fn parse(text: &[u8]) -> Option<Shape> {
         let json: Json = serde_json::from_slice(text).ok()?;
+        Shape::of_json(&json)
+    }
+
+    fn of_json(json: &Json) -> Option<Shape> {
+        if json.get("type")?.as_str()? == "Feature" {
+            let geometry = json.get("geometry")?;
+            if geometry.get("type")?.as_str()? == "Feature" {
+                return None;
+            }
+            return Shape::of_json(geometry);
+        }
         let coordinates = json.get("coordinates")?;
         match json.get("type")?.as_str()? {
             "Point" => {
@@ -448,9 +462,18 @@ mod tests {
             r#"{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1]]]}"#,
             r#"{"type":"AeroCircle","coordinates":[[0,0],-5]}"#,
             r#"{"type":"LineString","coordinates":[[0,0],[1,1]]}"#,
+            r#"{"type":"point","coordinates":[0,0]}"#,
+            r#"{"type":"MultiPoint","coordinates":[[0,0],[0,0]]}"#,
+            r#"{"type":"Feature","geometry":{"type":"LineString","coordinates":[[0,0],[1,1]]}}"#,
+            r#"{"type":"Feature"}"#,
         ] {
             assert_eq!(Shape::parse(bad.as_bytes()), None, "{bad}");
         }
+        // A Feature is its geometry.
+        assert!(matches!(
+            shape(&format!(r#"{{"type":"Feature","properties":{{}},"geometry":{BAY}}}"#)),
+            Shape::Polygons(p) if p.len() == 1
+        ));
         let mut particle = vec![0, 0, 1];
         particle.extend_from_slice(&[9; 8]);
         particle.extend_from_slice(br#"{"type":"Point","coordinates":[1,2]}"#);

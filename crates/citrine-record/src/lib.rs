@@ -89,7 +89,7 @@ pub fn float_from_wire(bytes: &[u8]) -> Option<f64> {
 /// Why a value or body is unacceptable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordError {
-    /// Bin name empty or longer than 15 bytes.
+    /// Bin name longer than 15 bytes.
     BinName,
     /// More bins than a record may hold.
     TooManyBins,
@@ -99,10 +99,13 @@ pub enum RecordError {
     CorruptBody,
 }
 
-/// Checks that a bin name is valid (1..=15 bytes).
+/// Checks that a bin name is valid: at most 15 bytes. An empty name is a
+/// bin like any other, as the reference server stores it (the official C
+/// client's suite writes and reads one); only a READ op with an empty
+/// name means "every bin" (see the service's transaction module).
 #[inline]
 pub fn valid_bin_name(name: &[u8]) -> bool {
-    !name.is_empty() && name.len() <= BIN_NAME_MAX
+    name.len() <= BIN_NAME_MAX
 }
 
 /// Checks that `value` is a well-formed encoding for `particle_type` (a type
@@ -353,7 +356,8 @@ mod tests {
         assert!(validate_value(99, &[]).is_err());
         assert!(validate_value(23, &[0, 0, 0, b'{']).is_ok());
         assert!(validate_value(23, &[0, 0, 9]).is_err());
-        assert!(!valid_bin_name(b""));
+        assert!(valid_bin_name(b""));
+        assert!(valid_bin_name(b"fifteen-chars-x"));
         assert!(!valid_bin_name(b"sixteen-chars-xx"));
         assert!(encode_body(None, &[Bin::borrowed(b"sixteen-chars-xx", 3, b"")]).is_err());
     }

@@ -757,7 +757,7 @@ fn an_op_on_a_missing_bin_makes_the_bin_from_its_operand() {
 }
 
 #[test]
-fn list_and_map_writes_are_checked_and_made_canonical() {
+fn list_and_map_writes_are_checked_and_nested_ones_made_canonical() {
     let (service, _) = service();
     let write = |particle: u8, bytes: &[u8]| {
         send(
@@ -782,17 +782,28 @@ fn list_and_map_writes_are_checked_and_made_canonical() {
             .map(|(_, particle, bytes)| (particle, bytes))
     };
     assert_eq!(stored(&service), Some((20, vec![0x93, 0x03, 0x01, 0x02])));
-    // A key-ordered map (ext flags 0x01 first) sent unsorted, with a
-    // duplicate key, is stored sorted with the last value of the key.
+    // A key-ordered map (ext flags 0x01 first) sent unsorted, or with a
+    // duplicate key, is refused, as the reference refuses it.
     let map = [
         0x84, 0xc7, 0x00, 0x01, 0xc0, 0x02, 0x0a, 0x01, 0x0b, 0x02, 0x0c,
+    ];
+    assert_eq!(write(19, &map), 4);
+    let map = [0x83, 0xc7, 0x00, 0x01, 0xc0, 0x01, 0x0b, 0x01, 0x0c];
+    assert_eq!(write(19, &map), 4);
+    // So is an ordered list out of order.
+    assert_eq!(write(20, &[0x93, 0xc7, 0x00, 0x01, 0x02, 0x01]), 4);
+    // In order, a key-ordered map is stored re-packed at its smallest (the
+    // key 1 sent as a uint64), its nested ordered list put in order.
+    let map = [
+        0x82, 0xc7, 0x00, 0x01, 0xc0, 0xcf, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x93, 0xc7, 0x00, 0x01,
+        0x02, 0x01,
     ];
     assert_eq!(write(19, &map), 0);
     assert_eq!(
         stored(&service),
         Some((
             19,
-            vec![0x83, 0xc7, 0x00, 0x01, 0xc0, 0x01, 0x0b, 0x02, 0x0c]
+            vec![0x82, 0xc7, 0x00, 0x01, 0xc0, 0x01, 0x93, 0xc7, 0x00, 0x01, 0x01, 0x02]
         ))
     );
 }

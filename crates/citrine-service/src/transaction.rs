@@ -683,6 +683,7 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
                     return Err(ResultCode::BinName);
                 }
                 validate_value(op.particle_type, op.value).map_err(|_| ResultCode::Parameter)?;
+                check_geojson(op.particle_type, op.value)?;
                 if op.particle_type == ParticleType::Hll as u8
                     && !citrine_cdt::hll::valid_particle(op.value)
                 {
@@ -943,23 +944,64 @@ fn count_reply_bytes(
 
 /// A list or map bin as a WRITE sets it: well-formed msgpack of the
 /// particle's kind, nested no deeper than a stored value may be (else 4),
-/// with its ordered lists and key-ordered maps put in canonical order (the
-/// CDT ops rely on it); stored as sent when it already is.
-fn collection_value(particle_type: u8, bytes: &[u8]) -> Result<Cow<'_, [u8]>, ResultCode> {
+/// with its nested ordered lists and key-ordered maps put in canonical
+/// order (the CDT ops rely on it); stored as sent when it already is. The
+/// bin's own collection, when it says it is ordered, must be in order (a
+/// key-ordered map's keys ascending and unique), else 4, as the reference
+/// refuses it (the official C client's suite writes such bins).
+pub(crate) fn collection_value(
+    particle_type: u8,
+    bytes: &[u8],
+) -> Result<Cow<'_, [u8]>, ResultCode> {
     use citrine_cdt::value::{self, Value};
+    use std::cmp::Ordering;
     let mut decoded = value::decode_stored(bytes).map_err(|_| ResultCode::Parameter)?;
-    let kind_matches = match decoded {
-        Value::List(_) => particle_type == ParticleType::List as u8,
-        Value::Map(_) => particle_type == ParticleType::Map as u8,
+    let in_order = match &decoded {
+        Value::List(list) if particle_type == ParticleType::List as u8 => {
+            !list.is_ordered()
+                || list
+                    .items
+                    .windows(2)
+                    .all(|pair| value::compare(&pair[0], &pair[1]) != Ordering::Greater)
+        }
+        Value::Map(map) if particle_type == ParticleType::Map as u8 => {
+            !map.is_key_ordered()
+                || map
+                    .entries
+                    .windows(2)
+                    .all(|pair| value::compare(&pair[0].0, &pair[1].0) == Ordering::Less)
+        }
+        // Not the particle's kind.
         _ => false,
     };
-    if !kind_matches {
+    if !in_order {
         return Err(ResultCode::Parameter);
     }
-    if value::canonicalize(&mut decoded) {
+    // A key-ordered map is stored re-packed at its smallest (a client may
+    // send integers wider than they need), as the reference stores it.
+    let repack = matches!(&decoded, Value::Map(map) if map.is_key_ordered());
+    if value::canonicalize(&mut decoded) || repack {
         Ok(Cow::Owned(value::to_bytes(&decoded)))
     } else {
         Ok(Cow::Borrowed(bytes))
+    }
+}
+
+/// A GeoJSON bin value must be a shape the server can index and query
+/// (`Point`, `Polygon`, `MultiPolygon`, `AeroCircle`, or a `Feature` of
+/// one): anything else is refused with `GeoInvalidGeojson`, as the
+/// reference refuses it, instead of being stored and never matching.
+pub(crate) fn check_geojson(particle_type: u8, value: &[u8]) -> Result<(), ResultCode> {
+    if particle_type != ParticleType::GeoJson as u8 {
+        return Ok(());
+    }
+    let valid = citrine_record::geojson_text(value)
+        .and_then(citrine_geo::Shape::parse)
+        .is_some();
+    if valid {
+        Ok(())
+    } else {
+        Err(ResultCode::GeoInvalidGeojson)
     }
 }
 

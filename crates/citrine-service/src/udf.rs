@@ -773,14 +773,28 @@ fn plan(
             )))
         };
         if !valid_bin_name(name) {
-            return Err(bad("the name is empty or longer than 15 bytes"));
+            return Err(bad("the name is longer than 15 bytes"));
         }
+        // An ordered list or map the UDF changed goes back in order (a
+        // `list.append` to an ordered list appends at the end in Lua).
+        let canonical;
+        let value = if value.is_collection() {
+            let mut copy = value.clone();
+            value::canonicalize(&mut copy);
+            canonical = copy;
+            &canonical
+        } else {
+            value
+        };
         if let Some((particle_type, bytes)) = citrine_udf::particle_of(value) {
             let valid = validate_value(particle_type, &bytes).is_ok()
                 && (particle_type != ParticleType::Hll as u8
                     || citrine_cdt::hll::valid_particle(&bytes));
             if !valid {
                 return Err(bad("not a value a bin can hold"));
+            }
+            if transaction::check_geojson(particle_type, &bytes).is_err() {
+                return Err(bad("not a GeoJSON shape the server supports"));
             }
             transaction::check_record_size(namespace, bytes.len())?;
             stored.push(Bin {

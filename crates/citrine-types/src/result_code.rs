@@ -46,6 +46,8 @@ pub enum ResultCode {
     BatchDisabled = 150,
     BatchMaxRequests = 151,
     BatchQueuesFull = 152,
+    /// A GeoJSON bin value that is not a shape the server supports.
+    GeoInvalidGeojson = 160,
     SindexFound = 200,
     SindexNotFound = 201,
     SindexNotReadable = 203,
@@ -100,6 +102,7 @@ impl ResultCode {
             ResultCode::BatchDisabled => "batch disabled",
             ResultCode::BatchMaxRequests => "batch max requests exceeded",
             ResultCode::BatchQueuesFull => "batch queues full",
+            ResultCode::GeoInvalidGeojson => "invalid or unsupported GeoJSON",
             ResultCode::SindexFound => "index already exists",
             ResultCode::SindexNotFound => "index not found",
             ResultCode::SindexNotReadable => "index not readable (still being built)",
@@ -123,6 +126,7 @@ mod tests {
         assert_eq!(ResultCode::NotFound.code(), 2);
         assert_eq!(ResultCode::Generation.code(), 3);
         assert_eq!(ResultCode::RecordTooBig.code(), 13);
+        assert_eq!(ResultCode::GeoInvalidGeojson.code(), 160);
         assert_eq!(ResultCode::Namespace.code(), 20);
         assert_eq!(ResultCode::BinName.code(), 21);
         assert_eq!(ResultCode::SecurityNotEnabled.code(), 52);

@@ -16,6 +16,10 @@
 //! - a record returned by a UDF becomes the map of its bins;
 //! - a map's entries come out sorted by key (Lua's own order depends on
 //!   its hashing), so one map always gives the same bytes;
+//! - a list or map read from a bin keeps its order flags (the prelude's
+//!   `order_flags`, beside it as `lengths` is), so an ordered list or map
+//!   a UDF writes back stays ordered; a map made in Lua is key-ordered
+//!   (as the reference's since 6.1), a list made in Lua unordered;
 //! - functions, coroutines and userdata are not values: returning one is an
 //!   error, as is nesting deeper than [`crate::DEPTH_MAX`] (a table that
 //!   holds itself).
@@ -38,6 +42,10 @@ pub(crate) struct Metatables {
     pub set_length: mlua::Function,
     /// `internal.length`: a list's length, nils included.
     pub length: mlua::Function,
+    /// `internal.order_flags`: the order flags a list or map came with.
+    pub order_flags: mlua::Function,
+    /// `internal.set_order_flags`: records them.
+    pub set_order_flags: mlua::Function,
     /// `internal.record`: a record table from its pieces.
     pub record_of: mlua::Function,
     /// `internal.outcome`: what a record UDF asked for.
@@ -185,6 +193,10 @@ pub(crate) fn to_lua(lua: &Lua, meta: &Metatables, value: &Value) -> mlua::Resul
                 table.raw_set(index + 1, item)?;
             }
             table.set_metatable(Some(meta.list.clone()))?;
+            if list.flags != 0 {
+                meta.set_order_flags
+                    .call::<()>((table.clone(), i64::from(list.flags)))?;
+            }
             if holes {
                 // A Lua sequence cannot hold nil: the list keeps its length
                 // apart.
@@ -209,6 +221,10 @@ pub(crate) fn to_lua(lua: &Lua, meta: &Metatables, value: &Value) -> mlua::Resul
                 table.raw_set(key, item)?;
             }
             table.set_metatable(Some(meta.map.clone()))?;
+            if map.flags != 0 {
+                meta.set_order_flags
+                    .call::<()>((table.clone(), i64::from(map.flags)))?;
+            }
             LuaValue::Table(table)
         }
     })
@@ -267,20 +283,25 @@ fn table_value(
     if is(&meta.record) {
         let state: Table = meta.state.call(table.clone()).map_err(lua_error)?;
         let bins: Table = state.raw_get("bins").map_err(lua_error)?;
-        return map_value(meta, &bins, depth, budget);
+        return map_value(meta, &bins, 0, depth, budget);
     }
     if is(&meta.list) {
         let length: i64 = meta.length.call(table.clone()).map_err(lua_error)?;
+        let flags = recorded_flags(meta, table)?.unwrap_or(0);
         return list_value(
             meta,
             table,
             usize::try_from(length).unwrap_or(0),
+            flags,
             depth,
             budget,
         );
     }
     if is(&meta.map) {
-        return map_value(meta, table, depth, budget);
+        // A map made in Lua is key-ordered, as the reference makes them
+        // since 6.1; one read from a bin keeps its own flags.
+        let flags = recorded_flags(meta, table)?.unwrap_or(value::MAP_KEY_ORDERED);
+        return map_value(meta, table, flags, depth, budget);
     }
     // A plain table: a list when its keys are exactly 1..n (its own
     // metatable, if any, is not consulted).
@@ -296,16 +317,26 @@ fn table_value(
         }
     }
     if count == length {
-        list_value(meta, table, length, depth, budget)
+        list_value(meta, table, length, 0, depth, budget)
     } else {
-        map_value(meta, table, depth, budget)
+        map_value(meta, table, 0, depth, budget)
     }
+}
+
+/// The order flags recorded for a list or map read from a bin.
+fn recorded_flags(meta: &Metatables, table: &Table) -> Result<Option<u8>, String> {
+    let flags: Option<i64> = meta
+        .order_flags
+        .call(table.clone())
+        .map_err(|error| error.to_string())?;
+    Ok(flags.and_then(|flags| u8::try_from(flags).ok()))
 }
 
 fn list_value(
     meta: &Metatables,
     table: &Table,
     length: usize,
+    flags: u8,
     depth: usize,
     budget: &mut Budget,
 ) -> Result<Value, String> {
@@ -314,12 +345,13 @@ fn list_value(
         let item: LuaValue = table.raw_get(index).map_err(|error| error.to_string())?;
         items.push(from_lua(meta, &item, depth + 1, budget)?);
     }
-    Ok(Value::List(List { flags: 0, items }))
+    Ok(Value::List(List { flags, items }))
 }
 
 fn map_value(
     meta: &Metatables,
     table: &Table,
+    flags: u8,
     depth: usize,
     budget: &mut Budget,
 ) -> Result<Value, String> {
@@ -334,5 +366,5 @@ fn map_value(
     // Lua's table order depends on its hashing: keep the reply the same
     // for the same map.
     entries.sort_by(|a, b| value::compare(&a.0, &b.0));
-    Ok(Value::Map(Map { flags: 0, entries }))
+    Ok(Value::Map(Map { flags, entries }))
 }

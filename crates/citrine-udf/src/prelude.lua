@@ -101,6 +101,10 @@ string.gsub = function(s, p, r, n) guard(s, p); return string_gsub(s, p, r, n) e
 -- The length of lists that hold nils (a Lua sequence cannot say it), by
 -- list; weak, so a list's entry goes with it.
 local lengths = raw_setmetatable({}, { __mode = "k" })
+-- The order flags of lists and maps read from a bin (ordered list, key-
+-- or key-value-ordered map), by collection; weak. A collection written
+-- back keeps them (and is put back in order), as the reference keeps them.
+local order_flags = raw_setmetatable({}, { __mode = "k" })
 
 List.__len = function(l)
   local n = lengths[l] or 0
@@ -335,6 +339,13 @@ Record.__index = function(r, name) return states[r].bins[name] end
 Record.__newindex = function(r, name, v)
   local s = states[r]
   if s.readonly then error("the record of a stream UDF is read-only", 2) end
+  -- A name longer than a bin's 15 bytes is ignored with a warning, as the
+  -- reference does (its setter refuses it and Lua never hears): the UDF
+  -- goes on, and the record is written without it.
+  if type(name) == "string" and #name > 15 then
+    log(1, "bin name " .. name .. " too long: not set")
+    return
+  end
   s.bins[name] = v
 end
 Record.__tostring = function(_) return "Record()" end
@@ -353,6 +364,7 @@ local function copy_value(v, depth)
   for k, x in next, v do out[k] = copy_value(x, depth + 1) end
   if kind ~= nil then raw_setmetatable(out, kind) end
   if lengths[v] then lengths[out] = lengths[v] end
+  if order_flags[v] then order_flags[out] = order_flags[v] end
   return out
 end
 
@@ -556,6 +568,16 @@ end
 -- Sets the length of a list built from Rust with nils in it.
 function internal.set_length(l, n)
   lengths[l] = n
+end
+
+-- A list's or map's order flags (nil: none recorded).
+function internal.order_flags(t)
+  return order_flags[t]
+end
+
+-- Records the order flags of a list or map built from Rust.
+function internal.set_order_flags(t, flags)
+  order_flags[t] = flags
 end
 
 function internal.stream()

@@ -115,6 +115,8 @@ fn new_lua(registry: &Registry) -> mlua::Result<(Lua, Table, Metatables)> {
         state: internal.get("state")?,
         set_length: internal.get("set_length")?,
         length: internal.get("length")?,
+        order_flags: internal.get("order_flags")?,
+        set_order_flags: internal.get("set_order_flags")?,
         record_of: internal.get("record")?,
         outcome: internal.get("outcome")?,
     };

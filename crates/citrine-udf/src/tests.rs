@@ -212,6 +212,82 @@ fn changes_reach_the_record_only_through_create_update_or_remove() {
 }
 
 #[test]
+fn a_bin_name_longer_than_fifteen_bytes_is_ignored_and_the_udf_goes_on() {
+    // The official C client's key_apply2 `bad_create`: the reference
+    // ignores the over-long name and writes the rest.
+    let source = r#"
+function bad_create(record)
+  record.bina = "string a"
+  record.iamabinwithlengthgreaterthan16 = "I will fail"
+  aerospike:create(record)
+  record.binb = "string b"
+  record[""] = 1
+  return aerospike:update(record)
+end
+"#;
+    let registry = registry("bad.lua", source);
+    let mut absent = record(vec![]);
+    absent.exists = false;
+    let applied =
+        apply_record(&registry, &call("bad", "bad_create", vec![]), absent).expect("runs");
+    assert!(matches!(applied.result, Value::Int(0)));
+    let Change::Write { bins, .. } = applied.change else {
+        panic!("expected a write");
+    };
+    let mut names: Vec<&[u8]> = bins.iter().map(|(name, _)| name.as_slice()).collect();
+    names.sort();
+    assert_eq!(names, vec![b"".as_slice(), b"bina", b"binb"]);
+}
+
+#[test]
+fn order_flags_survive_a_udf_and_new_maps_are_key_ordered() {
+    // The official C client's list and map UDF tests: an ordered list or
+    // a key-value-ordered map changed by a UDF keeps its flags; a map made
+    // in Lua is key-ordered (the reference since 6.1).
+    let source = r#"
+function touch(r)
+  list.append(r.l, 0)
+  r.l = r.l
+  r.m['z'] = 1
+  r.m = r.m
+  r.fresh = map { b = 2, a = 1 }
+  r.plain = list { 3, 1 }
+  return aerospike:update(r)
+end
+"#;
+    let registry = registry("flags.lua", source);
+    let input = record(vec![
+        (
+            b"l",
+            Value::List(List {
+                flags: 1,
+                items: vec![Value::Int(1), Value::Int(2)],
+            }),
+        ),
+        (
+            b"m",
+            Value::Map(Map {
+                flags: 3,
+                entries: vec![(str("a"), Value::Int(1))],
+            }),
+        ),
+    ]);
+    let applied = apply_record(&registry, &call("flags", "touch", vec![]), input).expect("runs");
+    let Change::Write { bins, .. } = applied.change else {
+        panic!("expected a write");
+    };
+    let flags = |name: &[u8]| match bins.iter().find(|(bin, _)| bin.as_slice() == name) {
+        Some((_, Value::List(list))) => list.flags,
+        Some((_, Value::Map(map))) => map.flags,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(flags(b"l"), 1);
+    assert_eq!(flags(b"m"), 3);
+    assert_eq!(flags(b"fresh"), 1);
+    assert_eq!(flags(b"plain"), 0);
+}
+
+#[test]
 fn record_metadata_is_visible() {
     let registry = registry("udf1.lua", MODULE);
     let applied = apply_record(
