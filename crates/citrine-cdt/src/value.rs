@@ -399,6 +399,10 @@ impl<'a> Reader<'a> {
             _ => return None,
         };
         let flags = *rest.get(header - 1)?;
+        if flags & !0x1f != 0 {
+            // Not map flags (the helpers' type 0xff, a client's own ext).
+            return None;
+        }
         let end = header.checked_add(len)?;
         if rest.get(end) != Some(&0xc0) {
             return None;
@@ -839,7 +843,13 @@ mod tests {
             to_bytes(&Value::Map(map)),
             [0x83, 0xc7, 0x00, 0x01, 0xc0, 0x01, 0x01, 0x02, 0x02]
         );
-        // An ext key whose value is not nil stays an entry.
+        // An ext key whose value is not nil, or whose type is no flags,
+        // stays an entry.
+        let bytes = [0x81, 0xd4, 0xff, 0x00, 0xc0];
+        let Value::Map(map) = decode_stored(&bytes).expect("decodes") else {
+            panic!("a map");
+        };
+        assert_eq!((map.flags, map.entries.len()), (0, 1));
         let bytes = [0x81, 0xd4, 0x05, 0x00, 0x01];
         let Value::Map(map) = decode_stored(&bytes).expect("decodes") else {
             panic!("a map");

@@ -949,10 +949,7 @@ fn count_reply_bytes(
 /// bin's own collection, when it says it is ordered, must be in order (a
 /// key-ordered map's keys ascending and unique), else 4, as the reference
 /// refuses it (the official C client's suite writes such bins).
-pub(crate) fn collection_value(
-    particle_type: u8,
-    bytes: &[u8],
-) -> Result<Cow<'_, [u8]>, ResultCode> {
+fn collection_value(particle_type: u8, bytes: &[u8]) -> Result<Cow<'_, [u8]>, ResultCode> {
     use citrine_cdt::value::{self, Value};
     use std::cmp::Ordering;
     let mut decoded = value::decode_stored(bytes).map_err(|_| ResultCode::Parameter)?;

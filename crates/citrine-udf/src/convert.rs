@@ -18,8 +18,8 @@
 //!   its hashing), so one map always gives the same bytes;
 //! - a list or map read from a bin keeps its order flags (the prelude's
 //!   `order_flags`, beside it as `lengths` is), so an ordered list or map
-//!   a UDF writes back stays ordered; a map made in Lua is key-ordered
-//!   (as the reference's since 6.1), a list made in Lua unordered;
+//!   a UDF writes back stays ordered; a list or map made in Lua has no
+//!   flags (unordered);
 //! - functions, coroutines and userdata are not values: returning one is an
 //!   error, as is nesting deeper than [`crate::DEPTH_MAX`] (a table that
 //!   holds itself).
@@ -298,9 +298,10 @@ fn table_value(
         );
     }
     if is(&meta.map) {
-        // A map made in Lua is key-ordered, as the reference makes them
-        // since 6.1; one read from a bin keeps its own flags.
-        let flags = recorded_flags(meta, table)?.unwrap_or(value::MAP_KEY_ORDERED);
+        // One read from a bin keeps its own flags; a map made in Lua has
+        // none (the official Go client's suite reads such a map, stored or
+        // returned, as a plain map).
+        let flags = recorded_flags(meta, table)?.unwrap_or(0);
         return map_value(meta, table, flags, depth, budget);
     }
     // A plain table: a list when its keys are exactly 1..n (its own
