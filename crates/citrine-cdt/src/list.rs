@@ -914,13 +914,17 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
         ),
         Selector::ValueList(values) => {
             // In the value list's order: each value's matches (in index
-            // order, which is their rank order), a repeated value once.
+            // order, which is their rank order); a repeated value finds
+            // its matches taken already.
+            let mut taken = vec![false; len];
             let mut chosen = Vec::new();
-            for (at, value) in values.iter().enumerate() {
-                if values[..at].iter().any(|earlier| equal(earlier, value)) {
-                    continue;
+            for value in values {
+                for (i, item) in items.iter().enumerate() {
+                    if !taken[i] && equal(item, value) {
+                        taken[i] = true;
+                        chosen.push(i);
+                    }
                 }
-                chosen.extend(matching(&|item| equal(item, value)));
             }
             (chosen, false, Family::ValueList)
         }

@@ -183,16 +183,14 @@ impl Service {
             .collect();
         (peers, cluster.cluster_key)
     }
-}
 
-impl Service {
     /// Sends each of `stores` to every other member of the current view at
     /// once and waits until every one answered, at most [`SYNC_TIMEOUT`].
-    /// Returns how many (member, store) pushes were not acknowledged; those
-    /// members get the change from the pushes that follow.
-    pub(crate) async fn sync_stores(&self, stores: &[Store]) -> usize {
+    /// A member that does not acknowledge is logged; it gets the change
+    /// from the pushes that follow.
+    pub(crate) async fn sync_stores(&self, stores: &[Store]) {
         let Some(fabric) = self.fabric() else {
-            return 0;
+            return;
         };
         let (peers, _) = self.peers();
         let mut sent = Vec::new();
@@ -213,15 +211,12 @@ impl Service {
             }
         }
         let answers = crate::replication::join_all(calls).await;
-        let mut unacknowledged = 0;
         for ((peer, store), answer) in sent.into_iter().zip(answers) {
             let acknowledged = matches!(&answer, Ok(bytes) if bytes.first() == Some(&citrine_types::ResultCode::Ok.code()));
             if !acknowledged {
-                unacknowledged += 1;
                 tracing::warn!(?peer, ?store, ?answer, "a change was answered before this member acknowledged it; it gets the change from the next push");
             }
         }
-        unacknowledged
     }
 }
 
