@@ -173,11 +173,7 @@ pub fn operate(
     bin: Option<(u8, &[u8])>,
     modify: bool,
 ) -> Result<Outcome, CdtError> {
-    let request = value::decode(payload).map_err(|_| CdtError::Parameter)?;
-    let Value::List(request) = request else {
-        return Err(CdtError::Parameter);
-    };
-    let mut items = request.items;
+    let mut items = request_items(payload)?;
     let (ctx, op) = match items.first().and_then(Value::as_int) {
         Some(CONTEXT_EVAL) => {
             if items.len() != 3 {
@@ -261,6 +257,32 @@ pub fn operate(
         bin,
         result: result.map(|value| to_particle(&value)),
     })
+}
+
+/// The items of a CDT op payload: `[code, args...]` or
+/// `[0xff, [ctx...], [code, args...]]`.
+///
+/// Clients written before the reference's 3.x CDT rework (the Rust client
+/// 1.x among them) still send the first form as a big-endian 16-bit op
+/// code followed by an optional msgpack array of the arguments. Its first
+/// byte is 0 (every op code is below 256), which no msgpack array starts
+/// with, so the two forms cannot be confused; the reference tells them
+/// apart the same way.
+fn request_items(payload: &[u8]) -> Result<Vec<Value>, CdtError> {
+    if let [0, code, args @ ..] = payload {
+        let mut items = vec![Value::Int(i64::from(*code))];
+        if !args.is_empty() {
+            let Value::List(args) = value::decode(args).map_err(|_| CdtError::Parameter)? else {
+                return Err(CdtError::Parameter);
+            };
+            items.extend(args.items);
+        }
+        return Ok(items);
+    }
+    match value::decode(payload).map_err(|_| CdtError::Parameter)? {
+        Value::List(request) => Ok(request.items),
+        _ => Err(CdtError::Parameter),
+    }
 }
 
 #[derive(Clone, Copy)]

@@ -318,6 +318,38 @@ fn results_come_back_as_particles() {
 }
 
 #[test]
+fn the_pre_3_x_form_a_16_bit_code_then_an_argument_array_is_read_as_the_array_form() {
+    let current = ints(&[1, 2, 3]);
+    // LIST_SIZE with no arguments: the two code bytes alone.
+    let (bin, result) = run(Some(&current), &[0, LIST_SIZE as u8], false).expect("reads");
+    assert!(bin.is_none());
+    assert_eq!(int_result(result), 3);
+    // LIST_APPEND 7: the code, then the arguments as one msgpack array.
+    let mut legacy = vec![0, LIST_APPEND as u8];
+    legacy.extend(value::to_bytes(&list(vec![Value::Int(7)])));
+    let (bin, result) = run(Some(&current), &legacy, true).expect("appends");
+    assert_eq!(int_result(result), 4);
+    assert_eq!(
+        value::to_bytes(&bin.expect("the new bin")),
+        value::to_bytes(&ints(&[1, 2, 3, 7]))
+    );
+    // Arguments that are not an array, a lone zero byte, trailing bytes.
+    let bin = value::to_bytes(&current);
+    for case in [
+        vec![0],
+        vec![0, LIST_APPEND as u8, 0x07],
+        vec![0, LIST_APPEND as u8, 0x91, 0x07, 0x07],
+        vec![0, LIST_APPEND as u8, 0x92, 0x07],
+    ] {
+        assert_eq!(
+            operate(&case, Some((LIST, &bin)), true).err(),
+            Some(CdtError::Parameter),
+            "{case:x?}"
+        );
+    }
+}
+
+#[test]
 fn malformed_payloads_are_parameter_errors_never_panics() {
     let current = ints(&[1, 2, 3]);
     let bin = value::to_bytes(&current);

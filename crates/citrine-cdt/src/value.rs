@@ -622,9 +622,11 @@ pub fn depth(value: &Value) -> usize {
 }
 
 /// Puts every collection inside `value` in canonical order: ordered lists
-/// sorted, key-ordered maps sorted by key with unique keys (the last of
-/// equal keys kept). Values already in order are only checked. Answers
-/// whether anything moved.
+/// sorted, and every map — key-ordered or not — sorted by key with unique
+/// keys (the last of equal keys kept). The reference stores all maps in
+/// key order since its 7.0 whatever their flags (an unordered map keeps
+/// flags 0, so it still reads back as unordered). Values already in order
+/// are only checked. Answers whether anything moved.
 pub fn canonicalize(value: &mut Value) -> bool {
     match value {
         Value::List(list) => {
@@ -651,7 +653,7 @@ pub fn canonicalize(value: &mut Value) -> bool {
                 .entries
                 .windows(2)
                 .all(|pair| compare(&pair[0].0, &pair[1].0) == Ordering::Less);
-            if map.is_key_ordered() && !strictly_sorted {
+            if !strictly_sorted {
                 sort_unique_keys(&mut map.entries);
                 changed = true;
             }
@@ -661,9 +663,34 @@ pub fn canonicalize(value: &mut Value) -> bool {
     }
 }
 
+/// Whether any map inside `value` (itself included) holds a key twice.
+pub fn has_duplicate_keys(value: &Value) -> bool {
+    match value {
+        Value::List(list) => list.items.iter().any(has_duplicate_keys),
+        Value::Map(map) => {
+            // Strictly ascending keys (what is stored) are unique: no sort.
+            let repeated = !map
+                .entries
+                .windows(2)
+                .all(|pair| compare(&pair[0].0, &pair[1].0) == Ordering::Less)
+                && {
+                    let mut keys: Vec<&Value> = map.entries.iter().map(|(key, _)| key).collect();
+                    keys.sort_by(|a, b| compare(a, b));
+                    keys.windows(2)
+                        .any(|pair| compare(pair[0], pair[1]) == Ordering::Equal)
+                };
+            repeated
+                || map
+                    .entries
+                    .iter()
+                    .any(|(key, item)| has_duplicate_keys(key) || has_duplicate_keys(item))
+        }
+        _ => false,
+    }
+}
+
 /// Sorts map entries by key and keeps one entry per key, the last of equal
-/// keys (as putting the entries one by one would): what a key-ordered map
-/// holds.
+/// keys (as putting the entries one by one would): what a map holds.
 pub(crate) fn sort_unique_keys(entries: &mut Vec<(Value, Value)>) {
     // Stable: equal keys keep their order, and the last wins.
     entries.sort_by(|a, b| compare(&a.0, &b.0));
@@ -1036,6 +1063,47 @@ mod tests {
             panic!("a list")
         };
         assert!(matches!(list.items[..], [Value::Wildcard, Value::Infinity]));
+    }
+
+    #[test]
+    fn every_map_is_stored_in_key_order_and_keeps_its_flags() {
+        // Keys of the three kinds a map key may be, out of order.
+        let keys = [
+            Value::Int(7),
+            Value::Int(-5),
+            Value::str("b"),
+            Value::str(""),
+            Value::Blob(0, vec![1]),
+            Value::Blob(0, vec![]),
+        ];
+        let mut value = Value::Map(Map {
+            flags: 0,
+            entries: keys.iter().cloned().map(|key| (key, Value::Nil)).collect(),
+        });
+        assert!(canonicalize(&mut value));
+        let Value::Map(map) = &value else {
+            panic!("{value:?}")
+        };
+        assert_eq!(map.flags, 0, "an unordered map stays unordered");
+        let order: Vec<&Value> = map.entries.iter().map(|(key, _)| key).collect();
+        assert_eq!(
+            order,
+            [&keys[1], &keys[0], &keys[3], &keys[2], &keys[5], &keys[4]]
+        );
+        assert!(!canonicalize(&mut value), "already in order: untouched");
+        assert!(!has_duplicate_keys(&value));
+        let nested = Value::List(List {
+            flags: 0,
+            items: vec![Value::Map(Map {
+                flags: 0,
+                entries: vec![
+                    (Value::str("a"), Value::Int(1)),
+                    (Value::str("b"), Value::Int(2)),
+                    (Value::str("a"), Value::Int(3)),
+                ],
+            })],
+        });
+        assert!(has_duplicate_keys(&nested));
     }
 
     #[test]

@@ -46,6 +46,7 @@ use citrine_types::{Digest, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::msg::{field_type, info3, Message, MessageWriter, MsgHeader, MSG_HEADER_SIZE};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Default limit on rows per batch request (`batch-max-requests`).
 pub const BATCH_MAX_REQUESTS_DEFAULT: u32 = 5000;
@@ -149,6 +150,24 @@ pub(crate) struct Parent {
     /// The parent's total timeout (ms, 0 = none): the deadline of rows
     /// that need the fabric in a cluster.
     pub transaction_ttl: u32,
+    /// When the batch began. Its UDF rows share one time limit counted
+    /// from here, as the reference's sub-transactions share the batch's
+    /// deadline: a batch of slow UDFs holds a service thread for that
+    /// limit, not for the limit once per row. Real time, as a UDF's own
+    /// limit is. `None`: each UDF row has the whole limit.
+    pub started: Option<Instant>,
+}
+
+impl Parent {
+    /// What is left of the batch's UDF time limit; `None` once it is spent
+    /// (the row answers TIMEOUT without running).
+    fn udf_time_left(self) -> Option<Duration> {
+        let limit = crate::udf::time_limit(self.transaction_ttl);
+        let elapsed = self
+            .started
+            .map_or(Duration::ZERO, |started| started.elapsed());
+        limit.checked_sub(elapsed).filter(|left| !left.is_zero())
+    }
 }
 
 /// The fixed part of a BATCH_INDEX payload: row count and parent flags.
@@ -407,6 +426,7 @@ pub(crate) fn start(service: &Service, message: &Message<'_>, out: &mut Vec<u8>)
         sc_bits: message.header.info3 & SC_READ_BITS,
         record_ttl: message.header.record_ttl,
         transaction_ttl: message.header.transaction_ttl,
+        started: Some(Instant::now()),
     };
     let filter = match message.field(field_type::FILTER_EXPRESSION) {
         Some(bytes) => match crate::filter::parse(bytes) {
@@ -719,10 +739,19 @@ fn execute_row(
     if set.len() > SET_NAME_MAX || set.contains(&0) {
         return refuse(out, ResultCode::Parameter);
     }
-    let udf = match crate::udf::parse_call(service.udf_registry(), |kind| body.field(kind)) {
+    let mut udf = match crate::udf::parse_call(service.udf_registry(), |kind| body.field(kind)) {
         Ok(udf) => udf,
         Err(code) => return refuse(out, code),
     };
+    let mut parent = parent;
+    if let Some(call) = udf.as_mut() {
+        let Some(left) = parent.udf_time_left() else {
+            return refuse(out, ResultCode::Timeout);
+        };
+        call.time_limit = Some(left);
+        // A routed row carries what is left as its own timeout.
+        parent.transaction_ttl = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
+    }
     if service.routes() {
         // In a cluster a row goes where a single-record request would: to
         // its master (proxied), through duplicate resolution, replicated.

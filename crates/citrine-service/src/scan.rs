@@ -41,7 +41,9 @@
 //! names the time the next step is due, `ScanCursor::not_before_ms`:
 //! when `sent` records are due at that rate since the scan's first step.
 //! The connection loop holds the connection until then (serving the
-//! others), never longer than `MAX_PACED_PAUSE_MS` at a time: a wall
+//! others), and the stream's LAST message until its records are due, so N
+//! records take at least N / rate seconds (as the reference's per-record
+//! throttle does), never longer than `MAX_PACED_PAUSE_MS` at a time: a wall
 //! clock stepped back makes the next step start the schedule again. The
 //! blocking [`Service::handle`] path does not wait.
 //!
@@ -904,6 +906,13 @@ impl ScanCursor {
             .scan
             .records
             .fetch_add(self.sent - sent_before, Ordering::Relaxed);
+        // A throttled scan ends no sooner than its records are due: the
+        // LAST message waits for a step of its own when this one is ahead
+        // of the rate, so N records take at least N / rate seconds.
+        let finished = finished
+            && !self
+                .not_before_ms()
+                .is_some_and(|due| self.sent > sent_before && due > now.unix_ms);
         if finished {
             let last = MsgHeader {
                 info3: info3::LAST,

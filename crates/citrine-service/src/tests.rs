@@ -806,6 +806,21 @@ fn list_and_map_writes_are_checked_and_nested_ones_made_canonical() {
             vec![0x82, 0xc7, 0x00, 0x01, 0xc0, 0x01, 0x93, 0xc7, 0x00, 0x01, 0x01, 0x02]
         ))
     );
+    // An unordered map is stored in key order, still unordered (no ext
+    // header), as the reference stores every map since its 7.0: "z" 1,
+    // "a" 2 reads back as "a" 2, "z" 1.
+    let map = [0x82, 0xa1, b'z', 0x01, 0xa1, b'a', 0x02];
+    assert_eq!(write(19, &map), 0);
+    assert_eq!(
+        stored(&service),
+        Some((19, vec![0x82, 0xa1, b'a', 0x02, 0xa1, b'z', 0x01]))
+    );
+    // A key twice is refused, in an unordered map too, nested as well.
+    assert_eq!(write(19, &[0x82, 0xa1, b'a', 0x01, 0xa1, b'a', 0x02]), 4);
+    assert_eq!(
+        write(20, &[0x91, 0x82, 0xa1, b'a', 0x01, 0xa1, b'a', 0x02]),
+        4
+    );
 }
 
 #[test]
@@ -851,6 +866,41 @@ fn respond_all_ops_gives_one_entry_per_op() {
     assert_eq!(reply.bins[0].1, 0);
     assert_eq!(reply.bins[1].2, 1i64.to_be_bytes().to_vec());
     assert_eq!(reply.bins[2].1, 0);
+}
+
+#[test]
+fn a_header_read_in_a_write_holds_its_slot_under_respond_all_ops() {
+    let (service, _) = service();
+    send(&service, &put("k", Ops::new().int(op_type::WRITE, "a", 1)));
+    // touch + get_header, as a client's operate sends them.
+    let ops = Ops::new()
+        .op(op_type::TOUCH, 0, "", b"")
+        .op(op_type::READ, 0, "", b"");
+    let operate = |info2_bits| {
+        request(
+            "k",
+            MsgHeader {
+                info1: info1::READ | info1::GET_NO_BINS,
+                info2: info2_bits,
+                ..MsgHeader::default()
+            },
+            &ops,
+            false,
+        )
+    };
+    let reply = send(&service, &operate(info2::WRITE | info2::RESPOND_ALL_OPS));
+    assert_eq!(reply.header.result_code, 0);
+    assert_eq!(
+        reply.bins.len(),
+        1,
+        "the touch answers nothing, the read a nil"
+    );
+    assert!(reply.bins[0].0.is_empty());
+    assert_eq!(reply.bins[0].1, citrine_types::ParticleType::Null as u8);
+    // Without RESPOND_ALL_OPS neither answers.
+    let reply = send(&service, &operate(info2::WRITE));
+    assert_eq!(reply.header.result_code, 0);
+    assert!(reply.bins.is_empty());
 }
 
 #[test]
@@ -1316,6 +1366,45 @@ fn udf_modules_are_registered_listed_fetched_and_removed() {
     assert_eq!(answers[1].1, "");
     assert_eq!(answers[2].1, "error=not_found");
     assert_eq!(answers[3].1, "ok", "removing what is not there is ok");
+}
+
+#[test]
+fn a_udf_module_name_follows_the_references_rules() {
+    use base64::Engine as _;
+    let (service, _) = service();
+    let content = base64::engine::general_purpose::STANDARD.encode("function f(rec) return 1 end");
+    let put = |name: &str| format!("udf-put:filename={name};content={content};udf-type=LUA;");
+    let long = format!("{}.lua", "m".repeat(123));
+    let too_long = format!("{}.lua", "m".repeat(124));
+    let names = [
+        "UPPER.LUA",
+        "a$b-c_d.lua",
+        &long,
+        "noext",
+        "m.",
+        ".m.lua",
+        "a/b.lua",
+        "a b.lua",
+        &too_long,
+    ];
+    let commands: Vec<String> = names.iter().map(|name| put(name)).collect();
+    let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
+    let answers = info(&service, &commands);
+    let got: Vec<&str> = answers.iter().map(|(_, answer)| answer.as_str()).collect();
+    let refused = "error=invalid_filename";
+    assert_eq!(
+        got,
+        ["ok", "ok", "ok", refused, refused, refused, refused, refused, refused]
+    );
+    let listed = info(&service, &["udf-list"]);
+    for name in &names[..3] {
+        assert!(listed[0].1.contains(&format!("filename={name},")), "{name}");
+    }
+    // Any extension registers, but only a `.lua` module can be called.
+    assert!(service.udf_registry().get("UPPER.LUA").is_some());
+    let answers = info(&service, &["udf-remove:filename=UPPER.LUA", "udf-list"]);
+    assert_eq!(answers[0].1, "ok");
+    assert!(!answers[1].1.contains("UPPER.LUA"));
 }
 
 #[test]

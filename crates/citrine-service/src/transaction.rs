@@ -971,11 +971,14 @@ fn collection_value(particle_type: u8, bytes: &[u8]) -> Result<Cow<'_, [u8]>, Re
         // Not the particle's kind.
         _ => false,
     };
-    if !in_order {
+    // A map may hold a key once, at any depth (the reference refuses
+    // duplicates in a written map, ordered or not).
+    if !in_order || value::has_duplicate_keys(&decoded) {
         return Err(ResultCode::Parameter);
     }
-    // A key-ordered map is stored re-packed at its smallest (a client may
-    // send integers wider than they need), as the reference stores it.
+    // Every map is stored in key order (see `value::canonicalize`); a
+    // key-ordered map is also re-packed at its smallest (a client may send
+    // integers wider than they need), as the reference stores it.
     let repack = matches!(&decoded, Value::Map(map) if map.is_key_ordered());
     if value::canonicalize(&mut decoded) || repack {
         Ok(Cow::Owned(value::to_bytes(&decoded)))
@@ -1108,16 +1111,18 @@ fn write(
             reply_bytes = count_reply_bytes(&responses, &mut counted, reply_bytes)?;
             match op.op_type {
                 op_type::READ => {
-                    if op.name.is_empty() {
-                        if get_all {
-                            for bin in &bins {
-                                responses.push(ResponseEntry {
-                                    op_type: op_type::READ,
-                                    name: bin.name.clone(),
-                                    particle_type: bin.particle_type,
-                                    value: bin.value.clone(),
-                                });
-                            }
+                    // A nameless read is "all bins" only under GET_ALL; a
+                    // header read (NOBINDATA) names the bin "" like any
+                    // other, so under RESPOND_ALL_OPS it holds its slot
+                    // with a nil, as the reference's write path answers.
+                    if op.name.is_empty() && get_all {
+                        for bin in &bins {
+                            responses.push(ResponseEntry {
+                                op_type: op_type::READ,
+                                name: bin.name.clone(),
+                                particle_type: bin.particle_type,
+                                value: bin.value.clone(),
+                            });
                         }
                         continue;
                     }

@@ -127,14 +127,22 @@ fn text(entries: &Entries) -> String {
     text
 }
 
-/// A module file name: `name.lua`, letters, digits, `_`, `-` and `.`.
+/// A module file name as the reference takes one: at most 127 bytes of
+/// letters, digits, `.`, `_`, `-` and `$`, not starting with `.` (so never
+/// a path). Only a `.lua` module can be called (its name without the
+/// extension); the reference registers and lists others too.
 fn valid_filename(name: &str) -> bool {
-    name.len() > 4
+    !name.is_empty()
         && name.len() <= FILENAME_MAX
-        && name.ends_with(".lua")
+        && !name.starts_with('.')
         && name
             .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.' | b'$'))
+}
+
+/// What `udf-put` also asks of a name: an extension after its first `.`.
+fn has_extension(name: &str) -> bool {
+    name.find('.').is_some_and(|dot| dot + 1 < name.len())
 }
 
 /// Compiles an entry's source (a tombstone passes): what a file or a peer
@@ -286,7 +294,7 @@ fn encode(text: &str) -> String {
 pub(crate) fn put(service: &Service, command: &InfoCommand<'_>) -> String {
     let Some(filename) = command
         .param("filename")
-        .filter(|name| valid_filename(name))
+        .filter(|name| valid_filename(name) && has_extension(name))
     else {
         return "error=invalid_filename".to_owned();
     };
@@ -396,6 +404,10 @@ pub(crate) struct UdfCall<'m> {
     pub function: &'m str,
     /// The msgpack list of arguments (empty: none).
     pub args: &'m [u8],
+    /// How long it may run when the caller bounds it more tightly than the
+    /// request's own timeout does (a batch's UDF rows share one deadline);
+    /// `None`: [`time_limit`] of the request's timeout.
+    pub time_limit: Option<Duration>,
 }
 
 /// The UDF a request names, if any: module and function are both needed,
@@ -425,6 +437,7 @@ pub(crate) fn parse_call<'m>(
         module,
         function,
         args,
+        time_limit: None,
     }))
 }
 
@@ -605,7 +618,9 @@ pub(crate) fn apply(
             module: call.module,
             function: call.function,
             args: args.clone(),
-            time_limit: time_limit(header.transaction_ttl),
+            time_limit: call
+                .time_limit
+                .unwrap_or_else(|| time_limit(header.transaction_ttl)),
         };
         let applied = match citrine_udf::apply_record(call.registry, &udf, input) {
             Ok(applied) => applied,

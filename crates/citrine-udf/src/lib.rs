@@ -214,9 +214,9 @@ impl std::fmt::Display for UdfError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             UdfError::ModuleNotFound(module) => write!(f, "UDF module not found: {module}"),
-            UdfError::FunctionNotFound(function) => {
-                write!(f, "function not found: {function}")
-            }
+            // The reference's exact words (its Lua prelude raises them),
+            // which clients compare against; the name stays in the value.
+            UdfError::FunctionNotFound(_) => f.write_str("function not found"),
             UdfError::Execution(message) => f.write_str(message),
         }
     }

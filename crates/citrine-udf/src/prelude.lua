@@ -468,8 +468,13 @@ end
 local Stream = { __name = "Stream", __metatable = "Stream" }
 Stream.__index = Stream
 
+-- The server runs a stream's ops up to and including its first reduce;
+-- the ops after it are the client's, which runs them over the nodes'
+-- results (as the reference's stream ops split server and client scope).
 local function add(s, op)
+  if s.reduced then return s end
   s.ops[#s.ops + 1] = op
+  if op.k == "reduce" then s.reduced = true end
   return s
 end
 

@@ -124,11 +124,11 @@ fn new_lua(registry: &Registry) -> mlua::Result<(Lua, Table, Metatables)> {
     // whenever the registry changes).
     let sources = lua.create_table()?;
     for module in registry.list() {
-        let name = module
-            .filename
-            .strip_suffix(".lua")
-            .unwrap_or(&module.filename);
-        sources.raw_set(name, lua.create_string(&module.source)?)?;
+        // Only `.lua` modules load, as the reference's Lua module cache
+        // takes only those.
+        if let Some(name) = module.filename.strip_suffix(".lua") {
+            sources.raw_set(name, lua.create_string(&module.source)?)?;
+        }
     }
     let set_sources: mlua::Function = internal.get("set_sources")?;
     set_sources.call::<()>(sources)?;

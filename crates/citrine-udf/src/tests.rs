@@ -351,6 +351,11 @@ fn failures_are_errors_with_messages_and_change_nothing() {
         run("nope").err(),
         Some(UdfError::FunctionNotFound("nope".to_owned()))
     );
+    assert_eq!(
+        UdfError::FunctionNotFound("nope".to_owned()).to_string(),
+        "function not found",
+        "the reference's words, which clients compare against"
+    );
     let missing = apply_record(&registry, &call("absent", "f", vec![]), record(vec![]));
     assert_eq!(
         missing.err(),
@@ -456,6 +461,11 @@ function average(s, name)
   return s : aggregate(map{sum = 0, count = 0}, mapper) : reduce(merge)
 end
 
+function average_value(s, name)
+  local function div(a) return a['sum'] / a['count'] end
+  return average(s, name) : map(div)
+end
+
 function odd_names(stream)
   local function odd(rec) return rec.n % 2 == 1 end
   local function name(rec) return map{n = rec.n} end
@@ -504,6 +514,14 @@ fn streams_map_reduce_aggregate_and_filter() {
         map_get(&average[0], "count"),
         Some(Value::Int(10))
     ));
+    // What follows the first reduce is the client's: the server's
+    // result is still the reduced map, not the mapped number.
+    let average_value = run_stream("average_value", vec![str("n")], 10).expect("runs");
+    assert_eq!(average_value.len(), 1);
+    assert!(
+        matches!(map_get(&average_value[0], "count"), Some(Value::Int(10))),
+        "{average_value:?}"
+    );
     let odd = run_stream("odd_names", vec![], 9).expect("runs");
     assert_eq!(odd.len(), 5);
     assert!(run_stream("sum", vec![str("n")], 0)

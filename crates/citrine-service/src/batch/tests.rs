@@ -371,6 +371,7 @@ fn parses_every_row_form() {
         sc_bits: info3::SC_READ_TYPE,
         record_ttl: 55,
         transaction_ttl: 0,
+        started: None,
     };
     assert_eq!(payload_header(&bytes), Ok((5, 0x0C)));
     assert_eq!(validate(&bytes, parent, 5000), Ok(5));
@@ -987,5 +988,66 @@ fn a_udf_row_runs_under_the_requests_timeout() {
     assert!(
         took >= std::time::Duration::from_millis(1450),
         "stopped after {took:?}: not the request's 1.5 s"
+    );
+}
+
+/// A batch's UDF rows share one time limit, counted from the batch's
+/// start: three endless rows under an 800 ms request stop after its
+/// 600 ms together, the rows left answering TIMEOUT (9) without running —
+/// not after 600 ms each (at least 1.8 s) holding the service thread.
+#[test]
+fn a_batchs_udf_rows_share_one_time_limit() {
+    use base64::Engine as _;
+    let (service, _) = service();
+    let source = b"function spin(rec) while true do end end";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    assert_eq!(
+        crate::sindex::tests::info(
+            &service,
+            &format!(
+                "udf-put:filename=spin.lua;content={content};content-len={};",
+                content.len()
+            )
+        ),
+        "ok"
+    );
+    let rows: Vec<RowSpec> = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(index, key)| {
+            RowSpec::full(
+                index as u32,
+                "test",
+                "demo",
+                key,
+                row_flags::INFO | row_flags::GENERATION | row_flags::TTL,
+                [0, info2::WRITE, 0, 0],
+            )
+            .field(field_type::UDF_FILENAME, b"spin")
+            .field(field_type::UDF_FUNCTION, b"spin")
+            .field(field_type::UDF_ARGLIST, &[0x90])
+        })
+        .collect();
+    let mut frame = Vec::new();
+    let header = MsgHeader {
+        info1: info1::BATCH,
+        info2: info2::WRITE,
+        transaction_ttl: 800,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut frame, &header);
+    writer.field(field_type::BATCH_INDEX, &payload(&rows, 0));
+    writer.finish();
+    let started = std::time::Instant::now();
+    let (rows_out, last) = rows_and_last(run(&service, &frame));
+    let took = started.elapsed();
+    assert_eq!(last.header.result_code, 0);
+    let codes: Vec<u8> = rows_out.iter().map(|row| row.header.result_code).collect();
+    assert_eq!(codes[0], 100, "{codes:?}");
+    assert_eq!(codes[2], 9, "{codes:?}");
+    assert!(matches!(codes[1], 9 | 100), "{codes:?}");
+    assert!(
+        took < std::time::Duration::from_millis(1500),
+        "the rows ran {took:?}: each had the whole limit"
     );
 }

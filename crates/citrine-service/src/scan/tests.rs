@@ -535,6 +535,38 @@ fn a_throttled_scan_paces_its_steps() {
     }
 }
 
+/// The step that sends a throttled scan's last records ahead of its rate
+/// does not end the stream: the LAST message waits until they are due.
+#[test]
+fn a_throttled_scan_ends_no_sooner_than_its_records_are_due() {
+    let (service, clock) = populated();
+    // 300 records at 70 a second, seven a step: the 43rd step sends the
+    // last six and finds the partitions done.
+    let spec = ScanSpec {
+        partition_done: true,
+        extra_fields: vec![(field_type::RECORDS_PER_SECOND, 70u32.to_be_bytes().to_vec())],
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    let mut pending = start_scan(&service, &spec, &mut out);
+    let mut per_step = vec![decode_stream(&out).0.len()];
+    let mut waited_ms = 0u64;
+    while let Some(continuation) = pending {
+        if let Some(pause) = service.pause_of(&continuation) {
+            let ms = u64::try_from(pause.as_millis()).expect("a short pause");
+            clock.advance_ms(ms);
+            waited_ms += ms;
+        }
+        out.clear();
+        pending = service.resume(continuation, &mut out);
+        per_step.push(decode_stream(&out).0.len());
+    }
+    assert_eq!(per_step.len(), 44, "{per_step:?}");
+    assert_eq!(per_step[42], 6, "{per_step:?}");
+    assert_eq!(per_step[43], 1, "the LAST message alone: {per_step:?}");
+    assert!(waited_ms >= 300 * 1000 / 70, "{waited_ms} ms");
+}
+
 #[test]
 fn streams_in_bounded_chunks_and_resumes_mid_partition() {
     let (service, _) = service();
