@@ -935,20 +935,14 @@ fn a_row_with_the_most_fields_is_refused_not_overflowed_when_routed() {
     assert!(single_body(&parsed, parent, Some(&[0xc3])).is_none());
 }
 
-/// A UDF row runs under the batch request's timeout (three quarters of
-/// it), as a single-record call does: rows carry no timeout of their own.
-/// An endless function under a 2 s request stops after 1.5 s, not after
-/// the 1 s of a request without one. (Only the lower bound is checked: a
-/// time limit cannot fire early, a loaded machine can make it late.)
-#[test]
-fn a_udf_row_runs_under_the_requests_timeout() {
+/// Registers `spin.lua`, whose `spin` never returns.
+fn register_spin(service: &Service) {
     use base64::Engine as _;
-    let (service, _) = service();
     let source = b"function spin(rec) while true do end end";
     let content = base64::engine::general_purpose::STANDARD.encode(source);
     assert_eq!(
         crate::sindex::tests::info(
-            &service,
+            service,
             &format!(
                 "udf-put:filename=spin.lua;content={content};content-len={};",
                 content.len()
@@ -956,6 +950,17 @@ fn a_udf_row_runs_under_the_requests_timeout() {
         ),
         "ok"
     );
+}
+
+/// A UDF row runs under the batch request's timeout (three quarters of
+/// it), as a single-record call does: rows carry no timeout of their own.
+/// An endless function under a 2 s request stops after 1.5 s, not after
+/// the 1 s of a request without one. (Only the lower bound is checked: a
+/// time limit cannot fire early, a loaded machine can make it late.)
+#[test]
+fn a_udf_row_runs_under_the_requests_timeout() {
+    let (service, _) = service();
+    register_spin(&service);
     let rows = [RowSpec::full(
         0,
         "test",
@@ -997,20 +1002,8 @@ fn a_udf_row_runs_under_the_requests_timeout() {
 /// not after 600 ms each (at least 1.8 s) holding the service thread.
 #[test]
 fn a_batchs_udf_rows_share_one_time_limit() {
-    use base64::Engine as _;
     let (service, _) = service();
-    let source = b"function spin(rec) while true do end end";
-    let content = base64::engine::general_purpose::STANDARD.encode(source);
-    assert_eq!(
-        crate::sindex::tests::info(
-            &service,
-            &format!(
-                "udf-put:filename=spin.lua;content={content};content-len={};",
-                content.len()
-            )
-        ),
-        "ok"
-    );
+    register_spin(&service);
     let rows: Vec<RowSpec> = ["a", "b", "c"]
         .iter()
         .enumerate()
