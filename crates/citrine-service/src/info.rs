@@ -4,7 +4,9 @@
 //! `shared/protocol/03-info.md`.
 //!
 //! Invariant: every request line gets exactly one answer line that echoes the
-//! line byte for byte; unknown commands answer `ERROR:4:unrecognized command`.
+//! line byte for byte; unknown commands answer `ERROR:4:unrecognized command`;
+//! `help` lists the known ones ([`COMMANDS`], kept true by a test that asks
+//! each).
 
 use crate::cluster_state::NamespaceMap;
 use crate::config::StorageEngineConfig;
@@ -89,8 +91,78 @@ pub fn cluster_key(service: &Service) -> String {
     format!("{:X}", service.cluster().cluster_key)
 }
 
+/// The info commands this server answers, in order: what `help` lists.
+pub(crate) const COMMANDS: &[&str] = &[
+    "alumni-clear-alt",
+    "alumni-clear-std",
+    "alumni-tls-alt",
+    "alumni-tls-std",
+    "build",
+    "cluster-info",
+    "cluster-key",
+    "cluster-name",
+    "cluster-size",
+    "cluster-stable",
+    "compatibility-id",
+    "edition",
+    "features",
+    "get-config",
+    "help",
+    "logs",
+    "namespace",
+    "namespaces",
+    "node",
+    "partition-checksums",
+    "partition-generation",
+    "partitions",
+    "peers-clear-alt",
+    "peers-clear-std",
+    "peers-generation",
+    "peers-tls-alt",
+    "peers-tls-std",
+    "query-abort",
+    "query-show",
+    "rack-ids",
+    "rebalance-generation",
+    "release",
+    "replicas",
+    "replicas-all",
+    "replicas-master",
+    "scan-abort",
+    "scan-show",
+    "service",
+    "service-clear-alt",
+    "service-clear-std",
+    "service-tls-alt",
+    "service-tls-std",
+    "services",
+    "services-alternate",
+    "services-alumni",
+    "services-alumni-reset",
+    "set-config",
+    "sets",
+    "sindex",
+    "sindex-create",
+    "sindex-delete",
+    "sindex-exists",
+    "sindex-list",
+    "sindex-stat",
+    "statistics",
+    "status",
+    "truncate",
+    "truncate-namespace",
+    "truncate-undo",
+    "udf-get",
+    "udf-list",
+    "udf-put",
+    "udf-remove",
+    "user-agent-set",
+    "version",
+];
+
 fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
     match command.name {
+        "help" => COMMANDS.join(";"),
         "node" => service.node_id.to_string(),
         "build" => BUILD.to_owned(),
         "edition" => EDITION.to_owned(),

@@ -1308,6 +1308,24 @@ fn info_answers() {
 }
 
 #[test]
+fn help_lists_the_commands_the_server_answers() {
+    let (service, _) = service();
+    let answers = info(&service, &["help"]);
+    let listed: Vec<&str> = answers[0].1.split(';').collect();
+    assert_eq!(listed, crate::info::COMMANDS);
+    // Every listed command is one the server knows (asked bare: the ones
+    // that change something need parameters and refuse without them).
+    let answers = info(&service, crate::info::COMMANDS);
+    for (command, answer) in answers {
+        assert_ne!(answer, "ERROR:4:unrecognized command", "{command}");
+    }
+    assert_eq!(
+        info(&service, &["no-such-command"])[0].1,
+        "ERROR:4:unrecognized command"
+    );
+}
+
+#[test]
 fn udf_modules_are_registered_listed_fetched_and_removed() {
     use base64::Engine as _;
     let (service, _) = service();
