@@ -161,7 +161,7 @@ pub(crate) fn apply(
 
 /// Sorts list items into the reference order (stable).
 pub(crate) fn sort_items(items: &mut [Value]) {
-    items.sort_by(crate::value::compare);
+    items.sort_by(crate::value::compare_total);
 }
 
 /// What a modifying op does to a missing list.
@@ -546,7 +546,7 @@ fn add_ordered(
 ) -> Result<usize, CdtError> {
     let len = list.items.len();
     let mut sorted: Vec<&Value> = items.iter().collect();
-    sorted.sort_by(|a, b| value::compare(a, b));
+    sorted.sort_by(|a, b| value::compare_total(a, b));
     if flags.unique() {
         if many {
             let before = sorted.len();
@@ -716,7 +716,7 @@ fn sort(list: &mut List, args: &[Value]) -> Result<Option<Value>, CdtError> {
     let flags = args.first().map(flags_arg).transpose()?.unwrap_or(0);
     if !list.is_ordered() {
         if flags & SORT_DESCENDING != 0 {
-            list.items.sort_by(|a, b| value::compare(b, a));
+            list.items.sort_by(|a, b| value::compare_total(b, a));
         } else {
             sort_items(&mut list.items);
         }

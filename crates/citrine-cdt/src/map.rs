@@ -378,7 +378,9 @@ fn repaired(map: &Map) -> Option<Map> {
         return None;
     }
     let mut fixed = map.clone();
-    fixed.entries.sort_by(|(a, _), (b, _)| value::compare(a, b));
+    fixed
+        .entries
+        .sort_by(|(a, _), (b, _)| value::compare_total(a, b));
     fixed
         .entries
         .dedup_by(|later, earlier| value::compare(&later.0, &earlier.0) == Ordering::Equal);
@@ -452,7 +454,7 @@ fn put_items(
     policy: Policy,
 ) -> Result<Option<Value>, CdtError> {
     let mut sorted = items;
-    sorted.sort_by(|(a, _), (b, _)| value::compare(a, b));
+    sorted.sort_by(|(a, _), (b, _)| value::compare_total(a, b));
     let mut unique: Vec<(Value, Value)> = Vec::with_capacity(sorted.len());
     for (key, value) in sorted {
         match unique.last_mut() {
@@ -488,7 +490,8 @@ fn put_items(
         }
         if !fresh.is_empty() {
             map.entries.extend(fresh);
-            map.entries.sort_by(|(a, _), (b, _)| value::compare(a, b));
+            map.entries
+                .sort_by(|(a, _), (b, _)| value::compare_total(a, b));
         }
     } else {
         remove_positions(map, &overwritten);

@@ -57,7 +57,7 @@ pub(crate) fn parse_return_type(arg: Option<&Value>) -> Result<(ReturnType, bool
 pub(crate) fn order_by_value<'a>(values: impl Iterator<Item = &'a Value>) -> Vec<usize> {
     let values: Vec<&Value> = values.collect();
     let mut order: Vec<usize> = (0..values.len()).collect();
-    order.sort_by(|&a, &b| value::compare(values[a], values[b]));
+    order.sort_by(|&a, &b| value::compare_total(values[a], values[b]));
     order
 }
 
@@ -211,7 +211,8 @@ impl Selection<'_> {
                 };
                 let mut map = Map { flags, entries };
                 if rt == ReturnType::OrderedMap {
-                    map.entries.sort_by(|(a, _), (b, _)| value::compare(a, b));
+                    map.entries
+                        .sort_by(|(a, _), (b, _)| value::compare_total(a, b));
                 }
                 Value::Map(map)
             }

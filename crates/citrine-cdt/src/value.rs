@@ -637,9 +637,9 @@ pub fn canonicalize(value: &mut Value) -> bool {
             let sorted = list
                 .items
                 .windows(2)
-                .all(|pair| compare(&pair[0], &pair[1]) != Ordering::Greater);
+                .all(|pair| compare_total(&pair[0], &pair[1]) != Ordering::Greater);
             if list.is_ordered() && !sorted {
-                list.items.sort_by(compare);
+                list.items.sort_by(compare_total);
                 changed = true;
             }
             changed
@@ -652,7 +652,7 @@ pub fn canonicalize(value: &mut Value) -> bool {
             let strictly_sorted = map
                 .entries
                 .windows(2)
-                .all(|pair| compare(&pair[0].0, &pair[1].0) == Ordering::Less);
+                .all(|pair| compare_total(&pair[0].0, &pair[1].0) == Ordering::Less);
             if !strictly_sorted {
                 sort_unique_keys(&mut map.entries);
                 changed = true;
@@ -672,12 +672,12 @@ pub fn has_duplicate_keys(value: &Value) -> bool {
             let repeated = !map
                 .entries
                 .windows(2)
-                .all(|pair| compare(&pair[0].0, &pair[1].0) == Ordering::Less)
+                .all(|pair| compare_total(&pair[0].0, &pair[1].0) == Ordering::Less)
                 && {
                     let mut keys: Vec<&Value> = map.entries.iter().map(|(key, _)| key).collect();
-                    keys.sort_by(|a, b| compare(a, b));
+                    keys.sort_by(|a, b| compare_total(a, b));
                     keys.windows(2)
-                        .any(|pair| compare(pair[0], pair[1]) == Ordering::Equal)
+                        .any(|pair| compare_total(pair[0], pair[1]) == Ordering::Equal)
                 };
             repeated
                 || map
@@ -693,11 +693,11 @@ pub fn has_duplicate_keys(value: &Value) -> bool {
 /// keys (as putting the entries one by one would): what a map holds.
 pub(crate) fn sort_unique_keys(entries: &mut Vec<(Value, Value)>) {
     // Stable: equal keys keep their order, and the last wins.
-    entries.sort_by(|a, b| compare(&a.0, &b.0));
+    entries.sort_by(|a, b| compare_total(&a.0, &b.0));
     let mut unique: Vec<(Value, Value)> = Vec::with_capacity(entries.len());
     for entry in entries.drain(..) {
         match unique.last_mut() {
-            Some(last) if compare(&last.0, &entry.0) == Ordering::Equal => *last = entry,
+            Some(last) if compare_total(&last.0, &entry.0) == Ordering::Equal => *last = entry,
             _ => unique.push(entry),
         }
     }
@@ -726,8 +726,8 @@ fn type_rank(value: &Value) -> u8 {
 
 /// The result of comparing two values: `None` when a wildcard decided it
 /// (equal, and nothing after it in the enclosing containers counts).
-fn compare_inner(a: &Value, b: &Value, unordered: &mut bool) -> (Ordering, bool) {
-    if matches!(a, Value::Wildcard) || matches!(b, Value::Wildcard) {
+fn compare_inner(a: &Value, b: &Value, unordered: &mut bool, matching: bool) -> (Ordering, bool) {
+    if matching && (matches!(a, Value::Wildcard) || matches!(b, Value::Wildcard)) {
         return (Ordering::Equal, true);
     }
     if is_unordered_map(a) || is_unordered_map(b) {
@@ -756,7 +756,7 @@ fn compare_inner(a: &Value, b: &Value, unordered: &mut bool) -> (Ordering, bool)
         (Value::Ext(kx, x), Value::Ext(ky, y)) => (*kx, x.as_slice()).cmp(&(*ky, y.as_slice())),
         (Value::List(x), Value::List(y)) => {
             for (p, q) in x.items.iter().zip(&y.items) {
-                let (ordering, wild) = compare_inner(p, q, unordered);
+                let (ordering, wild) = compare_inner(p, q, unordered, matching);
                 if wild {
                     return (Ordering::Equal, true);
                 }
@@ -773,7 +773,7 @@ fn compare_inner(a: &Value, b: &Value, unordered: &mut bool) -> (Ordering, bool)
             }
             for ((kx, vx), (ky, vy)) in x.entries.iter().zip(&y.entries) {
                 for (p, q) in [(kx, ky), (vx, vy)] {
-                    let (ordering, wild) = compare_inner(p, q, unordered);
+                    let (ordering, wild) = compare_inner(p, q, unordered, matching);
                     if wild {
                         return (Ordering::Equal, true);
                     }
@@ -791,7 +791,16 @@ fn compare_inner(a: &Value, b: &Value, unordered: &mut bool) -> (Ordering, bool)
 
 /// Compares two values in the reference order (module doc).
 pub fn compare(a: &Value, b: &Value) -> Ordering {
-    compare_inner(a, b, &mut false).0
+    compare_inner(a, b, &mut false, true).0
+}
+
+/// [`compare`] as a total order, for sorting what is stored: a wildcard is
+/// a value of its own (after every other type but infinity), not a match
+/// for anything. `compare`'s wildcard equals everything, so it is no order
+/// to sort by — a map or ordered list holding one (an expression literal
+/// may) would make the sort panic.
+pub fn compare_total(a: &Value, b: &Value) -> Ordering {
+    compare_inner(a, b, &mut false, false).0
 }
 
 /// [`compare`], and whether the walk met a non-empty map without key order
@@ -799,7 +808,7 @@ pub fn compare(a: &Value, b: &Value) -> Ordering {
 /// map has no order of its own).
 pub fn compare_noting_unordered(a: &Value, b: &Value) -> (Ordering, bool) {
     let mut unordered = false;
-    let ordering = compare_inner(a, b, &mut unordered).0;
+    let ordering = compare_inner(a, b, &mut unordered, true).0;
     (ordering, unordered)
 }
 
@@ -1063,6 +1072,40 @@ mod tests {
             panic!("a list")
         };
         assert!(matches!(list.items[..], [Value::Wildcard, Value::Infinity]));
+    }
+
+    #[test]
+    fn wildcards_sort_as_values_of_their_own_never_panic() {
+        // An expression literal may hold wildcards where keys and ordered
+        // items go; `compare` matches a wildcard with anything, which is no
+        // order to sort by (the sort panicked on such a map, found by the
+        // exp_parse_eval fuzz target).
+        let mixed: Vec<Value> = (0..48)
+            .map(|i| match i % 3 {
+                0 => Value::Wildcard,
+                1 => Value::Int((i * 7919) % 31),
+                _ => Value::str(&format!("k{}", (i * 104_729) % 17)),
+            })
+            .collect();
+        let mut map = Value::Map(Map {
+            flags: 0,
+            entries: mixed.iter().cloned().map(|key| (key, Value::Nil)).collect(),
+        });
+        canonicalize(&mut map);
+        let Value::Map(sorted) = &map else {
+            panic!("{map:?}")
+        };
+        assert!(sorted
+            .entries
+            .windows(2)
+            .all(|pair| compare_total(&pair[0].0, &pair[1].0) == Ordering::Less));
+        assert!(matches!(sorted.entries.last(), Some((Value::Wildcard, _))));
+        let mut list = Value::List(List {
+            flags: LIST_ORDERED,
+            items: mixed,
+        });
+        canonicalize(&mut list);
+        assert!(!canonicalize(&mut list), "sorted once, stays sorted");
     }
 
     #[test]

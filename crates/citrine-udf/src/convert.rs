@@ -366,6 +366,6 @@ fn map_value(
     }
     // Lua's table order depends on its hashing: keep the reply the same
     // for the same map.
-    entries.sort_by(|a, b| value::compare(&a.0, &b.0));
+    entries.sort_by(|a, b| value::compare_total(&a.0, &b.0));
     Ok(Value::Map(Map { flags, entries }))
 }
