@@ -17,7 +17,7 @@
 #
 # Environment:
 #   FUZZ_SECONDS            seconds per target (default 30)
-#   FUZZ_TARGETS            space-separated targets (default: wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls)
+#   FUZZ_TARGETS            space-separated targets (default: wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests)
 #   FUZZ_TIMEOUT            libFuzzer per-input timeout in seconds (default 10)
 #   FUZZ_RSS_LIMIT_MB       libFuzzer memory limit (default 2048)
 #   FUZZ_SANITIZER          cargo-fuzz --sanitizer (default none: citrine-wire is
@@ -35,7 +35,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
 FUZZ_RSS_LIMIT_MB=${FUZZ_RSS_LIMIT_MB:-2048}
 FUZZ_SANITIZER=${FUZZ_SANITIZER:-none}
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests}"
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FUZZ_DIR="$ROOT/fuzz"
