@@ -61,6 +61,15 @@ def recv_exact(sock, count):
     return bytes(data)
 
 
+def shut_both(*socks):
+    """Ends a forwarded connection both ways, whichever side finished."""
+    for sock in socks:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 def client_to_server(client, server, record_dir):
     try:
         while True:
@@ -81,11 +90,7 @@ def client_to_server(client, server, record_dir):
     except OSError:
         pass
     finally:
-        for sock in (client, server):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shut_both(client, server)
 
 
 def server_to_client(server, client):
@@ -98,11 +103,7 @@ def server_to_client(server, client):
     except OSError:
         pass
     finally:
-        for sock in (client, server):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shut_both(client, server)
 
 
 def main():

@@ -13,12 +13,9 @@
 //! node still answers an `EXCHANGE` for its own key.
 #![no_main]
 
-use citrine_service::cluster_state::{ClusterMember, ClusterState};
-use citrine_service::config::{NamespaceConfig, ServiceConfig};
-use citrine_service::{ManualClock, Service};
-use citrine_types::NodeId;
+use citrine_service::Service;
 use libfuzzer_sys::fuzz_target;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 const NODE: u64 = 0xA1;
 const CLUSTER_KEY: u64 = 1;
@@ -30,27 +27,7 @@ fn node() -> &'static (tokio::runtime::Runtime, Service) {
             .enable_all()
             .build()
             .expect("a runtime");
-        let config = ServiceConfig {
-            node_id: NODE,
-            cluster_name: "citrine".into(),
-            access_address: "127.0.0.1:3000".into(),
-            port: 3000,
-            namespaces: vec![NamespaceConfig::in_memory("test")],
-        };
-        let service = Service::new(config, Arc::new(ManualClock::new(1_700_000_000_000)));
-        let member = ClusterMember {
-            node_id: NodeId(NODE),
-            rack_id: 0,
-            service_address: "127.0.0.1:3000".into(),
-        };
-        service.publish_cluster(ClusterState::new(
-            NodeId(NODE),
-            CLUSTER_KEY,
-            vec![member],
-            &[("test".into(), 2)],
-            1,
-            1,
-        ));
+        let (_clock, service) = citrine_wire_fuzz::node::single_node(NODE, CLUSTER_KEY, 2);
         (runtime, service)
     })
 }

@@ -21,10 +21,7 @@
 //! answers `build`, and a read of a key with found or not found.
 #![no_main]
 
-use citrine_service::cluster_state::{ClusterMember, ClusterState};
-use citrine_service::config::{NamespaceConfig, ServiceConfig};
 use citrine_service::{ManualClock, Service};
-use citrine_types::NodeId;
 use citrine_wire::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};
@@ -33,31 +30,7 @@ const NODE: u64 = 0xB2;
 
 fn node() -> &'static (Arc<ManualClock>, Service) {
     static NODE_STATE: OnceLock<(Arc<ManualClock>, Service)> = OnceLock::new();
-    NODE_STATE.get_or_init(|| {
-        let config = ServiceConfig {
-            node_id: NODE,
-            cluster_name: "citrine".into(),
-            access_address: "127.0.0.1:3000".into(),
-            port: 3000,
-            namespaces: vec![NamespaceConfig::in_memory("test")],
-        };
-        let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-        let service = Service::new(config, clock.clone());
-        let member = ClusterMember {
-            node_id: NodeId(NODE),
-            rack_id: 0,
-            service_address: "127.0.0.1:3000".into(),
-        };
-        service.publish_cluster(ClusterState::new(
-            NodeId(NODE),
-            1,
-            vec![member],
-            &[("test".into(), 1)],
-            1,
-            1,
-        ));
-        (clock, service)
-    })
+    NODE_STATE.get_or_init(|| citrine_wire_fuzz::node::single_node(NODE, 1, 1))
 }
 
 /// Checks that `out` is a run of whole proto frames of the expected kinds.

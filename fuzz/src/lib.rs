@@ -1,5 +1,7 @@
-//! Support for the citrine-wire fuzz targets: the shared oracle and seeds.
+//! Support for the fuzz targets: the wire oracle, and the one node the
+//! service targets feed.
 
 #![forbid(unsafe_code)]
 
+pub mod node;
 pub mod oracle;
