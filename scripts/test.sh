@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test Citrine has, the way CI runs them:
 #   formatting and lints, unit and integration tests (real citrined
-#   processes), the official Python client compatibility suite, and a short
-#   fuzz run of the wire decoder.
+#   processes), the official Python client compatibility suite, the Java
+#   compatibility suite (the official Java client), and a short fuzz run of
+#   each fuzz target.
 # Usage: scripts/test.sh            (from anywhere; installs what it needs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,20 @@ awk '/^test result:/ { passed += $4; failed += $6 } END { printf "rust: %d passe
 step "official Python client compatibility suite"
 bash scripts/setup-python.sh
 CITRINED_BIN="$PWD/target/debug/citrined" .venv/bin/python -m pytest -q tests/compat
+
+step "Java compatibility suite (the official Java client)"
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        echo "java or mvn missing: installing Debian's default-jdk-headless and maven"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq default-jdk-headless maven >/dev/null
+    else
+        echo "java and mvn are needed (apt-get install -y default-jdk-headless maven)" >&2
+        exit 1
+    fi
+fi
+CITRINED="$PWD/target/debug/citrined" bash scripts/java-client-suite.sh
 
 if [[ -x scripts/fuzz-ci.sh ]]; then
     step "short fuzz run of the wire decoder"

@@ -1,6 +1,7 @@
 # Shared set-up of the scripts that run an external tool against a fresh
 # citrined (go-benchmark.sh, go-client-suite.sh). Source it after setting
-# SCRIPT_NAME and WORK_PREFIX; it defines die(), checks for go and python3,
+# SCRIPT_NAME and WORK_PREFIX (and NEEDS_GO=0 when the caller runs no Go
+# tool); it defines die(), checks for go (unless NEEDS_GO=0) and python3,
 # creates $WORK, installs a trap that stops $SERVER_PID and $NOOP_PID on
 # exit, sets $CITRINED to a copy of the release binary (built unless
 # NO_BUILD=1, or the caller's own CITRINED), and defines start_citrined,
@@ -11,7 +12,9 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 die() { echo "$SCRIPT_NAME: error: $*" >&2; exit 2; }
 # shellcheck source=listen.sh
 source "$(dirname "${BASH_SOURCE[0]}")/listen.sh"
-command -v go >/dev/null 2>&1 || die "go not found in PATH"
+if [ "${NEEDS_GO:-1}" != "0" ]; then
+    command -v go >/dev/null 2>&1 || die "go not found in PATH"
+fi
 command -v python3 >/dev/null 2>&1 || die "python3 not found in PATH"
 
 WORK="${WORK:-$(mktemp -d "/tmp/$WORK_PREFIX.XXXXXX")}"

@@ -293,6 +293,28 @@ impl Namespace {
         last_update_ms < self.truncated_before(set_id)
     }
 
+    /// The last-update time a new version of a record of set `set_id`
+    /// written at `now_ms` gets: now, but never before the set's
+    /// truncation threshold. A truncation without a lut covers the
+    /// millisecond it was taken in, so a write acknowledged after it in
+    /// that same millisecond must land past the threshold, not under it.
+    #[inline]
+    pub fn version_lut_ms(&self, set_id: u16, now_ms: u64) -> u64 {
+        now_ms.max(self.truncated_before(set_id))
+    }
+
+    /// The latest truncation threshold this namespace knows, its own or
+    /// any set's (0 when none): no version here was last updated past it
+    /// or past now.
+    pub fn latest_truncation_ms(&self) -> u64 {
+        let own = self.stats.truncate_lut_ms.load(Ordering::Relaxed);
+        self.sets
+            .all()
+            .into_iter()
+            .map(|(id, _)| self.sets.stats(id).truncate_lut_ms.load(Ordering::Relaxed))
+            .fold(own, u64::max)
+    }
+
     /// The truncation threshold of the set's records (the later of the
     /// namespace's and the set's; 0 when neither was truncated): a copy
     /// last updated before it is truncated.

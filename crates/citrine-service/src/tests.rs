@@ -1578,6 +1578,39 @@ fn truncate_removes_older_records() {
 }
 
 #[test]
+fn truncate_covers_its_own_millisecond_and_not_what_comes_after() {
+    // The clock does not move: the writes before and after the command
+    // share its millisecond, as a fast client's do.
+    let (service, _clock) = service();
+    for key in ["a", "b"] {
+        let reply = send(&service, &put(key, Ops::new().int(op_type::WRITE, "v", 1)));
+        assert_eq!(reply.header.result_code, 0);
+    }
+    let answers = info(&service, &["truncate:namespace=test;set=demo"]);
+    assert_eq!(answers[0].1, "ok");
+    for key in ["a", "b"] {
+        assert_eq!(
+            send(&service, &get(key)).header.result_code,
+            ResultCode::NotFound.code(),
+            "{key} was acknowledged before the truncation"
+        );
+    }
+    // Acknowledged after the truncation: kept, by a write and a rewrite.
+    send(&service, &put("a", Ops::new().int(op_type::WRITE, "v", 2)));
+    send(&service, &put("a", Ops::new().int(op_type::WRITE, "v", 3)));
+    let reply = send(&service, &get("a"));
+    assert_eq!(reply.header.result_code, 0);
+    assert_eq!(reply.header.generation, 2);
+    // A second truncation in the same millisecond takes them too.
+    let answers = info(&service, &["truncate:namespace=test;set=demo"]);
+    assert_eq!(answers[0].1, "ok");
+    assert_eq!(
+        send(&service, &get("a")).header.result_code,
+        ResultCode::NotFound.code()
+    );
+}
+
+#[test]
 fn admin_login_answers_security_not_enabled() {
     let (service, _) = service();
     let mut body = vec![0u8; 16];

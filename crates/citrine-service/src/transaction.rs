@@ -1258,7 +1258,7 @@ fn write(
                 generation,
                 set_id: record_set,
                 void_time,
-                last_update_ms: now.unix_ms,
+                last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),
             };
             (
                 WriteOutcome::Store {
@@ -1410,7 +1410,7 @@ fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<
         generation: RecordMeta::next_generation(current.generation),
         set_id: current.set_id,
         void_time: now.citrusleaf_seconds.saturating_add(ttl),
-        last_update_ms: now.unix_ms,
+        last_update_ms: namespace.version_lut_ms(current.set_id, now.unix_ms),
     };
     let previous = install(namespace, &mut partition, request.digest, meta, body)?;
     drop(partition);

@@ -211,8 +211,9 @@ impl Truncations {
 impl Service {
     /// `truncate:namespace=NS;set=SET[;lut=NANOS]` and
     /// `truncate-namespace:namespace=NS[;lut=NANOS]`: records last updated
-    /// before the lut (now when absent; nanoseconds since the Unix epoch)
-    /// are removed here at once and on every other member after the push.
+    /// before the lut (nanoseconds since the Unix epoch; when absent, every
+    /// record last updated up to now, this millisecond included) are
+    /// removed here at once and on every other member after the push.
     pub(crate) fn truncate_command(
         &self,
         command: &InfoCommand<'_>,
@@ -226,7 +227,12 @@ impl Service {
         };
         let now_ms = self.now().unix_ms;
         let lut_ms = match command.param("lut") {
-            None => now_ms,
+            // Every record acknowledged before the command is covered, even
+            // one written in this same millisecond: a version's lut is at
+            // most now or an earlier threshold (Namespace::version_lut_ms,
+            // which puts a version written after this command at or past
+            // the new threshold).
+            None => now_ms.max(namespace.latest_truncation_ms()) + 1,
             Some(text) => match text.parse::<u64>() {
                 Ok(nanoseconds) if nanoseconds / 1_000_000 == 0 => {
                     return "ERROR:4:lut would truncate to 0".to_owned()

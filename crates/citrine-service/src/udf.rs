@@ -684,11 +684,12 @@ pub(crate) fn apply(
                     Some(meta) => RecordMeta::next_generation(meta.generation),
                     None => transaction::generation_after(partition.tombstone(&request.digest)),
                 };
+                let record_set = snapshot.meta.map_or(set_id, |meta| meta.set_id);
                 let meta = RecordMeta {
                     generation,
-                    set_id: snapshot.meta.map_or(set_id, |meta| meta.set_id),
+                    set_id: record_set,
                     void_time,
-                    last_update_ms: now.unix_ms,
+                    last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),
                 };
                 let previous =
                     transaction::install(namespace, &mut partition, request.digest, meta, body)?;

@@ -90,7 +90,8 @@ fn a_truncation_made_on_one_node_reaches_the_others_and_only_grows() {
     clock.advance_ms(10);
     assert_eq!(command(&a, "truncate:namespace=test;set=s"), "ok");
     assert_eq!((held(&a, "s"), held(&a, "t")), (0, 2));
-    let lut = START_MS + 10;
+    // A command without a lut covers its own millisecond.
+    let lut = START_MS + 11;
     assert_eq!(
         a.truncations_text(),
         format!("namespace=test;set=s;lut={lut}\n")
@@ -174,7 +175,7 @@ fn truncations_are_kept_in_the_work_directory() {
     assert_eq!(command(&a, "truncate-namespace:namespace=test"), "ok");
     let file = directory.join(TRUNCATIONS_FILE);
     let saved = std::fs::read_to_string(&file).unwrap();
-    assert_eq!(saved, format!("namespace=test;lut={}\n", START_MS + 3));
+    assert_eq!(saved, format!("namespace=test;lut={}\n", START_MS + 4));
     // A restart (a memory namespace comes back empty) keeps the threshold:
     // an older copy offered later is not stored. A line that is not a
     // truncation is dropped from the file.
@@ -312,7 +313,8 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
     }
     clock.advance_ms(10);
     assert_eq!(command(&master, "truncate:namespace=test;set=s"), "ok");
-    let lut = START_MS + 10;
+    // A command without a lut covers its own millisecond.
+    let lut = START_MS + 11;
     assert_eq!(
         master.truncations_text(),
         format!("namespace=test;set=s;lut={lut}\n")
@@ -391,7 +393,8 @@ fn migrations_and_duplicate_resolution_carry_the_senders_truncation() {
     }
     clock.advance_ms(10);
     assert_eq!(command(&sender, "truncate:namespace=test;set=s"), "ok");
-    let lut = START_MS + 10;
+    // A command without a lut covers its own millisecond.
+    let lut = START_MS + 11;
     let fresh = copy(1, START_MS + 20, 1);
     assert_eq!(apply_replica_write(&sender, &fresh), ResultCode::Ok);
     let generation_at = |node: &Service| {
@@ -467,7 +470,8 @@ fn a_copy_sent_again_after_a_truncation_carries_it() {
     assert_eq!(batch.truncated_before, vec![(b"s".to_vec(), 0)]);
     clock.advance_ms(10);
     assert_eq!(command(&sender, "truncate:namespace=test;set=s"), "ok");
-    let lut = START_MS + 10;
+    // A command without a lut covers its own millisecond.
+    let lut = START_MS + 11;
     refresh_truncation(namespace, &mut payload);
     assert_eq!(
         split_replica_payload(&payload).map(|(_, t, _)| t),

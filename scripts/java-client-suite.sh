@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Runs Citrine's Java compatibility suite (tests/java: JUnit tests written
+# here, driving the official Aerospike Java client from Maven Central,
+# unmodified) against a fresh citrined, and prints a summary.
+#
+#   scripts/java-client-suite.sh
+#
+# Environment (all optional):
+#   JAVA_CLIENT_VERSION  com.aerospike:aerospike-client-jdk8 version
+#                        (default: the one tests/java/pom.xml names)
+#   CITRINED             server binary (default: a release build, as the
+#                        other client scripts do; NO_BUILD=1 copies the
+#                        existing target/release/citrined)
+#   PORT                 service port (default: first free port in 3400-3449)
+#   NODES                run against a cluster of this many nodes on
+#                        loopback (default 1; with 2 or more, namespaces
+#                        `test` and `bar` keep two copies of each record,
+#                        and the client is given the first node)
+#   TESTS                surefire -Dtest pattern, e.g. "KvTest" or
+#                        "QueryTest#*paging*" (default: every test class)
+#   WORK                 work dir (default: a new mktemp -d; kept at the end)
+#
+# Needs java (17 or newer) and mvn, and Maven Central (the client, JUnit
+# and Maven's plugins; a second run is served from ~/.m2).
+#
+# Output: Maven's log, the surefire reports and the server log in $WORK,
+# the summary also on stdout. Exit status: 0 when every test passed, 1 when
+# a test failed, 2 when the suite could not run. Unlike the other client
+# suites (the clients' own tests, whose failures are a recorded baseline),
+# these tests are ours: each one is expected to pass.
+set -euo pipefail
+
+SCRIPT_NAME=java-client-suite.sh
+WORK_PREFIX=java-client-suite
+NEEDS_GO=0
+# shellcheck source=lib/citrined-run.sh
+source "$(dirname "$0")/lib/citrined-run.sh"
+command -v java >/dev/null 2>&1 || die "java not found in PATH"
+command -v mvn >/dev/null 2>&1 || die "mvn not found in PATH"
+
+# Maven builds in a copy, so the source tree gets no target/ directory.
+rm -rf "$WORK/java"
+cp -r "$REPO/tests/java" "$WORK/java"
+MVN=(mvn -B -ntp -f "$WORK/java/pom.xml")
+[ -n "${JAVA_CLIENT_VERSION:-}" ] && MVN+=("-Daerospike.client.version=$JAVA_CLIENT_VERSION")
+
+echo "== mvn test-compile (downloads the client and JUnit on a first run)"
+"${MVN[@]}" test-compile >"$WORK/mvn-compile.log" 2>&1 \
+    || { tail -40 "$WORK/mvn-compile.log" >&2; die "mvn test-compile failed"; }
+
+if [ "${NODES:-1}" -gt 1 ]; then
+    start_cluster "$NODES"
+else
+    start_citrined
+fi
+
+echo "== mvn test against 127.0.0.1:$PORT"
+TEST_ARGS=()
+[ -n "${TESTS:-}" ] && TEST_ARGS+=("-Dtest=$TESTS" "-Dsurefire.failIfNoSpecifiedTests=false")
+status=0
+CITRINE_HOST=127.0.0.1 CITRINE_PORT=$PORT CITRINE_NODES=${NODES:-1} "${MVN[@]}" surefire:test "${TEST_ARGS[@]}" \
+    >"$WORK/mvn-test.log" 2>&1 || status=$?
+REPORTS="$WORK/java/target/surefire-reports"
+compgen -G "$REPORTS/TEST-*.xml" >/dev/null \
+    || { tail -40 "$WORK/mvn-test.log" >&2; die "surefire wrote no report"; }
+kill -0 "$SERVER_PID" 2>/dev/null \
+    || { tail -20 "$WORK/server.log" >&2; echo "$SCRIPT_NAME: citrined died during the suite" >&2; exit 1; }
+
+# ----------------------------------------------------------------- summary
+python3 - "$REPORTS" "$WORK" "$PORT" "${NODES:-1}" <<'PY'
+import glob, sys
+import xml.etree.ElementTree as ET
+
+reports, work, port, nodes = sys.argv[1:5]
+tests = failed = skipped = 0
+seconds = 0.0
+failures = []
+version = "?"
+for path in sorted(glob.glob(f"{reports}/TEST-*.xml")):
+    suite = ET.parse(path).getroot()
+    for prop in suite.iter("property"):
+        if prop.get("name") == "aerospike.client.version":
+            version = prop.get("value")
+    for case in suite.iter("testcase"):
+        tests += 1
+        seconds += float(case.get("time") or 0)
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        if case.find("skipped") is not None:
+            skipped += 1
+        elif problem is not None:
+            failed += 1
+            message = (problem.get("message") or problem.text or "").strip().splitlines()
+            failures.append((f"{case.get('classname').rsplit('.', 1)[-1]}.{case.get('name')}",
+                             message[0] if message else "(no message)"))
+lines = [
+    f"aerospike-client-jdk8 {version} against citrined on 127.0.0.1:{port}"
+    + (f" (a cluster of {nodes})" if nodes != "1" else ""),
+    f"tests {tests}  passed {tests - failed - skipped}  failed {failed}  skipped {skipped}  ({seconds:.0f} s)",
+]
+if failures:
+    lines += ["", "failed:"]
+    for name, message in failures:
+        lines += [f"- {name}", f"    {message[:300]}"]
+summary = "\n".join(lines)
+print(summary)
+open(f"{work}/summary.txt", "w").write(summary + "\n")
+PY
+if [ "$status" -ne 0 ]; then
+    echo "$SCRIPT_NAME: a test failed (Maven's log: $WORK/mvn-test.log)" >&2
+    exit 1
+fi
