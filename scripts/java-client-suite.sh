@@ -15,7 +15,9 @@
 #   NODES                run against a cluster of this many nodes on
 #                        loopback (default 1; with 2 or more, namespaces
 #                        `test` and `bar` keep two copies of each record,
-#                        and the client is given the first node)
+#                        and the client is given the first node; after
+#                        the suite, NodeLossTest kills one peer while the
+#                        client works)
 #   TESTS                surefire -Dtest pattern, e.g. "KvTest" or
 #                        "QueryTest#*paging*" (default: every test class)
 #   WORK                 work dir (default: a new mktemp -d; kept at the end)
@@ -60,6 +62,13 @@ TEST_ARGS=()
 status=0
 CITRINE_HOST=127.0.0.1 CITRINE_PORT=$PORT CITRINE_NODES=${NODES:-1} "${MVN[@]}" surefire:test "${TEST_ARGS[@]}" \
     >"$WORK/mvn-test.log" 2>&1 || status=$?
+if [ "${NODES:-1}" -gt 1 ] && [ -z "${TESTS:-}" ] && [ "$status" -eq 0 ]; then
+    # Last, as it leaves the cluster a node short: kill one peer while the
+    # client works (the test skips itself without CITRINE_PEER_PIDS).
+    echo "== NodeLossTest: one of the $NODES nodes is killed"
+    CITRINE_HOST=127.0.0.1 CITRINE_PORT=$PORT CITRINE_NODES=$NODES CITRINE_PEER_PIDS="$PEER_PIDS" \
+        "${MVN[@]}" surefire:test -Dtest=NodeLossTest >"$WORK/mvn-test-node-loss.log" 2>&1 || status=$?
+fi
 REPORTS="$WORK/java/target/surefire-reports"
 compgen -G "$REPORTS/TEST-*.xml" >/dev/null \
     || { tail -40 "$WORK/mvn-test.log" >&2; die "surefire wrote no report"; }
