@@ -35,46 +35,7 @@ import java.util.Set;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 
-class QueryTest extends CompatBase {
-
-    private void writeRecords(int n) {
-        WritePolicy wp = new WritePolicy();
-        wp.sendKey = true;
-        for (int i = 0; i < n; i++) {
-            client.put(wp, key(i),
-                new Bin("i", i),
-                new Bin("name", "n" + (i % 10)),
-                new Bin("tags", Arrays.asList((long) i % 3, (long) i % 5)),
-                Bin.asGeoJSON("loc", String.format(
-                    "{\"type\":\"Point\",\"coordinates\":[%f,%f]}", -122.0 + i * 0.001, 37.0)));
-        }
-    }
-
-    private Statement statement() {
-        Statement stmt = new Statement();
-        stmt.setNamespace(NS);
-        stmt.setSetName(set);
-        return stmt;
-    }
-
-    private List<Long> values(RecordSet rs, String bin) {
-        List<Long> out = new ArrayList<>();
-        try (rs) {
-            while (rs.next()) {
-                out.add(rs.getRecord().getLong(bin));
-            }
-        }
-        out.sort(null);
-        return out;
-    }
-
-    private static List<Long> range(long from, long to, long step) {
-        List<Long> out = new ArrayList<>();
-        for (long v = from; v < to; v += step) {
-            out.add(v);
-        }
-        return out;
-    }
+class QueryTest extends QueryBase {
 
     @Test
     void scanReturnsEachRecordOnce() {
@@ -148,10 +109,6 @@ class QueryTest extends CompatBase {
             byList.setFilter(Filter.contains("tags", IndexCollectionType.LIST, 4));
             assertEquals(range(4, 100, 5), values(client.query(null, byList), "i"));
 
-            Statement byName = statement();
-            byName.setFilter(Filter.rangeByIndex(num, 95, 1000));
-            assertEquals(range(95, 100, 1), values(client.query(null, byName), "i"));
-
             Statement byGeo = statement();
             // Points 0..9 lie within about 900 m of the first one.
             byGeo.setFilter(Filter.geoWithinRadius("loc", -122.0, 37.0, 1000.0));
@@ -174,25 +131,6 @@ class QueryTest extends CompatBase {
         AerospikeException e = assertThrows(AerospikeException.class,
             () -> values(client.query(null, dropped), "i"));
         assertEquals(ResultCode.INDEX_NOTFOUND, e.getResultCode());
-    }
-
-    @Test
-    void expressionIndex() {
-        writeRecords(50);
-        String name = "jq_exp_" + Long.toHexString(System.nanoTime());
-        Exp doubled = Exp.mul(Exp.intBin("i"), Exp.val(2));
-        client.createIndex(null, NS, set, name, IndexType.NUMERIC, IndexCollectionType.DEFAULT,
-            Exp.build(doubled)).waitTillComplete();
-        try {
-            Statement stmt = statement();
-            stmt.setFilter(Filter.range(Exp.build(doubled), 10, 20));
-            assertEquals(range(5, 11, 1), values(client.query(null, stmt), "i"));
-            Statement byName = statement();
-            byName.setFilter(Filter.rangeByIndex(name, 90, 200));
-            assertEquals(range(45, 50, 1), values(client.query(null, byName), "i"));
-        } finally {
-            client.dropIndex(null, NS, set, name).waitTillComplete();
-        }
     }
 
     @Test
