@@ -18,7 +18,8 @@
 #                        `test` and `bar` keep two copies of each record,
 #                        and the client is given the first node; after
 #                        the suite, NodeLossTest kills one peer while the
-#                        client works)
+#                        client works, and NodeReturnTest has it come back
+#                        empty while the client writes and reads)
 #   TESTS                surefire -Dtest pattern, e.g. "KvTest" or
 #                        "QueryTest#*paging*" (default: every test class)
 #   WORK                 work dir (default: a new mktemp -d; kept at the end)
@@ -76,6 +77,17 @@ if [ "${NODES:-1}" -gt 1 ] && [ -z "${TESTS:-}" ] && [ "$status" -eq 0 ]; then
     echo "== NodeLossTest: one of the $NODES nodes is killed"
     CITRINE_HOST=127.0.0.1 CITRINE_PORT=$PORT CITRINE_NODES=$NODES CITRINE_PEER_PIDS="$PEER_PIDS" \
         "${MVN[@]}" surefire:test -Dtest=NodeLossTest >"$WORK/mvn-test-node-loss.log" 2>&1 || status=$?
+fi
+if [ "${NODES:-1}" -gt 1 ] && [ -z "${TESTS:-}" ] && [ "$status" -eq 0 ]; then
+    # The killed node (node 2, the first peer) comes back empty while
+    # NodeReturnTest writes and reads: started a few seconds into the test.
+    echo "== NodeReturnTest: node 2 comes back while the client works"
+    CITRINE_HOST=127.0.0.1 CITRINE_PORT=$PORT CITRINE_NODES=$NODES CITRINE_NODE_RETURNS=1 \
+        "${MVN[@]}" surefire:test -Dtest=NodeReturnTest >"$WORK/mvn-test-node-return.log" 2>&1 &
+    return_test=$!
+    sleep 8
+    relaunch_node 2
+    wait "$return_test" || status=$?
 fi
 REPORTS="$WORK/java/target/surefire-reports"
 compgen -G "$REPORTS/TEST-*.xml" >/dev/null \

@@ -146,6 +146,7 @@ TOML
         ports+=("$port")
     done
     PORT=${ports[0]}
+    CLUSTER_PORTS=("${ports[@]}")
     echo "== waiting for a view of $nodes nodes with no migrations left"
     local ready
     for _ in $(seq 1 300); do
@@ -159,6 +160,20 @@ TOML
         sleep 0.1
     done
     die "no view of $nodes nodes with migrations done after 30 s (see $WORK/server-*.log)"
+}
+
+# relaunch_node I: starts node I (1-based) of the cluster start_cluster
+# made again, with the same ports, configuration and work directory (a
+# memory namespace comes back empty), after it died or was killed; adds
+# it to $PEER_PIDS (so it is stopped at exit) and sets $LAUNCHED_PID.
+relaunch_node() {
+    local node=$1 port=${CLUSTER_PORTS[$(($1 - 1))]} seed=$((CLUSTER_PORTS[0] + 2))
+    # shellcheck disable=SC2086
+    launch "citrined node $node again" "$port" "$WORK/server-$node-again.log" \
+        --config "$WORK/cluster.toml" --fabric-port $((port + 1)) \
+        --heartbeat-port $((port + 2)) --seed "127.0.0.1:$seed" \
+        --data-dir "$WORK/data-$node" ${CITRINED_ARGS:-}
+    PEER_PIDS="$PEER_PIDS $LAUNCHED_PID"
 }
 
 # Starts the same $CITRINED with --noop (the benchmark ceiling: every data
