@@ -8,7 +8,6 @@ package io.citrine.compat;
 
 import static org.junit.jupiter.api.Assertions.*;
 
-import com.aerospike.client.AerospikeClient;
 import com.aerospike.client.AerospikeException;
 import com.aerospike.client.BatchRead;
 import com.aerospike.client.BatchRecord;
@@ -17,16 +16,12 @@ import com.aerospike.client.Bin;
 import com.aerospike.client.Key;
 import com.aerospike.client.Operation;
 import com.aerospike.client.Record;
-import com.aerospike.client.async.EventLoops;
-import com.aerospike.client.async.EventPolicy;
-import com.aerospike.client.async.NioEventLoops;
 import com.aerospike.client.listener.BatchOperateListListener;
 import com.aerospike.client.listener.DeleteListener;
 import com.aerospike.client.listener.ExistsListener;
 import com.aerospike.client.listener.InfoListener;
 import com.aerospike.client.listener.RecordListener;
 import com.aerospike.client.listener.RecordSequenceListener;
-import com.aerospike.client.policy.ClientPolicy;
 import com.aerospike.client.query.PartitionFilter;
 import java.util.ArrayList;
 import java.util.List;
@@ -35,35 +30,9 @@ import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
-class AsyncMoreTest extends CompatBase {
-    static EventLoops loops;
-    static AerospikeClient async;
-
-    @BeforeAll
-    static void startLoops() {
-        EventPolicy eventPolicy = new EventPolicy();
-        eventPolicy.maxCommandsInProcess = 16;
-        loops = new NioEventLoops(eventPolicy, 2);
-        ClientPolicy policy = clientPolicy();
-        policy.eventLoops = loops;
-        policy.maxConnsPerNode = 64;
-        async = new AerospikeClient(policy, host(), port());
-    }
-
-    @AfterAll
-    static void stopLoops() {
-        if (async != null) {
-            async.close();
-        }
-        if (loops != null) {
-            loops.close();
-        }
-    }
-
+class AsyncMoreTest extends AsyncBase {
     private static <T> T await(CompletableFuture<T> future) throws Exception {
         return future.get(30, TimeUnit.SECONDS);
     }

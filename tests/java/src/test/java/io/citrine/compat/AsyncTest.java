@@ -7,19 +7,14 @@ package io.citrine.compat;
 
 import static org.junit.jupiter.api.Assertions.*;
 
-import com.aerospike.client.AerospikeClient;
 import com.aerospike.client.AerospikeException;
 import com.aerospike.client.Bin;
 import com.aerospike.client.Key;
 import com.aerospike.client.Record;
-import com.aerospike.client.async.EventLoops;
-import com.aerospike.client.async.EventPolicy;
-import com.aerospike.client.async.NioEventLoops;
 import com.aerospike.client.listener.RecordArrayListener;
 import com.aerospike.client.listener.RecordListener;
 import com.aerospike.client.listener.RecordSequenceListener;
 import com.aerospike.client.listener.WriteListener;
-import com.aerospike.client.policy.ClientPolicy;
 import com.aerospike.client.query.Statement;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -28,106 +23,91 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Test;
 
-class AsyncTest extends CompatBase {
+class AsyncTest extends AsyncBase {
 
     @Test
     void asyncWritesReadsBatchAndQuery() throws InterruptedException {
-        // Commands beyond 16 in flight per loop wait in the client's queue
-        // (without a limit the client refuses them once each loop's share
-        // of maxConnsPerNode is in use: its own rule, not the server's).
-        EventPolicy eventPolicy = new EventPolicy();
-        eventPolicy.maxCommandsInProcess = 16;
-        EventLoops loops = new NioEventLoops(eventPolicy, 2);
-        ClientPolicy policy = clientPolicy();
-        policy.eventLoops = loops;
-        policy.maxConnsPerNode = 64;
-        AerospikeClient async = new AerospikeClient(policy, host(), port());
-        try {
-            int n = 500;
-            AtomicReference<Throwable> failure = new AtomicReference<>();
-            CountDownLatch written = new CountDownLatch(n);
-            for (int i = 0; i < n; i++) {
-                async.put(loops.next(), new WriteListener() {
-                    public void onSuccess(Key key) {
-                        written.countDown();
-                    }
-
-                    public void onFailure(AerospikeException e) {
-                        failure.compareAndSet(null, e);
-                        written.countDown();
-                    }
-                }, null, key(i), new Bin("i", i));
-            }
-            assertTrue(written.await(30, TimeUnit.SECONDS), "writes finished");
-            assertNull(failure.get());
-
-            Set<Long> read = ConcurrentHashMap.newKeySet();
-            CountDownLatch reads = new CountDownLatch(n);
-            for (int i = 0; i < n; i++) {
-                async.get(loops.next(), new RecordListener() {
-                    public void onSuccess(Key key, Record record) {
-                        read.add(record.getLong("i"));
-                        reads.countDown();
-                    }
-
-                    public void onFailure(AerospikeException e) {
-                        failure.compareAndSet(null, e);
-                        reads.countDown();
-                    }
-                }, null, key(i));
-            }
-            assertTrue(reads.await(30, TimeUnit.SECONDS), "reads finished");
-            assertNull(failure.get());
-            assertEquals(n, read.size());
-
-            Key[] keys = new Key[100];
-            for (int i = 0; i < keys.length; i++) {
-                keys[i] = key(i * 5);
-            }
-            CountDownLatch batch = new CountDownLatch(1);
-            AtomicReference<Record[]> batchRecords = new AtomicReference<>();
-            async.get(loops.next(), new RecordArrayListener() {
-                public void onSuccess(Key[] k, Record[] records) {
-                    batchRecords.set(records);
-                    batch.countDown();
+        int n = 500;
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        CountDownLatch written = new CountDownLatch(n);
+        for (int i = 0; i < n; i++) {
+            async.put(loops.next(), new WriteListener() {
+                public void onSuccess(Key key) {
+                    written.countDown();
                 }
 
                 public void onFailure(AerospikeException e) {
                     failure.compareAndSet(null, e);
-                    batch.countDown();
+                    written.countDown();
                 }
-            }, null, keys);
-            assertTrue(batch.await(30, TimeUnit.SECONDS));
-            assertNull(failure.get());
-            for (int i = 0; i < keys.length; i++) {
-                assertEquals(i * 5, batchRecords.get()[i].getInt("i"));
-            }
-
-            Statement stmt = new Statement();
-            stmt.setNamespace(NS);
-            stmt.setSetName(set);
-            Set<Long> queried = ConcurrentHashMap.newKeySet();
-            CountDownLatch query = new CountDownLatch(1);
-            async.query(loops.next(), new RecordSequenceListener() {
-                public void onRecord(Key key, Record record) {
-                    queried.add(record.getLong("i"));
-                }
-
-                public void onSuccess() {
-                    query.countDown();
-                }
-
-                public void onFailure(AerospikeException e) {
-                    failure.compareAndSet(null, e);
-                    query.countDown();
-                }
-            }, null, stmt);
-            assertTrue(query.await(30, TimeUnit.SECONDS));
-            assertNull(failure.get());
-            assertEquals(n, queried.size());
-        } finally {
-            async.close();
-            loops.close();
+            }, null, key(i), new Bin("i", i));
         }
+        assertTrue(written.await(30, TimeUnit.SECONDS), "writes finished");
+        assertNull(failure.get());
+
+        Set<Long> read = ConcurrentHashMap.newKeySet();
+        CountDownLatch reads = new CountDownLatch(n);
+        for (int i = 0; i < n; i++) {
+            async.get(loops.next(), new RecordListener() {
+                public void onSuccess(Key key, Record record) {
+                    read.add(record.getLong("i"));
+                    reads.countDown();
+                }
+
+                public void onFailure(AerospikeException e) {
+                    failure.compareAndSet(null, e);
+                    reads.countDown();
+                }
+            }, null, key(i));
+        }
+        assertTrue(reads.await(30, TimeUnit.SECONDS), "reads finished");
+        assertNull(failure.get());
+        assertEquals(n, read.size());
+
+        Key[] keys = new Key[100];
+        for (int i = 0; i < keys.length; i++) {
+            keys[i] = key(i * 5);
+        }
+        CountDownLatch batch = new CountDownLatch(1);
+        AtomicReference<Record[]> batchRecords = new AtomicReference<>();
+        async.get(loops.next(), new RecordArrayListener() {
+            public void onSuccess(Key[] k, Record[] records) {
+                batchRecords.set(records);
+                batch.countDown();
+            }
+
+            public void onFailure(AerospikeException e) {
+                failure.compareAndSet(null, e);
+                batch.countDown();
+            }
+        }, null, keys);
+        assertTrue(batch.await(30, TimeUnit.SECONDS));
+        assertNull(failure.get());
+        for (int i = 0; i < keys.length; i++) {
+            assertEquals(i * 5, batchRecords.get()[i].getInt("i"));
+        }
+
+        Statement stmt = new Statement();
+        stmt.setNamespace(NS);
+        stmt.setSetName(set);
+        Set<Long> queried = ConcurrentHashMap.newKeySet();
+        CountDownLatch query = new CountDownLatch(1);
+        async.query(loops.next(), new RecordSequenceListener() {
+            public void onRecord(Key key, Record record) {
+                queried.add(record.getLong("i"));
+            }
+
+            public void onSuccess() {
+                query.countDown();
+            }
+
+            public void onFailure(AerospikeException e) {
+                failure.compareAndSet(null, e);
+                query.countDown();
+            }
+        }, null, stmt);
+        assertTrue(query.await(30, TimeUnit.SECONDS));
+        assertNull(failure.get());
+        assertEquals(n, queried.size());
     }
 }

@@ -10,6 +10,7 @@ package io.citrine.compat;
 import com.aerospike.client.AerospikeClient;
 import com.aerospike.client.Key;
 import com.aerospike.client.policy.ClientPolicy;
+import com.aerospike.client.policy.Policy;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
@@ -46,6 +47,16 @@ abstract class CompatBase {
         ClientPolicy policy = new ClientPolicy();
         policy.timeout = 5000;
         policy.failIfNotConnected = true;
+        return policy;
+    }
+
+    /** A policy that rides out a node's death or return: up to 10 s, 20
+     * retries 100 ms apart, each try given 1 s. */
+    static <P extends Policy> P patient(P policy) {
+        policy.totalTimeout = 10000;
+        policy.socketTimeout = 1000;
+        policy.maxRetries = 20;
+        policy.sleepBetweenRetries = 100;
         return policy;
     }
 

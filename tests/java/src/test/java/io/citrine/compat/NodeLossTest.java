@@ -25,14 +25,6 @@ import org.junit.jupiter.api.Test;
 
 class NodeLossTest extends CompatBase {
 
-    private static <P extends Policy> P patient(P policy) {
-        policy.totalTimeout = 10000;
-        policy.socketTimeout = 1000;
-        policy.maxRetries = 20;
-        policy.sleepBetweenRetries = 100;
-        return policy;
-    }
-
     @Test
     void killedNodeLosesNoAcknowledgedWrite() throws InterruptedException {
         String pids = System.getenv("CITRINE_PEER_PIDS");

@@ -34,14 +34,6 @@ class NodeReturnTest extends CompatBase {
         set = "jNodeLossTest_killedNodeLosesNoAcknowledgedWrite";
     }
 
-    private static <P extends Policy> P patient(P policy) {
-        policy.totalTimeout = 10000;
-        policy.socketTimeout = 1000;
-        policy.maxRetries = 20;
-        policy.sleepBetweenRetries = 100;
-        return policy;
-    }
-
     /** Partitions still migrating on any node the client knows. */
     private static long migrationsLeft() {
         long left = 0;
