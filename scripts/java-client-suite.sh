@@ -82,18 +82,30 @@ if [ "${NODES:-1}" -gt 1 ] && [ -z "${TESTS:-}" ] && [ "$status" -eq 0 ]; then
     # The killed node (node 2, the first peer) comes back empty while
     # NodeReturnTest writes and reads: started a few seconds into the test.
     echo "== NodeReturnTest: node 2 comes back while the client works"
-    CITRINE_HOST=127.0.0.1 CITRINE_PORT=$PORT CITRINE_NODES=$NODES CITRINE_NODE_RETURNS=1 \
+    signal="$WORK/node-return-reading"
+    rm -f "$signal"
+    CITRINE_HOST=127.0.0.1 CITRINE_PORT=$PORT CITRINE_NODES=$NODES CITRINE_NODE_RETURNS="$signal" \
         "${MVN[@]}" surefire:test -Dtest=NodeReturnTest >"$WORK/mvn-test-node-return.log" 2>&1 &
     return_test=$!
-    sleep 8
+    # The test creates the file once it is reading with the node away;
+    # the node comes back a second later (or after 120 s regardless).
+    for _ in $(seq 1 1200); do
+        [ -e "$signal" ] && break
+        kill -0 "$return_test" 2>/dev/null || break
+        sleep 0.1
+    done
+    sleep 1
     relaunch_node 2
     wait "$return_test" || status=$?
 fi
 REPORTS="$WORK/java/target/surefire-reports"
 compgen -G "$REPORTS/TEST-*.xml" >/dev/null \
     || { tail -40 "$WORK/mvn-test.log" >&2; die "surefire wrote no report"; }
-kill -0 "$SERVER_PID" 2>/dev/null \
-    || { tail -20 "$WORK/server.log" >&2; echo "$SCRIPT_NAME: citrined died during the suite" >&2; exit 1; }
+if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+    if [ "${NODES:-1}" -gt 1 ]; then tail -20 "$WORK/server-1.log" >&2; else tail -20 "$WORK/server.log" >&2; fi
+    echo "$SCRIPT_NAME: citrined died during the suite" >&2
+    exit 1
+fi
 
 # ----------------------------------------------------------------- summary
 python3 - "$REPORTS" "$WORK" "$PORT" "${NODES:-1}" <<'PY'

@@ -5,8 +5,8 @@
  * see the latest acknowledged write, before, during and after the
  * migrations that refill the returning node, and the client must see the
  * node again. Runs only when scripts/java-client-suite.sh sets
- * CITRINE_NODE_RETURNS (it relaunches the node a few seconds after this
- * test starts).
+ * CITRINE_NODE_RETURNS to a file's path: the test creates the file when it
+ * starts reading, and the script relaunches the node a second later.
  */
 package io.citrine.compat;
 
@@ -19,6 +19,9 @@ import com.aerospike.client.Record;
 import com.aerospike.client.cluster.Node;
 import com.aerospike.client.policy.Policy;
 import com.aerospike.client.policy.WritePolicy;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.Assumptions;
@@ -49,13 +52,17 @@ class NodeReturnTest extends CompatBase {
     }
 
     @Test
-    void returningNodeServesTheLatestWrites() {
-        Assumptions.assumeTrue(System.getenv("CITRINE_NODE_RETURNS") != null,
+    void returningNodeServesTheLatestWrites() throws IOException {
+        String signal = System.getenv("CITRINE_NODE_RETURNS");
+        Assumptions.assumeTrue(signal != null && !signal.isEmpty(),
             "needs scripts/java-client-suite.sh NODES>=2 (it relaunches the node NodeLossTest killed)");
         int n = 600;
         WritePolicy wp = patient(new WritePolicy());
         Policy rp = patient(new Policy());
         assertEquals(nodes() - 1, client.getNodes().length, "the killed node is still away");
+        // Tell the script to bring the node back now that reads are about
+        // to start.
+        Files.writeString(Path.of(signal), "reading\n");
 
         long deadline = System.currentTimeMillis() + 90000;
         boolean back = false;
