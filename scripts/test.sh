@@ -61,7 +61,7 @@ CITRINED="$PWD/target/debug/citrined" bash scripts/java-client-suite.sh
 CITRINED="$PWD/target/debug/citrined" NODES=3 bash scripts/java-client-suite.sh
 
 if [[ -x scripts/fuzz-ci.sh ]]; then
-    step "short fuzz run of the wire decoder"
+    step "short fuzz run of every fuzz target"
     bash scripts/fuzz-ci.sh
 fi
 

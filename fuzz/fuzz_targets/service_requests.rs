@@ -22,6 +22,7 @@
 #![no_main]
 
 use citrine_service::{ManualClock, Service};
+use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
 use citrine_wire::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};
@@ -63,14 +64,20 @@ fn check_reply(request: MessageType, out: &[u8]) {
     }
 }
 
-fn send(service: &Service, kind: MessageType, body: &[u8]) {
+/// The node's answer to one request frame of `kind` (`None`: it closes
+/// the connection).
+fn answer(service: &Service, kind: MessageType, body: &[u8]) -> Option<Vec<u8>> {
     let header = ProtoHeader {
         version: 2,
         message_type: kind,
         size: body.len() as u64,
     };
     let mut out = Vec::new();
-    if service.handle(header, body, &mut out).is_ok() {
+    service.handle(header, body, &mut out).ok().map(|_| out)
+}
+
+fn send(service: &Service, kind: MessageType, body: &[u8]) {
+    if let Some(out) = answer(service, kind, body) {
         check_reply(kind, &out);
     }
 }
@@ -107,36 +114,13 @@ fuzz_target!(|data: &[u8]| {
         rest = after;
     }
     // Still serving: an info answer and a read.
-    let mut out = Vec::new();
-    service
-        .handle(
-            ProtoHeader {
-                version: 2,
-                message_type: MessageType::Info,
-                size: 6,
-            },
-            b"build\n",
-            &mut out,
-        )
-        .expect("build is answered");
+    let out = answer(service, MessageType::Info, b"build\n").expect("build is answered");
     assert!(
         out.ends_with(format!("build\t{}\n", citrine_service::info::BUILD).as_bytes()),
         "build answered {:?}",
         String::from_utf8_lossy(&out)
     );
-    let read = read_of_a_key();
-    let mut out = Vec::new();
-    service
-        .handle(
-            ProtoHeader {
-                version: 2,
-                message_type: MessageType::Message,
-                size: read.len() as u64,
-            },
-            &read,
-            &mut out,
-        )
-        .expect("a read is answered");
+    let out = answer(service, MessageType::Message, &read_of_a_key()).expect("a read is answered");
     check_reply(MessageType::Message, &out);
     // Found or not found: nothing a client sends makes a node refuse reads.
     let code = out.get(PROTO_HEADER_SIZE + 5).copied();
@@ -147,14 +131,17 @@ fuzz_target!(|data: &[u8]| {
 /// send it: namespace, set and digest fields.
 fn read_of_a_key() -> Vec<u8> {
     let digest = citrine_wire::digest::compute(b"demo", 3, b"k");
-    let mut body = vec![
-        22, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 232, 0, 3, 0, 0,
-    ];
-    for (kind, data) in [(0u8, &b"test"[..]), (1, b"demo"), (4, &digest.0[..])] {
-        let size = u32::try_from(data.len() + 1).expect("a small field");
-        body.extend_from_slice(&size.to_be_bytes());
-        body.push(kind);
-        body.extend_from_slice(data);
-    }
+    let header = MsgHeader {
+        info1: info1::READ | info1::GET_ALL,
+        transaction_ttl: 1000,
+        ..MsgHeader::default()
+    };
+    let mut body = Vec::new();
+    let mut writer = MessageWriter::begin_bare(&mut body, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"demo")
+        .field(field_type::DIGEST, &digest.0);
+    writer.finish();
     body
 }

@@ -137,11 +137,7 @@ TOML
         port_free "$port" || die "port $port is in use"
         from=$((port + 3))
         [ "$node" = 1 ] && seed=$((port + 2))
-        # shellcheck disable=SC2086
-        launch "citrined node $node of $nodes" "$port" "$WORK/server-$node.log" \
-            --config "$WORK/cluster.toml" --fabric-port $((port + 1)) \
-            --heartbeat-port $((port + 2)) --seed "127.0.0.1:$seed" \
-            --data-dir "$WORK/data-$node" ${CITRINED_ARGS:-}
+        launch_node "citrined node $node of $nodes" "$node" "$port" "$seed" "$WORK/server-$node.log"
         if [ "$node" = 1 ]; then SERVER_PID=$LAUNCHED_PID; else PEER_PIDS="$PEER_PIDS $LAUNCHED_PID"; fi
         ports+=("$port")
     done
@@ -167,13 +163,22 @@ TOML
 # memory namespace comes back empty), after it died or was killed; adds
 # it to $PEER_PIDS (so it is stopped at exit) and sets $LAUNCHED_PID.
 relaunch_node() {
-    local node=$1 port=${CLUSTER_PORTS[$(($1 - 1))]} seed=$((CLUSTER_PORTS[0] + 2))
+    local node=$1
+    launch_node "citrined node $node again" "$node" "${CLUSTER_PORTS[$((node - 1))]}" \
+        $((CLUSTER_PORTS[0] + 2)) "$WORK/server-$node-again.log"
+    PEER_PIDS="$PEER_PIDS $LAUNCHED_PID"
+}
+
+# launch_node WHAT NODE PORT SEED LOG: one cluster node (start_cluster's
+# cluster.toml, fabric and heartbeat on the next two ports, seeding from
+# heartbeat port SEED, work directory data-NODE).
+launch_node() {
+    local what=$1 node=$2 port=$3 seed=$4 log=$5
     # shellcheck disable=SC2086
-    launch "citrined node $node again" "$port" "$WORK/server-$node-again.log" \
+    launch "$what" "$port" "$log" \
         --config "$WORK/cluster.toml" --fabric-port $((port + 1)) \
         --heartbeat-port $((port + 2)) --seed "127.0.0.1:$seed" \
         --data-dir "$WORK/data-$node" ${CITRINED_ARGS:-}
-    PEER_PIDS="$PEER_PIDS $LAUNCHED_PID"
 }
 
 # Starts the same $CITRINED with --noop (the benchmark ceiling: every data

@@ -49,13 +49,6 @@ class CdtMoreTest extends CompatBase {
         return out;
     }
 
-    @SuppressWarnings("unchecked")
-    private static List<Long> sorted(Object list) {
-        List<Long> out = new ArrayList<>((List<Long>) list);
-        out.sort(null);
-        return out;
-    }
-
     @Test
     void listReturnTypes() {
         Key k = key("list-rt");

@@ -11,6 +11,8 @@ import com.aerospike.client.AerospikeClient;
 import com.aerospike.client.Key;
 import com.aerospike.client.policy.ClientPolicy;
 import com.aerospike.client.policy.Policy;
+import java.util.ArrayList;
+import java.util.List;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
@@ -58,6 +60,26 @@ abstract class CompatBase {
         policy.maxRetries = 20;
         policy.sleepBetweenRetries = 100;
         return policy;
+    }
+
+    /** A list of integers, sorted: for results whose order the server may
+     * choose (the values of a rank range of an unordered list come in the
+     * reference's heap order). */
+    @SuppressWarnings("unchecked")
+    static List<Long> sorted(Object list) {
+        List<Long> out = new ArrayList<>((List<Long>) list);
+        out.sort(null);
+        return out;
+    }
+
+    /** The value of `name` in an info answer of `name=value;...` pairs. */
+    static String stat(String stats, String name) {
+        for (String field : stats.split(";")) {
+            if (field.startsWith(name + "=")) {
+                return field.substring(name.length() + 1);
+            }
+        }
+        throw new AssertionError(name + " not in " + stats);
     }
 
     @BeforeAll

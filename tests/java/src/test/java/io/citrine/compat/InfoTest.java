@@ -11,9 +11,7 @@ import static org.junit.jupiter.api.Assertions.*;
 import com.aerospike.client.Info;
 import com.aerospike.client.cluster.ClusterStats;
 import com.aerospike.client.cluster.Node;
-import com.aerospike.client.cluster.Partition;
 import com.aerospike.client.cluster.Partitions;
-import com.aerospike.client.Key;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 
@@ -62,10 +60,6 @@ class InfoTest extends CompatBase {
             // Balanced: no node far from its share.
             assertTrue(Math.abs(count - 4096 / nodes()) < 4096 / nodes() / 5, "masters " + masters.values());
         }
-        // The client's partition of a key is the one the digest names.
-        Key k = key("route");
-        assertEquals((k.digest[0] & 0xff | (k.digest[1] & 0xff) << 8) & 4095,
-            Partition.getPartitionId(k.digest));
     }
 
     @Test

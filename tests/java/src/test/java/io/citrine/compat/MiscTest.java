@@ -130,7 +130,7 @@ class MiscTest extends CompatBase {
     }
 
     @Test
-    void setObjectCountsInInfo() throws InterruptedException {
+    void setObjectCountsInInfo() {
         for (int i = 0; i < 25; i++) {
             client.put(null, key(i), new Bin("v", i));
         }

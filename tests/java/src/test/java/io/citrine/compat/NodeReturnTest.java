@@ -42,11 +42,7 @@ class NodeReturnTest extends CompatBase {
         long left = 0;
         for (Node node : client.getNodes()) {
             String stats = Info.request(null, node, "statistics");
-            for (String field : stats.split(";")) {
-                if (field.startsWith("migrate_partitions_remaining=")) {
-                    left += Long.parseLong(field.substring(field.indexOf('=') + 1));
-                }
-            }
+            left += Long.parseLong(stat(stats, "migrate_partitions_remaining"));
         }
         return left;
     }
@@ -107,15 +103,6 @@ class NodeReturnTest extends CompatBase {
         }
         long reads = Long.parseLong(stat(Info.request(null, youngest, "namespace/test"), "client_read_success"));
         assertTrue(reads > 0, "the returned node " + youngest + " answered no read");
-    }
-
-    private static String stat(String stats, String name) {
-        for (String field : stats.split(";")) {
-            if (field.startsWith(name + "=")) {
-                return field.substring(name.length() + 1);
-            }
-        }
-        throw new AssertionError(name + " not in " + stats);
     }
 
     /** The w bin of key i after pass `pass` wrote its third of the keys

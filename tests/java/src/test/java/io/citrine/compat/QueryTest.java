@@ -22,7 +22,6 @@ import com.aerospike.client.policy.WritePolicy;
 import com.aerospike.client.query.Filter;
 import com.aerospike.client.query.IndexCollectionType;
 import com.aerospike.client.query.IndexType;
-import com.aerospike.client.query.KeyRecord;
 import com.aerospike.client.query.PartitionFilter;
 import com.aerospike.client.query.RecordSet;
 import com.aerospike.client.query.Statement;
@@ -160,9 +159,8 @@ class QueryTest extends QueryBase {
         try (RecordSet rs = client.query(null, statement())) {
             int n = 0;
             while (rs.next()) {
-                KeyRecord kr = new KeyRecord(rs.getKey(), rs.getRecord());
-                assertNotNull(kr.key.userKey, "sendKey stored the user key");
-                assertEquals(kr.record.getLong("i"), kr.key.userKey.toLong());
+                assertNotNull(rs.getKey().userKey, "sendKey stored the user key");
+                assertEquals(rs.getRecord().getLong("i"), rs.getKey().userKey.toLong());
                 n++;
             }
             assertEquals(5, n);
