@@ -17,6 +17,7 @@ pub fn single_node(
 ) -> (Arc<ManualClock>, Service) {
     let config = ServiceConfig {
         node_id,
+        rack_id: 0,
         cluster_name: "citrine".into(),
         access_address: "127.0.0.1:3000".into(),
         port: 3000,

@@ -470,6 +470,11 @@ def test_a_rack_aware_client_reads_from_its_rack(tmp_path_factory):
         _wait_stable(nodes)
         assert [rw.info(n.host, n.port, ["rack-ids"])["rack-ids"].strip() for n in nodes] \
             == ["test:1;bar:1", "test:2;bar:2"]
+        # `racks:` (what the operators' tools read): every node lists the
+        # whole view by rack.
+        view = "rack_1=C1:rack_2=C2"
+        assert [rw.info(n.host, n.port, ["racks:"])["racks:"].strip() for n in nodes] \
+            == [f"ns=test:{view};ns=bar:{view}"] * 2
         keys = [("test", "racks", i) for i in range(200)]
         for key in keys:
             client.put(key, {"v": key[2]})

@@ -151,6 +151,7 @@ pub struct NodeRow {
     pub node: String,
     pub address: String,
     pub build: String,
+    pub rack: String,
     pub masters: String,
     pub replicas: String,
     pub migrations: String,
@@ -201,10 +202,34 @@ pub fn node_row(
         node,
         address,
         build: good("build").unwrap_or_else(|| "-".into()),
+        rack: good("rack-ids")
+            .map(|text| rack_of(&text, namespace))
+            .unwrap_or_else(|| "-".into()),
         masters,
         replicas,
         migrations,
         cluster_key,
+    }
+}
+
+/// The rack a `rack-ids` answer (`ns:rack;ns:rack`) gives `namespace`, or
+/// with no namespace the node's distinct racks joined by `,` (one, when a
+/// node is in the same rack for all its namespaces); `-` when it names none.
+fn rack_of(rack_ids: &str, namespace: Option<&str>) -> String {
+    let mut racks: Vec<&str> = Vec::new();
+    for (ns, rack) in rack_ids
+        .split(';')
+        .filter_map(|item| item.split_once(':'))
+        .map(|(ns, rack)| (ns.trim(), rack.trim()))
+    {
+        if namespace.is_none_or(|only| only == ns) && !racks.contains(&rack) {
+            racks.push(rack);
+        }
+    }
+    if racks.is_empty() {
+        "-".to_owned()
+    } else {
+        racks.join(",")
     }
 }
 
@@ -214,18 +239,20 @@ pub fn render_table(rows: &[NodeRow]) -> String {
         "Node",
         "Address",
         "Build",
+        "Rack",
         "Master parts",
         "Replica parts",
         "Migrations",
         "Cluster key",
     ];
-    let cells: Vec<[String; 7]> = rows
+    let cells: Vec<[String; 8]> = rows
         .iter()
         .map(|row| {
             [
                 row.node.clone(),
                 row.address.clone(),
                 row.build.clone(),
+                row.rack.clone(),
                 row.masters.clone(),
                 row.replicas.clone(),
                 row.migrations.clone(),
@@ -270,7 +297,7 @@ pub async fn run_cluster(args: ClusterArgs) -> CliResult {
         .await
         .map_err(|e| connect_hint(&args.host.host, &e))?;
     let answers = client
-        .info_all(&["build", "replicas", "statistics", "cluster-key"])
+        .info_all(&["build", "rack-ids", "replicas", "statistics", "cluster-key"])
         .await;
     let mut rows = Vec::new();
     let mut counted = std::collections::BTreeSet::new();
@@ -337,25 +364,37 @@ mod tests {
             "cluster-key".to_owned(),
             "ERROR:4:unrecognized command".to_owned(),
         );
+        answer.insert("rack-ids".to_owned(), "test:2;bar:5".to_owned());
         let only_bar = node_row("A1".into(), "x".into(), &answer, Some("bar"));
         assert_eq!(
-            (only_bar.masters.as_str(), only_bar.replicas.as_str()),
-            ("4096", "0")
+            (
+                only_bar.masters.as_str(),
+                only_bar.replicas.as_str(),
+                only_bar.rack.as_str()
+            ),
+            ("4096", "0", "5")
         );
         let row = node_row("A1".into(), "127.0.0.1:3000".into(), &answer, None);
         assert_eq!(row.masters, "8192");
         assert_eq!(row.replicas, "4096");
         assert_eq!(row.migrations, "7");
         assert_eq!(row.cluster_key, "ABC");
+        assert_eq!(row.rack, "2,5");
+        let same_rack = HashMap::from([("rack-ids".to_owned(), "test:3;bar:3".to_owned())]);
+        assert_eq!(node_row("C".into(), "x".into(), &same_rack, None).rack, "3");
+        let community =
+            HashMap::from([("rack-ids".to_owned(), "ERROR:25:enterprise only".to_owned())]);
+        assert_eq!(node_row("C".into(), "x".into(), &community, None).rack, "-");
         let empty = node_row("B2".into(), "x".into(), &HashMap::new(), None);
         assert_eq!(
             (
                 empty.build.as_str(),
+                empty.rack.as_str(),
                 empty.masters.as_str(),
                 empty.migrations.as_str(),
                 empty.cluster_key.as_str()
             ),
-            ("-", "-", "-", "-")
+            ("-", "-", "-", "-", "-")
         );
         let table = render_table(&[row, empty]);
         assert!(

@@ -33,6 +33,11 @@ fn noop() -> (Process, u16) {
 }
 
 fn citrined() -> (Process, u16) {
+    citrined_with(&[])
+}
+
+/// A fresh citrined on free ports, with `extra` command-line arguments.
+fn citrined_with(extra: &[&str]) -> (Process, u16) {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let binary = match std::env::var("CITRINED_BIN") {
         Ok(path) if PathBuf::from(&path).is_file() => PathBuf::from(path),
@@ -55,6 +60,7 @@ fn citrined() -> (Process, u16) {
             "--heartbeat-port",
             &free_port().to_string(),
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -150,6 +156,37 @@ fn cluster_table_and_bench_against_the_noop_responder() {
         .as_u64()
         .is_some_and(|n| n > 1000));
     let _ = std::fs::remove_file(json);
+}
+
+/// `citrine cluster` against a real node: one row with the node's rack (from
+/// `rack-ids`), every partition of `test` mastered there, no replicas (one
+/// node), no migrations.
+#[test]
+fn cluster_table_against_citrined() {
+    let (_server, port) = citrined_with(&["--rack-id", "7"]);
+    let host = format!("127.0.0.1:{port}");
+    let table = citrine(&["cluster", "-h", &host, "-n", "test"]);
+    let text = stdout(&table);
+    assert!(table.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let header: Vec<&str> = lines[0]
+        .split("  ")
+        .filter(|c| !c.is_empty())
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        (header.len(), &header[2..5]),
+        (8, &["Build", "Rack", "Master parts"][..]),
+        "{text}"
+    );
+    let row: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(row.len(), 8, "{text}");
+    assert_eq!(row[1], host, "{text}");
+    assert_eq!(&row[3..7], ["7", "4096", "0", "0"], "{text}");
+    assert_eq!(
+        lines[3], "1 node(s); partitions of namespace test",
+        "{text}"
+    );
 }
 
 #[test]

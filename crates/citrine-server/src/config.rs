@@ -515,6 +515,7 @@ pub fn resolve(
     Ok(ServerConfig {
         service: ServiceConfig {
             node_id,
+            rack_id: cluster.rack_id,
             cluster_name,
             access_address,
             port,

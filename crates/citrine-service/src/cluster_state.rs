@@ -119,16 +119,17 @@ impl ClusterState {
         }
     }
 
-    /// The state of a node alone: it masters every partition.
+    /// The state of a node alone, in its rack: it masters every partition.
     pub fn single(
         self_id: NodeId,
+        rack_id: u32,
         service_address: String,
         namespaces: &[(String, usize)],
     ) -> ClusterState {
         let cluster_key = self_id.0.rotate_left(17) ^ 0x5A5A_C17A_1CE5_0001;
         let member = ClusterMember {
             node_id: self_id,
-            rack_id: 0,
+            rack_id,
             service_address,
         };
         ClusterState::new(self_id, cluster_key.max(1), vec![member], namespaces, 1, 1)
@@ -201,7 +202,8 @@ mod tests {
 
     #[test]
     fn single_node_owns_everything() {
-        let state = ClusterState::single(NodeId(7), "127.0.0.1:3000".into(), &[("test".into(), 2)]);
+        let state =
+            ClusterState::single(NodeId(7), 0, "127.0.0.1:3000".into(), &[("test".into(), 2)]);
         let namespace = state.namespace("test").expect("namespace");
         assert_eq!(namespace.column_bitmaps.len(), 1);
         assert_eq!(namespace.column_counts, vec![PARTITIONS]);

@@ -118,6 +118,9 @@ impl NamespaceConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceConfig {
     pub node_id: u64,
+    /// The rack this node joins its views with; what it reports (`rack-ids`,
+    /// `racks:`) before its first view.
+    pub rack_id: u32,
     pub cluster_name: String,
     /// Address clients reach this node at (for `service-clear-std`), `host:port`.
     pub access_address: String,

@@ -67,9 +67,10 @@ pub(crate) fn answer_request(service: &Service, body: &[u8], out: &mut Vec<u8>) 
 }
 
 /// `rack-ids`: this node's rack in every namespace, `ns:rack;ns:rack`
-/// (the rack it joined its view with; 0 before its first view). The
-/// reference answers it only in its Enterprise edition; rack-aware clients (the C client with
-/// `rack_aware`, Go's `RackAware`, Citrine's `PreferRack`) ask it with
+/// (the rack it joined its view with; its configured rack before its first
+/// view). The reference answers it only in its Enterprise edition;
+/// rack-aware clients (the C client with `rack_aware`, Go's `RackAware`,
+/// Citrine's `PreferRack`) ask it with
 /// `rebalance-generation` to read from a replica on their own rack. With
 /// the error answer they learn no rack and read from the master.
 fn rack_ids(service: &Service) -> String {
@@ -82,6 +83,50 @@ fn rack_ids(service: &Service) -> String {
     service
         .namespaces()
         .map(|namespace| format!("{}:{rack}", namespace.config.name))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// `racks:` (optionally `racks:namespace=NS`): per namespace, the nodes of
+/// the current view grouped by rack, racks ascending and nodes ascending
+/// within a rack, as `ns=NS:rack_ID=NODE,NODE:rack_ID=NODE`; namespaces
+/// separated by `;`. Every node joins with one rack for all its namespaces,
+/// so each namespace lists the same racks. Before its first view a node
+/// lists itself alone, in its configured rack.
+fn racks(service: &Service, command: &InfoCommand<'_>) -> String {
+    let wanted = command.param("namespace").or_else(|| command.param("ns"));
+    if let Some(name) = wanted {
+        if service.namespace(name.as_bytes()).is_none() {
+            return "ERROR:4:namespace not found".to_owned();
+        }
+    }
+    let cluster = service.cluster();
+    let mut members: Vec<(u32, citrine_types::NodeId)> = cluster
+        .members
+        .iter()
+        .map(|member| (member.rack_id, member.node_id))
+        .collect();
+    debug_assert!(!members.is_empty(), "a node is a member of its own view");
+    members.sort_unstable();
+    let mut groups: Vec<String> = Vec::new();
+    let mut current: Option<u32> = None;
+    for (rack, node) in members {
+        if current == Some(rack) {
+            if let Some(group) = groups.last_mut() {
+                group.push(',');
+                group.push_str(&node.to_string());
+            }
+        } else {
+            current = Some(rack);
+            groups.push(format!("rack_{rack}={node}"));
+        }
+    }
+    let racks = groups.join(":");
+    service
+        .namespaces()
+        .map(|namespace| namespace.config.name.as_str())
+        .filter(|name| wanted.is_none_or(|wanted| wanted == *name))
+        .map(|name| format!("ns={name}:{racks}"))
         .collect::<Vec<_>>()
         .join(";")
 }
@@ -123,6 +168,7 @@ pub(crate) const COMMANDS: &[&str] = &[
     "query-abort",
     "query-show",
     "rack-ids",
+    "racks",
     "rebalance-generation",
     "release",
     "replicas",
@@ -244,6 +290,7 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
             "ERROR:4:truncate-undo is not supported: a truncation cannot be undone".to_owned()
         }
         "rack-ids" => rack_ids(service),
+        "racks" => racks(service, command),
         "partition-checksums" => partition_checksums(service, command),
         "udf-put" => crate::udf::put(service, command),
         "udf-get" => crate::udf::get(service, command),

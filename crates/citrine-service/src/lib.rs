@@ -258,6 +258,7 @@ impl Service {
         let node_id = NodeId(config.node_id);
         let cluster = ClusterState::single(
             node_id,
+            config.rack_id,
             config.access_address.clone(),
             &Service::namespace_factors(&config),
         );

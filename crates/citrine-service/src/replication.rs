@@ -1479,6 +1479,7 @@ mod tests {
     fn memory_service(node_id: u64) -> Service {
         let config = crate::config::ServiceConfig {
             node_id,
+            rack_id: 0,
             cluster_name: "citrine".into(),
             access_address: "127.0.0.1:3000".into(),
             port: 3000,
@@ -1820,6 +1821,7 @@ mod tests {
         let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
         let config = crate::config::ServiceConfig {
             node_id: 1,
+            rack_id: 0,
             cluster_name: "citrine".into(),
             access_address: "127.0.0.1:3000".into(),
             port: 3000,

@@ -18,6 +18,7 @@ fn service_with_all(namespaces: Vec<NamespaceConfig>) -> (Service, Arc<ManualClo
     let clock = Arc::new(ManualClock::new(START_MS));
     let config = ServiceConfig {
         node_id: 0xBB9020011AC4202,
+        rack_id: 0,
         cluster_name: "citrine".into(),
         access_address: "127.0.0.1:3000".into(),
         port: 3000,
@@ -1766,7 +1767,7 @@ fn lookahead_finds_the_lookup_and_changes_nothing() {
 
 /// `rack-ids` answers this node's rack (the one it joined the view with) in
 /// every namespace, as the rack-aware clients parse it; before its first
-/// view, rack 0.
+/// view, its configured rack (0 here).
 /// (It answered `ERROR:25:enterprise only`: rack-aware clients learned no
 /// rack.)
 #[test]
@@ -1792,4 +1793,50 @@ fn rack_ids_answer_this_nodes_rack_in_every_namespace() {
         2,
     ));
     assert_eq!(info(&service, &["rack-ids"])[0].1, "test:3;bar:3");
+}
+
+/// `racks:` groups the view's nodes by rack in every namespace (racks and
+/// nodes ascending), `racks:namespace=NS` answers one namespace, an unknown
+/// one is an error; before the first view the node is alone in its
+/// configured rack (0 here).
+#[test]
+fn racks_group_the_views_nodes_by_rack() {
+    use crate::cluster_state::{ClusterMember, ClusterState};
+    let (service, _) = service_with_all(vec![
+        NamespaceConfig::in_memory("test"),
+        NamespaceConfig::in_memory("bar"),
+    ]);
+    let me = service.node_id;
+    assert_eq!(
+        info(&service, &["racks:"])[0].1,
+        format!("ns=test:rack_0={me};ns=bar:rack_0={me}")
+    );
+    let member = |id: u64, rack_id: u32| ClusterMember {
+        node_id: citrine_types::NodeId(id),
+        rack_id,
+        service_address: String::new(),
+    };
+    let (a, b, c) = (me.0 + 0x30, me.0 + 0x10, me.0 + 0x20);
+    service.publish_cluster(ClusterState::new(
+        me,
+        0x51,
+        vec![member(a, 1), member(me.0, 2), member(b, 2), member(c, 1)],
+        &[("test".into(), 2), ("bar".into(), 2)],
+        2,
+        2,
+    ));
+    let node = |id: u64| citrine_types::NodeId(id).to_string();
+    let racks = format!("rack_1={},{}:rack_2={me},{}", node(c), node(a), node(b));
+    assert_eq!(
+        info(&service, &["racks:"])[0].1,
+        format!("ns=test:{racks};ns=bar:{racks}")
+    );
+    assert_eq!(
+        info(&service, &["racks:namespace=bar"])[0].1,
+        format!("ns=bar:{racks}")
+    );
+    assert_eq!(
+        info(&service, &["racks:namespace=nope"])[0].1,
+        "ERROR:4:namespace not found"
+    );
 }

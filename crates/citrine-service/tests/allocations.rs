@@ -100,6 +100,7 @@ fn allocations_per_request(service: &Service, frame: &[u8], runs: u64) -> f64 {
 fn hot_path_allocations() {
     let config = ServiceConfig {
         node_id: 1,
+        rack_id: 0,
         cluster_name: "citrine".into(),
         access_address: "127.0.0.1:3000".into(),
         port: 3000,

@@ -18,6 +18,7 @@ pub(crate) fn service() -> (Service, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(START_MS));
     let config = ServiceConfig {
         node_id: 0xBB9020011AC4202,
+        rack_id: 0,
         cluster_name: "citrine".into(),
         access_address: "127.0.0.1:3000".into(),
         port: 3000,

@@ -1922,6 +1922,7 @@ mod tests {
     fn service(node_id: u64) -> Arc<Service> {
         let config = crate::config::ServiceConfig {
             node_id,
+            rack_id: 0,
             cluster_name: "citrine".into(),
             access_address: "127.0.0.1:3000".into(),
             port: 3000,

@@ -776,6 +776,7 @@ fn two_node_view(first: u64, me: u64) -> crate::cluster_state::ClusterState {
 fn service_with_id(node_id: u64) -> Service {
     let config = crate::config::ServiceConfig {
         node_id,
+        rack_id: 0,
         cluster_name: "citrine".into(),
         access_address: "127.0.0.1:3000".into(),
         port: 3000,

@@ -444,6 +444,7 @@ mod tests {
     fn node(id: u64, clock_ms: u64) -> Service {
         let config = ServiceConfig {
             node_id: id,
+            rack_id: 0,
             cluster_name: "citrine".into(),
             access_address: "127.0.0.1:3000".into(),
             port: 3000,

@@ -591,6 +591,7 @@ impl World {
         let storage_engine = self.storage_of(i)?;
         let config = ServiceConfig {
             node_id: self.nodes[i].id.0,
+            rack_id: 0,
             cluster_name: "citrine".into(),
             access_address: format!("10.0.1.{i}:3000"),
             port: 3000,
@@ -1988,6 +1989,7 @@ mod tests {
         let service = Service::new(
             ServiceConfig {
                 node_id: 7,
+                rack_id: 0,
                 cluster_name: "c".into(),
                 access_address: "x:1".into(),
                 port: 1,

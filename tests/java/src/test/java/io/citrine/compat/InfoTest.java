@@ -63,6 +63,21 @@ class InfoTest extends CompatBase {
     }
 
     @Test
+    void racksListEveryNodeOfTheView() {
+        // The suite's nodes all run in rack 0: `racks:` names each of them
+        // there, by node id, and so does every node.
+        String[] names = java.util.Arrays.stream(client.getNodes()).map(Node::getName)
+            .sorted((a, b) -> Long.compareUnsigned(
+                Long.parseUnsignedLong(a, 16), Long.parseUnsignedLong(b, 16)))
+            .toArray(String[]::new);
+        String expected = "ns=" + NS + ":rack_0=" + String.join(",", names);
+        for (Node node : client.getNodes()) {
+            String answer = Info.request(null, node, "racks:namespace=" + NS);
+            assertEquals(expected, answer, "racks: from " + node.getName());
+        }
+    }
+
+    @Test
     void unknownInfoCommandDoesNotBreakTheConnection() {
         Node node = client.getNodes()[0];
         Map<String, String> answers = Info.request(null, node, "no-such-command", "build");

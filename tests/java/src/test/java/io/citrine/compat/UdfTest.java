@@ -66,9 +66,13 @@ class UdfTest extends CompatBase {
     }
 
     @AfterAll
-    static void unregister() {
+    static void unregister() throws IOException {
         if (client != null) {
             client.removeUdf(null, MODULE + ".lua");
+        }
+        if (luaDir != null) {
+            Files.deleteIfExists(luaDir.resolve(MODULE + ".lua"));
+            Files.deleteIfExists(luaDir);
         }
     }
 
