@@ -412,13 +412,16 @@ fn cluster_info(service: &Service) -> String {
     )
 }
 
-fn namespace_config_pairs(namespace: &Namespace) -> Vec<(String, String)> {
+fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, String)> {
     let config = &namespace.config;
     let mut pairs = vec![
         (
             "replication-factor".to_owned(),
             config.replication_factor.to_string(),
         ),
+        // The node's configured rack: Citrine configures racks per node, so
+        // every namespace reports the same one.
+        ("rack-id".to_owned(), rack_id.to_string()),
         ("default-ttl".to_owned(), config.default_ttl.to_string()),
         ("nsup-period".to_owned(), config.nsup_period.to_string()),
         (
@@ -685,7 +688,7 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
     if let Some(device) = namespace.storage.device() {
         pairs.extend(device.info_pairs());
     }
-    pairs.extend(namespace_config_pairs(namespace));
+    pairs.extend(namespace_config_pairs(namespace, service.config.rack_id));
     join_pairs(&pairs, ';')
 }
 
@@ -904,7 +907,10 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
         "namespace" => {
             let name = command.param("namespace").or_else(|| command.param("id"));
             match name.and_then(|name| service.namespace(name.as_bytes())) {
-                Some(namespace) => join_pairs(&namespace_config_pairs(namespace), ';'),
+                Some(namespace) => join_pairs(
+                    &namespace_config_pairs(namespace, service.config.rack_id),
+                    ';',
+                ),
                 None => "ERROR:4:namespace not found".to_owned(),
             }
         }

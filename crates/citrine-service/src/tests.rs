@@ -1540,6 +1540,7 @@ fn namespace_info_lists_the_conflict_resolution_policy() {
             value.contains("conflict-resolution-policy=generation;"),
             "{value}"
         );
+        assert!(value.contains(";rack-id=0;"), "{value}");
     }
     let mut config = NamespaceConfig::in_memory("test");
     config.conflict_resolution_policy = crate::config::ConflictResolutionPolicy::LastUpdateTime;
