@@ -183,6 +183,10 @@ fn cluster_table_against_citrined() {
     assert_eq!(row.len(), 8, "{text}");
     assert_eq!(row[1], host, "{text}");
     assert_eq!(&row[3..7], ["7", "4096", "0", "0"], "{text}");
+    assert_eq!(
+        lines[3], "1 node(s); partitions of namespace test",
+        "{text}"
+    );
     // The namespace's configuration names the rack too, as the reference's does.
     let config = citrine(&[
         "info",
@@ -191,11 +195,10 @@ fn cluster_table_against_citrined() {
         "-v",
         "get-config:context=namespace;id=test",
     ]);
-    let text = stdout(&config);
-    assert!(text.split(';').any(|pair| pair == "rack-id=7"), "{text}");
-    assert_eq!(
-        lines[3], "1 node(s); partitions of namespace test",
-        "{text}"
+    let config = stdout(&config);
+    assert!(
+        config.split(';').any(|pair| pair == "rack-id=7"),
+        "{config}"
     );
 }
 

@@ -101,27 +101,22 @@ fn racks(service: &Service, command: &InfoCommand<'_>) -> String {
         }
     }
     let cluster = service.cluster();
-    let mut members: Vec<(u32, citrine_types::NodeId)> = cluster
-        .members
-        .iter()
-        .map(|member| (member.rack_id, member.node_id))
-        .collect();
-    debug_assert!(!members.is_empty(), "a node is a member of its own view");
-    members.sort_unstable();
-    let mut groups: Vec<String> = Vec::new();
-    let mut current: Option<u32> = None;
-    for (rack, node) in members {
-        if current == Some(rack) {
-            if let Some(group) = groups.last_mut() {
-                group.push(',');
-                group.push_str(&node.to_string());
-            }
-        } else {
-            current = Some(rack);
-            groups.push(format!("rack_{rack}={node}"));
-        }
+    debug_assert!(
+        cluster.members.is_sorted_by_key(|member| member.node_id),
+        "a view's members are in node-id order"
+    );
+    let mut by_rack: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    for member in &cluster.members {
+        by_rack
+            .entry(member.rack_id)
+            .or_default()
+            .push(member.node_id.to_string());
     }
-    let racks = groups.join(":");
+    let racks = by_rack
+        .into_iter()
+        .map(|(rack, nodes)| format!("rack_{rack}={}", nodes.join(",")))
+        .collect::<Vec<_>>()
+        .join(":");
     service
         .namespaces()
         .map(|namespace| namespace.config.name.as_str())
