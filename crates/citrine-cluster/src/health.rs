@@ -159,6 +159,20 @@ impl HealthTracker {
         self.unhealthy.remove(&id);
     }
 
+    /// The caller stalled until `now` and heard nothing meanwhile: the
+    /// windows it slept through are not judged (nor counted towards
+    /// anyone's probation), and a new window starts at `now` that no peer
+    /// has been observed for from its start.
+    pub fn skip_stall(&mut self, now: u64) {
+        self.window_start = now;
+        for p in self.peers.values_mut() {
+            p.full_window = false;
+            p.received = 0;
+            p.last_heartbeat = None;
+            p.last_surrogate = None;
+        }
+    }
+
     /// Notes a surrogate (fabric or Paxos) message from `from` at `now`; it
     /// does not count as a heartbeat but proves the peer alive.
     pub fn record_surrogate(&mut self, from: NodeId, now: u64) {

@@ -264,6 +264,18 @@ impl HeartbeatState {
         }
     }
 
+    /// Moves every adjacent peer's liveness clock (and every known address's)
+    /// on by `gap`, capped at `now`: the local node stalled for `gap` and
+    /// could not hear anyone, which is not the peers' silence.
+    pub fn credit_silence(&mut self, gap: u64, now: u64) {
+        for peer in self.peers.values_mut() {
+            peer.last_heard = peer.last_heard.saturating_add(gap).min(now);
+        }
+        for known in self.known.values_mut() {
+            known.last_seen = known.last_seen.saturating_add(gap).min(now);
+        }
+    }
+
     /// Removes peers silent for longer than the timeout and forgets stale
     /// learned addresses. Returns the peers removed.
     pub fn expire(&mut self, now: u64) -> Vec<NodeId> {

@@ -46,6 +46,16 @@
 //!   principal vanished (or, for a principal, who sees a higher principal)
 //!   and who was not admitted into any new view for two quanta, becomes an
 //!   orphan.
+//! - A node that was not ticked for more than [`STALL_INTERVALS`] heartbeat
+//!   intervals stalled (its process was frozen or starved): it heard nothing
+//!   and sent nothing meanwhile, so that silence is not held against its
+//!   peers (their liveness clocks move on by the gap, and the heartbeats
+//!   queued for it are read before anyone is timed out). A stall longer
+//!   than the heartbeat timeout means the peers have timed this node out
+//!   and moved on: it gives up a view it shared with them (orphan) and
+//!   judges them anew (health probation), as a booting node does, instead
+//!   of serving its stale view, or forming a view of itself alone because
+//!   everyone fell silent at once.
 //!
 //! Invariants:
 //! - a held view always contains the local node (asserted);
@@ -168,7 +178,8 @@ pub enum Effect {
         succession: Vec<NodeId>,
     },
     /// The node left its view without a new one (its principal moved on
-    /// without it); it is an orphan until admitted again.
+    /// without it, or it stalled past the heartbeat timeout); it is an
+    /// orphan until admitted again.
     Orphaned,
 }
 
@@ -214,6 +225,9 @@ pub struct NodeStats {
     pub rounds_abandoned: u64,
     /// Views applied (including as principal).
     pub views_applied: u64,
+    /// Stalls detected: gaps of more than [`STALL_INTERVALS`] heartbeat
+    /// intervals between two ticks.
+    pub stalls: u64,
 }
 
 /// One node's cluster-management state machine.
@@ -223,6 +237,8 @@ pub struct ClusterNode {
     hb: HeartbeatState,
     health: HealthTracker,
     now: u64,
+    /// Local time of the last tick (stall detection).
+    last_tick: u64,
     view: Option<ClusterView>,
     view_since: u64,
     promised: Ballot,
@@ -249,6 +265,11 @@ pub struct ClusterNode {
 /// admitted into a new view, gives up its stale view.
 const ORPHAN_AFTER_QUANTA: u64 = 2;
 
+/// Heartbeat intervals without a tick after which the node knows it
+/// stalled (every tick may send heartbeats, so a caller that ticks on time
+/// ticks at least once an interval).
+pub const STALL_INTERVALS: u64 = 2;
+
 impl ClusterNode {
     /// A fresh node booting at `now` (local milliseconds). `now` also serves
     /// as the heartbeat incarnation, so a restarted node must boot at a later
@@ -269,6 +290,7 @@ impl ClusterNode {
             hb,
             health,
             now,
+            last_tick: now,
             view: None,
             view_since: now,
             promised: Ballot::default(),
@@ -349,6 +371,11 @@ impl ClusterNode {
     pub fn tick(&mut self, now: u64) -> Vec<Effect> {
         let now = self.advance(now);
         let mut out = Vec::new();
+        let gap = now.saturating_sub(self.last_tick);
+        self.last_tick = now;
+        if gap > STALL_INTERVALS * self.cfg.heartbeat.interval_ms {
+            self.on_stall(gap, now, &mut out);
+        }
         if let Some((seq, targets)) = self.hb.due(now) {
             let (key, succession) = match &self.view {
                 Some(v) => (v.key(), v.succession().to_vec()),
@@ -382,6 +409,36 @@ impl ClusterNode {
             self.on_quantum(now, &mut out);
         }
         out
+    }
+
+    /// The machine was not ticked for `gap` ms (see the module doc): the
+    /// peers' liveness clocks move on by the gap; past the heartbeat
+    /// timeout, a view shared with others is given up (and the value it
+    /// accepted forgotten) and the peers go through probation again.
+    fn on_stall(&mut self, gap: u64, now: u64, out: &mut Vec<Effect>) {
+        self.stats.stalls += 1;
+        self.hb.credit_silence(gap, now);
+        self.health.skip_stall(now);
+        if gap <= self.cfg.heartbeat.timeout_ms {
+            return;
+        }
+        for peer in self.adjacency() {
+            self.health.restarted(peer);
+        }
+        let me = self.cfg.node_id;
+        if self
+            .view
+            .as_ref()
+            .is_some_and(|view| view.succession().iter().any(|member| *member != me))
+        {
+            self.view = None;
+            self.view_since = now;
+            self.principal_lost_at = None;
+            // The heartbeats queued during the stall still advertise the
+            // view this node accepted: they must not bring it back.
+            self.accepted = None;
+            out.push(Effect::Orphaned);
+        }
     }
 
     /// Counts any non-heartbeat message from `from` (replica writes,
@@ -981,6 +1038,8 @@ mod tests {
         ids: Vec<NodeId>,
         queue: Vec<(u64, usize, Vec<u8>)>,
         cut: BTreeSet<(usize, usize)>,
+        /// Nodes not ticked, their messages held until they thaw.
+        frozen: BTreeSet<usize>,
         changes: Vec<(u64, usize, u64)>,
         now: u64,
     }
@@ -999,6 +1058,7 @@ mod tests {
                 ids: ids.iter().copied().map(NodeId).collect(),
                 queue: Vec::new(),
                 cut: BTreeSet::new(),
+                frozen: BTreeSet::new(),
                 changes: Vec::new(),
                 now: 0,
             }
@@ -1036,8 +1096,11 @@ mod tests {
             while self.now < end {
                 self.now += 5;
                 let now = self.now;
-                let (due, rest): (Vec<_>, Vec<_>) =
-                    self.queue.drain(..).partition(|(t, _, _)| *t <= now);
+                let frozen = &self.frozen;
+                let (due, rest): (Vec<_>, Vec<_>) = self
+                    .queue
+                    .drain(..)
+                    .partition(|(t, to, _)| *t <= now && !frozen.contains(to));
                 self.queue = rest;
                 for (_, to, bytes) in due {
                     let env = Envelope::decode(&bytes).expect("own encoding decodes");
@@ -1047,11 +1110,24 @@ mod tests {
                     }
                 }
                 for i in 0..self.nodes.len() {
+                    if self.frozen.contains(&i) {
+                        continue;
+                    }
                     if let Some(node) = self.nodes[i].as_mut() {
                         let eff = node.tick(now);
                         self.handle(i, eff);
                     }
                 }
+            }
+        }
+
+        /// Node `i` carries on: it is ticked before it reads the messages
+        /// held for it (the order a thawed event loop may well pick).
+        fn thaw(&mut self, i: usize) {
+            self.frozen.remove(&i);
+            if let Some(node) = self.nodes[i].as_mut() {
+                let eff = node.tick(self.now);
+                self.handle(i, eff);
             }
         }
 
@@ -1207,6 +1283,78 @@ mod tests {
         );
         assert!(out.is_empty());
         assert_eq!(node.view().cloned(), before);
+    }
+
+    /// Freezes node `frozen` of a converged three-node cluster for
+    /// `freeze_ms`, thaws it, and runs for 20 s more, checking at every
+    /// step that it never holds a view of itself alone. Returns the net.
+    fn freeze_and_thaw(frozen: usize, freeze_ms: u64) -> Net {
+        let ids = [1, 2, 3];
+        let mut net = Net::new(&ids);
+        net.run_until(15_000);
+        let whole = net.view(0).expect("a view");
+        assert_eq!(whole.1, sorted_ids(&ids));
+        net.frozen.insert(frozen);
+        net.run_until(net.now + freeze_ms);
+        net.thaw(frozen);
+        let end = net.now + 20_000;
+        while net.now < end {
+            net.run_until(net.now + 5);
+            if let Some((key, members)) = net.view(frozen) {
+                assert!(
+                    members.len() > 1,
+                    "the thawed node holds a view of itself alone at {}: {:?}",
+                    net.now,
+                    net.changes
+                );
+                assert!(
+                    key != whole.0 || freeze_ms <= 1_500,
+                    "the thawed node went back to its stale view at {}: {:?}",
+                    net.now,
+                    net.changes
+                );
+            }
+        }
+        net
+    }
+
+    #[test]
+    fn a_node_frozen_past_the_timeout_is_an_orphan_until_admitted_again() {
+        // A member (id 1) and the principal (id 3), each frozen for 4 s:
+        // the others form a view without it meanwhile.
+        for frozen in [0, 2] {
+            let freeze_started = 15_000;
+            let net = freeze_and_thaw(frozen, 4_000);
+            let thawed_at = freeze_started + 4_000;
+            let node = net.nodes[frozen].as_ref().expect("node");
+            assert_eq!(node.stats().stalls, 1, "node {frozen}");
+            // It gave its view up at the thaw, before anything else.
+            let own: Vec<&(u64, usize, u64)> = net
+                .changes
+                .iter()
+                .filter(|(t, who, _)| *who == frozen && *t >= thawed_at)
+                .collect();
+            assert_eq!(
+                own.first().map(|c| (c.0, c.2)),
+                Some((thawed_at, 0)),
+                "{own:?}"
+            );
+            // Then all three share one view again.
+            let whole = net.view(0).expect("a view");
+            assert_eq!(whole.1, sorted_ids(&[1, 2, 3]), "{:?}", net.changes);
+            assert_eq!(net.view(1), Some(whole.clone()));
+            assert_eq!(net.view(2), Some(whole));
+        }
+    }
+
+    #[test]
+    fn a_short_stall_changes_no_view() {
+        // 900 ms frozen (six heartbeat intervals, under the 1.5 s timeout):
+        // the stall is noticed, and no node changes its view.
+        let net = freeze_and_thaw(0, 900);
+        assert_eq!(net.nodes[0].as_ref().map(|n| n.stats().stalls), Some(1));
+        let after: Vec<_> = net.changes.iter().filter(|(t, _, _)| *t > 15_000).collect();
+        assert!(after.is_empty(), "{after:?}");
     }
 
     #[test]

@@ -520,14 +520,25 @@ impl Driver {
         let mut ticker = tokio::time::interval(Duration::from_millis(TICK_MS));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut last_keepalive = Instant::now();
+        let mut last_tick = Instant::now();
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
                     if stopping.load(Ordering::Relaxed) {
                         return;
                     }
+                    let stalls = self.node.stats().stalls;
                     let effects = self.node.tick(self.now());
+                    if self.node.stats().stalls > stalls {
+                        tracing::warn!(
+                            since_last_tick_ms = last_tick.elapsed().as_millis() as u64,
+                            "this node stalled (frozen or starved of CPU): it heard no heartbeat meanwhile"
+                        );
+                    }
+                    last_tick = Instant::now();
                     self.perform(effects);
+                    self.service
+                        .cluster_ticked(self.node.config().heartbeat.timeout_ms);
                     if last_keepalive.elapsed() >= Duration::from_millis(KEEPALIVE_MS) {
                         last_keepalive = Instant::now();
                         self.keepalive();

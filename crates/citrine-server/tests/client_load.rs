@@ -1,7 +1,8 @@
 //! Load through Citrine's own smart client (`citrine-client`, tokio) on a
 //! cluster of real `citrined` processes (replication factor 2,
 //! `examples/cluster.toml`) while a 4th node joins, a node is SIGKILLed
-//! and then restarted empty.
+//! and then restarted empty, and a node is frozen (SIGSTOP) past the
+//! heartbeat timeout and then let carry on (SIGCONT).
 //!
 //! Each client task owns its keys and writes known values (bin `v` = the
 //! key's write count, so a write retried by the client is idempotent), and
@@ -21,6 +22,12 @@
 //! its old holders still count it in their unfinished base is not sent its
 //! partitions again (the partial-copy limitation of
 //! `citrine_service::migration`).
+//!
+//! The frozen node wakes with the requests and heartbeats queued in its
+//! sockets. It must notice that it stalled and give up its stale view
+//! (`citrine_cluster::node`): when it instead timed its peers out and
+//! formed a view of itself alone, the client read older values from it
+//! for the seconds until the views merged (2 runs of 2 failed so).
 
 #![allow(clippy::unwrap_used)]
 
@@ -115,6 +122,56 @@ async fn task(
     (acked, errors)
 }
 
+/// Every node of `nodes` but the one at `skip`.
+fn all_but(nodes: &[Node], skip: usize) -> Vec<&Node> {
+    nodes
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| *index != skip)
+        .map(|(_, node)| node)
+        .collect()
+}
+
+/// The load's phases: each runs the load for some seconds more and
+/// records how many operations completed meanwhile (every phase must
+/// make progress).
+struct Phases<'a> {
+    client: &'a Client,
+    ops: &'a AtomicU64,
+    started: Instant,
+    done: Vec<(String, u64)>,
+}
+
+impl Phases<'_> {
+    fn run(&mut self, what: &str, seconds: u64) {
+        let before = self.ops.load(Ordering::Relaxed);
+        let phase_started = Instant::now();
+        std::thread::sleep(Duration::from_secs(seconds));
+        let done = self.ops.load(Ordering::Relaxed) - before;
+        let stats = self.client.stats();
+        println!(
+            "{:>5.1}s: {what}: {done} ops in {:?} (client: {} nodes, {} retries so far)",
+            self.started.elapsed().as_secs_f64(),
+            phase_started.elapsed(),
+            stats.nodes,
+            stats.retries
+        );
+        self.done.push((what.to_owned(), done));
+    }
+
+    /// Waits for all of `nodes` in one view, runs a second of load while
+    /// they migrate, waits for `cluster-stable`, and runs a second more.
+    fn settle(&mut self, nodes: &[Node], what: &str) {
+        let group: Vec<&Node> = nodes.iter().collect();
+        let took = wait_for_cluster(&group, group.len(), Duration::from_secs(20));
+        println!("{what}: one view after {took:?}");
+        self.run(&format!("{what}, migrating"), 1);
+        let took = wait_for_stable(&group, Duration::from_secs(30));
+        println!("{what}: stable after {took:?}");
+        self.run(&format!("{what}, stable"), 1);
+    }
+}
+
 #[test]
 fn smart_client_load_survives_a_join_a_kill_and_an_empty_restart() {
     let started = Instant::now();
@@ -139,57 +196,31 @@ fn smart_client_load_survives_a_join_a_kill_and_an_empty_restart() {
     let tasks: Vec<_> = (0..TASKS)
         .map(|index| runtime.spawn(task(client.clone(), index, stop.clone(), ops.clone())))
         .collect();
-    // Runs the load for `seconds` more and reports how many operations
-    // completed meanwhile (every phase must make progress).
-    let mut phases = Vec::new();
-    let mut pause = |what: &str, seconds: u64| {
-        let before = ops.load(Ordering::Relaxed);
-        let phase_started = Instant::now();
-        std::thread::sleep(Duration::from_secs(seconds));
-        let done = ops.load(Ordering::Relaxed) - before;
-        let stats = client.stats();
-        println!(
-            "{:>5.1}s: {what}: {done} ops in {:?} (client: {} nodes, {} retries so far)",
-            started.elapsed().as_secs_f64(),
-            phase_started.elapsed(),
-            stats.nodes,
-            stats.retries
-        );
-        phases.push((what.to_owned(), done));
+    let mut load = Phases {
+        client: &client,
+        ops: &ops,
+        started,
+        done: Vec::new(),
     };
-    pause("3 nodes", 2);
+    load.run("3 nodes", 2);
 
     // (a) A 4th node joins.
     let seed = nodes[0].heartbeat_address();
     let mut fourth = Node::new(83);
     fourth.start(&seed);
     nodes.push(fourth);
-    let took = wait_for_cluster(
-        &nodes.iter().collect::<Vec<_>>(),
-        4,
-        Duration::from_secs(20),
-    );
-    println!("4th node in the view after {took:?}");
-    pause("4 nodes, migrating", 1);
-    let took = wait_for_stable(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(30));
-    println!("4 nodes stable after {took:?}");
-    pause("4 nodes, stable", 1);
+    load.settle(&nodes, "4 nodes");
 
     // (b) SIGKILL one of the first three.
     nodes[1].kill();
     let killed = Instant::now();
-    let survivors: Vec<&Node> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(index, _)| *index != 1)
-        .map(|(_, node)| node)
-        .collect();
+    let survivors = all_but(&nodes, 1);
     // The departure must be noticed before the restart (see the module doc).
     let took = wait_for_cluster(&survivors, 3, Duration::from_secs(20));
     println!("survivors dropped the killed node after {took:?}");
     let took = wait_for_stable(&survivors, Duration::from_secs(30));
     println!("3 survivors stable after {took:?}");
-    pause("3 survivors", 1);
+    load.run("3 survivors", 1);
 
     // (c) It comes back empty (memory namespace: nothing survives a kill).
     let seed = nodes[0].heartbeat_address();
@@ -198,16 +229,19 @@ fn smart_client_load_survives_a_join_a_kill_and_an_empty_restart() {
         "killed node restarted {:?} after the kill",
         killed.elapsed()
     );
-    let took = wait_for_cluster(
-        &nodes.iter().collect::<Vec<_>>(),
-        4,
-        Duration::from_secs(20),
-    );
-    println!("restarted node in the view after {took:?}");
-    pause("4 nodes again, migrating", 1);
-    let took = wait_for_stable(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(30));
-    println!("4 nodes stable again after {took:?}");
-    pause("4 nodes again, stable", 1);
+    load.settle(&nodes, "4 nodes again");
+
+    // (d) One node freezes (SIGSTOP) past the heartbeat timeout, then
+    // carries on (SIGCONT) with the requests queued in its sockets.
+    nodes[2].freeze(true);
+    let took = wait_for_cluster(&all_but(&nodes, 2), 3, Duration::from_secs(20));
+    println!("the others dropped the frozen node after {took:?}");
+    // Commands sent to the frozen node wait out the 4 s socket timeout (a
+    // retry may go there once more, before the client has the new map).
+    load.run("3 nodes, one frozen", 5);
+    nodes[2].freeze(false);
+    load.settle(&nodes, "4 nodes after the freeze");
+    let phases = load.done;
 
     stop.store(true, Ordering::Relaxed);
     let mut acknowledged: BTreeMap<(usize, usize), i64> = BTreeMap::new();

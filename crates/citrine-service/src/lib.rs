@@ -135,6 +135,9 @@ pub struct NodeStats {
     pub replica_reads: AtomicU64,
     /// Replica writes sent again after a failed or unanswered attempt.
     pub replica_write_retries: AtomicU64,
+    /// Requests refused (11) because the cluster runtime had not run for
+    /// longer than the heartbeat timeout (see [`Service::cluster_ticked`]).
+    pub stall_refusals: AtomicU64,
     /// Records whose state was sent again to replicas that had not
     /// acknowledged a write, until all did.
     pub reconciles_done: AtomicU64,
@@ -213,6 +216,11 @@ pub struct Service {
     /// Started to join a cluster and not serving yet: it claims no
     /// partition and answers 11 to data requests (see [`Service::set_orphan`]).
     orphan: AtomicBool,
+    /// Unix ms of the cluster runtime's last tick (0: the runtime does not
+    /// report its ticks), and how long without one means it stalled (see
+    /// [`Service::cluster_ticked`]).
+    cluster_tick_ms: AtomicU64,
+    cluster_stall_ms: AtomicU64,
     /// Set with `orphan`: for a node holding records, the orphan ends only
     /// once a view with other members has had its exchange resolved, or a
     /// view of this node alone is published (see [`Service::set_orphan`]).
@@ -275,6 +283,8 @@ impl Service {
                 node_id.0.rotate_left(29) ^ started_unix_ms,
             ),
             orphan: AtomicBool::new(false),
+            cluster_tick_ms: AtomicU64::new(0),
+            cluster_stall_ms: AtomicU64::new(0),
             joining: AtomicBool::new(false),
             noop: AtomicBool::new(false),
             sindex_builds: sindex::Builds::default(),
@@ -332,6 +342,29 @@ impl Service {
     pub fn set_orphan(&self) {
         self.joining.store(true, Ordering::Relaxed);
         self.orphan.store(true, Ordering::Release);
+    }
+
+    /// The cluster runtime reports a tick, its effects carried out: this
+    /// node is heartbeating and its view is current as far as it knows.
+    /// Once ticks are reported, a request a node of a cluster receives more
+    /// than `stall_after_ms` (the heartbeat timeout) after the last one is
+    /// refused with 11: the runtime has not run for that long — the process
+    /// was frozen or starved — so the peers have timed this node out and
+    /// may master its partitions by now. Requests queued while the process
+    /// was frozen are answered so until the runtime's first tick after the
+    /// thaw gives the stale view up.
+    pub fn cluster_ticked(&self, stall_after_ms: u64) {
+        self.cluster_stall_ms
+            .store(stall_after_ms, Ordering::Relaxed);
+        self.cluster_tick_ms
+            .store(self.now().unix_ms, Ordering::Release);
+    }
+
+    /// Whether ticks are reported and none came within the stall bound
+    /// before `now_ms` (see [`Service::cluster_ticked`]).
+    pub(crate) fn cluster_stalled(&self, now_ms: u64) -> bool {
+        let tick = self.cluster_tick_ms.load(Ordering::Acquire);
+        tick != 0 && now_ms.saturating_sub(tick) > self.cluster_stall_ms.load(Ordering::Relaxed)
     }
 
     /// Ends the orphan state of [`Service::set_orphan`]: the node serves.

@@ -429,6 +429,16 @@ pub(crate) fn route(
     out: &mut Vec<u8>,
 ) -> Option<Box<Remote>> {
     let now = service.now();
+    if service.cluster_stalled(now.unix_ms) {
+        // The cluster runtime has not run for longer than the heartbeat
+        // timeout: the peers may have moved on without this node.
+        service
+            .stats
+            .stall_refusals
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        transaction::write_result(out, ResultCode::Unavailable);
+        return None;
+    }
     let cluster = service.cluster();
     let partition = request.digest.partition();
     let name = &namespace.config.name;
@@ -1477,6 +1487,14 @@ mod tests {
     }
 
     fn memory_service(node_id: u64) -> Service {
+        memory_service_on(
+            node_id,
+            std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000)),
+        )
+    }
+
+    /// A service with namespace `test` in memory, reading `clock`.
+    fn memory_service_on(node_id: u64, clock: std::sync::Arc<crate::ManualClock>) -> Service {
         let config = crate::config::ServiceConfig {
             node_id,
             rack_id: 0,
@@ -1485,9 +1503,24 @@ mod tests {
             port: 3000,
             namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
         };
-        Service::new(
-            config,
-            std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000)),
+        Service::new(config, clock)
+    }
+
+    /// The view of nodes 1 and 2 as node `me` holds it, under cluster key
+    /// `key`: namespace `test`, replication factor 2.
+    fn view_of_two(me: u64, key: u64) -> crate::cluster_state::ClusterState {
+        let members = [1u64, 2].map(|id| crate::cluster_state::ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: format!("127.0.0.1:{}", 3000 + id),
+        });
+        crate::cluster_state::ClusterState::new(
+            NodeId(me),
+            key,
+            members.to_vec(),
+            &[("test".into(), 2)],
+            2,
+            2,
         )
     }
 
@@ -1595,7 +1628,6 @@ mod tests {
 
     #[test]
     fn masters_replicate_and_others_proxy() {
-        use crate::cluster_state::{ClusterMember, ClusterState};
         use citrine_wire::digest::{of_key, UserKey};
         use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
         let service = memory_service(1);
@@ -1603,12 +1635,7 @@ mod tests {
             calls: parking_lot::Mutex::new(Vec::new()),
         });
         service.set_fabric(fabric.clone());
-        let members = [1u64, 2].map(|id| ClusterMember {
-            node_id: NodeId(id),
-            rack_id: 0,
-            service_address: format!("127.0.0.1:{}", 3000 + id),
-        });
-        let state = ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 2)], 2, 2);
+        let state = view_of_two(1, 5);
         let master_of = |digest: &Digest| state.namespaces[0].map.master(digest.partition());
         let key_mastered_by = |node: u64| {
             (0..1000)
@@ -1692,6 +1719,69 @@ mod tests {
     }
 
     #[test]
+    fn a_node_whose_cluster_runtime_stalled_refuses_requests() {
+        use citrine_wire::digest::{of_key, UserKey};
+        use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
+        let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
+        let service = memory_service_on(1, clock.clone());
+        let fabric = std::sync::Arc::new(FakeFabric {
+            calls: parking_lot::Mutex::new(Vec::new()),
+        });
+        service.set_fabric(fabric.clone());
+        let state = view_of_two(1, 5);
+        let theirs = (0..1000)
+            .map(|index| format!("k{index}"))
+            .find(|key| {
+                let digest = of_key("demo", &UserKey::String(key.clone()));
+                state.namespaces[0].map.master(digest.partition()) == Some(NodeId(2))
+            })
+            .expect("a key mastered by node 2");
+        service.publish_cluster(state);
+        let digest = of_key("demo", &UserKey::String(theirs));
+        let mut frame = Vec::new();
+        let mut writer = MessageWriter::begin(
+            &mut frame,
+            &MsgHeader {
+                info1: info1::READ | info1::GET_ALL,
+                ..MsgHeader::default()
+            },
+        );
+        writer
+            .field(field_type::NAMESPACE, b"test")
+            .field(field_type::DIGEST, &digest.0);
+        writer.finish();
+        let header_bytes: [u8; PROTO_HEADER_SIZE] =
+            frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+        let header = ProtoHeader::decode(&header_bytes).expect("header");
+        let read = || {
+            let mut out = Vec::new();
+            service
+                .handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
+                .expect("handled");
+            (out[PROTO_HEADER_SIZE + 5], fabric.calls.lock().len())
+        };
+        // No tick reported (the simulator, a lone node): no stall check.
+        assert_eq!(read(), (ResultCode::KeyBusy.code(), 1));
+        service.cluster_ticked(1_500);
+        clock.advance_ms(1_500);
+        // Within the bound: forwarded to the master as before.
+        assert_eq!(read(), (ResultCode::KeyBusy.code(), 2));
+        // Past it: refused here, nothing forwarded.
+        clock.advance_ms(1);
+        assert_eq!(read(), (ResultCode::Unavailable.code(), 2));
+        assert_eq!(
+            service
+                .stats
+                .stall_refusals
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        // The runtime ticks again: served.
+        service.cluster_ticked(1_500);
+        assert_eq!(read(), (ResultCode::KeyBusy.code(), 3));
+    }
+
+    #[test]
     fn every_replica_is_sent_to_at_once() {
         let joined = crate::block_on(join_all(
             vec![3, 1, 2]
@@ -1752,7 +1842,6 @@ mod tests {
 
     #[test]
     fn unacknowledged_writes_time_out_unless_the_replica_left_the_map() {
-        use crate::cluster_state::{ClusterMember, ClusterState};
         let service = memory_service(1);
         service.set_fabric(std::sync::Arc::new(DeadFabric));
         let partition = PartitionId::new(7).expect("partition");
@@ -1777,19 +1866,7 @@ mod tests {
         // The published map is this node alone: node 2 left, the write stands.
         assert_eq!(replicate(&service), ResultCode::Ok.code());
         // Node 2 is the partition's other replica and never answers: 9.
-        let members = [1u64, 2].map(|id| ClusterMember {
-            node_id: NodeId(id),
-            rack_id: 0,
-            service_address: String::new(),
-        });
-        service.publish_cluster(ClusterState::new(
-            NodeId(1),
-            5,
-            members.to_vec(),
-            &[("test".into(), 2)],
-            2,
-            2,
-        ));
+        service.publish_cluster(view_of_two(1, 5));
         assert_eq!(replicate(&service), ResultCode::Timeout.code());
         assert_eq!(
             service
@@ -1816,33 +1893,10 @@ mod tests {
 
     #[test]
     fn a_write_a_replica_missed_is_sent_again_until_it_is_acknowledged() {
-        use crate::cluster_state::{ClusterMember, ClusterState};
         use std::sync::atomic::Ordering::Relaxed;
         let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
-        let config = crate::config::ServiceConfig {
-            node_id: 1,
-            rack_id: 0,
-            cluster_name: "citrine".into(),
-            access_address: "127.0.0.1:3000".into(),
-            port: 3000,
-            namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
-        };
-        let service = Service::new(config, clock.clone());
-        let members = [1u64, 2].map(|id| ClusterMember {
-            node_id: NodeId(id),
-            rack_id: 0,
-            service_address: String::new(),
-        });
-        let view = |key: u64| {
-            ClusterState::new(
-                NodeId(1),
-                key,
-                members.to_vec(),
-                &[("test".into(), 2)],
-                2,
-                2,
-            )
-        };
+        let service = memory_service_on(1, clock.clone());
+        let view = |key| view_of_two(1, key);
         service.publish_cluster(view(5));
         // This node holds the record (its write); node 2 never answers.
         let write = sample(Some(vec![1, 2, 3]));
@@ -1955,7 +2009,6 @@ mod tests {
     /// copy held elsewhere; unanswered resolution → 11, nothing executed.
     #[test]
     fn an_incoming_master_resolves_before_executing() {
-        use crate::cluster_state::{ClusterMember, ClusterState};
         use citrine_wire::digest::{of_key, UserKey};
         use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
         let incr = |service: &Service, key: &str| {
@@ -1983,13 +2036,7 @@ mod tests {
         };
         // The old holder: three increments.
         let old = memory_service(2);
-        let members = [1u64, 2].map(|id| ClusterMember {
-            node_id: NodeId(id),
-            rack_id: 0,
-            service_address: format!("127.0.0.1:{}", 3000 + id),
-        });
-        let make_state =
-            || ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 2)], 2, 2);
+        let make_state = || view_of_two(1, 5);
         let state = make_state();
         let key = (0..1000)
             .map(|index| format!("k{index}"))
@@ -2057,14 +2104,7 @@ mod tests {
             calls: parking_lot::Mutex::new(Vec::new()),
         }));
         service.publish_cluster(make_state());
-        old.publish_cluster(ClusterState::new(
-            NodeId(2),
-            5,
-            members.to_vec(),
-            &[("test".into(), 2)],
-            2,
-            2,
-        ));
+        old.publish_cluster(view_of_two(2, 5));
         assert!(service.finish_exchange(
             service.migrations.epoch(),
             vec![(NodeId(2), old.migrations.exchange_answer(5))]

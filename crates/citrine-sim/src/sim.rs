@@ -10,11 +10,15 @@
 //!    (if >= 6 nodes) one node is *flaky*: `flaky_loss` on all its links,
 //!    both ways, for the whole run.
 //! 2. Chaos for `chaos_ms`: every 0.3–2.5 s one of symmetric partition,
-//!    one-way link cuts, healing of cuts, crash, restart, new global
+//!    one-way link cuts, healing of cuts, crash, restart, freeze (a node
+//!    stalls for 0.2–5 s: it is not ticked and sends nothing, and what
+//!    reaches it waits until it thaws — then it is ticked first, its clock
+//!    having jumped, and reads the held messages after), new global
 //!    loss/duplication/jitter, new reordering rate.
 //! 3. Heal: cuts cleared, loss <= 2 %, duplication <= 3 %, jitter <= 20 ms,
-//!    reordering <= 2 %; crashed nodes restart, except possibly one that
-//!    stays dead. Convergence is required within `converge_quanta` quanta.
+//!    reordering <= 2 %; frozen nodes thaw; crashed nodes restart, except
+//!    possibly one that stays dead. Convergence is required within
+//!    `converge_quanta` quanta.
 //!    Then, with probability `hb_cut_chance`, the *heartbeat* channel (only)
 //!    between two members is cut; surrogate fabric traffic continues.
 //! 4. Stable watch for `stable_ms`: no view change may happen.
@@ -143,6 +147,11 @@ pub enum Invariant {
     OneCommitPerQuantum,
     /// A flaky (lossy) node is never in a healthy node's view once stable.
     FlakyExcluded,
+    /// A node frozen past the heartbeat timeout gives up, at its first tick
+    /// after thawing, a view it shared with others; it never holds that
+    /// view again, and holds no view of itself alone for as long as an
+    /// orphan waits for peers on probation.
+    StallOrphan,
     /// Data mode: the cluster comes to rest (one view of every live node,
     /// every node `cluster-stable`, the executor idle) within its bound.
     Quiescence,
@@ -247,6 +256,18 @@ struct SimNode {
     /// The view as reported by effects.
     view: Option<(u64, Vec<NodeId>)>,
     flaky: bool,
+    /// Frozen until this simulated time: not ticked, sends nothing, and
+    /// what is delivered to it waits in `held` until it thaws.
+    frozen_until: Option<u64>,
+    /// Messages that arrived while it was frozen, in arrival order.
+    held: Vec<Delivery>,
+    /// When it was last frozen, and the view it held then.
+    frozen_at: u64,
+    view_before_freeze: Option<(u64, Vec<NodeId>)>,
+    /// After a thaw from a freeze past the heartbeat timeout, when it held
+    /// a view shared with others: until when (simulated time) it must not
+    /// hold a view of itself alone, and that view (key, members).
+    thawed: Option<(u64, (u64, Vec<NodeId>))>,
 }
 
 struct Delivery {
@@ -383,6 +404,11 @@ impl Sim {
                 drift_ppm: rng.range(0, 2 * drift as u64) as i64 - drift,
                 view: None,
                 flaky: flaky_idx == Some(i),
+                frozen_until: None,
+                held: Vec::new(),
+                frozen_at: 0,
+                view_before_freeze: None,
+                thawed: None,
             });
         }
         let boot_at = (0..n).map(|_| rng.below(2000)).collect();
@@ -528,6 +554,9 @@ impl Sim {
     fn crash(&mut self, i: usize) {
         self.nodes[i].machine = None;
         self.nodes[i].view = None;
+        self.nodes[i].frozen_until = None;
+        self.nodes[i].held.clear();
+        self.nodes[i].thawed = None;
         self.hash = mix(self.hash, 0xDEAD ^ (i as u64));
         let id = self.nodes[i].id;
         self.note(format!("crash #{i} {id}"));
@@ -690,40 +719,104 @@ impl Sim {
             }
             let ((due, _), d) = entry.remove_entry();
             self.deliveries += 1;
-            let to = d.to;
-            let local = self.local(to, due);
-            let from_id = self.nodes[d.from].id;
-            let Some(machine) = self.nodes[to].machine.as_mut() else {
+            if self.nodes[d.to].frozen_until.is_some() {
+                self.nodes[d.to].held.push(d);
                 continue;
-            };
-            match d.bytes {
-                None => machine.on_fabric_message(from_id, local),
-                Some(bytes) => {
-                    let env = match Envelope::decode(&bytes) {
-                        Ok(env) => env,
-                        Err(e) => {
-                            return Err(self.fail(Invariant::Codec, format!("decode failed: {e}")))
-                        }
-                    };
-                    // The encoding is canonical: re-encoding what was decoded
-                    // must give back the bytes that were sent.
-                    if env.encode() != bytes {
-                        return Err(self.fail(
-                            Invariant::Codec,
-                            format!("{:?} does not re-encode to the bytes sent", env.msg),
-                        ));
-                    }
-                    let eff = machine.on_message(env.from, env.msg, local);
-                    self.handle(to, eff)?;
-                }
             }
+            self.deliver(d, due)?;
+        }
+        Ok(())
+    }
+
+    /// Hands one delivery to its node at simulated time `at`.
+    fn deliver(&mut self, d: Delivery, at: u64) -> Result<(), Failure> {
+        let to = d.to;
+        let local = self.local(to, at);
+        let from_id = self.nodes[d.from].id;
+        let Some(machine) = self.nodes[to].machine.as_mut() else {
+            return Ok(());
+        };
+        match d.bytes {
+            None => machine.on_fabric_message(from_id, local),
+            Some(bytes) => {
+                let env = match Envelope::decode(&bytes) {
+                    Ok(env) => env,
+                    Err(e) => {
+                        return Err(self.fail(Invariant::Codec, format!("decode failed: {e}")))
+                    }
+                };
+                // The encoding is canonical: re-encoding what was decoded
+                // must give back the bytes that were sent.
+                if env.encode() != bytes {
+                    return Err(self.fail(
+                        Invariant::Codec,
+                        format!("{:?} does not re-encode to the bytes sent", env.msg),
+                    ));
+                }
+                let eff = machine.on_message(env.from, env.msg, local);
+                self.handle(to, eff)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Freezes node `i` for `ms` (a stalled process: SIGSTOP, a long
+    /// pause of its machine).
+    fn freeze(&mut self, i: usize, ms: u64) {
+        self.nodes[i].frozen_until = Some(self.now + ms);
+        self.nodes[i].frozen_at = self.now;
+        self.nodes[i].view_before_freeze = self.nodes[i].view.clone();
+        self.hash = mix(self.hash, 0xF4EE ^ (i as u64) ^ (ms << 8));
+        let id = self.nodes[i].id;
+        self.note(format!("freeze #{i} {id} for {ms} ms"));
+    }
+
+    /// Node `i` carries on: it is ticked first (its clock jumped), then
+    /// reads what was held for it, in arrival order — the order that
+    /// tempts a node to time out every peer at once.
+    fn thaw(&mut self, i: usize) -> Result<(), Failure> {
+        self.nodes[i].frozen_until = None;
+        let held = std::mem::take(&mut self.nodes[i].held);
+        let id = self.nodes[i].id;
+        self.note(format!("thaw #{i} {id} ({} messages held)", held.len()));
+        let local = self.local(i, self.now);
+        if let Some(machine) = self.nodes[i].machine.as_mut() {
+            let eff = machine.tick(local);
+            self.handle(i, eff)?;
+        }
+        // Frozen for longer than the timeout by every clock: the stall rule
+        // applies (its local gap exceeds the timeout).
+        let (timeout, ..) = self.timing();
+        let frozen_for = self.now - self.nodes[i].frozen_at;
+        if self.nodes[i].machine.is_some() && frozen_for > self.drift_bound(timeout) {
+            let me = self.nodes[i].id;
+            let shared = self.nodes[i]
+                .view_before_freeze
+                .take()
+                .filter(|(_, members)| members.iter().any(|m| *m != me));
+            if let Some(shared) = shared {
+                if self.nodes[i].view.as_ref().map(|(key, _)| *key) == Some(shared.0) {
+                    return Err(self.fail(
+                        Invariant::StallOrphan,
+                        format!("#{i} thawed after {frozen_for} ms still holds its view"),
+                    ));
+                }
+                let health = &self.nodes[i].cfg.health;
+                let wait = (u64::from(health.probation_windows) + 2) * health.window_ms;
+                // Less a window (for the drift): a conservative bound.
+                let until = self.now + wait.saturating_sub(health.window_ms);
+                self.nodes[i].thawed = Some((until, shared));
+            }
+        }
+        for d in held {
+            self.deliver(d, self.now)?;
         }
         Ok(())
     }
 
     fn chaos_event(&mut self) {
         let n = self.nodes.len();
-        let kind = self.rng.below(8);
+        let kind = self.rng.below(9);
         match kind {
             0 => {
                 // Symmetric partition into two random groups.
@@ -770,6 +863,18 @@ impl Sim {
                     self.boot(v);
                 }
             }
+            8 => {
+                let live: Vec<usize> = self
+                    .live()
+                    .into_iter()
+                    .filter(|i| self.nodes[*i].frozen_until.is_none())
+                    .collect();
+                if !live.is_empty() {
+                    let v = live[self.rng.index(live.len())];
+                    let ms = self.rng.range(200, 5000);
+                    self.freeze(v, ms);
+                }
+            }
             6 => {
                 self.net.loss = self.rng.unit() * 0.1;
                 self.net.dup = self.rng.unit() * 0.05;
@@ -789,6 +894,12 @@ impl Sim {
 
     fn heal(&mut self) {
         self.net.cut.clear();
+        // Frozen nodes carry on at the next step.
+        for node in &mut self.nodes {
+            if node.frozen_until.is_some() {
+                node.frozen_until = Some(self.now);
+            }
+        }
         self.net.loss = self.rng.unit() * 0.02;
         self.net.dup = self.rng.unit() * 0.03;
         self.net.jitter = self.rng.range(0, 20);
@@ -856,6 +967,22 @@ impl Sim {
         key
     }
 
+    /// Whether node `i` (not flaky, no link of it cut) has a peer among
+    /// `members` that is up, not frozen and not flaky: a node with one
+    /// such peer never has to form a view of itself alone.
+    fn reachable_peer(&self, i: usize, members: &[NodeId]) -> bool {
+        if self.nodes[i].flaky || self.net.cut.iter().any(|(a, b)| *a == i || *b == i) {
+            return false;
+        }
+        self.nodes.iter().any(|n| {
+            n.id != self.nodes[i].id
+                && members.contains(&n.id)
+                && n.machine.is_some()
+                && n.frozen_until.is_none()
+                && !n.flaky
+        })
+    }
+
     fn safety(&self) -> Result<(), Failure> {
         let mut by_key: BTreeMap<u64, (usize, &Vec<NodeId>)> = BTreeMap::new();
         for (i, n) in self.nodes.iter().enumerate() {
@@ -871,6 +998,23 @@ impl Sim {
             let Some((k, s)) = &n.view else { continue };
             if !s.contains(&n.id) {
                 return Err(self.fail(Invariant::ViewBookkeeping, format!("#{i} not in its view")));
+            }
+            if let Some((until, (stale, members))) = &n.thawed {
+                if stale == k {
+                    return Err(self.fail(
+                        Invariant::StallOrphan,
+                        format!("#{i} holds again the view {k:016x} it held before its freeze"),
+                    ));
+                }
+                if s.len() == 1 && self.now < *until && self.reachable_peer(i, members) {
+                    return Err(self.fail(
+                        Invariant::StallOrphan,
+                        format!(
+                            "#{i} holds a view of itself alone {} ms before its orphan wait ends",
+                            until - self.now
+                        ),
+                    ));
+                }
             }
             match by_key.get(k) {
                 Some((j, other)) if *other != s => {
@@ -911,7 +1055,10 @@ impl Sim {
         let step = self.now / self.cfg.tick_ms;
         let every = (FABRIC_EVERY_MS / self.cfg.tick_ms).max(1);
         for i in 0..self.nodes.len() {
-            if self.nodes[i].machine.is_none() || step % every != (i as u64) % every {
+            if self.nodes[i].machine.is_none()
+                || self.nodes[i].frozen_until.is_some()
+                || step % every != (i as u64) % every
+            {
                 continue;
             }
             let Some((_, succ)) = self.nodes[i].view.clone() else {
@@ -1138,6 +1285,14 @@ impl Sim {
             self.deliver_due()?;
             self.fabric_traffic();
             for i in 0..n {
+                match self.nodes[i].frozen_until {
+                    Some(until) if until <= self.now => {
+                        self.thaw(i)?;
+                        continue;
+                    }
+                    Some(_) => continue,
+                    None => {}
+                }
                 let local = self.local(i, self.now);
                 let Some(machine) = self.nodes[i].machine.as_mut() else {
                     continue;

@@ -148,9 +148,22 @@ impl Node {
         if let Some(rack) = self.rack_id {
             command.args(["--rack-id", &rack.to_string()]);
         }
+        // CITRINE_TEST_LOG_DIR=DIR keeps each node's log in DIR/<id>.log.
+        let log = std::env::var_os("CITRINE_TEST_LOG_DIR").map(|directory| {
+            let path = std::path::Path::new(&directory).join(format!("{}.log", self.id));
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap()
+        });
+        let stderr = match log {
+            Some(file) => Stdio::from(file),
+            None => Stdio::null(),
+        };
         let child = command
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         self.child = Some(child);
@@ -162,6 +175,19 @@ impl Node {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// SIGSTOP (`stop`) or SIGCONT: the process freezes whole — its
+    /// heartbeats, its timers, its sockets' readers — as in a long stall
+    /// of its machine, and later carries on where it stopped.
+    pub fn freeze(&self, stop: bool) {
+        let child = self.child.as_ref().expect("a running node");
+        let signal = if stop { "-STOP" } else { "-CONT" };
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal} node {}", self.id);
     }
 
     /// A connection to the node's client port.

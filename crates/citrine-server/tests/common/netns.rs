@@ -1,7 +1,8 @@
 //! Two network namespaces, side A and side B, joined by a veth pair that a
 //! test can cut and restore (a real network split), each also linked to the
-//! test's own namespace so the test reaches the nodes of both sides at all
-//! times. Needs root (`ip netns`); tests honour `CITRINE_SKIP_NETNS=1`.
+//! test's own namespace so the test reaches the nodes of both sides (until
+//! it takes its own route to a side away: [`SplitNetwork::set_reach`]).
+//! Needs root (`ip netns`); tests honour `CITRINE_SKIP_NETNS=1`.
 //!
 //! Addresses (`b` from the process id, so that runs in other worktrees do
 //! not collide): the split link is 10.b.1.0/24 (A = .1, B = .2, the
@@ -108,13 +109,7 @@ impl SplitNetwork {
             ]);
             ip(&["link", "set", &outer, "up"]);
             ip(&["-n", namespace, "link", "set", &inner, "up"]);
-            ip(&[
-                "route",
-                "add",
-                &format!("{}/32", network.hosts[side]),
-                "via",
-                &format!("10.{octet}.{subnet}.2"),
-            ]);
+            network.set_reach(side, true);
         }
         network
     }
@@ -124,6 +119,28 @@ impl SplitNetwork {
             format!("cva{}", self.tag)
         } else {
             format!("cvb{}", self.tag)
+        }
+    }
+
+    /// The address on side `side`'s end of the test's link to it: the
+    /// gateway of the test's host route to that side's node address.
+    fn gateway(&self, side: usize) -> String {
+        let octet = 64 + self.tag % 128;
+        format!("10.{octet}.{}.2", 2 + side)
+    }
+
+    /// Takes away (or gives back) the test's route to side `side`: the test
+    /// process can no longer reach that side's nodes, while the two sides
+    /// still reach each other over the split link. The route taken away
+    /// becomes an `unreachable` route, not none: without a route of its own
+    /// the node's address would follow the machine's default route out of
+    /// it, to whatever answers there.
+    pub fn set_reach(&self, side: usize, reachable: bool) {
+        let host = format!("{}/32", self.hosts[side]);
+        if reachable {
+            ip(&["route", "replace", &host, "via", &self.gateway(side)]);
+        } else {
+            ip(&["route", "replace", "unreachable", &host]);
         }
     }
 
@@ -155,10 +172,32 @@ impl SplitNetwork {
     }
 }
 
+impl SplitNetwork {
+    /// Two nodes, one per side (ids `first` and `first + 1`), each seeded
+    /// from both, started and agreed on a cluster of two.
+    pub fn start_pair(&self, first: usize) -> Vec<Node> {
+        let mut nodes: Vec<Node> = (0..2)
+            .map(|side| Node::in_netns(first + side, &self.hosts[side], &self.names[side]))
+            .collect();
+        let seeds: Vec<String> = nodes.iter().map(Node::heartbeat_address).collect();
+        for node in nodes.iter_mut() {
+            node.start_seeds(&seeds);
+        }
+        let all: Vec<&Node> = nodes.iter().collect();
+        wait_for_cluster(&all, 2, Duration::from_secs(40));
+        nodes
+    }
+}
+
 impl Drop for SplitNetwork {
     fn drop(&mut self) {
         // Deleting a namespace deletes its veth ends, their peers in the
-        // test's namespace, and the routes through them.
+        // test's namespace, and the routes through them; an unreachable
+        // route goes through none, so it is deleted here.
+        for host in &self.hosts {
+            let host = format!("{host}/32");
+            let _ = Command::new("ip").args(["route", "del", &host]).output();
+        }
         for name in &self.names {
             let _ = Command::new("ip").args(["netns", "del", name]).output();
         }
