@@ -361,7 +361,9 @@ impl Service {
     }
 
     /// Whether ticks are reported and none came within the stall bound
-    /// before `now_ms` (see [`Service::cluster_ticked`]).
+    /// before `now_ms` (see [`Service::cluster_ticked`]). Checked for every
+    /// data request a client sends a node of a cluster, and for every
+    /// single-record request another node forwards to it.
     pub(crate) fn cluster_stalled(&self, now_ms: u64) -> bool {
         let tick = self.cluster_tick_ms.load(Ordering::Acquire);
         tick != 0 && now_ms.saturating_sub(tick) > self.cluster_stall_ms.load(Ordering::Relaxed)
@@ -706,6 +708,13 @@ impl Service {
         }
         if self.orphan.load(Ordering::Acquire) {
             // Not in a cluster yet: the client tries another node.
+            transaction::write_refusal(out, body, ResultCode::Unavailable);
+            return Ok(None);
+        }
+        if self.routes() && self.cluster_stalled(self.now().unix_ms) {
+            // The view may be stale (see `cluster_ticked`): single-record
+            // requests, batches, scans, queries and aggregations alike.
+            self.stats.stall_refusals.fetch_add(1, Ordering::Relaxed);
             transaction::write_refusal(out, body, ResultCode::Unavailable);
             return Ok(None);
         }

@@ -431,7 +431,9 @@ pub(crate) fn route(
     let now = service.now();
     if service.cluster_stalled(now.unix_ms) {
         // The cluster runtime has not run for longer than the heartbeat
-        // timeout: the peers may have moved on without this node.
+        // timeout: the peers may have moved on without this node. (A
+        // client's request was refused on arrival already; this one was
+        // forwarded by a peer.)
         service
             .stats
             .stall_refusals
@@ -1721,7 +1723,7 @@ mod tests {
     #[test]
     fn a_node_whose_cluster_runtime_stalled_refuses_requests() {
         use citrine_wire::digest::{of_key, UserKey};
-        use citrine_wire::msg::{field_type, info1, MessageWriter, MsgHeader};
+        use citrine_wire::msg::{field_type, info1, info3, MessageWriter, MsgHeader};
         let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
         let service = memory_service_on(1, clock.clone());
         let fabric = std::sync::Arc::new(FakeFabric {
@@ -1767,15 +1769,49 @@ mod tests {
         // Within the bound: forwarded to the master as before.
         assert_eq!(read(), (ResultCode::KeyBusy.code(), 2));
         // Past it: refused here, nothing forwarded.
-        clock.advance_ms(1);
-        assert_eq!(read(), (ResultCode::Unavailable.code(), 2));
-        assert_eq!(
+        let refusals = || {
             service
                 .stats
                 .stall_refusals
-                .load(std::sync::atomic::Ordering::Relaxed),
-            1
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        clock.advance_ms(1);
+        assert_eq!(read(), (ResultCode::Unavailable.code(), 2));
+        assert_eq!(refusals(), 1);
+        // A scan as well, and a read another node forwards.
+        let mut scan = Vec::new();
+        let mut writer = MessageWriter::begin(
+            &mut scan,
+            &MsgHeader {
+                info1: info1::READ,
+                info3: info3::PARTITION_DONE,
+                ..MsgHeader::default()
+            },
         );
+        writer.field(field_type::NAMESPACE, b"test");
+        writer.finish();
+        let scan_header: [u8; PROTO_HEADER_SIZE] =
+            scan[..PROTO_HEADER_SIZE].try_into().expect("header");
+        let mut out = Vec::new();
+        service
+            .handle(
+                ProtoHeader::decode(&scan_header).expect("header"),
+                &scan[PROTO_HEADER_SIZE..],
+                &mut out,
+            )
+            .expect("handled");
+        assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Unavailable.code());
+        assert_eq!(refusals(), 2, "the scan refused on arrival");
+        let forwarded = block_on_test(service.serve_fabric(
+            call_kind::PROXY,
+            &[&[1u8][..], &frame[PROTO_HEADER_SIZE..]].concat(),
+        ));
+        assert_eq!(
+            forwarded[PROTO_HEADER_SIZE + 5],
+            ResultCode::Unavailable.code()
+        );
+        assert_eq!(fabric.calls.lock().len(), 2);
+        assert_eq!(refusals(), 3);
         // The runtime ticks again: served.
         service.cluster_ticked(1_500);
         assert_eq!(read(), (ResultCode::KeyBusy.code(), 3));
