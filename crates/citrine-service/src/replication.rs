@@ -429,11 +429,11 @@ pub(crate) fn route(
     out: &mut Vec<u8>,
 ) -> Option<Box<Remote>> {
     let now = service.now();
-    if service.cluster_stalled(now.unix_ms) {
-        // The cluster runtime has not run for longer than the heartbeat
-        // timeout: the peers may have moved on without this node. (A
-        // client's request was refused on arrival already; this one was
-        // forwarded by a peer.)
+    if hops != 0 && service.cluster_stalled(now.unix_ms) {
+        // Forwarded by a peer (a client's own request was checked on
+        // arrival, in `Service::handle_message`): the cluster runtime has
+        // not run for longer than the heartbeat timeout, and the peers may
+        // have moved on without this node.
         service
             .stats
             .stall_refusals
