@@ -276,6 +276,13 @@ impl HeartbeatState {
         }
     }
 
+    /// Starts a later incarnation at `now`: the peers take the heartbeats
+    /// that follow for those of a restarted node.
+    pub fn reincarnate(&mut self, now: u64) {
+        self.incarnation = self.incarnation.saturating_add(1).max(now);
+        self.seq = 0;
+    }
+
     /// Removes peers silent for longer than the timeout and forgets stale
     /// learned addresses. Returns the peers removed.
     pub fn expire(&mut self, now: u64) -> Vec<NodeId> {

@@ -42,7 +42,8 @@
 //!   them in.
 //! - A member learns a commit by the Commit message or, if that was lost, by
 //!   its principal's heartbeat advertising the key of the value it accepted.
-//!   A member whose principal advertises a view without it, or whose
+//!   A member whose principal advertises another view without it (not an
+//!   orphan's lack of any view: an orphan dropped no one), or whose
 //!   principal vanished (or, for a principal, who sees a higher principal)
 //!   and who was not admitted into any new view for two quanta, becomes an
 //!   orphan.
@@ -55,7 +56,10 @@
 //!   and moved on: it gives up a view it shared with them (orphan) and
 //!   judges them anew (health probation), as a booting node does, instead
 //!   of serving its stale view, or forming a view of itself alone because
-//!   everyone fell silent at once.
+//!   everyone fell silent at once. It also heartbeats under a later
+//!   incarnation, so the peers judge it anew too, as a restarted node: a
+//!   peer that had not timed it out yet does not keep it as its principal
+//!   (while it admits no one) and refuse the view the next principal forms.
 //!
 //! Invariants:
 //! - a held view always contains the local node (asserted);
@@ -425,6 +429,12 @@ impl ClusterNode {
         for peer in self.adjacency() {
             self.health.restarted(peer);
         }
+        // To the peers as well this node is a restarted one: its later
+        // incarnation puts it through their probation, as it puts them
+        // through its own. A peer that never timed it out (the stall just
+        // past the timeout) would otherwise keep it as its principal while
+        // it admits no one, and refuse the next principal's view.
+        self.hb.reincarnate(now);
         let me = self.cfg.node_id;
         if self
             .view
@@ -571,9 +581,16 @@ impl ClusterNode {
             } else if p == me {
                 self.principal_lost_at = None;
             } else if now.saturating_sub(self.view_since) >= self.cfg.sync_grace_ms {
+                // Dropped: the principal holds another view, without this
+                // node. A principal holding none (an orphan: it restarted,
+                // or stalled past the timeout and gave its view up) dropped
+                // no one; its members keep their view until the next
+                // principal forms one, rather than all giving theirs up at
+                // once and leaving the copies they hold out of the next view.
                 let dropped = self.hb.peer(p).is_some_and(|ps| {
                     ps.last_heartbeat >= self.view_since + self.cfg.sync_grace_ms
                         && ps.cluster_key != v.key()
+                        && ps.cluster_key != 0
                         && !ps.succession.contains(&me)
                 });
                 // A principal that vanished is normally replaced by the next
@@ -1289,17 +1306,42 @@ mod tests {
     /// `freeze_ms`, thaws it, and runs for 20 s more, checking at every
     /// step that it never holds a view of itself alone. Returns the net.
     fn freeze_and_thaw(frozen: usize, freeze_ms: u64) -> Net {
+        freeze_and_thaw_after_quiet(frozen, freeze_ms, 0)
+    }
+
+    /// As [`freeze_and_thaw`], the frozen node's messages to node 1 lost
+    /// for the `quiet_ms` before the freeze (which starts at 15 s): node 1
+    /// times it out earlier than node 0 does. After the thaw, the nodes
+    /// never frozen always share their views.
+    fn freeze_and_thaw_after_quiet(frozen: usize, freeze_ms: u64, quiet_ms: u64) -> Net {
         let ids = [1, 2, 3];
         let mut net = Net::new(&ids);
+        net.run_until(15_000 - quiet_ms);
+        net.cut.insert((frozen, 1));
         net.run_until(15_000);
+        net.cut.clear();
         let whole = net.view(0).expect("a view");
         assert_eq!(whole.1, sorted_ids(&ids));
         net.frozen.insert(frozen);
         net.run_until(net.now + freeze_ms);
         net.thaw(frozen);
         let end = net.now + 20_000;
+        let others: Vec<NodeId> = (0..ids.len())
+            .filter(|i| *i != frozen)
+            .map(|i| NodeId(ids[i]))
+            .collect();
         while net.now < end {
             net.run_until(net.now + 5);
+            for i in (0..ids.len()).filter(|i| *i != frozen) {
+                if let Some((_, members)) = net.view(i) {
+                    assert!(
+                        others.iter().all(|id| members.contains(id)),
+                        "node {i} holds a view without a node never frozen at {}: {members:?} in {:?}",
+                        net.now,
+                        net.changes
+                    );
+                }
+            }
             if let Some((key, members)) = net.view(frozen) {
                 assert!(
                     members.len() > 1,
@@ -1342,6 +1384,44 @@ mod tests {
             // Then all three share one view again.
             let whole = net.view(0).expect("a view");
             assert_eq!(whole.1, sorted_ids(&[1, 2, 3]), "{:?}", net.changes);
+            assert_eq!(net.view(1), Some(whole.clone()));
+            assert_eq!(net.view(2), Some(whole));
+        }
+    }
+
+    #[test]
+    fn a_principal_frozen_just_past_the_timeout_takes_no_member_out() {
+        // The principal (id 3) frozen for about the heartbeat timeout: its
+        // members may or may not have timed it out, or formed the next view,
+        // when it thaws and gives its view up. Either way none of them gives
+        // its view up too (a member without a view serves nothing, and two
+        // members out at once would leave partitions whose copies they hold
+        // out of the next view), and all three share a view again.
+        // Node 1, next in line, may also time it out earlier than node 0
+        // does (its last heartbeats to node 1 lost): then node 0 still has
+        // it for its principal when it thaws, and node 1 forms the next
+        // view.
+        for (quiet_ms, freeze_ms) in [0, 400, 800, 1_200]
+            .into_iter()
+            .flat_map(|quiet| (1_300..1_800).step_by(20).map(move |ms| (quiet, ms)))
+        {
+            let net = freeze_and_thaw_after_quiet(2, freeze_ms, quiet_ms);
+            let members_out: Vec<_> = net
+                .changes
+                .iter()
+                .filter(|(t, who, key)| *t >= 15_000 && *who != 2 && *key == 0)
+                .collect();
+            assert!(
+                members_out.is_empty(),
+                "frozen {freeze_ms} ms after {quiet_ms}: {members_out:?} in {:?}",
+                net.changes
+            );
+            let whole = net.view(0).expect("a view");
+            assert_eq!(
+                whole.1,
+                sorted_ids(&[1, 2, 3]),
+                "frozen {freeze_ms} ms after {quiet_ms}"
+            );
             assert_eq!(net.view(1), Some(whole.clone()));
             assert_eq!(net.view(2), Some(whole));
         }

@@ -753,6 +753,7 @@ fn statistics(service: &Service) -> String {
         counter("replica_reads", &stats.replica_reads),
         counter("replica_write_retries", &stats.replica_write_retries),
         counter("stall_refusals", &stats.stall_refusals),
+        counter("expired_refusals", &stats.expired_refusals),
         counter("replica_reconciles_done", &stats.reconciles_done),
         counter("replica_reconciles_dropped", &stats.reconciles_dropped),
         (

@@ -138,6 +138,10 @@ pub struct NodeStats {
     /// Requests refused (11) because the cluster runtime had not run for
     /// longer than the heartbeat timeout (see [`Service::cluster_ticked`]).
     pub stall_refusals: AtomicU64,
+    /// Requests refused (9) because their deadline had passed, or nearly,
+    /// when they reached the master (a forwarded request held up on its
+    /// way, or at a stalled node) or when their duplicate resolution ended.
+    pub expired_refusals: AtomicU64,
     /// Records whose state was sent again to replicas that had not
     /// acknowledged a write, until all did.
     pub reconciles_done: AtomicU64,
@@ -502,7 +506,7 @@ impl Service {
     /// Runs a batch row as the single-record request `body` (in a
     /// cluster); its reply frame goes to `out` unless fabric work remains.
     pub(crate) fn execute_row_body(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>> {
-        self.execute_body(body, 0, false, out)
+        self.execute_body(body, replication::Hop::CLIENT, false, out)
     }
 
     /// Runs a single-record request body (client or proxied) and writes its
@@ -510,11 +514,11 @@ impl Service {
     pub(crate) fn execute_single(
         &self,
         body: &[u8],
-        hops: u8,
+        hop: replication::Hop,
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
-        self.execute_body(body, hops, false, out)
+        self.execute_body(body, hop, false, out)
     }
 
     /// Runs a single-record request body after its duplicate resolution
@@ -522,16 +526,16 @@ impl Service {
     pub(crate) fn execute_resolved(
         &self,
         body: &[u8],
-        hops: u8,
+        hop: replication::Hop,
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
-        self.execute_body(body, hops, true, out)
+        self.execute_body(body, hop, true, out)
     }
 
     fn execute_body(
         &self,
         body: &[u8],
-        hops: u8,
+        hop: replication::Hop,
         resolved: bool,
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
@@ -540,7 +544,7 @@ impl Service {
                 if message.header.info1 & info1::BATCH == 0
                     && message.field(field_type::DIGEST).is_some() =>
             {
-                transaction::execute(self, &message, body, hops, resolved, out)
+                transaction::execute(self, &message, body, hop, resolved, out)
             }
             _ => {
                 self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
@@ -740,8 +744,15 @@ impl Service {
                     .and_then(|cursor| Box::new(cursor).step(self, self.now(), out))
                     .map(|cursor| Continuation(Pending::Scan(cursor))))
             }
-            Ok(message) => Ok(transaction::execute(self, &message, body, 0, false, out)
-                .map(|remote| Continuation(Pending::Remote(remote)))),
+            Ok(message) => Ok(transaction::execute(
+                self,
+                &message,
+                body,
+                replication::Hop::CLIENT,
+                false,
+                out,
+            )
+            .map(|remote| Continuation(Pending::Remote(remote)))),
             Err(error) => {
                 // The frame boundary is intact, so the stream is still in step:
                 // answer with a parameter error and keep serving.

@@ -11,7 +11,8 @@
 //! member and a fabric is installed:
 //! - the current partition map's master of the record's partition executes
 //!   the request; any other node forwards the request body to the master
-//!   ([`call_kind::PROXY`], payload `u8 hops | AS_MSG body`) and returns the
+//!   ([`call_kind::PROXY`], payload `u8 hops | u64 deadline | AS_MSG body`,
+//!   see [`Hop`]) and returns the
 //!   master's reply frame unchanged — except a plain read reaching a
 //!   replica whose copy is whole (a client reading from replicas by
 //!   policy), which the replica serves. A request that has been proxied
@@ -40,7 +41,14 @@
 //!   so the copies converge by conflict resolution even where the next
 //!   view finds the partition's versions equal and migrates nothing;
 //! - a proxied request is sent once (it may not be idempotent); no answer
-//!   before the deadline → 9;
+//!   before the deadline → 9. The deadline travels with it (the first
+//!   node's clock), and the master refuses it with 9 (counted in
+//!   `expired_refusals`) once less than [`PROXY_CLOCK_MARGIN_MS`] of it is
+//!   left: a request held up on its way, or at a master that was stalled,
+//!   must not run after the node that forwarded it answered 9 — the client
+//!   may have written the record again since, and the late write would
+//!   overwrite the newer one. A request whose deadline passed during its
+//!   duplicate resolution is refused the same way;
 //! - on a master whose partition is still being filled (or while the
 //!   view's exchange runs), a request first runs duplicate resolution
 //!   ([`crate::migration`] decides: [`call_kind::DUPRES`] to the sources it
@@ -94,6 +102,64 @@ pub const MAX_PROXY_HOPS: u8 = 3;
 pub const PROXY_ACTING: u8 = 0x80;
 /// Deadline of a proxied or replicated request whose client sent none.
 pub const DEFAULT_DEADLINE_MS: u64 = 5_000;
+/// How much of a forwarded request's deadline must be left for the master
+/// to run it (ms): the clock skew between nodes this covers. A master whose
+/// clock runs behind the forwarder's by more could still run a request the
+/// forwarder has already answered 9.
+pub const PROXY_CLOCK_MARGIN_MS: u64 = 5;
+
+/// How a single-record request reached this node, and its deadline once a
+/// node fixed it.
+///
+/// On the fabric a forwarded request is `u8 hop byte | u64 deadline (unix
+/// ms, little-endian) | AS_MSG body` ([`call_kind::PROXY`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hop {
+    /// How often the request was forwarded, with the [`PROXY_ACTING`] flag.
+    pub byte: u8,
+    /// The deadline the first node computed from the client's timeout (on
+    /// that node's clock); `None` until then.
+    pub deadline_ms: Option<u64>,
+}
+
+impl Hop {
+    /// A request straight from a client.
+    pub const CLIENT: Hop = Hop {
+        byte: 0,
+        deadline_ms: None,
+    };
+
+    /// Bytes before the AS_MSG body in a forwarded request.
+    const ENCODED_LEN: usize = 9;
+
+    /// How often the request was forwarded.
+    pub fn count(self) -> u8 {
+        self.byte & !PROXY_ACTING
+    }
+
+    /// Writes the forwarded request's payload: this hop, then `body`.
+    fn encode(self, deadline_ms: u64, body: &[u8]) -> Vec<u8> {
+        let mut payload = Vec::with_capacity(Self::ENCODED_LEN + body.len());
+        payload.push(self.byte);
+        payload.extend_from_slice(&deadline_ms.to_le_bytes());
+        payload.extend_from_slice(body);
+        payload
+    }
+
+    /// Splits a forwarded request's payload into its hop and body; `None`
+    /// when it is too short.
+    pub fn decode(payload: &[u8]) -> Option<(Hop, &[u8])> {
+        let (&byte, rest) = payload.split_first()?;
+        let (deadline, body) = rest.split_first_chunk::<8>()?;
+        Some((
+            Hop {
+                byte,
+                deadline_ms: Some(u64::from_le_bytes(*deadline)),
+            },
+            body,
+        ))
+    }
+}
 /// Longest wait for one replica's answer before the write is sent again.
 pub const ATTEMPT_TIMEOUT_MS: u64 = 250;
 
@@ -125,8 +191,9 @@ pub const MAX_ATTEMPTS: u32 = 40;
 
 /// Kinds of fabric calls.
 pub mod call_kind {
-    /// A client request forwarded to the master: `u8 hops | AS_MSG body`;
-    /// the answer is the reply frame for the client.
+    /// A client request forwarded to the master: `u8 hops | u64 deadline |
+    /// AS_MSG body` ([`super::Hop`]); the answer is the reply frame for the
+    /// client.
     pub const PROXY: u8 = 1;
     /// A record's new state for a replica ([`super::ReplicaWrite`]); the
     /// answer is one result-code byte.
@@ -309,8 +376,8 @@ pub(crate) enum Remote {
         request: DupResRequest,
         sources: Vec<NodeId>,
         body: Vec<u8>,
-        hops: u8,
-        deadline_ms: u64,
+        /// How the request came, with the deadline fixed.
+        hop: Hop,
     },
 }
 
@@ -417,18 +484,18 @@ impl<'a> Reader<'a> {
 
 /// Runs a single-record request in a cluster: forwards it to the master, or
 /// executes it here and returns the replication still to do. `body` is the
-/// request's AS_MSG body (forwarded as is), `hops` how often it was
-/// forwarded already.
+/// request's AS_MSG body (forwarded as is), `hop` how it came here.
 pub(crate) fn route(
     service: &Service,
     namespace: &Namespace,
     request: &Request<'_>,
     body: &[u8],
-    hops: u8,
+    hop: Hop,
     resolved: bool,
     out: &mut Vec<u8>,
 ) -> Option<Box<Remote>> {
     let now = service.now();
+    let hops = hop.count();
     if hops != 0 && service.cluster_stalled(now.unix_ms) {
         // Forwarded by a peer (a client's own request was checked on
         // arrival, in `Service::handle_message`): the cluster runtime has
@@ -447,13 +514,31 @@ pub(crate) fn route(
     let replicas = cluster
         .namespace(name)
         .map_or(&[][..], |map| map.map.replicas(partition));
-    let deadline_ms = now.unix_ms
-        + match request.header.transaction_ttl {
-            0 => DEFAULT_DEADLINE_MS,
-            ttl => u64::from(ttl),
-        };
-    let acting_read = hops & PROXY_ACTING != 0;
-    let hops = hops & !PROXY_ACTING;
+    let deadline_ms = match hop.deadline_ms {
+        Some(deadline_ms) => {
+            // Fixed earlier: by the node that forwarded it (on that node's
+            // clock, hence the margin), or here before its duplicate
+            // resolution.
+            let margin = if hops == 0 { 0 } else { PROXY_CLOCK_MARGIN_MS };
+            if now.unix_ms.saturating_add(margin) >= deadline_ms {
+                service
+                    .stats
+                    .expired_refusals
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                transaction::write_result(out, ResultCode::Timeout);
+                return None;
+            }
+            deadline_ms
+        }
+        None => {
+            now.unix_ms
+                + match request.header.transaction_ttl {
+                    0 => DEFAULT_DEADLINE_MS,
+                    ttl => u64::from(ttl),
+                }
+        }
+    };
+    let acting_read = hop.byte & PROXY_ACTING != 0;
     // A record UDF may write whatever its header says.
     let read = request.header.info2 & info2::WRITE == 0 && request.udf.is_none();
     let proxy = |to: NodeId, flags: u8, out: &mut Vec<u8>| {
@@ -461,12 +546,13 @@ pub(crate) fn route(
             transaction::write_result(out, ResultCode::Unavailable);
             return None;
         }
-        let mut payload = Vec::with_capacity(1 + body.len());
-        payload.push((hops + 1) | flags);
-        payload.extend_from_slice(body);
+        let next = Hop {
+            byte: (hops + 1) | flags,
+            deadline_ms: Some(deadline_ms),
+        };
         Some(Box::new(Remote::Proxy {
             to,
-            payload,
+            payload: next.encode(deadline_ms, body),
             deadline_ms,
         }))
     };
@@ -533,8 +619,10 @@ pub(crate) fn route(
                     },
                     sources,
                     body: body.to_vec(),
-                    hops,
-                    deadline_ms,
+                    hop: Hop {
+                        byte: hop.byte,
+                        deadline_ms: Some(deadline_ms),
+                    },
                 }));
             }
             Disposition::DupRes { .. } => {}
@@ -947,10 +1035,10 @@ impl Service {
                 request,
                 sources,
                 body,
-                hops,
-                deadline_ms,
+                hop,
             } => {
                 out.clear();
+                let deadline_ms = hop.deadline_ms.unwrap_or_default();
                 if !self
                     .resolve(fabric.as_ref(), &request, sources, deadline_ms)
                     .await
@@ -958,7 +1046,7 @@ impl Service {
                     transaction::write_result(out, ResultCode::Unavailable);
                     return;
                 }
-                match self.execute_resolved(&body, hops, out) {
+                match self.execute_resolved(&body, hop, out) {
                     Some(next) => *next,
                     None => return,
                 }
@@ -1346,14 +1434,14 @@ impl Service {
             }
             call_kind::PROXY => {
                 let mut out = Vec::new();
-                let Some((&hops, body)) = payload.split_first() else {
+                let Some((hop, body)) = Hop::decode(payload) else {
                     transaction::write_result(&mut out, ResultCode::Parameter);
                     return out;
                 };
                 self.stats
                     .proxied_in
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if let Some(remote) = self.execute_single(body, hops, &mut out) {
+                if let Some(remote) = self.execute_single(body, hop, &mut out) {
                     self.complete(*remote, &mut out).await;
                 }
                 out
@@ -1399,6 +1487,7 @@ fn is_whole_frame(bytes: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     fn sample(body: Option<Vec<u8>>) -> ReplicaWrite {
         ReplicaWrite {
@@ -1631,7 +1720,6 @@ mod tests {
     #[test]
     fn masters_replicate_and_others_proxy() {
         use citrine_wire::digest::{of_key, UserKey};
-        use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
         let service = memory_service(1);
         let fabric = std::sync::Arc::new(FakeFabric {
             calls: parking_lot::Mutex::new(Vec::new()),
@@ -1651,25 +1739,8 @@ mod tests {
         service.publish_cluster(state);
         let put = |key: &str| {
             let digest = of_key("demo", &UserKey::String(key.into()));
-            let mut frame = Vec::new();
-            let header = MsgHeader {
-                info2: info2::WRITE,
-                ..MsgHeader::default()
-            };
-            let mut writer = MessageWriter::begin(&mut frame, &header);
-            writer
-                .field(field_type::NAMESPACE, b"test")
-                .field(field_type::SET, b"demo")
-                .field(field_type::DIGEST, &digest.0)
-                .op(op_type::WRITE, 3, b"v", b"x");
-            writer.finish();
-            let header_bytes: [u8; PROTO_HEADER_SIZE] =
-                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
-            let header = ProtoHeader::decode(&header_bytes).expect("header");
-            let mut out = Vec::new();
-            service
-                .handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
-                .expect("handled");
+            let frame = put_frame(&digest, 0);
+            let out = handle_frame(&service, &frame);
             (digest, frame, out)
         };
         // Mastered here: applied locally, then replicated as a full state.
@@ -1699,20 +1770,35 @@ mod tests {
             Some(write.body.expect("body")),
             stored(&service, &digest).map(|(_, body)| body)
         );
-        // Mastered elsewhere: forwarded unchanged (hop 1), answer passed through.
+        // Mastered elsewhere: forwarded unchanged (hop 1, with the deadline
+        // the client's timeout gives), answer passed through.
+        let before = service.now().unix_ms;
         let (digest, frame, out) = put(&theirs);
         assert!(stored(&service, &digest).is_none());
         assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::KeyBusy.code());
         let calls = std::mem::take(&mut *fabric.calls.lock());
         assert_eq!(calls.len(), 1);
         assert_eq!((calls[0].0, calls[0].1), (NodeId(2), call_kind::PROXY));
-        assert_eq!(calls[0].2[0], 1);
-        assert_eq!(&calls[0].2[1..], &frame[PROTO_HEADER_SIZE..]);
+        let (hop, forwarded) = Hop::decode(&calls[0].2).expect("a proxy payload");
+        assert_eq!(hop.byte, 1);
+        let deadline = hop.deadline_ms.expect("a deadline");
+        assert!(
+            (before + DEFAULT_DEADLINE_MS..=service.now().unix_ms + DEFAULT_DEADLINE_MS)
+                .contains(&deadline),
+            "{deadline} from {before}"
+        );
+        assert_eq!(forwarded, &frame[PROTO_HEADER_SIZE..]);
         // A request proxied too often is refused with 11.
-        let answer = block_on_test(service.serve_fabric(
-            call_kind::PROXY,
-            &[&[MAX_PROXY_HOPS][..], &frame[PROTO_HEADER_SIZE..]].concat(),
-        ));
+        let answer = block_on_test(
+            service.serve_fabric(
+                call_kind::PROXY,
+                &Hop {
+                    byte: MAX_PROXY_HOPS,
+                    deadline_ms: None,
+                }
+                .encode(u64::MAX, &frame[PROTO_HEADER_SIZE..]),
+            ),
+        );
         assert_eq!(
             answer[PROTO_HEADER_SIZE + 5],
             ResultCode::Unavailable.code()
@@ -1802,10 +1888,16 @@ mod tests {
             .expect("handled");
         assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Unavailable.code());
         assert_eq!(refusals(), 2, "the scan refused on arrival");
-        let forwarded = block_on_test(service.serve_fabric(
-            call_kind::PROXY,
-            &[&[1u8][..], &frame[PROTO_HEADER_SIZE..]].concat(),
-        ));
+        let forwarded = block_on_test(
+            service.serve_fabric(
+                call_kind::PROXY,
+                &Hop {
+                    byte: 1,
+                    deadline_ms: None,
+                }
+                .encode(u64::MAX, &frame[PROTO_HEADER_SIZE..]),
+            ),
+        );
         assert_eq!(
             forwarded[PROTO_HEADER_SIZE + 5],
             ResultCode::Unavailable.code()
@@ -1815,6 +1907,137 @@ mod tests {
         // The runtime ticks again: served.
         service.cluster_ticked(1_500);
         assert_eq!(read(), (ResultCode::KeyBusy.code(), 3));
+    }
+
+    /// The frame of a put of bin `v` = "x" to `digest` in `test`/`demo`,
+    /// with the client timeout `transaction_ttl` (ms, 0 for none).
+    fn put_frame(digest: &Digest, transaction_ttl: u32) -> Vec<u8> {
+        use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
+        let mut frame = Vec::new();
+        let header = MsgHeader {
+            info2: info2::WRITE,
+            transaction_ttl,
+            ..MsgHeader::default()
+        };
+        let mut writer = MessageWriter::begin(&mut frame, &header);
+        writer
+            .field(field_type::NAMESPACE, b"test")
+            .field(field_type::SET, b"demo")
+            .field(field_type::DIGEST, &digest.0)
+            .op(op_type::WRITE, 3, b"v", b"x");
+        writer.finish();
+        frame
+    }
+
+    /// `service`'s reply to the client request `frame`.
+    fn handle_frame(service: &Service, frame: &[u8]) -> Vec<u8> {
+        let header_bytes: [u8; PROTO_HEADER_SIZE] =
+            frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+        let header = ProtoHeader::decode(&header_bytes).expect("header");
+        let mut out = Vec::new();
+        service
+            .handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
+            .expect("handled");
+        out
+    }
+
+    /// [`FakeFabric`], whose duplicate-resolution answers take
+    /// `resolve_ms` of `clock`'s time.
+    struct SlowResolution {
+        fake: FakeFabric,
+        clock: std::sync::Arc<crate::ManualClock>,
+        resolve_ms: AtomicU64,
+    }
+
+    impl Fabric for SlowResolution {
+        fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, timeout: Duration) -> FabricFuture {
+            if kind == call_kind::DUPRES {
+                self.clock
+                    .advance_ms(self.resolve_ms.load(Ordering::Relaxed));
+            }
+            self.fake.call(to, kind, payload, timeout)
+        }
+    }
+
+    #[test]
+    fn a_request_past_its_deadline_is_not_run() {
+        use citrine_wire::digest::{of_key, UserKey};
+        let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
+        let service = memory_service_on(1, clock.clone());
+        let fabric = std::sync::Arc::new(SlowResolution {
+            fake: FakeFabric {
+                calls: parking_lot::Mutex::new(Vec::new()),
+            },
+            clock: clock.clone(),
+            resolve_ms: AtomicU64::new(0),
+        });
+        service.set_fabric(fabric.clone());
+        let state = view_of_two(1, 5);
+        let mine: Vec<Digest> = (0..1000)
+            .map(|index| of_key("demo", &UserKey::String(format!("k{index}"))))
+            .filter(|digest| state.namespaces[0].map.master(digest.partition()) == Some(NodeId(1)))
+            .take(6)
+            .collect();
+        service.publish_cluster(state);
+        // A put of `digest` with a 50 ms client timeout.
+        let put = |digest: &Digest| put_frame(digest, 50);
+        let expired = || service.stats.expired_refusals.load(Ordering::Relaxed);
+        // Forwarded by a peer, with `left_ms` of its deadline left here:
+        // the result code, and whether the write was applied.
+        let forwarded = |digest: &Digest, left_ms: u64| {
+            let deadline = service.now().unix_ms + left_ms;
+            let payload = Hop {
+                byte: 1,
+                deadline_ms: None,
+            }
+            .encode(deadline, &put(digest)[PROTO_HEADER_SIZE..]);
+            let answer = block_on_test(service.serve_fabric(call_kind::PROXY, &payload));
+            (
+                answer[PROTO_HEADER_SIZE + 5],
+                stored(&service, digest).is_some(),
+            )
+        };
+        assert_eq!(
+            forwarded(&mine[0], PROXY_CLOCK_MARGIN_MS + 1),
+            (ResultCode::Ok.code(), true)
+        );
+        assert_eq!(expired(), 0);
+        // Held up on its way (or here, while this node was stalled) until
+        // the forwarder has answered 9, or may have: not run.
+        assert_eq!(
+            forwarded(&mine[1], PROXY_CLOCK_MARGIN_MS),
+            (ResultCode::Timeout.code(), false)
+        );
+        assert_eq!(expired(), 1);
+        let passed = Hop {
+            byte: 1,
+            deadline_ms: None,
+        }
+        .encode(
+            service.now().unix_ms - 1_000,
+            &put(&mine[2])[PROTO_HEADER_SIZE..],
+        );
+        let answer = block_on_test(service.serve_fabric(call_kind::PROXY, &passed));
+        assert_eq!(answer[PROTO_HEADER_SIZE + 5], ResultCode::Timeout.code());
+        assert!(stored(&service, &mine[2]).is_none());
+        assert_eq!(expired(), 2);
+        // A client's own request whose duplicate resolution outlasted its
+        // timeout is not run either; one resolved in time is.
+        let client = |digest: &Digest, resolve_ms: u64| {
+            fabric.resolve_ms.store(resolve_ms, Ordering::Relaxed);
+            let out = handle_frame(&service, &put(digest));
+            (
+                out[PROTO_HEADER_SIZE + 5],
+                stored(&service, digest).is_some(),
+            )
+        };
+        assert_eq!(client(&mine[3], 49), (ResultCode::Ok.code(), true));
+        assert_eq!(expired(), 2);
+        assert_eq!(client(&mine[4], 50), (ResultCode::Timeout.code(), false));
+        assert_eq!(expired(), 3);
+        // A payload too short for its hop is refused, not read past.
+        let answer = block_on_test(service.serve_fabric(call_kind::PROXY, &[1, 0, 0]));
+        assert_eq!(answer[PROTO_HEADER_SIZE + 5], ResultCode::Parameter.code());
     }
 
     #[test]

@@ -62,15 +62,15 @@ impl Now {
 ///
 /// In a cluster (more than one member and a fabric installed) the request
 /// is routed by [`crate::replication::route`]: `body` (the request's AS_MSG
-/// body) is forwarded when another node masters the record, and `hops` is
-/// how often it has been forwarded already. The returned work, if any, must
+/// body) is forwarded when another node masters the record, and `hop` says
+/// how it came here (and its deadline, once a node fixed it). The returned work, if any, must
 /// be completed ([`crate::Service::complete_remote`]) before the reply in
 /// `out` is final. A node alone returns `None` and allocates nothing.
 pub(crate) fn execute(
     service: &Service,
     message: &Message<'_>,
     body: &[u8],
-    hops: u8,
+    hop: crate::replication::Hop,
     resolved: bool,
     out: &mut Vec<u8>,
 ) -> Option<Box<crate::replication::Remote>> {
@@ -108,7 +108,7 @@ pub(crate) fn execute(
     let is_udf = udf.is_some();
     match prepare(message, digest_bytes, filter.as_ref(), udf) {
         Ok(request) if service.routes() => {
-            crate::replication::route(service, namespace, &request, body, hops, resolved, out)
+            crate::replication::route(service, namespace, &request, body, hop, resolved, out)
         }
         Ok(request) => {
             perform(namespace, &request, service.now(), out);

@@ -27,7 +27,10 @@
 //!    With [`DataConfig::truncate`], some puts go to keys of set `trunc`;
 //! 3. 3–5 membership events 1.5–4 s apart: a spare node joins, a node
 //!    crashes (only when the cluster is stable: with replication factor 2
-//!    one node may be lost at a time), a crashed node restarts — empty, or
+//!    one node may be lost at a time), a node freezes for 0.5–4 s (also
+//!    only when stable: its state machine, tasks and flusher stop and what
+//!    reaches it is held; when it thaws, its tick or the held packets go
+//!    first, drawn), a crashed node restarts — empty, or
 //!    with [`DataConfig::device`] with what its device file holds; the
 //!    network loses up to `max_loss` of packets and delays them 1–6 ms, but
 //!    is never partitioned. With [`DataConfig::truncate`], a client
@@ -256,6 +259,11 @@ struct Up {
     partition_generation: u64,
     peers_generation: u64,
     stopping: Arc<AtomicBool>,
+    /// Frozen until this simulated time (a stalled process): not ticked,
+    /// its tasks and flusher not run, and what reaches it held.
+    frozen_until: Option<u64>,
+    /// Packets that reached it while frozen, in arrival order.
+    held: Vec<Packet>,
 }
 
 struct DNode {
@@ -653,6 +661,8 @@ impl World {
             partition_generation: 0,
             peers_generation: 0,
             stopping,
+            frozen_until: None,
+            held: Vec::new(),
         });
         self.nodes[i].boots += 1;
         {
@@ -811,11 +821,16 @@ impl World {
     /// Converged and every node `cluster-stable` (nothing to exchange,
     /// send or receive).
     fn settled(&self) -> bool {
+        // A frozen node is a node lost for now (its copies unreachable),
+        // however settled its frozen state looks.
         self.converged()
             && self.live().iter().all(|i| {
                 self.nodes[*i].up.as_ref().is_some_and(|up| {
                     let m = &up.service.migrations;
-                    !m.exchanging() && m.tx_remaining() == 0 && m.rx_remaining() == 0
+                    up.frozen_until.is_none()
+                        && !m.exchanging()
+                        && m.tx_remaining() == 0
+                        && m.rx_remaining() == 0
                 })
             })
     }
@@ -1265,7 +1280,20 @@ impl World {
             match packet {
                 None => break,
                 Some(None) => {}
-                Some(Some(packet)) => self.deliver(packet)?,
+                Some(Some(packet)) => {
+                    // A frozen node reads nothing; an answer to its own
+                    // call waits in its (unpolled) task instead.
+                    let frozen = packet
+                        .dest()
+                        .and_then(|to| self.nodes[to].up.as_mut())
+                        .filter(|up| up.frozen_until.is_some());
+                    match frozen {
+                        Some(up) if !matches!(packet, Packet::Response { .. }) => {
+                            up.held.push(packet);
+                        }
+                        _ => self.deliver(packet)?,
+                    }
+                }
             }
         }
         let wakers = self.core.lock().due_timers();
@@ -1273,22 +1301,77 @@ impl World {
             w.wake();
         }
         for i in 0..self.nodes.len() {
+            match self.nodes[i].up.as_ref().and_then(|up| up.frozen_until) {
+                Some(until) if until <= now => self.thaw(i)?,
+                Some(_) => continue,
+                None => {}
+            }
             self.storage_tick(i, now);
             if !(now + i as u64).is_multiple_of(TICK_MS) {
                 continue;
             }
-            let local = self.local(i);
-            let Some(up) = self.nodes[i].up.as_mut() else {
-                continue;
-            };
-            let effects = up.machine.tick(local);
-            self.effects(i, effects);
+            self.tick_node(i);
         }
         if self.exec.run(POLL_BUDGET).is_err() {
             return Err(self.fail(
                 Invariant::Quiescence,
                 "the executor does not come to rest".into(),
             ));
+        }
+        Ok(())
+    }
+
+    /// Ticks node `i`'s state machine, carries out its effects and reports
+    /// the tick to its service, as `citrine-server`'s cluster runtime does.
+    fn tick_node(&mut self, i: usize) {
+        let local = self.local(i);
+        let Some(up) = self.nodes[i].up.as_mut() else {
+            return;
+        };
+        let effects = up.machine.tick(local);
+        self.effects(i, effects);
+        if let Some(up) = self.nodes[i].up.as_ref() {
+            up.service
+                .cluster_ticked(up.machine.config().heartbeat.timeout_ms);
+        }
+    }
+
+    /// Freezes node `i` for `ms` (SIGSTOP, a paused machine).
+    fn freeze(&mut self, i: usize, ms: u64) {
+        let until = self.now() + ms;
+        if let Some(up) = self.nodes[i].up.as_mut() {
+            up.frozen_until = Some(until);
+            self.exec.set_frozen(i, true);
+            self.hash = mix(self.hash, 0xF4EE ^ (i as u64) ^ (ms << 8));
+            self.note(format!("freeze #{i} for {ms} ms"));
+        }
+    }
+
+    /// Node `i` carries on. Its cluster thread and its service threads
+    /// resume together, so either may go first: the state machine's tick
+    /// (which notices the stall), or the service reading what reached the
+    /// node meanwhile (which the stall guard refuses until that tick).
+    fn thaw(&mut self, i: usize) -> Result<(), Failure> {
+        let tick_first = self.rng.chance(0.5);
+        let Some(up) = self.nodes[i].up.as_mut() else {
+            return Ok(());
+        };
+        up.frozen_until = None;
+        let held = std::mem::take(&mut up.held);
+        self.exec.set_frozen(i, false);
+        self.note(format!(
+            "thaw #{i} ({} packets held, {} first)",
+            held.len(),
+            if tick_first { "tick" } else { "packets" }
+        ));
+        if tick_first {
+            self.tick_node(i);
+        }
+        for packet in held {
+            self.deliver(packet)?;
+        }
+        if !tick_first {
+            self.tick_node(i);
         }
         Ok(())
     }
@@ -1371,6 +1454,13 @@ impl World {
         if !down.is_empty() {
             options.push(2);
         }
+        let frozen = self
+            .nodes
+            .iter()
+            .any(|n| n.up.as_ref().is_some_and(|up| up.frozen_until.is_some()));
+        if live.len() >= 3 && !frozen {
+            options.push(3);
+        }
         if options.is_empty() {
             return Ok(());
         }
@@ -1393,6 +1483,21 @@ impl World {
                 let i = live[self.rng.index(live.len())];
                 self.events.push(format!("crash #{i}"));
                 self.crash(i);
+            }
+            3 => {
+                // A freeze is a loss for a while: as before a crash, every
+                // partition has its copies first.
+                self.wait_until(
+                    self.cfg.quiesce_bound_ms,
+                    "stability before a freeze",
+                    true,
+                    |w| w.settled(),
+                )?;
+                let live = self.live();
+                let i = live[self.rng.index(live.len())];
+                let ms = self.rng.range(500, 4_000);
+                self.events.push(format!("freeze #{i} for {ms} ms"));
+                self.freeze(i, ms);
             }
             _ => {
                 let i = down[self.rng.index(down.len())];

@@ -27,7 +27,7 @@
 //! - a node's tasks die with it: crashing a node drops its futures, which
 //!   removes their pending calls.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -85,7 +85,7 @@ pub(crate) enum Packet {
 
 impl Packet {
     /// The node a packet is for (client replies go to a client).
-    fn dest(&self) -> Option<usize> {
+    pub fn dest(&self) -> Option<usize> {
         match self {
             Packet::Cluster { to, .. }
             | Packet::Request { to, .. }
@@ -422,6 +422,8 @@ struct Task {
 pub(crate) struct Executor {
     tasks: BTreeMap<u64, Task>,
     next: u64,
+    /// Nodes frozen: their woken tasks wait until they thaw.
+    frozen: BTreeSet<usize>,
     /// Polls so far.
     pub polls: u64,
 }
@@ -451,6 +453,16 @@ impl Executor {
     /// Drops every task of `node` (it crashed).
     pub fn kill(&mut self, node: usize) {
         self.tasks.retain(|_, task| task.node != node);
+        self.frozen.remove(&node);
+    }
+
+    /// Stops (or resumes) polling the tasks of `node`.
+    pub fn set_frozen(&mut self, node: usize, frozen: bool) {
+        if frozen {
+            self.frozen.insert(node);
+        } else {
+            self.frozen.remove(&node);
+        }
     }
 
     /// Tasks alive.
@@ -464,7 +476,9 @@ impl Executor {
             let ready: Vec<u64> = self
                 .tasks
                 .iter()
-                .filter(|(_, task)| task.flag.0.load(Ordering::Relaxed))
+                .filter(|(_, task)| {
+                    task.flag.0.load(Ordering::Relaxed) && !self.frozen.contains(&task.node)
+                })
                 .map(|(id, _)| *id)
                 .collect();
             if ready.is_empty() {
