@@ -3,8 +3,14 @@
 //!
 //! Owns: the set of addresses this node sends heartbeats to (configured seeds
 //! plus addresses learned from peers' heartbeats), the adjacency list (peers
-//! heard from within `timeout_ms`), and per-peer gossip (the latest cluster key
-//! and succession each peer advertised).
+//! heard from within `timeout_ms`), per-peer gossip (the latest cluster key
+//! and succession each peer advertised), and per-peer clock offsets.
+//!
+//! Clock offsets: a heartbeat carries its sender's clock when sent; the
+//! sender's clock minus the local clock on arrival is the offset between
+//! the two clocks less the message's delay. Delays (the network, a queue,
+//! a stall of either node) only make a sample smaller, so a peer's offset is
+//! estimated as the largest of its last [`CLOCK_SAMPLES`] samples.
 //!
 //! Invariants:
 //! - a peer is in the adjacency list iff it has been heard from (heartbeat or
@@ -25,6 +31,32 @@ use crate::message::{Heartbeat, PeerAddr, MAX_PEERS};
 
 /// Upper bound on the number of addresses heartbeats are sent to.
 pub const MAX_KNOWN_ADDRS: usize = 4096;
+
+/// Heartbeats a peer's clock offset is estimated over (about 1.2 s at the
+/// default interval).
+pub const CLOCK_SAMPLES: usize = 8;
+
+/// The last [`CLOCK_SAMPLES`] clock-offset samples of a peer (ms, its clock
+/// minus ours, less each heartbeat's delay).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClockSamples {
+    samples: [i64; CLOCK_SAMPLES],
+    len: usize,
+    next: usize,
+}
+
+impl ClockSamples {
+    fn record(&mut self, sample: i64) {
+        self.samples[self.next] = sample;
+        self.next = (self.next + 1) % CLOCK_SAMPLES;
+        self.len = (self.len + 1).min(CLOCK_SAMPLES);
+    }
+
+    /// The offset estimate: the largest sample (the least delayed).
+    pub fn estimate(&self) -> Option<i64> {
+        self.samples[..self.len].iter().copied().max()
+    }
+}
 
 /// Heartbeat timing and seeds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +97,8 @@ pub struct PeerState {
     pub cluster_key: u64,
     /// Succession list the peer advertised.
     pub succession: Vec<NodeId>,
+    /// Its clock's offset from ours, sampled from its heartbeats.
+    pub clock: ClockSamples,
 }
 
 #[derive(Clone, Debug)]
@@ -164,8 +198,9 @@ impl HeartbeatState {
         Some((self.seq, targets))
     }
 
-    /// Builds the heartbeat for round `seq` advertising `view`.
-    pub fn build(&self, seq: u64, cluster_key: u64, succession: &[NodeId]) -> Heartbeat {
+    /// Builds the heartbeat for round `seq`, sent at `now`, advertising the
+    /// view `cluster_key` / `succession`.
+    pub fn build(&self, seq: u64, now: u64, cluster_key: u64, succession: &[NodeId]) -> Heartbeat {
         let peers = self
             .peers
             .iter()
@@ -176,6 +211,7 @@ impl HeartbeatState {
             addr: self.my_addr.clone(),
             incarnation: self.incarnation,
             seq,
+            sent_ms: now,
             cluster_key,
             succession: succession.to_vec(),
             peers,
@@ -195,6 +231,7 @@ impl HeartbeatState {
             }
         }
         let stamp = (hb.incarnation, hb.seq);
+        let offset = clock_offset(hb.sent_ms, now);
         match self.peers.get_mut(&from) {
             Some(p) => {
                 p.last_heard = p.last_heard.max(now);
@@ -207,6 +244,7 @@ impl HeartbeatState {
                 p.last_heartbeat = now;
                 p.cluster_key = hb.cluster_key;
                 p.succession.clone_from(&hb.succession);
+                p.clock.record(offset);
                 if restarted {
                     HeartbeatOutcome::Restarted
                 } else {
@@ -214,6 +252,8 @@ impl HeartbeatState {
                 }
             }
             None => {
+                let mut clock = ClockSamples::default();
+                clock.record(offset);
                 self.peers.insert(
                     from,
                     PeerState {
@@ -223,11 +263,18 @@ impl HeartbeatState {
                         latest: stamp,
                         cluster_key: hb.cluster_key,
                         succession: hb.succession.clone(),
+                        clock,
                     },
                 );
                 HeartbeatOutcome::NewPeer
             }
         }
+    }
+
+    /// Peer `id`'s clock offset from ours (ms, positive when its clock is
+    /// ahead), if it is adjacent and has sent a heartbeat.
+    pub fn clock_offset(&self, id: NodeId) -> Option<i64> {
+        self.peers.get(&id)?.clock.estimate()
     }
 
     fn learn(&mut self, addr: &PeerAddr, now: u64, heard_directly: bool) {
@@ -330,6 +377,13 @@ impl HeartbeatState {
     }
 }
 
+/// One clock-offset sample: a heartbeat sent at `sent_ms` on the sender's
+/// clock arrived at `now` on ours.
+fn clock_offset(sent_ms: u64, now: u64) -> i64 {
+    let difference = i128::from(sent_ms) - i128::from(now);
+    i64::try_from(difference).unwrap_or(if difference < 0 { i64::MIN } else { i64::MAX })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,10 +397,33 @@ mod tests {
             addr: addr(a),
             incarnation: inc,
             seq,
+            sent_ms: 0,
             cluster_key: 0,
             succession: vec![],
             peers,
         }
+    }
+
+    #[test]
+    fn a_clock_offset_is_the_least_delayed_of_the_last_samples() {
+        let mut clock = ClockSamples::default();
+        assert_eq!(clock.estimate(), None);
+        // A peer 100 ms ahead: heartbeats delayed 2, 0, 40 ms.
+        for sample in [98, 100, 60] {
+            clock.record(sample);
+        }
+        assert_eq!(clock.estimate(), Some(100));
+        // Its clock stepped back 50 ms: once the older samples have rolled
+        // out of the window, the estimate follows.
+        for _ in 0..CLOCK_SAMPLES - 1 {
+            clock.record(49);
+        }
+        assert_eq!(clock.estimate(), Some(60));
+        clock.record(50);
+        assert_eq!(clock.estimate(), Some(50));
+        assert_eq!(clock_offset(1_000, 1_250), -250);
+        assert_eq!(clock_offset(u64::MAX, 0), i64::MAX);
+        assert_eq!(clock_offset(0, u64::MAX), i64::MIN);
     }
 
     fn state() -> HeartbeatState {

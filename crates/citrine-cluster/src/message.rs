@@ -12,7 +12,7 @@
 //! ballot   := round:u64 node:u64
 //! view     := key:u64 count:u16 node:u64*count        (sorted, key != 0)
 //! addr     := len:u16 utf8-bytes                       (len <= 255)
-//! tag 1 Heartbeat: addr incarnation:u64 seq:u64 key:u64
+//! tag 1 Heartbeat: addr incarnation:u64 seq:u64 sent:u64 key:u64
 //!                  count:u16 node:u64*count            (succession, may be empty)
 //!                  count:u16 (node:u64 addr)*count     (adjacency)
 //! tag 2 Prepare:  ballot
@@ -37,7 +37,7 @@ use crate::codec::{DecodeError, Reader, Writer};
 use crate::view::{Ballot, ClusterView, MAX_CLUSTER_SIZE};
 
 /// Version byte leading every encoded envelope.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 /// Longest peer address, in bytes.
 pub const MAX_ADDR_LEN: usize = 255;
 /// Most adjacency entries one heartbeat may carry.
@@ -80,6 +80,9 @@ pub struct Heartbeat {
     pub incarnation: u64,
     /// Per-incarnation sequence number, +1 per heartbeat round.
     pub seq: u64,
+    /// The sender's clock when it sent the heartbeat (ms): the receiver
+    /// estimates the clock skew between them from it.
+    pub sent_ms: u64,
     /// The sender's cluster key, 0 when it is an orphan.
     pub cluster_key: u64,
     /// The sender's succession list (empty when orphan), ascending.
@@ -215,6 +218,7 @@ impl Message {
                 put_addr(w, &hb.addr);
                 w.u64(hb.incarnation);
                 w.u64(hb.seq);
+                w.u64(hb.sent_ms);
                 w.u64(hb.cluster_key);
                 put_ids(w, &hb.succession);
                 w.count(hb.peers.len());
@@ -269,6 +273,7 @@ impl Message {
                 let addr = get_addr(r)?;
                 let incarnation = r.u64()?;
                 let seq = r.u64()?;
+                let sent_ms = r.u64()?;
                 let cluster_key = r.u64()?;
                 let succession = get_ids(r)?;
                 if !succession.windows(2).all(|w| w[0] < w[1]) {
@@ -287,6 +292,7 @@ impl Message {
                     addr,
                     incarnation,
                     seq,
+                    sent_ms,
                     cluster_key,
                     succession,
                     peers,
@@ -404,6 +410,7 @@ mod tests {
                 addr: addr("10.0.0.1:3002"),
                 incarnation: 9,
                 seq: 1234,
+                sent_ms: 1_700_000_000_123,
                 cluster_key: view.key(),
                 succession: view.succession().to_vec(),
                 peers: vec![(NodeId(1), addr("a")), (NodeId(5), addr("b:1"))],
@@ -412,6 +419,7 @@ mod tests {
                 addr: addr("x"),
                 incarnation: 0,
                 seq: 0,
+                sent_ms: 0,
                 cluster_key: 0,
                 succession: vec![],
                 peers: vec![],

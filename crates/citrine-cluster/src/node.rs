@@ -328,6 +328,27 @@ impl ClusterNode {
         self.view.as_ref()
     }
 
+    /// The largest clock skew between members of this node's view (ms):
+    /// the spread of the members' clock offsets from this node's clock (0
+    /// for itself), each estimated from its heartbeats. Members not heard
+    /// from yet count for nothing; 0 without a view.
+    pub fn clock_skew_ms(&self) -> u64 {
+        let Some(view) = &self.view else {
+            return 0;
+        };
+        let me = self.cfg.node_id;
+        let offsets = view
+            .succession()
+            .iter()
+            .filter(|member| **member != me)
+            .filter_map(|member| self.hb.clock_offset(*member))
+            .chain(std::iter::once(0));
+        let (low, high) = offsets.fold((i64::MAX, i64::MIN), |(low, high), offset| {
+            (low.min(offset), high.max(offset))
+        });
+        high.abs_diff(low)
+    }
+
     /// Adjacent peers, ascending.
     pub fn adjacency(&self) -> Vec<NodeId> {
         self.hb.adjacency().collect()
@@ -385,7 +406,7 @@ impl ClusterNode {
                 Some(v) => (v.key(), v.succession().to_vec()),
                 None => (0, Vec::new()),
             };
-            let hb = self.hb.build(seq, key, &succession);
+            let hb = self.hb.build(seq, now, key, &succession);
             for to in targets {
                 out.push(Effect::Send {
                     to,
@@ -1057,6 +1078,8 @@ mod tests {
         cut: BTreeSet<(usize, usize)>,
         /// Nodes not ticked, their messages held until they thaw.
         frozen: BTreeSet<usize>,
+        /// How far each node's clock is ahead of the network's (ms).
+        clocks: Vec<u64>,
         changes: Vec<(u64, usize, u64)>,
         now: u64,
     }
@@ -1076,6 +1099,7 @@ mod tests {
                 queue: Vec::new(),
                 cut: BTreeSet::new(),
                 frozen: BTreeSet::new(),
+                clocks: vec![0; n],
                 changes: Vec::new(),
                 now: 0,
             }
@@ -1122,7 +1146,7 @@ mod tests {
                 for (_, to, bytes) in due {
                     let env = Envelope::decode(&bytes).expect("own encoding decodes");
                     if let Some(node) = self.nodes[to].as_mut() {
-                        let eff = node.on_message(env.from, env.msg, now);
+                        let eff = node.on_message(env.from, env.msg, now + self.clocks[to]);
                         self.handle(to, eff);
                     }
                 }
@@ -1131,7 +1155,7 @@ mod tests {
                         continue;
                     }
                     if let Some(node) = self.nodes[i].as_mut() {
-                        let eff = node.tick(now);
+                        let eff = node.tick(now + self.clocks[i]);
                         self.handle(i, eff);
                     }
                 }
@@ -1143,7 +1167,7 @@ mod tests {
         fn thaw(&mut self, i: usize) {
             self.frozen.remove(&i);
             if let Some(node) = self.nodes[i].as_mut() {
-                let eff = node.tick(self.now);
+                let eff = node.tick(self.now + self.clocks[i]);
                 self.handle(i, eff);
             }
         }
@@ -1425,6 +1449,31 @@ mod tests {
             assert_eq!(net.view(1), Some(whole.clone()));
             assert_eq!(net.view(2), Some(whole));
         }
+    }
+
+    #[test]
+    fn members_measure_the_clock_skew_between_them() {
+        // Clocks 40 ms and 250 ms ahead of node 0's. Messages take 1–5 ms
+        // here, which each offset sample is short by.
+        let mut net = Net::new(&[1, 2, 3]);
+        net.clocks = vec![0, 40, 250];
+        assert_eq!(
+            net.nodes[0].as_ref().map(ClusterNode::clock_skew_ms),
+            Some(0)
+        );
+        net.run_until(15_000);
+        assert_eq!(net.view(0).map(|v| v.1.len()), Some(3));
+        for i in 0..3 {
+            let skew = net.nodes[i].as_ref().map_or(0, ClusterNode::clock_skew_ms);
+            // From node 1 the others are 40 behind and 210 ahead.
+            assert!((245..=255).contains(&skew), "node {i}: {skew}");
+        }
+        // A member that left the view no longer counts.
+        net.nodes[2] = None;
+        net.run_until(25_000);
+        assert_eq!(net.view(0).map(|v| v.1.len()), Some(2));
+        let skew = net.nodes[0].as_ref().map_or(0, ClusterNode::clock_skew_ms);
+        assert!((35..=45).contains(&skew), "{skew}");
     }
 
     #[test]

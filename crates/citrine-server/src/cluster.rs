@@ -539,6 +539,7 @@ impl Driver {
                     self.perform(effects);
                     self.service
                         .cluster_ticked(self.node.config().heartbeat.timeout_ms);
+                    self.service.set_cluster_clock_skew(self.node.clock_skew_ms());
                     if last_keepalive.elapsed() >= Duration::from_millis(KEEPALIVE_MS) {
                         last_keepalive = Instant::now();
                         self.keepalive();

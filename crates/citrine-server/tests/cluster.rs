@@ -34,6 +34,20 @@ fn three_nodes_form_one_cluster() {
             "{peers}"
         );
     }
+    // The clock skew the heartbeats measure: the three share this
+    // machine's clock, so it is what loopback delays make of it (a few ms
+    // at most), and the statistic is there on every node.
+    std::thread::sleep(Duration::from_secs(2));
+    for node in &nodes {
+        let statistics = node.info_value("statistics").unwrap();
+        let skew: u64 = statistics
+            .split(';')
+            .find_map(|pair| pair.strip_prefix("cluster_clock_skew_ms="))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no cluster_clock_skew_ms in {statistics}"));
+        println!("node {}: cluster_clock_skew_ms={skew}", node.id);
+        assert!(skew < 100, "node {}: skew {skew} ms", node.id);
+    }
 }
 
 #[test]

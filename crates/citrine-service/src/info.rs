@@ -698,7 +698,7 @@ fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
     out
 }
 
-fn statistics(service: &Service) -> String {
+pub(crate) fn statistics(service: &Service) -> String {
     let counter = |name: &str, value: &AtomicU64| {
         (name.to_owned(), value.load(Ordering::Relaxed).to_string())
     };
@@ -713,9 +713,17 @@ fn statistics(service: &Service) -> String {
         ("cluster_size".into(), cluster.size().to_string()),
         ("cluster_key".into(), cluster_key(service)),
         ("cluster_integrity".into(), "true".into()),
-        ("cluster_is_member".into(), "true".into()),
+        // Not serving yet: out of any view, or back in one whose exchange
+        // has not resolved.
+        (
+            "cluster_is_member".into(),
+            (!service.is_orphan()).to_string(),
+        ),
         ("cluster_principal".into(), cluster.principal().to_string()),
-        ("cluster_clock_skew_ms".into(), "0".into()),
+        (
+            "cluster_clock_skew_ms".into(),
+            service.cluster_clock_skew_ms().to_string(),
+        ),
         ("uptime".into(), service.uptime_seconds().to_string()),
         ("objects".into(), objects.to_string()),
         (

@@ -225,6 +225,8 @@ pub struct Service {
     /// [`Service::cluster_ticked`]).
     cluster_tick_ms: AtomicU64,
     cluster_stall_ms: AtomicU64,
+    /// The view's clock skew as the cluster runtime last measured it (ms).
+    cluster_clock_skew_ms: AtomicU64,
     /// Set with `orphan`: for a node holding records, the orphan ends only
     /// once a view with other members has had its exchange resolved, or a
     /// view of this node alone is published (see [`Service::set_orphan`]).
@@ -289,6 +291,7 @@ impl Service {
             orphan: AtomicBool::new(false),
             cluster_tick_ms: AtomicU64::new(0),
             cluster_stall_ms: AtomicU64::new(0),
+            cluster_clock_skew_ms: AtomicU64::new(0),
             joining: AtomicBool::new(false),
             noop: AtomicBool::new(false),
             sindex_builds: sindex::Builds::default(),
@@ -362,6 +365,18 @@ impl Service {
             .store(stall_after_ms, Ordering::Relaxed);
         self.cluster_tick_ms
             .store(self.now().unix_ms, Ordering::Release);
+    }
+
+    /// The cluster runtime reports the largest clock skew between the
+    /// members of this node's view, as its heartbeats measure it (the
+    /// `cluster_clock_skew_ms` statistic).
+    pub fn set_cluster_clock_skew(&self, skew_ms: u64) {
+        self.cluster_clock_skew_ms.store(skew_ms, Ordering::Relaxed);
+    }
+
+    /// The last skew [`Service::set_cluster_clock_skew`] reported (ms).
+    pub fn cluster_clock_skew_ms(&self) -> u64 {
+        self.cluster_clock_skew_ms.load(Ordering::Relaxed)
     }
 
     /// Whether ticks are reported and none came within the stall bound

@@ -108,6 +108,9 @@ pub const DEFAULT_DEADLINE_MS: u64 = 5_000;
 /// forwarder has already answered 9.
 pub const PROXY_CLOCK_MARGIN_MS: u64 = 5;
 
+/// Longest wait for one replica's answer before the write is sent again.
+pub const ATTEMPT_TIMEOUT_MS: u64 = 250;
+
 /// How a single-record request reached this node, and its deadline once a
 /// node fixed it.
 ///
@@ -137,10 +140,11 @@ impl Hop {
         self.byte & !PROXY_ACTING
     }
 
-    /// Writes the forwarded request's payload: this hop, then `body`.
-    fn encode(self, deadline_ms: u64, body: &[u8]) -> Vec<u8> {
+    /// The payload forwarding `body` with hop byte `byte` and deadline
+    /// `deadline_ms`.
+    fn payload(byte: u8, deadline_ms: u64, body: &[u8]) -> Vec<u8> {
         let mut payload = Vec::with_capacity(Self::ENCODED_LEN + body.len());
-        payload.push(self.byte);
+        payload.push(byte);
         payload.extend_from_slice(&deadline_ms.to_le_bytes());
         payload.extend_from_slice(body);
         payload
@@ -160,8 +164,6 @@ impl Hop {
         ))
     }
 }
-/// Longest wait for one replica's answer before the write is sent again.
-pub const ATTEMPT_TIMEOUT_MS: u64 = 250;
 
 /// How long a record queued for [`Service::reconcile_pending`] is sent
 /// again before it is given up on (ms).
@@ -546,13 +548,9 @@ pub(crate) fn route(
             transaction::write_result(out, ResultCode::Unavailable);
             return None;
         }
-        let next = Hop {
-            byte: (hops + 1) | flags,
-            deadline_ms: Some(deadline_ms),
-        };
         Some(Box::new(Remote::Proxy {
             to,
-            payload: next.encode(deadline_ms, body),
+            payload: Hop::payload((hops + 1) | flags, deadline_ms, body),
             deadline_ms,
         }))
     };
@@ -1038,6 +1036,7 @@ impl Service {
                 hop,
             } => {
                 out.clear();
+                debug_assert!(hop.deadline_ms.is_some(), "fixed by `route`");
                 let deadline_ms = hop.deadline_ms.unwrap_or_default();
                 if !self
                     .resolve(fabric.as_ref(), &request, sources, deadline_ms)
@@ -1789,16 +1788,10 @@ mod tests {
         );
         assert_eq!(forwarded, &frame[PROTO_HEADER_SIZE..]);
         // A request proxied too often is refused with 11.
-        let answer = block_on_test(
-            service.serve_fabric(
-                call_kind::PROXY,
-                &Hop {
-                    byte: MAX_PROXY_HOPS,
-                    deadline_ms: None,
-                }
-                .encode(u64::MAX, &frame[PROTO_HEADER_SIZE..]),
-            ),
-        );
+        let answer = block_on_test(service.serve_fabric(
+            call_kind::PROXY,
+            &Hop::payload(MAX_PROXY_HOPS, u64::MAX, &frame[PROTO_HEADER_SIZE..]),
+        ));
         assert_eq!(
             answer[PROTO_HEADER_SIZE + 5],
             ResultCode::Unavailable.code()
@@ -1888,16 +1881,10 @@ mod tests {
             .expect("handled");
         assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Unavailable.code());
         assert_eq!(refusals(), 2, "the scan refused on arrival");
-        let forwarded = block_on_test(
-            service.serve_fabric(
-                call_kind::PROXY,
-                &Hop {
-                    byte: 1,
-                    deadline_ms: None,
-                }
-                .encode(u64::MAX, &frame[PROTO_HEADER_SIZE..]),
-            ),
-        );
+        let forwarded = block_on_test(service.serve_fabric(
+            call_kind::PROXY,
+            &Hop::payload(1, u64::MAX, &frame[PROTO_HEADER_SIZE..]),
+        ));
         assert_eq!(
             forwarded[PROTO_HEADER_SIZE + 5],
             ResultCode::Unavailable.code()
@@ -1986,11 +1973,7 @@ mod tests {
         // the result code, and whether the write was applied.
         let forwarded = |digest: &Digest, left_ms: u64| {
             let deadline = service.now().unix_ms + left_ms;
-            let payload = Hop {
-                byte: 1,
-                deadline_ms: None,
-            }
-            .encode(deadline, &put(digest)[PROTO_HEADER_SIZE..]);
+            let payload = Hop::payload(1, deadline, &put(digest)[PROTO_HEADER_SIZE..]);
             let answer = block_on_test(service.serve_fabric(call_kind::PROXY, &payload));
             (
                 answer[PROTO_HEADER_SIZE + 5],
@@ -2009,11 +1992,8 @@ mod tests {
             (ResultCode::Timeout.code(), false)
         );
         assert_eq!(expired(), 1);
-        let passed = Hop {
-            byte: 1,
-            deadline_ms: None,
-        }
-        .encode(
+        let passed = Hop::payload(
+            1,
             service.now().unix_ms - 1_000,
             &put(&mine[2])[PROTO_HEADER_SIZE..],
         );

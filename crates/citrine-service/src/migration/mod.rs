@@ -2457,7 +2457,14 @@ mod tests {
                 })
                 .collect()
         };
+        let member = || {
+            crate::info::statistics(&restarted)
+                .split(';')
+                .find_map(|pair| pair.strip_prefix("cluster_is_member="))
+                .map(str::to_owned)
+        };
         assert!(restarted.is_orphan());
+        assert_eq!(member().as_deref(), Some("false"));
         assert!(
             read_codes().iter().all(|code| *code == 11),
             "{:?}",
@@ -2465,6 +2472,7 @@ mod tests {
         );
         world.settle(&[1, 2]);
         assert!(!restarted.is_orphan(), "it serves once exchanged");
+        assert_eq!(member().as_deref(), Some("true"));
         assert!(
             read_codes().iter().all(|code| *code == 2),
             "{:?}",

@@ -1333,6 +1333,8 @@ impl World {
         if let Some(up) = self.nodes[i].up.as_ref() {
             up.service
                 .cluster_ticked(up.machine.config().heartbeat.timeout_ms);
+            up.service
+                .set_cluster_clock_skew(up.machine.clock_skew_ms());
         }
     }
 
