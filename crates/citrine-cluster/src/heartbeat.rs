@@ -133,6 +133,8 @@ pub struct HeartbeatState {
     incarnation: u64,
     seq: u64,
     next_send: u64,
+    /// When the latest heartbeat round went out (`None`: none yet).
+    last_round: Option<u64>,
     peers: BTreeMap<NodeId, PeerState>,
     known: BTreeMap<PeerAddr, KnownAddr>,
 }
@@ -172,6 +174,7 @@ impl HeartbeatState {
             incarnation,
             seq: 0,
             next_send: now,
+            last_round: None,
             peers: BTreeMap::new(),
             known,
         }
@@ -194,8 +197,15 @@ impl HeartbeatState {
             self.next_send = now + self.cfg.interval_ms;
         }
         self.seq += 1;
+        self.last_round = Some(now);
         let targets = self.known.keys().cloned().collect();
         Some((self.seq, targets))
+    }
+
+    /// When the latest heartbeat round went out, if any: the peers have
+    /// heard no heartbeat of this node since (at best).
+    pub fn last_round(&self) -> Option<u64> {
+        self.last_round
     }
 
     /// Builds the heartbeat for round `seq`, sent at `now`, advertising the

@@ -35,7 +35,11 @@
 //! - If some eligible peers do not promise, the first attempt of the quantum
 //!   is abandoned and retried after `retry_delay_ms` (peers typically lag in
 //!   noticing that an old principal died); the retry proceeds with whoever
-//!   promised.
+//!   promised — unless a peer refused for a principal this node still
+//!   hears: then that peer is no laggard but a member of a live view (its
+//!   principal came back from a stall this node timed out, or has not
+//!   admitted this node yet), and a view without it would serve the same
+//!   partitions twice; the round is abandoned instead.
 //! - Merging: when a principal of a higher id becomes adjacent (and healthy)
 //!   to nodes of another cluster, it is their principal too; the lower
 //!   principal stops proposing and the higher one's next round takes all of
@@ -51,13 +55,17 @@
 //!   intervals stalled (its process was frozen or starved): it heard nothing
 //!   and sent nothing meanwhile, so that silence is not held against its
 //!   peers (their liveness clocks move on by the gap, and the heartbeats
-//!   queued for it are read before anyone is timed out). A stall longer
-//!   than the heartbeat timeout means the peers have timed this node out
-//!   and moved on: it gives up a view it shared with them (orphan) and
+//!   queued for it are read before anyone is timed out). A stall after
+//!   which the peers may have timed this node out (its silence since its
+//!   last heartbeat round, plus one interval for that heartbeat being
+//!   lost, exceeds the heartbeat timeout) means they may have moved on
+//!   without it: it gives up a view it shared with them (orphan) and
 //!   judges them anew (health probation), as a booting node does, instead
 //!   of serving its stale view, or forming a view of itself alone because
-//!   everyone fell silent at once. It also heartbeats under a later
-//!   incarnation, so the peers judge it anew too, as a restarted node: a
+//!   everyone fell silent at once, or (the stall just under the timeout)
+//!   waking up in the view they left and serving it. It also heartbeats
+//!   under a later incarnation, so the peers judge it anew too, as a
+//!   restarted node: a
 //!   peer that had not timed it out yet does not keep it as its principal
 //!   (while it admits no one) and refuse the view the next principal forms.
 //!
@@ -70,7 +78,7 @@
 //! - no randomness, clocks, threads or I/O: the same inputs give the same
 //!   outputs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use citrine_types::NodeId;
 
@@ -182,8 +190,8 @@ pub enum Effect {
         succession: Vec<NodeId>,
     },
     /// The node left its view without a new one (its principal moved on
-    /// without it, or it stalled past the heartbeat timeout); it is an
-    /// orphan until admitted again.
+    /// without it, or it stalled long enough for its peers to time it
+    /// out); it is an orphan until admitted again.
     Orphaned,
 }
 
@@ -192,7 +200,8 @@ enum Phase {
     Prepare {
         targets: BTreeSet<NodeId>,
         promised: BTreeSet<NodeId>,
-        refused: BTreeSet<NodeId>,
+        /// Who refused, and the principal each named in its Nack.
+        refused: BTreeMap<NodeId, NodeId>,
     },
     Accept {
         view: ClusterView,
@@ -227,6 +236,10 @@ pub struct NodeStats {
     pub rounds_committed: u64,
     /// Rounds abandoned (timeout, nack or nothing to change).
     pub rounds_abandoned: u64,
+    /// Retried rounds not carried on without their refusers because one of
+    /// them named a principal this node still hears (counted among the
+    /// abandoned ones too).
+    pub rounds_deferred_to_live_principal: u64,
     /// Views applied (including as principal).
     pub views_applied: u64,
     /// Stalls detected: gaps of more than [`STALL_INTERVALS`] heartbeat
@@ -253,6 +266,9 @@ pub struct ClusterNode {
     commit_delivery: Option<CommitDelivery>,
     retry_at: Option<u64>,
     attempt: u8,
+    /// Rounds restarted at once this quantum because the only refusals were
+    /// stale promises (see `finish_prepare`).
+    stale_restarts: u8,
     /// Whether this quantum's decision was already postponed once.
     deferred: bool,
     /// Quanta elapsed since boot.
@@ -268,6 +284,12 @@ pub struct ClusterNode {
 /// Quanta after which a member whose principal vanished, and which nobody
 /// admitted into a new view, gives up its stale view.
 const ORPHAN_AFTER_QUANTA: u64 = 2;
+
+/// Rounds a principal may restart at once in one quantum when the only
+/// refusals were promises to a higher ballot from peers that take it for
+/// their principal (each restart goes above every ballot the refusals
+/// named, so one is normally enough).
+const MAX_STALE_RESTARTS: u8 = 2;
 
 /// Heartbeat intervals without a tick after which the node knows it
 /// stalled (every tick may send heartbeats, so a caller that ticks on time
@@ -305,6 +327,7 @@ impl ClusterNode {
             commit_delivery: None,
             retry_at: None,
             attempt: 0,
+            stale_restarts: 0,
             deferred: false,
             quantum_index: 0,
             commits_this_quantum: 0,
@@ -391,6 +414,18 @@ impl ClusterNode {
         self.now
     }
 
+    /// The longest time without a tick after which this node still keeps
+    /// its view (ms): past it, its silence since its last heartbeat round
+    /// (up to an interval before the last tick) plus an interval for that
+    /// heartbeat being lost may exceed the heartbeat timeout, so its peers
+    /// may have timed it out and moved on, and its next tick gives the view
+    /// up (see the module doc). A runtime refuses requests once this long
+    /// has passed since the last tick, until the next one.
+    pub fn stall_bound_ms(&self) -> u64 {
+        let hb = &self.cfg.heartbeat;
+        hb.timeout_ms.saturating_sub(2 * hb.interval_ms)
+    }
+
     /// Advances timers: heartbeats, adjacency expiry, health windows, Paxos
     /// deadlines, retries and cluster-change quanta.
     pub fn tick(&mut self, now: u64) -> Vec<Effect> {
@@ -437,14 +472,31 @@ impl ClusterNode {
     }
 
     /// The machine was not ticked for `gap` ms (see the module doc): the
-    /// peers' liveness clocks move on by the gap; past the heartbeat
-    /// timeout, a view shared with others is given up (and the value it
-    /// accepted forgotten) and the peers go through probation again.
+    /// peers' liveness clocks move on by the gap; if the peers may have
+    /// timed this node out, a view shared with others is given up (and the
+    /// value it accepted forgotten) and the peers go through probation
+    /// again.
     fn on_stall(&mut self, gap: u64, now: u64, out: &mut Vec<Effect>) {
         self.stats.stalls += 1;
         self.hb.credit_silence(gap, now);
         self.health.skip_stall(now);
-        if gap <= self.cfg.heartbeat.timeout_ms {
+        // What the peers may have timed out is not the gap between ticks but
+        // the silence since this node's last heartbeat round (sent up to an
+        // interval before the stall began), one interval longer if that
+        // heartbeat was lost. A stall just under the timeout can leave every
+        // peer having timed this node out and formed a view without it,
+        // while it wakes up holding the old one and serves it; so the test
+        // is whether they may have, not whether they must have.
+        let (interval, timeout) = (
+            self.cfg.heartbeat.interval_ms,
+            self.cfg.heartbeat.timeout_ms,
+        );
+        let silent = self
+            .hb
+            .last_round()
+            .map_or(gap, |sent| now.saturating_sub(sent))
+            .max(gap);
+        if silent.saturating_add(interval) <= timeout {
             return;
         }
         for peer in self.adjacency() {
@@ -581,6 +633,7 @@ impl ClusterNode {
         self.quantum_index += 1;
         self.commits_this_quantum = 0;
         self.attempt = 0;
+        self.stale_restarts = 0;
         self.deferred = false;
         self.retry_at = None;
         // Member side: did my principal move on without me?
@@ -732,7 +785,7 @@ impl ClusterNode {
             phase: Phase::Prepare {
                 targets,
                 promised: BTreeSet::new(),
-                refused: BTreeSet::new(),
+                refused: BTreeMap::new(),
             },
             deadline: now + self.cfg.paxos_timeout_ms,
             resend_at: now + self.cfg.resend_ms,
@@ -757,13 +810,49 @@ impl ClusterNode {
             return;
         };
         let Phase::Prepare {
-            targets, promised, ..
+            targets,
+            promised,
+            refused,
         } = round.phase
         else {
             self.round = Some(round);
             return;
         };
+        // Every peer answered, and those that refused take this node for
+        // their principal: they only hold a promise to a higher ballot (a
+        // round someone else started and abandoned, which this node never
+        // saw). Their Nacks told this node that ballot, so a new round at
+        // once, above it, is promised — instead of the retry delay, or of
+        // a view without them.
+        let stale_promises_only = !refused.is_empty()
+            && promised.len() + refused.len() == targets.len()
+            && refused.values().all(|principal| *principal == me)
+            && self.max_round > round.ballot.round;
+        if stale_promises_only && self.stale_restarts < MAX_STALE_RESTARTS {
+            self.stale_restarts += 1;
+            self.stats.rounds_abandoned += 1;
+            let eligible = self.eligible();
+            self.start_round(now, eligible, out);
+            return;
+        }
         if promised != targets && self.attempt == 0 {
+            self.abandon(now, true);
+            return;
+        }
+        // The retry goes on without the peers that did not promise — unless
+        // one of them refused for a principal this node still hears. Such a
+        // peer is not lagging behind a dead principal: it is a member of a
+        // live view (the principal came back from a stall this node timed
+        // out, or it has not admitted this node yet), and a view formed
+        // without it would serve its partitions a second time — a split
+        // brain with nothing partitioned, down to a cluster of this node
+        // alone when every peer refused. Wait instead: the principal takes
+        // this node in, or the peers time it out and promise.
+        if refused
+            .values()
+            .any(|principal| *principal != me && self.hb.peer(*principal).is_some())
+        {
+            self.stats.rounds_deferred_to_live_principal += 1;
             self.abandon(now, true);
             return;
         }
@@ -870,7 +959,7 @@ impl ClusterNode {
                         refused,
                     } => {
                         for t in targets {
-                            if !promised.contains(t) && !refused.contains(t) {
+                            if !promised.contains(t) && !refused.contains_key(t) {
                                 sends.push((*t, Message::Prepare { ballot }));
                             }
                         }
@@ -986,7 +1075,7 @@ impl ClusterNode {
                     ..
                 }) = &mut self.round
                 {
-                    if *b == ballot && targets.contains(&from) && !refused.contains(&from) {
+                    if *b == ballot && targets.contains(&from) && !refused.contains_key(&from) {
                         promised.insert(from);
                         finish = promised.len() + refused.len() == targets.len();
                     }
@@ -1013,7 +1102,9 @@ impl ClusterNode {
                 }
             }
             Message::Nack {
-                ballot, promised, ..
+                ballot,
+                promised,
+                principal,
             } => {
                 self.max_round = self.max_round.max(promised.round);
                 let mut finish = false;
@@ -1029,7 +1120,7 @@ impl ClusterNode {
                             },
                         ..
                     }) if *b == ballot && targets.contains(&from) && !got.contains(&from) => {
-                        refused.insert(from);
+                        refused.insert(from, principal);
                         finish = got.len() + refused.len() == targets.len();
                     }
                     Some(Round {
@@ -1279,6 +1370,64 @@ mod tests {
     }
 
     #[test]
+    fn a_principal_goes_above_a_stale_promise_at_once() {
+        // Node 0 (id 1) holds a promise to a ballot above any its principal
+        // (id 3) has used — left by a round that was abandoned. When node 1
+        // (id 2) dies, the principal's first Prepare is refused by node 0
+        // for that promise although node 0 names it as its principal: it
+        // starts again above the promise at once, instead of waiting for
+        // the retry delay.
+        let ids = [1, 2, 3];
+        let mut net = Net::new(&ids);
+        net.run_until(15_000);
+        let high = Ballot {
+            round: 50,
+            node: NodeId(3),
+        };
+        let node = net.nodes[0].as_mut().expect("alive");
+        let out = node.on_message(NodeId(3), Message::Prepare { ballot: high }, net.now);
+        assert!(
+            matches!(
+                out.as_slice(),
+                [Effect::Send {
+                    msg: Message::Promise { .. },
+                    ..
+                }]
+            ),
+            "{out:?}"
+        );
+        net.nodes[1] = None;
+        let started = |net: &Net| {
+            net.nodes[2]
+                .as_ref()
+                .map_or(0, |n| n.stats().rounds_started)
+        };
+        let before = started(&net);
+        let mut first_round = None;
+        let end = net.now + 10_000;
+        let changed = |net: &Net| {
+            [0, 2]
+                .iter()
+                .all(|i| net.view(*i).map(|v| v.1) == Some(sorted_ids(&[1, 3])))
+        };
+        while net.now < end && !changed(&net) {
+            net.run_until(net.now + 5);
+            if first_round.is_none() && started(&net) > before {
+                first_round = Some(net.now);
+            }
+        }
+        assert!(changed(&net), "{:?}", net.changes);
+        let first_round = first_round.expect("the principal started a round");
+        assert!(
+            net.now - first_round < 100,
+            "the view came {} ms after the first round: {:?}",
+            net.now - first_round,
+            net.changes
+        );
+        assert_eq!(started(&net) - before, 2, "one restart, above the promise");
+    }
+
+    #[test]
     fn prepare_from_non_principal_is_refused() {
         let ids = [1, 2, 3];
         let mut net = Net::new(&ids);
@@ -1474,6 +1623,111 @@ mod tests {
         assert_eq!(net.view(0).map(|v| v.1.len()), Some(2));
         let skew = net.nodes[0].as_ref().map_or(0, ClusterNode::clock_skew_ms);
         assert!((35..=45).contains(&skew), "{skew}");
+    }
+
+    #[test]
+    fn a_node_frozen_just_under_the_timeout_serves_no_view_its_peers_left() {
+        // Frozen for a little less than the timeout, a node may still be
+        // timed out by its peers: they last heard it up to a heartbeat
+        // interval before the freeze began. Whatever they did, it must not
+        // wake up holding a view whose other members have moved on to a
+        // view without it (it would serve partitions they serve too).
+        // The freeze starts at every phase of the heartbeat round.
+        let cases = [0, 2].into_iter().flat_map(|frozen| {
+            (1_300..1_500)
+                .step_by(25)
+                .flat_map(move |ms| (0..150).step_by(25).map(move |phase| (frozen, ms, phase)))
+        });
+        for (frozen, freeze_ms, phase) in cases {
+            let ids = [1, 2, 3];
+            let mut net = Net::new(&ids);
+            net.run_until(15_000 + phase);
+            net.frozen.insert(frozen);
+            net.run_until(net.now + freeze_ms);
+            net.thaw(frozen);
+            let me = NodeId(ids[frozen]);
+            let end = net.now + 15_000;
+            // Since when the frozen node's view has been left by a peer
+            // (a commit reaches the members a few ms after the
+            // principal applies it: only a lasting split counts).
+            let mut left_since: Option<u64> = None;
+            while net.now < end {
+                net.run_until(net.now + 5);
+                let left = net.view(frozen).and_then(|(key, members)| {
+                        ids.iter().enumerate().find_map(|(i, id)| {
+                            if i == frozen || !members.contains(&NodeId(*id)) {
+                                return None;
+                            }
+                            let (theirs, their_members) = net.view(i)?;
+                            (theirs != key && !their_members.contains(&me))
+                                .then(|| format!("holds {key:x} {members:?} while node {i} moved on to {theirs:x} {their_members:?}"))
+                        })
+                    });
+                match left {
+                    Some(what) => {
+                        let since = *left_since.get_or_insert(net.now);
+                        assert!(
+                            net.now - since <= 50,
+                            "node {frozen}, frozen {freeze_ms} ms, {what} since {since}: {:?}",
+                            net.changes
+                        );
+                    }
+                    None => left_since = None,
+                }
+            }
+            for i in 0..ids.len() {
+                assert_eq!(net.view(i).map(|v| v.1), Some(sorted_ids(&ids)), "node {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_retry_waits_for_peers_that_follow_a_principal_still_heard() {
+        // Node 1 (id 2, next in line) loses the principal's (id 3)
+        // heartbeats for a little longer than the timeout while node 0
+        // (id 1) keeps hearing it: node 1 times the principal out, hears it
+        // again once the loss ends, but holds it on probation, so it is its
+        // own principal and proposes. Node 0 refuses for the principal it
+        // follows. The retry must not go on without node 0 (a view of node
+        // 1 alone, serving every partition a second time beside the whole
+        // cluster's view): node 1 hears the principal node 0 names.
+        let ids = [1, 2, 3];
+        let mut deferred = 0;
+        for offset in (0..3_000).step_by(250) {
+            for lost_ms in [1_600, 1_800] {
+                let mut net = Net::new(&ids);
+                let start = 15_000 + offset;
+                net.run_until(start);
+                let whole = net.view(0).expect("a view");
+                assert_eq!(whole.1, sorted_ids(&ids));
+                net.cut.insert((2, 1));
+                net.run_until(start + lost_ms);
+                net.cut.clear();
+                let end = net.now + 15_000;
+                while net.now < end {
+                    net.run_until(net.now + 5);
+                    for i in 0..ids.len() {
+                        if let Some((_, members)) = net.view(i) {
+                            assert!(
+                                members.len() == ids.len(),
+                                "node {i} holds {members:?} at {} (lost {lost_ms} ms from {start}): {:?}",
+                                net.now,
+                                net.changes
+                            );
+                        }
+                    }
+                }
+                deferred += net.nodes[1]
+                    .as_ref()
+                    .map_or(0, |node| node.stats().rounds_deferred_to_live_principal);
+                for i in 0..ids.len() {
+                    assert_eq!(net.view(i).map(|v| v.1), Some(sorted_ids(&ids)), "node {i}");
+                }
+            }
+        }
+        // The case this test is about happened (node 1 did propose, and its
+        // retry met node 0's refusal).
+        assert!(deferred > 0, "no retry was deferred to the live principal");
     }
 
     #[test]

@@ -537,8 +537,7 @@ impl Driver {
                     }
                     last_tick = Instant::now();
                     self.perform(effects);
-                    self.service
-                        .cluster_ticked(self.node.config().heartbeat.timeout_ms);
+                    self.service.cluster_ticked(self.node.stall_bound_ms());
                     self.service.set_cluster_clock_skew(self.node.clock_skew_ms());
                     if last_keepalive.elapsed() >= Duration::from_millis(KEEPALIVE_MS) {
                         last_keepalive = Instant::now();

@@ -762,6 +762,10 @@ pub(crate) fn statistics(service: &Service) -> String {
         counter("replica_write_retries", &stats.replica_write_retries),
         counter("stall_refusals", &stats.stall_refusals),
         counter("expired_refusals", &stats.expired_refusals),
+        counter(
+            "replica_writes_refused_not_holder",
+            &stats.replica_writes_refused_not_holder,
+        ),
         counter("replica_reconciles_done", &stats.reconciles_done),
         counter("replica_reconciles_dropped", &stats.reconciles_dropped),
         (

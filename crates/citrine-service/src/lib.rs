@@ -142,6 +142,10 @@ pub struct NodeStats {
     /// when they reached the master (a forwarded request held up on its
     /// way, or at a stalled node) or when their duplicate resolution ended.
     pub expired_refusals: AtomicU64,
+    /// Replica writes refused (11) because this node neither is a replica
+    /// of the record's partition nor holds a copy of it any more (a write
+    /// that arrived after the migration that ended its part).
+    pub replica_writes_refused_not_holder: AtomicU64,
     /// Records whose state was sent again to replicas that had not
     /// acknowledged a write, until all did.
     pub reconciles_done: AtomicU64,
@@ -354,12 +358,14 @@ impl Service {
     /// The cluster runtime reports a tick, its effects carried out: this
     /// node is heartbeating and its view is current as far as it knows.
     /// Once ticks are reported, a request a node of a cluster receives more
-    /// than `stall_after_ms` (the heartbeat timeout) after the last one is
-    /// refused with 11: the runtime has not run for that long — the process
-    /// was frozen or starved — so the peers have timed this node out and
-    /// may master its partitions by now. Requests queued while the process
-    /// was frozen are answered so until the runtime's first tick after the
-    /// thaw gives the stale view up.
+    /// than `stall_after_ms` (the cluster node's stall bound,
+    /// `ClusterNode::stall_bound_ms`: the heartbeat timeout less two
+    /// intervals) after the last one is refused with 11: the runtime has
+    /// not run for that long — the process was frozen or starved — so the
+    /// peers may have timed this node out and may master its partitions by
+    /// now. Requests queued while the process was frozen are answered so
+    /// until the runtime's first tick after the thaw, which gives the stale
+    /// view up.
     pub fn cluster_ticked(&self, stall_after_ms: u64) {
         self.cluster_stall_ms
             .store(stall_after_ms, Ordering::Relaxed);

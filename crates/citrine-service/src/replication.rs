@@ -1349,6 +1349,28 @@ impl Service {
         true
     }
 
+    /// Whether a replica write (under the current view) may be stored
+    /// here: this node is one of the partition's replicas, or it still
+    /// holds a copy of it (the acting master while the master fills, a
+    /// source whose copy is not dropped yet). A write that reaches a node
+    /// after it dropped its copy — a resend to the acting master that the
+    /// network held up past the end of the migration — would otherwise
+    /// bring back a copy outside the replica list that no one drops.
+    fn takes_replica_writes(&self, write: &ReplicaWrite) -> bool {
+        let partition = write.digest.partition();
+        let replica = self
+            .cluster()
+            .namespace(&write.namespace)
+            .is_some_and(|map| map.map.replicas(partition).contains(&self.node_id));
+        replica
+            || self
+                .namespace(write.namespace.as_bytes())
+                .is_some_and(|namespace| {
+                    let index = namespace.index.partition(partition).read();
+                    index.len() + index.tombstone_count() > 0
+                })
+    }
+
     fn remaining(&self, deadline_ms: u64) -> Duration {
         Duration::from_millis(deadline_ms.saturating_sub(self.clock.now_unix_ms()))
     }
@@ -1362,6 +1384,12 @@ impl Service {
                         ResultCode::ClusterKeyMismatch
                     }
                     Some((_, truncated_before, write)) => match ReplicaWrite::decode(write) {
+                        Some(write) if !self.takes_replica_writes(&write) => {
+                            self.stats
+                                .replica_writes_refused_not_holder
+                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            ResultCode::Unavailable
+                        }
                         Some(write) => apply_copy(self, &write, truncated_before),
                         None => ResultCode::Parameter,
                     },
@@ -2191,6 +2219,75 @@ mod tests {
         crate::block_on(service.reconcile_pending(&refusing));
         assert!(service.reconciles.pending.lock().is_empty());
         assert_eq!(service.stats.reconciles_dropped.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn a_replica_write_to_a_node_without_the_partition_is_refused() {
+        // Node 1 in a view of three (replication factor 2): it is a replica
+        // of some partitions and not of others.
+        use crate::cluster_state::{ClusterMember, ClusterState};
+        use std::sync::atomic::Ordering::Relaxed;
+        let service = memory_service(1);
+        let members = [1u64, 2, 3].map(|id| ClusterMember {
+            node_id: NodeId(id),
+            rack_id: 0,
+            service_address: format!("127.0.0.1:{}", 3000 + id),
+        });
+        let state = ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 2)], 2, 2);
+        let holds_here = |partition: PartitionId| {
+            state.namespaces[0]
+                .map
+                .replicas(partition)
+                .contains(&NodeId(1))
+        };
+        // Records of a partition node 1 is a replica of, and of two it is
+        // not: one it still holds a copy of (a migration source, or the
+        // acting master), one it holds nothing of (its copy dropped).
+        let write_in = |replica: bool, skip: usize| {
+            let digest = (0u32..)
+                .map(|n| {
+                    let mut bytes = [0u8; DIGEST_SIZE];
+                    bytes[..4].copy_from_slice(&n.to_le_bytes());
+                    Digest(bytes)
+                })
+                .filter(|digest| holds_here(digest.partition()) == replica)
+                .nth(skip)
+                .expect("a digest");
+            ReplicaWrite {
+                digest,
+                ..sample(Some(vec![1, 2, 3]))
+            }
+        };
+        let (replica, held, dropped) = (write_in(true, 0), write_in(false, 0), write_in(false, 1));
+        assert_ne!(held.digest.partition(), dropped.digest.partition());
+        assert_eq!(apply_replica_write(&service, &held), ResultCode::Ok);
+        service.publish_cluster(state);
+        let send = |write: &ReplicaWrite| {
+            let payload = replica_payload(5, namespace_of(&service), write);
+            block_on_test(service.serve_fabric(call_kind::REPLICA_WRITE, &payload))
+        };
+        assert_eq!(send(&replica), vec![ResultCode::Ok.code()]);
+        assert!(stored(&service, &replica.digest).is_some());
+        let newer = ReplicaWrite {
+            generation: 4,
+            ..held.clone()
+        };
+        assert_eq!(send(&newer), vec![ResultCode::Ok.code()]);
+        assert_eq!(
+            stored(&service, &held.digest).map(|(meta, _)| meta.generation),
+            Some(4)
+        );
+        // Nothing of the partition here: the write would bring back a copy
+        // outside the replica list that no migration drops.
+        assert_eq!(send(&dropped), vec![ResultCode::Unavailable.code()]);
+        assert!(stored(&service, &dropped.digest).is_none());
+        assert_eq!(
+            service
+                .stats
+                .replica_writes_refused_not_holder
+                .load(Relaxed),
+            1
+        );
     }
 
     fn block_on_test<F: std::future::Future>(future: F) -> F::Output {

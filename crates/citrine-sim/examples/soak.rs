@@ -18,6 +18,14 @@
 //! files, so a crashed node restarts with what it had flushed
 //! (`DataConfig::device`).
 //!
+//! To see why a data-mode seed failed, replay it with `-v` and these in
+//! the environment (their notes join the recent events):
+//! `CITRINE_SIM_TRACE_CLUSTER=1` every cluster message but heartbeats;
+//! `CITRINE_SIM_TRACE_COUNTER=N` / `CITRINE_SIM_TRACE_PUT=N` every attempt
+//! on counter or put key N (and, for a put key, the traffic of its
+//! partition); `CITRINE_SIM_TRACE_PARTITION=P` every migration batch, drop
+//! and replica write of partition P.
+//!
 //! Prints every failing seed with its invariant and recent events, and a
 //! progress line every 100 seeds. Exits non-zero if any seed failed (for a
 //! bounded range).

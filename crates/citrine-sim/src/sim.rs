@@ -150,7 +150,8 @@ pub enum Invariant {
     /// A node frozen past the heartbeat timeout gives up, at its first tick
     /// after thawing, a view it shared with others; it never holds that
     /// view again, and holds no view of itself alone for as long as an
-    /// orphan waits for peers on probation.
+    /// orphan waits for peers on probation, while a peer of that view that
+    /// was running when the freeze began is up and within reach.
     StallOrphan,
     /// Data mode: the cluster comes to rest (one view of every live node,
     /// every node `cluster-stable`, the executor idle) within its bound.
@@ -261,6 +262,8 @@ struct SimNode {
     frozen_until: Option<u64>,
     /// Messages that arrived while it was frozen, in arrival order.
     held: Vec<Delivery>,
+    /// When it last booted (simulated time).
+    booted_at: u64,
     /// When it was last frozen, and the view it held then.
     frozen_at: u64,
     view_before_freeze: Option<(u64, Vec<NodeId>)>,
@@ -406,6 +409,7 @@ impl Sim {
                 flaky: flaky_idx == Some(i),
                 frozen_until: None,
                 held: Vec::new(),
+                booted_at: 0,
                 frozen_at: 0,
                 view_before_freeze: None,
                 thawed: None,
@@ -538,7 +542,10 @@ impl Sim {
     fn boot(&mut self, i: usize) {
         let local = self.local(i, self.now);
         match ClusterNode::new(self.nodes[i].cfg.clone(), local) {
-            Ok(m) => self.nodes[i].machine = Some(m),
+            Ok(m) => {
+                self.nodes[i].machine = Some(m);
+                self.nodes[i].booted_at = self.now;
+            }
             Err(e) => {
                 self.pending_failure =
                     Some(self.fail(Invariant::ViewBookkeeping, format!("config rejected: {e}")));
@@ -647,6 +654,21 @@ impl Sim {
                     .collect::<Vec<_>>()
                     .join(",");
                 self.note(format!("#{i} {me} view {k:016x} [{text}]"));
+                // A view of itself alone formed during the orphan wait after
+                // a freeze, while a peer of the view it gave up is in reach.
+                // (One formed while every such peer was out of reach is the
+                // node's right; it merges when they meet again.)
+                if let Some((until, (_, members))) = &self.nodes[i].thawed {
+                    if s.len() == 1 && self.now < *until && self.reachable_peer(i, members) {
+                        return Err(self.fail(
+                            Invariant::StallOrphan,
+                            format!(
+                                "#{i} formed a view of itself alone {} ms before its orphan wait ends",
+                                until - self.now
+                            ),
+                        ));
+                    }
+                }
                 if s.last() == Some(&me) {
                     self.principal_keys.insert(*k);
                     let life = self.boots[i];
@@ -970,14 +992,21 @@ impl Sim {
     /// Whether node `i` (not flaky, no link of it cut) has a peer among
     /// `members` that is up, not frozen and not flaky: a node with one
     /// such peer never has to form a view of itself alone.
+    /// Whether a peer of `members` (the view node `i` held before its
+    /// freeze) is up and within reach — one that was already running when
+    /// the freeze began: the freeze is what hid it. One that booted since
+    /// (it crashed before, or meanwhile) is a newcomer the node has not
+    /// heard yet, whose absence the stall did not cause.
     fn reachable_peer(&self, i: usize, members: &[NodeId]) -> bool {
         if self.nodes[i].flaky || self.net.cut.iter().any(|(a, b)| *a == i || *b == i) {
             return false;
         }
+        let frozen_at = self.nodes[i].frozen_at;
         self.nodes.iter().any(|n| {
             n.id != self.nodes[i].id
                 && members.contains(&n.id)
                 && n.machine.is_some()
+                && n.booted_at <= frozen_at
                 && n.frozen_until.is_none()
                 && !n.flaky
         })
@@ -999,20 +1028,11 @@ impl Sim {
             if !s.contains(&n.id) {
                 return Err(self.fail(Invariant::ViewBookkeeping, format!("#{i} not in its view")));
             }
-            if let Some((until, (stale, members))) = &n.thawed {
+            if let Some((_, (stale, _))) = &n.thawed {
                 if stale == k {
                     return Err(self.fail(
                         Invariant::StallOrphan,
                         format!("#{i} holds again the view {k:016x} it held before its freeze"),
-                    ));
-                }
-                if s.len() == 1 && self.now < *until && self.reachable_peer(i, members) {
-                    return Err(self.fail(
-                        Invariant::StallOrphan,
-                        format!(
-                            "#{i} holds a view of itself alone {} ms before its orphan wait ends",
-                            until - self.now
-                        ),
                     ));
                 }
             }

@@ -1798,7 +1798,9 @@ pub fn encode_drop(
     out
 }
 
-fn decode_drop(bytes: &[u8]) -> Option<(u64, String, u16, NodeId)> {
+/// Reads a `DROP` call ([`encode_drop`]): cluster key, namespace,
+/// partition, source.
+pub fn decode_drop(bytes: &[u8]) -> Option<(u64, String, u16, NodeId)> {
     let cluster_key = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
     let source = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
     let (namespace, partition) = decode_partition_ref(bytes.get(16..)?)?;

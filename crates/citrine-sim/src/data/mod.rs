@@ -55,7 +55,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use citrine_cluster::{ClusterConfig, ClusterNode, Effect, Envelope, PeerAddr};
+use citrine_cluster::{
+    ClusterConfig, ClusterNode, Effect, Envelope, Message as ClusterMessage, PeerAddr,
+};
 use citrine_service::cluster_state::{ClusterMember, ClusterState};
 use citrine_service::config::{NamespaceConfig, ServiceConfig, StorageEngineConfig};
 use citrine_service::replication::ReplicaWrite;
@@ -193,6 +195,48 @@ pub struct DataReport {
     pub lost: u64,
     /// Simulated time at the end, ms.
     pub end_ms: u64,
+}
+
+/// What a fabric call does to `partition`, for the trace; `None` when it
+/// concerns another partition (or is of another kind).
+fn describe_call(kind: u8, payload: &[u8], partition: u16) -> Option<String> {
+    use citrine_service::migration::{decode_drop, MigrateBatch};
+    use citrine_service::replication::{call_kind, split_replica_payload};
+    match kind {
+        call_kind::MIGRATE => {
+            let batch = MigrateBatch::decode(payload)?;
+            (batch.partition == partition).then(|| {
+                format!(
+                    "MIGRATE key {:016x} source {} flags {} records {}",
+                    batch.cluster_key,
+                    batch.source,
+                    batch.flags,
+                    batch.records.len()
+                )
+            })
+        }
+        call_kind::DROP => {
+            let (key, _, dropped, source) = decode_drop(payload)?;
+            (dropped == partition).then(|| format!("DROP key {key:016x} source {source}"))
+        }
+        call_kind::REPLICA_WRITE => {
+            let (key, _, write) = split_replica_payload(payload)?;
+            let write = ReplicaWrite::decode(write)?;
+            (write.digest.partition().index() as u16 == partition).then(|| {
+                format!(
+                    "REPLICA_WRITE key {key:016x} {:02x?} gen {} {}",
+                    &write.digest.0[..4],
+                    write.generation,
+                    if write.body.is_some() {
+                        "store"
+                    } else {
+                        "delete"
+                    }
+                )
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Runs one data-mode seed.
@@ -380,6 +424,14 @@ struct World {
     stopping: bool,
     /// Notes every attempt on this counter (`CITRINE_SIM_TRACE_COUNTER`).
     trace_counter: Option<usize>,
+    /// Notes every attempt on this put key (`CITRINE_SIM_TRACE_PUT`).
+    trace_put: Option<usize>,
+    /// Notes every migration batch, drop and replica write of this
+    /// partition that reaches a node (`CITRINE_SIM_TRACE_PARTITION`).
+    trace_partition: Option<u16>,
+    /// Notes every cluster message but heartbeats, as it is sent
+    /// (`CITRINE_SIM_TRACE_CLUSTER=1`).
+    trace_cluster: bool,
     next_req: u64,
     counters: Vec<CounterHistory>,
     puts: Vec<Vec<PutAttempt>>,
@@ -518,6 +570,18 @@ impl World {
             trace_counter: std::env::var("CITRINE_SIM_TRACE_COUNTER")
                 .ok()
                 .and_then(|v| v.parse().ok()),
+            trace_put: std::env::var("CITRINE_SIM_TRACE_PUT")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            trace_cluster: std::env::var_os("CITRINE_SIM_TRACE_CLUSTER").is_some(),
+            trace_partition: std::env::var("CITRINE_SIM_TRACE_PARTITION")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .or_else(|| {
+                    // A traced put key's partition is traced too.
+                    let key: usize = std::env::var("CITRINE_SIM_TRACE_PUT").ok()?.parse().ok()?;
+                    Some(digest_in(SET, &put_key(key)).partition().index() as u16)
+                }),
             next_req: 1,
             counters,
             puts,
@@ -731,6 +795,9 @@ impl World {
                     let Some(&j) = self.addr_index.get(&to) else {
                         continue;
                     };
+                    if self.trace_cluster && !matches!(msg, ClusterMessage::Heartbeat(_)) {
+                        self.note(format!("#{i} -> #{j}: {msg:?}"));
+                    }
                     let bytes = Envelope { from: me, msg }.encode();
                     self.core.lock().send(Packet::Cluster {
                         from: i,
@@ -858,6 +925,11 @@ impl World {
                 kind,
                 payload,
             } => {
+                if let Some(partition) = self.trace_partition {
+                    if let Some(what) = describe_call(kind, &payload, partition) {
+                        self.note(format!("#{from} -> #{to}: {what}"));
+                    }
+                }
                 let Some(up) = self.nodes[to].up.as_ref() else {
                     return Ok(());
                 };
@@ -1174,7 +1246,10 @@ impl World {
         let code = reply.map(|r| r.0);
         if self.trace_counter.is_some_and(|t| {
             matches!(op.kind, OpKind::Incr { counter } | OpKind::Read { counter } if counter == t)
-        }) {
+        }) || self
+            .trace_put
+            .is_some_and(|t| matches!(op.kind, OpKind::Put { key, .. } if key == t))
+        {
             self.note(format!(
                 "client {c} {:?} via {:?} (sent {} ms) -> {reply:?}",
                 op.kind, op.to, op.sent_at
@@ -1331,8 +1406,7 @@ impl World {
         let effects = up.machine.tick(local);
         self.effects(i, effects);
         if let Some(up) = self.nodes[i].up.as_ref() {
-            up.service
-                .cluster_ticked(up.machine.config().heartbeat.timeout_ms);
+            up.service.cluster_ticked(up.machine.stall_bound_ms());
             up.service
                 .set_cluster_clock_skew(up.machine.clock_skew_ms());
         }
