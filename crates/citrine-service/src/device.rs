@@ -88,8 +88,7 @@ pub(crate) fn recover(namespace: &Namespace, now: Now) -> Result<(), String> {
         if let Some(id) = namespace.sets.id_of(&set) {
             namespace
                 .sets
-                .stats(id)
-                .truncate_lut_ms
+                .truncation(id)
                 .fetch_max(lut, Ordering::Relaxed);
         }
     }

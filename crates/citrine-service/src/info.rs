@@ -754,7 +754,10 @@ pub(crate) fn statistics(service: &Service) -> String {
         counter("scan_basic_records", &stats.scan.records),
         counter("proto_errors", &stats.proto_errors),
         counter("info_requests", &stats.info_requests),
-        counter("transactions", &stats.transactions),
+        (
+            "transactions".into(),
+            stats.transactions.load(Ordering::Relaxed).to_string(),
+        ),
         counter("compressed_requests", &stats.compressed_requests),
         counter("proxied_out", &stats.proxied_out),
         counter("proxied_in", &stats.proxied_in),
@@ -807,7 +810,7 @@ fn set_line(
     tombstones: &std::collections::HashMap<u16, u64>,
 ) -> String {
     let stats = namespace.sets.stats(id);
-    let truncate_lut = stats.truncate_lut_ms.load(Ordering::Relaxed);
+    let truncate_lut = namespace.sets.truncation(id).load(Ordering::Relaxed);
     format!(
         "objects={}:tombstones={}:data_used_bytes={}:truncate_lut={}:sindexes={}:index_populating=false:truncating=false:default-read-touch-ttl-pct=0:default-ttl={}:disable-eviction=false:enable-index=false:stop-writes-count=0:stop-writes-size=0",
         stats.objects.load(Ordering::Relaxed).max(0),

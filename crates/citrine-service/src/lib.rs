@@ -125,7 +125,8 @@ pub struct NodeStats {
     pub proto_errors: AtomicU64,
     pub info_requests: AtomicU64,
     pub admin_requests: AtomicU64,
-    pub transactions: AtomicU64,
+    /// Every AS_MSG request: striped, as every request adds to it.
+    pub transactions: citrine_types::stripes::Counter,
     pub compressed_requests: AtomicU64,
     /// Requests forwarded to their partition's master.
     pub proxied_out: AtomicU64,

@@ -2,53 +2,85 @@
 //! storage engine, its sets and its statistics.
 //!
 //! Invariants:
-//! - `objects` equals the number of index entries (updated under the
-//!   partition lock that changes the index);
+//! - `objects` (its exact sum) equals the number of index entries (updated
+//!   under the partition lock that changes the index);
 //! - `used_bytes()` = index table bytes + engine data bytes, the figure the
-//!   memory budget (evict-used-pct, stop-writes-used-pct) is compared with.
+//!   memory budget (evict-used-pct) is compared with; stop-writes-used-pct
+//!   is compared with its cheap approximation, within 1 % of the budget;
+//! - nothing every request writes shares a cache line across threads (the
+//!   counts are striped, see `citrine_types::stripes`), and the set-name
+//!   lookup takes no lock.
 
 use crate::config::{ConflictResolutionPolicy, NamespaceConfig, StorageEngineConfig};
 use citrine_index::PartitionTable;
 use citrine_storage::{MemoryEngine, StorageEngine};
-use parking_lot::RwLock;
+use citrine_types::stripes::{Counter, Gauge, Padded};
+use parking_lot::Mutex;
 use std::cmp::Ordering as Order;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU16, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// Largest number of sets in a namespace (set ids are u16, 0 = no set).
 pub const SETS_MAX: usize = 1023;
 
-/// Per-set statistics.
+/// Per-set statistics, alone on their cache lines: writes of one set do
+/// not slow down those of another.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub struct SetStats {
     pub objects: AtomicI64,
     pub data_used_bytes: AtomicI64,
-    /// Records of this set last updated before this Unix-ms time are truncated.
-    pub truncate_lut_ms: AtomicU64,
 }
 
 /// The sets of a namespace: name ↔ id, with statistics. Statistics live in
-/// a fixed array indexed by set id so the hot path reaches them without a lock.
+/// a fixed array indexed by set id so the hot path reaches them without a
+/// lock; the truncation thresholds, which every write reads and almost
+/// nothing writes, in an array of their own.
+///
+/// Every write looks its set's name up, so the lookup takes no lock and
+/// writes nothing shared: an open-addressing table of set ids
+/// (`slots`, probed linearly from the name's hash) over the names by id
+/// (`names`, each set once). Sets are never removed, so a slot once filled
+/// keeps its id. Creating a set takes `create`: the name goes in first,
+/// then its id in a slot (release), so a reader that finds the id
+/// (acquire) finds the name.
 #[derive(Debug)]
 pub struct SetRegistry {
-    names: RwLock<SetNames>,
+    /// Set ids (0 = empty), `SLOTS` of them.
+    slots: Box<[AtomicU16]>,
+    /// Name of each set id (index 0 unused).
+    names: Box<[OnceLock<Box<[u8]>>]>,
+    /// Sets created so far; held while one is created.
+    create: Mutex<u16>,
     stats: Box<[SetStats]>,
+    /// Per set id: records of the set last updated before this Unix-ms
+    /// time are truncated.
+    truncations: Box<[AtomicU64]>,
 }
 
-#[derive(Debug, Default)]
-struct SetNames {
-    by_name: HashMap<Vec<u8>, u16>,
-    /// Index = set id − 1.
-    names: Vec<Vec<u8>>,
-}
+/// Slots of the set-name table: a power of two, at least twice the sets.
+const SLOTS: usize = 2048;
+const _: () = assert!(SLOTS.is_power_of_two() && SLOTS >= 2 * (SETS_MAX + 1));
 
 impl Default for SetRegistry {
     fn default() -> Self {
         SetRegistry {
-            names: RwLock::default(),
+            slots: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
+            names: (0..=SETS_MAX).map(|_| OnceLock::new()).collect(),
+            create: Mutex::new(0),
             stats: (0..=SETS_MAX).map(|_| SetStats::default()).collect(),
+            truncations: (0..=SETS_MAX).map(|_| AtomicU64::new(0)).collect(),
         }
     }
+}
+
+/// Home slot of a set name (FNV-1a: names are short, and no one chooses
+/// them to collide with the server's table).
+fn home_slot(name: &[u8]) -> usize {
+    let hash = name.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash as usize) & (SLOTS - 1)
 }
 
 impl SetRegistry {
@@ -58,29 +90,47 @@ impl SetRegistry {
         if name.is_empty() {
             return Some(0);
         }
-        if let Some(id) = self.names.read().by_name.get(name) {
-            return Some(*id);
+        if let Some(id) = self.existing_id(name) {
+            return Some(id);
         }
-        let mut inner = self.names.write();
-        if let Some(id) = inner.by_name.get(name) {
-            return Some(*id);
+        let mut created = self.create.lock();
+        // Created by another thread since the lookup?
+        if let Some(id) = self.existing_id(name) {
+            return Some(id);
         }
-        if inner.names.len() >= SETS_MAX {
+        if usize::from(*created) >= SETS_MAX {
             return None;
         }
-        inner.names.push(name.to_vec());
-        let id = inner.names.len() as u16;
-        inner.by_name.insert(name.to_vec(), id);
+        let id = *created + 1;
+        let mut slot = home_slot(name);
+        // Fewer ids than slots: an empty one is always found.
+        while self.slots[slot].load(Ordering::Relaxed) != 0 {
+            slot = (slot + 1) & (SLOTS - 1);
+        }
+        let stored = self.names[usize::from(id)].set(name.into());
+        debug_assert!(stored.is_ok(), "set id {id} named twice");
+        self.slots[slot].store(id, Ordering::Release);
+        *created = id;
         debug_assert!(usize::from(id) <= SETS_MAX);
         Some(id)
     }
 
-    /// The id of an existing set.
+    /// The id of an existing set (no lock, nothing written).
     pub fn existing_id(&self, name: &[u8]) -> Option<u16> {
         if name.is_empty() {
             return Some(0);
         }
-        self.names.read().by_name.get(name).copied()
+        let mut slot = home_slot(name);
+        loop {
+            let id = self.slots[slot].load(Ordering::Acquire);
+            if id == 0 {
+                return None;
+            }
+            if self.names[usize::from(id)].get().map(|stored| &stored[..]) == Some(name) {
+                return Some(id);
+            }
+            slot = (slot + 1) & (SLOTS - 1);
+        }
     }
 
     /// Statistics of set `id` (0 = records without a set).
@@ -90,22 +140,28 @@ impl SetRegistry {
         &self.stats[usize::from(id).min(SETS_MAX)]
     }
 
+    /// The truncation threshold of set `id` (Unix ms): its records last
+    /// updated before it are truncated.
+    #[inline]
+    pub fn truncation(&self, id: u16) -> &AtomicU64 {
+        &self.truncations[usize::from(id).min(SETS_MAX)]
+    }
+
     /// Name of set `id`.
     pub fn name(&self, id: u16) -> Option<Vec<u8>> {
         if id == 0 {
             return None;
         }
-        self.names.read().names.get(usize::from(id) - 1).cloned()
+        self.names
+            .get(usize::from(id))?
+            .get()
+            .map(|name| name.to_vec())
     }
 
-    /// All sets: (id, name).
+    /// All sets: (id, name), in the order they were created.
     pub fn all(&self) -> Vec<(u16, Vec<u8>)> {
-        self.names
-            .read()
-            .names
-            .iter()
-            .enumerate()
-            .map(|(index, name)| (index as u16 + 1, name.clone()))
+        (1..=SETS_MAX as u16)
+            .map_while(|id| Some((id, self.names[usize::from(id)].get()?.to_vec())))
             .collect()
     }
 }
@@ -146,41 +202,45 @@ fn compare_generations(ours: u16, theirs: u16) -> Order {
     }
 }
 
-/// Namespace statistics.
+/// Namespace statistics. The counts requests add to are striped
+/// ([`Counter`]): service threads on different cores do not share their
+/// cache lines.
 #[derive(Debug, Default)]
 pub struct NamespaceStats {
-    pub objects: AtomicI64,
+    /// Index entries (records and expired copies not yet removed).
+    pub objects: Gauge,
     pub expired_objects: AtomicU64,
     pub evicted_objects: AtomicU64,
     pub truncated_objects: AtomicU64,
-    pub client_read_success: AtomicU64,
-    pub client_read_not_found: AtomicU64,
-    pub client_read_error: AtomicU64,
-    pub client_write_success: AtomicU64,
-    pub client_write_error: AtomicU64,
-    pub client_delete_success: AtomicU64,
-    pub client_delete_not_found: AtomicU64,
+    pub client_read_success: Counter,
+    pub client_read_not_found: Counter,
+    pub client_read_error: Counter,
+    pub client_write_success: Counter,
+    pub client_write_error: Counter,
+    pub client_delete_success: Counter,
+    pub client_delete_not_found: Counter,
     /// Commands a filter expression turned away (FILTERED_OUT, 27).
-    pub client_read_filtered_out: AtomicU64,
-    pub client_write_filtered_out: AtomicU64,
-    pub client_delete_filtered_out: AtomicU64,
+    pub client_read_filtered_out: Counter,
+    pub client_write_filtered_out: Counter,
+    pub client_delete_filtered_out: Counter,
     /// Read-touches (a read with a TTL percentage) that reset the TTL,
     /// that found it need not, and that failed after the read answered.
-    pub read_touch_success: AtomicU64,
-    pub read_touch_skip: AtomicU64,
-    pub read_touch_error: AtomicU64,
-    pub client_udf_complete: AtomicU64,
-    pub client_udf_error: AtomicU64,
-    pub fail_generation: AtomicU64,
-    pub fail_key_busy: AtomicU64,
-    pub fail_record_too_big: AtomicU64,
-    pub stop_writes_count: AtomicU64,
+    pub read_touch_success: Counter,
+    pub read_touch_skip: Counter,
+    pub read_touch_error: Counter,
+    pub client_udf_complete: Counter,
+    pub client_udf_error: Counter,
+    pub fail_generation: Counter,
+    pub fail_key_busy: Counter,
+    pub fail_record_too_big: Counter,
+    pub stop_writes_count: Counter,
     /// Highest void time seen that eviction removed (citrusleaf seconds).
     pub evict_void_time: AtomicU64,
     /// Index table bytes as of the last nsup pass (refreshed by nsup).
-    pub index_used_bytes: AtomicU64,
-    /// Namespace-wide truncation: records last updated before this Unix-ms time are gone.
-    pub truncate_lut_ms: AtomicU64,
+    pub index_used_bytes: Padded<AtomicU64>,
+    /// Namespace-wide truncation: records last updated before this Unix-ms
+    /// time are gone. Every write reads it: on a line of its own.
+    pub truncate_lut_ms: Padded<AtomicU64>,
 }
 
 /// A namespace.
@@ -211,7 +271,9 @@ impl Namespace {
         now: crate::transaction::Now,
     ) -> Result<Namespace, String> {
         let storage: Box<dyn StorageEngine> = match &config.storage_engine {
-            StorageEngineConfig::Memory { .. } => Box::new(MemoryEngine::new()),
+            StorageEngineConfig::Memory { data_size, .. } => {
+                Box::new(MemoryEngine::with_budget(*data_size))
+            }
             StorageEngineConfig::Device { engine, .. } => Box::new(
                 citrine_storage::DeviceEngine::open(engine.clone())
                     .map_err(|error| format!("namespace {}: {error}", config.name))?,
@@ -243,13 +305,25 @@ impl Namespace {
     /// Bytes counted against the budget: index tables (as of the last
     /// nsup pass, plus a per-object estimate since) and record data.
     pub fn used_bytes(&self) -> u64 {
-        let objects = self.stats.objects.load(Ordering::Relaxed).max(0) as u64;
-        let index_bytes = self
-            .stats
+        let objects = self.stats.objects.exact().max(0) as u64;
+        self.index_bytes(objects) + self.storage.used_bytes()
+    }
+
+    /// [`Namespace::used_bytes`] from the striped counts' cheap totals (a
+    /// few loads of lines that writes rarely change), as every write reads
+    /// it: off by less than 1 % of the budget and 1 024 index slots.
+    fn used_bytes_approx(&self) -> u64 {
+        let objects = self.stats.objects.approx().max(0) as u64;
+        self.index_bytes(objects) + self.storage.used_bytes_approx()
+    }
+
+    /// Index table bytes for `objects` records: as of the last nsup pass,
+    /// or the per-object estimate when that is more.
+    fn index_bytes(&self, objects: u64) -> u64 {
+        self.stats
             .index_used_bytes
             .load(Ordering::Relaxed)
-            .max(objects * (citrine_index::SLOT_BYTES as u64 + 1));
-        index_bytes + self.storage.used_bytes()
+            .max(objects * (citrine_index::SLOT_BYTES as u64 + 1))
     }
 
     /// Percentage of the budget in use.
@@ -258,13 +332,20 @@ impl Namespace {
         self.used_bytes().saturating_mul(100) / budget
     }
 
-    /// True when writes must be refused (stop-writes).
+    /// True when writes must be refused (stop-writes). Every write asks, so
+    /// an in-memory namespace compares the cheap figure
+    /// ([`Namespace::used_bytes_approx`]): stop-writes engages within 1 %
+    /// of the budget of its threshold.
     pub fn stop_writes(&self) -> bool {
         match self.config.storage_engine {
             StorageEngineConfig::Memory {
                 stop_writes_used_pct,
                 ..
-            } => stop_writes_used_pct > 0 && self.used_pct() >= u64::from(stop_writes_used_pct),
+            } => {
+                stop_writes_used_pct > 0
+                    && self.used_bytes_approx().saturating_mul(100) / self.data_size().max(1)
+                        >= u64::from(stop_writes_used_pct)
+            }
             // Free write blocks below min-avail-pct; writes resume by
             // themselves once defragmentation frees blocks again.
             StorageEngineConfig::Device { .. } => self
@@ -311,7 +392,7 @@ impl Namespace {
         self.sets
             .all()
             .into_iter()
-            .map(|(id, _)| self.sets.stats(id).truncate_lut_ms.load(Ordering::Relaxed))
+            .map(|(id, _)| self.sets.truncation(id).load(Ordering::Relaxed))
             .fold(own, u64::max)
     }
 
@@ -321,11 +402,7 @@ impl Namespace {
     #[inline]
     pub fn truncated_before(&self, set_id: u16) -> u64 {
         let namespace_lut = self.stats.truncate_lut_ms.load(Ordering::Relaxed);
-        let set_lut = self
-            .sets
-            .stats(set_id)
-            .truncate_lut_ms
-            .load(Ordering::Relaxed);
+        let set_lut = self.sets.truncation(set_id).load(Ordering::Relaxed);
         namespace_lut.max(set_lut)
     }
 }
@@ -339,6 +416,63 @@ mod tests {
             generation,
             last_update_ms,
         }
+    }
+
+    #[test]
+    fn sets_are_named_once_and_found_without_a_lock() {
+        let sets = SetRegistry::default();
+        assert_eq!(sets.id_of(b""), Some(0));
+        assert_eq!(sets.existing_id(b"demo"), None);
+        assert_eq!(sets.id_of(b"demo"), Some(1));
+        assert_eq!(sets.id_of(b"other"), Some(2));
+        assert_eq!(sets.id_of(b"demo"), Some(1));
+        assert_eq!(sets.existing_id(b"other"), Some(2));
+        assert_eq!(sets.name(2), Some(b"other".to_vec()));
+        assert_eq!(sets.name(0), None);
+        assert_eq!(sets.name(3), None);
+        // Threads creating the same sets at once get one id per name.
+        let sets = std::sync::Arc::new(SetRegistry::default());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let sets = sets.clone();
+                std::thread::spawn(move || {
+                    (0..600)
+                        .map(|n| {
+                            let name = format!("set-{}", (n * 7 + t * 13) % 600);
+                            (name.clone(), sets.id_of(name.as_bytes()).expect("room"))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut by_name = std::collections::BTreeMap::new();
+        for thread in threads {
+            for (name, id) in thread.join().expect("a naming thread") {
+                assert_eq!(*by_name.entry(name).or_insert(id), id);
+            }
+        }
+        assert_eq!(by_name.len(), 600);
+        let ids: std::collections::BTreeSet<u16> = by_name.values().copied().collect();
+        assert_eq!(ids, (1..=600).collect());
+        let all = sets.all();
+        assert_eq!(all.len(), 600);
+        for (id, name) in all {
+            assert_eq!(by_name[&String::from_utf8(name).expect("utf-8")], id);
+        }
+        // Up to SETS_MAX sets, then no more; the existing ones still found.
+        for n in 600..SETS_MAX {
+            assert!(
+                sets.id_of(format!("set-{n}").as_bytes()).is_some(),
+                "set {n}"
+            );
+        }
+        assert_eq!(sets.id_of(b"one too many"), None);
+        assert_eq!(sets.existing_id(b"one too many"), None);
+        assert_eq!(sets.id_of(b"set-0"), Some(by_name["set-0"]));
+        assert_eq!(
+            sets.existing_id(format!("set-{}", SETS_MAX - 1).as_bytes()),
+            Some(SETS_MAX as u16)
+        );
     }
 
     #[test]

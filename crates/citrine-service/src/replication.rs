@@ -968,7 +968,7 @@ fn apply(
                 transaction::install(namespace, &mut partition, write.digest, meta, stored)?;
             drop(partition);
             if let Some(old) = previous {
-                transaction::drop_entry(namespace, old);
+                old.release(namespace);
             }
         }
         None => {

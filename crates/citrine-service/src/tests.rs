@@ -1230,8 +1230,9 @@ fn a_udf_call_refused_before_it_runs_counts_as_a_udf_error() {
     let reply = crate::batch::tests::run(&service, &frame);
     assert_eq!(reply[0].header.result_code, ResultCode::RecordExists.code());
     let stats = &service.namespace(b"test").unwrap().stats;
-    let load =
-        |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
+    let load = |counter: &citrine_types::stripes::Counter| {
+        counter.load(std::sync::atomic::Ordering::Relaxed)
+    };
     assert_eq!(load(&stats.client_udf_error), 1);
     assert_eq!(load(&stats.client_write_error), 0);
 }

@@ -1288,7 +1288,7 @@ fn write(
             drop(partition);
             debug_assert_eq!(previous.is_some(), existed_entry);
             if let Some(old) = previous {
-                drop_entry(namespace, old);
+                old.release(namespace);
             }
             write_operate_reply(
                 out,
@@ -1338,14 +1338,16 @@ pub(crate) fn admit_write(namespace: &Namespace, request: &Request<'_>) -> Resul
 
 /// Stores a new body for `digest` (copy-on-write) and points the index at it,
 /// under the partition lock the caller holds. Returns the replaced entry,
-/// whose storage the caller releases after dropping the lock.
+/// whose storage the caller releases after dropping the lock
+/// ([`Replaced::release`]); the counts already take the replacement into
+/// account.
 pub(crate) fn install(
     namespace: &Namespace,
     partition: &mut PartitionIndex,
     digest: Digest,
     meta: RecordMeta,
     body: Vec<u8>,
-) -> Result<Option<IndexEntry>, ResultCode> {
+) -> Result<Option<Replaced>, ResultCode> {
     // The device engine stores the set name with the record (set ids are
     // per process); the memory engine needs none.
     let set_name = match namespace.storage.device() {
@@ -1369,11 +1371,56 @@ pub(crate) fn install(
     if let Some(pending) = sindex_keys {
         crate::sindex::after_install(namespace, pending, &digest, previous.as_ref());
     }
-    let set_stats = namespace.sets.stats(meta.set_id);
-    set_stats.objects.fetch_add(1, Ordering::Relaxed);
-    set_stats.data_used_bytes.fetch_add(size, Ordering::Relaxed);
-    namespace.stats.objects.fetch_add(1, Ordering::Relaxed);
-    Ok(previous)
+    // One version replaces another: only what changed is counted (an
+    // update of the same size touches no shared count).
+    match &previous {
+        Some(old) if old.meta().set_id == meta.set_id => {
+            account(namespace, meta.set_id, 0, size - old.location.size() as i64);
+        }
+        Some(old) => {
+            account(
+                namespace,
+                old.meta().set_id,
+                -1,
+                -(old.location.size() as i64),
+            );
+            account(namespace, meta.set_id, 1, size);
+        }
+        None => account(namespace, meta.set_id, 1, size),
+    }
+    Ok(previous.map(Replaced))
+}
+
+/// An index entry a new version replaced ([`install`]): no longer counted,
+/// its storage still held until [`Replaced::release`].
+#[must_use = "the replaced version's storage must be released"]
+pub(crate) struct Replaced(IndexEntry);
+
+impl Replaced {
+    /// Releases the replaced version's storage (after the partition lock is
+    /// dropped: the device engine may take its own locks).
+    pub(crate) fn release(self, namespace: &Namespace) {
+        namespace.storage.release(self.0.location);
+    }
+}
+
+/// Adds `objects` records and `bytes` of data to set `set_id`'s and the
+/// namespace's counts, skipping the counts that do not change.
+#[inline]
+fn account(namespace: &Namespace, set_id: u16, objects: i64, bytes: i64) {
+    let set_stats = namespace.sets.stats(set_id);
+    if objects != 0 {
+        set_stats.objects.fetch_add(objects, Ordering::Relaxed);
+        namespace
+            .stats
+            .objects
+            .fetch_add(objects, Ordering::Relaxed);
+    }
+    if bytes != 0 {
+        set_stats
+            .data_used_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
 }
 
 /// Read-touch (server 7.1+): a read whose `record_ttl` is a percentage
@@ -1415,7 +1462,7 @@ fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<
     let previous = install(namespace, &mut partition, request.digest, meta, body)?;
     drop(partition);
     if let Some(old) = previous {
-        drop_entry(namespace, old);
+        old.release(namespace);
     }
     Ok(true)
 }

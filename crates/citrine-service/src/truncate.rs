@@ -135,8 +135,7 @@ fn take_effect(
                 .ok_or_else(|| format!("set {set:?} cannot be created: too many sets"))?;
             namespace
                 .sets
-                .stats(id)
-                .truncate_lut_ms
+                .truncation(id)
                 .fetch_max(lut_ms, Ordering::Relaxed);
             Ok(Some(id))
         }

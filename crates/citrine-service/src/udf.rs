@@ -695,7 +695,7 @@ pub(crate) fn apply(
                     transaction::install(namespace, &mut partition, request.digest, meta, body)?;
                 drop(partition);
                 if let Some(old) = previous {
-                    transaction::drop_entry(namespace, old);
+                    old.release(namespace);
                 }
                 (meta.generation, meta.void_time)
             }

@@ -149,6 +149,13 @@ pub trait StorageEngine: Send + Sync + 'static {
     /// Bytes of record data currently held.
     fn used_bytes(&self) -> u64;
 
+    /// [`StorageEngine::used_bytes`], approximately and cheaply: what every
+    /// write may read (stop-writes). An engine whose exact figure costs
+    /// more than a load says by how much it may be off in its docs.
+    fn used_bytes_approx(&self) -> u64 {
+        self.used_bytes()
+    }
+
     /// The device engine, for the server's background work and statistics.
     fn device(&self) -> Option<&DeviceEngine> {
         None

@@ -3,7 +3,8 @@
 //! This crate owns the small value types every other crate speaks in: the
 //! record [`Digest`], the [`PartitionId`] derived from it, the [`NodeId`], the
 //! wire [`ResultCode`]s and the [`ParticleType`]s of bin values, plus the
-//! citrusleaf-epoch time helpers.
+//! citrusleaf-epoch time helpers and the striped statistics ([`stripes`])
+//! every request updates.
 //!
 //! Invariants:
 //! - a `PartitionId` is always `< PARTITIONS` (4096);
@@ -15,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod result_code;
+pub mod stripes;
 mod time;
 
 pub use result_code::ResultCode;
