@@ -20,10 +20,13 @@
 //! - [`Padded`]: a value alone on its cache lines (a figure every request
 //!   reads, kept away from the figures requests write).
 //!
-//! Invariants: a stripe index is below [`STRIPES`]; [`Counter::load`] and
-//! [`Gauge::exact`] see every update that happened before the call (the
-//! stripes are read one after the other, so updates racing with the call
-//! may or may not be seen, as with any relaxed counter).
+//! Invariants: a stripe index is below [`STRIPES`]; [`Counter::load`] sees
+//! every update that happened before the call (the stripes are read one
+//! after the other, so updates racing with the call may or may not be
+//! seen, as with any relaxed counter); [`Gauge::exact`] does too once no
+//! stripe is being added to the total — while one is, that stripe's amount
+//! (less than a quantum more than its last update) may be missing from the
+//! sum for that instant.
 
 use std::cell::Cell;
 use std::ops::Deref;
@@ -139,14 +142,17 @@ impl Gauge {
         }
     }
 
-    /// The amount, off by less than `STRIPES × quantum` either way: one
-    /// load of a line that changes once a stripe drifted by a quantum.
+    /// The amount, off by less than `STRIPES × quantum` either way (each
+    /// stripe holds back less than a quantum, or for an instant a quantum
+    /// plus the change that crossed it): one load of a line that changes
+    /// once a stripe drifted by a quantum.
     #[inline]
     pub fn approx(&self) -> i64 {
         self.total.load(Ordering::Relaxed)
     }
 
-    /// The amount: the total plus every stripe's pending part.
+    /// The amount: the total plus every stripe's pending part (see the
+    /// module doc for the instant a stripe is being moved to the total).
     pub fn exact(&self) -> i64 {
         self.pending
             .iter()
