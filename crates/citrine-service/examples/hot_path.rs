@@ -286,14 +286,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let config = ServiceConfig {
-        node_id: 1,
-        rack_id: 0,
-        cluster_name: "citrine".into(),
-        access_address: "127.0.0.1:3000".into(),
-        port: 3000,
-        namespaces: vec![NamespaceConfig::in_memory("test")],
-    };
+    let config = ServiceConfig::local(1, vec![NamespaceConfig::in_memory("test")]);
     let service = Arc::new(Service::new(config, Arc::new(SystemClock)));
     let digests: Arc<Vec<[u8; 20]>> = Arc::new(
         (0..args.keys)

@@ -127,3 +127,19 @@ pub struct ServiceConfig {
     pub port: u16,
     pub namespaces: Vec<NamespaceConfig>,
 }
+
+impl ServiceConfig {
+    /// Node `node_id` of cluster `citrine` in rack 0, reached at
+    /// 127.0.0.1:3000, serving `namespaces`: the settings of a node that
+    /// tests, examples and simulations build without a server around it.
+    pub fn local(node_id: u64, namespaces: Vec<NamespaceConfig>) -> ServiceConfig {
+        ServiceConfig {
+            node_id,
+            rack_id: 0,
+            cluster_name: "citrine".into(),
+            access_address: "127.0.0.1:3000".into(),
+            port: 3000,
+            namespaces,
+        }
+    }
+}

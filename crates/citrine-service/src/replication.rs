@@ -1613,14 +1613,10 @@ mod tests {
 
     /// A service with namespace `test` in memory, reading `clock`.
     fn memory_service_on(node_id: u64, clock: std::sync::Arc<crate::ManualClock>) -> Service {
-        let config = crate::config::ServiceConfig {
+        let config = crate::config::ServiceConfig::local(
             node_id,
-            rack_id: 0,
-            cluster_name: "citrine".into(),
-            access_address: "127.0.0.1:3000".into(),
-            port: 3000,
-            namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
-        };
+            vec![crate::config::NamespaceConfig::in_memory("test")],
+        );
         Service::new(config, clock)
     }
 
@@ -1927,7 +1923,26 @@ mod tests {
     /// The frame of a put of bin `v` = "x" to `digest` in `test`/`demo`,
     /// with the client timeout `transaction_ttl` (ms, 0 for none).
     fn put_frame(digest: &Digest, transaction_ttl: u32) -> Vec<u8> {
-        use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
+        write_frame(
+            digest,
+            transaction_ttl,
+            citrine_wire::msg::op_type::WRITE,
+            3,
+            b"x",
+        )
+    }
+
+    /// The frame of a write of one op (`op`, particle type `particle`,
+    /// `value`) on bin `v` of `digest` in `test`/`demo`, with the client
+    /// timeout `transaction_ttl` (ms, 0 for none).
+    fn write_frame(
+        digest: &Digest,
+        transaction_ttl: u32,
+        op: u8,
+        particle: u8,
+        value: &[u8],
+    ) -> Vec<u8> {
+        use citrine_wire::msg::{field_type, MessageWriter, MsgHeader};
         let mut frame = Vec::new();
         let header = MsgHeader {
             info2: info2::WRITE,
@@ -1939,7 +1954,7 @@ mod tests {
             .field(field_type::NAMESPACE, b"test")
             .field(field_type::SET, b"demo")
             .field(field_type::DIGEST, &digest.0)
-            .op(op_type::WRITE, 3, b"v", b"x");
+            .op(op, particle, b"v", value);
         writer.finish();
         frame
     }
@@ -2349,26 +2364,8 @@ mod tests {
         use citrine_wire::msg::{field_type, op_type, MessageWriter, MsgHeader};
         let incr = |service: &Service, key: &str| {
             let digest = of_key("demo", &UserKey::String(key.into()));
-            let mut frame = Vec::new();
-            let header = MsgHeader {
-                info2: info2::WRITE,
-                ..MsgHeader::default()
-            };
-            let mut writer = MessageWriter::begin(&mut frame, &header);
-            writer
-                .field(field_type::NAMESPACE, b"test")
-                .field(field_type::SET, b"demo")
-                .field(field_type::DIGEST, &digest.0)
-                .op(op_type::INCR, 1, b"c", &1i64.to_be_bytes());
-            writer.finish();
-            let header_bytes: [u8; PROTO_HEADER_SIZE] =
-                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
-            let header = ProtoHeader::decode(&header_bytes).expect("header");
-            let mut out = Vec::new();
-            service
-                .handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
-                .expect("handled");
-            (digest, out[PROTO_HEADER_SIZE + 5])
+            let frame = write_frame(&digest, 0, op_type::INCR, 1, &1i64.to_be_bytes());
+            (digest, handle_frame(service, &frame)[PROTO_HEADER_SIZE + 5])
         };
         // The old holder: three increments.
         let old = memory_service(2);
@@ -2516,13 +2513,7 @@ mod tests {
                 .field(field_type::SET, b"demo")
                 .field(field_type::DIGEST, &digest.0);
             writer.finish();
-            let header_bytes: [u8; PROTO_HEADER_SIZE] =
-                frame[..PROTO_HEADER_SIZE].try_into().expect("header");
-            let header = ProtoHeader::decode(&header_bytes).expect("header");
-            let mut out = Vec::new();
-            node.handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
-                .expect("handled");
-            out
+            handle_frame(node, &frame)
         };
         let reply = read(&old);
         assert_eq!(reply[PROTO_HEADER_SIZE + 5], 0, "found");

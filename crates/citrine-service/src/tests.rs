@@ -16,14 +16,7 @@ fn service_with(namespace: NamespaceConfig) -> (Service, Arc<ManualClock>) {
 
 fn service_with_all(namespaces: Vec<NamespaceConfig>) -> (Service, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(START_MS));
-    let config = ServiceConfig {
-        node_id: 0xBB9020011AC4202,
-        rack_id: 0,
-        cluster_name: "citrine".into(),
-        access_address: "127.0.0.1:3000".into(),
-        port: 3000,
-        namespaces,
-    };
+    let config = ServiceConfig::local(0xBB9020011AC4202, namespaces);
     (Service::new(config, clock.clone()), clock)
 }
 

@@ -98,14 +98,7 @@ fn allocations_per_request(service: &Service, frame: &[u8], runs: u64) -> f64 {
 
 #[test]
 fn hot_path_allocations() {
-    let config = ServiceConfig {
-        node_id: 1,
-        rack_id: 0,
-        cluster_name: "citrine".into(),
-        access_address: "127.0.0.1:3000".into(),
-        port: 3000,
-        namespaces: vec![NamespaceConfig::in_memory("test")],
-    };
+    let config = ServiceConfig::local(1, vec![NamespaceConfig::in_memory("test")]);
     let service = Service::new(config, Arc::new(ManualClock::new(1_700_000_000_000)));
     let write = frame(
         "k",

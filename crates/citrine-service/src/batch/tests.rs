@@ -16,14 +16,7 @@ pub(crate) const START_MS: u64 = 1_700_000_000_000;
 
 pub(crate) fn service() -> (Service, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(START_MS));
-    let config = ServiceConfig {
-        node_id: 0xBB9020011AC4202,
-        rack_id: 0,
-        cluster_name: "citrine".into(),
-        access_address: "127.0.0.1:3000".into(),
-        port: 3000,
-        namespaces: vec![NamespaceConfig::in_memory("test")],
-    };
+    let config = ServiceConfig::local(0xBB9020011AC4202, vec![NamespaceConfig::in_memory("test")]);
     (Service::new(config, clock.clone()), clock)
 }
 

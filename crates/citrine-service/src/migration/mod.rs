@@ -1922,14 +1922,10 @@ mod tests {
     use std::time::Duration;
 
     fn service(node_id: u64) -> Arc<Service> {
-        let config = crate::config::ServiceConfig {
+        let config = crate::config::ServiceConfig::local(
             node_id,
-            rack_id: 0,
-            cluster_name: "citrine".into(),
-            access_address: "127.0.0.1:3000".into(),
-            port: 3000,
-            namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
-        };
+            vec![crate::config::NamespaceConfig::in_memory("test")],
+        );
         Arc::new(Service::new(
             config,
             Arc::new(crate::ManualClock::new(1_700_000_000_000)),

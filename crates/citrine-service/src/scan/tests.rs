@@ -774,14 +774,10 @@ fn two_node_view(first: u64, me: u64) -> crate::cluster_state::ClusterState {
 }
 
 fn service_with_id(node_id: u64) -> Service {
-    let config = crate::config::ServiceConfig {
+    let config = crate::config::ServiceConfig::local(
         node_id,
-        rack_id: 0,
-        cluster_name: "citrine".into(),
-        access_address: "127.0.0.1:3000".into(),
-        port: 3000,
-        namespaces: vec![crate::config::NamespaceConfig::in_memory("test")],
-    };
+        vec![crate::config::NamespaceConfig::in_memory("test")],
+    );
     Service::new(config, Arc::new(crate::ManualClock::new(START_MS)))
 }
 

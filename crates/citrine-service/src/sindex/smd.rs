@@ -442,14 +442,7 @@ mod tests {
     const START_MS: u64 = 1_700_000_000_000;
 
     fn node(id: u64, clock_ms: u64) -> Service {
-        let config = ServiceConfig {
-            node_id: id,
-            rack_id: 0,
-            cluster_name: "citrine".into(),
-            access_address: "127.0.0.1:3000".into(),
-            port: 3000,
-            namespaces: vec![NamespaceConfig::in_memory("test")],
-        };
+        let config = ServiceConfig::local(id, vec![NamespaceConfig::in_memory("test")]);
         Service::new(config, Arc::new(ManualClock::new(clock_ms)))
     }
 
