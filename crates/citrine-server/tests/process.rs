@@ -877,3 +877,70 @@ fn close_wait_sockets(port: u16) -> usize {
         })
         .count()
 }
+
+#[test]
+fn a_write_held_in_a_stopped_node_past_its_timeout_is_refused() {
+    held_write_with(io_uring_or_auto());
+}
+
+#[test]
+fn a_write_held_in_a_stopped_node_past_its_timeout_is_refused_on_epoll() {
+    held_write_with("epoll");
+}
+
+/// A write that reaches a node while its process is stopped waits in the
+/// socket. Its client gives up after its timeout (and may write the record
+/// again elsewhere); when the node carries on, the service thread sees it
+/// was stalled and refuses the write with 9 instead of running it late. A
+/// write with no client timeout, held as long, still runs; and so does one
+/// sent once the node runs again.
+fn held_write_with(service_io: &str) {
+    let server = start(&["--service-io", service_io]);
+    let mut stream = connect(server.port);
+    let write = |key: &str, value: i64, transaction_ttl: u32| {
+        record_request(
+            "test",
+            key,
+            MsgHeader {
+                info2: citrine_wire::msg::info2::WRITE,
+                transaction_ttl,
+                ..MsgHeader::default()
+            },
+            &[(op_type::WRITE, 1, "v", value.to_be_bytes().to_vec())],
+        )
+    };
+    // Warm: the thread has served a request and waits for the next.
+    let (_, body) = round_trip(&mut stream, &write("held", 1, 1000)).unwrap();
+    assert_eq!(decode_reply(&body).0.result_code, 0);
+    let mut untimed = connect(server.port);
+    let pid = server.child.id().to_string();
+    let signal = |which: &str| {
+        let status = Command::new("kill").args([which, &pid]).status().unwrap();
+        assert!(status.success(), "kill {which}");
+    };
+    signal("-STOP");
+    stream.write_all(&write("held", 2, 300)).unwrap();
+    untimed.write_all(&write("untimed", 3, 0)).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    signal("-CONT");
+    let (_, body) = read_frame(&mut stream).unwrap();
+    assert_eq!(
+        decode_reply(&body).0.result_code,
+        ResultCode::Timeout.code(),
+        "the held write runs after its client's timeout"
+    );
+    let (_, body) = read_frame(&mut untimed).unwrap();
+    assert_eq!(decode_reply(&body).0.result_code, 0);
+    let (_, body) = round_trip(&mut stream, &get_all_request("test", "held")).unwrap();
+    let (header, bins) = decode_reply(&body);
+    assert_eq!(header.result_code, 0);
+    assert_eq!(
+        bins[0].2,
+        1i64.to_be_bytes().to_vec(),
+        "the refused write left no trace"
+    );
+    let (_, body) = round_trip(&mut stream, &write("held", 4, 300)).unwrap();
+    assert_eq!(decode_reply(&body).0.result_code, 0, "on time again");
+    assert!(statistic(&mut stream, "expired_refusals") >= 1);
+    assert!(statistic(&mut stream, "service_stalls") >= 1);
+}

@@ -765,6 +765,7 @@ pub(crate) fn statistics(service: &Service) -> String {
         counter("replica_write_retries", &stats.replica_write_retries),
         counter("stall_refusals", &stats.stall_refusals),
         counter("expired_refusals", &stats.expired_refusals),
+        counter("service_stalls", &stats.service_stalls),
         counter(
             "replica_writes_refused_not_holder",
             &stats.replica_writes_refused_not_holder,

@@ -141,8 +141,14 @@ pub struct NodeStats {
     pub stall_refusals: AtomicU64,
     /// Requests refused (9) because their deadline had passed, or nearly,
     /// when they reached the master (a forwarded request held up on its
-    /// way, or at a stalled node) or when their duplicate resolution ended.
+    /// way, or at a stalled node), when their duplicate resolution ended,
+    /// or when a stalled service thread read them after their client's
+    /// timeout had run out ([`Service::handle_streaming_since`]).
     pub expired_refusals: AtomicU64,
+    /// Turns of a service thread that began more than its stall slack later
+    /// than their wait allowed: the process was stopped, paused or starved
+    /// of a CPU (counted by the server's service threads).
+    pub service_stalls: AtomicU64,
     /// Replica writes refused (11) because this node neither is a replica
     /// of the record's partition nor holds a copy of it any more (a write
     /// that arrived after the migration that ended its part).
@@ -649,6 +655,25 @@ impl Service {
         body: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<Option<Continuation>, CloseConnection> {
+        self.handle_streaming_since(header, body, out, None)
+    }
+
+    /// [`Service::handle_streaming`] for a request that may have waited in
+    /// this node's socket since `waiting_since_ms` (unix ms): the thread
+    /// reading it was stalled (stopped, paused, starved of a CPU) from then
+    /// until now, so it cannot tell when the request arrived. A request
+    /// whose client timeout (`transaction_ttl`) has run out since then is
+    /// refused with 9 (`expired_refusals`) instead of run after its client
+    /// gave up — and maybe after that client's next, acknowledged, write of
+    /// the same record; a single-record request that goes on carries that
+    /// deadline to the node it is forwarded to. `None`: read as it arrived.
+    pub fn handle_streaming_since(
+        &self,
+        header: ProtoHeader,
+        body: &[u8],
+        out: &mut Vec<u8>,
+        waiting_since_ms: Option<u64>,
+    ) -> Result<Option<Continuation>, CloseConnection> {
         match header.message_type {
             MessageType::Info => {
                 self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
@@ -663,14 +688,14 @@ impl Service {
                 citrine_wire::admin::write_reply(out, ResultCode::SecurityNotEnabled.code());
                 Ok(None)
             }
-            MessageType::Message => self.handle_message(body, out),
+            MessageType::Message => self.handle_message(body, out, waiting_since_ms),
             MessageType::Compressed => {
                 self.stats
                     .compressed_requests
                     .fetch_add(1, Ordering::Relaxed);
                 let (_, inner) =
                     inflate(body).map_err(|error| self.proto_error(error.to_string()))?;
-                self.handle_message(&inner, out)
+                self.handle_message(&inner, out, waiting_since_ms)
             }
             MessageType::InternalXdr => {
                 Err(self.proto_error("XDR messages are not accepted on the service port".into()))
@@ -726,6 +751,7 @@ impl Service {
         &self,
         body: &[u8],
         out: &mut Vec<u8>,
+        waiting_since_ms: Option<u64>,
     ) -> Result<Option<Continuation>, CloseConnection> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
         if self.is_noop() {
@@ -744,11 +770,29 @@ impl Service {
             transaction::write_refusal(out, body, ResultCode::Unavailable);
             return Ok(None);
         }
-        match Message::decode(body) {
-            Ok(message) if message.header.info1 & info1::BATCH != 0 => {
+        let message = match Message::decode(body) {
+            Ok(message) => message,
+            Err(error) => {
+                // The frame boundary is intact, so the stream is still in step:
+                // answer with a parameter error and keep serving.
+                self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("malformed AS_MSG: {error}");
+                transaction::write_refusal(out, body, ResultCode::Parameter);
+                return Ok(None);
+            }
+        };
+        let deadline_ms = held_deadline_ms(waiting_since_ms, message.header.transaction_ttl);
+        if deadline_ms.is_some_and(|deadline_ms| self.now().unix_ms >= deadline_ms) {
+            // Its client gave up while it waited here.
+            self.stats.expired_refusals.fetch_add(1, Ordering::Relaxed);
+            transaction::write_refusal(out, body, ResultCode::Timeout);
+            return Ok(None);
+        }
+        match message {
+            message if message.header.info1 & info1::BATCH != 0 => {
                 Ok(Continuation::of_batch(batch::start(self, &message, out)))
             }
-            Ok(message)
+            message
                 if message.field(field_type::DIGEST).is_none() && udf::is_aggregation(&message) =>
             {
                 Ok(udf::start_aggregate(self, &message, out).and_then(|run| {
@@ -760,29 +804,21 @@ impl Service {
                     }
                 }))
             }
-            Ok(message) if message.field(field_type::DIGEST).is_none() => {
+            message if message.field(field_type::DIGEST).is_none() => {
                 // No digest: a scan or a query.
                 Ok(scan::start(self, &message, out)
                     .and_then(|cursor| Box::new(cursor).step(self, self.now(), out))
                     .map(|cursor| Continuation(Pending::Scan(cursor))))
             }
-            Ok(message) => Ok(transaction::execute(
+            message => Ok(transaction::execute(
                 self,
                 &message,
                 body,
-                replication::Hop::CLIENT,
+                replication::Hop::client(deadline_ms),
                 false,
                 out,
             )
             .map(|remote| Continuation(Pending::Remote(remote)))),
-            Err(error) => {
-                // The frame boundary is intact, so the stream is still in step:
-                // answer with a parameter error and keep serving.
-                self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!("malformed AS_MSG: {error}");
-                transaction::write_refusal(out, body, ResultCode::Parameter);
-                Ok(None)
-            }
         }
     }
 
@@ -790,6 +826,15 @@ impl Service {
         self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
         CloseConnection(why)
     }
+}
+
+/// The deadline (unix ms) of a client's request with timeout
+/// `transaction_ttl` (ms) that may have waited since `waiting_since_ms`;
+/// `None` when it did not wait or its client set no timeout (0: the client
+/// waits for the answer, however late).
+fn held_deadline_ms(waiting_since_ms: Option<u64>, transaction_ttl: u32) -> Option<u64> {
+    let since = waiting_since_ms?;
+    (transaction_ttl > 0).then(|| since.saturating_add(u64::from(transaction_ttl)))
 }
 
 /// Runs a future to completion on the calling thread (parking between

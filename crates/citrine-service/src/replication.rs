@@ -132,6 +132,16 @@ impl Hop {
         deadline_ms: None,
     };
 
+    /// A request straight from a client whose deadline is already fixed
+    /// (it waited in a stalled node's socket: [`Service::handle_streaming_since`])
+    /// or, with `None`, is fixed when it is routed.
+    pub fn client(deadline_ms: Option<u64>) -> Hop {
+        Hop {
+            byte: 0,
+            deadline_ms,
+        }
+    }
+
     /// Bytes before the AS_MSG body in a forwarded request.
     const ENCODED_LEN: usize = 9;
 

@@ -1835,3 +1835,65 @@ fn racks_group_the_views_nodes_by_rack() {
         "ERROR:4:namespace not found"
     );
 }
+
+/// A request that waited in a stalled node's socket is refused with 9 once
+/// its client's timeout has run out since it may have arrived (its client
+/// gave up and may have written the record since); one with time left, or
+/// whose client set no timeout, runs.
+#[test]
+fn a_request_held_past_its_timeout_is_refused_not_run() {
+    let (service, clock) = service();
+    let put_with_ttl = |value: i64, transaction_ttl: u32| {
+        request(
+            "held",
+            MsgHeader {
+                info2: info2::WRITE,
+                transaction_ttl,
+                ..MsgHeader::default()
+            },
+            &Ops::new().int(op_type::WRITE, "v", value),
+            false,
+        )
+    };
+    let send_since = |frame: &[u8], waiting_since_ms: Option<u64>| {
+        let header = ProtoHeader::decode(frame[..8].try_into().unwrap()).unwrap();
+        let mut out = Vec::new();
+        let pending = service
+            .handle_streaming_since(header, &frame[8..], &mut out, waiting_since_ms)
+            .unwrap();
+        assert!(pending.is_none());
+        Message::decode(&out[8..]).unwrap().header.result_code
+    };
+    let expired = || service.stats.expired_refusals.load(Ordering::Relaxed);
+    clock.advance_ms(10_000);
+    let now = service.now().unix_ms;
+    // Waited 150 ms of a 100 ms timeout: refused, nothing written.
+    assert_eq!(send_since(&put_with_ttl(1, 100), Some(now - 150)), 9);
+    assert_eq!(expired(), 1);
+    assert_eq!(send(&service, &get("held")).header.result_code, 2);
+    // Exactly at the deadline: refused too.
+    assert_eq!(send_since(&put_with_ttl(1, 100), Some(now - 100)), 9);
+    assert_eq!(expired(), 2);
+    // 50 ms of 100: runs.
+    assert_eq!(send_since(&put_with_ttl(2, 100), Some(now - 50)), 0);
+    // No client timeout: runs however long it waited.
+    assert_eq!(send_since(&put_with_ttl(3, 0), Some(now - 60_000)), 0);
+    // Read as it arrived: runs.
+    assert_eq!(send_since(&put_with_ttl(4, 100), None), 0);
+    assert_eq!(expired(), 2);
+    let reply = send(&service, &get("held"));
+    assert_eq!(reply.bins[0].2, 4i64.to_be_bytes().to_vec());
+    // A batch that waited past its timeout is refused as a whole.
+    let batch = request(
+        "held",
+        MsgHeader {
+            info1: info1::READ | info1::BATCH,
+            transaction_ttl: 100,
+            ..MsgHeader::default()
+        },
+        &Ops::new(),
+        false,
+    );
+    assert_eq!(send_since(&batch, Some(now - 500)), 9);
+    assert_eq!(expired(), 3);
+}

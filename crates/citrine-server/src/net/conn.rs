@@ -236,6 +236,7 @@ pub(super) trait Transport {
 /// Runs a connection as far as it goes without waiting.
 pub(super) fn drive<T: Transport>(
     service: &Arc<Service>,
+    waiting_since_ms: Option<u64>,
     io: &mut T,
     socket: &mut T::Socket,
     conn: &mut Conn,
@@ -297,7 +298,7 @@ pub(super) fn drive<T: Transport>(
         }
         match next_frame(service, conn) {
             Frame::Ready(header) => {
-                if let Some(next) = handle(service, conn, header) {
+                if let Some(next) = handle(service, conn, header, waiting_since_ms) {
                     return next;
                 }
             }
@@ -341,9 +342,15 @@ fn next_frame(service: &Service, conn: &mut Conn) -> Frame {
     Frame::Ready(header)
 }
 
-/// Runs the frame at `input[start..]`; `Some` when the connection must
-/// stop here.
-fn handle(service: &Arc<Service>, conn: &mut Conn, header: ProtoHeader) -> Option<Next> {
+/// Runs the frame at `input[start..]` (which may have waited since
+/// `waiting_since_ms`, see [`Service::handle_streaming_since`]); `Some`
+/// when the connection must stop here.
+fn handle(
+    service: &Arc<Service>,
+    conn: &mut Conn,
+    header: ProtoHeader,
+    waiting_since_ms: Option<u64>,
+) -> Option<Next> {
     conn.active = true;
     let body_start = conn.start + PROTO_HEADER_SIZE;
     // Fits: `next_frame` saw the whole frame buffered.
@@ -352,7 +359,7 @@ fn handle(service: &Arc<Service>, conn: &mut Conn, header: ProtoHeader) -> Optio
         let body = &conn.input[body_start..body_end];
         let out = &mut conn.out;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            service.handle_streaming(header, body, out)
+            service.handle_streaming_since(header, body, out, waiting_since_ms)
         }))
     };
     conn.start = body_end;

@@ -15,7 +15,13 @@
 //!   move;
 //! - a connection's slot (token) is reused only after the backend has let
 //!   go of it; the backend tells a late completion for an old connection
-//!   from one for the slot's new owner.
+//!   from one for the slot's new owner;
+//! - a turn that starts more than [`STALL_SLACK`] later than the previous
+//!   one and its wait allowed (the process was stopped, paused or starved
+//!   of a CPU) tells the service that what the first turn to read anything
+//!   after it (within [`STALL_SLACK`]) reads may have waited since the
+//!   previous turn began ([`Service::handle_streaming_since`]): a request
+//!   whose client timed out meanwhile is refused, not run late.
 
 use super::balance::{self, LoadMeter, Rebalance, SpillGate};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
@@ -33,6 +39,13 @@ use std::time::{Duration, Instant};
 
 /// How often a thread measures its load and considers rebalancing.
 const BALANCE_WINDOW: Duration = Duration::from_millis(100);
+
+/// How much later than its wait allowed a turn may start before the thread
+/// counts itself stalled. Past that, requests it reads are taken to have
+/// waited since the previous turn began, the earliest they can have
+/// arrived. A stall shorter than this goes unnoticed: a request held that
+/// long whose client timeout is shorter still runs after its client gave up.
+const STALL_SLACK: Duration = Duration::from_millis(250);
 
 /// One connection as a service thread holds it.
 pub(super) struct Connection<S> {
@@ -112,6 +125,13 @@ pub(super) struct ServiceThread<B: Backend> {
     lookups: Vec<Lookup>,
     /// When this thread may spill (hot windows in a row, back-off).
     spill_gate: SpillGate,
+    /// In the turns after a stall: since when (unix ms, the service's
+    /// clock) what they read may have waited; `None` in turns on time.
+    waiting_since_ms: Option<u64>,
+    /// Until when the last stall's `waiting_since_ms` holds if no turn
+    /// reads anything before: the first wait after a stop can end before
+    /// the kernel hands over what came, and the next turn reads it.
+    stall_until: Option<Instant>,
 }
 
 impl<B: Backend> ServiceThread<B> {
@@ -132,6 +152,8 @@ impl<B: Backend> ServiceThread<B> {
             paced: BinaryHeap::new(),
             lookups: Vec::new(),
             spill_gate: SpillGate::default(),
+            waiting_since_ms: None,
+            stall_until: None,
         }
     }
 
@@ -143,6 +165,8 @@ impl<B: Backend> ServiceThread<B> {
         let mut arrivals: Vec<Arrival> = Vec::new();
         // When the last turn ended: close enough to now for the timeout.
         let mut last_done = Instant::now();
+        // When the last turn began.
+        let mut last_woke = last_done;
         loop {
             let window_end = meter.window_end(BALANCE_WINDOW);
             let timeout = if self.runnable.is_empty() {
@@ -169,8 +193,17 @@ impl<B: Backend> ServiceThread<B> {
                     continue;
                 }
             };
+            let woke = Instant::now();
             // The wall-clock fallback of the load meter needs the start.
-            let busy_from = (!meter.counts_cpu()).then(Instant::now);
+            let busy_from = (!meter.counts_cpu()).then_some(woke);
+            if let Some(since_ms) = self.stall_before(last_woke, last_done, timeout, woke) {
+                self.waiting_since_ms = Some(since_ms);
+                self.stall_until = Some(woke + STALL_SLACK);
+            } else if self.stall_until.is_some_and(|until| woke > until) {
+                self.waiting_since_ms = None;
+                self.stall_until = None;
+            }
+            last_woke = woke;
             if self.shared.stopping.load(Ordering::Acquire) {
                 break;
             }
@@ -194,6 +227,11 @@ impl<B: Backend> ServiceThread<B> {
             for &token in &ready {
                 self.drive(token);
             }
+            if !ready.is_empty() {
+                // What waited through the stall has been read.
+                self.waiting_since_ms = None;
+                self.stall_until = None;
+            }
             // Connections that yielded (streamed chunks, arrivals) run
             // after the ready ones; those that yield again wait a turn.
             for _ in 0..self.runnable.len() {
@@ -213,6 +251,30 @@ impl<B: Backend> ServiceThread<B> {
         for token in 0..self.connections.len() {
             self.close(token);
         }
+    }
+
+    /// Whether the turn beginning at `woke` comes late: the previous turn
+    /// began at `last_woke` and ended at `last_done`, then the wait was
+    /// allowed `timeout`. Late by more than [`STALL_SLACK`]: since when
+    /// (unix ms) what this turn reads may have waited.
+    fn stall_before(
+        &self,
+        last_woke: Instant,
+        last_done: Instant,
+        timeout: Duration,
+        woke: Instant,
+    ) -> Option<u64> {
+        let due = last_done + timeout + STALL_SLACK;
+        if woke <= due {
+            return None;
+        }
+        let waited = woke.saturating_duration_since(last_woke);
+        let waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+        self.service
+            .stats
+            .service_stalls
+            .fetch_add(1, Ordering::Relaxed);
+        Some(self.service.now().unix_ms.saturating_sub(waited_ms))
     }
 
     /// Starts the index cache misses of every request the ready
@@ -326,6 +388,7 @@ impl<B: Backend> ServiceThread<B> {
         }
         let next = conn::drive(
             &self.service,
+            self.waiting_since_ms,
             &mut self.backend,
             &mut connection.socket,
             &mut connection.conn,

@@ -30,7 +30,9 @@
 //!    one node may be lost at a time), a node freezes for 0.5–4 s (also
 //!    only when stable: its state machine, tasks and flusher stop and what
 //!    reaches it is held; when it thaws, its tick or the held packets go
-//!    first, drawn), a crashed node restarts — empty, or
+//!    first, drawn, and the held client requests reach its service as
+//!    having waited since the freeze began, as a stalled service thread
+//!    reports them), a crashed node restarts — empty, or
 //!    with [`DataConfig::device`] with what its device file holds; the
 //!    network loses up to `max_loss` of packets and delays them 1–6 ms, but
 //!    is never partitioned. With [`DataConfig::truncate`], a client
@@ -219,18 +221,31 @@ fn describe_call(kind: u8, payload: &[u8], partition: u16) -> Option<String> {
             let (key, _, dropped, source) = decode_drop(payload)?;
             (dropped == partition).then(|| format!("DROP key {key:016x} source {source}"))
         }
+        call_kind::PROXY => {
+            use citrine_wire::msg::{field_type, FieldIter, MsgHeader};
+            // u8 hops | u64 deadline | AS_MSG body.
+            let body = payload.get(9..)?;
+            let header = MsgHeader::decode(body).ok()?;
+            let digest = FieldIter::unchecked(body)
+                .take(usize::from(header.n_fields))
+                .find(|field| field.field_type == field_type::DIGEST)?;
+            let digest = Digest(digest.data.try_into().ok()?);
+            (digest.partition().index() as u16 == partition)
+                .then(|| format!("PROXY {:02x?} hops {}", &digest.0[..4], payload[0]))
+        }
         call_kind::REPLICA_WRITE => {
             let (key, _, write) = split_replica_payload(payload)?;
             let write = ReplicaWrite::decode(write)?;
             (write.digest.partition().index() as u16 == partition).then(|| {
                 format!(
-                    "REPLICA_WRITE key {key:016x} {:02x?} gen {} {}",
+                    "REPLICA_WRITE key {key:016x} {:02x?} gen {} lut {} {}",
                     &write.digest.0[..4],
                     write.generation,
-                    if write.body.is_some() {
-                        "store"
-                    } else {
-                        "delete"
+                    write.last_update_ms,
+                    match &write.body {
+                        Some(body) =>
+                            format!("store {:02x?}", &body[body.len().saturating_sub(8)..]),
+                        None => "delete".into(),
                     }
                 )
             })
@@ -306,6 +321,8 @@ struct Up {
     /// Frozen until this simulated time (a stalled process): not ticked,
     /// its tasks and flusher not run, and what reaches it held.
     frozen_until: Option<u64>,
+    /// When its current freeze began.
+    frozen_at: u64,
     /// Packets that reached it while frozen, in arrival order.
     held: Vec<Packet>,
 }
@@ -429,6 +446,13 @@ struct World {
     /// Notes every migration batch, drop and replica write of this
     /// partition that reaches a node (`CITRINE_SIM_TRACE_PARTITION`).
     trace_partition: Option<u16>,
+    /// The traced fabric calls in flight, by call id: what their answer
+    /// is noted as.
+    traced_calls: BTreeMap<u64, String>,
+    /// While a thawed node's held packets are delivered: when its freeze
+    /// began (what its service is told a held client request may have
+    /// waited since).
+    held_since: Option<u64>,
     /// Notes every cluster message but heartbeats, as it is sent
     /// (`CITRINE_SIM_TRACE_CLUSTER=1`).
     trace_cluster: bool,
@@ -574,6 +598,8 @@ impl World {
                 .ok()
                 .and_then(|v| v.parse().ok()),
             trace_cluster: std::env::var_os("CITRINE_SIM_TRACE_CLUSTER").is_some(),
+            traced_calls: BTreeMap::new(),
+            held_since: None,
             trace_partition: std::env::var("CITRINE_SIM_TRACE_PARTITION")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -726,6 +752,7 @@ impl World {
             peers_generation: 0,
             stopping,
             frozen_until: None,
+            frozen_at: 0,
             held: Vec::new(),
         });
         self.nodes[i].boots += 1;
@@ -928,6 +955,8 @@ impl World {
                 if let Some(partition) = self.trace_partition {
                     if let Some(what) = describe_call(kind, &payload, partition) {
                         self.note(format!("#{from} -> #{to}: {what}"));
+                        self.traced_calls
+                            .insert(call, format!("#{to}'s answer to {what}"));
                     }
                 }
                 let Some(up) = self.nodes[to].up.as_ref() else {
@@ -945,6 +974,10 @@ impl World {
                 });
             }
             Packet::Response { call, to, payload } => {
+                if let Some(what) = self.traced_calls.remove(&call) {
+                    let head = &payload[..payload.len().min(4)];
+                    self.note(format!("#{to} <- {what}: {head:02x?}"));
+                }
                 let mut core = self.core.lock();
                 if core.up[to] {
                     core.answer(call, payload);
@@ -969,7 +1002,7 @@ impl World {
                 };
                 let mut out = Vec::new();
                 let body = frame.get(PROTO_HEADER_SIZE..).unwrap_or_default();
-                match service.handle_streaming(header, body, &mut out) {
+                match service.handle_streaming_since(header, body, &mut out, self.held_since) {
                     Ok(None) => self.core.lock().send(Packet::ClientReply {
                         client,
                         req,
@@ -1414,9 +1447,11 @@ impl World {
 
     /// Freezes node `i` for `ms` (SIGSTOP, a paused machine).
     fn freeze(&mut self, i: usize, ms: u64) {
-        let until = self.now() + ms;
+        let now = self.now();
+        let until = now + ms;
         if let Some(up) = self.nodes[i].up.as_mut() {
             up.frozen_until = Some(until);
+            up.frozen_at = now;
             self.exec.set_frozen(i, true);
             self.hash = mix(self.hash, 0xF4EE ^ (i as u64) ^ (ms << 8));
             self.note(format!("freeze #{i} for {ms} ms"));
@@ -1434,6 +1469,7 @@ impl World {
         };
         up.frozen_until = None;
         let held = std::mem::take(&mut up.held);
+        let frozen_at = up.frozen_at;
         self.exec.set_frozen(i, false);
         self.note(format!(
             "thaw #{i} ({} packets held, {} first)",
@@ -1443,9 +1479,12 @@ impl World {
         if tick_first {
             self.tick_node(i);
         }
-        for packet in held {
-            self.deliver(packet)?;
-        }
+        // The requests that waited in its sockets: the service thread
+        // that reads them knows only that it was stalled since then.
+        self.held_since = Some(frozen_at);
+        let delivered = held.into_iter().try_for_each(|packet| self.deliver(packet));
+        self.held_since = None;
+        delivered?;
         if !tick_first {
             self.tick_node(i);
         }
