@@ -2073,6 +2073,71 @@ mod tests {
         assert_eq!(answer[PROTO_HEADER_SIZE + 5], ResultCode::Parameter.code());
     }
 
+    /// A client's request that waited in this node's socket through a
+    /// stall is forwarded with the deadline its client's timeout gives
+    /// from when it may have arrived, not from now.
+    #[test]
+    fn a_held_request_is_forwarded_with_its_deadline_from_the_stall() {
+        use citrine_wire::digest::{of_key, UserKey};
+        let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
+        let service = memory_service_on(1, clock);
+        service.set_fabric(std::sync::Arc::new(FakeFabric {
+            calls: parking_lot::Mutex::new(Vec::new()),
+        }));
+        let state = view_of_two(1, 5);
+        let theirs = (0..1000)
+            .map(|index| of_key("demo", &UserKey::String(format!("k{index}"))))
+            .find(|digest| state.namespaces[0].map.master(digest.partition()) == Some(NodeId(2)))
+            .expect("a key node 2 masters");
+        service.publish_cluster(state);
+        let frame = put_frame(&theirs, 50);
+        let header: [u8; PROTO_HEADER_SIZE] =
+            frame[..PROTO_HEADER_SIZE].try_into().expect("header");
+        let header = ProtoHeader::decode(&header).expect("header");
+        let proxied = |waiting_since_ms: Option<u64>| {
+            let mut out = Vec::new();
+            let pending = service
+                .handle_streaming_since(
+                    header,
+                    &frame[PROTO_HEADER_SIZE..],
+                    &mut out,
+                    waiting_since_ms,
+                )
+                .expect("handled");
+            match pending.map(|continuation| continuation.0) {
+                Some(crate::Pending::Remote(remote)) => match *remote {
+                    Remote::Proxy {
+                        to,
+                        payload,
+                        deadline_ms,
+                    } => {
+                        assert_eq!(to, NodeId(2));
+                        let (hop, _) = Hop::decode(&payload).expect("a hop");
+                        assert_eq!(hop.deadline_ms, Some(deadline_ms));
+                        deadline_ms
+                    }
+                    other => panic!("not forwarded: {other:?}"),
+                },
+                other => panic!("not forwarded: {other:?}, answer {out:?}"),
+            }
+        };
+        let now = service.now().unix_ms;
+        assert_eq!(proxied(None), now + 50);
+        assert_eq!(proxied(Some(now - 20)), now + 30);
+        // Its time ran out while it waited: refused here, not forwarded.
+        let mut out = Vec::new();
+        let pending = service
+            .handle_streaming_since(
+                header,
+                &frame[PROTO_HEADER_SIZE..],
+                &mut out,
+                Some(now - 50),
+            )
+            .expect("handled");
+        assert!(pending.is_none());
+        assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Timeout.code());
+    }
+
     #[test]
     fn every_replica_is_sent_to_at_once() {
         let joined = crate::block_on(join_all(
