@@ -530,7 +530,8 @@ pub(crate) fn route(
         Some(deadline_ms) => {
             // Fixed earlier: by the node that forwarded it (on that node's
             // clock, hence the margin), or here before its duplicate
-            // resolution.
+            // resolution, or here from a stall it waited through
+            // (`Service::handle_streaming_since`).
             let margin = if hops == 0 { 0 } else { PROXY_CLOCK_MARGIN_MS };
             if now.unix_ms.saturating_add(margin) >= deadline_ms {
                 service
