@@ -55,7 +55,9 @@
 //!   intervals stalled (its process was frozen or starved): it heard nothing
 //!   and sent nothing meanwhile, so that silence is not held against its
 //!   peers (their liveness clocks move on by the gap, and the heartbeats
-//!   queued for it are read before anyone is timed out). A stall after
+//!   queued for it are read before anyone is timed out; a Paxos round of
+//!   its own gets the gap added to its deadline, so the answers queued for
+//!   it are read before the round is concluded). A stall after
 //!   which the peers may have timed this node out (its silence since its
 //!   last heartbeat round, plus one interval for that heartbeat being
 //!   lost, exceeds the heartbeat timeout) means they may have moved on
@@ -480,6 +482,14 @@ impl ClusterNode {
         self.stats.stalls += 1;
         self.hb.credit_silence(gap, now);
         self.health.skip_stall(now);
+        // A round of this node's that the stall outlived did not time out
+        // waiting for its peers: their answers are queued, unread. It gets
+        // the gap back, so they are read before it is concluded (without
+        // them, a Prepare round would go on with nobody and commit a view
+        // of this node alone).
+        if let Some(round) = self.round.as_mut() {
+            round.deadline = round.deadline.saturating_add(gap);
+        }
         // What the peers may have timed out is not the gap between ticks but
         // the silence since this node's last heartbeat round (sent up to an
         // interval before the stall began), one interval longer if that
@@ -1728,6 +1738,72 @@ mod tests {
         // The case this test is about happened (node 1 did propose, and its
         // retry met node 0's refusal).
         assert!(deferred > 0, "no retry was deferred to the live principal");
+    }
+
+    #[test]
+    fn a_principal_frozen_in_its_round_forms_no_view_of_itself() {
+        // The principal's first round fails (the promises are lost); it
+        // freezes right after it sent the Prepare of its retry, which goes
+        // on with whoever promised. The promises wait in its socket.
+        // Thawed, it ticks first: the retry's deadline has passed by the
+        // clock, but not by the time it ran.
+        let ids = [1, 2, 3];
+        let proposing = |net: &Net, retry: bool| {
+            (0..ids.len()).find(|&i| {
+                net.nodes[i].as_ref().is_some_and(|node| {
+                    (node.attempt > 0) == retry
+                        && node
+                            .round
+                            .as_ref()
+                            .is_some_and(|round| matches!(round.phase, Phase::Prepare { .. }))
+                })
+            })
+        };
+        for freeze_ms in [400, 800, 1_200] {
+            let mut net = Net::new(&ids);
+            let principal = loop {
+                net.run_until(net.now + 5);
+                if let Some(i) = proposing(&net, false) {
+                    break i;
+                }
+                assert!(net.now < 20_000, "no round began");
+            };
+            // Its peers' answers to the first round are lost (the round
+            // alone: their heartbeats reach it again before it times them
+            // out).
+            for peer in (0..ids.len()).filter(|peer| *peer != principal) {
+                net.cut.insert((peer, principal));
+            }
+            while net.nodes[principal]
+                .as_ref()
+                .is_some_and(|node| node.round.is_some())
+            {
+                net.run_until(net.now + 5);
+            }
+            net.cut.clear();
+            while proposing(&net, true) != Some(principal) {
+                net.run_until(net.now + 5);
+                assert!(net.now < 30_000, "no retry began");
+            }
+            net.frozen.insert(principal);
+            net.run_until(net.now + freeze_ms);
+            net.thaw(principal);
+            let end = net.now + 10_000;
+            while net.now < end {
+                net.run_until(net.now + 5);
+                if let Some((_, members)) = net.view(principal) {
+                    assert!(
+                        members.len() > 1,
+                        "frozen {freeze_ms} ms in its round, the principal formed a view of itself alone at {}: {:?}",
+                        net.now,
+                        net.changes
+                    );
+                }
+            }
+            for i in 0..ids.len() {
+                assert_eq!(net.view(i).map(|v| v.1), Some(sorted_ids(&ids)), "node {i}");
+            }
+        }
     }
 
     #[test]
