@@ -328,8 +328,12 @@ impl Namespace {
 
     /// Percentage of the budget in use.
     pub fn used_pct(&self) -> u64 {
-        let budget = self.data_size().max(1);
-        self.used_bytes().saturating_mul(100) / budget
+        self.pct_of_budget(self.used_bytes())
+    }
+
+    /// `bytes` as a percentage of the budget.
+    fn pct_of_budget(&self, bytes: u64) -> u64 {
+        bytes.saturating_mul(100) / self.data_size().max(1)
     }
 
     /// True when writes must be refused (stop-writes). Every write asks, so
@@ -343,7 +347,7 @@ impl Namespace {
                 ..
             } => {
                 stop_writes_used_pct > 0
-                    && self.used_bytes_approx().saturating_mul(100) / self.data_size().max(1)
+                    && self.pct_of_budget(self.used_bytes_approx())
                         >= u64::from(stop_writes_used_pct)
             }
             // Free write blocks below min-avail-pct; writes resume by

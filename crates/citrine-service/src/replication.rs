@@ -1367,10 +1367,13 @@ impl Service {
     /// after it dropped its copy — a resend to the acting master that the
     /// network held up past the end of the migration — would otherwise
     /// bring back a copy outside the replica list that no one drops.
-    fn takes_replica_writes(&self, write: &ReplicaWrite) -> bool {
+    fn takes_replica_writes(
+        &self,
+        cluster: &crate::cluster_state::ClusterState,
+        write: &ReplicaWrite,
+    ) -> bool {
         let partition = write.digest.partition();
-        let replica = self
-            .cluster()
+        let replica = cluster
             .namespace(&write.namespace)
             .is_some_and(|map| map.map.replicas(partition).contains(&self.node_id));
         replica
@@ -1390,12 +1393,13 @@ impl Service {
     pub async fn serve_fabric(&self, kind: u8, payload: &[u8]) -> Vec<u8> {
         match kind {
             call_kind::REPLICA_WRITE => {
+                let cluster = self.cluster();
                 let code = match split_replica_payload(payload) {
-                    Some((key, _, _)) if key != self.cluster().cluster_key => {
+                    Some((key, _, _)) if key != cluster.cluster_key => {
                         ResultCode::ClusterKeyMismatch
                     }
                     Some((_, truncated_before, write)) => match ReplicaWrite::decode(write) {
-                        Some(write) if !self.takes_replica_writes(&write) => {
+                        Some(write) if !self.takes_replica_writes(&cluster, &write) => {
                             self.stats
                                 .replica_writes_refused_not_holder
                                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -2095,7 +2099,7 @@ mod tests {
         let header: [u8; PROTO_HEADER_SIZE] =
             frame[..PROTO_HEADER_SIZE].try_into().expect("header");
         let header = ProtoHeader::decode(&header).expect("header");
-        let proxied = |waiting_since_ms: Option<u64>| {
+        let handle_held = |waiting_since_ms: Option<u64>| {
             let mut out = Vec::new();
             let pending = service
                 .handle_streaming_since(
@@ -2105,6 +2109,10 @@ mod tests {
                     waiting_since_ms,
                 )
                 .expect("handled");
+            (pending, out)
+        };
+        let proxied = |waiting_since_ms: Option<u64>| {
+            let (pending, out) = handle_held(waiting_since_ms);
             match pending.map(|continuation| continuation.0) {
                 Some(crate::Pending::Remote(remote)) => match *remote {
                     Remote::Proxy {
@@ -2126,15 +2134,7 @@ mod tests {
         assert_eq!(proxied(None), now + 50);
         assert_eq!(proxied(Some(now - 20)), now + 30);
         // Its time ran out while it waited: refused here, not forwarded.
-        let mut out = Vec::new();
-        let pending = service
-            .handle_streaming_since(
-                header,
-                &frame[PROTO_HEADER_SIZE..],
-                &mut out,
-                Some(now - 50),
-            )
-            .expect("handled");
+        let (pending, out) = handle_held(Some(now - 50));
         assert!(pending.is_none());
         assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Timeout.code());
     }

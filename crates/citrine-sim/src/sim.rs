@@ -990,13 +990,12 @@ impl Sim {
     }
 
     /// Whether node `i` (not flaky, no link of it cut) has a peer among
-    /// `members` that is up, not frozen and not flaky: a node with one
-    /// such peer never has to form a view of itself alone.
-    /// Whether a peer of `members` (the view node `i` held before its
-    /// freeze) is up and within reach — one that was already running when
-    /// the freeze began: the freeze is what hid it. One that booted since
-    /// (it crashed before, or meanwhile) is a newcomer the node has not
-    /// heard yet, whose absence the stall did not cause.
+    /// `members` (the view it held before its freeze) that is up, not
+    /// frozen and not flaky, and was already running when the freeze
+    /// began: a node with one such peer never has to form a view of itself
+    /// alone. A peer booted since (it crashed before, or meanwhile) is a
+    /// newcomer the node has not heard yet, whose absence the stall did not
+    /// cause.
     fn reachable_peer(&self, i: usize, members: &[NodeId]) -> bool {
         if self.nodes[i].flaky || self.net.cut.iter().any(|(a, b)| *a == i || *b == i) {
             return false;
