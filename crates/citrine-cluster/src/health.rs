@@ -28,7 +28,12 @@
 //!   does not flag anyone. With fewer than `min_peers` other peers no
 //!   verdict of unhealthiness is possible (a lossy local link cannot be told
 //!   apart from a lossy peer);
-//! - verdicts have hysteresis (see [`HealthConfig::hysteresis`]).
+//! - verdicts have hysteresis (see [`HealthConfig::hysteresis`]), and a
+//!   peer whose last window was not judged (skipped, above) keeps its
+//!   verdict: its average is frozen while the others' move on, which must
+//!   not make it an outlier (a heartbeat-only cut between a principal and
+//!   a member that was lossy earlier evicted the member: membership
+//!   simulator seed 1024).
 //!
 //! Invariants:
 //! - only peers currently reported adjacent are tracked; a peer that leaves
@@ -94,6 +99,9 @@ struct PeerHealth {
     windows: u32,
     /// `alpha^windows`, for bias correction.
     alpha_pow: f64,
+    /// Whether the last closed window was judged (folded into `avg`); a
+    /// peer whose last window was not keeps its verdict.
+    judged: bool,
 }
 
 impl PeerHealth {
@@ -230,7 +238,8 @@ impl HealthTracker {
                 _ => None,
             };
             let expected = silent_tail.unwrap_or(full);
-            if p.full_window && expected >= 1.0 {
+            p.judged = p.full_window && expected >= 1.0;
+            if p.judged {
                 let lw = ((expected - f64::from(p.received)) / expected).clamp(-1.0, 1.0);
                 p.avg = alpha * p.avg + (1.0 - alpha) * lw;
                 p.alpha_pow *= alpha;
@@ -258,6 +267,16 @@ impl HealthTracker {
         let sum: f64 = losses.iter().map(|(_, l)| l).sum();
         let sum_sq: f64 = losses.iter().map(|(_, l)| l * l).sum();
         for (id, loss) in &losses {
+            if self.peers.get(id).is_some_and(|p| !p.judged) {
+                // No new evidence (its heartbeats fell silent while its
+                // surrogates kept coming): the verdict stands. Judged
+                // afresh, its frozen average could turn into an outlier
+                // only because the others' averages moved on.
+                if before.contains(id) {
+                    self.unhealthy.insert(*id);
+                }
+                continue;
+            }
             let m = n - 1.0;
             let mean = (sum - loss) / m;
             let var = ((sum_sq - loss * loss) / m - mean * mean).max(0.0);
@@ -442,6 +461,54 @@ mod tests {
                 for k in 0..10 {
                     t.record_heartbeat(*id, w * 1000 + k * 100);
                 }
+            }
+        }
+        assert!(t.is_unhealthy(NodeId(1)));
+    }
+
+    /// A peer that was lossy for a while (all peers were) and whose
+    /// heartbeats then fall silent while its surrogates keep coming is not
+    /// made an outlier by the others recovering: its verdict stands until
+    /// its heartbeats give new evidence.
+    #[test]
+    fn a_frozen_average_does_not_become_an_outlier() {
+        let mut t = tracker();
+        let peers = ids(5);
+        run(&mut t, &peers, 10, |i, w| {
+            if w < 8 {
+                4 + (i % 2) as u32
+            } else {
+                10
+            }
+        });
+        assert!(peers.iter().all(|id| t.is_eligible(*id)));
+        let frozen = t.loss(NodeId(1));
+        for w in 10..60u64 {
+            t.tick(w * 1000, &peers);
+            for id in &peers[1..] {
+                for k in 0..10 {
+                    t.record_heartbeat(*id, w * 1000 + k * 100);
+                }
+            }
+            t.record_surrogate(NodeId(1), w * 1000 + 500);
+        }
+        assert_eq!(t.loss(NodeId(1)), frozen, "no window judged");
+        assert!(
+            t.loss(NodeId(2)) < frozen,
+            "the others' averages moved on: {:?} {frozen:?}",
+            t.loss(NodeId(2))
+        );
+        assert!(t.is_eligible(NodeId(1)));
+        // Heartbeats back, as lossy as before: judged again.
+        for w in 60..90u64 {
+            t.tick(w * 1000, &peers);
+            for id in &peers[1..] {
+                for k in 0..10 {
+                    t.record_heartbeat(*id, w * 1000 + k * 100);
+                }
+            }
+            for k in 0..3 {
+                t.record_heartbeat(NodeId(1), w * 1000 + k * 100);
             }
         }
         assert!(t.is_unhealthy(NodeId(1)));
