@@ -276,6 +276,9 @@ impl Fabric for FabricClient {
         let (sender, receiver) = tokio::sync::oneshot::channel();
         lock(&hub.pending).insert(id, sender);
         let sent = hub.send(to, request_frame(id, kind, &payload));
+        // Forgets the waiter however the call ends — answered, timed out,
+        // or dropped unfinished by a caller that wants no answer.
+        let forget = ForgetCall { hub, id };
         Box::pin(async move {
             let answer = if sent {
                 match tokio::time::timeout(timeout, receiver).await {
@@ -285,9 +288,21 @@ impl Fabric for FabricClient {
             } else {
                 Err(FabricError::Unreachable)
             };
-            lock(&hub.pending).remove(&id);
+            drop(forget);
             answer
         })
+    }
+}
+
+/// Removes a fabric call's waiter from the hub when dropped.
+struct ForgetCall {
+    hub: Arc<FabricHub>,
+    id: u64,
+}
+
+impl Drop for ForgetCall {
+    fn drop(&mut self) {
+        lock(&self.hub.pending).remove(&self.id);
     }
 }
 

@@ -770,6 +770,7 @@ pub(crate) fn statistics(service: &Service) -> String {
             "replica_writes_refused_not_holder",
             &stats.replica_writes_refused_not_holder,
         ),
+        counter("proxy_hops_exceeded", &stats.proxy_hops_exceeded),
         counter("replica_reconciles_done", &stats.reconciles_done),
         counter("replica_reconciles_dropped", &stats.reconciles_dropped),
         (
@@ -792,6 +793,7 @@ pub(crate) fn statistics(service: &Service) -> String {
         counter("migrate_partitions_dropped", &migrations.partitions_dropped),
         counter("migrate_exchanges", &migrations.exchanges),
         counter("migrate_dupres_runs", &migrations.dupres_runs),
+        counter("migrate_dupres_failures", &migrations.dupres_failures),
         counter("migrate_acting_reads", &migrations.acting_reads),
         (
             "migrate_pinned_copies".into(),

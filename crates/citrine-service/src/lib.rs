@@ -153,6 +153,10 @@ pub struct NodeStats {
     /// of the record's partition nor holds a copy of it any more (a write
     /// that arrived after the migration that ended its part).
     pub replica_writes_refused_not_holder: AtomicU64,
+    /// Requests refused because they had been forwarded
+    /// [`replication::MAX_PROXY_HOPS`] times without reaching a node that
+    /// runs them (the nodes' views or claims disagreed meanwhile).
+    pub proxy_hops_exceeded: AtomicU64,
     /// Records whose state was sent again to replicas that had not
     /// acknowledged a write, until all did.
     pub reconciles_done: AtomicU64,
@@ -352,8 +356,9 @@ impl Service {
     ///   resolved, which brings it the truncations it missed (synced with
     ///   each peer before the exchange resolves): before, it would serve
     ///   records truncated while it was away, and execute writes against
-    ///   them. Its partitions answer 11 for those milliseconds; the
-    ///   clients retry.
+    ///   them. Its partitions answer 11 for those milliseconds (the
+    ///   reference's answer while a node's initial partition balance is
+    ///   unresolved; the official clients give up on it at once).
     ///
     /// A node holding nothing serves as soon as it is in a view, and a view
     /// of this node alone ends it at once: there is nobody to learn from.

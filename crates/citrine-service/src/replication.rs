@@ -16,7 +16,9 @@
 //!   master's reply frame unchanged — except a plain read reaching a
 //!   replica whose copy is whole (a client reading from replicas by
 //!   policy), which the replica serves. A request that has been proxied
-//!   [`MAX_PROXY_HOPS`] times is answered 11 (partition unavailable);
+//!   [`MAX_PROXY_HOPS`] times (the nodes' views or an acting master's
+//!   claim disagreed for a moment) is answered 9, which every official
+//!   client retries — they give up at once on 11;
 //! - on the master, a write or delete that succeeded locally is captured —
 //!   the record's full new state (generation, void time, last-update time,
 //!   set name, body) or a delete marker, never the ops — and sent
@@ -54,8 +56,9 @@
 //!   ([`crate::migration`] decides: [`call_kind::DUPRES`] to the sources it
 //!   still expects, or to every member while exchanging), each answer's
 //!   copy applied with the replica-write rule, then the request executes;
-//!   a source that does not answer in time → 11 (the client retries)
-//!   rather than a possible lost update. Reads of a partition whose master
+//!   a source that does not answer in time (or whose copy cannot be
+//!   applied) → 9, not executed — the client retries — rather than a
+//!   possible lost update. Reads of a partition whose master
 //!   holds nothing go to its acting master (hop flag [`PROXY_ACTING`]);
 //! - a node that is not in a view yet ([`crate::Service::set_orphan`])
 //!   answers proxied requests 11 and duplicate-resolution requests nothing:
@@ -95,7 +98,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-/// Most times a request may be forwarded before it is refused with 11.
+/// Most times a request may be forwarded before it is refused with 9.
 pub const MAX_PROXY_HOPS: u8 = 3;
 /// Bit of a proxied request's hop byte: a read the master hands to the
 /// partition's acting master (see [`crate::migration`]).
@@ -359,7 +362,8 @@ pub type FabricFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, FabricError>
 /// by the server on its fabric connections.
 pub trait Fabric: Send + Sync + 'static {
     /// Sends `payload` of kind `kind` to `to`; resolves to the answer, or
-    /// an error after `timeout`.
+    /// an error after `timeout`. The payload is on its way when `call`
+    /// returns: dropping the future unpolled abandons only the answer.
     fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, timeout: Duration) -> FabricFuture;
 }
 
@@ -556,7 +560,11 @@ pub(crate) fn route(
     let read = request.header.info2 & info2::WRITE == 0 && request.udf.is_none();
     let proxy = |to: NodeId, flags: u8, out: &mut Vec<u8>| {
         if hops >= MAX_PROXY_HOPS {
-            transaction::write_result(out, ResultCode::Unavailable);
+            service
+                .stats
+                .proxy_hops_exceeded
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            transaction::write_result(out, ResultCode::Timeout);
             return None;
         }
         Some(Box::new(Remote::Proxy {
@@ -1053,7 +1061,10 @@ impl Service {
                     .resolve(fabric.as_ref(), &request, sources, deadline_ms)
                     .await
                 {
-                    transaction::write_result(out, ResultCode::Unavailable);
+                    self.migrations
+                        .dupres_failures
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    transaction::write_result(out, ResultCode::Timeout);
                     return;
                 }
                 match self.execute_resolved(&body, hop, out) {
@@ -1314,9 +1325,9 @@ impl Service {
     /// of the record at once, applies each copy with the replica-write
     /// rule (only when newer), and marks the partition's incoming
     /// migration over when every member has nothing more to send. False
-    /// when some member did not answer in time (the caller answers 11: the
-    /// record's newest version may be there, and executing without it
-    /// could lose an update).
+    /// when some member did not answer in time (the caller answers 9,
+    /// nothing executed: the record's newest version may be there, and
+    /// executing without it could lose an update).
     async fn resolve(
         &self,
         fabric: &dyn Fabric,
@@ -1445,7 +1456,7 @@ impl Service {
             },
             // A node not in a view yet (restarted under the same id before
             // the others noticed) knows nothing of the record: no answer
-            // (the asking master answers 11), never "absent".
+            // (the asking master answers 9), never "absent".
             call_kind::DUPRES if self.is_orphan() => Vec::new(),
             call_kind::DUPRES => {
                 let Some(request) = DupResRequest::decode(payload) else {
@@ -1826,14 +1837,18 @@ mod tests {
             "{deadline} from {before}"
         );
         assert_eq!(forwarded, &frame[PROTO_HEADER_SIZE..]);
-        // A request proxied too often is refused with 11.
+        // A request proxied too often is refused with 9 (clients retry it).
         let answer = block_on_test(service.serve_fabric(
             call_kind::PROXY,
             &Hop::payload(MAX_PROXY_HOPS, u64::MAX, &frame[PROTO_HEADER_SIZE..]),
         ));
+        assert_eq!(answer[PROTO_HEADER_SIZE + 5], ResultCode::Timeout.code());
         assert_eq!(
-            answer[PROTO_HEADER_SIZE + 5],
-            ResultCode::Unavailable.code()
+            service
+                .stats
+                .proxy_hops_exceeded
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
         );
         assert!(fabric.calls.lock().is_empty());
     }
@@ -2433,7 +2448,7 @@ mod tests {
     }
 
     /// A write at a master whose partition is incoming builds on the newest
-    /// copy held elsewhere; unanswered resolution → 11, nothing executed.
+    /// copy held elsewhere; unanswered resolution → 9, nothing executed.
     #[test]
     fn an_incoming_master_resolves_before_executing() {
         use citrine_wire::digest::{of_key, UserKey};
@@ -2492,15 +2507,23 @@ mod tests {
             stored(&service, &digest).map(|(meta, _)| meta.generation),
             Some(4)
         );
-        // Unreachable member: 11, the local copy untouched.
+        // Unreachable member: 9 (not executed; clients retry a 9, never
+        // an 11), the local copy untouched.
         let service = memory_service(1);
         service.set_fabric(std::sync::Arc::new(DupResFabric {
             answer: None,
             calls: parking_lot::Mutex::new(Vec::new()),
         }));
         service.publish_cluster(make_state());
-        assert_eq!(incr(&service, &key).1, ResultCode::Unavailable.code());
+        assert_eq!(incr(&service, &key).1, ResultCode::Timeout.code());
         assert!(stored(&service, &digest).is_none());
+        assert_eq!(
+            service
+                .migrations
+                .dupres_failures
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
         // After the exchange: node 2 held the only copy and node 1 nothing,
         // so node 1 expects node 2 (resolution against it alone) and node
         // 2 is the acting master (reads go there) until its last batch.

@@ -241,27 +241,25 @@ pub(crate) fn push_to_peers(
     }
 }
 
-/// [`push_to_peers`] for async callers (the migration driver): the peers
-/// are sent to at once. True when a push went out.
-pub(crate) async fn push_to_peers_async(
+/// [`push_to_peers`] for the migration driver: sends to every peer and
+/// waits for no answer (a peer that misses the push gets the next one).
+/// The driver must not wait on a dead peer: a push sent just before a
+/// view change would hold the new view's partition-version exchange —
+/// during which every request runs a duplicate resolution — for up to
+/// [`PUSH_TIMEOUT`]. True when a push went out.
+pub(crate) fn push_to_peers_unanswered(
     service: &Service,
     clock: &PushClock,
     kind: u8,
-    what: &str,
     text: impl FnOnce() -> String,
 ) -> bool {
     let Some((fabric, peers, text)) = due_push(service, clock, text) else {
         return false;
     };
-    let calls = peers
-        .iter()
-        .map(|peer| fabric.call(*peer, kind, text.as_bytes().to_vec(), PUSH_TIMEOUT))
-        .collect();
-    let answers = crate::replication::join_all(calls).await;
-    for (peer, answer) in peers.iter().zip(answers) {
-        if let Err(error) = answer {
-            tracing::debug!(?peer, "{what} not pushed: {error:?}");
-        }
+    for peer in peers {
+        // Sent by `call` itself (see `Fabric::call`); the answer is not
+        // wanted.
+        drop(fabric.call(peer, kind, text.as_bytes().to_vec(), PUSH_TIMEOUT));
     }
     true
 }

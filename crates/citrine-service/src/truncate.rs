@@ -418,16 +418,14 @@ impl Service {
 
     /// Sends every threshold to every other member when a push is due (the
     /// migration driver calls it at each step, so the simulator runs the
-    /// pushes too); true when one went out.
-    pub(crate) async fn push_truncations(&self) -> bool {
-        crate::smd::push_to_peers_async(
+    /// pushes too), without waiting for answers; true when one went out.
+    pub(crate) fn push_truncations(&self) -> bool {
+        crate::smd::push_to_peers_unanswered(
             self,
             &self.truncations.push,
             call_kind::TRUNCATIONS,
-            "truncations",
             || self.truncations_text(),
         )
-        .await
     }
 }
 

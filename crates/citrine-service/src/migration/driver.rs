@@ -59,18 +59,19 @@ pub async fn run(service: Arc<Service>, pause: Arc<dyn Pause>, stopping: Arc<Ato
     }
 }
 
-/// Does the next piece of work, if any; false when there was none. The
-/// truncations go out first when a push is due (see
-/// [`Service::push_truncations`]).
+/// Does the next piece of work, if any; false when there was none.
+///
+/// A new view's exchange comes first: until it resolves, every request on
+/// a partition with records runs a duplicate resolution against every
+/// member. Otherwise the truncations go out when a push is due (see
+/// [`Service::push_truncations`]; no answer awaited) and the writes some
+/// replica missed are sent again ([`Service::reconcile_pending`]; at most
+/// one attempt's timeout) before the work.
 pub async fn step(service: &Arc<Service>, pause: &Arc<dyn Pause>) -> bool {
     let Some(fabric) = service.fabric() else {
         return false;
     };
-    let pushed = service.push_truncations().await;
-    // Paced by the idle poll: a replica of another view refuses at once.
-    service.reconcile_pending(fabric.as_ref()).await;
     match service.migrations.next_work() {
-        Work::Idle => pushed,
         Work::Exchange {
             epoch,
             cluster_key,
@@ -79,11 +80,13 @@ pub async fn step(service: &Arc<Service>, pause: &Arc<dyn Pause>) -> bool {
             exchange(service, &fabric, pause, epoch, cluster_key, peers).await;
             true
         }
+        Work::Idle => upkeep(service, fabric.as_ref()).await,
         Work::Send {
             epoch,
             cluster_key,
             tasks,
         } => {
+            upkeep(service, fabric.as_ref()).await;
             let partitions = tasks.len();
             let sent_before = service.migrations.records_sent.load(Ordering::Relaxed);
             let started = service.now().unix_ms;
@@ -101,6 +104,15 @@ pub async fn step(service: &Arc<Service>, pause: &Arc<dyn Pause>) -> bool {
             true
         }
     }
+}
+
+/// The truncation push, when due, and the resend of writes some replica
+/// missed; true when a push went out.
+async fn upkeep(service: &Service, fabric: &dyn Fabric) -> bool {
+    let pushed = service.push_truncations();
+    // Paced by the idle poll: a replica of another view refuses at once.
+    service.reconcile_pending(fabric).await;
+    pushed
 }
 
 /// Fetches every peer's snapshot for `cluster_key` and resolves the

@@ -413,6 +413,9 @@ pub struct Migrations {
     rx_remaining: AtomicU64,
     /// Duplicate resolutions run (a fetch from the other copies).
     pub dupres_runs: AtomicU64,
+    /// Duplicate resolutions that could not complete (a source did not
+    /// answer in time, or its copy could not be applied).
+    pub dupres_failures: AtomicU64,
     /// Reads served as acting master.
     pub acting_reads: AtomicU64,
     /// Bumped whenever this node's claims of master columns change during
@@ -467,6 +470,7 @@ impl Migrations {
             tx_remaining: AtomicU64::new(0),
             rx_remaining: AtomicU64::new(0),
             dupres_runs: AtomicU64::new(0),
+            dupres_failures: AtomicU64::new(0),
             acting_reads: AtomicU64::new(0),
             claims_generation: AtomicU64::new(0),
             max_partitions: AtomicU32::new(MAX_PARTITIONS_DEFAULT),
@@ -2344,6 +2348,59 @@ mod tests {
         let answer = crate::tests::info(&world.node(1), &["truncate:namespace=test;set=demo"]);
         assert_eq!(answer[0].1, "ok");
         world
+    }
+
+    /// Node 1's fabric into `world`, noting the kind of every call.
+    struct Noting {
+        inner: Arc<Direct>,
+        kinds: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Fabric for Noting {
+        fn call(&self, to: NodeId, kind: u8, payload: Vec<u8>, timeout: Duration) -> FabricFuture {
+            self.kinds.lock().push(kind);
+            self.inner.call(to, kind, payload, timeout)
+        }
+    }
+
+    /// A new view's exchange goes before a truncation push that is due:
+    /// until the exchange resolves every request runs a duplicate
+    /// resolution, and a push to a peer that just died would hold it up to
+    /// the push's timeout (no push answer is awaited at all).
+    #[test]
+    fn a_new_views_exchange_goes_before_a_due_push() {
+        use crate::replication::call_kind;
+        let world = World::new(&[2]);
+        let kinds = Arc::new(Mutex::new(Vec::new()));
+        let node = service(1);
+        node.set_fabric(Arc::new(Noting {
+            inner: world.fabric(1),
+            kinds: kinds.clone(),
+        }));
+        world.nodes.lock().push(node);
+        world.publish(50, &[1, 2]);
+        world.settle(&[1, 2]);
+        let answer = crate::tests::info(&world.node(1), &["truncate:namespace=test;set=demo"]);
+        assert_eq!(answer[0].1, "ok");
+        kinds.lock().clear();
+        // A new view: the push is due again (and the exchange to do).
+        world.publish(51, &[1, 2]);
+        assert!(world.node(1).migrations.exchanging());
+        let pause: Arc<dyn Pause> = Arc::new(NoWait);
+        assert!(crate::block_on(driver::step(&world.node(1), &pause)));
+        assert!(!world.node(1).migrations.exchanging(), "resolved");
+        let pushes = |kinds: &[u8]| {
+            kinds
+                .iter()
+                .filter(|k| **k == call_kind::TRUNCATIONS)
+                .count()
+        };
+        // The exchange's own sync of the truncations, no push yet.
+        assert_eq!(kinds.lock().first(), Some(&call_kind::EXCHANGE));
+        assert_eq!(pushes(&kinds.lock()), 1);
+        // The next step pushes.
+        crate::block_on(driver::step(&world.node(1), &pause));
+        assert_eq!(pushes(&kinds.lock()), 2);
     }
 
     #[test]
