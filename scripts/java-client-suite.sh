@@ -149,6 +149,7 @@ print(summary)
 open(f"{work}/summary.txt", "w").write(summary + "\n")
 PY
 if [ "$status" -ne 0 ]; then
+    [ "${NODES:-1}" -gt 1 ] && cluster_story
     echo "$SCRIPT_NAME: a test failed (Maven's log: $WORK/mvn-test.log)" >&2
     exit 1
 fi

@@ -158,6 +158,24 @@ TOML
     die "no view of $nodes nodes with migrations done after 30 s (see $WORK/server-*.log)"
 }
 
+# cluster_story: for a failed run against a cluster, what the nodes went
+# through — every view change, exchange, migration plan and warning in
+# the server logs (in time order), and each live node's counters of
+# refused, expired and proxied requests and duplicate resolutions.
+cluster_story() {
+    echo "== the cluster's story (server logs: $WORK/server-*.log)"
+    grep -hE "view changed|versions exchanged|plan done|left the cluster|WARN|ERROR" \
+        "$WORK"/server-*.log 2>/dev/null | sort | tail -60 | cut -c1-220
+    local port stats
+    for port in "${CLUSTER_PORTS[@]}"; do
+        stats=$(info_value "$port" statistics)
+        [ -n "$stats" ] || { echo "   node on $port: no answer"; continue; }
+        echo "   node on $port: $(tr ';' '\n' <<<"$stats" \
+            | grep -E "^(cluster_size|proxied_out|proxied_in|stall_refusals|expired_refusals|service_stalls|proxy_hops_exceeded|migrate_dupres_runs|migrate_dupres_failures|migrate_acting_reads)=" \
+            | tr '\n' ' ')"
+    done
+}
+
 # relaunch_node I: starts node I (1-based) of the cluster start_cluster
 # made again, with the same ports, configuration and work directory (a
 # memory namespace comes back empty), after it died or was killed; adds
