@@ -360,6 +360,26 @@ mod tests {
         t.tick(windows * 1000, peers);
     }
 
+    /// Windows `windows`: every peer but node 1 sends all its heartbeats;
+    /// `node_1` sends what node 1 sends in the window starting at `start`.
+    fn others_steady(
+        t: &mut HealthTracker,
+        peers: &[NodeId],
+        windows: std::ops::Range<u64>,
+        node_1: impl Fn(&mut HealthTracker, u64),
+    ) {
+        for w in windows {
+            let start = w * 1000;
+            t.tick(start, peers);
+            for id in &peers[1..] {
+                for k in 0..10 {
+                    t.record_heartbeat(*id, start + k * 100);
+                }
+            }
+            node_1(t, start);
+        }
+    }
+
     fn tracker() -> HealthTracker {
         HealthTracker::new(HealthConfig::default(), 100, 0)
     }
@@ -443,26 +463,13 @@ mod tests {
         run(&mut t, &peers, 6, |_, _| 10);
         assert!(t.is_eligible(NodeId(1)));
         // Heartbeats from node 1 stop; replica writes keep flowing.
-        for w in 6..30u64 {
-            t.tick(w * 1000, &peers);
-            for id in &peers[1..] {
-                for k in 0..10 {
-                    t.record_heartbeat(*id, w * 1000 + k * 100);
-                }
-            }
-            t.record_surrogate(NodeId(1), w * 1000 + 500);
-        }
+        others_steady(&mut t, &peers, 6..30, |t, start| {
+            t.record_surrogate(NodeId(1), start + 500)
+        });
         assert!(t.is_eligible(NodeId(1)));
         assert!(t.loss(NodeId(1)).is_some_and(|l| l < 0.05));
         // Without the surrogates the same silence is loss.
-        for w in 30..60u64 {
-            t.tick(w * 1000, &peers);
-            for id in &peers[1..] {
-                for k in 0..10 {
-                    t.record_heartbeat(*id, w * 1000 + k * 100);
-                }
-            }
-        }
+        others_steady(&mut t, &peers, 30..60, |_, _| {});
         assert!(t.is_unhealthy(NodeId(1)));
     }
 
@@ -483,15 +490,9 @@ mod tests {
         });
         assert!(peers.iter().all(|id| t.is_eligible(*id)));
         let frozen = t.loss(NodeId(1));
-        for w in 10..60u64 {
-            t.tick(w * 1000, &peers);
-            for id in &peers[1..] {
-                for k in 0..10 {
-                    t.record_heartbeat(*id, w * 1000 + k * 100);
-                }
-            }
-            t.record_surrogate(NodeId(1), w * 1000 + 500);
-        }
+        others_steady(&mut t, &peers, 10..60, |t, start| {
+            t.record_surrogate(NodeId(1), start + 500)
+        });
         assert_eq!(t.loss(NodeId(1)), frozen, "no window judged");
         assert!(
             t.loss(NodeId(2)) < frozen,
@@ -500,17 +501,11 @@ mod tests {
         );
         assert!(t.is_eligible(NodeId(1)));
         // Heartbeats back, as lossy as before: judged again.
-        for w in 60..90u64 {
-            t.tick(w * 1000, &peers);
-            for id in &peers[1..] {
-                for k in 0..10 {
-                    t.record_heartbeat(*id, w * 1000 + k * 100);
-                }
-            }
+        others_steady(&mut t, &peers, 60..90, |t, start| {
             for k in 0..3 {
-                t.record_heartbeat(NodeId(1), w * 1000 + k * 100);
+                t.record_heartbeat(NodeId(1), start + k * 100);
             }
-        }
+        });
         assert!(t.is_unhealthy(NodeId(1)));
     }
 
