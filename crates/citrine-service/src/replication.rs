@@ -16,9 +16,9 @@
 //!   master's reply frame unchanged — except a plain read reaching a
 //!   replica whose copy is whole (a client reading from replicas by
 //!   policy), which the replica serves. A request that has been proxied
-//!   [`MAX_PROXY_HOPS`] times (the nodes' views or an acting master's
-//!   claim disagreed for a moment) is answered 9, which every official
-//!   client retries — they give up at once on 11;
+//!   [`MAX_PROXY_HOPS`] times (the nodes' views disagreed for a moment)
+//!   is answered 9, which every official client retries — they give up
+//!   at once on 11;
 //! - on the master, a write or delete that succeeded locally is captured —
 //!   the record's full new state (generation, void time, last-update time,
 //!   set name, body) or a delete marker, never the ops — and sent
