@@ -165,7 +165,7 @@ TOML
 cluster_story() {
     echo "== the cluster's story (server logs: $WORK/server-*.log)"
     grep -hE "view changed|versions exchanged|plan done|left the cluster|WARN|ERROR" \
-        "$WORK"/server-*.log 2>/dev/null | sort | tail -60 | cut -c1-220
+        "$WORK"/server-*.log 2>/dev/null | sort | tail -60 | cut -c1-220 || true
     local port stats
     for port in "${CLUSTER_PORTS[@]}"; do
         stats=$(info_value "$port" statistics)
