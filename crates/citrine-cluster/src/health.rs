@@ -255,37 +255,39 @@ impl HealthTracker {
 
     fn judge(&mut self) {
         let before = std::mem::take(&mut self.unhealthy);
-        let losses: Vec<(NodeId, f64)> = self
+        // (peer, loss, whether its last window was judged)
+        let losses: Vec<(NodeId, f64, bool)> = self
             .peers
             .iter()
-            .filter_map(|(id, p)| p.corrected().map(|l| (*id, l)))
+            .filter_map(|(id, p)| p.corrected().map(|l| (*id, l, p.judged)))
             .collect();
         if losses.len() <= self.cfg.min_peers {
             return;
         }
         let n = losses.len() as f64;
-        let sum: f64 = losses.iter().map(|(_, l)| l).sum();
-        let sum_sq: f64 = losses.iter().map(|(_, l)| l * l).sum();
-        for (id, loss) in &losses {
-            if self.peers.get(id).is_some_and(|p| !p.judged) {
+        let sum: f64 = losses.iter().map(|(_, l, _)| l).sum();
+        let sum_sq: f64 = losses.iter().map(|(_, l, _)| l * l).sum();
+        for &(id, loss, judged) in &losses {
+            let was_unhealthy = before.contains(&id);
+            let unhealthy = if judged {
+                let m = n - 1.0;
+                let mean = (sum - loss) / m;
+                let var = ((sum_sq - loss * loss) / m - mean * mean).max(0.0);
+                let mut threshold =
+                    (mean + self.cfg.sigma_factor * var.sqrt()).max(self.cfg.min_loss);
+                if !was_unhealthy {
+                    threshold *= 1.0 + self.cfg.hysteresis;
+                }
+                loss > threshold
+            } else {
                 // No new evidence (its heartbeats fell silent while its
                 // surrogates kept coming): the verdict stands. Judged
                 // afresh, its frozen average could turn into an outlier
                 // only because the others' averages moved on.
-                if before.contains(id) {
-                    self.unhealthy.insert(*id);
-                }
-                continue;
-            }
-            let m = n - 1.0;
-            let mean = (sum - loss) / m;
-            let var = ((sum_sq - loss * loss) / m - mean * mean).max(0.0);
-            let mut threshold = (mean + self.cfg.sigma_factor * var.sqrt()).max(self.cfg.min_loss);
-            if !before.contains(id) {
-                threshold *= 1.0 + self.cfg.hysteresis;
-            }
-            if *loss > threshold {
-                self.unhealthy.insert(*id);
+                was_unhealthy
+            };
+            if unhealthy {
+                self.unhealthy.insert(id);
             }
         }
     }

@@ -1664,6 +1664,24 @@ mod tests {
         )
     }
 
+    /// User keys `k0`..`k999` of set `demo` (with their digests) whose
+    /// partition `node` masters in `state`.
+    fn keys_mastered_by(
+        state: &crate::cluster_state::ClusterState,
+        node: u64,
+    ) -> impl Iterator<Item = (String, Digest)> + '_ {
+        use citrine_wire::digest::{of_key, UserKey};
+        (0..1000)
+            .map(|index| format!("k{index}"))
+            .map(|key| {
+                let digest = of_key("demo", &UserKey::String(key.clone()));
+                (key, digest)
+            })
+            .filter(move |(_, digest)| {
+                state.namespaces[0].map.master(digest.partition()) == Some(NodeId(node))
+            })
+    }
+
     fn namespace_of(service: &Service) -> &Namespace {
         service.namespace(b"test").expect("namespace test")
     }
@@ -1775,15 +1793,7 @@ mod tests {
         });
         service.set_fabric(fabric.clone());
         let state = view_of_two(1, 5);
-        let master_of = |digest: &Digest| state.namespaces[0].map.master(digest.partition());
-        let key_mastered_by = |node: u64| {
-            (0..1000)
-                .map(|index| format!("k{index}"))
-                .find(|key| {
-                    master_of(&of_key("demo", &UserKey::String(key.clone()))) == Some(NodeId(node))
-                })
-                .expect("a key")
-        };
+        let key_mastered_by = |node: u64| keys_mastered_by(&state, node).next().expect("a key").0;
         let (mine, theirs) = (key_mastered_by(1), key_mastered_by(2));
         service.publish_cluster(state);
         let put = |key: &str| {
@@ -1855,7 +1865,6 @@ mod tests {
 
     #[test]
     fn a_node_whose_cluster_runtime_stalled_refuses_requests() {
-        use citrine_wire::digest::{of_key, UserKey};
         use citrine_wire::msg::{field_type, info1, info3, MessageWriter, MsgHeader};
         let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
         let service = memory_service_on(1, clock.clone());
@@ -1864,15 +1873,10 @@ mod tests {
         });
         service.set_fabric(fabric.clone());
         let state = view_of_two(1, 5);
-        let theirs = (0..1000)
-            .map(|index| format!("k{index}"))
-            .find(|key| {
-                let digest = of_key("demo", &UserKey::String(key.clone()));
-                state.namespaces[0].map.master(digest.partition()) == Some(NodeId(2))
-            })
+        let (_, digest) = keys_mastered_by(&state, 2)
+            .next()
             .expect("a key mastered by node 2");
         service.publish_cluster(state);
-        let digest = of_key("demo", &UserKey::String(theirs));
         let mut frame = Vec::new();
         let mut writer = MessageWriter::begin(
             &mut frame,
@@ -2021,7 +2025,6 @@ mod tests {
 
     #[test]
     fn a_request_past_its_deadline_is_not_run() {
-        use citrine_wire::digest::{of_key, UserKey};
         let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
         let service = memory_service_on(1, clock.clone());
         let fabric = std::sync::Arc::new(SlowResolution {
@@ -2033,9 +2036,8 @@ mod tests {
         });
         service.set_fabric(fabric.clone());
         let state = view_of_two(1, 5);
-        let mine: Vec<Digest> = (0..1000)
-            .map(|index| of_key("demo", &UserKey::String(format!("k{index}"))))
-            .filter(|digest| state.namespaces[0].map.master(digest.partition()) == Some(NodeId(1)))
+        let mine: Vec<Digest> = keys_mastered_by(&state, 1)
+            .map(|(_, digest)| digest)
             .take(6)
             .collect();
         service.publish_cluster(state);
@@ -2098,16 +2100,14 @@ mod tests {
     /// from when it may have arrived, not from now.
     #[test]
     fn a_held_request_is_forwarded_with_its_deadline_from_the_stall() {
-        use citrine_wire::digest::{of_key, UserKey};
         let clock = std::sync::Arc::new(crate::ManualClock::new(1_700_000_000_000));
         let service = memory_service_on(1, clock);
         service.set_fabric(std::sync::Arc::new(FakeFabric {
             calls: parking_lot::Mutex::new(Vec::new()),
         }));
         let state = view_of_two(1, 5);
-        let theirs = (0..1000)
-            .map(|index| of_key("demo", &UserKey::String(format!("k{index}"))))
-            .find(|digest| state.namespaces[0].map.master(digest.partition()) == Some(NodeId(2)))
+        let (_, theirs) = keys_mastered_by(&state, 2)
+            .next()
             .expect("a key node 2 masters");
         service.publish_cluster(state);
         let frame = put_frame(&theirs, 50);
@@ -2462,15 +2462,7 @@ mod tests {
         let old = memory_service(2);
         let make_state = || view_of_two(1, 5);
         let state = make_state();
-        let key = (0..1000)
-            .map(|index| format!("k{index}"))
-            .find(|key| {
-                state.namespaces[0]
-                    .map
-                    .master(of_key("demo", &UserKey::String(key.clone())).partition())
-                    == Some(NodeId(1))
-            })
-            .expect("a key");
+        let (key, _) = keys_mastered_by(&state, 1).next().expect("a key");
         for _ in 0..3 {
             assert_eq!(incr(&old, &key).1, 0);
         }
