@@ -893,6 +893,30 @@ pub fn apply_replica_write(service: &Service, write: &ReplicaWrite) -> ResultCod
 /// threshold later than this node's is first taken as its own
 /// ([`Service::adopt_carried_truncation`]).
 pub fn apply_copy(service: &Service, write: &ReplicaWrite, truncated_before: u64) -> ResultCode {
+    apply_copy_admitted(service, write, truncated_before, Admit::Always)
+}
+
+/// Whether a copy may be stored in a partition this node is not a replica
+/// of. The check for [`Admit::IfHeld`] runs under the partition's write
+/// lock, the lock a migration's drop of the copy takes too
+/// ([`Service::drop_copy`]): a drop comes wholly before the check (the
+/// copy is refused) or wholly after the store (the copy goes with the
+/// rest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// Stored whatever this node holds of the partition.
+    Always,
+    /// Stored only while this node still holds a record or tombstone of
+    /// the partition; otherwise refused with [`ResultCode::Unavailable`].
+    IfHeld,
+}
+
+fn apply_copy_admitted(
+    service: &Service,
+    write: &ReplicaWrite,
+    truncated_before: u64,
+    admit: Admit,
+) -> ResultCode {
     let Some(namespace) = service.namespace(write.namespace.as_bytes()) else {
         return ResultCode::Namespace;
     };
@@ -905,7 +929,7 @@ pub fn apply_copy(service: &Service, write: &ReplicaWrite, truncated_before: u64
         // The sender knows a truncation this node has not heard of yet.
         service.adopt_carried_truncation(&write.namespace, &write.set_name, truncated_before);
     }
-    match apply(namespace, write, service.now(), truncated_before) {
+    match apply(namespace, write, service.now(), truncated_before, admit) {
         Ok(()) => ResultCode::Ok,
         Err(code) => code,
     }
@@ -916,6 +940,7 @@ fn apply(
     write: &ReplicaWrite,
     now: Now,
     truncated_before: u64,
+    admit: Admit,
 ) -> Result<(), ResultCode> {
     if write.body.is_some() && write.generation == 0 {
         // No master writes a record at generation 0 (generations wrap to
@@ -937,6 +962,9 @@ fn apply(
     }
     let policy = namespace.config.conflict_resolution_policy;
     let mut partition = namespace.index.partition(write.digest.partition()).write();
+    if admit == Admit::IfHeld && partition.len() + partition.tombstone_count() == 0 {
+        return Err(ResultCode::Unavailable);
+    }
     // A held copy that is dead (expired or truncated here, or expired
     // before the incoming copy was written, whatever this node's clock
     // says, or truncated by the master's thresholds, which this node may
@@ -1371,29 +1399,39 @@ impl Service {
         true
     }
 
-    /// Whether a replica write (under the current view) may be stored
-    /// here: this node is one of the partition's replicas, or it still
-    /// holds a copy of it (the acting master while the master fills, a
-    /// source whose copy is not dropped yet). A write that reaches a node
+    /// Stores a replica write (under the current view) if this node is
+    /// one of the partition's replicas, or if it still holds a copy of the
+    /// partition (the acting master while the master fills, a source whose
+    /// copy is not dropped yet); refuses it with
+    /// [`ResultCode::Unavailable`] otherwise. A write that reaches a node
     /// after it dropped its copy — a resend to the acting master that the
     /// network held up past the end of the migration — would otherwise
-    /// bring back a copy outside the replica list that no one drops.
-    fn takes_replica_writes(
+    /// bring back a copy outside the replica list that no one drops. The
+    /// "still holds" check and the store are one critical section
+    /// ([`Admit::IfHeld`]).
+    fn store_replica_write(
         &self,
         cluster: &crate::cluster_state::ClusterState,
         write: &ReplicaWrite,
-    ) -> bool {
-        let partition = write.digest.partition();
-        let replica = cluster
-            .namespace(&write.namespace)
-            .is_some_and(|map| map.map.replicas(partition).contains(&self.node_id));
-        replica
-            || self
-                .namespace(write.namespace.as_bytes())
-                .is_some_and(|namespace| {
-                    let index = namespace.index.partition(partition).read();
-                    index.len() + index.tombstone_count() > 0
-                })
+        truncated_before: u64,
+    ) -> ResultCode {
+        let replica = cluster.namespace(&write.namespace).is_some_and(|map| {
+            map.map
+                .replicas(write.digest.partition())
+                .contains(&self.node_id)
+        });
+        let admit = if replica {
+            Admit::Always
+        } else {
+            Admit::IfHeld
+        };
+        let code = apply_copy_admitted(self, write, truncated_before, admit);
+        if admit == Admit::IfHeld && code == ResultCode::Unavailable {
+            self.stats
+                .replica_writes_refused_not_holder
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        code
     }
 
     fn remaining(&self, deadline_ms: u64) -> Duration {
@@ -1410,13 +1448,7 @@ impl Service {
                         ResultCode::ClusterKeyMismatch
                     }
                     Some((_, truncated_before, write)) => match ReplicaWrite::decode(write) {
-                        Some(write) if !self.takes_replica_writes(&cluster, &write) => {
-                            self.stats
-                                .replica_writes_refused_not_holder
-                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            ResultCode::Unavailable
-                        }
-                        Some(write) => apply_copy(self, &write, truncated_before),
+                        Some(write) => self.store_replica_write(&cluster, &write, truncated_before),
                         None => ResultCode::Parameter,
                     },
                     None => ResultCode::Parameter,
@@ -2394,6 +2426,37 @@ mod tests {
                 .load(Relaxed),
             1
         );
+    }
+
+    #[test]
+    fn a_copy_admitted_if_held_needs_a_record_or_tombstone_of_the_partition() {
+        let service = memory_service(1);
+        let record = sample(Some(vec![1, 2, 3]));
+        // Nothing of the partition here: refused, nothing stored.
+        assert_eq!(
+            apply_copy_admitted(&service, &record, 0, Admit::IfHeld),
+            ResultCode::Unavailable
+        );
+        assert!(stored(&service, &record.digest).is_none());
+        // A tombstone of another record of the partition is a held copy.
+        let mut other = record.digest;
+        other.0[DIGEST_SIZE - 1] ^= 0xff;
+        assert_eq!(other.partition(), record.digest.partition());
+        let delete = ReplicaWrite {
+            digest: other,
+            generation: 2,
+            ..sample(None)
+        };
+        assert_eq!(
+            apply_copy_admitted(&service, &delete, 0, Admit::Always),
+            ResultCode::Ok
+        );
+        assert!(stored(&service, &other).is_none());
+        assert_eq!(
+            apply_copy_admitted(&service, &record, 0, Admit::IfHeld),
+            ResultCode::Ok
+        );
+        assert!(stored(&service, &record.digest).is_some());
     }
 
     fn block_on_test<F: std::future::Future>(future: F) -> F::Output {
