@@ -11,9 +11,15 @@
 //! - when surrogate messages kept arriving after the last heartbeat of a
 //!   window, the peer is alive and only its heartbeat channel went silent,
 //!   which per 001 §2.1.2.1 must not affect the cluster view: the window is
-//!   judged only up to its last heartbeat (and skipped if it had none). A
-//!   node that is erratic on every channel still delivers heartbeats spread
-//!   over the window, so its windows keep counting;
+//!   judged only up to its last heartbeat (and skipped if it had none).
+//!   Likewise when surrogates arrived before the first heartbeat of a
+//!   window (the heartbeat channel came back mid-window), it is judged only
+//!   from its first heartbeat: judged whole, the window in which a
+//!   heartbeat-only cut heals counts the cut's half as loss (a principal
+//!   evicted a member a second after such a cut healed, and admitted it
+//!   back a window later: membership simulator seed 301840). A node that
+//!   is erratic on every channel still delivers heartbeats spread over the
+//!   window, so its windows keep counting;
 //! - the average is bias-corrected (`l_a / (1 - alpha^k)` after `k` windows),
 //!   so a newly seen peer is judged on the windows observed so far instead
 //!   of on an optimistic zero prior;
@@ -46,6 +52,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use citrine_types::NodeId;
+
+/// Losses closer than this to a threshold are taken as equal to it: the
+/// averages are sums of fractions like 1/3, so a loss exactly at a threshold
+/// can come out a few ulps either side of it.
+const ROUNDING: f64 = 1e-9;
 
 /// Health-score tuning.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,8 +98,12 @@ impl Default for HealthConfig {
 struct PeerHealth {
     /// Heartbeats counted in the current window.
     received: u32,
+    /// Arrival of the first heartbeat in the current window.
+    first_heartbeat: Option<u64>,
     /// Arrival of the last heartbeat in the current window.
     last_heartbeat: Option<u64>,
+    /// Arrival of the first surrogate in the current window.
+    first_surrogate: Option<u64>,
     /// Arrival of the last surrogate in the current window.
     last_surrogate: Option<u64>,
     /// Whether the peer was tracked for the whole current window.
@@ -105,6 +120,15 @@ struct PeerHealth {
 }
 
 impl PeerHealth {
+    /// Clears what was observed in the current window.
+    fn forget_window(&mut self) {
+        self.received = 0;
+        self.first_heartbeat = None;
+        self.last_heartbeat = None;
+        self.first_surrogate = None;
+        self.last_surrogate = None;
+    }
+
     fn corrected(&self) -> Option<f64> {
         if self.windows == 0 {
             return None;
@@ -149,6 +173,7 @@ impl HealthTracker {
     pub fn record_heartbeat(&mut self, from: NodeId, now: u64) {
         if let Some(p) = self.peers.get_mut(&from) {
             p.received = p.received.saturating_add(1);
+            p.first_heartbeat.get_or_insert(now);
             p.last_heartbeat = Some(now);
         }
     }
@@ -175,9 +200,7 @@ impl HealthTracker {
         self.window_start = now;
         for p in self.peers.values_mut() {
             p.full_window = false;
-            p.received = 0;
-            p.last_heartbeat = None;
-            p.last_surrogate = None;
+            p.forget_window();
         }
     }
 
@@ -185,6 +208,7 @@ impl HealthTracker {
     /// does not count as a heartbeat but proves the peer alive.
     pub fn record_surrogate(&mut self, from: NodeId, now: u64) {
         if let Some(p) = self.peers.get_mut(&from) {
+            p.first_surrogate.get_or_insert(now);
             p.last_surrogate = Some(now);
         }
     }
@@ -225,19 +249,33 @@ impl HealthTracker {
         let full = self.cfg.window_ms as f64 / self.interval_ms as f64;
         let alpha = self.cfg.alpha;
         let start = self.window_start;
+        let end = start + self.cfg.window_ms;
         let interval = self.interval_ms as f64;
         for p in self.peers.values_mut() {
             // Heartbeats silent while surrogates still arrive: judge the
-            // window only up to its last heartbeat.
-            let silent_tail = match (p.last_heartbeat, p.last_surrogate) {
-                (_, None) => None,
-                (None, Some(_)) => Some(0.0),
-                (Some(h), Some(s)) if s > h + self.interval_ms => {
-                    Some((h.saturating_sub(start) as f64 / interval + 1.0).min(full))
+            // window only from its first heartbeat (if surrogates came
+            // before it) up to its last (if surrogates came after it).
+            let expected = match (p.first_heartbeat, p.last_heartbeat, p.first_surrogate) {
+                (_, _, None) => full,
+                (None, _, Some(_)) | (_, None, Some(_)) => 0.0,
+                (Some(first), Some(last), Some(first_surrogate)) => {
+                    let silent_head = first_surrogate + self.interval_ms < first;
+                    let silent_tail = p
+                        .last_surrogate
+                        .is_some_and(|s| s > last + self.interval_ms);
+                    if silent_head || silent_tail {
+                        let from = if silent_head { first } else { start };
+                        let to = if silent_tail {
+                            last
+                        } else {
+                            end.saturating_sub(self.interval_ms).max(last)
+                        };
+                        (to.saturating_sub(from) as f64 / interval + 1.0).min(full)
+                    } else {
+                        full
+                    }
                 }
-                _ => None,
             };
-            let expected = silent_tail.unwrap_or(full);
             p.judged = p.full_window && expected >= 1.0;
             if p.judged {
                 let lw = ((expected - f64::from(p.received)) / expected).clamp(-1.0, 1.0);
@@ -247,9 +285,7 @@ impl HealthTracker {
                 debug_assert!((-1.0..=1.0).contains(&p.avg));
             }
             p.full_window = true;
-            p.received = 0;
-            p.last_heartbeat = None;
-            p.last_surrogate = None;
+            p.forget_window();
         }
     }
 
@@ -278,7 +314,12 @@ impl HealthTracker {
                 if !was_unhealthy {
                     threshold *= 1.0 + self.cfg.hysteresis;
                 }
-                loss > threshold
+                // Above by more than rounding: a loss exactly at the
+                // threshold (5 heartbeats of 6⅔ expected, 0.25, against
+                // 0.2 × 1.25) came out 2e-16 above it and kept a node just
+                // booted out of a view for a window (membership simulator
+                // seed 309546).
+                loss > threshold + ROUNDING
             } else {
                 // No new evidence (its heartbeats fell silent while its
                 // surrogates kept coming): the verdict stands. Judged
@@ -536,6 +577,88 @@ mod tests {
             "{:?}",
             t.loss(NodeId(1))
         );
+    }
+
+    #[test]
+    fn heartbeats_resuming_mid_window_with_surrogates_is_not_loss() {
+        let mut t = tracker();
+        let peers = ids(6);
+        run(&mut t, &peers, 5, |_, _| 10);
+        assert!(t.is_eligible(NodeId(1)));
+        // Window [5000, 6000): a heartbeat-only cut of node 1 heals at
+        // 5600; its replica writes came all along.
+        t.tick(5000, &peers);
+        for id in &peers {
+            let first = if *id == NodeId(1) { 6 } else { 0 };
+            for k in first..10 {
+                t.record_heartbeat(*id, 5000 + k * 100);
+            }
+        }
+        for k in 0..10 {
+            t.record_surrogate(NodeId(1), 5000 + k * 100 + 50);
+        }
+        t.tick(6000, &peers);
+        assert!(t.is_eligible(NodeId(1)));
+        assert!(
+            t.loss(NodeId(1)).is_some_and(|l| l < 0.01),
+            "{:?}",
+            t.loss(NodeId(1))
+        );
+        // Without the surrogates the same silence is loss.
+        t.tick(6000, &peers);
+        for id in &peers {
+            let first = if *id == NodeId(1) { 6 } else { 0 };
+            for k in first..10 {
+                t.record_heartbeat(*id, 6000 + k * 100);
+            }
+        }
+        t.tick(7000, &peers);
+        assert!(
+            t.loss(NodeId(1)).is_some_and(|l| l > 0.05),
+            "{:?}",
+            t.loss(NodeId(1))
+        );
+    }
+
+    #[test]
+    fn a_burst_of_heartbeats_inside_a_surrogate_window_is_judged_on_its_span() {
+        let mut t = tracker();
+        let peers = ids(6);
+        run(&mut t, &peers, 5, |_, _| 10);
+        // Window [5000, 6000): node 1's heartbeats only from 5300 to 5600,
+        // one of the four lost (3 of 4 expected); surrogates all along.
+        t.tick(5000, &peers);
+        for id in &peers[1..] {
+            for k in 0..10 {
+                t.record_heartbeat(*id, 5000 + k * 100);
+            }
+        }
+        for k in [3, 4, 6] {
+            t.record_heartbeat(NodeId(1), 5000 + k * 100);
+        }
+        for k in 0..10 {
+            t.record_surrogate(NodeId(1), 5000 + k * 100 + 50);
+        }
+        t.tick(6000, &peers);
+        // One of four lost, in the sixth window: the bias-corrected average
+        // is 0.25 × 0.05 / (1 − 0.95⁶) ≈ 0.048.
+        let loss = t.loss(NodeId(1)).expect("observed");
+        assert!((0.04..0.06).contains(&loss), "{loss}");
+    }
+
+    #[test]
+    fn a_loss_exactly_at_the_threshold_is_not_above_it() {
+        // Heartbeats every 150 ms: 6⅔ expected a window. Node 1 delivers 5
+        // in each of its three probation windows, a loss of exactly 0.25,
+        // the threshold for a healthy peer (0.2 × 1.25) when the others
+        // lose nothing.
+        let mut t = HealthTracker::new(HealthConfig::default(), 150, 0);
+        let peers = ids(6);
+        run(&mut t, &peers, 4, |i, _| if i == 0 { 5 } else { 7 });
+        let loss = t.loss(NodeId(1)).expect("observed");
+        assert!((loss - 0.25).abs() < 1e-12, "{loss}");
+        assert!(!t.is_unhealthy(NodeId(1)));
+        assert!(t.is_eligible(NodeId(1)));
     }
 
     #[test]
