@@ -138,6 +138,34 @@ impl PeerHealth {
         self.last_surrogate = None;
     }
 
+    /// How many heartbeats the current window (from `start`, `window_ms`
+    /// long) is judged on: all it should carry, unless only the heartbeat
+    /// channel was silent in part of it (see the module doc) — then those
+    /// of the span from its first heartbeat (if surrogates came before it,
+    /// after a window of surrogates only) to its last (if surrogates came
+    /// after it), and none if it carried surrogates but no heartbeat.
+    fn expected_heartbeats(&self, start: u64, window_ms: u64, interval_ms: u64) -> f64 {
+        let full = window_ms as f64 / interval_ms as f64;
+        let Some(first_surrogate) = self.first_surrogate else {
+            return full;
+        };
+        let (Some(first), Some(last)) = (self.first_heartbeat, self.last_heartbeat) else {
+            return 0.0;
+        };
+        let silent_head = self.heartbeats_down && first_surrogate + interval_ms < first;
+        let silent_tail = self.last_surrogate.is_some_and(|s| s > last + interval_ms);
+        if !silent_head && !silent_tail {
+            return full;
+        }
+        let from = if silent_head { first } else { start };
+        let to = if silent_tail {
+            last
+        } else {
+            (start + window_ms).saturating_sub(interval_ms).max(last)
+        };
+        (to.saturating_sub(from) as f64 / interval_ms as f64 + 1.0).min(full)
+    }
+
     fn corrected(&self) -> Option<f64> {
         if self.windows == 0 {
             return None;
@@ -256,37 +284,11 @@ impl HealthTracker {
     }
 
     fn close_window(&mut self) {
-        let full = self.cfg.window_ms as f64 / self.interval_ms as f64;
         let alpha = self.cfg.alpha;
-        let start = self.window_start;
-        let end = start + self.cfg.window_ms;
-        let interval = self.interval_ms as f64;
+        let (start, window_ms, interval_ms) =
+            (self.window_start, self.cfg.window_ms, self.interval_ms);
         for p in self.peers.values_mut() {
-            // Heartbeats silent while surrogates still arrive: judge the
-            // window only from its first heartbeat (if surrogates came
-            // before it) up to its last (if surrogates came after it).
-            let expected = match (p.first_heartbeat, p.last_heartbeat, p.first_surrogate) {
-                (_, _, None) => full,
-                (None, _, Some(_)) | (_, None, Some(_)) => 0.0,
-                (Some(first), Some(last), Some(first_surrogate)) => {
-                    let silent_head =
-                        p.heartbeats_down && first_surrogate + self.interval_ms < first;
-                    let silent_tail = p
-                        .last_surrogate
-                        .is_some_and(|s| s > last + self.interval_ms);
-                    if silent_head || silent_tail {
-                        let from = if silent_head { first } else { start };
-                        let to = if silent_tail {
-                            last
-                        } else {
-                            end.saturating_sub(self.interval_ms).max(last)
-                        };
-                        (to.saturating_sub(from) as f64 / interval + 1.0).min(full)
-                    } else {
-                        full
-                    }
-                }
-            };
+            let expected = p.expected_heartbeats(start, window_ms, interval_ms);
             p.judged = p.full_window && expected >= 1.0;
             if p.judged {
                 let lw = ((expected - f64::from(p.received)) / expected).clamp(-1.0, 1.0);
