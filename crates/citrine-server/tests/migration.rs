@@ -290,11 +290,13 @@ fn a_node_restarted_with_its_device_gets_only_what_it_missed() {
     let resolved = dupres(&nodes[1]);
     let mut stream = nodes[1].connect();
     for key in &missed {
-        // As a client would, retry 11: the survivor may not have resolved
-        // the view's exchange yet when the first reads reach it.
+        // Retry 9 and 11: the survivor may not have resolved the view's
+        // exchange yet when the first reads reach it (11), and a duplicate
+        // resolution or a proxy meeting views that still disagree answers
+        // 9, which the official clients retry (a CI run got 9 here).
         let mut answer = get(&mut stream, key);
         for _ in 0..100 {
-            if answer.0 != 11 {
+            if answer.0 != 9 && answer.0 != 11 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
