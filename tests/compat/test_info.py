@@ -151,3 +151,27 @@ def test_info_unknown_command(citrined):
     assert "no-such-command-xyz" in answer
     value = answer["no-such-command-xyz"]
     assert value == "" or value.startswith("ERROR:"), value
+
+
+def test_truncate_with_an_empty_set_name_removes_nothing(citrined, client, set_name):
+    """`truncate:namespace=NS;set=` once answered ok and emptied the whole
+    namespace; the reference refuses it (4), and an empty value is never
+    taken as "everything" (issue 46, item 1)."""
+    keys = [("test", set_name, i) for i in range(5)]
+    for k in keys:
+        client.put(k, {"v": 1})
+    for command, expected in [
+        ("truncate:namespace=test;set=", "ERROR:4:missing 'set' value"),
+        ("truncate:namespace=test", "ERROR:4:missing 'set'"),
+        ("truncate:namespace=;set=" + set_name, "ERROR:20:missing 'namespace' value"),
+        ("truncate-namespace:namespace=", "ERROR:20:missing 'namespace' value"),
+        ("truncate:namespace=test;set=%s;lut=2147483649" % set_name,
+         "ERROR:4:would truncate to 0"),
+        # A namespace the node does not have: ok, nothing happens.
+        ("truncate:namespace=nope;set=" + set_name, "ok"),
+    ]:
+        answer = rawwire.info(citrined.host, citrined.port, [command])
+        assert answer == {command: expected}, command
+    for k in keys:
+        _, meta, bins = client.get(k)
+        assert bins == {"v": 1}, k

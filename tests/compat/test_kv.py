@@ -240,3 +240,14 @@ def test_many_bins(client, key):
     assert client.get(key)[2] == bins
     _, _, sel = client.select(key, ["b0", "b999"])
     assert sel == {"b0": 0, "b999": 999}
+
+
+def test_select_of_no_bins_is_refused(client, key):
+    """`select(key, [])` names no bin: the reference answers 4 once the
+    record is found (2 when it is not); issue 46, item 9."""
+    with pytest.raises(ex.RecordNotFound):
+        client.select(key, [])
+    client.put(key, {"a": 1})
+    with pytest.raises(ex.InvalidRequest):
+        client.select(key, [])
+    assert client.select(key, ["a"])[2] == {"a": 1}

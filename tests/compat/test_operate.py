@@ -8,6 +8,7 @@ from aerospike_helpers.operations import map_operations
 from aerospike_helpers.operations import operations as op
 
 import rawwire
+from conftest import make_client
 
 
 def test_operate_all_basic_op_types(client, key):
@@ -234,3 +235,33 @@ def test_read_all_with_respond_all_ops_is_parameter_error_raw(citrined, client, 
     assert resp["result_code"] == 4, resp
     assert client.get(("test", set_name, "rk"))[2] == {"a": 1}
 
+
+
+def test_append_or_prepend_of_a_non_string_makes_a_missing_bin(citrined, key):
+    """As the reference: an append or prepend of an integer, float, list or
+    map to a missing bin (or record) creates the bin from the value; to an
+    existing bin of that type it is 12 (issue 46, item 5)."""
+    loose = make_client(citrined, strict_types=False)
+    try:
+        ops = [{"op": aerospike.OPERATOR_PREPEND, "bin": "age", "val": 4},
+               {"op": aerospike.OPERATOR_READ, "bin": "age"}]
+        _, _, bins = loose.operate(key, ops)
+        assert bins == {"age": 4}
+        ops = [{"op": aerospike.OPERATOR_APPEND, "bin": "m", "val": {"a": 1}},
+               {"op": aerospike.OPERATOR_READ, "bin": "m"}]
+        _, _, bins = loose.operate(key, ops)
+        assert bins == {"m": {"a": 1}}
+        with pytest.raises(ex.BinIncompatibleType):
+            loose.operate(key, [{"op": aerospike.OPERATOR_APPEND, "bin": "age", "val": 5}])
+        assert loose.get(key)[2] == {"age": 4, "m": {"a": 1}}
+    finally:
+        loose.close()
+
+
+def test_a_touch_on_a_missing_record_answers_not_found_before_other_errors(client, key):
+    """On a record that does not exist, an operate holding a touch answers 2
+    before any other op's error (issue 46, item 11)."""
+    with pytest.raises(ex.BinIncompatibleType):
+        client.operate(key, [op.append("a", "x"), op.increment("a", 1)])
+    with pytest.raises(ex.RecordNotFound):
+        client.operate(key, [op.append("a", "x"), op.increment("a", 1), op.touch(10)])

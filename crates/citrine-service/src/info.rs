@@ -25,6 +25,37 @@ pub const BUILD: &str = "8.1.2.0";
 pub const EDITION: &str = "Citrine";
 /// Capabilities, as the reference 8.1 server lists them.
 pub const FEATURES: &str = "batch-any;batch-index;blob-bits;cdt-index;cdt-list;cdt-map;cluster-stable;float;geo;sindex-exists;peers;pipelining;pquery;pscans;query-show;relaxed-sc;replicas;replicas-all;replicas-master;replicas-max;truncate-namespace;udf";
+/// The namespace a command names (`namespace=` or `ns=`), checked as the
+/// reference checks it: missing, empty, or longer than a namespace name
+/// can be answers `ERROR:20:...` (the text to answer is the error).
+pub(crate) fn namespace_name<'a>(command: &InfoCommand<'a>) -> Result<&'a str, String> {
+    let key = if command.param("namespace").is_none() && command.param("ns").is_some() {
+        "ns"
+    } else {
+        "namespace"
+    };
+    match command.required(key) {
+        Err(_) if command.param(key).is_none() => Err("ERROR:20:missing 'namespace'".to_owned()),
+        Err(_) => Err("ERROR:20:missing 'namespace' value".to_owned()),
+        Ok(name) if name.len() > citrine_types::NAMESPACE_NAME_MAX => {
+            Err("ERROR:20:'namespace' value too long".to_owned())
+        }
+        Ok(name) => Ok(name),
+    }
+}
+
+/// The set a command must name: missing or empty (never "every set"), or
+/// longer than a set name can be, answers `ERROR:4:...`.
+pub(crate) fn set_name<'a>(command: &InfoCommand<'a>) -> Result<&'a str, String> {
+    match command.required("set") {
+        Err(message) => Err(format!("ERROR:4:{message}")),
+        Ok(set) if set.len() > citrine_types::SET_NAME_MAX => {
+            Err("ERROR:4:'set' value too long".to_owned())
+        }
+        Ok(set) => Ok(set),
+    }
+}
+
 /// Answers every command line of an info request.
 pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
     answer_request(service, body, out);
@@ -297,22 +328,16 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "sindex-delete" => crate::sindex::smd::delete(service, command),
         "sindex-exists" => crate::sindex::exists(service, command),
         "sindex" => match command.positional.as_slice() {
-            [] => crate::sindex::list(service, None),
-            [namespace] => crate::sindex::list(service, Some(namespace)),
+            [] => crate::sindex::list(service, None, ""),
+            [namespace] => crate::sindex::list(service, Some(namespace), "ns_type=unknown"),
             [namespace, name, ..] => crate::sindex::stat(service, namespace, name),
         },
         "sindex-list" => crate::sindex::list(
             service,
             command.param("ns").or_else(|| command.param("namespace")),
+            "ERROR:20:namespace not found on node",
         ),
-        "sindex-stat" => crate::sindex::stat(
-            service,
-            command
-                .param("namespace")
-                .or_else(|| command.param("ns"))
-                .unwrap_or_default(),
-            command.param("indexname").unwrap_or_default(),
-        ),
+        "sindex-stat" => crate::sindex::stat_command(service, command),
         _ => "ERROR:4:unrecognized command".to_owned(),
     }
 }

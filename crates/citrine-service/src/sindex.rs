@@ -274,27 +274,56 @@ impl Service {
     }
 }
 
+/// The namespace an index command names, checked as the reference checks
+/// it (missing, empty or too long → 20), and looked up: `Ok(None)` when
+/// this node does not have it.
 pub(crate) fn namespace_param<'s>(
     service: &'s Service,
     command: &InfoCommand<'_>,
-) -> Option<&'s Namespace> {
+) -> Result<Option<&'s Namespace>, String> {
+    let name = crate::info::namespace_name(command)?;
+    Ok(service.namespace(name.as_bytes()))
+}
+
+/// As [`namespace_param`], where a namespace this node does not have is an
+/// error too (`ERROR:20`, the reference's text).
+fn known_namespace<'s>(
+    service: &'s Service,
+    command: &InfoCommand<'_>,
+) -> Result<&'s Namespace, String> {
+    namespace_param(service, command)?.ok_or_else(|| NAMESPACE_NOT_FOUND.to_owned())
+}
+
+/// The reference's answer to an index command on a namespace the node does
+/// not have.
+const NAMESPACE_NOT_FOUND: &str = "ERROR:20:namespace not found on node";
+
+/// The `indexname` an index command must give (missing or empty → 4).
+pub(crate) fn index_name<'a>(command: &InfoCommand<'a>) -> Result<&'a str, String> {
     command
-        .param("namespace")
-        .or_else(|| command.param("ns"))
-        .and_then(|name| service.namespace(name.as_bytes()))
+        .required("indexname")
+        .map_err(|message| format!("ERROR:4:{message}"))
 }
 
 /// `sindex-exists:...`: `true` / `false`.
 pub(crate) fn exists(service: &Service, command: &InfoCommand<'_>) -> String {
-    let Some(namespace) = namespace_param(service, command) else {
-        return "ERROR:4:namespace not found".to_owned();
-    };
-    let name = command.param("indexname").unwrap_or_default();
-    namespace.sindexes.get(name).is_some().to_string()
+    let found = known_namespace(service, command).and_then(|namespace| {
+        let name = index_name(command)?;
+        Ok(namespace.sindexes.get(name).is_some())
+    });
+    match found {
+        Ok(found) => found.to_string(),
+        Err(answer) => answer,
+    }
 }
 
-/// `sindex`, `sindex/NS`, `sindex-list[:ns=NS]`: one entry per index.
-pub(crate) fn list(service: &Service, namespace: Option<&str>) -> String {
+/// `sindex`, `sindex/NS`, `sindex-list[:ns=NS]`: one entry per index; a
+/// namespace the node does not have answers as the reference does
+/// (`unknown`, the positional form's or the parameter form's answer).
+pub(crate) fn list(service: &Service, namespace: Option<&str>, unknown: &str) -> String {
+    if namespace.is_some_and(|name| service.namespace(name.as_bytes()).is_none()) {
+        return unknown.to_owned();
+    }
     let mut out = String::new();
     for candidate in service.namespaces() {
         if namespace.is_some_and(|name| name != candidate.config.name) {
@@ -310,6 +339,19 @@ pub(crate) fn list(service: &Service, namespace: Option<&str>) -> String {
         }
     }
     out
+}
+
+/// `sindex-stat:namespace=NS;indexname=NAME`: the parameters checked as
+/// the reference checks them, then [`stat`].
+pub(crate) fn stat_command(service: &Service, command: &InfoCommand<'_>) -> String {
+    let namespace = match known_namespace(service, command) {
+        Ok(namespace) => namespace,
+        Err(answer) => return answer,
+    };
+    match index_name(command) {
+        Ok(name) => stat(service, &namespace.config.name, name),
+        Err(answer) => answer,
+    }
 }
 
 /// `sindex/NS/NAME` and `sindex-stat:namespace=NS;indexname=NAME`: the

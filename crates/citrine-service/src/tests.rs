@@ -897,6 +897,38 @@ fn a_header_read_in_a_write_holds_its_slot_under_respond_all_ops() {
     assert!(reply.bins.is_empty());
 }
 
+/// On a missing record, an operate holding a touch answers 2 before any
+/// other op's error and before the generation check, as the reference does.
+#[test]
+fn a_touch_on_a_missing_record_answers_not_found_first() {
+    let (service, _) = service();
+    let operate = |info2_bits: u8, generation: u32, ops: &Ops| {
+        let frame = request(
+            "k",
+            MsgHeader {
+                info2: info2::WRITE | info2_bits,
+                generation,
+                ..MsgHeader::default()
+            },
+            ops,
+            false,
+        );
+        send(&service, &frame).header.result_code
+    };
+    // An append of a string then an increment of that bin: 12 on its own.
+    let failing = Ops::new()
+        .op(op_type::APPEND, 3, "a", b"x")
+        .int(op_type::INCR, "a", 1);
+    assert_eq!(operate(0, 0, &failing), ResultCode::IncompatibleType.code());
+    let with_touch = failing.op(op_type::TOUCH, 0, "", b"");
+    assert_eq!(operate(0, 0, &with_touch), ResultCode::NotFound.code());
+    let touch = Ops::new().op(op_type::TOUCH, 0, "", b"");
+    assert_eq!(
+        operate(info2::GENERATION, 5, &touch),
+        ResultCode::NotFound.code()
+    );
+}
+
 #[test]
 fn touch_and_delete() {
     let (service, _) = service();
@@ -1650,6 +1682,46 @@ fn compressed_requests_are_inflated() {
     assert!(result.is_err());
 }
 
+/// A read that names no bins, asks for none of them and not for the header
+/// alone (a select of no bins) is refused with 4 once the record is found,
+/// as the reference does; GET_NO_BINS wins over GET_ALL and read ops.
+#[test]
+fn a_read_of_no_bins_is_refused_and_no_bin_data_wins() {
+    let (service, _) = service();
+    send(&service, &put("k", Ops::new().int(op_type::WRITE, "a", 1)));
+    let read = |key: &str, info1_bits: u8, ops: &Ops| {
+        send(
+            &service,
+            &request(
+                key,
+                MsgHeader {
+                    info1: info1_bits,
+                    ..MsgHeader::default()
+                },
+                ops,
+                false,
+            ),
+        )
+    };
+    let none = Ops::new();
+    let reply = read("k", info1::READ, &none);
+    assert_eq!(reply.header.result_code, ResultCode::Parameter.code());
+    let reply = read("missing", info1::READ, &none);
+    assert_eq!(reply.header.result_code, ResultCode::NotFound.code());
+    let read_a = Ops::new().op(op_type::READ, 0, "a", b"");
+    for bits in [
+        info1::READ | info1::GET_NO_BINS,
+        info1::READ | info1::GET_ALL | info1::GET_NO_BINS,
+    ] {
+        for ops in [&none, &read_a] {
+            let reply = read("k", bits, ops);
+            assert_eq!(reply.header.result_code, 0);
+            assert_eq!(reply.header.generation, 1);
+            assert!(reply.bins.is_empty(), "info1 {bits:#x}: {:?}", reply.bins);
+        }
+    }
+}
+
 #[test]
 fn read_touch_resets_the_ttl_when_little_remains() {
     let (service, clock) = service();
@@ -1698,10 +1770,17 @@ fn read_touch_resets_the_ttl_when_little_remains() {
     let stats = &service.namespace(b"test").expect("namespace test").stats;
     assert_eq!(stats.read_touch_success.load(Ordering::Relaxed), 1);
     assert_eq!(stats.read_touch_skip.load(Ordering::Relaxed), 1);
+    // Exactly the percentage remaining (50 of 100 s) touches too, as the
+    // reference does (remaining <= ttl * pct / 100).
+    clock.advance_ms(50_000);
+    send(&service, &touch_read(50));
+    let reply = send(&service, &touch_read(0)).header;
+    assert_eq!(reply.generation, written.generation + 2);
+    assert_eq!(reply.record_ttl, service.now().citrusleaf_seconds + 100);
     // A plain read (0) never touches.
     clock.advance_ms(60_000);
     let reply = send(&service, &touch_read(0)).header;
-    assert_eq!(reply.generation, written.generation + 1);
+    assert_eq!(reply.generation, written.generation + 2);
     assert_eq!(
         send(&service, &touch_read(101)).header.result_code,
         ResultCode::Parameter.code()

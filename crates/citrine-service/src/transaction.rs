@@ -350,11 +350,11 @@ fn read_record(
             _ => return Err(ResultCode::Parameter),
         }
     }
-    // As the reference read path: GET_ALL returns every bin once, whatever
-    // read ops accompany it (the "one read-all op" rules are the write path's).
-    if header.n_ops == 0 && header.info1 & info1::GET_NO_BINS == 0 {
-        get_all = true;
-    }
+    // As the reference read path: GET_NO_BINS answers the header alone,
+    // whatever else is asked; GET_ALL returns every bin once, whatever read
+    // ops accompany it (the "one read-all op" rules are the write path's).
+    let header_only = header.info1 & info1::GET_NO_BINS != 0;
+    get_all &= !header_only;
 
     let partition = namespace.index.partition(request.digest.partition()).read();
     let found = partition
@@ -380,6 +380,11 @@ fn read_record(
             return Err(ResultCode::KeyMismatch);
         }
     }
+    if header.n_ops == 0 && !get_all && !header_only {
+        // Neither bins, nor all of them, nor the header alone (a select of
+        // no bins): the reference refuses it once the record is found.
+        return Err(ResultCode::Parameter);
+    }
     let record = RecordView::stored(
         namespace,
         &request.digest.0,
@@ -394,7 +399,7 @@ fn read_record(
     // starts, so an error leaves nothing half-written.
     let mut cdt_results = Vec::new();
     let mut computed_bytes = 0usize;
-    if !get_all {
+    if !get_all && !header_only {
         for op in request.ops.iter() {
             if let Some((family, false)) = bin_op_family(op.op_type) {
                 let bin = view.bin(op.name);
@@ -434,9 +439,8 @@ fn read_record(
             write_key_field(&mut writer, particle_type, bytes);
         }
     }
-    let header_only = header.info1 & info1::GET_NO_BINS != 0 && !get_all;
     if !header_only {
-        if header.n_ops == 0 || get_all {
+        if get_all {
             for bin in view.bins() {
                 writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
             }
@@ -782,13 +786,7 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
                 }
                 return Ok(());
             }
-            let value = if op.particle_type == ParticleType::List as u8
-                || op.particle_type == ParticleType::Map as u8
-            {
-                collection_value(op.particle_type, op.value)?
-            } else {
-                normalise_value(op.particle_type, op.value)
-            };
+            let value = operand_value(op)?;
             match position {
                 Some(index) => {
                     bins[index].particle_type = op.particle_type;
@@ -808,16 +806,7 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
                 // As the reference: an op on a missing bin makes the bin
                 // from its operand, whatever the operand's type (an add of
                 // a string creates a string bin).
-                (None, particle) if particle == integer || particle == float => {
-                    normalise_value(particle, op.value).into_owned()
-                }
-                (None, particle)
-                    if particle == ParticleType::List as u8
-                        || particle == ParticleType::Map as u8 =>
-                {
-                    collection_value(particle, op.value)?.into_owned()
-                }
-                (None, particle) => normalise_value(particle, op.value).into_owned(),
+                (None, _) => operand_value(op)?.into_owned(),
                 (Some(bin), particle) if particle == integer && bin.particle_type == integer => {
                     let current =
                         integer_from_wire(&bin.value).ok_or(ResultCode::IncompatibleType)?;
@@ -846,18 +835,18 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
             let kind = ParticleType::from_u8(op.particle_type);
             let appendable =
                 op.particle_type == string || kind.is_some_and(ParticleType::is_blob_like);
-            if !appendable {
-                return Err(ResultCode::IncompatibleType);
-            }
             match position {
+                // As the reference (and as INCR): an append or prepend to a
+                // missing bin makes the bin from its operand, whatever the
+                // operand's type.
                 None => bins.push(Bin {
                     name: Cow::Borrowed(op.name),
                     particle_type: op.particle_type,
-                    value: Cow::Borrowed(op.value),
+                    value: operand_value(op)?,
                 }),
                 Some(index) => {
                     let bin = &mut bins[index];
-                    if bin.particle_type != op.particle_type {
+                    if !appendable || bin.particle_type != op.particle_type {
                         return Err(ResultCode::IncompatibleType);
                     }
                     let mut joined = Vec::with_capacity(bin.value.len() + op.value.len());
@@ -875,6 +864,17 @@ fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCo
         _ => return Err(ResultCode::Parameter),
     }
     Ok(())
+}
+
+/// The value a WRITE op stores, or that an INCR, APPEND or PREPEND on a
+/// missing bin makes the bin from: lists and maps in their stored form,
+/// other particles normalised.
+fn operand_value<'a>(op: &Op<'a>) -> Result<Cow<'a, [u8]>, ResultCode> {
+    if op.particle_type == ParticleType::List as u8 || op.particle_type == ParticleType::Map as u8 {
+        collection_value(op.particle_type, op.value)
+    } else {
+        Ok(normalise_value(op.particle_type, op.value))
+    }
 }
 
 /// Sets bin `name` of the working bins to a value an op computed. Checked
@@ -1069,7 +1069,10 @@ fn write(
                 check_generation(header, meta.generation)?;
             }
             None => {
-                if header.info3 & (info3::UPDATE_ONLY | info3::REPLACE_ONLY) != 0 {
+                // A touch needs the record: as the reference, 2 before the
+                // generation check and any other op's error.
+                let touches = request.ops.iter().any(|op| op.op_type == op_type::TOUCH);
+                if touches || header.info3 & (info3::UPDATE_ONLY | info3::REPLACE_ONLY) != 0 {
                     return Err(ResultCode::NotFound);
                 }
                 if header.info2 & info2::GENERATION != 0 && header.generation != 0 {
@@ -1425,7 +1428,7 @@ fn account(namespace: &Namespace, set_id: u16, objects: i64, bytes: i64) {
 
 /// Read-touch (server 7.1+): a read whose `record_ttl` is a percentage
 /// 1..=100 resets the record's TTL — a touch: new void time, generation and
-/// last-update time — when less than that percentage of the TTL it was
+/// last-update time — when at most that percentage of the TTL it was
 /// written with remains. Records that never expire are left alone. Runs
 /// after the read answered; true when it touched.
 fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<bool, ResultCode> {
@@ -1445,7 +1448,11 @@ fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<
     let written = citrine_types::citrusleaf_epoch_seconds(current.last_update_ms);
     let ttl = current.void_time.saturating_sub(written);
     let remaining = current.void_time.saturating_sub(now.citrusleaf_seconds);
-    if ttl == 0 || u64::from(remaining) * 100 >= u64::from(ttl) * u64::from(percent) {
+    // As the reference: touched when the remaining TTL is at most the
+    // percentage of the TTL (`remaining <= ttl * pct / 100`, the division
+    // rounding down; for a whole number of seconds remaining the same as
+    // comparing `remaining * 100` with `ttl * pct`).
+    if ttl == 0 || u64::from(remaining) * 100 > u64::from(ttl) * u64::from(percent) {
         return Ok(false);
     }
     let body = namespace
@@ -1680,5 +1687,40 @@ mod tests {
         };
         apply_modify(&mut bins, &delete_bin).expect("deletes bin");
         assert_eq!(bins.len(), 1);
+    }
+
+    /// As the reference: an append or prepend of a non-string to a missing
+    /// bin makes the bin from the operand; to an existing bin it is 12.
+    #[test]
+    fn append_or_prepend_of_a_non_string_makes_a_missing_bin() {
+        let four = 4i64.to_be_bytes();
+        let list = [0x91u8, 0x01];
+        let mut bins: Vec<Bin<'_>> = Vec::new();
+        for (op_type, particle_type, name, value) in [
+            (
+                op_type::PREPEND,
+                ParticleType::Integer as u8,
+                b"i",
+                &four[..],
+            ),
+            (op_type::APPEND, ParticleType::List as u8, b"l", &list[..]),
+        ] {
+            let op = Op {
+                op_type,
+                particle_type,
+                flags: 0,
+                name,
+                lut: None,
+                value,
+            };
+            apply_modify(&mut bins, &op).expect("creates the bin");
+            assert_eq!(
+                apply_modify(&mut bins, &op),
+                Err(ResultCode::IncompatibleType),
+                "an existing {particle_type} bin"
+            );
+        }
+        assert_eq!(bins[0].as_integer(), Some(4));
+        assert_eq!(bins[1].particle_type, ParticleType::List as u8);
     }
 }

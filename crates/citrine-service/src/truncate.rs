@@ -52,7 +52,7 @@ use crate::namespace::Namespace;
 use crate::replication::{call_kind, Fabric};
 use crate::smd::PushClock;
 use crate::Service;
-use citrine_types::{NodeId, ResultCode};
+use citrine_types::{NodeId, ResultCode, CITRUSLEAF_EPOCH_UNIX_SECONDS};
 use citrine_wire::info::InfoCommand;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -207,45 +207,110 @@ impl Truncations {
     }
 }
 
+/// A truncation command's parameters, checked as the reference checks
+/// them, before the namespace is looked up.
+struct TruncateRequest<'a> {
+    namespace: &'a str,
+    /// `None` for `truncate-namespace`.
+    set: Option<&'a str>,
+    /// The lut given, in Unix milliseconds; `None` means "now".
+    lut_ms: Option<u64>,
+}
+
+impl<'a> TruncateRequest<'a> {
+    /// Checks the parameters in the reference's order: the namespace
+    /// (missing or empty → 20), the set (`truncate`: missing, empty or too
+    /// long → 4; `truncate-namespace`: present → 4), then the lut (empty,
+    /// at or before the citrusleaf epoch, or in the future → 4). An empty
+    /// or missing value is never taken as "everything".
+    fn parse(
+        command: &InfoCommand<'a>,
+        whole_namespace: bool,
+        now_ms: u64,
+    ) -> Result<Self, String> {
+        let namespace = crate::info::namespace_name(command)?;
+        let set = match whole_namespace {
+            true if command.param("set").is_some() => {
+                return Err("ERROR:4:unexpected set name".to_owned())
+            }
+            true => None,
+            false => Some(crate::info::set_name(command)?),
+        };
+        let lut_ms = match command.param("lut") {
+            None => None,
+            Some(text) => Some(parse_lut_ms(text, now_ms)?),
+        };
+        Ok(TruncateRequest {
+            namespace,
+            set,
+            lut_ms,
+        })
+    }
+}
+
+/// A `lut` parameter (nanoseconds since the Unix epoch) in Unix
+/// milliseconds. As the reference reads it, the digits up to the first
+/// other character count (none → 0); a lut that would truncate to or
+/// before the citrusleaf epoch, or one past now, is refused.
+fn parse_lut_ms(text: &str, now_ms: u64) -> Result<u64, String> {
+    if text.is_empty() {
+        return Err("ERROR:4:missing 'lut' value".to_owned());
+    }
+    if text.starts_with('-') {
+        return Err("ERROR:4:would truncate in the future".to_owned());
+    }
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let nanoseconds = match text[..digits].parse::<u64>() {
+        Ok(value) => value,
+        Err(_) if digits == 0 => 0,
+        // More digits than a u64 holds: far in the future.
+        Err(_) => return Err("ERROR:4:would truncate in the future".to_owned()),
+    };
+    let unix_ms = nanoseconds / 1_000_000;
+    if unix_ms <= CITRUSLEAF_EPOCH_UNIX_SECONDS * 1_000 {
+        return Err("ERROR:4:would truncate to 0".to_owned());
+    }
+    if unix_ms > now_ms {
+        return Err("ERROR:4:would truncate in the future".to_owned());
+    }
+    Ok(unix_ms)
+}
+
 impl Service {
     /// `truncate:namespace=NS;set=SET[;lut=NANOS]` and
     /// `truncate-namespace:namespace=NS[;lut=NANOS]`: records last updated
     /// before the lut (nanoseconds since the Unix epoch; when absent, every
     /// record last updated up to now, this millisecond included) are
-    /// removed here at once and on every other member after the push.
+    /// removed here at once and on every other member after the push. A
+    /// namespace this node does not have answers `ok` and changes nothing,
+    /// as in the reference.
     pub(crate) fn truncate_command(
         &self,
         command: &InfoCommand<'_>,
         whole_namespace: bool,
     ) -> String {
-        let Some(namespace) = command
-            .param("namespace")
-            .and_then(|name| self.namespace_shared(name.as_bytes()))
-        else {
-            return "ERROR:4:namespace not found".to_owned();
-        };
         let now_ms = self.now().unix_ms;
-        let lut_ms = match command.param("lut") {
-            // Every record acknowledged before the command is covered, even
-            // one written in this same millisecond: a version's lut is at
-            // most now or an earlier threshold (Namespace::version_lut_ms,
-            // which puts a version written after this command at or past
-            // the new threshold).
-            None => now_ms.max(namespace.latest_truncation_ms()) + 1,
-            Some(text) => match text.parse::<u64>() {
-                Ok(nanoseconds) if nanoseconds / 1_000_000 == 0 => {
-                    return "ERROR:4:lut would truncate to 0".to_owned()
-                }
-                Ok(nanoseconds) if nanoseconds / 1_000_000 <= now_ms => nanoseconds / 1_000_000,
-                Ok(_) => return "ERROR:4:lut is in the future".to_owned(),
-                Err(_) => return "ERROR:4:bad lut".to_owned(),
-            },
+        let request = match TruncateRequest::parse(command, whole_namespace, now_ms) {
+            Ok(request) => request,
+            Err(answer) => return answer,
         };
-        let set = if whole_namespace {
-            None
-        } else {
-            command.param("set").filter(|set| !set.is_empty())
+        let Some(namespace) = self.namespace_shared(request.namespace.as_bytes()) else {
+            return "ok".to_owned();
         };
+        // Without a lut every record acknowledged before the command is
+        // covered, even one written in this same millisecond: a version's
+        // lut is at most now or an earlier threshold
+        // (Namespace::version_lut_ms, which puts a version written after
+        // this command at or past the new threshold).
+        let lut_ms = request
+            .lut_ms
+            .unwrap_or_else(|| now_ms.max(namespace.latest_truncation_ms()) + 1);
+        self.truncate(namespace, request.set, lut_ms)
+    }
+
+    /// Puts a checked truncation into effect: recorded (device, then file),
+    /// marked for the push, and the records it covers removed.
+    fn truncate(&self, namespace: Arc<Namespace>, set: Option<&str>, lut_ms: u64) -> String {
         let target: Target = (namespace.config.name.clone(), set.map(str::to_owned));
         let mut entries = self.truncations.entries.lock();
         if entries.get(&target).is_some_and(|known| *known >= lut_ms) {

@@ -51,6 +51,18 @@ impl<'a> InfoCommand<'a> {
             .find(|(name, _)| *name == key)
             .map(|(_, value)| *value)
     }
+
+    /// The value of parameter `key`, which must be given and not empty:
+    /// otherwise the reference's message for it, `missing 'KEY'` or
+    /// `missing 'KEY' value` (the caller adds the `ERROR:CODE:` prefix).
+    /// An empty value is never a wildcard.
+    pub fn required(&self, key: &str) -> Result<&'a str, String> {
+        match self.param(key) {
+            None => Err(format!("missing '{key}'")),
+            Some("") => Err(format!("missing '{key}' value")),
+            Some(value) => Ok(value),
+        }
+    }
 }
 
 /// Splits an info request body into its command lines. Every line ended by
@@ -143,6 +155,14 @@ mod tests {
         let empty = InfoCommand::parse("cluster-stable:");
         assert_eq!(empty.name, "cluster-stable");
         assert!(empty.params.is_empty());
+    }
+
+    #[test]
+    fn a_required_parameter_is_neither_missing_nor_empty() {
+        let command = InfoCommand::parse("truncate:namespace=test;set=");
+        assert_eq!(command.required("namespace"), Ok("test"));
+        assert_eq!(command.required("set"), Err("missing 'set' value".into()));
+        assert_eq!(command.required("lut"), Err("missing 'lut'".into()));
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //! `ok` to.
 
 use super::DEFINITIONS_FILE;
+use crate::namespace::Namespace;
 use crate::replication::call_kind;
 use crate::smd::{PushClock, Version};
 use crate::Service;
@@ -348,16 +349,16 @@ fn rival_of(entries: &Entries, def: &SindexDef) -> Option<Entry> {
 /// change and has it pushed to the other members; the change is saved
 /// before it is made (see `Service::commit`).
 pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
+    let namespace = match check_create(service, command) {
+        Ok(Some(namespace)) => namespace,
+        // The reference answers ok for a namespace the node does not have
+        // (and creates nothing); the client's `sindex-stat` then gets 20.
+        Ok(None) => return "ok".to_owned(),
+        Err(answer) => return answer,
+    };
     let def = match SindexDef::parse(|name| command.param(name)) {
         Ok(def) => def,
         Err(error) => return format!("ERROR:{}:{}", error.code, error.message),
-    };
-    let Some(namespace) = service
-        .namespaces
-        .iter()
-        .find(|namespace| namespace.config.name == def.namespace)
-    else {
-        return format!("ERROR:4:namespace {} not found", def.namespace);
     };
     let smd = service.smd();
     let entries = smd.entries.lock();
@@ -399,15 +400,38 @@ pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
     })
 }
 
-/// `sindex-delete:...`: `ok`, also for an index that does not exist (as
-/// the 8.x reference answers); a known index's tombstone is pushed to the
-/// other members. The tombstone is saved before the index goes.
+/// The parameters of `sindex-create` the reference checks before anything
+/// else, in its order: the namespace (missing, empty or too long → 20),
+/// the index name and, when given, the set (missing or empty → 4: an
+/// empty set is not "the whole namespace"). `Ok(None)`: a namespace this
+/// node does not have.
+fn check_create<'s>(
+    service: &'s Service,
+    command: &InfoCommand<'_>,
+) -> Result<Option<&'s Namespace>, String> {
+    let namespace = super::namespace_param(service, command)?;
+    super::index_name(command)?;
+    if command.param("set").is_some() {
+        crate::info::set_name(command)?;
+    }
+    Ok(namespace)
+}
+
+/// `sindex-delete:...`: `ok`, also for an index or a namespace that does
+/// not exist (as the 8.x reference answers); a known index's tombstone is
+/// pushed to the other members. The tombstone is saved before the index
+/// goes. A missing or empty namespace or index name is refused.
 pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
-    let Some(namespace) = super::namespace_param(service, command) else {
-        return "ERROR:4:namespace not found".to_owned();
+    let namespace = match super::namespace_param(service, command) {
+        Ok(namespace) => namespace,
+        Err(answer) => return answer,
     };
-    let Some(name) = command.param("indexname") else {
-        return "ERROR:4:missing indexname".to_owned();
+    let name = match super::index_name(command) {
+        Ok(name) => name,
+        Err(answer) => return answer,
+    };
+    let Some(namespace) = namespace else {
+        return "ok".to_owned();
     };
     let smd = service.smd();
     let entries = smd.entries.lock();

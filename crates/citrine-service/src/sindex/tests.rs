@@ -151,11 +151,15 @@ fn info_commands_create_list_describe_and_delete() {
         "sindex-create:namespace=test;indexname=idx_n;bin=m;type=NUMERIC"
     )
     .starts_with("ERROR:200:"));
-    assert!(info(
-        &service,
-        "sindex-create:ns=nope;indexname=x;bin=m;type=NUMERIC"
-    )
-    .starts_with("ERROR:4:"));
+    // A namespace this node does not have: ok and nothing created, as the
+    // reference answers; the client's sindex-stat then gets 20.
+    assert_eq!(
+        info(
+            &service,
+            "sindex-create:ns=nope;indexname=x;bin=m;type=NUMERIC"
+        ),
+        "ok"
+    );
     // A set index names its set.
     assert!(info(
         &service,
@@ -176,7 +180,7 @@ fn info_commands_create_list_describe_and_delete() {
         "ns=test:indexname=idx_n:set=demo:bin=n:type=numeric:indextype=default:context=NULL:exp=NULL:state=RW;"
     );
     assert_eq!(info(&service, "sindex/test"), listing);
-    assert_eq!(info(&service, "sindex/other"), "");
+    assert_eq!(info(&service, "sindex/other"), "ns_type=unknown");
     let stat = info(&service, "sindex/test/idx_n");
     assert!(stat.contains("entries=1;"), "{stat}");
     assert!(stat.contains("load_pct=100;"), "{stat}");
@@ -195,6 +199,76 @@ fn info_commands_create_list_describe_and_delete() {
         info(&service, "sindex-delete:ns=test;indexname=idx_n"),
         "ok"
     );
+    assert_eq!(info(&service, "sindex"), "");
+}
+
+#[test]
+fn index_commands_refuse_missing_or_empty_names_and_create_nothing() {
+    let (service, _) = service();
+    let long_ns = "n".repeat(50);
+    let long_set = "s".repeat(100);
+    for (command, expected) in [
+        (
+            "sindex-create:indexname=i;indexdata=b,numeric".to_owned(),
+            "ERROR:20:missing 'namespace'",
+        ),
+        (
+            "sindex-create:ns=;indexname=i;indexdata=b,numeric".to_owned(),
+            "ERROR:20:missing 'namespace' value",
+        ),
+        (
+            format!("sindex-create:ns={long_ns};indexname=i;indexdata=b,numeric"),
+            "ERROR:20:'namespace' value too long",
+        ),
+        (
+            "sindex-create:ns=test;indexdata=b,numeric".to_owned(),
+            "ERROR:4:missing 'indexname'",
+        ),
+        (
+            "sindex-create:ns=test;indexname=;indexdata=b,numeric".to_owned(),
+            "ERROR:4:missing 'indexname' value",
+        ),
+        // An empty set is not "the whole namespace".
+        (
+            "sindex-create:ns=test;set=;indexname=i;indexdata=b,numeric".to_owned(),
+            "ERROR:4:missing 'set' value",
+        ),
+        (
+            format!("sindex-create:ns=test;set={long_set};indexname=i;indexdata=b,numeric"),
+            "ERROR:4:'set' value too long",
+        ),
+        (
+            "sindex-delete:ns=;indexname=i".to_owned(),
+            "ERROR:20:missing 'namespace' value",
+        ),
+        (
+            "sindex-delete:ns=test;indexname=".to_owned(),
+            "ERROR:4:missing 'indexname' value",
+        ),
+        ("sindex-delete:ns=nope;indexname=i".to_owned(), "ok"),
+        (
+            "sindex-exists:ns=nope;indexname=i".to_owned(),
+            "ERROR:20:namespace not found on node",
+        ),
+        (
+            "sindex-exists:ns=test".to_owned(),
+            "ERROR:4:missing 'indexname'",
+        ),
+        (
+            "sindex-stat:namespace=nope;indexname=i".to_owned(),
+            "ERROR:20:namespace not found on node",
+        ),
+        (
+            "sindex-stat:namespace=test;indexname=i".to_owned(),
+            "ERROR:201:no index",
+        ),
+        (
+            "sindex-list:ns=nope".to_owned(),
+            "ERROR:20:namespace not found on node",
+        ),
+    ] {
+        assert_eq!(info(&service, &command), expected, "{command}");
+    }
     assert_eq!(info(&service, "sindex"), "");
 }
 

@@ -195,25 +195,75 @@ fn bad_truncation_commands_and_pushes_change_nothing() {
     assert_eq!(store(&a, "s", 1, START_MS - 5), ResultCode::Ok);
     for (text, expected) in [
         (
-            "truncate:namespace=nope;set=s",
-            "ERROR:4:namespace not found",
+            "truncate:namespace=test;set=",
+            "ERROR:4:missing 'set' value",
+        ),
+        (
+            "truncate:set=;namespace=test",
+            "ERROR:4:missing 'set' value",
+        ),
+        ("truncate:namespace=test", "ERROR:4:missing 'set'"),
+        (
+            "truncate:namespace=;set=s",
+            "ERROR:20:missing 'namespace' value",
+        ),
+        ("truncate:set=s", "ERROR:20:missing 'namespace'"),
+        ("truncate", "ERROR:20:missing 'namespace'"),
+        (
+            "truncate-namespace:namespace=",
+            "ERROR:20:missing 'namespace' value",
+        ),
+        (
+            "truncate-namespace:namespace=test;set=s",
+            "ERROR:4:unexpected set name",
+        ),
+        (
+            "truncate:namespace=test;set=s;lut=",
+            "ERROR:4:missing 'lut' value",
         ),
         (
             "truncate:namespace=test;set=s;lut=12",
-            "ERROR:4:lut would truncate to 0",
+            "ERROR:4:would truncate to 0",
         ),
-        ("truncate:namespace=test;set=s;lut=x", "ERROR:4:bad lut"),
+        (
+            "truncate:namespace=test;set=s;lut=2147483649",
+            "ERROR:4:would truncate to 0",
+        ),
+        (
+            "truncate:namespace=test;set=s;lut=1262304000000999999",
+            "ERROR:4:would truncate to 0",
+        ),
+        (
+            "truncate:namespace=test;set=s;lut=x",
+            "ERROR:4:would truncate to 0",
+        ),
         (
             "truncate:namespace=test;set=s;lut=99999999999999999999",
-            "ERROR:4:bad lut",
+            "ERROR:4:would truncate in the future",
+        ),
+        (
+            "truncate:namespace=test;set=s;lut=-5",
+            "ERROR:4:would truncate in the future",
         ),
         (
             "truncate-namespace:namespace=test;lut=1800000000000000000",
-            "ERROR:4:lut is in the future",
+            "ERROR:4:would truncate in the future",
         ),
     ] {
         assert_eq!(command(&a, text), expected, "{text}");
+        assert_eq!(held(&a, "s"), 1, "{text} removed a record");
     }
+    let long_set = "s".repeat(64);
+    assert_eq!(
+        command(&a, &format!("truncate:namespace=test;set={long_set}")),
+        "ERROR:4:'set' value too long"
+    );
+    // A namespace this node does not have: ok, as the reference answers,
+    // and nothing is recorded or removed.
+    assert_eq!(command(&a, "truncate:namespace=nope;set=s"), "ok");
+    assert_eq!(command(&a, "truncate-namespace:namespace=nope"), "ok");
+    assert_eq!(a.truncations_text(), "");
+    assert_eq!(held(&a, "s"), 1);
     assert!(command(&a, "truncate-undo:namespace=test;set=s").starts_with("ERROR:4:"));
     a.merge_truncations("garbage\nnamespace=test;lut=zero\nnamespace=test;set=s\n\n");
     assert_eq!(a.truncations_text(), "");
