@@ -90,17 +90,16 @@ def test_remove_missing_record_raises_record_not_found(client, key):
 
 
 def test_put_after_remove_starts_new_record(client, key):
-    """A new record with none of the old bins; its generation continues
-    past the delete's tombstone (gen 3 after two writes), as after the
-    reference's durable deletes, so it wins over the tombstone wherever
-    the two meet."""
+    """A new record with none of the old bins, at generation 1 as after
+    the reference's (non-durable) deletes: it starts the record's next life,
+    which wins over the tombstone and every older copy wherever they meet."""
     client.put(key, {"a": 1, "b": 2})
     client.put(key, {"a": 2})
     client.remove(key)
     client.put(key, {"c": 3})
     _, meta, got = client.get(key)
     assert got == {"c": 3}  # old bins must not resurrect
-    assert meta["gen"] == 4
+    assert meta["gen"] == 1
 
 
 def test_touch_bumps_generation_and_resets_ttl(client, key):
@@ -251,3 +250,18 @@ def test_select_of_no_bins_is_refused(client, key):
     with pytest.raises(ex.InvalidRequest):
         client.select(key, [])
     assert client.select(key, ["a"])[2] == {"a": 1}
+
+
+def test_generation_after_a_delete_starts_again_and_after_a_durable_one_continues(client, key):
+    """put, put, delete, put gives generation 1, as the reference's
+    non-durable delete; a durable delete (Enterprise-only in the reference)
+    keeps the generation going (issue 46, item 10)."""
+    client.put(key, {"a": 1})
+    client.put(key, {"a": 2})
+    client.remove(key)
+    client.put(key, {"a": 3})
+    assert client.get(key)[1]["gen"] == 1
+    client.put(key, {"a": 4})
+    client.remove(key, policy={"durable_delete": True})
+    client.put(key, {"a": 5})
+    assert client.get(key)[1]["gen"] == 4

@@ -93,14 +93,18 @@ def test_create_only_on_existing_record_raises_exists(client, key):
 
 
 def test_create_only_after_delete_succeeds(client, key):
-    """Create-only succeeds over a delete. Every delete leaves a tombstone
-    (generation 2 here), and the new record continues past it (3), as after
-    the reference's durable deletes: a replica still holding the tombstone
-    must not keep it over the new copy."""
+    """Create-only succeeds over a delete. Every delete leaves a tombstone;
+    the new record starts the next life at generation 1 (as after the
+    reference's non-durable deletes), which a replica still holding the
+    tombstone takes over it; after a durable delete it continues past the
+    tombstone's generation (2 here) to 3."""
     client.put(key, {"a": 1})
     client.remove(key)
     client.put(key, {"b": 2}, policy={"exists": aerospike.POLICY_EXISTS_CREATE})
-    assert _state(client, key) == (3, {"b": 2})
+    assert _state(client, key) == (1, {"b": 2})
+    client.remove(key, policy={"durable_delete": True})
+    client.put(key, {"c": 3}, policy={"exists": aerospike.POLICY_EXISTS_CREATE})
+    assert _state(client, key) == (3, {"c": 3})
 
 
 def test_update_only_on_missing_record_raises_not_found(client, key):

@@ -15,7 +15,8 @@
 //!   entry removes the digest's tombstone).
 //!
 //! Tombstones: a deleted record leaves a [`Tombstone`] (its next
-//! generation and the delete's last-update time) in its partition, so an
+//! generation, its life, whether the delete was durable, and the delete's
+//! last-update time) in its partition, so an
 //! older copy that arrives later — a replica write, a migrated record, a
 //! duplicate-resolution answer — cannot bring the record back, and so the
 //! delete itself can be migrated. They are purged by age.
@@ -55,6 +56,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub struct RecordMeta {
     /// Write generation, 1..=65535 (wraps to 1).
     pub generation: u16,
+    /// The record's life, `0..LIVES`: a write after a non-durable delete
+    /// starts the next life at generation 1 (the client sees generation 1,
+    /// as after the reference's non-durable deletes), and copies compare
+    /// by life before anything else, so a copy from an earlier life (one
+    /// that missed the delete) never wins over the new one. A durable
+    /// delete keeps the life and its generation continues.
+    pub life: u16,
     /// Set id within the namespace (0 = no set).
     pub set_id: u16,
     /// Expiry in citrusleaf-epoch seconds; 0 = never.
@@ -78,7 +86,22 @@ impl RecordMeta {
             next => next,
         }
     }
+
+    /// The life after `life` (wraps past `LIVES - 1` to 0).
+    #[inline]
+    pub fn next_life(life: u16) -> u16 {
+        (life + 1) % LIVES
+    }
 }
+
+/// How many lives a record's life counter tells apart before it wraps
+/// (10 bits: 6 beside the set id, 4 above the last-update time in the
+/// packed entry). Lives compare as serial numbers: a life up to
+/// `LIVES / 2 - 1` ahead is the later one.
+pub const LIVES: u16 = 1 << 10;
+
+/// Set ids an entry can hold: `0..SET_IDS`.
+pub const SET_IDS: u16 = 1 << 10;
 
 /// One primary-index entry: the record's metadata, packed into 14 bytes
 /// (see [`IndexEntry::meta`]), and where its body is stored (a 9-byte
@@ -89,23 +112,28 @@ pub struct IndexEntry {
     pub location: Location,
 }
 
-/// The largest last-update time an entry holds: 48 bits of Unix
-/// milliseconds (the year 10889). Later times are held as this.
-pub const MAX_LAST_UPDATE_MS: u64 = (1 << 48) - 1;
+/// The largest last-update time an entry holds: 44 bits of Unix
+/// milliseconds (the year 2527). Later times are held as this.
+pub const MAX_LAST_UPDATE_MS: u64 = (1 << 44) - 1;
 
 /// [`RecordMeta`] in 14 bytes with no alignment, little-endian:
-/// generation (2), set id (2), void time (4), last-update time (6).
+/// generation (2); set id in the low 10 bits of a u16 with the life's low
+/// 6 bits above it (2); void time (4); last-update time in the low 44 bits
+/// of a 48-bit field with the life's high 4 bits above it (6).
 #[derive(Clone, Copy, Default)]
 struct PackedMeta([u8; 14]);
 
 impl PackedMeta {
     #[inline]
     fn pack(meta: RecordMeta) -> PackedMeta {
+        debug_assert!(meta.set_id < SET_IDS && meta.life < LIVES, "{meta:?}");
+        let life = u64::from(meta.life % LIVES);
         let mut bytes = [0u8; 14];
         bytes[0..2].copy_from_slice(&meta.generation.to_le_bytes());
-        bytes[2..4].copy_from_slice(&meta.set_id.to_le_bytes());
+        let set_and_life = (meta.set_id % SET_IDS) | ((life as u16 & 0x3F) << 10);
+        bytes[2..4].copy_from_slice(&set_and_life.to_le_bytes());
         bytes[4..8].copy_from_slice(&meta.void_time.to_le_bytes());
-        let last_update = meta.last_update_ms.min(MAX_LAST_UPDATE_MS);
+        let last_update = meta.last_update_ms.min(MAX_LAST_UPDATE_MS) | ((life >> 6) << 44);
         bytes[8..14].copy_from_slice(&last_update.to_le_bytes()[..6]);
         PackedMeta(bytes)
     }
@@ -115,11 +143,14 @@ impl PackedMeta {
         let b = &self.0;
         let mut last_update = [0u8; 8];
         last_update[..6].copy_from_slice(&b[8..14]);
+        let last_update = u64::from_le_bytes(last_update);
+        let set_and_life = u16::from_le_bytes([b[2], b[3]]);
         RecordMeta {
             generation: u16::from_le_bytes([b[0], b[1]]),
-            set_id: u16::from_le_bytes([b[2], b[3]]),
+            life: (set_and_life >> 10) | (((last_update >> 44) as u16) << 6),
+            set_id: set_and_life % SET_IDS,
             void_time: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-            last_update_ms: u64::from_le_bytes(last_update),
+            last_update_ms: last_update & MAX_LAST_UPDATE_MS,
         }
     }
 }
@@ -214,6 +245,12 @@ impl BuildHasher for DigestHashBuilder {
 pub struct Tombstone {
     /// The generation the delete gave the record (the deleted copy's next).
     pub generation: u16,
+    /// The deleted copy's life ([`RecordMeta::life`]).
+    pub life: u16,
+    /// A durable delete: the next write continues this life and
+    /// generation. Otherwise the next write starts the next life at
+    /// generation 1.
+    pub durable: bool,
     /// When it was deleted, Unix milliseconds.
     pub last_update_ms: u64,
     /// The set the record was in.
@@ -554,15 +591,31 @@ mod tests {
             RecordMeta::default(),
             RecordMeta {
                 generation: u16::MAX,
-                set_id: u16::MAX,
+                life: LIVES - 1,
+                set_id: SET_IDS - 1,
                 void_time: u32::MAX,
                 last_update_ms: MAX_LAST_UPDATE_MS,
             },
             RecordMeta {
                 generation: 0x1234,
+                life: 0x2A5,
                 set_id: 0x0102,
                 void_time: 0xdead_beef,
                 last_update_ms: 1_795_000_000_123,
+            },
+            RecordMeta {
+                generation: 1,
+                life: 0x3C0,
+                set_id: 0,
+                void_time: 0,
+                last_update_ms: 0,
+            },
+            RecordMeta {
+                generation: 2,
+                life: 0x03F,
+                set_id: 1,
+                void_time: 1,
+                last_update_ms: MAX_LAST_UPDATE_MS - 1,
             },
         ];
         for meta in samples {
@@ -581,6 +634,12 @@ mod tests {
                 .last_update_ms,
             MAX_LAST_UPDATE_MS
         );
+    }
+
+    #[test]
+    fn lives_wrap_within_their_bits() {
+        assert_eq!(RecordMeta::next_life(0), 1);
+        assert_eq!(RecordMeta::next_life(LIVES - 1), 0);
     }
 
     fn entry(generation: u16) -> IndexEntry {
@@ -639,6 +698,8 @@ mod tests {
         assert_eq!(partition.tombstone(&key), None);
         let first = Tombstone {
             generation: 3,
+            life: 0,
+            durable: false,
             last_update_ms: 100,
             set_id: 0,
         };
@@ -647,6 +708,8 @@ mod tests {
             key,
             Tombstone {
                 generation: 2,
+                life: 0,
+                durable: true,
                 last_update_ms: 50,
                 set_id: 0,
             },
@@ -654,6 +717,8 @@ mod tests {
         assert_eq!(partition.tombstone(&key), Some(first));
         let later = Tombstone {
             generation: 5,
+            life: 1,
+            durable: false,
             last_update_ms: 200,
             set_id: 0,
         };

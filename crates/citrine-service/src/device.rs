@@ -42,8 +42,16 @@ fn admit_with_set(
     set_id: u16,
     now: Now,
 ) -> Recovered {
+    let life = if record.life < citrine_index::LIVES {
+        record.life
+    } else {
+        // Under the header's checksum, so written so: a bug, not wear.
+        tracing::warn!(namespace = %namespace.config.name, life = record.life, "a recovered record's life is out of range; taken modulo the lives");
+        record.life % citrine_index::LIVES
+    };
     let meta = RecordMeta {
         generation: record.generation.max(1),
+        life,
         set_id,
         void_time: record.void_time,
         last_update_ms: record.last_update_ms,
@@ -266,6 +274,7 @@ pub fn shutdown(namespace: &Namespace) -> Result<(), String> {
             entries.push(SavedEntry {
                 digest: *digest,
                 generation: meta.generation,
+                life: meta.life,
                 void_time: meta.void_time,
                 last_update_ms: meta.last_update_ms,
                 set: meta.set_id,

@@ -22,6 +22,8 @@ use std::sync::OnceLock;
 
 /// Largest number of sets in a namespace (set ids are u16, 0 = no set).
 pub const SETS_MAX: usize = 1023;
+// Every set id fits the index entry's set-id bits.
+const _: () = assert!(SETS_MAX < citrine_index::SET_IDS as usize);
 
 /// Per-set statistics, alone on their cache lines: writes of one set do
 /// not slow down those of another.
@@ -169,25 +171,63 @@ impl SetRegistry {
 /// What conflict resolution compares of one copy of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Version {
+    /// The record's life, `0..LIVES` (see `citrine_index::RecordMeta::life`).
+    pub life: u16,
     /// 1..=65535, wrapping to 1.
     pub generation: u16,
     pub last_update_ms: u64,
+}
+
+impl Version {
+    /// The version of a stored copy.
+    pub fn of(meta: &citrine_index::RecordMeta) -> Version {
+        Version {
+            life: meta.life,
+            generation: meta.generation,
+            last_update_ms: meta.last_update_ms,
+        }
+    }
+
+    /// The version of a kept delete.
+    pub fn of_tombstone(tombstone: &citrine_index::Tombstone) -> Version {
+        Version {
+            life: tombstone.life,
+            generation: tombstone.generation,
+            last_update_ms: tombstone.last_update_ms,
+        }
+    }
 }
 
 /// Orders two copies of one record under `policy`: `Greater` when `ours`
 /// wins over `theirs`, `Less` when `theirs` does, `Equal` when the policy
 /// cannot tell them apart (the caller keeps the copy it holds).
 ///
-/// Generations are compared as serial numbers: they wrap from 65535 to 1,
-/// so a generation up to 32767 writes ahead of another is the newer one
-/// (65535 < 1 < 2). At exactly 32768 apart the numerically larger wins, so
-/// the order stays antisymmetric.
+/// The later life wins first, whatever the policy: a copy from before a
+/// non-durable delete never wins over the record written after it (see
+/// `citrine_index::RecordMeta::life`). Lives and generations are compared
+/// as serial numbers: generations wrap from 65535 to 1, so a generation up
+/// to 32767 writes ahead of another is the newer one (65535 < 1 < 2); lives
+/// wrap from `LIVES - 1` to 0 likewise. At exactly half the range apart the
+/// numerically larger wins, so the order stays antisymmetric.
 pub fn compare_versions(policy: ConflictResolutionPolicy, ours: Version, theirs: Version) -> Order {
+    let life = compare_lives(ours.life, theirs.life);
     let generation = compare_generations(ours.generation, theirs.generation);
     let last_update = ours.last_update_ms.cmp(&theirs.last_update_ms);
-    match policy {
+    life.then(match policy {
         ConflictResolutionPolicy::Generation => generation.then(last_update),
         ConflictResolutionPolicy::LastUpdateTime => last_update.then(generation),
+    })
+}
+
+/// Serial-number order of two wrapping lives.
+fn compare_lives(ours: u16, theirs: u16) -> Order {
+    let lives = citrine_index::LIVES;
+    let ahead = (ours % lives + lives - theirs % lives) % lives;
+    match ahead {
+        0 => Order::Equal,
+        ahead if ahead < lives / 2 => Order::Greater,
+        ahead if ahead == lives / 2 => ours.cmp(&theirs),
+        _ => Order::Less,
     }
 }
 
@@ -417,6 +457,7 @@ mod tests {
 
     fn version(generation: u16, last_update_ms: u64) -> Version {
         Version {
+            life: 0,
             generation,
             last_update_ms,
         }
@@ -560,6 +601,41 @@ mod tests {
             compare_versions(policy, version(1, 0), version(0x8001, 0)),
             Order::Less
         );
+    }
+
+    /// A later life wins over anything of an earlier one, under either
+    /// policy (a copy that missed a non-durable delete never wins over the
+    /// record written after it), across the lives' wrap too.
+    #[test]
+    fn a_later_life_wins_whatever_the_policy() {
+        let lives = citrine_index::LIVES;
+        for policy in ConflictResolutionPolicy::ALL {
+            let stale = version(40, 9_000);
+            let reborn = Version {
+                life: 1,
+                ..version(1, 8_000)
+            };
+            assert_eq!(compare_versions(policy, reborn, stale), Order::Greater);
+            assert_eq!(compare_versions(policy, stale, reborn), Order::Less);
+            let before_wrap = Version {
+                life: lives - 1,
+                ..version(9, 9_000)
+            };
+            let after_wrap = version(1, 1_000);
+            assert_eq!(
+                compare_versions(policy, after_wrap, before_wrap),
+                Order::Greater
+            );
+            // Half the lives apart: still antisymmetric.
+            let far = Version {
+                life: lives / 2,
+                ..version(1, 0)
+            };
+            assert_eq!(
+                compare_versions(policy, far, version(1, 0)),
+                compare_versions(policy, version(1, 0), far).reverse()
+            );
+        }
     }
 
     #[test]

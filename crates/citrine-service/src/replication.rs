@@ -70,10 +70,10 @@
 //!   under a read lock, and only then are the replicas awaited;
 //! - a replica applies a replica write only when it wins over its copy
 //!   under the namespace's `conflict-resolution-policy`
-//!   ([`crate::namespace::compare_versions`]: generation then last-update
-//!   time by default, or last-update time then generation; a delete marker
-//!   carries its tombstone's generation), so retries and reordered
-//!   deliveries are harmless;
+//!   ([`crate::namespace::compare_versions`]: the record's life first, then
+//!   generation then last-update time by default, or last-update time then
+//!   generation; a delete marker carries its tombstone's life and
+//!   generation), so retries and reordered deliveries are harmless;
 //! - a node alone (or without a fabric) never enters this module's async
 //!   path and allocates nothing for it.
 //!
@@ -403,6 +403,11 @@ pub struct ReplicaWrite {
     pub namespace: String,
     pub digest: Digest,
     pub generation: u16,
+    /// The copy's life (`citrine_index::RecordMeta::life`), `< LIVES`.
+    pub life: u16,
+    /// For a delete: whether it was durable (the record written after it
+    /// continues its life and generation). False for a record.
+    pub durable: bool,
     pub void_time: u32,
     pub last_update_ms: u64,
     pub set_name: Vec<u8>,
@@ -412,17 +417,28 @@ pub struct ReplicaWrite {
 
 const REPLICA_STORE: u8 = 1;
 const REPLICA_DELETE: u8 = 2;
+const REPLICA_DURABLE_DELETE: u8 = 3;
 
 impl ReplicaWrite {
-    /// `u8 kind | u8 ns len | ns | digest | u16 gen | u32 void | u64 lut |
-    /// u8 set len | set | (store) u32 body len | body`, big-endian.
+    /// What conflict resolution compares of this copy.
+    pub fn version(&self) -> Version {
+        Version {
+            life: self.life,
+            generation: self.generation,
+            last_update_ms: self.last_update_ms,
+        }
+    }
+
+    /// `u8 kind | u8 ns len | ns | digest | u16 gen | u16 life | u32 void |
+    /// u64 lut | u8 set len | set | (store) u32 body len | body`,
+    /// big-endian; kind 1 a record, 2 a delete, 3 a durable delete.
     pub fn encode(&self) -> Vec<u8> {
         let body_len = self.body.as_ref().map_or(0, Vec::len);
-        let mut out = Vec::with_capacity(48 + self.namespace.len() + body_len);
-        out.push(if self.body.is_some() {
-            REPLICA_STORE
-        } else {
-            REPLICA_DELETE
+        let mut out = Vec::with_capacity(50 + self.namespace.len() + body_len);
+        out.push(match (&self.body, self.durable) {
+            (Some(_), _) => REPLICA_STORE,
+            (None, false) => REPLICA_DELETE,
+            (None, true) => REPLICA_DURABLE_DELETE,
         });
         let namespace = self.namespace.as_bytes();
         let namespace = &namespace[..namespace.len().min(255)];
@@ -430,6 +446,7 @@ impl ReplicaWrite {
         out.extend_from_slice(namespace);
         out.extend_from_slice(&self.digest.0);
         out.extend_from_slice(&self.generation.to_be_bytes());
+        out.extend_from_slice(&self.life.to_be_bytes());
         out.extend_from_slice(&self.void_time.to_be_bytes());
         out.extend_from_slice(&self.last_update_ms.to_be_bytes());
         let set = &self.set_name[..self.set_name.len().min(255)];
@@ -452,6 +469,10 @@ impl ReplicaWrite {
             .to_owned();
         let digest: [u8; DIGEST_SIZE] = reader.take(DIGEST_SIZE)?.try_into().ok()?;
         let generation = u16::from_be_bytes(reader.take(2)?.try_into().ok()?);
+        let life = u16::from_be_bytes(reader.take(2)?.try_into().ok()?);
+        if life >= citrine_index::LIVES {
+            return None;
+        }
         let void_time = u32::from_be_bytes(reader.take(4)?.try_into().ok()?);
         // Held to the index's range, so that every comparison of this copy
         // with a stored one sees the same value the index would keep.
@@ -464,7 +485,7 @@ impl ReplicaWrite {
                 let length = u32::from_be_bytes(reader.take(4)?.try_into().ok()?) as usize;
                 Some(reader.take(length)?.to_vec())
             }
-            REPLICA_DELETE => None,
+            REPLICA_DELETE | REPLICA_DURABLE_DELETE => None,
             _ => return None,
         };
         if reader.at != bytes.len() {
@@ -474,6 +495,8 @@ impl ReplicaWrite {
             namespace,
             digest: Digest(digest),
             generation,
+            life,
+            durable: kind == REPLICA_DURABLE_DELETE,
             void_time,
             last_update_ms,
             set_name,
@@ -773,6 +796,8 @@ fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite {
             namespace: namespace.config.name.clone(),
             digest: *digest,
             generation: meta.generation,
+            life: meta.life,
+            durable: false,
             void_time: meta.void_time,
             last_update_ms: meta.last_update_ms,
             set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
@@ -791,6 +816,8 @@ fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite {
                     namespace: namespace.config.name.clone(),
                     digest: *digest,
                     generation: 0,
+                    life: 0,
+                    durable: false,
                     void_time: 0,
                     last_update_ms: now.unix_ms,
                     set_name: Vec::new(),
@@ -811,6 +838,8 @@ pub(crate) fn delete_marker(
         namespace: namespace.config.name.clone(),
         digest: *digest,
         generation: tombstone.generation,
+        life: tombstone.life,
+        durable: tombstone.durable,
         void_time: 0,
         last_update_ms: tombstone.last_update_ms,
         set_name: namespace.sets.name(tombstone.set_id).unwrap_or_default(),
@@ -836,6 +865,8 @@ fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrit
         namespace: namespace.config.name.clone(),
         digest: *digest,
         generation: meta.generation,
+        life: meta.life,
+        durable: false,
         void_time: meta.void_time,
         last_update_ms: meta.last_update_ms,
         set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
@@ -854,30 +885,14 @@ fn holds_newer(policy: ConflictResolutionPolicy, meta: &RecordMeta, write: &Repl
         // A marker from a master that kept no tombstone.
         return meta.last_update_ms >= write.last_update_ms;
     }
-    let ours = Version {
-        generation: meta.generation,
-        last_update_ms: meta.last_update_ms,
-    };
-    let theirs = Version {
-        generation: write.generation,
-        last_update_ms: write.last_update_ms,
-    };
-    compare_versions(policy, ours, theirs) != std::cmp::Ordering::Less
+    copy_holds(policy, Version::of(meta), write.version())
 }
 
-/// True when a copy with (generation, last-update ms) `held` wins over or
-/// ties with one with `other` under `policy`: it need not be replaced (the
-/// delta of a migration leaves such records out).
-pub(crate) fn copy_holds(
-    policy: ConflictResolutionPolicy,
-    held: (u16, u64),
-    other: (u16, u64),
-) -> bool {
-    let version = |(generation, last_update_ms): (u16, u64)| Version {
-        generation,
-        last_update_ms,
-    };
-    compare_versions(policy, version(held), version(other)) != std::cmp::Ordering::Less
+/// True when a copy of version `held` wins over or ties with one of
+/// version `other` under `policy`: it need not be replaced (the delta of
+/// a migration leaves such records out).
+pub(crate) fn copy_holds(policy: ConflictResolutionPolicy, held: Version, other: Version) -> bool {
+    compare_versions(policy, held, other) != std::cmp::Ordering::Less
 }
 
 /// Applies a copy of a record to this node's copy by the replica-write
@@ -990,11 +1005,7 @@ fn apply(
     {
         // Deleted here later than this copy was written: it stays deleted.
         if write.body.is_some()
-            && copy_holds(
-                policy,
-                (tombstone.generation, tombstone.last_update_ms),
-                (write.generation, write.last_update_ms),
-            )
+            && copy_holds(policy, Version::of_tombstone(&tombstone), write.version())
         {
             return Ok(());
         }
@@ -1003,6 +1014,7 @@ fn apply(
         Some(body) => {
             let meta = RecordMeta {
                 generation: write.generation,
+                life: write.life,
                 set_id,
                 void_time: write.void_time,
                 last_update_ms: write.last_update_ms,
@@ -1025,6 +1037,8 @@ fn apply(
                         write.digest,
                         Tombstone {
                             generation: write.generation,
+                            life: write.life,
+                            durable: write.durable,
                             last_update_ms: write.last_update_ms,
                             set_id,
                         },
@@ -1032,14 +1046,20 @@ fn apply(
                 }
                 return Ok(());
             };
-            let generation = match write.generation {
-                0 => RecordMeta::next_generation(entry.meta().generation),
-                generation => generation,
+            // A marker without a generation (its master kept no
+            // tombstone) deletes the copy held here in its life.
+            let (generation, life) = match write.generation {
+                0 => (
+                    RecordMeta::next_generation(entry.meta().generation),
+                    entry.meta().life,
+                ),
+                generation => (generation, write.life),
             };
             if namespace.storage.device().is_some() {
                 let set_name = namespace.sets.name(entry.meta().set_id).unwrap_or_default();
                 let store = StoreMeta {
                     generation,
+                    life,
                     void_time: 0,
                     last_update_ms: write.last_update_ms,
                     set_name: &set_name,
@@ -1055,6 +1075,8 @@ fn apply(
                     write.digest,
                     Tombstone {
                         generation,
+                        life,
+                        durable: write.durable,
                         last_update_ms: write.last_update_ms,
                         set_id: entry.meta().set_id,
                     },
@@ -1579,6 +1601,8 @@ mod tests {
             namespace: "test".into(),
             digest: Digest([7; DIGEST_SIZE]),
             generation: 3,
+            life: 0,
+            durable: false,
             void_time: 1_000_000_000, // live: expires after the test clock's now
             last_update_ms: 99_000,
             set_name: b"demo".to_vec(),
@@ -1588,7 +1612,21 @@ mod tests {
 
     #[test]
     fn replica_write_round_trip_and_garbage() {
-        for write in [sample(Some(vec![1, 2, 3])), sample(None)] {
+        let durable_delete = ReplicaWrite {
+            life: 17,
+            durable: true,
+            ..sample(None)
+        };
+        let later_life = ReplicaWrite {
+            life: citrine_index::LIVES - 1,
+            ..sample(Some(vec![4]))
+        };
+        for write in [
+            sample(Some(vec![1, 2, 3])),
+            sample(None),
+            durable_delete,
+            later_life,
+        ] {
             let bytes = write.encode();
             assert_eq!(ReplicaWrite::decode(&bytes), Some(write));
             for cut in 0..bytes.len() {
@@ -1601,7 +1639,12 @@ mod tests {
             bad_kind[0] = 9;
             assert_eq!(ReplicaWrite::decode(&bad_kind), None);
         }
-        // A last-update time past the index's 48 bits arrives as the
+        // A life out of range is malformed.
+        let mut bad_life = sample(None).encode();
+        let at = 2 + "test".len() + DIGEST_SIZE + 2;
+        bad_life[at..at + 2].copy_from_slice(&citrine_index::LIVES.to_be_bytes());
+        assert_eq!(ReplicaWrite::decode(&bad_life), None);
+        // A last-update time past the index's 44 bits arrives as the
         // index would hold it, so stored and incoming copies compare alike.
         let mut late = sample(None);
         late.last_update_ms = u64::MAX;
@@ -1615,6 +1658,7 @@ mod tests {
         // The incoming copy: generation 3, last update 99 000.
         let write = sample(Some(vec![1]));
         let meta = |last_update_ms, generation| RecordMeta {
+            life: 0,
             generation,
             set_id: 0,
             void_time: 0,
@@ -1648,6 +1692,8 @@ mod tests {
         // master) goes by time under both.
         let delete = ReplicaWrite {
             generation: 0,
+            life: 0,
+            durable: false,
             ..sample(None)
         };
         for policy in ConflictResolutionPolicy::ALL {
@@ -1747,6 +1793,8 @@ mod tests {
         assert_eq!(apply_replica_write(&service, &write), ResultCode::Ok);
         let older = ReplicaWrite {
             generation: 2,
+            life: 0,
+            durable: false,
             last_update_ms: 98_000,
             body: Some(vec![9]),
             ..write.clone()
@@ -1775,6 +1823,8 @@ mod tests {
         let delete = ReplicaWrite {
             last_update_ms: 100_000,
             generation: 0,
+            life: 0,
+            durable: false,
             body: None,
             ..write.clone()
         };
@@ -1794,6 +1844,59 @@ mod tests {
             apply_replica_write(&service, &unknown),
             ResultCode::Namespace
         );
+    }
+
+    /// A record written after a non-durable delete starts its next life at
+    /// generation 1: a copy from the earlier life (a node that missed the
+    /// delete, with more writes than the new copy) never wins over it nor
+    /// over the delete's tombstone, whatever the policy; the new life wins
+    /// over the tombstone and over a stale copy a replica still holds.
+    #[test]
+    fn a_copy_from_an_earlier_life_never_wins() {
+        let service = memory_service(7);
+        let stale = ReplicaWrite {
+            generation: 9,
+            last_update_ms: 90_000,
+            body: Some(vec![1]),
+            ..sample(None)
+        };
+        let tombstone = ReplicaWrite {
+            generation: 10,
+            last_update_ms: 95_000,
+            body: None,
+            ..stale.clone()
+        };
+        let reborn = ReplicaWrite {
+            generation: 1,
+            life: 1,
+            last_update_ms: 96_000,
+            body: Some(vec![2]),
+            ..stale.clone()
+        };
+        // The tombstone holds the earlier life's copies off.
+        assert_eq!(apply_replica_write(&service, &tombstone), ResultCode::Ok);
+        assert_eq!(apply_replica_write(&service, &stale), ResultCode::Ok);
+        assert!(stored(&service, &stale.digest).is_none());
+        // The new life wins over the tombstone, then over the stale copy
+        // sent again (with more writes and, under last-update-time, a later
+        // write too).
+        assert_eq!(apply_replica_write(&service, &reborn), ResultCode::Ok);
+        let later_stale = ReplicaWrite {
+            generation: 30,
+            last_update_ms: 99_000,
+            ..stale.clone()
+        };
+        for copy in [&stale, &later_stale, &tombstone] {
+            assert_eq!(apply_replica_write(&service, copy), ResultCode::Ok);
+            let held = stored(&service, &stale.digest).map(|(meta, body)| (meta.life, body));
+            assert_eq!(held, Some((1, vec![2])));
+        }
+        // A replica still holding the stale copy takes the new life.
+        let replica = memory_service(8);
+        assert_eq!(apply_replica_write(&replica, &later_stale), ResultCode::Ok);
+        assert_eq!(apply_replica_write(&replica, &reborn), ResultCode::Ok);
+        let held = stored(&replica, &stale.digest).map(|(meta, _)| (meta.life, meta.generation));
+        assert_eq!(held, Some((1, 1)));
     }
 
     /// Records every call and answers replica writes with `Ok`, proxied
@@ -2408,6 +2511,8 @@ mod tests {
         assert!(stored(&service, &replica.digest).is_some());
         let newer = ReplicaWrite {
             generation: 4,
+            life: 0,
+            durable: false,
             ..held.clone()
         };
         assert_eq!(send(&newer), vec![ResultCode::Ok.code()]);
@@ -2445,6 +2550,8 @@ mod tests {
         let delete = ReplicaWrite {
             digest: other,
             generation: 2,
+            life: 0,
+            durable: false,
             ..sample(None)
         };
         assert_eq!(

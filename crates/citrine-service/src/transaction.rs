@@ -558,7 +558,14 @@ fn delete(
         filter::check(expression, &record, now)?;
     }
     write_tombstone(namespace, &request.digest, &meta, now)?;
-    remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
+    let durable = is_durable_delete(&request.header);
+    remove_deleted(
+        namespace,
+        &mut partition,
+        &request.digest,
+        now.unix_ms,
+        durable,
+    );
     drop(partition);
     namespace
         .stats
@@ -592,6 +599,7 @@ pub(crate) fn write_tombstone(
     let set_name = namespace.sets.name(meta.set_id).unwrap_or_default();
     let store = StoreMeta {
         generation: RecordMeta::next_generation(meta.generation),
+        life: meta.life,
         void_time: 0,
         last_update_ms: now.unix_ms,
         set_name: &set_name,
@@ -613,23 +621,36 @@ pub(crate) fn retire_entry(namespace: &Namespace, digest: &Digest, entry: IndexE
     namespace.storage.retire(digest, entry.location);
 }
 
+/// True when a client asked for a durable delete (info2 DURABLE_DELETE):
+/// the record written after it continues the deleted copy's life and
+/// generation; after any other delete it starts the next life at
+/// generation 1, as after the reference's (non-durable) deletes.
+pub(crate) fn is_durable_delete(header: &MsgHeader) -> bool {
+    header.info2 & info2::DURABLE_DELETE != 0
+}
+
 /// Removes a deleted record's entry (if any) and leaves its tombstone in
 /// the index (see `citrine_index`): generation the deleted copy's next,
-/// last-update time `lut_ms`.
+/// its life, last-update time `lut_ms`, and whether the delete was
+/// durable.
 pub(crate) fn remove_deleted(
     namespace: &Namespace,
     partition: &mut PartitionIndex,
     digest: &Digest,
     lut_ms: u64,
+    durable: bool,
 ) {
     if let Some(entry) = partition.remove(digest) {
         crate::sindex::unindex(namespace, digest, &entry);
+        let meta = entry.meta();
         partition.set_tombstone(
             *digest,
             Tombstone {
-                generation: RecordMeta::next_generation(entry.meta().generation),
+                generation: RecordMeta::next_generation(meta.generation),
+                life: meta.life,
+                durable,
                 last_update_ms: lut_ms,
-                set_id: entry.meta().set_id,
+                set_id: meta.set_id,
             },
         );
         drop_entry(namespace, entry);
@@ -1252,13 +1273,17 @@ fn write(
             let new_body = encode_body_reserving(key, &bins, MEMORY_BODY_SPARE)
                 .map_err(|_| ResultCode::Parameter)?;
             check_record_size(namespace, new_body.len())?;
-            let generation = match live_meta {
-                Some(meta) => RecordMeta::next_generation(meta.generation),
-                None => generation_after(partition.tombstone(&request.digest)),
+            let (life, generation) = match live_meta {
+                Some(meta) => (meta.life, RecordMeta::next_generation(meta.generation)),
+                None => start_after(
+                    current.map(IndexEntry::meta),
+                    partition.tombstone(&request.digest),
+                ),
             };
             let record_set = live_meta.map_or(set_id, |meta| meta.set_id);
             let meta = RecordMeta {
                 generation,
+                life,
                 set_id: record_set,
                 void_time,
                 last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),
@@ -1278,7 +1303,14 @@ fn write(
             if let Some(entry) = partition.get(&request.digest) {
                 write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
             }
-            remove_deleted(namespace, &mut partition, &request.digest, now.unix_ms);
+            let durable = is_durable_delete(header);
+            remove_deleted(
+                namespace,
+                &mut partition,
+                &request.digest,
+                now.unix_ms,
+                durable,
+            );
             drop(partition);
             write_operate_reply(out, request.reply, 0, 0, &responses);
         }
@@ -1309,16 +1341,27 @@ fn write(
     Ok(())
 }
 
-/// The generation of a record written where none is live: past the
-/// tombstone of its delete while the node holds one (as after the
-/// reference's durable deletes), so the new copy wins over that tombstone
-/// on every replica still holding it and in every merge; else 1 (also over
-/// an expired or truncated copy, as the reference's "rescue" of a doomed
-/// record does: replicas count such a copy as absent).
-pub(crate) fn generation_after(tombstone: Option<Tombstone>) -> u16 {
-    tombstone.map_or(1, |tombstone| {
-        RecordMeta::next_generation(tombstone.generation)
-    })
+/// The life and generation of a record written where none is live, so
+/// that the new copy wins over the delete's tombstone on every replica
+/// still holding it, and over every copy from before the delete, in every
+/// merge:
+/// - after a durable delete (its tombstone kept here), the deleted copy's
+///   life, the generation past the tombstone's (as after the reference's
+///   durable deletes);
+/// - after any other delete, the deleted copy's next life at generation 1
+///   (the client sees 1, as after the reference's non-durable deletes);
+/// - else generation 1 in the life of the expired or truncated copy held
+///   (as the reference's "rescue" of a doomed record; replicas count such
+///   a copy as absent), or in life 0.
+pub(crate) fn start_after(dead: Option<RecordMeta>, tombstone: Option<Tombstone>) -> (u16, u16) {
+    match tombstone {
+        Some(tombstone) if tombstone.durable => (
+            tombstone.life,
+            RecordMeta::next_generation(tombstone.generation),
+        ),
+        Some(tombstone) => (RecordMeta::next_life(tombstone.life), 1),
+        None => (dead.map_or(0, |meta| meta.life), 1),
+    }
 }
 
 /// The checks every write makes before it reads the record: the namespace
@@ -1359,6 +1402,7 @@ pub(crate) fn install(
     };
     let store = StoreMeta {
         generation: meta.generation,
+        life: meta.life,
         void_time: meta.void_time,
         last_update_ms: meta.last_update_ms,
         set_name: &set_name,
@@ -1462,6 +1506,7 @@ fn read_touch(namespace: &Namespace, request: &Request<'_>, now: Now) -> Result<
         .into_owned();
     let meta = RecordMeta {
         generation: RecordMeta::next_generation(current.generation),
+        life: current.life,
         set_id: current.set_id,
         void_time: now.citrusleaf_seconds.saturating_add(ttl),
         last_update_ms: namespace.version_lut_ms(current.set_id, now.unix_ms),

@@ -676,17 +676,22 @@ pub(crate) fn apply(
                     &mut partition,
                     &request.digest,
                     now.unix_ms,
+                    transaction::is_durable_delete(&request.header),
                 );
                 (0, 0)
             }
             Planned::Store { body, void_time } => {
-                let generation = match snapshot.meta {
-                    Some(meta) => RecordMeta::next_generation(meta.generation),
-                    None => transaction::generation_after(partition.tombstone(&request.digest)),
+                let (life, generation) = match snapshot.meta {
+                    Some(meta) => (meta.life, RecordMeta::next_generation(meta.generation)),
+                    None => transaction::start_after(
+                        partition.get(&request.digest).map(|entry| entry.meta()),
+                        partition.tombstone(&request.digest),
+                    ),
                 };
                 let record_set = snapshot.meta.map_or(set_id, |meta| meta.set_id);
                 let meta = RecordMeta {
                     generation,
+                    life,
                     set_id: record_set,
                     void_time,
                     last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),

@@ -61,6 +61,7 @@ fn main() {
                     for seed in (writer..records).step_by(writers as usize) {
                         let meta = StoreMeta {
                             generation: 1,
+                            life: 0,
                             void_time: 0,
                             last_update_ms: seed,
                             set_name: b"bench",
@@ -86,6 +87,7 @@ fn main() {
         .map(|(digest, address)| SavedEntry {
             digest: *digest,
             generation: 1,
+            life: 0,
             void_time: 0,
             last_update_ms: 0,
             set: 1,

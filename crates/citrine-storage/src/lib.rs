@@ -76,6 +76,8 @@ impl DeviceAddress {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreMeta<'a> {
     pub generation: u16,
+    /// The record's life (see `citrine_index::RecordMeta::life`), `< 1024`.
+    pub life: u16,
     pub void_time: u32,
     pub last_update_ms: u64,
     /// Set name (empty = no set).

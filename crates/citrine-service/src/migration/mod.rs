@@ -105,6 +105,7 @@
 pub mod driver;
 
 use crate::cluster_state::ClusterState;
+use crate::namespace::Version;
 use crate::replication::ReplicaWrite;
 use crate::Service;
 use citrine_cluster::exchange::{self, Covers, Holding, PartitionVersion};
@@ -1428,8 +1429,8 @@ impl Service {
     }
 
     /// This node's manifest of a partition (answers `MANIFEST`): `u8 1 |
-    /// u32 count | count × (digest | u16 generation | u64 last-update
-    /// ms)`; `[0]` for an unknown namespace or partition.
+    /// u32 count | count × (digest | u16 generation | u16 life | u64
+    /// last-update ms)`; `[0]` for an unknown namespace or partition.
     pub(crate) fn manifest(&self, payload: &[u8]) -> Vec<u8> {
         let Some((namespace, partition)) = decode_partition_ref(payload) else {
             return vec![0];
@@ -1442,7 +1443,7 @@ impl Service {
         };
         let now = self.now();
         let index = namespace.index.partition(partition).read();
-        let mut out = Vec::with_capacity(5 + index.len() * (DIGEST_SIZE + 10));
+        let mut out = Vec::with_capacity(5 + index.len() * MANIFEST_ENTRY);
         out.push(1);
         out.extend_from_slice(&[0; 4]);
         let mut count = 0u32;
@@ -1450,14 +1451,15 @@ impl Service {
             .iter()
             .map(|(digest, entry)| (digest, entry.meta()))
             .filter(|(_, meta)| crate::transaction::is_live(namespace, meta, now))
-            .map(|(digest, meta)| (digest, meta.generation, meta.last_update_ms));
+            .map(|(digest, meta)| (digest, Version::of(&meta)));
         let deleted = index
             .tombstones()
-            .map(|(digest, tombstone)| (digest, tombstone.generation, tombstone.last_update_ms));
-        for (digest, generation, last_update_ms) in live.chain(deleted) {
+            .map(|(digest, tombstone)| (digest, Version::of_tombstone(tombstone)));
+        for (digest, version) in live.chain(deleted) {
             out.extend_from_slice(&digest.0);
-            out.extend_from_slice(&generation.to_be_bytes());
-            out.extend_from_slice(&last_update_ms.to_be_bytes());
+            out.extend_from_slice(&version.generation.to_be_bytes());
+            out.extend_from_slice(&version.life.to_be_bytes());
+            out.extend_from_slice(&version.last_update_ms.to_be_bytes());
             count += 1;
         }
         out[1..5].copy_from_slice(&count.to_be_bytes());
@@ -1486,10 +1488,12 @@ impl Service {
                     None => true,
                     // Their copy is from before a truncation this node
                     // knows (and they may not yet): it counts as absent.
-                    Some((_, lut)) if *lut < namespace.truncated_before(set_id) => true,
-                    Some((generation, lut)) => !crate::replication::copy_holds(
+                    Some(their) if their.last_update_ms < namespace.truncated_before(set_id) => {
+                        true
+                    }
+                    Some(their) => !crate::replication::copy_holds(
                         namespace.config.conflict_resolution_policy,
-                        (*generation, *lut),
+                        *their,
                         ours,
                     ),
                 }
@@ -1540,12 +1544,12 @@ impl Service {
                     // Only theirs: a write that reached only them, or
                     // (written before the tombstones kept) perhaps a record
                     // deleted here long ago.
-                    let recent = their.1 >= tombstones_kept_since
-                        && their.1 >= namespace.truncated_before(0);
+                    let recent = their.last_update_ms >= tombstones_kept_since
+                        && their.last_update_ms >= namespace.truncated_before(0);
                     return recent.then_some(digest);
                 };
                 let newer = !crate::replication::copy_holds(policy, ours, *their)
-                    && their.1 >= namespace.truncated_before(set_id);
+                    && their.last_update_ms >= namespace.truncated_before(set_id);
                 newer.then_some(digest)
             })
             .collect();
@@ -1655,6 +1659,8 @@ impl Service {
                 namespace: namespace_name.to_owned(),
                 digest: *digest,
                 generation: meta.generation,
+                life: meta.life,
+                durable: false,
                 void_time: meta.void_time,
                 last_update_ms: meta.last_update_ms,
                 set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
@@ -1717,23 +1723,17 @@ impl Service {
     }
 }
 
-/// The (generation, last-update ms) and set of the copy of `digest` this
-/// node holds — the record, else its tombstone; `None` for neither.
-fn held_version(
-    index: &citrine_index::PartitionIndex,
-    digest: &Digest,
-) -> Option<((u16, u64), u16)> {
+/// The version and set of the copy of `digest` this node holds — the
+/// record, else its tombstone; `None` for neither.
+fn held_version(index: &citrine_index::PartitionIndex, digest: &Digest) -> Option<(Version, u16)> {
     match index.get(digest) {
         Some(entry) => {
             let meta = entry.meta();
-            Some(((meta.generation, meta.last_update_ms), meta.set_id))
+            Some((Version::of(&meta), meta.set_id))
         }
-        None => index.tombstone(digest).map(|tombstone| {
-            (
-                (tombstone.generation, tombstone.last_update_ms),
-                tombstone.set_id,
-            )
-        }),
+        None => index
+            .tombstone(digest)
+            .map(|tombstone| (Version::of_tombstone(&tombstone), tombstone.set_id)),
     }
 }
 
@@ -1742,8 +1742,12 @@ fn held_version(
 pub const PULL_CLOCK_MARGIN_MS: u64 = 60_000;
 
 /// A target's copy of a partition as its `MANIFEST` answer lists it:
-/// digest → (generation, last-update ms).
-pub type Manifest = HashMap<[u8; DIGEST_SIZE], (u16, u64)>;
+/// digest → the copy's version.
+pub type Manifest = HashMap<[u8; DIGEST_SIZE], Version>;
+
+/// Bytes of one `MANIFEST` entry: digest, u16 generation, u16 life, u64
+/// last-update ms.
+const MANIFEST_ENTRY: usize = DIGEST_SIZE + 12;
 
 /// A `MANIFEST` answer's entries; `None` when it is malformed.
 pub fn parse_manifest(manifest: &[u8]) -> Option<Manifest> {
@@ -1752,23 +1756,31 @@ pub fn parse_manifest(manifest: &[u8]) -> Option<Manifest> {
     };
     let count = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
     let entries = rest.get(4..)?;
-    const ENTRY: usize = DIGEST_SIZE + 10;
-    if entries.len() != count.checked_mul(ENTRY)? {
+    if entries.len() != count.checked_mul(MANIFEST_ENTRY)? {
         return None;
     }
-    Some(
-        entries
-            .chunks_exact(ENTRY)
-            .filter_map(|entry| {
-                let digest: [u8; DIGEST_SIZE] = entry[..DIGEST_SIZE].try_into().ok()?;
-                let generation =
-                    u16::from_be_bytes(entry[DIGEST_SIZE..DIGEST_SIZE + 2].try_into().ok()?);
-                let lut = u64::from_be_bytes(entry[DIGEST_SIZE + 2..].try_into().ok()?)
-                    .min(citrine_index::MAX_LAST_UPDATE_MS);
-                Some((digest, (generation, lut)))
-            })
-            .collect(),
-    )
+    entries
+        .chunks_exact(MANIFEST_ENTRY)
+        .map(|entry| {
+            let digest: [u8; DIGEST_SIZE] = entry[..DIGEST_SIZE].try_into().ok()?;
+            let field = |at: usize| entry.get(DIGEST_SIZE + at..DIGEST_SIZE + at + 2);
+            let generation = u16::from_be_bytes(field(0)?.try_into().ok()?);
+            let life = u16::from_be_bytes(field(2)?.try_into().ok()?);
+            if life >= citrine_index::LIVES {
+                return None;
+            }
+            let lut = u64::from_be_bytes(entry.get(DIGEST_SIZE + 4..)?.try_into().ok()?)
+                .min(citrine_index::MAX_LAST_UPDATE_MS);
+            Some((
+                digest,
+                Version {
+                    life,
+                    generation,
+                    last_update_ms: lut,
+                },
+            ))
+        })
+        .collect()
 }
 
 /// `u8 ns len | ns | u16 partition`.
@@ -2059,6 +2071,8 @@ mod tests {
             namespace: "test".into(),
             digest: Digest(digest),
             generation,
+            life: 0,
+            durable: false,
             void_time: 0,
             last_update_ms: 1_700_000_000_000 - 1000 + u64::from(generation),
             set_name: b"demo".to_vec(),
@@ -2701,6 +2715,8 @@ mod tests {
         world.node(2).publish_cluster(state(2, 32, &[2]));
         let delete = ReplicaWrite {
             generation: 2,
+            life: 0,
+            durable: false,
             last_update_ms: doomed.last_update_ms + 50,
             body: None,
             set_name: Vec::new(),
@@ -2740,6 +2756,8 @@ mod tests {
         // A newer write of the same key does, and clears the tombstone.
         let again = ReplicaWrite {
             generation: 3,
+            life: 0,
+            durable: false,
             last_update_ms: doomed.last_update_ms + 100,
             ..doomed.clone()
         };
@@ -3036,13 +3054,21 @@ mod tests {
     /// tombstone's, so no replica keeps the tombstone over it.
     #[test]
     fn a_record_written_again_after_its_delete_reaches_every_replica() {
+        // After a delete, the record written again starts its next life at
+        // generation 1 (as after the reference's deletes); after a durable
+        // delete it continues past the tombstone's generation 3.
+        written_again_after_delete(false, "again", (1, 1));
+        written_again_after_delete(true, "durable", (4, 0));
+    }
+
+    fn written_again_after_delete(durable: bool, prefix: &str, expected: (u16, u16)) {
         use crate::batch::row_flags;
         use crate::batch::tests::{batch_frame, digest, payload, run, RowSpec};
         use citrine_wire::msg::{info2, info3, op_type};
         let world = World::new(&[1, 2]);
         world.publish(60, &[1, 2]);
         world.settle(&[1, 2]);
-        let keys: Vec<String> = (0..20).map(|i| format!("again{i}")).collect();
+        let keys: Vec<String> = (0..20).map(|i| format!("{prefix}{i}")).collect();
         let batch = |info2_bits: u8, value: Option<i64>| {
             let rows: Vec<RowSpec> = keys
                 .iter()
@@ -3072,13 +3098,14 @@ mod tests {
                 .collect();
             assert!(failed.is_empty(), "{failed:?}");
         };
+        let durable_bit = if durable { info2::DURABLE_DELETE } else { 0 };
         batch(info2::WRITE, Some(1));
         batch(info2::WRITE, Some(2));
-        batch(info2::WRITE | info2::DELETE, None);
+        batch(info2::WRITE | info2::DELETE | durable_bit, None);
         batch(info2::WRITE, Some(3));
         for key in &keys {
             let digest = digest("demo", key);
-            let copies: Vec<Option<(u16, Vec<u8>)>> = [1, 2]
+            let copies: Vec<Option<(u16, u16, Vec<u8>)>> = [1, 2]
                 .iter()
                 .map(|id| {
                     let node = world.node(*id);
@@ -3086,12 +3113,15 @@ mod tests {
                     let index = namespace.index.partition(digest.partition()).read();
                     let entry = index.get(&digest)?;
                     let body = namespace.storage.read(&entry.location).ok()?.into_owned();
-                    Some((entry.meta().generation, body))
+                    let meta = entry.meta();
+                    Some((meta.generation, meta.life, body))
                 })
                 .collect();
             assert_eq!(copies[0], copies[1], "{key}: the same copy on both nodes");
-            let generation = copies[0].as_ref().map(|(generation, _)| *generation);
-            assert_eq!(generation, Some(4), "{key}: past the tombstone's 3");
+            let version = copies[0]
+                .as_ref()
+                .map(|(generation, life, _)| (*generation, *life));
+            assert_eq!(version, Some(expected), "{key}: (generation, life)");
         }
     }
 

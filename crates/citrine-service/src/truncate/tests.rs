@@ -34,6 +34,8 @@ fn copy_in(
         namespace: "test".into(),
         digest: of_key(set, &UserKey::Integer(key)),
         generation,
+        life: 0,
+        durable: false,
         void_time: 0,
         last_update_ms,
         set_name: set.as_bytes().to_vec(),

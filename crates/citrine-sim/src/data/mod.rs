@@ -22,6 +22,8 @@
 //!    run waits until they agree on one view and are migration-stable;
 //! 2. clients start: each keeps one request outstanding — increments of
 //!    shared counters, puts of unique values to keys it owns, reads —
+//!    and, with [`DataConfig::deletes`], deletes (durable or not) of those
+//!    keys, so a key goes through several lives —
 //!    sent to the master in some node's current map (or, sometimes, to a
 //!    random node, which proxies), retried on 9, 11 and timeouts;
 //!    With [`DataConfig::truncate`], some puts go to keys of set `trunc`;
@@ -135,6 +137,12 @@ pub struct DataConfig {
     /// that set at one node before a membership event (the other nodes
     /// learn it from its push or in that event's exchange).
     pub truncate: bool,
+    /// Some ops on a client's put keys are deletes, durable or not (a put
+    /// after a non-durable delete starts the record's next life at
+    /// generation 1): the final state of a key must be the effect of its
+    /// last acknowledged attempt or of a later one in doubt, a delete's
+    /// effect being absence.
+    pub deletes: bool,
     /// Nodes keep namespace `test` on a device (the log-structured engine
     /// over a file in a scratch directory) instead of in memory. The
     /// simulation is the flusher: every node's write buffers are written
@@ -168,6 +176,7 @@ impl DataConfig {
             restart_before_noticed: false,
             messages_vanish: false,
             truncate: true,
+            deletes: true,
             device: false,
         }
     }
@@ -184,6 +193,8 @@ pub struct DataReport {
     pub trace_hash: u64,
     /// Client operations acknowledged (writes and reads).
     pub acked: u64,
+    /// Of those, deletes (of a record or of none).
+    pub deletes_acked: u64,
     /// Write attempts that ended in doubt (timeout, 9).
     pub in_doubt: u64,
     /// Attempts refused before execution (11).
@@ -355,6 +366,12 @@ enum OpKind {
         value: i64,
         attempt: usize,
     },
+    /// A delete of a put key (`durable`: info2 DURABLE_DELETE).
+    Delete {
+        key: usize,
+        attempt: usize,
+        durable: bool,
+    },
     Read {
         counter: usize,
     },
@@ -395,9 +412,10 @@ struct CounterHistory {
     returned: BTreeSet<i64>,
 }
 
+/// An attempt on a put key: a put of `value`, or a delete (`None`).
 #[derive(Clone, Debug)]
 struct PutAttempt {
-    value: i64,
+    value: Option<i64>,
     outcome: Outcome,
 }
 
@@ -462,6 +480,7 @@ struct World {
     truncated_puts: Vec<Vec<TruncatedPut>>,
     truncation: Option<Truncation>,
     acked: u64,
+    deletes_acked: u64,
     in_doubt: u64,
     refused: u64,
     view_changes: u64,
@@ -614,6 +633,7 @@ impl World {
             truncated_puts,
             truncation: None,
             acked: 0,
+            deletes_acked: 0,
             in_doubt: 0,
             refused: 0,
             view_changes: 0,
@@ -1128,7 +1148,11 @@ impl World {
             }
         } else if roll < 80 {
             let key = c + self.cfg.clients * self.rng.index(self.cfg.puts_per_client);
-            self.new_put(c, key)
+            if self.cfg.deletes && self.rng.chance(0.25) {
+                self.new_delete(key)
+            } else {
+                self.new_put(c, key)
+            }
         } else {
             OpKind::Read {
                 counter: self.rng.index(self.cfg.counters),
@@ -1140,13 +1164,26 @@ impl World {
         let attempt = self.puts[key].len();
         let value = ((c as i64) << 40) | ((key as i64) << 20) | attempt as i64;
         self.puts[key].push(PutAttempt {
-            value,
+            value: Some(value),
             outcome: Outcome::Pending,
         });
         OpKind::Put {
             key,
             value,
             attempt,
+        }
+    }
+
+    fn new_delete(&mut self, key: usize) -> OpKind {
+        let attempt = self.puts[key].len();
+        self.puts[key].push(PutAttempt {
+            value: None,
+            outcome: Outcome::Pending,
+        });
+        OpKind::Delete {
+            key,
+            attempt,
+            durable: self.rng.chance(0.5),
         }
     }
 
@@ -1186,6 +1223,14 @@ impl World {
             }
             OpKind::Put { key, value, .. } => {
                 (SET, put_key(key), write, Some((op_type::WRITE, "v", value)))
+            }
+            OpKind::Delete { key, durable, .. } => {
+                let durable = if durable { info2::DURABLE_DELETE } else { 0 };
+                let header = MsgHeader {
+                    info2: info2::WRITE | info2::DELETE | durable,
+                    ..write
+                };
+                (SET, put_key(key), header, None)
             }
             OpKind::TruncatedPut { key, value, .. } => (
                 TRUNCATED_SET,
@@ -1281,7 +1326,9 @@ impl World {
             matches!(op.kind, OpKind::Incr { counter } | OpKind::Read { counter } if counter == t)
         }) || self
             .trace_put
-            .is_some_and(|t| matches!(op.kind, OpKind::Put { key, .. } if key == t))
+            .is_some_and(|t| {
+                matches!(op.kind, OpKind::Put { key, .. } | OpKind::Delete { key, .. } if key == t)
+            })
         {
             self.note(format!(
                 "client {c} {:?} via {:?} (sent {} ms) -> {reply:?}",
@@ -1290,7 +1337,11 @@ impl World {
         }
         let outcome = match code {
             Some(0) => Outcome::Acked,
-            Some(2) if matches!(op.kind, OpKind::Read { .. }) => Outcome::Acked,
+            // A read or delete that found no record: answered, and the
+            // record is absent after it.
+            Some(2) if matches!(op.kind, OpKind::Read { .. } | OpKind::Delete { .. }) => {
+                Outcome::Acked
+            }
             None | Some(9) => Outcome::InDoubt,
             Some(11) => Outcome::Failed,
             Some(other) => {
@@ -1301,7 +1352,12 @@ impl World {
             }
         };
         match outcome {
-            Outcome::Acked => self.acked += 1,
+            Outcome::Acked => {
+                self.acked += 1;
+                if matches!(op.kind, OpKind::Delete { .. }) {
+                    self.deletes_acked += 1;
+                }
+            }
             Outcome::InDoubt if !matches!(op.kind, OpKind::Read { .. }) => self.in_doubt += 1,
             Outcome::Failed => self.refused += 1,
             _ => {}
@@ -1324,7 +1380,7 @@ impl World {
                 Outcome::InDoubt => self.counters[counter].in_doubt += 1,
                 _ => {}
             },
-            OpKind::Put { key, attempt, .. } => {
+            OpKind::Put { key, attempt, .. } | OpKind::Delete { key, attempt, .. } => {
                 if let Some(a) = self.puts[key].get_mut(attempt) {
                     a.outcome = outcome;
                 }
@@ -1359,6 +1415,14 @@ impl World {
             // value, so every value names one attempt).
             let kind = match op.kind {
                 OpKind::Put { key, .. } => self.new_put(c, key),
+                OpKind::Delete { key, durable, .. } => match self.new_delete(key) {
+                    OpKind::Delete { key, attempt, .. } => OpKind::Delete {
+                        key,
+                        attempt,
+                        durable,
+                    },
+                    other => other,
+                },
                 OpKind::TruncatedPut { key, .. } => self.new_truncated_put(key),
                 other => other,
             };
@@ -1811,6 +1875,7 @@ impl World {
             events: self.events.clone(),
             trace_hash: mix(self.hash, core.hash),
             acked: self.acked,
+            deletes_acked: self.deletes_acked,
             in_doubt: self.in_doubt,
             refused: self.refused,
             records,
@@ -1987,16 +2052,23 @@ impl World {
             let attempts = self.puts[key].clone();
             let value = self.final_read(&put_key(key))?;
             let last_acked = attempts.iter().rposition(|a| a.outcome == Outcome::Acked);
-            let found = value.and_then(|v| attempts.iter().position(|a| a.value == v));
+            // The attempt whose effect the key shows: the put of its value,
+            // or (absent) the last delete not refused.
+            let found = attempts
+                .iter()
+                .rposition(|a| a.value == value && a.outcome != Outcome::Failed);
             let ok = match (value, found) {
-                (None, _) => last_acked.is_none(),
+                // Absent with nothing acknowledged: no write to lose.
+                (None, None) => last_acked.is_none(),
                 (Some(_), None) => false,
-                (Some(_), Some(j)) => {
-                    attempts[j].outcome != Outcome::Failed && last_acked.is_none_or(|l| j >= l)
-                }
+                (_, Some(j)) => last_acked.is_none_or(|l| j >= l),
             };
             if !ok {
-                let invariant = if value.is_none() || found.is_some_and(|j| Some(j) < last_acked) {
+                let lost = match value {
+                    None => true,
+                    Some(_) => found.is_some_and(|j| Some(j) < last_acked),
+                };
+                let invariant = if lost {
                     Invariant::LostWrite
                 } else {
                     Invariant::PhantomWrite

@@ -346,6 +346,9 @@ impl BlockHeader {
 pub struct RecordHeader {
     pub flags: u8,
     pub generation: u16,
+    /// The record's life (`citrine_index::RecordMeta::life`); 0 in records
+    /// written before lives were kept (the bytes were reserved as zeros).
+    pub life: u16,
     pub digest: Digest,
     pub void_time: u32,
     pub last_update_ms: u64,
@@ -383,7 +386,8 @@ pub fn encode_record(out: &mut [u8], header: &RecordHeader, set: &[u8], body: &[
     put(out, 48, &header.incarnation.to_le_bytes());
     put(out, 56, &(body.len() as u32).to_le_bytes());
     out[60] = set.len() as u8;
-    out[61..64].fill(0);
+    put(out, 61, &header.life.to_le_bytes());
+    out[63] = 0;
     let body_crc = crc32c_append(crc32c(set), body);
     put(out, 64, &body_crc.to_le_bytes());
     let header_crc = crc32c(&out[..68]);
@@ -460,6 +464,7 @@ pub fn decode_record_header(
         incarnation: get_u64(bytes, 48),
         body_len: get_u32(bytes, 56),
         set_len: bytes[60],
+        life: get_u16(bytes, 61),
     };
     if usize::from(header.set_len) > SET_NAME_MAX {
         return Err(RecordError::BadHeader("set name too long".into()));
@@ -536,6 +541,7 @@ mod tests {
             last_update_ms: 11,
             sequence: 42,
             incarnation: 3,
+            life: 0x2A5,
             ..RecordHeader::default()
         };
         let body = vec![1u8; 300];
@@ -543,6 +549,7 @@ mod tests {
         encode_record(&mut bytes, &header, b"demo", &body);
         let decoded = decode_record(&bytes, Some(3)).expect("valid");
         assert_eq!(decoded.header.generation, 7);
+        assert_eq!(decoded.header.life, 0x2A5);
         assert_eq!(decoded.header.sequence, 42);
         assert_eq!(decoded.set, b"demo");
         assert_eq!(decoded.body, &body[..]);

@@ -762,6 +762,7 @@ impl DeviceEngine {
         let header = RecordHeader {
             flags,
             generation: meta.generation,
+            life: meta.life,
             digest: *digest,
             void_time: meta.void_time,
             last_update_ms: meta.last_update_ms,

@@ -24,13 +24,16 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 const INDEX_MAGIC: &[u8; 8] = b"CITRIDX\0";
-const INDEX_VERSION: u32 = 1;
+/// 2: entries carry the record's life (version 1 images are refused, so
+/// the start falls back to a cold scan).
+const INDEX_VERSION: u32 = 2;
 
 /// One index entry as saved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SavedEntry {
     pub digest: Digest,
     pub generation: u16,
+    pub life: u16,
     pub void_time: u32,
     pub last_update_ms: u64,
     /// Index into the set-name table passed to `save_index`.
@@ -98,7 +101,7 @@ impl DeviceEngine {
         entries: &[SavedEntry],
     ) -> Result<(), String> {
         self.flush_all().map_err(|error| error.to_string())?;
-        let mut out: Vec<u8> = Vec::with_capacity(64 + entries.len() * 44);
+        let mut out: Vec<u8> = Vec::with_capacity(64 + entries.len() * 46);
         out.extend_from_slice(INDEX_MAGIC);
         out.extend_from_slice(&INDEX_VERSION.to_le_bytes());
         out.extend_from_slice(&self.instance_id.to_le_bytes());
@@ -133,6 +136,7 @@ impl DeviceEngine {
         for entry in entries {
             out.extend_from_slice(&entry.digest.0);
             out.extend_from_slice(&entry.generation.to_le_bytes());
+            out.extend_from_slice(&entry.life.to_le_bytes());
             out.extend_from_slice(&entry.void_time.to_le_bytes());
             out.extend_from_slice(&entry.last_update_ms.to_le_bytes());
             out.extend_from_slice(&entry.set.to_le_bytes());
@@ -225,6 +229,7 @@ impl DeviceEngine {
                 .map_or(empty, Vec::as_slice);
             let record = RecoveredRecord {
                 generation: entry.generation,
+                life: entry.life,
                 void_time: entry.void_time,
                 last_update_ms: entry.last_update_ms,
                 set_name,
@@ -329,7 +334,7 @@ impl DeviceEngine {
             open_seq.push(device_seq);
         }
         let entry_count = reader.u64()? as usize;
-        if entry_count > body.len() / 44 {
+        if entry_count > body.len() / 46 {
             return Err("index image entry count impossible".into());
         }
         let mut entries = Vec::with_capacity(entry_count);
@@ -337,6 +342,7 @@ impl DeviceEngine {
             entries.push(SavedEntry {
                 digest: reader.digest()?,
                 generation: reader.u16()?,
+                life: reader.u16()?,
                 void_time: reader.u32()?,
                 last_update_ms: reader.u64()?,
                 set: reader.u16()?,

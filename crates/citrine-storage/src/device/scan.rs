@@ -25,6 +25,7 @@ use std::sync::atomic::Ordering;
 #[derive(Debug, Clone, Copy)]
 pub struct RecoveredRecord<'a> {
     pub generation: u16,
+    pub life: u16,
     pub void_time: u32,
     pub last_update_ms: u64,
     pub set_name: &'a [u8],
@@ -81,6 +82,7 @@ struct Candidate {
     sequence: u64,
     address: DeviceAddress,
     generation: u16,
+    life: u16,
     void_time: u32,
     last_update_ms: u64,
     set: u16,
@@ -211,6 +213,7 @@ impl DeviceEngine {
                                             sequence: record.header.sequence,
                                             address,
                                             generation: record.header.generation,
+                                            life: record.header.life,
                                             void_time: record.header.void_time,
                                             last_update_ms: record.header.last_update_ms,
                                             set,
@@ -267,6 +270,7 @@ impl DeviceEngine {
                     .map_or(empty, Vec::as_slice);
                 let record = RecoveredRecord {
                     generation: candidate.generation,
+                    life: candidate.life,
                     void_time: candidate.void_time,
                     last_update_ms: candidate.last_update_ms,
                     set_name,

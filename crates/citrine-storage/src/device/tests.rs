@@ -35,6 +35,7 @@ impl FakeIndex {
     fn put(&self, engine: &DeviceEngine, digest: Digest, generation: u16, body: Vec<u8>) {
         let meta = StoreMeta {
             generation,
+            life: life_of(generation),
             void_time: 0,
             last_update_ms: 1,
             set_name: b"s",
@@ -54,6 +55,7 @@ impl FakeIndex {
     }
     fn sink(&self) -> impl Fn(&Digest, &RecoveredRecord<'_>) -> Recovered + Sync + '_ {
         move |digest, record| {
+            assert_eq!(record.life, life_of(record.generation), "the life survives");
             self.entries.lock().insert(
                 *digest,
                 (record.generation, Location::device(record.address)),
@@ -61,6 +63,12 @@ impl FakeIndex {
             Recovered::Live
         }
     }
+}
+
+/// The life the fake index gives a record of `generation`, so that a
+/// restart can check the life came back with the generation.
+fn life_of(generation: u16) -> u16 {
+    generation.wrapping_mul(3) % 1024
 }
 
 fn digest(seed: u64) -> Digest {
@@ -306,6 +314,7 @@ fn fast_restart_round_trip_and_rejects_a_stale_image() {
             .map(|(digest, (generation, location))| SavedEntry {
                 digest: *digest,
                 generation: *generation,
+                life: life_of(*generation),
                 void_time: 0,
                 last_update_ms: 1,
                 set: 0,
@@ -320,6 +329,7 @@ fn fast_restart_round_trip_and_rejects_a_stale_image() {
     let engine = DeviceEngine::open(config(&dir, 2)).unwrap();
     let mut sink = |digest: &Digest, record: &RecoveredRecord<'_>| {
         assert_eq!(record.set_name, b"s");
+        assert_eq!(record.life, life_of(record.generation));
         recovered.entries.lock().insert(
             *digest,
             (record.generation, Location::device(record.address)),
@@ -355,6 +365,7 @@ fn expired_copy_hides_older_copies_and_tombstones_are_collected() {
     index.put(&engine, digest(1), 1, body(1, 100));
     let meta = StoreMeta {
         generation: 2,
+        life: 0,
         void_time: 5,
         last_update_ms: 2,
         set_name: b"",
@@ -445,6 +456,7 @@ fn concurrent_writes_deletes_defrag_and_flush_stay_consistent() {
                             let value = body(step, 300 + (step % 5) as usize * 200);
                             let meta = StoreMeta {
                                 generation: (step % 60_000) as u16 + 1,
+                                life: life_of((step % 60_000) as u16 + 1),
                                 void_time: 0,
                                 last_update_ms: step,
                                 set_name: b"s",
