@@ -1392,7 +1392,14 @@ mod tests {
         bin.fails(GET_BY_INDEX, &[int(RT_VALUE)], Parameter);
         bin.fails(GET_BY_INDEX, &[int(RT_VALUE), int(0), int(1)], Parameter);
         bin.fails(GET_BY_INDEX, &[s("rt"), int(0)], Parameter);
-        bin.fails(GET_BY_INDEX, &[int(9), int(0)], Parameter);
+        // A return type the server does not know cannot apply (26).
+        bin.fails(GET_BY_INDEX, &[int(14), int(0)], OpNotApplicable);
+        bin.fails(GET_BY_INDEX_RANGE, &[int(42), int(0)], OpNotApplicable);
+        bin.fails(
+            REMOVE_BY_RANK_RANGE,
+            &[int(INV | 42), int(0)],
+            OpNotApplicable,
+        );
         bin.fails(
             GET_BY_INDEX_RANGE,
             &[int(RT_VALUE), int(0), nil()],

@@ -2578,11 +2578,36 @@ mod tests {
             ),
             &map_of(0, vec![(s("b"), int(1)), (s("a"), int(2))]),
         );
-        // Unknown return types are refused.
-        for rt in [9, 14, 18, -1, 0x20000] {
+        // Unknown return types cannot apply (26, as the reference); bits
+        // above the INVERTED flag are ignored.
+        for rt in [14, 18, 42, -1, 0x20000 | 42] {
             fails(
                 GET_BY_INDEX_RANGE,
                 vec![int(rt), int(0)],
+                &slot,
+                CdtError::OpNotApplicable,
+            );
+        }
+        same(
+            &ok(
+                GET_BY_INDEX_RANGE,
+                vec![int(0x20000 | RT_COUNT), int(0)],
+                &mut slot,
+            ),
+            &int(2),
+        );
+        same(
+            &ok(
+                GET_BY_INDEX_RANGE,
+                vec![int(0x30000 | RT_COUNT), int(1)],
+                &mut slot,
+            ),
+            &int(1),
+        );
+        for rt in [s("x"), Value::Nil, Value::Double(1.0)] {
+            fails(
+                GET_BY_INDEX_RANGE,
+                vec![rt, int(0)],
                 &slot,
                 CdtError::Parameter,
             );

@@ -31,11 +31,18 @@ pub(crate) enum ReturnType {
 /// The INVERTED flag OR-ed into a return type: select the complement.
 pub(crate) const INVERTED: i64 = 0x10000;
 
+/// The bits of a return-type argument that name the type; the reference
+/// ignores those above the INVERTED flag.
+const TYPE_MASK: i64 = 0xffff;
+
 /// Parses a return-type argument; returns it and whether it is inverted.
+/// A type this server does not know cannot apply to the op
+/// (`OpNotApplicable`, as the reference answers); an argument that is no
+/// integer is a `Parameter` error.
 pub(crate) fn parse_return_type(arg: Option<&Value>) -> Result<(ReturnType, bool), CdtError> {
     let raw = arg.and_then(Value::as_int).ok_or(CdtError::Parameter)?;
     let inverted = raw & INVERTED != 0;
-    let rt = match raw & !INVERTED {
+    let rt = match raw & TYPE_MASK {
         0 => ReturnType::None,
         1 => ReturnType::Index,
         2 => ReturnType::ReverseIndex,
@@ -48,7 +55,7 @@ pub(crate) fn parse_return_type(arg: Option<&Value>) -> Result<(ReturnType, bool
         13 => ReturnType::Exists,
         16 => ReturnType::UnorderedMap,
         17 => ReturnType::OrderedMap,
-        _ => return Err(CdtError::Parameter),
+        _ => return Err(CdtError::OpNotApplicable),
     };
     Ok((rt, inverted))
 }
