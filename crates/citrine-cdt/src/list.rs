@@ -1031,7 +1031,8 @@ fn relative_range(
 /// a rank range; ascending ranks for rank and value ranges; ascending
 /// reverse indexes (and reverse ranks, on an `ordered` list) for index
 /// ranges; the value list's order for a value list's ranks (and, on an
-/// ordered list, for its indexes and values).
+/// ordered list, for its indexes and values, each value's reverse numbers
+/// ascending).
 fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, items: &[Value]) {
     enum Key {
         IndexAscending,
@@ -1044,6 +1045,16 @@ fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, 
         (_, ReturnType::None | ReturnType::Count | ReturnType::Exists) => return,
         // A value list's ranks, and on an ordered list its indexes and
         // values too, come in the value list's order (see `choose`).
+        (Family::ValueList, ReturnType::ReverseIndex | ReturnType::ReverseRank) if ordered => {
+            // Each value's matches are a stretch there: reversed numbers
+            // ascend within it (the reference's).
+            for group in chosen
+                .chunk_by_mut(|&a, &b| value::compare(&items[a], &items[b]) == Ordering::Equal)
+            {
+                group.reverse();
+            }
+            return;
+        }
         (Family::ValueList, ReturnType::Rank | ReturnType::ReverseRank) => return,
         (Family::ValueList, _) if ordered => return,
         (Family::IndexRange, ReturnType::ReverseIndex) => Key::IndexDescending,

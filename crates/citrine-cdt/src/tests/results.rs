@@ -306,3 +306,34 @@ fn exists_of_an_inverted_selection_follows_the_references_paths() {
     assert_eq!(exists(M_BY_RANK_RANGE, 0, 3), Value::Bool(false));
     assert_eq!(exists(M_BY_RANK_RANGE, 1, 0), Value::Bool(true));
 }
+
+#[test]
+fn an_ordered_lists_value_list_answers_each_values_matches_as_a_stretch() {
+    let ordered = Value::List(crate::value::List {
+        flags: crate::value::LIST_ORDERED,
+        items: [2, 3, 4, 4, 4, 5].iter().map(|&i| int(i)).collect(),
+    });
+    let values = ints(&[4, 2]);
+    check(
+        &ordered,
+        L_BY_VALUE_LIST,
+        vec![int(INDEX), values.clone()],
+        ints(&[2, 3, 4, 0]),
+    );
+    for rt in [REV_INDEX, REV_RANK] {
+        check(
+            &ordered,
+            L_BY_VALUE_LIST,
+            vec![int(rt), values.clone()],
+            ints(&[1, 2, 3, 5]),
+        );
+    }
+    // An unordered list lists a value's reverse ranks descending.
+    let unordered = ints(&[4, 4, 3, 5, 2, 4]);
+    check(
+        &unordered,
+        L_BY_VALUE_LIST,
+        vec![int(REV_RANK), values],
+        ints(&[3, 2, 1, 5]),
+    );
+}
