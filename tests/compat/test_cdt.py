@@ -180,7 +180,7 @@ def test_context_creates_a_missing_map(client, key):
     assert client.get(key)[2]["m"] == {"new": {"k": "v"}}
     with pytest.raises(ex.AerospikeError) as error:
         client.operate(key, [mo.map_put("m", "k", "v", ctx=[cdt_ctx.cdt_ctx_map_key("nope")])])
-    assert error.value.code == 23  # ELEMENT_NOT_FOUND
+    assert error.value.code == 26  # OP_NOT_APPLICABLE: a context without create cannot follow
 
 
 def test_cdt_op_on_the_wrong_type_is_refused(client, key):
@@ -215,3 +215,134 @@ def test_a_key_ordered_map_written_whole_is_stored_in_key_order(client, key):
     assert list(stored.keys()) == ["a", "b", "c"]
     # Map ops by index see the same order.
     assert results(client, key, [mo.map_get_by_index("m", 0, aerospike.MAP_RETURN_KEY)]) == ["a"]
+
+
+# Contexts that cannot be followed, as the reference server (8.1.2) answers
+# them: 26 (OP_NOT_APPLICABLE) for reads and writes alike.
+
+NESTED = [["hi", "friend", ["how", "are", ["you"]]], ["hey", ["numbers", [1, 2, 3]], "home boy"], 7]
+NESTED_MAP = {"first": {"greet": "hi", "numbers": [3, 1, 2]}, "second": {"nested": {"a": 4}}, "s": 5}
+
+
+def code_of(client, key, ops):
+    with pytest.raises(ex.AerospikeError) as error:
+        client.operate(key, ops)
+    return error.value.code
+
+
+def test_a_context_index_or_key_that_is_not_there_answers_26(client, key):
+    client.put(key, {"l": NESTED, "m": NESTED_MAP})
+    paths = [
+        ("l", [cdt_ctx.cdt_ctx_list_index(3)]),
+        ("l", [cdt_ctx.cdt_ctx_list_index(-10)]),
+        ("l", [cdt_ctx.cdt_ctx_list_rank(10)]),
+        ("l", [cdt_ctx.cdt_ctx_list_value(99)]),
+        ("l", [cdt_ctx.cdt_ctx_list_index(0), cdt_ctx.cdt_ctx_list_index(2),
+               cdt_ctx.cdt_ctx_list_index(9)]),
+        ("m", [cdt_ctx.cdt_ctx_map_key("zz")]),
+        ("m", [cdt_ctx.cdt_ctx_map_index(10)]),
+        ("m", [cdt_ctx.cdt_ctx_map_rank(-10)]),
+        ("m", [cdt_ctx.cdt_ctx_map_value(99)]),
+        ("m", [cdt_ctx.cdt_ctx_map_key("second"), cdt_ctx.cdt_ctx_map_key("nested"),
+               cdt_ctx.cdt_ctx_map_key("zz")]),
+        ("m", [cdt_ctx.cdt_ctx_map_key("first"), cdt_ctx.cdt_ctx_map_key("numbers"),
+               cdt_ctx.cdt_ctx_list_index(7)]),
+    ]
+    for bin_name, ctx in paths:
+        for ops in ([lo.list_size(bin_name, ctx=ctx)],
+                    [mo.map_size(bin_name, ctx=ctx)],
+                    [lo.list_append(bin_name, 9, ctx=ctx)],
+                    [mo.map_put(bin_name, "k", 9, ctx=ctx)]):
+            assert code_of(client, key, ops) == 26, (bin_name, ctx, ops)
+    assert client.get(key)[2] == {"l": NESTED, "m": NESTED_MAP}
+
+
+def test_a_context_step_inside_a_scalar_answers_26_the_op_on_one_12(client, key):
+    client.put(key, {"l": NESTED, "m": NESTED_MAP})
+    # l[2] is 7: a step inside it cannot be followed; an op on it is refused.
+    inside = [cdt_ctx.cdt_ctx_list_index(2), cdt_ctx.cdt_ctx_list_index(0)]
+    assert code_of(client, key, [lo.list_size("l", ctx=inside)]) == 26
+    assert code_of(client, key, [lo.list_append("l", 1, ctx=inside)]) == 26
+    at = [cdt_ctx.cdt_ctx_list_index(2)]
+    assert code_of(client, key, [lo.list_size("l", ctx=at)]) == 12
+    # A map step in a list, a list step in a map.
+    assert code_of(client, key, [lo.list_size("l", ctx=[cdt_ctx.cdt_ctx_map_key("a")])]) == 26
+    assert code_of(client, key, [mo.map_size("m", ctx=[cdt_ctx.cdt_ctx_list_index(0)])]) == 26
+    deep = [cdt_ctx.cdt_ctx_map_key("second"), cdt_ctx.cdt_ctx_map_key("nested"),
+            cdt_ctx.cdt_ctx_map_key("a"), cdt_ctx.cdt_ctx_map_key("x")]
+    assert code_of(client, key, [mo.map_put("m", "k", 1, ctx=deep)]) == 26
+
+
+def test_a_context_on_a_bin_that_is_no_collection_answers_4(client, key):
+    client.put(key, {"i": 5, "s": "text"})
+    for bin_name in ("i", "s"):
+        ctx = [cdt_ctx.cdt_ctx_list_index(0)]
+        assert code_of(client, key, [lo.list_size(bin_name, ctx=ctx)]) == 4
+        assert code_of(client, key, [lo.list_append(bin_name, 1, ctx=ctx)]) == 4
+        # Without a context the op meets the bin: 12.
+        assert code_of(client, key, [lo.list_size(bin_name)]) == 12
+
+
+def test_a_context_on_a_missing_bin(client, key):
+    client.put(key, {"a": 1})
+    ctx = [cdt_ctx.cdt_ctx_list_index(0)]
+    # A read answers nothing; a write without create flags cannot follow.
+    _, _, out = client.operate_ordered(key, [lo.list_size("x", ctx=ctx), op.read("a")])
+    assert out == [("a", 1)]
+    assert code_of(client, key, [lo.list_append("x", 1, ctx=ctx)]) == 26
+    create = [cdt_ctx.cdt_ctx_map_key_create("k", aerospike.MAP_UNORDERED)]
+    assert results(client, key, [lo.list_append("x", 9, ctx=create)]) == [1]
+    assert client.get(key)[2] == {"a": 1, "x": {"k": [9]}}
+
+
+def test_create_flags_do_not_make_a_read_follow_a_missing_path(client, key):
+    client.put(key, {"m": {"a": {}}})
+    create = [cdt_ctx.cdt_ctx_map_key_create("zz", aerospike.MAP_UNORDERED)]
+    assert code_of(client, key, [mo.map_size("m", ctx=create)]) == 26
+    assert results(client, key, [mo.map_put("m", "k", 1, ctx=create)]) == [1]
+
+
+def test_an_unknown_return_type_answers_26(client, key):
+    # The official Python client's test_nested_cdt_ctx.py sends 42.
+    client.put(key, {"l": NESTED, "m": {"a": 1}})
+    ctx = [cdt_ctx.cdt_ctx_list_index(1)]
+    for ops in ([lo.list_get_by_index_range("l", 1, 42, 1, ctx=ctx)],
+                [lo.list_remove_by_rank_range("l", 1, 42, 1, ctx=ctx)],
+                [mo.map_get_by_key("m", "a", 42)]):
+        assert code_of(client, key, ops) == 26
+
+
+def test_inverted_and_reverse_numbers_come_as_stretches(client, key):
+    # The official Python client's test_ctx_list_remove_by_rank_range:
+    # ranks of what an inverted rank range leaves, ascending.
+    client.put(key, {"l": NESTED, "f": [3, 1, 2, 5, 4],
+                     "m": {"a": 1, "b": 3, "c": 5, "d": 2, "e": 2}})
+    ctx = [cdt_ctx.cdt_ctx_list_index(0), cdt_ctx.cdt_ctx_list_index(2)]
+    assert results(client, key, [
+        lo.list_remove_by_rank_range("l", 2, aerospike.LIST_RETURN_RANK, 2, True, ctx=ctx),
+        lo.list_get_by_rank_range("f", 2, aerospike.LIST_RETURN_REVERSE_RANK, 2, True),
+        lo.list_get_by_index_range("f", 1, aerospike.LIST_RETURN_REVERSE_INDEX, 2, True),
+        mo.map_get_by_index_range("m", 1, 2, aerospike.MAP_RETURN_REVERSE_INDEX),
+        mo.map_get_by_rank_range("m", 1, 3, aerospike.MAP_RETURN_REVERSE_RANK),
+    ]) == [[0, 1], [3, 4, 0], [4, 0, 1], [2, 3], [1, 2, 3]]
+    assert client.get(key)[2]["l"][0] == ["hi", "friend", [["you"]]]
+
+
+def test_ops_on_a_missing_bin_answer_as_the_reference(client, key):
+    # Audit of issue 46 item 11 (no difference found): a list or map op on
+    # a missing bin answers no bin, or a nil one when the operate asks for
+    # every op's answer (a map op makes the client ask).
+    client.put(key, {"a": 1})
+    _, _, out = client.operate_ordered(key, [
+        lo.list_pop("x", 0),
+        lo.list_get_by_rank_range("x", 0, aerospike.LIST_RETURN_VALUE, 2),
+        op.read("a"),
+    ])
+    assert out == [("a", 1)]
+    _, _, out = client.operate_ordered(key, [
+        lo.list_pop("x", 0),
+        lo.list_get_by_rank_range("x", 0, aerospike.LIST_RETURN_VALUE, 2),
+        mo.map_size("y"),
+    ])
+    assert out == [("x", None), ("x", None), ("y", None)]
+    assert client.get(key)[2] == {"a": 1}

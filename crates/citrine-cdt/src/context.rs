@@ -3,10 +3,23 @@
 //!
 //! Each step selects one element of the current collection: a list by
 //! index, rank or value; a map by index, rank, key or value. Negative
-//! indexes and ranks count from the end. A step whose element is missing
-//! fails the op ([`CdtError::ElementNotFound`] for writes; reads answer
-//! nothing) unless the step carries create flags (0x40/0x80/0xc0 in its
-//! type) and the op writes. Then, as the reference server does, a step's
+//! indexes and ranks count from the end. A step's type is its kind (low
+//! six bits) and create flags (0xc0); the reference ignores its other bits,
+//! and so does [`parse`], which checks only the context's shape: a step
+//! is judged when it is walked.
+//!
+//! A path that cannot be followed answers [`CdtError::OpNotApplicable`]
+//! (26), for reads and writes alike, as the reference does: a step whose
+//! element is missing (an index or rank out of range, a key or value not
+//! there), a step of an unknown kind or with a value of the wrong type, a
+//! step taken in a scalar element or in a collection of the other kind,
+//! and a write's first step on a missing bin. Only a read of a missing bin
+//! answers nothing (`operate` never walks it). The element a path leads to
+//! is the op's to judge: an op on a scalar or on the other collection kind
+//! is `IncompatibleType` (12).
+//!
+//! A write creates a missing element when its step carries create flags
+//! (0x40/0x80/0xc0). Then, as the reference server does, a step's
 //! kind and create flags describe the collection it selects *in*: a map
 //! key step adds the key to its map, a list index step a slot at its
 //! list's end (past the end only with the "unbounded" flag, padded with
@@ -16,8 +29,9 @@
 //! key-ordered, 0xc0 key-value-ordered; list 0xc0 ordered). The element
 //! created at the last step is left to the op: a list op makes it a list,
 //! a map op a map. Below the first create, steps create what they miss
-//! without flags of their own; a created element the op leaves absent is
-//! taken back.
+//! without flags of their own (but one with the persist-index flag 0x100
+//! cannot: the reference keeps no index for a nested collection); a
+//! created element the op leaves absent is taken back.
 //!
 //! An ordered list whose element the op changed is re-sorted afterwards by
 //! `value::canonicalize`, which `operate` runs over the whole bin after
@@ -43,19 +57,28 @@ pub(crate) const MAP_KEY: i64 = 0x22;
 pub(crate) const MAP_VALUE: i64 = 0x23;
 /// Create flags, OR-ed into a step's type.
 const CREATE_MASK: i64 = 0xc0;
-/// Persist-index flag a create may carry: accepted (no effect) on the
-/// first step, whose collection is the bin's own; refused (4) on a later
-/// step, as the reference keeps no index for a nested collection.
+/// A step's kind: the type's low six bits.
+const KIND_MASK: i64 = 0x3f;
+/// Persist-index flag a create may carry: no effect on the bin's own
+/// collection (accepted on a first step, and ignored on a step whose
+/// collection exists); a step that must create the collection it selects
+/// in, below an element created for the op, cannot follow it
+/// (`OpNotApplicable`), as the reference keeps no index for a nested one.
 const CREATE_PERSIST: i64 = 0x100;
+/// The expression context (`[0x04, expression]`): the 0xff form of a CDT op
+/// cannot follow one (the reference answers 26); only path ops take it.
+const EXPRESSION: i64 = 0x04;
 
 /// One parsed step.
 pub(crate) struct Step {
     kind: i64,
     create: i64,
+    persist: bool,
     value: Value,
 }
 
-/// Parses the context list: an even number of items, type then value.
+/// Parses the context list: an even number of items (at least two), each
+/// type an integer. Nothing else is judged here (see the module doc).
 pub(crate) fn parse(items: Vec<Value>) -> Result<Vec<Step>, CdtError> {
     if items.is_empty() || !items.len().is_multiple_of(2) {
         return Err(CdtError::Parameter);
@@ -69,39 +92,49 @@ pub(crate) fn parse(items: Vec<Value>) -> Result<Vec<Step>, CdtError> {
     let mut items = items.into_iter();
     while let (Some(kind), Some(value)) = (items.next(), items.next()) {
         let raw = kind.as_int().ok_or(CdtError::Parameter)?;
-        if raw & !(0x3f | CREATE_MASK | CREATE_PERSIST) != 0 {
-            // Context by expression and the newer forms.
+        steps.push(Step {
+            kind: raw & KIND_MASK,
+            create: raw & CREATE_MASK,
+            persist: raw & CREATE_PERSIST != 0,
+            value,
+        });
+    }
+    Ok(steps)
+}
+
+/// Checks, before any value is at hand, what [`parse`] leaves to the walk,
+/// for a context stored to be applied later (a secondary index's): every
+/// step of a known kind with a value of the right type, a key a create may
+/// add one a map can hold, the persist flag on the first step only.
+/// [`CdtError::Unsupported`] for the expression context and unknown bits.
+pub(crate) fn check(items: &[Value]) -> Result<(), CdtError> {
+    for (at, pair) in items.chunks(2).enumerate() {
+        let [kind, value] = pair else {
+            return Err(CdtError::Parameter);
+        };
+        let raw = kind.as_int().ok_or(CdtError::Parameter)?;
+        let base = raw & KIND_MASK;
+        if raw & !(KIND_MASK | CREATE_MASK | CREATE_PERSIST) != 0 || base == EXPRESSION {
             return Err(CdtError::Unsupported);
         }
-        if raw & CREATE_PERSIST != 0 && !steps.is_empty() {
+        if raw & CREATE_PERSIST != 0 && at > 0 {
             return Err(CdtError::Parameter);
         }
-        let base = raw & 0x3f;
         if !matches!(
             base,
             LIST_INDEX | LIST_RANK | LIST_VALUE | MAP_INDEX | MAP_RANK | MAP_KEY | MAP_VALUE
         ) {
-            return Err(if base == 0x04 {
-                CdtError::Unsupported
-            } else {
-                CdtError::Parameter
-            });
+            return Err(CdtError::Parameter);
         }
         if matches!(base, LIST_INDEX | LIST_RANK | MAP_INDEX | MAP_RANK) && value.as_int().is_none()
         {
             return Err(CdtError::Parameter);
         }
         if base == MAP_KEY && raw & CREATE_MASK != 0 {
-            // A key this step may create must be one a map can store.
-            check_key(&value)?;
+            check_key(value)?;
         }
-        steps.push(Step {
-            kind: base,
-            create: raw & CREATE_MASK,
-            value,
-        });
     }
-    Ok(steps)
+    Ok(())
 }
 
 /// An op applied where the context leads: the slot in, the result out.
@@ -136,10 +169,11 @@ fn walk(
     };
     let Some(current) = slot.as_mut() else {
         if !modifies {
+            // A read of a missing bin (`operate` answers it before).
             return Ok(None);
         }
-        if step.create == 0 && !creating {
-            return Err(CdtError::ElementNotFound);
+        if (step.create == 0 && !creating) || (creating && step.persist) {
+            return Err(CdtError::OpNotApplicable);
         }
         // The collection this step selects in is missing (the bin, or an
         // element being created): create it as the step's kind, in the
@@ -160,8 +194,9 @@ fn walk(
     let length_before = collection_len(current);
     let (position, created) = match select(current, step)? {
         Some(position) => (position, false),
-        None if !modifies => return Ok(None),
-        None if step.create == 0 && !creating => return Err(CdtError::ElementNotFound),
+        None if !modifies || (step.create == 0 && !creating) => {
+            return Err(CdtError::OpNotApplicable)
+        }
         None => (create(current, step, creating)?, true),
     };
     // A created element starts absent: the next step (or the op) decides
@@ -214,15 +249,16 @@ fn element_mut(parent: &mut Value, position: Position) -> &mut Value {
     }
 }
 
+/// The element `step` selects in `parent`: `None` when it is not there.
+/// A step of an unknown kind, with a value of the wrong type, or taken in
+/// a scalar or in a collection of the other kind cannot be followed.
 fn select(parent: &Value, step: &Step) -> Result<Option<Position>, CdtError> {
+    let int = || step.value.as_int().ok_or(CdtError::OpNotApplicable);
     Ok(match (parent, step.kind) {
-        (Value::List(list), LIST_INDEX) => {
-            resolve(step.value.as_int().unwrap_or_default(), list.items.len()).map(Position::Item)
-        }
+        (Value::List(list), LIST_INDEX) => resolve(int()?, list.items.len()).map(Position::Item),
         (Value::List(list), LIST_RANK) => {
             let order = order_by_value(list.items.iter());
-            resolve(step.value.as_int().unwrap_or_default(), order.len())
-                .map(|rank| Position::Item(order[rank]))
+            resolve(int()?, order.len()).map(|rank| Position::Item(order[rank]))
         }
         (Value::List(list), LIST_VALUE) => list
             .items
@@ -231,13 +267,11 @@ fn select(parent: &Value, step: &Step) -> Result<Option<Position>, CdtError> {
             .map(Position::Item),
         (Value::Map(map), MAP_INDEX) => {
             let order = key_order(map);
-            resolve(step.value.as_int().unwrap_or_default(), order.len())
-                .map(|i| Position::Entry(order[i]))
+            resolve(int()?, order.len()).map(|i| Position::Entry(order[i]))
         }
         (Value::Map(map), MAP_RANK) => {
             let order = order_by_value(map.entries.iter().map(|(_, v)| v));
-            resolve(step.value.as_int().unwrap_or_default(), order.len())
-                .map(|rank| Position::Entry(order[rank]))
+            resolve(int()?, order.len()).map(|rank| Position::Entry(order[rank]))
         }
         (Value::Map(map), MAP_KEY) => index_of(map, &step.value).map(Position::Entry),
         (Value::Map(map), MAP_VALUE) => map
@@ -245,7 +279,7 @@ fn select(parent: &Value, step: &Step) -> Result<Option<Position>, CdtError> {
             .iter()
             .position(|(_, v)| value::compare(v, &step.value) == Ordering::Equal)
             .map(Position::Entry),
-        _ => return Err(CdtError::IncompatibleType),
+        _ => return Err(CdtError::OpNotApplicable),
     })
 }
 
@@ -290,10 +324,7 @@ fn create(parent: &mut Value, step: &Step, creating: bool) -> Result<Position, C
     debug_assert!(step.create != 0 || creating);
     match (parent, step.kind) {
         (Value::Map(map), MAP_KEY) => {
-            if step.create == 0 {
-                // Not checked at parse: a step without create flags.
-                check_key(&step.value)?;
-            }
+            check_key(&step.value)?;
             let at = if map.is_key_ordered() {
                 map.entries
                     .iter()
@@ -306,7 +337,7 @@ fn create(parent: &mut Value, step: &Step, creating: bool) -> Result<Position, C
             Ok(Position::Entry(at))
         }
         (Value::List(list), LIST_INDEX) => {
-            let index = step.value.as_int().unwrap_or_default();
+            let index = step.value.as_int().ok_or(CdtError::OpNotApplicable)?;
             let len = list.items.len();
             let target = if index == -1 && len == 0 {
                 0

@@ -135,13 +135,17 @@ pub fn apply_within(
 /// The element a context leads to inside `value`, read-only: `context` is
 /// the msgpack array of `[ctx_type, ctx_value, ...]` pairs (what a
 /// secondary index definition's `context=` carries, and a query's
-/// INDEX_CONTEXT field). `Ok(None)` when a step finds no element;
-/// [`CdtError::Parameter`] for a malformed context, [`CdtError::Unsupported`]
-/// for the forms `operate` does not implement either.
+/// INDEX_CONTEXT field). `Ok(None)` when the path cannot be followed (a
+/// step finds no element, or meets a scalar); [`CdtError::Parameter`] for
+/// a malformed context, [`CdtError::Unsupported`] for the forms `operate`
+/// does not implement either.
 pub fn select(value: Value, context: &[u8]) -> Result<Option<Value>, CdtError> {
     let steps = parse_context(context)?;
     let mut slot = Some(value);
-    context::apply(&mut slot, &steps, false, &mut |element| Ok(element.take()))
+    match context::apply(&mut slot, &steps, false, &mut |element| Ok(element.take())) {
+        Err(CdtError::OpNotApplicable) => Ok(None),
+        found => found,
+    }
 }
 
 /// Checks a context's bytes (see [`select`]) without applying it.
@@ -151,7 +155,10 @@ pub fn check_context(context: &[u8]) -> Result<(), CdtError> {
 
 fn parse_context(context: &[u8]) -> Result<Vec<context::Step>, CdtError> {
     match value::decode(context).map_err(|_| CdtError::Parameter)? {
-        Value::List(list) => context::parse(list.items),
+        Value::List(list) => {
+            context::check(&list.items)?;
+            context::parse(list.items)
+        }
         _ => Err(CdtError::Parameter),
     }
 }
@@ -168,49 +175,27 @@ const MAP_CODES: i64 = 64;
 /// named bin's particle type and bytes when the record has it; `modify` is
 /// whether the op came as `CDT_MODIFY` (a modifying op code under
 /// `CDT_READ` is refused).
+///
+/// The order of judgement is the reference's: a `CDT_READ` of a missing
+/// bin answers nothing, unparsed; then the payload's shape; then the
+/// context is walked (a path that cannot be followed answers
+/// `OpNotApplicable`, a context on a bin that is no collection
+/// `Parameter`); only then the op code and its arguments.
 pub fn operate(
     payload: &[u8],
     bin: Option<(u8, &[u8])>,
     modify: bool,
 ) -> Result<Outcome, CdtError> {
-    let mut items = request_items(payload)?;
-    let (ctx, op) = match items.first().and_then(Value::as_int) {
-        Some(CONTEXT_EVAL) => {
-            if items.len() != 3 {
-                return Err(CdtError::Parameter);
-            }
-            let op = items.pop().ok_or(CdtError::Parameter)?;
-            let ctx = items.pop().ok_or(CdtError::Parameter)?;
-            let (Value::List(ctx), Value::List(op)) = (ctx, op) else {
-                return Err(CdtError::Parameter);
-            };
-            (context::parse(ctx.items)?, op.items)
-        }
-        Some(SELECT) => return Err(CdtError::Unsupported),
-        Some(_) => (Vec::new(), items),
-        None => return Err(CdtError::Parameter),
-    };
-    let code = op
-        .first()
-        .and_then(Value::as_int)
-        .ok_or(CdtError::Parameter)?;
+    if !modify && bin.is_none() {
+        // A read of a missing bin answers nothing (02 §8).
+        return Ok(Outcome::default());
+    }
+    let (ctx, code, op) = parse_request(payload)?;
     let args = &op[1..];
-    let kind = if (0..MAP_CODES).contains(&code) {
-        Kind::List
-    } else if (MAP_CODES..128).contains(&code) {
-        Kind::Map
-    } else {
-        return Err(CdtError::Parameter);
-    };
-    let modifies = match kind {
-        Kind::List => list::is_modify(code),
-        Kind::Map => map::is_modify(code),
-    }
-    .ok_or(CdtError::Parameter)?;
-    if modifies && !modify {
-        return Err(CdtError::Parameter);
-    }
-
+    let kind = op_kind(code, modify);
+    // An op code that cannot run is refused where the context leads; the
+    // walk is a write's when the op type is.
+    let modifies = kind.map_or(modify, |(_, modifies)| modifies);
     let mut root = match bin {
         None => None,
         Some((particle, bytes))
@@ -218,15 +203,16 @@ pub fn operate(
         {
             Some(value::decode_stored(bytes).map_err(|_| CdtError::Parameter)?)
         }
-        Some(_) => return Err(CdtError::IncompatibleType),
+        Some(_) if ctx.is_empty() => return Err(CdtError::IncompatibleType),
+        Some(_) => return Err(CdtError::Parameter),
     };
     if !modifies && root.is_none() {
-        // A read of a missing bin answers nothing (02 §8).
+        // A read code sent as `CDT_MODIFY` on a missing bin.
         return Ok(Outcome::default());
     }
-    let result = context::apply(&mut root, &ctx, modifies, &mut |slot| match kind {
-        Kind::List => list::apply(code, args, slot),
-        Kind::Map => map::apply(code, args, slot),
+    let result = context::apply(&mut root, &ctx, modifies, &mut |slot| match kind? {
+        (Kind::List, _) => list::apply(code, args, slot),
+        (Kind::Map, _) => map::apply(code, args, slot),
     })?;
     if modifies {
         if let Some(after) = root.as_mut() {
@@ -257,6 +243,55 @@ pub fn operate(
         bin,
         result: result.map(|value| to_particle(&value)),
     })
+}
+
+/// A request's context steps (none without one), op code and op items
+/// (`[code, args...]`).
+fn parse_request(payload: &[u8]) -> Result<(Vec<context::Step>, i64, Vec<Value>), CdtError> {
+    let mut items = request_items(payload)?;
+    let (ctx, op) = match items.first().and_then(Value::as_int) {
+        Some(CONTEXT_EVAL) => {
+            if items.len() != 3 {
+                return Err(CdtError::Parameter);
+            }
+            let op = items.pop().ok_or(CdtError::Parameter)?;
+            let ctx = items.pop().ok_or(CdtError::Parameter)?;
+            let (Value::List(ctx), Value::List(op)) = (ctx, op) else {
+                return Err(CdtError::Parameter);
+            };
+            (context::parse(ctx.items)?, op.items)
+        }
+        Some(SELECT) => return Err(CdtError::Unsupported),
+        Some(_) => (Vec::new(), items),
+        None => return Err(CdtError::Parameter),
+    };
+    let code = op
+        .first()
+        .and_then(Value::as_int)
+        .ok_or(CdtError::Parameter)?;
+    Ok((ctx, code, op))
+}
+
+/// The collection kind op `code` works on and whether it modifies;
+/// [`CdtError::Parameter`] for an unknown code, or a modifying one sent
+/// as a read (`modify` false).
+fn op_kind(code: i64, modify: bool) -> Result<(Kind, bool), CdtError> {
+    let kind = if (0..MAP_CODES).contains(&code) {
+        Kind::List
+    } else if (MAP_CODES..128).contains(&code) {
+        Kind::Map
+    } else {
+        return Err(CdtError::Parameter);
+    };
+    let modifies = match kind {
+        Kind::List => list::is_modify(code),
+        Kind::Map => map::is_modify(code),
+    }
+    .ok_or(CdtError::Parameter)?;
+    if modifies && !modify {
+        return Err(CdtError::Parameter);
+    }
+    Ok((kind, modifies))
 }
 
 /// The items of a CDT op payload: `[code, args...]` or

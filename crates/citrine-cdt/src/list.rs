@@ -27,11 +27,12 @@
 //! * Results of selectors go through [`Selection`]: single-element ops
 //!   (by index, by rank, by value) answer a scalar and refuse `INVERTED`;
 //!   range results list the chosen elements in index order, except that
-//!   rank ranges list values in rank order, rank/value ranges list ranks
-//!   ascending and index ranges list reverse indexes ascending, and a
-//!   value list's ranks (on an ordered list all its results) follow the
-//!   value list's order (the reference's order); inverted results are in
-//!   index order, but for a value list's ranks, which ascend.
+//!   rank ranges list values in rank order and a value list's ranks (on an
+//!   ordered list all its results) follow the value list's order (the
+//!   reference's order); inverted results are in index order. Indexes of
+//!   an index range and ranks of a rank or value selection come as
+//!   stretches, reversed ones ascending within each, and an index range
+//!   over the whole list as `0..n` ([`crate::result::Shape`]).
 //!
 //! Invariants: [`apply`] never panics on any input (`value::compare` is a
 //! total order on stored values: NaN sorts last, and wildcard/infinity are
@@ -41,7 +42,8 @@
 //! on success); an ordered list is sorted after every op.
 
 use crate::result::{
-    order_by_value, parse_return_type, range_of, ranks_of, resolve_index, ReturnType, Selection,
+    order_by_value, parse_return_type, range_of, ranks_of, resolve_index, Extent, InvertedExists,
+    ReturnType, Selection, Shape, Space, Whole,
 };
 use crate::value::{self, List, Value, LIST_ORDERED, PERSIST_INDEX};
 use crate::CdtError;
@@ -772,6 +774,8 @@ struct Choice {
     chosen: Vec<usize>,
     single: bool,
     family: Family,
+    /// How the reference describes the choice beyond its elements.
+    shape: Option<Shape>,
 }
 
 /// A GET_BY_* op (`code` 19..=27) on `list`; `remove` for the REMOVE_BY_*
@@ -835,19 +839,11 @@ fn select(
         values: list.items.iter().collect(),
         chosen: choice.chosen,
         single: choice.single,
+        shape: choice.shape,
+        inverted,
     };
     if inverted {
         selection.invert();
-        if choice.family == Family::ValueList
-            && matches!(rt, ReturnType::Rank | ReturnType::ReverseRank)
-        {
-            // The reference lists the ranks of what a value list leaves
-            // out in ascending rank.
-            let ranks = ranks_of(list.items.iter());
-            selection
-                .chosen
-                .sort_unstable_by_key(|&i| ranks.get(i).copied().unwrap_or(usize::MAX));
-        }
     } else {
         arrange(
             &mut selection.chosen,
@@ -894,6 +890,17 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
             .map(|(i, _)| i)
             .collect()
     };
+    // Where a run of equal-or-greater values starts in rank order.
+    let below = |value: &Value| {
+        items
+            .iter()
+            .filter(|item| value::compare(item, value) == Ordering::Less)
+            .count()
+    };
+    let mut shape = None;
+    // Unordered lists' rank-space ranges (the reference's EXISTS differs).
+    let by_rank =
+        |extent: Extent| Shape::new(Space::Rank, extent).exists(InvertedExists::NothingChosen);
     let (chosen, single, family) = match *selector {
         Selector::Index(index) => {
             let at = resolve_index(index, len).ok_or(CdtError::OpNotApplicable)?;
@@ -907,11 +914,12 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
             let at = resolve_index(rank, len).ok_or(CdtError::OpNotApplicable)?;
             (ranked(items, at, at + 1), true, Family::RankRange)
         }
-        Selector::AllByValue(value) => (
-            matching(&|item| equal(item, value)),
-            false,
-            Family::ValueMatch,
-        ),
+        Selector::AllByValue(value) => {
+            let chosen = matching(&|item| equal(item, value));
+            let start = below(value);
+            shape = Some(by_rank(Extent::range(start, start + chosen.len())));
+            (chosen, false, Family::ValueMatch)
+        }
         Selector::ValueList(values) => {
             // In the value list's order: each value's matches (in index
             // order, which is their rank order); a repeated value finds
@@ -926,10 +934,12 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
                     }
                 }
             }
+            shape = Some(Shape::new(Space::Rank, Extent::Set));
             (chosen, false, Family::ValueList)
         }
         Selector::IndexRange(index, count) => {
             let (start, end) = range_of(index, count, len)?;
+            shape = Some(Shape::new(Space::Index, Extent::range(start, end)).whole(Whole::Always));
             ((start..end).collect(), false, Family::IndexRange)
         }
         Selector::ValueInterval(begin, end) => {
@@ -937,14 +947,23 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
                 value::compare(item, begin) != Ordering::Less
                     && end.is_none_or(|end| value::compare(item, end) == Ordering::Less)
             };
-            (matching(&in_interval), false, Family::ValueMatch)
+            let chosen = matching(&in_interval);
+            let start = below(begin);
+            // An interval that is one point keeps its split, inverted.
+            let split = end.is_some_and(|end| equal(begin, end));
+            let end = start + chosen.len();
+            shape = Some(by_rank(Extent::Range { start, end, split }));
+            (chosen, false, Family::ValueMatch)
         }
         Selector::RankRange(rank, count) => {
             let (start, end) = range_of(rank, count, len)?;
+            let split = true;
+            shape = Some(by_rank(Extent::Range { start, end, split }));
             (ranked(items, start, end), false, Family::RankRange)
         }
         Selector::RelativeRankRange(value, rank, count) => {
             let (start, end) = relative_range(items, value, rank, count)?;
+            shape = Some(by_rank(Extent::range(start, end)));
             (ranked(items, start, end), false, Family::RankRange)
         }
     };
@@ -955,10 +974,22 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
     } else {
         family
     };
+    if ordered {
+        // Index and rank are one: every range is an index range there,
+        // answered as one whatever it numbers (a value list is not).
+        shape = shape.and_then(|shape| match (family, shape.extent) {
+            (Family::ValueList, _) => None,
+            (_, Extent::Range { start, end, .. }) => {
+                Some(Shape::new(Space::Both, Extent::range(start, end)))
+            }
+            (_, Extent::Set) => None,
+        });
+    }
     Ok(Choice {
         chosen,
         single,
         family,
+        shape,
     })
 }
 
@@ -1000,7 +1031,8 @@ fn relative_range(
 /// a rank range; ascending ranks for rank and value ranges; ascending
 /// reverse indexes (and reverse ranks, on an `ordered` list) for index
 /// ranges; the value list's order for a value list's ranks (and, on an
-/// ordered list, for its indexes and values).
+/// ordered list, for its indexes and values, each value's reverse numbers
+/// ascending).
 fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, items: &[Value]) {
     enum Key {
         IndexAscending,
@@ -1013,6 +1045,16 @@ fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, 
         (_, ReturnType::None | ReturnType::Count | ReturnType::Exists) => return,
         // A value list's ranks, and on an ordered list its indexes and
         // values too, come in the value list's order (see `choose`).
+        (Family::ValueList, ReturnType::ReverseIndex | ReturnType::ReverseRank) if ordered => {
+            // Each value's matches are a stretch there: reversed numbers
+            // ascend within it (the reference's).
+            for group in chosen
+                .chunk_by_mut(|&a, &b| value::compare(&items[a], &items[b]) == Ordering::Equal)
+            {
+                group.reverse();
+            }
+            return;
+        }
         (Family::ValueList, ReturnType::Rank | ReturnType::ReverseRank) => return,
         (Family::ValueList, _) if ordered => return,
         (Family::IndexRange, ReturnType::ReverseIndex) => Key::IndexDescending,
@@ -1392,7 +1434,14 @@ mod tests {
         bin.fails(GET_BY_INDEX, &[int(RT_VALUE)], Parameter);
         bin.fails(GET_BY_INDEX, &[int(RT_VALUE), int(0), int(1)], Parameter);
         bin.fails(GET_BY_INDEX, &[s("rt"), int(0)], Parameter);
-        bin.fails(GET_BY_INDEX, &[int(9), int(0)], Parameter);
+        // A return type the server does not know cannot apply (26).
+        bin.fails(GET_BY_INDEX, &[int(14), int(0)], OpNotApplicable);
+        bin.fails(GET_BY_INDEX_RANGE, &[int(42), int(0)], OpNotApplicable);
+        bin.fails(
+            REMOVE_BY_RANK_RANGE,
+            &[int(INV | 42), int(0)],
+            OpNotApplicable,
+        );
         bin.fails(
             GET_BY_INDEX_RANGE,
             &[int(RT_VALUE), int(0), nil()],

@@ -9,13 +9,15 @@
 //! sorted by key) and its *rank* its position in value order, ties broken
 //! by index. [`View`] holds that key order for one op.
 //!
-//! Result order follows the reference server. Selectors that walk an order
-//! (single elements, index and rank ranges, relative ranges) list their
-//! elements in that order. Selectors that pick a set (key and value
+//! Result order follows the reference server (8.1.2). Selectors that walk
+//! an order (single elements, index and rank ranges, relative ranges) list
+//! their elements in that order. Selectors that pick a set (key and value
 //! intervals, all-by-value, key and value lists, the complement of a
-//! selection, a range covering the whole map) list indexes and ranks
-//! ascending and elements in stored order ([`Listing::Set`]). Value
-//! selectors on key-value-ordered maps walk rank order.
+//! selection, a range covering the whole map) list indexes ascending,
+//! ranks of an index-space choice by index and of a value choice
+//! ascending, and elements in stored order ([`Listing::Set`]);
+//! key-value-ordered maps do the same. Indexes and ranks that number the
+//! selector's own space come as stretches ([`crate::result::Shape`]).
 //!
 //! Invariants: keys are unique; a key-ordered map's entries stay sorted by
 //! key (inserts go to the sorted position, [`repaired`] re-sorts a stored
@@ -26,8 +28,8 @@
 //! slot is stored only when the op succeeds.
 
 use crate::result::{
-    index_of, order_by_value, parse_return_type, range_of, ranks_of, resolve_index, ReturnType,
-    Selection,
+    index_of, order_by_value, parse_return_type, range_of, ranks_of, resolve_index, Extent,
+    InvertedExists, ReturnType, Selection, Shape, Space, Whole,
 };
 use crate::value::{self, Map, Value, MAP_KEY_ORDERED, MAP_VALUE_ORDERED};
 use crate::CdtError;
@@ -717,6 +719,20 @@ impl<'a> View<'a> {
     }
 
     /// Indexes whose key equals `pattern` (wildcards match), index order.
+    /// How many values sort before `value` (where its rank run starts).
+    fn values_below(&self, value: &Value) -> usize {
+        (0..self.len())
+            .filter(|&i| value::compare(self.value(i), value) == Ordering::Less)
+            .count()
+    }
+
+    /// How many keys sort before `key` (where its index run starts).
+    fn keys_below(&self, key: &Value) -> usize {
+        (0..self.len())
+            .filter(|&i| value::compare(self.key(i), key) == Ordering::Less)
+            .count()
+    }
+
     fn keys_matching(&self, pattern: &Value) -> Vec<usize> {
         (0..self.len())
             .filter(|&i| equal(self.key(i), pattern))
@@ -749,6 +765,8 @@ struct Picked {
     listing: Listing,
     /// The complement is wanted ([`Selection::invert`]; listed as a set).
     invert: bool,
+    /// How the reference describes the choice beyond its elements.
+    shape: Option<Shape>,
 }
 
 impl Picked {
@@ -757,6 +775,7 @@ impl Picked {
             chosen,
             listing: Listing::Walk,
             invert: false,
+            shape: None,
         }
     }
 
@@ -765,8 +784,32 @@ impl Picked {
             chosen,
             listing: Listing::Set,
             invert: false,
+            shape: None,
         }
     }
+
+    fn shaped(mut self, shape: Shape) -> Picked {
+        self.shape = Some(shape);
+        self
+    }
+}
+
+/// The shape of a value match or interval (the reference's rules: a
+/// key-ordered map judges what is left by index).
+fn by_values_shape(view: &View, extent: Extent) -> Shape {
+    let exists = if view.map.is_key_ordered() {
+        InvertedExists::OneStretchByIndex
+    } else {
+        InvertedExists::OneStretch
+    };
+    Shape::new(Space::Rank, extent)
+        .whole(Whole::IndexResultsWhenInverted)
+        .exists(exists)
+}
+
+/// The range of positions `chosen` takes from `start` in its space.
+fn stretch(start: usize, chosen: &Picked) -> Extent {
+    Extent::range(start, start + chosen.chosen.len())
 }
 
 /// A get-by (`modify` false) or remove-by op.
@@ -806,7 +849,7 @@ fn select_in(
         if selector.single() && inverted {
             return Err(CdtError::OpNotApplicable);
         }
-        answer(&view, picked, rt, selector.single())?
+        answer(&view, picked, rt, selector.single(), inverted)?
     };
     if modify {
         remove_positions(map, &doomed);
@@ -863,15 +906,20 @@ fn pick(
             generic(Picked::walk(first.into_iter().collect()))
         }
         Selector::AllByValue => {
-            let matches = view.values_matching(arg(1)?);
-            generic(by_values(view, matches, inverted))
+            let pattern = arg(1)?;
+            let matches = view.values_matching(pattern);
+            let picked = by_values(matches);
+            let extent = stretch(view.values_below(pattern), &picked);
+            generic(picked.shaped(by_values_shape(view, extent)))
         }
         Selector::ValueInterval => {
             let (begin, end) = (arg(1)?, args.get(2));
             let matches = (0..len)
                 .filter(|&i| in_interval(view.value(i), begin, end))
                 .collect();
-            generic(by_values(view, matches, inverted))
+            let picked = by_values(matches);
+            let extent = stretch(view.values_below(begin), &picked);
+            generic(picked.shaped(by_values_shape(view, extent)))
         }
         Selector::KeyInterval => {
             let (begin, end) = (arg(1)?, args.get(2));
@@ -880,11 +928,30 @@ fn pick(
                 .collect();
             // A key-ordered map walks its index range; an unordered one
             // picks a set.
-            generic(if view.map.is_key_ordered() {
+            let picked = if view.map.is_key_ordered() {
                 Picked::walk(matches)
             } else {
                 Picked::set(matches)
-            })
+            };
+            let start = view.keys_below(begin);
+            let end = start + picked.chosen.len();
+            // On a key-ordered map the interval is an index range; an
+            // unordered one keeps an empty interval's split.
+            let key_ordered = view.map.is_key_ordered();
+            let extent = Extent::Range {
+                start,
+                end,
+                split: !key_ordered,
+            };
+            let whole = if key_ordered {
+                Whole::Always
+            } else {
+                Whole::Never
+            };
+            let shape = Shape::new(Space::Index, extent)
+                .whole(whole)
+                .exists(InvertedExists::OneStretch);
+            generic(picked.shaped(shape))
         }
         Selector::KeyList => {
             let keys = list_arg(arg(1)?)?;
@@ -902,11 +969,17 @@ fn pick(
             }
             // Indexes come in list order, everything else as a set.
             let in_list_order = matches!(rt, ReturnType::Index | ReturnType::ReverseIndex);
-            generic(if in_list_order {
+            let picked = if in_list_order {
                 Picked::walk(chosen)
             } else {
                 Picked::set(chosen)
-            })
+            };
+            // A key-ordered map lists what a key list leaves out element by
+            // element; an unordered one by runs (the reference's).
+            if view.map.is_key_ordered() {
+                return generic(picked);
+            }
+            generic(picked.shaped(Shape::new(Space::Index, Extent::Set)))
         }
         Selector::ValueList => {
             let patterns = list_arg(arg(1)?)?;
@@ -920,18 +993,15 @@ fn pick(
                     }
                 }
             }
-            // Ranks (and on key-value-ordered maps indexes) come in list
-            // order, rank order within one value; everything else as a set.
-            let in_list_order = match rt {
-                ReturnType::Rank | ReturnType::ReverseRank => true,
-                ReturnType::Index | ReturnType::ReverseIndex => view.key_value_ordered(),
-                _ => false,
-            };
-            generic(if in_list_order {
+            // Ranks come in list order, rank order within one value;
+            // everything else as a set.
+            let in_list_order = matches!(rt, ReturnType::Rank | ReturnType::ReverseRank);
+            let picked = if in_list_order {
                 Picked::walk(chosen)
             } else {
                 Picked::set(chosen)
-            })
+            };
+            generic(picked.shaped(Shape::new(Space::Rank, Extent::Set)))
         }
         Selector::IndexRange => {
             let index = int_arg(arg(1)?)?;
@@ -966,14 +1036,9 @@ fn pick(
     }
 }
 
-/// A value selector's matches: rank order on key-value-ordered maps (the
-/// reference walks its value index), otherwise a set.
-fn by_values(view: &View, mut matches: Vec<usize>, inverted: bool) -> Picked {
-    if view.key_value_ordered() && !inverted {
-        let ranks = view.ranks();
-        matches.sort_by_key(|&i| ranks[i]);
-        return Picked::walk(matches);
-    }
+/// A value selector's matches: a set, on key-value-ordered maps too (the
+/// reference, 8.1.2, lists them in key order there as well).
+fn by_values(matches: Vec<usize>) -> Picked {
     Picked::set(matches)
 }
 
@@ -997,16 +1062,20 @@ fn index_range(
     inverted: bool,
 ) -> Result<Picked, CdtError> {
     let (start, end) = range_of(index, count, len)?;
+    let shape = Shape::new(Space::Index, Extent::range(start, end))
+        .whole(Whole::Always)
+        .exists(InvertedExists::OneStretch);
     if !inverted {
         let chosen: Vec<usize> = (start..end).collect();
         let whole = len > 0 && chosen.len() == len;
-        return Ok(if whole {
+        let picked = if whole {
             Picked::set(chosen)
         } else {
             Picked::walk(chosen)
-        });
+        };
+        return Ok(picked.shaped(shape));
     }
-    Ok(if start == end {
+    let picked = if start == end {
         Picked::set((0..len).collect())
     } else if start == 0 {
         Picked::walk((end..len).collect())
@@ -1017,8 +1086,10 @@ fn index_range(
             chosen: (start..end).collect(),
             listing: Listing::Set,
             invert: true,
+            shape: None,
         }
-    })
+    };
+    Ok(picked.shaped(shape))
 }
 
 /// Ranks `[rank, rank + count)` (clamped), in rank order, or their
@@ -1038,10 +1109,12 @@ fn rank_range(
             .map(<[usize]>::to_vec)
             .unwrap_or_default()
     };
+    let shape =
+        Shape::new(Space::Rank, Extent::range(start, end)).exists(InvertedExists::OneStretch);
     if !inverted {
-        return Ok(Picked::walk(slice(start, end)));
+        return Ok(Picked::walk(slice(start, end)).shaped(shape));
     }
-    Ok(if start == end {
+    let picked = if start == end {
         Picked::walk(order.clone())
     } else if start == 0 {
         Picked::walk(slice(end, len))
@@ -1052,8 +1125,10 @@ fn rank_range(
             chosen: slice(start, end),
             listing: Listing::Set,
             invert: true,
+            shape: None,
         }
-    })
+    };
+    Ok(picked.shaped(shape))
 }
 
 /// Shapes the result of `picked` for `rt`; also returns the stored
@@ -1063,18 +1138,28 @@ fn answer(
     picked: Picked,
     rt: ReturnType,
     single: bool,
+    inverted: bool,
 ) -> Result<(Option<Value>, Vec<usize>), CdtError> {
     let mut selection = Selection {
         keys: Some(view.keys()),
         values: view.values(),
         chosen: picked.chosen,
         single,
+        shape: picked.shape,
+        inverted,
     };
     if picked.invert {
         selection.invert();
     }
+    // An index-space choice (or its complement) lists its ranks by index.
+    let by_index = picked
+        .shape
+        .is_some_and(|shape| shape.space == Space::Index);
     if picked.listing == Listing::Set {
         match rt {
+            ReturnType::Rank | ReturnType::ReverseRank if by_index => {
+                selection.chosen.sort_unstable()
+            }
             ReturnType::Rank | ReturnType::ReverseRank => {
                 let ranks = view.ranks();
                 selection.chosen.sort_by_key(|&i| ranks[i]);
@@ -1866,9 +1951,10 @@ mod tests {
             &range(vec![int(RT_INDEX), int(1), int(2)], &mut slot),
             &ints(&[1, 2]),
         );
+        // Reverse indexes of an index range ascend (the reference's).
         same(
             &range(vec![int(RT_REVERSE_INDEX), int(1), int(2)], &mut slot),
-            &ints(&[3, 2]),
+            &ints(&[2, 3]),
         );
         same(
             &range(vec![int(RT_COUNT), int(1), int(2)], &mut slot),
@@ -1937,13 +2023,14 @@ mod tests {
             ),
             &ints(&[1, 2, 3]),
         );
+        // Reverse ranks of a rank range ascend (the reference's).
         same(
             &ok(
                 GET_BY_RANK_RANGE,
                 vec![int(RT_REVERSE_RANK), int(1), int(2)],
                 &mut slot,
             ),
-            &ints(&[2, 1]),
+            &ints(&[1, 2]),
         );
         same(
             &ok(
@@ -2040,14 +2127,23 @@ mod tests {
             &get(vec![int(RT_REVERSE_INDEX), int(2), int(5)]),
             &ints(&[3, 2, 1]),
         );
-        // Key-value-ordered maps list value selections in rank order.
+        // Key-value-ordered maps list value selections in key order too
+        // (the reference, 8.1.2), and their indexes ascending.
         let mut kvo = Some(map_of(
             MAP_KEY_ORDERED | MAP_VALUE_ORDERED,
             vec![(s("a"), int(3)), (s("b"), int(1)), (s("c"), int(2))],
         ));
         same(
             &ok(GET_BY_VALUE_INTERVAL, vec![int(RT_KEY), int(1)], &mut kvo),
-            &strs(&["b", "c", "a"]),
+            &strs(&["a", "b", "c"]),
+        );
+        same(
+            &ok(
+                GET_BY_VALUE_LIST,
+                vec![int(RT_INDEX), list(vec![int(2), int(1)])],
+                &mut kvo,
+            ),
+            &ints(&[1, 2]),
         );
     }
 
@@ -2095,13 +2191,14 @@ mod tests {
             ),
             &ints(&[1, 2, 3]),
         );
+        // Ranks of a key selection come by index (the reference's).
         same(
             &ok(
                 GET_BY_KEY_INTERVAL,
                 vec![int(RT_RANK), int(4)],
                 &mut unordered,
             ),
-            &ints(&[0, 1, 2]),
+            &ints(&[0, 2, 1]),
         );
     }
 
@@ -2578,11 +2675,36 @@ mod tests {
             ),
             &map_of(0, vec![(s("b"), int(1)), (s("a"), int(2))]),
         );
-        // Unknown return types are refused.
-        for rt in [9, 14, 18, -1, 0x20000] {
+        // Unknown return types cannot apply (26, as the reference); bits
+        // above the INVERTED flag are ignored.
+        for rt in [14, 18, 42, -1, 0x20000 | 42] {
             fails(
                 GET_BY_INDEX_RANGE,
                 vec![int(rt), int(0)],
+                &slot,
+                CdtError::OpNotApplicable,
+            );
+        }
+        same(
+            &ok(
+                GET_BY_INDEX_RANGE,
+                vec![int(0x20000 | RT_COUNT), int(0)],
+                &mut slot,
+            ),
+            &int(2),
+        );
+        same(
+            &ok(
+                GET_BY_INDEX_RANGE,
+                vec![int(0x30000 | RT_COUNT), int(1)],
+                &mut slot,
+            ),
+            &int(1),
+        );
+        for rt in [s("x"), Value::Nil, Value::Double(1.0)] {
+            fails(
+                GET_BY_INDEX_RANGE,
+                vec![rt, int(0)],
                 &slot,
                 CdtError::Parameter,
             );

@@ -6,6 +6,22 @@
 //! order; a map's key order), its *rank* its position in value order (ties
 //! by index). A selection is a set of indexes; [`Selection::result`] turns
 //! it into the reply value.
+//!
+//! A selector chooses in one order, its [`Space`]: index ranges, key
+//! intervals and key lists by index; rank ranges, value intervals, values
+//! and value lists by rank. When a result numbers the elements in that
+//! same space (indexes of an index selection, ranks of a rank selection),
+//! the reference answers with the numbers of the chosen stretch rather
+//! than element by element: each maximal run `[a, b)` of chosen positions
+//! in ascending order, a reverse numbering giving `n-b .. n-a` ascending
+//! for it. An inverted range is the stretch before it and the one after
+//! (an empty one is the whole collection, but for the selectors that keep
+//! their split, [`Extent::Range`]); an inverted set is the runs of what it
+//! left out. Some selectors list the whole collection, when it ends up
+//! chosen, as `0..n` for every index and rank result ([`Whole`]). EXISTS
+//! of an inverted selection follows the reference's code paths, which
+//! differ by selector ([`InvertedExists`]). Each [`Shape`] rule was read
+//! off the reference's answers (8.1.2).
 
 use crate::value::{self, List, Map, Value, MAP_KEY_ORDERED, MAP_PRESERVE_ORDER};
 use crate::CdtError;
@@ -31,11 +47,18 @@ pub(crate) enum ReturnType {
 /// The INVERTED flag OR-ed into a return type: select the complement.
 pub(crate) const INVERTED: i64 = 0x10000;
 
+/// The bits of a return-type argument that name the type; the reference
+/// ignores those above the INVERTED flag.
+const TYPE_MASK: i64 = 0xffff;
+
 /// Parses a return-type argument; returns it and whether it is inverted.
+/// A type this server does not know cannot apply to the op
+/// (`OpNotApplicable`, as the reference answers); an argument that is no
+/// integer is a `Parameter` error.
 pub(crate) fn parse_return_type(arg: Option<&Value>) -> Result<(ReturnType, bool), CdtError> {
     let raw = arg.and_then(Value::as_int).ok_or(CdtError::Parameter)?;
     let inverted = raw & INVERTED != 0;
-    let rt = match raw & !INVERTED {
+    let rt = match raw & TYPE_MASK {
         0 => ReturnType::None,
         1 => ReturnType::Index,
         2 => ReturnType::ReverseIndex,
@@ -48,7 +71,7 @@ pub(crate) fn parse_return_type(arg: Option<&Value>) -> Result<(ReturnType, bool
         13 => ReturnType::Exists,
         16 => ReturnType::UnorderedMap,
         17 => ReturnType::OrderedMap,
-        _ => return Err(CdtError::Parameter),
+        _ => return Err(CdtError::OpNotApplicable),
     };
     Ok((rt, inverted))
 }
@@ -127,20 +150,118 @@ pub(crate) fn range_of(
     Ok((start as usize, end as usize))
 }
 
+/// The order a selector chooses in (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Space {
+    Index,
+    Rank,
+    /// An ordered list's, where index and rank are one.
+    Both,
+}
+
+/// What a selector chose, in its [`Space`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Extent {
+    /// The positions `[start, end)`. `split`: inverted and empty, it is
+    /// still the stretch before `start` and the one after (the reference's
+    /// list rank ranges and unordered maps' key intervals), not the whole
+    /// collection.
+    Range {
+        start: usize,
+        end: usize,
+        split: bool,
+    },
+    /// Positions that need not be contiguous (value and key lists).
+    Set,
+}
+
+impl Extent {
+    /// A range that is the whole collection when inverted and empty.
+    pub(crate) fn range(start: usize, end: usize) -> Extent {
+        Extent::Range {
+            start,
+            end: end.max(start),
+            split: false,
+        }
+    }
+}
+
+/// When the whole collection ends up chosen, whether the reference lists
+/// it as `0..n` whatever the index or rank result asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Whole {
+    Never,
+    /// Index ranges (lists and maps).
+    Always,
+    /// Map value matches and intervals, inverted: index results only.
+    IndexResultsWhenInverted,
+}
+
+/// What EXISTS answers for an inverted selection (the reference's code
+/// paths differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InvertedExists {
+    /// Whether anything is left.
+    Complement,
+    /// Whether the selector chose nothing in a non-empty collection
+    /// (rank, value and interval ranges of unordered lists).
+    NothingChosen,
+    /// Whether what is left is one run of positions in the selector's
+    /// space: a range that touched an end of the collection or was empty
+    /// (map ranges).
+    OneStretch,
+    /// The same, by index (value matches of key-ordered maps).
+    OneStretchByIndex,
+}
+
+/// How a multi-element selector's choice is described beyond its
+/// elements (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub space: Space,
+    pub extent: Extent,
+    pub whole: Whole,
+    pub exists: InvertedExists,
+}
+
+impl Shape {
+    pub(crate) fn new(space: Space, extent: Extent) -> Shape {
+        Shape {
+            space,
+            extent,
+            whole: Whole::Never,
+            exists: InvertedExists::Complement,
+        }
+    }
+
+    pub(crate) fn whole(self, whole: Whole) -> Shape {
+        Shape { whole, ..self }
+    }
+
+    pub(crate) fn exists(self, exists: InvertedExists) -> Shape {
+        Shape { exists, ..self }
+    }
+}
+
 /// The elements a selector chose, and how to describe them.
 pub(crate) struct Selection<'a> {
     /// Keys in index order (maps), or `None` for lists.
     pub keys: Option<Vec<&'a Value>>,
     /// Values in index order.
     pub values: Vec<&'a Value>,
-    /// Chosen indexes, in the order the result lists them.
+    /// Chosen indexes, in the order the result lists them (the complement
+    /// of the selector's choice when `inverted`).
     pub chosen: Vec<usize>,
     /// Whether the op names one element (scalar results) rather than a range.
     pub single: bool,
+    /// The selector's shape (`None` for single-element ops).
+    pub shape: Option<Shape>,
+    /// Whether the op asked for the complement.
+    pub inverted: bool,
 }
 
 impl Selection<'_> {
-    /// Applies the INVERTED flag: the complement, in index order.
+    /// Takes the complement of `chosen`, in index order.
     pub(crate) fn invert(&mut self) {
         let mut taken = vec![false; self.values.len()];
         for &i in &self.chosen {
@@ -148,6 +269,82 @@ impl Selection<'_> {
         }
         self.chosen = (0..self.values.len()).filter(|&i| !taken[i]).collect();
         self.single = false;
+    }
+
+    /// The numbers an index or rank result lists when it numbers the
+    /// selector's own space, or the whole collection (module doc); `None`
+    /// when the result is described element by element.
+    fn stretch_numbers(&self, rt: ReturnType) -> Option<Vec<usize>> {
+        let shape = self.shape?;
+        let (wanted, reverse) = match rt {
+            ReturnType::Index => (Space::Index, false),
+            ReturnType::ReverseIndex => (Space::Index, true),
+            ReturnType::Rank => (Space::Rank, false),
+            ReturnType::ReverseRank => (Space::Rank, true),
+            _ => return None,
+        };
+        let n = self.values.len();
+        let whole = n > 0 && self.chosen.len() == n;
+        let ascending = match shape.whole {
+            Whole::Always => whole,
+            Whole::IndexResultsWhenInverted => whole && self.inverted && wanted == Space::Index,
+            Whole::Never => false,
+        };
+        if ascending {
+            return Some((0..n).collect());
+        }
+        if shape.space != wanted && shape.space != Space::Both {
+            return None;
+        }
+        let stretches = match (shape.extent, self.inverted) {
+            (Extent::Range { start, end, .. }, false) => vec![(start, end)],
+            (Extent::Range { start, end, split }, true) if start < end || split => {
+                vec![(0, start), (end, n)]
+            }
+            (Extent::Range { .. }, true) => vec![(0, n)],
+            (Extent::Set, false) => return None,
+            (Extent::Set, true) => {
+                let mut positions: Vec<usize> = match shape.space {
+                    Space::Index | Space::Both => self.chosen.clone(),
+                    Space::Rank => {
+                        let ranks = ranks_of(self.values.iter().copied());
+                        self.chosen.iter().map(|&i| ranks[i]).collect()
+                    }
+                };
+                positions.sort_unstable();
+                runs(&positions)
+            }
+        };
+        Some(
+            stretches
+                .into_iter()
+                .filter(|(a, b)| a < b && *b <= n)
+                .flat_map(|(a, b)| if reverse { (n - b)..(n - a) } else { a..b })
+                .collect(),
+        )
+    }
+
+    /// EXISTS of an inverted selection (see [`InvertedExists`]).
+    fn inverted_exists(&self) -> bool {
+        let n = self.values.len();
+        let Some(shape) = self.shape else {
+            return !self.chosen.is_empty();
+        };
+        let space = match shape.exists {
+            InvertedExists::Complement => return !self.chosen.is_empty(),
+            InvertedExists::NothingChosen => return n > 0 && self.chosen.len() == n,
+            InvertedExists::OneStretch => shape.space,
+            InvertedExists::OneStretchByIndex => Space::Index,
+        };
+        let mut positions: Vec<usize> = match space {
+            Space::Index | Space::Both => self.chosen.clone(),
+            Space::Rank => {
+                let ranks = ranks_of(self.values.iter().copied());
+                self.chosen.iter().map(|&i| ranks[i]).collect()
+            }
+        };
+        positions.sort_unstable();
+        runs(&positions).len() == 1
     }
 
     /// The result value for `rt`; `None` for [`ReturnType::None`].
@@ -166,6 +363,10 @@ impl Selection<'_> {
             self.scalar_or_list(items)
         };
         let ranks = || ranks_of(self.values.iter().copied());
+        if let Some(numbers) = self.stretch_numbers(rt) {
+            let items = numbers.into_iter().map(|i| Value::Int(i as i64)).collect();
+            return Ok(Some(Value::List(List { flags: 0, items })));
+        }
         Ok(Some(match rt {
             ReturnType::None => return Ok(None),
             ReturnType::Index => ints(&|i| i),
@@ -179,6 +380,7 @@ impl Selection<'_> {
                 ints(&|i| len - 1 - ranks[i])
             }
             ReturnType::Count => Value::Int(self.chosen.len() as i64),
+            ReturnType::Exists if self.inverted => Value::Bool(self.inverted_exists()),
             ReturnType::Exists => Value::Bool(!self.chosen.is_empty()),
             ReturnType::Value | ReturnType::Key if self.single && self.chosen.is_empty() => {
                 // A single element not found: no result, as the reference.
@@ -225,4 +427,16 @@ impl Selection<'_> {
         }
         Value::List(List { flags: 0, items })
     }
+}
+
+/// The maximal runs `[a, b)` of consecutive numbers in sorted `positions`.
+fn runs(positions: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &p in positions {
+        match out.last_mut() {
+            Some((_, end)) if *end == p => *end = p + 1,
+            _ => out.push((p, p + 1)),
+        }
+    }
+    out
 }

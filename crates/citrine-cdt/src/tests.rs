@@ -166,28 +166,6 @@ fn a_context_walks_into_nested_collections() {
 }
 
 #[test]
-fn a_missing_context_element_fails_a_write_and_answers_nothing_to_a_read() {
-    let current = map(vec![]);
-    let ctx = vec![Value::Int(CTX_MAP_KEY), Value::str("nope")];
-    assert_eq!(
-        run(
-            Some(&current),
-            &payload(
-                Some(ctx.clone()),
-                MAP_PUT,
-                vec![Value::Int(1), Value::Int(2)]
-            ),
-            true
-        )
-        .err(),
-        Some(CdtError::ElementNotFound)
-    );
-    let (bin, result) =
-        run(Some(&current), &payload(Some(ctx), MAP_SIZE, vec![]), false).expect("reads");
-    assert!(bin.is_none() && result.is_none());
-}
-
-#[test]
 fn a_create_context_adds_the_key_and_the_op_makes_what_goes_there() {
     // The step's flags order the map it looks in (here it exists, so they
     // change nothing); the map at the new key is the put's own.
@@ -622,33 +600,6 @@ fn a_geojson_result_carries_the_particle_header() {
 }
 
 #[test]
-fn a_persist_flag_is_taken_on_the_bins_own_collection_only() {
-    // The official C client's "test persist index": a persist-index flag
-    // on a nested create step is refused.
-    const PERSIST: i64 = 0x100;
-    const CREATE_ORDERED_LIST: i64 = 0xc0;
-    let append = |ctx: Vec<Value>| {
-        run(
-            None,
-            &payload(Some(ctx), LIST_APPEND, vec![Value::Int(1)]),
-            true,
-        )
-    };
-    let top = vec![
-        Value::Int(CTX_LIST_INDEX | CREATE_ORDERED_LIST | PERSIST),
-        Value::Int(0),
-    ];
-    assert!(append(top).is_ok());
-    let nested = vec![
-        Value::Int(CTX_LIST_INDEX | 0x40),
-        Value::Int(0),
-        Value::Int(CTX_LIST_INDEX | CREATE_ORDERED_LIST | PERSIST),
-        Value::Int(0),
-    ];
-    assert_eq!(append(nested).err(), Some(CdtError::Parameter));
-}
-
-#[test]
 fn a_create_context_for_an_op_that_does_nothing_leaves_no_bin() {
     // The official C client's "Nested List ctx": a clear under a create
     // context on a missing bin creates nothing (the record is not made);
@@ -674,3 +625,6 @@ fn a_create_context_for_an_op_that_does_nothing_leaves_no_bin() {
     };
     assert_eq!(outer.items.len(), 1);
 }
+
+mod paths;
+mod results;

@@ -1022,17 +1022,25 @@ fn errors_use_protocol_codes() {
     let cdt = put(
         "k",
         // A context by expression in an ordinary op ([0xff, [4, true],
-        // [size]]) is not implemented.
-        Ops::new().op(
-            op_type::CDT_READ,
-            4,
-            "l",
-            b"\x93\xcc\xff\x92\x04\xc3\x91\x10",
-        ),
+        // [size]]) cannot be followed (the reference answers 26; only path
+        // ops take one).
+        Ops::new()
+            .op(
+                op_type::WRITE,
+                citrine_types::ParticleType::List as u8,
+                "l",
+                &[0x91, 0x01],
+            )
+            .op(
+                op_type::CDT_READ,
+                4,
+                "l",
+                b"\x93\xcc\xff\x92\x04\xc3\x91\x10",
+            ),
     );
     assert_eq!(
         send(&service, &cdt).header.result_code,
-        ResultCode::UnsupportedFeature.code()
+        ResultCode::OpNotApplicable.code()
     );
     // A path without a context ([0xfe, [], 0]) is malformed.
     let cdt = put(
