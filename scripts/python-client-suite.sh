@@ -342,7 +342,7 @@ for name, tests in runs:
         if gained:
             out += ["", f"{name}: {len(gained)} pass here and fail on the reference:"] + [f"  {t}" for t in gained]
         if ran_differently:
-            out += ["", f"{name}: {len(ran_differently)} skipped on one server and run on the other:"] + \
+            out += ["", f"{name}: {len(ran_differently)} skipped or xfailed on one server and not on the other:"] + \
                    [f"  {t}: {v[0]} here, {ref.get(t, ('absent',))[0]} on the reference"
                     for t in ran_differently for v in [tests[t]]]
 
