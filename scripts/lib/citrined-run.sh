@@ -1,11 +1,13 @@
 # Shared set-up of the scripts that run an external tool against a fresh
 # citrined (go-benchmark.sh, go-client-suite.sh). Source it after setting
 # SCRIPT_NAME and WORK_PREFIX (and NEEDS_GO=0 when the caller runs no Go
-# tool); it defines die(), checks for go (unless NEEDS_GO=0) and python3,
-# creates $WORK, installs a trap that stops $SERVER_PID and $NOOP_PID on
-# exit, sets $CITRINED to a copy of the release binary (built unless
-# NO_BUILD=1, or the caller's own CITRINED), and defines start_citrined,
-# start_cluster and start_noop (below).
+# tool, NEEDS_CITRINED=0 when it starts no citrined); it defines die(),
+# checks for go (unless NEEDS_GO=0) and python3, creates $WORK, installs a
+# trap that stops $SERVER_PID and $NOOP_PID on exit, sets $CITRINED to a
+# copy of the release binary (built unless NO_BUILD=1, or the caller's own
+# CITRINED; neither with NEEDS_CITRINED=0), and defines start_citrined,
+# start_cluster and start_noop (below). Nodes take ports up to $PORT_LAST
+# (default 3449; set it when $PORT is above that range).
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -35,7 +37,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ -z "${CITRINED:-}" ]; then
+PORT_LAST="${PORT_LAST:-3449}"
+
+if [ "${NEEDS_CITRINED:-1}" = "0" ]; then
+    :
+elif [ -z "${CITRINED:-}" ]; then
     if [ "${NO_BUILD:-0}" != "1" ]; then
         echo "== cargo build --release -p citrine-server"
         (cd "$REPO" && cargo build --release -p citrine-server) >"$WORK/cargo-build.log" 2>&1 \
@@ -45,7 +51,7 @@ if [ -z "${CITRINED:-}" ]; then
     cp "$REPO/target/release/citrined" "$WORK/citrined"
     CITRINED="$WORK/citrined"
 fi
-[ -x "$CITRINED" ] || die "CITRINED=$CITRINED is not executable"
+[ "${NEEDS_CITRINED:-1}" = "0" ] || [ -x "$CITRINED" ] || die "CITRINED=$CITRINED is not executable"
 
 # launch WHAT PORT LOG ARGS...: starts $CITRINED on 127.0.0.1:PORT with
 # ARGS, sets LAUNCHED_PID, and waits until it listens.
@@ -58,12 +64,13 @@ launch() {
     wait_listening "$port" "$LAUNCHED_PID" "$log" "$what"
 }
 
-# Starts $CITRINED on 127.0.0.1:$PORT (a free port in 3400-3449 unless
-# $PORT is set; extra flags in $CITRINED_ARGS); sets $PORT and $SERVER_PID.
+# Starts $CITRINED on 127.0.0.1:$PORT (a free port in 3400-$PORT_LAST
+# unless $PORT is set; extra flags in $CITRINED_ARGS); sets $PORT and
+# $SERVER_PID.
 start_citrined() {
     if [ -z "${PORT:-}" ]; then
-        PORT=$(free_node_port 3400 3449)
-        [ -n "$PORT" ] || die "no free port in 3400-3449"
+        PORT=$(free_node_port 3400 "$PORT_LAST")
+        [ -n "$PORT" ] || die "no free port in 3400-$PORT_LAST"
     fi
     port_free "$PORT" || die "port $PORT is in use"
     # shellcheck disable=SC2086
@@ -131,9 +138,9 @@ TOML
         if [ "$node" = 1 ] && [ -n "${PORT:-}" ]; then
             port=$PORT
         else
-            port=$(free_node_port "$from" 3449)
+            port=$(free_node_port "$from" "$PORT_LAST")
         fi
-        [ -n "$port" ] || die "no free ports for node $node in 3400-3449"
+        [ -n "$port" ] || die "no free ports for node $node in $from-$PORT_LAST"
         port_free "$port" || die "port $port is in use"
         from=$((port + 3))
         [ "$node" = 1 ] && seed=$((port + 2))
