@@ -913,16 +913,12 @@ fn held_write_with(service_io: &str) {
     let (_, body) = round_trip(&mut stream, &write("held", 1, 1000)).unwrap();
     assert_eq!(decode_reply(&body).0.result_code, 0);
     let mut untimed = connect(server.port);
-    let pid = server.child.id().to_string();
-    let signal = |which: &str| {
-        let status = Command::new("kill").args([which, &pid]).status().unwrap();
-        assert!(status.success(), "kill {which}");
-    };
-    signal("-STOP");
+    let pid = server.child.id();
+    freeze_process(pid, true);
     stream.write_all(&write("held", 2, 300)).unwrap();
     untimed.write_all(&write("untimed", 3, 0)).unwrap();
     std::thread::sleep(Duration::from_millis(1200));
-    signal("-CONT");
+    freeze_process(pid, false);
     let (_, body) = read_frame(&mut stream).unwrap();
     assert_eq!(
         decode_reply(&body).0.result_code,

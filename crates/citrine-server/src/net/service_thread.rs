@@ -47,6 +47,26 @@ const BALANCE_WINDOW: Duration = Duration::from_millis(100);
 /// long whose client timeout is shorter still runs after its client gave up.
 const STALL_SLACK: Duration = Duration::from_millis(250);
 
+/// How long what a turn reads may have waited, when the thread stalled
+/// (stopped, paused, starved of a CPU) since the previous turn began:
+/// `None` when it did not. The previous turn began at `last_woke` and ended
+/// at `last_done`, then the wait was allowed `timeout`; this turn began at
+/// `woke`. It stalled when this turn began more than [`STALL_SLACK`] later
+/// than the wait allowed, or when the previous turn itself ran longer than
+/// that: a stop that lands inside a turn (after its replies were sent)
+/// makes the turn end late, not the next one begin late. Either way, what
+/// this turn reads arrived after `last_woke` at the earliest.
+fn stalled_for(
+    last_woke: Instant,
+    last_done: Instant,
+    timeout: Duration,
+    woke: Instant,
+) -> Option<Duration> {
+    let late = woke > last_done + timeout + STALL_SLACK;
+    let long_turn = last_done.saturating_duration_since(last_woke) > STALL_SLACK;
+    (late || long_turn).then(|| woke.saturating_duration_since(last_woke))
+}
+
 /// One connection as a service thread holds it.
 pub(super) struct Connection<S> {
     pub(super) conn: Conn,
@@ -56,6 +76,9 @@ pub(super) struct Connection<S> {
     /// Wakes this thread for the connection's fabric work; made at its
     /// first fabric wait and kept for the connection's life here.
     waker: Option<Waker>,
+    /// After a stall, until the connection is next read (or the stall's
+    /// slack ends): since when (unix ms) what it reads may have waited.
+    held_since_ms: Option<u64>,
 }
 
 /// The I/O half of a service thread.
@@ -127,10 +150,13 @@ pub(super) struct ServiceThread<B: Backend> {
     spill_gate: SpillGate,
     /// In the turns after a stall: since when (unix ms, the service's
     /// clock) what they read may have waited; `None` in turns on time.
-    waiting_since_ms: Option<u64>,
-    /// Until when the last stall's `waiting_since_ms` holds if no turn
-    /// reads anything before: the first wait after a stop can end before
-    /// the kernel hands over what came, and the next turn reads it.
+    /// Every connection held then, and every one that arrives until
+    /// `stall_until`, is marked with it (`Connection::held_since_ms`) until
+    /// it is next read: the kernel hands over what came during a stop
+    /// over several waits, not always in the first.
+    stall_since_ms: Option<u64>,
+    /// Until when the last stall's marks hold on connections not read
+    /// since.
     stall_until: Option<Instant>,
 }
 
@@ -152,7 +178,7 @@ impl<B: Backend> ServiceThread<B> {
             paced: BinaryHeap::new(),
             lookups: Vec::new(),
             spill_gate: SpillGate::default(),
-            waiting_since_ms: None,
+            stall_since_ms: None,
             stall_until: None,
         }
     }
@@ -197,11 +223,9 @@ impl<B: Backend> ServiceThread<B> {
             // The wall-clock fallback of the load meter needs the start.
             let busy_from = (!meter.counts_cpu()).then_some(woke);
             if let Some(since_ms) = self.stall_before(last_woke, last_done, timeout, woke) {
-                self.waiting_since_ms = Some(since_ms);
-                self.stall_until = Some(woke + STALL_SLACK);
+                self.mark_stall(since_ms, woke + STALL_SLACK);
             } else if self.stall_until.is_some_and(|until| woke > until) {
-                self.waiting_since_ms = None;
-                self.stall_until = None;
+                self.end_stall();
             }
             last_woke = woke;
             if self.shared.stopping.load(Ordering::Acquire) {
@@ -226,11 +250,10 @@ impl<B: Backend> ServiceThread<B> {
             self.look_ahead(&ready);
             for &token in &ready {
                 self.drive(token);
-            }
-            if !ready.is_empty() {
-                // What waited through the stall has been read.
-                self.waiting_since_ms = None;
-                self.stall_until = None;
+                if let Some(Some(connection)) = self.connections.get_mut(token) {
+                    // What waited through the stall has been read.
+                    connection.held_since_ms = None;
+                }
             }
             // Connections that yielded (streamed chunks, arrivals) run
             // after the ready ones; those that yield again wait a turn.
@@ -253,10 +276,27 @@ impl<B: Backend> ServiceThread<B> {
         }
     }
 
-    /// Whether the turn beginning at `woke` comes late: the previous turn
-    /// began at `last_woke` and ended at `last_done`, then the wait was
-    /// allowed `timeout`. Late by more than [`STALL_SLACK`]: since when
-    /// (unix ms) what this turn reads may have waited.
+    /// Marks every connection held now, and those that arrive until
+    /// `until`, as read after a stall that began at `since_ms` (unix ms).
+    fn mark_stall(&mut self, since_ms: u64, until: Instant) {
+        self.stall_since_ms = Some(since_ms);
+        self.stall_until = Some(until);
+        for connection in self.connections.iter_mut().flatten() {
+            connection.held_since_ms = Some(since_ms);
+        }
+    }
+
+    /// The stall's slack is over: what is read from now on came after it.
+    fn end_stall(&mut self) {
+        self.stall_since_ms = None;
+        self.stall_until = None;
+        for connection in self.connections.iter_mut().flatten() {
+            connection.held_since_ms = None;
+        }
+    }
+
+    /// Whether what the turn beginning at `woke` reads may have waited
+    /// through a stall (see [`stalled_for`]): since when (unix ms).
     fn stall_before(
         &self,
         last_woke: Instant,
@@ -264,11 +304,7 @@ impl<B: Backend> ServiceThread<B> {
         timeout: Duration,
         woke: Instant,
     ) -> Option<u64> {
-        let due = last_done + timeout + STALL_SLACK;
-        if woke <= due {
-            return None;
-        }
-        let waited = woke.saturating_duration_since(last_woke);
+        let waited = stalled_for(last_woke, last_done, timeout, woke)?;
         let waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         self.service
             .stats
@@ -345,6 +381,7 @@ impl<B: Backend> ServiceThread<B> {
             socket,
             moving_to: None,
             waker: None,
+            held_since_ms: self.stall_since_ms,
         });
         // It may hold a whole request already (moved between requests).
         self.runnable.push_back(token);
@@ -388,7 +425,7 @@ impl<B: Backend> ServiceThread<B> {
         }
         let next = conn::drive(
             &self.service,
-            self.waiting_since_ms,
+            connection.held_since_ms,
             &mut self.backend,
             &mut connection.socket,
             &mut connection.conn,
@@ -572,5 +609,34 @@ impl<B: Backend> ServiceThread<B> {
             end: conn.end,
             out: conn.out,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stall shows whether it delays the next turn or lands inside a
+    /// turn (the process stopped after a turn's replies were sent, so the
+    /// turn ends late and the next wait returns at once).
+    #[test]
+    fn a_stall_is_seen_before_a_turn_or_inside_the_previous_one() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let timeout = Duration::from_millis(100);
+        // An ordinary turn and wait: no stall.
+        assert_eq!(stalled_for(at(0), at(1), timeout, at(101)), None);
+        // The next turn began 1.2 s late: a stall since the last turn began.
+        assert_eq!(
+            stalled_for(at(0), at(1), timeout, at(1_300)),
+            Some(Duration::from_millis(1_300))
+        );
+        // Stopped inside the turn for 1.2 s, the wait then returning at once.
+        assert_eq!(
+            stalled_for(at(0), at(1_200), timeout, at(1_201)),
+            Some(Duration::from_millis(1_201))
+        );
+        // A turn just under the slack is not a stall.
+        assert_eq!(stalled_for(at(0), at(250), timeout, at(251)), None);
     }
 }

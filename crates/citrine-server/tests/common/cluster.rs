@@ -182,12 +182,7 @@ impl Node {
     /// of its machine, and later carries on where it stopped.
     pub fn freeze(&self, stop: bool) {
         let child = self.child.as_ref().expect("a running node");
-        let signal = if stop { "-STOP" } else { "-CONT" };
-        let status = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {signal} node {}", self.id);
+        super::freeze_process(child.id(), stop);
     }
 
     /// A connection to the node's client port.

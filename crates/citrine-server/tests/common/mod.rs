@@ -51,6 +51,44 @@ impl Drop for Server {
     }
 }
 
+/// Freezes (SIGSTOP, `stop`) or thaws (SIGCONT) process `pid`. A stop
+/// returns only once every thread of the process is stopped: `kill`
+/// returning means the signal was sent, not that it took effect, and on a
+/// loaded machine a thread of the process may run on for a while and serve
+/// what a test sends "to a stopped node".
+pub fn freeze_process(pid: u32, stop: bool) {
+    let signal = if stop { "-STOP" } else { "-CONT" };
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+    if !stop {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !every_thread_stopped(pid) {
+        assert!(Instant::now() < deadline, "{pid} did not stop within 10 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// True when every thread of `pid` is in the stopped state (`T` in its
+/// `/proc/PID/task/TID/stat`).
+fn every_thread_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command name's closing parenthesis.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "T")
+        })
+    })
+}
+
 /// A free loopback port.
 pub use citrine_testsupport::{free_port, wait_until_serving};
 
