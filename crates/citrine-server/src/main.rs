@@ -208,7 +208,7 @@ fn main() -> ExitCode {
     // Clean shutdown: no transaction runs any more; write every buffer out
     // and save device namespaces' indexes for a fast restart.
     for namespace in service.namespaces() {
-        if let Err(error) = citrine_service::device::shutdown(namespace) {
+        if let Err(error) = citrine_service::device::shutdown(namespace, service.clock()) {
             tracing::error!(namespace = %namespace.config.name, "clean shutdown of the storage failed (the next start will be a cold start): {error}");
         }
     }

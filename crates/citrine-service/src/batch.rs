@@ -778,9 +778,8 @@ fn execute_row(
         filter: row_filter
             .as_ref()
             .or(parent_filter.map(|filter| &filter.expression)),
-        udf,
     };
-    transaction::perform(namespace, &request, now, out);
+    transaction::perform_here(namespace, &request, udf.as_ref(), now, out);
     None
 }
 

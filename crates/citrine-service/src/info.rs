@@ -832,6 +832,7 @@ pub(crate) fn statistics(service: &Service) -> String {
 /// One set's line; `tombstones` is the namespace's tombstone count per set
 /// (`PartitionTable::tombstones_by_set`).
 fn set_line(
+    service: &Service,
     namespace: &Namespace,
     id: u16,
     name: &[u8],
@@ -845,7 +846,7 @@ fn set_line(
         tombstones.get(&id).copied().unwrap_or(0),
         stats.data_used_bytes.load(Ordering::Relaxed).max(0),
         truncate_lut,
-        crate::sindex::count_on_set(namespace, name),
+        crate::sindex::count_on_set(service, namespace, name),
         namespace.config.default_ttl
     )
     .replacen("objects", &format!("ns={}:set={}:objects", namespace.config.name, String::from_utf8_lossy(name)), 1)
@@ -862,7 +863,7 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
             return match namespace.sets.existing_id(set.as_bytes()) {
                 Some(id) if id != 0 => {
                     let tombstones = namespace.index.tombstones_by_set();
-                    let line = set_line(namespace, id, set.as_bytes(), &tombstones);
+                    let line = set_line(service, namespace, id, set.as_bytes(), &tombstones);
                     // With namespace and set given: only the properties.
                     let prefix = format!("ns={}:set={}:", namespace.config.name, set);
                     format!("{}:", line.strip_prefix(&prefix).unwrap_or(&line))
@@ -878,7 +879,7 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         }
         let tombstones = namespace.index.tombstones_by_set();
         for (id, name) in namespace.sets.all() {
-            out.push_str(&set_line(namespace, id, &name, &tombstones));
+            out.push_str(&set_line(service, namespace, id, &name, &tombstones));
             out.push(';');
         }
     }

@@ -28,15 +28,11 @@
 pub mod batch;
 pub mod cluster_state;
 pub mod config;
-pub mod device;
-pub mod filter;
 pub mod info;
 pub mod job;
 pub mod lookahead;
 pub mod migration;
-pub mod namespace;
 pub mod noop;
-pub mod nsup;
 mod offload;
 pub mod replication;
 pub mod scan;
@@ -47,6 +43,10 @@ mod truncate;
 pub mod udf;
 mod work;
 
+pub use citrine_data::{device, filter, namespace, nsup};
+pub use citrine_data::{Clock, ManualClock};
+
+use citrine_data::Data;
 use citrine_types::{NodeId, ResultCode};
 use citrine_wire::frame::{inflate, MessageType, ProtoHeader};
 use citrine_wire::msg::{field_type, info1, Message};
@@ -59,13 +59,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use transaction::Now;
 
-/// A source of wall-clock time, injected so tests can move time.
-pub trait Clock: Send + Sync + 'static {
-    /// Unix time in milliseconds.
-    fn now_unix_ms(&self) -> u64;
-}
-
-/// The system clock.
+/// The system clock: where wall-clock time enters the node (the server
+/// passes it in; the layers below read only the clock they are given).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
@@ -75,33 +70,6 @@ impl Clock for SystemClock {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|since| since.as_millis() as u64)
             .unwrap_or(0)
-    }
-}
-
-/// A clock tests set by hand.
-#[derive(Debug, Default)]
-pub struct ManualClock {
-    unix_ms: AtomicU64,
-}
-
-impl ManualClock {
-    pub fn new(unix_ms: u64) -> ManualClock {
-        ManualClock {
-            unix_ms: AtomicU64::new(unix_ms),
-        }
-    }
-    pub fn advance_ms(&self, milliseconds: u64) {
-        self.unix_ms.fetch_add(milliseconds, Ordering::Relaxed);
-    }
-    /// Steps the clock back, as a wall clock corrected by NTP can be.
-    pub fn rewind_ms(&self, milliseconds: u64) {
-        self.unix_ms.fetch_sub(milliseconds, Ordering::Relaxed);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_unix_ms(&self) -> u64 {
-        self.unix_ms.load(Ordering::Relaxed)
     }
 }
 
@@ -218,12 +186,14 @@ impl Continuation {
 pub struct Service {
     pub config: ServiceConfig,
     pub node_id: NodeId,
-    namespaces: Vec<Arc<Namespace>>,
-    clock: Arc<dyn Clock>,
+    /// The data layer: namespaces and the clock.
+    data: Data,
+    /// Each namespace's secondary indexes and their upkeep (its record
+    /// hook), in the namespaces' order.
+    sindexes: Vec<Arc<sindex::Sindexes>>,
     pub stats: NodeStats,
     /// Most rows a batch request may carry (`batch-max-requests`; above → 151).
     pub batch_max_requests: AtomicU32,
-    started_unix_ms: u64,
     /// The current cluster view and partition maps, replaced on view changes.
     cluster: RwLock<Arc<ClusterState>>,
     /// True while the published view has other members.
@@ -276,14 +246,9 @@ impl Service {
     /// A service, opening every namespace (device namespaces rebuild their
     /// index: fast restart or cold start).
     pub fn open(config: ServiceConfig, clock: Arc<dyn Clock>) -> Result<Service, String> {
-        let now = Now::from_unix_ms(clock.now_unix_ms());
-        let namespaces = config
-            .namespaces
-            .iter()
-            .cloned()
-            .map(|namespace| Namespace::open(namespace, now).map(Arc::new))
-            .collect::<Result<Vec<_>, String>>()?;
-        let started_unix_ms = clock.now_unix_ms();
+        let data = Data::open(&config.namespaces, clock)?;
+        let sindexes = sindex::Sindexes::install(&data)?;
+        let started_unix_ms = data.started_unix_ms();
         let node_id = NodeId(config.node_id);
         let cluster = ClusterState::single(
             node_id,
@@ -316,11 +281,10 @@ impl Service {
             reconciles: replication::Reconciles::default(),
             shared: OnceLock::new(),
             config,
-            namespaces,
-            clock,
+            data,
+            sindexes,
             stats: NodeStats::default(),
             batch_max_requests: AtomicU32::new(batch::BATCH_MAX_REQUESTS_DEFAULT),
-            started_unix_ms,
         })
     }
 
@@ -452,8 +416,7 @@ impl Service {
 
     /// True when no namespace holds a record (or tombstone).
     fn holds_nothing(&self) -> bool {
-        self.namespaces()
-            .all(|namespace| namespace.index.record_count() == 0)
+        self.data.holds_nothing()
     }
 
     /// The exchange of the published view is resolved: an orphan waiting
@@ -587,44 +550,61 @@ impl Service {
         }
     }
 
+    /// The data layer.
+    pub fn data(&self) -> &Data {
+        &self.data
+    }
+
     /// The namespace called `name`.
     #[inline]
     pub fn namespace(&self, name: &[u8]) -> Option<&Namespace> {
-        self.namespace_index(name)
-            .map(|index| self.namespaces[index].as_ref())
+        self.data.namespace(name)
     }
 
     /// The namespace called `name`, shared (for work that outlives the
     /// request: a scan cursor, a background removal).
     pub(crate) fn namespace_shared(&self, name: &[u8]) -> Option<Arc<Namespace>> {
-        self.namespace_index(name)
-            .map(|index| Arc::clone(&self.namespaces[index]))
+        self.data.namespace_shared(name)
     }
 
     /// The position of the namespace called `name` in configuration order.
     #[inline]
     pub fn namespace_index(&self, name: &[u8]) -> Option<usize> {
-        self.namespaces
-            .iter()
-            .position(|namespace| namespace.config.name.as_bytes() == name)
+        self.data.namespace_index(name)
     }
 
     /// All namespaces, in configuration order.
     pub fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
-        self.namespaces.iter().map(Arc::as_ref)
+        self.data.namespaces()
+    }
+
+    /// The secondary indexes of `namespace` (one of this node's).
+    pub(crate) fn sindexes(&self, namespace: &Namespace) -> &citrine_sindex::Registry {
+        let index = self
+            .data
+            .namespaces_shared()
+            .iter()
+            .position(|held| std::ptr::eq(held.as_ref(), namespace))
+            .unwrap_or_else(|| panic!("namespace {} is not this node's", namespace.config.name));
+        &self.sindexes[index].registry
     }
 
     /// The current time.
     #[inline]
     pub fn now(&self) -> Now {
-        Now::from_unix_ms(self.clock.now_unix_ms())
+        self.data.now()
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &dyn Clock {
+        self.data.clock()
     }
 
     /// Seconds since the service started.
     pub fn uptime_seconds(&self) -> u64 {
-        self.clock
+        self.clock()
             .now_unix_ms()
-            .saturating_sub(self.started_unix_ms)
+            .saturating_sub(self.data.started_unix_ms())
             / 1000
     }
 
@@ -716,7 +696,7 @@ impl Service {
             return None;
         };
         let due = cursor.not_before_ms()?;
-        let now = self.clock.now_unix_ms();
+        let now = self.clock().now_unix_ms();
         // Never longer than one step's interval: past that the wall clock
         // was stepped back, and the next step starts the schedule again.
         (due > now)

@@ -61,7 +61,8 @@ impl Service {
 
     /// The index a lookup goes to.
     fn index_of(&self, lookup: &Lookup) -> Option<&PartitionTable> {
-        self.namespaces
+        self.data()
+            .namespaces_shared()
             .get(lookup.namespace)
             .map(|namespace| &namespace.index)
     }

@@ -84,13 +84,15 @@
 //! send records in this module's [`ReplicaWrite`] encoding and apply them
 //! with the same rule.
 
-use crate::config::ConflictResolutionPolicy;
 use crate::migration::{Disposition, MasterClaim};
-use crate::namespace::{compare_versions, Namespace, Version};
-use crate::transaction::{self, Now, Request};
+use crate::namespace::Namespace;
+use crate::transaction::{self, Request};
+use crate::udf::UdfCall;
 use crate::Service;
-use citrine_index::{RecordMeta, Tombstone, MAX_LAST_UPDATE_MS};
-use citrine_storage::{StoreMeta, MEMORY_BODY_SPARE};
+pub use citrine_data::copy::{
+    capture, copy_holds, delete_marker, fetch, generation_of, store_copy, truncated_before_of,
+    Admit, Reader, ReplicaWrite,
+};
 use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::msg::info2;
@@ -397,137 +399,15 @@ pub(crate) enum Remote {
     },
 }
 
-/// A record's new state as a replica stores it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplicaWrite {
-    pub namespace: String,
-    pub digest: Digest,
-    pub generation: u16,
-    /// The copy's life (`citrine_index::RecordMeta::life`), `< LIVES`.
-    pub life: u16,
-    /// For a delete: whether it was durable (the record written after it
-    /// continues its life and generation). False for a record.
-    pub durable: bool,
-    pub void_time: u32,
-    pub last_update_ms: u64,
-    pub set_name: Vec<u8>,
-    /// The stored body; `None` is a delete.
-    pub body: Option<Vec<u8>>,
-}
-
-const REPLICA_STORE: u8 = 1;
-const REPLICA_DELETE: u8 = 2;
-const REPLICA_DURABLE_DELETE: u8 = 3;
-
-impl ReplicaWrite {
-    /// What conflict resolution compares of this copy.
-    pub fn version(&self) -> Version {
-        Version {
-            life: self.life,
-            generation: self.generation,
-            last_update_ms: self.last_update_ms,
-        }
-    }
-
-    /// `u8 kind | u8 ns len | ns | digest | u16 gen | u16 life | u32 void |
-    /// u64 lut | u8 set len | set | (store) u32 body len | body`,
-    /// big-endian; kind 1 a record, 2 a delete, 3 a durable delete.
-    pub fn encode(&self) -> Vec<u8> {
-        let body_len = self.body.as_ref().map_or(0, Vec::len);
-        let mut out = Vec::with_capacity(50 + self.namespace.len() + body_len);
-        out.push(match (&self.body, self.durable) {
-            (Some(_), _) => REPLICA_STORE,
-            (None, false) => REPLICA_DELETE,
-            (None, true) => REPLICA_DURABLE_DELETE,
-        });
-        let namespace = self.namespace.as_bytes();
-        let namespace = &namespace[..namespace.len().min(255)];
-        out.push(namespace.len() as u8);
-        out.extend_from_slice(namespace);
-        out.extend_from_slice(&self.digest.0);
-        out.extend_from_slice(&self.generation.to_be_bytes());
-        out.extend_from_slice(&self.life.to_be_bytes());
-        out.extend_from_slice(&self.void_time.to_be_bytes());
-        out.extend_from_slice(&self.last_update_ms.to_be_bytes());
-        let set = &self.set_name[..self.set_name.len().min(255)];
-        out.push(set.len() as u8);
-        out.extend_from_slice(set);
-        if let Some(body) = &self.body {
-            out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-            out.extend_from_slice(body);
-        }
-        out
-    }
-
-    /// Decodes; `None` for anything malformed (including trailing bytes).
-    pub fn decode(bytes: &[u8]) -> Option<ReplicaWrite> {
-        let mut reader = Reader { bytes, at: 0 };
-        let kind = reader.u8()?;
-        let namespace_len = usize::from(reader.u8()?);
-        let namespace = std::str::from_utf8(reader.take(namespace_len)?)
-            .ok()?
-            .to_owned();
-        let digest: [u8; DIGEST_SIZE] = reader.take(DIGEST_SIZE)?.try_into().ok()?;
-        let generation = u16::from_be_bytes(reader.take(2)?.try_into().ok()?);
-        let life = u16::from_be_bytes(reader.take(2)?.try_into().ok()?);
-        if life >= citrine_index::LIVES {
-            return None;
-        }
-        let void_time = u32::from_be_bytes(reader.take(4)?.try_into().ok()?);
-        // Held to the index's range, so that every comparison of this copy
-        // with a stored one sees the same value the index would keep.
-        let last_update_ms =
-            u64::from_be_bytes(reader.take(8)?.try_into().ok()?).min(MAX_LAST_UPDATE_MS);
-        let set_len = usize::from(reader.u8()?);
-        let set_name = reader.take(set_len)?.to_vec();
-        let body = match kind {
-            REPLICA_STORE => {
-                let length = u32::from_be_bytes(reader.take(4)?.try_into().ok()?) as usize;
-                Some(reader.take(length)?.to_vec())
-            }
-            REPLICA_DELETE | REPLICA_DURABLE_DELETE => None,
-            _ => return None,
-        };
-        if reader.at != bytes.len() {
-            return None;
-        }
-        Some(ReplicaWrite {
-            namespace,
-            digest: Digest(digest),
-            generation,
-            life,
-            durable: kind == REPLICA_DURABLE_DELETE,
-            void_time,
-            last_update_ms,
-            set_name,
-            body,
-        })
-    }
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, length: usize) -> Option<&'a [u8]> {
-        let slice = self.bytes.get(self.at..self.at.checked_add(length)?)?;
-        self.at += length;
-        Some(slice)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|bytes| bytes[0])
-    }
-}
-
 /// Runs a single-record request in a cluster: forwards it to the master, or
 /// executes it here and returns the replication still to do. `body` is the
 /// request's AS_MSG body (forwarded as is), `hop` how it came here.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn route(
     service: &Service,
     namespace: &Namespace,
     request: &Request<'_>,
+    udf: Option<&UdfCall<'_>>,
     body: &[u8],
     hop: Hop,
     resolved: bool,
@@ -580,7 +460,7 @@ pub(crate) fn route(
     };
     let acting_read = hop.byte & PROXY_ACTING != 0;
     // A record UDF may write whatever its header says.
-    let read = request.header.info2 & info2::WRITE == 0 && request.udf.is_none();
+    let read = request.header.info2 & info2::WRITE == 0 && udf.is_none();
     let proxy = |to: NodeId, flags: u8, out: &mut Vec<u8>| {
         if hops >= MAX_PROXY_HOPS {
             service
@@ -618,7 +498,7 @@ pub(crate) fn route(
                     .migrations
                     .acting_reads
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                transaction::perform(namespace, request, now, out);
+                transaction::perform_here(namespace, request, udf, now, out);
                 return None;
             }
             // A plain read (a client reading from replicas by policy) on a
@@ -633,7 +513,7 @@ pub(crate) fn route(
                     .stats
                     .replica_reads
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                transaction::perform(namespace, request, now, out);
+                transaction::perform_here(namespace, request, udf, now, out);
                 return None;
             }
             return proxy(*master, 0, out);
@@ -673,7 +553,7 @@ pub(crate) fn route(
     // void time and generation: then it is replicated like a write.
     let touch = read && (1..=100).contains(&request.header.record_ttl);
     let generation_before = touch.then(|| generation_of(namespace, &request.digest));
-    transaction::perform(namespace, request, now, out);
+    transaction::perform_here(namespace, request, udf, now, out);
     if read
         && generation_before
             .is_none_or(|before| before == generation_of(namespace, &request.digest))
@@ -735,15 +615,6 @@ pub fn replica_payload(cluster_key: u64, namespace: &Namespace, write: &ReplicaW
     payload
 }
 
-/// This node's truncation threshold for records of set `set_name`
-/// (`Namespace::truncated_before`; 0 for none, or a set it does not know).
-pub(crate) fn truncated_before_of(namespace: &Namespace, set_name: &[u8]) -> u64 {
-    namespace
-        .sets
-        .existing_id(set_name)
-        .map_or(0, |set_id| namespace.truncated_before(set_id))
-}
-
 /// Writes the namespace's current truncation threshold for the record's
 /// set into a `REPLICA_WRITE` payload about to be sent again: a truncation
 /// made since it was built must travel with it, or the replica could keep
@@ -772,128 +643,9 @@ pub fn split_replica_payload(payload: &[u8]) -> Option<(u64, u64, &[u8])> {
     ))
 }
 
-/// The generation of this node's copy of a record (None when absent).
-fn generation_of(namespace: &Namespace, digest: &Digest) -> Option<u16> {
-    let partition = namespace.index.partition(digest.partition()).read();
-    partition.get(digest).map(|entry| entry.meta().generation)
-}
-
 /// Where a reply's result code is: proto header, then byte 5 of the
 /// message header.
 const PROXY_RESULT_AT: usize = PROTO_HEADER_SIZE + 5;
-
-/// The record's current state (after the write that just finished) as a
-/// replica write: the stored copy, or a delete marker when it is gone.
-fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite {
-    let partition = namespace.index.partition(digest.partition()).read();
-    let stored = partition.get(digest).and_then(|entry| {
-        let body = namespace.storage.read(&entry.location).ok()?.into_owned();
-        Some((entry.meta(), body))
-    });
-    drop(partition);
-    match stored {
-        Some((meta, body)) => ReplicaWrite {
-            namespace: namespace.config.name.clone(),
-            digest: *digest,
-            generation: meta.generation,
-            life: meta.life,
-            durable: false,
-            void_time: meta.void_time,
-            last_update_ms: meta.last_update_ms,
-            set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
-            body: Some(body),
-        },
-        None => {
-            let tombstone = namespace
-                .index
-                .partition(digest.partition())
-                .read()
-                .tombstone(digest);
-            match tombstone {
-                Some(tombstone) => delete_marker(namespace, digest, &tombstone),
-                // No tombstone kept: a marker without a generation.
-                None => ReplicaWrite {
-                    namespace: namespace.config.name.clone(),
-                    digest: *digest,
-                    generation: 0,
-                    life: 0,
-                    durable: false,
-                    void_time: 0,
-                    last_update_ms: now.unix_ms,
-                    set_name: Vec::new(),
-                    body: None,
-                },
-            }
-        }
-    }
-}
-
-/// The delete marker of a record this node keeps the tombstone of.
-pub(crate) fn delete_marker(
-    namespace: &Namespace,
-    digest: &Digest,
-    tombstone: &Tombstone,
-) -> ReplicaWrite {
-    ReplicaWrite {
-        namespace: namespace.config.name.clone(),
-        digest: *digest,
-        generation: tombstone.generation,
-        life: tombstone.life,
-        durable: tombstone.durable,
-        void_time: 0,
-        last_update_ms: tombstone.last_update_ms,
-        set_name: namespace.sets.name(tombstone.set_id).unwrap_or_default(),
-        body: None,
-    }
-}
-
-/// This node's live copy of a record as a replica write, or a delete
-/// marker when it keeps the record's tombstone.
-fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrite> {
-    let partition = namespace.index.partition(digest.partition()).read();
-    let Some(entry) = partition.get(digest) else {
-        // A delete this node knows of travels as a delete marker.
-        let tombstone = partition.tombstone(digest)?;
-        return Some(delete_marker(namespace, digest, &tombstone));
-    };
-    if !transaction::is_live(namespace, &entry.meta(), now) {
-        return None;
-    }
-    let body = namespace.storage.read(&entry.location).ok()?.into_owned();
-    let meta = entry.meta();
-    Some(ReplicaWrite {
-        namespace: namespace.config.name.clone(),
-        digest: *digest,
-        generation: meta.generation,
-        life: meta.life,
-        durable: false,
-        void_time: meta.void_time,
-        last_update_ms: meta.last_update_ms,
-        set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
-        body: Some(body),
-    })
-}
-
-/// True when the local copy (`meta`) wins over `write` or ties with it
-/// under the namespace's conflict-resolution policy, so `write` is not
-/// applied. A delete marker carries its tombstone's generation (the
-/// deleted copy's next) and competes like a record; one without a
-/// generation (no tombstone known) wins only with a later last-update
-/// time, whatever the policy.
-fn holds_newer(policy: ConflictResolutionPolicy, meta: &RecordMeta, write: &ReplicaWrite) -> bool {
-    if write.body.is_none() && write.generation == 0 {
-        // A marker from a master that kept no tombstone.
-        return meta.last_update_ms >= write.last_update_ms;
-    }
-    copy_holds(policy, Version::of(meta), write.version())
-}
-
-/// True when a copy of version `held` wins over or ties with one of
-/// version `other` under `policy`: it need not be replaced (the delta of
-/// a migration leaves such records out).
-pub(crate) fn copy_holds(policy: ConflictResolutionPolicy, held: Version, other: Version) -> bool {
-    compare_versions(policy, held, other) != std::cmp::Ordering::Less
-}
 
 /// Applies a copy of a record to this node's copy by the replica-write
 /// rule, as from a node that knows no truncation this one does not.
@@ -909,21 +661,6 @@ pub fn apply_replica_write(service: &Service, write: &ReplicaWrite) -> ResultCod
 /// ([`Service::adopt_carried_truncation`]).
 pub fn apply_copy(service: &Service, write: &ReplicaWrite, truncated_before: u64) -> ResultCode {
     apply_copy_admitted(service, write, truncated_before, Admit::Always)
-}
-
-/// Whether a copy may be stored in a partition this node is not a replica
-/// of. The check for [`Admit::IfHeld`] runs under the partition's write
-/// lock, the lock a migration's drop of the copy takes too
-/// ([`Service::drop_copy`]): a drop comes wholly before the check (the
-/// copy is refused) or wholly after the store (the copy goes with the
-/// rest).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Admit {
-    /// Stored whatever this node holds of the partition.
-    Always,
-    /// Stored only while this node still holds a record or tombstone of
-    /// the partition; otherwise refused with [`ResultCode::Unavailable`].
-    IfHeld,
 }
 
 fn apply_copy_admitted(
@@ -944,149 +681,10 @@ fn apply_copy_admitted(
         // The sender knows a truncation this node has not heard of yet.
         service.adopt_carried_truncation(&write.namespace, &write.set_name, truncated_before);
     }
-    match apply(namespace, write, service.now(), truncated_before, admit) {
+    match store_copy(namespace, write, service.now(), truncated_before, admit) {
         Ok(()) => ResultCode::Ok,
         Err(code) => code,
     }
-}
-
-fn apply(
-    namespace: &Namespace,
-    write: &ReplicaWrite,
-    now: Now,
-    truncated_before: u64,
-    admit: Admit,
-) -> Result<(), ResultCode> {
-    if write.body.is_some() && write.generation == 0 {
-        // No master writes a record at generation 0 (generations wrap to
-        // 1): a malformed peer message, refused rather than indexed.
-        return Err(ResultCode::Parameter);
-    }
-    let set_id = namespace
-        .sets
-        .id_of(&write.set_name)
-        .ok_or(ResultCode::Parameter)?;
-    if write.body.is_some()
-        && (namespace.is_truncated(set_id, write.last_update_ms)
-            || write.last_update_ms < truncated_before)
-    {
-        // A copy from before a truncation (a node that missed it, or a
-        // write that crossed it, here or at the sender): acknowledged and
-        // not stored.
-        return Ok(());
-    }
-    let policy = namespace.config.conflict_resolution_policy;
-    let mut partition = namespace.index.partition(write.digest.partition()).write();
-    if admit == Admit::IfHeld && partition.len() + partition.tombstone_count() == 0 {
-        return Err(ResultCode::Unavailable);
-    }
-    // A held copy that is dead (expired or truncated here, or expired
-    // before the incoming copy was written, whatever this node's clock
-    // says, or truncated by the master's thresholds, which this node may
-    // not know yet) counts as absent: it wins over nothing, as in the
-    // manifests a migration compares against. The master writes a record
-    // afresh at generation 1 over its own expired or truncated copy.
-    let written_at = Now::from_unix_ms(write.last_update_ms).citrusleaf_seconds;
-    let held = partition
-        .get(&write.digest)
-        .map(|entry| entry.meta())
-        .filter(|meta| {
-            transaction::is_live(namespace, meta, now)
-                && !meta.is_expired(written_at)
-                && meta.last_update_ms >= truncated_before
-        });
-    if let Some(meta) = held {
-        if holds_newer(policy, &meta, write) {
-            return Ok(());
-        }
-    } else if let Some(tombstone) = partition
-        .tombstone(&write.digest)
-        .filter(|tombstone| tombstone.last_update_ms >= truncated_before)
-    {
-        // Deleted here later than this copy was written: it stays deleted.
-        if write.body.is_some()
-            && copy_holds(policy, Version::of_tombstone(&tombstone), write.version())
-        {
-            return Ok(());
-        }
-    }
-    match &write.body {
-        Some(body) => {
-            let meta = RecordMeta {
-                generation: write.generation,
-                life: write.life,
-                set_id,
-                void_time: write.void_time,
-                last_update_ms: write.last_update_ms,
-            };
-            // With room for the memory engine's length prefix: kept, not
-            // copied again.
-            let mut stored = Vec::with_capacity(body.len() + MEMORY_BODY_SPARE);
-            stored.extend_from_slice(body);
-            let previous =
-                transaction::install(namespace, &mut partition, write.digest, meta, stored)?;
-            drop(partition);
-            if let Some(old) = previous {
-                old.release(namespace);
-            }
-        }
-        None => {
-            let Some(entry) = partition.get(&write.digest) else {
-                if write.generation != 0 {
-                    partition.set_tombstone(
-                        write.digest,
-                        Tombstone {
-                            generation: write.generation,
-                            life: write.life,
-                            durable: write.durable,
-                            last_update_ms: write.last_update_ms,
-                            set_id,
-                        },
-                    );
-                }
-                return Ok(());
-            };
-            // A marker without a generation (its master kept no
-            // tombstone) deletes the copy held here in its life.
-            let (generation, life) = match write.generation {
-                0 => (
-                    RecordMeta::next_generation(entry.meta().generation),
-                    entry.meta().life,
-                ),
-                generation => (generation, write.life),
-            };
-            if namespace.storage.device().is_some() {
-                let set_name = namespace.sets.name(entry.meta().set_id).unwrap_or_default();
-                let store = StoreMeta {
-                    generation,
-                    life,
-                    void_time: 0,
-                    last_update_ms: write.last_update_ms,
-                    set_name: &set_name,
-                };
-                namespace
-                    .storage
-                    .write_tombstone(&write.digest, &store)
-                    .map_err(transaction::storage_result)?;
-            }
-            if let Some(entry) = partition.remove(&write.digest) {
-                crate::sindex::unindex(namespace, &write.digest, &entry);
-                partition.set_tombstone(
-                    write.digest,
-                    Tombstone {
-                        generation,
-                        life,
-                        durable: write.durable,
-                        last_update_ms: write.last_update_ms,
-                        set_id: entry.meta().set_id,
-                    },
-                );
-                drop(partition);
-                transaction::drop_entry(namespace, entry);
-            }
-        }
-    }
-    Ok(())
 }
 
 impl Service {
@@ -1457,7 +1055,7 @@ impl Service {
     }
 
     fn remaining(&self, deadline_ms: u64) -> Duration {
-        Duration::from_millis(deadline_ms.saturating_sub(self.clock.now_unix_ms()))
+        Duration::from_millis(deadline_ms.saturating_sub(self.clock().now_unix_ms()))
     }
 
     /// Serves one fabric call from another node; returns the answer.
@@ -1610,104 +1208,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn replica_write_round_trip_and_garbage() {
-        let durable_delete = ReplicaWrite {
-            life: 17,
-            durable: true,
-            ..sample(None)
-        };
-        let later_life = ReplicaWrite {
-            life: citrine_index::LIVES - 1,
-            ..sample(Some(vec![4]))
-        };
-        for write in [
-            sample(Some(vec![1, 2, 3])),
-            sample(None),
-            durable_delete,
-            later_life,
-        ] {
-            let bytes = write.encode();
-            assert_eq!(ReplicaWrite::decode(&bytes), Some(write));
-            for cut in 0..bytes.len() {
-                assert_eq!(ReplicaWrite::decode(&bytes[..cut]), None, "cut {cut}");
-            }
-            let mut longer = bytes.clone();
-            longer.push(0);
-            assert_eq!(ReplicaWrite::decode(&longer), None);
-            let mut bad_kind = bytes;
-            bad_kind[0] = 9;
-            assert_eq!(ReplicaWrite::decode(&bad_kind), None);
-        }
-        // A life out of range is malformed.
-        let mut bad_life = sample(None).encode();
-        let at = 2 + "test".len() + DIGEST_SIZE + 2;
-        bad_life[at..at + 2].copy_from_slice(&citrine_index::LIVES.to_be_bytes());
-        assert_eq!(ReplicaWrite::decode(&bad_life), None);
-        // A last-update time past the index's 44 bits arrives as the
-        // index would hold it, so stored and incoming copies compare alike.
-        let mut late = sample(None);
-        late.last_update_ms = u64::MAX;
-        let decoded = ReplicaWrite::decode(&late.encode()).expect("decodes");
-        assert_eq!(decoded.last_update_ms, MAX_LAST_UPDATE_MS);
-    }
-
-    #[test]
-    fn newer_copies_win_under_each_policy() {
-        use ConflictResolutionPolicy::{Generation, LastUpdateTime};
-        // The incoming copy: generation 3, last update 99 000.
-        let write = sample(Some(vec![1]));
-        let meta = |last_update_ms, generation| RecordMeta {
-            life: 0,
-            generation,
-            set_id: 0,
-            void_time: 0,
-            last_update_ms,
-        };
-        // (local last update, local generation, kept under generation,
-        // kept under last-update-time)
-        let cases = [
-            (99_000, 3, true, true),   // identical: keep ours
-            (99_000, 4, true, true),   // same time, more writes
-            (99_000, 2, false, false), // same time, fewer writes
-            (99_001, 3, true, true),   // same writes, later
-            (98_999, 3, false, false), // same writes, earlier
-            (99_001, 1, false, true),  // later but fewer writes
-            (98_999, 9, true, false),  // more writes but earlier
-        ];
-        for (last_update_ms, generation, by_generation, by_time) in cases {
-            let local = meta(last_update_ms, generation);
-            assert_eq!(
-                holds_newer(Generation, &local, &write),
-                by_generation,
-                "generation policy, local {local:?}"
-            );
-            assert_eq!(
-                holds_newer(LastUpdateTime, &local, &write),
-                by_time,
-                "last-update-time policy, local {local:?}"
-            );
-        }
-        // A delete marker without a generation (no tombstone known at its
-        // master) goes by time under both.
-        let delete = ReplicaWrite {
-            generation: 0,
-            life: 0,
-            durable: false,
-            ..sample(None)
-        };
-        for policy in ConflictResolutionPolicy::ALL {
-            assert!(holds_newer(policy, &meta(99_000, 1), &delete));
-            assert!(holds_newer(policy, &meta(99_001, 1), &delete));
-            assert!(!holds_newer(policy, &meta(98_999, 9), &delete));
-        }
-        // One with its tombstone's generation competes like a record.
-        let delete = sample(None);
-        assert!(holds_newer(Generation, &meta(98_999, 9), &delete));
-        assert!(!holds_newer(LastUpdateTime, &meta(98_999, 9), &delete));
-        assert!(!holds_newer(Generation, &meta(99_500, 2), &delete));
-    }
-
     fn memory_service(node_id: u64) -> Service {
         memory_service_on(
             node_id,
@@ -1764,7 +1264,7 @@ mod tests {
         service.namespace(b"test").expect("namespace test")
     }
 
-    fn stored(service: &Service, digest: &Digest) -> Option<(RecordMeta, Vec<u8>)> {
+    fn stored(service: &Service, digest: &Digest) -> Option<(citrine_index::RecordMeta, Vec<u8>)> {
         let namespace = service.namespace(b"test")?;
         let partition = namespace.index.partition(digest.partition()).read();
         let entry = partition.get(digest)?;

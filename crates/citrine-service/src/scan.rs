@@ -320,9 +320,16 @@ pub(crate) fn start(
         return refuse(service, out, ResultCode::Namespace);
     };
     let parsed = match background {
-        true => crate::job::check_ops(message, service.udf_registry())
-            .and_then(|()| parse(message, Arc::clone(&namespace), background)),
-        false => parse(message, Arc::clone(&namespace), background),
+        true => crate::job::check_ops(message, service.udf_registry()).and_then(|()| {
+            let indexes = service.sindexes(&namespace);
+            parse(message, Arc::clone(&namespace), indexes, background)
+        }),
+        false => parse(
+            message,
+            Arc::clone(&namespace),
+            service.sindexes(&namespace),
+            background,
+        ),
     };
     if background {
         return match parsed {
@@ -368,6 +375,7 @@ pub(crate) fn start(
 pub(crate) fn parse(
     message: &Message<'_>,
     namespace: Arc<Namespace>,
+    indexes: &citrine_sindex::Registry,
     background: bool,
 ) -> Result<Option<ScanCursor>, ResultCode> {
     if message.field(field_type::UDF_OP).is_some() && message.ops().next().is_some() {
@@ -375,7 +383,7 @@ pub(crate) fn parse(
         return Err(ResultCode::Parameter);
     }
     let query = match message.field(field_type::INDEX_RANGE) {
-        Some(range) => Some(query(message, &namespace, range)?),
+        Some(range) => Some(query(message, indexes, range)?),
         None => None,
     };
     let bvals = message.field(field_type::BVAL_ARRAY);
@@ -422,7 +430,7 @@ pub(crate) fn parse(
         None => std::str::from_utf8(set_name)
             .ok()
             .filter(|set| !set.is_empty())
-            .and_then(|set| namespace.sindexes.set_index(set))
+            .and_then(|set| indexes.set_index(set))
             .map(set_index_scan),
     };
     let mut projection = Vec::new();
@@ -502,7 +510,7 @@ pub(crate) fn parse(
 /// index. No such index → 201.
 fn query(
     message: &Message<'_>,
-    namespace: &Namespace,
+    indexes: &citrine_sindex::Registry,
     range: &[u8],
 ) -> Result<Box<Query>, ResultCode> {
     use citrine_sindex::{CollectionType, Filter, FilterError, Lookup};
@@ -531,8 +539,7 @@ fn query(
         collection,
         context: message.field(field_type::INDEX_CONTEXT),
     };
-    let index = namespace
-        .sindexes
+    let index = indexes
         .for_query(set, &lookup)
         .ok_or(ResultCode::SindexNotFound)?;
     if index.def.key_type != filter.key_type || index.def.is_set_index() {

@@ -32,6 +32,7 @@ use crate::namespace::Namespace;
 use crate::transaction::is_live;
 use crate::work::WorkQueue;
 use crate::Service;
+use citrine_data::hook::{InstallUpkeep, RecordHook};
 use citrine_index::{IndexEntry, RecordMeta};
 use citrine_record::BodyView;
 use citrine_sindex::{Key, Sindex};
@@ -104,85 +105,115 @@ fn keys_of_entry(
 /// What a write must do to the indexes: the new version's keys, computed
 /// before its body goes to storage, for the indexes that cover the
 /// record's set (a snapshot: the registry is not held across the store).
-pub(crate) struct PendingKeys {
+struct PendingKeys {
     indexes: Vec<Arc<Sindex>>,
     keys: Vec<Vec<Key>>,
 }
 
-/// The namespace's indexes that records of set `set_id` belong in.
-fn covering(namespace: &Namespace, set_id: u16) -> Vec<Arc<Sindex>> {
-    namespace
-        .sindexes
-        .read()
-        .iter()
-        .filter(|index| in_index_set(namespace, index, set_id))
-        .cloned()
-        .collect()
+/// One namespace's secondary indexes, and their upkeep: the namespace's
+/// record hook ([`citrine_data::hook::RecordHook`]), which the data layer
+/// calls under the record partition's write lock on every install and
+/// removal. Costs one relaxed load per change when the namespace has no
+/// index.
+#[derive(Default)]
+pub(crate) struct Sindexes {
+    pub(crate) registry: citrine_sindex::Registry,
 }
 
-/// Before a record's new body is stored: its keys for every index that
-/// covers its set. `None` when no index does (one relaxed load when the
-/// namespace has none). The caller holds the record partition's write lock.
-pub(crate) fn before_install(
-    namespace: &Namespace,
-    digest: &Digest,
-    meta: RecordMeta,
-    body: &[u8],
-) -> Option<PendingKeys> {
-    if namespace.sindexes.is_empty() {
-        return None;
+impl Sindexes {
+    /// One per namespace of `data`, each installed as its namespace's hook
+    /// (in the namespaces' order).
+    pub(crate) fn install(data: &citrine_data::Data) -> Result<Vec<Arc<Sindexes>>, String> {
+        data.namespaces()
+            .map(|namespace| {
+                let sindexes = Arc::new(Sindexes::default());
+                namespace.set_hook(sindexes.clone())?;
+                Ok(sindexes)
+            })
+            .collect()
     }
-    let indexes = covering(namespace, meta.set_id);
-    if indexes.is_empty() {
-        return None;
-    }
-    let keys = keys_of(namespace, &indexes, digest, meta, body);
-    Some(PendingKeys { indexes, keys })
-}
 
-/// After the index points at the new body: moves the record's entries from
-/// the replaced version's keys (`previous`, whose storage is not released
-/// yet) to the new ones. Same lock as [`before_install`].
-pub(crate) fn after_install(
-    namespace: &Namespace,
-    pending: PendingKeys,
-    digest: &Digest,
-    previous: Option<&IndexEntry>,
-) {
-    let old = match previous {
-        Some(entry) => keys_of_entry(namespace, &pending.indexes, digest, entry),
-        None => vec![Vec::new(); pending.indexes.len()],
-    };
-    for ((index, old), new) in pending.indexes.iter().zip(&old).zip(&pending.keys) {
-        index.update(digest, old, new);
+    /// The indexes that records of set `set_id` belong in.
+    fn covering(&self, namespace: &Namespace, set_id: u16) -> Vec<Arc<Sindex>> {
+        self.registry
+            .read()
+            .iter()
+            .filter(|index| in_index_set(namespace, index, set_id))
+            .cloned()
+            .collect()
     }
 }
 
-/// A record leaves the primary index: its entries leave every index. The
-/// caller holds the partition's write lock, and `entry`'s storage is not
-/// released yet.
-pub(crate) fn unindex(namespace: &Namespace, digest: &Digest, entry: &IndexEntry) {
-    if namespace.sindexes.is_empty() {
-        return;
+impl RecordHook for Sindexes {
+    /// Before a record's new body is stored: its keys for every index that
+    /// covers its set. `None` when no index does.
+    fn before_install(
+        &self,
+        namespace: &Namespace,
+        digest: &Digest,
+        meta: RecordMeta,
+        body: &[u8],
+    ) -> Option<InstallUpkeep> {
+        if self.registry.is_empty() {
+            return None;
+        }
+        let indexes = self.covering(namespace, meta.set_id);
+        if indexes.is_empty() {
+            return None;
+        }
+        let keys = keys_of(namespace, &indexes, digest, meta, body);
+        Some(Box::new(PendingKeys { indexes, keys }))
     }
-    let indexes = covering(namespace, entry.meta().set_id);
-    if indexes.is_empty() {
-        return;
-    }
-    let old = keys_of_entry(namespace, &indexes, digest, entry);
-    for (index, old) in indexes.iter().zip(&old) {
-        index.update(digest, old, &[]);
-    }
-}
 
-/// The node dropped a partition: every index forgets it. The caller holds
-/// the partition's write lock.
-pub(crate) fn clear_partition(namespace: &Namespace, partition: PartitionId) {
-    if namespace.sindexes.is_empty() {
-        return;
+    /// After the index points at the new body: moves the record's entries
+    /// from the replaced version's keys (`previous`, whose storage is not
+    /// released yet) to the new ones.
+    fn after_install(
+        &self,
+        namespace: &Namespace,
+        upkeep: InstallUpkeep,
+        digest: &Digest,
+        previous: Option<&IndexEntry>,
+    ) {
+        let Ok(pending) = upkeep.downcast::<PendingKeys>() else {
+            tracing::error!(
+                ?digest,
+                "secondary-index upkeep of another kind: entries not moved"
+            );
+            return;
+        };
+        let old = match previous {
+            Some(entry) => keys_of_entry(namespace, &pending.indexes, digest, entry),
+            None => vec![Vec::new(); pending.indexes.len()],
+        };
+        for ((index, old), new) in pending.indexes.iter().zip(&old).zip(&pending.keys) {
+            index.update(digest, old, new);
+        }
     }
-    for index in namespace.sindexes.read().iter() {
-        index.clear_partition(partition);
+
+    /// A record leaves the primary index: its entries leave every index.
+    fn unindex(&self, namespace: &Namespace, digest: &Digest, entry: &IndexEntry) {
+        if self.registry.is_empty() {
+            return;
+        }
+        let indexes = self.covering(namespace, entry.meta().set_id);
+        if indexes.is_empty() {
+            return;
+        }
+        let old = keys_of_entry(namespace, &indexes, digest, entry);
+        for (index, old) in indexes.iter().zip(&old) {
+            index.update(digest, old, &[]);
+        }
+    }
+
+    /// The node dropped a partition: every index forgets it.
+    fn clear_partition(&self, _namespace: &Namespace, partition: PartitionId) {
+        if self.registry.is_empty() {
+            return;
+        }
+        for index in self.registry.read().iter() {
+            index.clear_partition(partition);
+        }
     }
 }
 
@@ -309,7 +340,7 @@ pub(crate) fn index_name<'a>(command: &InfoCommand<'a>) -> Result<&'a str, Strin
 pub(crate) fn exists(service: &Service, command: &InfoCommand<'_>) -> String {
     let found = known_namespace(service, command).and_then(|namespace| {
         let name = index_name(command)?;
-        Ok(namespace.sindexes.get(name).is_some())
+        Ok(service.sindexes(namespace).get(name).is_some())
     });
     match found {
         Ok(found) => found.to_string(),
@@ -329,7 +360,7 @@ pub(crate) fn list(service: &Service, namespace: Option<&str>, unknown: &str) ->
         if namespace.is_some_and(|name| name != candidate.config.name) {
             continue;
         }
-        for index in candidate.sindexes.read().iter() {
+        for index in service.sindexes(candidate).read().iter() {
             out.push_str(&index.def.listing());
             out.push_str(if index.is_loaded() {
                 ":state=RW;"
@@ -359,7 +390,7 @@ pub(crate) fn stat_command(service: &Service, command: &InfoCommand<'_>) -> Stri
 pub(crate) fn stat(service: &Service, namespace: &str, name: &str) -> String {
     let Some(index) = service
         .namespace(namespace.as_bytes())
-        .and_then(|namespace| namespace.sindexes.get(name))
+        .and_then(|namespace| service.sindexes(namespace).get(name))
     else {
         return "ERROR:201:no index".to_owned();
     };
@@ -378,9 +409,9 @@ pub(crate) fn stat(service: &Service, namespace: &str, name: &str) -> String {
 }
 
 /// How many indexes are defined on set `set` of `namespace`.
-pub(crate) fn count_on_set(namespace: &Namespace, set: &[u8]) -> usize {
-    namespace
-        .sindexes
+pub(crate) fn count_on_set(service: &Service, namespace: &Namespace, set: &[u8]) -> usize {
+    service
+        .sindexes(namespace)
         .read()
         .iter()
         .filter(|index| index.def.set.as_deref().map(str::as_bytes) == Some(set))

@@ -576,7 +576,7 @@ fn filter_expressions_gate_reads_writes_and_deletes() {
     assert_eq!(create.header.result_code, 0);
     // A filter that does not parse is a parameter error.
     assert_eq!(code(read, &none, &[0x91, 0x01]), 4);
-    let stats = &service.namespaces[0].stats;
+    let stats = &service.namespace(b"test").unwrap().stats;
     assert_eq!(stats.client_read_filtered_out.load(Ordering::Relaxed), 1);
     assert_eq!(stats.client_write_filtered_out.load(Ordering::Relaxed), 1);
     assert_eq!(stats.client_delete_filtered_out.load(Ordering::Relaxed), 2);
@@ -724,7 +724,7 @@ fn a_bit_resize_past_the_record_limit_is_refused_before_it_is_built() {
         &put("k", Ops::new().op(op_type::BITS_MODIFY, 4, "b", &resize)),
     );
     assert_eq!(reply.header.result_code, ResultCode::RecordTooBig.code());
-    let stats = &service.namespaces[0].stats;
+    let stats = &service.namespace(b"test").unwrap().stats;
     // Counted as the record-size check counts a record too big.
     assert_eq!(stats.fail_record_too_big.load(Ordering::Relaxed), 1);
 }

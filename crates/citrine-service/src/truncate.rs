@@ -52,12 +52,12 @@ use crate::namespace::Namespace;
 use crate::replication::{call_kind, Fabric};
 use crate::smd::PushClock;
 use crate::Service;
+use citrine_data::truncation::{take_effect, Removal};
 use citrine_types::{NodeId, ResultCode, CITRUSLEAF_EPOCH_UNIX_SECONDS};
 use citrine_wire::info::InfoCommand;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 /// The truncations file in the work directory.
@@ -112,88 +112,36 @@ fn parse_line(text: &str) -> Result<(Target, u64), String> {
     Ok(((namespace.to_owned(), set.map(str::to_owned)), lut_ms))
 }
 
-/// Makes a threshold effective for `namespace`: recorded on its device
-/// (if any), then used by every liveness check. Returns the set's id to
-/// remove records of (`None`: every set), or why it could not.
-fn take_effect(
-    namespace: &Namespace,
-    set: Option<&str>,
-    lut_ms: u64,
-) -> Result<Option<u16>, String> {
-    // Durable first: a device namespace records the threshold on the device
-    // so a restart does not bring the records back.
-    if let Some(device) = namespace.storage.device() {
-        device
-            .persist_truncation(set.map(str::as_bytes), lut_ms)
-            .map_err(|error| format!("cannot persist the truncation: {error}"))?;
+/// Runs every removal on a `citrine-truncate` thread when `service` is
+/// shared (the server: a merge arrives on the fabric's runtime or in an
+/// exchange, neither of which may wait for a walk of every partition);
+/// inline otherwise (tests and the simulator, which must stay
+/// deterministic), and when no thread can be started.
+fn run_in_background(service: &Service, removals: Vec<Removal>) {
+    if removals.is_empty() {
+        return;
     }
-    match set {
-        Some(set) => {
-            let id = namespace
-                .sets
-                .id_of(set.as_bytes())
-                .ok_or_else(|| format!("set {set:?} cannot be created: too many sets"))?;
-            namespace
-                .sets
-                .truncation(id)
-                .fetch_max(lut_ms, Ordering::Relaxed);
-            Ok(Some(id))
+    if service.shared().is_none() {
+        for removal in removals {
+            removal.run();
         }
-        None => {
-            namespace
-                .stats
-                .truncate_lut_ms
-                .fetch_max(lut_ms, Ordering::Relaxed);
-            Ok(None)
-        }
+        return;
     }
-}
-
-/// Records already held that a threshold covers, still to be removed.
-pub(crate) struct Removal {
-    namespace: Arc<Namespace>,
-    set_id: Option<u16>,
-    lut_ms: u64,
-}
-
-impl Removal {
-    /// Removes the records (a walk of every partition under its lock).
-    pub(crate) fn run(self) {
-        let removed = crate::nsup::remove_truncated(&self.namespace, self.set_id, self.lut_ms);
-        tracing::info!(namespace = %self.namespace.config.name, set_id = ?self.set_id, lut_ms = self.lut_ms, removed, "truncated");
-    }
-
-    /// Runs every removal on a `citrine-truncate` thread when `service` is
-    /// shared (the server: a merge arrives on the fabric's runtime or in an
-    /// exchange, neither of which may wait for a walk of every partition);
-    /// inline otherwise (tests and the simulator, which must stay
-    /// deterministic), and when no thread can be started.
-    pub(crate) fn run_in_background(service: &Service, removals: Vec<Removal>) {
-        if removals.is_empty() {
-            return;
+    let pending = Arc::new(Mutex::new(removals));
+    let shared = Arc::clone(&pending);
+    let work = move || {
+        let removals = std::mem::take(&mut *shared.lock());
+        for removal in removals {
+            removal.run();
         }
-        if service.shared().is_none() {
-            for removal in removals {
-                removal.run();
-            }
-            return;
-        }
-        let pending = Arc::new(Mutex::new(removals));
-        let shared = Arc::clone(&pending);
-        let work = move || {
-            let removals = std::mem::take(&mut *shared.lock());
-            for removal in removals {
-                removal.run();
-            }
-        };
-        if let Err(error) = std::thread::Builder::new()
-            .name("citrine-truncate".to_owned())
-            .spawn(work)
-        {
-            tracing::warn!("truncating inline: cannot start a thread: {error}");
-            for removal in std::mem::take(&mut *pending.lock()) {
-                removal.run();
-            }
+    };
+    if let Err(error) = std::thread::Builder::new()
+        .name("citrine-truncate".to_owned())
+        .spawn(work)
+    {
+        tracing::warn!("truncating inline: cannot start a thread: {error}");
+        for removal in std::mem::take(&mut *pending.lock()) {
+            removal.run();
         }
     }
 }
@@ -390,7 +338,7 @@ impl Service {
                 tracing::error!("merged truncations not saved: {message}");
             }
         }
-        Removal::run_in_background(self, removals);
+        run_in_background(self, removals);
     }
 
     /// Takes every line of `text` whose lut is later than the one known

@@ -814,7 +814,7 @@ fn plan(
             if !valid {
                 return Err(bad("not a value a bin can hold"));
             }
-            if transaction::check_geojson(particle_type, &bytes).is_err() {
+            if transaction::bins::check_geojson(particle_type, &bytes).is_err() {
                 return Err(bad("not a GeoJSON shape the server supports"));
             }
             transaction::check_record_size(namespace, bytes.len())?;
@@ -985,7 +985,12 @@ pub(crate) fn start_aggregate(
         Ok(None) => return refuse(out, ResultCode::Parameter),
         Err(code) => return refuse(out, code),
     };
-    let mut cursor = match crate::scan::parse(message, Arc::clone(&namespace), false) {
+    let mut cursor = match crate::scan::parse(
+        message,
+        Arc::clone(&namespace),
+        service.sindexes(&namespace),
+        false,
+    ) {
         Ok(Some(cursor)) => cursor,
         Ok(None) if fills_a_mastered_partition(service, message, &namespace) => {
             // The set is unknown here, but records of it may be in the
@@ -995,7 +1000,15 @@ pub(crate) fn start_aggregate(
             match namespace
                 .sets
                 .id_of(set)
-                .and_then(|_| crate::scan::parse(message, Arc::clone(&namespace), false).ok())
+                .and_then(|_| {
+                    crate::scan::parse(
+                        message,
+                        Arc::clone(&namespace),
+                        service.sindexes(&namespace),
+                        false,
+                    )
+                    .ok()
+                })
                 .flatten()
             {
                 Some(cursor) => cursor,

@@ -1302,7 +1302,7 @@ impl Service {
         drop(state);
         let mut dropped = 0u64;
         index.clear_tombstones();
-        crate::sindex::clear_partition(namespace, partition);
+        namespace.clear_partition(partition);
         index.remove_where(
             |_, _| true,
             |_, entry| {

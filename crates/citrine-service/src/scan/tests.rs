@@ -996,14 +996,10 @@ fn a_background_jobs_partitions_are_dropped_only_once_walked() {
         ..ScanSpec::default()
     });
     let message = Message::decode(&frame[8..]).unwrap();
-    let namespace = service
-        .namespaces
-        .iter()
-        .find(|namespace| namespace.config.name == "test")
-        .cloned()
-        .unwrap();
+    let namespace = service.namespace_shared(b"test").unwrap();
     let cursor = || {
-        let mut cursor = parse(&message, Arc::clone(&namespace), true)
+        let indexes = service.sindexes(&namespace);
+        let mut cursor = parse(&message, Arc::clone(&namespace), indexes, true)
             .unwrap()
             .unwrap();
         cursor.keep_mastered_partitions(&service);

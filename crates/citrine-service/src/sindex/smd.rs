@@ -130,22 +130,17 @@ impl Service {
     /// replaces an index of that name with another definition (nothing
     /// when that name already has that definition).
     fn apply_def(&self, def: SindexDef, replace: bool) -> Result<(), String> {
-        let Some(namespace) = self
-            .namespaces
-            .iter()
-            .find(|namespace| namespace.config.name == def.namespace)
-            .cloned()
-        else {
+        let Some(namespace) = self.namespace_shared(def.namespace.as_bytes()) else {
             return Err(format!("ERROR:4:namespace {} not found", def.namespace));
         };
         if replace {
-            if let Some(existing) = namespace.sindexes.get(&def.name) {
+            if let Some(existing) = self.sindexes(&namespace).get(&def.name) {
                 if existing.def != def {
-                    namespace.sindexes.delete(&def.name);
+                    self.sindexes(&namespace).delete(&def.name);
                 }
             }
         }
-        match namespace.sindexes.create(def) {
+        match self.sindexes(&namespace).create(def) {
             Ok(Created::Exists | Created::Renamed(_)) => Ok(()),
             Ok(Created::New(index)) => {
                 self.queue_build(namespace, index);
@@ -265,7 +260,7 @@ impl Service {
             match &entry.def {
                 None => {
                     if let Some(namespace) = self.namespace(entry.namespace.as_bytes()) {
-                        namespace.sindexes.delete(&entry.name);
+                        self.sindexes(namespace).delete(&entry.name);
                     }
                 }
                 Some(def) => {
@@ -363,7 +358,7 @@ pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
     let smd = service.smd();
     let entries = smd.entries.lock();
     // Registries change only under this lock: the plan holds until applied.
-    let renamed_from = match namespace.sindexes.plan(&def) {
+    let renamed_from = match service.sindexes(namespace).plan(&def) {
         Ok(Created::Renamed(old)) => Some(old),
         Ok(Created::Exists | Created::New(_)) => None,
         Err(error) => return format!("ERROR:{}:{}", error.code, error.message),
@@ -450,7 +445,7 @@ pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
         },
     );
     service.commit(entries, next, "sindex-delete", || {
-        namespace.sindexes.delete(name);
+        service.sindexes(namespace).delete(name);
         Ok(())
     })
 }
@@ -484,7 +479,7 @@ mod tests {
 
     fn names(service: &Service) -> Vec<String> {
         let namespace = service.namespace(b"test").expect("namespace");
-        let list = namespace.sindexes.read();
+        let list = service.sindexes(namespace).read();
         list.iter().map(|index| index.def.name.clone()).collect()
     }
 

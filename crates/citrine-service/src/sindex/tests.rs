@@ -701,7 +701,7 @@ fn an_index_still_building_answers_203_and_a_new_name_renames() {
     ))
     .unwrap();
     assert!(matches!(
-        namespace.sindexes.create(def),
+        service.sindexes(namespace).create(def),
         Ok(citrine_sindex::Created::New(_))
     ));
     assert!(info(&service, "sindex").contains("indexname=pending:"));

@@ -6,6 +6,7 @@ use crate::replication::{apply_replica_write, ReplicaWrite};
 use crate::tests::info;
 use citrine_types::ResultCode;
 use citrine_wire::digest::{of_key, UserKey};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// A stored body with one integer bin `v`.

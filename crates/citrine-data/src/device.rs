@@ -10,15 +10,15 @@
 //! defrag moves a record only while holding its partition's write lock and
 //! only if the index still points at the copy being moved.
 
+use crate::clock::{Clock, Now};
 use crate::config::StorageEngineConfig;
 use crate::namespace::Namespace;
-use crate::transaction::Now;
 use citrine_index::{IndexEntry, RecordMeta};
 use citrine_storage::device::{Recovered, RecoveredRecord, Relocator, SavedEntry, ScanProgress};
-use citrine_storage::{Location, StorageError};
+use citrine_storage::{DeviceEngine, Location, StorageError};
 use citrine_types::{Digest, PartitionId};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Puts one recovered record into the index, unless it is expired or
 /// truncated.
@@ -81,12 +81,24 @@ fn admit_with_set(
 
 /// Rebuilds a device namespace's index: persisted truncations first, then a
 /// fast restart from the clean-shutdown image if there is a valid one,
-/// otherwise a cold start. Does nothing for other engines.
-pub(crate) fn recover(namespace: &Namespace, now: Now) -> Result<(), String> {
+/// otherwise a cold start. Does nothing for other engines. Times its work
+/// with `clock` (the logs give records per second).
+pub(crate) fn recover(namespace: &Namespace, clock: &dyn Clock) -> Result<(), String> {
     let Some(engine) = namespace.storage.device() else {
         return Ok(());
     };
-    let name = &namespace.config.name;
+    adopt_persisted_truncations(namespace, engine);
+    let now = Now::of(clock);
+    let started_ms = clock.now_unix_ms();
+    if fast_restart(namespace, engine, now, clock, started_ms) {
+        return Ok(());
+    }
+    cold_start(namespace, engine, now, clock, started_ms);
+    Ok(())
+}
+
+/// The truncations the device keeps become the namespace's thresholds.
+fn adopt_persisted_truncations(namespace: &Namespace, engine: &DeviceEngine) {
     let (namespace_lut, set_luts) = engine.truncations();
     namespace
         .stats
@@ -100,38 +112,69 @@ pub(crate) fn recover(namespace: &Namespace, now: Now) -> Result<(), String> {
                 .fetch_max(lut, Ordering::Relaxed);
         }
     }
-    let started = Instant::now();
-    if let StorageEngineConfig::Device {
+}
+
+/// Seconds since `started_ms` on `clock`, never 0 (a rate divides by it).
+fn seconds_since(clock: &dyn Clock, started_ms: u64) -> f64 {
+    (clock.now_unix_ms().saturating_sub(started_ms) as f64 / 1000.0).max(1e-3)
+}
+
+/// Reattaches the index from the clean-shutdown image when there is a
+/// valid one; false when the start must scan.
+fn fast_restart(
+    namespace: &Namespace,
+    engine: &DeviceEngine,
+    now: Now,
+    clock: &dyn Clock,
+    started_ms: u64,
+) -> bool {
+    let name = &namespace.config.name;
+    let StorageEngineConfig::Device {
         index_image: Some(path),
         ..
     } = &namespace.config.storage_engine
-    {
-        match engine.fast_restart(path, &mut |digest, record| {
-            admit(namespace, digest, record, now)
-        }) {
-            Ok(Some(report)) => {
-                let seconds = started.elapsed().as_secs_f64();
-                tracing::info!(
-                    namespace = %name,
-                    records = report.live,
-                    tombstones = report.tombstones,
-                    expired = report.expired,
-                    seconds = format!("{seconds:.3}"),
-                    records_per_second = (report.records_read as f64 / seconds.max(1e-6)) as u64,
-                    "fast restart: index reattached from {}",
-                    path.display()
-                );
-                return Ok(());
-            }
-            Ok(None) => {
-                tracing::info!(namespace = %name, "no clean-shutdown index image: cold start")
-            }
-            Err(why) => {
-                tracing::warn!(namespace = %name, "index image rejected ({why}): cold start")
-            }
+    else {
+        return false;
+    };
+    match engine.fast_restart(path, &mut |digest, record| {
+        admit(namespace, digest, record, now)
+    }) {
+        Ok(Some(report)) => {
+            let seconds = seconds_since(clock, started_ms);
+            tracing::info!(
+                namespace = %name,
+                records = report.live,
+                tombstones = report.tombstones,
+                expired = report.expired,
+                seconds = format!("{seconds:.3}"),
+                records_per_second = (report.records_read as f64 / seconds) as u64,
+                "fast restart: index reattached from {}",
+                path.display()
+            );
+            true
+        }
+        Ok(None) => {
+            tracing::info!(namespace = %name, "no clean-shutdown index image: cold start");
+            false
+        }
+        Err(why) => {
+            tracing::warn!(namespace = %name, "index image rejected ({why}): cold start");
+            false
         }
     }
-    let last_log = parking_lot::Mutex::new(Instant::now());
+}
+
+/// Rebuilds the index by scanning every device (the engine's threads),
+/// logging progress about every second.
+fn cold_start(
+    namespace: &Namespace,
+    engine: &DeviceEngine,
+    now: Now,
+    clock: &dyn Clock,
+    started_ms: u64,
+) {
+    let name = &namespace.config.name;
+    let last_log_ms = AtomicU64::new(started_ms);
     let records = AtomicU64::new(0);
     let per_device: parking_lot::Mutex<Vec<u64>> = parking_lot::Mutex::new(Vec::new());
     let progress = |progress: ScanProgress| {
@@ -143,17 +186,21 @@ pub(crate) fn recover(namespace: &Namespace, now: Now) -> Result<(), String> {
             counts[progress.device] = progress.records_read;
             records.store(counts.iter().sum(), Ordering::Relaxed);
         }
-        let mut last = last_log.lock();
-        if last.elapsed() >= Duration::from_secs(1) {
-            *last = Instant::now();
+        let now_ms = clock.now_unix_ms();
+        let last = last_log_ms.load(Ordering::Relaxed);
+        let due = now_ms.saturating_sub(last) >= 1_000;
+        if due
+            && last_log_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
             let read = records.load(Ordering::Relaxed);
-            let seconds = started.elapsed().as_secs_f64().max(1e-6);
             tracing::info!(
                 namespace = %name,
                 device = progress.device,
                 blocks = format!("{}/{}", progress.blocks_scanned, progress.block_count),
                 records_read = read,
-                records_per_second = (read as f64 / seconds) as u64,
+                records_per_second = (read as f64 / seconds_since(clock, started_ms)) as u64,
                 "cold start: scanning"
             );
         }
@@ -161,7 +208,7 @@ pub(crate) fn recover(namespace: &Namespace, now: Now) -> Result<(), String> {
     let sink =
         |digest: &Digest, record: &RecoveredRecord<'_>| admit(namespace, digest, record, now);
     let report = engine.cold_start(&sink, &progress);
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = seconds_since(clock, started_ms);
     tracing::info!(
         namespace = %name,
         records = report.live,
@@ -173,10 +220,9 @@ pub(crate) fn recover(namespace: &Namespace, now: Now) -> Result<(), String> {
         corrupt_blocks = report.corrupt_blocks,
         blocks_in_use = report.blocks_in_use,
         seconds = format!("{seconds:.3}"),
-        records_per_second = (report.records_read as f64 / seconds.max(1e-6)) as u64,
+        records_per_second = (report.records_read as f64 / seconds) as u64,
         "cold start complete"
     );
-    Ok(())
 }
 
 impl Relocator for Namespace {
@@ -247,7 +293,7 @@ pub fn flush_period(namespace: &Namespace) -> Option<Duration> {
 /// Clean shutdown of a device namespace: writes every buffer out and, when
 /// an image path is configured, saves the index for a fast restart. Call
 /// only after client transactions have stopped.
-pub fn shutdown(namespace: &Namespace) -> Result<(), String> {
+pub fn shutdown(namespace: &Namespace, clock: &dyn Clock) -> Result<(), String> {
     let Some(engine) = namespace.storage.device() else {
         return Ok(());
     };
@@ -257,7 +303,7 @@ pub fn shutdown(namespace: &Namespace) -> Result<(), String> {
     let Some(path) = index_image else {
         return engine.flush_all().map_err(|error| error.to_string());
     };
-    let started = Instant::now();
+    let started_ms = clock.now_unix_ms();
     let sets: Vec<Vec<u8>> = std::iter::once(Vec::new())
         .chain(namespace.sets.all().into_iter().map(|(_, name)| name))
         .collect();
@@ -283,6 +329,6 @@ pub fn shutdown(namespace: &Namespace) -> Result<(), String> {
         }
     }
     engine.save_index(path, &sets, &entries)?;
-    tracing::info!(namespace = %namespace.config.name, records = entries.len(), seconds = format!("{:.3}", started.elapsed().as_secs_f64()), "index saved for fast restart to {}", path.display());
+    tracing::info!(namespace = %namespace.config.name, records = entries.len(), seconds = format!("{:.3}", seconds_since(clock, started_ms)), "index saved for fast restart to {}", path.display());
     Ok(())
 }

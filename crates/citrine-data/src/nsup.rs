@@ -8,8 +8,9 @@
 //! Invariant: each pass takes one partition lock at a time, briefly, so it
 //! never stalls client transactions on other partitions.
 
+use crate::clock::Now;
 use crate::namespace::Namespace;
-use crate::transaction::{drop_entry, retire_entry, write_tombstone, Now};
+use crate::record::store::{drop_entry, retire_entry, write_tombstone};
 use citrine_types::PartitionId;
 use std::sync::atomic::Ordering;
 
@@ -34,7 +35,7 @@ pub fn run_pass(namespace: &Namespace, now: Now) -> PassReport {
         partition.remove_where(
             |_, entry| entry.meta().is_expired(now.citrusleaf_seconds),
             |digest, entry| {
-                crate::sindex::unindex(namespace, &digest, &entry);
+                namespace.unindex(&digest, &entry);
                 // Expiry is durable by the stored void time: the device
                 // engine keeps the expired copy as the record's tombstone.
                 retire_entry(namespace, &digest, entry);
@@ -107,7 +108,7 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
                     && write_tombstone(namespace, digest, &meta, now).is_ok()
             },
             |digest, entry| {
-                crate::sindex::unindex(namespace, &digest, &entry);
+                namespace.unindex(&digest, &entry);
                 drop_entry(namespace, entry);
                 evicted += 1;
             },
@@ -137,7 +138,7 @@ pub fn remove_truncated(namespace: &Namespace, set_id: Option<u16>, lut_ms: u64)
                 set_id.is_none_or(|id| id == meta.set_id) && meta.last_update_ms < lut_ms
             },
             |digest, entry| {
-                crate::sindex::unindex(namespace, &digest, &entry);
+                namespace.unindex(&digest, &entry);
                 drop_entry(namespace, entry);
                 removed += 1;
             },

@@ -10,8 +10,8 @@
 //! "unknown" answer FILTERED_OUT, 27, or skip the record in a scan); the
 //! set name is looked up only when an expression asks for it.
 
+use crate::clock::Now;
 use crate::namespace::Namespace;
-use crate::transaction::Now;
 use citrine_exp::{Expression, Truth};
 use citrine_index::RecordMeta;
 use citrine_record::{Bin, BodyView};
@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 
 /// Where a [`RecordView`]'s bins come from.
-pub(crate) enum Bins<'r> {
+pub enum Bins<'r> {
     /// The stored body (reads, deletes, the first look of a write).
     Stored(&'r BodyView<'r>),
     /// An operate's working bins, as the ops so far left them.
@@ -33,7 +33,7 @@ const FLAT_RECORD_HEADER: u64 = 35;
 const RBLOCK: u64 = 16;
 
 /// One record as expressions see it.
-pub(crate) struct RecordView<'r> {
+pub struct RecordView<'r> {
     pub bins: Bins<'r>,
     pub key: Option<(u8, &'r [u8])>,
     pub digest: &'r [u8; 20],
@@ -46,7 +46,7 @@ pub(crate) struct RecordView<'r> {
 }
 
 impl<'r> RecordView<'r> {
-    pub(crate) fn new(
+    pub fn new(
         namespace: &'r Namespace,
         digest: &'r [u8; 20],
         bins: Bins<'r>,
@@ -68,7 +68,7 @@ impl<'r> RecordView<'r> {
 
 impl<'r> RecordView<'r> {
     /// A stored, live record: its body, metadata and stored size.
-    pub(crate) fn stored(
+    pub fn stored(
         namespace: &'r Namespace,
         digest: &'r [u8; 20],
         view: &'r BodyView<'r>,
@@ -169,18 +169,14 @@ impl citrine_exp::Record for RecordView<'_> {
 
 /// Parses a request's filter (field 43), refusing malformed or unsupported
 /// expressions with their result code.
-pub(crate) fn parse(bytes: &[u8]) -> Result<Expression, ResultCode> {
+pub fn parse(bytes: &[u8]) -> Result<Expression, ResultCode> {
     Expression::parse(bytes).map_err(citrine_exp::ExpError::result_code)
 }
 
 /// Applies `filter` to `record`: `Ok` when it passes, FILTERED_OUT (27)
 /// otherwise (counted in `namespace`'s `client_*_filtered_out` by the
 /// caller's failure accounting).
-pub(crate) fn check(
-    filter: &Expression,
-    record: &RecordView<'_>,
-    now: Now,
-) -> Result<(), ResultCode> {
+pub fn check(filter: &Expression, record: &RecordView<'_>, now: Now) -> Result<(), ResultCode> {
     match filter.filter(record, now.unix_ms) {
         Truth::True => Ok(()),
         Truth::False | Truth::Unknown => Err(ResultCode::FilteredOut),

@@ -12,12 +12,16 @@
 //!   lookup takes no lock.
 
 use crate::config::{ConflictResolutionPolicy, NamespaceConfig, StorageEngineConfig};
+use crate::hook::{InstallUpkeep, RecordHook};
 use citrine_index::PartitionTable;
+use citrine_index::{IndexEntry, RecordMeta};
 use citrine_storage::{MemoryEngine, StorageEngine};
 use citrine_types::stripes::{Counter, Gauge, Padded};
+use citrine_types::{Digest, PartitionId};
 use parking_lot::Mutex;
 use std::cmp::Ordering as Order;
 use std::sync::atomic::{AtomicI64, AtomicU16, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::OnceLock;
 
 /// Largest number of sets in a namespace (set ids are u16, 0 = no set).
@@ -290,26 +294,16 @@ pub struct Namespace {
     pub storage: Box<dyn StorageEngine>,
     pub sets: SetRegistry,
     pub stats: NamespaceStats,
-    /// The namespace's secondary indexes (see [`crate::sindex`]).
-    pub sindexes: citrine_sindex::Registry,
+    /// The upkeep every change of its records runs (the secondary indexes,
+    /// installed by the node above this layer; see [`crate::hook`]).
+    hook: std::sync::OnceLock<Arc<dyn RecordHook>>,
 }
 
 impl Namespace {
-    /// A namespace; a device namespace that cannot be opened panics (the
-    /// server uses [`Namespace::open`]).
-    pub fn new(config: NamespaceConfig) -> Namespace {
-        let now =
-            crate::transaction::Now::from_unix_ms(crate::Clock::now_unix_ms(&crate::SystemClock));
-        Namespace::open(config, now).unwrap_or_else(|error| panic!("{error}"))
-    }
-
     /// Opens a namespace. A device namespace opens its devices and rebuilds
     /// its index (fast restart from a clean shutdown's image, otherwise a
     /// cold start scanning the devices).
-    pub fn open(
-        config: NamespaceConfig,
-        now: crate::transaction::Now,
-    ) -> Result<Namespace, String> {
+    pub fn open(config: NamespaceConfig, clock: &dyn crate::Clock) -> Result<Namespace, String> {
         let storage: Box<dyn StorageEngine> = match &config.storage_engine {
             StorageEngineConfig::Memory { data_size, .. } => {
                 Box::new(MemoryEngine::with_budget(*data_size))
@@ -325,9 +319,9 @@ impl Namespace {
             storage,
             sets: SetRegistry::default(),
             stats: NamespaceStats::default(),
-            sindexes: citrine_sindex::Registry::default(),
+            hook: std::sync::OnceLock::new(),
         };
-        crate::device::recover(&namespace, now)?;
+        crate::device::recover(&namespace, clock)?;
         Ok(namespace)
     }
 
@@ -448,6 +442,57 @@ impl Namespace {
         let namespace_lut = self.stats.truncate_lut_ms.load(Ordering::Relaxed);
         let set_lut = self.sets.truncation(set_id).load(Ordering::Relaxed);
         namespace_lut.max(set_lut)
+    }
+
+    /// Installs the upkeep every change of this namespace's records runs
+    /// (once, before the node serves; a second hook is refused).
+    pub fn set_hook(&self, hook: Arc<dyn RecordHook>) -> Result<(), String> {
+        self.hook.set(hook).map_err(|_| {
+            format!(
+                "namespace {}: a record hook is set already",
+                self.config.name
+            )
+        })
+    }
+
+    /// The hook's [`RecordHook::before_install`], when there is a hook.
+    #[inline]
+    pub fn before_install(
+        &self,
+        digest: &Digest,
+        meta: RecordMeta,
+        body: &[u8],
+    ) -> Option<InstallUpkeep> {
+        self.hook.get()?.before_install(self, digest, meta, body)
+    }
+
+    /// The hook's [`RecordHook::after_install`].
+    #[inline]
+    pub fn after_install(
+        &self,
+        upkeep: InstallUpkeep,
+        digest: &Digest,
+        previous: Option<&IndexEntry>,
+    ) {
+        if let Some(hook) = self.hook.get() {
+            hook.after_install(self, upkeep, digest, previous);
+        }
+    }
+
+    /// The hook's [`RecordHook::unindex`]: a record leaves the index.
+    #[inline]
+    pub fn unindex(&self, digest: &Digest, entry: &IndexEntry) {
+        if let Some(hook) = self.hook.get() {
+            hook.unindex(self, digest, entry);
+        }
+    }
+
+    /// The hook's [`RecordHook::clear_partition`]: this node dropped its
+    /// copy of `partition`.
+    pub fn clear_partition(&self, partition: PartitionId) {
+        if let Some(hook) = self.hook.get() {
+            hook.clear_partition(self, partition);
+        }
     }
 }
 

@@ -1,0 +1,67 @@
+//! Delete: a record's removal by a client, leaving its tombstone.
+//!
+//! Under the partition's write lock: the live record is found (2 when
+//! missing, counted), its generation and filter checked, a tombstone made
+//! durable (device engine) and the entry removed with its tombstone kept
+//! (the deleted copy's next generation and life, and whether the delete
+//! was durable).
+
+use super::store::{is_durable_delete, remove_deleted, write_tombstone};
+use super::{begin_reply, check_generation, is_live, Now, Request};
+use crate::filter::{self, RecordView};
+use crate::namespace::Namespace;
+use citrine_record::BodyView;
+use citrine_types::ResultCode;
+use citrine_wire::msg::MsgHeader;
+use std::sync::atomic::Ordering;
+
+/// Deletes the request's record and answers.
+pub(crate) fn delete(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), ResultCode> {
+    let mut partition = namespace
+        .index
+        .partition(request.digest.partition())
+        .write();
+    let live = partition
+        .get(&request.digest)
+        .map(|entry| (entry, entry.meta()))
+        .filter(|(_, meta)| is_live(namespace, meta, now));
+    let Some((entry, meta)) = live else {
+        namespace
+            .stats
+            .client_delete_not_found
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ResultCode::NotFound);
+    };
+    check_generation(&request.header, meta.generation)?;
+    if let Some(expression) = request.filter {
+        let body = namespace
+            .storage
+            .read(&entry.location)
+            .map_err(|_| ResultCode::ServerError)?;
+        let view = BodyView::parse(&body).map_err(|_| ResultCode::ServerError)?;
+        let size = entry.location.size() as u64;
+        let record = RecordView::stored(namespace, &request.digest.0, &view, meta, size);
+        filter::check(expression, &record, now)?;
+    }
+    write_tombstone(namespace, &request.digest, &meta, now)?;
+    let durable = is_durable_delete(&request.header);
+    remove_deleted(
+        namespace,
+        &mut partition,
+        &request.digest,
+        now.unix_ms,
+        durable,
+    );
+    drop(partition);
+    namespace
+        .stats
+        .client_delete_success
+        .fetch_add(1, Ordering::Relaxed);
+    begin_reply(out, MsgHeader::default(), request.reply).finish();
+    Ok(())
+}
