@@ -121,6 +121,12 @@ fn main() -> ExitCode {
         }
     };
     service.set_shared();
+    // Long work the distribution layer hands over (the removal of what a
+    // peer's truncation covers, which arrives on the fabric's serving
+    // path) runs on a thread of its own.
+    service
+        .dist()
+        .set_background_runner(Box::new(run_on_a_thread_of_its_own));
     if args.noop {
         service.set_noop();
         tracing::warn!("--noop: every data request is answered with success and nothing is stored (benchmark ceiling; never for real data)");
@@ -160,11 +166,11 @@ fn main() -> ExitCode {
             eprintln!("citrined: {error}");
             return ExitCode::from(2);
         }
-        if let Err(error) = service.keep_truncations(directory) {
+        if let Err(error) = service.dist().keep_truncations(directory) {
             eprintln!("citrined: {error}");
             return ExitCode::from(2);
         }
-        if let Err(error) = service.keep_partition_lineage(directory) {
+        if let Err(error) = service.dist().keep_partition_lineage(directory) {
             eprintln!("citrined: {error}");
             return ExitCode::from(2);
         }
@@ -177,7 +183,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let migrations = &service.migrations;
+    let migrations = &service.migrations();
     migrations.max_partitions.store(
         server_config.cluster.migrate_max_partitions,
         Ordering::Relaxed,
@@ -336,4 +342,26 @@ fn spawn_nsup(
                 }
             }
         })
+}
+
+/// Runs `work` on a `citrine-truncate` thread (inline, with a warning, when
+/// no thread can be started).
+fn run_on_a_thread_of_its_own(work: Box<dyn FnOnce() + Send>) {
+    let pending = Arc::new(std::sync::Mutex::new(Some(work)));
+    let shared = Arc::clone(&pending);
+    let started = std::thread::Builder::new()
+        .name("citrine-truncate".to_owned())
+        .spawn(move || {
+            let work = shared.lock().ok().and_then(|mut work| work.take());
+            if let Some(work) = work {
+                work();
+            }
+        });
+    if let Err(error) = started {
+        tracing::warn!("running inline: cannot start a thread: {error}");
+        let work = pending.lock().ok().and_then(|mut work| work.take());
+        if let Some(work) = work {
+            work();
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! The migration thread (`citrine-migrate`): runs the service's migration
+//! The migration thread (`citrine-migrate`): runs the distribution layer's migration
 //! driver ([`citrine_service::migration::driver`]: the partition-version
 //! exchange after each view change, then the copies this node sends) on
 //! its own current-thread event loop, so neither heartbeats (cluster
@@ -26,6 +26,6 @@ pub fn start(
     stopping: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     crate::event_loop::spawn("citrine-migrate", move || {
-        driver::run(service, Arc::new(TokioPause), stopping)
+        driver::run(Arc::clone(service.dist()), Arc::new(TokioPause), stopping)
     })
 }

@@ -390,7 +390,7 @@ fn replicas(service: &Service, with_regime: bool) -> String {
 /// master-column claims within the view (acting masters), so a client
 /// fetches `replicas` again whenever the answer would differ.
 fn partition_generation(service: &Service) -> u64 {
-    service.cluster().partition_generation + service.migrations.claims_generation()
+    service.cluster().partition_generation + service.migrations().claims_generation()
 }
 
 /// This node's master-column bitmap of a namespace: the partition map's,
@@ -399,7 +399,7 @@ fn partition_generation(service: &Service) -> u64 {
 fn master_bitmap<'a>(service: &Service, namespace: &'a NamespaceMap) -> Cow<'a, str> {
     let fixed = namespace.column_bitmaps.first().map_or("", String::as_str);
     let (ceded, taken) = service
-        .migrations
+        .migrations()
         .claim_overrides(&namespace.name, service.node_id);
     if ceded.is_empty() && taken.is_empty() {
         return Cow::Borrowed(fixed);
@@ -537,7 +537,7 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
     let stats = &namespace.stats;
     let objects = stats.objects.load(Ordering::Relaxed).max(0);
     let (migrate_tx, migrate_rx) = service
-        .migrations
+        .migrations()
         .namespace_remaining(&namespace.config.name);
     let index_bytes = namespace.index.table_bytes();
     stats
@@ -729,7 +729,8 @@ pub(crate) fn statistics(service: &Service) -> String {
     };
     let cluster = service.cluster();
     let stats = &service.stats;
-    let migrations = &service.migrations;
+    let dist_stats = &service.dist().stats;
+    let migrations = service.migrations();
     let objects: i64 = service
         .namespaces()
         .map(|namespace| namespace.stats.objects.load(Ordering::Relaxed).max(0))
@@ -747,7 +748,7 @@ pub(crate) fn statistics(service: &Service) -> String {
         ("cluster_principal".into(), cluster.principal().to_string()),
         (
             "cluster_clock_skew_ms".into(),
-            service.cluster_clock_skew_ms().to_string(),
+            service.dist().cluster_clock_skew_ms().to_string(),
         ),
         ("uptime".into(), service.uptime_seconds().to_string()),
         ("objects".into(), objects.to_string()),
@@ -784,20 +785,20 @@ pub(crate) fn statistics(service: &Service) -> String {
             stats.transactions.load(Ordering::Relaxed).to_string(),
         ),
         counter("compressed_requests", &stats.compressed_requests),
-        counter("proxied_out", &stats.proxied_out),
-        counter("proxied_in", &stats.proxied_in),
-        counter("replica_reads", &stats.replica_reads),
-        counter("replica_write_retries", &stats.replica_write_retries),
-        counter("stall_refusals", &stats.stall_refusals),
-        counter("expired_refusals", &stats.expired_refusals),
+        counter("proxied_out", &dist_stats.proxied_out),
+        counter("proxied_in", &dist_stats.proxied_in),
+        counter("replica_reads", &dist_stats.replica_reads),
+        counter("replica_write_retries", &dist_stats.replica_write_retries),
+        counter("stall_refusals", &dist_stats.stall_refusals),
+        counter("expired_refusals", &dist_stats.expired_refusals),
         counter("service_stalls", &stats.service_stalls),
         counter(
             "replica_writes_refused_not_holder",
-            &stats.replica_writes_refused_not_holder,
+            &dist_stats.replica_writes_refused_not_holder,
         ),
-        counter("proxy_hops_exceeded", &stats.proxy_hops_exceeded),
-        counter("replica_reconciles_done", &stats.reconciles_done),
-        counter("replica_reconciles_dropped", &stats.reconciles_dropped),
+        counter("proxy_hops_exceeded", &dist_stats.proxy_hops_exceeded),
+        counter("replica_reconciles_done", &dist_stats.reconciles_done),
+        counter("replica_reconciles_dropped", &dist_stats.reconciles_dropped),
         (
             "migrate_partitions_remaining".into(),
             (migrations.tx_remaining() + migrations.rx_remaining()).to_string(),
@@ -904,7 +905,7 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
                 (
                     "migrate-max-partitions".into(),
                     service
-                        .migrations
+                        .migrations()
                         .max_partitions
                         .load(Ordering::Relaxed)
                         .to_string(),
@@ -912,7 +913,7 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
                 (
                     "migrate-sleep".into(),
                     service
-                        .migrations
+                        .migrations()
                         .sleep_us
                         .load(Ordering::Relaxed)
                         .to_string(),
@@ -920,7 +921,7 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
                 (
                     "migrate-max-records-per-sec".into(),
                     service
-                        .migrations
+                        .migrations()
                         .max_records_per_sec
                         .load(Ordering::Relaxed)
                         .to_string(),
@@ -970,7 +971,7 @@ fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
         Some(_) => return "ERROR:4:only context=service can be set".to_owned(),
         None => return "ERROR:4:missing context".to_owned(),
     }
-    let migrations = &service.migrations;
+    let migrations = service.migrations();
     let mut changes: Vec<Box<dyn Fn()>> = Vec::new();
     for (name, value) in &command.params {
         if *name == "context" {
@@ -1024,12 +1025,12 @@ fn cluster_stable(service: &Service, command: &InfoCommand<'_>) -> String {
             if service.namespace(name.as_bytes()).is_none() {
                 return "ERROR::unknown namespace".to_owned();
             }
-            let (tx, rx) = service.migrations.namespace_remaining(name);
+            let (tx, rx) = service.migrations().namespace_remaining(name);
             tx + rx
         }
-        None => service.migrations.tx_remaining() + service.migrations.rx_remaining(),
+        None => service.migrations().tx_remaining() + service.migrations().rx_remaining(),
     };
-    let pending = pending + u64::from(service.migrations.exchanging());
+    let pending = pending + u64::from(service.migrations().exchanging());
     if pending > 0 && command.param("ignore-migrations") != Some("true") {
         return "ERROR::unstable-cluster".to_owned();
     }

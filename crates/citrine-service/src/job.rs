@@ -344,14 +344,14 @@ impl Job {
         for _ in 0..WRITES_PER_TURN {
             if self.abort.load(Ordering::Relaxed) {
                 *guard = None;
-                service.drop_released_copies();
+                service.dist().drop_released_copies();
                 self.finish(service, Status::Aborted);
                 return Turn::Finished;
             }
             let Some(digest) = progress.pending.front().copied() else {
                 if progress.exhausted {
                     *guard = None;
-                    service.drop_released_copies();
+                    service.dist().drop_released_copies();
                     self.finish(service, Status::Done);
                     return Turn::Finished;
                 }

@@ -26,15 +26,12 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
-pub mod cluster_state;
 pub mod config;
 pub mod info;
 pub mod job;
 pub mod lookahead;
-pub mod migration;
 pub mod noop;
 mod offload;
-pub mod replication;
 pub mod scan;
 pub mod sindex;
 mod smd;
@@ -45,15 +42,15 @@ mod work;
 
 pub use citrine_data::{device, filter, namespace, nsup};
 pub use citrine_data::{Clock, ManualClock};
+pub use citrine_distribution::{cluster_state, migration, replication};
 
 use citrine_data::Data;
+use citrine_distribution::Distribution;
 use citrine_types::{NodeId, ResultCode};
 use citrine_wire::frame::{inflate, MessageType, ProtoHeader};
 use citrine_wire::msg::{field_type, info1, Message};
-use cluster_state::ClusterState;
 use config::ServiceConfig;
 use namespace::Namespace;
-use parking_lot::RwLock;
 use replication::{Fabric, Remote};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -96,40 +93,10 @@ pub struct NodeStats {
     /// Every AS_MSG request: striped, as every request adds to it.
     pub transactions: citrine_types::stripes::Counter,
     pub compressed_requests: AtomicU64,
-    /// Requests forwarded to their partition's master.
-    pub proxied_out: AtomicU64,
-    /// Forwarded requests executed here.
-    pub proxied_in: AtomicU64,
-    /// Reads served by this node as a replica (client replica policy).
-    pub replica_reads: AtomicU64,
-    /// Replica writes sent again after a failed or unanswered attempt.
-    pub replica_write_retries: AtomicU64,
-    /// Requests refused (11) because the cluster runtime had not run for
-    /// longer than the heartbeat timeout (see [`Service::cluster_ticked`]).
-    pub stall_refusals: AtomicU64,
-    /// Requests refused (9) because their deadline had passed, or nearly,
-    /// when they reached the master (a forwarded request held up on its
-    /// way, or at a stalled node), when their duplicate resolution ended,
-    /// or when a stalled service thread read them after their client's
-    /// timeout had run out ([`Service::handle_streaming_since`]).
-    pub expired_refusals: AtomicU64,
     /// Turns of a service thread that began more than its stall slack later
     /// than their wait allowed: the process was stopped, paused or starved
     /// of a CPU (counted by the server's service threads).
     pub service_stalls: AtomicU64,
-    /// Replica writes refused (11) because this node neither is a replica
-    /// of the record's partition nor holds a copy of it any more (a write
-    /// that arrived after the migration that ended its part).
-    pub replica_writes_refused_not_holder: AtomicU64,
-    /// Requests refused because they had been forwarded
-    /// [`replication::MAX_PROXY_HOPS`] times without reaching a node that
-    /// runs them (the nodes' views or claims disagreed meanwhile).
-    pub proxy_hops_exceeded: AtomicU64,
-    /// Records whose state was sent again to replicas that had not
-    /// acknowledged a write, until all did.
-    pub reconciles_done: AtomicU64,
-    /// Records given up on (not acknowledged in time, or the queue full).
-    pub reconciles_dropped: AtomicU64,
     pub batch: batch::BatchStats,
     pub scan: scan::ScanStats,
 }
@@ -187,35 +154,16 @@ pub struct Service {
     pub config: ServiceConfig,
     pub node_id: NodeId,
     /// The data layer: namespaces and the clock.
-    data: Data,
+    data: Arc<Data>,
     /// Each namespace's secondary indexes and their upkeep (its record
     /// hook), in the namespaces' order.
     sindexes: Vec<Arc<sindex::Sindexes>>,
     pub stats: NodeStats,
     /// Most rows a batch request may carry (`batch-max-requests`; above → 151).
     pub batch_max_requests: AtomicU32,
-    /// The current cluster view and partition maps, replaced on view changes.
-    cluster: RwLock<Arc<ClusterState>>,
-    /// True while the published view has other members.
-    clustered: AtomicBool,
-    /// How this node reaches the others (installed by the server).
-    fabric: OnceLock<Arc<dyn Fabric>>,
-    /// Migration plan and counters (see [`migration`]).
-    pub migrations: migration::Migrations,
-    /// Started to join a cluster and not serving yet: it claims no
-    /// partition and answers 11 to data requests (see [`Service::set_orphan`]).
-    orphan: AtomicBool,
-    /// Unix ms of the cluster runtime's last tick (0: the runtime does not
-    /// report its ticks), and how long without one means it stalled (see
-    /// [`Service::cluster_ticked`]).
-    cluster_tick_ms: AtomicU64,
-    cluster_stall_ms: AtomicU64,
-    /// The view's clock skew as the cluster runtime last measured it (ms).
-    cluster_clock_skew_ms: AtomicU64,
-    /// Set with `orphan`: for a node holding records, the orphan ends only
-    /// once a view with other members has had its exchange resolved, or a
-    /// view of this node alone is published (see [`Service::set_orphan`]).
-    joining: AtomicBool,
+    /// The distribution layer: the view, the fabric, replication and
+    /// migrations.
+    dist: Arc<Distribution>,
     /// No-op mode (see [`noop`]): data requests are answered without
     /// touching a namespace. Set once, before the node serves.
     noop: AtomicBool,
@@ -226,11 +174,6 @@ pub struct Service {
     pub(crate) jobs: job::Jobs,
     /// UDF modules (see [`udf`]).
     pub(crate) udfs: udf::Udfs,
-    /// Truncation thresholds the cluster shares (see [`truncate`]).
-    pub(crate) truncations: truncate::Truncations,
-    /// Records to send to their replicas again (see
-    /// [`Service::reconcile_pending`]).
-    pub(crate) reconciles: replication::Reconciles,
     /// This service itself, once the server shares it
     /// ([`Service::set_shared`]): for work handed to a thread of its own.
     shared: OnceLock<std::sync::Weak<Service>>,
@@ -246,39 +189,23 @@ impl Service {
     /// A service, opening every namespace (device namespaces rebuild their
     /// index: fast restart or cold start).
     pub fn open(config: ServiceConfig, clock: Arc<dyn Clock>) -> Result<Service, String> {
-        let data = Data::open(&config.namespaces, clock)?;
+        let data = Arc::new(Data::open(&config.namespaces, clock)?);
         let sindexes = sindex::Sindexes::install(&data)?;
-        let started_unix_ms = data.started_unix_ms();
         let node_id = NodeId(config.node_id);
-        let cluster = ClusterState::single(
+        let dist = Arc::new(Distribution::new(
             node_id,
             config.rack_id,
             config.access_address.clone(),
+            Arc::clone(&data),
             &Service::namespace_factors(&config),
-        );
+        ));
         Ok(Service {
             node_id,
-            cluster: RwLock::new(Arc::new(cluster)),
-            clustered: AtomicBool::new(false),
-            fabric: OnceLock::new(),
-            migrations: migration::Migrations::new(
-                config
-                    .namespaces
-                    .iter()
-                    .map(|namespace| namespace.name.as_str()),
-                node_id.0.rotate_left(29) ^ started_unix_ms,
-            ),
-            orphan: AtomicBool::new(false),
-            cluster_tick_ms: AtomicU64::new(0),
-            cluster_stall_ms: AtomicU64::new(0),
-            cluster_clock_skew_ms: AtomicU64::new(0),
-            joining: AtomicBool::new(false),
+            dist,
             noop: AtomicBool::new(false),
             sindex_builds: sindex::Builds::default(),
             jobs: job::Jobs::default(),
             udfs: udf::Udfs::default(),
-            truncations: truncate::Truncations::default(),
-            reconciles: replication::Reconciles::default(),
             shared: OnceLock::new(),
             config,
             data,
@@ -302,84 +229,6 @@ impl Service {
             .collect()
     }
 
-    /// The current cluster state.
-    pub fn cluster(&self) -> Arc<ClusterState> {
-        self.cluster.read().clone()
-    }
-
-    /// Marks a node that starts to join a cluster (it has seeds), or that
-    /// left its view, as not serving until it is back in one:
-    ///
-    /// - a node restarted under the same id must not, for the seconds
-    ///   before it joins, claim every partition to clients that already
-    ///   know its address and answer "not found" for records the cluster
-    ///   holds;
-    /// - in a view with other members, a node that holds records (it
-    ///   restarted with its device, or left its view and came back) serves
-    ///   again only once that view's partition-version exchange is
-    ///   resolved, which brings it the truncations it missed (synced with
-    ///   each peer before the exchange resolves): before, it would serve
-    ///   records truncated while it was away, and execute writes against
-    ///   them. Its partitions answer 11 for those milliseconds (the
-    ///   reference's answer while a node's initial partition balance is
-    ///   unresolved; the official clients give up on it at once).
-    ///
-    /// A node holding nothing serves as soon as it is in a view, and a view
-    /// of this node alone ends it at once: there is nobody to learn from.
-    pub fn set_orphan(&self) {
-        self.joining.store(true, Ordering::Relaxed);
-        self.orphan.store(true, Ordering::Release);
-    }
-
-    /// The cluster runtime reports a tick, its effects carried out: this
-    /// node is heartbeating and its view is current as far as it knows.
-    /// Once ticks are reported, a request a node of a cluster receives more
-    /// than `stall_after_ms` (the cluster node's stall bound,
-    /// `ClusterNode::stall_bound_ms`: the heartbeat timeout less two
-    /// intervals) after the last one is refused with 11: the runtime has
-    /// not run for that long — the process was frozen or starved — so the
-    /// peers may have timed this node out and may master its partitions by
-    /// now. Requests queued while the process was frozen are answered so
-    /// until the runtime's first tick after the thaw, which gives the stale
-    /// view up.
-    pub fn cluster_ticked(&self, stall_after_ms: u64) {
-        self.cluster_stall_ms
-            .store(stall_after_ms, Ordering::Relaxed);
-        self.cluster_tick_ms
-            .store(self.now().unix_ms, Ordering::Release);
-    }
-
-    /// The cluster runtime reports the largest clock skew between the
-    /// members of this node's view, as its heartbeats measure it (the
-    /// `cluster_clock_skew_ms` statistic).
-    pub fn set_cluster_clock_skew(&self, skew_ms: u64) {
-        self.cluster_clock_skew_ms.store(skew_ms, Ordering::Relaxed);
-    }
-
-    /// The last skew [`Service::set_cluster_clock_skew`] reported (ms).
-    pub fn cluster_clock_skew_ms(&self) -> u64 {
-        self.cluster_clock_skew_ms.load(Ordering::Relaxed)
-    }
-
-    /// Whether ticks are reported and none came within the stall bound
-    /// before `now_ms` (see [`Service::cluster_ticked`]). Checked for every
-    /// data request a client sends a node of a cluster, and for every
-    /// single-record request another node forwards to it.
-    pub(crate) fn cluster_stalled(&self, now_ms: u64) -> bool {
-        let tick = self.cluster_tick_ms.load(Ordering::Acquire);
-        tick != 0 && now_ms.saturating_sub(tick) > self.cluster_stall_ms.load(Ordering::Relaxed)
-    }
-
-    /// Ends the orphan state of [`Service::set_orphan`]: the node serves.
-    fn end_orphan(&self) {
-        if self.joining.swap(false, Ordering::AcqRel) {
-            tracing::info!("serving: the view's partition versions are exchanged");
-        }
-        self.orphan.store(false, Ordering::Release);
-    }
-
-    /// Puts the node in no-op mode (`citrined --noop`, the benchmark
-    /// ceiling, see [`noop`]): from now on every AS_MSG is answered with
     /// success and nothing is read or stored.
     pub fn set_noop(&self) {
         self.noop.store(true, Ordering::Relaxed);
@@ -390,56 +239,6 @@ impl Service {
         self.noop.load(Ordering::Relaxed)
     }
 
-    /// True from [`Service::set_orphan`] until the node is back in a
-    /// view whose exchange is resolved (or alone).
-    pub fn is_orphan(&self) -> bool {
-        self.orphan.load(Ordering::Acquire)
-    }
-
-    /// Publishes a new cluster state (after a view change) and starts the
-    /// partition-version exchange it calls for (the migration driver does
-    /// the rest). An orphan serves from now on when the view is of this
-    /// node alone, else once the exchange is resolved.
-    pub fn publish_cluster(&self, state: ClusterState) {
-        debug_assert_eq!(state.self_id, self.node_id);
-        let clustered = state.size() > 1;
-        // Saved before any write of this regime can reach the devices.
-        self.save_regime(state.cluster_key);
-        let state = Arc::new(state);
-        *self.cluster.write() = state.clone();
-        self.clustered.store(clustered, Ordering::Release);
-        self.plan_migrations(state);
-        if !clustered || !self.joining.load(Ordering::Acquire) || self.holds_nothing() {
-            self.end_orphan();
-        }
-    }
-
-    /// True when no namespace holds a record (or tombstone).
-    fn holds_nothing(&self) -> bool {
-        self.data.holds_nothing()
-    }
-
-    /// The exchange of the published view is resolved: an orphan waiting
-    /// for it serves from now on.
-    pub(crate) fn exchange_resolved(&self) {
-        if self.joining.load(Ordering::Acquire) {
-            self.end_orphan();
-        }
-    }
-
-    /// Installs the fabric through which requests are proxied and writes
-    /// replicated. Without one, every node serves what it is sent.
-    pub fn set_fabric(&self, fabric: Arc<dyn Fabric>) {
-        let _ = self.fabric.set(fabric);
-    }
-
-    /// The installed fabric, if any (the server's migration thread sends
-    /// through it).
-    pub fn fabric(&self) -> Option<Arc<dyn Fabric>> {
-        self.fabric.get().cloned()
-    }
-
-    /// Lets the service hand work that may run long to a thread of its own
     /// (see [`offload`]); without it (tests, tools) such work runs inline.
     pub fn set_shared(self: &Arc<Service>) {
         let _ = self.shared.set(Arc::downgrade(self));
@@ -450,11 +249,67 @@ impl Service {
         self.shared.get().and_then(std::sync::Weak::upgrade)
     }
 
+    /// The distribution layer.
+    pub fn dist(&self) -> &Arc<Distribution> {
+        &self.dist
+    }
+
+    /// The migration plan and counters (the distribution layer's).
+    pub fn migrations(&self) -> &migration::Migrations {
+        &self.dist.migrations
+    }
+
+    /// The current cluster state.
+    pub fn cluster(&self) -> Arc<cluster_state::ClusterState> {
+        self.dist.cluster()
+    }
+
+    /// See [`Distribution::set_orphan`].
+    pub fn set_orphan(&self) {
+        self.dist.set_orphan();
+    }
+
+    /// See [`Distribution::cluster_ticked`].
+    pub fn cluster_ticked(&self, stall_after_ms: u64) {
+        self.dist.cluster_ticked(stall_after_ms);
+    }
+
+    /// See [`Distribution::set_cluster_clock_skew`].
+    pub fn set_cluster_clock_skew(&self, skew_ms: u64) {
+        self.dist.set_cluster_clock_skew(skew_ms);
+    }
+
+    /// See [`Distribution::is_orphan`].
+    pub fn is_orphan(&self) -> bool {
+        self.dist.is_orphan()
+    }
+
+    /// See [`Distribution::publish_cluster`].
+    pub fn publish_cluster(&self, state: cluster_state::ClusterState) {
+        self.dist.publish_cluster(state);
+    }
+
+    /// See [`Distribution::set_fabric`].
+    pub fn set_fabric(&self, fabric: Arc<dyn Fabric>) {
+        self.dist.set_fabric(fabric);
+    }
+
+    /// The installed fabric, if any.
+    pub fn fabric(&self) -> Option<Arc<dyn Fabric>> {
+        self.dist.fabric()
+    }
+
     /// True when single-record requests are routed by the partition map
     /// (other members and a fabric): one relaxed load on the alone path.
     #[inline]
     pub(crate) fn routes(&self) -> bool {
-        self.clustered.load(Ordering::Relaxed) && self.fabric.get().is_some()
+        self.dist.routes()
+    }
+
+    /// Finishes a request's fabric work (the distribution layer's, with
+    /// this node running what must run here) into its reply in `out`.
+    pub(crate) async fn complete(&self, remote: Remote, out: &mut Vec<u8>) {
+        self.dist.complete(remote, self, out).await;
     }
 
     /// Completes the fabric work of a request whose
@@ -494,7 +349,7 @@ impl Service {
     /// Completes one request's fabric work into its reply frame.
     pub(crate) async fn complete_row(&self, remote: Remote, out: &mut Vec<u8>) {
         if matches!(remote, Remote::Proxy { .. }) {
-            self.stats.proxied_out.fetch_add(1, Ordering::Relaxed);
+            self.dist.stats.proxied_out.fetch_add(1, Ordering::Relaxed);
         }
         self.complete(remote, out).await;
     }
@@ -503,29 +358,6 @@ impl Service {
     /// cluster); its reply frame goes to `out` unless fabric work remains.
     pub(crate) fn execute_row_body(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>> {
         self.execute_body(body, replication::Hop::CLIENT, false, out)
-    }
-
-    /// Runs a single-record request body (client or proxied) and writes its
-    /// reply; returns the fabric work still to do.
-    pub(crate) fn execute_single(
-        &self,
-        body: &[u8],
-        hop: replication::Hop,
-        out: &mut Vec<u8>,
-    ) -> Option<Box<Remote>> {
-        self.stats.transactions.fetch_add(1, Ordering::Relaxed);
-        self.execute_body(body, hop, false, out)
-    }
-
-    /// Runs a single-record request body after its duplicate resolution
-    /// (no second resolution, not counted again).
-    pub(crate) fn execute_resolved(
-        &self,
-        body: &[u8],
-        hop: replication::Hop,
-        out: &mut Vec<u8>,
-    ) -> Option<Box<Remote>> {
-        self.execute_body(body, hop, true, out)
     }
 
     fn execute_body(
@@ -551,7 +383,7 @@ impl Service {
     }
 
     /// The data layer.
-    pub fn data(&self) -> &Data {
+    pub fn data(&self) -> &Arc<Data> {
         &self.data
     }
 
@@ -663,7 +495,7 @@ impl Service {
             MessageType::Info => {
                 self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
                 let changed = info::answer_request(self, body, out);
-                let peers = !changed.is_empty() && self.routes() && !self.peers().0.is_empty();
+                let peers = !changed.is_empty() && self.routes() && !self.dist.peers().0.is_empty();
                 Ok(peers.then(|| Continuation(Pending::SyncStores(changed))))
             }
             MessageType::Admin => {
@@ -743,15 +575,18 @@ impl Service {
             noop::reply(body, self.batch_max_requests.load(Ordering::Relaxed), out);
             return Ok(None);
         }
-        if self.orphan.load(Ordering::Acquire) {
+        if self.dist.is_orphan() {
             // Not in a cluster yet: the client tries another node.
             transaction::write_refusal(out, body, ResultCode::Unavailable);
             return Ok(None);
         }
-        if self.routes() && self.cluster_stalled(self.now().unix_ms) {
+        if self.routes() && self.dist.cluster_stalled(self.now().unix_ms) {
             // The view may be stale (see `cluster_ticked`): single-record
             // requests, batches, scans, queries and aggregations alike.
-            self.stats.stall_refusals.fetch_add(1, Ordering::Relaxed);
+            self.dist
+                .stats
+                .stall_refusals
+                .fetch_add(1, Ordering::Relaxed);
             transaction::write_refusal(out, body, ResultCode::Unavailable);
             return Ok(None);
         }
@@ -769,7 +604,10 @@ impl Service {
         let deadline_ms = held_deadline_ms(waiting_since_ms, message.header.transaction_ttl);
         if deadline_ms.is_some_and(|deadline_ms| self.now().unix_ms >= deadline_ms) {
             // Its client gave up while it waited here.
-            self.stats.expired_refusals.fetch_add(1, Ordering::Relaxed);
+            self.dist
+                .stats
+                .expired_refusals
+                .fetch_add(1, Ordering::Relaxed);
             transaction::write_refusal(out, body, ResultCode::Timeout);
             return Ok(None);
         }
@@ -844,3 +682,59 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// How the distribution layer runs a request here: a proxied one, and one
+/// whose duplicate resolution ended (record UDFs included, which this
+/// layer runs and the one below does not know).
+impl citrine_distribution::LocalExecutor for Service {
+    fn execute_single(
+        &self,
+        body: &[u8],
+        hop: replication::Hop,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Remote>> {
+        self.stats.transactions.fetch_add(1, Ordering::Relaxed);
+        self.execute_body(body, hop, false, out)
+    }
+
+    fn execute_resolved(
+        &self,
+        body: &[u8],
+        hop: replication::Hop,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Remote>> {
+        self.execute_body(body, hop, true, out)
+    }
+}
+
+impl Service {
+    /// Serves one fabric call from another node; returns the answer: the
+    /// features' calls here (index definitions, UDF modules, aggregation
+    /// parts), the distribution layer's there (with this node running what
+    /// must run here).
+    pub async fn serve_fabric(&self, kind: u8, payload: &[u8]) -> Vec<u8> {
+        use replication::call_kind;
+        let merge = |merge: &dyn Fn(&str)| match std::str::from_utf8(payload) {
+            Ok(text) => {
+                merge(text);
+                vec![ResultCode::Ok.code()]
+            }
+            Err(_) => vec![ResultCode::Parameter.code()],
+        };
+        match kind {
+            call_kind::SINDEX_DEFINITIONS => merge(&|text| self.merge_sindex_definitions(text)),
+            call_kind::UDF_MODULES => merge(&|text| self.merge_udf_modules(text)),
+            call_kind::AGGREGATE_PART => self.serve_aggregate_part(payload).await,
+            _ => self
+                .dist
+                .serve_call(kind, payload, self)
+                .await
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod migration_tests;
+#[cfg(test)]
+mod replication_tests;

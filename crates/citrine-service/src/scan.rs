@@ -241,7 +241,9 @@ impl PinGuard {
         };
         self.held.swap_remove(at);
         if let Some(epoch) = self.pins.unpin(&self.namespace, id) {
-            service.drop_deferred(&self.namespace, partition, epoch);
+            service
+                .dist()
+                .drop_deferred(&self.namespace, partition, epoch);
         }
     }
 }
@@ -600,10 +602,10 @@ fn serves(
     follow_claims: bool,
 ) -> bool {
     (map.replicas(partition).first() == Some(&service.node_id)
-        && service.migrations.serves_whole(namespace, partition))
+        && service.migrations().serves_whole(namespace, partition))
         || (follow_claims
             && service
-                .migrations
+                .migrations()
                 .master_claim(namespace, partition, service.node_id)
                 == crate::migration::MasterClaim::Acting)
 }
@@ -750,7 +752,7 @@ impl ScanCursor {
             .iter()
             .map(|cursor| cursor.partition.index() as u16)
             .collect();
-        let pins = Arc::clone(&service.migrations.pins);
+        let pins = Arc::clone(&service.migrations().pins);
         pins.pin(&self.namespace.config.name, held.iter().copied());
         self.pins = Some(PinGuard {
             pins,
@@ -774,7 +776,7 @@ impl ScanCursor {
         let cluster = service.cluster();
         let map = cluster.namespace(name);
         let ready = |partition: PartitionId| {
-            service.migrations.serves_whole(name, partition)
+            service.migrations().serves_whole(name, partition)
                 || map
                     .is_none_or(|map| map.map.replicas(partition).first() != Some(&service.node_id))
         };

@@ -1951,7 +1951,13 @@ fn a_request_held_past_its_timeout_is_refused_not_run() {
         assert!(pending.is_none());
         Message::decode(&out[8..]).unwrap().header.result_code
     };
-    let expired = || service.stats.expired_refusals.load(Ordering::Relaxed);
+    let expired = || {
+        service
+            .dist()
+            .stats
+            .expired_refusals
+            .load(Ordering::Relaxed)
+    };
     clock.advance_ms(10_000);
     let now = service.now().unix_ms;
     // Waited 150 ms of a 100 ms timeout: refused, nothing written.

@@ -7,6 +7,7 @@
 
 pub use citrine_data::record::*;
 
+use crate::replication::{self, Hop, Remote, Route, RouteRequest};
 use crate::udf::UdfCall;
 use crate::Service;
 use citrine_data::filter;
@@ -29,10 +30,10 @@ pub(crate) fn execute(
     service: &Service,
     message: &Message<'_>,
     body: &[u8],
-    hop: crate::replication::Hop,
+    hop: Hop,
     resolved: bool,
     out: &mut Vec<u8>,
-) -> Option<Box<crate::replication::Remote>> {
+) -> Option<Box<Remote>> {
     let namespace_name = message.field(field_type::NAMESPACE);
     let Some(namespace) = namespace_name.and_then(|name| service.namespace(name)) else {
         write_result(out, ResultCode::Namespace);
@@ -61,7 +62,7 @@ pub(crate) fn execute(
         }
     };
     match prepare(message, digest_bytes, filter.as_ref()) {
-        Ok(request) if service.routes() => crate::replication::route(
+        Ok(request) if service.routes() => run_routed(
             service,
             namespace,
             &request,
@@ -78,6 +79,38 @@ pub(crate) fn execute(
         Err(code) => {
             refuse(code, udf.is_some(), out);
             None
+        }
+    }
+}
+
+/// Runs a request in a cluster where the distribution layer's routing
+/// says: forwarded or resolved first (the fabric work is returned), or
+/// here — as a read that replicates nothing, or as the master, whose
+/// replica writes are returned.
+#[allow(clippy::too_many_arguments)]
+fn run_routed(
+    service: &Service,
+    namespace: &Namespace,
+    request: &Request<'_>,
+    udf: Option<&UdfCall<'_>>,
+    body: &[u8],
+    hop: Hop,
+    resolved: bool,
+    out: &mut Vec<u8>,
+) -> Option<Box<Remote>> {
+    let dist = service.dist();
+    let routing = RouteRequest::of(request, udf.is_some());
+    let digest = &request.digest;
+    match replication::route(dist, namespace, digest, routing, body, hop, resolved, out) {
+        Route::Answered => None,
+        Route::Remote(remote) => Some(remote),
+        Route::Read => {
+            perform_here(namespace, request, udf, service.now(), out);
+            None
+        }
+        Route::Master(run) => {
+            perform_here(namespace, request, udf, service.now(), out);
+            replication::replicate_after(dist, namespace, digest, run, out)
         }
     }
 }

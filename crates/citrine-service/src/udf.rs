@@ -1107,7 +1107,7 @@ fn fills_a_mastered_partition(
     PartitionId::all().any(|partition| {
         map.map.replicas(partition).first() == Some(&service.node_id)
             && !service
-                .migrations
+                .migrations()
                 .serves_whole(&namespace.config.name, partition)
     })
 }
@@ -1183,11 +1183,11 @@ fn part_target(
     if map.replicas(partition).first() != Some(&service.node_id) {
         return None;
     }
-    if service.migrations.serves_whole(namespace, partition) {
+    if service.migrations().serves_whole(namespace, partition) {
         return Some(service.node_id);
     }
     service
-        .migrations
+        .migrations()
         .acting_target(namespace, partition)
         .filter(|acting| *acting != service.node_id)
 }

@@ -734,9 +734,9 @@ fn in_a_cluster_only_whole_mastered_partitions_are_scanned() {
     // partitions are whole here, the other node's are not served here.
     let other = service_with_id(service.node_id.0 + 1);
     other.publish_cluster(state(service.node_id.0 + 1));
-    assert!(service.finish_exchange(
-        service.migrations.epoch(),
-        vec![(other.node_id, other.migrations.exchange_answer(77))]
+    assert!(service.dist().finish_exchange(
+        service.migrations().epoch(),
+        vec![(other.node_id, other.migrations().exchange_answer(77))]
     ));
     let map = state(service.node_id.0);
     let mastered = |pid: u16| {
@@ -813,13 +813,13 @@ fn an_acting_master(records: usize) -> (Service, PartitionId) {
     service.publish_cluster(state(me));
     let other = service_with_id(peer);
     other.publish_cluster(state(peer));
-    assert!(service.finish_exchange(
-        service.migrations.epoch(),
-        vec![(other.node_id, other.migrations.exchange_answer(77))]
+    assert!(service.dist().finish_exchange(
+        service.migrations().epoch(),
+        vec![(other.node_id, other.migrations().exchange_answer(77))]
     ));
     assert_eq!(
         service
-            .migrations
+            .migrations()
             .master_claim("test", target, service.node_id),
         MasterClaim::Acting
     );
@@ -836,8 +836,8 @@ fn run_releasing(service: &Service, frame: &[u8], target: PartitionId, release: 
         .unwrap();
     assert!(pending.is_some(), "more than one step");
     if release {
-        service.migrations.hand_over(
-            service.migrations.epoch(),
+        service.migrations().hand_over(
+            service.migrations().epoch(),
             "test",
             target,
             service.node_id,
@@ -973,10 +973,12 @@ fn publish_alone_with_data(service: &Service, count: u64, key: u64) {
         .map(|id| {
             let peer = service_with_id(id);
             peer.publish_cluster(view_of(me, count, key, id));
-            (peer.node_id, peer.migrations.exchange_answer(key))
+            (peer.node_id, peer.migrations().exchange_answer(key))
         })
         .collect();
-    assert!(service.finish_exchange(service.migrations.epoch(), answers));
+    assert!(service
+        .dist()
+        .finish_exchange(service.migrations().epoch(), answers));
 }
 
 /// A background job keeps the partitions its node masters and pins them:
@@ -1027,9 +1029,9 @@ fn a_background_jobs_partitions_are_dropped_only_once_walked() {
     let (walked, stale) = (moved[0], moved[1]);
     let records = held(walked);
     // Sent: the migrations drop the copy, but the jobs still walk it.
-    service.drop_copy("test", walked);
+    service.dist().drop_copy("test", walked);
     assert_eq!(held(walked), records, "kept for the jobs");
-    assert_eq!(service.migrations.pins.deferred(), 1);
+    assert_eq!(service.migrations().pins.deferred(), 1);
     let mut out = Vec::new();
     while !job.advance(&service, service.now(), &mut out) {
         assert!(!job.blocked());
@@ -1044,20 +1046,20 @@ fn a_background_jobs_partitions_are_dropped_only_once_walked() {
     // The other job ends early: its pins go, and the copy with them.
     drop(early);
     assert_eq!(held(walked), records);
-    service.drop_released_copies();
+    service.dist().drop_released_copies();
     assert_eq!(held(walked), 0, "dropped once no job needs it");
-    assert_eq!(service.migrations.pins.deferred(), 0);
+    assert_eq!(service.migrations().pins.deferred(), 0);
     // A drop asked under view 81, obsolete once view 82 is made: the new
     // plan decides again (here: the copy is still to be sent).
-    let pins = &service.migrations.pins;
+    let pins = &service.migrations().pins;
     pins.pin("test", [stale.index() as u16].into_iter());
-    service.drop_copy("test", stale);
+    service.dist().drop_copy("test", stale);
     assert_eq!(pins.deferred(), 1);
     publish_alone_with_data(&service, 4, 82);
     let asked = pins.unpin("test", stale.index() as u16);
     assert!(asked.is_some());
     if let Some(epoch) = asked {
-        service.drop_deferred("test", stale, epoch);
+        service.dist().drop_deferred("test", stale, epoch);
     }
     assert!(held(stale) > 0, "kept: a later view decides its fate");
 }

@@ -2,12 +2,22 @@
 
 use super::*;
 use crate::batch::tests::{service, START_MS};
-use crate::replication::{apply_replica_write, ReplicaWrite};
+use crate::replication::ReplicaWrite;
 use crate::tests::info;
+use citrine_distribution::truncations::TRUNCATIONS_FILE;
 use citrine_types::ResultCode;
 use citrine_wire::digest::{of_key, UserKey};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// A copy applied to `service`'s node by the replica-write rule (the
+/// distribution layer's, through the node's handle).
+fn apply_replica_write(
+    service: &crate::Service,
+    write: &crate::replication::ReplicaWrite,
+) -> citrine_types::ResultCode {
+    crate::replication::apply_replica_write(service.dist(), write)
+}
 
 /// A stored body with one integer bin `v`.
 fn body(value: i64) -> Vec<u8> {
@@ -96,18 +106,18 @@ fn a_truncation_made_on_one_node_reaches_the_others_and_only_grows() {
     // A command without a lut covers its own millisecond.
     let lut = START_MS + 11;
     assert_eq!(
-        a.truncations_text(),
+        a.dist().truncations_text(),
         format!("namespace=test;set=s;lut={lut}\n")
     );
     // B learns it from A's push: the records are hidden at once and
     // removed in the background; the other set keeps its records.
-    b.merge_truncations(&a.truncations_text());
+    b.dist().merge_truncations(&a.dist().truncations_text());
     let namespace = b.namespace(b"test").unwrap();
     let s = namespace.sets.existing_id(b"s").unwrap();
     assert!(namespace.is_truncated(s, START_MS - 1_000));
     wait_held(&b, "s", 0);
     assert_eq!(held(&b, "t"), 2);
-    assert_eq!(b.truncations_text(), a.truncations_text());
+    assert_eq!(b.dist().truncations_text(), a.dist().truncations_text());
     // A copy from before the threshold (a node that missed the command
     // migrating its records) is acknowledged and not stored; a later one is.
     assert_eq!(store(&b, "s", 7, lut - 1), ResultCode::Ok);
@@ -115,13 +125,14 @@ fn a_truncation_made_on_one_node_reaches_the_others_and_only_grows() {
     assert_eq!(store(&b, "s", 8, lut), ResultCode::Ok);
     assert_eq!(held(&b, "s"), 1);
     // An earlier threshold, from a peer or a command, changes nothing.
-    b.merge_truncations(&format!("namespace=test;set=s;lut={}\n", lut - 500));
+    b.dist()
+        .merge_truncations(&format!("namespace=test;set=s;lut={}\n", lut - 500));
     let cut_ns = (lut - 500) * 1_000_000;
     assert_eq!(
         command(&b, &format!("truncate:namespace=test;set=s;lut={cut_ns}")),
         "ok"
     );
-    assert_eq!(b.truncations_text(), a.truncations_text());
+    assert_eq!(b.dist().truncations_text(), a.dist().truncations_text());
     assert_eq!(held(&b, "s"), 1);
     // A later one, the whole namespace, from B back to A.
     clock.advance_ms(10);
@@ -136,10 +147,10 @@ fn a_truncation_made_on_one_node_reaches_the_others_and_only_grows() {
         "ok"
     );
     assert_eq!(held(&b, "t"), 0);
-    a.merge_truncations(&b.truncations_text());
+    a.dist().merge_truncations(&b.dist().truncations_text());
     wait_held(&a, "t", 1);
     assert_eq!(
-        a.truncations_text(),
+        a.dist().truncations_text(),
         format!(
             "namespace=test;lut={}\nnamespace=test;set=s;lut={lut}\n",
             START_MS + 12
@@ -154,7 +165,7 @@ fn a_set_this_node_never_stored_is_truncated_for_the_records_that_come_later() {
     assert_eq!(store(&a, "only_a", 1, START_MS - 5), ResultCode::Ok);
     clock.advance_ms(1);
     assert_eq!(command(&a, "truncate:namespace=test;set=only_a"), "ok");
-    b.merge_truncations(&a.truncations_text());
+    b.dist().merge_truncations(&a.dist().truncations_text());
     // B had no record of the set; the old copy A's peer migrates later is
     // refused, a newer one is stored.
     assert_eq!(store(&b, "only_a", 1, START_MS - 5), ResultCode::Ok);
@@ -173,7 +184,7 @@ fn truncations_are_kept_in_the_work_directory() {
     let _ = std::fs::remove_dir_all(&directory);
     std::fs::create_dir_all(&directory).unwrap();
     let (a, clock) = service();
-    a.keep_truncations(&directory).unwrap();
+    a.dist().keep_truncations(&directory).unwrap();
     clock.advance_ms(3);
     assert_eq!(command(&a, "truncate-namespace:namespace=test"), "ok");
     let file = directory.join(TRUNCATIONS_FILE);
@@ -184,8 +195,8 @@ fn truncations_are_kept_in_the_work_directory() {
     // truncation is dropped from the file.
     std::fs::write(&file, format!("{saved}namespace=;lut=5\nnonsense\n")).unwrap();
     let (restarted, _) = service();
-    restarted.keep_truncations(&directory).unwrap();
-    assert_eq!(restarted.truncations_text(), saved);
+    restarted.dist().keep_truncations(&directory).unwrap();
+    assert_eq!(restarted.dist().truncations_text(), saved);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), saved);
     assert_eq!(store(&restarted, "s", 1, START_MS), ResultCode::Ok);
     assert_eq!(held(&restarted, "s"), 0);
@@ -265,15 +276,16 @@ fn bad_truncation_commands_and_pushes_change_nothing() {
     // and nothing is recorded or removed.
     assert_eq!(command(&a, "truncate:namespace=nope;set=s"), "ok");
     assert_eq!(command(&a, "truncate-namespace:namespace=nope"), "ok");
-    assert_eq!(a.truncations_text(), "");
+    assert_eq!(a.dist().truncations_text(), "");
     assert_eq!(held(&a, "s"), 1);
     assert!(command(&a, "truncate-undo:namespace=test;set=s").starts_with("ERROR:4:"));
-    a.merge_truncations("garbage\nnamespace=test;lut=zero\nnamespace=test;set=s\n\n");
-    assert_eq!(a.truncations_text(), "");
+    a.dist()
+        .merge_truncations("garbage\nnamespace=test;lut=zero\nnamespace=test;set=s\n\n");
+    assert_eq!(a.dist().truncations_text(), "");
     assert_eq!(held(&a, "s"), 1);
     // A namespace this node does not have is kept (and pushed on).
-    a.merge_truncations("namespace=elsewhere;lut=5\n");
-    assert_eq!(a.truncations_text(), "namespace=elsewhere;lut=5\n");
+    a.dist().merge_truncations("namespace=elsewhere;lut=5\n");
+    assert_eq!(a.dist().truncations_text(), "namespace=elsewhere;lut=5\n");
     assert_eq!(held(&a, "s"), 1);
 }
 
@@ -369,7 +381,7 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
     // A command without a lut covers its own millisecond.
     let lut = START_MS + 11;
     assert_eq!(
-        master.truncations_text(),
+        master.dist().truncations_text(),
         format!("namespace=test;set=s;lut={lut}\n")
     );
     // A copy of set `t`, which no truncation covers, teaches nothing.
@@ -383,7 +395,7 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
         send(&copy_in("t", 9, 1, START_MS + 20, Some(body(9)))),
         vec![0]
     );
-    assert_eq!(replica.truncations_text(), "");
+    assert_eq!(replica.dist().truncations_text(), "");
     // The master's fresh write of key 0 of `s` carries its threshold: the
     // replica takes the truncation as its own (kept, pushed on) and removes
     // the set's older records, before the push has come.
@@ -391,7 +403,10 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
         send(&copy_in("s", 0, 1, START_MS + 20, Some(body(100)))),
         vec![0]
     );
-    assert_eq!(replica.truncations_text(), master.truncations_text());
+    assert_eq!(
+        replica.dist().truncations_text(),
+        master.dist().truncations_text()
+    );
     let replica_namespace = replica.namespace(b"test").unwrap();
     let s = replica_namespace.sets.existing_id(b"s").unwrap();
     assert!(replica_namespace.is_truncated(s, old));
@@ -412,6 +427,7 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
         vec![0]
     );
     assert!(replica
+        .dist()
         .truncations_text()
         .contains(&format!("namespace=test;lut={cut}\n")));
     // Only the copies written after it stay (key 9 of `t` at +20 too).
@@ -419,8 +435,13 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
     wait_held(&replica, "t", 1);
     wait_held(&replica, "s", 1);
     // The push that follows changes nothing more.
-    replica.merge_truncations(&master.truncations_text());
-    assert_eq!(replica.truncations_text(), master.truncations_text());
+    replica
+        .dist()
+        .merge_truncations(&master.dist().truncations_text());
+    assert_eq!(
+        replica.dist().truncations_text(),
+        master.dist().truncations_text()
+    );
 }
 
 /// The same for the other ways a copy travels while a truncation's push is
@@ -429,7 +450,7 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
 #[test]
 fn migrations_and_duplicate_resolution_carry_the_senders_truncation() {
     use crate::migration::encode_partition_ref;
-    use crate::replication::{apply_copy, call_kind, DupResAnswer, DupResRequest};
+    use crate::replication::{call_kind, DupResAnswer, DupResRequest};
     let (sender, clock) = service();
     let (target, _) = service();
     let digest = of_key("s", &UserKey::Integer(4));
@@ -459,16 +480,25 @@ fn migrations_and_duplicate_resolution_carry_the_senders_truncation() {
 
     // The delta: the target's manifest lists generation 19, from before
     // the sender's threshold, so the fresh copy is sent.
-    let manifest = target.manifest(&encode_partition_ref("test", partition));
+    let manifest = target
+        .dist()
+        .manifest(&encode_partition_ref("test", partition));
     let manifest = crate::migration::parse_manifest(&manifest).unwrap();
-    let delta = sender.migration_delta("test", partition, &[digest], &manifest);
+    let delta = sender
+        .dist()
+        .migration_delta("test", partition, &[digest], &manifest);
     assert_eq!(delta, Some(vec![digest]));
 
     // The batch carries the threshold, and the target takes the copy.
-    let (batch, consumed) = sender.migration_batch(0, "test", partition, &[digest], 0);
+    let (batch, consumed) = sender
+        .dist()
+        .migration_batch(0, "test", partition, &[digest], 0);
     assert_eq!(consumed, 1);
     assert_eq!(batch.truncated_before, vec![(b"s".to_vec(), lut)]);
-    assert_eq!(target.apply_migrate_batch(&batch.encode()), ResultCode::Ok);
+    assert_eq!(
+        target.dist().apply_migrate_batch(&batch.encode()),
+        ResultCode::Ok
+    );
     assert_eq!(generation_at(&target), Some(1));
 
     // Duplicate resolution: the sender's answer carries it too, and a
@@ -488,7 +518,7 @@ fn migrations_and_duplicate_resolution_carry_the_senders_truncation() {
     assert_eq!(answer.truncated_before, lut);
     let record = answer.record.unwrap();
     assert_eq!(
-        apply_copy(&master, &record, answer.truncated_before),
+        crate::replication::apply_copy(master.dist(), &record, answer.truncated_before),
         ResultCode::Ok
     );
     assert_eq!(generation_at(&master), Some(1));
@@ -500,9 +530,7 @@ fn migrations_and_duplicate_resolution_carry_the_senders_truncation() {
 /// written after the truncation.
 #[test]
 fn a_copy_sent_again_after_a_truncation_carries_it() {
-    use crate::replication::{
-        apply_copy, refresh_truncation, replica_payload, split_replica_payload,
-    };
+    use crate::replication::{refresh_truncation, replica_payload, split_replica_payload};
     let (sender, clock) = service();
     let (target, _) = service();
     let digest = of_key("s", &UserKey::Integer(5));
@@ -519,7 +547,9 @@ fn a_copy_sent_again_after_a_truncation_carries_it() {
     assert_eq!(apply_replica_write(&sender, &old), ResultCode::Ok);
     let namespace = sender.namespace(b"test").unwrap();
     let mut payload = replica_payload(target.cluster().cluster_key, namespace, &old);
-    let (mut batch, _) = sender.migration_batch(0, "test", digest.partition(), &[digest], 0);
+    let (mut batch, _) = sender
+        .dist()
+        .migration_batch(0, "test", digest.partition(), &[digest], 0);
     assert_eq!(batch.truncated_before, vec![(b"s".to_vec(), 0)]);
     clock.advance_ms(10);
     assert_eq!(command(&sender, "truncate:namespace=test;set=s"), "ok");
@@ -530,7 +560,7 @@ fn a_copy_sent_again_after_a_truncation_carries_it() {
         split_replica_payload(&payload).map(|(_, t, _)| t),
         Some(lut)
     );
-    sender.refresh_truncations(&mut batch);
+    sender.dist().refresh_truncations(&mut batch);
     assert_eq!(batch.truncated_before, vec![(b"s".to_vec(), lut)]);
     // The target already holds the copy written after the truncation.
     let fresh = copy(1, START_MS + 20);
@@ -545,15 +575,24 @@ fn a_copy_sent_again_after_a_truncation_carries_it() {
     );
     assert_eq!(answer, vec![0]);
     assert_eq!(generation(), Some(1));
-    assert_eq!(target.apply_migrate_batch(&batch.encode()), ResultCode::Ok);
+    assert_eq!(
+        target.dist().apply_migrate_batch(&batch.encode()),
+        ResultCode::Ok
+    );
     assert_eq!(generation(), Some(1));
     // The target took the truncation from the first copy.
-    assert_eq!(target.truncations_text(), sender.truncations_text());
+    assert_eq!(
+        target.dist().truncations_text(),
+        sender.dist().truncations_text()
+    );
     // Without the truncation the copy carries, at a node that does not
     // know it, the old copy wins by generation.
     let (unaware, _) = service();
     assert_eq!(apply_replica_write(&unaware, &fresh), ResultCode::Ok);
-    assert_eq!(apply_copy(&unaware, &old, 0), ResultCode::Ok);
+    assert_eq!(
+        crate::replication::apply_copy(unaware.dist(), &old, 0),
+        ResultCode::Ok
+    );
     let namespace = unaware.namespace(b"test").unwrap();
     let partition = namespace.index.partition(digest.partition()).read();
     let held = partition.get(&digest).map(|entry| entry.meta().generation);

@@ -730,8 +730,8 @@ impl World {
         // regime the copies just loaded belong to are kept there.
         if let Some(scratch) = &self.scratch {
             let kept = scratch.work(i).map_err(|e| e.to_string()).and_then(|dir| {
-                service.keep_truncations(&dir)?;
-                service.keep_partition_lineage(&dir)
+                service.dist().keep_truncations(&dir)?;
+                service.dist().keep_partition_lineage(&dir)
             });
             if let Err(e) = kept {
                 return Err(self.fail(Invariant::NodeStart, format!("work directory: {e}")));
@@ -761,7 +761,11 @@ impl World {
         });
         self.exec.spawn(
             i,
-            citrine_service::migration::driver::run(service.clone(), pause, stopping.clone()),
+            citrine_service::migration::driver::run(
+                service.dist().clone(),
+                pause,
+                stopping.clone(),
+            ),
         );
         self.nodes[i].up = Some(Up {
             service,
@@ -792,7 +796,7 @@ impl World {
     fn records_held(&self, i: usize) -> usize {
         self.nodes[i].up.as_ref().map_or(0, |up| {
             PartitionId::all()
-                .map(|p| up.service.migration_digests(NAMESPACE, p).len())
+                .map(|p| up.service.dist().migration_digests(NAMESPACE, p).len())
                 .sum()
         })
     }
@@ -940,7 +944,7 @@ impl World {
         self.converged()
             && self.live().iter().all(|i| {
                 self.nodes[*i].up.as_ref().is_some_and(|up| {
-                    let m = &up.service.migrations;
+                    let m = &up.service.migrations();
                     up.frozen_until.is_none()
                         && !m.exchanging()
                         && m.tx_remaining() == 0
@@ -1597,7 +1601,7 @@ impl World {
             let state = match &n.up {
                 None => "down".to_string(),
                 Some(up) => {
-                    let m = &up.service.migrations;
+                    let m = &up.service.migrations();
                     format!(
                         "view {:?} exchanging {} tx {} rx {}",
                         up.view.as_ref().map(|(k, s)| (
@@ -1898,11 +1902,11 @@ impl World {
             };
             let service = &up.service;
             for partition in PartitionId::all() {
-                let mut digests = service.migration_digests(NAMESPACE, partition);
+                let mut digests = service.dist().migration_digests(NAMESPACE, partition);
                 digests.sort();
                 let mut at = 0;
                 while at < digests.len() {
-                    let (batch, consumed) = service.migration_batch(
+                    let (batch, consumed) = service.dist().migration_batch(
                         0,
                         NAMESPACE,
                         partition,
@@ -2105,7 +2109,7 @@ impl World {
             let Some(up) = &self.nodes[i].up else {
                 continue;
             };
-            let known = up.service.truncations_text();
+            let known = up.service.dist().truncations_text();
             if !known.lines().any(|known| known == line) {
                 return Err(self.fail(
                     Invariant::Truncation,
@@ -2235,7 +2239,7 @@ mod tests {
 
     fn plant(world: &World, node: usize, write: &ReplicaWrite) {
         let service = &world.nodes[node].up.as_ref().expect("live").service;
-        let code = citrine_service::replication::apply_replica_write(service, write);
+        let code = citrine_service::replication::apply_replica_write(service.dist(), write);
         assert_eq!(code, citrine_types::ResultCode::Ok);
     }
 
@@ -2303,9 +2307,13 @@ mod tests {
         assert!(service
             .handle(proto, &frame[PROTO_HEADER_SIZE..], &mut out)
             .is_ok());
-        let digests = service.migration_digests(NAMESPACE, like.digest.partition());
+        let digests = service
+            .dist()
+            .migration_digests(NAMESPACE, like.digest.partition());
         let (batch, _) =
-            service.migration_batch(0, NAMESPACE, like.digest.partition(), &digests, 0);
+            service
+                .dist()
+                .migration_batch(0, NAMESPACE, like.digest.partition(), &digests, 0);
         let write = batch
             .records
             .first()

@@ -22,7 +22,7 @@
 
 use super::{exchange_status, Handover, MigrateTask, Work, FLAG_FIRST, FLAG_LAST};
 use crate::replication::{call_kind, join_all, DupResAnswer, DupResRequest, Fabric, FabricError};
-use crate::Service;
+use crate::Distribution;
 use citrine_types::{NodeId, ResultCode};
 use std::future::Future;
 use std::pin::Pin;
@@ -51,9 +51,9 @@ pub trait Pause: Send + Sync + 'static {
 }
 
 /// Runs until `stopping` is set.
-pub async fn run(service: Arc<Service>, pause: Arc<dyn Pause>, stopping: Arc<AtomicBool>) {
+pub async fn run(dist: Arc<Distribution>, pause: Arc<dyn Pause>, stopping: Arc<AtomicBool>) {
     while !stopping.load(Ordering::Relaxed) {
-        if !step(&service, &pause).await {
+        if !step(&dist, &pause).await {
             pause.sleep(Duration::from_millis(IDLE_POLL_MS)).await;
         }
     }
@@ -64,41 +64,41 @@ pub async fn run(service: Arc<Service>, pause: Arc<dyn Pause>, stopping: Arc<Ato
 /// A new view's exchange comes first: until it resolves, every request on
 /// a partition with records runs a duplicate resolution against every
 /// member. Otherwise the truncations go out when a push is due (see
-/// [`Service::push_truncations`]; no answer awaited) and the writes some
-/// replica missed are sent again ([`Service::reconcile_pending`]; at most
+/// [`Distribution::push_truncations`]; no answer awaited) and the writes some
+/// replica missed are sent again ([`Distribution::reconcile_pending`]; at most
 /// one attempt's timeout) before the work.
-pub async fn step(service: &Arc<Service>, pause: &Arc<dyn Pause>) -> bool {
-    let Some(fabric) = service.fabric() else {
+pub async fn step(dist: &Arc<Distribution>, pause: &Arc<dyn Pause>) -> bool {
+    let Some(fabric) = dist.fabric() else {
         return false;
     };
-    match service.migrations.next_work() {
+    match dist.migrations.next_work() {
         Work::Exchange {
             epoch,
             cluster_key,
             peers,
         } => {
-            exchange(service, &fabric, pause, epoch, cluster_key, peers).await;
+            exchange(dist, &fabric, pause, epoch, cluster_key, peers).await;
             true
         }
-        Work::Idle => upkeep(service, fabric.as_ref()).await,
+        Work::Idle => upkeep(dist, fabric.as_ref()).await,
         Work::Send {
             epoch,
             cluster_key,
             tasks,
         } => {
-            upkeep(service, fabric.as_ref()).await;
+            upkeep(dist, fabric.as_ref()).await;
             let partitions = tasks.len();
-            let sent_before = service.migrations.records_sent.load(Ordering::Relaxed);
-            let started = service.now().unix_ms;
-            run_plan(service, &fabric, pause, epoch, cluster_key, tasks).await;
-            let records = service.migrations.records_sent.load(Ordering::Relaxed) - sent_before;
-            let seconds = service.now().unix_ms.saturating_sub(started) as f64 / 1000.0;
+            let sent_before = dist.migrations.records_sent.load(Ordering::Relaxed);
+            let started = dist.now().unix_ms;
+            run_plan(dist, &fabric, pause, epoch, cluster_key, tasks).await;
+            let records = dist.migrations.records_sent.load(Ordering::Relaxed) - sent_before;
+            let seconds = dist.now().unix_ms.saturating_sub(started) as f64 / 1000.0;
             tracing::info!(
                 partitions,
                 records,
                 seconds,
                 records_per_second = (records as f64 / seconds.max(1e-3)) as u64,
-                complete = service.migrations.epoch() == epoch,
+                complete = dist.migrations.epoch() == epoch,
                 "migration plan done"
             );
             true
@@ -108,17 +108,17 @@ pub async fn step(service: &Arc<Service>, pause: &Arc<dyn Pause>) -> bool {
 
 /// The truncation push, when due, and the resend of writes some replica
 /// missed; true when a push went out.
-async fn upkeep(service: &Service, fabric: &dyn Fabric) -> bool {
-    let pushed = service.push_truncations();
+async fn upkeep(dist: &Distribution, fabric: &dyn Fabric) -> bool {
+    let pushed = dist.push_truncations();
     // Paced by the idle poll: a replica of another view refuses at once.
-    service.reconcile_pending(fabric).await;
+    dist.reconcile_pending(fabric).await;
     pushed
 }
 
 /// Fetches every peer's snapshot for `cluster_key` and resolves the
 /// exchange; gives up when the plan moves on.
 async fn exchange(
-    service: &Arc<Service>,
+    dist: &Arc<Distribution>,
     fabric: &Arc<dyn Fabric>,
     pause: &Arc<dyn Pause>,
     epoch: u64,
@@ -127,7 +127,7 @@ async fn exchange(
 ) {
     let fetch = |peer: NodeId| async move {
         loop {
-            if service.migrations.epoch() != epoch {
+            if dist.migrations.epoch() != epoch {
                 return None;
             }
             let answer = fabric
@@ -142,7 +142,7 @@ async fn exchange(
                 Ok([exchange_status::READY, ..]) => {
                     // Truncations first: a node that missed one must know
                     // it before its exchange resolves and it serves copies.
-                    if service.sync_truncations(fabric.as_ref(), peer).await {
+                    if dist.sync_truncations(fabric.as_ref(), peer).await {
                         return answer.ok().map(|bytes| (peer, bytes));
                     }
                     pause.sleep(Duration::from_millis(RETRY_PAUSE_MS)).await
@@ -158,7 +158,7 @@ async fn exchange(
     let Some(answers) = answers.into_iter().collect::<Option<Vec<_>>>() else {
         return;
     };
-    if !service.finish_exchange(epoch, answers) && service.migrations.epoch() == epoch {
+    if !dist.finish_exchange(epoch, answers) && dist.migrations.epoch() == epoch {
         tracing::warn!(
             "partition-version exchange could not be resolved; waiting for the next view"
         );
@@ -168,7 +168,7 @@ async fn exchange(
 /// Runs one plan: up to `migrate-max-partitions` copies at once, the
 /// hottest first, then the smallest.
 async fn run_plan(
-    service: &Arc<Service>,
+    dist: &Arc<Distribution>,
     fabric: &Arc<dyn Fabric>,
     pause: &Arc<dyn Pause>,
     epoch: u64,
@@ -178,17 +178,17 @@ async fn run_plan(
     let mut sending: Vec<Sending> = Vec::new();
     let mut retiring: Vec<Sleep> = Vec::new();
     loop {
-        let current = service.migrations.epoch() == epoch;
-        let limit = service
+        let current = dist.migrations.epoch() == epoch;
+        let limit = dist
             .migrations
             .max_partitions
             .load(Ordering::Relaxed)
             .max(1) as usize;
         while current && sending.len() < limit && !queue.is_empty() {
             // Hottest first, then the plan's order (smallest first).
-            let task = queue.remove(service.migrations.hottest(&queue));
+            let task = queue.remove(dist.migrations.hottest(&queue));
             sending.push(Box::pin(migrate_partition(
-                service.clone(),
+                dist.clone(),
                 fabric.clone(),
                 pause.clone(),
                 epoch,
@@ -201,7 +201,7 @@ async fn run_plan(
         }
         for task in next_done(&mut sending, &mut retiring).await {
             retiring.push(Box::pin(retire_partition(
-                service.clone(),
+                dist.clone(),
                 fabric.clone(),
                 pause.clone(),
                 epoch,
@@ -219,15 +219,15 @@ type Sending = Pin<Box<dyn Future<Output = Option<MigrateTask>> + Send>>;
 /// once every target acknowledged its last batch under `epoch` (`None`:
 /// the plan moved on).
 async fn migrate_partition(
-    service: Arc<Service>,
+    dist: Arc<Distribution>,
     fabric: Arc<dyn Fabric>,
     pause: Arc<dyn Pause>,
     epoch: u64,
     cluster_key: u64,
     task: MigrateTask,
 ) -> Option<MigrateTask> {
-    let migrations = &service.migrations;
-    let digests = service.migration_digests(&task.namespace, task.partition);
+    let migrations = &dist.migrations;
+    let digests = dist.migration_digests(&task.namespace, task.partition);
     // A target with some copy gets the delta only: its manifest first, and
     // when its copy is one this copy contains (`pull_from`), the records it
     // holds newer (writes that reached only it) are fetched from it before
@@ -241,7 +241,7 @@ async fn migrate_partition(
         let request = super::encode_partition_ref(&task.namespace, task.partition);
         let pulls_too = task.pull_from.contains(target);
         let (manifest, pulls) = call_until(
-            &service,
+            &dist,
             &fabric,
             &pause,
             epoch,
@@ -249,7 +249,7 @@ async fn migrate_partition(
             |answer| {
                 let manifest = super::parse_manifest(&answer.ok()?)?;
                 let pulls = if pulls_too {
-                    service.migration_pulls(&task.namespace, task.partition, &manifest)?
+                    dist.migration_pulls(&task.namespace, task.partition, &manifest)?
                 } else {
                     Vec::new()
                 };
@@ -265,7 +265,7 @@ async fn migrate_partition(
             }
             .encode();
             let answer = call_until(
-                &service,
+                &dist,
                 &fabric,
                 &pause,
                 epoch,
@@ -273,21 +273,21 @@ async fn migrate_partition(
                 |answer| answer.ok().and_then(|bytes| DupResAnswer::decode(&bytes)),
             )
             .await?;
-            service.apply_pulled(&task.namespace, &digest, answer);
+            dist.apply_pulled(&task.namespace, &digest, answer);
         }
         manifests.push(Some(manifest));
     }
     for ((target, _), manifest) in task.targets.iter().zip(&manifests) {
         let to_send = match manifest {
             None => digests.clone(),
-            Some(manifest) => service
+            Some(manifest) => dist
                 .migration_delta(&task.namespace, task.partition, &digests, manifest)
                 .unwrap_or_else(|| digests.clone()),
         };
         let mut at = 0;
         let mut flags = FLAG_FIRST;
         loop {
-            let (mut batch, consumed) = service.migration_batch(
+            let (mut batch, consumed) = dist.migration_batch(
                 cluster_key,
                 &task.namespace,
                 task.partition,
@@ -300,15 +300,15 @@ async fn migrate_partition(
             // Every batch counts against `migrate-max-records-per-sec`, a
             // partition's only (LAST) batch included: the wait is for the
             // batches sent before this one, of any partition.
-            let now_us = service.now().unix_ms.saturating_mul(1000);
+            let now_us = dist.now().unix_ms.saturating_mul(1000);
             let owed = migrations.throttle(records, now_us);
             if !owed.is_zero() {
                 pause.sleep(owed).await;
             }
             let last = batch.flags & FLAG_LAST != 0;
-            let to_master = last && is_master(&service, &task, *target);
+            let to_master = last && is_master(&dist, &task, *target);
             let hand_over = |to: Handover| {
-                migrations.hand_over(epoch, &task.namespace, task.partition, service.node_id, to);
+                migrations.hand_over(epoch, &task.namespace, task.partition, dist.node_id, to);
             };
             if to_master {
                 // An acting master gives its claim back before the master
@@ -317,7 +317,7 @@ async fn migrate_partition(
             }
             let mut resend = false;
             call_until_with(
-                &service,
+                &dist,
                 &fabric,
                 &pause,
                 epoch,
@@ -325,7 +325,7 @@ async fn migrate_partition(
                 || {
                     // A resend carries the truncations made since.
                     if resend {
-                        service.refresh_truncations(&mut batch);
+                        dist.refresh_truncations(&mut batch);
                     }
                     resend = true;
                     batch.encode()
@@ -372,9 +372,8 @@ async fn migrate_partition(
 
 /// True when `target` is the master of the task's partition in the
 /// current view.
-fn is_master(service: &Service, task: &MigrateTask, target: NodeId) -> bool {
-    service
-        .cluster()
+fn is_master(dist: &Distribution, task: &MigrateTask, target: NodeId) -> bool {
+    dist.cluster()
         .namespace(&task.namespace)
         .is_some_and(|map| map.map.replicas(task.partition).first() == Some(&target))
 }
@@ -385,26 +384,21 @@ fn is_master(service: &Service, task: &MigrateTask, target: NodeId) -> bool {
 /// its drops are done). Runs beside the sending, outside the
 /// `migrate-max-partitions` limit.
 async fn retire_partition(
-    service: Arc<Service>,
+    dist: Arc<Distribution>,
     fabric: Arc<dyn Fabric>,
     pause: Arc<dyn Pause>,
     epoch: u64,
     cluster_key: u64,
     task: MigrateTask,
 ) {
-    let migrations = &service.migrations;
+    let migrations = &dist.migrations;
     // The targets hold this copy now: the copies it covers outside the
     // replica list may go. Each retiree is told until it acknowledges or
     // the plan moves on (a retiree that died leaves the view).
-    let notice = super::encode_drop(
-        cluster_key,
-        service.node_id,
-        &task.namespace,
-        task.partition,
-    );
+    let notice = super::encode_drop(cluster_key, dist.node_id, &task.namespace, task.partition);
     let tell = |node: NodeId| {
         call_until(
-            &service,
+            &dist,
             &fabric,
             &pause,
             epoch,
@@ -414,7 +408,7 @@ async fn retire_partition(
     };
     join_all(task.retire.iter().map(|node| tell(*node)).collect()).await;
     if task.drop_after && migrations.epoch() == epoch {
-        service.drop_copy(&task.namespace, task.partition);
+        dist.drop_copy(&task.namespace, task.partition);
     }
     // Last: `cluster-stable` counts the copy until its drops are done.
     migrations.finished(epoch, &task.namespace, task.partition);
@@ -423,7 +417,7 @@ async fn retire_partition(
 /// Calls `to` (`kind`, `payload`) until `accept` takes an answer, pausing
 /// [`RETRY_PAUSE_MS`] between tries; `None` once the plan `epoch` is over.
 async fn call_until<T>(
-    service: &Service,
+    dist: &Distribution,
     fabric: &Arc<dyn Fabric>,
     pause: &Arc<dyn Pause>,
     epoch: u64,
@@ -431,7 +425,7 @@ async fn call_until<T>(
     accept: impl FnMut(Result<Vec<u8>, FabricError>) -> Option<T>,
 ) -> Option<T> {
     call_until_with(
-        service,
+        dist,
         fabric,
         pause,
         epoch,
@@ -444,7 +438,7 @@ async fn call_until<T>(
 
 /// [`call_until`] with the payload of each try from `payload`.
 async fn call_until_with<T>(
-    service: &Service,
+    dist: &Distribution,
     fabric: &Arc<dyn Fabric>,
     pause: &Arc<dyn Pause>,
     epoch: u64,
@@ -452,7 +446,7 @@ async fn call_until_with<T>(
     mut payload: impl FnMut() -> Vec<u8>,
     mut accept: impl FnMut(Result<Vec<u8>, FabricError>) -> Option<T>,
 ) -> Option<T> {
-    while service.migrations.epoch() == epoch {
+    while dist.migrations.epoch() == epoch {
         let answer = fabric
             .call(to, kind, payload(), Duration::from_millis(BATCH_TIMEOUT_MS))
             .await;
