@@ -169,13 +169,11 @@ pub(crate) fn check_ops(
     modules: &citrine_udf::Registry,
 ) -> Result<(), ResultCode> {
     if message.field(field_type::UDF_OP).is_some() {
-        // A UDF job: the module and function instead of ops; a module this
-        // node does not have fails the job at once (clients register a
-        // module on every node before they use it).
-        let registry = citrine_udf::Registry::default();
-        return match crate::udf::call_of(&registry, message)? {
-            Some(call) if modules.get(&format!("{}.lua", call.module)).is_some() => Ok(()),
-            Some(_) => Err(ResultCode::UdfExecution),
+        // A UDF job: the module and function instead of ops. A module this
+        // node does not have is no reason to refuse it: the job runs and
+        // each record's call fails (`recs-failed`), as the reference's does.
+        return match crate::udf::call_of(modules, message)? {
+            Some(_) => Ok(()),
             None => Err(ResultCode::Parameter),
         };
     }

@@ -411,7 +411,9 @@ pub(crate) struct UdfCall<'m> {
 }
 
 /// The UDF a request names, if any: module and function are both needed,
-/// as UTF-8; the arguments must be a msgpack list.
+/// as UTF-8; the arguments must be a msgpack list. An empty module or
+/// function name is a call like any other, which fails when it runs (100:
+/// no such module or function), as the reference answers it.
 pub(crate) fn parse_call<'m>(
     registry: &'m Registry,
     field: impl Fn(u8) -> Option<&'m [u8]>,
@@ -425,9 +427,6 @@ pub(crate) fn parse_call<'m>(
     };
     let module = std::str::from_utf8(module).map_err(|_| ResultCode::Parameter)?;
     let function = std::str::from_utf8(function).map_err(|_| ResultCode::Parameter)?;
-    if module.is_empty() || function.is_empty() {
-        return Err(ResultCode::Parameter);
-    }
     let args = field(field_type::UDF_ARGLIST).unwrap_or_default();
     if !args.is_empty() && !matches!(value::decode(args), Ok(Value::List(_))) {
         return Err(ResultCode::Parameter);

@@ -19,6 +19,8 @@ struct Background<'a> {
     rate: Option<u32>,
     /// (op type, particle type, bin, value)
     ops: Vec<(u8, u8, &'a str, Vec<u8>)>,
+    /// A UDF job's module and function.
+    udf: Option<(&'a str, &'a str)>,
 }
 
 /// Sends a background request; answers the single reply's result code.
@@ -43,6 +45,13 @@ fn submit(service: &Service, request: &Background<'_>) -> u8 {
     }
     if let Some(rate) = request.rate {
         writer.field(field_type::RECORDS_PER_SECOND, &rate.to_be_bytes());
+    }
+    if let Some((module, function)) = request.udf {
+        writer
+            .field(field_type::UDF_OP, &[crate::scan::udf_op::BACKGROUND])
+            .field(field_type::UDF_FILENAME, module.as_bytes())
+            .field(field_type::UDF_FUNCTION, function.as_bytes())
+            .field(field_type::UDF_ARGLIST, &[0x90]);
     }
     for (op, particle, bin, value) in &request.ops {
         writer.op(*op, *particle, bin.as_bytes(), value);
@@ -432,4 +441,28 @@ fn jobs_past_the_active_limit_are_refused() {
             std::time::Duration::from_secs(5),
         );
     });
+}
+
+/// A UDF job naming a module this node does not have is accepted (as the
+/// reference accepts it) and fails on each record: nothing is written, and
+/// `query-show` counts the failures.
+#[test]
+fn a_udf_job_with_a_module_that_does_not_exist_fails_on_each_record() {
+    let (service, _) = service();
+    for key in 0..7 {
+        put(&service, "demo", &format!("k{key}"), &[("n", key)], false);
+    }
+    let request = Background {
+        set: Some("demo"),
+        trid: 12,
+        udf: Some(("absent", "f")),
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &request), 0);
+    assert_eq!(show_value(&service, 12, "status"), "done(ok)");
+    assert_eq!(show_value(&service, 12, "recs-failed"), "7");
+    assert_eq!(show_value(&service, 12, "recs-succeeded"), "0");
+    for key in 0..7 {
+        assert_eq!(read(&service, "demo", &format!("k{key}"), "n"), Some(key));
+    }
 }
