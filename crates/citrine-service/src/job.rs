@@ -94,8 +94,8 @@ pub struct Job {
     udf: Vec<(u8, Vec<u8>)>,
     /// RECS_PER_SEC: writes a second, 0 = as fast as they go.
     rate: u32,
-    /// The walk and its place, used by whoever runs the job; `None` when
-    /// nothing is left (an unknown set, or the job is over).
+    /// The walk and its place, used by whoever runs the job; `None` once
+    /// the job is over.
     progress: Mutex<Option<Progress>>,
     status: AtomicU8,
     abort: AtomicBool,
@@ -203,14 +203,13 @@ pub(crate) fn check_ops(
     Ok(())
 }
 
-/// Registers a background job for `message` (its walk `cursor`; `None`
-/// when it selects nothing) and starts it; refused with 211 when
-/// [`MAX_ACTIVE`] jobs are active already.
+/// Registers a background job for `message` (its walk `cursor`) and starts
+/// it; refused with 211 when [`MAX_ACTIVE`] jobs are active already.
 pub(crate) fn submit(
     service: &Service,
     message: &Message<'_>,
     namespace: &Namespace,
-    cursor: Option<Box<ScanCursor>>,
+    cursor: Box<ScanCursor>,
 ) -> Result<(), ResultCode> {
     let text = |kind| {
         message
@@ -221,7 +220,7 @@ pub(crate) fn submit(
         .field(field_type::TASK_ID)
         .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
         .map_or(0, u64::from_be_bytes);
-    let index = cursor.as_ref().and_then(|cursor| cursor.index_name());
+    let index = cursor.index_name();
     let job = Arc::new(Job {
         trid,
         namespace: namespace.config.name.clone(),
@@ -252,7 +251,7 @@ pub(crate) fn submit(
                 value: op.value.to_vec(),
             })
             .collect(),
-        progress: Mutex::new(cursor.map(|cursor| Progress {
+        progress: Mutex::new(Some(Progress {
             cursor,
             pending: VecDeque::new(),
             exhausted: false,

@@ -51,6 +51,15 @@
 //! stored bins (whatever bins the scan projects): a record that does not
 //! pass is skipped, not counted against `max_records`.
 //!
+//! Projection: a scan that names bins (or read ops) returns a record only
+//! when at least one of them answers there; a record holding none of the
+//! bins is left out, as the reference leaves it out (it is not counted
+//! against `max_records` either). With `RESPOND_ALL_OPS` (how clients send
+//! read ops) every op answers, a nil where it has nothing, so every record
+//! is returned. A record on which an op fails (a bin of another type) is
+//! left out too, as the reference leaves it out. An aggregation's bin names are not a
+//! projection: its stream sees whole records, as the reference's does.
+//!
 //! Queries (INDEX_RANGE, field 22): the index is found by name, expression
 //! or bin, key type, collection type and context (`citrine_sindex::Registry::for_query`;
 //! none → 201). A partition's records then come from the index's tree in
@@ -74,7 +83,9 @@ use crate::namespace::Namespace;
 use crate::transaction::{self, is_live, Now};
 use crate::Service;
 use citrine_record::BodyView;
-use citrine_types::{Digest, PartitionId, ResultCode, BIN_NAME_MAX, DIGEST_SIZE, PARTITIONS};
+use citrine_types::{
+    Digest, ParticleType, PartitionId, ResultCode, BIN_NAME_MAX, DIGEST_SIZE, PARTITIONS,
+};
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::msg::{
     field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader,
@@ -179,6 +190,9 @@ pub struct ScanCursor {
     projection: Vec<ProjectionOp>,
     /// Metadata only (`info1 GET_NO_BINS`).
     no_bins: bool,
+    /// `info2 RESPOND_ALL_OPS`: each projected op answers on every record,
+    /// a nil value where it has nothing (so no record is left out).
+    respond_all_ops: bool,
     /// The filter expression (field 43) a record must pass to be returned.
     filter: Option<Box<citrine_exp::Expression>>,
     /// A secondary-index query: records come from the index, not from a
@@ -191,6 +205,11 @@ pub struct ScanCursor {
     max_records: u64,
     /// Records returned so far.
     sent: u64,
+    /// Records selected but left out because none of the projection's bins
+    /// or ops answered on them (not counted against `max_records`).
+    omitted: u64,
+    /// Records left out because a projected op failed on them.
+    failed: u64,
     /// RECS_PER_SEC: records a second, 0 = no throttle.
     rate: u32,
     /// When the first step ran (unix ms), for the throttle.
@@ -327,15 +346,19 @@ pub(crate) fn start(
     if background {
         return match parsed {
             Err(code) => refuse(service, out, code),
-            Ok(mut cursor) => {
-                if let Some(cursor) = cursor.as_mut() {
-                    if service.routes() {
-                        // Partitions another node masters are its work.
-                        cursor.keep_mastered_partitions(service);
-                    }
+            Ok(None) => {
+                // A set never written: accepted, with nothing to do and no
+                // job to show (`query-show` answers "job not found", as the
+                // reference's does).
+                transaction::write_stream_end(out, ResultCode::Ok);
+                None
+            }
+            Ok(Some(mut cursor)) => {
+                if service.routes() {
+                    // Partitions another node masters are its work.
+                    cursor.keep_mastered_partitions(service);
                 }
-                let accepted =
-                    crate::job::submit(service, message, &namespace, cursor.map(Box::new));
+                let accepted = crate::job::submit(service, message, &namespace, Box::new(cursor));
                 transaction::write_stream_end(out, accepted.err().unwrap_or(ResultCode::Ok));
                 None
             }
@@ -370,9 +393,28 @@ pub(crate) fn parse(
     namespace: Arc<Namespace>,
     background: bool,
 ) -> Result<Option<ScanCursor>, ResultCode> {
-    if message.field(field_type::UDF_OP).is_some() && message.ops().next().is_some() {
-        // A UDF job or aggregation has no ops of its own.
+    let udf_op = message.field(field_type::UDF_OP);
+    let aggregation = !background && udf_op == Some(&[udf_op::AGGREGATE][..]);
+    if udf_op.is_some()
+        && message
+            .ops()
+            .any(|op| !aggregation || op.op_type != op_type::READ)
+    {
+        // A UDF job has no ops of its own. An aggregation's bin reads are
+        // the bins its client selected: its stream sees whole records all
+        // the same, as the reference's does.
         return Err(ResultCode::Parameter);
+    }
+    let set_name = message.field(field_type::SET).unwrap_or_default();
+    if set_name.len() > citrine_types::SET_NAME_MAX || set_name.contains(&0) {
+        return Err(ResultCode::Parameter);
+    }
+    let known_set = set_name.is_empty() || namespace.sets.existing_id(set_name).is_some();
+    if !known_set && (background || aggregation) {
+        // A job or an aggregation over a set never written selects nothing,
+        // whatever its filter names (the reference's answer); a plain
+        // query still needs its index first (201 without one).
+        return Ok(None);
     }
     let query = match message.field(field_type::INDEX_RANGE) {
         Some(range) => Some(query(message, &namespace, range)?),
@@ -402,10 +444,6 @@ pub(crate) fn parse(
             u32::from_be_bytes(word)
         }
     };
-    let set_name = message.field(field_type::SET).unwrap_or_default();
-    if set_name.len() > citrine_types::SET_NAME_MAX || set_name.contains(&0) {
-        return Err(ResultCode::Parameter);
-    }
     let set = if set_name.is_empty() {
         SetFilter::All
     } else {
@@ -426,7 +464,7 @@ pub(crate) fn parse(
             .map(set_index_scan),
     };
     let mut projection = Vec::new();
-    for op in message.ops().filter(|_| !background) {
+    for op in message.ops().filter(|_| !background && !aggregation) {
         match op.op_type {
             op_type::READ => {
                 if op.name.len() > BIN_NAME_MAX {
@@ -477,11 +515,14 @@ pub(crate) fn parse(
         set,
         projection,
         no_bins,
+        respond_all_ops: message.header.info2 & info2::RESPOND_ALL_OPS != 0,
         filter,
         query,
         collected: background.then(Vec::new),
         max_records: if background { 0 } else { max_records },
         sent: 0,
+        omitted: 0,
+        failed: 0,
         // A background job paces its writes itself (`job`).
         rate: if background { 0 } else { rate },
         paced_since_ms: None,
@@ -1219,6 +1260,7 @@ impl ScanCursor {
             .set_names
             .entry(set_id)
             .or_insert_with(|| namespace.sets.name(set_id));
+        let message_start = out.len();
         let mut writer = MessageWriter::begin_bare(out, &header);
         writer
             .field(field_type::NAMESPACE, namespace.config.name.as_bytes())
@@ -1235,6 +1277,8 @@ impl ScanCursor {
         if let Some(bval) = bval.filter(|_| self.query.as_ref().is_some_and(|q| q.send_bval)) {
             writer.field(field_type::BVAL_ARRAY, &bval.to_le_bytes());
         }
+        let mut answered = false;
+        let mut failed = false;
         if !self.no_bins {
             if self.projection.is_empty() {
                 for bin in view.bins() {
@@ -1245,19 +1289,47 @@ impl ScanCursor {
                     if op.op_type == op_type::READ {
                         if let Some(bin) = view.bin(&op.name) {
                             writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
+                            answered = true;
+                        } else if self.respond_all_ops {
+                            writer.op(op_type::READ, ParticleType::Null as u8, &op.name, &[]);
+                            answered = true;
                         }
                         continue;
                     }
-                    // A query has no way to answer one record's error: an
-                    // op that fails on this record (a bin of another type,
-                    // say) answers nothing, as an op whose bin is missing.
-                    if let Some((particle_type, value)) = op.evaluate(&view, &record, now) {
-                        writer.op(op.op_type, particle_type, &op.name, &value);
+                    match op.evaluate(&view, &record, now) {
+                        Answer::Value(particle_type, value) => {
+                            writer.op(op.op_type, particle_type, &op.name, &value);
+                            answered = true;
+                        }
+                        Answer::Nothing if self.respond_all_ops => {
+                            writer.op(op.op_type, ParticleType::Null as u8, &op.name, &[]);
+                            answered = true;
+                        }
+                        Answer::Nothing => {}
+                        Answer::Failed => {
+                            failed = true;
+                            break;
+                        }
                     }
                 }
             }
         }
         writer.finish();
+        if failed {
+            // An op failed on this record (a bin of another type, say): a
+            // query has no way to answer one record's error, so the record
+            // is left out (`recs-failed`), as the reference leaves it out.
+            out.truncate(message_start);
+            self.failed += 1;
+            return false;
+        }
+        if !self.no_bins && !self.projection.is_empty() && !answered {
+            // None of the projection's bins or ops answered here: the
+            // record is left out, as the reference leaves it out.
+            out.truncate(message_start);
+            self.omitted += 1;
+            return false;
+        }
         true
     }
 }
@@ -1271,30 +1343,47 @@ struct ProjectionOp {
     expression: Option<citrine_exp::ReadOp>,
 }
 
+/// What one projected op answers on one record.
+enum Answer {
+    /// A value (particle type and bytes).
+    Value(u8, Vec<u8>),
+    /// Nothing: its bin is missing, or its expression has no value.
+    Nothing,
+    /// It failed there (a bin of another type, an expression that cannot
+    /// be evaluated on this record).
+    Failed,
+}
+
 impl ProjectionOp {
-    /// The op's result on one record (not a plain bin read): `None` when
-    /// it answers nothing or fails there.
-    fn evaluate(
-        &self,
-        view: &BodyView<'_>,
-        record: &RecordView<'_>,
-        now: Now,
-    ) -> Option<(u8, Vec<u8>)> {
+    /// The op's result on one record (not a plain bin read).
+    fn evaluate(&self, view: &BodyView<'_>, record: &RecordView<'_>, now: Now) -> Answer {
+        let answer = |result: Option<(u8, Vec<u8>)>| match result {
+            Some((particle_type, value)) => Answer::Value(particle_type, value),
+            None => Answer::Nothing,
+        };
         if let Some(expression) = &self.expression {
-            return expression.evaluate(record, now.unix_ms).ok().flatten();
+            return match expression.evaluate(record, now.unix_ms) {
+                Ok(result) => answer(result),
+                Err(_) => Answer::Failed,
+            };
         }
-        let (family, _) = crate::transaction::bin_op_family(self.op_type)?;
+        let Some((family, _)) = crate::transaction::bin_op_family(self.op_type) else {
+            return Answer::Failed;
+        };
         let bin = view.bin(&self.name);
         let current = bin
             .as_ref()
             .map(|bin| (bin.particle_type, bin.value.as_ref()));
         let outcome =
             if family == citrine_cdt::Family::Cdt && citrine_cdt::path::is_path(&self.value) {
-                citrine_exp::path_op(&self.value, current, false, record, now.unix_ms).ok()?
+                citrine_exp::path_op(&self.value, current, false, record, now.unix_ms).ok()
             } else {
-                citrine_cdt::apply(family, &self.value, current, false).ok()?
+                citrine_cdt::apply(family, &self.value, current, false).ok()
             };
-        outcome.result
+        match outcome {
+            Some(outcome) => answer(outcome.result),
+            None => Answer::Failed,
+        }
     }
 }
 

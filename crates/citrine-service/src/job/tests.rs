@@ -232,7 +232,9 @@ fn refusals_and_empty_jobs() {
         ..Background::default()
     };
     assert_eq!(submit(&service, &empty), 4);
-    // A set that does not exist: accepted, done at once, nothing written.
+    // A set that does not exist: accepted, with nothing to do and no job
+    // to show (the reference's answers), whether or not its filter has an
+    // index.
     let missing = Background {
         set: Some("nope"),
         trid: 3,
@@ -240,8 +242,16 @@ fn refusals_and_empty_jobs() {
         ..Background::default()
     };
     assert_eq!(submit(&service, &missing), 0);
-    assert_eq!(show_value(&service, 3, "status"), "done(ok)");
-    assert_eq!(show_value(&service, 3, "recs-succeeded"), "0");
+    assert_eq!(info(&service, "query-show:trid=3"), "ERROR:2:job not found");
+    let missing_query = Background {
+        set: Some("nope"),
+        trid: 5,
+        range: Some(int_range("n", 0, 1)),
+        udf: Some(("m", "f")),
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &missing_query), 0);
+    assert_eq!(info(&service, "query-show:trid=5"), "ERROR:2:job not found");
     // A query on an index that does not exist: 201.
     let no_index = Background {
         set: Some("demo"),

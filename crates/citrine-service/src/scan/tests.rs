@@ -20,6 +20,8 @@ struct ScanSpec {
     extra_fields: Vec<(u8, Vec<u8>)>,
     info2: u8,
     namespace: Option<&'static str>,
+    /// Projected read ops after the bin names: (op type, bin, value).
+    ops: Vec<(u8, &'static str, Vec<u8>)>,
 }
 
 fn scan_frame(spec: &ScanSpec) -> Vec<u8> {
@@ -61,6 +63,9 @@ fn scan_frame(spec: &ScanSpec) -> Vec<u8> {
     }
     for bin in &spec.bins {
         writer.op(op_type::READ, 0, bin.as_bytes(), b"");
+    }
+    for (op, bin, value) in &spec.ops {
+        writer.op(*op, 0, bin.as_bytes(), value);
     }
     writer.finish();
     out
@@ -337,6 +342,230 @@ fn no_bins_and_projection() {
     assert!(records
         .iter()
         .all(|record| record.bins.len() == 1 && record.bin("m").is_some()));
+}
+
+/// A record that holds none of the projected bins is left out (as the
+/// reference leaves it out), and does not count against the record limit.
+#[test]
+fn a_projection_leaves_out_the_records_holding_none_of_its_bins() {
+    let (service, _) = populated();
+    let projected = |bins: Vec<&'static str>, max_records: Option<u64>| {
+        scan(
+            &service,
+            ScanSpec {
+                bins,
+                max_records,
+                ..ScanSpec::default()
+            },
+        )
+        .0
+    };
+    // Only the 200 records of "demo" hold bin "m".
+    let records = projected(vec!["m"], None);
+    assert_eq!(records.len(), 200);
+    assert!(records.iter().all(|record| record.bin("m").is_some()));
+    assert_eq!(projected(vec!["m", "absent"], None).len(), 200);
+    assert_eq!(projected(vec!["n"], None).len(), 300);
+    assert!(projected(vec!["absent"], None).is_empty());
+    let limited = projected(vec!["m"], Some(150));
+    assert_eq!(limited.len(), 150);
+    assert!(limited.iter().all(|record| record.bin("m").is_some()));
+    // Metadata only: every record, whatever it holds.
+    let (records, _) = scan(
+        &service,
+        ScanSpec {
+            bins: vec!["absent"],
+            no_bins: true,
+            ..ScanSpec::default()
+        },
+    );
+    assert_eq!(records.len(), 300);
+}
+
+/// With `RESPOND_ALL_OPS` each projected op answers on every record, a nil
+/// where it has nothing; a record an op fails on (a list op on an integer)
+/// is left out either way. As the reference answers.
+#[test]
+fn projected_ops_answer_nil_when_asked_for_all_and_a_failing_op_drops_its_record() {
+    let (service, _) = service();
+    let mut out = Vec::new();
+    let header = MsgHeader {
+        info2: info2::WRITE,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"mixed")
+        .field(field_type::DIGEST, &digest("mixed", "list").0);
+    // A list [1, 2] (particle type 20, msgpack).
+    writer.op(op_type::WRITE, 20, b"l", &[0x92, 0x01, 0x02]);
+    writer.finish();
+    assert_eq!(run(&service, &out)[0].header.result_code, 0);
+    put(&service, "mixed", "int", &[("l", 5)], false);
+    put(&service, "mixed", "none", &[("x", 1)], false);
+    // [SIZE] (list op 16).
+    let size = (op_type::CDT_READ, "l", vec![0x91, 0x10]);
+    let projected = |info2: u8, ops: Vec<(u8, &'static str, Vec<u8>)>| {
+        let (records, _) = scan(
+            &service,
+            ScanSpec {
+                set: Some("mixed"),
+                info2,
+                ops,
+                ..ScanSpec::default()
+            },
+        );
+        let mut answers: Vec<Vec<(String, u8, Vec<u8>)>> = records
+            .iter()
+            .map(|record| {
+                record
+                    .bins
+                    .iter()
+                    .map(|(name, particle, value)| {
+                        (
+                            String::from_utf8_lossy(name).into_owned(),
+                            *particle,
+                            value.clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        answers.sort();
+        answers
+    };
+    let two = 2i64.to_be_bytes().to_vec();
+    assert_eq!(
+        projected(0, vec![size.clone()]),
+        vec![vec![("l".to_owned(), 1, two.clone())]]
+    );
+    assert_eq!(
+        projected(info2::RESPOND_ALL_OPS, vec![size.clone()]),
+        vec![
+            vec![("l".to_owned(), 0, vec![])],
+            vec![("l".to_owned(), 1, two.clone())],
+        ]
+    );
+    // A bin read answers a nil too when asked for all.
+    assert_eq!(
+        projected(info2::RESPOND_ALL_OPS, vec![(op_type::READ, "x", vec![])]).len(),
+        3
+    );
+    assert_eq!(projected(0, vec![(op_type::READ, "x", vec![])]).len(), 1);
+}
+
+/// Registers `sum.lua`: `sum_m` sums bin `m` of the records its stream
+/// gets, `count` counts them.
+fn put_sum_module(service: &Service) {
+    use base64::Engine as _;
+    let source = "local function plus(a, b) return a + b end\n\
+        function sum_m(stream) return stream : map(function(rec) return rec['m'] end) : reduce(plus) end\n\
+        function count(stream) return stream : map(function(rec) return 1 end) : reduce(plus) end\n";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let answers = crate::tests::info(
+        service,
+        &[&format!("udf-put:filename=sum.lua;content={content};")],
+    );
+    assert_eq!(answers[0].1, "ok");
+}
+
+/// An aggregation of `function` over `set`, with the bins a client
+/// selected and an index range, if any: its result code and the values
+/// its stream emitted (one per partition).
+fn aggregate(
+    service: &Service,
+    set: &'static str,
+    function: &str,
+    bins: Vec<&'static str>,
+    range: Option<Vec<u8>>,
+) -> (u8, Vec<i64>) {
+    let mut extra_fields = vec![
+        (field_type::UDF_OP, vec![udf_op::AGGREGATE]),
+        (field_type::UDF_FILENAME, b"sum".to_vec()),
+        (field_type::UDF_FUNCTION, function.as_bytes().to_vec()),
+        (field_type::UDF_ARGLIST, vec![0x90]),
+    ];
+    extra_fields.extend(range.map(|range| (field_type::INDEX_RANGE, range)));
+    let mut messages = run(
+        service,
+        &scan_frame(&ScanSpec {
+            set: Some(set),
+            bins,
+            extra_fields,
+            ..ScanSpec::default()
+        }),
+    );
+    let last = messages.pop().unwrap();
+    assert_eq!(last.header.info3, info3::LAST);
+    let values = messages
+        .iter()
+        .filter_map(|message| message.bin("SUCCESS"))
+        .map(|value| i64::from_be_bytes(value.try_into().unwrap()))
+        .collect();
+    (last.header.result_code, values)
+}
+
+/// An aggregation that also selects bins runs (the reference runs it), and
+/// its stream sees whole records, not just the bins selected.
+#[test]
+fn an_aggregation_selecting_bins_sees_whole_records() {
+    let (service, _) = populated();
+    put_sum_module(&service);
+    let expected: i64 = (0..200).map(|key: i64| -key).sum();
+    let (code, values) = aggregate(&service, "demo", "sum_m", vec!["n"], None);
+    assert_eq!(code, 0);
+    assert_eq!(values.iter().sum::<i64>(), expected);
+    // Selected bins that no record holds leave no record out either.
+    let (code, values) = aggregate(&service, "demo", "count", vec!["absent"], None);
+    assert_eq!((code, values.iter().sum::<i64>()), (0, 200));
+    // With an index filter.
+    assert_eq!(
+        crate::tests::info(
+            &service,
+            &["sindex-create:ns=test;set=demo;indexname=n;bin=n;type=NUMERIC"]
+        )[0]
+        .1,
+        "ok"
+    );
+    let range = crate::sindex::tests::int_range("n", 10, 19);
+    let (code, values) = aggregate(&service, "demo", "sum_m", vec!["n"], Some(range));
+    assert_eq!((code, values.iter().sum::<i64>()), (0, -145));
+}
+
+/// An aggregation over a set never written answers success with nothing,
+/// whether or not its filter has an index; over a set that exists, a
+/// filter without an index answers 201 (the reference's answers).
+#[test]
+fn an_aggregation_over_a_set_never_written_selects_nothing() {
+    let (service, _) = populated();
+    put_sum_module(&service);
+    let unindexed = || Some(crate::sindex::tests::int_range("n", 0, 10));
+    assert_eq!(
+        aggregate(&service, "never", "count", vec![], unindexed()),
+        (0, vec![])
+    );
+    assert_eq!(
+        aggregate(&service, "never", "count", vec!["n"], None),
+        (0, vec![])
+    );
+    assert_eq!(
+        aggregate(&service, "demo", "count", vec![], unindexed()),
+        (201, vec![])
+    );
+    // A plain query over a set never written still needs its index.
+    assert_eq!(
+        refused(
+            &service,
+            ScanSpec {
+                set: Some("never"),
+                partition_done: true,
+                extra_fields: vec![(field_type::INDEX_RANGE, unindexed().unwrap())],
+                ..ScanSpec::default()
+            }
+        ),
+        201
+    );
 }
 
 #[test]
