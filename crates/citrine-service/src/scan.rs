@@ -79,6 +79,7 @@
 //! Not yet: UDF scans and queries (field 33) and geo filters answer 16.
 
 use crate::filter::RecordView;
+use crate::job::monitor::{Counts, JobType, Monitor, Origin, Reason, Watch};
 use crate::namespace::Namespace;
 use crate::transaction::{self, is_live, Now};
 use crate::Service;
@@ -239,6 +240,12 @@ pub struct ScanCursor {
     /// A background job's partitions not walked yet, pinned so that their
     /// copies stay here until walked.
     pins: Option<PinGuard>,
+    /// A client's foreground scan or query: the job `query-show` shows,
+    /// told of the walk's counts after each step and ended with its stream
+    /// (or, when the cursor is dropped before, as abandoned).
+    watch: Option<Watch>,
+    /// Records a filter expression left out.
+    filtered: u64,
 }
 
 /// Pins on the partitions a background job's cursor still has to walk
@@ -304,10 +311,12 @@ pub(crate) mod udf_op {
 /// Starts a scan (or refuses a query): validates the request and returns the
 /// cursor whose steps produce the stream, or `None` after writing a
 /// one-message refusal (or, for an unknown set, an empty complete stream).
+/// A client's scan is a job `query-show` shows (see [`crate::job::monitor`]).
 pub(crate) fn start(
     service: &Service,
     message: &Message<'_>,
     out: &mut Vec<u8>,
+    origin: Origin,
 ) -> Option<ScanCursor> {
     let header = message.header;
     let has = |kind: u8| message.field(kind).is_some();
@@ -338,49 +347,111 @@ pub(crate) fn start(
     else {
         return refuse(service, out, ResultCode::Namespace);
     };
-    let parsed = match background {
-        true => crate::job::check_ops(message, service.udf_registry())
-            .and_then(|()| parse(message, Arc::clone(&namespace), background)),
-        false => parse(message, Arc::clone(&namespace), background),
-    };
     if background {
-        return match parsed {
-            Err(code) => refuse(service, out, code),
-            Ok(None) => {
-                // A set never written: accepted, with nothing to do and no
-                // job to show (`query-show` answers "job not found", as the
-                // reference's does).
-                transaction::write_stream_end(out, ResultCode::Ok);
-                None
-            }
-            Ok(Some(mut cursor)) => {
-                if service.routes() {
-                    // Partitions another node masters are its work.
-                    cursor.keep_mastered_partitions(service);
-                }
-                let accepted = crate::job::submit(service, message, &namespace, Box::new(cursor));
-                transaction::write_stream_end(out, accepted.err().unwrap_or(ResultCode::Ok));
-                None
-            }
-        };
+        let parsed = crate::job::check_ops(message, service.udf_registry())
+            .and_then(|()| parse(message, Arc::clone(&namespace), background));
+        start_background(service, message, out, &namespace, parsed, origin);
+        return None;
     }
-    let cursor = match parsed {
-        Ok(Some(mut cursor)) => {
-            if service.routes() {
-                cursor.keep_served_partitions(service, lists_partitions(message));
-            }
-            cursor
+    let parsed = parse(message, Arc::clone(&namespace), background);
+    start_foreground(service, message, out, &namespace, parsed, origin)
+}
+
+/// A background job's answer: accepted (0) and started, or refused.
+fn start_background(
+    service: &Service,
+    message: &Message<'_>,
+    out: &mut Vec<u8>,
+    namespace: &Namespace,
+    parsed: Result<Option<ScanCursor>, ResultCode>,
+    origin: Origin,
+) {
+    let mut cursor = match parsed {
+        Err(code) => {
+            refuse(service, out, code);
+            return;
         }
         Ok(None) => {
-            // Unknown set: nothing to return, the stream completes normally.
-            service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
-            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            // A set never written: accepted, with nothing to do and no
+            // job to show (`query-show` answers "job not found", as the
+            // reference's does).
             transaction::write_stream_end(out, ResultCode::Ok);
-            return None;
+            return;
         }
+        Ok(Some(cursor)) => cursor,
+    };
+    if service.routes() {
+        // Partitions another node masters are its work.
+        cursor.keep_mastered_partitions(service);
+    }
+    let from = match origin {
+        Origin::Client(from) => from,
+        Origin::Peer => None,
+    };
+    let start = out.len();
+    match crate::job::submit(service, message, namespace, Box::new(cursor), from) {
+        Ok(monitor) => {
+            transaction::write_stream_end(out, ResultCode::Ok);
+            if let Some(monitor) = monitor {
+                monitor.add_net_io(out.len() - start);
+            }
+        }
+        Err(code) => transaction::write_stream_end(out, code),
+    }
+}
+
+/// A foreground scan's or query's cursor (watched by a job `query-show`
+/// shows when a client sent it), or its refusal.
+fn start_foreground(
+    service: &Service,
+    message: &Message<'_>,
+    out: &mut Vec<u8>,
+    namespace: &Namespace,
+    parsed: Result<Option<ScanCursor>, ResultCode>,
+    origin: Origin,
+) -> Option<ScanCursor> {
+    let cursor = match parsed {
+        Ok(cursor) => cursor,
         Err(code) => return refuse(service, out, code),
     };
+    let watch = match origin {
+        Origin::Client(from) => {
+            let index = cursor.as_ref().and_then(ScanCursor::index_name);
+            let monitor = Monitor::new(
+                message,
+                JobType::Basic,
+                &namespace.config.name,
+                index,
+                from,
+                service.now().unix_ms,
+            );
+            match service
+                .jobs
+                .monitors
+                .add_foreground(monitor, Arc::clone(&service.clock))
+            {
+                Ok(watch) => Some(watch),
+                Err(code) => return refuse(service, out, code),
+            }
+        }
+        Origin::Peer => None,
+    };
     service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
+    let Some(mut cursor) = cursor else {
+        // Unknown set: nothing to return, the stream completes normally.
+        service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+        let start = out.len();
+        transaction::write_stream_end(out, ResultCode::Ok);
+        if let Some(watch) = watch {
+            watch.monitor.add_net_io(out.len() - start);
+            watch.finish(Reason::Ok);
+        }
+        return None;
+    };
+    if service.routes() {
+        cursor.keep_served_partitions(service, lists_partitions(message));
+    }
+    cursor.watch = watch;
     Some(cursor)
 }
 
@@ -535,6 +606,8 @@ pub(crate) fn parse(
         blocked: false,
         recheck: false,
         pins: None,
+        watch: None,
+        filtered: 0,
     }))
 }
 
@@ -751,12 +824,33 @@ impl ScanCursor {
             .unwrap_or_default()
     }
 
-    /// How much of the scan is done, percent of its partitions.
-    pub(crate) fn progress_pct(&self) -> u64 {
+    /// How much of the scan is done, in hundredths of a percent of its
+    /// partitions.
+    pub(crate) fn progress_hundredths(&self) -> u64 {
         match self.partitions.len() {
-            0 => 100,
-            total => (self.next * 100 / total) as u64,
+            0 => 10_000,
+            total => (self.next * 10_000 / total) as u64,
         }
+    }
+
+    /// The walk's counts so far, as `query-show` shows them: records sent
+    /// or left out for their projection succeeded (the reference counts
+    /// both), those a projected op failed on failed, and every one went
+    /// through the throttle when the scan has a rate.
+    pub(crate) fn counts(&self) -> Counts {
+        let succeeded = self.sent + self.omitted;
+        Counts {
+            succeeded,
+            failed: self.failed,
+            filtered: self.filtered,
+            throttled: if self.rate > 0 { succeeded } else { 0 },
+        }
+    }
+
+    /// Records the filter expression left out since the last call (a
+    /// background job's, which counts them itself).
+    pub(crate) fn take_filtered(&mut self) -> u64 {
+        std::mem::take(&mut self.filtered)
     }
 
     /// Takes the partitions found unavailable (they are then not reported
@@ -884,6 +978,33 @@ impl ScanCursor {
 
     /// [`ScanCursor::step`] in place: true once the stream ended.
     pub(crate) fn advance(&mut self, service: &Service, now: Now, out: &mut Vec<u8>) -> bool {
+        let frame_start = out.len();
+        let finished = self.walk_step(service, now, out);
+        if let Some(watch) = &self.watch {
+            watch.monitor.add_net_io(out.len() - frame_start);
+            watch
+                .monitor
+                .set_counts(self.counts(), self.progress_hundredths());
+            if finished {
+                // (Ended by an abort: `user-aborted`, see `Monitor::finish`.)
+                watch.finish(Reason::Ok);
+            }
+        }
+        finished
+    }
+
+    /// One step's frame (see [`ScanCursor::advance`]); a client's scan
+    /// that `query-abort` stopped ends here with 15 (query aborted).
+    fn walk_step(&mut self, service: &Service, now: Now, out: &mut Vec<u8>) -> bool {
+        if self
+            .watch
+            .as_ref()
+            .is_some_and(|watch| watch.monitor.abort_requested())
+        {
+            transaction::write_stream_end(out, ResultCode::QueryAbort);
+            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
         let frame_start = out.len();
         out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
         for partition in std::mem::take(&mut self.unavailable) {
@@ -1242,6 +1363,7 @@ impl ScanCursor {
             }
             if let Some(filter) = &self.filter {
                 if crate::filter::check(filter, &record, now).is_err() {
+                    self.filtered += 1;
                     return false;
                 }
             }

@@ -113,7 +113,8 @@ fn a_background_scan_writes_every_record_of_its_set() {
     assert_eq!(show_value(&service, 77, "status"), "done(ok)");
     assert_eq!(show_value(&service, 77, "recs-succeeded"), "60");
     assert_eq!(show_value(&service, 77, "recs-failed"), "0");
-    assert_eq!(show_value(&service, 77, "job-progress"), "100");
+    assert_eq!(show_value(&service, 77, "job-progress"), "100.00");
+    assert_eq!(show_value(&service, 77, "job-type"), "background-ops");
     assert_eq!(show_value(&service, 77, "set"), "demo");
     // The 8.1 form of the command, and the older scan module's.
     assert_eq!(
@@ -127,7 +128,7 @@ fn a_background_scan_writes_every_record_of_its_set() {
     );
     assert_eq!(
         info(&service, "query-abort:trid=77"),
-        "ERROR:2:job already finished"
+        "ERROR:2:id not active"
     );
 }
 
@@ -405,8 +406,11 @@ fn a_paced_job_does_not_hold_up_the_ones_after_it() {
             written.parse::<u64>().unwrap() < 40,
             "paced at 10 a second: {written} written so far"
         );
-        assert_eq!(info(&service, "query-abort:trid=1"), "OK");
-        assert!(wait_done(&service, 1, std::time::Duration::from_secs(2)).contains("abandoned"));
+        assert_eq!(info(&service, "query-abort:trid=1"), "ok");
+        assert_eq!(
+            wait_done(&service, 1, std::time::Duration::from_secs(2)),
+            "done(user-aborted)"
+        );
     });
     for key in 0..40 {
         assert_eq!(read(&service, "fast", &format!("f{key}"), "x"), Some(2));
@@ -475,4 +479,49 @@ fn a_udf_job_with_a_module_that_does_not_exist_fails_on_each_record() {
     for key in 0..7 {
         assert_eq!(read(&service, "demo", &format!("k{key}"), "n"), Some(key));
     }
+}
+
+/// A background job's `query-show` line has the reference's fields, in
+/// its order (no `from` here: `Service::handle` knows no client address).
+#[test]
+fn a_background_jobs_line_has_the_references_fields() {
+    let (service, _) = service();
+    put(&service, "demo", "a", &[("n", 1)], false);
+    let keys = |trid: u64| -> String {
+        info(&service, &format!("query-show:id={trid}"))
+            .split(':')
+            .map(|pair| pair.split_once('=').map_or(pair, |(key, _)| key))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let common = "trid ns set rps active-threads status job-progress run-time time-since-done \
+        recs-throttled recs-filtered-meta recs-filtered-bins recs-succeeded recs-failed job-type \
+        net-io-bytes socket-timeout";
+    let ops = Background {
+        set: Some("demo"),
+        trid: 21,
+        rate: Some(500),
+        ops: vec![put_op("x", 1)],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &ops), 0);
+    assert_eq!(keys(21), format!("{common} ops-active"));
+    assert_eq!(show_value(&service, 21, "rps"), "500");
+    assert_eq!(show_value(&service, 21, "recs-throttled"), "1");
+    assert_eq!(show_value(&service, 21, "net-io-bytes"), "30");
+    assert_eq!(show_value(&service, 21, "socket-timeout"), "10000");
+    let udf = Background {
+        set: Some("demo"),
+        trid: 22,
+        udf: Some(("m", "f")),
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &udf), 0);
+    assert_eq!(
+        keys(22),
+        format!("{common} udf-filename udf-function udf-active")
+    );
+    assert_eq!(show_value(&service, 22, "job-type"), "background-udf");
+    assert_eq!(show_value(&service, 22, "udf-filename"), "m");
+    assert_eq!(show_value(&service, 22, "udf-function"), "f");
 }

@@ -22,6 +22,15 @@ struct ScanSpec {
     namespace: Option<&'static str>,
     /// Projected read ops after the bin names: (op type, bin, value).
     ops: Vec<(u8, &'static str, Vec<u8>)>,
+    /// The task id (default: one of its own, as a client's request has:
+    /// `query-show` refuses a scan reusing an active one's).
+    trid: Option<u64>,
+}
+
+/// A task id no other request of these tests uses.
+fn fresh_trid() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1000);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn scan_frame(spec: &ScanSpec) -> Vec<u8> {
@@ -46,7 +55,8 @@ fn scan_frame(spec: &ScanSpec) -> Vec<u8> {
         writer.field(field_type::SET, set.as_bytes());
     }
     writer.field(field_type::SOCKET_TIMEOUT, &1000u32.to_be_bytes());
-    writer.field(field_type::TASK_ID, &42u64.to_be_bytes());
+    let trid = spec.trid.unwrap_or_else(fresh_trid);
+    writer.field(field_type::TASK_ID, &trid.to_be_bytes());
     for (kind, data) in &spec.extra_fields {
         writer.field(*kind, data);
     }
@@ -1293,4 +1303,294 @@ fn a_background_jobs_partitions_are_dropped_only_once_walked() {
         service.drop_deferred("test", stale, epoch);
     }
     assert!(held(stale) > 0, "kept: a later view decides its fate");
+}
+
+/// `query-show`'s line for task id `trid`, as `key=value` pairs in order.
+fn show_pairs(service: &Service, trid: u64) -> Vec<(String, String)> {
+    let line = crate::tests::info(service, &[&format!("query-show:id={trid}")])
+        .remove(0)
+        .1;
+    line.split(':')
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (key.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+fn show_field(service: &Service, trid: u64, key: &str) -> String {
+    show_pairs(service, trid)
+        .into_iter()
+        .find(|(name, _)| name == key)
+        .map(|(_, value)| value)
+        .unwrap_or_else(|| panic!("no {key} for job {trid}"))
+}
+
+/// A scan request with task id `trid` (and the spec's other fields).
+fn scan_with_trid(spec: &ScanSpec, trid: u64) -> Vec<u8> {
+    scan_frame(&ScanSpec {
+        partition_done: true,
+        trid: Some(trid),
+        ..spec.clone()
+    })
+}
+
+/// Starts `frame` as the client at 127.0.0.1:5555 sends it: its first
+/// chunk in `out`, and the rest of its stream if it goes on.
+fn start_from_client(
+    service: &Service,
+    frame: &[u8],
+    out: &mut Vec<u8>,
+) -> Option<crate::Continuation> {
+    let from = std::net::SocketAddr::from(([127, 0, 0, 1], 5555));
+    service
+        .handle_streaming_from(header_of(frame), &frame[8..], out, None, Some(from))
+        .unwrap()
+}
+
+/// A client's scan or query is a `basic` job `query-show` lists, in the
+/// reference's fields and order, while it runs and after it ends.
+#[test]
+fn a_clients_scan_is_a_job_query_show_lists() {
+    let (service, _) = populated();
+    let spec = ScanSpec {
+        set: Some("demo"),
+        pids: Some((0..4096).collect()),
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    let mut pending = start_from_client(&service, &scan_with_trid(&spec, 4242), &mut out);
+    while let Some(continuation) = pending {
+        pending = service.resume(continuation, &mut out);
+    }
+    let keys: Vec<String> = show_pairs(&service, 4242)
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    let expected = "trid ns set n-pids-requested n-keyds-requested rps active-threads status \
+        job-progress run-time time-since-done recs-throttled recs-filtered-meta recs-filtered-bins \
+        recs-succeeded recs-failed from job-type net-io-bytes net-io-time socket-timeout";
+    assert_eq!(keys.join(" "), expected);
+    let field = |key| show_field(&service, 4242, key);
+    assert_eq!(field("trid"), "4242");
+    assert_eq!(field("set"), "demo");
+    assert_eq!(field("n-pids-requested"), "4096");
+    assert_eq!(field("status"), "done(ok)");
+    assert_eq!(field("job-progress"), "100.00");
+    assert_eq!(field("active-threads"), "0");
+    assert_eq!(field("recs-succeeded"), "200");
+    assert_eq!(field("from"), "127.0.0.1+5555");
+    assert_eq!(field("job-type"), "basic");
+    assert_eq!(field("net-io-bytes"), out.len().to_string());
+    assert_eq!(field("socket-timeout"), "1000");
+    // A query names its index; a scan of a set never written is a job too.
+    assert_eq!(
+        crate::tests::info(
+            &service,
+            &["sindex-create:ns=test;set=demo;indexname=by_n;bin=n;type=NUMERIC"]
+        )[0]
+        .1,
+        "ok"
+    );
+    let query = ScanSpec {
+        set: Some("demo"),
+        extra_fields: vec![(
+            field_type::INDEX_RANGE,
+            crate::sindex::tests::int_range("n", 0, 9),
+        )],
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    assert!(start_from_client(&service, &scan_with_trid(&query, 4243), &mut out).is_none());
+    assert_eq!(show_field(&service, 4243, "sindex-name"), "by_n");
+    assert_eq!(show_field(&service, 4243, "recs-succeeded"), "10");
+    let never = ScanSpec {
+        set: Some("never"),
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    assert!(start_from_client(&service, &scan_with_trid(&never, 4244), &mut out).is_none());
+    assert_eq!(show_field(&service, 4244, "status"), "done(ok)");
+    assert_eq!(
+        show_field(&service, 4244, "net-io-bytes"),
+        out.len().to_string()
+    );
+    // Newest first.
+    let all = crate::tests::info(&service, &["query-show"]).remove(0).1;
+    let order: Vec<&str> = all
+        .split(';')
+        .filter_map(|line| line.split(':').next())
+        .collect();
+    assert_eq!(&order[..3], ["trid=4244", "trid=4243", "trid=4242"]);
+}
+
+/// A throttled scan (RECS_PER_SEC 10: one record a step) `query-show`
+/// lists as active while its client reads it; dropped mid-stream (the
+/// client went away) it is abandoned; its task id is not taken by a
+/// second scan meanwhile (4, as the reference refuses it).
+#[test]
+fn a_scan_whose_client_goes_away_is_abandoned() {
+    let (service, _) = populated();
+    let spec = ScanSpec {
+        set: Some("demo"),
+        extra_fields: vec![(field_type::RECORDS_PER_SECOND, 10u32.to_be_bytes().to_vec())],
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    let continuation = start_from_client(&service, &scan_with_trid(&spec, 77), &mut out).unwrap();
+    assert_eq!(show_field(&service, 77, "status"), "active(ok)");
+    assert_eq!(show_field(&service, 77, "active-threads"), "1");
+    assert_eq!(show_field(&service, 77, "rps"), "10");
+    assert_eq!(show_field(&service, 77, "recs-succeeded"), "1");
+    assert_eq!(show_field(&service, 77, "recs-throttled"), "1");
+    let mut second = Vec::new();
+    assert!(start_from_client(&service, &scan_with_trid(&spec, 77), &mut second).is_none());
+    let refusal = decode_stream(&second).0;
+    assert_eq!(refusal[0].header.result_code, 4);
+    drop(continuation);
+    assert_eq!(
+        show_field(&service, 77, "status"),
+        "done(abandoned-response-error)"
+    );
+    assert_eq!(show_field(&service, 77, "job-progress"), "100.00");
+    // Its task id is free again.
+    let mut third = Vec::new();
+    assert!(start_from_client(&service, &scan_with_trid(&spec, 77), &mut third).is_some());
+}
+
+/// `query-abort` stops a client's scan: its stream ends with 15 (query
+/// aborted), and the job is done(user-aborted); the info answers are the
+/// reference's.
+#[test]
+fn query_abort_stops_a_clients_scan() {
+    let (service, _) = populated();
+    let spec = ScanSpec {
+        set: Some("demo"),
+        extra_fields: vec![(field_type::RECORDS_PER_SECOND, 10u32.to_be_bytes().to_vec())],
+        ..ScanSpec::default()
+    };
+    let info = |command: &str| crate::tests::info(&service, &[command]).remove(0).1;
+    let mut out = Vec::new();
+    let continuation = start_from_client(&service, &scan_with_trid(&spec, 91), &mut out).unwrap();
+    assert_eq!(info("query-abort:id=91"), "ok");
+    assert_eq!(show_field(&service, 91, "status"), "active(user-aborted)");
+    let mut rest = Vec::new();
+    assert!(service.resume(continuation, &mut rest).is_none());
+    let (messages, _) = decode_stream(&rest);
+    let last = messages.last().unwrap();
+    assert_eq!(
+        (last.header.info3, last.header.result_code),
+        (info3::LAST, 15)
+    );
+    assert_eq!(show_field(&service, 91, "status"), "done(user-aborted)");
+    assert_eq!(info("query-abort:id=91"), "ERROR:2:id not active");
+    assert_eq!(info("query-abort:id=92"), "ERROR:2:id not active");
+    assert_eq!(info("query-abort:id=0"), "ERROR:4:bad id");
+    assert_eq!(info("query-show:id=x"), "ERROR:4:bad id");
+    assert_eq!(info("query-show:id=92"), "ERROR:2:job not found");
+    // query-abort-all stops every active job.
+    let mut out = Vec::new();
+    let first = start_from_client(&service, &scan_with_trid(&spec, 93), &mut out).unwrap();
+    let second = start_from_client(&service, &scan_with_trid(&spec, 94), &mut out).unwrap();
+    assert_eq!(info("query-abort-all"), "number-of-queries-killed:2");
+    drop((first, second));
+    assert_eq!(info("query-abort-all"), "number-of-queries-killed:0");
+}
+
+/// A client's aggregation is an `aggregation` job (its stream's records
+/// are its successes); one over a set never written is none.
+#[test]
+fn a_clients_aggregation_is_a_job_query_show_lists() {
+    let (service, _) = populated();
+    put_sum_module(&service);
+    let aggregation = |set: &'static str| ScanSpec {
+        set: Some(set),
+        extra_fields: vec![
+            (field_type::UDF_OP, vec![udf_op::AGGREGATE]),
+            (field_type::UDF_FILENAME, b"sum".to_vec()),
+            (field_type::UDF_FUNCTION, b"count".to_vec()),
+            (field_type::UDF_ARGLIST, vec![0x90]),
+        ],
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    let mut pending = start_from_client(
+        &service,
+        &scan_with_trid(&aggregation("demo"), 61),
+        &mut out,
+    );
+    while let Some(continuation) = pending {
+        pending = service.resume(continuation, &mut out);
+    }
+    let keys: Vec<String> = show_pairs(&service, 61)
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    let expected = "trid ns set rps active-threads status job-progress run-time time-since-done \
+        recs-throttled recs-filtered-meta recs-filtered-bins recs-succeeded recs-failed from \
+        job-type net-io-bytes net-io-time socket-timeout";
+    assert_eq!(keys.join(" "), expected);
+    assert_eq!(show_field(&service, 61, "job-type"), "aggregation");
+    assert_eq!(show_field(&service, 61, "status"), "done(ok)");
+    assert_eq!(show_field(&service, 61, "recs-succeeded"), "200");
+    assert_eq!(
+        show_field(&service, 61, "net-io-bytes"),
+        out.len().to_string()
+    );
+    let mut out = Vec::new();
+    assert!(start_from_client(
+        &service,
+        &scan_with_trid(&aggregation("never"), 62),
+        &mut out
+    )
+    .is_none());
+    assert_eq!(
+        crate::tests::info(&service, &["query-show:id=62"])
+            .remove(0)
+            .1,
+        "ERROR:2:job not found"
+    );
+}
+
+/// An aggregation with RECS_PER_SEC is paced as a scan is: the connection
+/// holds it between steps until its records are due.
+#[test]
+fn a_throttled_aggregation_is_paced() {
+    let (service, clock) = populated();
+    put_sum_module(&service);
+    let spec = ScanSpec {
+        set: Some("demo"),
+        partition_done: true,
+        extra_fields: vec![
+            (field_type::UDF_OP, vec![udf_op::AGGREGATE]),
+            (field_type::UDF_FILENAME, b"sum".to_vec()),
+            (field_type::UDF_FUNCTION, b"count".to_vec()),
+            (field_type::UDF_ARGLIST, vec![0x90]),
+            (field_type::RECORDS_PER_SECOND, 50u32.to_be_bytes().to_vec()),
+        ],
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    let mut pending = start_scan(&service, &spec, &mut out);
+    let mut steps = 0;
+    while let Some(continuation) = pending {
+        // Five records a step at 50 a second: each due 100 ms after the last.
+        assert_eq!(
+            service.pause_of(&continuation),
+            Some(std::time::Duration::from_millis(100))
+        );
+        clock.advance_ms(100);
+        assert_eq!(service.pause_of(&continuation), None, "due now");
+        pending = service.resume(continuation, &mut out);
+        steps += 1;
+    }
+    // 200 records five at a time, then the step that ends the stream.
+    assert_eq!(steps, 40);
+    let (messages, _) = decode_stream(&out);
+    let counted: i64 = messages
+        .iter()
+        .filter_map(|message| message.bin("SUCCESS"))
+        .map(|value| i64::from_be_bytes(value.try_into().unwrap()))
+        .sum();
+    assert_eq!(counted, 200);
 }
