@@ -15,11 +15,9 @@
 #   PY_CLIENT_VERSION  PyPI version of `aerospike` to install, as a prebuilt
 #                      wheel, and git tag of the suite (default 19.0.0)
 #   PY_CLIENT_REPO     a git directory (bare or not) of aerospike-client-python
-#                      holding that tag (default: /work/.mirror/aerospike+
-#                      aerospike-client-python/repo if it exists; otherwise the
-#                      tag is cloned from github.com/aerospike/aerospike-client-
-#                      python, which needs the network; PY_CLIENT_REPO=clone
-#                      clones even when the mirror exists). The PyPI sdist
+#                      holding that tag, e.g. a local clone (default: the tag
+#                      is cloned from github.com/aerospike/aerospike-client-
+#                      python, which needs the network). The PyPI sdist
 #                      carries no tests, hence the git source.
 #   TARGET             citrined (default), reference, or both (the reference
 #                      first, then citrined, then the comparison)
@@ -59,7 +57,6 @@ set -euo pipefail
 VER="${PY_CLIENT_VERSION:-19.0.0}"
 TARGET="${TARGET:-citrined}"
 SUITE_TIMEOUT="${SUITE_TIMEOUT:-3600}"
-DEFAULT_MIRROR=/work/.mirror/aerospike+aerospike-client-python/repo
 UPSTREAM=https://github.com/aerospike/aerospike-client-python
 
 SCRIPT_NAME=python-client-suite.sh
@@ -90,8 +87,7 @@ trap 'cleanup; stop_reference' EXIT
 # command substitution, when there is none).
 suite_git_dir() {
     local dir="${PY_CLIENT_REPO:-}"
-    if [ -z "$dir" ] && [ -d "$DEFAULT_MIRROR" ]; then dir=$DEFAULT_MIRROR; fi
-    if [ -n "$dir" ] && [ "$dir" != clone ]; then
+    if [ -n "$dir" ]; then
         git -C "$dir" rev-parse --git-dir >/dev/null 2>&1 \
             || die "PY_CLIENT_REPO=$dir is not a git directory"
         git -C "$dir" rev-parse -q --verify "refs/tags/$VER^{commit}" >/dev/null \

@@ -1,13 +1,12 @@
 # Shared set-up of the scripts that run an external tool against a fresh
 # citrined (go-benchmark.sh, go-client-suite.sh). Source it after setting
 # SCRIPT_NAME and WORK_PREFIX (and NEEDS_GO=0 when the caller runs no Go
-# tool, NEEDS_CITRINED=0 when it starts no citrined); it defines die(),
-# checks for go (unless NEEDS_GO=0) and python3, creates $WORK, installs a
-# trap that stops $SERVER_PID and $NOOP_PID on exit, sets $CITRINED to a
-# copy of the release binary (built unless NO_BUILD=1, or the caller's own
-# CITRINED; neither with NEEDS_CITRINED=0), and defines start_citrined,
-# start_cluster and start_noop (below). Nodes take ports up to $PORT_LAST
-# (default 3449; set it when $PORT is above that range).
+# tool); it defines die(), checks for go (unless NEEDS_GO=0) and python3,
+# creates $WORK, installs a trap that stops $SERVER_PID and $NOOP_PID on
+# exit, sets $CITRINED to a copy of the release binary (built unless
+# NO_BUILD=1, or the caller's own CITRINED; neither with NEEDS_CITRINED=0,
+# for a run against another server), and defines start_citrined,
+# start_cluster and start_noop (below).
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -37,10 +36,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PORT_LAST="${PORT_LAST:-3449}"
-
 if [ "${NEEDS_CITRINED:-1}" = "0" ]; then
-    :
+    : # the caller runs no citrined (a run against another server)
 elif [ -z "${CITRINED:-}" ]; then
     if [ "${NO_BUILD:-0}" != "1" ]; then
         echo "== cargo build --release -p citrine-server"
@@ -51,7 +48,9 @@ elif [ -z "${CITRINED:-}" ]; then
     cp "$REPO/target/release/citrined" "$WORK/citrined"
     CITRINED="$WORK/citrined"
 fi
-[ "${NEEDS_CITRINED:-1}" = "0" ] || [ -x "$CITRINED" ] || die "CITRINED=$CITRINED is not executable"
+if [ "${NEEDS_CITRINED:-1}" != "0" ]; then
+    [ -x "$CITRINED" ] || die "CITRINED=$CITRINED is not executable"
+fi
 
 # launch WHAT PORT LOG ARGS...: starts $CITRINED on 127.0.0.1:PORT with
 # ARGS, sets LAUNCHED_PID, and waits until it listens.
@@ -64,13 +63,19 @@ launch() {
     wait_listening "$port" "$LAUNCHED_PID" "$log" "$what"
 }
 
-# Starts $CITRINED on 127.0.0.1:$PORT (a free port in 3400-$PORT_LAST
+# The ports start_citrined and start_cluster choose from when $PORT is
+# unset (and start_cluster's other nodes in any case): 3400-3449 unless the
+# caller sets PORT_FIRST and PORT_LAST.
+PORT_FIRST=${PORT_FIRST:-3400}
+PORT_LAST=${PORT_LAST:-3449}
+
+# Starts $CITRINED on 127.0.0.1:$PORT (a free port in PORT_FIRST-PORT_LAST
 # unless $PORT is set; extra flags in $CITRINED_ARGS); sets $PORT and
 # $SERVER_PID.
 start_citrined() {
     if [ -z "${PORT:-}" ]; then
-        PORT=$(free_node_port 3400 "$PORT_LAST")
-        [ -n "$PORT" ] || die "no free port in 3400-$PORT_LAST"
+        PORT=$(free_node_port "$PORT_FIRST" "$PORT_LAST")
+        [ -n "$PORT" ] || die "no free port in $PORT_FIRST-$PORT_LAST"
     fi
     port_free "$PORT" || die "port $PORT is in use"
     # shellcheck disable=SC2086
@@ -133,14 +138,14 @@ replication-factor = 2
 type = "memory"
 data-size = "256M"
 TOML
-    local ports=() from=3400
+    local ports=() from=$PORT_FIRST
     for node in $(seq 1 "$nodes"); do
         if [ "$node" = 1 ] && [ -n "${PORT:-}" ]; then
             port=$PORT
         else
             port=$(free_node_port "$from" "$PORT_LAST")
         fi
-        [ -n "$port" ] || die "no free ports for node $node in $from-$PORT_LAST"
+        [ -n "$port" ] || die "no free ports for node $node in $PORT_FIRST-$PORT_LAST"
         port_free "$port" || die "port $port is in use"
         from=$((port + 3))
         [ "$node" = 1 ] && seed=$((port + 2))

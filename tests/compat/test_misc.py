@@ -285,8 +285,9 @@ def test_concurrent_increments_from_several_processes(citrined, client, key):
 def test_query_projects_read_operations(client, set_name):
     """A foreground query's ops: plain bin reads and, since 8.1.2, read operations
     evaluated on each record (here a map read by key and an expression), answered
-    in order as an operate's. A record the op cannot read (a bin of another type)
-    comes back without that op's value."""
+    in order as an operate's. A record an op fails on (a bin of another type) is
+    left out, as the reference leaves it out; an op whose bin is missing answers
+    a nil (the client asks for every op's answer)."""
     from aerospike_helpers import expressions as exp
     from aerospike_helpers.operations import expression_operations as eo
     from aerospike_helpers.operations import map_operations as mo
@@ -294,6 +295,7 @@ def test_query_projects_read_operations(client, set_name):
     for i in range(3):
         client.put(("test", set_name, i), {"a": i, "nested": {"value": 10 + i}})
     client.put(("test", set_name, "odd"), {"a": 9, "nested": 5})
+    client.put(("test", set_name, "flat"), {"a": 7})
     q = client.query("test", set_name)
     q.add_ops([
         op.read("a"),
@@ -305,5 +307,30 @@ def test_query_projects_read_operations(client, set_name):
         {"a": 0, "nested": 10, "twice": 0},
         {"a": 1, "nested": 11, "twice": 2},
         {"a": 2, "nested": 12, "twice": 4},
-        {"a": 9, "twice": 18},
+        {"a": 7, "nested": None, "twice": 14},
     ]
+
+
+@pytest.mark.scan
+def test_a_scan_selecting_bins_leaves_out_the_records_holding_none_of_them(client, set_name):
+    """A scan that selects bins returns only the records that hold one of them,
+    as the reference does: a record holding none of the bins is left out, not
+    returned with no bins. Read ops ask for every op's answer: a record without
+    the bin comes back with a nil."""
+    for i in range(6):
+        client.put(("test", set_name, i), {"a": i} if i % 2 == 0 else {"b": i})
+
+    def scan(select=(), ops=()):
+        q = client.query("test", set_name)
+        if select:
+            q.select(*select)
+        if ops:
+            q.add_ops(list(ops))
+        return sorted((r[2] for r in q.results()), key=lambda bins: repr(sorted(bins.items())))
+
+    assert scan(select=["a"]) == [{"a": 0}, {"a": 2}, {"a": 4}]
+    assert len(scan(select=["a", "b"])) == 6
+    assert scan(select=["nosuchbin"]) == []
+    assert sorted(r["b"] or 0 for r in scan(ops=[op.read("b")])) == [0, 0, 0, 1, 3, 5]
+    assert len(scan()) == 6
+

@@ -208,3 +208,66 @@ def test_aggregations(client, set_name, make_key):
         assert sorted(query.results()) == list(range(1, 101, 2))
     finally:
         aggregating.udf_remove("citrine_streams.lua")
+
+
+def test_an_aggregation_selecting_bins_sees_whole_records(client, set_name, make_key):
+    """Bins selected beside a stream UDF do not refuse the query (the reference
+    runs it) and do not narrow what the stream sees."""
+    _register(client, LUA_USER_PATH, "citrine_streams.lua", STREAM_MODULE)
+    try:
+        for i in range(1, 11):
+            client.put(make_key(i), {"n": i, "m": 10 * i})
+        query = client.query(NS, set_name)
+        query.select("n")
+        query.apply("citrine_streams", "sum", ["m"])
+        assert query.results() == [550]
+    finally:
+        client.udf_remove("citrine_streams.lua")
+
+
+def test_an_aggregation_over_a_set_never_written_returns_nothing(client, set_name):
+    """On a set that was never written, an aggregation with a filter answers
+    success with no result, whether or not the filter's bin has an index (the
+    reference's answer); a plain query with that filter answers 201."""
+    from aerospike import predicates
+
+    _register(client, LUA_USER_PATH, "citrine_streams.lua", STREAM_MODULE)
+    try:
+        query = client.query(NS, set_name)
+        query.where(predicates.between("n", 1, 5))
+        query.apply("citrine_streams", "sum", ["n"])
+        assert query.results() == []
+        plain = client.query(NS, set_name)
+        plain.where(predicates.between("n", 1, 5))
+        with pytest.raises(ex.IndexNotFound):
+            plain.results()
+    finally:
+        client.udf_remove("citrine_streams.lua")
+
+
+def test_empty_module_and_function_names_are_a_udf_error(client, key):
+    """apply(key, "", "") fails when it runs (100), as the reference answers,
+    not as a malformed request (4)."""
+    client.put(key, {"bin1": 1})
+    for module, function in [("", ""), ("", "f")]:
+        with pytest.raises(ex.UDFError) as error:
+            client.apply(key, module, function, [])
+        assert error.value.code == 100
+    assert client.get(key)[2] == {"bin1": 1}
+
+
+def test_a_background_job_naming_a_missing_module_is_accepted(client, set_name, make_key):
+    """A background UDF job whose module does not exist is accepted (the
+    reference accepts it); it then fails on each record, writing nothing."""
+    for i in range(5):
+        client.put(make_key(i), {"bin1": i})
+    query = client.query(NS, set_name)
+    query.apply("citrine_no_such_module", "test_func", [2])
+    job = query.execute_background()
+    deadline = time.time() + 30
+    while client.job_info(job, aerospike.JOB_QUERY)["status"] != aerospike.JOB_STATUS_COMPLETED:
+        assert time.time() < deadline, "job never finished"
+        time.sleep(0.1)
+    for i in range(5):
+        assert client.get(make_key(i))[2] == {"bin1": i}
+

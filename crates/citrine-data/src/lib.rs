@@ -113,6 +113,11 @@ impl Data {
         self.clock.as_ref()
     }
 
+    /// The clock, shared (for work that reads it later).
+    pub fn clock_shared(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
     /// Unix ms when the data layer opened.
     pub fn started_unix_ms(&self) -> u64 {
         self.started_unix_ms

@@ -3,11 +3,11 @@
 //! selects, on the server, after answering the client at once. Clients
 //! then poll `query-show` until the job is done.
 //!
-//! Owns: the job registry (active jobs and the last [`MAX_DONE`] finished
-//! ones, by transaction id), [`submit`] (from [`crate::scan::start`]),
-//! running a job ([`Service::run_background_jobs`] on the server's
-//! `citrine-jobs` thread, or inline where no such thread runs), and the
-//! `query-show` / `scan-show` / `query-abort` info commands.
+//! Owns: [`submit`] (from [`crate::scan::start`]), running a job
+//! ([`Service::run_background_jobs`] on the server's `citrine-jobs` thread,
+//! or inline where no such thread runs), and [`monitor`]: what
+//! `query-show` shows of every job, foreground or background, and the
+//! `query-show` / `query-abort` / `query-abort-all` info commands.
 //!
 //! A job walks its records with the same [`ScanCursor`] a foreground scan
 //! or query uses (partitions this node masters, set, index range, filter
@@ -30,12 +30,14 @@
 //!
 //! Invariants: a job's ops are write ops only (a read op answers 4 before
 //! the job starts); every selected record gets one write attempt; a job
-//! is `done` once its cursor ends or it is aborted, and stays visible to
-//! `query-show` until [`MAX_DONE`] later jobs finish.
+//! is `done` once its cursor ends or it notices an abort, and stays visible
+//! to `query-show` until [`MAX_DONE`] later jobs finish.
 //!
 //! A UDF job (UDF_OP 2 with a module and function, no ops) sends each
 //! record's write with the UDF fields instead of ops: the record UDF runs
 //! through the same path as a client's `execute` ([`crate::udf`]).
+
+pub(crate) mod monitor;
 
 use crate::namespace::Namespace;
 use crate::scan::ScanCursor;
@@ -45,20 +47,16 @@ use citrine_types::{Digest, ResultCode};
 use citrine_wire::frame::ProtoHeader;
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, info2, info3, op_type, Message, MessageWriter, MsgHeader};
+use monitor::{Counts, JobType, Monitor, Reason};
+pub use monitor::{Origin, MAX_ACTIVE, MAX_DONE};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Finished jobs `query-show` still answers for.
-pub const MAX_DONE: usize = 100;
-
 /// Jobs the runner takes turns between.
 pub const MAX_RUNNING: usize = 8;
-
-/// Jobs active at once (running or waiting for a turn); more are refused.
-pub const MAX_ACTIVE: usize = 256;
 
 /// Writes one job makes in a turn before the runner moves on.
 const WRITES_PER_TURN: usize = 256;
@@ -67,22 +65,11 @@ const WRITES_PER_TURN: usize = 256;
 /// again.
 const FILLING_RECHECK: Duration = Duration::from_millis(100);
 
-/// Where a job stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-enum Status {
-    Active = 0,
-    Done = 1,
-    Aborted = 2,
-}
-
 /// One background job.
 pub struct Job {
-    pub trid: u64,
+    /// What `query-show` shows of it: its task id, status and counts.
+    monitor: Arc<Monitor>,
     namespace: String,
-    set: String,
-    /// The index a query job uses.
-    index: Option<String>,
     /// The request's header, filter expression and ops, for the
     /// per-record writes.
     header: MsgHeader,
@@ -94,25 +81,16 @@ pub struct Job {
     udf: Vec<(u8, Vec<u8>)>,
     /// RECS_PER_SEC: writes a second, 0 = as fast as they go.
     rate: u32,
-    /// The walk and its place, used by whoever runs the job; `None` when
-    /// nothing is left (an unknown set, or the job is over).
+    /// The walk and its place, used by whoever runs the job; `None` once
+    /// the job is over.
     progress: Mutex<Option<Progress>>,
-    status: AtomicU8,
-    abort: AtomicBool,
-    progress_pct: AtomicU64,
-    succeeded: AtomicU64,
-    failed: AtomicU64,
-    filtered: AtomicU64,
-    started_ms: u64,
-    finished_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Job")
-            .field("trid", &self.trid)
+            .field("monitor", &self.monitor)
             .field("namespace", &self.namespace)
-            .field("status", &self.status.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -135,6 +113,20 @@ struct Progress {
     reply: Vec<u8>,
 }
 
+impl Progress {
+    /// How much of the job is done, in hundredths of a percent: the walk's
+    /// share of its partitions, less the share of what it selected that
+    /// is not written yet.
+    fn done_hundredths(&self) -> u64 {
+        let walked = self.cursor.progress_hundredths();
+        let pending = self.pending.len() as u64;
+        match self.attempted + pending {
+            0 => walked,
+            selected => walked * self.attempted / selected,
+        }
+    }
+}
+
 /// What a job's turn ended with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Turn {
@@ -154,12 +146,11 @@ struct JobOp {
     value: Vec<u8>,
 }
 
-/// Jobs waiting for the runner, and the registry.
+/// Jobs waiting for the runner, and what `query-show` knows of every job.
 #[derive(Default)]
 pub(crate) struct Jobs {
     queue: WorkQueue<Arc<Job>>,
-    /// Every job not yet forgotten, oldest first.
-    registry: Mutex<VecDeque<Arc<Job>>>,
+    pub(crate) monitors: monitor::Monitors,
 }
 
 /// Checks a background request's ops: at least one, and only ops that
@@ -169,13 +160,11 @@ pub(crate) fn check_ops(
     modules: &citrine_udf::Registry,
 ) -> Result<(), ResultCode> {
     if message.field(field_type::UDF_OP).is_some() {
-        // A UDF job: the module and function instead of ops; a module this
-        // node does not have fails the job at once (clients register a
-        // module on every node before they use it).
-        let registry = citrine_udf::Registry::default();
-        return match crate::udf::call_of(&registry, message)? {
-            Some(call) if modules.get(&format!("{}.lua", call.module)).is_some() => Ok(()),
-            Some(_) => Err(ResultCode::UdfExecution),
+        // A UDF job: the module and function instead of ops. A module this
+        // node does not have is no reason to refuse it: the job runs and
+        // each record's call fails (`recs-failed`), as the reference's does.
+        return match crate::udf::call_of(modules, message)? {
+            Some(_) => Ok(()),
             None => Err(ResultCode::Parameter),
         };
     }
@@ -205,30 +194,44 @@ pub(crate) fn check_ops(
     Ok(())
 }
 
-/// Registers a background job for `message` (its walk `cursor`; `None`
-/// when it selects nothing) and starts it; refused with 211 when
+/// Registers a background job for `message` (its walk `cursor`, sent by
+/// `from`) and starts it; answers its monitor, or `None` for a job sent
+/// again with a task id already registered (a client retrying a
+/// submission whose answer it lost: it runs once). Refused with 211 when
 /// [`MAX_ACTIVE`] jobs are active already.
 pub(crate) fn submit(
     service: &Service,
     message: &Message<'_>,
     namespace: &Namespace,
-    cursor: Option<Box<ScanCursor>>,
-) -> Result<(), ResultCode> {
-    let text = |kind| {
-        message
-            .field(kind)
-            .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+    cursor: Box<ScanCursor>,
+    from: Option<std::net::SocketAddr>,
+) -> Result<Option<Arc<Monitor>>, ResultCode> {
+    let udf: Vec<(u8, Vec<u8>)> = [
+        field_type::UDF_FILENAME,
+        field_type::UDF_FUNCTION,
+        field_type::UDF_ARGLIST,
+    ]
+    .into_iter()
+    .filter_map(|kind| Some((kind, message.field(kind)?.to_vec())))
+    .collect();
+    let job_type = match udf.is_empty() {
+        true => JobType::BackgroundOps,
+        false => JobType::BackgroundUdf,
     };
-    let trid = message
-        .field(field_type::TASK_ID)
-        .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
-        .map_or(0, u64::from_be_bytes);
-    let index = cursor.as_ref().and_then(|cursor| cursor.index_name());
+    let monitor = Monitor::new(
+        message,
+        job_type,
+        &namespace.config.name,
+        cursor.index_name(),
+        from,
+        service.now().unix_ms,
+    );
+    let Some(monitor) = service.jobs.monitors.add_background(monitor)? else {
+        return Ok(None);
+    };
     let job = Arc::new(Job {
-        trid,
+        monitor: Arc::clone(&monitor),
         namespace: namespace.config.name.clone(),
-        set: text(field_type::SET).unwrap_or_default(),
-        index,
         header: message.header,
         rate: message
             .field(field_type::RECORDS_PER_SECOND)
@@ -237,14 +240,7 @@ pub(crate) fn submit(
         filter: message
             .field(field_type::FILTER_EXPRESSION)
             .map(<[u8]>::to_vec),
-        udf: [
-            field_type::UDF_FILENAME,
-            field_type::UDF_FUNCTION,
-            field_type::UDF_ARGLIST,
-        ]
-        .into_iter()
-        .filter_map(|kind| Some((kind, message.field(kind)?.to_vec())))
-        .collect(),
+        udf,
         ops: message
             .ops()
             .map(|op| JobOp {
@@ -254,7 +250,7 @@ pub(crate) fn submit(
                 value: op.value.to_vec(),
             })
             .collect(),
-        progress: Mutex::new(cursor.map(|cursor| Progress {
+        progress: Mutex::new(Some(Progress {
             cursor,
             pending: VecDeque::new(),
             exhausted: false,
@@ -264,69 +260,16 @@ pub(crate) fn submit(
             frame: Vec::new(),
             reply: Vec::new(),
         })),
-        status: AtomicU8::new(Status::Active as u8),
-        abort: AtomicBool::new(false),
-        progress_pct: AtomicU64::new(0),
-        succeeded: AtomicU64::new(0),
-        failed: AtomicU64::new(0),
-        filtered: AtomicU64::new(0),
-        started_ms: service.now().unix_ms,
-        finished_ms: AtomicU64::new(0),
     });
-    let jobs = &service.jobs;
-    {
-        // The count and the registration under one lock: concurrent
-        // submissions cannot all pass the limit.
-        let mut registry = jobs.registry.lock();
-        if trid != 0 && registry.iter().any(|known| known.trid == trid) {
-            // The same job sent again (a client retrying a submission whose
-            // answer it lost): it runs once.
-            return Ok(());
-        }
-        let active = registry
-            .iter()
-            .filter(|job| job.status() == Status::Active)
-            .count();
-        if active >= MAX_ACTIVE {
-            return Err(ResultCode::QueryQueueFull);
-        }
-        registry.push_back(Arc::clone(&job));
-        // Forget the oldest finished jobs past the limit.
-        let done = registry
-            .iter()
-            .filter(|job| job.status() != Status::Active)
-            .count();
-        let mut excess = done.saturating_sub(MAX_DONE);
-        registry.retain(|job| {
-            if excess > 0 && job.status() != Status::Active {
-                excess -= 1;
-                return false;
-            }
-            true
-        });
-    }
-    if !jobs.queue.push(job) {
+    if !service.jobs.queue.push(job) {
         service.run_pending_background_jobs();
     }
-    Ok(())
+    Ok(Some(monitor))
 }
 
 impl Job {
-    fn status(&self) -> Status {
-        match self.status.load(Ordering::Acquire) {
-            0 => Status::Active,
-            1 => Status::Done,
-            _ => Status::Aborted,
-        }
-    }
-
-    fn finish(&self, service: &Service, status: Status) {
-        self.finished_ms
-            .store(service.now().unix_ms, Ordering::Relaxed);
-        if status == Status::Done {
-            self.progress_pct.store(100, Ordering::Relaxed);
-        }
-        self.status.store(status as u8, Ordering::Release);
+    fn finish(&self, service: &Service, reason: Reason) {
+        self.monitor.finish(reason, service.now().unix_ms);
     }
 
     /// One turn: up to [`WRITES_PER_TURN`] writes (stepping the cursor
@@ -335,24 +278,22 @@ impl Job {
     fn turn(&self, service: &Service) -> Turn {
         let mut guard = self.progress.lock();
         let Some(progress) = guard.as_mut() else {
-            if self.status() == Status::Active {
-                self.finish(service, Status::Done);
-            }
+            self.finish(service, Reason::Ok);
             return Turn::Finished;
         };
         let started = *progress.started.get_or_insert_with(Instant::now);
         for _ in 0..WRITES_PER_TURN {
-            if self.abort.load(Ordering::Relaxed) {
+            if self.monitor.abort_requested() {
                 *guard = None;
                 service.dist().drop_released_copies();
-                self.finish(service, Status::Aborted);
+                self.finish(service, Reason::UserAborted);
                 return Turn::Finished;
             }
             let Some(digest) = progress.pending.front().copied() else {
                 if progress.exhausted {
                     *guard = None;
                     service.dist().drop_released_copies();
-                    self.finish(service, Status::Done);
+                    self.finish(service, Reason::Ok);
                     return Turn::Finished;
                 }
                 progress.scratch.clear();
@@ -361,8 +302,10 @@ impl Job {
                         .cursor
                         .advance(service, service.now(), &mut progress.scratch);
                 progress.pending.extend(progress.cursor.take_collected());
-                self.progress_pct
-                    .store(progress.cursor.progress_pct(), Ordering::Relaxed);
+                self.monitor.add_counts(Counts {
+                    filtered: progress.cursor.take_filtered(),
+                    ..Counts::default()
+                });
                 if progress.pending.is_empty() && progress.cursor.blocked() {
                     // Every partition left is still filling here.
                     return Turn::WaitUntil(Instant::now() + FILLING_RECHECK);
@@ -379,15 +322,31 @@ impl Job {
             }
             progress.pending.pop_front();
             progress.attempted += 1;
-            let code = self.apply(service, &digest, &mut progress.frame, &mut progress.reply);
-            let counter = match code {
-                0 => &self.succeeded,
-                27 => &self.filtered,
+            let code = {
+                let _under_way = self.monitor.write_under_way();
+                self.apply(service, &digest, &mut progress.frame, &mut progress.reply)
+            };
+            let throttled = u64::from(self.rate > 0);
+            let counts = match code {
+                0 => Counts {
+                    succeeded: 1,
+                    throttled,
+                    ..Counts::default()
+                },
+                27 => Counts {
+                    filtered: 1,
+                    ..Counts::default()
+                },
                 // Deleted since it was selected: nothing to do.
                 2 => continue,
-                _ => &self.failed,
+                _ => Counts {
+                    failed: 1,
+                    throttled,
+                    ..Counts::default()
+                },
             };
-            counter.fetch_add(1, Ordering::Relaxed);
+            self.monitor.add_counts(counts);
+            self.monitor.set_progress(progress.done_hundredths());
         }
         Turn::More
     }
@@ -463,42 +422,6 @@ impl Job {
             .and_then(|body| Message::decode(body).ok())
             .map_or(server_error, |message| message.header.result_code)
     }
-
-    /// The `query-show` line.
-    fn show(&self, now_ms: u64) -> String {
-        let status = match self.status() {
-            Status::Active => "active(ok)",
-            Status::Done => "done(ok)",
-            Status::Aborted => "done(abandoned-user-aborted)",
-        };
-        let finished = self.finished_ms.load(Ordering::Relaxed);
-        let (run_time, since_done) = if finished == 0 {
-            (now_ms.saturating_sub(self.started_ms), 0)
-        } else {
-            (
-                finished.saturating_sub(self.started_ms),
-                now_ms.saturating_sub(finished),
-            )
-        };
-        let mut line = format!(
-            "trid={}:job-type=background:ns={}",
-            self.trid, self.namespace
-        );
-        if !self.set.is_empty() {
-            line.push_str(&format!(":set={}", self.set));
-        }
-        if let Some(index) = &self.index {
-            line.push_str(&format!(":sindex-name={index}"));
-        }
-        line.push_str(&format!(
-            ":status={status}:job-progress={}:run-time={run_time}:time-since-done={since_done}:recs-throttled=0:recs-filtered-meta=0:recs-filtered-bins={}:recs-succeeded={}:recs-failed={}:",
-            self.progress_pct.load(Ordering::Relaxed),
-            self.filtered.load(Ordering::Relaxed),
-            self.succeeded.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-        ));
-        line
-    }
 }
 
 impl Service {
@@ -544,60 +467,21 @@ impl Service {
             job.run_to_end(self);
         }
     }
-
-    fn job(&self, trid: u64) -> Option<Arc<Job>> {
-        self.jobs
-            .registry
-            .lock()
-            .iter()
-            .rev()
-            .find(|job| job.trid == trid)
-            .cloned()
-    }
 }
 
-fn trid_param(command: &InfoCommand<'_>) -> Option<u64> {
-    command
-        .param("trid")
-        .or_else(|| command.param("id"))
-        .and_then(|text| text.parse().ok())
-}
-
-/// `query-show:trid=ID` (also `id=`, and `scan-show`): the job's status
-/// line; `ERROR:2:job not found` for a job this node does not know.
+/// `query-show[:id=ID]` (also `trid=`, and `scan-show`): see [`monitor`].
 pub(crate) fn show(service: &Service, command: &InfoCommand<'_>) -> String {
-    let now_ms = service.now().unix_ms;
-    match trid_param(command) {
-        Some(trid) => match service.job(trid) {
-            Some(job) => job.show(now_ms),
-            None => "ERROR:2:job not found".to_owned(),
-        },
-        // Every job this node knows.
-        None => service
-            .jobs
-            .registry
-            .lock()
-            .iter()
-            .map(|job| job.show(now_ms))
-            .collect::<Vec<_>>()
-            .join(";"),
-    }
+    monitor::show(&service.jobs.monitors, command, service.now().unix_ms)
 }
 
-/// `query-abort:trid=ID` (also `id=`, and `scan-abort`).
+/// `query-abort:id=ID` (also `trid=`, and `scan-abort`).
 pub(crate) fn abort(service: &Service, command: &InfoCommand<'_>) -> String {
-    match trid_param(command).and_then(|trid| service.job(trid)) {
-        Some(job) if job.status() == Status::Active => {
-            job.abort.store(true, Ordering::Relaxed);
-            // Reported aborted now, also while it waits for a turn (the
-            // runner drops it at its next turn; a turn under way stops
-            // before its next write).
-            job.finish(service, Status::Aborted);
-            "OK".to_owned()
-        }
-        Some(_) => "ERROR:2:job already finished".to_owned(),
-        None => "ERROR:2:job not found".to_owned(),
-    }
+    monitor::abort(&service.jobs.monitors, command)
+}
+
+/// `query-abort-all`.
+pub(crate) fn abort_all(service: &Service) -> String {
+    monitor::abort_all(&service.jobs.monitors)
 }
 
 #[cfg(test)]

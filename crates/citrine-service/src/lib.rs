@@ -491,6 +491,20 @@ impl Service {
         out: &mut Vec<u8>,
         waiting_since_ms: Option<u64>,
     ) -> Result<Option<Continuation>, CloseConnection> {
+        self.handle_streaming_from(header, body, out, waiting_since_ms, None)
+    }
+
+    /// [`Service::handle_streaming_since`] for a request from the client at
+    /// `from` (when known: `query-show` names it as a scan's origin).
+    pub fn handle_streaming_from(
+        &self,
+        header: ProtoHeader,
+        body: &[u8],
+        out: &mut Vec<u8>,
+        waiting_since_ms: Option<u64>,
+        from: Option<std::net::SocketAddr>,
+    ) -> Result<Option<Continuation>, CloseConnection> {
+        let origin = job::Origin::Client(from);
         match header.message_type {
             MessageType::Info => {
                 self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
@@ -505,14 +519,14 @@ impl Service {
                 citrine_wire::admin::write_reply(out, ResultCode::SecurityNotEnabled.code());
                 Ok(None)
             }
-            MessageType::Message => self.handle_message(body, out, waiting_since_ms),
+            MessageType::Message => self.handle_message(body, out, waiting_since_ms, origin),
             MessageType::Compressed => {
                 self.stats
                     .compressed_requests
                     .fetch_add(1, Ordering::Relaxed);
                 let (_, inner) =
                     inflate(body).map_err(|error| self.proto_error(error.to_string()))?;
-                self.handle_message(&inner, out, waiting_since_ms)
+                self.handle_message(&inner, out, waiting_since_ms, origin)
             }
             MessageType::InternalXdr => {
                 Err(self.proto_error("XDR messages are not accepted on the service port".into()))
@@ -521,13 +535,15 @@ impl Service {
     }
 
     /// How long the connection loop should hold `continuation` before
-    /// resuming it: a scan throttled by RECS_PER_SEC that is ahead of its
-    /// rate (see [`scan`]). `None`: resume it now.
+    /// resuming it: a scan or aggregation throttled by RECS_PER_SEC that is
+    /// ahead of its rate (see [`scan`]). `None`: resume it now.
     pub fn pause_of(&self, continuation: &Continuation) -> Option<std::time::Duration> {
-        let Pending::Scan(cursor) = &continuation.0 else {
-            return None;
+        let due = match &continuation.0 {
+            Pending::Scan(cursor) => cursor.not_before_ms()?,
+            // An aggregation's walk is throttled as a scan's is.
+            Pending::Aggregate(run) => run.not_before_ms()?,
+            _ => return None,
         };
-        let due = cursor.not_before_ms()?;
         let now = self.clock().now_unix_ms();
         // Never longer than one step's interval: past that the wall clock
         // was stepped back, and the next step starts the schedule again.
@@ -569,6 +585,7 @@ impl Service {
         body: &[u8],
         out: &mut Vec<u8>,
         waiting_since_ms: Option<u64>,
+        origin: job::Origin,
     ) -> Result<Option<Continuation>, CloseConnection> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
         if self.is_noop() {
@@ -618,18 +635,20 @@ impl Service {
             message
                 if message.field(field_type::DIGEST).is_none() && udf::is_aggregation(&message) =>
             {
-                Ok(udf::start_aggregate(self, &message, out).and_then(|run| {
-                    if run.has_delegated() {
-                        Some(Continuation(Pending::AggregateRemote(run)))
-                    } else {
-                        run.step(self, out)
-                            .map(|run| Continuation(Pending::Aggregate(run)))
-                    }
-                }))
+                Ok(
+                    udf::start_aggregate(self, &message, out, origin).and_then(|run| {
+                        if run.has_delegated() {
+                            Some(Continuation(Pending::AggregateRemote(run)))
+                        } else {
+                            run.step(self, out)
+                                .map(|run| Continuation(Pending::Aggregate(run)))
+                        }
+                    }),
+                )
             }
             message if message.field(field_type::DIGEST).is_none() => {
                 // No digest: a scan or a query.
-                Ok(scan::start(self, &message, out)
+                Ok(scan::start(self, &message, out, origin)
                     .and_then(|cursor| Box::new(cursor).step(self, self.now(), out))
                     .map(|cursor| Continuation(Pending::Scan(cursor))))
             }

@@ -51,6 +51,15 @@
 //! stored bins (whatever bins the scan projects): a record that does not
 //! pass is skipped, not counted against `max_records`.
 //!
+//! Projection: a scan that names bins (or read ops) returns a record only
+//! when at least one of them answers there; a record holding none of the
+//! bins is left out, as the reference leaves it out (it is not counted
+//! against `max_records` either). With `RESPOND_ALL_OPS` (how clients send
+//! read ops) every op answers, a nil where it has nothing, so every record
+//! is returned. A record on which an op fails (a bin of another type) is
+//! left out too, as the reference leaves it out. An aggregation's bin names are not a
+//! projection: its stream sees whole records, as the reference's does.
+//!
 //! Queries (INDEX_RANGE, field 22): the index is found by name, expression
 //! or bin, key type, collection type and context (`citrine_sindex::Registry::for_query`;
 //! none → 201). A partition's records then come from the index's tree in
@@ -70,11 +79,14 @@
 //! Not yet: UDF scans and queries (field 33) and geo filters answer 16.
 
 use crate::filter::RecordView;
+use crate::job::monitor::{Counts, JobType, Monitor, Origin, Reason, Watch};
 use crate::namespace::Namespace;
 use crate::transaction::{self, is_live, Now};
 use crate::Service;
 use citrine_record::BodyView;
-use citrine_types::{Digest, PartitionId, ResultCode, BIN_NAME_MAX, DIGEST_SIZE, PARTITIONS};
+use citrine_types::{
+    Digest, ParticleType, PartitionId, ResultCode, BIN_NAME_MAX, DIGEST_SIZE, PARTITIONS,
+};
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::msg::{
     field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader,
@@ -179,6 +191,9 @@ pub struct ScanCursor {
     projection: Vec<ProjectionOp>,
     /// Metadata only (`info1 GET_NO_BINS`).
     no_bins: bool,
+    /// `info2 RESPOND_ALL_OPS`: each projected op answers on every record,
+    /// a nil value where it has nothing (so no record is left out).
+    respond_all_ops: bool,
     /// The filter expression (field 43) a record must pass to be returned.
     filter: Option<Box<citrine_exp::Expression>>,
     /// A secondary-index query: records come from the index, not from a
@@ -191,6 +206,11 @@ pub struct ScanCursor {
     max_records: u64,
     /// Records returned so far.
     sent: u64,
+    /// Records selected but left out because none of the projection's bins
+    /// or ops answered on them (not counted against `max_records`).
+    omitted: u64,
+    /// Records left out because a projected op failed on them.
+    failed: u64,
     /// RECS_PER_SEC: records a second, 0 = no throttle.
     rate: u32,
     /// When the first step ran (unix ms), for the throttle.
@@ -220,6 +240,12 @@ pub struct ScanCursor {
     /// A background job's partitions not walked yet, pinned so that their
     /// copies stay here until walked.
     pins: Option<PinGuard>,
+    /// A client's foreground scan or query: the job `query-show` shows,
+    /// told of the walk's counts after each step and ended with its stream
+    /// (or, when the cursor is dropped before, as abandoned).
+    watch: Option<Watch>,
+    /// Records a filter expression left out.
+    filtered: u64,
 }
 
 /// Pins on the partitions a background job's cursor still has to walk
@@ -287,10 +313,12 @@ pub(crate) mod udf_op {
 /// Starts a scan (or refuses a query): validates the request and returns the
 /// cursor whose steps produce the stream, or `None` after writing a
 /// one-message refusal (or, for an unknown set, an empty complete stream).
+/// A client's scan is a job `query-show` shows (see [`crate::job::monitor`]).
 pub(crate) fn start(
     service: &Service,
     message: &Message<'_>,
     out: &mut Vec<u8>,
+    origin: Origin,
 ) -> Option<ScanCursor> {
     let header = message.header;
     let has = |kind: u8| message.field(kind).is_some();
@@ -321,52 +349,113 @@ pub(crate) fn start(
     else {
         return refuse(service, out, ResultCode::Namespace);
     };
-    let parsed = match background {
-        true => crate::job::check_ops(message, service.udf_registry()).and_then(|()| {
-            let indexes = service.sindexes(&namespace);
-            parse(message, Arc::clone(&namespace), indexes, background)
-        }),
-        false => parse(
-            message,
-            Arc::clone(&namespace),
-            service.sindexes(&namespace),
-            background,
-        ),
-    };
     if background {
-        return match parsed {
-            Err(code) => refuse(service, out, code),
-            Ok(mut cursor) => {
-                if let Some(cursor) = cursor.as_mut() {
-                    if service.routes() {
-                        // Partitions another node masters are its work.
-                        cursor.keep_mastered_partitions(service);
-                    }
-                }
-                let accepted =
-                    crate::job::submit(service, message, &namespace, cursor.map(Box::new));
-                transaction::write_stream_end(out, accepted.err().unwrap_or(ResultCode::Ok));
-                None
-            }
-        };
+        let indexes = service.sindexes(&namespace);
+        let parsed = crate::job::check_ops(message, service.udf_registry())
+            .and_then(|()| parse(message, Arc::clone(&namespace), indexes, background));
+        start_background(service, message, out, &namespace, parsed, origin);
+        return None;
     }
-    let cursor = match parsed {
-        Ok(Some(mut cursor)) => {
-            if service.routes() {
-                cursor.keep_served_partitions(service, lists_partitions(message));
-            }
-            cursor
+    let indexes = service.sindexes(&namespace);
+    let parsed = parse(message, Arc::clone(&namespace), indexes, background);
+    start_foreground(service, message, out, &namespace, parsed, origin)
+}
+
+/// A background job's answer: accepted (0) and started, or refused.
+fn start_background(
+    service: &Service,
+    message: &Message<'_>,
+    out: &mut Vec<u8>,
+    namespace: &Namespace,
+    parsed: Result<Option<ScanCursor>, ResultCode>,
+    origin: Origin,
+) {
+    let mut cursor = match parsed {
+        Err(code) => {
+            refuse(service, out, code);
+            return;
         }
         Ok(None) => {
-            // Unknown set: nothing to return, the stream completes normally.
-            service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
-            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            // A set never written: accepted, with nothing to do and no
+            // job to show (`query-show` answers "job not found", as the
+            // reference's does).
             transaction::write_stream_end(out, ResultCode::Ok);
-            return None;
+            return;
         }
+        Ok(Some(cursor)) => cursor,
+    };
+    if service.routes() {
+        // Partitions another node masters are its work.
+        cursor.keep_mastered_partitions(service);
+    }
+    let from = match origin {
+        Origin::Client(from) => from,
+        Origin::Peer => None,
+    };
+    let start = out.len();
+    match crate::job::submit(service, message, namespace, Box::new(cursor), from) {
+        Ok(monitor) => {
+            transaction::write_stream_end(out, ResultCode::Ok);
+            if let Some(monitor) = monitor {
+                monitor.add_net_io(out.len() - start);
+            }
+        }
+        Err(code) => transaction::write_stream_end(out, code),
+    }
+}
+
+/// A foreground scan's or query's cursor (watched by a job `query-show`
+/// shows when a client sent it), or its refusal.
+fn start_foreground(
+    service: &Service,
+    message: &Message<'_>,
+    out: &mut Vec<u8>,
+    namespace: &Namespace,
+    parsed: Result<Option<ScanCursor>, ResultCode>,
+    origin: Origin,
+) -> Option<ScanCursor> {
+    let cursor = match parsed {
+        Ok(cursor) => cursor,
         Err(code) => return refuse(service, out, code),
     };
+    let watch = match origin {
+        Origin::Client(from) => {
+            let index = cursor.as_ref().and_then(ScanCursor::index_name);
+            let monitor = Monitor::new(
+                message,
+                JobType::Basic,
+                &namespace.config.name,
+                index,
+                from,
+                service.now().unix_ms,
+            );
+            match service
+                .jobs
+                .monitors
+                .add_foreground(monitor, service.data().clock_shared())
+            {
+                Ok(watch) => Some(watch),
+                Err(code) => return refuse(service, out, code),
+            }
+        }
+        Origin::Peer => None,
+    };
     service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
+    let Some(mut cursor) = cursor else {
+        // Unknown set: nothing to return, the stream completes normally.
+        service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+        let start = out.len();
+        transaction::write_stream_end(out, ResultCode::Ok);
+        if let Some(watch) = watch {
+            watch.monitor.add_net_io(out.len() - start);
+            watch.finish(Reason::Ok);
+        }
+        return None;
+    };
+    if service.routes() {
+        cursor.keep_served_partitions(service, lists_partitions(message));
+    }
+    cursor.watch = watch;
     Some(cursor)
 }
 
@@ -380,9 +469,28 @@ pub(crate) fn parse(
     indexes: &citrine_sindex::Registry,
     background: bool,
 ) -> Result<Option<ScanCursor>, ResultCode> {
-    if message.field(field_type::UDF_OP).is_some() && message.ops().next().is_some() {
-        // A UDF job or aggregation has no ops of its own.
+    let udf_op = message.field(field_type::UDF_OP);
+    let aggregation = !background && udf_op == Some(&[udf_op::AGGREGATE][..]);
+    if udf_op.is_some()
+        && message
+            .ops()
+            .any(|op| !aggregation || op.op_type != op_type::READ)
+    {
+        // A UDF job has no ops of its own. An aggregation's bin reads are
+        // the bins its client selected: its stream sees whole records all
+        // the same, as the reference's does.
         return Err(ResultCode::Parameter);
+    }
+    let set_name = message.field(field_type::SET).unwrap_or_default();
+    if set_name.len() > citrine_types::SET_NAME_MAX || set_name.contains(&0) {
+        return Err(ResultCode::Parameter);
+    }
+    let known_set = set_name.is_empty() || namespace.sets.existing_id(set_name).is_some();
+    if !known_set && (background || aggregation) {
+        // A job or an aggregation over a set never written selects nothing,
+        // whatever its filter names (the reference's answer); a plain
+        // query still needs its index first (201 without one).
+        return Ok(None);
     }
     let query = match message.field(field_type::INDEX_RANGE) {
         Some(range) => Some(query(message, indexes, range)?),
@@ -412,10 +520,6 @@ pub(crate) fn parse(
             u32::from_be_bytes(word)
         }
     };
-    let set_name = message.field(field_type::SET).unwrap_or_default();
-    if set_name.len() > citrine_types::SET_NAME_MAX || set_name.contains(&0) {
-        return Err(ResultCode::Parameter);
-    }
     let set = if set_name.is_empty() {
         SetFilter::All
     } else {
@@ -436,7 +540,7 @@ pub(crate) fn parse(
             .map(set_index_scan),
     };
     let mut projection = Vec::new();
-    for op in message.ops().filter(|_| !background) {
+    for op in message.ops().filter(|_| !background && !aggregation) {
         match op.op_type {
             op_type::READ => {
                 if op.name.len() > BIN_NAME_MAX {
@@ -487,11 +591,14 @@ pub(crate) fn parse(
         set,
         projection,
         no_bins,
+        respond_all_ops: message.header.info2 & info2::RESPOND_ALL_OPS != 0,
         filter,
         query,
         collected: background.then(Vec::new),
         max_records: if background { 0 } else { max_records },
         sent: 0,
+        omitted: 0,
+        failed: 0,
         // A background job paces its writes itself (`job`).
         rate: if background { 0 } else { rate },
         paced_since_ms: None,
@@ -504,6 +611,8 @@ pub(crate) fn parse(
         blocked: false,
         recheck: false,
         pins: None,
+        watch: None,
+        filtered: 0,
     }))
 }
 
@@ -719,12 +828,33 @@ impl ScanCursor {
             .unwrap_or_default()
     }
 
-    /// How much of the scan is done, percent of its partitions.
-    pub(crate) fn progress_pct(&self) -> u64 {
+    /// How much of the scan is done, in hundredths of a percent of its
+    /// partitions.
+    pub(crate) fn progress_hundredths(&self) -> u64 {
         match self.partitions.len() {
-            0 => 100,
-            total => (self.next * 100 / total) as u64,
+            0 => 10_000,
+            total => (self.next * 10_000 / total) as u64,
         }
+    }
+
+    /// The walk's counts so far, as `query-show` shows them: records sent
+    /// or left out for their projection succeeded (the reference counts
+    /// both), those a projected op failed on failed, and every one went
+    /// through the throttle when the scan has a rate.
+    pub(crate) fn counts(&self) -> Counts {
+        let succeeded = self.sent + self.omitted;
+        Counts {
+            succeeded,
+            failed: self.failed,
+            filtered: self.filtered,
+            throttled: if self.rate > 0 { succeeded } else { 0 },
+        }
+    }
+
+    /// Records the filter expression left out since the last call (a
+    /// background job's, which counts them itself).
+    pub(crate) fn take_filtered(&mut self) -> u64 {
+        std::mem::take(&mut self.filtered)
     }
 
     /// Takes the partitions found unavailable (they are then not reported
@@ -852,6 +982,33 @@ impl ScanCursor {
 
     /// [`ScanCursor::step`] in place: true once the stream ended.
     pub(crate) fn advance(&mut self, service: &Service, now: Now, out: &mut Vec<u8>) -> bool {
+        let frame_start = out.len();
+        let finished = self.walk_step(service, now, out);
+        if let Some(watch) = &self.watch {
+            watch.monitor.add_net_io(out.len() - frame_start);
+            watch
+                .monitor
+                .set_counts(self.counts(), self.progress_hundredths());
+            if finished {
+                // (Ended by an abort: `user-aborted`, see `Monitor::finish`.)
+                watch.finish(Reason::Ok);
+            }
+        }
+        finished
+    }
+
+    /// One step's frame (see [`ScanCursor::advance`]); a client's scan
+    /// that `query-abort` stopped ends here with 15 (query aborted).
+    fn walk_step(&mut self, service: &Service, now: Now, out: &mut Vec<u8>) -> bool {
+        if self
+            .watch
+            .as_ref()
+            .is_some_and(|watch| watch.monitor.abort_requested())
+        {
+            transaction::write_stream_end(out, ResultCode::QueryAbort);
+            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
         let frame_start = out.len();
         out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
         for partition in std::mem::take(&mut self.unavailable) {
@@ -1210,6 +1367,7 @@ impl ScanCursor {
             }
             if let Some(filter) = &self.filter {
                 if crate::filter::check(filter, &record, now).is_err() {
+                    self.filtered += 1;
                     return false;
                 }
             }
@@ -1228,6 +1386,7 @@ impl ScanCursor {
             .set_names
             .entry(set_id)
             .or_insert_with(|| namespace.sets.name(set_id));
+        let message_start = out.len();
         let mut writer = MessageWriter::begin_bare(out, &header);
         writer
             .field(field_type::NAMESPACE, namespace.config.name.as_bytes())
@@ -1244,6 +1403,8 @@ impl ScanCursor {
         if let Some(bval) = bval.filter(|_| self.query.as_ref().is_some_and(|q| q.send_bval)) {
             writer.field(field_type::BVAL_ARRAY, &bval.to_le_bytes());
         }
+        let mut answered = false;
+        let mut failed = false;
         if !self.no_bins {
             if self.projection.is_empty() {
                 for bin in view.bins() {
@@ -1254,19 +1415,47 @@ impl ScanCursor {
                     if op.op_type == op_type::READ {
                         if let Some(bin) = view.bin(&op.name) {
                             writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
+                            answered = true;
+                        } else if self.respond_all_ops {
+                            writer.op(op_type::READ, ParticleType::Null as u8, &op.name, &[]);
+                            answered = true;
                         }
                         continue;
                     }
-                    // A query has no way to answer one record's error: an
-                    // op that fails on this record (a bin of another type,
-                    // say) answers nothing, as an op whose bin is missing.
-                    if let Some((particle_type, value)) = op.evaluate(&view, &record, now) {
-                        writer.op(op.op_type, particle_type, &op.name, &value);
+                    match op.evaluate(&view, &record, now) {
+                        Answer::Value(particle_type, value) => {
+                            writer.op(op.op_type, particle_type, &op.name, &value);
+                            answered = true;
+                        }
+                        Answer::Nothing if self.respond_all_ops => {
+                            writer.op(op.op_type, ParticleType::Null as u8, &op.name, &[]);
+                            answered = true;
+                        }
+                        Answer::Nothing => {}
+                        Answer::Failed => {
+                            failed = true;
+                            break;
+                        }
                     }
                 }
             }
         }
         writer.finish();
+        if failed {
+            // An op failed on this record (a bin of another type, say): a
+            // query has no way to answer one record's error, so the record
+            // is left out (`recs-failed`), as the reference leaves it out.
+            out.truncate(message_start);
+            self.failed += 1;
+            return false;
+        }
+        if !self.no_bins && !self.projection.is_empty() && !answered {
+            // None of the projection's bins or ops answered here: the
+            // record is left out, as the reference leaves it out.
+            out.truncate(message_start);
+            self.omitted += 1;
+            return false;
+        }
         true
     }
 }
@@ -1280,30 +1469,47 @@ struct ProjectionOp {
     expression: Option<citrine_exp::ReadOp>,
 }
 
+/// What one projected op answers on one record.
+enum Answer {
+    /// A value (particle type and bytes).
+    Value(u8, Vec<u8>),
+    /// Nothing: its bin is missing, or its expression has no value.
+    Nothing,
+    /// It failed there (a bin of another type, an expression that cannot
+    /// be evaluated on this record).
+    Failed,
+}
+
 impl ProjectionOp {
-    /// The op's result on one record (not a plain bin read): `None` when
-    /// it answers nothing or fails there.
-    fn evaluate(
-        &self,
-        view: &BodyView<'_>,
-        record: &RecordView<'_>,
-        now: Now,
-    ) -> Option<(u8, Vec<u8>)> {
+    /// The op's result on one record (not a plain bin read).
+    fn evaluate(&self, view: &BodyView<'_>, record: &RecordView<'_>, now: Now) -> Answer {
+        let answer = |result: Option<(u8, Vec<u8>)>| match result {
+            Some((particle_type, value)) => Answer::Value(particle_type, value),
+            None => Answer::Nothing,
+        };
         if let Some(expression) = &self.expression {
-            return expression.evaluate(record, now.unix_ms).ok().flatten();
+            return match expression.evaluate(record, now.unix_ms) {
+                Ok(result) => answer(result),
+                Err(_) => Answer::Failed,
+            };
         }
-        let (family, _) = crate::transaction::bin_op_family(self.op_type)?;
+        let Some((family, _)) = crate::transaction::bin_op_family(self.op_type) else {
+            return Answer::Failed;
+        };
         let bin = view.bin(&self.name);
         let current = bin
             .as_ref()
             .map(|bin| (bin.particle_type, bin.value.as_ref()));
         let outcome =
             if family == citrine_cdt::Family::Cdt && citrine_cdt::path::is_path(&self.value) {
-                citrine_exp::path_op(&self.value, current, false, record, now.unix_ms).ok()?
+                citrine_exp::path_op(&self.value, current, false, record, now.unix_ms).ok()
             } else {
-                citrine_cdt::apply(family, &self.value, current, false).ok()?
+                citrine_cdt::apply(family, &self.value, current, false).ok()
             };
-        outcome.result
+        match outcome {
+            Some(outcome) => answer(outcome.result),
+            None => Answer::Failed,
+        }
     }
 }
 

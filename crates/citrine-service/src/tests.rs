@@ -1270,6 +1270,57 @@ fn a_udf_call_refused_before_it_runs_counts_as_a_udf_error() {
     assert_eq!(load(&stats.client_write_error), 0);
 }
 
+/// Empty module or function names are a call that fails when it runs
+/// (100, with the reference's words in `FAILURE`), not a malformed request
+/// (4); a missing field still is.
+#[test]
+fn a_udf_call_with_empty_names_fails_as_a_udf_error() {
+    let (service, _) = crate::batch::tests::service();
+    crate::batch::tests::put(&service, "demo", "k", &[("n", 1)], false);
+    let failure = |frame: &[u8]| {
+        let reply = crate::batch::tests::run(&service, frame);
+        let text = reply[0]
+            .bin("FAILURE")
+            .map(|bytes| String::from_utf8_lossy(bytes).into_owned());
+        (reply[0].header.result_code, text)
+    };
+    let module_missing = Some("UDF: Execution Error 1".to_owned());
+    assert_eq!(
+        failure(&udf_call("k", "", "", &[])),
+        (100, module_missing.clone())
+    );
+    assert_eq!(
+        failure(&udf_call("k", "", "f", &[])),
+        (100, module_missing.clone())
+    );
+    assert_eq!(
+        failure(&udf_call("k", "absent", "f", &[])),
+        (100, module_missing)
+    );
+    // On a record that does not exist, too.
+    assert_eq!(failure(&udf_call("nope", "", "", &[])).0, 100);
+    // A module field and no function field: malformed.
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(
+        &mut out,
+        &MsgHeader {
+            info2: info2::WRITE,
+            transaction_ttl: 5000,
+            ..MsgHeader::default()
+        },
+    );
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"demo")
+        .field(
+            field_type::DIGEST,
+            &of_key("demo", &UserKey::String("k".into())).0,
+        )
+        .field(field_type::UDF_FILENAME, b"m");
+    writer.finish();
+    assert_eq!(failure(&out), (4, None));
+}
+
 /// The view (cluster key `key`, two copies of namespace `test`) of
 /// `members`, as node `me` publishes it.
 pub(crate) fn view(me: u64, key: u64, members: &[u64]) -> crate::cluster_state::ClusterState {

@@ -411,7 +411,9 @@ pub(crate) struct UdfCall<'m> {
 }
 
 /// The UDF a request names, if any: module and function are both needed,
-/// as UTF-8; the arguments must be a msgpack list.
+/// as UTF-8; the arguments must be a msgpack list. An empty module or
+/// function name is a call like any other, which fails when it runs (100:
+/// no such module or function), as the reference answers it.
 pub(crate) fn parse_call<'m>(
     registry: &'m Registry,
     field: impl Fn(u8) -> Option<&'m [u8]>,
@@ -425,9 +427,6 @@ pub(crate) fn parse_call<'m>(
     };
     let module = std::str::from_utf8(module).map_err(|_| ResultCode::Parameter)?;
     let function = std::str::from_utf8(function).map_err(|_| ResultCode::Parameter)?;
-    if module.is_empty() || function.is_empty() {
-        return Err(ResultCode::Parameter);
-    }
     let args = field(field_type::UDF_ARGLIST).unwrap_or_default();
     if !args.is_empty() && !matches!(value::decode(args), Ok(Value::List(_))) {
         return Err(ResultCode::Parameter);
@@ -921,6 +920,9 @@ pub struct AggregateRun {
     request: Vec<u8>,
     /// How long a part may take (the request's timeout).
     part_timeout: Duration,
+    /// A client's aggregation: the job `query-show` shows (a peer's part
+    /// is not one of this node's jobs).
+    watch: Option<crate::job::monitor::Watch>,
 }
 
 /// One of the node's [`MAX_AGGREGATIONS`] places, given back on drop.
@@ -968,6 +970,7 @@ pub(crate) fn start_aggregate(
     service: &Service,
     message: &Message<'_>,
     out: &mut Vec<u8>,
+    origin: crate::job::Origin,
 ) -> Option<Box<AggregateRun>> {
     let refuse = |out: &mut Vec<u8>, code: ResultCode| {
         service.stats.scan.refused.fetch_add(1, Ordering::Relaxed);
@@ -1064,6 +1067,10 @@ pub(crate) fn start_aggregate(
     let Some(slot) = AggregateSlot::take(&service.udfs.aggregations) else {
         return refuse(out, ResultCode::QueryQueueFull);
     };
+    let watch = match watch_aggregation(service, message, &namespace, &cursor, origin) {
+        Ok(watch) => watch,
+        Err(code) => return refuse(out, code),
+    };
     service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
     match citrine_udf::Aggregation::new(call.registry, &udf) {
         Ok(aggregation) => Some(Box::new(AggregateRun {
@@ -1076,17 +1083,52 @@ pub(crate) fn start_aggregate(
             delegated,
             request,
             part_timeout,
+            watch,
         })),
         Err(error) => {
             namespace
                 .stats
                 .client_udf_error
                 .fetch_add(1, Ordering::Relaxed);
+            let start = out.len();
             write_aggregate_failure(out, &error);
             service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            if let Some(watch) = watch {
+                watch.monitor.add_net_io(out.len() - start);
+                watch.finish(crate::job::monitor::Reason::Unknown);
+            }
             None
         }
     }
+}
+
+/// The job `query-show` shows of a client's aggregation (none for a
+/// peer's part of one); refused with 4 while an active job has its task
+/// id.
+fn watch_aggregation(
+    service: &Service,
+    message: &Message<'_>,
+    namespace: &Namespace,
+    cursor: &crate::scan::ScanCursor,
+    origin: crate::job::Origin,
+) -> Result<Option<crate::job::monitor::Watch>, ResultCode> {
+    use crate::job::monitor::{JobType, Monitor};
+    let crate::job::Origin::Client(from) = origin else {
+        return Ok(None);
+    };
+    let monitor = Monitor::new(
+        message,
+        JobType::Aggregation,
+        &namespace.config.name,
+        cursor.index_name(),
+        from,
+        service.now().unix_ms,
+    );
+    service
+        .jobs
+        .monitors
+        .add_foreground(monitor, service.data().clock_shared())
+        .map(Some)
 }
 
 /// True when this node, in a cluster, masters a partition it is still
@@ -1234,6 +1276,12 @@ fn part_request(message: &Message<'_>, partitions: &[PartitionId]) -> Vec<u8> {
 }
 
 impl AggregateRun {
+    /// When its walk's next step is due under RECS_PER_SEC (see
+    /// [`crate::scan::ScanCursor::not_before_ms`]).
+    pub(crate) fn not_before_ms(&self) -> Option<u64> {
+        self.cursor.not_before_ms()
+    }
+
     /// True when parts of the aggregation run on acting masters first.
     pub(crate) fn has_delegated(&self) -> bool {
         !self.delegated.is_empty()
@@ -1251,6 +1299,32 @@ impl AggregateRun {
     /// that, or when a part fails otherwise, the whole run fails (LAST
     /// with 11, or the part's own failure), as a partition left out would.
     pub(crate) async fn run_delegated(
+        mut self: Box<Self>,
+        service: &Service,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Self>> {
+        let watch = self.watch.take();
+        let start = out.len();
+        let run = self.run_parts(service, out).await;
+        let Some(watch) = watch else {
+            return run;
+        };
+        watch.monitor.add_net_io(out.len() - start);
+        match run {
+            Some(mut run) => {
+                run.watch = Some(watch);
+                Some(run)
+            }
+            None => {
+                // A part failed (or could not run): so did the whole.
+                watch.finish(crate::job::monitor::Reason::Unknown);
+                None
+            }
+        }
+    }
+
+    /// [`AggregateRun::run_delegated`]'s parts.
+    async fn run_parts(
         mut self: Box<Self>,
         service: &Service,
         out: &mut Vec<u8>,
@@ -1345,15 +1419,57 @@ impl AggregateRun {
     }
 
     /// Appends the next step's frame (and, at the end, LAST) to `out`;
-    /// returns the run while it continues.
+    /// returns the run while it continues. A client's aggregation that
+    /// `query-abort` stopped ends here with 15 (query aborted).
     pub(crate) fn step(
         mut self: Box<Self>,
         service: &Service,
         out: &mut Vec<u8>,
     ) -> Option<Box<Self>> {
+        use crate::job::monitor::Reason;
+        let watch = self.watch.take();
+        let start = out.len();
+        let (step, counts, progress) = match &watch {
+            Some(watch) if watch.monitor.abort_requested() => {
+                transaction::write_stream_end(out, ResultCode::QueryAbort);
+                service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+                let counts = (self.cursor.counts(), self.cursor.progress_hundredths());
+                (Step::Ended(Reason::UserAborted), counts.0, counts.1)
+            }
+            _ => self.run_step(service, out),
+        };
+        if let Some(watch) = &watch {
+            watch.monitor.add_net_io(out.len() - start);
+            watch.monitor.set_counts(counts, progress);
+        }
+        match step {
+            Step::More(mut run) => {
+                run.watch = watch;
+                Some(run)
+            }
+            Step::Ended(reason) => {
+                if let Some(watch) = watch {
+                    watch.finish(reason);
+                }
+                None
+            }
+        }
+    }
+
+    /// [`AggregateRun::step`]'s walk and stream: how the run goes on, and
+    /// the walk's counts and progress after it.
+    fn run_step(
+        mut self: Box<Self>,
+        service: &Service,
+        out: &mut Vec<u8>,
+    ) -> (Step, crate::job::monitor::Counts, u64) {
+        use crate::job::monitor::Reason;
         let now = service.now();
         let mut chunk = Vec::new();
         let finished = self.cursor.advance(service, now, &mut chunk);
+        let counts = self.cursor.counts();
+        let progress = self.cursor.progress_hundredths();
+        let ended = |reason| (Step::Ended(reason), counts, progress);
         let mut records = std::collections::VecDeque::new();
         if records_of(&chunk, now, &mut records) {
             // A partition walked here is no longer served here (its acting
@@ -1364,7 +1480,7 @@ impl AggregateRun {
             if !finished {
                 service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
             }
-            return None;
+            return ended(Reason::Unknown);
         }
         let frame_start = out.len();
         out.extend_from_slice(&[0u8; citrine_wire::frame::PROTO_HEADER_SIZE]);
@@ -1402,7 +1518,7 @@ impl AggregateRun {
                 break;
             }
         }
-        match outcome {
+        let reason = match outcome {
             Ok(()) if finished => {
                 let AggregateRun {
                     aggregation,
@@ -1412,20 +1528,24 @@ impl AggregateRun {
                 let result = aggregation.end(&mut emit);
                 close_frame(out, frame_start);
                 match result {
-                    Ok(()) => transaction::write_stream_end(out, ResultCode::Ok),
+                    Ok(()) => {
+                        transaction::write_stream_end(out, ResultCode::Ok);
+                        Reason::Ok
+                    }
                     Err(error) => {
                         namespace
                             .stats
                             .client_udf_error
                             .fetch_add(1, Ordering::Relaxed);
                         write_aggregate_failure(out, &error);
+                        Reason::Unknown
                     }
                 }
             }
             Ok(()) => {
                 close_frame(out, frame_start);
                 self.sent = sent;
-                return Some(self);
+                return (Step::More(self), counts, progress);
             }
             Err(error) => {
                 close_frame(out, frame_start);
@@ -1434,14 +1554,21 @@ impl AggregateRun {
                     .client_udf_error
                     .fetch_add(1, Ordering::Relaxed);
                 write_aggregate_failure(out, &error);
+                Reason::Unknown
             }
-        }
+        };
         if !finished {
             // The cursor counts the runs it finished itself.
             service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
         }
-        None
+        ended(reason)
     }
+}
+
+/// How an aggregation goes on after a step.
+enum Step {
+    More(Box<AggregateRun>),
+    Ended(crate::job::monitor::Reason),
 }
 
 /// Patches the frame started at `start`, or drops it when it holds no
@@ -1491,7 +1618,7 @@ fn aggregate_part(service: &Service, body: &[u8]) -> Vec<u8> {
         return vec![ResultCode::Parameter.code()];
     }
     let mut answer = vec![ResultCode::Ok.code()];
-    let mut next = start_aggregate(service, &message, &mut answer)
+    let mut next = start_aggregate(service, &message, &mut answer, crate::job::Origin::Peer)
         .and_then(|run| run.step(service, &mut answer));
     while let Some(run) = next {
         if answer.len() > AGGREGATE_PART_MAX {

@@ -213,7 +213,9 @@ pub enum UdfError {
 impl std::fmt::Display for UdfError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            UdfError::ModuleNotFound(module) => write!(f, "UDF module not found: {module}"),
+            // The reference's words for a module it cannot load (the
+            // name stays in the value).
+            UdfError::ModuleNotFound(_) => f.write_str("UDF: Execution Error 1"),
             // The reference's exact words (its Lua prelude raises them),
             // which clients compare against; the name stays in the value.
             UdfError::FunctionNotFound(_) => f.write_str("function not found"),

@@ -359,7 +359,7 @@ fn handle(
         let body = &conn.input[body_start..body_end];
         let out = &mut conn.out;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            service.handle_streaming_since(header, body, out, waiting_since_ms)
+            service.handle_streaming_from(header, body, out, waiting_since_ms, Some(conn.peer))
         }))
     };
     conn.start = body_end;

@@ -19,6 +19,8 @@ struct Background<'a> {
     rate: Option<u32>,
     /// (op type, particle type, bin, value)
     ops: Vec<(u8, u8, &'a str, Vec<u8>)>,
+    /// A UDF job's module and function.
+    udf: Option<(&'a str, &'a str)>,
 }
 
 /// Sends a background request; answers the single reply's result code.
@@ -43,6 +45,13 @@ fn submit(service: &Service, request: &Background<'_>) -> u8 {
     }
     if let Some(rate) = request.rate {
         writer.field(field_type::RECORDS_PER_SECOND, &rate.to_be_bytes());
+    }
+    if let Some((module, function)) = request.udf {
+        writer
+            .field(field_type::UDF_OP, &[crate::scan::udf_op::BACKGROUND])
+            .field(field_type::UDF_FILENAME, module.as_bytes())
+            .field(field_type::UDF_FUNCTION, function.as_bytes())
+            .field(field_type::UDF_ARGLIST, &[0x90]);
     }
     for (op, particle, bin, value) in &request.ops {
         writer.op(*op, *particle, bin.as_bytes(), value);
@@ -104,7 +113,8 @@ fn a_background_scan_writes_every_record_of_its_set() {
     assert_eq!(show_value(&service, 77, "status"), "done(ok)");
     assert_eq!(show_value(&service, 77, "recs-succeeded"), "60");
     assert_eq!(show_value(&service, 77, "recs-failed"), "0");
-    assert_eq!(show_value(&service, 77, "job-progress"), "100");
+    assert_eq!(show_value(&service, 77, "job-progress"), "100.00");
+    assert_eq!(show_value(&service, 77, "job-type"), "background-ops");
     assert_eq!(show_value(&service, 77, "set"), "demo");
     // The 8.1 form of the command, and the older scan module's.
     assert_eq!(
@@ -118,7 +128,7 @@ fn a_background_scan_writes_every_record_of_its_set() {
     );
     assert_eq!(
         info(&service, "query-abort:trid=77"),
-        "ERROR:2:job already finished"
+        "ERROR:2:id not active"
     );
 }
 
@@ -223,7 +233,9 @@ fn refusals_and_empty_jobs() {
         ..Background::default()
     };
     assert_eq!(submit(&service, &empty), 4);
-    // A set that does not exist: accepted, done at once, nothing written.
+    // A set that does not exist: accepted, with nothing to do and no job
+    // to show (the reference's answers), whether or not its filter has an
+    // index.
     let missing = Background {
         set: Some("nope"),
         trid: 3,
@@ -231,8 +243,16 @@ fn refusals_and_empty_jobs() {
         ..Background::default()
     };
     assert_eq!(submit(&service, &missing), 0);
-    assert_eq!(show_value(&service, 3, "status"), "done(ok)");
-    assert_eq!(show_value(&service, 3, "recs-succeeded"), "0");
+    assert_eq!(info(&service, "query-show:trid=3"), "ERROR:2:job not found");
+    let missing_query = Background {
+        set: Some("nope"),
+        trid: 5,
+        range: Some(int_range("n", 0, 1)),
+        udf: Some(("m", "f")),
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &missing_query), 0);
+    assert_eq!(info(&service, "query-show:trid=5"), "ERROR:2:job not found");
     // A query on an index that does not exist: 201.
     let no_index = Background {
         set: Some("demo"),
@@ -386,8 +406,11 @@ fn a_paced_job_does_not_hold_up_the_ones_after_it() {
             written.parse::<u64>().unwrap() < 40,
             "paced at 10 a second: {written} written so far"
         );
-        assert_eq!(info(&service, "query-abort:trid=1"), "OK");
-        assert!(wait_done(&service, 1, std::time::Duration::from_secs(2)).contains("abandoned"));
+        assert_eq!(info(&service, "query-abort:trid=1"), "ok");
+        assert_eq!(
+            wait_done(&service, 1, std::time::Duration::from_secs(2)),
+            "done(user-aborted)"
+        );
     });
     for key in 0..40 {
         assert_eq!(read(&service, "fast", &format!("f{key}"), "x"), Some(2));
@@ -432,4 +455,73 @@ fn jobs_past_the_active_limit_are_refused() {
             std::time::Duration::from_secs(5),
         );
     });
+}
+
+/// A UDF job naming a module this node does not have is accepted (as the
+/// reference accepts it) and fails on each record: nothing is written, and
+/// `query-show` counts the failures.
+#[test]
+fn a_udf_job_with_a_module_that_does_not_exist_fails_on_each_record() {
+    let (service, _) = service();
+    for key in 0..7 {
+        put(&service, "demo", &format!("k{key}"), &[("n", key)], false);
+    }
+    let request = Background {
+        set: Some("demo"),
+        trid: 12,
+        udf: Some(("absent", "f")),
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &request), 0);
+    assert_eq!(show_value(&service, 12, "status"), "done(ok)");
+    assert_eq!(show_value(&service, 12, "recs-failed"), "7");
+    assert_eq!(show_value(&service, 12, "recs-succeeded"), "0");
+    for key in 0..7 {
+        assert_eq!(read(&service, "demo", &format!("k{key}"), "n"), Some(key));
+    }
+}
+
+/// A background job's `query-show` line has the reference's fields, in
+/// its order (no `from` here: `Service::handle` knows no client address).
+#[test]
+fn a_background_jobs_line_has_the_references_fields() {
+    let (service, _) = service();
+    put(&service, "demo", "a", &[("n", 1)], false);
+    let keys = |trid: u64| -> String {
+        info(&service, &format!("query-show:id={trid}"))
+            .split(':')
+            .map(|pair| pair.split_once('=').map_or(pair, |(key, _)| key))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let common = "trid ns set rps active-threads status job-progress run-time time-since-done \
+        recs-throttled recs-filtered-meta recs-filtered-bins recs-succeeded recs-failed job-type \
+        net-io-bytes socket-timeout";
+    let ops = Background {
+        set: Some("demo"),
+        trid: 21,
+        rate: Some(500),
+        ops: vec![put_op("x", 1)],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &ops), 0);
+    assert_eq!(keys(21), format!("{common} ops-active"));
+    assert_eq!(show_value(&service, 21, "rps"), "500");
+    assert_eq!(show_value(&service, 21, "recs-throttled"), "1");
+    assert_eq!(show_value(&service, 21, "net-io-bytes"), "30");
+    assert_eq!(show_value(&service, 21, "socket-timeout"), "10000");
+    let udf = Background {
+        set: Some("demo"),
+        trid: 22,
+        udf: Some(("m", "f")),
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &udf), 0);
+    assert_eq!(
+        keys(22),
+        format!("{common} udf-filename udf-function udf-active")
+    );
+    assert_eq!(show_value(&service, 22, "job-type"), "background-udf");
+    assert_eq!(show_value(&service, 22, "udf-filename"), "m");
+    assert_eq!(show_value(&service, 22, "udf-function"), "f");
 }

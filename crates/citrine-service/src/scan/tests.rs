@@ -20,6 +20,17 @@ struct ScanSpec {
     extra_fields: Vec<(u8, Vec<u8>)>,
     info2: u8,
     namespace: Option<&'static str>,
+    /// Projected read ops after the bin names: (op type, bin, value).
+    ops: Vec<(u8, &'static str, Vec<u8>)>,
+    /// The task id (default: one of its own, as a client's request has:
+    /// `query-show` refuses a scan reusing an active one's).
+    trid: Option<u64>,
+}
+
+/// A task id no other request of these tests uses.
+fn fresh_trid() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1000);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn scan_frame(spec: &ScanSpec) -> Vec<u8> {
@@ -44,7 +55,8 @@ fn scan_frame(spec: &ScanSpec) -> Vec<u8> {
         writer.field(field_type::SET, set.as_bytes());
     }
     writer.field(field_type::SOCKET_TIMEOUT, &1000u32.to_be_bytes());
-    writer.field(field_type::TASK_ID, &42u64.to_be_bytes());
+    let trid = spec.trid.unwrap_or_else(fresh_trid);
+    writer.field(field_type::TASK_ID, &trid.to_be_bytes());
     for (kind, data) in &spec.extra_fields {
         writer.field(*kind, data);
     }
@@ -61,6 +73,9 @@ fn scan_frame(spec: &ScanSpec) -> Vec<u8> {
     }
     for bin in &spec.bins {
         writer.op(op_type::READ, 0, bin.as_bytes(), b"");
+    }
+    for (op, bin, value) in &spec.ops {
+        writer.op(*op, 0, bin.as_bytes(), value);
     }
     writer.finish();
     out
@@ -337,6 +352,230 @@ fn no_bins_and_projection() {
     assert!(records
         .iter()
         .all(|record| record.bins.len() == 1 && record.bin("m").is_some()));
+}
+
+/// A record that holds none of the projected bins is left out (as the
+/// reference leaves it out), and does not count against the record limit.
+#[test]
+fn a_projection_leaves_out_the_records_holding_none_of_its_bins() {
+    let (service, _) = populated();
+    let projected = |bins: Vec<&'static str>, max_records: Option<u64>| {
+        scan(
+            &service,
+            ScanSpec {
+                bins,
+                max_records,
+                ..ScanSpec::default()
+            },
+        )
+        .0
+    };
+    // Only the 200 records of "demo" hold bin "m".
+    let records = projected(vec!["m"], None);
+    assert_eq!(records.len(), 200);
+    assert!(records.iter().all(|record| record.bin("m").is_some()));
+    assert_eq!(projected(vec!["m", "absent"], None).len(), 200);
+    assert_eq!(projected(vec!["n"], None).len(), 300);
+    assert!(projected(vec!["absent"], None).is_empty());
+    let limited = projected(vec!["m"], Some(150));
+    assert_eq!(limited.len(), 150);
+    assert!(limited.iter().all(|record| record.bin("m").is_some()));
+    // Metadata only: every record, whatever it holds.
+    let (records, _) = scan(
+        &service,
+        ScanSpec {
+            bins: vec!["absent"],
+            no_bins: true,
+            ..ScanSpec::default()
+        },
+    );
+    assert_eq!(records.len(), 300);
+}
+
+/// With `RESPOND_ALL_OPS` each projected op answers on every record, a nil
+/// where it has nothing; a record an op fails on (a list op on an integer)
+/// is left out either way. As the reference answers.
+#[test]
+fn projected_ops_answer_nil_when_asked_for_all_and_a_failing_op_drops_its_record() {
+    let (service, _) = service();
+    let mut out = Vec::new();
+    let header = MsgHeader {
+        info2: info2::WRITE,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"mixed")
+        .field(field_type::DIGEST, &digest("mixed", "list").0);
+    // A list [1, 2] (particle type 20, msgpack).
+    writer.op(op_type::WRITE, 20, b"l", &[0x92, 0x01, 0x02]);
+    writer.finish();
+    assert_eq!(run(&service, &out)[0].header.result_code, 0);
+    put(&service, "mixed", "int", &[("l", 5)], false);
+    put(&service, "mixed", "none", &[("x", 1)], false);
+    // [SIZE] (list op 16).
+    let size = (op_type::CDT_READ, "l", vec![0x91, 0x10]);
+    let projected = |info2: u8, ops: Vec<(u8, &'static str, Vec<u8>)>| {
+        let (records, _) = scan(
+            &service,
+            ScanSpec {
+                set: Some("mixed"),
+                info2,
+                ops,
+                ..ScanSpec::default()
+            },
+        );
+        let mut answers: Vec<Vec<(String, u8, Vec<u8>)>> = records
+            .iter()
+            .map(|record| {
+                record
+                    .bins
+                    .iter()
+                    .map(|(name, particle, value)| {
+                        (
+                            String::from_utf8_lossy(name).into_owned(),
+                            *particle,
+                            value.clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        answers.sort();
+        answers
+    };
+    let two = 2i64.to_be_bytes().to_vec();
+    assert_eq!(
+        projected(0, vec![size.clone()]),
+        vec![vec![("l".to_owned(), 1, two.clone())]]
+    );
+    assert_eq!(
+        projected(info2::RESPOND_ALL_OPS, vec![size.clone()]),
+        vec![
+            vec![("l".to_owned(), 0, vec![])],
+            vec![("l".to_owned(), 1, two.clone())],
+        ]
+    );
+    // A bin read answers a nil too when asked for all.
+    assert_eq!(
+        projected(info2::RESPOND_ALL_OPS, vec![(op_type::READ, "x", vec![])]).len(),
+        3
+    );
+    assert_eq!(projected(0, vec![(op_type::READ, "x", vec![])]).len(), 1);
+}
+
+/// Registers `sum.lua`: `sum_m` sums bin `m` of the records its stream
+/// gets, `count` counts them.
+fn put_sum_module(service: &Service) {
+    use base64::Engine as _;
+    let source = "local function plus(a, b) return a + b end\n\
+        function sum_m(stream) return stream : map(function(rec) return rec['m'] end) : reduce(plus) end\n\
+        function count(stream) return stream : map(function(rec) return 1 end) : reduce(plus) end\n";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let answers = crate::tests::info(
+        service,
+        &[&format!("udf-put:filename=sum.lua;content={content};")],
+    );
+    assert_eq!(answers[0].1, "ok");
+}
+
+/// An aggregation of `function` over `set`, with the bins a client
+/// selected and an index range, if any: its result code and the values
+/// its stream emitted (one per partition).
+fn aggregate(
+    service: &Service,
+    set: &'static str,
+    function: &str,
+    bins: Vec<&'static str>,
+    range: Option<Vec<u8>>,
+) -> (u8, Vec<i64>) {
+    let mut extra_fields = vec![
+        (field_type::UDF_OP, vec![udf_op::AGGREGATE]),
+        (field_type::UDF_FILENAME, b"sum".to_vec()),
+        (field_type::UDF_FUNCTION, function.as_bytes().to_vec()),
+        (field_type::UDF_ARGLIST, vec![0x90]),
+    ];
+    extra_fields.extend(range.map(|range| (field_type::INDEX_RANGE, range)));
+    let mut messages = run(
+        service,
+        &scan_frame(&ScanSpec {
+            set: Some(set),
+            bins,
+            extra_fields,
+            ..ScanSpec::default()
+        }),
+    );
+    let last = messages.pop().unwrap();
+    assert_eq!(last.header.info3, info3::LAST);
+    let values = messages
+        .iter()
+        .filter_map(|message| message.bin("SUCCESS"))
+        .map(|value| i64::from_be_bytes(value.try_into().unwrap()))
+        .collect();
+    (last.header.result_code, values)
+}
+
+/// An aggregation that also selects bins runs (the reference runs it), and
+/// its stream sees whole records, not just the bins selected.
+#[test]
+fn an_aggregation_selecting_bins_sees_whole_records() {
+    let (service, _) = populated();
+    put_sum_module(&service);
+    let expected: i64 = (0..200).map(|key: i64| -key).sum();
+    let (code, values) = aggregate(&service, "demo", "sum_m", vec!["n"], None);
+    assert_eq!(code, 0);
+    assert_eq!(values.iter().sum::<i64>(), expected);
+    // Selected bins that no record holds leave no record out either.
+    let (code, values) = aggregate(&service, "demo", "count", vec!["absent"], None);
+    assert_eq!((code, values.iter().sum::<i64>()), (0, 200));
+    // With an index filter.
+    assert_eq!(
+        crate::tests::info(
+            &service,
+            &["sindex-create:ns=test;set=demo;indexname=n;bin=n;type=NUMERIC"]
+        )[0]
+        .1,
+        "ok"
+    );
+    let range = crate::sindex::tests::int_range("n", 10, 19);
+    let (code, values) = aggregate(&service, "demo", "sum_m", vec!["n"], Some(range));
+    assert_eq!((code, values.iter().sum::<i64>()), (0, -145));
+}
+
+/// An aggregation over a set never written answers success with nothing,
+/// whether or not its filter has an index; over a set that exists, a
+/// filter without an index answers 201 (the reference's answers).
+#[test]
+fn an_aggregation_over_a_set_never_written_selects_nothing() {
+    let (service, _) = populated();
+    put_sum_module(&service);
+    let unindexed = || Some(crate::sindex::tests::int_range("n", 0, 10));
+    assert_eq!(
+        aggregate(&service, "never", "count", vec![], unindexed()),
+        (0, vec![])
+    );
+    assert_eq!(
+        aggregate(&service, "never", "count", vec!["n"], None),
+        (0, vec![])
+    );
+    assert_eq!(
+        aggregate(&service, "demo", "count", vec![], unindexed()),
+        (201, vec![])
+    );
+    // A plain query over a set never written still needs its index.
+    assert_eq!(
+        refused(
+            &service,
+            ScanSpec {
+                set: Some("never"),
+                partition_done: true,
+                extra_fields: vec![(field_type::INDEX_RANGE, unindexed().unwrap())],
+                ..ScanSpec::default()
+            }
+        ),
+        201
+    );
 }
 
 #[test]
@@ -1062,4 +1301,294 @@ fn a_background_jobs_partitions_are_dropped_only_once_walked() {
         service.dist().drop_deferred("test", stale, epoch);
     }
     assert!(held(stale) > 0, "kept: a later view decides its fate");
+}
+
+/// `query-show`'s line for task id `trid`, as `key=value` pairs in order.
+fn show_pairs(service: &Service, trid: u64) -> Vec<(String, String)> {
+    let line = crate::tests::info(service, &[&format!("query-show:id={trid}")])
+        .remove(0)
+        .1;
+    line.split(':')
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (key.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+fn show_field(service: &Service, trid: u64, key: &str) -> String {
+    show_pairs(service, trid)
+        .into_iter()
+        .find(|(name, _)| name == key)
+        .map(|(_, value)| value)
+        .unwrap_or_else(|| panic!("no {key} for job {trid}"))
+}
+
+/// A scan request with task id `trid` (and the spec's other fields).
+fn scan_with_trid(spec: &ScanSpec, trid: u64) -> Vec<u8> {
+    scan_frame(&ScanSpec {
+        partition_done: true,
+        trid: Some(trid),
+        ..spec.clone()
+    })
+}
+
+/// Starts `frame` as the client at 127.0.0.1:5555 sends it: its first
+/// chunk in `out`, and the rest of its stream if it goes on.
+fn start_from_client(
+    service: &Service,
+    frame: &[u8],
+    out: &mut Vec<u8>,
+) -> Option<crate::Continuation> {
+    let from = std::net::SocketAddr::from(([127, 0, 0, 1], 5555));
+    service
+        .handle_streaming_from(header_of(frame), &frame[8..], out, None, Some(from))
+        .unwrap()
+}
+
+/// A client's scan or query is a `basic` job `query-show` lists, in the
+/// reference's fields and order, while it runs and after it ends.
+#[test]
+fn a_clients_scan_is_a_job_query_show_lists() {
+    let (service, _) = populated();
+    let spec = ScanSpec {
+        set: Some("demo"),
+        pids: Some((0..4096).collect()),
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    let mut pending = start_from_client(&service, &scan_with_trid(&spec, 4242), &mut out);
+    while let Some(continuation) = pending {
+        pending = service.resume(continuation, &mut out);
+    }
+    let keys: Vec<String> = show_pairs(&service, 4242)
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    let expected = "trid ns set n-pids-requested n-keyds-requested rps active-threads status \
+        job-progress run-time time-since-done recs-throttled recs-filtered-meta recs-filtered-bins \
+        recs-succeeded recs-failed from job-type net-io-bytes net-io-time socket-timeout";
+    assert_eq!(keys.join(" "), expected);
+    let field = |key| show_field(&service, 4242, key);
+    assert_eq!(field("trid"), "4242");
+    assert_eq!(field("set"), "demo");
+    assert_eq!(field("n-pids-requested"), "4096");
+    assert_eq!(field("status"), "done(ok)");
+    assert_eq!(field("job-progress"), "100.00");
+    assert_eq!(field("active-threads"), "0");
+    assert_eq!(field("recs-succeeded"), "200");
+    assert_eq!(field("from"), "127.0.0.1+5555");
+    assert_eq!(field("job-type"), "basic");
+    assert_eq!(field("net-io-bytes"), out.len().to_string());
+    assert_eq!(field("socket-timeout"), "1000");
+    // A query names its index; a scan of a set never written is a job too.
+    assert_eq!(
+        crate::tests::info(
+            &service,
+            &["sindex-create:ns=test;set=demo;indexname=by_n;bin=n;type=NUMERIC"]
+        )[0]
+        .1,
+        "ok"
+    );
+    let query = ScanSpec {
+        set: Some("demo"),
+        extra_fields: vec![(
+            field_type::INDEX_RANGE,
+            crate::sindex::tests::int_range("n", 0, 9),
+        )],
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    assert!(start_from_client(&service, &scan_with_trid(&query, 4243), &mut out).is_none());
+    assert_eq!(show_field(&service, 4243, "sindex-name"), "by_n");
+    assert_eq!(show_field(&service, 4243, "recs-succeeded"), "10");
+    let never = ScanSpec {
+        set: Some("never"),
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    assert!(start_from_client(&service, &scan_with_trid(&never, 4244), &mut out).is_none());
+    assert_eq!(show_field(&service, 4244, "status"), "done(ok)");
+    assert_eq!(
+        show_field(&service, 4244, "net-io-bytes"),
+        out.len().to_string()
+    );
+    // Newest first.
+    let all = crate::tests::info(&service, &["query-show"]).remove(0).1;
+    let order: Vec<&str> = all
+        .split(';')
+        .filter_map(|line| line.split(':').next())
+        .collect();
+    assert_eq!(&order[..3], ["trid=4244", "trid=4243", "trid=4242"]);
+}
+
+/// A throttled scan (RECS_PER_SEC 10: one record a step) `query-show`
+/// lists as active while its client reads it; dropped mid-stream (the
+/// client went away) it is abandoned; its task id is not taken by a
+/// second scan meanwhile (4, as the reference refuses it).
+#[test]
+fn a_scan_whose_client_goes_away_is_abandoned() {
+    let (service, _) = populated();
+    let spec = ScanSpec {
+        set: Some("demo"),
+        extra_fields: vec![(field_type::RECORDS_PER_SECOND, 10u32.to_be_bytes().to_vec())],
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    let continuation = start_from_client(&service, &scan_with_trid(&spec, 77), &mut out).unwrap();
+    assert_eq!(show_field(&service, 77, "status"), "active(ok)");
+    assert_eq!(show_field(&service, 77, "active-threads"), "1");
+    assert_eq!(show_field(&service, 77, "rps"), "10");
+    assert_eq!(show_field(&service, 77, "recs-succeeded"), "1");
+    assert_eq!(show_field(&service, 77, "recs-throttled"), "1");
+    let mut second = Vec::new();
+    assert!(start_from_client(&service, &scan_with_trid(&spec, 77), &mut second).is_none());
+    let refusal = decode_stream(&second).0;
+    assert_eq!(refusal[0].header.result_code, 4);
+    drop(continuation);
+    assert_eq!(
+        show_field(&service, 77, "status"),
+        "done(abandoned-response-error)"
+    );
+    assert_eq!(show_field(&service, 77, "job-progress"), "100.00");
+    // Its task id is free again.
+    let mut third = Vec::new();
+    assert!(start_from_client(&service, &scan_with_trid(&spec, 77), &mut third).is_some());
+}
+
+/// `query-abort` stops a client's scan: its stream ends with 15 (query
+/// aborted), and the job is done(user-aborted); the info answers are the
+/// reference's.
+#[test]
+fn query_abort_stops_a_clients_scan() {
+    let (service, _) = populated();
+    let spec = ScanSpec {
+        set: Some("demo"),
+        extra_fields: vec![(field_type::RECORDS_PER_SECOND, 10u32.to_be_bytes().to_vec())],
+        ..ScanSpec::default()
+    };
+    let info = |command: &str| crate::tests::info(&service, &[command]).remove(0).1;
+    let mut out = Vec::new();
+    let continuation = start_from_client(&service, &scan_with_trid(&spec, 91), &mut out).unwrap();
+    assert_eq!(info("query-abort:id=91"), "ok");
+    assert_eq!(show_field(&service, 91, "status"), "active(user-aborted)");
+    let mut rest = Vec::new();
+    assert!(service.resume(continuation, &mut rest).is_none());
+    let (messages, _) = decode_stream(&rest);
+    let last = messages.last().unwrap();
+    assert_eq!(
+        (last.header.info3, last.header.result_code),
+        (info3::LAST, 15)
+    );
+    assert_eq!(show_field(&service, 91, "status"), "done(user-aborted)");
+    assert_eq!(info("query-abort:id=91"), "ERROR:2:id not active");
+    assert_eq!(info("query-abort:id=92"), "ERROR:2:id not active");
+    assert_eq!(info("query-abort:id=0"), "ERROR:4:bad id");
+    assert_eq!(info("query-show:id=x"), "ERROR:4:bad id");
+    assert_eq!(info("query-show:id=92"), "ERROR:2:job not found");
+    // query-abort-all stops every active job.
+    let mut out = Vec::new();
+    let first = start_from_client(&service, &scan_with_trid(&spec, 93), &mut out).unwrap();
+    let second = start_from_client(&service, &scan_with_trid(&spec, 94), &mut out).unwrap();
+    assert_eq!(info("query-abort-all"), "number-of-queries-killed:2");
+    drop((first, second));
+    assert_eq!(info("query-abort-all"), "number-of-queries-killed:0");
+}
+
+/// A client's aggregation is an `aggregation` job (its stream's records
+/// are its successes); one over a set never written is none.
+#[test]
+fn a_clients_aggregation_is_a_job_query_show_lists() {
+    let (service, _) = populated();
+    put_sum_module(&service);
+    let aggregation = |set: &'static str| ScanSpec {
+        set: Some(set),
+        extra_fields: vec![
+            (field_type::UDF_OP, vec![udf_op::AGGREGATE]),
+            (field_type::UDF_FILENAME, b"sum".to_vec()),
+            (field_type::UDF_FUNCTION, b"count".to_vec()),
+            (field_type::UDF_ARGLIST, vec![0x90]),
+        ],
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    let mut pending = start_from_client(
+        &service,
+        &scan_with_trid(&aggregation("demo"), 61),
+        &mut out,
+    );
+    while let Some(continuation) = pending {
+        pending = service.resume(continuation, &mut out);
+    }
+    let keys: Vec<String> = show_pairs(&service, 61)
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    let expected = "trid ns set rps active-threads status job-progress run-time time-since-done \
+        recs-throttled recs-filtered-meta recs-filtered-bins recs-succeeded recs-failed from \
+        job-type net-io-bytes net-io-time socket-timeout";
+    assert_eq!(keys.join(" "), expected);
+    assert_eq!(show_field(&service, 61, "job-type"), "aggregation");
+    assert_eq!(show_field(&service, 61, "status"), "done(ok)");
+    assert_eq!(show_field(&service, 61, "recs-succeeded"), "200");
+    assert_eq!(
+        show_field(&service, 61, "net-io-bytes"),
+        out.len().to_string()
+    );
+    let mut out = Vec::new();
+    assert!(start_from_client(
+        &service,
+        &scan_with_trid(&aggregation("never"), 62),
+        &mut out
+    )
+    .is_none());
+    assert_eq!(
+        crate::tests::info(&service, &["query-show:id=62"])
+            .remove(0)
+            .1,
+        "ERROR:2:job not found"
+    );
+}
+
+/// An aggregation with RECS_PER_SEC is paced as a scan is: the connection
+/// holds it between steps until its records are due.
+#[test]
+fn a_throttled_aggregation_is_paced() {
+    let (service, clock) = populated();
+    put_sum_module(&service);
+    let spec = ScanSpec {
+        set: Some("demo"),
+        partition_done: true,
+        extra_fields: vec![
+            (field_type::UDF_OP, vec![udf_op::AGGREGATE]),
+            (field_type::UDF_FILENAME, b"sum".to_vec()),
+            (field_type::UDF_FUNCTION, b"count".to_vec()),
+            (field_type::UDF_ARGLIST, vec![0x90]),
+            (field_type::RECORDS_PER_SECOND, 50u32.to_be_bytes().to_vec()),
+        ],
+        ..ScanSpec::default()
+    };
+    let mut out = Vec::new();
+    let mut pending = start_scan(&service, &spec, &mut out);
+    let mut steps = 0;
+    while let Some(continuation) = pending {
+        // Five records a step at 50 a second: each due 100 ms after the last.
+        assert_eq!(
+            service.pause_of(&continuation),
+            Some(std::time::Duration::from_millis(100))
+        );
+        clock.advance_ms(100);
+        assert_eq!(service.pause_of(&continuation), None, "due now");
+        pending = service.resume(continuation, &mut out);
+        steps += 1;
+    }
+    // 200 records five at a time, then the step that ends the stream.
+    assert_eq!(steps, 40);
+    let (messages, _) = decode_stream(&out);
+    let counted: i64 = messages
+        .iter()
+        .filter_map(|message| message.bin("SUCCESS"))
+        .map(|value| i64::from_be_bytes(value.try_into().unwrap()))
+        .sum();
+    assert_eq!(counted, 200);
 }

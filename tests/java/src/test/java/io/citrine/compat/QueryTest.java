@@ -213,4 +213,41 @@ class QueryTest extends QueryBase {
         Record r = client.get(null, key(1));
         assertEquals(1, r.getInt("i"));
     }
+
+    /**
+     * A foreground scan given a task id and a rate is a job every node
+     * lists in query-show (job-type basic, its rps and run time), and keeps
+     * listing once it is done; a background query over a set never written
+     * is accepted and leaves no job behind, as the reference answers.
+     */
+    @Test
+    void aScanWithATaskIdIsListedByQueryShow() {
+        writeRecords(40);
+        Statement stmt = statement();
+        long taskId = 1_000_000_000L + (System.nanoTime() & 0xffffff);
+        stmt.setTaskId(taskId);
+        stmt.setRecordsPerSecond(100);
+        assertEquals(range(0, 40, 1), values(client.query(null, stmt), "i"));
+        long succeeded = 0;
+        for (com.aerospike.client.cluster.Node node : client.getNodes()) {
+            String line = com.aerospike.client.Info.request(node, "query-show:id=" + taskId);
+            Map<String, String> fields = new java.util.HashMap<>();
+            for (String pair : line.split(":")) {
+                String[] kv = pair.split("=", 2);
+                fields.put(kv[0], kv.length > 1 ? kv[1] : "");
+            }
+            assertEquals("basic", fields.get("job-type"), line);
+            assertEquals("100", fields.get("rps"), line);
+            assertEquals("done(ok)", fields.get("status"), line);
+            assertTrue(Long.parseLong(fields.get("run-time")) >= 0, line);
+            succeeded += Long.parseLong(fields.get("recs-succeeded"));
+        }
+        assertEquals(40, succeeded, "each record counted once, on its master");
+        Statement never = new Statement();
+        never.setNamespace(NS);
+        never.setSetName(set + "_never");
+        never.setFilter(Filter.range("i", 1, 3));
+        ExecuteTask task = client.execute(null, never, Operation.touch());
+        task.waitTillComplete(50, 10000);
+    }
 }

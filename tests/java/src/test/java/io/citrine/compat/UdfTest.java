@@ -171,4 +171,47 @@ class UdfTest extends CompatBase {
         assertEquals(1, results, "one reduced value");
         assertEquals(expected, sum);
     }
+
+    /**
+     * Bins selected beside a stream UDF do not refuse the aggregation (the
+     * reference runs it) nor narrow the records its stream sees; over a set
+     * never written, with a filter whose bin has no index, it answers
+     * nothing (the reference's answer; a plain query there answers 201).
+     */
+    @Test
+    void aggregationSelectingBinsAndOverASetNeverWritten() {
+        long expected = 0;
+        for (int i = 0; i < 20; i++) {
+            client.put(null, key(i), new Bin("i", i), new Bin("other", -i));
+            expected += i;
+        }
+        Statement stmt = new Statement();
+        stmt.setNamespace(NS);
+        stmt.setSetName(set);
+        stmt.setBinNames("other");
+        stmt.setAggregateFunction(MODULE, "sum");
+        try (ResultSet rs = client.queryAggregate(null, stmt)) {
+            assertTrue(rs.next(), "one reduced value");
+            assertEquals(expected, (Long) rs.getObject());
+            assertFalse(rs.next());
+        }
+        Statement never = new Statement();
+        never.setNamespace(NS);
+        never.setSetName(set + "_never");
+        never.setFilter(com.aerospike.client.query.Filter.range("i", 0, 10));
+        never.setAggregateFunction(MODULE, "sum");
+        try (ResultSet rs = client.queryAggregate(null, never)) {
+            assertFalse(rs.next(), "no records, no value");
+        }
+        Statement plain = new Statement();
+        plain.setNamespace(NS);
+        plain.setSetName(set + "_never");
+        plain.setFilter(com.aerospike.client.query.Filter.range("i", 0, 10));
+        AerospikeException error = assertThrows(AerospikeException.class, () -> {
+            try (com.aerospike.client.query.RecordSet rs = client.query(null, plain)) {
+                rs.next();
+            }
+        });
+        assertEquals(ResultCode.INDEX_NOTFOUND, error.getResultCode());
+    }
 }
