@@ -10,8 +10,10 @@
 //! bodies it holds (written and not yet released); every `Location` handed
 //! out is released (or retired) exactly once (the index owns it in between).
 //!
-//! This crate does device I/O (the device engine's files) but owns no
-//! sockets and no long-lived threads: the server drives the device engine's
+//! This crate does device I/O (the device engine's devices, only through
+//! `device::io::BlockIo`: files and raw devices, or the simulated disk of
+//! the tests and the simulator) but owns no sockets and no long-lived
+//! threads: the server drives the device engine's
 //! background work (flushing, defragmentation) from its own threads. The
 //! cold-start scan uses scoped threads, one per device, and returns.
 

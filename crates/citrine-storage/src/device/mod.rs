@@ -16,6 +16,10 @@
 //! a separate defrag write buffer (never mixed with client writes) and
 //! frees the block.
 //!
+//! Every byte the engine reads from or writes to a device goes through
+//! [`io::BlockIo`] ([`io`]): files and raw devices in production, the
+//! faulty [`io::SimDisk`] in tests and the simulator ([`DeviceConfig::media`]).
+//!
 //! Invariants:
 //! - `live[b]` of a block equals the bytes of the records in it that the
 //!   index or the tombstone table points at (asserted at fast restart);
@@ -32,14 +36,14 @@ pub mod io;
 mod persist;
 mod scan;
 
-pub use io::IoMode;
+pub use io::{IoMode, Media};
 pub use persist::SavedEntry;
 pub use scan::{ColdStartReport, Recovered, RecoveredRecord, ScanProgress};
 
 use crate::{DeviceAddress, Location, StorageEngine, StorageError, StoreMeta, Stored};
 use citrine_types::Digest;
 use format::{BlockHeader, BlockKind, RecordHeader, BLOCK_HEADER_BYTES, RBLOCK, RESERVED_BYTES};
-use io::{AlignedBuf, DeviceFile, DIRECT_ALIGN};
+use io::{AlignedBuf, BlockIo, DeviceIo, DIRECT_ALIGN};
 use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -62,6 +66,8 @@ pub struct DeviceConfig {
     /// Sealed write blocks kept in memory per device.
     pub post_write_queue: u32,
     pub io_mode: IoMode,
+    /// Files (the paths) or simulated disks.
+    pub media: Media,
 }
 
 impl DeviceConfig {
@@ -77,6 +83,7 @@ impl DeviceConfig {
             commit_to_device: false,
             post_write_queue: 16,
             io_mode: IoMode::Buffered,
+            media: Media::Files,
         }
     }
 }
@@ -143,7 +150,9 @@ struct Device {
     index: usize,
     /// Formatted by this open: every block is free, no scan needed.
     fresh: bool,
-    file: DeviceFile,
+    io: DeviceIo,
+    /// The configured path, for log lines.
+    path: String,
     block_count: u32,
     blocks: Mutex<BlockMap>,
     free_blocks: AtomicU32,
@@ -241,112 +250,33 @@ impl DeviceEngine {
             ));
         }
         let count = config.paths.len();
-        let mut files = Vec::with_capacity(count);
-        let mut headers = Vec::with_capacity(count);
-        for path in &config.paths {
-            let file = DeviceFile::open(path, config.file_size, config.io_mode)
+        let mut opened = Vec::with_capacity(count);
+        for (index, path) in config.paths.iter().enumerate() {
+            let io = DeviceIo::open(&config.media, index, path, config.file_size, config.io_mode)
                 .map_err(|error| format!("cannot open device {}: {error}", path.display()))?;
-            let bytes = file
+            let bytes = io
                 .read_at(0, format::DEVICE_HEADER_BYTES)
                 .map_err(|error| format!("cannot read device {}: {error}", path.display()))?;
             let header = format::DeviceHeader::decode(&bytes)
                 .map_err(|why| format!("device {}: {why}", path.display()))?;
-            headers.push(header);
-            files.push(file);
+            opened.push((io, path.display().to_string(), header));
         }
-        let instance_id = match headers.iter().flatten().next() {
+        let instance_id = match opened.iter().find_map(|(_, _, header)| header.as_ref()) {
             Some(header) => header.instance_id,
             None => random_u64(),
         };
         let mut devices = Vec::with_capacity(count);
-        for (index, (file, header)) in files.into_iter().zip(headers).enumerate() {
-            let path = file.path.display().to_string();
+        for (index, (io, path, header)) in opened.into_iter().enumerate() {
             let fresh = header.is_none();
-            let device_bytes = match &header {
+            let device_bytes = match header {
                 Some(header) => {
-                    if header.instance_id != instance_id
-                        || header.device_index as usize != index
-                        || header.device_count as usize != count
-                    {
-                        return Err(format!(
-                            "device {path} belongs to another device set (instance {:x}, device {} of {}), expected device {index} of {count} of instance {instance_id:x}; the device list changed — restore it or erase the devices",
-                            header.instance_id, header.device_index, header.device_count
-                        ));
-                    }
-                    if header.write_block_size != config.write_block_size {
-                        return Err(format!(
-                            "device {path} was formatted with write-block-size {}, configured {}",
-                            header.write_block_size, config.write_block_size
-                        ));
-                    }
-                    if header.namespace != config.namespace {
-                        return Err(format!(
-                            "device {path} belongs to namespace {:?}",
-                            header.namespace
-                        ));
-                    }
-                    if header.device_bytes > file.size {
-                        return Err(format!(
-                            "device {path} is smaller ({} bytes) than when it was formatted ({})",
-                            file.size, header.device_bytes
-                        ));
-                    }
-                    header.device_bytes
+                    Self::check_header(&config, &header, &io, &path, index, count, instance_id)?
                 }
-                None => {
-                    let blocks = file.size.saturating_sub(RESERVED_BYTES) / wblock as u64;
-                    let device_bytes = RESERVED_BYTES + blocks * wblock as u64;
-                    let header = format::DeviceHeader {
-                        instance_id,
-                        device_index: index as u32,
-                        device_count: count as u32,
-                        write_block_size: config.write_block_size,
-                        device_bytes,
-                        namespace: config.namespace.clone(),
-                    };
-                    let mut area = AlignedBuf::zeroed(DIRECT_ALIGN);
-                    area.as_mut_slice()[..format::DEVICE_HEADER_BYTES]
-                        .copy_from_slice(&header.encode());
-                    file.write_at(0, area.as_slice())
-                        .and_then(|()| file.sync())
-                        .map_err(|error| format!("cannot format device {path}: {error}"))?;
-                    tracing::info!(namespace = %config.namespace, device = %path, blocks, "formatted device");
-                    device_bytes
-                }
+                None => Self::format(&config, &io, &path, index, count, instance_id)?,
             };
-            let block_count = ((device_bytes - RESERVED_BYTES) / wblock as u64) as u32;
-            if block_count < 8 {
-                return Err(format!("device {path} holds {block_count} write blocks; at least 8 are needed (filesize ≥ 1M + 8 × write-block-size)"));
-            }
-            if (device_bytes / RBLOCK as u64) > DeviceAddress::MAX_RBLOCK {
-                return Err(format!(
-                    "device {path} is larger than the 2 TiB a device can address"
-                ));
-            }
-            devices.push(Device {
-                index,
-                fresh,
-                file,
-                block_count,
-                blocks: Mutex::new(BlockMap {
-                    live: vec![0; block_count as usize],
-                    state: vec![BlockState::Free; block_count as usize],
-                    open_seq: vec![0; block_count as usize],
-                    free: VecDeque::new(),
-                    defrag_queue: VecDeque::new(),
-                    pending_free: Vec::new(),
-                }),
-                free_blocks: AtomicU32::new(0),
-                client: Mutex::new(WriteBuffer::new(BlockKind::Client, wblock)),
-                defrag: Mutex::new(WriteBuffer::new(BlockKind::Defrag, wblock)),
-                pwq: Mutex::new(PostWriteQueue::default()),
-                tombs: Mutex::new(HashMap::new()),
-                appended: AtomicU64::new(0),
-                synced: AtomicU64::new(0),
-                committer: Mutex::new(()),
-            });
+            devices.push(Self::device(&config, index, fresh, io, path, device_bytes)?);
         }
-        let metadata = Self::read_metadata(&devices[0].file);
+        let metadata = Self::read_metadata(&devices[0].io);
         Ok(DeviceEngine {
             config,
             instance_id,
@@ -359,10 +289,127 @@ impl DeviceEngine {
         })
     }
 
-    fn read_metadata(file: &DeviceFile) -> format::Metadata {
+    /// Checks a formatted device's header against the configuration and
+    /// the set; returns its usable bytes.
+    fn check_header(
+        config: &DeviceConfig,
+        header: &format::DeviceHeader,
+        io: &DeviceIo,
+        path: &str,
+        index: usize,
+        count: usize,
+        instance_id: u64,
+    ) -> Result<u64, String> {
+        if header.instance_id != instance_id
+            || header.device_index as usize != index
+            || header.device_count as usize != count
+        {
+            return Err(format!(
+                "device {path} belongs to another device set (instance {:x}, device {} of {}), expected device {index} of {count} of instance {instance_id:x}; the device list changed — restore it or erase the devices",
+                header.instance_id, header.device_index, header.device_count
+            ));
+        }
+        if header.write_block_size != config.write_block_size {
+            return Err(format!(
+                "device {path} was formatted with write-block-size {}, configured {}",
+                header.write_block_size, config.write_block_size
+            ));
+        }
+        if header.namespace != config.namespace {
+            return Err(format!(
+                "device {path} belongs to namespace {:?}",
+                header.namespace
+            ));
+        }
+        if header.device_bytes > io.size() {
+            return Err(format!(
+                "device {path} is smaller ({} bytes) than when it was formatted ({})",
+                io.size(),
+                header.device_bytes
+            ));
+        }
+        Ok(header.device_bytes)
+    }
+
+    /// Writes (and syncs) the header of a blank device; returns its usable
+    /// bytes.
+    fn format(
+        config: &DeviceConfig,
+        io: &DeviceIo,
+        path: &str,
+        index: usize,
+        count: usize,
+        instance_id: u64,
+    ) -> Result<u64, String> {
+        let wblock = u64::from(config.write_block_size);
+        let blocks = io.size().saturating_sub(RESERVED_BYTES) / wblock;
+        let device_bytes = RESERVED_BYTES + blocks * wblock;
+        let header = format::DeviceHeader {
+            instance_id,
+            device_index: index as u32,
+            device_count: count as u32,
+            write_block_size: config.write_block_size,
+            device_bytes,
+            namespace: config.namespace.clone(),
+        };
+        let mut area = AlignedBuf::zeroed(DIRECT_ALIGN);
+        area.as_mut_slice()[..format::DEVICE_HEADER_BYTES].copy_from_slice(&header.encode());
+        io.write_at(0, area.as_slice())
+            .and_then(|()| io.sync())
+            .map_err(|error| format!("cannot format device {path}: {error}"))?;
+        tracing::info!(namespace = %config.namespace, device = %path, blocks, "formatted device");
+        Ok(device_bytes)
+    }
+
+    /// The in-memory state of one opened device (every block free until a
+    /// restart fills it in).
+    fn device(
+        config: &DeviceConfig,
+        index: usize,
+        fresh: bool,
+        io: DeviceIo,
+        path: String,
+        device_bytes: u64,
+    ) -> Result<Device, String> {
+        let wblock = config.write_block_size as usize;
+        let block_count = ((device_bytes - RESERVED_BYTES) / wblock as u64) as u32;
+        if block_count < 8 {
+            return Err(format!("device {path} holds {block_count} write blocks; at least 8 are needed (filesize ≥ 1M + 8 × write-block-size)"));
+        }
+        if (device_bytes / RBLOCK as u64) > DeviceAddress::MAX_RBLOCK {
+            return Err(format!(
+                "device {path} is larger than the 2 TiB a device can address"
+            ));
+        }
+        Ok(Device {
+            index,
+            fresh,
+            io,
+            path,
+            block_count,
+            blocks: Mutex::new(BlockMap {
+                live: vec![0; block_count as usize],
+                state: vec![BlockState::Free; block_count as usize],
+                open_seq: vec![0; block_count as usize],
+                free: VecDeque::new(),
+                defrag_queue: VecDeque::new(),
+                pending_free: Vec::new(),
+            }),
+            free_blocks: AtomicU32::new(0),
+            client: Mutex::new(WriteBuffer::new(BlockKind::Client, wblock)),
+            defrag: Mutex::new(WriteBuffer::new(BlockKind::Defrag, wblock)),
+            pwq: Mutex::new(PostWriteQueue::default()),
+            tombs: Mutex::new(HashMap::new()),
+            appended: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+            committer: Mutex::new(()),
+        })
+    }
+
+    fn read_metadata(io: &DeviceIo) -> format::Metadata {
         let mut best: Option<format::Metadata> = None;
         for offset in format::META_SLOT_OFFSETS {
-            if let Ok(bytes) = file.read_at(offset, format::META_SLOT_BYTES) {
+            if let Ok(bytes) = io.read_at(offset, format::META_SLOT_BYTES) {
                 if let Some(meta) = format::Metadata::decode(&bytes) {
                     if best
                         .as_ref()
@@ -412,9 +459,9 @@ impl DeviceEngine {
         let slot = format::META_SLOT_OFFSETS[(next.sequence % 2) as usize];
         let mut area = AlignedBuf::zeroed(encoded.len().div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN);
         area.as_mut_slice()[..encoded.len()].copy_from_slice(&encoded);
-        let file = &self.devices[0].file;
-        file.write_at(slot, area.as_slice())
-            .and_then(|()| file.sync())
+        let io = &self.devices[0].io;
+        io.write_at(slot, area.as_slice())
+            .and_then(|()| io.sync())
             .map_err(io_error)?;
         *metadata = next;
         Ok(())
@@ -619,13 +666,13 @@ impl DeviceEngine {
         if buffer.fill == buffer.flushed {
             return Ok(());
         }
-        let align = match device.file.mode {
+        let align = match device.io.mode() {
             IoMode::Direct => DIRECT_ALIGN,
             IoMode::Buffered => RBLOCK,
         };
         let start = buffer.flushed / align * align;
         let end = (buffer.fill.div_ceil(align) * align).min(buffer.data.len());
-        device.file.write_at(
+        device.io.write_at(
             self.block_offset(block) + start as u64,
             &buffer.data.as_slice()[start..end],
         )?;
@@ -829,7 +876,7 @@ impl DeviceEngine {
             self.flush_buffer(device, &mut buffer)?;
             device.appended.load(Ordering::Relaxed)
         };
-        device.file.sync()?;
+        device.io.sync()?;
         device.synced.fetch_max(covered, Ordering::Release);
         debug_assert!(covered >= ticket);
         Ok(())
@@ -846,7 +893,7 @@ impl DeviceEngine {
         let decode = |bytes: &[u8]| -> Result<Vec<u8>, StorageError> {
             format::decode_record(bytes, None).map(|record| record.body.to_vec()).map_err(|error| {
                 self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(device = %device.file.path.display(), block, offset, ?error, "record failed its checksum on read");
+                tracing::warn!(device = %device.path, block, offset, ?error, "record failed its checksum on read");
                 StorageError::Corrupt(format!("{error:?}"))
             })
         };
@@ -864,7 +911,7 @@ impl DeviceEngine {
         }
         self.stats.reads_from_device.fetch_add(1, Ordering::Relaxed);
         let bytes = device
-            .file
+            .io
             .read_at(self.block_offset(block) + offset as u64, length)
             .map_err(io_error)?;
         decode(&bytes)
@@ -897,12 +944,12 @@ impl DeviceEngine {
                     dirty
                 };
                 if dirty_client || dirty_defrag || !pending[device.index].is_empty() {
-                    device.file.sync()?;
+                    device.io.sync()?;
                 }
                 Ok::<(), std::io::Error>(())
             })();
             if let Err(error) = outcome {
-                tracing::error!(device = %device.file.path.display(), "flush failed: {error}");
+                tracing::error!(device = %device.path, "flush failed: {error}");
                 result = Err(io_error(error));
             }
         }
@@ -922,18 +969,18 @@ impl DeviceEngine {
             let mut failed = Vec::new();
             for block in blocks {
                 match device
-                    .file
+                    .io
                     .write_at(self.block_offset(block), marker.as_slice())
                 {
                     Ok(()) => freed.push(block),
                     Err(error) => {
-                        tracing::error!(device = %device.file.path.display(), block, "cannot write free marker: {error}");
+                        tracing::error!(device = %device.path, block, "cannot write free marker: {error}");
                         failed.push(block);
                     }
                 }
             }
-            if let Err(error) = device.file.sync() {
-                tracing::error!(device = %device.file.path.display(), "sync after freeing blocks failed: {error}");
+            if let Err(error) = device.io.sync() {
+                tracing::error!(device = %device.path, "sync after freeing blocks failed: {error}");
                 failed.append(&mut freed);
             }
             let mut pwq = device.pwq.lock();
@@ -1008,10 +1055,10 @@ impl DeviceEngine {
             let cached = device.pwq.lock().blocks.get(&block).cloned();
             let data: Cow<'_, [u8]> = match &cached {
                 Some(buffer) => Cow::Borrowed(buffer.as_slice()),
-                None => match device.file.read_at(self.block_offset(block), wblock) {
+                None => match device.io.read_at(self.block_offset(block), wblock) {
                     Ok(bytes) => Cow::Owned(bytes),
                     Err(error) => {
-                        tracing::error!(device = %device.file.path.display(), block, "defrag cannot read block: {error}");
+                        tracing::error!(device = %device.path, block, "defrag cannot read block: {error}");
                         let mut map = device.blocks.lock();
                         map.state[block as usize] = BlockState::Full;
                         return 0;
@@ -1042,7 +1089,7 @@ impl DeviceEngine {
                         self.stats
                             .corrupt_records_skipped
                             .fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(device = %device.file.path.display(), block, offset, "defrag: record body fails its checksum; skipped");
+                        tracing::warn!(device = %device.path, block, offset, "defrag: record body fails its checksum; skipped");
                         offset += rblocks.max(1) * RBLOCK;
                     }
                     Err(format::RecordError::BadHeader(why)) => {
@@ -1050,7 +1097,7 @@ impl DeviceEngine {
                             .corrupt_records_skipped
                             .fetch_add(1, Ordering::Relaxed);
                         let next = format::resync(&data, offset + RBLOCK, incarnation);
-                        tracing::warn!(device = %device.file.path.display(), block, offset, "defrag: {why}; skipped to the next valid record header");
+                        tracing::warn!(device = %device.path, block, offset, "defrag: {why}; skipped to the next valid record header");
                         offset = next;
                     }
                 }
@@ -1069,7 +1116,7 @@ impl DeviceEngine {
             // is about to release the old copy: that release re-queues the
             // block), or something could not be moved (logged above). The
             // block stays and is retried when more of it dies.
-            tracing::debug!(device = %device.file.path.display(), block, live = map.live[index], "defrag left live bytes in block");
+            tracing::debug!(device = %device.path, block, live = map.live[index], "defrag left live bytes in block");
             map.state[index] = BlockState::Full;
         }
         moved
@@ -1180,7 +1227,7 @@ impl DeviceEngine {
         }
         self.flush_tick()?;
         for device in &self.devices {
-            device.file.sync().map_err(io_error)?;
+            device.io.sync().map_err(io_error)?;
         }
         Ok(())
     }
