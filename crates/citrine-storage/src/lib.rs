@@ -95,8 +95,13 @@ pub enum StorageError {
     TooBig,
     /// The body could not be read back intact.
     Corrupt(String),
-    /// An I/O error from the medium.
+    /// An I/O error from the medium (a read: nothing is refused after it).
     Io(String),
+    /// A write or a sync of a device failed earlier: the engine no longer
+    /// knows what its devices hold since its last successful sync, so it
+    /// refuses every write until the process restarts (the service answers
+    /// result code 1, see `device`'s module doc).
+    DeviceFailed,
 }
 
 impl std::fmt::Display for StorageError {
@@ -106,6 +111,10 @@ impl std::fmt::Display for StorageError {
             StorageError::TooBig => write!(f, "record larger than a write block"),
             StorageError::Corrupt(why) => write!(f, "corrupt record body: {why}"),
             StorageError::Io(why) => write!(f, "storage i/o error: {why}"),
+            StorageError::DeviceFailed => write!(
+                f,
+                "a device write or sync failed: writes refused until restart"
+            ),
         }
     }
 }

@@ -20,7 +20,35 @@
 //! [`io::BlockIo`] ([`io`]): files and raw devices in production, the
 //! faulty [`io::SimDisk`] in tests and the simulator ([`DeviceConfig::media`]).
 //!
+//! The failed state. When a write or a sync of any device of the namespace
+//! fails, the engine cannot know what its devices hold since its last
+//! successful sync: after a failed `fdatasync` a kernel may have dropped the
+//! dirty pages and report the next sync as a success, so carrying on (the
+//! flusher retrying, defrag freeing a block whose moved records were in the
+//! lost writes) would acknowledge durability that is not there. So the
+//! first failure puts the engine in a sticky failed state, with one
+//! error-level log line: every later write and tombstone is refused with
+//! [`StorageError::DeviceFailed`], nothing is written to or synced on any
+//! of its devices again (no flush, no defrag, no free marker, no metadata),
+//! and reads are still served from the buffers, the post-write queue and
+//! the devices. `device_failed` (and `device_writes_refused`) in the
+//! namespace statistics show it. Only a restart clears it: the devices are
+//! then read back as they are (a cold start, since the shutdown could not
+//! save an index image). The reference has no such state — it stops the
+//! process on a failed device write (`cf_crash` "DEVICE FAILED write") —
+//! so there is no reference result code to copy; the service answers 1
+//! (`AS_ERR_UNKNOWN`, the clients' SERVER_ERROR): a failure of the server,
+//! never in doubt (the write was refused before anything was applied) and
+//! never retried by the clients against a device that will not recover;
+//! not 8 (the namespace is not full) nor 18 (device overload, which the
+//! clients retry as transient). A node keeps serving reads and the
+//! replicas of its partitions keep their copies, so nothing is lost and an
+//! operator restarts it when the device is fixed. A write that discovered
+//! the failure (its own `commit-to-device` sync failed) is refused too,
+//! but its bytes may already be on the device.
+//!
 //! Invariants:
+//! - once the engine failed, no device write or sync is issued again;
 //! - `live[b]` of a block equals the bytes of the records in it that the
 //!   index or the tombstone table points at (asserted at fast restart);
 //! - a block's bytes are destroyed (free marker written, block reusable) only
@@ -48,7 +76,7 @@ use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Settings of a device namespace, already validated.
@@ -183,6 +211,8 @@ pub struct DeviceStats {
     pub tombstones_collected: AtomicU64,
     pub corrupt_records_skipped: AtomicU64,
     pub out_of_space: AtomicU64,
+    /// Writes and tombstones refused because the engine failed.
+    pub writes_refused: AtomicU64,
 }
 
 /// Something defrag asks to move a live record: the index.
@@ -217,6 +247,9 @@ pub struct DeviceEngine {
     used_bytes: AtomicU64,
     metadata: Mutex<format::Metadata>,
     defrag_cursor: AtomicUsize,
+    /// Sticky: a write or a sync of a device failed. No device is written
+    /// or synced again until the process restarts (see the module doc).
+    failed: AtomicBool,
     pub stats: DeviceStats,
 }
 
@@ -285,6 +318,7 @@ impl DeviceEngine {
             used_bytes: AtomicU64::new(0),
             metadata: Mutex::new(metadata),
             defrag_cursor: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
             stats: DeviceStats::default(),
         })
     }
@@ -459,10 +493,9 @@ impl DeviceEngine {
         let slot = format::META_SLOT_OFFSETS[(next.sequence % 2) as usize];
         let mut area = AlignedBuf::zeroed(encoded.len().div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN);
         area.as_mut_slice()[..encoded.len()].copy_from_slice(&encoded);
-        let io = &self.devices[0].io;
-        io.write_at(slot, area.as_slice())
-            .and_then(|()| io.sync())
-            .map_err(io_error)?;
+        let device = &self.devices[0];
+        self.device_write(device, slot, area.as_slice(), "metadata write")?;
+        self.device_sync(device, "sync of the metadata")?;
         *metadata = next;
         Ok(())
     }
@@ -601,6 +634,8 @@ impl DeviceEngine {
                 load(&stats.corrupt_records_skipped),
             ),
             ("device_out_of_space".into(), load(&stats.out_of_space)),
+            ("device_failed".into(), self.failed().to_string()),
+            ("device_writes_refused".into(), load(&stats.writes_refused)),
             (
                 "device_tombstones_written".into(),
                 load(&stats.tombstones_written),
@@ -610,6 +645,63 @@ impl DeviceEngine {
                 load(&stats.tombstones_collected),
             ),
         ]
+    }
+
+    // ------------------------------------------------------------ the failed state
+
+    /// True once a write or a sync of a device failed: writes and
+    /// tombstones are refused ([`StorageError::DeviceFailed`]) until the
+    /// process restarts; reads are served.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Enters the failed state (logged once, at error level).
+    fn fail(&self, device: &Device, what: &str, error: &std::io::Error) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                namespace = %self.config.namespace,
+                device = %device.path,
+                "{what} failed: {error}; what was written since the last successful sync may not be on the device, so the namespace now refuses every write and delete (result code 1) and writes nothing more to its devices until the node restarts; reads are still served"
+            );
+        }
+    }
+
+    /// Refuses a write when the engine failed, counting it.
+    fn refuse_if_failed(&self) -> Result<(), StorageError> {
+        if self.failed() {
+            self.stats.writes_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(StorageError::DeviceFailed);
+        }
+        Ok(())
+    }
+
+    /// Writes to a device, unless the engine failed; a failure fails it.
+    fn device_write(
+        &self,
+        device: &Device,
+        offset: u64,
+        bytes: &[u8],
+        what: &str,
+    ) -> Result<(), StorageError> {
+        if self.failed() {
+            return Err(StorageError::DeviceFailed);
+        }
+        device.io.write_at(offset, bytes).map_err(|error| {
+            self.fail(device, what, &error);
+            StorageError::DeviceFailed
+        })
+    }
+
+    /// Syncs a device, unless the engine failed; a failure fails it.
+    fn device_sync(&self, device: &Device, what: &str) -> Result<(), StorageError> {
+        if self.failed() {
+            return Err(StorageError::DeviceFailed);
+        }
+        device.io.sync().map_err(|error| {
+            self.fail(device, what, &error);
+            StorageError::DeviceFailed
+        })
     }
 
     // ------------------------------------------------------------ block accounting
@@ -659,7 +751,7 @@ impl DeviceEngine {
     // ------------------------------------------------------------ write buffers
 
     /// Writes the unflushed part of a buffer to its block.
-    fn flush_buffer(&self, device: &Device, buffer: &mut WriteBuffer) -> std::io::Result<()> {
+    fn flush_buffer(&self, device: &Device, buffer: &mut WriteBuffer) -> Result<(), StorageError> {
         let Some(block) = buffer.block else {
             return Ok(());
         };
@@ -672,9 +764,11 @@ impl DeviceEngine {
         };
         let start = buffer.flushed / align * align;
         let end = (buffer.fill.div_ceil(align) * align).min(buffer.data.len());
-        device.io.write_at(
+        self.device_write(
+            device,
             self.block_offset(block) + start as u64,
             &buffer.data.as_slice()[start..end],
+            "write-block write",
         )?;
         buffer.flushed = buffer.fill;
         self.stats.partial_flushes.fetch_add(1, Ordering::Relaxed);
@@ -682,7 +776,7 @@ impl DeviceEngine {
     }
 
     /// Writes out and closes a buffer's block; it joins the post-write queue.
-    fn seal(&self, device: &Device, buffer: &mut WriteBuffer) -> std::io::Result<()> {
+    fn seal(&self, device: &Device, buffer: &mut WriteBuffer) -> Result<(), StorageError> {
         let Some(block) = buffer.block else {
             return Ok(());
         };
@@ -770,7 +864,7 @@ impl DeviceEngine {
             return Err(StorageError::TooBig);
         }
         if buffer.block.is_some() && buffer.fill + bytes > self.wblock() {
-            self.seal(device, buffer).map_err(io_error)?;
+            self.seal(device, buffer)?;
         }
         if buffer.block.is_none() {
             self.open_block(device, buffer, class)?;
@@ -805,6 +899,8 @@ impl DeviceEngine {
         let device = &self.devices[self.device_of(digest)];
         let tombstone = flags & format::FLAG_TOMBSTONE != 0;
         let mut buffer = device.client.lock();
+        // Under the buffer lock: no append follows a failure's flush.
+        self.refuse_if_failed()?;
         let sequence = self.next_sequence();
         let header = RecordHeader {
             flags,
@@ -839,7 +935,7 @@ impl DeviceEngine {
         if self.config.commit_to_device {
             if let Err(error) = self.commit_through(device, ticket) {
                 self.release_address(address);
-                return Err(io_error(error));
+                return Err(error);
             }
         }
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
@@ -861,7 +957,7 @@ impl DeviceEngine {
     /// writer at a time writes the buffer out and syncs, for itself and for
     /// every writer that appended before it took the buffer lock; the others
     /// find their ticket covered and return without a sync of their own.
-    fn commit_through(&self, device: &Device, ticket: u64) -> std::io::Result<()> {
+    fn commit_through(&self, device: &Device, ticket: u64) -> Result<(), StorageError> {
         if device.synced.load(Ordering::Acquire) >= ticket {
             return Ok(());
         }
@@ -876,7 +972,7 @@ impl DeviceEngine {
             self.flush_buffer(device, &mut buffer)?;
             device.appended.load(Ordering::Relaxed)
         };
-        device.io.sync()?;
+        self.device_sync(device, "sync of a committed write")?;
         device.synced.fetch_max(covered, Ordering::Release);
         debug_assert!(covered >= ticket);
         Ok(())
@@ -921,86 +1017,92 @@ impl DeviceEngine {
 
     /// The flusher's tick (every `flush-max-ms`): writes every buffer's
     /// unflushed records, syncs, then frees the blocks defrag emptied before
-    /// the tick began (their moved records are now durable).
+    /// the tick began (their moved records are now durable). Once the
+    /// engine failed it does nothing and says so.
     pub fn flush_tick(&self) -> Result<(), StorageError> {
+        if self.failed() {
+            return Err(StorageError::DeviceFailed);
+        }
         let pending: Vec<Vec<u32>> = self
             .devices
             .iter()
             .map(|device| std::mem::take(&mut device.blocks.lock().pending_free))
             .collect();
-        let mut result = Ok(());
-        for device in &self.devices {
-            let outcome = (|| {
-                let dirty_client = {
-                    let mut client = device.client.lock();
-                    let dirty = client.fill != client.flushed;
-                    self.flush_buffer(device, &mut client)?;
-                    dirty
-                };
-                let dirty_defrag = {
-                    let mut defrag = device.defrag.lock();
-                    let dirty = defrag.fill != defrag.flushed;
-                    self.flush_buffer(device, &mut defrag)?;
-                    dirty
-                };
-                if dirty_client || dirty_defrag || !pending[device.index].is_empty() {
-                    device.io.sync()?;
-                }
-                Ok::<(), std::io::Error>(())
-            })();
-            if let Err(error) = outcome {
-                tracing::error!(device = %device.path, "flush failed: {error}");
-                result = Err(io_error(error));
-            }
-        }
-        if result.is_err() {
+        let flushed = self
+            .devices
+            .iter()
+            .try_for_each(|device| self.flush_device(device, !pending[device.index].is_empty()));
+        if let Err(error) = flushed {
             // Keep the emptied blocks pending: their moves may not be durable.
             for (device, blocks) in self.devices.iter().zip(pending) {
                 device.blocks.lock().pending_free.extend(blocks);
             }
-            return result;
+            return Err(error);
         }
+        let mut result = Ok(());
         for (device, blocks) in self.devices.iter().zip(pending) {
-            if blocks.is_empty() {
-                continue;
+            if let Err(error) = self.free_pending(device, blocks) {
+                result = Err(error);
             }
-            let marker = AlignedBuf::zeroed(DIRECT_ALIGN);
-            let mut freed = Vec::with_capacity(blocks.len());
-            let mut failed = Vec::new();
-            for block in blocks {
-                match device
-                    .io
-                    .write_at(self.block_offset(block), marker.as_slice())
-                {
-                    Ok(()) => freed.push(block),
-                    Err(error) => {
-                        tracing::error!(device = %device.path, block, "cannot write free marker: {error}");
-                        failed.push(block);
-                    }
-                }
-            }
-            if let Err(error) = device.io.sync() {
-                tracing::error!(device = %device.path, "sync after freeing blocks failed: {error}");
-                failed.append(&mut freed);
-            }
-            let mut pwq = device.pwq.lock();
-            for block in &freed {
-                pwq.blocks.remove(block);
-            }
-            drop(pwq);
-            let mut map = device.blocks.lock();
-            for block in &freed {
-                let index = *block as usize;
-                debug_assert_eq!(map.state[index], BlockState::PendingFree);
-                debug_assert_eq!(map.live[index], 0);
-                map.state[index] = BlockState::Free;
-                map.free.push_back(*block);
-            }
-            map.pending_free.extend(failed);
-            device
-                .free_blocks
-                .fetch_add(freed.len() as u32, Ordering::Relaxed);
         }
+        result
+    }
+
+    /// Writes out a device's client and defrag buffers and syncs it if
+    /// anything was written or `must_sync`.
+    fn flush_device(&self, device: &Device, must_sync: bool) -> Result<(), StorageError> {
+        let mut dirty = must_sync;
+        for buffer in [&device.client, &device.defrag] {
+            let mut buffer = buffer.lock();
+            dirty |= buffer.fill != buffer.flushed;
+            self.flush_buffer(device, &mut buffer)?;
+        }
+        if dirty {
+            self.device_sync(device, "sync of flushed write blocks")?;
+        }
+        Ok(())
+    }
+
+    /// Writes and syncs the free markers of emptied blocks, then makes them
+    /// reusable. On failure they stay pending: a marker may or may not be
+    /// on the device, and the engine reuses nothing once failed.
+    fn free_pending(&self, device: &Device, blocks: Vec<u32>) -> Result<(), StorageError> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let marker = AlignedBuf::zeroed(DIRECT_ALIGN);
+        let written = blocks
+            .iter()
+            .try_for_each(|block| {
+                self.device_write(
+                    device,
+                    self.block_offset(*block),
+                    marker.as_slice(),
+                    "free-marker write",
+                )
+            })
+            .and_then(|()| self.device_sync(device, "sync of free markers"));
+        if let Err(error) = written {
+            device.blocks.lock().pending_free.extend(blocks);
+            return Err(error);
+        }
+        let mut pwq = device.pwq.lock();
+        for block in &blocks {
+            pwq.blocks.remove(block);
+        }
+        drop(pwq);
+        let mut map = device.blocks.lock();
+        for block in &blocks {
+            let index = *block as usize;
+            debug_assert_eq!(map.state[index], BlockState::PendingFree);
+            debug_assert_eq!(map.live[index], 0);
+            map.state[index] = BlockState::Free;
+            map.free.push_back(*block);
+        }
+        drop(map);
+        device
+            .free_blocks
+            .fetch_add(blocks.len() as u32, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1027,6 +1129,10 @@ impl DeviceEngine {
     /// `relocator` for each) and tombstones to the defrag buffer and leaves
     /// the block pending free.
     pub fn defrag_step(&self, relocator: &dyn Relocator) -> DefragStep {
+        if self.failed() {
+            // Moving records needs writes; the blocks stay as they are.
+            return DefragStep::default();
+        }
         let count = self.devices.len();
         let start = self.defrag_cursor.fetch_add(1, Ordering::Relaxed);
         for attempt in 0..count {
@@ -1219,15 +1325,18 @@ impl DeviceEngine {
     /// Seals every open buffer, frees pending blocks and syncs: the devices
     /// then hold everything acknowledged. Used at shutdown.
     pub fn flush_all(&self) -> Result<(), StorageError> {
+        if self.failed() {
+            return Err(StorageError::DeviceFailed);
+        }
         for device in &self.devices {
             for buffer in [&device.client, &device.defrag] {
                 let mut buffer = buffer.lock();
-                self.seal(device, &mut buffer).map_err(io_error)?;
+                self.seal(device, &mut buffer)?;
             }
         }
         self.flush_tick()?;
         for device in &self.devices {
-            device.io.sync().map_err(io_error)?;
+            self.device_sync(device, "sync at shutdown")?;
         }
         Ok(())
     }
@@ -1311,5 +1420,7 @@ impl StorageEngine for DeviceEngine {
     }
 }
 
+#[cfg(test)]
+mod fault_tests;
 #[cfg(test)]
 mod tests;
