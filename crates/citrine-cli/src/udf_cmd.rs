@@ -126,7 +126,11 @@ fn explain(error: Error) -> String {
         Error::Udf { message, .. } if message.contains("function not found") => {
             "\n  hint: `citrine udf get MODULE` shows the module's functions"
         }
-        Error::Udf { message, .. } if message.contains("not found") => {
+        // "UDF: Execution Error 1" is the server's (and the reference's)
+        // answer for a module it cannot load.
+        Error::Udf { message, .. }
+            if message.contains("not found") || message.contains("Execution Error 1") =>
+        {
             "\n  hint: see `citrine udf list`; MODULE is the file name without .lua"
         }
         Error::UdfModule(refusal) if refusal.reason == "compile_error" => {

@@ -264,10 +264,14 @@ pub fn defrag_step(namespace: &Namespace) -> Option<Duration> {
 }
 
 /// The flusher's tick: writes out buffered records and frees emptied blocks.
+/// A failed engine does nothing (it logged its failure once).
 pub fn flush_tick(namespace: &Namespace) {
     if let Some(engine) = namespace.storage.device() {
-        if let Err(error) = engine.flush_tick() {
-            tracing::error!(namespace = %namespace.config.name, "flush failed: {error}");
+        match engine.flush_tick() {
+            Ok(()) | Err(StorageError::DeviceFailed) => {}
+            Err(error) => {
+                tracing::error!(namespace = %namespace.config.name, "flush failed: {error}")
+            }
         }
     }
 }

@@ -2041,3 +2041,91 @@ fn a_request_held_past_its_timeout_is_refused_not_run() {
     assert_eq!(send_since(&batch, Some(now - 500)), 9);
     assert_eq!(expired(), 3);
 }
+
+/// A device namespace whose device starts failing syncs: the flusher's
+/// failed sync puts the engine in its failed state, after which a client
+/// write, delete or replica write is refused with 1 (SERVER_ERROR) and
+/// reads are still answered; the namespace statistics say so.
+#[test]
+fn a_failed_device_sync_refuses_writes_with_server_error_and_keeps_reads() {
+    use citrine_storage::device::io::{Fault, IoOp, SimDisk, Trigger};
+    use citrine_storage::device::{DeviceConfig, Media};
+    let disk = SimDisk::new((1 << 20) + 16 * (64 << 10), 7);
+    let engine = DeviceConfig {
+        write_block_size: 64 << 10,
+        media: Media::Simulated(vec![disk.clone()]),
+        ..DeviceConfig::new("test", vec!["sim0".into()], 0)
+    };
+    let (service, _) = service_with(NamespaceConfig {
+        storage_engine: StorageEngineConfig::Device {
+            engine,
+            flush_max_ms: 1000,
+            index_image: None,
+        },
+        ..NamespaceConfig::in_memory("test")
+    });
+    let namespace = service.namespace(b"test").unwrap();
+    let write = |key: &str| {
+        send(&service, &put(key, Ops::new().int(op_type::WRITE, "a", 1)))
+            .header
+            .result_code
+    };
+    assert_eq!(write("synced"), 0);
+    crate::device::flush_tick(namespace);
+    assert_eq!(write("unsynced"), 0);
+    disk.inject(Fault {
+        op: IoOp::Sync,
+        trigger: Trigger::Always,
+    });
+    crate::device::flush_tick(namespace);
+    assert_eq!(write("refused"), ResultCode::ServerError.code());
+    assert_eq!(write("synced"), ResultCode::ServerError.code());
+    let delete = request(
+        "synced",
+        MsgHeader {
+            info2: info2::WRITE | info2::DELETE,
+            ..MsgHeader::default()
+        },
+        &Ops::new(),
+        false,
+    );
+    assert_eq!(
+        send(&service, &delete).header.result_code,
+        ResultCode::ServerError.code()
+    );
+    let copy = crate::replication::ReplicaWrite {
+        namespace: "test".into(),
+        digest: of_key("demo", &UserKey::String("copy".into())),
+        set_name: b"demo".to_vec(),
+        generation: 1,
+        life: 0,
+        void_time: 0,
+        last_update_ms: START_MS,
+        durable: false,
+        body: Some(Vec::new()),
+    };
+    assert_eq!(
+        crate::replication::apply_replica_write(service.dist(), &copy),
+        ResultCode::ServerError
+    );
+    for key in ["synced", "unsynced"] {
+        let reply = send(&service, &get(key));
+        assert_eq!(reply.header.result_code, 0, "{key}");
+        assert_eq!(reply.bins.len(), 1);
+    }
+    assert_eq!(
+        send(&service, &get("refused")).header.result_code,
+        ResultCode::NotFound.code()
+    );
+    let answers = info(&service, &["namespace/test"]);
+    assert!(
+        answers[0].1.contains(";device_failed=true;"),
+        "{}",
+        answers[0].1
+    );
+    assert!(
+        answers[0].1.contains(";device_writes_refused=4;"),
+        "{}",
+        answers[0].1
+    );
+}

@@ -7,6 +7,7 @@
 //! cargo run --release -p citrine-sim --example soak -- --data --seeds 0..1000
 //! cargo run --release -p citrine-sim --example soak -- --data --early-restart --seed 7 -v
 //! cargo run --release -p citrine-sim --example soak -- --data --device --seeds 0..300
+//! cargo run --release -p citrine-sim --example soak -- --data --device-faults --seeds 0..300
 //! ```
 //!
 //! `--data` runs the data-mode simulator (real services and clients under
@@ -14,9 +15,10 @@
 //! one; `--early-restart` lets a crashed node restart before the survivors
 //! noticed the crash (`DataConfig::restart_before_noticed`); `--vanish`
 //! makes lost messages vanish instead of arriving late
-//! (`DataConfig::messages_vanish`); `--device` keeps the records on device
-//! files, so a crashed node restarts with what it had flushed
-//! (`DataConfig::device`).
+//! (`DataConfig::messages_vanish`); `--device` keeps the records on
+//! simulated disks, so a crashed node restarts with what it had synced
+//! (`DataConfig::device`); `--device-faults` implies it and lets one node's
+//! disk fail its syncs (`DataConfig::device_faults`).
 //!
 //! To see why a data-mode seed failed, replay it with `-v` and these in
 //! the environment (their notes join the recent events):
@@ -46,6 +48,7 @@ struct Args {
     early_restart: bool,
     vanish: bool,
     device: bool,
+    device_faults: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -60,6 +63,7 @@ fn parse() -> Result<Args, String> {
         early_restart: false,
         vanish: false,
         device: false,
+        device_faults: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -83,10 +87,14 @@ fn parse() -> Result<Args, String> {
             "--early-restart" => args.early_restart = true,
             "--vanish" => args.vanish = true,
             "--device" => args.device = true,
+            "--device-faults" => {
+                args.device = true;
+                args.device_faults = true;
+            }
             "--no-pmap" => args.no_pmap = true,
             "-v" | "--verbose" => args.verbose = true,
             "-h" | "--help" => {
-                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [--data [--early-restart] [--vanish] [--device]] [-v]"
+                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [--data [--early-restart] [--vanish] [--device] [--device-faults]] [-v]"
                     .to_string())
             }
             other => return Err(format!("unknown argument {other}")),
@@ -127,6 +135,7 @@ fn main() -> ExitCode {
             data_cfg.restart_before_noticed = args.early_restart;
             data_cfg.messages_vanish = args.vanish;
             data_cfg.device = args.device;
+            data_cfg.device_faults = args.device_faults;
             match run_data_seed(seed, &data_cfg) {
                 Ok(r) => {
                     if args.verbose {

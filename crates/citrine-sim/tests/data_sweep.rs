@@ -3,14 +3,14 @@
 //!
 //! `cargo test -p citrine-sim` runs `DEBUG_SEEDS` seeds in a debug build,
 //! split over two tests so the harness uses both cores; the second half
-//! mixes in the `--early-restart` and `--vanish` modes, and a quarter of
-//! both the `--device` mode;
+//! mixes in the `--early-restart` and `--vanish` modes, a quarter of both
+//! the `--device` mode, and half of those the `--device-faults` mode;
 //! `cargo test --release -p citrine-sim` runs `RELEASE_SEEDS`.
 //! `CITRINE_SIM_DATA_SEEDS=N` overrides the count, `CITRINE_SIM_START=S`
 //! the first seed. Replay a failing seed with
 //! `cargo run --release -p citrine-sim --example soak -- --data --seed S -v`
-//! (with `--early-restart` / `--vanish` / `--device` as the seed's mode
-//! asks).
+//! (with `--early-restart` / `--vanish` / `--device` / `--device-faults`
+//! as the seed's mode asks).
 
 use std::time::Instant;
 
@@ -43,12 +43,14 @@ fn half(which: u64) {
     for seed in first..first + count {
         // The second half also runs the harsher modes: a node restarted
         // before the others noticed it died, and messages that vanish.
-        // Every fourth seed of both keeps its records on device files, so
-        // restarted nodes come back with what they had flushed.
+        // Every fourth seed of both keeps its records on simulated disks,
+        // so restarted nodes come back with what they had synced; every
+        // eighth also has a disk that starts failing its syncs.
         let cfg = DataConfig {
             restart_before_noticed: which == 1 && seed % 2 == 0,
             messages_vanish: which == 1 && seed % 3 == 0,
             device: seed % 4 == 1,
+            device_faults: seed % 8 == 1,
             ..DataConfig::quick()
         };
         if let Err(f) = run_data_seed(seed, &cfg) {

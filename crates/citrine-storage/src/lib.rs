@@ -10,8 +10,10 @@
 //! bodies it holds (written and not yet released); every `Location` handed
 //! out is released (or retired) exactly once (the index owns it in between).
 //!
-//! This crate does device I/O (the device engine's files) but owns no
-//! sockets and no long-lived threads: the server drives the device engine's
+//! This crate does device I/O (the device engine's devices, only through
+//! `device::io::BlockIo`: files and raw devices, or the simulated disk of
+//! the tests and the simulator) but owns no sockets and no long-lived
+//! threads: the server drives the device engine's
 //! background work (flushing, defragmentation) from its own threads. The
 //! cold-start scan uses scoped threads, one per device, and returns.
 
@@ -93,8 +95,13 @@ pub enum StorageError {
     TooBig,
     /// The body could not be read back intact.
     Corrupt(String),
-    /// An I/O error from the medium.
+    /// An I/O error from the medium (a read: nothing is refused after it).
     Io(String),
+    /// A write or a sync of a device failed earlier: the engine no longer
+    /// knows what its devices hold since its last successful sync, so it
+    /// refuses every write until the process restarts (the service answers
+    /// result code 1, see `device`'s module doc).
+    DeviceFailed,
 }
 
 impl std::fmt::Display for StorageError {
@@ -104,6 +111,10 @@ impl std::fmt::Display for StorageError {
             StorageError::TooBig => write!(f, "record larger than a write block"),
             StorageError::Corrupt(why) => write!(f, "corrupt record body: {why}"),
             StorageError::Io(why) => write!(f, "storage i/o error: {why}"),
+            StorageError::DeviceFailed => write!(
+                f,
+                "a device write or sync failed: writes refused until restart"
+            ),
         }
     }
 }

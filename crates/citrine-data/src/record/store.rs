@@ -13,11 +13,16 @@ use citrine_types::{Digest, ResultCode};
 use citrine_wire::msg::{info2, MsgHeader};
 use std::sync::atomic::Ordering;
 
-/// Maps a storage failure to the protocol's result code.
+/// Maps a storage failure to the protocol's result code. A device engine
+/// in its failed state (a device write or sync failed) refuses writes with
+/// 1, SERVER_ERROR: the reference stops the process there instead, and 1
+/// is its code for a failure of the server that is neither in doubt nor
+/// worth a retry (the choice is explained in `citrine_storage::device`).
 pub fn storage_result(error: StorageError) -> ResultCode {
     match error {
         StorageError::OutOfSpace => ResultCode::OutOfSpace,
         StorageError::TooBig => ResultCode::RecordTooBig,
+        StorageError::DeviceFailed => ResultCode::ServerError,
         StorageError::Corrupt(_) | StorageError::Io(_) => ResultCode::ServerError,
     }
 }

@@ -1,6 +1,6 @@
 //! Data mode: N real [`citrine_service::Service`]s on the fake network, with
 //! clients writing and reading while nodes join, crash and come back (empty,
-//! or with what their device files hold), and the checks that nothing
+//! or with what their simulated disks kept), and the checks that nothing
 //! acknowledged is lost.
 //!
 //! Owns: the data-mode scenario ([`run_data_seed`], [`DataConfig`]), the
@@ -35,7 +35,10 @@
 //!    first, drawn, and the held client requests reach its service as
 //!    having waited since the freeze began, as a stalled service thread
 //!    reports them), a crashed node restarts — empty, or
-//!    with [`DataConfig::device`] with what its device file holds; the
+//!    with [`DataConfig::device`] with what its disk kept; with
+//!    [`DataConfig::device_faults`], once, a node's disk starts failing
+//!    its syncs (also only when stable): the node refuses writes from its
+//!    next flush on and is crashed 0.2–2 s later; the
 //!    network loses up to `max_loss` of packets and delays them 1–6 ms, but
 //!    is never partitioned. With [`DataConfig::truncate`], a client
 //!    truncates set `trunc` through one node shortly before or after one
@@ -66,6 +69,7 @@ use citrine_service::cluster_state::{ClusterMember, ClusterState};
 use citrine_service::config::{NamespaceConfig, ServiceConfig, StorageEngineConfig};
 use citrine_service::replication::ReplicaWrite;
 use citrine_service::{Clock, Service};
+use citrine_storage::device::io::{Fault, IoOp, PowerCut, SimDisk, Trigger};
 use citrine_types::{Digest, NodeId, PartitionId};
 use citrine_wire::digest::{of_key, UserKey};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
@@ -93,8 +97,8 @@ const POLL_BUDGET: u32 = 10_000;
 const FLUSH_PERIODS_MS: [u64; 4] = [5, 50, 250, 1_000];
 /// How often the simulated flusher collects tombstones, as the server's.
 const TOMBSTONE_COLLECT_MS: u64 = 5_000;
-/// Size of each node's device file, and its write-block size: small blocks
-/// so that a run fills, seals and defragments several.
+/// Size of each node's (simulated) device, and its write-block size: small
+/// blocks so that a run fills, seals and defragments several.
 const DEVICE_FILE_BYTES: u64 = 8 << 20;
 const DEVICE_WBLOCK_BYTES: u32 = 64 << 10;
 
@@ -144,16 +148,24 @@ pub struct DataConfig {
     /// effect being absence.
     pub deletes: bool,
     /// Nodes keep namespace `test` on a device (the log-structured engine
-    /// over a file in a scratch directory) instead of in memory. The
-    /// simulation is the flusher: every node's write buffers are written
-    /// out every flush period (drawn per run, 5 ms to 1 s), with a defrag
-    /// step each time and a tombstone collection every 5 s. A crash loses
-    /// what was not flushed yet, as a killed process does; a crashed node
-    /// restarts with what its file holds (a cold start), or, one time in
-    /// four, on a blank file (a replaced drive). Each node also has a work
-    /// directory, where it keeps its truncations and regime as the server
-    /// does.
+    /// over a simulated disk, `citrine_storage::device::io::SimDisk`)
+    /// instead of in memory. The simulation is the flusher: every node's
+    /// write buffers are written out and synced every flush period (drawn
+    /// per run, 5 ms to 1 s), with a defrag step each time and a tombstone
+    /// collection every 5 s. A crash cuts the disk's power: what was not
+    /// synced is lost — or, half the crashes (drawn), every sector the
+    /// unsynced writes touched keeps a drawn one of its versions (torn and
+    /// reordered writes); a crashed node restarts with what its disk kept
+    /// (a cold start), or, one time in four, on a blank disk (a replaced
+    /// drive). Each node also has a work directory, where it keeps its
+    /// truncations and regime as the server does.
     pub device: bool,
+    /// With [`DataConfig::device`]: one of the events (at most one per
+    /// run) is a node's disk failing every sync from then on. The node's
+    /// engine enters its failed state at its next flush and refuses writes
+    /// (result code 1, which clients see as refused); 0.2–2 s later the
+    /// node is crashed, and it may restart with what its disk kept.
+    pub device_faults: bool,
 }
 
 impl DataConfig {
@@ -178,6 +190,7 @@ impl DataConfig {
             truncate: true,
             deletes: true,
             device: false,
+            device_faults: false,
         }
     }
 }
@@ -197,8 +210,12 @@ pub struct DataReport {
     pub deletes_acked: u64,
     /// Write attempts that ended in doubt (timeout, 9).
     pub in_doubt: u64,
-    /// Attempts refused before execution (11).
+    /// Attempts refused before execution (11, or 1 from a node whose
+    /// device failed).
     pub refused: u64,
+    /// Of those, refused with 1 by a failed device
+    /// ([`DataConfig::device_faults`]).
+    pub device_refused: u64,
     /// Records present at the end.
     pub records: usize,
     /// View changes reported by all nodes.
@@ -283,9 +300,8 @@ impl Clock for NodeClock {
     }
 }
 
-/// A directory of its own for one run's device files, removed when the
-/// run ends. On tmpfs (`/dev/shm`) where there is one, so the flusher's
-/// syncs cost nothing.
+/// A directory of its own for one run's work directories, removed when the
+/// run ends. On tmpfs (`/dev/shm`) where there is one.
 struct Scratch(std::path::PathBuf);
 
 impl Scratch {
@@ -301,10 +317,6 @@ impl Scratch {
         let dir = base.join(format!("citrine-sim-{}-{seed}-{run}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         Ok(Scratch(dir))
-    }
-
-    fn device(&self, node: usize) -> std::path::PathBuf {
-        self.0.join(format!("node-{node}.dat"))
     }
 
     /// Node `node`'s work directory (created).
@@ -487,8 +499,15 @@ struct World {
     events: Vec<String>,
     recent: VecDeque<String>,
     hash: u64,
-    /// The device files' directory ([`DataConfig::device`]).
+    /// The work directories' directory ([`DataConfig::device`]).
     scratch: Option<Scratch>,
+    /// Each node's disk ([`DataConfig::device`]); `None` until first used,
+    /// and after a drive is replaced.
+    disks: Vec<Option<SimDisk>>,
+    /// When a disk began failing its syncs ([`DataConfig::device_faults`]);
+    /// from then on a reply 1 is a refusal of that node's failed engine.
+    device_fault_at: Option<u64>,
+    device_refused: u64,
     /// The simulated flusher's period ([`DataConfig::device`]).
     flush_ms: u64,
 }
@@ -641,6 +660,9 @@ impl World {
             recent: VecDeque::new(),
             hash: seed,
             scratch: None,
+            disks: vec![None; n],
+            device_fault_at: None,
+            device_refused: 0,
             flush_ms,
         }
     }
@@ -674,8 +696,9 @@ impl World {
 
     // ----- nodes -----
 
-    /// The namespace's storage on node `i`: memory, or its device file
-    /// ([`DataConfig::device`]).
+    /// The namespace's storage on node `i`: memory, or its disk
+    /// ([`DataConfig::device`]; a blank one the first time and after a
+    /// drive was replaced).
     fn storage_of(&mut self, i: usize) -> Result<StorageEngineConfig, Failure> {
         if !self.cfg.device {
             return Ok(StorageEngineConfig::Memory {
@@ -689,14 +712,24 @@ impl World {
                 .map_err(|e| self.fail(Invariant::NodeStart, format!("scratch directory: {e}")))?;
             self.scratch = Some(scratch);
         }
-        let path = self
-            .scratch
-            .as_ref()
-            .map(|scratch| scratch.device(i))
-            .unwrap_or_default();
+        let disk = match &self.disks[i] {
+            Some(disk) => disk.clone(),
+            None => {
+                // Its own generator: the run's draws stay as they were.
+                let seed = mix(
+                    self.seed,
+                    0xD15C ^ (i as u64) << 8 ^ self.nodes[i].boots << 16,
+                );
+                let disk = SimDisk::new(DEVICE_FILE_BYTES, seed);
+                self.disks[i] = Some(disk.clone());
+                disk
+            }
+        };
+        let path = std::path::PathBuf::from(format!("node-{i}.dat"));
         let mut engine =
             citrine_storage::device::DeviceConfig::new(NAMESPACE, vec![path], DEVICE_FILE_BYTES);
         engine.write_block_size = DEVICE_WBLOCK_BYTES;
+        engine.media = citrine_storage::device::Media::Simulated(vec![disk]);
         Ok(StorageEngineConfig::Device {
             engine,
             flush_max_ms: self.flush_ms as u32,
@@ -829,7 +862,67 @@ impl World {
         self.exec.kill(i);
         self.hash = mix(self.hash, 0xDEAD ^ i as u64);
         let id = self.nodes[i].id;
-        self.note(format!("crash #{i} {id}"));
+        let cut = self.power_cut(i);
+        self.note(format!("crash #{i} {id}{cut}"));
+    }
+
+    /// Cuts the power of node `i`'s disk (a crashed node's): what its
+    /// unsynced writes leave is drawn, its faults go with the power cycle.
+    /// Describes the cut for the notes.
+    fn power_cut(&mut self, i: usize) -> String {
+        let Some(disk) = self.disks[i].take() else {
+            return String::new();
+        };
+        let cut = if self.rng.chance(0.5) {
+            PowerCut::Scramble
+        } else {
+            PowerCut::LoseUnsynced
+        };
+        let unsynced = disk.unsynced_bytes();
+        disk.clear_faults();
+        self.disks[i] = Some(disk.power_cut(cut));
+        self.hash = mix(
+            self.hash,
+            0xC07 ^ (unsynced as u64) << 1 ^ u64::from(cut == PowerCut::Scramble),
+        );
+        format!(", power cut {cut:?} with {unsynced} unsynced bytes")
+    }
+
+    /// True when node `i` is up and its device engine is in its failed
+    /// state.
+    fn device_failed(&self, i: usize) -> bool {
+        self.nodes[i].up.as_ref().is_some_and(|up| {
+            up.service
+                .namespace(NAMESPACE.as_bytes())
+                .and_then(|namespace| namespace.storage.device())
+                .is_some_and(|engine| engine.failed())
+        })
+    }
+
+    /// [`DataConfig::device_faults`]: node `i`'s disk fails every sync
+    /// from now on; once its engine noticed (at its next flush), clients
+    /// run against it for `ms`, then it is crashed.
+    fn fail_device(&mut self, i: usize, ms: u64) -> Result<(), Failure> {
+        let Some(disk) = self.disks[i].clone() else {
+            return Ok(());
+        };
+        disk.inject(Fault {
+            op: IoOp::Sync,
+            trigger: Trigger::Always,
+        });
+        self.device_fault_at = Some(self.now());
+        self.hash = mix(self.hash, 0xFA11 ^ i as u64);
+        self.note(format!("device #{i} fails every sync from now"));
+        self.wait_until(
+            self.cfg.quiesce_bound_ms,
+            "the failed sync noticed",
+            true,
+            |w| w.device_failed(i),
+        )?;
+        self.note(format!("device #{i} failed: writes refused"));
+        self.run_for(ms, false)?;
+        self.crash(i);
+        Ok(())
     }
 
     fn live(&self) -> Vec<usize> {
@@ -1348,6 +1441,14 @@ impl World {
             }
             None | Some(9) => Outcome::InDoubt,
             Some(11) => Outcome::Failed,
+            // A failed device's engine refuses before anything is applied.
+            Some(1)
+                if !matches!(op.kind, OpKind::Read { .. })
+                    && self.device_fault_at.is_some_and(|at| self.now() >= at) =>
+            {
+                self.device_refused += 1;
+                Outcome::Failed
+            }
             Some(other) => {
                 return Err(self.fail(
                     Invariant::ClientResult,
@@ -1644,6 +1745,14 @@ impl World {
         if live.len() >= 3 && !frozen {
             options.push(3);
         }
+        if self.cfg.device
+            && self.cfg.device_faults
+            && live.len() >= 3
+            && !frozen
+            && self.device_fault_at.is_none()
+        {
+            options.push(4);
+        }
         if options.is_empty() {
             return Ok(());
         }
@@ -1682,6 +1791,22 @@ impl World {
                 self.events.push(format!("freeze #{i} for {ms} ms"));
                 self.freeze(i, ms);
             }
+            4 => {
+                // A node lost for good: as before a crash, every partition
+                // has its copies first.
+                self.wait_until(
+                    self.cfg.quiesce_bound_ms,
+                    "stability before a device failure",
+                    true,
+                    |w| w.settled(),
+                )?;
+                let live = self.live();
+                let i = live[self.rng.index(live.len())];
+                let ms = self.rng.range(200, 2_000);
+                self.events
+                    .push(format!("device #{i} fails syncs, crash {ms} ms after"));
+                self.fail_device(i, ms)?;
+            }
             _ => {
                 let i = down[self.rng.index(down.len())];
                 if !self.cfg.restart_before_noticed {
@@ -1699,21 +1824,13 @@ impl World {
                         },
                     )?;
                 }
-                let device = self.scratch.as_ref().map(|scratch| scratch.device(i));
-                match device {
-                    None => self.events.push(format!("restart #{i} empty")),
-                    Some(_) if !self.rng.chance(0.25) => {
-                        self.events.push(format!("restart #{i} with its device"));
-                    }
-                    Some(path) => {
-                        self.events.push(format!("restart #{i} on a blank device"));
-                        if let Err(e) = std::fs::remove_file(&path) {
-                            return Err(self.fail(
-                                Invariant::NodeStart,
-                                format!("cannot blank {}: {e}", path.display()),
-                            ));
-                        }
-                    }
+                if !self.cfg.device {
+                    self.events.push(format!("restart #{i} empty"));
+                } else if !self.rng.chance(0.25) {
+                    self.events.push(format!("restart #{i} with its device"));
+                } else {
+                    self.events.push(format!("restart #{i} on a blank device"));
+                    self.disks[i] = None;
                 }
                 self.boot(i)?;
             }
@@ -1882,6 +1999,7 @@ impl World {
             deletes_acked: self.deletes_acked,
             in_doubt: self.in_doubt,
             refused: self.refused,
+            device_refused: self.device_refused,
             records,
             view_changes: self.view_changes,
             packets: core.sent,

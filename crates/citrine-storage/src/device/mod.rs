@@ -16,7 +16,39 @@
 //! a separate defrag write buffer (never mixed with client writes) and
 //! frees the block.
 //!
+//! Every byte the engine reads from or writes to a device goes through
+//! [`io::BlockIo`] ([`io`]): files and raw devices in production, the
+//! faulty [`io::SimDisk`] in tests and the simulator ([`DeviceConfig::media`]).
+//!
+//! The failed state. When a write or a sync of any device of the namespace
+//! fails, the engine cannot know what its devices hold since its last
+//! successful sync: after a failed `fdatasync` a kernel may have dropped the
+//! dirty pages and report the next sync as a success, so carrying on (the
+//! flusher retrying, defrag freeing a block whose moved records were in the
+//! lost writes) would acknowledge durability that is not there. So the
+//! first failure puts the engine in a sticky failed state, with one
+//! error-level log line: every later write and tombstone is refused with
+//! [`StorageError::DeviceFailed`], nothing is written to or synced on any
+//! of its devices again (no flush, no defrag, no free marker, no metadata),
+//! and reads are still served from the buffers, the post-write queue and
+//! the devices. `device_failed` (and `device_writes_refused`) in the
+//! namespace statistics show it. Only a restart clears it: the devices are
+//! then read back as they are (a cold start, since the shutdown could not
+//! save an index image). The reference has no such state — it stops the
+//! process on a failed device write (`cf_crash` "DEVICE FAILED write") —
+//! so there is no reference result code to copy; the service answers 1
+//! (`AS_ERR_UNKNOWN`, the clients' SERVER_ERROR): a failure of the server,
+//! never in doubt (the write was refused before anything was applied) and
+//! never retried by the clients against a device that will not recover;
+//! not 8 (the namespace is not full) nor 18 (device overload, which the
+//! clients retry as transient). A node keeps serving reads and the
+//! replicas of its partitions keep their copies, so nothing is lost and an
+//! operator restarts it when the device is fixed. A write that discovered
+//! the failure (its own `commit-to-device` sync failed) is refused too,
+//! but its bytes may already be on the device.
+//!
 //! Invariants:
+//! - once the engine failed, no device write or sync is issued again;
 //! - `live[b]` of a block equals the bytes of the records in it that the
 //!   index or the tombstone table points at (asserted at fast restart);
 //! - a block's bytes are destroyed (free marker written, block reusable) only
@@ -32,19 +64,19 @@ pub mod io;
 mod persist;
 mod scan;
 
-pub use io::IoMode;
+pub use io::{IoMode, Media};
 pub use persist::SavedEntry;
 pub use scan::{ColdStartReport, Recovered, RecoveredRecord, ScanProgress};
 
 use crate::{DeviceAddress, Location, StorageEngine, StorageError, StoreMeta, Stored};
 use citrine_types::Digest;
 use format::{BlockHeader, BlockKind, RecordHeader, BLOCK_HEADER_BYTES, RBLOCK, RESERVED_BYTES};
-use io::{AlignedBuf, DeviceFile, DIRECT_ALIGN};
+use io::{AlignedBuf, BlockIo, DeviceIo, DIRECT_ALIGN};
 use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Settings of a device namespace, already validated.
@@ -62,6 +94,8 @@ pub struct DeviceConfig {
     /// Sealed write blocks kept in memory per device.
     pub post_write_queue: u32,
     pub io_mode: IoMode,
+    /// Files (the paths) or simulated disks.
+    pub media: Media,
 }
 
 impl DeviceConfig {
@@ -77,6 +111,7 @@ impl DeviceConfig {
             commit_to_device: false,
             post_write_queue: 16,
             io_mode: IoMode::Buffered,
+            media: Media::Files,
         }
     }
 }
@@ -143,7 +178,9 @@ struct Device {
     index: usize,
     /// Formatted by this open: every block is free, no scan needed.
     fresh: bool,
-    file: DeviceFile,
+    io: DeviceIo,
+    /// The configured path, for log lines.
+    path: String,
     block_count: u32,
     blocks: Mutex<BlockMap>,
     free_blocks: AtomicU32,
@@ -174,6 +211,8 @@ pub struct DeviceStats {
     pub tombstones_collected: AtomicU64,
     pub corrupt_records_skipped: AtomicU64,
     pub out_of_space: AtomicU64,
+    /// Writes and tombstones refused because the engine failed.
+    pub writes_refused: AtomicU64,
 }
 
 /// Something defrag asks to move a live record: the index.
@@ -208,6 +247,9 @@ pub struct DeviceEngine {
     used_bytes: AtomicU64,
     metadata: Mutex<format::Metadata>,
     defrag_cursor: AtomicUsize,
+    /// Sticky: a write or a sync of a device failed. No device is written
+    /// or synced again until the process restarts (see the module doc).
+    failed: AtomicBool,
     pub stats: DeviceStats,
 }
 
@@ -241,112 +283,33 @@ impl DeviceEngine {
             ));
         }
         let count = config.paths.len();
-        let mut files = Vec::with_capacity(count);
-        let mut headers = Vec::with_capacity(count);
-        for path in &config.paths {
-            let file = DeviceFile::open(path, config.file_size, config.io_mode)
+        let mut opened = Vec::with_capacity(count);
+        for (index, path) in config.paths.iter().enumerate() {
+            let io = DeviceIo::open(&config.media, index, path, config.file_size, config.io_mode)
                 .map_err(|error| format!("cannot open device {}: {error}", path.display()))?;
-            let bytes = file
+            let bytes = io
                 .read_at(0, format::DEVICE_HEADER_BYTES)
                 .map_err(|error| format!("cannot read device {}: {error}", path.display()))?;
             let header = format::DeviceHeader::decode(&bytes)
                 .map_err(|why| format!("device {}: {why}", path.display()))?;
-            headers.push(header);
-            files.push(file);
+            opened.push((io, path.display().to_string(), header));
         }
-        let instance_id = match headers.iter().flatten().next() {
+        let instance_id = match opened.iter().find_map(|(_, _, header)| header.as_ref()) {
             Some(header) => header.instance_id,
             None => random_u64(),
         };
         let mut devices = Vec::with_capacity(count);
-        for (index, (file, header)) in files.into_iter().zip(headers).enumerate() {
-            let path = file.path.display().to_string();
+        for (index, (io, path, header)) in opened.into_iter().enumerate() {
             let fresh = header.is_none();
-            let device_bytes = match &header {
+            let device_bytes = match header {
                 Some(header) => {
-                    if header.instance_id != instance_id
-                        || header.device_index as usize != index
-                        || header.device_count as usize != count
-                    {
-                        return Err(format!(
-                            "device {path} belongs to another device set (instance {:x}, device {} of {}), expected device {index} of {count} of instance {instance_id:x}; the device list changed — restore it or erase the devices",
-                            header.instance_id, header.device_index, header.device_count
-                        ));
-                    }
-                    if header.write_block_size != config.write_block_size {
-                        return Err(format!(
-                            "device {path} was formatted with write-block-size {}, configured {}",
-                            header.write_block_size, config.write_block_size
-                        ));
-                    }
-                    if header.namespace != config.namespace {
-                        return Err(format!(
-                            "device {path} belongs to namespace {:?}",
-                            header.namespace
-                        ));
-                    }
-                    if header.device_bytes > file.size {
-                        return Err(format!(
-                            "device {path} is smaller ({} bytes) than when it was formatted ({})",
-                            file.size, header.device_bytes
-                        ));
-                    }
-                    header.device_bytes
+                    Self::check_header(&config, &header, &io, &path, index, count, instance_id)?
                 }
-                None => {
-                    let blocks = file.size.saturating_sub(RESERVED_BYTES) / wblock as u64;
-                    let device_bytes = RESERVED_BYTES + blocks * wblock as u64;
-                    let header = format::DeviceHeader {
-                        instance_id,
-                        device_index: index as u32,
-                        device_count: count as u32,
-                        write_block_size: config.write_block_size,
-                        device_bytes,
-                        namespace: config.namespace.clone(),
-                    };
-                    let mut area = AlignedBuf::zeroed(DIRECT_ALIGN);
-                    area.as_mut_slice()[..format::DEVICE_HEADER_BYTES]
-                        .copy_from_slice(&header.encode());
-                    file.write_at(0, area.as_slice())
-                        .and_then(|()| file.sync())
-                        .map_err(|error| format!("cannot format device {path}: {error}"))?;
-                    tracing::info!(namespace = %config.namespace, device = %path, blocks, "formatted device");
-                    device_bytes
-                }
+                None => Self::format(&config, &io, &path, index, count, instance_id)?,
             };
-            let block_count = ((device_bytes - RESERVED_BYTES) / wblock as u64) as u32;
-            if block_count < 8 {
-                return Err(format!("device {path} holds {block_count} write blocks; at least 8 are needed (filesize ≥ 1M + 8 × write-block-size)"));
-            }
-            if (device_bytes / RBLOCK as u64) > DeviceAddress::MAX_RBLOCK {
-                return Err(format!(
-                    "device {path} is larger than the 2 TiB a device can address"
-                ));
-            }
-            devices.push(Device {
-                index,
-                fresh,
-                file,
-                block_count,
-                blocks: Mutex::new(BlockMap {
-                    live: vec![0; block_count as usize],
-                    state: vec![BlockState::Free; block_count as usize],
-                    open_seq: vec![0; block_count as usize],
-                    free: VecDeque::new(),
-                    defrag_queue: VecDeque::new(),
-                    pending_free: Vec::new(),
-                }),
-                free_blocks: AtomicU32::new(0),
-                client: Mutex::new(WriteBuffer::new(BlockKind::Client, wblock)),
-                defrag: Mutex::new(WriteBuffer::new(BlockKind::Defrag, wblock)),
-                pwq: Mutex::new(PostWriteQueue::default()),
-                tombs: Mutex::new(HashMap::new()),
-                appended: AtomicU64::new(0),
-                synced: AtomicU64::new(0),
-                committer: Mutex::new(()),
-            });
+            devices.push(Self::device(&config, index, fresh, io, path, device_bytes)?);
         }
-        let metadata = Self::read_metadata(&devices[0].file);
+        let metadata = Self::read_metadata(&devices[0].io);
         Ok(DeviceEngine {
             config,
             instance_id,
@@ -355,14 +318,132 @@ impl DeviceEngine {
             used_bytes: AtomicU64::new(0),
             metadata: Mutex::new(metadata),
             defrag_cursor: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
             stats: DeviceStats::default(),
         })
     }
 
-    fn read_metadata(file: &DeviceFile) -> format::Metadata {
+    /// Checks a formatted device's header against the configuration and
+    /// the set; returns its usable bytes.
+    fn check_header(
+        config: &DeviceConfig,
+        header: &format::DeviceHeader,
+        io: &DeviceIo,
+        path: &str,
+        index: usize,
+        count: usize,
+        instance_id: u64,
+    ) -> Result<u64, String> {
+        if header.instance_id != instance_id
+            || header.device_index as usize != index
+            || header.device_count as usize != count
+        {
+            return Err(format!(
+                "device {path} belongs to another device set (instance {:x}, device {} of {}), expected device {index} of {count} of instance {instance_id:x}; the device list changed — restore it or erase the devices",
+                header.instance_id, header.device_index, header.device_count
+            ));
+        }
+        if header.write_block_size != config.write_block_size {
+            return Err(format!(
+                "device {path} was formatted with write-block-size {}, configured {}",
+                header.write_block_size, config.write_block_size
+            ));
+        }
+        if header.namespace != config.namespace {
+            return Err(format!(
+                "device {path} belongs to namespace {:?}",
+                header.namespace
+            ));
+        }
+        if header.device_bytes > io.size() {
+            return Err(format!(
+                "device {path} is smaller ({} bytes) than when it was formatted ({})",
+                io.size(),
+                header.device_bytes
+            ));
+        }
+        Ok(header.device_bytes)
+    }
+
+    /// Writes (and syncs) the header of a blank device; returns its usable
+    /// bytes.
+    fn format(
+        config: &DeviceConfig,
+        io: &DeviceIo,
+        path: &str,
+        index: usize,
+        count: usize,
+        instance_id: u64,
+    ) -> Result<u64, String> {
+        let wblock = u64::from(config.write_block_size);
+        let blocks = io.size().saturating_sub(RESERVED_BYTES) / wblock;
+        let device_bytes = RESERVED_BYTES + blocks * wblock;
+        let header = format::DeviceHeader {
+            instance_id,
+            device_index: index as u32,
+            device_count: count as u32,
+            write_block_size: config.write_block_size,
+            device_bytes,
+            namespace: config.namespace.clone(),
+        };
+        let mut area = AlignedBuf::zeroed(DIRECT_ALIGN);
+        area.as_mut_slice()[..format::DEVICE_HEADER_BYTES].copy_from_slice(&header.encode());
+        io.write_at(0, area.as_slice())
+            .and_then(|()| io.sync())
+            .map_err(|error| format!("cannot format device {path}: {error}"))?;
+        tracing::info!(namespace = %config.namespace, device = %path, blocks, "formatted device");
+        Ok(device_bytes)
+    }
+
+    /// The in-memory state of one opened device (every block free until a
+    /// restart fills it in).
+    fn device(
+        config: &DeviceConfig,
+        index: usize,
+        fresh: bool,
+        io: DeviceIo,
+        path: String,
+        device_bytes: u64,
+    ) -> Result<Device, String> {
+        let wblock = config.write_block_size as usize;
+        let block_count = ((device_bytes - RESERVED_BYTES) / wblock as u64) as u32;
+        if block_count < 8 {
+            return Err(format!("device {path} holds {block_count} write blocks; at least 8 are needed (filesize ≥ 1M + 8 × write-block-size)"));
+        }
+        if (device_bytes / RBLOCK as u64) > DeviceAddress::MAX_RBLOCK {
+            return Err(format!(
+                "device {path} is larger than the 2 TiB a device can address"
+            ));
+        }
+        Ok(Device {
+            index,
+            fresh,
+            io,
+            path,
+            block_count,
+            blocks: Mutex::new(BlockMap {
+                live: vec![0; block_count as usize],
+                state: vec![BlockState::Free; block_count as usize],
+                open_seq: vec![0; block_count as usize],
+                free: VecDeque::new(),
+                defrag_queue: VecDeque::new(),
+                pending_free: Vec::new(),
+            }),
+            free_blocks: AtomicU32::new(0),
+            client: Mutex::new(WriteBuffer::new(BlockKind::Client, wblock)),
+            defrag: Mutex::new(WriteBuffer::new(BlockKind::Defrag, wblock)),
+            pwq: Mutex::new(PostWriteQueue::default()),
+            tombs: Mutex::new(HashMap::new()),
+            appended: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+            committer: Mutex::new(()),
+        })
+    }
+
+    fn read_metadata(io: &DeviceIo) -> format::Metadata {
         let mut best: Option<format::Metadata> = None;
         for offset in format::META_SLOT_OFFSETS {
-            if let Ok(bytes) = file.read_at(offset, format::META_SLOT_BYTES) {
+            if let Ok(bytes) = io.read_at(offset, format::META_SLOT_BYTES) {
                 if let Some(meta) = format::Metadata::decode(&bytes) {
                     if best
                         .as_ref()
@@ -412,10 +493,9 @@ impl DeviceEngine {
         let slot = format::META_SLOT_OFFSETS[(next.sequence % 2) as usize];
         let mut area = AlignedBuf::zeroed(encoded.len().div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN);
         area.as_mut_slice()[..encoded.len()].copy_from_slice(&encoded);
-        let file = &self.devices[0].file;
-        file.write_at(slot, area.as_slice())
-            .and_then(|()| file.sync())
-            .map_err(io_error)?;
+        let device = &self.devices[0];
+        self.device_write(device, slot, area.as_slice(), "metadata write")?;
+        self.device_sync(device, "sync of the metadata")?;
         *metadata = next;
         Ok(())
     }
@@ -554,6 +634,8 @@ impl DeviceEngine {
                 load(&stats.corrupt_records_skipped),
             ),
             ("device_out_of_space".into(), load(&stats.out_of_space)),
+            ("device_failed".into(), self.failed().to_string()),
+            ("device_writes_refused".into(), load(&stats.writes_refused)),
             (
                 "device_tombstones_written".into(),
                 load(&stats.tombstones_written),
@@ -563,6 +645,63 @@ impl DeviceEngine {
                 load(&stats.tombstones_collected),
             ),
         ]
+    }
+
+    // ------------------------------------------------------------ the failed state
+
+    /// True once a write or a sync of a device failed: writes and
+    /// tombstones are refused ([`StorageError::DeviceFailed`]) until the
+    /// process restarts; reads are served.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Enters the failed state (logged once, at error level).
+    fn fail(&self, device: &Device, what: &str, error: &std::io::Error) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                namespace = %self.config.namespace,
+                device = %device.path,
+                "{what} failed: {error}; what was written since the last successful sync may not be on the device, so the namespace now refuses every write and delete (result code 1) and writes nothing more to its devices until the node restarts; reads are still served"
+            );
+        }
+    }
+
+    /// Refuses a write when the engine failed, counting it.
+    fn refuse_if_failed(&self) -> Result<(), StorageError> {
+        if self.failed() {
+            self.stats.writes_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(StorageError::DeviceFailed);
+        }
+        Ok(())
+    }
+
+    /// Writes to a device, unless the engine failed; a failure fails it.
+    fn device_write(
+        &self,
+        device: &Device,
+        offset: u64,
+        bytes: &[u8],
+        what: &str,
+    ) -> Result<(), StorageError> {
+        if self.failed() {
+            return Err(StorageError::DeviceFailed);
+        }
+        device.io.write_at(offset, bytes).map_err(|error| {
+            self.fail(device, what, &error);
+            StorageError::DeviceFailed
+        })
+    }
+
+    /// Syncs a device, unless the engine failed; a failure fails it.
+    fn device_sync(&self, device: &Device, what: &str) -> Result<(), StorageError> {
+        if self.failed() {
+            return Err(StorageError::DeviceFailed);
+        }
+        device.io.sync().map_err(|error| {
+            self.fail(device, what, &error);
+            StorageError::DeviceFailed
+        })
     }
 
     // ------------------------------------------------------------ block accounting
@@ -612,22 +751,24 @@ impl DeviceEngine {
     // ------------------------------------------------------------ write buffers
 
     /// Writes the unflushed part of a buffer to its block.
-    fn flush_buffer(&self, device: &Device, buffer: &mut WriteBuffer) -> std::io::Result<()> {
+    fn flush_buffer(&self, device: &Device, buffer: &mut WriteBuffer) -> Result<(), StorageError> {
         let Some(block) = buffer.block else {
             return Ok(());
         };
         if buffer.fill == buffer.flushed {
             return Ok(());
         }
-        let align = match device.file.mode {
+        let align = match device.io.mode() {
             IoMode::Direct => DIRECT_ALIGN,
             IoMode::Buffered => RBLOCK,
         };
         let start = buffer.flushed / align * align;
         let end = (buffer.fill.div_ceil(align) * align).min(buffer.data.len());
-        device.file.write_at(
+        self.device_write(
+            device,
             self.block_offset(block) + start as u64,
             &buffer.data.as_slice()[start..end],
+            "write-block write",
         )?;
         buffer.flushed = buffer.fill;
         self.stats.partial_flushes.fetch_add(1, Ordering::Relaxed);
@@ -635,7 +776,7 @@ impl DeviceEngine {
     }
 
     /// Writes out and closes a buffer's block; it joins the post-write queue.
-    fn seal(&self, device: &Device, buffer: &mut WriteBuffer) -> std::io::Result<()> {
+    fn seal(&self, device: &Device, buffer: &mut WriteBuffer) -> Result<(), StorageError> {
         let Some(block) = buffer.block else {
             return Ok(());
         };
@@ -723,7 +864,7 @@ impl DeviceEngine {
             return Err(StorageError::TooBig);
         }
         if buffer.block.is_some() && buffer.fill + bytes > self.wblock() {
-            self.seal(device, buffer).map_err(io_error)?;
+            self.seal(device, buffer)?;
         }
         if buffer.block.is_none() {
             self.open_block(device, buffer, class)?;
@@ -758,6 +899,8 @@ impl DeviceEngine {
         let device = &self.devices[self.device_of(digest)];
         let tombstone = flags & format::FLAG_TOMBSTONE != 0;
         let mut buffer = device.client.lock();
+        // Under the buffer lock: no append follows a failure's flush.
+        self.refuse_if_failed()?;
         let sequence = self.next_sequence();
         let header = RecordHeader {
             flags,
@@ -792,7 +935,7 @@ impl DeviceEngine {
         if self.config.commit_to_device {
             if let Err(error) = self.commit_through(device, ticket) {
                 self.release_address(address);
-                return Err(io_error(error));
+                return Err(error);
             }
         }
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
@@ -814,7 +957,7 @@ impl DeviceEngine {
     /// writer at a time writes the buffer out and syncs, for itself and for
     /// every writer that appended before it took the buffer lock; the others
     /// find their ticket covered and return without a sync of their own.
-    fn commit_through(&self, device: &Device, ticket: u64) -> std::io::Result<()> {
+    fn commit_through(&self, device: &Device, ticket: u64) -> Result<(), StorageError> {
         if device.synced.load(Ordering::Acquire) >= ticket {
             return Ok(());
         }
@@ -829,7 +972,7 @@ impl DeviceEngine {
             self.flush_buffer(device, &mut buffer)?;
             device.appended.load(Ordering::Relaxed)
         };
-        device.file.sync()?;
+        self.device_sync(device, "sync of a committed write")?;
         device.synced.fetch_max(covered, Ordering::Release);
         debug_assert!(covered >= ticket);
         Ok(())
@@ -846,7 +989,7 @@ impl DeviceEngine {
         let decode = |bytes: &[u8]| -> Result<Vec<u8>, StorageError> {
             format::decode_record(bytes, None).map(|record| record.body.to_vec()).map_err(|error| {
                 self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(device = %device.file.path.display(), block, offset, ?error, "record failed its checksum on read");
+                tracing::warn!(device = %device.path, block, offset, ?error, "record failed its checksum on read");
                 StorageError::Corrupt(format!("{error:?}"))
             })
         };
@@ -864,7 +1007,7 @@ impl DeviceEngine {
         }
         self.stats.reads_from_device.fetch_add(1, Ordering::Relaxed);
         let bytes = device
-            .file
+            .io
             .read_at(self.block_offset(block) + offset as u64, length)
             .map_err(io_error)?;
         decode(&bytes)
@@ -874,86 +1017,92 @@ impl DeviceEngine {
 
     /// The flusher's tick (every `flush-max-ms`): writes every buffer's
     /// unflushed records, syncs, then frees the blocks defrag emptied before
-    /// the tick began (their moved records are now durable).
+    /// the tick began (their moved records are now durable). Once the
+    /// engine failed it does nothing and says so.
     pub fn flush_tick(&self) -> Result<(), StorageError> {
+        if self.failed() {
+            return Err(StorageError::DeviceFailed);
+        }
         let pending: Vec<Vec<u32>> = self
             .devices
             .iter()
             .map(|device| std::mem::take(&mut device.blocks.lock().pending_free))
             .collect();
-        let mut result = Ok(());
-        for device in &self.devices {
-            let outcome = (|| {
-                let dirty_client = {
-                    let mut client = device.client.lock();
-                    let dirty = client.fill != client.flushed;
-                    self.flush_buffer(device, &mut client)?;
-                    dirty
-                };
-                let dirty_defrag = {
-                    let mut defrag = device.defrag.lock();
-                    let dirty = defrag.fill != defrag.flushed;
-                    self.flush_buffer(device, &mut defrag)?;
-                    dirty
-                };
-                if dirty_client || dirty_defrag || !pending[device.index].is_empty() {
-                    device.file.sync()?;
-                }
-                Ok::<(), std::io::Error>(())
-            })();
-            if let Err(error) = outcome {
-                tracing::error!(device = %device.file.path.display(), "flush failed: {error}");
-                result = Err(io_error(error));
-            }
-        }
-        if result.is_err() {
+        let flushed = self
+            .devices
+            .iter()
+            .try_for_each(|device| self.flush_device(device, !pending[device.index].is_empty()));
+        if let Err(error) = flushed {
             // Keep the emptied blocks pending: their moves may not be durable.
             for (device, blocks) in self.devices.iter().zip(pending) {
                 device.blocks.lock().pending_free.extend(blocks);
             }
-            return result;
+            return Err(error);
         }
+        let mut result = Ok(());
         for (device, blocks) in self.devices.iter().zip(pending) {
-            if blocks.is_empty() {
-                continue;
+            if let Err(error) = self.free_pending(device, blocks) {
+                result = Err(error);
             }
-            let marker = AlignedBuf::zeroed(DIRECT_ALIGN);
-            let mut freed = Vec::with_capacity(blocks.len());
-            let mut failed = Vec::new();
-            for block in blocks {
-                match device
-                    .file
-                    .write_at(self.block_offset(block), marker.as_slice())
-                {
-                    Ok(()) => freed.push(block),
-                    Err(error) => {
-                        tracing::error!(device = %device.file.path.display(), block, "cannot write free marker: {error}");
-                        failed.push(block);
-                    }
-                }
-            }
-            if let Err(error) = device.file.sync() {
-                tracing::error!(device = %device.file.path.display(), "sync after freeing blocks failed: {error}");
-                failed.append(&mut freed);
-            }
-            let mut pwq = device.pwq.lock();
-            for block in &freed {
-                pwq.blocks.remove(block);
-            }
-            drop(pwq);
-            let mut map = device.blocks.lock();
-            for block in &freed {
-                let index = *block as usize;
-                debug_assert_eq!(map.state[index], BlockState::PendingFree);
-                debug_assert_eq!(map.live[index], 0);
-                map.state[index] = BlockState::Free;
-                map.free.push_back(*block);
-            }
-            map.pending_free.extend(failed);
-            device
-                .free_blocks
-                .fetch_add(freed.len() as u32, Ordering::Relaxed);
         }
+        result
+    }
+
+    /// Writes out a device's client and defrag buffers and syncs it if
+    /// anything was written or `must_sync`.
+    fn flush_device(&self, device: &Device, must_sync: bool) -> Result<(), StorageError> {
+        let mut dirty = must_sync;
+        for buffer in [&device.client, &device.defrag] {
+            let mut buffer = buffer.lock();
+            dirty |= buffer.fill != buffer.flushed;
+            self.flush_buffer(device, &mut buffer)?;
+        }
+        if dirty {
+            self.device_sync(device, "sync of flushed write blocks")?;
+        }
+        Ok(())
+    }
+
+    /// Writes and syncs the free markers of emptied blocks, then makes them
+    /// reusable. On failure they stay pending: a marker may or may not be
+    /// on the device, and the engine reuses nothing once failed.
+    fn free_pending(&self, device: &Device, blocks: Vec<u32>) -> Result<(), StorageError> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let marker = AlignedBuf::zeroed(DIRECT_ALIGN);
+        let written = blocks
+            .iter()
+            .try_for_each(|block| {
+                self.device_write(
+                    device,
+                    self.block_offset(*block),
+                    marker.as_slice(),
+                    "free-marker write",
+                )
+            })
+            .and_then(|()| self.device_sync(device, "sync of free markers"));
+        if let Err(error) = written {
+            device.blocks.lock().pending_free.extend(blocks);
+            return Err(error);
+        }
+        let mut pwq = device.pwq.lock();
+        for block in &blocks {
+            pwq.blocks.remove(block);
+        }
+        drop(pwq);
+        let mut map = device.blocks.lock();
+        for block in &blocks {
+            let index = *block as usize;
+            debug_assert_eq!(map.state[index], BlockState::PendingFree);
+            debug_assert_eq!(map.live[index], 0);
+            map.state[index] = BlockState::Free;
+            map.free.push_back(*block);
+        }
+        drop(map);
+        device
+            .free_blocks
+            .fetch_add(blocks.len() as u32, Ordering::Relaxed);
         Ok(())
     }
 
@@ -980,6 +1129,10 @@ impl DeviceEngine {
     /// `relocator` for each) and tombstones to the defrag buffer and leaves
     /// the block pending free.
     pub fn defrag_step(&self, relocator: &dyn Relocator) -> DefragStep {
+        if self.failed() {
+            // Moving records needs writes; the blocks stay as they are.
+            return DefragStep::default();
+        }
         let count = self.devices.len();
         let start = self.defrag_cursor.fetch_add(1, Ordering::Relaxed);
         for attempt in 0..count {
@@ -1008,10 +1161,10 @@ impl DeviceEngine {
             let cached = device.pwq.lock().blocks.get(&block).cloned();
             let data: Cow<'_, [u8]> = match &cached {
                 Some(buffer) => Cow::Borrowed(buffer.as_slice()),
-                None => match device.file.read_at(self.block_offset(block), wblock) {
+                None => match device.io.read_at(self.block_offset(block), wblock) {
                     Ok(bytes) => Cow::Owned(bytes),
                     Err(error) => {
-                        tracing::error!(device = %device.file.path.display(), block, "defrag cannot read block: {error}");
+                        tracing::error!(device = %device.path, block, "defrag cannot read block: {error}");
                         let mut map = device.blocks.lock();
                         map.state[block as usize] = BlockState::Full;
                         return 0;
@@ -1042,7 +1195,7 @@ impl DeviceEngine {
                         self.stats
                             .corrupt_records_skipped
                             .fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(device = %device.file.path.display(), block, offset, "defrag: record body fails its checksum; skipped");
+                        tracing::warn!(device = %device.path, block, offset, "defrag: record body fails its checksum; skipped");
                         offset += rblocks.max(1) * RBLOCK;
                     }
                     Err(format::RecordError::BadHeader(why)) => {
@@ -1050,7 +1203,7 @@ impl DeviceEngine {
                             .corrupt_records_skipped
                             .fetch_add(1, Ordering::Relaxed);
                         let next = format::resync(&data, offset + RBLOCK, incarnation);
-                        tracing::warn!(device = %device.file.path.display(), block, offset, "defrag: {why}; skipped to the next valid record header");
+                        tracing::warn!(device = %device.path, block, offset, "defrag: {why}; skipped to the next valid record header");
                         offset = next;
                     }
                 }
@@ -1069,7 +1222,7 @@ impl DeviceEngine {
             // is about to release the old copy: that release re-queues the
             // block), or something could not be moved (logged above). The
             // block stays and is retried when more of it dies.
-            tracing::debug!(device = %device.file.path.display(), block, live = map.live[index], "defrag left live bytes in block");
+            tracing::debug!(device = %device.path, block, live = map.live[index], "defrag left live bytes in block");
             map.state[index] = BlockState::Full;
         }
         moved
@@ -1172,15 +1325,18 @@ impl DeviceEngine {
     /// Seals every open buffer, frees pending blocks and syncs: the devices
     /// then hold everything acknowledged. Used at shutdown.
     pub fn flush_all(&self) -> Result<(), StorageError> {
+        if self.failed() {
+            return Err(StorageError::DeviceFailed);
+        }
         for device in &self.devices {
             for buffer in [&device.client, &device.defrag] {
                 let mut buffer = buffer.lock();
-                self.seal(device, &mut buffer).map_err(io_error)?;
+                self.seal(device, &mut buffer)?;
             }
         }
         self.flush_tick()?;
         for device in &self.devices {
-            device.file.sync().map_err(io_error)?;
+            self.device_sync(device, "sync at shutdown")?;
         }
         Ok(())
     }
@@ -1264,5 +1420,7 @@ impl StorageEngine for DeviceEngine {
     }
 }
 
+#[cfg(test)]
+mod fault_tests;
 #[cfg(test)]
 mod tests;

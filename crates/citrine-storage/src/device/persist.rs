@@ -15,6 +15,7 @@
 //! on-device header of every block in use carrying the saved incarnation.
 
 use super::format::{self, BlockHeaderState, RBLOCK};
+use super::io::BlockIo;
 use super::{BlockState, DeviceEngine, Recovered, RecoveredRecord, Tomb};
 use crate::DeviceAddress;
 use citrine_types::Digest;
@@ -423,7 +424,7 @@ impl DeviceEngine {
                     _ => open_seq[block as usize],
                 };
                 let header = device
-                    .file
+                    .io
                     .read_at(self.block_offset(block), RBLOCK)
                     .map_err(|error| format!("cannot read block header: {error}"))?;
                 match format::BlockHeader::decode(&header) {
@@ -433,7 +434,7 @@ impl DeviceEngine {
                     _ => {
                         return Err(format!(
                             "device {} block {block} does not carry the saved incarnation",
-                            device.file.path.display()
+                            device.path
                         ))
                     }
                 }

@@ -15,6 +15,7 @@
 //! fails its checksum is skipped. Nothing on a device can make this panic.
 
 use super::format::{self, BlockHeaderState, RecordError, BLOCK_HEADER_BYTES, RBLOCK};
+use super::io::BlockIo;
 use super::{BlockState, Device, DeviceEngine, Tomb};
 use crate::DeviceAddress;
 use citrine_types::Digest;
@@ -139,7 +140,7 @@ impl DeviceEngine {
         progress: &(dyn Fn(ScanProgress) + Sync),
     ) -> ColdStartReport {
         let wblock = self.wblock();
-        let path = device.file.path.display().to_string();
+        let path = device.path.clone();
         let mut report = ColdStartReport::default();
         let mut candidates: HashMap<Digest, Candidate> = HashMap::new();
         let mut sets: Vec<Vec<u8>> = Vec::new();
@@ -149,7 +150,7 @@ impl DeviceEngine {
         let mut max_sequence = 0u64;
         let blocks_to_scan = if device.fresh { 0 } else { device.block_count };
         for block in 0..blocks_to_scan {
-            let data = match device.file.read_at(self.block_offset(block), wblock) {
+            let data = match device.io.read_at(self.block_offset(block), wblock) {
                 Ok(data) => data,
                 Err(error) => {
                     tracing::error!(device = %path, block, "cannot read write block: {error}; block skipped");

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 /// A stand-in for the primary index.
 #[derive(Default)]
-struct FakeIndex {
-    entries: PlMutex<HashMap<Digest, (u16, Location)>>,
+pub(super) struct FakeIndex {
+    pub(super) entries: PlMutex<HashMap<Digest, (u16, Location)>>,
 }
 
 impl Relocator for FakeIndex {
@@ -32,7 +32,13 @@ impl Relocator for FakeIndex {
 }
 
 impl FakeIndex {
-    fn put(&self, engine: &DeviceEngine, digest: Digest, generation: u16, body: Vec<u8>) {
+    pub(super) fn put(
+        &self,
+        engine: &DeviceEngine,
+        digest: Digest,
+        generation: u16,
+        body: Vec<u8>,
+    ) {
         let meta = StoreMeta {
             generation,
             life: life_of(generation),
@@ -45,7 +51,7 @@ impl FakeIndex {
             engine.release(old);
         }
     }
-    fn delete(&self, engine: &DeviceEngine, digest: Digest) {
+    pub(super) fn delete(&self, engine: &DeviceEngine, digest: Digest) {
         engine
             .write_tombstone(&digest, &StoreMeta::default())
             .unwrap();
@@ -53,7 +59,7 @@ impl FakeIndex {
             engine.release(old);
         }
     }
-    fn sink(&self) -> impl Fn(&Digest, &RecoveredRecord<'_>) -> Recovered + Sync + '_ {
+    pub(super) fn sink(&self) -> impl Fn(&Digest, &RecoveredRecord<'_>) -> Recovered + Sync + '_ {
         move |digest, record| {
             assert_eq!(record.life, life_of(record.generation), "the life survives");
             self.entries.lock().insert(
@@ -67,15 +73,15 @@ impl FakeIndex {
 
 /// The life the fake index gives a record of `generation`, so that a
 /// restart can check the life came back with the generation.
-fn life_of(generation: u16) -> u16 {
+pub(super) fn life_of(generation: u16) -> u16 {
     generation.wrapping_mul(3) % 1024
 }
 
-fn digest(seed: u64) -> Digest {
+pub(super) fn digest(seed: u64) -> Digest {
     Digest(citrine_testsupport::digest_bytes(seed))
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
+pub(super) fn temp_dir(name: &str) -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!("citrine-storage-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&path);
     std::fs::create_dir_all(&path).unwrap();
@@ -92,7 +98,7 @@ fn config(dir: &std::path::Path, devices: usize) -> DeviceConfig {
     }
 }
 
-fn body(seed: u64, len: usize) -> Vec<u8> {
+pub(super) fn body(seed: u64, len: usize) -> Vec<u8> {
     (0..len)
         .map(|index| (seed as usize + index) as u8)
         .collect()

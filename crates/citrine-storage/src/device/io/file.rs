@@ -1,6 +1,6 @@
-//! Device I/O: positioned reads and writes on a regular file or a raw block
-//! device, either through the page cache (`pread`/`pwrite`) or with
-//! `O_DIRECT`.
+//! The real medium: positioned reads and writes on a regular file or a raw
+//! block device, either through the page cache (`pread`/`pwrite`) or with
+//! `O_DIRECT`; syncs are `fdatasync`.
 //!
 //! `O_DIRECT` needs the buffer address, the file offset and the length all
 //! aligned to the device's logical block size. [`AlignedBuf`] gets an aligned
@@ -8,71 +8,23 @@
 //! aligned window inside it. Reads of a record in direct mode read the
 //! covering aligned range and copy the record out.
 //!
-//! Invariant: in direct mode every `write_at` is given an aligned offset and
-//! an aligned length from an aligned buffer (checked, an error otherwise).
+//! Invariant: in direct mode every request that reaches the file is aligned
+//! (offset, length and buffer address): an unaligned write becomes a
+//! read-modify-write of the covering aligned range.
 
+use super::{AlignedBuf, BlockIo, IoMode, DIRECT_ALIGN};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-/// Alignment used for direct I/O (covers 512 B and 4 KiB logical blocks).
-pub const DIRECT_ALIGN: usize = 4096;
-
-/// A byte buffer whose usable window starts at a `DIRECT_ALIGN`-aligned address.
-pub struct AlignedBuf {
-    storage: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    /// A zeroed aligned buffer of `len` bytes.
-    pub fn zeroed(len: usize) -> AlignedBuf {
-        let storage = vec![0u8; len + DIRECT_ALIGN];
-        let address = storage.as_ptr() as usize;
-        let start = (DIRECT_ALIGN - address % DIRECT_ALIGN) % DIRECT_ALIGN;
-        debug_assert!(start + len <= storage.len());
-        AlignedBuf {
-            storage,
-            start,
-            len,
-        }
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
-        &self.storage[self.start..self.start + self.len]
-    }
-
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + self.len]
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-/// How a device is accessed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IoMode {
-    /// Through the page cache.
-    Buffered,
-    /// `O_DIRECT`: bypassing the page cache.
-    Direct,
-}
-
 /// One open device.
 pub struct DeviceFile {
     file: File,
-    pub path: PathBuf,
-    pub mode: IoMode,
+    path: PathBuf,
+    mode: IoMode,
     /// Bytes the device offers.
-    pub size: u64,
+    size: u64,
 }
 
 impl DeviceFile {
@@ -118,8 +70,14 @@ impl DeviceFile {
         })
     }
 
-    /// Reads `len` bytes at `offset`.
-    pub fn read_at(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl BlockIo for DeviceFile {
+    #[inline]
+    fn read_at(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
         match self.mode {
             IoMode::Buffered => {
                 let mut out = vec![0u8; len];
@@ -138,9 +96,7 @@ impl DeviceFile {
         }
     }
 
-    /// Writes `bytes` at `offset`. In direct mode offset, length and the
-    /// buffer address must be aligned.
-    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
         if self.mode == IoMode::Direct {
             let aligned = offset & (DIRECT_ALIGN as u64 - 1) == 0
                 && bytes.len() & (DIRECT_ALIGN - 1) == 0
@@ -160,22 +116,15 @@ impl DeviceFile {
         self.file.write_all_at(bytes, offset)
     }
 
-    /// Makes every completed write durable (`fdatasync`).
-    pub fn sync(&self) -> std::io::Result<()> {
+    fn sync(&self) -> std::io::Result<()> {
         self.file.sync_data()
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    fn size(&self) -> u64 {
+        self.size
+    }
 
-    #[test]
-    fn aligned_buffer_is_aligned() {
-        for len in [0usize, 1, 4096, 10_000] {
-            let buffer = AlignedBuf::zeroed(len);
-            assert_eq!(buffer.as_slice().as_ptr() as usize % DIRECT_ALIGN, 0);
-            assert_eq!(buffer.len(), len);
-        }
+    fn mode(&self) -> IoMode {
+        self.mode
     }
 }
