@@ -9,16 +9,15 @@
 -- error of its own.
 --
 -- Rust passes a record's state as the state's slots in order (BINS ..
--- DROP_KEY: the bins slot and the outcome false), then the call's
--- arguments, then the bins as name, value pairs; one table constructor
--- makes the state of all of them (the arguments and bin pairs stay in it
--- past the named slots, unused after the start).
+-- DROP_KEY: the bins slot, the digest's Bytes and the outcome false), then
+-- the call's arguments, then the bins as name, value pairs; one table
+-- constructor makes the state of all of them (the arguments and bin pairs
+-- stay in it past the named slots, unused after the start).
 
 local states, Record, StreamRecord, setmetatable, table_unpack, type, push_from = ...
 
 -- The first slot after the named ones: the call's arguments start there.
 local FIRST <const> = DROP_KEY + 1
-
 
 -- Calls the function `name` of the module environment `env` with the
 -- record and the `nargs` arguments. Returns false when there is no such

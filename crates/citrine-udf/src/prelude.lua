@@ -337,7 +337,6 @@ GeoJSON.__tostring = function(g) return g.json end
 -- Record states by record; weak, so a state goes with its record.
 local states = raw_setmetatable({}, { __mode = "k" })
 
-
 local function state(r)
   local s = states[r]
   if not s then error("not a record", 3) end
