@@ -61,7 +61,7 @@ fn call<'a>(module: &'a str, function: &'a str, args: Vec<Value>, limit: Duratio
     Call {
         module,
         function,
-        args,
+        args: Cow::Owned(args),
         time_limit: limit,
     }
 }

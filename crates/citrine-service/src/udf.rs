@@ -616,7 +616,7 @@ pub(crate) fn apply(
         let udf = citrine_udf::Call {
             module: call.module,
             function: call.function,
-            args: args.clone(),
+            args: Cow::Borrowed(&args),
             time_limit: call
                 .time_limit
                 .unwrap_or_else(|| time_limit(header.transaction_ttl)),
@@ -1061,7 +1061,7 @@ pub(crate) fn start_aggregate(
     let udf = citrine_udf::Call {
         module: call.module,
         function: call.function,
-        args,
+        args: Cow::Owned(args),
         time_limit: AGGREGATE_STEP_LIMIT,
     };
     let Some(slot) = AggregateSlot::take(&service.udfs.aggregations) else {

@@ -36,8 +36,9 @@ pub(crate) struct Metatables {
     pub bytes: Table,
     pub geojson: Table,
     pub record: Table,
-    /// `internal.state`: a record's state table.
-    pub state: mlua::Function,
+    pub stream_record: Table,
+    /// `internal.bins`: a record's bins.
+    pub record_bins: mlua::Function,
     /// `internal.set_length`: the length of a list holding nils.
     pub set_length: mlua::Function,
     /// `internal.length`: a list's length, nils included.
@@ -46,10 +47,6 @@ pub(crate) struct Metatables {
     pub order_flags: mlua::Function,
     /// `internal.set_order_flags`: records them.
     pub set_order_flags: mlua::Function,
-    /// `internal.record`: a record table from its pieces.
-    pub record_of: mlua::Function,
-    /// `internal.outcome`: what a record UDF asked for.
-    pub outcome: mlua::Function,
 }
 
 /// The most values (every element of every list and map counts) one
@@ -280,9 +277,8 @@ fn table_value(
         budget.spend(text.as_bytes().len())?;
         return Ok(Value::Geo(text.as_bytes().to_vec()));
     }
-    if is(&meta.record) {
-        let state: Table = meta.state.call(table.clone()).map_err(lua_error)?;
-        let bins: Table = state.raw_get("bins").map_err(lua_error)?;
+    if is(&meta.record) || is(&meta.stream_record) {
+        let bins: Table = meta.record_bins.call(table).map_err(lua_error)?;
         return map_value(meta, &bins, 0, depth, budget);
     }
     if is(&meta.list) {

@@ -192,7 +192,7 @@ pub struct Call<'a> {
     /// The module's name as clients send it (no `.lua`).
     pub module: &'a str,
     pub function: &'a str,
-    pub args: Vec<Value>,
+    pub args: Cow<'a, [Value]>,
     /// The call fails once it has run this long.
     pub time_limit: Duration,
 }

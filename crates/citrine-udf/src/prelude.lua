@@ -10,9 +10,15 @@
 -- text} whose metatable is GeoJSON. A list may hold nils: its length is
 -- kept apart (`lengths`); a map entry set to nil is removed.
 --
--- A record is an empty table whose metatable is Record; its state (bins,
--- metadata and what the UDF asked to be done with it) sits in `states`,
--- keyed by the record, which module code cannot reach.
+-- A record UDF's record is a table holding its bins (name -> value), whose
+-- metatable is Record (which sees only names not yet there); a stream
+-- UDF's record is an empty table whose metatable is StreamRecord (read-
+-- only: reads go to its bins). A record's state (its bins, metadata and
+-- what the UDF asked to be done with it) sits in `states`, keyed by the
+-- record, which module code cannot reach. A state is an array (one table
+-- constructor per call, no hashing of field names) whose slots are named
+-- by constants (BINS, EXISTS, ... DROP_KEY) that Rust puts in front of
+-- this file's first line (runtime.rs, SLOTS).
 --
 -- Isolation: every module gets an environment of its own
 -- (`internal.environment`) holding copies of the library tables, so a
@@ -28,7 +34,7 @@
 -- pattern whose worst case on its subject would run for long (they run in
 -- C, where the hook cannot stop them).
 
-local log, expired = ...
+local log, expired, entry = ...
 
 local rawget, rawset, rawlen, next, type, tostring, select, error =
   rawget, rawset, rawlen, next, type, tostring, select, error
@@ -38,7 +44,8 @@ local string_rep, string_sub, string_char, string_byte, string_format =
   string.rep, string.sub, string.char, string.byte, string.format
 local string_find, string_match, string_gmatch, string_gsub =
   string.find, string.match, string.gmatch, string.gsub
-local table_insert, table_concat = table.insert, table.concat
+local table_insert, table_concat, table_unpack = table.insert, table.concat, table.unpack
+local string_pack = string.pack
 local math_min, math_log = math.min, math.log
 -- Kept for `require` only (source text, never bytecode), then hidden.
 local raw_load = load
@@ -49,6 +56,7 @@ local Map = { __name = "Map", __metatable = "Map" }
 local Bytes = { __name = "Bytes", __metatable = "Bytes" }
 local GeoJSON = { __name = "GeoJSON", __metatable = "GeoJSON" }
 local Record = { __name = "Record", __metatable = "Record" }
+local StreamRecord = { __name = "Record", __metatable = "Record" }
 
 -- Strings' shared metatable: out of modules' reach.
 raw_getmetatable("").__metatable = "string"
@@ -335,10 +343,9 @@ local function state(r)
   return s
 end
 
-Record.__index = function(r, name) return states[r].bins[name] end
+-- A record UDF's record holds its bins: reading one, or changing one it
+-- has, is a plain table access; a name it does not hold comes here.
 Record.__newindex = function(r, name, v)
-  local s = states[r]
-  if s.readonly then error("the record of a stream UDF is read-only", 2) end
   -- A name longer than a bin's 15 bytes is ignored with a warning, as the
   -- reference does (its setter refuses it and Lua never hears): the UDF
   -- goes on, and the record is written without it.
@@ -346,9 +353,15 @@ Record.__newindex = function(r, name, v)
     log(1, "bin name " .. name .. " too long: not set")
     return
   end
-  s.bins[name] = v
+  rawset(r, name, v)
 end
 Record.__tostring = function(_) return "Record()" end
+
+StreamRecord.__index = function(r, name) return states[r][BINS][name] end
+StreamRecord.__newindex = function(_, _, _)
+  error("the record of a stream UDF is read-only", 2)
+end
+StreamRecord.__tostring = Record.__tostring
 
 -- A deep copy of a value (lists, maps and blobs copied; depth bounded, a
 -- table that holds itself is cut there).
@@ -375,32 +388,34 @@ local function snapshot(bins)
 end
 
 record = {}
-function record.ttl(r) return state(r).ttl end
-function record.gen(r) return state(r).gen end
-function record.key(r) return state(r).key end
+function record.ttl(r) return state(r)[TTL] end
+function record.gen(r) return state(r)[GEN] end
+function record.key(r) return state(r)[KEY] end
 function record.digest(r)
   local s = state(r)
-  if s.digest == nil then s.digest = new_bytes(s.digest_bytes, 4) end
-  return s.digest
+  if not s[DIGEST] then
+    s[DIGEST] = new_bytes(string_pack("<i8i8I4", s[DIGEST_1], s[DIGEST_2], s[DIGEST_3]), 4)
+  end
+  return s[DIGEST]
 end
-function record.setname(r) return state(r).set end
-function record.last_update_time(r) return state(r).last_update end
-function record.device_size(r) return state(r).size end
-function record.memory_size(r) return state(r).size end
-function record.set_ttl(r, ttl) state(r).ttl_set = ttl end
-function record.drop_key(r) state(r).drop_key = true end
+function record.setname(r) return state(r)[SET] end
+function record.last_update_time(r) return state(r)[LAST_UPDATE] end
+function record.device_size(r) return state(r)[SIZE] end
+function record.memory_size(r) return state(r)[SIZE] end
+function record.set_ttl(r, ttl) state(r)[TTL_SET] = ttl end
+function record.drop_key(r) state(r)[DROP_KEY] = true end
 function record.set_type(r, _) state(r) end
 function record.set_bin_type(r, _, _) state(r) end
 
 function record.bin_names(r)
   local names = new_list(nil)
-  for k in next, state(r).bins do names[#names + 1] = k end
+  for k in next, state(r)[BINS] do names[#names + 1] = k end
   return names
 end
 
 function record.numbins(r)
   local n = 0
-  for _ in next, state(r).bins do n = n + 1 end
+  for _ in next, state(r)[BINS] do n = n + 1 end
   return n
 end
 
@@ -409,37 +424,44 @@ end
 aerospike = {}
 
 local function writable(s)
-  if s.readonly then error("the record of a stream UDF is read-only", 3) end
+  if s[READONLY] then error("the record of a stream UDF is read-only", 3) end
 end
 
-function aerospike:exists(r) return state(r).exists end
+-- (The calls of every record: `state(r)` written out, as `error` level 2.)
+function aerospike:exists(r)
+  local s = states[r]
+  if not s then error("not a record", 2) end
+  return s[EXISTS]
+end
 
 function aerospike:create(r)
   local s = state(r)
   writable(s)
-  if s.exists then return 1 end
-  s.exists = true
-  s.removed = false
-  s.committed = snapshot(s.bins)
+  if s[EXISTS] then return 1 end
+  s[EXISTS] = true
+  s[REMOVED] = false
+  s[COMMITTED] = snapshot(s[BINS])
   return 0
 end
 
 function aerospike:update(r)
-  local s = state(r)
+  local s = states[r]
+  if not s then error("not a record", 2) end
   writable(s)
-  s.exists = true
-  s.removed = false
-  s.committed = snapshot(s.bins)
+  s[EXISTS] = true
+  s[REMOVED] = false
+  s[COMMITTED] = snapshot(s[BINS])
   return 0
 end
 
 function aerospike:remove(r)
   local s = state(r)
   writable(s)
-  s.exists = false
-  s.removed = true
-  s.committed = nil
-  s.bins = {}
+  s[EXISTS] = false
+  s[REMOVED] = true
+  s[COMMITTED] = false
+  local bins = s[BINS]
+  for k in next, bins do bins[k] = nil end
   return 0
 end
 
@@ -536,29 +558,18 @@ local internal = {
   Bytes = Bytes,
   GeoJSON = GeoJSON,
   Record = Record,
+  StreamRecord = StreamRecord,
 }
 
--- A record for a call: its bins, metadata and key as Rust passes them
--- (one call, so that the field names are not made again for each record).
-function internal.record(bins, exists, readonly, gen, ttl, last_update, size, set, digest, key)
-  local r = raw_setmetatable({}, Record)
-  states[r] = {
-    bins = bins, exists = exists, readonly = readonly, gen = gen, ttl = ttl,
-    last_update = last_update, size = size, set = set, digest_bytes = digest, key = key,
-  }
-  return r
-end
+-- The ways in that run once per record (entry.lua): `apply(env, name,
+-- nargs, nbins, ...)`, a record UDF call, and `push_record(stream, nbins,
+-- ...)`, a record into a stream.
+internal.apply, internal.push_record =
+  entry(states, Record, StreamRecord, raw_setmetatable, table_unpack, type, push_from)
 
--- What a record UDF asked for: the bins committed by its last create or
--- update (nil for none), whether it removed the record, the TTL it set, and
--- whether it dropped the key.
-function internal.outcome(r)
-  local s = states[r]
-  return s.committed, s.removed == true, s.ttl_set, s.drop_key == true
-end
-
-function internal.state(r)
-  return states[r]
+-- The bins of a record (for a UDF that returns its record).
+function internal.bins(r)
+  return states[r][BINS]
 end
 
 -- A list's length, nils included (not its __len, which a module cannot
@@ -587,10 +598,6 @@ end
 
 function internal.stream()
   return raw_setmetatable({ ops = {}, acc = {}, out = {} }, Stream)
-end
-
-function internal.push(s, v)
-  push_from(s, v, 1)
 end
 
 -- Ends a stream: each accumulator, in op order, goes through the ops after

@@ -6,21 +6,59 @@
 //! hook that fails the call past its deadline) and the memory limit, and
 //! the two ways in: a record call and a stream.
 //!
+//! A record UDF call is one call into Lua (the prelude's `apply`, which
+//! builds the record, calls the function and reports what it asked for):
+//! each step Rust takes through mlua is a protected call of its own, so the
+//! record's metadata, bins and the call's arguments go over as the
+//! arguments of that one call, and the names that recur from call to call
+//! (function, set and bin names, short string arguments) are Lua strings
+//! made once per state ([`Names`]). A stream's records go in the same way
+//! (`push_record`).
+//!
 //! Invariants: a state is only touched by its thread (`thread_local`);
-//! nothing is kept between calls but the loaded modules and the prelude;
-//! after a call that failed, the state is dropped (a half-run module or an
-//! exhausted memory budget must not leak into the next call).
+//! nothing is kept between calls but the loaded modules, the prelude and
+//! the cached names (immutable strings); after a call that failed, the
+//! state is dropped (a half-run module or an exhausted memory budget must
+//! not leak into the next call).
 
 use crate::convert::{from_lua, to_lua, Budget, Metatables};
 use crate::{Applied, Call, Change, RecordIn, Registry, UdfError, HOOK_INSTRUCTIONS, MEMORY_LIMIT};
 use citrine_cdt::value::Value;
 use mlua::chunk::ChunkMode;
-use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Table, Value as LuaValue, VmState};
+use mlua::{
+    HookTriggers, IntoLuaMulti, Lua, LuaOptions, LuaString, MultiValue, StdLib, Table,
+    Value as LuaValue, VmState,
+};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::time::Instant;
 
 const PRELUDE: &str = include_str!("prelude.lua");
+
+/// The ways in that run once per record (see the file).
+const ENTRY: &str = include_str!("entry.lua");
+
+/// The slots of a record's state in Lua, in the order
+/// [`RecordHead::slots`] passes them: its bins (name -> value), whether it
+/// exists, whether it is read-only (a stream UDF's), generation, TTL,
+/// last-update time, size, set name, key, digest (three integers: bytes
+/// 1-8 and 9-16 little-endian, then 17-20) and the digest as Bytes once
+/// asked for, then what the UDF asked for: the bins committed by its last
+/// create or update (false: none), whether it removed the record, the TTL
+/// it set (false: none) and whether it dropped the key. Lua constants, put
+/// in front of the first line of [`PRELUDE`] and [`ENTRY`] (no line added:
+/// the line numbers in messages stay the files').
+const SLOTS: &str = "local BINS <const>, EXISTS <const>, READONLY <const>, GEN <const>, \
+    TTL <const>, LAST_UPDATE <const>, SIZE <const>, SET <const>, KEY <const>, \
+    DIGEST_1 <const>, DIGEST_2 <const>, DIGEST_3 <const>, DIGEST <const>, \
+    COMMITTED <const>, REMOVED <const>, TTL_SET <const>, DROP_KEY <const> = \
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17; ";
+
+/// The longest string [`Names`] keeps.
+const NAME_LEN_MAX: usize = 64;
+
+/// How many strings [`Names`] keeps (a power of two).
+const NAME_SLOTS: usize = 256;
 
 /// Globals of the base library a module may not use.
 /// (The prelude keeps `load` for itself, text only, for `require`.)
@@ -32,8 +70,55 @@ struct State {
     lua: Lua,
     internal: Table,
     meta: Metatables,
+    /// The prelude's `apply`.
+    apply: mlua::Function,
+    names: Names,
+    /// The values a call passes after its first few (kept: no allocation
+    /// per call).
+    values: MultiValue,
     /// Module environments by module name.
     modules: HashMap<String, Table>,
+}
+
+/// Lua strings for the short byte strings calls repeat (function, set and
+/// bin names, string arguments), made once per state: making a string
+/// through mlua is a protected call, finding it here a hash and a compare.
+/// [`NAME_SLOTS`] slots, each holding the last string of at most
+/// [`NAME_LEN_MAX`] bytes whose hash chose it (a collision costs a new
+/// string, never a search). Lua strings are immutable, so a kept one is the
+/// same value as a new one.
+struct Names {
+    slots: Vec<Option<(Box<[u8]>, LuaString)>>,
+}
+
+impl Default for Names {
+    fn default() -> Names {
+        Names {
+            slots: vec![None; NAME_SLOTS],
+        }
+    }
+}
+
+impl Names {
+    /// `bytes` as a Lua string.
+    fn get(&mut self, lua: &Lua, bytes: &[u8]) -> mlua::Result<LuaString> {
+        if bytes.len() > NAME_LEN_MAX {
+            return lua.create_string(bytes);
+        }
+        // FNV-1a.
+        let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let slot = &mut self.slots[(hash as usize) & (NAME_SLOTS - 1)];
+        if let Some((known, string)) = slot {
+            if **known == *bytes {
+                return Ok(string.clone());
+            }
+        }
+        let string = lua.create_string(bytes)?;
+        *slot = Some((bytes.into(), string.clone()));
+        Ok(string)
+    }
 }
 
 thread_local! {
@@ -102,26 +187,35 @@ fn new_lua(registry: &Registry) -> mlua::Result<(Lua, Table, Metatables)> {
             .is_some_and(|deadline| Instant::now() > deadline))
     })?;
     let internal: Table = lua
-        .load(PRELUDE)
+        .load(format!("{SLOTS}{PRELUDE}"))
         .set_name("=citrine-prelude")
         .set_mode(ChunkMode::Text)
-        .call((log, expired))?;
-    let meta = Metatables {
+        .call((log, expired, entry(&lua)?))?;
+    let meta = metatables(&internal)?;
+    set_sources(&lua, &internal, registry)?;
+    Ok((lua, internal, meta))
+}
+
+/// The prelude's metatables and the functions Rust calls on values.
+fn metatables(internal: &Table) -> mlua::Result<Metatables> {
+    Ok(Metatables {
         list: internal.get("List")?,
         map: internal.get("Map")?,
         bytes: internal.get("Bytes")?,
         geojson: internal.get("GeoJSON")?,
         record: internal.get("Record")?,
-        state: internal.get("state")?,
+        stream_record: internal.get("StreamRecord")?,
+        record_bins: internal.get("bins")?,
         set_length: internal.get("set_length")?,
         length: internal.get("length")?,
         order_flags: internal.get("order_flags")?,
         set_order_flags: internal.get("set_order_flags")?,
-        record_of: internal.get("record")?,
-        outcome: internal.get("outcome")?,
-    };
-    // The registered modules' sources, for `require` (a state is rebuilt
-    // whenever the registry changes).
+    })
+}
+
+/// Hands the prelude the registered modules' sources, for `require` (a
+/// state is rebuilt whenever the registry changes).
+fn set_sources(lua: &Lua, internal: &Table, registry: &Registry) -> mlua::Result<()> {
     let sources = lua.create_table()?;
     for module in registry.list() {
         // Only `.lua` modules load, as the reference's Lua module cache
@@ -131,8 +225,25 @@ fn new_lua(registry: &Registry) -> mlua::Result<(Lua, Table, Metatables)> {
         }
     }
     let set_sources: mlua::Function = internal.get("set_sources")?;
-    set_sources.call::<()>(sources)?;
-    Ok((lua, internal, meta))
+    set_sources.call::<()>(sources)
+}
+
+/// [`ENTRY`], compiled, then loaded again from its bytecode without debug
+/// information. (The only binary chunk a state loads: made here, by this
+/// Lua, from this source; a module's source is always text. `dump` panics
+/// only when the stack cannot grow by a few slots, which a new state's
+/// can.)
+fn entry(lua: &Lua) -> mlua::Result<mlua::Function> {
+    let compiled = lua
+        .load(format!("{SLOTS}{ENTRY}"))
+        .set_name("=citrine-entry")
+        .set_mode(ChunkMode::Text)
+        .into_function()?;
+    let stripped = compiled.dump(true);
+    lua.load(&stripped[..])
+        .set_name("=citrine-entry")
+        .set_mode(ChunkMode::Binary)
+        .into_function()
 }
 
 /// Compiles a module's source without running it.
@@ -163,15 +274,7 @@ fn with_state<R>(
             .is_some_and(|state| state.registry == registry.id() && state.generation == generation);
         if !current {
             *slot = None;
-            let (lua, internal, meta) = new_lua(registry).map_err(lua_error)?;
-            *slot = Some(State {
-                registry: registry.id(),
-                generation,
-                lua,
-                internal,
-                meta,
-                modules: HashMap::new(),
-            });
+            *slot = Some(State::new(registry, generation).map_err(lua_error)?);
         }
         let Some(state) = slot.as_mut() else {
             return Err(UdfError::Execution("no Lua state".to_owned()));
@@ -187,98 +290,155 @@ fn with_state<R>(
 }
 
 impl State {
-    /// The function `call` names, loading its module first if needed.
-    fn function(
+    /// A state for `registry` at `generation`, no module loaded yet.
+    fn new(registry: &Registry, generation: u64) -> mlua::Result<State> {
+        let (lua, internal, meta) = new_lua(registry)?;
+        Ok(State {
+            registry: registry.id(),
+            generation,
+            apply: internal.get("apply")?,
+            lua,
+            internal,
+            meta,
+            names: Names::default(),
+            values: MultiValue::new(),
+            modules: HashMap::new(),
+        })
+    }
+
+    /// The environment of `module`, loading the module first if needed.
+    fn environment(&mut self, registry: &Registry, module: &str) -> Result<Table, UdfError> {
+        if let Some(env) = self.modules.get(module) {
+            return Ok(env.clone());
+        }
+        let filename = format!("{module}.lua");
+        let source = registry
+            .get(&filename)
+            .ok_or_else(|| UdfError::ModuleNotFound(module.to_owned()))?;
+        // An environment of its own: what it changes stays in it.
+        let environment: mlua::Function = self.internal.get("environment").map_err(lua_error)?;
+        let env: Table = environment.call(()).map_err(lua_error)?;
+        self.lua
+            .load(&source.source[..])
+            .set_name(format!("@{filename}"))
+            .set_mode(ChunkMode::Text)
+            .set_environment(env.clone())
+            .exec()
+            .map_err(lua_error)?;
+        self.modules.insert(module.to_owned(), env.clone());
+        Ok(env)
+    }
+
+    /// Calls the prelude's `apply` for `call` on `record` (its module
+    /// already loaded into `env`).
+    fn apply(
         &mut self,
-        registry: &Registry,
+        env: Table,
         call: &Call<'_>,
-    ) -> Result<mlua::Function, UdfError> {
-        let env = match self.modules.get(call.module) {
-            Some(env) => env.clone(),
-            None => {
-                let filename = format!("{}.lua", call.module);
-                let module = registry
-                    .get(&filename)
-                    .ok_or_else(|| UdfError::ModuleNotFound(call.module.to_owned()))?;
-                // An environment of its own: what it changes stays in it.
-                let environment: mlua::Function =
-                    self.internal.get("environment").map_err(lua_error)?;
-                let env: Table = environment.call(()).map_err(lua_error)?;
-                self.lua
-                    .load(&module.source[..])
-                    .set_name(format!("@{filename}"))
-                    .set_mode(ChunkMode::Text)
-                    .set_environment(env.clone())
-                    .exec()
-                    .map_err(lua_error)?;
-                self.modules.insert(call.module.to_owned(), env.clone());
-                env
-            }
-        };
-        match env.get::<LuaValue>(call.function).map_err(lua_error)? {
-            LuaValue::Function(function) => Ok(function),
-            _ => Err(UdfError::FunctionNotFound(call.function.to_owned())),
+        record: &RecordIn<'_>,
+    ) -> mlua::Result<Outcome> {
+        let (lua, meta, names) = (&self.lua, &self.meta, &mut self.names);
+        let name = names.get(lua, call.function.as_bytes())?;
+        let head = RecordHead::new(lua, meta, names, record)?;
+        let values = &mut self.values;
+        values.clear();
+        for arg in call.args.iter() {
+            values.push_back(match arg {
+                Value::Str(text) => LuaValue::String(names.get(lua, text)?),
+                other => to_lua(lua, meta, other)?,
+            });
         }
-    }
-
-    /// The call's arguments as Lua values, after `first`.
-    fn arguments(&self, first: LuaValue, args: &[Value]) -> Result<mlua::MultiValue, UdfError> {
-        call_arguments(&self.lua, &self.meta, first, args)
-    }
-
-    /// A record table for `record`.
-    fn record(&self, record: &RecordIn<'_>, readonly: bool) -> Result<Table, UdfError> {
-        record_table(&self.lua, &self.meta, record, readonly)
+        push_bins(lua, meta, names, record, values)?;
+        let outcome = self.apply.call((
+            env,
+            name,
+            call.args.len(),
+            record.bins.len(),
+            head.slots(false, &self.values),
+        ));
+        self.values.clear();
+        outcome
     }
 }
 
-/// A call's Lua arguments: `first` (the record or the stream), then
-/// `args` converted.
-fn call_arguments(
-    lua: &Lua,
-    meta: &Metatables,
-    first: LuaValue,
-    args: &[Value],
-) -> Result<mlua::MultiValue, UdfError> {
-    let mut values = Vec::with_capacity(args.len() + 1);
-    values.push(first);
-    for arg in args {
-        values.push(to_lua(lua, meta, arg).map_err(lua_error)?);
-    }
-    Ok(mlua::MultiValue::from_vec(values))
+/// What a record's state holds besides its bins, made ready for Lua.
+struct RecordHead {
+    exists: bool,
+    generation: u16,
+    ttl: i64,
+    last_update_ms: u64,
+    size: u64,
+    set: LuaString,
+    key: LuaValue,
+    /// The digest as three integers: bytes 1-8 and 9-16 little-endian,
+    /// then 17-20.
+    digest: [i64; 3],
 }
 
-/// A Lua record table for `record` (see the prelude's `Record`).
-fn record_table(
-    lua: &Lua,
-    meta: &Metatables,
-    record: &RecordIn<'_>,
-    readonly: bool,
-) -> Result<Table, UdfError> {
-    let build = || -> mlua::Result<Table> {
-        let bins = lua.create_table_with_capacity(0, record.bins.len())?;
-        for (name, value) in &record.bins {
-            let value = to_lua(lua, meta, value)?;
-            bins.raw_set(lua.create_string(name.as_ref())?, value)?;
-        }
-        let key = match &record.key {
-            Some(key) => to_lua(lua, meta, key)?,
-            None => LuaValue::Nil,
-        };
-        meta.record_of.call((
-            bins,
-            record.exists,
+impl RecordHead {
+    fn new(
+        lua: &Lua,
+        meta: &Metatables,
+        names: &mut Names,
+        record: &RecordIn<'_>,
+    ) -> mlua::Result<RecordHead> {
+        let mut words = [[0u8; 8]; 3];
+        words[0].copy_from_slice(&record.digest[..8]);
+        words[1].copy_from_slice(&record.digest[8..16]);
+        words[2][..4].copy_from_slice(&record.digest[16..]);
+        Ok(RecordHead {
+            exists: record.exists,
+            generation: record.generation,
+            ttl: record.ttl,
+            last_update_ms: record.last_update_ms,
+            size: record.size,
+            set: names.get(lua, &record.set)?,
+            key: match &record.key {
+                Some(key) => to_lua(lua, meta, key)?,
+                None => LuaValue::Nil,
+            },
+            digest: words.map(i64::from_le_bytes),
+        })
+    }
+
+    /// The [`SLOTS`] of the record's state, in order (its bins false:
+    /// `apply` and `push_record` fill them in; the digest as Bytes and the
+    /// outcome false: nothing yet), then `rest` (the call's arguments and
+    /// the bins as name, value pairs). Typed values, pushed straight onto
+    /// Lua's stack.
+    fn slots<R: IntoLuaMulti>(self, readonly: bool, rest: R) -> impl IntoLuaMulti {
+        let [digest_1, digest_2, digest_3] = self.digest;
+        (
+            false,
+            self.exists,
             readonly,
-            i64::from(record.generation),
-            record.ttl,
-            record.last_update_ms,
-            record.size,
-            lua.create_string(&record.set)?,
-            lua.create_string(record.digest)?,
-            key,
-        ))
-    };
-    build().map_err(lua_error)
+            self.generation,
+            self.ttl,
+            self.last_update_ms,
+            self.size,
+            self.set,
+            self.key,
+            digest_1,
+            digest_2,
+            digest_3,
+            (false, false, false, false, false, rest),
+        )
+    }
+}
+
+/// `record`'s bins as name, value pairs.
+fn push_bins(
+    lua: &Lua,
+    meta: &Metatables,
+    names: &mut Names,
+    record: &RecordIn<'_>,
+    values: &mut MultiValue,
+) -> mlua::Result<()> {
+    for (name, value) in &record.bins {
+        values.push_back(LuaValue::String(names.get(lua, name)?));
+        values.push_back(to_lua(lua, meta, value)?);
+    }
+    Ok(())
 }
 
 /// See [`crate::apply_record`].
@@ -289,63 +449,81 @@ pub(crate) fn apply_record(
 ) -> Result<Applied, UdfError> {
     let deadline = Instant::now() + call.time_limit;
     with_state(registry, deadline, |state| {
-        let function = state.function(registry, call)?;
-        let rec = state.record(&record, false)?;
-        let args = state.arguments(LuaValue::Table(rec.clone()), &call.args)?;
-        let returned: LuaValue = function.call(args).map_err(lua_error)?;
-        let result =
-            from_lua(&state.meta, &returned, 0, &mut Budget::new()).map_err(UdfError::Execution)?;
-        let change = change_of(state, &rec, record.exists)?;
-        Ok(Applied { result, change })
+        let env = state.environment(registry, call.module)?;
+        let outcome = state.apply(env, call, &record).map_err(lua_error)?;
+        applied(&state.meta, call, outcome, record.exists)
     })
 }
 
-/// What the UDF asked to be done with its record.
-fn change_of(state: &State, rec: &Table, existed: bool) -> Result<Change, UdfError> {
-    let (committed, removed, ttl_set, drop_key): (Option<Table>, bool, LuaValue, bool) =
-        state.meta.outcome.call(rec.clone()).map_err(lua_error)?;
-    match committed {
-        Some(bins) => {
-            let mut out = Vec::new();
-            let mut budget = Budget::new();
-            for pair in bins.pairs::<LuaValue, LuaValue>() {
-                let (name, value) = pair.map_err(lua_error)?;
-                let LuaValue::String(name) = name else {
-                    return Err(UdfError::Execution(format!(
-                        "a bin name must be a string, not a {}",
-                        name.type_name()
-                    )));
-                };
-                let value =
-                    from_lua(&state.meta, &value, 0, &mut budget).map_err(UdfError::Execution)?;
-                if matches!(value, Value::Nil) {
-                    continue;
-                }
-                out.push((name.as_bytes().to_vec(), value));
-            }
-            out.sort_by(|a, b| a.0.cmp(&b.0));
-            let ttl: Option<i64> = match ttl_set {
-                LuaValue::Integer(ttl) => Some(ttl),
-                LuaValue::Number(ttl) => Some(ttl as i64),
-                _ => None,
-            };
-            Ok(Change::Write {
-                bins: out,
-                ttl,
-                drop_key,
-            })
-        }
-        None if removed && existed => Ok(Change::Remove),
-        None => Ok(Change::None),
+/// What `apply` returns: false (no such function), or true, the result,
+/// whether the record was removed, the TTL set, whether the key was
+/// dropped, and the bins committed (false: none).
+type Outcome = (bool, LuaValue, bool, LuaValue, bool, LuaValue);
+
+/// The call's result and change from what `apply` returned.
+fn applied(
+    meta: &Metatables,
+    call: &Call<'_>,
+    outcome: Outcome,
+    existed: bool,
+) -> Result<Applied, UdfError> {
+    let (found, returned, removed, ttl_set, drop_key, committed) = outcome;
+    if !found {
+        return Err(UdfError::FunctionNotFound(call.function.to_owned()));
     }
+    let ttl = match ttl_set {
+        LuaValue::Integer(ttl) => Some(ttl),
+        LuaValue::Number(ttl) => Some(ttl as i64),
+        _ => None,
+    };
+    let result = from_lua(meta, &returned, 0, &mut Budget::new()).map_err(UdfError::Execution)?;
+    let change = match committed {
+        LuaValue::Table(bins) => Change::Write {
+            bins: committed_bins(meta, &bins)?,
+            ttl,
+            drop_key,
+        },
+        _ if removed && existed => Change::Remove,
+        _ => Change::None,
+    };
+    Ok(Applied { result, change })
+}
+
+/// The bins a UDF committed, by name.
+fn committed_bins(meta: &Metatables, bins: &Table) -> Result<Vec<(Vec<u8>, Value)>, UdfError> {
+    let mut out = Vec::new();
+    let mut budget = Budget::new();
+    let mut failure = None;
+    bins.for_each(|name: LuaValue, value: LuaValue| {
+        let LuaValue::String(name) = name else {
+            failure = Some(format!(
+                "a bin name must be a string, not a {}",
+                name.type_name()
+            ));
+            return Err(mlua::Error::runtime("stop"));
+        };
+        match from_lua(meta, &value, 0, &mut budget) {
+            Ok(Value::Nil) => {}
+            Ok(value) => out.push((name.as_bytes().to_vec(), value)),
+            Err(message) => {
+                failure = Some(message);
+                return Err(mlua::Error::runtime("stop"));
+            }
+        }
+        Ok(())
+    })
+    .map_err(|error| UdfError::Execution(failure.take().unwrap_or_else(|| message_of(&error))))?;
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }
 
 /// See [`crate::Aggregation`].
 pub struct Aggregation {
     lua: Lua,
     meta: Metatables,
+    names: Names,
     stream: Table,
-    push: mlua::Function,
+    push_record: mlua::Function,
     take: mlua::Function,
     finish: mlua::Function,
     /// Makes an empty stream (for [`Aggregation::restart`]).
@@ -377,37 +555,35 @@ fn with_deadline<R>(limit: std::time::Duration, work: impl FnOnce() -> R) -> R {
 impl Aggregation {
     /// Builds the stream of `call`.
     pub fn new(registry: &Registry, call: &Call<'_>) -> Result<Aggregation, UdfError> {
-        let (lua, internal, meta) = new_lua(registry).map_err(lua_error)?;
         // A state of its own, not the thread's: the stream outlives this
         // call and may be stepped on another thread.
-        let mut state = State {
-            registry: registry.id(),
-            generation: registry.generation(),
-            lua,
-            internal,
-            meta,
-            modules: HashMap::new(),
-        };
+        let mut state = State::new(registry, registry.generation()).map_err(lua_error)?;
         with_deadline(call.time_limit, || {
-            let function = state.function(registry, call)?;
+            let env = state.environment(registry, call.module)?;
+            let function = match env.get::<LuaValue>(call.function).map_err(lua_error)? {
+                LuaValue::Function(function) => function,
+                _ => return Err(UdfError::FunctionNotFound(call.function.to_owned())),
+            };
             let new_stream: mlua::Function = state.internal.get("stream").map_err(lua_error)?;
             let State {
                 lua,
                 internal,
                 meta,
+                names,
                 ..
             } = state;
             let stream = lua.create_table().map_err(lua_error)?;
             let mut aggregation = Aggregation {
-                push: internal.get("push").map_err(lua_error)?,
+                push_record: internal.get("push_record").map_err(lua_error)?,
                 take: internal.get("take").map_err(lua_error)?,
                 finish: internal.get("finish").map_err(lua_error)?,
                 lua,
                 meta,
+                names,
                 stream,
                 new_stream,
                 function,
-                args: call.args.clone(),
+                args: call.args.to_vec(),
                 step_limit: call.time_limit,
             };
             aggregation.begin()?;
@@ -418,13 +594,14 @@ impl Aggregation {
     /// Builds a new stream: an empty one, through the module's function.
     fn begin(&mut self) -> Result<(), UdfError> {
         let stream: Table = self.new_stream.call(()).map_err(lua_error)?;
-        let values = call_arguments(
-            &self.lua,
-            &self.meta,
-            LuaValue::Table(stream.clone()),
-            &self.args,
-        )?;
-        self.function.call::<LuaValue>(values).map_err(lua_error)?;
+        let mut values = Vec::with_capacity(self.args.len() + 1);
+        values.push(LuaValue::Table(stream.clone()));
+        for arg in &self.args {
+            values.push(to_lua(&self.lua, &self.meta, arg).map_err(lua_error)?);
+        }
+        self.function
+            .call::<LuaValue>(MultiValue::from_vec(values))
+            .map_err(lua_error)?;
         self.stream = stream;
         Ok(())
     }
@@ -454,19 +631,17 @@ impl Aggregation {
         self.emit_all(out, emit)
     }
 
-    /// A record table for `record`, read-only.
-    fn record_of(&self, record: &RecordIn<'_>) -> Result<Table, UdfError> {
-        record_table(&self.lua, &self.meta, record, true)
-    }
-
-    /// Sends one record through the stream.
+    /// Sends one record (read-only) through the stream.
     pub fn record(&mut self, record: &RecordIn<'_>) -> Result<(), UdfError> {
+        let mut values = MultiValue::with_capacity(2 * record.bins.len());
         with_deadline(self.step_limit, || {
-            let rec = self.record_of(record)?;
-            self.push
-                .call::<()>((self.stream.clone(), rec))
-                .map_err(lua_error)
+            let (lua, meta, names) = (&self.lua, &self.meta, &mut self.names);
+            let head = RecordHead::new(lua, meta, names, record)?;
+            push_bins(lua, meta, names, record, &mut values)?;
+            self.push_record
+                .call::<()>((&self.stream, record.bins.len(), head.slots(true, values)))
         })
+        .map_err(lua_error)
     }
 
     fn emit_all(

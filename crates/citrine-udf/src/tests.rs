@@ -14,7 +14,7 @@ fn call<'a>(module: &'a str, function: &'a str, args: Vec<Value>) -> Call<'a> {
     Call {
         module,
         function,
-        args,
+        args: Cow::Owned(args),
         time_limit: Duration::from_secs(2),
     }
 }
@@ -481,6 +481,11 @@ function writes(stream)
   local function w(rec) rec.x = 1; return 1 end
   return stream : map(w)
 end
+
+function writes_a_bin_it_has(stream)
+  local function w(rec) rec.n = 0; return 1 end
+  return stream : map(w)
+end
 "#;
 
 fn run_stream(function: &str, args: Vec<Value>, count: i64) -> Result<Vec<Value>, UdfError> {
@@ -530,6 +535,11 @@ fn streams_map_reduce_aggregate_and_filter() {
     assert!(
         matches!(run_stream("writes", vec![], 3), Err(UdfError::Execution(_))),
         "stream records are read-only"
+    );
+    let existing = run_stream("writes_a_bin_it_has", vec![], 3);
+    assert!(
+        matches!(existing, Err(UdfError::Execution(ref m)) if m.contains("read-only")),
+        "a stream record's own bins are read-only too: {existing:?}"
     );
     // groupby: a map from each key to the list of values that gave it.
     let groups = run_stream("by_parity", vec![], 6).expect("runs");
@@ -813,4 +823,123 @@ fn modules_require_other_registered_modules() {
     let hidden =
         apply_record(&registry, &call("user", "no_load", vec![]), record(vec![])).expect("runs");
     assert!(matches!(hidden.result, Value::Bool(true)));
+}
+
+const CALLS: &str = r#"
+function level_two(rec) error("bare message", 2) end
+function digest(rec) return record.digest(rec) end
+function private(rec)
+  local keys = list()
+  for k in next, rec do list.append(keys, k) end
+  local hidden = 0
+  for i = -2, 40 do if rawget(rec, i) ~= nil then hidden = hidden + 1 end end
+  rec['a'] = rec['a'] + 1
+  rec['c'] = 3
+  aerospike:update(rec)
+  return list{keys, hidden, getmetatable(rec), record.numbins(rec)}
+end
+function copy_all(rec)
+  aerospike:update(rec)
+  return record.numbins(rec)
+end
+"#;
+
+#[test]
+fn error_level_two_in_the_called_function_names_no_place() {
+    // The function's caller (the prelude's entry, loaded without line
+    // information) must not add a place, as when Rust called the function.
+    let registry = registry("calls.lua", CALLS);
+    let result = apply_record(
+        &registry,
+        &call("calls", "level_two", vec![]),
+        record(vec![]),
+    );
+    assert_eq!(
+        result.err(),
+        Some(UdfError::Execution("bare message".to_owned()))
+    );
+}
+
+#[test]
+fn the_digest_comes_back_byte_for_byte() {
+    // Sent to Lua as three integers: every byte, high bits included.
+    let registry = registry("calls.lua", CALLS);
+    let mut input = record(vec![]);
+    for (index, byte) in input.digest.iter_mut().enumerate() {
+        *byte = 0xff - index as u8 * 7;
+    }
+    let digest = input.digest;
+    let applied = apply_record(&registry, &call("calls", "digest", vec![]), input).expect("runs");
+    assert!(
+        matches!(applied.result, Value::Blob(4, ref bytes) if bytes[..] == digest[..]),
+        "{:?}",
+        applied.result
+    );
+}
+
+#[test]
+fn a_record_holds_its_bins_and_nothing_of_its_state() {
+    let registry = registry("calls.lua", CALLS);
+    let input = record(vec![
+        (b"a".as_slice(), Value::Int(1)),
+        (b"b".as_slice(), str("x")),
+    ]);
+    let applied = apply_record(&registry, &call("calls", "private", vec![]), input).expect("runs");
+    let Value::List(out) = &applied.result else {
+        panic!("{:?}", applied.result);
+    };
+    let Value::List(keys) = &out.items[0] else {
+        panic!("{out:?}");
+    };
+    assert!(
+        keys.items
+            .iter()
+            .all(|key| *key == str("a") || *key == str("b")),
+        "at most the bins, by name: {keys:?}"
+    );
+    assert_eq!(out.items[1], Value::Int(0), "no slot of the state");
+    assert_eq!(out.items[2], str("Record"));
+    assert_eq!(out.items[3], Value::Int(3));
+    let Change::Write { bins, .. } = applied.change else {
+        panic!("{:?}", applied.change);
+    };
+    assert_eq!(
+        bins,
+        vec![
+            (b"a".to_vec(), Value::Int(2)),
+            (b"b".to_vec(), str("x")),
+            (b"c".to_vec(), Value::Int(3)),
+        ]
+    );
+}
+
+#[test]
+fn many_bin_names_each_keep_their_value() {
+    // More names than the state keeps Lua strings for: every bin still
+    // reaches Lua under its own name, call after call.
+    let registry = registry("calls.lua", CALLS);
+    let names: Vec<Vec<u8>> = (0..700).map(|i| format!("bin{i}").into_bytes()).collect();
+    for round in 0..3i64 {
+        let input = RecordIn {
+            bins: names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| (Cow::Borrowed(name.as_slice()), Value::Int(i as i64 + round)))
+                .collect(),
+            ..record(vec![])
+        };
+        let applied =
+            apply_record(&registry, &call("calls", "copy_all", vec![]), input).expect("runs");
+        assert_eq!(applied.result, Value::Int(700));
+        let Change::Write { bins, .. } = applied.change else {
+            panic!("{:?}", applied.change);
+        };
+        let mut expected: Vec<(Vec<u8>, Value)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.clone(), Value::Int(i as i64 + round)))
+            .collect();
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(bins, expected, "round {round}");
+    }
 }
