@@ -216,6 +216,9 @@ def summary(args, findings, elapsed, executions):
 
 
 def details(args, findings):
+    shown_known = args.show_known and findings.known
+    if not (findings.new or findings.crashes or shown_known):
+        return ""
     out = ["\n== Each reproduction below is Python that runs after this preamble:\n",
            HEADER + CLIENT]
     for signature, cases in sorted(findings.new.items(), key=lambda kv: -len(kv[1])):
