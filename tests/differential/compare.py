@@ -11,9 +11,9 @@ second boundary at worst). Info answers are normalised per command
 (`normalise_info`): what must differ between two servers' implementations
 (storage sizes, timestamps) is reduced to what the client may rely on.
 
-`classify` names a difference coarsely ("26 vs ok", "generation",
-"bins"): the signature a shrink must keep and the unit the report groups
-by."""
+`classify` names a difference coarsely ("26 vs ok", "generation", "map
+keys", "record 4 vs 17" for a batch record's code): the signature a shrink
+must keep and the unit the report groups by."""
 
 import re
 import time
@@ -156,8 +156,22 @@ def classify(a, b):
     """A coarse name of how answer a (Citrine) differs from b (reference)."""
     if is_error(a) or is_error(b):
         return f"{outcome_name(a)} vs {outcome_name(b)}"
+    record_codes = _batch_record_codes(a, b)
+    if record_codes:
+        return record_codes
     found = first_difference(a, b)
     return found[2] if found else "same"
+
+
+def _batch_record_codes(a, b):
+    """For two batch answers whose records' result codes differ, the first
+    such pair ("record 4 vs 17"), else None."""
+    if not (a and b and a[0] == "batch" == b[0] and len(a) == len(b)):
+        return None
+    for x, y in zip(a[2:], b[2:]):
+        if x[1] != y[1]:
+            return f"record {x[1]} vs {y[1]}"
+    return None
 
 
 def describe(answer, limit=600):

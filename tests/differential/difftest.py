@@ -19,8 +19,16 @@ printed as a runnable Python script with both servers' answers.
 
 Differences that an issue already tracks are listed in `known.py` (each
 naming its issue item) and reported apart; the exit status is 1 when a
-difference not in that list (or an unreproducible one) was found, 0 when
-every difference was known, 2 when the tool could not run.
+difference not in that list (or an unreproducible one, or a crash of
+citrined) was found, 0 when every difference was known, 2 when the tool
+could not run. A server that dies is reported with the steps that led
+there and both are restarted (the reference crashes on a few inputs of its
+own; the generator steers clear of the one it met, see `gen.Ops.map_op`).
+
+Because a sequence ends at its first difference, a frequent known
+difference hides what would come after it. `--avoid-known` drops from each
+sequence the steps that could show a known difference (each entry's
+`avoid`), to look further; CI runs without it.
 
 How to run it
 -------------
@@ -35,8 +43,13 @@ seed number is a complete bug report.
 
 Determinism: nothing it compares depends on timing (no TTL short enough to
 expire, no read-touch that could trigger, no clock or size in expressions,
-timestamps in info answers normalised), so a seed's result depends only on
-the two servers' behaviour."""
+timestamps in info answers normalised, truncations fenced: see `pair.py`),
+so a seed's result depends only on the two servers' behaviour.
+
+Not generated: durable deletes (the reference is Community Edition, which
+refuses them with 25; Citrine has them), read-touch percentages that could
+trigger (timing), UDF modules, secondary indexes, string operations (8.1.2
+answers 4 to all)."""
 
 import argparse
 import os

@@ -12,7 +12,14 @@ drop them). Lists and dicts are literals the shrinker may thin out; tuples
 (keys) are kept whole.
 
 `HEADER` is the preamble of every reproduction and of the tester's own
-environment: the imports and three helpers (`scan`, `info`, `show`)."""
+environment: the imports, two HLL values and three helpers (`scan`, `info`,
+`show`)."""
+
+# Two HLL values (4 index bits; 6 index bits with 4 minhash bits), as the
+# reference answers them after hll_add of ["a","b","c"] and ["c","d","e","f"].
+HLL_4 = b"\x00\x04\x00" + bytes(12) + b"@\x80\x000" + bytes(4)
+HLL_6_4 = (b"\x00\x06\x04" + bytes(39) + b"\x03\xd0" + bytes(10) + b"\xa4" + bytes(30)
+           + b"&\x00\x00\x01,\x00")
 
 HEADER = '''\
 import time
@@ -26,6 +33,8 @@ from aerospike_helpers.operations import (bitwise_operations, expression_operati
                                           operations)
 
 NS = "test"
+HLL_4 = HyperLogLog(%r)
+HLL_6_4 = HyperLogLog(%r)
 
 
 def scan(client, set_name, bins=None, policy=None):
@@ -54,7 +63,7 @@ def show(number, call):
         result = (result.result,
                   [(r.result, r.key, r.record) for r in result.batch_records])
     print(number, "ok", result)
-'''
+''' % (HLL_4, HLL_6_4)
 
 
 class Sym:

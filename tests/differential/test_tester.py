@@ -151,3 +151,29 @@ def test_known_entries_are_named_and_narrow():
     ok, err = norm((None, None, {})), ("error", 4, "InvalidRequest")
     assert match(Case(0, [select_all], [(ok, err)], ("select", "ok vs 4"))).id == "select-no-bins"
     assert match(Case(0, [select_one], [(ok, err)], ("select", "ok vs 4"))) is None
+
+
+def _operate(bins):
+    return norm((("test", "s", 1, bytearray(20)), {"gen": 1, "ttl": 100}, bins))
+
+
+def test_item_11_matches_only_nil_results():
+    step = Call("client.operate_ordered", ("test", Sym("SET"), 1), [Call("list_operations.x")])
+    ref = _operate([("l", None)])
+    cit = _operate([])
+    case = Case(0, [step], [(cit, ref)], ("operate_ordered", classify(cit, ref)))
+    assert match(case).id == "missing-bin-op-results"
+    other = _operate([("l", 3)])
+    case = Case(0, [step], [(cit, other)], ("operate_ordered", classify(cit, other)))
+    assert match(case) is None
+
+
+def test_result_order_needs_the_same_items():
+    step = Call("client.operate", ("test", Sym("SET"), 1),
+                [Call("map_operations.m", "m", 0, Sym("aerospike.MAP_RETURN_REVERSE_INDEX"))])
+    cit, ref = _operate({"m": [1, 0]}), _operate({"m": [0, 1]})
+    case = Case(0, [step], [(cit, ref)], ("operate", classify(cit, ref)))
+    assert match(case).id == "position-result-order"
+    cit = _operate({"m": [1, 2]})
+    case = Case(0, [step], [(cit, ref)], ("operate", classify(cit, ref)))
+    assert match(case) is None
