@@ -45,11 +45,11 @@ step "official Python client compatibility suite"
 bash scripts/setup-python.sh
 CITRINED_BIN="$PWD/target/debug/citrined" .venv/bin/python -m pytest -q tests/compat
 
-step "differential test against the reference server (seeds 0-149)"
+step "differential test against the reference server (seeds 0-199)"
 # The tester's own tests need no server; the run needs the reference
 # (../shared/reference/) and says "skipped: ..." when it cannot have it.
 .venv/bin/python -m pytest -q tests/differential
-CITRINED="$PWD/target/debug/citrined" SKIP_IF_NO_REFERENCE=1 SEEDS=0:150 \
+CITRINED="$PWD/target/debug/citrined" SKIP_IF_NO_REFERENCE=1 SEEDS=0:200 \
     bash scripts/differential.sh --quiet
 
 step "Java compatibility suite (the official Java client)"

@@ -35,6 +35,8 @@ TTLS = [0, -1, -2, 3000, 864000]
 # Edition) refuses every one with 25, while Citrine has them (README: device
 # storage). Steps ask only for durable_delete=False: the answers to True
 # could only differ.
+
+
 def sym(name):
     return Sym("aerospike." + name)
 
@@ -128,7 +130,7 @@ class Policies(Values):
         if self.chance(0.3):
             policy["key"] = sym(self.pick(["POLICY_KEY_SEND", "POLICY_KEY_DIGEST"]))
         if self.chance(0.1):
-            policy["durable_delete"] = False  # True: see TTLS
+            policy["durable_delete"] = False  # never True: see TTLS
         if self.chance(0.3):
             policy["ttl"] = self.ttl()
         if self.chance(0.1):

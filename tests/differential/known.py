@@ -216,14 +216,15 @@ KNOWN = [
                or (12 in codes(c.citrine) - codes(c.reference)
                    and 4 in codes(c.reference) - codes(c.citrine))),
           has_ctx),
-    Known("position-result-order", "issue 46 item 2",
-          "ranks or indexes returned by a selection come in selection order (index order for a "
-          "range by index, inverted ones too), the reference lists them sorted; item 2 names "
-          "list_remove_by_rank_range(..., inverted, RETURN_RANK), the same order shows for "
-          "RANK, REVERSE_RANK, REVERSE_INDEX of lists and maps by index, rank or value",
-          lambda c: returns_position(c.last) and c.signature[1] == "value"
-          and lists_sorted(c.citrine) == lists_sorted(c.reference),
-          returns_position),
+    Known("result-order", "issue 46 item 2",
+          "the order of a selection's results: ranks or indexes come in selection order (the "
+          "reference sorts them), the values of an inverted rank range in rank order (the "
+          "reference: index order); item 2 names list_remove_by_rank_range(..., inverted, "
+          "RETURN_RANK), the same shows for RANK, REVERSE_RANK, REVERSE_INDEX and VALUE of "
+          "lists and maps by index, rank or value",
+          lambda c: (returns_position(c.last) or inverted(c.last))
+          and c.signature[1] == "value" and lists_sorted(c.citrine) == lists_sorted(c.reference),
+          lambda s: returns_position(s) or inverted(s)),
     Known("sindex-delete-unknown-namespace", "issue 46 item 4",
           "sindex-delete on a namespace that does not exist: the reference answers ok, Citrine "
           "4 (item 4 names sindex-create; its sibling answers the same way)",
@@ -296,11 +297,10 @@ KNOWN = [
           lambda c: c.last.kind == "info sets" and ("sets", "\n") in (c.citrine, c.reference)
           and c.citrine != c.reference),
     Known("key-exists-on-create", "issue 46, new (differential tester)",
-          "exp.KeyExists() in an expression_write creating a record with POLICY_KEY_SEND: "
-          "Citrine evaluates true, the reference false (the key is not stored yet)",
-          lambda c: any("exp.KeyExists" in fns(s) for s in c.steps)
-          and c.signature[1] in ("value", "type")
-          and any(uses(s, "POLICY_KEY_SEND") for s in c.steps),
+          "exp.KeyExists() in an expression of a write creating a record with POLICY_KEY_SEND: "
+          "Citrine evaluates true, the reference false (the key is not stored yet), which "
+          "shows in the value written or in whether a later unknown (a missing bin) fails it",
+          lambda c: "exp.KeyExists" in fns(c.last) and uses(c.last, "POLICY_KEY_SEND"),
           lambda s: "exp.KeyExists" in fns(s)),
     Known("rank-of-equal-values", "issue 46, new (differential tester)",
           "ranks among equal values: the rank of an element whose value occurs more than once "
@@ -335,6 +335,15 @@ KNOWN = [
           "batch, when the compared bin is missing)",
           lambda c: "exp.CmpGeo" in fns(c.last)
           and 4 in codes(c.citrine) - codes(c.reference)),
+    Known("bit-signed-overflow", "issue 46, new (differential tester)",
+          "signed bit_add/bit_subtract with BIT_OVERFLOW_FAIL at the edge of the signed range: "
+          "1 bit 0 - 1 = -1 and -1 + 1 = 0, 2 bits 0 - 2 = -2 are refused with 26 (the "
+          "reference writes them); 2 bits -1 - 2 = -3 is written (the reference: 26)",
+          lambda c: any(fn in ("bitwise_operations.bit_add", "bitwise_operations.bit_subtract")
+                        for fn in fns(c.last))
+          and 26 in codes(c.citrine) ^ codes(c.reference),
+          lambda s: any(fn in ("bitwise_operations.bit_add", "bitwise_operations.bit_subtract")
+                        for fn in fns(s))),
     Known("modify-geojson-bin", "issue 46, new (differential tester)",
           "increment, append or prepend on a bin holding GeoJSON: the reference answers 1, "
           "Citrine 12",

@@ -173,7 +173,7 @@ def test_result_order_needs_the_same_items():
                 [Call("map_operations.m", "m", 0, Sym("aerospike.MAP_RETURN_REVERSE_INDEX"))])
     cit, ref = _operate({"m": [1, 0]}), _operate({"m": [0, 1]})
     case = Case(0, [step], [(cit, ref)], ("operate", classify(cit, ref)))
-    assert match(case).id == "position-result-order"
+    assert match(case).id == "result-order"
     cit = _operate({"m": [1, 2]})
     case = Case(0, [step], [(cit, ref)], ("operate", classify(cit, ref)))
     assert match(case) is None
