@@ -177,3 +177,18 @@ def test_result_order_needs_the_same_items():
     cit = _operate({"m": [1, 2]})
     case = Case(0, [step], [(cit, ref)], ("operate", classify(cit, ref)))
     assert match(case) is None
+
+
+def test_item_10_needs_an_earlier_delete():
+    key = ("test", Sym("SET"), 2)
+    gt = {"gen": Sym("aerospike.POLICY_GEN_GT")}
+    remove_bin = Call("client.remove_bin", key, ["s"], policy=gt)
+    cit, ref = ("error", 2, "RecordNotFound"), ("error", 3, "RecordGenerationError")
+    case = Case(0, [remove_bin], [(cit, ref)], ("remove_bin", classify(cit, ref)))
+    assert match(case).id == "generation-gt-on-missing-record"
+    put = Call("client.put", key, {"s": "a"})
+    get = Call("client.get", key)
+    a, b = norm((None, {"gen": 3, "ttl": 10}, {})), norm((None, {"gen": 1, "ttl": 10}, {}))
+    case = Case(0, [put, Call("client.remove", key), put, get],
+                [(norm(0), norm(0))] * 3 + [(a, b)], ("get", classify(a, b)))
+    assert match(case).id == "generation-after-delete"
