@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test Citrine has, the way CI runs them:
 #   formatting and lints, unit and integration tests (real citrined
-#   processes), the official Python client compatibility suite, the Java
-#   compatibility suite (the official Java client), and a short fuzz run of
-#   each fuzz target.
+#   processes), the official Python client compatibility suite, a short
+#   fixed-seed differential run against the reference server (skipped, and
+#   said so, when ../shared/reference/ is not there or cannot start), the
+#   Java compatibility suite (the official Java client), and a short fuzz
+#   run of each fuzz target.
 # Usage: scripts/test.sh            (from anywhere; installs what it needs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +44,13 @@ awk '/^test result:/ { passed += $4; failed += $6 } END { printf "rust: %d passe
 step "official Python client compatibility suite"
 bash scripts/setup-python.sh
 CITRINED_BIN="$PWD/target/debug/citrined" .venv/bin/python -m pytest -q tests/compat
+
+step "differential test against the reference server (seeds 0-199)"
+# The tester's own tests need no server; the run needs the reference
+# (../shared/reference/) and says "skipped: ..." when it cannot have it.
+.venv/bin/python -m pytest -q tests/differential
+CITRINED="$PWD/target/debug/citrined" SKIP_IF_NO_REFERENCE=1 SEEDS=0:200 \
+    bash scripts/differential.sh --quiet
 
 step "Java compatibility suite (the official Java client)"
 if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
