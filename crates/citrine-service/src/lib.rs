@@ -149,6 +149,42 @@ impl Continuation {
     }
 }
 
+/// What a feature (batch, scan and query, background jobs, UDF execution,
+/// secondary indexes, info) is handed: the two layers and the node's
+/// identity, settings and counters. Features take this (and, explicitly,
+/// any other feature they build on: a `&Sindexes`, the `&Udfs`, a
+/// [`replication::LocalExecutor`] for sub-requests), never the
+/// [`Service`], so what a feature reaches is in its signature; only
+/// dispatch sees the whole service.
+#[derive(Clone, Copy)]
+pub struct Layers<'s> {
+    /// The data layer: namespaces, records, the clock.
+    pub data: &'s Data,
+    /// The distribution layer: the view, routing, replication, migrations.
+    pub dist: &'s Distribution,
+    /// This node's settings.
+    pub config: &'s ServiceConfig,
+    /// This node's counters.
+    pub stats: &'s NodeStats,
+}
+
+impl<'s> Layers<'s> {
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.dist.node_id
+    }
+
+    /// The current time from the data layer's clock.
+    pub fn now(&self) -> Now {
+        self.data.now()
+    }
+
+    /// The namespace called `name`, if the node has one.
+    pub fn namespace(&self, name: &[u8]) -> Option<&'s Namespace> {
+        self.data.namespace(name)
+    }
+}
+
 /// The transaction service of one node.
 pub struct Service {
     pub config: ServiceConfig,
@@ -247,6 +283,17 @@ impl Service {
     /// This service, shared, when [`Service::set_shared`] was called.
     pub(crate) fn shared(&self) -> Option<Arc<Service>> {
         self.shared.get().and_then(std::sync::Weak::upgrade)
+    }
+
+    /// The two layers and the node's settings and counters, as features
+    /// are handed them.
+    pub fn layers(&self) -> Layers<'_> {
+        Layers {
+            data: &self.data,
+            dist: &self.dist,
+            config: &self.config,
+            stats: &self.stats,
+        }
     }
 
     /// The distribution layer.
