@@ -326,6 +326,7 @@ pub fn store_copy(
         // not stored.
         return Ok(());
     }
+    namespace.serving(write.digest.partition())?;
     let mut partition = namespace.index.partition(write.digest.partition()).write();
     if admit == Admit::IfHeld && partition.len() + partition.tombstone_count() == 0 {
         return Err(ResultCode::Unavailable);

@@ -9,7 +9,10 @@
 //!   is compared with its cheap approximation, within 1 % of the budget;
 //! - nothing every request writes shares a cache line across threads (the
 //!   counts are striped, see `citrine_types::stripes`), and the set-name
-//!   lookup takes no lock.
+//!   lookup takes no lock;
+//! - a partition a change was cut short in (a panic while it was being
+//!   published, see `citrine_index`) serves nothing more until restart:
+//!   [`Namespace::serving`] refuses it, and it is logged once.
 
 use crate::config::{ConflictResolutionPolicy, NamespaceConfig, StorageEngineConfig};
 use crate::hook::{InstallUpkeep, RecordHook};
@@ -285,6 +288,9 @@ pub struct NamespaceStats {
     /// Namespace-wide truncation: records last updated before this Unix-ms
     /// time are gone. Every write reads it: on a line of its own.
     pub truncate_lut_ms: Padded<AtomicU64>,
+    /// Partitions that stopped serving after a change to them was cut
+    /// short by a panic ([`Namespace::serving`]).
+    pub partitions_failed: AtomicU64,
 }
 
 /// A namespace.
@@ -297,6 +303,8 @@ pub struct Namespace {
     /// The upkeep every change of its records runs (the secondary indexes,
     /// installed by the node above this layer; see [`crate::hook`]).
     hook: std::sync::OnceLock<Arc<dyn RecordHook>>,
+    /// The failed partitions already logged and counted.
+    failed_reported: Mutex<std::collections::BTreeSet<u16>>,
 }
 
 impl Namespace {
@@ -320,9 +328,53 @@ impl Namespace {
             sets: SetRegistry::default(),
             stats: NamespaceStats::default(),
             hook: std::sync::OnceLock::new(),
+            failed_reported: Mutex::default(),
         };
         crate::device::recover(&namespace, clock)?;
         Ok(namespace)
+    }
+
+    /// Whether `partition` still serves requests. It does not once a change
+    /// to it was cut short by a panic while being published: its index,
+    /// storage, secondary indexes and counts may disagree, so every request
+    /// on it is refused with 1 (SERVER_ERROR) until the node restarts (the
+    /// devices, or the replicas, hold the last whole state). The other
+    /// partitions keep serving. One atomic load on the line of the
+    /// partition's lock, which the request takes next anyway.
+    #[inline]
+    pub fn serving(&self, partition: PartitionId) -> Result<(), citrine_types::ResultCode> {
+        if !self.index.partition(partition).is_failed() {
+            return Ok(());
+        }
+        self.report_failed(partition);
+        Err(citrine_types::ResultCode::ServerError)
+    }
+
+    /// Logs and counts the failed partitions not reported yet (the service
+    /// calls it right after a request panicked; [`Namespace::serving`]
+    /// reports the one it refuses). Returns how many are failed in all.
+    pub fn report_failed_partitions(&self) -> usize {
+        let failed: Vec<PartitionId> = PartitionId::all()
+            .filter(|&id| self.index.partition(id).is_failed())
+            .collect();
+        for &partition in &failed {
+            self.report_failed(partition);
+        }
+        failed.len()
+    }
+
+    #[cold]
+    fn report_failed(&self, partition: PartitionId) {
+        let mut reported = self.failed_reported.lock();
+        if reported.insert(partition.index() as u16) {
+            self.stats.partitions_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                namespace = %self.config.name,
+                partition = partition.index(),
+                "a change to this partition was cut short by a panic: the partition \
+                 stops serving (requests answer 1) until the node restarts"
+            );
+        }
     }
 
     /// Memory budget in bytes.

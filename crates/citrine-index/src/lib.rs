@@ -14,6 +14,15 @@
 //! - a digest has a live entry or a tombstone, never both (inserting an
 //!   entry removes the digest's tombstone).
 //!
+//! A change stopped half-way: a partition's write guard notes when its
+//! holder first reached the index mutably (the publish step of a record
+//! change: its store, index entry, hook upkeep and counts). If the thread
+//! panics before the guard is dropped, the partition is marked failed
+//! ([`Partition::is_failed`]) and stays so until the process restarts; the
+//! data layer above refuses requests on it, so a half-published change is
+//! never served. A panic while the holder only read (deciding a change on
+//! its working copy) marks nothing: nothing was changed.
+//!
 //! Tombstones: a deleted record leaves a [`Tombstone`] (its next
 //! generation, its life, whether the delete was durable, and the delete's
 //! last-update time) in its partition, so an
@@ -49,7 +58,7 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Record metadata kept in DRAM for every record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -126,7 +135,9 @@ struct PackedMeta([u8; 14]);
 impl PackedMeta {
     #[inline]
     fn pack(meta: RecordMeta) -> PackedMeta {
-        debug_assert!(meta.set_id < SET_IDS && meta.life < LIVES, "{meta:?}");
+        // In release builds too: a set id or life out of range would be
+        // stored as another one.
+        assert!(meta.set_id < SET_IDS && meta.life < LIVES, "{meta:?}");
         let life = u64::from(meta.life % LIVES);
         let mut bytes = [0u8; 14];
         bytes[0..2].copy_from_slice(&meta.generation.to_le_bytes());
@@ -279,7 +290,9 @@ impl PartitionIndex {
     /// Inserts or replaces; returns the previous entry (whose location the
     /// caller must release).
     pub fn insert(&mut self, digest: Digest, entry: IndexEntry) -> Option<IndexEntry> {
-        debug_assert!(
+        // Checked in release builds too: a generation-0 entry would read
+        // as "no record" on the wire and to every peer.
+        assert!(
             entry.meta().generation != 0,
             "live entries have a generation"
         );
@@ -397,6 +410,9 @@ pub struct Partition {
     /// release: (tags, slots, slot count). Read without the lock, as a hint.
     layout: [AtomicUsize; 3],
     lock: RwLock<PartitionIndex>,
+    /// Set (never cleared) when a thread panicked holding the write lock
+    /// after it reached the index mutably: see the module doc.
+    failed: AtomicBool,
 }
 
 impl Default for Partition {
@@ -404,6 +420,7 @@ impl Default for Partition {
         let partition = Partition {
             layout: Default::default(),
             lock: RwLock::default(),
+            failed: AtomicBool::new(false),
         };
         partition.publish(partition.lock.read().entries.layout());
         partition
@@ -438,7 +455,15 @@ impl Partition {
         PartitionWriteGuard {
             guard: self.lock.write(),
             partition: self,
+            changing: false,
         }
+    }
+
+    /// True once a change to this partition was cut short by a panic (see
+    /// the module doc): its index, storage and counts may disagree.
+    #[inline]
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
     }
 }
 
@@ -447,6 +472,8 @@ impl Partition {
 pub struct PartitionWriteGuard<'a> {
     guard: RwLockWriteGuard<'a, PartitionIndex>,
     partition: &'a Partition,
+    /// The holder reached the index mutably: a change has begun.
+    changing: bool,
 }
 
 impl Deref for PartitionWriteGuard<'_> {
@@ -460,6 +487,7 @@ impl Deref for PartitionWriteGuard<'_> {
 impl DerefMut for PartitionWriteGuard<'_> {
     #[inline]
     fn deref_mut(&mut self) -> &mut PartitionIndex {
+        self.changing = true;
         &mut self.guard
     }
 }
@@ -467,6 +495,10 @@ impl DerefMut for PartitionWriteGuard<'_> {
 impl Drop for PartitionWriteGuard<'_> {
     #[inline]
     fn drop(&mut self) {
+        if self.changing && std::thread::panicking() {
+            // Unwinding out of a change: it may be half-published.
+            self.partition.failed.store(true, Ordering::Release);
+        }
         self.partition.publish(self.guard.entries.layout());
     }
 }
@@ -582,6 +614,46 @@ mod tests {
     // that: (43 + 1) / 0.7 = 62.9 bytes a record (checked at compile time).
     const _: () = assert!(SLOT_BYTES == 43);
     const _: () = assert!((SLOT_BYTES + 1) * 10 <= 64 * 7);
+
+    fn meta(generation: u16) -> RecordMeta {
+        RecordMeta {
+            generation,
+            ..RecordMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_panic_after_a_change_began_marks_the_partition_failed() {
+        let partition = Partition::default();
+        let key = digest(1);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut index = partition.write();
+            index.insert(key, IndexEntry::new(meta(1), Location::default()));
+            panic!("a record change cut short");
+        }));
+        assert!(unwound.is_err());
+        assert!(partition.is_failed());
+        // The lock is free again (not poisoned): the failure is the flag.
+        assert!(partition.read().get(&key).is_some());
+    }
+
+    #[test]
+    fn a_panic_while_only_reading_leaves_the_partition_serving() {
+        let partition = Partition::default();
+        partition
+            .write()
+            .insert(digest(2), IndexEntry::new(meta(1), Location::default()));
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let index = partition.write();
+            let _ = index.get(&digest(2));
+            panic!("a working copy's op failed");
+        }));
+        assert!(unwound.is_err());
+        assert!(!partition.is_failed());
+        // A change that completes never marks it either.
+        partition.write().remove(&digest(2));
+        assert!(!partition.is_failed());
+    }
 
     #[test]
     fn metadata_packs_into_fourteen_bytes_and_back() {

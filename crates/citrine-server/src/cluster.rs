@@ -753,6 +753,21 @@ async fn accept(listener: TcpListener, context: PeerContext, fabric: bool) {
     }
 }
 
+/// Logs a fabric call whose serving panicked (the caller's call times
+/// out; the node keeps serving) and reports any partition a change it cut
+/// short has stopped (see `citrine_data::namespace::Namespace::serving`).
+fn watch_fabric_call(context: &PeerContext, served: tokio::task::JoinHandle<()>) {
+    let service = context.service.clone();
+    context.serve_on.spawn(async move {
+        if let Err(error) = served.await {
+            if error.is_panic() {
+                tracing::error!("serving a fabric call panicked; the node keeps serving");
+                service.report_failed_partitions();
+            }
+        }
+    });
+}
+
 /// Reads frames from one inbound peer connection until it closes or sends
 /// something malformed.
 async fn read_peer(
@@ -801,10 +816,11 @@ async fn read_peer(
                 let payload = payload.to_vec();
                 let service = context.service.clone();
                 let hub = context.fabric.clone();
-                context.serve_on.spawn(async move {
+                let served = context.serve_on.spawn(async move {
                     let answer = service.serve_fabric(call_kind, &payload).await;
                     hub.send(from, response_frame(id, &answer));
                 });
+                watch_fabric_call(&context, served);
                 continue;
             }
             KIND_RESPONSE if fabric => {

@@ -453,6 +453,15 @@ impl Service {
     }
 
     /// All namespaces, in configuration order.
+    /// Logs the partitions that stopped serving because a change to them
+    /// was cut short by a panic (see [`Namespace::serving`]): the server
+    /// calls it after a request panicked. Returns how many are failed.
+    pub fn report_failed_partitions(&self) -> usize {
+        self.namespaces()
+            .map(Namespace::report_failed_partitions)
+            .sum()
+    }
+
     pub fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
         self.data.namespaces()
     }

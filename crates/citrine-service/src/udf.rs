@@ -544,6 +544,7 @@ pub(crate) fn apply(
     out: &mut Vec<u8>,
 ) -> Result<(), ResultCode> {
     let header = &request.header;
+    namespace.serving(request.digest.partition())?;
     let set_id = transaction::admit_write(namespace, request)?;
     let args = match value::decode(call.args) {
         Ok(Value::List(list)) => list.items,

@@ -60,7 +60,9 @@ pub const TTL_DONT_UPDATE: u32 = 0xFFFF_FFFE;
 /// (A record UDF is run above this layer, not here.)
 pub fn perform(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut Vec<u8>) {
     let header = &request.header;
-    let outcome = if header.info2 & info2::WRITE != 0 {
+    let outcome = if let Err(code) = namespace.serving(request.digest.partition()) {
+        Err(code)
+    } else if header.info2 & info2::WRITE != 0 {
         if header.info2 & info2::DELETE != 0 {
             delete::delete(namespace, request, now, out)
         } else {
@@ -302,5 +304,7 @@ pub fn write_refusal(out: &mut Vec<u8>, body: &[u8], code: ResultCode) {
     }
 }
 
+#[cfg(test)]
+mod cut_short_tests;
 #[cfg(test)]
 mod tests;

@@ -280,6 +280,7 @@ pub(super) fn drive<T: Transport>(
                     Ok(None) => {}
                     Err(_) => {
                         tracing::error!(peer = %conn.peer, "streamed reply panicked; closing this connection, the node keeps serving");
+                        service.report_failed_partitions();
                         return Next::Close;
                     }
                 }
@@ -386,6 +387,9 @@ fn handle(
         }
         Err(_) => {
             tracing::error!(peer = %conn.peer, "request handling panicked; closing this connection, the node keeps serving");
+            // A change the panic cut short stops its partition (staged
+            // changes leave nothing to stop): say which, now.
+            service.report_failed_partitions();
             Some(Next::Close)
         }
     }

@@ -486,6 +486,7 @@ impl<B: Backend> ServiceThread<B> {
             }
             Err(_) => {
                 tracing::error!(peer = %connection.conn.peer, "fabric work panicked; closing this connection, the node keeps serving");
+                self.service.report_failed_partitions();
                 self.close(token);
             }
         }

@@ -373,8 +373,9 @@ impl RecordHeader {
 /// Encodes a record (header, set name, body, zero padding) into `out`, which
 /// must be exactly `rblocks_for(set.len(), body.len()) * RBLOCK` bytes.
 pub fn encode_record(out: &mut [u8], header: &RecordHeader, set: &[u8], body: &[u8]) {
-    debug_assert_eq!(out.len(), rblocks_for(set.len(), body.len()) * RBLOCK);
-    debug_assert!(set.len() <= SET_NAME_MAX);
+    // In release builds too: what goes to the device must frame itself.
+    assert_eq!(out.len(), rblocks_for(set.len(), body.len()) * RBLOCK);
+    assert!(set.len() <= SET_NAME_MAX);
     put(out, 0, RECORD_MAGIC);
     out[4] = FORMAT_VERSION as u8;
     out[5] = header.flags;

@@ -57,7 +57,11 @@
 //!   record whose newer copy had not reached the device;
 //! - a record's newest copy is the one with the highest sequence number; a
 //!   tombstone or an expired copy stays (moved by defrag if needed) until no
-//!   block that could hold an older copy of its digest remains in use.
+//!   block that could hold an older copy of its digest remains in use;
+//! - a block moves Free → Open → Full → (PendingFree →) Free, holding no
+//!   live bytes when freed and never releasing more than it holds: checked
+//!   by `assert!` in release builds too, at each transition (a block's
+//!   state is what keeps a live record from being overwritten).
 
 pub mod format;
 pub mod io;
@@ -730,7 +734,7 @@ impl DeviceEngine {
         };
         let mut map = device.blocks.lock();
         let live = &mut map.live[block as usize];
-        debug_assert!(
+        assert!(
             u64::from(*live) >= bytes,
             "block {block} releases more than it holds"
         );
@@ -799,7 +803,7 @@ impl DeviceEngine {
         buffer.fill = 0;
         buffer.flushed = 0;
         let mut map = device.blocks.lock();
-        debug_assert_eq!(map.state[block as usize], BlockState::Open);
+        assert_eq!(map.state[block as usize], BlockState::Open);
         map.state[block as usize] = BlockState::Full;
         self.queue_if_sparse(&mut map, block);
         Ok(())
@@ -828,8 +832,8 @@ impl DeviceEngine {
         };
         device.free_blocks.fetch_sub(1, Ordering::Relaxed);
         let incarnation = self.next_sequence();
-        debug_assert_eq!(map.state[block as usize], BlockState::Free);
-        debug_assert_eq!(map.live[block as usize], 0);
+        assert_eq!(map.state[block as usize], BlockState::Free);
+        assert_eq!(map.live[block as usize], 0);
         map.state[block as usize] = BlockState::Open;
         map.open_seq[block as usize] = incarnation;
         drop(map);
@@ -1094,8 +1098,8 @@ impl DeviceEngine {
         let mut map = device.blocks.lock();
         for block in &blocks {
             let index = *block as usize;
-            debug_assert_eq!(map.state[index], BlockState::PendingFree);
-            debug_assert_eq!(map.live[index], 0);
+            assert_eq!(map.state[index], BlockState::PendingFree);
+            assert_eq!(map.live[index], 0);
             map.state[index] = BlockState::Free;
             map.free.push_back(*block);
         }

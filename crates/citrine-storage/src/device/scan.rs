@@ -334,7 +334,7 @@ impl DeviceEngine {
         let mut free = 0u32;
         for block in 0..device.block_count {
             if map.state[block as usize] == BlockState::Free {
-                debug_assert_eq!(map.live[block as usize], 0);
+                assert_eq!(map.live[block as usize], 0, "free block {block} holds data");
                 map.free.push_back(block);
                 free += 1;
             } else {
