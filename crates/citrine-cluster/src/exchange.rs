@@ -28,6 +28,17 @@
 //!   is neither sent nor resolved against; otherwise it is a distinct copy
 //!   of its own.
 //!
+//! Groups: one per distinct full version, plus each subset whose regime
+//! has no full copy present; a copy of a regime another full copy went
+//! through (that copy's lineage, [`Covers`], sent with the snapshot) is
+//! skipped too. A group's **source** is its holder first in the new
+//! replica list, else the one with the most records (ties: the lowest node
+//! id); its **targets** are the replicas not holding exactly its version;
+//! the copies outside the list that it covers are **retired** once it is
+//! delivered. The **acting master** is the source of the only copy when
+//! the master must receive it (it holds nothing, or only a copy that one
+//! contains).
+//!
 //! Invariants (tested below):
 //! - the outcome is a pure function of the replica list and the set of
 //!   holdings (their order does not matter), so all nodes agree;

@@ -12,6 +12,16 @@
 //! before a truncation is acknowledged and not stored; a delete marker
 //! leaves a tombstone even where the record is absent.
 //!
+//! Every copy travels with its sender's truncation threshold for the
+//! record's set ([`truncated_before_of`]; the second word of a
+//! `REPLICA_WRITE` call, a migration batch's list of sets, the prefix of a
+//! `DUPRES` answer): a node that has not learned a truncation yet counts a
+//! held copy or tombstone from before it as absent too, and stores no
+//! incoming copy from before it, so the generation-1 copy the master wrote
+//! after the truncation does not lose to the truncated one. A master
+//! captures a write's outcome with [`capture`] (the stored copy, or a
+//! delete marker); a duplicate-resolution answer is [`fetch`]'s.
+//!
 //! Invariant: a copy is stored or refused whole, under the record
 //! partition's write lock, through [`crate::record::store`].
 

@@ -1,6 +1,10 @@
 //! Namespace supervisor (nsup): the background pass that removes expired
 //! records and, when a namespace's memory use passes evict-used-pct, evicts
-//! the records closest to expiring; also the removal of truncated records.
+//! the records closest to expiring; also the removal of truncated records,
+//! and the purge of the index's tombstones older than
+//! `tomb-raider-eligible-age` (the replicated deletes' markers, see
+//! `citrine_index`). An evicted record goes only once its tombstone is
+//! written (device engine); an expired copy stays as its own.
 //!
 //! Reads never depend on this pass: a record past its void time is treated
 //! as absent by the transaction path even before nsup removes it.

@@ -12,7 +12,8 @@
 //! - the current partition map's master of the record's partition executes
 //!   the request; any other node forwards the request body to the master
 //!   ([`call_kind::PROXY`], payload `u8 hops | u64 deadline | AS_MSG body`,
-//!   see [`Hop`]) and returns the
+//!   the inflated body when the client compressed it; see [`Hop`]) and
+//!   returns the
 //!   master's reply frame unchanged — except a plain read reaching a
 //!   replica whose copy is whole (a client reading from replicas by
 //!   policy), which the replica serves. A request that has been proxied
@@ -24,7 +25,8 @@
 //!   set name, body) or a delete marker, never the ops — and sent
 //!   ([`call_kind::REPLICA_WRITE`]) to every other replica of the partition
 //!   in the current map before the client's reply is released. Replicas
-//!   that do not acknowledge are sent the write again, in rounds, until the
+//!   that do not acknowledge are sent the write again, in rounds (each
+//!   waits up to [`ATTEMPT_TIMEOUT_MS`] for the one-byte answers), until the
 //!   client's deadline; before each round the replica list is read from the
 //!   current map again, so a replica that left the map is no longer waited
 //!   for and a node that joined it gets the write. If some replica of the
@@ -39,12 +41,14 @@
 //!   did not acknowledge (a view change, or every try lost) is queued:
 //!   the migration driver sends the record's state again, under the
 //!   current view, to its current replicas until all of them acknowledge
-//!   it ([`Distribution::reconcile_pending`], for up to [`RECONCILE_FOR_MS`]),
-//!   so the copies converge by conflict resolution even where the next
+//!   it ([`Distribution::reconcile_pending`], for up to [`RECONCILE_FOR_MS`];
+//!   statistics `replica_reconciles_done` / `_dropped`), so the copies
+//!   converge by conflict resolution even where the next
 //!   view finds the partition's versions equal and migrates nothing;
 //! - a proxied request is sent once (it may not be idempotent); no answer
-//!   before the deadline → 9. The deadline travels with it (the first
-//!   node's clock), and the master refuses it with 9 (counted in
+//!   before the deadline → 9. The deadline travels with it (fixed by the
+//!   first node, on its clock: now plus the client's timeout,
+//!   [`DEFAULT_DEADLINE_MS`] when it sent none), and the master refuses it with 9 (counted in
 //!   `expired_refusals`) once less than [`PROXY_CLOCK_MARGIN_MS`] of it is
 //!   left: a request held up on its way, or at a master that was stalled,
 //!   must not run after the node that forwarded it answered 9 — the client
@@ -55,14 +59,26 @@
 //!   view's exchange runs), a request first runs duplicate resolution
 //!   ([`crate::migration`] decides: [`call_kind::DUPRES`] to the sources it
 //!   still expects, or to every member while exchanging), each answer's
-//!   copy applied with the replica-write rule, then the request executes;
-//!   a source that does not answer in time (or whose copy cannot be
-//!   applied) → 9, not executed — the client retries — rather than a
-//!   possible lost update. Reads of a partition whose master
+//!   copy applied with the replica-write rule, then the request executes
+//!   ([`LocalExecutor::execute_resolved`]: no second resolution); a source
+//!   that does not answer within min([`DUPRES_TIMEOUT_MS`], the deadline)
+//!   (or whose copy cannot be applied) → 9, not executed — the official
+//!   clients retry 9 and give up at once on 11 — rather than a possible
+//!   lost update. Reads of a partition whose master
 //!   holds nothing go to its acting master (hop flag [`PROXY_ACTING`]);
 //! - a node that is not in a view yet ([`crate::Distribution::set_orphan`])
 //!   answers proxied requests 11 and duplicate-resolution requests nothing:
-//!   it never executes on, or vouches for, copies it does not have.
+//!   it never executes on, or vouches for, copies it does not have;
+//! - a replica write is stored only by a node that is one of the
+//!   partition's replicas in the current view or still holds a copy of it
+//!   (the acting master, a source whose copy is not dropped yet); any
+//!   other answers 11 (`replica_writes_refused_not_holder`): a write to the
+//!   acting master that the network held up until after its copy was
+//!   dropped would otherwise bring back a copy outside the replica list
+//!   that no migration drops. "Still holds" is checked under the
+//!   partition's write lock, which the drop takes too
+//!   ([`Admit::IfHeld`]), so a drop cannot come between the check and the
+//!   store.
 //!
 //! Invariants:
 //! - no partition lock is held across an await: the local write runs to
@@ -77,12 +93,12 @@
 //! - a node alone (or without a fabric) never enters this module's async
 //!   path and allocates nothing for it.
 //!
-//! Batch rows in a cluster take the same route one by one
-//! ([`crate::batch`]); a read-touch that rewrote the record is replicated
-//! like a write; scans serve only whole, mastered partitions
-//! ([`crate::scan`]). Migrations ([`crate::migration`])
-//! send records in this module's [`ReplicaWrite`] encoding and apply them
-//! with the same rule.
+//! Batch rows in a cluster take the same route one by one (the service's
+//! `batch`); a read-touch that rewrote the record is replicated like a
+//! write; scans serve only whole, mastered (or claimed) partitions (the
+//! service's `scan`). Migrations ([`crate::migration`]) send records in
+//! the [`ReplicaWrite`] encoding and apply them with the same rule
+//! ([`apply_copy`], over the data layer's `store_copy`).
 
 use crate::migration::{Disposition, MasterClaim};
 use crate::{Distribution, LocalExecutor};

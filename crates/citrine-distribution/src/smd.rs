@@ -14,11 +14,11 @@
 //! the entry back; every change is pushed to every other member at once,
 //! again after each view change, and every [`PUSH_EVERY_MS`].
 //!
-//! An info command that changes a store ([`Store::changed_by`]) answers only
-//! once every other member acknowledged the store with the change
-//! ([`Distribution::sync_stores`], at most [`SYNC_TIMEOUT`]), as the reference's
-//! index and UDF commands answer once the change is committed cluster-wide:
-//! a client that deletes an index through one node and creates one under
+//! An info command that changes a store (the service's `Store::changed_by`)
+//! answers only once every other member acknowledged the store with the
+//! change (the service's `Service::sync_stores`, at most [`SYNC_TIMEOUT`]),
+//! as the reference's index and UDF commands answer once the change is
+//! committed cluster-wide: a client that deletes an index through one node and creates one under
 //! that name through another finds the delete there. A member that does
 //! not answer in time gets the change from the pushes that follow; the
 //! answer still goes out, since the change is made and saved here.

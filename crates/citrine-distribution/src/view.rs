@@ -3,6 +3,29 @@
 //! state of a node joining or left behind), whether its cluster runtime
 //! stalled, and the fabric to the other members.
 //!
+//! Publishing a view ([`Distribution::publish_cluster`]) saves its regime
+//! first (see [`crate::migration`]), swaps the [`ClusterState`] in, and
+//! snapshots the partition versions and starts the view's exchange
+//! ([`Distribution::plan_migrations`]) before it returns, so
+//! `cluster-stable` accounts for the view from the moment it is visible.
+//!
+//! The orphan state ([`Distribution::set_orphan`]): a node started with
+//! seeds other than itself, or one that left its view, claims nothing in
+//! its `replicas` answers and answers data requests 11, so clients that
+//! know its address (a node restarted under the same id) move on to the
+//! nodes that hold the data. It serves again when a view of itself alone
+//! is published, when it holds nothing, or — holding records, in a view
+//! with other members — once that view's exchange is resolved
+//! ([`Distribution::exchange_resolved`]), because the exchange brings it
+//! the truncations it missed: it must neither serve a record truncated
+//! while it was away nor execute a write against one.
+//!
+//! The stall guard ([`Distribution::cluster_ticked`],
+//! [`Distribution::cluster_stalled`]): the cluster runtime reports each
+//! tick with its stall bound (`ClusterNode::stall_bound_ms`, the heartbeat
+//! timeout less two intervals); while it has not ticked for longer, every
+//! data request is refused with 11 (`stall_refusals`).
+//!
 //! Invariants: a node that holds records serves in a view with other
 //! members only once that view's exchange is resolved (it has learned the
 //! truncations it missed); a node whose runtime has not ticked for the

@@ -6,6 +6,22 @@
 //! heartbeat and fabric channels driving the sans-I/O cluster state
 //! machine), the namespace supervisor (expiry and eviction) and the device
 //! engines' flusher and defragmenter threads.
+//!
+//! Threads: the listener's small runtime (`citrine-listener`: acceptor,
+//! signals, the timers of fabric work), the service threads
+//! (`citrine-service-N`, [`net`]), `citrine-cluster` (heartbeats, Paxos,
+//! view publication) and `citrine-fabric` (serving fabric calls)
+//! ([`cluster`]), `citrine-migrate` ([`migrate`]), `citrine-nsup`,
+//! `citrine-sindex` (index builds and definition pushes,
+//! `Service::run_sindex_builds`) and `citrine-jobs` (background scans and
+//! queries, `Service::run_background_jobs`) — each of these two entering a
+//! one-worker tokio runtime for the timers of the fabric calls it waits on
+//! —, `citrine-truncate` (removing what a peer's truncation covers), and
+//! each device namespace's `citrine-flush-NS` and `citrine-defrag-NS`.
+//! [`event_loop`] starts the single-event-loop threads. The only other
+//! threads are the service's own `citrine-agg-*` (an aggregation part run
+//! off the fabric's serving thread) and the device engine's scoped
+//! cold-start scan.
 
 mod cluster;
 mod config;

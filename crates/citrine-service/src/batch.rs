@@ -4,21 +4,22 @@
 //! §2).
 //!
 //! A request is handled in two passes over the BATCH_INDEX payload:
-//! 1. [`validate`] walks every row once and checks every length (row header,
+//! 1. `validate` walks every row once and checks every length (row header,
 //!    fields, ops), the row count (0 → 4, above `batch-max-requests` → 151)
 //!    and the REPEAT rules. Any structural fault answers a single LAST
 //!    message with result 4 and nothing else.
-//! 2. [`BatchCursor::step`] executes the rows in request order, each as the
-//!    single-record transaction it describes (`transaction::perform`, the
-//!    same code as a single request), writing one bare row message per row
-//!    whose `transaction_ttl` holds the row's batch index.
+//! 2. `BatchCursor::step` executes the rows in request order, each as the
+//!    single-record transaction it describes (`transaction::perform_here`,
+//!    the same code as a single request, a record UDF row included, with
+//!    what is left of the batch's time), writing one bare row message per
+//!    row whose `transaction_ttl` holds the row's batch index.
 //!
 //! In a cluster ([`Service::routes`](crate::Service)), each row runs as the
 //! single-record request it describes (fields plus the digest, ops), through
 //! the same routing as a single request: a row mastered elsewhere is
 //! proxied, a write is replicated, a row on a partition being filled goes
 //! through duplicate resolution. Rows that need the fabric wait together
-//! ([`BatchRemote`], at most [`REMOTE_ROWS_MAX`] per step) and their row
+//! (`BatchRemote`, at most `REMOTE_ROWS_MAX` per step) and their row
 //! messages follow once their answers are in.
 //!
 //! Invariants:
@@ -28,9 +29,11 @@
 //!   request order, except that in a cluster rows that waited for the
 //!   fabric come after the rows of their step (each carries its index);
 //! - no frame is empty;
-//! - row-level problems (unknown namespace 20, transactions 25, UDF 16,
-//!   a malformed row filter 4, bad key or set 4) are row results, never
-//!   batch failures; a row's own filter expression replaces the parent's,
+//! - row-level problems (unknown namespace 20, transactions 25, a
+//!   malformed UDF call or row filter 4, bad key or set 4) are row
+//!   results, never
+//!   batch failures; the parent's filter expression is parsed once per
+//!   batch and applies to every row without one; a row's own replaces it,
 //!   and a row that does not pass its filter answers FILTERED_OUT (27);
 //! - response messages are packed into frames of about [`FRAME_TARGET_BYTES`];
 //!   when a step has filled its budget the rest of the batch continues from

@@ -5,7 +5,7 @@
 //!
 //! Invariant: every request line gets exactly one answer line that echoes the
 //! line byte for byte; unknown commands answer `ERROR:4:unrecognized command`;
-//! `help` lists the known ones ([`COMMANDS`], kept true by a test that asks
+//! `help` lists the known ones (`COMMANDS`, kept true by a test that asks
 //! each).
 
 use crate::cluster_state::NamespaceMap;

@@ -3,9 +3,13 @@
 //! selects, on the server, after answering the client at once. Clients
 //! then poll `query-show` until the job is done.
 //!
-//! Owns: [`submit`] (from [`crate::scan::start`]), running a job
-//! ([`Service::run_background_jobs`] on the server's `citrine-jobs` thread,
-//! or inline where no such thread runs), and [`monitor`]: what
+//! Owns: `submit` (from the scan module's `start`, which checks the ops
+//! — a read op → 4 — builds the same cursor a foreground scan or query
+//! would over the partitions this node masters, and answers one LAST/0 at
+//! once; over a set never written, LAST/0 and no job, as the reference
+//! answers), running a job ([`Service::run_background_jobs`] on the
+//! server's `citrine-jobs` thread, or inline where no such thread runs),
+//! and `monitor`: what
 //! `query-show` shows of every job, foreground or background, and the
 //! `query-show` / `query-abort` / `query-abort-all` info commands.
 //!
@@ -14,7 +18,10 @@
 //! expression), collecting digests a step at a time; in a cluster, a
 //! partition this node masters but is still filling (a migration towards
 //! it) is walked only once it is whole, the others first, so no record of
-//! it is missed, and applies the ops
+//! it is missed; the partitions a job keeps are pinned until walked
+//! ([`crate::migration::JobPins`]): a view that moves one away (to a node
+//! that joined after the job started, so never got it) defers the drop of
+//! this node's copy until the job has walked it. It applies the ops
 //! to each through the ordinary write path ([`Service::handle`]: partition
 //! lock, replication, statistics), as a single-record write of the
 //! record's digest with the request's write flags, its filter expression
@@ -22,7 +29,7 @@
 //! meanwhile is not brought back.
 //!
 //! The runner interleaves jobs: up to [`MAX_RUNNING`] at once, each taking
-//! a turn of at most [`WRITES_PER_TURN`] writes, so a job paced by
+//! a turn of at most `WRITES_PER_TURN` writes, so a job paced by
 //! RECS_PER_SEC (it waits for its next write's turn without holding the
 //! thread) or a long one does not hold up the others; later jobs wait in
 //! order. At most [`MAX_ACTIVE`] jobs are active (running or waiting); one

@@ -11,17 +11,43 @@
 //! hand-offs, no global lock — the partition lock of the record in question
 //! is the only lock a transaction takes.
 //!
-//! Modules: [`transaction`] (single-record reads, writes, deletes),
-//! [`batch`] (batch-index requests), [`scan`] (partition scans),
-//! [`info`] (info commands), [`cluster_state`] (the view and partition maps),
-//! [`replication`] (proxying to masters, synchronous replica writes),
-//! [`migration`] (copying partitions to new replicas after view changes),
-//! [`nsup`] (expiry and eviction passes), [`noop`] (the no-op mode that
-//! benchmarks measure their ceiling with),
-//! [`namespace`] (per-namespace state), [`config`] (validated settings).
+//! Layers: the node's data layer ([`citrine_data::Data`]: namespaces,
+//! records, the clock) and distribution layer
+//! ([`citrine_distribution::Distribution`]: the view, routing, replication,
+//! migrations) are held by [`Service`]. [`Layers`] is the handle the
+//! features move to (the two layers and the node's settings and counters,
+//! plus, explicitly, any other feature a feature builds on), so that only
+//! dispatch sees the whole service; the features still take `&Service`
+//! for now. `Service` implements the
+//! distribution layer's [`citrine_distribution::LocalExecutor`], so a
+//! request proxied here, or one whose duplicate resolution ended, runs with
+//! its record UDF, and serves the features' fabric calls
+//! ([`Service::serve_fabric`]: index definitions, UDF modules, aggregation
+//! parts; the others are the distribution layer's).
 //!
-//! Architecture invariant: this crate does no network I/O. The server crate
-//! owns sockets and threads and calls in here; time comes from a [`Clock`].
+//! Modules: dispatch in this file ([`Service::handle_streaming`]: info,
+//! admin, and an AS_MSG to a batch, an aggregation, a scan or query, or a
+//! single-record request), [`transaction`] (a single-record request
+//! checked, routed, and run here: the data layer's record operations or a
+//! record UDF), [`batch`] (batch-index requests), [`scan`] (scans and
+//! queries), [`job`] (background scans and queries, `query-show`), [`udf`]
+//! (modules, record UDFs, aggregations), [`sindex`] (index upkeep as the
+//! namespaces' record hook, builds, definitions), [`info`] (info
+//! commands), `smd` (the shared stores' info side), `truncate` (the
+//! truncate commands), [`lookahead`] (prefetching a wake-up's lookups),
+//! [`noop`] (the no-op mode benchmarks measure their ceiling with),
+//! [`config`] (validated settings), `offload` and `work` (where background
+//! work runs). Re-exported from below: [`namespace`], [`filter`], [`nsup`],
+//! [`device`] (data) and [`cluster_state`], [`replication`],
+//! [`migration`] (distribution).
+//!
+//! Invariants: this crate does no network I/O (the server owns the
+//! sockets and calls in here); the node's time comes from the [`Clock`] —
+//! though the features still measure elapsed time and pace their work with
+//! `std::time::Instant` (batch timings, background jobs' pacing, an
+//! aggregation's part retries), and `offload` runs an aggregation part
+//! (and the pause between its retries) on a thread of its own, off the
+//! fabric's serving thread.
 
 #![forbid(unsafe_code)]
 

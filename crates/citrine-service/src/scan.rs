@@ -2,8 +2,9 @@
 //! without a DIGEST field; `shared/protocol/04-batch-scan-query.md` §3),
 //! streamed in chunks.
 //!
-//! [`start`] validates the request and builds a [`ScanCursor`]; each
-//! [`ScanCursor::step`] appends one frame of record messages (about
+//! `start` validates the request (PID and digest arrays, set, limits,
+//! projection) and builds a [`ScanCursor`]; each step
+//! (`ScanCursor::step`) appends one frame of record messages (about
 //! [`CHUNK_BYTES`], or after [`EXAMINE_BUDGET`] index entries looked at) and
 //! hands the cursor back until the stream is complete, when the frame ends
 //! with the LAST message (result 0). The connection loop writes each chunk
@@ -33,8 +34,12 @@
 //!   view's exchange not resolved), is reported with a PARTITION_DONE
 //!   message of result 11 at the start of the stream and not scanned —
 //!   clients retry it in a later round — so a scan never returns a partial
-//!   copy as complete. Clients treat a partition not reported unavailable
-//!   as finished when the stream ends.
+//!   copy as complete. Asked by partition list, an acting master also
+//!   serves the partitions it claims (see [`crate::migration`]) from its
+//!   whole copy, and checks each again once walked: one whose claim ended
+//!   meanwhile is reported unavailable (the client resumes it after its
+//!   last record). Clients treat a partition not reported unavailable as
+//!   finished when the stream ends.
 //!
 //! Throttle: RECS_PER_SEC (field 10, records a second, 0 = none) caps each
 //! step at a tenth of a second's worth of records (at least one) and
@@ -62,7 +67,10 @@
 //!
 //! Queries (INDEX_RANGE, field 22): the index is found by name, expression
 //! or bin, key type, collection type and context (`citrine_sindex::Registry::for_query`;
-//! none → 201). A partition's records then come from the index's tree in
+//! none → 201; still being built → 203), and only the partitions its
+//! summary shows holding entries in the query's ranges are looked at (a
+//! selective query passes the others without a look). A partition's
+//! records then come from the index's tree in
 //! `(bval, digest)` order, resuming strictly after the client's
 //! `(BVAL, DIGEST)`; each is checked against the record itself (live, in
 //! the set, still holding a value in range) and returned once, at its
@@ -70,13 +78,20 @@
 //! next resume point. A query is not a snapshot: a record updated while the
 //! query runs is returned as it is when the query reaches it (or not at
 //! all, if the update moved its smallest matching value behind the query's
-//! position), as the reference's queries are not snapshots either.
+//! position), as the reference's queries are not snapshots either. A scan
+//! of a set that has a built set index (`indextype=SET`, servers 8.1.2+)
+//! reads the set's records from that index instead of walking the
+//! namespace.
 //!
 //! Background scans and queries (`info2 WRITE` with write ops) use the
 //! same cursor, collecting digests instead of writing record messages, for
-//! [`crate::job`].
+//! [`crate::job`]. A client's scan, query or aggregation is a job too
+//! while it streams (a `job::monitor::Watch` in the cursor): `query-show`
+//! lists it while it runs and among the last finished.
 //!
-//! Not yet: UDF scans and queries (field 33) and geo filters answer 16.
+//! A legacy scan (a pre-6.0 client's, without `info3` PARTITION_DONE)
+//! answers 16, as the reference answers it; aggregations (UDF_OP 1) start
+//! in [`crate::udf`], not here.
 
 use crate::filter::RecordView;
 use crate::job::monitor::{Counts, JobType, Monitor, Origin, Reason, Watch};

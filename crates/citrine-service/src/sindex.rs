@@ -4,26 +4,31 @@
 //! definitions file. The indexes themselves are `citrine_sindex`'s; queries
 //! on them run in [`crate::scan`].
 //!
-//! Maintenance: [`transaction::install`] (every write, replica write,
-//! migrated record and read-touch) computes a record's keys for every index
-//! from the new body before storing it and moves the record's entries from
-//! the old version's keys to the new ones; every path that removes a record
-//! from the primary index (delete, expiry, eviction, truncation, a replica
-//! delete) calls [`unindex`] first, and a dropped partition clears its
-//! trees ([`clear_partition`]). All of it runs under the record
+//! Maintenance, as every namespace's record hook (`Sindexes`, a
+//! [`citrine_data::hook::RecordHook`] installed when the service opens):
+//! [`transaction::install`] (every write, replica write, migrated record
+//! and read-touch) computes a record's keys for every index from the new
+//! body before storing it and moves the record's entries from the old
+//! version's keys to the new ones; every path that removes a record from
+//! the primary index (delete, expiry, eviction, truncation, a replica
+//! delete) calls the hook's `unindex` first, and a dropped partition
+//! clears its trees (`clear_partition`). All of it runs under the record
 //! partition's write lock, and costs one relaxed load when the namespace
 //! has no index.
 //!
 //! Builds: a new index is registered first (so writes maintain it from then
-//! on), then [`build`] walks every partition under its read lock and adds
-//! the records already there. The server runs builds on its own thread
-//! ([`Service::run_sindex_builds`]); a service without that thread (tests,
-//! the simulator) builds inline in the create command.
+//! on), then `build` walks every partition under its read lock and adds
+//! the records already there; until it is done `sindex/NS/NAME` reports
+//! its `load_pct` and a query on it answers 203. The server runs builds on
+//! its own thread ([`Service::run_sindex_builds`], `citrine-sindex`); a
+//! service without that thread (tests, the simulator) builds inline in the
+//! create command.
 //!
 //! Definitions: the `sindex-create` / `sindex-delete` commands, the
-//! cluster's sharing of definitions and the definitions file
-//! (`sindex.smd` in the work directory, [`Service::keep_sindex_definitions`])
-//! are [`smd`]'s.
+//! cluster's sharing of definitions (an index created through any node
+//! exists on all) and the definitions file (`sindex.smd` in the work
+//! directory, restored and rebuilt at start,
+//! [`Service::keep_sindex_definitions`]) are `smd`'s.
 //!
 //! [`transaction::install`]: crate::transaction::install
 

@@ -3,6 +3,12 @@
 //! answer until every other member acknowledged the change
 //! ([`Service::sync_stores`], at most [`SYNC_TIMEOUT`]), and the blocking
 //! push of a store the `citrine-sindex` thread makes ([`push_to_peers`]).
+//! The stores are the index definitions (`sindex.smd`), the UDF modules
+//! (`udf.smd`) and the truncations (`truncate.smd`). The wait: the info
+//! answer names the stores a request changed (`info::answer_request`),
+//! `Service::handle_streaming` returns a remote continuation for them, and
+//! completing it pushes each store to every other member and awaits their
+//! acknowledgements before the answer goes out.
 //! What the stores have in common — versions, files, push clocks — is the
 //! distribution layer's ([`citrine_distribution::smd`], re-exported).
 

@@ -1,7 +1,7 @@
 //! Single-record requests as this node runs them: a decoded message made a
 //! checked request (and its record UDF, if it names one), routed in a
 //! cluster ([`crate::replication::route`]), and run here — a record UDF
-//! through [`crate::udf::apply`], anything else through the data layer's
+//! through `crate::udf::apply`, anything else through the data layer's
 //! [`citrine_data::record::perform`]. The record operations themselves are
 //! the data layer's, re-exported here.
 

@@ -4,6 +4,13 @@
 //! effect cluster-wide by the distribution layer
 //! ([`citrine_distribution::truncations`]: thresholds, pushes, the
 //! exchange's sync, the file).
+//!
+//! A command without a lut takes the millisecond after now (or after the
+//! namespace's latest threshold, if later), so it covers every record
+//! acknowledged before it, even in the same millisecond; a version written
+//! after it gets a last-update time at or past it
+//! (`Namespace::version_lut_ms`), so a write acknowledged after the
+//! command is never covered.
 
 use crate::Service;
 use citrine_types::CITRUSLEAF_EPOCH_UNIX_SECONDS;

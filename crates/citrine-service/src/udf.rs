@@ -2,15 +2,15 @@
 //! shares, and record UDFs on the transaction path.
 //!
 //! Owns:
-//! - [`Udfs`]: this node's modules ([`citrine_udf::Registry`], which the
+//! - `Udfs`: this node's modules ([`citrine_udf::Registry`], which the
 //!   Lua states load from) and their versioned entries — a module's source
 //!   or the tombstone of a removed one — kept in `udf.smd` in the work
-//!   directory and pushed to every other member ([`crate::smd`]: the later
-//!   version wins everywhere, tombstones are kept);
+//!   directory and pushed to every other member (the service's `smd`: the
+//!   later version wins everywhere, tombstones are kept);
 //! - the info commands `udf-put`, `udf-get`, `udf-list`, `udf-remove`;
-//! - [`UdfCall`]: the UDF fields of a request (30 module, 31 function, 32
+//! - `UdfCall`: the UDF fields of a request (30 module, 31 function, 32
 //!   arguments), checked before the request runs;
-//! - [`apply`]: a record UDF, stored like any write: the record's bins and
+//! - `apply`: a record UDF, stored like any write: the record's bins and
 //!   metadata go to the function (run on a copy, without the partition
 //!   lock), what it did comes back as a new set of bins (stored under the
 //!   write lock through [`transaction::install`], so secondary indexes,
@@ -19,6 +19,36 @@
 //!   nothing. The reply carries the function's return value in a bin
 //!   `SUCCESS`, or result 100 and the error's text in a bin `FAILURE`;
 //! - aggregations ([`AggregateRun`]), streamed like scans.
+//!
+//! A record UDF (fields 30-32) takes the single-record path up to the
+//! point where it runs ([`crate::transaction`]). The record is copied
+//! under the partition's read lock and the lock released; this thread's
+//! Lua state (`citrine_udf::runtime`, rebuilt when the module registry's
+//! generation moved) calls the function with no lock held; what it
+//! committed through `aerospike:create` / `update` / `remove` is stored
+//! under the write lock only if the record is still the one it read
+//! (generation, last-update and void time), else the function runs again
+//! on the new record (14, key busy, after [`APPLY_ATTEMPTS`] tries). In a
+//! cluster the master runs the UDF and replicates the record's resulting
+//! state, never the call. Batch UDF rows and each record of a background
+//! UDF job take the same path.
+//!
+//! An aggregation (field 33 = 1) walks the query's records with the scan
+//! cursor, a chunk a step, through a `citrine_udf::Aggregation` that owns
+//! its own Lua state (so it may be stepped on any thread), one stream per
+//! partition as the reference runs them (the client reduces the
+//! partitions' results). One for all partitions that reaches a master
+//! still filling some of them first runs their part on the acting master
+//! holding each whole: an `AGGREGATE_PART` fabric call listing those
+//! partitions, served there on a thread of its own (`offload`: not on the
+//! fabric's serving thread), its values relayed into the stream. A part
+//! whose whole answer shows it could not cover its partitions
+//! (unreachable, or its LAST carries 11 after a handover) is run again,
+//! routed afresh — here once this node serves them whole — for up to 5 s.
+//! An aggregation that still cannot cover a partition it must (one it
+//! masters that no acting master holds, one it was asked for by list and
+//! does not serve, or a part still refused) fails with 11 rather than
+//! leave the partition's records out.
 //!
 //! Invariants: the entries lock is held across a change's registry update
 //! and its file write, so the file never lags a change answered `ok`; a UDF

@@ -18,6 +18,11 @@
 //! - a failing run reports its seed and the violated invariant
 //!   ([`Failure`]); `run_seed(seed, &cfg)` replays it exactly.
 //!
+//! Running them: `tests/seed_sweep.rs` (membership) and
+//! `tests/data_sweep.rs` (data, with and without devices) sweep seeds as
+//! tests; `examples/soak.rs` (`--data` for data mode) sweeps many more; the
+//! `citrine-sim` binary's `balance` reports partition-map balance.
+//!
 //! The partition-map check uses
 //! `citrine_cluster::partition_map::PartitionMap` with every node on rack 0
 //! (views carry no rack ids yet).

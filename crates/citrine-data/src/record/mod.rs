@@ -11,10 +11,18 @@
 //! reference server's validation of op combinations. Every failure is
 //! answered with the protocol's own result code.
 //!
-//! Modules: [`read`] (reads and read-touch), [`write`] (put, operate,
-//! touch), [`delete`], [`bins`] (one op applied to the working bins),
-//! [`store`] (installing a version, tombstones, removals — the only code
-//! that changes a partition's index, calling the namespace's
+//! Entry: [`perform`] runs one checked request ([`prepare`] made it from
+//! the decoded message: digest, set, key, ops, and the filter expression
+//! its caller parsed once) on the namespace the caller found — first
+//! [`Namespace::serving`](crate::namespace::Namespace::serving) (a
+//! partition a panic cut a change short in answers 1), then the read,
+//! write or delete its header names — and writes exactly one reply, the
+//! error reply included.
+//!
+//! Modules: [`read`] (reads and read-touch), [`write`](mod@write) (put,
+//! operate, touch), [`delete`], [`bins`] (one op applied to the working
+//! bins), [`store`] (installing a version, tombstones, removals — the only
+//! code that changes a partition's index, calling the namespace's
 //! [`crate::hook::RecordHook`] as it does). Where a request runs (this node
 //! or another) is the distribution layer's business; record UDFs run above
 //! this layer and use [`store`] to install what they wrote.

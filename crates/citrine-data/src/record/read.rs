@@ -6,6 +6,19 @@
 //! half-written reply. Invariant: a read changes nothing — except a
 //! read-touch, which runs after the read answered, under the write lock,
 //! through [`super::store::install`].
+//!
+//! Steps (`read_record`): the ops are checked before the index is touched
+//! (a write op → 4, a bad bin name → 21); under the partition's read lock
+//! the live entry is found (missing, expired or truncated → 2: nsup need
+//! not have removed it); the storage engine returns the body (borrowed
+//! from the memory engine: no copy) and `BodyView` walks its bins; a key
+//! sent must equal the stored one (19); the filter expression is evaluated
+//! against the stored record ([`crate::filter::check`] over a
+//! [`crate::filter::RecordView`]: anything but true → 27); CDT, bit and HLL
+//! reads (op types 3, 12, 15) run `citrine_cdt::apply` on their bin, path
+//! expressions `citrine_exp::path_op`, expression reads (7)
+//! `citrine_exp::read_op`; then the requested bins and results are copied
+//! straight from the stored body into the reply buffer (`MessageWriter`).
 
 use super::store::{install, storage_result};
 use super::{

@@ -4,6 +4,16 @@
 //! the request paths; every change calls the namespace's record hook
 //! ([`crate::hook`]) under the same lock, and keeps the namespace's and
 //! set's counts true (`objects` equals the index's entries).
+//!
+//! Order: an [`install`] writes the body to the engine before the index
+//! points at it, and the version it replaced ([`Replaced`]) is released
+//! only after the lock is dropped; an update that keeps a record's set and
+//! size changes no shared count (only the difference from the replaced
+//! version is counted). A delete first makes its tombstone durable
+//! ([`write_tombstone`], device engine), then the entry goes
+//! ([`remove_deleted`], with the hook's `unindex` as every removal); an
+//! expired copy is kept by the engine as its own tombstone
+//! ([`retire_entry`]).
 
 use super::Now;
 use crate::namespace::Namespace;

@@ -1,13 +1,31 @@
 //! The write path: put, operate and touch on one record.
 //!
 //! Steps, under the record partition's write lock, held until the record
-//! is decided: the ops are validated first ([`validate_write_ops`]); then
-//! the record is found ([`Found`]), the record-exists action, generation,
+//! is decided: the ops are validated first (`validate_write_ops`); then
+//! the record is found (`Found`), the record-exists action, generation,
 //! stored key and filter are checked, each op is applied in order to a
 //! working copy of the bins that borrows from the stored body and the
-//! request ([`Working`]), the outcome decided (a new version, or a removal
+//! request (`Working`), the outcome decided (a new version, or a removal
 //! when no bin is left), and committed through [`super::store`]. Any error
 //! drops the whole working copy, so nothing of the transaction is stored.
+//!
+//! Answers, in the order they are checked. Before the lock: the ops (bin
+//! names → 21; values, unknown op types and the reference's illegal
+//! combinations → 4), then [`admit_write`]: stop-writes → 8 (a memory
+//! namespace compares its striped counts' cheap total, within 1 % of the
+//! budget; a device namespace its free write blocks, `min-avail-pct`) and
+//! a set that cannot be named → 22. Under the lock: the record-exists
+//! action (5 / 2), generation (3), stored key (19), the filter against the
+//! existing record (27; a write that creates the record is not filtered),
+//! each op (a CDT, bit or HLL op decodes its bin, applies the op with
+//! `citrine_cdt::apply` and puts the re-encoded value back; an expression
+//! op sees the working bins as the earlier ops left them; results join
+//! the reply), the new body's size (13, [`check_record_size`]). The commit
+//! stores the body copy-on-write (a new `Location`; the device engine
+//! appends it to its write buffer and, with `commit-to-device`, writes and
+//! syncs it before returning) and points the index at it; the replaced
+//! version's storage is released and the reply written once the lock is
+//! dropped.
 
 use super::bins::{apply_modify, check_geojson, find_bin};
 use super::store::{install, is_durable_delete, remove_deleted, start_after, write_tombstone};

@@ -8,13 +8,20 @@
 //! [`Fabric`](crate::replication::Fabric) (the server runs it on its own
 //! thread, the simulator on its fake network).
 //!
+//! Versions ([`PartitionVersion`], defined in [`citrine_cluster::exchange`]
+//! with the pure decision): per partition of each namespace, ZERO (no
+//! copy), `full(K)` (the complete copy of the regime with cluster key `K`)
+//! or `subset(K)` (a replica of regime `K` still being filled).
+//!
 //! The steps of one view (cluster key `K`):
 //! 1. **Publish** ([`Distribution::plan_migrations`], synchronously with the
 //!    view): this node snapshots its [`PartitionVersion`]s and record
 //!    counts — what it answers every member's `EXCHANGE` call for `K` —
 //!    and enters *exchanging*. A node alone resolves at once.
 //! 2. **Exchange** (driver): it fetches every other member's snapshot for
-//!    `K`; [`Distribution::finish_exchange`] runs
+//!    `K` (an `EXCHANGE` answer starts with [`exchange_status`]: READY and
+//!    the snapshot with its lineages, NOT_YET, or STALE), retried until
+//!    every member answered; [`Distribution::finish_exchange`] runs
 //!    [`citrine_cluster::exchange::resolve`] for every partition — the same
 //!    pure function on every node, so all agree — and applies this node's
 //!    part: a replica that holds a copy equal to every distinct copy
@@ -34,13 +41,39 @@
 //!    or tombstone, or alone and written recently enough that a delete's
 //!    tombstone would still be kept (writes that reached only it), are
 //!    fetched from it first ([`Distribution::migration_pulls`]), so the copies
-//!    end equal. The last batch of a source (possibly empty)
-//!    carries [`FLAG_LAST`]; the receiver applies every record with the
-//!    replica-write rule (only when it wins under the namespace's conflict
-//!    resolution), so client writes during migration are never regressed
-//!    and resends are harmless. When a group is delivered, its source tells
-//!    the copies it covers outside the replica list to drop (`DROP`), and
-//!    drops its own copy when it is not a replica.
+//!    end equal. (A record the target holds, older than that window, that
+//!    the source lacks may be one deleted at the source whose tombstone is
+//!    gone: it is not fetched, and stays on that target alone — a known
+//!    gap.) Records go in [`MigrateBatch`]es (at most [`BATCH_RECORDS`]
+//!    records or [`BATCH_BYTES`], with the source's truncation thresholds
+//!    of their sets) as `MIGRATE` calls, one awaiting its ack per partition
+//!    and target; every batch, a partition's lone LAST included, first
+//!    waits its turn under `migrate-max-records-per-sec` (node-wide,
+//!    [`Migrations::throttle`]), and one that carried records is followed
+//!    by `migrate-sleep` µs. The last batch of a source (possibly empty)
+//!    carries [`FLAG_LAST`].
+//! 4. **Apply** (receiver, [`Distribution::apply_migrate_batch`] on the
+//!    fabric's serving path): every record with the replica-write rule
+//!    (only when it wins under the namespace's conflict resolution), so
+//!    client writes during migration are never regressed and resends are
+//!    harmless. A LAST from an expected source completes that source; with
+//!    none left the copy is `full(K)` and the partition stops filling.
+//!    LASTs and `DROP`s that arrive before this node resolved its own
+//!    exchange are remembered.
+//! 5. **Retire**: when a group is delivered, its source tells the copies it
+//!    covers outside the replica list to drop (`DROP`,
+//!    [`Distribution::retire_copy`]), and drops its own copy when it is not
+//!    a replica; a dropped copy's records and tombstones are removed and
+//!    its version becomes ZERO. A copy a background job still has to walk
+//!    is dropped only once the job walked it ([`JobPins`];
+//!    `migrate_pinned_copies`).
+//!
+//! The throttles (`migrate-max-partitions`, `migrate-sleep`,
+//! `migrate-max-records-per-sec`) are `[service]` settings that
+//! `set-config:context=service;...` changes at run time. Statistics:
+//! `migrate_tx/rx_partitions_remaining`, `migrate_records_sent/received/
+//! skipped`, `migrate_partitions_sent/dropped`, `migrate_exchanges`,
+//! `migrate_dupres_runs`, `migrate_acting_reads`.
 //!
 //! While a partition's master is filling, single-record transactions on it
 //! run duplicate resolution first against exactly the sources it still
@@ -57,10 +90,12 @@
 //! Like the reference's working master, the acting master also *claims*
 //! the partition's master column in its `replicas` answer while the master
 //! cedes it ([`MasterClaim`]; each change bumps the partition generation
-//! clients poll): clients send it the partition's reads, which it serves,
+//! clients poll, the view's plus [`Migrations::claims_generation`]): clients send it the partition's reads, which it serves,
 //! its scans and queries, which it serves from its whole copy instead of
-//! the master refusing them while it fills, and its writes, which it
-//! proxies to the master. It gives the claim back just before it sends the
+//! the master refusing them while it fills (a scan checks each claimed
+//! partition again once walked, and reports it unavailable if the claim
+//! ended meanwhile), and its writes and read-touches, which it proxies to
+//! the master. It gives the claim back just before it sends the
 //! master its last batch ([`Handover`]): from then on writes the master
 //! acknowledges may no longer reach its copy. Requests for all partitions
 //! (no partition list: the official clients' aggregations) do not follow
@@ -98,9 +133,15 @@
 //! Across restarts a node keeps only the regime of the last view it
 //! published ([`REGIME_FILE`], saved before the view takes effect): the
 //! copies loaded at start are `subset(K)` of that regime (or of unknown
-//! lineage, merged, without the file). Tombstones are not kept across
-//! restarts (the device engine's own tombstones keep deleted records dead
-//! locally).
+//! lineage, merged, without the file; the file is removed when it cannot
+//! be written). Such a copy is contained in any full copy that went
+//! through `K`, so it is replaced by delta — only what the restarted node
+//! missed is sent to it, and the survivor first fetches the few records it
+//! holds newer or alone (its unacknowledged last writes) — and the
+//! survivor acts for the partitions the restarted node masters while it
+//! fills ([`Distribution::keep_partition_lineage`]). Tombstones are not
+//! kept across restarts (the device engine's own tombstones keep deleted
+//! records dead locally).
 
 pub mod driver;
 

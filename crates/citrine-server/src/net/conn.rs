@@ -4,6 +4,12 @@
 //! ([`super::service_thread::Backend`]) only moves bytes between these
 //! buffers and the socket.
 //!
+//! A request's frame: the 8-byte proto header is checked first
+//! (`ProtoHeader::decode`: version 2, or 0 for admin; a known type; a size
+//! of at most 128 MiB — anything else closes the connection), then the
+//! connection waits for more bytes until the whole frame is buffered, and
+//! hands the frame to [`citrine_service::Service::handle_streaming_from`].
+//!
 //! Invariants:
 //! - at most one request per connection is in progress, and replies leave
 //!   in request order; the next frame is looked at only when the previous

@@ -17,7 +17,10 @@
 //! another thread would only time-slice with it), and two threads that
 //! would fit in one merge.
 //! The acceptor, signal handling and the timers of fabric work run on a
-//! small tokio runtime of their own.
+//! small tokio runtime of their own. The port is bound only once every
+//! service thread has its I/O backend (with `service-io = "auto"`, a
+//! thread that cannot get an io_uring ring makes them all use epoll), so a
+//! listening node is a serving one.
 //!
 //! Invariants:
 //! - a connection is owned by exactly one service thread at a time; it

@@ -2,7 +2,12 @@
 //! runs each request to completion on this thread. The loop is the same
 //! for every I/O backend ([`Backend`]: io_uring or epoll); the backend
 //! waits for I/O and says which connections are ready, and the protocol
-//! state machine ([`super::conn`]) does the rest.
+//! state machine ([`super::conn`]) does the rest. Before it runs the
+//! connections one wake-up made ready, the thread looks ahead
+//! (`look_ahead`, [`citrine_service::lookahead`]): for every whole
+//! single-record frame already buffered it reads the namespace and digest
+//! and starts the cache misses of their index lookups in three waves, so
+//! the misses of the batch overlap; nothing else changes.
 //!
 //! Invariants (beyond the per-connection ones in [`super::conn`]):
 //! - fabric work (proxy, replication, batch rows in a cluster) runs as a

@@ -16,7 +16,8 @@
 //! receive attempt of its own, and no re-arming of the socket's poll. On
 //! older kernels (and, in debug builds, on every other slot, so the tests
 //! run both) it is a single receive straight into `input`, started again
-//! after each completion.
+//! after each completion. A multishot receive paused for read-ahead (see
+//! below) counts in the `client_read_ahead_pauses` statistic.
 //!
 //! Invariants:
 //! - while a single receive is in flight the ring owns `input` (and the

@@ -46,7 +46,11 @@
 //!    clock);
 //! 4. clients stop; the run waits for quiescence (one view of every live
 //!    node, every node `cluster-stable`, for `settle_ms`);
-//! 5. the checks ([`Invariant`] data variants; for the truncation: every
+//! 5. the checks ([`Invariant`] data variants: every record on exactly its
+//!    replicas, their copies equal byte for byte, counters between their
+//!    acknowledged and acknowledged + in-doubt increments, acknowledged
+//!    increments having returned distinct values, a put key holding its
+//!    last acknowledged value or a later attempt's; for the truncation: every
 //!    node knows it, no node holds a record it covers, no put acknowledged
 //!    before it by every clock is read back, and the last put acknowledged
 //!    after it is).
