@@ -38,12 +38,40 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Distribution {
+    /// Marks a node that starts to join a cluster (it has seeds), or that
+    /// left its view, as not serving until it is back in one:
+    ///
+    /// - a node restarted under the same id must not, for the seconds
+    ///   before it joins, claim every partition to clients that already
+    ///   know its address and answer "not found" for records the cluster
+    ///   holds;
+    /// - in a view with other members, a node that holds records (it
+    ///   restarted with its device, or left its view and came back) serves
+    ///   again only once that view's partition-version exchange is
+    ///   resolved, which brings it the truncations it missed (synced with
+    ///   each peer before the exchange resolves): before, it would serve
+    ///   records truncated while it was away, and execute writes against
+    ///   them. Its partitions answer 11 for those milliseconds (the
+    ///   reference's answer while a node's initial partition balance is
+    ///   unresolved; the official clients give up on it at once).
+    ///
+    /// A node holding nothing serves as soon as it is in a view, and a view
     /// of this node alone ends it at once: there is nobody to learn from.
     pub fn set_orphan(&self) {
         self.joining.store(true, Ordering::Relaxed);
         self.orphan.store(true, Ordering::Release);
     }
 
+    /// The cluster runtime reports a tick, its effects carried out: this
+    /// node is heartbeating and its view is current as far as it knows.
+    /// Once ticks are reported, a request a node of a cluster receives more
+    /// than `stall_after_ms` (the cluster node's stall bound,
+    /// `ClusterNode::stall_bound_ms`: the heartbeat timeout less two
+    /// intervals) after the last one is refused with 11: the runtime has
+    /// not run for that long — the process was frozen or starved — so the
+    /// peers may have timed this node out and may master its partitions by
+    /// now. Requests queued while the process was frozen are answered so
+    /// until the runtime's first tick after the thaw, which gives the stale
     /// view up.
     pub fn cluster_ticked(&self, stall_after_ms: u64) {
         self.cluster_stall_ms
@@ -52,6 +80,8 @@ impl Distribution {
             .store(self.now().unix_ms, Ordering::Release);
     }
 
+    /// The cluster runtime reports the largest clock skew between the
+    /// members of this node's view, as its heartbeats measure it (the
     /// `cluster_clock_skew_ms` statistic).
     pub fn set_cluster_clock_skew(&self, skew_ms: u64) {
         self.cluster_clock_skew_ms.store(skew_ms, Ordering::Relaxed);
@@ -62,6 +92,9 @@ impl Distribution {
         self.cluster_clock_skew_ms.load(Ordering::Relaxed)
     }
 
+    /// Whether ticks are reported and none came within the stall bound
+    /// before `now_ms` (see [`Distribution::cluster_ticked`]). Checked for every
+    /// data request a client sends a node of a cluster, and for every
     /// single-record request another node forwards to it.
     pub fn cluster_stalled(&self, now_ms: u64) -> bool {
         let tick = self.cluster_tick_ms.load(Ordering::Acquire);
@@ -76,11 +109,15 @@ impl Distribution {
         self.orphan.store(false, Ordering::Release);
     }
 
+    /// True from [`Distribution::set_orphan`] until the node is back in a
     /// view whose exchange is resolved (or alone).
     pub fn is_orphan(&self) -> bool {
         self.orphan.load(Ordering::Acquire)
     }
 
+    /// Publishes a new cluster state (after a view change) and starts the
+    /// partition-version exchange it calls for (the migration driver does
+    /// the rest). An orphan serves from now on when the view is of this
     /// node alone, else once the exchange is resolved.
     pub fn publish_cluster(&self, state: ClusterState) {
         debug_assert_eq!(state.self_id, self.node_id);
@@ -101,6 +138,7 @@ impl Distribution {
         self.data.holds_nothing()
     }
 
+    /// The exchange of the published view is resolved: an orphan waiting
     /// for it serves from now on.
     pub fn exchange_resolved(&self) {
         if self.joining.load(Ordering::Acquire) {
@@ -108,16 +146,19 @@ impl Distribution {
         }
     }
 
+    /// Installs the fabric through which requests are proxied and writes
     /// replicated. Without one, every node serves what it is sent.
     pub fn set_fabric(&self, fabric: Arc<dyn Fabric>) {
         let _ = self.fabric.set(fabric);
     }
 
+    /// The installed fabric, if any (the server's migration thread sends
     /// through it).
     pub fn fabric(&self) -> Option<Arc<dyn Fabric>> {
         self.fabric.get().cloned()
     }
 
+    /// True when single-record requests are routed by the partition map
     /// (other members and a fabric): one relaxed load on the alone path.
     #[inline]
     pub fn routes(&self) -> bool {

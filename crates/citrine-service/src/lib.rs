@@ -291,6 +291,8 @@ impl Service {
             .collect()
     }
 
+    /// Puts the node in no-op mode (`citrined --noop`, the benchmark
+    /// ceiling, see [`noop`]): from now on every AS_MSG is answered with
     /// success and nothing is read or stored.
     pub fn set_noop(&self) {
         self.noop.store(true, Ordering::Relaxed);
@@ -301,6 +303,7 @@ impl Service {
         self.noop.load(Ordering::Relaxed)
     }
 
+    /// Lets the service hand work that may run long to a thread of its own
     /// (see [`offload`]); without it (tests, tools) such work runs inline.
     pub fn set_shared(self: &Arc<Service>) {
         let _ = self.shared.set(Arc::downgrade(self));
