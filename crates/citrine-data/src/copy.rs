@@ -292,7 +292,7 @@ pub fn copy_holds(policy: ConflictResolutionPolicy, held: Version, other: Versio
 /// Whether a copy may be stored in a partition this node is not a replica
 /// of. The check for [`Admit::IfHeld`] runs under the partition's write
 /// lock, the lock a migration's drop of the copy takes too
-/// ([`Service::drop_copy`]): a drop comes wholly before the check (the
+/// (the distribution layer's `Distribution::drop_copy`): a drop comes wholly before the check (the
 /// copy is refused) or wholly after the store (the copy goes with the
 /// rest).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -179,7 +179,7 @@ impl Continuation {
 /// secondary indexes, info) is handed: the two layers and the node's
 /// identity, settings and counters. Features take this (and, explicitly,
 /// any other feature they build on: a `&Sindexes`, the `&Udfs`, a
-/// [`replication::LocalExecutor`] for sub-requests), never the
+/// [`citrine_distribution::LocalExecutor`] for sub-requests), never the
 /// [`Service`], so what a feature reaches is in its signature; only
 /// dispatch sees the whole service.
 #[derive(Clone, Copy)]
