@@ -304,3 +304,5 @@ pub fn write_refusal(out: &mut Vec<u8>, body: &[u8], code: ResultCode) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod write_tests;
