@@ -303,6 +303,6 @@ pub fn write_refusal(out: &mut Vec<u8>, body: &[u8], code: ResultCode) {
 }
 
 #[cfg(test)]
-mod tests;
+mod reference_tests;
 #[cfg(test)]
-mod write_tests;
+mod tests;

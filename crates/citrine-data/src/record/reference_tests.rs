@@ -1,4 +1,4 @@
-//! Write-path semantics run against an in-memory namespace: each test pins
+//! Single-record semantics run against an in-memory namespace: each test pins
 //! what the reference server (Aerospike CE 8.1.2) answers where the
 //! differential tester (`tests/differential/`) found Citrine answering
 //! otherwise. Requests are built with the wire codec and run through
@@ -66,6 +66,19 @@ fn run(
     send_key: bool,
     ops: &[TestOp],
 ) -> Answer {
+    run_filtered(namespace, key, header, send_key, ops, None)
+}
+
+/// [`run`] with a filter expression (msgpack) when `filter` is given.
+fn run_filtered(
+    namespace: &Namespace,
+    key: &str,
+    header: MsgHeader,
+    send_key: bool,
+    ops: &[TestOp],
+    filter: Option<&[u8]>,
+) -> Answer {
+    let filter = filter.map(|bytes| crate::filter::parse(bytes).unwrap());
     let user_key = UserKey::String(key.into());
     let digest = of_key("demo", &user_key);
     let mut frame = Vec::new();
@@ -82,7 +95,7 @@ fn run(
     }
     writer.finish();
     let message = Message::decode(&frame[8..]).unwrap();
-    let request = prepare(&message, &digest.0, None).unwrap();
+    let request = prepare(&message, &digest.0, filter.as_ref()).unwrap();
     let mut out = Vec::new();
     perform(namespace, &request, Now::from_unix_ms(NOW_MS), &mut out);
     let reply = Message::decode(&out[8..]).unwrap();
@@ -264,4 +277,23 @@ fn delete_then_touch_deletes_the_record() {
     // A touch of a missing record is still 2.
     let touch = write(&namespace, "missing", &[bare(op_type::TOUCH)]);
     assert_eq!(touch.code, ResultCode::NotFound.code());
+}
+
+/// A read of no bins (a select of none) is 4 once the record is found and
+/// has passed the filter: a filter that fails answers 27 first.
+#[test]
+fn a_select_of_no_bins_is_filtered_before_it_is_refused() {
+    let namespace = namespace();
+    write(&namespace, "k", &[int(op_type::WRITE, "a", 1)]);
+    let read = MsgHeader {
+        info1: info1::READ,
+        ..MsgHeader::default()
+    };
+    // msgpack false / true: filters that fail and pass.
+    let filtered = run_filtered(&namespace, "k", read, false, &[], Some(&[0xc2]));
+    assert_eq!(filtered.code, ResultCode::FilteredOut.code());
+    let passed = run_filtered(&namespace, "k", read, false, &[], Some(&[0xc3]));
+    assert_eq!(passed.code, ResultCode::Parameter.code());
+    let missing = run_filtered(&namespace, "m", read, false, &[], Some(&[0xc2]));
+    assert_eq!(missing.code, ResultCode::NotFound.code());
 }
