@@ -198,6 +198,19 @@ def test_metadata(client, key, set_name):
         client.get(key, policy=filtered(exp.Eq(exp.SetName(), set_name + "x")))
 
 
+def test_set_name_and_key_exists_in_a_write_creating_the_record(client, key, set_name):
+    """In a write the set is known while the record is created, and the key
+    sent with it is not stored yet (the reference's answers)."""
+    _, _, bins = client.operate(key, [
+        op.write("a", 1),
+        eo.expression_read("n", exp.SetName().compile()),
+        eo.expression_read("k", exp.KeyExists().compile()),
+    ], policy={"key": aerospike.POLICY_KEY_SEND})
+    assert bins["n"] == set_name
+    assert bins["k"] is False
+    assert read_exp(client, key, exp.KeyExists()) is True
+
+
 def test_key_exists_is_false_without_a_stored_key(client, key):
     client.put(key, {"a": 1})
     with pytest.raises(ex.FilteredOut):

@@ -250,6 +250,10 @@ def test_select_of_no_bins_is_refused(client, key):
     with pytest.raises(ex.InvalidRequest):
         client.select(key, [])
     assert client.select(key, ["a"])[2] == {"a": 1}
+    # A filter that fails answers 27 before the refusal, as the reference.
+    from aerospike_helpers import expressions as exp
+    with pytest.raises(ex.FilteredOut):
+        client.select(key, [], policy={"expressions": exp.Val(False).compile()})
 
 
 def test_generation_after_a_delete_starts_again_and_after_a_durable_one_continues(client, key):

@@ -167,6 +167,18 @@ def test_operate_delete_alone_on_a_missing_record_is_not_found(client, key):
         client.operate(key, [op.delete()])
 
 
+def test_operate_delete_then_touch_deletes_the_record(client, key):
+    """After a delete op a touch touches nothing: the record is deleted, or
+    rewritten by the ops after it (the reference's answers)."""
+    client.put(key, {"a": 1})
+    _, meta, _ = client.operate(key, [op.delete(), op.touch()])
+    assert meta["gen"] == 0
+    assert client.exists(key)[1] is None
+    client.put(key, {"a": 1})
+    client.operate(key, [op.delete(), op.touch(), op.write("b", 2)])
+    assert client.get(key)[2] == {"b": 2}
+
+
 def test_operate_delete_removes_record(client, key):
     client.put(key, {"a": 1})
     client.operate(key, [op.delete()])

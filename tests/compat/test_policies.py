@@ -50,6 +50,24 @@ def test_gen_gt_equal_or_lower_generation_fails(client, key):
     assert _state(client, key) == (2, {"a": 2})
 
 
+def test_gen_gt_on_missing_record_fails_before_any_op(client, key):
+    """A missing record has generation 0, not less than 0: 3 before the
+    ops (the reference's answer), whether they would create the record,
+    remove a bin or fail on their own."""
+    from aerospike_helpers.operations import operations as op
+
+    calls = (lambda: client.put(key, {"s": ""}, policy=GEN_GT),
+             lambda: client.remove_bin(key, ["s"], policy=GEN_GT),
+             lambda: client.increment(key, "n", 1, policy=GEN_GT),
+             lambda: client.operate(key, [op.write("a", 1), op.read("a")], policy=GEN_GT))
+    for call in calls:
+        with pytest.raises(ex.RecordGenerationError):
+            call()
+    assert client.exists(key)[1] is None
+    client.put(key, {"s": ""}, meta={"gen": 1}, policy=GEN_GT)
+    assert _state(client, key) == (1, {"s": ""})
+
+
 def test_gen_eq_on_remove(client, key):
     client.put(key, {"a": 1})
     with pytest.raises(ex.RecordGenerationError):
@@ -229,6 +247,31 @@ def test_replace_with_modify_op_is_parameter_error(client, key, exists):
     # a plain write op with REPLACE is fine and replaces the record's bins
     client.operate(key, [op.write("z", 1)], policy={"exists": exists})
     assert _state(client, key) == (2, {"z": 1})
+
+
+@pytest.mark.parametrize("exists", [aerospike.POLICY_EXISTS_REPLACE,
+                                    aerospike.POLICY_EXISTS_CREATE_OR_REPLACE])
+def test_replace_runs_reads_and_expression_writes(client, key, exists):
+    """Only ops that need the old record are refused in a replace: CDT
+    reads and expression writes run on the replaced (empty) record."""
+    from aerospike_helpers import expressions as exp
+    from aerospike_helpers.operations import expression_operations as eo
+    from aerospike_helpers.operations import list_operations as lo
+    from aerospike_helpers.operations import operations as op
+
+    client.put(key, {"l": [1, 2], "a": 1})
+    client.operate(key, [op.write("b", 1), lo.list_size("l")], policy={"exists": exists})
+    assert _state(client, key) == (2, {"b": 1})
+    client.operate(key, [eo.expression_write("w", exp.Add(1, 2).compile())],
+                   policy={"exists": exists})
+    assert _state(client, key) == (3, {"w": 3})
+    with pytest.raises(ex.InvalidRequest):
+        client.operate(key, [lo.list_append("l", 1)], policy={"exists": exists})
+    # A replace that writes no bin: 2, and the record stays.
+    nothing = eo.expression_write("x", exp.Unknown().compile(), aerospike.EXP_WRITE_EVAL_NO_FAIL)
+    with pytest.raises(ex.RecordNotFound):
+        client.operate(key, [nothing], policy={"exists": exists})
+    assert _state(client, key) == (3, {"w": 3})
 
 
 def test_operate_create_only_on_existing_record(client, key):

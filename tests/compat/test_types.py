@@ -65,6 +65,22 @@ def test_geojson_round_trip(client, key):
     assert json.loads(bins["poly"].dumps()) == poly
 
 
+def test_modifying_a_geojson_bin_is_a_server_error(client, key):
+    """Increment, append or prepend of a GeoJSON bin: 1, as the reference
+    (other mismatched types are 12)."""
+    from aerospike import exception as ex
+
+    point = {"type": "Point", "coordinates": [1.0, 2.0]}
+    client.put(key, {"g": aerospike.GeoJSON(point)})
+    for call in (lambda: client.increment(key, "g", 1),
+                 lambda: client.append(key, "g", "x"),
+                 lambda: client.prepend(key, "g", "x")):
+        with pytest.raises(ex.ServerError) as caught:
+            call()
+        assert caught.value.code == 1
+    assert client.get(key)[1]["gen"] == 1
+
+
 def test_bool_with_send_bool_as_as_bool_round_trips(client_factory, key):
     c = client_factory(send_bool_as=aerospike.AS_BOOL)
     c.put(key, {"t": True, "f": False, "l": [True, False]})

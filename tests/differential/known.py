@@ -168,14 +168,6 @@ def lists_sorted(answer):
     return answer
 
 
-def deletes_then_touches(step):
-    """An operate whose ops hold a delete followed (later) by a touch."""
-    names = fns(step)
-    deletes = [i for i, n in enumerate(names) if n == "operations.delete"]
-    touches = [i for i, n in enumerate(names) if n == "operations.touch"]
-    return bool(deletes and touches and deletes[0] < touches[-1])
-
-
 def without_nil_bins(answer):
     """An answer without the bins whose value is nil: operate's {bin: None}
     entries and operate_ordered's (bin, None) pairs."""
@@ -286,12 +278,6 @@ KNOWN = [
           and nil_result_only(c)),
     # Found by this tester, not (yet) items of issue 46: each names what it
     # saw, for the lead to file or fix.
-    Known("generation-gt-on-missing-record", "issue 46, new (differential tester)",
-          "a write with POLICY_GEN_GT on a record that does not exist: the reference answers 3 "
-          "(generation 0 is not greater than 0), Citrine creates the record (or answers "
-          "another error of the request)",
-          lambda c: uses(c.last, "POLICY_GEN_GT") and 3 in codes(c.reference) - codes(c.citrine),
-          lambda s: uses(s, "POLICY_GEN_GT")),
     Known("truncate-lut-epoch", "issue 46, new (differential tester)",
           "sets/NS/SET reports truncate_lut in milliseconds since 1970 (1795949682995), the "
           "reference in milliseconds since 2010-01-01 (533645682996)",
@@ -301,20 +287,6 @@ KNOWN = [
           "sets/NS/SET ends its last field with ':' where the reference ends it with ';'",
           lambda c: c.last.kind == "info sets" and sets_separator_only(c),
           lambda s: s.kind == "info sets"),
-    Known("replace-with-cdt-read", "issue 46, new (differential tester)",
-          "operate with POLICY_EXISTS_REPLACE or CREATE_OR_REPLACE holding a CDT read op or an "
-          "expression write: Citrine refuses it with 4, the reference runs it (it refuses only "
-          "modify ops that read the old record: CDT modify, increment)",
-          lambda c: (uses(c.last, "POLICY_EXISTS_REPLACE")
-                     or uses(c.last, "POLICY_EXISTS_CREATE_OR_REPLACE"))
-          and 4 in codes(c.citrine) - codes(c.reference),
-          lambda s: uses(s, "POLICY_EXISTS_REPLACE") or uses(s, "POLICY_EXISTS_CREATE_OR_REPLACE")),
-    Known("setname-in-write-expression", "issue 46, new (differential tester)",
-          "exp.SetName() evaluates to '' in an operate that writes (an expression_write, or "
-          "an expression_read beside a write op); a read-only operate gives the set name",
-          lambda c: any("exp.SetName" in fns(s) for s in c.steps)
-          and c.signature[1] in ("value", "type"),
-          lambda s: "exp.SetName" in fns(s)),
     Known("sets-info-set-existence", "issue 46, new (differential tester)",
           "which sets sets/NS/SET knows differs: Citrine answers statistics (objects=0) for a "
           "set only touched by a refused request (a touch of a missing record), the reference "
@@ -322,12 +294,6 @@ KNOWN = [
           "invalid GeoJSON), Citrine answers empty",
           lambda c: c.last.kind == "info sets" and ("sets", "\n") in (c.citrine, c.reference)
           and c.citrine != c.reference),
-    Known("key-exists-on-create", "issue 46, new (differential tester)",
-          "exp.KeyExists() in an expression of a write creating a record with POLICY_KEY_SEND: "
-          "Citrine evaluates true, the reference false (the key is not stored yet), which "
-          "shows in the value written or in whether a later unknown (a missing bin) fails it",
-          lambda c: "exp.KeyExists" in fns(c.last) and uses(c.last, "POLICY_KEY_SEND"),
-          lambda s: "exp.KeyExists" in fns(s)),
     Known("rank-of-equal-values", "issue 46, new (differential tester)",
           "ranks among equal values: the rank of an element whose value occurs more than once "
           "(the reference counts the elements less than it: [1, 1, 2] index 1 has rank 0, "
@@ -370,18 +336,6 @@ KNOWN = [
           and 26 in codes(c.citrine) ^ codes(c.reference),
           lambda s: any(fn in ("bitwise_operations.bit_add", "bitwise_operations.bit_subtract")
                         for fn in fns(s))),
-    Known("modify-geojson-bin", "issue 46, new (differential tester)",
-          "increment, append or prepend on a bin holding GeoJSON: the reference answers 1, "
-          "Citrine 12",
-          lambda c: 12 in codes(c.citrine) - codes(c.reference)
-          and 1 in codes(c.reference) - codes(c.citrine)),
-    Known("delete-then-touch", "issue 46, new (differential tester)",
-          "operate [delete, touch, ...] on a record that exists: the reference deletes it and "
-          "goes on (ok, or the next op's error), Citrine answers 2 and leaves the record as it "
-          "was",
-          lambda c: deletes_then_touches(c.last) and code(c.citrine) == 2
-          and code(c.reference) != 2,
-          deletes_then_touches),
 ]
 
 

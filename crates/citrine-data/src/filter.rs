@@ -42,6 +42,8 @@ pub struct RecordView<'r> {
     /// The stored size of the record, bytes.
     pub size: u64,
     pub namespace: &'r Namespace,
+    /// The record's set: the live record's, or the one a write names.
+    set_id: Option<u16>,
     set_name: OnceCell<Vec<u8>>,
 }
 
@@ -61,8 +63,17 @@ impl<'r> RecordView<'r> {
             meta,
             size,
             namespace,
+            set_id: meta.map(|meta| meta.set_id),
             set_name: OnceCell::new(),
         }
+    }
+
+    /// The view of a record in set `set_id` whatever its metadata says:
+    /// a write's record is in its set while the write creates it, and
+    /// after a delete op of the same operate.
+    pub fn in_set(mut self, set_id: u16) -> RecordView<'r> {
+        self.set_id = Some(set_id);
+        self
     }
 }
 
@@ -117,8 +128,8 @@ impl citrine_exp::Record for RecordView<'_> {
 
     fn set_name(&self) -> &[u8] {
         self.set_name.get_or_init(|| {
-            self.meta
-                .and_then(|meta| self.namespace.sets.name(meta.set_id))
+            self.set_id
+                .and_then(|set_id| self.namespace.sets.name(set_id))
                 .unwrap_or_default()
         })
     }

@@ -14,9 +14,19 @@ pub(crate) fn find_bin(bins: &[Bin<'_>], name: &[u8]) -> Option<usize> {
 }
 
 /// Applies one modify op (WRITE, INCR, APPEND, PREPEND) to the working
-/// bins; any other op type is 4.
+/// bins; any other op type is 4. An INCR, APPEND or PREPEND of a GeoJSON
+/// bin is 1 whatever its operand, where other mismatched types are 12: the
+/// reference answers so.
 pub(crate) fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCode> {
     let position = find_bin(bins, op.name);
+    let geojson = position.is_some_and(|i| bins[i].particle_type == ParticleType::GeoJson as u8);
+    let modifies = matches!(
+        op.op_type,
+        op_type::INCR | op_type::APPEND | op_type::PREPEND
+    );
+    if geojson && modifies {
+        return Err(ResultCode::ServerError);
+    }
     match op.op_type {
         op_type::WRITE => write_bin(bins, position, op),
         op_type::INCR => increment_bin(bins, position, op),

@@ -315,4 +315,6 @@ pub fn write_refusal(out: &mut Vec<u8>, body: &[u8], code: ResultCode) {
 #[cfg(test)]
 mod cut_short_tests;
 #[cfg(test)]
+mod reference_tests;
+#[cfg(test)]
 mod tests;

@@ -93,15 +93,16 @@ fn read_record(
             return Err(ResultCode::KeyMismatch);
         }
     }
-    if request.header.n_ops == 0 && answer == Answer::Ops {
-        // Neither bins, nor all of them, nor the header alone (a select of
-        // no bins): the reference refuses it once the record is found.
-        return Err(ResultCode::Parameter);
-    }
     let size = entry.location.size() as u64;
     let record = RecordView::stored(namespace, &request.digest.0, &view, meta, size);
     if let Some(expression) = request.filter {
         filter::check(expression, &record, now)?;
+    }
+    if request.header.n_ops == 0 && answer == Answer::Ops {
+        // Neither bins, nor all of them, nor the header alone (a select of
+        // no bins): the reference refuses it once the record is found and
+        // has passed the filter (27 first).
+        return Err(ResultCode::Parameter);
     }
     let computed = match answer {
         Answer::Ops => evaluate_reads(request, &view, &record, now)?,

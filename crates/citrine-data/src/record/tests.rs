@@ -131,3 +131,51 @@ fn append_or_prepend_of_a_non_string_makes_a_missing_bin() {
     assert_eq!(bins[0].as_integer(), Some(4));
     assert_eq!(bins[1].particle_type, ParticleType::List as u8);
 }
+
+/// As the reference: an increment, append or prepend of a GeoJSON bin is
+/// 1 whatever the operand (12 is for the other mismatched types); a write
+/// replaces it.
+#[test]
+fn modifying_a_geojson_bin_is_a_server_error() {
+    let point = br#"{"type":"Point","coordinates":[1.0,2.0]}"#;
+    let mut geojson = vec![0u8, 0, 0];
+    geojson.extend_from_slice(point);
+    let mut bins = vec![Bin {
+        name: std::borrow::Cow::Borrowed(b"g"),
+        particle_type: ParticleType::GeoJson as u8,
+        value: std::borrow::Cow::Owned(geojson),
+    }];
+    let one = 1i64.to_be_bytes();
+    let half = 0.5f64.to_bits().to_be_bytes();
+    let ops = [
+        (op_type::INCR, ParticleType::Integer, &one[..]),
+        (op_type::INCR, ParticleType::Float, &half[..]),
+        (op_type::APPEND, ParticleType::String, &b"x"[..]),
+        (op_type::PREPEND, ParticleType::Blob, &b"x"[..]),
+    ];
+    for (op_type, particle_type, value) in ops {
+        let op = Op {
+            op_type,
+            particle_type: particle_type as u8,
+            flags: 0,
+            name: b"g",
+            lut: None,
+            value,
+        };
+        assert_eq!(
+            apply_modify(&mut bins, &op),
+            Err(ResultCode::ServerError),
+            "op {op_type} with a {particle_type:?} operand"
+        );
+    }
+    let write = Op {
+        op_type: op_type::WRITE,
+        particle_type: ParticleType::Integer as u8,
+        flags: 0,
+        name: b"g",
+        lut: None,
+        value: &one,
+    };
+    apply_modify(&mut bins, &write).expect("a write replaces the bin");
+    assert_eq!(bins[0].as_integer(), Some(1));
+}

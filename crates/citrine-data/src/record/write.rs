@@ -73,8 +73,9 @@ pub(crate) fn write(
         };
         let found = Found::new(current, live, body.as_deref())?;
         check_preconditions(namespace, request, &found, now)?;
-        let working = apply_ops(namespace, request, &found, now)?;
-        decide(namespace, request, &partition, &found, working, set_id, now)?
+        let record_set = found.live.map_or(set_id, |meta| meta.set_id);
+        let working = apply_ops(namespace, request, &found, record_set, now)?;
+        decide(namespace, request, &partition, &found, working, now)?
     };
     let committed = commit(namespace, request, &mut partition, outcome, now)?;
     drop(partition);
@@ -124,9 +125,11 @@ impl<'a> Found<'a> {
 }
 
 /// The checks made before any op: record-exists action and generation
-/// (a touch on a missing record answers 2 first, as the reference), the
-/// stored key against the one sent, and the filter expression against the
-/// record as it is (a write that creates the record is not filtered).
+/// (a touch on a missing record answers 2 first, as the reference; a
+/// missing record has generation 0, so GENERATION_GT fails on it with 3
+/// before any op could fail or create it), the stored key against the one
+/// sent, and the filter expression against the record as it is (a write
+/// that creates the record is not filtered).
 fn check_preconditions(
     namespace: &Namespace,
     request: &Request<'_>,
@@ -146,9 +149,7 @@ fn check_preconditions(
             if touches || header.info3 & (info3::UPDATE_ONLY | info3::REPLACE_ONLY) != 0 {
                 return Err(ResultCode::NotFound);
             }
-            if header.info2 & info2::GENERATION != 0 && header.generation != 0 {
-                return Err(ResultCode::Generation);
-            }
+            check_generation(header, 0)?;
         }
     }
     if let (Some(sent), Some(stored)) = (request.key, found.stored_key()) {
@@ -167,6 +168,8 @@ fn check_preconditions(
 /// values to answer, and whether a delete-record op emptied it.
 struct Working<'a> {
     bins: Vec<Bin<'a>>,
+    /// The record's set: the live record's, else the request's.
+    set_id: u16,
     responses: Vec<ResponseEntry<'a>>,
     deleted: bool,
     /// Reply bytes of `responses[..counted]` (see [`count_reply_bytes`]).
@@ -176,7 +179,9 @@ struct Working<'a> {
 
 impl<'a> Working<'a> {
     /// The record as the ops so far left it, for the ops that read it
-    /// (expressions, path ops).
+    /// (expressions, path ops). As the reference: its key is the stored
+    /// one (a key sent with this write is not stored yet), and its set is
+    /// known even while the write creates it or after a delete op.
     fn view(
         &self,
         namespace: &'a Namespace,
@@ -187,19 +192,21 @@ impl<'a> Working<'a> {
             namespace,
             &request.digest.0,
             Bins::Working(&self.bins),
-            found.stored_key().or(request.key),
+            found.stored_key(),
             found.live.filter(|_| !self.deleted),
             found.size,
         )
+        .in_set(self.set_id)
     }
 }
 
 /// Applies every op in order to a working copy of the stored bins (none
-/// when the request replaces the record).
+/// when the request replaces the record) of a record in set `set_id`.
 fn apply_ops<'a>(
     namespace: &'a Namespace,
     request: &'a Request<'a>,
     found: &Found<'a>,
+    set_id: u16,
     now: Now,
 ) -> Result<Working<'a>, ResultCode> {
     let header = &request.header;
@@ -210,6 +217,7 @@ fn apply_ops<'a>(
     let stored_bins = stored.map_or(0, BodyView::bin_count);
     let mut working = Working {
         bins: Vec::with_capacity(stored_bins + usize::from(header.n_ops)),
+        set_id,
         responses: Vec::new(),
         deleted: false,
         reply_bytes: 0,
@@ -246,7 +254,9 @@ fn apply_op<'a>(
     let respond_all = request.header.info2 & info2::RESPOND_ALL_OPS != 0;
     match op.op_type {
         op_type::READ => read_working_bin(request, working, op),
-        op_type::TOUCH if found.live.is_none() || working.deleted => Err(ResultCode::NotFound),
+        // A touch of a missing record was answered 2 before any op; after
+        // a delete op it touches nothing (the record is removed, or
+        // rewritten by the ops after it), as the reference.
         op_type::TOUCH => Ok(()),
         op_type::DELETE_ALL => {
             // On a missing record this deletes nothing: the ops after it
@@ -394,19 +404,21 @@ fn expression_op<'a>(
 
 /// What the ops leave: a new version of the record (its metadata and
 /// encoded body), or its removal when no bin is left (2 when there was no
-/// record to remove).
+/// record to remove, or when a replace left no bin).
 fn decide(
     namespace: &Namespace,
     request: &Request<'_>,
     partition: &PartitionIndex,
     found: &Found<'_>,
     working: Working<'_>,
-    set_id: u16,
     now: Now,
 ) -> Result<WriteOutcome, ResultCode> {
     let responses = owned(working.responses);
     if working.bins.is_empty() {
-        if found.live.is_none() {
+        // Nothing to remove, or a replace that wrote no bin: 2, and the
+        // record (if any) stays as it was, as the reference answers.
+        let replaces = request.header.info3 & (info3::CREATE_OR_REPLACE | info3::REPLACE_ONLY) != 0;
+        if found.live.is_none() || replaces {
             return Err(ResultCode::NotFound);
         }
         return Ok(WriteOutcome::Delete { responses });
@@ -429,7 +441,7 @@ fn decide(
             partition.tombstone(&request.digest),
         ),
     };
-    let record_set = found.live.map_or(set_id, |meta| meta.set_id);
+    let record_set = working.set_id;
     let meta = RecordMeta {
         generation,
         life,
@@ -545,8 +557,9 @@ fn validate_write_ops(request: &Request<'_>) -> Result<(), ResultCode> {
 }
 
 /// One op of a write-path request: its bin name (21), its value (4), and
-/// the reference's illegal combinations (4), e.g. anything but a plain
-/// write in a replace.
+/// the reference's illegal combinations (4): in a replace, any op that
+/// needs the old record (increment, append, prepend, a collection modify,
+/// touch, delete) and a bin removal; reads and expression ops are allowed.
 fn validate_write_op(header: &MsgHeader, op: &Op<'_>) -> Result<OpCount, ResultCode> {
     let replaces = header.info3 & (info3::CREATE_OR_REPLACE | info3::REPLACE_ONLY) != 0;
     match op.op_type {
@@ -584,7 +597,14 @@ fn validate_write_op(header: &MsgHeader, op: &Op<'_>) -> Result<OpCount, ResultC
             if !valid_bin_name(op.name) {
                 return Err(ResultCode::BinName);
             }
-            if replaces {
+            // A replace starts from no bins: a collection modify would
+            // need the old value, so it is refused; reads and expression
+            // writes see the replaced (empty) record and run.
+            let collection_modify = matches!(
+                op.op_type,
+                op_type::CDT_MODIFY | op_type::BITS_MODIFY | op_type::HLL_MODIFY
+            );
+            if replaces && collection_modify {
                 return Err(ResultCode::Parameter);
             }
             Ok(OpCount::Response)
