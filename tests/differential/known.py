@@ -92,8 +92,6 @@ def syms_in(node):
             yield from syms_in(item)
 
 
-def has_ctx(step):
-    return any(fn.startswith("cdt_ctx.") for fn in fns(step))
 
 
 def uses(step, sym_name):
@@ -116,29 +114,8 @@ def codes(answer):
     return found
 
 
-def is_delete(step):
-    """A step that may delete a record (non-durably: no step asks for a
-    durable delete): remove, batch remove, a delete op, or removing bins
-    (a record whose last bin goes is deleted: remove_bin, a put or write
-    of None)."""
-    if step.fn in ("client.remove", "client.batch_remove", "client.remove_bin"):
-        return True
-    if step.fn == "client.put" and isinstance(step.args[1], dict):
-        if any(value is None for value in step.args[1].values()):
-            return True
-    return any(call.fn in ("operations.delete", "br.Remove")
-               or (call.fn == "operations.write" and call.args[1] is None)
-               for call in calls_in(step))
 
 
-def deleted_before(case):
-    """Whether a record may have been deleted before the last step wrote it:
-    a delete in an earlier step, or a batch removing a record and then
-    writing it."""
-    if any(is_delete(s) for s in case.steps[:-1]):
-        return True
-    records = [call.fn for call in calls_in(case.last) if call.fn in ("br.Remove", "br.Write")]
-    return "br.Remove" in records and "br.Write" in records[records.index("br.Remove"):]
 
 
 def inverted(step):
@@ -154,9 +131,6 @@ def by_rank(step):
     return returns_rank(step) or any("_rank" in fn for fn in fns(step))
 
 
-def returns_position(step):
-    """Whether a step's ops return ranks or indexes."""
-    return returns_rank(step, ("RANK", "REVERSE_RANK", "INDEX", "REVERSE_INDEX"))
 
 
 def lists_sorted(answer):
@@ -168,29 +142,8 @@ def lists_sorted(answer):
     return answer
 
 
-def without_nil_bins(answer):
-    """An answer without the bins whose value is nil: operate's {bin: None}
-    entries and operate_ordered's (bin, None) pairs."""
-    if not isinstance(answer, tuple):
-        return answer
-    if answer and answer[0] == "map":
-        return ("map",) + tuple((k, without_nil_bins(v)) for k, v in answer[1:]
-                                if not (k and k[0] == "str" and v is None))
-    if answer and answer[0] == "list":
-        return ("list",) + tuple(without_nil_bins(x) for x in answer[1:]
-                                 if not (isinstance(x, tuple) and len(x) == 3
-                                         and x[0] == "tuple" and x[2] is None))
-    return tuple(without_nil_bins(x) for x in answer)
 
 
-def nil_result_only(case):
-    """The answers differ only in an op's nil result: an entry one has and
-    the other not, or nil on one side where the other has a value (in
-    operate's dict form a later op's result replaces an earlier one's)."""
-    if case.signature[1] in ("length", "map keys"):
-        return without_nil_bins(case.citrine) == without_nil_bins(case.reference)
-    found = first_difference(case.citrine, case.reference)
-    return bool(found) and found[2] == "type" and None in found[:2]
 
 
 def lut_epoch_only(case):
@@ -212,70 +165,6 @@ def sets_separator_only(case):
 
 
 KNOWN = [
-    Known("truncate-info", "issue 46 item 1",
-          "truncate and truncate-namespace info commands: an empty or missing set name "
-          "accepted (and the namespace truncated), an unknown namespace refused (the reference: "
-          "ok), an empty or missing namespace answered 4 (the reference: 20), lut=2147483649 "
-          "accepted",
-          lambda c: c.last.kind in ("info truncate", "info truncate-namespace")
-          and c.signature[1] in ("ok vs 4", "4 vs ok", "4 vs 20"),
-          lambda s: s.kind in ("info truncate", "info truncate-namespace")
-          and not truncates_own_set(s)),
-    Known("cdt-context-errors", "issue 46 item 2",
-          "a CDT op whose context path cannot be followed: the reference answers 26 "
-          "(4 when the bin itself holds a scalar), Citrine 23, 12, 4 or a result",
-          lambda c: has_ctx(c.last)
-          and (26 in codes(c.reference) - codes(c.citrine)
-               or (12 in codes(c.citrine) - codes(c.reference)
-                   and 4 in codes(c.reference) - codes(c.citrine))),
-          has_ctx),
-    Known("result-order", "issue 46 item 2",
-          "the order of a selection's results: ranks or indexes come in selection order (the "
-          "reference sorts them), the values of an inverted rank range in rank order (the "
-          "reference: index order); item 2 names list_remove_by_rank_range(..., inverted, "
-          "RETURN_RANK), the same shows for RANK, REVERSE_RANK, REVERSE_INDEX and VALUE of "
-          "lists and maps by index, rank or value",
-          lambda c: (returns_position(c.last) or inverted(c.last))
-          and c.signature[1] == "value" and lists_sorted(c.citrine) == lists_sorted(c.reference),
-          lambda s: returns_position(s) or inverted(s)),
-    Known("sindex-delete-unknown-namespace", "issue 46 item 4",
-          "sindex-delete on a namespace that does not exist: the reference answers ok, Citrine "
-          "4 (item 4 names sindex-create; its sibling answers the same way)",
-          lambda c: c.last.kind == "info sindex-delete" and c.signature[1] == "4 vs ok",
-          lambda s: s.kind == "info sindex-delete"),
-    Known("scan-selected-bins", "issue 46 item 7",
-          "a scan selecting bins returns records holding none of them",
-          lambda c: c.last.kind == "scan" and isinstance(c.last.args[2], list)
-          and c.signature[1] == "length" and len(c.citrine) > len(c.reference),
-          lambda s: s.kind == "scan" and isinstance(s.args[2], list)),
-    Known("udf-apply-empty-module", "issue 46 item 8",
-          "apply(key, '', '') answers 4, the reference 100",
-          lambda c: c.last.kind == "apply" and c.last.args[1] == ""
-          and c.signature[1] == "4 vs 100",
-          lambda s: s.kind == "apply" and s.args[1] == ""),
-    Known("select-no-bins", "issue 46 item 9",
-          "select(key, []) answers the record, the reference 4",
-          lambda c: c.last.kind == "select" and c.last.args[1] == []
-          and c.signature[1] == "ok vs 4",
-          lambda s: s.kind == "select" and s.args[1] == []),
-    Known("generation-after-delete", "issue 46 item 10",
-          "a record written again after a non-durable delete (or after its last bin was "
-          "removed) continues its old generation (the reference starts again at 1); also a "
-          "generation check failing (3) or passing because of it",
-          lambda c: deleted_before(c)
-          and (c.signature[1] == "generation" or 3 in codes(c.citrine) ^ codes(c.reference)),
-          is_delete),
-    Known("touch-on-missing-record", "issue 46 item 11",
-          "an operate holding a touch on a record that does not exist: the reference answers 2 "
-          "before any other error (of an op, or of a generation check)",
-          lambda c: ("operations.touch" in fns(c.last) or c.last.kind == "touch")
-          and 2 in codes(c.reference) - codes(c.citrine) and codes(c.citrine) != {0},
-          lambda s: "operations.touch" in fns(s) or s.kind == "touch"),
-    Known("missing-bin-op-results", "issue 46 item 11",
-          "which results an operate returns for ops on a bin that does not exist: one server "
-          "answers a nil entry for the bin where the other answers none",
-          lambda c: c.last.kind in ("operate", "operate_ordered", "batch_operate", "batch_write")
-          and nil_result_only(c)),
     # Found by this tester, not (yet) items of issue 46: each names what it
     # saw, for the lead to file or fix.
     Known("truncate-lut-epoch", "issue 46, new (differential tester)",
