@@ -711,6 +711,20 @@ impl Service {
         }
     }
 
+    /// The lookup a single-record AS_MSG body will make (see
+    /// [`lookahead`]); `None` for everything in no-op mode.
+    pub fn lookup_of(&self, body: &[u8]) -> Option<lookahead::Lookup> {
+        if self.is_noop() {
+            return None;
+        }
+        lookahead::lookup_of(&self.data, body)
+    }
+
+    /// Starts the cache misses of `lookups` (see [`lookahead::prefetch`]).
+    pub fn prefetch(&self, lookups: &[lookahead::Lookup]) {
+        lookahead::prefetch(&self.data, lookups);
+    }
+
     fn proto_error(&self, why: String) -> CloseConnection {
         self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
         CloseConnection(why)
