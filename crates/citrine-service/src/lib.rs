@@ -378,7 +378,7 @@ impl Service {
                 None
             }
             Pending::BatchRemote(rows) => rows
-                .complete(self, out)
+                .complete(self.row_context(), out)
                 .await
                 .map(|cursor| Continuation(Pending::Batch(cursor))),
             Pending::AggregateRemote(run) => run
@@ -399,12 +399,6 @@ impl Service {
             self.dist.stats.proxied_out.fetch_add(1, Ordering::Relaxed);
         }
         self.complete(remote, out).await;
-    }
-
-    /// Runs a batch row as the single-record request `body` (in a
-    /// cluster); its reply frame goes to `out` unless fabric work remains.
-    pub(crate) fn execute_row_body(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>> {
-        self.execute_body(body, replication::Hop::CLIENT, false, out)
     }
 
     fn execute_body(
@@ -603,7 +597,7 @@ impl Service {
     /// has been written.
     pub fn resume(&self, continuation: Continuation, out: &mut Vec<u8>) -> Option<Continuation> {
         match continuation.0 {
-            Pending::Batch(cursor) => Continuation::of_batch(cursor.step(self, out)),
+            Pending::Batch(cursor) => Continuation::of_batch(cursor.step(self.row_context(), out)),
             Pending::Scan(cursor) => cursor
                 .step(self, self.now(), out)
                 .map(|cursor| Continuation(Pending::Scan(cursor))),
@@ -613,7 +607,7 @@ impl Service {
                 block_on(self.complete_row(*remote, out));
                 None
             }
-            Pending::BatchRemote(rows) => block_on(rows.complete(self, out))
+            Pending::BatchRemote(rows) => block_on(rows.complete(self.row_context(), out))
                 .map(|cursor| Continuation(Pending::Batch(cursor))),
             Pending::Aggregate(run) => run
                 .step(self, out)
@@ -677,7 +671,9 @@ impl Service {
         }
         match message {
             message if message.header.info1 & info1::BATCH != 0 => {
-                Ok(Continuation::of_batch(batch::start(self, &message, out)))
+                let max_rows = self.batch_max_requests.load(Ordering::Relaxed);
+                let next = batch::start(self.row_context(), max_rows, &message, out);
+                Ok(Continuation::of_batch(next))
             }
             message
                 if message.field(field_type::DIGEST).is_none() && udf::is_aggregation(&message) =>
@@ -708,6 +704,15 @@ impl Service {
                 out,
             )
             .map(|remote| Continuation(Pending::Remote(remote)))),
+        }
+    }
+
+    /// What a batch runs its rows with (see [`batch`]).
+    fn row_context(&self) -> batch::RowContext<'_> {
+        batch::RowContext {
+            layers: self.layers(),
+            modules: self.udf_registry(),
+            executor: self,
         }
     }
 
@@ -784,6 +789,22 @@ impl citrine_distribution::LocalExecutor for Service {
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
         self.execute_body(body, hop, true, out)
+    }
+}
+
+/// How a batch runs a row a cluster routes: as a client's single-record
+/// request (counted with its batch, not as a transaction of its own).
+impl batch::RowExecutor for Service {
+    fn execute_row(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>> {
+        self.execute_body(body, replication::Hop::CLIENT, false, out)
+    }
+
+    fn finish_row<'a>(
+        &'a self,
+        remote: Remote,
+        out: &'a mut Vec<u8>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+        Box::pin(self.complete_row(remote, out))
     }
 }
 
