@@ -599,7 +599,7 @@ impl Service {
         match continuation.0 {
             Pending::Batch(cursor) => Continuation::of_batch(cursor.step(self.row_context(), out)),
             Pending::Scan(cursor) => cursor
-                .step(self, self.now(), out)
+                .step(self.layers(), self.now(), out)
                 .map(|cursor| Continuation(Pending::Scan(cursor))),
             // Blocking: for tests and tools only; an event loop awaits
             // `complete_remote` instead.
@@ -691,9 +691,7 @@ impl Service {
             }
             message if message.field(field_type::DIGEST).is_none() => {
                 // No digest: a scan or a query.
-                Ok(scan::start(self, &message, out, origin)
-                    .and_then(|cursor| Box::new(cursor).step(self, self.now(), out))
-                    .map(|cursor| Continuation(Pending::Scan(cursor))))
+                Ok(self.start_scan(&message, out, origin))
             }
             message => Ok(transaction::execute(
                 self,
@@ -707,6 +705,32 @@ impl Service {
         }
     }
 
+    /// A scan or query: a background one is a job, answered at once
+    /// ([`job::start`]); a foreground one streams from its cursor.
+    fn start_scan(
+        &self,
+        message: &Message<'_>,
+        out: &mut Vec<u8>,
+        origin: job::Origin,
+    ) -> Option<Continuation> {
+        let indexes = move |namespace: &Namespace| self.sindexes(namespace);
+        if scan::is_background(message) {
+            job::start(
+                self.job_runner(),
+                self.udf_registry(),
+                &indexes,
+                message,
+                out,
+                origin,
+            );
+            return None;
+        }
+        let layers = self.layers();
+        scan::start(layers, &self.jobs.monitors, &indexes, message, out, origin)
+            .and_then(|cursor| Box::new(cursor).step(layers, layers.now(), out))
+            .map(|cursor| Continuation(Pending::Scan(cursor)))
+    }
+
     /// What a batch runs its rows with (see [`batch`]).
     fn row_context(&self) -> batch::RowContext<'_> {
         batch::RowContext {
@@ -714,6 +738,22 @@ impl Service {
             modules: self.udf_registry(),
             executor: self,
         }
+    }
+
+    /// What starts and runs background jobs (see [`job`]).
+    fn job_runner(&self) -> job::Runner<'_> {
+        job::Runner {
+            layers: self.layers(),
+            jobs: &self.jobs,
+            writes: self,
+        }
+    }
+
+    /// Runs background jobs until `stopping` is set (the server's
+    /// `citrine-jobs` thread). While it runs, jobs are queued there instead
+    /// of running inline in the request that started them.
+    pub fn run_background_jobs(&self, stopping: &AtomicBool) {
+        self.job_runner().run(stopping);
     }
 
     /// The lookup a single-record AS_MSG body will make (see
@@ -805,6 +845,18 @@ impl batch::RowExecutor for Service {
         out: &'a mut Vec<u8>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
         Box::pin(self.complete_row(remote, out))
+    }
+}
+
+/// How a background job's record writes run: as a client's requests.
+impl job::WritePath for Service {
+    fn run(
+        &self,
+        header: ProtoHeader,
+        body: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), CloseConnection> {
+        self.handle(header, body, reply)
     }
 }
 

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::batch::tests::{decode_stream, digest, put, put_blob, run, service, Msg, START_MS};
+use crate::Service;
 use std::collections::BTreeSet;
 
 /// Options of a scan request.
@@ -1243,7 +1244,7 @@ fn a_background_jobs_partitions_are_dropped_only_once_walked() {
         let mut cursor = parse(&message, Arc::clone(&namespace), indexes, true)
             .unwrap()
             .unwrap();
-        cursor.keep_mastered_partitions(&service);
+        cursor.keep_mastered_partitions(service.layers());
         cursor
     };
     let mut job = cursor();
@@ -1272,7 +1273,7 @@ fn a_background_jobs_partitions_are_dropped_only_once_walked() {
     assert_eq!(held(walked), records, "kept for the jobs");
     assert_eq!(service.migrations().pins.deferred(), 1);
     let mut out = Vec::new();
-    while !job.advance(&service, service.now(), &mut out) {
+    while !job.advance(service.layers(), service.now(), &mut out) {
         assert!(!job.blocked());
     }
     let digests = job.take_collected();
