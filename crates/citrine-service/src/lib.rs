@@ -633,19 +633,8 @@ impl Service {
             noop::reply(body, self.batch_max_requests.load(Ordering::Relaxed), out);
             return Ok(None);
         }
-        if self.dist.is_orphan() {
-            // Not in a cluster yet: the client tries another node.
-            transaction::write_refusal(out, body, ResultCode::Unavailable);
-            return Ok(None);
-        }
-        if self.routes() && self.dist.cluster_stalled(self.now().unix_ms) {
-            // The view may be stale (see `cluster_ticked`): single-record
-            // requests, batches, scans, queries and aggregations alike.
-            self.dist
-                .stats
-                .stall_refusals
-                .fetch_add(1, Ordering::Relaxed);
-            transaction::write_refusal(out, body, ResultCode::Unavailable);
+        if let Some(code) = self.refusal() {
+            transaction::write_refusal(out, body, code);
             return Ok(None);
         }
         let message = match Message::decode(body) {
@@ -669,40 +658,61 @@ impl Service {
             transaction::write_refusal(out, body, ResultCode::Timeout);
             return Ok(None);
         }
-        match message {
-            message if message.header.info1 & info1::BATCH != 0 => {
-                let max_rows = self.batch_max_requests.load(Ordering::Relaxed);
-                let next = batch::start(self.row_context(), max_rows, &message, out);
-                Ok(Continuation::of_batch(next))
-            }
-            message
-                if message.field(field_type::DIGEST).is_none() && udf::is_aggregation(&message) =>
-            {
-                Ok(
-                    udf::start_aggregate(self, &message, out, origin).and_then(|run| {
-                        if run.has_delegated() {
-                            Some(Continuation(Pending::AggregateRemote(run)))
-                        } else {
-                            run.step(self, out)
-                                .map(|run| Continuation(Pending::Aggregate(run)))
-                        }
-                    }),
-                )
-            }
-            message if message.field(field_type::DIGEST).is_none() => {
-                // No digest: a scan or a query.
-                Ok(self.start_scan(&message, out, origin))
-            }
-            message => Ok(transaction::execute(
-                self,
-                &message,
-                body,
-                replication::Hop::client(deadline_ms),
-                false,
-                out,
-            )
-            .map(|remote| Continuation(Pending::Remote(remote)))),
+        Ok(self.dispatch(&message, body, deadline_ms, out, origin))
+    }
+
+    /// Why every AS_MSG request is refused now, if it is: the node is not
+    /// in a cluster yet, or its view may be stale.
+    fn refusal(&self) -> Option<ResultCode> {
+        if self.dist.is_orphan() {
+            // Not in a cluster yet: the client tries another node.
+            return Some(ResultCode::Unavailable);
         }
+        if self.routes() && self.dist.cluster_stalled(self.now().unix_ms) {
+            // The view may be stale (see `cluster_ticked`): single-record
+            // requests, batches, scans, queries and aggregations alike.
+            self.dist
+                .stats
+                .stall_refusals
+                .fetch_add(1, Ordering::Relaxed);
+            return Some(ResultCode::Unavailable);
+        }
+        None
+    }
+
+    /// Routes a decoded AS_MSG request to its feature: a batch, a
+    /// single-record request (its deadline, if it waited here, goes with
+    /// it), an aggregation, or a scan or query.
+    fn dispatch(
+        &self,
+        message: &Message<'_>,
+        body: &[u8],
+        deadline_ms: Option<u64>,
+        out: &mut Vec<u8>,
+        origin: job::Origin,
+    ) -> Option<Continuation> {
+        if message.header.info1 & info1::BATCH != 0 {
+            let max_rows = self.batch_max_requests.load(Ordering::Relaxed);
+            let next = batch::start(self.row_context(), max_rows, message, out);
+            return Continuation::of_batch(next);
+        }
+        if message.field(field_type::DIGEST).is_some() {
+            let hop = replication::Hop::client(deadline_ms);
+            return transaction::execute(self, message, body, hop, false, out)
+                .map(|remote| Continuation(Pending::Remote(remote)));
+        }
+        if udf::is_aggregation(message) {
+            return udf::start_aggregate(self, message, out, origin).and_then(|run| {
+                if run.has_delegated() {
+                    Some(Continuation(Pending::AggregateRemote(run)))
+                } else {
+                    run.step(self, out)
+                        .map(|run| Continuation(Pending::Aggregate(run)))
+                }
+            });
+        }
+        // No digest: a scan or a query.
+        self.start_scan(message, out, origin)
     }
 
     /// A scan or query: a background one is a job, answered at once
