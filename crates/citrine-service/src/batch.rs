@@ -14,13 +14,18 @@
 //!    what is left of the batch's time), writing one bare row message per
 //!    row whose `transaction_ttl` holds the row's batch index.
 //!
-//! In a cluster ([`Service::routes`](crate::Service)), each row runs as the
+//! In a cluster (the distribution layer routes), each row runs as the
 //! single-record request it describes (fields plus the digest, ops), through
 //! the same routing as a single request: a row mastered elsewhere is
 //! proxied, a write is replicated, a row on a partition being filled goes
 //! through duplicate resolution. Rows that need the fabric wait together
 //! (`BatchRemote`, at most `REMOTE_ROWS_MAX` per step) and their row
 //! messages follow once their answers are in.
+//!
+//! What it reaches: a [`RowContext`] — the two layers ([`crate::Layers`]),
+//! the UDF modules a row may call, and, for the rows a cluster routes, the
+//! service's request path as a narrow [`RowExecutor`] (such a row is a
+//! whole single-record request) — never the service itself.
 //!
 //! Invariants:
 //! - every row is answered exactly once, followed by one LAST message with
@@ -42,12 +47,16 @@
 //! - parsing never panics: every read is bounds-checked (`get`), and pass 2
 //!   only re-walks bytes pass 1 accepted.
 
+use crate::namespace::Namespace;
 use crate::replication::Remote;
-use crate::transaction::{self, Ops, Reply, Request};
-use crate::Service;
+use crate::transaction::{self, Now, Ops, Reply, Request};
+use crate::udf::UdfCall;
+use crate::Layers;
 use citrine_types::{Digest, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::msg::{field_type, info3, Message, MessageWriter, MsgHeader, MSG_HEADER_SIZE};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -275,26 +284,55 @@ impl<'a> RowReader<'a> {
         let index = self.u32("batch index")?;
         let mut digest = [0u8; DIGEST_SIZE];
         digest.copy_from_slice(self.take(DIGEST_SIZE, "row digest")?);
+        let digest = Digest(digest);
         let row_type = self.byte("row type")?;
         if row_type & !row_flags::KNOWN != 0 {
             return Err(BatchError::Malformed("unknown row type bits"));
         }
         if row_type & row_flags::REPEAT != 0 {
-            if row_type != row_flags::REPEAT {
-                return Err(BatchError::Malformed("REPEAT with other row bits"));
-            }
-            let Some((_, body)) = self.previous else {
-                return Err(BatchError::Malformed("REPEAT on the first row"));
-            };
-            if self.previous_has_key {
-                return Err(BatchError::Malformed("REPEAT after a row with a key"));
-            }
+            let body = self.repeated(row_type)?;
             return Ok(Row {
                 index,
-                digest: Digest(digest),
+                digest,
                 body,
             });
         }
+        let header = self.row_header(row_type)?;
+        let (fields, has_key) = self.row_fields(header.n_fields)?;
+        let ops = self.row_ops(header.n_ops)?;
+        let body = RowBody {
+            header,
+            fields,
+            ops,
+        };
+        self.previous = Some((row_start, body));
+        self.previous_has_key = has_key;
+        Ok(Row {
+            index,
+            digest,
+            body,
+        })
+    }
+
+    /// A REPEAT row's body: the last full row's. REPEAT comes alone, not
+    /// on the first row, and not after a row with a key.
+    fn repeated(&self, row_type: u8) -> Result<RowBody<'a>, BatchError> {
+        if row_type != row_flags::REPEAT {
+            return Err(BatchError::Malformed("REPEAT with other row bits"));
+        }
+        let Some((_, body)) = self.previous else {
+            return Err(BatchError::Malformed("REPEAT on the first row"));
+        };
+        if self.previous_has_key {
+            return Err(BatchError::Malformed("REPEAT after a row with a key"));
+        }
+        Ok(body)
+    }
+
+    /// A full row's header: the info bytes, generation and TTL its type
+    /// says it carries (else the parent's SC read bits and TTL), the
+    /// parent's timeout, and its field and op counts.
+    fn row_header(&mut self, row_type: u8) -> Result<MsgHeader, BatchError> {
         let mut header = MsgHeader {
             info1: self.byte("row info1")?,
             info3: self.parent.sc_bits,
@@ -317,17 +355,21 @@ impl<'a> RowReader<'a> {
         if row_type & row_flags::TTL != 0 {
             header.record_ttl = self.u32("row ttl")?;
         }
-        let n_fields = match self.u16("row field count")? {
+        header.n_fields = match self.u16("row field count")? {
             // Old clients sent 0 and meant the namespace field alone.
             0 => 1,
             count => count,
         };
-        let n_ops = self.u16("row op count")?;
-        header.n_fields = n_fields;
-        header.n_ops = n_ops;
+        header.n_ops = self.u16("row op count")?;
+        Ok(header)
+    }
+
+    /// Reads a row's `count` fields, checking each (the first is the
+    /// namespace): their bytes, and whether one is a KEY.
+    fn row_fields(&mut self, count: u16) -> Result<(&'a [u8], bool), BatchError> {
         let fields_start = self.at;
         let mut has_key = false;
-        for position in 0..n_fields {
+        for position in 0..count {
             let rest = self.payload.get(self.at..).unwrap_or_default();
             let (field_type, _, used) =
                 parse_field(rest).ok_or(BatchError::Malformed("row field"))?;
@@ -339,27 +381,19 @@ impl<'a> RowReader<'a> {
             has_key |= field_type == field_type::KEY;
             self.at += used;
         }
-        let fields = &self.payload[fields_start..self.at];
+        Ok((&self.payload[fields_start..self.at], has_key))
+    }
+
+    /// Reads a row's `count` ops, checking each: their bytes.
+    fn row_ops(&mut self, count: u16) -> Result<&'a [u8], BatchError> {
         let ops_start = self.at;
-        for _ in 0..n_ops {
+        for _ in 0..count {
             let rest = self.payload.get(self.at..).unwrap_or_default();
             let (_, used) =
                 citrine_wire::msg::split_op(rest).ok_or(BatchError::Malformed("row op"))?;
             self.at += used;
         }
-        let ops = &self.payload[ops_start..self.at];
-        let body = RowBody {
-            header,
-            fields,
-            ops,
-        };
-        self.previous = Some((row_start, body));
-        self.previous_has_key = has_key;
-        Ok(Row {
-            index,
-            digest: Digest(digest),
-            body,
-        })
+        Ok(&self.payload[ops_start..self.at])
     }
 }
 
@@ -414,16 +448,53 @@ pub struct BatchCursor {
     rows_left: u32,
 }
 
-/// Starts a batch request: validates it, then answers as many rows as fit in
-/// one step. Returns what follows.
-pub(crate) fn start(service: &Service, message: &Message<'_>, out: &mut Vec<u8>) -> BatchNext {
+/// How a batch runs a row in a cluster: as the single-record request it
+/// describes, through the service's request path (routing, proxying,
+/// duplicate resolution, replication), which the service implements this
+/// for. It is all a batch reaches of the service.
+pub(crate) trait RowExecutor: Sync {
+    /// Runs `body` (a single-record AS_MSG body) as a client's request —
+    /// not counted as a transaction of its own — and writes its reply
+    /// frame to `out`, unless fabric work remains (returned).
+    fn execute_row(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>>;
+
+    /// Completes a row's fabric work into its reply frame in `out`.
+    fn finish_row<'a>(
+        &'a self,
+        remote: Remote,
+        out: &'a mut Vec<u8>,
+    ) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+}
+
+/// What a batch runs its rows with: the two layers, the UDF modules (a
+/// row may call a record UDF), and the request path of rows a cluster
+/// routes.
+#[derive(Clone, Copy)]
+pub(crate) struct RowContext<'s> {
+    pub(crate) layers: Layers<'s>,
+    pub(crate) modules: &'s citrine_udf::Registry,
+    pub(crate) executor: &'s dyn RowExecutor,
+}
+
+/// Starts a batch request: validates it (at most `max_rows` rows), then
+/// answers as many rows as fit in one step. Returns what follows.
+pub(crate) fn start(
+    context: RowContext<'_>,
+    max_rows: u32,
+    message: &Message<'_>,
+    out: &mut Vec<u8>,
+) -> BatchNext {
+    let stats = &context.layers.stats.batch;
+    let refuse = |out: &mut Vec<u8>, code: ResultCode| {
+        stats.errors.fetch_add(1, Ordering::Relaxed);
+        transaction::write_stream_end(out, code);
+        BatchNext::Done
+    };
     let payload = message
         .field(field_type::BATCH_INDEX)
         .or_else(|| message.field(field_type::BATCH_INDEX_WITH_SET));
     let Some(payload) = payload else {
-        service.stats.batch.errors.fetch_add(1, Ordering::Relaxed);
-        transaction::write_stream_end(out, ResultCode::Parameter);
-        return BatchNext::Done;
+        return refuse(out, ResultCode::Parameter);
     };
     let parent = Parent {
         sc_bits: message.header.info3 & SC_READ_BITS,
@@ -431,33 +502,20 @@ pub(crate) fn start(service: &Service, message: &Message<'_>, out: &mut Vec<u8>)
         transaction_ttl: message.header.transaction_ttl,
         started: Some(Instant::now()),
     };
-    let filter = match message.field(field_type::FILTER_EXPRESSION) {
-        Some(bytes) => match crate::filter::parse(bytes) {
-            Ok(expression) => Some(Box::new(ParentFilter {
-                bytes: bytes.to_vec(),
-                expression,
-            })),
-            Err(code) => {
-                service.stats.batch.errors.fetch_add(1, Ordering::Relaxed);
-                transaction::write_stream_end(out, code);
-                return BatchNext::Done;
-            }
-        },
-        None => None,
+    let filter = match parent_filter(message) {
+        Ok(filter) => filter,
+        Err(code) => return refuse(out, code),
     };
-    let max_rows = service.batch_max_requests.load(Ordering::Relaxed);
     let rows = match validate(payload, parent, max_rows) {
         Ok(rows) => rows,
         Err(error) => {
             tracing::debug!("batch refused: {error:?}");
-            service.stats.batch.errors.fetch_add(1, Ordering::Relaxed);
-            transaction::write_stream_end(out, error.code());
-            return BatchNext::Done;
+            return refuse(out, error.code());
         }
     };
-    service.stats.batch.requests.fetch_add(1, Ordering::Relaxed);
+    stats.requests.fetch_add(1, Ordering::Relaxed);
     let reader = RowReader::new(payload, parent);
-    let chunk = run_rows(service, reader, rows, filter.as_deref(), out);
+    let chunk = run_rows(context, reader, rows, filter.as_deref(), out);
     chunk.next(|(at, previous, rows_left)| BatchCursor {
         payload: payload.to_vec(),
         parent,
@@ -466,6 +524,19 @@ pub(crate) fn start(service: &Service, message: &Message<'_>, out: &mut Vec<u8>)
         previous,
         rows_left,
     })
+}
+
+/// The parent's filter expression (field 43), parsed; a malformed one
+/// refuses the batch.
+fn parent_filter(message: &Message<'_>) -> Result<Option<Box<ParentFilter>>, ResultCode> {
+    let Some(bytes) = message.field(field_type::FILTER_EXPRESSION) else {
+        return Ok(None);
+    };
+    let expression = crate::filter::parse(bytes)?;
+    Ok(Some(Box::new(ParentFilter {
+        bytes: bytes.to_vec(),
+        expression,
+    })))
 }
 
 /// What follows a step of a batch.
@@ -497,14 +568,14 @@ impl BatchRemote {
     /// messages (and LAST when the batch ends); returns the rest.
     pub(crate) async fn complete(
         self,
-        service: &Service,
+        context: RowContext<'_>,
         out: &mut Vec<u8>,
     ) -> Option<BatchCursor> {
         let runs = self
             .rows
             .into_iter()
             .map(|(index, remote, mut reply)| async move {
-                service.complete_row(*remote, &mut reply).await;
+                context.executor.finish_row(*remote, &mut reply).await;
                 (index, reply)
             })
             .collect();
@@ -551,7 +622,7 @@ impl Chunk {
 impl BatchCursor {
     /// Answers the next frame's worth of rows; `None` when the batch is done
     /// (the LAST message has been written).
-    pub(crate) fn step(mut self, service: &Service, out: &mut Vec<u8>) -> BatchNext {
+    pub(crate) fn step(mut self, context: RowContext<'_>, out: &mut Vec<u8>) -> BatchNext {
         let reader = match RowReader::resume(&self.payload, self.parent, self.at, self.previous) {
             Ok(reader) => reader,
             Err(_) => {
@@ -560,7 +631,7 @@ impl BatchCursor {
                 return BatchNext::Done;
             }
         };
-        let chunk = run_rows(service, reader, self.rows_left, self.filter.as_deref(), out);
+        let chunk = run_rows(context, reader, self.rows_left, self.filter.as_deref(), out);
         chunk.next(|(at, previous, rows_left)| {
             self.at = at;
             self.previous = previous;
@@ -574,7 +645,7 @@ impl BatchCursor {
 /// row was run (LAST written unless some rows wait for the fabric) or the
 /// frame is full.
 fn run_rows(
-    service: &Service,
+    context: RowContext<'_>,
     mut reader: RowReader<'_>,
     mut rows_left: u32,
     filter: Option<&ParentFilter>,
@@ -582,7 +653,7 @@ fn run_rows(
 ) -> Chunk {
     let frame_start = out.len();
     out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
-    let now = service.now();
+    let now = context.layers.now();
     let mut remote = Vec::new();
     while rows_left > 0 {
         let Ok(row) = reader.next_row() else {
@@ -595,7 +666,7 @@ fn run_rows(
             };
         };
         rows_left -= 1;
-        if let Some(waiting) = execute_row(service, &row, reader.parent, filter, now, out) {
+        if let Some(waiting) = execute_row(context, &row, reader.parent, filter, now, out) {
             remote.push(waiting);
         }
         if rows_left > 0
@@ -697,93 +768,142 @@ fn write_last(out: &mut Vec<u8>, code: ResultCode) {
 /// Runs one row and writes its row message, or returns the fabric work it
 /// needs first (in a cluster).
 fn execute_row(
-    service: &Service,
+    context: RowContext<'_>,
     row: &Row<'_>,
     parent: Parent,
     parent_filter: Option<&ParentFilter>,
-    now: crate::transaction::Now,
+    now: Now,
     out: &mut Vec<u8>,
 ) -> Option<RemoteRow> {
-    service.stats.batch.rows.fetch_add(1, Ordering::Relaxed);
+    context
+        .layers
+        .stats
+        .batch
+        .rows
+        .fetch_add(1, Ordering::Relaxed);
     let reply = Reply::Row(row.index);
     let body = &row.body;
-    let refuse = |out: &mut Vec<u8>, code: ResultCode| {
-        transaction::write_error(out, code, reply);
-        None
-    };
-    let Some(namespace) = body
-        .field(field_type::NAMESPACE)
-        .and_then(|name| service.namespace(name))
-    else {
-        return refuse(out, ResultCode::Namespace);
-    };
-    let mut set: &[u8] = &[];
-    let mut key = None;
-    let mut row_filter = None;
-    for (kind, data) in body.fields() {
-        match kind {
-            field_type::NAMESPACE => {}
-            field_type::SET => set = data,
-            field_type::KEY => match transaction::parse_key(data) {
-                Ok(parsed) => key = Some(parsed),
-                Err(code) => return refuse(out, code),
-            },
-            field_type::TXN_ID | field_type::RECORD_VERSION | field_type::TXN_DEADLINE => {
-                return refuse(out, ResultCode::EnterpriseOnly)
-            }
-            field_type::UDF_OP => return refuse(out, ResultCode::Parameter),
-            field_type::FILTER_EXPRESSION => match crate::filter::parse(data) {
-                Ok(expression) => row_filter = Some(expression),
-                Err(code) => return refuse(out, code),
-            },
-            _ => {}
-        }
-    }
-    if set.len() > SET_NAME_MAX || set.contains(&0) {
-        return refuse(out, ResultCode::Parameter);
-    }
-    let mut udf = match crate::udf::parse_call(service.udf_registry(), |kind| body.field(kind)) {
-        Ok(udf) => udf,
-        Err(code) => return refuse(out, code),
-    };
     let mut parent = parent;
-    if let Some(call) = udf.as_mut() {
-        let Some(left) = parent.udf_time_left() else {
-            return refuse(out, ResultCode::Timeout);
-        };
-        call.time_limit = Some(left);
-        // A routed row carries what is left as its own timeout.
-        parent.transaction_ttl = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
-    }
-    if service.routes() {
+    let (namespace, fields, udf) = match check_row(context, body, &mut parent) {
+        Ok(checked) => checked,
+        Err(code) => {
+            transaction::write_error(out, code, reply);
+            return None;
+        }
+    };
+    if context.layers.dist.routes() {
         // In a cluster a row goes where a single-record request would: to
         // its master (proxied), through duplicate resolution, replicated.
-        let mut reply = Vec::new();
-        let Some(body) = single_body(row, parent, parent_filter.map(|filter| &filter.bytes[..]))
-        else {
-            return refuse(out, ResultCode::Parameter);
-        };
-        return match service.execute_row_body(&body, &mut reply) {
-            Some(work) => Some((row.index, work, reply)),
-            None => {
-                append_row_reply(out, &reply, row.index);
-                None
-            }
-        };
+        return execute_routed(context.executor, row, parent, parent_filter, out);
     }
     let request = Request {
         header: body.header,
         digest: row.digest,
-        set,
-        key,
+        set: fields.set,
+        key: fields.key,
         ops: Ops::Raw(body.ops),
         reply,
-        filter: row_filter
+        filter: fields
+            .filter
             .as_ref()
             .or(parent_filter.map(|filter| &filter.expression)),
     };
     transaction::perform_here(namespace, &request, udf.as_ref(), now, out);
     None
+}
+
+/// A row's own fields, checked: its set, key and filter expression.
+struct RowFields<'a> {
+    set: &'a [u8],
+    key: Option<(u8, &'a [u8])>,
+    filter: Option<citrine_exp::Expression>,
+}
+
+/// A row's namespace, own fields ([`row_fields`]) and record UDF call
+/// ([`row_udf`]), checked in that order: the first refusal is the row's
+/// result.
+fn check_row<'a>(
+    context: RowContext<'a>,
+    body: &RowBody<'a>,
+    parent: &mut Parent,
+) -> Result<(&'a Namespace, RowFields<'a>, Option<UdfCall<'a>>), ResultCode> {
+    let namespace = body
+        .field(field_type::NAMESPACE)
+        .and_then(|name| context.layers.namespace(name))
+        .ok_or(ResultCode::Namespace)?;
+    let fields = row_fields(body)?;
+    let udf = row_udf(context.modules, body, parent)?;
+    Ok((namespace, fields, udf))
+}
+
+/// Checks a row's fields in their order (a bad key 4, a transaction field
+/// 25, a UDF_OP 4, a malformed filter expression), then its set name.
+fn row_fields<'a>(body: &RowBody<'a>) -> Result<RowFields<'a>, ResultCode> {
+    let mut fields = RowFields {
+        set: &[],
+        key: None,
+        filter: None,
+    };
+    for (kind, data) in body.fields() {
+        match kind {
+            field_type::NAMESPACE => {}
+            field_type::SET => fields.set = data,
+            field_type::KEY => fields.key = Some(transaction::parse_key(data)?),
+            field_type::TXN_ID | field_type::RECORD_VERSION | field_type::TXN_DEADLINE => {
+                return Err(ResultCode::EnterpriseOnly)
+            }
+            field_type::UDF_OP => return Err(ResultCode::Parameter),
+            field_type::FILTER_EXPRESSION => fields.filter = Some(crate::filter::parse(data)?),
+            _ => {}
+        }
+    }
+    if fields.set.len() > SET_NAME_MAX || fields.set.contains(&0) {
+        return Err(ResultCode::Parameter);
+    }
+    Ok(fields)
+}
+
+/// The row's record UDF call, if it names one (from the UDF `modules`),
+/// limited to what is left of the batch's time: none left → 9. The row's
+/// `parent` then carries what is left as its timeout (a routed row's).
+fn row_udf<'a>(
+    modules: &'a citrine_udf::Registry,
+    body: &RowBody<'a>,
+    parent: &mut Parent,
+) -> Result<Option<UdfCall<'a>>, ResultCode> {
+    let mut udf = crate::udf::parse_call(modules, |kind| body.field(kind))?;
+    if let Some(call) = udf.as_mut() {
+        let left = parent.udf_time_left().ok_or(ResultCode::Timeout)?;
+        call.time_limit = Some(left);
+        // A routed row carries what is left as its own timeout.
+        parent.transaction_ttl = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
+    }
+    Ok(udf)
+}
+
+/// Runs a row in a cluster as the single-record request it describes
+/// ([`single_body`]) through `executor`; its row message follows at once
+/// unless fabric work remains (returned with the reply so far).
+fn execute_routed(
+    executor: &dyn RowExecutor,
+    row: &Row<'_>,
+    parent: Parent,
+    parent_filter: Option<&ParentFilter>,
+    out: &mut Vec<u8>,
+) -> Option<RemoteRow> {
+    let filter = parent_filter.map(|filter| &filter.bytes[..]);
+    let Some(body) = single_body(row, parent, filter) else {
+        transaction::write_error(out, ResultCode::Parameter, Reply::Row(row.index));
+        return None;
+    };
+    let mut reply = Vec::new();
+    match executor.execute_row(&body, &mut reply) {
+        Some(work) => Some((row.index, work, reply)),
+        None => {
+            append_row_reply(out, &reply, row.index);
+            None
+        }
+    }
 }
 
 #[cfg(test)]

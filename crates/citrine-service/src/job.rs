@@ -3,15 +3,21 @@
 //! selects, on the server, after answering the client at once. Clients
 //! then poll `query-show` until the job is done.
 //!
-//! Owns: `submit` (from the scan module's `start`, which checks the ops
-//! — a read op → 4 — builds the same cursor a foreground scan or query
-//! would over the partitions this node masters, and answers one LAST/0 at
-//! once; over a set never written, LAST/0 and no job, as the reference
-//! answers), running a job ([`Service::run_background_jobs`] on the
-//! server's `citrine-jobs` thread, or inline where no such thread runs),
-//! and `monitor`: what
-//! `query-show` shows of every job, foreground or background, and the
-//! `query-show` / `query-abort` / `query-abort-all` info commands.
+//! Owns: [`start`] (dispatch sends it the requests
+//! [`crate::scan::is_background`] says are jobs; it checks them with the
+//! scan's own checks, builds the cursor over the partitions this node
+//! masters and answers one LAST/0 at once; over a set never written,
+//! LAST/0 and no job, as the reference answers), running a job ([`Runner::run`] on the server's
+//! `citrine-jobs` thread, or inline where no such thread runs), and
+//! [`monitor`]: what `query-show` shows of every job, foreground or
+//! background, and the `query-show` / `query-abort` / `query-abort-all`
+//! info commands.
+//!
+//! What it reaches: a [`Runner`] — the two layers ([`crate::Layers`]),
+//! this node's [`Jobs`], and the service's request path as a narrow
+//! [`WritePath`] (a job's writes are whole requests: the service runs
+//! them as it runs a client's) — plus, to start a job, the UDF modules
+//! and the namespace's secondary indexes. Never the service itself.
 //!
 //! A job walks its records with the same [`ScanCursor`] a foreground scan
 //! or query uses (partitions this node masters, set, index range, filter
@@ -22,8 +28,9 @@
 //! ([`crate::migration::JobPins`]): a view that moves one away (to a node
 //! that joined after the job started, so never got it) defers the drop of
 //! this node's copy until the job has walked it. It applies the ops
-//! to each through the ordinary write path ([`Service::handle`]: partition
-//! lock, replication, statistics), as a single-record write of the
+//! to each through the ordinary write path ([`WritePath`], the service's
+//! [`crate::Service::handle`]: partition lock, replication, statistics),
+//! as a single-record write of the
 //! record's digest with the request's write flags, its filter expression
 //! (checked again under the lock) and `UPDATE_ONLY`, so a record deleted
 //! meanwhile is not brought back.
@@ -47,9 +54,10 @@
 pub(crate) mod monitor;
 
 use crate::namespace::Namespace;
-use crate::scan::ScanCursor;
+use crate::scan::{self, IndexesOf, ScanCursor};
+use crate::transaction;
 use crate::work::WorkQueue;
-use crate::Service;
+use crate::{CloseConnection, Layers};
 use citrine_types::{Digest, ResultCode};
 use citrine_wire::frame::ProtoHeader;
 use citrine_wire::info::InfoCommand;
@@ -201,13 +209,91 @@ pub(crate) fn check_ops(
     Ok(())
 }
 
+/// The request path a job's record writes go through: the service's own
+/// ([`crate::Service::handle`]: refusals, partition lock, routing,
+/// replication, statistics), which the service implements this for. It is
+/// all a job reaches of the service.
+pub(crate) trait WritePath: Sync {
+    /// Handles one request frame (`header`, `body`) as a client's and
+    /// appends its whole reply to `reply`; `Err` when the frame is one a
+    /// connection would be closed for.
+    fn run(
+        &self,
+        header: ProtoHeader,
+        body: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), CloseConnection>;
+}
+
+/// What starts and runs jobs: the two layers, this node's jobs, and the
+/// path their writes take.
+#[derive(Clone, Copy)]
+pub(crate) struct Runner<'s> {
+    pub(crate) layers: Layers<'s>,
+    pub(crate) jobs: &'s Jobs,
+    pub(crate) writes: &'s dyn WritePath,
+}
+
+/// Starts a background scan or query (see [`crate::scan::is_background`]):
+/// checks it as a scan is checked, its ops as a job's
+/// ([`check_ops`], with the UDF `modules`), parses its walk (with the
+/// namespace's secondary `indexes`) and answers at once: accepted (0)
+/// and submitted, or refused.
+pub(crate) fn start(
+    runner: Runner<'_>,
+    modules: &citrine_udf::Registry,
+    indexes: IndexesOf<'_>,
+    message: &Message<'_>,
+    out: &mut Vec<u8>,
+    origin: Origin,
+) {
+    let layers = runner.layers;
+    let parsed = scan::check_request(layers, message, true).and_then(|namespace| {
+        check_ops(message, modules)?;
+        let cursor = scan::parse(message, Arc::clone(&namespace), indexes(&namespace), true)?;
+        Ok((namespace, cursor))
+    });
+    let (namespace, mut cursor) = match parsed {
+        Err(code) => {
+            scan::refuse(layers, out, code);
+            return;
+        }
+        Ok((_, None)) => {
+            // A set never written: accepted, with nothing to do and no
+            // job to show (`query-show` answers "job not found", as the
+            // reference's does).
+            transaction::write_stream_end(out, ResultCode::Ok);
+            return;
+        }
+        Ok((namespace, Some(cursor))) => (namespace, cursor),
+    };
+    if layers.dist.routes() {
+        // Partitions another node masters are its work.
+        cursor.keep_mastered_partitions(layers);
+    }
+    let from = match origin {
+        Origin::Client(from) => from,
+        Origin::Peer => None,
+    };
+    let start = out.len();
+    match submit(runner, message, &namespace, Box::new(cursor), from) {
+        Ok(monitor) => {
+            transaction::write_stream_end(out, ResultCode::Ok);
+            if let Some(monitor) = monitor {
+                monitor.add_net_io(out.len() - start);
+            }
+        }
+        Err(code) => transaction::write_stream_end(out, code),
+    }
+}
+
 /// Registers a background job for `message` (its walk `cursor`, sent by
 /// `from`) and starts it; answers its monitor, or `None` for a job sent
 /// again with a task id already registered (a client retrying a
 /// submission whose answer it lost: it runs once). Refused with 211 when
 /// [`MAX_ACTIVE`] jobs are active already.
-pub(crate) fn submit(
-    service: &Service,
+fn submit(
+    runner: Runner<'_>,
     message: &Message<'_>,
     namespace: &Namespace,
     cursor: Box<ScanCursor>,
@@ -231,137 +317,181 @@ pub(crate) fn submit(
         &namespace.config.name,
         cursor.index_name(),
         from,
-        service.now().unix_ms,
+        runner.layers.now().unix_ms,
     );
-    let Some(monitor) = service.jobs.monitors.add_background(monitor)? else {
+    let Some(monitor) = runner.jobs.monitors.add_background(monitor)? else {
         return Ok(None);
     };
-    let job = Arc::new(Job {
-        monitor: Arc::clone(&monitor),
-        namespace: namespace.config.name.clone(),
-        header: message.header,
-        rate: message
-            .field(field_type::RECORDS_PER_SECOND)
-            .and_then(|bytes| <[u8; 4]>::try_from(bytes).ok())
-            .map_or(0, u32::from_be_bytes),
-        filter: message
-            .field(field_type::FILTER_EXPRESSION)
-            .map(<[u8]>::to_vec),
+    let job = Arc::new(Job::new(
+        Arc::clone(&monitor),
+        message,
+        namespace,
         udf,
-        ops: message
-            .ops()
-            .map(|op| JobOp {
-                op_type: op.op_type,
-                particle_type: op.particle_type,
-                name: op.name.to_vec(),
-                value: op.value.to_vec(),
-            })
-            .collect(),
-        progress: Mutex::new(Some(Progress {
-            cursor,
-            pending: VecDeque::new(),
-            exhausted: false,
-            started: None,
-            attempted: 0,
-            scratch: Vec::new(),
-            frame: Vec::new(),
-            reply: Vec::new(),
-        })),
-    });
-    if !service.jobs.queue.push(job) {
-        service.run_pending_background_jobs();
+        cursor,
+    ));
+    if !runner.jobs.queue.push(job) {
+        runner.run_pending();
     }
     Ok(Some(monitor))
 }
 
 impl Job {
-    fn finish(&self, service: &Service, reason: Reason) {
-        self.monitor.finish(reason, service.now().unix_ms);
+    /// The job `monitor` shows: `message`'s writes (or its `udf` call) on
+    /// each record of `namespace` that `cursor` selects.
+    fn new(
+        monitor: Arc<Monitor>,
+        message: &Message<'_>,
+        namespace: &Namespace,
+        udf: Vec<(u8, Vec<u8>)>,
+        cursor: Box<ScanCursor>,
+    ) -> Job {
+        Job {
+            monitor,
+            namespace: namespace.config.name.clone(),
+            header: message.header,
+            rate: message
+                .field(field_type::RECORDS_PER_SECOND)
+                .and_then(|bytes| <[u8; 4]>::try_from(bytes).ok())
+                .map_or(0, u32::from_be_bytes),
+            filter: message
+                .field(field_type::FILTER_EXPRESSION)
+                .map(<[u8]>::to_vec),
+            udf,
+            ops: message
+                .ops()
+                .map(|op| JobOp {
+                    op_type: op.op_type,
+                    particle_type: op.particle_type,
+                    name: op.name.to_vec(),
+                    value: op.value.to_vec(),
+                })
+                .collect(),
+            progress: Mutex::new(Some(Progress {
+                cursor,
+                pending: VecDeque::new(),
+                exhausted: false,
+                started: None,
+                attempted: 0,
+                scratch: Vec::new(),
+                frame: Vec::new(),
+                reply: Vec::new(),
+            })),
+        }
+    }
+
+    fn finish(&self, layers: Layers<'_>, reason: Reason) {
+        self.monitor.finish(reason, layers.now().unix_ms);
+    }
+
+    /// Ends the job (done or aborted): its walk goes, with the pins that
+    /// held copies for it.
+    fn end(&self, progress: &mut Option<Progress>, layers: Layers<'_>, reason: Reason) -> Turn {
+        *progress = None;
+        layers.dist.drop_released_copies();
+        self.finish(layers, reason);
+        Turn::Finished
     }
 
     /// One turn: up to [`WRITES_PER_TURN`] writes (stepping the cursor
     /// when nothing selected is left to write), until the job ends or its
     /// next write is not yet due.
-    fn turn(&self, service: &Service) -> Turn {
+    fn turn(&self, runner: Runner<'_>) -> Turn {
+        let layers = runner.layers;
         let mut guard = self.progress.lock();
         let Some(progress) = guard.as_mut() else {
-            self.finish(service, Reason::Ok);
+            self.finish(layers, Reason::Ok);
             return Turn::Finished;
         };
         let started = *progress.started.get_or_insert_with(Instant::now);
         for _ in 0..WRITES_PER_TURN {
             if self.monitor.abort_requested() {
-                *guard = None;
-                service.dist().drop_released_copies();
-                self.finish(service, Reason::UserAborted);
-                return Turn::Finished;
+                return self.end(&mut guard, layers, Reason::UserAborted);
             }
             let Some(digest) = progress.pending.front().copied() else {
                 if progress.exhausted {
-                    *guard = None;
-                    service.dist().drop_released_copies();
-                    self.finish(service, Reason::Ok);
-                    return Turn::Finished;
+                    return self.end(&mut guard, layers, Reason::Ok);
                 }
-                progress.scratch.clear();
-                progress.exhausted =
-                    progress
-                        .cursor
-                        .advance(service, service.now(), &mut progress.scratch);
-                progress.pending.extend(progress.cursor.take_collected());
-                self.monitor.add_counts(Counts {
-                    filtered: progress.cursor.take_filtered(),
-                    ..Counts::default()
-                });
-                if progress.pending.is_empty() && progress.cursor.blocked() {
-                    // Every partition left is still filling here.
-                    return Turn::WaitUntil(Instant::now() + FILLING_RECHECK);
+                if let Some(wait) = self.select_more(progress, layers) {
+                    return wait;
                 }
                 continue;
             };
-            if self.rate > 0 {
-                // RECS_PER_SEC: this write's turn.
-                let due = started
-                    + Duration::from_micros(progress.attempted * 1_000_000 / u64::from(self.rate));
-                if due > Instant::now() {
-                    return Turn::WaitUntil(due);
-                }
+            if let Some(due) = self.due_later(started, progress.attempted) {
+                return Turn::WaitUntil(due);
             }
             progress.pending.pop_front();
             progress.attempted += 1;
             let code = {
                 let _under_way = self.monitor.write_under_way();
-                self.apply(service, &digest, &mut progress.frame, &mut progress.reply)
+                self.apply(
+                    runner.writes,
+                    &digest,
+                    &mut progress.frame,
+                    &mut progress.reply,
+                )
             };
-            let throttled = u64::from(self.rate > 0);
-            let counts = match code {
-                0 => Counts {
-                    succeeded: 1,
-                    throttled,
-                    ..Counts::default()
-                },
-                27 => Counts {
-                    filtered: 1,
-                    ..Counts::default()
-                },
-                // Deleted since it was selected: nothing to do.
-                2 => continue,
-                _ => Counts {
-                    failed: 1,
-                    throttled,
-                    ..Counts::default()
-                },
-            };
-            self.monitor.add_counts(counts);
-            self.monitor.set_progress(progress.done_hundredths());
+            self.count_write(code, progress);
         }
         Turn::More
     }
 
+    /// Steps the walk for more records to write. `Some` (look again soon)
+    /// when it selected none because every partition left is still
+    /// filling here.
+    fn select_more(&self, progress: &mut Progress, layers: Layers<'_>) -> Option<Turn> {
+        progress.scratch.clear();
+        progress.exhausted = progress
+            .cursor
+            .advance(layers, layers.now(), &mut progress.scratch);
+        progress.pending.extend(progress.cursor.take_collected());
+        self.monitor.add_counts(Counts {
+            filtered: progress.cursor.take_filtered(),
+            ..Counts::default()
+        });
+        (progress.pending.is_empty() && progress.cursor.blocked())
+            .then(|| Turn::WaitUntil(Instant::now() + FILLING_RECHECK))
+    }
+
+    /// When write number `attempted` is due under RECS_PER_SEC, counted
+    /// from the job's first turn at `started`; `None` when it is due now
+    /// (or the job has no rate).
+    fn due_later(&self, started: Instant, attempted: u64) -> Option<Instant> {
+        if self.rate == 0 {
+            return None;
+        }
+        let due = started + Duration::from_micros(attempted * 1_000_000 / u64::from(self.rate));
+        (due > Instant::now()).then_some(due)
+    }
+
+    /// Counts one write by its result `code`, and the job's progress.
+    fn count_write(&self, code: u8, progress: &Progress) {
+        let throttled = u64::from(self.rate > 0);
+        let counts = match code {
+            0 => Counts {
+                succeeded: 1,
+                throttled,
+                ..Counts::default()
+            },
+            27 => Counts {
+                filtered: 1,
+                ..Counts::default()
+            },
+            // Deleted since it was selected: nothing to do.
+            2 => return,
+            _ => Counts {
+                failed: 1,
+                throttled,
+                ..Counts::default()
+            },
+        };
+        self.monitor.add_counts(counts);
+        self.monitor.set_progress(progress.done_hundredths());
+    }
+
     /// Runs the job to its end (or its abort) on this thread.
-    fn run_to_end(&self, service: &Service) {
+    fn run_to_end(&self, runner: Runner<'_>) {
         loop {
-            match self.turn(service) {
+            match self.turn(runner) {
                 Turn::Finished => return,
                 Turn::More => {}
                 Turn::WaitUntil(due) => {
@@ -375,12 +505,35 @@ impl Job {
     /// the write's result code.
     fn apply(
         &self,
-        service: &Service,
+        writes: &dyn WritePath,
         digest: &Digest,
         frame: &mut Vec<u8>,
         reply: &mut Vec<u8>,
     ) -> u8 {
         let server_error = ResultCode::ServerError.code();
+        self.record_request(digest, frame);
+        let Some(Ok(proto)) = frame
+            .get(..8)
+            .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+            .map(|bytes| ProtoHeader::decode(&bytes))
+        else {
+            return server_error;
+        };
+        reply.clear();
+        if writes.run(proto, &frame[8..], reply).is_err() {
+            return server_error;
+        }
+        reply
+            .get(8..)
+            .and_then(|body| Message::decode(body).ok())
+            .map_or(server_error, |message| message.header.result_code)
+    }
+
+    /// The single-record write (a whole frame, in `frame`) the job makes
+    /// of one record: its digest, the request's write flags made
+    /// `UPDATE_ONLY` (or `REPLACE_ONLY`) so a record deleted meanwhile is
+    /// not brought back, its filter expression, and its ops or UDF call.
+    fn record_request(&self, digest: &Digest, frame: &mut Vec<u8>) {
         let original = self.header;
         let mut info3_bits = original.info3 & !(info3::PARTITION_DONE | info3::LAST);
         if info3_bits & info3::CREATE_OR_REPLACE != 0 {
@@ -413,29 +566,14 @@ impl Job {
             writer.op(op.op_type, op.particle_type, &op.name, &op.value);
         }
         writer.finish();
-        let Some(Ok(proto)) = frame
-            .get(..8)
-            .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
-            .map(|bytes| ProtoHeader::decode(&bytes))
-        else {
-            return server_error;
-        };
-        reply.clear();
-        if service.handle(proto, &frame[8..], reply).is_err() {
-            return server_error;
-        }
-        reply
-            .get(8..)
-            .and_then(|body| Message::decode(body).ok())
-            .map_or(server_error, |message| message.header.result_code)
     }
 }
 
-impl Service {
+impl Runner<'_> {
     /// Runs background jobs until `stopping` is set (the server's
     /// `citrine-jobs` thread). While it runs, jobs are queued here instead
     /// of running inline in the request that started them.
-    pub fn run_background_jobs(&self, stopping: &AtomicBool) {
+    pub(crate) fn run(self, stopping: &AtomicBool) {
         let mut running: Vec<Arc<Job>> = Vec::new();
         let mut waiting: VecDeque<Arc<Job>> = VecDeque::new();
         self.jobs.queue.serve_turns(stopping, |new| {
@@ -469,7 +607,7 @@ impl Service {
     }
 
     /// Runs every queued job now, to its end, on this thread.
-    pub fn run_pending_background_jobs(&self) {
+    pub(crate) fn run_pending(self) {
         while let Some(job) = self.jobs.queue.pop() {
             job.run_to_end(self);
         }
@@ -477,18 +615,18 @@ impl Service {
 }
 
 /// `query-show[:id=ID]` (also `trid=`, and `scan-show`): see [`monitor`].
-pub(crate) fn show(service: &Service, command: &InfoCommand<'_>) -> String {
-    monitor::show(&service.jobs.monitors, command, service.now().unix_ms)
+pub(crate) fn show(jobs: &Jobs, layers: Layers<'_>, command: &InfoCommand<'_>) -> String {
+    monitor::show(&jobs.monitors, command, layers.now().unix_ms)
 }
 
 /// `query-abort:id=ID` (also `trid=`, and `scan-abort`).
-pub(crate) fn abort(service: &Service, command: &InfoCommand<'_>) -> String {
-    monitor::abort(&service.jobs.monitors, command)
+pub(crate) fn abort(jobs: &Jobs, command: &InfoCommand<'_>) -> String {
+    monitor::abort(&jobs.monitors, command)
 }
 
 /// `query-abort-all`.
-pub(crate) fn abort_all(service: &Service) -> String {
-    monitor::abort_all(&service.jobs.monitors)
+pub(crate) fn abort_all(jobs: &Jobs) -> String {
+    monitor::abort_all(&jobs.monitors)
 }
 
 #[cfg(test)]

@@ -407,7 +407,7 @@ impl Service {
                 None
             }
             Pending::BatchRemote(rows) => rows
-                .complete(self, out)
+                .complete(self.row_context(), out)
                 .await
                 .map(|cursor| Continuation(Pending::Batch(cursor))),
             Pending::AggregateRemote(run) => run
@@ -428,12 +428,6 @@ impl Service {
             self.dist.stats.proxied_out.fetch_add(1, Ordering::Relaxed);
         }
         self.complete(remote, out).await;
-    }
-
-    /// Runs a batch row as the single-record request `body` (in a
-    /// cluster); its reply frame goes to `out` unless fabric work remains.
-    pub(crate) fn execute_row_body(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>> {
-        self.execute_body(body, replication::Hop::CLIENT, false, out)
     }
 
     fn execute_body(
@@ -641,9 +635,9 @@ impl Service {
     /// has been written.
     pub fn resume(&self, continuation: Continuation, out: &mut Vec<u8>) -> Option<Continuation> {
         match continuation.0 {
-            Pending::Batch(cursor) => Continuation::of_batch(cursor.step(self, out)),
+            Pending::Batch(cursor) => Continuation::of_batch(cursor.step(self.row_context(), out)),
             Pending::Scan(cursor) => cursor
-                .step(self, self.now(), out)
+                .step(self.layers(), self.now(), out)
                 .map(|cursor| Continuation(Pending::Scan(cursor))),
             // Blocking: for tests and tools only; an event loop awaits
             // `complete_remote` instead.
@@ -651,7 +645,7 @@ impl Service {
                 block_on(self.complete_row(*remote, out));
                 None
             }
-            Pending::BatchRemote(rows) => block_on(rows.complete(self, out))
+            Pending::BatchRemote(rows) => block_on(rows.complete(self.row_context(), out))
                 .map(|cursor| Continuation(Pending::Batch(cursor))),
             Pending::Aggregate(run) => run
                 .step(self, out)
@@ -677,19 +671,8 @@ impl Service {
             noop::reply(body, self.batch_max_requests.load(Ordering::Relaxed), out);
             return Ok(None);
         }
-        if self.dist.is_orphan() {
-            // Not in a cluster yet: the client tries another node.
-            transaction::write_refusal(out, body, ResultCode::Unavailable);
-            return Ok(None);
-        }
-        if self.routes() && self.dist.cluster_stalled(self.now().unix_ms) {
-            // The view may be stale (see `cluster_ticked`): single-record
-            // requests, batches, scans, queries and aggregations alike.
-            self.dist
-                .stats
-                .stall_refusals
-                .fetch_add(1, Ordering::Relaxed);
-            transaction::write_refusal(out, body, ResultCode::Unavailable);
+        if let Some(code) = self.refusal() {
+            transaction::write_refusal(out, body, code);
             return Ok(None);
         }
         let message = match Message::decode(body) {
@@ -713,40 +696,126 @@ impl Service {
             transaction::write_refusal(out, body, ResultCode::Timeout);
             return Ok(None);
         }
-        match message {
-            message if message.header.info1 & info1::BATCH != 0 => {
-                Ok(Continuation::of_batch(batch::start(self, &message, out)))
-            }
-            message
-                if message.field(field_type::DIGEST).is_none() && udf::is_aggregation(&message) =>
-            {
-                Ok(
-                    udf::start_aggregate(self, &message, out, origin).and_then(|run| {
-                        if run.has_delegated() {
-                            Some(Continuation(Pending::AggregateRemote(run)))
-                        } else {
-                            run.step(self, out)
-                                .map(|run| Continuation(Pending::Aggregate(run)))
-                        }
-                    }),
-                )
-            }
-            message if message.field(field_type::DIGEST).is_none() => {
-                // No digest: a scan or a query.
-                Ok(scan::start(self, &message, out, origin)
-                    .and_then(|cursor| Box::new(cursor).step(self, self.now(), out))
-                    .map(|cursor| Continuation(Pending::Scan(cursor))))
-            }
-            message => Ok(transaction::execute(
-                self,
-                &message,
-                body,
-                replication::Hop::client(deadline_ms),
-                false,
-                out,
-            )
-            .map(|remote| Continuation(Pending::Remote(remote)))),
+        Ok(self.dispatch(&message, body, deadline_ms, out, origin))
+    }
+
+    /// Why every AS_MSG request is refused now, if it is: the node is not
+    /// in a cluster yet, or its view may be stale.
+    fn refusal(&self) -> Option<ResultCode> {
+        if self.dist.is_orphan() {
+            // Not in a cluster yet: the client tries another node.
+            return Some(ResultCode::Unavailable);
         }
+        if self.routes() && self.dist.cluster_stalled(self.now().unix_ms) {
+            // The view may be stale (see `cluster_ticked`): single-record
+            // requests, batches, scans, queries and aggregations alike.
+            self.dist
+                .stats
+                .stall_refusals
+                .fetch_add(1, Ordering::Relaxed);
+            return Some(ResultCode::Unavailable);
+        }
+        None
+    }
+
+    /// Routes a decoded AS_MSG request to its feature: a batch, a
+    /// single-record request (its deadline, if it waited here, goes with
+    /// it), an aggregation, or a scan or query.
+    fn dispatch(
+        &self,
+        message: &Message<'_>,
+        body: &[u8],
+        deadline_ms: Option<u64>,
+        out: &mut Vec<u8>,
+        origin: job::Origin,
+    ) -> Option<Continuation> {
+        if message.header.info1 & info1::BATCH != 0 {
+            let max_rows = self.batch_max_requests.load(Ordering::Relaxed);
+            let next = batch::start(self.row_context(), max_rows, message, out);
+            return Continuation::of_batch(next);
+        }
+        if message.field(field_type::DIGEST).is_some() {
+            let hop = replication::Hop::client(deadline_ms);
+            return transaction::execute(self, message, body, hop, false, out)
+                .map(|remote| Continuation(Pending::Remote(remote)));
+        }
+        if udf::is_aggregation(message) {
+            return udf::start_aggregate(self, message, out, origin).and_then(|run| {
+                if run.has_delegated() {
+                    Some(Continuation(Pending::AggregateRemote(run)))
+                } else {
+                    run.step(self, out)
+                        .map(|run| Continuation(Pending::Aggregate(run)))
+                }
+            });
+        }
+        // No digest: a scan or a query.
+        self.start_scan(message, out, origin)
+    }
+
+    /// A scan or query: a background one is a job, answered at once
+    /// ([`job::start`]); a foreground one streams from its cursor.
+    fn start_scan(
+        &self,
+        message: &Message<'_>,
+        out: &mut Vec<u8>,
+        origin: job::Origin,
+    ) -> Option<Continuation> {
+        let indexes = move |namespace: &Namespace| self.sindexes(namespace);
+        if scan::is_background(message) {
+            job::start(
+                self.job_runner(),
+                self.udf_registry(),
+                &indexes,
+                message,
+                out,
+                origin,
+            );
+            return None;
+        }
+        let layers = self.layers();
+        scan::start(layers, &self.jobs.monitors, &indexes, message, out, origin)
+            .and_then(|cursor| Box::new(cursor).step(layers, layers.now(), out))
+            .map(|cursor| Continuation(Pending::Scan(cursor)))
+    }
+
+    /// What a batch runs its rows with (see [`batch`]).
+    fn row_context(&self) -> batch::RowContext<'_> {
+        batch::RowContext {
+            layers: self.layers(),
+            modules: self.udf_registry(),
+            executor: self,
+        }
+    }
+
+    /// What starts and runs background jobs (see [`job`]).
+    fn job_runner(&self) -> job::Runner<'_> {
+        job::Runner {
+            layers: self.layers(),
+            jobs: &self.jobs,
+            writes: self,
+        }
+    }
+
+    /// Runs background jobs until `stopping` is set (the server's
+    /// `citrine-jobs` thread). While it runs, jobs are queued there instead
+    /// of running inline in the request that started them.
+    pub fn run_background_jobs(&self, stopping: &AtomicBool) {
+        self.job_runner().run(stopping);
+    }
+
+    /// The lookup a single-record AS_MSG body will make (see
+    /// [`lookahead`]); `None` for everything in no-op mode.
+    pub fn lookup_of(&self, body: &[u8]) -> Option<lookahead::Lookup> {
+        if self.is_noop() {
+            return None;
+        }
+        lookahead::lookup_of(&self.data, body)
+    }
+
+    /// Starts the cache misses of `lookups` (see [`lookahead::prefetch`]).
+    pub fn prefetch(&self, lookups: &[lookahead::Lookup]) {
+        lookahead::prefetch(&self.data, lookups);
     }
 
     fn proto_error(&self, why: String) -> CloseConnection {
@@ -808,6 +877,34 @@ impl citrine_distribution::LocalExecutor for Service {
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
         self.execute_body(body, hop, true, out)
+    }
+}
+
+/// How a batch runs a row a cluster routes: as a client's single-record
+/// request (counted with its batch, not as a transaction of its own).
+impl batch::RowExecutor for Service {
+    fn execute_row(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>> {
+        self.execute_body(body, replication::Hop::CLIENT, false, out)
+    }
+
+    fn finish_row<'a>(
+        &'a self,
+        remote: Remote,
+        out: &'a mut Vec<u8>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+        Box::pin(self.complete_row(remote, out))
+    }
+}
+
+/// How a background job's record writes run: as a client's requests.
+impl job::WritePath for Service {
+    fn run(
+        &self,
+        header: ProtoHeader,
+        body: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), CloseConnection> {
+        self.handle(header, body, reply)
     }
 }
 

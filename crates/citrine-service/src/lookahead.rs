@@ -8,11 +8,14 @@
 //! prefetched first, the misses of the whole batch overlap
 //! (`bench/RESULTS.md` has the measurement).
 //!
+//! It reads only the data layer (the namespaces' indexes); dispatch
+//! ([`crate::Service::lookup_of`], [`crate::Service::prefetch`]) calls it.
+//!
 //! Invariant: lookahead never changes what a request does. It reads the
 //! frame without validating it (the request's own parse does that), and a
 //! wrong or stale guess costs a wasted prefetch, nothing else.
 
-use crate::Service;
+use citrine_data::Data;
 use citrine_index::PartitionTable;
 use citrine_types::Digest;
 use citrine_wire::msg::{field_type, info1, FieldIter, MsgHeader};
@@ -31,62 +34,56 @@ impl Lookup {
     }
 }
 
-impl Service {
-    /// The lookup a single-record AS_MSG body (the frame after its proto
-    /// header) will make; `None` for batches, scans, unknown namespaces and
-    /// anything malformed, and for everything in no-op mode.
-    pub fn lookup_of(&self, body: &[u8]) -> Option<Lookup> {
-        if self.is_noop() {
-            return None;
-        }
-        let header = MsgHeader::decode(body).ok()?;
-        if header.info1 & info1::BATCH != 0 {
-            return None;
-        }
-        let mut namespace = None;
-        let mut digest = None;
-        for field in FieldIter::unchecked(body).take(usize::from(header.n_fields)) {
-            match field.field_type {
-                field_type::NAMESPACE => namespace = Some(field.data),
-                field_type::DIGEST => digest = Some(Digest(field.data.try_into().ok()?)),
-                _ => {}
-            }
-            if let (Some(name), Some(digest)) = (namespace, digest) {
-                let namespace = self.namespace_index(name)?;
-                return Some(Lookup { namespace, digest });
-            }
-        }
-        None
+/// The lookup a single-record AS_MSG body (the frame after its proto
+/// header) will make in `data`; `None` for batches, scans, unknown
+/// namespaces and anything malformed.
+pub fn lookup_of(data: &Data, body: &[u8]) -> Option<Lookup> {
+    let header = MsgHeader::decode(body).ok()?;
+    if header.info1 & info1::BATCH != 0 {
+        return None;
     }
-
-    /// The index a lookup goes to.
-    fn index_of(&self, lookup: &Lookup) -> Option<&PartitionTable> {
-        self.data()
-            .namespaces_shared()
-            .get(lookup.namespace)
-            .map(|namespace| &namespace.index)
+    let mut namespace = None;
+    let mut digest = None;
+    for field in FieldIter::unchecked(body).take(usize::from(header.n_fields)) {
+        match field.field_type {
+            field_type::NAMESPACE => namespace = Some(field.data),
+            field_type::DIGEST => digest = Some(Digest(field.data.try_into().ok()?)),
+            _ => {}
+        }
+        if let (Some(name), Some(digest)) = (namespace, digest) {
+            let namespace = data.namespace_index(name)?;
+            return Some(Lookup { namespace, digest });
+        }
     }
+    None
+}
 
-    /// Starts the cache misses of `lookups` in three waves: every
-    /// partition's lock line; every record's first tag and slot (whose
-    /// addresses are read from the partition lines the first wave loaded);
-    /// every in-memory record's body (found through the lines the second
-    /// wave loaded).
-    pub fn prefetch(&self, lookups: &[Lookup]) {
-        for lookup in lookups {
-            if let Some(index) = self.index_of(lookup) {
-                index.prefetch_partition(lookup.digest.partition());
-            }
+/// The index a lookup goes to.
+fn index_of<'d>(data: &'d Data, lookup: &Lookup) -> Option<&'d PartitionTable> {
+    data.namespaces_shared()
+        .get(lookup.namespace)
+        .map(|namespace| &namespace.index)
+}
+
+/// Starts the cache misses of `lookups` in `data` in three waves: every
+/// partition's lock line; every record's first tag and slot (whose
+/// addresses are read from the partition lines the first wave loaded);
+/// every in-memory record's body (found through the lines the second wave
+/// loaded).
+pub fn prefetch(data: &Data, lookups: &[Lookup]) {
+    for lookup in lookups {
+        if let Some(index) = index_of(data, lookup) {
+            index.prefetch_partition(lookup.digest.partition());
         }
-        for lookup in lookups {
-            if let Some(index) = self.index_of(lookup) {
-                index.prefetch_record(&lookup.digest);
-            }
+    }
+    for lookup in lookups {
+        if let Some(index) = index_of(data, lookup) {
+            index.prefetch_record(&lookup.digest);
         }
-        for lookup in lookups {
-            if let Some(index) = self.index_of(lookup) {
-                index.prefetch_body(&lookup.digest);
-            }
+    }
+    for lookup in lookups {
+        if let Some(index) = index_of(data, lookup) {
+            index.prefetch_body(&lookup.digest);
         }
     }
 }

@@ -50,7 +50,7 @@
 //! records take at least N / rate seconds (as the reference's per-record
 //! throttle does), never longer than `MAX_PACED_PAUSE_MS` at a time: a wall
 //! clock stepped back makes the next step start the schedule again. The
-//! blocking [`Service::handle`] path does not wait.
+//! blocking [`crate::Service::handle`] path does not wait.
 //!
 //! Filter expressions (field 43) are evaluated against each record's
 //! stored bins (whatever bins the scan projects): a record that does not
@@ -89,15 +89,22 @@
 //! while it streams (a `job::monitor::Watch` in the cursor): `query-show`
 //! lists it while it runs and among the last finished.
 //!
+//! What it reaches: the two layers ([`crate::Layers`]: the namespaces and
+//! their records; the view and migrations that say which partitions this
+//! node serves; the node's counters), the secondary indexes of the
+//! namespace a request names ([`IndexesOf`]) and the registry of the jobs
+//! `query-show` shows ([`Monitors`]) — never the service itself.
+//!
 //! A legacy scan (a pre-6.0 client's, without `info3` PARTITION_DONE)
 //! answers 16, as the reference answers it; aggregations (UDF_OP 1) start
 //! in [`crate::udf`], not here.
 
 use crate::filter::RecordView;
-use crate::job::monitor::{Counts, JobType, Monitor, Origin, Reason, Watch};
+use crate::job::monitor::{Counts, JobType, Monitor, Monitors, Origin, Reason, Watch};
 use crate::namespace::Namespace;
 use crate::transaction::{self, is_live, Now};
-use crate::Service;
+use crate::Layers;
+use citrine_distribution::Distribution;
 use citrine_record::BodyView;
 use citrine_types::{
     Digest, ParticleType, PartitionId, ResultCode, BIN_NAME_MAX, DIGEST_SIZE, PARTITIONS,
@@ -171,6 +178,57 @@ struct Query {
     send_bval: bool,
 }
 
+/// One visit's entries from a query's index.
+struct Candidates {
+    /// `(bval, digest)` in index order.
+    entries: Vec<(i64, Digest)>,
+    /// The index holds more entries past these.
+    more_in_tree: bool,
+    /// What checking one costs against the step's examine budget.
+    cost: usize,
+}
+
+impl Query {
+    /// The index's entries in range in `cursor`'s partition past its
+    /// resume point: as many as the step's examine budget left after
+    /// `examined` allows (at least one), or every one for a `whole`
+    /// selection. Takes the reused buffer (give it back when done).
+    fn take_candidates(
+        &mut self,
+        cursor: PartitionCursor,
+        examined: usize,
+        whole: bool,
+    ) -> Candidates {
+        let mut entries = std::mem::take(&mut self.candidates);
+        entries.clear();
+        // A background job takes a partition's whole selection at once: its
+        // writes move records within the index, so resuming part-way by
+        // index position could select a record it already wrote.
+        let cost = self.filter.check_cost();
+        let budget = if whole {
+            usize::MAX - 1
+        } else {
+            (EXAMINE_BUDGET.saturating_sub(examined) / cost).max(1)
+        };
+        self.index.candidates(
+            cursor.partition,
+            &self.ranges,
+            cursor.after.map(|digest| (cursor.after_bval, digest)),
+            budget + 1,
+            &mut entries,
+        );
+        // More entries past this step's budget: the visit stops at the last
+        // one it looks at.
+        let more_in_tree = entries.len() > budget;
+        entries.truncate(budget);
+        Candidates {
+            entries,
+            more_in_tree,
+            cost,
+        }
+    }
+}
+
 /// Which records a scan returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SetFilter {
@@ -181,6 +239,41 @@ enum SetFilter {
 }
 
 impl ScanCursor {
+    /// A cursor over `partitions` of `namespace` returning the records of
+    /// `set`, whole, with no filter, limit or throttle (the caller sets
+    /// what its request asks).
+    fn new(namespace: Arc<Namespace>, partitions: Vec<PartitionCursor>, set: SetFilter) -> Self {
+        ScanCursor {
+            namespace,
+            partitions,
+            next: 0,
+            set,
+            projection: Vec::new(),
+            no_bins: false,
+            respond_all_ops: false,
+            filter: None,
+            query: None,
+            collected: None,
+            max_records: 0,
+            sent: 0,
+            omitted: 0,
+            failed: 0,
+            rate: 0,
+            paced_since_ms: None,
+            step_end: u64::MAX,
+            set_names: HashMap::new(),
+            digests: Vec::new(),
+            key_field: Vec::new(),
+            unavailable: Vec::new(),
+            wait_for_whole: false,
+            blocked: false,
+            recheck: false,
+            pins: None,
+            watch: None,
+            filtered: 0,
+        }
+    }
+
     /// Whether a record with `meta` is one the scan may return: in its set
     /// and live (not expired, not truncated).
     fn admits(&self, meta: &citrine_index::RecordMeta, now: Now) -> bool {
@@ -275,16 +368,14 @@ struct PinGuard {
 
 impl PinGuard {
     /// Releases `partition`'s pin, dropping its copy if that waited for it.
-    fn release(&mut self, service: &Service, partition: PartitionId) {
+    fn release(&mut self, dist: &Distribution, partition: PartitionId) {
         let id = partition.index() as u16;
         let Some(at) = self.held.iter().position(|held| *held == id) else {
             return;
         };
         self.held.swap_remove(at);
         if let Some(epoch) = self.pins.unpin(&self.namespace, id) {
-            service
-                .dist()
-                .drop_deferred(&self.namespace, partition, epoch);
+            dist.drop_deferred(&self.namespace, partition, epoch);
         }
     }
 }
@@ -311,8 +402,12 @@ impl std::fmt::Debug for ScanCursor {
 }
 
 /// Why a scan request was refused: the code for its LAST message.
-fn refuse(service: &Service, out: &mut Vec<u8>, code: ResultCode) -> Option<ScanCursor> {
-    service.stats.scan.refused.fetch_add(1, Ordering::Relaxed);
+pub(crate) fn refuse(
+    layers: Layers<'_>,
+    out: &mut Vec<u8>,
+    code: ResultCode,
+) -> Option<ScanCursor> {
+    layers.stats.scan.refused.fetch_add(1, Ordering::Relaxed);
     transaction::write_stream_end(out, code);
     None
 }
@@ -325,153 +420,128 @@ pub(crate) mod udf_op {
     pub const BACKGROUND: u8 = 2;
 }
 
-/// Starts a scan (or refuses a query): validates the request and returns the
-/// cursor whose steps produce the stream, or `None` after writing a
-/// one-message refusal (or, for an unknown set, an empty complete stream).
-/// A client's scan is a job `query-show` shows (see [`crate::job::monitor`]).
-pub(crate) fn start(
-    service: &Service,
+/// How a scan finds the secondary indexes of the namespace it names (each
+/// namespace has its own; the service holds them).
+pub(crate) type IndexesOf<'s> = &'s dyn Fn(&Namespace) -> &'s citrine_sindex::Registry;
+
+/// Whether a scan or query request is a background job's ([`crate::job`]):
+/// it writes, or it names a background UDF. A background UDF job may come
+/// with a read header (the Go client's ExecuteUDF sends no write policy):
+/// UDF_OP 2 says background.
+pub(crate) fn is_background(message: &Message<'_>) -> bool {
+    message.header.info2 & (info2::WRITE | info2::DELETE) != 0
+        || message.field(field_type::UDF_OP) == Some(&[udf_op::BACKGROUND][..])
+}
+
+/// The checks every scan request passes, foreground or `background`,
+/// before its fields are parsed: its UDF fields, no transaction, a client
+/// that tracks partitions (or a job), and a namespace of this node's.
+/// Answers that namespace, or the refusal's code.
+pub(crate) fn check_request(
+    layers: Layers<'_>,
     message: &Message<'_>,
-    out: &mut Vec<u8>,
-    origin: Origin,
-) -> Option<ScanCursor> {
-    let header = message.header;
+    background: bool,
+) -> Result<Arc<Namespace>, ResultCode> {
     let has = |kind: u8| message.field(kind).is_some();
-    // A background UDF job may come with a read header (the Go client's
-    // ExecuteUDF sends no write policy): UDF_OP 2 says background.
-    let background = header.info2 & (info2::WRITE | info2::DELETE) != 0
-        || message.field(field_type::UDF_OP) == Some(&[udf_op::BACKGROUND][..]);
     match message.field(field_type::UDF_OP) {
-        None if has(field_type::UDF_FILENAME) => {
-            return refuse(service, out, ResultCode::Parameter)
-        }
+        None if has(field_type::UDF_FILENAME) => return Err(ResultCode::Parameter),
         None => {}
         // Aggregations start in `crate::udf::start_aggregate`.
         // A background UDF job: checked with the job's other fields.
         Some([udf_op::BACKGROUND]) if background => {}
-        Some(_) => return refuse(service, out, ResultCode::Parameter),
+        Some(_) => return Err(ResultCode::Parameter),
     }
     if has(field_type::TXN_ID) {
-        return refuse(service, out, ResultCode::EnterpriseOnly);
+        return Err(ResultCode::EnterpriseOnly);
     }
-    if header.info3 & info3::PARTITION_DONE == 0 && !background {
+    if message.header.info3 & info3::PARTITION_DONE == 0 && !background {
         // A legacy (pre-6.0 client) scan, as the reference server answers it.
-        return refuse(service, out, ResultCode::UnsupportedFeature);
+        return Err(ResultCode::UnsupportedFeature);
     }
-    let Some(namespace) = message
+    message
         .field(field_type::NAMESPACE)
-        .and_then(|name| service.namespace_shared(name))
-    else {
-        return refuse(service, out, ResultCode::Namespace);
-    };
-    if background {
-        let indexes = service.sindexes(&namespace);
-        let parsed = crate::job::check_ops(message, service.udf_registry())
-            .and_then(|()| parse(message, Arc::clone(&namespace), indexes, background));
-        start_background(service, message, out, &namespace, parsed, origin);
-        return None;
-    }
-    let indexes = service.sindexes(&namespace);
-    let parsed = parse(message, Arc::clone(&namespace), indexes, background);
-    start_foreground(service, message, out, &namespace, parsed, origin)
+        .and_then(|name| layers.data.namespace_shared(name))
+        .ok_or(ResultCode::Namespace)
 }
 
-/// A background job's answer: accepted (0) and started, or refused.
-fn start_background(
-    service: &Service,
+/// Starts a foreground scan or query (background ones are jobs:
+/// [`crate::job::start`]): validates the request and returns the cursor
+/// whose steps produce the stream, or `None` after writing a one-message
+/// refusal (or, for an unknown set, an empty complete stream). A client's
+/// scan is a job `query-show` shows (see [`crate::job::monitor`]), kept in
+/// `monitors`.
+pub(crate) fn start(
+    layers: Layers<'_>,
+    monitors: &Monitors,
+    indexes: IndexesOf<'_>,
     message: &Message<'_>,
     out: &mut Vec<u8>,
-    namespace: &Namespace,
-    parsed: Result<Option<ScanCursor>, ResultCode>,
-    origin: Origin,
-) {
-    let mut cursor = match parsed {
-        Err(code) => {
-            refuse(service, out, code);
-            return;
-        }
-        Ok(None) => {
-            // A set never written: accepted, with nothing to do and no
-            // job to show (`query-show` answers "job not found", as the
-            // reference's does).
-            transaction::write_stream_end(out, ResultCode::Ok);
-            return;
-        }
-        Ok(Some(cursor)) => cursor,
-    };
-    if service.routes() {
-        // Partitions another node masters are its work.
-        cursor.keep_mastered_partitions(service);
-    }
-    let from = match origin {
-        Origin::Client(from) => from,
-        Origin::Peer => None,
-    };
-    let start = out.len();
-    match crate::job::submit(service, message, namespace, Box::new(cursor), from) {
-        Ok(monitor) => {
-            transaction::write_stream_end(out, ResultCode::Ok);
-            if let Some(monitor) = monitor {
-                monitor.add_net_io(out.len() - start);
-            }
-        }
-        Err(code) => transaction::write_stream_end(out, code),
-    }
-}
-
-/// A foreground scan's or query's cursor (watched by a job `query-show`
-/// shows when a client sent it), or its refusal.
-fn start_foreground(
-    service: &Service,
-    message: &Message<'_>,
-    out: &mut Vec<u8>,
-    namespace: &Namespace,
-    parsed: Result<Option<ScanCursor>, ResultCode>,
     origin: Origin,
 ) -> Option<ScanCursor> {
-    let cursor = match parsed {
-        Ok(cursor) => cursor,
-        Err(code) => return refuse(service, out, code),
+    let namespace = match check_request(layers, message, false) {
+        Ok(namespace) => namespace,
+        Err(code) => return refuse(layers, out, code),
+    };
+    let parsed = match parse(message, Arc::clone(&namespace), indexes(&namespace), false) {
+        Ok(parsed) => parsed,
+        Err(code) => return refuse(layers, out, code),
     };
     let watch = match origin {
         Origin::Client(from) => {
-            let index = cursor.as_ref().and_then(ScanCursor::index_name);
-            let monitor = Monitor::new(
-                message,
-                JobType::Basic,
-                &namespace.config.name,
-                index,
-                from,
-                service.now().unix_ms,
-            );
-            match service
-                .jobs
-                .monitors
-                .add_foreground(monitor, service.data().clock_shared())
-            {
+            let index = parsed.as_ref().and_then(ScanCursor::index_name);
+            match watch(layers, monitors, message, &namespace, index, from) {
                 Ok(watch) => Some(watch),
-                Err(code) => return refuse(service, out, code),
+                Err(code) => return refuse(layers, out, code),
             }
         }
         Origin::Peer => None,
     };
-    service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
-    let Some(mut cursor) = cursor else {
+    layers.stats.scan.started.fetch_add(1, Ordering::Relaxed);
+    let Some(mut cursor) = parsed else {
         // Unknown set: nothing to return, the stream completes normally.
-        service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
-        let start = out.len();
-        transaction::write_stream_end(out, ResultCode::Ok);
-        if let Some(watch) = watch {
-            watch.monitor.add_net_io(out.len() - start);
-            watch.finish(Reason::Ok);
-        }
+        end_empty(layers, out, watch);
         return None;
     };
-    if service.routes() {
-        cursor.keep_served_partitions(service, lists_partitions(message));
+    if layers.dist.routes() {
+        cursor.keep_served_partitions(layers, lists_partitions(message));
+    } else {
+        cursor.keep_serving_partitions();
     }
     cursor.watch = watch;
     Some(cursor)
+}
+
+/// The job `query-show` shows of a client's foreground scan or query
+/// (`index`: a query's), registered in `monitors`; refused when its task
+/// id names an active job.
+fn watch(
+    layers: Layers<'_>,
+    monitors: &Monitors,
+    message: &Message<'_>,
+    namespace: &Namespace,
+    index: Option<String>,
+    from: Option<std::net::SocketAddr>,
+) -> Result<Watch, ResultCode> {
+    let monitor = Monitor::new(
+        message,
+        JobType::Basic,
+        &namespace.config.name,
+        index,
+        from,
+        layers.now().unix_ms,
+    );
+    monitors.add_foreground(monitor, layers.data.clock_shared())
+}
+
+/// A scan of a set never written: an empty, complete stream.
+fn end_empty(layers: Layers<'_>, out: &mut Vec<u8>, watch: Option<Watch>) {
+    layers.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+    let start = out.len();
+    transaction::write_stream_end(out, ResultCode::Ok);
+    if let Some(watch) = watch {
+        watch.monitor.add_net_io(out.len() - start);
+        watch.finish(Reason::Ok);
+    }
 }
 
 /// Parses the scan's fields and ops (a background scan's ops are the
@@ -484,22 +554,8 @@ pub(crate) fn parse(
     indexes: &citrine_sindex::Registry,
     background: bool,
 ) -> Result<Option<ScanCursor>, ResultCode> {
-    let udf_op = message.field(field_type::UDF_OP);
-    let aggregation = !background && udf_op == Some(&[udf_op::AGGREGATE][..]);
-    if udf_op.is_some()
-        && message
-            .ops()
-            .any(|op| !aggregation || op.op_type != op_type::READ)
-    {
-        // A UDF job has no ops of its own. An aggregation's bin reads are
-        // the bins its client selected: its stream sees whole records all
-        // the same, as the reference's does.
-        return Err(ResultCode::Parameter);
-    }
-    let set_name = message.field(field_type::SET).unwrap_or_default();
-    if set_name.len() > citrine_types::SET_NAME_MAX || set_name.contains(&0) {
-        return Err(ResultCode::Parameter);
-    }
+    let aggregation = check_udf_ops(message, background)?;
+    let set_name = set_name(message)?;
     let known_set = set_name.is_empty() || namespace.sets.existing_id(set_name).is_some();
     if !known_set && (background || aggregation) {
         // A job or an aggregation over a set never written selects nothing,
@@ -511,80 +567,114 @@ pub(crate) fn parse(
         Some(range) => Some(query(message, indexes, range)?),
         None => None,
     };
-    let bvals = message.field(field_type::BVAL_ARRAY);
-    if query.is_some() && bvals.is_none() && message.field(field_type::DIGEST_ARRAY).is_some() {
-        // A query resumes at (bval, digest): the bvals are required.
-        return Err(ResultCode::Parameter);
-    }
-    let partitions = partitions(
-        message.field(field_type::PID_ARRAY),
-        message.field(field_type::DIGEST_ARRAY),
-        bvals.filter(|_| query.is_some()),
-    )?;
-    let max_records = match message.field(field_type::MAX_RECORDS) {
-        None => 0,
-        Some(bytes) => {
-            let word: [u8; 8] = bytes.try_into().map_err(|_| ResultCode::Parameter)?;
-            u64::from_be_bytes(word)
-        }
-    };
-    let rate = match message.field(field_type::RECORDS_PER_SECOND) {
-        None => 0,
-        Some(bytes) => {
-            let word: [u8; 4] = bytes.try_into().map_err(|_| ResultCode::Parameter)?;
-            u32::from_be_bytes(word)
-        }
-    };
-    let set = if set_name.is_empty() {
-        SetFilter::All
-    } else {
-        match namespace.sets.existing_id(set_name) {
-            Some(id) => SetFilter::Only(id),
-            None => return Ok(None),
-        }
+    let partitions = resume_points(message, query.is_some())?;
+    let max_records = fixed_field(message, field_type::MAX_RECORDS)?.map_or(0, u64::from_be_bytes);
+    let rate = fixed_field(message, field_type::RECORDS_PER_SECOND)?.map_or(0, u32::from_be_bytes);
+    let Some(set) = set_filter(&namespace, set_name) else {
+        return Ok(None);
     };
     // A scan of a set that has a built set index reads the set's records
     // from it instead of walking every record of each partition. Its
     // entries are all 0, so a resume at a digest (bval 0) needs no bvals.
-    let query = match query {
-        Some(query) => Some(query),
-        None => std::str::from_utf8(set_name)
+    let query = query.or_else(|| {
+        std::str::from_utf8(set_name)
             .ok()
             .filter(|set| !set.is_empty())
             .and_then(|set| indexes.set_index(set))
-            .map(set_index_scan),
+            .map(set_index_scan)
+    });
+    let projection = match background || aggregation {
+        true => Vec::new(),
+        false => projection(message)?,
     };
+    let filter = match message.field(field_type::FILTER_EXPRESSION) {
+        Some(bytes) => Some(Box::new(crate::filter::parse(bytes)?)),
+        None => None,
+    };
+    Ok(Some(ScanCursor {
+        projection,
+        no_bins: background || message.header.info1 & info1::GET_NO_BINS != 0,
+        respond_all_ops: message.header.info2 & info2::RESPOND_ALL_OPS != 0,
+        filter,
+        query,
+        collected: background.then(Vec::new),
+        max_records: if background { 0 } else { max_records },
+        // A background job paces its writes itself (`job`).
+        rate: if background { 0 } else { rate },
+        ..ScanCursor::new(namespace, partitions, set)
+    }))
+}
+
+/// Whether the request is an aggregation (UDF_OP 1, in the foreground).
+/// A UDF request has no ops of its own (4): an aggregation's bin reads
+/// are the bins its client selected, and its stream sees whole records
+/// all the same, as the reference's does.
+fn check_udf_ops(message: &Message<'_>, background: bool) -> Result<bool, ResultCode> {
+    let udf_op = message.field(field_type::UDF_OP);
+    let aggregation = !background && udf_op == Some(&[udf_op::AGGREGATE][..]);
+    if udf_op.is_some()
+        && message
+            .ops()
+            .any(|op| !aggregation || op.op_type != op_type::READ)
+    {
+        return Err(ResultCode::Parameter);
+    }
+    Ok(aggregation)
+}
+
+/// The SET field (empty: none), checked.
+fn set_name<'m>(message: &Message<'m>) -> Result<&'m [u8], ResultCode> {
+    let set_name = message.field(field_type::SET).unwrap_or_default();
+    if set_name.len() > citrine_types::SET_NAME_MAX || set_name.contains(&0) {
+        return Err(ResultCode::Parameter);
+    }
+    Ok(set_name)
+}
+
+/// Which records of `namespace` a scan of `set_name` returns; `None` for
+/// a set never written.
+fn set_filter(namespace: &Namespace, set_name: &[u8]) -> Option<SetFilter> {
+    if set_name.is_empty() {
+        return Some(SetFilter::All);
+    }
+    namespace.sets.existing_id(set_name).map(SetFilter::Only)
+}
+
+/// A fixed-size field's bytes (big-endian numbers), `None` when absent;
+/// one of another size → 4.
+fn fixed_field<const N: usize>(
+    message: &Message<'_>,
+    kind: u8,
+) -> Result<Option<[u8; N]>, ResultCode> {
+    message
+        .field(kind)
+        .map(|bytes| bytes.try_into().map_err(|_| ResultCode::Parameter))
+        .transpose()
+}
+
+/// The partitions the request names and where each resumes (see
+/// [`partitions`]). A query resumes at `(bval, digest)`: with a
+/// DIGEST_ARRAY, the BVAL_ARRAY is required.
+fn resume_points(message: &Message<'_>, query: bool) -> Result<Vec<PartitionCursor>, ResultCode> {
+    let bvals = message.field(field_type::BVAL_ARRAY);
+    if query && bvals.is_none() && message.field(field_type::DIGEST_ARRAY).is_some() {
+        return Err(ResultCode::Parameter);
+    }
+    partitions(
+        message.field(field_type::PID_ARRAY),
+        message.field(field_type::DIGEST_ARRAY),
+        bvals.filter(|_| query),
+    )
+}
+
+/// A foreground scan's projection: its bin reads and read ops (writes
+/// belong to background jobs: 4). Empty: every bin.
+fn projection(message: &Message<'_>) -> Result<Vec<ProjectionOp>, ResultCode> {
     let mut projection = Vec::new();
-    for op in message.ops().filter(|_| !background && !aggregation) {
-        match op.op_type {
-            op_type::READ => {
-                if op.name.len() > BIN_NAME_MAX {
-                    return Err(ResultCode::BinName);
-                }
-                if op.name.is_empty() {
-                    // A read of every bin: the same as no projection.
-                    continue;
-                }
-            }
-            op_type::CDT_READ | op_type::BITS_READ | op_type::HLL_READ | op_type::EXP_READ => {
-                if !citrine_record::valid_bin_name(op.name) {
-                    return Err(ResultCode::BinName);
-                }
-            }
-            // Writes belong to background jobs, not to a foreground query.
-            _ => return Err(ResultCode::Parameter),
+    for op in message.ops() {
+        if let Some(op) = ProjectionOp::parse(&op)? {
+            projection.push(op);
         }
-        // An expression is parsed once here, not for every record.
-        let expression = (op.op_type == op_type::EXP_READ)
-            .then(|| citrine_exp::ReadOp::parse(op.value))
-            .transpose()
-            .map_err(citrine_exp::ExpError::result_code)?;
-        projection.push(ProjectionOp {
-            op_type: op.op_type,
-            name: op.name.to_vec(),
-            value: op.value.to_vec(),
-            expression,
-        });
     }
     if projection.iter().all(|op| op.op_type == op_type::READ)
         && message
@@ -594,41 +684,7 @@ pub(crate) fn parse(
         // Bin names beside a read of every bin: every bin, once.
         projection.clear();
     }
-    let no_bins = background || message.header.info1 & info1::GET_NO_BINS != 0;
-    let filter = match message.field(field_type::FILTER_EXPRESSION) {
-        Some(bytes) => Some(Box::new(crate::filter::parse(bytes)?)),
-        None => None,
-    };
-    Ok(Some(ScanCursor {
-        namespace,
-        partitions,
-        next: 0,
-        set,
-        projection,
-        no_bins,
-        respond_all_ops: message.header.info2 & info2::RESPOND_ALL_OPS != 0,
-        filter,
-        query,
-        collected: background.then(Vec::new),
-        max_records: if background { 0 } else { max_records },
-        sent: 0,
-        omitted: 0,
-        failed: 0,
-        // A background job paces its writes itself (`job`).
-        rate: if background { 0 } else { rate },
-        paced_since_ms: None,
-        step_end: u64::MAX,
-        set_names: HashMap::new(),
-        digests: Vec::new(),
-        key_field: Vec::new(),
-        unavailable: Vec::new(),
-        wait_for_whole: false,
-        blocked: false,
-        recheck: false,
-        pins: None,
-        watch: None,
-        filtered: 0,
-    }))
+    Ok(projection)
 }
 
 /// A query's index and filter: INDEX_RANGE (22) with INDEX_TYPE (26),
@@ -719,18 +775,17 @@ fn set_index_scan(index: Arc<citrine_sindex::Sindex>) -> Box<Query> {
 /// `map` and holds it whole, or (`follow_claims`) it claims it as its
 /// acting master.
 fn serves(
-    service: &Service,
+    layers: Layers<'_>,
     map: &citrine_cluster::partition_map::PartitionMap,
     namespace: &str,
     partition: PartitionId,
     follow_claims: bool,
 ) -> bool {
-    (map.replicas(partition).first() == Some(&service.node_id)
-        && service.migrations().serves_whole(namespace, partition))
+    let migrations = &layers.dist.migrations;
+    (map.replicas(partition).first() == Some(&layers.node_id())
+        && migrations.serves_whole(namespace, partition))
         || (follow_claims
-            && service
-                .migrations()
-                .master_claim(namespace, partition, service.node_id)
+            && migrations.master_claim(namespace, partition, layers.node_id())
                 == crate::migration::MasterClaim::Acting)
 }
 
@@ -884,20 +939,21 @@ impl ScanCursor {
     /// The others are their masters' part of the job. The partitions kept
     /// are pinned until walked: a view that moves one away defers the drop
     /// of this node's copy until the job has walked it.
-    pub(crate) fn keep_mastered_partitions(&mut self, service: &Service) {
-        let cluster = service.cluster();
+    pub(crate) fn keep_mastered_partitions(&mut self, layers: Layers<'_>) {
+        let cluster = layers.dist.cluster();
         let Some(map) = cluster.namespace(&self.namespace.config.name) else {
             return;
         };
+        let me = layers.node_id();
         self.partitions
-            .retain(|cursor| map.map.replicas(cursor.partition).first() == Some(&service.node_id));
+            .retain(|cursor| map.map.replicas(cursor.partition).first() == Some(&me));
         self.wait_for_whole = true;
         let held: Vec<u16> = self
             .partitions
             .iter()
             .map(|cursor| cursor.partition.index() as u16)
             .collect();
-        let pins = Arc::clone(&service.migrations().pins);
+        let pins = Arc::clone(&layers.dist.migrations.pins);
         pins.pin(&self.namespace.config.name, held.iter().copied());
         self.pins = Some(PinGuard {
             pins,
@@ -916,14 +972,14 @@ impl ScanCursor {
     /// later one that may in its place, if any. A partition may be visited
     /// once it is whole here, or once this node no longer masters it (what
     /// is left of it here is visited, its writes taking the ordinary path).
-    fn next_is_ready(&mut self, service: &Service) -> bool {
+    fn next_is_ready(&mut self, layers: Layers<'_>) -> bool {
         let name = &self.namespace.config.name;
-        let cluster = service.cluster();
+        let cluster = layers.dist.cluster();
         let map = cluster.namespace(name);
+        let me = layers.node_id();
         let ready = |partition: PartitionId| {
-            service.migrations().serves_whole(name, partition)
-                || map
-                    .is_none_or(|map| map.map.replicas(partition).first() != Some(&service.node_id))
+            layers.dist.migrations.serves_whole(name, partition)
+                || map.is_none_or(|map| map.map.replicas(partition).first() != Some(&me))
         };
         let Some(current) = self.partitions.get(self.next) else {
             return true;
@@ -962,15 +1018,17 @@ impl ScanCursor {
     /// a partition no longer served when its walk ends is reported
     /// unavailable. A scan's client resumes it after the last record it
     /// got; an aggregation, which has no per-partition answers, fails (11).
-    pub(crate) fn keep_served_partitions(&mut self, service: &Service, follow_claims: bool) {
-        let cluster = service.cluster();
+    pub(crate) fn keep_served_partitions(&mut self, layers: Layers<'_>, follow_claims: bool) {
+        let cluster = layers.dist.cluster();
         let name = self.namespace.config.name.clone();
         let Some(map) = cluster.namespace(&name) else {
-            return;
+            return self.keep_serving_partitions();
         };
+        let namespace = Arc::clone(&self.namespace);
         let mut unavailable = Vec::new();
         self.partitions.retain(|cursor| {
-            let served = serves(service, &map.map, &name, cursor.partition, follow_claims);
+            let served = namespace.serving(cursor.partition).is_ok()
+                && serves(layers, &map.map, &name, cursor.partition, follow_claims);
             if !served {
                 unavailable.push(cursor.partition);
             }
@@ -980,15 +1038,31 @@ impl ScanCursor {
         self.recheck = follow_claims;
     }
 
+    /// Keeps only the partitions that still serve, the others reported
+    /// unavailable: one a change was cut short in serves nothing until
+    /// restart (`Namespace::serving`), clustered or not.
+    pub(crate) fn keep_serving_partitions(&mut self) {
+        let namespace = Arc::clone(&self.namespace);
+        let mut unavailable = Vec::new();
+        self.partitions.retain(|cursor| {
+            let serving = namespace.serving(cursor.partition).is_ok();
+            if !serving {
+                unavailable.push(cursor.partition);
+            }
+            serving
+        });
+        self.unavailable = unavailable;
+    }
+
     /// Appends one frame of the stream. Returns the cursor while the stream
     /// continues, `None` once the frame ended with the LAST message.
     pub(crate) fn step(
         mut self: Box<Self>,
-        service: &Service,
+        layers: Layers<'_>,
         now: Now,
         out: &mut Vec<u8>,
     ) -> Option<Box<ScanCursor>> {
-        if self.advance(service, now, out) {
+        if self.advance(layers, now, out) {
             None
         } else {
             Some(self)
@@ -996,9 +1070,9 @@ impl ScanCursor {
     }
 
     /// [`ScanCursor::step`] in place: true once the stream ended.
-    pub(crate) fn advance(&mut self, service: &Service, now: Now, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn advance(&mut self, layers: Layers<'_>, now: Now, out: &mut Vec<u8>) -> bool {
         let frame_start = out.len();
-        let finished = self.walk_step(service, now, out);
+        let finished = self.walk_step(layers, now, out);
         if let Some(watch) = &self.watch {
             watch.monitor.add_net_io(out.len() - frame_start);
             watch
@@ -1014,75 +1088,30 @@ impl ScanCursor {
 
     /// One step's frame (see [`ScanCursor::advance`]); a client's scan
     /// that `query-abort` stopped ends here with 15 (query aborted).
-    fn walk_step(&mut self, service: &Service, now: Now, out: &mut Vec<u8>) -> bool {
+    fn walk_step(&mut self, layers: Layers<'_>, now: Now, out: &mut Vec<u8>) -> bool {
         if self
             .watch
             .as_ref()
             .is_some_and(|watch| watch.monitor.abort_requested())
         {
             transaction::write_stream_end(out, ResultCode::QueryAbort);
-            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            layers.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        let frame_start = out.len();
+        let mut budget = StepBudget {
+            frame_start: out.len(),
+            examined: 0,
+        };
         out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
         for partition in std::mem::take(&mut self.unavailable) {
             // Partition-done with 11: retry this partition on another round.
-            let done = MsgHeader {
-                info3: info3::PARTITION_DONE,
-                generation: partition.index() as u32,
-                result_code: ResultCode::Unavailable.code(),
-                ..MsgHeader::default()
-            };
-            MessageWriter::begin_bare(out, &done).finish();
+            write_unavailable(out, partition);
         }
-        let mut examined = 0usize;
         let sent_before = self.sent;
-        if self.rate > 0 {
-            self.paced_since_ms.get_or_insert(now.unix_ms);
-            if self
-                .not_before_ms()
-                .is_some_and(|due| due > now.unix_ms + MAX_PACED_PAUSE_MS)
-            {
-                // The wall clock went back: go on from now at the same
-                // rate rather than hold the scan for the jump.
-                self.paced_since_ms = Some(now.unix_ms.saturating_sub(self.schedule_ms()));
-            }
-            let per_step = (self.rate / PACED_STEPS_PER_SECOND).max(1);
-            self.step_end = self.sent + u64::from(per_step);
-        }
+        self.pace(now);
         self.blocked = false;
-        let finished = loop {
-            if self.limit_reached() || self.next >= self.partitions.len() {
-                break true;
-            }
-            if self.wait_for_whole && !self.next_is_ready(service) {
-                self.blocked = true;
-                break false;
-            }
-            let visit = self.visit_partition(now, out, frame_start, &mut examined);
-            if let Visit::Finished = visit {
-                if self.recheck {
-                    self.recheck_walked(service, out);
-                }
-                if let (Some(pins), Some(cursor)) =
-                    (self.pins.as_mut(), self.partitions.get(self.next))
-                {
-                    pins.release(service, cursor.partition);
-                }
-                self.next += 1;
-            }
-            if self.limit_reached() || self.next >= self.partitions.len() {
-                break true;
-            }
-            if out.len() - frame_start >= CHUNK_BYTES
-                || examined >= EXAMINE_BUDGET
-                || self.sent >= self.step_end
-            {
-                break false;
-            }
-        };
-        service
+        let walked = self.walk_partitions(layers, now, out, &mut budget);
+        layers
             .stats
             .scan
             .records
@@ -1090,10 +1119,87 @@ impl ScanCursor {
         // A throttled scan ends no sooner than its records are due: the
         // LAST message waits for a step of its own when this one is ahead
         // of the rate, so N records take at least N / rate seconds.
-        let finished = finished
+        let finished = walked
             && !self
                 .not_before_ms()
                 .is_some_and(|due| self.sent > sent_before && due > now.unix_ms);
+        self.close_frame(layers, out, budget.frame_start, finished);
+        finished
+    }
+
+    /// Under RECS_PER_SEC: starts the schedule at the first step (again
+    /// when the wall clock went back) and sets where this step ends.
+    fn pace(&mut self, now: Now) {
+        if self.rate == 0 {
+            return;
+        }
+        self.paced_since_ms.get_or_insert(now.unix_ms);
+        if self
+            .not_before_ms()
+            .is_some_and(|due| due > now.unix_ms + MAX_PACED_PAUSE_MS)
+        {
+            // The wall clock went back: go on from now at the same
+            // rate rather than hold the scan for the jump.
+            self.paced_since_ms = Some(now.unix_ms.saturating_sub(self.schedule_ms()));
+        }
+        let per_step = (self.rate / PACED_STEPS_PER_SECOND).max(1);
+        self.step_end = self.sent + u64::from(per_step);
+    }
+
+    /// Visits partitions in turn: true once the walk is over (every
+    /// partition visited, or the record limit reached); false when the
+    /// step's budget is spent, or a job's partitions left are all still
+    /// filling here ([`ScanCursor::blocked`]).
+    fn walk_partitions(
+        &mut self,
+        layers: Layers<'_>,
+        now: Now,
+        out: &mut Vec<u8>,
+        budget: &mut StepBudget,
+    ) -> bool {
+        loop {
+            if self.limit_reached() || self.next >= self.partitions.len() {
+                return true;
+            }
+            if self.wait_for_whole && !self.next_is_ready(layers) {
+                self.blocked = true;
+                return false;
+            }
+            if let Visit::Finished = self.visit_partition(now, out, budget) {
+                self.partition_walked(layers, out);
+            }
+            if self.limit_reached() || self.next >= self.partitions.len() {
+                return true;
+            }
+            if budget.spent(out) || self.sent >= self.step_end {
+                return false;
+            }
+        }
+    }
+
+    /// The current partition's walk is done: it is checked again when the
+    /// cursor rechecks (see [`ScanCursor::keep_served_partitions`]), its
+    /// pin goes, and the next partition is current.
+    fn partition_walked(&mut self, layers: Layers<'_>, out: &mut Vec<u8>) {
+        if self.recheck {
+            self.recheck_walked(layers, out);
+        }
+        if let (Some(pins), Some(cursor)) = (self.pins.as_mut(), self.partitions.get(self.next)) {
+            pins.release(layers.dist, cursor.partition);
+        }
+        self.next += 1;
+    }
+
+    /// Ends the step's frame begun at `frame_start`: with the LAST message
+    /// once the stream is `finished`; otherwise it is patched, or taken
+    /// back when no message went into it (no empty frame is sent).
+    fn close_frame(
+        &self,
+        layers: Layers<'_>,
+        out: &mut Vec<u8>,
+        frame_start: usize,
+        finished: bool,
+    ) {
         if finished {
             let last = MsgHeader {
                 info3: info3::LAST,
@@ -1103,38 +1209,29 @@ impl ScanCursor {
             ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
             if self.collected.is_none() {
                 // Foreground scans only (jobs have `query-show`).
-                service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+                layers.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
             }
-            return true;
-        }
-        if out.len() == frame_start + PROTO_HEADER_SIZE {
+        } else if out.len() == frame_start + PROTO_HEADER_SIZE {
             // Nothing matched in this step: send no (empty) frame at all.
             out.truncate(frame_start);
         } else {
             ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
         }
-        false
     }
 
     /// The partition just walked is reported unavailable (11) when this
     /// node no longer serves it (see [`ScanCursor::keep_served_partitions`]).
-    fn recheck_walked(&self, service: &Service, out: &mut Vec<u8>) {
+    fn recheck_walked(&self, layers: Layers<'_>, out: &mut Vec<u8>) {
         let Some(cursor) = self.partitions.get(self.next) else {
             return;
         };
         let name = &self.namespace.config.name;
-        let cluster = service.cluster();
+        let cluster = layers.dist.cluster();
         let still = cluster
             .namespace(name)
-            .is_some_and(|map| serves(service, &map.map, name, cursor.partition, true));
+            .is_some_and(|map| serves(layers, &map.map, name, cursor.partition, true));
         if !still {
-            let done = MsgHeader {
-                info3: info3::PARTITION_DONE,
-                generation: cursor.partition.index() as u32,
-                result_code: ResultCode::Unavailable.code(),
-                ..MsgHeader::default()
-            };
-            MessageWriter::begin_bare(out, &done).finish();
+            write_unavailable(out, cursor.partition);
         }
     }
 
@@ -1164,22 +1261,16 @@ impl ScanCursor {
     /// Visits the current partition under its read lock: collects the live
     /// matching digests past the resume point, sorted, and emits records
     /// until the partition is done or a budget is spent.
-    fn visit_partition(
-        &mut self,
-        now: Now,
-        out: &mut Vec<u8>,
-        frame_start: usize,
-        examined: &mut usize,
-    ) -> Visit {
+    fn visit_partition(&mut self, now: Now, out: &mut Vec<u8>, budget: &mut StepBudget) -> Visit {
         let Some(cursor) = self.partitions.get(self.next).copied() else {
             return Visit::Finished;
         };
         if self.query.is_some() {
-            return self.visit_index(cursor, now, out, frame_start, examined);
+            return self.visit_index(cursor, now, out, budget);
         }
         let namespace = Arc::clone(&self.namespace);
         let partition = namespace.index.partition(cursor.partition).read();
-        *examined += partition.len();
+        budget.examined += partition.len();
         let mut digests = std::mem::take(&mut self.digests);
         digests.clear();
         digests.extend(
@@ -1200,13 +1291,10 @@ impl ScanCursor {
                     self.sent += 1;
                 }
             }
-            *examined += 1;
+            budget.examined += 1;
             let more_here = position + 1 < total;
             if more_here
-                && (self.limit_reached()
-                    || out.len() - frame_start >= CHUNK_BYTES
-                    || *examined >= EXAMINE_BUDGET
-                    || self.sent >= self.step_end)
+                && (self.limit_reached() || budget.spent(out) || self.sent >= self.step_end)
             {
                 if let Some(current) = self.partitions.get_mut(self.next) {
                     current.after = Some(*digest);
@@ -1229,8 +1317,7 @@ impl ScanCursor {
         cursor: PartitionCursor,
         now: Now,
         out: &mut Vec<u8>,
-        frame_start: usize,
-        examined: &mut usize,
+        budget: &mut StepBudget,
     ) -> Visit {
         let Some(mut query) = self.query.take() else {
             return Visit::Finished;
@@ -1246,36 +1333,35 @@ impl ScanCursor {
         }
         let namespace = Arc::clone(&self.namespace);
         let partition = namespace.index.partition(cursor.partition).read();
-        let mut candidates = std::mem::take(&mut query.candidates);
-        candidates.clear();
-        // A background job takes a partition's whole selection at once: its
-        // writes move records within the index, so resuming part-way by
-        // index position could select a record it already wrote.
-        let cost = query.filter.check_cost();
-        let budget = if self.collected.is_some() {
-            usize::MAX - 1
-        } else {
-            (EXAMINE_BUDGET.saturating_sub(*examined) / cost).max(1)
-        };
-        query.index.candidates(
-            cursor.partition,
-            &query.ranges,
-            cursor.after.map(|digest| (cursor.after_bval, digest)),
-            budget + 1,
-            &mut candidates,
-        );
-        // More entries past this step's budget: the visit stops at the last
-        // one it looks at.
-        let more_in_tree = candidates.len() > budget;
-        candidates.truncate(budget);
+        let candidates = query.take_candidates(cursor, budget.examined, self.collected.is_some());
         self.query = Some(query);
-        let mut visit = Visit::Finished;
-        let total = candidates.len();
-        for (position, &(bval, digest)) in candidates.iter().enumerate() {
-            *examined += cost;
+        let visit = self.emit_candidates(&namespace, &partition, &candidates, now, out, budget);
+        drop(partition);
+        if let Some(query) = self.query.as_mut() {
+            query.candidates = candidates.entries;
+        }
+        visit
+    }
+
+    /// Emits a query's `candidates` from `partition` (its read lock held),
+    /// in order; stops at the resume point it sets when the frame, the
+    /// step's throttle or the record limit ends the step before the last
+    /// (a background job's cursor takes them all).
+    fn emit_candidates(
+        &mut self,
+        namespace: &Namespace,
+        partition: &citrine_index::PartitionIndex,
+        candidates: &Candidates,
+        now: Now,
+        out: &mut Vec<u8>,
+        budget: &mut StepBudget,
+    ) -> Visit {
+        let total = candidates.entries.len();
+        for (position, &(bval, digest)) in candidates.entries.iter().enumerate() {
+            budget.examined += candidates.cost;
             if let Some(entry) = partition.get(&digest) {
                 if self.admits(&entry.meta(), now)
-                    && self.emit(&namespace, &digest, entry, now, out, Some(bval))
+                    && self.emit(namespace, &digest, entry, now, out, Some(bval))
                 {
                     self.sent += 1;
                     if let Some(query) = &self.query {
@@ -1287,27 +1373,22 @@ impl ScanCursor {
                     }
                 }
             }
-            let more_here = position + 1 < total || more_in_tree;
+            let more_here = position + 1 < total || candidates.more_in_tree;
             let stop = more_here
                 && self.collected.is_none()
                 && (position + 1 == total
                     || self.limit_reached()
-                    || out.len() - frame_start >= CHUNK_BYTES
+                    || budget.frame_full(out)
                     || self.sent >= self.step_end);
             if stop {
                 if let Some(current) = self.partitions.get_mut(self.next) {
                     current.after = Some(digest);
                     current.after_bval = bval;
                 }
-                visit = Visit::Stopped;
-                break;
+                return Visit::Stopped;
             }
         }
-        drop(partition);
-        if let Some(query) = self.query.as_mut() {
-            query.candidates = candidates;
-        }
-        visit
+        Visit::Finished
     }
 
     /// Whether a query's candidate record still holds a value the filter
@@ -1337,7 +1418,7 @@ impl ScanCursor {
     /// BVAL field for the client's resume point). False when the record
     /// does not pass the scan's filter or the query's check, or its body
     /// could not be read (logged; the record is skipped rather than failing
-    /// the scan).
+    /// the scan), or the projection leaves it out.
     fn emit(
         &mut self,
         namespace: &Namespace,
@@ -1374,23 +1455,55 @@ impl ScanCursor {
             meta,
             entry.location.size() as u64,
         );
-        if self.filter.is_some() || bval.is_some() {
-            if let Some(bval) = bval {
-                if !self.query_selects(&record, meta.last_update_ms, bval) {
-                    return false;
-                }
-            }
-            if let Some(filter) = &self.filter {
-                if crate::filter::check(filter, &record, now).is_err() {
-                    self.filtered += 1;
-                    return false;
-                }
-            }
+        if !self.selects(&record, meta.last_update_ms, now, bval) {
+            return false;
         }
         if let Some(collected) = self.collected.as_mut() {
             collected.push(*digest);
             return true;
         }
+        let message_start = out.len();
+        let mut writer = self.begin_record(namespace, digest, meta, &view, bval, out);
+        let projected = self.write_bins(&mut writer, &view, &record, now);
+        writer.finish();
+        self.keep_record(out, message_start, projected)
+    }
+
+    /// Whether a record read for the scan passes the query's check (at its
+    /// candidate entry's `bval`) and the filter expression (one that does
+    /// not is counted as filtered).
+    fn selects(
+        &mut self,
+        record: &RecordView<'_>,
+        last_update_ms: u64,
+        now: Now,
+        bval: Option<i64>,
+    ) -> bool {
+        if let Some(bval) = bval {
+            if !self.query_selects(record, last_update_ms, bval) {
+                return false;
+            }
+        }
+        if let Some(filter) = &self.filter {
+            if crate::filter::check(filter, record, now).is_err() {
+                self.filtered += 1;
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Begins a record's message in `out`: its generation and void time,
+    /// namespace, digest, set, key, and (a query's) the bval.
+    fn begin_record<'o>(
+        &mut self,
+        namespace: &Namespace,
+        digest: &Digest,
+        meta: citrine_index::RecordMeta,
+        view: &BodyView<'_>,
+        bval: Option<i64>,
+        out: &'o mut Vec<u8>,
+    ) -> MessageWriter<'o> {
         let header = MsgHeader {
             generation: u32::from(meta.generation),
             record_ttl: meta.void_time,
@@ -1401,7 +1514,6 @@ impl ScanCursor {
             .set_names
             .entry(set_id)
             .or_insert_with(|| namespace.sets.name(set_id));
-        let message_start = out.len();
         let mut writer = MessageWriter::begin_bare(out, &header);
         writer
             .field(field_type::NAMESPACE, namespace.config.name.as_bytes())
@@ -1418,45 +1530,80 @@ impl ScanCursor {
         if let Some(bval) = bval.filter(|_| self.query.as_ref().is_some_and(|q| q.send_bval)) {
             writer.field(field_type::BVAL_ARRAY, &bval.to_le_bytes());
         }
-        let mut answered = false;
-        let mut failed = false;
-        if !self.no_bins {
-            if self.projection.is_empty() {
-                for bin in view.bins() {
+        writer
+    }
+
+    /// Writes the record's bins: none (metadata only), every bin, or what
+    /// the projection's ops answer.
+    fn write_bins(
+        &self,
+        writer: &mut MessageWriter<'_>,
+        view: &BodyView<'_>,
+        record: &RecordView<'_>,
+        now: Now,
+    ) -> Projected {
+        if self.no_bins {
+            return Projected::default();
+        }
+        if self.projection.is_empty() {
+            for bin in view.bins() {
+                writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
+            }
+            return Projected::default();
+        }
+        self.write_projection(writer, view, record, now)
+    }
+
+    /// Writes the projection's answers in order: a bin read's bin, a read
+    /// op's value (with `RESPOND_ALL_OPS`, a nil where either has nothing);
+    /// stops at an op that fails on the record.
+    fn write_projection(
+        &self,
+        writer: &mut MessageWriter<'_>,
+        view: &BodyView<'_>,
+        record: &RecordView<'_>,
+        now: Now,
+    ) -> Projected {
+        let mut projected = Projected::default();
+        for op in &self.projection {
+            if op.op_type == op_type::READ {
+                if let Some(bin) = view.bin(&op.name) {
                     writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
+                    projected.answered = true;
+                } else if self.respond_all_ops {
+                    writer.op(op_type::READ, ParticleType::Null as u8, &op.name, &[]);
+                    projected.answered = true;
                 }
-            } else {
-                for op in &self.projection {
-                    if op.op_type == op_type::READ {
-                        if let Some(bin) = view.bin(&op.name) {
-                            writer.op(op_type::READ, bin.particle_type, &bin.name, &bin.value);
-                            answered = true;
-                        } else if self.respond_all_ops {
-                            writer.op(op_type::READ, ParticleType::Null as u8, &op.name, &[]);
-                            answered = true;
-                        }
-                        continue;
-                    }
-                    match op.evaluate(&view, &record, now) {
-                        Answer::Value(particle_type, value) => {
-                            writer.op(op.op_type, particle_type, &op.name, &value);
-                            answered = true;
-                        }
-                        Answer::Nothing if self.respond_all_ops => {
-                            writer.op(op.op_type, ParticleType::Null as u8, &op.name, &[]);
-                            answered = true;
-                        }
-                        Answer::Nothing => {}
-                        Answer::Failed => {
-                            failed = true;
-                            break;
-                        }
-                    }
+                continue;
+            }
+            match op.evaluate(view, record, now) {
+                Answer::Value(particle_type, value) => {
+                    writer.op(op.op_type, particle_type, &op.name, &value);
+                    projected.answered = true;
+                }
+                Answer::Nothing if self.respond_all_ops => {
+                    writer.op(op.op_type, ParticleType::Null as u8, &op.name, &[]);
+                    projected.answered = true;
+                }
+                Answer::Nothing => {}
+                Answer::Failed => {
+                    projected.failed = true;
+                    break;
                 }
             }
         }
-        writer.finish();
-        if failed {
+        projected
+    }
+
+    /// Keeps the record message written from `message_start`, or takes it
+    /// back when the projection leaves the record out.
+    fn keep_record(
+        &mut self,
+        out: &mut Vec<u8>,
+        message_start: usize,
+        projected: Projected,
+    ) -> bool {
+        if projected.failed {
             // An op failed on this record (a bin of another type, say): a
             // query has no way to answer one record's error, so the record
             // is left out (`recs-failed`), as the reference leaves it out.
@@ -1464,7 +1611,7 @@ impl ScanCursor {
             self.failed += 1;
             return false;
         }
-        if !self.no_bins && !self.projection.is_empty() && !answered {
+        if !self.no_bins && !self.projection.is_empty() && !projected.answered {
             // None of the projection's bins or ops answered here: the
             // record is left out, as the reference leaves it out.
             out.truncate(message_start);
@@ -1473,6 +1620,46 @@ impl ScanCursor {
         }
         true
     }
+}
+
+/// What a record's projection answered.
+#[derive(Clone, Copy, Debug, Default)]
+struct Projected {
+    /// At least one of its bins or ops answered.
+    answered: bool,
+    /// One of its ops failed on the record.
+    failed: bool,
+}
+
+/// What one step has spent: its frame's bytes (from `frame_start`) and
+/// the index entries it looked at.
+struct StepBudget {
+    frame_start: usize,
+    examined: usize,
+}
+
+impl StepBudget {
+    /// The frame holds [`CHUNK_BYTES`] or more.
+    fn frame_full(&self, out: &[u8]) -> bool {
+        out.len() - self.frame_start >= CHUNK_BYTES
+    }
+
+    /// The frame is full, or [`EXAMINE_BUDGET`] entries were looked at.
+    fn spent(&self, out: &[u8]) -> bool {
+        self.frame_full(out) || self.examined >= EXAMINE_BUDGET
+    }
+}
+
+/// Appends a PARTITION_DONE message of result 11 for `partition`: the
+/// client retries it in a later round.
+fn write_unavailable(out: &mut Vec<u8>, partition: PartitionId) {
+    let done = MsgHeader {
+        info3: info3::PARTITION_DONE,
+        generation: partition.index() as u32,
+        result_code: ResultCode::Unavailable.code(),
+        ..MsgHeader::default()
+    };
+    MessageWriter::begin_bare(out, &done).finish();
 }
 
 /// One read op of a query's projection.
@@ -1496,6 +1683,40 @@ enum Answer {
 }
 
 impl ProjectionOp {
+    /// One op of a foreground scan: a bin read (`None` for a read of
+    /// every bin, which is no projection) or a read op, its expression
+    /// parsed once here, not for every record.
+    fn parse(op: &citrine_wire::msg::Op<'_>) -> Result<Option<ProjectionOp>, ResultCode> {
+        match op.op_type {
+            op_type::READ => {
+                if op.name.len() > BIN_NAME_MAX {
+                    return Err(ResultCode::BinName);
+                }
+                if op.name.is_empty() {
+                    // A read of every bin: the same as no projection.
+                    return Ok(None);
+                }
+            }
+            op_type::CDT_READ | op_type::BITS_READ | op_type::HLL_READ | op_type::EXP_READ => {
+                if !citrine_record::valid_bin_name(op.name) {
+                    return Err(ResultCode::BinName);
+                }
+            }
+            // Writes belong to background jobs, not to a foreground query.
+            _ => return Err(ResultCode::Parameter),
+        }
+        let expression = (op.op_type == op_type::EXP_READ)
+            .then(|| citrine_exp::ReadOp::parse(op.value))
+            .transpose()
+            .map_err(citrine_exp::ExpError::result_code)?;
+        Ok(Some(ProjectionOp {
+            op_type: op.op_type,
+            name: op.name.to_vec(),
+            value: op.value.to_vec(),
+            expression,
+        }))
+    }
+
     /// The op's result on one record (not a plain bin read).
     fn evaluate(&self, view: &BodyView<'_>, record: &RecordView<'_>, now: Now) -> Answer {
         let answer = |result: Option<(u8, Vec<u8>)>| match result {

@@ -1059,7 +1059,7 @@ pub(crate) fn start_aggregate(
     if service.routes() {
         // Only those that list their partitions follow acting-master
         // claims (see there); a claim lost during the walk fails the run.
-        cursor.keep_served_partitions(service, crate::scan::lists_partitions(message));
+        cursor.keep_served_partitions(service.layers(), crate::scan::lists_partitions(message));
     }
     let delegated =
         match delegate_partitions(service, message, &namespace, cursor.take_unavailable()) {
@@ -1497,7 +1497,7 @@ impl AggregateRun {
         use crate::job::monitor::Reason;
         let now = service.now();
         let mut chunk = Vec::new();
-        let finished = self.cursor.advance(service, now, &mut chunk);
+        let finished = self.cursor.advance(service.layers(), now, &mut chunk);
         let counts = self.cursor.counts();
         let progress = self.cursor.progress_hundredths();
         let ended = |reason| (Step::Ended(reason), counts, progress);

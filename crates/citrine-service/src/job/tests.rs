@@ -420,11 +420,16 @@ fn a_paced_job_does_not_hold_up_the_ones_after_it() {
 #[test]
 fn jobs_past_the_active_limit_are_refused() {
     let (service, _) = service();
-    put(&service, "demo", "a", &[("n", 1)], false);
-    put(&service, "demo", "b", &[("n", 2)], false);
+    // Paced at one record a second, each job stays active for a minute:
+    // the limit fills however slowly the submissions go (with two records,
+    // a loaded machine that took over a second to submit them all saw the
+    // first jobs finish, and one more accepted).
+    for key in 0..60 {
+        put(&service, "demo", &format!("k{key}"), &[("n", key)], false);
+    }
     with_runner(&service, || {
         // Each job writes its first record at once and waits a second for
-        // its second: all stay active while the limit fills.
+        // each next one: all stay active while the limit fills.
         for trid in 1..=super::MAX_ACTIVE as u64 {
             let request = Background {
                 set: Some("demo"),

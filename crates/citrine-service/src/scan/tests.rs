@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::batch::tests::{decode_stream, digest, put, put_blob, run, service, Msg, START_MS};
+use crate::Service;
 use std::collections::BTreeSet;
 
 /// Options of a scan request.
@@ -1243,7 +1244,7 @@ fn a_background_jobs_partitions_are_dropped_only_once_walked() {
         let mut cursor = parse(&message, Arc::clone(&namespace), indexes, true)
             .unwrap()
             .unwrap();
-        cursor.keep_mastered_partitions(&service);
+        cursor.keep_mastered_partitions(service.layers());
         cursor
     };
     let mut job = cursor();
@@ -1272,7 +1273,7 @@ fn a_background_jobs_partitions_are_dropped_only_once_walked() {
     assert_eq!(held(walked), records, "kept for the jobs");
     assert_eq!(service.migrations().pins.deferred(), 1);
     let mut out = Vec::new();
-    while !job.advance(&service, service.now(), &mut out) {
+    while !job.advance(service.layers(), service.now(), &mut out) {
         assert!(!job.blocked());
     }
     let digests = job.take_collected();
@@ -1591,4 +1592,46 @@ fn a_throttled_aggregation_is_paced() {
         .map(|value| i64::from_be_bytes(value.try_into().unwrap()))
         .sum();
     assert_eq!(counted, 200);
+}
+
+/// A partition a change was cut short in (a panic under its write guard
+/// after the change began) is reported unavailable (11) and its records
+/// are not sent; every other partition is scanned as before.
+#[test]
+fn a_partition_a_change_was_cut_short_in_is_reported_unavailable() {
+    let (service, _) = populated();
+    let (all, _) = scan(&service, ScanSpec::default());
+    let victim = digest_of(&all[0]).partition();
+    let namespace = service.namespace(b"test").unwrap();
+    let cut_short = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut index = namespace.index.partition(victim).write();
+        let _changing: &mut citrine_index::PartitionIndex = &mut index;
+        panic!("a change cut short");
+    }));
+    assert!(cut_short.is_err());
+    let spec = ScanSpec {
+        partition_done: true,
+        ..ScanSpec::default()
+    };
+    let messages = run(&service, &scan_frame(&spec));
+    let unavailable: Vec<u16> = messages
+        .iter()
+        .filter(|message| {
+            message.header.info3 == info3::PARTITION_DONE && message.header.result_code == 11
+        })
+        .map(|message| message.header.generation as u16)
+        .collect();
+    assert_eq!(unavailable, vec![victim.get()]);
+    let records: Vec<&Msg> = messages
+        .iter()
+        .filter(|message| message.header.info3 == 0)
+        .collect();
+    assert!(records
+        .iter()
+        .all(|record| digest_of(record).partition() != victim));
+    let in_victim = all
+        .iter()
+        .filter(|record| digest_of(record).partition() == victim)
+        .count();
+    assert_eq!(records.len(), all.len() - in_victim);
 }
