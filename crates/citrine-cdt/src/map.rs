@@ -260,10 +260,12 @@ fn check_storable(value: &Value) -> Result<(), CdtError> {
     }
 }
 
-/// Refuses keys that cannot be stored: collections, and what
-/// [`check_storable`] refuses.
+/// Refuses keys that cannot be stored: collections, exts (the reference
+/// refuses every ext key; one stored first would read back as the map's
+/// flags header and its entry would be lost), and what [`check_storable`]
+/// refuses.
 pub(crate) fn check_key(key: &Value) -> Result<(), CdtError> {
-    if key.is_collection() {
+    if key.is_collection() || matches!(key, Value::Ext(..)) {
         return Err(CdtError::Parameter);
     }
     check_storable(key)
@@ -1643,6 +1645,14 @@ mod tests {
         );
         let bad_items = map_of(0, vec![(int(2), int(2)), (ints(&[3]), int(3))]);
         fails(PUT_ITEMS, vec![bad_items], &start, CdtError::Parameter);
+        // An ext key (found by the exp_parse_eval fuzz target: stored first
+        // it read back as the flags header).
+        for key in [Value::Ext(1, vec![0x23]), Value::Ext(7, vec![1, 2])] {
+            fails(PUT, vec![key.clone(), Value::Nil], &None, CdtError::Parameter);
+            fails(ADD, vec![key.clone(), int(1)], &start, CdtError::Parameter);
+            let items = map_of(0, vec![(key, int(1))]);
+            fails(PUT_ITEMS, vec![items], &start, CdtError::Parameter);
+        }
         fails(
             INCREMENT,
             vec![ints(&[1]), int(1)],
