@@ -88,7 +88,13 @@
 //! - `tx_remaining`/`rx_remaining` are set synchronously with the publish,
 //!   so `cluster-stable` never sees a view whose migrations are not
 //!   counted yet;
-//! - no lock is held across an await.
+//! - no lock is held across an await;
+//! - a batch this node builds holds records of its own partition only
+//!   (asserted, release builds too); a batch received is validated whole —
+//!   every record decodes, is of the batch's namespace and partition and
+//!   passes `ReplicaWrite::check` — before any record is applied, and one
+//!   that is not is malformed input from its source: refused, counted
+//!   (`peer_messages_malformed`), never a panic.
 //!
 //! Deletes migrate too: a deleted record's tombstone (kept in the index
 //! for `tomb-raider-eligible-age`) is listed in snapshots' counts,
@@ -1596,6 +1602,11 @@ impl Distribution {
     /// consumed (at most [`BATCH_RECORDS`], fewer once [`BATCH_BYTES`] is
     /// reached). When it consumed the rest, the batch carries
     /// [`FLAG_LAST`].
+    ///
+    /// Every digest must be of `partition` (they come from this node's
+    /// index of it): asserted, release builds too — a record sent in
+    /// another partition's batch would be this node's bug, and the target
+    /// refuses the whole batch.
     pub fn migration_batch(
         &self,
         cluster_key: u64,
@@ -1617,54 +1628,9 @@ impl Distribution {
             batch.flags |= FLAG_LAST;
             return (batch, digests.len());
         };
-        let now = self.now();
-        let index = namespace.index.partition(partition).read();
-        let mut bytes = 0;
-        let mut consumed = 0;
-        // The sets of the records sent, each with its threshold.
-        let mut truncated: BTreeMap<u16, u64> = BTreeMap::new();
-        let mut note_set = |set_id: u16| {
-            truncated.insert(set_id, namespace.truncated_before(set_id));
-        };
-        for digest in digests.iter().take(BATCH_RECORDS) {
-            consumed += 1;
-            let Some(entry) = index.get(digest) else {
-                if let Some(tombstone) = index.tombstone(digest) {
-                    let marker =
-                        crate::replication::delete_marker(namespace, digest, &tombstone).encode();
-                    bytes += marker.len();
-                    batch.records.push(marker);
-                    note_set(tombstone.set_id);
-                }
-                continue;
-            };
-            let meta = entry.meta();
-            if !citrine_data::record::is_live(namespace, &meta, now) {
-                continue;
-            }
-            let Ok(body) = namespace.storage.read(&entry.location) else {
-                continue;
-            };
-            let write = ReplicaWrite {
-                namespace: namespace_name.to_owned(),
-                digest: *digest,
-                generation: meta.generation,
-                life: meta.life,
-                durable: false,
-                void_time: meta.void_time,
-                last_update_ms: meta.last_update_ms,
-                set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
-                body: Some(body.into_owned()),
-            }
-            .encode();
-            bytes += write.len();
-            batch.records.push(write);
-            note_set(meta.set_id);
-            if bytes >= BATCH_BYTES {
-                break;
-            }
-        }
-        drop(index);
+        let (records, truncated, consumed) =
+            batch_records(namespace, partition, digests, self.now());
+        batch.records = records;
         batch.truncated_before = truncated
             .into_iter()
             .map(|(set_id, lut)| (namespace.sets.name(set_id).unwrap_or_default(), lut))
@@ -1676,31 +1642,38 @@ impl Distribution {
     }
 
     /// Applies a received batch; the answer is one result-code byte.
+    ///
+    /// Steps: decode, validate every record (`validate_batch`), apply
+    /// each by the replica-write rule, then count and, for a LAST batch,
+    /// complete its source. A batch that does not decode, or holds one
+    /// record that does not decode, is of another namespace or partition
+    /// than the batch, or fails [`ReplicaWrite::check`], is malformed
+    /// input from its source: refused whole ([`ResultCode::Parameter`],
+    /// counted in `peer_messages_malformed`), nothing of it applied.
     pub fn apply_migrate_batch(&self, payload: &[u8]) -> ResultCode {
         let Some(batch) = MigrateBatch::decode(payload) else {
-            return ResultCode::Parameter;
+            return self.refuse_malformed("a migration batch that does not decode");
         };
         if self.namespace(batch.namespace.as_bytes()).is_none() {
             return ResultCode::Namespace;
         }
-        for record in &batch.records {
-            let Some(write) = ReplicaWrite::decode(record) else {
-                return ResultCode::Parameter;
-            };
-            if write.namespace != batch.namespace
-                || write.digest.partition().index() != usize::from(batch.partition)
-            {
-                return ResultCode::Parameter;
+        let writes = match validate_batch(&batch) {
+            Ok(writes) => writes,
+            Err(what) => {
+                tracing::warn!(source = %batch.source, partition = batch.partition, "{what}");
+                return self.refuse_malformed("a migration batch with a malformed record");
             }
+        };
+        for write in &writes {
             let truncated_before = batch.truncated_before_of(&write.set_name);
-            let code = crate::replication::apply_copy(self, &write, truncated_before);
+            let code = crate::replication::apply_copy(self, write, truncated_before);
             if code != ResultCode::Ok {
                 return code;
             }
         }
         self.migrations
             .records_received
-            .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+            .fetch_add(writes.len() as u64, Ordering::Relaxed);
         if batch.flags & FLAG_LAST != 0 {
             self.source_done(
                 batch.cluster_key,
@@ -1711,6 +1684,101 @@ impl Distribution {
         }
         ResultCode::Ok
     }
+}
+
+/// The encoded copies of `digests` for one batch of `partition` — each
+/// live record, or the delete marker of a kept tombstone; the truncation
+/// threshold of each set they belong to; and how many digests were
+/// consumed (at most [`BATCH_RECORDS`], the batch closed after the record
+/// that reaches [`BATCH_BYTES`]).
+fn batch_records(
+    namespace: &citrine_data::namespace::Namespace,
+    partition: PartitionId,
+    digests: &[Digest],
+    now: citrine_data::Now,
+) -> (Vec<Vec<u8>>, BTreeMap<u16, u64>, usize) {
+    let index = namespace.index.partition(partition).read();
+    let mut records = Vec::new();
+    let mut bytes = 0;
+    let mut consumed = 0;
+    // The sets of the records sent, each with its threshold.
+    let mut truncated: BTreeMap<u16, u64> = BTreeMap::new();
+    for digest in digests.iter().take(BATCH_RECORDS) {
+        assert_eq!(
+            digest.partition(),
+            partition,
+            "a migration batch carries records of its own partition only"
+        );
+        consumed += 1;
+        let Some((encoded, set_id, live)) = batch_copy(namespace, &index, digest, now) else {
+            continue;
+        };
+        bytes += encoded.len();
+        records.push(encoded);
+        truncated.insert(set_id, namespace.truncated_before(set_id));
+        if live && bytes >= BATCH_BYTES {
+            break;
+        }
+    }
+    (records, truncated, consumed)
+}
+
+/// One record's copy for a migration batch: the encoded [`ReplicaWrite`]
+/// of its live record (`true`) or the delete marker of its tombstone
+/// (`false`), with its set; `None` when neither is held (or the record
+/// expired, or its body cannot be read).
+fn batch_copy(
+    namespace: &citrine_data::namespace::Namespace,
+    index: &citrine_index::PartitionIndex,
+    digest: &Digest,
+    now: citrine_data::Now,
+) -> Option<(Vec<u8>, u16, bool)> {
+    let Some(entry) = index.get(digest) else {
+        let tombstone = index.tombstone(digest)?;
+        let marker = crate::replication::delete_marker(namespace, digest, &tombstone);
+        return Some((marker.encode(), tombstone.set_id, false));
+    };
+    let meta = entry.meta();
+    if !citrine_data::record::is_live(namespace, &meta, now) {
+        return None;
+    }
+    let body = namespace.storage.read(&entry.location).ok()?;
+    let write = ReplicaWrite {
+        namespace: namespace.config.name.clone(),
+        digest: *digest,
+        generation: meta.generation,
+        life: meta.life,
+        durable: false,
+        void_time: meta.void_time,
+        last_update_ms: meta.last_update_ms,
+        set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
+        body: Some(body.into_owned()),
+    };
+    Some((write.encode(), meta.set_id, true))
+}
+
+/// The records of a received batch, decoded, once every one is found to
+/// belong to it: of its namespace and partition, and well formed
+/// ([`ReplicaWrite::check`]). The error says what was wrong.
+fn validate_batch(batch: &MigrateBatch) -> Result<Vec<ReplicaWrite>, &'static str> {
+    batch
+        .records
+        .iter()
+        .map(|record| {
+            let write =
+                ReplicaWrite::decode(record).ok_or("a migrated record that does not decode")?;
+            if write.namespace != batch.namespace {
+                return Err("a migrated record of another namespace than its batch");
+            }
+            if write.digest.partition().index() != usize::from(batch.partition) {
+                return Err("a migrated record of another partition than its batch");
+            }
+            write
+                .check()
+                .map_err(|_| "a migrated record that is not well formed")?;
+            Ok(write)
+        })
+        .collect()
 }
 
 /// The version and set of the copy of `digest` this node holds — the
