@@ -843,6 +843,27 @@ impl Migrations {
         std::time::Duration::from_micros(start - now_us)
     }
 
+    /// Installs a resolved exchange's tasks (smallest first) and marks the
+    /// exchange resolved: pending sends, the claims of acting masters, the
+    /// counts `cluster-stable` reads.
+    fn install_plan(&self, state: &mut State, mut tasks: Vec<MigrateTask>) {
+        tasks.sort_by_key(|task| (task.records, task.partition.index()));
+        state.pending = tasks
+            .iter()
+            .map(|task| (task.namespace.clone(), task.partition.index() as u16))
+            .collect();
+        state.tasks = tasks;
+        if state.parts.values().any(|part| part.acting.is_some()) {
+            // Acting masters claim what their masters cede.
+            self.claims_generation.fetch_add(1, Ordering::AcqRel);
+        }
+        state.exchanged = true;
+        state.early_lasts.clear();
+        state.early_drops.clear();
+        self.update_counts(state);
+        self.exchanges.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn update_counts(&self, state: &State) {
         self.tx_remaining
             .store(state.pending.len() as u64, Ordering::Relaxed);
@@ -918,6 +939,44 @@ fn decode_snapshot(bytes: &[u8]) -> Option<Snapshot> {
         snapshot.insert(name, holdings);
     }
     Some(snapshot)
+}
+
+/// What resolving an exchange leaves to do once the state is unlocked:
+/// copies to drop and groups to send.
+#[derive(Default)]
+struct ExchangePlan {
+    drops: Vec<(String, PartitionId)>,
+    tasks: Vec<MigrateTask>,
+}
+
+/// One partition of one namespace as an exchange resolves it.
+struct PartitionExchange<'a> {
+    name: &'a str,
+    partition: PartitionId,
+    /// The partition's replicas in the new view, master first.
+    replicas: &'a [NodeId],
+    /// Every member's copy of it.
+    held: &'a [Holding],
+    cluster_key: u64,
+}
+
+/// Per partition of namespace `name`, every member's copy as the
+/// snapshots list them.
+fn holdings_of(name: &str, snapshots: &[(NodeId, Snapshot)]) -> Vec<Vec<Holding>> {
+    let mut holdings: Vec<Vec<Holding>> = vec![Vec::new(); PARTITIONS];
+    for (node, snapshot) in snapshots {
+        for (partition, lineage, records) in snapshot.get(name).into_iter().flatten() {
+            if let Some(list) = holdings.get_mut(usize::from(*partition)) {
+                list.push(Holding {
+                    node: *node,
+                    version: lineage.version,
+                    records: *records,
+                    covers: lineage.covers,
+                });
+            }
+        }
+    }
+    holdings
 }
 
 /// The regime a [`REGIME_FILE`] names; `None` when it names none.
@@ -1095,6 +1154,10 @@ impl Distribution {
         self.resolve_exchange(epoch, snapshots)
     }
 
+    /// Resolves the exchange of plan `epoch` from every member's snapshot
+    /// (this node's included): validate that the plan still stands, resolve
+    /// every partition, install the resulting bookkeeping, then drop the
+    /// copies no replica needs and report. False when the plan moved on.
     fn resolve_exchange(&self, epoch: u64, snapshots: Vec<(NodeId, Snapshot)>) -> bool {
         let migrations = &self.migrations;
         let mut state = migrations.state.lock();
@@ -1105,135 +1168,26 @@ impl Distribution {
             return false;
         };
         let cluster_key = current.cluster_key;
-        let mut drops = Vec::new();
-        let mut tasks = Vec::new();
+        let mut plan = ExchangePlan::default();
         for namespace in self.namespaces() {
-            let name = namespace.config.name.clone();
-            let Some(map) = current.namespace(&name) else {
+            let name = namespace.config.name.as_str();
+            let Some(map) = current.namespace(name) else {
                 continue;
             };
-            let mut holdings: Vec<Vec<Holding>> = vec![Vec::new(); PARTITIONS];
-            for (node, snapshot) in &snapshots {
-                for (partition, lineage, records) in snapshot.get(&name).into_iter().flatten() {
-                    if let Some(list) = holdings.get_mut(usize::from(*partition)) {
-                        list.push(Holding {
-                            node: *node,
-                            version: lineage.version,
-                            records: *records,
-                            covers: lineage.covers,
-                        });
-                    }
-                }
-            }
+            let holdings = holdings_of(name, &snapshots);
             for partition in PartitionId::all() {
-                let pid = partition.index() as u16;
-                let replicas = map.map.replicas(partition);
-                let held = &holdings[partition.index()];
-                let outcome = exchange::resolve(replicas, held);
-                let (mine, my_covers) = held
-                    .iter()
-                    .find(|holding| holding.node == self.node_id)
-                    .map(|holding| (holding.version, holding.covers))
-                    .unwrap_or_default();
-                let key = (name.clone(), pid);
-                let mut part = PartitionState {
-                    master: replicas.first() == Some(&self.node_id),
-                    ..PartitionState::default()
+                let at = PartitionExchange {
+                    name,
+                    partition,
+                    replicas: map.map.replicas(partition),
+                    held: &holdings[partition.index()],
+                    cluster_key,
                 };
-                let replica = replicas.contains(&self.node_id);
-                if replica {
-                    part.expect = outcome.expected_by(self.node_id);
-                    part.expect.retain(|source| {
-                        !state.early_lasts.contains(&(name.clone(), pid, *source))
-                    });
-                    part.covers_when_full = outcome.covers_when_full;
-                    let lineage = if part.expect.is_empty() {
-                        Lineage {
-                            version: PartitionVersion::full(cluster_key),
-                            covers: outcome.covers_when_full,
-                        }
-                    } else {
-                        // It still contains what it held.
-                        Lineage {
-                            version: PartitionVersion::subset(cluster_key),
-                            covers: my_covers.after(mine),
-                        }
-                    };
-                    if let Some(versions) = state.versions.get_mut(&name) {
-                        versions[partition.index()] = lineage;
-                    }
-                } else if !mine.is_zero() {
-                    match outcome.drop_after(self.node_id) {
-                        None => drops.push((name.clone(), partition)),
-                        Some(source) if source == self.node_id => {}
-                        Some(source) => {
-                            if state.early_drops.contains(&(name.clone(), pid, source)) {
-                                drops.push((name.clone(), partition));
-                            } else {
-                                part.drop_after = Some(source);
-                            }
-                        }
-                    }
-                }
-                if let Some(acting) = outcome.acting_master {
-                    if part.master || acting == self.node_id {
-                        part.acting = Some(acting);
-                    }
-                }
-                for group in outcome.sent_by(self.node_id) {
-                    let targets: Vec<(NodeId, PartitionVersion)> = group
-                        .targets
-                        .iter()
-                        .map(|target| {
-                            let version = held
-                                .iter()
-                                .find(|holding| holding.node == *target)
-                                .map(|holding| holding.version)
-                                .unwrap_or_default();
-                            (*target, version)
-                        })
-                        .collect();
-                    let pull_from = targets
-                        .iter()
-                        .filter(|(target, version)| {
-                            !version.is_zero()
-                                && !outcome.groups.iter().any(|other| other.source == *target)
-                        })
-                        .map(|(target, _)| *target)
-                        .collect();
-                    tasks.push(MigrateTask {
-                        namespace: name.clone(),
-                        partition,
-                        targets,
-                        retire: group.retire.clone(),
-                        drop_after: !replica,
-                        records: group.records,
-                        pull_from,
-                    });
-                }
-                let busy =
-                    !part.expect.is_empty() || part.acting.is_some() || part.drop_after.is_some();
-                if busy {
-                    migrations.set_route(&name, pid, Some(&part));
-                    state.parts.insert(key, part);
-                }
+                self.resolve_partition(&mut state, &mut plan, &at);
             }
         }
-        tasks.sort_by_key(|task| (task.records, task.partition.index()));
-        state.pending = tasks
-            .iter()
-            .map(|task| (task.namespace.clone(), task.partition.index() as u16))
-            .collect();
-        state.tasks = tasks;
-        if state.parts.values().any(|part| part.acting.is_some()) {
-            // Acting masters claim what their masters cede.
-            migrations.claims_generation.fetch_add(1, Ordering::AcqRel);
-        }
-        state.exchanged = true;
-        state.early_lasts.clear();
-        state.early_drops.clear();
-        migrations.update_counts(&state);
-        migrations.exchanges.fetch_add(1, Ordering::Relaxed);
+        let drops = std::mem::take(&mut plan.drops);
+        migrations.install_plan(&mut state, plan.tasks);
         let planned = state.pending.len();
         let filling = migrations.rx_remaining();
         drop(state);
@@ -1253,6 +1207,161 @@ impl Distribution {
             );
         }
         true
+    }
+
+    /// Applies this node's part of one partition's exchange outcome: its
+    /// version and what it still expects as a replica, its drop as a
+    /// holder outside the replica list, the acting master, and the groups
+    /// it sends. A partition with work left is entered in `state.parts`
+    /// and routed through the migration path.
+    fn resolve_partition(
+        &self,
+        state: &mut State,
+        plan: &mut ExchangePlan,
+        at: &PartitionExchange<'_>,
+    ) {
+        let outcome = exchange::resolve(at.replicas, at.held);
+        let (mine, my_covers) = at
+            .held
+            .iter()
+            .find(|holding| holding.node == self.node_id)
+            .map(|holding| (holding.version, holding.covers))
+            .unwrap_or_default();
+        let mut part = PartitionState {
+            master: at.replicas.first() == Some(&self.node_id),
+            ..PartitionState::default()
+        };
+        let replica = at.replicas.contains(&self.node_id);
+        if replica {
+            let lineage =
+                self.fill_as_replica(state, &mut part, at, &outcome, my_covers.after(mine));
+            if let Some(versions) = state.versions.get_mut(at.name) {
+                versions[at.partition.index()] = lineage;
+            }
+        } else if !mine.is_zero() {
+            self.plan_drop(state, &mut part, plan, at, &outcome);
+        }
+        if let Some(acting) = outcome.acting_master {
+            if part.master || acting == self.node_id {
+                part.acting = Some(acting);
+            }
+        }
+        plan.tasks.extend(self.tasks_sent(at, &outcome, replica));
+        let busy = !part.expect.is_empty() || part.acting.is_some() || part.drop_after.is_some();
+        if busy {
+            let pid = at.partition.index() as u16;
+            self.migrations.set_route(at.name, pid, Some(&part));
+            state.parts.insert((at.name.to_owned(), pid), part);
+        }
+    }
+
+    /// A replica's part of an exchange: the sources it still expects (less
+    /// those whose LAST batch came early) and the lineage it now has —
+    /// `full(K)` with everything the outcome covers when it expects
+    /// nothing, else `subset(K)` still containing `held_covers`, what it
+    /// held.
+    fn fill_as_replica(
+        &self,
+        state: &State,
+        part: &mut PartitionState,
+        at: &PartitionExchange<'_>,
+        outcome: &exchange::Outcome,
+        held_covers: Covers,
+    ) -> Lineage {
+        let pid = at.partition.index() as u16;
+        part.expect = outcome.expected_by(self.node_id);
+        part.expect.retain(|source| {
+            !state
+                .early_lasts
+                .contains(&(at.name.to_owned(), pid, *source))
+        });
+        part.covers_when_full = outcome.covers_when_full;
+        if part.expect.is_empty() {
+            Lineage {
+                version: PartitionVersion::full(at.cluster_key),
+                covers: outcome.covers_when_full,
+            }
+        } else {
+            // It still contains what it held.
+            Lineage {
+                version: PartitionVersion::subset(at.cluster_key),
+                covers: held_covers,
+            }
+        }
+    }
+
+    /// A holder outside the replica list: its copy goes at once when no
+    /// replica needs it (or the source that covers it already said so),
+    /// else once that source delivered; never while it sends the copy
+    /// itself (its task drops it).
+    fn plan_drop(
+        &self,
+        state: &State,
+        part: &mut PartitionState,
+        plan: &mut ExchangePlan,
+        at: &PartitionExchange<'_>,
+        outcome: &exchange::Outcome,
+    ) {
+        let pid = at.partition.index() as u16;
+        match outcome.drop_after(self.node_id) {
+            None => plan.drops.push((at.name.to_owned(), at.partition)),
+            Some(source) if source == self.node_id => {}
+            Some(source) => {
+                if state
+                    .early_drops
+                    .contains(&(at.name.to_owned(), pid, source))
+                {
+                    plan.drops.push((at.name.to_owned(), at.partition));
+                } else {
+                    part.drop_after = Some(source);
+                }
+            }
+        }
+    }
+
+    /// The tasks of the groups this node sends: each target with the
+    /// version it held, and the targets to pull newer records from first
+    /// (those that held a copy and send none of their own).
+    fn tasks_sent(
+        &self,
+        at: &PartitionExchange<'_>,
+        outcome: &exchange::Outcome,
+        replica: bool,
+    ) -> Vec<MigrateTask> {
+        let held_by = |node: NodeId| {
+            at.held
+                .iter()
+                .find(|holding| holding.node == node)
+                .map(|holding| holding.version)
+                .unwrap_or_default()
+        };
+        outcome
+            .sent_by(self.node_id)
+            .map(|group| {
+                let targets: Vec<(NodeId, PartitionVersion)> = group
+                    .targets
+                    .iter()
+                    .map(|target| (*target, held_by(*target)))
+                    .collect();
+                let pull_from = targets
+                    .iter()
+                    .filter(|(target, version)| {
+                        !version.is_zero()
+                            && !outcome.groups.iter().any(|other| other.source == *target)
+                    })
+                    .map(|(target, _)| *target)
+                    .collect();
+                MigrateTask {
+                    namespace: at.name.to_owned(),
+                    partition: at.partition,
+                    targets,
+                    retire: group.retire.clone(),
+                    drop_after: !replica,
+                    records: group.records,
+                    pull_from,
+                }
+            })
+            .collect()
     }
 
     /// Drops this node's copy of a partition it no longer holds a place
