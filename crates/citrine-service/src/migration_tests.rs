@@ -1371,3 +1371,32 @@ fn a_batch_with_one_malformed_record_is_refused_whole() {
         1
     );
 }
+
+/// A target's answer for a record this node pulls that names another
+/// record is malformed: counted, and nothing of it is stored.
+#[test]
+fn a_pulled_answer_naming_another_record_is_refused() {
+    let node = service(1);
+    let asked = record(17, 1, 2);
+    let other = record(17, 2, 2);
+    let answer = crate::replication::DupResAnswer {
+        record: Some(other.clone()),
+        truncated_before: 0,
+    };
+    node.dist().apply_pulled("test", &asked.digest, answer);
+    assert_eq!(stored(&node, &other), None);
+    assert_eq!(
+        node.dist()
+            .stats
+            .peer_messages_malformed
+            .load(Ordering::Relaxed),
+        1
+    );
+    let answer = crate::replication::DupResAnswer {
+        record: Some(asked.clone()),
+        truncated_before: 0,
+    };
+    node.dist().apply_pulled("test", &asked.digest, answer);
+    assert_eq!(stored(&node, &asked), Some((2, vec![1, 1, 2])));
+    assert_eq!(node.migrations().records_pulled.load(Ordering::Relaxed), 1);
+}

@@ -1689,7 +1689,7 @@ impl Distribution {
             return; // gone there meanwhile
         };
         if record.namespace != namespace || record.digest != *digest {
-            tracing::warn!(namespace, "a pulled record's answer names another record");
+            self.refuse_malformed("a pulled record's answer names another record");
             return;
         }
         let code = crate::replication::apply_copy(self, &record, answer.truncated_before);
