@@ -22,8 +22,11 @@
 //! captures a write's outcome with [`capture`] (the stored copy, or a
 //! delete marker); a duplicate-resolution answer is [`fetch`]'s.
 //!
-//! Invariant: a copy is stored or refused whole, under the record
-//! partition's write lock, through [`crate::record::store`].
+//! Invariants: a copy is stored or refused whole, under the record
+//! partition's write lock, through [`crate::record::store`]; a copy that
+//! fails [`ReplicaWrite::check`] (malformed input from a peer) is refused
+//! before the index is touched; a copy is stored only in the namespace it
+//! names (asserted, release builds too: the caller's invariant).
 
 use crate::clock::Now;
 use crate::config::ConflictResolutionPolicy;
@@ -31,7 +34,7 @@ use crate::namespace::{compare_versions, Namespace, Version};
 use crate::record::{self, store};
 use citrine_index::{IndexEntry, PartitionIndex, RecordMeta, Tombstone, MAX_LAST_UPDATE_MS};
 use citrine_storage::{StoreMeta, MEMORY_BODY_SPARE};
-use citrine_types::{Digest, ResultCode, DIGEST_SIZE};
+use citrine_types::{Digest, ResultCode, DIGEST_SIZE, SET_NAME_MAX};
 
 /// A record's new state as a replica stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +65,27 @@ impl ReplicaWrite {
             life: self.life,
             generation: self.generation,
             last_update_ms: self.last_update_ms,
+        }
+    }
+
+    /// Whether this copy is one a node can send: its life in range, a
+    /// record's generation not 0 (no master writes one: generations wrap to
+    /// 1; a delete marker's may be 0, sent by a master that kept no
+    /// tombstone), its last-update time within the index's range, no
+    /// durable flag on a record, and a set name a client could have given.
+    /// [`ReplicaWrite::decode`] checks only the layout: a copy from another
+    /// node that fails this is malformed input from that node, refused
+    /// ([`ResultCode::Parameter`]) before anything is stored.
+    pub fn check(&self) -> Result<(), ResultCode> {
+        let well_formed = self.life < citrine_index::LIVES
+            && (self.body.is_none() || (self.generation != 0 && !self.durable))
+            && self.last_update_ms <= MAX_LAST_UPDATE_MS
+            && self.set_name.len() <= SET_NAME_MAX
+            && !self.set_name.contains(&0);
+        if well_formed {
+            Ok(())
+        } else {
+            Err(ResultCode::Parameter)
         }
     }
 
@@ -318,11 +342,14 @@ pub fn store_copy(
     truncated_before: u64,
     admit: Admit,
 ) -> Result<(), ResultCode> {
-    if write.body.is_some() && write.generation == 0 {
-        // No master writes a record at generation 0 (generations wrap to
-        // 1): a malformed peer message, refused rather than indexed.
-        return Err(ResultCode::Parameter);
-    }
+    // The caller found the namespace by the copy's name: storing it in
+    // another one would be this node's bug, not the sender's.
+    assert_eq!(
+        write.namespace, namespace.config.name,
+        "a copy is stored in the namespace it names"
+    );
+    // A malformed copy from a peer is refused rather than indexed.
+    write.check()?;
     let set_id = namespace
         .sets
         .id_of(&write.set_name)
@@ -525,6 +552,62 @@ mod tests {
         late.last_update_ms = u64::MAX;
         let decoded = ReplicaWrite::decode(&late.encode()).expect("decodes");
         assert_eq!(decoded.last_update_ms, MAX_LAST_UPDATE_MS);
+    }
+
+    #[test]
+    fn check_refuses_copies_no_node_sends() {
+        let record = || sample(Some(vec![1]));
+        let fine = [
+            record(),
+            sample(None),
+            // A delete marker from a master that kept no tombstone.
+            ReplicaWrite {
+                generation: 0,
+                ..sample(None)
+            },
+            ReplicaWrite {
+                durable: true,
+                ..sample(None)
+            },
+            ReplicaWrite {
+                set_name: vec![b's'; SET_NAME_MAX],
+                last_update_ms: MAX_LAST_UPDATE_MS,
+                life: citrine_index::LIVES - 1,
+                ..record()
+            },
+        ];
+        for write in fine {
+            assert_eq!(write.check(), Ok(()), "{write:?}");
+        }
+        let malformed = [
+            ReplicaWrite {
+                generation: 0,
+                ..record()
+            },
+            ReplicaWrite {
+                durable: true,
+                ..record()
+            },
+            ReplicaWrite {
+                life: citrine_index::LIVES,
+                ..sample(None)
+            },
+            ReplicaWrite {
+                last_update_ms: MAX_LAST_UPDATE_MS + 1,
+                ..sample(None)
+            },
+            ReplicaWrite {
+                set_name: vec![b's'; SET_NAME_MAX + 1],
+                ..record()
+            },
+            ReplicaWrite {
+                set_name: b"a\0".to_vec(),
+                ..sample(None)
+            },
+        ];
+        for write in malformed {
+            assert_eq!(write.check(), Err(ResultCode::Parameter), "{write:?}");
+        }
     }
 
     #[test]

@@ -79,6 +79,12 @@ pub struct DistributionStats {
     /// of the record's partition nor holds a copy of it any more (a write
     /// that arrived after the migration that ended its part).
     pub replica_writes_refused_not_holder: AtomicU64,
+    /// Copies of records refused as malformed input from another node: a
+    /// replica write, a migration batch (the whole batch) or a
+    /// duplicate-resolution answer that does not decode, names another
+    /// namespace, partition or record than it belongs to, or fails
+    /// [`citrine_data::copy::ReplicaWrite::check`]. Nothing of it is stored.
+    pub peer_messages_malformed: AtomicU64,
     /// Requests refused because they had been forwarded
     /// [`replication::MAX_PROXY_HOPS`] times without reaching a node that
     /// runs them (the nodes' views or claims disagreed meanwhile).

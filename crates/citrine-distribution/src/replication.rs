@@ -90,6 +90,11 @@
 //!   generation then last-update time by default, or last-update time then
 //!   generation; a delete marker carries its tombstone's life and
 //!   generation), so retries and reordered deliveries are harmless;
+//! - a copy from another node (replica write, migrated record,
+//!   duplicate-resolution answer) that does not decode, names another
+//!   record than asked, or fails [`ReplicaWrite::check`] is malformed
+//!   input: refused, counted (`peer_messages_malformed`) and logged, never
+//!   stored nor a reason to stop — a peer cannot make this node panic;
 //! - a node alone (or without a fabric) never enters this module's async
 //!   path and allocates nothing for it.
 //!
@@ -801,17 +806,24 @@ pub fn apply_replica_write(dist: &Distribution, write: &ReplicaWrite) -> ResultC
 /// node sent with its truncation threshold for the record's set
 /// (`truncated_before`, see [`replica_payload`]), to this node's copy. A
 /// threshold later than this node's is first taken as its own
-/// ([`Distribution::adopt_carried_truncation`]).
+/// ([`Distribution::adopt_carried_truncation`]). A copy that fails
+/// [`ReplicaWrite::check`] is malformed input from that node: refused
+/// ([`ResultCode::Parameter`]) and counted, nothing stored.
 pub fn apply_copy(dist: &Distribution, write: &ReplicaWrite, truncated_before: u64) -> ResultCode {
     apply_copy_admitted(dist, write, truncated_before, Admit::Always)
 }
 
+/// [`apply_copy`], storing the copy in a partition this node is not a
+/// replica of only as `admit` allows.
 pub fn apply_copy_admitted(
     dist: &Distribution,
     write: &ReplicaWrite,
     truncated_before: u64,
     admit: Admit,
 ) -> ResultCode {
+    if write.check().is_err() {
+        return dist.refuse_malformed("a copy of a record that is not well formed");
+    }
     let Some(namespace) = dist.namespace(write.namespace.as_bytes()) else {
         return ResultCode::Namespace;
     };
@@ -1150,6 +1162,7 @@ impl Distribution {
             };
             if let Some(record) = answer.record {
                 if record.namespace != request.namespace || record.digest != request.digest {
+                    self.refuse_malformed("a duplicate-resolution answer naming another record");
                     return false;
                 }
                 if apply_copy(self, &record, answer.truncated_before) != ResultCode::Ok {
@@ -1195,6 +1208,58 @@ impl Distribution {
         code
     }
 
+    /// Answers a `REPLICA_WRITE` call: refused (7) under another view,
+    /// refused as malformed ([`ResultCode::Parameter`], counted) when it
+    /// does not decode, else stored by [`Distribution::store_replica_write`].
+    fn serve_replica_write(&self, payload: &[u8]) -> ResultCode {
+        let cluster = self.cluster();
+        let Some((key, truncated_before, write)) = split_replica_payload(payload) else {
+            return self.refuse_malformed("a replica write too short for its header");
+        };
+        if key != cluster.cluster_key {
+            return ResultCode::ClusterKeyMismatch;
+        }
+        let Some(write) = ReplicaWrite::decode(write) else {
+            return self.refuse_malformed("a replica write that does not decode");
+        };
+        self.store_replica_write(&cluster, &write, truncated_before)
+    }
+
+    /// Answers a `DUPRES` call: this node's copy of the record (or its
+    /// delete marker) with its truncation threshold; nothing for a request
+    /// that does not decode or names an unknown namespace.
+    fn serve_dupres(&self, payload: &[u8]) -> Vec<u8> {
+        let Some(request) = DupResRequest::decode(payload) else {
+            return Vec::new();
+        };
+        let Some(namespace) = self.namespace(request.namespace.as_bytes()) else {
+            return Vec::new();
+        };
+        self.migrations.hit(
+            &request.namespace,
+            request.digest.partition().index() as u16,
+        );
+        let record = fetch(namespace, &request.digest, self.now());
+        let truncated_before = record
+            .as_ref()
+            .map_or(0, |record| truncated_before_of(namespace, &record.set_name));
+        DupResAnswer {
+            record,
+            truncated_before,
+        }
+        .encode()
+    }
+
+    /// Counts and logs malformed input from another node (`what` says
+    /// what was wrong); the answer to send back.
+    pub(crate) fn refuse_malformed(&self, what: &str) -> ResultCode {
+        self.stats
+            .peer_messages_malformed
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("refused malformed input from a peer: {what}");
+        ResultCode::Parameter
+    }
+
     fn remaining(&self, deadline_ms: u64) -> Duration {
         Duration::from_millis(deadline_ms.saturating_sub(self.clock().now_unix_ms()))
     }
@@ -1210,20 +1275,7 @@ impl Distribution {
         executor: &dyn LocalExecutor,
     ) -> Option<Vec<u8>> {
         Some(match kind {
-            call_kind::REPLICA_WRITE => {
-                let cluster = self.cluster();
-                let code = match split_replica_payload(payload) {
-                    Some((key, _, _)) if key != cluster.cluster_key => {
-                        ResultCode::ClusterKeyMismatch
-                    }
-                    Some((_, truncated_before, write)) => match ReplicaWrite::decode(write) {
-                        Some(write) => self.store_replica_write(&cluster, &write, truncated_before),
-                        None => ResultCode::Parameter,
-                    },
-                    None => ResultCode::Parameter,
-                };
-                vec![code.code()]
-            }
+            call_kind::REPLICA_WRITE => vec![self.serve_replica_write(payload).code()],
             call_kind::MIGRATE => vec![self.apply_migrate_batch(payload).code()],
             call_kind::EXCHANGE => match <[u8; 8]>::try_from(payload) {
                 Ok(key) => self.migrations.exchange_answer(u64::from_be_bytes(key)),
@@ -1244,27 +1296,7 @@ impl Distribution {
             // the others noticed) knows nothing of the record: no answer
             // (the asking master answers 9), never "absent".
             call_kind::DUPRES if self.is_orphan() => Vec::new(),
-            call_kind::DUPRES => {
-                let Some(request) = DupResRequest::decode(payload) else {
-                    return Some(Vec::new());
-                };
-                let Some(namespace) = self.namespace(request.namespace.as_bytes()) else {
-                    return Some(Vec::new());
-                };
-                self.migrations.hit(
-                    &request.namespace,
-                    request.digest.partition().index() as u16,
-                );
-                let record = fetch(namespace, &request.digest, self.now());
-                let truncated_before = record
-                    .as_ref()
-                    .map_or(0, |record| truncated_before_of(namespace, &record.set_name));
-                DupResAnswer {
-                    record,
-                    truncated_before,
-                }
-                .encode()
-            }
+            call_kind::DUPRES => self.serve_dupres(payload),
             call_kind::PROXY if self.is_orphan() => {
                 // Not in a view yet: it must not execute on an empty copy.
                 let mut out = Vec::new();

@@ -315,25 +315,18 @@ enum Inbound {
 
 /// Starts the cluster runtime thread. Binding the heartbeat and fabric ports
 /// happens before this returns, so a port in use stops the start.
+///
+/// Steps: bind the two channels, work out this node's advertised
+/// addresses and the state machine's settings (a node given seeds is an
+/// orphan until its first view), start the fabric runtime, then run the
+/// driver on its own event loop.
 pub fn start(
     service: Arc<Service>,
     config: &ServerConfig,
     stopping: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, String> {
-    let settings = config.cluster.clone();
-    let heartbeat_bind = format!("{}:{}", settings.heartbeat_address, settings.heartbeat_port);
-    let fabric_bind = format!("{}:{}", settings.fabric_address, settings.fabric_port);
-    let heartbeat_listener = std::net::TcpListener::bind(&heartbeat_bind)
-        .map_err(|error| format!("cannot listen for heartbeats on {heartbeat_bind} (--heartbeat-port / heartbeat.port): {error}"))?;
-    let fabric_listener = std::net::TcpListener::bind(&fabric_bind).map_err(|error| {
-        format!("cannot listen for fabric on {fabric_bind} (--fabric-port / fabric.port): {error}")
-    })?;
-    for listener in [&heartbeat_listener, &fabric_listener] {
-        listener
-            .set_nonblocking(true)
-            .map_err(|error| format!("cannot configure the cluster listeners: {error}"))?;
-    }
-    let node_id = service.node_id;
+    let settings = &config.cluster;
+    let listeners = Listeners::bind(settings)?;
     let own_heartbeat = advertised(
         &settings.heartbeat_address,
         settings.heartbeat_port,
@@ -344,6 +337,78 @@ pub fn start(
         settings.fabric_port,
         &service.config.access_address,
     );
+    let cluster_config = cluster_config(service.node_id, settings, own_heartbeat)?;
+    if !cluster_config.heartbeat.seeds.is_empty() {
+        // Joining others: serve nothing until the first view is published.
+        service.set_orphan();
+    }
+    let hello = Hello {
+        node_id: service.node_id,
+        rack_id: settings.rack_id,
+        service_address: service.config.access_address.clone(),
+        fabric_address: own_fabric,
+    };
+    tracing::info!(
+        heartbeat = %listeners.heartbeat_bind,
+        fabric = %listeners.fabric_bind,
+        seeds = ?settings.seeds,
+        rack = settings.rack_id,
+        "cluster channels listening"
+    );
+    let fabric_runtime = start_fabric_runtime()?;
+    crate::event_loop::spawn("citrine-cluster", move || async move {
+        let start = ClusterStart {
+            service,
+            cluster_config,
+            hello,
+            stopping,
+            fabric_runtime,
+        };
+        start.run(listeners).await;
+    })
+}
+
+/// The heartbeat and fabric listeners, bound and non-blocking.
+struct Listeners {
+    heartbeat: std::net::TcpListener,
+    fabric: std::net::TcpListener,
+    heartbeat_bind: String,
+    fabric_bind: String,
+}
+
+impl Listeners {
+    fn bind(settings: &crate::config::ClusterSettings) -> Result<Listeners, String> {
+        let heartbeat_bind = format!("{}:{}", settings.heartbeat_address, settings.heartbeat_port);
+        let fabric_bind = format!("{}:{}", settings.fabric_address, settings.fabric_port);
+        let heartbeat = std::net::TcpListener::bind(&heartbeat_bind)
+            .map_err(|error| format!("cannot listen for heartbeats on {heartbeat_bind} (--heartbeat-port / heartbeat.port): {error}"))?;
+        let fabric = std::net::TcpListener::bind(&fabric_bind).map_err(|error| {
+            format!(
+                "cannot listen for fabric on {fabric_bind} (--fabric-port / fabric.port): {error}"
+            )
+        })?;
+        for listener in [&heartbeat, &fabric] {
+            listener
+                .set_nonblocking(true)
+                .map_err(|error| format!("cannot configure the cluster listeners: {error}"))?;
+        }
+        Ok(Listeners {
+            heartbeat,
+            fabric,
+            heartbeat_bind,
+            fabric_bind,
+        })
+    }
+}
+
+/// The state machine's settings: this node at `own_heartbeat`, its seeds
+/// (itself left out), and every timing derived from the heartbeat
+/// timeout.
+fn cluster_config(
+    node_id: NodeId,
+    settings: &crate::config::ClusterSettings,
+    own_heartbeat: String,
+) -> Result<ClusterConfig, String> {
     let address = PeerAddr::new(own_heartbeat.clone())
         .ok_or_else(|| format!("bad heartbeat address {own_heartbeat:?}"))?;
     let seeds: Vec<PeerAddr> = settings
@@ -352,10 +417,6 @@ pub fn start(
         .filter(|seed| **seed != own_heartbeat)
         .filter_map(|seed| PeerAddr::new(seed.clone()))
         .collect();
-    if !seeds.is_empty() {
-        // Joining others: serve nothing until the first view is published.
-        service.set_orphan();
-    }
     let mut cluster_config = ClusterConfig::new(node_id, address, seeds);
     cluster_config.heartbeat.interval_ms = settings.heartbeat_interval_ms;
     cluster_config.heartbeat.timeout_ms = settings.heartbeat_timeout_ms;
@@ -365,19 +426,12 @@ pub fn start(
     cluster_config.resend_ms = (timeout / 15).max(1);
     cluster_config.retry_delay_ms = timeout;
     cluster_config.sync_grace_ms = timeout;
-    let hello = Hello {
-        node_id,
-        rack_id: settings.rack_id,
-        service_address: service.config.access_address.clone(),
-        fabric_address: own_fabric,
-    };
-    tracing::info!(
-        heartbeat = %heartbeat_bind,
-        fabric = %fabric_bind,
-        seeds = ?settings.seeds,
-        rack = settings.rack_id,
-        "cluster channels listening"
-    );
+    Ok(cluster_config)
+}
+
+/// Starts the `citrine-fabric` thread, whose event loop serves fabric
+/// requests for the life of the process; its handle.
+fn start_fabric_runtime() -> Result<tokio::runtime::Handle, String> {
     let (fabric_sender, fabric_receiver) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("citrine-fabric".into())
@@ -397,14 +451,29 @@ pub fn start(
             runtime.block_on(std::future::pending::<()>());
         })
         .map_err(|error| format!("cannot start the fabric thread: {error}"))?;
-    let fabric_runtime = fabric_receiver
+    fabric_receiver
         .recv()
         .map_err(|_| "the fabric thread died at start".to_owned())?
-        .map_err(|error| format!("cannot start the fabric runtime: {error}"))?;
-    crate::event_loop::spawn("citrine-cluster", move || async move {
+        .map_err(|error| format!("cannot start the fabric runtime: {error}"))
+}
+
+/// What the cluster thread starts from.
+struct ClusterStart {
+    service: Arc<Service>,
+    cluster_config: ClusterConfig,
+    hello: Hello,
+    stopping: Arc<AtomicBool>,
+    fabric_runtime: tokio::runtime::Handle,
+}
+
+impl ClusterStart {
+    /// On the cluster thread: registers the listeners, builds the state
+    /// machine, installs the fabric in the service and drives it all until
+    /// the node stops (logged and ended at once if a step fails).
+    async fn run(self, listeners: Listeners) {
         let (heartbeat_listener, fabric_listener) = match (
-            TcpListener::from_std(heartbeat_listener),
-            TcpListener::from_std(fabric_listener),
+            TcpListener::from_std(listeners.heartbeat),
+            TcpListener::from_std(listeners.fabric),
         ) {
             (Ok(heartbeat), Ok(fabric)) => (heartbeat, fabric),
             _ => {
@@ -414,25 +483,28 @@ pub fn start(
         };
         let started = Instant::now();
         let boot_ms = boot_clock_ms();
-        let node = match ClusterNode::new(cluster_config, boot_ms) {
+        let node = match ClusterNode::new(self.cluster_config, boot_ms) {
             Ok(node) => node,
             Err(error) => {
                 tracing::error!("bad cluster timing settings: {error}");
                 return;
             }
         };
-        let hub = Arc::new(FabricHub::new(tokio::runtime::Handle::current(), &hello));
-        service.set_fabric(Arc::new(FabricClient(hub.clone())));
-        let driver = Driver::new(service, hub, node, hello, started, boot_ms);
+        let hub = Arc::new(FabricHub::new(
+            tokio::runtime::Handle::current(),
+            &self.hello,
+        ));
+        self.service.set_fabric(Arc::new(FabricClient(hub.clone())));
+        let driver = Driver::new(self.service, hub, node, self.hello, started, boot_ms);
         driver
             .run(
                 heartbeat_listener,
                 fabric_listener,
-                stopping,
-                fabric_runtime,
+                self.stopping,
+                self.fabric_runtime,
             )
             .await;
-    })
+    }
 }
 
 /// The address peers should use: the listen host, unless it is a wildcard,
@@ -729,7 +801,6 @@ struct PeerContext {
     serve_on: tokio::runtime::Handle,
 }
 
-/// Accepts peer connections on one channel and reads their frames.
 /// Unix time in milliseconds (at least 1).
 fn boot_clock_ms() -> u64 {
     std::time::SystemTime::now()
@@ -738,6 +809,7 @@ fn boot_clock_ms() -> u64 {
         .max(1)
 }
 
+/// Accepts peer connections on one channel and reads their frames.
 async fn accept(listener: TcpListener, context: PeerContext, fabric: bool) {
     loop {
         match listener.accept().await {
@@ -788,30 +860,70 @@ async fn read_peer(
                 return;
             }
         };
-        let message = match kind {
-            KIND_HELLO => match Hello::decode(&buffer) {
+        let frame = PeerFrame {
+            kind,
+            bytes: &buffer,
+            fabric,
+        };
+        let message = match frame.take(&context, &mut sender) {
+            Taken::Forward(message) => message,
+            Taken::Done => continue,
+            Taken::Close(why) => {
+                tracing::warn!(%peer, kind, fabric, "{why}");
+                return;
+            }
+        };
+        // A full driver queue drops the message: heartbeats repeat and
+        // Paxos retransmits, so the loop must never block on it.
+        if inbound.try_send(message).is_err() && inbound.is_closed() {
+            return;
+        }
+    }
+}
+
+/// One frame read from a peer connection.
+struct PeerFrame<'a> {
+    kind: u8,
+    bytes: &'a [u8],
+    /// Read on the fabric channel (else the heartbeat channel).
+    fabric: bool,
+}
+
+/// What became of a peer's frame.
+enum Taken {
+    /// A message for the driver.
+    Forward(Inbound),
+    /// Handled here (a fabric request or response).
+    Done,
+    /// Malformed or out of place: the connection closes (the log line).
+    Close(String),
+}
+
+impl PeerFrame<'_> {
+    /// Decodes the frame and does what it asks: a hello names the
+    /// connection's `sender`; a fabric request is served on the fabric
+    /// thread, a response completes its call. Nothing a peer sends panics
+    /// the node: a malformed frame closes the connection.
+    fn take(&self, context: &PeerContext, sender: &mut Option<NodeId>) -> Taken {
+        match self.kind {
+            KIND_HELLO => match Hello::decode(self.bytes) {
                 Some(hello) => {
-                    sender = Some(hello.node_id);
-                    Inbound::Hello(hello)
+                    *sender = Some(hello.node_id);
+                    Taken::Forward(Inbound::Hello(hello))
                 }
-                None => {
-                    tracing::warn!(%peer, "closing cluster connection: malformed hello");
-                    return;
-                }
+                None => Taken::Close("closing cluster connection: malformed hello".to_owned()),
             },
-            KIND_CLUSTER if !fabric => match Envelope::decode(&buffer) {
-                Ok(envelope) => Inbound::Cluster(envelope),
-                Err(error) => {
-                    tracing::warn!(%peer, "closing cluster connection: malformed message: {error}");
-                    return;
-                }
+            KIND_CLUSTER if !self.fabric => match Envelope::decode(self.bytes) {
+                Ok(envelope) => Taken::Forward(Inbound::Cluster(envelope)),
+                Err(error) => Taken::Close(format!(
+                    "closing cluster connection: malformed message: {error}"
+                )),
             },
-            KIND_REQUEST if fabric => {
+            KIND_REQUEST if self.fabric => {
                 let (Some(from), Some((id, call_kind, payload))) =
-                    (sender, decode_request(&buffer))
+                    (*sender, decode_request(self.bytes))
                 else {
-                    tracing::warn!(%peer, "closing fabric connection: malformed request");
-                    return;
+                    return Taken::Close("closing fabric connection: malformed request".to_owned());
                 };
                 let payload = payload.to_vec();
                 let service = context.service.clone();
@@ -820,33 +932,25 @@ async fn read_peer(
                     let answer = service.serve_fabric(call_kind, &payload).await;
                     hub.send(from, response_frame(id, &answer));
                 });
-                watch_fabric_call(&context, served);
-                continue;
+                watch_fabric_call(context, served);
+                Taken::Done
             }
-            KIND_RESPONSE if fabric => {
-                let Some((id, answer)) = decode_response(&buffer) else {
-                    tracing::warn!(%peer, "closing fabric connection: malformed response");
-                    return;
+            KIND_RESPONSE if self.fabric => {
+                let Some((id, answer)) = decode_response(self.bytes) else {
+                    return Taken::Close(
+                        "closing fabric connection: malformed response".to_owned(),
+                    );
                 };
                 context.fabric.answer(id, answer.to_vec());
-                continue;
+                Taken::Done
             }
-            KIND_KEEPALIVE if fabric => match sender {
-                Some(node) => Inbound::Fabric(node),
+            KIND_KEEPALIVE if self.fabric => match *sender {
+                Some(node) => Taken::Forward(Inbound::Fabric(node)),
                 None => {
-                    tracing::warn!(%peer, "closing fabric connection: keepalive before hello");
-                    return;
+                    Taken::Close("closing fabric connection: keepalive before hello".to_owned())
                 }
             },
-            other => {
-                tracing::warn!(%peer, kind = other, fabric, "closing cluster connection: unexpected frame kind");
-                return;
-            }
-        };
-        // A full driver queue drops the message: heartbeats repeat and
-        // Paxos retransmits, so the loop must never block on it.
-        if inbound.try_send(message).is_err() && inbound.is_closed() {
-            return;
+            _ => Taken::Close("closing cluster connection: unexpected frame kind".to_owned()),
         }
     }
 }

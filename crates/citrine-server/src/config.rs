@@ -363,12 +363,56 @@ fn default_node_id(port: u16) -> u64 {
 }
 
 /// Merges file and flags, validates, and produces the server configuration.
+/// Each part is resolved in turn — the service's port, address, cluster
+/// name, node id and threads, the namespaces, the log level, the cluster
+/// channels — and the first impossible value stops it.
 pub fn resolve(
     file: FileConfig,
     origin: &str,
     overrides: &Overrides,
 ) -> Result<ServerConfig, ConfigError> {
     let service = &file.service;
+    let port = resolve_port(service, origin, overrides)?;
+    let address = resolve_address(service, origin, overrides)?;
+    let cluster_name = resolve_cluster_name(service, origin, overrides)?;
+    let node_id = resolve_node_id(service, origin, overrides, port)?;
+    let access_address = access_address(service, &address, port);
+    let threads = resolve_threads(service, origin, overrides)?;
+    let work_directory = overrides
+        .data_dir
+        .clone()
+        .or_else(|| service.work_directory.clone());
+    let namespaces = resolve_namespaces(&file, origin, work_directory.as_deref())?;
+    let log_level = resolve_log_level(&file, overrides)?;
+    let cluster = resolve_cluster(&file, origin, overrides, &address, port)?;
+    Ok(ServerConfig {
+        service: ServiceConfig {
+            node_id,
+            rack_id: cluster.rack_id,
+            cluster_name,
+            access_address,
+            port,
+            namespaces,
+        },
+        address,
+        port,
+        work_directory,
+        proto_fd_max: threads.proto_fd_max,
+        service_threads: threads.service_threads,
+        service_thread_spill_pct: threads.spill_pct,
+        service_thread_contended_pct: threads.contended_pct,
+        service_io: threads.service_io,
+        log_level,
+        cluster,
+    })
+}
+
+/// The service port (default 3000); 0 is refused.
+fn resolve_port(
+    service: &ServiceSection,
+    origin: &str,
+    overrides: &Overrides,
+) -> Result<u16, ConfigError> {
     let port = overrides.port.or(service.port).unwrap_or(3000);
     if port == 0 {
         let place = if overrides.port.is_some() {
@@ -380,6 +424,16 @@ pub fn resolve(
             "{place} = 0 is impossible: the service needs a fixed port (1-65535)"
         )));
     }
+    Ok(port)
+}
+
+/// The service's listen address (default 127.0.0.1): an IP address or
+/// `localhost`.
+fn resolve_address(
+    service: &ServiceSection,
+    origin: &str,
+    overrides: &Overrides,
+) -> Result<String, ConfigError> {
     let address = overrides
         .address
         .clone()
@@ -395,6 +449,15 @@ pub fn resolve(
             "{place} = {address:?} is not an IP address"
         )));
     }
+    Ok(address)
+}
+
+/// The cluster name (default `citrine`), 1 to 63 bytes.
+fn resolve_cluster_name(
+    service: &ServiceSection,
+    origin: &str,
+    overrides: &Overrides,
+) -> Result<String, ConfigError> {
     let cluster_name = overrides
         .cluster_name
         .clone()
@@ -406,7 +469,18 @@ pub fn resolve(
             cluster_name
         )));
     }
-    let node_id = match overrides
+    Ok(cluster_name)
+}
+
+/// The node id: the flag's or the file's (non-zero hexadecimal), else
+/// derived from the host name and `port` ([`default_node_id`]).
+fn resolve_node_id(
+    service: &ServiceSection,
+    origin: &str,
+    overrides: &Overrides,
+    port: u16,
+) -> Result<u64, ConfigError> {
+    let given = overrides
         .node_id
         .as_ref()
         .map(|text| ("--node-id".to_owned(), text))
@@ -415,27 +489,49 @@ pub fn resolve(
                 .node_id
                 .as_ref()
                 .map(|text| (format!("{origin}: service.node-id"), text))
-        }) {
+        });
+    match given {
         Some((place, text)) => match u64::from_str_radix(text, 16) {
-            Ok(0) | Err(_) => {
-                return Err(ConfigError(format!(
-                    "{place} = {text:?} must be a non-zero hexadecimal number"
-                )))
-            }
-            Ok(id) => id,
+            Ok(0) | Err(_) => Err(ConfigError(format!(
+                "{place} = {text:?} must be a non-zero hexadecimal number"
+            ))),
+            Ok(id) => Ok(id),
         },
-        None => default_node_id(port),
-    };
+        None => Ok(default_node_id(port)),
+    }
+}
+
+/// Where clients reach this node (`host:port`): `service.access-address`,
+/// else the listen address (127.0.0.1 for a wildcard one).
+fn access_address(service: &ServiceSection, address: &str, port: u16) -> String {
     let access_host = match service.access_address.clone() {
         Some(host) => host,
         None if address == "0.0.0.0" || address == "::" => "127.0.0.1".to_owned(),
-        None => address.clone(),
+        None => address.to_owned(),
     };
-    let access_address = if access_host.contains(':') {
+    if access_host.contains(':') {
         format!("[{access_host}]:{port}")
     } else {
         format!("{access_host}:{port}")
-    };
+    }
+}
+
+/// The client connections and service threads' settings.
+struct ThreadSettings {
+    proto_fd_max: u32,
+    service_threads: usize,
+    spill_pct: u32,
+    contended_pct: u32,
+    service_io: ServiceIo,
+}
+
+/// `proto-fd-max`, `service-threads` (0 or none: one per core), the
+/// spill and contention thresholds (percent, 1 to 100) and `service-io`.
+fn resolve_threads(
+    service: &ServiceSection,
+    origin: &str,
+    overrides: &Overrides,
+) -> Result<ThreadSettings, ConfigError> {
     let proto_fd_max = service.proto_fd_max.unwrap_or(15_000);
     if proto_fd_max == 0 {
         return Err(ConfigError(format!(
@@ -448,16 +544,16 @@ pub fn resolve(
             .unwrap_or(1),
         Some(count) => usize::from(count),
     };
-    let service_thread_spill_pct = service.service_thread_spill_pct.unwrap_or(85);
-    if !(1..=100).contains(&service_thread_spill_pct) {
+    let spill_pct = service.service_thread_spill_pct.unwrap_or(85);
+    if !(1..=100).contains(&spill_pct) {
         return Err(ConfigError(format!(
-            "{origin}: service.service-thread-spill-pct = {service_thread_spill_pct} is out of range: use 1 to 100 (percent of one core)"
+            "{origin}: service.service-thread-spill-pct = {spill_pct} is out of range: use 1 to 100 (percent of one core)"
         )));
     }
-    let service_thread_contended_pct = service.service_thread_contended_pct.unwrap_or(10);
-    if !(1..=100).contains(&service_thread_contended_pct) {
+    let contended_pct = service.service_thread_contended_pct.unwrap_or(10);
+    if !(1..=100).contains(&contended_pct) {
         return Err(ConfigError(format!(
-            "{origin}: service.service-thread-contended-pct = {service_thread_contended_pct} is out of range: use 1 to 100 (percent of the time waiting for a CPU; 100 ignores waits)"
+            "{origin}: service.service-thread-contended-pct = {contended_pct} is out of range: use 1 to 100 (percent of the time waiting for a CPU; 100 ignores waits)"
         )));
     }
     let service_io = match overrides
@@ -474,6 +570,22 @@ pub fn resolve(
             )))
         }
     };
+    Ok(ThreadSettings {
+        proto_fd_max,
+        service_threads,
+        spill_pct,
+        contended_pct,
+        service_io,
+    })
+}
+
+/// Every `[[namespace]]` (at least one, names unique), with device files'
+/// relative paths placed under `work_directory`.
+fn resolve_namespaces(
+    file: &FileConfig,
+    origin: &str,
+    work_directory: Option<&Path>,
+) -> Result<Vec<NamespaceConfig>, ConfigError> {
     if file.namespaces.is_empty() {
         return Err(ConfigError(format!(
             "{origin}: no [[namespace]] defined; a node needs at least one"
@@ -494,13 +606,14 @@ pub fn resolve(
             return Err(ConfigError(format!("{place}: the name is used twice")));
         }
     }
-    let device_directory = overrides
-        .data_dir
-        .clone()
-        .or_else(|| service.work_directory.clone());
     for namespace in &mut namespaces {
-        place_device_files(namespace, device_directory.as_deref());
+        place_device_files(namespace, work_directory);
     }
+    Ok(namespaces)
+}
+
+/// The log level (default `info`).
+fn resolve_log_level(file: &FileConfig, overrides: &Overrides) -> Result<String, ConfigError> {
     let log_level = overrides
         .log_level
         .clone()
@@ -511,33 +624,11 @@ pub fn resolve(
             "logging.level = {log_level:?} must be one of error, warn, info, debug, trace"
         )));
     }
-    let cluster = resolve_cluster(&file, origin, overrides, &address, port)?;
-    Ok(ServerConfig {
-        service: ServiceConfig {
-            node_id,
-            rack_id: cluster.rack_id,
-            cluster_name,
-            access_address,
-            port,
-            namespaces,
-        },
-        address,
-        port,
-        work_directory: overrides
-            .data_dir
-            .clone()
-            .or_else(|| service.work_directory.clone()),
-        proto_fd_max,
-        service_threads,
-        service_thread_spill_pct,
-        service_thread_contended_pct,
-        service_io,
-        log_level,
-        cluster,
-    })
+    Ok(log_level)
 }
 
-/// Resolves the heartbeat and fabric settings.
+/// Resolves the heartbeat and fabric settings: ports, seeds, heartbeat
+/// timing, migration throttles and rack.
 fn resolve_cluster(
     file: &FileConfig,
     origin: &str,
@@ -545,6 +636,34 @@ fn resolve_cluster(
     address: &str,
     port: u16,
 ) -> Result<ClusterSettings, ConfigError> {
+    let (heartbeat_port, fabric_port) = cluster_ports(file, overrides, port)?;
+    let seeds = resolve_seeds(file, origin, overrides)?;
+    let (interval, timeout_intervals) = heartbeat_timing(file, origin)?;
+    let (migrate_max_partitions, migrate_sleep_us) = migration_throttles(file, origin)?;
+    let listen =
+        |configured: &Option<String>| configured.clone().unwrap_or_else(|| address.to_owned());
+    Ok(ClusterSettings {
+        migrate_max_partitions,
+        migrate_sleep_us,
+        migrate_max_records_per_sec: file.service.migrate_max_records_per_sec.unwrap_or(0),
+        heartbeat_address: listen(&file.heartbeat.address),
+        heartbeat_port,
+        fabric_address: listen(&file.fabric.address),
+        fabric_port,
+        seeds,
+        heartbeat_interval_ms: interval,
+        heartbeat_timeout_ms: interval * timeout_intervals,
+        rack_id: overrides.rack_id.or(file.service.rack_id).unwrap_or(0),
+    })
+}
+
+/// The heartbeat and fabric ports (default: the service port + 2 and +
+/// 1), non-zero and all three different.
+fn cluster_ports(
+    file: &FileConfig,
+    overrides: &Overrides,
+    port: u16,
+) -> Result<(u16, u16), ConfigError> {
     let derived = |offset: u16, what: &str| {
         port.checked_add(offset).ok_or_else(|| {
             ConfigError(format!("{what} defaults to the service port + {offset}, which is past 65535: give --{what} explicitly"))
@@ -569,8 +688,16 @@ fn resolve_cluster(
             "the service ({port}), fabric ({fabric_port}) and heartbeat ({heartbeat_port}) ports must differ"
         )));
     }
-    let listen =
-        |configured: &Option<String>| configured.clone().unwrap_or_else(|| address.to_owned());
+    Ok((heartbeat_port, fabric_port))
+}
+
+/// The file's seeds and the flags', each `HOST:PORT`, sorted without
+/// repeats.
+fn resolve_seeds(
+    file: &FileConfig,
+    origin: &str,
+    overrides: &Overrides,
+) -> Result<Vec<String>, ConfigError> {
     let mut seeds: Vec<String> = file
         .heartbeat
         .seeds
@@ -595,6 +722,12 @@ fn resolve_cluster(
         .collect::<Result<_, _>>()?;
     seeds.sort();
     seeds.dedup();
+    Ok(seeds)
+}
+
+/// The heartbeat interval (ms, default 150) and timeout (intervals,
+/// default 10).
+fn heartbeat_timing(file: &FileConfig, origin: &str) -> Result<(u64, u64), ConfigError> {
     let interval = file.heartbeat.interval.unwrap_or(150);
     if !(10..=10_000).contains(&interval) {
         return Err(ConfigError(format!(
@@ -607,6 +740,12 @@ fn resolve_cluster(
             "{origin}: heartbeat.timeout = {timeout_intervals} intervals is impossible (3 to 1000)"
         )));
     }
+    Ok((interval, timeout_intervals))
+}
+
+/// `migrate-max-partitions` (1 to 64) and `migrate-sleep` (microseconds,
+/// at most 1000000).
+fn migration_throttles(file: &FileConfig, origin: &str) -> Result<(u32, u32), ConfigError> {
     let migrate_max_partitions = file
         .service
         .migrate_max_partitions
@@ -622,21 +761,11 @@ fn resolve_cluster(
             "{origin}: service.migrate-sleep = {migrate_sleep_us} microseconds is impossible (at most 1000000)"
         )));
     }
-    Ok(ClusterSettings {
-        migrate_max_partitions,
-        migrate_sleep_us,
-        migrate_max_records_per_sec: file.service.migrate_max_records_per_sec.unwrap_or(0),
-        heartbeat_address: listen(&file.heartbeat.address),
-        heartbeat_port,
-        fabric_address: listen(&file.fabric.address),
-        fabric_port,
-        seeds,
-        heartbeat_interval_ms: interval,
-        heartbeat_timeout_ms: interval * timeout_intervals,
-        rack_id: overrides.rack_id.or(file.service.rack_id).unwrap_or(0),
-    })
+    Ok((migrate_max_partitions, migrate_sleep_us))
 }
 
+/// One `[[namespace]]`: its name, record limits, expiry, conflict
+/// resolution and storage engine, checked in that order.
 fn resolve_namespace(
     section: &NamespaceSection,
     place: &str,
@@ -659,6 +788,31 @@ fn resolve_namespace(
         }
         config.replication_factor = factor;
     }
+    resolve_expiry(section, &mut config, place)?;
+    resolve_record_limits(section, &mut config, place)?;
+    match &section.storage_engine {
+        Some(StorageEngineSection::Memory {
+            data_size,
+            evict_used_pct,
+            stop_writes_used_pct,
+        }) => {
+            let sizes = (*data_size, *evict_used_pct, *stop_writes_used_pct);
+            resolve_memory(sizes, &mut config, place)?;
+        }
+        Some(StorageEngineSection::Device { .. }) => resolve_device(section, &mut config, place)?,
+        None => {}
+    }
+    Ok(config)
+}
+
+/// `default-ttl` (at most ten years), `nsup-period` and
+/// `allow-ttl-without-nsup`: a default TTL needs a supervisor to remove
+/// what expires, unless allowed without.
+fn resolve_expiry(
+    section: &NamespaceSection,
+    config: &mut NamespaceConfig,
+    place: &str,
+) -> Result<(), ConfigError> {
     if let Some(Duration(seconds)) = section.default_ttl {
         if seconds > u64::from(citrine_service::transaction::TTL_MAX_SECONDS) {
             return Err(ConfigError(format!(
@@ -677,6 +831,16 @@ fn resolve_namespace(
     if config.default_ttl != 0 && config.nsup_period == 0 && !config.allow_ttl_without_nsup {
         return Err(ConfigError(format!("{place}: default-ttl is set but nsup-period is 0: records would never be removed (set nsup-period, or allow-ttl-without-nsup = true)")));
     }
+    Ok(())
+}
+
+/// `max-record-size` (1 KiB to 128 MiB), `tomb-raider-eligible-age` (1 s
+/// to ten years) and `conflict-resolution-policy`.
+fn resolve_record_limits(
+    section: &NamespaceSection,
+    config: &mut NamespaceConfig,
+    place: &str,
+) -> Result<(), ConfigError> {
     if let Some(Size(bytes)) = section.max_record_size {
         if !(1024..=128 * 1024 * 1024).contains(&bytes) {
             return Err(ConfigError(format!(
@@ -706,57 +870,60 @@ fn resolve_namespace(
                 ))
             })?;
     }
-    if let Some(StorageEngineSection::Memory {
+    Ok(())
+}
+
+/// `[namespace.storage-engine] type = "memory"`: its data size (at least
+/// 1M), eviction and stop-writes thresholds (percent; eviction below
+/// stop-writes), over the memory engine's defaults.
+fn resolve_memory(
+    (data_size, evict_used_pct, stop_writes_used_pct): (Option<Size>, Option<u8>, Option<u8>),
+    config: &mut NamespaceConfig,
+    place: &str,
+) -> Result<(), ConfigError> {
+    let StorageEngineConfig::Memory {
+        data_size: default_size,
+        evict_used_pct: default_evict,
+        stop_writes_used_pct: default_stop,
+    } = config.storage_engine
+    else {
+        return Err(ConfigError(format!(
+            "{place}: internal: the default storage engine is not memory"
+        )));
+    };
+    let data_size = data_size.map_or(default_size, |Size(bytes)| bytes);
+    if data_size < 1 << 20 {
+        return Err(ConfigError(format!(
+            "{place}: storage-engine.data-size = {data_size} is impossible (at least 1M)"
+        )));
+    }
+    let evict = evict_used_pct.unwrap_or(default_evict);
+    let stop = stop_writes_used_pct.unwrap_or(default_stop);
+    if evict > 100 {
+        return Err(ConfigError(format!(
+            "{place}: storage-engine.evict-used-pct = {evict} is impossible (0 to 100)"
+        )));
+    }
+    if stop > 100 {
+        return Err(ConfigError(format!(
+            "{place}: storage-engine.stop-writes-used-pct = {stop} is impossible (0 to 100)"
+        )));
+    }
+    if evict != 0 && stop != 0 && evict >= stop {
+        return Err(ConfigError(format!("{place}: storage-engine.evict-used-pct ({evict}) must be below stop-writes-used-pct ({stop}), or eviction could never act before writes stop")));
+    }
+    config.storage_engine = StorageEngineConfig::Memory {
         data_size,
-        evict_used_pct,
-        stop_writes_used_pct,
-    }) = &section.storage_engine
-    {
-        let StorageEngineConfig::Memory {
-            data_size: default_size,
-            evict_used_pct: default_evict,
-            stop_writes_used_pct: default_stop,
-        } = config.storage_engine
-        else {
-            return Err(ConfigError(format!(
-                "{place}: internal: the default storage engine is not memory"
-            )));
-        };
-        let data_size = data_size.map_or(default_size, |Size(bytes)| bytes);
-        if data_size < 1 << 20 {
-            return Err(ConfigError(format!(
-                "{place}: storage-engine.data-size = {data_size} is impossible (at least 1M)"
-            )));
-        }
-        let evict = evict_used_pct.unwrap_or(default_evict);
-        let stop = stop_writes_used_pct.unwrap_or(default_stop);
-        if evict > 100 {
-            return Err(ConfigError(format!(
-                "{place}: storage-engine.evict-used-pct = {evict} is impossible (0 to 100)"
-            )));
-        }
-        if stop > 100 {
-            return Err(ConfigError(format!(
-                "{place}: storage-engine.stop-writes-used-pct = {stop} is impossible (0 to 100)"
-            )));
-        }
-        if evict != 0 && stop != 0 && evict >= stop {
-            return Err(ConfigError(format!("{place}: storage-engine.evict-used-pct ({evict}) must be below stop-writes-used-pct ({stop}), or eviction could never act before writes stop")));
-        }
-        config.storage_engine = StorageEngineConfig::Memory {
-            data_size,
-            evict_used_pct: evict,
-            stop_writes_used_pct: stop,
-        };
-    }
-    if let Some(StorageEngineSection::Device { .. }) = &section.storage_engine {
-        resolve_device(section, &mut config, place)?;
-    }
-    Ok(config)
+        evict_used_pct: evict,
+        stop_writes_used_pct: stop,
+    };
+    Ok(())
 }
 
 /// `[namespace.storage-engine] type = "device"`. Relative paths are made
-/// absolute later, by [`place_device_files`], once the work directory is known.
+/// absolute later, by [`place_device_files`], once the work directory is
+/// known. Steps: the files or devices, the engine's block sizes, its
+/// tuning, then the largest record a write block holds.
 fn resolve_device(
     section: &NamespaceSection,
     config: &mut NamespaceConfig,
@@ -779,6 +946,48 @@ fn resolve_device(
     else {
         return Ok(());
     };
+    let paths = device_paths(file, files, devices, place)?;
+    let mut engine = citrine_service::config::DeviceConfig::new(
+        &config.name,
+        paths,
+        filesize.map_or(1 << 30, |Size(bytes)| bytes),
+    );
+    device_block_sizes(&mut engine, *write_block_size, place)?;
+    let flush_max_ms = flush_max_ms.unwrap_or(1000);
+    if !(1..=60_000).contains(&flush_max_ms) {
+        return Err(ConfigError(format!(
+            "{place}: storage-engine.flush-max-ms = {flush_max_ms} is impossible (1 to 60000)"
+        )));
+    }
+    let tuning = DeviceTuning {
+        defrag_lwm_pct: *defrag_lwm_pct,
+        min_avail_pct: *min_avail_pct,
+        commit_to_device: *commit_to_device,
+        post_write_queue: *post_write_queue,
+        direct_io: *direct_io,
+    };
+    tuning.apply(&mut engine, place)?;
+    fit_records_in_blocks(section, config, &engine, place)?;
+    // The image path is placed with the files; a marker for "enabled" here.
+    let index_image = fast_restart
+        .unwrap_or(true)
+        .then(|| PathBuf::from(format!("{}.index", config.name)));
+    config.storage_engine = StorageEngineConfig::Device {
+        engine,
+        flush_max_ms,
+        index_image,
+    };
+    Ok(())
+}
+
+/// A device engine's paths, `file` then `files` then `devices`: at least
+/// one, at most `DEVICES_MAX`, none twice.
+fn device_paths(
+    file: &Option<PathBuf>,
+    files: &Option<Vec<PathBuf>>,
+    devices: &Option<Vec<PathBuf>>,
+    place: &str,
+) -> Result<Vec<PathBuf>, ConfigError> {
     let mut paths: Vec<PathBuf> = Vec::new();
     paths.extend(file.iter().cloned());
     paths.extend(files.iter().flatten().cloned());
@@ -803,55 +1012,85 @@ fn resolve_device(
             )));
         }
     }
-    let mut engine = citrine_service::config::DeviceConfig::new(
-        &config.name,
-        paths,
-        filesize.map_or(1 << 30, |Size(bytes)| bytes),
-    );
+    Ok(paths)
+}
+
+/// `write-block-size` (a power of two from 16K to 8M), then the file size
+/// it needs (at least 1M and eight write blocks).
+fn device_block_sizes(
+    engine: &mut citrine_service::config::DeviceConfig,
+    write_block_size: Option<Size>,
+    place: &str,
+) -> Result<(), ConfigError> {
     if let Some(Size(bytes)) = write_block_size {
-        if !bytes.is_power_of_two() || !(16 * 1024..=8 << 20).contains(bytes) {
+        if !bytes.is_power_of_two() || !(16 * 1024..=8 << 20).contains(&bytes) {
             return Err(ConfigError(format!("{place}: storage-engine.write-block-size = {bytes} is impossible (a power of two from 16K to 8M)")));
         }
-        engine.write_block_size = *bytes as u32;
+        engine.write_block_size = bytes as u32;
     }
     let minimum_size = (1u64 << 20) + 8 * u64::from(engine.write_block_size);
     if engine.file_size < minimum_size {
         return Err(ConfigError(format!("{place}: storage-engine.filesize = {} is too small (at least {minimum_size}: 1M + 8 write blocks)", engine.file_size)));
     }
-    let flush_max_ms = flush_max_ms.unwrap_or(1000);
-    if !(1..=60_000).contains(&flush_max_ms) {
-        return Err(ConfigError(format!(
-            "{place}: storage-engine.flush-max-ms = {flush_max_ms} is impossible (1 to 60000)"
-        )));
-    }
-    if let Some(pct) = defrag_lwm_pct {
-        if !(1..=99).contains(pct) {
+    Ok(())
+}
+
+/// A device engine's optional tuning, as the file gives it.
+struct DeviceTuning {
+    defrag_lwm_pct: Option<u8>,
+    min_avail_pct: Option<u8>,
+    commit_to_device: Option<bool>,
+    post_write_queue: Option<u32>,
+    direct_io: Option<bool>,
+}
+
+impl DeviceTuning {
+    /// Checks and applies it: `defrag-lwm-pct` 1 to 99, `min-avail-pct` at
+    /// most 50, `post-write-queue` at most 4096 blocks.
+    fn apply(
+        &self,
+        engine: &mut citrine_service::config::DeviceConfig,
+        place: &str,
+    ) -> Result<(), ConfigError> {
+        if let Some(pct) = self.defrag_lwm_pct {
+            if !(1..=99).contains(&pct) {
+                return Err(ConfigError(format!(
+                    "{place}: storage-engine.defrag-lwm-pct = {pct} is impossible (1 to 99)"
+                )));
+            }
+            engine.defrag_lwm_pct = pct;
+        }
+        if let Some(pct) = self.min_avail_pct {
+            if pct > 50 {
+                return Err(ConfigError(format!(
+                    "{place}: storage-engine.min-avail-pct = {pct} is impossible (0 to 50)"
+                )));
+            }
+            engine.min_avail_pct = pct;
+        }
+        engine.commit_to_device = self.commit_to_device.unwrap_or(false);
+        engine.post_write_queue = self.post_write_queue.unwrap_or(engine.post_write_queue);
+        if engine.post_write_queue > 4096 {
             return Err(ConfigError(format!(
-                "{place}: storage-engine.defrag-lwm-pct = {pct} is impossible (1 to 99)"
+                "{place}: storage-engine.post-write-queue = {} is too large (at most 4096 blocks)",
+                engine.post_write_queue
             )));
         }
-        engine.defrag_lwm_pct = *pct;
-    }
-    if let Some(pct) = min_avail_pct {
-        if *pct > 50 {
-            return Err(ConfigError(format!(
-                "{place}: storage-engine.min-avail-pct = {pct} is impossible (0 to 50)"
-            )));
+        if self.direct_io.unwrap_or(false) {
+            engine.io_mode = citrine_service::config::IoMode::Direct;
         }
-        engine.min_avail_pct = *pct;
+        Ok(())
     }
-    engine.commit_to_device = commit_to_device.unwrap_or(false);
-    engine.post_write_queue = post_write_queue.unwrap_or(engine.post_write_queue);
-    if engine.post_write_queue > 4096 {
-        return Err(ConfigError(format!(
-            "{place}: storage-engine.post-write-queue = {} is too large (at most 4096 blocks)",
-            engine.post_write_queue
-        )));
-    }
-    if direct_io.unwrap_or(false) {
-        engine.io_mode = citrine_service::config::IoMode::Direct;
-    }
-    // A record and its headers must fit in one write block.
+}
+
+/// A record and its headers must fit in one write block: a
+/// `max-record-size` given larger is refused, the default is lowered.
+fn fit_records_in_blocks(
+    section: &NamespaceSection,
+    config: &mut NamespaceConfig,
+    engine: &citrine_service::config::DeviceConfig,
+    place: &str,
+) -> Result<(), ConfigError> {
     let largest = engine.write_block_size.saturating_sub(1024);
     if section.max_record_size.is_some() && config.max_record_size > largest {
         return Err(ConfigError(format!(
@@ -860,15 +1099,6 @@ fn resolve_device(
         )));
     }
     config.max_record_size = config.max_record_size.min(largest);
-    // The image path is placed with the files; a marker for "enabled" here.
-    let index_image = fast_restart
-        .unwrap_or(true)
-        .then(|| PathBuf::from(format!("{}.index", config.name)));
-    config.storage_engine = StorageEngineConfig::Device {
-        engine,
-        flush_max_ms,
-        index_image,
-    };
     Ok(())
 }
 

@@ -89,6 +89,48 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let noop = args.noop;
+    let server_config = match resolve_config(args) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("citrined: configuration error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&server_config.log_level);
+    match serve(&server_config, noop) {
+        Ok(()) => {
+            tracing::info!("citrined stopped");
+            ExitCode::SUCCESS
+        }
+        Err(failure) => {
+            eprintln!("citrined: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// Why the server did not start or serve: what it prints after
+/// `citrined: ` and its exit code (2 for the configuration, the files and
+/// the ports, 1 for a thread that could not start or a listener that
+/// failed).
+struct Failure {
+    message: String,
+    code: u8,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>, code: u8) -> Failure {
+        Failure {
+            message: message.into(),
+            code,
+        }
+    }
+}
+
+/// The configuration: the file given (or the embedded default) with the
+/// flags over it.
+fn resolve_config(args: Args) -> Result<config::ServerConfig, config::ConfigError> {
     let overrides = config::Overrides {
         address: args.address,
         port: args.port,
@@ -102,124 +144,49 @@ fn main() -> ExitCode {
         rack_id: args.rack_id,
         service_io: args.service_io,
     };
-    let resolved = match &args.config {
+    match &args.config {
         Some(path) => config::read_file(path)
             .and_then(|file| config::resolve(file, &path.display().to_string(), &overrides)),
         None => config::resolve(config::embedded_default(), "embedded default", &overrides),
-    };
-    let server_config = match resolved {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("citrined: configuration error: {error}");
-            return ExitCode::from(2);
-        }
-    };
+    }
+}
+
+/// Logs to stderr at `level` (`RUST_LOG` wins when set), in colour on a
+/// terminal.
+fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&server_config.log_level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
 
-    if let Some(directory) = &server_config.work_directory {
-        if let Err(error) = std::fs::create_dir_all(directory) {
-            eprintln!("citrined: cannot create the work directory {} (--data-dir or service.work-directory): {error}", directory.display());
-            return ExitCode::from(2);
-        }
+/// Runs the node: opens the namespaces, starts the work, storage, cluster
+/// and migration threads, serves clients until a stop signal, then stops
+/// every thread and shuts the storage down cleanly.
+fn serve(config: &config::ServerConfig, noop: bool) -> Result<(), Failure> {
+    if let Some(directory) = &config.work_directory {
+        std::fs::create_dir_all(directory).map_err(|error| {
+            Failure::new(format!("cannot create the work directory {} (--data-dir or service.work-directory): {error}", directory.display()), 2)
+        })?;
     }
-    // Device namespaces rebuild their index here (fast or cold start).
-    let service = match Service::open(server_config.service.clone(), Arc::new(SystemClock)) {
-        Ok(service) => Arc::new(service),
-        Err(error) => {
-            eprintln!("citrined: cannot open the namespaces: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    service.set_shared();
-    // Long work the distribution layer hands over (the removal of what a
-    // peer's truncation covers, which arrives on the fabric's serving
-    // path) runs on a thread of its own.
-    service
-        .dist()
-        .set_background_runner(Box::new(run_on_a_thread_of_its_own));
-    if args.noop {
-        service.set_noop();
-        tracing::warn!("--noop: every data request is answered with success and nothing is stored (benchmark ceiling; never for real data)");
-    }
+    let service = open_service(config, noop)?;
     let stopping = Arc::new(AtomicBool::new(false));
-    let supervisor = match spawn_nsup(service.clone(), stopping.clone()) {
-        Ok(thread) => thread,
-        Err(error) => {
-            eprintln!("citrined: cannot start the nsup thread: {error}");
-            return ExitCode::from(1);
-        }
-    };
-    let mut work_threads = Vec::new();
-    for (name, work) in [
-        (
-            "citrine-jobs",
-            Service::run_background_jobs as fn(&Service, &AtomicBool),
-        ),
-        ("citrine-sindex", Service::run_sindex_builds),
-    ] {
-        match spawn_named(name, service.clone(), stopping.clone(), work) {
-            Ok(thread) => work_threads.push(thread),
-            Err(error) => {
-                eprintln!("citrined: cannot start the {name} thread: {error}");
-                return ExitCode::from(1);
-            }
-        }
-    }
-    // Secondary-index definitions live beside the data: restored (and
-    // rebuilt from the records just loaded) here, kept up to date after.
-    if let Some(directory) = &server_config.work_directory {
-        if let Err(error) = service.keep_sindex_definitions(directory) {
-            eprintln!("citrined: {error}");
-            return ExitCode::from(2);
-        }
-        if let Err(error) = service.keep_udf_modules(directory) {
-            eprintln!("citrined: {error}");
-            return ExitCode::from(2);
-        }
-        if let Err(error) = service.dist().keep_truncations(directory) {
-            eprintln!("citrined: {error}");
-            return ExitCode::from(2);
-        }
-        if let Err(error) = service.dist().keep_partition_lineage(directory) {
-            eprintln!("citrined: {error}");
-            return ExitCode::from(2);
-        }
+    let work_threads = start_work_threads(&service, &stopping)?;
+    if let Some(directory) = &config.work_directory {
+        keep_definitions(&service, directory).map_err(|error| Failure::new(error, 2))?;
     }
     let storage_threads = spawn_device_threads(&service, &stopping);
-    let cluster_thread = match cluster::start(service.clone(), &server_config, stopping.clone()) {
-        Ok(thread) => thread,
-        Err(error) => {
-            eprintln!("citrined: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    let migrations = &service.migrations();
-    migrations.max_partitions.store(
-        server_config.cluster.migrate_max_partitions,
-        Ordering::Relaxed,
-    );
-    migrations
-        .sleep_us
-        .store(server_config.cluster.migrate_sleep_us, Ordering::Relaxed);
-    migrations.max_records_per_sec.store(
-        server_config.cluster.migrate_max_records_per_sec,
-        Ordering::Relaxed,
-    );
+    let cluster_thread = cluster::start(service.clone(), config, stopping.clone())
+        .map_err(|error| Failure::new(error, 2))?;
+    set_migration_limits(&service, &config.cluster);
     // Not joined at shutdown: it only reads records and waits on the fabric.
-    if let Err(error) = migrate::start(service.clone(), stopping.clone()) {
-        eprintln!("citrined: {error}");
-        return ExitCode::from(2);
-    }
+    migrate::start(service.clone(), stopping.clone()).map_err(|error| Failure::new(error, 2))?;
 
-    let result = net::run(service.clone(), server_config.clone());
+    let result = net::run(service.clone(), config.clone());
     stopping.store(true, Ordering::Relaxed);
-    let _ = supervisor.join();
     for thread in work_threads {
         let _ = thread.join();
     }
@@ -227,21 +194,85 @@ fn main() -> ExitCode {
     for thread in storage_threads {
         let _ = thread.join();
     }
-    // Clean shutdown: no transaction runs any more; write every buffer out
-    // and save device namespaces' indexes for a fast restart.
+    shut_down_storage(&service);
+    result.map_err(|error| Failure::new(error, 1))
+}
+
+/// Opens the namespaces (device namespaces rebuild their index here: fast
+/// or cold start) and sets the service up to be shared by the threads.
+fn open_service(config: &config::ServerConfig, noop: bool) -> Result<Arc<Service>, Failure> {
+    let service = Service::open(config.service.clone(), Arc::new(SystemClock))
+        .map(Arc::new)
+        .map_err(|error| Failure::new(format!("cannot open the namespaces: {error}"), 2))?;
+    service.set_shared();
+    // Long work the distribution layer hands over (the removal of what a
+    // peer's truncation covers, which arrives on the fabric's serving
+    // path) runs on a thread of its own.
+    service
+        .dist()
+        .set_background_runner(Box::new(run_on_a_thread_of_its_own));
+    if noop {
+        service.set_noop();
+        tracing::warn!("--noop: every data request is answered with success and nothing is stored (benchmark ceiling; never for real data)");
+    }
+    Ok(service)
+}
+
+/// Starts the namespace supervisor, then the background-job and
+/// secondary-index threads; all run until `stopping`.
+fn start_work_threads(
+    service: &Arc<Service>,
+    stopping: &Arc<AtomicBool>,
+) -> Result<Vec<std::thread::JoinHandle<()>>, Failure> {
+    let supervisor = spawn_nsup(service.clone(), stopping.clone())
+        .map_err(|error| Failure::new(format!("cannot start the nsup thread: {error}"), 1))?;
+    let mut threads = vec![supervisor];
+    for (name, work) in [
+        (
+            "citrine-jobs",
+            Service::run_background_jobs as fn(&Service, &AtomicBool),
+        ),
+        ("citrine-sindex", Service::run_sindex_builds),
+    ] {
+        let thread = spawn_named(name, service.clone(), stopping.clone(), work)
+            .map_err(|error| Failure::new(format!("cannot start the {name} thread: {error}"), 1))?;
+        threads.push(thread);
+    }
+    Ok(threads)
+}
+
+/// What the node keeps in its work directory: secondary-index
+/// definitions (restored, and rebuilt from the records just loaded), UDF
+/// modules, truncations and the regime of its partition copies, each kept
+/// up to date from now on.
+fn keep_definitions(service: &Service, directory: &std::path::Path) -> Result<(), String> {
+    service.keep_sindex_definitions(directory)?;
+    service.keep_udf_modules(directory)?;
+    service.dist().keep_truncations(directory)?;
+    service.dist().keep_partition_lineage(directory)
+}
+
+/// The migration throttles the configuration sets (`set-config` changes
+/// them at run time).
+fn set_migration_limits(service: &Service, cluster: &config::ClusterSettings) {
+    let migrations = service.migrations();
+    migrations
+        .max_partitions
+        .store(cluster.migrate_max_partitions, Ordering::Relaxed);
+    migrations
+        .sleep_us
+        .store(cluster.migrate_sleep_us, Ordering::Relaxed);
+    migrations
+        .max_records_per_sec
+        .store(cluster.migrate_max_records_per_sec, Ordering::Relaxed);
+}
+
+/// Clean shutdown: no transaction runs any more; write every buffer out
+/// and save device namespaces' indexes for a fast restart.
+fn shut_down_storage(service: &Service) {
     for namespace in service.namespaces() {
         if let Err(error) = citrine_service::device::shutdown(namespace, service.clock()) {
             tracing::error!(namespace = %namespace.config.name, "clean shutdown of the storage failed (the next start will be a cold start): {error}");
-        }
-    }
-    match result {
-        Ok(()) => {
-            tracing::info!("citrined stopped");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("citrined: {error}");
-            ExitCode::from(1)
         }
     }
 }
@@ -305,7 +336,6 @@ fn spawn_device_threads(
     threads
 }
 
-/// Runs each namespace's nsup pass every `nsup-period` seconds.
 /// Starts one of the service's work threads: `citrine-sindex` builds new
 /// secondary indexes from the records already stored and pushes their
 /// definitions to the other members (`Service::run_sindex_builds`),
@@ -335,6 +365,7 @@ fn spawn_named(
         })
 }
 
+/// Runs each namespace's nsup pass every `nsup-period` seconds.
 fn spawn_nsup(
     service: Arc<Service>,
     stopping: Arc<AtomicBool>,

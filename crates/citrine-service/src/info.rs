@@ -799,6 +799,10 @@ pub(crate) fn statistics(service: &Service) -> String {
             &dist_stats.replica_writes_refused_not_holder,
         ),
         counter("proxy_hops_exceeded", &dist_stats.proxy_hops_exceeded),
+        counter(
+            "peer_messages_malformed",
+            &dist_stats.peer_messages_malformed,
+        ),
         counter("replica_reconciles_done", &dist_stats.reconciles_done),
         counter("replica_reconciles_dropped", &dist_stats.reconciles_dropped),
         (

@@ -1297,3 +1297,106 @@ impl Pause for Recording {
         Box::pin(async {})
     }
 }
+
+/// A migration batch with one record that does not belong to it (another
+/// partition or namespace) or is malformed is refused whole: nothing of
+/// it is applied, it is counted, and the same batch without that record
+/// is then taken.
+#[test]
+fn a_batch_with_one_malformed_record_is_refused_whole() {
+    let node = service(1);
+    let good = record(17, 1, 2);
+    let batch = |records: Vec<Vec<u8>>| {
+        MigrateBatch {
+            cluster_key: 0,
+            source: NodeId(2),
+            flags: FLAG_FIRST,
+            namespace: "test".into(),
+            partition: 17,
+            records,
+            truncated_before: Vec::new(),
+        }
+        .encode()
+    };
+    let malformed = [
+        ("undecodable", vec![1, 2, 3]),
+        ("of another partition", record(18, 2, 2).encode()),
+        (
+            "of another namespace",
+            ReplicaWrite {
+                namespace: "bar".into(),
+                ..record(17, 3, 2)
+            }
+            .encode(),
+        ),
+        ("a record at generation 0", record(17, 4, 0).encode()),
+        (
+            "a set name too long",
+            ReplicaWrite {
+                set_name: vec![b's'; citrine_types::SET_NAME_MAX + 1],
+                ..record(17, 5, 2)
+            }
+            .encode(),
+        ),
+    ];
+    let refused = || {
+        node.dist()
+            .stats
+            .peer_messages_malformed
+            .load(Ordering::Relaxed)
+    };
+    for (n, (what, bad)) in malformed.into_iter().enumerate() {
+        assert_eq!(
+            node.dist()
+                .apply_migrate_batch(&batch(vec![good.encode(), bad])),
+            ResultCode::Parameter,
+            "{what}"
+        );
+        assert_eq!(stored(&node, &good), None, "{what}: nothing applied");
+        assert_eq!(refused(), n as u64 + 1, "{what}");
+    }
+    assert_eq!(
+        node.dist().apply_migrate_batch(&[1, 2, 3]),
+        ResultCode::Parameter,
+        "a batch that does not decode"
+    );
+    assert_eq!(refused(), 6);
+    assert_eq!(
+        node.dist().apply_migrate_batch(&batch(vec![good.encode()])),
+        ResultCode::Ok
+    );
+    assert_eq!(stored(&node, &good), Some((2, vec![1, 1, 2])));
+    assert_eq!(
+        node.migrations().records_received.load(Ordering::Relaxed),
+        1
+    );
+}
+
+/// A target's answer for a record this node pulls that names another
+/// record is malformed: counted, and nothing of it is stored.
+#[test]
+fn a_pulled_answer_naming_another_record_is_refused() {
+    let node = service(1);
+    let asked = record(17, 1, 2);
+    let other = record(17, 2, 2);
+    let answer = crate::replication::DupResAnswer {
+        record: Some(other.clone()),
+        truncated_before: 0,
+    };
+    node.dist().apply_pulled("test", &asked.digest, answer);
+    assert_eq!(stored(&node, &other), None);
+    assert_eq!(
+        node.dist()
+            .stats
+            .peer_messages_malformed
+            .load(Ordering::Relaxed),
+        1
+    );
+    let answer = crate::replication::DupResAnswer {
+        record: Some(asked.clone()),
+        truncated_before: 0,
+    };
+    node.dist().apply_pulled("test", &asked.digest, answer);
+    assert_eq!(stored(&node, &asked), Some((2, vec![1, 1, 2])));
+    assert_eq!(node.migrations().records_pulled.load(Ordering::Relaxed), 1);
+}

@@ -1236,3 +1236,58 @@ fn whole_frames() {
     assert!(!is_whole_frame(&frame[..frame.len() - 1]));
     assert!(!is_whole_frame(&[]));
 }
+
+/// A replica write a peer garbled, or one no master sends (a record at
+/// generation 0, a set name no client could give), is refused as
+/// malformed input and counted; nothing is stored, no set is created,
+/// and the node goes on serving well-formed writes.
+#[test]
+fn malformed_replica_writes_are_refused_and_counted() {
+    let replica = memory_service(2);
+    let key = replica.cluster().cluster_key;
+    let answer =
+        |payload: &[u8]| crate::block_on(replica.serve_fabric(call_kind::REPLICA_WRITE, payload));
+    let malformed = |write: &ReplicaWrite| replica_payload(key, namespace_of(&replica), write);
+    let long_set = ReplicaWrite {
+        set_name: vec![b's'; citrine_types::SET_NAME_MAX + 1],
+        ..sample(Some(vec![1]))
+    };
+    let nul_set = ReplicaWrite {
+        set_name: b"a\0b".to_vec(),
+        ..sample(Some(vec![1]))
+    };
+    let generation_0 = ReplicaWrite {
+        generation: 0,
+        ..sample(Some(vec![1]))
+    };
+    let good = replica_payload(key, namespace_of(&replica), &sample(Some(vec![1])));
+    let cases: [(&str, Vec<u8>); 5] = [
+        ("short header", key.to_be_bytes().to_vec()),
+        ("undecodable", good[..good.len() - 1].to_vec()),
+        ("set name too long", malformed(&long_set)),
+        ("set name with a NUL", malformed(&nul_set)),
+        ("record at generation 0", malformed(&generation_0)),
+    ];
+    let refused = || {
+        replica
+            .dist()
+            .stats
+            .peer_messages_malformed
+            .load(Ordering::Relaxed)
+    };
+    for (n, (what, payload)) in cases.iter().enumerate() {
+        assert_eq!(
+            answer(payload),
+            vec![ResultCode::Parameter.code()],
+            "{what}"
+        );
+        assert!(stored(&replica, &sample(None).digest).is_none(), "{what}");
+        assert_eq!(refused(), n as u64 + 1, "{what}");
+    }
+    let sets = &namespace_of(&replica).sets;
+    assert_eq!(sets.existing_id(&long_set.set_name), None);
+    assert_eq!(sets.existing_id(&nul_set.set_name), None);
+    assert_eq!(answer(&good), vec![ResultCode::Ok.code()]);
+    assert!(stored(&replica, &sample(None).digest).is_some());
+    assert_eq!(refused(), cases.len() as u64);
+}

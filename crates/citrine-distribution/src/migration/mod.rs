@@ -123,7 +123,13 @@
 //! - `tx_remaining`/`rx_remaining` are set synchronously with the publish,
 //!   so `cluster-stable` never sees a view whose migrations are not
 //!   counted yet;
-//! - no lock is held across an await.
+//! - no lock is held across an await;
+//! - a batch this node builds holds records of its own partition only
+//!   (asserted, release builds too); a batch received is validated whole —
+//!   every record decodes, is of the batch's namespace and partition and
+//!   passes `ReplicaWrite::check` — before any record is applied, and one
+//!   that is not is malformed input from its source: refused, counted
+//!   (`peer_messages_malformed`), never a panic.
 //!
 //! Deletes migrate too: a deleted record's tombstone (kept in the index
 //! for `tomb-raider-eligible-age`) is listed in snapshots' counts,
@@ -878,6 +884,27 @@ impl Migrations {
         std::time::Duration::from_micros(start - now_us)
     }
 
+    /// Installs a resolved exchange's tasks (smallest first) and marks the
+    /// exchange resolved: pending sends, the claims of acting masters, the
+    /// counts `cluster-stable` reads.
+    fn install_plan(&self, state: &mut State, mut tasks: Vec<MigrateTask>) {
+        tasks.sort_by_key(|task| (task.records, task.partition.index()));
+        state.pending = tasks
+            .iter()
+            .map(|task| (task.namespace.clone(), task.partition.index() as u16))
+            .collect();
+        state.tasks = tasks;
+        if state.parts.values().any(|part| part.acting.is_some()) {
+            // Acting masters claim what their masters cede.
+            self.claims_generation.fetch_add(1, Ordering::AcqRel);
+        }
+        state.exchanged = true;
+        state.early_lasts.clear();
+        state.early_drops.clear();
+        self.update_counts(state);
+        self.exchanges.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn update_counts(&self, state: &State) {
         self.tx_remaining
             .store(state.pending.len() as u64, Ordering::Relaxed);
@@ -953,6 +980,44 @@ fn decode_snapshot(bytes: &[u8]) -> Option<Snapshot> {
         snapshot.insert(name, holdings);
     }
     Some(snapshot)
+}
+
+/// What resolving an exchange leaves to do once the state is unlocked:
+/// copies to drop and groups to send.
+#[derive(Default)]
+struct ExchangePlan {
+    drops: Vec<(String, PartitionId)>,
+    tasks: Vec<MigrateTask>,
+}
+
+/// One partition of one namespace as an exchange resolves it.
+struct PartitionExchange<'a> {
+    name: &'a str,
+    partition: PartitionId,
+    /// The partition's replicas in the new view, master first.
+    replicas: &'a [NodeId],
+    /// Every member's copy of it.
+    held: &'a [Holding],
+    cluster_key: u64,
+}
+
+/// Per partition of namespace `name`, every member's copy as the
+/// snapshots list them.
+fn holdings_of(name: &str, snapshots: &[(NodeId, Snapshot)]) -> Vec<Vec<Holding>> {
+    let mut holdings: Vec<Vec<Holding>> = vec![Vec::new(); PARTITIONS];
+    for (node, snapshot) in snapshots {
+        for (partition, lineage, records) in snapshot.get(name).into_iter().flatten() {
+            if let Some(list) = holdings.get_mut(usize::from(*partition)) {
+                list.push(Holding {
+                    node: *node,
+                    version: lineage.version,
+                    records: *records,
+                    covers: lineage.covers,
+                });
+            }
+        }
+    }
+    holdings
 }
 
 /// The regime a [`REGIME_FILE`] names; `None` when it names none.
@@ -1130,6 +1195,10 @@ impl Distribution {
         self.resolve_exchange(epoch, snapshots)
     }
 
+    /// Resolves the exchange of plan `epoch` from every member's snapshot
+    /// (this node's included): validate that the plan still stands, resolve
+    /// every partition, install the resulting bookkeeping, then drop the
+    /// copies no replica needs and report. False when the plan moved on.
     fn resolve_exchange(&self, epoch: u64, snapshots: Vec<(NodeId, Snapshot)>) -> bool {
         let migrations = &self.migrations;
         let mut state = migrations.state.lock();
@@ -1140,135 +1209,26 @@ impl Distribution {
             return false;
         };
         let cluster_key = current.cluster_key;
-        let mut drops = Vec::new();
-        let mut tasks = Vec::new();
+        let mut plan = ExchangePlan::default();
         for namespace in self.namespaces() {
-            let name = namespace.config.name.clone();
-            let Some(map) = current.namespace(&name) else {
+            let name = namespace.config.name.as_str();
+            let Some(map) = current.namespace(name) else {
                 continue;
             };
-            let mut holdings: Vec<Vec<Holding>> = vec![Vec::new(); PARTITIONS];
-            for (node, snapshot) in &snapshots {
-                for (partition, lineage, records) in snapshot.get(&name).into_iter().flatten() {
-                    if let Some(list) = holdings.get_mut(usize::from(*partition)) {
-                        list.push(Holding {
-                            node: *node,
-                            version: lineage.version,
-                            records: *records,
-                            covers: lineage.covers,
-                        });
-                    }
-                }
-            }
+            let holdings = holdings_of(name, &snapshots);
             for partition in PartitionId::all() {
-                let pid = partition.index() as u16;
-                let replicas = map.map.replicas(partition);
-                let held = &holdings[partition.index()];
-                let outcome = exchange::resolve(replicas, held);
-                let (mine, my_covers) = held
-                    .iter()
-                    .find(|holding| holding.node == self.node_id)
-                    .map(|holding| (holding.version, holding.covers))
-                    .unwrap_or_default();
-                let key = (name.clone(), pid);
-                let mut part = PartitionState {
-                    master: replicas.first() == Some(&self.node_id),
-                    ..PartitionState::default()
+                let at = PartitionExchange {
+                    name,
+                    partition,
+                    replicas: map.map.replicas(partition),
+                    held: &holdings[partition.index()],
+                    cluster_key,
                 };
-                let replica = replicas.contains(&self.node_id);
-                if replica {
-                    part.expect = outcome.expected_by(self.node_id);
-                    part.expect.retain(|source| {
-                        !state.early_lasts.contains(&(name.clone(), pid, *source))
-                    });
-                    part.covers_when_full = outcome.covers_when_full;
-                    let lineage = if part.expect.is_empty() {
-                        Lineage {
-                            version: PartitionVersion::full(cluster_key),
-                            covers: outcome.covers_when_full,
-                        }
-                    } else {
-                        // It still contains what it held.
-                        Lineage {
-                            version: PartitionVersion::subset(cluster_key),
-                            covers: my_covers.after(mine),
-                        }
-                    };
-                    if let Some(versions) = state.versions.get_mut(&name) {
-                        versions[partition.index()] = lineage;
-                    }
-                } else if !mine.is_zero() {
-                    match outcome.drop_after(self.node_id) {
-                        None => drops.push((name.clone(), partition)),
-                        Some(source) if source == self.node_id => {}
-                        Some(source) => {
-                            if state.early_drops.contains(&(name.clone(), pid, source)) {
-                                drops.push((name.clone(), partition));
-                            } else {
-                                part.drop_after = Some(source);
-                            }
-                        }
-                    }
-                }
-                if let Some(acting) = outcome.acting_master {
-                    if part.master || acting == self.node_id {
-                        part.acting = Some(acting);
-                    }
-                }
-                for group in outcome.sent_by(self.node_id) {
-                    let targets: Vec<(NodeId, PartitionVersion)> = group
-                        .targets
-                        .iter()
-                        .map(|target| {
-                            let version = held
-                                .iter()
-                                .find(|holding| holding.node == *target)
-                                .map(|holding| holding.version)
-                                .unwrap_or_default();
-                            (*target, version)
-                        })
-                        .collect();
-                    let pull_from = targets
-                        .iter()
-                        .filter(|(target, version)| {
-                            !version.is_zero()
-                                && !outcome.groups.iter().any(|other| other.source == *target)
-                        })
-                        .map(|(target, _)| *target)
-                        .collect();
-                    tasks.push(MigrateTask {
-                        namespace: name.clone(),
-                        partition,
-                        targets,
-                        retire: group.retire.clone(),
-                        drop_after: !replica,
-                        records: group.records,
-                        pull_from,
-                    });
-                }
-                let busy =
-                    !part.expect.is_empty() || part.acting.is_some() || part.drop_after.is_some();
-                if busy {
-                    migrations.set_route(&name, pid, Some(&part));
-                    state.parts.insert(key, part);
-                }
+                self.resolve_partition(&mut state, &mut plan, &at);
             }
         }
-        tasks.sort_by_key(|task| (task.records, task.partition.index()));
-        state.pending = tasks
-            .iter()
-            .map(|task| (task.namespace.clone(), task.partition.index() as u16))
-            .collect();
-        state.tasks = tasks;
-        if state.parts.values().any(|part| part.acting.is_some()) {
-            // Acting masters claim what their masters cede.
-            migrations.claims_generation.fetch_add(1, Ordering::AcqRel);
-        }
-        state.exchanged = true;
-        state.early_lasts.clear();
-        state.early_drops.clear();
-        migrations.update_counts(&state);
-        migrations.exchanges.fetch_add(1, Ordering::Relaxed);
+        let drops = std::mem::take(&mut plan.drops);
+        migrations.install_plan(&mut state, plan.tasks);
         let planned = state.pending.len();
         let filling = migrations.rx_remaining();
         drop(state);
@@ -1288,6 +1248,161 @@ impl Distribution {
             );
         }
         true
+    }
+
+    /// Applies this node's part of one partition's exchange outcome: its
+    /// version and what it still expects as a replica, its drop as a
+    /// holder outside the replica list, the acting master, and the groups
+    /// it sends. A partition with work left is entered in `state.parts`
+    /// and routed through the migration path.
+    fn resolve_partition(
+        &self,
+        state: &mut State,
+        plan: &mut ExchangePlan,
+        at: &PartitionExchange<'_>,
+    ) {
+        let outcome = exchange::resolve(at.replicas, at.held);
+        let (mine, my_covers) = at
+            .held
+            .iter()
+            .find(|holding| holding.node == self.node_id)
+            .map(|holding| (holding.version, holding.covers))
+            .unwrap_or_default();
+        let mut part = PartitionState {
+            master: at.replicas.first() == Some(&self.node_id),
+            ..PartitionState::default()
+        };
+        let replica = at.replicas.contains(&self.node_id);
+        if replica {
+            let lineage =
+                self.fill_as_replica(state, &mut part, at, &outcome, my_covers.after(mine));
+            if let Some(versions) = state.versions.get_mut(at.name) {
+                versions[at.partition.index()] = lineage;
+            }
+        } else if !mine.is_zero() {
+            self.plan_drop(state, &mut part, plan, at, &outcome);
+        }
+        if let Some(acting) = outcome.acting_master {
+            if part.master || acting == self.node_id {
+                part.acting = Some(acting);
+            }
+        }
+        plan.tasks.extend(self.tasks_sent(at, &outcome, replica));
+        let busy = !part.expect.is_empty() || part.acting.is_some() || part.drop_after.is_some();
+        if busy {
+            let pid = at.partition.index() as u16;
+            self.migrations.set_route(at.name, pid, Some(&part));
+            state.parts.insert((at.name.to_owned(), pid), part);
+        }
+    }
+
+    /// A replica's part of an exchange: the sources it still expects (less
+    /// those whose LAST batch came early) and the lineage it now has —
+    /// `full(K)` with everything the outcome covers when it expects
+    /// nothing, else `subset(K)` still containing `held_covers`, what it
+    /// held.
+    fn fill_as_replica(
+        &self,
+        state: &State,
+        part: &mut PartitionState,
+        at: &PartitionExchange<'_>,
+        outcome: &exchange::Outcome,
+        held_covers: Covers,
+    ) -> Lineage {
+        let pid = at.partition.index() as u16;
+        part.expect = outcome.expected_by(self.node_id);
+        part.expect.retain(|source| {
+            !state
+                .early_lasts
+                .contains(&(at.name.to_owned(), pid, *source))
+        });
+        part.covers_when_full = outcome.covers_when_full;
+        if part.expect.is_empty() {
+            Lineage {
+                version: PartitionVersion::full(at.cluster_key),
+                covers: outcome.covers_when_full,
+            }
+        } else {
+            // It still contains what it held.
+            Lineage {
+                version: PartitionVersion::subset(at.cluster_key),
+                covers: held_covers,
+            }
+        }
+    }
+
+    /// A holder outside the replica list: its copy goes at once when no
+    /// replica needs it (or the source that covers it already said so),
+    /// else once that source delivered; never while it sends the copy
+    /// itself (its task drops it).
+    fn plan_drop(
+        &self,
+        state: &State,
+        part: &mut PartitionState,
+        plan: &mut ExchangePlan,
+        at: &PartitionExchange<'_>,
+        outcome: &exchange::Outcome,
+    ) {
+        let pid = at.partition.index() as u16;
+        match outcome.drop_after(self.node_id) {
+            None => plan.drops.push((at.name.to_owned(), at.partition)),
+            Some(source) if source == self.node_id => {}
+            Some(source) => {
+                if state
+                    .early_drops
+                    .contains(&(at.name.to_owned(), pid, source))
+                {
+                    plan.drops.push((at.name.to_owned(), at.partition));
+                } else {
+                    part.drop_after = Some(source);
+                }
+            }
+        }
+    }
+
+    /// The tasks of the groups this node sends: each target with the
+    /// version it held, and the targets to pull newer records from first
+    /// (those that held a copy and send none of their own).
+    fn tasks_sent(
+        &self,
+        at: &PartitionExchange<'_>,
+        outcome: &exchange::Outcome,
+        replica: bool,
+    ) -> Vec<MigrateTask> {
+        let held_by = |node: NodeId| {
+            at.held
+                .iter()
+                .find(|holding| holding.node == node)
+                .map(|holding| holding.version)
+                .unwrap_or_default()
+        };
+        outcome
+            .sent_by(self.node_id)
+            .map(|group| {
+                let targets: Vec<(NodeId, PartitionVersion)> = group
+                    .targets
+                    .iter()
+                    .map(|target| (*target, held_by(*target)))
+                    .collect();
+                let pull_from = targets
+                    .iter()
+                    .filter(|(target, version)| {
+                        !version.is_zero()
+                            && !outcome.groups.iter().any(|other| other.source == *target)
+                    })
+                    .map(|(target, _)| *target)
+                    .collect();
+                MigrateTask {
+                    namespace: at.name.to_owned(),
+                    partition: at.partition,
+                    targets,
+                    retire: group.retire.clone(),
+                    drop_after: !replica,
+                    records: group.records,
+                    pull_from,
+                }
+            })
+            .collect()
     }
 
     /// Drops this node's copy of a partition it no longer holds a place
@@ -1615,7 +1730,7 @@ impl Distribution {
             return; // gone there meanwhile
         };
         if record.namespace != namespace || record.digest != *digest {
-            tracing::warn!(namespace, "a pulled record's answer names another record");
+            self.refuse_malformed("a pulled record's answer names another record");
             return;
         }
         let code = crate::replication::apply_copy(self, &record, answer.truncated_before);
@@ -1637,6 +1752,11 @@ impl Distribution {
     /// consumed (at most [`BATCH_RECORDS`], fewer once [`BATCH_BYTES`] is
     /// reached). When it consumed the rest, the batch carries
     /// [`FLAG_LAST`].
+    ///
+    /// Every digest must be of `partition` (they come from this node's
+    /// index of it): asserted, release builds too — a record sent in
+    /// another partition's batch would be this node's bug, and the target
+    /// refuses the whole batch.
     pub fn migration_batch(
         &self,
         cluster_key: u64,
@@ -1658,54 +1778,9 @@ impl Distribution {
             batch.flags |= FLAG_LAST;
             return (batch, digests.len());
         };
-        let now = self.now();
-        let index = namespace.index.partition(partition).read();
-        let mut bytes = 0;
-        let mut consumed = 0;
-        // The sets of the records sent, each with its threshold.
-        let mut truncated: BTreeMap<u16, u64> = BTreeMap::new();
-        let mut note_set = |set_id: u16| {
-            truncated.insert(set_id, namespace.truncated_before(set_id));
-        };
-        for digest in digests.iter().take(BATCH_RECORDS) {
-            consumed += 1;
-            let Some(entry) = index.get(digest) else {
-                if let Some(tombstone) = index.tombstone(digest) {
-                    let marker =
-                        crate::replication::delete_marker(namespace, digest, &tombstone).encode();
-                    bytes += marker.len();
-                    batch.records.push(marker);
-                    note_set(tombstone.set_id);
-                }
-                continue;
-            };
-            let meta = entry.meta();
-            if !citrine_data::record::is_live(namespace, &meta, now) {
-                continue;
-            }
-            let Ok(body) = namespace.storage.read(&entry.location) else {
-                continue;
-            };
-            let write = ReplicaWrite {
-                namespace: namespace_name.to_owned(),
-                digest: *digest,
-                generation: meta.generation,
-                life: meta.life,
-                durable: false,
-                void_time: meta.void_time,
-                last_update_ms: meta.last_update_ms,
-                set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
-                body: Some(body.into_owned()),
-            }
-            .encode();
-            bytes += write.len();
-            batch.records.push(write);
-            note_set(meta.set_id);
-            if bytes >= BATCH_BYTES {
-                break;
-            }
-        }
-        drop(index);
+        let (records, truncated, consumed) =
+            batch_records(namespace, partition, digests, self.now());
+        batch.records = records;
         batch.truncated_before = truncated
             .into_iter()
             .map(|(set_id, lut)| (namespace.sets.name(set_id).unwrap_or_default(), lut))
@@ -1717,31 +1792,38 @@ impl Distribution {
     }
 
     /// Applies a received batch; the answer is one result-code byte.
+    ///
+    /// Steps: decode, validate every record (`validate_batch`), apply
+    /// each by the replica-write rule, then count and, for a LAST batch,
+    /// complete its source. A batch that does not decode, or holds one
+    /// record that does not decode, is of another namespace or partition
+    /// than the batch, or fails [`ReplicaWrite::check`], is malformed
+    /// input from its source: refused whole ([`ResultCode::Parameter`],
+    /// counted in `peer_messages_malformed`), nothing of it applied.
     pub fn apply_migrate_batch(&self, payload: &[u8]) -> ResultCode {
         let Some(batch) = MigrateBatch::decode(payload) else {
-            return ResultCode::Parameter;
+            return self.refuse_malformed("a migration batch that does not decode");
         };
         if self.namespace(batch.namespace.as_bytes()).is_none() {
             return ResultCode::Namespace;
         }
-        for record in &batch.records {
-            let Some(write) = ReplicaWrite::decode(record) else {
-                return ResultCode::Parameter;
-            };
-            if write.namespace != batch.namespace
-                || write.digest.partition().index() != usize::from(batch.partition)
-            {
-                return ResultCode::Parameter;
+        let writes = match validate_batch(&batch) {
+            Ok(writes) => writes,
+            Err(what) => {
+                tracing::warn!(source = %batch.source, partition = batch.partition, "{what}");
+                return self.refuse_malformed("a migration batch with a malformed record");
             }
+        };
+        for write in &writes {
             let truncated_before = batch.truncated_before_of(&write.set_name);
-            let code = crate::replication::apply_copy(self, &write, truncated_before);
+            let code = crate::replication::apply_copy(self, write, truncated_before);
             if code != ResultCode::Ok {
                 return code;
             }
         }
         self.migrations
             .records_received
-            .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+            .fetch_add(writes.len() as u64, Ordering::Relaxed);
         if batch.flags & FLAG_LAST != 0 {
             self.source_done(
                 batch.cluster_key,
@@ -1752,6 +1834,101 @@ impl Distribution {
         }
         ResultCode::Ok
     }
+}
+
+/// The encoded copies of `digests` for one batch of `partition` — each
+/// live record, or the delete marker of a kept tombstone; the truncation
+/// threshold of each set they belong to; and how many digests were
+/// consumed (at most [`BATCH_RECORDS`], the batch closed after the record
+/// that reaches [`BATCH_BYTES`]).
+fn batch_records(
+    namespace: &citrine_data::namespace::Namespace,
+    partition: PartitionId,
+    digests: &[Digest],
+    now: citrine_data::Now,
+) -> (Vec<Vec<u8>>, BTreeMap<u16, u64>, usize) {
+    let index = namespace.index.partition(partition).read();
+    let mut records = Vec::new();
+    let mut bytes = 0;
+    let mut consumed = 0;
+    // The sets of the records sent, each with its threshold.
+    let mut truncated: BTreeMap<u16, u64> = BTreeMap::new();
+    for digest in digests.iter().take(BATCH_RECORDS) {
+        assert_eq!(
+            digest.partition(),
+            partition,
+            "a migration batch carries records of its own partition only"
+        );
+        consumed += 1;
+        let Some((encoded, set_id, live)) = batch_copy(namespace, &index, digest, now) else {
+            continue;
+        };
+        bytes += encoded.len();
+        records.push(encoded);
+        truncated.insert(set_id, namespace.truncated_before(set_id));
+        if live && bytes >= BATCH_BYTES {
+            break;
+        }
+    }
+    (records, truncated, consumed)
+}
+
+/// One record's copy for a migration batch: the encoded [`ReplicaWrite`]
+/// of its live record (`true`) or the delete marker of its tombstone
+/// (`false`), with its set; `None` when neither is held (or the record
+/// expired, or its body cannot be read).
+fn batch_copy(
+    namespace: &citrine_data::namespace::Namespace,
+    index: &citrine_index::PartitionIndex,
+    digest: &Digest,
+    now: citrine_data::Now,
+) -> Option<(Vec<u8>, u16, bool)> {
+    let Some(entry) = index.get(digest) else {
+        let tombstone = index.tombstone(digest)?;
+        let marker = crate::replication::delete_marker(namespace, digest, &tombstone);
+        return Some((marker.encode(), tombstone.set_id, false));
+    };
+    let meta = entry.meta();
+    if !citrine_data::record::is_live(namespace, &meta, now) {
+        return None;
+    }
+    let body = namespace.storage.read(&entry.location).ok()?;
+    let write = ReplicaWrite {
+        namespace: namespace.config.name.clone(),
+        digest: *digest,
+        generation: meta.generation,
+        life: meta.life,
+        durable: false,
+        void_time: meta.void_time,
+        last_update_ms: meta.last_update_ms,
+        set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
+        body: Some(body.into_owned()),
+    };
+    Some((write.encode(), meta.set_id, true))
+}
+
+/// The records of a received batch, decoded, once every one is found to
+/// belong to it: of its namespace and partition, and well formed
+/// ([`ReplicaWrite::check`]). The error says what was wrong.
+fn validate_batch(batch: &MigrateBatch) -> Result<Vec<ReplicaWrite>, &'static str> {
+    batch
+        .records
+        .iter()
+        .map(|record| {
+            let write =
+                ReplicaWrite::decode(record).ok_or("a migrated record that does not decode")?;
+            if write.namespace != batch.namespace {
+                return Err("a migrated record of another namespace than its batch");
+            }
+            if write.digest.partition().index() != usize::from(batch.partition) {
+                return Err("a migrated record of another partition than its batch");
+            }
+            write
+                .check()
+                .map_err(|_| "a migrated record that is not well formed")?;
+            Ok(write)
+        })
+        .collect()
 }
 
 /// The version and set of the copy of `digest` this node holds — the

@@ -185,9 +185,48 @@ fn start_threads(
             Io::Epoll => "epoll",
         }
     );
-    // Each thread's backend is built on that thread (an io_uring ring
-    // belongs to the thread that submits to it); what it needs from here
-    // is made now.
+    let (seeds, slots) = thread_seeds(io, count)?;
+    let shared = Arc::new(Shared {
+        threads: slots,
+        stopping: AtomicBool::new(false),
+        open: AtomicU32::new(0),
+        thresholds: balance::Thresholds {
+            spill_permille: config.service_thread_spill_pct * 10,
+            contended_permille: config.service_thread_contended_pct * 10,
+        },
+    });
+    let mut workers = Vec::with_capacity(count);
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    for (index, seed) in seeds.into_iter().enumerate() {
+        let thread = ThreadStart {
+            index,
+            seed,
+            runtime: runtime.handle().clone(),
+            shared: shared.clone(),
+            service: service.clone(),
+            started: started_tx.clone(),
+        };
+        match thread.spawn() {
+            Ok(worker) => workers.push(worker),
+            Err(error) => {
+                stop_threads(&shared, workers);
+                return Err(error);
+            }
+        }
+    }
+    drop(started_tx);
+    if let Err(error) = wait_started(count, &started_rx) {
+        stop_threads(&shared, workers);
+        return Err(error);
+    }
+    Ok((shared, workers))
+}
+
+/// What each of `count` service threads needs made before it starts: the
+/// seed of its backend (each backend is built on its own thread: an
+/// io_uring ring belongs to the thread that submits to it) and its slot,
+/// with the waker that reaches it.
+fn thread_seeds(io: Io, count: usize) -> Result<(Vec<BackendSeed>, Vec<ThreadSlot>), String> {
     let mut seeds = Vec::with_capacity(count);
     let mut slots = Vec::with_capacity(count);
     for index in 0..count {
@@ -211,64 +250,67 @@ fn start_threads(
             load_permille: AtomicU32::new(0),
         });
     }
-    let shared = Arc::new(Shared {
-        threads: slots,
-        stopping: AtomicBool::new(false),
-        open: AtomicU32::new(0),
-        thresholds: balance::Thresholds {
-            spill_permille: config.service_thread_spill_pct * 10,
-            contended_permille: config.service_thread_contended_pct * 10,
-        },
-    });
-    let mut workers = Vec::with_capacity(count);
-    let (started_tx, started_rx) = std::sync::mpsc::channel();
-    for (index, seed) in seeds.into_iter().enumerate() {
-        let handle = runtime.handle().clone();
-        let (thread_shared, thread_service) = (shared.clone(), service.clone());
-        let started = started_tx.clone();
-        let worker = std::thread::Builder::new()
-            .name(format!("citrine-service-{index}"))
-            .spawn(move || {
-                // Fabric work's timers register with the listener runtime.
-                let _context = handle.enter();
-                match seed {
-                    BackendSeed::Epoll(epoll) => {
-                        let _ = started.send(Ok(()));
-                        ServiceThread::new(index, epoll, thread_shared, thread_service).run();
-                    }
-                    BackendSeed::Uring(rx) => match uring::Uring::new(rx) {
-                        Ok(backend) => {
-                            let _ = started.send(Ok(()));
-                            ServiceThread::new(index, backend, thread_shared, thread_service).run();
-                        }
-                        Err(error) => {
-                            let _ = started.send(Err(format!(
-                                "service thread {index} cannot set up io_uring: {error} (service-io = \"epoll\" avoids it)"
-                            )));
-                        }
-                    },
-                }
-            })
-            .map_err(|error| format!("cannot start service thread {index}: {error}"));
-        match worker {
-            Ok(worker) => workers.push(worker),
-            Err(error) => {
-                stop_threads(&shared, workers);
-                return Err(error);
-            }
-        }
-    }
-    drop(started_tx);
+    Ok((seeds, slots))
+}
+
+/// Waits for every one of `count` service threads to report its start;
+/// the first failure.
+fn wait_started(
+    count: usize,
+    started: &std::sync::mpsc::Receiver<Result<(), String>>,
+) -> Result<(), String> {
     for _ in 0..count {
-        let outcome = started_rx
+        started
             .recv()
-            .unwrap_or_else(|_| Err("a service thread ended while starting".to_owned()));
-        if let Err(error) = outcome {
-            stop_threads(&shared, workers);
-            return Err(error);
+            .unwrap_or_else(|_| Err("a service thread ended while starting".to_owned()))?;
+    }
+    Ok(())
+}
+
+/// One service thread about to start.
+struct ThreadStart {
+    index: usize,
+    seed: BackendSeed,
+    /// The listener runtime, whose context the thread enters.
+    runtime: tokio::runtime::Handle,
+    shared: Arc<Shared>,
+    service: Arc<Service>,
+    /// Where it reports that its backend is set up, or why not.
+    started: std::sync::mpsc::Sender<Result<(), String>>,
+}
+
+impl ThreadStart {
+    fn spawn(self) -> Result<std::thread::JoinHandle<()>, String> {
+        let index = self.index;
+        std::thread::Builder::new()
+            .name(format!("citrine-service-{index}"))
+            .spawn(move || self.serve())
+            .map_err(|error| format!("cannot start service thread {index}: {error}"))
+    }
+
+    /// The thread's life: build the backend, report, serve.
+    fn serve(self) {
+        // Fabric work's timers register with the listener runtime.
+        let _context = self.runtime.enter();
+        let (index, started) = (self.index, self.started);
+        match self.seed {
+            BackendSeed::Epoll(epoll) => {
+                let _ = started.send(Ok(()));
+                ServiceThread::new(index, epoll, self.shared, self.service).run();
+            }
+            BackendSeed::Uring(rx) => match uring::Uring::new(rx) {
+                Ok(backend) => {
+                    let _ = started.send(Ok(()));
+                    ServiceThread::new(index, backend, self.shared, self.service).run();
+                }
+                Err(error) => {
+                    let _ = started.send(Err(format!(
+                        "service thread {index} cannot set up io_uring: {error} (service-io = \"epoll\" avoids it)"
+                    )));
+                }
+            },
         }
     }
-    Ok((shared, workers))
 }
 
 /// The I/O backend all service threads use.

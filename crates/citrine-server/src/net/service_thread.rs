@@ -188,7 +188,10 @@ impl<B: Backend> ServiceThread<B> {
         }
     }
 
-    /// Serves until the listener stops.
+    /// Serves until the listener stops. Each turn: wait for I/O (no longer
+    /// than the balance window or the next paced connection allows), note
+    /// a stall, take the wake-ups and arrivals, release paced connections,
+    /// serve the ready and runnable ones, then measure the load.
     pub(super) fn run(mut self) {
         let mut meter = LoadMeter::new();
         let mut ready: Vec<usize> = Vec::new();
@@ -200,73 +203,27 @@ impl<B: Backend> ServiceThread<B> {
         let mut last_woke = last_done;
         loop {
             let window_end = meter.window_end(BALANCE_WINDOW);
-            let timeout = if self.runnable.is_empty() {
-                let until = match self.paced.peek() {
-                    Some(Reverse((due, _))) => window_end.min(*due),
-                    None => window_end,
-                };
-                until.saturating_duration_since(last_done)
-            } else {
-                Duration::ZERO
-            };
+            let timeout = self.wait_timeout(window_end, last_done);
             ready.clear();
-            let waker_fired = match self
-                .backend
-                .wait(timeout, &mut self.connections, &mut ready)
-            {
-                Ok(fired) => fired,
-                Err(error) => {
-                    tracing::error!(
-                        "service thread {}: waiting for I/O failed: {error}",
-                        self.index
-                    );
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
+            let Some(waker_fired) = self.wait_for_io(timeout, &mut ready) else {
+                continue;
             };
             let woke = Instant::now();
             // The wall-clock fallback of the load meter needs the start.
             let busy_from = (!meter.counts_cpu()).then_some(woke);
-            if let Some(since_ms) = self.stall_before(last_woke, last_done, timeout, woke) {
-                self.mark_stall(since_ms, woke + STALL_SLACK);
-            } else if self.stall_until.is_some_and(|until| woke > until) {
-                self.end_stall();
-            }
+            self.note_stall(last_woke, last_done, timeout, woke);
             last_woke = woke;
             if self.shared.stopping.load(Ordering::Acquire) {
                 break;
             }
             if waker_fired {
-                let slot = &self.shared.threads[self.index];
-                slot.waker.clear();
-                std::mem::swap(&mut woken, &mut *super::lock(&slot.woken));
-                std::mem::swap(&mut arrivals, &mut *super::lock(&slot.inbox));
-                for arrival in arrivals.drain(..) {
-                    self.arrive(arrival);
-                }
-                for token in woken.drain(..) {
-                    self.poll_remote(token);
-                }
+                self.take_wakeups(&mut woken, &mut arrivals);
             }
             if !self.paced.is_empty() {
                 // Only then: no clock read on a turn with nothing held.
                 self.release_paced(Instant::now());
             }
-            self.look_ahead(&ready);
-            for &token in &ready {
-                self.drive(token);
-                if let Some(Some(connection)) = self.connections.get_mut(token) {
-                    // What waited through the stall has been read.
-                    connection.held_since_ms = None;
-                }
-            }
-            // Connections that yielded (streamed chunks, arrivals) run
-            // after the ready ones; those that yield again wait a turn.
-            for _ in 0..self.runnable.len() {
-                if let Some(token) = self.runnable.pop_front() {
-                    self.drive(token);
-                }
-            }
+            self.serve_ready(&ready);
             let done = Instant::now();
             if let Some(busy_from) = busy_from {
                 meter.add_busy(done.saturating_duration_since(busy_from));
@@ -278,6 +235,89 @@ impl<B: Backend> ServiceThread<B> {
         }
         for token in 0..self.connections.len() {
             self.close(token);
+        }
+    }
+
+    /// How long the turn may wait for I/O: not at all with connections
+    /// runnable, else until the balance window ends or the first paced
+    /// connection is due.
+    fn wait_timeout(&self, window_end: Instant, last_done: Instant) -> Duration {
+        if !self.runnable.is_empty() {
+            return Duration::ZERO;
+        }
+        let until = match self.paced.peek() {
+            Some(Reverse((due, _))) => window_end.min(*due),
+            None => window_end,
+        };
+        until.saturating_duration_since(last_done)
+    }
+
+    /// Waits for I/O, listing the ready connections in `ready`: whether the
+    /// thread's waker fired, or `None` when the wait failed (logged, and
+    /// the thread pauses a moment before the next turn).
+    fn wait_for_io(&mut self, timeout: Duration, ready: &mut Vec<usize>) -> Option<bool> {
+        match self.backend.wait(timeout, &mut self.connections, ready) {
+            Ok(fired) => Some(fired),
+            Err(error) => {
+                tracing::error!(
+                    "service thread {}: waiting for I/O failed: {error}",
+                    self.index
+                );
+                std::thread::sleep(Duration::from_millis(10));
+                None
+            }
+        }
+    }
+
+    /// Marks the connections when the turn beginning at `woke` follows a
+    /// stall, or ends the last stall's marks once its slack is over.
+    fn note_stall(
+        &mut self,
+        last_woke: Instant,
+        last_done: Instant,
+        timeout: Duration,
+        woke: Instant,
+    ) {
+        if let Some(since_ms) = self.stall_before(last_woke, last_done, timeout, woke) {
+            self.mark_stall(since_ms, woke + STALL_SLACK);
+        } else if self.stall_until.is_some_and(|until| woke > until) {
+            self.end_stall();
+        }
+    }
+
+    /// Takes what woke the thread: connections handed to it (accepted or
+    /// moved here) and connections whose fabric work can progress.
+    /// `woken` and `arrivals` are kept to reuse their allocations.
+    fn take_wakeups(&mut self, woken: &mut Vec<usize>, arrivals: &mut Vec<Arrival>) {
+        let slot = &self.shared.threads[self.index];
+        slot.waker.clear();
+        std::mem::swap(woken, &mut *super::lock(&slot.woken));
+        std::mem::swap(arrivals, &mut *super::lock(&slot.inbox));
+        for arrival in arrivals.drain(..) {
+            self.arrive(arrival);
+        }
+        for token in woken.drain(..) {
+            self.poll_remote(token);
+        }
+    }
+
+    /// Drives the ready connections (their index lookups started together
+    /// first), then those that yielded: each once this turn.
+    fn serve_ready(&mut self, ready: &[usize]) {
+        self.look_ahead(ready);
+        for &token in ready {
+            self.drive(token);
+            if let Some(Some(connection)) = self.connections.get_mut(token) {
+                // What waited through the stall has been read.
+                connection.held_since_ms = None;
+            }
+        }
+        // Connections that yielded (streamed chunks, arrivals) run
+        // after the ready ones; those that yield again wait a turn.
+        for _ in 0..self.runnable.len() {
+            if let Some(token) = self.runnable.pop_front() {
+                self.drive(token);
+            }
         }
     }
 

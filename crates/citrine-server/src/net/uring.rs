@@ -406,79 +406,109 @@ fn apply(
     connections: &mut [Option<Connection<UringSocket>>],
     ready: &mut Vec<usize>,
 ) -> u64 {
-    let mut paused = 0;
     let token = (done.tag & u64::from(u32::MAX)) as usize;
     let Some(Some(connection)) = connections.get_mut(token) else {
-        return paused;
+        return 0;
     };
-    let (socket, conn) = (&mut connection.socket, &mut connection.conn);
-    if socket.tag != done.tag {
+    if connection.socket.tag != done.tag {
         // For a connection closed since; its buffer just goes.
-        return paused;
+        return 0;
     }
-    match (done.kind, Outcome::of(done.result)) {
-        (kind @ (OpKind::Recv | OpKind::RecvMulti), outcome) => {
-            let single = kind == OpKind::Recv;
-            if single {
-                conn.input = done.buf;
-            }
-            if single || !done.more {
-                socket.recv_ended();
-            }
-            match outcome {
-                Outcome::Moved(read) if single => {
-                    conn.end += read;
-                    debug_assert!(conn.end <= conn.input.len());
-                }
-                Outcome::Moved(read) => {
-                    match done.provided.and_then(|id| ring.provided(id, read)) {
-                        Some(bytes) => conn.receive(bytes),
-                        None => {
-                            // A bug, not the peer's doing: bytes were taken
-                            // off the socket that cannot be read here, so the
-                            // connection cannot go on.
-                            tracing::error!(peer = %conn.peer, read, buffer = ?done.provided, "closing connection: a receive's provided buffer is not readable");
-                            debug_assert!(false, "unreadable provided buffer");
-                            socket.failed = true;
-                        }
-                    }
-                    // Counted once per cancel, not per completion that
-                    // arrives before the cancel takes effect.
-                    if socket.recv.is_some()
-                        && !conn.wants_input(READ_AHEAD_BYTES)
-                        && socket.cancel_recv(ring)
-                    {
-                        paused = 1;
-                    }
-                }
-                Outcome::End => conn.eof = true,
-                // Cancelled, interrupted, or (multishot) out of provided
-                // buffers: started again when the connection needs bytes.
-                Outcome::Again => {}
-                Outcome::Failed => {
-                    log_io_error(conn, "read", done.result);
-                    socket.failed = true;
-                }
-            }
+    let paused = match done.kind {
+        OpKind::Recv | OpKind::RecvMulti => apply_receive(ring, done, connection),
+        OpKind::Send => {
+            apply_send(done, connection);
+            0
         }
-        (OpKind::Send, outcome) => {
-            socket.sending = false;
-            conn.out = done.buf;
-            match outcome {
-                Outcome::Moved(sent) => {
-                    conn.written += sent;
-                    debug_assert!(conn.written <= conn.out.len());
-                }
-                Outcome::Again => {}
-                Outcome::End | Outcome::Failed => {
-                    log_io_error(conn, "write", done.result);
-                    socket.failed = true;
-                }
-            }
-        }
-    }
+    };
     ready.push(token);
     paused
+}
+
+/// A receive's completion: a single receive gives `input` back with the
+/// bytes in it; a multishot one's bytes are copied from its provided
+/// buffer ([`take_provided`]). Returns 1 when the read-ahead paused it.
+fn apply_receive(
+    ring: &mut Ring,
+    done: Completion,
+    connection: &mut Connection<UringSocket>,
+) -> u64 {
+    let (socket, conn) = (&mut connection.socket, &mut connection.conn);
+    let single = done.kind == OpKind::Recv;
+    if single {
+        conn.input = done.buf;
+    }
+    if single || !done.more {
+        socket.recv_ended();
+    }
+    match Outcome::of(done.result) {
+        Outcome::Moved(read) if single => {
+            conn.end += read;
+            // The kernel wrote into `input` past `end`, no further.
+            assert!(conn.end <= conn.input.len(), "a receive within its buffer");
+            0
+        }
+        Outcome::Moved(read) => take_provided(ring, done.provided, read, socket, conn),
+        Outcome::End => {
+            conn.eof = true;
+            0
+        }
+        // Cancelled, interrupted, or (multishot) out of provided
+        // buffers: started again when the connection needs bytes.
+        Outcome::Again => 0,
+        Outcome::Failed => {
+            log_io_error(conn, "read", done.result);
+            socket.failed = true;
+            0
+        }
+    }
+}
+
+/// Copies a multishot receive's `read` bytes from its provided buffer to
+/// the connection, and cancels the receive once the connection holds more
+/// than its frame plus the read-ahead. Returns 1 when it cancelled.
+fn take_provided(
+    ring: &mut Ring,
+    provided: Option<u16>,
+    read: usize,
+    socket: &mut UringSocket,
+    conn: &mut Conn,
+) -> u64 {
+    match provided.and_then(|id| ring.provided(id, read)) {
+        Some(bytes) => conn.receive(bytes),
+        None => {
+            // A bug, not the peer's doing: bytes were taken
+            // off the socket that cannot be read here, so the
+            // connection cannot go on.
+            tracing::error!(peer = %conn.peer, read, buffer = ?provided, "closing connection: a receive's provided buffer is not readable");
+            debug_assert!(false, "unreadable provided buffer");
+            socket.failed = true;
+        }
+    }
+    // Counted once per cancel, not per completion that
+    // arrives before the cancel takes effect.
+    let cancelled =
+        socket.recv.is_some() && !conn.wants_input(READ_AHEAD_BYTES) && socket.cancel_recv(ring);
+    u64::from(cancelled)
+}
+
+/// A send's completion: `out` comes back with how much of it went.
+fn apply_send(done: Completion, connection: &mut Connection<UringSocket>) {
+    let (socket, conn) = (&mut connection.socket, &mut connection.conn);
+    socket.sending = false;
+    conn.out = done.buf;
+    match Outcome::of(done.result) {
+        Outcome::Moved(sent) => {
+            conn.written += sent;
+            // The kernel sent from `out`, no further than its end.
+            assert!(conn.written <= conn.out.len(), "a send within its buffer");
+        }
+        Outcome::Again => {}
+        Outcome::End | Outcome::Failed => {
+            log_io_error(conn, "write", done.result);
+            socket.failed = true;
+        }
+    }
 }
 
 /// What a completed receive or send did.
