@@ -149,11 +149,6 @@ def returns_rank(step, kinds=("RANK", "REVERSE_RANK")):
     return any(uses(step, f"{cdt}_RETURN_{kind}") for cdt in ("LIST", "MAP") for kind in kinds)
 
 
-def by_rank(step):
-    """Whether a step's ops return ranks or select by rank."""
-    return returns_rank(step) or any("_rank" in fn for fn in fns(step))
-
-
 def returns_position(step):
     """Whether a step's ops return ranks or indexes."""
     return returns_rank(step, ("RANK", "REVERSE_RANK", "INDEX", "REVERSE_INDEX"))
@@ -328,23 +323,6 @@ KNOWN = [
           "shows in the value written or in whether a later unknown (a missing bin) fails it",
           lambda c: "exp.KeyExists" in fns(c.last) and uses(c.last, "POLICY_KEY_SEND"),
           lambda s: "exp.KeyExists" in fns(s)),
-    Known("rank-of-equal-values", "issue 46, new (differential tester)",
-          "ranks among equal values: the rank of an element whose value occurs more than once "
-          "(the reference counts the elements less than it: [1, 1, 2] index 1 has rank 0, "
-          "reverse rank 2; Citrine breaks ties by position: 1 and 1), and which of equal "
-          "elements a rank selects",
-          lambda c: by_rank(c.last) and c.signature[1] == "value"
-          and lists_sorted(c.citrine) != lists_sorted(c.reference),
-          by_rank),
-    Known("return-exists-inverted", "issue 46, new (differential tester)",
-          "RETURN_EXISTS with inverted=True: the reference answers the negation of the "
-          "non-inverted selection's existence ([1, 1, 2] by value 1: False; [] by value 1: "
-          "True), Citrine whether the inverted selection is non-empty",
-          lambda c: inverted(c.last) and (uses(c.last, "LIST_RETURN_EXISTS")
-                                          or uses(c.last, "MAP_RETURN_EXISTS"))
-          and c.signature[1] == "value",
-          lambda s: inverted(s) and (uses(s, "LIST_RETURN_EXISTS")
-                                     or uses(s, "MAP_RETURN_EXISTS"))),
     Known("truncate-undo", "issue 46, new (differential tester)",
           "truncate-undo is refused with 4 ('not supported') and truncate-namespace-undo is "
           "unrecognized (4); the reference answers ok (20 for an empty namespace)",

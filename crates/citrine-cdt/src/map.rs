@@ -29,7 +29,7 @@
 
 use crate::result::{
     index_of, order_by_value, parse_return_type, range_of, ranks_of, resolve_index, Extent,
-    InvertedExists, ReturnType, Selection, Shape, Space, Whole,
+    InvertedExists, RankTies, ReturnType, Selection, Shape, Space, Whole,
 };
 use crate::value::{self, Map, Value, MAP_KEY_ORDERED, MAP_VALUE_ORDERED};
 use crate::CdtError;
@@ -794,17 +794,24 @@ impl Picked {
     }
 }
 
-/// The shape of a value match or interval (the reference's rules: a
-/// key-ordered map judges what is left by index).
-fn by_values_shape(view: &View, extent: Extent) -> Shape {
-    let exists = if view.map.is_key_ordered() {
-        InvertedExists::OneStretchByIndex
-    } else {
-        InvertedExists::OneStretch
-    };
+/// The shape of a value match or interval (the reference's rules:
+/// inverted, EXISTS says whether nothing matched in a non-empty map).
+fn by_values_shape(extent: Extent) -> Shape {
     Shape::new(Space::Rank, extent)
         .whole(Whole::IndexResultsWhenInverted)
-        .exists(exists)
+        .exists(InvertedExists::NothingChosen)
+}
+
+/// What EXISTS of an inverted key or index range answers: on a key-ordered
+/// map whether anything is left; on an unordered one, for a key interval
+/// whether nothing matched (an empty map included), for an index range
+/// whether what is left is one stretch (the reference's).
+fn range_exists(key_ordered: bool, key_interval: bool) -> InvertedExists {
+    match (key_ordered, key_interval) {
+        (true, _) => InvertedExists::Complement,
+        (false, true) => InvertedExists::NoMatch,
+        (false, false) => InvertedExists::OneStretch,
+    }
 }
 
 /// The range of positions `chosen` takes from `start` in its space.
@@ -910,7 +917,7 @@ fn pick(
             let matches = view.values_matching(pattern);
             let picked = by_values(matches);
             let extent = stretch(view.values_below(pattern), &picked);
-            generic(picked.shaped(by_values_shape(view, extent)))
+            generic(picked.shaped(by_values_shape(extent)))
         }
         Selector::ValueInterval => {
             let (begin, end) = (arg(1)?, args.get(2));
@@ -919,7 +926,7 @@ fn pick(
                 .collect();
             let picked = by_values(matches);
             let extent = stretch(view.values_below(begin), &picked);
-            generic(picked.shaped(by_values_shape(view, extent)))
+            generic(picked.shaped(by_values_shape(extent)))
         }
         Selector::KeyInterval => {
             let (begin, end) = (arg(1)?, args.get(2));
@@ -950,7 +957,7 @@ fn pick(
             };
             let shape = Shape::new(Space::Index, extent)
                 .whole(whole)
-                .exists(InvertedExists::OneStretch);
+                .exists(range_exists(key_ordered, true));
             generic(picked.shaped(shape))
         }
         Selector::KeyList => {
@@ -1006,7 +1013,7 @@ fn pick(
         Selector::IndexRange => {
             let index = int_arg(arg(1)?)?;
             let count = opt_count(args.get(2))?;
-            index_range(len, index, count_i64(count), inverted)
+            index_range(view, index, count_i64(count), inverted)
         }
         Selector::RankRange => {
             let rank = int_arg(arg(1)?)?;
@@ -1021,7 +1028,7 @@ fn pick(
                 .filter(|&i| value::compare(view.key(i), key) == Ordering::Less)
                 .count();
             let (index, count) = relative(anchor, offset, count);
-            index_range(len, index, count, inverted)
+            index_range(view, index, count, inverted)
         }
         Selector::ValueRelRankRange => {
             let pattern = arg(1)?;
@@ -1056,15 +1063,16 @@ fn relative(anchor: usize, offset: i64, count: u64) -> (i64, Option<i64>) {
 /// covering the whole map is listed as a set (stored order); a complement
 /// that is one contiguous range is walked in key order.
 fn index_range(
-    len: usize,
+    view: &View,
     index: i64,
     count: Option<i64>,
     inverted: bool,
 ) -> Result<Picked, CdtError> {
+    let len = view.len();
     let (start, end) = range_of(index, count, len)?;
     let shape = Shape::new(Space::Index, Extent::range(start, end))
         .whole(Whole::Always)
-        .exists(InvertedExists::OneStretch);
+        .exists(range_exists(view.map.is_key_ordered(), false));
     if !inverted {
         let chosen: Vec<usize> = (start..end).collect();
         let whole = len > 0 && chosen.len() == len;
@@ -1147,6 +1155,7 @@ fn answer(
         single,
         shape: picked.shape,
         inverted,
+        rank_ties: RankTies::ByIndex,
     };
     if picked.invert {
         selection.invert();

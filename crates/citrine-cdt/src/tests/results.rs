@@ -21,8 +21,10 @@ const L_BY_VALUE_LIST: i64 = 23;
 const L_BY_INDEX_RANGE: i64 = 24;
 const L_BY_VALUE_INTERVAL: i64 = 25;
 const L_BY_RANK_RANGE: i64 = 26;
+const L_BY_VALUE_REL_RANK_RANGE: i64 = 27;
 const L_REMOVE_BY_RANK_RANGE: i64 = 39;
 // Map codes.
+const M_ALL_BY_VALUE: i64 = 102;
 const M_BY_VALUE_INTERVAL: i64 = 105;
 const M_BY_KEY_INTERVAL: i64 = 103;
 const M_BY_INDEX_RANGE: i64 = 104;
@@ -305,6 +307,93 @@ fn exists_of_an_inverted_selection_follows_the_references_paths() {
     assert_eq!(exists(M_BY_RANK_RANGE, 1, 2), Value::Bool(true));
     assert_eq!(exists(M_BY_RANK_RANGE, 0, 3), Value::Bool(false));
     assert_eq!(exists(M_BY_RANK_RANGE, 1, 0), Value::Bool(true));
+}
+
+#[test]
+fn exists_of_inverted_value_matches_and_key_ranges_by_collection_kind() {
+    let inverted_exists = |bin: &Value, code: i64, args: &[Value]| {
+        let mut all = vec![int(EXISTS | INV)];
+        all.extend_from_slice(args);
+        answer(bin, code, all)
+    };
+    let yes = Value::Bool(true);
+    let no = Value::Bool(false);
+    // An unordered list's value match or interval: whether nothing
+    // matched, an empty list included.
+    let empty = ints(&[]);
+    assert_eq!(inverted_exists(&empty, L_ALL_BY_VALUE, &[int(1)]), yes);
+    assert_eq!(
+        inverted_exists(&empty, L_BY_VALUE_INTERVAL, &[int(1), int(5)]),
+        yes
+    );
+    let l = ints(&[1, 2]);
+    assert_eq!(inverted_exists(&l, L_ALL_BY_VALUE, &[int(1)]), no);
+    assert_eq!(inverted_exists(&l, L_ALL_BY_VALUE, &[int(3)]), yes);
+    // A map's value match: whether nothing matched in a non-empty map,
+    // key-ordered or not.
+    let pairs = [("a", 10), ("b", 11), ("c", 12), ("d", 13)];
+    let unordered = smap(0, &pairs);
+    let key_ordered = smap(MAP_KEY_ORDERED, &pairs);
+    assert_eq!(
+        inverted_exists(&key_ordered, M_ALL_BY_VALUE, &[int(12)]),
+        no
+    );
+    assert_eq!(inverted_exists(&unordered, M_ALL_BY_VALUE, &[int(10)]), no);
+    assert_eq!(inverted_exists(&unordered, M_ALL_BY_VALUE, &[int(9)]), yes);
+    // A key-ordered map's index range or key interval: whether anything is
+    // left; an unordered map's key interval: whether nothing matched (an
+    // empty map included), its index range: whether what is left is one
+    // stretch.
+    let middle = [int(1), int(1)];
+    assert_eq!(
+        inverted_exists(&key_ordered, M_BY_INDEX_RANGE, &middle),
+        yes
+    );
+    assert_eq!(inverted_exists(&unordered, M_BY_INDEX_RANGE, &middle), no);
+    let b_to_c = [s("b"), s("c")];
+    assert_eq!(
+        inverted_exists(&key_ordered, M_BY_KEY_INTERVAL, &b_to_c),
+        yes
+    );
+    let a_to_b = [s("a"), s("b")];
+    assert_eq!(inverted_exists(&unordered, M_BY_KEY_INTERVAL, &a_to_b), no);
+    assert_eq!(
+        inverted_exists(&smap(0, &[]), M_BY_KEY_INTERVAL, &a_to_b),
+        yes
+    );
+}
+
+#[test]
+fn an_unordered_lists_inverted_value_selection_keeps_its_split_when_empty() {
+    // Nothing matched: reverse ranks of the stretch below where the value
+    // would sort, then of the one above.
+    let l = ints(&[1, 11, 4, 12, 9, 14, 13]);
+    let split = ints(&[4, 5, 6, 0, 1, 2, 3]);
+    check(
+        &l,
+        L_ALL_BY_VALUE,
+        vec![int(REV_RANK | INV), int(10)],
+        split.clone(),
+    );
+    check(
+        &l,
+        L_BY_VALUE_REL_RANK_RANGE,
+        vec![int(REV_RANK | INV), int(10), int(0), int(0)],
+        split,
+    );
+    let l = list(vec![
+        s("a"),
+        int(3),
+        Value::Double(1.5),
+        Value::Nil,
+        Value::Double(1.5),
+    ]);
+    check(
+        &l,
+        L_BY_VALUE_INTERVAL,
+        vec![int(REV_RANK | INV), s("b"), Value::Double(1.5)],
+        ints(&[2, 3, 4, 0, 1]),
+    );
 }
 
 #[test]
