@@ -333,12 +333,6 @@ KNOWN = [
           "udf-remove:filename= (empty) answers 100 (error=invalid_filename), the reference ok",
           lambda c: c.last.kind == "info udf-remove" and c.signature[1] == "100 vs ok",
           lambda s: s.kind == "info udf-remove"),
-    Known("geojson-literal-in-expression", "issue 46, new (differential tester)",
-          "an expression holding a malformed GeoJSON literal (a Polygon with no coordinates): "
-          "Citrine refuses the request with 4, the reference evaluates it (26, or 17 in a "
-          "batch, when the compared bin is missing)",
-          lambda c: "exp.CmpGeo" in fns(c.last)
-          and 4 in codes(c.citrine) - codes(c.reference)),
     Known("bit-signed-overflow", "issue 46, new (differential tester)",
           "signed bit_add/bit_subtract with BIT_OVERFLOW_FAIL at the edge of the signed range: "
           "1 bit 0 - 1 = -1 and -1 + 1 = 0, 2 bits 0 - 2 = -2 are refused with 26 (the "
