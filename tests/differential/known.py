@@ -333,15 +333,6 @@ KNOWN = [
           "udf-remove:filename= (empty) answers 100 (error=invalid_filename), the reference ok",
           lambda c: c.last.kind == "info udf-remove" and c.signature[1] == "100 vs ok",
           lambda s: s.kind == "info udf-remove"),
-    Known("bit-signed-overflow", "issue 46, new (differential tester)",
-          "signed bit_add/bit_subtract with BIT_OVERFLOW_FAIL at the edge of the signed range: "
-          "1 bit 0 - 1 = -1 and -1 + 1 = 0, 2 bits 0 - 2 = -2 are refused with 26 (the "
-          "reference writes them); 2 bits -1 - 2 = -3 is written (the reference: 26)",
-          lambda c: any(fn in ("bitwise_operations.bit_add", "bitwise_operations.bit_subtract")
-                        for fn in fns(c.last))
-          and 26 in codes(c.citrine) ^ codes(c.reference),
-          lambda s: any(fn in ("bitwise_operations.bit_add", "bitwise_operations.bit_subtract")
-                        for fn in fns(s))),
     Known("modify-geojson-bin", "issue 46, new (differential tester)",
           "increment, append or prepend on a bin holding GeoJSON: the reference answers 1, "
           "Citrine 12",
