@@ -33,7 +33,9 @@
 //!   in index order. Indexes of an index range and ranks of a rank or value
 //!   selection come as stretches, reversed ones ascending within each, and
 //!   an index range over the whole list as `0..n`
-//!   ([`crate::result::Shape`]).
+//!   ([`crate::result::Shape`]). A value listed twice in a value list
+//!   counts at its last listing, but an ordered list answers its matches
+//!   (indexes, ranks, values) again for every listing.
 //! * Ties (unordered lists): which of equal elements a rank (range,
 //!   relative range, context step) names is the reference's heap's choice
 //!   ([`heap_pick`]), not the first by index; an element chosen by index
@@ -48,8 +50,8 @@
 //! on success); an ordered list is sorted after every op.
 
 use crate::result::{
-    heap_pick, parse_return_type, range_of, ranks_of, resolve_index, Extent, InvertedExists,
-    RankTies, ReturnType, Selection, Shape, Space, Whole,
+    heap_pick, last_occurrences, parse_return_type, range_of, ranks_of, resolve_index, Extent,
+    InvertedExists, RankTies, ReturnType, Selection, Shape, Space, Whole,
 };
 use crate::value::{self, List, Value, LIST_ORDERED, PERSIST_INDEX};
 use crate::CdtError;
@@ -839,7 +841,18 @@ fn select(
         // Map-only return types.
         return Err(CdtError::OpNotApplicable);
     }
-    let choice = choose(&list.items, list.is_ordered(), &selector)?;
+    // An ordered list answers a value list's numbers and values once for
+    // every time a value is listed (the reference's).
+    let repeat = !inverted
+        && matches!(
+            rt,
+            ReturnType::Index
+                | ReturnType::ReverseIndex
+                | ReturnType::Rank
+                | ReturnType::ReverseRank
+                | ReturnType::Value
+        );
+    let choice = choose(&list.items, list.is_ordered(), &selector, repeat)?;
     if inverted && choice.single {
         return Err(CdtError::OpNotApplicable);
     }
@@ -898,7 +911,14 @@ fn select(
 
 /// The elements `selector` names in `items` (an ordered list when
 /// `ordered`). A single index or rank out of range is `OpNotApplicable`.
-fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice, CdtError> {
+/// With `repeat`, an ordered list's value list chooses a value's matches
+/// again each time the value is listed.
+fn choose(
+    items: &[Value],
+    ordered: bool,
+    selector: &Selector,
+    repeat: bool,
+) -> Result<Choice, CdtError> {
     let len = items.len();
     let equal = |item: &Value, value: &Value| value::compare(item, value) == Ordering::Equal;
     let matching = |accept: &dyn Fn(&Value) -> bool| -> Vec<usize> {
@@ -953,13 +973,22 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
         }
         Selector::ValueList(values) => {
             // In the value list's order: each value's matches (in index
-            // order, which is their rank order); a repeated value finds
-            // its matches taken already.
+            // order, which is their rank order). A value listed again
+            // finds its matches once more on an ordered list (`repeat`);
+            // elsewhere only its last listing counts.
+            let listed: Vec<&Value> = if ordered {
+                values.iter().collect()
+            } else {
+                last_occurrences(values)
+                    .into_iter()
+                    .map(|i| &values[i])
+                    .collect()
+            };
             let mut taken = vec![false; len];
             let mut chosen = Vec::new();
-            for value in values {
+            for value in listed {
                 for (i, item) in items.iter().enumerate() {
-                    if !taken[i] && equal(item, value) {
+                    if ((repeat && ordered) || !taken[i]) && equal(item, value) {
                         taken[i] = true;
                         chosen.push(i);
                     }
@@ -1922,10 +1951,12 @@ mod tests {
         same(by_list(RT_VALUE | INV, &[3, 9]), Some(list(&[7, 1])));
         same(by_list(RT_VALUE, &[]), Some(list(&[])));
         same(by_list(RT_COUNT | INV, &[]), Some(int(5)));
-        // Ranks follow the value list (the official C client's suite):
-        // 9 is rank 4, the 3s ranks 1 and 2; what a value list leaves out
-        // comes in ascending rank.
-        same(by_list(RT_RANK, &[9, 3, 9]), Some(list(&[4, 1, 2])));
+        // Ranks follow the value list, a value listed again at its last
+        // listing (the reference, 8.1.2; the official C client's suite
+        // expects the first): 9 is rank 4, the 3s ranks 1 and 2; what a
+        // value list leaves out comes in ascending rank.
+        same(by_list(RT_RANK, &[9, 3, 9]), Some(list(&[1, 2, 4])));
+        same(by_list(RT_RANK, &[9, 3]), Some(list(&[4, 1, 2])));
         same(by_list(RT_REV_RANK, &[9, 3]), Some(list(&[0, 3, 2])));
         same(by_list(RT_RANK | INV, &[9, 3]), Some(list(&[0, 3])));
         let unordered = list(&[4, 3, 1, 5, 2]);

@@ -97,6 +97,26 @@ pub(crate) fn ranks_of<'a>(values: impl Iterator<Item = &'a Value>) -> Vec<usize
     ranks
 }
 
+/// The positions of the last occurrence of each distinct value in `items`,
+/// ascending: the order in which the reference answers a value or key
+/// list holding a value more than once (an earlier occurrence counts as
+/// a duplicate of the last).
+pub(crate) fn last_occurrences(items: &[Value]) -> Vec<usize> {
+    let order = order_by_value(items.iter());
+    let mut kept: Vec<usize> = order
+        .iter()
+        .enumerate()
+        .filter(|&(at, &i)| {
+            order.get(at + 1).is_none_or(|&next| {
+                value::compare_total(&items[i], &items[next]) != Ordering::Equal
+            })
+        })
+        .map(|(_, &i)| i)
+        .collect();
+    kept.sort_unstable();
+    kept
+}
+
 /// Shared ranks of `values`: `ranks[i]` is the number of elements less than
 /// element i, so equal elements share the lowest rank among them (how the
 /// reference numbers an unordered list's elements chosen by index).

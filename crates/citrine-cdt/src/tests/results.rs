@@ -4,7 +4,7 @@
 //! a stretch, the whole collection as `0..n`, per-element orders, and
 //! EXISTS of an inverted selection.
 
-use super::{ints, list, map, payload, run};
+use super::{int_result, ints, list, map, payload, run};
 use crate::value::{self, Map, Value, MAP_KEY_ORDERED, MAP_VALUE_ORDERED};
 
 const INV: i64 = 0x10000;
@@ -12,7 +12,9 @@ const INDEX: i64 = 1;
 const REV_INDEX: i64 = 2;
 const RANK: i64 = 3;
 const REV_RANK: i64 = 4;
+const COUNT: i64 = 5;
 const KEY: i64 = 6;
+const VALUE: i64 = 7;
 const EXISTS: i64 = 13;
 
 // List codes.
@@ -424,5 +426,69 @@ fn an_ordered_lists_value_list_answers_each_values_matches_as_a_stretch() {
         L_BY_VALUE_LIST,
         vec![int(REV_RANK), values],
         ints(&[3, 2, 1, 5]),
+    );
+}
+
+#[test]
+fn a_value_or_key_listed_again_by_collection_kind() {
+    let ordered = Value::List(crate::value::List {
+        flags: crate::value::LIST_ORDERED,
+        items: [2, 2, 3].iter().map(|&i| int(i)).collect(),
+    });
+    let listed = ints(&[3, 2, 3, 2]);
+    // An ordered list answers a value's matches each time it is listed
+    // (but counts them once).
+    check(
+        &ordered,
+        L_BY_VALUE_LIST,
+        vec![int(RANK), listed.clone()],
+        ints(&[2, 0, 1, 2, 0, 1]),
+    );
+    check(
+        &ordered,
+        L_BY_VALUE_LIST,
+        vec![int(VALUE), listed.clone()],
+        ints(&[3, 2, 2, 3, 2, 2]),
+    );
+    let count = payload(None, L_BY_VALUE_LIST, vec![int(COUNT), listed.clone()]);
+    let (_, counted) = run(Some(&ordered), &count, false).expect("counts");
+    assert_eq!(int_result(counted), 3);
+    // An unordered list answers ranks in the order of each value's last
+    // listing.
+    let unordered = ints(&[2, 2, 3]);
+    check(
+        &unordered,
+        L_BY_VALUE_LIST,
+        vec![int(RANK), listed],
+        ints(&[2, 0, 1]),
+    );
+    // Maps: an unordered one answers indexes in the order of each key's
+    // last listing, a key-ordered one each listing; ranks of a value list
+    // by last listing, but a map of one entry answers each listing.
+    let pairs = [("a", 5), ("b", 6)];
+    let keys = list(vec![s("b"), s("b"), s("a")]);
+    check(
+        &smap(0, &pairs),
+        M_BY_KEY_LIST,
+        vec![int(INDEX), keys.clone()],
+        ints(&[1, 0]),
+    );
+    check(
+        &smap(MAP_KEY_ORDERED, &pairs),
+        M_BY_KEY_LIST,
+        vec![int(INDEX), keys],
+        ints(&[1, 1, 0]),
+    );
+    check(
+        &smap(MAP_KEY_ORDERED, &pairs),
+        M_BY_VALUE_LIST,
+        vec![int(RANK), ints(&[5, 6, 5])],
+        ints(&[1, 0]),
+    );
+    check(
+        &smap(0, &[("a", 5)]),
+        M_BY_VALUE_LIST,
+        vec![int(RANK), ints(&[5, 5])],
+        ints(&[0, 0]),
     );
 }
