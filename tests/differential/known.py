@@ -73,10 +73,6 @@ def calls_in(node):
             yield from calls_in(item)
 
 
-def fns(step):
-    return [call.fn for call in calls_in(step)]
-
-
 def syms_in(node):
     """Every Sym's source text in a tree."""
     if isinstance(node, Sym):
@@ -92,8 +88,6 @@ def syms_in(node):
             yield from syms_in(item)
 
 
-
-
 def uses(step, sym_name):
     return any(sym_name in text for text in syms_in(step))
 
@@ -105,34 +99,6 @@ def code(answer):
     return 0
 
 
-def codes(answer):
-    """Every result code in an answer: a batch's records' codes as well."""
-    found = {code(answer)}
-    if isinstance(answer, tuple) and answer and answer[0] == "batch":
-        found.add(answer[1])
-        found.update(record[1] for record in answer[2:])
-    return found
-
-
-
-
-
-
-def inverted(step):
-    return any(call.kwargs.get("inverted") is True for call in calls_in(step))
-
-
-def returns_rank(step, kinds=("RANK", "REVERSE_RANK")):
-    return any(uses(step, f"{cdt}_RETURN_{kind}") for cdt in ("LIST", "MAP") for kind in kinds)
-
-
-def by_rank(step):
-    """Whether a step's ops return ranks or select by rank."""
-    return returns_rank(step) or any("_rank" in fn for fn in fns(step))
-
-
-
-
 def lists_sorted(answer):
     """An answer with every list's items sorted (to compare ignoring order)."""
     if isinstance(answer, tuple) and answer and answer[0] == "list":
@@ -140,10 +106,6 @@ def lists_sorted(answer):
     if isinstance(answer, tuple):
         return tuple(lists_sorted(x) for x in answer)
     return answer
-
-
-
-
 
 
 def lut_epoch_only(case):
@@ -183,23 +145,6 @@ KNOWN = [
           "invalid GeoJSON), Citrine answers empty",
           lambda c: c.last.kind == "info sets" and ("sets", "\n") in (c.citrine, c.reference)
           and c.citrine != c.reference),
-    Known("rank-of-equal-values", "issue 46, new (differential tester)",
-          "ranks among equal values: the rank of an element whose value occurs more than once "
-          "(the reference counts the elements less than it: [1, 1, 2] index 1 has rank 0, "
-          "reverse rank 2; Citrine breaks ties by position: 1 and 1), and which of equal "
-          "elements a rank selects",
-          lambda c: by_rank(c.last) and c.signature[1] == "value"
-          and lists_sorted(c.citrine) != lists_sorted(c.reference),
-          by_rank),
-    Known("return-exists-inverted", "issue 46, new (differential tester)",
-          "RETURN_EXISTS with inverted=True: the reference answers the negation of the "
-          "non-inverted selection's existence ([1, 1, 2] by value 1: False; [] by value 1: "
-          "True), Citrine whether the inverted selection is non-empty",
-          lambda c: inverted(c.last) and (uses(c.last, "LIST_RETURN_EXISTS")
-                                          or uses(c.last, "MAP_RETURN_EXISTS"))
-          and c.signature[1] == "value",
-          lambda s: inverted(s) and (uses(s, "LIST_RETURN_EXISTS")
-                                     or uses(s, "MAP_RETURN_EXISTS"))),
     Known("truncate-undo", "issue 46, new (differential tester)",
           "truncate-undo is refused with 4 ('not supported') and truncate-namespace-undo is "
           "unrecognized (4); the reference answers ok (20 for an empty namespace)",
@@ -210,21 +155,6 @@ KNOWN = [
           "udf-remove:filename= (empty) answers 100 (error=invalid_filename), the reference ok",
           lambda c: c.last.kind == "info udf-remove" and c.signature[1] == "100 vs ok",
           lambda s: s.kind == "info udf-remove"),
-    Known("geojson-literal-in-expression", "issue 46, new (differential tester)",
-          "an expression holding a malformed GeoJSON literal (a Polygon with no coordinates): "
-          "Citrine refuses the request with 4, the reference evaluates it (26, or 17 in a "
-          "batch, when the compared bin is missing)",
-          lambda c: "exp.CmpGeo" in fns(c.last)
-          and 4 in codes(c.citrine) - codes(c.reference)),
-    Known("bit-signed-overflow", "issue 46, new (differential tester)",
-          "signed bit_add/bit_subtract with BIT_OVERFLOW_FAIL at the edge of the signed range: "
-          "1 bit 0 - 1 = -1 and -1 + 1 = 0, 2 bits 0 - 2 = -2 are refused with 26 (the "
-          "reference writes them); 2 bits -1 - 2 = -3 is written (the reference: 26)",
-          lambda c: any(fn in ("bitwise_operations.bit_add", "bitwise_operations.bit_subtract")
-                        for fn in fns(c.last))
-          and 26 in codes(c.citrine) ^ codes(c.reference),
-          lambda s: any(fn in ("bitwise_operations.bit_add", "bitwise_operations.bit_subtract")
-                        for fn in fns(s))),
 ]
 
 

@@ -700,8 +700,10 @@ fn store_int(blob: &mut [u8], start: u64, bits: u32, value: u64) {
 
 /// Add or subtract on a `bits`-wide field: `None` when the result
 /// overflows under the FAIL action. `value` is cut to the field's width
-/// first; SIGNED reads both as two's complement; WRAP keeps the low bits,
-/// SATURATE the nearest bound.
+/// first; WRAP keeps the low bits of the result, SATURATE puts the bound
+/// it passed. Unsigned, an add overflows when it carries out of the field
+/// and a subtract when it borrows. Signed, the overflow test is the
+/// reference's ([`signed_overflow`]), not the exact one.
 fn arithmetic(load: u64, value: u64, bits: u32, subtract: bool, subflags: u64) -> Option<u64> {
     let field = mask(bits);
     let value = value & field;
@@ -714,24 +716,56 @@ fn arithmetic(load: u64, value: u64, bits: u32, subtract: bool, subflags: u64) -
         return Some(wrapped);
     }
     let saturate = subflags & SATURATE != 0;
-    let (load, value, min, max) = if subflags & SIGNED != 0 {
-        let half = 1i128 << (bits - 1);
-        (
-            i128::from(sign_extend(load, bits)),
-            i128::from(sign_extend(value, bits)),
-            -half,
-            half - 1,
-        )
+    let passed = if subflags & SIGNED != 0 {
+        // A subtract adds the value negated (in 64 bits, then cut).
+        let operand = if subtract {
+            value.wrapping_neg()
+        } else {
+            value
+        };
+        signed_overflow(load, operand, wrapped, bits)
+    } else if (subtract && wrapped > load) || (!subtract && wrapped < load) {
+        Some(if subtract { Bound::Min } else { Bound::Max })
     } else {
-        (i128::from(load), i128::from(value), 0, i128::from(field))
+        None
     };
-    let exact = if subtract { load - value } else { load + value };
-    if exact > max {
-        saturate.then_some(max as u64 & field)
-    } else if exact < min {
-        saturate.then_some(min as u64 & field)
+    let half = 1u64 << (bits - 1);
+    match passed {
+        None => Some(wrapped),
+        Some(_) if !saturate => None,
+        Some(Bound::Max) if subflags & SIGNED != 0 => Some(half - 1),
+        Some(Bound::Max) => Some(field),
+        Some(Bound::Min) if subflags & SIGNED != 0 => Some(half),
+        Some(Bound::Min) => Some(0),
+    }
+}
+
+/// Which bound an arithmetic result passed.
+#[derive(Clone, Copy)]
+enum Bound {
+    Min,
+    Max,
+}
+
+/// The reference's signed overflow test on a `bits`-wide field, all three
+/// read as two's complement of that width: the old value and the operand
+/// both negative and the wrapped result strictly positive passed the
+/// minimum; both strictly positive and the result negative passed the
+/// maximum. A result of exactly 0 is no overflow (1 bit: -1 + -1 is 0,
+/// written), and a subtract's negated operand is judged by its low bits
+/// (2 bits: 0 - 2 adds -2, written; -1 - 2 adds -2 and gives 1, refused).
+fn signed_overflow(load: u64, operand: u64, wrapped: u64, bits: u32) -> Option<Bound> {
+    let (old, operand, result) = (
+        sign_extend(load, bits),
+        sign_extend(operand, bits),
+        sign_extend(wrapped, bits),
+    );
+    if old < 0 && operand < 0 && result > 0 {
+        Some(Bound::Min)
+    } else if old > 0 && operand > 0 && result < 0 {
+        Some(Bound::Max)
     } else {
-        Some(wrapped)
+        None
     }
 }
 
@@ -1114,13 +1148,12 @@ mod tests {
 
     #[test]
     fn signed_overflow_edges() {
-        assert_eq!(arithmetic(0x80, 0x80, 8, false, SIGNED), None);
-        assert_eq!(
-            arithmetic(0x80, 0x80, 8, false, SIGNED | SATURATE),
-            Some(0x80)
-        );
-        assert_eq!(arithmetic(0, 0x80, 8, true, SIGNED), None);
-        assert_eq!(arithmetic(0, 0x80, 8, true, SIGNED | SATURATE), Some(0x7F));
+        // -128 + -128 wraps to 0 and 0 - -128 adds -128: the reference
+        // writes both (the result is not of the other sign).
+        assert_eq!(arithmetic(0x80, 0x80, 8, false, SIGNED), Some(0));
+        assert_eq!(arithmetic(0x80, 0x80, 8, false, SIGNED | SATURATE), Some(0));
+        assert_eq!(arithmetic(0, 0x80, 8, true, SIGNED), Some(0x80));
+        assert_eq!(arithmetic(0, 0x80, 8, true, SIGNED | SATURATE), Some(0x80));
         assert_eq!(arithmetic(1, 1, 1, false, 0), None);
         assert_eq!(arithmetic(0, 1, 1, false, SIGNED), Some(1));
         assert_eq!(arithmetic(1, 1, 1, true, SIGNED), Some(0));
@@ -1129,6 +1162,30 @@ mod tests {
             Some(i64::MAX as u64)
         );
         assert_eq!(arithmetic(u64::MAX, 1, 64, false, WRAP), Some(0));
+    }
+
+    /// The reference's signed overflow test (8.1.2's answers): only both
+    /// operands of one sign and a result strictly of the other overflow.
+    #[test]
+    fn signed_overflow_is_the_references_test() {
+        // 1 bit: 0 - 1 = -1 and -1 + 1 = 0 are written; -1 + -1 wraps to
+        // 0, written too.
+        assert_eq!(arithmetic(0, 1, 1, true, SIGNED), Some(1));
+        assert_eq!(arithmetic(1, 1, 1, false, SIGNED), Some(0));
+        // 2 bits: 0 - 2 = -2 is written, -1 - 2 refused (it adds -2 and
+        // gives 1), or saturated to the minimum.
+        assert_eq!(arithmetic(0, 2, 2, true, SIGNED), Some(2));
+        assert_eq!(arithmetic(3, 2, 2, true, SIGNED), None);
+        assert_eq!(arithmetic(3, 2, 2, true, SIGNED | SATURATE), Some(2));
+        // 3 bits: -4 + -4 wraps to 0: no overflow, even saturating; -3 - 4
+        // adds -4 (4's negation cut to 3 bits) and gives 1: saturates to -4.
+        assert_eq!(arithmetic(4, 4, 3, false, SIGNED | SATURATE), Some(0));
+        assert_eq!(arithmetic(5, 4, 3, true, SIGNED | SATURATE), Some(4));
+        // 3 bits: 1 - 4 adds -4 and gives -3: written.
+        assert_eq!(arithmetic(1, 4, 3, true, SIGNED), Some(5));
+        // 8 bits: 127 + 1 passes the maximum.
+        assert_eq!(arithmetic(0x7F, 1, 8, false, SIGNED), None);
+        assert_eq!(arithmetic(0x7F, 1, 8, false, SIGNED | SATURATE), Some(0x7F));
     }
 
     #[test]

@@ -39,7 +39,7 @@
 
 use crate::list::MAX_PADDING;
 use crate::map::check_key;
-use crate::result::{index_of, order_by_value, resolve_index as resolve};
+use crate::result::{heap_pick, index_of, order_by_value, resolve_index as resolve};
 use crate::value::{
     self, List, Map, Value, LIST_ORDERED, MAP_KEY_ORDERED, MAP_VALUE_ORDERED, MAX_DEPTH,
 };
@@ -257,8 +257,7 @@ fn select(parent: &Value, step: &Step) -> Result<Option<Position>, CdtError> {
     Ok(match (parent, step.kind) {
         (Value::List(list), LIST_INDEX) => resolve(int()?, list.items.len()).map(Position::Item),
         (Value::List(list), LIST_RANK) => {
-            let order = order_by_value(list.items.iter());
-            resolve(int()?, order.len()).map(|rank| Position::Item(order[rank]))
+            resolve(int()?, list.items.len()).and_then(|rank| rank_position(list, rank))
         }
         (Value::List(list), LIST_VALUE) => list
             .items
@@ -281,6 +280,19 @@ fn select(parent: &Value, step: &Step) -> Result<Option<Position>, CdtError> {
             .map(Position::Entry),
         _ => return Err(CdtError::OpNotApplicable),
     })
+}
+
+/// The position of the element of `rank` in `list`: an ordered list's
+/// index, an unordered list's as the reference's heap picks it among equal
+/// elements ([`heap_pick`]).
+fn rank_position(list: &List, rank: usize) -> Option<Position> {
+    if list.is_ordered() {
+        return Some(Position::Item(rank));
+    }
+    let values: Vec<&Value> = list.items.iter().collect();
+    heap_pick(&values, rank, 1)
+        .first()
+        .map(|&i| Position::Item(i))
 }
 
 /// Entry positions of a map in key order (stored order when key-ordered).

@@ -27,12 +27,20 @@
 //! * Results of selectors go through [`Selection`]: single-element ops
 //!   (by index, by rank, by value) answer a scalar and refuse `INVERTED`;
 //!   range results list the chosen elements in index order, except that
-//!   rank ranges list values in rank order and a value list's ranks (on an
-//!   ordered list all its results) follow the value list's order (the
-//!   reference's order); inverted results are in index order. Indexes of
-//!   an index range and ranks of a rank or value selection come as
-//!   stretches, reversed ones ascending within each, and an index range
-//!   over the whole list as `0..n` ([`crate::result::Shape`]).
+//!   rank ranges list values in the order the reference's heap took them
+//!   and a value list's ranks (on an ordered list all its results) follow
+//!   the value list's order (the reference's order); inverted results are
+//!   in index order. Indexes of an index range and ranks of a rank or value
+//!   selection come as stretches, reversed ones ascending within each, and
+//!   an index range over the whole list as `0..n`
+//!   ([`crate::result::Shape`]). A value listed twice in a value list
+//!   counts at its last listing, but an ordered list answers its matches
+//!   (indexes, ranks, values) again for every listing.
+//! * Ties (unordered lists): which of equal elements a rank (range,
+//!   relative range, context step) names is the reference's heap's choice
+//!   ([`heap_pick`]), not the first by index; an element chosen by index
+//!   is ranked by the number of elements less than it, so equal elements
+//!   share a rank ([`RankTies::Shared`]).
 //!
 //! Invariants: [`apply`] never panics on any input (`value::compare` is a
 //! total order on stored values: NaN sorts last, and wildcard/infinity are
@@ -42,8 +50,8 @@
 //! on success); an ordered list is sorted after every op.
 
 use crate::result::{
-    order_by_value, parse_return_type, range_of, ranks_of, resolve_index, Extent, InvertedExists,
-    ReturnType, Selection, Shape, Space, Whole,
+    heap_pick, last_occurrences, parse_return_type, range_of, ranks_of, resolve_index, Extent,
+    InvertedExists, RankTies, ReturnType, Selection, Shape, Space, Whole,
 };
 use crate::value::{self, List, Value, LIST_ORDERED, PERSIST_INDEX};
 use crate::CdtError;
@@ -776,6 +784,9 @@ struct Choice {
     family: Family,
     /// How the reference describes the choice beyond its elements.
     shape: Option<Shape>,
+    /// The rank a single-element rank selector asked for (what RANK
+    /// answers, whichever of equal elements it picked).
+    rank: Option<usize>,
 }
 
 /// A GET_BY_* op (`code` 19..=27) on `list`; `remove` for the REMOVE_BY_*
@@ -830,10 +841,29 @@ fn select(
         // Map-only return types.
         return Err(CdtError::OpNotApplicable);
     }
-    let choice = choose(&list.items, list.is_ordered(), &selector)?;
+    // An ordered list answers a value list's numbers and values once for
+    // every time a value is listed (the reference's).
+    let repeat = !inverted
+        && matches!(
+            rt,
+            ReturnType::Index
+                | ReturnType::ReverseIndex
+                | ReturnType::Rank
+                | ReturnType::ReverseRank
+                | ReturnType::Value
+        );
+    let choice = choose(&list.items, list.is_ordered(), &selector, repeat)?;
     if inverted && choice.single {
         return Err(CdtError::OpNotApplicable);
     }
+    // An unordered list ranks what it picks by index by the values below
+    // it (ordered: rank is index).
+    let rank_ties = if !list.is_ordered() && choice.family == Family::IndexRange {
+        RankTies::Shared
+    } else {
+        RankTies::ByIndex
+    };
+    let len = list.items.len();
     let mut selection = Selection {
         keys: None,
         values: list.items.iter().collect(),
@@ -841,6 +871,7 @@ fn select(
         single: choice.single,
         shape: choice.shape,
         inverted,
+        rank_ties,
     };
     if inverted {
         selection.invert();
@@ -853,11 +884,12 @@ fn select(
             &list.items,
         );
     }
-    let result = if selection.single && selection.chosen.is_empty() && rt == ReturnType::Value {
+    let result = match (choice.rank, rt) {
+        (Some(rank), ReturnType::Rank) => Some(Value::Int(len_i64(rank))),
+        (Some(rank), ReturnType::ReverseRank) => Some(Value::Int(len_i64(len - 1 - rank))),
         // A single value not found: no result, as the reference.
-        None
-    } else {
-        selection.result(rt)?
+        _ if selection.single && selection.chosen.is_empty() && rt == ReturnType::Value => None,
+        _ => selection.result(rt)?,
     };
     let chosen = selection.chosen;
     if remove && !chosen.is_empty() {
@@ -879,7 +911,14 @@ fn select(
 
 /// The elements `selector` names in `items` (an ordered list when
 /// `ordered`). A single index or rank out of range is `OpNotApplicable`.
-fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice, CdtError> {
+/// With `repeat`, an ordered list's value list chooses a value's matches
+/// again each time the value is listed.
+fn choose(
+    items: &[Value],
+    ordered: bool,
+    selector: &Selector,
+    repeat: bool,
+) -> Result<Choice, CdtError> {
     let len = items.len();
     let equal = |item: &Value, value: &Value| value::compare(item, value) == Ordering::Equal;
     let matching = |accept: &dyn Fn(&Value) -> bool| -> Vec<usize> {
@@ -898,9 +937,20 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
             .count()
     };
     let mut shape = None;
-    // Unordered lists' rank-space ranges (the reference's EXISTS differs).
+    let mut rank = None;
+    // Unordered lists' rank-space choices: EXISTS of the inverted rank
+    // ranges asks whether nothing was chosen from a non-empty list, of the
+    // inverted value matches whether nothing was chosen at all.
     let by_rank =
         |extent: Extent| Shape::new(Space::Rank, extent).exists(InvertedExists::NothingChosen);
+    let by_value = |extent: Extent| Shape::new(Space::Rank, extent).exists(InvertedExists::NoMatch);
+    // Inverted, an unordered list's rank-space choice is the stretch before
+    // it and the one after, even when it chose nothing.
+    let split = |start: usize, end: usize| Extent::Range {
+        start,
+        end: end.max(start),
+        split: true,
+    };
     let (chosen, single, family) = match *selector {
         Selector::Index(index) => {
             let at = resolve_index(index, len).ok_or(CdtError::OpNotApplicable)?;
@@ -910,25 +960,35 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
             let first = items.iter().position(|item| equal(item, value));
             (first.into_iter().collect(), true, Family::ValueMatch)
         }
-        Selector::Rank(rank) => {
-            let at = resolve_index(rank, len).ok_or(CdtError::OpNotApplicable)?;
-            (ranked(items, at, at + 1), true, Family::RankRange)
+        Selector::Rank(wanted) => {
+            let at = resolve_index(wanted, len).ok_or(CdtError::OpNotApplicable)?;
+            rank = Some(at);
+            (ranked(items, ordered, at, at + 1), true, Family::RankRange)
         }
         Selector::AllByValue(value) => {
             let chosen = matching(&|item| equal(item, value));
             let start = below(value);
-            shape = Some(by_rank(Extent::range(start, start + chosen.len())));
+            shape = Some(by_value(split(start, start + chosen.len())));
             (chosen, false, Family::ValueMatch)
         }
         Selector::ValueList(values) => {
             // In the value list's order: each value's matches (in index
-            // order, which is their rank order); a repeated value finds
-            // its matches taken already.
+            // order, which is their rank order). A value listed again
+            // finds its matches once more on an ordered list (`repeat`);
+            // elsewhere only its last listing counts.
+            let listed: Vec<&Value> = if ordered {
+                values.iter().collect()
+            } else {
+                last_occurrences(values)
+                    .into_iter()
+                    .map(|i| &values[i])
+                    .collect()
+            };
             let mut taken = vec![false; len];
             let mut chosen = Vec::new();
-            for value in values {
+            for value in listed {
                 for (i, item) in items.iter().enumerate() {
-                    if !taken[i] && equal(item, value) {
+                    if ((repeat && ordered) || !taken[i]) && equal(item, value) {
                         taken[i] = true;
                         chosen.push(i);
                     }
@@ -949,22 +1009,18 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
             };
             let chosen = matching(&in_interval);
             let start = below(begin);
-            // An interval that is one point keeps its split, inverted.
-            let split = end.is_some_and(|end| equal(begin, end));
-            let end = start + chosen.len();
-            shape = Some(by_rank(Extent::Range { start, end, split }));
+            shape = Some(by_value(split(start, start + chosen.len())));
             (chosen, false, Family::ValueMatch)
         }
         Selector::RankRange(rank, count) => {
             let (start, end) = range_of(rank, count, len)?;
-            let split = true;
-            shape = Some(by_rank(Extent::Range { start, end, split }));
-            (ranked(items, start, end), false, Family::RankRange)
+            shape = Some(by_rank(split(start, end)));
+            (ranked(items, ordered, start, end), false, Family::RankRange)
         }
         Selector::RelativeRankRange(value, rank, count) => {
             let (start, end) = relative_range(items, value, rank, count)?;
-            shape = Some(by_rank(Extent::range(start, end)));
-            (ranked(items, start, end), false, Family::RankRange)
+            shape = Some(by_rank(split(start, end)));
+            (ranked(items, ordered, start, end), false, Family::RankRange)
         }
     };
     // On an ordered list index is rank: the reference answers every range
@@ -990,15 +1046,20 @@ fn choose(items: &[Value], ordered: bool, selector: &Selector) -> Result<Choice,
         single,
         family,
         shape,
+        rank,
     })
 }
 
-/// The positions of the elements of ranks `start..end`, in rank order.
-fn ranked(items: &[Value], start: usize, end: usize) -> Vec<usize> {
-    order_by_value(items.iter())
-        .get(start..end)
-        .map(<[usize]>::to_vec)
-        .unwrap_or_default()
+/// The positions of the elements of ranks `start..end`: an ordered list's
+/// own (rank is index there), an unordered list's as the reference's heap
+/// picks them, in its order ([`heap_pick`]).
+fn ranked(items: &[Value], ordered: bool, start: usize, end: usize) -> Vec<usize> {
+    let end = end.min(items.len());
+    if ordered {
+        return (start.min(end)..end).collect();
+    }
+    let values: Vec<&Value> = items.iter().collect();
+    heap_pick(&values, start, end.saturating_sub(start))
 }
 
 /// The rank range `[start, end)` of a relative rank range: `rank` counts
@@ -1039,7 +1100,6 @@ fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, 
         IndexDescending,
         RankAscending,
         RankDescending,
-        RankHeapOrder,
     }
     let key = match (family, rt) {
         (_, ReturnType::None | ReturnType::Count | ReturnType::Exists) => return,
@@ -1065,34 +1125,18 @@ fn arrange(chosen: &mut [usize], rt: ReturnType, family: Family, ordered: bool, 
         (Family::RankRange | Family::ValueMatch, ReturnType::ReverseRank) => Key::RankDescending,
         (Family::RankRange, ReturnType::Value) if ordered => Key::RankAscending,
         // The reference picks an unordered list's rank range with a heap
-        // and answers the values in the heap's order (see below).
-        (Family::RankRange, ReturnType::Value) => Key::RankHeapOrder,
+        // and answers the values in the order it took them, which `choose`
+        // kept ([`heap_pick`]).
+        (Family::RankRange, ReturnType::Value) => return,
         _ => Key::IndexAscending,
     };
     match key {
         Key::IndexAscending => chosen.sort_unstable(),
         Key::IndexDescending => chosen.sort_unstable_by(|a, b| b.cmp(a)),
-        Key::RankAscending | Key::RankDescending | Key::RankHeapOrder => {
+        Key::RankAscending | Key::RankDescending => {
             let ranks = ranks_of(items.iter());
             let rank = |i: usize| ranks.get(i).copied().unwrap_or(usize::MAX);
-            let descending = match key {
-                Key::RankDescending => true,
-                // The heap's order: from the smallest side (descending)
-                // when the range starts no further from the lowest rank
-                // than it ends from the highest, else from the largest
-                // side (ascending). The official Node client's tests
-                // expect both: ranks 2..4 of 7 values come back
-                // descending, ranks 1..4 of 4 ascending.
-                Key::RankHeapOrder => {
-                    let start = chosen.iter().map(|&i| rank(i)).min().unwrap_or(0);
-                    start
-                        <= items
-                            .len()
-                            .saturating_sub(start.saturating_add(chosen.len()))
-                }
-                _ => false,
-            };
-            if descending {
+            if matches!(key, Key::RankDescending) {
                 chosen.sort_unstable_by_key(|&i| std::cmp::Reverse(rank(i)));
             } else {
                 chosen.sort_unstable_by_key(|&i| rank(i));
@@ -1907,10 +1951,12 @@ mod tests {
         same(by_list(RT_VALUE | INV, &[3, 9]), Some(list(&[7, 1])));
         same(by_list(RT_VALUE, &[]), Some(list(&[])));
         same(by_list(RT_COUNT | INV, &[]), Some(int(5)));
-        // Ranks follow the value list (the official C client's suite):
-        // 9 is rank 4, the 3s ranks 1 and 2; what a value list leaves out
-        // comes in ascending rank.
-        same(by_list(RT_RANK, &[9, 3, 9]), Some(list(&[4, 1, 2])));
+        // Ranks follow the value list, a value listed again at its last
+        // listing (the reference, 8.1.2; the official C client's suite
+        // expects the first): 9 is rank 4, the 3s ranks 1 and 2; what a
+        // value list leaves out comes in ascending rank.
+        same(by_list(RT_RANK, &[9, 3, 9]), Some(list(&[1, 2, 4])));
+        same(by_list(RT_RANK, &[9, 3]), Some(list(&[4, 1, 2])));
         same(by_list(RT_REV_RANK, &[9, 3]), Some(list(&[0, 3, 2])));
         same(by_list(RT_RANK | INV, &[9, 3]), Some(list(&[0, 3])));
         let unordered = list(&[4, 3, 1, 5, 2]);

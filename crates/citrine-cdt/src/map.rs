@@ -17,7 +17,10 @@
 //! ranks of an index-space choice by index and of a value choice
 //! ascending, and elements in stored order ([`Listing::Set`]);
 //! key-value-ordered maps do the same. Indexes and ranks that number the
-//! selector's own space come as stretches ([`crate::result::Shape`]).
+//! selector's own space come as stretches ([`crate::result::Shape`]). A
+//! key or value listed twice counts at its last listing, except that a
+//! key-ordered map answers a key list's indexes, and a map of one entry
+//! a value list's indexes and ranks, once for every listing.
 //!
 //! Invariants: keys are unique; a key-ordered map's entries stay sorted by
 //! key (inserts go to the sorted position, [`repaired`] re-sorts a stored
@@ -28,8 +31,8 @@
 //! slot is stored only when the op succeeds.
 
 use crate::result::{
-    index_of, order_by_value, parse_return_type, range_of, ranks_of, resolve_index, Extent,
-    InvertedExists, ReturnType, Selection, Shape, Space, Whole,
+    index_of, last_occurrences, order_by_value, parse_return_type, range_of, ranks_of,
+    resolve_index, Extent, InvertedExists, RankTies, ReturnType, Selection, Shape, Space, Whole,
 };
 use crate::value::{self, Map, Value, MAP_KEY_ORDERED, MAP_VALUE_ORDERED};
 use crate::CdtError;
@@ -796,17 +799,24 @@ impl Picked {
     }
 }
 
-/// The shape of a value match or interval (the reference's rules: a
-/// key-ordered map judges what is left by index).
-fn by_values_shape(view: &View, extent: Extent) -> Shape {
-    let exists = if view.map.is_key_ordered() {
-        InvertedExists::OneStretchByIndex
-    } else {
-        InvertedExists::OneStretch
-    };
+/// The shape of a value match or interval (the reference's rules:
+/// inverted, EXISTS says whether nothing matched in a non-empty map).
+fn by_values_shape(extent: Extent) -> Shape {
     Shape::new(Space::Rank, extent)
         .whole(Whole::IndexResultsWhenInverted)
-        .exists(exists)
+        .exists(InvertedExists::NothingChosen)
+}
+
+/// What EXISTS of an inverted key or index range answers: on a key-ordered
+/// map whether anything is left; on an unordered one, for a key interval
+/// whether nothing matched (an empty map included), for an index range
+/// whether what is left is one stretch (the reference's).
+fn range_exists(key_ordered: bool, key_interval: bool) -> InvertedExists {
+    match (key_ordered, key_interval) {
+        (true, _) => InvertedExists::Complement,
+        (false, true) => InvertedExists::NoMatch,
+        (false, false) => InvertedExists::OneStretch,
+    }
 }
 
 /// The range of positions `chosen` takes from `start` in its space.
@@ -912,7 +922,7 @@ fn pick(
             let matches = view.values_matching(pattern);
             let picked = by_values(matches);
             let extent = stretch(view.values_below(pattern), &picked);
-            generic(picked.shaped(by_values_shape(view, extent)))
+            generic(picked.shaped(by_values_shape(extent)))
         }
         Selector::ValueInterval => {
             let (begin, end) = (arg(1)?, args.get(2));
@@ -921,7 +931,7 @@ fn pick(
                 .collect();
             let picked = by_values(matches);
             let extent = stretch(view.values_below(begin), &picked);
-            generic(picked.shaped(by_values_shape(view, extent)))
+            generic(picked.shaped(by_values_shape(extent)))
         }
         Selector::KeyInterval => {
             let (begin, end) = (arg(1)?, args.get(2));
@@ -952,7 +962,7 @@ fn pick(
             };
             let shape = Shape::new(Space::Index, extent)
                 .whole(whole)
-                .exists(InvertedExists::OneStretch);
+                .exists(range_exists(key_ordered, true));
             generic(picked.shaped(shape))
         }
         Selector::KeyList => {
@@ -960,17 +970,14 @@ fn pick(
             if matches!(rt, ReturnType::Rank | ReturnType::ReverseRank) {
                 return Err(CdtError::OpNotApplicable);
             }
-            let mut seen = vec![false; len];
-            let mut chosen = Vec::new();
-            for key in keys {
-                for i in view.keys_matching(key) {
-                    if !std::mem::replace(&mut seen[i], true) {
-                        chosen.push(i);
-                    }
-                }
-            }
-            // Indexes come in list order, everything else as a set.
+            // Indexes come in list order, everything else as a set. A key
+            // listed again: a key-ordered map answers its index again; an
+            // unordered one counts its last listing only.
             let in_list_order = matches!(rt, ReturnType::Index | ReturnType::ReverseIndex);
+            let key_ordered = view.map.is_key_ordered();
+            let repeat = key_ordered && in_list_order && !inverted;
+            let listed = listing_order(keys, key_ordered);
+            let chosen = matches_of(listed, repeat, len, |key| view.keys_matching(key));
             let picked = if in_list_order {
                 Picked::walk(chosen)
             } else {
@@ -986,15 +993,24 @@ fn pick(
         Selector::ValueList => {
             let patterns = list_arg(arg(1)?)?;
             let order = view.rank_order();
-            let mut seen = vec![false; len];
-            let mut chosen = Vec::new();
-            for pattern in patterns {
-                for &i in &order {
-                    if equal(view.value(i), pattern) && !std::mem::replace(&mut seen[i], true) {
-                        chosen.push(i);
-                    }
-                }
-            }
+            // A value listed again counts its last listing only, but a map
+            // of one entry answers its numbers again for each listing.
+            let numbered = matches!(
+                rt,
+                ReturnType::Index
+                    | ReturnType::ReverseIndex
+                    | ReturnType::Rank
+                    | ReturnType::ReverseRank
+            );
+            let repeat = len == 1 && numbered && !inverted;
+            let listed = listing_order(patterns, repeat);
+            let chosen = matches_of(listed, repeat, len, |pattern| {
+                order
+                    .iter()
+                    .copied()
+                    .filter(|&i| equal(view.value(i), pattern))
+                    .collect()
+            });
             // Ranks come in list order, rank order within one value;
             // everything else as a set.
             let in_list_order = matches!(rt, ReturnType::Rank | ReturnType::ReverseRank);
@@ -1008,7 +1024,7 @@ fn pick(
         Selector::IndexRange => {
             let index = int_arg(arg(1)?)?;
             let count = opt_count(args.get(2))?;
-            index_range(len, index, count_i64(count), inverted)
+            index_range(view, index, count_i64(count), inverted)
         }
         Selector::RankRange => {
             let rank = int_arg(arg(1)?)?;
@@ -1023,7 +1039,7 @@ fn pick(
                 .filter(|&i| value::compare(view.key(i), key) == Ordering::Less)
                 .count();
             let (index, count) = relative(anchor, offset, count);
-            index_range(len, index, count, inverted)
+            index_range(view, index, count, inverted)
         }
         Selector::ValueRelRankRange => {
             let pattern = arg(1)?;
@@ -1036,6 +1052,38 @@ fn pick(
             rank_range(view, rank, count, inverted)
         }
     }
+}
+
+/// The items of a key or value list in the order they are answered: every
+/// listing when `every`, else each distinct item at its last listing.
+fn listing_order(items: &[Value], every: bool) -> Vec<&Value> {
+    if every {
+        return items.iter().collect();
+    }
+    last_occurrences(items)
+        .into_iter()
+        .map(|i| &items[i])
+        .collect()
+}
+
+/// The indexes `matching` finds for each of `listed`, in that order; an
+/// index found before is found again only with `repeat`.
+fn matches_of<'v>(
+    listed: Vec<&'v Value>,
+    repeat: bool,
+    len: usize,
+    matching: impl Fn(&'v Value) -> Vec<usize>,
+) -> Vec<usize> {
+    let mut seen = vec![false; len];
+    let mut chosen = Vec::new();
+    for item in listed {
+        for i in matching(item) {
+            if !std::mem::replace(&mut seen[i], true) || repeat {
+                chosen.push(i);
+            }
+        }
+    }
+    chosen
 }
 
 /// A value selector's matches: a set, on key-value-ordered maps too (the
@@ -1058,15 +1106,16 @@ fn relative(anchor: usize, offset: i64, count: u64) -> (i64, Option<i64>) {
 /// covering the whole map is listed as a set (stored order); a complement
 /// that is one contiguous range is walked in key order.
 fn index_range(
-    len: usize,
+    view: &View,
     index: i64,
     count: Option<i64>,
     inverted: bool,
 ) -> Result<Picked, CdtError> {
+    let len = view.len();
     let (start, end) = range_of(index, count, len)?;
     let shape = Shape::new(Space::Index, Extent::range(start, end))
         .whole(Whole::Always)
-        .exists(InvertedExists::OneStretch);
+        .exists(range_exists(view.map.is_key_ordered(), false));
     if !inverted {
         let chosen: Vec<usize> = (start..end).collect();
         let whole = len > 0 && chosen.len() == len;
@@ -1149,6 +1198,7 @@ fn answer(
         single,
         shape: picked.shape,
         inverted,
+        rank_ties: RankTies::ByIndex,
     };
     if picked.invert {
         selection.invert();
@@ -2281,11 +2331,20 @@ mod tests {
             ),
             &kv(vec![(s("John"), int(76))]),
         );
-        // Missing keys are skipped; indexes come in list order.
+        // Missing keys are skipped; indexes come in list order, a key
+        // listed again at its last listing (this map is unordered).
         same(
             &ok(
                 GET_BY_KEY_LIST,
                 vec![int(RT_INDEX), strs(&["John", "Nobody", "Charlie", "John"])],
+                &mut slot,
+            ),
+            &ints(&[0, 3]),
+        );
+        same(
+            &ok(
+                GET_BY_KEY_LIST,
+                vec![int(RT_INDEX), strs(&["John", "Nobody", "Charlie"])],
                 &mut slot,
             ),
             &ints(&[3, 0]),

@@ -20,12 +20,14 @@
 //! list names (0x2a, missing keys ignored), or "all children" (id 4 with
 //! `true`, or with a filter expression); an and-filter (0x204, with an
 //! expression) after a step other than "all children" filters what that
-//! step picked (never first, never twice on a level); a step made for one collection
-//! kind meeting the other is a parameter error, even with NO_FAIL; a
-//! missing element is no match, not an error; at a level before the last,
-//! a matched child that is no collection is skipped (kept as it is in the
-//! matching tree); a filter that is unknown is a parameter error unless
-//! NO_FAIL (then false). Results: MATCHING_TREE (0) the root's kind
+//! step picked (never first, never twice on a level); a step made for one
+//! collection kind meeting the other is a parameter error, even with
+//! NO_FAIL; a missing element is no match, not an error; a rank step picks
+//! among equal elements as the reference's quickselect does
+//! (`result::quick_pick`); at a level before the last, a matched child
+//! that is no collection is skipped (kept as it is in the matching tree);
+//! a filter that is unknown is a parameter error unless NO_FAIL (then
+//! false). Results: MATCHING_TREE (0) the root's kind
 //! pruned to the matched paths (emptied containers kept); VALUE (1) a list
 //! of the matched leaves; MAP_KEY (2) and MAP_KEY_VALUE (3) a list of the
 //! matched map entries' keys (keys and values, flat), a matched list
@@ -40,7 +42,7 @@
 //! (the caller keeps the bin otherwise).
 
 use crate::context::{LIST_INDEX, LIST_RANK, LIST_VALUE, MAP_INDEX, MAP_KEY, MAP_RANK, MAP_VALUE};
-use crate::result::{index_of, order_by_value, resolve_index};
+use crate::result::{index_of, order_by_value, quick_pick, resolve_index};
 use crate::value::{self, List, Map, Value, MAX_DEPTH};
 use crate::CdtError;
 use std::cmp::Ordering;
@@ -384,13 +386,16 @@ impl Path {
                 let at = value.as_int().unwrap_or_default();
                 match *kind {
                     LIST_INDEX => resolve_index(at, list.items.len()).into_iter().collect(),
-                    LIST_RANK => {
-                        let order = order_by_value(list.items.iter());
-                        resolve_index(at, order.len())
-                            .map(|rank| order[rank])
-                            .into_iter()
-                            .collect()
-                    }
+                    LIST_RANK => resolve_index(at, list.items.len())
+                        .map(|rank| {
+                            if list.is_ordered() {
+                                return rank;
+                            }
+                            let values: Vec<&Value> = list.items.iter().collect();
+                            quick_pick(&values, rank)
+                        })
+                        .into_iter()
+                        .collect(),
                     _ => equal_positions(list.items.iter(), value),
                 }
             }
@@ -412,9 +417,9 @@ impl Path {
                             .collect()
                     }
                     MAP_RANK => {
-                        let order = order_by_value(map.entries.iter().map(|(_, v)| v));
-                        resolve_index(at, order.len())
-                            .map(|rank| order[rank])
+                        let values: Vec<&Value> = map.entries.iter().map(|(_, v)| v).collect();
+                        resolve_index(at, values.len())
+                            .map(|rank| quick_pick(&values, rank))
                             .into_iter()
                             .collect()
                     }

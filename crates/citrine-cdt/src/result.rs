@@ -5,7 +5,10 @@
 //! Terms: an element's *index* is its position in index order (a list's
 //! order; a map's key order), its *rank* its position in value order (ties
 //! by index). A selection is a set of indexes; [`Selection::result`] turns
-//! it into the reply value.
+//! it into the reply value. Two exceptions follow the reference's ties in
+//! unordered lists: a rank range picks among equal elements as a binary
+//! heap does ([`heap_pick`]), and an element chosen by index is ranked
+//! by the number of elements less than it ([`RankTies::Shared`]).
 //!
 //! A selector chooses in one order, its [`Space`]: index ranges, key
 //! intervals and key lists by index; rank ranges, value intervals, values
@@ -92,6 +95,193 @@ pub(crate) fn ranks_of<'a>(values: impl Iterator<Item = &'a Value>) -> Vec<usize
         ranks[i] = rank;
     }
     ranks
+}
+
+/// The positions of the last occurrence of each distinct value in `items`,
+/// ascending: the order in which the reference answers a value or key
+/// list holding a value more than once (an earlier occurrence counts as
+/// a duplicate of the last).
+pub(crate) fn last_occurrences(items: &[Value]) -> Vec<usize> {
+    let order = order_by_value(items.iter());
+    let mut kept: Vec<usize> = order
+        .iter()
+        .enumerate()
+        .filter(|&(at, &i)| {
+            order.get(at + 1).is_none_or(|&next| {
+                value::compare_total(&items[i], &items[next]) != Ordering::Equal
+            })
+        })
+        .map(|(_, &i)| i)
+        .collect();
+    kept.sort_unstable();
+    kept
+}
+
+/// Shared ranks of `values`: `ranks[i]` is the number of elements less than
+/// element i, so equal elements share the lowest rank among them (how the
+/// reference numbers an unordered list's elements chosen by index).
+pub(crate) fn shared_ranks_of<'a>(values: impl Iterator<Item = &'a Value>) -> Vec<usize> {
+    let values: Vec<&Value> = values.collect();
+    let order = order_by_value(values.iter().copied());
+    let mut ranks = vec![0; order.len()];
+    let mut run_start = 0;
+    for (rank, &i) in order.iter().enumerate() {
+        if rank > 0 && value::compare_total(values[order[rank - 1]], values[i]) != Ordering::Equal {
+            run_start = rank;
+        }
+        ranks[i] = run_start;
+    }
+    ranks
+}
+
+/// The positions of ranks `start..start + count` of `values`, a collection
+/// without an order of its own (an unordered list), as the reference picks
+/// them, in the order it lists them.
+///
+/// The reference picks with a binary heap of positions rather than a sort,
+/// so which of several equal elements a rank names follows the heap, not
+/// the positions. The heap is a min-heap when the range starts no further
+/// from the lowest rank than it ends from the highest (else a max-heap);
+/// it is built bottom-up over all positions in index order, and its top
+/// is taken `skip + count` times, where `skip` is the number of ranks
+/// before the range on the heap's side; the last `count` tops taken are
+/// the pick, listed last-taken first (so descending from a min-heap,
+/// ascending from a max-heap). Sifting down follows the left child unless
+/// the right one is strictly further to the heap's side, and moves only
+/// when that child is strictly further than its parent. An out-of-range
+/// `start` or `count` is clamped to the collection.
+pub(crate) fn heap_pick(values: &[&Value], start: usize, count: usize) -> Vec<usize> {
+    let n = values.len();
+    let start = start.min(n);
+    let count = count.min(n - start);
+    let tail = n - start - count;
+    let (side, skip) = if start <= tail {
+        (Ordering::Less, start)
+    } else {
+        (Ordering::Greater, tail)
+    };
+    let mut heap = PickHeap {
+        values,
+        side,
+        slots: (0..n).collect(),
+        filled: n,
+    };
+    heap.build();
+    heap.take_tops(skip + count);
+    let filled = heap.filled;
+    heap.slots.truncate(filled + count);
+    heap.slots.split_off(filled)
+}
+
+/// The position of the element of `rank` among `values` (in storage
+/// order) as the reference's path select (CDT SELECT) finds it in an
+/// unordered list, or by value in a map: with a quickselect, so which of
+/// equal elements a rank names follows its partitions.
+///
+/// Each round takes the middle slot of the window `lo..=hi` as pivot and
+/// moves it to `lo`; a left cursor from `lo + 1` passes elements strictly
+/// less than the pivot (never reaching the right cursor), a right cursor
+/// from `hi` passes elements strictly greater (never passing the left one),
+/// and the two elements they stop at are swapped and both cursors step on,
+/// until they meet or cross; the pivot is then swapped to where the right
+/// cursor stopped. That slot holds rank `right`: the answer when it is
+/// `rank`, else the window narrows to the side holding `rank`, and a
+/// window of one slot (or none) answers the element at its start.
+/// `rank` must be below `values.len()`.
+pub(crate) fn quick_pick(values: &[&Value], rank: usize) -> usize {
+    let n = values.len();
+    if n < 2 {
+        return 0;
+    }
+    let mut slots: Vec<usize> = (0..n).collect();
+    let cmp = |a: usize, b: usize| value::compare_total(values[a], values[b]);
+    let (mut lo, mut hi) = (0, n - 1);
+    loop {
+        let pivot = slots[lo + (hi - lo) / 2];
+        slots.swap(lo, lo + (hi - lo) / 2);
+        let (mut left, mut right) = (lo + 1, hi);
+        loop {
+            while left < right && cmp(slots[left], pivot) == Ordering::Less {
+                left += 1;
+            }
+            while left <= right && right != lo && cmp(pivot, slots[right]) == Ordering::Less {
+                right -= 1;
+            }
+            if left >= right {
+                break;
+            }
+            slots.swap(left, right);
+            left += 1;
+            right -= 1;
+        }
+        slots.swap(lo, right);
+        match right.cmp(&rank) {
+            Ordering::Equal => return pivot,
+            Ordering::Less => lo = right + 1,
+            Ordering::Greater => hi = right.saturating_sub(1),
+        }
+        if lo >= hi {
+            return slots[lo.min(n - 1)];
+        }
+    }
+}
+
+/// The binary heap [`heap_pick`] describes: `slots[..filled]` is the heap
+/// (a parent at `i`, its children at `2i + 1` and `2i + 2`), the tops taken
+/// fill `slots[filled..]` from the end backwards.
+struct PickHeap<'v, 'a> {
+    values: &'v [&'a Value],
+    /// `Less`: the smallest value on top; `Greater`: the largest.
+    side: Ordering,
+    slots: Vec<usize>,
+    filled: usize,
+}
+
+impl PickHeap<'_, '_> {
+    /// Whether the element in slot `a` is strictly further to the heap's
+    /// side than the one in slot `b`.
+    fn beyond(&self, a: usize, b: usize) -> bool {
+        value::compare_total(self.values[self.slots[a]], self.values[self.slots[b]]) == self.side
+    }
+
+    /// Moves the element in slot `at` down until its children are not
+    /// strictly further to the heap's side.
+    fn sift_down(&mut self, mut at: usize) {
+        loop {
+            let left = 2 * at + 1;
+            if left >= self.filled {
+                return;
+            }
+            let right = left + 1;
+            let child = if right < self.filled && self.beyond(right, left) {
+                right
+            } else {
+                left
+            };
+            if !self.beyond(child, at) {
+                return;
+            }
+            self.slots.swap(at, child);
+            at = child;
+        }
+    }
+
+    fn build(&mut self) {
+        for at in (0..self.filled / 2).rev() {
+            self.sift_down(at);
+        }
+    }
+
+    /// Takes the top `times` times: the last leaf replaces it and sinks,
+    /// and the taken top goes to the slot just past the shrunk heap.
+    fn take_tops(&mut self, times: usize) {
+        for _ in 0..times.min(self.filled) {
+            let last = self.filled - 1;
+            self.slots.swap(0, last);
+            self.filled = last;
+            self.sift_down(0);
+        }
+    }
 }
 
 /// The entry position of `key` in `map` (exact key match, no wildcards).
@@ -204,14 +394,28 @@ pub(crate) enum InvertedExists {
     /// Whether anything is left.
     Complement,
     /// Whether the selector chose nothing in a non-empty collection
-    /// (rank, value and interval ranges of unordered lists).
+    /// (rank ranges of unordered lists; value matches and intervals of
+    /// maps).
     NothingChosen,
+    /// Whether the selector chose nothing, an empty collection included
+    /// (value matches and intervals of unordered lists; key intervals of
+    /// unordered maps).
+    NoMatch,
     /// Whether what is left is one run of positions in the selector's
     /// space: a range that touched an end of the collection or was empty
-    /// (map ranges).
+    /// (rank ranges of maps; index ranges of unordered maps).
     OneStretch,
-    /// The same, by index (value matches of key-ordered maps).
-    OneStretchByIndex,
+}
+
+/// How an element chosen by index is ranked when equal elements tie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RankTies {
+    /// Ties in index order: every element its own rank (maps, whose ties
+    /// are in key order, and everything not chosen by index).
+    ByIndex,
+    /// Equal elements share the lowest rank among them (unordered lists'
+    /// elements chosen by index, as the reference ranks them).
+    Shared,
 }
 
 /// How a multi-element selector's choice is described beyond its
@@ -258,6 +462,8 @@ pub(crate) struct Selection<'a> {
     pub shape: Option<Shape>,
     /// Whether the op asked for the complement.
     pub inverted: bool,
+    /// How RANK and REVERSE_RANK number elements listed one by one.
+    pub rank_ties: RankTies,
 }
 
 impl Selection<'_> {
@@ -330,13 +536,13 @@ impl Selection<'_> {
         let Some(shape) = self.shape else {
             return !self.chosen.is_empty();
         };
-        let space = match shape.exists {
+        match shape.exists {
             InvertedExists::Complement => return !self.chosen.is_empty(),
             InvertedExists::NothingChosen => return n > 0 && self.chosen.len() == n,
-            InvertedExists::OneStretch => shape.space,
-            InvertedExists::OneStretchByIndex => Space::Index,
-        };
-        let mut positions: Vec<usize> = match space {
+            InvertedExists::NoMatch => return self.chosen.len() == n,
+            InvertedExists::OneStretch => {}
+        }
+        let mut positions: Vec<usize> = match shape.space {
             Space::Index | Space::Both => self.chosen.clone(),
             Space::Rank => {
                 let ranks = ranks_of(self.values.iter().copied());
@@ -362,7 +568,10 @@ impl Selection<'_> {
                 .collect();
             self.scalar_or_list(items)
         };
-        let ranks = || ranks_of(self.values.iter().copied());
+        let ranks = || match self.rank_ties {
+            RankTies::ByIndex => ranks_of(self.values.iter().copied()),
+            RankTies::Shared => shared_ranks_of(self.values.iter().copied()),
+        };
         if let Some(numbers) = self.stretch_numbers(rt) {
             let items = numbers.into_iter().map(|i| Value::Int(i as i64)).collect();
             return Ok(Some(Value::List(List { flags: 0, items })));

@@ -628,3 +628,4 @@ fn a_create_context_for_an_op_that_does_nothing_leaves_no_bin() {
 
 mod paths;
 mod results;
+mod ties;

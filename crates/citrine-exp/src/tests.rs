@@ -380,6 +380,16 @@ fn geo_compare_matches_points_and_regions() {
         truth(&op(8, &[bin(8, "none"), geo(BAY)]), &Rec::new()),
         Truth::Unknown
     );
+    // An empty region literal is evaluated, as the reference does: it
+    // contains nothing (and a missing bin is still unknown).
+    let empty = r#"{"type":"Polygon","coordinates":[]}"#;
+    assert_eq!(within(&point(-122.0, 37.5), empty), Truth::False);
+    assert_eq!(
+        truth(&op(8, &[bin(8, "none"), geo(empty)]), &Rec::new()),
+        Truth::Unknown
+    );
+    let nothing = r#"{"type":"AeroCircle","coordinates":[[-122.0,37.5],-1]}"#;
+    assert_eq!(within(&point(-122.0, 37.5), nothing), Truth::False);
 }
 
 #[test]

@@ -27,9 +27,15 @@
 //! Which cells serve as the bvals is Citrine's own choice (the reference
 //! uses S2 cells): clients treat a bval as an opaque resume point.
 //!
+//! Parsing follows the reference's rules: a position is exactly two
+//! numbers in range, a ring drops repeated positions in a row and must
+//! then close around at least a triangle, a polygon may have no ring and a
+//! multipolygon no polygon (an empty region), a circle's radius may be
+//! negative (a circle containing nothing).
+//!
 //! Invariants: ids are positive and below 2^61; ranges from
-//! [`query_ranges`] are sorted and disjoint; a shape that does not parse
-//! is indexed under nothing and matches nothing.
+//! [`query_ranges`] are sorted and disjoint; a shape that does not parse,
+//! or an empty region, is indexed under nothing and matches nothing.
 
 use serde_json::Value as Json;
 
@@ -64,9 +70,13 @@ pub enum Shape {
     },
 }
 
+/// A position: exactly two numbers, longitude and latitude, in range.
 fn position(value: &Json) -> Option<(f64, f64)> {
     let pair = value.as_array()?;
-    let (lng, lat) = (pair.first()?.as_f64()?, pair.get(1)?.as_f64()?);
+    if pair.len() != 2 {
+        return None;
+    }
+    let (lng, lat) = (pair[0].as_f64()?, pair[1].as_f64()?);
     ((-180.0..=180.0).contains(&lng) && (-90.0..=90.0).contains(&lat)).then_some((lng, lat))
 }
 
@@ -102,22 +112,35 @@ fn unwrapped(ring: &[(f64, f64)], near: f64) -> Vec<(f64, f64)> {
     }
 }
 
+/// A ring: its positions with repeats in a row dropped, closed (last =
+/// first) around at least a triangle, as the reference takes it.
+fn ring(value: &Json) -> Option<Vec<(f64, f64)>> {
+    let mut points = value
+        .as_array()?
+        .iter()
+        .map(position)
+        .collect::<Option<Vec<_>>>()?;
+    points.dedup();
+    (points.len() >= 4 && points.first() == points.last()).then_some(points)
+}
+
+/// A polygon's rings (outer ring first); it may have none (the reference
+/// takes an empty polygon, which contains nothing).
 fn polygon(value: &Json) -> Option<Vec<Vec<(f64, f64)>>> {
     let rings = value
         .as_array()?
         .iter()
-        .map(|ring| {
-            let points = ring
-                .as_array()?
-                .iter()
-                .map(position)
-                .collect::<Option<Vec<_>>>()?;
-            // A closed ring (last point = first) of at least a triangle.
-            (points.len() >= 4 && points.first() == points.last()).then_some(points)
-        })
+        .map(ring)
         .collect::<Option<Vec<Vec<(f64, f64)>>>>()?;
-    let near = rings.first()?.first()?.0;
+    let Some(near) = rings.first().and_then(|ring| ring.first()).map(|p| p.0) else {
+        return Some(Vec::new());
+    };
     Some(rings.iter().map(|ring| unwrapped(ring, near)).collect())
+}
+
+/// Polygons without the empty ones (they contain nothing).
+fn regions(polygons: Vec<Vec<Vec<(f64, f64)>>>) -> Shape {
+    Shape::Polygons(polygons.into_iter().filter(|p| !p.is_empty()).collect())
 }
 
 impl Shape {
@@ -144,8 +167,8 @@ impl Shape {
                 let (lng, lat) = position(coordinates)?;
                 Some(Shape::Point { lng, lat })
             }
-            "Polygon" => Some(Shape::Polygons(vec![polygon(coordinates)?])),
-            "MultiPolygon" => Some(Shape::Polygons(
+            "Polygon" => Some(regions(vec![polygon(coordinates)?])),
+            "MultiPolygon" => Some(regions(
                 coordinates
                     .as_array()?
                     .iter()
@@ -153,14 +176,16 @@ impl Shape {
                     .collect::<Option<Vec<_>>>()?,
             )),
             "AeroCircle" => {
+                // A negative radius is taken: the circle contains nothing.
                 let parts = coordinates.as_array()?;
-                let (lng, lat) = position(parts.first()?)?;
-                let radius_m = parts.get(1)?.as_f64()?;
-                (radius_m.is_finite() && radius_m >= 0.0).then_some(Shape::Circle {
-                    lng,
-                    lat,
-                    radius_m,
-                })
+                if parts.len() != 2 {
+                    return None;
+                }
+                let (lng, lat) = position(&parts[0])?;
+                let radius_m = parts[1].as_f64()?;
+                radius_m
+                    .is_finite()
+                    .then_some(Shape::Circle { lng, lat, radius_m })
             }
             _ => None,
         }
@@ -183,10 +208,13 @@ impl Shape {
     }
 
     /// Bounding boxes `(min_lng, min_lat, max_lng, max_lat)` (two for a
-    /// region across the antimeridian).
+    /// region across the antimeridian; none for a region containing
+    /// nothing).
     fn boxes(&self) -> Vec<(f64, f64, f64, f64)> {
         match self {
             Shape::Point { lng, lat } => vec![(*lng, *lat, *lng, *lat)],
+            Shape::Polygons(polygons) if polygons.is_empty() => Vec::new(),
+            Shape::Circle { radius_m, .. } if *radius_m < 0.0 => Vec::new(),
             Shape::Polygons(polygons) => {
                 let mut bounds = (f64::MAX, f64::MAX, f64::MIN, f64::MIN);
                 for (lng, lat) in polygons.iter().flat_map(|rings| rings[0].iter()) {
@@ -440,6 +468,30 @@ mod tests {
     const BAY: &str = r#"{"type":"Polygon","coordinates":[[[-122.5,37.0],[-121.0,37.0],[-121.0,38.08],[-122.5,38.08],[-122.5,37.0]]]}"#;
 
     #[test]
+    fn empty_regions_parse_and_contain_nothing() {
+        // The reference stores these (and evaluates them in expressions).
+        for empty in [
+            r#"{"type":"Polygon","coordinates":[]}"#,
+            r#"{"type":"MultiPolygon","coordinates":[]}"#,
+            r#"{"type":"MultiPolygon","coordinates":[[]]}"#,
+            r#"{"type":"Polygon","coordinates":[],"extra":1}"#,
+        ] {
+            let region = shape(empty);
+            assert_eq!(region, Shape::Polygons(Vec::new()), "{empty}");
+            assert!(!region.contains(0.0, 0.0));
+            assert!(index_cells(&region).is_empty());
+            assert!(query_ranges(&region).is_empty());
+        }
+        let circle = shape(r#"{"type":"AeroCircle","coordinates":[[0,0],-1.0]}"#);
+        assert!(!circle.contains(0.0, 0.0));
+        assert!(index_cells(&circle).is_empty());
+        // Repeated positions in a row are dropped before a ring is judged.
+        let ring = r#"{"type":"Polygon","coordinates":[[[0,0],[0,0],[2,0],[2,2],[0,0]]]}"#;
+        assert!(matches!(shape(ring), Shape::Polygons(p) if p[0][0].len() == 4));
+        assert!(shape(ring).contains(1.5, 0.5));
+    }
+
+    #[test]
     fn shapes_parse_and_refuse() {
         assert_eq!(
             shape(r#"{"type":"Point","coordinates":[-122.0,37.5]}"#),
@@ -460,7 +512,11 @@ mod tests {
             r#"{"type":"Point","coordinates":[1]}"#,
             r#"{"type":"Polygon","coordinates":[[[0,0],[1,1],[0,0]]]}"#,
             r#"{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1]]]}"#,
-            r#"{"type":"AeroCircle","coordinates":[[0,0],-5]}"#,
+            r#"{"type":"Point","coordinates":[1,2,3]}"#,
+            r#"{"type":"Polygon","coordinates":[[]]}"#,
+            r#"{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,0],[0,0]]]}"#,
+            r#"{"type":"AeroCircle","coordinates":[[0,0]]}"#,
+            r#"{"type":"AeroCircle","coordinates":[[0,0],5,1]}"#,
             r#"{"type":"LineString","coordinates":[[0,0],[1,1]]}"#,
             r#"{"type":"point","coordinates":[0,0]}"#,
             r#"{"type":"MultiPoint","coordinates":[[0,0],[0,0]]}"#,

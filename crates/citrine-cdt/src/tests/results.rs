@@ -4,7 +4,7 @@
 //! a stretch, the whole collection as `0..n`, per-element orders, and
 //! EXISTS of an inverted selection.
 
-use super::{ints, list, map, payload, run};
+use super::{int_result, ints, list, map, payload, run};
 use crate::value::{self, Map, Value, MAP_KEY_ORDERED, MAP_VALUE_ORDERED};
 
 const INV: i64 = 0x10000;
@@ -12,7 +12,9 @@ const INDEX: i64 = 1;
 const REV_INDEX: i64 = 2;
 const RANK: i64 = 3;
 const REV_RANK: i64 = 4;
+const COUNT: i64 = 5;
 const KEY: i64 = 6;
+const VALUE: i64 = 7;
 const EXISTS: i64 = 13;
 
 // List codes.
@@ -21,8 +23,10 @@ const L_BY_VALUE_LIST: i64 = 23;
 const L_BY_INDEX_RANGE: i64 = 24;
 const L_BY_VALUE_INTERVAL: i64 = 25;
 const L_BY_RANK_RANGE: i64 = 26;
+const L_BY_VALUE_REL_RANK_RANGE: i64 = 27;
 const L_REMOVE_BY_RANK_RANGE: i64 = 39;
 // Map codes.
+const M_ALL_BY_VALUE: i64 = 102;
 const M_BY_VALUE_INTERVAL: i64 = 105;
 const M_BY_KEY_INTERVAL: i64 = 103;
 const M_BY_INDEX_RANGE: i64 = 104;
@@ -308,6 +312,93 @@ fn exists_of_an_inverted_selection_follows_the_references_paths() {
 }
 
 #[test]
+fn exists_of_inverted_value_matches_and_key_ranges_by_collection_kind() {
+    let inverted_exists = |bin: &Value, code: i64, args: &[Value]| {
+        let mut all = vec![int(EXISTS | INV)];
+        all.extend_from_slice(args);
+        answer(bin, code, all)
+    };
+    let yes = Value::Bool(true);
+    let no = Value::Bool(false);
+    // An unordered list's value match or interval: whether nothing
+    // matched, an empty list included.
+    let empty = ints(&[]);
+    assert_eq!(inverted_exists(&empty, L_ALL_BY_VALUE, &[int(1)]), yes);
+    assert_eq!(
+        inverted_exists(&empty, L_BY_VALUE_INTERVAL, &[int(1), int(5)]),
+        yes
+    );
+    let l = ints(&[1, 2]);
+    assert_eq!(inverted_exists(&l, L_ALL_BY_VALUE, &[int(1)]), no);
+    assert_eq!(inverted_exists(&l, L_ALL_BY_VALUE, &[int(3)]), yes);
+    // A map's value match: whether nothing matched in a non-empty map,
+    // key-ordered or not.
+    let pairs = [("a", 10), ("b", 11), ("c", 12), ("d", 13)];
+    let unordered = smap(0, &pairs);
+    let key_ordered = smap(MAP_KEY_ORDERED, &pairs);
+    assert_eq!(
+        inverted_exists(&key_ordered, M_ALL_BY_VALUE, &[int(12)]),
+        no
+    );
+    assert_eq!(inverted_exists(&unordered, M_ALL_BY_VALUE, &[int(10)]), no);
+    assert_eq!(inverted_exists(&unordered, M_ALL_BY_VALUE, &[int(9)]), yes);
+    // A key-ordered map's index range or key interval: whether anything is
+    // left; an unordered map's key interval: whether nothing matched (an
+    // empty map included), its index range: whether what is left is one
+    // stretch.
+    let middle = [int(1), int(1)];
+    assert_eq!(
+        inverted_exists(&key_ordered, M_BY_INDEX_RANGE, &middle),
+        yes
+    );
+    assert_eq!(inverted_exists(&unordered, M_BY_INDEX_RANGE, &middle), no);
+    let b_to_c = [s("b"), s("c")];
+    assert_eq!(
+        inverted_exists(&key_ordered, M_BY_KEY_INTERVAL, &b_to_c),
+        yes
+    );
+    let a_to_b = [s("a"), s("b")];
+    assert_eq!(inverted_exists(&unordered, M_BY_KEY_INTERVAL, &a_to_b), no);
+    assert_eq!(
+        inverted_exists(&smap(0, &[]), M_BY_KEY_INTERVAL, &a_to_b),
+        yes
+    );
+}
+
+#[test]
+fn an_unordered_lists_inverted_value_selection_keeps_its_split_when_empty() {
+    // Nothing matched: reverse ranks of the stretch below where the value
+    // would sort, then of the one above.
+    let l = ints(&[1, 11, 4, 12, 9, 14, 13]);
+    let split = ints(&[4, 5, 6, 0, 1, 2, 3]);
+    check(
+        &l,
+        L_ALL_BY_VALUE,
+        vec![int(REV_RANK | INV), int(10)],
+        split.clone(),
+    );
+    check(
+        &l,
+        L_BY_VALUE_REL_RANK_RANGE,
+        vec![int(REV_RANK | INV), int(10), int(0), int(0)],
+        split,
+    );
+    let l = list(vec![
+        s("a"),
+        int(3),
+        Value::Double(1.5),
+        Value::Nil,
+        Value::Double(1.5),
+    ]);
+    check(
+        &l,
+        L_BY_VALUE_INTERVAL,
+        vec![int(REV_RANK | INV), s("b"), Value::Double(1.5)],
+        ints(&[2, 3, 4, 0, 1]),
+    );
+}
+
+#[test]
 fn an_ordered_lists_value_list_answers_each_values_matches_as_a_stretch() {
     let ordered = Value::List(crate::value::List {
         flags: crate::value::LIST_ORDERED,
@@ -335,5 +426,69 @@ fn an_ordered_lists_value_list_answers_each_values_matches_as_a_stretch() {
         L_BY_VALUE_LIST,
         vec![int(REV_RANK), values],
         ints(&[3, 2, 1, 5]),
+    );
+}
+
+#[test]
+fn a_value_or_key_listed_again_by_collection_kind() {
+    let ordered = Value::List(crate::value::List {
+        flags: crate::value::LIST_ORDERED,
+        items: [2, 2, 3].iter().map(|&i| int(i)).collect(),
+    });
+    let listed = ints(&[3, 2, 3, 2]);
+    // An ordered list answers a value's matches each time it is listed
+    // (but counts them once).
+    check(
+        &ordered,
+        L_BY_VALUE_LIST,
+        vec![int(RANK), listed.clone()],
+        ints(&[2, 0, 1, 2, 0, 1]),
+    );
+    check(
+        &ordered,
+        L_BY_VALUE_LIST,
+        vec![int(VALUE), listed.clone()],
+        ints(&[3, 2, 2, 3, 2, 2]),
+    );
+    let count = payload(None, L_BY_VALUE_LIST, vec![int(COUNT), listed.clone()]);
+    let (_, counted) = run(Some(&ordered), &count, false).expect("counts");
+    assert_eq!(int_result(counted), 3);
+    // An unordered list answers ranks in the order of each value's last
+    // listing.
+    let unordered = ints(&[2, 2, 3]);
+    check(
+        &unordered,
+        L_BY_VALUE_LIST,
+        vec![int(RANK), listed],
+        ints(&[2, 0, 1]),
+    );
+    // Maps: an unordered one answers indexes in the order of each key's
+    // last listing, a key-ordered one each listing; ranks of a value list
+    // by last listing, but a map of one entry answers each listing.
+    let pairs = [("a", 5), ("b", 6)];
+    let keys = list(vec![s("b"), s("b"), s("a")]);
+    check(
+        &smap(0, &pairs),
+        M_BY_KEY_LIST,
+        vec![int(INDEX), keys.clone()],
+        ints(&[1, 0]),
+    );
+    check(
+        &smap(MAP_KEY_ORDERED, &pairs),
+        M_BY_KEY_LIST,
+        vec![int(INDEX), keys],
+        ints(&[1, 1, 0]),
+    );
+    check(
+        &smap(MAP_KEY_ORDERED, &pairs),
+        M_BY_VALUE_LIST,
+        vec![int(RANK), ints(&[5, 6, 5])],
+        ints(&[1, 0]),
+    );
+    check(
+        &smap(0, &[("a", 5)]),
+        M_BY_VALUE_LIST,
+        vec![int(RANK), ints(&[5, 5])],
+        ints(&[0, 0]),
     );
 }
