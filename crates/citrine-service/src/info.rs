@@ -326,20 +326,22 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "query-show" | "scan-show" => crate::job::show(&service.jobs, service.layers(), command),
         "query-abort" | "scan-abort" => crate::job::abort(&service.jobs, command),
         "query-abort-all" => crate::job::abort_all(&service.jobs),
-        "sindex-create" => crate::sindex::smd::create(service, command),
-        "sindex-delete" => crate::sindex::smd::delete(service, command),
-        "sindex-exists" => crate::sindex::exists(service, command),
+        "sindex-create" => crate::sindex::smd::create(&service.indexes(), command),
+        "sindex-delete" => crate::sindex::smd::delete(&service.indexes(), command),
+        "sindex-exists" => crate::sindex::exists(&service.indexes(), command),
         "sindex" => match command.positional.as_slice() {
-            [] => crate::sindex::list(service, None, ""),
-            [namespace] => crate::sindex::list(service, Some(namespace), "ns_type=unknown"),
-            [namespace, name, ..] => crate::sindex::stat(service, namespace, name),
+            [] => crate::sindex::list(&service.indexes(), None, ""),
+            [namespace] => {
+                crate::sindex::list(&service.indexes(), Some(namespace), "ns_type=unknown")
+            }
+            [namespace, name, ..] => crate::sindex::stat(&service.indexes(), namespace, name),
         },
         "sindex-list" => crate::sindex::list(
-            service,
+            &service.indexes(),
             command.param("ns").or_else(|| command.param("namespace")),
             "ERROR:20:namespace not found on node",
         ),
-        "sindex-stat" => crate::sindex::stat_command(service, command),
+        "sindex-stat" => crate::sindex::stat_command(&service.indexes(), command),
         _ => "ERROR:4:unrecognized command".to_owned(),
     }
 }
@@ -853,7 +855,7 @@ fn set_line(
         tombstones.get(&id).copied().unwrap_or(0),
         stats.data_used_bytes.load(Ordering::Relaxed).max(0),
         truncate_lut,
-        crate::sindex::count_on_set(service, namespace, name),
+        crate::sindex::count_on_set(&service.indexes(), namespace, name),
         namespace.config.default_ttl
     )
     .replacen("objects", &format!("ns={}:set={}:objects", namespace.config.name, String::from_utf8_lossy(name)), 1)

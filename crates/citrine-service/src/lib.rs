@@ -491,13 +491,13 @@ impl Service {
 
     /// The secondary indexes of `namespace` (one of this node's).
     pub(crate) fn sindexes(&self, namespace: &Namespace) -> &citrine_sindex::Registry {
-        let index = self
-            .data
-            .namespaces_shared()
-            .iter()
-            .position(|held| std::ptr::eq(held.as_ref(), namespace))
-            .unwrap_or_else(|| panic!("namespace {} is not this node's", namespace.config.name));
-        &self.sindexes[index].registry
+        self.indexes().of(namespace)
+    }
+
+    /// The index feature's handle: the layers, every namespace's indexes,
+    /// their builds and definitions.
+    pub(crate) fn indexes(&self) -> sindex::Indexes<'_> {
+        sindex::Indexes::new(self.layers(), &self.sindexes, &self.sindex_builds)
     }
 
     /// The current time.
@@ -923,7 +923,7 @@ impl Service {
             Err(_) => vec![ResultCode::Parameter.code()],
         };
         match kind {
-            call_kind::SINDEX_DEFINITIONS => merge(&|text| self.merge_sindex_definitions(text)),
+            call_kind::SINDEX_DEFINITIONS => merge(&|text| self.indexes().merge_definitions(text)),
             call_kind::UDF_MODULES => merge(&|text| self.merge_udf_modules(text)),
             call_kind::AGGREGATE_PART => self.serve_aggregate_part(payload).await,
             _ => self

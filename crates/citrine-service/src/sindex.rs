@@ -30,13 +30,19 @@
 //! directory, restored and rebuilt at start,
 //! [`Service::keep_sindex_definitions`]) are `smd`'s.
 //!
+//! Handle: the commands, builds and definitions work through [`Indexes`]
+//! (the two layers, every namespace's registry, the builds and the
+//! definitions), never the whole `Service`; only the builder thread's entry
+//! ([`Service::run_sindex_builds`]) sees the service, as it also pushes the
+//! UDF modules.
+//!
 //! [`transaction::install`]: crate::transaction::install
 
 use crate::filter::RecordView;
 use crate::namespace::Namespace;
 use crate::transaction::is_live;
 use crate::work::WorkQueue;
-use crate::Service;
+use crate::{Layers, Service};
 use citrine_data::hook::{InstallUpkeep, RecordHook};
 use citrine_index::{IndexEntry, RecordMeta};
 use citrine_record::BodyView;
@@ -227,12 +233,12 @@ impl RecordHook for Sindexes {
 /// afterwards), calling `between` after each. Stops early if the index is
 /// deleted.
 pub(crate) fn build(
-    service: &Service,
+    data: &citrine_data::Data,
     namespace: &Namespace,
     index: &Sindex,
     between: &mut dyn FnMut(),
 ) {
-    let now = || service.now();
+    let now = || data.now();
     let started = now().unix_ms;
     let mut keys = Vec::new();
     let mut added = 0u64;
@@ -271,6 +277,64 @@ pub(crate) fn build(
     tracing::info!(namespace = %namespace.config.name, index = %index.def.name, entries = added, elapsed_ms = elapsed, "secondary index built");
 }
 
+/// What the index feature works with, and all it works with: the two
+/// layers, each namespace's indexes (in the namespaces' order) and the
+/// builds and definitions. Dispatch hands it out ([`Service::indexes`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Indexes<'s> {
+    pub(crate) layers: Layers<'s>,
+    sindexes: &'s [Arc<Sindexes>],
+    builds: &'s Builds,
+}
+
+impl<'s> Indexes<'s> {
+    pub(crate) fn new(
+        layers: Layers<'s>,
+        sindexes: &'s [Arc<Sindexes>],
+        builds: &'s Builds,
+    ) -> Self {
+        assert_eq!(
+            sindexes.len(),
+            layers.data.namespaces_shared().len(),
+            "one index registry per namespace"
+        );
+        Indexes {
+            layers,
+            sindexes,
+            builds,
+        }
+    }
+
+    /// The secondary indexes of `namespace` (one of this node's).
+    pub(crate) fn of(&self, namespace: &Namespace) -> &'s citrine_sindex::Registry {
+        let index = self
+            .layers
+            .data
+            .namespaces_shared()
+            .iter()
+            .position(|held| std::ptr::eq(held.as_ref(), namespace))
+            .unwrap_or_else(|| panic!("namespace {} is not this node's", namespace.config.name));
+        &self.sindexes[index].registry
+    }
+
+    /// Builds every queued index now, on this thread (for a service no
+    /// builder thread serves, and for tests). Pushes nothing: a caller may
+    /// hold the definitions' lock.
+    pub(crate) fn run_pending_builds(&self) {
+        while let Some((namespace, index)) = self.builds.queue.pop() {
+            build(self.layers.data, &namespace, &index, &mut || {});
+        }
+    }
+
+    /// Queues a new index's build for the builder thread, or builds it now
+    /// when no thread serves the queue.
+    pub(crate) fn queue_build(&self, namespace: Arc<Namespace>, index: Arc<Sindex>) {
+        if !self.builds.queue.push((namespace, index)) {
+            self.run_pending_builds();
+        }
+    }
+}
+
 impl Service {
     /// Runs the builds of new indexes, and the pushes of the definitions to
     /// the other members (`smd`), until `stopping` is set (the server's
@@ -282,31 +346,22 @@ impl Service {
         self.sindex_builds.queue.serve(
             stopping,
             |(namespace, index)| {
-                build(self, &namespace, &index, &mut || {
-                    self.push_sindex_definitions();
+                build(&self.data, &namespace, &index, &mut || {
+                    self.indexes().push_definitions();
                     self.push_udf_modules();
                 })
             },
             || {
-                self.push_sindex_definitions();
+                self.indexes().push_definitions();
                 self.push_udf_modules();
             },
         );
     }
 
-    /// Builds every queued index now, on this thread (for a service no
-    /// builder thread serves, and for tests). Pushes nothing: a caller may
-    /// hold the definitions' lock.
+    /// Builds every queued index now, on this thread (see
+    /// [`Indexes::run_pending_builds`]).
     pub fn run_pending_sindex_builds(&self) {
-        while let Some((namespace, index)) = self.sindex_builds.queue.pop() {
-            build(self, &namespace, &index, &mut || {});
-        }
-    }
-
-    pub(crate) fn queue_build(&self, namespace: Arc<Namespace>, index: Arc<Sindex>) {
-        if !self.sindex_builds.queue.push((namespace, index)) {
-            self.run_pending_sindex_builds();
-        }
+        self.indexes().run_pending_builds();
     }
 }
 
@@ -314,20 +369,20 @@ impl Service {
 /// it (missing, empty or too long → 20), and looked up: `Ok(None)` when
 /// this node does not have it.
 pub(crate) fn namespace_param<'s>(
-    service: &'s Service,
+    layers: &Layers<'s>,
     command: &InfoCommand<'_>,
 ) -> Result<Option<&'s Namespace>, String> {
     let name = crate::info::namespace_name(command)?;
-    Ok(service.namespace(name.as_bytes()))
+    Ok(layers.namespace(name.as_bytes()))
 }
 
 /// As [`namespace_param`], where a namespace this node does not have is an
 /// error too (`ERROR:20`, the reference's text).
 fn known_namespace<'s>(
-    service: &'s Service,
+    layers: &Layers<'s>,
     command: &InfoCommand<'_>,
 ) -> Result<&'s Namespace, String> {
-    namespace_param(service, command)?.ok_or_else(|| NAMESPACE_NOT_FOUND.to_owned())
+    namespace_param(layers, command)?.ok_or_else(|| NAMESPACE_NOT_FOUND.to_owned())
 }
 
 /// The reference's answer to an index command on a namespace the node does
@@ -342,10 +397,10 @@ pub(crate) fn index_name<'a>(command: &InfoCommand<'a>) -> Result<&'a str, Strin
 }
 
 /// `sindex-exists:...`: `true` / `false`.
-pub(crate) fn exists(service: &Service, command: &InfoCommand<'_>) -> String {
-    let found = known_namespace(service, command).and_then(|namespace| {
+pub(crate) fn exists(indexes: &Indexes<'_>, command: &InfoCommand<'_>) -> String {
+    let found = known_namespace(&indexes.layers, command).and_then(|namespace| {
         let name = index_name(command)?;
-        Ok(service.sindexes(namespace).get(name).is_some())
+        Ok(indexes.of(namespace).get(name).is_some())
     });
     match found {
         Ok(found) => found.to_string(),
@@ -356,16 +411,17 @@ pub(crate) fn exists(service: &Service, command: &InfoCommand<'_>) -> String {
 /// `sindex`, `sindex/NS`, `sindex-list[:ns=NS]`: one entry per index; a
 /// namespace the node does not have answers as the reference does
 /// (`unknown`, the positional form's or the parameter form's answer).
-pub(crate) fn list(service: &Service, namespace: Option<&str>, unknown: &str) -> String {
-    if namespace.is_some_and(|name| service.namespace(name.as_bytes()).is_none()) {
+pub(crate) fn list(indexes: &Indexes<'_>, namespace: Option<&str>, unknown: &str) -> String {
+    let layers = &indexes.layers;
+    if namespace.is_some_and(|name| layers.namespace(name.as_bytes()).is_none()) {
         return unknown.to_owned();
     }
     let mut out = String::new();
-    for candidate in service.namespaces() {
+    for candidate in layers.data.namespaces() {
         if namespace.is_some_and(|name| name != candidate.config.name) {
             continue;
         }
-        for index in service.sindexes(candidate).read().iter() {
+        for index in indexes.of(candidate).read().iter() {
             out.push_str(&index.def.listing());
             out.push_str(if index.is_loaded() {
                 ":state=RW;"
@@ -379,23 +435,24 @@ pub(crate) fn list(service: &Service, namespace: Option<&str>, unknown: &str) ->
 
 /// `sindex-stat:namespace=NS;indexname=NAME`: the parameters checked as
 /// the reference checks them, then [`stat`].
-pub(crate) fn stat_command(service: &Service, command: &InfoCommand<'_>) -> String {
-    let namespace = match known_namespace(service, command) {
+pub(crate) fn stat_command(indexes: &Indexes<'_>, command: &InfoCommand<'_>) -> String {
+    let namespace = match known_namespace(&indexes.layers, command) {
         Ok(namespace) => namespace,
         Err(answer) => return answer,
     };
     match index_name(command) {
-        Ok(name) => stat(service, &namespace.config.name, name),
+        Ok(name) => stat(indexes, &namespace.config.name, name),
         Err(answer) => answer,
     }
 }
 
 /// `sindex/NS/NAME` and `sindex-stat:namespace=NS;indexname=NAME`: the
 /// index's statistics (`load_pct` is what clients wait on).
-pub(crate) fn stat(service: &Service, namespace: &str, name: &str) -> String {
-    let Some(index) = service
+pub(crate) fn stat(indexes: &Indexes<'_>, namespace: &str, name: &str) -> String {
+    let Some(index) = indexes
+        .layers
         .namespace(namespace.as_bytes())
-        .and_then(|namespace| service.sindexes(namespace).get(name))
+        .and_then(|namespace| indexes.of(namespace).get(name))
     else {
         return "ERROR:201:no index".to_owned();
     };
@@ -414,9 +471,9 @@ pub(crate) fn stat(service: &Service, namespace: &str, name: &str) -> String {
 }
 
 /// How many indexes are defined on set `set` of `namespace`.
-pub(crate) fn count_on_set(service: &Service, namespace: &Namespace, set: &[u8]) -> usize {
-    service
-        .sindexes(namespace)
+pub(crate) fn count_on_set(indexes: &Indexes<'_>, namespace: &Namespace, set: &[u8]) -> usize {
+    indexes
+        .of(namespace)
         .read()
         .iter()
         .filter(|index| index.def.set.as_deref().map(str::as_bytes) == Some(set))

@@ -16,6 +16,7 @@ pub use citrine_distribution::smd::*;
 
 use crate::replication::call_kind;
 use crate::Service;
+use citrine_distribution::Distribution;
 use citrine_types::ResultCode;
 
 /// A store the members share.
@@ -48,7 +49,7 @@ impl Store {
     /// The store's whole text, as its push carries it.
     fn text(self, service: &Service) -> String {
         match self {
-            Store::SindexDefinitions => service.sindex_definitions_text(),
+            Store::SindexDefinitions => service.indexes().definitions_text(),
             Store::UdfModules => service.udf_modules_text(),
             Store::Truncations => service.dist().truncations_text(),
         }
@@ -97,13 +98,13 @@ impl Service {
 /// is due (called by the `citrine-sindex` thread, which may block). A peer
 /// that does not answer gets the next periodic push.
 pub(crate) fn push_to_peers(
-    service: &Service,
+    dist: &Distribution,
     clock: &PushClock,
     kind: u8,
     what: &str,
     text: impl FnOnce() -> String,
 ) {
-    let Some((fabric, peers, text)) = due_push(service.dist(), clock, text) else {
+    let Some((fabric, peers, text)) = due_push(dist, clock, text) else {
         return;
     };
     for peer in peers {

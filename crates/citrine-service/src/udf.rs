@@ -281,7 +281,7 @@ impl Service {
     /// `citrine-sindex` thread calls it beside the index definitions').
     pub(crate) fn push_udf_modules(&self) {
         crate::smd::push_to_peers(
-            self,
+            self.dist(),
             &self.udfs.push,
             call_kind::UDF_MODULES,
             "UDF modules",

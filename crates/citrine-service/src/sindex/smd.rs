@@ -29,11 +29,12 @@
 //! and its file write, so the file never lags a change the node answered
 //! `ok` to.
 
+use super::Indexes;
 use super::DEFINITIONS_FILE;
 use crate::namespace::Namespace;
 use crate::replication::call_kind;
 use crate::smd::{PushClock, Version};
-use crate::Service;
+use crate::{Layers, Service};
 use citrine_sindex::def::params;
 use citrine_sindex::{Created, SindexDef};
 use citrine_wire::info::InfoCommand;
@@ -120,9 +121,9 @@ impl Smd {
     }
 }
 
-impl Service {
-    fn smd(&self) -> &Smd {
-        &self.sindex_builds.smd
+impl<'s> Indexes<'s> {
+    fn smd(&self) -> &'s Smd {
+        &self.builds.smd
     }
 
     /// Applies a definition to its namespace's registry: creates the index
@@ -130,17 +131,17 @@ impl Service {
     /// replaces an index of that name with another definition (nothing
     /// when that name already has that definition).
     fn apply_def(&self, def: SindexDef, replace: bool) -> Result<(), String> {
-        let Some(namespace) = self.namespace_shared(def.namespace.as_bytes()) else {
+        let Some(namespace) = self.layers.data.namespace_shared(def.namespace.as_bytes()) else {
             return Err(format!("ERROR:4:namespace {} not found", def.namespace));
         };
         if replace {
-            if let Some(existing) = self.sindexes(&namespace).get(&def.name) {
+            if let Some(existing) = self.of(&namespace).get(&def.name) {
                 if existing.def != def {
-                    self.sindexes(&namespace).delete(&def.name);
+                    self.of(&namespace).delete(&def.name);
                 }
             }
         }
-        match self.sindexes(&namespace).create(def) {
+        match self.of(&namespace).create(def) {
             Ok(Created::Exists | Created::Renamed(_)) => Ok(()),
             Ok(Created::New(index)) => {
                 self.queue_build(namespace, index);
@@ -156,7 +157,7 @@ impl Service {
     /// the one it follows).
     fn next_version(&self, entries: &Entries, key: &(String, String)) -> Version {
         let known = entries.get(key).map(|entry| entry.version);
-        crate::smd::next_version(known, self.now().unix_ms, self.node_id)
+        crate::smd::next_version(known, self.layers.now().unix_ms, self.layers.node_id())
     }
 
     /// Records a command's change: `next` (the entries with the change) is
@@ -192,14 +193,14 @@ impl Service {
     /// Marks a change for the peers and wakes the thread that pushes.
     fn changed(&self) {
         self.smd().push.mark();
-        self.sindex_builds.queue.wake();
+        self.builds.queue.wake();
     }
 
     /// Keeps index definitions in `directory` from now on, and creates (and
     /// queues the builds of) the indexes the file there names. A line that
     /// no longer makes a valid index (its namespace is gone from the
     /// configuration, say) is logged and dropped from the file.
-    pub fn keep_sindex_definitions(&self, directory: &Path) -> Result<(), String> {
+    pub(crate) fn keep_definitions(&self, directory: &Path) -> Result<(), String> {
         let path = directory.join(DEFINITIONS_FILE);
         let text = crate::smd::read(&path)?;
         let smd = self.smd();
@@ -233,7 +234,7 @@ impl Service {
     /// another live name (two names created for one target at once), the
     /// newer of the two names wins on every node: the other gets a
     /// tombstone of the winner's version.
-    pub(crate) fn merge_sindex_definitions(&self, text: &str) {
+    pub(crate) fn merge_definitions(&self, text: &str) {
         let smd = self.smd();
         let mut entries = smd.entries.lock();
         let mut incoming: Vec<Entry> = text
@@ -259,8 +260,8 @@ impl Service {
             }
             match &entry.def {
                 None => {
-                    if let Some(namespace) = self.namespace(entry.namespace.as_bytes()) {
-                        self.sindexes(namespace).delete(&entry.name);
+                    if let Some(namespace) = self.layers.namespace(entry.namespace.as_bytes()) {
+                        self.of(namespace).delete(&entry.name);
                     }
                 }
                 Some(def) => {
@@ -300,22 +301,30 @@ impl Service {
     }
 
     /// Every definition and tombstone, as a push carries them.
-    pub(crate) fn sindex_definitions_text(&self) -> String {
+    pub(crate) fn definitions_text(&self) -> String {
         Smd::text(&self.smd().entries.lock())
     }
 
     /// Sends every definition to every other member when a change is
     /// unpushed, the view changed, or [`crate::smd::PUSH_EVERY_MS`] passed (called by
     /// the `citrine-sindex` thread).
-    pub(crate) fn push_sindex_definitions(&self) {
+    pub(crate) fn push_definitions(&self) {
         let smd = self.smd();
         crate::smd::push_to_peers(
-            self,
+            self.layers.dist,
             &smd.push,
             call_kind::SINDEX_DEFINITIONS,
             "index definitions",
-            || self.sindex_definitions_text(),
+            || self.definitions_text(),
         );
+    }
+}
+
+impl Service {
+    /// Keeps index definitions in `directory` from now on (see
+    /// [`Indexes::keep_definitions`]).
+    pub fn keep_sindex_definitions(&self, directory: &Path) -> Result<(), String> {
+        self.indexes().keep_definitions(directory)
     }
 }
 
@@ -342,9 +351,9 @@ fn rival_of(entries: &Entries, def: &SindexDef) -> Option<Entry> {
 
 /// `sindex-create:...`: creates (or renames) the index here, records the
 /// change and has it pushed to the other members; the change is saved
-/// before it is made (see `Service::commit`).
-pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
-    let namespace = match check_create(service, command) {
+/// before it is made (see `Indexes::commit`).
+pub(crate) fn create(indexes: &Indexes<'_>, command: &InfoCommand<'_>) -> String {
+    let namespace = match check_create(&indexes.layers, command) {
         Ok(Some(namespace)) => namespace,
         // The reference answers ok for a namespace the node does not have
         // (and creates nothing); the client's `sindex-stat` then gets 20.
@@ -355,10 +364,10 @@ pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
         Ok(def) => def,
         Err(error) => return format!("ERROR:{}:{}", error.code, error.message),
     };
-    let smd = service.smd();
+    let smd = indexes.smd();
     let entries = smd.entries.lock();
     // Registries change only under this lock: the plan holds until applied.
-    let renamed_from = match service.sindexes(namespace).plan(&def) {
+    let renamed_from = match indexes.of(namespace).plan(&def) {
         Ok(Created::Renamed(old)) => Some(old),
         Ok(Created::Exists | Created::New(_)) => None,
         Err(error) => return format!("ERROR:{}:{}", error.code, error.message),
@@ -366,11 +375,11 @@ pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
     let key = (def.namespace.clone(), def.name.clone());
     // Recorded even when nothing changes here: this command is the latest
     // word on the name, over a delete a peer has not pushed yet.
-    let version = service.next_version(&entries, &key);
+    let version = indexes.next_version(&entries, &key);
     let mut next = entries.clone();
     if let Some(old) = renamed_from {
         let old_key = (def.namespace.clone(), old.clone());
-        let version = version.max(service.next_version(&entries, &old_key));
+        let version = version.max(indexes.next_version(&entries, &old_key));
         next.insert(
             old_key,
             Entry {
@@ -390,8 +399,8 @@ pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
             def: Some(def.clone()),
         },
     );
-    service.commit(entries, next, "sindex-create", || {
-        service.apply_def(def, false)
+    indexes.commit(entries, next, "sindex-create", || {
+        indexes.apply_def(def, false)
     })
 }
 
@@ -401,10 +410,10 @@ pub(crate) fn create(service: &Service, command: &InfoCommand<'_>) -> String {
 /// empty set is not "the whole namespace"). `Ok(None)`: a namespace this
 /// node does not have.
 fn check_create<'s>(
-    service: &'s Service,
+    layers: &Layers<'s>,
     command: &InfoCommand<'_>,
 ) -> Result<Option<&'s Namespace>, String> {
-    let namespace = super::namespace_param(service, command)?;
+    let namespace = super::namespace_param(layers, command)?;
     super::index_name(command)?;
     if command.param("set").is_some() {
         crate::info::set_name(command)?;
@@ -416,8 +425,8 @@ fn check_create<'s>(
 /// not exist (as the 8.x reference answers); a known index's tombstone is
 /// pushed to the other members. The tombstone is saved before the index
 /// goes. A missing or empty namespace or index name is refused.
-pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
-    let namespace = match super::namespace_param(service, command) {
+pub(crate) fn delete(indexes: &Indexes<'_>, command: &InfoCommand<'_>) -> String {
+    let namespace = match super::namespace_param(&indexes.layers, command) {
         Ok(namespace) => namespace,
         Err(answer) => return answer,
     };
@@ -428,12 +437,12 @@ pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
     let Some(namespace) = namespace else {
         return "ok".to_owned();
     };
-    let smd = service.smd();
+    let smd = indexes.smd();
     let entries = smd.entries.lock();
     let key = (namespace.config.name.clone(), name.to_owned());
     // A tombstone even for a name not known here: a peer may hold a create
     // of it it has not pushed yet, which this later delete must win over.
-    let version = service.next_version(&entries, &key);
+    let version = indexes.next_version(&entries, &key);
     let mut next = entries.clone();
     next.insert(
         key,
@@ -444,8 +453,8 @@ pub(crate) fn delete(service: &Service, command: &InfoCommand<'_>) -> String {
             def: None,
         },
     );
-    service.commit(entries, next, "sindex-delete", || {
-        service.sindexes(namespace).delete(name);
+    indexes.commit(entries, next, "sindex-delete", || {
+        indexes.of(namespace).delete(name);
         Ok(())
     })
 }
@@ -467,8 +476,8 @@ mod tests {
 
     /// What `from`'s push would carry, merged into `to`.
     fn push(from: &Service, to: &Service) {
-        let text = Smd::text(&from.smd().entries.lock());
-        to.merge_sindex_definitions(&text);
+        let text = from.indexes().definitions_text();
+        to.indexes().merge_definitions(&text);
     }
 
     fn sync(a: &Service, b: &Service) {
@@ -479,7 +488,7 @@ mod tests {
 
     fn names(service: &Service) -> Vec<String> {
         let namespace = service.namespace(b"test").expect("namespace");
-        let list = service.sindexes(namespace).read();
+        let list = service.indexes().of(namespace).read();
         list.iter().map(|index| index.def.name.clone()).collect()
     }
 
@@ -547,8 +556,8 @@ mod tests {
         assert_eq!(names(&a), vec!["i2".to_owned()]);
         assert_eq!(names(&b), vec!["i2".to_owned()]);
         assert_eq!(
-            Smd::text(&a.smd().entries.lock()),
-            Smd::text(&b.smd().entries.lock())
+            a.indexes().definitions_text(),
+            b.indexes().definitions_text()
         );
     }
 
@@ -573,8 +582,8 @@ mod tests {
             "{stat}"
         );
         assert_eq!(
-            Smd::text(&a.smd().entries.lock()),
-            Smd::text(&b.smd().entries.lock())
+            a.indexes().definitions_text(),
+            b.indexes().definitions_text()
         );
     }
 
