@@ -1698,7 +1698,12 @@ mod tests {
         // An ext key (found by the exp_parse_eval fuzz target: stored first
         // it read back as the flags header).
         for key in [Value::Ext(1, vec![0x23]), Value::Ext(7, vec![1, 2])] {
-            fails(PUT, vec![key.clone(), Value::Nil], &None, CdtError::Parameter);
+            fails(
+                PUT,
+                vec![key.clone(), Value::Nil],
+                &None,
+                CdtError::Parameter,
+            );
             fails(ADD, vec![key.clone(), int(1)], &start, CdtError::Parameter);
             let items = map_of(0, vec![(key, int(1))]);
             fails(PUT_ITEMS, vec![items], &start, CdtError::Parameter);

@@ -10,7 +10,7 @@
 
 use crate::cluster_state::NamespaceMap;
 use crate::config::StorageEngineConfig;
-use crate::namespace::Namespace;
+use crate::namespace::{Namespace, NamespaceStats};
 use crate::smd::Store;
 use crate::Service;
 use citrine_types::PARTITIONS;
@@ -537,184 +537,150 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
 }
 
 fn namespace_info(service: &Service, namespace: &Namespace) -> String {
-    let cluster = service.cluster();
-    let stats = &namespace.stats;
-    let objects = stats.objects.load(Ordering::Relaxed).max(0);
+    let mut pairs = namespace_usage_pairs(service, namespace);
+    pairs.extend(
+        NAMESPACE_COUNTERS
+            .iter()
+            .map(|(name, read)| ((*name).to_owned(), read(&namespace.stats).to_string())),
+    );
     let (migrate_tx, migrate_rx) = service
         .migrations()
         .namespace_remaining(&namespace.config.name);
-    let index_bytes = namespace.index.table_bytes();
-    stats
-        .index_used_bytes
-        .store(index_bytes as u64, Ordering::Relaxed);
-    let data_bytes = namespace.storage.used_bytes();
-    let mut pairs: Vec<(String, String)> = vec![
-        ("ns_cluster_size".into(), cluster.size().to_string()),
-        (
-            "effective_replication_factor".into(),
-            cluster
-                .namespace(&namespace.config.name)
-                .map_or(1, |map| map.column_bitmaps.len())
-                .to_string(),
-        ),
-        ("objects".into(), objects.to_string()),
-        (
-            "tombstones".into(),
-            namespace
-                .storage
-                .device()
-                .map_or(0, |device| device.tombstones())
-                .to_string(),
-        ),
-        ("master_objects".into(), objects.to_string()),
-        ("prole_objects".into(), "0".into()),
-        ("non_replica_objects".into(), "0".into()),
-        (
-            "expired_objects".into(),
-            stats.expired_objects.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "evicted_objects".into(),
-            stats.evicted_objects.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "truncated_objects".into(),
-            stats.truncated_objects.load(Ordering::Relaxed).to_string(),
-        ),
-        ("index_used_bytes".into(), index_bytes.to_string()),
-        (
-            "tombstones".into(),
-            namespace.index.tombstone_count().to_string(),
-        ),
-        (
-            "index_bytes_per_object".into(),
-            if objects > 0 {
-                format!("{:.1}", index_bytes as f64 / objects as f64)
-            } else {
-                "0".into()
-            },
-        ),
-        ("data_used_bytes".into(), data_bytes.to_string()),
-        ("data_total_bytes".into(), namespace.data_size().to_string()),
-        ("data_used_pct".into(), namespace.used_pct().to_string()),
-        ("stop_writes".into(), namespace.stop_writes().to_string()),
-        (
-            "stop_writes_count".into(),
-            stats.stop_writes_count.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "client_read_success".into(),
-            stats
-                .client_read_success
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "client_read_not_found".into(),
-            stats
-                .client_read_not_found
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "client_read_error".into(),
-            stats.client_read_error.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "client_write_success".into(),
-            stats
-                .client_write_success
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "client_write_error".into(),
-            stats.client_write_error.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "client_delete_success".into(),
-            stats
-                .client_delete_success
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "client_delete_not_found".into(),
-            stats
-                .client_delete_not_found
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "read_touch_success".into(),
-            stats.read_touch_success.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "read_touch_skip".into(),
-            stats.read_touch_skip.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "read_touch_error".into(),
-            stats.read_touch_error.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "client_read_filtered_out".into(),
-            stats
-                .client_read_filtered_out
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "client_write_filtered_out".into(),
-            stats
-                .client_write_filtered_out
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "client_delete_filtered_out".into(),
-            stats
-                .client_delete_filtered_out
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "client_udf_complete".into(),
-            stats
-                .client_udf_complete
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "client_udf_error".into(),
-            stats.client_udf_error.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "fail_generation".into(),
-            stats.fail_generation.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "fail_record_too_big".into(),
-            stats
-                .fail_record_too_big
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "migrate_tx_partitions_remaining".into(),
-            migrate_tx.to_string(),
-        ),
-        (
-            "migrate_rx_partitions_remaining".into(),
-            migrate_rx.to_string(),
-        ),
-    ];
+    pairs.push((
+        "migrate_tx_partitions_remaining".into(),
+        migrate_tx.to_string(),
+    ));
+    pairs.push((
+        "migrate_rx_partitions_remaining".into(),
+        migrate_rx.to_string(),
+    ));
     if let Some(device) = namespace.storage.device() {
         pairs.extend(device.info_pairs());
     }
     pairs.extend(namespace_config_pairs(namespace, service.config.rack_id));
     join_pairs(&pairs, ';')
 }
+
+/// A namespace's size in the cluster and its use of memory and storage,
+/// as `namespace/NS` opens.
+fn namespace_usage_pairs(service: &Service, namespace: &Namespace) -> Vec<(String, String)> {
+    let cluster = service.cluster();
+    let stats = &namespace.stats;
+    let objects = stats.objects.load(Ordering::Relaxed).max(0);
+    let index_bytes = namespace.index.table_bytes();
+    stats
+        .index_used_bytes
+        .store(index_bytes as u64, Ordering::Relaxed);
+    let replication_factor = cluster
+        .namespace(&namespace.config.name)
+        .map_or(1, |map| map.column_bitmaps.len());
+    let bytes_per_object = if objects > 0 {
+        format!("{:.1}", index_bytes as f64 / objects as f64)
+    } else {
+        "0".into()
+    };
+    vec![
+        ("ns_cluster_size".into(), cluster.size().to_string()),
+        (
+            "effective_replication_factor".into(),
+            replication_factor.to_string(),
+        ),
+        ("objects".into(), objects.to_string()),
+        ("master_objects".into(), objects.to_string()),
+        ("prole_objects".into(), "0".into()),
+        ("non_replica_objects".into(), "0".into()),
+        ("index_used_bytes".into(), index_bytes.to_string()),
+        (
+            "tombstones".into(),
+            namespace.index.tombstone_count().to_string(),
+        ),
+        ("index_bytes_per_object".into(), bytes_per_object),
+        (
+            "data_used_bytes".into(),
+            namespace.storage.used_bytes().to_string(),
+        ),
+        ("data_total_bytes".into(), namespace.data_size().to_string()),
+        ("data_used_pct".into(), namespace.used_pct().to_string()),
+        ("stop_writes".into(), namespace.stop_writes().to_string()),
+    ]
+}
+
+/// A namespace statistic's reader.
+type NamespaceCounter = fn(&NamespaceStats) -> u64;
+
+/// The namespace's counters `namespace/NS` answers, by the reference's
+/// names, in its order.
+const NAMESPACE_COUNTERS: &[(&str, NamespaceCounter)] = &[
+    ("expired_objects", |s| {
+        s.expired_objects.load(Ordering::Relaxed)
+    }),
+    ("evicted_objects", |s| {
+        s.evicted_objects.load(Ordering::Relaxed)
+    }),
+    ("truncated_objects", |s| {
+        s.truncated_objects.load(Ordering::Relaxed)
+    }),
+    ("stop_writes_count", |s| {
+        s.stop_writes_count.load(Ordering::Relaxed)
+    }),
+    ("client_read_success", |s| {
+        s.client_read_success.load(Ordering::Relaxed)
+    }),
+    ("client_read_not_found", |s| {
+        s.client_read_not_found.load(Ordering::Relaxed)
+    }),
+    ("client_read_error", |s| {
+        s.client_read_error.load(Ordering::Relaxed)
+    }),
+    ("client_write_success", |s| {
+        s.client_write_success.load(Ordering::Relaxed)
+    }),
+    ("client_write_error", |s| {
+        s.client_write_error.load(Ordering::Relaxed)
+    }),
+    ("client_delete_success", |s| {
+        s.client_delete_success.load(Ordering::Relaxed)
+    }),
+    ("client_delete_not_found", |s| {
+        s.client_delete_not_found.load(Ordering::Relaxed)
+    }),
+    ("read_touch_success", |s| {
+        s.read_touch_success.load(Ordering::Relaxed)
+    }),
+    ("read_touch_skip", |s| {
+        s.read_touch_skip.load(Ordering::Relaxed)
+    }),
+    ("read_touch_error", |s| {
+        s.read_touch_error.load(Ordering::Relaxed)
+    }),
+    ("client_read_filtered_out", |s| {
+        s.client_read_filtered_out.load(Ordering::Relaxed)
+    }),
+    ("client_write_filtered_out", |s| {
+        s.client_write_filtered_out.load(Ordering::Relaxed)
+    }),
+    ("client_delete_filtered_out", |s| {
+        s.client_delete_filtered_out.load(Ordering::Relaxed)
+    }),
+    ("client_udf_complete", |s| {
+        s.client_udf_complete.load(Ordering::Relaxed)
+    }),
+    ("client_udf_error", |s| {
+        s.client_udf_error.load(Ordering::Relaxed)
+    }),
+    ("fail_generation", |s| {
+        s.fail_generation.load(Ordering::Relaxed)
+    }),
+    ("fail_key_busy", |s| s.fail_key_busy.load(Ordering::Relaxed)),
+    ("fail_record_too_big", |s| {
+        s.fail_record_too_big.load(Ordering::Relaxed)
+    }),
+    // Citrine's own: partitions stopped after a change to them was cut
+    // short (`Namespace::serving`).
+    ("partitions_failed", |s| {
+        s.partitions_failed.load(Ordering::Relaxed)
+    }),
+];
 
 fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
     let mut out = String::new();

@@ -1614,6 +1614,29 @@ fn udf_modules_are_kept_in_the_work_directory() {
 }
 
 #[test]
+fn namespace_info_names_each_statistic_once_with_failed_partitions() {
+    let (service, _) = service();
+    let answers = info(&service, &["namespace/test"]);
+    let mut seen = std::collections::HashSet::new();
+    for pair in answers[0].1.split(';') {
+        let name = pair.split('=').next().unwrap_or_default();
+        assert!(
+            seen.insert(name.to_owned()),
+            "{name} twice in {}",
+            answers[0].1
+        );
+    }
+    for name in [
+        "objects",
+        "tombstones",
+        "client_read_success",
+        "partitions_failed",
+    ] {
+        assert!(seen.contains(name), "{name} missing in {}", answers[0].1);
+    }
+}
+
+#[test]
 fn namespace_info_lists_the_conflict_resolution_policy() {
     let (service, _) = service();
     let answers = info(
