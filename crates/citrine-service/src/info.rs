@@ -694,18 +694,26 @@ fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
 }
 
 pub(crate) fn statistics(service: &Service) -> String {
-    let counter = |name: &str, value: &AtomicU64| {
-        (name.to_owned(), value.load(Ordering::Relaxed).to_string())
-    };
+    let mut pairs = cluster_statistics(service);
+    pairs.extend(service_statistics(&service.stats));
+    pairs.extend(distribution_statistics(&service.dist().stats));
+    pairs.extend(migration_statistics(service.migrations()));
+    join_pairs(&pairs, ';')
+}
+
+/// A statistic's name and a counter's current value.
+fn counter(name: &str, value: &AtomicU64) -> (String, String) {
+    (name.to_owned(), value.load(Ordering::Relaxed).to_string())
+}
+
+/// The view this node is in, its uptime and the node's records.
+fn cluster_statistics(service: &Service) -> Vec<(String, String)> {
     let cluster = service.cluster();
-    let stats = &service.stats;
-    let dist_stats = &service.dist().stats;
-    let migrations = service.migrations();
     let objects: i64 = service
         .namespaces()
         .map(|namespace| namespace.stats.objects.load(Ordering::Relaxed).max(0))
         .sum();
-    let pairs: Vec<(String, String)> = vec![
+    vec![
         ("cluster_size".into(), cluster.size().to_string()),
         ("cluster_key".into(), cluster_key(service)),
         ("cluster_integrity".into(), "true".into()),
@@ -730,6 +738,13 @@ pub(crate) fn statistics(service: &Service) -> String {
                 .sum::<usize>()
                 .to_string(),
         ),
+    ]
+}
+
+/// The client-facing service's counters: connections, batches, scans,
+/// requests.
+fn service_statistics(stats: &crate::NodeStats) -> Vec<(String, String)> {
+    vec![
         counter("client_connections", &stats.client_connections),
         counter(
             "client_connections_opened",
@@ -755,13 +770,21 @@ pub(crate) fn statistics(service: &Service) -> String {
             stats.transactions.load(Ordering::Relaxed).to_string(),
         ),
         counter("compressed_requests", &stats.compressed_requests),
+        counter("service_stalls", &stats.service_stalls),
+    ]
+}
+
+/// The distribution layer's counters: proxies, replica writes, refusals.
+fn distribution_statistics(
+    dist_stats: &citrine_distribution::DistributionStats,
+) -> Vec<(String, String)> {
+    vec![
         counter("proxied_out", &dist_stats.proxied_out),
         counter("proxied_in", &dist_stats.proxied_in),
         counter("replica_reads", &dist_stats.replica_reads),
         counter("replica_write_retries", &dist_stats.replica_write_retries),
         counter("stall_refusals", &dist_stats.stall_refusals),
         counter("expired_refusals", &dist_stats.expired_refusals),
-        counter("service_stalls", &stats.service_stalls),
         counter(
             "replica_writes_refused_not_holder",
             &dist_stats.replica_writes_refused_not_holder,
@@ -773,6 +796,12 @@ pub(crate) fn statistics(service: &Service) -> String {
         ),
         counter("replica_reconciles_done", &dist_stats.reconciles_done),
         counter("replica_reconciles_dropped", &dist_stats.reconciles_dropped),
+    ]
+}
+
+/// Migrations in flight and done.
+fn migration_statistics(migrations: &crate::migration::Migrations) -> Vec<(String, String)> {
+    vec![
         (
             "migrate_partitions_remaining".into(),
             (migrations.tx_remaining() + migrations.rx_remaining()).to_string(),
@@ -800,8 +829,7 @@ pub(crate) fn statistics(service: &Service) -> String {
             migrations.pins.deferred().to_string(),
         ),
         ("migrate_allowed".into(), "true".into()),
-    ];
-    join_pairs(&pairs, ';')
+    ]
 }
 
 /// One set's line; `tombstones` is the namespace's tombstone count per set
