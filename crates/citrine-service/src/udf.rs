@@ -573,7 +573,6 @@ pub(crate) fn apply(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Result<(), ResultCode> {
-    let header = &request.header;
     namespace.serving(request.digest.partition())?;
     let set_id = transaction::admit_write(namespace, request)?;
     let args = match value::decode(call.args) {
@@ -586,83 +585,33 @@ pub(crate) fn apply(
             Some(bytes) => Some(BodyView::parse(bytes).map_err(|_| ResultCode::ServerError)?),
             None => None,
         };
-        // The write policy's record-exists action and generation check, as
-        // a write honours them (a background job's writes are UPDATE_ONLY:
-        // a record deleted meanwhile stays gone).
-        match snapshot.meta {
-            Some(meta) => {
-                if header.info2 & info2::CREATE_ONLY != 0 {
-                    return Err(ResultCode::RecordExists);
-                }
-                transaction::check_generation(header, meta.generation)?;
-            }
-            None => {
-                if header.info3 & (info3::UPDATE_ONLY | info3::REPLACE_ONLY) != 0 {
-                    return Err(ResultCode::NotFound);
-                }
-                if header.info2 & info2::GENERATION != 0 && header.generation != 0 {
-                    return Err(ResultCode::Generation);
-                }
-            }
-        }
-        if let (Some(expression), Some(view), Some(meta)) = (request.filter, &view, snapshot.meta) {
-            let record =
-                RecordView::stored(namespace, &request.digest.0, view, meta, snapshot.size);
-            filter::check(expression, &record, now)?;
-        }
-        let stored_key = view.as_ref().and_then(BodyView::key);
-        if let (Some(sent), Some(stored)) = (request.key, stored_key) {
-            if sent != stored {
-                return Err(ResultCode::KeyMismatch);
-            }
-        }
-        let key = request.key.or(stored_key);
-        // Bins a UDF cannot see (no value the Lua side has) are kept as
-        // they are when it writes the record.
-        let mut hidden: Vec<Bin<'_>> = Vec::new();
-        let mut bins: Vec<(Cow<'_, [u8]>, Value)> = Vec::new();
-        for bin in view.iter().flat_map(BodyView::bins) {
-            match citrine_udf::bin_value(bin.particle_type, &bin.value) {
-                Some(value) => bins.push((bin.name, value)),
-                None => hidden.push(bin),
-            }
-        }
-        let ttl = match snapshot.meta {
-            None => 0,
-            Some(meta) if meta.void_time == 0 => -1,
-            Some(meta) => i64::from(meta.void_time.saturating_sub(now.citrusleaf_seconds)),
-        };
-        let set_name = namespace.sets.name(set_id).unwrap_or_default();
-        let input = citrine_udf::RecordIn {
-            exists: snapshot.meta.is_some(),
-            bins,
-            generation: snapshot.meta.map_or(0, |meta| meta.generation),
-            ttl,
-            last_update_ms: snapshot.meta.map_or(0, |meta| meta.last_update_ms),
-            digest: request.digest.0,
-            set: Cow::Owned(set_name),
-            key: key.and_then(|(particle_type, bytes)| key_value(particle_type, bytes)),
-            size: snapshot.size,
-        };
+        check_write_policy(&request.header, snapshot.meta)?;
+        let key = check_filter_and_key(namespace, request, &snapshot, view.as_ref(), now)?;
+        let (input, hidden) = record_in(
+            namespace,
+            request,
+            set_id,
+            &snapshot,
+            view.as_ref(),
+            key,
+            now,
+        );
         let udf = citrine_udf::Call {
             module: call.module,
             function: call.function,
             args: Cow::Borrowed(&args),
             time_limit: call
                 .time_limit
-                .unwrap_or_else(|| time_limit(header.transaction_ttl)),
+                .unwrap_or_else(|| time_limit(request.header.transaction_ttl)),
         };
         let applied = match citrine_udf::apply_record(call.registry, &udf, input) {
             Ok(applied) => applied,
-            Err(error) => {
-                udf_failed(namespace, call, out, request, &error);
-                return Ok(());
-            }
+            Err(error) => return udf_failed(namespace, call, out, request, &error),
         };
         // What the change stores, built before the lock is taken.
         let planned = match plan(
             namespace,
-            header,
+            &request.header,
             &applied.change,
             key,
             &hidden,
@@ -671,97 +620,210 @@ pub(crate) fn apply(
         ) {
             Ok(planned) => planned,
             Err(Refusal::Code(code)) => return Err(code),
-            Err(Refusal::Udf(error)) => {
-                udf_failed(namespace, call, out, request, &error);
-                return Ok(());
-            }
+            Err(Refusal::Udf(error)) => return udf_failed(namespace, call, out, request, &error),
         };
-        let mut partition = namespace
-            .index
-            .partition(request.digest.partition())
-            .write();
-        let current = partition
-            .get(&request.digest)
-            .map(|entry| entry.meta())
-            .filter(|meta| is_live(namespace, meta, now))
-            .map(|meta| Stamp {
-                generation: meta.generation,
-                last_update_ms: meta.last_update_ms,
-                void_time: meta.void_time,
-            });
-        if current != snapshot.stamp() {
-            // Changed while the UDF ran: run it again on the new record.
+        // `None`: changed while the UDF ran: run it again on the new record.
+        let Some((generation, void_time)) =
+            commit(namespace, request, set_id, &snapshot, planned, now)?
+        else {
             continue;
-        }
-        let (generation, void_time) = match planned {
-            Planned::Nothing => snapshot
-                .meta
-                .map_or((0, 0), |meta| (meta.generation, meta.void_time)),
-            Planned::Remove => {
-                if let Some(entry) = partition.get(&request.digest) {
-                    transaction::write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
-                }
-                transaction::remove_deleted(
-                    namespace,
-                    &mut partition,
-                    &request.digest,
-                    now.unix_ms,
-                    transaction::is_durable_delete(&request.header),
-                );
-                (0, 0)
-            }
-            Planned::Store { body, void_time } => {
-                let (life, generation) = match snapshot.meta {
-                    Some(meta) => (meta.life, RecordMeta::next_generation(meta.generation)),
-                    None => transaction::start_after(
-                        partition.get(&request.digest).map(|entry| entry.meta()),
-                        partition.tombstone(&request.digest),
-                    ),
-                };
-                let record_set = snapshot.meta.map_or(set_id, |meta| meta.set_id);
-                let meta = RecordMeta {
-                    generation,
-                    life,
-                    set_id: record_set,
-                    void_time,
-                    last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),
-                };
-                let previous =
-                    transaction::install(namespace, &mut partition, request.digest, meta, body)?;
-                drop(partition);
-                if let Some(old) = previous {
-                    old.release(namespace);
-                }
-                (meta.generation, meta.void_time)
-            }
         };
         namespace
             .stats
             .client_udf_complete
             .fetch_add(1, Ordering::Relaxed);
-        let reply = MsgHeader {
-            generation: u32::from(generation),
-            record_ttl: void_time,
-            ..MsgHeader::default()
-        };
-        let (particle_type, bytes) = citrine_udf::particle_of(&applied.result)
-            .unwrap_or((ParticleType::Null as u8, Vec::new()));
-        let mut writer = transaction::begin_reply(out, reply, request.reply);
-        writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
-        writer.finish();
+        reply_success(out, request, generation, void_time, &applied.result);
         return Ok(());
     }
     Err(ResultCode::KeyBusy)
 }
 
-/// Counts and answers a UDF's failure.
+/// The write policy's record-exists action and generation check, as a
+/// write honours them (a background job's writes are UPDATE_ONLY: a record
+/// deleted meanwhile stays gone).
+fn check_write_policy(header: &MsgHeader, meta: Option<RecordMeta>) -> Result<(), ResultCode> {
+    match meta {
+        Some(meta) => {
+            if header.info2 & info2::CREATE_ONLY != 0 {
+                return Err(ResultCode::RecordExists);
+            }
+            transaction::check_generation(header, meta.generation)
+        }
+        None => {
+            if header.info3 & (info3::UPDATE_ONLY | info3::REPLACE_ONLY) != 0 {
+                return Err(ResultCode::NotFound);
+            }
+            if header.info2 & info2::GENERATION != 0 && header.generation != 0 {
+                return Err(ResultCode::Generation);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The request's filter over the record as read, and its key against the
+/// stored one (a different key: 19). Answers the record's key: the one
+/// sent, else the stored one.
+fn check_filter_and_key<'a>(
+    namespace: &Namespace,
+    request: &Request<'a>,
+    snapshot: &Snapshot,
+    view: Option<&BodyView<'a>>,
+    now: Now,
+) -> Result<Option<(u8, &'a [u8])>, ResultCode> {
+    if let (Some(expression), Some(view), Some(meta)) = (request.filter, view, snapshot.meta) {
+        let record = RecordView::stored(namespace, &request.digest.0, view, meta, snapshot.size);
+        filter::check(expression, &record, now)?;
+    }
+    let stored_key = view.and_then(BodyView::key);
+    if let (Some(sent), Some(stored)) = (request.key, stored_key) {
+        if sent != stored {
+            return Err(ResultCode::KeyMismatch);
+        }
+    }
+    Ok(request.key.or(stored_key))
+}
+
+/// The record as the UDF sees it, and the bins it cannot see (no value
+/// the Lua side has: kept as they are when it writes the record).
+fn record_in<'v>(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    set_id: u16,
+    snapshot: &Snapshot,
+    view: Option<&BodyView<'v>>,
+    key: Option<(u8, &[u8])>,
+    now: Now,
+) -> (citrine_udf::RecordIn<'v>, Vec<Bin<'v>>) {
+    let mut hidden: Vec<Bin<'v>> = Vec::new();
+    let mut bins: Vec<(Cow<'v, [u8]>, Value)> = Vec::new();
+    for bin in view.into_iter().flat_map(BodyView::bins) {
+        match citrine_udf::bin_value(bin.particle_type, &bin.value) {
+            Some(value) => bins.push((bin.name, value)),
+            None => hidden.push(bin),
+        }
+    }
+    let ttl = match snapshot.meta {
+        None => 0,
+        Some(meta) if meta.void_time == 0 => -1,
+        Some(meta) => i64::from(meta.void_time.saturating_sub(now.citrusleaf_seconds)),
+    };
+    let set_name = namespace.sets.name(set_id).unwrap_or_default();
+    let input = citrine_udf::RecordIn {
+        exists: snapshot.meta.is_some(),
+        bins,
+        generation: snapshot.meta.map_or(0, |meta| meta.generation),
+        ttl,
+        last_update_ms: snapshot.meta.map_or(0, |meta| meta.last_update_ms),
+        digest: request.digest.0,
+        set: Cow::Owned(set_name),
+        key: key.and_then(|(particle_type, bytes)| key_value(particle_type, bytes)),
+        size: snapshot.size,
+    };
+    (input, hidden)
+}
+
+/// Stores what the UDF planned under the partition's write lock, if the
+/// record is still the one it read. Answers the record's generation and
+/// void time, or `None` when the record changed meanwhile.
+fn commit(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    set_id: u16,
+    snapshot: &Snapshot,
+    planned: Planned,
+    now: Now,
+) -> Result<Option<(u16, u32)>, ResultCode> {
+    let mut partition = namespace
+        .index
+        .partition(request.digest.partition())
+        .write();
+    let current = partition
+        .get(&request.digest)
+        .map(|entry| entry.meta())
+        .filter(|meta| is_live(namespace, meta, now))
+        .map(|meta| Stamp {
+            generation: meta.generation,
+            last_update_ms: meta.last_update_ms,
+            void_time: meta.void_time,
+        });
+    if current != snapshot.stamp() {
+        return Ok(None);
+    }
+    Ok(Some(match planned {
+        Planned::Nothing => snapshot
+            .meta
+            .map_or((0, 0), |meta| (meta.generation, meta.void_time)),
+        Planned::Remove => {
+            if let Some(entry) = partition.get(&request.digest) {
+                transaction::write_tombstone(namespace, &request.digest, &entry.meta(), now)?;
+            }
+            transaction::remove_deleted(
+                namespace,
+                &mut partition,
+                &request.digest,
+                now.unix_ms,
+                transaction::is_durable_delete(&request.header),
+            );
+            (0, 0)
+        }
+        Planned::Store { body, void_time } => {
+            let (life, generation) = match snapshot.meta {
+                Some(meta) => (meta.life, RecordMeta::next_generation(meta.generation)),
+                None => transaction::start_after(
+                    partition.get(&request.digest).map(|entry| entry.meta()),
+                    partition.tombstone(&request.digest),
+                ),
+            };
+            let record_set = snapshot.meta.map_or(set_id, |meta| meta.set_id);
+            let meta = RecordMeta {
+                generation,
+                life,
+                set_id: record_set,
+                void_time,
+                last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),
+            };
+            let previous =
+                transaction::install(namespace, &mut partition, request.digest, meta, body)?;
+            drop(partition);
+            if let Some(old) = previous {
+                old.release(namespace);
+            }
+            (meta.generation, meta.void_time)
+        }
+    }))
+}
+
+/// The reply of a UDF that ran: the record's generation and void time and
+/// the function's result as bin `SUCCESS`.
+fn reply_success(
+    out: &mut Vec<u8>,
+    request: &Request<'_>,
+    generation: u16,
+    void_time: u32,
+    result: &Value,
+) {
+    let reply = MsgHeader {
+        generation: u32::from(generation),
+        record_ttl: void_time,
+        ..MsgHeader::default()
+    };
+    let (particle_type, bytes) =
+        citrine_udf::particle_of(result).unwrap_or((ParticleType::Null as u8, Vec::new()));
+    let mut writer = transaction::begin_reply(out, reply, request.reply);
+    writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
+    writer.finish();
+}
+
+/// Counts and answers a UDF's failure (100 and `FAILURE`): the request is
+/// answered, so the caller returns `Ok`.
 fn udf_failed(
     namespace: &Namespace,
     call: &UdfCall<'_>,
     out: &mut Vec<u8>,
     request: &Request<'_>,
     error: &UdfError,
-) {
+) -> Result<(), ResultCode> {
     namespace
         .stats
         .client_udf_error
@@ -772,6 +834,7 @@ fn udf_failed(
         "UDF failed: {error}"
     );
     write_failure(out, request, error);
+    Ok(())
 }
 
 /// What a UDF's change stores.
