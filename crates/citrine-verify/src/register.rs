@@ -1,0 +1,161 @@
+//! The CAS register checker: each key's operations must be linearizable
+//! against a register that starts absent (the workload uses fresh keys).
+//!
+//! Owns the register [`RegisterModel`] and the per-key check. What goes
+//! into the search: acknowledged reads with the value they saw,
+//! acknowledged writes and compare-and-sets, and writes and
+//! compare-and-sets in doubt (they may take effect at any time after
+//! their call, or never). Failed operations and reads that did not
+//! complete are left out: they took no effect and observed nothing.
+//! A key whose history is not linearizable is reported with its smallest
+//! failing sub-history ([`crate::linear::minimize`]).
+
+use crate::history::{Call, Operation, Reply};
+use crate::linear::{self, Entry, Limits, Linearity, Model};
+use crate::verdict::{AnomalyKind, KeyVerdict};
+use std::collections::BTreeMap;
+
+/// A register operation with what it observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterOp {
+    /// A read that returned this (`None`: no record).
+    Read(Option<i64>),
+    Write(i64),
+    Cas {
+        from: i64,
+        to: i64,
+    },
+}
+
+impl RegisterOp {
+    /// The value this operation puts in the register, if it writes.
+    fn produces(self) -> Option<i64> {
+        match self {
+            RegisterOp::Write(value) | RegisterOp::Cas { to: value, .. } => Some(value),
+            RegisterOp::Read(_) => None,
+        }
+    }
+
+    /// The value this operation needs to have been written before it.
+    fn consumes(self) -> Option<i64> {
+        match self {
+            RegisterOp::Read(seen) => seen,
+            RegisterOp::Cas { from, .. } => Some(from),
+            RegisterOp::Write(_) => None,
+        }
+    }
+}
+
+/// A register that starts absent.
+pub struct RegisterModel;
+
+impl Model for RegisterModel {
+    type State = Option<i64>;
+    type Op = RegisterOp;
+
+    fn init(&self) -> Option<i64> {
+        None
+    }
+
+    fn step(&self, state: &Option<i64>, op: &RegisterOp) -> Option<Option<i64>> {
+        match *op {
+            RegisterOp::Read(seen) => (seen == *state).then_some(*state),
+            RegisterOp::Write(value) => Some(Some(value)),
+            RegisterOp::Cas { from, to } => (*state == Some(from)).then_some(Some(to)),
+        }
+    }
+}
+
+/// The search entries of one key's operations (and the operation each
+/// came from); `None` when an operation is malformed for a register.
+fn entries_of<'a>(
+    operations: &[&'a Operation],
+) -> Result<(Vec<Entry<RegisterOp>>, Vec<&'a Operation>), String> {
+    let mut entries = Vec::new();
+    let mut sources = Vec::new();
+    for &operation in operations {
+        if operation.is_fail() {
+            continue;
+        }
+        let ret = operation.complete.filter(|_| operation.is_ok());
+        let op = match (&operation.call, operation.reply()) {
+            (Call::Read, Some(Reply::Value(seen))) => RegisterOp::Read(*seen),
+            // A read in doubt observed nothing.
+            (Call::Read, None) => continue,
+            (Call::Write(value), _) => RegisterOp::Write(*value),
+            (Call::Cas { from, to }, _) => RegisterOp::Cas {
+                from: *from,
+                to: *to,
+            },
+            (call, reply) => {
+                return Err(format!("{call:?} -> {reply:?} is not a register operation"))
+            }
+        };
+        entries.push(Entry {
+            op,
+            call: operation.invoke as u64,
+            ret: ret.map(|position| position as u64),
+        });
+        sources.push(operation);
+    }
+    Ok((entries, sources))
+}
+
+/// Checks every key's operations for linearizability within `limits`
+/// (shared: keys are checked in key order until the deadline).
+pub fn check(operations: &[Operation], limits: &Limits) -> Vec<KeyVerdict> {
+    let mut by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+    for operation in operations {
+        by_key.entry(&operation.key).or_default().push(operation);
+    }
+    by_key
+        .into_iter()
+        .map(|(key, operations)| check_key(key, &operations, limits))
+        .collect()
+}
+
+fn check_key(key: &str, operations: &[&Operation], limits: &Limits) -> KeyVerdict {
+    let (entries, sources) = match entries_of(operations) {
+        Ok(found) => found,
+        Err(why) => return KeyVerdict::anomaly(key, AnomalyKind::Malformed, why, Vec::new()),
+    };
+    match linear::check(&RegisterModel, &entries, limits) {
+        Linearity::Linearizable(_) => KeyVerdict::Valid {
+            key: key.to_string(),
+        },
+        Linearity::Unknown(why) => KeyVerdict::Unknown {
+            key: key.to_string(),
+            reason: why,
+        },
+        Linearity::Not { stuck, .. } => {
+            let may_remove =
+                |kept: &[usize], candidate: usize| removable(&entries, kept, candidate);
+            let failing = linear::minimize(&RegisterModel, &entries, limits, may_remove);
+            let lines = failing
+                .iter()
+                .map(|&index| sources[index].describe())
+                .collect();
+            let detail = format!(
+                "no linearization of {} operations; the search could not place {} before it returned",
+                entries.len(),
+                sources[stuck].describe()
+            );
+            KeyVerdict::anomaly(key, AnomalyKind::NotLinearizable, detail, lines)
+        }
+    }
+}
+
+/// A write may leave the sub-history only if every value a kept operation
+/// observed is still produced by another kept operation.
+fn removable(entries: &[Entry<RegisterOp>], kept: &[usize], candidate: usize) -> bool {
+    let Some(value) = entries[candidate].op.produces() else {
+        return true;
+    };
+    let needed = kept
+        .iter()
+        .any(|&other| other != candidate && entries[other].op.consumes() == Some(value));
+    let other_producer = kept
+        .iter()
+        .any(|&other| other != candidate && entries[other].op.produces() == Some(value));
+    !needed || other_producer
+}
