@@ -144,15 +144,27 @@ fn print_progress(progress: &Progress) {
     );
 }
 
+/// How many anomalies (and undecided keys) the verdict prints in full.
+const SHOWN: usize = 10;
+
 fn print_report(report: &Report, took: Duration) {
     for line in &report.summary {
         outln!("{line}");
     }
-    for anomaly in &report.anomalies {
+    for anomaly in report.anomalies.iter().take(SHOWN) {
         outln!("ANOMALY {anomaly}");
     }
-    for reason in &report.unknown {
+    if report.anomalies.len() > SHOWN {
+        outln!("... and {} more anomalies", report.anomalies.len() - SHOWN);
+    }
+    for reason in report.unknown.iter().take(SHOWN) {
         outln!("undecided: {reason}");
+    }
+    if report.unknown.len() > SHOWN {
+        outln!(
+            "... and {} more undecided keys",
+            report.unknown.len() - SHOWN
+        );
     }
     let verdict = match report.status {
         Status::Valid => "VALID: no anomaly found",

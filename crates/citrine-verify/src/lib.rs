@@ -63,11 +63,15 @@ pub fn check_register(history: &History, limits: &Limits) -> Report {
             .filter(|operation| operation.outcome.as_ref().map_or("info", Outcome::name) == outcome)
             .count()
     };
-    let summary = vec![format!(
-        "operations: {} ok, {} in doubt, {} failed",
-        count("ok"),
-        count("info"),
-        count("fail")
-    )];
-    Report::from_verdicts(register::check(&operations, limits), summary)
+    let (verdicts, set_aside) = register::check(&operations, limits);
+    let summary = vec![
+        format!(
+            "operations: {} ok, {} in doubt, {} failed",
+            count("ok"),
+            count("info"),
+            count("fail")
+        ),
+        format!("writes in doubt that nothing observed, set aside: {set_aside}"),
+    ];
+    Report::from_verdicts(verdicts, summary)
 }

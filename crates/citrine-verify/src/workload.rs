@@ -16,7 +16,7 @@
 //! then replaced by a new key, as Jepsen's independent keys are: this keeps
 //! each key's history small enough for the linearizability search. The
 //! counter and set workloads end with a final read of every key, after
-//! every client stopped.
+//! every client stopped. Register and set values are unique in a run.
 
 use crate::history::{Call, History, Outcome, Recorder, Reply};
 use citrine_client::{
@@ -126,7 +126,7 @@ struct Shared {
     deadline: Instant,
     /// Per key slot: operations started (picks the slot's current key).
     tickets: Vec<AtomicU64>,
-    next_element: AtomicI64,
+    next_value: AtomicI64,
     counts: [AtomicU64; 3],
 }
 
@@ -143,7 +143,7 @@ pub async fn run(
         recorder: Recorder::new(),
         deadline: start + config.duration,
         tickets: (0..config.keys).map(|_| AtomicU64::new(0)).collect(),
-        next_element: AtomicI64::new(1),
+        next_value: AtomicI64::new(1),
         counts: Default::default(),
         config,
     });
@@ -231,32 +231,51 @@ async fn worker(process: u32, client: Client, shared: Arc<Shared>) {
     let config = &shared.config;
     let slot = process as usize % config.keys;
     let mut random = Random::new(config.seed ^ (u64::from(process) + 1).wrapping_mul(0x9E37_79B9));
+    // The register value this client last read or wrote, and on which key.
+    let mut last: Option<(String, i64)> = None;
     while Instant::now() < shared.deadline {
         let ticket = shared.tickets[slot].fetch_add(1, Ordering::Relaxed);
         let key = match config.workload {
             Workload::Counter => format!("{slot}"),
             _ => format!("{slot}.{}", ticket / config.ops_per_key),
         };
-        let call = next_call(config.workload, &mut random, &shared.next_element);
-        execute(&client, &shared, process, &key, call).await;
+        let known = last
+            .as_ref()
+            .filter(|(on, _)| *on == key)
+            .map(|(_, value)| *value);
+        let call = next_call(config.workload, &mut random, &shared.next_value, known);
+        let outcome = execute(&client, &shared, process, &key, call.clone()).await;
+        match (&call, &outcome) {
+            (Call::Read, Outcome::Ok(Reply::Value(Some(value))))
+            | (Call::Write(value), Outcome::Ok(_))
+            | (Call::Cas { to: value, .. }, Outcome::Ok(_)) => last = Some((key, *value)),
+            _ => {}
+        }
     }
 }
 
-fn next_call(workload: Workload, random: &mut Random, elements: &AtomicI64) -> Call {
+/// The next operation. Register values are unique (every write and CAS
+/// writes a value never written before), so a read names the write it
+/// saw and the checker can set aside unobserved writes in doubt; a CAS
+/// expects the value this client last saw on the key (`known`).
+fn next_call(
+    workload: Workload,
+    random: &mut Random,
+    values: &AtomicI64,
+    known: Option<i64>,
+) -> Call {
+    let fresh = || values.fetch_add(1, Ordering::Relaxed);
     match workload {
-        Workload::Register => match random.below(3) {
-            0 => Call::Read,
-            1 => Call::Write(random.below(5) as i64),
-            _ => Call::Cas {
-                from: random.below(5) as i64,
-                to: random.below(5) as i64,
-            },
+        Workload::Register => match (random.below(3), known) {
+            (0, _) => Call::Read,
+            (2, Some(from)) => Call::Cas { from, to: fresh() },
+            _ => Call::Write(fresh()),
         },
         Workload::Counter => match random.below(2) {
             0 => Call::Read,
             _ => Call::Add(1 + random.below(5) as i64),
         },
-        Workload::Set => Call::Insert(elements.fetch_add(1, Ordering::Relaxed)),
+        Workload::Set => Call::Insert(fresh()),
     }
 }
 

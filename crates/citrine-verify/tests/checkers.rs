@@ -184,13 +184,16 @@ fn register_lost_write_and_failed_cas_taking_effect_are_caught() {
 
 #[test]
 fn register_search_bound_answers_unknown() {
-    // Forty writes in doubt overlapping reads that can never be placed:
-    // exhausting the search needs far more than no time at all.
+    // Forty writes in doubt, then reads of each of their values in turn
+    // and one more of the first, which nothing can explain: exhausting the
+    // ways to interleave the writes needs far more than no time at all.
     let mut h = Builder::default();
     let writes: Vec<_> = (0..40)
         .map(|value| h.invoke(value, "a", Call::Write(i64::from(value))))
         .collect();
-    h.done(100, "a", Call::Read, saw(Some(1000)));
+    for value in (0..40).chain([0]) {
+        h.done(100, "a", Call::Read, saw(Some(value)));
+    }
     for write in writes {
         h.end(write, Outcome::Info("timeout".into()));
     }
@@ -304,4 +307,21 @@ fn wrong_operation_kind_is_a_malformed_history() {
     let mut h = Builder::default();
     h.done(0, "s", Call::Write(1), ok());
     assert_anomaly(&judge(Workload::Set, h), AnomalyKind::Malformed);
+}
+
+#[test]
+fn register_unobserved_writes_in_doubt_are_set_aside() {
+    // Sixty writes in doubt nobody read: set aside, the rest is easy.
+    let mut h = Builder::default();
+    let writes: Vec<_> = (0..60)
+        .map(|value| h.invoke(value, "a", Call::Write(100 + i64::from(value))))
+        .collect();
+    h.done(100, "a", Call::Write(1), ok());
+    h.done(100, "a", Call::Read, saw(Some(1)));
+    for write in writes {
+        h.end(write, Outcome::Info("timeout".into()));
+    }
+    let report = judge(Workload::Register, h);
+    assert_valid(&report);
+    assert!(report.summary[1].ends_with("set aside: 60"), "{report:#?}");
 }

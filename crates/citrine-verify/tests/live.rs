@@ -1,7 +1,9 @@
 //! Each workload against a real single-node `citrined` for a couple of
 //! seconds gets a valid verdict; the same runs' histories, deliberately
 //! broken, are caught (stale read of a value never written, a lost
-//! acknowledged increment, a lost acknowledged element).
+//! acknowledged increment, a lost acknowledged element); and a server that
+//! acknowledges everything and keeps nothing (`citrined --noop`) is caught
+//! by each workload for the reason that workload checks.
 //!
 //! `citrined` is found like the other crates' tests: `$CITRINED_BIN`, else
 //! the newer of `<workspace>/target/{release,debug}/citrined`; missing is a
@@ -27,7 +29,8 @@ impl Drop for Process {
     }
 }
 
-fn citrined() -> (Process, u16) {
+/// A fresh citrined on free ports, with `extra` command-line arguments.
+fn citrined(extra: &[&str]) -> (Process, u16) {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let binary = match std::env::var("CITRINED_BIN") {
         Ok(path) if PathBuf::from(&path).is_file() => PathBuf::from(path),
@@ -45,6 +48,7 @@ fn citrined() -> (Process, u16) {
         .args(["--port", &port.to_string(), "--address", "127.0.0.1"])
         .args(["--fabric-port", &free_port().to_string()])
         .args(["--heartbeat-port", &free_port().to_string()])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -55,9 +59,13 @@ fn citrined() -> (Process, u16) {
 
 /// Runs `workload` for two seconds and checks it; returns the history too.
 fn run(workload: Workload, port: u16) -> (History, Report) {
+    run_for(workload, port, Duration::from_secs(2))
+}
+
+fn run_for(workload: Workload, port: u16, duration: Duration) -> (History, Report) {
     let mut config = WorkloadConfig::new(&format!("127.0.0.1:{port}"), "test", workload);
     config.set = format!("verify-{}", workload.name());
-    config.duration = Duration::from_secs(2);
+    config.duration = duration;
     config.clients = 8;
     config.keys = 4;
     config.ops_per_key = 100;
@@ -116,15 +124,16 @@ fn replace_reply(history: &mut History, position: usize, reply: Reply) {
 
 #[test]
 fn register_run_is_linearizable_and_a_corrupted_read_is_caught() {
-    let (_server, port) = citrined();
+    let (_server, port) = citrined(&[]);
     let (mut history, report) = run(Workload::Register, port);
     assert_valid(Workload::Register, &history, &report);
-    // Broken stream: one acknowledged read returns a value no client wrote.
+    // Broken stream: one acknowledged read returns a value no client wrote
+    // (the workload writes positive values only).
     let read = last_ok(&history, |call| *call == Call::Read);
     replace_reply(
         &mut history,
         read.complete.expect("completed"),
-        Reply::Value(Some(99)),
+        Reply::Value(Some(-1)),
     );
     let broken = check(Workload::Register, &history, &limits());
     assert_eq!(broken.status, Status::Anomaly, "{broken:#?}");
@@ -132,12 +141,12 @@ fn register_run_is_linearizable_and_a_corrupted_read_is_caught() {
     assert!(broken.anomalies[0]
         .witness
         .iter()
-        .any(|line| line.contains("read ok -> 99")));
+        .any(|line| line.contains("read ok -> -1")));
 }
 
 #[test]
 fn counter_run_loses_nothing_and_a_lost_increment_is_caught() {
-    let (_server, port) = citrined();
+    let (_server, port) = citrined(&[]);
     let (mut history, report) = run(Workload::Counter, port);
     assert_valid(Workload::Counter, &history, &report);
     // Broken stream: the final read of a key misses one acknowledged
@@ -163,7 +172,7 @@ fn counter_run_loses_nothing_and_a_lost_increment_is_caught() {
 
 #[test]
 fn set_run_keeps_every_element_and_a_lost_one_is_caught() {
-    let (_server, port) = citrined();
+    let (_server, port) = citrined(&[]);
     let (mut history, report) = run(Workload::Set, port);
     assert_valid(Workload::Set, &history, &report);
     // Broken stream: the final read of a key lacks one acknowledged element.
@@ -187,4 +196,21 @@ fn set_run_keeps_every_element_and_a_lost_one_is_caught() {
     let broken = check(Workload::Set, &history, &limits());
     assert_eq!(broken.status, Status::Anomaly, "{broken:#?}");
     assert!(broken.has(AnomalyKind::LostElement), "{broken:#?}");
+}
+
+#[test]
+fn a_server_that_acknowledges_and_forgets_is_caught_by_every_workload() {
+    let (_server, port) = citrined(&["--noop"]);
+    for (workload, kind) in [
+        (Workload::Register, AnomalyKind::NotLinearizable),
+        (Workload::Counter, AnomalyKind::LostIncrement),
+        (Workload::Set, AnomalyKind::LostElement),
+    ] {
+        let (_, report) = run_for(workload, port, Duration::from_secs(1));
+        assert_eq!(report.status, Status::Anomaly, "{workload:?}: {report:#?}");
+        assert!(
+            report.anomalies.iter().all(|anomaly| anomaly.kind == kind),
+            "{workload:?}: {report:#?}"
+        );
+    }
 }
