@@ -3,6 +3,10 @@
 //! when its call is minimal in what is left (Lowe's just-in-time
 //! linearization) and never explores a (set of linearized operations,
 //! model state) configuration twice (the memoisation Porcupine uses).
+//! A read-only operation (per [`Model::is_read_only`]) whose call is
+//! minimal and that is legal in the current state is linearized at once and
+//! never reordered: any legal completion that places it later can place it
+//! now instead, so the 2^k orders of k concurrent reads are not explored.
 //!
 //! Owns the [`Model`] trait, the [`Entry`] form of an operation, the search
 //! ([`check`]), its [`Limits`], and [`minimize`], which shrinks a failing
@@ -34,6 +38,13 @@ pub trait Model {
     /// The state after `op` takes effect in `state`, or `None` when `op`
     /// cannot take effect there with what it observed.
     fn step(&self, state: &Self::State, op: &Self::Op) -> Option<Self::State>;
+    /// True when `op` leaves every state unchanged (a read). The search
+    /// linearizes such an operation as soon as it is legal, without trying
+    /// the orders that would place it later (they cannot succeed where
+    /// this one fails).
+    fn is_read_only(&self, _op: &Self::Op) -> bool {
+        false
+    }
 }
 
 /// One operation of the history.
@@ -63,9 +74,12 @@ pub enum Linearity {
     /// in doubt that never took effect are left out).
     Linearizable(Vec<usize>),
     /// No legal order exists. `longest` is the longest legal prefix the
-    /// search found; `stuck` the entry whose return came before it could
-    /// be linearized after that prefix.
-    Not { longest: Vec<usize>, stuck: usize },
+    /// search found; `stuck` the last entry whose return the search reached
+    /// before it could linearize it.
+    Not {
+        longest: Vec<usize>,
+        stuck: Option<usize>,
+    },
     /// A limit was hit first; the reason says which.
     Unknown(String),
 }
@@ -136,6 +150,26 @@ impl Bits {
     }
 }
 
+/// One linearized entry on the search's stack.
+struct Frame<S> {
+    index: usize,
+    /// The state before it.
+    before: S,
+    /// A read taken as soon as it was legal: the configuration before it
+    /// has no other way forward, so backtracking goes past it.
+    forced: bool,
+}
+
+/// What trying to linearize an entry did.
+#[derive(PartialEq, Eq)]
+enum Step {
+    Taken,
+    /// The model refuses it in this state.
+    Illegal,
+    /// The configuration it leads to was explored already (and failed).
+    Seen,
+}
+
 /// The search's mutable state.
 struct Search<'a, M: Model> {
     model: &'a M,
@@ -143,48 +177,80 @@ struct Search<'a, M: Model> {
     events: Events,
     bits: Bits,
     state: M::State,
-    stack: Vec<(usize, M::State)>,
+    stack: Vec<Frame<M::State>>,
     memo: HashSet<(Bits, M::State)>,
     /// Entries with a return not yet linearized.
     pending: usize,
     longest: Vec<usize>,
+    stuck: Option<usize>,
 }
 
 impl<M: Model> Search<'_, M> {
-    /// Tries to linearize entry `index` now; true when it was.
-    fn try_linearize(&mut self, index: usize) -> bool {
+    /// Tries to linearize entry `index` now.
+    fn try_linearize(&mut self, index: usize, forced: bool) -> Step {
         let Some(next) = self.model.step(&self.state, &self.entries[index].op) else {
-            return false;
+            return Step::Illegal;
         };
         self.bits.set(index, true);
         if !self.memo.insert((self.bits.clone(), next.clone())) {
             self.bits.set(index, false);
-            return false;
+            return Step::Seen;
         }
         let before = std::mem::replace(&mut self.state, next);
-        self.stack.push((index, before));
+        self.stack.push(Frame {
+            index,
+            before,
+            forced,
+        });
         self.events.unlink(1 + 2 * index);
         if self.entries[index].ret.is_some() {
             self.events.unlink(2 + 2 * index);
             self.pending -= 1;
         }
-        true
+        Step::Taken
     }
 
-    /// Undoes the last linearization; returns the node to continue after.
-    fn backtrack(&mut self) -> Option<usize> {
-        if self.stack.len() > self.longest.len() {
-            self.longest = self.stack.iter().map(|(index, _)| *index).collect();
+    /// In a fresh configuration: linearizes the first read whose call is
+    /// minimal and that is legal now (`Taken`), or finds that doing so
+    /// leads to an explored configuration, so this one fails too (`Seen`).
+    fn force_read(&mut self) -> Step {
+        let mut node = self.events.next[0];
+        while node != NIL && !node.is_multiple_of(2) {
+            let index = node / 2;
+            if self.model.is_read_only(&self.entries[index].op) {
+                match self.try_linearize(index, true) {
+                    Step::Illegal => {}
+                    taken_or_seen => return taken_or_seen,
+                }
+            }
+            node = self.events.next[node];
         }
-        let (index, before) = self.stack.pop()?;
-        self.state = before;
-        self.bits.set(index, false);
-        if self.entries[index].ret.is_some() {
-            self.events.relink(2 + 2 * index);
-            self.pending += 1;
+        Step::Illegal
+    }
+
+    /// Undoes linearizations up to and including the last one that was a
+    /// choice; returns its node, to continue after it. `reached` is the
+    /// entry whose return made the search turn back, if one did; it is
+    /// kept as `stuck` with the longest prefix.
+    fn backtrack(&mut self, reached: Option<usize>) -> Option<usize> {
+        if self.stack.len() > self.longest.len() || self.stuck.is_none() {
+            self.longest = self.stack.iter().map(|frame| frame.index).collect();
+            self.stuck = reached.or(self.stuck);
         }
-        self.events.relink(1 + 2 * index);
-        Some(1 + 2 * index)
+        loop {
+            let frame = self.stack.pop()?;
+            let index = frame.index;
+            self.state = frame.before;
+            self.bits.set(index, false);
+            if self.entries[index].ret.is_some() {
+                self.events.relink(2 + 2 * index);
+                self.pending += 1;
+            }
+            self.events.relink(1 + 2 * index);
+            if !frame.forced {
+                return Some(1 + 2 * index);
+            }
+        }
     }
 }
 
@@ -202,46 +268,72 @@ pub fn check<M: Model>(model: &M, entries: &[Entry<M::Op>], limits: &Limits) -> 
         memo: HashSet::new(),
         pending: entries.iter().filter(|entry| entry.ret.is_some()).count(),
         longest: Vec::new(),
+        stuck: None,
     };
     let mut node = search.events.next[0];
+    // True when the configuration is new: time to look for a forced read.
+    let mut fresh = true;
     let mut steps: u64 = 0;
     loop {
         if search.pending == 0 {
-            return Linearity::Linearizable(search.stack.iter().map(|(index, _)| *index).collect());
+            return Linearity::Linearizable(search.stack.iter().map(|frame| frame.index).collect());
         }
         steps += 1;
         if steps.is_multiple_of(4096) {
-            if Instant::now() >= limits.deadline {
-                return Linearity::Unknown(format!(
-                    "time limit reached after {steps} search steps"
-                ));
+            if let Some(why) = over_limits(&search, steps, entry_bytes, limits) {
+                return Linearity::Unknown(why);
             }
-            if search.memo.len().saturating_mul(entry_bytes) > limits.memory_bytes {
-                return Linearity::Unknown(format!(
-                    "memory limit reached: {} configurations memoised",
-                    search.memo.len()
-                ));
-            }
+        }
+        let forced = if fresh {
+            search.force_read()
+        } else {
+            Step::Illegal
+        };
+        fresh = false;
+        if forced == Step::Taken {
+            node = search.events.next[0];
+            fresh = true;
+            continue;
         }
         // With entries still pending a return node is still linked, so the
         // walk meets it before the end; NIL here would be a broken list.
-        if node == NIL || node.is_multiple_of(2) {
-            let stuck = if node == NIL { 0 } else { node / 2 - 1 };
-            match search.backtrack() {
+        if forced == Step::Seen || node == NIL || node.is_multiple_of(2) {
+            let reached = (forced != Step::Seen && node != NIL).then(|| node / 2 - 1);
+            match search.backtrack(reached) {
                 Some(after) => node = search.events.next[after],
                 None => {
                     return Linearity::Not {
                         longest: search.longest,
-                        stuck,
+                        stuck: search.stuck,
                     }
                 }
             }
-        } else if search.try_linearize(node / 2) {
+        } else if search.try_linearize(node / 2, false) == Step::Taken {
             node = search.events.next[0];
+            fresh = true;
         } else {
             node = search.events.next[node];
         }
     }
+}
+
+/// Why the search must stop now, if a limit is hit.
+fn over_limits<M: Model>(
+    search: &Search<'_, M>,
+    steps: u64,
+    entry_bytes: usize,
+    limits: &Limits,
+) -> Option<String> {
+    if Instant::now() >= limits.deadline {
+        return Some(format!("time limit reached after {steps} search steps"));
+    }
+    if search.memo.len().saturating_mul(entry_bytes) > limits.memory_bytes {
+        return Some(format!(
+            "memory limit reached: {} configurations memoised",
+            search.memo.len()
+        ));
+    }
+    None
 }
 
 /// Shrinks a history that `check` finds not linearizable to a sub-history
@@ -341,6 +433,10 @@ mod tests {
                 Op::Write(value) => Some(value),
             }
         }
+
+        fn is_read_only(&self, op: &Op) -> bool {
+            matches!(op, Op::Read(_))
+        }
     }
 
     fn limits() -> Limits {
@@ -398,6 +494,27 @@ mod tests {
             check(&Register, &entries, &limits()),
             Linearity::Not { .. }
         ));
+    }
+
+    #[test]
+    fn reads_legal_now_are_not_reordered() {
+        // Forty overlapping reads of 1, then a read of a value never
+        // written. Trying every subset of the reads before giving up would
+        // take 2^40 steps; reads are taken as soon as they are legal.
+        let mut entries = vec![entry(Op::Write(1), 0, Some(1))];
+        entries.extend((0..40).map(|read| entry(Op::Read(1), 2 + read, Some(100 + read))));
+        entries.push(entry(Op::Read(5), 200, Some(201)));
+        let quick = Limits {
+            deadline: Instant::now() + Duration::from_secs(2),
+            memory_bytes: 64 << 20,
+        };
+        assert_eq!(
+            check(&Register, &entries, &quick),
+            Linearity::Not {
+                longest: (0..41).collect(),
+                stuck: Some(41)
+            }
+        );
     }
 
     #[test]

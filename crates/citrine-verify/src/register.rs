@@ -67,6 +67,10 @@ impl Model for RegisterModel {
             RegisterOp::Cas { from, to } => (*state == Some(from)).then_some(Some(to)),
         }
     }
+
+    fn is_read_only(&self, op: &RegisterOp) -> bool {
+        matches!(op, RegisterOp::Read(_))
+    }
 }
 
 /// The search entries of one key's operations (and the operation each
@@ -207,11 +211,14 @@ fn judge(
                 .iter()
                 .map(|&index| sources[index].describe())
                 .collect();
-            let detail = format!(
-                "no linearization of {} operations (the search got stuck at the return of {})",
-                entries.len(),
-                sources[stuck].describe()
-            );
+            let detail = match stuck {
+                Some(stuck) => format!(
+                    "no linearization of {} operations (the search got stuck at the return of {})",
+                    entries.len(),
+                    sources[stuck].describe()
+                ),
+                None => format!("no linearization of {} operations", entries.len()),
+            };
             KeyVerdict::anomaly(key, AnomalyKind::NotLinearizable, detail, lines)
         }
     }
