@@ -562,3 +562,40 @@ fn bench_udf_workloads_against_citrined() {
     assert!(String::from_utf8_lossy(&no_int.stderr).contains("give -o an I item"));
     let _ = std::fs::remove_file(json);
 }
+
+#[test]
+fn verify_reports_progress_and_a_verdict_with_its_exit_code() {
+    let (_server, port) = citrined();
+    let host = format!("127.0.0.1:{port}");
+    let run = citrine(&[
+        "verify",
+        "-h",
+        &host,
+        "-n",
+        "test",
+        "--workload",
+        "register",
+        "--time",
+        "2s",
+        "--clients",
+        "4",
+        "--keys",
+        "2",
+    ]);
+    let text = stdout(&run);
+    assert_eq!(run.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("ops (") && text.contains(" ok, "),
+        "progress lines: {text}"
+    );
+    assert!(text.contains("verdict: VALID"), "{text}");
+    // Nothing listens: the run cannot start, which is exit status 2.
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let run = citrine(&["verify", "-h", &nobody, "--time", "1s"]);
+    let text = stdout(&run);
+    assert_eq!(run.status.code(), Some(2), "{text}");
+    assert!(text.contains("verdict: COULD NOT RUN"), "{text}");
+    let bad = citrine(&["verify", "-h", &host, "--workload", "bank"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("use register, counter or set"));
+}
