@@ -1082,36 +1082,8 @@ pub(crate) fn start_aggregate(
         Ok(None) => return refuse(out, ResultCode::Parameter),
         Err(code) => return refuse(out, code),
     };
-    let mut cursor = match crate::scan::parse(
-        message,
-        Arc::clone(&namespace),
-        service.sindexes(&namespace),
-        false,
-    ) {
+    let mut cursor = match aggregate_cursor(service, message, &namespace) {
         Ok(Some(cursor)) => cursor,
-        Ok(None) if fills_a_mastered_partition(service, message, &namespace) => {
-            // The set is unknown here, but records of it may be in the
-            // partitions this node masters and is still filling: it gets
-            // the set (it will hold its records soon) and delegates them.
-            let set = message.field(field_type::SET).unwrap_or_default();
-            match namespace
-                .sets
-                .id_of(set)
-                .and_then(|_| {
-                    crate::scan::parse(
-                        message,
-                        Arc::clone(&namespace),
-                        service.sindexes(&namespace),
-                        false,
-                    )
-                    .ok()
-                })
-                .flatten()
-            {
-                Some(cursor) => cursor,
-                None => return refuse(out, ResultCode::Unavailable),
-            }
-        }
         Ok(None) => {
             // Unknown set: no records, nothing emitted.
             transaction::write_stream_end(out, ResultCode::Ok);
@@ -1148,16 +1120,7 @@ pub(crate) fn start_aggregate(
         0 => AGGREGATE_PART_TIMEOUT,
         ms => Duration::from_millis(u64::from(ms)),
     };
-    let args = match value::decode(call.args) {
-        Ok(Value::List(list)) => list.items,
-        _ => Vec::new(),
-    };
-    let udf = citrine_udf::Call {
-        module: call.module,
-        function: call.function,
-        args: Cow::Owned(args),
-        time_limit: AGGREGATE_STEP_LIMIT,
-    };
+    let udf = aggregate_call(&call);
     let Some(slot) = AggregateSlot::take(&service.udfs.aggregations) else {
         return refuse(out, ResultCode::QueryQueueFull);
     };
@@ -1166,33 +1129,95 @@ pub(crate) fn start_aggregate(
         Err(code) => return refuse(out, code),
     };
     service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
-    match citrine_udf::Aggregation::new(call.registry, &udf) {
-        Ok(aggregation) => Some(Box::new(AggregateRun {
-            _slot: slot,
-            cursor: Box::new(cursor),
-            aggregation,
-            namespace,
-            sent: 0,
-            partition: None,
-            delegated,
-            request,
-            part_timeout,
-            watch,
-        })),
+    let aggregation = match citrine_udf::Aggregation::new(call.registry, &udf) {
+        Ok(aggregation) => aggregation,
         Err(error) => {
-            namespace
-                .stats
-                .client_udf_error
-                .fetch_add(1, Ordering::Relaxed);
-            let start = out.len();
-            write_aggregate_failure(out, &error);
-            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
-            if let Some(watch) = watch {
-                watch.monitor.add_net_io(out.len() - start);
-                watch.finish(crate::job::monitor::Reason::Unknown);
-            }
-            None
+            aggregation_not_started(service, &namespace, out, &error, watch);
+            return None;
         }
+    };
+    Some(Box::new(AggregateRun {
+        _slot: slot,
+        cursor: Box::new(cursor),
+        aggregation,
+        namespace,
+        sent: 0,
+        partition: None,
+        delegated,
+        request,
+        part_timeout,
+        watch,
+    }))
+}
+
+/// The cursor over the records an aggregation reads. `Ok(None)`: its set
+/// is unknown here, so it has no records.
+fn aggregate_cursor(
+    service: &Service,
+    message: &Message<'_>,
+    namespace: &Arc<Namespace>,
+) -> Result<Option<crate::scan::ScanCursor>, ResultCode> {
+    let parse = || {
+        crate::scan::parse(
+            message,
+            Arc::clone(namespace),
+            service.sindexes(namespace),
+            false,
+        )
+    };
+    match parse()? {
+        Some(cursor) => Ok(Some(cursor)),
+        None if fills_a_mastered_partition(service, message, namespace) => {
+            // The set is unknown here, but records of it may be in the
+            // partitions this node masters and is still filling: it gets
+            // the set (it will hold its records soon) and delegates them.
+            let set = message.field(field_type::SET).unwrap_or_default();
+            namespace
+                .sets
+                .id_of(set)
+                .and_then(|_| parse().ok())
+                .flatten()
+                .map(Some)
+                .ok_or(ResultCode::Unavailable)
+        }
+        None => Ok(None),
+    }
+}
+
+/// An aggregation's Lua call: its module, function and arguments, each
+/// step limited to [`AGGREGATE_STEP_LIMIT`].
+fn aggregate_call<'c>(call: &UdfCall<'c>) -> citrine_udf::Call<'c> {
+    let args = match value::decode(call.args) {
+        Ok(Value::List(list)) => list.items,
+        _ => Vec::new(),
+    };
+    citrine_udf::Call {
+        module: call.module,
+        function: call.function,
+        args: Cow::Owned(args),
+        time_limit: AGGREGATE_STEP_LIMIT,
+    }
+}
+
+/// An aggregation whose stream could not be built: counted, answered with
+/// its failure, and its job (if any) finished.
+fn aggregation_not_started(
+    service: &Service,
+    namespace: &Namespace,
+    out: &mut Vec<u8>,
+    error: &UdfError,
+    watch: Option<crate::job::monitor::Watch>,
+) {
+    namespace
+        .stats
+        .client_udf_error
+        .fetch_add(1, Ordering::Relaxed);
+    let start = out.len();
+    write_aggregate_failure(out, error);
+    service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+    if let Some(watch) = watch {
+        watch.monitor.add_net_io(out.len() - start);
+        watch.finish(crate::job::monitor::Reason::Unknown);
     }
 }
 
