@@ -1604,39 +1604,8 @@ impl AggregateRun {
         let frame_start = out.len();
         out.extend_from_slice(&[0u8; citrine_wire::frame::PROTO_HEADER_SIZE]);
         let mut sent = self.sent;
-        let mut emit = |value: Value| {
-            let (particle_type, bytes) =
-                citrine_udf::particle_of(&value).unwrap_or((ParticleType::Null as u8, Vec::new()));
-            sent += bytes.len();
-            if sent > AGGREGATE_OUTPUT_MAX {
-                return Err(format!(
-                    "the aggregation's output passed {AGGREGATE_OUTPUT_MAX} bytes"
-                ));
-            }
-            let mut writer = MessageWriter::begin_bare(out, &MsgHeader::default());
-            writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
-            writer.finish();
-            Ok(())
-        };
-        let mut outcome = Ok(());
-        for record in &records {
-            let partition = citrine_types::Digest(record.digest).partition();
-            if self.partition.is_some_and(|current| current != partition) {
-                // The walk moved on: the last partition's result goes out.
-                outcome = self.aggregation.restart(&mut emit);
-                if outcome.is_err() {
-                    break;
-                }
-            }
-            self.partition = Some(partition);
-            outcome = self
-                .aggregation
-                .record(record)
-                .and_then(|()| self.aggregation.take(&mut emit));
-            if outcome.is_err() {
-                break;
-            }
-        }
+        let mut emit = |value: Value| emit_value(out, &mut sent, value);
+        let outcome = self.feed(&records, &mut emit);
         let reason = match outcome {
             Ok(()) if finished => {
                 let AggregateRun {
@@ -1682,6 +1651,46 @@ impl AggregateRun {
         }
         ended(reason)
     }
+}
+
+impl AggregateRun {
+    /// Feeds one step's records to the aggregation, sending a partition's
+    /// result when the walk moves on to the next partition.
+    fn feed(
+        &mut self,
+        records: &std::collections::VecDeque<citrine_udf::RecordIn<'static>>,
+        emit: &mut dyn FnMut(Value) -> Result<(), String>,
+    ) -> Result<(), UdfError> {
+        for record in records {
+            let partition = citrine_types::Digest(record.digest).partition();
+            if self.partition.is_some_and(|current| current != partition) {
+                // The walk moved on: the last partition's result goes out.
+                self.aggregation.restart(emit)?;
+            }
+            self.partition = Some(partition);
+            self.aggregation.record(record)?;
+            self.aggregation.take(emit)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes one value an aggregation emitted as a bare message (bin
+/// `SUCCESS`), refusing once the run's output passes
+/// [`AGGREGATE_OUTPUT_MAX`].
+fn emit_value(out: &mut Vec<u8>, sent: &mut usize, value: Value) -> Result<(), String> {
+    let (particle_type, bytes) =
+        citrine_udf::particle_of(&value).unwrap_or((ParticleType::Null as u8, Vec::new()));
+    *sent += bytes.len();
+    if *sent > AGGREGATE_OUTPUT_MAX {
+        return Err(format!(
+            "the aggregation's output passed {AGGREGATE_OUTPUT_MAX} bytes"
+        ));
+    }
+    let mut writer = MessageWriter::begin_bare(out, &MsgHeader::default());
+    writer.op(op_type::READ, particle_type, b"SUCCESS", &bytes);
+    writer.finish();
+    Ok(())
 }
 
 /// How an aggregation goes on after a step.
