@@ -880,42 +880,8 @@ fn plan(
     };
     let mut stored: Vec<Bin<'_>> = Vec::with_capacity(bins.len() + hidden.len());
     for (name, value) in bins {
-        let bad = |why: &str| {
-            Refusal::Udf(UdfError::Execution(format!(
-                "bin {}: {why}",
-                String::from_utf8_lossy(name)
-            )))
-        };
-        if !valid_bin_name(name) {
-            return Err(bad("the name is longer than 15 bytes"));
-        }
-        // An ordered list or map the UDF changed goes back in order (a
-        // `list.append` to an ordered list appends at the end in Lua).
-        let canonical;
-        let value = if value.is_collection() {
-            let mut copy = value.clone();
-            value::canonicalize(&mut copy);
-            canonical = copy;
-            &canonical
-        } else {
-            value
-        };
-        if let Some((particle_type, bytes)) = citrine_udf::particle_of(value) {
-            let valid = validate_value(particle_type, &bytes).is_ok()
-                && (particle_type != ParticleType::Hll as u8
-                    || citrine_cdt::hll::valid_particle(&bytes));
-            if !valid {
-                return Err(bad("not a value a bin can hold"));
-            }
-            if transaction::bins::check_geojson(particle_type, &bytes).is_err() {
-                return Err(bad("not a GeoJSON shape the server supports"));
-            }
-            transaction::check_record_size(namespace, bytes.len())?;
-            stored.push(Bin {
-                name: Cow::Borrowed(name),
-                particle_type,
-                value: Cow::Owned(bytes),
-            });
+        if let Some(bin) = stored_bin(namespace, name, value)? {
+            stored.push(bin);
         }
     }
     for bin in hidden {
@@ -949,6 +915,53 @@ fn plan(
         .map_err(|_| ResultCode::Parameter)?;
     transaction::check_record_size(namespace, body.len())?;
     Ok(Planned::Store { body, void_time })
+}
+
+/// One bin a UDF wrote, checked as a write checks it: its name, its value
+/// (an ordered collection back in order; HLL and GeoJSON valid) and the
+/// record size limit. `None`: a value no bin holds (a nil: the bin goes).
+fn stored_bin<'b>(
+    namespace: &Namespace,
+    name: &'b [u8],
+    value: &Value,
+) -> Result<Option<Bin<'b>>, Refusal> {
+    let bad = |why: &str| {
+        Refusal::Udf(UdfError::Execution(format!(
+            "bin {}: {why}",
+            String::from_utf8_lossy(name)
+        )))
+    };
+    if !valid_bin_name(name) {
+        return Err(bad("the name is longer than 15 bytes"));
+    }
+    // An ordered list or map the UDF changed goes back in order (a
+    // `list.append` to an ordered list appends at the end in Lua).
+    let canonical;
+    let value = if value.is_collection() {
+        let mut copy = value.clone();
+        value::canonicalize(&mut copy);
+        canonical = copy;
+        &canonical
+    } else {
+        value
+    };
+    let Some((particle_type, bytes)) = citrine_udf::particle_of(value) else {
+        return Ok(None);
+    };
+    let valid = validate_value(particle_type, &bytes).is_ok()
+        && (particle_type != ParticleType::Hll as u8 || citrine_cdt::hll::valid_particle(&bytes));
+    if !valid {
+        return Err(bad("not a value a bin can hold"));
+    }
+    if transaction::bins::check_geojson(particle_type, &bytes).is_err() {
+        return Err(bad("not a GeoJSON shape the server supports"));
+    }
+    transaction::check_record_size(namespace, bytes.len())?;
+    Ok(Some(Bin {
+        name: Cow::Borrowed(name),
+        particle_type,
+        value: Cow::Owned(bytes),
+    }))
 }
 
 /// Writes result 100 with the error's text in a `FAILURE` bin.
