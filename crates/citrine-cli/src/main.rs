@@ -4,7 +4,8 @@
 //! `info` (asinfo-like), `get`/`put`/`delete`/`exists` (single records),
 //! `scan`/`query`/`index` (many records, secondary indexes), `udf` (Lua
 //! modules and calling them on a record),
-//! `cluster` (node table) and `bench` (load generator and no-op responder).
+//! `cluster` (node table), `bench` (load generator and no-op responder),
+//! `backup` and `restore` (asbackup-format files).
 //! Every failure ends with a message saying what to do and exit status 1.
 //! Subcommands that take `-h HOST` disable clap's `-h` help short flag;
 //! `--help` works everywhere.
@@ -20,6 +21,7 @@ macro_rules! outln {
     }};
 }
 
+mod backup;
 mod bench;
 mod info_cmd;
 mod msgpack;
@@ -40,7 +42,8 @@ use std::process::ExitCode;
                   Talks to a server at HOST[:PORT] (default 127.0.0.1:3000).\n\
                   Examples:\n  citrine info -v build\n  citrine put -n test -s demo key1 a=1 b=hello\n  \
                   citrine get -n test -s demo key1\n  citrine scan -n test -s demo\n  \
-                  citrine udf put counters.lua\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10"
+                  citrine udf put counters.lua\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10\n  \
+                  citrine backup -n test -o test.asb\n  citrine restore -i test.asb"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -71,6 +74,10 @@ enum Command {
     Cluster(info_cmd::ClusterArgs),
     /// Benchmark a server (or run the no-op responder with --noop-server).
     Bench(Box<bench::BenchArgs>),
+    /// Back up a namespace to a file in asbackup's format (asrestore reads it).
+    Backup(Box<backup::BackupArgs>),
+    /// Restore a backup file (from `citrine backup` or asbackup) into a cluster.
+    Restore(Box<backup::RestoreArgs>),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -122,6 +129,8 @@ fn main() -> ExitCode {
             Command::Udf(args) => udf_cmd::run(args).await,
             Command::Cluster(args) => info_cmd::run_cluster(args).await,
             Command::Bench(args) => bench::run(*args).await,
+            Command::Backup(args) => backup::run_backup(*args).await,
+            Command::Restore(args) => backup::run_restore(*args).await,
         }
     });
     match result {
