@@ -367,7 +367,8 @@ fn index_def(entry: &str) -> Result<IndexDef, String> {
         entry
             .split(':')
             .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-            .filter(|value| *value != "NULL")
+            // The reference writes `null`, Citrine `NULL`.
+            .filter(|value| !value.eq_ignore_ascii_case("null"))
             .map(str::to_owned)
     };
     let name = field("indexname").unwrap_or_default();
@@ -615,6 +616,12 @@ mod tests {
             (listed.set.as_str(), listed.context.as_deref()),
             ("", Some("kgEA"))
         );
+        // As the reference lists it (8.1.2: lower-case `null`).
+        let reference = index_def(
+            "ns=test:indexname=bk_by_n:set=bk:bin=n:type=numeric:indextype=default:context=null:exp=null:state=RW",
+        )
+        .expect("a bin index");
+        assert_eq!((reference.bin.as_str(), reference.context), ("n", None));
         let expression = index_def(
             "ns=test:indexname=e:set=NULL:bin=NULL:type=numeric:indextype=default:context=NULL:exp=kwEC",
         );
