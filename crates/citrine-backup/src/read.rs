@@ -561,26 +561,43 @@ impl<R: BufRead> Reader<R> {
     }
 
     /// Bytes up to (not including) the first unescaped byte of `delims`.
+    /// Scans the input's buffer a slice at a time.
     fn token(&mut self, delims: &[u8], unescape: bool, what: &str) -> Parsed<Vec<u8>> {
         let mut token = Vec::new();
         let mut escaped = false;
         loop {
-            let Some(byte) = self.peek()? else {
-                return Err(self.error(format!("the file ends inside {what}: truncated")));
+            let buffer = match self.input.fill_buf() {
+                Ok(buffer) => buffer,
+                Err(error) => return Err(self.error(format!("read error: {error}"))),
             };
-            if !escaped && delims.contains(&byte) {
-                return Ok(token);
+            if buffer.is_empty() {
+                return Err(self.error(format!("the file ends inside {what}: truncated")));
             }
-            self.advance(1);
-            if unescape && !escaped && byte == b'\\' {
-                escaped = true;
-                continue;
+            let mut used = 0;
+            let mut found = false;
+            for &byte in buffer {
+                if !escaped && delims.contains(&byte) {
+                    found = true;
+                    break;
+                }
+                used += 1;
+                if unescape && !escaped && byte == b'\\' {
+                    escaped = true;
+                    continue;
+                }
+                escaped = false;
+                token.push(byte);
             }
-            escaped = false;
-            if token.len() >= MAX_TOKEN {
+            let lines = buffer[..used].iter().filter(|b| **b == b'\n').count() as u64;
+            self.input.consume(used);
+            self.offset += used as u64;
+            self.line += lines;
+            if token.len() > MAX_TOKEN {
                 return Err(self.error(format!("{what} is longer than {MAX_TOKEN} bytes")));
             }
-            token.push(byte);
+            if found {
+                return Ok(token);
+            }
         }
     }
 
