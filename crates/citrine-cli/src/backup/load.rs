@@ -9,9 +9,9 @@
 //! and the error names the line (and the line the record began on).
 //!
 //! Outcomes are counted by reason: restored; skipped because the cluster
-//! holds the record already (`--unique`) or holds a higher generation, or
-//! because it expired, or has no bins left; failed with the server's
-//! answer.
+//! holds the record already (`--unique`) or holds the same or a higher
+//! generation, or because it expired, or has no bins left; failed with the
+//! server's answer.
 
 use super::io::open_source;
 use super::progress::{by_reason, rates, Counters, Ticker};
@@ -401,7 +401,7 @@ async fn write(target: &Target, key: Key, policy: WritePolicy, bins: Vec<Bin>) {
         Err(error) => match error.raw_code() {
             Some(3) => target
                 .counters
-                .skip("the cluster holds a higher generation"),
+                .skip("the cluster holds the same or a higher generation"),
             Some(5) => target.counters.skip("already on the cluster (--unique)"),
             Some(_) => target.counters.fail(match error.result_code() {
                 Some(code) => code.to_string(),

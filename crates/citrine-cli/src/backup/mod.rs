@@ -163,10 +163,10 @@ pub struct BackupArgs {
     disable_help_flag = true,
     after_help = "Reads a backup file (from `citrine backup` or asbackup) and writes its UDF modules,\n\
                   secondary indexes and records into the cluster. By default a record is written\n\
-                  unless the cluster holds it with a higher generation (as asrestore does);\n\
-                  --unique writes only records the cluster lacks, --replace replaces whole\n\
-                  records, --no-generation writes regardless of generations. A damaged file\n\
-                  stops the restore at the damage, naming the line; what came before stays.\n\
+                  unless the cluster holds it with the same or a higher generation (as asrestore\n\
+                  does); --unique writes only records the cluster lacks, --replace replaces\n\
+                  whole records, --no-generation writes regardless of generations. A damaged\n\
+                  file stops the restore at the damage, naming the line; what came before stays.\n\
                   Examples:\n  citrine restore -i test.asb\n  \
                   citrine restore -h 10.0.0.2:3000 -i test.asb --namespace test,copy --unique\n  \
                   citrine restore -i test.asb.zst --tps 5000"
@@ -205,7 +205,7 @@ pub struct RestoreArgs {
     /// Replace whole records (bins the backup lacks are removed).
     #[arg(long = "replace")]
     pub replace: bool,
-    /// Write even where the cluster holds a higher generation.
+    /// Write even where the cluster holds the same or a higher generation.
     #[arg(long = "no-generation")]
     pub no_generation: bool,
     /// At most this many records written a second (0 = no limit).
