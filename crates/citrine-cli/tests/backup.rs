@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use citrine_backup::UserKey;
 use citrine_testsupport::{free_port, wait_until_serving};
 
 const CITRINE: &str = env!("CARGO_BIN_EXE_citrine");
@@ -27,6 +28,13 @@ impl Drop for Process {
 }
 
 fn citrined() -> (Process, String) {
+    let (process, host, _) = citrined_with(&[]);
+    (process, host)
+}
+
+/// A `citrined` with these extra arguments: its process, service address
+/// and heartbeat address (for another node's `--seed`).
+fn citrined_with(extra: &[&str]) -> (Process, String, String) {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let binary = match std::env::var("CITRINED_BIN") {
         Ok(path) if PathBuf::from(&path).is_file() => PathBuf::from(path),
@@ -40,18 +48,24 @@ fn citrined() -> (Process, String) {
             .expect("citrined not found: build it with `cargo build -p citrine-server` or set CITRINED_BIN"),
     };
     let port = free_port();
+    let heartbeat = free_port();
     let work = tempdir("node");
     let mut child = Command::new(binary)
+        .args(extra)
         .args(["--port", &port.to_string(), "--address", "127.0.0.1"])
         .args(["--fabric-port", &free_port().to_string()])
-        .args(["--heartbeat-port", &free_port().to_string()])
+        .args(["--heartbeat-port", &heartbeat.to_string()])
         .args(["--data-dir", work.to_str().expect("utf-8 path")])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn citrined");
     wait_until_serving(&mut child, port, Duration::from_secs(15));
-    (Process(child), format!("127.0.0.1:{port}"))
+    (
+        Process(child),
+        format!("127.0.0.1:{port}"),
+        format!("127.0.0.1:{heartbeat}"),
+    )
 }
 
 fn tempdir(what: &str) -> PathBuf {
@@ -201,12 +215,16 @@ type Snapshot = BTreeMap<
 >;
 
 async fn snapshot(client: &Client) -> Snapshot {
+    snapshot_of(client, "test").await
+}
+
+async fn snapshot_of(client: &Client, namespace: &str) -> Snapshot {
     let policy = ScanPolicy {
         raw_values: true,
         ..ScanPolicy::default()
     };
     let records = client
-        .scan(&policy, &Statement::new("test", ""))
+        .scan(&policy, &Statement::new(namespace, ""))
         .expect("scan")
         .collect()
         .await
@@ -242,7 +260,12 @@ fn assert_same(before: &Snapshot, after: &Snapshot) {
 }
 
 async fn sindex_list(host: &str) -> String {
-    citrine_client::info_at(host, &["sindex-list:ns=test"], Duration::from_secs(2))
+    sindex_list_of(host, "test").await
+}
+
+async fn sindex_list_of(host: &str, namespace: &str) -> String {
+    let command = format!("sindex-list:ns={namespace}");
+    citrine_client::info_at(host, &[command.as_str()], Duration::from_secs(2))
         .await
         .expect("info")
         .remove(0)
@@ -308,7 +331,60 @@ fn a_backup_restored_into_a_fresh_node_reproduces_records_index_and_module() {
         "{}",
         text(&again)
     );
+    generations_decide_what_a_restore_overwrites(&rt, &bytes, &host_b, file_arg);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The file keeps each record's generation (the every-type record was
+/// written twice); a restore writes a record only over a lower generation
+/// unless told `--no-generation`.
+fn generations_decide_what_a_restore_overwrites(
+    rt: &tokio::runtime::Runtime,
+    content: &[u8],
+    host: &str,
+    file: &str,
+) {
+    let mut reader = citrine_backup::Reader::new(content).expect("header");
+    let mut generation = None;
+    while let Some(entry) = reader.next_entry().expect("entry") {
+        if let citrine_backup::Entry::Record(record) = entry {
+            if record.key == Some(UserKey::String("every-type".into())) {
+                generation = Some(record.generation);
+            }
+        }
+    }
+    assert_eq!(generation, Some(2), "the every-type record's generation");
+    let key = Key::new("test", "kinds", 42i64);
+    rt.block_on(async {
+        let client = connect(host).await;
+        for n in [1i64, 2] {
+            let bins = [Bin::new("int", n)];
+            client
+                .put(&WritePolicy::default(), &key, &bins)
+                .await
+                .expect("put");
+        }
+    });
+    let int_bin = || {
+        rt.block_on(async {
+            let client = connect(host).await;
+            let policy = Default::default();
+            let record = client.get(&policy, &key, citrine_client::Bins::All);
+            record.await.expect("get").expect("found").bins["int"].clone()
+        })
+    };
+    // The backup holds generation 1 of kinds/42, the cluster generation 3:
+    // only the every-type record (2 in the file, 1 here) is written.
+    let kept = citrine(&["restore", "-h", host, "-i", file]);
+    assert!(kept.status.success(), "{}", text(&kept));
+    assert!(text(&kept).contains(" 1 restored"), "{}", text(&kept));
+    let skipped = "the cluster holds the same or a higher generation: 201";
+    assert!(text(&kept).contains(skipped), "{}", text(&kept));
+    assert_eq!(int_bin(), Value::Int(2));
+    let forced = citrine(&["restore", "-h", host, "-i", file, "--no-generation"]);
+    assert!(forced.status.success(), "{}", text(&forced));
+    assert!(text(&forced).contains("202 restored"), "{}", text(&forced));
+    assert_eq!(int_bin(), Value::Int(42));
 }
 
 #[test]
@@ -420,6 +496,331 @@ fn compressed_encrypted_and_filtered_backups() {
         "{wanted}: {}",
         text(&half)
     );
+    filter_expression_and_modification_times(&rt, &host_a, part_arg);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The records of a backup file, by their user keys (as text).
+fn user_keys_in(file: &str) -> Vec<String> {
+    let content = std::fs::read(file).expect("file");
+    let mut reader = citrine_backup::Reader::new(&content[..]).expect("header");
+    let mut keys = Vec::new();
+    while let Some(entry) = reader.next_entry().expect("entry") {
+        if let citrine_backup::Entry::Record(record) = entry {
+            keys.push(format!("{:?}", record.key));
+        }
+    }
+    keys.sort();
+    keys
+}
+
+/// `--filter-exp` (int == 42) and a modification-time split either side
+/// of one record written a second after the others.
+fn filter_expression_and_modification_times(rt: &tokio::runtime::Runtime, host: &str, file: &str) {
+    let backup = |extra: &[&str]| {
+        let mut args = vec!["backup", "-h", host, "-n", "test", "-o", file];
+        args.extend(extra);
+        let output = citrine(&args);
+        assert!(output.status.success(), "{}", text(&output));
+        user_keys_in(file)
+    };
+    // [EQ, [BIN, INT, "int"], 42] in msgpack, base64.
+    let int_is_42 = "kwGTUQKjaW50Kg==";
+    let selected = backup(&["--filter-exp", int_is_42, "-s", "kinds"]);
+    assert_eq!(selected, ["Some(Integer(42))"], "{selected:?}");
+    let all = backup(&[]).len();
+    std::thread::sleep(Duration::from_millis(1100));
+    let split = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    std::thread::sleep(Duration::from_millis(1100));
+    rt.block_on(async {
+        let late = Key::new("test", "late", "late");
+        let policy = WritePolicy {
+            base: citrine_client::Policy {
+                send_key: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let client = connect(host).await;
+        client
+            .put(&policy, &late, &[Bin::new("int", 1i64)])
+            .await
+            .expect("put");
+    });
+    let split = split.to_string();
+    let after = backup(&["--modified-after", &split]);
+    assert_eq!(after, [r#"Some(String("late"))"#], "{after:?}");
+    let before = backup(&["--modified-before", &split]);
+    assert_eq!(before.len(), all, "every record but the late one");
+    assert!(!before.contains(&after[0]));
+}
+
+/// Two `citrined` forming one cluster (replication factor 2): their
+/// processes and service addresses, once migrations settled.
+fn two_node_cluster() -> (Vec<Process>, Vec<String>) {
+    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster.toml");
+    let config = config.to_str().expect("utf-8");
+    let (first, host_a, heartbeat) = citrined_with(&["--config", config]);
+    let (second, host_b, _) = citrined_with(&["--config", config, "--seed", &heartbeat]);
+    let hosts = vec![host_a, host_b];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let rt = runtime();
+    loop {
+        let keys: Vec<String> = rt.block_on(async {
+            let mut keys = Vec::new();
+            for host in &hosts {
+                let answer = citrine_client::info_at(
+                    host,
+                    &["cluster-stable:size=2"],
+                    Duration::from_secs(2),
+                )
+                .await;
+                keys.push(answer.map(|mut a| a.remove(0).1).unwrap_or_default());
+            }
+            keys
+        });
+        let stable = !keys[0].is_empty() && !keys[0].starts_with("ERROR") && keys[0] == keys[1];
+        if stable {
+            return (vec![first, second], hosts);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no stable cluster: {keys:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The digests of a backup file's records, sorted.
+fn digests_in(file: &str) -> Vec<[u8; 20]> {
+    let content = std::fs::read(file).expect("file");
+    let mut reader = citrine_backup::Reader::new(&content[..]).expect("header");
+    let mut digests = Vec::new();
+    while let Some(entry) = reader.next_entry().expect("entry") {
+        if let citrine_backup::Entry::Record(record) = entry {
+            digests.push(record.digest.0);
+        }
+    }
+    digests.sort_unstable();
+    digests
+}
+
+#[test]
+fn a_node_list_backs_up_the_partitions_those_nodes_master() {
+    let rt = runtime();
+    let (_nodes, hosts) = two_node_cluster();
+    let dir = tempdir("nodes");
+    let (all, masters) = rt.block_on(async {
+        let client = connect(&hosts[0]).await;
+        for _ in 0..100 {
+            if client.nodes().len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        populate(&client, 400).await;
+        let all: Vec<[u8; 20]> = snapshot(&client).await.into_keys().collect();
+        let ids: Vec<_> = hosts
+            .iter()
+            .map(|host| {
+                let node = client
+                    .nodes()
+                    .into_iter()
+                    .find(|n| n.address.to_string() == *host);
+                node.expect("both nodes known").id
+            })
+            .collect();
+        let masters: Vec<_> = (0..4096u16)
+            .map(|p| client.master_of_partition("test", p))
+            .collect();
+        (all, (ids, masters))
+    });
+    let (ids, map) = masters;
+    let mut union = Vec::new();
+    for (host, id) in hosts.iter().zip(&ids) {
+        let file = dir.join("one-node.asb");
+        let file = file.to_str().expect("utf-8");
+        let backup = citrine(&[
+            "backup", "-h", &hosts[0], "-n", "test", "-o", file, "-l", host,
+        ]);
+        assert!(backup.status.success(), "{}", text(&backup));
+        let digests = digests_in(file);
+        assert!(
+            !digests.is_empty() && digests.len() < all.len(),
+            "{host}: {}",
+            digests.len()
+        );
+        for digest in &digests {
+            let partition = u16::from_le_bytes([digest[0], digest[1]]) & 0xfff;
+            assert_eq!(
+                map[usize::from(partition)].as_ref(),
+                Some(id),
+                "partition {partition}"
+            );
+        }
+        union.extend(digests);
+    }
+    union.sort_unstable();
+    assert_eq!(union, all, "the two nodes' backups hold every record once");
+    let nobody = citrine(&[
+        "backup",
+        "-h",
+        &hosts[0],
+        "-n",
+        "test",
+        "-o",
+        "x",
+        "-l",
+        "127.0.0.1:1",
+    ]);
+    assert!(!nobody.status.success());
+    assert!(
+        text(&nobody)
+            .contains("--node-list 127.0.0.1:1: no node of the cluster is at that address"),
+        "{}",
+        text(&nobody)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The reference server's `run.sh` (../shared/reference beside the
+/// repository or its worktree, or `CITRINE_REFERENCE`), if it is here.
+fn reference_run_sh() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("CITRINE_REFERENCE") {
+        return Some(PathBuf::from(path));
+    }
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    ["..", "../.."]
+        .iter()
+        .map(|up| {
+            workspace
+                .join(up)
+                .join("shared/reference/aerospike-ce-8.1.2/run.sh")
+        })
+        .find(|path| path.is_file())
+}
+
+/// The reference server (namespaces `test` and `bar`) on three free ports,
+/// once both namespaces are balanced: its process and service address.
+fn reference(run_sh: &Path) -> (Process, String) {
+    let port = loop {
+        let port = free_port();
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if port < 65_000 && free(port + 1) && free(port + 2) {
+            break port;
+        }
+    };
+    let work = tempdir("reference");
+    let child = Command::new("bash")
+        .arg(run_sh)
+        .arg(port.to_string())
+        .arg(&work)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the reference");
+    let process = Process(child);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let log = work.join("asd.log");
+    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains("{bar} rebalanced")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reference did not start: see {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (process, format!("127.0.0.1:{port}"))
+}
+
+/// A file's records by digest, bins sorted by name.
+fn records_in(file: &str) -> BTreeMap<[u8; 20], citrine_backup::Record> {
+    let content = std::fs::read(file).expect("file");
+    let mut reader = citrine_backup::Reader::new(&content[..]).expect("header");
+    let mut records = BTreeMap::new();
+    while let Some(entry) = reader.next_entry().expect("entry") {
+        if let citrine_backup::Entry::Record(mut record) = entry {
+            record.bins.sort_by(|a, b| a.name.cmp(&b.name));
+            records.insert(record.digest.0, record);
+        }
+    }
+    records
+}
+
+/// Backed up from the reference server with `citrine backup`, restored into
+/// Citrine; backed up from Citrine, restored into the reference (namespace
+/// `bar`): every record, the index and the module arrive both ways, and
+/// both files hold the same records byte for byte (generations aside: a
+/// restored record starts again at 1).
+#[test]
+fn files_move_between_citrine_and_the_reference_server() {
+    let Some(run_sh) = reference_run_sh() else {
+        eprintln!(
+            "skipped: the reference server is not here (set CITRINE_REFERENCE to its run.sh)"
+        );
+        return;
+    };
+    let rt = runtime();
+    let (_reference, host_ref) = reference(&run_sh);
+    let (_citrine, host_c) = citrined();
+    let dir = tempdir("interchange");
+    let (from_ref, from_c) = (dir.join("ref.asb"), dir.join("citrine.asb"));
+    let (from_ref, from_c) = (
+        from_ref.to_str().expect("utf-8"),
+        from_c.to_str().expect("utf-8"),
+    );
+    let before = rt.block_on(async {
+        let client = connect(&host_ref).await;
+        populate(&client, 100).await;
+        snapshot(&client).await
+    });
+    let backup = citrine(&["backup", "-h", &host_ref, "-n", "test", "-o", from_ref]);
+    assert!(backup.status.success(), "{}", text(&backup));
+    assert!(text(&backup).contains("102 records"), "{}", text(&backup));
+    assert!(
+        text(&backup).contains("1 secondary indexes, 1 UDF modules"),
+        "{}",
+        text(&backup)
+    );
+    let restore = citrine(&["restore", "-h", &host_c, "-i", from_ref]);
+    assert!(restore.status.success(), "{}", text(&restore));
+    rt.block_on(async {
+        let client = connect(&host_c).await;
+        assert_same(&before, &snapshot(&client).await);
+        assert!(sindex_list(&host_c).await.contains("indexname=by_int"));
+        let module = client.get_udf(MODULE).await.expect("get udf");
+        assert_eq!(module.as_deref(), Some(MODULE_SOURCE.as_bytes()));
+    });
+    let backup = citrine(&["backup", "-h", &host_c, "-n", "test", "-o", from_c]);
+    assert!(backup.status.success(), "{}", text(&backup));
+    let restore = citrine(&[
+        "restore",
+        "-h",
+        &host_ref,
+        "-i",
+        from_c,
+        "--namespace",
+        "test,bar",
+    ]);
+    assert!(restore.status.success(), "{}", text(&restore));
+    rt.block_on(async {
+        let client = connect(&host_ref).await;
+        assert_same(&before, &snapshot_of(&client, "bar").await);
+        let indexes = sindex_list_of(&host_ref, "bar").await;
+        assert!(indexes.contains("indexname=by_int"), "{indexes}");
+    });
+    let (mut ours, theirs) = (records_in(from_c), records_in(from_ref));
+    assert_eq!(ours.len(), 102);
+    for (digest, record) in &mut ours {
+        let theirs = theirs.get(digest).expect("the same records");
+        assert!(record.expiry.abs_diff(theirs.expiry) <= 2, "{record:?}");
+        record.expiry = theirs.expiry;
+        record.generation = theirs.generation;
+    }
+    assert_eq!(ours, theirs);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -553,6 +954,34 @@ fn damaged_files_stop_at_the_damage_and_keep_what_came_before() {
     // The records wholly before the cut are on the cluster.
     let kept = rt.block_on(async { snapshot(&connect(&host_b).await).await.len() });
     assert_eq!(kept, 20, "the 20 records before the damaged one");
+
+    // A damaged line inside the 31st record: the 30 before it are written
+    // (to a fresh namespace, bar), the error names the line and the record.
+    let mut corrupt = whole.clone();
+    let at = starts[30];
+    let generation = at
+        + corrupt[at..]
+            .windows(4)
+            .position(|w| w == b"+ g ")
+            .expect("+ g");
+    corrupt[generation + 4] = b'x';
+    let line = corrupt[..generation]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1;
+    let record_line = corrupt[..at].iter().filter(|b| **b == b'\n').count() + 1;
+    let corrupt = write_file(&dir, "corrupt.asb", &corrupt);
+    let restore = citrine(&["restore", "-h", &host_b, "-i", &corrupt, "-n", "test,bar"]);
+    assert!(!restore.status.success());
+    let said = text(&restore);
+    assert!(
+        said.contains(&format!("line {line}: "))
+            && said.contains(&format!("starts on line {record_line})")),
+        "{line}, {record_line}: {said}"
+    );
+    let kept = rt.block_on(async { snapshot_of(&connect(&host_b).await, "bar").await.len() });
+    assert_eq!(kept, 30, "the 30 records before the damaged one");
 
     let wrong = write_file(&dir, "v4.asb", b"Version 4.0\n# namespace test\n");
     let said = text(&citrine(&["restore", "-h", &host_b, "-i", &wrong]));
