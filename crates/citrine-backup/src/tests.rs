@@ -272,3 +272,25 @@ fn a_bin_without_a_backup_form_writes_nothing() {
     assert!(error.contains("particle type 99"), "{error}");
     assert_eq!(out, b"prefix");
 }
+
+#[test]
+fn the_fuzz_seeds_read_whole() {
+    let seeds: [(&[u8], usize); 3] = [
+        (
+            include_bytes!("../../../fuzz/seeds/backup_file/plain.asb"),
+            5,
+        ),
+        (
+            include_bytes!("../../../fuzz/seeds/backup_file/compact.asb"),
+            1,
+        ),
+        (
+            include_bytes!("../../../fuzz/seeds/backup_file/legacy.asb"),
+            1,
+        ),
+    ];
+    for (seed, entries) in seeds {
+        let read = read_all(seed).expect("a seed reads whole");
+        assert_eq!(read.len(), entries);
+    }
+}
