@@ -17,6 +17,7 @@ binary is $CITRINE (default target/debug/citrine).
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,9 +31,15 @@ MODULE = "bkcheck.lua"
 SOURCE = b"function one(rec)\n  return 1\nend\n"
 
 
+# The client copies a module it registers into its Lua user path (default:
+# the current directory); keep that copy out of the repository.
+LUA_PATH = tempfile.mkdtemp(prefix="backup-reference-check-")
+
+
 def client(host):
     name, port = host.rsplit(":", 1)
-    return aerospike.client({"hosts": [(name, int(port))]}).connect()
+    config = {"hosts": [(name, int(port))], "lua": {"user_path": LUA_PATH}}
+    return aerospike.client(config).connect()
 
 
 def populate(c):
@@ -125,6 +132,7 @@ def main():
         citrine("restore", "-h", b, "-i", second)
         compare("reference -> file -> Citrine", original, snapshot(cb))
         has_index_and_module("Citrine", cb, b)
+    shutil.rmtree(LUA_PATH, ignore_errors=True)
     print("OK")
 
 
