@@ -358,21 +358,22 @@ fn generations_decide_what_a_restore_overwrites(
     rt.block_on(async {
         let client = connect(host).await;
         for n in [1i64, 2] {
-            let bins = [Bin::new("int", n)];
+            let bins = [Bin::new("int", n), Bin::new("extra", "x")];
             client
                 .put(&WritePolicy::default(), &key, &bins)
                 .await
                 .expect("put");
         }
     });
-    let int_bin = || {
+    let bins = || {
         rt.block_on(async {
             let client = connect(host).await;
             let policy = Default::default();
             let record = client.get(&policy, &key, citrine_client::Bins::All);
-            record.await.expect("get").expect("found").bins["int"].clone()
+            record.await.expect("get").expect("found").bins
         })
     };
+    let int_bin = || bins()["int"].clone();
     // The backup holds generation 1 of kinds/42, the cluster generation 3:
     // only the every-type record (2 in the file, 1 here) is written.
     let kept = citrine(&["restore", "-h", host, "-i", file]);
@@ -385,6 +386,12 @@ fn generations_decide_what_a_restore_overwrites(
     assert!(forced.status.success(), "{}", text(&forced));
     assert!(text(&forced).contains("202 restored"), "{}", text(&forced));
     assert_eq!(int_bin(), Value::Int(42));
+    // A restore updates bins; --replace replaces the whole record.
+    assert!(bins().contains_key("extra"));
+    let replace = ["--replace", "--no-generation"];
+    let replaced = citrine(&[&["restore", "-h", host, "-i", file][..], &replace].concat());
+    assert!(replaced.status.success(), "{}", text(&replaced));
+    assert_eq!(bins().keys().collect::<Vec<_>>(), ["int"]);
 }
 
 #[test]
@@ -982,6 +989,19 @@ fn damaged_files_stop_at_the_damage_and_keep_what_came_before() {
     );
     let kept = rt.block_on(async { snapshot_of(&connect(&host_b).await, "bar").await.len() });
     assert_eq!(kept, 30, "the 30 records before the damaged one");
+
+    // --tps 50: the 52 records take a second at least.
+    let started = std::time::Instant::now();
+    let whole_file = file.to_str().expect("utf-8");
+    let paced = ["-n", "test,bar", "--no-generation", "--tps", "50"];
+    let paced = citrine(&[&["restore", "-h", &host_b, "-i", whole_file][..], &paced].concat());
+    assert!(paced.status.success(), "{}", text(&paced));
+    assert!(text(&paced).contains("52 restored"), "{}", text(&paced));
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "{:?}",
+        started.elapsed()
+    );
 
     let wrong = write_file(&dir, "v4.asb", b"Version 4.0\n# namespace test\n");
     let said = text(&citrine(&["restore", "-h", &host_b, "-i", &wrong]));
