@@ -196,8 +196,7 @@ async fn apply(
     while let Some(message) = receiver.recv().await {
         let result = match message {
             Message::Header(namespace) => check_header(target, namespace),
-            Message::Entry(line, Entry::Udf(file)) if !args.no_udfs => {
-                let _ = line;
+            Message::Entry(_, Entry::Udf(file)) if !args.no_udfs => {
                 restore_udf(target, &file.name, &file.content, &mut outcome).await;
                 Ok(())
             }
