@@ -111,8 +111,8 @@ async fn connect(host: &str) -> Client {
 const MODULE: &str = "tally.lua";
 const MODULE_SOURCE: &str = "-- counts\nfunction bump(rec, n)\n  rec['n'] = (rec['n'] or 0) + n\n  aerospike:update(rec)\n  return rec['n']\nend\n";
 
-/// Writes records of every particle type (and a few plain ones), an index
-/// and a UDF module.
+/// Writes records of every particle type, string, integer and blob user
+/// keys (and a few plain records), an index and a UDF module.
 async fn populate(client: &Client, plain: usize) {
     let send_key = WritePolicy {
         base: citrine_client::Policy {
@@ -173,6 +173,11 @@ async fn populate(client: &Client, plain: usize) {
     };
     client
         .put(&with_ttl, &int_key, &[Bin::new("int", 42i64)])
+        .await
+        .expect("put");
+    let blob_key = Key::new("test", "blobs", vec![0u8, 0xff, b'\n', b' ']);
+    client
+        .put(&send_key, &blob_key, &[Bin::new("b", 1i64)])
         .await
         .expect("put");
     for n in 0..plain {
@@ -288,7 +293,7 @@ fn a_backup_restored_into_a_fresh_node_reproduces_records_index_and_module() {
     let backup = citrine(&["backup", "-h", &host_a, "-n", "test", "-o", file_arg]);
     assert!(backup.status.success(), "{}", text(&backup));
     let summary = text(&backup);
-    assert!(summary.contains("202 records"), "{summary}");
+    assert!(summary.contains("203 records"), "{summary}");
     assert!(
         summary.contains("1 secondary indexes, 1 UDF modules"),
         "{summary}"
@@ -310,7 +315,7 @@ fn a_backup_restored_into_a_fresh_node_reproduces_records_index_and_module() {
     let restore = citrine(&["restore", "-h", &host_b, "-i", file_arg]);
     assert!(restore.status.success(), "{}", text(&restore));
     assert!(
-        text(&restore).contains("202 restored"),
+        text(&restore).contains("203 restored"),
         "{}",
         text(&restore)
     );
@@ -327,7 +332,7 @@ fn a_backup_restored_into_a_fresh_node_reproduces_records_index_and_module() {
     assert!(again.status.success(), "{}", text(&again));
     assert!(text(&again).contains("0 restored"), "{}", text(&again));
     assert!(
-        text(&again).contains("already on the cluster (--unique): 202"),
+        text(&again).contains("already on the cluster (--unique): 203"),
         "{}",
         text(&again)
     );
@@ -379,12 +384,12 @@ fn generations_decide_what_a_restore_overwrites(
     let kept = citrine(&["restore", "-h", host, "-i", file]);
     assert!(kept.status.success(), "{}", text(&kept));
     assert!(text(&kept).contains(" 1 restored"), "{}", text(&kept));
-    let skipped = "the cluster holds the same or a higher generation: 201";
+    let skipped = "the cluster holds the same or a higher generation: 202";
     assert!(text(&kept).contains(skipped), "{}", text(&kept));
     assert_eq!(int_bin(), Value::Int(2));
     let forced = citrine(&["restore", "-h", host, "-i", file, "--no-generation"]);
     assert!(forced.status.success(), "{}", text(&forced));
-    assert!(text(&forced).contains("202 restored"), "{}", text(&forced));
+    assert!(text(&forced).contains("203 restored"), "{}", text(&forced));
     assert_eq!(int_bin(), Value::Int(42));
     // A restore updates bins; --replace replaces the whole record.
     assert!(bins().contains_key("extra"));
@@ -786,7 +791,7 @@ fn files_move_between_citrine_and_the_reference_server() {
     });
     let backup = citrine(&["backup", "-h", &host_ref, "-n", "test", "-o", from_ref]);
     assert!(backup.status.success(), "{}", text(&backup));
-    assert!(text(&backup).contains("102 records"), "{}", text(&backup));
+    assert!(text(&backup).contains("103 records"), "{}", text(&backup));
     assert!(
         text(&backup).contains("1 secondary indexes, 1 UDF modules"),
         "{}",
@@ -820,7 +825,7 @@ fn files_move_between_citrine_and_the_reference_server() {
         assert!(indexes.contains("indexname=by_int"), "{indexes}");
     });
     let (mut ours, theirs) = (records_in(from_c), records_in(from_ref));
-    assert_eq!(ours.len(), 102);
+    assert_eq!(ours.len(), 103);
     for (digest, record) in &mut ours {
         let theirs = theirs.get(digest).expect("the same records");
         assert!(record.expiry.abs_diff(theirs.expiry) <= 2, "{record:?}");
@@ -990,13 +995,13 @@ fn damaged_files_stop_at_the_damage_and_keep_what_came_before() {
     let kept = rt.block_on(async { snapshot_of(&connect(&host_b).await, "bar").await.len() });
     assert_eq!(kept, 30, "the 30 records before the damaged one");
 
-    // --tps 50: the 52 records take a second at least.
+    // --tps 50: the 53 records take a second at least.
     let started = std::time::Instant::now();
     let whole_file = file.to_str().expect("utf-8");
     let paced = ["-n", "test,bar", "--no-generation", "--tps", "50"];
     let paced = citrine(&[&["restore", "-h", &host_b, "-i", whole_file][..], &paced].concat());
     assert!(paced.status.success(), "{}", text(&paced));
-    assert!(text(&paced).contains("52 restored"), "{}", text(&paced));
+    assert!(text(&paced).contains("53 restored"), "{}", text(&paced));
     assert!(
         started.elapsed() >= Duration::from_millis(1000),
         "{:?}",
