@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Bounded fuzzing of the citrine-wire decoders, the CDT ops and expressions,
+# the backup-file parser,
 # suitable for CI.
 #
 # Runs every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each (libFuzzer,
@@ -16,8 +17,11 @@
 # says so loudly: a fallback run is NOT a libFuzzer run.
 #
 # Environment:
-#   FUZZ_SECONDS            seconds per target (default 30)
-#   FUZZ_TARGETS            space-separated targets (default: wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests)
+#   FUZZ_BUDGET_SECONDS     fuzzing time of the whole run (default 240, which
+#                           keeps CI's time fixed as targets are added)
+#   FUZZ_SECONDS            seconds per target (default: the budget shared
+#                           equally by the targets, at least 10)
+#   FUZZ_TARGETS            space-separated targets (default: wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests backup_file)
 #   FUZZ_TIMEOUT            libFuzzer per-input timeout in seconds (default 10)
 #   FUZZ_RSS_LIMIT_MB       libFuzzer memory limit (default 2048)
 #   FUZZ_SANITIZER          cargo-fuzz --sanitizer (default none: citrine-wire is
@@ -31,11 +35,13 @@
 set -euo pipefail
 
 CARGO_FUZZ_VERSION=0.13.1
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
 FUZZ_RSS_LIMIT_MB=${FUZZ_RSS_LIMIT_MB:-2048}
 FUZZ_SANITIZER=${FUZZ_SANITIZER:-none}
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests backup_file}"
+FUZZ_BUDGET_SECONDS=${FUZZ_BUDGET_SECONDS:-240}
+default_seconds=$((FUZZ_BUDGET_SECONDS / ${#TARGETS[@]}))
+FUZZ_SECONDS=${FUZZ_SECONDS:-$((default_seconds < 10 ? 10 : default_seconds))}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FUZZ_DIR="$ROOT/fuzz"

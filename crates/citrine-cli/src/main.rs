@@ -4,8 +4,9 @@
 //! `info` (asinfo-like), `get`/`put`/`delete`/`exists` (single records),
 //! `scan`/`query`/`index` (many records, secondary indexes), `udf` (Lua
 //! modules and calling them on a record),
-//! `cluster` (node table), `bench` (load generator and no-op responder) and
-//! `verify` (Jepsen-style workloads and checkers against a live cluster).
+//! `cluster` (node table), `bench` (load generator and no-op responder),
+//! `verify` (Jepsen-style workloads and checkers against a live cluster),
+//! `backup` and `restore` (asbackup-format files).
 //! Every failure ends with a message saying what to do and exit status 1.
 //! Subcommands that take `-h HOST` disable clap's `-h` help short flag;
 //! `--help` works everywhere.
@@ -21,6 +22,7 @@ macro_rules! outln {
     }};
 }
 
+mod backup;
 mod bench;
 mod info_cmd;
 mod msgpack;
@@ -43,7 +45,8 @@ use std::process::ExitCode;
                   Examples:\n  citrine info -v build\n  citrine put -n test -s demo key1 a=1 b=hello\n  \
                   citrine get -n test -s demo key1\n  citrine scan -n test -s demo\n  \
                   citrine udf put counters.lua\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10\n  \
-                  citrine verify -n test --workload register --time 60s"
+                  citrine verify -n test --workload register --time 60s\n  \
+                  citrine backup -n test -o test.asb\n  citrine restore -i test.asb"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -76,6 +79,10 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// Jepsen-style check of a live cluster: run a workload, check its history.
     Verify(verify_cmd::VerifyArgs),
+    /// Back up a namespace to a file in asbackup's format (asrestore reads it).
+    Backup(Box<backup::BackupArgs>),
+    /// Restore a backup file (from `citrine backup` or asbackup) into a cluster.
+    Restore(Box<backup::RestoreArgs>),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -128,6 +135,8 @@ fn main() -> ExitCode {
             Command::Cluster(args) => info_cmd::run_cluster(args).await,
             Command::Bench(args) => bench::run(*args).await,
             Command::Verify(args) => verify_cmd::run(args).await,
+            Command::Backup(args) => backup::run_backup(*args).await,
+            Command::Restore(args) => backup::run_restore(*args).await,
         }
     });
     match result {

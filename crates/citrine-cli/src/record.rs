@@ -198,6 +198,7 @@ pub fn value_to_json(value: &Value) -> serde_json::Value {
         Value::Bool(b) => J::Bool(*b),
         Value::Blob(b) | Value::Hll(b) => J::String(b.iter().map(|x| format!("{x:02x}")).collect()),
         Value::List(b) | Value::Map(b) => msgpack::unpack(b).unwrap_or(J::Null),
+        Value::Raw { .. } => value_to_json(&value.cooked()),
     }
 }
 

@@ -160,6 +160,14 @@ impl Client {
             .node(&key.namespace, 0, key.partition().index())
     }
 
+    /// Node currently mastering partition `partition` of `namespace`.
+    pub fn master_of_partition(&self, namespace: &str, partition: u16) -> Option<NodeId> {
+        self.cluster
+            .state()
+            .map
+            .node(namespace, 0, usize::from(partition))
+    }
+
     /// Counters.
     pub fn stats(&self) -> ClientStats {
         let counters = &self.cluster.counters;

@@ -277,6 +277,15 @@ impl Record {
     /// bins (a bin returned by several ops keeps the last value). Every
     /// answer that returns records (single, batch row, scan) reads it so.
     pub(crate) fn from_message(message: &Message<'_>) -> std::result::Result<Record, String> {
+        Record::from_message_as(message, false)
+    }
+
+    /// As [`Record::from_message`]; with `raw`, every bin is a
+    /// [`Value::Raw`]: its particle type and bytes exactly as sent.
+    pub(crate) fn from_message_as(
+        message: &Message<'_>,
+        raw: bool,
+    ) -> std::result::Result<Record, String> {
         let mut record = Record {
             generation: message.header.generation,
             void_time: message.header.record_ttl,
@@ -284,6 +293,14 @@ impl Record {
         };
         for op in message.ops() {
             let name = String::from_utf8_lossy(op.name).into_owned();
+            if raw {
+                let value = Value::Raw {
+                    particle: op.particle_type,
+                    bytes: op.value.to_vec(),
+                };
+                record.bins.insert(name, value);
+                continue;
+            }
             let value = Value::decode(op.particle_type, op.value).ok_or_else(|| {
                 format!(
                     "bin {name:?}: bad value of particle type {}",

@@ -126,6 +126,7 @@ pub fn pack(out: &mut Vec<u8>, value: &Value) {
         // HLLs travel as blobs of their own particle type.
         Value::Hll(bytes) => pack_typed_bytes(out, 18, bytes),
         Value::List(bytes) | Value::Map(bytes) => out.extend_from_slice(bytes),
+        Value::Raw { .. } => pack(out, &value.cooked()),
     }
 }
 

@@ -59,6 +59,9 @@ pub struct ScanPolicy {
     pub include_bin_data: bool,
     /// Records buffered between the nodes' streams and the caller.
     pub queue_size: usize,
+    /// Return every bin as [`Value::Raw`] (particle type and bytes exactly
+    /// as the server sent them), as a backup needs.
+    pub raw_values: bool,
 }
 
 impl Default for ScanPolicy {
@@ -74,6 +77,7 @@ impl Default for ScanPolicy {
             records_per_second: 0,
             include_bin_data: true,
             queue_size: 1024,
+            raw_values: false,
         }
     }
 }
@@ -83,6 +87,8 @@ impl Default for ScanPolicy {
 pub struct PartitionFilter {
     begin: u16,
     count: u16,
+    /// Resume the first partition strictly after this digest.
+    after: Option<Digest>,
 }
 
 impl PartitionFilter {
@@ -91,6 +97,7 @@ impl PartitionFilter {
         PartitionFilter {
             begin: 0,
             count: PARTITION_COUNT as u16,
+            after: None,
         }
     }
 
@@ -102,7 +109,29 @@ impl PartitionFilter {
                 u32::from(begin) + u32::from(count)
             )));
         }
-        Ok(PartitionFilter { begin, count })
+        Ok(PartitionFilter {
+            begin,
+            count,
+            after: None,
+        })
+    }
+
+    /// The records of one partition after `digest` (in the order scans
+    /// return them: ascending digest), or all of them for `None`: how an
+    /// interrupted scan of that partition is resumed.
+    pub fn partition_after(partition: u16, digest: Option<Digest>) -> Result<PartitionFilter> {
+        if let Some(digest) = digest {
+            if digest.partition().get() != partition {
+                return Err(Error::InvalidArgument(format!(
+                    "digest {} is not of partition {partition}",
+                    digest.partition().get()
+                )));
+            }
+        }
+        Ok(PartitionFilter {
+            after: digest,
+            ..PartitionFilter::range(partition, 1)?
+        })
     }
 
     /// The partition of `key` alone.
@@ -110,6 +139,7 @@ impl PartitionFilter {
         PartitionFilter {
             begin: key.partition().get(),
             count: 1,
+            after: None,
         }
     }
 
@@ -882,7 +912,7 @@ impl Tracker {
                 position[usize::from(id)] = at;
                 PartitionState {
                     id,
-                    digest: None,
+                    digest: filter.after.filter(|_| at == 0),
                     bval: 0,
                     done: false,
                     unavailable: false,
@@ -1006,6 +1036,7 @@ async fn rounds(
                 tracker: tracker.clone(),
                 sender: sender.clone(),
                 max_records: policy.max_records,
+                raw_values: policy.raw_values,
             };
             tasks.spawn(async move {
                 let outcome = stream.run(&frame).await;
@@ -1198,6 +1229,7 @@ struct NodeStream {
     tracker: Arc<Mutex<Tracker>>,
     sender: mpsc::Sender<Result<KeyRecord>>,
     max_records: u64,
+    raw_values: bool,
 }
 
 impl NodeStream {
@@ -1343,7 +1375,8 @@ impl NodeStream {
         let Some(digest) = digest else {
             return Err(self.protocol("a scan record without a digest".into()));
         };
-        let record = Record::from_message(message).map_err(|text| self.protocol(text))?;
+        let record = Record::from_message_as(message, self.raw_values)
+            .map_err(|text| self.protocol(text))?;
         {
             let mut tracker = self.tracker.lock();
             if self.max_records > 0 && tracker.received >= self.max_records {
@@ -1494,6 +1527,21 @@ mod tests {
         expected.extend_from_slice(&[0, 0, 0, 8]);
         expected.extend_from_slice(&9i64.to_be_bytes());
         assert_eq!(range, &expected[..]);
+    }
+
+    #[test]
+    fn a_partition_resumes_after_its_digest() {
+        let digest = Key::new("test", "", 1i64).digest;
+        let partition = digest.partition().get();
+        let filter = PartitionFilter::partition_after(partition, Some(digest)).expect("filter");
+        let tracker = Tracker::new(filter);
+        assert_eq!(tracker.parts.len(), 1);
+        assert_eq!(tracker.parts[0].id, partition);
+        assert_eq!(tracker.parts[0].digest, Some(digest));
+        let other = (partition + 1) % 4096;
+        assert!(PartitionFilter::partition_after(other, Some(digest)).is_err());
+        let fresh = Tracker::new(PartitionFilter::partition_after(other, None).expect("filter"));
+        assert_eq!(fresh.parts[0].digest, None);
     }
 
     #[test]

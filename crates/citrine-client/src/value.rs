@@ -23,11 +23,22 @@ pub enum Value {
     Map(Vec<u8>),
     GeoJson(String),
     Hll(Vec<u8>),
+    /// A value kept exactly as the server sent it: its particle type and
+    /// its wire bytes (a string that is not UTF-8, a language-specific
+    /// blob, a GeoJSON value with its cells). What a scan with
+    /// [`crate::ScanPolicy::raw_values`] returns; written back unchanged.
+    Raw {
+        particle: u8,
+        bytes: Vec<u8>,
+    },
 }
 
 impl Value {
     /// Particle type byte sent with this value.
     pub fn particle_type(&self) -> u8 {
+        if let Value::Raw { particle, .. } = self {
+            return *particle;
+        }
         let particle = match self {
             Value::Nil => ParticleType::Null,
             Value::Int(_) => ParticleType::Integer,
@@ -39,6 +50,7 @@ impl Value {
             Value::Map(_) => ParticleType::Map,
             Value::GeoJson(_) => ParticleType::GeoJson,
             Value::Hll(_) => ParticleType::Hll,
+            Value::Raw { .. } => ParticleType::Blob,
         };
         particle as u8
     }
@@ -50,9 +62,11 @@ impl Value {
             Value::Int(value) => out.extend_from_slice(&value.to_be_bytes()),
             Value::Float(value) => out.extend_from_slice(&value.to_bits().to_be_bytes()),
             Value::String(value) => out.extend_from_slice(value.as_bytes()),
-            Value::Blob(bytes) | Value::List(bytes) | Value::Map(bytes) | Value::Hll(bytes) => {
-                out.extend_from_slice(bytes)
-            }
+            Value::Blob(bytes)
+            | Value::List(bytes)
+            | Value::Map(bytes)
+            | Value::Hll(bytes)
+            | Value::Raw { bytes, .. } => out.extend_from_slice(bytes),
             Value::Bool(value) => out.push(u8::from(*value)),
             Value::GeoJson(text) => {
                 out.push(0);
@@ -67,6 +81,18 @@ impl Value {
         let mut out = Vec::new();
         self.encode_into(&mut out);
         out
+    }
+
+    /// The value decoded from its particle type and bytes when it is
+    /// [`Value::Raw`] (a string that is not UTF-8 decodes lossily), itself
+    /// otherwise.
+    pub fn cooked(&self) -> Value {
+        match self {
+            Value::Raw { particle, bytes } => {
+                Value::decode(*particle, bytes).unwrap_or_else(|| Value::Blob(bytes.clone()))
+            }
+            other => other.clone(),
+        }
     }
 
     /// Decodes a value of particle type `particle` from `bytes`. Unknown
@@ -116,6 +142,7 @@ impl std::fmt::Display for Value {
             Value::GeoJson(text) => write!(f, "geojson {text}"),
             Value::Blob(bytes) => write!(f, "blob[{}] {}", bytes.len(), hex_prefix(bytes)),
             Value::Hll(bytes) => write!(f, "hll[{}]", bytes.len()),
+            Value::Raw { .. } => write!(f, "{}", self.cooked()),
             Value::List(bytes) => write!(
                 f,
                 "list(msgpack {} bytes) {}",
@@ -226,6 +253,13 @@ mod tests {
             Value::GeoJson("{\"type\":\"Point\",\"coordinates\":[1,2]}".into()),
             Value::Hll(vec![1, 2, 3]),
         ];
+        let raw = Value::Raw {
+            particle: 7,
+            bytes: vec![0xff, 0, 1],
+        };
+        assert_eq!(raw.particle_type(), 7);
+        assert_eq!(raw.encode(), vec![0xff, 0, 1]);
+        assert_eq!(raw.cooked(), Value::Blob(vec![0xff, 0, 1]));
         for value in values {
             let bytes = value.encode();
             assert_eq!(
