@@ -58,38 +58,47 @@ impl Store {
 
 impl Service {
     /// Sends each of `stores` to every other member of the current view at
-    /// once and waits until every one answered, at most [`SYNC_TIMEOUT`].
-    /// A member that does not acknowledge is logged; it gets the change
-    /// from the pushes that follow.
+    /// once and waits until every one answered (see [`sync`]).
     pub(crate) async fn sync_stores(&self, stores: &[Store]) {
-        let Some(fabric) = self.fabric() else {
+        if self.fabric().is_none() {
             return;
-        };
-        let (peers, _) = self.dist().peers();
-        let mut sent = Vec::new();
-        let mut calls = Vec::new();
-        for store in stores {
-            let text = store.text(self);
-            if text.is_empty() {
-                continue;
-            }
-            for peer in &peers {
-                sent.push((*peer, *store));
-                calls.push(fabric.call(
-                    *peer,
-                    store.call_kind(),
-                    text.as_bytes().to_vec(),
-                    SYNC_TIMEOUT,
-                ));
-            }
         }
-        let answers = crate::replication::join_all(calls).await;
-        for ((peer, store), answer) in sent.into_iter().zip(answers) {
-            let acknowledged =
-                matches!(&answer, Ok(bytes) if bytes.first() == Some(&ResultCode::Ok.code()));
-            if !acknowledged {
-                tracing::warn!(?peer, ?store, ?answer, "a change was answered before this member acknowledged it; it gets the change from the next push");
-            }
+        let texts: Vec<(Store, String)> = stores
+            .iter()
+            .map(|store| (*store, store.text(self)))
+            .collect();
+        sync(self.dist(), texts).await;
+    }
+}
+
+/// Sends each store's text to every other member of the current view at
+/// once and waits until every one answered, at most [`SYNC_TIMEOUT`]. A
+/// member that does not acknowledge is logged; it gets the change from the
+/// pushes that follow. An empty text is not sent.
+async fn sync(dist: &Distribution, texts: Vec<(Store, String)>) {
+    let Some(fabric) = dist.fabric() else {
+        return;
+    };
+    let (peers, _) = dist.peers();
+    let mut sent = Vec::new();
+    let mut calls = Vec::new();
+    for (store, text) in texts.iter().filter(|(_, text)| !text.is_empty()) {
+        for peer in &peers {
+            sent.push((*peer, *store));
+            calls.push(fabric.call(
+                *peer,
+                store.call_kind(),
+                text.as_bytes().to_vec(),
+                SYNC_TIMEOUT,
+            ));
+        }
+    }
+    let answers = crate::replication::join_all(calls).await;
+    for ((peer, store), answer) in sent.into_iter().zip(answers) {
+        let acknowledged =
+            matches!(&answer, Ok(bytes) if bytes.first() == Some(&ResultCode::Ok.code()));
+        if !acknowledged {
+            tracing::warn!(?peer, ?store, ?answer, "a change was answered before this member acknowledged it; it gets the change from the next push");
         }
     }
 }
