@@ -17,8 +17,10 @@
 //! migrations) are held by [`Service`]. [`Layers`] is the handle the
 //! features move to (the two layers and the node's settings and counters,
 //! plus, explicitly, any other feature a feature builds on), so that only
-//! dispatch sees the whole service; the features still take `&Service`
-//! for now. `Service` implements the
+//! dispatch sees the whole service: batch, scan and query and background
+//! jobs take it, secondary indexes take [`sindex::Indexes`] (the layers and
+//! the indexes); UDF execution and the info commands still take `&Service`.
+//! `Service` implements the
 //! distribution layer's [`citrine_distribution::LocalExecutor`], so a
 //! request proxied here, or one whose duplicate resolution ended, runs with
 //! its record UDF, and serves the features' fabric calls
