@@ -18,7 +18,7 @@
 //! features move to (the two layers and the node's settings and counters,
 //! plus, explicitly, any other feature a feature builds on), so that only
 //! dispatch sees the whole service: batch, scan and query and background
-//! jobs take it, secondary indexes take [`sindex::Indexes`] (the layers and
+//! jobs take it, secondary indexes take `sindex::Indexes` (the layers and
 //! the indexes); UDF execution and the info commands still take `&Service`.
 //! `Service` implements the
 //! distribution layer's [`citrine_distribution::LocalExecutor`], so a
