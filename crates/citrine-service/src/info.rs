@@ -579,6 +579,17 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
             "truncated_objects".into(),
             stats.truncated_objects.load(Ordering::Relaxed).to_string(),
         ),
+        // Times as the reference counts them: seconds and milliseconds
+        // since the citrusleaf epoch (0: never truncated).
+        (
+            "current_time".into(),
+            service.now().citrusleaf_seconds.to_string(),
+        ),
+        (
+            "truncate_lut".into(),
+            citrine_types::citrusleaf_epoch_ms(stats.truncate_lut_ms.load(Ordering::Relaxed))
+                .to_string(),
+        ),
         ("index_used_bytes".into(), index_bytes.to_string()),
         (
             "tombstones".into(),
@@ -832,9 +843,12 @@ pub(crate) fn statistics(service: &Service) -> String {
     join_pairs(&pairs, ';')
 }
 
-/// One set's line; `tombstones` is the namespace's tombstone count per set
-/// (`PartitionTable::tombstones_by_set`).
-fn set_line(
+/// One set's properties, `objects=N:...:stop-writes-size=0` (no separator
+/// after the last); `tombstones` is the namespace's tombstone count per set
+/// (`PartitionTable::tombstones_by_set`). `truncate_lut` counts
+/// milliseconds since the citrusleaf epoch, as the reference reports it
+/// (0: never truncated).
+fn set_properties(
     service: &Service,
     namespace: &Namespace,
     id: u16,
@@ -848,16 +862,26 @@ fn set_line(
         stats.objects.load(Ordering::Relaxed).max(0),
         tombstones.get(&id).copied().unwrap_or(0),
         stats.data_used_bytes.load(Ordering::Relaxed).max(0),
-        truncate_lut,
+        citrine_types::citrusleaf_epoch_ms(truncate_lut),
         crate::sindex::count_on_set(service, namespace, name),
         namespace.config.default_ttl
     )
-    .replacen("objects", &format!("ns={}:set={}:objects", namespace.config.name, String::from_utf8_lossy(name)), 1)
 }
 
+/// `sets`, `sets/NS` and `sets/NS/SET`, read as the reference reads them:
+/// everything after `sets` and one separator (`/` or `:`) is `NS[/SET]`,
+/// the set being the rest of the line after the namespace's `/`. Nothing
+/// there lists every namespace's sets; an unknown namespace (an empty one
+/// included) answers `ns_type=unknown`. Each set is
+/// `ns=NS:set=SET:PROPERTIES;`; with a set named, only its properties,
+/// ended by `;` too (empty for a set that does not exist).
 fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
-    let namespace_filter = command.positional.first().copied();
-    let set_filter = command.positional.get(1).copied();
+    let rest = command.line.get(command.name.len() + 1..).unwrap_or("");
+    let (namespace_filter, set_filter) = match rest.split_once('/') {
+        _ if rest.is_empty() => (None, None),
+        Some((namespace, set)) => (Some(namespace), Some(set)),
+        None => (Some(rest), None),
+    };
     if let Some(name) = namespace_filter {
         let Some(namespace) = service.namespace(name.as_bytes()) else {
             return "ns_type=unknown".to_owned();
@@ -866,10 +890,9 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
             return match namespace.sets.existing_id(set.as_bytes()) {
                 Some(id) if id != 0 => {
                     let tombstones = namespace.index.tombstones_by_set();
-                    let line = set_line(service, namespace, id, set.as_bytes(), &tombstones);
-                    // With namespace and set given: only the properties.
-                    let prefix = format!("ns={}:set={}:", namespace.config.name, set);
-                    format!("{}:", line.strip_prefix(&prefix).unwrap_or(&line))
+                    let properties =
+                        set_properties(service, namespace, id, set.as_bytes(), &tombstones);
+                    format!("{properties};")
                 }
                 _ => String::new(),
             };
@@ -882,8 +905,13 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         }
         let tombstones = namespace.index.tombstones_by_set();
         for (id, name) in namespace.sets.all() {
-            out.push_str(&set_line(service, namespace, id, &name, &tombstones));
-            out.push(';');
+            let properties = set_properties(service, namespace, id, &name, &tombstones);
+            let _ = write!(
+                out,
+                "ns={}:set={}:{properties};",
+                namespace.config.name,
+                String::from_utf8_lossy(&name)
+            );
         }
     }
     out
@@ -1085,3 +1113,6 @@ fn partition_checksums(service: &Service, command: &InfoCommand<'_>) -> String {
     }
     entries.join(";")
 }
+
+#[cfg(test)]
+mod tests;

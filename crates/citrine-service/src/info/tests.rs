@@ -1,0 +1,95 @@
+//! Info-command tests: the answers' forms as the reference gives them
+//! (each checked against Aerospike CE 8.1.2 by hand), through
+//! `Service::handle`.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::batch::tests::{put, service, START_MS};
+use crate::tests::info;
+use crate::Service;
+
+fn ask(service: &Service, command: &str) -> String {
+    info(service, &[command]).remove(0).1
+}
+
+#[test]
+fn sets_reads_its_namespace_and_set_as_the_reference_does() {
+    let (service, _) = service();
+    put(&service, "foo", "k", &[("a", 1)], false);
+    put(&service, "bar", "k", &[("a", 1)], false);
+    let all = ask(&service, "sets");
+    let entries: Vec<&str> = all.split_terminator(';').collect();
+    assert_eq!(entries.len(), 2, "{all}");
+    assert!(
+        entries[0].starts_with("ns=test:set=foo:objects=1:"),
+        "{all}"
+    );
+    assert!(
+        entries[1].starts_with("ns=test:set=bar:objects=1:"),
+        "{all}"
+    );
+    assert!(all.ends_with(';'), "{all}");
+    // Nothing after the separator (either one) is every namespace.
+    for command in ["sets/", "sets:", "sets/test"] {
+        assert_eq!(ask(&service, command), all, "{command}");
+    }
+    // With a set: its properties alone, ended by ';' as every set's line.
+    let foo = ask(&service, "sets/test/foo");
+    assert!(foo.starts_with("objects=1:tombstones=0:"), "{foo}");
+    assert!(foo.ends_with(":stop-writes-size=0;"), "{foo}");
+    assert_eq!(foo.matches(';').count(), 1, "{foo}");
+    // The set is the rest of the line; an empty or unknown one is nothing.
+    for command in [
+        "sets/test/foo/x",
+        "sets/test/foo/",
+        "sets/test/foo:x",
+        "sets/test//foo",
+        "sets/test/",
+        "sets/test/FOO",
+        "sets/test/nope",
+    ] {
+        assert_eq!(ask(&service, command), "", "{command}");
+    }
+    // The namespace is everything up to the next '/', parameters included.
+    for command in [
+        "sets//",
+        "sets///",
+        "sets/nope",
+        "sets/test:x",
+        "sets:namespace=test",
+        "sets/te",
+    ] {
+        assert_eq!(ask(&service, command), "ns_type=unknown", "{command}");
+    }
+}
+
+#[test]
+fn truncate_lut_counts_from_the_citrusleaf_epoch() {
+    let (service, clock) = service();
+    put(&service, "s", "k", &[("a", 1)], false);
+    clock.advance_ms(5);
+    let cut_ms = START_MS + 2;
+    let command = format!("truncate:namespace=test;set=s;lut={}", cut_ms * 1_000_000);
+    assert_eq!(ask(&service, &command), "ok");
+    let epoch_ms = citrine_types::CITRUSLEAF_EPOCH_UNIX_SECONDS * 1000;
+    let expected = format!(":truncate_lut={}:", cut_ms - epoch_ms);
+    assert!(ask(&service, "sets/test/s").contains(&expected));
+    assert!(ask(&service, "sets").contains(&expected));
+    let namespace = ask(&service, "namespace/test");
+    assert!(namespace.contains(";truncate_lut=0;"), "{namespace}");
+    assert_eq!(
+        ask(
+            &service,
+            &format!(
+                "truncate-namespace:namespace=test;lut={}",
+                cut_ms * 1_000_000
+            )
+        ),
+        "ok"
+    );
+    let namespace = ask(&service, "namespace/test");
+    assert!(
+        namespace.contains(&format!(";truncate_lut={};", cut_ms - epoch_ms)),
+        "{namespace}"
+    );
+}
