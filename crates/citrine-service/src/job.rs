@@ -469,12 +469,12 @@ impl Service {
     }
 }
 
-/// `query-show[:id=ID]` (also `trid=`, and `scan-show`): see [`monitor`].
+/// `query-show[:id=ID]` (also `trid=`): see [`monitor`].
 pub(crate) fn show(service: &Service, command: &InfoCommand<'_>) -> String {
     monitor::show(&service.jobs.monitors, command, service.now().unix_ms)
 }
 
-/// `query-abort:id=ID` (also `trid=`, and `scan-abort`).
+/// `query-abort:id=ID` (also `trid=`).
 pub(crate) fn abort(service: &Service, command: &InfoCommand<'_>) -> String {
     monitor::abort(&service.jobs.monitors, command)
 }
