@@ -382,11 +382,14 @@ pub(crate) fn list(service: &Service) -> String {
         .collect()
 }
 
-/// `udf-remove:filename=F;` (removing a module that is not there is `ok`).
+/// `udf-remove:filename=F;`. As the reference checks it, only a missing
+/// name or one longer than a name can be is refused: any other name that
+/// is not registered (an empty one, one `udf-put` would refuse) has
+/// nothing to remove and answers `ok`.
 pub(crate) fn remove(service: &Service, command: &InfoCommand<'_>) -> String {
     let Some(filename) = command
         .param("filename")
-        .filter(|name| valid_filename(name))
+        .filter(|name| name.len() <= FILENAME_MAX)
     else {
         return "error=invalid_filename".to_owned();
     };

@@ -93,3 +93,30 @@ fn truncate_lut_counts_from_the_citrusleaf_epoch() {
         "{namespace}"
     );
 }
+
+#[test]
+fn udf_remove_refuses_only_a_missing_or_overlong_name() {
+    let (service, _) = service();
+    for command in [
+        "udf-remove",
+        "udf-remove:",
+        "udf-remove:filename",
+        "udf-remove:x=1",
+        &format!("udf-remove:filename={}", "a".repeat(128)),
+    ] {
+        assert_eq!(
+            ask(&service, command),
+            "error=invalid_filename",
+            "{command}"
+        );
+    }
+    for command in [
+        "udf-remove:filename=",
+        "udf-remove:filename=.x",
+        "udf-remove:filename=a/b",
+        "udf-remove:filename=nope.lua",
+        &format!("udf-remove:filename={}", "a".repeat(127)),
+    ] {
+        assert_eq!(ask(&service, command), "ok", "{command}");
+    }
+}
