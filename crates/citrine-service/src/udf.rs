@@ -547,7 +547,7 @@ pub(crate) fn apply(
     out: &mut Vec<u8>,
 ) -> Result<(), ResultCode> {
     let header = &request.header;
-    let set_id = transaction::admit_write(namespace, request)?;
+    transaction::admit_write(namespace)?;
     let args = match value::decode(call.args) {
         Ok(Value::List(list)) => list.items,
         _ => Vec::new(),
@@ -604,7 +604,8 @@ pub(crate) fn apply(
             Some(meta) if meta.void_time == 0 => -1,
             Some(meta) => i64::from(meta.void_time.saturating_sub(now.citrusleaf_seconds)),
         };
-        let set_name = namespace.sets.name(set_id).unwrap_or_default();
+        // The record's set is the request's: its digest is of that set.
+        let set_name = request.set.to_vec();
         let input = citrine_udf::RecordIn {
             exists: snapshot.meta.is_some(),
             bins,
@@ -690,7 +691,11 @@ pub(crate) fn apply(
                         partition.tombstone(&request.digest),
                     ),
                 };
-                let record_set = snapshot.meta.map_or(set_id, |meta| meta.set_id);
+                // A record the UDF creates creates its set, if new.
+                let record_set = match snapshot.meta {
+                    Some(meta) => meta.set_id,
+                    None => transaction::set_of_new_record(namespace, request.set)?,
+                };
                 let meta = RecordMeta {
                     generation,
                     life,

@@ -16,6 +16,9 @@ pub(crate) fn find_bin(bins: &[Bin<'_>], name: &[u8]) -> Option<usize> {
 /// Applies one modify op (WRITE, INCR, APPEND, PREPEND) to the working
 /// bins; any other op type is 4.
 pub(crate) fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCode> {
+    // GeoJSON is parsed as the op applies, after the record-exists and
+    // generation checks, as the reference orders them (160 comes after 3).
+    check_geojson(op.particle_type, op.value)?;
     let position = find_bin(bins, op.name);
     match op.op_type {
         op_type::WRITE => write_bin(bins, position, op),

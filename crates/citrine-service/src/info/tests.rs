@@ -120,3 +120,52 @@ fn udf_remove_refuses_only_a_missing_or_overlong_name() {
         assert_eq!(ask(&service, command), "ok", "{command}");
     }
 }
+
+/// Sends one write to a record of `set` that does not exist; its result.
+fn write_new(service: &Service, set: &str, info2: u8, ops: &[(u8, u8, &str, &[u8])]) -> u8 {
+    let header = citrine_wire::msg::MsgHeader {
+        info2: citrine_wire::msg::info2::WRITE | info2,
+        generation: 5,
+        ..Default::default()
+    };
+    crate::batch::tests::single(service, header, set, "k", ops)
+        .header
+        .result_code
+}
+
+/// A set comes into being with the first write that reaches its ops (a
+/// refused one too), as the reference's does; a write refused before that
+/// (a touch of a missing record, a generation check) leaves no set. Each
+/// answer was taken from the reference.
+#[test]
+fn a_set_comes_into_being_with_the_first_write_that_reaches_its_ops() {
+    use citrine_wire::msg::{info2, op_type};
+    let (service, _) = service();
+    let exists = |set: &str| !ask(&service, &format!("sets/test/{set}")).is_empty();
+    assert_eq!(
+        write_new(&service, "touched", 0, &[(op_type::TOUCH, 0, "", b"")]),
+        2
+    );
+    assert!(!exists("touched"));
+    let one = 1i64.to_be_bytes();
+    let write_one = (op_type::WRITE, 1, "a", one.as_slice());
+    assert_eq!(
+        write_new(&service, "gen", info2::GENERATION, &[write_one]),
+        3
+    );
+    assert!(!exists("gen"));
+    // GeoJSON is parsed as the op applies: 160 after the set exists.
+    let point = b"\0\0\0{\"type\": \"Point\"}";
+    assert_eq!(
+        write_new(&service, "geo", 0, &[(op_type::WRITE, 23, "g", point)]),
+        160
+    );
+    assert!(exists("geo"));
+    let text = (op_type::WRITE, 3, "a", b"x".as_slice());
+    let incr = (op_type::INCR, 1, "a", one.as_slice());
+    assert_eq!(write_new(&service, "incr", 0, &[text, incr]), 12);
+    assert!(exists("incr"));
+    let stats = ask(&service, "sets/test/incr");
+    assert!(stats.starts_with("objects=0:"), "{stats}");
+    assert_eq!(ask(&service, "sets/test/never"), "");
+}
