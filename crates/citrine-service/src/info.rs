@@ -34,6 +34,12 @@ pub(crate) fn namespace_name<'a>(command: &InfoCommand<'a>) -> Result<&'a str, S
     } else {
         "namespace"
     };
+    namespace_under(command, key)
+}
+
+/// The namespace a command names under `key` alone, checked as
+/// [`namespace_name`] checks it (the truncation commands take no `ns=`).
+pub(crate) fn namespace_under<'a>(command: &InfoCommand<'a>, key: &str) -> Result<&'a str, String> {
     match command.required(key) {
         Err(_) if command.param(key).is_none() => Err("ERROR:20:missing 'namespace'".to_owned()),
         Err(_) => Err("ERROR:20:missing 'namespace' value".to_owned()),
@@ -222,6 +228,7 @@ pub(crate) const COMMANDS: &[&str] = &[
     "status",
     "truncate",
     "truncate-namespace",
+    "truncate-namespace-undo",
     "truncate-undo",
     "udf-get",
     "udf-list",
@@ -311,9 +318,8 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "logs" => "0:stderr".to_owned(),
         "truncate" => service.truncate_command(command, false),
         "truncate-namespace" => service.truncate_command(command, true),
-        "truncate-undo" => {
-            "ERROR:4:truncate-undo is not supported: a truncation cannot be undone".to_owned()
-        }
+        "truncate-undo" => service.truncate_undo_command(command, false),
+        "truncate-namespace-undo" => service.truncate_undo_command(command, true),
         "rack-ids" => rack_ids(service),
         "racks" => racks(service, command),
         "partition-checksums" => partition_checksums(service, command),
