@@ -541,7 +541,6 @@ impl PartitionTable {
             .sum()
     }
 
-    /// Total bytes of all partition tables.
     /// Tombstones kept in every partition.
     pub fn tombstone_count(&self) -> usize {
         self.partitions
@@ -550,15 +549,25 @@ impl PartitionTable {
             .sum()
     }
 
-    /// Tombstones kept, per set id.
-    pub fn tombstones_by_set(&self) -> HashMap<u16, u64> {
+    /// Tombstones of durable deletes kept, per set id: the tombstones the
+    /// reference keeps and reports. A non-durable delete's tombstone only
+    /// orders this node's copies (see [`Tombstone::durable`]); the
+    /// reference keeps none, so none is reported.
+    pub fn durable_tombstones_by_set(&self) -> HashMap<u16, u64> {
         let mut counts = HashMap::new();
         for partition in &self.partitions {
-            for (_, tombstone) in partition.read().tombstones() {
+            let partition = partition.read();
+            for (_, tombstone) in partition.tombstones().filter(|(_, t)| t.durable) {
                 *counts.entry(tombstone.set_id).or_insert(0) += 1;
             }
         }
         counts
+    }
+
+    /// Tombstones of durable deletes kept in every partition (see
+    /// [`PartitionTable::durable_tombstones_by_set`]).
+    pub fn durable_tombstone_count(&self) -> u64 {
+        self.durable_tombstones_by_set().values().sum()
     }
 
     pub fn table_bytes(&self) -> usize {

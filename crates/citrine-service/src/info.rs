@@ -597,7 +597,7 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
         ("index_used_bytes".into(), index_bytes.to_string()),
         (
             "tombstones".into(),
-            namespace.index.tombstone_count().to_string(),
+            namespace.index.durable_tombstone_count().to_string(),
         ),
         (
             "index_bytes_per_object".into(),
@@ -773,8 +773,8 @@ pub(crate) fn statistics(service: &Service) -> String {
             "tombstones".into(),
             service
                 .namespaces()
-                .map(|namespace| namespace.index.tombstone_count())
-                .sum::<usize>()
+                .map(|namespace| namespace.index.durable_tombstone_count())
+                .sum::<u64>()
                 .to_string(),
         ),
         counter("client_connections", &stats.client_connections),
@@ -849,7 +849,7 @@ pub(crate) fn statistics(service: &Service) -> String {
 
 /// One set's properties, `objects=N:...:stop-writes-size=0` (no separator
 /// after the last); `tombstones` is the namespace's tombstone count per set
-/// (`PartitionTable::tombstones_by_set`). `truncate_lut` counts
+/// (`PartitionTable::durable_tombstones_by_set`). `truncate_lut` counts
 /// milliseconds since the citrusleaf epoch, as the reference reports it
 /// (0: never truncated).
 fn set_properties(
@@ -893,7 +893,7 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         if let Some(set) = set_filter {
             return match namespace.sets.existing_id(set.as_bytes()) {
                 Some(id) if id != 0 => {
-                    let tombstones = namespace.index.tombstones_by_set();
+                    let tombstones = namespace.index.durable_tombstones_by_set();
                     let properties =
                         set_properties(service, namespace, id, set.as_bytes(), &tombstones);
                     format!("{properties};")
@@ -907,7 +907,7 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         if namespace_filter.is_some_and(|name| name != namespace.config.name) {
             continue;
         }
-        let tombstones = namespace.index.tombstones_by_set();
+        let tombstones = namespace.index.durable_tombstones_by_set();
         for (id, name) in namespace.sets.all() {
             let properties = set_properties(service, namespace, id, &name, &tombstones);
             let _ = write!(

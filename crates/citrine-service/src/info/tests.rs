@@ -169,3 +169,28 @@ fn a_set_comes_into_being_with_the_first_write_that_reaches_its_ops() {
     assert!(stats.starts_with("objects=0:"), "{stats}");
     assert_eq!(ask(&service, "sets/test/never"), "");
 }
+
+/// A non-durable delete's tombstone (kept to order this node's copies) is
+/// not reported: the reference keeps none, and its `sets`, `namespace`
+/// and `statistics` answers show `tombstones=0` after one.
+#[test]
+fn a_non_durable_deletes_tombstone_is_not_reported() {
+    use citrine_wire::msg::info2;
+    let (service, _) = service();
+    put(&service, "gone", "k", &[("a", 1)], false);
+    let header = citrine_wire::msg::MsgHeader {
+        info2: info2::WRITE | info2::DELETE,
+        ..Default::default()
+    };
+    let reply = crate::batch::tests::single(&service, header, "gone", "k", &[]);
+    assert_eq!(reply.header.result_code, 0);
+    let namespace = service.namespace(b"test").unwrap();
+    assert_eq!(namespace.index.tombstone_count(), 1);
+    let set = ask(&service, "sets/test/gone");
+    assert!(set.starts_with("objects=0:tombstones=0:"), "{set}");
+    for command in ["namespace/test", "statistics"] {
+        let answer = ask(&service, command);
+        assert!(answer.contains(";tombstones=0;"), "{command}: {answer}");
+        assert!(!answer.contains(";tombstones=1;"), "{command}: {answer}");
+    }
+}
