@@ -181,6 +181,7 @@ impl<'a> Working<'a> {
             found.live.filter(|_| !self.deleted),
             found.size,
         )
+        .with_set_name(request.set)
     }
 }
 
