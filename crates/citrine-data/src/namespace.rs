@@ -57,7 +57,11 @@ pub struct SetStats {
 /// refused, a replica's or a migration's copy, a record loaded at start),
 /// never by a lookup, a refused request or a truncation: a truncation of a
 /// set that does not exist waits by name (`Creation::pending_truncations`)
-/// and is the set's threshold from its creation on.
+/// and is the set's threshold from its creation on. Such a threshold is
+/// not the set's reported `truncate_lut` (`reported_truncation`): the
+/// reference ignores a truncation of a set it does not have ("truncate for
+/// nonexistent set") and reports 0 for the set created later; Citrine
+/// keeps it only to refuse older copies of the set arriving from peers.
 #[derive(Debug)]
 pub struct SetRegistry {
     /// Set ids (0 = empty), `SLOTS` of them.
@@ -70,6 +74,9 @@ pub struct SetRegistry {
     /// Per set id: records of the set last updated before this Unix-ms
     /// time are truncated.
     truncations: Box<[AtomicU64]>,
+    /// Per set id: the threshold a truncation gave the set while it
+    /// existed here (Unix ms; 0: none), as `truncate_lut` reports it.
+    reported: Box<[AtomicU64]>,
 }
 
 /// What creating a set changes, under its lock.
@@ -93,6 +100,7 @@ impl Default for SetRegistry {
             create: Mutex::new(Creation::default()),
             stats: (0..=SETS_MAX).map(|_| SetStats::default()).collect(),
             truncations: (0..=SETS_MAX).map(|_| AtomicU64::new(0)).collect(),
+            reported: (0..=SETS_MAX).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -150,6 +158,7 @@ impl SetRegistry {
         match self.existing_id(name) {
             Some(id) => {
                 self.truncations[usize::from(id)].store(lut_ms, Ordering::Relaxed);
+                self.reported[usize::from(id)].store(lut_ms, Ordering::Relaxed);
                 Some(id)
             }
             None if lut_ms == 0 => {
@@ -193,6 +202,13 @@ impl SetRegistry {
     #[inline]
     pub fn truncation(&self, id: u16) -> &AtomicU64 {
         &self.truncations[usize::from(id).min(SETS_MAX)]
+    }
+
+    /// The threshold (Unix ms; 0: none) a truncation gave set `id` while
+    /// it existed here, as `truncate_lut` reports it; one that waited for
+    /// the set's creation is not reported (see [`SetRegistry`]).
+    pub fn reported_truncation(&self, id: u16) -> u64 {
+        self.reported[usize::from(id).min(SETS_MAX)].load(Ordering::Relaxed)
     }
 
     /// Name of set `id`.

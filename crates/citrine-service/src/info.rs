@@ -860,7 +860,7 @@ fn set_properties(
     tombstones: &std::collections::HashMap<u16, u64>,
 ) -> String {
     let stats = namespace.sets.stats(id);
-    let truncate_lut = namespace.sets.truncation(id).load(Ordering::Relaxed);
+    let truncate_lut = namespace.sets.reported_truncation(id);
     format!(
         "objects={}:tombstones={}:data_used_bytes={}:truncate_lut={}:sindexes={}:index_populating=false:truncating=false:default-read-touch-ttl-pct=0:default-ttl={}:disable-eviction=false:enable-index=false:stop-writes-count=0:stop-writes-size=0",
         stats.objects.load(Ordering::Relaxed).max(0),

@@ -675,7 +675,8 @@ fn an_undone_truncation_lets_older_copies_in_again_everywhere() {
 
 /// A truncation of a set no record of which is held here creates no set
 /// (`sets` does not list it, as the reference's); the first record that
-/// comes creates it, with the truncation's threshold.
+/// comes creates it, with the truncation's threshold (not reported: the
+/// reference's set shows truncate_lut=0).
 #[test]
 fn a_truncation_waits_for_its_sets_first_record() {
     let (a, clock) = service();
@@ -685,9 +686,15 @@ fn a_truncation_waits_for_its_sets_first_record() {
     assert_eq!(command(&a, "sets"), "");
     assert_eq!(store(&a, "never", 1, START_MS - 1_000), ResultCode::Ok);
     assert_eq!(held(&a, "never"), 0);
-    let epoch_ms = citrine_types::CITRUSLEAF_EPOCH_UNIX_SECONDS * 1000;
-    let shown = format!(":truncate_lut={}:", START_MS + 11 - epoch_ms);
-    assert!(command(&a, "sets/test/never").contains(&shown));
+    // The threshold refuses the older copy, but the set reports none: the
+    // reference ignores a truncation of a set it does not have.
+    assert!(command(&a, "sets/test/never").contains(":truncate_lut=0:"));
     assert_eq!(store(&a, "never", 2, START_MS + 20), ResultCode::Ok);
     assert_eq!(held(&a, "never"), 1);
+    // A truncation of the set once it exists is reported.
+    clock.advance_ms(10);
+    assert_eq!(command(&a, "truncate:namespace=test;set=never"), "ok");
+    let epoch_ms = citrine_types::CITRUSLEAF_EPOCH_UNIX_SECONDS * 1000;
+    let shown = format!(":truncate_lut={}:", START_MS + 21 - epoch_ms);
+    assert!(command(&a, "sets/test/never").contains(&shown));
 }
