@@ -201,24 +201,6 @@ def nil_result_only(case):
     return bool(found) and found[2] == "type" and None in found[:2]
 
 
-def lut_epoch_only(case):
-    """The two `sets/` answers differ in truncate_lut's epoch (and perhaps
-    the last separator) only."""
-    cit, ref = case.citrine, case.reference
-    if not (cit[0] == ref[0] == "sets" and "truncate_lut=other" in cit[1]
-            and "truncate_lut=recent" in ref[1]):
-        return False
-    fixed = cit[1].replace("truncate_lut=other", "truncate_lut=recent")
-    return fixed.rstrip("\n:;") == ref[1].rstrip("\n:;")
-
-
-def sets_separator_only(case):
-    """The two `sets/` answers differ only in the last field's separator."""
-    cit, ref = case.citrine, case.reference
-    return (cit[0] == ref[0] == "sets" and cit[1] != ref[1]
-            and cit[1].rstrip("\n:;") == ref[1].rstrip("\n:;"))
-
-
 KNOWN = [
     Known("truncate-info", "issue 46 item 1",
           "truncate and truncate-namespace info commands: an empty or missing set name "
@@ -292,15 +274,6 @@ KNOWN = [
           "another error of the request)",
           lambda c: uses(c.last, "POLICY_GEN_GT") and 3 in codes(c.reference) - codes(c.citrine),
           lambda s: uses(s, "POLICY_GEN_GT")),
-    Known("truncate-lut-epoch", "issue 46, new (differential tester)",
-          "sets/NS/SET reports truncate_lut in milliseconds since 1970 (1795949682995), the "
-          "reference in milliseconds since 2010-01-01 (533645682996)",
-          lambda c: c.last.kind == "info sets" and lut_epoch_only(c),
-          lambda s: s.kind == "info sets"),
-    Known("sets-info-last-separator", "issue 46, new (differential tester)",
-          "sets/NS/SET ends its last field with ':' where the reference ends it with ';'",
-          lambda c: c.last.kind == "info sets" and sets_separator_only(c),
-          lambda s: s.kind == "info sets"),
     Known("replace-with-cdt-read", "issue 46, new (differential tester)",
           "operate with POLICY_EXISTS_REPLACE or CREATE_OR_REPLACE holding a CDT read op or an "
           "expression write: Citrine refuses it with 4, the reference runs it (it refuses only "
@@ -309,19 +282,6 @@ KNOWN = [
                      or uses(c.last, "POLICY_EXISTS_CREATE_OR_REPLACE"))
           and 4 in codes(c.citrine) - codes(c.reference),
           lambda s: uses(s, "POLICY_EXISTS_REPLACE") or uses(s, "POLICY_EXISTS_CREATE_OR_REPLACE")),
-    Known("setname-in-write-expression", "issue 46, new (differential tester)",
-          "exp.SetName() evaluates to '' in an operate that writes (an expression_write, or "
-          "an expression_read beside a write op); a read-only operate gives the set name",
-          lambda c: any("exp.SetName" in fns(s) for s in c.steps)
-          and c.signature[1] in ("value", "type"),
-          lambda s: "exp.SetName" in fns(s)),
-    Known("sets-info-set-existence", "issue 46, new (differential tester)",
-          "which sets sets/NS/SET knows differs: Citrine answers statistics (objects=0) for a "
-          "set only touched by a refused request (a touch of a missing record), the reference "
-          "an empty answer; the reference knows a set whose only write was refused (160, "
-          "invalid GeoJSON), Citrine answers empty",
-          lambda c: c.last.kind == "info sets" and ("sets", "\n") in (c.citrine, c.reference)
-          and c.citrine != c.reference),
     Known("key-exists-on-create", "issue 46, new (differential tester)",
           "exp.KeyExists() in an expression of a write creating a record with POLICY_KEY_SEND: "
           "Citrine evaluates true, the reference false (the key is not stored yet), which "
@@ -345,16 +305,6 @@ KNOWN = [
           and c.signature[1] == "value",
           lambda s: inverted(s) and (uses(s, "LIST_RETURN_EXISTS")
                                      or uses(s, "MAP_RETURN_EXISTS"))),
-    Known("truncate-undo", "issue 46, new (differential tester)",
-          "truncate-undo is refused with 4 ('not supported') and truncate-namespace-undo is "
-          "unrecognized (4); the reference answers ok (20 for an empty namespace)",
-          lambda c: c.last.kind in ("info truncate-undo", "info truncate-namespace-undo")
-          and c.signature[1] in ("4 vs ok", "4 vs 20"),
-          lambda s: s.kind in ("info truncate-undo", "info truncate-namespace-undo")),
-    Known("udf-remove-empty-filename", "issue 46, new (differential tester)",
-          "udf-remove:filename= (empty) answers 100 (error=invalid_filename), the reference ok",
-          lambda c: c.last.kind == "info udf-remove" and c.signature[1] == "100 vs ok",
-          lambda s: s.kind == "info udf-remove"),
     Known("geojson-literal-in-expression", "issue 46, new (differential tester)",
           "an expression holding a malformed GeoJSON literal (a Polygon with no coordinates): "
           "Citrine refuses the request with 4, the reference evaluates it (26, or 17 in a "
