@@ -25,8 +25,9 @@ use std::sync::atomic::{AtomicI64, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
 
-/// Largest number of sets in a namespace (set ids are u16, 0 = no set).
-pub const SETS_MAX: usize = 1023;
+/// Largest number of sets in a namespace, the reference's (4095; set ids
+/// are u16, 0 = no set).
+pub const SETS_MAX: usize = 4095;
 // Every set id fits the index entry's set-id bits.
 const _: () = assert!(SETS_MAX < citrine_index::SET_IDS as usize);
 
@@ -89,7 +90,7 @@ struct Creation {
 }
 
 /// Slots of the set-name table: a power of two, at least twice the sets.
-const SLOTS: usize = 2048;
+const SLOTS: usize = 8192;
 const _: () = assert!(SLOTS.is_power_of_two() && SLOTS >= 2 * (SETS_MAX + 1));
 
 impl Default for SetRegistry {

@@ -194,3 +194,21 @@ fn a_non_durable_deletes_tombstone_is_not_reported() {
         assert!(!answer.contains(";tombstones=1;"), "{command}: {answer}");
     }
 }
+
+/// A namespace holds 4095 sets, as the reference's: the write that would
+/// create one more is refused with 4 (the reference's answer), and the
+/// sets it has still take writes.
+#[test]
+fn a_namespace_holds_the_references_4095_sets() {
+    let (service, _) = service();
+    for n in 0..4095 {
+        put(&service, &format!("s{n}"), "k", &[("a", 1)], false);
+    }
+    let one = 1i64.to_be_bytes();
+    let write_one = (citrine_wire::msg::op_type::WRITE, 1, "a", one.as_slice());
+    assert_eq!(write_new(&service, "s4095", 0, &[write_one]), 4);
+    assert_eq!(ask(&service, "sets/test/s4095"), "");
+    put(&service, "s4094", "other", &[("a", 1)], false);
+    let last = ask(&service, "sets/test/s4094");
+    assert!(last.starts_with("objects=2:"), "{last}");
+}
