@@ -683,7 +683,9 @@ class Generator(Ops, Policies):
                   '"truncate-undo:namespace=test;set=" + SET',
                   '"truncate-namespace-undo:namespace=bar"',
                   '"sindex-delete:ns=nope;indexname=x"',
-                  '"udf-remove:filename="']
+                  '"udf-remove:filename="',
+                  '"query-abort:id"',
+                  '"query-show:id=x"']
 
     def step_info(self):
         group = self.rng.choices([self.INFO_READS, self.INFO_OWN_TRUNCATE, self.INFO_EDGES],

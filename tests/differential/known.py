@@ -108,53 +108,9 @@ def lists_sorted(answer):
     return answer
 
 
-def lut_epoch_only(case):
-    """The two `sets/` answers differ in truncate_lut's epoch (and perhaps
-    the last separator) only."""
-    cit, ref = case.citrine, case.reference
-    if not (cit[0] == ref[0] == "sets" and "truncate_lut=other" in cit[1]
-            and "truncate_lut=recent" in ref[1]):
-        return False
-    fixed = cit[1].replace("truncate_lut=other", "truncate_lut=recent")
-    return fixed.rstrip("\n:;") == ref[1].rstrip("\n:;")
-
-
-def sets_separator_only(case):
-    """The two `sets/` answers differ only in the last field's separator."""
-    cit, ref = case.citrine, case.reference
-    return (cit[0] == ref[0] == "sets" and cit[1] != ref[1]
-            and cit[1].rstrip("\n:;") == ref[1].rstrip("\n:;"))
-
-
 KNOWN = [
     # Found by this tester, not (yet) items of issue 46: each names what it
     # saw, for the lead to file or fix.
-    Known("truncate-lut-epoch", "issue 46, new (differential tester)",
-          "sets/NS/SET reports truncate_lut in milliseconds since 1970 (1795949682995), the "
-          "reference in milliseconds since 2010-01-01 (533645682996)",
-          lambda c: c.last.kind == "info sets" and lut_epoch_only(c),
-          lambda s: s.kind == "info sets"),
-    Known("sets-info-last-separator", "issue 46, new (differential tester)",
-          "sets/NS/SET ends its last field with ':' where the reference ends it with ';'",
-          lambda c: c.last.kind == "info sets" and sets_separator_only(c),
-          lambda s: s.kind == "info sets"),
-    Known("sets-info-set-existence", "issue 46, new (differential tester)",
-          "which sets sets/NS/SET knows differs: Citrine answers statistics (objects=0) for a "
-          "set only touched by a refused request (a touch of a missing record), the reference "
-          "an empty answer; the reference knows a set whose only write was refused (160, "
-          "invalid GeoJSON), Citrine answers empty",
-          lambda c: c.last.kind == "info sets" and ("sets", "\n") in (c.citrine, c.reference)
-          and c.citrine != c.reference),
-    Known("truncate-undo", "issue 46, new (differential tester)",
-          "truncate-undo is refused with 4 ('not supported') and truncate-namespace-undo is "
-          "unrecognized (4); the reference answers ok (20 for an empty namespace)",
-          lambda c: c.last.kind in ("info truncate-undo", "info truncate-namespace-undo")
-          and c.signature[1] in ("4 vs ok", "4 vs 20"),
-          lambda s: s.kind in ("info truncate-undo", "info truncate-namespace-undo")),
-    Known("udf-remove-empty-filename", "issue 46, new (differential tester)",
-          "udf-remove:filename= (empty) answers 100 (error=invalid_filename), the reference ok",
-          lambda c: c.last.kind == "info udf-remove" and c.signature[1] == "100 vs ok",
-          lambda s: s.kind == "info udf-remove"),
 ]
 
 

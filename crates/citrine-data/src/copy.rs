@@ -546,7 +546,7 @@ mod tests {
         let at = 2 + "test".len() + DIGEST_SIZE + 2;
         bad_life[at..at + 2].copy_from_slice(&citrine_index::LIVES.to_be_bytes());
         assert_eq!(ReplicaWrite::decode(&bad_life), None);
-        // A last-update time past the index's 44 bits arrives as the
+        // A last-update time past the index's 42 bits arrives as the
         // index would hold it, so stored and incoming copies compare alike.
         let mut late = sample(None);
         late.last_update_ms = u64::MAX;

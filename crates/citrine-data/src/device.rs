@@ -105,12 +105,8 @@ fn adopt_persisted_truncations(namespace: &Namespace, engine: &DeviceEngine) {
         .truncate_lut_ms
         .fetch_max(namespace_lut, Ordering::Relaxed);
     for (set, lut) in set_luts {
-        if let Some(id) = namespace.sets.id_of(&set) {
-            namespace
-                .sets
-                .truncation(id)
-                .fetch_max(lut, Ordering::Relaxed);
-        }
+        // A set none of whose records is loaded waits by name.
+        namespace.sets.set_truncation(&set, lut);
     }
 }
 

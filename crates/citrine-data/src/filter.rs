@@ -78,6 +78,14 @@ impl<'r> RecordView<'r> {
 }
 
 impl<'r> RecordView<'r> {
+    /// The view with its set named `name` (a write's request names the
+    /// record's set: its digest is of that set), also while the write
+    /// creates the record and no metadata names it yet.
+    pub fn with_set_name(self, name: &[u8]) -> RecordView<'r> {
+        let _ = self.set_name.set(name.to_vec());
+        self
+    }
+
     /// A stored, live record: its body, metadata and stored size.
     pub fn stored(
         namespace: &'r Namespace,

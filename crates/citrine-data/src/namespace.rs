@@ -23,12 +23,14 @@ use citrine_types::stripes::{Counter, Gauge, Padded};
 use citrine_types::{Digest, PartitionId};
 use parking_lot::Mutex;
 use std::cmp::Ordering as Order;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
 
-/// Largest number of sets in a namespace (set ids are u16, 0 = no set).
-pub const SETS_MAX: usize = 1023;
+/// Largest number of sets in a namespace, the reference's (4095; set ids
+/// are u16, 0 = no set).
+pub const SETS_MAX: usize = 4095;
 // Every set id fits the index entry's set-id bits.
 const _: () = assert!(SETS_MAX < citrine_index::SET_IDS as usize);
 
@@ -53,22 +55,45 @@ pub struct SetStats {
 /// keeps its id. Creating a set takes `create`: the name goes in first,
 /// then its id in a slot (release), so a reader that finds the id
 /// (acquire) finds the name.
+///
+/// A set comes into being with the first record stored in it (as the
+/// reference's sets do: a write that creates a record, even one then
+/// refused, a replica's or a migration's copy, a record loaded at start),
+/// never by a lookup, a refused request or a truncation: a truncation of a
+/// set that does not exist waits by name (`Creation::pending_truncations`)
+/// and is the set's threshold from its creation on. Such a threshold is
+/// not the set's reported `truncate_lut` (`reported_truncation`): the
+/// reference ignores a truncation of a set it does not have ("truncate for
+/// nonexistent set") and reports 0 for the set created later; Citrine
+/// keeps it only to refuse older copies of the set arriving from peers.
 #[derive(Debug)]
 pub struct SetRegistry {
     /// Set ids (0 = empty), `SLOTS` of them.
     slots: Box<[AtomicU16]>,
     /// Name of each set id (index 0 unused).
     names: Box<[OnceLock<Box<[u8]>>]>,
-    /// Sets created so far; held while one is created.
-    create: Mutex<u16>,
+    /// Held while a set is created or a threshold set.
+    create: Mutex<Creation>,
     stats: Box<[SetStats]>,
     /// Per set id: records of the set last updated before this Unix-ms
     /// time are truncated.
     truncations: Box<[AtomicU64]>,
+    /// Per set id: the threshold a truncation gave the set while it
+    /// existed here (Unix ms; 0: none), as `truncate_lut` reports it.
+    reported: Box<[AtomicU64]>,
+}
+
+/// What creating a set changes, under its lock.
+#[derive(Debug, Default)]
+struct Creation {
+    /// Sets created so far.
+    count: u16,
+    /// Truncation thresholds (Unix ms) of sets not created yet, by name.
+    pending_truncations: HashMap<Box<[u8]>, u64>,
 }
 
 /// Slots of the set-name table: a power of two, at least twice the sets.
-const SLOTS: usize = 2048;
+const SLOTS: usize = 8192;
 const _: () = assert!(SLOTS.is_power_of_two() && SLOTS >= 2 * (SETS_MAX + 1));
 
 impl Default for SetRegistry {
@@ -76,9 +101,10 @@ impl Default for SetRegistry {
         SetRegistry {
             slots: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
             names: (0..=SETS_MAX).map(|_| OnceLock::new()).collect(),
-            create: Mutex::new(0),
+            create: Mutex::new(Creation::default()),
             stats: (0..=SETS_MAX).map(|_| SetStats::default()).collect(),
             truncations: (0..=SETS_MAX).map(|_| AtomicU64::new(0)).collect(),
+            reported: (0..=SETS_MAX).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -107,10 +133,10 @@ impl SetRegistry {
         if let Some(id) = self.existing_id(name) {
             return Some(id);
         }
-        if usize::from(*created) >= SETS_MAX {
+        if usize::from(created.count) >= SETS_MAX {
             return None;
         }
-        let id = *created + 1;
+        let id = created.count + 1;
         let mut slot = home_slot(name);
         // Fewer ids than slots: an empty one is always found.
         while self.slots[slot].load(Ordering::Relaxed) != 0 {
@@ -118,10 +144,36 @@ impl SetRegistry {
         }
         let stored = self.names[usize::from(id)].set(name.into());
         debug_assert!(stored.is_ok(), "set id {id} named twice");
+        // Its threshold before its id is published: no record of it is
+        // ever seen without the truncation that waited for it.
+        let threshold = created.pending_truncations.remove(name).unwrap_or(0);
+        self.truncations[usize::from(id)].store(threshold, Ordering::Relaxed);
         self.slots[slot].store(id, Ordering::Release);
-        *created = id;
+        created.count = id;
         debug_assert!(usize::from(id) <= SETS_MAX);
         Some(id)
+    }
+
+    /// Sets set `name`'s truncation threshold (Unix ms; 0: none) to
+    /// `lut_ms`, raised or lowered. Returns the set's id; `None` for a set
+    /// not created yet, which then starts with the threshold.
+    pub fn set_truncation(&self, name: &[u8], lut_ms: u64) -> Option<u16> {
+        let mut created = self.create.lock();
+        match self.existing_id(name) {
+            Some(id) => {
+                self.truncations[usize::from(id)].store(lut_ms, Ordering::Relaxed);
+                self.reported[usize::from(id)].store(lut_ms, Ordering::Relaxed);
+                Some(id)
+            }
+            None if lut_ms == 0 => {
+                created.pending_truncations.remove(name);
+                None
+            }
+            None => {
+                created.pending_truncations.insert(name.into(), lut_ms);
+                None
+            }
+        }
     }
 
     /// The id of an existing set (no lock, nothing written).
@@ -154,6 +206,13 @@ impl SetRegistry {
     #[inline]
     pub fn truncation(&self, id: u16) -> &AtomicU64 {
         &self.truncations[usize::from(id).min(SETS_MAX)]
+    }
+
+    /// The threshold (Unix ms; 0: none) a truncation gave set `id` while
+    /// it existed here, as `truncate_lut` reports it; one that waited for
+    /// the set's creation is not reported (see [`SetRegistry`]).
+    pub fn reported_truncation(&self, id: u16) -> u64 {
+        self.reported[usize::from(id).min(SETS_MAX)].load(Ordering::Relaxed)
     }
 
     /// Name of set `id`.

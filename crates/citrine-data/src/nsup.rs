@@ -131,7 +131,9 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
 }
 
 /// Removes records truncated by a `truncate` command: those of set `set_id`
-/// (or of every set) last updated before `lut_ms`.
+/// (or of every set) last updated before `lut_ms` and still truncated when
+/// their partition's turn comes (a truncation undone meanwhile leaves the
+/// rest live).
 pub fn remove_truncated(namespace: &Namespace, set_id: Option<u16>, lut_ms: u64) -> u64 {
     let mut removed = 0u64;
     for partition_id in PartitionId::all() {
@@ -139,7 +141,9 @@ pub fn remove_truncated(namespace: &Namespace, set_id: Option<u16>, lut_ms: u64)
         partition.remove_where(
             |_, entry| {
                 let meta = entry.meta();
-                set_id.is_none_or(|id| id == meta.set_id) && meta.last_update_ms < lut_ms
+                set_id.is_none_or(|id| id == meta.set_id)
+                    && meta.last_update_ms < lut_ms
+                    && namespace.is_truncated(meta.set_id, meta.last_update_ms)
             },
             |digest, entry| {
                 namespace.unindex(&digest, &entry);

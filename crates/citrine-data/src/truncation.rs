@@ -5,48 +5,61 @@
 //! it covers ([`Removal`]). Which thresholds the cluster shares, and when,
 //! is the distribution layer's; this module knows one node.
 //!
-//! Invariant: a threshold only grows (`fetch_max`); a record last updated
-//! before its set's threshold is never live again, removed or not yet.
+//! Invariants:
+//! - a record last updated before its set's threshold is not live, removed
+//!   or not yet;
+//! - a threshold is raised by a truncation and lowered (to 0, or to a
+//!   later truncation's earlier lut) only by an undone one: what was
+//!   removed stays removed, the records not removed yet are live again
+//!   (a removal under way stops taking them), and a device namespace's
+//!   cold start loads again what the device still holds of the rest, as
+//!   the reference's `truncate-undo` allows.
 
 use crate::namespace::Namespace;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Puts a threshold into effect here: recorded on the device first (a
-/// device namespace's restart must not load the covered records again),
-/// then in the namespace's thresholds. Returns the set's id (`None` for the
-/// whole namespace); a set this node never stored gets its id now, so the
-/// threshold covers its records that arrive later.
+/// Puts a threshold into effect here, as it now is (raised or lowered; 0:
+/// none): recorded on the device first (a device namespace's restart must
+/// not load the covered records again), then in the namespace's
+/// thresholds. A set that does not exist here yet gets the threshold when
+/// its first record comes. Returns the removal a raised threshold calls
+/// for (`None` when it was not raised, or covers no record held here).
 pub fn take_effect(
-    namespace: &Namespace,
+    namespace: &Arc<Namespace>,
     set: Option<&str>,
     lut_ms: u64,
-) -> Result<Option<u16>, String> {
+) -> Result<Option<Removal>, String> {
     if let Some(device) = namespace.storage.device() {
         device
             .persist_truncation(set.map(str::as_bytes), lut_ms)
             .map_err(|error| format!("cannot persist the truncation: {error}"))?;
     }
-    match set {
+    let (previous, set_id) = match set {
         Some(set) => {
-            let id = namespace
-                .sets
-                .id_of(set.as_bytes())
-                .ok_or_else(|| format!("set {set:?} cannot be created: too many sets"))?;
-            namespace
-                .sets
-                .truncation(id)
-                .fetch_max(lut_ms, Ordering::Relaxed);
-            Ok(Some(id))
+            let sets = &namespace.sets;
+            let previous = sets
+                .existing_id(set.as_bytes())
+                .map_or(0, |id| sets.truncation(id).load(Ordering::Relaxed));
+            match sets.set_truncation(set.as_bytes(), lut_ms) {
+                Some(id) => (previous, Some(id)),
+                // No record of it here: nothing to remove.
+                None => return Ok(None),
+            }
         }
-        None => {
+        None => (
             namespace
                 .stats
                 .truncate_lut_ms
-                .fetch_max(lut_ms, Ordering::Relaxed);
-            Ok(None)
-        }
-    }
+                .swap(lut_ms, Ordering::Relaxed),
+            None,
+        ),
+    };
+    Ok((lut_ms > previous).then(|| Removal {
+        namespace: Arc::clone(namespace),
+        set_id,
+        lut_ms,
+    }))
 }
 
 /// Records already held that a threshold covers, still to be removed. The

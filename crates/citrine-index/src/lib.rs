@@ -104,13 +104,14 @@ impl RecordMeta {
 }
 
 /// How many lives a record's life counter tells apart before it wraps
-/// (10 bits: 6 beside the set id, 4 above the last-update time in the
+/// (10 bits: 4 beside the set id, 6 above the last-update time in the
 /// packed entry). Lives compare as serial numbers: a life up to
 /// `LIVES / 2 - 1` ahead is the later one.
 pub const LIVES: u16 = 1 << 10;
 
-/// Set ids an entry can hold: `0..SET_IDS`.
-pub const SET_IDS: u16 = 1 << 10;
+/// Set ids an entry can hold: `0..SET_IDS` (12 bits: the reference's
+/// 4095 sets a namespace, and 0 for no set).
+pub const SET_IDS: u16 = 1 << 12;
 
 /// One primary-index entry: the record's metadata, packed into 14 bytes
 /// (see [`IndexEntry::meta`]), and where its body is stored (a 9-byte
@@ -121,14 +122,14 @@ pub struct IndexEntry {
     pub location: Location,
 }
 
-/// The largest last-update time an entry holds: 44 bits of Unix
-/// milliseconds (the year 2527). Later times are held as this.
-pub const MAX_LAST_UPDATE_MS: u64 = (1 << 44) - 1;
+/// The largest last-update time an entry holds: 42 bits of Unix
+/// milliseconds (the year 2109). Later times are held as this.
+pub const MAX_LAST_UPDATE_MS: u64 = (1 << 42) - 1;
 
 /// [`RecordMeta`] in 14 bytes with no alignment, little-endian:
-/// generation (2); set id in the low 10 bits of a u16 with the life's low
-/// 6 bits above it (2); void time (4); last-update time in the low 44 bits
-/// of a 48-bit field with the life's high 4 bits above it (6).
+/// generation (2); set id in the low 12 bits of a u16 with the life's low
+/// 4 bits above it (2); void time (4); last-update time in the low 42 bits
+/// of a 48-bit field with the life's high 6 bits above it (6).
 #[derive(Clone, Copy, Default)]
 struct PackedMeta([u8; 14]);
 
@@ -141,10 +142,10 @@ impl PackedMeta {
         let life = u64::from(meta.life % LIVES);
         let mut bytes = [0u8; 14];
         bytes[0..2].copy_from_slice(&meta.generation.to_le_bytes());
-        let set_and_life = (meta.set_id % SET_IDS) | ((life as u16 & 0x3F) << 10);
+        let set_and_life = (meta.set_id % SET_IDS) | ((life as u16 & 0xF) << 12);
         bytes[2..4].copy_from_slice(&set_and_life.to_le_bytes());
         bytes[4..8].copy_from_slice(&meta.void_time.to_le_bytes());
-        let last_update = meta.last_update_ms.min(MAX_LAST_UPDATE_MS) | ((life >> 6) << 44);
+        let last_update = meta.last_update_ms.min(MAX_LAST_UPDATE_MS) | ((life >> 4) << 42);
         bytes[8..14].copy_from_slice(&last_update.to_le_bytes()[..6]);
         PackedMeta(bytes)
     }
@@ -158,7 +159,7 @@ impl PackedMeta {
         let set_and_life = u16::from_le_bytes([b[2], b[3]]);
         RecordMeta {
             generation: u16::from_le_bytes([b[0], b[1]]),
-            life: (set_and_life >> 10) | (((last_update >> 44) as u16) << 6),
+            life: (set_and_life >> 12) | (((last_update >> 42) as u16) << 4),
             set_id: set_and_life % SET_IDS,
             void_time: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
             last_update_ms: last_update & MAX_LAST_UPDATE_MS,
@@ -573,7 +574,6 @@ impl PartitionTable {
             .sum()
     }
 
-    /// Total bytes of all partition tables.
     /// Tombstones kept in every partition.
     pub fn tombstone_count(&self) -> usize {
         self.partitions
@@ -582,15 +582,25 @@ impl PartitionTable {
             .sum()
     }
 
-    /// Tombstones kept, per set id.
-    pub fn tombstones_by_set(&self) -> HashMap<u16, u64> {
+    /// Tombstones of durable deletes kept, per set id: the tombstones the
+    /// reference keeps and reports. A non-durable delete's tombstone only
+    /// orders this node's copies (see [`Tombstone::durable`]); the
+    /// reference keeps none, so none is reported.
+    pub fn durable_tombstones_by_set(&self) -> HashMap<u16, u64> {
         let mut counts = HashMap::new();
         for partition in &self.partitions {
-            for (_, tombstone) in partition.read().tombstones() {
+            let partition = partition.read();
+            for (_, tombstone) in partition.tombstones().filter(|(_, t)| t.durable) {
                 *counts.entry(tombstone.set_id).or_insert(0) += 1;
             }
         }
         counts
+    }
+
+    /// Tombstones of durable deletes kept in every partition (see
+    /// [`PartitionTable::durable_tombstones_by_set`]).
+    pub fn durable_tombstone_count(&self) -> u64 {
+        self.durable_tombstones_by_set().values().sum()
     }
 
     pub fn table_bytes(&self) -> usize {

@@ -34,6 +34,12 @@ pub(crate) fn namespace_name<'a>(command: &InfoCommand<'a>) -> Result<&'a str, S
     } else {
         "namespace"
     };
+    namespace_under(command, key)
+}
+
+/// The namespace a command names under `key` alone, checked as
+/// [`namespace_name`] checks it (the truncation commands take no `ns=`).
+pub(crate) fn namespace_under<'a>(command: &InfoCommand<'a>, key: &str) -> Result<&'a str, String> {
     match command.required(key) {
         Err(_) if command.param(key).is_none() => Err("ERROR:20:missing 'namespace'".to_owned()),
         Err(_) => Err("ERROR:20:missing 'namespace' value".to_owned()),
@@ -201,8 +207,6 @@ pub(crate) const COMMANDS: &[&str] = &[
     "replicas",
     "replicas-all",
     "replicas-master",
-    "scan-abort",
-    "scan-show",
     "service",
     "service-clear-alt",
     "service-clear-std",
@@ -224,6 +228,7 @@ pub(crate) const COMMANDS: &[&str] = &[
     "status",
     "truncate",
     "truncate-namespace",
+    "truncate-namespace-undo",
     "truncate-undo",
     "udf-get",
     "udf-list",
@@ -313,9 +318,8 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "logs" => "0:stderr".to_owned(),
         "truncate" => service.truncate_command(command, false),
         "truncate-namespace" => service.truncate_command(command, true),
-        "truncate-undo" => {
-            "ERROR:4:truncate-undo is not supported: a truncation cannot be undone".to_owned()
-        }
+        "truncate-undo" => service.truncate_undo_command(command, false),
+        "truncate-namespace-undo" => service.truncate_undo_command(command, true),
         "rack-ids" => rack_ids(service),
         "racks" => racks(service, command),
         "partition-checksums" => partition_checksums(service, command),
@@ -323,8 +327,8 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "udf-get" => crate::udf::get(service, command),
         "udf-remove" => crate::udf::remove(service, command),
         "udf-list" => crate::udf::list(service),
-        "query-show" | "scan-show" => crate::job::show(&service.jobs, service.layers(), command),
-        "query-abort" | "scan-abort" => crate::job::abort(&service.jobs, command),
+        "query-show" => crate::job::show(&service.jobs, service.layers(), command),
+        "query-abort" => crate::job::abort(&service.jobs, command),
         "query-abort-all" => crate::job::abort_all(&service.jobs),
         "sindex-create" => crate::sindex::smd::create(&service.indexes(), command),
         "sindex-delete" => crate::sindex::smd::delete(&service.indexes(), command),
@@ -590,9 +594,10 @@ fn namespace_usage_pairs(service: &Service, namespace: &Namespace) -> Vec<(Strin
         ("prole_objects".into(), "0".into()),
         ("non_replica_objects".into(), "0".into()),
         ("index_used_bytes".into(), index_bytes.to_string()),
+        // Durable deletes' tombstones only, as the reference counts them.
         (
             "tombstones".into(),
-            namespace.index.tombstone_count().to_string(),
+            namespace.index.durable_tombstone_count().to_string(),
         ),
         ("index_bytes_per_object".into(), bytes_per_object),
         (
@@ -602,6 +607,17 @@ fn namespace_usage_pairs(service: &Service, namespace: &Namespace) -> Vec<(Strin
         ("data_total_bytes".into(), namespace.data_size().to_string()),
         ("data_used_pct".into(), namespace.used_pct().to_string()),
         ("stop_writes".into(), namespace.stop_writes().to_string()),
+        // Times as the reference counts them: seconds and milliseconds
+        // since the citrusleaf epoch (0: never truncated).
+        (
+            "current_time".into(),
+            service.now().citrusleaf_seconds.to_string(),
+        ),
+        (
+            "truncate_lut".into(),
+            citrine_types::citrusleaf_epoch_ms(stats.truncate_lut_ms.load(Ordering::Relaxed))
+                .to_string(),
+        ),
     ]
 }
 
@@ -734,8 +750,8 @@ fn cluster_statistics(service: &Service) -> Vec<(String, String)> {
             "tombstones".into(),
             service
                 .namespaces()
-                .map(|namespace| namespace.index.tombstone_count())
-                .sum::<usize>()
+                .map(|namespace| namespace.index.durable_tombstone_count())
+                .sum::<u64>()
                 .to_string(),
         ),
     ]
@@ -832,9 +848,12 @@ fn migration_statistics(migrations: &crate::migration::Migrations) -> Vec<(Strin
     ]
 }
 
-/// One set's line; `tombstones` is the namespace's tombstone count per set
-/// (`PartitionTable::tombstones_by_set`).
-fn set_line(
+/// One set's properties, `objects=N:...:stop-writes-size=0` (no separator
+/// after the last); `tombstones` is the namespace's tombstone count per set
+/// (`PartitionTable::durable_tombstones_by_set`). `truncate_lut` counts
+/// milliseconds since the citrusleaf epoch, as the reference reports it
+/// (0: never truncated).
+fn set_properties(
     service: &Service,
     namespace: &Namespace,
     id: u16,
@@ -842,22 +861,32 @@ fn set_line(
     tombstones: &std::collections::HashMap<u16, u64>,
 ) -> String {
     let stats = namespace.sets.stats(id);
-    let truncate_lut = namespace.sets.truncation(id).load(Ordering::Relaxed);
+    let truncate_lut = namespace.sets.reported_truncation(id);
     format!(
         "objects={}:tombstones={}:data_used_bytes={}:truncate_lut={}:sindexes={}:index_populating=false:truncating=false:default-read-touch-ttl-pct=0:default-ttl={}:disable-eviction=false:enable-index=false:stop-writes-count=0:stop-writes-size=0",
         stats.objects.load(Ordering::Relaxed).max(0),
         tombstones.get(&id).copied().unwrap_or(0),
         stats.data_used_bytes.load(Ordering::Relaxed).max(0),
-        truncate_lut,
+        citrine_types::citrusleaf_epoch_ms(truncate_lut),
         crate::sindex::count_on_set(&service.indexes(), namespace, name),
         namespace.config.default_ttl
     )
-    .replacen("objects", &format!("ns={}:set={}:objects", namespace.config.name, String::from_utf8_lossy(name)), 1)
 }
 
+/// `sets`, `sets/NS` and `sets/NS/SET`, read as the reference reads them:
+/// everything after `sets` and one separator (`/` or `:`) is `NS[/SET]`,
+/// the set being the rest of the line after the namespace's `/`. Nothing
+/// there lists every namespace's sets; an unknown namespace (an empty one
+/// included) answers `ns_type=unknown`. Each set is
+/// `ns=NS:set=SET:PROPERTIES;`; with a set named, only its properties,
+/// ended by `;` too (empty for a set that does not exist).
 fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
-    let namespace_filter = command.positional.first().copied();
-    let set_filter = command.positional.get(1).copied();
+    let rest = command.line.get(command.name.len() + 1..).unwrap_or("");
+    let (namespace_filter, set_filter) = match rest.split_once('/') {
+        _ if rest.is_empty() => (None, None),
+        Some((namespace, set)) => (Some(namespace), Some(set)),
+        None => (Some(rest), None),
+    };
     if let Some(name) = namespace_filter {
         let Some(namespace) = service.namespace(name.as_bytes()) else {
             return "ns_type=unknown".to_owned();
@@ -865,11 +894,10 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         if let Some(set) = set_filter {
             return match namespace.sets.existing_id(set.as_bytes()) {
                 Some(id) if id != 0 => {
-                    let tombstones = namespace.index.tombstones_by_set();
-                    let line = set_line(service, namespace, id, set.as_bytes(), &tombstones);
-                    // With namespace and set given: only the properties.
-                    let prefix = format!("ns={}:set={}:", namespace.config.name, set);
-                    format!("{}:", line.strip_prefix(&prefix).unwrap_or(&line))
+                    let tombstones = namespace.index.durable_tombstones_by_set();
+                    let properties =
+                        set_properties(service, namespace, id, set.as_bytes(), &tombstones);
+                    format!("{properties};")
                 }
                 _ => String::new(),
             };
@@ -880,10 +908,15 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         if namespace_filter.is_some_and(|name| name != namespace.config.name) {
             continue;
         }
-        let tombstones = namespace.index.tombstones_by_set();
+        let tombstones = namespace.index.durable_tombstones_by_set();
         for (id, name) in namespace.sets.all() {
-            out.push_str(&set_line(service, namespace, id, &name, &tombstones));
-            out.push(';');
+            let properties = set_properties(service, namespace, id, &name, &tombstones);
+            let _ = write!(
+                out,
+                "ns={}:set={}:{properties};",
+                namespace.config.name,
+                String::from_utf8_lossy(&name)
+            );
         }
     }
     out
@@ -1085,3 +1118,6 @@ fn partition_checksums(service: &Service, command: &InfoCommand<'_>) -> String {
     }
     entries.join(";")
 }
+
+#[cfg(test)]
+mod tests;

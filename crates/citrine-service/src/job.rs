@@ -614,12 +614,12 @@ impl Runner<'_> {
     }
 }
 
-/// `query-show[:id=ID]` (also `trid=`, and `scan-show`): see [`monitor`].
+/// `query-show[:id=ID]` (also `trid=`): see [`monitor`].
 pub(crate) fn show(jobs: &Jobs, layers: Layers<'_>, command: &InfoCommand<'_>) -> String {
     monitor::show(&jobs.monitors, command, layers.now().unix_ms)
 }
 
-/// `query-abort:id=ID` (also `trid=`, and `scan-abort`).
+/// `query-abort:id=ID` (also `trid=`).
 pub(crate) fn abort(jobs: &Jobs, command: &InfoCommand<'_>) -> String {
     monitor::abort(&jobs.monitors, command)
 }

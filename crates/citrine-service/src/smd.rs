@@ -33,7 +33,9 @@ impl Store {
         match name {
             "sindex-create" | "sindex-delete" => Some(Store::SindexDefinitions),
             "udf-put" | "udf-remove" => Some(Store::UdfModules),
-            "truncate" | "truncate-namespace" => Some(Store::Truncations),
+            "truncate" | "truncate-namespace" | "truncate-undo" | "truncate-namespace-undo" => {
+                Some(Store::Truncations)
+            }
             _ => None,
         }
     }

@@ -2152,3 +2152,29 @@ fn a_failed_device_sync_refuses_writes_with_server_error_and_keeps_reads() {
         answers[0].1
     );
 }
+
+/// `SetName()` in an operate that creates the record gives the request's
+/// set, as the reference's does (it answered '' here, no metadata naming
+/// the set yet).
+#[test]
+fn set_name_in_a_write_expression_is_the_requests_set() {
+    let (service, _) = service();
+    // [[SET_NAME], 0]
+    let set_name: &[u8] = &[0x92, 0x91, 70, 0x00];
+    let reply = send(
+        &service,
+        &put(
+            "new",
+            Ops::new().op(op_type::EXP_MODIFY, 4, "s", set_name).op(
+                op_type::EXP_READ,
+                4,
+                "r",
+                set_name,
+            ),
+        ),
+    );
+    assert_eq!(reply.header.result_code, 0);
+    assert_eq!(reply.bins, vec![(b"r".to_vec(), 3, b"demo".to_vec())]);
+    let reply = send(&service, &get("new"));
+    assert!(reply.bins.contains(&(b"s".to_vec(), 3, b"demo".to_vec())));
+}

@@ -1,7 +1,8 @@
-//! The `truncate` and `truncate-namespace` info commands: their
-//! parameters checked as the reference checks them (an empty or missing
-//! value is never taken as "everything"), then the truncation put into
-//! effect cluster-wide by the distribution layer
+//! The `truncate`, `truncate-namespace`, `truncate-undo` and
+//! `truncate-namespace-undo` info commands: their parameters checked as
+//! the reference checks them (an empty or missing value is never taken as
+//! "everything"), then the truncation put into effect, or undone,
+//! cluster-wide by the distribution layer
 //! ([`citrine_distribution::truncations`]: thresholds, pushes, the
 //! exchange's sync, the file).
 //!
@@ -28,16 +29,18 @@ struct TruncateRequest<'a> {
 
 impl<'a> TruncateRequest<'a> {
     /// Checks the parameters in the reference's order: the namespace
-    /// (missing or empty → 20), the set (`truncate`: missing, empty or too
-    /// long → 4; `truncate-namespace`: present → 4), then the lut (empty,
-    /// at or before the citrusleaf epoch, or in the future → 4). An empty
-    /// or missing value is never taken as "everything".
+    /// (`namespace=` only: missing or empty → 20), the set (`truncate`:
+    /// missing, empty or too long → 4; `truncate-namespace`: present → 4),
+    /// then the lut (empty, at or before the citrusleaf epoch, or in the
+    /// future → 4; an undo takes no lut and ignores one). An empty or
+    /// missing value is never taken as "everything".
     fn parse(
         command: &InfoCommand<'a>,
         whole_namespace: bool,
+        undo: bool,
         now_ms: u64,
     ) -> Result<Self, String> {
-        let namespace = crate::info::namespace_name(command)?;
+        let namespace = crate::info::namespace_under(command, "namespace")?;
         let set = match whole_namespace {
             true if command.param("set").is_some() => {
                 return Err("ERROR:4:unexpected set name".to_owned())
@@ -46,8 +49,8 @@ impl<'a> TruncateRequest<'a> {
             false => Some(crate::info::set_name(command)?),
         };
         let lut_ms = match command.param("lut") {
-            None => None,
-            Some(text) => Some(parse_lut_ms(text, now_ms)?),
+            Some(text) if !undo => Some(parse_lut_ms(text, now_ms)?),
+            _ => None,
         };
         Ok(TruncateRequest {
             namespace,
@@ -99,7 +102,7 @@ impl Service {
         whole_namespace: bool,
     ) -> String {
         let now_ms = self.now().unix_ms;
-        let request = match TruncateRequest::parse(command, whole_namespace, now_ms) {
+        let request = match TruncateRequest::parse(command, whole_namespace, false, now_ms) {
             Ok(request) => request,
             Err(answer) => return answer,
         };
@@ -115,6 +118,33 @@ impl Service {
             .lut_ms
             .unwrap_or_else(|| now_ms.max(namespace.latest_truncation_ms()) + 1);
         match self.dist().truncate(namespace, request.set, lut_ms) {
+            Ok(()) => "ok".to_owned(),
+            Err(message) => format!("ERROR:1:{message}"),
+        }
+    }
+}
+
+impl Service {
+    /// `truncate-undo:namespace=NS;set=SET` and
+    /// `truncate-namespace-undo:namespace=NS`: the truncation in effect is
+    /// removed here at once and on every other member after the push;
+    /// what it removed stays removed (see
+    /// [`citrine_distribution::truncations`]). `ok` also when there is no
+    /// truncation to undo, or no such namespace here, as in the reference.
+    pub(crate) fn truncate_undo_command(
+        &self,
+        command: &InfoCommand<'_>,
+        whole_namespace: bool,
+    ) -> String {
+        let now_ms = self.now().unix_ms;
+        let request = match TruncateRequest::parse(command, whole_namespace, true, now_ms) {
+            Ok(request) => request,
+            Err(answer) => return answer,
+        };
+        let Some(namespace) = self.namespace_shared(request.namespace.as_bytes()) else {
+            return "ok".to_owned();
+        };
+        match self.dist().undo_truncation(namespace, request.set) {
             Ok(()) => "ok".to_owned(),
             Err(message) => format!("ERROR:1:{message}"),
         }

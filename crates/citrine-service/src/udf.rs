@@ -412,11 +412,14 @@ pub(crate) fn list(service: &Service) -> String {
         .collect()
 }
 
-/// `udf-remove:filename=F;` (removing a module that is not there is `ok`).
+/// `udf-remove:filename=F;`. As the reference checks it, only a missing
+/// name or one longer than a name can be is refused: any other name that
+/// is not registered (an empty one, one `udf-put` would refuse) has
+/// nothing to remove and answers `ok`.
 pub(crate) fn remove(service: &Service, command: &InfoCommand<'_>) -> String {
     let Some(filename) = command
         .param("filename")
-        .filter(|name| valid_filename(name))
+        .filter(|name| name.len() <= FILENAME_MAX)
     else {
         return "error=invalid_filename".to_owned();
     };
@@ -574,7 +577,7 @@ pub(crate) fn apply(
     out: &mut Vec<u8>,
 ) -> Result<(), ResultCode> {
     namespace.serving(request.digest.partition())?;
-    let set_id = transaction::admit_write(namespace, request)?;
+    transaction::admit_write(namespace)?;
     let args = match value::decode(call.args) {
         Ok(Value::List(list)) => list.items,
         _ => Vec::new(),
@@ -587,15 +590,7 @@ pub(crate) fn apply(
         };
         check_write_policy(&request.header, snapshot.meta)?;
         let key = check_filter_and_key(namespace, request, &snapshot, view.as_ref(), now)?;
-        let (input, hidden) = record_in(
-            namespace,
-            request,
-            set_id,
-            &snapshot,
-            view.as_ref(),
-            key,
-            now,
-        );
+        let (input, hidden) = record_in(request, &snapshot, view.as_ref(), key, now);
         let udf = citrine_udf::Call {
             module: call.module,
             function: call.function,
@@ -623,8 +618,7 @@ pub(crate) fn apply(
             Err(Refusal::Udf(error)) => return udf_failed(namespace, call, out, request, &error),
         };
         // `None`: changed while the UDF ran: run it again on the new record.
-        let Some((generation, void_time)) =
-            commit(namespace, request, set_id, &snapshot, planned, now)?
+        let Some((generation, void_time)) = commit(namespace, request, &snapshot, planned, now)?
         else {
             continue;
         };
@@ -687,9 +681,7 @@ fn check_filter_and_key<'a>(
 /// The record as the UDF sees it, and the bins it cannot see (no value
 /// the Lua side has: kept as they are when it writes the record).
 fn record_in<'v>(
-    namespace: &Namespace,
     request: &Request<'_>,
-    set_id: u16,
     snapshot: &Snapshot,
     view: Option<&BodyView<'v>>,
     key: Option<(u8, &[u8])>,
@@ -708,7 +700,8 @@ fn record_in<'v>(
         Some(meta) if meta.void_time == 0 => -1,
         Some(meta) => i64::from(meta.void_time.saturating_sub(now.citrusleaf_seconds)),
     };
-    let set_name = namespace.sets.name(set_id).unwrap_or_default();
+    // The record's set is the request's: its digest is of that set.
+    let set_name = request.set.to_vec();
     let input = citrine_udf::RecordIn {
         exists: snapshot.meta.is_some(),
         bins,
@@ -729,7 +722,6 @@ fn record_in<'v>(
 fn commit(
     namespace: &Namespace,
     request: &Request<'_>,
-    set_id: u16,
     snapshot: &Snapshot,
     planned: Planned,
     now: Now,
@@ -775,7 +767,11 @@ fn commit(
                     partition.tombstone(&request.digest),
                 ),
             };
-            let record_set = snapshot.meta.map_or(set_id, |meta| meta.set_id);
+            // A record the UDF creates creates its set, if new.
+            let record_set = match snapshot.meta {
+                Some(meta) => meta.set_id,
+                None => transaction::set_of_new_record(namespace, request.set)?,
+            };
             let meta = RecordMeta {
                 generation,
                 life,

@@ -20,7 +20,10 @@ pub mod stripes;
 mod time;
 
 pub use result_code::ResultCode;
-pub use time::{citrusleaf_epoch_seconds, unix_to_citrusleaf, CITRUSLEAF_EPOCH_UNIX_SECONDS};
+pub use time::{
+    citrusleaf_epoch_ms, citrusleaf_epoch_seconds, unix_to_citrusleaf,
+    CITRUSLEAF_EPOCH_UNIX_SECONDS,
+};
 
 /// Number of partitions of every namespace. Fixed by the protocol.
 pub const PARTITIONS: usize = 4096;

@@ -17,6 +17,14 @@ pub fn citrusleaf_epoch_seconds(unix_milliseconds: u64) -> u32 {
     unix_to_citrusleaf(unix_milliseconds / 1000)
 }
 
+/// Converts Unix milliseconds to milliseconds since the citrusleaf epoch
+/// (saturating at 0), as the reference reports last-update times and
+/// truncation times (`truncate_lut`) in its info answers.
+#[inline]
+pub fn citrusleaf_epoch_ms(unix_milliseconds: u64) -> u64 {
+    unix_milliseconds.saturating_sub(CITRUSLEAF_EPOCH_UNIX_SECONDS * 1000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -30,5 +38,7 @@ mod tests {
             citrusleaf_epoch_seconds((CITRUSLEAF_EPOCH_UNIX_SECONDS + 7) * 1000 + 999),
             7
         );
+        assert_eq!(citrusleaf_epoch_ms(1_795_950_959_075), 533_646_959_075);
+        assert_eq!(citrusleaf_epoch_ms(5), 0);
     }
 }

@@ -14,7 +14,9 @@ pub struct InfoCommand<'a> {
     pub name: &'a str,
     /// Positional arguments after `/`.
     pub positional: Vec<&'a str>,
-    /// `key=value` parameters after `:`; a bare `key` has an empty value.
+    /// `key=value` parameters after `:`. An item without `=` (a bare
+    /// `key`) is no parameter at all, as the reference reads it:
+    /// `query-abort:id` misses its `id`, `udf-remove:filename` its file.
     pub params: Vec<(&'a str, &'a str)>,
 }
 
@@ -31,8 +33,7 @@ impl<'a> InfoCommand<'a> {
         let params = params_text
             .map(|text| {
                 text.split(';')
-                    .filter(|item| !item.is_empty())
-                    .map(|item| item.split_once('=').unwrap_or((item, "")))
+                    .filter_map(|item| item.split_once('='))
                     .collect()
             })
             .unwrap_or_default();
@@ -155,6 +156,12 @@ mod tests {
         let empty = InfoCommand::parse("cluster-stable:");
         assert_eq!(empty.name, "cluster-stable");
         assert!(empty.params.is_empty());
+        // A bare key is no parameter; an empty value is one.
+        let bare = InfoCommand::parse("query-abort:id;trid=;x=1=2");
+        assert_eq!(bare.param("id"), None);
+        assert_eq!(bare.param("trid"), Some(""));
+        assert_eq!(bare.param("x"), Some("1=2"));
+        assert_eq!(bare.required("id"), Err("missing 'id'".into()));
     }
 
     #[test]

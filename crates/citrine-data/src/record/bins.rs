@@ -18,6 +18,9 @@ pub(crate) fn find_bin(bins: &[Bin<'_>], name: &[u8]) -> Option<usize> {
 /// bin is 1 whatever its operand, where other mismatched types are 12: the
 /// reference answers so.
 pub(crate) fn apply_modify<'a>(bins: &mut Vec<Bin<'a>>, op: &Op<'a>) -> Result<(), ResultCode> {
+    // GeoJSON is parsed as the op applies, after the record-exists and
+    // generation checks, as the reference orders them (160 comes after 3).
+    check_geojson(op.particle_type, op.value)?;
     let position = find_bin(bins, op.name);
     let geojson = position.is_some_and(|i| bins[i].particle_type == ParticleType::GeoJson as u8);
     let modifies = matches!(

@@ -38,7 +38,7 @@ pub use store::{
     drop_entry, install, is_durable_delete, remove_deleted, retire_entry, start_after,
     storage_result, write_tombstone, Replaced,
 };
-pub use write::{admit_write, check_record_size, void_time_for};
+pub use write::{admit_write, check_record_size, set_of_new_record, void_time_for};
 
 use crate::namespace::Namespace;
 use citrine_exp::Expression;

@@ -3,8 +3,9 @@
 //! Steps, under the record partition's write lock, held until the record
 //! is decided: the ops are validated first (`validate_write_ops`); then
 //! the record is found (`Found`), the record-exists action, generation,
-//! stored key and filter are checked, each op is applied in order to a
-//! working copy of the bins that borrows from the stored body and the
+//! stored key and filter are checked, the set of a record the write
+//! creates comes into being (`set_of_new_record`), each op is applied in
+//! order to a working copy of the bins that borrows from the stored body and the
 //! request (`Working`), the outcome decided (a new version, or a removal
 //! when no bin is left), and committed through [`super::store`]. Any error
 //! drops the whole working copy, so nothing of the transaction is stored.
@@ -13,11 +14,13 @@
 //! names → 21; values, unknown op types and the reference's illegal
 //! combinations → 4), then [`admit_write`]: stop-writes → 8 (a memory
 //! namespace compares its striped counts' cheap total, within 1 % of the
-//! budget; a device namespace its free write blocks, `min-avail-pct`) and
-//! a set that cannot be named → 22. Under the lock: the record-exists
-//! action (5 / 2), generation (3), stored key (19), the filter against the
-//! existing record (27; a write that creates the record is not filtered),
-//! each op (a CDT, bit or HLL op decodes its bin, applies the op with
+//! budget; a device namespace its free write blocks, `min-avail-pct`).
+//! Under the lock: the record-exists action (5 / 2), generation (3),
+//! stored key (19), the filter against the existing record (27; a write
+//! that creates the record is not filtered), the new record's set (4 when
+//! the namespace holds all the sets it can: the set exists from here on,
+//! even if an op then refuses the write, as the reference's), each op
+//! (GeoJSON parsed as it applies: 160) (a CDT, bit or HLL op decodes its bin, applies the op with
 //! `citrine_cdt::apply` and puts the re-encoded value back; an expression
 //! op sees the working bins as the earlier ops left them; results join
 //! the reply), the new body's size (13, [`check_record_size`]). The commit
@@ -27,7 +30,7 @@
 //! version's storage is released and the reply written once the lock is
 //! dropped.
 
-use super::bins::{apply_modify, check_geojson, find_bin};
+use super::bins::{apply_modify, find_bin};
 use super::store::{install, is_durable_delete, remove_deleted, start_after, write_tombstone};
 use super::{
     begin_reply, bin_op_family, check_generation, is_live, Now, Reply, Request, MAX_REPLY_BYTES,
@@ -52,7 +55,7 @@ pub(crate) fn write(
     out: &mut Vec<u8>,
 ) -> Result<(), ResultCode> {
     validate_write_ops(request)?;
-    let set_id = admit_write(namespace, request)?;
+    admit_write(namespace)?;
     let mut partition = namespace
         .index
         .partition(request.digest.partition())
@@ -73,7 +76,10 @@ pub(crate) fn write(
         };
         let found = Found::new(current, live, body.as_deref())?;
         check_preconditions(namespace, request, &found, now)?;
-        let record_set = found.live.map_or(set_id, |meta| meta.set_id);
+        let record_set = match found.live {
+            Some(meta) => meta.set_id,
+            None => set_of_new_record(namespace, request.set)?,
+        };
         let working = apply_ops(namespace, request, &found, record_set, now)?;
         decide(namespace, request, &partition, &found, working, now)?
     };
@@ -620,7 +626,6 @@ fn validate_bin_write(op: &Op<'_>, replaces: bool) -> Result<(), ResultCode> {
         return Err(ResultCode::BinName);
     }
     validate_value(op.particle_type, op.value).map_err(|_| ResultCode::Parameter)?;
-    check_geojson(op.particle_type, op.value)?;
     if op.particle_type == ParticleType::Hll as u8 && !citrine_cdt::hll::valid_particle(op.value) {
         return Err(ResultCode::Parameter);
     }
@@ -663,11 +668,10 @@ pub fn void_time_for(
     Ok(void_time)
 }
 
-/// The checks every write makes before it reads the record: the namespace
-/// takes writes (else 8, counted) and the request's set can be named
-/// (else 22); returns the set's id.
+/// The check every write makes before it reads the record: the namespace
+/// takes writes (else 8, counted).
 #[inline]
-pub fn admit_write(namespace: &Namespace, request: &Request<'_>) -> Result<u16, ResultCode> {
+pub fn admit_write(namespace: &Namespace) -> Result<(), ResultCode> {
     if namespace.stop_writes() {
         namespace
             .stats
@@ -675,10 +679,14 @@ pub fn admit_write(namespace: &Namespace, request: &Request<'_>) -> Result<u16, 
             .fetch_add(1, Ordering::Relaxed);
         return Err(ResultCode::OutOfSpace);
     }
-    namespace
-        .sets
-        .id_of(request.set)
-        .ok_or(ResultCode::Forbidden)
+    Ok(())
+}
+
+/// The id of set `name` for a record a write creates, the set created if
+/// it is new; a namespace that has all the sets it can hold refuses a new
+/// one with 4, as the reference does.
+pub fn set_of_new_record(namespace: &Namespace, name: &[u8]) -> Result<u16, ResultCode> {
+    namespace.sets.id_of(name).ok_or(ResultCode::Parameter)
 }
 
 /// Refuses (13, counted) a record or bin of `len` bytes above the

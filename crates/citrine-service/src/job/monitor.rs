@@ -519,14 +519,62 @@ fn forget_past_limit(entries: &mut VecDeque<Arc<Monitor>>) {
     });
 }
 
-/// The task id an info command names (`id=`, or the older `trid=`):
-/// `None` without one, `Err` for one that is not a task id.
-fn id_param(command: &InfoCommand<'_>) -> Option<Result<u64, ()>> {
-    let text = command.param("id").or_else(|| command.param("trid"))?;
-    Some(text.parse().ok().filter(|trid| *trid != 0).ok_or(()))
+/// Why a command's task id is refused: the answer to give.
+#[derive(Debug, PartialEq, Eq)]
+enum BadId {
+    /// `id=` (or `trid=`) with nothing after it.
+    Empty,
+    /// Not a task id (see [`parse_task_id`]).
+    Malformed,
 }
 
-/// `query-show[:id=ID]` (also `trid=`, and `scan-show`): the job's line,
+impl BadId {
+    fn answer(&self) -> String {
+        match self {
+            BadId::Empty => "ERROR:4:missing 'id' value".to_owned(),
+            BadId::Malformed => "ERROR:4:bad id".to_owned(),
+        }
+    }
+}
+
+/// The task id an info command names: `id=`, else the older `trid=` (an
+/// `id=` given wins, even empty); `None` without either.
+fn id_param(command: &InfoCommand<'_>) -> Option<Result<u64, BadId>> {
+    let text = command.param("id").or_else(|| command.param("trid"))?;
+    Some(match text {
+        "" => Err(BadId::Empty),
+        text => parse_task_id(text).ok_or(BadId::Malformed),
+    })
+}
+
+/// A task id as the reference reads one: the whole text a number in C's
+/// base-0 notation (decimal; `0x`/`0X` hexadecimal; octal after a leading
+/// `0`), an optional sign first and nothing else (no space), within 64
+/// bits; a negative one wraps (`-1` is 2^64 - 1). 0 is no task id.
+fn parse_task_id(text: &str) -> Option<u64> {
+    let (negative, unsigned) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (radix, digits) = match unsigned.get(..2) {
+        Some("0x" | "0X") => (16, &unsigned[2..]),
+        _ if unsigned.len() > 1 && unsigned.starts_with('0') => (8, &unsigned[1..]),
+        _ => (10, unsigned),
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    let value = u64::from_str_radix(digits, radix).ok()?;
+    let value = if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    };
+    (value != 0).then_some(value)
+}
+
+/// `query-show[:id=ID]` (also `trid=`): the job's line,
 /// or every job's, newest first.
 pub(crate) fn show(monitors: &Monitors, command: &InfoCommand<'_>, now_ms: u64) -> String {
     match id_param(command) {
@@ -534,7 +582,7 @@ pub(crate) fn show(monitors: &Monitors, command: &InfoCommand<'_>, now_ms: u64) 
             Some(monitor) => monitor.show(now_ms),
             None => "ERROR:2:job not found".to_owned(),
         },
-        Some(Err(())) => "ERROR:4:bad id".to_owned(),
+        Some(Err(bad)) => bad.answer(),
         None => monitors
             .entries
             .lock()
@@ -546,14 +594,15 @@ pub(crate) fn show(monitors: &Monitors, command: &InfoCommand<'_>, now_ms: u64) 
     }
 }
 
-/// `query-abort:id=ID` (also `trid=`, and `scan-abort`).
+/// `query-abort:id=ID` (also `trid=`).
 pub(crate) fn abort(monitors: &Monitors, command: &InfoCommand<'_>) -> String {
     match id_param(command) {
         Some(Ok(trid)) => match monitors.find(trid) {
             Some(monitor) if monitor.request_abort() => "ok".to_owned(),
             _ => "ERROR:2:id not active".to_owned(),
         },
-        Some(Err(())) | None => "ERROR:4:bad id".to_owned(),
+        Some(Err(bad)) => bad.answer(),
+        None => "ERROR:4:missing 'id'".to_owned(),
     }
 }
 

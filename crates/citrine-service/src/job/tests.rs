@@ -121,7 +121,11 @@ fn a_background_scan_writes_every_record_of_its_set() {
         info(&service, "query-show:id=77"),
         info(&service, "query-show:trid=77")
     );
-    assert!(info(&service, "scan-show:trid=77").contains("status=done"));
+    // The scan module's commands are gone from 8.1, as in the reference.
+    assert_eq!(
+        info(&service, "scan-show:trid=77"),
+        "ERROR:4:unrecognized command"
+    );
     assert_eq!(
         info(&service, "query-show:trid=78"),
         "ERROR:2:job not found"
@@ -130,6 +134,80 @@ fn a_background_scan_writes_every_record_of_its_set() {
         info(&service, "query-abort:trid=77"),
         "ERROR:2:id not active"
     );
+}
+
+/// `query-show` and `query-abort` read their task id as the reference
+/// does (each answer below is the reference's for the same command).
+#[test]
+fn task_ids_are_read_as_the_reference_reads_them() {
+    let (service, _) = service();
+    put(&service, "demo", "k", &[("n", 1)], false);
+    let request = Background {
+        set: Some("demo"),
+        trid: 77,
+        ops: vec![put_op("flag", 42)],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &request), 0);
+    let line = info(&service, "query-show:id=77");
+    assert!(line.contains("status=done(ok)"), "{line}");
+    // C's base-0 notation, a sign, a negative number wrapping; `id` before
+    // `trid`; a bare key is no parameter (every job is listed).
+    for command in [
+        "query-show:id=0x4d",
+        "query-show:id=0X4D",
+        "query-show:id=0115",
+        "query-show:id=+77",
+        "query-show:id=-18446744073709551539",
+        "query-show:trid=x;id=77",
+        "query-show:trid=77;id",
+        "query-show:trid",
+        "query-show:",
+        "query-show",
+    ] {
+        assert_eq!(info(&service, command), line, "{command}");
+    }
+    for (command, answer) in [
+        ("query-abort", "ERROR:4:missing 'id'"),
+        ("query-abort:", "ERROR:4:missing 'id'"),
+        ("query-abort:id", "ERROR:4:missing 'id'"),
+        ("query-abort:x=1", "ERROR:4:missing 'id'"),
+        ("query-abort:id=", "ERROR:4:missing 'id' value"),
+        ("query-abort:trid=", "ERROR:4:missing 'id' value"),
+        ("query-abort:trid=5;id=", "ERROR:4:missing 'id' value"),
+        ("query-show:id=", "ERROR:4:missing 'id' value"),
+        ("query-show:trid=", "ERROR:4:missing 'id' value"),
+        ("query-show:id=;trid=77", "ERROR:4:missing 'id' value"),
+        ("query-show:id=x;trid=77", "ERROR:4:bad id"),
+        ("query-abort:id=77", "ERROR:2:id not active"),
+        ("query-abort:id=-1", "ERROR:2:id not active"),
+        ("query-abort:id=0xffffffffffffffff", "ERROR:2:id not active"),
+        ("query-show:id=78", "ERROR:2:job not found"),
+    ] {
+        assert_eq!(info(&service, command), answer, "{command}");
+    }
+    for id in [
+        "abc",
+        " 5",
+        "5 ",
+        "5x",
+        "0",
+        "-0",
+        "00",
+        "08",
+        "0x",
+        "0x-5",
+        "-",
+        "+-5",
+        "18446744073709551616",
+        "0x10000000000000000",
+        "-18446744073709551616",
+    ] {
+        for command in ["query-abort", "query-show"] {
+            let text = format!("{command}:id={id}");
+            assert_eq!(info(&service, &text), "ERROR:4:bad id", "{text}");
+        }
+    }
 }
 
 /// A submission sent again with the same task id (a client that lost the

@@ -107,7 +107,7 @@ fn a_truncation_made_on_one_node_reaches_the_others_and_only_grows() {
     let lut = START_MS + 11;
     assert_eq!(
         a.dist().truncations_text(),
-        format!("namespace=test;set=s;lut={lut}\n")
+        format!("namespace=test;set=s;lut={lut};generation=1\n")
     );
     // B learns it from A's push: the records are hidden at once and
     // removed in the background; the other set keeps its records.
@@ -152,7 +152,7 @@ fn a_truncation_made_on_one_node_reaches_the_others_and_only_grows() {
     assert_eq!(
         a.dist().truncations_text(),
         format!(
-            "namespace=test;lut={}\nnamespace=test;set=s;lut={lut}\n",
+            "namespace=test;lut={};generation=1\nnamespace=test;set=s;lut={lut};generation=1\n",
             START_MS + 12
         )
     );
@@ -189,7 +189,10 @@ fn truncations_are_kept_in_the_work_directory() {
     assert_eq!(command(&a, "truncate-namespace:namespace=test"), "ok");
     let file = directory.join(TRUNCATIONS_FILE);
     let saved = std::fs::read_to_string(&file).unwrap();
-    assert_eq!(saved, format!("namespace=test;lut={}\n", START_MS + 4));
+    assert_eq!(
+        saved,
+        format!("namespace=test;lut={};generation=1\n", START_MS + 4)
+    );
     // A restart (a memory namespace comes back empty) keeps the threshold:
     // an older copy offered later is not stored. A line that is not a
     // truncation is dropped from the file.
@@ -222,6 +225,10 @@ fn bad_truncation_commands_and_pushes_change_nothing() {
             "ERROR:20:missing 'namespace' value",
         ),
         ("truncate:set=s", "ERROR:20:missing 'namespace'"),
+        ("truncate:ns=test;set=s", "ERROR:20:missing 'namespace'"),
+        ("truncate-namespace:ns=test", "ERROR:20:missing 'namespace'"),
+        ("truncate:namespace", "ERROR:20:missing 'namespace'"),
+        ("truncate:namespace=test;set", "ERROR:4:missing 'set'"),
         ("truncate", "ERROR:20:missing 'namespace'"),
         (
             "truncate-namespace:namespace=",
@@ -278,14 +285,20 @@ fn bad_truncation_commands_and_pushes_change_nothing() {
     assert_eq!(command(&a, "truncate-namespace:namespace=nope"), "ok");
     assert_eq!(a.dist().truncations_text(), "");
     assert_eq!(held(&a, "s"), 1);
-    assert!(command(&a, "truncate-undo:namespace=test;set=s").starts_with("ERROR:4:"));
+    // Nothing to undo: ok, and nothing recorded.
+    assert_eq!(command(&a, "truncate-undo:namespace=test;set=s"), "ok");
+    assert_eq!(command(&a, "truncate-namespace-undo:namespace=test"), "ok");
+    assert_eq!(a.dist().truncations_text(), "");
     a.dist()
         .merge_truncations("garbage\nnamespace=test;lut=zero\nnamespace=test;set=s\n\n");
     assert_eq!(a.dist().truncations_text(), "");
     assert_eq!(held(&a, "s"), 1);
     // A namespace this node does not have is kept (and pushed on).
     a.dist().merge_truncations("namespace=elsewhere;lut=5\n");
-    assert_eq!(a.dist().truncations_text(), "namespace=elsewhere;lut=5\n");
+    assert_eq!(
+        a.dist().truncations_text(),
+        "namespace=elsewhere;lut=5;generation=0\n"
+    );
     assert_eq!(held(&a, "s"), 1);
 }
 
@@ -382,7 +395,7 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
     let lut = START_MS + 11;
     assert_eq!(
         master.dist().truncations_text(),
-        format!("namespace=test;set=s;lut={lut}\n")
+        format!("namespace=test;set=s;lut={lut};generation=1\n")
     );
     // A copy of set `t`, which no truncation covers, teaches nothing.
     let key = replica.cluster().cluster_key;
@@ -403,9 +416,10 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
         send(&copy_in("s", 0, 1, START_MS + 20, Some(body(100)))),
         vec![0]
     );
+    // Marked as taken from a copy, below the command's own entry.
     assert_eq!(
         replica.dist().truncations_text(),
-        master.dist().truncations_text()
+        format!("namespace=test;set=s;lut={lut};generation=0;carried=1\n")
     );
     let replica_namespace = replica.namespace(b"test").unwrap();
     let s = replica_namespace.sets.existing_id(b"s").unwrap();
@@ -426,10 +440,9 @@ fn a_replica_takes_the_truncation_a_copy_carries_before_its_push_arrives() {
         send(&copy_in("", 0, 1, START_MS + 30, Some(body(200)))),
         vec![0]
     );
-    assert!(replica
-        .dist()
-        .truncations_text()
-        .contains(&format!("namespace=test;lut={cut}\n")));
+    assert!(replica.dist().truncations_text().contains(&format!(
+        "namespace=test;lut={cut};generation=0;carried=1\n"
+    )));
     // Only the copies written after it stay (key 9 of `t` at +20 too).
     wait_held(&replica, "", 1);
     wait_held(&replica, "t", 1);
@@ -583,7 +596,7 @@ fn a_copy_sent_again_after_a_truncation_carries_it() {
     // The target took the truncation from the first copy.
     assert_eq!(
         target.dist().truncations_text(),
-        sender.dist().truncations_text()
+        format!("namespace=test;set=s;lut={lut};generation=0;carried=1\n")
     );
     // Without the truncation the copy carries, at a node that does not
     // know it, the old copy wins by generation.
@@ -597,4 +610,91 @@ fn a_copy_sent_again_after_a_truncation_carries_it() {
     let partition = namespace.index.partition(digest.partition()).read();
     let held = partition.get(&digest).map(|entry| entry.meta().generation);
     assert_eq!(held, Some(28));
+}
+
+/// `truncate-undo` and `truncate-namespace-undo`: the threshold goes here
+/// at once and on a peer with the push; what was removed stays removed,
+/// copies from before the old threshold are stored again, and a copy
+/// still carrying the undone threshold does not bring it back.
+#[test]
+fn an_undone_truncation_lets_older_copies_in_again_everywhere() {
+    let (a, clock) = service();
+    let (b, _) = service();
+    for node in [&a, &b] {
+        assert_eq!(store(node, "s", 1, START_MS - 1_000), ResultCode::Ok);
+    }
+    clock.advance_ms(10);
+    let lut = START_MS + 11;
+    assert_eq!(command(&a, "truncate:namespace=test;set=s"), "ok");
+    b.dist().merge_truncations(&a.dist().truncations_text());
+    wait_held(&b, "s", 0);
+    let epoch_ms = citrine_types::CITRUSLEAF_EPOCH_UNIX_SECONDS * 1000;
+    let shown = format!(":truncate_lut={}:", lut - epoch_ms);
+    assert!(command(&a, "sets/test/s").contains(&shown));
+
+    assert_eq!(command(&a, "truncate-undo:namespace=test;set=s"), "ok");
+    assert_eq!(
+        a.dist().truncations_text(),
+        format!("namespace=test;set=s;lut=0;generation=2;highest={lut}\n")
+    );
+    assert!(command(&a, "sets/test/s").contains(":truncate_lut=0:"));
+    // Removed records stay removed; an older copy is stored again.
+    assert_eq!(held(&a, "s"), 0);
+    assert_eq!(store(&a, "s", 2, START_MS - 1_000), ResultCode::Ok);
+    assert_eq!(held(&a, "s"), 1);
+    // The push takes the undo to B; B's own earlier entry does not win.
+    b.dist().merge_truncations(&a.dist().truncations_text());
+    assert_eq!(b.dist().truncations_text(), a.dist().truncations_text());
+    assert_eq!(store(&b, "s", 2, START_MS - 1_000), ResultCode::Ok);
+    assert_eq!(held(&b, "s"), 1);
+    // A copy from a node that missed the undo carries the old threshold:
+    // not taken again, and the push of the old entry loses.
+    b.dist().adopt_carried_truncation("test", b"s", lut);
+    b.dist()
+        .merge_truncations(&format!("namespace=test;set=s;lut={lut};generation=1\n"));
+    assert_eq!(b.dist().truncations_text(), a.dist().truncations_text());
+    assert_eq!(held(&b, "s"), 1);
+    // A later truncation after the undo may be at an earlier lut.
+    let earlier = START_MS - 500;
+    let command_text = format!("truncate:namespace=test;set=s;lut={}", earlier * 1_000_000);
+    assert_eq!(command(&a, &command_text), "ok");
+    wait_held(&a, "s", 0);
+
+    // The namespace's own truncation is undone the same way.
+    clock.advance_ms(10);
+    assert_eq!(command(&a, "truncate-namespace:namespace=test"), "ok");
+    assert!(command(&a, "namespace/test")
+        .contains(&format!(";truncate_lut={};", START_MS + 21 - epoch_ms)));
+    assert_eq!(store(&a, "t", 1, START_MS), ResultCode::Ok);
+    assert_eq!(held(&a, "t"), 0);
+    assert_eq!(command(&a, "truncate-namespace-undo:namespace=test"), "ok");
+    assert!(command(&a, "namespace/test").contains(";truncate_lut=0;"));
+    assert_eq!(store(&a, "t", 1, START_MS), ResultCode::Ok);
+    assert_eq!(held(&a, "t"), 1);
+}
+
+/// A truncation of a set no record of which is held here creates no set
+/// (`sets` does not list it, as the reference's); the first record that
+/// comes creates it, with the truncation's threshold (not reported: the
+/// reference's set shows truncate_lut=0).
+#[test]
+fn a_truncation_waits_for_its_sets_first_record() {
+    let (a, clock) = service();
+    clock.advance_ms(10);
+    assert_eq!(command(&a, "truncate:namespace=test;set=never"), "ok");
+    assert_eq!(command(&a, "sets/test/never"), "");
+    assert_eq!(command(&a, "sets"), "");
+    assert_eq!(store(&a, "never", 1, START_MS - 1_000), ResultCode::Ok);
+    assert_eq!(held(&a, "never"), 0);
+    // The threshold refuses the older copy, but the set reports none: the
+    // reference ignores a truncation of a set it does not have.
+    assert!(command(&a, "sets/test/never").contains(":truncate_lut=0:"));
+    assert_eq!(store(&a, "never", 2, START_MS + 20), ResultCode::Ok);
+    assert_eq!(held(&a, "never"), 1);
+    // A truncation of the set once it exists is reported.
+    clock.advance_ms(10);
+    assert_eq!(command(&a, "truncate:namespace=test;set=never"), "ok");
+    let epoch_ms = citrine_types::CITRUSLEAF_EPOCH_UNIX_SECONDS * 1000;
+    let shown = format!(":truncate_lut={}:", START_MS + 21 - epoch_ms);
+    assert!(command(&a, "sets/test/never").contains(&shown));
 }

@@ -2223,8 +2223,10 @@ impl World {
         let Some(truncation) = self.truncation else {
             return Ok(());
         };
+        // The command's own entry (its first change of the set), not only
+        // one taken from a copy: every member got the push.
         let line = format!(
-            "namespace={NAMESPACE};set={TRUNCATED_SET};lut={}",
+            "namespace={NAMESPACE};set={TRUNCATED_SET};lut={};generation=1",
             truncation.lut_ms
         );
         for i in self.live() {

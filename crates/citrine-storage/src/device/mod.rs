@@ -471,22 +471,23 @@ impl DeviceEngine {
         (metadata.truncate_lut_ms, metadata.set_truncations.clone())
     }
 
-    /// Persists a truncation (`set = None`: the whole namespace) durably,
-    /// before the caller applies it.
+    /// Persists a truncation threshold (`set = None`: the whole
+    /// namespace's) durably, before the caller applies it: `lut_ms`
+    /// replaces the one recorded, raised or lowered (an undone truncation),
+    /// and 0 removes it (a cold start then loads what it covered again).
     pub fn persist_truncation(&self, set: Option<&[u8]>, lut_ms: u64) -> Result<(), StorageError> {
         let mut metadata = self.metadata.lock();
         let mut next = metadata.clone();
         next.sequence += 1;
         match set {
-            None => next.truncate_lut_ms = next.truncate_lut_ms.max(lut_ms),
-            Some(name) => match next
-                .set_truncations
-                .iter_mut()
-                .find(|(existing, _)| existing == name)
-            {
-                Some((_, lut)) => *lut = (*lut).max(lut_ms),
-                None => next.set_truncations.push((name.to_vec(), lut_ms)),
-            },
+            None => next.truncate_lut_ms = lut_ms,
+            Some(name) => {
+                next.set_truncations
+                    .retain(|(existing, _)| existing != name);
+                if lut_ms > 0 {
+                    next.set_truncations.push((name.to_vec(), lut_ms));
+                }
+            }
         }
         let encoded = next.encode();
         if encoded.len() > format::META_SLOT_BYTES {
