@@ -4,8 +4,9 @@
 //! `info` (asinfo-like), `get`/`put`/`delete`/`exists` (single records),
 //! `scan`/`query`/`index` (many records, secondary indexes), `udf` (Lua
 //! modules and calling them on a record),
-//! `cluster` (node table), `bench` (load generator and no-op responder) and
-//! `verify` (Jepsen-style workloads and checkers against a live cluster).
+//! `cluster` (node table), `bench` (load generator and no-op responder),
+//! `verify` (Jepsen-style workloads and checkers against a live cluster) and
+//! `dev` (a local cluster of `citrined` processes it starts and stops).
 //! Every failure ends with a message saying what to do and exit status 1.
 //! Subcommands that take `-h HOST` disable clap's `-h` help short flag;
 //! `--help` works everywhere.
@@ -22,6 +23,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod dev;
 mod info_cmd;
 mod msgpack;
 mod multi;
@@ -40,10 +42,13 @@ use std::process::ExitCode;
     about = "Command-line tool for Citrine and any Aerospike-protocol server",
     long_about = "Command-line tool for Citrine (and any server speaking the Aerospike client protocol).\n\
                   Talks to a server at HOST[:PORT] (default 127.0.0.1:3000).\n\
+                  No server yet? `citrine dev` starts a local 3-node cluster (ports 3000, 3100, 3200)\n\
+                  and stops it on Ctrl-C.\n\
                   Examples:\n  citrine info -v build\n  citrine put -n test -s demo key1 a=1 b=hello\n  \
                   citrine get -n test -s demo key1\n  citrine scan -n test -s demo\n  \
                   citrine udf put counters.lua\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10\n  \
-                  citrine verify -n test --workload register --time 60s"
+                  citrine verify -n test --workload register --time 60s\n  \
+                  citrine dev --nodes 5 --port 4000"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -76,6 +81,8 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// Jepsen-style check of a live cluster: run a workload, check its history.
     Verify(verify_cmd::VerifyArgs),
+    /// Start a local cluster of N citrined nodes in memory; Ctrl-C stops them all.
+    Dev(dev::DevArgs),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -128,6 +135,7 @@ fn main() -> ExitCode {
             Command::Cluster(args) => info_cmd::run_cluster(args).await,
             Command::Bench(args) => bench::run(*args).await,
             Command::Verify(args) => verify_cmd::run(args).await,
+            Command::Dev(args) => dev::run(args).await,
         }
     });
     match result {
