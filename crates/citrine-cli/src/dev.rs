@@ -19,7 +19,7 @@ use crate::CliResult;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -143,40 +143,53 @@ pub async fn run(args: DevArgs) -> CliResult {
 }
 
 /// Waits for the cluster to form, tells how to connect, then serves until
-/// a signal or a node's death.
+/// a signal or a node's death. Signals and deaths are watched alongside
+/// the info polling, never behind it: a node that accepts and never
+/// answers cannot delay a stop.
 async fn supervise(
     nodes: &mut [Node],
     signals: &mut Signals,
     args: &DevArgs,
     directory: &Path,
 ) -> Result<Ending, String> {
-    let deadline = Instant::now() + Duration::from_secs(args.wait_secs);
+    let ports: Vec<u16> = nodes.iter().map(|node| node.plan.port).collect();
+    let within = Duration::from_secs(args.wait_secs);
+    tokio::select! {
+        name = signals.next() => return Ok(Ending::Signal(name)),
+        ending = first_death(nodes) => return Ok(ending),
+        formed = tokio::time::timeout(within, cluster_formed(&ports)) => match formed {
+            Ok(key) => announce(&ports, &key, directory),
+            Err(_) => return Err(format!(
+                "the {} nodes did not form one cluster within {} s (see their logs above); stopped them",
+                ports.len(),
+                args.wait_secs
+            )),
+        },
+    }
+    tokio::select! {
+        name = signals.next() => Ok(Ending::Signal(name)),
+        ending = first_death(nodes) => Ok(ending),
+    }
+}
+
+/// Resolves when a node has exited, with which one and how.
+async fn first_death(nodes: &mut [Node]) -> Ending {
     let mut tick = tokio::time::interval(POLL);
     loop {
-        tokio::select! {
-            name = signals.next() => return Ok(Ending::Signal(name)),
-            _ = tick.tick() => {
-                if let Some(ending) = a_node_died(nodes) {
-                    return Ok(ending);
-                }
-                if let Some(key) = formed_cluster(nodes).await {
-                    announce(nodes, &key, directory);
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(format!("the {} nodes did not form one cluster within {} s (see their logs above); stopped them", nodes.len(), args.wait_secs));
-                }
-            }
+        tick.tick().await;
+        if let Some(ending) = a_node_died(nodes) {
+            return ending;
         }
     }
+}
+
+/// Resolves with the cluster key once the nodes on `ports` form one cluster.
+async fn cluster_formed(ports: &[u16]) -> String {
+    let mut tick = tokio::time::interval(POLL);
     loop {
-        tokio::select! {
-            name = signals.next() => return Ok(Ending::Signal(name)),
-            _ = tick.tick() => {
-                if let Some(ending) = a_node_died(nodes) {
-                    return Ok(ending);
-                }
-            }
+        tick.tick().await;
+        if let Some(key) = formed_cluster(ports).await {
+            return key;
         }
     }
 }
@@ -414,17 +427,17 @@ fn a_node_died(nodes: &mut [Node]) -> Option<Ending> {
 
 /// The cluster key when every node answers `cluster_size=N` with the same
 /// non-zero key.
-async fn formed_cluster(nodes: &[Node]) -> Option<String> {
-    let mut keys = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        let host = format!("127.0.0.1:{}", node.plan.port);
-        let answer = citrine_client::info_at(&host, &["statistics"], Duration::from_secs(1))
-            .await
-            .ok()?;
+async fn formed_cluster(ports: &[u16]) -> Option<String> {
+    const ASK: Duration = Duration::from_secs(1);
+    let mut keys = Vec::with_capacity(ports.len());
+    for port in ports {
+        let host = format!("127.0.0.1:{port}");
+        let asked = citrine_client::info_at(&host, &["statistics"], ASK);
+        let answer = tokio::time::timeout(ASK, asked).await.ok()?.ok()?;
         let statistics = crate::info_cmd::parse_kv(&answer.first()?.1);
         let size: usize = statistics.get("cluster_size")?.parse().ok()?;
         let key = statistics.get("cluster_key")?.clone();
-        if size != nodes.len() || key.is_empty() || key == "0" {
+        if size != ports.len() || key.is_empty() || key == "0" {
             return None;
         }
         keys.push(key);
@@ -434,13 +447,13 @@ async fn formed_cluster(nodes: &[Node]) -> Option<String> {
 }
 
 /// Tells how to reach the cluster once it has formed.
-fn announce(nodes: &[Node], key: &str, directory: &Path) {
-    let first = nodes.first().map(|node| node.plan.port).unwrap_or(3000);
-    let seeds: Vec<String> = nodes
+fn announce(ports: &[u16], key: &str, directory: &Path) {
+    let first = ports.first().copied().unwrap_or(3000);
+    let seeds: Vec<String> = ports
         .iter()
-        .map(|node| format!("127.0.0.1:{}", node.plan.port))
+        .map(|port| format!("127.0.0.1:{port}"))
         .collect();
-    let replication_factor = nodes.len().min(2);
+    let replication_factor = ports.len().min(2);
     say(&format!(
         "[dev] ready: {n} node(s) in one cluster (cluster_size={n}, cluster_key={key}), namespace `test` in memory, replication factor {replication_factor}\n\
          [dev]   citrine cluster -h 127.0.0.1:{first}      the node table\n\
@@ -448,7 +461,7 @@ fn announce(nodes: &[Node], key: &str, directory: &Path) {
          [dev]   clients: seed 127.0.0.1:{first} (any of {all} works), cluster name citrine-dev\n\
          [dev]   files under {dir}\n\
          [dev] Ctrl-C stops every node.",
-        n = nodes.len(),
+        n = ports.len(),
         all = seeds.join(", "),
         dir = directory.display()
     ));

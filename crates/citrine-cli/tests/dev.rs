@@ -357,3 +357,40 @@ fn a_sigkill_of_citrine_dev_takes_its_nodes_with_it() {
         "citrined outlived a SIGKILLed citrine dev: {alive:?}"
     );
 }
+
+#[test]
+fn a_node_that_cannot_start_stops_the_others_and_fails() {
+    // Node 2's service port is taken, so it exits before any cluster forms.
+    let _taken = std::net::TcpListener::bind("127.0.0.1:4690").expect("bind 4690");
+    let mut dev = Dev::start(&["--nodes", "2", "--port", "4680", "--port-step", "10"]);
+    let status = dev.wait_exit(Duration::from_secs(20));
+    let output = dev.seen.join("\n");
+    assert_eq!(status.code(), Some(1), "output:\n{output}");
+    assert!(output.contains("node 2 died unexpectedly"), "{output}");
+    assert!(
+        output.contains("[node 2] citrined: cannot listen on 127.0.0.1:4690"),
+        "{output}"
+    );
+    assert!(
+        !citrined_alive(dev.node_pids()[0]),
+        "node 1 outlived citrine dev"
+    );
+}
+
+#[test]
+fn a_sigterm_before_the_cluster_forms_stops_every_node() {
+    let mut dev = Dev::start(&["--nodes", "2", "--port", "4620", "--port-step", "10"]);
+    dev.wait_for("[dev] node 2: pid", Duration::from_secs(10));
+    let pids = dev.node_pids();
+    dev.signal("TERM");
+    let status = dev.wait_exit(Duration::from_secs(20));
+    let output = dev.seen.join("\n");
+    assert!(status.success(), "{status}; output:\n{output}");
+    assert!(!output.contains("[dev] ready"), "{output}");
+    assert!(output.contains("[dev] stopped on SIGTERM"), "{output}");
+    let alive: Vec<u32> = pids
+        .into_iter()
+        .filter(|pid| citrined_alive(*pid))
+        .collect();
+    assert!(alive.is_empty(), "citrined still running: {alive:?}");
+}
