@@ -98,6 +98,8 @@ enum Ending {
     NodeDied(u16, ExitStatus),
 }
 
+/// `citrine dev`: starts the nodes, serves until a stop signal or a node's
+/// death, stops every node; exit status 0 after a signal, 1 otherwise.
 pub async fn run(args: DevArgs) -> CliResult {
     // Before any node exists: from here on SIGTERM, SIGINT and SIGHUP are
     // ours to handle, never the default "die now and orphan the nodes".
@@ -475,8 +477,10 @@ async fn stop_all(nodes: &mut [Node]) {
             terminate(pid);
         }
     }
+    // One grace period for all of them: they were all told at once.
+    let deadline = tokio::time::Instant::now() + STOP_GRACE;
     for node in nodes.iter_mut() {
-        match tokio::time::timeout(STOP_GRACE, node.child.wait()).await {
+        match tokio::time::timeout_at(deadline, node.child.wait()).await {
             Ok(_) => {}
             Err(_) => {
                 say(&format!(

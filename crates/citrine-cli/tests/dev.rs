@@ -394,3 +394,58 @@ fn a_sigterm_before_the_cluster_forms_stops_every_node() {
         .collect();
     assert!(alive.is_empty(), "citrined still running: {alive:?}");
 }
+
+/// Whether any process (not a zombie) has this pid.
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+            state != Some(Some('Z'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_node_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    // A stand-in for a hung node: it ignores SIGTERM and never serves.
+    let directory = std::env::temp_dir().join(format!("citrine-dev-test-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).expect("temp dir");
+    let stubborn = directory.join("stubborn-node");
+    std::fs::write(&stubborn, "#!/bin/sh\ntrap '' TERM\nexec sleep 60\n").expect("write script");
+    let made_executable = Command::new("chmod").arg("+x").arg(&stubborn).status();
+    assert!(made_executable.expect("chmod").success());
+    let mut child = Command::new(CITRINE)
+        .args(["dev", "--nodes", "1", "--port", "4640", "--citrined"])
+        .arg(&stubborn)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn citrine dev");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let started = lines.next().and_then(Result::ok).unwrap_or_default();
+    let pid: u32 = started
+        .split_once(": pid ")
+        .and_then(|(_, rest)| rest.split(',').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {started:?}"));
+    std::thread::sleep(Duration::from_millis(300));
+    send_signal(child.id(), "TERM");
+    let began = Instant::now();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().expect("wait");
+    let _ = std::fs::remove_dir_all(&directory);
+    assert!(status.success(), "{status}: {rest:?}");
+    assert!(
+        began.elapsed() >= Duration::from_secs(9),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(
+        rest.iter()
+            .any(|line| line.contains("node 1 did not stop within 10 s; killing it")),
+        "{rest:?}"
+    );
+    assert!(
+        !process_alive(pid),
+        "the stubborn node {pid} outlived citrine dev"
+    );
+}
