@@ -6,7 +6,8 @@
 //! modules and calling them on a record),
 //! `cluster` (node table), `bench` (load generator and no-op responder),
 //! `verify` (Jepsen-style workloads and checkers against a live cluster),
-//! `backup` and `restore` (asbackup-format files).
+//! `backup` and `restore` (asbackup-format files) and `dev` (a local
+//! cluster of `citrined` processes it starts and stops).
 //! Every failure ends with a message saying what to do and exit status 1.
 //! Subcommands that take `-h HOST` disable clap's `-h` help short flag;
 //! `--help` works everywhere.
@@ -24,6 +25,7 @@ macro_rules! outln {
 
 mod backup;
 mod bench;
+mod dev;
 mod info_cmd;
 mod msgpack;
 mod multi;
@@ -42,11 +44,14 @@ use std::process::ExitCode;
     about = "Command-line tool for Citrine and any Aerospike-protocol server",
     long_about = "Command-line tool for Citrine (and any server speaking the Aerospike client protocol).\n\
                   Talks to a server at HOST[:PORT] (default 127.0.0.1:3000).\n\
+                  No server yet? `citrine dev` starts a local 3-node cluster (ports 3000, 3100, 3200)\n\
+                  and stops it on Ctrl-C.\n\
                   Examples:\n  citrine info -v build\n  citrine put -n test -s demo key1 a=1 b=hello\n  \
                   citrine get -n test -s demo key1\n  citrine scan -n test -s demo\n  \
                   citrine udf put counters.lua\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10\n  \
                   citrine verify -n test --workload register --time 60s\n  \
-                  citrine backup -n test -o test.asb\n  citrine restore -i test.asb"
+                  citrine backup -n test -o test.asb\n  citrine restore -i test.asb\n  \
+                  citrine dev --nodes 5 --port 4000"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -83,6 +88,8 @@ enum Command {
     Backup(Box<backup::BackupArgs>),
     /// Restore a backup file (from `citrine backup` or asbackup) into a cluster.
     Restore(Box<backup::RestoreArgs>),
+    /// Start a local cluster of N citrined nodes in memory; Ctrl-C stops them all.
+    Dev(dev::DevArgs),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -137,6 +144,7 @@ fn main() -> ExitCode {
             Command::Verify(args) => verify_cmd::run(args).await,
             Command::Backup(args) => backup::run_backup(*args).await,
             Command::Restore(args) => backup::run_restore(*args).await,
+            Command::Dev(args) => dev::run(args).await,
         }
     });
     match result {
