@@ -179,6 +179,7 @@ pub(crate) const COMMANDS: &[&str] = &[
     "features",
     "get-config",
     "help",
+    "latencies",
     "logs",
     "namespace",
     "namespaces",
@@ -233,7 +234,7 @@ pub(crate) const COMMANDS: &[&str] = &[
     "version",
 ];
 
-fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
+pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
     match command.name {
         "help" => COMMANDS.join(";"),
         "node" => service.node_id.to_string(),
@@ -311,6 +312,7 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "status" => "ok".to_owned(),
         "user-agent-set" => "ok".to_owned(),
         "logs" => "0:stderr".to_owned(),
+        "latencies" => service.latencies().info(command),
         "truncate" => service.truncate_command(command, false),
         "truncate-namespace" => service.truncate_command(command, true),
         "truncate-undo" => {

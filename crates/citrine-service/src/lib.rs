@@ -33,8 +33,9 @@
 //! queries), [`job`] (background scans and queries, `query-show`), [`udf`]
 //! (modules, record UDFs, aggregations), [`sindex`] (index upkeep as the
 //! namespaces' record hook, builds, definitions), [`info`] (info
-//! commands), `smd` (the shared stores' info side), `truncate` (the
-//! truncate commands), [`lookahead`] (prefetching a wake-up's lookups),
+//! commands), [`latency`] (latency histograms, `latencies:`),
+//! [`prometheus`] (every statistic in Prometheus's text format), `smd` (the
+//! shared stores' info side), `truncate` (the truncate commands), [`lookahead`] (prefetching a wake-up's lookups),
 //! [`noop`] (the no-op mode benchmarks measure their ceiling with),
 //! [`config`] (validated settings), `offload` and `work` (where background
 //! work runs). Re-exported from below: [`namespace`], [`filter`], [`nsup`],
@@ -55,9 +56,11 @@ pub mod batch;
 pub mod config;
 pub mod info;
 pub mod job;
+pub mod latency;
 pub mod lookahead;
 pub mod noop;
 mod offload;
+pub mod prometheus;
 pub mod scan;
 pub mod sindex;
 mod smd;
@@ -138,8 +141,9 @@ enum Pending {
     Batch(batch::BatchCursor),
     /// Boxed: a cursor is several times the size of the other variants.
     Scan(Box<scan::ScanCursor>),
-    /// Fabric work (proxy or replication) before the reply is final.
-    Remote(Box<Remote>),
+    /// Fabric work (proxy or replication) before the reply is final, and
+    /// the histogram its latency goes to once it is.
+    Remote(Box<Remote>, Option<Timed>),
     /// Batch rows waiting for the fabric, then the rest of the batch.
     BatchRemote(Box<batch::BatchRemote>),
     /// An aggregation (a query with a stream UDF).
@@ -159,7 +163,7 @@ impl Continuation {
     pub fn is_remote(&self) -> bool {
         matches!(
             self.0,
-            Pending::Remote(_)
+            Pending::Remote(..)
                 | Pending::BatchRemote(_)
                 | Pending::AggregateRemote(_)
                 | Pending::SyncStores(_)
@@ -192,6 +196,8 @@ pub struct Layers<'s> {
     pub config: &'s ServiceConfig,
     /// This node's counters.
     pub stats: &'s NodeStats,
+    /// This node's latency histograms.
+    pub latencies: &'s latency::Latencies,
 }
 
 impl<'s> Layers<'s> {
@@ -221,6 +227,8 @@ pub struct Service {
     /// hook), in the namespaces' order.
     sindexes: Vec<Arc<sindex::Sindexes>>,
     pub stats: NodeStats,
+    /// Latency histograms (see [`latency`]).
+    latencies: latency::Latencies,
     /// Most rows a batch request may carry (`batch-max-requests`; above → 151).
     pub batch_max_requests: AtomicU32,
     /// The distribution layer: the view, the fabric, replication and
@@ -254,6 +262,7 @@ impl Service {
         let data = Arc::new(Data::open(&config.namespaces, clock)?);
         let sindexes = sindex::Sindexes::install(&data)?;
         let node_id = NodeId(config.node_id);
+        let latencies = latency::Latencies::new(config.namespaces.iter().map(|n| n.name.as_str()));
         let dist = Arc::new(Distribution::new(
             node_id,
             config.rack_id,
@@ -273,6 +282,7 @@ impl Service {
             data,
             sindexes,
             stats: NodeStats::default(),
+            latencies,
             batch_max_requests: AtomicU32::new(batch::BATCH_MAX_REQUESTS_DEFAULT),
         })
     }
@@ -322,7 +332,13 @@ impl Service {
             dist: &self.dist,
             config: &self.config,
             stats: &self.stats,
+            latencies: &self.latencies,
         }
+    }
+
+    /// The latency histograms (see [`latency`]).
+    pub fn latencies(&self) -> &latency::Latencies {
+        &self.latencies
     }
 
     /// The distribution layer.
@@ -402,8 +418,9 @@ impl Service {
         out: &mut Vec<u8>,
     ) -> Option<Continuation> {
         match continuation.0 {
-            Pending::Remote(remote) => {
+            Pending::Remote(remote, timed) => {
                 self.complete_row(*remote, out).await;
+                self.record_latency(timed);
                 None
             }
             Pending::BatchRemote(rows) => rows
@@ -641,8 +658,9 @@ impl Service {
                 .map(|cursor| Continuation(Pending::Scan(cursor))),
             // Blocking: for tests and tools only; an event loop awaits
             // `complete_remote` instead.
-            Pending::Remote(remote) => {
+            Pending::Remote(remote, timed) => {
                 block_on(self.complete_row(*remote, out));
+                self.record_latency(timed);
                 None
             }
             Pending::BatchRemote(rows) => block_on(rows.complete(self.row_context(), out))
@@ -699,6 +717,60 @@ impl Service {
         Ok(self.dispatch(&message, body, deadline_ms, out, origin))
     }
 
+    /// Runs a client's single-record request ([`transaction::execute`])
+    /// and counts its latency in its namespace's histogram — once it is
+    /// answered here, or once its fabric work ends; a proxied one is
+    /// counted by the node that runs it.
+    fn execute_timed(
+        &self,
+        message: &Message<'_>,
+        body: &[u8],
+        hop: replication::Hop,
+        out: &mut Vec<u8>,
+    ) -> Option<Continuation> {
+        let started = std::time::Instant::now();
+        let remote = transaction::execute(self, message, body, hop, false, out);
+        let timed = Timed::of(self, message, started, false);
+        match remote {
+            None => {
+                self.record_latency(timed);
+                None
+            }
+            Some(remote) => {
+                let timed = timed.filter(|_| !matches!(*remote, Remote::Proxy { .. }));
+                Some(Continuation(Pending::Remote(remote, timed)))
+            }
+        }
+    }
+
+    /// Runs `body` through [`Service::execute_body`]; a request answered
+    /// here counts its latency (`batch_row`: in a batch-sub histogram).
+    fn execute_body_timed(
+        &self,
+        body: &[u8],
+        hop: replication::Hop,
+        batch_row: bool,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Remote>> {
+        let started = std::time::Instant::now();
+        let remote = self.execute_body(body, hop, false, out);
+        if remote.is_none() {
+            if let Ok(message) = Message::decode(body) {
+                self.record_latency(Timed::of(self, &message, started, batch_row));
+            }
+        }
+        remote
+    }
+
+    /// Counts a finished request's latency, when it has a histogram.
+    #[inline]
+    fn record_latency(&self, timed: Option<Timed>) {
+        if let Some(timed) = timed {
+            self.latencies
+                .record(timed.namespace, timed.op, timed.started);
+        }
+    }
+
     /// Why every AS_MSG request is refused now, if it is: the node is not
     /// in a cluster yet, or its view may be stale.
     fn refusal(&self) -> Option<ResultCode> {
@@ -736,8 +808,7 @@ impl Service {
         }
         if message.field(field_type::DIGEST).is_some() {
             let hop = replication::Hop::client(deadline_ms);
-            return transaction::execute(self, message, body, hop, false, out)
-                .map(|remote| Continuation(Pending::Remote(remote)));
+            return self.execute_timed(message, body, hop, out);
         }
         if udf::is_aggregation(message) {
             return udf::start_aggregate(self, message, out, origin).and_then(|run| {
@@ -824,6 +895,36 @@ impl Service {
     }
 }
 
+/// The histogram a single-record request's latency goes to, and when it
+/// started.
+#[derive(Clone, Copy, Debug)]
+struct Timed {
+    /// The namespace's position in configuration order.
+    namespace: usize,
+    op: latency::Op,
+    started: std::time::Instant,
+}
+
+impl Timed {
+    /// `message`'s histogram (`None` when it names no namespace of this
+    /// node); `batch_row`: a batch row's.
+    #[inline]
+    fn of(
+        service: &Service,
+        message: &Message<'_>,
+        started: std::time::Instant,
+        batch_row: bool,
+    ) -> Option<Timed> {
+        let namespace = service.namespace_index(message.field(field_type::NAMESPACE)?)?;
+        let udf = message.field(field_type::UDF_FILENAME).is_some();
+        Some(Timed {
+            namespace,
+            op: latency::Op::of(message.header.info2, udf, batch_row),
+            started,
+        })
+    }
+}
+
 /// The deadline (unix ms) of a client's request with timeout
 /// `transaction_ttl` (ms) that may have waited since `waiting_since_ms`;
 /// `None` when it did not wait or its client set no timeout (0: the client
@@ -867,7 +968,7 @@ impl citrine_distribution::LocalExecutor for Service {
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
-        self.execute_body(body, hop, false, out)
+        self.execute_body_timed(body, hop, false, out)
     }
 
     fn execute_resolved(
@@ -884,7 +985,7 @@ impl citrine_distribution::LocalExecutor for Service {
 /// request (counted with its batch, not as a transaction of its own).
 impl batch::RowExecutor for Service {
     fn execute_row(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>> {
-        self.execute_body(body, replication::Hop::CLIENT, false, out)
+        self.execute_body_timed(body, replication::Hop::CLIENT, true, out)
     }
 
     fn finish_row<'a>(

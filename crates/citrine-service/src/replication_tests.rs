@@ -600,7 +600,7 @@ fn a_held_request_is_forwarded_with_its_deadline_from_the_stall() {
     let proxied = |waiting_since_ms: Option<u64>| {
         let (pending, out) = handle_held(waiting_since_ms);
         match pending.map(|continuation| continuation.0) {
-            Some(crate::Pending::Remote(remote)) => match *remote {
+            Some(crate::Pending::Remote(remote, _)) => match *remote {
                 Remote::Proxy {
                     to,
                     payload,

@@ -1635,3 +1635,20 @@ fn a_partition_a_change_was_cut_short_in_is_reported_unavailable() {
         .count();
     assert_eq!(records.len(), all.len() - in_victim);
 }
+
+/// A client's scan counts in `{NS}-pi-query` once its stream ended.
+#[test]
+fn a_finished_scan_counts_in_the_pi_query_histogram() {
+    let (service, _) = service();
+    put(&service, "demo", "a", &[("x", 1)], false);
+    let (records, _) = scan(&service, ScanSpec::default());
+    assert_eq!(records.len(), 1);
+    let totals = crate::latency::totals(service.latencies());
+    assert_eq!(
+        totals,
+        [
+            ("{test}-write".to_owned(), 1),
+            ("{test}-pi-query".to_owned(), 1)
+        ]
+    );
+}
