@@ -280,6 +280,28 @@ fn the_prometheus_endpoint_serves_every_statistic_and_survives_bad_requests() {
     assert!(get(&format!("aerospike_latencies_write_ms_sum{{{histogram}}}")) > 0.0);
     assert!(get(&format!("aerospike_latencies_read_ms_count{{{histogram}}}")) >= 50.0);
 
+    // The dashboard in the repository reads only metrics the node serves.
+    let dashboard =
+        std::fs::read_to_string(workspace_root().join("docs/grafana/citrine-dashboard.json"))
+            .unwrap();
+    let served: std::collections::HashSet<&str> = samples
+        .keys()
+        .map(|series| series.split('{').next().unwrap())
+        .collect();
+    let mut referenced = 0;
+    for (at, _) in dashboard.match_indices("aerospike_") {
+        let name: String = dashboard[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        assert!(
+            served.contains(name.as_str()),
+            "the dashboard reads {name}, not served"
+        );
+        referenced += 1;
+    }
+    assert!(referenced >= 10, "the dashboard names {referenced} metrics");
+
     for (request, expected) in [
         (&b"GET /nothing HTTP/1.1\r\n\r\n"[..], 404),
         (b"POST /metrics HTTP/1.1\r\n\r\n", 405),

@@ -248,6 +248,35 @@ impl Op {
     }
 }
 
+/// A request's latency in the making: when it started, whether it is a
+/// batch row, and — once the request named one of the node's namespaces —
+/// that namespace's position and the histogram's op.
+#[derive(Clone, Copy, Debug)]
+pub struct Timed {
+    started: Instant,
+    batch_row: bool,
+    histogram: Option<(usize, Op)>,
+}
+
+impl Timed {
+    /// Starts timing a request (`batch_row`: a batch's row).
+    #[inline]
+    pub fn start(batch_row: bool) -> Timed {
+        Timed {
+            started: Instant::now(),
+            batch_row,
+            histogram: None,
+        }
+    }
+
+    /// The request is for the namespace at position `namespace`, with
+    /// this header's `info2`, calling a record UDF or not.
+    #[inline]
+    pub fn found(&mut self, namespace: usize, info2: u8, udf: bool) {
+        self.histogram = Some((namespace, Op::of(info2, udf, self.batch_row)));
+    }
+}
+
 /// What the ticker keeps between ticks.
 #[derive(Default)]
 struct Ticks {
@@ -337,6 +366,14 @@ impl Latencies {
         );
     }
 
+    /// Counts a timed request, when it named a namespace.
+    #[inline]
+    pub fn record_timed(&self, timed: Timed) {
+        if let Some((namespace, op)) = timed.histogram {
+            self.record(namespace, op, timed.started);
+        }
+    }
+
     #[inline]
     fn record_at(&self, index: usize, elapsed: Duration) {
         if let Some(histogram) = self.histograms.get(index) {
@@ -368,7 +405,9 @@ impl Latencies {
     }
 
     /// The `latencies:` info command: every histogram, or the one named
-    /// by `hist=` (`ERROR:4:bad hist name` when there is none so named).
+    /// by `hist=` (`ERROR:4:bad hist name` when there is none so named,
+    /// `ERROR:4:missing 'hist' value` for an empty name), as the reference
+    /// answers; other parameters are ignored.
     pub fn info(&self, command: &InfoCommand<'_>) -> String {
         let Ok(ticks) = self.ticks.lock() else {
             return "ERROR:1:latencies unavailable".to_owned();
@@ -376,6 +415,7 @@ impl Latencies {
         let entry =
             |index: usize| format!("{}:{}", self.histograms[index].name, ticks.lines[index]);
         match command.param("hist") {
+            Some("") => "ERROR:4:missing 'hist' value".to_owned(),
             Some(wanted) => match self.histograms.iter().position(|h| h.name == wanted) {
                 Some(index) => entry(index),
                 None => "ERROR:4:bad hist name".to_owned(),
@@ -458,6 +498,14 @@ mod tests {
         assert_eq!(
             latencies.info(&InfoCommand::parse("latencies:hist={test}-nothing")),
             "ERROR:4:bad hist name"
+        );
+        assert_eq!(
+            latencies.info(&InfoCommand::parse("latencies:hist=")),
+            "ERROR:4:missing 'hist' value"
+        );
+        assert_eq!(
+            latencies.info(&InfoCommand::parse("latencies:hist=batch-index;foo=bar")),
+            "batch-index:"
         );
     }
 

@@ -35,10 +35,10 @@
 //! namespaces' record hook, builds, definitions), [`info`] (info
 //! commands), [`latency`] (latency histograms, `latencies:`),
 //! [`prometheus`] (every statistic in Prometheus's text format), `smd` (the
-//! shared stores' info side), `truncate` (the truncate commands), [`lookahead`] (prefetching a wake-up's lookups),
-//! [`noop`] (the no-op mode benchmarks measure their ceiling with),
-//! [`config`] (validated settings), `offload` and `work` (where background
-//! work runs). Re-exported from below: [`namespace`], [`filter`], [`nsup`],
+//! shared stores' info side), `truncate` (the truncate commands),
+//! [`lookahead`] (prefetching a wake-up's lookups), [`noop`] (the no-op
+//! mode benchmarks measure their ceiling with), [`config`] (validated
+//! settings), `offload` and `work` (where background work runs). Re-exported from below: [`namespace`], [`filter`], [`nsup`],
 //! [`device`] (data) and [`cluster_state`], [`replication`],
 //! [`migration`] (distribution).
 //!
@@ -143,7 +143,7 @@ enum Pending {
     Scan(Box<scan::ScanCursor>),
     /// Fabric work (proxy or replication) before the reply is final, and
     /// the histogram its latency goes to once it is.
-    Remote(Box<Remote>, Option<Timed>),
+    Remote(Box<Remote>, Option<latency::Timed>),
     /// Batch rows waiting for the fabric, then the rest of the batch.
     BatchRemote(Box<batch::BatchRemote>),
     /// An aggregation (a query with a stream UDF).
@@ -447,19 +447,27 @@ impl Service {
         self.complete(remote, out).await;
     }
 
+    /// Runs a single-record request's AS_MSG `body`; `timed` learns its
+    /// histogram.
     fn execute_body(
         &self,
         body: &[u8],
         hop: replication::Hop,
         resolved: bool,
         out: &mut Vec<u8>,
+        timed: &mut latency::Timed,
     ) -> Option<Box<Remote>> {
         match Message::decode(body) {
             Ok(message)
                 if message.header.info1 & info1::BATCH == 0
                     && message.field(field_type::DIGEST).is_some() =>
             {
-                transaction::execute(self, &message, body, hop, resolved, out)
+                let call = transaction::Call {
+                    hop,
+                    resolved,
+                    timed,
+                };
+                transaction::execute(self, &message, body, call, out)
             }
             _ => {
                 self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
@@ -728,16 +736,19 @@ impl Service {
         hop: replication::Hop,
         out: &mut Vec<u8>,
     ) -> Option<Continuation> {
-        let started = std::time::Instant::now();
-        let remote = transaction::execute(self, message, body, hop, false, out);
-        let timed = Timed::of(self, message, started, false);
-        match remote {
+        let mut timed = latency::Timed::start(false);
+        let call = transaction::Call {
+            hop,
+            resolved: false,
+            timed: &mut timed,
+        };
+        match transaction::execute(self, message, body, call, out) {
             None => {
-                self.record_latency(timed);
+                self.latencies.record_timed(timed);
                 None
             }
             Some(remote) => {
-                let timed = timed.filter(|_| !matches!(*remote, Remote::Proxy { .. }));
+                let timed = Some(timed).filter(|_| !matches!(*remote, Remote::Proxy { .. }));
                 Some(Continuation(Pending::Remote(remote, timed)))
             }
         }
@@ -752,22 +763,18 @@ impl Service {
         batch_row: bool,
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
-        let started = std::time::Instant::now();
-        let remote = self.execute_body(body, hop, false, out);
+        let mut timed = latency::Timed::start(batch_row);
+        let remote = self.execute_body(body, hop, false, out, &mut timed);
         if remote.is_none() {
-            if let Ok(message) = Message::decode(body) {
-                self.record_latency(Timed::of(self, &message, started, batch_row));
-            }
+            self.latencies.record_timed(timed);
         }
         remote
     }
 
-    /// Counts a finished request's latency, when it has a histogram.
-    #[inline]
-    fn record_latency(&self, timed: Option<Timed>) {
+    /// Counts a request's latency once its fabric work ended.
+    fn record_latency(&self, timed: Option<latency::Timed>) {
         if let Some(timed) = timed {
-            self.latencies
-                .record(timed.namespace, timed.op, timed.started);
+            self.latencies.record_timed(timed);
         }
     }
 
@@ -895,36 +902,6 @@ impl Service {
     }
 }
 
-/// The histogram a single-record request's latency goes to, and when it
-/// started.
-#[derive(Clone, Copy, Debug)]
-struct Timed {
-    /// The namespace's position in configuration order.
-    namespace: usize,
-    op: latency::Op,
-    started: std::time::Instant,
-}
-
-impl Timed {
-    /// `message`'s histogram (`None` when it names no namespace of this
-    /// node); `batch_row`: a batch row's.
-    #[inline]
-    fn of(
-        service: &Service,
-        message: &Message<'_>,
-        started: std::time::Instant,
-        batch_row: bool,
-    ) -> Option<Timed> {
-        let namespace = service.namespace_index(message.field(field_type::NAMESPACE)?)?;
-        let udf = message.field(field_type::UDF_FILENAME).is_some();
-        Some(Timed {
-            namespace,
-            op: latency::Op::of(message.header.info2, udf, batch_row),
-            started,
-        })
-    }
-}
-
 /// The deadline (unix ms) of a client's request with timeout
 /// `transaction_ttl` (ms) that may have waited since `waiting_since_ms`;
 /// `None` when it did not wait or its client set no timeout (0: the client
@@ -977,7 +954,8 @@ impl citrine_distribution::LocalExecutor for Service {
         hop: replication::Hop,
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
-        self.execute_body(body, hop, true, out)
+        // Counted where it started (the node that resolved it).
+        self.execute_body(body, hop, true, out, &mut latency::Timed::start(false))
     }
 }
 
