@@ -269,6 +269,16 @@ impl Timed {
         }
     }
 
+    /// Times a client's request received at `received`.
+    #[inline]
+    pub fn since(received: Instant) -> Timed {
+        Timed {
+            started: received,
+            batch_row: false,
+            histogram: None,
+        }
+    }
+
     /// The request is for the namespace at position `namespace`, with
     /// this header's `info2`, calling a record UDF or not.
     #[inline]

@@ -130,6 +130,19 @@ pub struct NodeStats {
     pub scan: scan::ScanStats,
 }
 
+/// How a request arrived, as the connection loop knows it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Arrival {
+    /// It may have waited in a stalled node's socket since then (unix
+    /// ms; see [`Service::handle_streaming_since`]).
+    pub waiting_since_ms: Option<u64>,
+    /// The client (`query-show` names it as a scan's origin).
+    pub from: Option<std::net::SocketAddr>,
+    /// When it was received: its latency counts from here (`None`: from
+    /// when the service takes it).
+    pub received: Option<std::time::Instant>,
+}
+
 /// The rest of a streamed reply (batch or scan), produced chunk by chunk by
 /// [`Service::resume`]. Dropping it abandons the stream (the connection is
 /// closing).
@@ -595,20 +608,22 @@ impl Service {
         out: &mut Vec<u8>,
         waiting_since_ms: Option<u64>,
     ) -> Result<Option<Continuation>, CloseConnection> {
-        self.handle_streaming_from(header, body, out, waiting_since_ms, None)
+        let arrival = Arrival {
+            waiting_since_ms,
+            ..Arrival::default()
+        };
+        self.handle_streaming_from(header, body, out, arrival)
     }
 
-    /// [`Service::handle_streaming_since`] for a request from the client at
-    /// `from` (when known: `query-show` names it as a scan's origin).
+    /// [`Service::handle_streaming_since`] for a request that arrived as
+    /// `arrival` says (its client, when it was received).
     pub fn handle_streaming_from(
         &self,
         header: ProtoHeader,
         body: &[u8],
         out: &mut Vec<u8>,
-        waiting_since_ms: Option<u64>,
-        from: Option<std::net::SocketAddr>,
+        arrival: Arrival,
     ) -> Result<Option<Continuation>, CloseConnection> {
-        let origin = job::Origin::Client(from);
         match header.message_type {
             MessageType::Info => {
                 self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
@@ -623,14 +638,14 @@ impl Service {
                 citrine_wire::admin::write_reply(out, ResultCode::SecurityNotEnabled.code());
                 Ok(None)
             }
-            MessageType::Message => self.handle_message(body, out, waiting_since_ms, origin),
+            MessageType::Message => self.handle_message(body, out, arrival),
             MessageType::Compressed => {
                 self.stats
                     .compressed_requests
                     .fetch_add(1, Ordering::Relaxed);
                 let (_, inner) =
                     inflate(body).map_err(|error| self.proto_error(error.to_string()))?;
-                self.handle_message(&inner, out, waiting_since_ms, origin)
+                self.handle_message(&inner, out, arrival)
             }
             MessageType::InternalXdr => {
                 Err(self.proto_error("XDR messages are not accepted on the service port".into()))
@@ -689,9 +704,10 @@ impl Service {
         &self,
         body: &[u8],
         out: &mut Vec<u8>,
-        waiting_since_ms: Option<u64>,
-        origin: job::Origin,
+        arrival: Arrival,
     ) -> Result<Option<Continuation>, CloseConnection> {
+        let (waiting_since_ms, received) = (arrival.waiting_since_ms, arrival.received);
+        let origin = job::Origin::Client(arrival.from);
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
         if self.is_noop() {
             noop::reply(body, self.batch_max_requests.load(Ordering::Relaxed), out);
@@ -722,7 +738,7 @@ impl Service {
             transaction::write_refusal(out, body, ResultCode::Timeout);
             return Ok(None);
         }
-        Ok(self.dispatch(&message, body, deadline_ms, out, origin))
+        Ok(self.dispatch(&message, body, (deadline_ms, received), out, origin))
     }
 
     /// Runs a client's single-record request ([`transaction::execute`])
@@ -733,10 +749,13 @@ impl Service {
         &self,
         message: &Message<'_>,
         body: &[u8],
-        hop: replication::Hop,
+        (hop, received): (replication::Hop, Option<std::time::Instant>),
         out: &mut Vec<u8>,
     ) -> Option<Continuation> {
-        let mut timed = latency::Timed::start(false);
+        let mut timed = match received {
+            Some(received) => latency::Timed::since(received),
+            None => latency::Timed::start(false),
+        };
         let call = transaction::Call {
             hop,
             resolved: false,
@@ -799,12 +818,13 @@ impl Service {
 
     /// Routes a decoded AS_MSG request to its feature: a batch, a
     /// single-record request (its deadline, if it waited here, goes with
-    /// it), an aggregation, or a scan or query.
+    /// it, and when it was received, for its latency), an aggregation, or
+    /// a scan or query.
     fn dispatch(
         &self,
         message: &Message<'_>,
         body: &[u8],
-        deadline_ms: Option<u64>,
+        (deadline_ms, received): (Option<u64>, Option<std::time::Instant>),
         out: &mut Vec<u8>,
         origin: job::Origin,
     ) -> Option<Continuation> {
@@ -815,7 +835,7 @@ impl Service {
         }
         if message.field(field_type::DIGEST).is_some() {
             let hop = replication::Hop::client(deadline_ms);
-            return self.execute_timed(message, body, hop, out);
+            return self.execute_timed(message, body, (hop, received), out);
         }
         if udf::is_aggregation(message) {
             return udf::start_aggregate(self, message, out, origin).and_then(|run| {

@@ -1230,6 +1230,28 @@ fn single_record_requests_count_in_their_latency_histograms() {
     );
 }
 
+/// A request handed over with the time it was received (as the server's
+/// service threads hand them) counts its latency from then.
+#[test]
+fn latency_counts_from_when_the_request_was_received() {
+    let (service, _) = service();
+    let frame = get("a");
+    let header = ProtoHeader::decode(&frame[..8].try_into().unwrap()).unwrap();
+    let arrival = Arrival {
+        received: Some(std::time::Instant::now() - std::time::Duration::from_millis(5)),
+        ..Arrival::default()
+    };
+    let mut out = Vec::new();
+    let rest = service.handle_streaming_from(header, &frame[8..], &mut out, arrival);
+    assert!(rest.unwrap().is_none());
+    let read = &service.latencies().histograms()[1];
+    assert_eq!(read.name(), "{test}-read");
+    let counts = read.snapshot().counts;
+    // 5 ms and a little: the bucket of [4, 8) ms.
+    assert_eq!(counts[crate::latency::TICK_BITS + 3], 1, "{counts:?}");
+    assert_eq!(counts.iter().sum::<u64>(), 1);
+}
+
 #[test]
 fn udfs_and_writes_on_one_record_lose_no_update() {
     use base64::Engine as _;

@@ -1343,7 +1343,15 @@ fn start_from_client(
 ) -> Option<crate::Continuation> {
     let from = std::net::SocketAddr::from(([127, 0, 0, 1], 5555));
     service
-        .handle_streaming_from(header_of(frame), &frame[8..], out, None, Some(from))
+        .handle_streaming_from(
+            header_of(frame),
+            &frame[8..],
+            out,
+            crate::Arrival {
+                from: Some(from),
+                ..crate::Arrival::default()
+            },
+        )
         .unwrap()
 }
 
