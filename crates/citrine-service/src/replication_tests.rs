@@ -311,6 +311,10 @@ fn masters_replicate_and_others_proxy() {
         "{deadline} from {before}"
     );
     assert_eq!(forwarded, &frame[PROTO_HEADER_SIZE..]);
+    // The write run here counts once its duplicate resolution and
+    // replication ended; the proxied one counts on the node that runs it.
+    let writes = || crate::latency::totals(service.latencies());
+    assert_eq!(writes(), [("{test}-write".to_owned(), 1)]);
     // A request proxied too often is refused with 9 (clients retry it).
     let answer = block_on_test(service.serve_fabric(
         call_kind::PROXY,
@@ -326,6 +330,8 @@ fn masters_replicate_and_others_proxy() {
         1
     );
     assert!(fabric.calls.lock().is_empty());
+    // Answered here (with 9): a request to this node, counted.
+    assert_eq!(writes(), [("{test}-write".to_owned(), 2)]);
 }
 
 #[test]
