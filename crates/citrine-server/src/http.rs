@@ -12,8 +12,9 @@
 //! - a head that is not an HTTP/1.x request line, or longer than
 //!   [`HEAD_MAX`] → 400.
 //!
-//! Invariants: a client never stops the endpoint or the node — each read is
-//! bounded in size ([`HEAD_MAX`]) and time ([`READ_TIMEOUT`]), and a failed
+//! Invariants: a client never stops the endpoint or the node — its head is
+//! bounded in size ([`HEAD_MAX`]) and time ([`READ_TIMEOUT`] a read,
+//! [`HEAD_DEADLINE`] in all), and a failed
 //! connection is dropped and the next one accepted; the endpoint never
 //! touches the service's request path (it reads statistics only).
 
@@ -25,8 +26,11 @@ use std::time::Duration;
 
 /// Longest request head read (request line and headers).
 pub const HEAD_MAX: usize = 8 * 1024;
-/// How long a client may take to send its head.
+/// How long one read of the head may wait.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a client may take to send its whole head (a client sending
+/// it a byte at a time holds the endpoint no longer than this).
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a client may take to take the answer.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -55,7 +59,8 @@ pub fn start(service: Arc<Service>, address: &str, port: u16) -> Result<(), Stri
 fn serve(service: &Service, mut stream: TcpStream) {
     let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let response = match read_head(&mut stream) {
+    let deadline = std::time::Instant::now() + HEAD_DEADLINE;
+    let response = match read_head(&mut stream, deadline) {
         Ok(head) => respond(service, &head),
         Err(Failure::Closed) => return,
         Err(Failure::Bad) => Response::text(400, "Bad Request", "bad request\n"),
@@ -74,11 +79,15 @@ enum Failure {
     Bad,
 }
 
-/// Reads up to the blank line ending the head (`\r\n\r\n`, or `\n\n`).
-fn read_head(stream: &mut impl Read) -> Result<Vec<u8>, Failure> {
+/// Reads up to the blank line ending the head (`\r\n\r\n`, or `\n\n`),
+/// before `deadline`.
+fn read_head(stream: &mut impl Read, deadline: std::time::Instant) -> Result<Vec<u8>, Failure> {
     let mut head = Vec::with_capacity(512);
     let mut buffer = [0u8; 1024];
     loop {
+        if std::time::Instant::now() >= deadline {
+            return Err(Failure::Bad);
+        }
         let read = match stream.read(&mut buffer) {
             Ok(0) if head.is_empty() => return Err(Failure::Closed),
             Ok(0) => return Err(Failure::Bad),
@@ -197,16 +206,35 @@ mod tests {
 
     #[test]
     fn a_head_ends_at_its_blank_line_and_is_bounded() {
+        let later = std::time::Instant::now() + Duration::from_secs(60);
         let mut whole: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nrest";
         assert_eq!(
-            read_head(&mut whole),
+            read_head(&mut whole, later),
             Ok(b"GET / HTTP/1.1\r\nHost: a".to_vec())
         );
         let mut cut: &[u8] = b"GET / HTTP/1.1\r\nHost";
-        assert_eq!(read_head(&mut cut), Err(Failure::Bad));
+        assert_eq!(read_head(&mut cut, later), Err(Failure::Bad));
         let mut nothing: &[u8] = b"";
-        assert_eq!(read_head(&mut nothing), Err(Failure::Closed));
+        assert_eq!(read_head(&mut nothing, later), Err(Failure::Closed));
         let endless = vec![b'a'; HEAD_MAX + 2048];
-        assert_eq!(read_head(&mut &endless[..]), Err(Failure::Bad));
+        assert_eq!(read_head(&mut &endless[..], later), Err(Failure::Bad));
+    }
+
+    /// A client that sends its head a byte at a time is cut off at the
+    /// deadline, however short each wait.
+    #[test]
+    fn a_trickling_head_is_cut_off_at_the_deadline() {
+        struct Trickle;
+        impl Read for Trickle {
+            fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+                std::thread::sleep(Duration::from_millis(5));
+                buffer[0] = b'a';
+                Ok(1)
+            }
+        }
+        let started = std::time::Instant::now();
+        let deadline = started + Duration::from_millis(100);
+        assert_eq!(read_head(&mut Trickle, deadline), Err(Failure::Bad));
+        assert!(started.elapsed() < Duration::from_secs(2));
     }
 }
