@@ -8,8 +8,9 @@
 //! (a whole batch request, first row to LAST), then per namespace
 //! `{NS}-read`, `{NS}-write` (deletes included), `{NS}-udf` (record UDFs),
 //! `{NS}-batch-sub-read`, `{NS}-batch-sub-write`, `{NS}-batch-sub-udf` (one
-//! batch row each), `{NS}-pi-query` and `{NS}-si-query` (a foreground scan
-//! or secondary-index query, first chunk to last).
+//! batch row each), `{NS}-pi-query` and `{NS}-si-query` (a client's short
+//! scan or secondary-index query, `info1 SHORT_QUERY`, start to LAST: the
+//! reference times only those).
 //!
 //! Recording is the hot path: [`Histogram::record`] adds 1 to one bucket
 //! and the elapsed nanoseconds to a sum, both relaxed atomic adds on the

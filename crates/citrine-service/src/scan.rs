@@ -355,8 +355,9 @@ pub struct ScanCursor {
     watch: Option<Watch>,
     /// Records a filter expression left out.
     filtered: u64,
-    /// When a client's foreground scan or query began: its latency goes
-    /// to `{NS}-pi-query` or `{NS}-si-query` when its stream ends.
+    /// When a client's short foreground scan or query (`info1
+    /// SHORT_QUERY`) began: its latency goes to `{NS}-pi-query` or
+    /// `{NS}-si-query` when its stream ends.
     started: Option<std::time::Instant>,
 }
 
@@ -511,7 +512,8 @@ pub(crate) fn start(
     } else {
         cursor.keep_serving_partitions();
     }
-    if watch.is_some() {
+    // Only a client's short queries are timed, as the reference times them.
+    if watch.is_some() && message.header.info1 & info1::SHORT_QUERY != 0 {
         cursor.started = Some(std::time::Instant::now());
     }
     cursor.watch = watch;
