@@ -26,6 +26,8 @@ pub struct FileConfig {
     pub heartbeat: HeartbeatSection,
     #[serde(default)]
     pub fabric: FabricSection,
+    #[serde(default)]
+    pub http: HttpSection,
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceSection>,
 }
@@ -61,6 +63,22 @@ pub struct ServiceSection {
     pub migrate_sleep: Option<u32>,
     /// Most records this node migrates per second (default 0: no limit).
     pub migrate_max_records_per_sec: Option<u64>,
+    /// Seconds between the intervals `latencies:` reports (default 10).
+    pub ticker_interval: Option<u32>,
+    /// Latency histograms count microseconds, not milliseconds (default
+    /// false).
+    pub microsecond_histograms: Option<bool>,
+}
+
+/// `[http]`: the HTTP endpoint (`/metrics`, Prometheus's text format).
+/// Off unless `port` is given.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HttpSection {
+    /// Listen address (default: the service address).
+    pub address: Option<String>,
+    /// Listen port (the Prometheus exporter's is 9145); none: no endpoint.
+    pub port: Option<u16>,
 }
 
 /// `[heartbeat]`: mesh heartbeats between the nodes of a cluster.
@@ -288,6 +306,18 @@ pub struct ServerConfig {
     pub service_io: ServiceIo,
     pub log_level: String,
     pub cluster: ClusterSettings,
+    pub monitoring: Monitoring,
+}
+
+/// Latency histograms and the HTTP endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Monitoring {
+    /// `service.ticker-interval`: seconds between `latencies:` intervals.
+    pub ticker_interval_s: u32,
+    /// `service.microsecond-histograms`.
+    pub microsecond_histograms: bool,
+    /// `[http]` address and port of the endpoint; `None`: off.
+    pub http: Option<(String, u16)>,
 }
 
 /// How service threads do socket I/O (`service.service-io`).
@@ -385,6 +415,7 @@ pub fn resolve(
     let namespaces = resolve_namespaces(&file, origin, work_directory.as_deref())?;
     let log_level = resolve_log_level(&file, overrides)?;
     let cluster = resolve_cluster(&file, origin, overrides, &address, port)?;
+    let monitoring = resolve_monitoring(&file, origin, &address, port)?;
     Ok(ServerConfig {
         service: ServiceConfig {
             node_id,
@@ -404,6 +435,7 @@ pub fn resolve(
         service_io: threads.service_io,
         log_level,
         cluster,
+        monitoring,
     })
 }
 
@@ -625,6 +657,48 @@ fn resolve_log_level(file: &FileConfig, overrides: &Overrides) -> Result<String,
         )));
     }
     Ok(log_level)
+}
+
+/// Resolves the latency ticker and the HTTP endpoint's settings.
+fn resolve_monitoring(
+    file: &FileConfig,
+    origin: &str,
+    address: &str,
+    port: u16,
+) -> Result<Monitoring, ConfigError> {
+    let ticker_interval_s = file.service.ticker_interval.unwrap_or(10);
+    if !(1..=86_400).contains(&ticker_interval_s) {
+        return Err(ConfigError(format!(
+            "{origin}: service.ticker-interval = {ticker_interval_s} is impossible (1 to 86400 seconds)"
+        )));
+    }
+    let http = match file.http.port {
+        None => None,
+        Some(0) => {
+            return Err(ConfigError(format!(
+                "{origin}: http.port = 0 is impossible: give a fixed port (1-65535), or no http.port for no endpoint"
+            )))
+        }
+        Some(http_port) if http_port == port => {
+            return Err(ConfigError(format!(
+                "{origin}: http.port = {http_port} is the service port; give another"
+            )))
+        }
+        Some(http_port) => {
+            let listen = file.http.address.clone().unwrap_or_else(|| address.to_owned());
+            if listen.parse::<std::net::IpAddr>().is_err() && listen != "localhost" {
+                return Err(ConfigError(format!(
+                    "{origin}: http.address = {listen:?} is not an IP address"
+                )));
+            }
+            Some((listen, http_port))
+        }
+    };
+    Ok(Monitoring {
+        ticker_interval_s,
+        microsecond_histograms: file.service.microsecond_histograms.unwrap_or(false),
+        http,
+    })
 }
 
 /// Resolves the heartbeat and fabric settings: ports, seeds, heartbeat
@@ -1437,6 +1511,42 @@ mod tests {
                 "{}",
                 error.0
             );
+        }
+    }
+
+    #[test]
+    fn latency_ticker_and_http_endpoint() {
+        let config = resolve_text("[[namespace]]\nname = \"a\"\n").expect("defaults");
+        assert_eq!(
+            config.monitoring,
+            Monitoring {
+                ticker_interval_s: 10,
+                microsecond_histograms: false,
+                http: None,
+            },
+            "no endpoint unless [http] port is set"
+        );
+        let config = resolve_text(
+            "[service]\naddress = \"127.0.0.1\"\nticker-interval = 2\nmicrosecond-histograms = true\n[http]\nport = 9145\n[[namespace]]\nname = \"a\"\n",
+        )
+        .expect("set");
+        assert_eq!(
+            config.monitoring,
+            Monitoring {
+                ticker_interval_s: 2,
+                microsecond_histograms: true,
+                http: Some(("127.0.0.1".to_owned(), 9145)),
+            }
+        );
+        for (bad, named) in [
+            ("[service]\nticker-interval = 0", "service.ticker-interval"),
+            ("[http]\nport = 0", "http.port"),
+            ("[http]\nport = 3000", "http.port"),
+            ("[http]\nport = 9145\naddress = \"nowhere\"", "http.address"),
+        ] {
+            let error =
+                resolve_text(&format!("{bad}\n[[namespace]]\nname = \"a\"\n")).expect_err(bad);
+            assert!(error.0.contains(named), "{}", error.0);
         }
     }
 }

@@ -16,8 +16,11 @@
 //! `Service::run_sindex_builds`) and `citrine-jobs` (background scans and
 //! queries, `Service::run_background_jobs`) — each of these two entering a
 //! one-worker tokio runtime for the timers of the fabric calls it waits on
-//! —, `citrine-truncate` (removing what a peer's truncation covers), and
-//! each device namespace's `citrine-flush-NS` and `citrine-defrag-NS`.
+//! —, `citrine-truncate` (removing what a peer's truncation covers),
+//! `citrine-ticker` (ends the latency histograms' intervals every
+//! `ticker-interval`), `citrine-http` ([`http`], when `[http] port` is
+//! set) and each device namespace's `citrine-flush-NS` and
+//! `citrine-defrag-NS`.
 //! [`event_loop`] starts the single-event-loop threads. The only other
 //! threads are the service's own `citrine-agg-*` (an aggregation part run
 //! off the fabric's serving thread) and the device engine's scoped
@@ -26,6 +29,7 @@
 mod cluster;
 mod config;
 mod event_loop;
+mod http;
 mod migrate;
 mod net;
 
@@ -174,6 +178,8 @@ fn serve(config: &config::ServerConfig, noop: bool) -> Result<(), Failure> {
     }
     let service = open_service(config, noop)?;
     let stopping = Arc::new(AtomicBool::new(false));
+    start_monitoring(&service, &config.monitoring, &stopping)
+        .map_err(|error| Failure::new(error, 2))?;
     let work_threads = start_work_threads(&service, &stopping)?;
     if let Some(directory) = &config.work_directory {
         keep_definitions(&service, directory).map_err(|error| Failure::new(error, 2))?;
@@ -334,6 +340,42 @@ fn spawn_device_threads(
         }
     }
     threads
+}
+
+/// Fixes the latency histograms' unit, starts `citrine-ticker` (ends
+/// their interval every `ticker-interval`) and, when `[http] port` is set,
+/// the HTTP endpoint ([`http`]). Neither thread is joined: they only read
+/// statistics.
+fn start_monitoring(
+    service: &Arc<Service>,
+    monitoring: &config::Monitoring,
+    stopping: &Arc<AtomicBool>,
+) -> Result<(), String> {
+    if monitoring.microsecond_histograms {
+        service
+            .latencies()
+            .set_unit(citrine_service::latency::Unit::Microseconds);
+    }
+    let interval = std::time::Duration::from_secs(u64::from(monitoring.ticker_interval_s));
+    let (ticker_service, ticker_stopping) = (service.clone(), stopping.clone());
+    std::thread::Builder::new()
+        .name("citrine-ticker".into())
+        .spawn(move || {
+            let mut last = std::time::Instant::now();
+            ticker_service.latencies().tick(last);
+            while !ticker_stopping.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                if last.elapsed() >= interval {
+                    last = std::time::Instant::now();
+                    ticker_service.latencies().tick(last);
+                }
+            }
+        })
+        .map_err(|error| format!("cannot start the citrine-ticker thread: {error}"))?;
+    match &monitoring.http {
+        Some((address, port)) => http::start(service.clone(), address, *port),
+        None => Ok(()),
+    }
 }
 
 /// Starts one of the service's work threads: `citrine-sindex` builds new

@@ -16,6 +16,11 @@
 //! for `--rounds` rounds so the machine's drift hits each alike; the
 //! table gives the median and range per count.
 //!
+//! `--turn N`: requests are handed over as citrined's service threads
+//! hand them, with the time their turn began ([`citrine_service::Arrival`]),
+//! one clock read per N requests, instead of through `Service::handle`
+//! (which reads the clock for each request's latency itself).
+//!
 //! Under `valgrind --tool=callgrind` (use `--secs 0 --ops N`), the phases
 //! are separate functions (`run_phase`), so instructions per request can
 //! be read off exactly: see `scripts/hot-path.sh`.
@@ -47,6 +52,9 @@ struct Args {
     ops: u64,
     rounds: usize,
     workload: Workload,
+    /// Requests per turn handed over with their turn's start; 0: through
+    /// `Service::handle`.
+    turn: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -57,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
         ops: 0,
         rounds: 3,
         workload: Workload::Update,
+        turn: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -66,6 +75,7 @@ fn parse_args() -> Result<Args, String> {
             "--secs" => args.secs = value()?.parse().map_err(|e| format!("--secs: {e}"))?,
             "--ops" => args.ops = value()?.parse().map_err(|e| format!("--ops: {e}"))?,
             "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
+            "--turn" => args.turn = value()?.parse().map_err(|e| format!("--turn: {e}"))?,
             "--threads" => {
                 args.threads = value()?
                     .split(',')
@@ -84,7 +94,7 @@ fn parse_args() -> Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "usage: hot_path [--keys N] [--threads 1,2] [--secs S] [--ops N] \
-                            [--rounds R] [--workload update|read|ru50]"
+                            [--rounds R] [--workload update|read|ru50] [--turn N]"
                         .into(),
                 )
             }
@@ -152,18 +162,36 @@ fn frames() -> Frames {
     }
 }
 
-/// Runs `frame` with `digest` patched in; panics unless it succeeded.
+/// Runs `frame` with `digest` patched in (received at `received`, when
+/// given: as a service thread hands it over); panics unless it succeeded.
 #[inline]
-fn run_one(service: &Service, frame: &mut [u8], at: usize, digest: &[u8; 20], out: &mut Vec<u8>) {
+fn run_one(
+    service: &Service,
+    frame: &mut [u8],
+    at: usize,
+    digest: &[u8; 20],
+    out: &mut Vec<u8>,
+    received: Option<Instant>,
+) {
     frame[at..at + 20].copy_from_slice(digest);
     let header_bytes: [u8; PROTO_HEADER_SIZE] = frame[..PROTO_HEADER_SIZE]
         .try_into()
         .expect("a proto header");
     let header = ProtoHeader::decode(&header_bytes).expect("a valid proto header");
     out.clear();
-    service
-        .handle(header, &frame[PROTO_HEADER_SIZE..], out)
-        .expect("the request is handled");
+    let body = &frame[PROTO_HEADER_SIZE..];
+    match received {
+        None => service.handle(header, body, out),
+        Some(received) => {
+            let arrival = citrine_service::Arrival {
+                received: Some(received),
+                ..citrine_service::Arrival::default()
+            };
+            let rest = service.handle_streaming_from(header, body, out, arrival);
+            rest.map(|rest| assert!(rest.is_none(), "a single-record request is one reply"))
+        }
+    }
+    .expect("the request is handled");
     // Byte 5 of the AS_MSG header, after the proto header: the result code.
     assert_eq!(out[PROTO_HEADER_SIZE + 5], 0, "the request succeeds");
 }
@@ -192,13 +220,18 @@ fn run_phase(
     seed: u64,
     ops: u64,
     stop: &AtomicBool,
+    turn: u64,
 ) -> (u64, Duration) {
     let mut frames = frames();
     let mut out = Vec::with_capacity(1024);
     let mut rng = Rng(seed | 1);
     let started = Instant::now();
+    let mut turn_began = started;
     let mut done = 0u64;
     loop {
+        if turn != 0 && done.is_multiple_of(turn) {
+            turn_began = Instant::now();
+        }
         // Check the clock-driven stop only every 256 requests.
         if done.is_multiple_of(256) && stop.load(Ordering::Relaxed) {
             break;
@@ -218,7 +251,8 @@ fn run_phase(
         } else {
             &mut frames.update
         };
-        run_one(service, frame, *at, digest, &mut out);
+        let received = (turn != 0).then_some(turn_began);
+        run_one(service, frame, *at, digest, &mut out, received);
         done += 1;
     }
     (done, started.elapsed())
@@ -243,13 +277,13 @@ fn phase(
                 stop.clone(),
                 start.clone(),
             );
-            let (workload, ops) = (args.workload, args.ops);
+            let (workload, ops, turn) = (args.workload, args.ops, args.turn);
             let seed = 0x9E37_79B9_7F4A_7C15u64
                 .wrapping_mul((round * 64 + t + 1) as u64)
                 .rotate_left(17);
             std::thread::spawn(move || {
                 start.wait();
-                run_phase(&service, &digests, workload, seed, ops, &stop)
+                run_phase(&service, &digests, workload, seed, ops, &stop, turn)
             })
         })
         .collect();
@@ -300,7 +334,7 @@ fn main() {
         let mut out = Vec::with_capacity(1024);
         let (frame, at) = &mut frames.update;
         for digest in digests.iter() {
-            run_one(&service, frame, *at, digest, &mut out);
+            run_one(&service, frame, *at, digest, &mut out, None);
         }
     }
     println!(

@@ -561,6 +561,8 @@ pub(crate) struct BatchRemote {
     rows: Vec<RemoteRow>,
     /// The rest of the batch; `None`: the LAST message follows these rows.
     rest: Option<BatchCursor>,
+    /// When the batch began (its latency is counted with its LAST).
+    started: Option<Instant>,
 }
 
 impl BatchRemote {
@@ -587,6 +589,9 @@ impl BatchRemote {
         }
         if self.rest.is_none() {
             write_last(out, ResultCode::Ok);
+            if let Some(started) = self.started {
+                context.layers.latencies.record_batch(started);
+            }
         }
         ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
         self.rest
@@ -600,6 +605,8 @@ struct Chunk {
     resume: Option<(usize, Option<usize>, u32)>,
     /// Rows waiting for the fabric.
     remote: Vec<RemoteRow>,
+    /// When the batch began.
+    started: Option<Instant>,
 }
 
 /// A batch row waiting for the fabric: index, work, reply so far.
@@ -614,6 +621,7 @@ impl Chunk {
             (rest, false) => BatchNext::Remote(Box::new(BatchRemote {
                 rows: self.remote,
                 rest,
+                started: self.started,
             })),
         }
     }
@@ -663,6 +671,7 @@ fn run_rows(
             return Chunk {
                 resume: None,
                 remote: Vec::new(),
+                started: None,
             };
         };
         rows_left -= 1;
@@ -676,16 +685,21 @@ fn run_rows(
             return Chunk {
                 resume: Some((reader.offset(), reader.previous_offset(), rows_left)),
                 remote,
+                started: reader.parent.started,
             };
         }
     }
     if remote.is_empty() {
         write_last(out, ResultCode::Ok);
+        if let Some(started) = reader.parent.started {
+            context.layers.latencies.record_batch(started);
+        }
     }
     close_frame(out, frame_start);
     Chunk {
         resume: None,
         remote,
+        started: reader.parent.started,
     }
 }
 
@@ -796,6 +810,7 @@ fn execute_row(
         // its master (proxied), through duplicate resolution, replicated.
         return execute_routed(context.executor, row, parent, parent_filter, out);
     }
+    let started = Instant::now();
     let request = Request {
         header: body.header,
         digest: row.digest,
@@ -809,6 +824,14 @@ fn execute_row(
             .or(parent_filter.map(|filter| &filter.expression)),
     };
     transaction::perform_here(namespace, &request, udf.as_ref(), now, out);
+    if let Some(index) = context
+        .layers
+        .data
+        .namespace_index(namespace.config.name.as_bytes())
+    {
+        let op = crate::latency::Op::of(body.header.info2, udf.is_some(), true);
+        context.layers.latencies.record(index, op, started);
+    }
     None
 }
 

@@ -185,6 +185,7 @@ pub(crate) const COMMANDS: &[&str] = &[
     "features",
     "get-config",
     "help",
+    "latencies",
     "logs",
     "namespace",
     "namespaces",
@@ -238,7 +239,7 @@ pub(crate) const COMMANDS: &[&str] = &[
     "version",
 ];
 
-fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
+pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
     match command.name {
         "help" => COMMANDS.join(";"),
         "node" => service.node_id.to_string(),
@@ -316,6 +317,7 @@ fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "status" => "ok".to_owned(),
         "user-agent-set" => "ok".to_owned(),
         "logs" => "0:stderr".to_owned(),
+        "latencies" => service.latencies().info(command),
         "truncate" => service.truncate_command(command, false),
         "truncate-namespace" => service.truncate_command(command, true),
         "truncate-undo" => service.truncate_undo_command(command, false),

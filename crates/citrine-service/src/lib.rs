@@ -35,11 +35,12 @@
 //! queries), [`job`] (background scans and queries, `query-show`), [`udf`]
 //! (modules, record UDFs, aggregations), [`sindex`] (index upkeep as the
 //! namespaces' record hook, builds, definitions), [`info`] (info
-//! commands), `smd` (the shared stores' info side), `truncate` (the
-//! truncate commands), [`lookahead`] (prefetching a wake-up's lookups),
-//! [`noop`] (the no-op mode benchmarks measure their ceiling with),
-//! [`config`] (validated settings), `offload` and `work` (where background
-//! work runs). Re-exported from below: [`namespace`], [`filter`], [`nsup`],
+//! commands), [`latency`] (latency histograms, `latencies:`),
+//! [`prometheus`] (every statistic in Prometheus's text format), `smd` (the
+//! shared stores' info side), `truncate` (the truncate commands),
+//! [`lookahead`] (prefetching a wake-up's lookups), [`noop`] (the no-op
+//! mode benchmarks measure their ceiling with), [`config`] (validated
+//! settings), `offload` and `work` (where background work runs). Re-exported from below: [`namespace`], [`filter`], [`nsup`],
 //! [`device`] (data) and [`cluster_state`], [`replication`],
 //! [`migration`] (distribution).
 //!
@@ -57,9 +58,11 @@ pub mod batch;
 pub mod config;
 pub mod info;
 pub mod job;
+pub mod latency;
 pub mod lookahead;
 pub mod noop;
 mod offload;
+pub mod prometheus;
 pub mod scan;
 pub mod sindex;
 mod smd;
@@ -129,6 +132,19 @@ pub struct NodeStats {
     pub scan: scan::ScanStats,
 }
 
+/// How a request arrived, as the connection loop knows it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Arrival {
+    /// It may have waited in a stalled node's socket since then (unix
+    /// ms; see [`Service::handle_streaming_since`]).
+    pub waiting_since_ms: Option<u64>,
+    /// The client (`query-show` names it as a scan's origin).
+    pub from: Option<std::net::SocketAddr>,
+    /// When it was received: its latency counts from here (`None`: from
+    /// when the service takes it).
+    pub received: Option<std::time::Instant>,
+}
+
 /// The rest of a streamed reply (batch or scan), produced chunk by chunk by
 /// [`Service::resume`]. Dropping it abandons the stream (the connection is
 /// closing).
@@ -140,8 +156,9 @@ enum Pending {
     Batch(batch::BatchCursor),
     /// Boxed: a cursor is several times the size of the other variants.
     Scan(Box<scan::ScanCursor>),
-    /// Fabric work (proxy or replication) before the reply is final.
-    Remote(Box<Remote>),
+    /// Fabric work (proxy or replication) before the reply is final, and
+    /// the histogram its latency goes to once it is.
+    Remote(Box<Remote>, Option<latency::Timed>),
     /// Batch rows waiting for the fabric, then the rest of the batch.
     BatchRemote(Box<batch::BatchRemote>),
     /// An aggregation (a query with a stream UDF).
@@ -161,7 +178,7 @@ impl Continuation {
     pub fn is_remote(&self) -> bool {
         matches!(
             self.0,
-            Pending::Remote(_)
+            Pending::Remote(..)
                 | Pending::BatchRemote(_)
                 | Pending::AggregateRemote(_)
                 | Pending::SyncStores(_)
@@ -194,6 +211,8 @@ pub struct Layers<'s> {
     pub config: &'s ServiceConfig,
     /// This node's counters.
     pub stats: &'s NodeStats,
+    /// This node's latency histograms.
+    pub latencies: &'s latency::Latencies,
 }
 
 impl<'s> Layers<'s> {
@@ -223,6 +242,8 @@ pub struct Service {
     /// hook), in the namespaces' order.
     sindexes: Vec<Arc<sindex::Sindexes>>,
     pub stats: NodeStats,
+    /// Latency histograms (see [`latency`]).
+    latencies: latency::Latencies,
     /// Most rows a batch request may carry (`batch-max-requests`; above → 151).
     pub batch_max_requests: AtomicU32,
     /// The distribution layer: the view, the fabric, replication and
@@ -256,6 +277,7 @@ impl Service {
         let data = Arc::new(Data::open(&config.namespaces, clock)?);
         let sindexes = sindex::Sindexes::install(&data)?;
         let node_id = NodeId(config.node_id);
+        let latencies = latency::Latencies::new(config.namespaces.iter().map(|n| n.name.as_str()));
         let dist = Arc::new(Distribution::new(
             node_id,
             config.rack_id,
@@ -275,6 +297,7 @@ impl Service {
             data,
             sindexes,
             stats: NodeStats::default(),
+            latencies,
             batch_max_requests: AtomicU32::new(batch::BATCH_MAX_REQUESTS_DEFAULT),
         })
     }
@@ -324,7 +347,13 @@ impl Service {
             dist: &self.dist,
             config: &self.config,
             stats: &self.stats,
+            latencies: &self.latencies,
         }
+    }
+
+    /// The latency histograms (see [`latency`]).
+    pub fn latencies(&self) -> &latency::Latencies {
+        &self.latencies
     }
 
     /// The distribution layer.
@@ -404,8 +433,9 @@ impl Service {
         out: &mut Vec<u8>,
     ) -> Option<Continuation> {
         match continuation.0 {
-            Pending::Remote(remote) => {
+            Pending::Remote(remote, timed) => {
                 self.complete_row(*remote, out).await;
+                self.record_latency(timed);
                 None
             }
             Pending::BatchRemote(rows) => rows
@@ -432,19 +462,27 @@ impl Service {
         self.complete(remote, out).await;
     }
 
+    /// Runs a single-record request's AS_MSG `body`; `timed` learns its
+    /// histogram.
     fn execute_body(
         &self,
         body: &[u8],
         hop: replication::Hop,
         resolved: bool,
         out: &mut Vec<u8>,
+        timed: &mut latency::Timed,
     ) -> Option<Box<Remote>> {
         match Message::decode(body) {
             Ok(message)
                 if message.header.info1 & info1::BATCH == 0
                     && message.field(field_type::DIGEST).is_some() =>
             {
-                transaction::execute(self, &message, body, hop, resolved, out)
+                let call = transaction::Call {
+                    hop,
+                    resolved,
+                    timed,
+                };
+                transaction::execute(self, &message, body, call, out)
             }
             _ => {
                 self.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
@@ -572,20 +610,22 @@ impl Service {
         out: &mut Vec<u8>,
         waiting_since_ms: Option<u64>,
     ) -> Result<Option<Continuation>, CloseConnection> {
-        self.handle_streaming_from(header, body, out, waiting_since_ms, None)
+        let arrival = Arrival {
+            waiting_since_ms,
+            ..Arrival::default()
+        };
+        self.handle_streaming_from(header, body, out, arrival)
     }
 
-    /// [`Service::handle_streaming_since`] for a request from the client at
-    /// `from` (when known: `query-show` names it as a scan's origin).
+    /// [`Service::handle_streaming_since`] for a request that arrived as
+    /// `arrival` says (its client, when it was received).
     pub fn handle_streaming_from(
         &self,
         header: ProtoHeader,
         body: &[u8],
         out: &mut Vec<u8>,
-        waiting_since_ms: Option<u64>,
-        from: Option<std::net::SocketAddr>,
+        arrival: Arrival,
     ) -> Result<Option<Continuation>, CloseConnection> {
-        let origin = job::Origin::Client(from);
         match header.message_type {
             MessageType::Info => {
                 self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
@@ -600,14 +640,14 @@ impl Service {
                 citrine_wire::admin::write_reply(out, ResultCode::SecurityNotEnabled.code());
                 Ok(None)
             }
-            MessageType::Message => self.handle_message(body, out, waiting_since_ms, origin),
+            MessageType::Message => self.handle_message(body, out, arrival),
             MessageType::Compressed => {
                 self.stats
                     .compressed_requests
                     .fetch_add(1, Ordering::Relaxed);
                 let (_, inner) =
                     inflate(body).map_err(|error| self.proto_error(error.to_string()))?;
-                self.handle_message(&inner, out, waiting_since_ms, origin)
+                self.handle_message(&inner, out, arrival)
             }
             MessageType::InternalXdr => {
                 Err(self.proto_error("XDR messages are not accepted on the service port".into()))
@@ -643,8 +683,9 @@ impl Service {
                 .map(|cursor| Continuation(Pending::Scan(cursor))),
             // Blocking: for tests and tools only; an event loop awaits
             // `complete_remote` instead.
-            Pending::Remote(remote) => {
+            Pending::Remote(remote, timed) => {
                 block_on(self.complete_row(*remote, out));
+                self.record_latency(timed);
                 None
             }
             Pending::BatchRemote(rows) => block_on(rows.complete(self.row_context(), out))
@@ -665,9 +706,10 @@ impl Service {
         &self,
         body: &[u8],
         out: &mut Vec<u8>,
-        waiting_since_ms: Option<u64>,
-        origin: job::Origin,
+        arrival: Arrival,
     ) -> Result<Option<Continuation>, CloseConnection> {
+        let (waiting_since_ms, received) = (arrival.waiting_since_ms, arrival.received);
+        let origin = job::Origin::Client(arrival.from);
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
         if self.is_noop() {
             noop::reply(body, self.batch_max_requests.load(Ordering::Relaxed), out);
@@ -698,7 +740,63 @@ impl Service {
             transaction::write_refusal(out, body, ResultCode::Timeout);
             return Ok(None);
         }
-        Ok(self.dispatch(&message, body, deadline_ms, out, origin))
+        Ok(self.dispatch(&message, body, (deadline_ms, received), out, origin))
+    }
+
+    /// Runs a client's single-record request ([`transaction::execute`])
+    /// and counts its latency in its namespace's histogram — once it is
+    /// answered here, or once its fabric work ends; a proxied one is
+    /// counted by the node that runs it.
+    fn execute_timed(
+        &self,
+        message: &Message<'_>,
+        body: &[u8],
+        (hop, received): (replication::Hop, Option<std::time::Instant>),
+        out: &mut Vec<u8>,
+    ) -> Option<Continuation> {
+        let mut timed = match received {
+            Some(received) => latency::Timed::since(received),
+            None => latency::Timed::start(false),
+        };
+        let call = transaction::Call {
+            hop,
+            resolved: false,
+            timed: &mut timed,
+        };
+        match transaction::execute(self, message, body, call, out) {
+            None => {
+                self.latencies.record_timed(timed);
+                None
+            }
+            Some(remote) => {
+                let timed = Some(timed).filter(|_| !matches!(*remote, Remote::Proxy { .. }));
+                Some(Continuation(Pending::Remote(remote, timed)))
+            }
+        }
+    }
+
+    /// Runs `body` through [`Service::execute_body`]; a request answered
+    /// here counts its latency (`batch_row`: in a batch-sub histogram).
+    fn execute_body_timed(
+        &self,
+        body: &[u8],
+        hop: replication::Hop,
+        batch_row: bool,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Remote>> {
+        let mut timed = latency::Timed::start(batch_row);
+        let remote = self.execute_body(body, hop, false, out, &mut timed);
+        if remote.is_none() {
+            self.latencies.record_timed(timed);
+        }
+        remote
+    }
+
+    /// Counts a request's latency once its fabric work ended.
+    fn record_latency(&self, timed: Option<latency::Timed>) {
+        if let Some(timed) = timed {
+            self.latencies.record_timed(timed);
+        }
     }
 
     /// Why every AS_MSG request is refused now, if it is: the node is not
@@ -722,12 +820,13 @@ impl Service {
 
     /// Routes a decoded AS_MSG request to its feature: a batch, a
     /// single-record request (its deadline, if it waited here, goes with
-    /// it), an aggregation, or a scan or query.
+    /// it, and when it was received, for its latency), an aggregation, or
+    /// a scan or query.
     fn dispatch(
         &self,
         message: &Message<'_>,
         body: &[u8],
-        deadline_ms: Option<u64>,
+        (deadline_ms, received): (Option<u64>, Option<std::time::Instant>),
         out: &mut Vec<u8>,
         origin: job::Origin,
     ) -> Option<Continuation> {
@@ -738,8 +837,7 @@ impl Service {
         }
         if message.field(field_type::DIGEST).is_some() {
             let hop = replication::Hop::client(deadline_ms);
-            return transaction::execute(self, message, body, hop, false, out)
-                .map(|remote| Continuation(Pending::Remote(remote)));
+            return self.execute_timed(message, body, (hop, received), out);
         }
         if udf::is_aggregation(message) {
             return udf::start_aggregate(self, message, out, origin).and_then(|run| {
@@ -869,7 +967,7 @@ impl citrine_distribution::LocalExecutor for Service {
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
-        self.execute_body(body, hop, false, out)
+        self.execute_body_timed(body, hop, false, out)
     }
 
     fn execute_resolved(
@@ -878,7 +976,8 @@ impl citrine_distribution::LocalExecutor for Service {
         hop: replication::Hop,
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
-        self.execute_body(body, hop, true, out)
+        // Counted where it started (the node that resolved it).
+        self.execute_body(body, hop, true, out, &mut latency::Timed::start(false))
     }
 }
 
@@ -886,7 +985,7 @@ impl citrine_distribution::LocalExecutor for Service {
 /// request (counted with its batch, not as a transaction of its own).
 impl batch::RowExecutor for Service {
     fn execute_row(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Box<Remote>> {
-        self.execute_body(body, replication::Hop::CLIENT, false, out)
+        self.execute_body_timed(body, replication::Hop::CLIENT, true, out)
     }
 
     fn finish_row<'a>(

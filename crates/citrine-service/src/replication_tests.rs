@@ -311,6 +311,10 @@ fn masters_replicate_and_others_proxy() {
         "{deadline} from {before}"
     );
     assert_eq!(forwarded, &frame[PROTO_HEADER_SIZE..]);
+    // The write run here counts once its duplicate resolution and
+    // replication ended; the proxied one counts on the node that runs it.
+    let writes = || crate::latency::totals(service.latencies());
+    assert_eq!(writes(), [("{test}-write".to_owned(), 1)]);
     // A request proxied too often is refused with 9 (clients retry it).
     let answer = block_on_test(service.serve_fabric(
         call_kind::PROXY,
@@ -326,6 +330,8 @@ fn masters_replicate_and_others_proxy() {
         1
     );
     assert!(fabric.calls.lock().is_empty());
+    // Answered here (with 9): a request to this node, counted.
+    assert_eq!(writes(), [("{test}-write".to_owned(), 2)]);
 }
 
 #[test]
@@ -600,7 +606,7 @@ fn a_held_request_is_forwarded_with_its_deadline_from_the_stall() {
     let proxied = |waiting_since_ms: Option<u64>| {
         let (pending, out) = handle_held(waiting_since_ms);
         match pending.map(|continuation| continuation.0) {
-            Some(crate::Pending::Remote(remote)) => match *remote {
+            Some(crate::Pending::Remote(remote, _)) => match *remote {
                 Remote::Proxy {
                     to,
                     payload,

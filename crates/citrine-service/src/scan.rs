@@ -271,6 +271,7 @@ impl ScanCursor {
             pins: None,
             watch: None,
             filtered: 0,
+            started: None,
         }
     }
 
@@ -354,6 +355,10 @@ pub struct ScanCursor {
     watch: Option<Watch>,
     /// Records a filter expression left out.
     filtered: u64,
+    /// When a client's short foreground scan or query (`info1
+    /// SHORT_QUERY`) began: its latency goes to `{NS}-pi-query` or
+    /// `{NS}-si-query` when its stream ends.
+    started: Option<std::time::Instant>,
 }
 
 /// Pins on the partitions a background job's cursor still has to walk
@@ -506,6 +511,10 @@ pub(crate) fn start(
         cursor.keep_served_partitions(layers, lists_partitions(message));
     } else {
         cursor.keep_serving_partitions();
+    }
+    // Only a client's short queries are timed, as the reference times them.
+    if watch.is_some() && message.header.info1 & info1::SHORT_QUERY != 0 {
+        cursor.started = Some(std::time::Instant::now());
     }
     cursor.watch = watch;
     Some(cursor)
@@ -1210,12 +1219,30 @@ impl ScanCursor {
             if self.collected.is_none() {
                 // Foreground scans only (jobs have `query-show`).
                 layers.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+                self.record_latency(layers);
             }
         } else if out.len() == frame_start + PROTO_HEADER_SIZE {
             // Nothing matched in this step: send no (empty) frame at all.
             out.truncate(frame_start);
         } else {
             ProtoHeader::patch(&mut out[frame_start..], MessageType::Message);
+        }
+    }
+
+    /// Counts a client's finished scan or query in its namespace's
+    /// `pi-query` or `si-query` histogram.
+    fn record_latency(&self, layers: Layers<'_>) {
+        let Some(started) = self.started else {
+            return;
+        };
+        let name = self.namespace.config.name.as_bytes();
+        if let Some(index) = layers.data.namespace_index(name) {
+            let op = if self.query.is_some() {
+                crate::latency::Op::SiQuery
+            } else {
+                crate::latency::Op::PiQuery
+            };
+            layers.latencies.record(index, op, started);
         }
     }
 

@@ -1195,6 +1195,63 @@ fn udf_call(key: &str, module: &str, function: &str, args: &[i64]) -> Vec<u8> {
     out
 }
 
+/// Each single-record request counts once in its namespace's histogram:
+/// reads (found or not), writes and deletes, record UDFs; a request for a
+/// namespace the node lacks counts nowhere.
+#[test]
+fn single_record_requests_count_in_their_latency_histograms() {
+    use base64::Engine as _;
+    let (service, _) = service();
+    let source = "function one(rec)\n  return 1\nend";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let put_module = format!("udf-put:filename=one.lua;content={content};");
+    assert_eq!(info(&service, &[&put_module])[0].1, "ok");
+    send(&service, &put("a", Ops::new().int(op_type::WRITE, "x", 1)));
+    send(&service, &get("a"));
+    send(&service, &get("missing"));
+    let delete = MsgHeader {
+        info2: info2::WRITE | info2::DELETE,
+        ..MsgHeader::default()
+    };
+    send(&service, &request("a", delete, &Ops::new(), false));
+    send(&service, &udf_call("a", "one", "one", &[]));
+    let mut elsewhere = get("a");
+    let at = elsewhere
+        .windows(4)
+        .position(|window| window == b"test")
+        .unwrap();
+    elsewhere[at..at + 4].copy_from_slice(b"nope");
+    assert_eq!(send(&service, &elsewhere).header.result_code, 20);
+    let totals = crate::latency::totals(service.latencies());
+    let expected = [("{test}-read", 2), ("{test}-write", 2), ("{test}-udf", 1)];
+    assert_eq!(
+        totals,
+        expected.map(|(name, count)| (name.to_owned(), count))
+    );
+}
+
+/// A request handed over with the time it was received (as the server's
+/// service threads hand them) counts its latency from then.
+#[test]
+fn latency_counts_from_when_the_request_was_received() {
+    let (service, _) = service();
+    let frame = get("a");
+    let header = ProtoHeader::decode(&frame[..8].try_into().unwrap()).unwrap();
+    let arrival = Arrival {
+        received: Some(std::time::Instant::now() - std::time::Duration::from_millis(5)),
+        ..Arrival::default()
+    };
+    let mut out = Vec::new();
+    let rest = service.handle_streaming_from(header, &frame[8..], &mut out, arrival);
+    assert!(rest.unwrap().is_none());
+    let read = &service.latencies().histograms()[1];
+    assert_eq!(read.name(), "{test}-read");
+    let counts = read.snapshot().counts;
+    // 5 ms and a little: the bucket of [4, 8) ms.
+    assert_eq!(counts[crate::latency::TICK_BITS + 3], 1, "{counts:?}");
+    assert_eq!(counts.iter().sum::<u64>(), 1);
+}
+
 #[test]
 fn udfs_and_writes_on_one_record_lose_no_update() {
     use base64::Engine as _;

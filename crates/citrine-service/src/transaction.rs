@@ -15,6 +15,16 @@ use citrine_data::Namespace;
 use citrine_types::ResultCode;
 use citrine_wire::msg::{field_type, Message};
 
+/// How a single-record request came and where its latency goes.
+pub(crate) struct Call<'t> {
+    /// How it came here (and its deadline, once a node fixed it).
+    pub hop: Hop,
+    /// Its duplicate resolution is done.
+    pub resolved: bool,
+    /// Learns the request's namespace and kind (see [`crate::latency`]).
+    pub timed: &'t mut crate::latency::Timed,
+}
+
 /// Executes one single-record AS_MSG request (it has a DIGEST field and no
 /// `info1 BATCH`; `Service` sends batches and scans elsewhere) and writes
 /// exactly one reply frame to `out`.
@@ -30,15 +40,23 @@ pub(crate) fn execute(
     service: &Service,
     message: &Message<'_>,
     body: &[u8],
-    hop: Hop,
-    resolved: bool,
+    call: Call<'_>,
     out: &mut Vec<u8>,
 ) -> Option<Box<Remote>> {
+    let Call {
+        hop,
+        resolved,
+        timed,
+    } = call;
     let namespace_name = message.field(field_type::NAMESPACE);
-    let Some(namespace) = namespace_name.and_then(|name| service.namespace(name)) else {
+    let index = namespace_name.and_then(|name| service.namespace_index(name));
+    let namespaces = service.data().namespaces_shared();
+    let Some((index, namespace)) = index.and_then(|index| Some((index, namespaces.get(index)?)))
+    else {
         write_result(out, ResultCode::Namespace);
         return None;
     };
+    let namespace: &Namespace = namespace;
     let Some(digest_bytes) = message.field(field_type::DIGEST) else {
         write_result(out, ResultCode::Parameter);
         return None;
@@ -61,6 +79,7 @@ pub(crate) fn execute(
             return None;
         }
     };
+    timed.found(index, message.header.info2, udf.is_some());
     match prepare(message, digest_bytes, filter.as_ref()) {
         Ok(request) if service.routes() => run_routed(
             service,

@@ -51,9 +51,10 @@ impl<T> Deref for Padded<T> {
     }
 }
 
-/// The stripe of the calling thread: given round robin at its first use.
+/// The stripe of the calling thread: given round robin at its first use
+/// (for striped statistics kept elsewhere, e.g. latency histograms).
 #[inline]
-fn stripe() -> usize {
+pub fn stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };

@@ -239,10 +239,12 @@ pub(super) trait Transport {
     fn input_here(&self, socket: &Self::Socket) -> bool;
 }
 
-/// Runs a connection as far as it goes without waiting.
+/// Runs a connection as far as it goes without waiting; what it reads
+/// may have waited since `waiting_since_ms` (a stall) and was received in
+/// the turn that began at `turn_began`.
 pub(super) fn drive<T: Transport>(
     service: &Arc<Service>,
-    waiting_since_ms: Option<u64>,
+    (waiting_since_ms, turn_began): (Option<u64>, std::time::Instant),
     io: &mut T,
     socket: &mut T::Socket,
     conn: &mut Conn,
@@ -305,7 +307,7 @@ pub(super) fn drive<T: Transport>(
         }
         match next_frame(service, conn) {
             Frame::Ready(header) => {
-                if let Some(next) = handle(service, conn, header, waiting_since_ms) {
+                if let Some(next) = handle(service, conn, header, (waiting_since_ms, turn_began)) {
                     return next;
                 }
             }
@@ -350,13 +352,14 @@ fn next_frame(service: &Service, conn: &mut Conn) -> Frame {
 }
 
 /// Runs the frame at `input[start..]` (which may have waited since
-/// `waiting_since_ms`, see [`Service::handle_streaming_since`]); `Some`
-/// when the connection must stop here.
+/// `waiting_since_ms`, see [`Service::handle_streaming_since`], and was
+/// received in the turn that began at `turn_began`); `Some` when the
+/// connection must stop here.
 fn handle(
     service: &Arc<Service>,
     conn: &mut Conn,
     header: ProtoHeader,
-    waiting_since_ms: Option<u64>,
+    (waiting_since_ms, turn_began): (Option<u64>, std::time::Instant),
 ) -> Option<Next> {
     conn.active = true;
     let body_start = conn.start + PROTO_HEADER_SIZE;
@@ -366,7 +369,12 @@ fn handle(
         let body = &conn.input[body_start..body_end];
         let out = &mut conn.out;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            service.handle_streaming_from(header, body, out, waiting_since_ms, Some(conn.peer))
+            let arrival = citrine_service::Arrival {
+                waiting_since_ms,
+                from: Some(conn.peer),
+                received: Some(turn_began),
+            };
+            service.handle_streaming_from(header, body, out, arrival)
         }))
     };
     conn.start = body_end;

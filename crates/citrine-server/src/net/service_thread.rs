@@ -163,6 +163,9 @@ pub(super) struct ServiceThread<B: Backend> {
     /// Until when the last stall's marks hold on connections not read
     /// since.
     stall_until: Option<Instant>,
+    /// When the current turn began (its wait for I/O returned): when the
+    /// requests it reads were received, for their latency histograms.
+    turn_began: Instant,
 }
 
 impl<B: Backend> ServiceThread<B> {
@@ -185,6 +188,7 @@ impl<B: Backend> ServiceThread<B> {
             spill_gate: SpillGate::default(),
             stall_since_ms: None,
             stall_until: None,
+            turn_began: Instant::now(),
         }
     }
 
@@ -213,6 +217,7 @@ impl<B: Backend> ServiceThread<B> {
             let busy_from = (!meter.counts_cpu()).then_some(woke);
             self.note_stall(last_woke, last_done, timeout, woke);
             last_woke = woke;
+            self.turn_began = woke;
             if self.shared.stopping.load(Ordering::Acquire) {
                 break;
             }
@@ -470,7 +475,7 @@ impl<B: Backend> ServiceThread<B> {
         }
         let next = conn::drive(
             &self.service,
-            connection.held_since_ms,
+            (connection.held_since_ms, self.turn_began),
             &mut self.backend,
             &mut connection.socket,
             &mut connection.conn,

@@ -1039,3 +1039,36 @@ fn a_batchs_udf_rows_share_one_time_limit() {
         "the rows ran {took:?}: each had the whole limit"
     );
 }
+
+/// A batch counts once in `batch-index`, and each row it ran in its
+/// namespace's batch-sub histogram (a row of an unknown namespace in none).
+#[test]
+fn a_batch_counts_itself_and_its_rows_in_the_latency_histograms() {
+    let (service, _) = service();
+    put(&service, "demo", "a", &[("x", 1)], false);
+    let rows = vec![
+        RowSpec::full(0, "test", "demo", "a", 0, READ_ALL),
+        RowSpec::full(
+            1,
+            "test",
+            "demo",
+            "b",
+            row_flags::INFO,
+            [0, info2::WRITE, 0, 0],
+        )
+        .op(op_type::WRITE, 1, "x", &2i64.to_be_bytes()),
+        RowSpec::full(2, "nope", "demo", "a", 0, READ_ALL),
+    ];
+    run(&service, &batch_frame(&payload(&rows, 0), false));
+    let totals = crate::latency::totals(service.latencies());
+    let expected = [
+        ("batch-index", 1),
+        ("{test}-write", 1),
+        ("{test}-batch-sub-read", 1),
+        ("{test}-batch-sub-write", 1),
+    ];
+    assert_eq!(
+        totals,
+        expected.map(|(name, count)| (name.to_owned(), count))
+    );
+}

@@ -1343,7 +1343,15 @@ fn start_from_client(
 ) -> Option<crate::Continuation> {
     let from = std::net::SocketAddr::from(([127, 0, 0, 1], 5555));
     service
-        .handle_streaming_from(header_of(frame), &frame[8..], out, None, Some(from))
+        .handle_streaming_from(
+            header_of(frame),
+            &frame[8..],
+            out,
+            crate::Arrival {
+                from: Some(from),
+                ..crate::Arrival::default()
+            },
+        )
         .unwrap()
 }
 
@@ -1634,4 +1642,28 @@ fn a_partition_a_change_was_cut_short_in_is_reported_unavailable() {
         .filter(|record| digest_of(record).partition() == victim)
         .count();
     assert_eq!(records.len(), all.len() - in_victim);
+}
+
+/// A client's short scan (`info1 SHORT_QUERY`) counts in `{NS}-pi-query`
+/// once its stream ended; a long one does not, as in the reference.
+#[test]
+fn a_finished_short_scan_counts_in_the_pi_query_histogram() {
+    let (service, _) = service();
+    put(&service, "demo", "a", &[("x", 1)], false);
+    let (records, _) = scan(&service, ScanSpec::default());
+    assert_eq!(records.len(), 1);
+    let mut short = scan_frame(&ScanSpec {
+        partition_done: true,
+        ..ScanSpec::default()
+    });
+    // info1: the byte after the AS_MSG header's size.
+    short[PROTO_HEADER_SIZE + 1] |= info1::SHORT_QUERY;
+    let messages = run(&service, &short);
+    assert_eq!(messages.len(), 2, "the record and LAST");
+    let totals = crate::latency::totals(service.latencies());
+    let expected = [("{test}-write", 1), ("{test}-pi-query", 1)];
+    assert_eq!(
+        totals,
+        expected.map(|(name, count)| (name.to_owned(), count))
+    );
 }
