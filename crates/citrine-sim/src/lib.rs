@@ -22,6 +22,7 @@
 //! `citrine_cluster::partition_map::PartitionMap` with every node on rack 0
 //! (views carry no rack ids yet).
 
+pub mod balance;
 pub mod data;
 pub mod rng;
 mod sim;
