@@ -52,6 +52,24 @@ mod tests {
         assert_ne!(a, b, "different seeds should differ");
     }
 
+    /// The scale scenario in small: 20 nodes form, 10 % (two) crash at
+    /// once and leave in one view change, and return in one; every phase
+    /// converges within 3 quanta and every view's maps agree.
+    #[test]
+    fn scale_scenario_loses_and_regains_a_tenth() {
+        let cfg = SimConfig::scale(20, true);
+        let report = run_seed(45, &cfg).map_err(|f| f.to_string());
+        let report = report.as_ref().map_err(String::as_str);
+        assert!(report.is_ok(), "{report:?}");
+        let Ok(report) = report else { return };
+        assert_eq!(report.nodes, 20);
+        assert_eq!(report.convergence_ms.len(), 3, "{report:?}");
+        assert!(report.departure_ms.is_some());
+        assert_eq!(report.departed, 2);
+        assert!(report.heartbeats_sent > 0 && report.heartbeat_bytes > report.heartbeats_sent);
+        assert!(report.node_ms > 0);
+    }
+
     #[test]
     fn failing_run_reports_seed_and_invariant() {
         // An impossible convergence bound must be reported, with the seed.

@@ -7,10 +7,18 @@
 //! uniform-balance pass, and the stable placement — and how many partition
 //! copies move when one node joins (node `N`) or leaves (node `N / 2`), and
 //! over a fixed random sequence of 20 joins and leaves.
+//!
+//! `citrine-sim scale --nodes N` runs the membership simulator on a
+//! well-behaved cluster of exactly N nodes (formation; with `--departure`,
+//! 10 % of the members crashing at once and their return) and reports the
+//! convergence times, the wall-clock cost of one simulated second, and the
+//! heartbeat traffic per node.
 
 use std::fmt::Write as _;
+use std::time::Instant;
 
 use citrine_sim::balance::{measure, Algorithm, Report, Stats, SEQUENCE_STEPS};
+use citrine_sim::{run_seed, SimConfig};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -27,6 +35,54 @@ struct Cli {
 enum Command {
     /// Partition balance and migration cost of the partition map.
     Balance(BalanceArgs),
+    /// Membership simulation of a large cluster.
+    Scale(ScaleArgs),
+}
+
+#[derive(Args, Debug)]
+struct ScaleArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    /// Also crash 10 % of the members at once, then restart them.
+    #[arg(long)]
+    departure: bool,
+    /// Seed of the run.
+    #[arg(long, default_value_t = 45)]
+    seed: u64,
+}
+
+fn run_scale(args: &ScaleArgs) -> bool {
+    let cfg = SimConfig::scale(args.nodes, args.departure);
+    let started = Instant::now();
+    let result = run_seed(args.seed, &cfg);
+    let wall = started.elapsed().as_secs_f64();
+    let report = match result {
+        Ok(report) => report,
+        Err(failure) => {
+            println!("nodes {}: FAILED after {wall:.1} s\n{failure}", args.nodes);
+            return false;
+        }
+    };
+    let sim_s = report.end_ms as f64 / 1000.0;
+    let node_s = report.node_ms as f64 / 1000.0;
+    println!(
+        "nodes {}, seed {}: ok; simulated {sim_s:.1} s in {wall:.1} s wall ({:.2} s per simulated second)",
+        report.nodes,
+        report.seed,
+        wall / sim_s
+    );
+    println!(
+        "  convergence after each event (ms): {:?}; {} departed at once, out of every view in {:?} ms; view changes {}",
+        report.convergence_ms, report.departed, report.departure_ms, report.view_changes
+    );
+    println!(
+        "  heartbeats per node: {:.1} messages/s, {:.0} bytes/s ({:.0} bytes each)",
+        report.heartbeats_sent as f64 / node_s,
+        report.heartbeat_bytes as f64 / node_s,
+        report.heartbeat_bytes as f64 / report.heartbeats_sent.max(1) as f64
+    );
+    true
 }
 
 #[derive(Args, Debug)]
@@ -170,6 +226,11 @@ fn print_table(rf: usize) {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
+        Command::Scale(args) => {
+            if !run_scale(&args) {
+                std::process::exit(1);
+            }
+        }
         Command::Balance(args) => {
             let rf = usize::from(args.replication_factor);
             if args.table {
