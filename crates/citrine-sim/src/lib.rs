@@ -70,6 +70,27 @@ mod tests {
         assert!(report.node_ms > 0);
     }
 
+    /// Issue 45, point 5: 20 nodes with clients writing go through a join
+    /// and a leave; the data checks (nothing acknowledged lost, every copy
+    /// on exactly its replicas) run at the end as in every data run.
+    #[test]
+    fn twenty_nodes_join_and_leave_with_clients_writing() {
+        let report = run_data_seed(45, &DataConfig::twenty_nodes()).map_err(|f| f.to_string());
+        let report = report.as_ref().map_err(String::as_str);
+        assert!(report.is_ok(), "{report:?}");
+        let Ok(report) = report else { return };
+        assert_eq!(report.nodes, 21, "{report:?}");
+        let membership: Vec<&String> = report
+            .events
+            .iter()
+            .filter(|event| !event.starts_with("truncate"))
+            .collect();
+        assert_eq!(membership.len(), 2, "{:?}", report.events);
+        assert!(membership[0].starts_with("add #"), "{:?}", report.events);
+        assert!(membership[1].starts_with("crash #"), "{:?}", report.events);
+        assert!(report.acked > 0 && report.records > 0);
+    }
+
     #[test]
     fn failing_run_reports_seed_and_invariant() {
         // An impossible convergence bound must be reported, with the seed.
