@@ -277,7 +277,7 @@ fn thread_cpu_ns() -> Option<u64> {
 /// `f()` and the time it took, ms: CPU time of this thread where the
 /// system reports it (so other processes' load does not count), else
 /// wall-clock time.
-fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
+pub fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
     let cpu = thread_cpu_ns();
     let started = Instant::now();
     let value = f();

@@ -17,7 +17,7 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use citrine_sim::balance::{measure, Algorithm, Report, Stats, SEQUENCE_STEPS};
+use citrine_sim::balance::{measure, timed, Algorithm, Report, Stats, SEQUENCE_STEPS};
 use citrine_sim::{run_seed, SimConfig};
 use clap::{Args, Parser, Subcommand};
 
@@ -55,8 +55,9 @@ struct ScaleArgs {
 fn run_scale(args: &ScaleArgs) -> bool {
     let cfg = SimConfig::scale(args.nodes, args.departure);
     let started = Instant::now();
-    let result = run_seed(args.seed, &cfg);
+    let (result, cpu_ms) = timed(|| run_seed(args.seed, &cfg));
     let wall = started.elapsed().as_secs_f64();
+    let cpu = cpu_ms / 1000.0;
     let report = match result {
         Ok(report) => report,
         Err(failure) => {
@@ -67,10 +68,10 @@ fn run_scale(args: &ScaleArgs) -> bool {
     let sim_s = report.end_ms as f64 / 1000.0;
     let node_s = report.node_ms as f64 / 1000.0;
     println!(
-        "nodes {}, seed {}: ok; simulated {sim_s:.1} s in {wall:.1} s wall ({:.2} s per simulated second)",
+        "nodes {}, seed {}: ok; simulated {sim_s:.1} s in {cpu:.1} s of CPU ({:.3} s per simulated second; {wall:.1} s wall)",
         report.nodes,
         report.seed,
-        wall / sim_s
+        cpu / sim_s
     );
     println!(
         "  convergence after each event (ms): {:?}; {} departed at once, out of every view in {:?} ms; view changes {}",
