@@ -474,17 +474,18 @@ impl Work {
             {
                 continue;
             }
+            let first = u32::MAX - self.count_of(column, holder);
+            // A candidate that cannot beat the best on the first key is
+            // skipped before the costlier rack check and hash.
+            if best.is_some_and(|b| first > b.0) {
+                continue;
+            }
             let mut swapped = row.to_vec();
             swapped.swap(column, other);
             if !self.rack_ok(&swapped, column, node, column.min(other)) {
                 continue;
             }
-            let key = (
-                u32::MAX - self.count_of(column, holder),
-                self.hash(node, partition),
-                partition,
-                other,
-            );
+            let key = (first, self.hash(node, partition), partition, other);
             if best.is_none_or(|b| key < b) {
                 best = Some(key);
             }
@@ -568,15 +569,19 @@ impl Work {
             if theirs < mine + 2 || row.contains(&node) {
                 continue;
             }
+            let first = (
+                u32::MAX - theirs,
+                u32::MAX - self.total[usize::from(holder)],
+            );
+            // As in `swap_into`: no rack check or hash for a candidate that
+            // cannot win.
+            if best.is_some_and(|b| first > (b.0, b.1)) {
+                continue;
+            }
             if !self.rack_ok(row, column, node, column) {
                 continue;
             }
-            let key = (
-                u32::MAX - theirs,
-                u32::MAX - self.total[usize::from(holder)],
-                self.hash(node, partition),
-                partition,
-            );
+            let key = (first.0, first.1, self.hash(node, partition), partition);
             if best.is_none_or(|b| key < b) {
                 best = Some(key);
             }
