@@ -82,6 +82,10 @@
 
 use citrine_types::{NodeId, PartitionId, PARTITIONS};
 
+pub mod placement;
+
+pub use placement::Placement;
+
 /// One member of the cluster view as seen by partition assignment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeEntry {

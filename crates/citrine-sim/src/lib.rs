@@ -27,6 +27,7 @@
 //! `citrine_cluster::partition_map::PartitionMap` with every node on rack 0
 //! (views carry no rack ids yet).
 
+pub mod balance;
 pub mod data;
 pub mod rng;
 mod sim;
@@ -54,6 +55,45 @@ mod tests {
         assert!(r.is_ok_and(|r| r.deliveries > 0 && r.view_changes > 0 && r.seed == 1));
         let b = run_seed(2, &cfg).map(|r| r.trace_hash).ok();
         assert_ne!(a, b, "different seeds should differ");
+    }
+
+    /// The scale scenario in small: 20 nodes form, 10 % (two) crash at
+    /// once and leave in one view change, and return in one; every phase
+    /// converges within 3 quanta and every view's maps agree.
+    #[test]
+    fn scale_scenario_loses_and_regains_a_tenth() {
+        let cfg = SimConfig::scale(20, true);
+        let report = run_seed(45, &cfg).map_err(|f| f.to_string());
+        let report = report.as_ref().map_err(String::as_str);
+        assert!(report.is_ok(), "{report:?}");
+        let Ok(report) = report else { return };
+        assert_eq!(report.nodes, 20);
+        assert_eq!(report.convergence_ms.len(), 3, "{report:?}");
+        assert!(report.departure_ms.is_some());
+        assert_eq!(report.departed, 2);
+        assert!(report.heartbeats_sent > 0 && report.heartbeat_bytes > report.heartbeats_sent);
+        assert!(report.node_ms > 0);
+    }
+
+    /// Issue 45, point 5: 20 nodes with clients writing go through a join
+    /// and a leave; the data checks (nothing acknowledged lost, every copy
+    /// on exactly its replicas) run at the end as in every data run.
+    #[test]
+    fn twenty_nodes_join_and_leave_with_clients_writing() {
+        let report = run_data_seed(45, &DataConfig::twenty_nodes()).map_err(|f| f.to_string());
+        let report = report.as_ref().map_err(String::as_str);
+        assert!(report.is_ok(), "{report:?}");
+        let Ok(report) = report else { return };
+        assert_eq!(report.nodes, 21, "{report:?}");
+        let membership: Vec<&String> = report
+            .events
+            .iter()
+            .filter(|event| !event.starts_with("truncate"))
+            .collect();
+        assert_eq!(membership.len(), 2, "{:?}", report.events);
+        assert!(membership[0].starts_with("add #"), "{:?}", report.events);
+        assert!(membership[1].starts_with("crash #"), "{:?}", report.events);
+        assert!(report.acked > 0 && report.records > 0);
     }
 
     #[test]

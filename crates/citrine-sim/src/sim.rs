@@ -22,7 +22,8 @@
 //!    Then, with probability `hb_cut_chance`, the *heartbeat* channel (only)
 //!    between two members is cut; surrogate fabric traffic continues.
 //! 4. Stable watch for `stable_ms`: no view change may happen.
-//! 5. Departure: 1–3 members crash at the same instant; they must leave every
+//! 5. Departure: 1–3 members (or `departure_share` of them) crash at the
+//!    same instant; they must leave every
 //!    view within the departure bound and each survivor must change view
 //!    exactly once; then a stable watch.
 //! 6. Rejoin: the crashed members restart at the same instant (heartbeat-only
@@ -82,6 +83,10 @@ pub struct SimConfig {
     pub converge_quanta: u64,
     /// Record every Paxos message in the recent-events log (debugging).
     pub trace_paxos: bool,
+    /// Share of the members that crash at once in the departure phase
+    /// (at least one, leaving the healthy peers the health test needs);
+    /// `None`: 1–3 members, drawn from the seed.
+    pub departure_share: Option<f64>,
 }
 
 impl SimConfig {
@@ -101,6 +106,29 @@ impl SimConfig {
             max_drift_ppm: 5_000,
             converge_quanta: 5,
             trace_paxos: false,
+            departure_share: None,
+        }
+    }
+
+    /// A large, well-behaved cluster of exactly `nodes` nodes: no chaos,
+    /// no flaky node, no heartbeat-only cut; it forms, then (with
+    /// `departure`) 10 % of its members crash at once and later restart
+    /// at once. Convergence within 3 quanta and identical partition maps
+    /// are checked.
+    pub fn scale(nodes: usize, departure: bool) -> SimConfig {
+        SimConfig {
+            min_nodes: nodes,
+            max_nodes: nodes,
+            chaos_ms: 0,
+            stable_ms: 3_000,
+            tick_ms: 10,
+            flaky_chance: 0.0,
+            hb_cut_chance: 0.0,
+            departure,
+            check_partition_maps: true,
+            converge_quanta: 3,
+            departure_share: Some(0.1),
+            ..SimConfig::quick()
         }
     }
 
@@ -139,8 +167,9 @@ pub enum Invariant {
     NoFlapping,
     /// A crashed node is out of every view within the departure bound.
     Departure,
-    /// One event — up to three members crashing at once, or all of them
-    /// restarting at once — causes exactly one view change on each member
+    /// One event — members crashing at once (up to three, or the configured
+    /// `departure_share`), or all of them restarting at once — causes exactly
+    /// one view change on each member
     /// that stayed up.
     OneChangePerEvent,
     /// A principal commits at most one view per cluster-change quantum.
@@ -240,6 +269,14 @@ pub struct RunReport {
     pub departure_ms: Option<u64>,
     /// Simulated time at the end, ms.
     pub end_ms: u64,
+    /// Members crashed together in the departure phase.
+    pub departed: usize,
+    /// Heartbeat messages sent, all nodes.
+    pub heartbeats_sent: u64,
+    /// Encoded bytes of those heartbeats.
+    pub heartbeat_bytes: u64,
+    /// Node-milliseconds of machines running (for per-node rates).
+    pub node_ms: u64,
 }
 
 /// Runs one seed.
@@ -341,6 +378,14 @@ struct Sim {
     changes_per_node: Vec<u64>,
     principal_keys: BTreeSet<u64>,
     fp_by_key: BTreeMap<u64, u64>,
+    /// Partition map fingerprint per succession list (the map is a pure
+    /// function of it, so each list is computed once).
+    fp_by_succession: BTreeMap<Vec<NodeId>, u64>,
+    /// Node index by node id.
+    index_of: BTreeMap<NodeId, usize>,
+    heartbeats_sent: u64,
+    heartbeat_bytes: u64,
+    node_ms: u64,
     phase: Phase,
     chaos_end: u64,
     next_chaos: u64,
@@ -416,6 +461,11 @@ impl Sim {
             });
         }
         let boot_at = (0..n).map(|_| rng.below(2000)).collect();
+        let index_of = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (node.id, i))
+            .collect();
         let chaos_end = cfg.chaos_ms;
         let next_chaos = rng.range(300, 2500);
         Sim {
@@ -444,6 +494,11 @@ impl Sim {
             changes_per_node: vec![0; n],
             principal_keys: BTreeSet::new(),
             fp_by_key: BTreeMap::new(),
+            fp_by_succession: BTreeMap::new(),
+            index_of,
+            heartbeats_sent: 0,
+            heartbeat_bytes: 0,
+            node_ms: 0,
             phase: Phase::Chaos,
             chaos_end,
             next_chaos,
@@ -488,6 +543,24 @@ impl Sim {
         // little later than its successor — could exceed this; no seed has
         // shown it yet.)
         self.drift_bound(timeout + interval + quantum) + 400
+    }
+
+    /// Fingerprint of the partition map every member of succession `s`
+    /// computes (every node on rack 0).
+    fn map_fingerprint(&mut self, s: &[NodeId]) -> u64 {
+        if let Some(fp) = self.fp_by_succession.get(s) {
+            return *fp;
+        }
+        let entries: Vec<NodeEntry> = s
+            .iter()
+            .map(|id| NodeEntry {
+                id: *id,
+                rack_id: 0,
+            })
+            .collect();
+        let fp = PartitionMap::compute(&entries, &PartitionMapConfig::default()).fingerprint();
+        self.fp_by_succession.insert(s.to_vec(), fp);
+        fp
     }
 
     fn local(&self, i: usize, t: u64) -> u64 {
@@ -622,6 +695,10 @@ impl Sim {
                     }
                     let is_hb = matches!(msg, Message::Heartbeat(_));
                     let bytes = Envelope { from: me, msg }.encode();
+                    if is_hb {
+                        self.heartbeats_sent += 1;
+                        self.heartbeat_bytes += bytes.len() as u64;
+                    }
                     self.hash = mix(self.hash, fnv(&bytes));
                     self.enqueue(i, j, Some(bytes), is_hb);
                 }
@@ -690,15 +767,7 @@ impl Sim {
                     ));
                 }
                 if self.cfg.check_partition_maps {
-                    let entries: Vec<NodeEntry> = s
-                        .iter()
-                        .map(|id| NodeEntry {
-                            id: *id,
-                            rack_id: 0,
-                        })
-                        .collect();
-                    let fp = PartitionMap::compute(&entries, &PartitionMapConfig::default())
-                        .fingerprint();
+                    let fp = self.map_fingerprint(s);
                     match self.fp_by_key.get(k) {
                         Some(prev) if *prev != fp => {
                             return Err(self.fail(
@@ -1088,7 +1157,7 @@ impl Sim {
                 if m == me {
                     continue;
                 }
-                if let Some(j) = self.nodes.iter().position(|n| n.id == m) {
+                if let Some(&j) = self.index_of.get(&m) {
                     // Fabric traffic is not subject to the heartbeat-only cut.
                     self.enqueue(i, j, None, false);
                 }
@@ -1230,8 +1299,16 @@ impl Sim {
                     self.phase = Phase::Done;
                     return;
                 }
-                let max = (members.len() - keep).min(3) as u64;
-                let k = self.rng.range(1, max) as usize;
+                let k = match self.cfg.departure_share {
+                    Some(share) => {
+                        let wanted = (members.len() as f64 * share).round() as usize;
+                        wanted.clamp(1, members.len() - keep)
+                    }
+                    None => {
+                        let max = (members.len() - keep).min(3) as u64;
+                        self.rng.range(1, max) as usize
+                    }
+                };
                 let mut pool = members;
                 let mut victims = Vec::new();
                 for _ in 0..k {
@@ -1316,6 +1393,7 @@ impl Sim {
                 let Some(machine) = self.nodes[i].machine.as_mut() else {
                     continue;
                 };
+                self.node_ms += self.cfg.tick_ms;
                 let eff = machine.tick(local);
                 self.handle(i, eff)?;
             }
@@ -1339,6 +1417,10 @@ impl Sim {
             convergence_ms: self.convergence_ms.clone(),
             departure_ms: self.departure_ms,
             end_ms: self.now,
+            departed: self.victims.len(),
+            heartbeats_sent: self.heartbeats_sent,
+            heartbeat_bytes: self.heartbeat_bytes,
+            node_ms: self.node_ms,
         })
     }
 }

@@ -170,6 +170,10 @@ pub struct DataConfig {
     /// (result code 1, which clients see as refused); 0.2–2 s later the
     /// node is crashed, and it may restart with what its disk kept.
     pub device_faults: bool,
+    /// The membership events are scripted instead of drawn: adds while a
+    /// spare never ran, then crashes of drawn live nodes (with one spare
+    /// and `min_events = max_events = 2`: a join, then a leave).
+    pub join_then_leave: bool,
 }
 
 impl DataConfig {
@@ -195,6 +199,21 @@ impl DataConfig {
             deletes: true,
             device: false,
             device_faults: false,
+            join_then_leave: false,
+        }
+    }
+
+    /// A 20-node cluster (issue 45) with clients writing, taken through
+    /// one join and one leave.
+    pub fn twenty_nodes() -> DataConfig {
+        DataConfig {
+            min_initial: 20,
+            max_initial: 20,
+            spares: 1,
+            min_events: 2,
+            max_events: 2,
+            join_then_leave: true,
+            ..DataConfig::quick()
         }
     }
 }
@@ -1756,6 +1775,11 @@ impl World {
             && self.device_fault_at.is_none()
         {
             options.push(4);
+        }
+        if self.cfg.join_then_leave {
+            // Add while a spare never ran, then crash.
+            let wanted = if never.is_empty() { 1 } else { 0 };
+            options.retain(|&option| option == wanted);
         }
         if options.is_empty() {
             return Ok(());
