@@ -33,10 +33,14 @@ for round in $(seq 1 "$ROUNDS"); do
     for variant in A B; do
         if [ "$variant" = A ]; then bin="$A_BIN"; args="${A_ARGS:-}"; else bin="$B_BIN"; args="${B_ARGS:-}"; fi
         echo "== round $round, variant $variant: $bin $args ($(date -u +%H:%M:%S) UTC)"
-        CITRINED="$bin" CITRINED_ARGS="$args" WORK="$WORK/run-$round-$variant" \
+        # One round of go-benchmark.sh per A/B round (ROUNDS is this
+        # script's; go-benchmark.sh would read it too).
+        ROUNDS=1 CITRINED="$bin" CITRINED_ARGS="$args" WORK="$WORK/run-$round-$variant" \
             scripts/go-benchmark.sh >"$WORK/run-$round-$variant.log" 2>&1 \
             || { tail -20 "$WORK/run-$round-$variant.log" >&2; exit 2; }
-        # The summary rows: workload, ops/s, server us/op, client us/op.
+        # The summary rows: workload, ops/s, server us/op, client us/op,
+        # and with the ceiling (NOOP=1, the default) its ops/s, its server
+        # us/op and citrined's share of it.
         sed -n '/^== summary/,$p' "$WORK/run-$round-$variant.log" | tail -n +3 \
             | sed "s/^/$variant /" | tee -a "$WORK/rows.txt"
     done
@@ -47,18 +51,22 @@ import statistics, sys
 rows, names = sys.argv[1], {"A": sys.argv[2], "B": sys.argv[3]}
 data = {}
 for line in open(rows):
-    variant, workload, ops, server, client = line.split()
+    fields = line.split()
+    if len(fields) not in (5, 8):
+        continue  # a blank or heading line of the run's summary
+    variant, workload, ops, server, client = fields[:5]
+    share = float(fields[7]) if len(fields) == 8 else float("nan")
     data.setdefault((workload, variant), []).append(
-        (float(ops.replace(",", "")), float(server), float(client)))
+        (float(ops.replace(",", "")), float(server), float(client), share))
 print("\n== medians over rounds (range in brackets)")
 for variant in "AB":
     print(f"   {variant}: {names[variant]}")
-print(f"{'workload':10s} {'':2s} {'ops/s':>22s} {'server us/op':>18s} {'client us/op':>18s}")
+print(f"{'workload':10s} {'':2s} {'ops/s':>22s} {'server us/op':>18s} {'client us/op':>18s} {'of ceiling':>18s}")
 for (workload, variant) in sorted(data):
     runs = data[(workload, variant)]
     cols = []
-    for index, fmt in ((0, "{:,.0f}"), (1, "{:.1f}"), (2, "{:.1f}")):
+    for index, fmt in ((0, "{:,.0f}"), (1, "{:.1f}"), (2, "{:.1f}"), (3, "{:.2f}")):
         values = [run[index] for run in runs]
         cols.append(f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}-{fmt.format(max(values))}]")
-    print(f"{workload:10s} {variant:2s} {cols[0]:>22s} {cols[1]:>18s} {cols[2]:>18s}")
+    print(f"{workload:10s} {variant:2s} {cols[0]:>22s} {cols[1]:>18s} {cols[2]:>18s} {cols[3]:>18s}")
 PY
