@@ -50,7 +50,10 @@
 //!   the threshold: an average raised by a fault that is over (a cut
 //!   shorter than the heartbeat timeout) must not evict a member whose
 //!   heartbeats all arrive now, only because the others' averages fell
-//!   faster (membership simulator seed 335637);
+//!   faster (membership simulator seed 335637) — and that lost at least
+//!   two heartbeats, since a window judged on a short span (a
+//!   heartbeat-only cut began in it) can lose a large fraction with one
+//!   (seed 318403);
 //! - a peer that leaves the adjacency while judged unhealthy is remembered
 //!   for [`HealthConfig::departed_memory_ms`]: if it comes back under the
 //!   same incarnation it resumes its record (average and verdict) instead
@@ -77,6 +80,13 @@ use citrine_types::NodeId;
 /// averages are sums of fractions like 1/3, so a loss exactly at a threshold
 /// can come out a few ulps either side of it.
 const ROUNDING: f64 = 1e-9;
+
+/// Fewest heartbeats a window must lose before a member is newly judged
+/// unhealthy after it: one lost heartbeat is noise, however few the window
+/// expected (a window judged on a short span, where a heartbeat-only cut
+/// began, came out at 60 % loss from one heartbeat lost of 2.6 expected:
+/// membership simulator seed 318403).
+const MIN_LOST_TO_FLAG: f64 = 2.0;
 
 /// Health-score tuning.
 #[derive(Clone, Debug, PartialEq)]
@@ -147,6 +157,8 @@ struct PeerHealth {
     judged: bool,
     /// Loss of the last judged window.
     last_loss: f64,
+    /// Heartbeats the last judged window lost (expected less received).
+    last_lost: f64,
 }
 
 impl PeerHealth {
@@ -372,6 +384,7 @@ impl HealthTracker {
                 let lw = ((expected - f64::from(p.received)) / expected).clamp(-1.0, 1.0);
                 p.avg = alpha * p.avg + (1.0 - alpha) * lw;
                 p.last_loss = lw;
+                p.last_lost = expected - f64::from(p.received);
                 p.alpha_pow *= alpha;
                 p.windows = p.windows.saturating_add(1);
                 debug_assert!((-1.0..=1.0).contains(&p.avg));
@@ -394,7 +407,13 @@ impl HealthTracker {
                 // A member (admitted before this window) is newly flagged
                 // only on a lossy window (see the module doc).
                 let admitted = p.windows > probation;
-                let window = if admitted { p.last_loss } else { f64::INFINITY };
+                let window = if !admitted {
+                    f64::INFINITY
+                } else if p.last_lost < MIN_LOST_TO_FLAG - ROUNDING {
+                    f64::NEG_INFINITY
+                } else {
+                    p.last_loss
+                };
                 p.corrected().map(|l| (*id, l, p.judged.then_some(window)))
             })
             .collect();
@@ -806,6 +825,33 @@ mod tests {
         });
         t.tick(15_000, &peers);
         assert!(t.is_unhealthy(NodeId(1)));
+    }
+
+    /// Node 1 passes probation at a loss of 0.235 (under the 0.25 a healthy
+    /// peer is flagged above); then its heartbeat channel goes silent
+    /// early in a window while its surrogates go on, so that window is
+    /// judged on its first 300 ms: one heartbeat lost of three, 33 %.
+    /// That lifts its average to 0.26, yet one lost heartbeat is no
+    /// evidence (seed 318403 evicted a member so).
+    #[test]
+    fn one_lost_heartbeat_does_not_flag_a_member() {
+        let mut t = tracker();
+        let peers = ids(5);
+        others_steady(&mut t, &peers, 0..4, |t, start| {
+            let received = if start == 3000 { 7 } else { 8 };
+            for k in 0..received {
+                t.record_heartbeat(NodeId(1), start + k * 100);
+            }
+        });
+        t.tick(4000, &peers);
+        assert!(t.is_eligible(NodeId(1)));
+        others_steady(&mut t, &peers, 4..5, |t, start| {
+            surrogates_and(t, start, [0, 2]);
+        });
+        t.tick(5000, &peers);
+        let loss = t.loss(NodeId(1)).expect("observed");
+        assert!(loss > 0.25, "{loss}");
+        assert!(t.is_eligible(NodeId(1)), "flagged on one lost heartbeat");
     }
 
     /// Node 1 loses 80 % and is judged unhealthy, drops out of the

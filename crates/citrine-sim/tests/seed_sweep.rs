@@ -63,7 +63,7 @@ fn quick_half(half: u64) {
 
 /// Quick seeds that once failed, each with what it found (the membership
 /// state machines' fix is in the commit that added it).
-const REGRESSION_SEEDS: [(u64, &str); 3] = [
+const REGRESSION_SEEDS: [(u64, &str); 4] = [
     // A flaky node (60 % loss) dropped out of the adjacency while judged
     // unhealthy and came back on a fresh probation, which three lucky
     // windows passed: admitted while stable (NoFlapping).
@@ -76,6 +76,10 @@ const REGRESSION_SEEDS: [(u64, &str); 3] = [
     // committed although the member recovered during the round: the view
     // changed back and forth (NoFlapping).
     (348_167, "round committed on a stale eligible set"),
+    // A member back from a partition resumed its (high) record, then a
+    // window judged on the short span before a heartbeat-only cut lost one
+    // heartbeat of 2.6 and flagged it: evicted while stable.
+    (318_403, "member flagged on one lost heartbeat"),
 ];
 
 #[test]
