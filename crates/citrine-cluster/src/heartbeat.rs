@@ -341,16 +341,17 @@ impl HeartbeatState {
     }
 
     /// Removes peers silent for longer than the timeout and forgets stale
-    /// learned addresses. Returns the peers removed.
-    pub fn expire(&mut self, now: u64) -> Vec<NodeId> {
+    /// learned addresses. Returns the peers removed, each with the
+    /// incarnation it was last heard under.
+    pub fn expire(&mut self, now: u64) -> Vec<(NodeId, u64)> {
         let timeout = self.cfg.timeout_ms;
-        let gone: Vec<NodeId> = self
+        let gone: Vec<(NodeId, u64)> = self
             .peers
             .iter()
             .filter(|(_, p)| now.saturating_sub(p.last_heard) > timeout)
-            .map(|(id, _)| *id)
+            .map(|(id, p)| (*id, p.latest.0))
             .collect();
-        for id in &gone {
+        for (id, _) in &gone {
             self.peers.remove(id);
         }
         let forget = self.cfg.forget_after_ms;
@@ -476,10 +477,10 @@ mod tests {
         // Node 2 only sends fabric traffic from now on.
         assert!(s.on_fabric_message(NodeId(2), 400));
         assert!(!s.on_fabric_message(NodeId(9), 400));
-        assert_eq!(s.expire(500), Vec::<NodeId>::new());
-        assert_eq!(s.expire(501), vec![NodeId(3)]);
+        assert_eq!(s.expire(500), Vec::<(NodeId, u64)>::new());
+        assert_eq!(s.expire(501), vec![(NodeId(3), 1)]);
         assert_eq!(s.adjacency().collect::<Vec<_>>(), vec![NodeId(2)]);
-        assert_eq!(s.expire(901), vec![NodeId(2)]);
+        assert_eq!(s.expire(901), vec![(NodeId(2), 1)]);
         assert_eq!(s.adjacency().count(), 0);
     }
 

@@ -4,7 +4,8 @@
 //! build; `cargo test --release -p citrine-sim` runs `RELEASE_SEEDS` quick
 //! seeds plus `RELEASE_FULL_SEEDS` full-size seeds (with partition-map
 //! checks). `CITRINE_SIM_SEEDS=N` overrides the quick count,
-//! `CITRINE_SIM_START=S` the first seed. Failing seeds are listed with the
+//! `CITRINE_SIM_START=S` the first seed. `regression_seeds` replays
+//! quick seeds that once failed. Failing seeds are listed with the
 //! violated invariant; replay one with
 //! `cargo run --release -p citrine-sim --example soak -- --seed S --quick`.
 
@@ -58,6 +59,40 @@ fn quick_half(half: u64) {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// Quick seeds that once failed, each with what it found (the membership
+/// state machines' fix is in the commit that added it).
+const REGRESSION_SEEDS: [(u64, &str); 4] = [
+    // A flaky node (60 % loss) dropped out of the adjacency while judged
+    // unhealthy and came back on a fresh probation, which three lucky
+    // windows passed: admitted while stable (NoFlapping).
+    (316_510, "flaky node admitted after a fresh probation"),
+    // A member's average, raised by a partition shorter than the timeout,
+    // crossed the threshold after the heal as the others' fell faster,
+    // although its heartbeats all arrived: evicted while stable.
+    (335_637, "member evicted on its history alone"),
+    // A principal's round dropping a member unhealthy after a one-way cut
+    // committed although the member recovered during the round: the view
+    // changed back and forth (NoFlapping).
+    (348_167, "round committed on a stale eligible set"),
+    // A member back from a partition resumed its (high) record, then a
+    // window judged on the short span before a heartbeat-only cut lost one
+    // heartbeat of 2.6 and flagged it: evicted while stable.
+    (318_403, "member flagged on one lost heartbeat"),
+];
+
+#[test]
+fn regression_seeds() {
+    let failures: Vec<String> = REGRESSION_SEEDS
+        .iter()
+        .filter_map(|(seed, found)| {
+            run_seed(*seed, &SimConfig::quick())
+                .err()
+                .map(|f| format!("({found}) {f}"))
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
