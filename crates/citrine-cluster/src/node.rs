@@ -285,6 +285,9 @@ pub struct ClusterNode {
     quantum_index: u64,
     /// Views committed as principal since the last quantum began.
     commits_this_quantum: u32,
+    /// The quantum in which the last view committed as principal was
+    /// decided (`quantum_index` at the commit).
+    last_commit_quantum: Option<u64>,
     /// When (at a quantum) the principal of the held view was first seen
     /// missing from the adjacency list.
     principal_lost_at: Option<u64>,
@@ -341,6 +344,7 @@ impl ClusterNode {
             deferred: false,
             quantum_index: 0,
             commits_this_quantum: 0,
+            last_commit_quantum: None,
             principal_lost_at: None,
             stats: NodeStats::default(),
         })
@@ -395,6 +399,15 @@ impl ClusterNode {
     /// Number of cluster-change quanta begun since this machine booted.
     pub fn quantum_index(&self) -> u64 {
         self.quantum_index
+    }
+
+    /// The quantum in which this machine last committed a view as its
+    /// principal. One `tick` can end a round of one quantum and begin the
+    /// next quantum (a retry's deadline and the boundary fall due at the
+    /// same tick): the view it emits belongs to the quantum that decided it,
+    /// which `quantum_index` after the tick no longer tells.
+    pub fn last_commit_quantum(&self) -> Option<u64> {
+        self.last_commit_quantum
     }
 
     /// Counters.
@@ -999,6 +1012,7 @@ impl ClusterNode {
         });
         self.stats.rounds_committed += 1;
         self.commits_this_quantum += 1;
+        self.last_commit_quantum = Some(self.quantum_index);
         // Decisions happen only at quanta: a quantum starts at most one
         // round that commits (retries follow abandoned rounds only).
         debug_assert!(self.commits_this_quantum <= 1, "two commits in one quantum");

@@ -749,10 +749,15 @@ impl Sim {
                 if s.last() == Some(&me) {
                     self.principal_keys.insert(*k);
                     let life = self.boots[i];
+                    // The quantum that decided the view, not the one the
+                    // tick that emitted it ended in (seed 45816: a retry
+                    // decided at its deadline, and the boundary's new round,
+                    // fell due at one tick).
                     let q = self.nodes[i]
                         .machine
                         .as_ref()
-                        .map_or(0, ClusterNode::quantum_index);
+                        .and_then(ClusterNode::last_commit_quantum)
+                        .unwrap_or(0);
                     if self.last_commit[i] == Some((life, q)) {
                         return Err(self.fail(
                             Invariant::OneCommitPerQuantum,
