@@ -1093,140 +1093,186 @@ impl ClusterNode {
     }
 
     fn on_paxos(&mut self, from: NodeId, msg: Message, now: u64, out: &mut Vec<Effect>) {
-        let me = self.cfg.node_id;
         match msg {
             Message::Heartbeat(_) => {}
-            Message::Prepare { ballot } => {
-                let principal = self.principal();
-                self.max_round = self.max_round.max(ballot.round);
-                // A self-promise from a round that already ended binds nobody.
-                let stale_self = self.promised.node == me && self.round.is_none();
-                if from == principal
-                    && ballot.node == from
-                    && (ballot >= self.promised || stale_self)
-                {
-                    self.promised = ballot;
-                    if self.round.is_some() {
-                        // Someone higher leads now.
-                        self.abandon(now, false);
-                    }
-                    self.send(from, Message::Promise { ballot }, out);
-                } else {
-                    self.nack(from, ballot, out);
-                }
-            }
-            Message::Accept { ballot, view } => {
-                let ok = ballot >= self.promised
-                    && ballot.node == from
-                    && view.principal() == from
-                    && view.contains(me)
-                    && self.principal() == from;
-                if ok {
-                    self.promised = ballot;
-                    self.accepted = Some((ballot, view));
-                    self.send(from, Message::Accepted { ballot }, out);
-                } else {
-                    self.nack(from, ballot, out);
-                }
-            }
-            Message::Commit { ballot, view } => {
-                let matches = self
-                    .accepted
-                    .as_ref()
-                    .is_some_and(|(b, v)| *b == ballot && *v == view);
-                let key = view.key();
-                if matches && ballot.node == from {
-                    self.apply_view(view, now, out);
-                }
-                let holds = self.view.as_ref().is_some_and(|v| v.key() == key);
-                if holds {
-                    self.send(from, Message::Committed { ballot }, out);
-                }
-            }
-            Message::Committed { ballot } => {
-                if let Some(cd) = &mut self.commit_delivery {
-                    if cd.ballot == ballot {
-                        cd.unacked.remove(&from);
-                        if cd.unacked.is_empty() {
-                            self.commit_delivery = None;
-                        }
-                    }
-                }
-            }
-            Message::Promise { ballot } => {
-                let mut finish = false;
-                if let Some(Round {
-                    ballot: b,
-                    phase:
-                        Phase::Prepare {
-                            targets,
-                            promised,
-                            refused,
-                        },
-                    ..
-                }) = &mut self.round
-                {
-                    if *b == ballot && targets.contains(&from) && !refused.contains_key(&from) {
-                        promised.insert(from);
-                        finish = promised.len() + refused.len() == targets.len();
-                    }
-                }
-                if finish {
-                    self.finish_prepare(now, out);
-                }
-            }
-            Message::Accepted { ballot } => {
-                let mut finish = false;
-                if let Some(Round {
-                    ballot: b,
-                    phase: Phase::Accept { pending, .. },
-                    ..
-                }) = &mut self.round
-                {
-                    if *b == ballot {
-                        pending.remove(&from);
-                        finish = pending.is_empty();
-                    }
-                }
-                if finish {
-                    self.commit(now, out);
-                }
-            }
+            Message::Prepare { ballot } => self.on_prepare(from, ballot, now, out),
+            Message::Accept { ballot, view } => self.on_accept(from, ballot, view, out),
+            Message::Commit { ballot, view } => self.on_commit(from, ballot, view, now, out),
+            Message::Committed { ballot } => self.on_committed(from, ballot),
+            Message::Promise { ballot } => self.on_promise(from, ballot, now, out),
+            Message::Accepted { ballot } => self.on_accepted(from, ballot, now, out),
             Message::Nack {
                 ballot,
                 promised,
                 principal,
-            } => {
-                self.max_round = self.max_round.max(promised.round);
-                let mut finish = false;
-                let mut abort = false;
-                match &mut self.round {
-                    Some(Round {
-                        ballot: b,
-                        phase:
-                            Phase::Prepare {
-                                targets,
-                                promised: got,
-                                refused,
-                            },
-                        ..
-                    }) if *b == ballot && targets.contains(&from) && !got.contains(&from) => {
-                        refused.insert(from, principal);
-                        finish = got.len() + refused.len() == targets.len();
-                    }
-                    Some(Round {
-                        ballot: b,
-                        phase: Phase::Accept { pending, .. },
-                        ..
-                    }) if *b == ballot && pending.contains(&from) => abort = true,
-                    _ => {}
-                }
-                if finish {
-                    self.finish_prepare(now, out);
-                } else if abort {
-                    self.abandon(now, true);
+            } => self.on_nack(from, ballot, promised, principal, now, out),
+        }
+    }
+
+    /// Acceptor: promises a ballot of the node it takes for its principal.
+    fn on_prepare(&mut self, from: NodeId, ballot: Ballot, now: u64, out: &mut Vec<Effect>) {
+        let me = self.cfg.node_id;
+        let principal = self.principal();
+        self.max_round = self.max_round.max(ballot.round);
+        // A self-promise from a round that already ended binds nobody.
+        let stale_self = self.promised.node == me && self.round.is_none();
+        if from == principal && ballot.node == from && (ballot >= self.promised || stale_self) {
+            self.promised = ballot;
+            if self.round.is_some() {
+                // Someone higher leads now.
+                self.abandon(now, false);
+            }
+            self.send(from, Message::Promise { ballot }, out);
+        } else {
+            self.nack(from, ballot, out);
+        }
+    }
+
+    /// Acceptor: accepts a view its principal proposes under a ballot it
+    /// promised.
+    fn on_accept(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        view: ClusterView,
+        out: &mut Vec<Effect>,
+    ) {
+        let me = self.cfg.node_id;
+        let ok = ballot >= self.promised
+            && ballot.node == from
+            && view.principal() == from
+            && view.contains(me)
+            && self.principal() == from;
+        if ok {
+            self.promised = ballot;
+            self.accepted = Some((ballot, view));
+            self.send(from, Message::Accepted { ballot }, out);
+        } else {
+            self.nack(from, ballot, out);
+        }
+    }
+
+    /// Acceptor: applies the view it accepted, and acknowledges a view it
+    /// holds (a repeated Commit included).
+    fn on_commit(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        view: ClusterView,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let matches = self
+            .accepted
+            .as_ref()
+            .is_some_and(|(b, v)| *b == ballot && *v == view);
+        let key = view.key();
+        if matches && ballot.node == from {
+            self.apply_view(view, now, out);
+        }
+        let holds = self.view.as_ref().is_some_and(|v| v.key() == key);
+        if holds {
+            self.send(from, Message::Committed { ballot }, out);
+        }
+    }
+
+    /// Principal: a member holds the committed view; stop resending it.
+    fn on_committed(&mut self, from: NodeId, ballot: Ballot) {
+        if let Some(cd) = &mut self.commit_delivery {
+            if cd.ballot == ballot {
+                cd.unacked.remove(&from);
+                if cd.unacked.is_empty() {
+                    self.commit_delivery = None;
                 }
             }
+        }
+    }
+
+    /// Principal: counts a promise; the prepare phase ends when every
+    /// target answered.
+    fn on_promise(&mut self, from: NodeId, ballot: Ballot, now: u64, out: &mut Vec<Effect>) {
+        let mut finish = false;
+        if let Some(Round {
+            ballot: b,
+            phase:
+                Phase::Prepare {
+                    targets,
+                    promised,
+                    refused,
+                },
+            ..
+        }) = &mut self.round
+        {
+            if *b == ballot && targets.contains(&from) && !refused.contains_key(&from) {
+                promised.insert(from);
+                finish = promised.len() + refused.len() == targets.len();
+            }
+        }
+        if finish {
+            self.finish_prepare(now, out);
+        }
+    }
+
+    /// Principal: counts an acceptance; the view commits when every member
+    /// accepted.
+    fn on_accepted(&mut self, from: NodeId, ballot: Ballot, now: u64, out: &mut Vec<Effect>) {
+        let mut finish = false;
+        if let Some(Round {
+            ballot: b,
+            phase: Phase::Accept { pending, .. },
+            ..
+        }) = &mut self.round
+        {
+            if *b == ballot {
+                pending.remove(&from);
+                finish = pending.is_empty();
+            }
+        }
+        if finish {
+            self.commit(now, out);
+        }
+    }
+
+    /// Principal: a refusal. In the prepare phase it counts as an answer
+    /// (with the principal the peer follows); in the accept phase it ends
+    /// the round, to be retried.
+    fn on_nack(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        promised: Ballot,
+        principal: NodeId,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        self.max_round = self.max_round.max(promised.round);
+        let mut finish = false;
+        let mut abort = false;
+        match &mut self.round {
+            Some(Round {
+                ballot: b,
+                phase:
+                    Phase::Prepare {
+                        targets,
+                        promised: got,
+                        refused,
+                    },
+                ..
+            }) if *b == ballot && targets.contains(&from) && !got.contains(&from) => {
+                refused.insert(from, principal);
+                finish = got.len() + refused.len() == targets.len();
+            }
+            Some(Round {
+                ballot: b,
+                phase: Phase::Accept { pending, .. },
+                ..
+            }) if *b == ballot && pending.contains(&from) => abort = true,
+            _ => {}
+        }
+        if finish {
+            self.finish_prepare(now, out);
+        } else if abort {
+            self.abandon(now, true);
         }
     }
 
