@@ -375,104 +375,20 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
             let b = known!(eval(&args[1], cx, env));
             compare(*op, *ty, &a, &b)
         }
-        Node::Regex(regex, subject) => match known!(eval(subject, cx, env)) {
-            Val::Str(s) => {
-                // The reference matches a C string: up to the first NUL.
-                let s = match s.iter().position(|&b| b == 0) {
-                    Some(nul) => &s[..nul],
-                    None => &s[..],
-                };
-                Val::Bool(regex.is_match(s))
-            }
-            _ => Val::Unknown,
-        },
-        Node::GeoCmp(sides) => {
-            let [left, right] = &**sides;
-            let left = match geo_side(left, cx, env) {
-                Ok(shape) => shape,
-                Err(settled) => return settled,
-            };
-            match geo_side(right, cx, env) {
-                Ok(right) => Val::Bool(citrine_geo::selects(&left, &right)),
-                Err(settled) => settled,
-            }
-        }
-        Node::InList(args) => {
-            let needle = known!(eval(&args[0], cx, env));
-            let Val::List(list) = known!(eval(&args[1], cx, env)) else {
-                return Val::Unknown;
-            };
-            let (Some(needle), Some(Value::List(list))) = (needle.to_value(), list.decode()) else {
-                return Val::Unknown;
-            };
-            Val::Bool(
-                list.items
-                    .iter()
-                    .any(|item| value::compare(&needle, item) == Ordering::Equal),
-            )
-        }
-        Node::And(args) => {
-            let mut unknown = false;
-            for arg in args {
-                match eval(arg, cx, env) {
-                    Val::Bool(false) => return Val::Bool(false),
-                    Val::Bool(true) => {}
-                    _ => unknown = true,
-                }
-            }
-            if unknown {
-                Val::Unknown
-            } else {
-                Val::Bool(true)
-            }
-        }
-        Node::Or(args) => {
-            let mut unknown = false;
-            for arg in args {
-                match eval(arg, cx, env) {
-                    Val::Bool(true) => return Val::Bool(true),
-                    Val::Bool(false) => {}
-                    _ => unknown = true,
-                }
-            }
-            if unknown {
-                Val::Unknown
-            } else {
-                Val::Bool(false)
-            }
-        }
+        Node::Regex(regex, subject) => regex_match(regex, subject, cx, env),
+        Node::GeoCmp(sides) => geo_compare(sides, cx, env),
+        Node::InList(args) => in_list(args, cx, env),
+        Node::And(args) => and(args, cx, env),
+        Node::Or(args) => or(args, cx, env),
         Node::Not(arg) => match known!(eval(arg, cx, env)) {
             Val::Bool(b) => Val::Bool(!b),
             _ => Val::Unknown,
         },
-        Node::Exclusive(args) => {
-            // Exactly one true; an unknown operand ends it unknown, a
-            // second true ends it false.
-            let mut seen = false;
-            for arg in args {
-                match eval(arg, cx, env) {
-                    Val::Bool(true) if seen => return Val::Bool(false),
-                    Val::Bool(true) => seen = true,
-                    Val::Bool(false) => {}
-                    _ => return Val::Unknown,
-                }
-            }
-            Val::Bool(seen)
-        }
+        Node::Exclusive(args) => exclusive(args, cx, env),
         Node::Arith(op, float, args) => arith(*op, *float, args, cx, env),
         Node::Pow(args) => floats2(args, cx, env, f64::powf),
         Node::Log(args) => floats2(args, cx, env, |x, base| x.ln() / base.ln()),
-        Node::Mod(args) => {
-            let (a, b) = match ints2(args, cx, env) {
-                Some(pair) => pair,
-                None => return Val::Unknown,
-            };
-            // Zero, and the one quotient that overflows, are unknown.
-            match a.checked_rem(b) {
-                Some(r) => Val::Int(r),
-                None => Val::Unknown,
-            }
-        }
+        Node::Mod(args) => modulo(args, cx, env),
         Node::Abs(arg) => match known!(eval(arg, cx, env)) {
             Val::Int(i) => Val::Int(i.wrapping_abs()),
             Val::Float(f) => Val::Float(f.abs()),
@@ -488,21 +404,7 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
             Val::Int(i) => Val::Float(i as f64),
             _ => Val::Unknown,
         },
-        Node::IntBits(op, args) => {
-            let mut acc: Option<i64> = None;
-            for arg in args {
-                let Val::Int(x) = known!(eval(arg, cx, env)) else {
-                    return Val::Unknown;
-                };
-                acc = Some(match (acc, op) {
-                    (None, _) => x,
-                    (Some(a), IntOp::And) => a & x,
-                    (Some(a), IntOp::Or) => a | x,
-                    (Some(a), IntOp::Xor) => a ^ x,
-                });
-            }
-            acc.map_or(Val::Unknown, Val::Int)
-        }
+        Node::IntBits(op, args) => int_bits(*op, args, cx, env),
         Node::IntNot(arg) => match known!(eval(arg, cx, env)) {
             Val::Int(i) => Val::Int(!i),
             _ => Val::Unknown,
@@ -511,94 +413,16 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
             Val::Int(i) => Val::Int(i64::from(i.count_ones())),
             _ => Val::Unknown,
         },
-        Node::Shift(kind, args) => {
-            let (value, shift) = match ints2(args, cx, env) {
-                Some(pair) => pair,
-                None => return Val::Unknown,
-            };
-            // Counts are taken modulo 64, as x86 does for the reference's
-            // (undefined in C) out-of-range shifts.
-            let shift = shift as u32;
-            Val::Int(match kind {
-                Shift::Left => value.wrapping_shl(shift),
-                Shift::Right => (value as u64).wrapping_shr(shift) as i64,
-                Shift::Arith => value.wrapping_shr(shift),
-            })
-        }
-        Node::Scan(left, args) => {
-            let Val::Int(value) = known!(eval(&args[0], cx, env)) else {
-                return Val::Unknown;
-            };
-            let Val::Bool(set) = known!(eval(&args[1], cx, env)) else {
-                return Val::Unknown;
-            };
-            let bits = if set { value as u64 } else { !(value as u64) };
-            // Bit positions count from the most significant bit (0).
-            Val::Int(match (bits, left) {
-                (0, _) => -1,
-                (_, true) => i64::from(bits.leading_zeros()),
-                (_, false) => 63 - i64::from(bits.trailing_zeros()),
-            })
-        }
-        Node::DigestMod(modulus) => {
-            let digest = cx.record.digest();
-            // The reference reads bytes 16..20 as a native (little-endian)
-            // 32-bit word.
-            let word = u32::from_le_bytes([digest[16], digest[17], digest[18], digest[19]]);
-            Val::Int(i64::from(word) % modulus)
-        }
+        Node::Shift(kind, args) => shift(*kind, args, cx, env),
+        Node::Scan(left, args) => bit_scan(*left, args, cx, env),
+        Node::DigestMod(modulus) => digest_mod(*modulus, cx),
         Node::Meta(meta) => metadata(*meta, cx),
-        Node::Key(ty) => {
-            let Some((particle, bytes)) = cx.record.key() else {
-                return Val::Unknown;
-            };
-            let key = match particle {
-                P_INT if bytes.len() == 8 => Val::from_particle(P_INT, bytes),
-                P_STR | P_BLOB => Val::from_particle(particle, bytes),
-                _ => Val::Unknown,
-            };
-            if key.has_type(*ty) {
-                key
-            } else {
-                Val::Unknown
-            }
-        }
-        Node::Bin(ty, name) => match cx.record.bin(name) {
-            Some((particle, bytes)) => {
-                let value = Val::from_particle(particle, bytes);
-                if value.has_type(*ty) {
-                    value
-                } else {
-                    Val::Unknown
-                }
-            }
-            None => Val::Unknown,
-        },
+        Node::Key(ty) => record_key(*ty, cx),
+        Node::Bin(ty, name) => bin(*ty, name, cx),
         Node::BinType(name) => Val::Int(cx.record.bin(name).map_or(0, |(p, _)| i64::from(p))),
         Node::BinExists(name) => Val::Bool(cx.record.bin(name).is_some()),
         Node::ResultRemove => Val::Remove,
-        Node::MapKeys(values, arg) => {
-            let Val::Map(map) = known!(eval(arg, cx, env)) else {
-                return Val::Unknown;
-            };
-            let Some(Value::Map(map)) = map.decode() else {
-                return Val::Unknown;
-            };
-            let items = map
-                .entries
-                .into_iter()
-                .map(|(k, v)| if *values { v } else { k })
-                .collect();
-            let list = Value::List(value::List { flags: 0, items });
-            let bytes = value::to_bytes(&list);
-            if !cx.spend(bytes.len()) {
-                return Val::Unknown;
-            }
-            Val::List(Cdt {
-                bytes: Cow::Owned(bytes),
-                literal: false,
-            })
-        }
+        Node::MapKeys(values, arg) => map_keys(*values, arg, cx, env),
         // The builtin variables (the element a CDT selection is at) are
         // bound only inside CDT selections, which this server does not
         // evaluate: outside them the reference answers unknown.
@@ -608,26 +432,8 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
             _ => Val::Unknown,
         },
         Node::Path(call) => path_call(call, cx, env),
-        Node::Cond(cases, default) => {
-            for (test, action) in cases {
-                match eval(test, cx, env) {
-                    Val::Bool(true) => return eval(action, cx, env),
-                    Val::Bool(false) => {}
-                    _ => return Val::Unknown,
-                }
-            }
-            eval(default, cx, env)
-        }
-        Node::Let(defs, body) => {
-            for (slot, def) in defs {
-                debug_assert!(*slot < env.len(), "the parser counts every slot");
-                let value = eval(def, cx, env);
-                if let Some(place) = env.get_mut(*slot) {
-                    *place = value;
-                }
-            }
-            eval(body, cx, env)
-        }
+        Node::Cond(cases, default) => cond(cases, default, cx, env),
+        Node::Let(defs, body) => let_in(defs, body, cx, env),
         Node::Var(slot) => match env.get(*slot) {
             // Each use copies what the value owns.
             Some(value) if cx.spend(value.owned_len()) => value.clone(),
@@ -635,6 +441,268 @@ fn eval<'a>(node: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
         },
         Node::Call(call) => module_call(call, cx, env),
     }
+}
+
+/// `regex_compare`: whether the string operand matches.
+fn regex_match<'a>(
+    regex: &regex::bytes::Regex,
+    subject: &'a Node,
+    cx: &Ctx<'a>,
+    env: &mut Vec<Val<'a>>,
+) -> Val<'a> {
+    match known!(eval(subject, cx, env)) {
+        Val::Str(s) => {
+            // The reference matches a C string: up to the first NUL.
+            let s = match s.iter().position(|&b| b == 0) {
+                Some(nul) => &s[..nul],
+                None => &s[..],
+            };
+            Val::Bool(regex.is_match(s))
+        }
+        _ => Val::Unknown,
+    }
+}
+
+/// `geo_compare`: whether the left shape is within (or contains) the right.
+fn geo_compare<'a>(
+    sides: &'a [(Node, Option<citrine_geo::Shape>); 2],
+    cx: &Ctx<'a>,
+    env: &mut Vec<Val<'a>>,
+) -> Val<'a> {
+    let [left, right] = sides;
+    let left = match geo_side(left, cx, env) {
+        Ok(shape) => shape,
+        Err(settled) => return settled,
+    };
+    match geo_side(right, cx, env) {
+        Ok(right) => Val::Bool(citrine_geo::selects(&left, &right)),
+        Err(settled) => settled,
+    }
+}
+
+/// `in_list`: whether the needle equals an item of the list.
+fn in_list<'a>(args: &'a [Node; 2], cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let needle = known!(eval(&args[0], cx, env));
+    let Val::List(list) = known!(eval(&args[1], cx, env)) else {
+        return Val::Unknown;
+    };
+    let (Some(needle), Some(Value::List(list))) = (needle.to_value(), list.decode()) else {
+        return Val::Unknown;
+    };
+    Val::Bool(
+        list.items
+            .iter()
+            .any(|item| value::compare(&needle, item) == Ordering::Equal),
+    )
+}
+
+/// `and`: false at the first false operand; otherwise unknown if any
+/// operand was not a boolean.
+fn and<'a>(args: &'a [Node], cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let mut unknown = false;
+    for arg in args {
+        match eval(arg, cx, env) {
+            Val::Bool(false) => return Val::Bool(false),
+            Val::Bool(true) => {}
+            _ => unknown = true,
+        }
+    }
+    if unknown {
+        Val::Unknown
+    } else {
+        Val::Bool(true)
+    }
+}
+
+/// `or`: true at the first true operand; otherwise unknown if any operand
+/// was not a boolean.
+fn or<'a>(args: &'a [Node], cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let mut unknown = false;
+    for arg in args {
+        match eval(arg, cx, env) {
+            Val::Bool(true) => return Val::Bool(true),
+            Val::Bool(false) => {}
+            _ => unknown = true,
+        }
+    }
+    if unknown {
+        Val::Unknown
+    } else {
+        Val::Bool(false)
+    }
+}
+
+/// `exclusive`: exactly one true; an unknown operand ends it unknown, a
+/// second true ends it false.
+fn exclusive<'a>(args: &'a [Node], cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let mut seen = false;
+    for arg in args {
+        match eval(arg, cx, env) {
+            Val::Bool(true) if seen => return Val::Bool(false),
+            Val::Bool(true) => seen = true,
+            Val::Bool(false) => {}
+            _ => return Val::Unknown,
+        }
+    }
+    Val::Bool(seen)
+}
+
+/// `mod`: zero, and the one quotient that overflows, are unknown.
+fn modulo<'a>(args: &'a [Node; 2], cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let Some((a, b)) = ints2(args, cx, env) else {
+        return Val::Unknown;
+    };
+    match a.checked_rem(b) {
+        Some(r) => Val::Int(r),
+        None => Val::Unknown,
+    }
+}
+
+/// `int_and`, `int_or`, `int_xor` over every operand.
+fn int_bits<'a>(op: IntOp, args: &'a [Node], cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let mut acc: Option<i64> = None;
+    for arg in args {
+        let Val::Int(x) = known!(eval(arg, cx, env)) else {
+            return Val::Unknown;
+        };
+        acc = Some(match (acc, op) {
+            (None, _) => x,
+            (Some(a), IntOp::And) => a & x,
+            (Some(a), IntOp::Or) => a | x,
+            (Some(a), IntOp::Xor) => a ^ x,
+        });
+    }
+    acc.map_or(Val::Unknown, Val::Int)
+}
+
+/// `int_lshift`, `int_rshift`, `int_arshift`. Counts are taken modulo 64,
+/// as x86 does for the reference's (undefined in C) out-of-range shifts.
+fn shift<'a>(kind: Shift, args: &'a [Node; 2], cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let Some((value, count)) = ints2(args, cx, env) else {
+        return Val::Unknown;
+    };
+    let count = count as u32;
+    Val::Int(match kind {
+        Shift::Left => value.wrapping_shl(count),
+        Shift::Right => (value as u64).wrapping_shr(count) as i64,
+        Shift::Arith => value.wrapping_shr(count),
+    })
+}
+
+/// `int_lscan`, `int_rscan`: the position of the first bit equal to the
+/// search value, counted from the most significant bit (0); -1 if none.
+fn bit_scan<'a>(left: bool, args: &'a [Node; 2], cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let Val::Int(value) = known!(eval(&args[0], cx, env)) else {
+        return Val::Unknown;
+    };
+    let Val::Bool(set) = known!(eval(&args[1], cx, env)) else {
+        return Val::Unknown;
+    };
+    let bits = if set { value as u64 } else { !(value as u64) };
+    Val::Int(match (bits, left) {
+        (0, _) => -1,
+        (_, true) => i64::from(bits.leading_zeros()),
+        (_, false) => 63 - i64::from(bits.trailing_zeros()),
+    })
+}
+
+/// `digest_modulo`: the reference reads digest bytes 16..20 as a native
+/// (little-endian) 32-bit word.
+fn digest_mod<'a>(modulus: i64, cx: &Ctx<'a>) -> Val<'a> {
+    let digest = cx.record.digest();
+    let word = u32::from_le_bytes([digest[16], digest[17], digest[18], digest[19]]);
+    Val::Int(i64::from(word) % modulus)
+}
+
+/// `key`: the stored user key, if it has the asked type.
+fn record_key<'a>(ty: Ty, cx: &Ctx<'a>) -> Val<'a> {
+    let Some((particle, bytes)) = cx.record.key() else {
+        return Val::Unknown;
+    };
+    let key = match particle {
+        P_INT if bytes.len() == 8 => Val::from_particle(P_INT, bytes),
+        P_STR | P_BLOB => Val::from_particle(particle, bytes),
+        _ => Val::Unknown,
+    };
+    if key.has_type(ty) {
+        key
+    } else {
+        Val::Unknown
+    }
+}
+
+/// `bin`: the bin's value, if it has the asked type.
+fn bin<'a>(ty: Ty, name: &[u8], cx: &Ctx<'a>) -> Val<'a> {
+    match cx.record.bin(name) {
+        Some((particle, bytes)) => {
+            let value = Val::from_particle(particle, bytes);
+            if value.has_type(ty) {
+                value
+            } else {
+                Val::Unknown
+            }
+        }
+        None => Val::Unknown,
+    }
+}
+
+/// A map's keys (or values) as a new list, its size counted.
+fn map_keys<'a>(values: bool, arg: &'a Node, cx: &Ctx<'a>, env: &mut Vec<Val<'a>>) -> Val<'a> {
+    let Val::Map(map) = known!(eval(arg, cx, env)) else {
+        return Val::Unknown;
+    };
+    let Some(Value::Map(map)) = map.decode() else {
+        return Val::Unknown;
+    };
+    let items = map
+        .entries
+        .into_iter()
+        .map(|(k, v)| if values { v } else { k })
+        .collect();
+    let list = Value::List(value::List { flags: 0, items });
+    let bytes = value::to_bytes(&list);
+    if !cx.spend(bytes.len()) {
+        return Val::Unknown;
+    }
+    Val::List(Cdt {
+        bytes: Cow::Owned(bytes),
+        literal: false,
+    })
+}
+
+/// `cond`: the action of the first true test, else the default; a test
+/// that is not a boolean makes it unknown.
+fn cond<'a>(
+    cases: &'a [(Node, Node)],
+    default: &'a Node,
+    cx: &Ctx<'a>,
+    env: &mut Vec<Val<'a>>,
+) -> Val<'a> {
+    for (test, action) in cases {
+        match eval(test, cx, env) {
+            Val::Bool(true) => return eval(action, cx, env),
+            Val::Bool(false) => {}
+            _ => return Val::Unknown,
+        }
+    }
+    eval(default, cx, env)
+}
+
+/// `let`: binds each definition to its slot, then evaluates the body.
+fn let_in<'a>(
+    defs: &'a [(usize, Node)],
+    body: &'a Node,
+    cx: &Ctx<'a>,
+    env: &mut Vec<Val<'a>>,
+) -> Val<'a> {
+    for (slot, def) in defs {
+        debug_assert!(*slot < env.len(), "the parser counts every slot");
+        let value = eval(def, cx, env);
+        if let Some(place) = env.get_mut(*slot) {
+            *place = value;
+        }
+    }
+    eval(body, cx, env)
 }
 
 /// x86's conversion of a double to a 64-bit integer: truncation toward

@@ -520,11 +520,23 @@ impl<'a> Parser<'a> {
         Ok(name.to_vec())
     }
 
+    /// One operation: `[code, args...]`, dispatched by its code's family.
     fn op(&mut self, depth: usize) -> Result<(Node, Ty), ExpError> {
         let count = self.cur.array().ok_or(PARAM)?;
         want(count >= 1)?;
         let code = self.cur.uint().ok_or(PARAM)?;
         let n = count - 1;
+        match code {
+            0..=19 => self.logic_op(code, n, depth),
+            20..=51 => self.number_op(code, n, depth),
+            64..=83 => self.record_op(code, n),
+            99..=128 => self.flow_op(code, n, depth),
+            _ => Err(PARAM),
+        }
+    }
+
+    /// Comparisons, matching and boolean logic (codes 0-19).
+    fn logic_op(&mut self, code: u64, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
         let arity = |expected: usize| want(n == expected);
         Ok(match code {
             0 => {
@@ -594,6 +606,13 @@ impl<'a> Parser<'a> {
                 arity(1)?;
                 (Node::Not(self.one(Ty::Bool, depth)?), Ty::Bool)
             }
+            _ => return Err(PARAM),
+        })
+    }
+    /// Arithmetic and integer bit operations (codes 20-51).
+    fn number_op(&mut self, code: u64, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
+        let arity = |expected: usize| want(n == expected);
+        Ok(match code {
             20..=23 | 50 | 51 => {
                 let op = match code {
                     20 => Arith::Add,
@@ -682,6 +701,13 @@ impl<'a> Parser<'a> {
                     Ty::Int,
                 )
             }
+            _ => return Err(PARAM),
+        })
+    }
+    /// The record's digest, metadata, key and bins (codes 64-83).
+    fn record_op(&mut self, code: u64, n: usize) -> Result<(Node, Ty), ExpError> {
+        let arity = |expected: usize| want(n == expected);
+        Ok(match code {
             64 => {
                 arity(1)?;
                 // The reference keeps the modulus as a 32-bit integer.
@@ -728,6 +754,13 @@ impl<'a> Parser<'a> {
                 arity(1)?;
                 (Node::BinExists(self.bin_name()?), Ty::Bool)
             }
+            _ => return Err(PARAM),
+        })
+    }
+    /// Results, variables, control flow, literals and module calls (codes 99-128).
+    fn flow_op(&mut self, code: u64, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
+        let arity = |expected: usize| want(n == expected);
+        Ok(match code {
             // to_string: the reference's number formatting is not
             // established yet.
             99 => return Err(ExpError::Unsupported),
@@ -777,7 +810,6 @@ impl<'a> Parser<'a> {
             _ => return Err(PARAM),
         })
     }
-
     fn cond(&mut self, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
         want(n >= 3 && n % 2 == 1)?;
         let mut ty = None;
