@@ -880,178 +880,182 @@ fn pick(
 ) -> Result<Picked, CdtError> {
     let len = view.len();
     let arg = |i: usize| args.get(i).ok_or(CdtError::Parameter);
-    let generic = |mut picked: Picked| -> Result<Picked, CdtError> {
-        if inverted {
-            picked.invert = true;
-            picked.listing = Listing::Set;
-        }
-        Ok(picked)
-    };
-    match selector {
-        Selector::Key => {
-            let key = arg(1)?;
-            generic(Picked::walk(
-                view.keys_matching(key).into_iter().take(1).collect(),
-            ))
-        }
+    let picked = match selector {
+        Selector::Key => Picked::walk(view.keys_matching(arg(1)?).into_iter().take(1).collect()),
         Selector::Index => {
             let index = resolve_index(int_arg(arg(1)?)?, len).ok_or(CdtError::OpNotApplicable)?;
-            generic(Picked::walk(vec![index]))
+            Picked::walk(vec![index])
         }
         Selector::Rank => {
             let rank = resolve_index(int_arg(arg(1)?)?, len).ok_or(CdtError::OpNotApplicable)?;
-            generic(Picked::walk(vec![view.rank_order()[rank]]))
+            Picked::walk(vec![view.rank_order()[rank]])
         }
-        Selector::Value => {
-            // One element: the lowest rank (key-value-ordered maps) or the
-            // first stored.
-            let pattern = arg(1)?;
-            let first = if view.key_value_ordered() {
-                view.rank_order()
-                    .into_iter()
-                    .find(|&i| equal(view.value(i), pattern))
-            } else {
-                view.values_matching(pattern)
-                    .into_iter()
-                    .min_by_key(|&i| view.by_key[i])
-            };
-            generic(Picked::walk(first.into_iter().collect()))
-        }
-        Selector::AllByValue => {
-            let pattern = arg(1)?;
-            let matches = view.values_matching(pattern);
-            let picked = by_values(matches);
-            let extent = stretch(view.values_below(pattern), &picked);
-            generic(picked.shaped(by_values_shape(extent)))
-        }
-        Selector::ValueInterval => {
-            let (begin, end) = (arg(1)?, args.get(2));
-            let matches = (0..len)
-                .filter(|&i| in_interval(view.value(i), begin, end))
-                .collect();
-            let picked = by_values(matches);
-            let extent = stretch(view.values_below(begin), &picked);
-            generic(picked.shaped(by_values_shape(extent)))
-        }
-        Selector::KeyInterval => {
-            let (begin, end) = (arg(1)?, args.get(2));
-            let matches: Vec<usize> = (0..len)
-                .filter(|&i| in_interval(view.key(i), begin, end))
-                .collect();
-            // A key-ordered map walks its index range; an unordered one
-            // picks a set.
-            let picked = if view.map.is_key_ordered() {
-                Picked::walk(matches)
-            } else {
-                Picked::set(matches)
-            };
-            let start = view.keys_below(begin);
-            let end = start + picked.chosen.len();
-            // On a key-ordered map the interval is an index range; an
-            // unordered one keeps an empty interval's split.
-            let key_ordered = view.map.is_key_ordered();
-            let extent = Extent::Range {
-                start,
-                end,
-                split: !key_ordered,
-            };
-            let whole = if key_ordered {
-                Whole::Always
-            } else {
-                Whole::Never
-            };
-            let shape = Shape::new(Space::Index, extent)
-                .whole(whole)
-                .exists(range_exists(key_ordered, true));
-            generic(picked.shaped(shape))
-        }
-        Selector::KeyList => {
-            let keys = list_arg(arg(1)?)?;
-            if matches!(rt, ReturnType::Rank | ReturnType::ReverseRank) {
-                return Err(CdtError::OpNotApplicable);
-            }
-            // Indexes come in list order, everything else as a set. A key
-            // listed again: a key-ordered map answers its index again; an
-            // unordered one counts its last listing only.
-            let in_list_order = matches!(rt, ReturnType::Index | ReturnType::ReverseIndex);
-            let key_ordered = view.map.is_key_ordered();
-            let repeat = key_ordered && in_list_order && !inverted;
-            let listed = listing_order(keys, key_ordered);
-            let chosen = matches_of(listed, repeat, len, |key| view.keys_matching(key));
-            let picked = if in_list_order {
-                Picked::walk(chosen)
-            } else {
-                Picked::set(chosen)
-            };
-            // A key-ordered map lists what a key list leaves out element by
-            // element; an unordered one by runs (the reference's).
-            if view.map.is_key_ordered() {
-                return generic(picked);
-            }
-            generic(picked.shaped(Shape::new(Space::Index, Extent::Set)))
-        }
-        Selector::ValueList => {
-            let patterns = list_arg(arg(1)?)?;
-            let order = view.rank_order();
-            // A value listed again counts its last listing only, but a map
-            // of one entry answers its numbers again for each listing.
-            let numbered = matches!(
-                rt,
-                ReturnType::Index
-                    | ReturnType::ReverseIndex
-                    | ReturnType::Rank
-                    | ReturnType::ReverseRank
-            );
-            let repeat = len == 1 && numbered && !inverted;
-            let listed = listing_order(patterns, repeat);
-            let chosen = matches_of(listed, repeat, len, |pattern| {
-                order
-                    .iter()
-                    .copied()
-                    .filter(|&i| equal(view.value(i), pattern))
-                    .collect()
-            });
-            // Ranks come in list order, rank order within one value;
-            // everything else as a set.
-            let in_list_order = matches!(rt, ReturnType::Rank | ReturnType::ReverseRank);
-            let picked = if in_list_order {
-                Picked::walk(chosen)
-            } else {
-                Picked::set(chosen)
-            };
-            generic(picked.shaped(Shape::new(Space::Rank, Extent::Set)))
-        }
+        Selector::Value => first_by_value(view, arg(1)?),
+        Selector::AllByValue => all_by_value(view, arg(1)?),
+        Selector::ValueInterval => value_interval(view, arg(1)?, args.get(2)),
+        Selector::KeyInterval => key_interval(view, arg(1)?, args.get(2)),
+        Selector::KeyList => key_list(view, list_arg(arg(1)?)?, rt, inverted)?,
+        Selector::ValueList => value_list(view, list_arg(arg(1)?)?, rt, inverted),
         Selector::IndexRange => {
-            let index = int_arg(arg(1)?)?;
-            let count = opt_count(args.get(2))?;
-            index_range(view, index, count_i64(count), inverted)
+            let (index, count) = (int_arg(arg(1)?)?, opt_count(args.get(2))?);
+            return index_range(view, index, count_i64(count), inverted);
         }
         Selector::RankRange => {
-            let rank = int_arg(arg(1)?)?;
-            let count = opt_count(args.get(2))?;
-            rank_range(view, rank, count_i64(count), inverted)
+            let (rank, count) = (int_arg(arg(1)?)?, opt_count(args.get(2))?);
+            return rank_range(view, rank, count_i64(count), inverted);
         }
         Selector::KeyRelIndexRange => {
-            let key = arg(1)?;
-            let offset = int_arg(arg(2)?)?;
-            let count = opt_count(args.get(3))?;
-            let anchor = (0..len)
-                .filter(|&i| value::compare(view.key(i), key) == Ordering::Less)
-                .count();
+            let anchor = arg(1)?;
+            let (offset, count) = (int_arg(arg(2)?)?, opt_count(args.get(3))?);
+            let anchor = count_below(view, |i| view.key(i), anchor);
             let (index, count) = relative(anchor, offset, count);
-            index_range(view, index, count, inverted)
+            return index_range(view, index, count, inverted);
         }
         Selector::ValueRelRankRange => {
-            let pattern = arg(1)?;
-            let offset = int_arg(arg(2)?)?;
-            let count = opt_count(args.get(3))?;
-            let anchor = (0..len)
-                .filter(|&i| value::compare(view.value(i), pattern) == Ordering::Less)
-                .count();
+            let anchor = arg(1)?;
+            let (offset, count) = (int_arg(arg(2)?)?, opt_count(args.get(3))?);
+            let anchor = count_below(view, |i| view.value(i), anchor);
             let (rank, count) = relative(anchor, offset, count);
-            rank_range(view, rank, count, inverted)
+            return rank_range(view, rank, count, inverted);
         }
+    };
+    Ok(invert_as_set(picked, inverted))
+}
+
+/// An inverted selection lists what it leaves as a set.
+fn invert_as_set(mut picked: Picked, inverted: bool) -> Picked {
+    if inverted {
+        picked.invert = true;
+        picked.listing = Listing::Set;
     }
+    picked
+}
+
+/// How many entries sort below `anchor` by the item `item_of` gives.
+fn count_below<'v>(view: &'v View, item_of: impl Fn(usize) -> &'v Value, anchor: &Value) -> usize {
+    (0..view.len())
+        .filter(|&i| value::compare(item_of(i), anchor) == Ordering::Less)
+        .count()
+}
+
+/// One element by value: the lowest rank (key-value-ordered maps) or the
+/// first stored.
+fn first_by_value(view: &View, pattern: &Value) -> Picked {
+    let first = if view.key_value_ordered() {
+        view.rank_order()
+            .into_iter()
+            .find(|&i| equal(view.value(i), pattern))
+    } else {
+        view.values_matching(pattern)
+            .into_iter()
+            .min_by_key(|&i| view.by_key[i])
+    };
+    Picked::walk(first.into_iter().collect())
+}
+
+/// Every element whose value matches `pattern`.
+fn all_by_value(view: &View, pattern: &Value) -> Picked {
+    let picked = by_values(view.values_matching(pattern));
+    let extent = stretch(view.values_below(pattern), &picked);
+    picked.shaped(by_values_shape(extent))
+}
+
+/// Every element whose value is in `[begin, end)`.
+fn value_interval(view: &View, begin: &Value, end: Option<&Value>) -> Picked {
+    let matches = (0..view.len())
+        .filter(|&i| in_interval(view.value(i), begin, end))
+        .collect();
+    let picked = by_values(matches);
+    let extent = stretch(view.values_below(begin), &picked);
+    picked.shaped(by_values_shape(extent))
+}
+
+/// Every element whose key is in `[begin, end)`: a key-ordered map walks
+/// its index range; an unordered one picks a set and keeps an empty
+/// interval's split.
+fn key_interval(view: &View, begin: &Value, end: Option<&Value>) -> Picked {
+    let matches: Vec<usize> = (0..view.len())
+        .filter(|&i| in_interval(view.key(i), begin, end))
+        .collect();
+    let key_ordered = view.map.is_key_ordered();
+    let picked = if key_ordered {
+        Picked::walk(matches)
+    } else {
+        Picked::set(matches)
+    };
+    let start = view.keys_below(begin);
+    let extent = Extent::Range {
+        start,
+        end: start + picked.chosen.len(),
+        split: !key_ordered,
+    };
+    let whole = if key_ordered {
+        Whole::Always
+    } else {
+        Whole::Never
+    };
+    let shape = Shape::new(Space::Index, extent)
+        .whole(whole)
+        .exists(range_exists(key_ordered, true));
+    picked.shaped(shape)
+}
+
+/// The elements of the listed keys. Indexes come in list order, everything
+/// else as a set. A key listed again: a key-ordered map answers its index
+/// again; an unordered one counts its last listing only.
+fn key_list(
+    view: &View,
+    keys: &[Value],
+    rt: ReturnType,
+    inverted: bool,
+) -> Result<Picked, CdtError> {
+    if matches!(rt, ReturnType::Rank | ReturnType::ReverseRank) {
+        return Err(CdtError::OpNotApplicable);
+    }
+    let in_list_order = matches!(rt, ReturnType::Index | ReturnType::ReverseIndex);
+    let key_ordered = view.map.is_key_ordered();
+    let repeat = key_ordered && in_list_order && !inverted;
+    let listed = listing_order(keys, key_ordered);
+    let chosen = matches_of(listed, repeat, view.len(), |key| view.keys_matching(key));
+    let picked = if in_list_order {
+        Picked::walk(chosen)
+    } else {
+        Picked::set(chosen)
+    };
+    // A key-ordered map lists what a key list leaves out element by
+    // element; an unordered one by runs (the reference's).
+    if key_ordered {
+        return Ok(picked);
+    }
+    Ok(picked.shaped(Shape::new(Space::Index, Extent::Set)))
+}
+
+/// The elements of the listed values. A value listed again counts its last
+/// listing only, but a map of one entry answers its numbers again for each
+/// listing. Ranks come in list order, rank order within one value;
+/// everything else as a set.
+fn value_list(view: &View, patterns: &[Value], rt: ReturnType, inverted: bool) -> Picked {
+    let order = view.rank_order();
+    let numbered = matches!(
+        rt,
+        ReturnType::Index | ReturnType::ReverseIndex | ReturnType::Rank | ReturnType::ReverseRank
+    );
+    let repeat = view.len() == 1 && numbered && !inverted;
+    let listed = listing_order(patterns, repeat);
+    let chosen = matches_of(listed, repeat, view.len(), |pattern| {
+        order
+            .iter()
+            .copied()
+            .filter(|&i| equal(view.value(i), pattern))
+            .collect()
+    });
+    let in_list_order = matches!(rt, ReturnType::Rank | ReturnType::ReverseRank);
+    let picked = if in_list_order {
+        Picked::walk(chosen)
+    } else {
+        Picked::set(chosen)
+    };
+    picked.shaped(Shape::new(Space::Rank, Extent::Set))
 }
 
 /// The items of a key or value list in the order they are answered: every
