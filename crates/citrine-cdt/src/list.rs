@@ -920,134 +920,178 @@ fn choose(
     repeat: bool,
 ) -> Result<Choice, CdtError> {
     let len = items.len();
-    let equal = |item: &Value, value: &Value| value::compare(item, value) == Ordering::Equal;
-    let matching = |accept: &dyn Fn(&Value) -> bool| -> Vec<usize> {
-        items
-            .iter()
-            .enumerate()
-            .filter(|(_, item)| accept(item))
-            .map(|(i, _)| i)
-            .collect()
+    let choice = |chosen, single, family, shape| Choice {
+        chosen,
+        single,
+        family,
+        shape,
+        rank: None,
     };
-    // Where a run of equal-or-greater values starts in rank order.
-    let below = |value: &Value| {
-        items
-            .iter()
-            .filter(|item| value::compare(item, value) == Ordering::Less)
-            .count()
-    };
-    let mut shape = None;
-    let mut rank = None;
-    // Unordered lists' rank-space choices: EXISTS of the inverted rank
-    // ranges asks whether nothing was chosen from a non-empty list, of the
-    // inverted value matches whether nothing was chosen at all.
-    let by_rank =
-        |extent: Extent| Shape::new(Space::Rank, extent).exists(InvertedExists::NothingChosen);
-    let by_value = |extent: Extent| Shape::new(Space::Rank, extent).exists(InvertedExists::NoMatch);
-    // Inverted, an unordered list's rank-space choice is the stretch before
-    // it and the one after, even when it chose nothing.
-    let split = |start: usize, end: usize| Extent::Range {
-        start,
-        end: end.max(start),
-        split: true,
-    };
-    let (chosen, single, family) = match *selector {
+    let choice = match *selector {
         Selector::Index(index) => {
             let at = resolve_index(index, len).ok_or(CdtError::OpNotApplicable)?;
-            (vec![at], true, Family::IndexRange)
+            choice(vec![at], true, Family::IndexRange, None)
         }
         Selector::Value(value) => {
             let first = items.iter().position(|item| equal(item, value));
-            (first.into_iter().collect(), true, Family::ValueMatch)
+            choice(first.into_iter().collect(), true, Family::ValueMatch, None)
         }
         Selector::Rank(wanted) => {
             let at = resolve_index(wanted, len).ok_or(CdtError::OpNotApplicable)?;
-            rank = Some(at);
-            (ranked(items, ordered, at, at + 1), true, Family::RankRange)
+            let chosen = ranked(items, ordered, at, at + 1);
+            Choice {
+                rank: Some(at),
+                ..choice(chosen, true, Family::RankRange, None)
+            }
         }
         Selector::AllByValue(value) => {
-            let chosen = matching(&|item| equal(item, value));
-            let start = below(value);
-            shape = Some(by_value(split(start, start + chosen.len())));
-            (chosen, false, Family::ValueMatch)
+            let chosen = positions(items, |item| equal(item, value));
+            let start = count_below(items, value);
+            let shape = by_value(split(start, start + chosen.len()));
+            choice(chosen, false, Family::ValueMatch, Some(shape))
         }
         Selector::ValueList(values) => {
-            // In the value list's order: each value's matches (in index
-            // order, which is their rank order). A value listed again
-            // finds its matches once more on an ordered list (`repeat`);
-            // elsewhere only its last listing counts.
-            let listed: Vec<&Value> = if ordered {
-                values.iter().collect()
-            } else {
-                last_occurrences(values)
-                    .into_iter()
-                    .map(|i| &values[i])
-                    .collect()
-            };
-            let mut taken = vec![false; len];
-            let mut chosen = Vec::new();
-            for value in listed {
-                for (i, item) in items.iter().enumerate() {
-                    if ((repeat && ordered) || !taken[i]) && equal(item, value) {
-                        taken[i] = true;
-                        chosen.push(i);
-                    }
-                }
-            }
-            shape = Some(Shape::new(Space::Rank, Extent::Set));
-            (chosen, false, Family::ValueList)
+            let chosen = value_list_matches(items, values, ordered, repeat);
+            let shape = Shape::new(Space::Rank, Extent::Set);
+            choice(chosen, false, Family::ValueList, Some(shape))
         }
         Selector::IndexRange(index, count) => {
             let (start, end) = range_of(index, count, len)?;
-            shape = Some(Shape::new(Space::Index, Extent::range(start, end)).whole(Whole::Always));
-            ((start..end).collect(), false, Family::IndexRange)
+            let shape = Shape::new(Space::Index, Extent::range(start, end)).whole(Whole::Always);
+            choice(
+                (start..end).collect(),
+                false,
+                Family::IndexRange,
+                Some(shape),
+            )
         }
         Selector::ValueInterval(begin, end) => {
-            let in_interval = |item: &Value| {
+            let chosen = positions(items, |item| {
                 value::compare(item, begin) != Ordering::Less
                     && end.is_none_or(|end| value::compare(item, end) == Ordering::Less)
-            };
-            let chosen = matching(&in_interval);
-            let start = below(begin);
-            shape = Some(by_value(split(start, start + chosen.len())));
-            (chosen, false, Family::ValueMatch)
+            });
+            let start = count_below(items, begin);
+            let shape = by_value(split(start, start + chosen.len()));
+            choice(chosen, false, Family::ValueMatch, Some(shape))
         }
         Selector::RankRange(rank, count) => {
             let (start, end) = range_of(rank, count, len)?;
-            shape = Some(by_rank(split(start, end)));
-            (ranked(items, ordered, start, end), false, Family::RankRange)
+            let chosen = ranked(items, ordered, start, end);
+            choice(
+                chosen,
+                false,
+                Family::RankRange,
+                Some(by_rank(split(start, end))),
+            )
         }
         Selector::RelativeRankRange(value, rank, count) => {
             let (start, end) = relative_range(items, value, rank, count)?;
-            shape = Some(by_rank(split(start, end)));
-            (ranked(items, ordered, start, end), false, Family::RankRange)
+            let chosen = ranked(items, ordered, start, end);
+            choice(
+                chosen,
+                false,
+                Family::RankRange,
+                Some(by_rank(split(start, end))),
+            )
         }
     };
-    // On an ordered list index is rank: the reference answers every range
-    // as an index range.
-    let family = if ordered && family != Family::ValueList {
-        Family::IndexRange
+    Ok(if ordered {
+        as_index_ranges(choice)
     } else {
-        family
-    };
-    if ordered {
-        // Index and rank are one: every range is an index range there,
-        // answered as one whatever it numbers (a value list is not).
-        shape = shape.and_then(|shape| match (family, shape.extent) {
+        choice
+    })
+}
+
+/// On an ordered list index is rank: the reference answers every range as
+/// an index range, whatever it numbers (a value list is not one).
+fn as_index_ranges(mut choice: Choice) -> Choice {
+    if choice.family != Family::ValueList {
+        choice.family = Family::IndexRange;
+    }
+    choice.shape = choice
+        .shape
+        .and_then(|shape| match (choice.family, shape.extent) {
             (Family::ValueList, _) => None,
             (_, Extent::Range { start, end, .. }) => {
                 Some(Shape::new(Space::Both, Extent::range(start, end)))
             }
             (_, Extent::Set) => None,
         });
+    choice
+}
+
+fn equal(item: &Value, value: &Value) -> bool {
+    value::compare(item, value) == Ordering::Equal
+}
+
+/// The positions of the items `accept` takes, in index order.
+fn positions(items: &[Value], accept: impl Fn(&Value) -> bool) -> Vec<usize> {
+    items
+        .iter()
+        .enumerate()
+        .filter(|(_, item)| accept(item))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Where a run of equal-or-greater values starts in rank order.
+fn count_below(items: &[Value], value: &Value) -> usize {
+    items
+        .iter()
+        .filter(|item| value::compare(item, value) == Ordering::Less)
+        .count()
+}
+
+/// Unordered lists' rank-space choices: EXISTS of the inverted rank ranges
+/// asks whether nothing was chosen from a non-empty list.
+fn by_rank(extent: Extent) -> Shape {
+    Shape::new(Space::Rank, extent).exists(InvertedExists::NothingChosen)
+}
+
+/// EXISTS of the inverted value matches asks whether nothing was chosen at
+/// all.
+fn by_value(extent: Extent) -> Shape {
+    Shape::new(Space::Rank, extent).exists(InvertedExists::NoMatch)
+}
+
+/// Inverted, an unordered list's rank-space choice is the stretch before it
+/// and the one after, even when it chose nothing.
+fn split(start: usize, end: usize) -> Extent {
+    Extent::Range {
+        start,
+        end: end.max(start),
+        split: true,
     }
-    Ok(Choice {
-        chosen,
-        single,
-        family,
-        shape,
-        rank,
-    })
+}
+
+/// In the value list's order: each value's matches (in index order, which
+/// is their rank order). A value listed again finds its matches once more
+/// on an ordered list (`repeat`); elsewhere only its last listing counts.
+fn value_list_matches(
+    items: &[Value],
+    values: &[Value],
+    ordered: bool,
+    repeat: bool,
+) -> Vec<usize> {
+    let listed: Vec<&Value> = if ordered {
+        values.iter().collect()
+    } else {
+        last_occurrences(values)
+            .into_iter()
+            .map(|i| &values[i])
+            .collect()
+    };
+    let mut taken = vec![false; items.len()];
+    let mut chosen = Vec::new();
+    for value in listed {
+        for (i, item) in items.iter().enumerate() {
+            if ((repeat && ordered) || !taken[i]) && equal(item, value) {
+                taken[i] = true;
+                chosen.push(i);
+            }
+        }
+    }
+    chosen
 }
 
 /// The positions of the elements of ranks `start..end`: an ordered list's
