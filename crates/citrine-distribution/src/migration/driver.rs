@@ -226,26 +226,65 @@ async fn migrate_partition(
     cluster_key: u64,
     task: MigrateTask,
 ) -> Option<MigrateTask> {
-    let migrations = &dist.migrations;
+    let link = Link {
+        dist: &dist,
+        fabric: &fabric,
+        pause: &pause,
+        epoch,
+        cluster_key,
+    };
     let digests = dist.migration_digests(&task.namespace, task.partition);
-    // A target with some copy gets the delta only: its manifest first, and
-    // when its copy is one this copy contains (`pull_from`), the records it
-    // holds newer (writes that reached only it) are fetched from it before
-    // anything is sent, so every target gets them.
+    // A target with some copy gets the delta only: its manifest first.
     let mut manifests = Vec::with_capacity(task.targets.len());
     for (target, version) in &task.targets {
-        if version.is_zero() || digests.is_empty() {
-            manifests.push(None);
-            continue;
-        }
+        let manifest = if version.is_zero() || digests.is_empty() {
+            None
+        } else {
+            Some(link.manifest_and_pulls(&task, *target).await?)
+        };
+        manifests.push(manifest);
+    }
+    for ((target, _), manifest) in task.targets.iter().zip(&manifests) {
+        let to_send = match manifest {
+            None => digests.clone(),
+            Some(manifest) => dist
+                .migration_delta(&task.namespace, task.partition, &digests, manifest)
+                .unwrap_or_else(|| digests.clone()),
+        };
+        link.send_copy(&task, *target, &to_send).await?;
+    }
+    Some(task)
+}
+
+/// What one migration talks over: the distribution layer, the fabric, the
+/// pause, and the epoch and cluster key it runs under.
+struct Link<'a> {
+    dist: &'a Arc<Distribution>,
+    fabric: &'a Arc<dyn Fabric>,
+    pause: &'a Arc<dyn Pause>,
+    epoch: u64,
+    cluster_key: u64,
+}
+
+impl Link<'_> {
+    /// The target's manifest; when its copy is one this copy contains
+    /// (`pull_from`), the records it holds newer (writes that reached only
+    /// it) are fetched from it and applied here first, so every target gets
+    /// them.
+    async fn manifest_and_pulls(
+        &self,
+        task: &MigrateTask,
+        target: NodeId,
+    ) -> Option<super::Manifest> {
+        let dist = self.dist;
         let request = super::encode_partition_ref(&task.namespace, task.partition);
-        let pulls_too = task.pull_from.contains(target);
+        let pulls_too = task.pull_from.contains(&target);
         let (manifest, pulls) = call_until(
-            &dist,
-            &fabric,
-            &pause,
-            epoch,
-            (*target, call_kind::MANIFEST, &request),
+            dist,
+            self.fabric,
+            self.pause,
+            self.epoch,
+            (target, call_kind::MANIFEST, &request),
             |answer| {
                 let manifest = super::parse_manifest(&answer.ok()?)?;
                 let pulls = if pulls_too {
@@ -259,36 +298,39 @@ async fn migrate_partition(
         .await?;
         for digest in pulls {
             let request = DupResRequest {
-                cluster_key,
+                cluster_key: self.cluster_key,
                 namespace: task.namespace.clone(),
                 digest,
             }
             .encode();
             let answer = call_until(
-                &dist,
-                &fabric,
-                &pause,
-                epoch,
-                (*target, call_kind::DUPRES, &request),
+                dist,
+                self.fabric,
+                self.pause,
+                self.epoch,
+                (target, call_kind::DUPRES, &request),
                 |answer| answer.ok().and_then(|bytes| DupResAnswer::decode(&bytes)),
             )
             .await?;
             dist.apply_pulled(&task.namespace, &digest, answer);
         }
-        manifests.push(Some(manifest));
+        Some(manifest)
     }
-    for ((target, _), manifest) in task.targets.iter().zip(&manifests) {
-        let to_send = match manifest {
-            None => digests.clone(),
-            Some(manifest) => dist
-                .migration_delta(&task.namespace, task.partition, &digests, manifest)
-                .unwrap_or_else(|| digests.clone()),
-        };
+
+    /// Sends the records of `to_send` to `target`, batch by batch, until
+    /// its LAST batch is acknowledged.
+    async fn send_copy(
+        &self,
+        task: &MigrateTask,
+        target: NodeId,
+        to_send: &[citrine_types::Digest],
+    ) -> Option<()> {
+        let migrations = &self.dist.migrations;
         let mut at = 0;
         let mut flags = FLAG_FIRST;
         loop {
-            let (mut batch, consumed) = dist.migration_batch(
-                cluster_key,
+            let (batch, consumed) = self.dist.migration_batch(
+                self.cluster_key,
                 &task.namespace,
                 task.partition,
                 to_send.get(at..).unwrap_or_default(),
@@ -300,56 +342,16 @@ async fn migrate_partition(
             // Every batch counts against `migrate-max-records-per-sec`, a
             // partition's only (LAST) batch included: the wait is for the
             // batches sent before this one, of any partition.
-            let now_us = dist.now().unix_ms.saturating_mul(1000);
+            let now_us = self.dist.now().unix_ms.saturating_mul(1000);
             let owed = migrations.throttle(records, now_us);
             if !owed.is_zero() {
-                pause.sleep(owed).await;
+                self.pause.sleep(owed).await;
             }
             let last = batch.flags & FLAG_LAST != 0;
-            let to_master = last && is_master(&dist, &task, *target);
-            let hand_over = |to: Handover| {
-                migrations.hand_over(epoch, &task.namespace, task.partition, dist.node_id, to);
-            };
-            if to_master {
-                // An acting master gives its claim back before the master
-                // can be whole (see `Handover`).
-                hand_over(Handover::Releasing);
-            }
-            let mut resend = false;
-            call_until_with(
-                &dist,
-                &fabric,
-                &pause,
-                epoch,
-                (*target, call_kind::MIGRATE),
-                || {
-                    // A resend carries the truncations made since.
-                    if resend {
-                        dist.refresh_truncations(&mut batch);
-                    }
-                    resend = true;
-                    batch.encode()
-                },
-                |answer| {
-                    let acknowledged = acknowledged(&answer);
-                    if !acknowledged {
-                        tracing::debug!(
-                            target = %target,
-                            partition = task.partition.index(),
-                            answer = ?answer,
-                            "migration batch not acknowledged; sending it again"
-                        );
-                    }
-                    acknowledged.then_some(())
-                },
-            )
-            .await?;
+            self.deliver_batch(task, target, batch, last).await?;
             migrations
                 .records_sent
                 .fetch_add(records, Ordering::Relaxed);
-            if to_master {
-                hand_over(Handover::Released);
-            }
             // `migrate-sleep` after every batch that carried records (the
             // last one too: the task holds its place meanwhile); an empty
             // partition's lone LAST costs no sleep.
@@ -358,16 +360,72 @@ async fn migrate_partition(
                 _ => Duration::from_micros(u64::from(migrations.sleep_us.load(Ordering::Relaxed))),
             };
             if !sleep.is_zero() {
-                pause.sleep(sleep).await;
+                self.pause.sleep(sleep).await;
             } else if !last {
                 yield_now().await;
             }
             if last {
-                break;
+                return Some(());
             }
         }
     }
-    Some(task)
+
+    /// Sends one batch until `target` acknowledges it. The LAST batch to
+    /// the master hands an acting master's claim back around it (see
+    /// `Handover`).
+    async fn deliver_batch(
+        &self,
+        task: &MigrateTask,
+        target: NodeId,
+        mut batch: super::MigrateBatch,
+        last: bool,
+    ) -> Option<()> {
+        let dist = self.dist;
+        let to_master = last && is_master(dist, task, target);
+        let hand_over = |to: Handover| {
+            let (ns, partition) = (&task.namespace, task.partition);
+            dist.migrations
+                .hand_over(self.epoch, ns, partition, dist.node_id, to);
+        };
+        if to_master {
+            // An acting master gives its claim back before the master can
+            // be whole.
+            hand_over(Handover::Releasing);
+        }
+        let mut resend = false;
+        call_until_with(
+            dist,
+            self.fabric,
+            self.pause,
+            self.epoch,
+            (target, call_kind::MIGRATE),
+            || {
+                // A resend carries the truncations made since.
+                if resend {
+                    dist.refresh_truncations(&mut batch);
+                }
+                resend = true;
+                batch.encode()
+            },
+            |answer| {
+                let acknowledged = acknowledged(&answer);
+                if !acknowledged {
+                    tracing::debug!(
+                        target = %target,
+                        partition = task.partition.index(),
+                        answer = ?answer,
+                        "migration batch not acknowledged; sending it again"
+                    );
+                }
+                acknowledged.then_some(())
+            },
+        )
+        .await?;
+        if to_master {
+            hand_over(Handover::Released);
+        }
+        Some(())
+    }
 }
 
 /// True when `target` is the master of the task's partition in the
