@@ -348,12 +348,12 @@ impl Service {
             |(namespace, index)| {
                 build(&self.data, &namespace, &index, &mut || {
                     self.indexes().push_definitions();
-                    self.push_udf_modules();
+                    self.udf_modules().push();
                 })
             },
             || {
                 self.indexes().push_definitions();
-                self.push_udf_modules();
+                self.udf_modules().push();
             },
         );
     }

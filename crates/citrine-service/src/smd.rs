@@ -52,7 +52,7 @@ impl Store {
     fn text(self, service: &Service) -> String {
         match self {
             Store::SindexDefinitions => service.indexes().definitions_text(),
-            Store::UdfModules => service.udf_modules_text(),
+            Store::UdfModules => service.udf_modules().text(),
             Store::Truncations => service.dist().truncations_text(),
         }
     }

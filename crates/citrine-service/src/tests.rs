@@ -1583,19 +1583,19 @@ fn udf_modules_merge_newest_wins_and_removals_stick() {
     };
     put(&a, "function f(rec) return 1 end");
     let first_push = info(&a, &["udf-list"]);
-    b.merge_udf_modules(&a.udf_modules_text());
+    b.udf_modules().merge(&a.udf_modules().text());
     assert_eq!(info(&b, &["udf-list"]), first_push);
-    let stale = a.udf_modules_text();
+    let stale = a.udf_modules().text();
     let answers = info(&a, &["udf-remove:filename=m.lua"]);
     assert_eq!(answers[0].1, "ok");
-    b.merge_udf_modules(&a.udf_modules_text());
+    b.udf_modules().merge(&a.udf_modules().text());
     assert_eq!(info(&b, &["udf-list"])[0].1, "");
     // An older push does not bring the module back.
-    b.merge_udf_modules(&stale);
+    b.udf_modules().merge(&stale);
     assert_eq!(info(&b, &["udf-list"])[0].1, "");
     // A newer put on b reaches a.
     put(&b, "function f(rec) return 2 end");
-    a.merge_udf_modules(&b.udf_modules_text());
+    a.udf_modules().merge(&b.udf_modules().text());
     assert_eq!(info(&a, &["udf-list"]), info(&b, &["udf-list"]));
     assert!(a.udf_registry().get("m.lua").is_some());
 }
@@ -1641,8 +1641,8 @@ fn udf_modules_are_kept_in_the_work_directory() {
     // The peer's put is older than the removal only if its clock says so:
     // both run on the same test clock, so compare versions the way a merge
     // does: whatever wins, every node ends up with the same list.
-    second.merge_udf_modules(&peer.udf_modules_text());
-    peer.merge_udf_modules(&second.udf_modules_text());
+    second.udf_modules().merge(&peer.udf_modules().text());
+    peer.udf_modules().merge(&second.udf_modules().text());
     assert_eq!(info(&second, &["udf-list"]), info(&peer, &["udf-list"]));
     // A line that no longer makes a module is dropped, not fatal.
     let file = directory.join(crate::udf::MODULES_FILE);

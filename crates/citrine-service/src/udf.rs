@@ -7,7 +7,10 @@
 //!   or the tombstone of a removed one — kept in `udf.smd` in the work
 //!   directory and pushed to every other member (the service's `smd`: the
 //!   later version wins everywhere, tombstones are kept);
-//! - the info commands `udf-put`, `udf-get`, `udf-list`, `udf-remove`;
+//! - `Modules`: the handle module management takes (the store, the
+//!   layers, the index builds' queue), not the `Service`: loading at start,
+//!   merging a peer's push, pushing, and the info commands `udf-put`,
+//!   `udf-get`, `udf-list`, `udf-remove`;
 //! - `UdfCall`: the UDF fields of a request (30 module, 31 function, 32
 //!   arguments), checked before the request runs;
 //! - `apply`: a record UDF, stored like any write: the record's bins and
@@ -212,10 +215,37 @@ impl Service {
         &self.udfs.registry
     }
 
+    /// The module-management feature's handle.
+    pub(crate) fn udf_modules(&self) -> Modules<'_> {
+        Modules {
+            udfs: &self.udfs,
+            layers: self.layers(),
+            builds: &self.sindex_builds,
+        }
+    }
+
+    /// Keeps UDF modules in `directory` from now on; see
+    /// [`Modules::keep_in`].
+    pub fn keep_udf_modules(&self, directory: &Path) -> Result<(), String> {
+        self.udf_modules().keep_in(directory)
+    }
+}
+
+/// The module-management feature's handle: this node's modules, and what
+/// a change needs from the layers (the clock and the node id that version
+/// it, the distribution layer that pushes it to the other members) and the
+/// index builds' queue (woken to push a change soon).
+pub(crate) struct Modules<'s> {
+    udfs: &'s Udfs,
+    layers: crate::Layers<'s>,
+    builds: &'s crate::sindex::Builds,
+}
+
+impl Modules<'_> {
     /// Keeps UDF modules in `directory` from now on, and loads the ones
     /// the file there holds. A line that no longer makes a module is logged
     /// and dropped from the file.
-    pub fn keep_udf_modules(&self, directory: &Path) -> Result<(), String> {
+    pub(crate) fn keep_in(&self, directory: &Path) -> Result<(), String> {
         let path = directory.join(MODULES_FILE);
         let text = crate::smd::read(&path)?;
         if self.udfs.file.set(path.clone()).is_err() {
@@ -238,7 +268,7 @@ impl Service {
 
     /// Merges a peer's modules (the text its push carries): each entry
     /// newer than this node's is taken.
-    pub(crate) fn merge_udf_modules(&self, incoming: &str) {
+    pub(crate) fn merge(&self, incoming: &str) {
         let mut entries = self.udfs.entries.lock();
         let mut changed = false;
         for item in incoming.lines().filter(|line| !line.trim().is_empty()) {
@@ -273,29 +303,30 @@ impl Service {
     }
 
     /// Every module and tombstone, one line each (what a push carries).
-    pub(crate) fn udf_modules_text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         text(&self.udfs.entries.lock())
     }
 
     /// Sends every module to every other member when a push is due (the
     /// `citrine-sindex` thread calls it beside the index definitions').
-    pub(crate) fn push_udf_modules(&self) {
+    pub(crate) fn push(&self) {
         crate::smd::push_to_peers(
-            self.dist(),
+            self.layers.dist,
             &self.udfs.push,
             call_kind::UDF_MODULES,
             "UDF modules",
-            || self.udf_modules_text(),
+            || self.text(),
         );
     }
 
     /// Records a change made here and answers the command. The change is
     /// saved first: a change the file could not keep is refused and takes
     /// no effect (it would be lost at the next restart).
-    fn commit_udf(&self, filename: &str, source: Option<Vec<u8>>) -> String {
+    fn commit(&self, filename: &str, source: Option<Vec<u8>>) -> String {
         let mut entries = self.udfs.entries.lock();
         let known = entries.get(filename).map(|entry| entry.version);
-        let version = crate::smd::next_version(known, self.now().unix_ms, self.node_id);
+        let now_ms = self.layers.now().unix_ms;
+        let version = crate::smd::next_version(known, now_ms, self.layers.node_id());
         let entry = Entry { version, source };
         let mut next = entries.clone();
         next.insert(filename.to_owned(), entry.clone());
@@ -311,7 +342,7 @@ impl Service {
         );
         drop(entries);
         self.udfs.push.mark();
-        self.sindex_builds.queue.wake();
+        self.builds.queue.wake();
         "ok".to_owned()
     }
 }
@@ -321,7 +352,7 @@ fn encode(text: &str) -> String {
 }
 
 /// `udf-put:filename=F;content=B64;content-len=N;udf-type=LUA;`
-pub(crate) fn put(service: &Service, command: &InfoCommand<'_>) -> String {
+pub(crate) fn put(modules: &Modules<'_>, command: &InfoCommand<'_>) -> String {
     let Some(filename) = command
         .param("filename")
         .filter(|name| valid_filename(name) && has_extension(name))
@@ -345,7 +376,7 @@ pub(crate) fn put(service: &Service, command: &InfoCommand<'_>) -> String {
     let Ok(source) = base64::engine::general_purpose::STANDARD.decode(content) else {
         return "error=invalid_base64_content".to_owned();
     };
-    let others: usize = service
+    let others: usize = modules
         .udfs
         .registry
         .list()
@@ -371,14 +402,14 @@ pub(crate) fn put(service: &Service, command: &InfoCommand<'_>) -> String {
             encode(&error.message)
         );
     }
-    service.commit_udf(filename, Some(source))
+    modules.commit(filename, Some(source))
 }
 
 /// `udf-get:filename=F;` → `gen=<base64 SHA-1>;type=LUA;content=<base64>;`
-pub(crate) fn get(service: &Service, command: &InfoCommand<'_>) -> String {
+pub(crate) fn get(modules: &Modules<'_>, command: &InfoCommand<'_>) -> String {
     match command
         .param("filename")
-        .and_then(|name| service.udfs.registry.get(name))
+        .and_then(|name| modules.udfs.registry.get(name))
     {
         Some(module) => {
             // `gen` is the source's SHA-1 in base64 (the 20 bytes, not the
@@ -397,8 +428,8 @@ pub(crate) fn get(service: &Service, command: &InfoCommand<'_>) -> String {
 }
 
 /// `udf-list`: `filename=F,hash=H,type=LUA;` per module.
-pub(crate) fn list(service: &Service) -> String {
-    service
+pub(crate) fn list(modules: &Modules<'_>) -> String {
+    modules
         .udfs
         .registry
         .list()
@@ -416,17 +447,17 @@ pub(crate) fn list(service: &Service) -> String {
 /// name or one longer than a name can be is refused: any other name that
 /// is not registered (an empty one, one `udf-put` would refuse) has
 /// nothing to remove and answers `ok`.
-pub(crate) fn remove(service: &Service, command: &InfoCommand<'_>) -> String {
+pub(crate) fn remove(modules: &Modules<'_>, command: &InfoCommand<'_>) -> String {
     let Some(filename) = command
         .param("filename")
         .filter(|name| name.len() <= FILENAME_MAX)
     else {
         return "error=invalid_filename".to_owned();
     };
-    if service.udfs.registry.get(filename).is_none() {
+    if modules.udfs.registry.get(filename).is_none() {
         return "ok".to_owned();
     }
-    service.commit_udf(filename, None)
+    modules.commit(filename, None)
 }
 
 /// A request's UDF fields.
