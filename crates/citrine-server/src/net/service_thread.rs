@@ -26,11 +26,17 @@
 //!   of a CPU) tells the service that what the first turn to read anything
 //!   after it (within [`STALL_SLACK`]) reads may have waited since the
 //!   previous turn began ([`Service::handle_streaming_since`]): a request
-//!   whose client timed out meanwhile is refused, not run late.
+//!   whose client timed out meanwhile is refused, not run late;
+//! - a connection on which nothing moved for `proto-fd-idle-ms` (no
+//!   completion or readiness from its socket, no work of the server's own
+//!   on it) is closed by the thread's idle sweep (`reap_idle`, at most
+//!   every [`SWEEP_MAX`], from the turn's clock: no timer of its own),
+//!   between requests or inside a frame; one waiting for fabric work is
+//!   not (that work has its own timeouts).
 
 use super::balance::{self, LoadMeter, Rebalance, SpillGate};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
-use super::{Arrival, Parked, Shared};
+use super::{log_limit, Arrival, Parked, Shared};
 use citrine_service::lookahead::Lookup;
 use citrine_service::Service;
 use std::cmp::Reverse;
@@ -44,6 +50,11 @@ use std::time::{Duration, Instant};
 
 /// How often a thread measures its load and considers rebalancing.
 const BALANCE_WINDOW: Duration = Duration::from_millis(100);
+
+/// The longest time between two idle sweeps (shorter for a short
+/// `proto-fd-idle-ms`: a quarter of it, at least [`SWEEP_MIN`]).
+const SWEEP_MAX: Duration = Duration::from_secs(1);
+const SWEEP_MIN: Duration = Duration::from_millis(10);
 
 /// How much later than its wait allowed a turn may start before the thread
 /// counts itself stalled. Past that, requests it reads are taken to have
@@ -84,6 +95,9 @@ pub(super) struct Connection<S> {
     /// After a stall, until the connection is next read (or the stall's
     /// slack ends): since when (unix ms) what it reads may have waited.
     held_since_ms: Option<u64>,
+    /// The start of the last turn that drove it: when something last
+    /// moved on it (for `proto-fd-idle-ms`).
+    last_moved: Instant,
 }
 
 /// The I/O half of a service thread.
@@ -166,6 +180,8 @@ pub(super) struct ServiceThread<B: Backend> {
     /// When the current turn began (its wait for I/O returned): when the
     /// requests it reads were received, for their latency histograms.
     turn_began: Instant,
+    /// When the next idle sweep is due.
+    next_sweep: Instant,
 }
 
 impl<B: Backend> ServiceThread<B> {
@@ -189,6 +205,7 @@ impl<B: Backend> ServiceThread<B> {
             stall_since_ms: None,
             stall_until: None,
             turn_began: Instant::now(),
+            next_sweep: Instant::now(),
         }
     }
 
@@ -229,6 +246,9 @@ impl<B: Backend> ServiceThread<B> {
                 self.release_paced(Instant::now());
             }
             self.serve_ready(&ready);
+            if woke >= self.next_sweep {
+                self.sweep(woke);
+            }
             let done = Instant::now();
             if let Some(busy_from) = busy_from {
                 meter.add_busy(done.saturating_duration_since(busy_from));
@@ -432,6 +452,7 @@ impl<B: Backend> ServiceThread<B> {
             moving_to: None,
             waker: None,
             held_since_ms: self.stall_since_ms,
+            last_moved: self.turn_began,
         });
         // It may hold a whole request already (moved between requests).
         self.runnable.push_back(token);
@@ -461,6 +482,7 @@ impl<B: Backend> ServiceThread<B> {
         let Some(Some(connection)) = self.connections.get_mut(token) else {
             return;
         };
+        connection.last_moved = self.turn_began;
         if let Some(to) = connection.moving_to {
             if connection.conn.between_requests() {
                 if self.backend.quiet(&connection.socket) {
@@ -487,6 +509,49 @@ impl<B: Backend> ServiceThread<B> {
             // Poll it once now so it sends its messages.
             Next::Started => self.poll_remote(token),
             Next::Later(pause) => self.paced.push(Reverse((Instant::now() + pause, token))),
+        }
+    }
+
+    /// The periodic sweep at `now`: closes idle connections, reports the
+    /// log lines suppressed (thread 0), and sets when the next is due.
+    fn sweep(&mut self, now: Instant) {
+        let idle_ms = self
+            .service
+            .client_limits
+            .proto_fd_idle_ms
+            .load(Ordering::Relaxed);
+        let idle = Duration::from_millis(u64::from(idle_ms));
+        if idle_ms > 0 {
+            self.reap_idle(now, idle);
+        }
+        if self.index == 0 {
+            log_limit::report_quiet(now);
+        }
+        let period = if idle_ms == 0 { SWEEP_MAX } else { idle / 4 };
+        self.next_sweep = now + period.clamp(SWEEP_MIN, SWEEP_MAX);
+    }
+
+    /// Closes every connection on which nothing moved for `idle` before
+    /// `now`, unless it waits for fabric work.
+    fn reap_idle(&mut self, now: Instant, idle: Duration) {
+        for token in 0..self.connections.len() {
+            let Some(connection) = &self.connections[token] else {
+                continue;
+            };
+            let waits_for_fabric = matches!(connection.conn.state, State::Remote(_));
+            if waits_for_fabric || now.saturating_duration_since(connection.last_moved) < idle {
+                continue;
+            }
+            tracing::debug!(
+                peer = %connection.conn.peer,
+                buffered = connection.conn.end - connection.conn.start,
+                "closing connection idle past proto-fd-idle-ms"
+            );
+            self.service
+                .stats
+                .reaped_fds
+                .fetch_add(1, Ordering::Relaxed);
+            self.close(token);
         }
     }
 

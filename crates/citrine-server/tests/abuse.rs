@@ -1,0 +1,219 @@
+//! Abuse a node must withstand, over real `citrined` processes: connections
+//! that stall inside a frame or between requests are closed after
+//! `proto-fd-idle-ms` (the service keeps serving others), the setting
+//! changes at run time, and a burst of bad connections writes a handful of
+//! log lines, not one per connection.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use citrine_wire::frame::{MessageType, ProtoHeader};
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A directory of this test's own.
+fn tempdir() -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "citrine-abuse-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&path).unwrap();
+    path
+}
+
+/// Starts citrined with these `[service]` lines, namespace `test`,
+/// `--service-io service_io`, its log (stderr) going to `log`.
+fn start_logging_to(service: &str, service_io: &str, log: &std::path::Path) -> Server {
+    let directory = tempdir();
+    let config = directory.join("citrine.toml");
+    std::fs::write(
+        &config,
+        format!("[service]\n{service}\n\n[[namespace]]\nname = \"test\"\n"),
+    )
+    .unwrap();
+    let port = free_port();
+    let ports: Vec<String> = [port, free_port(), free_port()]
+        .iter()
+        .map(u16::to_string)
+        .collect();
+    let child = Command::new(binary())
+        .args(["--config", config.to_str().unwrap()])
+        .args(["--service-io", service_io, "--log-level", "info"])
+        .args(["--port", &ports[0]])
+        .args(["--fabric-port", &ports[1], "--heartbeat-port", &ports[2]])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut server = Server { child, port };
+    wait_until_serving(&mut server.child, port, Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&directory);
+    server
+}
+
+/// The directory of a server's log, removed when the test is done.
+struct LogDir(PathBuf);
+
+impl LogDir {
+    fn log(&self) -> PathBuf {
+        self.0.join("citrined.log")
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start_with(service: &str, service_io: &str) -> (Server, LogDir) {
+    let directory = LogDir(tempdir());
+    let server = start_logging_to(service, service_io, &directory.log());
+    (server, directory)
+}
+
+/// Waits for the server to close `stream` (a read returns 0) and how long
+/// that took; panics if it is still open after `within` or sends bytes.
+fn closed_within(stream: &mut TcpStream, within: Duration) -> Duration {
+    let began = Instant::now();
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut buffer = [0u8; 64];
+    match stream.read(&mut buffer) {
+        Ok(0) => began.elapsed(),
+        Ok(read) => panic!("{read} unexpected bytes"),
+        // A reset also means the server let go of it.
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => began.elapsed(),
+        Err(error) => panic!("still open after {:?}: {error}", began.elapsed()),
+    }
+}
+
+/// Half of a proto header.
+const HALF_HEADER: [u8; 4] = [2, 3, 0, 0];
+
+/// A header announcing 100 bytes, and 10 of them.
+fn part_of_a_body() -> Vec<u8> {
+    let mut frame = ProtoHeader::encode(MessageType::Message, 100).to_vec();
+    frame.extend_from_slice(&[0; 10]);
+    frame
+}
+
+#[test]
+fn stalled_connections_are_closed_after_proto_fd_idle_ms() {
+    stalled_connections_are_closed_with(io_uring_or_auto());
+}
+
+#[test]
+fn stalled_connections_are_closed_after_proto_fd_idle_ms_on_epoll() {
+    stalled_connections_are_closed_with("epoll");
+}
+
+fn stalled_connections_are_closed_with(service_io: &str) {
+    let (server, _log) = start_with("proto-fd-idle-ms = 500\nservice-threads = 2", service_io);
+    let mut stalled: Vec<TcpStream> = (0..50)
+        .map(|index| {
+            let mut stream = connect(server.port);
+            if index % 2 == 0 {
+                stream.write_all(&HALF_HEADER).unwrap();
+            } else {
+                stream.write_all(&part_of_a_body()).unwrap();
+            }
+            stream
+        })
+        .collect();
+    // Idle between requests, after one answered request.
+    let mut idle = connect(server.port);
+    assert_eq!(info(&mut idle, &["status"])[0].1, "ok");
+    stalled.push(idle);
+    let sent = Instant::now();
+    // A client that keeps asking is never idle that long.
+    let mut busy = connect(server.port);
+    while sent.elapsed() < Duration::from_millis(1_200) {
+        assert_eq!(info(&mut busy, &["status"])[0].1, "ok");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for stream in &mut stalled {
+        closed_within(stream, Duration::from_secs(3));
+    }
+    let all_closed = sent.elapsed();
+    // Idle 500 ms, swept every 125 ms: closed well within 3 s.
+    assert!(all_closed < Duration::from_secs(3), "{all_closed:?}");
+    assert_eq!(
+        info(&mut busy, &["status"])[0].1,
+        "ok",
+        "the busy client kept"
+    );
+    let mut fresh = connect(server.port);
+    assert_eq!(info(&mut fresh, &["status"])[0].1, "ok");
+    assert_eq!(statistic(&mut fresh, "reaped_fds"), 51);
+    assert_eq!(statistic(&mut fresh, "client_connections"), 2);
+    assert!(statistic(&mut fresh, "client_connections_closed") >= 51);
+}
+
+#[test]
+fn proto_fd_idle_ms_changes_at_run_time() {
+    let (server, _log) = start_with("", io_uring_or_auto());
+    let mut admin = connect(server.port);
+    let config = |admin: &mut TcpStream| info(admin, &["get-config:context=service"])[0].1.clone();
+    assert!(config(&mut admin).contains("proto-fd-idle-ms=60000;"));
+    assert!(config(&mut admin).contains("proto-fd-max=15000;"));
+    // 0: never closed.
+    let set = |admin: &mut TcpStream, value: &str| {
+        let command = format!("set-config:context=service;proto-fd-idle-ms={value}");
+        info(admin, &[&command])[0].1.clone()
+    };
+    assert_eq!(set(&mut admin, "0"), "ok");
+    let mut stalled = connect(server.port);
+    stalled.write_all(&HALF_HEADER).unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_millis(1_500)))
+        .unwrap();
+    let mut buffer = [0u8; 8];
+    let error = stalled.read(&mut buffer).expect_err("still open");
+    assert!(
+        matches!(
+            error.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{error}"
+    );
+    // 300 ms: closed soon after (it has been idle for 1.5 s already).
+    assert_eq!(set(&mut admin, "300"), "ok");
+    assert!(config(&mut admin).contains("proto-fd-idle-ms=300;"));
+    closed_within(&mut stalled, Duration::from_secs(2));
+    // The admin connection has been idle too.
+    closed_within(&mut admin, Duration::from_secs(1));
+    let mut admin = connect(server.port);
+    assert_eq!(
+        set(&mut admin, "-1"),
+        "ERROR:4:proto-fd-idle-ms must be a non-negative integer"
+    );
+    assert_eq!(info(&mut admin, &["status"])[0].1, "ok");
+}
+
+#[test]
+fn a_burst_of_bad_connections_writes_a_few_log_lines() {
+    let (server, log_dir) = start_with("", io_uring_or_auto());
+    for _ in 0..200 {
+        let mut bad = connect(server.port);
+        bad.write_all(&[9, 3, 0, 0, 0, 0, 0, 4, 1, 2, 3, 4])
+            .unwrap();
+        closed_within(&mut bad, Duration::from_secs(5));
+    }
+    let mut healthy = connect(server.port);
+    assert_eq!(info(&mut healthy, &["status"])[0].1, "ok");
+    assert_eq!(statistic(&mut healthy, "proto_errors"), 200);
+    let text = std::fs::read_to_string(log_dir.log()).unwrap();
+    let lines = text
+        .lines()
+        .filter(|line| line.contains("bad proto header"))
+        .count();
+    // The first few of the 10 s window; the other 195 are counted.
+    assert_eq!(lines, 5, "{text}");
+}
