@@ -172,7 +172,8 @@ fn inflate_header(
     decoder
         .read_exact(&mut header_bytes)
         .map_err(|error| DecodeError::Compression(error.to_string()))?;
-    let header = ProtoHeader::decode(&header_bytes)?;
+    let header = ProtoHeader::decode(&header_bytes)
+        .map_err(|_| DecodeError::Invalid("compressed inner proto header"))?;
     if header.message_type != MessageType::Message {
         return Err(DecodeError::Invalid("compressed inner type (must be 3)"));
     }
