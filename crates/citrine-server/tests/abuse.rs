@@ -217,3 +217,35 @@ fn a_burst_of_bad_connections_writes_a_few_log_lines() {
     // The first few of the 10 s window; the other 195 are counted.
     assert_eq!(lines, 5, "{text}");
 }
+
+#[test]
+fn connections_over_proto_fd_max_are_refused_and_counted() {
+    let (server, _log) = start_with("proto-fd-max = 10", io_uring_or_auto());
+    let mut admin = connect(server.port);
+    assert!(info(&mut admin, &["get-config:context=service"])[0]
+        .1
+        .contains("proto-fd-max=10;"));
+    let mut held: Vec<TcpStream> = (0..9).map(|_| connect(server.port)).collect();
+    for stream in &mut held {
+        assert_eq!(info(stream, &["status"])[0].1, "ok");
+    }
+    // Ten are open: the next three are closed at accept.
+    for _ in 0..3 {
+        let mut over = connect(server.port);
+        closed_within(&mut over, Duration::from_secs(2));
+    }
+    assert_eq!(statistic(&mut admin, "proto_fd_max_refused"), 3);
+    assert_eq!(statistic(&mut admin, "client_connections"), 10);
+    // One closes: one more is served.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while statistic(&mut admin, "client_connections") > 9 {
+        assert!(
+            Instant::now() < deadline,
+            "the closed connection still counts"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut next = connect(server.port);
+    assert_eq!(info(&mut next, &["status"])[0].1, "ok");
+}
