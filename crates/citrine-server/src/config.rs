@@ -44,7 +44,8 @@ pub struct ServiceSection {
     pub work_directory: Option<PathBuf>,
     pub proto_fd_max: Option<u32>,
     /// Milliseconds a client connection may stay idle (nothing received,
-    /// nothing sent) before it is closed; 0: never (default 60000).
+    /// nothing sent) before it is closed; 0 (the default): never between
+    /// requests, a minute inside a frame.
     pub proto_fd_idle_ms: Option<u32>,
     pub service_threads: Option<u16>,
     /// Share of one core (percent, 1 to 100, default 85) above which a
@@ -300,7 +301,7 @@ pub struct ServerConfig {
     pub port: u16,
     pub work_directory: Option<PathBuf>,
     pub proto_fd_max: u32,
-    /// `service.proto-fd-idle-ms`, 0 = never.
+    /// `service.proto-fd-idle-ms`, 0 = never between requests.
     pub proto_fd_idle_ms: u32,
     pub service_threads: usize,
     /// `service.service-thread-spill-pct`.

@@ -161,32 +161,31 @@ fn proto_fd_idle_ms_changes_at_run_time() {
     let (server, _log) = start_with("", io_uring_or_auto());
     let mut admin = connect(server.port);
     let config = |admin: &mut TcpStream| info(admin, &["get-config:context=service"])[0].1.clone();
-    assert!(config(&mut admin).contains("proto-fd-idle-ms=60000;"));
+    assert!(config(&mut admin).contains("proto-fd-idle-ms=0;"));
     assert!(config(&mut admin).contains("proto-fd-max=15000;"));
-    // 0: never closed.
     let set = |admin: &mut TcpStream, value: &str| {
         let command = format!("set-config:context=service;proto-fd-idle-ms={value}");
         info(admin, &[&command])[0].1.clone()
     };
-    assert_eq!(set(&mut admin, "0"), "ok");
+    // 0 (the default): idle between requests forever; stalled inside a
+    // frame, a minute at most (not within these 1.5 s).
+    let mut idle = connect(server.port);
+    assert_eq!(info(&mut idle, &["status"])[0].1, "ok");
     let mut stalled = connect(server.port);
     stalled.write_all(&HALF_HEADER).unwrap();
-    stalled
-        .set_read_timeout(Some(Duration::from_millis(1_500)))
-        .unwrap();
-    let mut buffer = [0u8; 8];
-    let error = stalled.read(&mut buffer).expect_err("still open");
-    assert!(
-        matches!(
-            error.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ),
-        "{error}"
-    );
-    // 300 ms: closed soon after (it has been idle for 1.5 s already).
+    std::thread::sleep(Duration::from_millis(1_500));
+    for stream in [&mut idle, &mut stalled] {
+        stream.set_nonblocking(true).unwrap();
+        let mut buffer = [0u8; 8];
+        let error = stream.read(&mut buffer).expect_err("still open");
+        assert_eq!(error.kind(), std::io::ErrorKind::WouldBlock, "{error}");
+        stream.set_nonblocking(false).unwrap();
+    }
+    // 300 ms: both closed soon after (idle for 1.5 s already).
     assert_eq!(set(&mut admin, "300"), "ok");
     assert!(config(&mut admin).contains("proto-fd-idle-ms=300;"));
     closed_within(&mut stalled, Duration::from_secs(2));
+    closed_within(&mut idle, Duration::from_secs(1));
     // The admin connection has been idle too.
     closed_within(&mut admin, Duration::from_secs(1));
     let mut admin = connect(server.port);

@@ -12,10 +12,13 @@ use std::sync::atomic::AtomicU32;
 
 /// `proto-fd-max` when the configuration names none (the reference's).
 pub const PROTO_FD_MAX_DEFAULT: u32 = 15_000;
-/// `proto-fd-idle-ms` when the configuration names none: a minute, the
-/// value the Aerospike clients' idle-socket defaults are set below (55 s).
-/// 0 never closes an idle connection.
-pub const PROTO_FD_IDLE_MS_DEFAULT: u32 = 60_000;
+/// `proto-fd-idle-ms` when the configuration names none: 0, never close a
+/// connection idle between requests, as the reference (8.1) does. The
+/// Aerospike clients' pools assume it (`maxSocketIdle` 0 keeps idle
+/// sockets; a socket the server reaped under them fails a write). The
+/// server closes a connection stalled inside a frame regardless (after a
+/// minute at most, see the server's service threads).
+pub const PROTO_FD_IDLE_MS_DEFAULT: u32 = 0;
 
 /// `proto-fd-max` and `proto-fd-idle-ms`.
 #[derive(Debug)]
@@ -24,7 +27,7 @@ pub struct ClientLimits {
     pub proto_fd_max: AtomicU32,
     /// A client connection on which nothing moved (no byte received, none
     /// of a reply sent) for this many milliseconds is closed, whether it
-    /// sits between requests or inside a frame; 0: never.
+    /// sits between requests or inside a frame; 0: never between requests.
     pub proto_fd_idle_ms: AtomicU32,
 }
 

@@ -31,8 +31,10 @@
 //!   completion or readiness from its socket, no work of the server's own
 //!   on it) is closed by the thread's idle sweep (`reap_idle`, at most
 //!   every [`SWEEP_MAX`], from the turn's clock: no timer of its own),
-//!   between requests or inside a frame; one waiting for fabric work is
-//!   not (that work has its own timeouts).
+//!   between requests or inside a frame; inside a frame (or a reply) it is
+//!   closed after [`MID_FRAME_IDLE`] at most, even when `proto-fd-idle-ms`
+//!   is 0; one waiting for fabric work is not (that work has its own
+//!   timeouts).
 
 use super::balance::{self, LoadMeter, Rebalance, SpillGate};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
@@ -50,6 +52,26 @@ use std::time::{Duration, Instant};
 
 /// How often a thread measures its load and considers rebalancing.
 const BALANCE_WINDOW: Duration = Duration::from_millis(100);
+
+/// How long a connection stalled inside an exchange (part of a frame
+/// received, or part of a reply not taken) may stay idle when
+/// `proto-fd-idle-ms` is 0 or longer. A connection between requests waits
+/// for its client as long as `proto-fd-idle-ms` says, forever when it is 0
+/// (the reference's default: the clients' pools then keep idle sockets,
+/// and one reaped under them fails a write), but no client stops in the
+/// middle of a frame for this long.
+const MID_FRAME_IDLE: Duration = Duration::from_secs(60);
+
+/// How long a connection may stay idle under `proto-fd-idle-ms` =
+/// `idle_ms`, `inside` an exchange or between requests; `None`: forever.
+fn idle_limit(idle_ms: u32, inside: bool) -> Option<Duration> {
+    let idle = (idle_ms > 0).then(|| Duration::from_millis(u64::from(idle_ms)));
+    match (idle, inside) {
+        (Some(idle), true) => Some(idle.min(MID_FRAME_IDLE)),
+        (None, true) => Some(MID_FRAME_IDLE),
+        (idle, false) => idle,
+    }
+}
 
 /// The longest time between two idle sweeps (shorter for a short
 /// `proto-fd-idle-ms`: a quarter of it, at least [`SWEEP_MIN`]).
@@ -520,26 +542,28 @@ impl<B: Backend> ServiceThread<B> {
             .client_limits
             .proto_fd_idle_ms
             .load(Ordering::Relaxed);
-        let idle = Duration::from_millis(u64::from(idle_ms));
-        if idle_ms > 0 {
-            self.reap_idle(now, idle);
-        }
+        self.reap_idle(now, idle_ms);
         if self.index == 0 {
             log_limit::report_quiet(now);
         }
-        let period = if idle_ms == 0 { SWEEP_MAX } else { idle / 4 };
+        let period = idle_limit(idle_ms, true).unwrap_or(SWEEP_MAX) / 4;
         self.next_sweep = now + period.clamp(SWEEP_MIN, SWEEP_MAX);
     }
 
-    /// Closes every connection on which nothing moved for `idle` before
-    /// `now`, unless it waits for fabric work.
-    fn reap_idle(&mut self, now: Instant, idle: Duration) {
+    /// Closes every connection on which nothing moved for longer than
+    /// [`idle_limit`] allows before `now`, unless it waits for fabric work.
+    fn reap_idle(&mut self, now: Instant, idle_ms: u32) {
         for token in 0..self.connections.len() {
             let Some(connection) = &self.connections[token] else {
                 continue;
             };
-            let waits_for_fabric = matches!(connection.conn.state, State::Remote(_));
-            if waits_for_fabric || now.saturating_duration_since(connection.last_moved) < idle {
+            let conn = &connection.conn;
+            let inside = conn.end > conn.start || conn.written < conn.out.len();
+            let Some(limit) = idle_limit(idle_ms, inside) else {
+                continue;
+            };
+            let waits_for_fabric = matches!(conn.state, State::Remote(_));
+            if waits_for_fabric || now.saturating_duration_since(connection.last_moved) < limit {
                 continue;
             }
             tracing::debug!(
@@ -731,6 +755,19 @@ impl<B: Backend> ServiceThread<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_connections_wait_as_long_as_proto_fd_idle_ms_says_but_not_mid_frame() {
+        let ms = Duration::from_millis;
+        // 0: between requests forever (the reference's default), inside
+        // a frame a minute.
+        assert_eq!(idle_limit(0, false), None);
+        assert_eq!(idle_limit(0, true), Some(MID_FRAME_IDLE));
+        assert_eq!(idle_limit(500, false), Some(ms(500)));
+        assert_eq!(idle_limit(500, true), Some(ms(500)));
+        assert_eq!(idle_limit(600_000, false), Some(ms(600_000)));
+        assert_eq!(idle_limit(600_000, true), Some(MID_FRAME_IDLE));
+    }
 
     /// A stall shows whether it delays the next turn or lands inside a
     /// turn (the process stopped after a turn's replies were sent, so the
