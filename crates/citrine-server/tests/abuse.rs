@@ -9,6 +9,8 @@
 mod common;
 
 use citrine_wire::frame::{MessageType, ProtoHeader};
+use citrine_wire::msg::{field_type, info1, info2, info3, op_type, MessageWriter, MsgHeader};
+use common::stream::read_stream;
 use common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -247,4 +249,57 @@ fn connections_over_proto_fd_max_are_refused_and_counted() {
     }
     let mut next = connect(server.port);
     assert_eq!(info(&mut next, &["status"])[0].1, "ok");
+}
+
+/// A partition scan of namespace `test`, set `demo`, at `rate` records a
+/// second.
+fn throttled_scan(rate: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    let header = MsgHeader {
+        info1: info1::READ,
+        info3: info3::PARTITION_DONE,
+        ..MsgHeader::default()
+    };
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"demo")
+        .field(field_type::TASK_ID, &7u64.to_be_bytes())
+        .field(field_type::RECORDS_PER_SECOND, &rate.to_be_bytes());
+    writer.finish();
+    out
+}
+
+/// A scan throttled to 2 records a second pauses 500 ms between records,
+/// longer than proto-fd-idle-ms: its connection waits for the server, not
+/// for its client, and is not closed.
+#[test]
+fn a_throttled_scan_slower_than_proto_fd_idle_ms_is_not_closed() {
+    let (server, _log) = start_with(
+        "proto-fd-idle-ms = 200\nservice-threads = 1",
+        io_uring_or_auto(),
+    );
+    let mut writer = connect(server.port);
+    for key in 0..4 {
+        let frame = record_request(
+            "test",
+            &format!("slow{key}"),
+            MsgHeader {
+                info2: info2::WRITE,
+                ..MsgHeader::default()
+            },
+            &[(op_type::WRITE, 4, "b", vec![1; 10])],
+        );
+        let (_, body) = round_trip(&mut writer, &frame).unwrap();
+        assert_eq!(decode_reply(&body).0.result_code, 0);
+    }
+    let mut scanner = connect(server.port);
+    let started = Instant::now();
+    scanner.write_all(&throttled_scan(2)).unwrap();
+    let (messages, _) = read_stream(&mut scanner);
+    assert_eq!(messages.len(), 5, "every record and the LAST message");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(1_400), "{took:?}");
+    let mut fresh = connect(server.port);
+    assert_eq!(statistic(&mut fresh, "reaped_fds"), 1, "only the writer");
 }

@@ -33,8 +33,8 @@
 //!   every [`SWEEP_MAX`], from the turn's clock: no timer of its own),
 //!   between requests or inside a frame; inside a frame (or a reply) it is
 //!   closed after [`MID_FRAME_IDLE`] at most, even when `proto-fd-idle-ms`
-//!   is 0; one waiting for fabric work is not (that work has its own
-//!   timeouts).
+//!   is 0; one waiting for the server (fabric work, which has its own
+//!   timeouts, or a throttled scan's next chunk) is not.
 
 use super::balance::{self, LoadMeter, Rebalance, SpillGate};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
@@ -551,7 +551,7 @@ impl<B: Backend> ServiceThread<B> {
     }
 
     /// Closes every connection on which nothing moved for longer than
-    /// [`idle_limit`] allows before `now`, unless it waits for fabric work.
+    /// [`idle_limit`] allows before `now`, unless it waits for the server.
     fn reap_idle(&mut self, now: Instant, idle_ms: u32) {
         for token in 0..self.connections.len() {
             let Some(connection) = &self.connections[token] else {
@@ -562,8 +562,14 @@ impl<B: Backend> ServiceThread<B> {
             let Some(limit) = idle_limit(idle_ms, inside) else {
                 continue;
             };
-            let waits_for_fabric = matches!(conn.state, State::Remote(_));
-            if waits_for_fabric || now.saturating_duration_since(connection.last_moved) < limit {
+            // Fabric work, or a throttled scan paused until its next chunk
+            // is due: the server's turn, not the client's.
+            let server_busy = match conn.state {
+                State::Remote(_) => true,
+                State::Streaming(_) => !inside,
+                State::Idle => false,
+            };
+            if server_busy || now.saturating_duration_since(connection.last_moved) < limit {
                 continue;
             }
             tracing::debug!(
