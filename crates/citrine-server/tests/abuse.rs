@@ -303,3 +303,43 @@ fn a_throttled_scan_slower_than_proto_fd_idle_ms_is_not_closed() {
     let mut fresh = connect(server.port);
     assert_eq!(statistic(&mut fresh, "reaped_fds"), 1, "only the writer");
 }
+
+/// A client that asks for a scan of 10 MB and reads none of it stalls the
+/// stream: closed after proto-fd-idle-ms like any idle connection.
+#[test]
+fn a_client_that_does_not_read_its_scan_is_closed() {
+    a_client_that_does_not_read_its_scan_is_closed_with(io_uring_or_auto());
+}
+
+#[test]
+fn a_client_that_does_not_read_its_scan_is_closed_on_epoll() {
+    a_client_that_does_not_read_its_scan_is_closed_with("epoll");
+}
+
+fn a_client_that_does_not_read_its_scan_is_closed_with(service_io: &str) {
+    let (server, _log) = start_with("proto-fd-idle-ms = 300", service_io);
+    let mut writer = connect(server.port);
+    for key in 0..100 {
+        let frame = record_request(
+            "test",
+            &format!("big{key}"),
+            MsgHeader {
+                info2: info2::WRITE,
+                ..MsgHeader::default()
+            },
+            &[(op_type::WRITE, 4, "b", vec![7; 100 * 1024])],
+        );
+        let (_, body) = round_trip(&mut writer, &frame).unwrap();
+        assert_eq!(decode_reply(&body).0.result_code, 0);
+    }
+    let mut scanner = connect(server.port);
+    scanner.write_all(&throttled_scan(1_000_000)).unwrap();
+    let mut fresh = connect(server.port);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    // The writer (idle) and the scanner (not reading) are closed.
+    while statistic(&mut fresh, "reaped_fds") < 2 {
+        assert!(Instant::now() < deadline, "the stalled scan is still open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(statistic(&mut fresh, "client_connections"), 1);
+}

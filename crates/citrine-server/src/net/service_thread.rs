@@ -135,6 +135,11 @@ pub(super) trait Backend: Transport {
     fn quiesce(&mut self, socket: &mut Self::Socket);
     /// Whether no I/O is in flight.
     fn quiet(&self, socket: &Self::Socket) -> bool;
+    /// Whether part of a reply is in flight, lent to the kernel (a backend
+    /// that writes from `out` directly says false: `out` shows it).
+    fn writing(&self, _socket: &Self::Socket) -> bool {
+        false
+    }
     /// Waits up to `timeout` for I/O, applies what happened to the
     /// connections and lists those that can make progress in `ready`.
     /// `Ok(true)`: the thread's waker fired.
@@ -558,7 +563,9 @@ impl<B: Backend> ServiceThread<B> {
                 continue;
             };
             let conn = &connection.conn;
-            let inside = conn.end > conn.start || conn.written < conn.out.len();
+            let inside = conn.end > conn.start
+                || conn.written < conn.out.len()
+                || self.backend.writing(&connection.socket);
             let Some(limit) = idle_limit(idle_ms, inside) else {
                 continue;
             };

@@ -363,6 +363,10 @@ impl Backend for Uring {
         socket.recv.is_none() && !socket.sending
     }
 
+    fn writing(&self, socket: &UringSocket) -> bool {
+        socket.sending
+    }
+
     fn wait(
         &mut self,
         timeout: Duration,
