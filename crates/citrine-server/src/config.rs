@@ -43,6 +43,10 @@ pub struct ServiceSection {
     pub node_id: Option<String>,
     pub work_directory: Option<PathBuf>,
     pub proto_fd_max: Option<u32>,
+    /// Milliseconds a client connection may stay idle (nothing received,
+    /// nothing sent) before it is closed; 0 (the default): never between
+    /// requests, a minute inside a frame.
+    pub proto_fd_idle_ms: Option<u32>,
     pub service_threads: Option<u16>,
     /// Share of one core (percent, 1 to 100, default 85) above which a
     /// service thread hands connections to a less loaded one.
@@ -297,6 +301,8 @@ pub struct ServerConfig {
     pub port: u16,
     pub work_directory: Option<PathBuf>,
     pub proto_fd_max: u32,
+    /// `service.proto-fd-idle-ms`, 0 = never between requests.
+    pub proto_fd_idle_ms: u32,
     pub service_threads: usize,
     /// `service.service-thread-spill-pct`.
     pub service_thread_spill_pct: u32,
@@ -429,6 +435,7 @@ pub fn resolve(
         port,
         work_directory,
         proto_fd_max: threads.proto_fd_max,
+        proto_fd_idle_ms: threads.proto_fd_idle_ms,
         service_threads: threads.service_threads,
         service_thread_spill_pct: threads.spill_pct,
         service_thread_contended_pct: threads.contended_pct,
@@ -551,20 +558,26 @@ fn access_address(service: &ServiceSection, address: &str, port: u16) -> String 
 /// The client connections and service threads' settings.
 struct ThreadSettings {
     proto_fd_max: u32,
+    proto_fd_idle_ms: u32,
     service_threads: usize,
     spill_pct: u32,
     contended_pct: u32,
     service_io: ServiceIo,
 }
 
-/// `proto-fd-max`, `service-threads` (0 or none: one per core), the
+/// `proto-fd-max`, `proto-fd-idle-ms`, `service-threads` (0 or none: one per core), the
 /// spill and contention thresholds (percent, 1 to 100) and `service-io`.
 fn resolve_threads(
     service: &ServiceSection,
     origin: &str,
     overrides: &Overrides,
 ) -> Result<ThreadSettings, ConfigError> {
-    let proto_fd_max = service.proto_fd_max.unwrap_or(15_000);
+    let proto_fd_max = service
+        .proto_fd_max
+        .unwrap_or(citrine_service::client_limits::PROTO_FD_MAX_DEFAULT);
+    let proto_fd_idle_ms = service
+        .proto_fd_idle_ms
+        .unwrap_or(citrine_service::client_limits::PROTO_FD_IDLE_MS_DEFAULT);
     if proto_fd_max == 0 {
         return Err(ConfigError(format!(
             "{origin}: service.proto-fd-max = 0 is impossible: no client could connect"
@@ -604,6 +617,7 @@ fn resolve_threads(
     };
     Ok(ThreadSettings {
         proto_fd_max,
+        proto_fd_idle_ms,
         service_threads,
         spill_pct,
         contended_pct,

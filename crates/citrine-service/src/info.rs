@@ -772,6 +772,8 @@ fn service_statistics(stats: &crate::NodeStats) -> Vec<(String, String)> {
             "client_connections_closed",
             &stats.client_connections_closed,
         ),
+        counter("reaped_fds", &stats.reaped_fds),
+        counter("proto_fd_max_refused", &stats.proto_fd_max_refused),
         counter("client_connections_moved", &stats.client_connections_moved),
         counter("client_read_ahead_pauses", &stats.client_read_ahead_pauses),
         counter("batch_index_initiate", &stats.batch.requests),
@@ -928,10 +930,18 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
     let context = command.param("context").unwrap_or("service");
     match context {
         "service" => {
+            let limits = &service.client_limits;
             let pairs: Vec<(String, String)> = vec![
                 ("cluster-name".into(), service.config.cluster_name.clone()),
                 ("node-id".into(), service.node_id.to_string()),
-                ("proto-fd-max".into(), "15000".into()),
+                (
+                    "proto-fd-idle-ms".into(),
+                    limits.proto_fd_idle_ms.load(Ordering::Relaxed).to_string(),
+                ),
+                (
+                    "proto-fd-max".into(),
+                    limits.proto_fd_max.load(Ordering::Relaxed).to_string(),
+                ),
                 (
                     "batch-max-requests".into(),
                     service
@@ -1000,7 +1010,7 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
 }
 
 /// `set-config:context=service;NAME=VALUE[;...]`: the migration throttles
-/// change at run time (the migration driver reads them before every
+/// and `proto-fd-idle-ms` change at run time (the migration driver reads them before every
 /// batch). Every value is checked before any is applied.
 fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
     match command.param("context") {
@@ -1009,7 +1019,7 @@ fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
         None => return "ERROR:4:missing context".to_owned(),
     }
     let migrations = service.migrations();
-    let mut changes: Vec<Box<dyn Fn()>> = Vec::new();
+    let mut changes: Vec<Box<dyn Fn() + '_>> = Vec::new();
     for (name, value) in &command.params {
         if *name == "context" {
             continue;
@@ -1039,6 +1049,15 @@ fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
                     .max_records_per_sec
                     .store(number, Ordering::Relaxed)
             })),
+            "proto-fd-idle-ms" => {
+                let Ok(idle_ms) = u32::try_from(number) else {
+                    return format!("ERROR:4:proto-fd-idle-ms must be at most {}", u32::MAX);
+                };
+                let limits = &service.client_limits;
+                changes.push(Box::new(move || {
+                    limits.proto_fd_idle_ms.store(idle_ms, Ordering::Relaxed)
+                }))
+            }
             _ => return format!("ERROR:4:{name} cannot be set at run time"),
         }
     }

@@ -55,6 +55,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod client_limits;
 pub mod config;
 pub mod info;
 pub mod job;
@@ -111,6 +112,12 @@ pub struct NodeStats {
     pub client_connections: AtomicU64,
     pub client_connections_opened: AtomicU64,
     pub client_connections_closed: AtomicU64,
+    /// Client connections closed because nothing moved on them for
+    /// `proto-fd-idle-ms`.
+    pub reaped_fds: AtomicU64,
+    /// Client connections closed at accept because `proto-fd-max` were
+    /// open (a Citrine statistic: the reference only logs them).
+    pub proto_fd_max_refused: AtomicU64,
     /// Connections handed from one service thread to another (load
     /// balancing between requests).
     pub client_connections_moved: AtomicU64,
@@ -246,6 +253,8 @@ pub struct Service {
     latencies: latency::Latencies,
     /// Most rows a batch request may carry (`batch-max-requests`; above → 151).
     pub batch_max_requests: AtomicU32,
+    /// `proto-fd-max` and `proto-fd-idle-ms` (see [`client_limits`]).
+    pub client_limits: client_limits::ClientLimits,
     /// The distribution layer: the view, the fabric, replication and
     /// migrations.
     dist: Arc<Distribution>,
@@ -299,6 +308,7 @@ impl Service {
             stats: NodeStats::default(),
             latencies,
             batch_max_requests: AtomicU32::new(batch::BATCH_MAX_REQUESTS_DEFAULT),
+            client_limits: client_limits::ClientLimits::default(),
         })
     }
 

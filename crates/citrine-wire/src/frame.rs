@@ -93,8 +93,53 @@ impl ProtoHeader {
 
 /// Inflates the body of a type-4 frame: an 8-byte big-endian original length
 /// (counting the original proto header) followed by a zlib stream of the
-/// original frame. Returns the original frame's header and body.
+/// original frame. Returns the original frame's header and body. The
+/// original may be as large as an uncompressed frame may
+/// ([`PROTO_SIZE_MAX`]); see [`inflate_within`].
 pub fn inflate(body: &[u8]) -> Result<(ProtoHeader, Vec<u8>), DecodeError> {
+    inflate_within(body, PROTO_SIZE_MAX)
+}
+
+/// [`inflate`] for a node that accepts messages of at most `limit` bytes
+/// (the original frame's body). The work is bounded by what the frame
+/// announces and by `limit`, never by what the zlib stream would expand to:
+/// - an announced length over `limit` is refused before anything inflates;
+/// - the original's proto header is inflated first and checked (version 2,
+///   type 3, a size matching the announced length), so a stream of garbage
+///   is refused after 8 bytes;
+/// - the body is inflated into a buffer that grows with the bytes actually
+///   produced, and inflation stops one byte past the announced size.
+pub fn inflate_within(body: &[u8], limit: u64) -> Result<(ProtoHeader, Vec<u8>), DecodeError> {
+    let original_length = announced_length(body, limit)?;
+    let mut decoder = flate2::read::ZlibDecoder::new(&body[8..]);
+    let header = inflate_header(&mut decoder, original_length)?;
+    let size = original_length - PROTO_HEADER_SIZE as u64;
+    // Fits: at most `limit`, which `announced_length` checked fits a usize.
+    let wanted = size as usize;
+    // A tiny frame announcing a huge length must not cost a large
+    // allocation up front: start from what its compressed size makes likely.
+    let mut original = Vec::with_capacity(
+        wanted
+            .min(body.len().saturating_mul(16).max(4096))
+            .min(1 << 20),
+    );
+    // One byte past the announced size tells an overrun.
+    decoder
+        .take(size + 1)
+        .read_to_end(&mut original)
+        .map_err(|error| DecodeError::Compression(error.to_string()))?;
+    if original.len() != wanted {
+        return Err(DecodeError::Compression(format!(
+            "inflated {} body bytes, announced {size}",
+            original.len()
+        )));
+    }
+    Ok((header, original))
+}
+
+/// The original length a type-4 body announces (its first 8 bytes): a
+/// whole proto header, and a body of at most `limit` bytes.
+fn announced_length(body: &[u8], limit: u64) -> Result<u64, DecodeError> {
     let announced = body.get(..8).ok_or(DecodeError::Truncated {
         what: "compressed frame length",
         needed: 8,
@@ -103,45 +148,39 @@ pub fn inflate(body: &[u8]) -> Result<(ProtoHeader, Vec<u8>), DecodeError> {
     let mut length_bytes = [0u8; 8];
     length_bytes.copy_from_slice(announced);
     let original_length = u64::from_be_bytes(length_bytes);
-    if original_length < PROTO_HEADER_SIZE as u64
-        || original_length > PROTO_SIZE_MAX + PROTO_HEADER_SIZE as u64
-    {
+    let limit = limit.min(PROTO_SIZE_MAX);
+    if original_length < PROTO_HEADER_SIZE as u64 {
         return Err(DecodeError::Invalid("compressed original length"));
     }
-    let capacity = usize::try_from(original_length)
-        .map_err(|_| DecodeError::Invalid("compressed original length"))?;
-    let mut decoder = flate2::read::ZlibDecoder::new(&body[8..]);
-    // Grow with the data actually inflated: a tiny frame announcing a huge
-    // length must not cost a large allocation up front.
-    let mut original = Vec::with_capacity(
-        capacity
-            .min(body.len().saturating_mul(16).max(4096))
-            .min(1 << 20),
-    );
-    // Read at most one byte past the announced length to detect overruns
-    // without inflating a zip bomb.
-    decoder
-        .by_ref()
-        .take(original_length + 1)
-        .read_to_end(&mut original)
-        .map_err(|error| DecodeError::Compression(error.to_string()))?;
-    if original.len() as u64 != original_length {
-        return Err(DecodeError::Compression(format!(
-            "inflated {} bytes, announced {original_length}",
-            original.len()
-        )));
+    if original_length - PROTO_HEADER_SIZE as u64 > limit {
+        return Err(DecodeError::Invalid(
+            "compressed original length (over the largest message accepted)",
+        ));
     }
+    usize::try_from(original_length)
+        .map_err(|_| DecodeError::Invalid("compressed original length"))?;
+    Ok(original_length)
+}
+
+/// Inflates and checks the original frame's proto header: an AS_MSG whose
+/// size is what the compressed frame announced.
+fn inflate_header(
+    decoder: &mut impl Read,
+    original_length: u64,
+) -> Result<ProtoHeader, DecodeError> {
     let mut header_bytes = [0u8; PROTO_HEADER_SIZE];
-    header_bytes.copy_from_slice(&original[..PROTO_HEADER_SIZE]);
-    let header = ProtoHeader::decode(&header_bytes)?;
+    decoder
+        .read_exact(&mut header_bytes)
+        .map_err(|error| DecodeError::Compression(error.to_string()))?;
+    let header = ProtoHeader::decode(&header_bytes)
+        .map_err(|_| DecodeError::Invalid("compressed inner proto header"))?;
     if header.message_type != MessageType::Message {
         return Err(DecodeError::Invalid("compressed inner type (must be 3)"));
     }
     if header.size + PROTO_HEADER_SIZE as u64 != original_length {
         return Err(DecodeError::Invalid("compressed inner size"));
     }
-    original.drain(..PROTO_HEADER_SIZE);
-    Ok((header, original))
+    Ok(header)
 }
 
 /// Compresses a complete frame (header and body) into a type-4 frame.

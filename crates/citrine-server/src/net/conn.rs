@@ -15,7 +15,8 @@
 //!   in request order; the next frame is looked at only when the previous
 //!   reply (every chunk of it) is written;
 //! - a frame whose header cannot be trusted closes that connection with a
-//!   log line; every other connection keeps being served;
+//!   log line (rate limited, see [`super::log_limit`]); every other
+//!   connection keeps being served;
 //! - the input buffer grows only as bytes arrive (at most doubling when it
 //!   is full, or to the bytes a backend hands over at once if that is
 //!   more), never to a size a frame merely announces;
@@ -30,6 +31,7 @@
 //!   the service thread polls; nothing else is read on that connection
 //!   until it completes.
 
+use super::log_limit;
 use citrine_service::{Continuation, Service};
 use citrine_wire::frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE};
 use citrine_wire::DecodeError;
@@ -206,7 +208,9 @@ impl Conn {
     /// Logs a peer that hung up in the middle of a frame.
     pub(super) fn log_eof(&self) {
         if self.end > self.start {
-            tracing::warn!(peer = %self.peer, buffered = self.end - self.start, "closing connection: peer closed inside a frame");
+            if let Some(note) = log_limit::CLOSED_MID_FRAME.admit() {
+                tracing::warn!(peer = %self.peer, buffered = self.end - self.start, "closing connection: peer closed inside a frame{note}");
+            }
         }
     }
 }
@@ -338,8 +342,10 @@ fn next_frame(service: &Service, conn: &mut Conn) -> Frame {
         Some(Ok(header)) => header,
         Some(Err(error)) => {
             service.stats.proto_errors.fetch_add(1, Ordering::Relaxed);
-            let header_bytes = &conn.input[conn.start..conn.start + PROTO_HEADER_SIZE];
-            tracing::warn!(peer = %conn.peer, header = ?header_bytes, "closing connection: bad proto header: {error}");
+            if let Some(note) = log_limit::BAD_FRAME.admit() {
+                let header_bytes = &conn.input[conn.start..conn.start + PROTO_HEADER_SIZE];
+                tracing::warn!(peer = %conn.peer, header = ?header_bytes, "closing connection: bad proto header: {error}{note}");
+            }
             return Frame::Bad;
         }
     };
@@ -396,7 +402,9 @@ fn handle(
             None
         }
         Ok(Err(close)) => {
-            tracing::warn!(peer = %conn.peer, "closing connection: {}", close.0);
+            if let Some(note) = log_limit::BAD_FRAME.admit() {
+                tracing::warn!(peer = %conn.peer, "closing connection: {}{note}", close.0);
+            }
             Some(Next::Close)
         }
         Err(_) => {

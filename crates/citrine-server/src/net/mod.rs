@@ -26,7 +26,12 @@
 //! - a connection is owned by exactly one service thread at a time; it
 //!   moves only between requests, through the receiving thread's inbox;
 //! - `proto-fd-max` bounds the open client connections: one over it is
-//!   closed at accept with a log line;
+//!   closed at accept with a log line (rate limited, [`log_limit`]) and
+//!   counted (`proto_fd_max_refused`); `set-config` cannot change it, the
+//!   accept loop reads it from the service's
+//!   [`ClientLimits`](citrine_service::client_limits::ClientLimits);
+//! - a connection idle for `proto-fd-idle-ms` is closed by its service
+//!   thread's sweep and counted (`reaped_fds`);
 //! - see [`conn`] for the per-connection invariants (order, bounded
 //!   buffers, panics, streamed replies, fabric work), [`service_thread`]
 //!   for moves, and [`ring`] for the ownership of in-flight buffers.
@@ -34,6 +39,7 @@
 mod balance;
 mod conn;
 mod epoll;
+mod log_limit;
 mod ring;
 mod service_thread;
 mod uring;
@@ -142,6 +148,13 @@ pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|error| format!("cannot start the listener runtime: {error}"))?;
+    let limits = &service.client_limits;
+    limits
+        .proto_fd_max
+        .store(config.proto_fd_max, Ordering::Relaxed);
+    limits
+        .proto_fd_idle_ms
+        .store(config.proto_fd_idle_ms, Ordering::Relaxed);
     let io = choose_io(config.service_io)?;
     let (shared, workers) = match start_threads(io, &runtime, &service, &config) {
         Ok(started) => started,
@@ -384,8 +397,12 @@ async fn accept_loop(
             }
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    if shared.open.load(Ordering::Relaxed) >= config.proto_fd_max {
-                        tracing::warn!(%peer, limit = config.proto_fd_max, "refusing connection: proto-fd-max reached");
+                    let limit = service.client_limits.proto_fd_max.load(Ordering::Relaxed);
+                    if shared.open.load(Ordering::Relaxed) >= limit {
+                        service.stats.proto_fd_max_refused.fetch_add(1, Ordering::Relaxed);
+                        if let Some(note) = log_limit::REFUSED.admit() {
+                            tracing::warn!(%peer, limit, "refusing connection: proto-fd-max reached{note}");
+                        }
                         drop(stream);
                         continue;
                     }
@@ -402,7 +419,9 @@ async fn accept_loop(
                 }
                 Err(error) => {
                     // Typically EMFILE: back off briefly instead of spinning.
-                    tracing::warn!("accept failed: {error}");
+                    if let Some(note) = log_limit::REFUSED.admit() {
+                        tracing::warn!("accept failed: {error}{note}");
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             }

@@ -26,11 +26,19 @@
 //!   of a CPU) tells the service that what the first turn to read anything
 //!   after it (within [`STALL_SLACK`]) reads may have waited since the
 //!   previous turn began ([`Service::handle_streaming_since`]): a request
-//!   whose client timed out meanwhile is refused, not run late.
+//!   whose client timed out meanwhile is refused, not run late;
+//! - a connection on which nothing moved for `proto-fd-idle-ms` (no
+//!   completion or readiness from its socket, no work of the server's own
+//!   on it) is closed by the thread's idle sweep (`reap_idle`, at most
+//!   every [`SWEEP_MAX`], from the turn's clock: no timer of its own),
+//!   between requests or inside a frame; inside a frame (or a reply) it is
+//!   closed after [`MID_FRAME_IDLE`] at most, even when `proto-fd-idle-ms`
+//!   is 0; one waiting for the server (fabric work, which has its own
+//!   timeouts, or a throttled scan's next chunk) is not.
 
 use super::balance::{self, LoadMeter, Rebalance, SpillGate};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
-use super::{Arrival, Parked, Shared};
+use super::{log_limit, Arrival, Parked, Shared};
 use citrine_service::lookahead::Lookup;
 use citrine_service::Service;
 use std::cmp::Reverse;
@@ -44,6 +52,31 @@ use std::time::{Duration, Instant};
 
 /// How often a thread measures its load and considers rebalancing.
 const BALANCE_WINDOW: Duration = Duration::from_millis(100);
+
+/// How long a connection stalled inside an exchange (part of a frame
+/// received, or part of a reply not taken) may stay idle when
+/// `proto-fd-idle-ms` is 0 or longer. A connection between requests waits
+/// for its client as long as `proto-fd-idle-ms` says, forever when it is 0
+/// (the reference's default: the clients' pools then keep idle sockets,
+/// and one reaped under them fails a write), but no client stops in the
+/// middle of a frame for this long.
+const MID_FRAME_IDLE: Duration = Duration::from_secs(60);
+
+/// How long a connection may stay idle under `proto-fd-idle-ms` =
+/// `idle_ms`, `inside` an exchange or between requests; `None`: forever.
+fn idle_limit(idle_ms: u32, inside: bool) -> Option<Duration> {
+    let idle = (idle_ms > 0).then(|| Duration::from_millis(u64::from(idle_ms)));
+    match (idle, inside) {
+        (Some(idle), true) => Some(idle.min(MID_FRAME_IDLE)),
+        (None, true) => Some(MID_FRAME_IDLE),
+        (idle, false) => idle,
+    }
+}
+
+/// The longest time between two idle sweeps (shorter for a short
+/// `proto-fd-idle-ms`: a quarter of it, at least [`SWEEP_MIN`]).
+const SWEEP_MAX: Duration = Duration::from_secs(1);
+const SWEEP_MIN: Duration = Duration::from_millis(10);
 
 /// How much later than its wait allowed a turn may start before the thread
 /// counts itself stalled. Past that, requests it reads are taken to have
@@ -84,6 +117,9 @@ pub(super) struct Connection<S> {
     /// After a stall, until the connection is next read (or the stall's
     /// slack ends): since when (unix ms) what it reads may have waited.
     held_since_ms: Option<u64>,
+    /// The start of the last turn that drove it: when something last
+    /// moved on it (for `proto-fd-idle-ms`).
+    last_moved: Instant,
 }
 
 /// The I/O half of a service thread.
@@ -99,6 +135,11 @@ pub(super) trait Backend: Transport {
     fn quiesce(&mut self, socket: &mut Self::Socket);
     /// Whether no I/O is in flight.
     fn quiet(&self, socket: &Self::Socket) -> bool;
+    /// Whether part of a reply is in flight, lent to the kernel (a backend
+    /// that writes from `out` directly says false: `out` shows it).
+    fn writing(&self, _socket: &Self::Socket) -> bool {
+        false
+    }
     /// Waits up to `timeout` for I/O, applies what happened to the
     /// connections and lists those that can make progress in `ready`.
     /// `Ok(true)`: the thread's waker fired.
@@ -166,6 +207,8 @@ pub(super) struct ServiceThread<B: Backend> {
     /// When the current turn began (its wait for I/O returned): when the
     /// requests it reads were received, for their latency histograms.
     turn_began: Instant,
+    /// When the next idle sweep is due.
+    next_sweep: Instant,
 }
 
 impl<B: Backend> ServiceThread<B> {
@@ -189,6 +232,7 @@ impl<B: Backend> ServiceThread<B> {
             stall_since_ms: None,
             stall_until: None,
             turn_began: Instant::now(),
+            next_sweep: Instant::now(),
         }
     }
 
@@ -229,6 +273,9 @@ impl<B: Backend> ServiceThread<B> {
                 self.release_paced(Instant::now());
             }
             self.serve_ready(&ready);
+            if woke >= self.next_sweep {
+                self.sweep(woke);
+            }
             let done = Instant::now();
             if let Some(busy_from) = busy_from {
                 meter.add_busy(done.saturating_duration_since(busy_from));
@@ -432,6 +479,7 @@ impl<B: Backend> ServiceThread<B> {
             moving_to: None,
             waker: None,
             held_since_ms: self.stall_since_ms,
+            last_moved: self.turn_began,
         });
         // It may hold a whole request already (moved between requests).
         self.runnable.push_back(token);
@@ -461,6 +509,7 @@ impl<B: Backend> ServiceThread<B> {
         let Some(Some(connection)) = self.connections.get_mut(token) else {
             return;
         };
+        connection.last_moved = self.turn_began;
         if let Some(to) = connection.moving_to {
             if connection.conn.between_requests() {
                 if self.backend.quiet(&connection.socket) {
@@ -487,6 +536,59 @@ impl<B: Backend> ServiceThread<B> {
             // Poll it once now so it sends its messages.
             Next::Started => self.poll_remote(token),
             Next::Later(pause) => self.paced.push(Reverse((Instant::now() + pause, token))),
+        }
+    }
+
+    /// The periodic sweep at `now`: closes idle connections, reports the
+    /// log lines suppressed (thread 0), and sets when the next is due.
+    fn sweep(&mut self, now: Instant) {
+        let idle_ms = self
+            .service
+            .client_limits
+            .proto_fd_idle_ms
+            .load(Ordering::Relaxed);
+        self.reap_idle(now, idle_ms);
+        if self.index == 0 {
+            log_limit::report_quiet(now);
+        }
+        let period = idle_limit(idle_ms, true).unwrap_or(SWEEP_MAX) / 4;
+        self.next_sweep = now + period.clamp(SWEEP_MIN, SWEEP_MAX);
+    }
+
+    /// Closes every connection on which nothing moved for longer than
+    /// [`idle_limit`] allows before `now`, unless it waits for the server.
+    fn reap_idle(&mut self, now: Instant, idle_ms: u32) {
+        for token in 0..self.connections.len() {
+            let Some(connection) = &self.connections[token] else {
+                continue;
+            };
+            let conn = &connection.conn;
+            let inside = conn.end > conn.start
+                || conn.written < conn.out.len()
+                || self.backend.writing(&connection.socket);
+            let Some(limit) = idle_limit(idle_ms, inside) else {
+                continue;
+            };
+            // Fabric work, or a throttled scan paused until its next chunk
+            // is due: the server's turn, not the client's.
+            let server_busy = match conn.state {
+                State::Remote(_) => true,
+                State::Streaming(_) => !inside,
+                State::Idle => false,
+            };
+            if server_busy || now.saturating_duration_since(connection.last_moved) < limit {
+                continue;
+            }
+            tracing::debug!(
+                peer = %connection.conn.peer,
+                buffered = connection.conn.end - connection.conn.start,
+                "closing connection idle past proto-fd-idle-ms"
+            );
+            self.service
+                .stats
+                .reaped_fds
+                .fetch_add(1, Ordering::Relaxed);
+            self.close(token);
         }
     }
 
@@ -666,6 +768,19 @@ impl<B: Backend> ServiceThread<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_connections_wait_as_long_as_proto_fd_idle_ms_says_but_not_mid_frame() {
+        let ms = Duration::from_millis;
+        // 0: between requests forever (the reference's default), inside
+        // a frame a minute.
+        assert_eq!(idle_limit(0, false), None);
+        assert_eq!(idle_limit(0, true), Some(MID_FRAME_IDLE));
+        assert_eq!(idle_limit(500, false), Some(ms(500)));
+        assert_eq!(idle_limit(500, true), Some(ms(500)));
+        assert_eq!(idle_limit(600_000, false), Some(ms(600_000)));
+        assert_eq!(idle_limit(600_000, true), Some(MID_FRAME_IDLE));
+    }
 
     /// A stall shows whether it delays the next turn or lands inside a
     /// turn (the process stopped after a turn's replies were sent, so the

@@ -47,6 +47,7 @@
 //!   blocking and, when it would block, waits for readiness itself.
 
 use super::conn::{Conn, Transport};
+use super::log_limit;
 use super::ring::{Completion, OpId, OpKind, Ring, Target};
 use super::service_thread::{Backend, Connection};
 use std::io::{self, Write};
@@ -362,6 +363,10 @@ impl Backend for Uring {
         socket.recv.is_none() && !socket.sending
     }
 
+    fn writing(&self, socket: &UringSocket) -> bool {
+        socket.sending
+    }
+
     fn wait(
         &mut self,
         timeout: Duration,
@@ -549,7 +554,9 @@ fn log_io_error(conn: &Conn, what: &str, result: i32) {
             tracing::debug!(peer = %conn.peer, "connection {what} error: {error}");
         }
         _ => {
-            tracing::warn!(peer = %conn.peer, "closing connection after a {what} error: {error} ({result})")
+            if let Some(note) = log_limit::IO_ERROR.admit() {
+                tracing::warn!(peer = %conn.peer, "closing connection after a {what} error: {error} ({result}){note}")
+            }
         }
     }
 }
