@@ -219,7 +219,7 @@ fn index_definitions_reach_every_node_and_queries_cover_the_cluster_once() {
     assert_all(
         &group,
         "sindex-list:namespace=test",
-        |answer| answer.starts_with("ns=test:indexname=by_v:set=NULL:bin=w:type=numeric:"),
+        |answer| answer.starts_with("ns=test:indexname=by_v:set=null:bin=w:type=numeric:"),
         "the new definition is not on every node",
     );
     assert_eq!(nodes[1].info_value(delete).as_deref(), Some("ok"));

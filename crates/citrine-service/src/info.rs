@@ -336,16 +336,18 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "sindex-delete" => crate::sindex::smd::delete(&service.indexes(), command),
         "sindex-exists" => crate::sindex::exists(&service.indexes(), command),
         "sindex" => match command.positional.as_slice() {
-            [] => crate::sindex::list(&service.indexes(), None, ""),
-            [namespace] => {
-                crate::sindex::list(&service.indexes(), Some(namespace), "ns_type=unknown")
+            [] => crate::sindex::list(&service.indexes(), None, "", false),
+            [namespace, ..] if service.namespace(namespace.as_bytes()).is_none() => {
+                "ns_type=unknown".to_owned()
             }
+            [namespace] => crate::sindex::list(&service.indexes(), Some(namespace), "", false),
             [namespace, name, ..] => crate::sindex::stat(&service.indexes(), namespace, name),
         },
         "sindex-list" => crate::sindex::list(
             &service.indexes(),
             command.param("ns").or_else(|| command.param("namespace")),
             "ERROR:20:namespace not found on node",
+            command.param("b64") == Some("true"),
         ),
         "sindex-stat" => crate::sindex::stat_command(&service.indexes(), command),
         _ => "ERROR:4:unrecognized command".to_owned(),

@@ -411,26 +411,37 @@ pub(crate) fn exists(indexes: &Indexes<'_>, command: &InfoCommand<'_>) -> String
 /// `sindex`, `sindex/NS`, `sindex-list[:ns=NS]`: one entry per index; a
 /// namespace the node does not have answers as the reference does
 /// (`unknown`, the positional form's or the parameter form's answer).
-pub(crate) fn list(indexes: &Indexes<'_>, namespace: Option<&str>, unknown: &str) -> String {
+/// Entries are separated by `;` (none after the last), contexts written
+/// out unless `b64` (`sindex-list:...;b64=true`) asks for their bytes.
+pub(crate) fn list(
+    indexes: &Indexes<'_>,
+    namespace: Option<&str>,
+    unknown: &str,
+    b64: bool,
+) -> String {
     let layers = &indexes.layers;
     if namespace.is_some_and(|name| layers.namespace(name.as_bytes()).is_none()) {
         return unknown.to_owned();
     }
-    let mut out = String::new();
+    let mut entries = Vec::new();
     for candidate in layers.data.namespaces() {
         if namespace.is_some_and(|name| name != candidate.config.name) {
             continue;
         }
         for index in indexes.of(candidate).read().iter() {
-            out.push_str(&index.def.listing());
-            out.push_str(if index.is_loaded() {
-                ":state=RW;"
-            } else {
-                ":state=WO;"
-            });
+            let mut entry = index.def.listing(b64);
+            // A set index lists no state (the reference's).
+            if !index.def.is_set_index() {
+                entry.push_str(if index.is_loaded() {
+                    ":state=RW"
+                } else {
+                    ":state=WO"
+                });
+            }
+            entries.push(entry);
         }
     }
-    out
+    entries.join(";")
 }
 
 /// `sindex-stat:namespace=NS;indexname=NAME`: the parameters checked as

@@ -11,6 +11,7 @@
 //! equal definition.
 
 use base64::Engine as _;
+use citrine_cdt::value::Value;
 
 /// Longest index name (the reference's limit).
 pub const INDEX_NAME_MAX: usize = 63;
@@ -216,10 +217,7 @@ impl SindexDef {
             None | Some("") => None,
             Some(text) => {
                 let bytes = base64_param("context", text)?;
-                citrine_cdt::check_context(&bytes).map_err(|error| DefError {
-                    code: error.result_code().code() as u16,
-                    message: "bad context".to_owned(),
-                })?;
+                check_index_context(&bytes)?;
                 Some(bytes)
             }
         };
@@ -320,32 +318,122 @@ impl SindexDef {
         text
     }
 
-    /// The `sindex` listing entry (without the state).
-    pub fn listing(&self) -> String {
-        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    /// The `sindex` listing entry, without the state, as the reference
+    /// (8.1) lists it: absent parts are `null`; the context and the
+    /// expression in base64 when `b64` (what `sindex-list:...;b64=true`
+    /// asks, and tools that re-create indexes read), else the context
+    /// written out (`[map_key(<string#3>), list_index(1)]`). A set index
+    /// lists its set alone.
+    pub fn listing(&self, b64: bool) -> String {
+        if self.is_set_index() {
+            return format!(
+                "ns={}:indexname={}:set={}:indextype=set",
+                self.namespace,
+                self.name,
+                self.set.as_deref().unwrap_or("null")
+            );
+        }
+        let base64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
         let (bin, exp) = match &self.source {
-            Source::Bin(bin) => (bin.clone(), "NULL".to_owned()),
-            Source::Expression(bytes) => ("NULL".to_owned(), b64(bytes)),
-            Source::Set => ("NULL".to_owned(), "NULL".to_owned()),
+            Source::Bin(bin) => (bin.clone(), "null".to_owned()),
+            // The reference writes an expression out too; Citrine lists
+            // it in base64 either way (see `context_text` for contexts).
+            Source::Expression(bytes) => ("null".to_owned(), base64(bytes)),
+            Source::Set => ("null".to_owned(), "null".to_owned()),
         };
-        let (key_type, collection) = if self.is_set_index() {
-            ("NULL", "set")
-        } else {
-            (self.key_type.listing_name(), self.collection.listing_name())
+        let context = match &self.context {
+            None => "null".to_owned(),
+            Some(bytes) if b64 => base64(bytes),
+            Some(bytes) => context_text(bytes),
         };
         format!(
             "ns={}:indexname={}:set={}:bin={}:type={}:indextype={}:context={}:exp={}",
             self.namespace,
             self.name,
-            self.set.as_deref().unwrap_or("NULL"),
+            self.set.as_deref().unwrap_or("null"),
             bin,
-            key_type,
-            collection,
-            self.context
-                .as_deref()
-                .map_or_else(|| "NULL".to_owned(), b64),
+            self.key_type.listing_name(),
+            self.collection.listing_name(),
+            context,
             exp
         )
+    }
+}
+
+/// An index's context: a CDT context whose steps only select (no create
+/// flags), refused as the reference refuses one (4, `'context' invalid cdt
+/// context`).
+fn check_index_context(context: &[u8]) -> Result<(), DefError> {
+    let invalid = || parameter("'context' invalid cdt context");
+    citrine_cdt::check_context(context).map_err(|_| invalid())?;
+    let Ok(Value::List(list)) = citrine_cdt::value::decode(context) else {
+        return Err(invalid());
+    };
+    let selects = list.items.chunks(2).all(|step| {
+        matches!(step.first(), Some(Value::Int(kind)) if matches!(kind, 0x10 | 0x11 | 0x13 | 0x20..=0x23))
+    });
+    if selects {
+        Ok(())
+    } else {
+        Err(invalid())
+    }
+}
+
+/// A CDT context written out as the reference lists it: each step's kind
+/// and its value, `[map_key(<string#3>), list_index(1)]`. Strings, blobs,
+/// GeoJSON, lists and maps show their kind and size, not their content.
+fn context_text(context: &[u8]) -> String {
+    let Ok(Value::List(list)) = citrine_cdt::value::decode(context) else {
+        return "ctx-error-display".to_owned();
+    };
+    let steps: Vec<String> = list
+        .items
+        .chunks(2)
+        .map(|step| match step {
+            [Value::Int(kind), value] => format!("{}({})", step_name(*kind), value_text(value)),
+            _ => "ctx-error-display".to_owned(),
+        })
+        .collect();
+    format!("[{}]", steps.join(", "))
+}
+
+/// The name of a context step's kind.
+fn step_name(kind: i64) -> &'static str {
+    match kind {
+        0x00 => "index",
+        0x01 => "rank",
+        0x02 => "key",
+        0x03 => "value",
+        0x10 => "list_index",
+        0x11 => "list_rank",
+        0x13 => "list_value",
+        0x20 => "map_index",
+        0x21 => "map_rank",
+        0x22 => "map_key",
+        0x23 => "map_value",
+        _ => "unknown",
+    }
+}
+
+/// A context step's value as the reference lists it.
+fn value_text(value: &Value) -> String {
+    match value {
+        Value::Nil => "nil".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        // The reference prints the 64 bits as a signed integer.
+        Value::UInt(u) => (*u as i64).to_string(),
+        Value::Double(f) => format!("{f:.6}"),
+        Value::Str(text) => format!("<string#{}>", text.len()),
+        Value::Blob(_, bytes) if bytes.is_empty() => "<blob#_>".to_owned(),
+        Value::Blob(4, bytes) => format!("<blob#{}>", bytes.len()),
+        Value::Blob(subtype, bytes) => format!("<blob{subtype}#{}>", bytes.len()),
+        Value::Geo(text) => format!("<geojson#{}>", text.len()),
+        Value::List(list) => format!("<list#{}>", list.items.len()),
+        Value::Map(map) => format!("<map#{}>", map.entries.len()),
+        Value::Wildcard => "*".to_owned(),
+        Value::Infinity => "<ext#0>".to_owned(),
+        Value::Ext(..) => "ctx-error-display".to_owned(),
     }
 }
 
@@ -397,6 +485,44 @@ mod tests {
     }
 
     #[test]
+    fn a_listing_writes_the_context_out_as_the_reference_does() {
+        // Answers of the reference (CE 8.1.2) to `sindex-list` for indexes
+        // created with these contexts; `b64=true` keeps the bytes.
+        let cases: [(&[u8], &str); 9] = [
+            (&[0x92, 0x10, 0x00], "[list_index(0)]"),
+            (&[0x92, 0x11, 0xff], "[list_rank(-1)]"),
+            (&[0x92, 0x13, 0xcd, 0x12, 0x34], "[list_value(4660)]"),
+            (
+                &[0x92, 0x22, 0xa4, 0x03, b'k', b'e', b'y'],
+                "[map_key(<string#3>)]",
+            ),
+            (&[0x92, 0x22, 0xa3, 0x04, 0x01, 0x02], "[map_key(<blob#2>)]"),
+            (
+                &[0x92, 0x23, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0],
+                "[map_value(1.500000)]",
+            ),
+            (&[0x92, 0x23, 0xc3], "[map_value(true)]"),
+            (&[0x92, 0x23, 0x92, 0x01, 0x02], "[map_value(<list#2>)]"),
+            (
+                &[0x94, 0x22, 0xa2, 0x03, b'a', 0x10, 0x01],
+                "[map_key(<string#1>), list_index(1)]",
+            ),
+        ];
+        for (context, text) in cases {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(context);
+            let def = parse(&format!(
+                "namespace=test;indexname=c;bin=l;type=numeric;indextype=list;context={b64}"
+            ))
+            .expect("a context index");
+            assert_eq!(
+                def.listing(false),
+                format!("ns=test:indexname=c:set=null:bin=l:type=numeric:indextype=list:context={text}:exp=null")
+            );
+            assert!(def.listing(true).contains(&format!(":context={b64}:")));
+        }
+    }
+
+    #[test]
     fn collection_context_and_expression_round_trip() {
         // ctx [0x10 (list index), 0] = msgpack [16, 0]
         let ctx = base64::engine::general_purpose::STANDARD.encode([0x92, 0x10, 0x00]);
@@ -416,7 +542,7 @@ mod tests {
         .expect("exp");
         assert_eq!(def.source, Source::Expression(int_bin.to_vec()));
         assert_eq!(parse(&def.to_command()).expect("round trip"), def);
-        assert!(def.listing().contains(":bin=NULL:"));
+        assert!(def.listing(true).contains(":bin=null:"));
         // As the reference refuses: a type that is not the index's, a
         // literal (reads no bin), the key ([80, INT]), metadata ([66]:
         // last update).
@@ -447,9 +573,10 @@ mod tests {
         assert!(def.is_set_index());
         assert_eq!(def.set.as_deref(), Some("demo"));
         assert_eq!(parse(&def.to_command()).expect("round trip"), def);
-        assert!(def
-            .listing()
-            .contains(":set=demo:bin=NULL:type=NULL:indextype=set:"));
+        assert_eq!(
+            def.listing(false),
+            "ns=test:indexname=s:set=demo:indextype=set"
+        );
         // A bin sent with it changes nothing.
         let with_bin =
             parse("namespace=test;set=demo;indexname=s;indextype=set;bin=unused;type=STRING")
@@ -475,6 +602,10 @@ mod tests {
             ("ns=test;indexname=i;bin=b;type=NUMERIC;indextype=tree", 4),
             ("ns=test;indexname=i;bin=b;type=NUMERIC;context=!!", 4),
             ("ns=test;indexname=i;bin=b;type=NUMERIC;context=kQ==", 4),
+            // A list-index step with a create flag, and a kind no context
+            // has: the reference refuses both with 4.
+            ("ns=test;indexname=i;bin=b;type=NUMERIC;context=klAB", 4),
+            ("ns=test;indexname=i;bin=b;type=NUMERIC;context=kgQB", 4),
             ("ns=test;indexname=i;exp=wQ==;type=NUMERIC", 4),
         ] {
             let error = parse(text).expect_err(text);
@@ -483,9 +614,9 @@ mod tests {
         let geo = parse("ns=test;indexname=g;bin=b;type=geo2dsphere").expect("a geo index");
         assert_eq!(geo.key_type, KeyType::Geo);
         assert!(
-            geo.listing().contains("type=geo2dsphere"),
+            geo.listing(false).contains("type=geo2dsphere"),
             "{}",
-            geo.listing()
+            geo.listing(false)
         );
     }
 }

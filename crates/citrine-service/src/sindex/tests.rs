@@ -177,10 +177,11 @@ fn info_commands_create_list_describe_and_delete() {
     let listing = info(&service, "sindex");
     assert_eq!(
         listing,
-        "ns=test:indexname=idx_n:set=demo:bin=n:type=numeric:indextype=default:context=NULL:exp=NULL:state=RW;"
+        "ns=test:indexname=idx_n:set=demo:bin=n:type=numeric:indextype=default:context=null:exp=null:state=RW"
     );
     assert_eq!(info(&service, "sindex/test"), listing);
     assert_eq!(info(&service, "sindex/other"), "ns_type=unknown");
+    assert_eq!(info(&service, "sindex/other/idx_n"), "ns_type=unknown");
     let stat = info(&service, "sindex/test/idx_n");
     assert!(stat.contains("entries=1;"), "{stat}");
     assert!(stat.contains("load_pct=100;"), "{stat}");
@@ -644,7 +645,7 @@ fn definitions_are_kept_and_restored_with_their_entries() {
         "{listing}"
     );
     assert!(
-        listing.contains("indexname=s:set=NULL:bin=s:type=string:indextype=mapkeys"),
+        listing.contains("indexname=s:set=null:bin=s:type=string:indextype=mapkeys"),
         "{listing}"
     );
     let (records, _) = query(
@@ -705,7 +706,7 @@ fn an_index_still_building_answers_203_and_a_new_name_renames() {
         Ok(citrine_sindex::Created::New(_))
     ));
     assert!(info(&service, "sindex").contains("indexname=pending:"));
-    assert!(info(&service, "sindex").ends_with(":state=WO;"));
+    assert!(info(&service, "sindex").ends_with(":state=WO"));
     assert!(info(&service, "sindex/test/pending").contains("load_pct=0;"));
     let spec = QuerySpec {
         range: int_range("n", 0, 9),
