@@ -12,7 +12,8 @@
 //! Layout: `reader` (a token cursor over msgpack), `parse` (the tree, one
 //! node per op, literals decoded and types checked once), `eval` (the
 //! reference's evaluation rules, three-valued), `posix` (regular
-//! expressions in POSIX syntax); this file holds the API and the
+//! expressions in POSIX syntax), `display` (an expression written out as
+//! the reference lists an index's); this file holds the API and the
 //! `EXP_READ`/`EXP_MODIFY` op semantics (flags, bin policies).
 //!
 //! Semantics are the reference server's (`exp.c`, `expop.c`): expressions
@@ -36,6 +37,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod display;
 mod eval;
 mod parse;
 mod posix;
@@ -185,10 +187,12 @@ impl Expression {
         );
         let (mut reads_record, mut forbidden) = (false, false);
         self.root.walk(&mut |node| match node {
-            Node::Bin(..) | Node::BinType(_) | Node::BinExists(_) | Node::DigestMod(_) => {
+            Node::Bin(..) | Node::BinType(_) | Node::DigestMod(_) => {
                 reads_record = true;
             }
-            Node::Key(_) | Node::Meta(_) => forbidden = true,
+            // The reference (CE 8.1.2) refuses an index expression that
+            // asks whether a bin exists, as it refuses the key and metadata.
+            Node::Key(_) | Node::Meta(_) | Node::BinExists(_) => forbidden = true,
             _ => {}
         });
         typed && reads_record && !forbidden

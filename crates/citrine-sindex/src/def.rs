@@ -237,13 +237,14 @@ impl SindexDef {
                 let expression =
                     citrine_exp::Expression::parse_value(&bytes).map_err(|error| DefError {
                         code: error.result_code().code() as u16,
-                        message: "bad expression".to_owned(),
+                        message: "bad 'exp'".to_owned(),
                     })?;
                 let key_type = key_type(param("type").ok_or_else(|| parameter("missing type"))?)?;
                 if !expression_fits(&expression, key_type, collection, context.is_some()) {
-                    return Err(parameter(
-                        "bad exp: its type does not match the index's, or it reads no bin, or it reads the key or metadata",
-                    ));
+                    // The reference's words (it adds the two types when they
+                    // differ): the type is not the index's, or it reads no
+                    // bin, or the key, metadata or a bin's existence.
+                    return Err(parameter("bad 'exp'"));
                 }
                 (Source::Expression(bytes), key_type)
             }
@@ -321,9 +322,10 @@ impl SindexDef {
     /// The `sindex` listing entry, without the state, as the reference
     /// (8.1) lists it: absent parts are `null`; the context and the
     /// expression in base64 when `b64` (what `sindex-list:...;b64=true`
-    /// asks, and tools that re-create indexes read), else the context
-    /// written out (`[map_key(<string#3>), list_index(1)]`). A set index
-    /// lists its set alone.
+    /// asks, and tools that re-create indexes read), else written out
+    /// (`[map_key(<string#3>), list_index(1)]`, `add(bin_int("a"), 7)`;
+    /// an expression with a part [`citrine_exp::display`] has no form for
+    /// stays in base64). A set index lists its set alone.
     pub fn listing(&self, b64: bool) -> String {
         if self.is_set_index() {
             return format!(
@@ -336,9 +338,13 @@ impl SindexDef {
         let base64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
         let (bin, exp) = match &self.source {
             Source::Bin(bin) => (bin.clone(), "null".to_owned()),
-            // The reference writes an expression out too; Citrine lists
-            // it in base64 either way (see `context_text` for contexts).
-            Source::Expression(bytes) => ("null".to_owned(), base64(bytes)),
+            // Written out where every part has a known form (module calls
+            // do not yet), else in base64.
+            Source::Expression(bytes) if b64 => ("null".to_owned(), base64(bytes)),
+            Source::Expression(bytes) => (
+                "null".to_owned(),
+                citrine_exp::display::text(bytes).unwrap_or_else(|| base64(bytes)),
+            ),
             Source::Set => ("null".to_owned(), "null".to_owned()),
         };
         let context = match &self.context {
@@ -543,19 +549,30 @@ mod tests {
         assert_eq!(def.source, Source::Expression(int_bin.to_vec()));
         assert_eq!(parse(&def.to_command()).expect("round trip"), def);
         assert!(def.listing(true).contains(":bin=null:"));
+        assert!(def.listing(false).ends_with(":exp=bin_int(\"a\")"));
+        assert!(def.listing(true).ends_with(&format!(":exp={exp}")));
         // As the reference refuses: a type that is not the index's, a
         // literal (reads no bin), the key ([80, INT]), metadata ([66]:
-        // last update).
+        // last update), a bin's existence (cond(bin_exists("a"),
+        // bin_int("a"), 0)), each with "bad 'exp'".
+        let exists: &[u8] = &[
+            0x94, 0x7b, 0x92, 0x53, 0xa1, b'a', 0x93, 0x51, 0x02, 0xa1, b'a', 0x00,
+        ];
         for (bytes, kind) in [
             (&int_bin[..], "STRING"),
             (&[0x07][..], "NUMERIC"),
             (&[0x92, 0x50, 0x02][..], "NUMERIC"),
             (&[0x91, 0x42][..], "NUMERIC"),
+            (exists, "NUMERIC"),
         ] {
             let exp = base64::engine::general_purpose::STANDARD.encode(bytes);
             let error = parse(&format!("namespace=test;indexname=e;exp={exp};type={kind}"))
                 .expect_err("refused");
-            assert_eq!(error.code, 4, "{bytes:?} {kind}");
+            assert_eq!(
+                (error.code, error.message.as_str()),
+                (4, "bad 'exp'"),
+                "{bytes:?} {kind}"
+            );
         }
         let list = parse(&format!(
             "namespace=test;indexname=e;exp={exp};type=NUMERIC;indextype=LIST"
