@@ -431,7 +431,7 @@ fn decide(list: &[Arc<Sindex>], def: &SindexDef) -> Result<Decision, DefError> {
         }
         return Err(DefError {
             code: 200,
-            message: "an index of that name exists with another definition".to_owned(),
+            message: "'indexname' already exists with different definition".to_owned(),
         });
     }
     if let Some(at) = list.iter().position(|index| index.def.same_target(def)) {
