@@ -7,12 +7,18 @@
 //! line byte for byte; unknown commands answer `ERROR:4:unrecognized command`;
 //! `help` lists the known ones (`COMMANDS`, kept true by a test that asks
 //! each).
+//!
+//! Only the dispatcher (`answer`) sees the `Service`: it routes each command
+//! to the handle its answer needs — the two layers (`Layers`: the view, the
+//! partition map, namespaces, statistics, `set-config`), the index feature
+//! (`sindex::Indexes`, also for `sets`), the UDF modules, the jobs,
+//! truncation — and `get-config`, which reports every feature's settings.
 
 use crate::cluster_state::NamespaceMap;
 use crate::config::StorageEngineConfig;
 use crate::namespace::{Namespace, NamespaceStats};
 use crate::smd::Store;
-use crate::Service;
+use crate::{Layers, Service};
 use citrine_types::PARTITIONS;
 use citrine_wire::info::{request_lines, InfoCommand, InfoResponse};
 use std::borrow::Cow;
@@ -110,14 +116,14 @@ pub(crate) fn answer_request(service: &Service, body: &[u8], out: &mut Vec<u8>) 
 /// Citrine's `PreferRack`) ask it with
 /// `rebalance-generation` to read from a replica on their own rack. With
 /// the error answer they learn no rack and read from the master.
-fn rack_ids(service: &Service) -> String {
-    let cluster = service.cluster();
+fn rack_ids(layers: &Layers<'_>) -> String {
+    let cluster = layers.cluster();
     let rack = cluster
         .members
         .iter()
-        .find(|member| member.node_id == service.node_id)
+        .find(|member| member.node_id == layers.node_id())
         .map_or(0, |member| member.rack_id);
-    service
+    layers
         .namespaces()
         .map(|namespace| format!("{}:{rack}", namespace.config.name))
         .collect::<Vec<_>>()
@@ -130,14 +136,14 @@ fn rack_ids(service: &Service) -> String {
 /// separated by `;`. Every node joins with one rack for all its namespaces,
 /// so each namespace lists the same racks. Before its first view a node
 /// lists itself alone, in its configured rack.
-fn racks(service: &Service, command: &InfoCommand<'_>) -> String {
+fn racks(layers: &Layers<'_>, command: &InfoCommand<'_>) -> String {
     let wanted = command.param("namespace").or_else(|| command.param("ns"));
     if let Some(name) = wanted {
-        if service.namespace(name.as_bytes()).is_none() {
+        if layers.namespace(name.as_bytes()).is_none() {
             return "ERROR:4:namespace not found".to_owned();
         }
     }
-    let cluster = service.cluster();
+    let cluster = layers.cluster();
     debug_assert!(
         cluster.members.is_sorted_by_key(|member| member.node_id),
         "a view's members are in node-id order"
@@ -154,7 +160,7 @@ fn racks(service: &Service, command: &InfoCommand<'_>) -> String {
         .map(|(rack, nodes)| format!("rack_{rack}={}", nodes.join(",")))
         .collect::<Vec<_>>()
         .join(":");
-    service
+    layers
         .namespaces()
         .map(|namespace| namespace.config.name.as_str())
         .filter(|name| wanted.is_none_or(|wanted| wanted == *name))
@@ -164,8 +170,8 @@ fn racks(service: &Service, command: &InfoCommand<'_>) -> String {
 }
 
 /// The cluster key, as upper-case hex.
-pub fn cluster_key(service: &Service) -> String {
-    format!("{:X}", service.cluster().cluster_key)
+pub fn cluster_key(layers: &Layers<'_>) -> String {
+    format!("{:X}", layers.cluster().cluster_key)
 }
 
 /// The info commands this server answers, in order: what `help` lists.
@@ -240,9 +246,10 @@ pub(crate) const COMMANDS: &[&str] = &[
 ];
 
 pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
+    let layers = service.layers();
     match command.name {
         "help" => COMMANDS.join(";"),
-        "node" => service.node_id.to_string(),
+        "node" => layers.node_id().to_string(),
         "build" => BUILD.to_owned(),
         "edition" => EDITION.to_owned(),
         "version" => format!("{EDITION} build {BUILD}"),
@@ -252,24 +259,24 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         ),
         "compatibility-id" => "1".to_owned(),
         "features" => FEATURES.to_owned(),
-        "cluster-name" => service.config.cluster_name.clone(),
-        "partition-generation" => partition_generation(service).to_string(),
-        "peers-generation" => service.cluster().peers_generation.to_string(),
-        "rebalance-generation" => service.cluster().partition_generation.to_string(),
-        "peers-clear-std" | "peers-clear-alt" => service.cluster().peers_value(),
+        "cluster-name" => layers.config.cluster_name.clone(),
+        "partition-generation" => partition_generation(&layers).to_string(),
+        "peers-generation" => layers.cluster().peers_generation.to_string(),
+        "rebalance-generation" => layers.cluster().partition_generation.to_string(),
+        "peers-clear-std" | "peers-clear-alt" => layers.cluster().peers_value(),
         // No TLS: the TLS peer lists are empty.
         "peers-tls-std" | "peers-tls-alt" | "alumni-clear-std" | "alumni-clear-alt"
         | "alumni-tls-std" | "alumni-tls-alt" => {
-            format!("{},3000,[]", service.cluster().peers_generation)
+            format!("{},3000,[]", layers.cluster().peers_generation)
         }
-        "services" | "services-alternate" => service.cluster().services_value(),
+        "services" | "services-alternate" => layers.cluster().services_value(),
         "services-alumni" | "services-alumni-reset" => String::new(),
-        "service" | "service-clear-std" => service.config.access_address.clone(),
+        "service" | "service-clear-std" => layers.config.access_address.clone(),
         "service-clear-alt" | "service-tls-std" | "service-tls-alt" => String::new(),
         "partitions" => PARTITIONS.to_string(),
-        "replicas" => replicas(service, true),
-        "replicas-all" => replicas(service, false),
-        "replicas-master" if service.is_orphan() => service
+        "replicas" => replicas(&layers, true),
+        "replicas-all" => replicas(&layers, false),
+        "replicas-master" if layers.is_orphan() => service
             .cluster()
             .namespaces
             .iter()
@@ -283,12 +290,12 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
             .collect::<Vec<_>>()
             .join(";"),
         "replicas-master" => {
-            let cluster = service.cluster();
+            let cluster = layers.cluster();
             cluster
                 .namespaces
                 .iter()
                 .map(|namespace| {
-                    format!("{}:{}", namespace.name, master_bitmap(service, namespace))
+                    format!("{}:{}", namespace.name, master_bitmap(&layers, namespace))
                 })
                 .collect::<Vec<_>>()
                 .join(";")
@@ -301,35 +308,35 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "namespace" => match command
             .positional
             .first()
-            .and_then(|name| service.namespace(name.as_bytes()))
+            .and_then(|name| layers.namespace(name.as_bytes()))
         {
-            Some(namespace) => namespace_info(service, namespace),
+            Some(namespace) => namespace_info(&layers, namespace),
             None => "type=unknown".to_owned(),
         },
         "statistics" => statistics(service),
-        "sets" => sets(service, command),
+        "sets" => sets(&service.indexes(), command),
         "get-config" => get_config(service, command),
-        "set-config" => set_config(service, command),
-        "cluster-stable" => cluster_stable(service, command),
-        "cluster-key" => cluster_key(service),
-        "cluster-size" => service.cluster().size().to_string(),
-        "cluster-info" => cluster_info(service),
+        "set-config" => set_config(&layers, &service.client_limits, command),
+        "cluster-stable" => cluster_stable(&layers, command),
+        "cluster-key" => cluster_key(&layers),
+        "cluster-size" => layers.cluster().size().to_string(),
+        "cluster-info" => cluster_info(&layers),
         "status" => "ok".to_owned(),
         "user-agent-set" => "ok".to_owned(),
         "logs" => "0:stderr".to_owned(),
-        "latencies" => service.latencies().info(command),
+        "latencies" => layers.latencies.info(command),
         "truncate" => service.truncate_command(command, false),
         "truncate-namespace" => service.truncate_command(command, true),
         "truncate-undo" => service.truncate_undo_command(command, false),
         "truncate-namespace-undo" => service.truncate_undo_command(command, true),
-        "rack-ids" => rack_ids(service),
-        "racks" => racks(service, command),
-        "partition-checksums" => partition_checksums(service, command),
+        "rack-ids" => rack_ids(&layers),
+        "racks" => racks(&layers, command),
+        "partition-checksums" => partition_checksums(&layers, command),
         "udf-put" => crate::udf::put(&service.udf_modules(), command),
         "udf-get" => crate::udf::get(&service.udf_modules(), command),
         "udf-remove" => crate::udf::remove(&service.udf_modules(), command),
         "udf-list" => crate::udf::list(&service.udf_modules()),
-        "query-show" => crate::job::show(&service.jobs, service.layers(), command),
+        "query-show" => crate::job::show(&service.jobs, layers, command),
         "query-abort" => crate::job::abort(&service.jobs, command),
         "query-abort-all" => crate::job::abort_all(&service.jobs),
         "sindex-create" => crate::sindex::smd::create(&service.indexes(), command),
@@ -337,7 +344,7 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "sindex-exists" => crate::sindex::exists(&service.indexes(), command),
         "sindex" => match command.positional.as_slice() {
             [] => crate::sindex::list(&service.indexes(), None, "", false),
-            [namespace, ..] if service.namespace(namespace.as_bytes()).is_none() => {
+            [namespace, ..] if layers.namespace(namespace.as_bytes()).is_none() => {
                 "ns_type=unknown".to_owned()
             }
             [namespace] => crate::sindex::list(&service.indexes(), Some(namespace), "", false),
@@ -357,9 +364,9 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
 /// `replicas` (with the AP regime 0) and `replicas-all`: per namespace, one
 /// bitmap per column (master, then replicas) of the partitions this node
 /// holds; the number of columns is the effective replication factor.
-fn replicas(service: &Service, with_regime: bool) -> String {
-    let cluster = service.cluster();
-    let orphan = service.is_orphan();
+fn replicas(layers: &Layers<'_>, with_regime: bool) -> String {
+    let cluster = layers.cluster();
+    let orphan = layers.is_orphan();
     cluster
         .namespaces
         .iter()
@@ -374,7 +381,7 @@ fn replicas(service: &Service, with_regime: bool) -> String {
             } else {
                 let mut columns = namespace.column_bitmaps.clone();
                 if let Some(first) = columns.first_mut() {
-                    if let Cow::Owned(claimed) = master_bitmap(service, namespace) {
+                    if let Cow::Owned(claimed) = master_bitmap(layers, namespace) {
                         *first = claimed;
                     }
                 }
@@ -401,24 +408,24 @@ fn replicas(service: &Service, with_regime: bool) -> String {
 /// `partition-generation`: the view's, plus every change of this node's
 /// master-column claims within the view (acting masters), so a client
 /// fetches `replicas` again whenever the answer would differ.
-fn partition_generation(service: &Service) -> u64 {
-    service.cluster().partition_generation + service.migrations().claims_generation()
+fn partition_generation(layers: &Layers<'_>) -> u64 {
+    layers.cluster().partition_generation + layers.migrations().claims_generation()
 }
 
 /// This node's master-column bitmap of a namespace: the partition map's,
 /// less the partitions it cedes to acting masters while it fills them,
 /// plus those it claims as an acting master (see `crate::migration`).
-fn master_bitmap<'a>(service: &Service, namespace: &'a NamespaceMap) -> Cow<'a, str> {
+fn master_bitmap<'a>(layers: &Layers<'_>, namespace: &'a NamespaceMap) -> Cow<'a, str> {
     let fixed = namespace.column_bitmaps.first().map_or("", String::as_str);
-    let (ceded, taken) = service
+    let (ceded, taken) = layers
         .migrations()
-        .claim_overrides(&namespace.name, service.node_id);
+        .claim_overrides(&namespace.name, layers.node_id());
     if ceded.is_empty() && taken.is_empty() {
         return Cow::Borrowed(fixed);
     }
     let mastered = namespace
         .map
-        .columns_of(service.node_id)
+        .columns_of(layers.node_id())
         .filter(|(partition, column)| *column == 0 && ceded.binary_search(partition).is_err())
         .map(|(partition, _)| partition);
     Cow::Owned(crate::cluster_state::bitmap_base64(
@@ -427,8 +434,8 @@ fn master_bitmap<'a>(service: &Service, namespace: &'a NamespaceMap) -> Cow<'a, 
 }
 
 /// `cluster-info`: key, size, principal and succession list, for operators.
-fn cluster_info(service: &Service) -> String {
-    let cluster = service.cluster();
+fn cluster_info(layers: &Layers<'_>) -> String {
+    let cluster = layers.cluster();
     let succession: Vec<String> = cluster
         .members
         .iter()
@@ -440,7 +447,7 @@ fn cluster_info(service: &Service) -> String {
         cluster.size(),
         cluster.principal(),
         succession.join(","),
-        partition_generation(service)
+        partition_generation(layers)
     )
 }
 
@@ -544,14 +551,14 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
     pairs
 }
 
-fn namespace_info(service: &Service, namespace: &Namespace) -> String {
-    let mut pairs = namespace_usage_pairs(service, namespace);
+fn namespace_info(layers: &Layers<'_>, namespace: &Namespace) -> String {
+    let mut pairs = namespace_usage_pairs(layers, namespace);
     pairs.extend(
         NAMESPACE_COUNTERS
             .iter()
             .map(|(name, read)| ((*name).to_owned(), read(&namespace.stats).to_string())),
     );
-    let (migrate_tx, migrate_rx) = service
+    let (migrate_tx, migrate_rx) = layers
         .migrations()
         .namespace_remaining(&namespace.config.name);
     pairs.push((
@@ -565,14 +572,14 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
     if let Some(device) = namespace.storage.device() {
         pairs.extend(device.info_pairs());
     }
-    pairs.extend(namespace_config_pairs(namespace, service.config.rack_id));
+    pairs.extend(namespace_config_pairs(namespace, layers.config.rack_id));
     join_pairs(&pairs, ';')
 }
 
 /// A namespace's size in the cluster and its use of memory and storage,
 /// as `namespace/NS` opens.
-fn namespace_usage_pairs(service: &Service, namespace: &Namespace) -> Vec<(String, String)> {
-    let cluster = service.cluster();
+fn namespace_usage_pairs(layers: &Layers<'_>, namespace: &Namespace) -> Vec<(String, String)> {
+    let cluster = layers.cluster();
     let stats = &namespace.stats;
     let objects = stats.objects.load(Ordering::Relaxed).max(0);
     let index_bytes = namespace.index.table_bytes();
@@ -615,7 +622,7 @@ fn namespace_usage_pairs(service: &Service, namespace: &Namespace) -> Vec<(Strin
         // since the citrusleaf epoch (0: never truncated).
         (
             "current_time".into(),
-            service.now().citrusleaf_seconds.to_string(),
+            layers.now().citrusleaf_seconds.to_string(),
         ),
         (
             "truncate_lut".into(),
@@ -714,10 +721,11 @@ fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
 }
 
 pub(crate) fn statistics(service: &Service) -> String {
-    let mut pairs = cluster_statistics(service);
-    pairs.extend(service_statistics(&service.stats));
-    pairs.extend(distribution_statistics(&service.dist().stats));
-    pairs.extend(migration_statistics(service.migrations()));
+    let layers = service.layers();
+    let mut pairs = cluster_statistics(&layers, service.uptime_seconds());
+    pairs.extend(service_statistics(layers.stats));
+    pairs.extend(distribution_statistics(&layers.dist.stats));
+    pairs.extend(migration_statistics(layers.migrations()));
     join_pairs(&pairs, ';')
 }
 
@@ -727,32 +735,32 @@ fn counter(name: &str, value: &AtomicU64) -> (String, String) {
 }
 
 /// The view this node is in, its uptime and the node's records.
-fn cluster_statistics(service: &Service) -> Vec<(String, String)> {
-    let cluster = service.cluster();
-    let objects: i64 = service
+fn cluster_statistics(layers: &Layers<'_>, uptime_seconds: u64) -> Vec<(String, String)> {
+    let cluster = layers.cluster();
+    let objects: i64 = layers
         .namespaces()
         .map(|namespace| namespace.stats.objects.load(Ordering::Relaxed).max(0))
         .sum();
     vec![
         ("cluster_size".into(), cluster.size().to_string()),
-        ("cluster_key".into(), cluster_key(service)),
+        ("cluster_key".into(), cluster_key(layers)),
         ("cluster_integrity".into(), "true".into()),
         // Not serving yet: out of any view, or back in one whose exchange
         // has not resolved.
         (
             "cluster_is_member".into(),
-            (!service.is_orphan()).to_string(),
+            (!layers.is_orphan()).to_string(),
         ),
         ("cluster_principal".into(), cluster.principal().to_string()),
         (
             "cluster_clock_skew_ms".into(),
-            service.dist().cluster_clock_skew_ms().to_string(),
+            layers.dist.cluster_clock_skew_ms().to_string(),
         ),
-        ("uptime".into(), service.uptime_seconds().to_string()),
+        ("uptime".into(), uptime_seconds.to_string()),
         ("objects".into(), objects.to_string()),
         (
             "tombstones".into(),
-            service
+            layers
                 .namespaces()
                 .map(|namespace| namespace.index.durable_tombstone_count())
                 .sum::<u64>()
@@ -860,7 +868,7 @@ fn migration_statistics(migrations: &crate::migration::Migrations) -> Vec<(Strin
 /// milliseconds since the citrusleaf epoch, as the reference reports it
 /// (0: never truncated).
 fn set_properties(
-    service: &Service,
+    indexes: &crate::sindex::Indexes<'_>,
     namespace: &Namespace,
     id: u16,
     name: &[u8],
@@ -874,7 +882,7 @@ fn set_properties(
         tombstones.get(&id).copied().unwrap_or(0),
         stats.data_used_bytes.load(Ordering::Relaxed).max(0),
         citrine_types::citrusleaf_epoch_ms(truncate_lut),
-        crate::sindex::count_on_set(&service.indexes(), namespace, name),
+        crate::sindex::count_on_set(indexes, namespace, name),
         namespace.config.default_ttl
     )
 }
@@ -886,7 +894,7 @@ fn set_properties(
 /// included) answers `ns_type=unknown`. Each set is
 /// `ns=NS:set=SET:PROPERTIES;`; with a set named, only its properties,
 /// ended by `;` too (empty for a set that does not exist).
-fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
+fn sets(indexes: &crate::sindex::Indexes<'_>, command: &InfoCommand<'_>) -> String {
     let rest = command.line.get(command.name.len() + 1..).unwrap_or("");
     let (namespace_filter, set_filter) = match rest.split_once('/') {
         _ if rest.is_empty() => (None, None),
@@ -894,7 +902,7 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         None => (Some(rest), None),
     };
     if let Some(name) = namespace_filter {
-        let Some(namespace) = service.namespace(name.as_bytes()) else {
+        let Some(namespace) = indexes.layers.namespace(name.as_bytes()) else {
             return "ns_type=unknown".to_owned();
         };
         if let Some(set) = set_filter {
@@ -902,7 +910,7 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
                 Some(id) if id != 0 => {
                     let tombstones = namespace.index.durable_tombstones_by_set();
                     let properties =
-                        set_properties(service, namespace, id, set.as_bytes(), &tombstones);
+                        set_properties(indexes, namespace, id, set.as_bytes(), &tombstones);
                     format!("{properties};")
                 }
                 _ => String::new(),
@@ -910,13 +918,13 @@ fn sets(service: &Service, command: &InfoCommand<'_>) -> String {
         }
     }
     let mut out = String::new();
-    for namespace in service.namespaces() {
+    for namespace in indexes.layers.namespaces() {
         if namespace_filter.is_some_and(|name| name != namespace.config.name) {
             continue;
         }
         let tombstones = namespace.index.durable_tombstones_by_set();
         for (id, name) in namespace.sets.all() {
-            let properties = set_properties(service, namespace, id, &name, &tombstones);
+            let properties = set_properties(indexes, namespace, id, &name, &tombstones);
             let _ = write!(
                 out,
                 "ns={}:set={}:{properties};",
@@ -1014,13 +1022,17 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
 /// `set-config:context=service;NAME=VALUE[;...]`: the migration throttles
 /// and `proto-fd-idle-ms` change at run time (the migration driver reads them before every
 /// batch). Every value is checked before any is applied.
-fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
+fn set_config(
+    layers: &Layers<'_>,
+    limits: &crate::client_limits::ClientLimits,
+    command: &InfoCommand<'_>,
+) -> String {
     match command.param("context") {
         Some("service") => {}
         Some(_) => return "ERROR:4:only context=service can be set".to_owned(),
         None => return "ERROR:4:missing context".to_owned(),
     }
-    let migrations = service.migrations();
+    let migrations = layers.migrations();
     let mut changes: Vec<Box<dyn Fn() + '_>> = Vec::new();
     for (name, value) in &command.params {
         if *name == "context" {
@@ -1055,7 +1067,6 @@ fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
                 let Ok(idle_ms) = u32::try_from(number) else {
                     return format!("ERROR:4:proto-fd-idle-ms must be at most {}", u32::MAX);
                 };
-                let limits = &service.client_limits;
                 changes.push(Box::new(move || {
                     limits.proto_fd_idle_ms.store(idle_ms, Ordering::Relaxed)
                 }))
@@ -1072,27 +1083,27 @@ fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
     "ok".to_owned()
 }
 
-fn cluster_stable(service: &Service, command: &InfoCommand<'_>) -> String {
+fn cluster_stable(layers: &Layers<'_>, command: &InfoCommand<'_>) -> String {
     if let Some(size) = command.param("size") {
-        if size != service.cluster().size().to_string() {
+        if size != layers.cluster().size().to_string() {
             return "ERROR::cluster not specified size".to_owned();
         }
     }
     let pending = match command.param("namespace") {
         Some(name) => {
-            if service.namespace(name.as_bytes()).is_none() {
+            if layers.namespace(name.as_bytes()).is_none() {
                 return "ERROR::unknown namespace".to_owned();
             }
-            let (tx, rx) = service.migrations().namespace_remaining(name);
+            let (tx, rx) = layers.migrations().namespace_remaining(name);
             tx + rx
         }
-        None => service.migrations().tx_remaining() + service.migrations().rx_remaining(),
+        None => layers.migrations().tx_remaining() + layers.migrations().rx_remaining(),
     };
-    let pending = pending + u64::from(service.migrations().exchanging());
+    let pending = pending + u64::from(layers.migrations().exchanging());
     if pending > 0 && command.param("ignore-migrations") != Some("true") {
         return "ERROR::unstable-cluster".to_owned();
     }
-    cluster_key(service)
+    cluster_key(layers)
 }
 
 /// `partition-checksums:namespace=NS`: for every partition holding live
@@ -1101,14 +1112,14 @@ fn cluster_stable(service: &Service, command: &InfoCommand<'_>) -> String {
 /// last-update time, set name and stored body. Two nodes holding identical
 /// copies of a partition answer identical entries for it; used by the
 /// replication tests to compare master and replica copies.
-fn partition_checksums(service: &Service, command: &InfoCommand<'_>) -> String {
+fn partition_checksums(layers: &Layers<'_>, command: &InfoCommand<'_>) -> String {
     let Some(namespace) = command
         .param("namespace")
-        .and_then(|name| service.namespace(name.as_bytes()))
+        .and_then(|name| layers.namespace(name.as_bytes()))
     else {
         return "ERROR:20:namespace not found".to_owned();
     };
-    let now = service.now();
+    let now = layers.now();
     let mut entries = Vec::new();
     for pid in 0..PARTITIONS {
         let Some(partition_id) = citrine_types::PartitionId::new(pid as u16) else {

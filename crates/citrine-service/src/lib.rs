@@ -237,6 +237,26 @@ impl<'s> Layers<'s> {
     pub fn namespace(&self, name: &[u8]) -> Option<&'s Namespace> {
         self.data.namespace(name)
     }
+
+    /// Every namespace, in configuration order.
+    pub fn namespaces(&self) -> impl Iterator<Item = &'s Namespace> {
+        self.data.namespaces()
+    }
+
+    /// The current cluster state.
+    pub fn cluster(&self) -> Arc<cluster_state::ClusterState> {
+        self.dist.cluster()
+    }
+
+    /// The migrations' state (and acting-master claims).
+    pub fn migrations(&self) -> &'s migration::Migrations {
+        &self.dist.migrations
+    }
+
+    /// Whether the node is in no cluster view (it holds nothing).
+    pub fn is_orphan(&self) -> bool {
+        self.dist.is_orphan()
+    }
 }
 
 /// The transaction service of one node.
