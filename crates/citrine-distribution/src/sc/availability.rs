@@ -416,8 +416,8 @@ pub fn decide(
     // the fill ends: its copy stays full and current, so the next view
     // still finds one.
     if let Some(&full) = sources
-        .first()
-        .filter(|full| tally.full_current.contains(full))
+        .iter()
+        .find(|full| tally.full_current.contains(full))
     {
         if !replicas.contains(&full) {
             replicas.push(full);
