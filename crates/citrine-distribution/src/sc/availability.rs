@@ -55,8 +55,9 @@
 //!   to be merged).
 //!
 //! Otherwise the partition is unavailable, and *dead* when the whole
-//! roster is present: every node that held its latest data lost its trust
-//! (evade) — the operator's `revive:` ([`revive`]) accepts what is left.
+//! roster is present: every node that held its latest full data lost its
+//! trust (evade), or a node did while a revived partition waited for its
+//! fill — the operator's `revive:` ([`revive`]) accepts what is left.
 //!
 //! **Not implemented: rule 4** (super-majority: fewer than `rf` nodes
 //! missing, subsets together suffice). Its argument needs every
@@ -64,8 +65,8 @@
 //! view served by fewer than `rf` nodes (R3, or a small majority), after a
 //! revive, or once a copy was lost to an unclean shutdown, and these
 //! versions do not record it. With rule 4 (even restricted to majorities)
-//! the property tests lost acknowledged writes in 29 of 2000 seeds (the
-//! first: 1, 137, 147, 306, 370), so a partition whose counted
+//! the property tests, during development, lost acknowledged writes in 29
+//! of 2000 seeds (the first: 1, 137, 147, 306, 370), so a partition whose counted
 //! copies are all subsets waits for a full copy (or for the fill that
 //! makes one). The paper's literal rule 4 (no majority condition) would
 //! also let two disjoint sub-clusters both serve when `rf > N/2`.
