@@ -9,7 +9,8 @@
 //! [`ScVersion`] (what a node holds of, and knows about, one partition),
 //! [`decide`] (the availability rules), [`next_versions`],
 //! [`fill_complete`], [`drop_copies`] and [`revive`] (the version
-//! transitions), [`view_regime`] and [`summarize`]. No I/O, clock or
+//! transitions), [`view_regime`], [`decide_all`] (the SC partition map of
+//! a view) and [`summarize`]. No I/O, clock or
 //! randomness: every node of a sub-cluster that is given the same versions
 //! computes the same answer.
 //!
@@ -599,6 +600,18 @@ pub fn revive(members: &[Member]) -> Vec<ScVersion> {
         .collect()
 }
 
+/// Decides every partition of a namespace for one sub-cluster, with
+/// `members_of(partition)` the present nodes' versions of each: the SC
+/// partition map of the view, indexed by partition id.
+pub fn decide_all(
+    placement: &RosterPlacement,
+    mut members_of: impl FnMut(PartitionId) -> Vec<Member>,
+) -> Vec<Availability> {
+    PartitionId::all()
+        .map(|partition| decide(placement, partition, &members_of(partition)))
+        .collect()
+}
+
 /// Unavailable and dead partitions of a namespace in one sub-cluster
 /// (the `unavailable_partitions` and `dead_partitions` statistics; a dead
 /// partition is counted in both, as unavailable ones).
@@ -894,6 +907,55 @@ mod tests {
         let filled = fill_complete(&view, assignment);
         assert!(filled.iter().filter(|v| v.holding == Holding::Full).count() == 2);
         assert!(filled.iter().all(|v| !v.evade));
+    }
+
+    #[test]
+    fn masters_follow_the_roster_not_the_present_nodes() {
+        let roster: Vec<RosterNode> = (1..=4)
+            .map(|id| RosterNode {
+                id: NodeId(id),
+                rack_id: (id % 2) as u32,
+            })
+            .collect();
+        let placement = RosterPlacement::new(&roster, 2);
+        let all: Vec<NodeId> = (1..=4).map(NodeId).collect();
+        let fresh = decide_all(&placement, |_| members(&all, |_| ScVersion::default()));
+        assert!(fresh.iter().all(|verdict| verdict.assignment().is_some()));
+        // Rack aware: the two copies of every partition on the two racks.
+        for (index, verdict) in fresh.iter().enumerate() {
+            let replicas = &verdict.assignment().expect("available").replicas;
+            assert_eq!(replicas.len(), 2);
+            assert_ne!(replicas[0].0 % 2, replicas[1].0 % 2, "partition {index}");
+        }
+        // Node 4 away, the others full: a partition whose roster-master is
+        // present keeps it as master; the others promote their roster
+        // replica — never the master a map of the three present nodes
+        // would pick.
+        let present = &all[..3];
+        let steady = |partition: PartitionId| {
+            members(present, |id| {
+                if placement.roster_replicas(partition).contains(&id) {
+                    full(2)
+                } else {
+                    knows(2)
+                }
+            })
+        };
+        let split = decide_all(&placement, steady);
+        let mut promoted = 0;
+        for (partition, verdict) in PartitionId::all().zip(&split) {
+            let roster_replicas = placement.roster_replicas(partition);
+            let master = verdict.assignment().and_then(Assignment::master);
+            if roster_replicas[0] == NodeId(4) {
+                promoted += 1;
+                assert_eq!(master, Some(roster_replicas[1]));
+            } else {
+                assert_eq!(master, Some(roster_replicas[0]));
+            }
+        }
+        assert!(promoted > 0);
+        let summary = summarize(&placement, PartitionId::all(), steady);
+        assert_eq!(summary, Summary::default(), "3 of 4 serve everything");
     }
 
     #[test]
