@@ -101,6 +101,7 @@ struct World {
     step: usize,
     stats: Stats,
     trace: bool,
+    trace_partition: usize,
 }
 
 fn rule_index(rule: Rule) -> usize {
@@ -160,6 +161,7 @@ impl World {
             step: 0,
             stats: Stats::default(),
             trace: false,
+            trace_partition: TRACE_PARTITION,
         }
     }
 
@@ -199,7 +201,7 @@ impl World {
             let view = self.members(&members, partition);
             let verdict = decide(&self.placement, self.partitions[partition], &view);
             self.check_served(partition, &verdict, regime)?;
-            if self.trace && partition == TRACE_PARTITION {
+            if self.trace && partition == self.trace_partition {
                 eprintln!(
                     "step {} view {members:?} regime {regime} -> {verdict:?}",
                     self.step
@@ -497,15 +499,15 @@ impl World {
         if self.trace {
             eprintln!(
                 "step {} event {draw} acked {:?}",
-                self.step, self.acked[TRACE_PARTITION]
+                self.step, self.acked[self.trace_partition]
             );
             for (index, node) in self.nodes.iter().enumerate() {
-                let v = node.versions[TRACE_PARTITION];
+                let v = node.versions[self.trace_partition];
                 eprintln!(
                     "   n{index} {} up {} held {:?} {:?} copy {} known {} evade {}",
                     node.id,
                     node.up,
-                    node.held[TRACE_PARTITION],
+                    node.held[self.trace_partition],
                     v.holding,
                     v.copy_regime,
                     v.known_regime,
@@ -537,17 +539,19 @@ impl World {
     }
 }
 
+/// The sampled partition (index) [`trace_seed`] prints by default.
 const TRACE_PARTITION: usize = 1;
 
+/// Replays one seed printing every event and view of one partition:
+/// `SEED=12330 TRACE_PARTITION=1 cargo test -p citrine-distribution --lib
+/// sc::tests::trace_seed -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn trace_seed() {
-    let seed = std::env::var("SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
-    let mut world = World::new(seed);
+    let number = |name: &str| std::env::var(name).ok().and_then(|s| s.parse().ok());
+    let mut world = World::new(number("SEED").unwrap_or(10));
     world.trace = true;
+    world.trace_partition = number("TRACE_PARTITION").map_or(TRACE_PARTITION, |p: u64| p as usize);
     eprintln!("{:?}", world.run().map(|_| ()));
 }
 
