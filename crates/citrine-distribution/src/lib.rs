@@ -29,6 +29,7 @@
 pub mod cluster_state;
 pub mod migration;
 pub mod replication;
+pub mod sc;
 pub mod smd;
 pub mod truncations;
 mod view;
