@@ -23,6 +23,7 @@ use super::hist::{Counts, Histogram, Scale};
 use super::rng::Rng;
 use super::schedule::{sleep_until, Schedule};
 use citrine_storage::device::io::{AlignedBuf, BlockIo};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use stop::Stop;
 
@@ -55,6 +56,8 @@ impl Recorder {
 /// Everything the threads share.
 pub struct Shared {
     pub stop: Stop,
+    /// The largest lag of an operation behind its due time, in nanoseconds.
+    pub max_lag_nanos: AtomicU64,
     pub reads: Recorder,
     pub device_reads: Vec<Recorder>,
     pub large_block_reads: Recorder,
@@ -75,12 +78,15 @@ pub struct Outcome {
     /// Why the run stopped before its time (the threads could not keep up).
     pub stopped_early: Option<String>,
     pub elapsed: Duration,
+    /// The largest lag of an operation behind its due time.
+    pub max_lag: Duration,
 }
 
 impl Shared {
     fn new(targets: &[Target]) -> Shared {
         Shared {
             stop: Stop::default(),
+            max_lag_nanos: AtomicU64::new(0),
             reads: Recorder::new("reads".into()),
             device_reads: targets
                 .iter()
@@ -142,7 +148,7 @@ pub fn run(
         // Leaving the scope joins every thread.
     });
     let elapsed = start.elapsed();
-    let sec = match shared.stop.flag.load(std::sync::atomic::Ordering::Relaxed) {
+    let sec = match shared.stop.flag.load(Ordering::Relaxed) {
         true => elapsed.as_secs().clamp(1, config.test_duration_sec),
         false => config.test_duration_sec,
     };
@@ -156,6 +162,7 @@ pub fn run(
         reports,
         stopped_early: shared.stop.lag(),
         elapsed,
+        max_lag: Duration::from_nanos(shared.max_lag_nanos.load(Ordering::Relaxed)),
     })
 }
 
@@ -199,6 +206,9 @@ impl Context<'_> {
             return false;
         }
         let lag = self.start.elapsed().saturating_sub(due);
+        self.shared
+            .max_lag_nanos
+            .fetch_max(lag.as_nanos() as u64, Ordering::Relaxed);
         let max_lag = Duration::from_secs(self.config.max_lag_sec);
         if self.config.max_lag_sec != 0 && lag > max_lag {
             self.shared.stop.lagged(format!(
