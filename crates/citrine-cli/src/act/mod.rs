@@ -321,11 +321,11 @@ fn summarize(config: &ActConfig, outcome: &Outcome, slice_sec: u64) -> Summary {
     let total = |index: usize| last.map_or(0, |report| report.ms[index].total());
     let histograms = last.map_or(0, |report| report.ms.len());
     outln!(
-        "SUMMARY: last operation done at {:.2} s, largest lag behind the schedule {:.1} ms; \
+        "SUMMARY: last operation done at {:.2} s; largest lag behind the schedule: {}; \
          achieved reads {:.1}/s, large-block reads {:.2}/s, large-block writes {:.2}/s \
          (configured {:.1}, {:.2}, {:.2})",
         outcome.elapsed.as_secs_f64(),
-        outcome.max_lag.as_secs_f64() * 1e3,
+        lags_text(outcome),
         total(0) as f64 / seconds,
         total(histograms.saturating_sub(2)) as f64 / seconds,
         total(histograms.saturating_sub(1)) as f64 / seconds,
@@ -442,7 +442,7 @@ fn step_status(outcome: &Outcome, summary: &Summary, interval_sec: u64) -> (&'st
     if outcome.stopped_early.is_some() {
         return ("stopped (max-lag-sec)", false);
     }
-    if outcome.max_lag > std::time::Duration::from_secs(interval_sec) {
+    if outcome.max_lag() > std::time::Duration::from_secs(interval_sec) {
         return ("behind schedule", false);
     }
     match analysis::within_p95_limit(&summary.reads_ms) {
@@ -468,11 +468,23 @@ fn ramp_line(
         over(2),
         over(8),
         over(64),
-        outcome.max_lag.as_secs_f64() * 1e3,
+        outcome.max_lag().as_secs_f64() * 1e3,
         if summary.verdict.passed {
             "ACT pass"
         } else {
             "ACT fail"
         },
     )
+}
+
+/// The largest lag of each stream, e.g. `reads 2.1 ms, large-block reads 0.3 ms, ...`.
+fn lags_text(outcome: &Outcome) -> String {
+    let parts: Vec<String> = run::Stream::ALL
+        .iter()
+        .map(|stream| {
+            let lag = outcome.lags[*stream as usize].as_secs_f64() * 1e3;
+            format!("{} {lag:.1} ms", stream.name())
+        })
+        .collect();
+    parts.join(", ")
 }

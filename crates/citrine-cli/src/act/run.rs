@@ -56,8 +56,9 @@ impl Recorder {
 /// Everything the threads share.
 pub struct Shared {
     pub stop: Stop,
-    /// The largest lag of an operation behind its due time, in nanoseconds.
-    pub max_lag_nanos: AtomicU64,
+    /// The largest lag of an operation behind its due time, in
+    /// nanoseconds, per [`Stream`].
+    pub max_lag_nanos: [AtomicU64; 3],
     pub reads: Recorder,
     pub device_reads: Vec<Recorder>,
     pub large_block_reads: Recorder,
@@ -78,15 +79,46 @@ pub struct Outcome {
     /// Why the run stopped before its time (the threads could not keep up).
     pub stopped_early: Option<String>,
     pub elapsed: Duration,
-    /// The largest lag of an operation behind its due time.
-    pub max_lag: Duration,
+    /// The largest lag of an operation behind its due time, per [`Stream`].
+    pub lags: [Duration; 3],
+}
+
+impl Outcome {
+    /// The largest lag of any operation.
+    pub fn max_lag(&self) -> Duration {
+        self.lags.iter().copied().max().unwrap_or_default()
+    }
+}
+
+/// The kinds of operation streams, in the order of [`Outcome::lags`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Reads = 0,
+    LargeBlockReads = 1,
+    LargeBlockWrites = 2,
+}
+
+impl Stream {
+    pub const ALL: [Stream; 3] = [
+        Stream::Reads,
+        Stream::LargeBlockReads,
+        Stream::LargeBlockWrites,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Reads => "reads",
+            Stream::LargeBlockReads => "large-block reads",
+            Stream::LargeBlockWrites => "large-block writes",
+        }
+    }
 }
 
 impl Shared {
     fn new(targets: &[Target]) -> Shared {
         Shared {
             stop: Stop::default(),
-            max_lag_nanos: AtomicU64::new(0),
+            max_lag_nanos: std::array::from_fn(|_| AtomicU64::new(0)),
             reads: Recorder::new("reads".into()),
             device_reads: targets
                 .iter()
@@ -162,7 +194,9 @@ pub fn run(
         reports,
         stopped_early: shared.stop.lag(),
         elapsed,
-        max_lag: Duration::from_nanos(shared.max_lag_nanos.load(Ordering::Relaxed)),
+        lags: std::array::from_fn(|index| {
+            Duration::from_nanos(shared.max_lag_nanos[index].load(Ordering::Relaxed))
+        }),
     })
 }
 
@@ -200,23 +234,23 @@ struct Context<'a> {
 impl Context<'_> {
     /// Waits for operation `k` of `schedule`; false when the stream is done
     /// (its next operation is due at or after the end, or the run stopped).
-    fn wait_turn(&self, schedule: &Schedule, k: u64, what: &str) -> bool {
+    fn wait_turn(&self, schedule: &Schedule, k: u64, stream: Stream) -> bool {
         let due = schedule.due(k);
         if due >= self.duration || !sleep_until(self.start + due, &self.shared.stop.flag) {
             return false;
         }
         let lag = self.start.elapsed().saturating_sub(due);
-        self.shared
-            .max_lag_nanos
+        self.shared.max_lag_nanos[stream as usize]
             .fetch_max(lag.as_nanos() as u64, Ordering::Relaxed);
         let max_lag = Duration::from_secs(self.config.max_lag_sec);
         if self.config.max_lag_sec != 0 && lag > max_lag {
             self.shared.stop.lagged(format!(
-                "{what} fell {:.1} s behind their schedule (max-lag-sec {}): \
+                "{} fell {:.1} s behind their schedule (max-lag-sec {}): \
                  the load is more than the {} can do",
+                stream.name(),
                 lag.as_secs_f64(),
                 self.config.max_lag_sec,
-                if what == "reads" {
+                if stream == Stream::Reads {
                     "service threads (or the devices)"
                 } else {
                     "devices"
@@ -236,7 +270,7 @@ impl Context<'_> {
         let mut rng = Rng::new(seed ^ (index + 1).wrapping_mul(0x1000_0001));
         let length = self.config.record_bytes as usize;
         let mut k = 0;
-        while self.wait_turn(&schedule, k, "reads") {
+        while self.wait_turn(&schedule, k, Stream::Reads) {
             let device = rng.below(self.targets.len() as u64) as usize;
             let target = &self.targets[device];
             let slots = (target.usable_bytes(self.config) - length as u64) / RBLOCK + 1;
@@ -263,7 +297,7 @@ impl Context<'_> {
         let mut rng = Rng::new(seed ^ 0xB10C_0000 ^ device as u64);
         let length = self.config.large_block_bytes as usize;
         let mut k = 0;
-        while self.wait_turn(&schedule, k, "large-block reads") {
+        while self.wait_turn(&schedule, k, Stream::LargeBlockReads) {
             let offset = rng.below(target.large_blocks) * length as u64;
             let began = Instant::now();
             if let Err(error) = target.io.read_at(offset, length) {
@@ -287,7 +321,7 @@ impl Context<'_> {
         let mut rng = Rng::new(seed ^ 0x3717_E000 ^ device as u64);
         let mut buffer = AlignedBuf::zeroed(self.config.large_block_bytes as usize);
         let mut k = 0;
-        while self.wait_turn(&schedule, k, "large-block writes") {
+        while self.wait_turn(&schedule, k, Stream::LargeBlockWrites) {
             fill_block(buffer.as_mut_slice(), self.config.compress_pct, &mut rng);
             let offset = rng.below(target.large_blocks) * u64::from(self.config.large_block_bytes);
             let began = Instant::now();
