@@ -35,17 +35,20 @@ fn text(bytes: &[u8]) -> String {
 fn a_short_run_reports_intervals_histograms_and_a_verdict() {
     let dir = scratch("run");
     let device = dir.join("device.dat");
+    // The rates from an ACT-style file, the rest (and one override) as flags.
+    let config = dir.join("act.conf");
+    let text_config =
+        "# 1x / 10\nread-reqs-per-sec: 200\nwrite-reqs-per-sec: 100\ntest-duration-sec: 9\n";
+    std::fs::write(&config, text_config).unwrap();
     let output = act(&[
+        "--config",
+        config.to_str().unwrap(),
         "--device-names",
         device.to_str().unwrap(),
         "--file-size-mbytes",
         "8",
         "--test-duration-sec",
         "3",
-        "--read-reqs-per-sec",
-        "200",
-        "--write-reqs-per-sec",
-        "100",
         "--service-threads",
         "2",
     ]);
@@ -203,6 +206,7 @@ fn the_ramp_reports_its_steps_and_the_highest_passing_load() {
         "double",
         "--ramp-max",
         "2",
+        "--microsecond-histograms",
     ]);
     let stdout = text(&output.stdout);
     assert!(
@@ -210,6 +214,8 @@ fn the_ramp_reports_its_steps_and_the_highest_passing_load() {
         "{stdout}"
     );
     assert!(stdout.contains("RAMP SUMMARY"), "{stdout}");
+    assert!(stdout.contains("microsecond-histograms: yes"), "{stdout}");
+    assert!(stdout.contains("        %>(us)\n"), "{stdout}");
     let steps = stdout.matches("RAMP STEP ").count();
     match output.status.code() {
         // 1x passed: 2x ran too, and the result names the highest that passed.

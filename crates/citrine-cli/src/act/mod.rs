@@ -242,7 +242,7 @@ fn prepare(
         let seconds =
             device::salt(target, config, &mut rng).map_err(|error| format!("act: {error}"))?;
         outln!(
-            "salted {}: {} MiB of random large blocks in {seconds:.1} s ({:.0} MiB/s)",
+            "salted {}: {} MiB of random data in {seconds:.1} s ({:.0} MiB/s)",
             target.name,
             bytes >> 20,
             (bytes >> 20) as f64 / seconds.max(1e-9)
