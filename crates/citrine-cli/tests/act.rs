@@ -19,12 +19,31 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Runs `citrine act ARGS`, through the page cache where the scratch
+/// directory's filesystem refuses O_DIRECT (a tmpfs).
 fn act(args: &[&str]) -> Output {
-    Command::new(CITRINE)
-        .arg("act")
-        .args(args)
-        .output()
-        .expect("run citrine act")
+    let mut command = Command::new(CITRINE);
+    command.arg("act").args(args);
+    if !direct_io_works() {
+        command.arg("--buffered");
+    }
+    command.output().expect("run citrine act")
+}
+
+fn direct_io_works() -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("act-probe-{}", std::process::id()));
+    let works = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+        .is_ok();
+    let _ = std::fs::remove_file(&probe);
+    works
 }
 
 fn text(bytes: &[u8]) -> String {

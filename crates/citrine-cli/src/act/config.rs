@@ -264,8 +264,8 @@ impl ActConfig {
     /// This configuration with its request rates multiplied by `factor`.
     pub fn scaled(&self, factor: u64) -> ActConfig {
         ActConfig {
-            read_reqs_per_sec: self.read_reqs_per_sec * factor,
-            write_reqs_per_sec: self.write_reqs_per_sec * factor,
+            read_reqs_per_sec: self.read_reqs_per_sec.saturating_mul(factor),
+            write_reqs_per_sec: self.write_reqs_per_sec.saturating_mul(factor),
             ..self.clone()
         }
     }
@@ -353,6 +353,13 @@ mod tests {
             (config.read_reqs_per_sec, config.write_reqs_per_sec),
             (4000, 2000)
         );
+        let tripled = config.scaled(3);
+        assert_eq!(
+            (tripled.read_reqs_per_sec, tripled.write_reqs_per_sec),
+            (12000, 6000)
+        );
+        assert_eq!(tripled.derived().large_block_writes_per_sec, 6.0 * 23.4375);
+        assert_eq!(config.scaled(u64::MAX).read_reqs_per_sec, u64::MAX);
     }
 
     #[test]

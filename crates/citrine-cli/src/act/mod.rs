@@ -195,8 +195,9 @@ fn configuration(args: &ActArgs) -> Result<ActConfig, String> {
     let mut settings = from_file.overridden_by(flag_settings(args));
     if let Some(load) = args.load {
         let devices = settings.device_names.as_ref().map_or(0, Vec::len) as u64;
-        settings.read_reqs_per_sec = Some(load * config::ONE_X_READS * devices);
-        settings.write_reqs_per_sec = Some(load * config::ONE_X_WRITES * devices);
+        let per_device = |one_x: u64| load.saturating_mul(one_x).saturating_mul(devices);
+        settings.read_reqs_per_sec = Some(per_device(config::ONE_X_READS));
+        settings.write_reqs_per_sec = Some(per_device(config::ONE_X_WRITES));
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     config::resolve(settings, cpus).map_err(|error| format!("act: {error}"))
