@@ -489,3 +489,79 @@ fn lags_text(outcome: &Outcome) -> String {
         .collect();
     parts.join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn outcome(lag_ms: u64, stopped: bool) -> Outcome {
+        Outcome {
+            reports: Vec::new(),
+            stopped_early: stopped.then(|| "reads fell behind".to_string()),
+            elapsed: Duration::from_secs(20),
+            lags: [
+                Duration::from_millis(lag_ms),
+                Duration::ZERO,
+                Duration::ZERO,
+            ],
+        }
+    }
+
+    /// Reads with `slow` of 100 at 3 ms, the rest under 1 ms.
+    fn summary(slow: u64) -> Summary {
+        let histogram = hist::Histogram::new(hist::Scale::Millis);
+        (0..100 - slow).for_each(|_| histogram.insert(100_000));
+        (0..slow).for_each(|_| histogram.insert(3_000_000));
+        let reads_ms = histogram.snapshot();
+        let slice = Slice {
+            end_sec: 20,
+            counts: reads_ms.clone(),
+        };
+        Summary {
+            verdict: analysis::verdict(&[slice]),
+            reads_ms,
+        }
+    }
+
+    #[test]
+    fn a_ramp_step_passes_only_on_time_and_within_p95() {
+        assert_eq!(
+            step_status(&outcome(900, false), &summary(5), 1),
+            ("p95 <= 2 ms", true)
+        );
+        assert_eq!(
+            step_status(&outcome(10, false), &summary(6), 1),
+            ("p95 > 2 ms", false)
+        );
+        // Low latencies do not count when the load was not delivered on time.
+        assert_eq!(
+            step_status(&outcome(1_100, false), &summary(0), 1),
+            ("behind schedule", false)
+        );
+        assert_eq!(
+            step_status(&outcome(1_100, false), &summary(0), 2),
+            ("p95 <= 2 ms", true)
+        );
+        assert_eq!(
+            step_status(&outcome(0, true), &summary(0), 1),
+            ("stopped (max-lag-sec)", false)
+        );
+        let line = ramp_line(
+            4,
+            &test_config(),
+            &summary(5),
+            &outcome(1_100, false),
+            "behind schedule",
+        );
+        assert!(line.starts_with("   4x      2000      1000     5.00     5.00     0.00     0.00    1100.0  behind schedule"), "{line}");
+    }
+
+    fn test_config() -> ActConfig {
+        let settings = Settings {
+            device_names: Some(vec![PathBuf::from("/dev/null")]),
+            ..Settings::default()
+        };
+        config::resolve(settings, 1).expect("a valid configuration")
+    }
+}
