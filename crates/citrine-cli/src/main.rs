@@ -6,8 +6,9 @@
 //! modules and calling them on a record),
 //! `cluster` (node table), `bench` (load generator and no-op responder),
 //! `verify` (Jepsen-style workloads and checkers against a live cluster),
-//! `backup` and `restore` (asbackup-format files) and `dev` (a local
-//! cluster of `citrined` processes it starts and stops).
+//! `backup` and `restore` (asbackup-format files), `dev` (a local
+//! cluster of `citrined` processes it starts and stops) and `act` (the ACT
+//! device test on the device engine's I/O path).
 //! Every failure ends with a message saying what to do and exit status 1.
 //! Subcommands that take `-h HOST` disable clap's `-h` help short flag;
 //! `--help` works everywhere.
@@ -23,6 +24,7 @@ macro_rules! outln {
     }};
 }
 
+mod act;
 mod backup;
 mod bench;
 mod dev;
@@ -51,7 +53,8 @@ use std::process::ExitCode;
                   citrine udf put counters.lua\n  citrine cluster\n  citrine bench -k 100000 -w ru,95 -d 10\n  \
                   citrine verify -n test --workload register --time 60s\n  \
                   citrine backup -n test -o test.asb\n  citrine restore -i test.asb\n  \
-                  citrine dev --nodes 5 --port 4000"
+                  citrine dev --nodes 5 --port 4000\n  \
+                  citrine act --device-names /work/act.dat --file-size-mbytes 4096 --test-duration-sec 60"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -90,6 +93,9 @@ enum Command {
     Restore(Box<backup::RestoreArgs>),
     /// Start a local cluster of N citrined nodes in memory; Ctrl-C stops them all.
     Dev(dev::DevArgs),
+    /// ACT device test: record reads and large-block writes on a file or raw device.
+    #[command(long_about = act::LONG_ABOUT)]
+    Act(Box<act::ActArgs>),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -145,6 +151,7 @@ fn main() -> ExitCode {
             Command::Backup(args) => backup::run_backup(*args).await,
             Command::Restore(args) => backup::run_restore(*args).await,
             Command::Dev(args) => dev::run(args).await,
+            Command::Act(args) => act::run(*args),
         }
     });
     match result {

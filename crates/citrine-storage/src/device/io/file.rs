@@ -1,6 +1,10 @@
 //! The real medium: positioned reads and writes on a regular file or a raw
 //! block device, either through the page cache (`pread`/`pwrite`) or with
-//! `O_DIRECT`; syncs are `fdatasync`.
+//! `O_DIRECT`; syncs are `fdatasync`. A device may also be opened with
+//! `O_DSYNC` ([`DeviceFile::open_dsync`]: each write returns once its bytes
+//! are durable), which `citrine act` uses to model the reference's default
+//! (its `disable-odsync` is `false`); the engine itself syncs with
+//! `fdatasync` after its flushes.
 //!
 //! `O_DIRECT` needs the buffer address, the file offset and the length all
 //! aligned to the device's logical block size. [`AlignedBuf`] gets an aligned
@@ -31,6 +35,17 @@ impl DeviceFile {
     /// Opens (creating a regular file of `file_size` bytes if it does not
     /// exist or is shorter) the device at `path`.
     pub fn open(path: &Path, file_size: u64, mode: IoMode) -> std::io::Result<DeviceFile> {
+        DeviceFile::open_dsync(path, file_size, mode, false)
+    }
+
+    /// [`DeviceFile::open`], with `O_DSYNC` when `dsync` is set: every
+    /// write is durable when it returns.
+    pub fn open_dsync(
+        path: &Path,
+        file_size: u64,
+        mode: IoMode,
+        dsync: bool,
+    ) -> std::io::Result<DeviceFile> {
         let is_block_device = std::fs::metadata(path)
             .map(|meta| meta.file_type().is_block_device())
             .unwrap_or(false);
@@ -53,9 +68,14 @@ impl DeviceFile {
         }
         let mut options = OpenOptions::new();
         options.read(true).write(true);
+        let mut flags = 0;
         if mode == IoMode::Direct {
-            options.custom_flags(libc::O_DIRECT);
+            flags |= libc::O_DIRECT;
         }
+        if dsync {
+            flags |= libc::O_DSYNC;
+        }
+        options.custom_flags(flags);
         let mut file = options.open(path)?;
         let size = if is_block_device {
             file.seek(SeekFrom::End(0))?
@@ -126,5 +146,38 @@ impl BlockIo for DeviceFile {
 
     fn mode(&self) -> IoMode {
         self.mode
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// The descriptor's status flags, as the kernel shows them in
+    /// `/proc/self/fdinfo` (octal).
+    fn status_flags(device: &DeviceFile) -> i32 {
+        let fd = device.file.as_raw_fd();
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+        let line = info
+            .lines()
+            .find(|line| line.starts_with("flags:"))
+            .unwrap();
+        i32::from_str_radix(line["flags:".len()..].trim(), 8).unwrap()
+    }
+
+    #[test]
+    fn dsync_is_set_only_when_asked() {
+        let dir = std::env::temp_dir().join(format!("citrine-dsync-{}", std::process::id()));
+        let path = dir.join("device.dat");
+        let plain = DeviceFile::open(&path, 1 << 20, IoMode::Buffered).unwrap();
+        assert_eq!(status_flags(&plain) & libc::O_DSYNC, 0);
+        let synced = DeviceFile::open_dsync(&path, 1 << 20, IoMode::Buffered, true).unwrap();
+        assert_eq!(status_flags(&synced) & libc::O_DSYNC, libc::O_DSYNC);
+        synced.write_at(4096, &[5u8; 10]).unwrap();
+        assert_eq!(plain.read_at(4096, 10).unwrap(), vec![5u8; 10]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
