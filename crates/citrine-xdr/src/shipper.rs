@@ -164,6 +164,9 @@ pub struct Shipper {
     in_flight: HashMap<u64, (u16, usize, u64)>,
     hot: HashMap<Digest, Hot>,
     next_id: u64,
+    /// Where the next [`Shipper::scans_due`] starts looking.
+    scan_cursor: usize,
+    next_cursor: usize,
     tokens: f64,
     tokens_at: u64,
     lst_changes: Vec<(u16, u64)>,
@@ -189,6 +192,8 @@ impl Shipper {
             in_flight: HashMap::new(),
             hot: HashMap::new(),
             next_id: 1,
+            scan_cursor: 0,
+            next_cursor: 0,
             tokens: 0.0,
             tokens_at: 0,
             lst_changes: Vec::new(),
@@ -222,15 +227,19 @@ impl Shipper {
         }
     }
 
-    /// The partitions to scan now, at most as many as may open windows.
+    /// The partitions to scan now, at most as many as may open windows,
+    /// taken round robin from where the last call stopped (so that every
+    /// partition gets its turn however many are due).
     pub fn scans_due(&mut self, now_ms: u64) -> Vec<Scan> {
         let up_to = self.horizon(now_ms);
         let room = self.limits.open_windows.saturating_sub(self.windows.len());
         let mut scans = Vec::new();
-        for (index, state) in self.partitions.iter_mut().enumerate() {
+        for step in 0..PARTITIONS {
             if scans.len() >= room {
                 break;
             }
+            let index = (self.scan_cursor + step) % PARTITIONS;
+            let state = &mut self.partitions[index];
             if !state.mastered || state.scan_at > now_ms || up_to <= state.lst {
                 continue;
             }
@@ -244,7 +253,9 @@ impl Shipper {
                 after: state.lst,
                 up_to,
             });
+            self.next_cursor = (index + 1) % PARTITIONS;
         }
+        self.scan_cursor = self.next_cursor;
         scans
     }
 

@@ -219,3 +219,26 @@ fn delay_ms_holds_the_horizon_back_and_unmastered_partitions_never_scan() {
     );
     assert_eq!(shipper.lag_ms(9000), 8000);
 }
+
+#[test]
+fn every_partition_gets_its_scan_however_many_are_due() {
+    let limits = Limits {
+        open_windows: 32,
+        ..Limits::default()
+    };
+    let mut shipper = Shipper::new(NamespaceSettings::default(), limits, 1000);
+    for partition in 0..PARTITIONS as u16 {
+        shipper.set_mastered(partition, true);
+    }
+    let mut scanned = vec![false; PARTITIONS];
+    // Idle partitions come due again every idle_rescan_ms: a scan order
+    // that always starts at partition 0 never reaches the last ones.
+    for turn in 0..PARTITIONS as u64 / 32 {
+        let now = 5000 + turn * limits.idle_rescan_ms;
+        for scan in shipper.scans_due(now) {
+            scanned[usize::from(scan.partition)] = true;
+            shipper.offer(scan, Vec::new(), now);
+        }
+    }
+    assert!(scanned.iter().all(|scanned| *scanned));
+}
