@@ -33,6 +33,7 @@ mod noop;
 mod record;
 mod udf_cmd;
 mod verify_cmd;
+mod xdr_cmd;
 
 use clap::{ArgAction, Parser, Subcommand};
 use std::process::ExitCode;
@@ -90,6 +91,8 @@ enum Command {
     Restore(Box<backup::RestoreArgs>),
     /// Start a local cluster of N citrined nodes in memory; Ctrl-C stops them all.
     Dev(dev::DevArgs),
+    /// Show every XDR destination (DC) of a node: state, lag, queue, counters.
+    Xdr(xdr_cmd::XdrArgs),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -145,6 +148,7 @@ fn main() -> ExitCode {
             Command::Backup(args) => backup::run_backup(*args).await,
             Command::Restore(args) => backup::run_restore(*args).await,
             Command::Dev(args) => dev::run(args).await,
+            Command::Xdr(args) => xdr_cmd::run(args).await,
         }
     });
     match result {
