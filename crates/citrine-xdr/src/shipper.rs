@@ -163,6 +163,8 @@ pub struct Shipper {
     ready: VecDeque<u16>,
     in_flight: HashMap<u64, (u16, usize, u64)>,
     hot: HashMap<Digest, Hot>,
+    /// When cold hot-key entries were last dropped.
+    purged_at: u64,
     next_id: u64,
     /// Where the next [`Shipper::scans_due`] starts looking.
     scan_cursor: usize,
@@ -191,6 +193,7 @@ impl Shipper {
             ready: VecDeque::new(),
             in_flight: HashMap::new(),
             hot: HashMap::new(),
+            purged_at: 0,
             next_id: 1,
             scan_cursor: 0,
             next_cursor: 0,
@@ -461,9 +464,10 @@ impl Shipper {
     /// Hot-key entries that can no longer de-duplicate anything: past
     /// `hot-key-ms` and at or behind their partition's LST.
     fn forget_cold_keys(&mut self, now_ms: u64) {
-        if self.hot.len() < 4096 {
+        if self.hot.len() < 4096 || now_ms < self.purged_at + 1000 {
             return;
         }
+        self.purged_at = now_ms;
         let hot_key_ms = self.settings.hot_key_ms;
         let partitions = &self.partitions;
         self.hot.retain(|digest, hot| {
