@@ -17,7 +17,12 @@
 //!
 //! Not yet: LSTs do not move with partition migrations (a new master
 //! starts from its own file, or from the time the namespace was added);
-//! acting masters during migrations do not ship.
+//! acting masters during migrations do not ship; a record that arrived by
+//! XDR carries no mark, so in active-active it is shipped back once when
+//! this node's LST for its partition is still behind its LUT (the origin
+//! answers 28 and it stops there: no loop), and `forward` is refused;
+//! an idle partition is rescanned every 200 ms per DC and namespace, a
+//! walk of its whole index.
 
 pub mod config;
 pub mod run;
