@@ -35,6 +35,7 @@ mod noop;
 mod record;
 mod udf_cmd;
 mod verify_cmd;
+mod xdr_cmd;
 
 use clap::{ArgAction, Parser, Subcommand};
 use std::process::ExitCode;
@@ -96,6 +97,8 @@ enum Command {
     /// ACT device test: record reads and large-block writes on a file or raw device.
     #[command(long_about = act::LONG_ABOUT)]
     Act(Box<act::ActArgs>),
+    /// Show every XDR destination (DC) of a node: state, lag, queue, counters.
+    Xdr(xdr_cmd::XdrArgs),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -152,6 +155,7 @@ fn main() -> ExitCode {
             Command::Restore(args) => backup::run_restore(*args).await,
             Command::Dev(args) => dev::run(args).await,
             Command::Act(args) => act::run(*args),
+            Command::Xdr(args) => xdr_cmd::run(args).await,
         }
     });
     match result {

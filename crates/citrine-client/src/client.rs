@@ -471,7 +471,7 @@ impl Client {
             .find_map(lookup)
     }
 
-    async fn execute(
+    pub(crate) async fn execute(
         &self,
         policy: &Policy,
         key: &Key,

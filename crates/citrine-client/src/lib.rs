@@ -48,6 +48,7 @@ pub mod policy;
 pub mod query;
 pub mod udf;
 pub mod value;
+pub mod xdr;
 
 pub use batch::BatchPolicy;
 pub use citrine_types::{NodeId, ResultCode};

@@ -30,6 +30,9 @@ pub struct FileConfig {
     pub http: HttpSection,
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceSection>,
+    /// `[xdr]`: read by [`crate::xdr::config`].
+    #[serde(default)]
+    pub xdr: Option<toml::Table>,
 }
 
 /// `[service]`.
@@ -313,6 +316,8 @@ pub struct ServerConfig {
     pub log_level: String,
     pub cluster: ClusterSettings,
     pub monitoring: Monitoring,
+    /// `[xdr]`: the destinations, by name.
+    pub xdr: std::collections::BTreeMap<String, citrine_xdr::DcConfig>,
 }
 
 /// Latency histograms and the HTTP endpoint.
@@ -422,6 +427,8 @@ pub fn resolve(
     let log_level = resolve_log_level(&file, overrides)?;
     let cluster = resolve_cluster(&file, origin, overrides, &address, port)?;
     let monitoring = resolve_monitoring(&file, origin, &address, port)?;
+    let xdr = crate::xdr::config::resolve(file.xdr.as_ref())
+        .map_err(|error| ConfigError(format!("{origin}: [xdr]: {error}")))?;
     Ok(ServerConfig {
         service: ServiceConfig {
             node_id,
@@ -443,6 +450,7 @@ pub fn resolve(
         log_level,
         cluster,
         monitoring,
+        xdr,
     })
 }
 

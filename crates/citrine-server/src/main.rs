@@ -17,7 +17,8 @@
 //! queries, `Service::run_background_jobs`) — each of these two entering a
 //! one-worker tokio runtime for the timers of the fabric calls it waits on
 //! —, `citrine-truncate` (removing what a peer's truncation covers),
-//! `citrine-ticker` (ends the latency histograms' intervals every
+//! `citrine-xdr` ([`xdr`]: shipping to other clusters, one
+//! current-thread runtime), `citrine-ticker` (ends the latency histograms' intervals every
 //! `ticker-interval`), `citrine-http` ([`http`], when `[http] port` is
 //! set) and each device namespace's `citrine-flush-NS` and
 //! `citrine-defrag-NS`.
@@ -32,6 +33,7 @@ mod event_loop;
 mod http;
 mod migrate;
 mod net;
+mod xdr;
 
 use citrine_service::{Service, SystemClock};
 use clap::Parser;
@@ -190,6 +192,7 @@ fn serve(config: &config::ServerConfig, noop: bool) -> Result<(), Failure> {
     set_migration_limits(&service, &config.cluster);
     // Not joined at shutdown: it only reads records and waits on the fabric.
     migrate::start(service.clone(), stopping.clone()).map_err(|error| Failure::new(error, 2))?;
+    let xdr_thread = start_xdr(&service, config, &stopping)?;
 
     let result = net::run(service.clone(), config.clone());
     stopping.store(true, Ordering::Relaxed);
@@ -197,11 +200,24 @@ fn serve(config: &config::ServerConfig, noop: bool) -> Result<(), Failure> {
         let _ = thread.join();
     }
     let _ = cluster_thread.join();
+    let _ = xdr_thread.join();
     for thread in storage_threads {
         let _ = thread.join();
     }
     shut_down_storage(&service);
     result.map_err(|error| Failure::new(error, 1))
+}
+
+/// XDR: the DCs of `[xdr]`, the info commands, the `citrine-xdr` thread.
+fn start_xdr(
+    service: &Arc<Service>,
+    config: &config::ServerConfig,
+    stopping: &Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, Failure> {
+    let xdr = xdr::Xdr::new(service.clone(), config.work_directory.clone(), &config.xdr);
+    service.set_xdr(xdr.clone());
+    xdr::run::start(xdr, stopping.clone())
+        .map_err(|error| Failure::new(format!("cannot start the xdr thread: {error}"), 1))
 }
 
 /// Opens the namespaces (device namespaces rebuild their index here: fast

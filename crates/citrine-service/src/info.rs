@@ -190,6 +190,7 @@ pub(crate) const COMMANDS: &[&str] = &[
     "edition",
     "features",
     "get-config",
+    "get-stats",
     "help",
     "latencies",
     "logs",
@@ -315,7 +316,11 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         },
         "statistics" => statistics(service),
         "sets" => sets(&service.indexes(), command),
+        "set-config" | "get-config" if command.param("context") == Some("xdr") => {
+            xdr(service, command)
+        }
         "get-config" => get_config(service, command),
+        "get-stats" => xdr(service, command),
         "set-config" => set_config(&layers, &service.client_limits, command),
         "cluster-stable" => cluster_stable(&layers, command),
         "cluster-key" => cluster_key(&layers),
@@ -1081,6 +1086,20 @@ fn set_config(
         change();
     }
     "ok".to_owned()
+}
+
+/// `set-config`, `get-config` and `get-stats` with `context=xdr`: the
+/// server's XDR answers them.
+fn xdr(service: &Service, command: &InfoCommand<'_>) -> String {
+    if command.param("context") != Some("xdr") {
+        return "ERROR:4:only context=xdr has statistics here".to_owned();
+    }
+    match (service.xdr(), command.name) {
+        (Some(xdr), "set-config") => xdr.set_config(&command.params),
+        (Some(xdr), "get-config") => xdr.get_config(&command.params),
+        (Some(xdr), _) => xdr.get_stats(&command.params),
+        (None, _) => "ERROR:4:xdr is not running".to_owned(),
+    }
 }
 
 fn cluster_stable(layers: &Layers<'_>, command: &InfoCommand<'_>) -> String {

@@ -291,6 +291,16 @@ pub struct Service {
     /// This service itself, once the server shares it
     /// ([`Service::set_shared`]): for work handed to a thread of its own.
     shared: OnceLock<std::sync::Weak<Service>>,
+    /// XDR's info commands, when the server installed them.
+    xdr: OnceLock<Arc<dyn XdrInfo>>,
+}
+
+/// XDR's part of the info commands (`set-config`, `get-config` and
+/// `get-stats` with `context=xdr`), answered by the server that ships.
+pub trait XdrInfo: Send + Sync {
+    fn set_config(&self, params: &[(&str, &str)]) -> String;
+    fn get_config(&self, params: &[(&str, &str)]) -> String;
+    fn get_stats(&self, params: &[(&str, &str)]) -> String;
 }
 
 impl Service {
@@ -322,6 +332,7 @@ impl Service {
             jobs: job::Jobs::default(),
             udfs: udf::Udfs::default(),
             shared: OnceLock::new(),
+            xdr: OnceLock::new(),
             config,
             data,
             sindexes,
@@ -354,6 +365,16 @@ impl Service {
     }
 
     /// Whether the node is in no-op mode.
+    /// Installs XDR's info commands (once).
+    pub fn set_xdr(&self, xdr: Arc<dyn XdrInfo>) {
+        let _ = self.xdr.set(xdr);
+    }
+
+    /// XDR's info commands, if installed.
+    pub fn xdr(&self) -> Option<&Arc<dyn XdrInfo>> {
+        self.xdr.get()
+    }
+
     pub fn is_noop(&self) -> bool {
         self.noop.load(Ordering::Relaxed)
     }

@@ -38,6 +38,8 @@ pub(crate) fn delete(
         return Err(ResultCode::NotFound);
     };
     check_generation(&request.header, meta.generation)?;
+    let shipped_lut = super::xdr_lut_ms(request);
+    super::check_xdr_conflict(shipped_lut, Some(meta.last_update_ms))?;
     if let Some(expression) = request.filter {
         let body = namespace
             .storage
@@ -54,7 +56,7 @@ pub(crate) fn delete(
         namespace,
         &mut partition,
         &request.digest,
-        now.unix_ms,
+        shipped_lut.unwrap_or(now.unix_ms),
         durable,
     );
     drop(partition);

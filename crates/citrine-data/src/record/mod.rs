@@ -219,6 +219,36 @@ pub fn parse_key(field: &[u8]) -> Result<(u8, &[u8]), ResultCode> {
     }
 }
 
+/// Unix ms of the Citrusleaf epoch (2010-01-01 UTC).
+const CITRUSLEAF_EPOCH_MS: u64 = 1_262_304_000_000;
+
+/// The source's last-update time (Unix ms) a write shipped by XDR carries
+/// (info1 `XDR` and field 14 `LUT`: Citrusleaf-epoch ms in the low 40
+/// bits, the source id above); `None` for any other write. Such a write
+/// keeps this time as its own, so both sites hold one LUT per version.
+pub fn xdr_lut_ms(request: &Request<'_>) -> Option<u64> {
+    if request.header.info1 & info1::XDR == 0 {
+        return None;
+    }
+    let Ops::Message(message) = &request.ops else {
+        return None;
+    };
+    let field: [u8; 8] = message.field(field_type::LUT)?.try_into().ok()?;
+    Some((u64::from_be_bytes(field) & ((1 << 40) - 1)) + CITRUSLEAF_EPOCH_MS)
+}
+
+/// Conflict resolution of an XDR write by last-update time: it loses
+/// (28) to a local copy or delete at least as recent.
+pub fn check_xdr_conflict(
+    incoming_ms: Option<u64>,
+    local_ms: Option<u64>,
+) -> Result<(), ResultCode> {
+    match (incoming_ms, local_ms) {
+        (Some(incoming), Some(local)) if local >= incoming => Err(ResultCode::LostConflict),
+        _ => Ok(()),
+    }
+}
+
 /// True when the index entry is a live record (not expired, not truncated).
 #[inline]
 pub fn is_live(namespace: &Namespace, meta: &RecordMeta, now: Now) -> bool {
@@ -318,3 +348,5 @@ mod cut_short_tests;
 mod reference_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod xdr_tests;

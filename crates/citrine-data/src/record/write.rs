@@ -76,6 +76,10 @@ pub(crate) fn write(
         };
         let found = Found::new(current, live, body.as_deref())?;
         check_preconditions(namespace, request, &found, now)?;
+        let local_lut = live
+            .map(|meta| meta.last_update_ms)
+            .or_else(|| Some(partition.tombstone(&request.digest)?.last_update_ms));
+        super::check_xdr_conflict(super::xdr_lut_ms(request), local_lut)?;
         let record_set = match found.live {
             Some(meta) => meta.set_id,
             None => set_of_new_record(namespace, request.set)?,
@@ -453,7 +457,8 @@ fn decide(
         life,
         set_id: record_set,
         void_time,
-        last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),
+        last_update_ms: super::xdr_lut_ms(request)
+            .unwrap_or_else(|| namespace.version_lut_ms(record_set, now.unix_ms)),
     };
     Ok(WriteOutcome::Store {
         meta,

@@ -1,0 +1,104 @@
+//! Writes and deletes shipped by XDR at their destination: they keep the
+//! source's last-update time and lose (28) to a local copy or delete at
+//! least as recent; a client's write ignores a LUT field.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::config::NamespaceConfig;
+use citrine_wire::msg::{field_type, info1, info2, op_type, Message, MessageWriter};
+
+const NOW_MS: u64 = 1_700_000_000_000;
+const DIGEST: Digest = Digest([7; DIGEST_SIZE]);
+
+fn namespace() -> Namespace {
+    Namespace::open(
+        NamespaceConfig::in_memory("test"),
+        &ManualClock::new(NOW_MS),
+    )
+    .unwrap()
+}
+
+/// Runs a write of bin `v` (or a delete), shipped with `lut_ms` when
+/// `xdr`; the result code.
+fn run(namespace: &Namespace, xdr: bool, delete: bool, lut_ms: u64, value: &str) -> u8 {
+    let header = MsgHeader {
+        info1: if xdr { info1::XDR } else { 0 },
+        info2: info2::WRITE
+            | if delete {
+                info2::DELETE | info2::DURABLE_DELETE
+            } else {
+                0
+            },
+        ..MsgHeader::default()
+    };
+    let lut = (lut_ms - 1_262_304_000_000) | (5 << 40);
+    let mut frame = Vec::new();
+    let mut writer = MessageWriter::begin(&mut frame, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::DIGEST, &DIGEST.0)
+        .field(field_type::LUT, &lut.to_be_bytes());
+    if !delete {
+        writer.op(
+            op_type::WRITE,
+            ParticleType::String as u8,
+            b"v",
+            value.as_bytes(),
+        );
+    }
+    writer.finish();
+    let message = Message::decode(&frame[8..]).unwrap();
+    let request = prepare(&message, &DIGEST.0, None).unwrap();
+    let mut out = Vec::new();
+    perform(namespace, &request, Now::from_unix_ms(NOW_MS), &mut out);
+    Message::decode(&out[8..]).unwrap().header.result_code
+}
+
+fn stored(namespace: &Namespace) -> (Option<u64>, Option<u64>) {
+    let partition = namespace.index.partition(DIGEST.partition()).read();
+    let live = partition
+        .get(&DIGEST)
+        .map(|entry| entry.meta().last_update_ms);
+    let tombstone = partition.tombstone(&DIGEST).map(|t| t.last_update_ms);
+    (live, tombstone)
+}
+
+#[test]
+fn shipped_writes_keep_the_source_lut_and_lose_to_newer_local_copies() {
+    let namespace = namespace();
+    let l1 = NOW_MS - 5000;
+    assert_eq!(run(&namespace, true, false, l1, "a"), 0);
+    assert_eq!(stored(&namespace).0, Some(l1), "the source's LUT, not now");
+    assert_eq!(
+        run(&namespace, true, false, l1 - 1, "old"),
+        28,
+        "older loses"
+    );
+    assert_eq!(run(&namespace, true, false, l1, "same"), 28, "a tie loses");
+    assert_eq!(run(&namespace, true, false, l1 + 1, "b"), 0, "newer wins");
+    assert_eq!(stored(&namespace).0, Some(l1 + 1));
+
+    let l2 = l1 + 10;
+    assert_eq!(
+        run(&namespace, true, true, l2 - 1, ""),
+        0,
+        "a newer delete wins"
+    );
+    assert_eq!(
+        stored(&namespace),
+        (None, Some(l2 - 1)),
+        "its tombstone keeps its LUT"
+    );
+    assert_eq!(
+        run(&namespace, true, false, l2 - 2, "c"),
+        28,
+        "older than the delete"
+    );
+    assert_eq!(run(&namespace, true, false, l2, "d"), 0);
+
+    // A client's write: the field is ignored, the LUT is now.
+    assert_eq!(run(&namespace, false, false, l1, "e"), 0);
+    assert_eq!(stored(&namespace).0, Some(NOW_MS));
+}

@@ -1,0 +1,374 @@
+//! XDR on this node: the destinations (DCs) configured in `[xdr]` and by
+//! `set-config:context=xdr;…`, their shippers, their statistics
+//! (`get-stats:context=xdr;dc=…[;namespace=…]`) and the last-ship times
+//! kept in the work directory.
+//!
+//! The shipping decisions are `citrine_xdr::Shipper`'s (one per DC and
+//! namespace); the I/O — scanning the index, reading records, sending
+//! them with the smart client, persisting LSTs — is [`run`]'s, on the
+//! `citrine-xdr` thread. This module holds the state both share under one
+//! mutex, taken briefly by the info commands and by each turn of the
+//! thread.
+//!
+//! Invariants: a DC's shippers exist exactly for the namespaces added to
+//! it that this node has; a persisted LST file is only ever written from
+//! a shipper's LSTs (acknowledged points), so a restart repeats at most
+//! what was in flight.
+//!
+//! Not yet: LSTs do not move with partition migrations (a new master
+//! starts from its own file, or from the time the namespace was added);
+//! acting masters during migrations do not ship; a record that arrived by
+//! XDR carries no mark, so in active-active it is shipped back once when
+//! this node's LST for its partition is still behind its LUT (the origin
+//! answers 28 and it stops there: no loop), and `forward` is refused;
+//! an idle partition is rescanned every 200 ms per DC and namespace, a
+//! walk of its whole index.
+
+pub mod config;
+pub mod run;
+
+use citrine_service::{Service, XdrInfo};
+use citrine_xdr::config::{Command, DcConfig, NamespaceSettings, Rewind};
+use citrine_xdr::{lst_file, Limits, Shipper};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// One DC and namespace's shipper and its measured rates.
+pub struct Lane {
+    pub shipper: Shipper,
+    /// Successes and latency sum of the second being counted.
+    pub second_start_ms: u64,
+    pub second_count: u64,
+    pub second_latency_ms: u64,
+    /// The last whole second's figures.
+    pub throughput: u64,
+    pub latency_ms: u64,
+    /// LSTs changed since the last save.
+    pub dirty: bool,
+}
+
+/// A destination: its configuration and one lane per namespace.
+#[derive(Default)]
+pub struct Dc {
+    pub config: DcConfig,
+    pub lanes: BTreeMap<String, Lane>,
+    /// Bumped when `node-address-port` changes: the client is remade.
+    pub nodes_generation: u64,
+}
+
+/// Everything [`Xdr`] guards.
+#[derive(Default)]
+pub struct State {
+    pub dcs: BTreeMap<String, Dc>,
+    /// Microseconds the shipping thread's last turn took.
+    pub lap_us: u64,
+}
+
+/// XDR's state on this node, shared by the info commands and the thread.
+pub struct Xdr {
+    state: Mutex<State>,
+    service: Arc<Service>,
+    directory: Option<PathBuf>,
+}
+
+impl Xdr {
+    /// XDR with the DCs of `[xdr]`; LSTs restored from `directory`.
+    pub fn new(
+        service: Arc<Service>,
+        directory: Option<PathBuf>,
+        dcs: &BTreeMap<String, DcConfig>,
+    ) -> Arc<Xdr> {
+        let xdr = Arc::new(Xdr {
+            state: Mutex::new(State::default()),
+            service,
+            directory,
+        });
+        {
+            let mut state = xdr.lock();
+            for (name, config) in dcs {
+                let mut dc = Dc {
+                    config: DcConfig {
+                        nodes: config.nodes.clone(),
+                        namespaces: BTreeMap::new(),
+                    },
+                    ..Dc::default()
+                };
+                for (namespace, settings) in &config.namespaces {
+                    xdr.add_lane(&mut dc, name, namespace, settings.clone(), Rewind::None);
+                }
+                state.dcs.insert(name.clone(), dc);
+            }
+        }
+        xdr
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn service(&self) -> &Arc<Service> {
+        &self.service
+    }
+
+    fn lst_path(&self, dc: &str, namespace: &str) -> Option<PathBuf> {
+        Some(self.directory.as_ref()?.join(lst_file::name(dc, namespace)))
+    }
+
+    /// Adds a namespace's lane: its LSTs from the file when one is kept
+    /// and no rewind is asked, else from the rewind point.
+    fn add_lane(
+        &self,
+        dc: &mut Dc,
+        dc_name: &str,
+        namespace: &str,
+        settings: NamespaceSettings,
+        rewind: Rewind,
+    ) {
+        let now_ms = self.service.now().unix_ms;
+        let start = match rewind {
+            Rewind::None => now_ms,
+            Rewind::All => 0,
+            Rewind::Seconds(seconds) => now_ms.saturating_sub(seconds.saturating_mul(1000)),
+        };
+        let saved = match rewind {
+            Rewind::None => self
+                .lst_path(dc_name, namespace)
+                .and_then(|path| std::fs::read(path).ok())
+                .and_then(|bytes| lst_file::decode(&bytes)),
+            _ => None,
+        };
+        let mut shipper = Shipper::new(settings.clone(), Limits::default(), start);
+        if let Some(lsts) = saved {
+            shipper = Shipper::new(settings.clone(), Limits::default(), 0);
+            for (partition, lst) in lsts.into_iter().enumerate() {
+                shipper.restore_lst(partition as u16, lst);
+            }
+            tracing::info!(dc = dc_name, namespace, "xdr: last-ship times restored");
+        }
+        dc.config.namespaces.insert(namespace.to_owned(), settings);
+        dc.lanes.insert(
+            namespace.to_owned(),
+            Lane {
+                shipper,
+                second_start_ms: now_ms,
+                second_count: 0,
+                second_latency_ms: 0,
+                throughput: 0,
+                latency_ms: 0,
+                dirty: true,
+            },
+        );
+    }
+
+    /// Writes the LST files of the lanes whose LSTs moved.
+    pub fn save_lsts(&self, state: &mut State) {
+        for (dc_name, dc) in &mut state.dcs {
+            for (namespace, lane) in &mut dc.lanes {
+                if !lane.dirty {
+                    continue;
+                }
+                lane.dirty = false;
+                let Some(path) = self.lst_path(dc_name, namespace) else {
+                    continue;
+                };
+                let bytes = lst_file::encode(&lane.shipper.lsts());
+                let temporary = path.with_extension("tmp");
+                let written = std::fs::write(&temporary, bytes)
+                    .and_then(|()| std::fs::rename(&temporary, &path));
+                if let Err(error) = written {
+                    tracing::warn!(dc = %dc_name, namespace = %namespace, "xdr: cannot save last-ship times: {error}");
+                    lane.dirty = true;
+                }
+            }
+        }
+    }
+
+    fn apply(&self, command: Command) -> Result<(), String> {
+        let mut state = self.lock();
+        match command {
+            Command::CreateDc(name) => {
+                if state.dcs.contains_key(&name) {
+                    return Err(format!("DC {name} already exists"));
+                }
+                state.dcs.insert(name, Dc::default());
+            }
+            Command::DeleteDc(name) => {
+                let dc = state.dcs.get(&name).ok_or(format!("DC {name} not found"))?;
+                if !dc.lanes.is_empty() {
+                    return Err(format!("DC {name} still has namespaces"));
+                }
+                state.dcs.remove(&name);
+            }
+            Command::AddNode(name, address) => {
+                let dc = dc_mut(&mut state, &name)?;
+                if !dc.config.nodes.contains(&address) {
+                    dc.config.nodes.push(address);
+                    dc.nodes_generation += 1;
+                }
+            }
+            Command::RemoveNode(name, address) => {
+                let dc = dc_mut(&mut state, &name)?;
+                let before = dc.config.nodes.len();
+                dc.config.nodes.retain(|node| *node != address);
+                if dc.config.nodes.len() == before {
+                    return Err(format!("{address} is not a node of DC {name}"));
+                }
+                dc.nodes_generation += 1;
+            }
+            Command::AddNamespace(name, namespace, rewind) => {
+                if self.service.namespace(namespace.as_bytes()).is_none() {
+                    return Err(format!("namespace {namespace} not found"));
+                }
+                let dc = dc_mut(&mut state, &name)?;
+                if dc.lanes.contains_key(&namespace) {
+                    return Err(format!(
+                        "namespace {namespace} is already shipped to DC {name}"
+                    ));
+                }
+                self.add_lane(dc, &name, &namespace, NamespaceSettings::default(), rewind);
+            }
+            Command::RemoveNamespace(name, namespace) => {
+                let dc = dc_mut(&mut state, &name)?;
+                dc.lanes
+                    .remove(&namespace)
+                    .ok_or(format!("namespace {namespace} is not shipped to DC {name}"))?;
+                dc.config.namespaces.remove(&namespace);
+            }
+            Command::Set(name, namespace, setting, value, add) => {
+                let dc = dc_mut(&mut state, &name)?;
+                let lane = dc
+                    .lanes
+                    .get_mut(&namespace)
+                    .ok_or(format!("namespace {namespace} is not shipped to DC {name}"))?;
+                let mut settings = lane.shipper.settings().clone();
+                settings.apply(&setting, &value, add)?;
+                lane.shipper.set_settings(settings.clone());
+                dc.config.namespaces.insert(namespace, settings);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn dc_mut<'s>(state: &'s mut State, name: &str) -> Result<&'s mut Dc, String> {
+    state
+        .dcs
+        .get_mut(name)
+        .ok_or_else(|| format!("DC {name} not found"))
+}
+
+impl XdrInfo for Xdr {
+    fn set_config(&self, params: &[(&str, &str)]) -> String {
+        match Command::parse(params).and_then(|command| self.apply(command)) {
+            Ok(()) => "ok".to_owned(),
+            Err(error) => format!("ERROR:4:{error}"),
+        }
+    }
+
+    fn get_config(&self, params: &[(&str, &str)]) -> String {
+        let state = self.lock();
+        let get = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        let Some(name) = get("dc") else {
+            let names: Vec<&str> = state.dcs.keys().map(String::as_str).collect();
+            return format!("dcs={}", names.join(","));
+        };
+        let Some(dc) = state.dcs.get(name) else {
+            return format!("ERROR:4:DC {name} not found");
+        };
+        match get("namespace") {
+            None => format!(
+                "node-address-ports={};namespaces={}",
+                dc.config.nodes.join(","),
+                dc.lanes.keys().cloned().collect::<Vec<_>>().join(",")
+            ),
+            Some(namespace) => match dc.lanes.get(namespace) {
+                Some(lane) => settings_pairs(lane.shipper.settings()),
+                None => format!("ERROR:4:namespace {namespace} is not shipped to DC {name}"),
+            },
+        }
+    }
+
+    fn get_stats(&self, params: &[(&str, &str)]) -> String {
+        let state = self.lock();
+        let get = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        let Some(name) = get("dc") else {
+            return "ERROR:4:missing dc".to_owned();
+        };
+        let Some(dc) = state.dcs.get(name) else {
+            return format!("ERROR:4:DC {name} not found");
+        };
+        let lanes: Vec<&Lane> = match get("namespace") {
+            None => dc.lanes.values().collect(),
+            Some(namespace) => match dc.lanes.get(namespace) {
+                Some(lane) => vec![lane],
+                None => {
+                    return format!("ERROR:4:namespace {namespace} is not shipped to DC {name}")
+                }
+            },
+        };
+        stats_answer(&lanes, self.service.now().unix_ms, state.lap_us)
+    }
+}
+
+fn settings_pairs(settings: &NamespaceSettings) -> String {
+    let sets = |sets: &std::collections::BTreeSet<Vec<u8>>| {
+        sets.iter()
+            .map(|set| String::from_utf8_lossy(set).into_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "delay-ms={};hot-key-ms={};ignore-set={};max-throughput={};ship-only-specified-sets={};ship-set={}",
+        settings.delay_ms,
+        settings.hot_key_ms,
+        sets(&settings.ignore_sets),
+        settings.max_throughput,
+        settings.ship_only_specified_sets,
+        sets(&settings.ship_sets),
+    )
+}
+
+/// The reference's statistic names, summed over `lanes` (lag: the worst).
+fn stats_answer(lanes: &[&Lane], now_ms: u64, lap_us: u64) -> String {
+    let mut sum = citrine_xdr::Counters::default();
+    let (mut lag_ms, mut in_queue, mut in_progress, mut pending) = (0, 0, 0, 0);
+    let (mut throughput, mut latency_weighted) = (0, 0);
+    for lane in lanes {
+        let shipper = &lane.shipper;
+        let counters = shipper.counters();
+        sum.success += counters.success;
+        sum.abandoned += counters.abandoned;
+        sum.not_found += counters.not_found;
+        sum.filtered_out += counters.filtered_out;
+        sum.retry_conn_reset += counters.retry_conn_reset;
+        sum.retry_dest += counters.retry_dest;
+        sum.recoveries += counters.recoveries;
+        sum.hot_keys += counters.hot_keys;
+        lag_ms = shipper.lag_ms(now_ms).max(lag_ms);
+        in_queue += shipper.in_queue();
+        in_progress += shipper.in_progress();
+        pending += shipper.recoveries_pending();
+        throughput += lane.throughput;
+        latency_weighted += lane.latency_ms * lane.throughput;
+    }
+    let latency_ms = latency_weighted.checked_div(throughput).unwrap_or(0);
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "lag={};in_queue={in_queue};in_progress={in_progress};success={};abandoned={};not_found={};filtered_out={};retry_conn_reset={};retry_dest={};recoveries={};recoveries_pending={pending};hot_keys={};uncompressed_pct=100.000;compression_ratio=1.000;throughput={throughput};latency_ms={latency_ms};lap_us={lap_us}",
+        lag_ms / 1000,
+        sum.success,
+        sum.abandoned,
+        sum.not_found,
+        sum.filtered_out,
+        sum.retry_conn_reset,
+        sum.retry_dest,
+        sum.recoveries,
+        sum.hot_keys,
+    );
+    out
+}
