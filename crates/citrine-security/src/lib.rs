@@ -200,7 +200,7 @@ impl Security {
     }
 
     /// 82 unless `from` is allowed for `user` by its roles' allow-lists.
-    fn check_allowed(&self, user: &str, from: Option<IpAddr>) -> Result<(), ResultCode> {
+    pub fn check_allowed(&self, user: &str, from: Option<IpAddr>) -> Result<(), ResultCode> {
         let lists: Vec<&Role> = self
             .user_roles(user)
             .filter_map(|role| self.roles.get(role))

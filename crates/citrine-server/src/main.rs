@@ -217,6 +217,10 @@ fn open_service(config: &config::ServerConfig, noop: bool) -> Result<Arc<Service
     service
         .dist()
         .set_background_runner(Box::new(run_on_a_thread_of_its_own));
+    if let Some(security) = &config.security {
+        service.enable_security(security.clone());
+        tracing::info!("security on: clients must log in (default user admin)");
+    }
     if noop {
         service.set_noop();
         tracing::warn!("--noop: every data request is answered with success and nothing is stored (benchmark ceiling; never for real data)");

@@ -64,6 +64,7 @@ pub mod noop;
 mod offload;
 pub mod prometheus;
 pub mod scan;
+pub mod security;
 pub mod sindex;
 mod smd;
 pub mod transaction;
@@ -262,6 +263,8 @@ pub struct Service {
     /// This service itself, once the server shares it
     /// ([`Service::set_shared`]): for work handed to a thread of its own.
     shared: OnceLock<std::sync::Weak<Service>>,
+    /// Access control, when the node runs with it (see [`security`]).
+    security: OnceLock<security::Guard>,
 }
 
 impl Service {
@@ -293,6 +296,7 @@ impl Service {
             jobs: job::Jobs::default(),
             udfs: udf::Udfs::default(),
             shared: OnceLock::new(),
+            security: OnceLock::new(),
             config,
             data,
             sindexes,
