@@ -124,3 +124,30 @@ def test_admin_changes_its_password(secure):
     again = make_client(secure, user="admin", password="admin2")
     again.admin_change_password("admin", "admin")
     again.close()
+
+
+def _start_secure(logdir, name, extra=()):
+    config = logdir / "secure.toml"
+    config.write_text(SECURE_TOML)
+    server = CitrinedProcess(_binary(), _free_port(), logdir / f"{name}.stderr",
+                             ["--config", str(config)] + list(extra))
+    server.first_info = _wait_refusing(server)
+    return server
+
+
+def test_users_are_kept_across_a_restart(tmp_path):
+    work = tmp_path / "work"
+    first = _start_secure(tmp_path, "first", ["--data-dir", str(work)])
+    try:
+        admin = make_client(first, user="admin", password="admin")
+        admin.admin_create_user("kept", "pw-kept", ["read"])
+        admin.close()
+    finally:
+        first.stop()
+    assert (work / "security.smd").is_file()
+    second = _start_secure(tmp_path, "second", ["--data-dir", str(work)])
+    try:
+        kept = make_client(second, user="kept", password="pw-kept")
+        kept.close()
+    finally:
+        second.stop()

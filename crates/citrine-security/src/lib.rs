@@ -86,7 +86,7 @@ pub struct Entropy {
 }
 
 /// A node's access-control state.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Security {
     pub config: SecurityConfig,
     users: BTreeMap<String, User>,
@@ -281,6 +281,7 @@ impl Security {
 }
 
 mod manage;
+pub mod snapshot;
 pub use manage::valid_name;
 
 #[cfg(test)]

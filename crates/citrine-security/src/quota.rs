@@ -8,7 +8,7 @@ use crate::QuotaKind;
 use citrine_types::ResultCode;
 use std::collections::HashMap;
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Usage {
     /// (user, kind) → (second, requests in it).
     counters: HashMap<(String, bool), (u64, u32)>,

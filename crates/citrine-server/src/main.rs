@@ -258,6 +258,7 @@ fn start_work_threads(
 fn keep_definitions(service: &Service, directory: &std::path::Path) -> Result<(), String> {
     service.keep_sindex_definitions(directory)?;
     service.keep_udf_modules(directory)?;
+    service.keep_security(directory)?;
     service.dist().keep_truncations(directory)?;
     service.dist().keep_partition_lineage(directory)
 }

@@ -1030,6 +1030,7 @@ impl Service {
         match kind {
             call_kind::SINDEX_DEFINITIONS => merge(&|text| self.indexes().merge_definitions(text)),
             call_kind::UDF_MODULES => merge(&|text| self.merge_udf_modules(text)),
+            call_kind::SECURITY => merge(&|text| self.merge_security(text)),
             call_kind::AGGREGATE_PART => self.serve_aggregate_part(payload).await,
             _ => self
                 .dist

@@ -14,7 +14,9 @@
 //!   granted (81), its user is still allowed from its address (82) and
 //!   within its roles' quotas (83); a batch runs only if every row is
 //!   allowed (else the whole batch answers the first refusal);
-//! - session tokens and password salts come from the OS's random source.
+//! - session tokens and password salts come from the OS's random source;
+//! - a change of users or roles is saved and shared with the cluster
+//!   ([`store`]) before its answer goes out.
 
 use crate::{batch, scan, udf, Arrival, CloseConnection, Continuation, Service};
 use citrine_security::admin::{self, Context};
@@ -26,10 +28,24 @@ use citrine_wire::msg::{field_type, info1, info2, Message};
 use parking_lot::Mutex;
 use std::net::IpAddr;
 
-/// The node's access-control state (present only with security on).
-#[derive(Debug)]
+mod store;
+pub use store::SECURITY_FILE;
+
+/// The node's access-control state (present only with security on), and
+/// its shared metadata store (see [`store`]).
 pub struct Guard {
     state: Mutex<Security>,
+    version: Mutex<crate::smd::Version>,
+    file: std::sync::OnceLock<std::path::PathBuf>,
+    push: crate::smd::PushClock,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("version", &*self.version.lock())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Guard {
@@ -73,6 +89,9 @@ impl Service {
         let security = Security::new(config, entropy().salt);
         let _ = self.security.set(Guard {
             state: Mutex::new(security),
+            version: Mutex::default(),
+            file: std::sync::OnceLock::new(),
+            push: crate::smd::PushClock::default(),
         });
     }
 
@@ -105,9 +124,19 @@ impl Service {
                     now_ms: self.now().unix_ms,
                     entropy: entropy(),
                 };
-                guard
+                let outcome = guard
                     .with(|security| admin::execute(security, body, &mut login.user, context, out));
-                Ok(None)
+                if !outcome.changed {
+                    return Ok(None);
+                }
+                self.commit_security(guard);
+                // Answered once the other members have the change.
+                let peers = self.routes() && !self.dist.peers().0.is_empty();
+                Ok(peers.then(|| {
+                    Continuation(crate::Pending::SyncStores(vec![
+                        crate::smd::Store::Security,
+                    ]))
+                }))
             }
             MessageType::Info => match self.info_refusal(guard, body, login, from) {
                 Some(code) => {
@@ -324,4 +353,9 @@ fn batch_needs(message: &Message<'_>) -> Vec<Need> {
         }
     }
     needs
+}
+
+/// The users-and-roles store's text, as a push carries it.
+pub(crate) fn store_text(guard: &Guard) -> String {
+    store::text_of(guard)
 }
