@@ -23,6 +23,7 @@ macro_rules! outln {
     }};
 }
 
+mod acl_cmd;
 mod backup;
 mod bench;
 mod dev;
@@ -90,6 +91,10 @@ enum Command {
     Restore(Box<backup::RestoreArgs>),
     /// Start a local cluster of N citrined nodes in memory; Ctrl-C stops them all.
     Dev(dev::DevArgs),
+    /// Users of a node with security on: create, drop, password, grant, revoke, list.
+    User(acl_cmd::UserArgs),
+    /// Roles of a node with security on: create, drop, grant, revoke, list.
+    Role(acl_cmd::RoleArgs),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -145,6 +150,8 @@ fn main() -> ExitCode {
             Command::Backup(args) => backup::run_backup(*args).await,
             Command::Restore(args) => backup::run_restore(*args).await,
             Command::Dev(args) => dev::run(args).await,
+            Command::User(args) => acl_cmd::run_user(args).await,
+            Command::Role(args) => acl_cmd::run_role(args).await,
         }
     });
     match result {

@@ -241,6 +241,16 @@ impl<'o> AdminReply<'o> {
         }
     }
 
+    /// Starts a request record for `command` (the same layout as a reply
+    /// record: clients' requests are built with this too).
+    pub fn request(&mut self, command: u8) -> &mut Self {
+        self.record(0);
+        if let Some(record) = self.record_start {
+            self.out[record + 2] = command;
+        }
+        self
+    }
+
     /// Starts a record with `result`.
     pub fn record(&mut self, result: u8) -> &mut Self {
         self.record_start = Some(self.out.len());
@@ -418,6 +428,15 @@ mod tests {
         );
         let parsed = AdminRequest::parse(body).expect("valid");
         assert_eq!(parsed.header.n_fields, 2);
+        let mut request = Vec::new();
+        let mut frame = AdminReply::begin(&mut request);
+        frame.request(command::DROP_USER).field(field::USER, b"bob");
+        frame.finish();
+        let dropped = AdminRequest::parse(&request[8..]).expect("request");
+        assert_eq!(
+            (dropped.header.command, dropped.field(field::USER)),
+            (command::DROP_USER, Some(&b"bob"[..]))
+        );
         let roles = decode_roles(parsed.field(field::ROLES).expect("roles")).expect("roles");
         assert_eq!(roles, vec!["read".to_string(), "sys-admin".to_string()]);
         let decoded = decode_privileges(parsed.field(field::PRIVILEGES).expect("p")).expect("p");
