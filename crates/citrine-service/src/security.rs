@@ -30,6 +30,8 @@ use std::net::IpAddr;
 
 mod store;
 pub use store::SECURITY_FILE;
+#[cfg(test)]
+mod tests;
 
 /// The node's access-control state (present only with security on), and
 /// its shared metadata store (see [`store`]).
@@ -152,13 +154,23 @@ impl Service {
                 }
                 None => self.handle_streaming_from(header, body, out, arrival),
             },
-            // Compressed requests are checked once inflated (the service
-            // inflates them); refuse them unless logged in.
-            _ if login.user.is_none() => {
-                crate::transaction::write_refusal(out, &[], ResultCode::NotAuthenticated);
-                Ok(None)
+            // A compressed request is checked as the message inside it (one
+            // that does not inflate is the service's to refuse).
+            MessageType::Compressed => {
+                let inner = citrine_wire::frame::inflate(body).map(|(_, inner)| inner);
+                let refusal = match &inner {
+                    Ok(inner) => self.message_refusal(guard, inner, login, from),
+                    Err(_) => None,
+                };
+                match (refusal, inner) {
+                    (Some(code), Ok(inner)) => {
+                        write_message_refusal(out, &inner, code);
+                        Ok(None)
+                    }
+                    _ => self.handle_streaming_from(header, body, out, arrival),
+                }
             }
-            _ => self.handle_streaming_from(header, body, out, arrival),
+            MessageType::InternalXdr => self.handle_streaming_from(header, body, out, arrival),
         }
     }
 
