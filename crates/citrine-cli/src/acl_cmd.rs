@@ -241,9 +241,26 @@ fn text(fields: &[(u8, Vec<u8>)], id: u8) -> String {
         .unwrap_or_default()
 }
 
+/// The connection, admin frame and whether it is a query, for a user command.
+type Request<'a> = (&'a On, Vec<u8>, bool);
+
 pub async fn run_user(args: UserArgs) -> CliResult {
+    let (on, frame, query) = user_request(&args.command)?;
+    let records = send(on, frame, query).await?;
+    for (_, fields) in records.iter().filter(|_| query) {
+        let roles = fields
+            .iter()
+            .find(|(id, _)| *id == field::ROLES)
+            .and_then(|(_, data)| decode_roles(data).ok())
+            .unwrap_or_default();
+        outln!("{}\troles={}", text(fields, field::USER), roles.join(","));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn user_request(command: &UserCommand) -> Result<Request<'_>, String> {
     let hash = |password: &str| admin::hash_password(password).map_err(|e| e.to_string());
-    let (on, frame, query) = match &args.command {
+    Ok(match command {
         UserCommand::Create {
             on,
             name,
@@ -314,21 +331,34 @@ pub async fn run_user(args: UserArgs) -> CliResult {
                 .collect();
             (on, admin::request(command::QUERY_USERS, &fields), true)
         }
-    };
+    })
+}
+
+pub async fn run_role(args: RoleArgs) -> CliResult {
+    let (on, frame, query) = role_request(&args.command)?;
     let records = send(on, frame, query).await?;
     for (_, fields) in records.iter().filter(|_| query) {
-        let roles = fields
+        let privileges = fields
             .iter()
-            .find(|(id, _)| *id == field::ROLES)
-            .and_then(|(_, data)| decode_roles(data).ok())
+            .find(|(id, _)| *id == field::PRIVILEGES)
+            .and_then(|(_, data)| decode_privileges(data).ok())
             .unwrap_or_default();
-        outln!("{}\troles={}", text(fields, field::USER), roles.join(","));
+        let shown: Vec<String> = privileges
+            .iter()
+            .filter_map(Privilege::from_wire)
+            .map(|p| show_privilege(&p))
+            .collect();
+        outln!(
+            "{}\tprivileges={}",
+            text(fields, field::ROLE),
+            shown.join(",")
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn run_role(args: RoleArgs) -> CliResult {
-    let (on, frame, query) = match &args.command {
+fn role_request(command: &RoleCommand) -> Result<Request<'_>, String> {
+    Ok(match command {
         RoleCommand::Create {
             on,
             name,
@@ -383,26 +413,7 @@ pub async fn run_role(args: RoleArgs) -> CliResult {
                 .collect();
             (on, admin::request(command::QUERY_ROLES, &fields), true)
         }
-    };
-    let records = send(on, frame, query).await?;
-    for (_, fields) in records.iter().filter(|_| query) {
-        let privileges = fields
-            .iter()
-            .find(|(id, _)| *id == field::PRIVILEGES)
-            .and_then(|(_, data)| decode_privileges(data).ok())
-            .unwrap_or_default();
-        let shown: Vec<String> = privileges
-            .iter()
-            .filter_map(Privilege::from_wire)
-            .map(|p| show_privilege(&p))
-            .collect();
-        outln!(
-            "{}\tprivileges={}",
-            text(fields, field::ROLE),
-            shown.join(",")
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 #[cfg(test)]
