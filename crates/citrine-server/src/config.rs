@@ -1266,6 +1266,8 @@ mod tests {
         let error = with("[security]\nsession-ttl = 5\n").expect_err("too short");
         assert!(error.0.contains("security.session-ttl"), "{}", error.0);
         assert!(with("[security]\nenable-security = true\n").is_err());
+        let example = resolve_text(include_str!("../../../examples/secure.toml")).expect("example");
+        assert!(example.security.is_some());
     }
 
     #[test]
