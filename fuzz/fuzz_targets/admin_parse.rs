@@ -64,9 +64,17 @@ fuzz_target!(|data: &[u8]| {
     let head: &[u8; PROTO_HEADER_SIZE] = out[..PROTO_HEADER_SIZE].try_into().expect("a header");
     let header = ProtoHeader::decode(head).expect("the answer's proto header decodes");
     assert_eq!(header.message_type, MessageType::Admin);
-    assert_eq!(header.size as usize, out.len() - PROTO_HEADER_SIZE, "one frame");
+    assert_eq!(
+        header.size as usize,
+        out.len() - PROTO_HEADER_SIZE,
+        "one frame"
+    );
     let result = out[PROTO_HEADER_SIZE + 1];
     if result != 0 {
-        assert_eq!(out.len(), PROTO_HEADER_SIZE + ADMIN_HEADER_SIZE, "an error is 16 bytes");
+        assert_eq!(
+            out.len(),
+            PROTO_HEADER_SIZE + ADMIN_HEADER_SIZE,
+            "an error is 16 bytes"
+        );
     }
 });
