@@ -12,8 +12,8 @@
 //!   authenticated` for every info request, and nothing runs;
 //! - a logged-in request runs only if every privilege it needs is
 //!   granted (81), its user is still allowed from its address (82) and
-//!   within its roles' quotas (83); a batch runs only if every row is
-//!   allowed (else the whole batch answers the first refusal);
+//!   within its roles' quotas (83); in a batch each row is checked: a
+//!   refused row answers its code, the others run;
 //! - session tokens and password salts come from the OS's random source;
 //! - a change of users or roles is saved and shared with the cluster
 //!   ([`store`]) before its answer goes out.
@@ -147,27 +147,32 @@ impl Service {
                 }
                 None => self.handle_streaming_from(header, body, out, arrival),
             },
-            MessageType::Message => match self.message_refusal(guard, body, login, from) {
-                Some(code) => {
+            MessageType::Message => match self.message_verdict(guard, body, login, from) {
+                Verdict::Run => self.handle_streaming_from(header, body, out, arrival),
+                Verdict::Refuse(code) => {
                     write_message_refusal(out, body, code);
                     Ok(None)
                 }
-                None => self.handle_streaming_from(header, body, out, arrival),
+                Verdict::RefuseRows(rows) => self.handle_message(body, out, arrival, &rows),
             },
             // A compressed request is checked as the message inside it (one
             // that does not inflate is the service's to refuse).
             MessageType::Compressed => {
-                let inner = citrine_wire::frame::inflate(body).map(|(_, inner)| inner);
-                let refusal = match &inner {
-                    Ok(inner) => self.message_refusal(guard, inner, login, from),
-                    Err(_) => None,
+                let Ok((_, inner)) = citrine_wire::frame::inflate(body) else {
+                    return self.handle_streaming_from(header, body, out, arrival);
                 };
-                match (refusal, inner) {
-                    (Some(code), Ok(inner)) => {
+                match self.message_verdict(guard, &inner, login, from) {
+                    Verdict::Run => self.handle_streaming_from(header, body, out, arrival),
+                    Verdict::Refuse(code) => {
                         write_message_refusal(out, &inner, code);
                         Ok(None)
                     }
-                    _ => self.handle_streaming_from(header, body, out, arrival),
+                    Verdict::RefuseRows(rows) => {
+                        self.stats
+                            .compressed_requests
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.handle_message(&inner, out, arrival, &rows)
+                    }
                 }
             }
             MessageType::InternalXdr => self.handle_streaming_from(header, body, out, arrival),
@@ -202,32 +207,57 @@ impl Service {
         })
     }
 
-    /// Why the AS_MSG request `body` may not run, if it may not.
-    fn message_refusal(
+    /// Whether the AS_MSG request `body` may run: whole, not at all, or (a
+    /// batch) without some of its rows.
+    fn message_verdict(
         &self,
         guard: &Guard,
         body: &[u8],
         login: &Login,
         from: Option<IpAddr>,
-    ) -> Option<ResultCode> {
+    ) -> Verdict {
         let Some(user) = login.user() else {
-            return Some(ResultCode::NotAuthenticated);
+            return Verdict::Refuse(ResultCode::NotAuthenticated);
         };
         // A malformed message is refused by the service itself.
-        let message = Message::decode(body).ok()?;
-        let needs = needs_of(&message);
+        let Ok(message) = Message::decode(body) else {
+            return Verdict::Run;
+        };
         let now_ms = self.now().unix_ms;
+        let refusal = |security: &mut Security, needs: &[Need]| {
+            needs.iter().find_map(|(action, ns, set)| {
+                let scope = (ns.as_deref(), set.as_deref());
+                security.admit(user, *action, scope, now_ms).err()
+            })
+        };
         guard.with(|security| {
             if let Err(code) = security.check_allowed(user, from) {
-                return Some(code);
+                return Verdict::Refuse(code);
             }
-            needs.iter().find_map(|(action, ns, set)| {
-                security
-                    .admit(user, *action, (ns.as_deref(), set.as_deref()), now_ms)
-                    .err()
-            })
+            if message.header.info1 & info1::BATCH == 0 {
+                return refusal(security, &needs_of(&message))
+                    .map_or(Verdict::Run, Verdict::Refuse);
+            }
+            let mut refused: Vec<(u32, ResultCode)> = batch_rows(&message)
+                .into_iter()
+                .filter_map(|(index, needs)| Some((index, refusal(security, &needs)?)))
+                .collect();
+            refused.sort_by_key(|(index, _)| *index);
+            if refused.is_empty() {
+                Verdict::Run
+            } else {
+                Verdict::RefuseRows(refused)
+            }
         })
     }
+}
+
+/// What access control lets of an AS_MSG run.
+enum Verdict {
+    Run,
+    Refuse(ResultCode),
+    /// A batch whose rows with these indexes answer these codes instead.
+    RefuseRows(Vec<(u32, ResultCode)>),
 }
 
 /// Answers a refused AS_MSG in the form its reader waits for: a stream
@@ -298,9 +328,6 @@ fn text_of(data: Option<&[u8]>) -> Option<String> {
 /// Every (privilege, namespace, set) the message needs: one or two for a
 /// single-record request or a scan/query, one per row for a batch.
 fn needs_of(message: &Message<'_>) -> Vec<Need> {
-    if message.header.info1 & info1::BATCH != 0 {
-        return batch_needs(message);
-    }
     let ns = text_of(message.field(field_type::NAMESPACE));
     let set = text_of(message.field(field_type::SET));
     let digest = message.field(field_type::DIGEST).is_some();
@@ -341,9 +368,9 @@ fn record_actions(info1_bits: u8, info2_bits: u8, udf: bool) -> Vec<Action> {
     actions
 }
 
-/// One need per batch row (rows the parser cannot read need nothing here:
-/// the batch refuses them as malformed).
-fn batch_needs(message: &Message<'_>) -> Vec<Need> {
+/// Each batch row's index and needs (rows the parser cannot read need
+/// nothing here: the batch refuses them as malformed).
+fn batch_rows(message: &Message<'_>) -> Vec<(u32, Vec<Need>)> {
     let payload = message
         .field(field_type::BATCH_INDEX)
         .or_else(|| message.field(field_type::BATCH_INDEX_WITH_SET));
@@ -351,7 +378,7 @@ fn batch_needs(message: &Message<'_>) -> Vec<Need> {
         return Vec::new();
     };
     let mut reader = batch::RowReader::new(payload, batch::Parent::default());
-    let mut needs = Vec::new();
+    let mut rows = Vec::new();
     while !reader.at_end() {
         let Ok(row) = reader.next_row() else {
             break;
@@ -360,11 +387,13 @@ fn batch_needs(message: &Message<'_>) -> Vec<Need> {
         let ns = text_of(body.field(field_type::NAMESPACE));
         let set = text_of(body.field(field_type::SET));
         let udf = body.field(field_type::UDF_FILENAME).is_some();
-        for action in record_actions(body.header.info1, body.header.info2, udf) {
-            needs.push((action, ns.clone(), set.clone()));
-        }
+        let actions = record_actions(body.header.info1, body.header.info2, udf);
+        let needs = actions
+            .into_iter()
+            .map(|action| (action, ns.clone(), set.clone()));
+        rows.push((row.index, needs.collect()));
     }
-    needs
+    rows
 }
 
 /// The users-and-roles store's text, as a push carries it.
