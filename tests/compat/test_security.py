@@ -151,3 +151,26 @@ def test_users_are_kept_across_a_restart(tmp_path):
         kept.close()
     finally:
         second.stop()
+
+
+def test_batch_rows_are_checked_one_by_one(secure):
+    from aerospike_helpers.batch import records as br
+    from aerospike_helpers.operations import operations as op
+    admin = make_client(secure, user="admin", password="admin")
+    admin.admin_create_user("batch-w", "pw", ["read-write"])
+    admin.admin_create_user("batch-r", "pw", ["read"])
+    admin.close()
+    writer = make_client(secure, user="batch-w", password="pw")
+    writer.put(("test", "batch", "a"), {"x": 1})
+    writer.close()
+    reader = make_client(secure, user="batch-r", password="pw")
+    try:
+        answer = reader.batch_write(br.BatchRecords([
+            br.Read(("test", "batch", "a"), [op.read("x")]),
+            br.Write(("test", "batch", "b"), [op.write("x", 2)]),
+        ]))
+        rows = [(row.result, row.record[2] if row.record else None)
+                for row in answer.batch_records]
+        assert rows == [(0, {"x": 1}), (81, None)]
+    finally:
+        reader.close()
