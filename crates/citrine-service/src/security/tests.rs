@@ -174,6 +174,11 @@ fn a_reader_reads_and_is_refused_writes_batches_and_admin_info() {
     assert_eq!(result_of(&send(&service, &mut reader, &reads)), 0);
     // Info: ordinary commands run, truncate needs a privilege.
     assert!(!info(&service, &mut reader, "namespaces").contains("ERROR"));
+    let context = info(&service, &mut reader, "get-config:context=security");
+    assert_eq!(
+        context,
+        "get-config:context=security\tenable-quotas=false;session-ttl=86400\n"
+    );
     assert_eq!(
         info(&service, &mut reader, "truncate:namespace=test"),
         "ERROR:81:role violation\n"
