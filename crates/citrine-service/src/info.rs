@@ -1004,7 +1004,7 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
 fn security_config(guard: &crate::security::Guard) -> String {
     let config = guard.with(|security| security.config.clone());
     format!(
-        "enable-quotas={};session-ttl={}",
+        "enable-security=true;enable-quotas={};session-ttl={}",
         config.enable_quotas, config.session_ttl_s
     )
 }

@@ -177,7 +177,7 @@ fn a_reader_reads_and_is_refused_writes_batches_and_admin_info() {
     let context = info(&service, &mut reader, "get-config:context=security");
     assert_eq!(
         context,
-        "get-config:context=security\tenable-quotas=false;session-ttl=86400\n"
+        "get-config:context=security\tenable-security=true;enable-quotas=false;session-ttl=86400\n"
     );
     assert_eq!(
         info(&service, &mut reader, "truncate:namespace=test"),
