@@ -42,6 +42,9 @@ pub struct SecurityConfig {
     pub enable_quotas: bool,
     /// bcrypt cost of stored hashes (tests lower it).
     pub stored_cost: u32,
+    /// Most sessions kept at once: past it a login ends the session
+    /// closest to expiry (a client logs in again when told so).
+    pub max_sessions: usize,
 }
 
 impl Default for SecurityConfig {
@@ -50,6 +53,7 @@ impl Default for SecurityConfig {
             session_ttl_s: 86_400,
             enable_quotas: false,
             stored_cost: password::STORED_COST,
+            max_sessions: 100_000,
         }
     }
 }
@@ -162,8 +166,7 @@ impl Security {
             return Err(ResultCode::InvalidCredential);
         }
         self.check_allowed(user, from)?;
-        self.sessions
-            .retain(|_, session| session.expires_ms > now_ms);
+        self.make_room_for_a_session(now_ms);
         let ttl = self.config.session_ttl_s;
         let session = Session {
             user: user.to_string(),
@@ -171,6 +174,24 @@ impl Security {
         };
         self.sessions.insert(token.to_vec(), session);
         Ok((token.to_vec(), ttl))
+    }
+
+    /// Drops expired sessions, then, while at the limit, the one closest
+    /// to expiry.
+    fn make_room_for_a_session(&mut self, now_ms: u64) {
+        self.sessions
+            .retain(|_, session| session.expires_ms > now_ms);
+        while self.sessions.len() >= self.config.max_sessions.max(1) {
+            let oldest = self
+                .sessions
+                .iter()
+                .min_by_key(|(_, session)| session.expires_ms)
+                .map(|(token, _)| token.clone());
+            match oldest {
+                Some(token) => self.sessions.remove(&token),
+                None => break,
+            };
+        }
     }
 
     /// The user a session `token` belongs to, if it is valid now for `user`

@@ -385,3 +385,31 @@ fn quotas_need_enable_quotas() {
         Err(ResultCode::QuotasNotEnabled)
     );
 }
+
+#[test]
+fn sessions_are_bounded_and_the_closest_to_expiry_goes() {
+    let config = SecurityConfig {
+        stored_cost: 4,
+        max_sessions: 2,
+        ..SecurityConfig::default()
+    };
+    let mut security = Security::new(config, [1; 16]);
+    let credential = hash("admin");
+    for (now_ms, token) in [(1, 1u8), (2, 2), (3, 3)] {
+        security
+            .login("admin", &credential, None, now_ms, [token; 32])
+            .expect("login");
+    }
+    assert_eq!(
+        security.authenticate(None, &[1; 32], None, 10),
+        Err(ResultCode::InvalidCredential)
+    );
+    assert_eq!(
+        security.authenticate(None, &[2; 32], None, 10).as_deref(),
+        Ok("admin")
+    );
+    assert_eq!(
+        security.authenticate(None, &[3; 32], None, 10).as_deref(),
+        Ok("admin")
+    );
+}
