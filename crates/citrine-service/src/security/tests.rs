@@ -190,3 +190,56 @@ fn a_reader_reads_and_is_refused_writes_batches_and_admin_info() {
         ResultCode::RoleViolation.code()
     );
 }
+
+fn create_user(service: &Service, name: &str) {
+    let mut admin_login = login(service, "admin", "admin");
+    let hash = citrine_security::password::client_hash("pw").unwrap();
+    let roles = [1u8, 4, b'r', b'e', b'a', b'd'];
+    let frame = admin(
+        command::CREATE_USER,
+        &[
+            (field::USER, name.as_bytes()),
+            (field::PASSWORD, hash.as_bytes()),
+            (field::ROLES, &roles),
+        ],
+    );
+    assert_eq!(send(service, &mut admin_login, &frame)[9], 0);
+}
+
+fn knows(service: &Service, name: &str) -> bool {
+    service
+        .security()
+        .unwrap()
+        .with(|security| security.users().contains_key(name))
+}
+
+#[test]
+fn a_peer_takes_a_newer_store_and_ignores_an_older_one() {
+    let first = secure();
+    create_user(&first, "shared");
+    let text = super::store_text(first.security().unwrap());
+    let second = secure();
+    assert!(!knows(&second, "shared"));
+    second.merge_security(&text);
+    assert!(knows(&second, "shared"));
+    login(&second, "shared", "pw");
+    // A later change there wins over the first node's older store.
+    create_user(&second, "later");
+    second.merge_security(&text);
+    assert!(knows(&second, "later"));
+}
+
+#[test]
+fn users_survive_a_restart_in_the_work_directory() {
+    let directory = std::env::temp_dir().join(format!("citrine-security-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let first = secure();
+    first.keep_security(&directory).unwrap();
+    create_user(&first, "kept");
+    drop(first);
+    let again = secure();
+    again.keep_security(&directory).unwrap();
+    assert!(knows(&again, "kept"));
+    login(&again, "kept", "pw");
+    std::fs::remove_dir_all(&directory).unwrap();
+}
