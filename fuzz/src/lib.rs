@@ -7,7 +7,8 @@
 //! (`sindex_keys`), UDF values (`udf_values`), a node's fabric calls
 //! (`fabric_calls`), and whole client requests into a node through
 //! `Service::handle` (`service_requests`, seeded with frames the official
-//! Python client sent, recorded by `fuzz/record_frames.py`).
+//! Python client sent, recorded by `fuzz/record_frames.py`), and the admin
+//! protocol with security on (`admin_parse`).
 
 #![forbid(unsafe_code)]
 

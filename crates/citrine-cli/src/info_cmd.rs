@@ -23,6 +23,8 @@ use std::time::Duration;
 pub struct InfoArgs {
     #[command(flatten)]
     pub host: HostArgs,
+    #[command(flatten)]
+    pub login: crate::acl_cmd::LoginArgs,
     /// Print only the value of this one command (scripts).
     #[arg(short = 'v', long = "value", value_name = "COMMAND")]
     pub value: Option<String>,
@@ -65,8 +67,10 @@ pub fn format_value(value: &str, indent: &str) -> String {
 
 pub async fn run_info(args: InfoArgs) -> CliResult {
     let timeout = Duration::from_millis(args.host.timeout_ms);
+    let credentials = args.login.credentials();
+    let credentials = credentials.as_ref();
     if let Some(command) = &args.value {
-        let answer = citrine_client::info_at(&args.host.host, &[command], timeout)
+        let answer = citrine_client::info_at_as(&args.host.host, &[command], timeout, credentials)
             .await
             .map_err(|e| connect_hint(&args.host.host, &e))?;
         let value = answer
@@ -82,7 +86,7 @@ pub async fn run_info(args: InfoArgs) -> CliResult {
         return Ok(ExitCode::SUCCESS);
     }
     let commands: Vec<&str> = args.commands.iter().map(String::as_str).collect();
-    let mut answer = citrine_client::info_at(&args.host.host, &commands, timeout)
+    let mut answer = citrine_client::info_at_as(&args.host.host, &commands, timeout, credentials)
         .await
         .map_err(|e| connect_hint(&args.host.host, &e))?;
     if commands.is_empty() && answer.is_empty() {
@@ -98,7 +102,7 @@ pub async fn run_info(args: InfoArgs) -> CliResult {
             "service-clear-std",
             "peers-clear-std",
         ];
-        answer = citrine_client::info_at(&args.host.host, &fallback, timeout)
+        answer = citrine_client::info_at_as(&args.host.host, &fallback, timeout, credentials)
             .await
             .map_err(|e| connect_hint(&args.host.host, &e))?;
     }

@@ -24,6 +24,7 @@ macro_rules! outln {
     }};
 }
 
+mod acl_cmd;
 mod act;
 mod backup;
 mod bench;
@@ -99,6 +100,10 @@ enum Command {
     Act(Box<act::ActArgs>),
     /// Show every XDR destination (DC) of a node: state, lag, queue, counters.
     Xdr(xdr_cmd::XdrArgs),
+    /// Users of a node with security on: create, drop, password, grant, revoke, list.
+    User(acl_cmd::UserArgs),
+    /// Roles of a node with security on: create, drop, grant, revoke, list.
+    Role(acl_cmd::RoleArgs),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -156,6 +161,8 @@ fn main() -> ExitCode {
             Command::Dev(args) => dev::run(args).await,
             Command::Act(args) => act::run(*args),
             Command::Xdr(args) => xdr_cmd::run(args).await,
+            Command::User(args) => acl_cmd::run_user(args).await,
+            Command::Role(args) => acl_cmd::run_role(args).await,
         }
     });
     match result {

@@ -599,3 +599,66 @@ fn verify_reports_progress_and_a_verdict_with_its_exit_code() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("use register, counter or set"));
 }
+
+#[test]
+fn users_and_roles_against_a_secure_citrined() {
+    let directory = std::env::temp_dir().join(format!("citrine-cli-acl-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).expect("temp dir");
+    let config = directory.join("secure.toml");
+    std::fs::write(&config, "[security]\n\n[[namespace]]\nname = \"test\"\n").expect("config");
+    let (_server, port) = citrined_with(&["--config", config.to_str().expect("utf8")]);
+    let host = format!("127.0.0.1:{port}");
+    let as_admin = |args: &[&str]| {
+        let mut all = args.to_vec();
+        // Each login hashes with bcrypt on both sides: generous timeouts
+        // for a loaded 2-core machine.
+        all.extend([
+            "-h",
+            &host,
+            "-U",
+            "admin",
+            "-P",
+            "admin",
+            "--timeout",
+            "20000",
+        ]);
+        citrine(&all)
+    };
+    let refused = citrine(&["info", "-h", &host, "-v", "build"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("80"));
+    let build = as_admin(&["info", "-v", "build"]);
+    assert!(build.status.success(), "{build:?}");
+    assert!(
+        as_admin(&["role", "create", "demo-rw", "read-write@test.demo"])
+            .status
+            .success()
+    );
+    assert!(
+        as_admin(&["user", "create", "ann", "pw", "read", "demo-rw"])
+            .status
+            .success()
+    );
+    let users = stdout(&as_admin(&["user", "list"]));
+    assert!(users.contains("ann\troles=demo-rw,read\n"), "{users}");
+    let roles = stdout(&as_admin(&["role", "list", "demo-rw"]));
+    assert_eq!(roles, "demo-rw\tprivileges=read-write@test.demo\n");
+    let truncate = citrine(&[
+        "info",
+        "-h",
+        &host,
+        "-U",
+        "ann",
+        "-P",
+        "pw",
+        "truncate:namespace=test",
+    ]);
+    assert!(!truncate.status.success());
+    assert!(
+        String::from_utf8_lossy(&truncate.stderr).contains("81"),
+        "{truncate:?}"
+    );
+    assert!(as_admin(&["user", "drop", "ann"]).status.success());
+    assert!(!stdout(&as_admin(&["user", "list"])).contains("ann"));
+    let _ = std::fs::remove_dir_all(&directory);
+}

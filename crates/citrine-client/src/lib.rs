@@ -33,6 +33,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod batch;
 pub mod cdt;
 pub mod client;
@@ -121,12 +122,33 @@ pub async fn info_at(
     commands: &[&str],
     timeout: Duration,
 ) -> Result<Vec<(String, String)>> {
+    info_at_as(host, commands, timeout, None).await
+}
+
+/// [`info_at`] on a connection first logged in with `credentials` (a
+/// node with security on answers nothing else).
+pub async fn info_at_as(
+    host: &str,
+    commands: &[&str],
+    timeout: Duration,
+    credentials: Option<&admin::Credentials>,
+) -> Result<Vec<(String, String)>> {
+    let mut connection = connect_at(host, timeout).await?;
+    let deadline = Some(std::time::Instant::now() + timeout);
+    if let Some(credentials) = credentials {
+        connection.login(credentials, deadline).await?;
+    }
+    connection.info(commands, deadline).await
+}
+
+/// One connection to `host` (the first of its addresses that answers).
+pub async fn connect_at(host: &str, timeout: Duration) -> Result<conn::Connection> {
     let (name, port) = peers::parse_host(host, 3000).map_err(Error::InvalidArgument)?;
     let mut last_error = None;
     for address in cluster::resolve(&name, port).await? {
         let deadline = Some(std::time::Instant::now() + timeout);
         match conn::Connection::connect(address, deadline).await {
-            Ok(mut connection) => return connection.info(commands, deadline).await,
+            Ok(connection) => return Ok(connection),
             Err(error) => last_error = Some(error),
         }
     }

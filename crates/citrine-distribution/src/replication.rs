@@ -281,6 +281,10 @@ pub mod call_kind {
     /// result-code byte and, on success, the part's whole stream (value
     /// frames, then LAST).
     pub const AGGREGATE_PART: u8 = 11;
+    /// Every user and role the sender knows, with the store's version
+    /// (the service's `security::store`, one line each); the answer is
+    /// one result-code byte.
+    pub const SECURITY: u8 = 20;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.

@@ -22,6 +22,8 @@ pub struct FileConfig {
     pub service: ServiceSection,
     #[serde(default)]
     pub logging: LoggingSection,
+    /// Present: access control is on (as the reference's `security` context).
+    pub security: Option<SecuritySection>,
     #[serde(default)]
     pub heartbeat: HeartbeatSection,
     #[serde(default)]
@@ -113,6 +115,16 @@ pub struct FabricSection {
     pub address: Option<String>,
     /// Listen port (default: service port + 1, i.e. 3001).
     pub port: Option<u16>,
+}
+
+/// `[security]`: its presence turns access control on.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SecuritySection {
+    /// Seconds a login's session token is valid (default 86400, 120 to 864000).
+    pub session_ttl: Option<u32>,
+    /// Enforce roles' read/write quotas (default false).
+    pub enable_quotas: Option<bool>,
 }
 
 /// `[logging]`.
@@ -318,6 +330,8 @@ pub struct ServerConfig {
     pub monitoring: Monitoring,
     /// `[xdr]`: the destinations, by name.
     pub xdr: std::collections::BTreeMap<String, citrine_xdr::DcConfig>,
+    /// `[security]`: access control on; `None`: off.
+    pub security: Option<citrine_security::SecurityConfig>,
 }
 
 /// Latency histograms and the HTTP endpoint.
@@ -429,6 +443,7 @@ pub fn resolve(
     let monitoring = resolve_monitoring(&file, origin, &address, port)?;
     let xdr = crate::xdr::config::resolve(file.xdr.as_ref())
         .map_err(|error| ConfigError(format!("{origin}: [xdr]: {error}")))?;
+    let security = resolve_security(&file, origin)?;
     Ok(ServerConfig {
         service: ServiceConfig {
             node_id,
@@ -451,7 +466,30 @@ pub fn resolve(
         cluster,
         monitoring,
         xdr,
+        security,
     })
+}
+
+/// The `[security]` section, checked; `None` when absent (security off).
+fn resolve_security(
+    file: &FileConfig,
+    origin: &str,
+) -> Result<Option<citrine_security::SecurityConfig>, ConfigError> {
+    let Some(section) = &file.security else {
+        return Ok(None);
+    };
+    let defaults = citrine_security::SecurityConfig::default();
+    let session_ttl_s = section.session_ttl.unwrap_or(defaults.session_ttl_s);
+    if !(120..=864_000).contains(&session_ttl_s) {
+        return Err(ConfigError(format!(
+            "{origin}: security.session-ttl = {session_ttl_s} is impossible (120 to 864000 seconds)"
+        )));
+    }
+    Ok(Some(citrine_security::SecurityConfig {
+        session_ttl_s,
+        enable_quotas: section.enable_quotas.unwrap_or(false),
+        ..defaults
+    }))
 }
 
 /// The service port (default 3000); 0 is refused.
@@ -1233,6 +1271,25 @@ mod tests {
             "test.toml",
             &Overrides::default(),
         )
+    }
+
+    #[test]
+    fn a_security_section_turns_access_control_on() {
+        let ns = "[[namespace]]\nname = \"test\"\n";
+        let with = |text: &str| resolve_text(&format!("{text}{ns}"));
+        assert_eq!(with("").expect("valid").security, None);
+        let on = with("[security]\n").expect("valid").security.expect("on");
+        assert_eq!((on.session_ttl_s, on.enable_quotas), (86_400, false));
+        let tuned = with("[security]\nsession-ttl = 600\nenable-quotas = true\n")
+            .expect("valid")
+            .security
+            .expect("on");
+        assert_eq!((tuned.session_ttl_s, tuned.enable_quotas), (600, true));
+        let error = with("[security]\nsession-ttl = 5\n").expect_err("too short");
+        assert!(error.0.contains("security.session-ttl"), "{}", error.0);
+        assert!(with("[security]\nenable-security = true\n").is_err());
+        let example = resolve_text(include_str!("../../../examples/secure.toml")).expect("example");
+        assert!(example.security.is_some());
     }
 
     #[test]

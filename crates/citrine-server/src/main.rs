@@ -233,6 +233,10 @@ fn open_service(config: &config::ServerConfig, noop: bool) -> Result<Arc<Service
     service
         .dist()
         .set_background_runner(Box::new(run_on_a_thread_of_its_own));
+    if let Some(security) = &config.security {
+        service.enable_security(security.clone());
+        tracing::info!("security on: clients must log in (default user admin)");
+    }
     if noop {
         service.set_noop();
         tracing::warn!("--noop: every data request is answered with success and nothing is stored (benchmark ceiling; never for real data)");
@@ -270,6 +274,7 @@ fn start_work_threads(
 fn keep_definitions(service: &Service, directory: &std::path::Path) -> Result<(), String> {
     service.keep_sindex_definitions(directory)?;
     service.keep_udf_modules(directory)?;
+    service.keep_security(directory)?;
     service.dist().keep_truncations(directory)?;
     service.dist().keep_partition_lineage(directory)
 }

@@ -446,6 +446,8 @@ pub struct BatchCursor {
     at: usize,
     previous: Option<usize>,
     rows_left: u32,
+    /// Rows answered with a code instead of run (access control), by index.
+    refused: Vec<(u32, ResultCode)>,
 }
 
 /// How a batch runs a row in a cluster: as the single-record request it
@@ -480,7 +482,7 @@ pub(crate) struct RowContext<'s> {
 /// answers as many rows as fit in one step. Returns what follows.
 pub(crate) fn start(
     context: RowContext<'_>,
-    max_rows: u32,
+    (max_rows, refused): (u32, &[(u32, ResultCode)]),
     message: &Message<'_>,
     out: &mut Vec<u8>,
 ) -> BatchNext {
@@ -515,7 +517,7 @@ pub(crate) fn start(
     };
     stats.requests.fetch_add(1, Ordering::Relaxed);
     let reader = RowReader::new(payload, parent);
-    let chunk = run_rows(context, reader, rows, filter.as_deref(), out);
+    let chunk = run_rows(context, reader, (rows, refused), filter.as_deref(), out);
     chunk.next(|(at, previous, rows_left)| BatchCursor {
         payload: payload.to_vec(),
         parent,
@@ -523,6 +525,7 @@ pub(crate) fn start(
         at,
         previous,
         rows_left,
+        refused: refused.to_vec(),
     })
 }
 
@@ -639,7 +642,8 @@ impl BatchCursor {
                 return BatchNext::Done;
             }
         };
-        let chunk = run_rows(context, reader, self.rows_left, self.filter.as_deref(), out);
+        let rows = (self.rows_left, &self.refused[..]);
+        let chunk = run_rows(context, reader, rows, self.filter.as_deref(), out);
         chunk.next(|(at, previous, rows_left)| {
             self.at = at;
             self.previous = previous;
@@ -655,7 +659,7 @@ impl BatchCursor {
 fn run_rows(
     context: RowContext<'_>,
     mut reader: RowReader<'_>,
-    mut rows_left: u32,
+    (mut rows_left, refused): (u32, &[(u32, ResultCode)]),
     filter: Option<&ParentFilter>,
     out: &mut Vec<u8>,
 ) -> Chunk {
@@ -675,7 +679,10 @@ fn run_rows(
             };
         };
         rows_left -= 1;
-        if let Some(waiting) = execute_row(context, &row, reader.parent, filter, now, out) {
+        let refusal = refused.binary_search_by_key(&row.index, |(index, _)| *index);
+        if let Ok(at) = refusal {
+            transaction::write_error(out, refused[at].1, Reply::Row(row.index));
+        } else if let Some(waiting) = execute_row(context, &row, reader.parent, filter, now, out) {
             remote.push(waiting);
         }
         if rows_left > 0

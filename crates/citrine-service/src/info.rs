@@ -1018,10 +1018,20 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
                 None => "ERROR:4:namespace not found".to_owned(),
             }
         }
-        // No security module: the answer of a server without security is empty.
-        "security" => String::new(),
+        // Without security the answer is empty, as a server without the
+        // security module answers.
+        "security" => service.security().map(security_config).unwrap_or_default(),
         _ => "ERROR:4:unknown context".to_owned(),
     }
+}
+
+/// The `security` context's settings, with security on.
+fn security_config(guard: &crate::security::Guard) -> String {
+    let config = guard.with(|security| security.config.clone());
+    format!(
+        "enable-security=true;enable-quotas={};session-ttl={}",
+        config.enable_quotas, config.session_ttl_s
+    )
 }
 
 /// `set-config:context=service;NAME=VALUE[;...]`: the migration throttles

@@ -65,6 +65,7 @@ pub mod noop;
 mod offload;
 pub mod prometheus;
 pub mod scan;
+pub mod security;
 pub mod sindex;
 mod smd;
 pub mod transaction;
@@ -293,6 +294,8 @@ pub struct Service {
     shared: OnceLock<std::sync::Weak<Service>>,
     /// XDR's info commands, when the server installed them.
     xdr: OnceLock<Arc<dyn XdrInfo>>,
+    /// Access control, when the node runs with it (see [`security`]).
+    security: OnceLock<security::Guard>,
 }
 
 /// XDR's part of the info commands (`set-config`, `get-config` and
@@ -333,6 +336,7 @@ impl Service {
             udfs: udf::Udfs::default(),
             shared: OnceLock::new(),
             xdr: OnceLock::new(),
+            security: OnceLock::new(),
             config,
             data,
             sindexes,
@@ -691,14 +695,14 @@ impl Service {
                 citrine_wire::admin::write_reply(out, ResultCode::SecurityNotEnabled.code());
                 Ok(None)
             }
-            MessageType::Message => self.handle_message(body, out, arrival),
+            MessageType::Message => self.handle_message(body, out, arrival, &[]),
             MessageType::Compressed => {
                 self.stats
                     .compressed_requests
                     .fetch_add(1, Ordering::Relaxed);
                 let (_, inner) =
                     inflate(body).map_err(|error| self.proto_error(error.to_string()))?;
-                self.handle_message(&inner, out, arrival)
+                self.handle_message(&inner, out, arrival, &[])
             }
             MessageType::InternalXdr => {
                 Err(self.proto_error("XDR messages are not accepted on the service port".into()))
@@ -753,11 +757,15 @@ impl Service {
         }
     }
 
+    /// Runs an AS_MSG; a batch answers the rows in `refused` (sorted by
+    /// row index) with their code instead of running them (see
+    /// [`security`]).
     fn handle_message(
         &self,
         body: &[u8],
         out: &mut Vec<u8>,
         arrival: Arrival,
+        refused: &[(u32, ResultCode)],
     ) -> Result<Option<Continuation>, CloseConnection> {
         let (waiting_since_ms, received) = (arrival.waiting_since_ms, arrival.received);
         let origin = job::Origin::Client(arrival.from);
@@ -791,7 +799,13 @@ impl Service {
             transaction::write_refusal(out, body, ResultCode::Timeout);
             return Ok(None);
         }
-        Ok(self.dispatch(&message, body, (deadline_ms, received), out, origin))
+        Ok(self.dispatch(
+            &message,
+            body,
+            (deadline_ms, received),
+            out,
+            (origin, refused),
+        ))
     }
 
     /// Runs a client's single-record request ([`transaction::execute`])
@@ -879,11 +893,11 @@ impl Service {
         body: &[u8],
         (deadline_ms, received): (Option<u64>, Option<std::time::Instant>),
         out: &mut Vec<u8>,
-        origin: job::Origin,
+        (origin, refused): (job::Origin, &[(u32, ResultCode)]),
     ) -> Option<Continuation> {
         if message.header.info1 & info1::BATCH != 0 {
             let max_rows = self.batch_max_requests.load(Ordering::Relaxed);
-            let next = batch::start(self.row_context(), max_rows, message, out);
+            let next = batch::start(self.row_context(), (max_rows, refused), message, out);
             return Continuation::of_batch(next);
         }
         if message.field(field_type::DIGEST).is_some() {
@@ -1077,6 +1091,7 @@ impl Service {
         match kind {
             call_kind::SINDEX_DEFINITIONS => merge(&|text| self.indexes().merge_definitions(text)),
             call_kind::UDF_MODULES => merge(&|text| self.udf_modules().merge(text)),
+            call_kind::SECURITY => merge(&|text| self.merge_security(text)),
             call_kind::AGGREGATE_PART => self.serve_aggregate_part(payload).await,
             _ => self
                 .dist

@@ -349,11 +349,13 @@ impl Service {
                 build(&self.data, &namespace, &index, &mut || {
                     self.indexes().push_definitions();
                     self.udf_modules().push();
+                    self.push_security();
                 })
             },
             || {
                 self.indexes().push_definitions();
                 self.udf_modules().push();
+                self.push_security();
             },
         );
     }

@@ -4,7 +4,8 @@
 //! ([`Service::sync_stores`], at most [`SYNC_TIMEOUT`]), and the blocking
 //! push of a store the `citrine-sindex` thread makes ([`push_to_peers`]).
 //! The stores are the index definitions (`sindex.smd`), the UDF modules
-//! (`udf.smd`) and the truncations (`truncate.smd`). The wait: the info
+//! (`udf.smd`), the truncations (`truncate.smd`) and, with security on,
+//! the users and roles (`security.smd`). The wait: the info
 //! answer names the stores a request changed (`info::answer_request`),
 //! `Service::handle_streaming` returns a remote continuation for them, and
 //! completing it pushes each store to every other member and awaits their
@@ -25,6 +26,9 @@ pub(crate) enum Store {
     SindexDefinitions,
     UdfModules,
     Truncations,
+    /// Users and roles (see [`crate::security`]); changed by admin
+    /// commands, not info commands.
+    Security,
 }
 
 impl Store {
@@ -45,6 +49,7 @@ impl Store {
             Store::SindexDefinitions => call_kind::SINDEX_DEFINITIONS,
             Store::UdfModules => call_kind::UDF_MODULES,
             Store::Truncations => call_kind::TRUNCATIONS,
+            Store::Security => call_kind::SECURITY,
         }
     }
 
@@ -54,6 +59,10 @@ impl Store {
             Store::SindexDefinitions => service.indexes().definitions_text(),
             Store::UdfModules => service.udf_modules().text(),
             Store::Truncations => service.dist().truncations_text(),
+            Store::Security => service
+                .security()
+                .map(crate::security::store_text)
+                .unwrap_or_default(),
         }
     }
 }

@@ -8,7 +8,8 @@
 //! (`ProtoHeader::decode`: version 2, or 0 for admin; a known type; a size
 //! of at most 128 MiB — anything else closes the connection), then the
 //! connection waits for more bytes until the whole frame is buffered, and
-//! hands the frame to [`citrine_service::Service::handle_streaming_from`].
+//! hands the frame to [`citrine_service::Service::handle_guarded`] (which checks
+//! the connection's login when security is on).
 //!
 //! Invariants:
 //! - at most one request per connection is in progress, and replies leave
@@ -75,6 +76,8 @@ pub(super) struct Conn {
     pub(super) eof: bool,
     /// Served a request in the current balance window.
     pub(super) active: bool,
+    /// Who the connection logged in as (security on only).
+    pub(super) login: citrine_service::security::Login,
 }
 
 impl Conn {
@@ -99,6 +102,7 @@ impl Conn {
             state: State::Idle,
             eof: false,
             active: true,
+            login: Default::default(),
         }
     }
 
@@ -374,13 +378,14 @@ fn handle(
     let handled = {
         let body = &conn.input[body_start..body_end];
         let out = &mut conn.out;
+        let login = &mut conn.login;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let arrival = citrine_service::Arrival {
                 waiting_since_ms,
                 from: Some(conn.peer),
                 received: Some(turn_began),
             };
-            service.handle_streaming_from(header, body, out, arrival)
+            service.handle_guarded(header, body, out, arrival, login)
         }))
     };
     conn.start = body_end;

@@ -1,0 +1,402 @@
+//! Access control on the request path, when the node runs with a
+//! `[security]` section: the node's [`Security`] state behind a lock, each
+//! connection's [`Login`], and the check every request passes before the
+//! service runs it ([`Service::handle_guarded`]).
+//!
+//! Invariants:
+//! - with security off (the default) nothing here runs: requests go
+//!   straight to [`Service::handle_streaming_from`], and admin requests
+//!   are answered 52;
+//! - with it on, a connection that has not logged in (LOGIN or
+//!   AUTHENTICATE) gets 80 for every data request and `ERROR:80:not
+//!   authenticated` for every info request, and nothing runs;
+//! - a logged-in request runs only if every privilege it needs is
+//!   granted (81), its user is still allowed from its address (82) and
+//!   within its roles' quotas (83); in a batch each row is checked: a
+//!   refused row answers its code, the others run;
+//! - session tokens and password salts come from the OS's random source;
+//! - a change of users or roles is saved and shared with the cluster
+//!   ([`store`]) before its answer goes out.
+
+use crate::{batch, scan, udf, Arrival, CloseConnection, Continuation, Service};
+use citrine_security::admin::{self, Context};
+use citrine_security::{Action, Entropy, Security, SecurityConfig};
+use citrine_types::ResultCode;
+use citrine_wire::frame::{MessageType, ProtoHeader};
+use citrine_wire::info::InfoCommand;
+use citrine_wire::msg::{field_type, info1, info2, Message};
+use parking_lot::Mutex;
+use std::net::IpAddr;
+
+mod store;
+pub use store::SECURITY_FILE;
+#[cfg(test)]
+mod tests;
+
+/// The node's access-control state (present only with security on), and
+/// its shared metadata store (see [`store`]).
+pub struct Guard {
+    state: Mutex<Security>,
+    version: Mutex<crate::smd::Version>,
+    file: std::sync::OnceLock<std::path::PathBuf>,
+    push: crate::smd::PushClock,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("version", &*self.version.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Guard {
+    /// Runs `f` on the state.
+    pub fn with<T>(&self, f: impl FnOnce(&mut Security) -> T) -> T {
+        f(&mut self.state.lock())
+    }
+}
+
+/// What one connection's login is: the user it logged in as, if any.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Login {
+    user: Option<String>,
+}
+
+impl Login {
+    /// The logged-in user.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+}
+
+/// Random bytes from the OS (all zero only if the OS has none to give,
+/// which is logged).
+fn entropy() -> Entropy {
+    let mut bytes = [0u8; 48];
+    if getrandom::fill(&mut bytes).is_err() {
+        tracing::error!("no random bytes from the OS for a session token");
+    }
+    let mut salt = [0u8; 16];
+    let mut token = [0u8; 32];
+    salt.copy_from_slice(&bytes[..16]);
+    token.copy_from_slice(&bytes[16..]);
+    Entropy { salt, token }
+}
+
+impl Service {
+    /// Turns security on (once, before the node serves): the node starts
+    /// with only the default user `admin`.
+    pub fn enable_security(&self, config: SecurityConfig) {
+        let security = Security::new(config, entropy().salt);
+        let _ = self.security.set(Guard {
+            state: Mutex::new(security),
+            version: Mutex::default(),
+            file: std::sync::OnceLock::new(),
+            push: crate::smd::PushClock::default(),
+        });
+    }
+
+    /// The access-control state, when security is on.
+    pub fn security(&self) -> Option<&Guard> {
+        self.security.get()
+    }
+
+    /// [`Service::handle_streaming_from`] for a connection logged in as
+    /// `login`, after the access checks when security is on.
+    pub fn handle_guarded(
+        &self,
+        header: ProtoHeader,
+        body: &[u8],
+        out: &mut Vec<u8>,
+        arrival: Arrival,
+        login: &mut Login,
+    ) -> Result<Option<Continuation>, CloseConnection> {
+        let Some(guard) = self.security.get() else {
+            return self.handle_streaming_from(header, body, out, arrival);
+        };
+        let from = arrival.from.map(|peer| peer.ip());
+        match header.message_type {
+            MessageType::Admin => {
+                self.stats
+                    .admin_requests
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let context = Context {
+                    from,
+                    now_ms: self.now().unix_ms,
+                    entropy: entropy(),
+                };
+                let outcome = guard
+                    .with(|security| admin::execute(security, body, &mut login.user, context, out));
+                if !outcome.changed {
+                    return Ok(None);
+                }
+                self.commit_security(guard);
+                // Answered once the other members have the change.
+                let peers = self.routes() && !self.dist.peers().0.is_empty();
+                Ok(peers.then(|| {
+                    Continuation(crate::Pending::SyncStores(vec![
+                        crate::smd::Store::Security,
+                    ]))
+                }))
+            }
+            MessageType::Info => match self.info_refusal(guard, body, login, from) {
+                Some(code) => {
+                    write_info_refusal(out, code);
+                    Ok(None)
+                }
+                None => self.handle_streaming_from(header, body, out, arrival),
+            },
+            MessageType::Message => match self.message_verdict(guard, body, login, from) {
+                Verdict::Run => self.handle_streaming_from(header, body, out, arrival),
+                Verdict::Refuse(code) => {
+                    write_message_refusal(out, body, code);
+                    Ok(None)
+                }
+                Verdict::RefuseRows(rows) => self.handle_message(body, out, arrival, &rows),
+            },
+            // A compressed request is checked as the message inside it (one
+            // that does not inflate is the service's to refuse).
+            MessageType::Compressed => {
+                let Ok((_, inner)) = citrine_wire::frame::inflate(body) else {
+                    return self.handle_streaming_from(header, body, out, arrival);
+                };
+                match self.message_verdict(guard, &inner, login, from) {
+                    Verdict::Run => self.handle_streaming_from(header, body, out, arrival),
+                    Verdict::Refuse(code) => {
+                        write_message_refusal(out, &inner, code);
+                        Ok(None)
+                    }
+                    Verdict::RefuseRows(rows) => {
+                        self.stats
+                            .compressed_requests
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.handle_message(&inner, out, arrival, &rows)
+                    }
+                }
+            }
+            MessageType::InternalXdr => self.handle_streaming_from(header, body, out, arrival),
+        }
+    }
+
+    /// Why the info request `body` may not run, if it may not.
+    fn info_refusal(
+        &self,
+        guard: &Guard,
+        body: &[u8],
+        login: &Login,
+        from: Option<IpAddr>,
+    ) -> Option<ResultCode> {
+        let Some(user) = login.user() else {
+            return Some(ResultCode::NotAuthenticated);
+        };
+        let now_ms = self.now().unix_ms;
+        guard.with(|security| {
+            let text = String::from_utf8_lossy(body);
+            text.split('\n')
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .find_map(|line| {
+                    let command = InfoCommand::parse(line);
+                    let (action, ns, set) = info_action(&command)?;
+                    security
+                        .check_allowed(user, from)
+                        .and_then(|()| security.admit(user, action, (ns, set), now_ms))
+                        .err()
+                })
+        })
+    }
+
+    /// Whether the AS_MSG request `body` may run: whole, not at all, or (a
+    /// batch) without some of its rows.
+    fn message_verdict(
+        &self,
+        guard: &Guard,
+        body: &[u8],
+        login: &Login,
+        from: Option<IpAddr>,
+    ) -> Verdict {
+        let Some(user) = login.user() else {
+            return Verdict::Refuse(ResultCode::NotAuthenticated);
+        };
+        // A malformed message is refused by the service itself.
+        let Ok(message) = Message::decode(body) else {
+            return Verdict::Run;
+        };
+        let now_ms = self.now().unix_ms;
+        let refusal = |security: &mut Security, needs: &[Need]| {
+            needs.iter().find_map(|(action, ns, set)| {
+                let scope = (ns.as_deref(), set.as_deref());
+                security.admit(user, *action, scope, now_ms).err()
+            })
+        };
+        guard.with(|security| {
+            if let Err(code) = security.check_allowed(user, from) {
+                return Verdict::Refuse(code);
+            }
+            if message.header.info1 & info1::BATCH == 0 {
+                return refusal(security, &needs_of(&message))
+                    .map_or(Verdict::Run, Verdict::Refuse);
+            }
+            let mut refused: Vec<(u32, ResultCode)> = batch_rows(&message)
+                .into_iter()
+                .filter_map(|(index, needs)| Some((index, refusal(security, &needs)?)))
+                .collect();
+            refused.sort_by_key(|(index, _)| *index);
+            if refused.is_empty() {
+                Verdict::Run
+            } else {
+                Verdict::RefuseRows(refused)
+            }
+        })
+    }
+}
+
+/// What access control lets of an AS_MSG run.
+enum Verdict {
+    Run,
+    Refuse(ResultCode),
+    /// A batch whose rows with these indexes answer these codes instead.
+    RefuseRows(Vec<(u32, ResultCode)>),
+}
+
+/// Answers a refused AS_MSG in the form its reader waits for: a stream
+/// end for a batch, scan or query (no digest), else a plain reply.
+fn write_message_refusal(out: &mut Vec<u8>, body: &[u8], code: ResultCode) {
+    let stream = Message::decode(body).is_ok_and(|message| {
+        message.header.info1 & info1::BATCH != 0 || message.field(field_type::DIGEST).is_none()
+    });
+    if stream {
+        crate::transaction::write_stream_end(out, code);
+    } else {
+        crate::transaction::write_result(out, code);
+    }
+}
+
+/// An info reply `ERROR:<code>:<what>` (info framing).
+fn write_info_refusal(out: &mut Vec<u8>, code: ResultCode) {
+    let text = format!("ERROR:{}:{}\n", code.code(), code.describe());
+    out.extend_from_slice(&ProtoHeader::encode(MessageType::Info, text.len() as u64));
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// The privilege an info command needs beyond being logged in, with its
+/// namespace and set; `None`: any logged-in user may run it.
+fn info_action<'a>(
+    command: &InfoCommand<'a>,
+) -> Option<(Action, Option<&'a str>, Option<&'a str>)> {
+    let ns = command.param("namespace").or_else(|| command.param("ns"));
+    let set = command.param("set");
+    let action = match command.name {
+        "truncate" | "truncate-namespace" | "truncate-undo" | "truncate-namespace-undo" => {
+            return Some((Action::Truncate, ns, set))
+        }
+        "sindex-create" | "sindex-delete" => Action::SindexAdmin,
+        "udf-put" | "udf-remove" => Action::UdfAdmin,
+        "set-config"
+        | "config-set"
+        | "services-alumni-reset"
+        | "query-abort"
+        | "query-abort-all"
+        | "scan-abort"
+        | "scan-abort-all"
+        | "jobs"
+        | "roster-set"
+        | "recluster"
+        | "quiesce"
+        | "quiesce-undo"
+        | "revive"
+        | "log-set"
+        | "set-log"
+        | "xdr-set-filter"
+        | "dump-cluster"
+        | "dump-fabric"
+        | "dump-hb"
+        | "dump-migrates"
+        | "dump-smd" => Action::SysAdmin,
+        _ => return None,
+    };
+    Some((action, None, None))
+}
+
+type Need = (Action, Option<String>, Option<String>);
+
+fn text_of(data: Option<&[u8]>) -> Option<String> {
+    data.map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// Every (privilege, namespace, set) the message needs: one or two for a
+/// single-record request or a scan/query, one per row for a batch.
+fn needs_of(message: &Message<'_>) -> Vec<Need> {
+    let ns = text_of(message.field(field_type::NAMESPACE));
+    let set = text_of(message.field(field_type::SET));
+    let digest = message.field(field_type::DIGEST).is_some();
+    let actions: Vec<Action> = if !digest && udf::is_aggregation(message) {
+        vec![Action::Read]
+    } else if !digest && scan::is_background(message) {
+        match message.field(field_type::UDF_FILENAME) {
+            Some(_) => vec![Action::UdfApply],
+            None => vec![Action::Write],
+        }
+    } else if !digest {
+        vec![Action::Read]
+    } else {
+        record_actions(
+            message.header.info1,
+            message.header.info2,
+            message.field(field_type::UDF_FILENAME).is_some(),
+        )
+    };
+    actions
+        .into_iter()
+        .map(|action| (action, ns.clone(), set.clone()))
+        .collect()
+}
+
+/// What a single-record request (or batch row) with these header bits does.
+fn record_actions(info1_bits: u8, info2_bits: u8, udf: bool) -> Vec<Action> {
+    if udf {
+        return vec![Action::UdfApply];
+    }
+    let mut actions = Vec::with_capacity(2);
+    if info1_bits & info1::READ != 0 || info2_bits & (info2::WRITE | info2::DELETE) == 0 {
+        actions.push(Action::Read);
+    }
+    if info2_bits & (info2::WRITE | info2::DELETE) != 0 {
+        actions.push(Action::Write);
+    }
+    actions
+}
+
+/// Each batch row's index and needs (rows the parser cannot read need
+/// nothing here: the batch refuses them as malformed).
+fn batch_rows(message: &Message<'_>) -> Vec<(u32, Vec<Need>)> {
+    let payload = message
+        .field(field_type::BATCH_INDEX)
+        .or_else(|| message.field(field_type::BATCH_INDEX_WITH_SET));
+    let Some(payload) = payload else {
+        return Vec::new();
+    };
+    let mut reader = batch::RowReader::new(payload, batch::Parent::default());
+    let mut rows = Vec::new();
+    while !reader.at_end() {
+        let Ok(row) = reader.next_row() else {
+            break;
+        };
+        let body = row.body;
+        let ns = text_of(body.field(field_type::NAMESPACE));
+        let set = text_of(body.field(field_type::SET));
+        let udf = body.field(field_type::UDF_FILENAME).is_some();
+        let actions = record_actions(body.header.info1, body.header.info2, udf);
+        let needs = actions
+            .into_iter()
+            .map(|action| (action, ns.clone(), set.clone()));
+        rows.push((row.index, needs.collect()));
+    }
+    rows
+}
+
+/// The users-and-roles store's text, as a push carries it.
+pub(crate) fn store_text(guard: &Guard) -> String {
+    store::text_of(guard)
+}

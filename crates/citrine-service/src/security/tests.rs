@@ -1,0 +1,245 @@
+//! The request path with security on: what a connection may do before and
+//! after it logs in, request kind by request kind.
+
+#![allow(clippy::unwrap_used)]
+
+use super::Login;
+use crate::batch::row_flags;
+use crate::batch::tests::{batch_frame, decode_stream, digest, payload, service, Msg, RowSpec};
+use crate::{Arrival, Service};
+use citrine_security::SecurityConfig;
+use citrine_types::ResultCode;
+use citrine_wire::admin::{command, field, AdminReply};
+use citrine_wire::frame::{MessageType, ProtoHeader};
+use citrine_wire::msg::{field_type, info1, info2, op_type, MessageWriter, MsgHeader};
+
+fn secure() -> Service {
+    let (service, _clock) = service();
+    service.enable_security(SecurityConfig {
+        stored_cost: 4,
+        ..SecurityConfig::default()
+    });
+    service
+}
+
+/// Runs one frame for a connection logged in as `login`; the raw reply.
+fn send(service: &Service, login: &mut Login, frame: &[u8]) -> Vec<u8> {
+    let header = ProtoHeader::decode(frame[..8].try_into().unwrap()).unwrap();
+    let mut out = Vec::new();
+    let arrival = Arrival {
+        from: Some("127.0.0.1:5000".parse().unwrap()),
+        ..Arrival::default()
+    };
+    service
+        .handle_guarded(header, &frame[8..], &mut out, arrival, login)
+        .unwrap();
+    out
+}
+
+fn admin(command: u8, fields: &[(u8, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut frame = AdminReply::begin(&mut out);
+    frame.request(command);
+    for (id, data) in fields {
+        frame.field(*id, data);
+    }
+    frame.finish();
+    out
+}
+
+fn login(service: &Service, user: &str, password: &str) -> Login {
+    let mut login = Login::default();
+    let hash = citrine_security::password::client_hash(password).unwrap();
+    let frame = admin(
+        command::LOGIN,
+        &[
+            (field::USER, user.as_bytes()),
+            (field::CREDENTIAL, hash.as_bytes()),
+        ],
+    );
+    let reply = send(service, &mut login, &frame);
+    assert_eq!(reply[9], 0, "login as {user}");
+    login
+}
+
+fn record(info1_bits: u8, info2_bits: u8, set: &str) -> Vec<u8> {
+    let header = MsgHeader {
+        info1: info1_bits,
+        info2: info2_bits,
+        ..MsgHeader::default()
+    };
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, set.as_bytes())
+        .field(field_type::DIGEST, &digest(set, "k").0);
+    if info2_bits & info2::WRITE != 0 {
+        writer.op(op_type::WRITE, 1, b"b", &7i64.to_be_bytes());
+    }
+    writer.finish();
+    out
+}
+
+fn result_of(reply: &[u8]) -> u8 {
+    let (messages, _): (Vec<Msg>, usize) = decode_stream(reply);
+    messages.last().unwrap().header.result_code
+}
+
+fn info(service: &Service, login: &mut Login, command: &str) -> String {
+    let body = format!("{command}\n");
+    let mut frame = ProtoHeader::encode(MessageType::Info, body.len() as u64).to_vec();
+    frame.extend_from_slice(body.as_bytes());
+    String::from_utf8(send(service, login, &frame)[8..].to_vec()).unwrap()
+}
+
+#[test]
+fn nothing_runs_before_login() {
+    let service = secure();
+    let mut nobody = Login::default();
+    let read = record(info1::READ, 0, "s");
+    assert_eq!(
+        result_of(&send(&service, &mut nobody, &read)),
+        ResultCode::NotAuthenticated.code()
+    );
+    assert_eq!(
+        info(&service, &mut nobody, "build"),
+        "ERROR:80:not authenticated\n"
+    );
+    let query = admin(command::QUERY_USERS, &[]);
+    assert_eq!(
+        send(&service, &mut nobody, &query)[9],
+        ResultCode::NotAuthenticated.code()
+    );
+}
+
+#[test]
+fn a_reader_reads_and_is_refused_writes_batches_and_admin_info() {
+    let service = secure();
+    let mut admin_login = login(&service, "admin", "admin");
+    // The default admin has no data privilege.
+    let write = record(0, info2::WRITE, "s");
+    assert_eq!(
+        result_of(&send(&service, &mut admin_login, &write)),
+        ResultCode::RoleViolation.code()
+    );
+    let hash = citrine_security::password::client_hash("pw").unwrap();
+    let roles = [1u8, 4, b'r', b'e', b'a', b'd'];
+    let create = admin(
+        command::CREATE_USER,
+        &[
+            (field::USER, b"r"),
+            (field::PASSWORD, hash.as_bytes()),
+            (field::ROLES, &roles),
+        ],
+    );
+    assert_eq!(send(&service, &mut admin_login, &create)[9], 0);
+    let mut reader = login(&service, "r", "pw");
+    let read = record(info1::READ, 0, "s");
+    assert_eq!(
+        result_of(&send(&service, &mut reader, &read)),
+        ResultCode::NotFound.code()
+    );
+    assert_eq!(
+        result_of(&send(&service, &mut reader, &write)),
+        ResultCode::RoleViolation.code()
+    );
+    // In a batch only the write row is refused; the read row runs.
+    let rows = [
+        RowSpec::full(0, "test", "s", "a", row_flags::INFO, [info1::READ, 0, 0, 0]),
+        RowSpec::full(
+            1,
+            "test",
+            "s",
+            "b",
+            row_flags::INFO,
+            [0, info2::WRITE, 0, 0],
+        )
+        .op(op_type::WRITE, 1, "b", &[0; 8]),
+    ];
+    let batch = batch_frame(&payload(&rows, 0), false);
+    let (messages, _) = decode_stream(&send(&service, &mut reader, &batch));
+    let codes: Vec<(u32, u8)> = messages
+        .iter()
+        .map(|message| (message.header.transaction_ttl, message.header.result_code))
+        .collect();
+    let not_found = ResultCode::NotFound.code();
+    assert_eq!(
+        codes[..2],
+        [(0, not_found), (1, ResultCode::RoleViolation.code())]
+    );
+    assert_eq!(messages.last().unwrap().header.result_code, 0);
+    // A read-only batch runs.
+    let reads = batch_frame(&payload(&rows[..1], 0), false);
+    assert_eq!(result_of(&send(&service, &mut reader, &reads)), 0);
+    // Info: ordinary commands run, truncate needs a privilege.
+    assert!(!info(&service, &mut reader, "namespaces").contains("ERROR"));
+    let context = info(&service, &mut reader, "get-config:context=security");
+    assert_eq!(
+        context,
+        "get-config:context=security\tenable-security=true;enable-quotas=false;session-ttl=86400\n"
+    );
+    assert_eq!(
+        info(&service, &mut reader, "truncate:namespace=test"),
+        "ERROR:81:role violation\n"
+    );
+    // A compressed write is checked as the write inside it.
+    let compressed = citrine_wire::frame::deflate(&write);
+    assert_eq!(
+        result_of(&send(&service, &mut reader, &compressed)),
+        ResultCode::RoleViolation.code()
+    );
+}
+
+fn create_user(service: &Service, name: &str) {
+    let mut admin_login = login(service, "admin", "admin");
+    let hash = citrine_security::password::client_hash("pw").unwrap();
+    let roles = [1u8, 4, b'r', b'e', b'a', b'd'];
+    let frame = admin(
+        command::CREATE_USER,
+        &[
+            (field::USER, name.as_bytes()),
+            (field::PASSWORD, hash.as_bytes()),
+            (field::ROLES, &roles),
+        ],
+    );
+    assert_eq!(send(service, &mut admin_login, &frame)[9], 0);
+}
+
+fn knows(service: &Service, name: &str) -> bool {
+    service
+        .security()
+        .unwrap()
+        .with(|security| security.users().contains_key(name))
+}
+
+#[test]
+fn a_peer_takes_a_newer_store_and_ignores_an_older_one() {
+    let first = secure();
+    create_user(&first, "shared");
+    let text = super::store_text(first.security().unwrap());
+    let second = secure();
+    assert!(!knows(&second, "shared"));
+    second.merge_security(&text);
+    assert!(knows(&second, "shared"));
+    login(&second, "shared", "pw");
+    // A later change there wins over the first node's older store.
+    create_user(&second, "later");
+    second.merge_security(&text);
+    assert!(knows(&second, "later"));
+}
+
+#[test]
+fn users_survive_a_restart_in_the_work_directory() {
+    let directory = std::env::temp_dir().join(format!("citrine-security-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let first = secure();
+    first.keep_security(&directory).unwrap();
+    create_user(&first, "kept");
+    drop(first);
+    let again = secure();
+    again.keep_security(&directory).unwrap();
+    assert!(knows(&again, "kept"));
+    login(&again, "kept", "pw");
+    std::fs::remove_dir_all(&directory).unwrap();
+}
