@@ -25,12 +25,14 @@ macro_rules! outln {
 
 mod backup;
 mod bench;
+mod certs;
 mod dev;
 mod info_cmd;
 mod msgpack;
 mod multi;
 mod noop;
 mod record;
+mod tls_info;
 mod udf_cmd;
 mod verify_cmd;
 
@@ -90,6 +92,8 @@ enum Command {
     Restore(Box<backup::RestoreArgs>),
     /// Start a local cluster of N citrined nodes in memory; Ctrl-C stops them all.
     Dev(dev::DevArgs),
+    /// Write a development CA and node/client certificates for TLS into DIR.
+    Certs(certs::CertsArgs),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -145,6 +149,7 @@ fn main() -> ExitCode {
             Command::Backup(args) => backup::run_backup(*args).await,
             Command::Restore(args) => backup::run_restore(*args).await,
             Command::Dev(args) => dev::run(args).await,
+            Command::Certs(args) => certs::run(args),
         }
     });
     match result {

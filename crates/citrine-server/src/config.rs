@@ -30,6 +30,9 @@ pub struct FileConfig {
     pub http: HttpSection,
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceSection>,
+    /// `[[tls]]`: named TLS configurations (the reference's `tls <name>`).
+    #[serde(default)]
+    pub tls: Vec<crate::tls_config::TlsSection>,
 }
 
 /// `[service]`.
@@ -68,6 +71,14 @@ pub struct ServiceSection {
     /// Latency histograms count microseconds, not milliseconds (default
     /// false).
     pub microsecond_histograms: Option<bool>,
+    /// The TLS service port (none: no TLS listener).
+    pub tls_port: Option<u16>,
+    /// The `[[tls]]` configuration the TLS port uses (the name clients
+    /// verify the certificate against).
+    pub tls_name: Option<String>,
+    /// "false" (default), "any", or the names a client certificate must
+    /// carry (space-separated).
+    pub tls_authenticate_client: Option<String>,
 }
 
 /// `[http]`: the HTTP endpoint (`/metrics`, Prometheus's text format).
@@ -267,6 +278,7 @@ pub struct Overrides {
     pub seeds: Vec<String>,
     pub rack_id: Option<u32>,
     pub service_io: Option<String>,
+    pub tls_port: Option<u16>,
 }
 
 /// Where and how this node talks to the other nodes of its cluster.
@@ -307,6 +319,8 @@ pub struct ServerConfig {
     pub log_level: String,
     pub cluster: ClusterSettings,
     pub monitoring: Monitoring,
+    /// The TLS service port's settings; `None`: no TLS listener.
+    pub tls: Option<crate::tls_config::TlsSettings>,
 }
 
 /// Latency histograms and the HTTP endpoint.
@@ -406,7 +420,7 @@ pub fn resolve(
     let address = resolve_address(service, origin, overrides)?;
     let cluster_name = resolve_cluster_name(service, origin, overrides)?;
     let node_id = resolve_node_id(service, origin, overrides, port)?;
-    let access_address = access_address(service, &address, port);
+    let client_address = access_address(service, &address, port);
     let threads = resolve_threads(service, origin, overrides)?;
     let work_directory = overrides
         .data_dir
@@ -416,13 +430,19 @@ pub fn resolve(
     let log_level = resolve_log_level(&file, overrides)?;
     let cluster = resolve_cluster(&file, origin, overrides, &address, port)?;
     let monitoring = resolve_monitoring(&file, origin, &address, port)?;
+    let tls =
+        crate::tls_config::resolve(&file, origin, overrides, work_directory.as_deref(), port)?;
+    let tls_access_address = tls.as_ref().map_or_else(String::new, |tls| {
+        access_address(service, &address, tls.port)
+    });
     Ok(ServerConfig {
         service: ServiceConfig {
             node_id,
             rack_id: cluster.rack_id,
             cluster_name,
-            access_address,
+            access_address: client_address,
             port,
+            tls_access_address,
             namespaces,
         },
         address,
@@ -436,6 +456,7 @@ pub fn resolve(
         log_level,
         cluster,
         monitoring,
+        tls,
     })
 }
 

@@ -239,6 +239,18 @@ pub(crate) const COMMANDS: &[&str] = &[
     "version",
 ];
 
+/// `peers-tls-std`: `<gen>,<default port>,[]`, the default port being this
+/// node's TLS port when it has one (3000 otherwise, as for the clear list).
+fn tls_peers(service: &Service) -> String {
+    let port = service
+        .config
+        .tls_access_address
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse::<u16>().ok())
+        .unwrap_or(3000);
+    format!("{},{port},[]", service.cluster().peers_generation)
+}
+
 pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
     match command.name {
         "help" => COMMANDS.join(";"),
@@ -257,15 +269,17 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "peers-generation" => service.cluster().peers_generation.to_string(),
         "rebalance-generation" => service.cluster().partition_generation.to_string(),
         "peers-clear-std" | "peers-clear-alt" => service.cluster().peers_value(),
-        // No TLS: the TLS peer lists are empty.
-        "peers-tls-std" | "peers-tls-alt" | "alumni-clear-std" | "alumni-clear-alt"
-        | "alumni-tls-std" | "alumni-tls-alt" => {
+        // Peers do not tell each other their TLS endpoints yet: the TLS
+        // peer lists name no peer.
+        "peers-tls-std" | "peers-tls-alt" => tls_peers(service),
+        "alumni-clear-std" | "alumni-clear-alt" | "alumni-tls-std" | "alumni-tls-alt" => {
             format!("{},3000,[]", service.cluster().peers_generation)
         }
         "services" | "services-alternate" => service.cluster().services_value(),
         "services-alumni" | "services-alumni-reset" => String::new(),
         "service" | "service-clear-std" => service.config.access_address.clone(),
-        "service-clear-alt" | "service-tls-std" | "service-tls-alt" => String::new(),
+        "service-tls-std" | "service-tls-alt" => service.config.tls_access_address.clone(),
+        "service-clear-alt" => String::new(),
         "partitions" => PARTITIONS.to_string(),
         "replicas" => replicas(service, true),
         "replicas-all" => replicas(service, false),

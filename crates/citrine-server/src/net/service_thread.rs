@@ -30,6 +30,7 @@
 
 use super::balance::{self, LoadMeter, Rebalance, SpillGate};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
+use super::tls::{TlsOver, TlsSession};
 use super::{Arrival, Parked, Shared};
 use citrine_service::lookahead::Lookup;
 use citrine_service::Service;
@@ -84,6 +85,20 @@ pub(super) struct Connection<S> {
     /// After a stall, until the connection is next read (or the stall's
     /// slack ends): since when (unix ms) what it reads may have waited.
     held_since_ms: Option<u64>,
+    /// A TLS connection's session: `conn` then holds plaintext, and the
+    /// backend's I/O goes through the session's ciphertext buffers.
+    pub(super) tls: Option<Box<TlsSession>>,
+}
+
+impl<S> Connection<S> {
+    /// The socket and the buffers the backend reads into and sends from:
+    /// `conn` itself, or a TLS connection's ciphertext buffers.
+    pub(super) fn wire(&mut self) -> (&mut S, &mut Conn) {
+        match &mut self.tls {
+            None => (&mut self.socket, &mut self.conn),
+            Some(tls) => (&mut self.socket, &mut tls.cipher),
+        }
+    }
 }
 
 /// The I/O half of a service thread.
@@ -389,28 +404,41 @@ impl<B: Backend> ServiceThread<B> {
 
     /// A connection handed to this thread: accepted or moved here.
     fn arrive(&mut self, arrival: Arrival) {
+        let mut tls = None;
         let parked = match arrival {
-            Arrival::Accepted(stream, peer) => {
-                let _ = stream.set_nodelay(true);
-                let stats = &self.service.stats;
-                stats.client_connections.fetch_add(1, Ordering::Relaxed);
-                stats
-                    .client_connections_opened
-                    .fetch_add(1, Ordering::Relaxed);
-                Parked {
-                    stream,
-                    peer,
-                    input: vec![0; READ_BUFFER_BYTES],
-                    start: 0,
-                    end: 0,
-                    out: Vec::with_capacity(READ_BUFFER_BYTES),
-                }
+            Arrival::AcceptedTls(stream, peer, start) => {
+                tls = Some(Box::new(TlsSession::new(*start, peer)));
+                self.accepted(stream, peer)
             }
+            Arrival::Accepted(stream, peer) => self.accepted(stream, peer),
             Arrival::Moved(parked) => {
                 self.spill_gate.took_back();
                 *parked
             }
         };
+        self.attach(parked, tls);
+    }
+
+    /// Accounts for a connection just accepted and gives it its buffers.
+    fn accepted(&self, stream: TcpStream, peer: std::net::SocketAddr) -> Parked {
+        let _ = stream.set_nodelay(true);
+        let stats = &self.service.stats;
+        stats.client_connections.fetch_add(1, Ordering::Relaxed);
+        stats
+            .client_connections_opened
+            .fetch_add(1, Ordering::Relaxed);
+        Parked {
+            stream,
+            peer,
+            input: vec![0; READ_BUFFER_BYTES],
+            start: 0,
+            end: 0,
+            out: Vec::with_capacity(READ_BUFFER_BYTES),
+        }
+    }
+
+    /// Gives the connection a slot and its socket to the backend.
+    fn attach(&mut self, parked: Parked, tls: Option<Box<TlsSession>>) {
         let token = self.free.pop().unwrap_or_else(|| {
             self.connections.push(None);
             self.connections.len() - 1
@@ -432,6 +460,7 @@ impl<B: Backend> ServiceThread<B> {
             moving_to: None,
             waker: None,
             held_since_ms: self.stall_since_ms,
+            tls,
         });
         // It may hold a whole request already (moved between requests).
         self.runnable.push_back(token);
@@ -473,13 +502,26 @@ impl<B: Backend> ServiceThread<B> {
             }
             connection.moving_to = None;
         }
-        let next = conn::drive(
-            &self.service,
-            (connection.held_since_ms, self.turn_began),
-            &mut self.backend,
-            &mut connection.socket,
-            &mut connection.conn,
-        );
+        let timing = (connection.held_since_ms, self.turn_began);
+        let next = match connection.tls.as_deref_mut() {
+            None => conn::drive(
+                &self.service,
+                timing,
+                &mut self.backend,
+                &mut connection.socket,
+                &mut connection.conn,
+            ),
+            Some(session) => conn::drive(
+                &self.service,
+                timing,
+                &mut TlsOver {
+                    backend: &mut self.backend,
+                    session,
+                },
+                &mut connection.socket,
+                &mut connection.conn,
+            ),
+        };
         match next {
             Next::Wait => {}
             Next::Again => self.runnable.push_back(token),
@@ -608,7 +650,9 @@ impl<B: Backend> ServiceThread<B> {
             let Some(connection) = self.connections[token].as_mut() else {
                 continue;
             };
+            // A TLS session stays on its thread.
             if !connection.conn.active
+                || connection.tls.is_some()
                 || !connection.conn.between_requests()
                 || connection.moving_to.is_some()
             {
