@@ -20,7 +20,9 @@
 //! small tokio runtime of their own. The port is bound only once every
 //! service thread has its I/O backend (with `service-io = "auto"`, a
 //! thread that cannot get an io_uring ring makes them all use epoll), so a
-//! listening node is a serving one.
+//! listening node is a serving one. With a `tls-port`, a second listener
+//! accepts TLS connections, which the same service threads serve
+//! ([`tls`]); they count toward `proto-fd-max` like plain ones.
 //!
 //! Invariants:
 //! - a connection is owned by exactly one service thread at a time; it
