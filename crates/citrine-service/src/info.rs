@@ -278,8 +278,9 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "services" | "services-alternate" => service.cluster().services_value(),
         "services-alumni" | "services-alumni-reset" => String::new(),
         "service" | "service-clear-std" => service.config.access_address.clone(),
-        "service-tls-std" | "service-tls-alt" => service.config.tls_access_address.clone(),
-        "service-clear-alt" => String::new(),
+        "service-tls-std" => service.config.tls_access_address.clone(),
+        // No alternate access addresses.
+        "service-clear-alt" | "service-tls-alt" => String::new(),
         "partitions" => PARTITIONS.to_string(),
         "replicas" => replicas(service, true),
         "replicas-all" => replicas(service, false),
