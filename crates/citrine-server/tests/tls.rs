@@ -126,6 +126,33 @@ fn tls_info(port: u16, config: Arc<ClientConfig>, command: &str) -> std::io::Res
     Ok(String::from_utf8(body).unwrap())
 }
 
+/// Several info requests written at once over TLS (they arrive in one
+/// record): the answers' bodies, in order.
+fn tls_info_pipelined(port: u16, config: Arc<ClientConfig>, commands: &[&str]) -> Vec<String> {
+    let socket = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut stream = StreamOwned::new(ClientConnection::new(config, name).unwrap(), socket);
+    let requests: Vec<u8> = commands
+        .iter()
+        .flat_map(|command| citrine_wire::info::request_frame(&[command]))
+        .collect();
+    stream.write_all(&requests).unwrap();
+    commands
+        .iter()
+        .map(|_| {
+            let mut header = [0u8; 8];
+            stream.read_exact(&mut header).unwrap();
+            let size = u64::from_be_bytes(header) & 0xFFFF_FFFF_FFFF;
+            let mut body = vec![0u8; size as usize];
+            stream.read_exact(&mut body).unwrap();
+            String::from_utf8(body).unwrap()
+        })
+        .collect()
+}
+
 /// A plain info request on `port`: its answer body.
 fn plain_info(port: u16, command: &str) -> String {
     let mut stream = common::connect(port);
@@ -172,6 +199,14 @@ fn info_over_tls_is_answered_and_verified_against_the_ca() {
             peers.ends_with(&format!(",{},[]\n", node.tls_port)),
             "{io}: {peers}"
         );
+        let commands = ["build", "node", "service-tls-std", "namespaces"];
+        let answers = tls_info_pipelined(node.tls_port, client_config(&ca, None), &commands);
+        for (command, answer) in commands.iter().zip(&answers) {
+            assert!(
+                answer.starts_with(&format!("{command}\t")),
+                "{io}: {answer}"
+            );
+        }
         // A CA the node's certificate does not chain to: refused.
         let other = tempdir::Dir::new("other-ca");
         write_certs(&other.0);
