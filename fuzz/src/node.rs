@@ -21,6 +21,7 @@ pub fn single_node(
         cluster_name: "citrine".into(),
         access_address: "127.0.0.1:3000".into(),
         port: 3000,
+        tls_access_address: String::new(),
         namespaces: vec![NamespaceConfig::in_memory("test")],
     };
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));

@@ -34,6 +34,27 @@ pub struct InfoArgs {
     /// Info commands to run, e.g. `build`, `namespaces`, `namespace/test`.
     #[arg(value_name = "COMMAND")]
     pub commands: Vec<String>,
+    #[command(flatten)]
+    pub tls: crate::tls_info::TlsArgs,
+}
+
+/// Runs info commands on the one host `args` names, over TLS when
+/// `--tls-name` is given.
+async fn ask(
+    args: &InfoArgs,
+    commands: &[&str],
+    timeout: Duration,
+) -> Result<Vec<(String, String)>, String> {
+    let credentials = args.login.credentials();
+    if args.tls.tls_name.is_some() {
+        if credentials.is_some() {
+            return Err("-U/-P over TLS: not supported by `citrine info` yet".to_owned());
+        }
+        return crate::tls_info::info(&args.host.host, commands, timeout, &args.tls).await;
+    }
+    citrine_client::info_at_as(&args.host.host, commands, timeout, credentials.as_ref())
+        .await
+        .map_err(|e| connect_hint(&args.host.host, &e))
 }
 
 #[derive(clap::Args, Debug)]
@@ -67,12 +88,8 @@ pub fn format_value(value: &str, indent: &str) -> String {
 
 pub async fn run_info(args: InfoArgs) -> CliResult {
     let timeout = Duration::from_millis(args.host.timeout_ms);
-    let credentials = args.login.credentials();
-    let credentials = credentials.as_ref();
     if let Some(command) = &args.value {
-        let answer = citrine_client::info_at_as(&args.host.host, &[command], timeout, credentials)
-            .await
-            .map_err(|e| connect_hint(&args.host.host, &e))?;
+        let answer = ask(&args, &[command], timeout).await?;
         let value = answer
             .into_iter()
             .find(|(name, _)| name == command)
@@ -86,9 +103,7 @@ pub async fn run_info(args: InfoArgs) -> CliResult {
         return Ok(ExitCode::SUCCESS);
     }
     let commands: Vec<&str> = args.commands.iter().map(String::as_str).collect();
-    let mut answer = citrine_client::info_at_as(&args.host.host, &commands, timeout, credentials)
-        .await
-        .map_err(|e| connect_hint(&args.host.host, &e))?;
+    let mut answer = ask(&args, &commands, timeout).await?;
     if commands.is_empty() && answer.is_empty() {
         // The server has no summary answer: ask for the usual identity commands.
         let fallback = [
@@ -102,9 +117,7 @@ pub async fn run_info(args: InfoArgs) -> CliResult {
             "service-clear-std",
             "peers-clear-std",
         ];
-        answer = citrine_client::info_at_as(&args.host.host, &fallback, timeout, credentials)
-            .await
-            .map_err(|e| connect_hint(&args.host.host, &e))?;
+        answer = ask(&args, &fallback, timeout).await?;
     }
     let mut failed = false;
     if answer.len() == 1 && commands.len() == 1 {

@@ -28,12 +28,14 @@ mod acl_cmd;
 mod act;
 mod backup;
 mod bench;
+mod certs;
 mod dev;
 mod info_cmd;
 mod msgpack;
 mod multi;
 mod noop;
 mod record;
+mod tls_info;
 mod udf_cmd;
 mod verify_cmd;
 mod xdr_cmd;
@@ -104,6 +106,8 @@ enum Command {
     User(acl_cmd::UserArgs),
     /// Roles of a node with security on: create, drop, grant, revoke, list.
     Role(acl_cmd::RoleArgs),
+    /// Write a development CA and node/client certificates for TLS into DIR.
+    Certs(certs::CertsArgs),
 }
 
 /// Shared `-h HOST[:PORT]` option; `--help` stays available as a long flag.
@@ -163,6 +167,7 @@ fn main() -> ExitCode {
             Command::Xdr(args) => xdr_cmd::run(args).await,
             Command::User(args) => acl_cmd::run_user(args).await,
             Command::Role(args) => acl_cmd::run_role(args).await,
+            Command::Certs(args) => certs::run(args),
         }
     });
     match result {

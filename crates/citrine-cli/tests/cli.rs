@@ -662,3 +662,55 @@ fn users_and_roles_against_a_secure_citrined() {
     assert!(!stdout(&as_admin(&["user", "list"])).contains("ann"));
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// `citrine certs` makes what a node's TLS port needs (examples/secure.toml
+/// reads it from `tls/` under the data directory), and `citrine info`
+/// talks TLS to it, verifying the certificate for the TLS name against the
+/// CA: a wrong name or another CA is refused.
+#[test]
+fn certs_then_info_over_tls_against_citrined() {
+    let data = std::env::temp_dir().join(format!("citrine-cli-tls-{}", free_port()));
+    let made = citrine(&["certs", &data.join("tls").display().to_string()]);
+    assert!(made.status.success(), "{made:?}");
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let config = workspace.join("examples/secure.toml").display().to_string();
+    let tls_port = free_port().to_string();
+    let data_text = data.display().to_string();
+    let (_node, _) = citrined_with(&[
+        "--config",
+        &config,
+        "--data-dir",
+        &data_text,
+        "--tls-port",
+        &tls_port,
+    ]);
+    let host = format!("127.0.0.1:{tls_port}");
+    let ca = data.join("tls/ca.pem").display().to_string();
+    let ask = |name: &str, ca: &str| {
+        citrine(&[
+            "info",
+            "-h",
+            &host,
+            "--tls-name",
+            name,
+            "--tls-ca-file",
+            ca,
+            "-v",
+            "service-tls-std",
+        ])
+    };
+    let answer = ask("localhost", &ca);
+    assert!(answer.status.success(), "{answer:?}");
+    assert_eq!(stdout(&answer).trim(), host);
+    assert!(!ask("elsewhere", &ca).status.success());
+    let other = data.join("other");
+    assert!(citrine(&["certs", &other.display().to_string()])
+        .status
+        .success());
+    assert!(
+        !ask("localhost", &other.join("ca.pem").display().to_string())
+            .status
+            .success()
+    );
+    let _ = std::fs::remove_dir_all(&data);
+}

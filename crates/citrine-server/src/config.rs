@@ -35,6 +35,9 @@ pub struct FileConfig {
     /// `[xdr]`: read by [`crate::xdr::config`].
     #[serde(default)]
     pub xdr: Option<toml::Table>,
+    /// `[[tls]]`: named TLS configurations (the reference's `tls <name>`).
+    #[serde(default)]
+    pub tls: Vec<crate::tls_config::TlsSection>,
 }
 
 /// `[service]`.
@@ -77,6 +80,14 @@ pub struct ServiceSection {
     /// Latency histograms count microseconds, not milliseconds (default
     /// false).
     pub microsecond_histograms: Option<bool>,
+    /// The TLS service port (none: no TLS listener).
+    pub tls_port: Option<u16>,
+    /// The `[[tls]]` configuration the TLS port uses (the name clients
+    /// verify the certificate against).
+    pub tls_name: Option<String>,
+    /// "false" (default), "any", or the names a client certificate must
+    /// carry (space-separated).
+    pub tls_authenticate_client: Option<String>,
 }
 
 /// `[http]`: the HTTP endpoint (`/metrics`, Prometheus's text format).
@@ -286,6 +297,7 @@ pub struct Overrides {
     pub seeds: Vec<String>,
     pub rack_id: Option<u32>,
     pub service_io: Option<String>,
+    pub tls_port: Option<u16>,
 }
 
 /// Where and how this node talks to the other nodes of its cluster.
@@ -332,6 +344,8 @@ pub struct ServerConfig {
     pub xdr: std::collections::BTreeMap<String, citrine_xdr::DcConfig>,
     /// `[security]`: access control on; `None`: off.
     pub security: Option<citrine_security::SecurityConfig>,
+    /// The TLS service port's settings; `None`: no TLS listener.
+    pub tls: Option<crate::tls_config::TlsSettings>,
 }
 
 /// Latency histograms and the HTTP endpoint.
@@ -431,7 +445,7 @@ pub fn resolve(
     let address = resolve_address(service, origin, overrides)?;
     let cluster_name = resolve_cluster_name(service, origin, overrides)?;
     let node_id = resolve_node_id(service, origin, overrides, port)?;
-    let access_address = access_address(service, &address, port);
+    let client_address = access_address(service, &address, port);
     let threads = resolve_threads(service, origin, overrides)?;
     let work_directory = overrides
         .data_dir
@@ -444,13 +458,19 @@ pub fn resolve(
     let xdr = crate::xdr::config::resolve(file.xdr.as_ref())
         .map_err(|error| ConfigError(format!("{origin}: [xdr]: {error}")))?;
     let security = resolve_security(&file, origin)?;
+    let tls =
+        crate::tls_config::resolve(&file, origin, overrides, work_directory.as_deref(), port)?;
+    let tls_access_address = tls.as_ref().map_or_else(String::new, |tls| {
+        access_address(service, &address, tls.port)
+    });
     Ok(ServerConfig {
         service: ServiceConfig {
             node_id,
             rack_id: cluster.rack_id,
             cluster_name,
-            access_address,
+            access_address: client_address,
             port,
+            tls_access_address,
             namespaces,
         },
         address,
@@ -467,6 +487,7 @@ pub fn resolve(
         monitoring,
         xdr,
         security,
+        tls,
     })
 }
 

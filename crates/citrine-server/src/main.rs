@@ -33,6 +33,7 @@ mod event_loop;
 mod http;
 mod migrate;
 mod net;
+mod tls_config;
 mod xdr;
 
 use citrine_service::{Service, SystemClock};
@@ -86,6 +87,10 @@ struct Args {
     /// Overrides service.service-io.
     #[arg(long, value_name = "KIND")]
     service_io: Option<String>,
+    /// TLS service port, beside the plain one. Overrides service.tls-port
+    /// (the certificate comes from the `[[tls]]` named by service.tls-name).
+    #[arg(long, value_name = "PORT")]
+    tls_port: Option<u16>,
     /// Benchmark ceiling: answer every data request with success and store
     /// nothing (reads return no bins). Info commands work as usual. For
     /// measuring the client and network path; never for real data.
@@ -149,6 +154,7 @@ fn resolve_config(args: Args) -> Result<config::ServerConfig, config::ConfigErro
         seeds: args.seeds,
         rack_id: args.rack_id,
         service_io: args.service_io,
+        tls_port: args.tls_port,
     };
     match &args.config {
         Some(path) => config::read_file(path)

@@ -106,12 +106,19 @@ fn every_example_config_starts() {
             continue;
         }
         let data_dir = tempdir();
-        let server = start(&[
-            "--config",
-            path.to_str().unwrap(),
-            "--data-dir",
-            data_dir.to_str().unwrap(),
-        ]);
+        let mut args = vec![
+            "--config".to_owned(),
+            path.to_str().unwrap().to_owned(),
+            "--data-dir".to_owned(),
+            data_dir.to_str().unwrap().to_owned(),
+        ];
+        if std::fs::read_to_string(&path).unwrap().contains("tls-port") {
+            // Its certificates are read from tls/ under the data directory.
+            common::tls::write_certs(&data_dir.join("tls"));
+            args.extend(["--tls-port".to_owned(), free_port().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = start(&args);
         let mut stream = connect(server.port);
         let answers = info(&mut stream, &["namespaces"]);
         assert!(

@@ -16,6 +16,9 @@ pub struct ServiceConfig {
     /// Address clients reach this node at (for `service-clear-std`), `host:port`.
     pub access_address: String,
     pub port: u16,
+    /// Where TLS clients reach this node (`service-tls-std`), `host:port`;
+    /// empty when the node has no TLS service port.
+    pub tls_access_address: String,
     pub namespaces: Vec<NamespaceConfig>,
 }
 
@@ -30,6 +33,7 @@ impl ServiceConfig {
             cluster_name: "citrine".into(),
             access_address: "127.0.0.1:3000".into(),
             port: 3000,
+            tls_access_address: String::new(),
             namespaces,
         }
     }

@@ -246,6 +246,18 @@ pub(crate) const COMMANDS: &[&str] = &[
     "version",
 ];
 
+/// `peers-tls-std`: `<gen>,<default port>,[]`, the default port being this
+/// node's TLS port when it has one (3000 otherwise, as for the clear list).
+fn tls_peers(layers: &Layers<'_>) -> String {
+    let port = layers
+        .config
+        .tls_access_address
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse::<u16>().ok())
+        .unwrap_or(3000);
+    format!("{},{port},[]", layers.cluster().peers_generation)
+}
+
 pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
     let layers = service.layers();
     match command.name {
@@ -265,15 +277,18 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "peers-generation" => layers.cluster().peers_generation.to_string(),
         "rebalance-generation" => layers.cluster().partition_generation.to_string(),
         "peers-clear-std" | "peers-clear-alt" => layers.cluster().peers_value(),
-        // No TLS: the TLS peer lists are empty.
-        "peers-tls-std" | "peers-tls-alt" | "alumni-clear-std" | "alumni-clear-alt"
-        | "alumni-tls-std" | "alumni-tls-alt" => {
+        // Peers do not tell each other their TLS endpoints yet: the TLS
+        // peer lists name no peer.
+        "peers-tls-std" | "peers-tls-alt" => tls_peers(&layers),
+        "alumni-clear-std" | "alumni-clear-alt" | "alumni-tls-std" | "alumni-tls-alt" => {
             format!("{},3000,[]", layers.cluster().peers_generation)
         }
         "services" | "services-alternate" => layers.cluster().services_value(),
         "services-alumni" | "services-alumni-reset" => String::new(),
         "service" | "service-clear-std" => layers.config.access_address.clone(),
-        "service-clear-alt" | "service-tls-std" | "service-tls-alt" => String::new(),
+        "service-tls-std" => layers.config.tls_access_address.clone(),
+        // No alternate access addresses.
+        "service-clear-alt" | "service-tls-alt" => String::new(),
         "partitions" => PARTITIONS.to_string(),
         "replicas" => replicas(&layers, true),
         "replicas-all" => replicas(&layers, false),

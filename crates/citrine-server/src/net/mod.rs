@@ -20,7 +20,9 @@
 //! small tokio runtime of their own. The port is bound only once every
 //! service thread has its I/O backend (with `service-io = "auto"`, a
 //! thread that cannot get an io_uring ring makes them all use epoll), so a
-//! listening node is a serving one.
+//! listening node is a serving one. With a `tls-port`, a second listener
+//! accepts TLS connections, which the same service threads serve
+//! ([`tls`]); they count toward `proto-fd-max` like plain ones.
 //!
 //! Invariants:
 //! - a connection is owned by exactly one service thread at a time; it
@@ -42,6 +44,7 @@ mod epoll;
 mod log_limit;
 mod ring;
 mod service_thread;
+mod tls;
 mod uring;
 
 use crate::config::{ServerConfig, ServiceIo};
@@ -55,6 +58,8 @@ use tokio::net::TcpListener;
 /// A connection handed to a service thread.
 enum Arrival {
     Accepted(std::net::TcpStream, SocketAddr),
+    /// Accepted on the TLS port, with its server session.
+    AcceptedTls(std::net::TcpStream, SocketAddr, Box<tls::TlsStart>),
     /// Moved from another service thread between requests.
     Moved(Box<Parked>),
 }
@@ -155,6 +160,10 @@ pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
     limits
         .proto_fd_idle_ms
         .store(config.proto_fd_idle_ms, Ordering::Relaxed);
+    let tls = match config.tls.clone() {
+        Some(settings) => Some(tls::TlsAcceptor::new(settings)?),
+        None => None,
+    };
     let io = choose_io(config.service_io)?;
     let (shared, workers) = match start_threads(io, &runtime, &service, &config) {
         Ok(started) => started,
@@ -176,7 +185,15 @@ pub fn run(service: Arc<Service>, config: ServerConfig) -> Result<(), String> {
             ));
         }
     };
-    let result = runtime.block_on(accept_loop(&service, &config, listener, &shared));
+    let tls = match tls.map(|acceptor| bind_tls(&runtime, &config, acceptor)) {
+        Some(Err(error)) => {
+            stop_threads(&shared, workers);
+            return Err(error);
+        }
+        Some(Ok(tls)) => Some(tls),
+        None => None,
+    };
+    let result = runtime.block_on(accept_loop(&service, &config, listener, tls, &shared));
     stop_threads(&shared, workers);
     result
 }
@@ -368,10 +385,81 @@ fn stop_threads(shared: &Shared, workers: Vec<std::thread::JoinHandle<()>>) {
     }
 }
 
+/// The TLS service port's listener and what makes its sessions.
+struct TlsListener {
+    listener: TcpListener,
+    acceptor: tls::TlsAcceptor,
+}
+
+fn bind_tls(
+    runtime: &tokio::runtime::Runtime,
+    config: &ServerConfig,
+    acceptor: tls::TlsAcceptor,
+) -> Result<TlsListener, String> {
+    let bind = format!("{}:{}", config.address, acceptor.port());
+    match runtime.block_on(TcpListener::bind(&bind)) {
+        Ok(listener) => {
+            tracing::info!("TLS service listening on {bind}");
+            Ok(TlsListener { listener, acceptor })
+        }
+        Err(error) => Err(format!("cannot listen on {bind} (tls-port): {error}")),
+    }
+}
+
+/// A connection accepted on the TLS port: checked against `proto-fd-max`
+/// like a plain one, given its session and handed to a service thread.
+fn admit_tls(
+    shared: &Shared,
+    config: &ServerConfig,
+    tls: &TlsListener,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+) {
+    if shared.open.load(Ordering::Relaxed) >= config.proto_fd_max {
+        tracing::warn!(%peer, limit = config.proto_fd_max, "refusing TLS connection: proto-fd-max reached");
+        return;
+    }
+    let session = match tls.acceptor.session() {
+        Ok(session) => session,
+        Err(error) => {
+            tracing::warn!(%peer, "cannot start a TLS session: {error}");
+            return;
+        }
+    };
+    let stream = match stream.into_std() {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::warn!(%peer, "cannot hand connection to a service thread: {error}");
+            return;
+        }
+    };
+    let session = tls::TlsStart {
+        server: session,
+        names: tls.acceptor.client_names(),
+    };
+    shared.open.fetch_add(1, Ordering::Relaxed);
+    let to = balance::place(&shared.loads(), shared.thresholds.spill_permille);
+    shared.hand_over(
+        to,
+        vec![Arrival::AcceptedTls(stream, peer, Box::new(session))],
+    );
+}
+
+/// Accepts on the TLS port (never, without one).
+async fn accept_tls(
+    tls: Option<&TlsListener>,
+) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match tls {
+        Some(tls) => tls.listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn accept_loop(
     service: &Service,
     config: &ServerConfig,
     listener: TcpListener,
+    tls: Option<TlsListener>,
     shared: &Shared,
 ) -> Result<(), String> {
     let bind = format!("{}:{}", config.address, config.port);
@@ -389,8 +477,22 @@ async fn accept_loop(
     );
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
+    let mut refresh = tokio::time::interval(tls::REFRESH_PERIOD);
     loop {
         tokio::select! {
+            _ = refresh.tick(), if tls.is_some() => {
+                if let Some(tls) = &tls {
+                    tls.acceptor.refresh();
+                }
+            }
+            accepted = accept_tls(tls.as_ref()) => match (accepted, &tls) {
+                (Ok((stream, peer)), Some(tls)) => admit_tls(shared, config, tls, stream, peer),
+                (Ok(_), None) => {}
+                (Err(error), _) => {
+                    tracing::warn!("TLS accept failed: {error}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
             _ = &mut shutdown => {
                 tracing::info!("shutdown requested");
                 return Ok(());

@@ -38,6 +38,7 @@
 
 use super::balance::{self, LoadMeter, Rebalance, SpillGate};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
+use super::tls::{TlsOver, TlsSession};
 use super::{log_limit, Arrival, Parked, Shared};
 use citrine_service::lookahead::Lookup;
 use citrine_service::Service;
@@ -120,6 +121,20 @@ pub(super) struct Connection<S> {
     /// The start of the last turn that drove it: when something last
     /// moved on it (for `proto-fd-idle-ms`).
     last_moved: Instant,
+    /// A TLS connection's session: `conn` then holds plaintext, and the
+    /// backend's I/O goes through the session's ciphertext buffers.
+    pub(super) tls: Option<Box<TlsSession>>,
+}
+
+impl<S> Connection<S> {
+    /// The socket and the buffers the backend reads into and sends from:
+    /// `conn` itself, or a TLS connection's ciphertext buffers.
+    pub(super) fn wire(&mut self) -> (&mut S, &mut Conn) {
+        match &mut self.tls {
+            None => (&mut self.socket, &mut self.conn),
+            Some(tls) => (&mut self.socket, &mut tls.cipher),
+        }
+    }
 }
 
 /// The I/O half of a service thread.
@@ -436,28 +451,41 @@ impl<B: Backend> ServiceThread<B> {
 
     /// A connection handed to this thread: accepted or moved here.
     fn arrive(&mut self, arrival: Arrival) {
+        let mut tls = None;
         let parked = match arrival {
-            Arrival::Accepted(stream, peer) => {
-                let _ = stream.set_nodelay(true);
-                let stats = &self.service.stats;
-                stats.client_connections.fetch_add(1, Ordering::Relaxed);
-                stats
-                    .client_connections_opened
-                    .fetch_add(1, Ordering::Relaxed);
-                Parked {
-                    stream,
-                    peer,
-                    input: vec![0; READ_BUFFER_BYTES],
-                    start: 0,
-                    end: 0,
-                    out: Vec::with_capacity(READ_BUFFER_BYTES),
-                }
+            Arrival::AcceptedTls(stream, peer, start) => {
+                tls = Some(Box::new(TlsSession::new(*start, peer)));
+                self.accepted(stream, peer)
             }
+            Arrival::Accepted(stream, peer) => self.accepted(stream, peer),
             Arrival::Moved(parked) => {
                 self.spill_gate.took_back();
                 *parked
             }
         };
+        self.attach(parked, tls);
+    }
+
+    /// Accounts for a connection just accepted and gives it its buffers.
+    fn accepted(&self, stream: TcpStream, peer: std::net::SocketAddr) -> Parked {
+        let _ = stream.set_nodelay(true);
+        let stats = &self.service.stats;
+        stats.client_connections.fetch_add(1, Ordering::Relaxed);
+        stats
+            .client_connections_opened
+            .fetch_add(1, Ordering::Relaxed);
+        Parked {
+            stream,
+            peer,
+            input: vec![0; READ_BUFFER_BYTES],
+            start: 0,
+            end: 0,
+            out: Vec::with_capacity(READ_BUFFER_BYTES),
+        }
+    }
+
+    /// Gives the connection a slot and its socket to the backend.
+    fn attach(&mut self, parked: Parked, tls: Option<Box<TlsSession>>) {
         let token = self.free.pop().unwrap_or_else(|| {
             self.connections.push(None);
             self.connections.len() - 1
@@ -480,6 +508,7 @@ impl<B: Backend> ServiceThread<B> {
             waker: None,
             held_since_ms: self.stall_since_ms,
             last_moved: self.turn_began,
+            tls,
         });
         // It may hold a whole request already (moved between requests).
         self.runnable.push_back(token);
@@ -522,13 +551,26 @@ impl<B: Backend> ServiceThread<B> {
             }
             connection.moving_to = None;
         }
-        let next = conn::drive(
-            &self.service,
-            (connection.held_since_ms, self.turn_began),
-            &mut self.backend,
-            &mut connection.socket,
-            &mut connection.conn,
-        );
+        let timing = (connection.held_since_ms, self.turn_began);
+        let next = match connection.tls.as_deref_mut() {
+            None => conn::drive(
+                &self.service,
+                timing,
+                &mut self.backend,
+                &mut connection.socket,
+                &mut connection.conn,
+            ),
+            Some(session) => conn::drive(
+                &self.service,
+                timing,
+                &mut TlsOver {
+                    backend: &mut self.backend,
+                    session,
+                },
+                &mut connection.socket,
+                &mut connection.conn,
+            ),
+        };
         match next {
             Next::Wait => {}
             Next::Again => self.runnable.push_back(token),
@@ -710,7 +752,9 @@ impl<B: Backend> ServiceThread<B> {
             let Some(connection) = self.connections[token].as_mut() else {
                 continue;
             };
+            // A TLS session stays on its thread.
             if !connection.conn.active
+                || connection.tls.is_some()
                 || !connection.conn.between_requests()
                 || connection.moving_to.is_some()
             {

@@ -438,7 +438,7 @@ fn apply_receive(
     done: Completion,
     connection: &mut Connection<UringSocket>,
 ) -> u64 {
-    let (socket, conn) = (&mut connection.socket, &mut connection.conn);
+    let (socket, conn) = connection.wire();
     let single = done.kind == OpKind::Recv;
     if single {
         conn.input = done.buf;
@@ -499,7 +499,7 @@ fn take_provided(
 
 /// A send's completion: `out` comes back with how much of it went.
 fn apply_send(done: Completion, connection: &mut Connection<UringSocket>) {
-    let (socket, conn) = (&mut connection.socket, &mut connection.conn);
+    let (socket, conn) = connection.wire();
     socket.sending = false;
     conn.out = done.buf;
     match Outcome::of(done.result) {

@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod netns;
 pub mod stream;
+pub mod tls;
 
 use citrine_wire::digest::{of_key, UserKey};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};

@@ -6,7 +6,8 @@
 
 use crate::batch::tests::{put, service, START_MS};
 use crate::tests::info;
-use crate::Service;
+use crate::{ManualClock, Service};
+use std::sync::Arc;
 
 fn ask(service: &Service, command: &str) -> String {
     info(service, &[command]).remove(0).1
@@ -211,4 +212,23 @@ fn a_namespace_holds_the_references_4095_sets() {
     put(&service, "s4094", "other", &[("a", 1)], false);
     let last = ask(&service, "sets/test/s4094");
     assert!(last.starts_with("objects=2:"), "{last}");
+}
+
+/// The TLS endpoints: empty without a TLS port (the peer list naming the
+/// default port 3000); with one, `service-tls-std` is its access address
+/// and the peer list names its port. No alternate addresses.
+#[test]
+fn tls_endpoints_are_answered_when_the_node_has_a_tls_port() {
+    let (plain, _) = service();
+    assert_eq!(ask(&plain, "service-tls-std"), "");
+    assert_eq!(ask(&plain, "peers-tls-std"), "1,3000,[]");
+    let mut config = plain.config.clone();
+    config.tls_access_address = "10.0.0.5:4333".to_owned();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let tls = Service::new(config, clock);
+    assert_eq!(ask(&tls, "service-tls-std"), "10.0.0.5:4333");
+    assert_eq!(ask(&tls, "service-tls-alt"), "");
+    assert_eq!(ask(&tls, "service-clear-std"), "127.0.0.1:3000");
+    assert_eq!(ask(&tls, "peers-tls-std"), "1,4333,[]");
+    assert_eq!(ask(&tls, "peers-tls-alt"), "1,4333,[]");
 }

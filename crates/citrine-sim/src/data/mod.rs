@@ -769,6 +769,7 @@ impl World {
             cluster_name: "citrine".into(),
             access_address: format!("10.0.1.{i}:3000"),
             port: 3000,
+            tls_access_address: String::new(),
             namespaces: vec![NamespaceConfig {
                 storage_engine,
                 ..NamespaceConfig::in_memory(NAMESPACE)
@@ -2437,6 +2438,7 @@ mod tests {
                 cluster_name: "c".into(),
                 access_address: "x:1".into(),
                 port: 1,
+                tls_access_address: String::new(),
                 namespaces: vec![NamespaceConfig::in_memory(NAMESPACE)],
             },
             Arc::new(citrine_service::ManualClock::new(BASE_UNIX_MS)),
