@@ -62,9 +62,13 @@ def test_unauthenticated_requests_are_refused(secure):
 def test_admin_creates_a_reader_who_is_refused_writes(secure):
     admin = make_client(secure, user="admin", password="admin")
     try:
-        # The default admin only administers users (role user-admin).
+        # The default admin administers users and reads and writes data
+        # (roles user-admin and read-write: issue 41's check), but it may not
+        # change the node's configuration (sys-admin).
+        admin.put(("test", "acl", "k"), {"a": 1})
+        assert admin.get(("test", "acl", "k"))[2] == {"a": 1}
         with pytest.raises(ex.AerospikeError) as violation:
-            admin.put(("test", "acl", "k"), {"a": 1})
+            admin.info_all("set-config:context=service;migrate-sleep=1")
         assert violation.value.code == 81
         admin.admin_create_user("reader", "pw-reader", ["read"])
         admin.admin_create_user("writer", "pw-writer", ["read-write"])

@@ -1,19 +1,24 @@
-"""The official Python client over TLS: a node started with
-examples/secure.toml (certificates from `citrine certs`, read from `tls/`
-under the data directory) on a free TLS port; the client verifies the
-node's certificate against the development CA, writes and reads records,
-and finds the TLS port through `service-tls-std`."""
+"""The official Python client over TLS, logged in: a node started with
+examples/secure.toml (access control on; certificates from `citrine
+certs`, read from `tls/` under the data directory) on a free TLS port; the
+client verifies the node's certificate against the development CA, logs in
+as admin/admin, writes and reads records, and finds the TLS port through
+`service-tls-std`. Issue 41's check, end to end."""
 
 import os
 import socket
 import ssl
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 import aerospike
-from conftest import CLIENT_POLICIES, REPO, _binary, _free_port, start_citrined
+import rawwire
+from conftest import CLIENT_POLICIES, REPO, CitrinedProcess, _binary, _free_port
+
+ADMIN = {"user": "admin", "password": "admin"}
 
 
 def _citrine_cli():
@@ -31,10 +36,27 @@ def tls_node(tmp_path_factory):
     subprocess.run([str(_citrine_cli()), "certs", str(data / "tls")], check=True,
                    stdout=subprocess.DEVNULL)
     tls_port = _free_port()
-    server = start_citrined(data, ["--config", str(REPO / "examples" / "secure.toml"),
-                                   "--data-dir", str(data), "--tls-port", str(tls_port)])
+    server = CitrinedProcess(_binary(), _free_port(), data / "citrined.stderr",
+                             ["--config", str(REPO / "examples" / "secure.toml"),
+                              "--data-dir", str(data), "--tls-port", str(tls_port)])
+    _wait_refusing(server)
     yield server, tls_port, data / "tls" / "ca.pem"
     server.stop()
+
+
+def _wait_refusing(server, timeout=20.0):
+    """Ready once an unauthenticated info request is answered (ERROR:80)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline and server.alive():
+        try:
+            last = rawwire.info_raw(server.host, server.port, ["node"], timeout=1.0)
+            assert last == b"ERROR:80:not authenticated\n", last
+            return
+        except OSError as error:
+            last = repr(error)
+        time.sleep(0.05)
+    pytest.fail(f"secure citrined not ready: {last!r}\n{server.stderr_text()}", pytrace=False)
 
 
 def _tls_client(server, tls_port, cafile):
@@ -42,6 +64,7 @@ def _tls_client(server, tls_port, cafile):
         "hosts": [(server.host, tls_port, "localhost")],
         "tls": {"enable": True, "cafile": str(cafile)},
         "policies": dict(CLIENT_POLICIES),
+        **ADMIN,
     }
     return aerospike.client(config).connect()
 
@@ -64,7 +87,7 @@ def test_records_written_and_read_over_tls(tls_node):
         client.close()
     # What went over TLS is there for plain clients too.
     plain = aerospike.client({"hosts": [(server.host, server.port)],
-                              "policies": dict(CLIENT_POLICIES)}).connect()
+                              "policies": dict(CLIENT_POLICIES), **ADMIN}).connect()
     try:
         _, _, bins = plain.get(("test", "tls", 7))
         assert bins == {"i": 7, "big": "s"}

@@ -120,6 +120,22 @@ fn every_example_config_starts() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let server = start(&args);
         let mut stream = connect(server.port);
+        if std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("[security]")
+        {
+            // Access control on: it serves, and asks for a login first
+            // (`tests/compat/test_security.py` logs in and reads).
+            let answer = raw_info(&mut stream, "namespaces");
+            assert!(
+                answer.contains("ERROR:80:"),
+                "{} answers {answer:?} without a login",
+                path.display()
+            );
+            started += 1;
+            drop(server);
+            continue;
+        }
         let answers = info(&mut stream, &["namespaces"]);
         assert!(
             !answers[0].1.is_empty(),
@@ -946,4 +962,19 @@ fn held_write_with(service_io: &str) {
     assert_eq!(decode_reply(&body).0.result_code, 0, "on time again");
     assert!(statistic(&mut stream, "expired_refusals") >= 1);
     assert!(statistic(&mut stream, "service_stalls") >= 1);
+}
+
+/// One info request's whole answer text (no `name\tvalue` parsing).
+fn raw_info(stream: &mut std::net::TcpStream, command: &str) -> String {
+    use std::io::{Read, Write};
+    let body = format!("{command}\n");
+    let header = (2u64 << 56) | (1u64 << 48) | body.len() as u64;
+    stream.write_all(&header.to_be_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    let mut head = [0u8; 8];
+    stream.read_exact(&mut head).unwrap();
+    let size = (u64::from_be_bytes(head) & 0xffff_ffff_ffff) as usize;
+    let mut answer = vec![0u8; size];
+    stream.read_exact(&mut answer).unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
 }
