@@ -194,10 +194,15 @@ pub fn truncated_before_of(namespace: &Namespace, set_name: &[u8]) -> u64 {
         .map_or(0, |set_id| namespace.truncated_before(set_id))
 }
 
-/// The generation of this node's copy of a record (None when absent).
-pub fn generation_of(namespace: &Namespace, digest: &Digest) -> Option<u16> {
+/// The version of this node's copy of a record — generation, last-update
+/// time and void time — (None when absent): what a change, a read-touch
+/// included (it keeps the generation), moves.
+pub fn version_of(namespace: &Namespace, digest: &Digest) -> Option<(u16, u64, u32)> {
     let partition = namespace.index.partition(digest.partition()).read();
-    partition.get(digest).map(|entry| entry.meta().generation)
+    partition.get(digest).map(|entry| {
+        let meta = entry.meta();
+        (meta.generation, meta.last_update_ms, meta.void_time)
+    })
 }
 
 /// The record's current state (after the write that just finished) as a

@@ -108,8 +108,8 @@
 use crate::migration::{Disposition, MasterClaim};
 use crate::{Distribution, LocalExecutor};
 pub use citrine_data::copy::{
-    capture, copy_holds, delete_marker, fetch, generation_of, store_copy, truncated_before_of,
-    Admit, Reader, ReplicaWrite,
+    capture, copy_holds, delete_marker, fetch, store_copy, truncated_before_of, version_of, Admit,
+    Reader, ReplicaWrite,
 };
 use citrine_data::namespace::Namespace;
 use citrine_data::record::{self as transaction, Request};
@@ -455,9 +455,10 @@ pub struct MasterRun {
     pub deadline_ms: u64,
     /// A plain read: nothing to replicate.
     pub read: bool,
-    /// A read-touch: the record's generation before it ran (it replicates
-    /// only when the touch changed it).
-    pub touch_before: Option<Option<u16>>,
+    /// A read-touch: the record's version (generation, last-update and
+    /// void time) before it ran; it replicates only when the touch changed
+    /// it (a read-touch keeps the generation).
+    pub touch_before: Option<Option<(u16, u64, u32)>>,
     /// Where the reply starts in `out`.
     pub reply_at: usize,
 }
@@ -530,8 +531,7 @@ pub fn route(
             return route;
         }
     }
-    let touch_before =
-        (request.read && request.read_touch).then(|| generation_of(namespace, digest));
+    let touch_before = (request.read && request.read_touch).then(|| version_of(namespace, digest));
     Route::Master(MasterRun {
         deadline_ms,
         read: request.read,
@@ -703,7 +703,7 @@ pub fn replicate_after(
     if run.read
         && run
             .touch_before
-            .is_none_or(|before| before == generation_of(namespace, digest))
+            .is_none_or(|before| before == version_of(namespace, digest))
     {
         return None;
     }

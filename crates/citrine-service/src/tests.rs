@@ -1904,7 +1904,9 @@ fn read_touch_resets_the_ttl_when_little_remains() {
         (written.generation, written.record_ttl)
     );
     let reply = send(&service, &touch_read(0)).header;
-    assert_eq!(reply.generation, written.generation + 1);
+    // The reference (CE 8.1.2, asked through the Python client) keeps the
+    // generation of a record a read touched; its last-update time moves.
+    assert_eq!(reply.generation, written.generation);
     assert_eq!(reply.record_ttl, service.now().citrusleaf_seconds + 100);
     let stats = &service.namespace(b"test").expect("namespace test").stats;
     assert_eq!(stats.read_touch_success.load(Ordering::Relaxed), 1);
@@ -1914,12 +1916,12 @@ fn read_touch_resets_the_ttl_when_little_remains() {
     clock.advance_ms(50_000);
     send(&service, &touch_read(50));
     let reply = send(&service, &touch_read(0)).header;
-    assert_eq!(reply.generation, written.generation + 2);
+    assert_eq!(reply.generation, written.generation);
     assert_eq!(reply.record_ttl, service.now().citrusleaf_seconds + 100);
     // A plain read (0) never touches.
     clock.advance_ms(60_000);
     let reply = send(&service, &touch_read(0)).header;
-    assert_eq!(reply.generation, written.generation + 2);
+    assert_eq!(reply.generation, written.generation);
     assert_eq!(
         send(&service, &touch_read(101)).header.result_code,
         ResultCode::Parameter.code()

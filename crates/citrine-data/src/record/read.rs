@@ -294,9 +294,11 @@ fn write_key_field(writer: &mut MessageWriter<'_>, particle_type: u8, bytes: &[u
 }
 
 /// Read-touch (server 7.1+): a read whose `record_ttl` is a percentage
-/// 1..=100 resets the record's TTL — a touch: new void time, generation and
-/// last-update time — when at most that percentage of the TTL it was
-/// written with remains. Records that never expire are left alone. Runs
+/// 1..=100 resets the record's TTL — new void time and last-update time,
+/// the generation kept (the reference's, asked over the wire: unlike a
+/// touch op, a read-touch does not count as a change of the record's
+/// content) — when at most that percentage of the TTL it was written with
+/// remains. Records that never expire are left alone. Runs
 /// after the read answered; true when it touched.
 pub(crate) fn read_touch(
     namespace: &Namespace,
@@ -332,7 +334,7 @@ pub(crate) fn read_touch(
         .map_err(storage_result)?
         .into_owned();
     let meta = RecordMeta {
-        generation: RecordMeta::next_generation(current.generation),
+        generation: current.generation,
         life: current.life,
         set_id: current.set_id,
         void_time: now.citrusleaf_seconds.saturating_add(ttl),
