@@ -117,12 +117,13 @@ fn nothing_runs_before_login() {
 fn a_reader_reads_and_is_refused_writes_batches_and_admin_info() {
     let service = secure();
     let mut admin_login = login(&service, "admin", "admin");
-    // The default admin has no data privilege.
-    let write = record(0, info2::WRITE, "s");
+    // The default admin writes (roles user-admin and read-write).
+    let admin_write = record(0, info2::WRITE, "t");
     assert_eq!(
-        result_of(&send(&service, &mut admin_login, &write)),
-        ResultCode::RoleViolation.code()
+        result_of(&send(&service, &mut admin_login, &admin_write)),
+        ResultCode::Ok.code()
     );
+    let write = record(0, info2::WRITE, "s");
     let hash = citrine_security::password::client_hash("pw").unwrap();
     let roles = [1u8, 4, b'r', b'e', b'a', b'd'];
     let create = admin(
