@@ -1,6 +1,7 @@
 //! A namespace's validated configuration. Parsing (TOML, flags) is the
 //! server binary's job; these structs only hold values already checked.
 
+pub use citrine_storage::compress::{Algorithm as CompressionAlgorithm, Compression};
 pub use citrine_storage::device::{DeviceConfig, IoMode};
 
 /// Most devices one namespace may stripe over.

@@ -164,6 +164,10 @@ pub enum StorageEngineSection {
         direct_io: Option<bool>,
         /// Save the index at a clean shutdown and reattach it at start.
         fast_restart: Option<bool>,
+        /// Storage compression: `none` (default), `lz4` or `zstd`.
+        compression: Option<String>,
+        /// zstd level, 1 to 9 (0 or absent: zstd's default).
+        compression_level: Option<u8>,
     },
 }
 
@@ -1016,6 +1020,8 @@ fn resolve_device(
         post_write_queue,
         direct_io,
         fast_restart,
+        compression,
+        compression_level,
     }) = &section.storage_engine
     else {
         return Ok(());
@@ -1041,6 +1047,7 @@ fn resolve_device(
         direct_io: *direct_io,
     };
     tuning.apply(&mut engine, place)?;
+    engine.compression = storage_compression(compression, *compression_level, place)?;
     fit_records_in_blocks(section, config, &engine, place)?;
     // The image path is placed with the files; a marker for "enabled" here.
     let index_image = fast_restart
@@ -1107,6 +1114,30 @@ fn device_block_sizes(
         return Err(ConfigError(format!("{place}: storage-engine.filesize = {} is too small (at least {minimum_size}: 1M + 8 write blocks)", engine.file_size)));
     }
     Ok(())
+}
+
+/// `storage-engine.compression` and `compression-level`, checked.
+fn storage_compression(
+    algorithm: &Option<String>,
+    level: Option<u8>,
+    place: &str,
+) -> Result<citrine_service::config::Compression, ConfigError> {
+    use citrine_service::config::{Compression, CompressionAlgorithm};
+    let algorithm = match algorithm.as_deref() {
+        None => CompressionAlgorithm::None,
+        Some(name) => CompressionAlgorithm::from_name(name).ok_or_else(|| {
+            ConfigError(format!(
+                "{place}: storage-engine.compression = {name:?} is not one of none, lz4, zstd"
+            ))
+        })?,
+    };
+    let level = level.unwrap_or(0);
+    let level = Compression::valid_level(u64::from(level)).ok_or_else(|| {
+        ConfigError(format!(
+            "{place}: storage-engine.compression-level = {level} is impossible (1 to 9)"
+        ))
+    })?;
+    Ok(Compression { algorithm, level })
 }
 
 /// A device engine's optional tuning, as the file gives it.
@@ -1356,6 +1387,41 @@ mod tests {
             "{}",
             bad_block.0
         );
+    }
+
+    #[test]
+    fn device_compression_is_checked() {
+        use citrine_service::config::{Compression, CompressionAlgorithm};
+        let device = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfile = \"x\"\n{extra}"))
+        };
+        let compression_of = |extra: &str| match device(extra).expect("valid").service.namespaces[0]
+            .storage_engine
+            .clone()
+        {
+            StorageEngineConfig::Device { engine, .. } => engine.compression,
+            other => panic!("not a device namespace: {other:?}"),
+        };
+        assert_eq!(compression_of(""), Compression::default());
+        assert_eq!(
+            compression_of("compression = \"zstd\"\ncompression-level = 9\n"),
+            Compression {
+                algorithm: CompressionAlgorithm::Zstd,
+                level: 9
+            }
+        );
+        assert_eq!(
+            compression_of("compression = \"lz4\"\n").algorithm,
+            CompressionAlgorithm::Lz4
+        );
+        let snappy = device("compression = \"snappy\"\n").expect_err("snappy");
+        assert!(
+            snappy.0.contains("compression = \"snappy\""),
+            "{}",
+            snappy.0
+        );
+        let level = device("compression = \"zstd\"\ncompression-level = 10\n").expect_err("10");
+        assert!(level.0.contains("compression-level = 10"), "{}", level.0);
     }
 
     #[test]

@@ -539,6 +539,7 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
             ));
         }
     }
+    pairs.extend(crate::compression_info::config_pairs(namespace));
     pairs
 }
 
@@ -563,6 +564,7 @@ fn namespace_info(service: &Service, namespace: &Namespace) -> String {
     if let Some(device) = namespace.storage.device() {
         pairs.extend(device.info_pairs());
     }
+    pairs.extend(crate::compression_info::stat_pairs(namespace));
     pairs.extend(namespace_config_pairs(namespace, service.config.rack_id));
     join_pairs(&pairs, ';')
 }
@@ -1005,7 +1007,8 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
 fn set_config(service: &Service, command: &InfoCommand<'_>) -> String {
     match command.param("context") {
         Some("service") => {}
-        Some(_) => return "ERROR:4:only context=service can be set".to_owned(),
+        Some("namespace") => return crate::compression_info::set_config(service, command),
+        Some(_) => return "ERROR:4:only context=service or namespace can be set".to_owned(),
         None => return "ERROR:4:missing context".to_owned(),
     }
     let migrations = service.migrations();

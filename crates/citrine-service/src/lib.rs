@@ -55,6 +55,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+mod compression_info;
 pub mod config;
 pub mod info;
 pub mod job;
@@ -953,6 +954,8 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
+#[cfg(test)]
+mod compression_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 
