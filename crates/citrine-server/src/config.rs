@@ -1096,7 +1096,7 @@ fn device_paths(
     Ok(paths)
 }
 
-/// `write-block-size` (a power of two from 16K to 8M), then the file size
+/// `write-block-size` (a power of two from 16K to 128M), then the file size
 /// it needs (at least 1M and eight write blocks).
 fn device_block_sizes(
     engine: &mut citrine_service::config::DeviceConfig,
@@ -1104,8 +1104,9 @@ fn device_block_sizes(
     place: &str,
 ) -> Result<(), ConfigError> {
     if let Some(Size(bytes)) = write_block_size {
-        if !bytes.is_power_of_two() || !(16 * 1024..=8 << 20).contains(&bytes) {
-            return Err(ConfigError(format!("{place}: storage-engine.write-block-size = {bytes} is impossible (a power of two from 16K to 8M)")));
+        let largest = citrine_service::config::WRITE_BLOCK_MAX as u64;
+        if !bytes.is_power_of_two() || !(16 * 1024..=largest).contains(&bytes) {
+            return Err(ConfigError(format!("{place}: storage-engine.write-block-size = {bytes} is impossible (a power of two from 16K to 128M)")));
         }
         engine.write_block_size = bytes as u32;
     }
@@ -1174,7 +1175,11 @@ impl DeviceTuning {
             engine.min_avail_pct = pct;
         }
         engine.commit_to_device = self.commit_to_device.unwrap_or(false);
-        engine.post_write_queue = self.post_write_queue.unwrap_or(engine.post_write_queue);
+        // By default the queue holds at most 256 MiB (fewer big blocks).
+        let default_queue = (citrine_service::config::POST_WRITE_QUEUE_DEFAULT_BYTES
+            / u64::from(engine.write_block_size))
+        .clamp(1, u64::from(engine.post_write_queue)) as u32;
+        engine.post_write_queue = self.post_write_queue.unwrap_or(default_queue);
         if engine.post_write_queue > 4096 {
             return Err(ConfigError(format!(
                 "{place}: storage-engine.post-write-queue = {} is too large (at most 4096 blocks)",
@@ -1387,6 +1392,46 @@ mod tests {
             "{}",
             bad_block.0
         );
+    }
+
+    #[test]
+    fn write_blocks_up_to_128m_with_a_bounded_default_queue() {
+        let device = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfile = \"x\"\nfilesize = \"2G\"\n{extra}"))
+        };
+        let engine_of = |extra: &str| {
+            let config = device(extra).expect("valid");
+            let namespace = &config.service.namespaces[0];
+            match &namespace.storage_engine {
+                StorageEngineConfig::Device { engine, .. } => (
+                    engine.write_block_size,
+                    engine.post_write_queue,
+                    namespace.max_record_size,
+                ),
+                other => panic!("not a device namespace: {other:?}"),
+            }
+        };
+        assert_eq!(
+            engine_of("write-block-size = \"128M\"\n"),
+            (128 << 20, 2, 1 << 20),
+            "256 MiB of post-write queue by default"
+        );
+        assert_eq!(
+            engine_of("write-block-size = \"1M\"\n").1,
+            16,
+            "unchanged for small blocks"
+        );
+        assert_eq!(
+            engine_of("write-block-size = \"128M\"\npost-write-queue = 4\n").1,
+            4
+        );
+        let records = resolve_text("[[namespace]]\nname = \"d\"\nmax-record-size = \"127M\"\n[namespace.storage-engine]\ntype = \"device\"\nfile = \"x\"\nfilesize = \"2G\"\nwrite-block-size = \"128M\"\n");
+        assert_eq!(
+            records.expect("fits").service.namespaces[0].max_record_size,
+            127 << 20
+        );
+        let too_big = device("write-block-size = \"256M\"\n").expect_err("256M");
+        assert!(too_big.0.contains("16K to 128M"), "{}", too_big.0);
     }
 
     #[test]

@@ -84,6 +84,15 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// Largest write block. A record lives in one write block, so this bounds
+/// a device record (128 MiB, as the largest client message); the engine
+/// holds two write buffers of this size per device, and the post-write
+/// queue's blocks.
+pub const WRITE_BLOCK_MAX: usize = 128 << 20;
+/// Memory the post-write queue of a device takes by default: with big
+/// write blocks the default queue is shortened to fit it.
+pub const POST_WRITE_QUEUE_DEFAULT_BYTES: u64 = 256 << 20;
+
 /// Settings of a device namespace, already validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceConfig {
@@ -292,9 +301,9 @@ impl DeviceEngine {
     /// [`DeviceEngine::cold_start`] next.
     pub fn open(config: DeviceConfig) -> Result<DeviceEngine, String> {
         let wblock = config.write_block_size as usize;
-        if !wblock.is_power_of_two() || !(DIRECT_ALIGN * 4..=8 << 20).contains(&wblock) {
+        if !wblock.is_power_of_two() || !(DIRECT_ALIGN * 4..=WRITE_BLOCK_MAX).contains(&wblock) {
             return Err(format!(
-                "write-block-size {wblock} must be a power of two from 16K to 8M"
+                "write-block-size {wblock} must be a power of two from 16K to 128M"
             ));
         }
         if config.paths.is_empty() || config.paths.len() > DeviceAddress::MAX_DEVICES {
