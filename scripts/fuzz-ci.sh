@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bounded fuzzing of the citrine-wire decoders, the CDT ops and expressions,
-# the backup-file parser,
+# the backup-file parser, the storage engine's decompression,
 # suitable for CI.
 #
 # Runs every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each (libFuzzer,
@@ -21,7 +21,7 @@
 #                           keeps CI's time fixed as targets are added)
 #   FUZZ_SECONDS            seconds per target (default: the budget shared
 #                           equally by the targets, at least 10)
-#   FUZZ_TARGETS            space-separated targets (default: wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests backup_file admin_parse)
+#   FUZZ_TARGETS            space-separated targets (default: wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests backup_file admin_parse storage_compression)
 #   FUZZ_TIMEOUT            libFuzzer per-input timeout in seconds (default 10)
 #   FUZZ_RSS_LIMIT_MB       libFuzzer memory limit (default 2048)
 #   FUZZ_SANITIZER          cargo-fuzz --sanitizer (default none: citrine-wire is
@@ -38,7 +38,7 @@ CARGO_FUZZ_VERSION=0.13.1
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
 FUZZ_RSS_LIMIT_MB=${FUZZ_RSS_LIMIT_MB:-2048}
 FUZZ_SANITIZER=${FUZZ_SANITIZER:-none}
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests backup_file admin_parse}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-wire_frame wire_message cdt_operate exp_parse_eval sindex_keys udf_values fabric_calls service_requests backup_file admin_parse storage_compression}"
 FUZZ_BUDGET_SECONDS=${FUZZ_BUDGET_SECONDS:-240}
 default_seconds=$((FUZZ_BUDGET_SECONDS / ${#TARGETS[@]}))
 FUZZ_SECONDS=${FUZZ_SECONDS:-$((default_seconds < 10 ? 10 : default_seconds))}

@@ -1,7 +1,10 @@
 //! A namespace's validated configuration. Parsing (TOML, flags) is the
 //! server binary's job; these structs only hold values already checked.
 
-pub use citrine_storage::device::{DeviceConfig, IoMode};
+pub use citrine_storage::compress::{Algorithm as CompressionAlgorithm, Compression};
+pub use citrine_storage::device::{
+    DeviceConfig, IoMode, POST_WRITE_QUEUE_DEFAULT_BYTES, WRITE_BLOCK_MAX,
+};
 
 /// Most devices one namespace may stripe over.
 pub const DEVICES_MAX: usize = citrine_storage::DeviceAddress::MAX_DEVICES;

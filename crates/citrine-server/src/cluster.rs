@@ -64,8 +64,15 @@ const KIND_CLUSTER: u8 = 2;
 const KIND_KEEPALIVE: u8 = 3;
 const KIND_REQUEST: u8 = 4;
 const KIND_RESPONSE: u8 = 5;
-/// Largest frame accepted from a peer.
-const FRAME_MAX: usize = 16 * 1024 * 1024;
+/// Largest frame accepted from a peer: a replica write or a migration
+/// batch carrying the largest record a client can send (its message is at
+/// most `PROTO_SIZE_MAX`, 128 MiB, as `max-record-size` is), plus the other
+/// records of a migration batch (closed once past `BATCH_BYTES`) and the
+/// framing. A frame above it closes the connection, so a smaller limit
+/// silently failed the replication of every record above it (writes of 16
+/// MiB and more timed out).
+const FRAME_MAX: usize =
+    citrine_wire::PROTO_SIZE_MAX as usize + citrine_service::migration::BATCH_BYTES + 1024 * 1024;
 /// Messages queued per destination before new ones are dropped.
 const QUEUE_DEPTH: usize = 1024;
 /// Period of fabric keepalives.

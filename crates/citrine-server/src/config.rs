@@ -194,6 +194,10 @@ pub enum StorageEngineSection {
         direct_io: Option<bool>,
         /// Save the index at a clean shutdown and reattach it at start.
         fast_restart: Option<bool>,
+        /// Storage compression: `none` (default), `lz4` or `zstd`.
+        compression: Option<String>,
+        /// zstd level, 1 to 9 (0 or absent: zstd's default).
+        compression_level: Option<u8>,
     },
 }
 
@@ -1097,6 +1101,8 @@ fn resolve_device(
         post_write_queue,
         direct_io,
         fast_restart,
+        compression,
+        compression_level,
     }) = &section.storage_engine
     else {
         return Ok(());
@@ -1122,6 +1128,7 @@ fn resolve_device(
         direct_io: *direct_io,
     };
     tuning.apply(&mut engine, place)?;
+    engine.compression = storage_compression(compression, *compression_level, place)?;
     fit_records_in_blocks(section, config, &engine, place)?;
     // The image path is placed with the files; a marker for "enabled" here.
     let index_image = fast_restart
@@ -1170,7 +1177,7 @@ fn device_paths(
     Ok(paths)
 }
 
-/// `write-block-size` (a power of two from 16K to 8M), then the file size
+/// `write-block-size` (a power of two from 16K to 128M), then the file size
 /// it needs (at least 1M and eight write blocks).
 fn device_block_sizes(
     engine: &mut citrine_service::config::DeviceConfig,
@@ -1178,8 +1185,9 @@ fn device_block_sizes(
     place: &str,
 ) -> Result<(), ConfigError> {
     if let Some(Size(bytes)) = write_block_size {
-        if !bytes.is_power_of_two() || !(16 * 1024..=8 << 20).contains(&bytes) {
-            return Err(ConfigError(format!("{place}: storage-engine.write-block-size = {bytes} is impossible (a power of two from 16K to 8M)")));
+        let largest = citrine_service::config::WRITE_BLOCK_MAX as u64;
+        if !bytes.is_power_of_two() || !(16 * 1024..=largest).contains(&bytes) {
+            return Err(ConfigError(format!("{place}: storage-engine.write-block-size = {bytes} is impossible (a power of two from 16K to 128M)")));
         }
         engine.write_block_size = bytes as u32;
     }
@@ -1188,6 +1196,30 @@ fn device_block_sizes(
         return Err(ConfigError(format!("{place}: storage-engine.filesize = {} is too small (at least {minimum_size}: 1M + 8 write blocks)", engine.file_size)));
     }
     Ok(())
+}
+
+/// `storage-engine.compression` and `compression-level`, checked.
+fn storage_compression(
+    algorithm: &Option<String>,
+    level: Option<u8>,
+    place: &str,
+) -> Result<citrine_service::config::Compression, ConfigError> {
+    use citrine_service::config::{Compression, CompressionAlgorithm};
+    let algorithm = match algorithm.as_deref() {
+        None => CompressionAlgorithm::None,
+        Some(name) => CompressionAlgorithm::from_name(name).ok_or_else(|| {
+            ConfigError(format!(
+                "{place}: storage-engine.compression = {name:?} is not one of none, lz4, zstd"
+            ))
+        })?,
+    };
+    let level = level.unwrap_or(0);
+    let level = Compression::valid_level(u64::from(level)).ok_or_else(|| {
+        ConfigError(format!(
+            "{place}: storage-engine.compression-level = {level} is impossible (1 to 9)"
+        ))
+    })?;
+    Ok(Compression { algorithm, level })
 }
 
 /// A device engine's optional tuning, as the file gives it.
@@ -1224,7 +1256,11 @@ impl DeviceTuning {
             engine.min_avail_pct = pct;
         }
         engine.commit_to_device = self.commit_to_device.unwrap_or(false);
-        engine.post_write_queue = self.post_write_queue.unwrap_or(engine.post_write_queue);
+        // By default the queue holds at most 256 MiB (fewer big blocks).
+        let default_queue = (citrine_service::config::POST_WRITE_QUEUE_DEFAULT_BYTES
+            / u64::from(engine.write_block_size))
+        .clamp(1, u64::from(engine.post_write_queue)) as u32;
+        engine.post_write_queue = self.post_write_queue.unwrap_or(default_queue);
         if engine.post_write_queue > 4096 {
             return Err(ConfigError(format!(
                 "{place}: storage-engine.post-write-queue = {} is too large (at most 4096 blocks)",
@@ -1456,6 +1492,81 @@ mod tests {
             "{}",
             bad_block.0
         );
+    }
+
+    #[test]
+    fn write_blocks_up_to_128m_with_a_bounded_default_queue() {
+        let device = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfile = \"x\"\nfilesize = \"2G\"\n{extra}"))
+        };
+        let engine_of = |extra: &str| {
+            let config = device(extra).expect("valid");
+            let namespace = &config.service.namespaces[0];
+            match &namespace.storage_engine {
+                StorageEngineConfig::Device { engine, .. } => (
+                    engine.write_block_size,
+                    engine.post_write_queue,
+                    namespace.max_record_size,
+                ),
+                other => panic!("not a device namespace: {other:?}"),
+            }
+        };
+        assert_eq!(
+            engine_of("write-block-size = \"128M\"\n"),
+            (128 << 20, 2, 1 << 20),
+            "256 MiB of post-write queue by default"
+        );
+        assert_eq!(
+            engine_of("write-block-size = \"1M\"\n").1,
+            16,
+            "unchanged for small blocks"
+        );
+        assert_eq!(
+            engine_of("write-block-size = \"128M\"\npost-write-queue = 4\n").1,
+            4
+        );
+        let records = resolve_text("[[namespace]]\nname = \"d\"\nmax-record-size = \"127M\"\n[namespace.storage-engine]\ntype = \"device\"\nfile = \"x\"\nfilesize = \"2G\"\nwrite-block-size = \"128M\"\n");
+        assert_eq!(
+            records.expect("fits").service.namespaces[0].max_record_size,
+            127 << 20
+        );
+        let too_big = device("write-block-size = \"256M\"\n").expect_err("256M");
+        assert!(too_big.0.contains("16K to 128M"), "{}", too_big.0);
+    }
+
+    #[test]
+    fn device_compression_is_checked() {
+        use citrine_service::config::{Compression, CompressionAlgorithm};
+        let device = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfile = \"x\"\n{extra}"))
+        };
+        let compression_of = |extra: &str| match device(extra).expect("valid").service.namespaces[0]
+            .storage_engine
+            .clone()
+        {
+            StorageEngineConfig::Device { engine, .. } => engine.compression,
+            other => panic!("not a device namespace: {other:?}"),
+        };
+        assert_eq!(compression_of(""), Compression::default());
+        assert_eq!(
+            compression_of("compression = \"zstd\"\ncompression-level = 9\n"),
+            Compression {
+                algorithm: CompressionAlgorithm::Zstd,
+                level: 9
+            }
+        );
+        assert_eq!(
+            compression_of("compression = \"lz4\"\n").algorithm,
+            CompressionAlgorithm::Lz4
+        );
+        let snappy = device("compression = \"snappy\"\n").expect_err("snappy");
+        assert!(
+            snappy.0.contains("compression = \"snappy\""),
+            "{}",
+            snappy.0
+        );
+        let level = device("compression = \"zstd\"\ncompression-level = 10\n").expect_err("10");
+        assert!(level.0.contains("compression-level = 10"), "{}", level.0);
     }
 
     #[test]

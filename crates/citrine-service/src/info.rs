@@ -568,6 +568,7 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
             ));
         }
     }
+    pairs.extend(crate::compression_info::config_pairs(namespace));
     pairs
 }
 
@@ -592,6 +593,7 @@ fn namespace_info(layers: &Layers<'_>, namespace: &Namespace) -> String {
     if let Some(device) = namespace.storage.device() {
         pairs.extend(device.info_pairs());
     }
+    pairs.extend(crate::compression_info::stat_pairs(namespace));
     pairs.extend(namespace_config_pairs(namespace, layers.config.rack_id));
     join_pairs(&pairs, ';')
 }
@@ -1059,7 +1061,8 @@ fn set_config(
 ) -> String {
     match command.param("context") {
         Some("service") => {}
-        Some(_) => return "ERROR:4:only context=service can be set".to_owned(),
+        Some("namespace") => return crate::compression_info::set_config(layers, command),
+        Some(_) => return "ERROR:4:only context=service or namespace can be set".to_owned(),
         None => return "ERROR:4:missing context".to_owned(),
     }
     let migrations = layers.migrations();

@@ -56,6 +56,7 @@
 
 pub mod batch;
 pub mod client_limits;
+mod compression_info;
 pub mod config;
 pub mod info;
 pub mod job;
@@ -1018,6 +1019,8 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
+#[cfg(test)]
+mod compression_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 

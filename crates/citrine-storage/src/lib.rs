@@ -19,6 +19,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod compress;
 pub mod device;
 mod location;
 mod memory;
@@ -171,6 +172,18 @@ pub trait StorageEngine: Send + Sync + 'static {
 
     /// The device engine, for the server's background work and statistics.
     fn device(&self) -> Option<&DeviceEngine> {
+        None
+    }
+
+    /// The engine's storage compression, changeable at run time (`None`:
+    /// this engine does not compress).
+    fn compression(&self) -> Option<&compress::CompressionSetting> {
+        None
+    }
+
+    /// Bytes written before and after compression (`None`: this engine
+    /// does not compress).
+    fn compression_stats(&self) -> Option<&compress::CompressionStats> {
         None
     }
 }

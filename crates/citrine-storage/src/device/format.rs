@@ -44,6 +44,32 @@ const RECORD_MAGIC: &[u8; 4] = b"CREC";
 
 /// Record flag: this record is a tombstone (a durable delete).
 pub const FLAG_TOMBSTONE: u8 = 1;
+/// Record flag: the body is LZ4-compressed (`crate::compress`'s stored
+/// form: uncompressed length, then the compressed bytes). Records written
+/// before compression existed have neither flag and are read as raw.
+pub const FLAG_LZ4: u8 = 2;
+/// Record flag: the body is Zstandard-compressed (same stored form).
+pub const FLAG_ZSTD: u8 = 4;
+
+/// The record flag of a body compressed with `algorithm` (0: raw).
+pub fn compression_flag(algorithm: crate::compress::Algorithm) -> u8 {
+    match algorithm {
+        crate::compress::Algorithm::None => 0,
+        crate::compress::Algorithm::Lz4 => FLAG_LZ4,
+        crate::compress::Algorithm::Zstd => FLAG_ZSTD,
+    }
+}
+
+/// How a record's body is stored, from its flags; `Err` when both
+/// compression flags are set (written so by no version).
+pub fn compression_of(flags: u8) -> Result<crate::compress::Algorithm, String> {
+    match (flags & FLAG_LZ4 != 0, flags & FLAG_ZSTD != 0) {
+        (false, false) => Ok(crate::compress::Algorithm::None),
+        (true, false) => Ok(crate::compress::Algorithm::Lz4),
+        (false, true) => Ok(crate::compress::Algorithm::Zstd),
+        (true, true) => Err(format!("record flags {flags:#04x} name two compressions")),
+    }
+}
 
 // ---------------------------------------------------------------- CRC-32C
 
@@ -576,6 +602,49 @@ mod tests {
             decode_record(&[0u8; 128], None).err(),
             Some(RecordError::End)
         );
+    }
+
+    /// The two forms of a record body: raw (flags without a compression
+    /// bit, as every record written before compression) and compressed
+    /// (flag, then the stored form); the bytes of a raw record are those
+    /// the version without compression wrote (pinned by a checksum).
+    #[test]
+    fn raw_and_compressed_records() {
+        use crate::compress::{compress, decompress, Algorithm, Compression};
+        let header = RecordHeader {
+            generation: 2,
+            digest: Digest([5; 20]),
+            sequence: 9,
+            incarnation: 4,
+            ..RecordHeader::default()
+        };
+        let body = b"abcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabc".repeat(10);
+        let mut raw = vec![0u8; rblocks_for(1, body.len()) * RBLOCK];
+        encode_record(&mut raw, &header, b"s", &body);
+        assert_eq!(crc32c(&raw), 0xB679_ACFE, "the raw record's bytes changed");
+        let decoded = decode_record(&raw, Some(4)).expect("valid");
+        assert_eq!(compression_of(decoded.header.flags), Ok(Algorithm::None));
+        assert_eq!(decoded.body, &body[..]);
+        for algorithm in [Algorithm::Lz4, Algorithm::Zstd] {
+            let stored = compress(
+                Compression {
+                    algorithm,
+                    level: 0,
+                },
+                &body,
+            )
+            .expect("shrinks");
+            let flags = compression_flag(algorithm);
+            let mut bytes = vec![0u8; rblocks_for(1, stored.len()) * RBLOCK];
+            encode_record(&mut bytes, &RecordHeader { flags, ..header }, b"s", &stored);
+            assert!(bytes.len() < raw.len());
+            let decoded = decode_record(&bytes, Some(4)).expect("valid");
+            assert_eq!(compression_of(decoded.header.flags), Ok(algorithm));
+            let back = decompress(algorithm, decoded.body, 1 << 20).expect("decompresses");
+            assert_eq!(back, body);
+        }
+        assert_eq!(compression_of(FLAG_TOMBSTONE), Ok(Algorithm::None));
+        assert!(compression_of(FLAG_LZ4 | FLAG_ZSTD).is_err());
     }
 
     #[test]

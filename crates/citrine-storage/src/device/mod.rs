@@ -72,6 +72,7 @@ pub use io::{IoMode, Media};
 pub use persist::SavedEntry;
 pub use scan::{ColdStartReport, Recovered, RecoveredRecord, ScanProgress};
 
+use crate::compress::{Compression, CompressionSetting, CompressionStats};
 use crate::{DeviceAddress, Location, StorageEngine, StorageError, StoreMeta, Stored};
 use citrine_types::Digest;
 use format::{BlockHeader, BlockKind, RecordHeader, BLOCK_HEADER_BYTES, RBLOCK, RESERVED_BYTES};
@@ -82,6 +83,15 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Largest write block. A record lives in one write block, so this bounds
+/// a device record (128 MiB, as the largest client message); the engine
+/// holds two write buffers of this size per device, and the post-write
+/// queue's blocks.
+pub const WRITE_BLOCK_MAX: usize = 128 << 20;
+/// Memory the post-write queue of a device takes by default: with big
+/// write blocks the default queue is shortened to fit it.
+pub const POST_WRITE_QUEUE_DEFAULT_BYTES: u64 = 256 << 20;
 
 /// Settings of a device namespace, already validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +110,9 @@ pub struct DeviceConfig {
     pub io_mode: IoMode,
     /// Files (the paths) or simulated disks.
     pub media: Media,
+    /// Storage compression at open (changed later with
+    /// [`DeviceEngine::set_compression`]).
+    pub compression: Compression,
 }
 
 impl DeviceConfig {
@@ -116,6 +129,7 @@ impl DeviceConfig {
             post_write_queue: 16,
             io_mode: IoMode::Buffered,
             media: Media::Files,
+            compression: Compression::default(),
         }
     }
 }
@@ -199,6 +213,15 @@ struct Device {
     committer: Mutex<()>,
 }
 
+/// A client body as the device stores it.
+struct StoredBody {
+    bytes: Vec<u8>,
+    /// Uncompressed length.
+    original: usize,
+    /// `FLAG_LZ4`, `FLAG_ZSTD` or 0 (raw).
+    flag: u8,
+}
+
 /// Counters of the device engine (all monotonic unless noted).
 #[derive(Debug, Default)]
 pub struct DeviceStats {
@@ -254,7 +277,10 @@ pub struct DeviceEngine {
     /// Sticky: a write or a sync of a device failed. No device is written
     /// or synced again until the process restarts (see the module doc).
     failed: AtomicBool,
+    /// The current compression of new client writes.
+    compression: CompressionSetting,
     pub stats: DeviceStats,
+    pub compression_stats: CompressionStats,
 }
 
 fn io_error(error: std::io::Error) -> StorageError {
@@ -275,9 +301,9 @@ impl DeviceEngine {
     /// [`DeviceEngine::cold_start`] next.
     pub fn open(config: DeviceConfig) -> Result<DeviceEngine, String> {
         let wblock = config.write_block_size as usize;
-        if !wblock.is_power_of_two() || !(DIRECT_ALIGN * 4..=8 << 20).contains(&wblock) {
+        if !wblock.is_power_of_two() || !(DIRECT_ALIGN * 4..=WRITE_BLOCK_MAX).contains(&wblock) {
             return Err(format!(
-                "write-block-size {wblock} must be a power of two from 16K to 8M"
+                "write-block-size {wblock} must be a power of two from 16K to 128M"
             ));
         }
         if config.paths.is_empty() || config.paths.len() > DeviceAddress::MAX_DEVICES {
@@ -315,7 +341,6 @@ impl DeviceEngine {
         }
         let metadata = Self::read_metadata(&devices[0].io);
         Ok(DeviceEngine {
-            config,
             instance_id,
             devices,
             sequence: AtomicU64::new(1),
@@ -323,7 +348,10 @@ impl DeviceEngine {
             metadata: Mutex::new(metadata),
             defrag_cursor: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
+            compression: CompressionSetting::new(config.compression),
+            config,
             stats: DeviceStats::default(),
+            compression_stats: CompressionStats::default(),
         })
     }
 
@@ -891,6 +919,50 @@ impl DeviceEngine {
         Ok(address)
     }
 
+    /// The current compression of client writes.
+    pub fn compression(&self) -> Compression {
+        self.compression.get()
+    }
+
+    /// Changes the compression of later client writes; records already
+    /// written stay as they are (each says how it is stored).
+    pub fn set_compression(&self, compression: Compression) {
+        self.compression.set(compression)
+    }
+
+    /// A client body as it will be stored: compressed only when that
+    /// saves read blocks on the device, else raw (flag 0).
+    fn compress_body(&self, set_len: usize, body: Vec<u8>) -> StoredBody {
+        let setting = self.compression.get();
+        let original = body.len();
+        match crate::compress::compress(setting, &body) {
+            Some(compressed)
+                if format::rblocks_for(set_len, compressed.len())
+                    < format::rblocks_for(set_len, original) =>
+            {
+                StoredBody {
+                    bytes: compressed,
+                    original,
+                    flag: format::compression_flag(setting.algorithm),
+                }
+            }
+            _ => StoredBody {
+                bytes: body,
+                original,
+                flag: 0,
+            },
+        }
+    }
+
+    /// The body of a decoded record: its stored bytes, decompressed if its
+    /// flags say so (bounded by the write block: no record is larger).
+    fn record_body(&self, record: &format::DecodedRecord<'_>) -> Result<Vec<u8>, String> {
+        match format::compression_of(record.header.flags)? {
+            crate::compress::Algorithm::None => Ok(record.body.to_vec()),
+            algorithm => crate::compress::decompress(algorithm, record.body, self.wblock()),
+        }
+    }
+
     /// Writes a record (client write or tombstone).
     fn write_record(
         &self,
@@ -992,10 +1064,15 @@ impl DeviceEngine {
         let device = &self.devices[address.device()];
         let length = address.bytes() as usize;
         let decode = |bytes: &[u8]| -> Result<Vec<u8>, StorageError> {
-            format::decode_record(bytes, None).map(|record| record.body.to_vec()).map_err(|error| {
+            let record = format::decode_record(bytes, None).map_err(|error| {
                 self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(device = %device.path, block, offset, ?error, "record failed its checksum on read");
                 StorageError::Corrupt(format!("{error:?}"))
+            })?;
+            self.record_body(&record).map_err(|error| {
+                self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(device = %device.path, block, offset, %error, "record body does not decompress");
+                StorageError::Corrupt(error)
             })
         };
         for (buffer, _) in [(&device.client, 0), (&device.defrag, 1)] {
@@ -1371,8 +1448,17 @@ impl StorageEngine for DeviceEngine {
         meta: &StoreMeta<'_>,
         body: Vec<u8>,
     ) -> Result<Location, StorageError> {
-        self.write_record(digest, meta, &body, 0)
-            .map(Location::device)
+        let set_len = meta.set_name.len().min(format::SET_NAME_MAX);
+        // The uncompressed size counts for the size check (as the
+        // reference): every record fits a write block stored raw too.
+        if format::rblocks_for(set_len, body.len()) * RBLOCK > self.wblock() - BLOCK_HEADER_BYTES {
+            return Err(StorageError::TooBig);
+        }
+        let stored = self.compress_body(set_len, body);
+        let address = self.write_record(digest, meta, &stored.bytes, stored.flag)?;
+        self.compression_stats
+            .count(stored.original, stored.bytes.len(), stored.flag != 0);
+        Ok(Location::device(address))
     }
 
     fn read<'a>(&self, location: &'a Location) -> Result<Cow<'a, [u8]>, StorageError> {
@@ -1423,8 +1509,18 @@ impl StorageEngine for DeviceEngine {
     fn device(&self) -> Option<&DeviceEngine> {
         Some(self)
     }
+
+    fn compression(&self) -> Option<&CompressionSetting> {
+        Some(&self.compression)
+    }
+
+    fn compression_stats(&self) -> Option<&CompressionStats> {
+        Some(&self.compression_stats)
+    }
 }
 
+#[cfg(test)]
+mod compress_tests;
 #[cfg(test)]
 mod fault_tests;
 #[cfg(test)]

@@ -535,3 +535,51 @@ fn concurrent_writes_deletes_defrag_and_flush_stay_consistent() {
     check(&engine, &recovered.entries.lock());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Write blocks up to 128 MiB take records of their size less the headers
+/// (issue 44 point 6): a 20 MiB record in a 32 MiB block reads back from
+/// the buffer and after a cold start; one of a whole block is refused.
+#[test]
+fn a_record_of_20_mib_in_a_32_mib_write_block_survives_a_cold_start() {
+    let dir = temp_dir("big-record");
+    let config = || DeviceConfig {
+        write_block_size: 32 << 20,
+        post_write_queue: 1,
+        ..DeviceConfig::new(
+            "test",
+            vec![dir.join("big.dat")],
+            (1 << 20) + 8 * (32 << 20),
+        )
+    };
+    let big: Vec<u8> = (0..20u32 << 20)
+        .map(|index| (index.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let index = FakeIndex::default();
+    {
+        let engine = DeviceEngine::open(config()).unwrap();
+        engine.cold_start(&index.sink(), &|_| {});
+        index.put(&engine, digest(1), 1, big.clone());
+        index.put(&engine, digest(2), 1, body(2, 100));
+        let location =
+            Location::device(index.entries.lock()[&digest(1)].1.device_address().unwrap());
+        assert!(engine.read(&location).unwrap().as_ref() == &big[..]);
+        let whole_block = vec![0u8; 32 << 20];
+        assert_eq!(
+            engine
+                .write(&digest(3), &StoreMeta::default(), whole_block)
+                .unwrap_err(),
+            StorageError::TooBig
+        );
+        engine.flush_tick().unwrap();
+    }
+    let recovered = FakeIndex::default();
+    let engine = DeviceEngine::open(config()).unwrap();
+    assert_eq!(engine.cold_start(&recovered.sink(), &|_| {}).live, 2);
+    let entries = recovered.entries.lock();
+    assert!(engine.read(&entries[&digest(1)].1).unwrap().as_ref() == &big[..]);
+    assert_eq!(
+        engine.read(&entries[&digest(2)].1).unwrap().as_ref(),
+        &body(2, 100)[..]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
