@@ -3,27 +3,25 @@
 //! the thread's index, so a run's address sequence is reproducible from
 //! `--seed`.
 //!
-//! Invariant: `below(n)` is in `0..n` for every `n ≥ 1`.
+//! Invariant: `below(n)` is in `0..n` for every `n ≥ 1`. The generator
+//! is the benchmark's SplitMix64 ([`crate::bench::zipf::SplitMix64`]).
 
-pub struct Rng(u64);
+use crate::bench::zipf::SplitMix64;
+
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(SplitMix64::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
-    /// A number in `0..n` (`n ≥ 1`; the modulo bias is below 2^-40 for
-    /// the device sizes used here).
+    /// A number in `0..n` (`n ≥ 1`; 0 for `n` = 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
+        self.0.below(n.max(1))
     }
 
     /// Fills `bytes` with random bytes.
