@@ -81,10 +81,13 @@ pub struct RecordMeta {
 }
 
 impl RecordMeta {
-    /// True when the record has a void time that has passed.
+    /// True when the record has a void time that has passed: a record is
+    /// live through the whole second of its void time, as the reference's
+    /// (asked through the Python client: written at x.1 with TTL 2, it is
+    /// read at x+2.95 and gone at x+3.05).
     #[inline]
     pub fn is_expired(&self, now_citrusleaf_seconds: u32) -> bool {
-        self.void_time != 0 && self.void_time <= now_citrusleaf_seconds
+        self.void_time != 0 && self.void_time < now_citrusleaf_seconds
     }
 
     /// The generation after one more write (wraps past 65535 to 1, never 0).
@@ -856,7 +859,8 @@ mod tests {
             ..RecordMeta::default()
         };
         assert!(!meta.is_expired(99));
-        assert!(meta.is_expired(100));
+        assert!(!meta.is_expired(100));
+        assert!(meta.is_expired(101));
         assert!(!RecordMeta::default().is_expired(u32::MAX));
     }
 

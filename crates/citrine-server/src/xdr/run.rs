@@ -327,12 +327,16 @@ impl ShipTask {
                 let Some((user_key, bins)) = decode_body(body) else {
                     return Outcome::Abandoned;
                 };
-                if copy.void_time != 0 && copy.void_time <= now.citrusleaf_seconds {
+                if copy.void_time != 0 && copy.void_time < now.citrusleaf_seconds {
                     return Outcome::NotFound;
                 }
+                // Live through its void time's second: at least 1 s left
+                // (0 would ask for the destination's default TTL).
                 policy.expiration = match copy.void_time {
                     0 => Expiration::Never,
-                    void_time => Expiration::Seconds(void_time - now.citrusleaf_seconds),
+                    void_time => {
+                        Expiration::Seconds(void_time.saturating_sub(now.citrusleaf_seconds).max(1))
+                    }
                 };
                 policy.base.send_key = user_key.is_some();
                 key.user_key = user_key;
