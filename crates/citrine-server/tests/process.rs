@@ -978,3 +978,33 @@ fn raw_info(stream: &mut std::net::TcpStream, command: &str) -> String {
     stream.read_exact(&mut answer).unwrap();
     String::from_utf8_lossy(&answer).into_owned()
 }
+
+/// `user-agent-set` is kept per connection and `user-agents` counts the
+/// open connections of each value (what the Prometheus exporter asks; it
+/// failed on Citrine's old `ERROR:4:unrecognized command`); a closed
+/// connection's agent leaves the count.
+#[test]
+fn user_agents_count_the_open_connections() {
+    let server = start(&[]);
+    let agent = "MSxjLTcuMS4wLG15YXBw"; // "1,c-7.1.0,myapp"
+    let set = format!("user-agent-set:value={agent}");
+    let mut a = connect(server.port);
+    let mut b = connect(server.port);
+    let mut tool = connect(server.port);
+    assert_eq!(info(&mut a, &[&set])[0].1, "ok");
+    assert_eq!(info(&mut a, &[&set])[0].1, "ERROR:4:already set");
+    assert_eq!(info(&mut b, &[&set])[0].1, "ok");
+    let listed = |tool: &mut TcpStream| info(tool, &["user-agents"])[0].1.clone();
+    assert_eq!(listed(&mut tool), format!("user-agent={agent}:count=2;"));
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while listed(&mut tool) != format!("user-agent={agent}:count=1;") {
+        assert!(Instant::now() < deadline, "{}", listed(&mut tool));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(a);
+    while !listed(&mut tool).is_empty() {
+        assert!(Instant::now() < deadline, "{}", listed(&mut tool));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -70,13 +70,18 @@ pub(crate) fn set_name<'a>(command: &InfoCommand<'a>) -> Result<&'a str, String>
 
 /// Answers every command line of an info request.
 pub fn handle(service: &Service, body: &[u8], out: &mut Vec<u8>) {
-    answer_request(service, body, out);
+    answer_request(service, body, out, None);
 }
 
 /// Answers every command line of an info request; returns the shared
 /// stores its commands changed (each once), which the other members must
 /// acknowledge before the answer goes out (see [`crate::smd`]).
-pub(crate) fn answer_request(service: &Service, body: &[u8], out: &mut Vec<u8>) -> Vec<Store> {
+pub(crate) fn answer_request(
+    service: &Service,
+    body: &[u8],
+    out: &mut Vec<u8>,
+    mut session: Option<&mut crate::session::Session>,
+) -> Vec<Store> {
     let lines = request_lines(body);
     let mut changed = Vec::new();
     let mut response = InfoResponse::new();
@@ -97,7 +102,12 @@ pub(crate) fn answer_request(service: &Service, body: &[u8], out: &mut Vec<u8>) 
     }
     for line in &lines {
         let command = InfoCommand::parse(line);
-        let answer = answer(service, &command);
+        let answer = match (command.name, session.as_deref_mut()) {
+            ("user-agent-set", Some(session)) => {
+                service.user_agents.set(session, command.param("value"))
+            }
+            _ => answer(service, &command),
+        };
         if let Some(store) = Store::changed_by(command.name) {
             if answer == "ok" && !changed.contains(&store) {
                 changed.push(store);
@@ -243,6 +253,7 @@ pub(crate) const COMMANDS: &[&str] = &[
     "udf-put",
     "udf-remove",
     "user-agent-set",
+    "user-agents",
     "version",
 ];
 
@@ -342,7 +353,9 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "cluster-size" => layers.cluster().size().to_string(),
         "cluster-info" => cluster_info(&layers),
         "status" => "ok".to_owned(),
+        // Without a connection (a tool's or a test's request): nothing kept.
         "user-agent-set" => "ok".to_owned(),
+        "user-agents" => service.user_agents.text(),
         "logs" => "0:stderr".to_owned(),
         "latencies" => layers.latencies.info(command),
         "truncate" => service.truncate_command(command, false),

@@ -67,6 +67,7 @@ mod offload;
 pub mod prometheus;
 pub mod scan;
 pub mod security;
+pub mod session;
 pub mod sindex;
 mod smd;
 pub mod transaction;
@@ -290,6 +291,8 @@ pub struct Service {
     pub(crate) jobs: job::Jobs,
     /// UDF modules (see [`udf`]).
     pub(crate) udfs: udf::Udfs,
+    /// The user agents of the open client connections (`user-agents`).
+    pub(crate) user_agents: Arc<session::UserAgents>,
     /// This service itself, once the server shares it
     /// ([`Service::set_shared`]): for work handed to a thread of its own.
     shared: OnceLock<std::sync::Weak<Service>>,
@@ -335,6 +338,7 @@ impl Service {
             sindex_builds: sindex::Builds::default(),
             jobs: job::Jobs::default(),
             udfs: udf::Udfs::default(),
+            user_agents: Arc::default(),
             shared: OnceLock::new(),
             xdr: OnceLock::new(),
             security: OnceLock::new(),
@@ -673,6 +677,21 @@ impl Service {
         self.handle_streaming_from(header, body, out, arrival)
     }
 
+    /// An info request, on a connection whose state is `session` when the
+    /// caller has one (`user-agent-set` needs it); the continuation waits
+    /// for the other members to take the shared stores it changed.
+    pub(crate) fn handle_info(
+        &self,
+        body: &[u8],
+        out: &mut Vec<u8>,
+        session: Option<&mut session::Session>,
+    ) -> Option<Continuation> {
+        self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
+        let changed = info::answer_request(self, body, out, session);
+        let peers = !changed.is_empty() && self.routes() && !self.dist.peers().0.is_empty();
+        peers.then(|| Continuation(Pending::SyncStores(changed)))
+    }
+
     /// [`Service::handle_streaming_since`] for a request that arrived as
     /// `arrival` says (its client, when it was received).
     pub fn handle_streaming_from(
@@ -683,12 +702,7 @@ impl Service {
         arrival: Arrival,
     ) -> Result<Option<Continuation>, CloseConnection> {
         match header.message_type {
-            MessageType::Info => {
-                self.stats.info_requests.fetch_add(1, Ordering::Relaxed);
-                let changed = info::answer_request(self, body, out);
-                let peers = !changed.is_empty() && self.routes() && !self.dist.peers().0.is_empty();
-                Ok(peers.then(|| Continuation(Pending::SyncStores(changed))))
-            }
+            MessageType::Info => Ok(self.handle_info(body, out, None)),
             MessageType::Admin => {
                 self.stats.admin_requests.fetch_add(1, Ordering::Relaxed);
                 // No security: every admin request, including login, is answered

@@ -102,19 +102,24 @@ impl Service {
         self.security.get()
     }
 
-    /// [`Service::handle_streaming_from`] for a connection logged in as
-    /// `login`, after the access checks when security is on.
+    /// [`Service::handle_streaming_from`] for a connection whose state is
+    /// `session` (its login, its user agent), after the access checks when
+    /// security is on.
     pub fn handle_guarded(
         &self,
         header: ProtoHeader,
         body: &[u8],
         out: &mut Vec<u8>,
         arrival: Arrival,
-        login: &mut Login,
+        session: &mut crate::session::Session,
     ) -> Result<Option<Continuation>, CloseConnection> {
         let Some(guard) = self.security.get() else {
+            if header.message_type == MessageType::Info {
+                return Ok(self.handle_info(body, out, Some(session)));
+            }
             return self.handle_streaming_from(header, body, out, arrival);
         };
+        let login = &mut session.login;
         let from = arrival.from.map(|peer| peer.ip());
         match header.message_type {
             MessageType::Admin => {
@@ -145,7 +150,7 @@ impl Service {
                     write_info_refusal(out, code);
                     Ok(None)
                 }
-                None => self.handle_streaming_from(header, body, out, arrival),
+                None => Ok(self.handle_info(body, out, Some(session))),
             },
             MessageType::Message => match self.message_verdict(guard, body, login, from) {
                 Verdict::Run => self.handle_streaming_from(header, body, out, arrival),

@@ -76,8 +76,8 @@ pub(super) struct Conn {
     pub(super) eof: bool,
     /// Served a request in the current balance window.
     pub(super) active: bool,
-    /// Who the connection logged in as (security on only).
-    pub(super) login: citrine_service::security::Login,
+    /// The connection's login (security on only) and user agent.
+    pub(super) session: citrine_service::session::Session,
 }
 
 impl Conn {
@@ -102,7 +102,7 @@ impl Conn {
             state: State::Idle,
             eof: false,
             active: true,
-            login: Default::default(),
+            session: Default::default(),
         }
     }
 
@@ -378,14 +378,14 @@ fn handle(
     let handled = {
         let body = &conn.input[body_start..body_end];
         let out = &mut conn.out;
-        let login = &mut conn.login;
+        let session = &mut conn.session;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let arrival = citrine_service::Arrival {
                 waiting_since_ms,
                 from: Some(conn.peer),
                 received: Some(turn_began),
             };
-            service.handle_guarded(header, body, out, arrival, login)
+            service.handle_guarded(header, body, out, arrival, session)
         }))
     };
     conn.start = body_end;

@@ -30,9 +30,12 @@ fn send(service: &Service, login: &mut Login, frame: &[u8]) -> Vec<u8> {
         from: Some("127.0.0.1:5000".parse().unwrap()),
         ..Arrival::default()
     };
+    let mut session = crate::session::Session::default();
+    session.login = std::mem::take(login);
     service
-        .handle_guarded(header, &frame[8..], &mut out, arrival, login)
+        .handle_guarded(header, &frame[8..], &mut out, arrival, &mut session)
         .unwrap();
+    *login = session.login;
     out
 }
 
