@@ -24,6 +24,18 @@ pub struct ClusterMember {
     pub rack_id: u32,
     /// Where clients reach it, `host:port` (empty when unknown yet).
     pub service_address: String,
+    /// Where TLS clients reach it, and the name its certificate carries
+    /// (`None`: no TLS service port).
+    pub tls: Option<TlsEndpoint>,
+}
+
+/// A member's TLS service port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsEndpoint {
+    /// `host:port`.
+    pub address: String,
+    /// The TLS name clients check the certificate for.
+    pub name: String,
 }
 
 /// The partition map of one namespace and this node's share of it.
@@ -131,6 +143,7 @@ impl ClusterState {
             node_id: self_id,
             rack_id,
             service_address,
+            tls: None,
         };
         ClusterState::new(self_id, cluster_key.max(1), vec![member], namespaces, 1, 1)
     }
@@ -178,6 +191,27 @@ impl ClusterState {
         format!("{},3000,[{}]", self.peers_generation, peers.join(","))
     }
 
+    /// `peers-tls-std` value: the other members with a TLS service port,
+    /// each with its TLS name; `default_port` is this node's TLS port (an
+    /// address on it is listed without the port, as the clear list omits
+    /// 3000).
+    pub fn peers_tls_value(&self, default_port: u16) -> String {
+        let suffix = format!(":{default_port}");
+        let peers: Vec<String> = self
+            .peers()
+            .filter_map(|member| {
+                let tls = member.tls.as_ref()?;
+                let address = tls.address.strip_suffix(&suffix).unwrap_or(&tls.address);
+                Some(format!("[{},{},[{}]]", member.node_id, tls.name, address))
+            })
+            .collect();
+        format!(
+            "{},{default_port},[{}]",
+            self.peers_generation,
+            peers.join(",")
+        )
+    }
+
     /// `services` value: the other members' `host:port`, `;`-separated.
     pub fn services_value(&self) -> String {
         self.peers()
@@ -197,7 +231,33 @@ mod tests {
             node_id: NodeId(id),
             rack_id: 0,
             service_address: format!("127.0.0.1:{port}"),
+            tls: None,
         }
+    }
+
+    #[test]
+    fn tls_peers_list_the_members_with_a_tls_port() {
+        let mut a = member(1, 3000);
+        let mut b = member(2, 3100);
+        let c = member(3, 3200);
+        a.tls = Some(TlsEndpoint {
+            address: "127.0.0.1:4333".into(),
+            name: "node-a".into(),
+        });
+        b.tls = Some(TlsEndpoint {
+            address: "127.0.0.1:4433".into(),
+            name: "node-b".into(),
+        });
+        let state = ClusterState::new(NodeId(3), 9, vec![a, b, c], &[], 5, 7);
+        // This node (3) has no TLS port of its own: its default is 4333.
+        assert_eq!(
+            state.peers_tls_value(4333),
+            "7,4333,[[1,node-a,[127.0.0.1]],[2,node-b,[127.0.0.1:4433]]]"
+        );
+        assert_eq!(
+            state.peers_value(),
+            "7,3000,[[1,,[127.0.0.1]],[2,,[127.0.0.1:3100]]]"
+        );
     }
 
     #[test]

@@ -44,7 +44,7 @@
 
 use crate::config::ServerConfig;
 use citrine_cluster::{ClusterConfig, ClusterNode, Effect, Envelope, PeerAddr};
-use citrine_service::cluster_state::{ClusterMember, ClusterState};
+use citrine_service::cluster_state::{ClusterMember, ClusterState, TlsEndpoint};
 use citrine_service::replication::{Fabric, FabricError, FabricFuture};
 use citrine_service::Service;
 use citrine_types::NodeId;
@@ -80,13 +80,17 @@ const KEEPALIVE_MS: u64 = 250;
 /// How long to wait for a TCP connection to a peer.
 const CONNECT_TIMEOUT_MS: u64 = 500;
 
-/// What a node says about itself when it opens a connection.
+/// What a node says about itself when it opens a connection: its id,
+/// rack, client service and fabric addresses, and — only when it has a TLS
+/// service port — that port's address and TLS name (two more texts, so a
+/// node without TLS says exactly what nodes before TLS said).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Hello {
     node_id: NodeId,
     rack_id: u32,
     service_address: String,
     fabric_address: String,
+    tls: Option<TlsEndpoint>,
 }
 
 impl Hello {
@@ -94,7 +98,11 @@ impl Hello {
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(&self.node_id.0.to_be_bytes());
         out.extend_from_slice(&self.rack_id.to_be_bytes());
-        for text in [&self.service_address, &self.fabric_address] {
+        let mut texts = vec![&self.service_address, &self.fabric_address];
+        if let Some(tls) = &self.tls {
+            texts.extend([&tls.address, &tls.name]);
+        }
+        for text in texts {
             let bytes = text.as_bytes();
             let length = u8::try_from(bytes.len()).unwrap_or(u8::MAX);
             out.push(length);
@@ -107,23 +115,29 @@ impl Hello {
         let node_id = NodeId(u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?));
         let rack_id = u32::from_be_bytes(bytes.get(8..12)?.try_into().ok()?);
         let mut at = 12;
-        let mut texts = Vec::with_capacity(2);
-        for _ in 0..2 {
+        let mut texts = Vec::with_capacity(4);
+        while at < bytes.len() && texts.len() < 4 {
             let length = usize::from(*bytes.get(at)?);
             let text = std::str::from_utf8(bytes.get(at + 1..at + 1 + length)?).ok()?;
             texts.push(text.to_owned());
             at += 1 + length;
         }
-        if at != bytes.len() || node_id.0 == 0 {
+        if at != bytes.len() || node_id.0 == 0 || !(texts.len() == 2 || texts.len() == 4) {
             return None;
         }
-        let fabric_address = texts.pop()?;
-        let service_address = texts.pop()?;
+        let mut texts = texts.into_iter();
+        let service_address = texts.next()?;
+        let fabric_address = texts.next()?;
+        let tls = match (texts.next(), texts.next()) {
+            (Some(address), Some(name)) => Some(TlsEndpoint { address, name }),
+            _ => None,
+        };
         Some(Hello {
             node_id,
             rack_id,
             service_address,
             fabric_address,
+            tls,
         })
     }
 }
@@ -354,6 +368,10 @@ pub fn start(
         rack_id: settings.rack_id,
         service_address: service.config.access_address.clone(),
         fabric_address: own_fabric,
+        tls: config.tls.as_ref().map(|tls| TlsEndpoint {
+            address: service.config.tls_access_address.clone(),
+            name: tls.name.clone(),
+        }),
     };
     tracing::info!(
         heartbeat = %listeners.heartbeat_bind,
@@ -756,6 +774,7 @@ impl Driver {
                 node_id: *node,
                 rack_id: hello.rack_id,
                 service_address: hello.service_address.clone(),
+                tls: hello.tls.clone(),
             });
         }
         if self
@@ -769,10 +788,10 @@ impl Driver {
         }
         let peers_changed = self.published.as_ref().is_none_or(|(_, old)| {
             old.iter()
-                .map(|member| (member.node_id, &member.service_address))
+                .map(|member| (member.node_id, &member.service_address, &member.tls))
                 .ne(members
                     .iter()
-                    .map(|member| (member.node_id, &member.service_address)))
+                    .map(|member| (member.node_id, &member.service_address, &member.tls)))
         });
         self.partition_generation += 1;
         if peers_changed {
@@ -1012,7 +1031,21 @@ mod tests {
             rack_id: 2,
             service_address: "127.0.0.1:3000".into(),
             fabric_address: "127.0.0.1:3001".into(),
+            tls: None,
         };
+        // With a TLS port the hello carries two more texts; without one it
+        // is what nodes before TLS sent.
+        let with_tls = Hello {
+            tls: Some(TlsEndpoint {
+                address: "127.0.0.1:4333".into(),
+                name: "localhost".into(),
+            }),
+            ..hello.clone()
+        };
+        let tls_bytes = with_tls.encode();
+        assert_eq!(Hello::decode(&tls_bytes), Some(with_tls));
+        assert_eq!(&tls_bytes[..hello.encode().len()], &hello.encode()[..]);
+        assert_eq!(Hello::decode(&tls_bytes[..tls_bytes.len() - 10]), None);
         let bytes = hello.encode();
         assert_eq!(Hello::decode(&bytes), Some(hello));
         for cut in 0..bytes.len() {

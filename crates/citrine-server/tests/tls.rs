@@ -288,3 +288,61 @@ fn client_certificates_are_required_and_their_names_checked_when_asked() {
         assert_eq!(with.is_ok(), named_ok, "{authenticate}: {with:?}");
     }
 }
+
+/// In a cluster every node lists the others' TLS ports in `peers-tls-std`
+/// (each says its own in its fabric hello), with their TLS names, so a TLS
+/// client seeded with one node finds the rest.
+#[test]
+fn peers_tls_std_lists_the_other_nodes_tls_ports() {
+    use common::cluster::{wait_for_cluster, Node};
+    let mut nodes: Vec<Node> = (0x71..0x73).map(Node::new).collect();
+    let mut tls_ports = Vec::new();
+    for node in &mut nodes {
+        let data = std::env::temp_dir().join(format!("citrine-tls-peers-{}", node.port));
+        common::tls::write_certs(&data.join("tls"));
+        let tls_port = free_port();
+        let config = format!(
+            "[service]\naddress = \"127.0.0.1\"\ntls-port = {tls_port}\ntls-name = \"localhost\"\n\n\
+             [[tls]]\nname = \"localhost\"\ncert-file = \"tls/node.pem\"\nkey-file = \"tls/node.key\"\n\n\
+             [[namespace]]\nname = \"test\"\nreplication-factor = 2\n"
+        );
+        let path = data.join("node.toml");
+        std::fs::write(&path, config).unwrap();
+        node.config = Some(path);
+        node.data_dir = Some(data);
+        tls_ports.push(tls_port);
+    }
+    let seed = nodes[0].heartbeat_address();
+    nodes[0].start(&seed);
+    nodes[1].start(&seed);
+    let group: Vec<&Node> = nodes.iter().collect();
+    wait_for_cluster(&group, 2, std::time::Duration::from_secs(20));
+    for (index, node) in nodes.iter().enumerate() {
+        let other = 1 - index;
+        let expected = format!(
+            "[{},localhost,[127.0.0.1:{}]]",
+            nodes[other].id, tls_ports[other]
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let answer = node.info_value("peers-tls-std").unwrap_or_default();
+            if answer.contains(&expected) {
+                assert!(
+                    answer.contains(&format!(",{},[", tls_ports[index])),
+                    "{answer}"
+                );
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{answer} lacks {expected}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    for node in &nodes {
+        if let Some(data) = &node.data_dir {
+            let _ = std::fs::remove_dir_all(data);
+        }
+    }
+}

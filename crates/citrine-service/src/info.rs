@@ -257,16 +257,17 @@ pub(crate) const COMMANDS: &[&str] = &[
     "version",
 ];
 
-/// `peers-tls-std`: `<gen>,<default port>,[]`, the default port being this
-/// node's TLS port when it has one (3000 otherwise, as for the clear list).
+/// `peers-tls-std`: `<gen>,<default port>,[[id,tls-name,[addr]],...]` over
+/// the other members with a TLS port (they say theirs in their fabric
+/// hello), the default port being this node's TLS port.
 fn tls_peers(layers: &Layers<'_>) -> String {
     let port = layers
         .config
         .tls_access_address
         .rsplit_once(':')
         .and_then(|(_, port)| port.parse::<u16>().ok())
-        .unwrap_or(3000);
-    format!("{},{port},[]", layers.cluster().peers_generation)
+        .unwrap_or(4333);
+    layers.cluster().peers_tls_value(port)
 }
 
 pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
@@ -288,8 +289,6 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "peers-generation" => layers.cluster().peers_generation.to_string(),
         "rebalance-generation" => layers.cluster().partition_generation.to_string(),
         "peers-clear-std" | "peers-clear-alt" => layers.cluster().peers_value(),
-        // Peers do not tell each other their TLS endpoints yet: the TLS
-        // peer lists name no peer.
         "peers-tls-std" | "peers-tls-alt" => tls_peers(&layers),
         "alumni-clear-std" | "alumni-clear-alt" | "alumni-tls-std" | "alumni-tls-alt" => {
             format!("{},3000,[]", layers.cluster().peers_generation)

@@ -60,6 +60,7 @@ fn view_of_two(me: u64, key: u64) -> crate::cluster_state::ClusterState {
         node_id: NodeId(id),
         rack_id: 0,
         service_address: format!("127.0.0.1:{}", 3000 + id),
+        tls: None,
     });
     crate::cluster_state::ClusterState::new(
         NodeId(me),
@@ -652,6 +653,7 @@ fn every_replica_is_sent_to_at_once() {
         node_id: NodeId(id),
         rack_id: 0,
         service_address: format!("127.0.0.1:{}", 3000 + id),
+        tls: None,
     });
     let state = ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 3)], 2, 2);
     let partition = (0..4096u16)
@@ -818,6 +820,7 @@ fn a_replica_write_to_a_node_without_the_partition_is_refused() {
         node_id: NodeId(id),
         rack_id: 0,
         service_address: format!("127.0.0.1:{}", 3000 + id),
+        tls: None,
     });
     let state = ClusterState::new(NodeId(1), 5, members.to_vec(), &[("test".into(), 2)], 2, 2);
     let holds_here = |partition: PartitionId| {

@@ -1391,6 +1391,7 @@ pub(crate) fn view(me: u64, key: u64, members: &[u64]) -> crate::cluster_state::
             node_id: citrine_types::NodeId(*id),
             rack_id: 0,
             service_address: String::new(),
+            tls: None,
         })
         .collect();
     ClusterState::new(
@@ -2000,6 +2001,7 @@ fn rack_ids_answer_this_nodes_rack_in_every_namespace() {
         node_id: citrine_types::NodeId(id),
         rack_id,
         service_address: String::new(),
+        tls: None,
     };
     let me = service.node_id.0;
     service.publish_cluster(ClusterState::new(
@@ -2033,6 +2035,7 @@ fn racks_group_the_views_nodes_by_rack() {
         node_id: citrine_types::NodeId(id),
         rack_id,
         service_address: String::new(),
+        tls: None,
     };
     let (a, b, c) = (me.0 + 0x30, me.0 + 0x10, me.0 + 0x20);
     service.publish_cluster(ClusterState::new(

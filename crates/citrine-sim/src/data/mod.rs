@@ -1011,6 +1011,7 @@ impl World {
                     .position(|n| n.id == *id)
                     .map(|j| format!("10.0.1.{j}:3000"))
                     .unwrap_or_default(),
+                tls: None,
             })
             .collect();
         let Some(up) = self.nodes[i].up.as_mut() else {
