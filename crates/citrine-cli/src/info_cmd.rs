@@ -47,10 +47,9 @@ async fn ask(
 ) -> Result<Vec<(String, String)>, String> {
     let credentials = args.login.credentials();
     if args.tls.tls_name.is_some() {
-        if credentials.is_some() {
-            return Err("-U/-P over TLS: not supported by `citrine info` yet".to_owned());
-        }
-        return crate::tls_info::info(&args.host.host, commands, timeout, &args.tls).await;
+        let credentials = credentials.as_ref();
+        return crate::tls_info::info(&args.host.host, commands, timeout, &args.tls, credentials)
+            .await;
     }
     citrine_client::info_at_as(&args.host.host, commands, timeout, credentials.as_ref())
         .await

@@ -32,20 +32,43 @@ pub struct TlsArgs {
     pub key_file: Option<PathBuf>,
 }
 
-/// Runs `commands` on `host` over TLS; the answers in order.
+/// Runs `commands` on `host` over TLS, logged in first as `credentials`
+/// when given; the answers in order.
 pub async fn info(
     host: &str,
     commands: &[&str],
     timeout: Duration,
     tls: &TlsArgs,
+    credentials: Option<&citrine_client::admin::Credentials>,
 ) -> Result<Vec<(String, String)>, String> {
     let config = client_config(tls)?;
     let name = tls.tls_name.clone().unwrap_or_default();
     let host = host.to_owned();
+    let login = match credentials {
+        Some(credentials) => Some(login_frame(credentials)?),
+        None => None,
+    };
     let request = citrine_wire::info::request_frame(commands);
-    tokio::task::spawn_blocking(move || exchange(&host, &name, config, &request, timeout))
-        .await
-        .map_err(|error| format!("TLS info task failed: {error}"))?
+    tokio::task::spawn_blocking(move || {
+        exchange(&host, &name, config, (login.as_deref(), &request), timeout)
+    })
+    .await
+    .map_err(|error| format!("TLS info task failed: {error}"))?
+}
+
+/// The LOGIN admin request for `credentials` (the password hashed as the
+/// clients hash it).
+fn login_frame(credentials: &citrine_client::admin::Credentials) -> Result<Vec<u8>, String> {
+    use citrine_wire::admin::{command, field};
+    let hash = citrine_client::admin::hash_password(&credentials.password)
+        .map_err(|error| error.to_string())?;
+    Ok(citrine_client::admin::request(
+        command::LOGIN,
+        &[
+            (field::USER, credentials.user.as_bytes()),
+            (field::CREDENTIAL, &hash),
+        ],
+    ))
 }
 
 fn client_config(tls: &TlsArgs) -> Result<Arc<ClientConfig>, String> {
@@ -84,12 +107,13 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
         .map_err(|error| format!("{}: {error}", path.display()))
 }
 
-/// Connects, sends the info request and reads its answer.
+/// Connects, logs in when `login` is given, sends the info request and
+/// reads its answer.
 fn exchange(
     host: &str,
     name: &str,
     config: Arc<ClientConfig>,
-    request: &[u8],
+    (login, request): (Option<&[u8]>, &[u8]),
     timeout: Duration,
 ) -> Result<Vec<(String, String)>, String> {
     let cannot = |error: std::io::Error| format!("cannot talk TLS to {host}: {error}");
@@ -102,6 +126,9 @@ fn exchange(
     let session = ClientConnection::new(config, server_name)
         .map_err(|error| format!("cannot start a TLS session: {error}"))?;
     let mut stream = StreamOwned::new(session, socket);
+    if let Some(login) = login {
+        logged_in(&mut stream, login, host)?;
+    }
     stream.write_all(request).map_err(cannot)?;
     let mut header = [0u8; PROTO_HEADER_SIZE];
     stream.read_exact(&mut header).map_err(cannot)?;
@@ -116,7 +143,36 @@ fn exchange(
     let size = usize::try_from(header.size).map_err(|_| format!("{host}: answer too large"))?;
     let mut body = vec![0u8; size];
     stream.read_exact(&mut body).map_err(cannot)?;
+    // A refused request is answered by one bare error line (no command
+    // echoed), e.g. `ERROR:80:not authenticated`.
+    let text = String::from_utf8_lossy(&body);
+    if text.starts_with("ERROR:") && !text.contains('\t') {
+        return Err(format!("{host} refused the request: {}", text.trim()));
+    }
     Ok(citrine_wire::info::parse_response(&body))
+}
+
+/// Sends LOGIN and reads its answer: the proto header and the 16-byte
+/// admin header (result at its second byte), then the fields of a success
+/// (the session token, not kept: one request follows). 52 (security not
+/// enabled) counts as logged in, as the clients take it.
+fn logged_in<S: Read + Write>(stream: &mut S, login: &[u8], host: &str) -> Result<(), String> {
+    let cannot = |error: std::io::Error| format!("cannot log in over TLS to {host}: {error}");
+    stream.write_all(login).map_err(cannot)?;
+    let mut head = [0u8; PROTO_HEADER_SIZE + 16];
+    stream.read_exact(&mut head).map_err(cannot)?;
+    let header = ProtoHeader::decode(&head[..PROTO_HEADER_SIZE].try_into().unwrap_or([0; 8]))
+        .map_err(|error| format!("{host} answered LOGIN with a bad header: {error}"))?;
+    let result = head[PROTO_HEADER_SIZE + 1];
+    if result != 0 && result != 52 {
+        return Err(format!("{host} refused the login: result {result}"));
+    }
+    let rest = usize::try_from(header.size.saturating_sub(16))
+        .ok()
+        .filter(|rest| *rest <= 1 << 20)
+        .ok_or_else(|| format!("{host}: LOGIN answer too large"))?;
+    let mut fields = vec![0u8; rest];
+    stream.read_exact(&mut fields).map_err(cannot)
 }
 
 /// `HOST[:PORT]` (default port 4333, the reference's TLS service port).

@@ -665,26 +665,16 @@ fn users_and_roles_against_a_secure_citrined() {
 
 /// `citrine certs` makes what a node's TLS port needs (examples/secure.toml
 /// reads it from `tls/` under the data directory), and `citrine info`
-/// talks TLS to it, verifying the certificate for the TLS name against the
-/// CA: a wrong name or another CA is refused. (The example with its
-/// `[security]` section left out: `citrine info` has no login over TLS yet.)
+/// talks TLS to it, logged in (the example turns access control on),
+/// verifying the certificate for the TLS name against the CA: no login, a
+/// wrong name or another CA is refused.
 #[test]
 fn certs_then_info_over_tls_against_citrined() {
     let data = std::env::temp_dir().join(format!("citrine-cli-tls-{}", free_port()));
     let made = citrine(&["certs", &data.join("tls").display().to_string()]);
     assert!(made.status.success(), "{made:?}");
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let example = std::fs::read_to_string(workspace.join("examples/secure.toml")).expect("example");
-    let tls_only: String = example
-        .split("\n[")
-        .filter(|section| !section.starts_with("security]"))
-        .collect::<Vec<_>>()
-        .join("\n[");
-    assert!(!tls_only.lines().any(|line| line.trim() == "[security]"));
-    assert!(tls_only.contains("tls-port"));
-    let config_path = data.join("tls-only.toml");
-    std::fs::write(&config_path, tls_only).expect("config");
-    let config = config_path.display().to_string();
+    let config = workspace.join("examples/secure.toml").display().to_string();
     let tls_port = free_port().to_string();
     let data_text = data.display().to_string();
     let (_node, _) = citrined_with(&[
@@ -697,8 +687,8 @@ fn certs_then_info_over_tls_against_citrined() {
     ]);
     let host = format!("127.0.0.1:{tls_port}");
     let ca = data.join("tls/ca.pem").display().to_string();
-    let ask = |name: &str, ca: &str| {
-        citrine(&[
+    let ask_as = |name: &str, ca: &str, login: &[&str]| {
+        let mut args = vec![
             "info",
             "-h",
             &host,
@@ -706,13 +696,26 @@ fn certs_then_info_over_tls_against_citrined() {
             name,
             "--tls-ca-file",
             ca,
+            "--timeout",
+            "20000",
             "-v",
             "service-tls-std",
-        ])
+        ];
+        args.extend_from_slice(login);
+        citrine(&args)
     };
+    let ask = |name: &str, ca: &str| ask_as(name, ca, &["-U", "admin", "-P", "admin"]);
     let answer = ask("localhost", &ca);
     assert!(answer.status.success(), "{answer:?}");
     assert_eq!(stdout(&answer).trim(), host);
+    let anonymous = ask_as("localhost", &ca, &[]);
+    assert!(!anonymous.status.success(), "{anonymous:?}");
+    assert!(
+        String::from_utf8_lossy(&anonymous.stderr).contains("ERROR:80"),
+        "{anonymous:?}"
+    );
+    let wrong = ask_as("localhost", &ca, &["-U", "admin", "-P", "nope"]);
+    assert!(!wrong.status.success(), "{wrong:?}");
     assert!(!ask("elsewhere", &ca).status.success());
     let other = data.join("other");
     assert!(citrine(&["certs", &other.display().to_string()])
