@@ -16,7 +16,11 @@
 //!   refused row answers its code, the others run;
 //! - session tokens and password salts come from the OS's random source;
 //! - a change of users or roles is saved and shared with the cluster
-//!   ([`store`]) before its answer goes out.
+//!   ([`store`]) before its answer goes out;
+//! - logins, user and role changes, privileged info commands, refusals
+//!   and (when switched on) data operations are told to the audit trail
+//!   ([`audit`]) when the server set one; failed logins are counted
+//!   (`login_failures`) either way.
 
 use crate::{batch, scan, udf, Arrival, CloseConnection, Continuation, Service};
 use citrine_security::admin::{self, Context};
@@ -26,8 +30,11 @@ use citrine_wire::frame::{MessageType, ProtoHeader};
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, info1, info2, Message};
 use parking_lot::Mutex;
-use std::net::IpAddr;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+pub mod audit;
+mod events;
 mod store;
 pub use store::SECURITY_FILE;
 #[cfg(test)]
@@ -40,6 +47,10 @@ pub struct Guard {
     version: Mutex<crate::smd::Version>,
     file: std::sync::OnceLock<std::path::PathBuf>,
     push: crate::smd::PushClock,
+    audit: std::sync::OnceLock<audit::Audit>,
+    /// Failed logins and session authentications (statistic
+    /// `login_failures`).
+    pub login_failures: AtomicU64,
 }
 
 impl std::fmt::Debug for Guard {
@@ -51,6 +62,11 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
+    /// The audit trail, when the server started one.
+    pub fn audit(&self) -> Option<&audit::Audit> {
+        self.audit.get()
+    }
+
     /// Runs `f` on the state.
     pub fn with<T>(&self, f: impl FnOnce(&mut Security) -> T) -> T {
         f(&mut self.state.lock())
@@ -94,7 +110,17 @@ impl Service {
             version: Mutex::default(),
             file: std::sync::OnceLock::new(),
             push: crate::smd::PushClock::default(),
+            audit: std::sync::OnceLock::new(),
+            login_failures: AtomicU64::new(0),
         });
+    }
+
+    /// Starts the audit trail (once, after [`Service::enable_security`]):
+    /// events go to `sink` as `settings` say.
+    pub fn set_audit(&self, settings: audit::AuditSettings, sink: Box<dyn audit::AuditSink>) {
+        if let Some(guard) = self.security.get() {
+            let _ = guard.audit.set(audit::Audit::new(settings, sink));
+        }
     }
 
     /// The access-control state, when security is on.
@@ -126,8 +152,10 @@ impl Service {
                     now_ms: self.now().unix_ms,
                     entropy: entropy(),
                 };
+                let actor = login.user.clone();
                 let outcome = guard
                     .with(|security| admin::execute(security, body, &mut login.user, context, out));
+                self.audit_admin(guard, body, actor.as_deref(), outcome.result, arrival.from);
                 if !outcome.changed {
                     return Ok(None);
                 }
@@ -140,14 +168,14 @@ impl Service {
                     ]))
                 }))
             }
-            MessageType::Info => match self.info_refusal(guard, body, login, from) {
+            MessageType::Info => match self.info_refusal(guard, body, login, arrival.from) {
                 Some(code) => {
                     write_info_refusal(out, code);
                     Ok(None)
                 }
                 None => self.handle_streaming_from(header, body, out, arrival),
             },
-            MessageType::Message => match self.message_verdict(guard, body, login, from) {
+            MessageType::Message => match self.message_verdict(guard, body, login, arrival.from) {
                 Verdict::Run => self.handle_streaming_from(header, body, out, arrival),
                 Verdict::Refuse(code) => {
                     write_message_refusal(out, body, code);
@@ -161,7 +189,7 @@ impl Service {
                 let Ok((_, inner)) = citrine_wire::frame::inflate(body) else {
                     return self.handle_streaming_from(header, body, out, arrival);
                 };
-                match self.message_verdict(guard, &inner, login, from) {
+                match self.message_verdict(guard, &inner, login, arrival.from) {
                     Verdict::Run => self.handle_streaming_from(header, body, out, arrival),
                     Verdict::Refuse(code) => {
                         write_message_refusal(out, &inner, code);
@@ -179,32 +207,44 @@ impl Service {
         }
     }
 
-    /// Why the info request `body` may not run, if it may not.
+    /// Why the info request `body` may not run, if it may not; its
+    /// privileged commands are told to the audit trail.
     fn info_refusal(
         &self,
         guard: &Guard,
         body: &[u8],
         login: &Login,
-        from: Option<IpAddr>,
+        client: Option<SocketAddr>,
     ) -> Option<ResultCode> {
         let Some(user) = login.user() else {
             return Some(ResultCode::NotAuthenticated);
         };
+        let from = client.map(|peer| peer.ip());
         let now_ms = self.now().unix_ms;
+        let text = String::from_utf8_lossy(body);
+        let mut checked: Vec<(&str, Option<ResultCode>)> = Vec::new();
         guard.with(|security| {
-            let text = String::from_utf8_lossy(body);
-            text.split('\n')
-                .map(str::trim)
-                .filter(|line| !line.is_empty())
-                .find_map(|line| {
-                    let command = InfoCommand::parse(line);
-                    let (action, ns, set) = info_action(&command)?;
-                    security
-                        .check_allowed(user, from)
-                        .and_then(|()| security.admit(user, action, (ns, set), now_ms))
-                        .err()
-                })
-        })
+            let privileged = text.split('\n').map(str::trim).filter_map(|line| {
+                let command = InfoCommand::parse(line);
+                Some((line, info_action(&command)?))
+            });
+            for (line, (action, ns, set)) in privileged {
+                let refusal = security
+                    .check_allowed(user, from)
+                    .and_then(|()| security.admit(user, action, (ns, set), now_ms))
+                    .err();
+                checked.push((line, refusal));
+                if refusal.is_some() {
+                    break;
+                }
+            }
+        });
+        if let Some(audit) = guard.audit.get() {
+            for (line, refusal) in &checked {
+                audit.record(&events::info_event(line, user, *refusal, client), now_ms);
+            }
+        }
+        checked.last().and_then(|(_, refusal)| *refusal)
     }
 
     /// Whether the AS_MSG request `body` may run: whole, not at all, or (a
@@ -214,7 +254,7 @@ impl Service {
         guard: &Guard,
         body: &[u8],
         login: &Login,
-        from: Option<IpAddr>,
+        client: Option<SocketAddr>,
     ) -> Verdict {
         let Some(user) = login.user() else {
             return Verdict::Refuse(ResultCode::NotAuthenticated);
@@ -223,15 +263,32 @@ impl Service {
         let Ok(message) = Message::decode(body) else {
             return Verdict::Run;
         };
+        let from = client.map(|peer| peer.ip());
         let now_ms = self.now().unix_ms;
+        let audit = guard.audit.get();
+        let report = |needs: &[Need], refusal: Option<ResultCode>, roles: &[String]| {
+            let Some(audit) = audit else { return };
+            if refusal.is_none() && !audit.wants_data_ops() {
+                return;
+            }
+            for (action, ns, set) in needs {
+                let scope = (ns.as_deref(), set.as_deref());
+                let event =
+                    events::data_event(*action, scope, user, roles.to_vec(), refusal, client);
+                audit.record(&event, now_ms);
+            }
+        };
         let refusal = |security: &mut Security, needs: &[Need]| {
-            needs.iter().find_map(|(action, ns, set)| {
+            let refused = needs.iter().find_map(|(action, ns, set)| {
                 let scope = (ns.as_deref(), set.as_deref());
                 security.admit(user, *action, scope, now_ms).err()
-            })
+            });
+            report(needs, refused, &roles_of(security, user, audit));
+            refused
         };
         guard.with(|security| {
             if let Err(code) = security.check_allowed(user, from) {
+                report(&needs_of(&message), Some(code), &[]);
                 return Verdict::Refuse(code);
             }
             if message.header.info1 & info1::BATCH == 0 {
@@ -250,6 +307,53 @@ impl Service {
             }
         })
     }
+
+    /// Tells the audit trail about an admin request that got `result`,
+    /// and counts a failed login.
+    fn audit_admin(
+        &self,
+        guard: &Guard,
+        body: &[u8],
+        actor: Option<&str>,
+        result: u8,
+        client: Option<SocketAddr>,
+    ) {
+        let Some(event) = events::admin_event(body, actor, result, client) else {
+            return;
+        };
+        let failed = event.verdict == audit::Verdict::AuthenticationFailed;
+        if failed {
+            guard.login_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        let Some(audit) = guard.audit.get() else {
+            return;
+        };
+        let user = event.user.clone().unwrap_or_default();
+        let from = client.map(|peer| peer.ip());
+        let event = if failed {
+            let failures = audit.login_failed(&user, from);
+            events::with_failures(event, failures)
+        } else {
+            if event.report == audit::Report::Authentication {
+                audit.login_succeeded(&user, from);
+            }
+            event
+        };
+        audit.record(&event, self.now().unix_ms);
+    }
+}
+
+/// The user's roles, when data operations may be reported (else none:
+/// only `report-data-op-role` looks at them).
+fn roles_of(security: &Security, user: &str, audit: Option<&audit::Audit>) -> Vec<String> {
+    if !audit.is_some_and(audit::Audit::wants_data_ops) {
+        return Vec::new();
+    }
+    security
+        .users()
+        .get(user)
+        .map(|user| user.roles.iter().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// What access control lets of an AS_MSG run.
