@@ -1071,7 +1071,7 @@ fn security_config(guard: &crate::security::Guard) -> String {
 /// lines the writer could not keep up with (`audit_lines_dropped`).
 fn security_statistics(guard: &crate::security::Guard) -> Vec<(String, String)> {
     vec![
-        counter("login_failures", &guard.login_failures),
+        counter("login_failures", &guard.login_failures.total),
         (
             "audit_lines_dropped".into(),
             guard.audit().map_or(0, |audit| audit.dropped()).to_string(),

@@ -31,7 +31,6 @@ use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, info1, info2, Message};
 use parking_lot::Mutex;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod audit;
 mod events;
@@ -49,8 +48,8 @@ pub struct Guard {
     push: crate::smd::PushClock,
     audit: std::sync::OnceLock<audit::Audit>,
     /// Failed logins and session authentications (statistic
-    /// `login_failures`).
-    pub login_failures: AtomicU64,
+    /// `login_failures`), per user and address.
+    pub login_failures: audit::LoginFailures,
 }
 
 impl std::fmt::Debug for Guard {
@@ -111,7 +110,7 @@ impl Service {
             file: std::sync::OnceLock::new(),
             push: crate::smd::PushClock::default(),
             audit: std::sync::OnceLock::new(),
-            login_failures: AtomicU64::new(0),
+            login_failures: audit::LoginFailures::default(),
         });
     }
 
@@ -321,26 +320,34 @@ impl Service {
         let Some(event) = events::admin_event(body, actor, result, client) else {
             return;
         };
-        let failed = event.verdict == audit::Verdict::AuthenticationFailed;
-        if failed {
-            guard.login_failures.fetch_add(1, Ordering::Relaxed);
-        }
-        let Some(audit) = guard.audit.get() else {
-            return;
-        };
+        let now_ms = self.now().unix_ms;
         let user = event.user.clone().unwrap_or_default();
         let from = client.map(|peer| peer.ip());
-        let event = if failed {
-            let failures = audit.login_failed(&user, from);
-            events::with_failures(event, failures)
+        let failures = &guard.login_failures;
+        let event = if event.verdict == audit::Verdict::AuthenticationFailed {
+            let count = failures.login_failed(&user, from);
+            if let Some(left_out) = failures.may_warn(now_ms / 1000) {
+                warn_failed_login(&user, client, count, left_out);
+            }
+            events::with_failures(event, count)
         } else {
             if event.report == audit::Report::Authentication {
-                audit.login_succeeded(&user, from);
+                failures.login_succeeded(&user, from);
             }
             event
         };
-        audit.record(&event, self.now().unix_ms);
+        if let Some(audit) = guard.audit.get() {
+            audit.record(&event, now_ms);
+        }
     }
+}
+
+/// The node-log warning about a failed login (at most one a second).
+fn warn_failed_login(user: &str, client: Option<SocketAddr>, count: u64, left_out: u64) {
+    let client = client.map_or_else(|| "unknown".to_owned(), |client| client.to_string());
+    tracing::warn!(
+        "failed login of user {user:?} from {client} ({count} in a row from there; {left_out} more failed logins since the last warning)"
+    );
 }
 
 /// The user's roles, when data operations may be reported (else none:

@@ -227,7 +227,6 @@ pub struct Audit {
     settings: RwLock<AuditSettings>,
     data_ops: AtomicBool,
     sink: Box<dyn AuditSink>,
-    failures: Mutex<HashMap<(String, Option<IpAddr>), u64>>,
 }
 
 impl std::fmt::Debug for Audit {
@@ -245,7 +244,6 @@ impl Audit {
             settings: RwLock::new(settings),
             data_ops: AtomicBool::new(data_ops),
             sink,
-            failures: Mutex::new(HashMap::new()),
         }
     }
 
@@ -268,25 +266,6 @@ impl Audit {
     /// Whether any data operation may be reported.
     pub fn wants_data_ops(&self) -> bool {
         self.data_ops.load(Ordering::Relaxed)
-    }
-
-    /// Counts a failed login of `user` from `from`; the pair's count.
-    pub fn login_failed(&self, user: &str, from: Option<IpAddr>) -> u64 {
-        let mut failures = self.failures.lock();
-        if failures.len() >= MAX_TRACKED_FAILURES {
-            failures.clear();
-        }
-        let count = failures.entry((user.to_owned(), from)).or_insert(0);
-        *count += 1;
-        *count
-    }
-
-    /// Forgets the failed logins of `user` from `from` (it got in).
-    pub fn login_succeeded(&self, user: &str, from: Option<IpAddr>) {
-        let mut failures = self.failures.lock();
-        if !failures.is_empty() {
-            failures.remove(&(user.to_owned(), from));
-        }
     }
 
     /// Lines the sink dropped.
@@ -360,6 +339,55 @@ fn set_switch(
     };
     *flag = on;
     Ok(())
+}
+
+/// Failed logins: the total (statistic `login_failures`), per user and
+/// address, and the warnings about them in the node's log (at most one a
+/// second; the ones left out are counted in the next).
+#[derive(Debug, Default)]
+pub struct LoginFailures {
+    pub total: std::sync::atomic::AtomicU64,
+    failures: Mutex<HashMap<(String, Option<IpAddr>), u64>>,
+    warned_s: std::sync::atomic::AtomicU64,
+    unwarned: std::sync::atomic::AtomicU64,
+}
+
+impl LoginFailures {
+    /// Counts a failed login of `user` from `from`; the pair's count.
+    pub fn login_failed(&self, user: &str, from: Option<IpAddr>) -> u64 {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let mut failures = self.failures.lock();
+        if failures.len() >= MAX_TRACKED_FAILURES {
+            failures.clear();
+        }
+        let count = failures.entry((user.to_owned(), from)).or_insert(0);
+        *count += 1;
+        *count
+    }
+
+    /// Forgets the failed logins of `user` from `from` (it got in).
+    pub fn login_succeeded(&self, user: &str, from: Option<IpAddr>) {
+        let mut failures = self.failures.lock();
+        if !failures.is_empty() {
+            failures.remove(&(user.to_owned(), from));
+        }
+    }
+
+    /// Whether a warning may be written at `unix_s`, and how many were
+    /// left out since the last one.
+    pub fn may_warn(&self, unix_s: u64) -> Option<u64> {
+        let last = self.warned_s.load(Ordering::Relaxed);
+        if last != unix_s
+            && self
+                .warned_s
+                .compare_exchange(last, unix_s, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.unwarned.swap(0, Ordering::Relaxed));
+        }
+        self.unwarned.fetch_add(1, Ordering::Relaxed);
+        None
+    }
 }
 
 /// The settings as `get-config:context=security` lists them.

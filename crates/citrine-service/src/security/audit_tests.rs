@@ -194,10 +194,7 @@ fn events_go_to_the_sinks_that_want_them_and_set_config_switches() {
 
 #[test]
 fn failed_logins_are_counted_per_user_and_address() {
-    let audit = Audit::new(
-        AuditSettings::default(),
-        Box::new(Arc::new(Keep::default())),
-    );
+    let audit = LoginFailures::default();
     let here = Some("10.0.0.1".parse().unwrap());
     let there = Some("10.0.0.2".parse().unwrap());
     assert_eq!(audit.login_failed("admin", here), 1);
@@ -210,4 +207,19 @@ fn failed_logins_are_counted_per_user_and_address() {
         audit.login_failed(&format!("made-up-{index}"), here);
     }
     assert!(audit.failures.lock().len() <= MAX_TRACKED_FAILURES);
+    assert_eq!(
+        audit.total.load(Ordering::Relaxed),
+        5 + MAX_TRACKED_FAILURES as u64 + 5
+    );
+}
+
+#[test]
+fn failed_login_warnings_are_one_a_second_with_the_rest_counted() {
+    let failures = LoginFailures::default();
+    assert_eq!(failures.may_warn(100), Some(0));
+    assert_eq!(failures.may_warn(100), None);
+    assert_eq!(failures.may_warn(100), None);
+    assert_eq!(failures.may_warn(101), Some(2));
+    assert_eq!(failures.may_warn(101), None);
+    assert_eq!(failures.may_warn(105), Some(1));
 }

@@ -307,6 +307,7 @@ fn logins_user_changes_refusals_and_admin_info_are_audited() {
     assert_eq!(
         guard
             .login_failures
+            .total
             .load(std::sync::atomic::Ordering::Relaxed),
         2
     );
@@ -423,6 +424,7 @@ fn without_switches_nothing_is_audited_but_failures_are_counted() {
     assert_eq!(
         guard
             .login_failures
+            .total
             .load(std::sync::atomic::Ordering::Relaxed),
         1
     );
