@@ -25,6 +25,8 @@ pub struct Context {
 pub struct Outcome {
     /// Users or roles changed (to persist and share with the cluster).
     pub changed: bool,
+    /// The reply's result code (0: done), for the audit trail.
+    pub result: u8,
 }
 
 /// Handles the admin request `body` from a connection logged in as
@@ -40,7 +42,10 @@ pub fn execute(
         Ok(request) => request,
         Err(_) => {
             wire::write_reply(out, ResultCode::InvalidField.code());
-            return Outcome::default();
+            return Outcome {
+                changed: false,
+                result: ResultCode::InvalidField.code(),
+            };
         }
     };
     let result = match request.header.command {
@@ -56,12 +61,15 @@ pub fn execute(
             if out.is_empty() {
                 wire::write_reply(out, ResultCode::Ok.code());
             }
-            Outcome { changed }
+            Outcome { changed, result: 0 }
         }
         Err(code) => {
             out.clear();
             wire::write_reply(out, code.code());
-            Outcome::default()
+            Outcome {
+                changed: false,
+                result: code.code(),
+            }
         }
     }
 }

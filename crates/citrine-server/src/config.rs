@@ -136,6 +136,41 @@ pub struct SecuritySection {
     pub session_ttl: Option<u32>,
     /// Enforce roles' read/write quotas (default false).
     pub enable_quotas: Option<bool>,
+    /// `[security.log]`: the audit trail's file and its reports.
+    pub log: Option<AuditSection>,
+    /// `[security.syslog]`: audit lines also to syslog (`local` facility).
+    pub syslog: Option<AuditSection>,
+}
+
+/// `[security.log]` / `[security.syslog]`: the reference's `report-*`
+/// switches (`report-data-op` entries are `"NS"` or `"NS SET"`), with
+/// `file` (log only; relative to the work directory) or `local` (syslog
+/// only: the facility local0 to local7).
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AuditSection {
+    pub file: Option<PathBuf>,
+    pub local: Option<u8>,
+    pub report_authentication: Option<bool>,
+    #[serde(default)]
+    pub report_data_op: Vec<String>,
+    #[serde(default)]
+    pub report_data_op_role: Vec<String>,
+    #[serde(default)]
+    pub report_data_op_user: Vec<String>,
+    pub report_sys_admin: Option<bool>,
+    pub report_user_admin: Option<bool>,
+    pub report_violation: Option<bool>,
+}
+
+/// The audit trail the server writes (see [`crate::audit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    pub settings: citrine_service::security::audit::AuditSettings,
+    /// The audit log file; `None`: audit lines go to the node's log.
+    pub file: Option<PathBuf>,
+    /// The syslog facility (local0 to local7), when `[security.syslog]` is given.
+    pub syslog_local: Option<u8>,
 }
 
 /// `[logging]`.
@@ -348,6 +383,8 @@ pub struct ServerConfig {
     pub xdr: std::collections::BTreeMap<String, citrine_xdr::DcConfig>,
     /// `[security]`: access control on; `None`: off.
     pub security: Option<citrine_security::SecurityConfig>,
+    /// `[security.log]` / `[security.syslog]`: the audit trail.
+    pub audit: Option<AuditConfig>,
     /// The TLS service port's settings; `None`: no TLS listener.
     pub tls: Option<crate::tls_config::TlsSettings>,
 }
@@ -462,6 +499,7 @@ pub fn resolve(
     let xdr = crate::xdr::config::resolve(file.xdr.as_ref())
         .map_err(|error| ConfigError(format!("{origin}: [xdr]: {error}")))?;
     let security = resolve_security(&file, origin)?;
+    let audit = resolve_audit(&file, origin, work_directory.as_deref())?;
     let tls =
         crate::tls_config::resolve(&file, origin, overrides, work_directory.as_deref(), port)?;
     let tls_access_address = tls.as_ref().map_or_else(String::new, |tls| {
@@ -491,7 +529,83 @@ pub fn resolve(
         monitoring,
         xdr,
         security,
+        audit,
         tls,
+    })
+}
+
+/// `[security.log]` and `[security.syslog]`, checked; `None` when neither
+/// is given.
+fn resolve_audit(
+    file: &FileConfig,
+    origin: &str,
+    work_directory: Option<&Path>,
+) -> Result<Option<AuditConfig>, ConfigError> {
+    let Some(section) = &file.security else {
+        return Ok(None);
+    };
+    if section.log.is_none() && section.syslog.is_none() {
+        return Ok(None);
+    }
+    let empty = AuditSection::default();
+    let log = section.log.as_ref().unwrap_or(&empty);
+    let syslog = section.syslog.as_ref().unwrap_or(&empty);
+    if log.local.is_some() {
+        return Err(ConfigError(format!(
+            "{origin}: security.log.local: only [security.syslog] has a facility"
+        )));
+    }
+    if syslog.file.is_some() {
+        return Err(ConfigError(format!(
+            "{origin}: security.syslog.file: only [security.log] has a file"
+        )));
+    }
+    let local = syslog.local.unwrap_or(0);
+    if local > 7 {
+        return Err(ConfigError(format!(
+            "{origin}: security.syslog.local = {local} is impossible (0 to 7: local0 to local7)"
+        )));
+    }
+    let path = log.file.as_ref().map(|path| match work_directory {
+        Some(directory) if path.is_relative() => directory.join(path),
+        _ => path.clone(),
+    });
+    Ok(Some(AuditConfig {
+        settings: citrine_service::security::audit::AuditSettings {
+            log: audit_reports(log, origin, "log")?,
+            syslog: audit_reports(syslog, origin, "syslog")?,
+        },
+        file: path,
+        syslog_local: section.syslog.as_ref().map(|_| local),
+    }))
+}
+
+fn audit_reports(
+    section: &AuditSection,
+    origin: &str,
+    sink: &str,
+) -> Result<citrine_service::security::audit::Reports, ConfigError> {
+    let mut data_op = Vec::new();
+    for entry in &section.report_data_op {
+        let words: Vec<&str> = entry.split_whitespace().collect();
+        match words[..] {
+            [ns] => data_op.push((ns.to_owned(), None)),
+            [ns, set] => data_op.push((ns.to_owned(), Some(set.to_owned()))),
+            _ => {
+                return Err(ConfigError(format!(
+                    "{origin}: security.{sink}.report-data-op = {entry:?}: \"NAMESPACE\" or \"NAMESPACE SET\""
+                )))
+            }
+        }
+    }
+    Ok(citrine_service::security::audit::Reports {
+        authentication: section.report_authentication.unwrap_or(false),
+        data_op,
+        data_op_role: section.report_data_op_role.clone(),
+        data_op_user: section.report_data_op_user.clone(),
+        sys_admin: section.report_sys_admin.unwrap_or(false),
+        user_admin: section.report_user_admin.unwrap_or(false),
+        violation: section.report_violation.unwrap_or(false),
     })
 }
 
@@ -1347,6 +1461,41 @@ mod tests {
         assert!(with("[security]\nenable-security = true\n").is_err());
         let example = resolve_text(include_str!("../../../examples/secure.toml")).expect("example");
         assert!(example.security.is_some());
+    }
+
+    #[test]
+    fn security_log_and_syslog_set_the_audit_trail() {
+        let ns = "[[namespace]]\nname = \"test\"\n";
+        let with = |text: &str| resolve_text(&format!("{text}{ns}"));
+        assert_eq!(with("[security]\n").expect("valid").audit, None);
+        let text = "[security.log]\nfile = \"/var/audit.log\"\nreport-violation = true\n\
+                    report-data-op = [\"test\", \"bar cards\"]\nreport-data-op-role = [\"app\"]\n\
+                    [security.syslog]\nlocal = 3\nreport-authentication = true\n";
+        let audit = with(text).expect("valid").audit.expect("audit");
+        assert_eq!(audit.file, Some(PathBuf::from("/var/audit.log")));
+        assert_eq!(audit.syslog_local, Some(3));
+        assert!(audit.settings.log.violation && !audit.settings.log.authentication);
+        assert!(audit.settings.syslog.authentication && !audit.settings.syslog.violation);
+        assert_eq!(
+            audit.settings.log.data_op,
+            vec![
+                ("test".to_owned(), None),
+                ("bar".to_owned(), Some("cards".to_owned()))
+            ]
+        );
+        assert_eq!(audit.settings.log.data_op_role, vec!["app".to_owned()]);
+        let only_log = with("[security.log]\nreport-user-admin = true\n").expect("valid");
+        let only_log = only_log.audit.expect("audit");
+        assert_eq!((only_log.file, only_log.syslog_local), (None, None));
+        for wrong in [
+            "[security.syslog]\nlocal = 8\n",
+            "[security.syslog]\nfile = \"x\"\n",
+            "[security.log]\nlocal = 1\n",
+            "[security.log]\nreport-data-op = [\"a b c\"]\n",
+            "[security.log]\nreport-everything = true\n",
+        ] {
+            assert!(with(wrong).is_err(), "{wrong}");
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@
 //! off the fabric's serving thread) and the device engine's scoped
 //! cold-start scan.
 
+mod audit;
 mod cluster;
 mod config;
 mod event_loop;
@@ -242,6 +243,10 @@ fn open_service(config: &config::ServerConfig, noop: bool) -> Result<Arc<Service
     if let Some(security) = &config.security {
         service.enable_security(security.clone());
         tracing::info!("security on: clients must log in (default user admin)");
+        if let Some(audit) = &config.audit {
+            let sink = audit::start(audit).map_err(|error| Failure::new(error, 2))?;
+            service.set_audit(audit.settings.clone(), Box::new(sink));
+        }
     }
     if noop {
         service.set_noop();

@@ -346,6 +346,9 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         }
         "get-config" => get_config(service, command),
         "get-stats" => xdr(service, command),
+        "set-config" if command.param("context") == Some("security") => {
+            set_security_config(service, command)
+        }
         "set-config" => set_config(&layers, &service.client_limits, command),
         "cluster-stable" => cluster_stable(&layers, command),
         "cluster-key" => cluster_key(&layers),
@@ -760,6 +763,12 @@ pub(crate) fn statistics(service: &Service) -> String {
     pairs.extend(service_statistics(layers.stats));
     pairs.extend(distribution_statistics(&layers.dist.stats));
     pairs.extend(migration_statistics(layers.migrations()));
+    pairs.extend(
+        service
+            .security()
+            .map(security_statistics)
+            .unwrap_or_default(),
+    );
     join_pairs(&pairs, ';')
 }
 
@@ -1054,13 +1063,50 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
     }
 }
 
-/// The `security` context's settings, with security on.
+/// The `security` context's settings, with security on (and the audit
+/// trail's `log.report-*` / `syslog.report-*` when it runs).
 fn security_config(guard: &crate::security::Guard) -> String {
     let config = guard.with(|security| security.config.clone());
-    format!(
+    let mut text = format!(
         "enable-security=true;enable-quotas={};session-ttl={}",
         config.enable_quotas, config.session_ttl_s
-    )
+    );
+    if let Some(audit) = guard.audit() {
+        let pairs = crate::security::audit::config_pairs(&audit.settings());
+        text.push(';');
+        text.push_str(&join_pairs(&pairs, ';'));
+    }
+    text
+}
+
+/// Access control's counters: failed logins (`login_failures`) and audit
+/// lines the writer could not keep up with (`audit_lines_dropped`).
+fn security_statistics(guard: &crate::security::Guard) -> Vec<(String, String)> {
+    vec![
+        counter("login_failures", &guard.login_failures.total),
+        (
+            "audit_lines_dropped".into(),
+            guard.audit().map_or(0, |audit| audit.dropped()).to_string(),
+        ),
+    ]
+}
+
+/// `set-config:context=security;log.report-violation=true` and the
+/// other audit switches ([`crate::security::audit::Audit::set`]).
+fn set_security_config(service: &Service, command: &InfoCommand<'_>) -> String {
+    let Some(audit) = service.security().and_then(|guard| guard.audit()) else {
+        return "ERROR:4:security is not enabled".to_owned();
+    };
+    let params: Vec<(&str, &str)> = command
+        .params
+        .iter()
+        .filter(|(name, _)| *name != "context")
+        .map(|(name, value)| (*name, *value))
+        .collect();
+    match audit.set(&params) {
+        Ok(()) => "ok".to_owned(),
+        Err(error) => format!("ERROR:4:{error}"),
+    }
 }
 
 /// `set-config:context=service;NAME=VALUE[;...]`: the migration throttles

@@ -16,7 +16,11 @@
 //!   refused row answers its code, the others run;
 //! - session tokens and password salts come from the OS's random source;
 //! - a change of users or roles is saved and shared with the cluster
-//!   ([`store`]) before its answer goes out.
+//!   ([`store`]) before its answer goes out;
+//! - logins, user and role changes, privileged info commands, refusals
+//!   and (when switched on) data operations are told to the audit trail
+//!   ([`audit`]) when the server set one; failed logins are counted
+//!   (`login_failures`) either way.
 
 use crate::{batch, scan, udf, Arrival, CloseConnection, Continuation, Service};
 use citrine_security::admin::{self, Context};
@@ -26,8 +30,10 @@ use citrine_wire::frame::{MessageType, ProtoHeader};
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, info1, info2, Message};
 use parking_lot::Mutex;
-use std::net::IpAddr;
+use std::net::SocketAddr;
 
+pub mod audit;
+mod events;
 mod store;
 pub use store::SECURITY_FILE;
 #[cfg(test)]
@@ -40,6 +46,10 @@ pub struct Guard {
     version: Mutex<crate::smd::Version>,
     file: std::sync::OnceLock<std::path::PathBuf>,
     push: crate::smd::PushClock,
+    audit: std::sync::OnceLock<audit::Audit>,
+    /// Failed logins and session authentications (statistic
+    /// `login_failures`), per user and address.
+    pub login_failures: audit::LoginFailures,
 }
 
 impl std::fmt::Debug for Guard {
@@ -51,6 +61,11 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
+    /// The audit trail, when the server started one.
+    pub fn audit(&self) -> Option<&audit::Audit> {
+        self.audit.get()
+    }
+
     /// Runs `f` on the state.
     pub fn with<T>(&self, f: impl FnOnce(&mut Security) -> T) -> T {
         f(&mut self.state.lock())
@@ -94,7 +109,17 @@ impl Service {
             version: Mutex::default(),
             file: std::sync::OnceLock::new(),
             push: crate::smd::PushClock::default(),
+            audit: std::sync::OnceLock::new(),
+            login_failures: audit::LoginFailures::default(),
         });
+    }
+
+    /// Starts the audit trail (once, after [`Service::enable_security`]):
+    /// events go to `sink` as `settings` say.
+    pub fn set_audit(&self, settings: audit::AuditSettings, sink: Box<dyn audit::AuditSink>) {
+        if let Some(guard) = self.security.get() {
+            let _ = guard.audit.set(audit::Audit::new(settings, sink));
+        }
     }
 
     /// The access-control state, when security is on.
@@ -131,8 +156,10 @@ impl Service {
                     now_ms: self.now().unix_ms,
                     entropy: entropy(),
                 };
+                let actor = login.user.clone();
                 let outcome = guard
                     .with(|security| admin::execute(security, body, &mut login.user, context, out));
+                self.audit_admin(guard, body, actor.as_deref(), outcome.result, arrival.from);
                 if !outcome.changed {
                     return Ok(None);
                 }
@@ -145,14 +172,14 @@ impl Service {
                     ]))
                 }))
             }
-            MessageType::Info => match self.info_refusal(guard, body, login, from) {
+            MessageType::Info => match self.info_refusal(guard, body, login, arrival.from) {
                 Some(code) => {
                     write_info_refusal(out, code);
                     Ok(None)
                 }
                 None => Ok(self.handle_info(body, out, Some(session))),
             },
-            MessageType::Message => match self.message_verdict(guard, body, login, from) {
+            MessageType::Message => match self.message_verdict(guard, body, login, arrival.from) {
                 Verdict::Run => self.handle_streaming_from(header, body, out, arrival),
                 Verdict::Refuse(code) => {
                     write_message_refusal(out, body, code);
@@ -166,7 +193,7 @@ impl Service {
                 let Ok((_, inner)) = citrine_wire::frame::inflate(body) else {
                     return self.handle_streaming_from(header, body, out, arrival);
                 };
-                match self.message_verdict(guard, &inner, login, from) {
+                match self.message_verdict(guard, &inner, login, arrival.from) {
                     Verdict::Run => self.handle_streaming_from(header, body, out, arrival),
                     Verdict::Refuse(code) => {
                         write_message_refusal(out, &inner, code);
@@ -184,32 +211,44 @@ impl Service {
         }
     }
 
-    /// Why the info request `body` may not run, if it may not.
+    /// Why the info request `body` may not run, if it may not; its
+    /// privileged commands are told to the audit trail.
     fn info_refusal(
         &self,
         guard: &Guard,
         body: &[u8],
         login: &Login,
-        from: Option<IpAddr>,
+        client: Option<SocketAddr>,
     ) -> Option<ResultCode> {
         let Some(user) = login.user() else {
             return Some(ResultCode::NotAuthenticated);
         };
+        let from = client.map(|peer| peer.ip());
         let now_ms = self.now().unix_ms;
+        let text = String::from_utf8_lossy(body);
+        let mut checked: Vec<(&str, Option<ResultCode>)> = Vec::new();
         guard.with(|security| {
-            let text = String::from_utf8_lossy(body);
-            text.split('\n')
-                .map(str::trim)
-                .filter(|line| !line.is_empty())
-                .find_map(|line| {
-                    let command = InfoCommand::parse(line);
-                    let (action, ns, set) = info_action(&command)?;
-                    security
-                        .check_allowed(user, from)
-                        .and_then(|()| security.admit(user, action, (ns, set), now_ms))
-                        .err()
-                })
-        })
+            let privileged = text.split('\n').map(str::trim).filter_map(|line| {
+                let command = InfoCommand::parse(line);
+                Some((line, info_action(&command)?))
+            });
+            for (line, (action, ns, set)) in privileged {
+                let refusal = security
+                    .check_allowed(user, from)
+                    .and_then(|()| security.admit(user, action, (ns, set), now_ms))
+                    .err();
+                checked.push((line, refusal));
+                if refusal.is_some() {
+                    break;
+                }
+            }
+        });
+        if let Some(audit) = guard.audit.get() {
+            for (line, refusal) in &checked {
+                audit.record(&events::info_event(line, user, *refusal, client), now_ms);
+            }
+        }
+        checked.last().and_then(|(_, refusal)| *refusal)
     }
 
     /// Whether the AS_MSG request `body` may run: whole, not at all, or (a
@@ -219,7 +258,7 @@ impl Service {
         guard: &Guard,
         body: &[u8],
         login: &Login,
-        from: Option<IpAddr>,
+        client: Option<SocketAddr>,
     ) -> Verdict {
         let Some(user) = login.user() else {
             return Verdict::Refuse(ResultCode::NotAuthenticated);
@@ -228,15 +267,32 @@ impl Service {
         let Ok(message) = Message::decode(body) else {
             return Verdict::Run;
         };
+        let from = client.map(|peer| peer.ip());
         let now_ms = self.now().unix_ms;
+        let audit = guard.audit.get();
+        let report = |needs: &[Need], refusal: Option<ResultCode>, roles: &[String]| {
+            let Some(audit) = audit else { return };
+            if refusal.is_none() && !audit.wants_data_ops() {
+                return;
+            }
+            for (action, ns, set) in needs {
+                let scope = (ns.as_deref(), set.as_deref());
+                let event =
+                    events::data_event(*action, scope, user, roles.to_vec(), refusal, client);
+                audit.record(&event, now_ms);
+            }
+        };
         let refusal = |security: &mut Security, needs: &[Need]| {
-            needs.iter().find_map(|(action, ns, set)| {
+            let refused = needs.iter().find_map(|(action, ns, set)| {
                 let scope = (ns.as_deref(), set.as_deref());
                 security.admit(user, *action, scope, now_ms).err()
-            })
+            });
+            report(needs, refused, &roles_of(security, user, audit));
+            refused
         };
         guard.with(|security| {
             if let Err(code) = security.check_allowed(user, from) {
+                report(&needs_of(&message), Some(code), &[]);
                 return Verdict::Refuse(code);
             }
             if message.header.info1 & info1::BATCH == 0 {
@@ -255,6 +311,61 @@ impl Service {
             }
         })
     }
+
+    /// Tells the audit trail about an admin request that got `result`,
+    /// and counts a failed login.
+    fn audit_admin(
+        &self,
+        guard: &Guard,
+        body: &[u8],
+        actor: Option<&str>,
+        result: u8,
+        client: Option<SocketAddr>,
+    ) {
+        let Some(event) = events::admin_event(body, actor, result, client) else {
+            return;
+        };
+        let now_ms = self.now().unix_ms;
+        let user = event.user.clone().unwrap_or_default();
+        let from = client.map(|peer| peer.ip());
+        let failures = &guard.login_failures;
+        let event = if event.verdict == audit::Verdict::AuthenticationFailed {
+            let count = failures.login_failed(&user, from);
+            if let Some(left_out) = failures.may_warn(now_ms / 1000) {
+                warn_failed_login(&user, client, count, left_out);
+            }
+            events::with_failures(event, count)
+        } else {
+            if event.report == audit::Report::Authentication {
+                failures.login_succeeded(&user, from);
+            }
+            event
+        };
+        if let Some(audit) = guard.audit.get() {
+            audit.record(&event, now_ms);
+        }
+    }
+}
+
+/// The node-log warning about a failed login (at most one a second).
+fn warn_failed_login(user: &str, client: Option<SocketAddr>, count: u64, left_out: u64) {
+    let client = client.map_or_else(|| "unknown".to_owned(), |client| client.to_string());
+    tracing::warn!(
+        "failed login of user {user:?} from {client} ({count} in a row from there; {left_out} more failed logins since the last warning)"
+    );
+}
+
+/// The user's roles, when data operations may be reported (else none:
+/// only `report-data-op-role` looks at them).
+fn roles_of(security: &Security, user: &str, audit: Option<&audit::Audit>) -> Vec<String> {
+    if !audit.is_some_and(audit::Audit::wants_data_ops) {
+        return Vec::new();
+    }
+    security
+        .users()
+        .get(user)
+        .map(|user| user.roles.iter().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// What access control lets of an AS_MSG run.

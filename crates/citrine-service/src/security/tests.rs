@@ -247,3 +247,188 @@ fn users_survive_a_restart_in_the_work_directory() {
     login(&again, "kept", "pw");
     std::fs::remove_dir_all(&directory).unwrap();
 }
+
+/// Keeps the audit lines it is sent.
+#[derive(Default)]
+struct Kept(parking_lot::Mutex<Vec<String>>);
+
+impl super::audit::AuditSink for std::sync::Arc<Kept> {
+    fn send(&self, line: super::audit::Line) {
+        self.0.lock().push(line.text);
+    }
+    fn dropped(&self) -> u64 {
+        0
+    }
+}
+
+fn audited(reports: super::audit::Reports) -> (Service, std::sync::Arc<Kept>) {
+    let service = secure();
+    let kept = std::sync::Arc::new(Kept::default());
+    let settings = super::audit::AuditSettings {
+        log: reports,
+        syslog: super::audit::Reports::default(),
+    };
+    service.set_audit(settings, Box::new(kept.clone()));
+    (service, kept)
+}
+
+fn has(kept: &Kept, parts: &[&str]) -> bool {
+    kept.0
+        .lock()
+        .iter()
+        .any(|line| parts.iter().all(|part| line.contains(part)))
+}
+
+#[test]
+fn logins_user_changes_refusals_and_admin_info_are_audited() {
+    let (service, kept) = audited(super::audit::Reports {
+        authentication: true,
+        sys_admin: true,
+        user_admin: true,
+        violation: true,
+        ..Default::default()
+    });
+    let mut nobody = Login::default();
+    let wrong = citrine_security::password::client_hash("wrong").unwrap();
+    let frame = admin(
+        command::LOGIN,
+        &[
+            (field::USER, b"admin"),
+            (field::CREDENTIAL, wrong.as_bytes()),
+        ],
+    );
+    assert_ne!(send(&service, &mut nobody, &frame)[9], 0);
+    assert_ne!(send(&service, &mut nobody, &frame)[9], 0);
+    let failed = [
+        "authentication failed",
+        "action: login",
+        "user: admin",
+        "client: 127.0.0.1:5000",
+    ];
+    assert!(has(&kept, &[&failed[..], &["failures=2"]].concat()));
+    let guard = service.security().unwrap();
+    assert_eq!(
+        guard
+            .login_failures
+            .total
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    assert!(crate::info::statistics(&service).contains("login_failures=2"));
+
+    create_user(&service, "reader");
+    assert!(has(
+        &kept,
+        &[
+            "permitted | type: authentication",
+            "action: login",
+            "user: admin"
+        ]
+    ));
+    assert!(has(
+        &kept,
+        &[
+            "permitted | type: user-admin",
+            "action: create user",
+            "user=reader;roles=read"
+        ]
+    ));
+    assert!(!kept.0.lock().iter().any(|line| line.contains("pw")));
+
+    let mut reader = login(&service, "reader", "pw");
+    let write = record(0, info2::WRITE, "s");
+    assert_eq!(
+        result_of(&send(&service, &mut reader, &write)),
+        ResultCode::RoleViolation.code()
+    );
+    assert!(has(
+        &kept,
+        &[
+            "not authorized | type: violation",
+            "user: reader",
+            "action: write",
+            "{test|s} result=81"
+        ]
+    ));
+    info(&service, &mut reader, "truncate:namespace=test;set=s");
+    assert!(has(
+        &kept,
+        &[
+            "not authorized",
+            "action: truncate",
+            "namespace=test;set=s;result=81"
+        ]
+    ));
+
+    let mut admin_login = login(&service, "admin", "admin");
+    let refused = info(
+        &service,
+        &mut admin_login,
+        "set-config:context=security;log.report-violation=false",
+    );
+    assert_eq!(refused, "ERROR:81:role violation\n");
+    let mut sys_admin = vec![1u8, 9];
+    sys_admin.extend_from_slice(b"sys-admin");
+    let grant = admin(
+        command::GRANT_ROLES,
+        &[(field::USER, b"admin"), (field::ROLES, &sys_admin)],
+    );
+    assert_eq!(send(&service, &mut admin_login, &grant)[9], 0);
+    assert!(has(
+        &kept,
+        &["action: grant roles", "user=admin;roles=sys-admin"]
+    ));
+    let answer = info(
+        &service,
+        &mut admin_login,
+        "set-config:context=security;log.report-data-op=true;namespace=test",
+    );
+    assert_eq!(
+        answer.trim_end(),
+        "set-config:context=security;log.report-data-op=true;namespace=test\tok"
+    );
+    assert!(has(
+        &kept,
+        &[
+            "permitted | type: sys-admin",
+            "action: set-config",
+            "context=security;log.report-data-op=true"
+        ]
+    ));
+    let read = record(info1::READ, 0, "s");
+    send(&service, &mut reader, &read);
+    assert!(has(
+        &kept,
+        &[
+            "permitted | type: data-op",
+            "user: reader",
+            "action: read",
+            "{test|s}"
+        ]
+    ));
+}
+
+#[test]
+fn without_switches_nothing_is_audited_but_failures_are_counted() {
+    let (service, kept) = audited(super::audit::Reports::default());
+    let mut nobody = Login::default();
+    let wrong = citrine_security::password::client_hash("wrong").unwrap();
+    let frame = admin(
+        command::LOGIN,
+        &[
+            (field::USER, b"ghost"),
+            (field::CREDENTIAL, wrong.as_bytes()),
+        ],
+    );
+    send(&service, &mut nobody, &frame);
+    create_user(&service, "reader");
+    assert!(kept.0.lock().is_empty());
+    let guard = service.security().unwrap();
+    assert_eq!(
+        guard
+            .login_failures
+            .total
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
