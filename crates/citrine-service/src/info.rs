@@ -259,14 +259,15 @@ pub(crate) const COMMANDS: &[&str] = &[
 
 /// `peers-tls-std`: `<gen>,<default port>,[[id,tls-name,[addr]],...]` over
 /// the other members with a TLS port (they say theirs in their fabric
-/// hello), the default port being this node's TLS port.
+/// hello), the default port being this node's TLS port (3000 without one,
+/// as the clear list's).
 fn tls_peers(layers: &Layers<'_>) -> String {
     let port = layers
         .config
         .tls_access_address
         .rsplit_once(':')
         .and_then(|(_, port)| port.parse::<u16>().ok())
-        .unwrap_or(4333);
+        .unwrap_or(3000);
     layers.cluster().peers_tls_value(port)
 }
 
