@@ -496,7 +496,16 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
             "max-record-size".to_owned(),
             config.max_record_size.to_string(),
         ),
-        ("strong-consistency".to_owned(), "false".to_owned()),
+        ("active-rack".to_owned(), config.sc.active_rack.to_string()),
+        ("auto-revive".to_owned(), config.sc.auto_revive.to_string()),
+        (
+            "strong-consistency".to_owned(),
+            config.sc.strong_consistency.to_string(),
+        ),
+        (
+            "strong-consistency-allow-expunge".to_owned(),
+            config.sc.allow_expunge.to_string(),
+        ),
         (
             "conflict-resolution-policy".to_owned(),
             config.conflict_resolution_policy.name().to_owned(),

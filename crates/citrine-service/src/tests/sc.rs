@@ -63,6 +63,26 @@ fn roster_answers_follow_the_references_formats() {
 }
 
 #[test]
+fn the_namespace_answer_shows_the_strong_consistency_options() {
+    let service = sc_service(3);
+    let pairs = |name: &str| ask(&service, &format!("namespace/{name}"));
+    let sc = pairs("test");
+    for pair in [
+        "strong-consistency=true",
+        "strong-consistency-allow-expunge=false",
+        "auto-revive=false",
+        "active-rack=3",
+    ] {
+        assert!(sc.split(';').any(|item| item == pair), "{pair} in {sc}");
+    }
+    let ap = pairs("bar");
+    assert!(
+        ap.split(';').any(|item| item == "strong-consistency=false"),
+        "{ap}"
+    );
+}
+
+#[test]
 fn an_active_rack_prefixes_the_observed_nodes() {
     let service = sc_service(2);
     publish_two(&service, 0xA1);
