@@ -10,6 +10,10 @@
 //! ([`Distribution::stage_roster`], [`Distribution::apply_pending_rosters`],
 //! [`Distribution::roster_of`], [`Distribution::observed_nodes`]).
 //!
+//! A pending roster becomes the roster at `recluster:` on any node, and
+//! at each new view on its principal (the member with the highest id, as
+//! the reference applies them at each rebalance), once per view.
+//!
 //! Rules (those of every shared store, [`crate::smd`]): each change here
 //! gives the namespace's entry the next [`Version`]; a merge takes an entry
 //! only when its version is newer; a change is saved before it takes
@@ -29,6 +33,7 @@ use crate::Distribution;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// The rosters file in the work directory.
@@ -48,6 +53,9 @@ pub struct Rosters {
     entries: Mutex<BTreeMap<String, Entry>>,
     file: OnceLock<PathBuf>,
     pub push: PushClock,
+    /// The cluster key of the last view whose pending rosters were looked
+    /// at ([`Distribution::apply_pending_rosters_at_view`]).
+    view_key: AtomicU64,
 }
 
 impl Rosters {
@@ -178,6 +186,35 @@ impl Distribution {
         let changed = changes.iter().map(|(name, _)| name.clone()).collect();
         self.rosters.commit(changes)?;
         Ok(changed)
+    }
+
+    /// At the first call in a new view, on its principal (highest node
+    /// id): applies the pending roster of every strong-consistency
+    /// namespace; returns the namespaces whose roster changed.
+    pub fn apply_pending_rosters_at_view(&self) -> Vec<String> {
+        let cluster = self.cluster();
+        let key = cluster.cluster_key;
+        if self.rosters.view_key.swap(key, Ordering::Relaxed) == key {
+            return Vec::new();
+        }
+        let principal = cluster.members.iter().map(|member| member.node_id).max();
+        if principal != Some(self.node_id) {
+            return Vec::new();
+        }
+        let names: Vec<&str> = self
+            .data
+            .namespaces_shared()
+            .iter()
+            .filter(|namespace| namespace.config.sc.strong_consistency)
+            .map(|namespace| namespace.config.name.as_str())
+            .collect();
+        match self.apply_pending_rosters(&names) {
+            Ok(changed) => changed,
+            Err(message) => {
+                tracing::error!("pending rosters not applied at the view: {message}");
+                Vec::new()
+            }
+        }
     }
 
     /// `namespace`'s entry (empty rosters when none was ever set).

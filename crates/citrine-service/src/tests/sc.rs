@@ -29,7 +29,7 @@ fn publish_two(service: &Service, other: u64) {
     };
     service.publish_cluster(ClusterState::new(
         me,
-        0x51,
+        other ^ 0x5100,
         vec![member(me.0, 2), member(other, 1)],
         &[("test".into(), 2), ("bar".into(), 2)],
         2,
@@ -188,4 +188,23 @@ fn rename_namespace(frame: &[u8], to: &str) -> Vec<u8> {
     }
     writer.finish();
     out
+}
+
+#[test]
+fn a_pending_roster_is_applied_at_the_next_view_on_its_principal() {
+    let service = sc_service(0);
+    let me = service.node_id;
+    assert_eq!(ask(&service, "roster-set:namespace=test;nodes=A1"), "ok");
+    // A view whose principal is another node: nothing applied here.
+    publish_two(&service, me.0 + 1);
+    assert!(service.dist().apply_pending_rosters_at_view().is_empty());
+    assert!(ask(&service, "roster:namespace=test").starts_with("roster=null:"));
+    // A view this node leads: applied once.
+    publish_two(&service, 0xA1);
+    assert_eq!(
+        service.dist().apply_pending_rosters_at_view(),
+        vec!["test".to_owned()]
+    );
+    assert!(ask(&service, "roster:namespace=test").starts_with("roster=A1:pending_roster=A1:"));
+    assert!(service.dist().apply_pending_rosters_at_view().is_empty());
 }
