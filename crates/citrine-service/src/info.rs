@@ -608,6 +608,7 @@ fn namespace_info(layers: &Layers<'_>, namespace: &Namespace) -> String {
         pairs.extend(device.info_pairs());
     }
     pairs.extend(crate::compression_info::stat_pairs(namespace));
+    pairs.extend(crate::sc::stat_pairs(namespace));
     pairs.extend(namespace_config_pairs(namespace, layers.config.rack_id));
     join_pairs(&pairs, ';')
 }
@@ -1161,6 +1162,9 @@ fn cluster_stable(layers: &Layers<'_>, command: &InfoCommand<'_>) -> String {
         None => layers.migrations().tx_remaining() + layers.migrations().rx_remaining(),
     };
     let pending = pending + u64::from(layers.migrations().exchanging());
+    if crate::sc::any_unavailable(layers, command.param("namespace")) {
+        return "ERROR::unstable-cluster".to_owned();
+    }
     if pending > 0 && command.param("ignore-migrations") != Some("true") {
         return "ERROR::unstable-cluster".to_owned();
     }

@@ -12,7 +12,9 @@
 //!   exist yet, so every partition is unavailable and every single-record
 //!   request, batch row, scan, query and aggregation on it answers 11
 //!   (partition unavailable), whatever its roster. Nothing acknowledged
-//!   can then be lost; the roster can already be set and kept.
+//!   can then be lost; the roster can already be set and kept. The node
+//!   says so: `unavailable_partitions` is 4096 for it and `cluster-stable`
+//!   answers `ERROR::unstable-cluster`.
 //! - the roster commands answer only for SC namespaces; for an AP one they
 //!   answer `ERROR:4:namespace is not strong-consistency` (our text: the
 //!   reference's Enterprise answer is not available here; its Community
@@ -31,6 +33,34 @@ use citrine_wire::msg::{field_type, Message};
 /// Whether `namespace`'s partitions are all unavailable (an SC namespace).
 pub(crate) fn unavailable(namespace: &Namespace) -> bool {
     namespace.config.sc.strong_consistency
+}
+
+/// The partitions of `namespace` this node counts unavailable and dead:
+/// every one of an SC namespace is unavailable, none is dead (the
+/// availability rules that would tell are not wired).
+pub(crate) fn stat_pairs(namespace: &Namespace) -> [(String, String); 2] {
+    let unavailable = if unavailable(namespace) {
+        citrine_types::PARTITIONS
+    } else {
+        0
+    };
+    [
+        ("unavailable_partitions".into(), unavailable.to_string()),
+        ("dead_partitions".into(), "0".into()),
+    ]
+}
+
+/// Whether `cluster-stable` must answer unstable because partitions are
+/// unavailable: of the namespace named, or of any namespace.
+pub(crate) fn any_unavailable(layers: &crate::Layers<'_>, namespace: Option<&str>) -> bool {
+    match namespace {
+        Some(name) => layers.namespace(name.as_bytes()).is_some_and(unavailable),
+        None => layers
+            .data
+            .namespaces_shared()
+            .iter()
+            .any(|namespace| unavailable(namespace)),
+    }
 }
 
 /// Whether a request (a scan, query or aggregation) names an SC namespace.
