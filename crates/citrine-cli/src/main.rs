@@ -6,7 +6,8 @@
 //! modules and calling them on a record),
 //! `cluster` (node table), `bench` (load generator and no-op responder),
 //! `verify` (Jepsen-style workloads and checkers against a live cluster),
-//! `backup` and `restore` (asbackup-format files), `dev` (a local
+//! `backup` and `restore` (asbackup-format files), `roster`
+//! (strong-consistency rosters), `dev` (a local
 //! cluster of `citrined` processes it starts and stops) and `act` (the ACT
 //! device test on the device engine's I/O path).
 //! Every failure ends with a message saying what to do and exit status 1.
@@ -35,6 +36,7 @@ mod msgpack;
 mod multi;
 mod noop;
 mod record;
+mod roster_cmd;
 mod tls_info;
 mod udf_cmd;
 mod verify_cmd;
@@ -102,6 +104,8 @@ enum Command {
     Act(Box<act::ActArgs>),
     /// Show every XDR destination (DC) of a node: state, lag, queue, counters.
     Xdr(xdr_cmd::XdrArgs),
+    /// Strong-consistency rosters: show them, stage one (--observed), apply (recluster).
+    Roster(roster_cmd::RosterArgs),
     /// Users of a node with security on: create, drop, password, grant, revoke, list.
     User(acl_cmd::UserArgs),
     /// Roles of a node with security on: create, drop, grant, revoke, list.
@@ -165,6 +169,7 @@ fn main() -> ExitCode {
             Command::Dev(args) => dev::run(args).await,
             Command::Act(args) => act::run(*args),
             Command::Xdr(args) => xdr_cmd::run(args).await,
+            Command::Roster(args) => roster_cmd::run(args).await,
             Command::User(args) => acl_cmd::run_user(args).await,
             Command::Role(args) => acl_cmd::run_role(args).await,
             Command::Certs(args) => certs::run(args),

@@ -90,6 +90,19 @@ pub struct NamespaceConfig {
     /// by nsup passes).
     pub tomb_raider_eligible_age: u32,
     pub storage_engine: StorageEngineConfig,
+    /// Strong consistency (`strong-consistency` and its options).
+    pub sc: ScConfig,
+}
+
+/// A namespace's strong-consistency options, with the reference's names:
+/// `strong-consistency`, `strong-consistency-allow-expunge`, `auto-revive`
+/// and `active-rack` (0: none). Off by default (an AP namespace).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScConfig {
+    pub strong_consistency: bool,
+    pub allow_expunge: bool,
+    pub auto_revive: bool,
+    pub active_rack: u32,
 }
 
 /// Default `tomb-raider-eligible-age`: one day, as Aerospike.
@@ -113,6 +126,7 @@ impl NamespaceConfig {
                 evict_used_pct: 0,
                 stop_writes_used_pct: 90,
             },
+            sc: ScConfig::default(),
         }
     }
 }

@@ -132,6 +132,8 @@ pub struct Distribution {
     joining: AtomicBool,
     /// Truncation thresholds the cluster shares (see [`truncations`]).
     pub truncations: truncations::Truncations,
+    /// Strong-consistency rosters the cluster shares (see [`sc::store`]).
+    pub rosters: sc::store::Rosters,
     /// Records to send to their replicas again (see
     /// [`Distribution::reconcile_pending`]).
     pub reconciles: replication::Reconciles,
@@ -166,6 +168,7 @@ impl Distribution {
             cluster_clock_skew_ms: AtomicU64::new(0),
             joining: AtomicBool::new(false),
             truncations: truncations::Truncations::default(),
+            rosters: sc::store::Rosters::default(),
             reconciles: replication::Reconciles::default(),
             stats: DistributionStats::default(),
             background: OnceLock::new(),

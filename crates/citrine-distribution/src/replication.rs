@@ -285,6 +285,10 @@ pub mod call_kind {
     /// (the service's `security::store`, one line each); the answer is
     /// one result-code byte.
     pub const SECURITY: u8 = 20;
+    /// Every namespace's strong-consistency rosters the sender knows, with
+    /// versions (`crate::sc::store`, one line each); the answer is one
+    /// result-code byte.
+    pub const ROSTERS: u8 = 21;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.
@@ -1287,6 +1291,13 @@ impl Distribution {
             },
             call_kind::DROP => vec![self.retire_copy(payload).code()],
             call_kind::MANIFEST => self.manifest(payload),
+            call_kind::ROSTERS => match std::str::from_utf8(payload) {
+                Ok(text) => {
+                    self.merge_rosters(text);
+                    vec![ResultCode::Ok.code()]
+                }
+                Err(_) => vec![ResultCode::Parameter.code()],
+            },
             call_kind::TRUNCATIONS => match std::str::from_utf8(payload) {
                 Ok(text) => {
                     self.merge_truncations(text);

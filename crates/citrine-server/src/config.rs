@@ -3,13 +3,14 @@
 //!
 //! Option names follow Aerospike's where they exist (`cluster-name`,
 //! `replication-factor`, `default-ttl`, `nsup-period`, `max-record-size`,
-//! `conflict-resolution-policy`, `tomb-raider-eligible-age`, `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`).
+//! `conflict-resolution-policy`, `tomb-raider-eligible-age`, `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`,
+//! `strong-consistency`, `strong-consistency-allow-expunge`, `auto-revive`, `active-rack`).
 //! An unknown option, a wrong type or an impossible value stops the start
 //! with a message naming the option and where it was given (file and line,
 //! or the flag).
 
 use citrine_service::config::{
-    ConflictResolutionPolicy, NamespaceConfig, ServiceConfig, StorageEngineConfig,
+    ConflictResolutionPolicy, NamespaceConfig, ScConfig, ServiceConfig, StorageEngineConfig,
 };
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -195,6 +196,12 @@ pub struct NamespaceSection {
     /// How long deleted records' tombstones are kept (default 1 day).
     pub tomb_raider_eligible_age: Option<Duration>,
     pub storage_engine: Option<StorageEngineSection>,
+    /// Strong consistency (issue 39): the namespace is kept safe — every
+    /// read and write answers 11 until its data paths exist.
+    pub strong_consistency: Option<bool>,
+    pub strong_consistency_allow_expunge: Option<bool>,
+    pub auto_revive: Option<bool>,
+    pub active_rack: Option<u32>,
 }
 
 /// `[namespace.storage-engine]`.
@@ -447,6 +454,10 @@ pub fn embedded_default() -> FileConfig {
         conflict_resolution_policy: None,
         tomb_raider_eligible_age: None,
         storage_engine: None,
+        strong_consistency: None,
+        strong_consistency_allow_expunge: None,
+        auto_revive: None,
+        active_rack: None,
     };
     FileConfig {
         namespaces: vec![namespace("test"), namespace("bar")],
@@ -1053,6 +1064,7 @@ fn resolve_namespace(
         )));
     }
     let mut config = NamespaceConfig::in_memory(name);
+    config.sc = resolve_sc(section);
     if let Some(factor) = section.replication_factor {
         if !(1..=128).contains(&factor) {
             return Err(ConfigError(format!(
@@ -1144,6 +1156,18 @@ fn resolve_record_limits(
             })?;
     }
     Ok(())
+}
+
+/// The strong-consistency options (`strong-consistency`,
+/// `strong-consistency-allow-expunge`, `auto-revive`, `active-rack`); the
+/// last three are kept but mean nothing without `strong-consistency`.
+fn resolve_sc(section: &NamespaceSection) -> ScConfig {
+    ScConfig {
+        strong_consistency: section.strong_consistency.unwrap_or(false),
+        allow_expunge: section.strong_consistency_allow_expunge.unwrap_or(false),
+        auto_revive: section.auto_revive.unwrap_or(false),
+        active_rack: section.active_rack.unwrap_or(0),
+    }
 }
 
 /// `[namespace.storage-engine] type = "memory"`: its data size (at least
@@ -1681,6 +1705,27 @@ mod tests {
         );
         let too_big = device("write-block-size = \"256M\"\n").expect_err("256M");
         assert!(too_big.0.contains("16K to 128M"), "{}", too_big.0);
+    }
+
+    #[test]
+    fn strong_consistency_options_are_read() {
+        let sc_of = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"s\"\n{extra}"))
+                .map(|config| config.service.namespaces[0].sc)
+        };
+        assert_eq!(sc_of("").expect("valid"), ScConfig::default());
+        let sc = sc_of("strong-consistency = true\nstrong-consistency-allow-expunge = true\nauto-revive = true\nactive-rack = 2\n")
+            .expect("valid");
+        assert_eq!(
+            sc,
+            ScConfig {
+                strong_consistency: true,
+                allow_expunge: true,
+                auto_revive: true,
+                active_rack: 2,
+            }
+        );
+        assert!(sc_of("strong-consistency = 1\n").is_err(), "a boolean");
     }
 
     #[test]

@@ -861,6 +861,9 @@ fn check_row<'a>(
         .field(field_type::NAMESPACE)
         .and_then(|name| context.layers.namespace(name))
         .ok_or(ResultCode::Namespace)?;
+    if crate::sc::unavailable(namespace) {
+        return Err(ResultCode::Unavailable);
+    }
     let fields = row_fields(body)?;
     let udf = row_udf(context.modules, body, parent)?;
     Ok((namespace, fields, udf))

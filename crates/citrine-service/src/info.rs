@@ -221,10 +221,14 @@ pub(crate) const COMMANDS: &[&str] = &[
     "rack-ids",
     "racks",
     "rebalance-generation",
+    "recluster",
     "release",
     "replicas",
     "replicas-all",
     "replicas-master",
+    "revive",
+    "roster",
+    "roster-set",
     "service",
     "service-clear-alt",
     "service-clear-std",
@@ -365,6 +369,7 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "truncate-namespace" => service.truncate_command(command, true),
         "truncate-undo" => service.truncate_undo_command(command, false),
         "truncate-namespace-undo" => service.truncate_undo_command(command, true),
+        "roster" | "roster-set" | "recluster" | "revive" => crate::sc::answer(service, command),
         "rack-ids" => rack_ids(&layers),
         "racks" => racks(&layers, command),
         "partition-checksums" => partition_checksums(&layers, command),
@@ -507,7 +512,16 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
             "max-record-size".to_owned(),
             config.max_record_size.to_string(),
         ),
-        ("strong-consistency".to_owned(), "false".to_owned()),
+        ("active-rack".to_owned(), config.sc.active_rack.to_string()),
+        ("auto-revive".to_owned(), config.sc.auto_revive.to_string()),
+        (
+            "strong-consistency".to_owned(),
+            config.sc.strong_consistency.to_string(),
+        ),
+        (
+            "strong-consistency-allow-expunge".to_owned(),
+            config.sc.allow_expunge.to_string(),
+        ),
         (
             "conflict-resolution-policy".to_owned(),
             config.conflict_resolution_policy.name().to_owned(),
@@ -610,6 +624,7 @@ fn namespace_info(layers: &Layers<'_>, namespace: &Namespace) -> String {
         pairs.extend(device.info_pairs());
     }
     pairs.extend(crate::compression_info::stat_pairs(namespace));
+    pairs.extend(crate::sc::stat_pairs(namespace));
     pairs.extend(namespace_config_pairs(namespace, layers.config.rack_id));
     join_pairs(&pairs, ';')
 }
@@ -1206,6 +1221,9 @@ fn cluster_stable(layers: &Layers<'_>, command: &InfoCommand<'_>) -> String {
         None => layers.migrations().tx_remaining() + layers.migrations().rx_remaining(),
     };
     let pending = pending + u64::from(layers.migrations().exchanging());
+    if crate::sc::any_unavailable(layers, command.param("namespace")) {
+        return "ERROR::unstable-cluster".to_owned();
+    }
     if pending > 0 && command.param("ignore-migrations") != Some("true") {
         return "ERROR::unstable-cluster".to_owned();
     }

@@ -65,6 +65,7 @@ pub mod lookahead;
 pub mod noop;
 mod offload;
 pub mod prometheus;
+mod sc;
 pub mod scan;
 pub mod security;
 pub mod session;
@@ -914,6 +915,10 @@ impl Service {
             let max_rows = self.batch_max_requests.load(Ordering::Relaxed);
             let next = batch::start(self.row_context(), (max_rows, refused), message, out);
             return Continuation::of_batch(next);
+        }
+        if crate::sc::refuses(self, message) {
+            transaction::write_result(out, ResultCode::Unavailable);
+            return None;
         }
         if message.field(field_type::DIGEST).is_some() {
             let hop = replication::Hop::client(deadline_ms);

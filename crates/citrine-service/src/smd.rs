@@ -5,7 +5,8 @@
 //! push of a store the `citrine-sindex` thread makes ([`push_to_peers`]).
 //! The stores are the index definitions (`sindex.smd`), the UDF modules
 //! (`udf.smd`), the truncations (`truncate.smd`) and, with security on,
-//! the users and roles (`security.smd`). The wait: the info
+//! the users and roles (`security.smd`), and the strong-consistency
+//! rosters (`roster.smd`). The wait: the info
 //! answer names the stores a request changed (`info::answer_request`),
 //! `Service::handle_streaming` returns a remote continuation for them, and
 //! completing it pushes each store to every other member and awaits their
@@ -29,6 +30,8 @@ pub(crate) enum Store {
     /// Users and roles (see [`crate::security`]); changed by admin
     /// commands, not info commands.
     Security,
+    /// Strong-consistency rosters (`citrine_distribution::sc::store`).
+    Rosters,
 }
 
 impl Store {
@@ -40,6 +43,7 @@ impl Store {
             "truncate" | "truncate-namespace" | "truncate-undo" | "truncate-namespace-undo" => {
                 Some(Store::Truncations)
             }
+            "roster-set" | "recluster" => Some(Store::Rosters),
             _ => None,
         }
     }
@@ -50,6 +54,7 @@ impl Store {
             Store::UdfModules => call_kind::UDF_MODULES,
             Store::Truncations => call_kind::TRUNCATIONS,
             Store::Security => call_kind::SECURITY,
+            Store::Rosters => call_kind::ROSTERS,
         }
     }
 
@@ -63,6 +68,7 @@ impl Store {
                 .security()
                 .map(crate::security::store_text)
                 .unwrap_or_default(),
+            Store::Rosters => service.dist().rosters_text(),
         }
     }
 }

@@ -2243,3 +2243,6 @@ fn set_name_in_a_write_expression_is_the_requests_set() {
     let reply = send(&service, &get("new"));
     assert!(reply.bins.contains(&(b"s".to_vec(), 3, b"demo".to_vec())));
 }
+
+/// Strong-consistency namespaces: the roster commands and the refusals.
+mod sc;

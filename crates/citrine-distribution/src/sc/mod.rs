@@ -7,14 +7,16 @@
 //! decide which sub-cluster serves a partition, its master, its regime,
 //! and dead partitions). The property tests (`tests.rs`) drive both over
 //! random splits, crashes, restarts and revives of rosters of 2 to 8 nodes,
-//! seed by seed.
+//! seed by seed. [`store`] keeps the rosters cluster-wide and across
+//! restarts (shared metadata, file `roster.smd`).
 //!
-//! Invariants: nothing here does I/O, reads a clock or keeps state between
-//! calls beyond the values passed in; the same inputs give the same
-//! answers on every node.
+//! Invariants: except [`store`], nothing here does I/O, reads a clock or
+//! keeps state between calls beyond the values passed in; the same inputs
+//! give the same answers on every node.
 
 pub mod availability;
 pub mod roster;
+pub mod store;
 
 #[cfg(test)]
 mod tests;
