@@ -26,6 +26,7 @@ fn publish_two(service: &Service, other: u64) {
         node_id: citrine_types::NodeId(id),
         rack_id,
         service_address: String::new(),
+        tls: None,
     };
     service.publish_cluster(ClusterState::new(
         me,
