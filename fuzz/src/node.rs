@@ -30,6 +30,7 @@ pub fn single_node(
         node_id: NodeId(node_id),
         rack_id: 0,
         service_address: "127.0.0.1:3000".into(),
+        tls: None,
     };
     service.publish_cluster(ClusterState::new(
         NodeId(node_id),
