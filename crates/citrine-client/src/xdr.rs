@@ -16,14 +16,7 @@ use crate::policy::{RecordExistsAction, WritePolicy};
 use crate::value::Bin;
 use citrine_wire::msg::{field_type, info1, info2, op_type, MessageWriter, MsgHeader};
 
-/// Unix ms of the Citrusleaf epoch (2010-01-01 UTC).
-const CITRUSLEAF_EPOCH_MS: u64 = 1_262_304_000_000;
-
-/// The `LUT` field's value for a last-update time in Unix ms.
-pub fn lut_field(source_id: u8, last_update_unix_ms: u64) -> [u8; 8] {
-    let lut = last_update_unix_ms.saturating_sub(CITRUSLEAF_EPOCH_MS) & ((1 << 40) - 1);
-    ((u64::from(source_id) << 40) | lut).to_be_bytes()
-}
+pub use citrine_wire::msg::xdr_lut_field as lut_field;
 
 impl Client {
     /// Ships a record's state: replaces the destination's copy with `bins`.
@@ -112,15 +105,4 @@ fn encode(
     ops(&mut writer);
     writer.finish();
     Ok(frame)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lut_field_is_citrusleaf_ms_below_the_source_id() {
-        let field = lut_field(3, CITRUSLEAF_EPOCH_MS + 0x1234);
-        assert_eq!(u64::from_be_bytes(field), (3 << 40) | 0x1234);
-    }
 }

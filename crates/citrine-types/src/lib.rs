@@ -21,7 +21,7 @@ mod time;
 
 pub use result_code::ResultCode;
 pub use time::{
-    citrusleaf_epoch_ms, citrusleaf_epoch_seconds, unix_to_citrusleaf,
+    citrusleaf_epoch_ms, citrusleaf_epoch_seconds, unix_to_citrusleaf, CITRUSLEAF_EPOCH_UNIX_MS,
     CITRUSLEAF_EPOCH_UNIX_SECONDS,
 };
 

@@ -4,6 +4,9 @@
 /// Unix time (seconds) of the citrusleaf epoch, 2010-01-01T00:00:00Z.
 pub const CITRUSLEAF_EPOCH_UNIX_SECONDS: u64 = 1_262_304_000;
 
+/// Unix time (milliseconds) of the citrusleaf epoch.
+pub const CITRUSLEAF_EPOCH_UNIX_MS: u64 = CITRUSLEAF_EPOCH_UNIX_SECONDS * 1_000;
+
 /// Converts Unix seconds to citrusleaf-epoch seconds (saturating at 0).
 #[inline]
 pub fn unix_to_citrusleaf(unix_seconds: u64) -> u32 {

@@ -535,9 +535,36 @@ pub fn write_status(buffer: &mut Vec<u8>, result_code: u8, generation: u32, void
     MessageWriter::begin(buffer, &header).finish();
 }
 
+/// Low bits of an XDR write's `LUT` field (14) holding the last-update
+/// time; the shipping node's id sits above them.
+const LUT_TIME_BITS: u32 = 40;
+
+/// The `LUT` field (14) an XDR write carries: the record's last-update
+/// time (Unix ms) as Citrusleaf-epoch ms in the low 40 bits, the source
+/// node's id above.
+pub fn xdr_lut_field(source_id: u8, last_update_unix_ms: u64) -> [u8; 8] {
+    let mask = (1u64 << LUT_TIME_BITS) - 1;
+    let lut = last_update_unix_ms.saturating_sub(citrine_types::CITRUSLEAF_EPOCH_UNIX_MS) & mask;
+    ((u64::from(source_id) << LUT_TIME_BITS) | lut).to_be_bytes()
+}
+
+/// The last-update time (Unix ms) an XDR write's `LUT` field carries.
+pub fn xdr_lut_unix_ms(field: [u8; 8]) -> u64 {
+    let mask = (1u64 << LUT_TIME_BITS) - 1;
+    (u64::from_be_bytes(field) & mask) + citrine_types::CITRUSLEAF_EPOCH_UNIX_MS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xdr_lut_field_is_citrusleaf_ms_below_the_source_id() {
+        let unix_ms = citrine_types::CITRUSLEAF_EPOCH_UNIX_MS + 0x1234;
+        let field = xdr_lut_field(3, unix_ms);
+        assert_eq!(u64::from_be_bytes(field), (3 << 40) | 0x1234);
+        assert_eq!(xdr_lut_unix_ms(field), unix_ms);
+    }
     use crate::frame::ProtoHeader;
 
     /// The worked example of 02 §6.1: put ("test","demo","key1") a = 1.

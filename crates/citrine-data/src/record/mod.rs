@@ -219,9 +219,6 @@ pub fn parse_key(field: &[u8]) -> Result<(u8, &[u8]), ResultCode> {
     }
 }
 
-/// Unix ms of the Citrusleaf epoch (2010-01-01 UTC).
-const CITRUSLEAF_EPOCH_MS: u64 = 1_262_304_000_000;
-
 /// The source's last-update time (Unix ms) a write shipped by XDR carries
 /// (info1 `XDR` and field 14 `LUT`: Citrusleaf-epoch ms in the low 40
 /// bits, the source id above); `None` for any other write. Such a write
@@ -234,7 +231,7 @@ pub fn xdr_lut_ms(request: &Request<'_>) -> Option<u64> {
         return None;
     };
     let field: [u8; 8] = message.field(field_type::LUT)?.try_into().ok()?;
-    Some((u64::from_be_bytes(field) & ((1 << 40) - 1)) + CITRUSLEAF_EPOCH_MS)
+    Some(citrine_wire::msg::xdr_lut_unix_ms(field))
 }
 
 /// Conflict resolution of an XDR write by last-update time: it loses

@@ -76,10 +76,14 @@ pub(crate) fn write(
         };
         let found = Found::new(current, live, body.as_deref())?;
         check_preconditions(namespace, request, &found, now)?;
-        let local_lut = live
-            .map(|meta| meta.last_update_ms)
-            .or_else(|| Some(partition.tombstone(&request.digest)?.last_update_ms));
-        super::check_xdr_conflict(super::xdr_lut_ms(request), local_lut)?;
+        if let shipped @ Some(_) = super::xdr_lut_ms(request) {
+            // Only a write XDR shipped looks up a tombstone for its
+            // conflict check; a client's write never does.
+            let local_lut = live
+                .map(|meta| meta.last_update_ms)
+                .or_else(|| Some(partition.tombstone(&request.digest)?.last_update_ms));
+            super::check_xdr_conflict(shipped, local_lut)?;
+        }
         let record_set = match found.live {
             Some(meta) => meta.set_id,
             None => set_of_new_record(namespace, request.set)?,

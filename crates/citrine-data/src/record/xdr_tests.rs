@@ -33,7 +33,7 @@ fn run(namespace: &Namespace, xdr: bool, delete: bool, lut_ms: u64, value: &str)
             },
         ..MsgHeader::default()
     };
-    let lut = (lut_ms - 1_262_304_000_000) | (5 << 40);
+    let lut = u64::from_be_bytes(citrine_wire::msg::xdr_lut_field(5, lut_ms));
     let mut frame = Vec::new();
     let mut writer = MessageWriter::begin(&mut frame, &header);
     writer
