@@ -639,8 +639,9 @@ fn users_and_roles_against_a_secure_citrined() {
             .status
             .success()
     );
-    let users = stdout(&as_admin(&["user", "list"]));
-    assert!(users.contains("ann\troles=demo-rw,read\n"), "{users}");
+    let listed = as_admin(&["user", "list"]);
+    let users = stdout(&listed);
+    assert!(users.contains("ann\troles=demo-rw,read\n"), "{listed:?}");
     let roles = stdout(&as_admin(&["role", "list", "demo-rw"]));
     assert_eq!(roles, "demo-rw\tprivileges=read-write@test.demo\n");
     let truncate = citrine(&[

@@ -616,6 +616,10 @@ fn connections_move_with(service_io: &str) {
             let port = server.port;
             std::thread::spawn(move || {
                 let mut stream = connect(port);
+                // The connection's session (here its user agent; a login
+                // alike) must move with it between service threads.
+                let agent = "user-agent-set:value=MSxjLTcuMS4wLG1vdmluZw==";
+                assert_eq!(info(&mut stream, &[agent])[0].1, "ok");
                 let key = format!("moving-{client}");
                 let increment = write_request(
                     "test",
@@ -663,6 +667,11 @@ fn connections_move_with(service_io: &str) {
                         );
                     }
                 }
+                assert_eq!(
+                    info(&mut stream, &[agent])[0].1,
+                    "ERROR:4:already set",
+                    "client {client}: its session was lost in a move"
+                );
                 count
             })
         })

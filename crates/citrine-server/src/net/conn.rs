@@ -85,10 +85,8 @@ impl Conn {
     /// `out` is an empty buffer to reuse for replies.
     pub(super) fn new(
         peer: SocketAddr,
-        input: Vec<u8>,
-        start: usize,
-        end: usize,
-        out: Vec<u8>,
+        (input, start, end, out): (Vec<u8>, usize, usize, Vec<u8>),
+        session: citrine_service::session::Session,
     ) -> Conn {
         debug_assert!(start <= end && end <= input.len());
         debug_assert!(out.is_empty());
@@ -102,7 +100,7 @@ impl Conn {
             state: State::Idle,
             eof: false,
             active: true,
-            session: Default::default(),
+            session,
         }
     }
 
@@ -441,7 +439,7 @@ mod tests {
 
     fn conn() -> Conn {
         let peer = SocketAddr::from(([127, 0, 0, 1], 1));
-        Conn::new(peer, vec![0; 8], 0, 0, Vec::new())
+        Conn::new(peer, (vec![0; 8], 0, 0, Vec::new()), Default::default())
     }
 
     #[test]

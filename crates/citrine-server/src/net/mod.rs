@@ -64,7 +64,9 @@ enum Arrival {
     Moved(Box<Parked>),
 }
 
-/// A connection between requests, in transit between service threads.
+/// A connection between requests, in transit between service threads,
+/// with everything that is its own: buffers and session (its login and
+/// user agent), which a move must not lose.
 struct Parked {
     stream: std::net::TcpStream,
     peer: SocketAddr,
@@ -72,6 +74,7 @@ struct Parked {
     start: usize,
     end: usize,
     out: Vec<u8>,
+    session: citrine_service::session::Session,
 }
 
 /// Wakes a service thread from another thread.

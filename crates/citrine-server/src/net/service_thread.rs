@@ -481,6 +481,7 @@ impl<B: Backend> ServiceThread<B> {
             start: 0,
             end: 0,
             out: Vec::with_capacity(READ_BUFFER_BYTES),
+            session: Default::default(),
         }
     }
 
@@ -502,7 +503,11 @@ impl<B: Backend> ServiceThread<B> {
         let mut out = parked.out;
         out.clear();
         self.connections[token] = Some(Connection {
-            conn: Conn::new(parked.peer, parked.input, parked.start, parked.end, out),
+            conn: Conn::new(
+                parked.peer,
+                (parked.input, parked.start, parked.end, out),
+                parked.session,
+            ),
             socket,
             moving_to: None,
             waker: None,
@@ -805,6 +810,7 @@ impl<B: Backend> ServiceThread<B> {
             start: conn.start,
             end: conn.end,
             out: conn.out,
+            session: conn.session,
         }))
     }
 }

@@ -262,7 +262,11 @@ impl TlsSession {
     pub(super) fn new(start: TlsStart, peer: SocketAddr) -> TlsSession {
         TlsSession {
             server: start.server,
-            cipher: Conn::new(peer, vec![0; CIPHER_BUFFER_BYTES], 0, 0, Vec::new()),
+            cipher: Conn::new(
+                peer,
+                (vec![0; CIPHER_BUFFER_BYTES], 0, 0, Vec::new()),
+                Default::default(),
+            ),
             names_to_check: start.names,
         }
     }
