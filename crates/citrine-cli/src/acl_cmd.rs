@@ -302,28 +302,15 @@ fn user_request(command: &UserCommand) -> Result<Request<'_>, String> {
                 false,
             )
         }
-        UserCommand::Grant { on, name, roles } => (
-            on,
-            admin::request(
-                command::GRANT_ROLES,
-                &[
-                    (field::USER, name.as_bytes()),
-                    (field::ROLES, &admin::roles_data(roles)),
-                ],
-            ),
-            false,
-        ),
-        UserCommand::Revoke { on, name, roles } => (
-            on,
-            admin::request(
-                command::REVOKE_ROLES,
-                &[
-                    (field::USER, name.as_bytes()),
-                    (field::ROLES, &admin::roles_data(roles)),
-                ],
-            ),
-            false,
-        ),
+        UserCommand::Grant { on, name, roles } | UserCommand::Revoke { on, name, roles } => {
+            let code = match command {
+                UserCommand::Grant { .. } => command::GRANT_ROLES,
+                _ => command::REVOKE_ROLES,
+            };
+            let roles = admin::roles_data(roles);
+            let fields = [(field::USER, name.as_bytes()), (field::ROLES, &roles[..])];
+            (on, admin::request(code, &fields), false)
+        }
         UserCommand::List { on, name } => {
             let fields: Vec<(u8, &[u8])> = name
                 .iter()
@@ -380,32 +367,23 @@ fn role_request(command: &RoleCommand) -> Result<Request<'_>, String> {
             on,
             name,
             privileges,
-        } => (
-            on,
-            admin::request(
-                command::GRANT_PRIVILEGES,
-                &[
-                    (field::ROLE, name.as_bytes()),
-                    (field::PRIVILEGES, &privileges_data(privileges)?),
-                ],
-            ),
-            false,
-        ),
-        RoleCommand::Revoke {
+        }
+        | RoleCommand::Revoke {
             on,
             name,
             privileges,
-        } => (
-            on,
-            admin::request(
-                command::REVOKE_PRIVILEGES,
-                &[
-                    (field::ROLE, name.as_bytes()),
-                    (field::PRIVILEGES, &privileges_data(privileges)?),
-                ],
-            ),
-            false,
-        ),
+        } => {
+            let code = match command {
+                RoleCommand::Grant { .. } => command::GRANT_PRIVILEGES,
+                _ => command::REVOKE_PRIVILEGES,
+            };
+            let data = privileges_data(privileges)?;
+            let fields = [
+                (field::ROLE, name.as_bytes()),
+                (field::PRIVILEGES, &data[..]),
+            ];
+            (on, admin::request(code, &fields), false)
+        }
         RoleCommand::List { on, name } => {
             let fields: Vec<(u8, &[u8])> = name
                 .iter()
