@@ -176,11 +176,14 @@ pub struct Shipper {
 }
 
 impl Shipper {
-    /// A shipper whose partitions all start at `lst` (no partition
-    /// mastered until [`Shipper::set_mastered`]).
-    pub fn new(settings: NamespaceSettings, limits: Limits, lst: u64) -> Shipper {
+    /// A shipper of every record last updated at or after `ship_from_ms`
+    /// (no partition mastered until [`Shipper::set_mastered`]). Its LSTs
+    /// start just before it: a window takes LUTs past the LST, and a write
+    /// in the very millisecond the namespace was added to the DC (or the
+    /// rewind point) is one to ship.
+    pub fn new(settings: NamespaceSettings, limits: Limits, ship_from_ms: u64) -> Shipper {
         let partition = Partition {
-            lst,
+            lst: ship_from_ms.saturating_sub(1),
             mastered: false,
             scan_at: 0,
             recovering: false,

@@ -119,7 +119,9 @@ impl Xdr {
     }
 
     /// Adds a namespace's lane: its LSTs from the file when one is kept
-    /// and no rewind is asked, else from the rewind point.
+    /// and no rewind is asked, else it ships every write from the rewind
+    /// point on (without one: from this millisecond on, so a client's write
+    /// answered in the same millisecond as the add is shipped).
     fn add_lane(
         &self,
         dc: &mut Dc,
@@ -129,7 +131,7 @@ impl Xdr {
         rewind: Rewind,
     ) {
         let now_ms = self.service.now().unix_ms;
-        let start = match rewind {
+        let ship_from = match rewind {
             Rewind::None => now_ms,
             Rewind::All => 0,
             Rewind::Seconds(seconds) => now_ms.saturating_sub(seconds.saturating_mul(1000)),
@@ -141,7 +143,7 @@ impl Xdr {
                 .and_then(|bytes| lst_file::decode(&bytes)),
             _ => None,
         };
-        let mut shipper = Shipper::new(settings.clone(), Limits::default(), start);
+        let mut shipper = Shipper::new(settings.clone(), Limits::default(), ship_from);
         if let Some(lsts) = saved {
             shipper = Shipper::new(settings.clone(), Limits::default(), 0);
             for (partition, lst) in lsts.into_iter().enumerate() {

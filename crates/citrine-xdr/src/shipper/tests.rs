@@ -213,11 +213,11 @@ fn delay_ms_holds_the_horizon_back_and_unmastered_partitions_never_scan() {
         scans,
         vec![Scan {
             partition: 3,
-            after: 1000,
+            after: 999,
             up_to: 8500
         }]
     );
-    assert_eq!(shipper.lag_ms(9000), 8000);
+    assert_eq!(shipper.lag_ms(9000), 8001);
 }
 
 #[test]
@@ -241,4 +241,19 @@ fn every_partition_gets_its_scan_however_many_are_due() {
         }
     }
     assert!(scanned.iter().all(|scanned| *scanned));
+}
+
+#[test]
+fn a_new_shipper_ships_a_write_of_its_first_millisecond() {
+    // The namespace is added to the DC at 1000 and the first client write
+    // lands in that same millisecond: it was written after the add, so it
+    // ships (the window after a new lane's LST must take LUT 1000 in).
+    let mut shipper = Shipper::new(NamespaceSettings::default(), Limits::default(), 1000);
+    shipper.set_mastered(7, true);
+    let scan = open(&mut shipper, 5000, &[1000, 1001]);
+    assert!(
+        scan.after < 1000,
+        "the window takes the first millisecond in"
+    );
+    assert_eq!(shipper.poll(5000).len(), 2, "both writes since the add");
 }
