@@ -60,7 +60,7 @@ impl Data {
         let namespaces = namespaces
             .iter()
             .cloned()
-            .map(|namespace| Namespace::open(namespace, clock.as_ref()).map(Arc::new))
+            .map(|namespace| Namespace::open(namespace, Arc::clone(&clock)).map(Arc::new))
             .collect::<Result<Vec<_>, String>>()?;
         let started_unix_ms = clock.now_unix_ms();
         Ok(Data {

@@ -364,13 +364,19 @@ pub struct Namespace {
     hook: std::sync::OnceLock<Arc<dyn RecordHook>>,
     /// The failed partitions already logged and counted.
     failed_reported: Mutex<std::collections::BTreeSet<u16>>,
+    /// The node's clock, read again under a partition's write lock
+    /// ([`Namespace::now_under_lock`]).
+    clock: Arc<dyn crate::Clock>,
 }
 
 impl Namespace {
     /// Opens a namespace. A device namespace opens its devices and rebuilds
     /// its index (fast restart from a clean shutdown's image, otherwise a
     /// cold start scanning the devices).
-    pub fn open(config: NamespaceConfig, clock: &dyn crate::Clock) -> Result<Namespace, String> {
+    pub fn open(
+        config: NamespaceConfig,
+        clock: Arc<dyn crate::Clock>,
+    ) -> Result<Namespace, String> {
         let storage: Box<dyn StorageEngine> = match &config.storage_engine {
             StorageEngineConfig::Memory { data_size, .. } => {
                 Box::new(MemoryEngine::with_budget(*data_size))
@@ -388,9 +394,26 @@ impl Namespace {
             stats: NamespaceStats::default(),
             hook: std::sync::OnceLock::new(),
             failed_reported: Mutex::default(),
+            clock,
         };
-        crate::device::recover(&namespace, clock)?;
+        crate::device::recover(&namespace, namespace.clock.as_ref())?;
         Ok(namespace)
+    }
+
+    /// The time a change decided under its partition's write lock runs
+    /// at: the clock read under that lock, never before `taken` (when the
+    /// request was taken up). A version's LUT is taken from it, so it is at
+    /// or past every clock reading made before the lock was free: XDR's
+    /// scan reads the clock, then the partition under its lock, and a
+    /// write the scan did not see gets a LUT past the scan's window however
+    /// long the write waited for the lock.
+    pub fn now_under_lock(&self, taken: crate::Now) -> crate::Now {
+        let fresh = crate::Now::of(self.clock.as_ref());
+        if fresh.unix_ms > taken.unix_ms {
+            fresh
+        } else {
+            taken
+        }
     }
 
     /// Whether `partition` still serves requests. It does not once a change

@@ -761,6 +761,8 @@ fn commit(
         .index
         .partition(request.digest.partition())
         .write();
+    // The LUT is taken under the lock (see `Namespace::now_under_lock`).
+    let now = namespace.now_under_lock(now);
     let current = partition
         .get(&request.digest)
         .map(|entry| entry.meta())

@@ -47,8 +47,11 @@ pub struct Limits {
     pub idle_rescan_ms: u64,
     /// How soon a partition is rescanned after a failed ship.
     pub retry_ms: u64,
-    /// How far behind now a window's horizon stays, so that a write whose
-    /// LUT was taken just before the scan is in this window or the next.
+    /// How far behind now a window's horizon stays. A write takes its LUT
+    /// under its partition's lock, so a write a scan did not see has a LUT
+    /// at or past the `now_ms` read before the scan: any margin of 1 ms or
+    /// more keeps it out of the window; the rest absorbs a wall clock
+    /// stepped back a little.
     pub settle_ms: u64,
 }
 

@@ -91,8 +91,8 @@ fn perform_on(namespace: &Namespace, digest: Digest, ops: Option<&[u8]>) -> u8 {
 
 #[test]
 fn a_panic_while_a_change_is_published_stops_that_partition_only() {
-    let clock = ManualClock::new(START_MS);
-    let namespace = Namespace::open(NamespaceConfig::in_memory("test"), &clock).unwrap();
+    let clock = std::sync::Arc::new(ManualClock::new(START_MS));
+    let namespace = Namespace::open(NamespaceConfig::in_memory("test"), clock).unwrap();
     let victim = digest_in(7, 0xA1);
     let bystander = digest_in(8, 0xB2);
     namespace
@@ -142,8 +142,8 @@ fn a_panic_while_a_change_is_published_stops_that_partition_only() {
 
 #[test]
 fn a_write_that_fails_with_a_code_leaves_its_partition_serving() {
-    let clock = ManualClock::new(START_MS);
-    let namespace = Namespace::open(NamespaceConfig::in_memory("test"), &clock).unwrap();
+    let clock = std::sync::Arc::new(ManualClock::new(START_MS));
+    let namespace = Namespace::open(NamespaceConfig::in_memory("test"), clock).unwrap();
     let digest = digest_in(9, 0xE5);
     let write = raw_op(op_type::WRITE, 1, b"n", &5i64.to_be_bytes());
     assert_eq!(perform_on(&namespace, digest, Some(&write)), 0);

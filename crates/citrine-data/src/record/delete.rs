@@ -26,6 +26,8 @@ pub(crate) fn delete(
         .index
         .partition(request.digest.partition())
         .write();
+    // The LUT is taken under the lock (see `Namespace::now_under_lock`).
+    let now = namespace.now_under_lock(now);
     let live = partition
         .get(&request.digest)
         .map(|entry| (entry, entry.meta()))

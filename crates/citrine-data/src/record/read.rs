@@ -311,6 +311,8 @@ pub(crate) fn read_touch(
         .index
         .partition(request.digest.partition())
         .write();
+    // The LUT is taken under the lock (see `Namespace::now_under_lock`).
+    let now = namespace.now_under_lock(now);
     let Some(entry) = partition.get(&request.digest) else {
         return Ok(false);
     };

@@ -20,7 +20,7 @@ const BOOL: u8 = ParticleType::Bool as u8;
 fn namespace() -> Namespace {
     Namespace::open(
         NamespaceConfig::in_memory("test"),
-        &ManualClock::new(NOW_MS),
+        std::sync::Arc::new(ManualClock::new(NOW_MS)),
     )
     .unwrap()
 }

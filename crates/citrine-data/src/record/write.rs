@@ -60,6 +60,8 @@ pub(crate) fn write(
         .index
         .partition(request.digest.partition())
         .write();
+    // The LUT is taken under the lock (see `Namespace::now_under_lock`).
+    let now = namespace.now_under_lock(now);
     let outcome = {
         let current = partition.get(&request.digest);
         let live = current

@@ -15,7 +15,7 @@ const DIGEST: Digest = Digest([7; DIGEST_SIZE]);
 fn namespace() -> Namespace {
     Namespace::open(
         NamespaceConfig::in_memory("test"),
-        &ManualClock::new(NOW_MS),
+        std::sync::Arc::new(ManualClock::new(NOW_MS)),
     )
     .unwrap()
 }
@@ -101,4 +101,24 @@ fn shipped_writes_keep_the_source_lut_and_lose_to_newer_local_copies() {
     // A client's write: the field is ignored, the LUT is now.
     assert_eq!(run(&namespace, false, false, l1, "e"), 0);
     assert_eq!(stored(&namespace).0, Some(NOW_MS));
+}
+
+#[test]
+fn a_change_that_waited_for_its_lock_takes_its_lut_under_it() {
+    // Each request is taken up at NOW_MS (`run`'s `now`) and gets its
+    // partition's lock seconds later: an XDR scan that read the clock and
+    // the partition meanwhile did not see it, so its LUT must be past
+    // that scan's window, the time it was decided under the lock.
+    let clock = std::sync::Arc::new(ManualClock::new(NOW_MS + 5000));
+    let shared: std::sync::Arc<dyn crate::Clock> = clock.clone();
+    let namespace = Namespace::open(NamespaceConfig::in_memory("test"), shared).unwrap();
+    assert_eq!(run(&namespace, false, false, 0, "a"), 0);
+    assert_eq!(stored(&namespace).0, Some(NOW_MS + 5000), "a write");
+    clock.advance_ms(1000);
+    assert_eq!(run(&namespace, false, true, 0, ""), 0);
+    assert_eq!(
+        stored(&namespace).1,
+        Some(NOW_MS + 6000),
+        "a durable delete"
+    );
 }
