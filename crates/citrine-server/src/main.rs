@@ -30,6 +30,7 @@
 mod audit;
 mod cluster;
 mod config;
+mod console;
 mod event_loop;
 mod http;
 mod migrate;
