@@ -149,7 +149,7 @@ fn the_console_shows_the_cluster_and_follows_a_node_loss() {
     let writer = load(&nodes[0], stop.clone());
     let browser = Browser::find();
     if let Some(browser) = &browser {
-        browser.sees_three_nodes_and_moving_throughput(http_port);
+        browser.sees_three_nodes_and_moving_throughput(http_port, &nodes[0].id);
     }
 
     let lost = nodes[2].id.clone();
@@ -249,16 +249,20 @@ impl Browser {
         run(&["--dump-dom"])
     }
 
-    fn sees_three_nodes_and_moving_throughput(&self, http_port: u16) {
+    fn sees_three_nodes_and_moving_throughput(&self, http_port: u16, served_by: &str) {
         let dom = self.load(http_port, 4, "console-three-nodes.png");
         let rows = attribute_texts(&dom, "class=\"node\" data-node=\"");
         assert_eq!(rows.len(), 3, "three node rows in\n{dom}");
         assert_eq!(dom.matches("data-health=\"up\"").count(), 3, "{dom}");
         assert!(dom.contains("data-mastered=\"4096\""), "{dom}");
-        let moving = attribute_values(&dom, "data-last=\"")
-            .into_iter()
-            .any(|last| last > 0.0);
-        assert!(moving, "a throughput plot moves:\n{dom}");
+        // The serving node's line in the per-node throughput plot: the
+        // load goes through it.
+        let served = format!("data-plot=\"tp-node\" data-series=\"{served_by}\" data-last=\"");
+        let moving = attribute_values(&dom, &served);
+        assert!(
+            moving.iter().any(|last| *last > 0.0),
+            "a throughput plot moves:\n{dom}"
+        );
     }
 
     fn sees_the_node_gone(&self, http_port: u16, lost: &str) {
