@@ -11,7 +11,8 @@
 //! The stages Citrine times for a single-record request or a batch row
 //! (see [`crate::latency::Timed`]): `start`, from the request's arrival
 //! (a batch row: from the row's start) to its namespace and kind being
-//! known; `local`/`master`, running it here (`batch-sub-read-local`,
+//! known, for every request this node begins (one it then proxies too);
+//! `local`/`master`, running it here (`batch-sub-read-local`,
 //! `-write-master` or `-udf-master` by the row's kind); `dup-res`, from
 //! routing to the end of duplicate resolution and the resolved run;
 //! `repl-write`, from the master's run to every replica's
