@@ -150,21 +150,29 @@ pub const GROUPS: [(&str, &[&str]); 6] = [
 
 /// The position (in [`GROUPS`]) of the histogram a stage of a group
 /// counts in; `op` picks a batch row's run stage (`read`, `write`, `udf`).
+/// A table, not a name search: it runs on every request of a group that
+/// is on (`stage_positions_name_their_stages` checks it against the names).
+#[inline]
 fn stage_position(group: Group, stage: Stage, op: Group) -> Option<usize> {
-    let ending = match (group, stage, op) {
-        (Group::BatchSub, Stage::Run, Group::Write) => "-write-master",
-        (Group::BatchSub, Stage::Run, Group::Udf) => "-udf-master",
-        (Group::BatchSub | Group::Read, Stage::Run, _) => "-read-local",
-        (_, Stage::Run, _) => "-master",
-        (_, Stage::Start, _) => "-start",
-        (_, Stage::DupRes, _) => "-dup-res",
-        (_, Stage::ReplWrite, _) => "-repl-write",
-        (_, Stage::Response, _) => "-response",
-    };
-    GROUPS[group as usize]
-        .1
-        .iter()
-        .position(|suffix| suffix.ends_with(ending) || ending.get(1..) == Some(suffix))
+    match (group, stage) {
+        (Group::Read, Stage::Start) | (Group::Write | Group::Udf, Stage::Start) => Some(0),
+        (Group::UdfSub | Group::OpsSub, Stage::Start) => Some(0),
+        (Group::BatchSub, Stage::Start) => Some(1),
+        (Group::BatchSub, Stage::DupRes) => Some(3),
+        (_, Stage::DupRes) => Some(2),
+        (Group::Read, Stage::Run) => Some(4),
+        (Group::Read, Stage::ReplWrite) => None,
+        (Group::BatchSub, Stage::Run) => Some(match op {
+            Group::Write => 6,
+            Group::Udf => 7,
+            _ => 5,
+        }),
+        (Group::BatchSub, Stage::ReplWrite) => Some(8),
+        (Group::BatchSub, Stage::Response) => Some(9),
+        (_, Stage::Run) => Some(3),
+        (_, Stage::ReplWrite) => Some(4),
+        (_, Stage::Response) => Some(5),
+    }
 }
 
 /// One namespace's flags and (once first on) histograms.
@@ -428,6 +436,47 @@ mod tests {
                 .count(),
             10
         );
+    }
+
+    #[test]
+    fn stage_positions_name_their_stages() {
+        let groups = [
+            Group::Read,
+            Group::Write,
+            Group::Udf,
+            Group::BatchSub,
+            Group::UdfSub,
+            Group::OpsSub,
+        ];
+        let stages = [
+            (Stage::Start, "-start"),
+            (Stage::DupRes, "-dup-res"),
+            (Stage::ReplWrite, "-repl-write"),
+            (Stage::Response, "-response"),
+        ];
+        for group in groups {
+            let names = GROUPS[group as usize].1;
+            for (stage, ending) in stages {
+                match stage_position(group, stage, group) {
+                    Some(at) => assert!(
+                        format!("-{}", names[at]).ends_with(ending),
+                        "{group:?} {stage:?}"
+                    ),
+                    None => assert!(!names.iter().any(|name| name.ends_with(ending))),
+                }
+            }
+            for op in [Group::Read, Group::Write, Group::Udf] {
+                let run = names[stage_position(group, Stage::Run, op).unwrap()];
+                let expected = match (group, op) {
+                    (Group::BatchSub, Group::Write) => "batch-sub-write-master",
+                    (Group::BatchSub, Group::Udf) => "batch-sub-udf-master",
+                    (Group::BatchSub, _) => "batch-sub-read-local",
+                    (Group::Read, _) => "read-local",
+                    _ => "master",
+                };
+                assert!(run.ends_with(expected), "{group:?} {op:?}: {run}");
+            }
+        }
     }
 
     #[test]
