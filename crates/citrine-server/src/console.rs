@@ -475,6 +475,42 @@ mod tests {
     }
 
     #[test]
+    fn rosters_and_xdr_lag_are_shown_where_they_exist() {
+        let mut node = answered("A", "");
+        let Ok(answers) = &mut node.result else {
+            unreachable!()
+        };
+        answers.insert("get-config:context=xdr".into(), "dcs=dc1,dc2".into());
+        assert_eq!(
+            dc_commands(answers),
+            [
+                "get-stats:context=xdr;dc=dc1",
+                "get-stats:context=xdr;dc=dc2"
+            ]
+        );
+        answers.insert(
+            "get-stats:context=xdr;dc=dc1".into(),
+            "lag=7;in_queue=3".into(),
+        );
+        answers.insert(
+            "get-stats:context=xdr;dc=dc2".into(),
+            "ERROR:4:DC dc2 not found".into(),
+        );
+        let roster = "roster=B@1,A@1:pending_roster=null:observed_nodes=A@1";
+        answers.insert("roster:namespace=sc".into(), roster.into());
+        answers.insert(
+            "roster:namespace=ap".into(),
+            "ERROR:4:namespace is not strong-consistency".into(),
+        );
+        let shown = node_json(&node, "K", &["sc".to_owned(), "ap".to_owned()]);
+        assert_eq!(shown["xdr"], json!({"dc1": {"lag": "7", "in_queue": "3"}}));
+        assert_eq!(shown["roster"]["sc"]["roster"], "B@1,A@1");
+        assert_eq!(shown["roster"]["sc"]["observed_nodes"], "A@1");
+        assert!(shown["roster"].get("ap").is_none());
+        assert!(dc_commands(&BTreeMap::new()).is_empty());
+    }
+
+    #[test]
     fn latencies_keep_the_histograms_that_counted() {
         let value = latencies("batch-index:;{test}-read:msec,1.0,0.00");
         assert_eq!(value, json!({"{test}-read": ["msec", "1.0", "0.00"]}));
