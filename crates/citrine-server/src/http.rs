@@ -4,8 +4,10 @@
 //! exporter beside it.
 //!
 //! A minimal HTTP/1.1 responder on a thread of its own (`citrine-http`),
-//! serving one connection at a time (a scrape every few seconds is its
-//! load): it reads the request head, answers, and closes the connection.
+//! serving one connection at a time (a scrape every few seconds, and an
+//! open console's poll every 2 s, are its load; a console state takes at
+//! most [`crate::console::PEER_TIMEOUT`] a round of peer questions): it
+//! reads the request head, answers, and closes the connection.
 //! - `GET /metrics` (or `HEAD`) → 200, `text/plain; version=0.0.4`;
 //! - `GET /console` → the web console's page, `GET /console/state.json`
 //!   → the cluster as JSON ([`crate::console`]);
