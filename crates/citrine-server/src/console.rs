@@ -296,14 +296,16 @@ fn shape(
 /// object of strings.
 fn node_json(node: &Answers, cluster_key: &str, namespaces: &[String]) -> Value {
     let answers = match &node.result {
-        Err(error) => {
-            let health = if node.member { "unreachable" } else { "gone" };
-            return json!({"id": node.id, "address": node.address, "member": node.member,
-                          "health": health, "error": error});
-        }
+        Err(error) => return silent(node, error),
         Ok(answers) => answers,
     };
     let get = |command: &str| answers.get(command).map_or("", String::as_str);
+    let refusal = get("statistics");
+    if refusal.is_empty() || refusal.starts_with("ERROR") {
+        // A node with security on refuses a connection that has not
+        // logged in: it answers, but no figures.
+        return silent(node, &format!("no statistics: {refusal:?}"));
+    }
     let statistics = pairs(get("statistics"), ';');
     let same_cluster = statistics.get("cluster_key").and_then(Value::as_str) == Some(cluster_key);
     let health = match (node.member, same_cluster) {
@@ -332,6 +334,13 @@ fn node_json(node: &Answers, cluster_key: &str, namespaces: &[String]) -> Value 
     json!({"id": node.id, "address": node.address, "member": node.member, "health": health,
            "statistics": statistics, "namespaces": per_namespace, "roster": rosters,
            "xdr": xdr, "latencies": latencies(get("latencies:"))})
+}
+
+/// A node without figures: `unreachable` in the view, `gone` out of it.
+fn silent(node: &Answers, error: &str) -> Value {
+    let health = if node.member { "unreachable" } else { "gone" };
+    json!({"id": node.id, "address": node.address, "member": node.member,
+           "health": health, "error": error})
 }
 
 /// `a=1;b=2` as an object of strings.
@@ -472,6 +481,16 @@ mod tests {
         assert_eq!(node_json(&silent, "K", &[])["health"], "unreachable");
         silent.member = false;
         assert_eq!(node_json(&silent, "K", &[])["health"], "gone");
+        let mut refusing = answered("A", "");
+        if let Ok(answers) = &mut refusing.result {
+            answers.insert("statistics".into(), "ERROR:80:not authenticated".into());
+        }
+        let shown = node_json(&refusing, "K", &[]);
+        assert_eq!(shown["health"], "unreachable");
+        assert!(shown["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ERROR:80"));
     }
 
     #[test]
