@@ -17,15 +17,18 @@
 //! routing to the end of duplicate resolution and the resolved run;
 //! `repl-write`, from the master's run to every replica's
 //! acknowledgement; `response`, from the last stage to the reply handed to
-//! the connection. `restart`, `repl-ping` and `batch-sub-prestart` name
-//! stages Citrine does not have (no request waits to restart; reads
-//! ping no replica; a row starts when its batch is parsed), and the
-//! `udf-sub` and `ops-sub` stages (a background job's records) are not
-//! timed yet: those histograms count nothing.
+//! the connection. A batch row on a node alone (run by the batch itself,
+//! not routed) counts only its run stage. `restart`, `repl-ping` and
+//! `batch-sub-prestart` name stages Citrine does not have (no request
+//! waits to restart; reads ping no replica; a row starts when its batch
+//! is parsed), and the `udf-sub` and `ops-sub` stages are not timed yet
+//! (a background job's record writes go through the client path and
+//! count in `write` and `udf`): those histograms count nothing.
 //!
 //! Cost: off, a group costs one relaxed load of its flag per request
-//! ([`Benchmarks::on`]); its histograms are allocated the first time it
-//! is turned on.
+//! ([`Benchmarks::on`]) and two tests of the request's stage time; its
+//! histograms are allocated the first time it is turned on
+//! (bench/RESULTS.md has the instruction counts).
 //!
 //! Invariants: a histogram's counts only grow (turning a group off and on
 //! keeps them, the dump shows the total since the first time it was on);
