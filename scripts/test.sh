@@ -28,6 +28,22 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo build"
 cargo build --workspace --all-targets --quiet
 
+step "headless Chromium for the web console's test"
+# crates/citrine-server/tests/console.rs loads the console in Debian's
+# chromium; with CITRINE_REQUIRE_CHROMIUM=1 its browser checks must run.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "chromium missing: installing Debian's chromium"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq chromium >/dev/null
+fi
+if command -v chromium >/dev/null 2>&1; then
+    export CITRINE_REQUIRE_CHROMIUM=1
+    chromium --version
+else
+    echo "no chromium (not root, or no apt-get): the console test skips its browser checks"
+fi
+
 step "cargo test (unit, integration, simulator)"
 # Where the kernel allows io_uring, its tests must run (not skip) and the
 # listener tests use it rather than "auto".

@@ -4,10 +4,14 @@
 //! exporter beside it.
 //!
 //! A minimal HTTP/1.1 responder on a thread of its own (`citrine-http`),
-//! serving one connection at a time (a scrape every few seconds is its
-//! load): it reads the request head, answers, and closes the connection.
+//! serving one connection at a time (a scrape every few seconds, and an
+//! open console's poll every 2 s, are its load; a console state takes at
+//! most [`crate::console::PEER_TIMEOUT`] a round of peer questions): it
+//! reads the request head, answers, and closes the connection.
 //! - `GET /metrics` (or `HEAD`) → 200, `text/plain; version=0.0.4`;
-//! - `GET /` → 200, a line naming `/metrics`;
+//! - `GET /console` → the web console's page, `GET /console/state.json`
+//!   → the cluster as JSON ([`crate::console`]);
+//! - `GET /` → 200, a line naming `/metrics` and `/console`;
 //! - another path → 404; another method → 405;
 //! - a head that is not an HTTP/1.x request line, or longer than
 //!   [`HEAD_MAX`] → 400.
@@ -18,6 +22,7 @@
 //! connection is dropped and the next one accepted; the endpoint never
 //! touches the service's request path (it reads statistics only).
 
+use crate::console::Console;
 use citrine_service::Service;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -43,25 +48,26 @@ pub fn start(service: Arc<Service>, address: &str, port: u16) -> Result<(), Stri
     std::thread::Builder::new()
         .name("citrine-http".into())
         .spawn(move || {
+            let mut console = crate::console::Console::new(service.clone());
             for stream in listener.incoming() {
                 match stream {
-                    Ok(stream) => serve(&service, stream),
+                    Ok(stream) => serve(&service, &mut console, stream),
                     Err(error) => tracing::debug!("http accept failed: {error}"),
                 }
             }
         })
         .map_err(|error| format!("cannot start the citrine-http thread: {error}"))?;
-    tracing::info!("serving /metrics on http://{address}:{port}");
+    tracing::info!("serving /metrics and /console on http://{address}:{port}");
     Ok(())
 }
 
 /// Answers one connection, then closes it.
-fn serve(service: &Service, mut stream: TcpStream) {
+fn serve(service: &Service, console: &mut Console, mut stream: TcpStream) {
     let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let deadline = std::time::Instant::now() + HEAD_DEADLINE;
     let response = match read_head(&mut stream, deadline) {
-        Ok(head) => respond(service, &head),
+        Ok(head) => respond(service, console, &head),
         Err(Failure::Closed) => return,
         Err(Failure::Bad) => Response::text(400, "Bad Request", "bad request\n"),
     };
@@ -153,7 +159,7 @@ impl Response {
 }
 
 /// The answer to a request head.
-fn respond(service: &Service, head: &[u8]) -> Response {
+fn respond(service: &Service, console: &mut Console, head: &[u8]) -> Response {
     let Some((method, path)) = request_line(head) else {
         return Response::text(400, "Bad Request", "bad request\n");
     };
@@ -165,7 +171,19 @@ fn respond(service: &Service, head: &[u8]) -> Response {
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             ..Response::text(200, "OK", &citrine_service::prometheus::exposition(service))
         },
-        "/" => Response::text(200, "OK", "citrined: statistics at /metrics\n"),
+        "/console" | "/console/" => Response {
+            content_type: "text/html; charset=utf-8",
+            ..Response::text(200, "OK", crate::console::PAGE)
+        },
+        "/console/state.json" => Response {
+            content_type: "application/json",
+            ..Response::text(200, "OK", &console.state_json())
+        },
+        "/" => Response::text(
+            200,
+            "OK",
+            "citrined: statistics at /metrics, the web console at /console\n",
+        ),
         _ => Response::text(404, "Not Found", "not found; statistics are at /metrics\n"),
     };
     response.head_only = method == "HEAD";

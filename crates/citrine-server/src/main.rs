@@ -30,6 +30,7 @@
 mod audit;
 mod cluster;
 mod config;
+mod console;
 mod event_loop;
 mod http;
 mod migrate;
@@ -401,6 +402,10 @@ fn start_monitoring(
                 if last.elapsed() >= interval {
                     last = std::time::Instant::now();
                     ticker_service.latencies().tick(last);
+                    let latencies = ticker_service.latencies();
+                    for line in latencies.benchmarks().dump(latencies.unit()) {
+                        tracing::info!("{line}");
+                    }
                 }
             }
         })

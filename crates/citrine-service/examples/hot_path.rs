@@ -21,6 +21,12 @@
 //! one clock read per N requests, instead of through `Service::handle`
 //! (which reads the clock for each request's latency itself).
 //!
+//! `--benchmarks off,on`: each phase runs with the namespace's
+//! `enable-benchmarks-read` and `-write` groups off, then on (the order
+//! alternating by round), so the detail histograms' cost is measured in
+//! one run; the table then has a row per thread count and setting
+//! (`--benchmarks on`: on only, for callgrind).
+//!
 //! Under `valgrind --tool=callgrind` (use `--secs 0 --ops N`), the phases
 //! are separate functions (`run_phase`), so instructions per request can
 //! be read off exactly: see `scripts/hot-path.sh`.
@@ -55,6 +61,9 @@ struct Args {
     /// Requests per turn handed over with their turn's start; 0: through
     /// `Service::handle`.
     turn: u64,
+    /// The benchmark groups' settings each phase runs with (empty: off,
+    /// not reported).
+    benchmarks: Vec<bool>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -66,6 +75,7 @@ fn parse_args() -> Result<Args, String> {
         rounds: 3,
         workload: Workload::Update,
         turn: 0,
+        benchmarks: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -75,6 +85,16 @@ fn parse_args() -> Result<Args, String> {
             "--secs" => args.secs = value()?.parse().map_err(|e| format!("--secs: {e}"))?,
             "--ops" => args.ops = value()?.parse().map_err(|e| format!("--ops: {e}"))?,
             "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
+            "--benchmarks" => {
+                args.benchmarks = value()?
+                    .split(',')
+                    .map(|setting| match setting.trim() {
+                        "on" => Ok(true),
+                        "off" => Ok(false),
+                        other => Err(format!("--benchmarks: on or off, not {other}")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--turn" => args.turn = value()?.parse().map_err(|e| format!("--turn: {e}"))?,
             "--threads" => {
                 args.threads = value()?
@@ -94,7 +114,7 @@ fn parse_args() -> Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "usage: hot_path [--keys N] [--threads 1,2] [--secs S] [--ops N] \
-                            [--rounds R] [--workload update|read|ru50] [--turn N]"
+                            [--rounds R] [--workload update|read|ru50] [--turn N] [--benchmarks off,on]"
                         .into(),
                 )
             }
@@ -350,32 +370,52 @@ fn main() {
         args.threads,
         args.rounds
     );
-    let mut results: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); args.threads.len()];
+    // Each (thread count, benchmark setting) pair's results.
+    let reported = !args.benchmarks.is_empty();
+    let settings: Vec<bool> = if reported {
+        args.benchmarks.clone()
+    } else {
+        vec![false]
+    };
+    let runs: Vec<(usize, bool)> = (0..args.threads.len())
+        .flat_map(|i| settings.iter().map(move |&on| (i, on)))
+        .collect();
+    let mut results: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); runs.len()];
     for round in 0..args.rounds {
-        // Alternate the order of the thread counts from round to round.
+        // Alternate the order of the runs from round to round.
         let order: Vec<usize> = if round % 2 == 0 {
-            (0..args.threads.len()).collect()
+            (0..runs.len()).collect()
         } else {
-            (0..args.threads.len()).rev().collect()
+            (0..runs.len()).rev().collect()
         };
-        for i in order {
+        for run in order {
+            let (i, on) = runs[run];
+            set_benchmarks(&service, on);
             let threads = args.threads[i];
             let (rate, ns) = phase(&service, &digests, &args, threads, round);
+            let setting = if reported {
+                if on {
+                    " benchmarks on "
+                } else {
+                    " benchmarks off"
+                }
+            } else {
+                ""
+            };
             println!(
-                "round {round} threads {threads}: {rate:>12.0} requests/s, {ns:>7.1} ns per request per thread"
+                "round {round} threads {threads}{setting}: {rate:>12.0} requests/s, {ns:>7.1} ns per request per thread"
             );
-            results[i].0.push(rate);
-            results[i].1.push(ns);
+            results[run].0.push(rate);
+            results[run].1.push(ns);
         }
     }
-    println!("\nthreads  requests/s (median)  ns/request/thread (median [range])  vs 1 thread");
-    let base = args
-        .threads
+    println!("\nthreads  benchmarks  requests/s (median)  ns/request/thread (median [range])  vs 1 thread, off");
+    let base = runs
         .iter()
-        .position(|&t| t == 1)
-        .map(|i| median(&mut results[i].1.clone()));
-    for (i, threads) in args.threads.iter().enumerate() {
-        let (rates, ns) = &mut results[i];
+        .position(|&(i, on)| args.threads[i] == 1 && !on)
+        .map(|run| median(&mut results[run].1.clone()));
+    for (run, &(i, on)) in runs.iter().enumerate() {
+        let (rates, ns) = &mut results[run];
         let (low, high) = ns
             .iter()
             .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
@@ -384,8 +424,26 @@ fn main() {
             format!("{:+.1} %", (ns_median / b - 1.0) * 100.0)
         });
         println!(
-            "{threads:>7}  {:>20.0}  {ns_median:>12.1} [{low:.1}-{high:.1}]  {versus:>16}",
+            "{:>7}  {:>10}  {:>20.0}  {ns_median:>12.1} [{low:.1}-{high:.1}]  {versus:>16}",
+            args.threads[i],
+            if on { "on" } else { "off" },
             median(rates)
+        );
+    }
+}
+
+/// Turns namespace `test`'s `enable-benchmarks-read` and `-write` on or
+/// off, as an operator would (`set-config`).
+fn set_benchmarks(service: &Service, on: bool) {
+    for group in ["read", "write"] {
+        let command =
+            format!("set-config:context=namespace;id=test;enable-benchmarks-{group}={on}\n");
+        let mut out = Vec::new();
+        citrine_service::info::handle(service, command.as_bytes(), &mut out);
+        assert!(
+            out.ends_with(b"\tok\n"),
+            "{}",
+            String::from_utf8_lossy(&out)
         );
     }
 }

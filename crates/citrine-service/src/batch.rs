@@ -837,7 +837,17 @@ fn execute_row(
         .namespace_index(namespace.config.name.as_bytes())
     {
         let op = crate::latency::Op::of(body.header.info2, udf.is_some(), true);
-        context.layers.latencies.record(index, op, started);
+        let latencies = context.layers.latencies;
+        if let Some(groups @ (group, _)) = op.benchmark_group() {
+            if latencies.benchmarks().on(index, group) {
+                let unit = latencies.unit().nanos();
+                let run = crate::benchmarks::Stage::Run;
+                latencies
+                    .benchmarks()
+                    .record(index, groups, run, started.elapsed(), unit);
+            }
+        }
+        latencies.record(index, op, started);
     }
     None
 }

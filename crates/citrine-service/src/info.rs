@@ -1065,10 +1065,17 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
         "namespace" => {
             let name = command.param("namespace").or_else(|| command.param("id"));
             match name.and_then(|name| service.namespace(name.as_bytes())) {
-                Some(namespace) => join_pairs(
-                    &namespace_config_pairs(namespace, service.config.rack_id),
-                    ';',
-                ),
+                Some(namespace) => {
+                    let mut pairs = namespace_config_pairs(namespace, service.config.rack_id);
+                    let index = service.namespace_index(namespace.config.name.as_bytes());
+                    let benchmarks = service.latencies().benchmarks();
+                    pairs.extend(
+                        index
+                            .map(|at| benchmarks.config_pairs(at))
+                            .unwrap_or_default(),
+                    );
+                    join_pairs(&pairs, ';')
+                }
                 None => "ERROR:4:namespace not found".to_owned(),
             }
         }
@@ -1135,6 +1142,9 @@ fn set_config(
 ) -> String {
     match command.param("context") {
         Some("service") => {}
+        Some("namespace") if crate::benchmarks::names_benchmarks(command) => {
+            return crate::benchmarks::set_config(layers, command)
+        }
         Some("namespace") => return crate::compression_info::set_config(layers, command),
         Some(_) => return "ERROR:4:only context=service or namespace can be set".to_owned(),
         None => return "ERROR:4:missing context".to_owned(),

@@ -34,6 +34,7 @@
 //! unit is fixed before the node serves ([`Latencies::set_unit`]), so every
 //! count of a histogram is in the same unit.
 
+use crate::benchmarks::{Benchmarks, Group, Stage};
 use citrine_types::stripes::{stripe, STRIPES};
 use citrine_wire::info::InfoCommand;
 use std::fmt::Write as _;
@@ -144,7 +145,7 @@ impl std::fmt::Debug for Histogram {
 }
 
 impl Histogram {
-    fn new(name: String, namespace: Option<String>, kind: &'static str) -> Histogram {
+    pub(crate) fn new(name: String, namespace: Option<String>, kind: &'static str) -> Histogram {
         Histogram {
             name,
             namespace,
@@ -172,7 +173,7 @@ impl Histogram {
     /// `unit_nanos` nanoseconds: two relaxed adds on the calling thread's
     /// stripe.
     #[inline]
-    fn record_in(&self, elapsed: Duration, unit_nanos: u64) {
+    pub(crate) fn record_in(&self, elapsed: Duration, unit_nanos: u64) {
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let ticks = nanos.saturating_mul(1 << TICK_BITS) / unit_nanos.max(1);
         let bucket = bucket_of(ticks);
@@ -232,6 +233,21 @@ const PER_NAMESPACE: [(&str, &str); 8] = [
 ];
 
 impl Op {
+    /// The benchmark group it counts in, and the kind of run it is (a
+    /// batch row's `read`, `write` or `udf`); none for queries.
+    #[inline]
+    pub fn benchmark_group(self) -> Option<(Group, Group)> {
+        match self {
+            Op::Read => Some((Group::Read, Group::Read)),
+            Op::Write => Some((Group::Write, Group::Write)),
+            Op::Udf => Some((Group::Udf, Group::Udf)),
+            Op::BatchSubRead => Some((Group::BatchSub, Group::Read)),
+            Op::BatchSubWrite => Some((Group::BatchSub, Group::Write)),
+            Op::BatchSubUdf => Some((Group::BatchSub, Group::Udf)),
+            Op::PiQuery | Op::SiQuery => None,
+        }
+    }
+
     /// The op of a request with this header (`udf`: it calls a record
     /// UDF), run on its own or as a batch row: writes and deletes are
     /// writes.
@@ -251,12 +267,19 @@ impl Op {
 
 /// A request's latency in the making: when it started, whether it is a
 /// batch row, and — once the request named one of the node's namespaces —
-/// that namespace's position and the histogram's op.
+/// that namespace's position and the histogram's op; with its namespace's
+/// `enable-benchmarks-*` group on, when its last stage ended
+/// ([`crate::benchmarks`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Timed {
     started: Instant,
     batch_row: bool,
     histogram: Option<(usize, Op)>,
+    /// May count in the detail histograms (not a request counted
+    /// elsewhere).
+    benchable: bool,
+    /// The end of its last timed stage, while its group is on.
+    stage_end: Option<Instant>,
 }
 
 impl Timed {
@@ -267,6 +290,17 @@ impl Timed {
             started: Instant::now(),
             batch_row,
             histogram: None,
+            benchable: true,
+            stage_end: None,
+        }
+    }
+
+    /// A request whose latency is counted elsewhere (where it started):
+    /// it learns its histogram and counts nowhere.
+    pub fn counted_elsewhere() -> Timed {
+        Timed {
+            benchable: false,
+            ..Timed::start(false)
         }
     }
 
@@ -277,6 +311,8 @@ impl Timed {
             started: received,
             batch_row: false,
             histogram: None,
+            benchable: true,
+            stage_end: None,
         }
     }
 
@@ -305,6 +341,8 @@ pub struct Latencies {
     /// `batch-index`, then [`PER_NAMESPACE`] for each namespace in
     /// configuration order.
     histograms: Vec<Histogram>,
+    /// The `enable-benchmarks-*` detail histograms.
+    benchmarks: Benchmarks,
     /// Nanoseconds per unit (a [`Unit`]); fixed before the node serves.
     unit_nanos: AtomicU64,
     ticks: Mutex<Ticks>,
@@ -322,8 +360,9 @@ impl std::fmt::Debug for Latencies {
 impl Latencies {
     /// The histograms of a node with these namespaces, in milliseconds.
     pub fn new<'n>(namespaces: impl IntoIterator<Item = &'n str>) -> Latencies {
+        let namespaces: Vec<&str> = namespaces.into_iter().collect();
         let mut histograms = vec![Histogram::new("batch-index".into(), None, "batch_index")];
-        for namespace in namespaces {
+        for &namespace in &namespaces {
             for (suffix, kind) in PER_NAMESPACE {
                 let name = format!("{{{namespace}}}-{suffix}");
                 histograms.push(Histogram::new(name, Some(namespace.to_owned()), kind));
@@ -332,6 +371,7 @@ impl Latencies {
         let count = histograms.len();
         Latencies {
             histograms,
+            benchmarks: Benchmarks::new(namespaces),
             unit_nanos: AtomicU64::new(Unit::Milliseconds.nanos()),
             ticks: Mutex::new(Ticks {
                 last: None,
@@ -354,6 +394,65 @@ impl Latencies {
         } else {
             Unit::Milliseconds
         }
+    }
+
+    /// The `enable-benchmarks-*` detail histograms.
+    pub fn benchmarks(&self) -> &Benchmarks {
+        &self.benchmarks
+    }
+
+    /// A timed request named the namespace at position `namespace` (see
+    /// [`Timed::found`]); with that namespace's benchmark group for its
+    /// kind on, its `start` stage ends here. Off, this adds one relaxed
+    /// load to [`Timed::found`]; the rest is out of line.
+    #[inline]
+    pub fn found(&self, timed: &mut Timed, namespace: usize, info2: u8, udf: bool) {
+        timed.found(namespace, info2, udf);
+        if !timed.benchable {
+            return;
+        }
+        let Some((_, op)) = timed.histogram else {
+            return;
+        };
+        if let Some((group, _)) = op.benchmark_group() {
+            if self.benchmarks.on(namespace, group) {
+                self.begin_stages(timed);
+            }
+        }
+    }
+
+    /// Ends a stage of a timed request whose benchmark group is on (else
+    /// nothing: one branch).
+    #[inline]
+    pub fn stage(&self, timed: &mut Timed, stage: Stage) {
+        if timed.stage_end.is_some() {
+            self.end_stage(timed, stage);
+        }
+    }
+
+    /// Starts timing a request's stages: its `start` ends now.
+    #[cold]
+    #[inline(never)]
+    fn begin_stages(&self, timed: &mut Timed) {
+        timed.stage_end = Some(timed.started);
+        self.end_stage(timed, Stage::Start);
+    }
+
+    /// Counts the stage that ends now in its detail histogram.
+    #[inline(never)]
+    fn end_stage(&self, timed: &mut Timed, stage: Stage) {
+        let (Some(last), Some((namespace, op))) = (timed.stage_end, timed.histogram) else {
+            return;
+        };
+        let Some(groups) = op.benchmark_group() else {
+            return;
+        };
+        let now = Instant::now();
+        let unit = self.unit_nanos.load(Ordering::Relaxed);
+        let elapsed = now.saturating_duration_since(last);
+        self.benchmarks
+            .record(namespace, groups, stage, elapsed, unit);
+        timed.stage_end = Some(now);
     }
 
     /// Every histogram, in `latencies:` order.
@@ -379,7 +478,8 @@ impl Latencies {
 
     /// Counts a timed request, when it named a namespace.
     #[inline]
-    pub fn record_timed(&self, timed: Timed) {
+    pub fn record_timed(&self, mut timed: Timed) {
+        self.stage(&mut timed, Stage::Response);
         if let Some((namespace, op)) = timed.histogram {
             self.record(namespace, op, timed.started);
         }

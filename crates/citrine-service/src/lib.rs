@@ -55,6 +55,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod benchmarks;
 pub mod client_limits;
 mod compression_info;
 pub mod config;
@@ -495,8 +496,9 @@ impl Service {
     ) -> Option<Continuation> {
         match continuation.0 {
             Pending::Remote(remote, timed) => {
+                let stage = benchmarks::Stage::after(&remote);
                 self.complete_row(*remote, out).await;
-                self.record_latency(timed);
+                self.record_latency(timed, stage);
                 None
             }
             Pending::BatchRemote(rows) => rows
@@ -755,8 +757,9 @@ impl Service {
             // Blocking: for tests and tools only; an event loop awaits
             // `complete_remote` instead.
             Pending::Remote(remote, timed) => {
+                let stage = benchmarks::Stage::after(&remote);
                 block_on(self.complete_row(*remote, out));
-                self.record_latency(timed);
+                self.record_latency(timed, stage);
                 None
             }
             Pending::BatchRemote(rows) => block_on(rows.complete(self.row_context(), out))
@@ -844,7 +847,14 @@ impl Service {
             resolved: false,
             timed: &mut timed,
         };
-        match transaction::execute(self, message, body, call, out) {
+        let remote = transaction::execute(self, message, body, call, out);
+        if remote
+            .as_deref()
+            .is_none_or(|remote| matches!(remote, Remote::Replicate { .. }))
+        {
+            self.latencies.stage(&mut timed, benchmarks::Stage::Run);
+        }
+        match remote {
             None => {
                 self.latencies.record_timed(timed);
                 None
@@ -867,15 +877,25 @@ impl Service {
     ) -> Option<Box<Remote>> {
         let mut timed = latency::Timed::start(batch_row);
         let remote = self.execute_body(body, hop, false, out, &mut timed);
+        if remote
+            .as_deref()
+            .is_none_or(|remote| matches!(remote, Remote::Replicate { .. }))
+        {
+            self.latencies.stage(&mut timed, benchmarks::Stage::Run);
+        }
         if remote.is_none() {
             self.latencies.record_timed(timed);
         }
         remote
     }
 
-    /// Counts a request's latency once its fabric work ended.
-    fn record_latency(&self, timed: Option<latency::Timed>) {
-        if let Some(timed) = timed {
+    /// Counts a request's latency once its fabric work (ending `stage`)
+    /// ended.
+    fn record_latency(&self, timed: Option<latency::Timed>, stage: Option<benchmarks::Stage>) {
+        if let Some(mut timed) = timed {
+            if let Some(stage) = stage {
+                self.latencies.stage(&mut timed, stage);
+            }
             self.latencies.record_timed(timed);
         }
     }
@@ -1064,7 +1084,13 @@ impl citrine_distribution::LocalExecutor for Service {
         out: &mut Vec<u8>,
     ) -> Option<Box<Remote>> {
         // Counted where it started (the node that resolved it).
-        self.execute_body(body, hop, true, out, &mut latency::Timed::start(false))
+        self.execute_body(
+            body,
+            hop,
+            true,
+            out,
+            &mut latency::Timed::counted_elsewhere(),
+        )
     }
 }
 

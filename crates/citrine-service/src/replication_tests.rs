@@ -261,6 +261,8 @@ fn masters_replicate_and_others_proxy() {
     let key_mastered_by = |node: u64| keys_mastered_by(&state, node).next().expect("a key").0;
     let (mine, theirs) = (key_mastered_by(1), key_mastered_by(2));
     service.publish_cluster(state);
+    let benchmarks = service.latencies().benchmarks();
+    benchmarks.set(0, crate::benchmarks::Group::Write, true);
     let put = |key: &str| {
         let digest = of_key("demo", &UserKey::String(key.into()));
         let frame = put_frame(&digest, 0);
@@ -316,6 +318,13 @@ fn masters_replicate_and_others_proxy() {
     // replication ended; the proxied one counts on the node that runs it.
     let writes = || crate::latency::totals(service.latencies());
     assert_eq!(writes(), [("{test}-write".to_owned(), 1)]);
+    // Its stages: start, duplicate resolution (with the resolved run and
+    // its replica write), response; the proxied one only started here.
+    let dump = benchmarks.dump(crate::latency::Unit::Milliseconds);
+    for (stage, total) in [("start", 2), ("dup-res", 1), ("master", 0), ("response", 1)] {
+        let line = format!("histogram dump: {{test}}-write-{stage} ({total} total) msec");
+        assert!(dump.contains(&line), "{line} in {dump:#?}");
+    }
     // A request proxied too often is refused with 9 (clients retry it).
     let answer = block_on_test(service.serve_fabric(
         call_kind::PROXY,

@@ -1255,6 +1255,75 @@ fn latency_counts_from_when_the_request_was_received() {
     assert_eq!(counts.iter().sum::<u64>(), 1);
 }
 
+/// `enable-benchmarks-*`: set and shown as the reference answers; while
+/// a group is on its requests count in its stage histograms (start, run,
+/// response), and not while it is off; `latencies:` lists none of them.
+#[test]
+fn benchmark_groups_count_their_stages_only_while_on() {
+    let (service, _) = service();
+    let set = "set-config:context=namespace;id=test;enable-benchmarks-read=true";
+    assert_eq!(info(&service, &[set])[0].1, "ok");
+    let refused = [
+        "set-config:context=namespace;id=test;enable-benchmarks-read=yes",
+        "set-config:context=namespace;id=test;enable-benchmarks-proxy=true",
+    ];
+    for command in refused {
+        assert_eq!(
+            info(&service, &[command])[0].1,
+            "ERROR:4:invalid set-config parameter"
+        );
+    }
+    let elsewhere = "set-config:context=namespace;id=nope;enable-benchmarks-read=true";
+    assert_eq!(
+        info(&service, &[elsewhere])[0].1,
+        "ERROR:20:namespace not found on node"
+    );
+    let config = &info(&service, &["get-config:context=namespace;id=test"])[0].1;
+    assert!(config.contains(";enable-benchmarks-read=true;"), "{config}");
+    assert!(
+        config.contains(";enable-benchmarks-write=false"),
+        "{config}"
+    );
+
+    send(&service, &put("a", Ops::new().int(op_type::WRITE, "x", 1)));
+    send(&service, &get("a"));
+    send(&service, &get("a"));
+    let totals = |service: &Service| -> Vec<String> {
+        let unit = service.latencies().unit();
+        service
+            .latencies()
+            .benchmarks()
+            .dump(unit)
+            .into_iter()
+            .filter(|line| line.starts_with("histogram dump"))
+            .collect()
+    };
+    let dump = totals(&service);
+    assert_eq!(
+        dump,
+        [
+            "histogram dump: {test}-read-start (2 total) msec",
+            "histogram dump: {test}-read-restart (0 total) msec",
+            "histogram dump: {test}-read-dup-res (0 total) msec",
+            "histogram dump: {test}-read-repl-ping (0 total) msec",
+            "histogram dump: {test}-read-local (2 total) msec",
+            "histogram dump: {test}-read-response (2 total) msec",
+        ]
+    );
+    let latencies = &info(&service, &["latencies:"])[0].1;
+    assert!(!latencies.contains("-read-start"), "{latencies}");
+
+    let off = "set-config:context=namespace;id=test;enable-benchmarks-read=false";
+    assert_eq!(info(&service, &[off])[0].1, "ok");
+    send(&service, &get("a"));
+    assert!(totals(&service).is_empty());
+    assert_eq!(info(&service, &[set])[0].1, "ok");
+    assert_eq!(
+        totals(&service)[0],
+        "histogram dump: {test}-read-start (2 total) msec"
+    );
+}
+
 #[test]
 fn udfs_and_writes_on_one_record_lose_no_update() {
     use base64::Engine as _;

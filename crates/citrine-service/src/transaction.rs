@@ -83,7 +83,10 @@ pub(crate) fn execute(
             return None;
         }
     };
-    timed.found(index, message.header.info2, udf.is_some());
+    let info2 = message.header.info2;
+    service
+        .latencies()
+        .found(timed, index, info2, udf.is_some());
     match prepare(message, digest_bytes, filter.as_ref()) {
         Ok(request) if service.routes() => run_routed(
             service,
