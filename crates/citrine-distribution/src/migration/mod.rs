@@ -153,6 +153,7 @@ pub mod driver;
 
 use crate::cluster_state::ClusterState;
 use crate::replication::ReplicaWrite;
+use crate::sc::partitions::ScSection;
 use crate::Distribution;
 use citrine_cluster::exchange::{self, Covers, Holding, PartitionVersion};
 use citrine_data::namespace::Version;
@@ -938,48 +939,73 @@ fn encode_snapshot(out: &mut Vec<u8>, namespace: &str, holdings: &[(u16, Lineage
     }
 }
 
-/// Per namespace, the holdings of a snapshot; `None` when malformed.
-type Snapshot = HashMap<String, Vec<(u16, Lineage, u64)>>;
+/// A member's snapshot: per namespace, its holdings, and the SC section
+/// that ends it when the member has strong-consistency namespaces (see
+/// [`crate::sc::partitions`]: a name length of 0 marks it).
+#[derive(Default)]
+struct Snapshot {
+    namespaces: HashMap<String, Vec<(u16, Lineage, u64)>>,
+    sc: ScSection,
+}
 
+/// Decodes a snapshot; `None` when malformed.
 fn decode_snapshot(bytes: &[u8]) -> Option<Snapshot> {
+    let mut at = 0usize;
+    let mut snapshot = Snapshot::default();
+    loop {
+        let Some(&length) = bytes.get(at) else {
+            return Some(snapshot);
+        };
+        if length == 0 {
+            snapshot.sc = crate::sc::partitions::decode_section(bytes.get(at + 1..)?)?;
+            return Some(snapshot);
+        }
+        let (namespace, used) = decode_namespace(bytes.get(at..)?)?;
+        at += used;
+        snapshot.namespaces.insert(namespace.0, namespace.1);
+    }
+}
+
+/// One namespace's holdings in a snapshot.
+type NamespaceHoldings = (String, Vec<(u16, Lineage, u64)>);
+
+/// One namespace's part of a snapshot and the bytes it took.
+fn decode_namespace(bytes: &[u8]) -> Option<(NamespaceHoldings, usize)> {
     let mut at = 0usize;
     let mut take = |length: usize| -> Option<&[u8]> {
         let slice = bytes.get(at..at.checked_add(length)?)?;
         at += length;
         Some(slice)
     };
-    let mut snapshot = HashMap::new();
-    while let Some(length) = take(1) {
-        let name = std::str::from_utf8(take(usize::from(length[0]))?)
-            .ok()?
-            .to_owned();
-        let count = u16::from_be_bytes(take(2)?.try_into().ok()?);
-        let mut holdings = Vec::with_capacity(usize::from(count));
-        for _ in 0..count {
-            let partition = u16::from_be_bytes(take(2)?.try_into().ok()?);
+    let length = take(1)?;
+    let name = std::str::from_utf8(take(usize::from(length[0]))?)
+        .ok()?
+        .to_owned();
+    let count = u16::from_be_bytes(take(2)?.try_into().ok()?);
+    let mut holdings = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let partition = u16::from_be_bytes(take(2)?.try_into().ok()?);
+        let ckey = u64::from_be_bytes(take(8)?.try_into().ok()?);
+        let version = PartitionVersion::from_wire(ckey, take(1)?[0])?;
+        let records = u64::from_be_bytes(take(8)?.try_into().ok()?);
+        let covered = usize::from(take(1)?[0]);
+        if usize::from(partition) >= PARTITIONS
+            || version.is_zero()
+            || covered > exchange::COVERS_MAX
+        {
+            return None;
+        }
+        let mut covers = Covers::EMPTY;
+        for _ in 0..covered {
             let ckey = u64::from_be_bytes(take(8)?.try_into().ok()?);
-            let version = PartitionVersion::from_wire(ckey, take(1)?[0])?;
-            let records = u64::from_be_bytes(take(8)?.try_into().ok()?);
-            let covered = usize::from(take(1)?[0]);
-            if usize::from(partition) >= PARTITIONS
-                || version.is_zero()
-                || covered > exchange::COVERS_MAX
-            {
+            if ckey == 0 || covers.contains(ckey) {
                 return None;
             }
-            let mut covers = Covers::EMPTY;
-            for _ in 0..covered {
-                let ckey = u64::from_be_bytes(take(8)?.try_into().ok()?);
-                if ckey == 0 || covers.contains(ckey) {
-                    return None;
-                }
-                covers.extend([ckey]);
-            }
-            holdings.push((partition, Lineage { version, covers }, records));
+            covers.extend([ckey]);
         }
-        snapshot.insert(name, holdings);
+        holdings.push((partition, Lineage { version, covers }, records));
     }
-    Some(snapshot)
+    Some(((name, holdings), at))
 }
 
 /// What resolving an exchange leaves to do once the state is unlocked:
@@ -1006,7 +1032,7 @@ struct PartitionExchange<'a> {
 fn holdings_of(name: &str, snapshots: &[(NodeId, Snapshot)]) -> Vec<Vec<Holding>> {
     let mut holdings: Vec<Vec<Holding>> = vec![Vec::new(); PARTITIONS];
     for (node, snapshot) in snapshots {
-        for (partition, lineage, records) in snapshot.get(name).into_iter().flatten() {
+        for (partition, lineage, records) in snapshot.namespaces.get(name).into_iter().flatten() {
             if let Some(list) = holdings.get_mut(usize::from(*partition)) {
                 list.push(Holding {
                     node: *node,
@@ -1107,7 +1133,7 @@ impl Distribution {
     pub fn plan_migrations(&self, published: Arc<ClusterState>) {
         let migrations = &self.migrations;
         let mut snapshot = Vec::new();
-        let mut own: Snapshot = HashMap::new();
+        let mut own = Snapshot::default();
         let mut state = migrations.state.lock();
         for namespace in self.namespaces() {
             let name = &namespace.config.name;
@@ -1134,8 +1160,11 @@ impl Distribution {
                 holdings.push((partition.index() as u16, lineage, records));
             }
             encode_snapshot(&mut snapshot, name, &holdings);
-            own.insert(name.clone(), holdings);
+            own.namespaces.insert(name.clone(), holdings);
         }
+        // Strong-consistency namespaces' versions last (nothing without).
+        own.sc = self.sc_section();
+        crate::sc::partitions::encode_section(&mut snapshot, &own.sc);
         let alone = published.members.len() <= 1;
         state.cluster_key = published.cluster_key;
         state.peers = published.peers().map(|member| member.node_id).collect();
@@ -1209,6 +1238,7 @@ impl Distribution {
             return false;
         };
         let cluster_key = current.cluster_key;
+        self.publish_sc_maps(&current, &snapshots);
         let mut plan = ExchangePlan::default();
         for namespace in self.namespaces() {
             let name = namespace.config.name.as_str();
@@ -1217,10 +1247,17 @@ impl Distribution {
             };
             let holdings = holdings_of(name, &snapshots);
             for partition in PartitionId::all() {
+                // An SC partition moves only where its assignment says, and
+                // not at all while unavailable (no copy is dropped then).
+                let replicas = match (namespace.config.sc.strong_consistency, map.sc.get()) {
+                    (false, _) => map.map.replicas(partition),
+                    (true, Some(sc)) if sc.is_available(partition) => sc.replicas(partition),
+                    (true, _) => continue,
+                };
                 let at = PartitionExchange {
                     name,
                     partition,
-                    replicas: map.map.replicas(partition),
+                    replicas,
                     held: &holdings[partition.index()],
                     cluster_key,
                 };
@@ -1248,6 +1285,36 @@ impl Distribution {
             );
         }
         true
+    }
+
+    /// Decides the view's strong-consistency namespaces from the members'
+    /// SC sections and publishes their maps in `current` (see
+    /// [`crate::sc::partitions`]); clients are told to fetch `replicas`
+    /// again.
+    fn publish_sc_maps(&self, current: &ClusterState, snapshots: &[(NodeId, Snapshot)]) {
+        let sections: Vec<(NodeId, &ScSection)> = snapshots
+            .iter()
+            .map(|(node, snapshot)| (*node, &snapshot.sc))
+            .collect();
+        let maps = self.decide_sc(current.cluster_key, &sections);
+        if maps.is_empty() {
+            return;
+        }
+        for (name, map) in maps {
+            if let Some(namespace) = current.namespace(&name) {
+                tracing::info!(
+                    namespace = %name,
+                    regime = map.regime,
+                    unavailable = map.unavailable,
+                    dead = map.dead,
+                    "strong-consistency partitions decided"
+                );
+                let _ = namespace.sc.set(map);
+            }
+        }
+        self.migrations
+            .claims_generation
+            .fetch_add(1, Ordering::AcqRel);
     }
 
     /// Applies this node's part of one partition's exchange outcome: its
