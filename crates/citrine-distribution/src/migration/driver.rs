@@ -114,6 +114,7 @@ async fn upkeep(dist: &Distribution, fabric: &dyn Fabric) -> bool {
     if !applied.is_empty() {
         tracing::info!(?applied, "pending rosters applied at the new view");
     }
+    dist.save_sc_versions_if_dirty();
     let pushed = dist.push_truncations() | dist.push_rosters();
     // Paced by the idle poll: a replica of another view refuses at once.
     dist.reconcile_pending(fabric).await;

@@ -1385,6 +1385,7 @@ impl Distribution {
         });
         part.covers_when_full = outcome.covers_when_full;
         if part.expect.is_empty() {
+            self.sc_fill_complete(at.name, at.partition, at.cluster_key);
             Lineage {
                 version: PartitionVersion::full(at.cluster_key),
                 covers: outcome.covers_when_full,
@@ -1492,13 +1493,27 @@ impl Distribution {
         }
         let mut state = migrations.state.lock();
         let key = (namespace_name.to_owned(), partition.index() as u16);
-        if state.current.as_ref().is_some_and(|current| {
+        let sc = namespace.config.sc.strong_consistency;
+        let current = state.current.clone();
+        if current.as_ref().is_some_and(|current| {
             current
                 .namespace(namespace_name)
-                .is_some_and(|map| map.map.replicas(partition).contains(&self.node_id))
+                .is_some_and(|map| match (sc, map.sc.get()) {
+                    (false, _) => map.map.replicas(partition).contains(&self.node_id),
+                    (true, Some(decided)) => {
+                        !decided.is_available(partition)
+                            || decided.replicas(partition).contains(&self.node_id)
+                    }
+                    (true, None) => true,
+                })
         }) {
-            // A replica again under a newer view: keep it.
+            // A replica again under a newer view (or, strong consistency, a
+            // view that has not decided to serve the partition without
+            // this copy): keep it.
             return;
+        }
+        if let Some(current) = current.as_ref().filter(|_| sc) {
+            self.sc_copy_dropped(namespace_name, partition, current.cluster_key);
         }
         if let Some(versions) = state.versions.get_mut(namespace_name) {
             versions[partition.index()] = Lineage::ZERO;
@@ -1588,6 +1603,9 @@ impl Distribution {
             };
             if let Some(versions) = state.versions.get_mut(namespace) {
                 versions[usize::from(partition)] = lineage;
+            }
+            if let Some(partition) = PartitionId::new(partition) {
+                self.sc_fill_complete(namespace, partition, cluster_key);
             }
             state.parts.remove(&key);
             migrations.set_route(namespace, partition, None);

@@ -163,6 +163,8 @@ pub struct ScPartitions {
     file: OnceLock<PathBuf>,
     /// `recluster:` or `revive:` asked for a new view.
     recluster: AtomicBool,
+    /// Versions changed by fills and drops since the last save.
+    dirty: AtomicBool,
     /// Per namespace, the roster the last decision used ("" after rosters
     /// that disagreed: the view is redone).
     decided_rosters: Mutex<BTreeMap<String, String>>,
@@ -612,6 +614,7 @@ impl Distribution {
             }
             maps.push((name, decision.map));
         }
+        self.sc_partitions.dirty.store(false, Ordering::Release);
         if let Err(error) = self.save_sc_versions(&namespaces) {
             tracing::error!("{error}: SC versions not saved; every SC partition unavailable");
             return maps
@@ -651,6 +654,81 @@ impl Distribution {
                 .is_some_and(|roster| *roster != self.roster_entry(name).roster.encode())
         });
         asked || changed
+    }
+
+    /// The fill of `partition` of SC namespace `namespace` ended on this
+    /// node, a replica of it in the view with `cluster_key`: its copy holds
+    /// the merge of every copy present, so it is full and inducted
+    /// ([`availability::fill_complete`]). Ignored when a later view
+    /// decided the partition since. Saved lazily ([`Distribution::save_sc_versions_if_dirty`]):
+    /// lost, the node restarts with the subset it had, which only counts
+    /// for less.
+    pub fn sc_fill_complete(&self, namespace: &str, partition: PartitionId, cluster_key: u64) {
+        self.sc_transition(namespace, partition, cluster_key, true);
+    }
+
+    /// This node's copy of `partition` of SC namespace `namespace`, outside
+    /// the replica list of the view with `cluster_key`, was dropped once
+    /// the replicas were filled ([`availability::drop_copies`]).
+    pub fn sc_copy_dropped(&self, namespace: &str, partition: PartitionId, cluster_key: u64) {
+        self.sc_transition(namespace, partition, cluster_key, false);
+    }
+
+    /// Applies [`availability::fill_complete`] (`replica`) or
+    /// [`availability::drop_copies`] to this node's version.
+    fn sc_transition(
+        &self,
+        namespace: &str,
+        partition: PartitionId,
+        cluster_key: u64,
+        replica: bool,
+    ) {
+        let mut namespaces = self.sc_partitions.namespaces.lock();
+        let Some(state) = namespaces.get_mut(namespace) else {
+            return;
+        };
+        let Some(version) = state.versions.get_mut(partition.index()) else {
+            return;
+        };
+        if version.ckey != cluster_key {
+            return;
+        }
+        let member = [Member {
+            id: self.node_id,
+            version: *version,
+        }];
+        let assignment = availability::Assignment {
+            rule: availability::Rule::Majority,
+            replicas: if replica {
+                vec![self.node_id]
+            } else {
+                Vec::new()
+            },
+            sources: Vec::new(),
+        };
+        let next = match replica {
+            true => availability::fill_complete(&member, &assignment),
+            false => availability::drop_copies(&member, &assignment),
+        };
+        if let Some(next) = next.first() {
+            if next != version {
+                *version = *next;
+                self.sc_partitions.dirty.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Saves the versions changed since the last save (fills and drops);
+    /// the migration driver calls it when idle.
+    pub fn save_sc_versions_if_dirty(&self) {
+        if !self.sc_partitions.dirty.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let namespaces = self.sc_partitions.namespaces.lock();
+        if let Err(error) = self.save_sc_versions(&namespaces) {
+            self.sc_partitions.dirty.store(true, Ordering::Release);
+            tracing::error!("{error}: SC fills and drops not saved yet");
+        }
     }
 
     /// This node's version of `partition` of SC namespace `namespace`.
