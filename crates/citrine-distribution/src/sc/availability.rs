@@ -116,7 +116,8 @@
 //! (`ckey:48, family:4, revived, master, subset, evade` in the reference's
 //! public `as_partition_version`), wrapping of the 6-bit regime in record
 //! versions, the roster kept across restarts, and stopping writes on clock
-//! skew are not done here; nothing here is wired into the node yet.
+//! skew are not done here. [`super::partitions`] wires these rules into
+//! the node's views.
 
 use super::roster::RosterNode;
 use citrine_cluster::partition_map::{node_hash, NodeEntry, PartitionMap, PartitionMapConfig};
