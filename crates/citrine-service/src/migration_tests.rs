@@ -1516,3 +1516,42 @@ fn sc_partitions_migrate_to_their_assignment_and_fill_and_drop_their_versions() 
     assert_eq!(stored(&world.node(2), &write), None);
     assert_eq!(stored(&world.node(3), &write).map(|(g, _)| g), Some(1));
 }
+
+#[test]
+fn an_sc_fill_merges_no_stale_copy() {
+    use citrine_distribution::sc::availability::Holding;
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    // A partition mastered by 1 with 3 its other roster replica.
+    let map = world.node(1).dist().cluster();
+    let decided = map.namespace("test").unwrap().sc.get().unwrap();
+    let chosen = (0..4096u16)
+        .find(|p| decided.replicas(partition(&record(*p, 9, 1))) == [NodeId(1), NodeId(3)])
+        .unwrap();
+    let pick = |_: u8, generation: u16| record(chosen, 9, generation);
+    let first = pick(9, 1);
+    for id in [1, 3] {
+        put(&world.node(id), &first);
+    }
+    // 3 away; 1 and 2 serve; a later version reaches both.
+    world.publish(0x20, &[1, 2]);
+    world.settle(&[1, 2]);
+    let acknowledged = pick(9, 2);
+    for id in [1, 2] {
+        put(&world.node(id), &acknowledged);
+    }
+    // Meanwhile 3, cut off, took a write no one acknowledged (more writes:
+    // it would win a merge by generation).
+    put(&world.node(3), &pick(9, 5));
+    // Back: 3's copy is of an older regime, so nothing is taken from it;
+    // 2's full copy of the serving regime retires once 3 is filled.
+    world.publish(0x30, &ids);
+    world.settle(&ids);
+    let pid = partition(&first);
+    assert_eq!(stored(&world.node(1), &first).map(|(g, _)| g), Some(2));
+    assert_eq!(sc_version(&world, 3, pid).holding, Holding::Full);
+    assert_eq!(sc_version(&world, 2, pid).holding, Holding::Absent);
+    assert_eq!(stored(&world.node(2), &first), None);
+}

@@ -1013,6 +1013,10 @@ fn decode_namespace(bytes: &[u8]) -> Option<(NamespaceHoldings, usize)> {
 #[derive(Default)]
 struct ExchangePlan {
     drops: Vec<(String, PartitionId)>,
+    /// Strong consistency: copies outside the replica list that no fill
+    /// may merge (stale or evaded), dropped at once without inducting
+    /// their holder.
+    untrusted_drops: Vec<(String, PartitionId)>,
     tasks: Vec<MigrateTask>,
 }
 
@@ -1249,16 +1253,22 @@ impl Distribution {
             for partition in PartitionId::all() {
                 // An SC partition moves only where its assignment says, and
                 // not at all while unavailable (no copy is dropped then).
-                let replicas = match (namespace.config.sc.strong_consistency, map.sc.get()) {
-                    (false, _) => map.map.replicas(partition),
-                    (true, Some(sc)) if sc.is_available(partition) => sc.replicas(partition),
-                    (true, _) => continue,
-                };
+                let held = &holdings[partition.index()];
+                let (replicas, trusted) =
+                    match (namespace.config.sc.strong_consistency, map.sc.get()) {
+                        (false, _) => (map.map.replicas(partition), None),
+                        (true, Some(sc)) if sc.is_available(partition) => {
+                            let trusted =
+                                self.trusted_holdings(&mut plan, name, partition, sc, held);
+                            (sc.replicas(partition), Some(trusted))
+                        }
+                        (true, _) => continue,
+                    };
                 let at = PartitionExchange {
                     name,
                     partition,
                     replicas,
-                    held: &holdings[partition.index()],
+                    held: trusted.as_deref().unwrap_or(held),
                     cluster_key,
                 };
                 self.resolve_partition(&mut state, &mut plan, &at);
@@ -1271,6 +1281,9 @@ impl Distribution {
         drop(state);
         for (name, partition) in &drops {
             self.drop_copy(name, *partition);
+        }
+        for (name, partition) in &plan.untrusted_drops {
+            self.drop_copy_as(name, *partition, false);
         }
         // Only now (drops done) may `cluster-stable` report the view.
         migrations.exchanging.store(false, Ordering::Relaxed);
@@ -1285,6 +1298,31 @@ impl Distribution {
             );
         }
         true
+    }
+
+    /// Strong consistency: the holdings of `partition` its fill may merge
+    /// (those of the SC map's trusted copies). This node's own copy, when
+    /// untrusted and outside the replica list, is dropped at once; an
+    /// untrusted copy on a replica is filled over.
+    fn trusted_holdings(
+        &self,
+        plan: &mut ExchangePlan,
+        name: &str,
+        partition: PartitionId,
+        sc: &crate::sc::partitions::ScMap,
+        held: &[Holding],
+    ) -> Vec<Holding> {
+        let trusted = sc.trusted(partition);
+        let mine_untrusted = held
+            .iter()
+            .any(|holding| holding.node == self.node_id && !trusted.contains(&holding.node));
+        if mine_untrusted && !sc.replicas(partition).contains(&self.node_id) {
+            plan.untrusted_drops.push((name.to_owned(), partition));
+        }
+        held.iter()
+            .filter(|holding| trusted.contains(&holding.node))
+            .copied()
+            .collect()
     }
 
     /// Decides the view's strong-consistency namespaces from the members'
@@ -1476,6 +1514,13 @@ impl Distribution {
     /// Drops this node's copy of a partition it no longer holds a place
     /// for: every record goes, the version becomes ZERO.
     pub fn drop_copy(&self, namespace_name: &str, partition: PartitionId) {
+        self.drop_copy_as(namespace_name, partition, true);
+    }
+
+    /// [`Distribution::drop_copy`]; for a strong-consistency namespace,
+    /// `inducted` when the replicas were filled first (the holder's version
+    /// takes `drop_copies`), not for an untrusted copy dropped at once.
+    fn drop_copy_as(&self, namespace_name: &str, partition: PartitionId, inducted: bool) {
         let Some(namespace) = self.namespace(namespace_name.as_bytes()) else {
             return;
         };
@@ -1513,7 +1558,7 @@ impl Distribution {
             return;
         }
         if let Some(current) = current.as_ref().filter(|_| sc) {
-            self.sc_copy_dropped(namespace_name, partition, current.cluster_key);
+            self.sc_copy_dropped(namespace_name, partition, current.cluster_key, inducted);
         }
         if let Some(versions) = state.versions.get_mut(namespace_name) {
             versions[partition.index()] = Lineage::ZERO;

@@ -433,6 +433,29 @@ pub fn decide(
     })
 }
 
+/// The present nodes whose copies a fill of `assignment` may take records
+/// from: the counted full current copies, the master's own copy when it is
+/// counted, and the sources. Any other copy (stale, evaded, a subset
+/// outside the master) is not merged: a replica holding one is filled
+/// over it, a non-replica drops it.
+pub fn trusted_copies(
+    placement: &RosterPlacement,
+    members: &[Member],
+    assignment: &Assignment,
+) -> Vec<NodeId> {
+    let tally = tally(placement, members);
+    let mut trusted = tally.full_current;
+    trusted.extend(assignment.sources.iter().copied());
+    trusted.extend(
+        assignment
+            .master()
+            .filter(|master| tally.counted.contains(master)),
+    );
+    trusted.sort_unstable();
+    trusted.dedup();
+    trusted
+}
+
 /// The copies `master` must merge (see [`Assignment::sources`]).
 fn sources(members: &[Member], tally: &Tally, master: NodeId) -> Vec<NodeId> {
     if !tally.revived {

@@ -86,6 +86,9 @@ pub struct ScMap {
     /// Partitions not available (dead ones included).
     pub unavailable: usize,
     pub dead: usize,
+    /// Per partition, the nodes whose copies its fill may merge
+    /// ([`availability::trusted_copies`]; empty when not available).
+    pub trusted: Vec<Vec<NodeId>>,
 }
 
 impl ScMap {
@@ -96,11 +99,16 @@ impl ScMap {
             partitions: vec![ScPartition::Unavailable; PARTITIONS],
             unavailable: PARTITIONS,
             dead: 0,
+            trusted: vec![Vec::new(); PARTITIONS],
         }
     }
 
-    /// From the verdicts, indexed by partition id.
-    fn from_partitions(regime: u32, partitions: Vec<ScPartition>) -> ScMap {
+    /// From the verdicts and trusted copies, indexed by partition id.
+    fn from_partitions(
+        regime: u32,
+        partitions: Vec<ScPartition>,
+        trusted: Vec<Vec<NodeId>>,
+    ) -> ScMap {
         let dead = partitions
             .iter()
             .filter(|p| matches!(p, ScPartition::Dead))
@@ -114,6 +122,7 @@ impl ScMap {
             unavailable: partitions.len() - available,
             dead,
             partitions,
+            trusted,
         }
     }
 
@@ -124,6 +133,13 @@ impl ScMap {
             Some(ScPartition::Available(replicas)) => replicas,
             _ => &[],
         }
+    }
+
+    /// The nodes whose copies `partition`'s fill may merge.
+    pub fn trusted(&self, partition: PartitionId) -> &[NodeId] {
+        self.trusted
+            .get(partition.index())
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Whether `partition` is served in this view.
@@ -224,9 +240,10 @@ pub fn decide_view(
     let regime = availability::view_regime(std::iter::once(known));
     let revive = entries.iter().any(|(_, e)| e.revive);
     let mut partitions = Vec::with_capacity(PARTITIONS);
+    let mut trusted = Vec::with_capacity(PARTITIONS);
     let mut own = Vec::with_capacity(PARTITIONS);
     for partition in PartitionId::all() {
-        let (verdict, next) = decide_partition(
+        let (verdict, copies, next) = decide_partition(
             &placement,
             partition,
             &entries,
@@ -236,18 +253,19 @@ pub fn decide_view(
             self_id,
         );
         partitions.push(verdict);
+        trusted.push(copies);
         own.push(next.unwrap_or(own_versions[partition.index()]));
     }
     Decision {
-        map: ScMap::from_partitions(regime, partitions),
+        map: ScMap::from_partitions(regime, partitions, trusted),
         own,
         regime,
         agreed,
     }
 }
 
-/// One partition's verdict and this node's next version of it (`None`
-/// when this node gave no entry).
+/// One partition's verdict, the copies its fill may merge, and this
+/// node's next version of it (`None` when this node gave no entry).
 fn decide_partition(
     placement: &RosterPlacement,
     partition: PartitionId,
@@ -256,7 +274,7 @@ fn decide_partition(
     regime: u32,
     cluster_key: u64,
     self_id: NodeId,
-) -> (ScPartition, Option<ScVersion>) {
+) -> (ScPartition, Vec<NodeId>, Option<ScVersion>) {
     let mut members: Vec<Member> = entries
         .iter()
         .map(|(id, entry)| Member {
@@ -281,12 +299,16 @@ fn decide_partition(
         .iter()
         .position(|m| m.id == self_id)
         .and_then(|at| next.get(at).copied());
+    let trusted = availability
+        .assignment()
+        .map(|assignment| availability::trusted_copies(placement, &members, assignment))
+        .unwrap_or_default();
     let verdict = match availability {
         Availability::Available(assignment) => ScPartition::Available(assignment.replicas),
         Availability::Unavailable => ScPartition::Unavailable,
         Availability::Dead => ScPartition::Dead,
     };
-    (verdict, own)
+    (verdict, trusted, own)
 }
 
 /// Appends the SC section (see the module documentation): `0 | format |`
@@ -668,10 +690,30 @@ impl Distribution {
     }
 
     /// This node's copy of `partition` of SC namespace `namespace`, outside
-    /// the replica list of the view with `cluster_key`, was dropped once
-    /// the replicas were filled ([`availability::drop_copies`]).
-    pub fn sc_copy_dropped(&self, namespace: &str, partition: PartitionId, cluster_key: u64) {
-        self.sc_transition(namespace, partition, cluster_key, false);
+    /// the replica list of the view with `cluster_key`, was dropped:
+    /// `inducted` once the replicas were filled
+    /// ([`availability::drop_copies`]); otherwise an untrusted copy went at
+    /// once, and the node holds nothing but stays as trusted as it was.
+    pub fn sc_copy_dropped(
+        &self,
+        namespace: &str,
+        partition: PartitionId,
+        cluster_key: u64,
+        inducted: bool,
+    ) {
+        if inducted {
+            self.sc_transition(namespace, partition, cluster_key, false);
+            return;
+        }
+        let mut namespaces = self.sc_partitions.namespaces.lock();
+        let version = namespaces
+            .get_mut(namespace)
+            .and_then(|state| state.versions.get_mut(partition.index()));
+        if let Some(version) = version.filter(|version| version.ckey == cluster_key) {
+            version.holding = Holding::Absent;
+            version.copy_regime = 0;
+            self.sc_partitions.dirty.store(true, Ordering::Release);
+        }
     }
 
     /// Applies [`availability::fill_complete`] (`replica`) or
