@@ -1551,7 +1551,34 @@ fn an_sc_fill_merges_no_stale_copy() {
     world.settle(&ids);
     let pid = partition(&first);
     assert_eq!(stored(&world.node(1), &first).map(|(g, _)| g), Some(2));
+    // 3 emptied its copy before its fill: it holds the acknowledged one.
+    assert_eq!(stored(&world.node(3), &first).map(|(g, _)| g), Some(2));
     assert_eq!(sc_version(&world, 3, pid).holding, Holding::Full);
     assert_eq!(sc_version(&world, 2, pid).holding, Holding::Absent);
     assert_eq!(stored(&world.node(2), &first), None);
+}
+
+#[test]
+fn an_untrusted_sc_copy_with_nothing_to_receive_is_emptied() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let map = world.node(1).dist().cluster();
+    let decided = map.namespace("test").unwrap().sc.get().unwrap();
+    let chosen = (0..4096u16)
+        .find(|p| decided.replicas(partition(&record(*p, 4, 1))) == [NodeId(1), NodeId(3)])
+        .unwrap();
+    // 3 away; 1 and 2 serve the partition, which stays empty; 3, cut off,
+    // took a write no one acknowledged.
+    world.publish(0x20, &[1, 2]);
+    world.settle(&[1, 2]);
+    let unacknowledged = record(chosen, 4, 1);
+    put(&world.node(3), &unacknowledged);
+    // Back: no trusted copy holds a record, so no one sends 3 anything;
+    // its copy of the older regime is emptied all the same.
+    world.publish(0x30, &ids);
+    world.settle(&ids);
+    assert_eq!(stored(&world.node(3), &unacknowledged), None);
+    assert_eq!(stored(&world.node(1), &unacknowledged), None);
 }

@@ -136,6 +136,17 @@
 //! manifests and batches as a delete marker, so a copy that missed the
 //! delete cannot bring the record back.
 //!
+//! Strong-consistency namespaces (see [`crate::sc::partitions`]): the
+//! snapshot ends with the members' SC versions, the exchange first decides
+//! the view's SC map, and each partition then migrates over its
+//! assignment's working replicas, not the AP map, merging only the copies
+//! the decision trusts (a stale or evaded copy outside the list is dropped
+//! at once; one on a replica is emptied before its fill — each source
+//! first sends it `CLEAR` — or at once when no one sends it anything);
+//! an unavailable partition does not migrate and no copy of it is dropped.
+//! A replica whose fill ends takes `fill_complete`, a copy retired after
+//! delivery `drop_copies`.
+//!
 //! Across restarts a node keeps only the regime of the last view it
 //! published ([`REGIME_FILE`], saved before the view takes effect): the
 //! copies loaded at start are `subset(K)` of that regime (or of unknown
@@ -208,6 +219,11 @@ pub struct MigrateTask {
     /// that reached only them — are fetched before anything is sent. A
     /// target whose copy is a group of its own sends it instead.
     pub pull_from: Vec<NodeId>,
+    /// Strong consistency: targets holding a copy the decision does not
+    /// trust; each empties it (`CLEAR`,
+    /// [`Distribution::clear_untrusted_copy`]) before anything is sent to
+    /// it.
+    pub clear: Vec<NodeId>,
 }
 
 /// What the driver has to do next.
@@ -443,6 +459,9 @@ struct State {
     /// resolved here.
     early_lasts: HashSet<(String, u16, NodeId)>,
     early_drops: HashSet<(String, u16, NodeId)>,
+    /// Strong consistency: partitions whose untrusted copy was emptied in
+    /// this view (at most once each).
+    cleared: HashSet<(String, u16)>,
     /// Requests that needed a migrating partition here (hottest first).
     hits: HashMap<(String, u16), u64>,
 }
@@ -1017,6 +1036,10 @@ struct ExchangePlan {
     /// may merge (stale or evaded), dropped at once without inducting
     /// their holder.
     untrusted_drops: Vec<(String, PartitionId)>,
+    /// Strong consistency: this node's untrusted copies on partitions it is
+    /// a replica of with nothing to receive (no one sends, so no `CLEAR`
+    /// comes): emptied at once.
+    untrusted_clears: Vec<(String, PartitionId)>,
     tasks: Vec<MigrateTask>,
 }
 
@@ -1029,6 +1052,8 @@ struct PartitionExchange<'a> {
     /// Every member's copy of it.
     held: &'a [Holding],
     cluster_key: u64,
+    /// Strong consistency: replicas holding a copy the fill may not merge.
+    untrusted: &'a [NodeId],
 }
 
 /// Per partition of namespace `name`, every member's copy as the
@@ -1179,6 +1204,7 @@ impl Distribution {
         state.tasks.clear();
         state.early_lasts.clear();
         state.early_drops.clear();
+        state.cleared.clear();
         state.hits.clear();
         // Exchanging first, so no request runs unresolved in between.
         migrations.exchanging.store(!alone, Ordering::Relaxed);
@@ -1264,12 +1290,17 @@ impl Distribution {
                         }
                         (true, _) => continue,
                     };
+                let (held, untrusted) = match &trusted {
+                    Some((held, untrusted)) => (held.as_slice(), untrusted.as_slice()),
+                    None => (held.as_slice(), &[][..]),
+                };
                 let at = PartitionExchange {
                     name,
                     partition,
                     replicas,
-                    held: trusted.as_deref().unwrap_or(held),
+                    held,
                     cluster_key,
+                    untrusted,
                 };
                 self.resolve_partition(&mut state, &mut plan, &at);
             }
@@ -1284,6 +1315,12 @@ impl Distribution {
         }
         for (name, partition) in &plan.untrusted_drops {
             self.drop_copy_as(name, *partition, false);
+        }
+        for (name, partition) in &plan.untrusted_clears {
+            if let Some(namespace) = self.namespace(name.as_bytes()) {
+                let mut index = namespace.index.partition(*partition).write();
+                remove_every_record(namespace, *partition, &mut index);
+            }
         }
         // Only now (drops done) may `cluster-stable` report the view.
         migrations.exchanging.store(false, Ordering::Relaxed);
@@ -1301,9 +1338,9 @@ impl Distribution {
     }
 
     /// Strong consistency: the holdings of `partition` its fill may merge
-    /// (those of the SC map's trusted copies). This node's own copy, when
-    /// untrusted and outside the replica list, is dropped at once; an
-    /// untrusted copy on a replica is filled over.
+    /// (those of the SC map's trusted copies), and the replicas holding an
+    /// untrusted copy (emptied before their fill). This node's own
+    /// untrusted copy outside the replica list is dropped at once.
     fn trusted_holdings(
         &self,
         plan: &mut ExchangePlan,
@@ -1311,18 +1348,27 @@ impl Distribution {
         partition: PartitionId,
         sc: &crate::sc::partitions::ScMap,
         held: &[Holding],
-    ) -> Vec<Holding> {
+    ) -> (Vec<Holding>, Vec<NodeId>) {
         let trusted = sc.trusted(partition);
-        let mine_untrusted = held
+        let replicas = sc.replicas(partition);
+        let untrusted: Vec<NodeId> = held
             .iter()
-            .any(|holding| holding.node == self.node_id && !trusted.contains(&holding.node));
-        if mine_untrusted && !sc.replicas(partition).contains(&self.node_id) {
+            .map(|holding| holding.node)
+            .filter(|node| !trusted.contains(node))
+            .collect();
+        if untrusted.contains(&self.node_id) && !replicas.contains(&self.node_id) {
             plan.untrusted_drops.push((name.to_owned(), partition));
         }
-        held.iter()
+        let kept = held
+            .iter()
             .filter(|holding| trusted.contains(&holding.node))
             .copied()
-            .collect()
+            .collect();
+        let untrusted_replicas = untrusted
+            .into_iter()
+            .filter(|node| replicas.contains(node))
+            .collect();
+        (kept, untrusted_replicas)
     }
 
     /// Decides the view's strong-consistency namespaces from the members'
@@ -1383,6 +1429,12 @@ impl Distribution {
                 self.fill_as_replica(state, &mut part, at, &outcome, my_covers.after(mine));
             if let Some(versions) = state.versions.get_mut(at.name) {
                 versions[at.partition.index()] = lineage;
+            }
+            if part.expect.is_empty() && at.untrusted.contains(&self.node_id) {
+                let pid = at.partition.index() as u16;
+                state.cleared.insert((at.name.to_owned(), pid));
+                plan.untrusted_clears
+                    .push((at.name.to_owned(), at.partition));
             }
         } else if !mine.is_zero() {
             self.plan_drop(state, &mut part, plan, at, &outcome);
@@ -1498,6 +1550,11 @@ impl Distribution {
                     })
                     .map(|(target, _)| *target)
                     .collect();
+                let clear = targets
+                    .iter()
+                    .map(|(target, _)| *target)
+                    .filter(|target| at.untrusted.contains(target))
+                    .collect();
                 MigrateTask {
                     namespace: at.name.to_owned(),
                     partition: at.partition,
@@ -1506,6 +1563,7 @@ impl Distribution {
                     drop_after: !replica,
                     records: group.records,
                     pull_from,
+                    clear,
                 }
             })
             .collect()
@@ -1573,16 +1631,7 @@ impl Distribution {
         migrations.set_route(namespace_name, key.1, None);
         let mut index = namespace.index.partition(partition).write();
         drop(state);
-        let mut dropped = 0u64;
-        index.clear_tombstones();
-        namespace.clear_partition(partition);
-        index.remove_where(
-            |_, _| true,
-            |_, entry| {
-                citrine_data::record::drop_entry(namespace, entry);
-                dropped += 1;
-            },
-        );
+        let dropped = remove_every_record(namespace, partition, &mut index);
         drop(index);
         migrations
             .partitions_dropped
@@ -1612,6 +1661,48 @@ impl Distribution {
         if self.migrations.epoch() == epoch {
             self.drop_copy(namespace, partition);
         }
+    }
+
+    /// Answers a `CLEAR` call ([`encode_clear`]) from a source about to
+    /// fill this node's copy of an SC partition that the view's decision
+    /// does not trust: the copy is emptied first, once per view (the index
+    /// stays locked until it is, so no batch of any source lands before),
+    /// and OK is answered, also when there was nothing to empty. Before
+    /// this node resolved that view's exchange: 11, asked again.
+    pub fn clear_untrusted_copy(&self, payload: &[u8]) -> ResultCode {
+        let Some((key, reference)) = payload.split_first_chunk::<8>() else {
+            return ResultCode::Parameter;
+        };
+        let Some((name, pid)) = decode_partition_ref(reference) else {
+            return ResultCode::Parameter;
+        };
+        let (Some(namespace), Some(partition)) =
+            (self.namespace(name.as_bytes()), PartitionId::new(pid))
+        else {
+            return ResultCode::Parameter;
+        };
+        let mut state = self.migrations.state.lock();
+        if state.cluster_key != u64::from_be_bytes(*key) || !state.exchanged {
+            return ResultCode::Unavailable;
+        }
+        let untrusted_replica = state.current.as_ref().is_some_and(|current| {
+            current
+                .namespace(&name)
+                .and_then(|map| map.sc.get())
+                .is_some_and(|sc| {
+                    sc.replicas(partition).contains(&self.node_id)
+                        && !sc.trusted(partition).contains(&self.node_id)
+                })
+        });
+        if !untrusted_replica || !state.cleared.insert((name.clone(), pid)) {
+            return ResultCode::Ok;
+        }
+        let mut index = namespace.index.partition(partition).write();
+        drop(state);
+        let removed = remove_every_record(namespace, partition, &mut index);
+        drop(index);
+        tracing::debug!(namespace = %name, partition = pid, removed, "untrusted SC copy emptied before its fill");
+        ResultCode::Ok
     }
 
     /// `source` delivered its group of `partition` (its LAST batch).
@@ -2122,6 +2213,33 @@ pub fn parse_manifest(manifest: &[u8]) -> Option<Manifest> {
 }
 
 /// `u8 ns len | ns | u16 partition`.
+/// Removes every record and tombstone of `partition` from `namespace`
+/// (`index`, its write-locked index); returns how many records went.
+fn remove_every_record(
+    namespace: &citrine_data::namespace::Namespace,
+    partition: PartitionId,
+    index: &mut citrine_index::PartitionIndex,
+) -> u64 {
+    let mut removed = 0u64;
+    index.clear_tombstones();
+    namespace.clear_partition(partition);
+    index.remove_where(
+        |_, _| true,
+        |_, entry| {
+            citrine_data::record::drop_entry(namespace, entry);
+            removed += 1;
+        },
+    );
+    removed
+}
+
+/// A `CLEAR` call: `u64 cluster key | partition ref`.
+pub fn encode_clear(cluster_key: u64, namespace: &str, partition: PartitionId) -> Vec<u8> {
+    let mut out = cluster_key.to_be_bytes().to_vec();
+    out.extend_from_slice(&encode_partition_ref(namespace, partition));
+    out
+}
+
 pub fn encode_partition_ref(namespace: &str, partition: PartitionId) -> Vec<u8> {
     let name = &namespace.as_bytes()[..namespace.len().min(255)];
     let mut out = Vec::with_capacity(3 + name.len());

@@ -138,6 +138,7 @@ fn the_hottest_partition_goes_first_then_the_smallest() {
         drop_after: false,
         records,
         pull_from: Vec::new(),
+        clear: Vec::new(),
     };
     let queue = vec![task(5, 1), task(9, 10), task(7, 20)];
     assert_eq!(migrations.hottest(&queue), 0, "nothing hot: plan order");

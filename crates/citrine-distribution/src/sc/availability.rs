@@ -436,8 +436,8 @@ pub fn decide(
 /// The present nodes whose copies a fill of `assignment` may take records
 /// from: the counted full current copies, the master's own copy when it is
 /// counted, and the sources. Any other copy (stale, evaded, a subset
-/// outside the master) is not merged: a replica holding one is filled
-/// over it, a non-replica drops it.
+/// outside the master) is not merged: a replica holding one empties it
+/// before its fill, a non-replica drops it.
 pub fn trusted_copies(
     placement: &RosterPlacement,
     members: &[Member],
