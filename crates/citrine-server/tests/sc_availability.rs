@@ -4,8 +4,10 @@
 //! partition becomes available with a non-zero regime; with two of the
 //! three nodes killed the survivor reports all 4096 unavailable; once they
 //! are back (from their work directories) every partition is available
-//! again, in a higher regime. Data requests on the SC namespace answer 11
-//! throughout (the SC write path does not exist yet).
+//! again, in a higher regime. A second SC namespace in memory lost the
+//! restarted nodes' copies: every partition is dead until `revive:` and
+//! `recluster:`. Data requests on the SC namespace answer 11 throughout
+//! (the SC write path does not exist yet).
 
 #![allow(clippy::unwrap_used)]
 
@@ -16,15 +18,17 @@ use common::*;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Namespace `test` as `examples/cluster.toml` has it (AP) and `sc`, a
+/// Namespace `test` as `examples/cluster.toml` has it (AP); `sc`, a
 /// strong-consistency namespace with two copies on a file in the work
-/// directory, every write committed to it.
+/// directory, every write committed to it; `mem`, one in memory.
 fn config() -> String {
     let example = std::fs::read_to_string(workspace_root().join("examples/cluster.toml")).unwrap();
     format!(
         "{example}\n[[namespace]]\nname = \"sc\"\nreplication-factor = 2\nstrong-consistency = true\n\n\
          [namespace.storage-engine]\ntype = \"device\"\nfile = \"sc.dat\"\nfilesize = \"8M\"\n\
-         write-block-size = \"64K\"\ncommit-to-device = true\n"
+         write-block-size = \"64K\"\ncommit-to-device = true\n\n\
+         [[namespace]]\nname = \"mem\"\nreplication-factor = 2\nstrong-consistency = true\n\n\
+         [namespace.storage-engine]\ntype = \"memory\"\ndata-size = \"64M\"\n"
     )
 }
 
@@ -53,9 +57,9 @@ fn nodes() -> (Vec<Node>, Vec<PathBuf>) {
     (nodes, directories)
 }
 
-/// `name` in `node`'s `namespace/sc` statistics.
-fn stat(node: &Node, name: &str) -> Option<u64> {
-    let answer = node.info_value("namespace/sc")?;
+/// `name` in `node`'s `namespace/NS` statistics.
+fn stat_of(node: &Node, namespace: &str, name: &str) -> Option<u64> {
+    let answer = node.info_value(&format!("namespace/{namespace}"))?;
     answer
         .split(';')
         .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))?
@@ -78,18 +82,24 @@ fn regime(node: &Node) -> Option<u64> {
 /// Waits until `node` reports `unavailable` unavailable partitions of `sc`
 /// (and no dead one), then returns its regime.
 fn wait_for_unavailable(node: &Node, unavailable: u64) -> u64 {
+    wait_for_partitions(node, "sc", (unavailable, 0));
+    regime(node).unwrap()
+}
+
+/// Waits until `node` reports (unavailable, dead) partitions of `namespace`.
+fn wait_for_partitions(node: &Node, namespace: &str, expected: (u64, u64)) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let seen = (
-            stat(node, "unavailable_partitions"),
-            stat(node, "dead_partitions"),
+            stat_of(node, namespace, "unavailable_partitions"),
+            stat_of(node, namespace, "dead_partitions"),
         );
-        if seen == (Some(unavailable), Some(0)) {
-            return regime(node).unwrap();
+        if seen == (Some(expected.0), Some(expected.1)) {
+            return;
         }
         assert!(
             Instant::now() < deadline,
-            "node {}: (unavailable, dead) {seen:?}, expected {unavailable} unavailable",
+            "node {} {namespace}: (unavailable, dead) {seen:?}, expected {expected:?}",
             node.id
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -115,6 +125,31 @@ fn masters(nodes: &[Node]) -> Vec<usize> {
         }
     }
     owner
+}
+
+/// Per partition of `namespace`, the indexes of the nodes holding it in
+/// any column of their `replicas` answers, ascending.
+fn holders(nodes: &[Node], namespace: &str) -> Vec<Vec<usize>> {
+    let mut holders = vec![Vec::new(); 4096];
+    let prefix = format!("{namespace}:");
+    for (index, node) in nodes.iter().enumerate() {
+        let answer = node.info_value("replicas").unwrap();
+        let fields: Vec<&str> = answer
+            .split(';')
+            .find_map(|entry| entry.strip_prefix(prefix.as_str()))
+            .unwrap()
+            .split(',')
+            .collect();
+        for column in &fields[2..] {
+            let bytes = base64_decode(column);
+            for (partition, list) in holders.iter_mut().enumerate() {
+                if bytes[partition / 8] & (0x80 >> (partition % 8)) != 0 {
+                    list.push(index);
+                }
+            }
+        }
+    }
+    holders
 }
 
 fn base64_decode(text: &str) -> Vec<u8> {
@@ -144,8 +179,10 @@ fn a_rostered_sc_namespace_serves_its_partitions_only_with_a_majority() {
         .find_map(|pair| pair.strip_prefix("observed_nodes="))
         .unwrap()
         .to_owned();
-    let staged = format!("roster-set:namespace=sc;nodes={observed}");
-    assert_eq!(nodes[1].info_value(&staged).unwrap(), "ok");
+    for namespace in ["sc", "mem"] {
+        let staged = format!("roster-set:namespace={namespace};nodes={observed}");
+        assert_eq!(nodes[1].info_value(&staged).unwrap(), "ok");
+    }
     assert_eq!(nodes[1].info_value("recluster:").unwrap(), "ok");
     // A new view: every partition available, in a non-zero regime that
     // every node answers, each mastered by exactly one node.
@@ -197,6 +234,23 @@ fn a_rostered_sc_namespace_serves_its_partitions_only_with_a_majority() {
     );
     assert!(back.iter().all(|r| *r == back[0]), "{back:?}");
     masters(&nodes);
+    // In memory, the two restarted nodes lost their copies: with the whole
+    // roster back, the partitions whose two roster replicas were both
+    // restarted are dead until `revive:` (asked of one node) and
+    // `recluster:`; the others serve from the survivor's copy.
+    let lost = holders(&nodes, "sc")
+        .iter()
+        .filter(|holders| **holders == [1, 2])
+        .count() as u64;
+    assert!(lost > 1000, "{lost}");
+    for node in &nodes {
+        wait_for_partitions(node, "mem", (lost, lost));
+    }
+    assert_eq!(nodes[2].info_value("revive:namespace=mem").unwrap(), "ok");
+    assert_eq!(nodes[0].info_value("recluster:").unwrap(), "ok");
+    for node in &nodes {
+        wait_for_partitions(node, "mem", (0, 0));
+    }
     drop(nodes);
     for directory in directories {
         let _ = std::fs::remove_dir_all(directory);
