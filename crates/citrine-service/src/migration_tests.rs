@@ -1582,3 +1582,40 @@ fn an_untrusted_sc_copy_with_nothing_to_receive_is_emptied() {
     assert_eq!(stored(&world.node(3), &unacknowledged), None);
     assert_eq!(stored(&world.node(1), &unacknowledged), None);
 }
+
+#[test]
+fn a_roster_master_back_with_a_stale_copy_masters_the_acknowledged_one() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    // A partition whose roster-master is 3, with 1 its roster-replica.
+    let map = world.node(1).dist().cluster();
+    let decided = map.namespace("test").unwrap().sc.get().unwrap();
+    let chosen = (0..4096u16)
+        .find(|p| decided.replicas(partition(&record(*p, 6, 1))) == [NodeId(3), NodeId(1)])
+        .unwrap();
+    for id in [1, 3] {
+        put(&world.node(id), &record(chosen, 6, 1));
+    }
+    // 3 away: 1 masters, 2 is the alternate; a later version reaches both,
+    // while 3, cut off, takes a write no one acknowledged.
+    world.publish(0x20, &[1, 2]);
+    world.settle(&[1, 2]);
+    for id in [1, 2] {
+        put(&world.node(id), &record(chosen, 6, 2));
+    }
+    put(&world.node(3), &record(chosen, 6, 5));
+    // Back: 3 masters again, its copy of an older regime emptied and
+    // filled from 1's; nothing of it reaches 1.
+    world.publish(0x30, &ids);
+    world.settle(&ids);
+    let cluster = world.node(3).dist().cluster();
+    let decided = cluster.namespace("test").unwrap().sc.get().unwrap();
+    let pid = partition(&record(chosen, 6, 1));
+    assert_eq!(decided.replicas(pid).first(), Some(&NodeId(3)));
+    for id in [1, 3] {
+        let held = stored(&world.node(id), &record(chosen, 6, 1)).map(|(g, _)| g);
+        assert_eq!(held, Some(2), "node {id}");
+    }
+}

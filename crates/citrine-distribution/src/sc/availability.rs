@@ -434,10 +434,14 @@ pub fn decide(
 }
 
 /// The present nodes whose copies a fill of `assignment` may take records
-/// from: the counted full current copies, the master's own copy when it is
-/// counted, and the sources. Any other copy (stale, evaded, a subset
-/// outside the master) is not merged: a replica holding one empties it
-/// before its fill, a non-replica drops it.
+/// from: the counted full current copies, the sources, and the master's
+/// own copy when it is counted and of the latest regime (a subset of the
+/// current lineage holds no write that conflicts with an acknowledged
+/// one). Any other copy (stale, evaded, a subset outside the master) is
+/// not merged: a replica holding one — the master included — empties it
+/// before its fill, a non-replica drops it. A stale copy may hold a write
+/// no one acknowledged that has more writes than the acknowledged
+/// version of its record, and would win a merge.
 pub fn trusted_copies(
     placement: &RosterPlacement,
     members: &[Member],
@@ -446,11 +450,15 @@ pub fn trusted_copies(
     let tally = tally(placement, members);
     let mut trusted = tally.full_current;
     trusted.extend(assignment.sources.iter().copied());
-    trusted.extend(
-        assignment
-            .master()
-            .filter(|master| tally.counted.contains(master)),
-    );
+    let current_master = assignment.master().filter(|master| {
+        members.iter().any(|member| {
+            member.id == *master
+                && !member.version.evade
+                && member.version.holding != Holding::Absent
+                && member.version.copy_regime == tally.latest
+        })
+    });
+    trusted.extend(current_master);
     trusted.sort_unstable();
     trusted.dedup();
     trusted
