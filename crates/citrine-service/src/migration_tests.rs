@@ -1581,6 +1581,12 @@ fn an_untrusted_sc_copy_with_nothing_to_receive_is_emptied() {
     world.settle(&ids);
     assert_eq!(stored(&world.node(3), &unacknowledged), None);
     assert_eq!(stored(&world.node(1), &unacknowledged), None);
+    let version = sc_version(&world, 3, partition(&unacknowledged));
+    assert_eq!(
+        version.holding,
+        citrine_distribution::sc::availability::Holding::Full,
+        "full once emptied"
+    );
 }
 
 #[test]

@@ -1320,6 +1320,8 @@ impl Distribution {
             if let Some(namespace) = self.namespace(name.as_bytes()) {
                 let mut index = namespace.index.partition(*partition).write();
                 remove_every_record(namespace, *partition, &mut index);
+                drop(index);
+                self.sc_fill_complete(name, *partition, cluster_key);
             }
         }
         // Only now (drops done) may `cluster-stable` report the view.
@@ -1475,7 +1477,10 @@ impl Distribution {
         });
         part.covers_when_full = outcome.covers_when_full;
         if part.expect.is_empty() {
-            self.sc_fill_complete(at.name, at.partition, at.cluster_key);
+            // An untrusted copy is full only once emptied (after unlock).
+            if !at.untrusted.contains(&self.node_id) {
+                self.sc_fill_complete(at.name, at.partition, at.cluster_key);
+            }
             Lineage {
                 version: PartitionVersion::full(at.cluster_key),
                 covers: outcome.covers_when_full,
