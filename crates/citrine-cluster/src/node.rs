@@ -291,6 +291,9 @@ pub struct ClusterNode {
     /// When (at a quantum) the principal of the held view was first seen
     /// missing from the adjacency list.
     principal_lost_at: Option<u64>,
+    /// A new view of the same members was asked for (`recluster:`; see
+    /// [`ClusterNode::request_recluster`]); cleared when a view is applied.
+    recluster: bool,
     stats: NodeStats,
 }
 
@@ -346,8 +349,17 @@ impl ClusterNode {
             commits_this_quantum: 0,
             last_commit_quantum: None,
             principal_lost_at: None,
+            recluster: false,
             stats: NodeStats::default(),
         })
+    }
+
+    /// Asks for a new view even if the members did not change (the
+    /// strong-consistency `recluster:`: the members decide their partitions
+    /// again under a new cluster key). A principal starts its round at the
+    /// next quantum; any other node forgets it at its next view.
+    pub fn request_recluster(&mut self) {
+        self.recluster = true;
     }
 
     /// This node's id.
@@ -632,6 +644,7 @@ impl ClusterNode {
         self.view = Some(view);
         self.view_since = now;
         self.principal_lost_at = None;
+        self.recluster = false;
         self.stats.views_applied += 1;
     }
 
@@ -761,6 +774,7 @@ impl ClusterNode {
             }
             Some(v) => {
                 v.principal() != me
+                    || self.recluster
                     || !v.succession().iter().copied().eq(eligible.iter().copied())
                     || self.member_out_of_sync(v, now)
             }
@@ -913,11 +927,12 @@ impl ClusterNode {
         let mut members = promised;
         members.insert(me);
         let succession: Vec<NodeId> = members.iter().copied().collect();
-        let unchanged = self.view.as_ref().is_some_and(|v| {
-            v.principal() == me
-                && v.succession() == succession.as_slice()
-                && !self.member_out_of_sync(v, now)
-        });
+        let unchanged = !self.recluster
+            && self.view.as_ref().is_some_and(|v| {
+                v.principal() == me
+                    && v.succession() == succession.as_slice()
+                    && !self.member_out_of_sync(v, now)
+            });
         if unchanged {
             self.abandon(now, false);
             return;
@@ -1982,6 +1997,32 @@ mod tests {
         assert_eq!(net.nodes[0].as_ref().map(|n| n.stats().stalls), Some(1));
         let after: Vec<_> = net.changes.iter().filter(|(t, _, _)| *t > 15_000).collect();
         assert!(after.is_empty(), "{after:?}");
+    }
+
+    #[test]
+    fn a_recluster_asked_of_the_principal_gives_a_new_view_of_the_same_members() {
+        let ids = [1, 2, 3];
+        let mut net = Net::new(&ids);
+        net.run_until(15_000);
+        let (key, members) = net.view(0).expect("a view");
+        // Asked of a member that is not the principal: nothing happens,
+        // and the request is not kept.
+        net.nodes[0].as_mut().expect("node").request_recluster();
+        net.run_until(24_000);
+        assert_eq!(net.view(0), Some((key, members.clone())));
+        // Asked of the principal (id 3): one new view, same members, every
+        // node in it.
+        net.nodes[2].as_mut().expect("node").request_recluster();
+        net.run_until(30_000);
+        let (new_key, new_members) = net.view(2).expect("a view");
+        assert_ne!(new_key, key);
+        assert_eq!(new_members, members);
+        for i in 0..2 {
+            assert_eq!(net.view(i), Some((new_key, members.clone())), "node {i}");
+        }
+        let before = net.changes.len();
+        net.run_until(45_000);
+        assert_eq!(net.changes.len(), before, "once");
     }
 
     #[test]

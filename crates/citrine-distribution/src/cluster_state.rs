@@ -47,6 +47,11 @@ pub struct NamespaceMap {
     pub column_bitmaps: Vec<String>,
     /// Number of partitions this node holds per column.
     pub column_counts: Vec<usize>,
+    /// For a strong-consistency namespace, the SC partition map of the
+    /// view once its exchange is decided (availability, regime and working
+    /// replicas; see [`crate::sc::partitions`]); unset before, when every
+    /// partition is unavailable. Never set for an AP namespace.
+    pub sc: std::sync::OnceLock<crate::sc::partitions::ScMap>,
 }
 
 /// A published cluster state.
@@ -118,6 +123,7 @@ impl ClusterState {
                     map,
                     column_bitmaps,
                     column_counts,
+                    sc: std::sync::OnceLock::new(),
                 }
             })
             .collect();

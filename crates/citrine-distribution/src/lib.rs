@@ -134,6 +134,9 @@ pub struct Distribution {
     pub truncations: truncations::Truncations,
     /// Strong-consistency rosters the cluster shares (see [`sc::store`]).
     pub rosters: sc::store::Rosters,
+    /// This node's strong-consistency partition versions (see
+    /// [`sc::partitions`]).
+    pub sc_partitions: sc::partitions::ScPartitions,
     /// Records to send to their replicas again (see
     /// [`Distribution::reconcile_pending`]).
     pub reconciles: replication::Reconciles,
@@ -169,6 +172,7 @@ impl Distribution {
             joining: AtomicBool::new(false),
             truncations: truncations::Truncations::default(),
             rosters: sc::store::Rosters::default(),
+            sc_partitions: sc::partitions::ScPartitions::default(),
             reconciles: replication::Reconciles::default(),
             stats: DistributionStats::default(),
             background: OnceLock::new(),

@@ -289,6 +289,11 @@ pub mod call_kind {
     /// versions (`crate::sc::store`, one line each); the answer is one
     /// result-code byte.
     pub const ROSTERS: u8 = 21;
+    /// A migration source asks a strong-consistency replica to empty the
+    /// copy the view's decision does not trust before filling it
+    /// (`crate::migration::encode_clear`); the answer is one result-code
+    /// byte (11: that view's exchange is not resolved there yet).
+    pub const CLEAR: u8 = 22;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.
@@ -1290,6 +1295,7 @@ impl Distribution {
                 Err(_) => Vec::new(),
             },
             call_kind::DROP => vec![self.retire_copy(payload).code()],
+            call_kind::CLEAR => vec![self.clear_untrusted_copy(payload).code()],
             call_kind::MANIFEST => self.manifest(payload),
             call_kind::ROSTERS => match std::str::from_utf8(payload) {
                 Ok(text) => {

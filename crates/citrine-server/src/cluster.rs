@@ -648,6 +648,11 @@ impl Driver {
                         );
                     }
                     last_tick = Instant::now();
+                    if self.service.dist().take_recluster_request() {
+                        // Strong consistency: `recluster:`, `revive:` or a
+                        // roster not yet decided with (a principal acts).
+                        self.node.request_recluster();
+                    }
                     self.perform(effects);
                     self.service.cluster_ticked(self.node.stall_bound_ms());
                     self.service.set_cluster_clock_skew(self.node.clock_skew_ms());

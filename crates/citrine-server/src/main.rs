@@ -281,14 +281,15 @@ fn start_work_threads(
 
 /// What the node keeps in its work directory: secondary-index
 /// definitions (restored, and rebuilt from the records just loaded), UDF
-/// modules, truncations, strong-consistency rosters and the regime of its
-/// partition copies, each kept up to date from now on.
+/// modules, truncations, strong-consistency rosters and partition versions,
+/// and the regime of its partition copies, each kept up to date from now on.
 fn keep_definitions(service: &Service, directory: &std::path::Path) -> Result<(), String> {
     service.keep_sindex_definitions(directory)?;
     service.keep_udf_modules(directory)?;
     service.keep_security(directory)?;
     service.dist().keep_truncations(directory)?;
     service.dist().keep_rosters(directory)?;
+    service.dist().keep_sc_versions(directory)?;
     service.dist().keep_partition_lineage(directory)
 }
 

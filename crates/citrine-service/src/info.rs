@@ -412,6 +412,14 @@ fn replicas(layers: &Layers<'_>, with_regime: bool) -> String {
         .namespaces
         .iter()
         .map(|namespace| {
+            if let Some((regime, columns)) = crate::sc::columns(layers, namespace) {
+                let width = columns.len();
+                let columns = columns.join(",");
+                return match with_regime {
+                    true => format!("{}:{regime},{width},{columns}", namespace.name),
+                    false => format!("{}:{width},{columns}", namespace.name),
+                };
+            }
             let columns = if orphan {
                 // Not in a cluster yet: it holds nothing.
                 vec![
@@ -457,6 +465,10 @@ fn partition_generation(layers: &Layers<'_>) -> u64 {
 /// less the partitions it cedes to acting masters while it fills them,
 /// plus those it claims as an acting master (see `crate::migration`).
 fn master_bitmap<'a>(layers: &Layers<'_>, namespace: &'a NamespaceMap) -> Cow<'a, str> {
+    if let Some((_, columns)) = crate::sc::columns(layers, namespace) {
+        // Strong consistency: the view's working masters.
+        return Cow::Owned(columns.into_iter().next().unwrap_or_default());
+    }
     let fixed = namespace.column_bitmaps.first().map_or("", String::as_str);
     let (ceded, taken) = layers
         .migrations()
@@ -624,7 +636,7 @@ fn namespace_info(layers: &Layers<'_>, namespace: &Namespace) -> String {
         pairs.extend(device.info_pairs());
     }
     pairs.extend(crate::compression_info::stat_pairs(namespace));
-    pairs.extend(crate::sc::stat_pairs(namespace));
+    pairs.extend(crate::sc::stat_pairs(layers, namespace));
     pairs.extend(namespace_config_pairs(namespace, layers.config.rack_id));
     join_pairs(&pairs, ';')
 }

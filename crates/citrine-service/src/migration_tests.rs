@@ -1408,3 +1408,220 @@ fn a_pulled_answer_naming_another_record_is_refused() {
     assert_eq!(stored(&node, &asked), Some((2, vec![1, 1, 2])));
     assert_eq!(node.migrations().records_pulled.load(Ordering::Relaxed), 1);
 }
+
+/// A world of services whose namespace `test` is strong-consistency, with
+/// the roster `ids` in force on each.
+fn sc_world(ids: &[u64]) -> World {
+    let world = World {
+        nodes: Arc::new(Mutex::new(Vec::new())),
+        cut: Arc::new(Mutex::new(HashSet::new())),
+        before_part: Arc::new(Mutex::new(None)),
+    };
+    let roster = citrine_distribution::sc::roster::NodeList::new(
+        ids.iter()
+            .map(|&id| citrine_distribution::sc::roster::RosterNode {
+                id: NodeId(id),
+                rack_id: 0,
+            })
+            .collect(),
+        None,
+    )
+    .unwrap();
+    for id in ids {
+        let mut config = crate::config::NamespaceConfig::in_memory("test");
+        config.sc.strong_consistency = true;
+        let node = Arc::new(Service::new(
+            crate::config::ServiceConfig::local(*id, vec![config]),
+            Arc::new(crate::ManualClock::new(1_700_000_000_000)),
+        ));
+        node.set_fabric(world.fabric(*id));
+        node.dist().stage_roster("test", roster.clone()).unwrap();
+        node.dist().apply_pending_rosters(&["test"]).unwrap();
+        world.nodes.lock().push(node);
+    }
+    world
+}
+
+/// Runs the exchange of the view just published on each of `members`
+/// (the first step of each driver), no migration.
+fn exchange_only(world: &World, members: &[u64]) {
+    let pause: Arc<dyn Pause> = Arc::new(NoWait);
+    for id in members {
+        let node = world.node(*id);
+        assert!(node.migrations().exchanging());
+        crate::block_on(driver::step(node.dist(), &pause));
+        assert!(!node.migrations().exchanging());
+    }
+}
+
+/// Node `id`'s SC version of `partition`.
+fn sc_version(
+    world: &World,
+    id: u64,
+    partition: PartitionId,
+) -> citrine_distribution::sc::availability::ScVersion {
+    world.node(id).dist().sc_version("test", partition).unwrap()
+}
+
+#[test]
+fn sc_partitions_migrate_to_their_assignment_and_fill_and_drop_their_versions() {
+    use citrine_distribution::sc::availability::Holding;
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    // A partition whose roster replicas are 1 and 3 (3 goes away).
+    let write = (0..4096u16)
+        .map(|p| record(p, 7, 1))
+        .find(|write| {
+            let map = world.node(1).dist().cluster();
+            let decided = map.namespace("test").unwrap().sc.get().unwrap();
+            let replicas = decided.replicas(partition(write));
+            replicas.contains(&NodeId(3)) && replicas.contains(&NodeId(1))
+        })
+        .unwrap();
+    let pid = partition(&write);
+    for id in [1, 3] {
+        assert_eq!(sc_version(&world, id, pid).holding, Holding::Full, "fresh");
+        put(&world.node(id), &write);
+    }
+    // 3 away: 1 and 2 (a majority) serve it, 2 as the alternate replica,
+    // filled from 1's full copy; once filled its version is full.
+    world.publish(0x20, &[1, 2]);
+    exchange_only(&world, &[1, 2]);
+    let decided = world.node(2).dist().cluster();
+    let replicas = decided
+        .namespace("test")
+        .unwrap()
+        .sc
+        .get()
+        .unwrap()
+        .replicas(pid)
+        .to_vec();
+    assert_eq!(replicas, vec![NodeId(1), NodeId(2)]);
+    assert_eq!(sc_version(&world, 2, pid).holding, Holding::Subset);
+    world.settle(&[1, 2]);
+    assert_eq!(sc_version(&world, 2, pid).holding, Holding::Full);
+    assert_eq!(stored(&world.node(2), &write).map(|(g, _)| g), Some(1));
+    // 3 back with its copy of an older regime: the roster replicas serve,
+    // 3 is filled, and 2's copy is dropped once it is.
+    world.publish(0x30, &ids);
+    exchange_only(&world, &ids);
+    assert_eq!(sc_version(&world, 3, pid).holding, Holding::Subset);
+    world.settle(&ids);
+    assert_eq!(sc_version(&world, 3, pid).holding, Holding::Full);
+    assert_eq!(sc_version(&world, 1, pid).holding, Holding::Full);
+    let dropped = sc_version(&world, 2, pid);
+    assert_eq!((dropped.holding, dropped.evade), (Holding::Absent, false));
+    assert_eq!(stored(&world.node(2), &write), None);
+    assert_eq!(stored(&world.node(3), &write).map(|(g, _)| g), Some(1));
+}
+
+#[test]
+fn an_sc_fill_merges_no_stale_copy() {
+    use citrine_distribution::sc::availability::Holding;
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    // A partition mastered by 1 with 3 its other roster replica.
+    let map = world.node(1).dist().cluster();
+    let decided = map.namespace("test").unwrap().sc.get().unwrap();
+    let chosen = (0..4096u16)
+        .find(|p| decided.replicas(partition(&record(*p, 9, 1))) == [NodeId(1), NodeId(3)])
+        .unwrap();
+    let pick = |_: u8, generation: u16| record(chosen, 9, generation);
+    let first = pick(9, 1);
+    for id in [1, 3] {
+        put(&world.node(id), &first);
+    }
+    // 3 away; 1 and 2 serve; a later version reaches both.
+    world.publish(0x20, &[1, 2]);
+    world.settle(&[1, 2]);
+    let acknowledged = pick(9, 2);
+    for id in [1, 2] {
+        put(&world.node(id), &acknowledged);
+    }
+    // Meanwhile 3, cut off, took a write no one acknowledged (more writes:
+    // it would win a merge by generation).
+    put(&world.node(3), &pick(9, 5));
+    // Back: 3's copy is of an older regime, so nothing is taken from it;
+    // 2's full copy of the serving regime retires once 3 is filled.
+    world.publish(0x30, &ids);
+    world.settle(&ids);
+    let pid = partition(&first);
+    assert_eq!(stored(&world.node(1), &first).map(|(g, _)| g), Some(2));
+    // 3 emptied its copy before its fill: it holds the acknowledged one.
+    assert_eq!(stored(&world.node(3), &first).map(|(g, _)| g), Some(2));
+    assert_eq!(sc_version(&world, 3, pid).holding, Holding::Full);
+    assert_eq!(sc_version(&world, 2, pid).holding, Holding::Absent);
+    assert_eq!(stored(&world.node(2), &first), None);
+}
+
+#[test]
+fn an_untrusted_sc_copy_with_nothing_to_receive_is_emptied() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let map = world.node(1).dist().cluster();
+    let decided = map.namespace("test").unwrap().sc.get().unwrap();
+    let chosen = (0..4096u16)
+        .find(|p| decided.replicas(partition(&record(*p, 4, 1))) == [NodeId(1), NodeId(3)])
+        .unwrap();
+    // 3 away; 1 and 2 serve the partition, which stays empty; 3, cut off,
+    // took a write no one acknowledged.
+    world.publish(0x20, &[1, 2]);
+    world.settle(&[1, 2]);
+    let unacknowledged = record(chosen, 4, 1);
+    put(&world.node(3), &unacknowledged);
+    // Back: no trusted copy holds a record, so no one sends 3 anything;
+    // its copy of the older regime is emptied all the same.
+    world.publish(0x30, &ids);
+    world.settle(&ids);
+    assert_eq!(stored(&world.node(3), &unacknowledged), None);
+    assert_eq!(stored(&world.node(1), &unacknowledged), None);
+    let version = sc_version(&world, 3, partition(&unacknowledged));
+    assert_eq!(
+        version.holding,
+        citrine_distribution::sc::availability::Holding::Full,
+        "full once emptied"
+    );
+}
+
+#[test]
+fn a_roster_master_back_with_a_stale_copy_masters_the_acknowledged_one() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    // A partition whose roster-master is 3, with 1 its roster-replica.
+    let map = world.node(1).dist().cluster();
+    let decided = map.namespace("test").unwrap().sc.get().unwrap();
+    let chosen = (0..4096u16)
+        .find(|p| decided.replicas(partition(&record(*p, 6, 1))) == [NodeId(3), NodeId(1)])
+        .unwrap();
+    for id in [1, 3] {
+        put(&world.node(id), &record(chosen, 6, 1));
+    }
+    // 3 away: 1 masters, 2 is the alternate; a later version reaches both,
+    // while 3, cut off, takes a write no one acknowledged.
+    world.publish(0x20, &[1, 2]);
+    world.settle(&[1, 2]);
+    for id in [1, 2] {
+        put(&world.node(id), &record(chosen, 6, 2));
+    }
+    put(&world.node(3), &record(chosen, 6, 5));
+    // Back: 3 masters again, its copy of an older regime emptied and
+    // filled from 1's; nothing of it reaches 1.
+    world.publish(0x30, &ids);
+    world.settle(&ids);
+    let cluster = world.node(3).dist().cluster();
+    let decided = cluster.namespace("test").unwrap().sc.get().unwrap();
+    let pid = partition(&record(chosen, 6, 1));
+    assert_eq!(decided.replicas(pid).first(), Some(&NodeId(3)));
+    for id in [1, 3] {
+        let held = stored(&world.node(id), &record(chosen, 6, 1)).map(|(g, _)| g);
+        assert_eq!(held, Some(2), "node {id}");
+    }
+}

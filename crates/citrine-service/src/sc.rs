@@ -1,20 +1,29 @@
-//! Strong-consistency namespaces as the node serves them today (issue 39):
-//! the roster info commands and the refusal of every data request.
+//! Strong-consistency namespaces as the node serves them (issue 39): the
+//! roster info commands, the partition availability the view decided, and
+//! the refusal of every data request.
 //!
 //! Owns: `roster:`, `roster-set:`, `recluster:` and `revive:` (formats of
 //! the protocol notes 08 §1; the rosters themselves are the distribution
-//! layer's shared store, `citrine_distribution::sc::store`), and
+//! layer's shared store, `citrine_distribution::sc::store`), the SC
+//! namespaces' statistics, `cluster-stable` condition and `replicas`
+//! columns ([`stat_pairs`], [`any_unavailable`], [`columns`]), and
 //! [`unavailable`] / [`refuses`].
 //!
 //! Invariants:
-//! - an SC namespace acknowledges no write and serves no read: its data
-//!   paths (regimes, replication in the regime, availability rules) do not
-//!   exist yet, so every partition is unavailable and every single-record
-//!   request, batch row, scan, query and aggregation on it answers 11
-//!   (partition unavailable), whatever its roster. Nothing acknowledged
-//!   can then be lost; the roster can already be set and kept. The node
-//!   says so: `unavailable_partitions` is 4096 for it and `cluster-stable`
-//!   answers `ERROR::unstable-cluster`.
+//! - availability is the view's SC partition map
+//!   (`citrine_distribution::sc::partitions`, decided by every member from
+//!   the same exchanged versions): `unavailable_partitions` and
+//!   `dead_partitions` count it, `cluster-stable` answers
+//!   `ERROR::unstable-cluster` while a partition is unavailable, and the
+//!   `replicas` answer carries the view's regime and the working replicas
+//!   of the available partitions only. Before the view's exchange is
+//!   decided every partition counts unavailable.
+//! - an SC namespace acknowledges no write and serves no read, even on an
+//!   available partition: the write path in the regime (replication to
+//!   every replica before the answer, refusal of older regimes) does not
+//!   exist yet, so every single-record request, batch row, scan, query
+//!   and aggregation on it answers 11 (partition unavailable). Nothing
+//!   acknowledged can then be lost.
 //! - the roster commands answer only for SC namespaces; for an AP one they
 //!   answer `ERROR:4:namespace is not strong-consistency` (our text: the
 //!   reference's Enterprise answer is not available here; its Community
@@ -22,45 +31,101 @@
 //! - `recluster:` applies every SC namespace's pending roster on whichever
 //!   node receives it (the reference answers `ignored-by-non-principal`
 //!   on a non-principal; here any node may apply, and the change reaches
-//!   the others as shared metadata before the answer).
+//!   the others as shared metadata before the answer) and asks for a new
+//!   view, in which the members decide again (the principal also starts
+//!   one when the roster in force is not the one its view decided with).
+//!   `revive:` marks the namespace's dead partitions for revival at that
+//!   next view.
 
 use crate::Service;
 use citrine_data::namespace::Namespace;
+use citrine_distribution::cluster_state::{bitmap_base64, ClusterState, NamespaceMap};
 use citrine_distribution::sc::roster::{self, RosterSetError};
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, Message};
 
-/// Whether `namespace`'s partitions are all unavailable (an SC namespace).
-pub(crate) fn unavailable(namespace: &Namespace) -> bool {
+/// Whether `namespace` is a strong-consistency namespace.
+pub(crate) fn is_sc(namespace: &Namespace) -> bool {
     namespace.config.sc.strong_consistency
 }
 
-/// The partitions of `namespace` this node counts unavailable and dead:
-/// every one of an SC namespace is unavailable, none is dead (the
-/// availability rules that would tell are not wired).
-pub(crate) fn stat_pairs(namespace: &Namespace) -> [(String, String); 2] {
-    let unavailable = if unavailable(namespace) {
-        citrine_types::PARTITIONS
-    } else {
-        0
-    };
+/// Whether data requests on `namespace` are refused (11): every SC
+/// namespace's, whatever its partitions' availability, until the SC write
+/// path exists (see the module documentation).
+pub(crate) fn unavailable(namespace: &Namespace) -> bool {
+    is_sc(namespace)
+}
+
+/// The (unavailable, dead) partitions of `namespace` in `cluster`: none for
+/// an AP namespace, the view's SC map's counts, every partition while the
+/// view is not decided.
+fn summary(cluster: &ClusterState, namespace: &Namespace) -> (usize, usize) {
+    if !is_sc(namespace) {
+        return (0, 0);
+    }
+    match cluster
+        .namespace(&namespace.config.name)
+        .and_then(|map| map.sc.get())
+    {
+        Some(map) => (map.unavailable, map.dead),
+        None => (citrine_types::PARTITIONS, 0),
+    }
+}
+
+/// The `unavailable_partitions` and `dead_partitions` statistics of
+/// `namespace` (a dead partition counts in both, as the reference's).
+pub(crate) fn stat_pairs(
+    layers: &crate::Layers<'_>,
+    namespace: &Namespace,
+) -> [(String, String); 2] {
+    let (unavailable, dead) = summary(&layers.cluster(), namespace);
     [
         ("unavailable_partitions".into(), unavailable.to_string()),
-        ("dead_partitions".into(), "0".into()),
+        ("dead_partitions".into(), dead.to_string()),
     ]
 }
 
 /// Whether `cluster-stable` must answer unstable because partitions are
 /// unavailable: of the namespace named, or of any namespace.
 pub(crate) fn any_unavailable(layers: &crate::Layers<'_>, namespace: Option<&str>) -> bool {
+    let cluster = layers.cluster();
     match namespace {
-        Some(name) => layers.namespace(name.as_bytes()).is_some_and(unavailable),
+        Some(name) => layers
+            .namespace(name.as_bytes())
+            .is_some_and(|namespace| summary(&cluster, namespace).0 > 0),
         None => layers
             .data
             .namespaces_shared()
             .iter()
-            .any(|namespace| unavailable(namespace)),
+            .any(|namespace| summary(&cluster, namespace).0 > 0),
     }
+}
+
+/// For an SC namespace, its `replicas` columns on this node: the view's
+/// regime and one bitmap per column of the partitions this node serves in
+/// it (none while undecided, or while the node is an orphan); `None` for
+/// an AP namespace.
+pub(crate) fn columns(
+    layers: &crate::Layers<'_>,
+    map: &NamespaceMap,
+) -> Option<(u32, Vec<String>)> {
+    if !layers.namespace(map.name.as_bytes()).is_some_and(is_sc) {
+        return None;
+    }
+    let width = map.column_bitmaps.len();
+    let me = layers.node_id();
+    Some(match map.sc.get().filter(|_| !layers.is_orphan()) {
+        Some(sc) => (
+            sc.regime,
+            (0..width)
+                .map(|column| bitmap_base64(sc.column_of(me, column)))
+                .collect(),
+        ),
+        None => (
+            layers.dist.sc_regime(&map.name),
+            vec![bitmap_base64(std::iter::empty()); width],
+        ),
+    })
 }
 
 /// Whether a request (a scan, query or aggregation) names an SC namespace.
@@ -83,10 +148,13 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "roster-set" => roster_set(service, command),
         "recluster" => recluster(service),
         "revive" => match command.param("namespace") {
-            // No partition is dead yet (the availability rules are not
-            // wired): nothing to revive, as the reference answers then.
+            // Dead partitions are revived at the next view (`recluster:`
+            // asks for it; so does this).
             Some(name) => sc_namespace(service, name)
-                .map(|_| "ok".to_owned())
+                .map(|namespace| {
+                    service.dist().request_revive(&namespace.config.name);
+                    "ok".to_owned()
+                })
                 .unwrap_or_else(|error| error),
             None => "ERROR:4:missing namespace".to_owned(),
         },
@@ -99,7 +167,7 @@ fn sc_namespace<'s>(service: &'s Service, name: &str) -> Result<&'s Namespace, S
     let namespace = service
         .namespace(name.as_bytes())
         .ok_or_else(|| "ERROR:4:namespace not found".to_owned())?;
-    if !unavailable(namespace) {
+    if !is_sc(namespace) {
         return Err("ERROR:4:namespace is not strong-consistency".to_owned());
     }
     Ok(namespace)
@@ -116,7 +184,7 @@ fn roster_of(service: &Service, namespace: &Namespace) -> roster::Roster {
 fn all_rosters(service: &Service) -> String {
     let rosters: Vec<(String, roster::Roster)> = service
         .namespaces()
-        .filter(|namespace| unavailable(namespace))
+        .filter(|namespace| is_sc(namespace))
         .map(|namespace| (namespace.config.name.clone(), roster_of(service, namespace)))
         .collect();
     roster::encode_all(rosters.iter().map(|(name, roster)| (name.as_str(), roster)))
@@ -144,11 +212,12 @@ fn roster_set(service: &Service, command: &InfoCommand<'_>) -> String {
 fn recluster(service: &Service) -> String {
     let names: Vec<&str> = service
         .namespaces()
-        .filter(|namespace| unavailable(namespace))
+        .filter(|namespace| is_sc(namespace))
         .map(|namespace| namespace.config.name.as_str())
         .collect();
     match service.dist().apply_pending_rosters(&names) {
         Ok(changed) => {
+            service.dist().request_recluster();
             if !changed.is_empty() {
                 tracing::info!(?changed, "pending rosters applied");
             }

@@ -114,6 +114,7 @@ async fn upkeep(dist: &Distribution, fabric: &dyn Fabric) -> bool {
     if !applied.is_empty() {
         tracing::info!(?applied, "pending rosters applied at the new view");
     }
+    dist.save_sc_versions_if_dirty();
     let pushed = dist.push_truncations() | dist.push_rosters();
     // Paced by the idle poll: a replica of another view refuses at once.
     dist.reconcile_pending(fabric).await;
@@ -238,6 +239,19 @@ async fn migrate_partition(
         epoch,
         cluster_key,
     };
+    // Strong consistency: a target's untrusted copy is emptied first.
+    for target in &task.clear {
+        let payload = super::encode_clear(cluster_key, &task.namespace, task.partition);
+        call_until(
+            &dist,
+            &fabric,
+            &pause,
+            epoch,
+            (*target, call_kind::CLEAR, &payload),
+            |answer| acknowledged(&answer).then_some(()),
+        )
+        .await?;
+    }
     let digests = dist.migration_digests(&task.namespace, task.partition);
     // A target with some copy gets the delta only: its manifest first.
     let mut manifests = Vec::with_capacity(task.targets.len());

@@ -136,6 +136,17 @@
 //! manifests and batches as a delete marker, so a copy that missed the
 //! delete cannot bring the record back.
 //!
+//! Strong-consistency namespaces (see [`crate::sc::partitions`]): the
+//! snapshot ends with the members' SC versions, the exchange first decides
+//! the view's SC map, and each partition then migrates over its
+//! assignment's working replicas, not the AP map, merging only the copies
+//! the decision trusts (a stale or evaded copy outside the list is dropped
+//! at once; one on a replica is emptied before its fill — each source
+//! first sends it `CLEAR` — or at once when no one sends it anything);
+//! an unavailable partition does not migrate and no copy of it is dropped.
+//! A replica whose fill ends takes `fill_complete`, a copy retired after
+//! delivery `drop_copies`.
+//!
 //! Across restarts a node keeps only the regime of the last view it
 //! published ([`REGIME_FILE`], saved before the view takes effect): the
 //! copies loaded at start are `subset(K)` of that regime (or of unknown
@@ -153,6 +164,7 @@ pub mod driver;
 
 use crate::cluster_state::ClusterState;
 use crate::replication::ReplicaWrite;
+use crate::sc::partitions::ScSection;
 use crate::Distribution;
 use citrine_cluster::exchange::{self, Covers, Holding, PartitionVersion};
 use citrine_data::namespace::Version;
@@ -207,6 +219,11 @@ pub struct MigrateTask {
     /// that reached only them — are fetched before anything is sent. A
     /// target whose copy is a group of its own sends it instead.
     pub pull_from: Vec<NodeId>,
+    /// Strong consistency: targets holding a copy the decision does not
+    /// trust; each empties it (`CLEAR`,
+    /// [`Distribution::clear_untrusted_copy`]) before anything is sent to
+    /// it.
+    pub clear: Vec<NodeId>,
 }
 
 /// What the driver has to do next.
@@ -442,6 +459,9 @@ struct State {
     /// resolved here.
     early_lasts: HashSet<(String, u16, NodeId)>,
     early_drops: HashSet<(String, u16, NodeId)>,
+    /// Strong consistency: partitions whose untrusted copy was emptied in
+    /// this view (at most once each).
+    cleared: HashSet<(String, u16)>,
     /// Requests that needed a migrating partition here (hottest first).
     hits: HashMap<(String, u16), u64>,
 }
@@ -938,48 +958,73 @@ fn encode_snapshot(out: &mut Vec<u8>, namespace: &str, holdings: &[(u16, Lineage
     }
 }
 
-/// Per namespace, the holdings of a snapshot; `None` when malformed.
-type Snapshot = HashMap<String, Vec<(u16, Lineage, u64)>>;
+/// A member's snapshot: per namespace, its holdings, and the SC section
+/// that ends it when the member has strong-consistency namespaces (see
+/// [`crate::sc::partitions`]: a name length of 0 marks it).
+#[derive(Default)]
+struct Snapshot {
+    namespaces: HashMap<String, Vec<(u16, Lineage, u64)>>,
+    sc: ScSection,
+}
 
+/// Decodes a snapshot; `None` when malformed.
 fn decode_snapshot(bytes: &[u8]) -> Option<Snapshot> {
+    let mut at = 0usize;
+    let mut snapshot = Snapshot::default();
+    loop {
+        let Some(&length) = bytes.get(at) else {
+            return Some(snapshot);
+        };
+        if length == 0 {
+            snapshot.sc = crate::sc::partitions::decode_section(bytes.get(at + 1..)?)?;
+            return Some(snapshot);
+        }
+        let (namespace, used) = decode_namespace(bytes.get(at..)?)?;
+        at += used;
+        snapshot.namespaces.insert(namespace.0, namespace.1);
+    }
+}
+
+/// One namespace's holdings in a snapshot.
+type NamespaceHoldings = (String, Vec<(u16, Lineage, u64)>);
+
+/// One namespace's part of a snapshot and the bytes it took.
+fn decode_namespace(bytes: &[u8]) -> Option<(NamespaceHoldings, usize)> {
     let mut at = 0usize;
     let mut take = |length: usize| -> Option<&[u8]> {
         let slice = bytes.get(at..at.checked_add(length)?)?;
         at += length;
         Some(slice)
     };
-    let mut snapshot = HashMap::new();
-    while let Some(length) = take(1) {
-        let name = std::str::from_utf8(take(usize::from(length[0]))?)
-            .ok()?
-            .to_owned();
-        let count = u16::from_be_bytes(take(2)?.try_into().ok()?);
-        let mut holdings = Vec::with_capacity(usize::from(count));
-        for _ in 0..count {
-            let partition = u16::from_be_bytes(take(2)?.try_into().ok()?);
+    let length = take(1)?;
+    let name = std::str::from_utf8(take(usize::from(length[0]))?)
+        .ok()?
+        .to_owned();
+    let count = u16::from_be_bytes(take(2)?.try_into().ok()?);
+    let mut holdings = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let partition = u16::from_be_bytes(take(2)?.try_into().ok()?);
+        let ckey = u64::from_be_bytes(take(8)?.try_into().ok()?);
+        let version = PartitionVersion::from_wire(ckey, take(1)?[0])?;
+        let records = u64::from_be_bytes(take(8)?.try_into().ok()?);
+        let covered = usize::from(take(1)?[0]);
+        if usize::from(partition) >= PARTITIONS
+            || version.is_zero()
+            || covered > exchange::COVERS_MAX
+        {
+            return None;
+        }
+        let mut covers = Covers::EMPTY;
+        for _ in 0..covered {
             let ckey = u64::from_be_bytes(take(8)?.try_into().ok()?);
-            let version = PartitionVersion::from_wire(ckey, take(1)?[0])?;
-            let records = u64::from_be_bytes(take(8)?.try_into().ok()?);
-            let covered = usize::from(take(1)?[0]);
-            if usize::from(partition) >= PARTITIONS
-                || version.is_zero()
-                || covered > exchange::COVERS_MAX
-            {
+            if ckey == 0 || covers.contains(ckey) {
                 return None;
             }
-            let mut covers = Covers::EMPTY;
-            for _ in 0..covered {
-                let ckey = u64::from_be_bytes(take(8)?.try_into().ok()?);
-                if ckey == 0 || covers.contains(ckey) {
-                    return None;
-                }
-                covers.extend([ckey]);
-            }
-            holdings.push((partition, Lineage { version, covers }, records));
+            covers.extend([ckey]);
         }
-        snapshot.insert(name, holdings);
+        holdings.push((partition, Lineage { version, covers }, records));
     }
-    Some(snapshot)
+    Some(((name, holdings), at))
 }
 
 /// What resolving an exchange leaves to do once the state is unlocked:
@@ -987,6 +1032,14 @@ fn decode_snapshot(bytes: &[u8]) -> Option<Snapshot> {
 #[derive(Default)]
 struct ExchangePlan {
     drops: Vec<(String, PartitionId)>,
+    /// Strong consistency: copies outside the replica list that no fill
+    /// may merge (stale or evaded), dropped at once without inducting
+    /// their holder.
+    untrusted_drops: Vec<(String, PartitionId)>,
+    /// Strong consistency: this node's untrusted copies on partitions it is
+    /// a replica of with nothing to receive (no one sends, so no `CLEAR`
+    /// comes): emptied at once.
+    untrusted_clears: Vec<(String, PartitionId)>,
     tasks: Vec<MigrateTask>,
 }
 
@@ -999,6 +1052,8 @@ struct PartitionExchange<'a> {
     /// Every member's copy of it.
     held: &'a [Holding],
     cluster_key: u64,
+    /// Strong consistency: replicas holding a copy the fill may not merge.
+    untrusted: &'a [NodeId],
 }
 
 /// Per partition of namespace `name`, every member's copy as the
@@ -1006,7 +1061,7 @@ struct PartitionExchange<'a> {
 fn holdings_of(name: &str, snapshots: &[(NodeId, Snapshot)]) -> Vec<Vec<Holding>> {
     let mut holdings: Vec<Vec<Holding>> = vec![Vec::new(); PARTITIONS];
     for (node, snapshot) in snapshots {
-        for (partition, lineage, records) in snapshot.get(name).into_iter().flatten() {
+        for (partition, lineage, records) in snapshot.namespaces.get(name).into_iter().flatten() {
             if let Some(list) = holdings.get_mut(usize::from(*partition)) {
                 list.push(Holding {
                     node: *node,
@@ -1107,7 +1162,7 @@ impl Distribution {
     pub fn plan_migrations(&self, published: Arc<ClusterState>) {
         let migrations = &self.migrations;
         let mut snapshot = Vec::new();
-        let mut own: Snapshot = HashMap::new();
+        let mut own = Snapshot::default();
         let mut state = migrations.state.lock();
         for namespace in self.namespaces() {
             let name = &namespace.config.name;
@@ -1134,8 +1189,11 @@ impl Distribution {
                 holdings.push((partition.index() as u16, lineage, records));
             }
             encode_snapshot(&mut snapshot, name, &holdings);
-            own.insert(name.clone(), holdings);
+            own.namespaces.insert(name.clone(), holdings);
         }
+        // Strong-consistency namespaces' versions last (nothing without).
+        own.sc = self.sc_section();
+        crate::sc::partitions::encode_section(&mut snapshot, &own.sc);
         let alone = published.members.len() <= 1;
         state.cluster_key = published.cluster_key;
         state.peers = published.peers().map(|member| member.node_id).collect();
@@ -1146,6 +1204,7 @@ impl Distribution {
         state.tasks.clear();
         state.early_lasts.clear();
         state.early_drops.clear();
+        state.cleared.clear();
         state.hits.clear();
         // Exchanging first, so no request runs unresolved in between.
         migrations.exchanging.store(!alone, Ordering::Relaxed);
@@ -1209,6 +1268,7 @@ impl Distribution {
             return false;
         };
         let cluster_key = current.cluster_key;
+        self.publish_sc_maps(&current, &snapshots);
         let mut plan = ExchangePlan::default();
         for namespace in self.namespaces() {
             let name = namespace.config.name.as_str();
@@ -1217,12 +1277,30 @@ impl Distribution {
             };
             let holdings = holdings_of(name, &snapshots);
             for partition in PartitionId::all() {
+                // An SC partition moves only where its assignment says, and
+                // not at all while unavailable (no copy is dropped then).
+                let held = &holdings[partition.index()];
+                let (replicas, trusted) =
+                    match (namespace.config.sc.strong_consistency, map.sc.get()) {
+                        (false, _) => (map.map.replicas(partition), None),
+                        (true, Some(sc)) if sc.is_available(partition) => {
+                            let trusted =
+                                self.trusted_holdings(&mut plan, name, partition, sc, held);
+                            (sc.replicas(partition), Some(trusted))
+                        }
+                        (true, _) => continue,
+                    };
+                let (held, untrusted) = match &trusted {
+                    Some((held, untrusted)) => (held.as_slice(), untrusted.as_slice()),
+                    None => (held.as_slice(), &[][..]),
+                };
                 let at = PartitionExchange {
                     name,
                     partition,
-                    replicas: map.map.replicas(partition),
-                    held: &holdings[partition.index()],
+                    replicas,
+                    held,
                     cluster_key,
+                    untrusted,
                 };
                 self.resolve_partition(&mut state, &mut plan, &at);
             }
@@ -1234,6 +1312,17 @@ impl Distribution {
         drop(state);
         for (name, partition) in &drops {
             self.drop_copy(name, *partition);
+        }
+        for (name, partition) in &plan.untrusted_drops {
+            self.drop_copy_as(name, *partition, false);
+        }
+        for (name, partition) in &plan.untrusted_clears {
+            if let Some(namespace) = self.namespace(name.as_bytes()) {
+                let mut index = namespace.index.partition(*partition).write();
+                remove_every_record(namespace, *partition, &mut index);
+                drop(index);
+                self.sc_fill_complete(name, *partition, cluster_key);
+            }
         }
         // Only now (drops done) may `cluster-stable` report the view.
         migrations.exchanging.store(false, Ordering::Relaxed);
@@ -1248,6 +1337,70 @@ impl Distribution {
             );
         }
         true
+    }
+
+    /// Strong consistency: the holdings of `partition` its fill may merge
+    /// (those of the SC map's trusted copies), and the replicas holding an
+    /// untrusted copy (emptied before their fill). This node's own
+    /// untrusted copy outside the replica list is dropped at once.
+    fn trusted_holdings(
+        &self,
+        plan: &mut ExchangePlan,
+        name: &str,
+        partition: PartitionId,
+        sc: &crate::sc::partitions::ScMap,
+        held: &[Holding],
+    ) -> (Vec<Holding>, Vec<NodeId>) {
+        let trusted = sc.trusted(partition);
+        let replicas = sc.replicas(partition);
+        let untrusted: Vec<NodeId> = held
+            .iter()
+            .map(|holding| holding.node)
+            .filter(|node| !trusted.contains(node))
+            .collect();
+        if untrusted.contains(&self.node_id) && !replicas.contains(&self.node_id) {
+            plan.untrusted_drops.push((name.to_owned(), partition));
+        }
+        let kept = held
+            .iter()
+            .filter(|holding| trusted.contains(&holding.node))
+            .copied()
+            .collect();
+        let untrusted_replicas = untrusted
+            .into_iter()
+            .filter(|node| replicas.contains(node))
+            .collect();
+        (kept, untrusted_replicas)
+    }
+
+    /// Decides the view's strong-consistency namespaces from the members'
+    /// SC sections and publishes their maps in `current` (see
+    /// [`crate::sc::partitions`]); clients are told to fetch `replicas`
+    /// again.
+    fn publish_sc_maps(&self, current: &ClusterState, snapshots: &[(NodeId, Snapshot)]) {
+        let sections: Vec<(NodeId, &ScSection)> = snapshots
+            .iter()
+            .map(|(node, snapshot)| (*node, &snapshot.sc))
+            .collect();
+        let maps = self.decide_sc(current.cluster_key, &sections);
+        if maps.is_empty() {
+            return;
+        }
+        for (name, map) in maps {
+            if let Some(namespace) = current.namespace(&name) {
+                tracing::info!(
+                    namespace = %name,
+                    regime = map.regime,
+                    unavailable = map.unavailable,
+                    dead = map.dead,
+                    "strong-consistency partitions decided"
+                );
+                let _ = namespace.sc.set(map);
+            }
+        }
+        self.migrations
+            .claims_generation
+            .fetch_add(1, Ordering::AcqRel);
     }
 
     /// Applies this node's part of one partition's exchange outcome: its
@@ -1278,6 +1431,12 @@ impl Distribution {
                 self.fill_as_replica(state, &mut part, at, &outcome, my_covers.after(mine));
             if let Some(versions) = state.versions.get_mut(at.name) {
                 versions[at.partition.index()] = lineage;
+            }
+            if part.expect.is_empty() && at.untrusted.contains(&self.node_id) {
+                let pid = at.partition.index() as u16;
+                state.cleared.insert((at.name.to_owned(), pid));
+                plan.untrusted_clears
+                    .push((at.name.to_owned(), at.partition));
             }
         } else if !mine.is_zero() {
             self.plan_drop(state, &mut part, plan, at, &outcome);
@@ -1318,6 +1477,10 @@ impl Distribution {
         });
         part.covers_when_full = outcome.covers_when_full;
         if part.expect.is_empty() {
+            // An untrusted copy is full only once emptied (after unlock).
+            if !at.untrusted.contains(&self.node_id) {
+                self.sc_fill_complete(at.name, at.partition, at.cluster_key);
+            }
             Lineage {
                 version: PartitionVersion::full(at.cluster_key),
                 covers: outcome.covers_when_full,
@@ -1392,6 +1555,11 @@ impl Distribution {
                     })
                     .map(|(target, _)| *target)
                     .collect();
+                let clear = targets
+                    .iter()
+                    .map(|(target, _)| *target)
+                    .filter(|target| at.untrusted.contains(target))
+                    .collect();
                 MigrateTask {
                     namespace: at.name.to_owned(),
                     partition: at.partition,
@@ -1400,6 +1568,7 @@ impl Distribution {
                     drop_after: !replica,
                     records: group.records,
                     pull_from,
+                    clear,
                 }
             })
             .collect()
@@ -1408,6 +1577,13 @@ impl Distribution {
     /// Drops this node's copy of a partition it no longer holds a place
     /// for: every record goes, the version becomes ZERO.
     pub fn drop_copy(&self, namespace_name: &str, partition: PartitionId) {
+        self.drop_copy_as(namespace_name, partition, true);
+    }
+
+    /// [`Distribution::drop_copy`]; for a strong-consistency namespace,
+    /// `inducted` when the replicas were filled first (the holder's version
+    /// takes `drop_copies`), not for an untrusted copy dropped at once.
+    fn drop_copy_as(&self, namespace_name: &str, partition: PartitionId, inducted: bool) {
         let Some(namespace) = self.namespace(namespace_name.as_bytes()) else {
             return;
         };
@@ -1425,13 +1601,27 @@ impl Distribution {
         }
         let mut state = migrations.state.lock();
         let key = (namespace_name.to_owned(), partition.index() as u16);
-        if state.current.as_ref().is_some_and(|current| {
+        let sc = namespace.config.sc.strong_consistency;
+        let current = state.current.clone();
+        if current.as_ref().is_some_and(|current| {
             current
                 .namespace(namespace_name)
-                .is_some_and(|map| map.map.replicas(partition).contains(&self.node_id))
+                .is_some_and(|map| match (sc, map.sc.get()) {
+                    (false, _) => map.map.replicas(partition).contains(&self.node_id),
+                    (true, Some(decided)) => {
+                        !decided.is_available(partition)
+                            || decided.replicas(partition).contains(&self.node_id)
+                    }
+                    (true, None) => true,
+                })
         }) {
-            // A replica again under a newer view: keep it.
+            // A replica again under a newer view (or, strong consistency, a
+            // view that has not decided to serve the partition without
+            // this copy): keep it.
             return;
+        }
+        if let Some(current) = current.as_ref().filter(|_| sc) {
+            self.sc_copy_dropped(namespace_name, partition, current.cluster_key, inducted);
         }
         if let Some(versions) = state.versions.get_mut(namespace_name) {
             versions[partition.index()] = Lineage::ZERO;
@@ -1446,16 +1636,7 @@ impl Distribution {
         migrations.set_route(namespace_name, key.1, None);
         let mut index = namespace.index.partition(partition).write();
         drop(state);
-        let mut dropped = 0u64;
-        index.clear_tombstones();
-        namespace.clear_partition(partition);
-        index.remove_where(
-            |_, _| true,
-            |_, entry| {
-                citrine_data::record::drop_entry(namespace, entry);
-                dropped += 1;
-            },
-        );
+        let dropped = remove_every_record(namespace, partition, &mut index);
         drop(index);
         migrations
             .partitions_dropped
@@ -1485,6 +1666,48 @@ impl Distribution {
         if self.migrations.epoch() == epoch {
             self.drop_copy(namespace, partition);
         }
+    }
+
+    /// Answers a `CLEAR` call ([`encode_clear`]) from a source about to
+    /// fill this node's copy of an SC partition that the view's decision
+    /// does not trust: the copy is emptied first, once per view (the index
+    /// stays locked until it is, so no batch of any source lands before),
+    /// and OK is answered, also when there was nothing to empty. Before
+    /// this node resolved that view's exchange: 11, asked again.
+    pub fn clear_untrusted_copy(&self, payload: &[u8]) -> ResultCode {
+        let Some((key, reference)) = payload.split_first_chunk::<8>() else {
+            return ResultCode::Parameter;
+        };
+        let Some((name, pid)) = decode_partition_ref(reference) else {
+            return ResultCode::Parameter;
+        };
+        let (Some(namespace), Some(partition)) =
+            (self.namespace(name.as_bytes()), PartitionId::new(pid))
+        else {
+            return ResultCode::Parameter;
+        };
+        let mut state = self.migrations.state.lock();
+        if state.cluster_key != u64::from_be_bytes(*key) || !state.exchanged {
+            return ResultCode::Unavailable;
+        }
+        let untrusted_replica = state.current.as_ref().is_some_and(|current| {
+            current
+                .namespace(&name)
+                .and_then(|map| map.sc.get())
+                .is_some_and(|sc| {
+                    sc.replicas(partition).contains(&self.node_id)
+                        && !sc.trusted(partition).contains(&self.node_id)
+                })
+        });
+        if !untrusted_replica || !state.cleared.insert((name.clone(), pid)) {
+            return ResultCode::Ok;
+        }
+        let mut index = namespace.index.partition(partition).write();
+        drop(state);
+        let removed = remove_every_record(namespace, partition, &mut index);
+        drop(index);
+        tracing::debug!(namespace = %name, partition = pid, removed, "untrusted SC copy emptied before its fill");
+        ResultCode::Ok
     }
 
     /// `source` delivered its group of `partition` (its LAST batch).
@@ -1521,6 +1744,9 @@ impl Distribution {
             };
             if let Some(versions) = state.versions.get_mut(namespace) {
                 versions[usize::from(partition)] = lineage;
+            }
+            if let Some(partition) = PartitionId::new(partition) {
+                self.sc_fill_complete(namespace, partition, cluster_key);
             }
             state.parts.remove(&key);
             migrations.set_route(namespace, partition, None);
@@ -1992,6 +2218,33 @@ pub fn parse_manifest(manifest: &[u8]) -> Option<Manifest> {
 }
 
 /// `u8 ns len | ns | u16 partition`.
+/// Removes every record and tombstone of `partition` from `namespace`
+/// (`index`, its write-locked index); returns how many records went.
+fn remove_every_record(
+    namespace: &citrine_data::namespace::Namespace,
+    partition: PartitionId,
+    index: &mut citrine_index::PartitionIndex,
+) -> u64 {
+    let mut removed = 0u64;
+    index.clear_tombstones();
+    namespace.clear_partition(partition);
+    index.remove_where(
+        |_, _| true,
+        |_, entry| {
+            citrine_data::record::drop_entry(namespace, entry);
+            removed += 1;
+        },
+    );
+    removed
+}
+
+/// A `CLEAR` call: `u64 cluster key | partition ref`.
+pub fn encode_clear(cluster_key: u64, namespace: &str, partition: PartitionId) -> Vec<u8> {
+    let mut out = cluster_key.to_be_bytes().to_vec();
+    out.extend_from_slice(&encode_partition_ref(namespace, partition));
+    out
+}
+
 pub fn encode_partition_ref(namespace: &str, partition: PartitionId) -> Vec<u8> {
     let name = &namespace.as_bytes()[..namespace.len().min(255)];
     let mut out = Vec::with_capacity(3 + name.len());

@@ -76,8 +76,28 @@ fn snapshots_round_trip_and_refuse_garbage() {
     encode_snapshot(&mut bytes, "test", &holdings);
     encode_snapshot(&mut bytes, "bar", &[]);
     let snapshot = decode_snapshot(&bytes).expect("snapshot");
-    assert_eq!(snapshot.get("test"), Some(&holdings));
-    assert_eq!(snapshot.get("bar"), Some(&Vec::new()));
+    assert_eq!(snapshot.namespaces.get("test"), Some(&holdings));
+    assert_eq!(snapshot.namespaces.get("bar"), Some(&Vec::new()));
+    assert!(snapshot.sc.is_empty());
+    // An SC section ends the snapshot; the namespaces before it decode as
+    // they did.
+    let mut with_sc = bytes.clone();
+    let entry = crate::sc::partitions::ScEntry {
+        roster: "A1".into(),
+        regime: 4,
+        revive: false,
+        versions: vec![Default::default(); PARTITIONS],
+    };
+    let section = ScSection::from([("sc".to_owned(), entry)]);
+    crate::sc::partitions::encode_section(&mut with_sc, &section);
+    let decoded = decode_snapshot(&with_sc).expect("with SC");
+    assert_eq!(decoded.namespaces.get("test"), Some(&holdings));
+    assert_eq!(decoded.sc, section);
+    with_sc.push(9);
+    assert!(
+        decode_snapshot(&with_sc).is_none(),
+        "bytes after the section"
+    );
     for cut in 1..bytes.len() {
         if cut != bytes.len() - 6 {
             assert!(decode_snapshot(&bytes[..cut]).is_none(), "cut {cut}");
@@ -118,6 +138,7 @@ fn the_hottest_partition_goes_first_then_the_smallest() {
         drop_after: false,
         records,
         pull_from: Vec::new(),
+        clear: Vec::new(),
     };
     let queue = vec![task(5, 1), task(9, 10), task(7, 20)];
     assert_eq!(migrations.hottest(&queue), 0, "nothing hot: plan order");

@@ -116,7 +116,8 @@
 //! (`ckey:48, family:4, revived, master, subset, evade` in the reference's
 //! public `as_partition_version`), wrapping of the 6-bit regime in record
 //! versions, the roster kept across restarts, and stopping writes on clock
-//! skew are not done here; nothing here is wired into the node yet.
+//! skew are not done here. [`super::partitions`] wires these rules into
+//! the node's views.
 
 use super::roster::RosterNode;
 use citrine_cluster::partition_map::{node_hash, NodeEntry, PartitionMap, PartitionMapConfig};
@@ -430,6 +431,37 @@ pub fn decide(
         replicas,
         sources,
     })
+}
+
+/// The present nodes whose copies a fill of `assignment` may take records
+/// from: the counted full current copies, the sources, and the master's
+/// own copy when it is counted and of the latest regime (a subset of the
+/// current lineage holds no write that conflicts with an acknowledged
+/// one). Any other copy (stale, evaded, a subset outside the master) is
+/// not merged: a replica holding one — the master included — empties it
+/// before its fill, a non-replica drops it. A stale copy may hold a write
+/// no one acknowledged that has more writes than the acknowledged
+/// version of its record, and would win a merge.
+pub fn trusted_copies(
+    placement: &RosterPlacement,
+    members: &[Member],
+    assignment: &Assignment,
+) -> Vec<NodeId> {
+    let tally = tally(placement, members);
+    let mut trusted = tally.full_current;
+    trusted.extend(assignment.sources.iter().copied());
+    let current_master = assignment.master().filter(|master| {
+        members.iter().any(|member| {
+            member.id == *master
+                && !member.version.evade
+                && member.version.holding != Holding::Absent
+                && member.version.copy_regime == tally.latest
+        })
+    });
+    trusted.extend(current_master);
+    trusted.sort_unstable();
+    trusted.dedup();
+    trusted
 }
 
 /// The copies `master` must merge (see [`Assignment::sources`]).

@@ -1,5 +1,5 @@
-//! Strong consistency (paper 000 §4; issue 39): the pure parts, not wired
-//! into the node yet.
+//! Strong consistency (paper 000 §4; issue 39): the pure rules and their
+//! wiring into the node's views.
 //!
 //! Modules: [`roster`] (the roster, pending roster and observed nodes of a
 //! namespace, and the text of `roster:` / `roster-set:`) and
@@ -8,13 +8,16 @@
 //! and dead partitions). The property tests (`tests.rs`) drive both over
 //! random splits, crashes, restarts and revives of rosters of 2 to 8 nodes,
 //! seed by seed. [`store`] keeps the rosters cluster-wide and across
-//! restarts (shared metadata, file `roster.smd`).
+//! restarts (shared metadata, file `roster.smd`). [`partitions`] keeps
+//! this node's partition versions (file `sc-versions`), exchanges them at
+//! every view and publishes the SC partition map every member agrees on.
 //!
-//! Invariants: except [`store`], nothing here does I/O, reads a clock or
+//! Invariants: except [`store`] and [`partitions`], nothing here does I/O, reads a clock or
 //! keeps state between calls beyond the values passed in; the same inputs
 //! give the same answers on every node.
 
 pub mod availability;
+pub mod partitions;
 pub mod roster;
 pub mod store;
 

@@ -209,3 +209,102 @@ fn a_pending_roster_is_applied_at_the_next_view_on_its_principal() {
     assert!(ask(&service, "roster:namespace=test").starts_with("roster=A1:pending_roster=A1:"));
     assert!(service.dist().apply_pending_rosters_at_view().is_empty());
 }
+
+/// A view of this node alone under cluster key `key` (its exchange
+/// resolves at once).
+fn publish_alone(service: &Service, key: u64) {
+    let me = service.node_id;
+    let member = ClusterMember {
+        node_id: me,
+        rack_id: 0,
+        service_address: String::new(),
+        tls: None,
+    };
+    service.publish_cluster(ClusterState::new(
+        me,
+        key,
+        vec![member],
+        &[("test".into(), 2), ("bar".into(), 2)],
+        2,
+        2,
+    ));
+}
+
+/// `name=` in the `namespace/test` answer.
+fn stat(service: &Service, name: &str) -> String {
+    let answer = ask(service, "namespace/test");
+    answer
+        .split(';')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {name} in {answer}"))
+        .to_owned()
+}
+
+#[test]
+fn a_rostered_view_makes_partitions_available_with_a_regime() {
+    let service = sc_service(0);
+    let me = service.node_id;
+    publish_alone(&service, 0x51);
+    // No roster: nothing is available, the cluster is not stable.
+    assert_eq!(stat(&service, "unavailable_partitions"), "4096");
+    assert_eq!(stat(&service, "dead_partitions"), "0");
+    assert_eq!(ask(&service, "cluster-stable:"), "ERROR::unstable-cluster");
+    let empty = citrine_distribution::cluster_state::bitmap_base64(std::iter::empty());
+    assert!(ask(&service, "replicas").contains(&format!("test:0,1,{empty}")));
+    assert!(!service.dist().take_recluster_request());
+    // The roster of this node, then `recluster:`: a new view is asked for.
+    assert_eq!(
+        ask(&service, &format!("roster-set:namespace=test;nodes={me}")),
+        "ok"
+    );
+    assert_eq!(ask(&service, "recluster:"), "ok");
+    assert!(service.dist().take_recluster_request());
+    publish_alone(&service, 0x52);
+    assert_eq!(stat(&service, "unavailable_partitions"), "0");
+    assert_eq!(ask(&service, "cluster-stable:"), "52");
+    let all = citrine_distribution::cluster_state::bitmap_base64(citrine_types::PartitionId::all());
+    let replicas = ask(&service, "replicas");
+    assert!(replicas.contains(&format!("test:2,1,{all}")), "{replicas}");
+    assert!(replicas.contains("bar:0,1,"), "{replicas}");
+    assert!(ask(&service, "replicas-master").contains(&format!("test:{all}")));
+    // Every later view serves in a higher regime; data stays refused.
+    publish_alone(&service, 0x53);
+    assert!(ask(&service, "replicas").contains(&format!("test:4,1,{all}")));
+    let write = put("k", Ops::new().int(op_type::WRITE, "a", 1));
+    assert_eq!(send(&service, &write).header.result_code, 11);
+    assert!(!service.dist().take_recluster_request(), "decided with it");
+}
+
+#[test]
+fn sc_versions_survive_a_restart_in_the_work_directory() {
+    let directory =
+        std::env::temp_dir().join(format!("citrine-sc-versions-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).unwrap();
+    let service = sc_service(0);
+    let me = service.node_id;
+    service.dist().keep_rosters(&directory).unwrap();
+    service.dist().keep_sc_versions(&directory).unwrap();
+    ask(&service, &format!("roster-set:namespace=test;nodes={me}"));
+    ask(&service, "recluster:");
+    publish_alone(&service, 0x61);
+    publish_alone(&service, 0x62);
+    assert_eq!(service.dist().sc_regime("test"), 4);
+    // In memory, a restart lost the copies: the regime is kept, the
+    // partitions are dead (the whole roster is here, its copies gone)
+    // until `revive:`.
+    let restarted = sc_service(0);
+    restarted.dist().keep_rosters(&directory).unwrap();
+    restarted.dist().keep_sc_versions(&directory).unwrap();
+    assert_eq!(restarted.dist().sc_regime("test"), 4);
+    publish_alone(&restarted, 0x63);
+    assert_eq!(stat(&restarted, "dead_partitions"), "4096");
+    assert_eq!(stat(&restarted, "unavailable_partitions"), "4096");
+    assert_eq!(ask(&restarted, "revive:namespace=test"), "ok");
+    assert!(restarted.dist().take_recluster_request());
+    publish_alone(&restarted, 0x64);
+    assert_eq!(stat(&restarted, "dead_partitions"), "0");
+    assert_eq!(stat(&restarted, "unavailable_partitions"), "0");
+    assert!(ask(&restarted, "replicas").contains("test:8,1,"));
+    let _ = std::fs::remove_dir_all(&directory);
+}
