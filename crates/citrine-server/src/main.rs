@@ -29,6 +29,7 @@
 
 mod audit;
 mod cluster;
+mod cluster_tls;
 mod config;
 mod event_loop;
 mod http;
