@@ -140,11 +140,21 @@ impl ChannelTlsContext {
 async fn handshake_within(stream: &mut TlsStream) -> Result<(), String> {
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.handshake()).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(error.to_string()),
+        Ok(Err(error)) => Err(explained(&error)),
         Err(_) => Err(format!(
             "no handshake within {} ms",
             HANDSHAKE_TIMEOUT.as_millis()
         )),
+    }
+}
+
+/// A handshake error, with what an alert from the peer most likely means.
+fn explained(error: &io::Error) -> String {
+    let text = error.to_string();
+    if text.starts_with("received fatal alert") {
+        format!("{text} (the peer refused this node's certificate: most likely it trusts another CA, or the certificate is not valid for the TLS name)")
+    } else {
+        text
     }
 }
 
