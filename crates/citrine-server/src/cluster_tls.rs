@@ -288,7 +288,16 @@ impl TlsStream {
         let mut offset = 0;
         while offset < read {
             let mut incoming = &self.scratch[offset..read];
-            offset += self.session.read_tls(&mut incoming)?;
+            let taken = self.session.read_tls(&mut incoming)?;
+            if taken == 0 {
+                // Never expected with the plaintext drained: a guard
+                // against spinning.
+                return Err(io::Error::new(
+                    ErrorKind::InvalidData,
+                    "TLS input not taken",
+                ));
+            }
+            offset += taken;
             if let Err(error) = self.session.process_new_packets() {
                 // The alert rustls queued tells the peer why.
                 let _ = self.flush().await;
@@ -379,6 +388,123 @@ impl RepeatLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tls_config::{ClientAuth, Protocol};
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    use std::path::Path;
+
+    /// A CA and a node certificate for "localhost" (both uses) in `dir`.
+    #[allow(clippy::unwrap_used)]
+    fn write_node_certs(dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut node = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        node.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let node = node.signed_by(&key, &issuer).unwrap();
+        std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+        std::fs::write(dir.join("node.pem"), node.pem()).unwrap();
+        std::fs::write(dir.join("node.key"), key.serialize_pem()).unwrap();
+    }
+
+    fn context(dir: &Path) -> Result<ChannelTlsContext, String> {
+        let settings = TlsSettings {
+            port: 1,
+            name: "localhost".to_owned(),
+            cert_file: dir.join("node.pem"),
+            key_file: dir.join("node.key"),
+            ca_file: Some(dir.join("ca.pem")),
+            protocols: vec![Protocol::Tls12, Protocol::Tls13],
+            cipher_suites: Vec::new(),
+            client_auth: ClientAuth::Names(vec!["localhost".to_owned()]),
+        };
+        let tls = ChannelTls {
+            address: "127.0.0.1".to_owned(),
+            settings,
+        };
+        ChannelTlsContext::new("fabric", &tls)
+    }
+
+    /// Connects a `client` context to an `server` one over loopback:
+    /// (the connecting side's result, the accepting side's).
+    async fn pair(
+        client: &ChannelTlsContext,
+        server: &ChannelTlsContext,
+    ) -> (Result<TlsStream, String>, Result<TlsStream, String>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|error| panic!("{error}"));
+        let address = listener
+            .local_addr()
+            .unwrap_or_else(|error| panic!("{error}"));
+        let accepting = async {
+            let (tcp, _) = listener
+                .accept()
+                .await
+                .unwrap_or_else(|error| panic!("{error}"));
+            server.accept(tcp).await
+        };
+        let connecting = async {
+            let tcp = TcpStream::connect(address)
+                .await
+                .unwrap_or_else(|error| panic!("{error}"));
+            client.connect(tcp).await
+        };
+        tokio::join!(connecting, accepting)
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn frames_of_any_size_cross_and_a_stranger_is_refused() {
+        let dir =
+            std::env::temp_dir().join(format!("citrine-cluster-tls-unit-{}", std::process::id()));
+        write_node_certs(&dir.join("a"));
+        write_node_certs(&dir.join("b"));
+        let (a, b) = (
+            context(&dir.join("a")).unwrap(),
+            context(&dir.join("b")).unwrap(),
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (client, server) = pair(&a, &a).await;
+            let (mut client, mut server) = (client.unwrap(), server.unwrap());
+            // Larger than a record, a write chunk and a socket read.
+            let big: Vec<u8> = (0..3_000_017u32).map(|at| (at % 251) as u8).collect();
+            let sending = async {
+                client.write_all(b"small").await.unwrap();
+                client.write_all(&big).await.unwrap();
+                client.write_all(b"!").await.unwrap();
+            };
+            let receiving = async {
+                let mut small = [0u8; 5];
+                server.read_exact(&mut small).await.unwrap();
+                let mut received = vec![0u8; big.len() + 1];
+                server.read_exact(&mut received).await.unwrap();
+                (small, received)
+            };
+            let ((), (small, received)) = tokio::join!(sending, receiving);
+            assert_eq!(&small, b"small");
+            assert_eq!(&received[..big.len()], &big[..]);
+            assert_eq!(received[big.len()], b'!');
+            // Certificates of another CA: refused by both sides.
+            let (client, server) = pair(&b, &a).await;
+            assert!(client.is_err(), "the connecting stranger trusted the node");
+            let error = server.err().expect("the node accepted a stranger");
+            assert!(error.contains("alert"), "{error}");
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn repeated_lines_are_counted_not_written() {
