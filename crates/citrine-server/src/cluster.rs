@@ -21,6 +21,13 @@
 //!   event loop, so neither storage writes nor waiting for replicas ever
 //!   delay heartbeats and Paxos on the cluster thread.
 //!
+//! Either channel can also listen on a TLS port (`fabric.tls-port`,
+//! `heartbeat.tls-port`; [`crate::cluster_tls`], mutual between nodes):
+//! with heartbeat TLS every heartbeat connection this node opens is TLS;
+//! a fabric connection is TLS when both nodes offer fabric TLS (the hello
+//! carries the TLS fabric address), else plain. Frames are the same on
+//! both.
+//!
 //! Every connection starts with a [`KIND_HELLO`] frame naming the sender's
 //! node id, rack, service address and fabric address: that is how a node
 //! learns where clients reach its peers (`peers-clear-std`) and which rack
