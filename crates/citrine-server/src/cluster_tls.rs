@@ -394,25 +394,28 @@ mod tests {
     };
     use std::path::Path;
 
-    /// A CA and a node certificate for "localhost" (both uses) in `dir`.
+    /// A CA and a node certificate for "localhost" (both uses) in `dir`,
+    /// and one for "other" from the same CA in `dir/other`.
     #[allow(clippy::unwrap_used)]
     fn write_node_certs(dir: &Path) {
-        std::fs::create_dir_all(dir).unwrap();
+        std::fs::create_dir_all(dir.join("other")).unwrap();
         let ca_key = KeyPair::generate().unwrap();
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let ca_cert = ca.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca, ca_key);
-        let key = KeyPair::generate().unwrap();
-        let mut node = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        node.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let node = node.signed_by(&key, &issuer).unwrap();
-        std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
-        std::fs::write(dir.join("node.pem"), node.pem()).unwrap();
-        std::fs::write(dir.join("node.key"), key.serialize_pem()).unwrap();
+        for (name, place) in [("localhost", dir.to_owned()), ("other", dir.join("other"))] {
+            let key = KeyPair::generate().unwrap();
+            let mut node = CertificateParams::new(vec![name.to_owned()]).unwrap();
+            node.extended_key_usages = vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            let node = node.signed_by(&key, &issuer).unwrap();
+            std::fs::write(place.join("ca.pem"), ca_cert.pem()).unwrap();
+            std::fs::write(place.join("node.pem"), node.pem()).unwrap();
+            std::fs::write(place.join("node.key"), key.serialize_pem()).unwrap();
+        }
     }
 
     fn context(dir: &Path) -> Result<ChannelTlsContext, String> {
@@ -502,6 +505,22 @@ mod tests {
             assert!(client.is_err(), "the connecting stranger trusted the node");
             let error = server.err().expect("the node accepted a stranger");
             assert!(error.contains("alert"), "{error}");
+            // The right CA but a certificate for another name: the
+            // accepting side refuses it.
+            let other = context(&dir.join("a/other")).unwrap();
+            let (_, server) = pair(&other, &a).await;
+            let error = server.err().expect("the node accepted another name");
+            assert!(error.contains("not valid for the TLS name"), "{error}");
+            // Plain bytes on the TLS port: refused, nothing else happens.
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            let mut plain = TcpStream::connect(address).await.unwrap();
+            plain
+                .write_all(&[0, 0, 0, 9, 1, 0, 0, 0, 0, 0, 0, 0, 1])
+                .await
+                .unwrap();
+            let (tcp, _) = listener.accept().await.unwrap();
+            assert!(a.accept(tcp).await.is_err());
         });
         let _ = std::fs::remove_dir_all(&dir);
     }
