@@ -521,6 +521,17 @@ mod tests {
                 .unwrap();
             let (tcp, _) = listener.accept().await.unwrap();
             assert!(a.accept(tcp).await.is_err());
+            // Files replaced (here by the other CA's): the next connection
+            // uses them, on both sides of it.
+            for name in ["ca.pem", "node.pem", "node.key"] {
+                let staged = dir.join("a").join(format!("{name}.new"));
+                std::fs::copy(dir.join("b").join(name), &staged).unwrap();
+                std::fs::rename(&staged, dir.join("a").join(name)).unwrap();
+            }
+            let (client, server) = pair(&a, &b).await;
+            assert!(client.is_ok() && server.is_ok(), "{:?}", client.err());
+            let (client, server) = pair(&b, &a).await;
+            assert!(client.is_ok() && server.is_ok(), "{:?}", server.err());
         });
         let _ = std::fs::remove_dir_all(&dir);
     }
