@@ -3,7 +3,8 @@
 //!
 //! Writes `ca.pem` (a self-signed CA), `node.pem` + `node.key` (the
 //! node's certificate for the TLS name `localhost`, with 127.0.0.1 and ::1
-//! as IP addresses, signed by the CA) and `client.pem` + `client.key` (a
+//! as IP addresses, signed by the CA, good for both ends of a connection
+//! between nodes) and `client.pem` + `client.key` (a
 //! client certificate named `client`, for `tls-authenticate-client`).
 //! The CA's key is not kept: these certificates are for development and
 //! tests, made anew when needed. Keys are ECDSA P-256; files holding a key
@@ -81,7 +82,12 @@ fn leaf_params(name: &str, server: bool) -> Result<CertificateParams, rcgen::Err
     params.distinguished_name.push(DnType::CommonName, name);
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     if server {
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        // Nodes also present it to each other on the fabric and heartbeat
+        // channels, where they are the client.
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
         params.subject_alt_names.extend([
             SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
             SanType::IpAddress(IpAddr::V6(Ipv6Addr::LOCALHOST)),

@@ -21,6 +21,13 @@
 //!   event loop, so neither storage writes nor waiting for replicas ever
 //!   delay heartbeats and Paxos on the cluster thread.
 //!
+//! Either channel can also listen on a TLS port (`fabric.tls-port`,
+//! `heartbeat.tls-port`; [`crate::cluster_tls`], mutual between nodes):
+//! with heartbeat TLS every heartbeat connection this node opens is TLS;
+//! a fabric connection is TLS when both nodes offer fabric TLS (the hello
+//! carries the TLS fabric address), else plain. Frames are the same on
+//! both.
+//!
 //! Every connection starts with a [`KIND_HELLO`] frame naming the sender's
 //! node id, rack, service address and fabric address: that is how a node
 //! learns where clients reach its peers (`peers-clear-std`) and which rack
@@ -42,6 +49,7 @@
 //! - every fabric call is removed from the pending table when it is
 //!   answered or times out, so answers that arrive late are dropped.
 
+use crate::cluster_tls::{ChannelTlsContext, PeerStream, RepeatLimit};
 use crate::config::ServerConfig;
 use citrine_cluster::{ClusterConfig, ClusterNode, Effect, Envelope, PeerAddr};
 use citrine_service::cluster_state::{ClusterMember, ClusterState, TlsEndpoint};
@@ -52,7 +60,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
@@ -81,9 +88,12 @@ const KEEPALIVE_MS: u64 = 250;
 const CONNECT_TIMEOUT_MS: u64 = 500;
 
 /// What a node says about itself when it opens a connection: its id,
-/// rack, client service and fabric addresses, and — only when it has a TLS
-/// service port — that port's address and TLS name (two more texts, so a
-/// node without TLS says exactly what nodes before TLS said).
+/// rack, client service and plain fabric addresses (empty when its fabric
+/// is TLS only), and — only when it has a TLS service port — that port's
+/// address and TLS name (two more texts, so a node without TLS says
+/// exactly what nodes before TLS said), then — only with fabric TLS — its
+/// TLS fabric address (a fifth text; the two before it are empty when it
+/// has no TLS service port).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Hello {
     node_id: NodeId,
@@ -91,6 +101,7 @@ struct Hello {
     service_address: String,
     fabric_address: String,
     tls: Option<TlsEndpoint>,
+    fabric_tls_address: Option<String>,
 }
 
 impl Hello {
@@ -98,10 +109,14 @@ impl Hello {
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(&self.node_id.0.to_be_bytes());
         out.extend_from_slice(&self.rack_id.to_be_bytes());
+        let none = String::new();
         let mut texts = vec![&self.service_address, &self.fabric_address];
-        if let Some(tls) = &self.tls {
-            texts.extend([&tls.address, &tls.name]);
+        match (&self.tls, &self.fabric_tls_address) {
+            (Some(tls), _) => texts.extend([&tls.address, &tls.name]),
+            (None, Some(_)) => texts.extend([&none, &none]),
+            (None, None) => {}
         }
+        texts.extend(&self.fabric_tls_address);
         for text in texts {
             let bytes = text.as_bytes();
             let length = u8::try_from(bytes.len()).unwrap_or(u8::MAX);
@@ -115,29 +130,36 @@ impl Hello {
         let node_id = NodeId(u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?));
         let rack_id = u32::from_be_bytes(bytes.get(8..12)?.try_into().ok()?);
         let mut at = 12;
-        let mut texts = Vec::with_capacity(4);
-        while at < bytes.len() && texts.len() < 4 {
+        let mut texts = Vec::with_capacity(5);
+        while at < bytes.len() && texts.len() < 5 {
             let length = usize::from(*bytes.get(at)?);
             let text = std::str::from_utf8(bytes.get(at + 1..at + 1 + length)?).ok()?;
             texts.push(text.to_owned());
             at += 1 + length;
         }
-        if at != bytes.len() || node_id.0 == 0 || !(texts.len() == 2 || texts.len() == 4) {
+        if at != bytes.len() || node_id.0 == 0 || ![2, 4, 5].contains(&texts.len()) {
             return None;
         }
         let mut texts = texts.into_iter();
         let service_address = texts.next()?;
         let fabric_address = texts.next()?;
         let tls = match (texts.next(), texts.next()) {
-            (Some(address), Some(name)) => Some(TlsEndpoint { address, name }),
+            (Some(address), Some(name)) if !address.is_empty() => {
+                Some(TlsEndpoint { address, name })
+            }
             _ => None,
         };
+        let fabric_tls_address = texts.next();
+        if fabric_tls_address.as_ref().is_some_and(String::is_empty) {
+            return None;
+        }
         Some(Hello {
             node_id,
             rack_id,
             service_address,
             fabric_address,
             tls,
+            fabric_tls_address,
         })
     }
 }
@@ -151,10 +173,10 @@ fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Reads one frame: (kind, payload). `None` at a clean end of stream.
-async fn read_frame(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> std::io::Result<Option<u8>> {
+async fn read_frame(stream: &mut PeerStream, buffer: &mut Vec<u8>) -> std::io::Result<Option<u8>> {
     let mut length_bytes = [0u8; 4];
     match stream.read_exact(&mut length_bytes).await {
-        Ok(_) => {}
+        Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(error) => return Err(error),
     }
@@ -219,8 +241,11 @@ pub struct FabricHub {
     runtime: tokio::runtime::Handle,
     /// This node's hello frame, sent first on every connection.
     hello: Vec<u8>,
-    /// Fabric address of every peer that said hello.
-    addresses: Mutex<HashMap<NodeId, String>>,
+    /// Where every peer that said hello is reached: its fabric address,
+    /// and whether over TLS.
+    addresses: Mutex<HashMap<NodeId, (String, bool)>>,
+    /// Fabric TLS, when this node offers it.
+    tls: Option<Arc<ChannelTlsContext>>,
     queues: Mutex<HashMap<NodeId, mpsc::Sender<Vec<u8>>>>,
     pending: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Vec<u8>>>>,
     next_id: AtomicU64,
@@ -228,9 +253,14 @@ pub struct FabricHub {
 }
 
 impl FabricHub {
-    fn new(runtime: tokio::runtime::Handle, hello: &Hello) -> FabricHub {
+    fn new(
+        runtime: tokio::runtime::Handle,
+        hello: &Hello,
+        tls: Option<Arc<ChannelTlsContext>>,
+    ) -> FabricHub {
         FabricHub {
             runtime,
+            tls,
             hello: frame(KIND_HELLO, &hello.encode()),
             addresses: Mutex::new(HashMap::new()),
             queues: Mutex::new(HashMap::new()),
@@ -240,14 +270,25 @@ impl FabricHub {
         }
     }
 
-    fn learn(&self, node: NodeId, fabric_address: &str) {
+    /// Notes where a peer's fabric is reached: over TLS when both offer
+    /// it (as the reference: a node that offers no TLS connects in plain),
+    /// else its plain address (none: unreachable, logged).
+    fn learn(&self, hello: &Hello) {
+        let route = match (&self.tls, &hello.fabric_tls_address) {
+            (Some(_), Some(address)) => (address.clone(), true),
+            _ if !hello.fabric_address.is_empty() => (hello.fabric_address.clone(), false),
+            _ => {
+                tracing::warn!(node = %hello.node_id, "the node's fabric is TLS only and this node offers no fabric TLS (fabric.tls-port): it cannot reach it");
+                return;
+            }
+        };
         // Lock order: queues before addresses (as `send`).
         let mut queues = lock(&self.queues);
         let mut addresses = lock(&self.addresses);
-        if addresses.get(&node).map(String::as_str) != Some(fabric_address) {
-            addresses.insert(node, fabric_address.to_owned());
+        if addresses.get(&hello.node_id) != Some(&route) {
+            addresses.insert(hello.node_id, route);
             // A new address: the next send reconnects there.
-            queues.remove(&node);
+            queues.remove(&hello.node_id);
         }
     }
 
@@ -258,12 +299,16 @@ impl FabricHub {
         let queue = match queues.entry(to) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
-                let Some(address) = lock(&self.addresses).get(&to).cloned() else {
+                let Some((address, tls)) = lock(&self.addresses).get(&to).cloned() else {
                     return false;
                 };
                 let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
-                self.runtime
-                    .spawn(outbound(address, receiver, self.hello.clone()));
+                let tls = if tls { self.tls.clone() } else { None };
+                self.runtime.spawn(outbound(
+                    Destination { address, tls },
+                    receiver,
+                    self.hello.clone(),
+                ));
                 entry.insert(sender)
             }
         };
@@ -335,12 +380,13 @@ enum Inbound {
 }
 
 /// Starts the cluster runtime thread. Binding the heartbeat and fabric ports
-/// happens before this returns, so a port in use stops the start.
+/// and reading their TLS certificates happen before this returns, so a port
+/// in use or a bad certificate file stops the start.
 ///
-/// Steps: bind the two channels, work out this node's advertised
-/// addresses and the state machine's settings (a node given seeds is an
-/// orphan until its first view), start the fabric runtime, then run the
-/// driver on its own event loop.
+/// Steps: bind the channels, work out this node's advertised addresses
+/// and the state machine's settings (a node given seeds is an orphan until
+/// its first view), start the fabric runtime, then run the driver on its
+/// own event loop.
 pub fn start(
     service: Arc<Service>,
     config: &ServerConfig,
@@ -348,16 +394,16 @@ pub fn start(
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let settings = &config.cluster;
     let listeners = Listeners::bind(settings)?;
-    let own_heartbeat = advertised(
-        &settings.heartbeat_address,
-        settings.heartbeat_port,
-        &service.config.access_address,
-    );
-    let own_fabric = advertised(
-        &settings.fabric_address,
-        settings.fabric_port,
-        &service.config.access_address,
-    );
+    let access = &service.config.access_address;
+    // Heartbeats go over TLS only when the node offers TLS heartbeats.
+    let own_heartbeat = match (&settings.heartbeat_tls, settings.heartbeat_port) {
+        (Some(tls), _) => advertised(&tls.address, tls.settings.port, access),
+        (None, Some(port)) => advertised(&settings.heartbeat_address, port, access),
+        (None, None) => return Err("no heartbeat port".to_owned()),
+    };
+    let own_fabric = settings.fabric_port.map_or_else(String::new, |port| {
+        advertised(&settings.fabric_address, port, access)
+    });
     let cluster_config = cluster_config(service.node_id, settings, own_heartbeat)?;
     if !cluster_config.heartbeat.seeds.is_empty() {
         // Joining others: serve nothing until the first view is published.
@@ -372,10 +418,13 @@ pub fn start(
             address: service.config.tls_access_address.clone(),
             name: tls.name.clone(),
         }),
+        fabric_tls_address: settings
+            .fabric_tls
+            .as_ref()
+            .map(|tls| advertised(&tls.address, tls.settings.port, access)),
     };
     tracing::info!(
-        heartbeat = %listeners.heartbeat_bind,
-        fabric = %listeners.fabric_bind,
+        listening = ?listeners.binds,
         seeds = ?settings.seeds,
         rack = settings.rack_id,
         "cluster channels listening"
@@ -393,36 +442,94 @@ pub fn start(
     })
 }
 
-/// The heartbeat and fabric listeners, bound and non-blocking.
+/// One listening channel: plain or TLS, heartbeat or fabric.
+struct Channel {
+    listener: std::net::TcpListener,
+    fabric: bool,
+    tls: Option<Arc<ChannelTlsContext>>,
+}
+
+/// The heartbeat and fabric listeners (plain and TLS), bound and
+/// non-blocking, and the TLS contexts of the channels that have one.
 struct Listeners {
-    heartbeat: std::net::TcpListener,
-    fabric: std::net::TcpListener,
-    heartbeat_bind: String,
-    fabric_bind: String,
+    channels: Vec<Channel>,
+    heartbeat_tls: Option<Arc<ChannelTlsContext>>,
+    fabric_tls: Option<Arc<ChannelTlsContext>>,
+    /// What each listener is, for the log.
+    binds: Vec<String>,
 }
 
 impl Listeners {
     fn bind(settings: &crate::config::ClusterSettings) -> Result<Listeners, String> {
-        let heartbeat_bind = format!("{}:{}", settings.heartbeat_address, settings.heartbeat_port);
-        let fabric_bind = format!("{}:{}", settings.fabric_address, settings.fabric_port);
-        let heartbeat = std::net::TcpListener::bind(&heartbeat_bind)
-            .map_err(|error| format!("cannot listen for heartbeats on {heartbeat_bind} (--heartbeat-port / heartbeat.port): {error}"))?;
-        let fabric = std::net::TcpListener::bind(&fabric_bind).map_err(|error| {
-            format!(
-                "cannot listen for fabric on {fabric_bind} (--fabric-port / fabric.port): {error}"
-            )
-        })?;
-        for listener in [&heartbeat, &fabric] {
+        let context = |channel: &'static str, tls: &Option<crate::tls_config::ChannelTls>| {
+            tls.as_ref()
+                .map(|tls| ChannelTlsContext::new(channel, tls).map(Arc::new))
+                .transpose()
+        };
+        let heartbeat_tls = context("heartbeat", &settings.heartbeat_tls)?;
+        let fabric_tls = context("fabric", &settings.fabric_tls)?;
+        let mut wanted = Vec::with_capacity(4);
+        let plain = [
+            (
+                false,
+                &settings.heartbeat_address,
+                settings.heartbeat_port,
+                &heartbeat_tls,
+                &settings.heartbeat_tls,
+            ),
+            (
+                true,
+                &settings.fabric_address,
+                settings.fabric_port,
+                &fabric_tls,
+                &settings.fabric_tls,
+            ),
+        ];
+        for (fabric, address, port, context, tls) in plain {
+            if let Some(port) = port {
+                wanted.push((fabric, format!("{address}:{port}"), None));
+            }
+            if let (Some(context), Some(tls)) = (context, tls) {
+                let bind = format!("{}:{}", tls.address, tls.settings.port);
+                wanted.push((fabric, bind, Some(context.clone())));
+            }
+        }
+        let mut listeners = Listeners {
+            channels: Vec::with_capacity(wanted.len()),
+            heartbeat_tls,
+            fabric_tls,
+            binds: Vec::with_capacity(wanted.len()),
+        };
+        for (fabric, bind, tls) in wanted {
+            let listener = std::net::TcpListener::bind(&bind).map_err(|error| {
+                format!(
+                    "cannot listen for {} on {bind}: {error}",
+                    channel_name(fabric, tls.is_some())
+                )
+            })?;
             listener
                 .set_nonblocking(true)
                 .map_err(|error| format!("cannot configure the cluster listeners: {error}"))?;
+            listeners
+                .binds
+                .push(format!("{} {bind}", channel_name(fabric, tls.is_some())));
+            listeners.channels.push(Channel {
+                listener,
+                fabric,
+                tls,
+            });
         }
-        Ok(Listeners {
-            heartbeat,
-            fabric,
-            heartbeat_bind,
-            fabric_bind,
-        })
+        Ok(listeners)
+    }
+}
+
+/// How a channel is named in messages (with the options that set it).
+fn channel_name(fabric: bool, tls: bool) -> &'static str {
+    match (fabric, tls) {
+        (false, false) => "heartbeats (--heartbeat-port / heartbeat.port)",
+        (false, true) => "TLS heartbeats (heartbeat.tls-port)",
+        (true, false) => "fabric (--fabric-port / fabric.port)",
+        (true, true) => "TLS fabric (fabric.tls-port)",
     }
 }
 
@@ -496,16 +603,14 @@ impl ClusterStart {
     /// machine, installs the fabric in the service and drives it all until
     /// the node stops (logged and ended at once if a step fails).
     async fn run(self, listeners: Listeners) {
-        let (heartbeat_listener, fabric_listener) = match (
-            TcpListener::from_std(listeners.heartbeat),
-            TcpListener::from_std(listeners.fabric),
-        ) {
-            (Ok(heartbeat), Ok(fabric)) => (heartbeat, fabric),
-            _ => {
+        let mut channels = Vec::with_capacity(listeners.channels.len());
+        for channel in listeners.channels {
+            let Ok(listener) = TcpListener::from_std(channel.listener) else {
                 tracing::error!("cannot register the cluster listeners");
                 return;
-            }
-        };
+            };
+            channels.push((listener, channel.fabric, channel.tls));
+        }
         let started = Instant::now();
         let boot_ms = boot_clock_ms();
         let node = match ClusterNode::new(self.cluster_config, boot_ms) {
@@ -518,16 +623,13 @@ impl ClusterStart {
         let hub = Arc::new(FabricHub::new(
             tokio::runtime::Handle::current(),
             &self.hello,
+            listeners.fabric_tls,
         ));
         self.service.set_fabric(Arc::new(FabricClient(hub.clone())));
-        let driver = Driver::new(self.service, hub, node, self.hello, started, boot_ms);
+        let mut driver = Driver::new(self.service, hub, node, self.hello, started, boot_ms);
+        driver.heartbeat_tls = listeners.heartbeat_tls;
         driver
-            .run(
-                heartbeat_listener,
-                fabric_listener,
-                self.stopping,
-                self.fabric_runtime,
-            )
+            .run(channels, self.stopping, self.fabric_runtime)
             .await;
     }
 }
@@ -562,6 +664,8 @@ struct Driver {
     inbound: mpsc::Receiver<Inbound>,
     /// Heartbeat-channel queues by destination address.
     heartbeat_queues: HashMap<String, mpsc::Sender<Vec<u8>>>,
+    /// Heartbeat TLS: when set, every heartbeat connection is TLS.
+    heartbeat_tls: Option<Arc<ChannelTlsContext>>,
     /// Fabric queues by node, shared with the service.
     fabric: Arc<FabricHub>,
     /// What each peer said about itself.
@@ -593,6 +697,7 @@ impl Driver {
             inbound_sender,
             inbound,
             heartbeat_queues: HashMap::new(),
+            heartbeat_tls: None,
             fabric,
             peers: BTreeMap::new(),
             view: None,
@@ -616,8 +721,7 @@ impl Driver {
 
     async fn run(
         mut self,
-        heartbeat: TcpListener,
-        fabric: TcpListener,
+        channels: Vec<(TcpListener, bool, Option<Arc<ChannelTlsContext>>)>,
         stopping: Arc<AtomicBool>,
         fabric_runtime: tokio::runtime::Handle,
     ) {
@@ -627,8 +731,9 @@ impl Driver {
             fabric: self.fabric.clone(),
             serve_on: fabric_runtime,
         };
-        tokio::spawn(accept(heartbeat, context.clone(), false));
-        tokio::spawn(accept(fabric, context, true));
+        for (listener, fabric, tls) in channels {
+            tokio::spawn(accept(listener, context.clone(), fabric, tls));
+        }
         let mut ticker = tokio::time::interval(Duration::from_millis(TICK_MS));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut last_keepalive = Instant::now();
@@ -676,7 +781,7 @@ impl Driver {
                 if hello.node_id == self.hello.node_id {
                     return;
                 }
-                self.fabric.learn(hello.node_id, &hello.fabric_address);
+                self.fabric.learn(&hello);
                 let changed = self.peers.get(&hello.node_id) != Some(&hello);
                 self.peers.insert(hello.node_id, hello);
                 if changed {
@@ -729,8 +834,12 @@ impl Driver {
             .entry(address.to_owned())
             .or_insert_with(|| {
                 let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
+                let destination = Destination {
+                    address: address.to_owned(),
+                    tls: self.heartbeat_tls.clone(),
+                };
                 tokio::spawn(outbound(
-                    address.to_owned(),
+                    destination,
                     receiver,
                     frame(KIND_HELLO, &self.hello.encode()),
                 ));
@@ -840,13 +949,39 @@ fn boot_clock_ms() -> u64 {
         .max(1)
 }
 
-/// Accepts peer connections on one channel and reads their frames.
-async fn accept(listener: TcpListener, context: PeerContext, fabric: bool) {
+/// Accepts peer connections on one channel and reads their frames (after
+/// the TLS handshake on a TLS channel).
+async fn accept(
+    listener: TcpListener,
+    context: PeerContext,
+    fabric: bool,
+    tls: Option<Arc<ChannelTlsContext>>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(read_peer(stream, peer, context.clone(), fabric));
+                let context = context.clone();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let stream = match tls {
+                        None => PeerStream::Plain(stream),
+                        Some(tls) => match tls.accept(stream).await {
+                            Ok(stream) => PeerStream::Tls(Box::new(stream)),
+                            Err(error) => {
+                                log_handshake_failure(
+                                    &tls.accept_failures,
+                                    tls.channel,
+                                    &peer.ip().to_string(),
+                                    "from",
+                                    &error,
+                                );
+                                return;
+                            }
+                        },
+                    };
+                    read_peer(stream, peer, context, fabric).await;
+                });
             }
             Err(error) => {
                 tracing::warn!("cluster accept failed: {error}");
@@ -874,7 +1009,7 @@ fn watch_fabric_call(context: &PeerContext, served: tokio::task::JoinHandle<()>)
 /// Reads frames from one inbound peer connection until it closes or sends
 /// something malformed.
 async fn read_peer(
-    mut stream: TcpStream,
+    mut stream: PeerStream,
     peer: std::net::SocketAddr,
     context: PeerContext,
     fabric: bool,
@@ -986,30 +1121,81 @@ impl PeerFrame<'_> {
     }
 }
 
+/// Logs a failed TLS handshake with a peer (at most once per window for
+/// the same failure): the reason a node is kept out of the cluster.
+fn log_handshake_failure(
+    limit: &RepeatLimit,
+    channel: &str,
+    peer: &str,
+    direction: &str,
+    error: &str,
+) {
+    if let Some(suppressed) = limit.admit(&format!("{peer} {error}")) {
+        let earlier = if suppressed > 0 {
+            format!(" ({suppressed} earlier failures not logged)")
+        } else {
+            String::new()
+        };
+        tracing::warn!("{channel} TLS handshake {direction} {peer} failed: {error}; the peer cannot take part in the cluster{earlier}");
+    }
+}
+
+/// Where an outbound connection goes, and over what.
+struct Destination {
+    address: String,
+    /// The channel's TLS, when the connection is TLS.
+    tls: Option<Arc<ChannelTlsContext>>,
+}
+
+impl Destination {
+    /// Connects (and shakes hands) within the timeouts.
+    async fn connect(&self, failures: &RepeatLimit) -> Option<PeerStream> {
+        let address = &self.address;
+        let stream = match tokio::time::timeout(
+            Duration::from_millis(CONNECT_TIMEOUT_MS),
+            TcpStream::connect(address),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                tracing::trace!(%address, "cannot connect to peer: {error}");
+                return None;
+            }
+            Err(_) => {
+                tracing::trace!(%address, "connecting to peer timed out");
+                return None;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Some(tls) = &self.tls else {
+            return Some(PeerStream::Plain(stream));
+        };
+        match tls.connect(stream).await {
+            Ok(stream) => Some(PeerStream::Tls(Box::new(stream))),
+            Err(error) => {
+                log_handshake_failure(failures, tls.channel, address, "with", &error);
+                None
+            }
+        }
+    }
+}
+
 /// Drains one destination's queue into a connection, reconnecting as needed.
 /// Messages queued while the peer is unreachable are dropped.
-async fn outbound(address: String, mut queue: mpsc::Receiver<Vec<u8>>, hello: Vec<u8>) {
-    let mut connection: Option<TcpStream> = None;
+async fn outbound(destination: Destination, mut queue: mpsc::Receiver<Vec<u8>>, hello: Vec<u8>) {
+    let mut connection: Option<PeerStream> = None;
     let mut retry_at = Instant::now();
+    let failures = RepeatLimit::default();
     while let Some(bytes) = queue.recv().await {
         if connection.is_none() {
             if Instant::now() < retry_at {
                 continue;
             }
-            match tokio::time::timeout(
-                Duration::from_millis(CONNECT_TIMEOUT_MS),
-                TcpStream::connect(&address),
-            )
-            .await
-            {
-                Ok(Ok(mut stream)) => {
-                    let _ = stream.set_nodelay(true);
-                    if stream.write_all(&hello).await.is_ok() {
-                        connection = Some(stream);
-                    }
+            if let Some(mut stream) = destination.connect(&failures).await {
+                if stream.write_all(&hello).await.is_ok() {
+                    connection = Some(stream);
                 }
-                Ok(Err(error)) => tracing::trace!(%address, "cannot connect to peer: {error}"),
-                Err(_) => tracing::trace!(%address, "connecting to peer timed out"),
             }
             if connection.is_none() {
                 retry_at = Instant::now() + Duration::from_millis(100);
@@ -1037,6 +1223,7 @@ mod tests {
             service_address: "127.0.0.1:3000".into(),
             fabric_address: "127.0.0.1:3001".into(),
             tls: None,
+            fabric_tls_address: None,
         };
         // With a TLS port the hello carries two more texts; without one it
         // is what nodes before TLS sent.
@@ -1048,17 +1235,29 @@ mod tests {
             ..hello.clone()
         };
         let tls_bytes = with_tls.encode();
-        assert_eq!(Hello::decode(&tls_bytes), Some(with_tls));
+        assert_eq!(Hello::decode(&tls_bytes), Some(with_tls.clone()));
         assert_eq!(&tls_bytes[..hello.encode().len()], &hello.encode()[..]);
         assert_eq!(Hello::decode(&tls_bytes[..tls_bytes.len() - 10]), None);
         let bytes = hello.encode();
-        assert_eq!(Hello::decode(&bytes), Some(hello));
+        assert_eq!(Hello::decode(&bytes), Some(hello.clone()));
         for cut in 0..bytes.len() {
             assert_eq!(Hello::decode(&bytes[..cut]), None);
         }
         let mut longer = bytes.clone();
         longer.push(0);
         assert_eq!(Hello::decode(&longer), None);
+        // Fabric TLS adds a fifth text, with or without a TLS service port.
+        for service_tls in [None, with_tls.tls.clone()] {
+            let fabric_tls = Hello {
+                fabric_address: String::new(),
+                tls: service_tls,
+                fabric_tls_address: Some("127.0.0.1:3011".into()),
+                ..hello.clone()
+            };
+            let bytes = fabric_tls.encode();
+            assert_eq!(Hello::decode(&bytes), Some(fabric_tls));
+            assert_eq!(Hello::decode(&bytes[..bytes.len() - 5]), None);
+        }
     }
 
     #[test]

@@ -117,6 +117,16 @@ pub struct HeartbeatSection {
     pub interval: Option<u64>,
     /// Intervals without a heartbeat before a node is gone (default 10).
     pub timeout: Option<u64>,
+    /// TLS heartbeat port: with it, heartbeats go over TLS only and the
+    /// plain port is opened only when given explicitly.
+    pub tls_port: Option<u16>,
+    /// The `[[tls]]` entry of the TLS heartbeat.
+    pub tls_name: Option<String>,
+    /// Listen address of the TLS port (default: `address`).
+    pub tls_address: Option<String>,
+    /// Other nodes' TLS heartbeat addresses, `host:port`.
+    #[serde(default)]
+    pub tls_mesh_seed_address_port: Vec<String>,
 }
 
 /// `[fabric]`: the node-to-node data channel.
@@ -125,8 +135,15 @@ pub struct HeartbeatSection {
 pub struct FabricSection {
     /// Listen address (default: the service address).
     pub address: Option<String>,
-    /// Listen port (default: service port + 1, i.e. 3001).
+    /// Listen port (default: service port + 1, i.e. 3001; with
+    /// `tls-port`, none unless given).
     pub port: Option<u16>,
+    /// TLS fabric port: nodes that both offer fabric TLS talk over it.
+    pub tls_port: Option<u16>,
+    /// The `[[tls]]` entry of the TLS fabric.
+    pub tls_name: Option<String>,
+    /// Listen address of the TLS port (default: `address`).
+    pub tls_address: Option<String>,
 }
 
 /// `[security]`: its presence turns access control on.
@@ -350,10 +367,17 @@ pub struct Overrides {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterSettings {
     pub heartbeat_address: String,
-    pub heartbeat_port: u16,
+    /// The plain heartbeat port (none: heartbeats over TLS only).
+    pub heartbeat_port: Option<u16>,
     pub fabric_address: String,
-    pub fabric_port: u16,
-    /// Other nodes' heartbeat endpoints, `host:port`.
+    /// The plain fabric port (none: fabric over TLS only).
+    pub fabric_port: Option<u16>,
+    /// TLS on the heartbeat channel: every heartbeat connection is TLS.
+    pub heartbeat_tls: Option<crate::tls_config::ChannelTls>,
+    /// TLS on the fabric channel.
+    pub fabric_tls: Option<crate::tls_config::ChannelTls>,
+    /// Other nodes' heartbeat endpoints, `host:port` (TLS ones when
+    /// `heartbeat_tls` is set).
     pub seeds: Vec<String>,
     pub heartbeat_interval_ms: u64,
     pub heartbeat_timeout_ms: u64,
@@ -505,7 +529,14 @@ pub fn resolve(
         .or_else(|| service.work_directory.clone());
     let namespaces = resolve_namespaces(&file, origin, work_directory.as_deref())?;
     let log_level = resolve_log_level(&file, overrides)?;
-    let cluster = resolve_cluster(&file, origin, overrides, &address, port)?;
+    let cluster = resolve_cluster(
+        &file,
+        origin,
+        overrides,
+        &address,
+        port,
+        work_directory.as_deref(),
+    )?;
     let monitoring = resolve_monitoring(&file, origin, &address, port)?;
     let xdr = crate::xdr::config::resolve(file.xdr.as_ref())
         .map_err(|error| ConfigError(format!("{origin}: [xdr]: {error}")))?;
@@ -911,29 +942,63 @@ fn resolve_monitoring(
     })
 }
 
-/// Resolves the heartbeat and fabric settings: ports, seeds, heartbeat
-/// timing, migration throttles and rack.
+/// Resolves the heartbeat and fabric settings: ports, TLS, seeds,
+/// heartbeat timing, migration throttles and rack.
 fn resolve_cluster(
     file: &FileConfig,
     origin: &str,
     overrides: &Overrides,
     address: &str,
     port: u16,
+    work_directory: Option<&Path>,
 ) -> Result<ClusterSettings, ConfigError> {
-    let (heartbeat_port, fabric_port) = cluster_ports(file, overrides, port)?;
-    let seeds = resolve_seeds(file, origin, overrides)?;
-    let (interval, timeout_intervals) = heartbeat_timing(file, origin)?;
-    let (migrate_max_partitions, migrate_sleep_us) = migration_throttles(file, origin)?;
     let listen =
         |configured: &Option<String>| configured.clone().unwrap_or_else(|| address.to_owned());
+    let heartbeat_address = listen(&file.heartbeat.address);
+    let fabric_address = listen(&file.fabric.address);
+    let (heartbeat_tls, fabric_tls) = channel_tls(
+        file,
+        origin,
+        &heartbeat_address,
+        &fabric_address,
+        work_directory,
+    )?;
+    let (heartbeat_port, fabric_port) = cluster_ports(
+        file,
+        overrides,
+        port,
+        (heartbeat_tls.is_some(), fabric_tls.is_some()),
+    )?;
+    let mut all_ports = vec![
+        ("service", Some(port)),
+        ("service TLS", overrides.tls_port.or(file.service.tls_port)),
+    ];
+    all_ports.extend([
+        ("heartbeat", heartbeat_port),
+        ("fabric", fabric_port),
+        (
+            "heartbeat TLS",
+            heartbeat_tls.as_ref().map(|tls| tls.settings.port),
+        ),
+        (
+            "fabric TLS",
+            fabric_tls.as_ref().map(|tls| tls.settings.port),
+        ),
+    ]);
+    ports_differ(&all_ports)?;
+    let seeds = resolve_seeds(file, origin, overrides, heartbeat_tls.is_some())?;
+    let (interval, timeout_intervals) = heartbeat_timing(file, origin)?;
+    let (migrate_max_partitions, migrate_sleep_us) = migration_throttles(file, origin)?;
     Ok(ClusterSettings {
         migrate_max_partitions,
         migrate_sleep_us,
         migrate_max_records_per_sec: file.service.migrate_max_records_per_sec.unwrap_or(0),
-        heartbeat_address: listen(&file.heartbeat.address),
+        heartbeat_address,
         heartbeat_port,
-        fabric_address: listen(&file.fabric.address),
+        fabric_address,
         fabric_port,
+        heartbeat_tls,
+        fabric_tls,
         seeds,
         heartbeat_interval_ms: interval,
         heartbeat_timeout_ms: interval * timeout_intervals,
@@ -941,52 +1006,123 @@ fn resolve_cluster(
     })
 }
 
-/// The heartbeat and fabric ports (default: the service port + 2 and +
-/// 1), non-zero and all three different.
+type ChannelsTls = (
+    Option<crate::tls_config::ChannelTls>,
+    Option<crate::tls_config::ChannelTls>,
+);
+
+/// The heartbeat's and the fabric's TLS settings.
+fn channel_tls(
+    file: &FileConfig,
+    origin: &str,
+    heartbeat_address: &str,
+    fabric_address: &str,
+    work_directory: Option<&Path>,
+) -> Result<ChannelsTls, ConfigError> {
+    use crate::tls_config::{resolve_channel, ChannelTlsOptions};
+    let heartbeat = ChannelTlsOptions {
+        channel: "heartbeat",
+        tls_port: file.heartbeat.tls_port,
+        tls_name: file.heartbeat.tls_name.as_deref(),
+        tls_address: file.heartbeat.tls_address.as_deref(),
+        address: heartbeat_address,
+    };
+    let fabric = ChannelTlsOptions {
+        channel: "fabric",
+        tls_port: file.fabric.tls_port,
+        tls_name: file.fabric.tls_name.as_deref(),
+        tls_address: file.fabric.tls_address.as_deref(),
+        address: fabric_address,
+    };
+    Ok((
+        resolve_channel(file, origin, &heartbeat, work_directory)?,
+        resolve_channel(file, origin, &fabric, work_directory)?,
+    ))
+}
+
+/// The plain heartbeat and fabric ports: given, or the service port + 2
+/// and + 1 — unless the channel has a TLS port, which makes the plain one
+/// opt-in (as in the reference, where only configured ports are opened).
 fn cluster_ports(
     file: &FileConfig,
     overrides: &Overrides,
     port: u16,
-) -> Result<(u16, u16), ConfigError> {
-    let derived = |offset: u16, what: &str| {
-        port.checked_add(offset).ok_or_else(|| {
+    (heartbeat_tls, fabric_tls): (bool, bool),
+) -> Result<(Option<u16>, Option<u16>), ConfigError> {
+    let derived = |offset: u16, what: &str, tls: bool| {
+        if tls {
+            return Ok(None);
+        }
+        port.checked_add(offset).map(Some).ok_or_else(|| {
             ConfigError(format!("{what} defaults to the service port + {offset}, which is past 65535: give --{what} explicitly"))
         })
     };
     let heartbeat_port = match overrides.heartbeat_port.or(file.heartbeat.port) {
-        Some(port) => port,
-        None => derived(2, "heartbeat-port")?,
+        Some(port) => Some(port),
+        None => derived(2, "heartbeat-port", heartbeat_tls)?,
     };
     let fabric_port = match overrides.fabric_port.or(file.fabric.port) {
-        Some(port) => port,
-        None => derived(1, "fabric-port")?,
+        Some(port) => Some(port),
+        None => derived(1, "fabric-port", fabric_tls)?,
     };
-    if heartbeat_port == 0 || fabric_port == 0 {
+    if heartbeat_port == Some(0) || fabric_port == Some(0) {
         return Err(ConfigError(
             "--heartbeat-port / --fabric-port (heartbeat.port / fabric.port) must be 1-65535"
                 .into(),
         ));
     }
-    if heartbeat_port == fabric_port || heartbeat_port == port || fabric_port == port {
-        return Err(ConfigError(format!(
-            "the service ({port}), fabric ({fabric_port}) and heartbeat ({heartbeat_port}) ports must differ"
-        )));
-    }
     Ok((heartbeat_port, fabric_port))
 }
 
-/// The file's seeds and the flags', each `HOST:PORT`, sorted without
-/// repeats.
+/// Every port the node listens on is a different one.
+fn ports_differ(ports: &[(&str, Option<u16>)]) -> Result<(), ConfigError> {
+    for (at, (what, port)) in ports.iter().enumerate() {
+        let Some(port) = port else { continue };
+        if let Some((other, _)) = ports[..at].iter().find(|(_, other)| *other == Some(*port)) {
+            let all: Vec<String> = ports
+                .iter()
+                .filter_map(|(what, port)| port.map(|port| format!("{what} {port}")))
+                .collect();
+            return Err(ConfigError(format!(
+                "the {other} and {what} ports are both {port}: the service, fabric and heartbeat ports (plain and TLS) must differ ({})",
+                all.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The seeds, each `HOST:PORT`, sorted without repeats: the file's
+/// (`heartbeat.seeds`, or `tls-mesh-seed-address-port` when heartbeats go
+/// over TLS) and the flags' (`--seed`, of the kind the node uses).
 fn resolve_seeds(
     file: &FileConfig,
     origin: &str,
     overrides: &Overrides,
+    heartbeat_tls: bool,
 ) -> Result<Vec<String>, ConfigError> {
-    let mut seeds: Vec<String> = file
-        .heartbeat
-        .seeds
+    let heartbeat = &file.heartbeat;
+    let (listed, key) = if heartbeat_tls {
+        if !heartbeat.seeds.is_empty() {
+            return Err(ConfigError(format!(
+                "{origin}: heartbeat.seeds is set but heartbeats go over TLS (heartbeat.tls-port): give the seeds' TLS heartbeat addresses as heartbeat.tls-mesh-seed-address-port"
+            )));
+        }
+        (
+            &heartbeat.tls_mesh_seed_address_port,
+            "heartbeat.tls-mesh-seed-address-port",
+        )
+    } else {
+        if !heartbeat.tls_mesh_seed_address_port.is_empty() {
+            return Err(ConfigError(format!(
+                "{origin}: heartbeat.tls-mesh-seed-address-port needs heartbeat.tls-port (this node connects to TLS seeds only when it offers TLS heartbeats)"
+            )));
+        }
+        (&heartbeat.seeds, "heartbeat.seeds")
+    };
+    let mut seeds: Vec<String> = listed
         .iter()
-        .map(|seed| (seed.clone(), format!("{origin}: heartbeat.seeds")))
+        .map(|seed| (seed.clone(), format!("{origin}: {key}")))
         .chain(
             overrides
                 .seeds
@@ -1466,6 +1602,86 @@ mod tests {
             "test.toml",
             &Overrides::default(),
         )
+    }
+
+    const NODE_TLS: &str = "[[tls]]\nname = \"node\"\ncert-file = \"tls/node.pem\"\n\
+                            key-file = \"tls/node.key\"\nca-file = \"tls/ca.pem\"\n\
+                            [[namespace]]\nname = \"test\"\n";
+
+    #[test]
+    fn fabric_and_heartbeat_tls_take_the_reference_options() {
+        let text = format!(
+            "[service]\nport = 3000\nwork-directory = \"/data\"\n\
+             [fabric]\ntls-port = 3011\ntls-name = \"node\"\n\
+             [heartbeat]\ntls-port = 3012\ntls-name = \"node\"\ntls-address = \"127.0.0.2\"\n\
+             tls-mesh-seed-address-port = [\"10.0.0.2:3012\"]\n{NODE_TLS}"
+        );
+        let cluster = resolve_text(&text).expect("valid").cluster;
+        // With a TLS port the plain one is opened only when given.
+        assert_eq!((cluster.fabric_port, cluster.heartbeat_port), (None, None));
+        let fabric = cluster.fabric_tls.expect("fabric TLS");
+        assert_eq!(
+            (fabric.settings.port, fabric.address.as_str()),
+            (3011, "127.0.0.1")
+        );
+        assert_eq!(
+            fabric.settings.ca_file,
+            Some(PathBuf::from("/data/tls/ca.pem"))
+        );
+        assert_eq!(
+            fabric.settings.client_auth,
+            crate::tls_config::ClientAuth::Names(vec!["node".to_owned()])
+        );
+        let heartbeat = cluster.heartbeat_tls.expect("heartbeat TLS");
+        assert_eq!(
+            (heartbeat.settings.port, heartbeat.address.as_str()),
+            (3012, "127.0.0.2")
+        );
+        assert_eq!(cluster.seeds, vec!["10.0.0.2:3012".to_owned()]);
+        // Both ports: a plain one beside the TLS one.
+        let both = text.replace("tls-port = 3011", "port = 3001\ntls-port = 3011");
+        let cluster = resolve_text(&both).expect("valid").cluster;
+        assert_eq!(
+            (cluster.fabric_port, cluster.heartbeat_port),
+            (Some(3001), None)
+        );
+        // Without TLS nothing changes: plain ports at +1 and +2.
+        let plain = resolve_text(NODE_TLS).expect("valid").cluster;
+        assert_eq!(
+            (plain.fabric_port, plain.heartbeat_port),
+            (Some(3001), Some(3002))
+        );
+        assert!(plain.fabric_tls.is_none() && plain.heartbeat_tls.is_none());
+    }
+
+    #[test]
+    fn impossible_cluster_channel_settings_are_refused_with_the_option_named() {
+        let cases = [
+            ("[fabric]\ntls-port = 3011\n", "fabric.tls-name is not"),
+            ("[fabric]\ntls-port = 3011\ntls-name = \"other\"\n", "names no [[tls]]"),
+            ("[fabric]\ntls-name = \"node\"\n", "need fabric.tls-port"),
+            ("[fabric]\ntls-port = 0\ntls-name = \"node\"\n", "fabric.tls-port must be"),
+            ("[fabric]\ntls-port = 3000\ntls-name = \"node\"\n", "service and fabric TLS ports are both 3000"),
+            ("[fabric]\ntls-port = 3002\ntls-name = \"node\"\n", "heartbeat and fabric TLS ports are both 3002"),
+            ("[fabric]\nport = 3002\n", "heartbeat and fabric ports are both 3002"),
+            ("[heartbeat]\ntls-port = 3012\ntls-name = \"node\"\nseeds = [\"a:3002\"]\n", "tls-mesh-seed-address-port"),
+            ("[heartbeat]\ntls-mesh-seed-address-port = [\"a:3012\"]\n", "needs heartbeat.tls-port"),
+            ("[heartbeat]\ntls-port = 3012\ntls-name = \"node\"\ntls-mesh-seed-address-port = [\"a\"]\n", "must be HOST:PORT"),
+        ];
+        for (section, expected) in cases {
+            let error = resolve_text(&format!("{section}{NODE_TLS}")).expect_err(section);
+            assert!(error.0.contains(expected), "{section}: {}", error.0);
+        }
+        let no_ca = NODE_TLS.replace("ca-file = \"tls/ca.pem\"\n", "");
+        let error = resolve_text(&format!(
+            "[heartbeat]\ntls-port = 3012\ntls-name = \"node\"\n{no_ca}"
+        ))
+        .expect_err("no CA");
+        assert!(
+            error.0.contains("heartbeat TLS needs ca-file"),
+            "{}",
+            error.0
+        );
     }
 
     #[test]

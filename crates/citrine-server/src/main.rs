@@ -29,6 +29,7 @@
 
 mod audit;
 mod cluster;
+mod cluster_tls;
 mod config;
 mod console;
 mod event_loop;
@@ -73,13 +74,14 @@ struct Args {
     /// Log level: error, warn, info, debug or trace. Overrides logging.level.
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
-    /// Heartbeat port (default: service port + 2). Overrides heartbeat.port.
+    /// Heartbeat port (default: service port + 2; none with heartbeat.tls-port). Overrides heartbeat.port.
     #[arg(long, value_name = "PORT")]
     heartbeat_port: Option<u16>,
-    /// Fabric port (default: service port + 1). Overrides fabric.port.
+    /// Fabric port (default: service port + 1; none with fabric.tls-port). Overrides fabric.port.
     #[arg(long, value_name = "PORT")]
     fabric_port: Option<u16>,
-    /// Another node's heartbeat address to join; repeatable. Adds to heartbeat.seeds.
+    /// Another node's heartbeat address to join; repeatable. Adds to heartbeat.seeds (to
+    /// heartbeat.tls-mesh-seed-address-port with heartbeat.tls-port).
     #[arg(long = "seed", value_name = "HOST:PORT")]
     seeds: Vec<String>,
     /// This node's rack. Overrides service.rack-id.

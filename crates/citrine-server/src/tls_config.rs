@@ -96,19 +96,32 @@ pub fn resolve(
             "{origin}: service.tls-name = {name:?} names no [[tls]] section"
         )));
     };
-    let place = |path: &Option<PathBuf>, what: &str| match path {
-        Some(path) => Ok(under(work_directory, path)),
-        None => Err(ConfigError(format!(
-            "{origin}: [[tls]] {name:?} needs {what}"
-        ))),
-    };
     let client_auth = client_auth(service.tls_authenticate_client.as_deref(), origin)?;
     if client_auth != ClientAuth::None && section.ca_file.is_none() {
         return Err(ConfigError(format!(
             "{origin}: service.tls-authenticate-client needs ca-file in [[tls]] {name:?}"
         )));
     }
-    Ok(Some(TlsSettings {
+    settings_of(section, port, client_auth, origin, work_directory).map(Some)
+}
+
+/// The settings of one TLS listener: `section`'s files placed under the
+/// work directory, its protocols and cipher suites parsed.
+fn settings_of(
+    section: &TlsSection,
+    port: u16,
+    client_auth: ClientAuth,
+    origin: &str,
+    work_directory: Option<&Path>,
+) -> Result<TlsSettings, ConfigError> {
+    let name = &section.name;
+    let place = |path: &Option<PathBuf>, what: &str| match path {
+        Some(path) => Ok(under(work_directory, path)),
+        None => Err(ConfigError(format!(
+            "{origin}: [[tls]] {name:?} needs {what}"
+        ))),
+    };
+    Ok(TlsSettings {
         port,
         cert_file: place(&section.cert_file, "cert-file")?,
         key_file: place(&section.key_file, "key-file")?,
@@ -129,8 +142,74 @@ pub fn resolve(
                     .collect()
             })
             .unwrap_or_default(),
-        name,
+        name: name.clone(),
         client_auth,
+    })
+}
+
+/// TLS on a cluster channel (`fabric` or `heartbeat`): where it listens
+/// and the `[[tls]]` entry it uses. It is always mutual: the entry's
+/// `ca-file` is required, and each side checks that the other's
+/// certificate chains to it and is valid for the channel's `tls-name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelTls {
+    /// Listen host (`tls-address`, else the channel's `address`).
+    pub address: String,
+    pub settings: TlsSettings,
+}
+
+/// What a cluster channel's section says about TLS.
+pub struct ChannelTlsOptions<'a> {
+    /// "fabric" or "heartbeat", for messages.
+    pub channel: &'static str,
+    pub tls_port: Option<u16>,
+    pub tls_name: Option<&'a str>,
+    pub tls_address: Option<&'a str>,
+    /// The channel's plain listen host, the default of `tls-address`.
+    pub address: &'a str,
+}
+
+/// A cluster channel's TLS settings, `None` when it has no `tls-port`.
+pub fn resolve_channel(
+    file: &FileConfig,
+    origin: &str,
+    options: &ChannelTlsOptions,
+    work_directory: Option<&Path>,
+) -> Result<Option<ChannelTls>, ConfigError> {
+    let channel = options.channel;
+    let Some(port) = options.tls_port else {
+        if options.tls_name.is_some() || options.tls_address.is_some() {
+            return Err(ConfigError(format!(
+                "{origin}: {channel}.tls-name / {channel}.tls-address need {channel}.tls-port"
+            )));
+        }
+        return Ok(None);
+    };
+    if port == 0 {
+        return Err(ConfigError(format!(
+            "{origin}: {channel}.tls-port must be 1-65535"
+        )));
+    }
+    let Some(name) = options.tls_name else {
+        return Err(ConfigError(format!(
+            "{origin}: {channel}.tls-port is set but {channel}.tls-name is not: name the [[tls]] section to use"
+        )));
+    };
+    let Some(section) = file.tls.iter().find(|tls| tls.name == name) else {
+        return Err(ConfigError(format!(
+            "{origin}: {channel}.tls-name = {name:?} names no [[tls]] section"
+        )));
+    };
+    if section.ca_file.is_none() {
+        return Err(ConfigError(format!(
+            "{origin}: {channel} TLS needs ca-file in [[tls]] {name:?}: nodes check each other's certificates against it"
+        )));
+    }
+    let client_auth = ClientAuth::Names(vec![name.to_owned()]);
+    let settings = settings_of(section, port, client_auth, origin, work_directory)?;
+    Ok(Some(ChannelTls {
+        address: options.tls_address.unwrap_or(options.address).to_owned(),
+        settings,
     }))
 }
 

@@ -44,7 +44,7 @@ mod epoll;
 mod log_limit;
 mod ring;
 mod service_thread;
-mod tls;
+pub(crate) mod tls;
 mod uring;
 
 use crate::config::{ServerConfig, ServiceIo};

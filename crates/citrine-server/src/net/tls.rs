@@ -50,7 +50,7 @@ pub(super) const REFRESH_PERIOD: Duration = Duration::from_secs(1);
 const CIPHER_BUFFER_BYTES: usize = 17 * 1024;
 
 /// Makes the sessions of the TLS service port.
-pub(super) struct TlsAcceptor {
+pub(crate) struct TlsAcceptor {
     settings: TlsSettings,
     /// The configuration new connections get, and the file times it was
     /// built from.
@@ -60,7 +60,7 @@ pub(super) struct TlsAcceptor {
 impl TlsAcceptor {
     /// Reads the certificate, key and CA files and builds the
     /// configuration; the message names the file or setting at fault.
-    pub(super) fn new(settings: TlsSettings) -> Result<TlsAcceptor, String> {
+    pub(crate) fn new(settings: TlsSettings) -> Result<TlsAcceptor, String> {
         let stamps = file_times(&settings);
         let config = build_config(&settings)?;
         Ok(TlsAcceptor {
@@ -74,7 +74,7 @@ impl TlsAcceptor {
     }
 
     /// A server session with the current configuration.
-    pub(super) fn session(&self) -> Result<ServerConnection, rustls::Error> {
+    pub(crate) fn session(&self) -> Result<ServerConnection, rustls::Error> {
         let config = super::lock(&self.current).0.clone();
         let mut session = ServerConnection::new(config)?;
         // Replies are handed over whole (see the module's invariants).
@@ -84,7 +84,7 @@ impl TlsAcceptor {
 
     /// Rebuilds the configuration when a file changed since it was built;
     /// true when it did. A failed rebuild keeps the previous one.
-    pub(super) fn refresh(&self) -> bool {
+    pub(crate) fn refresh(&self) -> bool {
         let stamps = file_times(&self.settings);
         if super::lock(&self.current).1 == stamps {
             return false;
@@ -111,7 +111,7 @@ fn files(settings: &TlsSettings) -> Vec<&PathBuf> {
     files
 }
 
-fn file_times(settings: &TlsSettings) -> Vec<Option<SystemTime>> {
+pub(crate) fn file_times(settings: &TlsSettings) -> Vec<Option<SystemTime>> {
     files(settings)
         .into_iter()
         .map(|path| {
@@ -125,14 +125,7 @@ fn file_times(settings: &TlsSettings) -> Vec<Option<SystemTime>> {
 /// Builds the rustls configuration the settings describe.
 fn build_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, String> {
     let provider = Arc::new(provider(&settings.cipher_suites)?);
-    let versions: Vec<&'static rustls::SupportedProtocolVersion> = settings
-        .protocols
-        .iter()
-        .map(|protocol| match protocol {
-            Protocol::Tls12 => &rustls::version::TLS12,
-            Protocol::Tls13 => &rustls::version::TLS13,
-        })
-        .collect();
+    let versions = versions(settings);
     let certs = read_certs(&settings.cert_file)?;
     let key = PrivateKeyDer::from_pem_file(&settings.key_file)
         .map_err(|error| format!("key-file {}: {error}", settings.key_file.display()))?;
@@ -160,7 +153,19 @@ fn build_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, String> {
     Ok(Arc::new(config))
 }
 
-fn read_certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, String> {
+/// The protocol versions the settings offer.
+pub(crate) fn versions(settings: &TlsSettings) -> Vec<&'static rustls::SupportedProtocolVersion> {
+    settings
+        .protocols
+        .iter()
+        .map(|protocol| match protocol {
+            Protocol::Tls12 => &rustls::version::TLS12,
+            Protocol::Tls13 => &rustls::version::TLS13,
+        })
+        .collect()
+}
+
+pub(crate) fn read_certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect())
         .map_err(|error| format!("{}: {error}", path.display()))?;
@@ -208,7 +213,7 @@ const OPENSSL_NAMES: [(&str, &str); 9] = [
 /// The ring provider, limited to the named cipher suites (none named: all
 /// of them). As with OpenSSL's `cipher-suite`, naming only TLS 1.2 suites
 /// leaves the TLS 1.3 ones offered.
-fn provider(names: &[String]) -> Result<rustls::crypto::CryptoProvider, String> {
+pub(crate) fn provider(names: &[String]) -> Result<rustls::crypto::CryptoProvider, String> {
     let mut provider = rustls::crypto::ring::default_provider();
     if names.is_empty() {
         return Ok(provider);

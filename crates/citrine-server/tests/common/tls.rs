@@ -20,10 +20,10 @@ pub fn write_certs(dir: &Path) {
     ];
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca, ca_key);
-    let leaf = |name: &str, usage: ExtendedKeyUsagePurpose| {
+    let leaf = |name: &str, usage: &[ExtendedKeyUsagePurpose]| {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usage.to_vec();
         params
             .subject_alt_names
             .push(SanType::IpAddress([127, 0, 0, 1].into()));
@@ -32,8 +32,13 @@ pub fn write_certs(dir: &Path) {
             key.serialize_pem(),
         )
     };
-    let (node, node_key) = leaf("localhost", ExtendedKeyUsagePurpose::ServerAuth);
-    let (client, client_key) = leaf("client", ExtendedKeyUsagePurpose::ClientAuth);
+    // Nodes present theirs to each other too (fabric and heartbeat TLS).
+    let node_usage = [
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let (node, node_key) = leaf("localhost", &node_usage);
+    let (client, client_key) = leaf("client", &[ExtendedKeyUsagePurpose::ClientAuth]);
     for (name, text) in [
         ("ca.pem", ca_cert.pem()),
         ("node.pem", node),
