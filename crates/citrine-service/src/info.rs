@@ -625,6 +625,7 @@ fn namespace_info(layers: &Layers<'_>, namespace: &Namespace) -> String {
     }
     pairs.extend(crate::compression_info::stat_pairs(namespace));
     pairs.extend(crate::sc::stat_pairs(namespace));
+    pairs.extend(crate::txn::stat_pairs(namespace));
     pairs.extend(namespace_config_pairs(namespace, layers.config.rack_id));
     join_pairs(&pairs, ';')
 }

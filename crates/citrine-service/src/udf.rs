@@ -761,6 +761,8 @@ fn commit(
         .index
         .partition(request.digest.partition())
         .write();
+    // A record a transaction holds takes no UDF write (120).
+    citrine_data::txn::begin_write(namespace, request, now)?;
     let current = partition
         .get(&request.digest)
         .map(|entry| entry.meta())
