@@ -531,6 +531,7 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
             config.tomb_raider_eligible_age.to_string(),
         ),
     ];
+    pairs.extend(citrine_data::txn::config_pairs(namespace));
     match config.storage_engine {
         StorageEngineConfig::Memory {
             data_size,

@@ -244,6 +244,8 @@ fn commit_version(
             if let Some(meta) = live {
                 record::write_tombstone(namespace, digest, &meta, now)?;
                 record::remove_deleted(namespace, partition, digest, now.unix_ms, true);
+                let stats = &namespace.txn.stats;
+                stats.roll_tombstone_creates.fetch_add(1, Ordering::Relaxed);
             }
             Ok(None)
         }
@@ -399,52 +401,65 @@ fn delete_in(
     Ok(())
 }
 
-/// The reference's statistics of `namespace`'s transactions, as
-/// `namespace/NS` lists them.
+/// The reference's statistics of `namespace`'s transactions, in its
+/// order, as `namespace/NS` lists them (the CE reference lists them too,
+/// all 0). `mrt_monitors` and `mrt_monitors_active` both count the open
+/// monitors here; no step times out yet, so the `_timeout` counters stay 0.
 pub fn stat_pairs(namespace: &Namespace) -> Vec<(String, String)> {
     let stats = &namespace.txn.stats;
-    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed).to_string();
-    vec![
-        ("mrt_provisionals".into(), load(&stats.provisionals)),
-        ("mrt_monitors_active".into(), load(&stats.monitors_active)),
+    let counters = [
+        ("mrt_provisionals", &stats.provisionals),
+        ("mrt_monitors", &stats.monitors_active),
+        ("mrt_monitors_active", &stats.monitors_active),
+        ("mrt_verify_read_success", &stats.verify_read_success),
+        ("mrt_verify_read_error", &stats.verify_read_error),
+        ("mrt_verify_read_timeout", &stats.verify_read_timeout),
+        ("mrt_roll_forward_success", &stats.roll_forward_success),
+        ("mrt_roll_forward_error", &stats.roll_forward_error),
+        ("mrt_roll_forward_timeout", &stats.never),
         (
-            "mrt_verify_read_success".into(),
-            load(&stats.verify_read_success),
+            "mrt_monitor_roll_forward_success",
+            &stats.monitor_roll_forward_success,
+        ),
+        ("mrt_monitor_roll_forward_error", &stats.monitor_roll_error),
+        ("mrt_monitor_roll_forward_timeout", &stats.never),
+        ("mrt_roll_back_success", &stats.roll_back_success),
+        ("mrt_roll_back_error", &stats.roll_back_error),
+        ("mrt_roll_back_timeout", &stats.never),
+        (
+            "mrt_monitor_roll_back_success",
+            &stats.monitor_roll_back_success,
+        ),
+        ("mrt_monitor_roll_back_error", &stats.monitor_roll_error),
+        ("mrt_monitor_roll_back_timeout", &stats.never),
+        ("fail_mrt_blocked", &stats.fail_mrt_blocked),
+        (
+            "fail_mrt_version_mismatch",
+            &stats.fail_mrt_version_mismatch,
         ),
         (
-            "mrt_verify_read_error".into(),
-            load(&stats.verify_read_error),
+            "mrt_monitor_roll_tombstone_creates",
+            &stats.roll_tombstone_creates,
         ),
-        (
-            "mrt_verify_read_timeout".into(),
-            load(&stats.verify_read_timeout),
-        ),
-        (
-            "mrt_roll_forward_success".into(),
-            load(&stats.roll_forward_success),
-        ),
-        (
-            "mrt_roll_forward_error".into(),
-            load(&stats.roll_forward_error),
-        ),
-        (
-            "mrt_roll_back_success".into(),
-            load(&stats.roll_back_success),
-        ),
-        ("mrt_roll_back_error".into(), load(&stats.roll_back_error)),
-        (
-            "mrt_monitor_roll_forward_success".into(),
-            load(&stats.monitor_roll_forward_success),
-        ),
-        (
-            "mrt_monitor_roll_back_success".into(),
-            load(&stats.monitor_roll_back_success),
-        ),
-        ("fail_mrt_blocked".into(), load(&stats.fail_mrt_blocked)),
-        (
-            "fail_mrt_version_mismatch".into(),
-            load(&stats.fail_mrt_version_mismatch),
-        ),
+    ];
+    counters
+        .into_iter()
+        .map(|(name, counter)| (name.to_owned(), counter.load(Ordering::Relaxed).to_string()))
+        .collect()
+}
+
+/// The transaction settings `get-config` lists for `namespace`:
+/// `mrt-duration` (0 on a namespace without transactions, as the CE
+/// reference answers) and `disable-mrt-writes`.
+pub fn config_pairs(namespace: &Namespace) -> [(String, String); 2] {
+    let duration = match allowed(namespace) {
+        true => namespace.txn.duration_seconds.load(Ordering::Relaxed),
+        false => 0,
+    };
+    let disabled = namespace.txn.writes_disabled.load(Ordering::Relaxed);
+    [
+        ("disable-mrt-writes".to_owned(), disabled.to_string()),
+        ("mrt-duration".to_owned(), duration.to_string()),
     ]
 }
 

@@ -36,8 +36,12 @@ pub fn recover(namespace: &Namespace, now: Now) -> Recovered {
     let (monitors, provisionals) = namespace.txn.expired(now.citrusleaf_seconds);
     let mut recovered = Recovered::default();
     for digest in monitors {
-        if recover_monitor(namespace, &digest, now).is_ok() {
-            recovered.monitors += 1;
+        match recover_monitor(namespace, &digest, now) {
+            Ok(()) => recovered.monitors += 1,
+            Err(_) => {
+                let stats = &namespace.txn.stats;
+                stats.monitor_roll_error.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
     for (digest, txn_id) in provisionals {

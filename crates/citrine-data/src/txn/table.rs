@@ -71,6 +71,12 @@ pub struct TxnStats {
     pub roll_back_error: AtomicU64,
     pub monitor_roll_forward_success: AtomicU64,
     pub monitor_roll_back_success: AtomicU64,
+    /// Monitor-driven rolls that failed (left for the next pass).
+    pub monitor_roll_error: AtomicU64,
+    /// Durable tombstones the rolls of deletes created.
+    pub roll_tombstone_creates: AtomicU64,
+    /// What no step counts yet (the `_timeout` statistics).
+    pub never: AtomicU64,
     pub fail_mrt_blocked: AtomicU64,
     pub fail_mrt_version_mismatch: AtomicU64,
 }

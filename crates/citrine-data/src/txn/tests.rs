@@ -481,3 +481,28 @@ fn a_namespace_without_transactions_answers_as_the_reference() {
     assert_eq!(Cmd::get(X).run(&ns, NOW_MS).code, 2);
     assert_eq!(stat(&ns, "mrt_provisionals"), "0");
 }
+
+#[test]
+fn statistics_and_settings_carry_the_references_names() {
+    // The order and names of the CE 8.1.2 reference's `namespace/test`.
+    let names: Vec<String> = stat_pairs(&namespace(true))
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let reference = "mrt_provisionals mrt_monitors mrt_monitors_active \
+        mrt_verify_read_success mrt_verify_read_error mrt_verify_read_timeout \
+        mrt_roll_forward_success mrt_roll_forward_error mrt_roll_forward_timeout \
+        mrt_monitor_roll_forward_success mrt_monitor_roll_forward_error \
+        mrt_monitor_roll_forward_timeout mrt_roll_back_success mrt_roll_back_error \
+        mrt_roll_back_timeout mrt_monitor_roll_back_success mrt_monitor_roll_back_error \
+        mrt_monitor_roll_back_timeout fail_mrt_blocked fail_mrt_version_mismatch \
+        mrt_monitor_roll_tombstone_creates";
+    assert_eq!(names, reference.split_whitespace().collect::<Vec<_>>());
+    let settings = |sc: bool| config_pairs(&namespace(sc)).map(|(_, value)| value);
+    assert_eq!(
+        settings(false),
+        ["false".to_owned(), "0".to_owned()],
+        "as CE"
+    );
+    assert_eq!(settings(true), ["false".to_owned(), "10".to_owned()]);
+}
