@@ -43,10 +43,11 @@ pub const DURATION_MIN: u32 = 1;
 pub const DURATION_MAX: u32 = 120;
 pub const DURATION_DEFAULT: u32 = 10;
 
-/// Whether `namespace` runs transactions: a strong-consistency namespace.
+/// Whether `namespace` runs transactions: a strong-consistency namespace
+/// (or, in tests, one [`TxnTables::enable_for_tests`] enabled).
 #[inline]
 pub fn allowed(namespace: &Namespace) -> bool {
-    namespace.config.sc.strong_consistency
+    namespace.config.sc.strong_consistency || namespace.txn.enabled_for_tests()
 }
 
 /// The transaction fields of a request as it came.

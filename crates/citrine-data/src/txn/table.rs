@@ -90,6 +90,9 @@ pub struct TxnTables {
     pub duration_seconds: AtomicU32,
     /// `disable-mrt-writes`.
     pub writes_disabled: AtomicBool,
+    /// Tests only: transactions run here whatever the namespace.
+    #[cfg(any(test, feature = "test-hooks"))]
+    enabled_for_tests: AtomicBool,
 }
 
 impl TxnTables {
@@ -101,7 +104,26 @@ impl TxnTables {
             stats: TxnStats::default(),
             duration_seconds: AtomicU32::new(duration_seconds),
             writes_disabled: AtomicBool::new(writes_disabled),
+            #[cfg(any(test, feature = "test-hooks"))]
+            enabled_for_tests: AtomicBool::new(false),
         }
+    }
+
+    /// Tests only: runs transactions on this namespace even though it is
+    /// not strong-consistency (the service refuses those with 11 until
+    /// strong consistency is wired).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn enable_for_tests(&self) {
+        self.enabled_for_tests.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`TxnTables::enable_for_tests`] was called.
+    #[inline]
+    pub fn enabled_for_tests(&self) -> bool {
+        #[cfg(any(test, feature = "test-hooks"))]
+        return self.enabled_for_tests.load(Ordering::Relaxed);
+        #[cfg(not(any(test, feature = "test-hooks")))]
+        false
     }
 
     /// The table of `partition`; the caller holds its index lock.
