@@ -87,7 +87,11 @@ pub fn perform(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut
     };
     if let Err(code) = outcome {
         count_failure(namespace, header, code, false);
+        let start = out.len();
         write_error(out, code, request.reply);
+        if let Some(meta) = crate::txn::failed_write_read(namespace, request, code, now) {
+            crate::txn::add_version(out, start, request.reply, &meta);
+        }
     }
 }
 

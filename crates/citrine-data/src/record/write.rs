@@ -524,6 +524,7 @@ fn decide(
     let body = encode_body_reserving(key, &working.bins, MEMORY_BODY_SPARE)
         .map_err(|_| ResultCode::Parameter)?;
     check_record_size(namespace, body.len())?;
+    crate::txn::monitor::check_size(namespace, request, body.len())?;
     let (life, generation) = match found.live {
         Some(meta) => (meta.life, RecordMeta::next_generation(meta.generation)),
         None => start_after(

@@ -292,6 +292,39 @@ pub fn add_version(out: &mut Vec<u8>, start: usize, reply: record::Reply, meta: 
     add_reply_field(out, start, framed, field_type::RECORD_VERSION, &version);
 }
 
+/// The committed record a transaction's write looked at and refused for
+/// what it found (3, 5, 27): the write read it, so its reply carries the
+/// record's version for the commit to verify, as the reference answers
+/// writes "that don't touch". `None` for any other write or refusal, or
+/// when the transaction holds the record.
+pub fn failed_write_read(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    code: ResultCode,
+    now: Now,
+) -> Option<RecordMeta> {
+    let looked = matches!(
+        code,
+        ResultCode::Generation | ResultCode::RecordExists | ResultCode::FilteredOut
+    );
+    let txn_id = request.txn.id()?;
+    if !looked || request.header.info2 & info2::WRITE == 0 || !allowed(namespace) {
+        return None;
+    }
+    let partition = namespace.index.partition(request.digest.partition()).read();
+    if namespace
+        .txn
+        .provisional(&request.digest)
+        .is_some_and(|held| held.txn_id == txn_id)
+    {
+        return None;
+    }
+    partition
+        .get(&request.digest)
+        .map(|entry| entry.meta())
+        .filter(|meta| is_live(namespace, meta, now))
+}
+
 /// A write inside a transaction, allowed to go on: its id, deadline, and
 /// the provisional version it already holds on the record, if any.
 pub struct TxnWrite {

@@ -11,7 +11,8 @@
 //! marked monitor takes none (124, which the client counts as success
 //! for a repeated mark); a mark on a monitor that is gone answers 125
 //! (the transaction was rolled back); the record itself never expires by
-//! TTL (it is removed by its close or by [`super::recovery`]).
+//! TTL (it is removed by its close or by [`super::recovery`]); a monitor
+//! record past 90 KiB is refused (123, [`check_size`]).
 //!
 //! Invariant: an open monitor record has its entry in the partition's
 //! table ([`super::table`]), and a closed one has none. Known gap: the
@@ -25,6 +26,27 @@ use citrine_types::ResultCode;
 use citrine_wire::msg::{field_type, info2, op_type, MsgHeader};
 use citrine_wire::txn::add_reply_field;
 use std::sync::atomic::Ordering;
+
+/// The largest monitor record (the reference's bound).
+pub const MAX_MONITOR_RECORD_BYTES: usize = 90 * 1024;
+
+/// A monitor record's new body of `len` bytes, on a namespace that runs
+/// transactions, above [`MAX_MONITOR_RECORD_BYTES`]: 123 (the transaction
+/// has too many writes to track). Our body's layout is not the
+/// reference's, so the bound falls within a few bytes of its.
+pub fn check_size(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    len: usize,
+) -> Result<(), ResultCode> {
+    if len > MAX_MONITOR_RECORD_BYTES
+        && request.set == super::MONITOR_SET
+        && super::allowed(namespace)
+    {
+        return Err(ResultCode::MrtTooManyWrites);
+    }
+    Ok(())
+}
 
 /// The bin a mark-roll-forward writes.
 pub const FORWARD_BIN: &[u8] = b"fwd";

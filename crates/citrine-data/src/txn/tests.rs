@@ -216,6 +216,25 @@ fn a_provisional_version_is_its_transactions_alone_and_blocks_other_writers() {
 }
 
 #[test]
+fn a_transactions_write_refused_for_what_it_found_answers_the_version() {
+    let ns = namespace(true);
+    Cmd::put(X, 1).run(&ns, NOW_MS);
+    let mut create = Cmd::put(X, 2).in_txn(T1);
+    create.header.info2 |= info2::CREATE_ONLY;
+    let refused = create.run(&ns, NOW_MS);
+    assert_eq!(refused.code, 5);
+    let version = refused.field(field_type::RECORD_VERSION).unwrap();
+    assert_eq!(version, &read_version(&ns, X, T1)[..], "the record it read");
+    assert_eq!(stat(&ns, "mrt_provisionals"), "0");
+    let mut outside = Cmd::put(X, 2);
+    outside.header.info2 |= info2::CREATE_ONLY;
+    assert!(outside
+        .run(&ns, NOW_MS)
+        .field(field_type::RECORD_VERSION)
+        .is_none());
+}
+
+#[test]
 fn reads_in_a_transaction_answer_the_committed_version() {
     let ns = namespace(true);
     assert_eq!(Cmd::put(X, 1).run(&ns, NOW_MS).code, 0);
@@ -392,6 +411,36 @@ fn the_monitor_fixes_the_deadline_and_takes_no_write_past_it_or_after_the_mark()
     );
     assert_eq!(mark_forward(T1).run(&ns, NOW_MS).code, 125, "gone: aborted");
     assert_eq!(stat(&ns, "mrt_monitors_active"), "1");
+}
+
+#[test]
+fn a_monitor_record_past_90_kib_answers_too_many_writes() {
+    let ns = namespace(true);
+    // 20-byte digests, 22 bytes each in the list: about 4 180 fit.
+    let digests: Vec<Digest> = (0..4300u32)
+        .map(|n| {
+            let mut bytes = [0u8; 20];
+            bytes[..4].copy_from_slice(&n.to_be_bytes());
+            Digest(bytes)
+        })
+        .collect();
+    assert_eq!(
+        monitor_add(T1, &digests[..4000], true)
+            .run(&ns, NOW_MS)
+            .code,
+        0
+    );
+    assert_eq!(monitor_add(T1, &digests, false).run(&ns, NOW_MS).code, 123);
+    assert_eq!(
+        monitor_add(T1, &digests[..4150], false)
+            .run(&ns, NOW_MS)
+            .code,
+        0
+    );
+    // Outside the monitor set, the namespace's own limit applies.
+    let mut plain = monitor_add(T2, &digests, true);
+    plain.set = b"demo";
+    assert_eq!(plain.run(&ns, NOW_MS).code, 0);
 }
 
 #[test]
