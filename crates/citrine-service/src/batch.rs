@@ -515,9 +515,6 @@ pub(crate) fn start(
             return refuse(out, error.code());
         }
     };
-    if let Some(code) = crate::txn::batch_refusal(context.layers, payload, parent, rows) {
-        return refuse(out, code);
-    }
     stats.requests.fetch_add(1, Ordering::Relaxed);
     let reader = RowReader::new(payload, parent);
     let chunk = run_rows(context, reader, (rows, refused), filter.as_deref(), out);

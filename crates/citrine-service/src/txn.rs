@@ -1,48 +1,21 @@
 //! Multi-record transactions as the service meets them, around the data
 //! layer's [`citrine_data::txn`] (which owns the transaction path itself).
 //!
-//! Owns: the reference's answer to a batch with a transaction in it on a
-//! namespace that runs none (the whole batch answers 25, as the CE
-//! reference answers; a row's version or deadline field alone is
-//! ignored), the refusal of record UDFs inside a transaction (25: not
-//! built yet), and the transaction statistics of `namespace/NS`.
+//! Owns: the transaction part of a batch row (each row runs the data
+//! layer's path like a single-record request: where no transactions run,
+//! a row with a transaction id or a verify or roll bit answers 25 and the
+//! batch goes on, as the CE reference answers under respond-all-keys; a
+//! version or deadline field alone is ignored), the refusal of record
+//! UDFs inside a transaction (25: not built yet), and the transaction
+//! statistics of `namespace/NS`.
 //!
 //! Invariant: a request reaches the transaction path only on a namespace
 //! `citrine_data::txn::allowed` accepts (strong consistency); everything
 //! here only refuses or reports.
 
-use crate::batch::{Parent, RowReader};
-use crate::Layers;
-use citrine_data::txn::{allowed, TxnPart};
+use citrine_data::txn::TxnPart;
 use citrine_data::Namespace;
-use citrine_types::ResultCode;
-use citrine_wire::msg::{field_type, Field};
-use citrine_wire::txn::info4;
-
-/// The code a whole batch answers when a row runs a transaction step on a
-/// namespace that runs no transactions (or is unknown): 25.
-pub(crate) fn batch_refusal(
-    layers: Layers<'_>,
-    payload: &[u8],
-    parent: Parent,
-    rows: u32,
-) -> Option<ResultCode> {
-    let mut reader = RowReader::new(payload, parent);
-    for _ in 0..rows {
-        let row = reader.next_row().ok()?;
-        let body = &row.body;
-        let transactional =
-            body.header.info4 & info4::COMMIT_BITS != 0 || body.field(field_type::TXN_ID).is_some();
-        let runs = body
-            .field(field_type::NAMESPACE)
-            .and_then(|name| layers.namespace(name))
-            .is_some_and(allowed);
-        if transactional && !runs {
-            return Some(ResultCode::EnterpriseOnly);
-        }
-    }
-    None
-}
+use citrine_wire::msg::Field;
 
 /// The transaction part of a batch row's fields.
 pub(crate) fn row_part<'a, I>(fields: impl Fn() -> I) -> TxnPart
