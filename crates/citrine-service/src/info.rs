@@ -1137,6 +1137,9 @@ fn set_config(
 ) -> String {
     match command.param("context") {
         Some("service") => {}
+        Some("namespace") if crate::txn::sets(command) => {
+            return crate::txn::set_config(layers, command)
+        }
         Some("namespace") => return crate::compression_info::set_config(layers, command),
         Some(_) => return "ERROR:4:only context=service or namespace can be set".to_owned(),
         None => return "ERROR:4:missing context".to_owned(),

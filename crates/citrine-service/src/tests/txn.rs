@@ -254,3 +254,39 @@ fn a_changed_read_fails_verification_and_the_abort_restores() {
     );
     assert_eq!(value_of(&service, "a"), Some(int(7).to_vec()));
 }
+
+#[test]
+fn transaction_settings_change_at_run_time_where_transactions_run() {
+    let (service, _) = service();
+    let ask = |command: &str| crate::tests::info(&service, &[command])[0].1.clone();
+    let set = "set-config:context=namespace;id=test;mrt-duration=30;disable-mrt-writes=true";
+    // As the CE reference answers on its namespaces.
+    assert_eq!(ask(set), "ERROR:4:invalid set-config parameter");
+    service.namespace(b"test").unwrap().txn.enable_for_tests();
+    assert_eq!(ask(set), "ok");
+    let config = ask("get-config:context=namespace;id=test");
+    for expected in ["mrt-duration=30", "disable-mrt-writes=true"] {
+        assert!(
+            config.split(';').any(|item| item == expected),
+            "{expected} in {config}"
+        );
+    }
+    for bad in ["mrt-duration=0", "mrt-duration=121", "disable-mrt-writes=1"] {
+        let command = format!("set-config:context=namespace;id=test;{bad}");
+        assert_eq!(
+            ask(&command),
+            "ERROR:4:invalid set-config parameter",
+            "{bad}"
+        );
+    }
+    let write = header(0, info2::WRITE, 0);
+    let id = (field_type::TXN_ID, T.to_le_bytes().to_vec());
+    let refused = txn_single(
+        &service,
+        write,
+        "a",
+        &[id],
+        &[(op_type::WRITE, 1, "v", &int(1))],
+    );
+    assert_eq!(refused.header.result_code, 22, "disable-mrt-writes");
+}
