@@ -356,8 +356,9 @@ pub(crate) fn read_touch(
     let Some(entry) = partition.get(&request.digest) else {
         return Ok(false);
     };
-    if crate::txn::begin_write(namespace, request, now).is_err() {
-        // A record a transaction holds is not touched under it.
+    if !matches!(crate::txn::begin_write(namespace, request, now), Ok(None)) {
+        // Not inside a transaction, nor under one's lock: the committed
+        // record is the roll forward's to change.
         return Ok(false);
     }
     let current = entry.meta();

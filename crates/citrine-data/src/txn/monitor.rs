@@ -10,7 +10,9 @@
 //! in field 6; past the deadline a monitor takes no more writes (122); a
 //! marked monitor takes none (124, which the client counts as success
 //! for a repeated mark); a mark on a monitor that is gone answers 125
-//! (the transaction was rolled back); the record itself never expires by
+//! (the transaction was rolled back), and so does nothing else: a write
+//! adding digests (no bin `id`: not the transaction's first) to a monitor
+//! that is gone answers 122, as it would have before the node rolled it; the record itself never expires by
 //! TTL (it is removed by its close or by [`super::recovery`]); a monitor
 //! record past 90 KiB is refused (123, [`check_size`]).
 //!
@@ -104,6 +106,9 @@ fn next_state(
 ) -> Result<Monitor, ResultCode> {
     match namespace.txn.monitor(&request.digest) {
         None if marks_forward => Err(ResultCode::MrtAborted),
+        // Only the first write of a transaction puts bin `id`: a later one
+        // finding no monitor comes after the node rolled it (deadline).
+        None if !creates(request) => Err(ResultCode::MrtExpired),
         None if namespace.txn.writes_disabled.load(Ordering::Relaxed) => Err(ResultCode::Forbidden),
         None => Ok(Monitor {
             deadline: now
@@ -127,6 +132,14 @@ fn duration(namespace: &Namespace, requested: u32) -> u32 {
         0 => namespace.txn.duration_seconds.load(Ordering::Relaxed),
         seconds => seconds.min(DURATION_MAX),
     }
+}
+
+/// Whether the write creates the monitor: it puts bin `id`.
+fn creates(request: &Request<'_>) -> bool {
+    request
+        .ops
+        .iter()
+        .any(|op| op.op_type == op_type::WRITE && op.name == ID_BIN)
 }
 
 /// Whether the write is a mark-roll-forward: one WRITE op of bin `fwd`.

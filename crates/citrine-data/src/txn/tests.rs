@@ -479,6 +479,9 @@ fn an_expired_transaction_is_rolled_by_the_node_from_its_monitor() {
     assert_eq!(stat(&ns, "mrt_monitor_roll_forward_success"), "1");
     let monitor = Cmd::get(recovery::monitor_digest(T1)).run(&ns, after.unix_ms);
     assert_eq!(monitor.code, 2, "the monitor record is removed");
+    let late_add = monitor_add(T1, &[Y], false).run(&ns, after.unix_ms);
+    assert_eq!(late_add.code, 122, "as before the roll: expired");
+    assert_eq!(stat(&ns, "mrt_monitors_active"), "0", "not created again");
     assert_eq!(Cmd::put(X, 3).run(&ns, after.unix_ms).code, 0, "unlocked");
 
     // A provisional version whose transaction has no monitor here.
