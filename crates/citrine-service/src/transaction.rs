@@ -161,7 +161,7 @@ pub(crate) fn perform_here(
         citrine_data::record::perform(namespace, request, now, out);
         return;
     };
-    let applied = if crate::txn::refuses_udf(&request.txn) {
+    let applied = if crate::txn::refuses_udf(namespace, &request.txn) {
         Err(ResultCode::EnterpriseOnly)
     } else {
         crate::udf::apply(namespace, request, call, now, out)

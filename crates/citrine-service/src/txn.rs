@@ -5,8 +5,9 @@
 //! layer's path like a single-record request: where no transactions run,
 //! a row with a transaction id or a verify or roll bit answers 25 and the
 //! batch goes on, as the CE reference answers under respond-all-keys; a
-//! version or deadline field alone is ignored), the refusal of record
-//! UDFs inside a transaction (25: not built yet), the transaction
+//! version or deadline field alone is ignored), record UDFs inside a
+//! transaction (their base and the version they compare with; `udf`
+//! keeps their change; 25 where no transactions run), the transaction
 //! statistics of `namespace/NS`, and `set-config` of `mrt-duration` and
 //! `disable-mrt-writes` (strong-consistency namespaces only; elsewhere
 //! the CE reference's answer, `ERROR:4:invalid set-config parameter`).
@@ -16,8 +17,10 @@
 //! here only refuses or reports.
 
 use crate::Layers;
-use citrine_data::txn::{allowed, TxnPart, DURATION_MAX, DURATION_MIN};
+use citrine_data::txn::{allowed, TxnPart, TxnRead, TxnWrite, Version, DURATION_MAX, DURATION_MIN};
 use citrine_data::Namespace;
+use citrine_index::RecordMeta;
+use citrine_types::ResultCode;
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::Field;
 use std::sync::atomic::Ordering;
@@ -84,10 +87,41 @@ where
     TxnPart::of(|| fields().map(|(field_type, data)| Field { field_type, data }))
 }
 
-/// Whether a record UDF call is refused for running inside a
-/// transaction (25): UDFs in transactions are not built yet.
-pub(crate) fn refuses_udf(part: &TxnPart) -> bool {
-    part.carries_id
+/// Whether a record UDF call is refused for carrying a transaction id
+/// where no transactions run (25, as the CE reference answers).
+pub(crate) fn refuses_udf(namespace: &Namespace, part: &TxnPart) -> bool {
+    part.carries_id && !allowed(namespace)
+}
+
+/// A transaction's own version of a record: its metadata and body, or
+/// `None` for its own removal.
+pub(crate) type OwnVersion = Option<(RecordMeta, Vec<u8>)>;
+
+/// The record a UDF inside a transaction starts from when the
+/// transaction holds it: `Some(None)` for its own removal, `Some(Some(..))`
+/// for its own version; `None` to read the committed record (outside a
+/// transaction, or not held). A record another transaction holds refuses
+/// a transaction's UDF (120). Called under the partition's read lock.
+pub(crate) fn udf_base(
+    namespace: &Namespace,
+    request: &citrine_data::record::Request<'_>,
+) -> Result<Option<OwnVersion>, ResultCode> {
+    match citrine_data::txn::read_source(namespace, request) {
+        Ok(TxnRead::Own { meta, body }) => Ok(Some(Some((meta, body)))),
+        Err(ResultCode::NotFound) => Ok(Some(None)),
+        Err(code) => Err(code),
+        Ok(TxnRead::Plain | TxnRead::Committed) => Ok(None),
+    }
+}
+
+/// The metadata of the version a transaction's UDF write compares with:
+/// `Some(..)` when the transaction holds the record (its own version, or
+/// `None` for its own removal), `None` to compare with the committed one.
+pub(crate) fn udf_own_meta(txn: Option<&TxnWrite>) -> Option<Option<RecordMeta>> {
+    match txn?.own.as_ref()? {
+        Version::Store { meta, .. } => Some(Some(*meta)),
+        Version::Delete => Some(None),
+    }
 }
 
 /// `namespace/NS` statistics of `namespace`'s transactions.

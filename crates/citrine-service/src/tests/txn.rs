@@ -290,3 +290,71 @@ fn transaction_settings_change_at_run_time_where_transactions_run() {
     );
     assert_eq!(refused.header.result_code, 22, "disable-mrt-writes");
 }
+
+/// Registers `txn_udf.lua`: `write_bin(rec, name, value)` stores a bin.
+fn register_write_bin(service: &Service) {
+    use base64::Engine as _;
+    let source = b"function write_bin(rec, name, value)\n  rec[name] = value\n  \
+        if aerospike:exists(rec) then aerospike:update(rec) else aerospike:create(rec) end\n  \
+        return 0\nend\n";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let command = format!(
+        "udf-put:filename=txn_udf.lua;content={content};content-len={};",
+        content.len()
+    );
+    assert_eq!(crate::tests::info(service, &[command.as_str()])[0].1, "ok");
+}
+
+#[test]
+fn a_record_udf_inside_a_transaction_writes_a_provisional_version() {
+    use citrine_cdt::value::{to_bytes, List, Value};
+    let (service, _) = service();
+    service.namespace(b"test").unwrap().txn.enable_for_tests();
+    register_write_bin(&service);
+    put(&service, "demo", "a", &[("v", 1)], false);
+    let args = to_bytes(&Value::List(List {
+        flags: 0,
+        items: vec![Value::str("v"), Value::Int(5)],
+    }));
+    let call = |txn: Option<u64>| {
+        let mut fields = vec![
+            (field_type::UDF_FILENAME, b"txn_udf".to_vec()),
+            (field_type::UDF_FUNCTION, b"write_bin".to_vec()),
+            (field_type::UDF_ARGLIST, args.clone()),
+        ];
+        if let Some(txn) = txn {
+            fields.push((field_type::TXN_ID, txn.to_le_bytes().to_vec()));
+        }
+        txn_single(&service, header(0, info2::WRITE, 0), "a", &fields, &[])
+    };
+    assert_eq!(call(Some(T)).header.result_code, 0);
+    assert_eq!(
+        value_of(&service, "a"),
+        Some(int(1).to_vec()),
+        "committed unchanged"
+    );
+    assert_eq!(call(None).header.result_code, 120, "a plain UDF is blocked");
+    assert_eq!(
+        call(Some(T + 1)).header.result_code,
+        120,
+        "so is another txn's"
+    );
+    let id = (field_type::TXN_ID, T.to_le_bytes().to_vec());
+    let own = txn_single(
+        &service,
+        header(info1::READ | info1::GET_ALL, 0, 0),
+        "a",
+        &[id],
+        &[],
+    );
+    assert_eq!(
+        own.bin("v"),
+        Some(&int(5)[..]),
+        "the transaction sees its write"
+    );
+    assert_eq!(
+        batch(&service, &[roll_row(0, "a", info4::ROLL_FORWARD)]),
+        (vec![0], 0)
+    );
+    assert_eq!(value_of(&service, "a"), Some(int(5).to_vec()));
+}
