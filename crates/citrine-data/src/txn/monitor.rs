@@ -17,9 +17,9 @@
 //! record past 90 KiB is refused (123, [`check_size`]).
 //!
 //! Invariant: an open monitor record has its entry in the partition's
-//! table ([`super::table`]), and a closed one has none. Known gap: the
-//! table's entry is checked before the record's write takes the lock, so
-//! two racing writes to one monitor could both pass the checks.
+//! table ([`super::table`]), and a closed one has none; each write runs
+//! its checks, the record's write and the entry's update whole under the
+//! monitor's stripe, as recovery does its roll.
 
 use super::{Monitor, DURATION_MAX};
 use crate::namespace::Namespace;
@@ -65,6 +65,7 @@ pub(crate) fn write(
     out: &mut Vec<u8>,
 ) -> Result<(), ResultCode> {
     let digest = request.digest;
+    let _serialized = namespace.txn.monitor_guard(&digest);
     if request.header.info2 & info2::DELETE != 0 {
         let closed = record::delete::delete(namespace, request, now, out);
         namespace.txn.close_monitor(&digest);

@@ -72,6 +72,15 @@ struct MonitorRecord {
 
 /// Rolls the transaction of the monitor on `digest`, then removes it.
 fn recover_monitor(namespace: &Namespace, digest: &Digest, now: Now) -> Result<(), ResultCode> {
+    let _serialized = namespace.txn.monitor_guard(digest);
+    let still_expired = namespace
+        .txn
+        .monitor(digest)
+        .is_some_and(|open| open.deadline < now.citrusleaf_seconds);
+    if !still_expired {
+        // Closed by its client since the pass listed it.
+        return Ok(());
+    }
     let Some(held) = read_monitor(namespace, digest, now)? else {
         namespace.txn.close_monitor(digest);
         return Ok(());

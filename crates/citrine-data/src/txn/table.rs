@@ -5,9 +5,12 @@
 //! Invariants:
 //! - a partition's table is changed only while its index partition's
 //!   write lock is held, and read only while its read or write lock is
-//!   held (lock order: index partition lock, then this table's mutex,
-//!   never the other way; the mutex is never held across storage I/O or
-//!   another lock);
+//!   held (lock order: a monitor stripe, then the index partition lock,
+//!   then this table's mutex, never another way; the table's mutex is
+//!   never held across storage I/O or another lock);
+//! - a monitor's writes, its close and its recovery each run whole under
+//!   the monitor's stripe ([`TxnTables::monitor_guard`]), so a mark to
+//!   roll forward and the node's decision to roll back never interleave;
 //! - at most one provisional version per digest, owned by one
 //!   transaction: it is the record's lock, and only its owner sees it;
 //!   the index keeps the last committed version untouched until the roll
@@ -23,6 +26,9 @@ use citrine_types::{Digest, PartitionId, PARTITIONS};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+/// Stripes of the monitor locks.
+const MONITOR_STRIPES: usize = 256;
 
 /// What a transaction's write left of a record, until it rolls.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +96,8 @@ pub struct TxnTables {
     pub duration_seconds: AtomicU32,
     /// `disable-mrt-writes`.
     pub writes_disabled: AtomicBool,
+    /// Serializes each monitor's writes and recovery (by digest).
+    monitor_stripes: Box<[Mutex<()>]>,
     /// Tests only: transactions run here whatever the namespace.
     #[cfg(any(test, feature = "test-hooks"))]
     enabled_for_tests: AtomicBool,
@@ -104,6 +112,7 @@ impl TxnTables {
             stats: TxnStats::default(),
             duration_seconds: AtomicU32::new(duration_seconds),
             writes_disabled: AtomicBool::new(writes_disabled),
+            monitor_stripes: (0..MONITOR_STRIPES).map(|_| Mutex::default()).collect(),
             #[cfg(any(test, feature = "test-hooks"))]
             enabled_for_tests: AtomicBool::new(false),
         }
@@ -124,6 +133,15 @@ impl TxnTables {
         return self.enabled_for_tests.load(Ordering::Relaxed);
         #[cfg(not(any(test, feature = "test-hooks")))]
         false
+    }
+
+    /// The stripe serializing the monitor on `digest`: held across a
+    /// monitor write (its checks, the record's write, the table's entry)
+    /// and across a recovery of it. Taken before any index lock.
+    pub fn monitor_guard(&self, digest: &Digest) -> MutexGuard<'_, ()> {
+        let stripe = usize::from(u16::from_le_bytes([digest.0[2], digest.0[3]]));
+        let slot = &self.monitor_stripes[stripe % self.monitor_stripes.len()];
+        slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The table of `partition`; the caller holds its index lock.
