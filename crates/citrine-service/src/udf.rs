@@ -789,6 +789,13 @@ fn commit(
         return Ok(None);
     }
     if let Some(txn) = txn {
+        if txn.own.is_none() {
+            let live = partition
+                .get(&request.digest)
+                .map(|entry| entry.meta())
+                .filter(|meta| is_live(namespace, meta, now));
+            citrine_data::txn::check_read_version(namespace, request, live.as_ref())?;
+        }
         return keep_in_txn(namespace, request, &partition, snapshot, txn, planned, now);
     }
     Ok(Some(match planned {

@@ -95,6 +95,14 @@ fn read_record(
         };
         return answer_read(namespace, request, answer, stored, now, out);
     }
+    if let TxnRead::Committed = source {
+        // A re-read must find the version the transaction read first.
+        let live = partition
+            .get(&request.digest)
+            .map(IndexEntry::meta)
+            .filter(|meta| is_live(namespace, meta, now));
+        crate::txn::check_read_version(namespace, request, live.as_ref())?;
+    }
     let (entry, meta) = find_live(namespace, &partition, request, now)?;
     let body = namespace
         .storage

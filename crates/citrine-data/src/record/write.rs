@@ -76,6 +76,9 @@ pub(crate) fn write(
             Some(version) => provisional_base(version),
             None => committed_base(namespace, current, now)?,
         };
+        if txn.is_some() && own.is_none() {
+            crate::txn::check_read_version(namespace, request, live.as_ref())?;
+        }
         let mut found = Found::new(current, live, body.as_deref())?;
         if own.is_some() {
             found.size = body.as_ref().map_or(0, |body| body.len() as u64);

@@ -284,6 +284,35 @@ pub fn read_source(namespace: &Namespace, request: &Request<'_>) -> Result<TxnRe
     }
 }
 
+/// A transaction's command on a record it read before carries that
+/// read's version (field 3): the committed record must still be that
+/// version (121 otherwise, or when it is gone), else the transaction
+/// would read two versions of it, or write over a version it never read.
+/// `live` is the committed record as the command finds it, under its
+/// partition's lock; nothing to check outside a transaction, without a
+/// version, or on a record the transaction holds (its caller does not
+/// ask then).
+pub fn check_read_version(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    live: Option<&RecordMeta>,
+) -> Result<(), ResultCode> {
+    let Some(fields) = request.txn.fields.filter(|_| allowed(namespace)) else {
+        return Ok(());
+    };
+    let (Some(_), Some(sent)) = (fields.id, fields.version) else {
+        return Ok(());
+    };
+    if live.map(version_of) == Some(sent) {
+        return Ok(());
+    }
+    let stats = &namespace.txn.stats;
+    stats
+        .fail_mrt_version_mismatch
+        .fetch_add(1, Ordering::Relaxed);
+    Err(ResultCode::MrtVersionMismatch)
+}
+
 /// Adds the record version of `meta` to the reply that starts at
 /// `out[start..]`.
 pub fn add_version(out: &mut Vec<u8>, start: usize, reply: record::Reply, meta: &RecordMeta) {
@@ -416,11 +445,14 @@ fn delete_in(
     let generation = match &write.own {
         Some(Version::Store { meta, .. }) => Some(meta.generation),
         Some(Version::Delete) => None,
-        None => partition
-            .get(&request.digest)
-            .map(|entry| entry.meta())
-            .filter(|meta| is_live(namespace, meta, now))
-            .map(|meta| meta.generation),
+        None => {
+            let live = partition
+                .get(&request.digest)
+                .map(|entry| entry.meta())
+                .filter(|meta| is_live(namespace, meta, now));
+            check_read_version(namespace, request, live.as_ref())?;
+            live.map(|meta| meta.generation)
+        }
     };
     let generation = generation.ok_or(ResultCode::NotFound)?;
     record::check_generation(&request.header, generation)?;

@@ -558,3 +558,122 @@ fn statistics_and_settings_carry_the_references_names() {
     );
     assert_eq!(settings(true), ["false".to_owned(), "10".to_owned()]);
 }
+
+#[test]
+fn a_command_on_a_record_read_before_needs_the_version_it_read() {
+    let ns = namespace(true);
+    Cmd::put(X, 1).run(&ns, NOW_MS);
+    let read = read_version(&ns, X, T1);
+    let mut reread = Cmd::get(X).in_txn(T1);
+    reread.version = Some(read);
+    assert_eq!(reread.run(&ns, NOW_MS).code, 0, "unchanged");
+    Cmd::put(X, 2).run(&ns, NOW_MS + 1);
+    assert_eq!(
+        reread.run(&ns, NOW_MS).code,
+        121,
+        "a second version: refused"
+    );
+    let mut write = Cmd::put(X, 3).in_txn(T1);
+    write.version = Some(read);
+    assert_eq!(
+        write.run(&ns, NOW_MS).code,
+        121,
+        "no write over an unread version"
+    );
+    assert_eq!(stat(&ns, "mrt_provisionals"), "0");
+    write.version = Some(read_version(&ns, X, T1));
+    assert_eq!(write.run(&ns, NOW_MS).code, 0);
+    // Once held, its own version is what it reads and writes.
+    assert_eq!(write.run(&ns, NOW_MS).code, 0);
+}
+
+/// One transfer of `amount` from `from` to `to` as the Java client runs a
+/// transaction: reads with versions, monitor, writes carrying the read
+/// versions and the deadline, mark, rolls, close; rolled back on any
+/// refusal. Whether it committed.
+fn transfer(ns: &Namespace, txn: u64, from: Digest, to: Digest, amount: i64) -> bool {
+    let read = |digest: Digest| {
+        let answer = Cmd::get(digest).in_txn(txn).run(ns, NOW_MS);
+        let version: Option<[u8; 7]> = answer
+            .field(field_type::RECORD_VERSION)
+            .and_then(|bytes| bytes.try_into().ok());
+        (answer.code, answer.bin(b"v"), version)
+    };
+    let ((code_a, Some(a), version_a), (code_b, Some(b), version_b)) = (read(from), read(to))
+    else {
+        return false;
+    };
+    if code_a != 0 || code_b != 0 || a < amount {
+        return false;
+    }
+    let created = monitor_add(txn, &[from, to], true).run(ns, NOW_MS);
+    if created.code != 0 {
+        return false;
+    }
+    let deadline = created
+        .field(field_type::TXN_DEADLINE)
+        .map(|bytes| u32::from_le_bytes(bytes.try_into().unwrap()));
+    let mut written = Vec::new();
+    for (digest, value, version) in [(from, a - amount, version_a), (to, b + amount, version_b)] {
+        let mut write = Cmd::put(digest, value).in_txn(txn);
+        write.version = version;
+        write.deadline = deadline;
+        if write.run(ns, NOW_MS).code != 0 {
+            for digest in written {
+                Cmd::roll(digest, txn, info4::ROLL_BACK).run(ns, NOW_MS);
+            }
+            assert_eq!(close(txn).run(ns, NOW_MS).code, 0);
+            return false;
+        }
+        written.push(digest);
+    }
+    assert_eq!(mark_forward(txn).run(ns, NOW_MS).code, 0);
+    for digest in written {
+        assert_eq!(
+            Cmd::roll(digest, txn, info4::ROLL_FORWARD)
+                .run(ns, NOW_MS)
+                .code,
+            0
+        );
+    }
+    assert_eq!(close(txn).run(ns, NOW_MS).code, 0);
+    true
+}
+
+#[test]
+fn concurrent_transfers_keep_the_total() {
+    let ns = namespace(true);
+    let accounts: Vec<Digest> = (0..10u8).map(|n| Digest([n + 1; 20])).collect();
+    for account in &accounts {
+        assert_eq!(Cmd::put(*account, 100).run(&ns, NOW_MS).code, 0);
+    }
+    let committed = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for thread in 0..8u64 {
+            let (ns, accounts, committed) = (&ns, &accounts, &committed);
+            scope.spawn(move || {
+                let mut state = thread * 7919 + 1;
+                for round in 0..150u64 {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let from = accounts[(state >> 33) as usize % 10];
+                    let to = accounts[(state >> 45) as usize % 10];
+                    let txn = (thread << 32) | (round + 1);
+                    if from != to && transfer(ns, txn, from, to, (state >> 20) as i64 % 30) {
+                        committed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let balances: Vec<i64> = accounts
+        .iter()
+        .map(|account| Cmd::get(*account).run(&ns, NOW_MS).bin(b"v").unwrap())
+        .collect();
+    assert_eq!(balances.iter().sum::<i64>(), 1000, "{balances:?}");
+    assert!(balances.iter().all(|&balance| balance >= 0), "{balances:?}");
+    assert!(committed.load(Ordering::Relaxed) > 50, "transfers commit");
+    assert_eq!(stat(&ns, "mrt_provisionals"), "0");
+    assert_eq!(stat(&ns, "mrt_monitors_active"), "0");
+}
