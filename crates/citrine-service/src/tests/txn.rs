@@ -358,3 +358,51 @@ fn a_record_udf_inside_a_transaction_writes_a_provisional_version() {
     );
     assert_eq!(value_of(&service, "a"), Some(int(5).to_vec()));
 }
+
+#[test]
+fn batch_rows_inside_a_transaction_answer_versions_and_write_provisionally() {
+    let (service, _) = service();
+    service.namespace(b"test").unwrap().txn.enable_for_tests();
+    put(&service, "demo", "a", &[("v", 1)], false);
+    put(&service, "demo", "b", &[("v", 1)], false);
+    let flags = row_flags::INFO | row_flags::INFO4;
+    let read_row = |index: u32, key: &str| {
+        RowSpec::full(
+            index,
+            "test",
+            "demo",
+            key,
+            flags,
+            [info1::READ | info1::GET_ALL, 0, 0, 0],
+        )
+        .field(field_type::TXN_ID, &T.to_le_bytes())
+    };
+    let reply = run(
+        &service,
+        &batch_frame(&payload(&[read_row(0, "a"), read_row(1, "b")], 0x04), false),
+    );
+    let (last, rows) = reply.split_last().unwrap();
+    assert_eq!(last.header.result_code, 0);
+    assert!(rows
+        .iter()
+        .all(|row| row.field(field_type::RECORD_VERSION).map(<[u8]>::len) == Some(7)));
+    let write_row = |index: u32, key: &str| {
+        RowSpec::full(index, "test", "demo", key, flags, [0, info2::WRITE, 0, 0])
+            .field(field_type::TXN_ID, &T.to_le_bytes())
+            .op(op_type::WRITE, 1, "v", &int(9))
+    };
+    let written = batch(&service, &[write_row(0, "a"), write_row(1, "b")]);
+    assert_eq!(written, (vec![0, 0], 0));
+    assert_eq!(
+        value_of(&service, "a"),
+        Some(int(1).to_vec()),
+        "provisional"
+    );
+    let rolls = [
+        roll_row(0, "a", info4::ROLL_BACK),
+        roll_row(1, "b", info4::ROLL_FORWARD),
+    ];
+    assert_eq!(batch(&service, &rolls), (vec![0, 0], 0));
+    assert_eq!(value_of(&service, "a"), Some(int(1).to_vec()));
+    assert_eq!(value_of(&service, "b"), Some(int(9).to_vec()));
+}
