@@ -51,7 +51,7 @@ pub fn allowed(namespace: &Namespace) -> bool {
 }
 
 /// The transaction fields of a request as it came.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TxnPart {
     /// The fields, or `None` when one has the wrong size.
     pub fields: Option<TxnFields>,
@@ -59,12 +59,35 @@ pub struct TxnPart {
     pub carries_id: bool,
 }
 
+impl Default for TxnPart {
+    /// No transaction field.
+    fn default() -> TxnPart {
+        TxnPart {
+            fields: Some(TxnFields::default()),
+            carries_id: false,
+        }
+    }
+}
+
 impl TxnPart {
     /// The transaction part of a request's (or batch row's) fields,
-    /// which `fields` iterates afresh at each call.
+    /// which `fields` iterates afresh at each call: one pass when it has
+    /// none (nearly every request), a second to parse them.
     pub fn of<'a, I: Iterator<Item = Field<'a>>>(fields: impl Fn() -> I) -> TxnPart {
+        let mut carries_id = false;
+        let mut any = false;
+        for field in fields() {
+            match field.field_type {
+                field_type::TXN_ID => (carries_id, any) = (true, true),
+                field_type::RECORD_VERSION | field_type::TXN_DEADLINE => any = true,
+                _ => {}
+            }
+        }
+        if !any {
+            return TxnPart::default();
+        }
         TxnPart {
-            carries_id: fields().any(|field| field.field_type == field_type::TXN_ID),
+            carries_id,
             fields: TxnFields::parse(fields()).ok(),
         }
     }
