@@ -169,16 +169,15 @@ fn verify(
             }
         }
     };
-    match outcome {
-        Ok(()) => stats.verify_read_success.fetch_add(1, Ordering::Relaxed),
-        Err(ResultCode::MrtBlocked) => stats.fail_mrt_blocked.fetch_add(1, Ordering::Relaxed),
-        Err(_) => {
-            stats
-                .fail_mrt_version_mismatch
-                .fetch_add(1, Ordering::Relaxed);
-            stats.verify_read_error.fetch_add(1, Ordering::Relaxed)
-        }
+    let counter = match outcome {
+        Ok(()) => &stats.verify_read_success,
+        Err(ResultCode::MrtBlocked) => &stats.fail_mrt_blocked,
+        Err(_) => &stats.fail_mrt_version_mismatch,
     };
+    counter.fetch_add(1, Ordering::Relaxed);
+    if outcome.is_err() {
+        stats.verify_read_error.fetch_add(1, Ordering::Relaxed);
+    }
     outcome?;
     record::begin_reply(out, MsgHeader::default(), request.reply).finish();
     Ok(())

@@ -268,7 +268,11 @@ fn verify_answers_121_once_the_record_changed_and_120_while_held() {
 
     assert_eq!(Cmd::put(X, 3).run(&ns, NOW_MS + 1).code, 0);
     assert_eq!(Cmd::verify(X, version).run(&ns, NOW_MS).code, 121);
-    assert_eq!(stat(&ns, "mrt_verify_read_error"), "1");
+    assert_eq!(
+        stat(&ns, "mrt_verify_read_error"),
+        "2",
+        "blocked, then changed"
+    );
     assert_eq!(stat(&ns, "fail_mrt_version_mismatch"), "1");
     Cmd::delete(X).run(&ns, NOW_MS + 2);
     assert_eq!(Cmd::verify(X, version).run(&ns, NOW_MS).code, 121, "gone");
