@@ -82,6 +82,31 @@ pub fn check_messages(data: &[u8]) -> usize {
     decoded
 }
 
+/// `TxnFields::parse` against the first field of each transaction type:
+/// it fails exactly when one has the wrong size, and otherwise carries
+/// their values; a version re-encodes to its bytes.
+pub fn check_txn_fields(message: &Message<'_>) {
+    use citrine_wire::txn::{RecordVersion, TxnFields};
+    let first = |kind: u8| message.field(kind);
+    let id = first(field_type::TXN_ID);
+    let deadline = first(field_type::TXN_DEADLINE);
+    let version = first(field_type::RECORD_VERSION);
+    let sizes_ok = id.is_none_or(|data| data.len() == 8)
+        && deadline.is_none_or(|data| data.len() == 4)
+        && version.is_none_or(|data| data.len() == 7);
+    let parsed = TxnFields::parse(message.fields());
+    assert_eq!(parsed.is_ok(), sizes_ok, "txn fields {parsed:?}");
+    let Ok(parsed) = parsed else {
+        return;
+    };
+    assert_eq!(parsed.id.is_some(), id.is_some());
+    assert_eq!(parsed.deadline.is_some(), deadline.is_some());
+    if let (Some(parsed), Some(bytes)) = (parsed.version, version) {
+        assert_eq!(&parsed.encode()[..], bytes);
+        assert_eq!(RecordVersion::decode(bytes), Some(parsed));
+    }
+}
+
 /// `ProtoHeader::decode` against a reference predicate written from
 /// 01-framing.md; returns the header when it decoded.
 pub fn check_proto_header(bytes: &[u8; PROTO_HEADER_SIZE]) -> Option<ProtoHeader> {
@@ -195,6 +220,7 @@ pub fn check_decoded(message: &Message<'_>, consumed: &[u8]) {
         );
     }
     assert_eq!(n_fields, usize::from(header.n_fields), "field count");
+    check_txn_fields(message);
     if let Some(first) = message.fields().next() {
         assert_eq!(
             message.field(first.field_type).map(<[u8]>::as_ptr),
@@ -430,6 +456,25 @@ fn put(framed: bool) -> Vec<u8> {
     })
 }
 
+/// A put inside a transaction: id, deadline and read version fields, the
+/// lock-only `info4` bit.
+fn txn_put(framed: bool) -> Vec<u8> {
+    let header = MsgHeader {
+        info2: info2::WRITE,
+        info4: citrine_wire::txn::info4::ON_LOCKING_ONLY,
+        transaction_ttl: 1000,
+        ..MsgHeader::default()
+    };
+    as_msg(framed, header, |writer| {
+        key_fields(writer);
+        writer
+            .field(field_type::TXN_ID, &0x0123_4567_89ab_cdefu64.to_le_bytes())
+            .field(field_type::RECORD_VERSION, &[1, 2, 3, 4, 5, 6, 7])
+            .field(field_type::TXN_DEADLINE, &4242u32.to_le_bytes())
+            .op(op_type::WRITE, 1, b"a", &1i64.to_be_bytes());
+    })
+}
+
 /// A record in a scan/query stream answer: bins as ops, the generation and
 /// void time in the header.
 fn record(framed: bool, last: bool) -> Vec<u8> {
@@ -522,6 +567,7 @@ pub fn seed_frames() -> Vec<Vec<u8>> {
         get_bins(true),
         put(true),
         put_with_lut(true),
+        txn_put(true),
         batch(true),
         record(true, false),
         record(true, true),
@@ -578,5 +624,6 @@ pub fn seed_message_streams() -> Vec<Vec<u8>> {
     let mut mixed = get_bins(false);
     mixed.extend_from_slice(&put_with_lut(false));
     mixed.extend_from_slice(&batch(false));
+    mixed.extend_from_slice(&txn_put(false));
     vec![get_all(false), put(false), scan, mixed]
 }

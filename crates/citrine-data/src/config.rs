@@ -92,6 +92,8 @@ pub struct NamespaceConfig {
     pub storage_engine: StorageEngineConfig,
     /// Strong consistency (`strong-consistency` and its options).
     pub sc: ScConfig,
+    /// Transactions: `mrt-duration`, `disable-mrt-writes`.
+    pub mrt: MrtConfig,
 }
 
 /// A namespace's strong-consistency options, with the reference's names:
@@ -103,6 +105,25 @@ pub struct ScConfig {
     pub allow_expunge: bool,
     pub auto_revive: bool,
     pub active_rack: u32,
+}
+
+/// A namespace's transaction settings: `mrt-duration` (seconds, 1-120,
+/// default 10: a transaction's deadline when its client sets no timeout)
+/// and `disable-mrt-writes` (refuse transactions' writes). Meaningful on
+/// strong-consistency namespaces only, as the reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrtConfig {
+    pub duration_seconds: u32,
+    pub writes_disabled: bool,
+}
+
+impl Default for MrtConfig {
+    fn default() -> MrtConfig {
+        MrtConfig {
+            duration_seconds: crate::txn::DURATION_DEFAULT,
+            writes_disabled: false,
+        }
+    }
 }
 
 /// Default `tomb-raider-eligible-age`: one day, as Aerospike.
@@ -127,6 +148,7 @@ impl NamespaceConfig {
                 stop_writes_used_pct: 90,
             },
             sc: ScConfig::default(),
+            mrt: MrtConfig::default(),
         }
     }
 }

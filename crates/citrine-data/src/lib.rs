@@ -15,8 +15,10 @@
 //! (a record's state as another node sends it, and whether it is stored
 //! over the local copy), [`truncation`] (removing the records a threshold
 //! covers), [`nsup`] (expiry and eviction passes), [`device`] (the device
-//! engine's index rebuild, defragmentation moves, clean shutdown), and
-//! [`Data`], the handle the layers above hold.
+//! engine's index rebuild, defragmentation moves, clean shutdown), [`txn`]
+//! (multi-record transactions: provisional versions, verify, rolls,
+//! monitors, recovery by deadline), and [`Data`], the handle the layers
+//! above hold.
 //!
 //! Invariants: a transaction takes one partition lock and runs to
 //! completion; time comes only through the [`Clock`] the caller passes; the
@@ -36,6 +38,7 @@ pub mod namespace;
 pub mod nsup;
 pub mod record;
 pub mod truncation;
+pub mod txn;
 
 pub use clock::{Clock, ManualClock, Now};
 pub use namespace::Namespace;

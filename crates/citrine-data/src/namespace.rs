@@ -359,6 +359,8 @@ pub struct Namespace {
     pub storage: Box<dyn StorageEngine>,
     pub sets: SetRegistry,
     pub stats: NamespaceStats,
+    /// Transactions' provisional versions and monitors ([`crate::txn`]).
+    pub txn: crate::txn::TxnTables,
     /// The upkeep every change of its records runs (the secondary indexes,
     /// installed by the node above this layer; see [`crate::hook`]).
     hook: std::sync::OnceLock<Arc<dyn RecordHook>>,
@@ -386,12 +388,15 @@ impl Namespace {
                     .map_err(|error| format!("namespace {}: {error}", config.name))?,
             ),
         };
+        let txn =
+            crate::txn::TxnTables::new(config.mrt.duration_seconds, config.mrt.writes_disabled);
         let namespace = Namespace {
             config,
             index: PartitionTable::new(),
             storage,
             sets: SetRegistry::default(),
             stats: NamespaceStats::default(),
+            txn,
             hook: std::sync::OnceLock::new(),
             failed_reported: Mutex::default(),
             clock,

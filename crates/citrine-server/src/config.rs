@@ -10,7 +10,8 @@
 //! or the flag).
 
 use citrine_service::config::{
-    ConflictResolutionPolicy, NamespaceConfig, ScConfig, ServiceConfig, StorageEngineConfig,
+    ConflictResolutionPolicy, MrtConfig, NamespaceConfig, ScConfig, ServiceConfig,
+    StorageEngineConfig,
 };
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -219,6 +220,11 @@ pub struct NamespaceSection {
     pub strong_consistency_allow_expunge: Option<bool>,
     pub auto_revive: Option<bool>,
     pub active_rack: Option<u32>,
+    /// Transactions (issue 40; strong-consistency namespaces only): their
+    /// default duration (1 to 120 s, default 10) and whether their
+    /// writes are refused.
+    pub mrt_duration: Option<Duration>,
+    pub disable_mrt_writes: Option<bool>,
 }
 
 /// `[namespace.storage-engine]`.
@@ -482,6 +488,8 @@ pub fn embedded_default() -> FileConfig {
         strong_consistency_allow_expunge: None,
         auto_revive: None,
         active_rack: None,
+        mrt_duration: None,
+        disable_mrt_writes: None,
     };
     FileConfig {
         namespaces: vec![namespace("test"), namespace("bar")],
@@ -1201,6 +1209,7 @@ fn resolve_namespace(
     }
     let mut config = NamespaceConfig::in_memory(name);
     config.sc = resolve_sc(section);
+    config.mrt = resolve_mrt(section, place)?;
     if let Some(factor) = section.replication_factor {
         if !(1..=128).contains(&factor) {
             return Err(ConfigError(format!(
@@ -1304,6 +1313,37 @@ fn resolve_sc(section: &NamespaceSection) -> ScConfig {
         auto_revive: section.auto_revive.unwrap_or(false),
         active_rack: section.active_rack.unwrap_or(0),
     }
+}
+
+/// The transaction options, as the reference checks them: each only with
+/// `strong-consistency`, `mrt-duration` within 1 to 120 seconds.
+fn resolve_mrt(section: &NamespaceSection, place: &str) -> Result<MrtConfig, ConfigError> {
+    let mut mrt = MrtConfig::default();
+    let sc = section.strong_consistency.unwrap_or(false);
+    if let Some(Duration(seconds)) = section.mrt_duration {
+        if !sc {
+            return Err(ConfigError(format!(
+                "{place}: 'mrt-duration' is only applicable with 'strong-consistency'"
+            )));
+        }
+        use citrine_data::txn::{DURATION_MAX, DURATION_MIN};
+        let bounds = u64::from(DURATION_MIN)..=u64::from(DURATION_MAX);
+        if !bounds.contains(&seconds) {
+            return Err(ConfigError(format!(
+                "{place}: mrt-duration must be in time units between 1 and 120 seconds"
+            )));
+        }
+        mrt.duration_seconds = seconds as u32;
+    }
+    if let Some(disabled) = section.disable_mrt_writes {
+        if !sc {
+            return Err(ConfigError(format!(
+                "{place}: 'disable-mrt-writes' is only applicable with 'strong-consistency'"
+            )));
+        }
+        mrt.writes_disabled = disabled;
+    }
+    Ok(mrt)
 }
 
 /// `[namespace.storage-engine] type = "memory"`: its data size (at least
@@ -1942,6 +1982,38 @@ mod tests {
             }
         );
         assert!(sc_of("strong-consistency = 1\n").is_err(), "a boolean");
+    }
+
+    #[test]
+    fn transaction_options_need_strong_consistency_and_bounds() {
+        let mrt_of = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"s\"\n{extra}"))
+                .map(|config| config.service.namespaces[0].mrt)
+        };
+        assert_eq!(mrt_of("").expect("valid"), MrtConfig::default());
+        assert_eq!(MrtConfig::default().duration_seconds, 10);
+        let sc = "strong-consistency = true\n";
+        let set = mrt_of(&format!(
+            "{sc}mrt-duration = 30\ndisable-mrt-writes = true\n"
+        ));
+        assert_eq!(
+            set.expect("valid"),
+            MrtConfig {
+                duration_seconds: 30,
+                writes_disabled: true
+            }
+        );
+        let ap = mrt_of("mrt-duration = 30\n").expect_err("AP");
+        assert!(
+            ap.0.contains("only applicable with 'strong-consistency'"),
+            "{}",
+            ap.0
+        );
+        assert!(mrt_of("disable-mrt-writes = false\n").is_err());
+        for bad in ["0", "121"] {
+            let refused = mrt_of(&format!("{sc}mrt-duration = {bad}\n")).expect_err(bad);
+            assert!(refused.0.contains("between 1 and 120"), "{}", refused.0);
+        }
     }
 
     #[test]

@@ -448,7 +448,9 @@ fn spawn_named(
         })
 }
 
-/// Runs each namespace's nsup pass every `nsup-period` seconds.
+/// Runs each namespace's nsup pass every `nsup-period` seconds, and
+/// rolls its expired transactions (`citrine_data::txn::recovery`) every
+/// second.
 fn spawn_nsup(
     service: Arc<Service>,
     stopping: Arc<AtomicBool>,
@@ -457,9 +459,16 @@ fn spawn_nsup(
         .name("citrine-nsup".into())
         .spawn(move || {
             let mut last_pass: Vec<u64> = service.namespaces().map(|_| 0).collect();
+            let mut last_recovery = 0u64;
             while !stopping.load(Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 let now = service.now();
+                if now.unix_ms.saturating_sub(last_recovery) >= 1000 {
+                    last_recovery = now.unix_ms;
+                    for namespace in service.namespaces() {
+                        citrine_data::txn::recovery::recover(namespace, now);
+                    }
+                }
                 for (index, namespace) in service.namespaces().enumerate() {
                     let period_ms = u64::from(namespace.config.nsup_period) * 1000;
                     if period_ms == 0 || now.unix_ms.saturating_sub(last_pass[index]) < period_ms {

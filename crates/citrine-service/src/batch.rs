@@ -829,6 +829,7 @@ fn execute_row(
             .filter
             .as_ref()
             .or(parent_filter.map(|filter| &filter.expression)),
+        txn: crate::txn::row_part(|| body.fields()),
     };
     transaction::perform_here(namespace, &request, udf.as_ref(), now, out);
     if let Some(index) = context
@@ -879,8 +880,9 @@ fn check_row<'a>(
     Ok((namespace, fields, udf))
 }
 
-/// Checks a row's fields in their order (a bad key 4, a transaction field
-/// 25, a UDF_OP 4, a malformed filter expression), then its set name.
+/// Checks a row's fields in their order (a bad key 4, a UDF_OP 4, a
+/// malformed filter expression), then its set name. (Transaction fields
+/// are the transaction path's: `crate::txn`.)
 fn row_fields<'a>(body: &RowBody<'a>) -> Result<RowFields<'a>, ResultCode> {
     let mut fields = RowFields {
         set: &[],
@@ -892,9 +894,6 @@ fn row_fields<'a>(body: &RowBody<'a>) -> Result<RowFields<'a>, ResultCode> {
             field_type::NAMESPACE => {}
             field_type::SET => fields.set = data,
             field_type::KEY => fields.key = Some(transaction::parse_key(data)?),
-            field_type::TXN_ID | field_type::RECORD_VERSION | field_type::TXN_DEADLINE => {
-                return Err(ResultCode::EnterpriseOnly)
-            }
             field_type::UDF_OP => return Err(ResultCode::Parameter),
             field_type::FILTER_EXPRESSION => fields.filter = Some(crate::filter::parse(data)?),
             _ => {}

@@ -543,6 +543,7 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
             config.tomb_raider_eligible_age.to_string(),
         ),
     ];
+    pairs.extend(citrine_data::txn::config_pairs(namespace));
     match config.storage_engine {
         StorageEngineConfig::Memory {
             data_size,
@@ -637,6 +638,7 @@ fn namespace_info(layers: &Layers<'_>, namespace: &Namespace) -> String {
     }
     pairs.extend(crate::compression_info::stat_pairs(namespace));
     pairs.extend(crate::sc::stat_pairs(layers, namespace));
+    pairs.extend(crate::txn::stat_pairs(namespace));
     pairs.extend(namespace_config_pairs(namespace, layers.config.rack_id));
     join_pairs(&pairs, ';')
 }
@@ -1156,6 +1158,9 @@ fn set_config(
         Some("service") => {}
         Some("namespace") if crate::benchmarks::names_benchmarks(command) => {
             return crate::benchmarks::set_config(layers, command)
+        }
+        Some("namespace") if crate::txn::sets(command) => {
+            return crate::txn::set_config(layers, command)
         }
         Some("namespace") => return crate::compression_info::set_config(layers, command),
         Some(_) => return "ERROR:4:only context=service or namespace can be set".to_owned(),

@@ -74,6 +74,7 @@ pub mod sindex;
 mod smd;
 pub mod transaction;
 mod truncate;
+mod txn;
 pub mod udf;
 mod work;
 

@@ -2315,3 +2315,6 @@ fn set_name_in_a_write_expression_is_the_requests_set() {
 
 /// Strong-consistency namespaces: the roster commands and the refusals.
 mod sc;
+
+/// A client's transaction through the service.
+mod txn;

@@ -164,7 +164,12 @@ pub(crate) fn perform_here(
         citrine_data::record::perform(namespace, request, now, out);
         return;
     };
-    if let Err(code) = crate::udf::apply(namespace, request, call, now, out) {
+    let applied = if crate::txn::refuses_udf(namespace, &request.txn) {
+        Err(ResultCode::EnterpriseOnly)
+    } else {
+        crate::udf::apply(namespace, request, call, now, out)
+    };
+    if let Err(code) = applied {
         count_failure(namespace, &request.header, code, true);
         write_error(out, code, request.reply);
     }

@@ -564,6 +564,12 @@ fn snapshot(
     now: Now,
 ) -> Result<Snapshot, ResultCode> {
     let partition = namespace.index.partition(request.digest.partition()).read();
+    if let Some(own) = crate::txn::udf_base(namespace, request)? {
+        // Inside a transaction holding the record: its own version.
+        let size = own.as_ref().map_or(0, |(_, body)| body.len() as u64);
+        let (meta, body) = own.unzip();
+        return Ok(Snapshot { meta, body, size });
+    }
     let live = partition
         .get(&request.digest)
         .map(|entry| (entry, entry.meta()))
@@ -600,6 +606,9 @@ fn snapshot(
 /// the UDF runs again on the new record, up to [`APPLY_ATTEMPTS`] times,
 /// then answers 14 (key busy). Every run sees one consistent record and
 /// the stored result follows from it, as if the UDF had held the lock.
+/// Inside a transaction the record is the transaction's own version when
+/// it holds one, and the change is kept as its provisional version
+/// (`keep_in_txn`); a record another transaction holds answers 120.
 pub(crate) fn apply(
     namespace: &Namespace,
     request: &Request<'_>,
@@ -763,17 +772,33 @@ fn commit(
         .write();
     // The LUT is taken under the lock (see `Namespace::now_under_lock`).
     let now = namespace.now_under_lock(now);
-    let current = partition
-        .get(&request.digest)
-        .map(|entry| entry.meta())
-        .filter(|meta| is_live(namespace, meta, now))
-        .map(|meta| Stamp {
-            generation: meta.generation,
-            last_update_ms: meta.last_update_ms,
-            void_time: meta.void_time,
-        });
+    // A record another transaction holds takes no UDF write (120); one
+    // inside a transaction compares with, and keeps, its own version.
+    let txn = citrine_data::txn::begin_write(namespace, request, now)?;
+    let current = match crate::txn::udf_own_meta(txn.as_ref()) {
+        Some(own) => own,
+        None => partition
+            .get(&request.digest)
+            .map(|entry| entry.meta())
+            .filter(|meta| is_live(namespace, meta, now)),
+    }
+    .map(|meta| Stamp {
+        generation: meta.generation,
+        last_update_ms: meta.last_update_ms,
+        void_time: meta.void_time,
+    });
     if current != snapshot.stamp() {
         return Ok(None);
+    }
+    if let Some(txn) = txn {
+        if txn.own.is_none() {
+            let live = partition
+                .get(&request.digest)
+                .map(|entry| entry.meta())
+                .filter(|meta| is_live(namespace, meta, now));
+            citrine_data::txn::check_read_version(namespace, request, live.as_ref())?;
+        }
+        return keep_in_txn(namespace, request, &partition, snapshot, txn, planned, now);
     }
     Ok(Some(match planned {
         Planned::Nothing => snapshot
@@ -793,25 +818,7 @@ fn commit(
             (0, 0)
         }
         Planned::Store { body, void_time } => {
-            let (life, generation) = match snapshot.meta {
-                Some(meta) => (meta.life, RecordMeta::next_generation(meta.generation)),
-                None => transaction::start_after(
-                    partition.get(&request.digest).map(|entry| entry.meta()),
-                    partition.tombstone(&request.digest),
-                ),
-            };
-            // A record the UDF creates creates its set, if new.
-            let record_set = match snapshot.meta {
-                Some(meta) => meta.set_id,
-                None => transaction::set_of_new_record(namespace, request.set)?,
-            };
-            let meta = RecordMeta {
-                generation,
-                life,
-                set_id: record_set,
-                void_time,
-                last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),
-            };
+            let meta = new_meta(namespace, request, &partition, snapshot, void_time, now)?;
             let previous =
                 transaction::install(namespace, &mut partition, request.digest, meta, body)?;
             drop(partition);
@@ -864,6 +871,70 @@ fn udf_failed(
     );
     write_failure(out, request, error);
     Ok(())
+}
+
+/// The metadata of the version a UDF stores: the next generation of the
+/// record it read, or where a new life starts; a record it creates
+/// creates its set, if new.
+fn new_meta(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    partition: &citrine_index::PartitionIndex,
+    snapshot: &Snapshot,
+    void_time: u32,
+    now: Now,
+) -> Result<RecordMeta, ResultCode> {
+    let (life, generation) = match snapshot.meta {
+        Some(meta) => (meta.life, RecordMeta::next_generation(meta.generation)),
+        None => transaction::start_after(
+            partition.get(&request.digest).map(|entry| entry.meta()),
+            partition.tombstone(&request.digest),
+        ),
+    };
+    let record_set = match snapshot.meta {
+        Some(meta) => meta.set_id,
+        None => transaction::set_of_new_record(namespace, request.set)?,
+    };
+    Ok(RecordMeta {
+        generation,
+        life,
+        set_id: record_set,
+        void_time,
+        last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),
+    })
+}
+
+/// A UDF's change inside a transaction, under the partition's write lock:
+/// kept as the transaction's provisional version (the committed record
+/// stays until the roll forward). Answers the generation and void time.
+fn keep_in_txn(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    partition: &citrine_index::PartitionIndex,
+    snapshot: &Snapshot,
+    txn: citrine_data::txn::TxnWrite,
+    planned: Planned,
+    now: Now,
+) -> Result<Option<(u16, u32)>, ResultCode> {
+    let version = match planned {
+        Planned::Nothing => {
+            let kept = snapshot
+                .meta
+                .map_or((0, 0), |meta| (meta.generation, meta.void_time));
+            return Ok(Some(kept));
+        }
+        Planned::Remove => citrine_data::txn::Version::Delete,
+        Planned::Store { body, void_time } => citrine_data::txn::Version::Store {
+            meta: new_meta(namespace, request, partition, snapshot, void_time, now)?,
+            body,
+        },
+    };
+    let answered = match &version {
+        citrine_data::txn::Version::Store { meta, .. } => (meta.generation, meta.void_time),
+        citrine_data::txn::Version::Delete => (0, 0),
+    };
+    citrine_data::txn::keep(namespace, request, &txn, version);
+    Ok(Some(answered))
 }
 
 /// What a UDF's change stores.

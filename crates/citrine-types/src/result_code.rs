@@ -63,6 +63,24 @@ pub enum ResultCode {
     NotWhitelisted = 82,
     QuotaExceeded = 83,
     UdfExecution = 100,
+    /// A transaction's write (or any write) met a record another
+    /// transaction has locked.
+    MrtBlocked = 120,
+    /// A transaction's verify read found the record changed.
+    MrtVersionMismatch = 121,
+    /// The transaction's deadline has passed.
+    MrtExpired = 122,
+    /// The transaction's monitor record is full.
+    MrtTooManyWrites = 123,
+    /// The transaction was already marked to roll forward.
+    MrtCommitted = 124,
+    /// The transaction was already rolled back.
+    MrtAborted = 125,
+    /// A write that must lock its record found it locked by its own
+    /// transaction already.
+    MrtAlreadyLocked = 126,
+    /// The transaction's monitor record exists already.
+    MrtMonitorExists = 127,
     BatchDisabled = 150,
     BatchMaxRequests = 151,
     BatchQueuesFull = 152,
@@ -139,6 +157,14 @@ impl ResultCode {
             ResultCode::NotWhitelisted => "not allow-listed",
             ResultCode::QuotaExceeded => "quota exceeded",
             ResultCode::UdfExecution => "udf execution error",
+            ResultCode::MrtBlocked => "record blocked by a transaction",
+            ResultCode::MrtVersionMismatch => "transaction record version mismatch",
+            ResultCode::MrtExpired => "transaction expired",
+            ResultCode::MrtTooManyWrites => "transaction has too many writes",
+            ResultCode::MrtCommitted => "transaction already committed",
+            ResultCode::MrtAborted => "transaction already aborted",
+            ResultCode::MrtAlreadyLocked => "record already locked by this transaction",
+            ResultCode::MrtMonitorExists => "transaction monitor exists",
             ResultCode::BatchDisabled => "batch disabled",
             ResultCode::BatchMaxRequests => "batch max requests exceeded",
             ResultCode::BatchQueuesFull => "batch queues full",
@@ -174,5 +200,8 @@ mod tests {
         assert_eq!(ResultCode::InvalidCredential.code(), 65);
         assert_eq!(ResultCode::RoleViolation.code(), 81);
         assert_eq!(ResultCode::QuotaExceeded.code(), 83);
+        assert_eq!(ResultCode::MrtBlocked.code(), 120);
+        assert_eq!(ResultCode::MrtVersionMismatch.code(), 121);
+        assert_eq!(ResultCode::MrtMonitorExists.code(), 127);
     }
 }

@@ -7,7 +7,8 @@
 //!   and the [`msg::MessageWriter`] that encodes AS_MSG responses and requests;
 //! - [`info`]: the newline-separated info protocol;
 //! - [`admin`]: security (type 2) messages;
-//! - [`digest`]: the key → RIPEMD-160 digest the clients compute.
+//! - [`digest`]: the key → RIPEMD-160 digest the clients compute;
+//! - [`txn`]: the transaction fields (id, deadline, record version) and `info4` bits.
 //!
 //! Architecture invariant: this crate never touches a socket, a file or a
 //! clock. It takes byte slices and returns values or errors; every decoder
@@ -20,6 +21,7 @@ pub mod digest;
 pub mod frame;
 pub mod info;
 pub mod msg;
+pub mod txn;
 
 pub use frame::{MessageType, ProtoHeader, PROTO_HEADER_SIZE, PROTO_SIZE_MAX};
 

@@ -495,7 +495,7 @@ fn seeds_decode_and_round_trip() {
             assert!(oracle::check_frame(&compressed));
         }
     }
-    let expected = [1, 1, 4, 3];
+    let expected = [1, 1, 4, 4];
     for (stream, count) in oracle::seed_message_streams().iter().zip(expected) {
         assert_eq!(
             oracle::check_messages(stream),

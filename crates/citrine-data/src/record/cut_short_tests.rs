@@ -83,6 +83,7 @@ fn perform_on(namespace: &Namespace, digest: Digest, ops: Option<&[u8]>) -> u8 {
         ops: Ops::Raw(ops.unwrap_or_default()),
         reply: Reply::Frame,
         filter: None,
+        txn: Default::default(),
     };
     let mut out = Vec::new();
     perform(namespace, &request, Now::from_unix_ms(START_MS), &mut out);

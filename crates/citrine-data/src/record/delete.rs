@@ -1,6 +1,7 @@
 //! Delete: a record's removal by a client, leaving its tombstone.
 //!
-//! Under the partition's write lock: the live record is found (2 when
+//! Under the partition's write lock: a record a transaction holds is
+//! refused (120, [`crate::txn::begin_write`]), the live record is found (2 when
 //! missing, counted), its generation and filter checked, a tombstone made
 //! durable (device engine) and the entry removed with its tombstone kept
 //! (the deleted copy's next generation and life, and whether the delete
@@ -28,6 +29,8 @@ pub(crate) fn delete(
         .write();
     // The LUT is taken under the lock (see `Namespace::now_under_lock`).
     let now = namespace.now_under_lock(now);
+    // A record a transaction holds takes no other delete (120).
+    crate::txn::begin_write(namespace, request, now)?;
     let live = partition
         .get(&request.digest)
         .map(|entry| (entry, entry.meta()))

@@ -15,9 +15,11 @@
 //! the decoded message: digest, set, key, ops, and the filter expression
 //! its caller parsed once) on the namespace the caller found — first
 //! [`Namespace::serving`](crate::namespace::Namespace::serving) (a
-//! partition a panic cut a change short in answers 1), then the read,
-//! write or delete its header names — and writes exactly one reply, the
-//! error reply included.
+//! partition a panic cut a change short in answers 1), then a
+//! transactional step ([`crate::txn::dispatch`]: verify, roll, a
+//! transaction's delete, a monitor write, or the refusal where no
+//! transactions run), else the read, write or delete its header names —
+//! and writes exactly one reply, the error reply included.
 //!
 //! Modules: [`read`] (reads and read-touch), [`write`](mod@write) (put,
 //! operate, touch), [`delete`], [`bins`] (one op applied to the working
@@ -70,6 +72,8 @@ pub fn perform(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut
     let header = &request.header;
     let outcome = if let Err(code) = namespace.serving(request.digest.partition()) {
         Err(code)
+    } else if let Some(outcome) = crate::txn::dispatch(namespace, request, now, out) {
+        outcome
     } else if header.info2 & info2::WRITE != 0 {
         if header.info2 & info2::DELETE != 0 {
             delete::delete(namespace, request, now, out)
@@ -83,7 +87,11 @@ pub fn perform(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut
     };
     if let Err(code) = outcome {
         count_failure(namespace, header, code, false);
+        let start = out.len();
         write_error(out, code, request.reply);
+        if let Some(meta) = crate::txn::failed_write_read(namespace, request, code, now) {
+            crate::txn::add_version(out, start, request.reply, &meta);
+        }
     }
 }
 
@@ -171,6 +179,8 @@ pub struct Request<'m> {
     pub reply: Reply,
     /// The filter expression (field 43) the record must pass, if any.
     pub filter: Option<&'m Expression>,
+    /// Its transaction fields (see [`crate::txn`]).
+    pub txn: crate::txn::TxnPart,
 }
 
 /// The checked request of a decoded single-record message whose DIGEST
@@ -181,9 +191,6 @@ pub fn prepare<'m>(
     digest_bytes: &[u8],
     filter: Option<&'m Expression>,
 ) -> Result<Request<'m>, ResultCode> {
-    if message.field(field_type::TXN_ID).is_some() {
-        return Err(ResultCode::EnterpriseOnly);
-    }
     let digest: [u8; DIGEST_SIZE] = digest_bytes.try_into().map_err(|_| ResultCode::Parameter)?;
     let set = message.field(field_type::SET).unwrap_or_default();
     if set.len() > SET_NAME_MAX || set.contains(&0) {
@@ -201,6 +208,7 @@ pub fn prepare<'m>(
         ops: Ops::Message(*message),
         reply: Reply::Frame,
         filter,
+        txn: crate::txn::TxnPart::of(|| message.fields()),
     })
 }
 

@@ -26,6 +26,7 @@ use super::{
 };
 use crate::filter::{self, RecordView};
 use crate::namespace::Namespace;
+use crate::txn::TxnRead;
 use citrine_index::{IndexEntry, PartitionIndex, RecordMeta};
 use citrine_record::{valid_bin_name, BodyView};
 use citrine_types::{ParticleType, ResultCode};
@@ -73,7 +74,10 @@ pub(crate) fn read(
     Ok(())
 }
 
-/// The read itself: the record as stored, answered into `out`.
+/// The read itself: the record as stored, answered into `out`. Inside a
+/// transaction ([`crate::txn::read_source`]) it reads the transaction's
+/// own provisional version when it holds one, else the committed record,
+/// answered with its version (field 3).
 fn read_record(
     namespace: &Namespace,
     request: &Request<'_>,
@@ -82,18 +86,64 @@ fn read_record(
 ) -> Result<(), ResultCode> {
     let answer = validate_read(request)?;
     let partition = namespace.index.partition(request.digest.partition()).read();
+    let source = crate::txn::read_source(namespace, request)?;
+    if let TxnRead::Own { meta, body } = &source {
+        let stored = Stored {
+            body,
+            meta: *meta,
+            size: body.len() as u64,
+        };
+        return answer_read(namespace, request, answer, stored, now, out);
+    }
+    if let TxnRead::Committed = source {
+        // A re-read must find the version the transaction read first.
+        let live = partition
+            .get(&request.digest)
+            .map(IndexEntry::meta)
+            .filter(|meta| is_live(namespace, meta, now));
+        crate::txn::check_read_version(namespace, request, live.as_ref())?;
+    }
     let (entry, meta) = find_live(namespace, &partition, request, now)?;
     let body = namespace
         .storage
         .read(&entry.location)
         .map_err(|_| ResultCode::ServerError)?;
-    let view = BodyView::parse(&body).map_err(|_| ResultCode::ServerError)?;
+    let stored = Stored {
+        body: &body,
+        meta,
+        size: entry.location.size() as u64,
+    };
+    let start = out.len();
+    answer_read(namespace, request, answer, stored, now, out)?;
+    if let TxnRead::Committed = source {
+        crate::txn::add_version(out, start, request.reply, &meta);
+    }
+    Ok(())
+}
+
+/// A record version a read answers from: its body, metadata and size.
+struct Stored<'b> {
+    body: &'b [u8],
+    meta: RecordMeta,
+    size: u64,
+}
+
+/// Answers a read from `stored`: key check, filter, read ops, the reply.
+fn answer_read(
+    namespace: &Namespace,
+    request: &Request<'_>,
+    answer: Answer,
+    stored: Stored<'_>,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), ResultCode> {
+    let Stored { body, meta, size } = stored;
+    let view = BodyView::parse(body).map_err(|_| ResultCode::ServerError)?;
     if let (Some(sent), Some(stored)) = (request.key, view.key()) {
         if sent != stored {
             return Err(ResultCode::KeyMismatch);
         }
     }
-    let size = entry.location.size() as u64;
     let record = RecordView::stored(namespace, &request.digest.0, &view, meta, size);
     if let Some(expression) = request.filter {
         filter::check(expression, &record, now)?;
@@ -316,6 +366,11 @@ pub(crate) fn read_touch(
     let Some(entry) = partition.get(&request.digest) else {
         return Ok(false);
     };
+    if !matches!(crate::txn::begin_write(namespace, request, now), Ok(None)) {
+        // Not inside a transaction, nor under one's lock: the committed
+        // record is the roll forward's to change.
+        return Ok(false);
+    }
     let current = entry.meta();
     if current.void_time == 0 || !is_live(namespace, &current, now) {
         return Ok(false);

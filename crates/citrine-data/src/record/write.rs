@@ -29,6 +29,13 @@
 //! syncs it before returning) and points the index at it; the replaced
 //! version's storage is released and the reply written once the lock is
 //! dropped.
+//!
+//! Transactions ([`crate::txn::begin_write`], under the lock, first): a
+//! record another transaction holds refuses the write (120); a write
+//! inside a transaction starts from its own provisional version when it
+//! holds one, and what it decides is kept as the provisional version
+//! instead of committed (the index and storage are untouched until the
+//! roll forward).
 
 use super::bins::{apply_modify, find_bin};
 use super::store::{install, is_durable_delete, remove_deleted, start_after, write_tombstone};
@@ -62,21 +69,22 @@ pub(crate) fn write(
         .write();
     // The LUT is taken under the lock (see `Namespace::now_under_lock`).
     let now = namespace.now_under_lock(now);
+    let txn = crate::txn::begin_write(namespace, request, now)?;
+    let own = txn.as_ref().and_then(|txn| txn.own.as_ref());
     let outcome = {
         let current = partition.get(&request.digest);
-        let live = current
-            .map(IndexEntry::meta)
-            .filter(|meta| is_live(namespace, meta, now));
-        let body = match (current, live) {
-            (Some(entry), Some(_)) => Some(
-                namespace
-                    .storage
-                    .read(&entry.location)
-                    .map_err(|_| ResultCode::ServerError)?,
-            ),
-            _ => None,
+        let (live, body) = match own {
+            // The transaction's own provisional version is its record.
+            Some(version) => provisional_base(version),
+            None => committed_base(namespace, current, now)?,
         };
-        let found = Found::new(current, live, body.as_deref())?;
+        if txn.is_some() && own.is_none() {
+            crate::txn::check_read_version(namespace, request, live.as_ref())?;
+        }
+        let mut found = Found::new(current, live, body.as_deref())?;
+        if own.is_some() {
+            found.size = body.as_ref().map_or(0, |body| body.len() as u64);
+        }
         check_preconditions(namespace, request, &found, now)?;
         if let shipped @ Some(_) = super::xdr_lut_ms(request) {
             // Only a write XDR shipped looks up a tombstone for its
@@ -93,10 +101,81 @@ pub(crate) fn write(
         let working = apply_ops(namespace, request, &found, record_set, now)?;
         decide(namespace, request, &partition, &found, working, now)?
     };
+    if let Some(txn) = txn {
+        let (version, reply) = provisional_of(outcome);
+        crate::txn::keep(namespace, request, &txn, version);
+        drop(partition);
+        reply.finish(namespace, request.reply, out);
+        return Ok(());
+    }
     let committed = commit(namespace, request, &mut partition, outcome, now)?;
     drop(partition);
     committed.finish(namespace, request.reply, out);
     Ok(())
+}
+
+/// The record a write starts from: its live metadata and body (none when
+/// missing).
+type Base<'a> = (Option<RecordMeta>, Option<Cow<'a, [u8]>>);
+
+/// The committed record a write starts from.
+fn committed_base<'a>(
+    namespace: &'a Namespace,
+    current: Option<&'a IndexEntry>,
+    now: Now,
+) -> Result<Base<'a>, ResultCode> {
+    let live = current
+        .map(IndexEntry::meta)
+        .filter(|meta| is_live(namespace, meta, now));
+    let body = match (current, live) {
+        (Some(entry), Some(_)) => Some(
+            namespace
+                .storage
+                .read(&entry.location)
+                .map_err(|_| ResultCode::ServerError)?,
+        ),
+        _ => None,
+    };
+    Ok((live, body))
+}
+
+/// A transaction's provisional version as the base of its next write.
+fn provisional_base(version: &crate::txn::Version) -> (Option<RecordMeta>, Option<Cow<'_, [u8]>>) {
+    match version {
+        crate::txn::Version::Store { meta, body } => {
+            (Some(*meta), Some(Cow::Borrowed(body.as_slice())))
+        }
+        crate::txn::Version::Delete => (None, None),
+    }
+}
+
+/// What a transaction's write keeps as its provisional version, and the
+/// reply it answers (no storage replaced: the committed record stays).
+fn provisional_of(outcome: WriteOutcome) -> (crate::txn::Version, Committed) {
+    match outcome {
+        WriteOutcome::Store {
+            meta,
+            body,
+            responses,
+        } => (
+            crate::txn::Version::Store { meta, body },
+            Committed {
+                previous: None,
+                generation: meta.generation,
+                void_time: meta.void_time,
+                responses,
+            },
+        ),
+        WriteOutcome::Delete { responses } => (
+            crate::txn::Version::Delete,
+            Committed {
+                previous: None,
+                generation: 0,
+                void_time: 0,
+                responses,
+            },
+        ),
+    }
 }
 
 /// The record as a write finds it, under the lock.
@@ -450,6 +529,7 @@ fn decide(
     let body = encode_body_reserving(key, &working.bins, MEMORY_BODY_SPARE)
         .map_err(|_| ResultCode::Parameter)?;
     check_record_size(namespace, body.len())?;
+    crate::txn::monitor::check_size(namespace, request, body.len())?;
     let (life, generation) = match found.live {
         Some(meta) => (meta.life, RecordMeta::next_generation(meta.generation)),
         None => start_after(

@@ -604,6 +604,41 @@ fn refusals_before_dispatch_are_a_single_last() {
     );
 }
 
+/// Measured against the CE 8.1.2 reference (respond-all-keys, as the
+/// clients send by default): where no transactions run, a row with a
+/// transaction id, or a verify or roll bit, answers 25 and the others run;
+/// a version or deadline field alone is ignored.
+#[test]
+fn transaction_rows_answer_25_where_none_runs() {
+    let (service, _) = service();
+    put(&service, "demo", "a", &[("n", 1)], false);
+    let row = |index: u32, info4: u8, field: (u8, &[u8])| {
+        RowSpec::full(
+            index,
+            "test",
+            "demo",
+            "a",
+            row_flags::INFO | row_flags::INFO4,
+            [info1::READ | info1::GET_ALL, 0, 0, info4],
+        )
+        .field(field.0, field.1)
+    };
+    let id = 1u64.to_le_bytes();
+    let rows = [
+        row(0, 0, (field_type::TXN_ID, &id)),
+        row(1, 1, (field_type::RECORD_VERSION, &[0; 7])),
+        row(2, 4, (field_type::TXN_ID, &id)),
+        row(3, 0, (field_type::RECORD_VERSION, &[0; 7])),
+        row(4, 0, (field_type::TXN_DEADLINE, &[0; 4])),
+    ];
+    let reply = run(&service, &batch_frame(&payload(&rows, 0x04), false));
+    let (rows_out, last) = rows_and_last(reply);
+    assert_eq!(last.header.result_code, 0);
+    let codes: Vec<u8> = rows_out.iter().map(|row| row.header.result_code).collect();
+    assert_eq!(codes, vec![25, 25, 25, 0, 0]);
+    assert_eq!(rows_out[3].bin("n"), Some(&1i64.to_be_bytes()[..]));
+}
+
 // ---- batch semantics ---------------------------------------------------
 
 #[test]

@@ -1,0 +1,237 @@
+//! The transaction side tables of one namespace: per partition, the
+//! provisional versions transactions wrote and the monitor records that
+//! are open, keyed by digest, beside (not inside) the primary index.
+//!
+//! Invariants:
+//! - a partition's table is changed only while its index partition's
+//!   write lock is held, and read only while its read or write lock is
+//!   held (lock order: a monitor stripe, then the index partition lock,
+//!   then this table's mutex, never another way; the table's mutex is
+//!   never held across storage I/O or another lock);
+//! - a monitor's writes, its close and its recovery each run whole under
+//!   the monitor's stripe ([`TxnTables::monitor_guard`]), so a mark to
+//!   roll forward and the node's decision to roll back never interleave;
+//! - at most one provisional version per digest, owned by one
+//!   transaction: it is the record's lock, and only its owner sees it;
+//!   the index keeps the last committed version untouched until the roll
+//!   forward installs the provisional one;
+//! - `provisionals` and `monitors_active` equal the sums of the tables'
+//!   sizes (updated with the tables, under the same locks).
+//!
+//! Provisional versions live in memory only: a restart loses them, which
+//! rolls their transactions back.
+
+use citrine_index::RecordMeta;
+use citrine_types::{Digest, PartitionId, PARTITIONS};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// Stripes of the monitor locks.
+const MONITOR_STRIPES: usize = 256;
+
+/// What a transaction's write left of a record, until it rolls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// A new version: its metadata and encoded body.
+    Store { meta: RecordMeta, body: Vec<u8> },
+    /// The record's removal.
+    Delete,
+}
+
+/// A record locked by a transaction, and the version it will commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Provisional {
+    pub txn_id: u64,
+    /// The transaction's deadline (Citrusleaf-epoch seconds).
+    pub deadline: u32,
+    pub version: Version,
+}
+
+/// An open monitor record: its transaction's deadline, and whether the
+/// transaction was marked to roll forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Monitor {
+    pub deadline: u32,
+    pub roll_forward: bool,
+}
+
+/// One partition's table.
+#[derive(Default, Debug)]
+pub struct PartitionTxns {
+    pub provisionals: HashMap<Digest, Provisional>,
+    pub monitors: HashMap<Digest, Monitor>,
+}
+
+/// Counters named as the reference's namespace statistics.
+#[derive(Default, Debug)]
+pub struct TxnStats {
+    pub provisionals: AtomicU64,
+    pub monitors_active: AtomicU64,
+    pub verify_read_success: AtomicU64,
+    pub verify_read_error: AtomicU64,
+    pub verify_read_timeout: AtomicU64,
+    pub roll_forward_success: AtomicU64,
+    pub roll_forward_error: AtomicU64,
+    pub roll_back_success: AtomicU64,
+    pub roll_back_error: AtomicU64,
+    pub monitor_roll_forward_success: AtomicU64,
+    pub monitor_roll_back_success: AtomicU64,
+    /// Monitor-driven rolls that failed (left for the next pass).
+    pub monitor_roll_error: AtomicU64,
+    /// Durable tombstones the rolls of deletes created.
+    pub roll_tombstone_creates: AtomicU64,
+    /// What no step counts yet (the `_timeout` statistics).
+    pub never: AtomicU64,
+    pub fail_mrt_blocked: AtomicU64,
+    pub fail_mrt_version_mismatch: AtomicU64,
+}
+
+/// A namespace's transaction tables, statistics and dynamic settings.
+#[derive(Debug)]
+pub struct TxnTables {
+    partitions: Box<[Mutex<PartitionTxns>]>,
+    pub stats: TxnStats,
+    /// `mrt-duration`: a monitor's deadline when its client asks none.
+    pub duration_seconds: AtomicU32,
+    /// `disable-mrt-writes`.
+    pub writes_disabled: AtomicBool,
+    /// Serializes each monitor's writes and recovery (by digest).
+    monitor_stripes: Box<[Mutex<()>]>,
+    /// Tests only: transactions run here whatever the namespace.
+    #[cfg(any(test, feature = "test-hooks"))]
+    enabled_for_tests: AtomicBool,
+}
+
+impl TxnTables {
+    /// Empty tables with the configured `mrt-duration` and
+    /// `disable-mrt-writes`.
+    pub fn new(duration_seconds: u32, writes_disabled: bool) -> TxnTables {
+        TxnTables {
+            partitions: (0..PARTITIONS).map(|_| Mutex::default()).collect(),
+            stats: TxnStats::default(),
+            duration_seconds: AtomicU32::new(duration_seconds),
+            writes_disabled: AtomicBool::new(writes_disabled),
+            monitor_stripes: (0..MONITOR_STRIPES).map(|_| Mutex::default()).collect(),
+            #[cfg(any(test, feature = "test-hooks"))]
+            enabled_for_tests: AtomicBool::new(false),
+        }
+    }
+
+    /// Tests only: runs transactions on this namespace even though it is
+    /// not strong-consistency (the service refuses those with 11 until
+    /// strong consistency is wired).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn enable_for_tests(&self) {
+        self.enabled_for_tests.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`TxnTables::enable_for_tests`] was called.
+    #[inline]
+    pub fn enabled_for_tests(&self) -> bool {
+        #[cfg(any(test, feature = "test-hooks"))]
+        return self.enabled_for_tests.load(Ordering::Relaxed);
+        #[cfg(not(any(test, feature = "test-hooks")))]
+        false
+    }
+
+    /// The stripe serializing the monitor on `digest`: held across a
+    /// monitor write (its checks, the record's write, the table's entry)
+    /// and across a recovery of it. Taken before any index lock.
+    pub fn monitor_guard(&self, digest: &Digest) -> MutexGuard<'_, ()> {
+        let stripe = usize::from(u16::from_le_bytes([digest.0[2], digest.0[3]]));
+        let slot = &self.monitor_stripes[stripe % self.monitor_stripes.len()];
+        slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The table of `partition`; the caller holds its index lock.
+    pub fn partition(&self, partition: PartitionId) -> MutexGuard<'_, PartitionTxns> {
+        let slot = &self.partitions[partition.index() % self.partitions.len()];
+        slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The provisional version on `digest`, if one is held.
+    pub fn provisional(&self, digest: &Digest) -> Option<Provisional> {
+        self.partition(digest.partition())
+            .provisionals
+            .get(digest)
+            .cloned()
+    }
+
+    /// Keeps `provisional` as `digest`'s (replacing its own earlier one).
+    pub fn keep(&self, digest: Digest, provisional: Provisional) {
+        let added = self
+            .partition(digest.partition())
+            .provisionals
+            .insert(digest, provisional)
+            .is_none();
+        if added {
+            self.stats.provisionals.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes `digest`'s provisional version if transaction `txn_id` holds it.
+    pub fn take(&self, digest: &Digest, txn_id: u64) -> Option<Provisional> {
+        let mut table = self.partition(digest.partition());
+        if table.provisionals.get(digest)?.txn_id != txn_id {
+            return None;
+        }
+        let taken = table.provisionals.remove(digest);
+        self.stats.provisionals.fetch_sub(1, Ordering::Relaxed);
+        taken
+    }
+
+    /// The open monitor on `digest`.
+    pub fn monitor(&self, digest: &Digest) -> Option<Monitor> {
+        self.partition(digest.partition())
+            .monitors
+            .get(digest)
+            .copied()
+    }
+
+    /// Records `digest`'s monitor as `monitor`.
+    pub fn set_monitor(&self, digest: Digest, monitor: Monitor) {
+        let added = self
+            .partition(digest.partition())
+            .monitors
+            .insert(digest, monitor)
+            .is_none();
+        if added {
+            self.stats.monitors_active.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets `digest`'s monitor (closed or recovered).
+    pub fn close_monitor(&self, digest: &Digest) -> Option<Monitor> {
+        let removed = self.partition(digest.partition()).monitors.remove(digest);
+        if removed.is_some() {
+            self.stats.monitors_active.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// The monitors whose deadline is before `now_seconds`, and the
+    /// provisional versions (digest, transaction) whose deadline is.
+    pub fn expired(&self, now_seconds: u32) -> (Vec<Digest>, Vec<(Digest, u64)>) {
+        let mut monitors = Vec::new();
+        let mut provisionals = Vec::new();
+        for slot in self.partitions.iter() {
+            let table = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            monitors.extend(
+                table
+                    .monitors
+                    .iter()
+                    .filter(|(_, monitor)| monitor.deadline < now_seconds)
+                    .map(|(digest, _)| *digest),
+            );
+            provisionals.extend(
+                table
+                    .provisionals
+                    .iter()
+                    .filter(|(_, held)| held.deadline < now_seconds)
+                    .map(|(digest, held)| (*digest, held.txn_id)),
+            );
+        }
+        (monitors, provisionals)
+    }
+}
