@@ -572,65 +572,9 @@ impl Client {
             ));
         }
         let task = task.into();
-        let udf = match task {
-            BackgroundTask::Operations(ops) => {
-                if ops.is_empty() || ops.iter().any(|op| !op.is_write()) {
-                    return Err(Error::InvalidArgument(
-                        "a background job needs write operations only".into(),
-                    ));
-                }
-                if let Some(name) = ops
-                    .iter()
-                    .filter_map(Operation::bin_name)
-                    .find(|name| name.len() > citrine_types::BIN_NAME_MAX)
-                {
-                    return Err(Error::InvalidArgument(format!(
-                        "bin name {name:?} is longer than 15 bytes"
-                    )));
-                }
-                None
-            }
-            BackgroundTask::Udf {
-                module,
-                function,
-                args,
-            } => Some(UdfFields::new(module, function, args)?),
-        };
+        let udf = task.checked()?;
         let task_id = self.next_random() >> 1 | 1;
-        let (bits2, bits3, generation) = write.header_bits();
-        let header = MsgHeader {
-            info2: bits2,
-            info3: bits3,
-            generation,
-            record_ttl: write.expiration.wire(),
-            transaction_ttl: write.base.server_timeout_ms(),
-            ..MsgHeader::default()
-        };
-        let mut frame = Vec::new();
-        let mut writer = MessageWriter::begin(&mut frame, &header);
-        write_common_fields(
-            &mut writer,
-            statement,
-            &write.base,
-            statement.records_per_second,
-            task_id,
-        );
-        if let Some(filter) = &write.base.filter {
-            writer.field(field_type::FILTER_EXPRESSION, filter);
-        }
-        match (&udf, task) {
-            (Some(call), _) => {
-                writer.field(field_type::UDF_OP, &[UDF_OP_BACKGROUND]);
-                call.write_fields(&mut writer);
-            }
-            (None, BackgroundTask::Operations(ops)) => {
-                for op in ops {
-                    op.encode(&mut writer);
-                }
-            }
-            (None, BackgroundTask::Udf { .. }) => {}
-        }
-        writer.finish();
+        let frame = encode_background(write, statement, task_id, (task, udf.as_ref()));
         let nodes = self.cluster.state().nodes.clone();
         if nodes.is_empty() {
             return Err(Error::NoNode {
@@ -638,14 +582,25 @@ impl Client {
                 partition: 0,
             });
         }
-        let deadline = write.base.total_deadline(Instant::now());
-        // Every node at once; each retried on its own while its error says
-        // the job was certainly not started there (nothing sent, or a
-        // retryable refusal). A job that may have started is never sent
-        // again: its writes need not be idempotent.
+        self.submit_everywhere(nodes, &frame, &write.base).await?;
+        Ok(task_id)
+    }
+
+    /// Sends the job's request `frame` to every node at once; each retried
+    /// on its own while its error says the job was certainly not started
+    /// there (nothing sent, or a retryable refusal). A job that may have
+    /// started is never sent again: its writes need not be idempotent.
+    /// The first error of any node, if one failed.
+    async fn submit_everywhere(
+        &self,
+        nodes: Vec<Arc<Node>>,
+        frame: &[u8],
+        base: &Policy,
+    ) -> Result<()> {
+        let deadline = base.total_deadline(Instant::now());
         let mut submissions = tokio::task::JoinSet::new();
         for node in nodes {
-            let (client, frame, base) = (self.clone(), frame.clone(), write.base.clone());
+            let (client, frame, base) = (self.clone(), frame.to_vec(), base.clone());
             submissions.spawn(async move {
                 let mut retry = 0;
                 loop {
@@ -676,10 +631,10 @@ impl Client {
                 first_error.get_or_insert(error);
             }
         }
-        if let Some(error) = first_error {
-            return Err(error);
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(()),
         }
-        Ok(task_id)
     }
 
     /// Where background job `task_id` stands, asking every node
@@ -1504,6 +1459,82 @@ enum Step {
     /// Result 2 without LAST (no such set): the stream is over, but the
     /// connection is not known to be at a message boundary.
     Absent,
+}
+
+impl BackgroundTask<'_> {
+    /// Checks the task: write operations only, bin names that fit; the
+    /// call's fields for a UDF.
+    fn checked(self) -> Result<Option<UdfFields>> {
+        match self {
+            BackgroundTask::Operations(ops) => {
+                if ops.is_empty() || ops.iter().any(|op| !op.is_write()) {
+                    return Err(Error::InvalidArgument(
+                        "a background job needs write operations only".into(),
+                    ));
+                }
+                if let Some(name) = ops
+                    .iter()
+                    .filter_map(Operation::bin_name)
+                    .find(|name| name.len() > citrine_types::BIN_NAME_MAX)
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "bin name {name:?} is longer than 15 bytes"
+                    )));
+                }
+                Ok(None)
+            }
+            BackgroundTask::Udf {
+                module,
+                function,
+                args,
+            } => UdfFields::new(module, function, args).map(Some),
+        }
+    }
+}
+
+/// The request of background job `task_id`: the statement's fields, the
+/// filter, and the task (its write ops, or the UDF call `udf`).
+fn encode_background(
+    write: &WritePolicy,
+    statement: &Statement,
+    task_id: u64,
+    (task, udf): (BackgroundTask<'_>, Option<&UdfFields>),
+) -> Vec<u8> {
+    let (bits2, bits3, generation) = write.header_bits();
+    let header = MsgHeader {
+        info2: bits2,
+        info3: bits3,
+        generation,
+        record_ttl: write.expiration.wire(),
+        transaction_ttl: write.base.server_timeout_ms(),
+        ..MsgHeader::default()
+    };
+    let mut frame = Vec::new();
+    let mut writer = MessageWriter::begin(&mut frame, &header);
+    write_common_fields(
+        &mut writer,
+        statement,
+        &write.base,
+        statement.records_per_second,
+        task_id,
+    );
+    if let Some(filter) = &write.base.filter {
+        writer.field(field_type::FILTER_EXPRESSION, filter);
+    }
+    match (udf, task) {
+        (Some(call), _) => {
+            writer.field(field_type::UDF_OP, &[UDF_OP_BACKGROUND]);
+            call.write_fields(&mut writer);
+        }
+        (None, BackgroundTask::Operations(ops)) => {
+            for op in ops {
+                op.encode(&mut writer);
+            }
+        }
+        (None, BackgroundTask::Udf { .. }) => {}
+    }
+    writer.finish();
+    frame
 }
 
 /// Sends a background job's request to one node and reads its one answer.
