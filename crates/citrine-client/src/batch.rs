@@ -568,100 +568,28 @@ pub(crate) fn encode_batch(
         transaction_ttl: policy.base.server_timeout_ms(),
         ..MsgHeader::default()
     };
-    let mut flags = parent_flag::REPORT_ERROR_RECORD;
-    if policy.allow_inline {
-        flags |= parent_flag::INLINE_IN_MEMORY | parent_flag::INLINE_ON_DEVICE;
-    }
-    if policy.respond_all_keys {
-        flags |= parent_flag::REPORT_ALL_ERRORS;
-    }
     let mut payload = Vec::with_capacity(5 + indexes.len() * 40);
     payload.extend_from_slice(&(indexes.len() as u32).to_be_bytes());
-    payload.push(flags);
+    payload.push(parent_flags(policy));
     let mut previous: Option<&Key> = None;
     for &index in indexes {
         let key = &keys[index];
         // Rows are at most u32::MAX (checked by the caller).
         payload.extend_from_slice(&(index as u32).to_be_bytes());
         payload.extend_from_slice(&key.digest.0);
-        let carries_key = match spec {
-            RowSpec::Read { .. } => false,
-            RowSpec::Full { send_key, .. } => *send_key && key.user_key.is_some(),
-        };
-        let previous_carried_key = previous.is_some_and(|previous| match spec {
-            RowSpec::Read { .. } => false,
-            RowSpec::Full { send_key, .. } => *send_key && previous.user_key.is_some(),
-        });
-        if !carries_key
-            && !previous_carried_key
+        let carries_key = spec.carries_key(key);
+        let repeats = !carries_key
             && previous.is_some_and(|previous| {
-                previous.namespace == key.namespace && previous.set == key.set
-            })
-        {
+                !spec.carries_key(previous)
+                    && previous.namespace == key.namespace
+                    && previous.set == key.set
+            });
+        previous = Some(key);
+        if repeats {
             payload.push(row_type::REPEAT);
-            previous = Some(key);
             continue;
         }
-        previous = Some(key);
-        let udf = match spec {
-            RowSpec::Full { udf, .. } => udf.as_ref(),
-            RowSpec::Read { .. } => None,
-        };
-        let n_fields = 1
-            + u16::from(!key.set.is_empty())
-            + u16::from(carries_key)
-            + if udf.is_some() { UdfFields::COUNT } else { 0 };
-        let (ops, n_ops): (&[u8], u16) = match spec {
-            RowSpec::Read { info1, names } => {
-                payload.push(row_type::READ);
-                payload.push(*info1);
-                (&[], names.len() as u16)
-            }
-            RowSpec::Full {
-                info1,
-                info2,
-                info3,
-                generation,
-                record_ttl,
-                ops,
-                n_ops,
-                ..
-            } => {
-                payload.push(row_type::INFO | row_type::GENERATION | row_type::TTL);
-                payload.extend_from_slice(&[*info1, *info2, *info3]);
-                payload.extend_from_slice(&generation.to_be_bytes());
-                payload.extend_from_slice(&record_ttl.to_be_bytes());
-                (ops, *n_ops)
-            }
-        };
-        payload.extend_from_slice(&n_fields.to_be_bytes());
-        payload.extend_from_slice(&n_ops.to_be_bytes());
-        push_field(
-            &mut payload,
-            field_type::NAMESPACE,
-            key.namespace.as_bytes(),
-        );
-        if !key.set.is_empty() {
-            push_field(&mut payload, field_type::SET, key.set.as_bytes());
-        }
-        if carries_key {
-            if let Some(user_key) = &key.user_key {
-                push_field(&mut payload, field_type::KEY, &user_key.to_field());
-            }
-        }
-        if let Some(udf) = udf {
-            udf.push_fields(&mut payload);
-        }
-        match spec {
-            RowSpec::Read { names, .. } => {
-                for name in names {
-                    payload.extend_from_slice(&(4 + name.len() as u32).to_be_bytes());
-                    payload.extend_from_slice(&[op_type::READ, 0, 0, name.len() as u8]);
-                    payload.extend_from_slice(name.as_bytes());
-                }
-            }
-            RowSpec::Full { .. } => payload.extend_from_slice(ops),
-        }
+        push_row(&mut payload, key, spec, carries_key);
     }
     let mut writer = MessageWriter::begin(out, &header);
     if let Some(filter) = &policy.base.filter {
@@ -669,6 +597,94 @@ pub(crate) fn encode_batch(
     }
     writer.field(field_type::BATCH_INDEX, &payload);
     writer.finish();
+}
+
+/// The parent message's flags for `policy`.
+fn parent_flags(policy: &BatchPolicy) -> u8 {
+    let mut flags = parent_flag::REPORT_ERROR_RECORD;
+    if policy.allow_inline {
+        flags |= parent_flag::INLINE_IN_MEMORY | parent_flag::INLINE_ON_DEVICE;
+    }
+    if policy.respond_all_keys {
+        flags |= parent_flag::REPORT_ALL_ERRORS;
+    }
+    flags
+}
+
+impl RowSpec {
+    /// Whether the row of `key` carries its user key (write rows that
+    /// send keys, for a key that has one).
+    fn carries_key(&self, key: &Key) -> bool {
+        match self {
+            RowSpec::Read { .. } => false,
+            RowSpec::Full { send_key, .. } => *send_key && key.user_key.is_some(),
+        }
+    }
+
+    /// The UDF call of BatchUDF rows.
+    fn udf(&self) -> Option<&UdfFields> {
+        match self {
+            RowSpec::Full { udf, .. } => udf.as_ref(),
+            RowSpec::Read { .. } => None,
+        }
+    }
+}
+
+/// A row that does not repeat the previous one, after its index and
+/// digest: its type and flags, field and op counts, fields, and ops.
+fn push_row(payload: &mut Vec<u8>, key: &Key, spec: &RowSpec, carries_key: bool) {
+    let udf = spec.udf();
+    let n_fields = 1
+        + u16::from(!key.set.is_empty())
+        + u16::from(carries_key)
+        + if udf.is_some() { UdfFields::COUNT } else { 0 };
+    let (ops, n_ops): (&[u8], u16) = match spec {
+        RowSpec::Read { info1, names } => {
+            payload.push(row_type::READ);
+            payload.push(*info1);
+            (&[], names.len() as u16)
+        }
+        RowSpec::Full {
+            info1,
+            info2,
+            info3,
+            generation,
+            record_ttl,
+            ops,
+            n_ops,
+            ..
+        } => {
+            payload.push(row_type::INFO | row_type::GENERATION | row_type::TTL);
+            payload.extend_from_slice(&[*info1, *info2, *info3]);
+            payload.extend_from_slice(&generation.to_be_bytes());
+            payload.extend_from_slice(&record_ttl.to_be_bytes());
+            (ops, *n_ops)
+        }
+    };
+    payload.extend_from_slice(&n_fields.to_be_bytes());
+    payload.extend_from_slice(&n_ops.to_be_bytes());
+    push_field(payload, field_type::NAMESPACE, key.namespace.as_bytes());
+    if !key.set.is_empty() {
+        push_field(payload, field_type::SET, key.set.as_bytes());
+    }
+    if carries_key {
+        if let Some(user_key) = &key.user_key {
+            push_field(payload, field_type::KEY, &user_key.to_field());
+        }
+    }
+    if let Some(udf) = udf {
+        udf.push_fields(payload);
+    }
+    match spec {
+        RowSpec::Read { names, .. } => {
+            for name in names {
+                payload.extend_from_slice(&(4 + name.len() as u32).to_be_bytes());
+                payload.extend_from_slice(&[op_type::READ, 0, 0, name.len() as u8]);
+                payload.extend_from_slice(name.as_bytes());
+            }
+        }
+        RowSpec::Full { .. } => payload.extend_from_slice(ops),
+    }
 }
 
 /// The deadline of each step of a node's request: the socket timeout from
