@@ -904,14 +904,7 @@ async fn worker(shared: Arc<Shared>, stats: Arc<Mutex<WorkerStats>>, seed: u64) 
             }
         }
         if let Some(interval) = shared.per_worker_interval {
-            next_slot += interval;
-            let now = Instant::now();
-            if next_slot > now {
-                tokio::time::sleep_until(next_slot.into()).await;
-            } else if now.duration_since(next_slot) > interval * 10 {
-                // Far behind (server slower than the target): do not burst to catch up.
-                next_slot = now;
-            }
+            pace(&mut next_slot, interval).await;
         }
         let index = match shared.workload {
             Workload::Insert => {
@@ -923,64 +916,85 @@ async fn worker(shared: Arc<Shared>, stats: Arc<Mutex<WorkerStats>>, seed: u64) 
             }
             _ => shared.distribution.sample(&mut rng),
         };
-        let key = Key::new(
-            shared.args_namespace.clone(),
-            shared.set.clone(),
-            shared.key_start.wrapping_add(index as i64),
-        );
-        let (kind, outcome) = match shared.workload {
-            Workload::Insert => (
-                OpKind::Write,
-                timed(put(&shared, &key, index, &mut rng, &shared.write_policy)).await,
-            ),
-            Workload::Query => (OpKind::Query, timed(query(&shared, &mut rng)).await),
-            Workload::ReadUpdate { read_pct } => {
-                if rng.below(100) < u64::from(read_pct) {
-                    if shared.batch_size > 1 {
-                        (
-                            OpKind::Batch,
-                            timed(batch_read(&shared, key, &mut rng)).await,
-                        )
-                    } else {
-                        (OpKind::Read, timed(read(&shared, &key)).await)
-                    }
-                } else {
-                    (
-                        OpKind::Write,
-                        timed(put(&shared, &key, index, &mut rng, &shared.write_policy)).await,
-                    )
-                }
-            }
-            Workload::ReadModifyWrite => (
-                OpKind::Rmw,
-                timed(rmw(&shared, &key, index, &mut rng)).await,
-            ),
-            Workload::Udf { read_only } => (
-                if read_only {
-                    OpKind::UdfRead
-                } else {
-                    OpKind::Udf
-                },
-                timed(udf(&shared, &key, read_only)).await,
-            ),
-        };
+        let (kind, outcome) = issue(&shared, index, &mut rng).await;
         let mut guard = match stats.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let slot = &mut guard[kind as usize];
-        match outcome {
-            (Ok(Outcome::Done), us) => slot.record_us(us),
-            (Ok(Outcome::NotFound), us) => {
-                slot.record_us(us);
-                slot.not_found += 1;
+        record_outcome(&mut guard[kind as usize], outcome);
+    }
+}
+
+/// Waits for the worker's next slot under `--rate` (each `interval`).
+async fn pace(next_slot: &mut Instant, interval: Duration) {
+    *next_slot += interval;
+    let now = Instant::now();
+    if *next_slot > now {
+        tokio::time::sleep_until((*next_slot).into()).await;
+    } else if now.duration_since(*next_slot) > interval * 10 {
+        // Far behind (server slower than the target): do not burst to catch up.
+        *next_slot = now;
+    }
+}
+
+/// Issues one command of the workload on key number `index`: its op type,
+/// and its outcome with its latency in µs.
+async fn issue(
+    shared: &Shared,
+    index: u64,
+    rng: &mut SplitMix64,
+) -> (OpKind, (Result<Outcome, Error>, u64)) {
+    let key = Key::new(
+        shared.args_namespace.clone(),
+        shared.set.clone(),
+        shared.key_start.wrapping_add(index as i64),
+    );
+    match shared.workload {
+        Workload::Insert => (
+            OpKind::Write,
+            timed(put(shared, &key, index, rng, &shared.write_policy)).await,
+        ),
+        Workload::Query => (OpKind::Query, timed(query(shared, rng)).await),
+        Workload::ReadUpdate { read_pct } => {
+            if rng.below(100) < u64::from(read_pct) {
+                if shared.batch_size > 1 {
+                    (OpKind::Batch, timed(batch_read(shared, key, rng)).await)
+                } else {
+                    (OpKind::Read, timed(read(shared, &key)).await)
+                }
+            } else {
+                (
+                    OpKind::Write,
+                    timed(put(shared, &key, index, rng, &shared.write_policy)).await,
+                )
             }
-            (Ok(Outcome::Conflict), us) => {
-                slot.record_us(us);
-                slot.conflicts += 1;
-            }
-            (Err(error), _) => record_error(slot, &error),
         }
+        Workload::ReadModifyWrite => (OpKind::Rmw, timed(rmw(shared, &key, index, rng)).await),
+        Workload::Udf { read_only } => (
+            if read_only {
+                OpKind::UdfRead
+            } else {
+                OpKind::Udf
+            },
+            timed(udf(shared, &key, read_only)).await,
+        ),
+    }
+}
+
+/// Counts one command's outcome in its op type's stats: timed when it
+/// succeeded, counted by kind when it failed.
+fn record_outcome(slot: &mut OpStats, outcome: (Result<Outcome, Error>, u64)) {
+    match outcome {
+        (Ok(Outcome::Done), us) => slot.record_us(us),
+        (Ok(Outcome::NotFound), us) => {
+            slot.record_us(us);
+            slot.not_found += 1;
+        }
+        (Ok(Outcome::Conflict), us) => {
+            slot.record_us(us);
+            slot.conflicts += 1;
+        }
+        (Err(error), _) => record_error(slot, &error),
     }
 }
 
