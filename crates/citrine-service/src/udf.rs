@@ -1608,16 +1608,11 @@ impl AggregateRun {
                 }
                 crate::offload::run("citrine-agg-pause", move || std::thread::sleep(pause)).await;
                 pause = (pause * 2).min(PART_RETRY_PAUSE_MAX);
-                let cluster = aggregations.layers.cluster();
-                let Some(map) = cluster.namespace(&self.namespace.config.name) else {
+                let Some((routed, unroutable)) =
+                    self.reroute(aggregations, std::mem::take(&mut waiting))
+                else {
                     return fail(out, ResultCode::Unavailable);
                 };
-                let (routed, unroutable) = route_parts(
-                    aggregations,
-                    &map.map,
-                    &self.namespace.config.name,
-                    std::mem::take(&mut waiting),
-                );
                 parts = routed.into();
                 waiting = unroutable;
                 continue;
@@ -1636,24 +1631,10 @@ impl AggregateRun {
                     .call(node, call_kind::AGGREGATE_PART, body, left)
                     .await
             };
-            let frames = match answer.as_deref() {
-                Ok([code, frames @ ..])
-                    if *code == ResultCode::Ok.code()
-                        && part_end(frames) != Some(ResultCode::Unavailable.code()) =>
-                {
-                    frames
-                }
-                Ok([code, ..])
-                    if *code != ResultCode::Ok.code()
-                        && *code != ResultCode::Unavailable.code() =>
-                {
-                    tracing::debug!(?node, code, "aggregation part refused");
-                    return fail(out, ResultCode::Unavailable);
-                }
-                other => {
-                    // Unreachable, timed out, or it could not cover its
-                    // partitions whole: nothing of it was relayed.
-                    tracing::debug!(?node, answer = ?other.map(|bytes| bytes.first().copied()), "aggregation part to run again");
+            let frames = match judge_part(node, answer.as_deref()) {
+                PartAnswer::Frames(frames) => frames,
+                PartAnswer::Refused => return fail(out, ResultCode::Unavailable),
+                PartAnswer::Again => {
                     waiting.extend(partitions);
                     continue;
                 }
@@ -1667,6 +1648,24 @@ impl AggregateRun {
                 Relayed::Broken => return fail(out, ResultCode::Unavailable),
             }
         }
+    }
+
+    /// The parts covering `waiting` routed afresh on the current map
+    /// ([`route_parts`]): those routed, and those none serves whole yet;
+    /// `None` when the map no longer has the namespace.
+    fn reroute(
+        &self,
+        aggregations: &Aggregations<'_>,
+        waiting: Vec<PartitionId>,
+    ) -> Option<(Parts, Vec<PartitionId>)> {
+        let cluster = aggregations.layers.cluster();
+        let map = cluster.namespace(&self.namespace.config.name)?;
+        Some(route_parts(
+            aggregations,
+            &map.map,
+            &self.namespace.config.name,
+            waiting,
+        ))
     }
 
     /// Appends the next step's frame (and, at the end, LAST) to `out`;
@@ -1875,6 +1874,47 @@ fn aggregate_part(aggregations: &Aggregations<'_>, body: &[u8]) -> Vec<u8> {
         next = run.step(aggregations, &mut answer);
     }
     answer
+}
+
+/// Parts of an aggregation: the node each runs on, and its partitions.
+type Parts = Vec<(NodeId, Vec<PartitionId>)>;
+
+/// What a part's answer means for the aggregation ([`judge_part`]).
+enum PartAnswer<'a> {
+    /// Its whole stream, covering its partitions: relay it.
+    Frames(&'a [u8]),
+    /// Refused otherwise than for unavailable partitions: the aggregation
+    /// fails.
+    Refused,
+    /// Unreachable, timed out, or it could not cover its partitions whole:
+    /// nothing of it was relayed; run it again.
+    Again,
+}
+
+/// Judges the answer of the part sent to `node` (the first byte is the
+/// call's result code, then the part's stream).
+fn judge_part<'a, E: std::fmt::Debug>(
+    node: NodeId,
+    answer: Result<&'a [u8], &E>,
+) -> PartAnswer<'a> {
+    match answer {
+        Ok([code, frames @ ..])
+            if *code == ResultCode::Ok.code()
+                && part_end(frames) != Some(ResultCode::Unavailable.code()) =>
+        {
+            PartAnswer::Frames(frames)
+        }
+        Ok([code, ..])
+            if *code != ResultCode::Ok.code() && *code != ResultCode::Unavailable.code() =>
+        {
+            tracing::debug!(?node, code, "aggregation part refused");
+            PartAnswer::Refused
+        }
+        other => {
+            tracing::debug!(?node, answer = ?other.map(|bytes| bytes.first().copied()), "aggregation part to run again");
+            PartAnswer::Again
+        }
+    }
 }
 
 /// How a part's stream was relayed ([`relay_part`]).
