@@ -205,20 +205,8 @@ fn parse(code: Code, items: &[Value]) -> Result<Args, CdtError> {
     };
     for (kind, item) in kinds.iter().zip(items) {
         match kind {
-            Arg::ByteOffset => {
-                let offset = number(item)? as i64;
-                if offset.unsigned_abs() > PROTO_SIZE_MAX {
-                    return Err(CdtError::Parameter);
-                }
-                args.offset = offset * 8;
-            }
-            Arg::BitOffset => {
-                let offset = number(item)? as i64;
-                if offset.unsigned_abs() > MAX_BITS {
-                    return Err(CdtError::Parameter);
-                }
-                args.offset = offset;
-            }
+            Arg::ByteOffset => args.offset = offset(item, PROTO_SIZE_MAX)? * 8,
+            Arg::BitOffset => args.offset = offset(item, MAX_BITS)?,
             Arg::ByteSize | Arg::ByteSizeOrZero => {
                 let size = number(item)?;
                 if size > PROTO_SIZE_MAX || (size == 0 && matches!(kind, Arg::ByteSize)) {
@@ -226,79 +214,74 @@ fn parse(code: Code, items: &[Value]) -> Result<Args, CdtError> {
                 }
                 args.size = size * 8;
             }
-            Arg::IntSize => {
-                let size = number(item)?;
-                if !(1..=64).contains(&size) {
-                    return Err(CdtError::Parameter);
-                }
-                args.size = size;
-            }
-            Arg::BitSize => {
-                let size = number(item)?;
-                if size == 0 || size > MAX_BITS {
-                    return Err(CdtError::Parameter);
-                }
-                args.size = size;
-            }
+            Arg::IntSize => args.size = within(item, 1..=64)?,
+            Arg::BitSize => args.size = within(item, 1..=MAX_BITS)?,
             Arg::Bool => match item {
                 Value::Bool(b) => args.value = u64::from(*b),
                 _ => return Err(CdtError::Parameter),
             },
-            Arg::Shift => {
-                args.value = number(item)?;
-                if args.value > MAX_BITS {
-                    return Err(CdtError::Parameter);
-                }
-            }
+            Arg::Shift => args.value = within(item, 0..=MAX_BITS)?,
             Arg::Number => args.value = number(item)?,
-            Arg::Bytes => {
-                // The particle prefix is already off (value::decode).
-                let bytes = match item {
-                    Value::Blob(_, b) | Value::Str(b) | Value::Geo(b) => b,
-                    _ => return Err(CdtError::Parameter),
-                };
-                let bits = bytes.len() as u64 * 8;
-                if bytes.is_empty() || (args.size != 0 && bits < args.size) {
-                    return Err(CdtError::Parameter);
-                }
-                if args.size == 0 {
-                    args.size = bits;
-                }
-                args.bytes = bytes.clone();
-            }
-            Arg::Flags => {
-                args.flags = number(item)?;
-                if args.flags & !allowed_flags != 0
-                    || args.flags & (CREATE_ONLY | UPDATE_ONLY) == CREATE_ONLY | UPDATE_ONLY
-                {
-                    return Err(CdtError::Parameter);
-                }
-            }
+            Arg::Bytes => take_bytes(&mut args, item)?,
+            Arg::Flags => args.flags = flags(item, allowed_flags, CREATE_ONLY | UPDATE_ONLY)?,
             Arg::ResizeFlags => {
-                args.subflags = number(item)?;
-                if args.subflags & !(FROM_FRONT | GROW_ONLY | SHRINK_ONLY) != 0
-                    || args.subflags & (GROW_ONLY | SHRINK_ONLY) == GROW_ONLY | SHRINK_ONLY
-                {
-                    return Err(CdtError::Parameter);
-                }
+                let allowed = FROM_FRONT | GROW_ONLY | SHRINK_ONLY;
+                args.subflags = flags(item, allowed, GROW_ONLY | SHRINK_ONLY)?;
             }
             Arg::ArithFlags => {
-                args.subflags = number(item)?;
-                if args.subflags & !(SIGNED | SATURATE | WRAP) != 0
-                    || args.subflags & (SATURATE | WRAP) == SATURATE | WRAP
-                {
-                    return Err(CdtError::Parameter);
-                }
+                args.subflags = flags(item, SIGNED | SATURATE | WRAP, SATURATE | WRAP)?;
             }
-            Arg::SignFlag => {
-                args.subflags = number(item)?;
-                if args.subflags & !SIGNED != 0 {
-                    return Err(CdtError::Parameter);
-                }
-            }
+            Arg::SignFlag => args.subflags = flags(item, SIGNED, 0)?,
         }
     }
     Ok(args)
+}
+
+/// An offset argument, at most `max` away from either end.
+fn offset(item: &Value, max: u64) -> Result<i64, CdtError> {
+    let offset = number(item)? as i64;
+    if offset.unsigned_abs() > max {
+        return Err(CdtError::Parameter);
+    }
+    Ok(offset)
+}
+
+/// An integer argument in `range`.
+fn within(item: &Value, range: std::ops::RangeInclusive<u64>) -> Result<u64, CdtError> {
+    let value = number(item)?;
+    if !range.contains(&value) {
+        return Err(CdtError::Parameter);
+    }
+    Ok(value)
+}
+
+/// A flags argument: only `allowed` bits, and not every bit of
+/// `exclusive` at once (a pair that contradicts itself; 0: no such pair).
+fn flags(item: &Value, allowed: u64, exclusive: u64) -> Result<u64, CdtError> {
+    let flags = number(item)?;
+    if flags & !allowed != 0 || (exclusive != 0 && flags & exclusive == exclusive) {
+        return Err(CdtError::Parameter);
+    }
+    Ok(flags)
+}
+
+/// A bytes argument: not empty, and holding at least the size given
+/// before it (which it sets when none was).
+fn take_bytes(args: &mut Args, item: &Value) -> Result<(), CdtError> {
+    // The particle prefix is already off (value::decode).
+    let bytes = match item {
+        Value::Blob(_, b) | Value::Str(b) | Value::Geo(b) => b,
+        _ => return Err(CdtError::Parameter),
+    };
+    let bits = bytes.len() as u64 * 8;
+    if bytes.is_empty() || (args.size != 0 && bits < args.size) {
+        return Err(CdtError::Parameter);
+    }
+    if args.size == 0 {
+        args.size = bits;
+    }
+    args.bytes = bytes.clone();
+    Ok(())
 }
 
 /// What a modify op does to the bin.
