@@ -416,110 +416,132 @@ fn span_fits(start: u64, size: u64, len: usize) -> bool {
 /// Evaluates a modify op on `old` (empty for a missing bin).
 fn write(code: Code, args: &Args, old: &[u8]) -> Result<Step, CdtError> {
     let start = normalize(args.offset, old.len())?;
-    let old_len = old.len() as u64;
-    let byte_offset = start / 8;
-    let flags = args.flags;
-    let step = match code {
-        Code::Resize => {
-            let new_len = args.size / 8;
-            if (new_len < old_len && args.subflags & GROW_ONLY != 0)
-                || (new_len > old_len && args.subflags & SHRINK_ONLY != 0)
-            {
-                return refuse(flags, CdtError::Parameter);
-            }
-            if new_len == old_len {
-                return Ok(Step::Skip);
-            }
-            check_size(new_len, args.limit)?;
-            let new_len = new_len as usize;
-            let front = args.subflags & FROM_FRONT != 0;
-            let mut new = Vec::with_capacity(new_len);
-            if new_len < old.len() {
-                let cut = old.len() - new_len;
-                new.extend_from_slice(if front { &old[cut..] } else { &old[..new_len] });
-            } else if front {
-                new.resize(new_len - old.len(), 0);
-                new.extend_from_slice(old);
-            } else {
-                new.extend_from_slice(old);
-                new.resize(new_len, 0);
-            }
-            Step::Write(new)
-        }
-        Code::Insert => {
-            let at = byte_offset.min(old_len) as usize;
-            let gap = byte_offset.saturating_sub(old_len);
-            check_size(old_len + gap + args.bytes.len() as u64, args.limit)?;
-            let mut new = Vec::with_capacity(old.len() + gap as usize + args.bytes.len());
-            new.extend_from_slice(&old[..at]);
-            new.resize(new.len() + gap as usize, 0);
-            new.extend_from_slice(&args.bytes);
-            new.extend_from_slice(&old[at..]);
-            Step::Write(new)
-        }
-        Code::Remove => {
-            if byte_offset >= old_len {
-                return refuse(flags, CdtError::Parameter);
-            }
-            let mut end = byte_offset + args.size / 8;
-            if end > old_len {
-                if flags & PARTIAL == 0 {
-                    return refuse(flags, CdtError::Parameter);
-                }
-                end = old_len;
-            }
-            check_size(old_len - (end - byte_offset), args.limit)?;
-            let mut new = old.to_vec();
-            new.drain(byte_offset as usize..end as usize);
-            Step::Write(new)
-        }
+    match code {
+        Code::Resize => resize(args, old),
+        Code::Insert => insert(args, old, start / 8),
+        Code::Remove => remove(args, old, start / 8),
         Code::Set | Code::Or | Code::Xor | Code::And | Code::Not | Code::LShift | Code::RShift => {
-            if byte_offset >= old_len {
-                return refuse(flags, CdtError::OpNotApplicable);
-            }
-            let mut size = args.size;
-            if !span_fits(start, size, old.len()) {
-                if flags & PARTIAL == 0 {
-                    return refuse(flags, CdtError::OpNotApplicable);
-                }
-                // Cut at the blob's end.
-                size = old_len * 8 - start;
-            }
-            check_size(old_len, args.limit)?;
-            let mut new = old.to_vec();
-            modify_span(code, args, &mut new, start, size);
-            Step::Write(new)
+            modify(code, args, old, start)
         }
-        Code::Add | Code::Subtract | Code::SetInt => {
-            if !span_fits(start, args.size, old.len()) {
-                return refuse(flags, CdtError::OpNotApplicable);
-            }
-            check_size(old_len, args.limit)?;
-            let bits = args.size as u32;
-            let value = if code == Code::SetInt {
-                args.value & mask(bits)
-            } else {
-                let load = load_int(old, start, bits);
-                match arithmetic(
-                    load,
-                    args.value,
-                    bits,
-                    code == Code::Subtract,
-                    args.subflags,
-                ) {
-                    Some(result) => result,
-                    None => return refuse(flags, CdtError::OpNotApplicable),
-                }
-            };
-            let mut new = old.to_vec();
-            store_int(&mut new, start, bits, value);
-            Step::Write(new)
-        }
+        Code::Add | Code::Subtract | Code::SetInt => write_int(code, args, old, start),
         Code::Get | Code::Count | Code::LScan | Code::RScan | Code::GetInt => {
-            return Err(CdtError::Parameter)
+            Err(CdtError::Parameter)
+        }
+    }
+}
+
+/// `resize`: to `size` bytes, cut or zero-filled at the end (or the
+/// front); refused against GROW_ONLY or SHRINK_ONLY.
+fn resize(args: &Args, old: &[u8]) -> Result<Step, CdtError> {
+    let old_len = old.len() as u64;
+    let new_len = args.size / 8;
+    if (new_len < old_len && args.subflags & GROW_ONLY != 0)
+        || (new_len > old_len && args.subflags & SHRINK_ONLY != 0)
+    {
+        return refuse(args.flags, CdtError::Parameter);
+    }
+    if new_len == old_len {
+        return Ok(Step::Skip);
+    }
+    check_size(new_len, args.limit)?;
+    let new_len = new_len as usize;
+    let front = args.subflags & FROM_FRONT != 0;
+    let mut new = Vec::with_capacity(new_len);
+    if new_len < old.len() {
+        let cut = old.len() - new_len;
+        new.extend_from_slice(if front { &old[cut..] } else { &old[..new_len] });
+    } else if front {
+        new.resize(new_len - old.len(), 0);
+        new.extend_from_slice(old);
+    } else {
+        new.extend_from_slice(old);
+        new.resize(new_len, 0);
+    }
+    Ok(Step::Write(new))
+}
+
+/// `insert`: the bytes at `byte_offset`, zero-filling a gap past the end.
+fn insert(args: &Args, old: &[u8], byte_offset: u64) -> Result<Step, CdtError> {
+    let old_len = old.len() as u64;
+    let at = byte_offset.min(old_len) as usize;
+    let gap = byte_offset.saturating_sub(old_len);
+    check_size(old_len + gap + args.bytes.len() as u64, args.limit)?;
+    let mut new = Vec::with_capacity(old.len() + gap as usize + args.bytes.len());
+    new.extend_from_slice(&old[..at]);
+    new.resize(new.len() + gap as usize, 0);
+    new.extend_from_slice(&args.bytes);
+    new.extend_from_slice(&old[at..]);
+    Ok(Step::Write(new))
+}
+
+/// `remove`: `size` bytes from `byte_offset` (cut at the end with
+/// PARTIAL).
+fn remove(args: &Args, old: &[u8], byte_offset: u64) -> Result<Step, CdtError> {
+    let (old_len, flags) = (old.len() as u64, args.flags);
+    if byte_offset >= old_len {
+        return refuse(flags, CdtError::Parameter);
+    }
+    let mut end = byte_offset + args.size / 8;
+    if end > old_len {
+        if flags & PARTIAL == 0 {
+            return refuse(flags, CdtError::Parameter);
+        }
+        end = old_len;
+    }
+    check_size(old_len - (end - byte_offset), args.limit)?;
+    let mut new = old.to_vec();
+    new.drain(byte_offset as usize..end as usize);
+    Ok(Step::Write(new))
+}
+
+/// `set`, the bitwise ops and the shifts over the span of `size` bits at
+/// bit `start` (cut at the end with PARTIAL).
+fn modify(code: Code, args: &Args, old: &[u8], start: u64) -> Result<Step, CdtError> {
+    let (old_len, flags) = (old.len() as u64, args.flags);
+    if start / 8 >= old_len {
+        return refuse(flags, CdtError::OpNotApplicable);
+    }
+    let mut size = args.size;
+    if !span_fits(start, size, old.len()) {
+        if flags & PARTIAL == 0 {
+            return refuse(flags, CdtError::OpNotApplicable);
+        }
+        // Cut at the blob's end.
+        size = old_len * 8 - start;
+    }
+    check_size(old_len, args.limit)?;
+    let mut new = old.to_vec();
+    modify_span(code, args, &mut new, start, size);
+    Ok(Step::Write(new))
+}
+
+/// `add`, `subtract` and `set-int` on the integer of `size` bits at bit
+/// `start`.
+fn write_int(code: Code, args: &Args, old: &[u8], start: u64) -> Result<Step, CdtError> {
+    let flags = args.flags;
+    if !span_fits(start, args.size, old.len()) {
+        return refuse(flags, CdtError::OpNotApplicable);
+    }
+    check_size(old.len() as u64, args.limit)?;
+    let bits = args.size as u32;
+    let value = if code == Code::SetInt {
+        args.value & mask(bits)
+    } else {
+        let load = load_int(old, start, bits);
+        match arithmetic(
+            load,
+            args.value,
+            bits,
+            code == Code::Subtract,
+            args.subflags,
+        ) {
+            Some(result) => result,
+            None => return refuse(flags, CdtError::OpNotApplicable),
         }
     };
-    Ok(step)
+    let mut new = old.to_vec();
+    store_int(&mut new, start, bits, value);
+    Ok(Step::Write(new))
 }
 
 /// The reference refuses a result blob of 128 MiB or more (checked once
