@@ -611,6 +611,14 @@ impl<'a> Parser<'a> {
     }
     /// Arithmetic and integer bit operations (codes 20-51).
     fn number_op(&mut self, code: u64, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
+        match code {
+            20..=31 | 50 | 51 => self.arith_op(code, n, depth),
+            32..=41 => self.int_bits_op(code, n, depth),
+            _ => Err(PARAM),
+        }
+    }
+    /// Arithmetic (codes 20-31, 50 and 51).
+    fn arith_op(&mut self, code: u64, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
         let arity = |expected: usize| want(n == expected);
         Ok(match code {
             20..=23 | 50 | 51 => {
@@ -663,6 +671,13 @@ impl<'a> Parser<'a> {
                 arity(1)?;
                 (Node::ToFloat(self.one(Ty::Int, depth)?), Ty::Float)
             }
+            _ => return Err(PARAM),
+        })
+    }
+    /// Integer bit operations (codes 32-41).
+    fn int_bits_op(&mut self, code: u64, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
+        let arity = |expected: usize| want(n == expected);
+        Ok(match code {
             32..=34 => {
                 want(n >= 1)?;
                 let op = match code {
