@@ -569,15 +569,7 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
             config.tomb_raider_eligible_age.to_string(),
         ),
     ];
-    pairs.extend(storage_engine_pairs(&config.storage_engine));
-    pairs.extend(crate::compression_info::config_pairs(namespace));
-    pairs
-}
-
-/// The `storage-engine` pairs of a namespace's configuration.
-fn storage_engine_pairs(storage_engine: &StorageEngineConfig) -> Vec<(String, String)> {
-    let mut pairs = Vec::new();
-    match *storage_engine {
+    match config.storage_engine {
         StorageEngineConfig::Memory {
             data_size,
             evict_used_pct,
@@ -598,61 +590,53 @@ fn storage_engine_pairs(storage_engine: &StorageEngineConfig) -> Vec<(String, St
             ref engine,
             flush_max_ms,
             ref index_image,
-        } => pairs.extend(device_pairs(engine, flush_max_ms, index_image.is_some())),
+        } => {
+            let files: Vec<String> = engine
+                .paths
+                .iter()
+                .map(|path| path.display().to_string())
+                .collect();
+            pairs.push(("storage-engine".to_owned(), "device".to_owned()));
+            pairs.push(("storage-engine.files".to_owned(), files.join(",")));
+            pairs.push((
+                "storage-engine.filesize".to_owned(),
+                engine.file_size.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.write-block-size".to_owned(),
+                engine.write_block_size.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.flush-max-ms".to_owned(),
+                flush_max_ms.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.defrag-lwm-pct".to_owned(),
+                engine.defrag_lwm_pct.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.min-avail-pct".to_owned(),
+                engine.min_avail_pct.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.commit-to-device".to_owned(),
+                engine.commit_to_device.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.post-write-queue".to_owned(),
+                engine.post_write_queue.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.direct-io".to_owned(),
+                (engine.io_mode == citrine_storage::device::IoMode::Direct).to_string(),
+            ));
+            pairs.push((
+                "storage-engine.fast-restart".to_owned(),
+                index_image.is_some().to_string(),
+            ));
+        }
     }
-    pairs
-}
-
-/// The `storage-engine` pairs of a device namespace.
-fn device_pairs(
-    engine: &citrine_storage::device::DeviceConfig,
-    flush_max_ms: u32,
-    fast_restart: bool,
-) -> Vec<(String, String)> {
-    let mut pairs = Vec::new();
-    let files: Vec<String> = engine
-        .paths
-        .iter()
-        .map(|path| path.display().to_string())
-        .collect();
-    pairs.push(("storage-engine".to_owned(), "device".to_owned()));
-    pairs.push(("storage-engine.files".to_owned(), files.join(",")));
-    pairs.push((
-        "storage-engine.filesize".to_owned(),
-        engine.file_size.to_string(),
-    ));
-    pairs.push((
-        "storage-engine.write-block-size".to_owned(),
-        engine.write_block_size.to_string(),
-    ));
-    pairs.push((
-        "storage-engine.flush-max-ms".to_owned(),
-        flush_max_ms.to_string(),
-    ));
-    pairs.push((
-        "storage-engine.defrag-lwm-pct".to_owned(),
-        engine.defrag_lwm_pct.to_string(),
-    ));
-    pairs.push((
-        "storage-engine.min-avail-pct".to_owned(),
-        engine.min_avail_pct.to_string(),
-    ));
-    pairs.push((
-        "storage-engine.commit-to-device".to_owned(),
-        engine.commit_to_device.to_string(),
-    ));
-    pairs.push((
-        "storage-engine.post-write-queue".to_owned(),
-        engine.post_write_queue.to_string(),
-    ));
-    pairs.push((
-        "storage-engine.direct-io".to_owned(),
-        (engine.io_mode == citrine_storage::device::IoMode::Direct).to_string(),
-    ));
-    pairs.push((
-        "storage-engine.fast-restart".to_owned(),
-        fast_restart.to_string(),
-    ));
+    pairs.extend(crate::compression_info::config_pairs(namespace));
     pairs
 }
 
