@@ -1746,13 +1746,45 @@ impl World {
     }
 
     fn event(&mut self) -> Result<(), Failure> {
-        let live = self.live();
         let never: Vec<usize> = (0..self.nodes.len())
             .filter(|i| self.nodes[*i].boots == 0)
             .collect();
         let down: Vec<usize> = (0..self.nodes.len())
             .filter(|i| self.nodes[*i].boots > 0 && self.nodes[*i].up.is_none())
             .collect();
+        let options = self.event_options(&never, &down);
+        if options.is_empty() {
+            return Ok(());
+        }
+        match options[self.rng.index(options.len())] {
+            0 => {
+                let i = never[self.rng.index(never.len())];
+                self.events.push(format!("add #{i}"));
+                self.boot(i)?;
+            }
+            1 => self.crash_one()?,
+            3 => self.freeze_one()?,
+            4 => self.fail_one_device()?,
+            _ => self.restart_one(&down)?,
+        }
+        if self.rng.chance(0.3) {
+            let params = NetParams {
+                loss: self.rng.unit() * self.cfg.max_loss,
+                base_delay: 1,
+                jitter: self.rng.range(0, 5),
+                vanish: self.cfg.messages_vanish,
+            };
+            self.note(format!("network {params:?}"));
+            self.core.lock().params = params;
+        }
+        Ok(())
+    }
+
+    /// The events possible now ([`World::event`]): 0 add a node that never
+    /// ran (one of `never`), 1 crash, 2 restart one of `down`, 3 freeze,
+    /// 4 a device failure.
+    fn event_options(&self, never: &[usize], down: &[usize]) -> Vec<u8> {
+        let live = self.live();
         let mut options = Vec::new();
         if !never.is_empty() {
             options.push(0);
@@ -1783,99 +1815,88 @@ impl World {
             let wanted = if never.is_empty() { 1 } else { 0 };
             options.retain(|&option| option == wanted);
         }
-        if options.is_empty() {
-            return Ok(());
-        }
-        match options[self.rng.index(options.len())] {
-            0 => {
-                let i = never[self.rng.index(never.len())];
-                self.events.push(format!("add #{i}"));
-                self.boot(i)?;
-            }
-            1 => {
-                // Only one node may be lost at a time: wait until every
-                // partition has its copies again.
-                self.wait_until(
-                    self.cfg.quiesce_bound_ms,
-                    "stability before a crash",
-                    true,
-                    |w| w.settled(),
-                )?;
-                let live = self.live();
-                let i = live[self.rng.index(live.len())];
-                self.events.push(format!("crash #{i}"));
-                self.crash(i);
-            }
-            3 => {
-                // A freeze is a loss for a while: as before a crash, every
-                // partition has its copies first.
-                self.wait_until(
-                    self.cfg.quiesce_bound_ms,
-                    "stability before a freeze",
-                    true,
-                    |w| w.settled(),
-                )?;
-                let live = self.live();
-                let i = live[self.rng.index(live.len())];
-                let ms = self.rng.range(500, 4_000);
-                self.events.push(format!("freeze #{i} for {ms} ms"));
-                self.freeze(i, ms);
-            }
-            4 => {
-                // A node lost for good: as before a crash, every partition
-                // has its copies first.
-                self.wait_until(
-                    self.cfg.quiesce_bound_ms,
-                    "stability before a device failure",
-                    true,
-                    |w| w.settled(),
-                )?;
-                let live = self.live();
-                let i = live[self.rng.index(live.len())];
-                let ms = self.rng.range(200, 2_000);
-                self.events
-                    .push(format!("device #{i} fails syncs, crash {ms} ms after"));
-                self.fail_device(i, ms)?;
-            }
-            _ => {
-                let i = down[self.rng.index(down.len())];
-                if !self.cfg.restart_before_noticed {
-                    let id = self.nodes[i].id;
-                    self.wait_until(
-                        self.cfg.quiesce_bound_ms,
-                        "the crash noticed before a restart",
-                        true,
-                        |w| {
-                            w.live().iter().all(|j| {
-                                w.nodes[*j].up.as_ref().is_some_and(|up| {
-                                    up.view.as_ref().is_some_and(|(_, s)| !s.contains(&id))
-                                })
-                            })
-                        },
-                    )?;
-                }
-                if !self.cfg.device {
-                    self.events.push(format!("restart #{i} empty"));
-                } else if !self.rng.chance(0.25) {
-                    self.events.push(format!("restart #{i} with its device"));
-                } else {
-                    self.events.push(format!("restart #{i} on a blank device"));
-                    self.disks[i] = None;
-                }
-                self.boot(i)?;
-            }
-        }
-        if self.rng.chance(0.3) {
-            let params = NetParams {
-                loss: self.rng.unit() * self.cfg.max_loss,
-                base_delay: 1,
-                jitter: self.rng.range(0, 5),
-                vanish: self.cfg.messages_vanish,
-            };
-            self.note(format!("network {params:?}"));
-            self.core.lock().params = params;
-        }
+        options
+    }
+
+    /// Crashes a live node, once every partition has its copies (only one
+    /// node may be lost at a time).
+    fn crash_one(&mut self) -> Result<(), Failure> {
+        self.wait_until(
+            self.cfg.quiesce_bound_ms,
+            "stability before a crash",
+            true,
+            |w| w.settled(),
+        )?;
+        let live = self.live();
+        let i = live[self.rng.index(live.len())];
+        self.events.push(format!("crash #{i}"));
+        self.crash(i);
         Ok(())
+    }
+
+    /// Freezes a live node for a while: a loss for that while, so as
+    /// before a crash, every partition has its copies first.
+    fn freeze_one(&mut self) -> Result<(), Failure> {
+        self.wait_until(
+            self.cfg.quiesce_bound_ms,
+            "stability before a freeze",
+            true,
+            |w| w.settled(),
+        )?;
+        let live = self.live();
+        let i = live[self.rng.index(live.len())];
+        let ms = self.rng.range(500, 4_000);
+        self.events.push(format!("freeze #{i} for {ms} ms"));
+        self.freeze(i, ms);
+        Ok(())
+    }
+
+    /// Fails a live node's device (a node lost for good): as before a
+    /// crash, every partition has its copies first.
+    fn fail_one_device(&mut self) -> Result<(), Failure> {
+        self.wait_until(
+            self.cfg.quiesce_bound_ms,
+            "stability before a device failure",
+            true,
+            |w| w.settled(),
+        )?;
+        let live = self.live();
+        let i = live[self.rng.index(live.len())];
+        let ms = self.rng.range(200, 2_000);
+        self.events
+            .push(format!("device #{i} fails syncs, crash {ms} ms after"));
+        self.fail_device(i, ms)
+    }
+
+    /// Restarts one of the `down` nodes (once the others noticed its
+    /// crash, unless configured not to wait): empty, with its device, or
+    /// on a blank one.
+    fn restart_one(&mut self, down: &[usize]) -> Result<(), Failure> {
+        let i = down[self.rng.index(down.len())];
+        if !self.cfg.restart_before_noticed {
+            let id = self.nodes[i].id;
+            self.wait_until(
+                self.cfg.quiesce_bound_ms,
+                "the crash noticed before a restart",
+                true,
+                |w| {
+                    w.live().iter().all(|j| {
+                        w.nodes[*j].up.as_ref().is_some_and(|up| {
+                            up.view.as_ref().is_some_and(|(_, s)| !s.contains(&id))
+                        })
+                    })
+                },
+            )?;
+        }
+        if !self.cfg.device {
+            self.events.push(format!("restart #{i} empty"));
+        } else if !self.rng.chance(0.25) {
+            self.events.push(format!("restart #{i} with its device"));
+        } else {
+            self.events.push(format!("restart #{i} on a blank device"));
+            self.disks[i] = None;
+        }
+        self.boot(i)
     }
 
     /// A client truncates [`TRUNCATED_SET`] through one live node, with a
