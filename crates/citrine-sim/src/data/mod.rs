@@ -1443,7 +1443,49 @@ impl World {
         reply: Option<(u8, Option<i64>)>,
         stopping: bool,
     ) -> Result<(), Failure> {
-        let code = reply.map(|r| r.0);
+        self.trace_attempt(c, &op, reply);
+        let outcome = self.outcome_of(&op, reply.map(|r| r.0))?;
+        match outcome {
+            Outcome::Acked => {
+                self.acked += 1;
+                if matches!(op.kind, OpKind::Delete { .. }) {
+                    self.deletes_acked += 1;
+                }
+            }
+            Outcome::InDoubt if !matches!(op.kind, OpKind::Read { .. }) => self.in_doubt += 1,
+            Outcome::Failed => self.refused += 1,
+            _ => {}
+        }
+        self.check_attempt(&op, outcome, reply)?;
+        let now = self.now();
+        if outcome != Outcome::Acked && op.tries < MAX_TRIES && !stopping && !self.stopping {
+            // Retry like a smart client: a new attempt (a put with a new
+            // value, so every value names one attempt).
+            let kind = match op.kind {
+                OpKind::Put { key, .. } => self.new_put(c, key),
+                OpKind::Delete { key, durable, .. } => match self.new_delete(key) {
+                    OpKind::Delete { key, attempt, .. } => OpKind::Delete {
+                        key,
+                        attempt,
+                        durable,
+                    },
+                    other => other,
+                },
+                OpKind::TruncatedPut { key, .. } => self.new_truncated_put(key),
+                other => other,
+            };
+            self.clients[c] = ClientState::Idle { next_at: now };
+            self.send_op(c, kind, op.tries + 1);
+            return Ok(());
+        }
+        self.clients[c] = ClientState::Idle {
+            next_at: now + self.rng.range(2, 25),
+        };
+        Ok(())
+    }
+
+    /// Notes an attempt on the traced counter or put (`--trace-*`).
+    fn trace_attempt(&mut self, c: usize, op: &InFlight, reply: Option<(u8, Option<i64>)>) {
         if self.trace_counter.is_some_and(|t| {
             matches!(op.kind, OpKind::Incr { counter } | OpKind::Read { counter } if counter == t)
         }) || self
@@ -1457,7 +1499,12 @@ impl World {
                 op.kind, op.to, op.sent_at
             ));
         }
-        let outcome = match code {
+    }
+
+    /// What the result `code` (`None`: no answer) makes of an attempt; a
+    /// code no client may see fails the run.
+    fn outcome_of(&mut self, op: &InFlight, code: Option<u8>) -> Result<Outcome, Failure> {
+        Ok(match code {
             Some(0) => Outcome::Acked,
             // A read or delete that found no record: answered, and the
             // record is absent after it.
@@ -1480,18 +1527,18 @@ impl World {
                     format!("{:?} answered {other}", op.kind),
                 ))
             }
-        };
-        match outcome {
-            Outcome::Acked => {
-                self.acked += 1;
-                if matches!(op.kind, OpKind::Delete { .. }) {
-                    self.deletes_acked += 1;
-                }
-            }
-            Outcome::InDoubt if !matches!(op.kind, OpKind::Read { .. }) => self.in_doubt += 1,
-            Outcome::Failed => self.refused += 1,
-            _ => {}
-        }
+        })
+    }
+
+    /// Keeps an attempt's outcome with its operation's history, and checks
+    /// what it answered: no two acknowledged increments return the same
+    /// value, no read sees more increments than were sent.
+    fn check_attempt(
+        &mut self,
+        op: &InFlight,
+        outcome: Outcome,
+        reply: Option<(u8, Option<i64>)>,
+    ) -> Result<(), Failure> {
         match op.kind {
             OpKind::Incr { counter } => match outcome {
                 Outcome::Acked => {
@@ -1523,10 +1570,9 @@ impl World {
                 }
             }
             OpKind::Read { counter } => {
-                let seen = if code == Some(0) {
-                    reply.and_then(|r| r.1)
-                } else {
-                    None
+                let seen = match reply {
+                    Some((0, value)) => value,
+                    _ => None,
                 };
                 let bound = self.counters[counter].attempts;
                 if let Some(v) = seen {
@@ -1539,30 +1585,6 @@ impl World {
                 }
             }
         }
-        let now = self.now();
-        if outcome != Outcome::Acked && op.tries < MAX_TRIES && !stopping && !self.stopping {
-            // Retry like a smart client: a new attempt (a put with a new
-            // value, so every value names one attempt).
-            let kind = match op.kind {
-                OpKind::Put { key, .. } => self.new_put(c, key),
-                OpKind::Delete { key, durable, .. } => match self.new_delete(key) {
-                    OpKind::Delete { key, attempt, .. } => OpKind::Delete {
-                        key,
-                        attempt,
-                        durable,
-                    },
-                    other => other,
-                },
-                OpKind::TruncatedPut { key, .. } => self.new_truncated_put(key),
-                other => other,
-            };
-            self.clients[c] = ClientState::Idle { next_at: now };
-            self.send_op(c, kind, op.tries + 1);
-            return Ok(());
-        }
-        self.clients[c] = ClientState::Idle {
-            next_at: now + self.rng.range(2, 25),
-        };
         Ok(())
     }
 
