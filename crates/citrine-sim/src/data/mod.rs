@@ -2179,10 +2179,21 @@ impl World {
             return Err(self.fail(Invariant::Placement, "no map".into()));
         };
         let copies = self.copies();
-        // (a) exactly the replicas hold each record; (b) byte for byte.
-        for (digest, holders) in &copies {
+        self.check_copies(&copies, &map.map)?;
+        self.check_counters()?;
+        self.check_puts()?;
+        self.check_truncation(&copies)?;
+        Ok(copies.len())
+    }
+
+    /// (a) exactly the replicas hold each record; (b) byte for byte.
+    fn check_copies(
+        &mut self,
+        copies: &BTreeMap<Digest, BTreeMap<usize, ReplicaWrite>>,
+        map: &citrine_cluster::partition_map::PartitionMap,
+    ) -> Result<(), Failure> {
+        for (digest, holders) in copies {
             let replicas: BTreeSet<usize> = map
-                .map
                 .replicas(digest.partition())
                 .iter()
                 .filter_map(|id| self.nodes.iter().position(|n| n.id == *id))
@@ -2219,7 +2230,12 @@ impl World {
                 }
             }
         }
-        // (c) nothing acknowledged lost, nothing invented.
+        Ok(())
+    }
+
+    /// (c) for the counters: no acknowledged increment lost, none
+    /// invented.
+    fn check_counters(&mut self) -> Result<(), Failure> {
         for counter in 0..self.counters.len() {
             let h = self.counters[counter].clone();
             let value = self.final_read(&counter_key(counter))?.unwrap_or(0);
@@ -2243,6 +2259,12 @@ impl World {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// (c) for the puts and deletes: each key shows an attempt not older
+    /// than its last acknowledged one, and one that was sent.
+    fn check_puts(&mut self) -> Result<(), Failure> {
         for key in 0..self.puts.len() {
             let attempts = self.puts[key].clone();
             let value = self.final_read(&put_key(key))?;
@@ -2280,8 +2302,7 @@ impl World {
                 ));
             }
         }
-        self.check_truncation(&copies)?;
-        Ok(copies.len())
+        Ok(())
     }
 
     /// The [`Invariant::Truncation`] checks, when a truncation was issued.
