@@ -1093,28 +1093,7 @@ impl World {
                 to,
                 kind,
                 payload,
-            } => {
-                if let Some(partition) = self.trace_partition {
-                    if let Some(what) = describe_call(kind, &payload, partition) {
-                        self.note(format!("#{from} -> #{to}: {what}"));
-                        self.traced_calls
-                            .insert(call, format!("#{to}'s answer to {what}"));
-                    }
-                }
-                let Some(up) = self.nodes[to].up.as_ref() else {
-                    return Ok(());
-                };
-                let service = up.service.clone();
-                let core = self.core.clone();
-                self.exec.spawn(to, async move {
-                    let answer = service.serve_fabric(kind, &payload).await;
-                    core.lock().send(Packet::Response {
-                        call,
-                        to: from,
-                        payload: answer,
-                    });
-                });
-            }
+            } => self.deliver_request(call, (from, to), kind, payload),
             Packet::Response { call, to, payload } => {
                 if let Some(what) = self.traced_calls.remove(&call) {
                     let head = &payload[..payload.len().min(4)];
@@ -1130,46 +1109,88 @@ impl World {
                 req,
                 to,
                 frame,
-            } => {
-                let Some(up) = self.nodes[to].up.as_ref() else {
-                    return Ok(());
-                };
-                let service = up.service.clone();
-                let Some(header) = frame
-                    .get(..PROTO_HEADER_SIZE)
-                    .and_then(|h| <&[u8; PROTO_HEADER_SIZE]>::try_from(h).ok())
-                    .and_then(|h| ProtoHeader::decode(h).ok())
-                else {
-                    return Err(self.fail(Invariant::ClientResult, "bad request frame".into()));
-                };
-                let mut out = Vec::new();
-                let body = frame.get(PROTO_HEADER_SIZE..).unwrap_or_default();
-                match service.handle_streaming_since(header, body, &mut out, self.held_since) {
-                    Ok(None) => self.core.lock().send(Packet::ClientReply {
+            } => self.deliver_client_request(client, req, to, frame)?,
+            Packet::ClientReply { client, req, frame } => self.on_reply(client, req, &frame)?,
+        }
+        Ok(())
+    }
+
+    /// A fabric call from node `from` to node `to`: served there by its
+    /// service, whose answer goes back as a response.
+    fn deliver_request(
+        &mut self,
+        call: u64,
+        (from, to): (usize, usize),
+        kind: u8,
+        payload: Vec<u8>,
+    ) {
+        if let Some(partition) = self.trace_partition {
+            if let Some(what) = describe_call(kind, &payload, partition) {
+                self.note(format!("#{from} -> #{to}: {what}"));
+                self.traced_calls
+                    .insert(call, format!("#{to}'s answer to {what}"));
+            }
+        }
+        let Some(up) = self.nodes[to].up.as_ref() else {
+            return;
+        };
+        let service = up.service.clone();
+        let core = self.core.clone();
+        self.exec.spawn(to, async move {
+            let answer = service.serve_fabric(kind, &payload).await;
+            core.lock().send(Packet::Response {
+                call,
+                to: from,
+                payload: answer,
+            });
+        });
+    }
+
+    /// A client's request `frame` at node `to`: answered at once, or once
+    /// its fabric work is done.
+    fn deliver_client_request(
+        &mut self,
+        client: usize,
+        req: u64,
+        to: usize,
+        frame: Vec<u8>,
+    ) -> Result<(), Failure> {
+        let Some(up) = self.nodes[to].up.as_ref() else {
+            return Ok(());
+        };
+        let service = up.service.clone();
+        let Some(header) = frame
+            .get(..PROTO_HEADER_SIZE)
+            .and_then(|h| <&[u8; PROTO_HEADER_SIZE]>::try_from(h).ok())
+            .and_then(|h| ProtoHeader::decode(h).ok())
+        else {
+            return Err(self.fail(Invariant::ClientResult, "bad request frame".into()));
+        };
+        let mut out = Vec::new();
+        let body = frame.get(PROTO_HEADER_SIZE..).unwrap_or_default();
+        match service.handle_streaming_since(header, body, &mut out, self.held_since) {
+            Ok(None) => self.core.lock().send(Packet::ClientReply {
+                client,
+                req,
+                frame: out,
+            }),
+            Ok(Some(continuation)) if continuation.is_remote() => {
+                let core = self.core.clone();
+                self.exec.spawn(to, async move {
+                    service.complete_remote(continuation, &mut out).await;
+                    core.lock().send(Packet::ClientReply {
                         client,
                         req,
                         frame: out,
-                    }),
-                    Ok(Some(continuation)) if continuation.is_remote() => {
-                        let core = self.core.clone();
-                        self.exec.spawn(to, async move {
-                            service.complete_remote(continuation, &mut out).await;
-                            core.lock().send(Packet::ClientReply {
-                                client,
-                                req,
-                                frame: out,
-                            });
-                        });
-                    }
-                    Ok(Some(_)) | Err(_) => {
-                        return Err(self.fail(
-                            Invariant::ClientResult,
-                            "a single-record request was streamed or refused".into(),
-                        ))
-                    }
-                }
+                    });
+                });
             }
-            Packet::ClientReply { client, req, frame } => self.on_reply(client, req, &frame)?,
+            Ok(Some(_)) | Err(_) => {
+                return Err(self.fail(
+                    Invariant::ClientResult,
+                    "a single-record request was streamed or refused".into(),
+                ))
+            }
         }
         Ok(())
     }
