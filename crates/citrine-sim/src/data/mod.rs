@@ -589,21 +589,40 @@ fn parse_reply(frame: &[u8]) -> Option<(u8, Option<i64>)> {
     Some((message.header.result_code, value))
 }
 
+/// `n` distinct node ids, of scattered magnitudes, in a random order.
+fn node_ids(rng: &mut SimRng, n: usize) -> Vec<u64> {
+    let mut ids = BTreeSet::new();
+    while ids.len() < n {
+        ids.insert(rng.next_u64() >> rng.below(40) | 1);
+    }
+    let mut ids: Vec<u64> = ids.into_iter().collect();
+    for i in (1..ids.len()).rev() {
+        let j = rng.index(i + 1);
+        ids.swap(i, j);
+    }
+    ids
+}
+
+/// The partition whose fabric calls are traced: `CITRINE_SIM_TRACE_PARTITION`,
+/// else that of the traced put key (`CITRINE_SIM_TRACE_PUT`).
+fn traced_partition() -> Option<u16> {
+    std::env::var("CITRINE_SIM_TRACE_PARTITION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .or_else(|| {
+            // A traced put key's partition is traced too.
+            let key: usize = std::env::var("CITRINE_SIM_TRACE_PUT").ok()?.parse().ok()?;
+            Some(digest_in(SET, &put_key(key)).partition().index() as u16)
+        })
+}
+
 impl World {
     fn new(seed: u64, cfg: DataConfig) -> World {
         assert!(cfg.min_initial >= 3 && cfg.min_initial <= cfg.max_initial);
         let mut rng = SimRng::new(seed);
         let initial = rng.range(cfg.min_initial as u64, cfg.max_initial as u64) as usize;
         let n = initial + cfg.spares;
-        let mut ids = BTreeSet::new();
-        while ids.len() < n {
-            ids.insert(rng.next_u64() >> rng.below(40) | 1);
-        }
-        let mut ids: Vec<u64> = ids.into_iter().collect();
-        for i in (1..ids.len()).rev() {
-            let j = rng.index(i + 1);
-            ids.swap(i, j);
-        }
+        let ids = node_ids(&mut rng, n);
         let addrs: Vec<PeerAddr> = (0..n)
             .filter_map(|i| PeerAddr::new(format!("10.0.1.{i}:3002")))
             .collect();
@@ -661,14 +680,7 @@ impl World {
             trace_cluster: std::env::var_os("CITRINE_SIM_TRACE_CLUSTER").is_some(),
             traced_calls: BTreeMap::new(),
             held_since: None,
-            trace_partition: std::env::var("CITRINE_SIM_TRACE_PARTITION")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .or_else(|| {
-                    // A traced put key's partition is traced too.
-                    let key: usize = std::env::var("CITRINE_SIM_TRACE_PUT").ok()?.parse().ok()?;
-                    Some(digest_in(SET, &put_key(key)).partition().index() as u16)
-                }),
+            trace_partition: traced_partition(),
             next_req: 1,
             counters,
             puts,
