@@ -1218,30 +1218,9 @@ pub(crate) fn start_aggregate(
         }
         Err(code) => return refuse(out, code),
     };
-    if aggregations.layers.dist.routes() {
-        // Only those that list their partitions follow acting-master
-        // claims (see there); a claim lost during the walk fails the run.
-        cursor.keep_served_partitions(aggregations.layers, crate::scan::lists_partitions(message));
-    }
-    let delegated =
-        match delegate_partitions(aggregations, message, &namespace, cursor.take_unavailable()) {
-            Ok(delegated) => delegated,
-            Err(partition) => {
-                // An aggregation's stream has no per-partition answers (the
-                // official clients read none), so a partition left out would
-                // be a silently wrong result: fail it instead, to be tried
-                // again.
-                tracing::debug!(
-                    partition = partition.index(),
-                    "aggregation refused: a partition it must cover is not served whole here"
-                );
-                return refuse(out, ResultCode::Unavailable);
-            }
-        };
-    let request = if delegated.is_empty() {
-        Vec::new()
-    } else {
-        part_request(message, &[])
+    let (delegated, request) = match delegate(aggregations, message, &namespace, &mut cursor) {
+        Ok(delegated) => delegated,
+        Err(code) => return refuse(out, code),
     };
     let part_timeout = match message.header.transaction_ttl {
         0 => AGGREGATE_PART_TIMEOUT,
@@ -1275,6 +1254,45 @@ pub(crate) fn start_aggregate(
         part_timeout,
         watch,
     }))
+}
+
+/// The parts of the aggregation that run first on acting masters (see
+/// [`delegate_partitions`]), once `cursor` keeps only the partitions this
+/// node serves, and the request each part repeats (empty when there are
+/// none); `Err` (11) when a partition it must cover is not served whole
+/// here.
+fn delegate(
+    aggregations: &Aggregations<'_>,
+    message: &Message<'_>,
+    namespace: &Namespace,
+    cursor: &mut crate::scan::ScanCursor,
+) -> Result<(Parts, Vec<u8>), ResultCode> {
+    if aggregations.layers.dist.routes() {
+        // Only those that list their partitions follow acting-master
+        // claims (see there); a claim lost during the walk fails the run.
+        cursor.keep_served_partitions(aggregations.layers, crate::scan::lists_partitions(message));
+    }
+    let delegated =
+        match delegate_partitions(aggregations, message, namespace, cursor.take_unavailable()) {
+            Ok(delegated) => delegated,
+            Err(partition) => {
+                // An aggregation's stream has no per-partition answers (the
+                // official clients read none), so a partition left out would
+                // be a silently wrong result: fail it instead, to be tried
+                // again.
+                tracing::debug!(
+                    partition = partition.index(),
+                    "aggregation refused: a partition it must cover is not served whole here"
+                );
+                return Err(ResultCode::Unavailable);
+            }
+        };
+    let request = if delegated.is_empty() {
+        Vec::new()
+    } else {
+        part_request(message, &[])
+    };
+    Ok((delegated, request))
 }
 
 /// The cursor over the records an aggregation reads. `Ok(None)`: its set
