@@ -21,9 +21,11 @@
 //! jobs take it, secondary indexes take `sindex::Indexes` (the layers and
 //! the indexes), aggregations `udf::Aggregations` (the layers, the indexes,
 //! the modules, the jobs, and the dispatcher's runner of a part here as a
-//! `udf::LocalParts`); the info answers take `Layers` or a feature's
-//! handle (only their dispatcher sees the `Service`). `Service` implements the
-//! distribution layer's [`citrine_distribution::LocalExecutor`], so a
+//! `udf::LocalParts`); of the info commands, the dispatcher and some
+//! answers (statistics, configuration, truncation, the roster) still take
+//! `&Service`, the others `Layers` or a feature's handle. `Service`
+//! implements the distribution layer's
+//! [`citrine_distribution::LocalExecutor`], so a
 //! request proxied here, or one whose duplicate resolution ended, runs with
 //! its record UDF, and serves the features' fabric calls
 //! ([`Service::serve_fabric`]: index definitions, UDF modules, aggregation
