@@ -205,20 +205,8 @@ fn parse(code: Code, items: &[Value]) -> Result<Args, CdtError> {
     };
     for (kind, item) in kinds.iter().zip(items) {
         match kind {
-            Arg::ByteOffset => {
-                let offset = number(item)? as i64;
-                if offset.unsigned_abs() > PROTO_SIZE_MAX {
-                    return Err(CdtError::Parameter);
-                }
-                args.offset = offset * 8;
-            }
-            Arg::BitOffset => {
-                let offset = number(item)? as i64;
-                if offset.unsigned_abs() > MAX_BITS {
-                    return Err(CdtError::Parameter);
-                }
-                args.offset = offset;
-            }
+            Arg::ByteOffset => args.offset = offset(item, PROTO_SIZE_MAX)? * 8,
+            Arg::BitOffset => args.offset = offset(item, MAX_BITS)?,
             Arg::ByteSize | Arg::ByteSizeOrZero => {
                 let size = number(item)?;
                 if size > PROTO_SIZE_MAX || (size == 0 && matches!(kind, Arg::ByteSize)) {
@@ -226,79 +214,74 @@ fn parse(code: Code, items: &[Value]) -> Result<Args, CdtError> {
                 }
                 args.size = size * 8;
             }
-            Arg::IntSize => {
-                let size = number(item)?;
-                if !(1..=64).contains(&size) {
-                    return Err(CdtError::Parameter);
-                }
-                args.size = size;
-            }
-            Arg::BitSize => {
-                let size = number(item)?;
-                if size == 0 || size > MAX_BITS {
-                    return Err(CdtError::Parameter);
-                }
-                args.size = size;
-            }
+            Arg::IntSize => args.size = within(item, 1..=64)?,
+            Arg::BitSize => args.size = within(item, 1..=MAX_BITS)?,
             Arg::Bool => match item {
                 Value::Bool(b) => args.value = u64::from(*b),
                 _ => return Err(CdtError::Parameter),
             },
-            Arg::Shift => {
-                args.value = number(item)?;
-                if args.value > MAX_BITS {
-                    return Err(CdtError::Parameter);
-                }
-            }
+            Arg::Shift => args.value = within(item, 0..=MAX_BITS)?,
             Arg::Number => args.value = number(item)?,
-            Arg::Bytes => {
-                // The particle prefix is already off (value::decode).
-                let bytes = match item {
-                    Value::Blob(_, b) | Value::Str(b) | Value::Geo(b) => b,
-                    _ => return Err(CdtError::Parameter),
-                };
-                let bits = bytes.len() as u64 * 8;
-                if bytes.is_empty() || (args.size != 0 && bits < args.size) {
-                    return Err(CdtError::Parameter);
-                }
-                if args.size == 0 {
-                    args.size = bits;
-                }
-                args.bytes = bytes.clone();
-            }
-            Arg::Flags => {
-                args.flags = number(item)?;
-                if args.flags & !allowed_flags != 0
-                    || args.flags & (CREATE_ONLY | UPDATE_ONLY) == CREATE_ONLY | UPDATE_ONLY
-                {
-                    return Err(CdtError::Parameter);
-                }
-            }
+            Arg::Bytes => take_bytes(&mut args, item)?,
+            Arg::Flags => args.flags = flags(item, allowed_flags, CREATE_ONLY | UPDATE_ONLY)?,
             Arg::ResizeFlags => {
-                args.subflags = number(item)?;
-                if args.subflags & !(FROM_FRONT | GROW_ONLY | SHRINK_ONLY) != 0
-                    || args.subflags & (GROW_ONLY | SHRINK_ONLY) == GROW_ONLY | SHRINK_ONLY
-                {
-                    return Err(CdtError::Parameter);
-                }
+                let allowed = FROM_FRONT | GROW_ONLY | SHRINK_ONLY;
+                args.subflags = flags(item, allowed, GROW_ONLY | SHRINK_ONLY)?;
             }
             Arg::ArithFlags => {
-                args.subflags = number(item)?;
-                if args.subflags & !(SIGNED | SATURATE | WRAP) != 0
-                    || args.subflags & (SATURATE | WRAP) == SATURATE | WRAP
-                {
-                    return Err(CdtError::Parameter);
-                }
+                args.subflags = flags(item, SIGNED | SATURATE | WRAP, SATURATE | WRAP)?;
             }
-            Arg::SignFlag => {
-                args.subflags = number(item)?;
-                if args.subflags & !SIGNED != 0 {
-                    return Err(CdtError::Parameter);
-                }
-            }
+            Arg::SignFlag => args.subflags = flags(item, SIGNED, 0)?,
         }
     }
     Ok(args)
+}
+
+/// An offset argument, at most `max` away from either end.
+fn offset(item: &Value, max: u64) -> Result<i64, CdtError> {
+    let offset = number(item)? as i64;
+    if offset.unsigned_abs() > max {
+        return Err(CdtError::Parameter);
+    }
+    Ok(offset)
+}
+
+/// An integer argument in `range`.
+fn within(item: &Value, range: std::ops::RangeInclusive<u64>) -> Result<u64, CdtError> {
+    let value = number(item)?;
+    if !range.contains(&value) {
+        return Err(CdtError::Parameter);
+    }
+    Ok(value)
+}
+
+/// A flags argument: only `allowed` bits, and not every bit of
+/// `exclusive` at once (a pair that contradicts itself; 0: no such pair).
+fn flags(item: &Value, allowed: u64, exclusive: u64) -> Result<u64, CdtError> {
+    let flags = number(item)?;
+    if flags & !allowed != 0 || (exclusive != 0 && flags & exclusive == exclusive) {
+        return Err(CdtError::Parameter);
+    }
+    Ok(flags)
+}
+
+/// A bytes argument: not empty, and holding at least the size given
+/// before it (which it sets when none was).
+fn take_bytes(args: &mut Args, item: &Value) -> Result<(), CdtError> {
+    // The particle prefix is already off (value::decode).
+    let bytes = match item {
+        Value::Blob(_, b) | Value::Str(b) | Value::Geo(b) => b,
+        _ => return Err(CdtError::Parameter),
+    };
+    let bits = bytes.len() as u64 * 8;
+    if bytes.is_empty() || (args.size != 0 && bits < args.size) {
+        return Err(CdtError::Parameter);
+    }
+    if args.size == 0 {
+        args.size = bits;
+    }
+    args.bytes = bytes.clone();
+    Ok(())
 }
 
 /// What a modify op does to the bin.
@@ -433,110 +416,132 @@ fn span_fits(start: u64, size: u64, len: usize) -> bool {
 /// Evaluates a modify op on `old` (empty for a missing bin).
 fn write(code: Code, args: &Args, old: &[u8]) -> Result<Step, CdtError> {
     let start = normalize(args.offset, old.len())?;
-    let old_len = old.len() as u64;
-    let byte_offset = start / 8;
-    let flags = args.flags;
-    let step = match code {
-        Code::Resize => {
-            let new_len = args.size / 8;
-            if (new_len < old_len && args.subflags & GROW_ONLY != 0)
-                || (new_len > old_len && args.subflags & SHRINK_ONLY != 0)
-            {
-                return refuse(flags, CdtError::Parameter);
-            }
-            if new_len == old_len {
-                return Ok(Step::Skip);
-            }
-            check_size(new_len, args.limit)?;
-            let new_len = new_len as usize;
-            let front = args.subflags & FROM_FRONT != 0;
-            let mut new = Vec::with_capacity(new_len);
-            if new_len < old.len() {
-                let cut = old.len() - new_len;
-                new.extend_from_slice(if front { &old[cut..] } else { &old[..new_len] });
-            } else if front {
-                new.resize(new_len - old.len(), 0);
-                new.extend_from_slice(old);
-            } else {
-                new.extend_from_slice(old);
-                new.resize(new_len, 0);
-            }
-            Step::Write(new)
-        }
-        Code::Insert => {
-            let at = byte_offset.min(old_len) as usize;
-            let gap = byte_offset.saturating_sub(old_len);
-            check_size(old_len + gap + args.bytes.len() as u64, args.limit)?;
-            let mut new = Vec::with_capacity(old.len() + gap as usize + args.bytes.len());
-            new.extend_from_slice(&old[..at]);
-            new.resize(new.len() + gap as usize, 0);
-            new.extend_from_slice(&args.bytes);
-            new.extend_from_slice(&old[at..]);
-            Step::Write(new)
-        }
-        Code::Remove => {
-            if byte_offset >= old_len {
-                return refuse(flags, CdtError::Parameter);
-            }
-            let mut end = byte_offset + args.size / 8;
-            if end > old_len {
-                if flags & PARTIAL == 0 {
-                    return refuse(flags, CdtError::Parameter);
-                }
-                end = old_len;
-            }
-            check_size(old_len - (end - byte_offset), args.limit)?;
-            let mut new = old.to_vec();
-            new.drain(byte_offset as usize..end as usize);
-            Step::Write(new)
-        }
+    match code {
+        Code::Resize => resize(args, old),
+        Code::Insert => insert(args, old, start / 8),
+        Code::Remove => remove(args, old, start / 8),
         Code::Set | Code::Or | Code::Xor | Code::And | Code::Not | Code::LShift | Code::RShift => {
-            if byte_offset >= old_len {
-                return refuse(flags, CdtError::OpNotApplicable);
-            }
-            let mut size = args.size;
-            if !span_fits(start, size, old.len()) {
-                if flags & PARTIAL == 0 {
-                    return refuse(flags, CdtError::OpNotApplicable);
-                }
-                // Cut at the blob's end.
-                size = old_len * 8 - start;
-            }
-            check_size(old_len, args.limit)?;
-            let mut new = old.to_vec();
-            modify_span(code, args, &mut new, start, size);
-            Step::Write(new)
+            modify(code, args, old, start)
         }
-        Code::Add | Code::Subtract | Code::SetInt => {
-            if !span_fits(start, args.size, old.len()) {
-                return refuse(flags, CdtError::OpNotApplicable);
-            }
-            check_size(old_len, args.limit)?;
-            let bits = args.size as u32;
-            let value = if code == Code::SetInt {
-                args.value & mask(bits)
-            } else {
-                let load = load_int(old, start, bits);
-                match arithmetic(
-                    load,
-                    args.value,
-                    bits,
-                    code == Code::Subtract,
-                    args.subflags,
-                ) {
-                    Some(result) => result,
-                    None => return refuse(flags, CdtError::OpNotApplicable),
-                }
-            };
-            let mut new = old.to_vec();
-            store_int(&mut new, start, bits, value);
-            Step::Write(new)
-        }
+        Code::Add | Code::Subtract | Code::SetInt => write_int(code, args, old, start),
         Code::Get | Code::Count | Code::LScan | Code::RScan | Code::GetInt => {
-            return Err(CdtError::Parameter)
+            Err(CdtError::Parameter)
+        }
+    }
+}
+
+/// `resize`: to `size` bytes, cut or zero-filled at the end (or the
+/// front); refused against GROW_ONLY or SHRINK_ONLY.
+fn resize(args: &Args, old: &[u8]) -> Result<Step, CdtError> {
+    let old_len = old.len() as u64;
+    let new_len = args.size / 8;
+    if (new_len < old_len && args.subflags & GROW_ONLY != 0)
+        || (new_len > old_len && args.subflags & SHRINK_ONLY != 0)
+    {
+        return refuse(args.flags, CdtError::Parameter);
+    }
+    if new_len == old_len {
+        return Ok(Step::Skip);
+    }
+    check_size(new_len, args.limit)?;
+    let new_len = new_len as usize;
+    let front = args.subflags & FROM_FRONT != 0;
+    let mut new = Vec::with_capacity(new_len);
+    if new_len < old.len() {
+        let cut = old.len() - new_len;
+        new.extend_from_slice(if front { &old[cut..] } else { &old[..new_len] });
+    } else if front {
+        new.resize(new_len - old.len(), 0);
+        new.extend_from_slice(old);
+    } else {
+        new.extend_from_slice(old);
+        new.resize(new_len, 0);
+    }
+    Ok(Step::Write(new))
+}
+
+/// `insert`: the bytes at `byte_offset`, zero-filling a gap past the end.
+fn insert(args: &Args, old: &[u8], byte_offset: u64) -> Result<Step, CdtError> {
+    let old_len = old.len() as u64;
+    let at = byte_offset.min(old_len) as usize;
+    let gap = byte_offset.saturating_sub(old_len);
+    check_size(old_len + gap + args.bytes.len() as u64, args.limit)?;
+    let mut new = Vec::with_capacity(old.len() + gap as usize + args.bytes.len());
+    new.extend_from_slice(&old[..at]);
+    new.resize(new.len() + gap as usize, 0);
+    new.extend_from_slice(&args.bytes);
+    new.extend_from_slice(&old[at..]);
+    Ok(Step::Write(new))
+}
+
+/// `remove`: `size` bytes from `byte_offset` (cut at the end with
+/// PARTIAL).
+fn remove(args: &Args, old: &[u8], byte_offset: u64) -> Result<Step, CdtError> {
+    let (old_len, flags) = (old.len() as u64, args.flags);
+    if byte_offset >= old_len {
+        return refuse(flags, CdtError::Parameter);
+    }
+    let mut end = byte_offset + args.size / 8;
+    if end > old_len {
+        if flags & PARTIAL == 0 {
+            return refuse(flags, CdtError::Parameter);
+        }
+        end = old_len;
+    }
+    check_size(old_len - (end - byte_offset), args.limit)?;
+    let mut new = old.to_vec();
+    new.drain(byte_offset as usize..end as usize);
+    Ok(Step::Write(new))
+}
+
+/// `set`, the bitwise ops and the shifts over the span of `size` bits at
+/// bit `start` (cut at the end with PARTIAL).
+fn modify(code: Code, args: &Args, old: &[u8], start: u64) -> Result<Step, CdtError> {
+    let (old_len, flags) = (old.len() as u64, args.flags);
+    if start / 8 >= old_len {
+        return refuse(flags, CdtError::OpNotApplicable);
+    }
+    let mut size = args.size;
+    if !span_fits(start, size, old.len()) {
+        if flags & PARTIAL == 0 {
+            return refuse(flags, CdtError::OpNotApplicable);
+        }
+        // Cut at the blob's end.
+        size = old_len * 8 - start;
+    }
+    check_size(old_len, args.limit)?;
+    let mut new = old.to_vec();
+    modify_span(code, args, &mut new, start, size);
+    Ok(Step::Write(new))
+}
+
+/// `add`, `subtract` and `set-int` on the integer of `size` bits at bit
+/// `start`.
+fn write_int(code: Code, args: &Args, old: &[u8], start: u64) -> Result<Step, CdtError> {
+    let flags = args.flags;
+    if !span_fits(start, args.size, old.len()) {
+        return refuse(flags, CdtError::OpNotApplicable);
+    }
+    check_size(old.len() as u64, args.limit)?;
+    let bits = args.size as u32;
+    let value = if code == Code::SetInt {
+        args.value & mask(bits)
+    } else {
+        let load = load_int(old, start, bits);
+        match arithmetic(
+            load,
+            args.value,
+            bits,
+            code == Code::Subtract,
+            args.subflags,
+        ) {
+            Some(result) => result,
+            None => return refuse(flags, CdtError::OpNotApplicable),
         }
     };
-    Ok(step)
+    let mut new = old.to_vec();
+    store_int(&mut new, start, bits, value);
+    Ok(Step::Write(new))
 }
 
 /// The reference refuses a result blob of 128 MiB or more (checked once

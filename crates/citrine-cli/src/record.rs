@@ -242,91 +242,10 @@ pub async fn run(action: Action, args: RecordArgs) -> CliResult {
     } else {
         Vec::new()
     };
-    let timeout = Duration::from_millis(args.host.timeout_ms);
     let client = connect(&args.host).await?;
-    let mut read = ReadPolicy::default();
-    read.base.total_timeout = timeout;
-    read.base.send_key = args.send_key;
-    let mut write = WritePolicy {
-        base: read.base.clone(),
-        ..WritePolicy::default()
-    };
-    if let Some(ttl) = args.ttl {
-        write.expiration = match ttl {
-            -1 => Expiration::Never,
-            -2 => Expiration::DontUpdate,
-            0 => Expiration::NamespaceDefault,
-            seconds if seconds > 0 => {
-                Expiration::Seconds(u32::try_from(seconds).map_err(|_| "--ttl is too large")?)
-            }
-            _ => return Err(
-                "--ttl must be -2 (keep), -1 (never), 0 (default) or a positive number of seconds"
-                    .into(),
-            ),
-        };
-    }
-    if let Some(generation) = args.generation {
-        write.generation = GenerationPolicy::ExpectEqual(generation);
-    }
-    write.record_exists = match (args.create_only, args.replace) {
-        (true, true) => return Err("--create-only and --replace cannot be combined".into()),
-        (true, false) => RecordExistsAction::CreateOnly,
-        (false, true) => RecordExistsAction::Replace,
-        (false, false) => RecordExistsAction::Update,
-    };
-    let hint = |e: citrine_client::Error| {
-        let extra = match e.raw_code() {
-            Some(20) => {
-                "\n  hint: the namespace does not exist; list them with `citrine info namespaces`"
-            }
-            Some(3) => {
-                "\n  hint: the generation did not match; read the record to see its generation"
-            }
-            Some(5) => "\n  hint: the record exists; drop --create-only to update it",
-            Some(21) => "\n  hint: bin names are at most 15 bytes",
-            _ => "",
-        };
-        format!("{e}{extra}")
-    };
+    let (read, write) = policies(&args)?;
     let code = match action {
-        Action::Get => {
-            let bins = if args.bins.is_empty() {
-                Bins::All
-            } else {
-                Bins::Names(args.bins.clone())
-            };
-            match client.get(&read, &key, bins).await.map_err(hint)? {
-                None => {
-                    eprintln!(
-                        "record not found: {}/{}/{}",
-                        args.namespace, args.set, args.key
-                    );
-                    ExitCode::from(2)
-                }
-                Some(record) => {
-                    if args.output_json {
-                        let bins: serde_json::Map<String, serde_json::Value> = record
-                            .bins
-                            .iter()
-                            .map(|(k, v)| (k.clone(), value_to_json(v)))
-                            .collect();
-                        let out = serde_json::json!({"generation": record.generation, "ttl": record.ttl(), "bins": bins});
-                        outln!("{out}");
-                    } else {
-                        let ttl = record.ttl().map_or("never".to_owned(), |t| format!("{t}s"));
-                        outln!(
-                            "generation: {}  ttl: {ttl}  digest: {}",
-                            record.generation,
-                            key.digest.to_hex()
-                        );
-                        for (name, value) in &record.bins {
-                            outln!("  {name}: {}", show_value(value));
-                        }
-                    }
-                    ExitCode::SUCCESS
-                }
-            }
-        }
+        Action::Get => get(&client, &read, &key, &args).await?,
         Action::Put => {
             client.put(&write, &key, &put_bins).await.map_err(hint)?;
             outln!("ok");
@@ -353,6 +272,106 @@ pub async fn run(action: Action, args: RecordArgs) -> CliResult {
     };
     client.close();
     Ok(code)
+}
+
+/// The read and write policies the arguments ask for.
+fn policies(args: &RecordArgs) -> Result<(ReadPolicy, WritePolicy), String> {
+    let timeout = Duration::from_millis(args.host.timeout_ms);
+    let mut read = ReadPolicy::default();
+    read.base.total_timeout = timeout;
+    read.base.send_key = args.send_key;
+    let mut write = WritePolicy {
+        base: read.base.clone(),
+        ..WritePolicy::default()
+    };
+    if let Some(ttl) = args.ttl {
+        write.expiration = expiration(ttl)?;
+    }
+    if let Some(generation) = args.generation {
+        write.generation = GenerationPolicy::ExpectEqual(generation);
+    }
+    write.record_exists = match (args.create_only, args.replace) {
+        (true, true) => return Err("--create-only and --replace cannot be combined".into()),
+        (true, false) => RecordExistsAction::CreateOnly,
+        (false, true) => RecordExistsAction::Replace,
+        (false, false) => RecordExistsAction::Update,
+    };
+    Ok((read, write))
+}
+
+/// `--ttl`: -2 keeps the record's, -1 never expires, 0 is the namespace's
+/// default, else seconds.
+fn expiration(ttl: i64) -> Result<Expiration, String> {
+    Ok(match ttl {
+        -1 => Expiration::Never,
+        -2 => Expiration::DontUpdate,
+        0 => Expiration::NamespaceDefault,
+        seconds if seconds > 0 => {
+            Expiration::Seconds(u32::try_from(seconds).map_err(|_| "--ttl is too large")?)
+        }
+        _ => {
+            return Err(
+                "--ttl must be -2 (keep), -1 (never), 0 (default) or a positive number of seconds"
+                    .into(),
+            )
+        }
+    })
+}
+
+/// A client error, with a hint for the codes a user can act on.
+fn hint(e: citrine_client::Error) -> String {
+    let extra = match e.raw_code() {
+        Some(20) => {
+            "\n  hint: the namespace does not exist; list them with `citrine info namespaces`"
+        }
+        Some(3) => "\n  hint: the generation did not match; read the record to see its generation",
+        Some(5) => "\n  hint: the record exists; drop --create-only to update it",
+        Some(21) => "\n  hint: bin names are at most 15 bytes",
+        _ => "",
+    };
+    format!("{e}{extra}")
+}
+
+/// `get`: prints the record (2 when there is none).
+async fn get(
+    client: &Client,
+    read: &ReadPolicy,
+    key: &Key,
+    args: &RecordArgs,
+) -> Result<ExitCode, String> {
+    let bins = if args.bins.is_empty() {
+        Bins::All
+    } else {
+        Bins::Names(args.bins.clone())
+    };
+    let Some(record) = client.get(read, key, bins).await.map_err(hint)? else {
+        eprintln!(
+            "record not found: {}/{}/{}",
+            args.namespace, args.set, args.key
+        );
+        return Ok(ExitCode::from(2));
+    };
+    if args.output_json {
+        let bins: serde_json::Map<String, serde_json::Value> = record
+            .bins
+            .iter()
+            .map(|(k, v)| (k.clone(), value_to_json(v)))
+            .collect();
+        let out =
+            serde_json::json!({"generation": record.generation, "ttl": record.ttl(), "bins": bins});
+        outln!("{out}");
+    } else {
+        let ttl = record.ttl().map_or("never".to_owned(), |t| format!("{t}s"));
+        outln!(
+            "generation: {}  ttl: {ttl}  digest: {}",
+            record.generation,
+            key.digest.to_hex()
+        );
+        for (name, value) in &record.bins {
+            outln!("  {name}: {}", show_value(value));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

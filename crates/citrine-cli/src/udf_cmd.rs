@@ -12,8 +12,8 @@
 
 use crate::record::{connect, json_to_value, key_of, value_to_json, KeyType};
 use crate::{CliResult, HostArgs};
-use citrine_client::{udf_hash, Error, Value, WritePolicy};
-use std::path::PathBuf;
+use citrine_client::{udf_hash, Error, Key, Value, WritePolicy};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -149,23 +149,7 @@ fn explain(error: Error) -> String {
 
 pub async fn run(args: UdfArgs) -> CliResult {
     match args.command {
-        UdfCommand::Put { host, file, name } => {
-            let source = std::fs::read(&file)
-                .map_err(|error| format!("cannot read {}: {error}", file.display()))?;
-            let name = match name {
-                Some(name) => module_file_name(&name),
-                None => file
-                    .file_name()
-                    .and_then(|name| name.to_str())
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("{} has no file name; pass --name", file.display()))?,
-            };
-            let client = connect(&host).await?;
-            client.register_udf(&name, &source).await.map_err(explain)?;
-            outln!("ok: {name} registered (sha1 {})", udf_hash(&source));
-            client.close();
-            Ok(ExitCode::SUCCESS)
-        }
+        UdfCommand::Put { host, file, name } => put(&host, &file, name).await,
         UdfCommand::List { host } => {
             let client = connect(&host).await?;
             let modules = client.list_udfs().await.map_err(explain)?;
@@ -178,31 +162,7 @@ pub async fn run(args: UdfArgs) -> CliResult {
             client.close();
             Ok(ExitCode::SUCCESS)
         }
-        UdfCommand::Get { host, name } => {
-            let name = module_file_name(&name);
-            let client = connect(&host).await?;
-            let source = client.get_udf(&name).await.map_err(explain)?;
-            client.close();
-            match source {
-                Some(source) => {
-                    use std::io::Write as _;
-                    let mut stdout = std::io::stdout().lock();
-                    if stdout
-                        .write_all(&source)
-                        .and_then(|()| stdout.flush())
-                        .is_err()
-                    {
-                        // Closed stdout (`| head`): nothing more to say.
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                None => {
-                    eprintln!("no module {name} on the server (see `citrine udf list`)");
-                    Ok(ExitCode::from(2))
-                }
-            }
-        }
+        UdfCommand::Get { host, name } => get(&host, &name).await,
         UdfCommand::Remove { host, name } => {
             let name = module_file_name(&name);
             let client = connect(&host).await?;
@@ -223,25 +183,82 @@ pub async fn run(args: UdfArgs) -> CliResult {
             args,
         } => {
             let key = key_of(&namespace, &set, &key, key_type)?;
-            let module = module.strip_suffix(".lua").unwrap_or(&module).to_owned();
-            let args = args
-                .iter()
-                .enumerate()
-                .map(|(index, text)| parse_arg(index + 1, text))
-                .collect::<Result<Vec<_>, _>>()?;
-            let client = connect(&host).await?;
-            let mut write = WritePolicy::default();
-            write.base.total_timeout = Duration::from_millis(host.timeout_ms);
-            write.base.send_key = send_key;
-            let result = client
-                .execute_udf(&write, &key, &module, &function, &args)
-                .await
-                .map_err(explain)?;
-            outln!("{}", value_to_json(&result));
-            client.close();
-            Ok(ExitCode::SUCCESS)
+            execute(&host, send_key, &key, (&module, &function, &args)).await
         }
     }
+}
+
+/// `udf put`: registers the module in `file`, named `name` or as the file.
+async fn put(host: &HostArgs, file: &Path, name: Option<String>) -> CliResult {
+    let source =
+        std::fs::read(file).map_err(|error| format!("cannot read {}: {error}", file.display()))?;
+    let name = match name {
+        Some(name) => module_file_name(&name),
+        None => file
+            .file_name()
+            .and_then(|name| name.to_str())
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{} has no file name; pass --name", file.display()))?,
+    };
+    let client = connect(host).await?;
+    client.register_udf(&name, &source).await.map_err(explain)?;
+    outln!("ok: {name} registered (sha1 {})", udf_hash(&source));
+    client.close();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `udf get`: writes the module's source to stdout (2 when there is none).
+async fn get(host: &HostArgs, name: &str) -> CliResult {
+    let name = module_file_name(name);
+    let client = connect(host).await?;
+    let source = client.get_udf(&name).await.map_err(explain)?;
+    client.close();
+    match source {
+        Some(source) => {
+            use std::io::Write as _;
+            let mut stdout = std::io::stdout().lock();
+            if stdout
+                .write_all(&source)
+                .and_then(|()| stdout.flush())
+                .is_err()
+            {
+                // Closed stdout (`| head`): nothing more to say.
+                return Ok(ExitCode::SUCCESS);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            eprintln!("no module {name} on the server (see `citrine udf list`)");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// `udf execute`: calls `module.function(record, args...)` on `key` and
+/// prints what it returned as JSON.
+async fn execute(
+    host: &HostArgs,
+    send_key: bool,
+    key: &Key,
+    (module, function, args): (&str, &str, &[String]),
+) -> CliResult {
+    let module = module.strip_suffix(".lua").unwrap_or(module).to_owned();
+    let args = args
+        .iter()
+        .enumerate()
+        .map(|(index, text)| parse_arg(index + 1, text))
+        .collect::<Result<Vec<_>, _>>()?;
+    let client = connect(host).await?;
+    let mut write = WritePolicy::default();
+    write.base.total_timeout = Duration::from_millis(host.timeout_ms);
+    write.base.send_key = send_key;
+    let result = client
+        .execute_udf(&write, key, &module, function, &args)
+        .await
+        .map_err(explain)?;
+    outln!("{}", value_to_json(&result));
+    client.close();
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -270,142 +270,238 @@ impl Client {
         keys.iter().try_for_each(Key::validate)?;
         let count = u32::try_from(keys.len())
             .map_err(|_| Error::InvalidArgument("too many keys for one batch".into()))?;
-        let mut outcomes: Vec<Option<Result<RowAnswer>>> = (0..count).map(|_| None).collect();
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let base = &policy.base;
         let counters = &self.cluster.counters;
         counters.commands.fetch_add(1, Ordering::Relaxed);
-        let total_deadline = base.total_deadline(Instant::now());
-        let spin = self.next_random();
-        let mut pending: Vec<usize> = (0..keys.len()).collect();
-        // A UDF need not be idempotent: rows that may have reached the
-        // server are never sent again (a UDF must not run twice).
-        let runs_udf = matches!(spec, RowSpec::Full { udf: Some(_), .. });
-        let mut attempt: u32 = 0;
-        let mut in_doubt = false;
+        let mut run = BatchRun {
+            client: self,
+            policy,
+            keys,
+            spec,
+            is_write,
+            count,
+            total_deadline: policy.base.total_deadline(Instant::now()),
+            spin: self.next_random(),
+            // A UDF need not be idempotent: rows that may have reached the
+            // server are never sent again (a UDF must not run twice).
+            runs_udf: matches!(spec, RowSpec::Full { udf: Some(_), .. }),
+            outcomes: (0..count).map(|_| None).collect(),
+            pending: (0..keys.len()).collect(),
+            attempt: 0,
+            in_doubt: false,
+        };
         loop {
-            // Group the unanswered rows by the node serving each now.
-            let mut groups: BTreeMap<NodeId, (Arc<Node>, Vec<usize>)> = BTreeMap::new();
-            let mut last_error = None;
-            {
-                let state = self.cluster.state();
-                for &index in &pending {
-                    let key = &keys[index];
-                    match self.pick_node(&state, base, key, is_write, attempt, spin) {
-                        Some(node) => groups
-                            .entry(node.id)
-                            .or_insert_with(|| (node, Vec::new()))
-                            .1
-                            .push(index),
-                        None => {
-                            last_error = Some(Error::NoNode {
-                                namespace: key.namespace.clone(),
-                                partition: key.partition().get(),
-                            })
-                        }
+            let (requests, mut last_error) = run.group();
+            let finished = run.round(requests).await?;
+            run.settle(finished, &mut last_error);
+            run.pending.retain(|&index| run.outcomes[index].is_none());
+            let Some(error) = last_error.filter(|_| !run.pending.is_empty()) else {
+                break;
+            };
+            if !run.back_off(error).await {
+                break;
+            }
+        }
+        Ok(run.into_outcomes())
+    }
+}
+
+/// One node's request of a round, once answered: the node, the rows it
+/// carried, their answers, and how the request ended.
+type Finished = (Arc<Node>, Vec<usize>, Vec<(usize, RowAnswer)>, Result<()>);
+
+/// One node's request of a round: the node and the rows it carries.
+type Request = (Arc<Node>, Vec<usize>);
+
+/// A batch on its way ([`Client::run_batch`]): the request, and each row's
+/// outcome so far.
+struct BatchRun<'a> {
+    client: &'a Client,
+    policy: &'a BatchPolicy,
+    keys: &'a [Key],
+    spec: &'a RowSpec,
+    is_write: bool,
+    /// How many rows the batch has.
+    count: u32,
+    total_deadline: Option<Instant>,
+    /// The replica choice's random start.
+    spin: u64,
+    /// Whether the rows run a UDF (never sent again once in doubt).
+    runs_udf: bool,
+    outcomes: Vec<Option<Result<RowAnswer>>>,
+    /// The rows with no outcome yet.
+    pending: Vec<usize>,
+    /// Rounds run again so far (0 in the first).
+    attempt: u32,
+    /// Whether a failed request may have applied its rows.
+    in_doubt: bool,
+}
+
+impl BatchRun<'_> {
+    /// The unanswered rows grouped by the node serving each now, in
+    /// requests of at most `max_rows_per_request` rows; and the error of
+    /// a row no node serves.
+    fn group(&self) -> (Vec<Request>, Option<Error>) {
+        let base = &self.policy.base;
+        let mut groups: BTreeMap<NodeId, (Arc<Node>, Vec<usize>)> = BTreeMap::new();
+        let mut last_error = None;
+        {
+            let state = self.client.cluster.state();
+            for &index in &self.pending {
+                let key = &self.keys[index];
+                let picked = self.client.pick_node(
+                    &state,
+                    base,
+                    key,
+                    self.is_write,
+                    self.attempt,
+                    self.spin,
+                );
+                match picked {
+                    Some(node) => groups
+                        .entry(node.id)
+                        .or_insert_with(|| (node, Vec::new()))
+                        .1
+                        .push(index),
+                    None => {
+                        last_error = Some(Error::NoNode {
+                            namespace: key.namespace.clone(),
+                            partition: key.partition().get(),
+                        })
                     }
                 }
             }
-            let chunk = match policy.max_rows_per_request {
-                0 => usize::MAX,
-                rows => rows,
-            };
-            let requests: Vec<(Arc<Node>, Vec<usize>)> = groups
-                .into_values()
-                .flat_map(|(node, indexes)| {
-                    indexes
-                        .chunks(chunk)
-                        .map(|rows| (node.clone(), rows.to_vec()))
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            let run = |node: Arc<Node>, indexes: Vec<usize>| {
-                let mut frame = Vec::with_capacity(64 + indexes.len() * 40);
-                encode_batch(&mut frame, policy, keys, &indexes, spec);
-                let base = base.clone();
-                async move {
-                    let mut answers = Vec::with_capacity(indexes.len());
-                    let deadlines = Deadlines {
-                        policy: &base,
-                        total: total_deadline,
-                    };
-                    let outcome =
-                        run_on_node(&node, &frame, &indexes, count, deadlines, &mut answers).await;
-                    (node, indexes, answers, outcome)
-                }
-            };
-            let mut finished = Vec::with_capacity(requests.len());
-            if requests.len() == 1 {
-                // One node (a single-node cluster, or keys of one node):
-                // no task to spawn.
-                for (node, indexes) in requests {
-                    finished.push(run(node, indexes).await);
-                }
-            } else {
-                let mut tasks = tokio::task::JoinSet::new();
-                for (node, indexes) in requests {
-                    tasks.spawn(run(node, indexes));
-                }
-                while let Some(joined) = tasks.join_next().await {
-                    finished.push(joined.map_err(|error| Error::Protocol {
-                        address: String::new(),
-                        message: format!("batch task failed: {error}"),
-                    })?);
-                }
+        }
+        let chunk = match self.policy.max_rows_per_request {
+            0 => usize::MAX,
+            rows => rows,
+        };
+        let requests = groups
+            .into_values()
+            .flat_map(|(node, indexes)| {
+                indexes
+                    .chunks(chunk)
+                    .map(|rows| (node.clone(), rows.to_vec()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        (requests, last_error)
+    }
+
+    /// Runs one round's requests, concurrently when there are several.
+    async fn round(&self, requests: Vec<Request>) -> Result<Vec<Finished>> {
+        let mut finished = Vec::with_capacity(requests.len());
+        if requests.len() == 1 {
+            // One node (a single-node cluster, or keys of one node):
+            // no task to spawn.
+            for (node, indexes) in requests {
+                finished.push(self.request(node, indexes).await);
             }
-            for (node, indexes, answers, outcome) in finished {
-                for (index, answer) in answers {
-                    outcomes[index] = Some(Ok(answer));
-                }
-                match outcome {
-                    Ok(()) => node.record_success(),
-                    Err(error) => {
-                        if error.counts_against_node() {
-                            node.record_failure();
-                        }
-                        in_doubt |= error.in_doubt();
-                        if error.is_retryable() && !(runs_udf && error.in_doubt()) {
-                            last_error = Some(error);
-                        } else {
-                            // Not worth another round, or one that could run a
-                            // UDF twice: the rows it did not answer fail.
-                            for index in indexes {
-                                if outcomes[index].is_none() {
-                                    outcomes[index] = Some(Err(error.clone()));
-                                }
+        } else {
+            let mut tasks = tokio::task::JoinSet::new();
+            for (node, indexes) in requests {
+                tasks.spawn(self.request(node, indexes));
+            }
+            while let Some(joined) = tasks.join_next().await {
+                finished.push(joined.map_err(|error| Error::Protocol {
+                    address: String::new(),
+                    message: format!("batch task failed: {error}"),
+                })?);
+            }
+        }
+        Ok(finished)
+    }
+
+    /// One node's request for the rows `indexes`, encoded now and run by
+    /// the future returned.
+    fn request(
+        &self,
+        node: Arc<Node>,
+        indexes: Vec<usize>,
+    ) -> impl std::future::Future<Output = Finished> + Send + 'static {
+        let mut frame = Vec::with_capacity(64 + indexes.len() * 40);
+        encode_batch(&mut frame, self.policy, self.keys, &indexes, self.spec);
+        let base = self.policy.base.clone();
+        let (count, total_deadline) = (self.count, self.total_deadline);
+        async move {
+            let mut answers = Vec::with_capacity(indexes.len());
+            let deadlines = Deadlines {
+                policy: &base,
+                total: total_deadline,
+            };
+            let outcome =
+                run_on_node(&node, &frame, &indexes, count, deadlines, &mut answers).await;
+            (node, indexes, answers, outcome)
+        }
+    }
+
+    /// Takes a round's answers: each answered row's outcome, each node's
+    /// health, and the rows of a failed request — to be sent again (its
+    /// error left in `last_error`) or failed with its error.
+    fn settle(&mut self, finished: Vec<Finished>, last_error: &mut Option<Error>) {
+        for (node, indexes, answers, outcome) in finished {
+            for (index, answer) in answers {
+                self.outcomes[index] = Some(Ok(answer));
+            }
+            match outcome {
+                Ok(()) => node.record_success(),
+                Err(error) => {
+                    if error.counts_against_node() {
+                        node.record_failure();
+                    }
+                    self.in_doubt |= error.in_doubt();
+                    if error.is_retryable() && !(self.runs_udf && error.in_doubt()) {
+                        *last_error = Some(error);
+                    } else {
+                        // Not worth another round, or one that could run a
+                        // UDF twice: the rows it did not answer fail.
+                        for index in indexes {
+                            if self.outcomes[index].is_none() {
+                                self.outcomes[index] = Some(Err(error.clone()));
                             }
                         }
                     }
                 }
             }
-            pending.retain(|&index| outcomes[index].is_none());
-            let Some(mut error) = last_error.filter(|_| !pending.is_empty()) else {
-                break;
-            };
-            attempt += 1;
-            let backoff = base.backoff_for(attempt, self.next_random());
-            let out_of_time =
-                total_deadline.is_some_and(|deadline| Instant::now() + backoff >= deadline);
-            if attempt > base.max_retries || out_of_time {
-                counters.command_failures.fetch_add(1, Ordering::Relaxed);
-                if let Error::Timeout { iterations, .. } = &mut error {
-                    *iterations = attempt;
-                }
-                error.set_in_doubt(is_write && in_doubt);
-                for &index in &pending {
-                    outcomes[index] = Some(Err(error.clone()));
-                }
-                break;
-            }
-            counters.retries.fetch_add(1, Ordering::Relaxed);
-            tracing::trace!(attempt, rows = pending.len(), %error, "retrying batch rows");
-            if !backoff.is_zero() {
-                tokio::time::sleep(backoff).await;
-            }
         }
-        Ok(outcomes
+    }
+
+    /// Before another round for the pending rows: false (and the pending
+    /// rows failed with `error`) when the retries or the time are used up;
+    /// else true, after the backoff.
+    async fn back_off(&mut self, mut error: Error) -> bool {
+        let base = &self.policy.base;
+        let counters = &self.client.cluster.counters;
+        self.attempt += 1;
+        let attempt = self.attempt;
+        let backoff = base.backoff_for(attempt, self.client.next_random());
+        let out_of_time = self
+            .total_deadline
+            .is_some_and(|deadline| Instant::now() + backoff >= deadline);
+        if attempt > base.max_retries || out_of_time {
+            counters.command_failures.fetch_add(1, Ordering::Relaxed);
+            if let Error::Timeout { iterations, .. } = &mut error {
+                *iterations = attempt;
+            }
+            error.set_in_doubt(self.is_write && self.in_doubt);
+            for &index in &self.pending {
+                self.outcomes[index] = Some(Err(error.clone()));
+            }
+            return false;
+        }
+        counters.retries.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(attempt, rows = self.pending.len(), %error, "retrying batch rows");
+        if !backoff.is_zero() {
+            tokio::time::sleep(backoff).await;
+        }
+        true
+    }
+
+    /// Each row's outcome, in the caller's order.
+    fn into_outcomes(self) -> Vec<Result<RowAnswer>> {
+        self.outcomes
             .into_iter()
             .map(|outcome| {
                 // Every row left the loop with an outcome (see `pending`).
@@ -416,7 +512,7 @@ impl Client {
                     })
                 })
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -472,100 +568,28 @@ pub(crate) fn encode_batch(
         transaction_ttl: policy.base.server_timeout_ms(),
         ..MsgHeader::default()
     };
-    let mut flags = parent_flag::REPORT_ERROR_RECORD;
-    if policy.allow_inline {
-        flags |= parent_flag::INLINE_IN_MEMORY | parent_flag::INLINE_ON_DEVICE;
-    }
-    if policy.respond_all_keys {
-        flags |= parent_flag::REPORT_ALL_ERRORS;
-    }
     let mut payload = Vec::with_capacity(5 + indexes.len() * 40);
     payload.extend_from_slice(&(indexes.len() as u32).to_be_bytes());
-    payload.push(flags);
+    payload.push(parent_flags(policy));
     let mut previous: Option<&Key> = None;
     for &index in indexes {
         let key = &keys[index];
         // Rows are at most u32::MAX (checked by the caller).
         payload.extend_from_slice(&(index as u32).to_be_bytes());
         payload.extend_from_slice(&key.digest.0);
-        let carries_key = match spec {
-            RowSpec::Read { .. } => false,
-            RowSpec::Full { send_key, .. } => *send_key && key.user_key.is_some(),
-        };
-        let previous_carried_key = previous.is_some_and(|previous| match spec {
-            RowSpec::Read { .. } => false,
-            RowSpec::Full { send_key, .. } => *send_key && previous.user_key.is_some(),
-        });
-        if !carries_key
-            && !previous_carried_key
+        let carries_key = spec.carries_key(key);
+        let repeats = !carries_key
             && previous.is_some_and(|previous| {
-                previous.namespace == key.namespace && previous.set == key.set
-            })
-        {
+                !spec.carries_key(previous)
+                    && previous.namespace == key.namespace
+                    && previous.set == key.set
+            });
+        previous = Some(key);
+        if repeats {
             payload.push(row_type::REPEAT);
-            previous = Some(key);
             continue;
         }
-        previous = Some(key);
-        let udf = match spec {
-            RowSpec::Full { udf, .. } => udf.as_ref(),
-            RowSpec::Read { .. } => None,
-        };
-        let n_fields = 1
-            + u16::from(!key.set.is_empty())
-            + u16::from(carries_key)
-            + if udf.is_some() { UdfFields::COUNT } else { 0 };
-        let (ops, n_ops): (&[u8], u16) = match spec {
-            RowSpec::Read { info1, names } => {
-                payload.push(row_type::READ);
-                payload.push(*info1);
-                (&[], names.len() as u16)
-            }
-            RowSpec::Full {
-                info1,
-                info2,
-                info3,
-                generation,
-                record_ttl,
-                ops,
-                n_ops,
-                ..
-            } => {
-                payload.push(row_type::INFO | row_type::GENERATION | row_type::TTL);
-                payload.extend_from_slice(&[*info1, *info2, *info3]);
-                payload.extend_from_slice(&generation.to_be_bytes());
-                payload.extend_from_slice(&record_ttl.to_be_bytes());
-                (ops, *n_ops)
-            }
-        };
-        payload.extend_from_slice(&n_fields.to_be_bytes());
-        payload.extend_from_slice(&n_ops.to_be_bytes());
-        push_field(
-            &mut payload,
-            field_type::NAMESPACE,
-            key.namespace.as_bytes(),
-        );
-        if !key.set.is_empty() {
-            push_field(&mut payload, field_type::SET, key.set.as_bytes());
-        }
-        if carries_key {
-            if let Some(user_key) = &key.user_key {
-                push_field(&mut payload, field_type::KEY, &user_key.to_field());
-            }
-        }
-        if let Some(udf) = udf {
-            udf.push_fields(&mut payload);
-        }
-        match spec {
-            RowSpec::Read { names, .. } => {
-                for name in names {
-                    payload.extend_from_slice(&(4 + name.len() as u32).to_be_bytes());
-                    payload.extend_from_slice(&[op_type::READ, 0, 0, name.len() as u8]);
-                    payload.extend_from_slice(name.as_bytes());
-                }
-            }
-            RowSpec::Full { .. } => payload.extend_from_slice(ops),
-        }
+        push_row(&mut payload, key, spec, carries_key);
     }
     let mut writer = MessageWriter::begin(out, &header);
     if let Some(filter) = &policy.base.filter {
@@ -573,6 +597,94 @@ pub(crate) fn encode_batch(
     }
     writer.field(field_type::BATCH_INDEX, &payload);
     writer.finish();
+}
+
+/// The parent message's flags for `policy`.
+fn parent_flags(policy: &BatchPolicy) -> u8 {
+    let mut flags = parent_flag::REPORT_ERROR_RECORD;
+    if policy.allow_inline {
+        flags |= parent_flag::INLINE_IN_MEMORY | parent_flag::INLINE_ON_DEVICE;
+    }
+    if policy.respond_all_keys {
+        flags |= parent_flag::REPORT_ALL_ERRORS;
+    }
+    flags
+}
+
+impl RowSpec {
+    /// Whether the row of `key` carries its user key (write rows that
+    /// send keys, for a key that has one).
+    fn carries_key(&self, key: &Key) -> bool {
+        match self {
+            RowSpec::Read { .. } => false,
+            RowSpec::Full { send_key, .. } => *send_key && key.user_key.is_some(),
+        }
+    }
+
+    /// The UDF call of BatchUDF rows.
+    fn udf(&self) -> Option<&UdfFields> {
+        match self {
+            RowSpec::Full { udf, .. } => udf.as_ref(),
+            RowSpec::Read { .. } => None,
+        }
+    }
+}
+
+/// A row that does not repeat the previous one, after its index and
+/// digest: its type and flags, field and op counts, fields, and ops.
+fn push_row(payload: &mut Vec<u8>, key: &Key, spec: &RowSpec, carries_key: bool) {
+    let udf = spec.udf();
+    let n_fields = 1
+        + u16::from(!key.set.is_empty())
+        + u16::from(carries_key)
+        + if udf.is_some() { UdfFields::COUNT } else { 0 };
+    let (ops, n_ops): (&[u8], u16) = match spec {
+        RowSpec::Read { info1, names } => {
+            payload.push(row_type::READ);
+            payload.push(*info1);
+            (&[], names.len() as u16)
+        }
+        RowSpec::Full {
+            info1,
+            info2,
+            info3,
+            generation,
+            record_ttl,
+            ops,
+            n_ops,
+            ..
+        } => {
+            payload.push(row_type::INFO | row_type::GENERATION | row_type::TTL);
+            payload.extend_from_slice(&[*info1, *info2, *info3]);
+            payload.extend_from_slice(&generation.to_be_bytes());
+            payload.extend_from_slice(&record_ttl.to_be_bytes());
+            (ops, *n_ops)
+        }
+    };
+    payload.extend_from_slice(&n_fields.to_be_bytes());
+    payload.extend_from_slice(&n_ops.to_be_bytes());
+    push_field(payload, field_type::NAMESPACE, key.namespace.as_bytes());
+    if !key.set.is_empty() {
+        push_field(payload, field_type::SET, key.set.as_bytes());
+    }
+    if carries_key {
+        if let Some(user_key) = &key.user_key {
+            push_field(payload, field_type::KEY, &user_key.to_field());
+        }
+    }
+    if let Some(udf) = udf {
+        udf.push_fields(payload);
+    }
+    match spec {
+        RowSpec::Read { names, .. } => {
+            for name in names {
+                payload.extend_from_slice(&(4 + name.len() as u32).to_be_bytes());
+                payload.extend_from_slice(&[op_type::READ, 0, 0, name.len() as u8]);
+                payload.extend_from_slice(name.as_bytes());
+            }
+        }
+        RowSpec::Full { .. } => payload.extend_from_slice(ops),
+    }
 }
 
 /// The deadline of each step of a node's request: the socket timeout from

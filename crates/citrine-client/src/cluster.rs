@@ -159,36 +159,56 @@ impl Cluster {
         let _guard = self.tend_lock.lock().await;
         self.counters.tends.fetch_add(1, Ordering::Relaxed);
         let current = self.state();
-        let mut nodes: Vec<Arc<Node>> = current.nodes.clone();
-        let mut map = current.map.clone();
-        let mut changed = false;
-
-        if nodes.is_empty() {
-            let (seeded, reasons) = self.seed().await;
-            if seeded.is_empty() {
-                self.counters.tend_failures.fetch_add(1, Ordering::Relaxed);
-                return Err(Error::NoSeed {
-                    seeds: self.config.seeds.join(", "),
-                    reasons: reasons.join("; "),
-                });
-            }
-            for node in seeded {
-                tracing::info!(node = %node.id, address = %node.address, "node added from seed");
-                self.counters.nodes_added.fetch_add(1, Ordering::Relaxed);
-                nodes.push(Arc::new(node));
-            }
-            changed = true;
+        let mut pass = TendPass {
+            nodes: current.nodes.clone(),
+            map: current.map.clone(),
+            changed: false,
+        };
+        if pass.nodes.is_empty() {
+            self.add_seeds(&mut pass).await?;
         }
+        let identity_changed = self.refresh_all(&mut pass).await;
+        self.add_peers(&mut pass).await;
+        self.remove_unhealthy(&mut pass, &identity_changed);
+        if pass.changed {
+            let TendPass { nodes, map, .. } = pass;
+            let by_id = nodes.iter().map(|node| (node.id, node.clone())).collect();
+            *self.state.write() = Arc::new(ClusterState { nodes, by_id, map });
+        }
+        Ok(())
+    }
 
-        // Refresh every node.
+    /// An empty cluster's nodes from its seeds; the error when no seed
+    /// could be validated.
+    async fn add_seeds(&self, pass: &mut TendPass) -> Result<()> {
+        let (seeded, reasons) = self.seed().await;
+        if seeded.is_empty() {
+            self.counters.tend_failures.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::NoSeed {
+                seeds: self.config.seeds.join(", "),
+                reasons: reasons.join("; "),
+            });
+        }
+        for node in seeded {
+            tracing::info!(node = %node.id, address = %node.address, "node added from seed");
+            self.counters.nodes_added.fetch_add(1, Ordering::Relaxed);
+            pass.nodes.push(Arc::new(node));
+        }
+        pass.changed = true;
+        Ok(())
+    }
+
+    /// Refreshes every node; returns the nodes that answered with another
+    /// node's id.
+    async fn refresh_all(&self, pass: &mut TendPass) -> Vec<NodeId> {
         let mut identity_changed: Vec<NodeId> = Vec::new();
-        for node in &nodes {
-            match self.refresh_node(node, &mut map).await {
+        for node in &pass.nodes {
+            match self.refresh_node(node, &mut pass.map).await {
                 Ok(RefreshOutcome {
                     map_changed,
                     identity_ok,
                 }) => {
-                    changed |= map_changed;
+                    pass.changed |= map_changed;
                     if !identity_ok {
                         identity_changed.push(node.id);
                     }
@@ -202,15 +222,20 @@ impl Cluster {
                 }
             }
         }
+        identity_changed
+    }
 
-        // Discover peers listed by reachable nodes.
+    /// Adds the peers reachable nodes list that the cluster does not hold
+    /// yet (each through the first of its hosts that validates).
+    async fn add_peers(&self, pass: &mut TendPass) {
         let mut wanted: Vec<crate::peers::Peer> = Vec::new();
-        for node in nodes
+        for node in pass
+            .nodes
             .iter()
             .filter(|node| node.reachable.load(Ordering::Relaxed))
         {
             for peer in node.peers.lock().iter() {
-                if !nodes.iter().any(|known| known.id == peer.node_id)
+                if !pass.nodes.iter().any(|known| known.id == peer.node_id)
                     && !wanted.iter().any(|w| w.node_id == peer.node_id)
                 {
                     wanted.push(peer.clone());
@@ -221,18 +246,7 @@ impl Cluster {
             for host in &peer.hosts {
                 match self.add_host(host, Some(peer.node_id)).await {
                     Ok(node) => {
-                        let node = Arc::new(node);
-                        match self.refresh_node(&node, &mut map).await {
-                            Ok(_) => {
-                                tracing::info!(node = %node.id, address = %node.address, "peer node added");
-                                self.counters.nodes_added.fetch_add(1, Ordering::Relaxed);
-                                nodes.push(node);
-                                changed = true;
-                            }
-                            Err(error) => {
-                                tracing::debug!(node = %peer.node_id, %error, "new peer failed its first tend")
-                            }
-                        }
+                        self.add_peer(pass, Arc::new(node), peer.node_id).await;
                         break;
                     }
                     Err(error) => {
@@ -241,9 +255,31 @@ impl Cluster {
                 }
             }
         }
+    }
 
-        // Remove unhealthy nodes, consulting the others first.
-        let snapshot = nodes.clone();
+    /// Adds a validated peer once its first tend succeeds.
+    async fn add_peer(&self, pass: &mut TendPass, node: Arc<Node>, peer: NodeId) {
+        match self.refresh_node(&node, &mut pass.map).await {
+            Ok(_) => {
+                tracing::info!(node = %node.id, address = %node.address, "peer node added");
+                self.counters.nodes_added.fetch_add(1, Ordering::Relaxed);
+                pass.nodes.push(node);
+                pass.changed = true;
+            }
+            Err(error) => {
+                tracing::debug!(node = %peer, %error, "new peer failed its first tend")
+            }
+        }
+    }
+
+    /// Removes the unhealthy nodes, consulting the others first.
+    fn remove_unhealthy(&self, pass: &mut TendPass, identity_changed: &[NodeId]) {
+        let snapshot = pass.nodes.clone();
+        let TendPass {
+            nodes,
+            map,
+            changed,
+        } = pass;
         nodes.retain(|node| {
             let listed = snapshot.iter().any(|other| {
                 other.id != node.id
@@ -267,17 +303,11 @@ impl Cluster {
                     self.counters.nodes_removed.fetch_add(1, Ordering::Relaxed);
                     map.remove_node(node.id);
                     node.pool.close();
-                    changed = true;
+                    *changed = true;
                     false
                 }
             }
         });
-
-        if changed {
-            let by_id = nodes.iter().map(|node| (node.id, node.clone())).collect();
-            *self.state.write() = Arc::new(ClusterState { nodes, by_id, map });
-        }
-        Ok(())
     }
 
     async fn refresh_node(&self, node: &Node, map: &mut PartitionMap) -> Result<RefreshOutcome> {
@@ -316,69 +346,19 @@ impl Cluster {
 
         let peers_generation = value("peers-generation").parse::<i64>().unwrap_or(-2);
         if force || peers_generation != node.peers_generation.load(Ordering::Relaxed) {
-            let answer = node
-                .info(&["peers-clear-std"], self.tend_deadline())
-                .await?;
-            let text = answer.get("peers-clear-std").cloned().unwrap_or_default();
-            match parse_peers(&text) {
-                Ok(peers) => {
-                    *node.peers.lock() = peers.peers;
-                    node.peers_generation
-                        .store(peers_generation, Ordering::Relaxed);
-                    self.counters
-                        .peers_refreshes
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Err(error) => {
-                    node.force_refresh.store(true, Ordering::Relaxed);
-                    return Err(Error::Protocol {
-                        address: node.address.to_string(),
-                        message: format!("peers-clear-std: {error}"),
-                    });
-                }
-            }
+            self.refresh_peers(node, peers_generation).await?;
         }
-
-        let mut map_changed = false;
         let partition_generation = value("partition-generation").parse::<i64>().unwrap_or(-2);
-        if force || partition_generation != node.partition_generation.load(Ordering::Relaxed) {
-            let answer = node
-                .info(&["partition-generation", "replicas"], self.tend_deadline())
+        let map_changed =
+            force || partition_generation != node.partition_generation.load(Ordering::Relaxed);
+        if map_changed {
+            self.refresh_partitions(node, map, partition_generation)
                 .await?;
-            let text = answer.get("replicas").cloned().unwrap_or_default();
-            match parse_replicas(&text) {
-                Ok(replicas) => {
-                    map.apply(node.id, &replicas);
-                    let generation = answer
-                        .get("partition-generation")
-                        .and_then(|text| text.trim().parse::<i64>().ok())
-                        .unwrap_or(partition_generation);
-                    node.partition_generation
-                        .store(generation, Ordering::Relaxed);
-                    self.counters
-                        .partition_refreshes
-                        .fetch_add(1, Ordering::Relaxed);
-                    map_changed = true;
-                }
-                Err(error) => {
-                    node.force_refresh.store(true, Ordering::Relaxed);
-                    return Err(Error::Protocol {
-                        address: node.address.to_string(),
-                        message: format!("replicas: {error}"),
-                    });
-                }
-            }
         }
-
         if rack_aware {
             let rebalance = value("rebalance-generation").parse::<i64>().unwrap_or(-2);
             if force || rebalance != node.rebalance_generation.load(Ordering::Relaxed) {
-                node.rebalance_generation
-                    .store(rebalance, Ordering::Relaxed);
-                if let Ok(answer) = node.info(&["rack-ids"], self.tend_deadline()).await {
-                    let text = answer.get("rack-ids").cloned().unwrap_or_default();
-                    *node.racks.lock() = parse_rack_ids(&text);
-                }
+                self.refresh_racks(node, rebalance).await;
             }
         }
         Ok(RefreshOutcome {
@@ -386,6 +366,87 @@ impl Cluster {
             identity_ok: true,
         })
     }
+
+    /// Reads the node's peers (`peers-clear-std`), now at `generation`.
+    async fn refresh_peers(&self, node: &Node, generation: i64) -> Result<()> {
+        let answer = node
+            .info(&["peers-clear-std"], self.tend_deadline())
+            .await?;
+        let text = answer.get("peers-clear-std").cloned().unwrap_or_default();
+        match parse_peers(&text) {
+            Ok(peers) => {
+                *node.peers.lock() = peers.peers;
+                node.peers_generation.store(generation, Ordering::Relaxed);
+                self.counters
+                    .peers_refreshes
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(error) => {
+                node.force_refresh.store(true, Ordering::Relaxed);
+                Err(Error::Protocol {
+                    address: node.address.to_string(),
+                    message: format!("peers-clear-std: {error}"),
+                })
+            }
+        }
+    }
+
+    /// Reads the partitions the node holds (`replicas`) into `map`; the
+    /// node's partition generation is the one answered with them, else
+    /// `generation`.
+    async fn refresh_partitions(
+        &self,
+        node: &Node,
+        map: &mut PartitionMap,
+        generation: i64,
+    ) -> Result<()> {
+        let answer = node
+            .info(&["partition-generation", "replicas"], self.tend_deadline())
+            .await?;
+        let text = answer.get("replicas").cloned().unwrap_or_default();
+        match parse_replicas(&text) {
+            Ok(replicas) => {
+                map.apply(node.id, &replicas);
+                let generation = answer
+                    .get("partition-generation")
+                    .and_then(|text| text.trim().parse::<i64>().ok())
+                    .unwrap_or(generation);
+                node.partition_generation
+                    .store(generation, Ordering::Relaxed);
+                self.counters
+                    .partition_refreshes
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(error) => {
+                node.force_refresh.store(true, Ordering::Relaxed);
+                Err(Error::Protocol {
+                    address: node.address.to_string(),
+                    message: format!("replicas: {error}"),
+                })
+            }
+        }
+    }
+
+    /// Reads the node's racks (`rack-ids`), now at rebalance generation
+    /// `generation`; a failed read keeps the racks known.
+    async fn refresh_racks(&self, node: &Node, generation: i64) {
+        node.rebalance_generation
+            .store(generation, Ordering::Relaxed);
+        if let Ok(answer) = node.info(&["rack-ids"], self.tend_deadline()).await {
+            let text = answer.get("rack-ids").cloned().unwrap_or_default();
+            *node.racks.lock() = parse_rack_ids(&text);
+        }
+    }
+}
+
+/// A tend pass's working copy of the cluster: its nodes and partition
+/// map, and whether either changed (then it is published).
+struct TendPass {
+    nodes: Vec<Arc<Node>>,
+    map: PartitionMap,
+    changed: bool,
 }
 
 struct RefreshOutcome {

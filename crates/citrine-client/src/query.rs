@@ -572,65 +572,9 @@ impl Client {
             ));
         }
         let task = task.into();
-        let udf = match task {
-            BackgroundTask::Operations(ops) => {
-                if ops.is_empty() || ops.iter().any(|op| !op.is_write()) {
-                    return Err(Error::InvalidArgument(
-                        "a background job needs write operations only".into(),
-                    ));
-                }
-                if let Some(name) = ops
-                    .iter()
-                    .filter_map(Operation::bin_name)
-                    .find(|name| name.len() > citrine_types::BIN_NAME_MAX)
-                {
-                    return Err(Error::InvalidArgument(format!(
-                        "bin name {name:?} is longer than 15 bytes"
-                    )));
-                }
-                None
-            }
-            BackgroundTask::Udf {
-                module,
-                function,
-                args,
-            } => Some(UdfFields::new(module, function, args)?),
-        };
+        let udf = task.checked()?;
         let task_id = self.next_random() >> 1 | 1;
-        let (bits2, bits3, generation) = write.header_bits();
-        let header = MsgHeader {
-            info2: bits2,
-            info3: bits3,
-            generation,
-            record_ttl: write.expiration.wire(),
-            transaction_ttl: write.base.server_timeout_ms(),
-            ..MsgHeader::default()
-        };
-        let mut frame = Vec::new();
-        let mut writer = MessageWriter::begin(&mut frame, &header);
-        write_common_fields(
-            &mut writer,
-            statement,
-            &write.base,
-            statement.records_per_second,
-            task_id,
-        );
-        if let Some(filter) = &write.base.filter {
-            writer.field(field_type::FILTER_EXPRESSION, filter);
-        }
-        match (&udf, task) {
-            (Some(call), _) => {
-                writer.field(field_type::UDF_OP, &[UDF_OP_BACKGROUND]);
-                call.write_fields(&mut writer);
-            }
-            (None, BackgroundTask::Operations(ops)) => {
-                for op in ops {
-                    op.encode(&mut writer);
-                }
-            }
-            (None, BackgroundTask::Udf { .. }) => {}
-        }
-        writer.finish();
+        let frame = encode_background(write, statement, task_id, (task, udf.as_ref()));
         let nodes = self.cluster.state().nodes.clone();
         if nodes.is_empty() {
             return Err(Error::NoNode {
@@ -638,14 +582,25 @@ impl Client {
                 partition: 0,
             });
         }
-        let deadline = write.base.total_deadline(Instant::now());
-        // Every node at once; each retried on its own while its error says
-        // the job was certainly not started there (nothing sent, or a
-        // retryable refusal). A job that may have started is never sent
-        // again: its writes need not be idempotent.
+        self.submit_everywhere(nodes, &frame, &write.base).await?;
+        Ok(task_id)
+    }
+
+    /// Sends the job's request `frame` to every node at once; each retried
+    /// on its own while its error says the job was certainly not started
+    /// there (nothing sent, or a retryable refusal). A job that may have
+    /// started is never sent again: its writes need not be idempotent.
+    /// The first error of any node, if one failed.
+    async fn submit_everywhere(
+        &self,
+        nodes: Vec<Arc<Node>>,
+        frame: &[u8],
+        base: &Policy,
+    ) -> Result<()> {
+        let deadline = base.total_deadline(Instant::now());
         let mut submissions = tokio::task::JoinSet::new();
         for node in nodes {
-            let (client, frame, base) = (self.clone(), frame.clone(), write.base.clone());
+            let (client, frame, base) = (self.clone(), frame.to_vec(), base.clone());
             submissions.spawn(async move {
                 let mut retry = 0;
                 loop {
@@ -676,10 +631,10 @@ impl Client {
                 first_error.get_or_insert(error);
             }
         }
-        if let Some(error) = first_error {
-            return Err(error);
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(()),
         }
-        Ok(task_id)
     }
 
     /// Where background job `task_id` stands, asking every node
@@ -970,71 +925,135 @@ async fn rounds(
     statement: &Statement,
     sender: &mpsc::Sender<Result<KeyRecord>>,
 ) -> Result<()> {
-    let base = &policy.base;
     client
         .cluster
         .counters
         .commands
         .fetch_add(1, Ordering::Relaxed);
-    let total_deadline = base.total_deadline(Instant::now());
-    let tracker = Arc::new(Mutex::new(Tracker::new(statement.partitions)));
-    let namespace: Arc<str> = Arc::from(statement.namespace.as_str());
-    let mut attempt: u32 = 0;
+    let mut run = QueryRun {
+        client,
+        policy,
+        statement,
+        sender,
+        total_deadline: policy.base.total_deadline(Instant::now()),
+        tracker: Arc::new(Mutex::new(Tracker::new(statement.partitions))),
+        namespace: Arc::from(statement.namespace.as_str()),
+        attempt: 0,
+    };
     loop {
         // A fresh id each round: a server may still be running the last
         // round's request (after a timeout) and refuse a second one under
         // its id.
         let task_id = client.next_random() >> 1 | 1;
+        let (plan, mut last_error) = run.assign();
+        let node_limit = run.node_limit(plan.len());
+        let tasks = run.spawn(plan, task_id, node_limit);
+        let Some(unavailable) = run.collect(tasks, node_limit, &mut last_error).await? else {
+            // The caller dropped the stream.
+            return Ok(());
+        };
+        if run.is_complete() {
+            return Ok(());
+        }
+        if last_error.is_none() && !unavailable {
+            // Only record limits stopped nodes: go on, this is no retry.
+            continue;
+        }
+        let error = last_error.unwrap_or_else(|| Error::server(11, "partitions unavailable"));
+        run.back_off(error).await?;
+    }
+}
+
+/// The nodes of a round and the partitions each is asked for.
+type Plan = Vec<(Arc<Node>, Vec<PartitionState>)>;
+
+/// One node's stream of a round, once ended: the node, its partitions and
+/// how it ended.
+type NodeEnd = (Arc<Node>, Vec<PartitionState>, NodeOutcome);
+
+/// A query on its way ([`rounds`]): the request, where its records go, and
+/// the partitions still to finish.
+struct QueryRun<'a> {
+    client: &'a Client,
+    policy: &'a ScanPolicy,
+    statement: &'a Statement,
+    sender: &'a mpsc::Sender<Result<KeyRecord>>,
+    total_deadline: Option<Instant>,
+    tracker: Arc<Mutex<Tracker>>,
+    namespace: Arc<str>,
+    /// Rounds run again so far (0 in the first).
+    attempt: u32,
+}
+
+impl QueryRun<'_> {
+    /// Assigns the unfinished partitions to their masters in the current
+    /// map; also the error of a partition no node masters. The
+    /// namespace's table is looked up once, and the few nodes found by a
+    /// short linear search (no hashing per partition).
+    fn assign(&self) -> (Plan, Option<Error>) {
         let mut last_error = None;
-        // Assign the unfinished partitions to their masters in the current
-        // map: the namespace's table is looked up once, and the few nodes
-        // found by a short linear search (no hashing per partition).
-        let mut plan: Vec<(Arc<Node>, Vec<PartitionState>)> = Vec::new();
-        {
-            let state = client.cluster.state();
-            let table = state.map.namespaces.get(&statement.namespace);
-            let mut tracker = tracker.lock();
-            for part in tracker.parts.iter_mut().filter(|part| !part.done) {
-                part.unavailable = false;
-                let master = table.and_then(|table| table.node(0, usize::from(part.id)));
-                let slot =
-                    master.and_then(|id| match plan.iter().position(|(node, _)| node.id == id) {
-                        Some(slot) => Some(slot),
-                        None => {
-                            let node = state.by_id.get(&id)?;
-                            plan.push((node.clone(), Vec::new()));
-                            Some(plan.len() - 1)
-                        }
-                    });
-                match slot {
-                    Some(slot) => plan[slot].1.push(part.clone()),
+        let mut plan: Plan = Vec::new();
+        let state = self.client.cluster.state();
+        let table = state.map.namespaces.get(&self.statement.namespace);
+        let mut tracker = self.tracker.lock();
+        for part in tracker.parts.iter_mut().filter(|part| !part.done) {
+            part.unavailable = false;
+            let master = table.and_then(|table| table.node(0, usize::from(part.id)));
+            let slot =
+                master.and_then(|id| match plan.iter().position(|(node, _)| node.id == id) {
+                    Some(slot) => Some(slot),
                     None => {
-                        last_error = Some(Error::NoNode {
-                            namespace: statement.namespace.clone(),
-                            partition: part.id,
-                        })
+                        let node = state.by_id.get(&id)?;
+                        plan.push((node.clone(), Vec::new()));
+                        Some(plan.len() - 1)
                     }
+                });
+            match slot {
+                Some(slot) => plan[slot].1.push(part.clone()),
+                None => {
+                    last_error = Some(Error::NoNode {
+                        namespace: self.statement.namespace.clone(),
+                        partition: part.id,
+                    })
                 }
             }
         }
-        let node_limit = match policy.max_records {
+        (plan, last_error)
+    }
+
+    /// Each node's share of the records still wanted under
+    /// `max_records` (0: no limit).
+    fn node_limit(&self, nodes: usize) -> u64 {
+        match self.policy.max_records {
             0 => 0,
             max => {
-                let remaining = max.saturating_sub(tracker.lock().received);
-                remaining.div_ceil(plan.len().max(1) as u64).max(1)
+                let remaining = max.saturating_sub(self.tracker.lock().received);
+                remaining.div_ceil(nodes.max(1) as u64).max(1)
             }
-        };
+        }
+    }
+
+    /// Starts each node's stream of the round.
+    fn spawn(&self, plan: Plan, task_id: u64, node_limit: u64) -> tokio::task::JoinSet<NodeEnd> {
+        let policy = self.policy;
         let mut tasks = tokio::task::JoinSet::new();
         for (node, parts) in plan {
             let mut frame = Vec::with_capacity(256 + parts.len() * 24);
-            encode_query(&mut frame, policy, statement, task_id, &parts, node_limit);
+            encode_query(
+                &mut frame,
+                policy,
+                self.statement,
+                task_id,
+                &parts,
+                node_limit,
+            );
             let stream = NodeStream {
                 node: node.clone(),
-                base: base.clone(),
-                total_deadline,
-                namespace: namespace.clone(),
-                tracker: tracker.clone(),
-                sender: sender.clone(),
+                base: policy.base.clone(),
+                total_deadline: self.total_deadline,
+                namespace: self.namespace.clone(),
+                tracker: self.tracker.clone(),
+                sender: self.sender.clone(),
                 max_records: policy.max_records,
                 raw_values: policy.raw_values,
             };
@@ -1043,6 +1062,20 @@ async fn rounds(
                 (node, parts, outcome)
             });
         }
+        tasks
+    }
+
+    /// Takes the round's streams as they end: the partitions each
+    /// finished, each node's health, a retryable failure into
+    /// `last_error`. `Some(true)` when a partition answered unavailable;
+    /// `None` when the caller dropped the stream; `Err` on a failure not
+    /// worth another round.
+    async fn collect(
+        &self,
+        mut tasks: tokio::task::JoinSet<NodeEnd>,
+        node_limit: u64,
+        last_error: &mut Option<Error>,
+    ) -> Result<Option<bool>> {
         let mut unavailable = false;
         while let Some(joined) = tasks.join_next().await {
             let (node, parts, outcome) = joined.map_err(|error| Error::Protocol {
@@ -1054,16 +1087,7 @@ async fn rounds(
                     node.record_success();
                     // A node stopped by its record limit may have more.
                     let limited = node_limit > 0 && records >= node_limit;
-                    let mut tracker = tracker.lock();
-                    for part in &parts {
-                        if let Some(state) = tracker.part_mut(part.id) {
-                            if state.unavailable {
-                                unavailable = true;
-                            } else if !limited {
-                                state.done = true;
-                            }
-                        }
-                    }
+                    unavailable |= self.finish_parts(&parts, limited);
                 }
                 NodeOutcome::Failed(error) => {
                     if error.counts_against_node() {
@@ -1072,32 +1096,52 @@ async fn rounds(
                     if !error.is_retryable() {
                         return Err(error);
                     }
-                    last_error = Some(error);
+                    *last_error = Some(error);
                 }
-                NodeOutcome::Cancelled => return Ok(()),
+                NodeOutcome::Cancelled => return Ok(None),
             }
         }
-        {
-            let tracker = tracker.lock();
-            if tracker.complete()
-                || (policy.max_records > 0 && tracker.received >= policy.max_records)
-            {
-                return Ok(());
+        Ok(Some(unavailable))
+    }
+
+    /// Marks a node's partitions done (unless its record limit stopped
+    /// it); true when one of them answered unavailable.
+    fn finish_parts(&self, parts: &[PartitionState], limited: bool) -> bool {
+        let mut unavailable = false;
+        let mut tracker = self.tracker.lock();
+        for part in parts {
+            if let Some(state) = tracker.part_mut(part.id) {
+                if state.unavailable {
+                    unavailable = true;
+                } else if !limited {
+                    state.done = true;
+                }
             }
         }
-        if last_error.is_none() && !unavailable {
-            // Only record limits stopped nodes: go on, this is no retry.
-            continue;
-        }
-        let error = last_error.unwrap_or_else(|| Error::server(11, "partitions unavailable"));
-        attempt += 1;
-        let backoff = base.backoff_for(attempt, client.next_random());
-        let out_of_time =
-            total_deadline.is_some_and(|deadline| Instant::now() + backoff >= deadline);
+        unavailable
+    }
+
+    /// Whether every partition is done, or `max_records` were received.
+    fn is_complete(&self) -> bool {
+        let tracker = self.tracker.lock();
+        tracker.complete()
+            || (self.policy.max_records > 0 && tracker.received >= self.policy.max_records)
+    }
+
+    /// Before another round: `Err(error)` when the retries or the time are
+    /// used up; else the backoff and a fresh map.
+    async fn back_off(&mut self, error: Error) -> Result<()> {
+        let base = &self.policy.base;
+        self.attempt += 1;
+        let attempt = self.attempt;
+        let backoff = base.backoff_for(attempt, self.client.next_random());
+        let out_of_time = self
+            .total_deadline
+            .is_some_and(|deadline| Instant::now() + backoff >= deadline);
         if attempt > base.max_retries || out_of_time {
             return Err(error);
         }
-        client
+        self.client
             .cluster
             .counters
             .retries
@@ -1107,7 +1151,8 @@ async fn rounds(
             tokio::time::sleep(backoff).await;
         }
         // A fresh map before reassigning (the tend loop may not have run yet).
-        let _ = client.tend_now().await;
+        let _ = self.client.tend_now().await;
+        Ok(())
     }
 }
 
@@ -1414,6 +1459,82 @@ enum Step {
     /// Result 2 without LAST (no such set): the stream is over, but the
     /// connection is not known to be at a message boundary.
     Absent,
+}
+
+impl BackgroundTask<'_> {
+    /// Checks the task: write operations only, bin names that fit; the
+    /// call's fields for a UDF.
+    fn checked(self) -> Result<Option<UdfFields>> {
+        match self {
+            BackgroundTask::Operations(ops) => {
+                if ops.is_empty() || ops.iter().any(|op| !op.is_write()) {
+                    return Err(Error::InvalidArgument(
+                        "a background job needs write operations only".into(),
+                    ));
+                }
+                if let Some(name) = ops
+                    .iter()
+                    .filter_map(Operation::bin_name)
+                    .find(|name| name.len() > citrine_types::BIN_NAME_MAX)
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "bin name {name:?} is longer than 15 bytes"
+                    )));
+                }
+                Ok(None)
+            }
+            BackgroundTask::Udf {
+                module,
+                function,
+                args,
+            } => UdfFields::new(module, function, args).map(Some),
+        }
+    }
+}
+
+/// The request of background job `task_id`: the statement's fields, the
+/// filter, and the task (its write ops, or the UDF call `udf`).
+fn encode_background(
+    write: &WritePolicy,
+    statement: &Statement,
+    task_id: u64,
+    (task, udf): (BackgroundTask<'_>, Option<&UdfFields>),
+) -> Vec<u8> {
+    let (bits2, bits3, generation) = write.header_bits();
+    let header = MsgHeader {
+        info2: bits2,
+        info3: bits3,
+        generation,
+        record_ttl: write.expiration.wire(),
+        transaction_ttl: write.base.server_timeout_ms(),
+        ..MsgHeader::default()
+    };
+    let mut frame = Vec::new();
+    let mut writer = MessageWriter::begin(&mut frame, &header);
+    write_common_fields(
+        &mut writer,
+        statement,
+        &write.base,
+        statement.records_per_second,
+        task_id,
+    );
+    if let Some(filter) = &write.base.filter {
+        writer.field(field_type::FILTER_EXPRESSION, filter);
+    }
+    match (udf, task) {
+        (Some(call), _) => {
+            writer.field(field_type::UDF_OP, &[UDF_OP_BACKGROUND]);
+            call.write_fields(&mut writer);
+        }
+        (None, BackgroundTask::Operations(ops)) => {
+            for op in ops {
+                op.encode(&mut writer);
+            }
+        }
+        (None, BackgroundTask::Udf { .. }) => {}
+    }
+    writer.finish();
+    frame
 }
 
 /// Sends a background job's request to one node and reads its one answer.

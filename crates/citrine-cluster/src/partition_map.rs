@@ -203,6 +203,128 @@ fn key_index(key: u64) -> usize {
     (key & 0xffff_ffff) as usize
 }
 
+/// The state of [`PartitionMap::compute`] as it assigns the partitions
+/// one after the other: each node's rack and hash, the claims so far, and
+/// the current partition's node order.
+struct Balance {
+    /// Nodes in the view.
+    n: usize,
+    /// The effective replication factor (at most `n`).
+    rf: usize,
+    uniform_balance: bool,
+    /// How many distinct racks the view has.
+    racks: usize,
+    rack_aware: bool,
+    /// Rack index of each node (position of its rack id among the racks).
+    rack_of: Vec<usize>,
+    /// Claims per column above which uniform balance looks further.
+    threshold: usize,
+    node_hashes: Vec<u64>,
+    /// claims[column * n + node]: partitions for which `node` holds `column`.
+    claims: Vec<usize>,
+    /// total[node]: copies held by `node`, all columns.
+    total: Vec<usize>,
+    /// Copies of the current partition per rack.
+    rack_copies: Vec<usize>,
+    /// The current partition's nodes as [`sort_key`]s: the columns
+    /// assigned so far first, then the rest in hash order.
+    order: Vec<u64>,
+}
+
+impl Balance {
+    /// The state before the first partition, for the (sorted, distinct)
+    /// `entries`.
+    fn new(entries: &[NodeEntry], config: &PartitionMapConfig) -> Balance {
+        let n = entries.len();
+        assert!(
+            u32::try_from(n).is_ok(),
+            "too many nodes for partition assignment"
+        );
+        let rf = config.replication_factor.min(n);
+        let mut racks: Vec<u32> = entries.iter().map(|entry| entry.rack_id).collect();
+        racks.sort_unstable();
+        racks.dedup();
+        let rack_aware = racks.len() > 1;
+        let rack_of: Vec<usize> = entries
+            .iter()
+            .map(|entry| racks.partition_point(|&rack| rack < entry.rack_id))
+            .collect();
+        Balance {
+            n,
+            rf,
+            uniform_balance: config.uniform_balance,
+            racks: racks.len(),
+            rack_aware,
+            rack_of,
+            threshold: claim_threshold(n, rack_aware),
+            node_hashes: entries.iter().map(|entry| node_id_hash(entry.id)).collect(),
+            claims: vec![0usize; rf * n],
+            total: vec![0usize; n],
+            rack_copies: vec![0usize; racks.len()],
+            order: Vec::with_capacity(n),
+        }
+    }
+
+    /// Orders the nodes for `partition` by their pair hash; no copy of it
+    /// placed yet.
+    fn order_nodes(&mut self, partition: PartitionId) {
+        let partition_hash = partition_id_hash(partition);
+        self.order.clear();
+        self.order.extend(
+            self.node_hashes
+                .iter()
+                .enumerate()
+                .map(|(index, &nh)| sort_key(pair_hash(nh, partition_hash), index)),
+        );
+        self.order.sort_unstable();
+        self.rack_copies.fill(0);
+    }
+
+    /// The position, among the nodes not yet placed, of the node that
+    /// takes `column`: the first eligible one in hash order, or under
+    /// uniform balance, when that one has its share of the column, the
+    /// eligible one with the most unfilled claims.
+    fn choose(&self, column: usize) -> usize {
+        let (n, claims, total) = (self.n, &self.claims, &self.total);
+        let rest = &self.order[column..];
+        let rack_copies = |key: u64| self.rack_copies[self.rack_of[key_index(key)]];
+        // Rack level that is eligible: the least-used rack that still
+        // has an unused node. Without racks every node is eligible.
+        let level = rest.iter().map(|&key| rack_copies(key)).min().unwrap_or(0);
+        let eligible = |key: u64| rack_copies(key) == level;
+
+        let natural = rest.iter().position(|&key| eligible(key)).unwrap_or(0);
+        let mut chosen = natural;
+        if self.uniform_balance {
+            let claims_of = |key: u64| claims[column * n + key_index(key)];
+            if claims_of(rest[natural]) >= self.threshold {
+                // Most unfilled claims (fewest claims in this column),
+                // then fewer overall claims, then hash order.
+                let best = rest
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &key)| eligible(key))
+                    .min_by_key(|&(pos, &key)| (claims_of(key), total[key_index(key)], pos))
+                    .map(|(pos, _)| pos);
+                chosen = best.unwrap_or(natural);
+            }
+        }
+        debug_assert!(eligible(rest[chosen]));
+        chosen
+    }
+
+    /// Places the node at `chosen` (as [`Balance::choose`] gave it) in
+    /// `column` and counts its claim; returns its index.
+    fn assign(&mut self, column: usize, chosen: usize) -> usize {
+        self.order[column..=column + chosen].rotate_right(1);
+        let index = key_index(self.order[column]);
+        self.claims[column * self.n + index] += 1;
+        self.total[index] += 1;
+        self.rack_copies[self.rack_of[index]] += 1;
+        index
+    }
+}
+
 impl PartitionMap {
     /// Computes the partition map for the view made of `nodes` (any order,
     /// duplicates ignored). See the module documentation for the algorithm.
@@ -210,88 +332,22 @@ impl PartitionMap {
         let mut entries = nodes.to_vec();
         entries.sort_unstable();
         entries.dedup_by_key(|entry| entry.id);
-        let n = entries.len();
-        assert!(
-            u32::try_from(n).is_ok(),
-            "too many nodes for partition assignment"
-        );
-        let rf = config.replication_factor.min(n);
-
-        let mut racks: Vec<u32> = entries.iter().map(|entry| entry.rack_id).collect();
-        racks.sort_unstable();
-        racks.dedup();
-        let rack_aware = racks.len() > 1;
-        // Rack index of each node (position of its rack id in `racks`).
-        let rack_of: Vec<usize> = entries
-            .iter()
-            .map(|entry| racks.partition_point(|&rack| rack < entry.rack_id))
-            .collect();
-
-        let threshold = claim_threshold(n, rack_aware);
-        let node_hashes: Vec<u64> = entries.iter().map(|entry| node_id_hash(entry.id)).collect();
-
-        // claims[column * n + node]: partitions for which `node` holds `column`.
-        let mut claims = vec![0usize; rf * n];
-        // total[node]: copies held by `node`, all columns.
-        let mut total = vec![0usize; n];
-        // Copies of the current partition per rack.
-        let mut rack_copies = vec![0usize; racks.len()];
-        let mut order: Vec<u64> = Vec::with_capacity(n);
+        let mut balance = Balance::new(&entries, config);
+        let rf = balance.rf;
         let mut table = Vec::with_capacity(PARTITIONS * rf);
-
         for partition in PartitionId::all() {
             if rf == 0 {
                 break;
             }
-            let partition_hash = partition_id_hash(partition);
-            order.clear();
-            order.extend(
-                node_hashes
-                    .iter()
-                    .enumerate()
-                    .map(|(index, &nh)| sort_key(pair_hash(nh, partition_hash), index)),
-            );
-            order.sort_unstable();
-            rack_copies.fill(0);
-
+            balance.order_nodes(partition);
             for column in 0..rf {
-                let rest = &order[column..];
-                // Rack level that is eligible: the least-used rack that still
-                // has an unused node. Without racks every node is eligible.
-                let level = rest
-                    .iter()
-                    .map(|&key| rack_copies[rack_of[key_index(key)]])
-                    .min()
-                    .unwrap_or(0);
-                let eligible = |key: u64| rack_copies[rack_of[key_index(key)]] == level;
-
-                let natural = rest.iter().position(|&key| eligible(key)).unwrap_or(0);
-                let mut chosen = natural;
-                if config.uniform_balance {
-                    let claims_of = |key: u64| claims[column * n + key_index(key)];
-                    if claims_of(rest[natural]) >= threshold {
-                        // Most unfilled claims (fewest claims in this column),
-                        // then fewer overall claims, then hash order.
-                        let best = rest
-                            .iter()
-                            .enumerate()
-                            .filter(|&(_, &key)| eligible(key))
-                            .min_by_key(|&(pos, &key)| (claims_of(key), total[key_index(key)], pos))
-                            .map(|(pos, _)| pos);
-                        chosen = best.unwrap_or(natural);
-                    }
-                }
-                debug_assert!(eligible(rest[chosen]));
-                order[column..=column + chosen].rotate_right(1);
-
-                let index = key_index(order[column]);
-                claims[column * n + index] += 1;
-                total[index] += 1;
-                rack_copies[rack_of[index]] += 1;
-                table.push(entries[index].id);
+                let chosen = balance.choose(column);
+                table.push(entries[balance.assign(column, chosen)].id);
             }
             debug_assert!(
-                !rack_aware || racks.len() < rf || rack_copies.iter().all(|&copies| copies <= 1),
+                !balance.rack_aware
+                    || balance.racks < rf
+                    || balance.rack_copies.iter().all(|&copies| copies <= 1),
                 "rack awareness violated for partition {partition:?}"
             );
         }
@@ -300,7 +356,7 @@ impl PartitionMap {
         let map = PartitionMap {
             nodes: entries.iter().map(|entry| entry.id).collect(),
             replication_factor: rf,
-            rack_aware,
+            rack_aware: balance.rack_aware,
             table,
         };
         debug_assert!(map.replicas_are_distinct());

@@ -611,6 +611,14 @@ impl<'a> Parser<'a> {
     }
     /// Arithmetic and integer bit operations (codes 20-51).
     fn number_op(&mut self, code: u64, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
+        match code {
+            20..=31 | 50 | 51 => self.arith_op(code, n, depth),
+            32..=41 => self.int_bits_op(code, n, depth),
+            _ => Err(PARAM),
+        }
+    }
+    /// Arithmetic (codes 20-31, 50 and 51).
+    fn arith_op(&mut self, code: u64, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
         let arity = |expected: usize| want(n == expected);
         Ok(match code {
             20..=23 | 50 | 51 => {
@@ -663,6 +671,13 @@ impl<'a> Parser<'a> {
                 arity(1)?;
                 (Node::ToFloat(self.one(Ty::Int, depth)?), Ty::Float)
             }
+            _ => return Err(PARAM),
+        })
+    }
+    /// Integer bit operations (codes 32-41).
+    fn int_bits_op(&mut self, code: u64, n: usize, depth: usize) -> Result<(Node, Ty), ExpError> {
+        let arity = |expected: usize| want(n == expected);
+        Ok(match code {
             32..=34 => {
                 want(n >= 1)?;
                 let op = match code {
@@ -880,20 +895,48 @@ impl<'a> Parser<'a> {
         let modify = system & 0x40 != 0;
 
         if module == Module::Cdt {
-            let mut ahead = self.cur;
-            let payload = ahead.value().ok_or(PARAM)?;
-            if citrine_cdt::path::is_path(payload) {
-                self.cur = ahead;
-                let (target, tt) = self.node(depth + 1)?;
-                want(matches!(tt, Ty::List | Ty::Map | Ty::Nil))?;
-                let call = path_request(payload, ret, target, depth)?;
-                let apply = call.path.mode() == citrine_cdt::path::Mode::Apply;
-                want(apply == modify)?;
-                return Ok((Node::Path(Box::new(call)), ret));
+            if let Some(path) = self.path_call(ret, modify, depth)? {
+                return Ok((path, ret));
             }
         }
-
-        // The op payload: [op, args...] or [0xff, ctx, [op, args...]].
+        let (header, count) = self.call_header(module)?;
+        let args = self.call_args(count, depth)?;
+        let (target, tt) = self.node(depth + 1)?;
+        let fits = match module {
+            Module::Cdt => matches!(tt, Ty::List | Ty::Map),
+            Module::Bits => tt == Ty::Blob,
+            Module::Hll => tt == Ty::Hll,
+        };
+        want(fits || tt == Ty::Nil)?;
+        let call = Call {
+            ret,
+            module,
+            modify,
+            header,
+            args,
+            target,
+        };
+        Ok((Node::Call(Box::new(call)), ret))
+    }
+    /// A CDT call whose payload is a path (SELECT or apply) and its
+    /// target; `None` (nothing read) when the payload is no path.
+    fn path_call(&mut self, ret: Ty, modify: bool, depth: usize) -> Result<Option<Node>, ExpError> {
+        let mut ahead = self.cur;
+        let payload = ahead.value().ok_or(PARAM)?;
+        if !citrine_cdt::path::is_path(payload) {
+            return Ok(None);
+        }
+        self.cur = ahead;
+        let (target, tt) = self.node(depth + 1)?;
+        want(matches!(tt, Ty::List | Ty::Map | Ty::Nil))?;
+        let call = path_request(payload, ret, target, depth)?;
+        let apply = call.path.mode() == citrine_cdt::path::Mode::Apply;
+        want(apply == modify)?;
+        Ok(Some(Node::Path(Box::new(call))))
+    }
+    /// The op payload's head, `[op` or `[0xff, ctx, [op` (a context only
+    /// for CDT calls): its bytes, and how many items its array has.
+    fn call_header(&mut self, module: Module) -> Result<(Vec<u8>, usize), ExpError> {
         let start = self.cur.at();
         let mut count = self.cur.array().ok_or(PARAM)?;
         want(count >= 1)?;
@@ -910,7 +953,11 @@ impl<'a> Parser<'a> {
             // another module is no payload the reference takes.
             return Err(PARAM);
         }
-        let header = self.cur.since(start).to_vec();
+        Ok((self.cur.since(start).to_vec(), count))
+    }
+    /// The op's `count - 1` arguments: raw values, or expressions
+    /// (arrays) evaluated per record.
+    fn call_args(&mut self, count: usize, depth: usize) -> Result<Vec<Arg>, ExpError> {
         // Vectors, as the reference splits the payload: the header and each
         // run of raw arguments is one, each evaluated argument another.
         let mut vecs = 0usize;
@@ -939,23 +986,7 @@ impl<'a> Parser<'a> {
         if open {
             want(vecs < CALL_MAX_VECS)?;
         }
-
-        let (target, tt) = self.node(depth + 1)?;
-        let fits = match module {
-            Module::Cdt => matches!(tt, Ty::List | Ty::Map),
-            Module::Bits => tt == Ty::Blob,
-            Module::Hll => tt == Ty::Hll,
-        };
-        want(fits || tt == Ty::Nil)?;
-        let call = Call {
-            ret,
-            module,
-            modify,
-            header,
-            args,
-            target,
-        };
-        Ok((Node::Call(Box::new(call)), ret))
+        Ok(args)
     }
 }
 

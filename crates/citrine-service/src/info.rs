@@ -275,9 +275,20 @@ fn tls_peers(layers: &Layers<'_>) -> String {
     layers.cluster().peers_tls_value(port)
 }
 
+/// The answer to one info command, from the family of commands it
+/// belongs to (each family's answers take the handles they need).
 pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
     let layers = service.layers();
-    match command.name {
+    about_node(&layers, command)
+        .or_else(|| about_cluster(&layers, command))
+        .or_else(|| about_data(service, command))
+        .or_else(|| about_features(service, command))
+        .unwrap_or_else(|| "ERROR:4:unrecognized command".to_owned())
+}
+
+/// The node's identity and build; `None` for another command.
+fn about_node(layers: &Layers<'_>, command: &InfoCommand<'_>) -> Option<String> {
+    Some(match command.name {
         "help" => COMMANDS.join(";"),
         "node" => layers.node_id().to_string(),
         "build" => BUILD.to_owned(),
@@ -290,11 +301,21 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         "compatibility-id" => "1".to_owned(),
         "features" => FEATURES.to_owned(),
         "cluster-name" => layers.config.cluster_name.clone(),
-        "partition-generation" => partition_generation(&layers).to_string(),
+        "status" => "ok".to_owned(),
+        "logs" => "0:stderr".to_owned(),
+        _ => return None,
+    })
+}
+
+/// The cluster as this node sees it: generations, peers and services,
+/// partitions and replicas, racks; `None` for another command.
+fn about_cluster(layers: &Layers<'_>, command: &InfoCommand<'_>) -> Option<String> {
+    Some(match command.name {
+        "partition-generation" => partition_generation(layers).to_string(),
         "peers-generation" => layers.cluster().peers_generation.to_string(),
         "rebalance-generation" => layers.cluster().partition_generation.to_string(),
         "peers-clear-std" | "peers-clear-alt" => layers.cluster().peers_value(),
-        "peers-tls-std" | "peers-tls-alt" => tls_peers(&layers),
+        "peers-tls-std" | "peers-tls-alt" => tls_peers(layers),
         "alumni-clear-std" | "alumni-clear-alt" | "alumni-tls-std" | "alumni-tls-alt" => {
             format!("{},3000,[]", layers.cluster().peers_generation)
         }
@@ -305,33 +326,50 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
         // No alternate access addresses.
         "service-clear-alt" | "service-tls-alt" => String::new(),
         "partitions" => PARTITIONS.to_string(),
-        "replicas" => replicas(&layers, true),
-        "replicas-all" => replicas(&layers, false),
-        "replicas-master" if layers.is_orphan() => service
-            .cluster()
-            .namespaces
-            .iter()
-            .map(|namespace| {
+        "replicas" => replicas(layers, true),
+        "replicas-all" => replicas(layers, false),
+        "replicas-master" => replicas_master(layers),
+        "cluster-stable" => cluster_stable(layers, command),
+        "cluster-key" => cluster_key(layers),
+        "cluster-size" => layers.cluster().size().to_string(),
+        "cluster-info" => cluster_info(layers),
+        "rack-ids" => rack_ids(layers),
+        "racks" => racks(layers, command),
+        "partition-checksums" => partition_checksums(layers, command),
+        _ => return None,
+    })
+}
+
+/// `replicas-master`: per namespace, the bitmap of the partitions this
+/// node masters (none while it is in no cluster view).
+fn replicas_master(layers: &Layers<'_>) -> String {
+    let orphan = layers.is_orphan();
+    let cluster = layers.cluster();
+    cluster
+        .namespaces
+        .iter()
+        .map(|namespace| {
+            if orphan {
                 format!(
                     "{}:{}",
                     namespace.name,
                     crate::cluster_state::bitmap_base64(std::iter::empty())
                 )
-            })
-            .collect::<Vec<_>>()
-            .join(";"),
-        "replicas-master" => {
-            let cluster = layers.cluster();
-            cluster
-                .namespaces
-                .iter()
-                .map(|namespace| {
-                    format!("{}:{}", namespace.name, master_bitmap(&layers, namespace))
-                })
-                .collect::<Vec<_>>()
-                .join(";")
-        }
-        "namespaces" => service
+            } else {
+                format!("{}:{}", namespace.name, master_bitmap(layers, namespace))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// The node's data and settings: namespaces, sets, statistics,
+/// configuration, latencies, client agents, truncation and the roster;
+/// `None` for another command.
+fn about_data(service: &Service, command: &InfoCommand<'_>) -> Option<String> {
+    let layers = service.layers();
+    Some(match command.name {
+        "namespaces" => layers
             .namespaces()
             .map(|namespace| namespace.config.name.as_str())
             .collect::<Vec<_>>()
@@ -355,51 +393,51 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
             set_security_config(service, command)
         }
         "set-config" => set_config(&layers, &service.client_limits, command),
-        "cluster-stable" => cluster_stable(&layers, command),
-        "cluster-key" => cluster_key(&layers),
-        "cluster-size" => layers.cluster().size().to_string(),
-        "cluster-info" => cluster_info(&layers),
-        "status" => "ok".to_owned(),
         // Without a connection (a tool's or a test's request): nothing kept.
         "user-agent-set" => "ok".to_owned(),
         "user-agents" => service.user_agents.text(),
-        "logs" => "0:stderr".to_owned(),
         "latencies" => layers.latencies.info(command),
         "truncate" => service.truncate_command(command, false),
         "truncate-namespace" => service.truncate_command(command, true),
         "truncate-undo" => service.truncate_undo_command(command, false),
         "truncate-namespace-undo" => service.truncate_undo_command(command, true),
         "roster" | "roster-set" | "recluster" | "revive" => crate::sc::answer(service, command),
-        "rack-ids" => rack_ids(&layers),
-        "racks" => racks(&layers, command),
-        "partition-checksums" => partition_checksums(&layers, command),
+        _ => return None,
+    })
+}
+
+/// The features' commands: UDF modules, jobs, secondary indexes; `None`
+/// for another command.
+fn about_features(service: &Service, command: &InfoCommand<'_>) -> Option<String> {
+    let indexes = || service.indexes();
+    Some(match command.name {
         "udf-put" => crate::udf::put(&service.udf_modules(), command),
         "udf-get" => crate::udf::get(&service.udf_modules(), command),
         "udf-remove" => crate::udf::remove(&service.udf_modules(), command),
         "udf-list" => crate::udf::list(&service.udf_modules()),
-        "query-show" => crate::job::show(&service.jobs, layers, command),
+        "query-show" => crate::job::show(&service.jobs, service.layers(), command),
         "query-abort" => crate::job::abort(&service.jobs, command),
         "query-abort-all" => crate::job::abort_all(&service.jobs),
-        "sindex-create" => crate::sindex::smd::create(&service.indexes(), command),
-        "sindex-delete" => crate::sindex::smd::delete(&service.indexes(), command),
-        "sindex-exists" => crate::sindex::exists(&service.indexes(), command),
+        "sindex-create" => crate::sindex::smd::create(&indexes(), command),
+        "sindex-delete" => crate::sindex::smd::delete(&indexes(), command),
+        "sindex-exists" => crate::sindex::exists(&indexes(), command),
         "sindex" => match command.positional.as_slice() {
-            [] => crate::sindex::list(&service.indexes(), None, "", false),
-            [namespace, ..] if layers.namespace(namespace.as_bytes()).is_none() => {
+            [] => crate::sindex::list(&indexes(), None, "", false),
+            [namespace, ..] if service.namespace(namespace.as_bytes()).is_none() => {
                 "ns_type=unknown".to_owned()
             }
-            [namespace] => crate::sindex::list(&service.indexes(), Some(namespace), "", false),
-            [namespace, name, ..] => crate::sindex::stat(&service.indexes(), namespace, name),
+            [namespace] => crate::sindex::list(&indexes(), Some(namespace), "", false),
+            [namespace, name, ..] => crate::sindex::stat(&indexes(), namespace, name),
         },
         "sindex-list" => crate::sindex::list(
-            &service.indexes(),
+            &indexes(),
             command.param("ns").or_else(|| command.param("namespace")),
             "ERROR:20:namespace not found on node",
             command.param("b64") == Some("true"),
         ),
-        "sindex-stat" => crate::sindex::stat_command(&service.indexes(), command),
-        _ => "ERROR:4:unrecognized command".to_owned(),
-    }
+        "sindex-stat" => crate::sindex::stat_command(&indexes(), command),
+        _ => return None,
+    })
 }
 
 /// `replicas` (with the AP regime 0) and `replicas-all`: per namespace, one

@@ -19,9 +19,13 @@
 //! plus, explicitly, any other feature a feature builds on), so that only
 //! dispatch sees the whole service: batch, scan and query and background
 //! jobs take it, secondary indexes take `sindex::Indexes` (the layers and
-//! the indexes); UDF execution and the info commands still take `&Service`.
-//! `Service` implements the
-//! distribution layer's [`citrine_distribution::LocalExecutor`], so a
+//! the indexes), aggregations `udf::Aggregations` (the layers, the indexes,
+//! the modules, the jobs, and the dispatcher's runner of a part here as a
+//! `udf::LocalParts`); of the info commands, the dispatcher and some
+//! answers (statistics, configuration, truncation, the roster) still take
+//! `&Service`, the others `Layers` or a feature's handle. `Service`
+//! implements the distribution layer's
+//! [`citrine_distribution::LocalExecutor`], so a
 //! request proxied here, or one whose duplicate resolution ended, runs with
 //! its record UDF, and serves the features' fabric calls
 //! ([`Service::serve_fabric`]: index definitions, UDF modules, aggregation
@@ -507,7 +511,7 @@ impl Service {
                 .await
                 .map(|cursor| Continuation(Pending::Batch(cursor))),
             Pending::AggregateRemote(run) => run
-                .run_delegated(self, out)
+                .run_delegated(&self.aggregations(), out)
                 .await
                 .map(|run| Continuation(Pending::Aggregate(run))),
             Pending::SyncStores(stores) => {
@@ -766,10 +770,12 @@ impl Service {
             Pending::BatchRemote(rows) => block_on(rows.complete(self.row_context(), out))
                 .map(|cursor| Continuation(Pending::Batch(cursor))),
             Pending::Aggregate(run) => run
-                .step(self, out)
+                .step(&self.aggregations(), out)
                 .map(|run| Continuation(Pending::Aggregate(run))),
-            Pending::AggregateRemote(run) => block_on(run.run_delegated(self, out))
-                .map(|run| Continuation(Pending::Aggregate(run))),
+            Pending::AggregateRemote(run) => {
+                let run = block_on(run.run_delegated(&self.aggregations(), out));
+                run.map(|run| Continuation(Pending::Aggregate(run)))
+            }
             Pending::SyncStores(stores) => {
                 block_on(self.sync_stores(&stores));
                 None
@@ -946,11 +952,12 @@ impl Service {
             return self.execute_timed(message, body, (hop, received), out);
         }
         if udf::is_aggregation(message) {
-            return udf::start_aggregate(self, message, out, origin).and_then(|run| {
+            let aggregations = self.aggregations();
+            return udf::start_aggregate(&aggregations, message, out, origin).and_then(|run| {
                 if run.has_delegated() {
                     Some(Continuation(Pending::AggregateRemote(run)))
                 } else {
-                    run.step(self, out)
+                    run.step(&aggregations, out)
                         .map(|run| Continuation(Pending::Aggregate(run)))
                 }
             });

@@ -21,7 +21,11 @@
 //!   change meanwhile; otherwise the function runs again), a removal, or
 //!   nothing. The reply carries the function's return value in a bin
 //!   `SUCCESS`, or result 100 and the error's text in a bin `FAILURE`;
-//! - aggregations ([`AggregateRun`]), streamed like scans.
+//! - aggregations ([`AggregateRun`]), streamed like scans; they take
+//!   `Aggregations` (the layers, the indexes, the modules, the jobs), not
+//!   the `Service`: a part that runs here goes through the dispatcher
+//!   (`LocalParts`, [`Service::serve_aggregate_part`]), which holds the
+//!   shared service a thread of its own needs.
 //!
 //! A record UDF (fields 30-32) takes the single-record path up to the
 //! point where it runs ([`crate::transaction`]). The record is copied
@@ -228,6 +232,89 @@ impl Service {
     /// [`Modules::keep_in`].
     pub fn keep_udf_modules(&self, directory: &Path) -> Result<(), String> {
         self.udf_modules().keep_in(directory)
+    }
+
+    /// The aggregation feature's handle.
+    pub(crate) fn aggregations(&self) -> Aggregations<'_> {
+        Aggregations {
+            layers: self.layers(),
+            indexes: self.indexes(),
+            udfs: &self.udfs,
+            monitors: &self.jobs.monitors,
+            parts: self,
+        }
+    }
+
+    /// Serves a part of another master's aggregation (`AGGREGATE_PART`):
+    /// runs it as a listed aggregation — on a thread of its own, off the
+    /// fabric's runtime, when the service is shared — and answers its
+    /// whole stream.
+    pub(crate) async fn serve_aggregate_part(&self, payload: &[u8]) -> Vec<u8> {
+        if self.is_orphan() {
+            return vec![ResultCode::Unavailable.code()];
+        }
+        match self.shared() {
+            Some(service) => {
+                let body = payload.to_vec();
+                crate::offload::run("citrine-agg-part", move || {
+                    aggregate_part(&service.aggregations(), &body)
+                })
+                .await
+                .unwrap_or_else(|| vec![ResultCode::ServerError.code()])
+            }
+            None => aggregate_part(&self.aggregations(), payload),
+        }
+    }
+}
+
+/// A part of an aggregation run here, off the calling thread; the
+/// dispatcher runs it ([`Service::serve_aggregate_part`]): a thread of
+/// its own needs the shared service, which the feature does not hold.
+pub(crate) trait LocalParts: Sync {
+    /// The answer of the `AGGREGATE_PART` call `body`, run on this node.
+    fn run_part<'a>(
+        &'a self,
+        body: &'a [u8],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<u8>> + Send + 'a>>;
+}
+
+impl LocalParts for Service {
+    fn run_part<'a>(
+        &'a self,
+        body: &'a [u8],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<u8>> + Send + 'a>> {
+        Box::pin(self.serve_aggregate_part(body))
+    }
+}
+
+/// What the aggregation feature works with, and all it works with: the two
+/// layers, the indexes its queries read, the UDF modules and the node's
+/// aggregation places, the jobs `query-show` lists, and the dispatcher's
+/// runner for the parts that run here. Dispatch hands it out
+/// ([`Service::aggregations`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Aggregations<'s> {
+    layers: crate::Layers<'s>,
+    indexes: crate::sindex::Indexes<'s>,
+    udfs: &'s Udfs,
+    monitors: &'s crate::job::monitor::Monitors,
+    parts: &'s dyn LocalParts,
+}
+
+impl<'s> Aggregations<'s> {
+    /// The node's scan counters, which count aggregations too.
+    fn scans(&self) -> &'s crate::scan::ScanStats {
+        &self.layers.stats.scan
+    }
+
+    /// Counts one aggregation ended (among the scans).
+    fn completed(&self) {
+        self.scans().completed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// This node's id.
+    fn node_id(&self) -> NodeId {
+        self.layers.node_id()
     }
 }
 
@@ -1174,28 +1261,28 @@ pub const AGGREGATE_OUTPUT_MAX: usize = 1 << 30;
 /// Starts an aggregation, or writes its refusal (LAST with the code) to
 /// `out` and returns `None`.
 pub(crate) fn start_aggregate(
-    service: &Service,
+    aggregations: &Aggregations<'_>,
     message: &Message<'_>,
     out: &mut Vec<u8>,
     origin: crate::job::Origin,
 ) -> Option<Box<AggregateRun>> {
     let refuse = |out: &mut Vec<u8>, code: ResultCode| {
-        service.stats.scan.refused.fetch_add(1, Ordering::Relaxed);
+        aggregations.scans().refused.fetch_add(1, Ordering::Relaxed);
         transaction::write_stream_end(out, code);
         None
     };
     let Some(namespace) = message
         .field(field_type::NAMESPACE)
-        .and_then(|name| service.namespace_shared(name))
+        .and_then(|name| aggregations.layers.data.namespace_shared(name))
     else {
         return refuse(out, ResultCode::Namespace);
     };
-    let call = match call_of(service.udf_registry(), message) {
+    let call = match call_of(&aggregations.udfs.registry, message) {
         Ok(Some(call)) => call,
         Ok(None) => return refuse(out, ResultCode::Parameter),
         Err(code) => return refuse(out, code),
     };
-    let mut cursor = match aggregate_cursor(service, message, &namespace) {
+    let mut cursor = match aggregate_cursor(aggregations, message, &namespace) {
         Ok(Some(cursor)) => cursor,
         Ok(None) => {
             // Unknown set: no records, nothing emitted.
@@ -1204,48 +1291,27 @@ pub(crate) fn start_aggregate(
         }
         Err(code) => return refuse(out, code),
     };
-    if service.routes() {
-        // Only those that list their partitions follow acting-master
-        // claims (see there); a claim lost during the walk fails the run.
-        cursor.keep_served_partitions(service.layers(), crate::scan::lists_partitions(message));
-    }
-    let delegated =
-        match delegate_partitions(service, message, &namespace, cursor.take_unavailable()) {
-            Ok(delegated) => delegated,
-            Err(partition) => {
-                // An aggregation's stream has no per-partition answers (the
-                // official clients read none), so a partition left out would
-                // be a silently wrong result: fail it instead, to be tried
-                // again.
-                tracing::debug!(
-                    partition = partition.index(),
-                    "aggregation refused: a partition it must cover is not served whole here"
-                );
-                return refuse(out, ResultCode::Unavailable);
-            }
-        };
-    let request = if delegated.is_empty() {
-        Vec::new()
-    } else {
-        part_request(message, &[])
+    let (delegated, request) = match delegate(aggregations, message, &namespace, &mut cursor) {
+        Ok(delegated) => delegated,
+        Err(code) => return refuse(out, code),
     };
     let part_timeout = match message.header.transaction_ttl {
         0 => AGGREGATE_PART_TIMEOUT,
         ms => Duration::from_millis(u64::from(ms)),
     };
     let udf = aggregate_call(&call);
-    let Some(slot) = AggregateSlot::take(&service.udfs.aggregations) else {
+    let Some(slot) = AggregateSlot::take(&aggregations.udfs.aggregations) else {
         return refuse(out, ResultCode::QueryQueueFull);
     };
-    let watch = match watch_aggregation(service, message, &namespace, &cursor, origin) {
+    let watch = match watch_aggregation(aggregations, message, &namespace, &cursor, origin) {
         Ok(watch) => watch,
         Err(code) => return refuse(out, code),
     };
-    service.stats.scan.started.fetch_add(1, Ordering::Relaxed);
+    aggregations.scans().started.fetch_add(1, Ordering::Relaxed);
     let aggregation = match citrine_udf::Aggregation::new(call.registry, &udf) {
         Ok(aggregation) => aggregation,
         Err(error) => {
-            aggregation_not_started(service, &namespace, out, &error, watch);
+            aggregation_not_started(aggregations, &namespace, out, &error, watch);
             return None;
         }
     };
@@ -1263,10 +1329,49 @@ pub(crate) fn start_aggregate(
     }))
 }
 
+/// The parts of the aggregation that run first on acting masters (see
+/// [`delegate_partitions`]), once `cursor` keeps only the partitions this
+/// node serves, and the request each part repeats (empty when there are
+/// none); `Err` (11) when a partition it must cover is not served whole
+/// here.
+fn delegate(
+    aggregations: &Aggregations<'_>,
+    message: &Message<'_>,
+    namespace: &Namespace,
+    cursor: &mut crate::scan::ScanCursor,
+) -> Result<(Parts, Vec<u8>), ResultCode> {
+    if aggregations.layers.dist.routes() {
+        // Only those that list their partitions follow acting-master
+        // claims (see there); a claim lost during the walk fails the run.
+        cursor.keep_served_partitions(aggregations.layers, crate::scan::lists_partitions(message));
+    }
+    let delegated =
+        match delegate_partitions(aggregations, message, namespace, cursor.take_unavailable()) {
+            Ok(delegated) => delegated,
+            Err(partition) => {
+                // An aggregation's stream has no per-partition answers (the
+                // official clients read none), so a partition left out would
+                // be a silently wrong result: fail it instead, to be tried
+                // again.
+                tracing::debug!(
+                    partition = partition.index(),
+                    "aggregation refused: a partition it must cover is not served whole here"
+                );
+                return Err(ResultCode::Unavailable);
+            }
+        };
+    let request = if delegated.is_empty() {
+        Vec::new()
+    } else {
+        part_request(message, &[])
+    };
+    Ok((delegated, request))
+}
+
 /// The cursor over the records an aggregation reads. `Ok(None)`: its set
 /// is unknown here, so it has no records.
 fn aggregate_cursor(
-    service: &Service,
+    aggregations: &Aggregations<'_>,
     message: &Message<'_>,
     namespace: &Arc<Namespace>,
 ) -> Result<Option<crate::scan::ScanCursor>, ResultCode> {
@@ -1274,13 +1379,13 @@ fn aggregate_cursor(
         crate::scan::parse(
             message,
             Arc::clone(namespace),
-            service.sindexes(namespace),
+            aggregations.indexes.of(namespace),
             false,
         )
     };
     match parse()? {
         Some(cursor) => Ok(Some(cursor)),
-        None if fills_a_mastered_partition(service, message, namespace) => {
+        None if fills_a_mastered_partition(aggregations, message, namespace) => {
             // The set is unknown here, but records of it may be in the
             // partitions this node masters and is still filling: it gets
             // the set (it will hold its records soon) and delegates them.
@@ -1315,7 +1420,7 @@ fn aggregate_call<'c>(call: &UdfCall<'c>) -> citrine_udf::Call<'c> {
 /// An aggregation whose stream could not be built: counted, answered with
 /// its failure, and its job (if any) finished.
 fn aggregation_not_started(
-    service: &Service,
+    aggregations: &Aggregations<'_>,
     namespace: &Namespace,
     out: &mut Vec<u8>,
     error: &UdfError,
@@ -1327,7 +1432,7 @@ fn aggregation_not_started(
         .fetch_add(1, Ordering::Relaxed);
     let start = out.len();
     write_aggregate_failure(out, error);
-    service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+    aggregations.completed();
     if let Some(watch) = watch {
         watch.monitor.add_net_io(out.len() - start);
         watch.finish(crate::job::monitor::Reason::Unknown);
@@ -1338,7 +1443,7 @@ fn aggregation_not_started(
 /// peer's part of one); refused with 4 while an active job has its task
 /// id.
 fn watch_aggregation(
-    service: &Service,
+    aggregations: &Aggregations<'_>,
     message: &Message<'_>,
     namespace: &Namespace,
     cursor: &crate::scan::ScanCursor,
@@ -1354,12 +1459,11 @@ fn watch_aggregation(
         &namespace.config.name,
         cursor.index_name(),
         from,
-        service.now().unix_ms,
+        aggregations.layers.now().unix_ms,
     );
-    service
-        .jobs
+    aggregations
         .monitors
-        .add_foreground(monitor, service.data().clock_shared())
+        .add_foreground(monitor, aggregations.layers.data.clock_shared())
         .map(Some)
 }
 
@@ -1367,20 +1471,21 @@ fn watch_aggregation(
 /// filling and `message` asks for all partitions (so it must cover that
 /// partition's records, which are elsewhere for now).
 fn fills_a_mastered_partition(
-    service: &Service,
+    aggregations: &Aggregations<'_>,
     message: &Message<'_>,
     namespace: &Namespace,
 ) -> bool {
-    if !service.routes() || crate::scan::lists_partitions(message) {
+    if !aggregations.layers.dist.routes() || crate::scan::lists_partitions(message) {
         return false;
     }
-    let cluster = service.cluster();
+    let cluster = aggregations.layers.cluster();
     let Some(map) = cluster.namespace(&namespace.config.name) else {
         return false;
     };
     PartitionId::all().any(|partition| {
-        map.map.replicas(partition).first() == Some(&service.node_id)
-            && !service
+        map.map.replicas(partition).first() == Some(&aggregations.node_id())
+            && !aggregations
+                .layers
                 .migrations()
                 .serves_whole(&namespace.config.name, partition)
     })
@@ -1396,7 +1501,7 @@ fn fills_a_mastered_partition(
 /// `Err` with a partition it masters that no acting master holds (the
 /// copies are distinct: a split's sides, a full restart).
 fn delegate_partitions(
-    service: &Service,
+    aggregations: &Aggregations<'_>,
     message: &Message<'_>,
     namespace: &Namespace,
     unavailable: Vec<PartitionId>,
@@ -1407,14 +1512,14 @@ fn delegate_partitions(
             None => Ok(Vec::new()),
         };
     }
-    let cluster = service.cluster();
+    let cluster = aggregations.layers.cluster();
     let Some(map) = cluster.namespace(&namespace.config.name) else {
         return Ok(Vec::new());
     };
     let mastered = unavailable
         .into_iter()
-        .filter(|partition| map.map.replicas(*partition).first() == Some(&service.node_id));
-    let (parts, unroutable) = route_parts(service, &map.map, &namespace.config.name, mastered);
+        .filter(|partition| map.map.replicas(*partition).first() == Some(&aggregations.node_id()));
+    let (parts, unroutable) = route_parts(aggregations, &map.map, &namespace.config.name, mastered);
     match unroutable.first() {
         Some(partition) => Err(*partition),
         None => Ok(parts),
@@ -1424,7 +1529,7 @@ fn delegate_partitions(
 /// Groups `partitions` (which this node masters in `map`) by the node
 /// that serves each whole now ([`part_target`]); also those none does.
 fn route_parts(
-    service: &Service,
+    aggregations: &Aggregations<'_>,
     map: &citrine_cluster::partition_map::PartitionMap,
     namespace: &str,
     partitions: impl IntoIterator<Item = PartitionId>,
@@ -1432,7 +1537,7 @@ fn route_parts(
     let mut parts: Vec<(NodeId, Vec<PartitionId>)> = Vec::new();
     let mut unroutable = Vec::new();
     for partition in partitions {
-        let Some(target) = part_target(service, map, namespace, partition) else {
+        let Some(target) = part_target(aggregations, map, namespace, partition) else {
             unroutable.push(partition);
             continue;
         };
@@ -1449,21 +1554,26 @@ fn route_parts(
 /// neither holds (a handover in progress, distinct copies, or this node no
 /// longer its master).
 fn part_target(
-    service: &Service,
+    aggregations: &Aggregations<'_>,
     map: &citrine_cluster::partition_map::PartitionMap,
     namespace: &str,
     partition: PartitionId,
 ) -> Option<NodeId> {
-    if map.replicas(partition).first() != Some(&service.node_id) {
+    if map.replicas(partition).first() != Some(&aggregations.node_id()) {
         return None;
     }
-    if service.migrations().serves_whole(namespace, partition) {
-        return Some(service.node_id);
+    if aggregations
+        .layers
+        .migrations()
+        .serves_whole(namespace, partition)
+    {
+        return Some(aggregations.node_id());
     }
-    service
+    aggregations
+        .layers
         .migrations()
         .acting_target(namespace, partition)
-        .filter(|acting| *acting != service.node_id)
+        .filter(|acting| *acting != aggregations.node_id())
 }
 
 /// The most bytes a part of an aggregation may answer with: its stream
@@ -1532,12 +1642,12 @@ impl AggregateRun {
     /// with 11, or the part's own failure), as a partition left out would.
     pub(crate) async fn run_delegated(
         mut self: Box<Self>,
-        service: &Service,
+        aggregations: &Aggregations<'_>,
         out: &mut Vec<u8>,
     ) -> Option<Box<Self>> {
         let watch = self.watch.take();
         let start = out.len();
-        let run = self.run_parts(service, out).await;
+        let run = self.run_parts(aggregations, out).await;
         let Some(watch) = watch else {
             return run;
         };
@@ -1558,15 +1668,15 @@ impl AggregateRun {
     /// [`AggregateRun::run_delegated`]'s parts.
     async fn run_parts(
         mut self: Box<Self>,
-        service: &Service,
+        aggregations: &Aggregations<'_>,
         out: &mut Vec<u8>,
     ) -> Option<Box<Self>> {
         let fail = |out: &mut Vec<u8>, code: ResultCode| {
             transaction::write_stream_end(out, code);
-            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            aggregations.completed();
             None
         };
-        let Some(fabric) = service.fabric() else {
+        let Some(fabric) = aggregations.layers.dist.fabric() else {
             return fail(out, ResultCode::Unavailable);
         };
         let started = Instant::now();
@@ -1589,16 +1699,11 @@ impl AggregateRun {
                 }
                 crate::offload::run("citrine-agg-pause", move || std::thread::sleep(pause)).await;
                 pause = (pause * 2).min(PART_RETRY_PAUSE_MAX);
-                let cluster = service.cluster();
-                let Some(map) = cluster.namespace(&self.namespace.config.name) else {
+                let Some((routed, unroutable)) =
+                    self.reroute(aggregations, std::mem::take(&mut waiting))
+                else {
                     return fail(out, ResultCode::Unavailable);
                 };
-                let (routed, unroutable) = route_parts(
-                    service,
-                    &map.map,
-                    &self.namespace.config.name,
-                    std::mem::take(&mut waiting),
-                );
                 parts = routed.into();
                 waiting = unroutable;
                 continue;
@@ -1609,32 +1714,18 @@ impl AggregateRun {
             else {
                 return fail(out, ResultCode::ServerError);
             };
-            let answer = if node == service.node_id {
-                Ok(service.serve_aggregate_part(&body).await)
+            let answer = if node == aggregations.node_id() {
+                Ok(aggregations.parts.run_part(&body).await)
             } else {
                 let left = self.part_timeout.saturating_sub(started.elapsed());
                 fabric
                     .call(node, call_kind::AGGREGATE_PART, body, left)
                     .await
             };
-            let frames = match answer.as_deref() {
-                Ok([code, frames @ ..])
-                    if *code == ResultCode::Ok.code()
-                        && part_end(frames) != Some(ResultCode::Unavailable.code()) =>
-                {
-                    frames
-                }
-                Ok([code, ..])
-                    if *code != ResultCode::Ok.code()
-                        && *code != ResultCode::Unavailable.code() =>
-                {
-                    tracing::debug!(?node, code, "aggregation part refused");
-                    return fail(out, ResultCode::Unavailable);
-                }
-                other => {
-                    // Unreachable, timed out, or it could not cover its
-                    // partitions whole: nothing of it was relayed.
-                    tracing::debug!(?node, answer = ?other.map(|bytes| bytes.first().copied()), "aggregation part to run again");
+            let frames = match judge_part(node, answer.as_deref()) {
+                PartAnswer::Frames(frames) => frames,
+                PartAnswer::Refused => return fail(out, ResultCode::Unavailable),
+                PartAnswer::Again => {
                     waiting.extend(partitions);
                     continue;
                 }
@@ -1642,7 +1733,7 @@ impl AggregateRun {
             match relay_part(frames, out, &mut self.sent) {
                 Relayed::Values => {}
                 Relayed::Ended => {
-                    service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+                    aggregations.completed();
                     return None;
                 }
                 Relayed::Broken => return fail(out, ResultCode::Unavailable),
@@ -1650,12 +1741,30 @@ impl AggregateRun {
         }
     }
 
+    /// The parts covering `waiting` routed afresh on the current map
+    /// ([`route_parts`]): those routed, and those none serves whole yet;
+    /// `None` when the map no longer has the namespace.
+    fn reroute(
+        &self,
+        aggregations: &Aggregations<'_>,
+        waiting: Vec<PartitionId>,
+    ) -> Option<(Parts, Vec<PartitionId>)> {
+        let cluster = aggregations.layers.cluster();
+        let map = cluster.namespace(&self.namespace.config.name)?;
+        Some(route_parts(
+            aggregations,
+            &map.map,
+            &self.namespace.config.name,
+            waiting,
+        ))
+    }
+
     /// Appends the next step's frame (and, at the end, LAST) to `out`;
     /// returns the run while it continues. A client's aggregation that
     /// `query-abort` stopped ends here with 15 (query aborted).
     pub(crate) fn step(
         mut self: Box<Self>,
-        service: &Service,
+        aggregations: &Aggregations<'_>,
         out: &mut Vec<u8>,
     ) -> Option<Box<Self>> {
         use crate::job::monitor::Reason;
@@ -1664,11 +1773,11 @@ impl AggregateRun {
         let (step, counts, progress) = match &watch {
             Some(watch) if watch.monitor.abort_requested() => {
                 transaction::write_stream_end(out, ResultCode::QueryAbort);
-                service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+                aggregations.completed();
                 let counts = (self.cursor.counts(), self.cursor.progress_hundredths());
                 (Step::Ended(Reason::UserAborted), counts.0, counts.1)
             }
-            _ => self.run_step(service, out),
+            _ => self.run_step(aggregations, out),
         };
         if let Some(watch) = &watch {
             watch.monitor.add_net_io(out.len() - start);
@@ -1692,13 +1801,13 @@ impl AggregateRun {
     /// the walk's counts and progress after it.
     fn run_step(
         mut self: Box<Self>,
-        service: &Service,
+        aggregations: &Aggregations<'_>,
         out: &mut Vec<u8>,
     ) -> (Step, crate::job::monitor::Counts, u64) {
         use crate::job::monitor::Reason;
-        let now = service.now();
+        let now = aggregations.layers.now();
         let mut chunk = Vec::new();
-        let finished = self.cursor.advance(service.layers(), now, &mut chunk);
+        let finished = self.cursor.advance(aggregations.layers, now, &mut chunk);
         let counts = self.cursor.counts();
         let progress = self.cursor.progress_hundredths();
         let ended = |reason| (Step::Ended(reason), counts, progress);
@@ -1710,7 +1819,7 @@ impl AggregateRun {
             tracing::debug!("aggregation refused: a partition's claim ended during its walk");
             transaction::write_stream_end(out, ResultCode::Unavailable);
             if !finished {
-                service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+                aggregations.completed();
             }
             return ended(Reason::Unknown);
         }
@@ -1760,7 +1869,7 @@ impl AggregateRun {
         };
         if !finished {
             // The cursor counts the runs it finished itself.
-            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            aggregations.completed();
         }
         ended(reason)
     }
@@ -1825,30 +1934,9 @@ fn close_frame(out: &mut Vec<u8>, start: usize) {
     }
 }
 
-impl Service {
-    /// Serves a part of another master's aggregation (`AGGREGATE_PART`):
-    /// runs it as a listed aggregation — on a thread of its own, off the
-    /// fabric's runtime, when the service is shared — and answers its
-    /// whole stream.
-    pub(crate) async fn serve_aggregate_part(&self, payload: &[u8]) -> Vec<u8> {
-        if self.is_orphan() {
-            return vec![ResultCode::Unavailable.code()];
-        }
-        match self.shared() {
-            Some(service) => {
-                let body = payload.to_vec();
-                crate::offload::run("citrine-agg-part", move || aggregate_part(&service, &body))
-                    .await
-                    .unwrap_or_else(|| vec![ResultCode::ServerError.code()])
-            }
-            None => aggregate_part(self, payload),
-        }
-    }
-}
-
 /// Runs the listed aggregation `body` to its end; the answer of an
 /// `AGGREGATE_PART` call.
-fn aggregate_part(service: &Service, body: &[u8]) -> Vec<u8> {
+fn aggregate_part(aggregations: &Aggregations<'_>, body: &[u8]) -> Vec<u8> {
     let Ok(message) = Message::decode(body) else {
         return vec![ResultCode::Parameter.code()];
     };
@@ -1859,19 +1947,65 @@ fn aggregate_part(service: &Service, body: &[u8]) -> Vec<u8> {
         return vec![ResultCode::Parameter.code()];
     }
     let mut answer = vec![ResultCode::Ok.code()];
-    let mut next = start_aggregate(service, &message, &mut answer, crate::job::Origin::Peer)
-        .and_then(|run| run.step(service, &mut answer));
+    let mut next = start_aggregate(
+        aggregations,
+        &message,
+        &mut answer,
+        crate::job::Origin::Peer,
+    )
+    .and_then(|run| run.step(aggregations, &mut answer));
     while let Some(run) = next {
         if answer.len() > AGGREGATE_PART_MAX {
             tracing::warn!(
                 "an aggregation part passed {AGGREGATE_PART_MAX} bytes; the aggregation fails"
             );
-            service.stats.scan.completed.fetch_add(1, Ordering::Relaxed);
+            aggregations.completed();
             return vec![ResultCode::Unavailable.code()];
         }
-        next = run.step(service, &mut answer);
+        next = run.step(aggregations, &mut answer);
     }
     answer
+}
+
+/// Parts of an aggregation: the node each runs on, and its partitions.
+type Parts = Vec<(NodeId, Vec<PartitionId>)>;
+
+/// What a part's answer means for the aggregation ([`judge_part`]).
+enum PartAnswer<'a> {
+    /// Its whole stream, covering its partitions: relay it.
+    Frames(&'a [u8]),
+    /// Refused otherwise than for unavailable partitions: the aggregation
+    /// fails.
+    Refused,
+    /// Unreachable, timed out, or it could not cover its partitions whole:
+    /// nothing of it was relayed; run it again.
+    Again,
+}
+
+/// Judges the answer of the part sent to `node` (the first byte is the
+/// call's result code, then the part's stream).
+fn judge_part<'a, E: std::fmt::Debug>(
+    node: NodeId,
+    answer: Result<&'a [u8], &E>,
+) -> PartAnswer<'a> {
+    match answer {
+        Ok([code, frames @ ..])
+            if *code == ResultCode::Ok.code()
+                && part_end(frames) != Some(ResultCode::Unavailable.code()) =>
+        {
+            PartAnswer::Frames(frames)
+        }
+        Ok([code, ..])
+            if *code != ResultCode::Ok.code() && *code != ResultCode::Unavailable.code() =>
+        {
+            tracing::debug!(?node, code, "aggregation part refused");
+            PartAnswer::Refused
+        }
+        other => {
+            tracing::debug!(?node, answer = ?other.map(|bytes| bytes.first().copied()), "aggregation part to run again");
+            PartAnswer::Again
+        }
+    }
 }
 
 /// How a part's stream was relayed ([`relay_part`]).

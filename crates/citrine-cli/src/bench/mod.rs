@@ -268,63 +268,132 @@ fn clock_ticks_per_second() -> u64 {
 
 pub async fn run(args: BenchArgs) -> CliResult {
     if let Some(port) = args.noop_server {
-        let mut namespaces = vec!["test".to_owned(), "bar".to_owned()];
-        for ns in args
-            .namespace
-            .split(',')
-            .map(str::trim)
-            .filter(|ns| !ns.is_empty())
-        {
-            if !namespaces.iter().any(|known| known == ns) {
-                namespaces.push(ns.to_owned());
-            }
-        }
-        noop::serve(&args.noop_address, port, namespaces)
-            .await
-            .map_err(|e| format!("no-op responder on {}:{port}: {e} (port in use? pick another with --noop-server PORT)", args.noop_address))?;
-        return Ok(ExitCode::SUCCESS);
+        return serve_noop(&args, port).await;
     }
-    let spec = ObjectSpec::parse(&args.object)?;
-    let workload = Workload::parse(&args.workload)?;
-    if args.keys == 0 {
-        return Err("-k KEYS must be at least 1".into());
+    let plan = Plan::of(&args)?;
+    let client = connect(&args).await?;
+    let shared = Arc::new(prepare(&args, &plan, &client).await?);
+    let before = Readings::take(&args, &client)?;
+    let udf_call = announce(&args, &plan, &shared);
+    let mut workers = Workers::spawn(&shared, args.concurrency);
+    let totals = workers.report(&args, &shared, plan.duration).await;
+    let elapsed = workers.started.elapsed().as_secs_f64();
+    let after = Readings::take(&args, &client)?;
+    client.close();
+    let ended = Ended {
+        totals,
+        elapsed,
+        retries: after.retries - before.retries,
+        server_cpu_us_per_op: None,
+        client_cpu_us_per_op: None,
     }
-    if args.concurrency == 0 {
-        return Err("-c CONCURRENCY must be at least 1".into());
+    .with_cpu(&before, &after);
+    let ops_json = print_op_table(&ended.totals, elapsed);
+    let rates = print_totals(&args, &shared, &ended);
+    let summary = summary_json(&args, &plan, &shared, &ended, (rates, udf_call, ops_json));
+    outln!("JSON {summary}");
+    if let Some(path) = &args.json {
+        std::fs::write(path, format!("{summary:#}\n"))
+            .map_err(|e| format!("cannot write --json {path}: {e}"))?;
     }
-    if args.batch_size == 0 {
-        return Err("--batch-size must be at least 1".into());
-    }
-    if args.batch_size > 1 && !matches!(workload, Workload::ReadUpdate { .. }) {
-        return Err("--batch-size applies to the reads of ru,READ_PCT workloads".into());
-    }
-    let distribution = match args.zipf {
-        Some(theta) => KeyDistribution::Zipf(Zipf::new(args.keys, theta)?),
-        None => KeyDistribution::Uniform { n: args.keys },
-    };
-    let duration = match (args.duration, args.ops) {
-        (Some(d), _) if !(d > 0.0 && d.is_finite()) => {
-            return Err("-d SECONDS must be positive".into())
-        }
-        (Some(d), _) => Some(Duration::from_secs_f64(d)),
-        (None, Some(_)) => None,
-        // An insert ends when every key is written; the others default to 10 s.
-        (None, None) if workload == Workload::Insert => None,
-        (None, None) => Some(Duration::from_secs(10)),
-    };
-    let per_worker_interval = match args.rate {
-        Some(rate) if !(rate > 0.0 && rate.is_finite()) => {
-            return Err("--rate must be a positive number of ops per second".into())
-        }
-        Some(rate) => Some(Duration::from_secs_f64(args.concurrency as f64 / rate)),
-        None => None,
-    };
+    Ok(if ended.total_ops() == 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
 
+/// `--noop-server`: the no-op responder, serving test, bar and the
+/// namespaces `-n` lists.
+async fn serve_noop(args: &BenchArgs, port: u16) -> CliResult {
+    let mut namespaces = vec!["test".to_owned(), "bar".to_owned()];
+    for ns in args
+        .namespace
+        .split(',')
+        .map(str::trim)
+        .filter(|ns| !ns.is_empty())
+    {
+        if !namespaces.iter().any(|known| known == ns) {
+            namespaces.push(ns.to_owned());
+        }
+    }
+    noop::serve(&args.noop_address, port, namespaces)
+        .await
+        .map_err(|e| format!("no-op responder on {}:{port}: {e} (port in use? pick another with --noop-server PORT)", args.noop_address))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the arguments ask for, checked before anything connects.
+struct Plan {
+    spec: ObjectSpec,
+    workload: Workload,
+    distribution: KeyDistribution,
+    /// How long the run lasts (`None`: until `--ops`, or every key of an
+    /// insert, is done).
+    duration: Option<Duration>,
+    /// Each worker's pace under `--rate`.
+    per_worker_interval: Option<Duration>,
+}
+
+impl Plan {
+    fn of(args: &BenchArgs) -> Result<Plan, String> {
+        let spec = ObjectSpec::parse(&args.object)?;
+        let workload = Workload::parse(&args.workload)?;
+        if args.keys == 0 {
+            return Err("-k KEYS must be at least 1".into());
+        }
+        if args.concurrency == 0 {
+            return Err("-c CONCURRENCY must be at least 1".into());
+        }
+        if args.batch_size == 0 {
+            return Err("--batch-size must be at least 1".into());
+        }
+        if args.batch_size > 1 && !matches!(workload, Workload::ReadUpdate { .. }) {
+            return Err("--batch-size applies to the reads of ru,READ_PCT workloads".into());
+        }
+        let distribution = match args.zipf {
+            Some(theta) => KeyDistribution::Zipf(Zipf::new(args.keys, theta)?),
+            None => KeyDistribution::Uniform { n: args.keys },
+        };
+        let duration = match (args.duration, args.ops) {
+            (Some(d), _) if !(d > 0.0 && d.is_finite()) => {
+                return Err("-d SECONDS must be positive".into())
+            }
+            (Some(d), _) => Some(Duration::from_secs_f64(d)),
+            (None, Some(_)) => None,
+            // An insert ends when every key is written; the others default to 10 s.
+            (None, None) if workload == Workload::Insert => None,
+            (None, None) => Some(Duration::from_secs(10)),
+        };
+        let per_worker_interval = match args.rate {
+            Some(rate) if !(rate > 0.0 && rate.is_finite()) => {
+                return Err("--rate must be a positive number of ops per second".into())
+            }
+            Some(rate) => Some(Duration::from_secs_f64(args.concurrency as f64 / rate)),
+            None => None,
+        };
+        Ok(Plan {
+            spec,
+            workload,
+            distribution,
+            duration,
+            per_worker_interval,
+        })
+    }
+}
+
+/// The client, with connections enough for `-c` commands in flight.
+async fn connect(args: &BenchArgs) -> Result<Client, String> {
     let mut config = ClientConfig::new([args.host.clone()]);
     config.max_connections_per_node = args.concurrency.max(16) * 2;
-    let client = Client::connect(config)
+    Client::connect(config)
         .await
-        .map_err(|e| format!("cannot connect to {}: {e}\n  hint: start citrined (`citrined --noop` for the benchmark ceiling), or `citrine bench --noop-server PORT` for a stand-in responder", args.host))?;
+        .map_err(|e| format!("cannot connect to {}: {e}\n  hint: start citrined (`citrined --noop` for the benchmark ceiling), or `citrine bench --noop-server PORT` for a stand-in responder", args.host))
+}
+
+/// What the workers share: the policies, and what the workload needs on
+/// the server (the query's index, the udf's module) made sure of.
+async fn prepare(args: &BenchArgs, plan: &Plan, client: &Client) -> Result<Shared, String> {
     let mut read_policy = ReadPolicy::default();
     read_policy.base.total_timeout = Duration::from_millis(args.timeout_ms);
     read_policy.base.max_retries = args.retries;
@@ -340,38 +409,18 @@ pub async fn run(args: BenchArgs) -> CliResult {
         base: read_policy.base.clone(),
         ..BatchPolicy::default()
     };
-    let names = spec.names();
-    let query_bin = match (workload, spec.group_bin()) {
-        (Workload::Query, None) => return Err(
-            "the query workload selects by a group bin: give -o a G:N item (e.g. -o G:10000,10*S:10) and load the keys with -w insert and the same -o".into(),
-        ),
-        (Workload::Query, Some((at, groups))) => {
-            let bin = names[at].clone();
-            ensure_index(&client, &args.namespace, &args.set, &bin).await?;
-            Some((bin, groups))
-        }
-        _ => None,
-    };
-    let udf_bin = match workload {
-        Workload::Udf { read_only } => {
-            // udf-read returns any bin; udf adds 1 to an integer one.
-            let at = spec.int_bin().or(read_only.then_some(0)).ok_or(
-                "the udf workload adds 1 to an integer bin: give -o an I item (the default -o I), and load the keys with -w insert and the same -o",
-            )?;
-            ensure_udf_module(&client).await?;
-            Some(names[at].clone())
-        }
-        _ => None,
-    };
+    let names = plan.spec.names();
+    let query_bin = query_bin(args, plan, client, &names).await?;
+    let udf_bin = udf_bin(plan, client, &names).await?;
     let mut query_policy = ScanPolicy::default();
     query_policy.base.socket_timeout = Duration::from_millis(args.timeout_ms);
     query_policy.base.max_retries = args.retries;
-    let shared = Arc::new(Shared {
+    Ok(Shared {
         client: client.clone(),
-        spec: spec.clone(),
+        spec: plan.spec.clone(),
         names,
-        workload,
-        distribution,
+        workload: plan.workload,
+        distribution: plan.distribution.clone(),
         args_namespace: args.namespace.clone(),
         set: args.set.clone(),
         key_start: args.key_start,
@@ -387,19 +436,55 @@ pub async fn run(args: BenchArgs) -> CliResult {
         query_policy,
         query_bin,
         query_records: AtomicU64::new(0),
-        udf_args: udf_bin.iter().cloned().map(Value::String).collect(),
-        per_worker_interval,
-    });
+        udf_args: udf_bin.into_iter().map(Value::String).collect(),
+        per_worker_interval: plan.per_worker_interval,
+    })
+}
 
-    let cpu_before = match args.server_pid {
-        Some(pid) => Some(process_cpu_us(pid)?),
-        None => None,
-    };
-    let retries_before = client.stats().retries;
-    let client_cpu_before = process_cpu_us(std::process::id()).ok();
+/// The query workload's group bin and group count, its index made sure
+/// of; `None` for the other workloads.
+async fn query_bin(
+    args: &BenchArgs,
+    plan: &Plan,
+    client: &Client,
+    names: &[String],
+) -> Result<Option<(String, u64)>, String> {
+    match (plan.workload, plan.spec.group_bin()) {
+        (Workload::Query, None) => Err(
+            "the query workload selects by a group bin: give -o a G:N item (e.g. -o G:10000,10*S:10) and load the keys with -w insert and the same -o".into(),
+        ),
+        (Workload::Query, Some((at, groups))) => {
+            let bin = names[at].clone();
+            ensure_index(client, &args.namespace, &args.set, &bin).await?;
+            Ok(Some((bin, groups)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The bin the udf workloads' function takes, their module made sure of;
+/// `None` for the other workloads.
+async fn udf_bin(plan: &Plan, client: &Client, names: &[String]) -> Result<Option<String>, String> {
+    match plan.workload {
+        Workload::Udf { read_only } => {
+            // udf-read returns any bin; udf adds 1 to an integer one.
+            let at = plan.spec.int_bin().or(read_only.then_some(0)).ok_or(
+                "the udf workload adds 1 to an integer bin: give -o an I item (the default -o I), and load the keys with -w insert and the same -o",
+            )?;
+            ensure_udf_module(client).await?;
+            Ok(Some(names[at].clone()))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Prints the run's header line (and, for the udf workloads, the call
+/// each operation makes); returns that call as the summary names it.
+fn announce(args: &BenchArgs, plan: &Plan, shared: &Shared) -> Option<String> {
+    let spec = &plan.spec;
     outln!(
         "bench: {} {} against {} ns={} set={} keys={} start={} object={} ({} B) concurrency={} {}{}",
-        workload.label(),
+        plan.workload.label(),
         shared.distribution.label(),
         args.host,
         args.namespace,
@@ -409,114 +494,205 @@ pub async fn run(args: BenchArgs) -> CliResult {
         spec.text,
         spec.payload_bytes(),
         args.concurrency,
-        match duration {
+        match plan.duration {
             Some(d) => format!("duration={}s", d.as_secs_f64()),
             None => String::new(),
         },
         args.ops.map(|n| format!(" ops={n}")).unwrap_or_default(),
     );
-    let udf_call = match (workload, &udf_bin) {
+    let bin = match &shared.udf_args[..] {
+        [Value::String(bin)] => Some(bin),
+        _ => None,
+    };
+    match (plan.workload, bin) {
         (Workload::Udf { read_only }, Some(bin)) => {
             let call = format!("{UDF_MODULE}.{}", udf_function(read_only));
             outln!("bench: each operation calls {call}(rec, {bin:?}) ({UDF_FILE})");
             Some(format!("{call}({bin})"))
         }
         _ => None,
-    };
+    }
+}
 
-    let worker_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..args.concurrency)
-        .map(|_| Arc::new(Mutex::new(Default::default())))
-        .collect();
-    let started = Instant::now();
-    let mut handles = Vec::new();
-    for (index, stats) in worker_stats.iter().enumerate() {
-        let shared = shared.clone();
-        let stats = stats.clone();
-        let seed = 0x5EED_0000
-            ^ ((index as u64 + 1) * 0x9E37_79B9)
-            ^ (started.elapsed().as_nanos() as u64);
-        handles.push(tokio::spawn(
-            async move { worker(shared, stats, seed).await },
-        ));
+/// The readings taken before and after the run: the server's and this
+/// process's CPU time, and the client's retries.
+struct Readings {
+    server_cpu_us: Option<u64>,
+    client_cpu_us: Option<u64>,
+    retries: u64,
+}
+
+impl Readings {
+    fn take(args: &BenchArgs, client: &Client) -> Result<Readings, String> {
+        let server_cpu_us = match args.server_pid {
+            Some(pid) => Some(process_cpu_us(pid)?),
+            None => None,
+        };
+        Ok(Readings {
+            server_cpu_us,
+            retries: client.stats().retries,
+            client_cpu_us: process_cpu_us(std::process::id()).ok(),
+        })
+    }
+}
+
+/// The running workers: their tasks and the stats each fills.
+struct Workers {
+    stats: Vec<Arc<Mutex<WorkerStats>>>,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+    started: Instant,
+}
+
+impl Workers {
+    /// Starts `concurrency` workers, each with a seed of its own.
+    fn spawn(shared: &Arc<Shared>, concurrency: usize) -> Workers {
+        let worker_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..concurrency)
+            .map(|_| Arc::new(Mutex::new(Default::default())))
+            .collect();
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for (index, stats) in worker_stats.iter().enumerate() {
+            let shared = shared.clone();
+            let stats = stats.clone();
+            let seed = 0x5EED_0000
+                ^ ((index as u64 + 1) * 0x9E37_79B9)
+                ^ (started.elapsed().as_nanos() as u64);
+            handles.push(tokio::spawn(
+                async move { worker(shared, stats, seed).await },
+            ));
+        }
+        Workers {
+            stats: worker_stats,
+            handles,
+            started,
+        }
     }
 
-    // Reporter: once a second, swap each worker's stats out and merge.
-    let mut totals: WorkerStats = Default::default();
-    let deadline = duration.map(|d| started + d);
-    let mut last = started;
-    let mut second = 0u64;
-    loop {
-        let next_tick = last + Duration::from_secs(1);
-        let wake = match deadline {
-            Some(deadline) => next_tick.min(deadline),
-            None => next_tick,
-        };
-        tokio::time::sleep_until(wake.into()).await;
-        let all_done = handles.iter().all(|h| h.is_finished());
-        let time_up = deadline.is_some_and(|d| Instant::now() >= d);
-        if time_up {
-            shared.stop.store(true, Ordering::Relaxed);
+    /// The reporter: once a second, swaps each worker's stats out, merges
+    /// them and prints the second's line, until the time is up or every
+    /// worker is done; then stops the workers and returns the totals
+    /// (with the late samples of commands in flight at the stop).
+    async fn report(
+        &mut self,
+        args: &BenchArgs,
+        shared: &Shared,
+        duration: Option<Duration>,
+    ) -> WorkerStats {
+        let started = self.started;
+        let mut totals: WorkerStats = Default::default();
+        let deadline = duration.map(|d| started + d);
+        let mut last = started;
+        loop {
+            let next_tick = last + Duration::from_secs(1);
+            let wake = match deadline {
+                Some(deadline) => next_tick.min(deadline),
+                None => next_tick,
+            };
+            tokio::time::sleep_until(wake.into()).await;
+            let all_done = self.handles.iter().all(|h| h.is_finished());
+            let time_up = deadline.is_some_and(|d| Instant::now() >= d);
+            if time_up {
+                shared.stop.store(true, Ordering::Relaxed);
+            }
+            let mut interval: WorkerStats = Default::default();
+            self.take_into(&mut interval);
+            let now = Instant::now();
+            let seconds = now.duration_since(last).as_secs_f64();
+            last = now;
+            if !args.quiet && interval.iter().any(|s| s.count() + s.errors > 0) {
+                outln!(
+                    "{}",
+                    interval_line(started.elapsed().as_secs_f64(), &interval, seconds)
+                );
+            }
+            merge(&mut totals, &interval);
+            if time_up || all_done {
+                break;
+            }
         }
-        let mut interval: WorkerStats = Default::default();
-        for stats in &worker_stats {
+        shared.stop.store(true, Ordering::Relaxed);
+        for handle in std::mem::take(&mut self.handles) {
+            let _ = handle.await;
+        }
+        // Late samples of commands that were in flight at the stop.
+        self.take_into(&mut totals);
+        totals
+    }
+
+    /// Swaps each worker's stats out and merges them into `into`.
+    fn take_into(&self, into: &mut WorkerStats) {
+        for stats in &self.stats {
             let taken = match stats.lock() {
                 Ok(mut guard) => std::mem::take(&mut *guard),
                 Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
             };
-            for kind in 0..OP_KINDS {
-                interval[kind].merge(&taken[kind]);
-            }
-        }
-        let now = Instant::now();
-        let seconds = now.duration_since(last).as_secs_f64();
-        last = now;
-        second += 1;
-        if !args.quiet && interval.iter().any(|s| s.count() + s.errors > 0) {
-            outln!(
-                "{}",
-                interval_line(started.elapsed().as_secs_f64(), &interval, seconds)
-            );
-        }
-        for kind in 0..OP_KINDS {
-            totals[kind].merge(&interval[kind]);
-        }
-        if time_up || all_done {
-            break;
-        }
-        let _ = second;
-    }
-    shared.stop.store(true, Ordering::Relaxed);
-    for handle in handles {
-        let _ = handle.await;
-    }
-    // Late samples of commands that were in flight at the stop.
-    for stats in &worker_stats {
-        let taken = match stats.lock() {
-            Ok(mut guard) => std::mem::take(&mut *guard),
-            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
-        };
-        for kind in 0..OP_KINDS {
-            totals[kind].merge(&taken[kind]);
+            merge(into, &taken);
         }
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let cpu_after = match args.server_pid {
-        Some(pid) => Some(process_cpu_us(pid)?),
-        None => None,
-    };
-    let retries = client.stats().retries - retries_before;
-    let client_cpu_after = process_cpu_us(std::process::id()).ok();
-    client.close();
+}
 
-    let total_ops: u64 = totals.iter().map(OpStats::count).sum();
-    let total_errors: u64 = totals.iter().map(|s| s.errors).sum();
-    // A failed command costs CPU too (the server answered it with an error
-    // code, or worked on it past the client's timeout), so CPU is divided by
-    // every command the run finished, not only the successful ones.
-    let commands = total_ops + total_errors;
-    let server_cpu_us_per_op = cpu_us_per_command(cpu_before, cpu_after, commands);
-    let client_cpu_us_per_op = cpu_us_per_command(client_cpu_before, client_cpu_after, commands);
+/// Adds each op type's stats in `from` to `into`'s.
+fn merge(into: &mut WorkerStats, from: &WorkerStats) {
+    for kind in 0..OP_KINDS {
+        into[kind].merge(&from[kind]);
+    }
+}
 
+/// What the run did, once it ended.
+struct Ended {
+    totals: WorkerStats,
+    /// Seconds the run lasted.
+    elapsed: f64,
+    /// The client's retries during the run.
+    retries: u64,
+    server_cpu_us_per_op: Option<f64>,
+    client_cpu_us_per_op: Option<f64>,
+}
+
+impl Ended {
+    /// With the CPU time per command between the readings.
+    fn with_cpu(self, before: &Readings, after: &Readings) -> Ended {
+        // A failed command costs CPU too (the server answered it with an error
+        // code, or worked on it past the client's timeout), so CPU is divided by
+        // every command the run finished, not only the successful ones.
+        let commands = self.commands();
+        Ended {
+            server_cpu_us_per_op: cpu_us_per_command(
+                before.server_cpu_us,
+                after.server_cpu_us,
+                commands,
+            ),
+            client_cpu_us_per_op: cpu_us_per_command(
+                before.client_cpu_us,
+                after.client_cpu_us,
+                commands,
+            ),
+            ..self
+        }
+    }
+
+    /// Commands that succeeded.
+    fn total_ops(&self) -> u64 {
+        self.totals.iter().map(OpStats::count).sum()
+    }
+
+    /// Commands that failed.
+    fn total_errors(&self) -> u64 {
+        self.totals.iter().map(|s| s.errors).sum()
+    }
+
+    /// Every command the run finished.
+    fn commands(&self) -> u64 {
+        self.total_ops() + self.total_errors()
+    }
+}
+
+/// Prints the percentile table, one row per op type the run issued;
+/// returns each row's summary for the JSON.
+fn print_op_table(
+    totals: &WorkerStats,
+    elapsed: f64,
+) -> serde_json::Map<String, serde_json::Value> {
     outln!();
     outln!(
         "{:<8} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}",
@@ -538,42 +714,62 @@ pub async fn run(args: BenchArgs) -> CliResult {
             continue;
         }
         let summary = stats.summary(elapsed);
-        outln!(
-            "{:<8} {:>10} {:>12.0} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3} {:>7}",
-            OP_NAMES[kind],
-            summary.count,
-            summary.ops_per_sec,
-            summary.p50_ms,
-            summary.p90_ms,
-            summary.p99_ms,
-            summary.p999_ms,
-            summary.p9999_ms,
-            summary.max_ms,
-            summary.mean_ms,
-            summary.errors
-        );
-        if !summary.error_kinds.is_empty() {
-            let kinds: Vec<String> = summary
-                .error_kinds
-                .iter()
-                .map(|(kind, count)| format!("{kind}: {count}"))
-                .collect();
-            outln!("         errors by kind: {}", kinds.join(", "));
-        }
-        if summary.not_found > 0 || summary.conflicts > 0 || summary.timeouts > 0 {
-            outln!(
-                "         not found: {}  generation conflicts: {}  timeouts: {}",
-                summary.not_found,
-                summary.conflicts,
-                summary.timeouts
-            );
-        }
+        print_op_row(OP_NAMES[kind], &summary);
         ops_json.insert(OP_NAMES[kind].to_owned(), summary.to_json());
     }
     outln!("(latencies in ms; HDR histogram, 3 significant digits)");
+    ops_json
+}
+
+/// One row of the percentile table, and the lines on its errors.
+fn print_op_row(name: &str, summary: &Summary) {
+    outln!(
+        "{:<8} {:>10} {:>12.0} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3} {:>7}",
+        name,
+        summary.count,
+        summary.ops_per_sec,
+        summary.p50_ms,
+        summary.p90_ms,
+        summary.p99_ms,
+        summary.p999_ms,
+        summary.p9999_ms,
+        summary.max_ms,
+        summary.mean_ms,
+        summary.errors
+    );
+    if !summary.error_kinds.is_empty() {
+        let kinds: Vec<String> = summary
+            .error_kinds
+            .iter()
+            .map(|(kind, count)| format!("{kind}: {count}"))
+            .collect();
+        outln!("         errors by kind: {}", kinds.join(", "));
+    }
+    if summary.not_found > 0 || summary.conflicts > 0 || summary.timeouts > 0 {
+        outln!(
+            "         not found: {}  generation conflicts: {}  timeouts: {}",
+            summary.not_found,
+            summary.conflicts,
+            summary.timeouts
+        );
+    }
+}
+
+/// The rates the summary carries besides the table's.
+struct Rates {
+    throughput: f64,
+    batch_keys_per_sec: Option<f64>,
+    query_records_per_sec: Option<f64>,
+}
+
+/// Prints the totals: throughput, batch keys and query records a second,
+/// and CPU per operation.
+fn print_totals(args: &BenchArgs, shared: &Shared, ended: &Ended) -> Rates {
+    let (elapsed, retries) = (ended.elapsed, ended.retries);
+    let (total_ops, total_errors) = (ended.total_ops(), ended.total_errors());
     let throughput = total_ops as f64 / elapsed;
     outln!("total: {total_ops} ops in {elapsed:.2}s = {throughput:.0} ops/s, {total_errors} errors, {retries} client retries");
-    let batches = totals[OpKind::Batch as usize].count();
+    let batches = ended.totals[OpKind::Batch as usize].count();
     let batch_keys_per_sec =
         (batches > 0).then(|| (batches * args.batch_size as u64) as f64 / elapsed);
     if let Some(keys) = batch_keys_per_sec {
@@ -582,7 +778,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
             args.batch_size
         );
     }
-    let queries = totals[OpKind::Query as usize].count();
+    let queries = ended.totals[OpKind::Query as usize].count();
     let query_records = shared.query_records.load(Ordering::Relaxed);
     let query_records_per_sec = (queries > 0).then(|| query_records as f64 / elapsed);
     if let Some(rate) = query_records_per_sec {
@@ -592,22 +788,44 @@ pub async fn run(args: BenchArgs) -> CliResult {
         );
     }
     let failed_part = if total_errors > 0 {
-        format!(", over {commands} commands of which {total_errors} failed")
+        format!(
+            ", over {} commands of which {total_errors} failed",
+            ended.commands()
+        )
     } else {
         String::new()
     };
-    if let Some(cpu) = server_cpu_us_per_op {
+    if let Some(cpu) = ended.server_cpu_us_per_op {
         outln!("server CPU: {cpu:.2} µs per operation{failed_part}");
     }
-    if let Some(cpu) = client_cpu_us_per_op {
+    if let Some(cpu) = ended.client_cpu_us_per_op {
         outln!("client CPU: {cpu:.2} µs per operation (this process, all threads){failed_part}");
     }
-    let summary = serde_json::json!({
+    Rates {
+        throughput,
+        batch_keys_per_sec,
+        query_records_per_sec,
+    }
+}
+
+/// The JSON summary of the run.
+fn summary_json(
+    args: &BenchArgs,
+    plan: &Plan,
+    shared: &Shared,
+    ended: &Ended,
+    (rates, udf_call, ops_json): (
+        Rates,
+        Option<String>,
+        serde_json::Map<String, serde_json::Value>,
+    ),
+) -> serde_json::Value {
+    serde_json::json!({
         "label": args.label,
         "target": args.host,
-        "workload": workload.label(),
-        "object_spec": spec.text,
-        "payload_bytes": spec.payload_bytes(),
+        "workload": plan.workload.label(),
+        "object_spec": plan.spec.text,
+        "payload_bytes": plan.spec.payload_bytes(),
         "namespace": args.namespace,
         "set": args.set,
         "keys": args.keys,
@@ -616,27 +834,17 @@ pub async fn run(args: BenchArgs) -> CliResult {
         "concurrency": args.concurrency,
         "rate_target": args.rate,
         "batch_size": args.batch_size,
-        "batch_keys_per_sec": batch_keys_per_sec.map(round3),
-        "query_records_per_sec": query_records_per_sec.map(round3),
+        "batch_keys_per_sec": rates.batch_keys_per_sec.map(round3),
+        "query_records_per_sec": rates.query_records_per_sec.map(round3),
         "udf": udf_call,
-        "duration_s": round3(elapsed),
-        "total_ops": total_ops,
-        "throughput_ops_s": round3(throughput),
-        "errors": total_errors,
-        "client_retries": retries,
-        "server_cpu_us_per_op": server_cpu_us_per_op.map(round3),
-        "client_cpu_us_per_op": client_cpu_us_per_op.map(round3),
+        "duration_s": round3(ended.elapsed),
+        "total_ops": ended.total_ops(),
+        "throughput_ops_s": round3(rates.throughput),
+        "errors": ended.total_errors(),
+        "client_retries": ended.retries,
+        "server_cpu_us_per_op": ended.server_cpu_us_per_op.map(round3),
+        "client_cpu_us_per_op": ended.client_cpu_us_per_op.map(round3),
         "ops": ops_json,
-    });
-    outln!("JSON {summary}");
-    if let Some(path) = &args.json {
-        std::fs::write(path, format!("{summary:#}\n"))
-            .map_err(|e| format!("cannot write --json {path}: {e}"))?;
-    }
-    Ok(if total_ops == 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
     })
 }
 
@@ -696,14 +904,7 @@ async fn worker(shared: Arc<Shared>, stats: Arc<Mutex<WorkerStats>>, seed: u64) 
             }
         }
         if let Some(interval) = shared.per_worker_interval {
-            next_slot += interval;
-            let now = Instant::now();
-            if next_slot > now {
-                tokio::time::sleep_until(next_slot.into()).await;
-            } else if now.duration_since(next_slot) > interval * 10 {
-                // Far behind (server slower than the target): do not burst to catch up.
-                next_slot = now;
-            }
+            pace(&mut next_slot, interval).await;
         }
         let index = match shared.workload {
             Workload::Insert => {
@@ -715,64 +916,85 @@ async fn worker(shared: Arc<Shared>, stats: Arc<Mutex<WorkerStats>>, seed: u64) 
             }
             _ => shared.distribution.sample(&mut rng),
         };
-        let key = Key::new(
-            shared.args_namespace.clone(),
-            shared.set.clone(),
-            shared.key_start.wrapping_add(index as i64),
-        );
-        let (kind, outcome) = match shared.workload {
-            Workload::Insert => (
-                OpKind::Write,
-                timed(put(&shared, &key, index, &mut rng, &shared.write_policy)).await,
-            ),
-            Workload::Query => (OpKind::Query, timed(query(&shared, &mut rng)).await),
-            Workload::ReadUpdate { read_pct } => {
-                if rng.below(100) < u64::from(read_pct) {
-                    if shared.batch_size > 1 {
-                        (
-                            OpKind::Batch,
-                            timed(batch_read(&shared, key, &mut rng)).await,
-                        )
-                    } else {
-                        (OpKind::Read, timed(read(&shared, &key)).await)
-                    }
-                } else {
-                    (
-                        OpKind::Write,
-                        timed(put(&shared, &key, index, &mut rng, &shared.write_policy)).await,
-                    )
-                }
-            }
-            Workload::ReadModifyWrite => (
-                OpKind::Rmw,
-                timed(rmw(&shared, &key, index, &mut rng)).await,
-            ),
-            Workload::Udf { read_only } => (
-                if read_only {
-                    OpKind::UdfRead
-                } else {
-                    OpKind::Udf
-                },
-                timed(udf(&shared, &key, read_only)).await,
-            ),
-        };
+        let (kind, outcome) = issue(&shared, index, &mut rng).await;
         let mut guard = match stats.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let slot = &mut guard[kind as usize];
-        match outcome {
-            (Ok(Outcome::Done), us) => slot.record_us(us),
-            (Ok(Outcome::NotFound), us) => {
-                slot.record_us(us);
-                slot.not_found += 1;
+        record_outcome(&mut guard[kind as usize], outcome);
+    }
+}
+
+/// Waits for the worker's next slot under `--rate` (each `interval`).
+async fn pace(next_slot: &mut Instant, interval: Duration) {
+    *next_slot += interval;
+    let now = Instant::now();
+    if *next_slot > now {
+        tokio::time::sleep_until((*next_slot).into()).await;
+    } else if now.duration_since(*next_slot) > interval * 10 {
+        // Far behind (server slower than the target): do not burst to catch up.
+        *next_slot = now;
+    }
+}
+
+/// Issues one command of the workload on key number `index`: its op type,
+/// and its outcome with its latency in µs.
+async fn issue(
+    shared: &Shared,
+    index: u64,
+    rng: &mut SplitMix64,
+) -> (OpKind, (Result<Outcome, Error>, u64)) {
+    let key = Key::new(
+        shared.args_namespace.clone(),
+        shared.set.clone(),
+        shared.key_start.wrapping_add(index as i64),
+    );
+    match shared.workload {
+        Workload::Insert => (
+            OpKind::Write,
+            timed(put(shared, &key, index, rng, &shared.write_policy)).await,
+        ),
+        Workload::Query => (OpKind::Query, timed(query(shared, rng)).await),
+        Workload::ReadUpdate { read_pct } => {
+            if rng.below(100) < u64::from(read_pct) {
+                if shared.batch_size > 1 {
+                    (OpKind::Batch, timed(batch_read(shared, key, rng)).await)
+                } else {
+                    (OpKind::Read, timed(read(shared, &key)).await)
+                }
+            } else {
+                (
+                    OpKind::Write,
+                    timed(put(shared, &key, index, rng, &shared.write_policy)).await,
+                )
             }
-            (Ok(Outcome::Conflict), us) => {
-                slot.record_us(us);
-                slot.conflicts += 1;
-            }
-            (Err(error), _) => record_error(slot, &error),
         }
+        Workload::ReadModifyWrite => (OpKind::Rmw, timed(rmw(shared, &key, index, rng)).await),
+        Workload::Udf { read_only } => (
+            if read_only {
+                OpKind::UdfRead
+            } else {
+                OpKind::Udf
+            },
+            timed(udf(shared, &key, read_only)).await,
+        ),
+    }
+}
+
+/// Counts one command's outcome in its op type's stats: timed when it
+/// succeeded, counted by kind when it failed.
+fn record_outcome(slot: &mut OpStats, outcome: (Result<Outcome, Error>, u64)) {
+    match outcome {
+        (Ok(Outcome::Done), us) => slot.record_us(us),
+        (Ok(Outcome::NotFound), us) => {
+            slot.record_us(us);
+            slot.not_found += 1;
+        }
+        (Ok(Outcome::Conflict), us) => {
+            slot.record_us(us);
+            slot.conflicts += 1;
+        }
+        (Err(error), _) => record_error(slot, &error),
     }
 }
 

@@ -589,21 +589,40 @@ fn parse_reply(frame: &[u8]) -> Option<(u8, Option<i64>)> {
     Some((message.header.result_code, value))
 }
 
+/// `n` distinct node ids, of scattered magnitudes, in a random order.
+fn node_ids(rng: &mut SimRng, n: usize) -> Vec<u64> {
+    let mut ids = BTreeSet::new();
+    while ids.len() < n {
+        ids.insert(rng.next_u64() >> rng.below(40) | 1);
+    }
+    let mut ids: Vec<u64> = ids.into_iter().collect();
+    for i in (1..ids.len()).rev() {
+        let j = rng.index(i + 1);
+        ids.swap(i, j);
+    }
+    ids
+}
+
+/// The partition whose fabric calls are traced: `CITRINE_SIM_TRACE_PARTITION`,
+/// else that of the traced put key (`CITRINE_SIM_TRACE_PUT`).
+fn traced_partition() -> Option<u16> {
+    std::env::var("CITRINE_SIM_TRACE_PARTITION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .or_else(|| {
+            // A traced put key's partition is traced too.
+            let key: usize = std::env::var("CITRINE_SIM_TRACE_PUT").ok()?.parse().ok()?;
+            Some(digest_in(SET, &put_key(key)).partition().index() as u16)
+        })
+}
+
 impl World {
     fn new(seed: u64, cfg: DataConfig) -> World {
         assert!(cfg.min_initial >= 3 && cfg.min_initial <= cfg.max_initial);
         let mut rng = SimRng::new(seed);
         let initial = rng.range(cfg.min_initial as u64, cfg.max_initial as u64) as usize;
         let n = initial + cfg.spares;
-        let mut ids = BTreeSet::new();
-        while ids.len() < n {
-            ids.insert(rng.next_u64() >> rng.below(40) | 1);
-        }
-        let mut ids: Vec<u64> = ids.into_iter().collect();
-        for i in (1..ids.len()).rev() {
-            let j = rng.index(i + 1);
-            ids.swap(i, j);
-        }
+        let ids = node_ids(&mut rng, n);
         let addrs: Vec<PeerAddr> = (0..n)
             .filter_map(|i| PeerAddr::new(format!("10.0.1.{i}:3002")))
             .collect();
@@ -661,14 +680,7 @@ impl World {
             trace_cluster: std::env::var_os("CITRINE_SIM_TRACE_CLUSTER").is_some(),
             traced_calls: BTreeMap::new(),
             held_since: None,
-            trace_partition: std::env::var("CITRINE_SIM_TRACE_PARTITION")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .or_else(|| {
-                    // A traced put key's partition is traced too.
-                    let key: usize = std::env::var("CITRINE_SIM_TRACE_PUT").ok()?.parse().ok()?;
-                    Some(digest_in(SET, &put_key(key)).partition().index() as u16)
-                }),
+            trace_partition: traced_partition(),
             next_req: 1,
             counters,
             puts,
@@ -1093,28 +1105,7 @@ impl World {
                 to,
                 kind,
                 payload,
-            } => {
-                if let Some(partition) = self.trace_partition {
-                    if let Some(what) = describe_call(kind, &payload, partition) {
-                        self.note(format!("#{from} -> #{to}: {what}"));
-                        self.traced_calls
-                            .insert(call, format!("#{to}'s answer to {what}"));
-                    }
-                }
-                let Some(up) = self.nodes[to].up.as_ref() else {
-                    return Ok(());
-                };
-                let service = up.service.clone();
-                let core = self.core.clone();
-                self.exec.spawn(to, async move {
-                    let answer = service.serve_fabric(kind, &payload).await;
-                    core.lock().send(Packet::Response {
-                        call,
-                        to: from,
-                        payload: answer,
-                    });
-                });
-            }
+            } => self.deliver_request(call, (from, to), kind, payload),
             Packet::Response { call, to, payload } => {
                 if let Some(what) = self.traced_calls.remove(&call) {
                     let head = &payload[..payload.len().min(4)];
@@ -1130,46 +1121,88 @@ impl World {
                 req,
                 to,
                 frame,
-            } => {
-                let Some(up) = self.nodes[to].up.as_ref() else {
-                    return Ok(());
-                };
-                let service = up.service.clone();
-                let Some(header) = frame
-                    .get(..PROTO_HEADER_SIZE)
-                    .and_then(|h| <&[u8; PROTO_HEADER_SIZE]>::try_from(h).ok())
-                    .and_then(|h| ProtoHeader::decode(h).ok())
-                else {
-                    return Err(self.fail(Invariant::ClientResult, "bad request frame".into()));
-                };
-                let mut out = Vec::new();
-                let body = frame.get(PROTO_HEADER_SIZE..).unwrap_or_default();
-                match service.handle_streaming_since(header, body, &mut out, self.held_since) {
-                    Ok(None) => self.core.lock().send(Packet::ClientReply {
+            } => self.deliver_client_request(client, req, to, frame)?,
+            Packet::ClientReply { client, req, frame } => self.on_reply(client, req, &frame)?,
+        }
+        Ok(())
+    }
+
+    /// A fabric call from node `from` to node `to`: served there by its
+    /// service, whose answer goes back as a response.
+    fn deliver_request(
+        &mut self,
+        call: u64,
+        (from, to): (usize, usize),
+        kind: u8,
+        payload: Vec<u8>,
+    ) {
+        if let Some(partition) = self.trace_partition {
+            if let Some(what) = describe_call(kind, &payload, partition) {
+                self.note(format!("#{from} -> #{to}: {what}"));
+                self.traced_calls
+                    .insert(call, format!("#{to}'s answer to {what}"));
+            }
+        }
+        let Some(up) = self.nodes[to].up.as_ref() else {
+            return;
+        };
+        let service = up.service.clone();
+        let core = self.core.clone();
+        self.exec.spawn(to, async move {
+            let answer = service.serve_fabric(kind, &payload).await;
+            core.lock().send(Packet::Response {
+                call,
+                to: from,
+                payload: answer,
+            });
+        });
+    }
+
+    /// A client's request `frame` at node `to`: answered at once, or once
+    /// its fabric work is done.
+    fn deliver_client_request(
+        &mut self,
+        client: usize,
+        req: u64,
+        to: usize,
+        frame: Vec<u8>,
+    ) -> Result<(), Failure> {
+        let Some(up) = self.nodes[to].up.as_ref() else {
+            return Ok(());
+        };
+        let service = up.service.clone();
+        let Some(header) = frame
+            .get(..PROTO_HEADER_SIZE)
+            .and_then(|h| <&[u8; PROTO_HEADER_SIZE]>::try_from(h).ok())
+            .and_then(|h| ProtoHeader::decode(h).ok())
+        else {
+            return Err(self.fail(Invariant::ClientResult, "bad request frame".into()));
+        };
+        let mut out = Vec::new();
+        let body = frame.get(PROTO_HEADER_SIZE..).unwrap_or_default();
+        match service.handle_streaming_since(header, body, &mut out, self.held_since) {
+            Ok(None) => self.core.lock().send(Packet::ClientReply {
+                client,
+                req,
+                frame: out,
+            }),
+            Ok(Some(continuation)) if continuation.is_remote() => {
+                let core = self.core.clone();
+                self.exec.spawn(to, async move {
+                    service.complete_remote(continuation, &mut out).await;
+                    core.lock().send(Packet::ClientReply {
                         client,
                         req,
                         frame: out,
-                    }),
-                    Ok(Some(continuation)) if continuation.is_remote() => {
-                        let core = self.core.clone();
-                        self.exec.spawn(to, async move {
-                            service.complete_remote(continuation, &mut out).await;
-                            core.lock().send(Packet::ClientReply {
-                                client,
-                                req,
-                                frame: out,
-                            });
-                        });
-                    }
-                    Ok(Some(_)) | Err(_) => {
-                        return Err(self.fail(
-                            Invariant::ClientResult,
-                            "a single-record request was streamed or refused".into(),
-                        ))
-                    }
-                }
+                    });
+                });
             }
-            Packet::ClientReply { client, req, frame } => self.on_reply(client, req, &frame)?,
+            Ok(Some(_)) | Err(_) => {
+                return Err(self.fail(
+                    Invariant::ClientResult,
+                    "a single-record request was streamed or refused".into(),
+                ))
+            }
         }
         Ok(())
     }
@@ -1443,7 +1476,49 @@ impl World {
         reply: Option<(u8, Option<i64>)>,
         stopping: bool,
     ) -> Result<(), Failure> {
-        let code = reply.map(|r| r.0);
+        self.trace_attempt(c, &op, reply);
+        let outcome = self.outcome_of(&op, reply.map(|r| r.0))?;
+        match outcome {
+            Outcome::Acked => {
+                self.acked += 1;
+                if matches!(op.kind, OpKind::Delete { .. }) {
+                    self.deletes_acked += 1;
+                }
+            }
+            Outcome::InDoubt if !matches!(op.kind, OpKind::Read { .. }) => self.in_doubt += 1,
+            Outcome::Failed => self.refused += 1,
+            _ => {}
+        }
+        self.check_attempt(&op, outcome, reply)?;
+        let now = self.now();
+        if outcome != Outcome::Acked && op.tries < MAX_TRIES && !stopping && !self.stopping {
+            // Retry like a smart client: a new attempt (a put with a new
+            // value, so every value names one attempt).
+            let kind = match op.kind {
+                OpKind::Put { key, .. } => self.new_put(c, key),
+                OpKind::Delete { key, durable, .. } => match self.new_delete(key) {
+                    OpKind::Delete { key, attempt, .. } => OpKind::Delete {
+                        key,
+                        attempt,
+                        durable,
+                    },
+                    other => other,
+                },
+                OpKind::TruncatedPut { key, .. } => self.new_truncated_put(key),
+                other => other,
+            };
+            self.clients[c] = ClientState::Idle { next_at: now };
+            self.send_op(c, kind, op.tries + 1);
+            return Ok(());
+        }
+        self.clients[c] = ClientState::Idle {
+            next_at: now + self.rng.range(2, 25),
+        };
+        Ok(())
+    }
+
+    /// Notes an attempt on the traced counter or put (`--trace-*`).
+    fn trace_attempt(&mut self, c: usize, op: &InFlight, reply: Option<(u8, Option<i64>)>) {
         if self.trace_counter.is_some_and(|t| {
             matches!(op.kind, OpKind::Incr { counter } | OpKind::Read { counter } if counter == t)
         }) || self
@@ -1457,7 +1532,12 @@ impl World {
                 op.kind, op.to, op.sent_at
             ));
         }
-        let outcome = match code {
+    }
+
+    /// What the result `code` (`None`: no answer) makes of an attempt; a
+    /// code no client may see fails the run.
+    fn outcome_of(&mut self, op: &InFlight, code: Option<u8>) -> Result<Outcome, Failure> {
+        Ok(match code {
             Some(0) => Outcome::Acked,
             // A read or delete that found no record: answered, and the
             // record is absent after it.
@@ -1480,18 +1560,18 @@ impl World {
                     format!("{:?} answered {other}", op.kind),
                 ))
             }
-        };
-        match outcome {
-            Outcome::Acked => {
-                self.acked += 1;
-                if matches!(op.kind, OpKind::Delete { .. }) {
-                    self.deletes_acked += 1;
-                }
-            }
-            Outcome::InDoubt if !matches!(op.kind, OpKind::Read { .. }) => self.in_doubt += 1,
-            Outcome::Failed => self.refused += 1,
-            _ => {}
-        }
+        })
+    }
+
+    /// Keeps an attempt's outcome with its operation's history, and checks
+    /// what it answered: no two acknowledged increments return the same
+    /// value, no read sees more increments than were sent.
+    fn check_attempt(
+        &mut self,
+        op: &InFlight,
+        outcome: Outcome,
+        reply: Option<(u8, Option<i64>)>,
+    ) -> Result<(), Failure> {
         match op.kind {
             OpKind::Incr { counter } => match outcome {
                 Outcome::Acked => {
@@ -1523,10 +1603,9 @@ impl World {
                 }
             }
             OpKind::Read { counter } => {
-                let seen = if code == Some(0) {
-                    reply.and_then(|r| r.1)
-                } else {
-                    None
+                let seen = match reply {
+                    Some((0, value)) => value,
+                    _ => None,
                 };
                 let bound = self.counters[counter].attempts;
                 if let Some(v) = seen {
@@ -1539,30 +1618,6 @@ impl World {
                 }
             }
         }
-        let now = self.now();
-        if outcome != Outcome::Acked && op.tries < MAX_TRIES && !stopping && !self.stopping {
-            // Retry like a smart client: a new attempt (a put with a new
-            // value, so every value names one attempt).
-            let kind = match op.kind {
-                OpKind::Put { key, .. } => self.new_put(c, key),
-                OpKind::Delete { key, durable, .. } => match self.new_delete(key) {
-                    OpKind::Delete { key, attempt, .. } => OpKind::Delete {
-                        key,
-                        attempt,
-                        durable,
-                    },
-                    other => other,
-                },
-                OpKind::TruncatedPut { key, .. } => self.new_truncated_put(key),
-                other => other,
-            };
-            self.clients[c] = ClientState::Idle { next_at: now };
-            self.send_op(c, kind, op.tries + 1);
-            return Ok(());
-        }
-        self.clients[c] = ClientState::Idle {
-            next_at: now + self.rng.range(2, 25),
-        };
         Ok(())
     }
 
@@ -1746,13 +1801,45 @@ impl World {
     }
 
     fn event(&mut self) -> Result<(), Failure> {
-        let live = self.live();
         let never: Vec<usize> = (0..self.nodes.len())
             .filter(|i| self.nodes[*i].boots == 0)
             .collect();
         let down: Vec<usize> = (0..self.nodes.len())
             .filter(|i| self.nodes[*i].boots > 0 && self.nodes[*i].up.is_none())
             .collect();
+        let options = self.event_options(&never, &down);
+        if options.is_empty() {
+            return Ok(());
+        }
+        match options[self.rng.index(options.len())] {
+            0 => {
+                let i = never[self.rng.index(never.len())];
+                self.events.push(format!("add #{i}"));
+                self.boot(i)?;
+            }
+            1 => self.crash_one()?,
+            3 => self.freeze_one()?,
+            4 => self.fail_one_device()?,
+            _ => self.restart_one(&down)?,
+        }
+        if self.rng.chance(0.3) {
+            let params = NetParams {
+                loss: self.rng.unit() * self.cfg.max_loss,
+                base_delay: 1,
+                jitter: self.rng.range(0, 5),
+                vanish: self.cfg.messages_vanish,
+            };
+            self.note(format!("network {params:?}"));
+            self.core.lock().params = params;
+        }
+        Ok(())
+    }
+
+    /// The events possible now ([`World::event`]): 0 add a node that never
+    /// ran (one of `never`), 1 crash, 2 restart one of `down`, 3 freeze,
+    /// 4 a device failure.
+    fn event_options(&self, never: &[usize], down: &[usize]) -> Vec<u8> {
+        let live = self.live();
         let mut options = Vec::new();
         if !never.is_empty() {
             options.push(0);
@@ -1783,99 +1870,88 @@ impl World {
             let wanted = if never.is_empty() { 1 } else { 0 };
             options.retain(|&option| option == wanted);
         }
-        if options.is_empty() {
-            return Ok(());
-        }
-        match options[self.rng.index(options.len())] {
-            0 => {
-                let i = never[self.rng.index(never.len())];
-                self.events.push(format!("add #{i}"));
-                self.boot(i)?;
-            }
-            1 => {
-                // Only one node may be lost at a time: wait until every
-                // partition has its copies again.
-                self.wait_until(
-                    self.cfg.quiesce_bound_ms,
-                    "stability before a crash",
-                    true,
-                    |w| w.settled(),
-                )?;
-                let live = self.live();
-                let i = live[self.rng.index(live.len())];
-                self.events.push(format!("crash #{i}"));
-                self.crash(i);
-            }
-            3 => {
-                // A freeze is a loss for a while: as before a crash, every
-                // partition has its copies first.
-                self.wait_until(
-                    self.cfg.quiesce_bound_ms,
-                    "stability before a freeze",
-                    true,
-                    |w| w.settled(),
-                )?;
-                let live = self.live();
-                let i = live[self.rng.index(live.len())];
-                let ms = self.rng.range(500, 4_000);
-                self.events.push(format!("freeze #{i} for {ms} ms"));
-                self.freeze(i, ms);
-            }
-            4 => {
-                // A node lost for good: as before a crash, every partition
-                // has its copies first.
-                self.wait_until(
-                    self.cfg.quiesce_bound_ms,
-                    "stability before a device failure",
-                    true,
-                    |w| w.settled(),
-                )?;
-                let live = self.live();
-                let i = live[self.rng.index(live.len())];
-                let ms = self.rng.range(200, 2_000);
-                self.events
-                    .push(format!("device #{i} fails syncs, crash {ms} ms after"));
-                self.fail_device(i, ms)?;
-            }
-            _ => {
-                let i = down[self.rng.index(down.len())];
-                if !self.cfg.restart_before_noticed {
-                    let id = self.nodes[i].id;
-                    self.wait_until(
-                        self.cfg.quiesce_bound_ms,
-                        "the crash noticed before a restart",
-                        true,
-                        |w| {
-                            w.live().iter().all(|j| {
-                                w.nodes[*j].up.as_ref().is_some_and(|up| {
-                                    up.view.as_ref().is_some_and(|(_, s)| !s.contains(&id))
-                                })
-                            })
-                        },
-                    )?;
-                }
-                if !self.cfg.device {
-                    self.events.push(format!("restart #{i} empty"));
-                } else if !self.rng.chance(0.25) {
-                    self.events.push(format!("restart #{i} with its device"));
-                } else {
-                    self.events.push(format!("restart #{i} on a blank device"));
-                    self.disks[i] = None;
-                }
-                self.boot(i)?;
-            }
-        }
-        if self.rng.chance(0.3) {
-            let params = NetParams {
-                loss: self.rng.unit() * self.cfg.max_loss,
-                base_delay: 1,
-                jitter: self.rng.range(0, 5),
-                vanish: self.cfg.messages_vanish,
-            };
-            self.note(format!("network {params:?}"));
-            self.core.lock().params = params;
-        }
+        options
+    }
+
+    /// Crashes a live node, once every partition has its copies (only one
+    /// node may be lost at a time).
+    fn crash_one(&mut self) -> Result<(), Failure> {
+        self.wait_until(
+            self.cfg.quiesce_bound_ms,
+            "stability before a crash",
+            true,
+            |w| w.settled(),
+        )?;
+        let live = self.live();
+        let i = live[self.rng.index(live.len())];
+        self.events.push(format!("crash #{i}"));
+        self.crash(i);
         Ok(())
+    }
+
+    /// Freezes a live node for a while: a loss for that while, so as
+    /// before a crash, every partition has its copies first.
+    fn freeze_one(&mut self) -> Result<(), Failure> {
+        self.wait_until(
+            self.cfg.quiesce_bound_ms,
+            "stability before a freeze",
+            true,
+            |w| w.settled(),
+        )?;
+        let live = self.live();
+        let i = live[self.rng.index(live.len())];
+        let ms = self.rng.range(500, 4_000);
+        self.events.push(format!("freeze #{i} for {ms} ms"));
+        self.freeze(i, ms);
+        Ok(())
+    }
+
+    /// Fails a live node's device (a node lost for good): as before a
+    /// crash, every partition has its copies first.
+    fn fail_one_device(&mut self) -> Result<(), Failure> {
+        self.wait_until(
+            self.cfg.quiesce_bound_ms,
+            "stability before a device failure",
+            true,
+            |w| w.settled(),
+        )?;
+        let live = self.live();
+        let i = live[self.rng.index(live.len())];
+        let ms = self.rng.range(200, 2_000);
+        self.events
+            .push(format!("device #{i} fails syncs, crash {ms} ms after"));
+        self.fail_device(i, ms)
+    }
+
+    /// Restarts one of the `down` nodes (once the others noticed its
+    /// crash, unless configured not to wait): empty, with its device, or
+    /// on a blank one.
+    fn restart_one(&mut self, down: &[usize]) -> Result<(), Failure> {
+        let i = down[self.rng.index(down.len())];
+        if !self.cfg.restart_before_noticed {
+            let id = self.nodes[i].id;
+            self.wait_until(
+                self.cfg.quiesce_bound_ms,
+                "the crash noticed before a restart",
+                true,
+                |w| {
+                    w.live().iter().all(|j| {
+                        w.nodes[*j].up.as_ref().is_some_and(|up| {
+                            up.view.as_ref().is_some_and(|(_, s)| !s.contains(&id))
+                        })
+                    })
+                },
+            )?;
+        }
+        if !self.cfg.device {
+            self.events.push(format!("restart #{i} empty"));
+        } else if !self.rng.chance(0.25) {
+            self.events.push(format!("restart #{i} with its device"));
+        } else {
+            self.events.push(format!("restart #{i} on a blank device"));
+            self.disks[i] = None;
+        }
+        self.boot(i)
     }
 
     /// A client truncates [`TRUNCATED_SET`] through one live node, with a
@@ -2136,10 +2212,21 @@ impl World {
             return Err(self.fail(Invariant::Placement, "no map".into()));
         };
         let copies = self.copies();
-        // (a) exactly the replicas hold each record; (b) byte for byte.
-        for (digest, holders) in &copies {
+        self.check_copies(&copies, &map.map)?;
+        self.check_counters()?;
+        self.check_puts()?;
+        self.check_truncation(&copies)?;
+        Ok(copies.len())
+    }
+
+    /// (a) exactly the replicas hold each record; (b) byte for byte.
+    fn check_copies(
+        &mut self,
+        copies: &BTreeMap<Digest, BTreeMap<usize, ReplicaWrite>>,
+        map: &citrine_cluster::partition_map::PartitionMap,
+    ) -> Result<(), Failure> {
+        for (digest, holders) in copies {
             let replicas: BTreeSet<usize> = map
-                .map
                 .replicas(digest.partition())
                 .iter()
                 .filter_map(|id| self.nodes.iter().position(|n| n.id == *id))
@@ -2176,7 +2263,12 @@ impl World {
                 }
             }
         }
-        // (c) nothing acknowledged lost, nothing invented.
+        Ok(())
+    }
+
+    /// (c) for the counters: no acknowledged increment lost, none
+    /// invented.
+    fn check_counters(&mut self) -> Result<(), Failure> {
         for counter in 0..self.counters.len() {
             let h = self.counters[counter].clone();
             let value = self.final_read(&counter_key(counter))?.unwrap_or(0);
@@ -2200,6 +2292,12 @@ impl World {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// (c) for the puts and deletes: each key shows an attempt not older
+    /// than its last acknowledged one, and one that was sent.
+    fn check_puts(&mut self) -> Result<(), Failure> {
         for key in 0..self.puts.len() {
             let attempts = self.puts[key].clone();
             let value = self.final_read(&put_key(key))?;
@@ -2237,8 +2335,7 @@ impl World {
                 ));
             }
         }
-        self.check_truncation(&copies)?;
-        Ok(copies.len())
+        Ok(())
     }
 
     /// The [`Invariant::Truncation`] checks, when a truncation was issued.
