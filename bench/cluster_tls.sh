@@ -9,6 +9,9 @@
 # cluster's nodes only heartbeat meanwhile. Per window: throughput, write
 # latency (p50 / p99 ms) and both nodes' CPU per operation (/proc/PID/stat).
 # Release build expected (cargo build --release). Ports BASE..BASE+40.
+# PLAIN_B=DIR: the second cluster is plain too, run by DIR/citrined (the code
+# before a change), so the run compares two builds of the plain fabric;
+# `citrine` (bench) always comes from BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
@@ -23,8 +26,8 @@ trap cleanup EXIT
 "$BIN/citrine" certs "$DIR/certs" >/dev/null
 # The settings of examples/cluster.toml without its [service] and [heartbeat].
 namespace=$(sed -n '/^\[\[namespace\]\]/,$p' examples/cluster.toml)
-plain() { # port node-id seed
-  "$BIN/citrined" --config examples/cluster.toml --port "$1" --fabric-port $(($1 + 1)) \
+plain() { # port node-id seed [bin]
+  "${4:-$BIN}/citrined" --config examples/cluster.toml --port "$1" --fabric-port $(($1 + 1)) \
     --heartbeat-port $(($1 + 2)) --node-id "$2" --seed "$3" >"$DIR/$2.log" 2>&1 &
   pids+=($!)
 }
@@ -53,15 +56,22 @@ CONF
 }
 plain "$BASE" A1 "127.0.0.1:$((BASE + 2))"
 plain $((BASE + 10)) A2 "127.0.0.1:$((BASE + 2))"
-tls $((BASE + 20)) B1 "127.0.0.1:$((BASE + 22))"
-tls $((BASE + 30)) B2 "127.0.0.1:$((BASE + 22))"
+if [ -n "${PLAIN_B:-}" ]; then
+  plain $((BASE + 20)) B1 "127.0.0.1:$((BASE + 22))" "$PLAIN_B"
+  plain $((BASE + 30)) B2 "127.0.0.1:$((BASE + 22))" "$PLAIN_B"
+  B_LABEL="plain ($PLAIN_B)"
+else
+  tls $((BASE + 20)) B1 "127.0.0.1:$((BASE + 22))"
+  tls $((BASE + 30)) B2 "127.0.0.1:$((BASE + 22))"
+  B_LABEL="TLS"
+fi
 P=127.0.0.1:$BASE
 T=127.0.0.1:$((BASE + 20))
 info() { "$BIN/citrine" info -h "$1" -v "$2" 2>/dev/null || true; }
 for host in "$P" "$T"; do
   until info "$host" "cluster-stable:size=2" | grep -qv ERROR; do sleep 0.5; done
 done
-echo "both clusters formed: plain $(info "$P" cluster-info), TLS $(info "$T" cluster-info)"
+echo "both clusters formed: plain $(info "$P" cluster-info), $B_LABEL $(info "$T" cluster-info)"
 cpu() { # pids...: CPU ticks (utime + stime) of the processes
   local total=0
   for pid in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
@@ -81,6 +91,6 @@ window() { # label host pid pid
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$ROUNDS"); do
   window "round $round plain:" "$P" "${pids[0]}" "${pids[1]}"
-  window "round $round TLS:  " "$T" "${pids[2]}" "${pids[3]}"
+  window "round $round $B_LABEL:" "$T" "${pids[2]}" "${pids[3]}"
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -172,24 +172,25 @@ fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Reads one frame: (kind, payload). `None` at a clean end of stream.
+/// Reads one frame: (kind, payload into `buffer`). `None` at a clean end
+/// of stream.
 async fn read_frame(stream: &mut PeerStream, buffer: &mut Vec<u8>) -> std::io::Result<Option<u8>> {
-    let mut length_bytes = [0u8; 4];
-    match stream.read_exact(&mut length_bytes).await {
+    let mut header = [0u8; 5];
+    match stream.read_exact(&mut header).await {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(error) => return Err(error),
     }
-    let length = u32::from_be_bytes(length_bytes) as usize;
+    let [l0, l1, l2, l3, kind] = header;
+    let length = u32::from_be_bytes([l0, l1, l2, l3]) as usize;
     if length == 0 || length > FRAME_MAX {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("frame length {length}"),
         ));
     }
-    buffer.resize(length, 0);
+    buffer.resize(length - 1, 0);
     stream.read_exact(buffer).await?;
-    let kind = buffer.remove(0);
     Ok(Some(kind))
 }
 
@@ -965,7 +966,7 @@ async fn accept(
                 let tls = tls.clone();
                 tokio::spawn(async move {
                     let stream = match tls {
-                        None => PeerStream::Plain(stream),
+                        None => PeerStream::plain(stream),
                         Some(tls) => match tls.accept(stream).await {
                             Ok(stream) => PeerStream::Tls(Box::new(stream)),
                             Err(error) => {
@@ -1169,7 +1170,7 @@ impl Destination {
         };
         let _ = stream.set_nodelay(true);
         let Some(tls) = &self.tls else {
-            return Some(PeerStream::Plain(stream));
+            return Some(PeerStream::plain(stream));
         };
         match tls.connect(stream).await {
             Ok(stream) => Some(PeerStream::Tls(Box::new(stream))),
@@ -1181,29 +1182,32 @@ impl Destination {
     }
 }
 
+/// How many queued bytes one socket write may carry: frames queued while
+/// the previous write ran go out together, up to this much.
+const COALESCE_BYTES: usize = 256 * 1024;
+
 /// Drains one destination's queue into a connection, reconnecting as needed.
-/// Messages queued while the peer is unreachable are dropped.
+/// Messages queued while the peer is unreachable are dropped. Frames queued
+/// behind the first are written with it in one write (in queue order).
 async fn outbound(destination: Destination, mut queue: mpsc::Receiver<Vec<u8>>, hello: Vec<u8>) {
     let mut connection: Option<PeerStream> = None;
     let mut retry_at = Instant::now();
     let failures = RepeatLimit::default();
-    while let Some(bytes) = queue.recv().await {
+    let mut batch = Vec::new();
+    while let Some(first) = queue.recv().await {
         if connection.is_none() {
             if Instant::now() < retry_at {
                 continue;
             }
-            if let Some(mut stream) = destination.connect(&failures).await {
-                if stream.write_all(&hello).await.is_ok() {
-                    connection = Some(stream);
-                }
-            }
+            connection = open_outbound(&destination, &failures, &hello).await;
             if connection.is_none() {
                 retry_at = Instant::now() + Duration::from_millis(100);
                 continue;
             }
         }
+        let bytes = coalesce(first, &mut queue, &mut batch);
         if let Some(stream) = connection.as_mut() {
-            if stream.write_all(&bytes).await.is_err() {
+            if stream.write_all(bytes).await.is_err() {
                 connection = None;
                 retry_at = Instant::now() + Duration::from_millis(100);
             }
@@ -1211,9 +1215,95 @@ async fn outbound(destination: Destination, mut queue: mpsc::Receiver<Vec<u8>>, 
     }
 }
 
+/// Connects to `destination` and sends the hello.
+async fn open_outbound(
+    destination: &Destination,
+    failures: &RepeatLimit,
+    hello: &[u8],
+) -> Option<PeerStream> {
+    let mut stream = destination.connect(failures).await?;
+    stream.write_all(hello).await.ok()?;
+    Some(stream)
+}
+
+/// `first` and the frames already queued behind it, up to
+/// [`COALESCE_BYTES`], as one run of bytes (`first` alone when nothing is
+/// queued: no copy).
+fn coalesce<'a>(
+    first: Vec<u8>,
+    queue: &mut mpsc::Receiver<Vec<u8>>,
+    batch: &'a mut Vec<u8>,
+) -> &'a [u8] {
+    batch.clear();
+    let mut first = Some(first);
+    while batch.len() + first.as_ref().map_or(0, Vec::len) < COALESCE_BYTES {
+        match queue.try_recv() {
+            Ok(next) => {
+                if let Some(first) = first.take() {
+                    *batch = first;
+                }
+                batch.extend_from_slice(&next);
+            }
+            Err(_) => break,
+        }
+    }
+    if let Some(first) = first {
+        *batch = first;
+    }
+    batch
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queued_frames_go_out_together_in_order_up_to_the_bound() {
+        let (sender, mut queue) = mpsc::channel(16);
+        let mut batch = Vec::new();
+        // Nothing queued: the first frame alone.
+        assert_eq!(coalesce(vec![1, 2], &mut queue, &mut batch), &[1, 2]);
+        for frame in [vec![3], vec![4, 5], vec![6]] {
+            sender.try_send(frame).unwrap();
+        }
+        assert_eq!(coalesce(vec![2], &mut queue, &mut batch), &[2, 3, 4, 5, 6]);
+        // A run stops once it reaches the bound; the rest waits in order.
+        let big = vec![7u8; COALESCE_BYTES - 1];
+        sender.try_send(vec![8]).unwrap();
+        sender.try_send(vec![9]).unwrap();
+        let run = coalesce(big, &mut queue, &mut batch).to_vec();
+        assert_eq!(run.len(), COALESCE_BYTES);
+        assert_eq!(run[COALESCE_BYTES - 1], 8);
+        assert_eq!(coalesce(vec![0], &mut queue, &mut batch), &[0, 9]);
+    }
+
+    #[tokio::test]
+    async fn frames_read_back_through_the_buffered_plain_stream() {
+        use crate::cluster_tls::PLAIN_READ_BUFFER;
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let writer = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut bytes = Vec::new();
+            for index in 0..1000u32 {
+                bytes.extend(frame((index % 200) as u8, &index.to_be_bytes()));
+            }
+            bytes.extend(frame(9, &vec![0xAB; 3 * PLAIN_READ_BUFFER]));
+            socket.write_all(&bytes).await.unwrap();
+        });
+        let mut stream = PeerStream::plain(TcpStream::connect(address).await.unwrap());
+        let mut buffer = Vec::new();
+        for index in 0..1000u32 {
+            let kind = read_frame(&mut stream, &mut buffer).await.unwrap();
+            assert_eq!(kind, Some((index % 200) as u8));
+            assert_eq!(buffer, index.to_be_bytes());
+        }
+        assert_eq!(read_frame(&mut stream, &mut buffer).await.unwrap(), Some(9));
+        assert_eq!(buffer, vec![0xAB; 3 * PLAIN_READ_BUFFER]);
+        assert_eq!(read_frame(&mut stream, &mut buffer).await.unwrap(), None);
+        writer.await.unwrap();
+    }
 
     #[test]
     fn hello_round_trip_and_garbage() {
