@@ -37,6 +37,12 @@ pub const DEFAULT_USER: &str = "admin";
 /// Longest user or role name.
 pub const NAME_MAX: usize = 63;
 
+/// How long a connection may stay open without logging in, by default:
+/// every official client authenticates a new connection before its first
+/// request, within its login timeout (`loginTimeout`, 5000 ms by default in the
+/// C# client's documentation).
+pub const LOGIN_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+
 /// Settings of the `security` context.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecurityConfig {
@@ -49,6 +55,10 @@ pub struct SecurityConfig {
     /// Most sessions kept at once: past it a login ends the session
     /// closest to expiry (a client logs in again when told so).
     pub max_sessions: usize,
+    /// Milliseconds a client connection may stay open without logging in
+    /// (`login-timeout-ms`, Citrine's own: the reference has no such
+    /// bound); past it the node closes the connection.
+    pub login_timeout_ms: u64,
 }
 
 impl Default for SecurityConfig {
@@ -58,6 +68,7 @@ impl Default for SecurityConfig {
             enable_quotas: false,
             stored_cost: password::STORED_COST,
             max_sessions: 100_000,
+            login_timeout_ms: LOGIN_TIMEOUT_MS_DEFAULT,
         }
     }
 }

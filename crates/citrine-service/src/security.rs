@@ -9,7 +9,9 @@
 //!   are answered 52;
 //! - with it on, a connection that has not logged in (LOGIN or
 //!   AUTHENTICATE) gets 80 for every data request and `ERROR:80:not
-//!   authenticated` for every info request, and nothing runs;
+//!   authenticated` for every info request, and nothing runs; it stays
+//!   open (as the reference keeps it) until `login-timeout-ms` after it
+//!   opened, when its service thread closes it ([`Service::login_overdue`]);
 //! - a logged-in request runs only if every privilege it needs is
 //!   granted (81), its user is still allowed from its address (82) and
 //!   within its roles' quotas (83); in a batch each row is checked: a
@@ -50,6 +52,9 @@ pub struct Guard {
     /// Failed logins and session authentications (statistic
     /// `login_failures`), per user and address.
     pub login_failures: audit::LoginFailures,
+    /// How long a connection may stay open without logging in
+    /// (`login-timeout-ms`).
+    login_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for Guard {
@@ -83,6 +88,14 @@ impl Login {
     pub fn user(&self) -> Option<&str> {
         self.user.as_deref()
     }
+
+    /// A login as `user` (tests of what depends on one).
+    #[cfg(test)]
+    pub(crate) fn of(user: &str) -> Login {
+        Login {
+            user: Some(user.to_owned()),
+        }
+    }
 }
 
 /// Random bytes from the OS (all zero only if the OS has none to give,
@@ -103,6 +116,7 @@ impl Service {
     /// Turns security on (once, before the node serves): the node starts
     /// with only the default user `admin`.
     pub fn enable_security(&self, config: SecurityConfig) {
+        let login_timeout = std::time::Duration::from_millis(config.login_timeout_ms);
         let security = Security::new(config, entropy().salt);
         let _ = self.security.set(Guard {
             state: Mutex::new(security),
@@ -111,6 +125,7 @@ impl Service {
             push: crate::smd::PushClock::default(),
             audit: std::sync::OnceLock::new(),
             login_failures: audit::LoginFailures::default(),
+            login_timeout,
         });
     }
 
@@ -125,6 +140,21 @@ impl Service {
     /// The access-control state, when security is on.
     pub fn security(&self) -> Option<&Guard> {
         self.security.get()
+    }
+
+    /// Whether the connection of `session` must be closed at `now` because
+    /// it has not logged in within `login-timeout-ms` (security on only).
+    /// The reference answers such a connection's requests 80 and keeps it
+    /// open; this bound keeps one that never logs in from holding a slot
+    /// (and a descriptor) for as long as it keeps sending.
+    pub fn login_overdue(
+        &self,
+        session: &crate::session::Session,
+        now: std::time::Instant,
+    ) -> bool {
+        self.security
+            .get()
+            .is_some_and(|guard| session.login_overdue(now, guard.login_timeout))
     }
 
     /// [`Service::handle_streaming_from`] for a connection whose state is
