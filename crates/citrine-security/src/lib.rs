@@ -9,8 +9,9 @@
 //! Invariants:
 //! - built-in roles (one per [`PrivilegeCode`], global scope) always exist
 //!   and cannot be created, dropped or changed;
-//! - a user only holds roles that exist: dropping a role revokes it from
-//!   every user;
+//! - dropping a role revokes it from every user; a user may still hold a
+//!   role that does not exist only after a merge of concurrent changes
+//!   ([`Security::replace`]), and such a role grants nothing;
 //! - passwords are kept only as a bcrypt hash of the client's credential;
 //! - a session is valid for `session_ttl` seconds from its login and only
 //!   while its user exists; dropping a user or setting its password ends

@@ -18,7 +18,8 @@
 //!   refused row answers its code, the others run;
 //! - session tokens and password salts come from the OS's random source;
 //! - a change of users or roles is saved and shared with the cluster
-//!   ([`store`]) before its answer goes out;
+//!   ([`store`], each user and role versioned on its own) before its
+//!   answer goes out;
 //! - logins, user and role changes, privileged info commands, refusals
 //!   and (when switched on) data operations are told to the audit trail
 //!   ([`audit`]) when the server set one; failed logins are counted
@@ -45,7 +46,9 @@ mod tests;
 /// its shared metadata store (see [`store`]).
 pub struct Guard {
     state: Mutex<Security>,
-    version: Mutex<crate::smd::Version>,
+    /// Every user and role with its version (see [`store`]); taken before
+    /// `state` whenever both are.
+    entries: Mutex<store::Entries>,
     file: std::sync::OnceLock<std::path::PathBuf>,
     push: crate::smd::PushClock,
     audit: std::sync::OnceLock<audit::Audit>,
@@ -60,7 +63,7 @@ pub struct Guard {
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
-            .field("version", &*self.version.lock())
+            .field("entries", &self.entries.lock().len())
             .finish_non_exhaustive()
     }
 }
@@ -118,9 +121,10 @@ impl Service {
     pub fn enable_security(&self, config: SecurityConfig) {
         let login_timeout = std::time::Duration::from_millis(config.login_timeout_ms);
         let security = Security::new(config, entropy().salt);
+        let entries = Mutex::new(store::initial(&security));
         let _ = self.security.set(Guard {
             state: Mutex::new(security),
-            version: Mutex::default(),
+            entries,
             file: std::sync::OnceLock::new(),
             push: crate::smd::PushClock::default(),
             audit: std::sync::OnceLock::new(),
@@ -187,13 +191,19 @@ impl Service {
                     entropy: entropy(),
                 };
                 let actor = login.user.clone();
+                // Run and committed under the entries' lock, so a merge
+                // cannot come between the change and its versions.
+                let mut entries = guard.entries.lock();
                 let outcome = guard
                     .with(|security| admin::execute(security, body, &mut login.user, context, out));
+                if outcome.changed {
+                    self.commit_security(guard, &mut entries);
+                }
+                drop(entries);
                 self.audit_admin(guard, body, actor.as_deref(), outcome.result, arrival.from);
                 if !outcome.changed {
                     return Ok(None);
                 }
-                self.commit_security(guard);
                 // Answered once the other members have the change.
                 let peers = self.routes() && !self.dist.peers().0.is_empty();
                 Ok(peers.then(|| {
