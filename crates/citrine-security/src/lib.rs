@@ -184,6 +184,22 @@ impl Security {
         if !password::verify(credential, &stored.password) {
             return Err(ResultCode::InvalidCredential);
         }
+        self.login_certified(user, from, now_ms, token)
+    }
+
+    /// Opens a session for `user` from `from` without a password: its
+    /// identity was proven otherwise (a client certificate naming it,
+    /// verified by the TLS handshake). 60 if there is no such user.
+    pub fn login_certified(
+        &mut self,
+        user: &str,
+        from: Option<IpAddr>,
+        now_ms: u64,
+        token: [u8; 32],
+    ) -> Result<(Vec<u8>, u32), ResultCode> {
+        if !self.users.contains_key(user) {
+            return Err(ResultCode::InvalidUser);
+        }
         self.check_allowed(user, from)?;
         self.make_room_for_a_session(now_ms);
         let ttl = self.config.session_ttl_s;

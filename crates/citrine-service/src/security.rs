@@ -179,6 +179,7 @@ impl Service {
             return self.handle_streaming_from(header, body, out, arrival);
         };
         let login = &mut session.login;
+        let certificate = session.certificate.as_deref();
         let from = arrival.from.map(|peer| peer.ip());
         match header.message_type {
             MessageType::Admin => {
@@ -189,6 +190,7 @@ impl Service {
                     from,
                     now_ms: self.now().unix_ms,
                     entropy: entropy(),
+                    certificate,
                 };
                 let actor = login.user.clone();
                 // Run and committed under the entries' lock, so a merge

@@ -1,6 +1,7 @@
 //! What one client connection carries from request to request: its login
 //! (with access control on), when it opened (a connection that has not
-//! logged in within `login-timeout-ms` is closed, [`Session::login_overdue`])
+//! logged in within `login-timeout-ms` is closed, [`Session::login_overdue`]),
+//! the common name of its verified TLS client certificate (for a PKI login)
 //! and the user agent its client announced (`user-agent-set`), and the
 //! node's tally of the user agents of its open connections (`user-agents`).
 //!
@@ -36,6 +37,9 @@ pub struct Session {
     /// When the connection was accepted (a move between service threads
     /// keeps it).
     opened: Instant,
+    /// The common name of the client certificate its TLS handshake
+    /// verified (for a PKI login).
+    pub(crate) certificate: Option<String>,
     agent: Option<AgentSlot>,
 }
 
@@ -45,12 +49,18 @@ impl Default for Session {
         Session {
             login: Login::default(),
             opened: Instant::now(),
+            certificate: None,
             agent: None,
         }
     }
 }
 
 impl Session {
+    /// Records the common name of the client certificate the connection's
+    /// TLS handshake verified.
+    pub fn set_certificate(&mut self, common_name: String) {
+        self.certificate = Some(common_name);
+    }
     /// Whether, at `now`, the connection has been open for `timeout` or
     /// longer without logging in.
     pub fn login_overdue(&self, now: Instant, timeout: Duration) -> bool {
