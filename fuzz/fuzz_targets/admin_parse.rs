@@ -52,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
     let mut security = base().clone();
     let mut login = (mode & 1 == 1).then(|| "admin".to_string());
     let context = Context {
+        certificate: (mode & 2 == 2).then_some("admin"),
         from: Some(std::net::IpAddr::from([127, 0, 0, 1])),
         now_ms: 1_000,
         entropy: Entropy {

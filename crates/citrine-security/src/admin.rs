@@ -2,6 +2,8 @@
 //! reply frame out, and what the connection's login becomes.
 //!
 //! Invariants: an error reply is a single field-less record (16-byte body);
+//! a LOGIN without fields (PKI) logs in as the user the connection's
+//! verified client certificate names, with no password;
 //! LOGIN and AUTHENTICATE are the only commands a connection may send
 //! before it is logged in (else 80); user and role changes need the
 //! user-admin privilege, except a user changing its own password or
@@ -14,10 +16,14 @@ use std::net::IpAddr;
 
 /// Where and when a request arrived, and random bytes it may use.
 #[derive(Clone, Copy, Debug)]
-pub struct Context {
+pub struct Context<'a> {
     pub from: Option<IpAddr>,
     pub now_ms: u64,
     pub entropy: Entropy,
+    /// The common name of the client certificate the connection's TLS
+    /// handshake verified, if any: a LOGIN without fields (the clients'
+    /// PKI auth mode) logs in as the user it names.
+    pub certificate: Option<&'a str>,
 }
 
 /// What handling one request did besides replying.
@@ -35,7 +41,7 @@ pub fn execute(
     security: &mut Security,
     body: &[u8],
     login: &mut Option<String>,
-    context: Context,
+    context: Context<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome {
     let request = match AdminRequest::parse(body) {
@@ -91,18 +97,29 @@ fn login_command(
     security: &mut Security,
     request: &AdminRequest<'_>,
     login: &mut Option<String>,
-    context: Context,
+    context: Context<'_>,
     out: &mut Vec<u8>,
 ) -> Handled {
-    let user = text(request, field::USER)?;
-    let credential = bytes(request, field::CREDENTIAL)?;
-    let (token, ttl) = security.login(
-        user,
-        credential,
-        context.from,
-        context.now_ms,
-        context.entropy.token,
-    )?;
+    let (user, (token, ttl)) = if request.field(field::USER).is_none()
+        && request.field(field::CREDENTIAL).is_none()
+    {
+        // PKI: the user is the verified certificate's common name.
+        let user = context.certificate.ok_or(ResultCode::InvalidCredential)?;
+        let opened =
+            security.login_certified(user, context.from, context.now_ms, context.entropy.token)?;
+        (user, opened)
+    } else {
+        let user = text(request, field::USER)?;
+        let credential = bytes(request, field::CREDENTIAL)?;
+        let opened = security.login(
+            user,
+            credential,
+            context.from,
+            context.now_ms,
+            context.entropy.token,
+        )?;
+        (user, opened)
+    };
     *login = Some(user.to_string());
     let mut reply = AdminReply::begin(out);
     reply
@@ -117,7 +134,7 @@ fn authenticate(
     security: &Security,
     request: &AdminRequest<'_>,
     login: &mut Option<String>,
-    context: Context,
+    context: Context<'_>,
 ) -> Handled {
     let user = request
         .text(field::USER)
@@ -133,7 +150,7 @@ fn administer(
     security: &mut Security,
     request: &AdminRequest<'_>,
     actor: &str,
-    context: Context,
+    context: Context<'_>,
     out: &mut Vec<u8>,
 ) -> Handled {
     if !self_service(security, request, actor) {

@@ -9,8 +9,9 @@
 //! Invariants:
 //! - built-in roles (one per [`PrivilegeCode`], global scope) always exist
 //!   and cannot be created, dropped or changed;
-//! - a user only holds roles that exist: dropping a role revokes it from
-//!   every user;
+//! - dropping a role revokes it from every user; a user may still hold a
+//!   role that does not exist only after a merge of concurrent changes
+//!   ([`Security::replace`]), and such a role grants nothing;
 //! - passwords are kept only as a bcrypt hash of the client's credential;
 //! - a session is valid for `session_ttl` seconds from its login and only
 //!   while its user exists; dropping a user or setting its password ends
@@ -37,6 +38,12 @@ pub const DEFAULT_USER: &str = "admin";
 /// Longest user or role name.
 pub const NAME_MAX: usize = 63;
 
+/// How long a connection may stay open without logging in, by default:
+/// every official client authenticates a new connection before its first
+/// request, within its login timeout (`loginTimeout`, 5000 ms by default in the
+/// C# client's documentation).
+pub const LOGIN_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+
 /// Settings of the `security` context.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecurityConfig {
@@ -49,6 +56,10 @@ pub struct SecurityConfig {
     /// Most sessions kept at once: past it a login ends the session
     /// closest to expiry (a client logs in again when told so).
     pub max_sessions: usize,
+    /// Milliseconds a client connection may stay open without logging in
+    /// (`login-timeout-ms`, Citrine's own: the reference has no such
+    /// bound); past it the node closes the connection.
+    pub login_timeout_ms: u64,
 }
 
 impl Default for SecurityConfig {
@@ -58,6 +69,7 @@ impl Default for SecurityConfig {
             enable_quotas: false,
             stored_cost: password::STORED_COST,
             max_sessions: 100_000,
+            login_timeout_ms: LOGIN_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -171,6 +183,22 @@ impl Security {
         let stored = self.users.get(user).ok_or(ResultCode::InvalidUser)?;
         if !password::verify(credential, &stored.password) {
             return Err(ResultCode::InvalidCredential);
+        }
+        self.login_certified(user, from, now_ms, token)
+    }
+
+    /// Opens a session for `user` from `from` without a password: its
+    /// identity was proven otherwise (a client certificate naming it,
+    /// verified by the TLS handshake). 60 if there is no such user.
+    pub fn login_certified(
+        &mut self,
+        user: &str,
+        from: Option<IpAddr>,
+        now_ms: u64,
+        token: [u8; 32],
+    ) -> Result<(Vec<u8>, u32), ResultCode> {
+        if !self.users.contains_key(user) {
+            return Err(ResultCode::InvalidUser);
         }
         self.check_allowed(user, from)?;
         self.make_room_for_a_session(now_ms);

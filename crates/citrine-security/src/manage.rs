@@ -4,7 +4,6 @@
 
 use crate::{password, Privilege, PrivilegeCode, Role, Security, User, NAME_MAX};
 use citrine_types::ResultCode;
-use std::collections::BTreeSet;
 
 /// Whether `name` can name a user or role: 1..=63 bytes, no control
 /// characters, no `:` or `;` (kept out of info answers).
@@ -204,20 +203,16 @@ impl Security {
     }
 
     /// Replaces the whole state with `users` and `roles` (loaded or
-    /// received), keeping sessions of users that still exist.
+    /// merged), keeping sessions of users that still exist. A user keeps
+    /// a role it holds that is not defined (a merge of a grant made on one
+    /// node while another dropped the role): it grants nothing, and the
+    /// user's entry stays as every node has it.
     pub fn replace(&mut self, users: Vec<(String, User)>, roles: Vec<(String, Role)>) {
         self.roles = roles
             .into_iter()
             .filter(|(name, _)| PrivilegeCode::from_name(name).is_none())
             .collect();
-        let known: BTreeSet<String> = self.role_names().into_iter().collect();
-        self.users = users
-            .into_iter()
-            .map(|(name, mut user)| {
-                user.roles.retain(|role| known.contains(role));
-                (name, user)
-            })
-            .collect();
+        self.users = users.into_iter().collect();
         let users = &self.users;
         self.sessions
             .retain(|_, session| users.contains_key(&session.user));

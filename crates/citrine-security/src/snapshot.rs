@@ -59,7 +59,8 @@ pub fn to_text(security: &Security) -> String {
     text
 }
 
-type Parsed = (Vec<(String, User)>, Vec<(String, Role)>);
+/// The users and roles of a text, in its order.
+pub type Parsed = (Vec<(String, User)>, Vec<(String, Role)>);
 
 /// The users and roles of a text [`to_text`] made.
 pub fn from_text(text: &str) -> Result<Parsed, String> {

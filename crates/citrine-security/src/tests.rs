@@ -14,8 +14,9 @@ fn security() -> Security {
     Security::new(config, [1; 16])
 }
 
-fn context(now_ms: u64, token: u8) -> Context {
+fn context(now_ms: u64, token: u8) -> Context<'static> {
     Context {
+        certificate: None,
         from: Some("127.0.0.1".parse().expect("ip")),
         now_ms,
         entropy: Entropy {
@@ -421,4 +422,31 @@ fn sessions_are_bounded_and_the_closest_to_expiry_goes() {
         security.authenticate(None, &[3; 32], None, 10).as_deref(),
         Ok("admin")
     );
+}
+
+#[test]
+fn a_login_without_fields_is_the_verified_certificate_s_user() {
+    let mut security = security();
+    let body = request(command::LOGIN, &[]);
+    let pki = |security: &mut Security, certificate: Option<&str>| {
+        let (mut login, mut out) = (None, Vec::new());
+        let context = Context {
+            certificate,
+            ..context(1_000, 5)
+        };
+        execute(security, &body, &mut login, context, &mut out);
+        (out[9], login)
+    };
+    // No certificate (plain port, or none asked for): no login.
+    assert_eq!(pki(&mut security, None), (65, None));
+    // A certificate naming no user.
+    assert_eq!(pki(&mut security, Some("nobody")), (60, None));
+    let (code, login) = pki(&mut security, Some("admin"));
+    assert_eq!((code, login.as_deref()), (0, Some("admin")));
+    // The session it opened authenticates the user's next connections.
+    let mut next = None;
+    let token = [5u8; 32].to_vec();
+    let body = request(command::AUTHENTICATE, &[(field::SESSION_TOKEN, token)]);
+    assert_eq!(run(&mut security, &mut next, &body, 2_000).0, 0);
+    assert_eq!(next.as_deref(), Some("admin"));
 }

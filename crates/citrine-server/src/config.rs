@@ -155,6 +155,9 @@ pub struct SecuritySection {
     pub session_ttl: Option<u32>,
     /// Enforce roles' read/write quotas (default false).
     pub enable_quotas: Option<bool>,
+    /// Milliseconds a client connection may stay open without logging in
+    /// (default 10000, 100 to 3600000; Citrine's own).
+    pub login_timeout_ms: Option<u64>,
     /// `[security.log]`: the audit trail's file and its reports.
     pub log: Option<AuditSection>,
     /// `[security.syslog]`: audit lines also to syslog (`local` facility).
@@ -674,9 +677,18 @@ fn resolve_security(
             "{origin}: security.session-ttl = {session_ttl_s} is impossible (120 to 864000 seconds)"
         )));
     }
+    let login_timeout_ms = section
+        .login_timeout_ms
+        .unwrap_or(defaults.login_timeout_ms);
+    if !(100..=3_600_000).contains(&login_timeout_ms) {
+        return Err(ConfigError(format!(
+            "{origin}: security.login-timeout-ms = {login_timeout_ms} is impossible (100 to 3600000)"
+        )));
+    }
     Ok(Some(citrine_security::SecurityConfig {
         session_ttl_s,
         enable_quotas: section.enable_quotas.unwrap_or(false),
+        login_timeout_ms,
         ..defaults
     }))
 }
@@ -1738,6 +1750,11 @@ mod tests {
         assert_eq!((tuned.session_ttl_s, tuned.enable_quotas), (600, true));
         let error = with("[security]\nsession-ttl = 5\n").expect_err("too short");
         assert!(error.0.contains("security.session-ttl"), "{}", error.0);
+        assert_eq!(on.login_timeout_ms, 10_000);
+        let quick = with("[security]\nlogin-timeout-ms = 500\n").expect("valid");
+        assert_eq!(quick.security.expect("on").login_timeout_ms, 500);
+        let error = with("[security]\nlogin-timeout-ms = 0\n").expect_err("no bound");
+        assert!(error.0.contains("security.login-timeout-ms"), "{}", error.0);
         assert!(with("[security]\nenable-security = true\n").is_err());
         let example = resolve_text(include_str!("../../../examples/secure.toml")).expect("example");
         assert!(example.security.is_some());

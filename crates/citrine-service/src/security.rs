@@ -9,14 +9,17 @@
 //!   are answered 52;
 //! - with it on, a connection that has not logged in (LOGIN or
 //!   AUTHENTICATE) gets 80 for every data request and `ERROR:80:not
-//!   authenticated` for every info request, and nothing runs;
+//!   authenticated` for every info request, and nothing runs; it stays
+//!   open (as the reference keeps it) until `login-timeout-ms` after it
+//!   opened, when its service thread closes it ([`Service::login_overdue`]);
 //! - a logged-in request runs only if every privilege it needs is
 //!   granted (81), its user is still allowed from its address (82) and
 //!   within its roles' quotas (83); in a batch each row is checked: a
 //!   refused row answers its code, the others run;
 //! - session tokens and password salts come from the OS's random source;
 //! - a change of users or roles is saved and shared with the cluster
-//!   ([`store`]) before its answer goes out;
+//!   ([`store`], each user and role versioned on its own) before its
+//!   answer goes out;
 //! - logins, user and role changes, privileged info commands, refusals
 //!   and (when switched on) data operations are told to the audit trail
 //!   ([`audit`]) when the server set one; failed logins are counted
@@ -43,19 +46,24 @@ mod tests;
 /// its shared metadata store (see [`store`]).
 pub struct Guard {
     state: Mutex<Security>,
-    version: Mutex<crate::smd::Version>,
+    /// Every user and role with its version (see [`store`]); taken before
+    /// `state` whenever both are.
+    entries: Mutex<store::Entries>,
     file: std::sync::OnceLock<std::path::PathBuf>,
     push: crate::smd::PushClock,
     audit: std::sync::OnceLock<audit::Audit>,
     /// Failed logins and session authentications (statistic
     /// `login_failures`), per user and address.
     pub login_failures: audit::LoginFailures,
+    /// How long a connection may stay open without logging in
+    /// (`login-timeout-ms`).
+    login_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
-            .field("version", &*self.version.lock())
+            .field("entries", &self.entries.lock().len())
             .finish_non_exhaustive()
     }
 }
@@ -83,6 +91,14 @@ impl Login {
     pub fn user(&self) -> Option<&str> {
         self.user.as_deref()
     }
+
+    /// A login as `user` (tests of what depends on one).
+    #[cfg(test)]
+    pub(crate) fn of(user: &str) -> Login {
+        Login {
+            user: Some(user.to_owned()),
+        }
+    }
 }
 
 /// Random bytes from the OS (all zero only if the OS has none to give,
@@ -103,14 +119,17 @@ impl Service {
     /// Turns security on (once, before the node serves): the node starts
     /// with only the default user `admin`.
     pub fn enable_security(&self, config: SecurityConfig) {
+        let login_timeout = std::time::Duration::from_millis(config.login_timeout_ms);
         let security = Security::new(config, entropy().salt);
+        let entries = Mutex::new(store::initial(&security));
         let _ = self.security.set(Guard {
             state: Mutex::new(security),
-            version: Mutex::default(),
+            entries,
             file: std::sync::OnceLock::new(),
             push: crate::smd::PushClock::default(),
             audit: std::sync::OnceLock::new(),
             login_failures: audit::LoginFailures::default(),
+            login_timeout,
         });
     }
 
@@ -125,6 +144,21 @@ impl Service {
     /// The access-control state, when security is on.
     pub fn security(&self) -> Option<&Guard> {
         self.security.get()
+    }
+
+    /// Whether the connection of `session` must be closed at `now` because
+    /// it has not logged in within `login-timeout-ms` (security on only).
+    /// The reference answers such a connection's requests 80 and keeps it
+    /// open; this bound keeps one that never logs in from holding a slot
+    /// (and a descriptor) for as long as it keeps sending.
+    pub fn login_overdue(
+        &self,
+        session: &crate::session::Session,
+        now: std::time::Instant,
+    ) -> bool {
+        self.security
+            .get()
+            .is_some_and(|guard| session.login_overdue(now, guard.login_timeout))
     }
 
     /// [`Service::handle_streaming_from`] for a connection whose state is
@@ -145,6 +179,7 @@ impl Service {
             return self.handle_streaming_from(header, body, out, arrival);
         };
         let login = &mut session.login;
+        let certificate = session.certificate.as_deref();
         let from = arrival.from.map(|peer| peer.ip());
         match header.message_type {
             MessageType::Admin => {
@@ -155,15 +190,22 @@ impl Service {
                     from,
                     now_ms: self.now().unix_ms,
                     entropy: entropy(),
+                    certificate,
                 };
                 let actor = login.user.clone();
+                // Run and committed under the entries' lock, so a merge
+                // cannot come between the change and its versions.
+                let mut entries = guard.entries.lock();
                 let outcome = guard
                     .with(|security| admin::execute(security, body, &mut login.user, context, out));
+                if outcome.changed {
+                    self.commit_security(guard, &mut entries);
+                }
+                drop(entries);
                 self.audit_admin(guard, body, actor.as_deref(), outcome.result, arrival.from);
                 if !outcome.changed {
                     return Ok(None);
                 }
-                self.commit_security(guard);
                 // Answered once the other members have the change.
                 let peers = self.routes() && !self.dist.peers().0.is_empty();
                 Ok(peers.then(|| {

@@ -1,7 +1,9 @@
 //! What one client connection carries from request to request: its login
-//! (with access control on) and the user agent its client announced
-//! (`user-agent-set`), and the node's tally of the user agents of its open
-//! connections (`user-agents`).
+//! (with access control on), when it opened (a connection that has not
+//! logged in within `login-timeout-ms` is closed, [`Session::login_overdue`]),
+//! the common name of its verified TLS client certificate (for a PKI login)
+//! and the user agent its client announced (`user-agent-set`), and the
+//! node's tally of the user agents of its open connections (`user-agents`).
 //!
 //! Owns [`Session`] (one per connection, dropped when the connection
 //! closes) and [`UserAgents`] (the tally). Invariant: a user agent counts
@@ -22,16 +24,48 @@ use base64::Engine as _;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Longest user-agent value kept (base64 text); a client's is well under.
 const AGENT_MAX: usize = 1024;
 
 /// One client connection's state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Session {
     /// The user it logged in as, with access control on.
     pub login: Login,
+    /// When the connection was accepted (a move between service threads
+    /// keeps it).
+    opened: Instant,
+    /// The common name of the client certificate its TLS handshake
+    /// verified (for a PKI login).
+    pub(crate) certificate: Option<String>,
     agent: Option<AgentSlot>,
+}
+
+impl Default for Session {
+    /// The state of a connection accepted now.
+    fn default() -> Session {
+        Session {
+            login: Login::default(),
+            opened: Instant::now(),
+            certificate: None,
+            agent: None,
+        }
+    }
+}
+
+impl Session {
+    /// Records the common name of the client certificate the connection's
+    /// TLS handshake verified.
+    pub fn set_certificate(&mut self, common_name: String) {
+        self.certificate = Some(common_name);
+    }
+    /// Whether, at `now`, the connection has been open for `timeout` or
+    /// longer without logging in.
+    pub fn login_overdue(&self, now: Instant, timeout: Duration) -> bool {
+        self.login.user().is_none() && now.saturating_duration_since(self.opened) >= timeout
+    }
 }
 
 /// The user agents of the node's open connections, counted.
@@ -97,6 +131,18 @@ impl UserAgents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_is_overdue_only_without_a_login_past_the_timeout() {
+        let mut session = Session::default();
+        let timeout = Duration::from_millis(500);
+        let opened = session.opened;
+        assert!(!session.login_overdue(opened, timeout));
+        assert!(!session.login_overdue(opened + Duration::from_millis(499), timeout));
+        assert!(session.login_overdue(opened + timeout, timeout));
+        session.login = Login::of("admin");
+        assert!(!session.login_overdue(opened + timeout * 100, timeout));
+    }
 
     #[test]
     fn agents_are_counted_per_open_connection_as_the_reference_answers() {

@@ -34,7 +34,10 @@
 //!   between requests or inside a frame; inside a frame (or a reply) it is
 //!   closed after [`MID_FRAME_IDLE`] at most, even when `proto-fd-idle-ms`
 //!   is 0; one waiting for the server (fabric work, which has its own
-//!   timeouts, or a throttled scan's next chunk) is not.
+//!   timeouts, or a throttled scan's next chunk) is not;
+//! - with access control on, the same sweep closes a connection that has
+//!   not logged in `login-timeout-ms` after it opened, busy or not
+//!   ([`Service::login_overdue`]); both count in `reaped_fds`.
 
 use super::balance::{self, LoadMeter, Rebalance, SpillGate};
 use super::conn::{self, Conn, Next, State, Transport, READ_BUFFER_BYTES};
@@ -610,6 +613,15 @@ impl<B: Backend> ServiceThread<B> {
                 continue;
             };
             let conn = &connection.conn;
+            if self.service.login_overdue(&conn.session, now) {
+                tracing::debug!(peer = %conn.peer, "closing connection not logged in within login-timeout-ms");
+                self.service
+                    .stats
+                    .reaped_fds
+                    .fetch_add(1, Ordering::Relaxed);
+                self.close(token);
+                continue;
+            }
             let inside = conn.end > conn.start
                 || conn.written < conn.out.len()
                 || self.backend.writing(&connection.socket);

@@ -28,7 +28,11 @@
 //! - a TLS connection stays on the thread that accepted it (its session
 //!   does not move between threads);
 //! - a handshake or record that rustls refuses closes the connection (its
-//!   alert is sent on a best-effort basis); the thread serves the others.
+//!   alert is sent on a best-effort basis); the thread serves the others;
+//! - once the handshake is over, the common name of a client certificate
+//!   rustls verified goes to the connection's session (a LOGIN without
+//!   fields, the clients' PKI mode, logs in as that user); without
+//!   `tls-authenticate-client` no certificate is asked for, so none is.
 
 use super::conn::{Conn, Transport};
 use crate::tls_config::{ClientAuth, Protocol, TlsSettings};
@@ -253,6 +257,9 @@ pub(super) struct TlsSession {
     pub(super) cipher: Conn,
     /// Names the client certificate must carry, until it was checked.
     names_to_check: Option<Arc<[String]>>,
+    /// Whether the client certificate's common name was handed to the
+    /// connection's session (once, after the handshake).
+    named: bool,
 }
 
 /// A session accepted, on its way to a service thread.
@@ -273,7 +280,22 @@ impl TlsSession {
                 Default::default(),
             ),
             names_to_check: start.names,
+            named: false,
         }
+    }
+
+    /// Once the handshake is over, the first time: the common name of the
+    /// client certificate rustls verified against `ca-file` (for a PKI
+    /// login), if the client sent one.
+    fn take_common_name(&mut self) -> Option<String> {
+        if self.named || self.server.is_handshaking() {
+            return None;
+        }
+        self.named = true;
+        let cert = self.server.peer_certificates()?.first()?;
+        let (_, cert) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+        let name = cert.subject().iter_common_name().next()?;
+        name.as_str().ok().map(str::to_owned)
     }
 
     /// After the handshake, whether the client certificate carries one of
@@ -438,6 +460,9 @@ impl<B: Transport> Transport for TlsOver<'_, B> {
                 let cipher = &self.session.cipher;
                 if cipher.start < cipher.end {
                     self.absorb(socket)?;
+                    if let Some(name) = self.session.take_common_name() {
+                        conn.session.set_certificate(name);
+                    }
                     continue;
                 }
                 self.cipher_room();

@@ -2,38 +2,233 @@
 //! directory (`security.smd`), pushed to every other member on each change
 //! and periodically, and merged from theirs.
 //!
-//! The store is versioned whole ([`crate::smd::Version`], the later change
-//! wins, the node id breaks a tie): a node takes a peer's text only when
-//! its version is newer, and then replaces all users and roles with it.
-//! Two changes made on two nodes within one push interval keep only the
-//! later one (a per-entry merge is not done).
+//! Each user and each role is an entry of its own with its own
+//! [`Version`] (when and on which node it last changed: the later change
+//! wins, the node id breaks a tie, then the entry's text), as the other
+//! stores version their entries; a dropped one stays as a tombstone, so a
+//! node that missed the drop cannot bring it back. A merge takes each
+//! entry whose version is newer than the one known here, so two changes
+//! made on two nodes at once to different users or roles both survive,
+//! and two changes to one entry end as the same winner on every node.
 //!
-//! Invariants: every change made here gets a version later than the one
-//! known here and is saved before the next request is served; a text that
-//! does not parse is ignored whole.
+//! Text (file and push): one line per entry, the entry's line as
+//! [`snapshot`] writes it followed by `;version=MS.NODE`, or
+//! `KEY;dropped;version=MS.NODE` for a tombstone (KEY: `user:NAME` or
+//! `role:NAME`, the name in base64). The earlier format — a first line
+//! `version=MS.NODE` for the whole store — is still read: every entry then
+//! has that version, and an entry it lacks is taken as dropped then.
+//!
+//! Invariants: the entries and the node's state change together, under
+//! the entries' lock (an admin command runs and is committed under it, a
+//! merge applies under it), so the state is always the live entries; every
+//! change made here gives each entry it changed a version later than the
+//! one known for it, and is saved before the next request is served; a
+//! line that does not parse is skipped (and logged), the others are taken.
 
 use super::Guard;
 use crate::replication::call_kind;
 use crate::smd::Version;
 use crate::Service;
-use citrine_security::snapshot;
+use citrine_security::{snapshot, Security};
+use citrine_types::NodeId;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The file in the work directory.
 pub const SECURITY_FILE: &str = "security.smd";
 
-/// The store's text: `version=MS.NODE`, then one line per user and role.
-pub(crate) fn text_of(guard: &Guard) -> String {
-    let version = *guard.version.lock();
-    let body = guard.with(|security| snapshot::to_text(security));
-    format!("{}\n{body}", version.param())
+/// One user or role as the store keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Stamped {
+    /// Its line ([`snapshot`]); `None`: dropped (a tombstone).
+    line: Option<String>,
+    version: Version,
 }
 
-/// Splits a store's text into its version and its users and roles.
-fn parse(text: &str) -> Result<(Version, &str), String> {
-    let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
-    let version = Version::parse(first.strip_prefix("version="))?;
-    Ok((version, rest))
+/// Every entry, by key (`user:NAME` / `role:NAME`).
+pub(crate) type Entries = BTreeMap<String, Stamped>;
+
+/// The key of an entry's line: what precedes its first `;`.
+fn key_of(line: &str) -> &str {
+    line.split(';').next().unwrap_or(line)
+}
+
+/// The state's users and roles, one line each, by key.
+fn lines_of(security: &Security) -> BTreeMap<String, String> {
+    snapshot::to_text(security)
+        .lines()
+        .map(|line| (key_of(line).to_owned(), line.to_owned()))
+        .collect()
+}
+
+/// The entries of a node that has changed nothing: its state's, version 0.
+pub(crate) fn initial(security: &Security) -> Entries {
+    lines_of(security)
+        .into_iter()
+        .map(|(key, line)| {
+            let version = Version::default();
+            let line = Some(line);
+            (key, Stamped { line, version })
+        })
+        .collect()
+}
+
+/// Gives every entry whose line differs in `current` (the state after a
+/// change made here at `now_ms` on `node`) the next version: a new or
+/// changed line, or a tombstone for one no longer there. True when any did.
+fn stamp_changes(
+    entries: &mut Entries,
+    current: BTreeMap<String, String>,
+    now_ms: u64,
+    node: NodeId,
+) -> bool {
+    let next = |known: Option<&Stamped>| {
+        crate::smd::next_version(known.map(|known| known.version), now_ms, node)
+    };
+    let mut changed = false;
+    let dropped: Vec<String> = entries
+        .iter()
+        .filter(|(key, stamped)| stamped.line.is_some() && !current.contains_key(*key))
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in dropped {
+        let version = next(entries.get(&key));
+        entries.insert(
+            key,
+            Stamped {
+                line: None,
+                version,
+            },
+        );
+        changed = true;
+    }
+    for (key, line) in current {
+        let known = entries.get(&key);
+        if known.is_some_and(|known| known.line.as_ref() == Some(&line)) {
+            continue;
+        }
+        let version = next(known);
+        entries.insert(
+            key,
+            Stamped {
+                line: Some(line),
+                version,
+            },
+        );
+        changed = true;
+    }
+    changed
+}
+
+/// The store's text: one line per entry (tombstones too).
+fn text(entries: &Entries) -> String {
+    entries
+        .iter()
+        .map(|(key, stamped)| match &stamped.line {
+            Some(line) => format!("{line};{}\n", stamped.version.param()),
+            None => format!("{key};dropped;{}\n", stamped.version.param()),
+        })
+        .collect()
+}
+
+/// One line of [`text`]: its key and entry.
+fn parse_line(line: &str) -> Result<(String, Stamped), String> {
+    let (content, version) = line
+        .rsplit_once(";version=")
+        .ok_or_else(|| format!("no version in {line:?}"))?;
+    let version = Version::parse(Some(version))?;
+    let (key, line) = match content.strip_suffix(";dropped") {
+        Some(key) => (key, None),
+        None => {
+            snapshot::from_text(content)?;
+            (key_of(content), Some(content.to_owned()))
+        }
+    };
+    if !key.starts_with("user:") && !key.starts_with("role:") {
+        return Err(format!("bad key {key:?}"));
+    }
+    Ok((key.to_owned(), Stamped { line, version }))
+}
+
+/// The entries of a store's text, each line that parses; the earlier
+/// whole-store format gives every line the store's version.
+fn parse(text: &str, from: &str) -> Vec<(String, Stamped)> {
+    let mut lines = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .peekable();
+    let whole = match lines
+        .peek()
+        .and_then(|first| first.strip_prefix("version="))
+    {
+        None => None,
+        Some(version) => match Version::parse(Some(version)) {
+            Ok(version) => {
+                lines.next();
+                Some(version)
+            }
+            Err(message) => {
+                tracing::warn!("the users and roles from {from} are not understood: {message}");
+                return Vec::new();
+            }
+        },
+    };
+    lines
+        .filter_map(|line| {
+            let parsed = match whole {
+                None => parse_line(line),
+                Some(version) => parse_line(&format!("{line};{}", version.param())),
+            };
+            parsed
+                .map_err(|message| {
+                    tracing::warn!(
+                        "a users-and-roles line from {from} is not understood: {message}"
+                    );
+                })
+                .ok()
+        })
+        .collect()
+}
+
+/// Takes into `entries` each of `incoming` that wins over the one known
+/// here (newer, or of the same version and a greater line: two nodes'
+/// default users, made apart with their own salts, end as one); true when
+/// one was taken.
+fn merge_into(entries: &mut Entries, incoming: Vec<(String, Stamped)>) -> bool {
+    let mut taken = false;
+    for (key, stamped) in incoming {
+        let newer = entries
+            .get(&key)
+            .is_none_or(|known| (stamped.version, &stamped.line) > (known.version, &known.line));
+        if newer {
+            entries.insert(key, stamped);
+            taken = true;
+        }
+    }
+    taken
+}
+
+/// The users and roles of the live entries.
+fn live(entries: &Entries) -> Result<snapshot::Parsed, String> {
+    let body: String = entries
+        .values()
+        .filter_map(|stamped| stamped.line.as_deref())
+        .map(|line| format!("{line}\n"))
+        .collect();
+    snapshot::from_text(&body)
+}
+
+/// Makes the state the live entries (sessions of users still there stay).
+fn apply(guard: &Guard, entries: &Entries) -> Result<(), String> {
+    let (users, roles) = live(entries)?;
+    guard.with(|security| security.replace(users, roles));
+    Ok(())
+}
+
+/// The store's text, as a push carries it.
+pub(crate) fn text_of(guard: &Guard) -> String {
+    text(&guard.entries.lock())
 }
 
 impl Service {
@@ -48,53 +243,59 @@ impl Service {
         if guard.file.set(path.clone()).is_err() {
             return Err("the security store's directory is already set".to_owned());
         }
-        if !text.is_empty() {
-            let (version, body) = parse(&text)?;
-            let (users, roles) = snapshot::from_text(body)?;
-            guard.with(|security| security.replace(users, roles));
-            *guard.version.lock() = version;
+        let mut entries = guard.entries.lock();
+        if !text.trim().is_empty() {
+            let loaded: Entries = parse(&text, &path.display().to_string())
+                .into_iter()
+                .collect();
+            // An entry the file does not name was dropped (the earlier
+            // format kept no tombstones).
+            let latest = loaded.values().map(|stamped| stamped.version).max();
+            for (key, stamped) in entries.iter_mut() {
+                if !loaded.contains_key(key) {
+                    stamped.line = None;
+                    stamped.version = latest.unwrap_or(stamped.version);
+                }
+            }
+            entries.extend(loaded);
+            apply(guard, &entries)?;
         }
-        save(guard)
+        save(guard, &entries)
     }
 
-    /// Records a change made here by an admin command: a new version,
-    /// saved, and marked for the next push.
-    pub(crate) fn commit_security(&self, guard: &Guard) {
-        {
-            let mut version = guard.version.lock();
-            *version = crate::smd::next_version(Some(*version), self.now().unix_ms, self.node_id);
+    /// Records what an admin command just changed here, under the entries'
+    /// lock it ran under: each changed entry gets its next version, the
+    /// store is saved and marked for the next push.
+    pub(crate) fn commit_security(&self, guard: &Guard, entries: &mut Entries) {
+        let current = guard.with(|security| lines_of(security));
+        if !stamp_changes(entries, current, self.now().unix_ms, self.node_id) {
+            return;
         }
-        if let Err(message) = save(guard) {
+        if let Err(message) = save(guard, entries) {
             tracing::error!("users and roles not saved: {message}");
         }
         guard.push.mark();
         self.sindex_builds.queue.wake();
     }
 
-    /// Takes a peer's users and roles when its version is newer.
+    /// Takes each of a peer's users and roles whose version is newer.
     pub(crate) fn merge_security(&self, text: &str) {
         let Some(guard) = self.security.get() else {
             return;
         };
-        let parsed =
-            parse(text).and_then(|(version, body)| Ok((version, snapshot::from_text(body)?)));
-        let (version, (users, roles)) = match parsed {
-            Ok(parsed) => parsed,
-            Err(message) => {
-                tracing::warn!("a peer's users and roles do not parse: {message}");
-                return;
-            }
-        };
-        {
-            let mut known = guard.version.lock();
-            if version <= *known {
-                return;
-            }
-            *known = version;
-            guard.with(|security| security.replace(users, roles));
+        let incoming = parse(text, "a peer");
+        let mut entries = guard.entries.lock();
+        let mut merged = entries.clone();
+        if !merge_into(&mut merged, incoming) {
+            return;
         }
+        if let Err(message) = apply(guard, &merged) {
+            tracing::warn!("a peer's users and roles cannot be applied: {message}");
+            return;
+        }
+        *entries = merged;
         tracing::info!("users and roles merged from a peer");
-        if let Err(message) = save(guard) {
+        if let Err(message) = save(guard, &entries) {
             tracing::error!("merged users and roles not saved: {message}");
         }
     }
@@ -116,9 +317,13 @@ impl Service {
 }
 
 /// Writes the store's file, when the node keeps one.
-fn save(guard: &Guard) -> Result<(), String> {
+fn save(guard: &Guard, entries: &Entries) -> Result<(), String> {
     match guard.file.get() {
-        Some(path) => crate::smd::save_atomically(path, &text_of(guard)),
+        Some(path) => crate::smd::save_atomically(path, &text(entries)),
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;

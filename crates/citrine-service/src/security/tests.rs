@@ -234,6 +234,62 @@ fn a_peer_takes_a_newer_store_and_ignores_an_older_one() {
 }
 
 #[test]
+fn users_created_on_two_nodes_before_either_push_both_survive() {
+    let (first, second) = (secure(), secure());
+    create_user(&first, "left");
+    create_user(&second, "right");
+    let (first_text, second_text) = (
+        super::store_text(first.security().unwrap()),
+        super::store_text(second.security().unwrap()),
+    );
+    first.merge_security(&second_text);
+    second.merge_security(&first_text);
+    for service in [&first, &second] {
+        assert!(knows(service, "left") && knows(service, "right"));
+        login(service, "left", "pw");
+        login(service, "right", "pw");
+    }
+    assert_eq!(
+        super::store_text(first.security().unwrap()),
+        super::store_text(second.security().unwrap())
+    );
+}
+
+#[test]
+fn a_file_in_the_earlier_whole_store_format_is_loaded_with_its_drops() {
+    let directory =
+        std::env::temp_dir().join(format!("citrine-security-old-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let mut security = citrine_security::Security::new(
+        SecurityConfig {
+            stored_cost: 4,
+            ..SecurityConfig::default()
+        },
+        [9; 16],
+    );
+    let credential = citrine_security::password::client_hash("pw").unwrap();
+    let roles = ["read".to_owned()];
+    security
+        .create_user("old", credential.as_bytes(), &roles, [8; 16])
+        .unwrap();
+    security.drop_user("admin").unwrap();
+    let body = citrine_security::snapshot::to_text(&security);
+    let file = directory.join(super::SECURITY_FILE);
+    std::fs::write(&file, format!("version=5000.1\n{body}")).unwrap();
+    let node = secure();
+    node.keep_security(&directory).unwrap();
+    assert!(knows(&node, "old") && !knows(&node, "admin"));
+    login(&node, "old", "pw");
+    // A peer that never changed its default user does not bring it back.
+    node.merge_security(&super::store_text(secure().security().unwrap()));
+    assert!(!knows(&node, "admin"));
+    // The file is rewritten in the per-entry format.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains(";dropped;version=5000.1"), "{text}");
+    std::fs::remove_dir_all(&directory).unwrap();
+}
+
+#[test]
 fn users_survive_a_restart_in_the_work_directory() {
     let directory = std::env::temp_dir().join(format!("citrine-security-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
