@@ -1264,13 +1264,13 @@ mod tests {
         // Nothing queued: the first frame alone.
         assert_eq!(coalesce(vec![1, 2], &mut queue, &mut batch), &[1, 2]);
         for frame in [vec![3], vec![4, 5], vec![6]] {
-            sender.try_send(frame).unwrap();
+            sender.try_send(frame).expect("test step");
         }
         assert_eq!(coalesce(vec![2], &mut queue, &mut batch), &[2, 3, 4, 5, 6]);
         // A run stops once it reaches the bound; the rest waits in order.
         let big = vec![7u8; COALESCE_BYTES - 1];
-        sender.try_send(vec![8]).unwrap();
-        sender.try_send(vec![9]).unwrap();
+        sender.try_send(vec![8]).expect("test step");
+        sender.try_send(vec![9]).expect("test step");
         let run = coalesce(big, &mut queue, &mut batch).to_vec();
         assert_eq!(run.len(), COALESCE_BYTES);
         assert_eq!(run[COALESCE_BYTES - 1], 8);
@@ -1281,28 +1281,36 @@ mod tests {
     async fn frames_read_back_through_the_buffered_plain_stream() {
         use crate::cluster_tls::PLAIN_READ_BUFFER;
         use tokio::io::AsyncWriteExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("io");
+        let address = listener.local_addr().expect("test step");
         let writer = tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
+            let (mut socket, _) = listener.accept().await.expect("io");
             let mut bytes = Vec::new();
             for index in 0..1000u32 {
                 bytes.extend(frame((index % 200) as u8, &index.to_be_bytes()));
             }
             bytes.extend(frame(9, &vec![0xAB; 3 * PLAIN_READ_BUFFER]));
-            socket.write_all(&bytes).await.unwrap();
+            socket.write_all(&bytes).await.expect("io");
         });
-        let mut stream = PeerStream::plain(TcpStream::connect(address).await.unwrap());
+        let mut stream = PeerStream::plain(TcpStream::connect(address).await.expect("io"));
         let mut buffer = Vec::new();
         for index in 0..1000u32 {
-            let kind = read_frame(&mut stream, &mut buffer).await.unwrap();
+            let kind = read_frame(&mut stream, &mut buffer).await.expect("io");
             assert_eq!(kind, Some((index % 200) as u8));
             assert_eq!(buffer, index.to_be_bytes());
         }
-        assert_eq!(read_frame(&mut stream, &mut buffer).await.unwrap(), Some(9));
+        assert_eq!(
+            read_frame(&mut stream, &mut buffer).await.expect("io"),
+            Some(9)
+        );
         assert_eq!(buffer, vec![0xAB; 3 * PLAIN_READ_BUFFER]);
-        assert_eq!(read_frame(&mut stream, &mut buffer).await.unwrap(), None);
-        writer.await.unwrap();
+        assert_eq!(
+            read_frame(&mut stream, &mut buffer).await.expect("io"),
+            None
+        );
+        writer.await.expect("io");
     }
 
     #[test]

@@ -27,7 +27,7 @@ const T2: u64 = 0x2222;
 fn namespace(sc: bool) -> Namespace {
     let mut config = NamespaceConfig::in_memory("test");
     config.sc.strong_consistency = sc;
-    Namespace::open(config, &ManualClock::new(NOW_MS)).unwrap()
+    Namespace::open(config, std::sync::Arc::new(ManualClock::new(NOW_MS))).unwrap()
 }
 
 /// One command as a client builds it.
