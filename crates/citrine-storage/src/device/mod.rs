@@ -115,6 +115,9 @@ pub struct DeviceConfig {
     /// Storage compression at open (changed later with
     /// [`DeviceEngine::set_compression`]).
     pub compression: Compression,
+    /// Seconds after which an index checkpoint is written even if few
+    /// blocks were sealed since the last one (0: no checkpoints).
+    pub checkpoint_period_s: u32,
 }
 
 impl DeviceConfig {
@@ -132,6 +135,7 @@ impl DeviceConfig {
             io_mode: IoMode::Buffered,
             media: Media::Files,
             compression: Compression::default(),
+            checkpoint_period_s: 60,
         }
     }
 }
