@@ -72,6 +72,10 @@ const ENTRY_BYTES: usize = 55;
 /// Flags of the entry that ends a device's entries.
 const END_OF_DEVICE: u8 = 0xFF;
 
+/// No block sealed for this long: writes paused, a checkpoint is due if
+/// anything is uncovered (a kill after a load then replays almost nothing).
+pub const QUIET: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Per device, per block: the incarnation covered (0: not covered).
 pub(super) type Covered = Vec<Vec<u64>>;
 
@@ -638,7 +642,8 @@ impl DeviceEngine {
     }
 
     /// Whether a checkpoint is worth writing now: blocks were sealed since
-    /// the last one and they are a quarter of what it covers or it is
+    /// the last one and they are a quarter of what it covers, or no block
+    /// was sealed for [`QUIET`] (writes paused: a load finished), or it is
     /// older than `period`; or blocks it covers were freed and it is older
     /// than `period`. Cheap (one pass over the block maps).
     pub fn checkpoint_due(&self, period: std::time::Duration) -> bool {
@@ -646,7 +651,8 @@ impl DeviceEngine {
             return false;
         }
         let now = self.covered_now();
-        let state = self.checkpoint.lock();
+        let mut state = self.checkpoint.lock();
+        let quiet = self.writes_quiet(&mut state);
         let old = state.written_at.is_none_or(|at| at.elapsed() >= period);
         let (mut new, mut gone, mut kept) = (0u64, 0u64, 0u64);
         for (now, then) in now.iter().zip(&state.covered) {
@@ -670,7 +676,20 @@ impl DeviceEngine {
                 .filter(|incarnation| **incarnation != 0)
                 .count() as u64;
         }
-        (new > 0 && (new * 4 >= kept || old)) || (gone > 0 && old)
+        (new > 0 && (new * 4 >= kept || old || quiet)) || (gone > 0 && old)
+    }
+
+    /// True when no block was sealed for [`QUIET`].
+    fn writes_quiet(&self, state: &mut super::CheckpointState) -> bool {
+        let sealed = self.stats.blocks_written.load(Ordering::Relaxed);
+        if sealed != state.sealed_seen || state.sealed_since.is_none() {
+            state.sealed_seen = sealed;
+            state.sealed_since = Some(std::time::Instant::now());
+            return false;
+        }
+        state
+            .sealed_since
+            .is_some_and(|since| since.elapsed() >= QUIET)
     }
 
     /// Writes a checkpoint to `path` (see the module doc): merges the

@@ -234,6 +234,10 @@ struct StoredBody {
 struct CheckpointState {
     covered: checkpoint::Covered,
     written_at: Option<std::time::Instant>,
+    /// Blocks sealed so far when last looked at, and since when that count
+    /// has not moved (writes went quiet).
+    sealed_seen: u64,
+    sealed_since: Option<std::time::Instant>,
 }
 
 /// Counters of the device engine (all monotonic unless noted).
