@@ -78,13 +78,16 @@ kill9() {
     wait "$PID" 2>/dev/null || true
 }
 
-config "$PERIOD"
-start load
-"$BIN/citrine" bench -h "127.0.0.1:$PORT" -n test -k "$KEYS" -o "$OBJECT" -w insert > "$DIR/load.txt"
-sleep "$WAIT"
-kill9
-grep "index checkpoint written" "$DIR/load.log" | tail -1 | sed 's/.*INFO //' >&2
-cp "$DIR/test.checkpoint" "$DIR/saved.checkpoint"
+# SKIP_LOAD=1 with DIR of an earlier KEEP=1 run: the same files again.
+if [ -z "${SKIP_LOAD:-}" ]; then
+    config "$PERIOD"
+    start load
+    "$BIN/citrine" bench -h "127.0.0.1:$PORT" -n test -k "$KEYS" -o "$OBJECT" -w insert > "$DIR/load.txt"
+    sleep "$WAIT"
+    kill9
+    grep "index checkpoint written" "$DIR/load.log" | tail -1 | sed 's/.*INFO //' >&2
+    cp "$DIR/test.checkpoint" "$DIR/saved.checkpoint"
+fi
 
 config 0
 echo "round,restart,seconds_to_listen,cpu_seconds,log_seconds,objects,blocks_replayed,records_replayed,checkpoint_entries"

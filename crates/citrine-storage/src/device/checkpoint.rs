@@ -57,7 +57,7 @@ use super::io::BlockIo;
 use super::scan::{BlockScan, Candidate, Candidates, Resolver, SetTable, Sink};
 use super::{BlockState, ColdStartReport, Device, DeviceEngine};
 use crate::DeviceAddress;
-use citrine_types::Digest;
+use citrine_types::{Digest, PARTITIONS};
 use std::borrow::Cow;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
@@ -228,6 +228,29 @@ fn decode_entry(bytes: &[u8; ENTRY_BYTES]) -> Result<Option<(Digest, Candidate)>
             tombstone,
         },
     )))
+}
+
+/// The byte offsets of a device's entries in partition order (a counting
+/// sort on the digest's partition): the index then fills one partition's
+/// table after another instead of all of them at random (the file's
+/// order is a hash table's).
+fn by_partition(section: &[u8]) -> Vec<usize> {
+    let partition =
+        |chunk: &[u8]| usize::from(u16::from_le_bytes([chunk[0], chunk[1]])) % PARTITIONS;
+    let mut starts = vec![0usize; PARTITIONS + 1];
+    for chunk in section.chunks_exact(ENTRY_BYTES) {
+        starts[partition(chunk) + 1] += 1;
+    }
+    for index in 1..starts.len() {
+        starts[index] += starts[index - 1];
+    }
+    let mut order = vec![0usize; section.len() / ENTRY_BYTES];
+    for (index, chunk) in section.chunks_exact(ENTRY_BYTES).enumerate() {
+        let slot = &mut starts[partition(chunk)];
+        order[*slot] = index * ENTRY_BYTES;
+        *slot += 1;
+    }
+    order
 }
 
 fn sync_parent(path: &Path) {
@@ -479,9 +502,9 @@ impl DeviceEngine {
             );
         }
         let mut resolver = Resolver::new(self, device);
-        for chunk in section.chunks_exact(ENTRY_BYTES) {
+        for at in by_partition(section) {
             let mut entry = [0u8; ENTRY_BYTES];
-            entry.copy_from_slice(chunk);
+            entry.copy_from_slice(&section[at..at + ENTRY_BYTES]);
             // Checked when loaded.
             let Ok(Some((digest, candidate))) = decode_entry(&entry) else {
                 continue;
