@@ -232,8 +232,9 @@ fn decode_entry(bytes: &[u8; ENTRY_BYTES]) -> Result<Option<(Digest, Candidate)>
 
 /// The byte offsets of a device's entries in partition order (a counting
 /// sort on the digest's partition): the index then fills one partition's
-/// table after another instead of all of them at random (the file's
-/// order is a hash table's).
+/// table after another instead of all of them at random. Files written by
+/// this version are in that order already (offsets ascending); the sort
+/// only matters for one that is not.
 fn by_partition(section: &[u8]) -> Vec<usize> {
     let partition =
         |chunk: &[u8]| usize::from(u16::from_le_bytes([chunk[0], chunk[1]])) % PARTITIONS;
@@ -905,48 +906,13 @@ impl DeviceEngine {
             bytes: 0,
         };
         self.write_header(&mut out, header).map_err(io)?;
-        for (device, mut fresh) in per_device.into_iter().enumerate() {
-            if let (Some(old_header), Some(input)) = (old_header, old_input.as_deref_mut()) {
-                loop {
-                    let entry = input
-                        .array::<ENTRY_BYTES>()
-                        .map_err(|why| format!("previous: {why}"))?;
-                    let Some((digest, candidate)) =
-                        decode_entry(&entry).map_err(|why| format!("previous: {why}"))?
-                    else {
-                        break;
-                    };
-                    self.check_entry(device, old_header, &digest, &candidate)
-                        .map_err(|why| format!("previous: {why}"))?;
-                    if let Some((block, _)) = self.locate(candidate.address) {
-                        let block = block as usize;
-                        if header.covered[device][block] != old_header.covered[device][block] {
-                            continue;
-                        }
-                    }
-                    match fresh.map.get(&digest) {
-                        Some(newer) if newer.sequence >= candidate.sequence => continue,
-                        Some(_) => {
-                            fresh.map.remove(&digest);
-                        }
-                        None => {}
-                    }
-                    out.put(&entry).map_err(io)?;
-                    report.entries += 1;
-                }
-            }
-            for (digest, candidate) in &fresh.map {
-                // A newer copy read from a block that changed meanwhile is
-                // left to the replay (see `read_sealed_since`).
-                let covered = self
-                    .locate(candidate.address)
-                    .is_some_and(|(block, _)| header.covered[device][block as usize] != 0);
-                if !covered {
-                    continue;
-                }
-                out.put(&encode_entry(digest, candidate)).map_err(io)?;
-                report.entries += 1;
-            }
+        for (device, fresh) in per_device.into_iter().enumerate() {
+            let old = old_header.zip(old_input.as_deref_mut());
+            self.merge_device(device, header, old, fresh, &mut out, report)
+                .map_err(|why| match why {
+                    MergeError::Previous(why) => format!("previous: {why}"),
+                    MergeError::Io(error) => io(error),
+                })?;
             let mut end = [0u8; ENTRY_BYTES];
             end[54] = END_OF_DEVICE;
             out.put(&end).map_err(io)?;
@@ -958,4 +924,95 @@ impl DeviceEngine {
             .map_err(|error| io(error.into_error()))?;
         file.sync_all().map_err(io)
     }
+
+    /// One device's entries, in partition order: the previous checkpoint's
+    /// (already in that order, checked) joined with the new ones (sorted);
+    /// for a digest in both the higher sequence is kept (the new copy on a
+    /// tie); previous entries whose block is no longer covered, and new
+    /// ones from a block that changed while it was read, are left out.
+    fn merge_device<W: Write>(
+        &self,
+        device: usize,
+        header: &Header,
+        old: Option<(&Header, &mut CrcReader<BufReader<std::fs::File>>)>,
+        fresh: Candidates,
+        out: &mut CrcWriter<W>,
+        report: &mut CheckpointReport,
+    ) -> Result<(), MergeError> {
+        let covered = |candidate: &Candidate| {
+            self.locate(candidate.address)
+                .is_some_and(|(block, _)| header.covered[device][block as usize] != 0)
+        };
+        let mut fresh: Vec<(Digest, Candidate)> = fresh
+            .map
+            .into_iter()
+            .filter(|(_, candidate)| covered(candidate))
+            .collect();
+        fresh.sort_unstable_by_key(|(digest, _)| order_key(digest));
+        let mut fresh = fresh.into_iter().peekable();
+        let mut put = |digest: &Digest, candidate: &Candidate| {
+            report.entries += 1;
+            out.put(&encode_entry(digest, candidate))
+                .map_err(MergeError::Io)
+        };
+        if let Some((old_header, input)) = old {
+            let mut last = None;
+            while let Some((digest, candidate)) = self.next_previous(device, old_header, input)? {
+                let key = order_key(&digest);
+                if last.is_some_and(|last| last >= key) {
+                    return Err(MergeError::Previous(
+                        "entries not in partition order".into(),
+                    ));
+                }
+                last = Some(key);
+                while let Some((next, newer)) = fresh.next_if(|(next, _)| order_key(next) < key) {
+                    put(&next, &newer)?;
+                }
+                let still = self.locate(candidate.address).is_some_and(|(block, _)| {
+                    header.covered[device][block as usize]
+                        == old_header.covered[device][block as usize]
+                });
+                match fresh.next_if(|(next, _)| *next == digest) {
+                    Some((next, newer)) if !still || newer.sequence >= candidate.sequence => {
+                        put(&next, &newer)?
+                    }
+                    _ if still => put(&digest, &candidate)?,
+                    _ => {}
+                }
+            }
+        }
+        for (digest, candidate) in fresh {
+            put(&digest, &candidate)?;
+        }
+        Ok(())
+    }
+
+    /// The previous checkpoint's next entry of `device` (`None` at its end
+    /// marker), checked.
+    fn next_previous(
+        &self,
+        device: usize,
+        old_header: &Header,
+        input: &mut CrcReader<BufReader<std::fs::File>>,
+    ) -> Result<Option<(Digest, Candidate)>, MergeError> {
+        let entry = input.array::<ENTRY_BYTES>().map_err(MergeError::Previous)?;
+        let Some((digest, candidate)) = decode_entry(&entry).map_err(MergeError::Previous)? else {
+            return Ok(None);
+        };
+        self.check_entry(device, old_header, &digest, &candidate)
+            .map_err(MergeError::Previous)?;
+        Ok(Some((digest, candidate)))
+    }
+}
+
+/// Why merging with the previous checkpoint stopped.
+enum MergeError {
+    /// The previous file failed a check: rebuild without it.
+    Previous(String),
+    Io(std::io::Error),
+}
+
+/// The order of a checkpoint's entries: partition, then digest.
+fn order_key(digest: &Digest) -> (u16, [u8; 20]) {
+    (digest.partition().get(), digest.0)
 }
