@@ -150,6 +150,38 @@ fn checkpoint_and_replay_find_what_the_cold_scan_finds_after_any_crash() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An incremental checkpoint where newer copies and tombstones of covered
+/// records land in new blocks while the old blocks stay covered: the new
+/// checkpoint must hold the newer copies (nothing is replayed for them).
+#[test]
+fn an_incremental_checkpoint_keeps_the_newest_copy() {
+    let dir = temp_dir("ckpt-incremental");
+    let path = dir.join("test.checkpoint");
+    let disk = SimDisk::new(DISK_BYTES, 9);
+    let (engine, index) = open(&disk);
+    for key in 0..300 {
+        index.put(&engine, digest(key), 1, body(key, 400));
+    }
+    engine.flush_all().unwrap();
+    assert!(engine.write_checkpoint(&path).unwrap().rebuilt);
+    for key in 0..50 {
+        index.put(&engine, digest(key), 2, body(key + 1000, 400));
+    }
+    for key in 50..80 {
+        index.delete(&engine, digest(key));
+    }
+    engine.flush_all().unwrap();
+    let second = engine.write_checkpoint(&path).unwrap();
+    assert!(!second.rebuilt && second.blocks_read > 0, "{second:?}");
+    let disk = disk.power_cut(PowerCut::KeepUnsynced);
+    drop(engine);
+    let (report, recovered) = both_restarts(&disk, &path);
+    assert_eq!(report.blocks_replayed, 0, "{report:?}");
+    assert_eq!(recovered.len(), 270);
+    assert!((0..50).all(|key| recovered[&digest(key)].0 == 2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Tombstones the checkpoint holds are collected once every older block
 /// is free: the restart must not bring them back (nor the records).
 #[test]
