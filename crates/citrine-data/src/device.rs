@@ -1,6 +1,8 @@
 //! The service's side of the device storage engine: rebuilding the index at
-//! start (fast restart or cold start), moving records for defragmentation
-//! under their partition lock, and saving the index at a clean shutdown.
+//! start (fast restart after a clean stop, else the index checkpoint and
+//! the blocks written after it, else a cold start), moving records for
+//! defragmentation under their partition lock, writing index checkpoints
+//! in the background, and saving the index at a clean shutdown.
 //!
 //! The engine knows blocks and records; the index knows which copy of a
 //! record is current. Everything that needs both lives here, so the engine
@@ -81,8 +83,9 @@ fn admit_with_set(
 
 /// Rebuilds a device namespace's index: persisted truncations first, then a
 /// fast restart from the clean-shutdown image if there is a valid one,
-/// otherwise a cold start. Does nothing for other engines. Times its work
-/// with `clock` (the logs give records per second).
+/// otherwise the index checkpoint and the blocks written after it if there
+/// is a valid one, otherwise a cold start. Does nothing for other engines.
+/// Times its work with `clock` (the logs give records per second).
 pub(crate) fn recover(namespace: &Namespace, clock: &dyn Clock) -> Result<(), String> {
     let Some(engine) = namespace.storage.device() else {
         return Ok(());
@@ -90,11 +93,110 @@ pub(crate) fn recover(namespace: &Namespace, clock: &dyn Clock) -> Result<(), St
     adopt_persisted_truncations(namespace, engine);
     let now = Now::of(clock);
     let started_ms = clock.now_unix_ms();
-    if fast_restart(namespace, engine, now, clock, started_ms) {
+    if fast_restart(namespace, engine, now, clock, started_ms)
+        || checkpoint_restart(namespace, engine, now, clock, started_ms)
+    {
         return Ok(());
     }
     cold_start(namespace, engine, now, clock, started_ms);
     Ok(())
+}
+
+/// Where a device namespace keeps its index checkpoint: beside the
+/// clean-shutdown image (`<namespace>.checkpoint`), so `fast-restart =
+/// false` turns both off.
+pub fn checkpoint_path(namespace: &Namespace) -> Option<std::path::PathBuf> {
+    match &namespace.config.storage_engine {
+        StorageEngineConfig::Device {
+            index_image: Some(image),
+            ..
+        } => Some(image.with_extension("checkpoint")),
+        _ => None,
+    }
+}
+
+/// Rebuilds the index from the checkpoint and the blocks written after
+/// it; false when there is none or it failed a check (then nothing was
+/// admitted and the start must scan).
+fn checkpoint_restart(
+    namespace: &Namespace,
+    engine: &DeviceEngine,
+    now: Now,
+    clock: &dyn Clock,
+    started_ms: u64,
+) -> bool {
+    let name = &namespace.config.name;
+    let Some(path) = checkpoint_path(namespace) else {
+        return false;
+    };
+    let sink =
+        |digest: &Digest, record: &RecoveredRecord<'_>| admit(namespace, digest, record, now);
+    match engine.checkpoint_restart(&path, &sink) {
+        Ok(Some(report)) => {
+            let seconds = seconds_since(clock, started_ms);
+            tracing::info!(
+                namespace = %name,
+                records = report.live,
+                tombstones = report.tombstones,
+                expired = report.expired,
+                truncated = report.truncated,
+                checkpoint_entries = report.checkpoint_entries,
+                blocks_replayed = report.blocks_replayed,
+                records_replayed = report.records_read,
+                corrupt_records = report.corrupt_records,
+                corrupt_blocks = report.corrupt_blocks,
+                blocks_in_use = report.blocks_in_use,
+                seconds = format!("{seconds:.3}"),
+                records_per_second = ((report.live + report.tombstones) as f64 / seconds) as u64,
+                "checkpoint restart complete: index from {} and the write blocks written after it",
+                path.display()
+            );
+            true
+        }
+        Ok(None) => {
+            tracing::info!(namespace = %name, "no index checkpoint: cold start");
+            false
+        }
+        Err(why) => {
+            tracing::warn!(namespace = %name, "index checkpoint {} rejected ({why}): cold start", path.display());
+            false
+        }
+    }
+}
+
+/// Writes an index checkpoint when one is due (see
+/// [`DeviceEngine::checkpoint_due`]); the checkpoint thread calls it about
+/// every second. Returns whether one was written.
+pub fn checkpoint_tick(namespace: &Namespace, clock: &dyn Clock) -> bool {
+    let (Some(engine), Some(path)) = (namespace.storage.device(), checkpoint_path(namespace))
+    else {
+        return false;
+    };
+    let period = Duration::from_secs(u64::from(engine.config().checkpoint_period_s));
+    if engine.config().checkpoint_period_s == 0 || !engine.checkpoint_due(period) {
+        return false;
+    }
+    let started_ms = clock.now_unix_ms();
+    match engine.write_checkpoint(&path) {
+        Ok(report) => {
+            tracing::info!(
+                namespace = %namespace.config.name,
+                entries = report.entries,
+                blocks_covered = report.blocks_covered,
+                blocks_read = report.blocks_read,
+                bytes = report.bytes,
+                rebuilt = report.rebuilt,
+                seconds = format!("{:.3}", seconds_since(clock, started_ms)),
+                "index checkpoint written to {}",
+                path.display()
+            );
+            true
+        }
+        Err(why) => {
+            tracing::warn!(namespace = %namespace.config.name, "index checkpoint not written: {why}");
+            false
+        }
+    }
 }
 
 /// The truncations the device keeps become the namespace's thresholds.

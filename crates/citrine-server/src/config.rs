@@ -260,8 +260,12 @@ pub enum StorageEngineSection {
         post_write_queue: Option<u32>,
         /// O_DIRECT instead of the page cache.
         direct_io: Option<bool>,
-        /// Save the index at a clean shutdown and reattach it at start.
+        /// Save the index at a clean shutdown and reattach it at start;
+        /// also keep the index checkpoint for a restart after a crash.
         fast_restart: Option<bool>,
+        /// Seconds after which an index checkpoint is written even if few
+        /// blocks were sealed since the last one (0: none; default 60).
+        index_checkpoint_period: Option<u32>,
         /// Storage compression: `none` (default), `lz4` or `zstd`.
         compression: Option<String>,
         /// zstd level, 1 to 9 (0 or absent: zstd's default).
@@ -1427,6 +1431,7 @@ fn resolve_device(
         post_write_queue,
         direct_io,
         fast_restart,
+        index_checkpoint_period,
         compression,
         compression_level,
     }) = &section.storage_engine
@@ -1455,6 +1460,15 @@ fn resolve_device(
     };
     tuning.apply(&mut engine, place)?;
     engine.compression = storage_compression(compression, *compression_level, place)?;
+    match index_checkpoint_period {
+        Some(seconds) if *seconds > 86_400 => {
+            return Err(ConfigError(format!(
+                "{place}: storage-engine.index-checkpoint-period = {seconds} is impossible (0 to 86400 seconds)"
+            )))
+        }
+        Some(seconds) => engine.checkpoint_period_s = *seconds,
+        None => {}
+    }
     fit_records_in_blocks(section, config, &engine, place)?;
     // The image path is placed with the files; a marker for "enabled" here.
     let index_image = fast_restart
@@ -1978,6 +1992,29 @@ mod tests {
         );
         let too_big = device("write-block-size = \"256M\"\n").expect_err("256M");
         assert!(too_big.0.contains("16K to 128M"), "{}", too_big.0);
+    }
+
+    #[test]
+    fn index_checkpoint_period_is_read_and_bounded() {
+        let period_of = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfile = \"x\"\n{extra}")).map(|config| {
+                match &config.service.namespaces[0].storage_engine {
+                    StorageEngineConfig::Device { engine, .. } => engine.checkpoint_period_s,
+                    other => panic!("not a device namespace: {other:?}"),
+                }
+            })
+        };
+        assert_eq!(period_of("").expect("valid"), 60);
+        assert_eq!(
+            period_of("index-checkpoint-period = 0\n").expect("valid"),
+            0
+        );
+        assert_eq!(
+            period_of("index-checkpoint-period = 5\n").expect("valid"),
+            5
+        );
+        let error = period_of("index-checkpoint-period = 90000\n").expect_err("too long");
+        assert!(error.0.contains("0 to 86400"), "{}", error.0);
     }
 
     #[test]

@@ -321,8 +321,9 @@ fn shut_down_storage(service: &Service) {
 }
 
 /// Starts, per device namespace, the flusher (writes buffered records out
-/// every `flush-max-ms`, frees emptied blocks, collects tombstones) and the
-/// defragmenter (paced by the engine by the number of free blocks).
+/// every `flush-max-ms`, frees emptied blocks, collects tombstones), the
+/// defragmenter (paced by the engine by the number of free blocks) and the
+/// checkpointer (an index checkpoint when one is due, checked every second).
 fn spawn_device_threads(
     service: &Arc<Service>,
     stopping: &Arc<AtomicBool>,
@@ -367,7 +368,24 @@ fn spawn_device_threads(
                     }
                 }
             });
-        for thread in [flusher, defragger] {
+        let (checkpoint_service, checkpoint_stopping) = (service.clone(), stopping.clone());
+        let checkpointer = std::thread::Builder::new()
+            .name(format!("citrine-ckpt-{name}"))
+            .spawn(move || {
+                let Some(namespace) = checkpoint_service.namespaces().nth(index) else {
+                    return;
+                };
+                while !checkpoint_stopping.load(Ordering::Relaxed) {
+                    citrine_service::device::checkpoint_tick(namespace, checkpoint_service.clock());
+                    for _ in 0..50 {
+                        if checkpoint_stopping.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                }
+            });
+        for thread in [flusher, defragger, checkpointer] {
             match thread {
                 Ok(handle) => threads.push(handle),
                 Err(error) => {

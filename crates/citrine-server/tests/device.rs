@@ -76,6 +76,19 @@ impl Node {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits (at most 20 s) until the log has a line containing `text`.
+    fn wait_for_log(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.log_text().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} in the log: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// kill -9.
     fn kill(mut self) -> String {
         self.child.kill().unwrap();
@@ -273,7 +286,9 @@ fn kill_9_with_commit_to_device_loses_no_acknowledged_write_or_delete() {
     let node = Node::start(&config, &dir, port, 1);
     // Many overwrites of a small key space: blocks die and defrag runs.
     let clients = hammer(port, 8, 150, 5);
-    std::thread::sleep(Duration::from_millis(3000));
+    std::thread::sleep(Duration::from_millis(1500));
+    node.wait_for_log("index checkpoint written");
+    std::thread::sleep(Duration::from_millis(1500));
     let mut stream = connect(port);
     let defragged = stat(&mut stream, "defrag_reads");
     drop(stream);
@@ -308,8 +323,8 @@ fn kill_9_with_commit_to_device_loses_no_acknowledged_write_or_delete() {
     }
     let log = node.kill();
     assert!(
-        log.contains("cold start complete"),
-        "an unclean stop must cold start: {log}"
+        log.contains("checkpoint restart complete"),
+        "an unclean stop must restart from the index checkpoint: {log}"
     );
     eprintln!("checked {checked} keys after kill -9; defrag had read {defragged} blocks");
     let _ = std::fs::remove_dir_all(&dir);
@@ -396,6 +411,7 @@ fn deletes_and_expirations_survive_fast_and_cold_restarts() {
         }
     }
     std::thread::sleep(Duration::from_millis(2500));
+    node.wait_for_log("index checkpoint written");
     let check = |stream: &mut TcpStream, when: &str| {
         for index in 0..400 {
             let expected = (index % 2 == 1).then_some(index);
@@ -427,8 +443,24 @@ fn deletes_and_expirations_survive_fast_and_cold_restarts() {
 
     let node = Node::start(&config, &dir, port, 3);
     let mut stream = connect(port);
+    check(&mut stream, "after kill -9 and a checkpoint restart");
+    let log = node.kill();
+    assert!(log.contains("checkpoint restart complete"), "{log}");
+
+    // A damaged checkpoint: refused with a log line, then a cold start.
+    let checkpoint = dir.join("test.checkpoint");
+    let mut bytes = std::fs::read(&checkpoint).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x10;
+    std::fs::write(&checkpoint, bytes).unwrap();
+    let node = Node::start(&config, &dir, port, 4);
+    let mut stream = connect(port);
     check(&mut stream, "after kill -9 and a cold start");
     let log = node.kill();
+    assert!(
+        log.contains("index checkpoint") && log.contains("rejected"),
+        "{log}"
+    );
     assert!(log.contains("cold start complete"), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -607,8 +639,8 @@ fn secondary_indexes_survive_fast_and_cold_restarts() {
     assert_no_anomaly(&log);
 
     // The definition comes back from the work directory and the index is
-    // rebuilt from the records, after a fast restart and a cold one.
-    for (run, how) in [(2, "fast restart"), (3, "cold start")] {
+    // rebuilt from the records, after a fast restart and a crash restart.
+    for (run, how) in [(2, "fast restart"), (3, "crash restart")] {
         let node = Node::start(&config, &dir, port, run);
         let mut stream = connect(port);
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -647,6 +647,10 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
                 "storage-engine.fast-restart".to_owned(),
                 index_image.is_some().to_string(),
             ));
+            pairs.push((
+                "storage-engine.index-checkpoint-period".to_owned(),
+                engine.checkpoint_period_s.to_string(),
+            ));
         }
     }
     pairs.extend(crate::compression_info::config_pairs(namespace));

@@ -103,6 +103,17 @@ fn main() {
         "index image save: {records} entries in {:.3} s",
         started.elapsed().as_secs_f64()
     );
+    let checkpoint = dir.join("bench.checkpoint");
+    let _ = std::fs::remove_file(&checkpoint);
+    let started = Instant::now();
+    let written = engine.write_checkpoint(&checkpoint).unwrap();
+    println!(
+        "index checkpoint, built from every sealed block: {} entries, {} blocks read, {} bytes in {:.3} s",
+        written.entries,
+        written.blocks_read,
+        written.bytes,
+        started.elapsed().as_secs_f64()
+    );
     drop(engine);
 
     for mode in [IoMode::Buffered, IoMode::Direct] {
@@ -119,6 +130,19 @@ fn main() {
                 "fast restart: {:?} records in {seconds:.3} s = {:.0} records/s",
                 report.map(|report| report.map(|report| report.live)),
                 count as f64 / seconds
+            );
+            let engine = DeviceEngine::open(config(mode)).unwrap();
+            let started = Instant::now();
+            let report = engine
+                .checkpoint_restart(&checkpoint, &|_, _| Recovered::Live)
+                .unwrap()
+                .unwrap();
+            let seconds = started.elapsed().as_secs_f64();
+            println!(
+                "checkpoint restart: {} records ({} blocks replayed) in {seconds:.3} s = {:.0} records/s",
+                report.live,
+                report.blocks_replayed,
+                report.live as f64 / seconds
             );
         }
         let engine = DeviceEngine::open(config(mode)).unwrap();

@@ -63,11 +63,13 @@
 //!   by `assert!` in release builds too, at each transition (a block's
 //!   state is what keeps a live record from being overwritten).
 
+mod checkpoint;
 pub mod format;
 pub mod io;
 mod persist;
 mod scan;
 
+pub use checkpoint::{CheckpointReport, CHECKPOINT_VERSION};
 pub use io::{IoMode, Media};
 pub use persist::SavedEntry;
 pub use scan::{ColdStartReport, Recovered, RecoveredRecord, ScanProgress};
@@ -113,6 +115,9 @@ pub struct DeviceConfig {
     /// Storage compression at open (changed later with
     /// [`DeviceEngine::set_compression`]).
     pub compression: Compression,
+    /// Seconds after which an index checkpoint is written even if few
+    /// blocks were sealed since the last one (0: no checkpoints).
+    pub checkpoint_period_s: u32,
 }
 
 impl DeviceConfig {
@@ -130,6 +135,7 @@ impl DeviceConfig {
             io_mode: IoMode::Buffered,
             media: Media::Files,
             compression: Compression::default(),
+            checkpoint_period_s: 60,
         }
     }
 }
@@ -222,6 +228,18 @@ struct StoredBody {
     flag: u8,
 }
 
+/// The blocks the last index checkpoint covered and when it was written
+/// (`None`: none written by this process).
+#[derive(Default)]
+struct CheckpointState {
+    covered: checkpoint::Covered,
+    written_at: Option<std::time::Instant>,
+    /// Blocks sealed so far when last looked at, and since when that count
+    /// has not moved (writes went quiet).
+    sealed_seen: u64,
+    sealed_since: Option<std::time::Instant>,
+}
+
 /// Counters of the device engine (all monotonic unless noted).
 #[derive(Debug, Default)]
 pub struct DeviceStats {
@@ -279,6 +297,8 @@ pub struct DeviceEngine {
     failed: AtomicBool,
     /// The current compression of new client writes.
     compression: CompressionSetting,
+    /// What the last index checkpoint covered, for [`DeviceEngine::checkpoint_due`].
+    checkpoint: Mutex<CheckpointState>,
     pub stats: DeviceStats,
     pub compression_stats: CompressionStats,
 }
@@ -349,6 +369,7 @@ impl DeviceEngine {
             defrag_cursor: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
             compression: CompressionSetting::new(config.compression),
+            checkpoint: Mutex::new(CheckpointState::default()),
             config,
             stats: DeviceStats::default(),
             compression_stats: CompressionStats::default(),
@@ -1519,6 +1540,8 @@ impl StorageEngine for DeviceEngine {
     }
 }
 
+#[cfg(test)]
+mod checkpoint_tests;
 #[cfg(test)]
 mod compress_tests;
 #[cfg(test)]
