@@ -8,7 +8,7 @@
 //! restarted nodes' copies: every partition is dead until `revive:` and
 //! `recluster:`.
 //!
-//! Writes on the SC namespace (single-record requests; batches and scans
+//! Writes on the SC namespace (single-record requests; scans and queries
 //! still answer 11): acknowledged once both copies have them; with one
 //! node killed the other two (a majority) go on acknowledging; every
 //! acknowledged write reads back, also after two nodes were killed (the

@@ -22,9 +22,9 @@
 //!   (`citrine_distribution::sc::data_path`): an unavailable partition
 //!   answers 11, an available one is served by its master in the regime,
 //!   which acknowledges a write only once every replica of the map stored
-//!   it. Batch rows, scans, queries and aggregations on an SC namespace
-//!   still answer 11 (partition unavailable): they do not follow the SC
-//!   map yet.
+//!   it. Batch rows take the same path one by one. Scans, queries and
+//!   aggregations on an SC namespace still answer 11 (partition
+//!   unavailable): they do not follow the SC map yet.
 //! - a node without routing (alone, or no fabric) serves an SC partition
 //!   only when the SC map makes it the partition's only replica
 //!   ([`refuses_alone`]).
@@ -46,6 +46,7 @@ use citrine_data::namespace::Namespace;
 use citrine_distribution::cluster_state::{bitmap_base64, ClusterState, NamespaceMap};
 use citrine_distribution::sc::data_path;
 use citrine_distribution::sc::roster::{self, RosterSetError};
+use citrine_distribution::Distribution;
 use citrine_types::Digest;
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, Message};
@@ -55,9 +56,9 @@ pub(crate) fn is_sc(namespace: &Namespace) -> bool {
     namespace.config.sc.strong_consistency
 }
 
-/// Whether batch rows, scans, queries and aggregations on `namespace` are
-/// refused (11): every SC namespace's, whatever its partitions'
-/// availability (see the module documentation).
+/// Whether scans, queries and aggregations on `namespace` are refused
+/// (11): every SC namespace's, whatever its partitions' availability (see
+/// the module documentation).
 pub(crate) fn unavailable(namespace: &Namespace) -> bool {
     is_sc(namespace)
 }
@@ -68,13 +69,13 @@ pub(crate) fn unavailable(namespace: &Namespace) -> bool {
 /// node the partition's master (then it is the only replica in the
 /// regime). Routed requests are refused by the distribution layer's
 /// `route` when the partition is not available.
-pub(crate) fn refuses_alone(service: &Service, namespace: &Namespace, digest: &Digest) -> bool {
+pub(crate) fn refuses_alone(dist: &Distribution, namespace: &Namespace, digest: &Digest) -> bool {
     if !is_sc(namespace) {
         return false;
     }
-    let cluster = service.dist().cluster();
+    let cluster = dist.cluster();
     let replicas = data_path::replicas_for(&cluster, namespace, digest.partition());
-    replicas != [service.dist().node_id]
+    replicas != [dist.node_id]
 }
 
 /// The (unavailable, dead) partitions of `namespace` in `cluster`: none for

@@ -94,7 +94,7 @@ pub(crate) fn execute(
             resolved,
             out,
         ),
-        Ok(request) if crate::sc::refuses_alone(service, namespace, &request.digest) => {
+        Ok(request) if crate::sc::refuses_alone(service.dist(), namespace, &request.digest) => {
             write_result(out, ResultCode::Unavailable);
             None
         }

@@ -250,3 +250,68 @@ fn sc_partitions_without_a_majority_answer_unavailable() {
     );
     assert_eq!(generation(&world.node(1), &digest), Some(2));
 }
+
+/// The result codes of a batch of writes (or, `value` `None`, reads) of
+/// `keys` sent to `node`, by row index.
+fn batch_codes(node: &Service, keys: &[String], value: Option<&[u8]>) -> Vec<u8> {
+    use crate::batch::row_flags;
+    use crate::batch::tests::{batch_frame, payload, run, RowSpec};
+    let rows: Vec<RowSpec> = keys
+        .iter()
+        .enumerate()
+        .map(|(index, key)| match value {
+            Some(value) => RowSpec::full(
+                index as u32,
+                "test",
+                "demo",
+                key,
+                row_flags::INFO | row_flags::GENERATION | row_flags::TTL,
+                [0, info2::WRITE, 0, 0],
+            )
+            .op(op_type::WRITE, 3, "v", value),
+            None => RowSpec::full(
+                index as u32,
+                "test",
+                "demo",
+                key,
+                row_flags::INFO,
+                [info1::READ | info1::GET_ALL, 0, 0, 0],
+            ),
+        })
+        .collect();
+    let answers = run(node, &batch_frame(&payload(&rows, 0), false));
+    let (last, rows) = answers.split_last().unwrap();
+    assert_eq!(
+        (last.header.info3 & info3::LAST, last.header.result_code),
+        (info3::LAST, 0)
+    );
+    let mut codes = vec![u8::MAX; keys.len()];
+    for row in rows {
+        codes[row.header.transaction_ttl as usize] = row.header.result_code;
+    }
+    codes
+}
+
+#[test]
+fn sc_batch_rows_follow_the_sc_map() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let keys: Vec<String> = (0..30).map(|index| format!("b{index}")).collect();
+    // Every row written on both its replicas, read back through any node.
+    assert_eq!(batch_codes(&world.node(3), &keys, Some(b"w")), vec![0; 30]);
+    for key in &keys {
+        let digest = of_key("demo", &UserKey::String(key.clone()));
+        let holders = ids
+            .iter()
+            .filter(|id| generation(&world.node(**id), &digest) == Some(1))
+            .count();
+        assert_eq!(holders, 2, "{key}");
+    }
+    assert_eq!(batch_codes(&world.node(2), &keys, None), vec![0; 30]);
+    // 1 alone: every row refused (11), nothing written.
+    world.publish(0x30, &[1]);
+    assert_eq!(batch_codes(&world.node(1), &keys, Some(b"x")), vec![11; 30]);
+    assert_eq!(batch_codes(&world.node(1), &keys, None), vec![11; 30]);
+}
