@@ -1398,9 +1398,11 @@ impl Distribution {
         code
     }
 
-    /// Answers a `REPLICA_WRITE` call: refused (7) under another view,
-    /// refused as malformed ([`ResultCode::Parameter`], counted) when it
-    /// does not decode, else stored by [`Distribution::store_replica_write`].
+    /// Answers a `REPLICA_WRITE` call: refused (7) under another view or
+    /// for a strong-consistency namespace (whose writes carry their regime:
+    /// `SC_REPLICA_WRITE`), refused as malformed ([`ResultCode::Parameter`],
+    /// counted) when it does not decode, else stored by
+    /// [`Distribution::store_replica_write`].
     fn serve_replica_write(&self, payload: &[u8]) -> ResultCode {
         let cluster = self.cluster();
         let Some((key, truncated_before, write)) = split_replica_payload(payload) else {
@@ -1412,6 +1414,12 @@ impl Distribution {
         let Some(write) = ReplicaWrite::decode(write) else {
             return self.refuse_malformed("a replica write that does not decode");
         };
+        if self
+            .namespace(write.namespace.as_bytes())
+            .is_some_and(data_path::is_sc)
+        {
+            return ResultCode::ClusterKeyMismatch;
+        }
         self.store_replica_write(&cluster, &write, truncated_before)
     }
 

@@ -214,6 +214,10 @@ fn replicas_refuse_writes_of_another_regime_or_partition() {
     assert_eq!(send(2, regime - 2), refused);
     assert_eq!(send(2, regime + 2), refused);
     assert_eq!(generation(&world.node(2), &digest), Some(1));
+    // A replica write without a regime.
+    let plain_write = crate::block_on(world.node(2).serve_fabric(call_kind::REPLICA_WRITE, &plain));
+    assert_eq!(plain_write, refused);
+    assert_eq!(generation(&world.node(2), &digest), Some(1));
     // A node that is not a replica of the partition in the regime.
     assert_eq!(send(3, regime), refused);
     assert_eq!(generation(&world.node(3), &digest), None);
