@@ -491,10 +491,26 @@ pub struct MasterRun {
     pub touch_before: Option<Option<(u16, u64, u32)>>,
     /// Where the reply starts in `out`.
     pub reply_at: usize,
-    /// Strong consistency: a read whose answer stands only once the
-    /// record's state here reached every replica in this regime (an
-    /// unreplicated record, one just resolved, or a LINEARIZE read).
-    pub confirm: bool,
+    /// Strong consistency: what a read must have confirmed by the
+    /// replicas before its answer stands.
+    pub confirm: Confirm,
+    /// The view (cluster key) it was routed in: a strong-consistency write
+    /// or confirmation is never answered under another.
+    pub cluster_key: u64,
+}
+
+/// What a strong-consistency read needs from the partition's replicas
+/// before its answer stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirm {
+    /// Nothing (an AP read, a write, a SESSION read of a replicated record).
+    Nothing,
+    /// That they are in this node's regime (a LINEARIZE read): an
+    /// `SC_REPLICA_WRITE` of a marker that stores nothing.
+    Regime,
+    /// That they stored the record's state here (a read of an unreplicated
+    /// record, or of one just resolved from other nodes).
+    Replicated,
 }
 
 /// What a request is, as routing sees it.
@@ -577,17 +593,22 @@ pub fn route(
         }
     }
     let touch_before = (request.read && request.read_touch).then(|| version_of(namespace, digest));
-    let confirm = sc
-        && request.read
-        && (resolved
-            || request.read_mode == ReadMode::Linearize
-            || dist.sc_unreplicated.contains(name, digest));
+    let confirm = if !sc || !request.read {
+        Confirm::Nothing
+    } else if resolved || dist.sc_unreplicated.contains(name, digest) {
+        Confirm::Replicated
+    } else if request.read_mode == ReadMode::Linearize {
+        Confirm::Regime
+    } else {
+        Confirm::Nothing
+    };
     Route::Master(MasterRun {
         deadline_ms,
         read: request.read,
         touch_before,
         reply_at: out.len(),
         confirm,
+        cluster_key: cluster.cluster_key,
     })
 }
 
@@ -745,12 +766,14 @@ fn route_while_filling(
 /// still to do, if any — for a write that succeeded, or a read-touch that
 /// changed the record, the record's state now, to every replica of the
 /// current map (and the acting master while one serves the partition).
+/// For a strong-consistency namespace see [`replicate_in_regime`] (which
+/// may replace the reply in `out`).
 pub fn replicate_after(
     dist: &Distribution,
     namespace: &Namespace,
     digest: &Digest,
     run: MasterRun,
-    out: &[u8],
+    out: &mut Vec<u8>,
 ) -> Option<Box<Remote>> {
     if data_path::is_sc(namespace) {
         return replicate_in_regime(dist, namespace, digest, run, out);
@@ -795,28 +818,41 @@ pub fn replicate_after(
 /// [`replicate_after`] for a strong-consistency namespace: a write that
 /// succeeded, a read-touch that changed the record, or a read that must
 /// confirm ([`MasterRun::confirm`], whatever its answer) sends the record's
-/// state here to every other replica of the SC map, in the map's regime;
+/// state here (or, to confirm the regime only, a marker that stores
+/// nothing) to every other replica of the SC map, in the map's regime;
 /// nothing goes to an acting master. The reply stands only once all of
-/// them stored it.
+/// them stored it. When the view changed since the request was routed,
+/// the reply becomes 9 (in doubt) at once and a changed record is
+/// unreplicated.
 fn replicate_in_regime(
     dist: &Distribution,
     namespace: &Namespace,
     digest: &Digest,
     run: MasterRun,
-    out: &[u8],
+    out: &mut Vec<u8>,
 ) -> Option<Box<Remote>> {
     let changed = !run.read
         || run
             .touch_before
             .is_some_and(|before| before != version_of(namespace, digest));
     let succeeded = out.get(run.reply_at + PROXY_RESULT_AT).copied() == Some(0);
-    if !(run.confirm || changed && succeeded) {
+    let changed = changed && succeeded;
+    if run.confirm == Confirm::Nothing && !changed {
         return None;
     }
     let cluster = dist.cluster();
     let name = &namespace.config.name;
     let partition = digest.partition();
-    let regime = data_path::regime_of(&cluster, name)?;
+    let regime =
+        data_path::regime_of(&cluster, name).filter(|_| cluster.cluster_key == run.cluster_key);
+    let Some(regime) = regime else {
+        if changed {
+            dist.sc_unreplicated.mark(name, *digest);
+        }
+        out.truncate(run.reply_at);
+        transaction::write_result(out, ResultCode::Timeout);
+        return None;
+    };
     let targets: Vec<NodeId> = data_path::replicas_for(&cluster, namespace, partition)
         .iter()
         .copied()
@@ -826,7 +862,11 @@ fn replicate_in_regime(
         dist.sc_unreplicated.clear(name, digest);
         return None;
     }
-    let write = capture(namespace, digest, dist.now());
+    let write = if changed || run.confirm == Confirm::Replicated {
+        capture(namespace, digest, dist.now())
+    } else {
+        data_path::regime_marker(name, digest, dist.now().unix_ms)
+    };
     Some(Box::new(Remote::Replicate {
         namespace: name.clone(),
         partition,

@@ -25,6 +25,7 @@
 //!   read re-replicates first; if that fails the read answers 9).
 
 use crate::cluster_state::ClusterState;
+use citrine_data::copy::ReplicaWrite;
 use citrine_data::namespace::Namespace;
 use citrine_types::{Digest, NodeId, PartitionId};
 use parking_lot::Mutex;
@@ -75,6 +76,23 @@ pub fn sc_payload(regime: u32, replica_payload: &[u8]) -> Vec<u8> {
 pub fn split_sc_payload(payload: &[u8]) -> Option<(u32, &[u8])> {
     let (regime, rest) = payload.split_first_chunk::<4>()?;
     Some((u32::from_be_bytes(*regime), rest))
+}
+
+/// The marker a LINEARIZE read sends to confirm the regime: a record of
+/// generation 0 without a body, which a replica acknowledges (after its
+/// regime check) without storing anything.
+pub fn regime_marker(namespace: &str, digest: &Digest, now_ms: u64) -> ReplicaWrite {
+    ReplicaWrite {
+        namespace: namespace.to_owned(),
+        digest: *digest,
+        generation: 0,
+        life: 0,
+        durable: false,
+        void_time: 0,
+        last_update_ms: now_ms,
+        set_name: Vec::new(),
+        body: None,
+    }
 }
 
 /// Whether a replica with view `cluster` takes an SC replica write of

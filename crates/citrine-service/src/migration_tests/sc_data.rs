@@ -319,3 +319,34 @@ fn sc_batch_rows_follow_the_sc_map() {
     assert_eq!(batch_codes(&world.node(1), &keys, Some(b"x")), vec![11; 30]);
     assert_eq!(batch_codes(&world.node(1), &keys, None), vec![11; 30]);
 }
+
+#[test]
+fn a_write_whose_view_moved_on_before_its_replication_is_in_doubt() {
+    use crate::replication::{replicate_after, Confirm, MasterRun};
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let master = world.node(1);
+    let digest = key_with_replicas(&master, [1, 2]);
+    let namespace = master.namespace(b"test").unwrap();
+    let run = |cluster_key: u64| MasterRun {
+        deadline_ms: u64::MAX,
+        read: false,
+        touch_before: None,
+        reply_at: 0,
+        confirm: Confirm::Nothing,
+        cluster_key,
+    };
+    let key = master.dist().cluster().cluster_key;
+    // Routed in this view: the replica write to do.
+    let mut out = Vec::new();
+    crate::transaction::write_result(&mut out, ResultCode::Ok);
+    assert!(replicate_after(master.dist(), namespace, &digest, run(key), &mut out).is_some());
+    // Routed in an earlier view: answered 9 at once, the record unreplicated.
+    let mut out = Vec::new();
+    crate::transaction::write_result(&mut out, ResultCode::Ok);
+    assert!(replicate_after(master.dist(), namespace, &digest, run(key ^ 1), &mut out).is_none());
+    assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Timeout.code());
+    assert!(master.dist().sc_unreplicated.contains("test", &digest));
+}
