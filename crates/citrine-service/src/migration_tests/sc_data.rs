@@ -100,6 +100,17 @@ fn sc_writes_reach_every_replica_before_their_answer() {
         replica.dist().stats.replica_reads.load(Ordering::Relaxed),
         0
     );
+    // A delete reaches both replicas before its answer too.
+    let mut delete = frame(&digest, None, 0);
+    delete[PROTO_HEADER_SIZE + 1] = 0; // info1
+    delete[PROTO_HEADER_SIZE + 2] = info2::WRITE | info2::DELETE;
+    assert_eq!(result_of(&world.node(3), &delete), 0);
+    assert_eq!(generation(&world.node(1), &digest), None);
+    assert_eq!(generation(&world.node(2), &digest), None);
+    assert_eq!(
+        result_of(&replica, &frame(&digest, None, 0)),
+        ResultCode::NotFound.code()
+    );
 }
 
 #[test]
