@@ -878,6 +878,19 @@ fn replicate_in_regime(
     }))
 }
 
+/// The kind and payload of a replica write of `payload` (a
+/// [`replica_payload`]): `SC_REPLICA_WRITE` carrying `regime` for a
+/// strong-consistency namespace, else `REPLICA_WRITE`.
+fn replica_call(regime: Option<u32>, payload: &[u8]) -> (u8, Vec<u8>) {
+    match regime {
+        Some(regime) => (
+            call_kind::SC_REPLICA_WRITE,
+            data_path::sc_payload(regime, payload),
+        ),
+        None => (call_kind::REPLICA_WRITE, payload.to_vec()),
+    }
+}
+
 /// Where a replicated write belongs: its partition, under the view (cluster
 /// key) it was executed in.
 #[derive(Debug, Clone, Copy)]
@@ -1132,13 +1145,7 @@ impl Distribution {
                     refresh_truncation(namespace, payload.to_mut());
                 }
             }
-            let (kind, payload) = match regime {
-                Some(regime) => (
-                    call_kind::SC_REPLICA_WRITE,
-                    data_path::sc_payload(regime, &payload),
-                ),
-                None => (call_kind::REPLICA_WRITE, payload.to_vec()),
-            };
+            let (kind, payload) = replica_call(regime, &payload);
             let payload: &[u8] = &payload;
             let timeout = remaining.min(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
             let send = |target: NodeId| async move {
@@ -1241,6 +1248,26 @@ impl Distribution {
         apply_copy_admitted(self, &write, truncated_before, Admit::Always)
     }
 
+    /// The call re-sending a queued record's state (`payload`): a
+    /// `REPLICA_WRITE`, or for a strong-consistency namespace an
+    /// `SC_REPLICA_WRITE` in the current regime — only from the regime's
+    /// master (a replica write from anyone else is refused; a read of the
+    /// record re-replicates it anyway), `None` elsewhere.
+    fn reconcile_call(
+        &self,
+        cluster: &crate::cluster_state::ClusterState,
+        namespace: &Namespace,
+        entry: &PendingReconcile,
+        payload: &[u8],
+    ) -> Option<(u8, Vec<u8>)> {
+        if !data_path::is_sc(namespace) {
+            return Some(replica_call(None, payload));
+        }
+        let replicas = data_path::replicas_for(cluster, namespace, entry.partition);
+        let regime = data_path::regime_of(cluster, &entry.namespace)?;
+        (replicas.first() == Some(&self.node_id)).then(|| replica_call(Some(regime), payload))
+    }
+
     /// Queues the record a replica write was about for
     /// [`Distribution::reconcile_pending`]: the write was not acknowledged by
     /// every replica, so some may lack this node's copy.
@@ -1297,21 +1324,9 @@ impl Distribution {
                 continue;
             };
             let payload = replica_payload(cluster.cluster_key, namespace, &current);
-            let (kind, payload) = if data_path::is_sc(namespace) {
-                // Only the regime's master re-sends (a replica write from
-                // anyone else is refused); reads re-replicate anyway.
-                let master = data_path::replicas_for(&cluster, namespace, entry.partition)
-                    .first()
-                    .copied();
-                match data_path::regime_of(&cluster, &entry.namespace) {
-                    Some(regime) if master == Some(self.node_id) => (
-                        call_kind::SC_REPLICA_WRITE,
-                        data_path::sc_payload(regime, &payload),
-                    ),
-                    _ => continue,
-                }
-            } else {
-                (call_kind::REPLICA_WRITE, payload)
+            let Some((kind, payload)) = self.reconcile_call(&cluster, namespace, entry, &payload)
+            else {
+                continue;
             };
             for target in data_path::replicas_for(&cluster, namespace, entry.partition) {
                 if *target != self.node_id {
