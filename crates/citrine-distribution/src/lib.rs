@@ -140,6 +140,9 @@ pub struct Distribution {
     /// Records to send to their replicas again (see
     /// [`Distribution::reconcile_pending`]).
     pub reconciles: replication::Reconciles,
+    /// Strong consistency: records written here whose replication is not
+    /// known complete (see [`sc::data_path`]).
+    pub sc_unreplicated: sc::data_path::Unreplicated,
     pub stats: DistributionStats,
     /// Where long work goes (see [`BackgroundRunner`]); inline without one.
     background: OnceLock<BackgroundRunner>,
@@ -174,6 +177,7 @@ impl Distribution {
             rosters: sc::store::Rosters::default(),
             sc_partitions: sc::partitions::ScPartitions::default(),
             reconciles: replication::Reconciles::default(),
+            sc_unreplicated: sc::data_path::Unreplicated::default(),
             stats: DistributionStats::default(),
             background: OnceLock::new(),
             data,

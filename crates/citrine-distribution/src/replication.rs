@@ -98,6 +98,17 @@
 //! - a node alone (or without a fabric) never enters this module's async
 //!   path and allocates nothing for it.
 //!
+//! Strong-consistency namespaces ([`crate::sc::data_path`]) take the same
+//! path with the view's SC map in place of the AP map: an unavailable
+//! partition answers 11; only the master serves (no replica or acting
+//! master reads; a read while filling is resolved like a write); replica
+//! writes go to the SC map's replicas only, as [`call_kind::SC_REPLICA_WRITE`]
+//! carrying the regime, which a replica of another regime refuses (7); a
+//! write not acknowledged by all of them answers 9 and leaves its record
+//! unreplicated; a read of an unreplicated or just-resolved record, and
+//! every LINEARIZE read, stands only once the record's state here reached
+//! every replica in the regime ([`MasterRun::confirm`]).
+//!
 //! Batch rows in a cluster take the same route one by one (the service's
 //! `batch`); a read-touch that rewrote the record is replicated like a
 //! write; scans serve only whole, mastered (or claimed) partitions (the
@@ -106,6 +117,7 @@
 //! ([`apply_copy`], over the data layer's `store_copy`).
 
 use crate::migration::{Disposition, MasterClaim};
+use crate::sc::data_path::{self, ReadMode};
 use crate::{Distribution, LocalExecutor};
 pub use citrine_data::copy::{
     capture, copy_holds, delete_marker, fetch, store_copy, truncated_before_of, version_of, Admit,
@@ -294,6 +306,11 @@ pub mod call_kind {
     /// (`crate::migration::encode_clear`); the answer is one result-code
     /// byte (11: that view's exchange is not resolved there yet).
     pub const CLEAR: u8 = 22;
+    /// A replica write of a strong-consistency namespace: `u32 regime |
+    /// REPLICA_WRITE payload` (`crate::sc::data_path::sc_payload`); the
+    /// answer is one result-code byte (7: another regime, or not a replica
+    /// of the partition in it).
+    pub const SC_REPLICA_WRITE: u8 = 23;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.
@@ -429,6 +446,10 @@ pub enum Remote {
         cluster_key: u64,
         payload: Vec<u8>,
         deadline_ms: u64,
+        /// Strong consistency: the master's regime (the payload is then an
+        /// `SC_REPLICA_WRITE`'s, and a failure leaves the record
+        /// unreplicated).
+        regime: Option<u32>,
     },
     /// Fetch the record's version from every other member, apply the
     /// newest, then execute `body` here (duplicate resolution).
@@ -470,6 +491,26 @@ pub struct MasterRun {
     pub touch_before: Option<Option<(u16, u64, u32)>>,
     /// Where the reply starts in `out`.
     pub reply_at: usize,
+    /// Strong consistency: what a read must have confirmed by the
+    /// replicas before its answer stands.
+    pub confirm: Confirm,
+    /// The view (cluster key) it was routed in: a strong-consistency write
+    /// or confirmation is never answered under another.
+    pub cluster_key: u64,
+}
+
+/// What a strong-consistency read needs from the partition's replicas
+/// before its answer stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirm {
+    /// Nothing (an AP read, a write, a SESSION read of a replicated record).
+    Nothing,
+    /// That they are in this node's regime (a LINEARIZE read): an
+    /// `SC_REPLICA_WRITE` of a marker that stores nothing.
+    Regime,
+    /// That they stored the record's state here (a read of an unreplicated
+    /// record, or of one just resolved from other nodes).
+    Replicated,
 }
 
 /// What a request is, as routing sees it.
@@ -482,6 +523,8 @@ pub struct RouteRequest {
     pub read_touch: bool,
     /// Its client timeout (`transaction_ttl`), ms; 0: the default.
     pub transaction_ttl: u32,
+    /// Its strong-consistency read mode (info3; ignored for AP).
+    pub read_mode: ReadMode,
 }
 
 impl RouteRequest {
@@ -493,6 +536,7 @@ impl RouteRequest {
             read: header.info2 & info2::WRITE == 0 && !has_udf,
             read_touch: (1..=100).contains(&header.record_ttl),
             transaction_ttl: header.transaction_ttl,
+            read_mode: ReadMode::of_info3(header.info3),
         }
     }
 }
@@ -521,9 +565,13 @@ pub fn route(
     let cluster = dist.cluster();
     let partition = digest.partition();
     let name = &namespace.config.name;
-    let replicas = cluster
-        .namespace(name)
-        .map_or(&[][..], |map| map.map.replicas(partition));
+    let sc = data_path::is_sc(namespace);
+    let replicas = data_path::replicas_for(&cluster, namespace, partition);
+    if sc && replicas.is_empty() {
+        // Unavailable (or undecided) in this view.
+        transaction::write_result(out, ResultCode::Unavailable);
+        return Route::Answered;
+    }
     let forward = Forward {
         dist,
         hop,
@@ -531,6 +579,10 @@ pub fn route(
         body,
     };
     if let Some(master) = replicas.first().filter(|master| **master != dist.node_id) {
+        if sc {
+            // Strong consistency: only the master in its regime serves.
+            return forward.to(*master, 0, out);
+        }
         return route_to_master(
             dist, name, partition, replicas, *master, request, forward, out,
         );
@@ -541,11 +593,22 @@ pub fn route(
         }
     }
     let touch_before = (request.read && request.read_touch).then(|| version_of(namespace, digest));
+    let confirm = if !sc || !request.read {
+        Confirm::Nothing
+    } else if resolved || dist.sc_unreplicated.contains(name, digest) {
+        Confirm::Replicated
+    } else if request.read_mode == ReadMode::Linearize {
+        Confirm::Regime
+    } else {
+        Confirm::Nothing
+    };
     Route::Master(MasterRun {
         deadline_ms,
         read: request.read,
         touch_before,
         reply_at: out.len(),
+        confirm,
+        cluster_key: cluster.cluster_key,
     })
 }
 
@@ -671,7 +734,8 @@ fn route_while_filling(
     out: &mut Vec<u8>,
 ) -> Option<Route> {
     let name = &namespace.config.name;
-    let plain_read = request.read && !request.read_touch;
+    // Strong consistency: no acting master; a read is resolved like a write.
+    let plain_read = request.read && !request.read_touch && !data_path::is_sc(namespace);
     match dist
         .migrations
         .disposition(name, digest.partition(), plain_read)
@@ -702,13 +766,18 @@ fn route_while_filling(
 /// still to do, if any — for a write that succeeded, or a read-touch that
 /// changed the record, the record's state now, to every replica of the
 /// current map (and the acting master while one serves the partition).
+/// For a strong-consistency namespace see [`replicate_in_regime`] (which
+/// may replace the reply in `out`).
 pub fn replicate_after(
     dist: &Distribution,
     namespace: &Namespace,
     digest: &Digest,
     run: MasterRun,
-    out: &[u8],
+    out: &mut Vec<u8>,
 ) -> Option<Box<Remote>> {
+    if data_path::is_sc(namespace) {
+        return replicate_in_regime(dist, namespace, digest, run, out);
+    }
     if run.read
         && run
             .touch_before
@@ -742,7 +811,84 @@ pub fn replicate_after(
         cluster_key: cluster.cluster_key,
         payload: replica_payload(cluster.cluster_key, namespace, &write),
         deadline_ms: run.deadline_ms,
+        regime: None,
     }))
+}
+
+/// [`replicate_after`] for a strong-consistency namespace: a write that
+/// succeeded, a read-touch that changed the record, or a read that must
+/// confirm ([`MasterRun::confirm`], whatever its answer) sends the record's
+/// state here (or, to confirm the regime only, a marker that stores
+/// nothing) to every other replica of the SC map, in the map's regime;
+/// nothing goes to an acting master. The reply stands only once all of
+/// them stored it. When the view changed since the request was routed,
+/// the reply becomes 9 (in doubt) at once and a changed record is
+/// unreplicated.
+fn replicate_in_regime(
+    dist: &Distribution,
+    namespace: &Namespace,
+    digest: &Digest,
+    run: MasterRun,
+    out: &mut Vec<u8>,
+) -> Option<Box<Remote>> {
+    let changed = !run.read
+        || run
+            .touch_before
+            .is_some_and(|before| before != version_of(namespace, digest));
+    let succeeded = out.get(run.reply_at + PROXY_RESULT_AT).copied() == Some(0);
+    let changed = changed && succeeded;
+    if run.confirm == Confirm::Nothing && !changed {
+        return None;
+    }
+    let cluster = dist.cluster();
+    let name = &namespace.config.name;
+    let partition = digest.partition();
+    let regime =
+        data_path::regime_of(&cluster, name).filter(|_| cluster.cluster_key == run.cluster_key);
+    let Some(regime) = regime else {
+        if changed {
+            dist.sc_unreplicated.mark(name, *digest);
+        }
+        out.truncate(run.reply_at);
+        transaction::write_result(out, ResultCode::Timeout);
+        return None;
+    };
+    let targets: Vec<NodeId> = data_path::replicas_for(&cluster, namespace, partition)
+        .iter()
+        .copied()
+        .filter(|node| *node != dist.node_id)
+        .collect();
+    if targets.is_empty() {
+        dist.sc_unreplicated.clear(name, digest);
+        return None;
+    }
+    let write = if changed || run.confirm == Confirm::Replicated {
+        capture(namespace, digest, dist.now())
+    } else {
+        data_path::regime_marker(name, digest, dist.now().unix_ms)
+    };
+    Some(Box::new(Remote::Replicate {
+        namespace: name.clone(),
+        partition,
+        targets,
+        cluster_key: cluster.cluster_key,
+        payload: replica_payload(cluster.cluster_key, namespace, &write),
+        deadline_ms: run.deadline_ms,
+        regime: Some(regime),
+    }))
+}
+
+/// The kind and payload of a replica write of `payload` (a
+/// [`replica_payload`]): `SC_REPLICA_WRITE` carrying `regime` for a
+/// strong-consistency namespace, else `REPLICA_WRITE`.
+fn replica_call(regime: Option<u32>, payload: &[u8]) -> (u8, Vec<u8>) {
+    match regime {
+        Some(regime) => (
+            call_kind::SC_REPLICA_WRITE,
+            data_path::sc_payload(regime, payload),
+        ),
+        None => (call_kind::REPLICA_WRITE, payload.to_vec()),
+    }
 }
 
 /// Where a replicated write belongs: its partition, under the view (cluster
@@ -752,6 +898,8 @@ pub struct WriteScope<'a> {
     pub namespace: &'a str,
     pub partition: PartitionId,
     pub cluster_key: u64,
+    /// Strong consistency: the regime the write was executed in.
+    pub regime: Option<u32>,
 }
 
 /// A `REPLICA_WRITE` call: `u64 cluster key | u64 truncated before |
@@ -919,6 +1067,7 @@ impl Distribution {
                 cluster_key,
                 payload,
                 deadline_ms,
+                regime,
             } => {
                 let done = self
                     .replicate(
@@ -927,12 +1076,16 @@ impl Distribution {
                             namespace: &namespace,
                             partition,
                             cluster_key,
+                            regime,
                         },
                         targets,
                         &payload,
                         deadline_ms,
                     )
                     .await;
+                if regime.is_some() {
+                    self.note_sc_outcome(&namespace, &payload, done);
+                }
                 if !done {
                     out.clear();
                     transaction::write_result(out, ResultCode::Timeout);
@@ -965,6 +1118,7 @@ impl Distribution {
             namespace,
             partition,
             cluster_key,
+            regime,
         } = scope;
         let mut acknowledged: Vec<NodeId> = Vec::new();
         let mut payload = std::borrow::Cow::Borrowed(payload);
@@ -991,12 +1145,11 @@ impl Distribution {
                     refresh_truncation(namespace, payload.to_mut());
                 }
             }
+            let (kind, payload) = replica_call(regime, &payload);
             let payload: &[u8] = &payload;
             let timeout = remaining.min(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
             let send = |target: NodeId| async move {
-                let answer = fabric
-                    .call(target, call_kind::REPLICA_WRITE, payload.to_vec(), timeout)
-                    .await;
+                let answer = fabric.call(target, kind, payload.to_vec(), timeout).await;
                 matches!(answer.as_deref(), Ok([code]) if *code == ResultCode::Ok.code())
             };
             // Replication factor 2: one replica, awaited directly.
@@ -1009,17 +1162,12 @@ impl Distribution {
                     acknowledged.push(*target);
                 }
             }
-            targets = self
-                .cluster()
-                .namespace(namespace)
-                .map_or(Vec::new(), |map| {
-                    map.map
-                        .replicas(partition)
-                        .iter()
-                        .copied()
-                        .filter(|node| *node != self.node_id)
-                        .collect()
-                });
+            targets = self.write_targets(namespace, partition);
+            if regime.is_some() {
+                // Strong consistency: the regime's replicas only (the view,
+                // hence the SC map, has not changed: checked above).
+                continue;
+            }
             if let Some(acting) = self.migrations.acting_target(namespace, partition) {
                 if !targets.contains(&acting) && acting != self.node_id {
                     targets.push(acting);
@@ -1031,6 +1179,93 @@ impl Distribution {
             "replica write not acknowledged before the deadline"
         );
         false
+    }
+
+    /// The replicas of `partition` in the current view other than this
+    /// node: the SC map's for a strong-consistency namespace, else the
+    /// AP map's.
+    fn write_targets(&self, namespace: &str, partition: PartitionId) -> Vec<NodeId> {
+        let cluster = self.cluster();
+        let Some(namespace) = self.namespace(namespace.as_bytes()) else {
+            return Vec::new();
+        };
+        data_path::replicas_for(&cluster, namespace, partition)
+            .iter()
+            .copied()
+            .filter(|node| *node != self.node_id)
+            .collect()
+    }
+
+    /// Strong consistency: a record whose state reached every replica is
+    /// replicated; one whose replication failed is unreplicated (its
+    /// client was answered 9, in doubt) and no read serves it before its
+    /// state was replicated again.
+    fn note_sc_outcome(&self, namespace: &str, payload: &[u8], done: bool) {
+        let Some(write) =
+            split_replica_payload(payload).and_then(|(_, _, write)| ReplicaWrite::decode(write))
+        else {
+            return;
+        };
+        if done {
+            self.sc_unreplicated.clear(namespace, &write.digest);
+        } else {
+            self.sc_unreplicated.mark(namespace, write.digest);
+        }
+    }
+
+    /// Answers an `SC_REPLICA_WRITE` call: refused (7) unless this node's
+    /// decided SC map is in the regime the write carries and lists this
+    /// node among the partition's replicas ([`data_path::regime_admits`]),
+    /// then checked and stored as a `REPLICA_WRITE` (which also refuses
+    /// another view's). A marker of a record the master does not know
+    /// (generation 0, a read's confirmation) stores nothing.
+    fn serve_sc_replica_write(&self, payload: &[u8]) -> ResultCode {
+        let cluster = self.cluster();
+        let Some((regime, rest)) = data_path::split_sc_payload(payload) else {
+            return self.refuse_malformed("an SC replica write too short for its regime");
+        };
+        let Some((key, truncated_before, write)) = split_replica_payload(rest) else {
+            return self.refuse_malformed("a replica write too short for its header");
+        };
+        let Some(write) = ReplicaWrite::decode(write) else {
+            return self.refuse_malformed("a replica write that does not decode");
+        };
+        let partition = write.digest.partition();
+        if key != cluster.cluster_key
+            || !data_path::regime_admits(
+                &cluster,
+                self.node_id,
+                &write.namespace,
+                partition,
+                regime,
+            )
+        {
+            return ResultCode::ClusterKeyMismatch;
+        }
+        if write.body.is_none() && write.generation == 0 {
+            return ResultCode::Ok;
+        }
+        apply_copy_admitted(self, &write, truncated_before, Admit::Always)
+    }
+
+    /// The call re-sending a queued record's state (`payload`): a
+    /// `REPLICA_WRITE`, or for a strong-consistency namespace an
+    /// `SC_REPLICA_WRITE` in the current regime — only from the regime's
+    /// master (a replica write from anyone else is refused; a read of the
+    /// record re-replicates it anyway), `None` elsewhere.
+    fn reconcile_call(
+        &self,
+        cluster: &crate::cluster_state::ClusterState,
+        namespace: &Namespace,
+        entry: &PendingReconcile,
+        payload: &[u8],
+    ) -> Option<(u8, Vec<u8>)> {
+        if !data_path::is_sc(namespace) {
+            return Some(replica_call(None, payload));
+        }
+        let replicas = data_path::replicas_for(cluster, namespace, entry.partition);
+        let regime = data_path::regime_of(cluster, &entry.namespace)?;
+        (replicas.first() == Some(&self.node_id)).then(|| replica_call(Some(regime), payload))
     }
 
     /// Queues the record a replica write was about for
@@ -1089,17 +1324,13 @@ impl Distribution {
                 continue;
             };
             let payload = replica_payload(cluster.cluster_key, namespace, &current);
-            let Some(map) = cluster.namespace(&entry.namespace) else {
+            let Some((kind, payload)) = self.reconcile_call(&cluster, namespace, entry, &payload)
+            else {
                 continue;
             };
-            for target in map.map.replicas(entry.partition) {
+            for target in data_path::replicas_for(&cluster, namespace, entry.partition) {
                 if *target != self.node_id {
-                    sends.push(fabric.call(
-                        *target,
-                        call_kind::REPLICA_WRITE,
-                        payload.clone(),
-                        timeout,
-                    ));
+                    sends.push(fabric.call(*target, kind, payload.clone(), timeout));
                     owners.push(at);
                 }
             }
@@ -1120,6 +1351,7 @@ impl Distribution {
                 // Nothing to send (the record is gone here, or no other
                 // replica is left) ends it too.
                 if sent {
+                    self.sc_unreplicated.clear(&entry.namespace, &entry.digest);
                     self.stats.reconciles_done.fetch_add(1, Ordering::Relaxed);
                 }
             } else if now_ms.saturating_sub(entry.since_ms) < RECONCILE_FOR_MS {
@@ -1221,9 +1453,11 @@ impl Distribution {
         code
     }
 
-    /// Answers a `REPLICA_WRITE` call: refused (7) under another view,
-    /// refused as malformed ([`ResultCode::Parameter`], counted) when it
-    /// does not decode, else stored by [`Distribution::store_replica_write`].
+    /// Answers a `REPLICA_WRITE` call: refused (7) under another view or
+    /// for a strong-consistency namespace (whose writes carry their regime:
+    /// `SC_REPLICA_WRITE`), refused as malformed ([`ResultCode::Parameter`],
+    /// counted) when it does not decode, else stored by
+    /// [`Distribution::store_replica_write`].
     fn serve_replica_write(&self, payload: &[u8]) -> ResultCode {
         let cluster = self.cluster();
         let Some((key, truncated_before, write)) = split_replica_payload(payload) else {
@@ -1235,6 +1469,12 @@ impl Distribution {
         let Some(write) = ReplicaWrite::decode(write) else {
             return self.refuse_malformed("a replica write that does not decode");
         };
+        if self
+            .namespace(write.namespace.as_bytes())
+            .is_some_and(data_path::is_sc)
+        {
+            return ResultCode::ClusterKeyMismatch;
+        }
         self.store_replica_write(&cluster, &write, truncated_before)
     }
 
@@ -1289,6 +1529,7 @@ impl Distribution {
     ) -> Option<Vec<u8>> {
         Some(match kind {
             call_kind::REPLICA_WRITE => vec![self.serve_replica_write(payload).code()],
+            call_kind::SC_REPLICA_WRITE => vec![self.serve_sc_replica_write(payload).code()],
             call_kind::MIGRATE => vec![self.apply_migrate_batch(payload).code()],
             call_kind::EXCHANGE => match <[u8; 8]>::try_from(payload) {
                 Ok(key) => self.migrations.exchange_answer(u64::from_be_bytes(key)),

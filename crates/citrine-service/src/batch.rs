@@ -817,6 +817,10 @@ fn execute_row(
         // its master (proxied), through duplicate resolution, replicated.
         return execute_routed(context.executor, row, parent, parent_filter, out);
     }
+    if crate::sc::refuses_alone(context.layers.dist, namespace, &row.digest) {
+        transaction::write_error(out, ResultCode::Unavailable, reply);
+        return None;
+    }
     let started = Instant::now();
     let request = Request {
         header: body.header,
@@ -872,9 +876,6 @@ fn check_row<'a>(
         .field(field_type::NAMESPACE)
         .and_then(|name| context.layers.namespace(name))
         .ok_or(ResultCode::Namespace)?;
-    if crate::sc::unavailable(namespace) {
-        return Err(ResultCode::Unavailable);
-    }
     let fields = row_fields(body)?;
     let udf = row_udf(context.modules, body, parent)?;
     Ok((namespace, fields, udf))

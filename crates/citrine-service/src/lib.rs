@@ -943,13 +943,13 @@ impl Service {
             let next = batch::start(self.row_context(), (max_rows, refused), message, out);
             return Continuation::of_batch(next);
         }
-        if crate::sc::refuses(self, message) {
-            transaction::write_result(out, ResultCode::Unavailable);
-            return None;
-        }
         if message.field(field_type::DIGEST).is_some() {
             let hop = replication::Hop::client(deadline_ms);
             return self.execute_timed(message, body, (hop, received), out);
+        }
+        if crate::sc::refuses(self, message) {
+            transaction::write_result(out, ResultCode::Unavailable);
+            return None;
         }
         if udf::is_aggregation(message) {
             let aggregations = self.aggregations();

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod sc_data;
+
 fn service(node_id: u64) -> Arc<Service> {
     let config = crate::config::ServiceConfig::local(
         node_id,

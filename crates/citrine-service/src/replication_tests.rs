@@ -681,6 +681,7 @@ fn every_replica_is_sent_to_at_once() {
             &sample(None),
         ),
         deadline_ms: u64::MAX,
+        regime: None,
     };
     let mut out = Vec::new();
     transaction::write_result(&mut out, ResultCode::Ok);
@@ -718,6 +719,7 @@ fn unacknowledged_writes_time_out_unless_the_replica_left_the_map() {
                 &sample(None),
             ),
             deadline_ms: u64::MAX,
+            regime: None,
         };
         let mut out = Vec::new();
         transaction::write_result(&mut out, ResultCode::Ok);
@@ -771,6 +773,7 @@ fn a_write_a_replica_missed_is_sent_again_until_it_is_acknowledged() {
         cluster_key: 5,
         payload: replica_payload(5, namespace_of(&service), &write),
         deadline_ms: u64::MAX,
+        regime: None,
     };
     let mut out = Vec::new();
     transaction::write_result(&mut out, ResultCode::Ok);
@@ -1230,6 +1233,7 @@ fn replica_writes_belong_to_one_view() {
             namespace: "test",
             partition: write.digest.partition(),
             cluster_key: master.cluster().cluster_key ^ 1,
+            regime: None,
         },
         vec![NodeId(2)],
         &replica_payload(key, namespace_of(&master), &write),

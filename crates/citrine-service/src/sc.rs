@@ -7,7 +7,7 @@
 //! layer's shared store, `citrine_distribution::sc::store`), the SC
 //! namespaces' statistics, `cluster-stable` condition and `replicas`
 //! columns ([`stat_pairs`], [`any_unavailable`], [`columns`]), and
-//! [`unavailable`] / [`refuses`].
+//! [`unavailable`] / [`refuses`] / [`refuses_alone`].
 //!
 //! Invariants:
 //! - availability is the view's SC partition map
@@ -18,12 +18,16 @@
 //!   `replicas` answer carries the view's regime and the working replicas
 //!   of the available partitions only. Before the view's exchange is
 //!   decided every partition counts unavailable.
-//! - an SC namespace acknowledges no write and serves no read, even on an
-//!   available partition: the write path in the regime (replication to
-//!   every replica before the answer, refusal of older regimes) does not
-//!   exist yet, so every single-record request, batch row, scan, query
-//!   and aggregation on it answers 11 (partition unavailable). Nothing
-//!   acknowledged can then be lost.
+//! - single-record requests on an SC namespace follow the view's SC map
+//!   (`citrine_distribution::sc::data_path`): an unavailable partition
+//!   answers 11, an available one is served by its master in the regime,
+//!   which acknowledges a write only once every replica of the map stored
+//!   it. Batch rows take the same path one by one. Scans, queries and
+//!   aggregations on an SC namespace still answer 11 (partition
+//!   unavailable): they do not follow the SC map yet.
+//! - a node without routing (alone, or no fabric) serves an SC partition
+//!   only when the SC map makes it the partition's only replica
+//!   ([`refuses_alone`]).
 //! - the roster commands answer only for SC namespaces; for an AP one they
 //!   answer `ERROR:4:namespace is not strong-consistency` (our text: the
 //!   reference's Enterprise answer is not available here; its Community
@@ -40,7 +44,10 @@
 use crate::Service;
 use citrine_data::namespace::Namespace;
 use citrine_distribution::cluster_state::{bitmap_base64, ClusterState, NamespaceMap};
+use citrine_distribution::sc::data_path;
 use citrine_distribution::sc::roster::{self, RosterSetError};
+use citrine_distribution::Distribution;
+use citrine_types::Digest;
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, Message};
 
@@ -49,11 +56,26 @@ pub(crate) fn is_sc(namespace: &Namespace) -> bool {
     namespace.config.sc.strong_consistency
 }
 
-/// Whether data requests on `namespace` are refused (11): every SC
-/// namespace's, whatever its partitions' availability, until the SC write
-/// path exists (see the module documentation).
+/// Whether scans, queries and aggregations on `namespace` are refused
+/// (11): every SC namespace's, whatever its partitions' availability (see
+/// the module documentation).
 pub(crate) fn unavailable(namespace: &Namespace) -> bool {
     is_sc(namespace)
+}
+
+/// Whether a single-record request on `digest` of `namespace` that this
+/// node would run without routing (no other member, or no fabric) is
+/// refused (11): for an SC namespace, unless the view's SC map makes this
+/// node the partition's master (then it is the only replica in the
+/// regime). Routed requests are refused by the distribution layer's
+/// `route` when the partition is not available.
+pub(crate) fn refuses_alone(dist: &Distribution, namespace: &Namespace, digest: &Digest) -> bool {
+    if !is_sc(namespace) {
+        return false;
+    }
+    let cluster = dist.cluster();
+    let replicas = data_path::replicas_for(&cluster, namespace, digest.partition());
+    replicas != [dist.node_id]
 }
 
 /// The (unavailable, dead) partitions of `namespace` in `cluster`: none for

@@ -57,10 +57,6 @@ pub(crate) fn execute(
         return None;
     };
     let namespace: &Namespace = namespace;
-    if crate::sc::unavailable(namespace) {
-        write_result(out, ResultCode::Unavailable);
-        return None;
-    }
     let Some(digest_bytes) = message.field(field_type::DIGEST) else {
         write_result(out, ResultCode::Parameter);
         return None;
@@ -98,6 +94,10 @@ pub(crate) fn execute(
             resolved,
             out,
         ),
+        Ok(request) if crate::sc::refuses_alone(service.dist(), namespace, &request.digest) => {
+            write_result(out, ResultCode::Unavailable);
+            None
+        }
         Ok(request) => {
             perform_here(namespace, &request, udf.as_ref(), service.now(), out);
             None

@@ -11,12 +11,15 @@
 //! restarts (shared metadata, file `roster.smd`). [`partitions`] keeps
 //! this node's partition versions (file `sc-versions`), exchanges them at
 //! every view and publishes the SC partition map every member agrees on.
+//! [`data_path`] applies that map on the request path (routing, replica
+//! writes in the regime, read modes, unreplicated records).
 //!
-//! Invariants: except [`store`] and [`partitions`], nothing here does I/O, reads a clock or
+//! Invariants: except [`store`], [`partitions`] and [`data_path`], nothing here does I/O, reads a clock or
 //! keeps state between calls beyond the values passed in; the same inputs
 //! give the same answers on every node.
 
 pub mod availability;
+pub mod data_path;
 pub mod partitions;
 pub mod roster;
 pub mod store;

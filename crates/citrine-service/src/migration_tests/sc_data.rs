@@ -1,0 +1,363 @@
+//! Strong-consistency namespaces on the request path, through whole
+//! services in one [`World`]: the master of the view's SC map runs every
+//! request and acknowledges a write only once every replica of the map
+//! stored it; replicas refuse another regime's writes; a write whose
+//! replication failed answers 9 and its record is served by no read until
+//! it was replicated again; unavailable partitions answer 11.
+
+use super::*;
+use crate::replication::{call_kind, replica_payload, split_replica_payload};
+use citrine_distribution::sc::data_path;
+use citrine_wire::digest::{of_key, UserKey};
+use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
+use citrine_wire::msg::{field_type, info1, info2, info3, op_type, MessageWriter, MsgHeader};
+
+/// A request on `digest` of `test`/`demo`: a write of `value` to bin `v`,
+/// or (`None`) a read of every bin in read mode `info3`.
+fn frame(digest: &Digest, value: Option<&[u8]>, info3: u8) -> Vec<u8> {
+    let header = MsgHeader {
+        info1: if value.is_none() {
+            info1::READ | info1::GET_ALL
+        } else {
+            0
+        },
+        info2: if value.is_some() { info2::WRITE } else { 0 },
+        info3,
+        transaction_ttl: 2_000,
+        ..MsgHeader::default()
+    };
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"demo")
+        .field(field_type::DIGEST, &digest.0);
+    if let Some(value) = value {
+        writer.op(op_type::WRITE, 3, b"v", value);
+    }
+    writer.finish();
+    out
+}
+
+/// `node`'s result code for the request `frame`.
+fn result_of(node: &Service, frame: &[u8]) -> u8 {
+    let header_bytes: [u8; PROTO_HEADER_SIZE] = frame[..PROTO_HEADER_SIZE].try_into().unwrap();
+    let header = ProtoHeader::decode(&header_bytes).unwrap();
+    let mut out = Vec::new();
+    node.handle(header, &frame[PROTO_HEADER_SIZE..], &mut out)
+        .unwrap();
+    out[PROTO_HEADER_SIZE + 5]
+}
+
+/// The generation `node` holds of `digest`.
+fn generation(node: &Service, digest: &Digest) -> Option<u16> {
+    let namespace = node.namespace(b"test")?;
+    let index = namespace.index.partition(digest.partition()).read();
+    Some(index.get(digest)?.meta().generation)
+}
+
+/// A key of set `demo` whose partition's SC replicas in `node`'s view
+/// are `replicas` (master first), with its digest.
+fn key_with_replicas(node: &Service, replicas: [u64; 2]) -> Digest {
+    let cluster = node.dist().cluster();
+    let sc = cluster.namespace("test").unwrap().sc.get().unwrap();
+    (0..10_000)
+        .map(|index| of_key("demo", &UserKey::String(format!("k{index}"))))
+        .find(|digest| sc.replicas(digest.partition()) == replicas.map(NodeId))
+        .unwrap()
+}
+
+fn cut_between(world: &World, a: u64, b: u64) {
+    let mut cut = world.cut.lock();
+    cut.insert((NodeId(a), NodeId(b)));
+    cut.insert((NodeId(b), NodeId(a)));
+}
+
+#[test]
+fn sc_writes_reach_every_replica_before_their_answer() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let digest = key_with_replicas(&world.node(1), [1, 2]);
+    // Sent to the node outside the replica list: run by the master, stored
+    // by both replicas before the answer.
+    assert_eq!(result_of(&world.node(3), &frame(&digest, Some(b"a"), 0)), 0);
+    assert_eq!(generation(&world.node(1), &digest), Some(1));
+    assert_eq!(generation(&world.node(2), &digest), Some(1));
+    assert_eq!(generation(&world.node(3), &digest), None);
+    // A SESSION read at the replica goes to the master.
+    let replica = world.node(2);
+    assert_eq!(result_of(&replica, &frame(&digest, None, 0)), 0);
+    assert_eq!(
+        replica.dist().stats.replica_reads.load(Ordering::Relaxed),
+        0
+    );
+    // An ALLOW_REPLICA read too (the master serves: stricter).
+    let allow_replica = info3::SC_READ_RELAX;
+    assert_eq!(result_of(&replica, &frame(&digest, None, allow_replica)), 0);
+    assert_eq!(
+        replica.dist().stats.replica_reads.load(Ordering::Relaxed),
+        0
+    );
+    // A delete reaches both replicas before its answer too.
+    let mut delete = frame(&digest, None, 0);
+    delete[PROTO_HEADER_SIZE + 1] = 0; // info1
+    delete[PROTO_HEADER_SIZE + 2] = info2::WRITE | info2::DELETE;
+    assert_eq!(result_of(&world.node(3), &delete), 0);
+    assert_eq!(generation(&world.node(1), &digest), None);
+    assert_eq!(generation(&world.node(2), &digest), None);
+    assert_eq!(
+        result_of(&replica, &frame(&digest, None, 0)),
+        ResultCode::NotFound.code()
+    );
+}
+
+#[test]
+fn an_unreplicated_write_is_in_doubt_and_not_read_until_replicated() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let digest = key_with_replicas(&world.node(1), [1, 2]);
+    let master = world.node(1);
+    assert_eq!(result_of(&master, &frame(&digest, Some(b"a"), 0)), 0);
+    // The replica unreachable: the write is applied here, answered 9 (in
+    // doubt) and its record marked unreplicated.
+    cut_between(&world, 1, 2);
+    assert_eq!(
+        result_of(&master, &frame(&digest, Some(b"b"), 0)),
+        ResultCode::Timeout.code()
+    );
+    assert_eq!(generation(&master, &digest), Some(2));
+    assert_eq!(generation(&world.node(2), &digest), Some(1));
+    assert_eq!(master.dist().sc_unreplicated.count(), 1);
+    // No read serves it while it cannot be replicated again.
+    assert_eq!(
+        result_of(&master, &frame(&digest, None, 0)),
+        ResultCode::Timeout.code()
+    );
+    // Reachable again: the read replicates it first, then answers.
+    world.cut.lock().clear();
+    assert_eq!(result_of(&master, &frame(&digest, None, 0)), 0);
+    assert_eq!(generation(&world.node(2), &digest), Some(2));
+    assert_eq!(master.dist().sc_unreplicated.count(), 0);
+}
+
+#[test]
+fn a_linearize_read_needs_every_replica_in_the_regime() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let digest = key_with_replicas(&world.node(1), [1, 2]);
+    let master = world.node(1);
+    assert_eq!(result_of(&master, &frame(&digest, Some(b"a"), 0)), 0);
+    let linearize = info3::SC_READ_TYPE;
+    assert_eq!(result_of(&master, &frame(&digest, None, linearize)), 0);
+    cut_between(&world, 1, 2);
+    // SESSION still answers; LINEARIZE cannot confirm the regime.
+    assert_eq!(result_of(&master, &frame(&digest, None, 0)), 0);
+    assert_eq!(
+        result_of(&master, &frame(&digest, None, linearize)),
+        ResultCode::Timeout.code()
+    );
+    // An absent record too needs the confirmation.
+    let absent = key_with_replicas(&master, [1, 2]);
+    let absent = Digest([
+        absent.0[0],
+        absent.0[1],
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+        9,
+    ]);
+    assert_eq!(
+        result_of(&master, &frame(&absent, None, linearize)),
+        ResultCode::Timeout.code()
+    );
+    world.cut.lock().clear();
+    assert_eq!(
+        result_of(&master, &frame(&absent, None, linearize)),
+        ResultCode::NotFound.code()
+    );
+    assert_eq!(generation(&world.node(2), &absent), None, "nothing stored");
+}
+
+#[test]
+fn replicas_refuse_writes_of_another_regime_or_partition() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let master = world.node(1);
+    let digest = key_with_replicas(&master, [1, 2]);
+    assert_eq!(result_of(&master, &frame(&digest, Some(b"a"), 0)), 0);
+    let cluster = master.dist().cluster();
+    let regime = data_path::regime_of(&cluster, "test").unwrap();
+    let namespace = master.namespace(b"test").unwrap();
+    let mut write = crate::replication::capture(namespace, &digest, master.now());
+    write.generation = 5;
+    let plain = replica_payload(cluster.cluster_key, namespace, &write);
+    assert!(split_replica_payload(&plain).is_some());
+    let send = |to: u64, regime: u32| {
+        crate::block_on(world.node(to).serve_fabric(
+            call_kind::SC_REPLICA_WRITE,
+            &data_path::sc_payload(regime, &plain),
+        ))
+    };
+    let refused = vec![ResultCode::ClusterKeyMismatch.code()];
+    // An older regime, a newer one: refused, nothing stored.
+    assert_eq!(send(2, regime - 2), refused);
+    assert_eq!(send(2, regime + 2), refused);
+    assert_eq!(generation(&world.node(2), &digest), Some(1));
+    // A replica write without a regime.
+    let plain_write = crate::block_on(world.node(2).serve_fabric(call_kind::REPLICA_WRITE, &plain));
+    assert_eq!(plain_write, refused);
+    assert_eq!(generation(&world.node(2), &digest), Some(1));
+    // A node that is not a replica of the partition in the regime.
+    assert_eq!(send(3, regime), refused);
+    assert_eq!(generation(&world.node(3), &digest), None);
+    // The regime's replica stores it.
+    assert_eq!(send(2, regime), vec![0]);
+    assert_eq!(generation(&world.node(2), &digest), Some(5));
+}
+
+#[test]
+fn sc_partitions_without_a_majority_answer_unavailable() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let digest = key_with_replicas(&world.node(1), [1, 3]);
+    assert_eq!(result_of(&world.node(2), &frame(&digest, Some(b"a"), 0)), 0);
+    // 3 away: 1 and 2 (a majority) go on serving, and the write reads back.
+    world.publish(0x20, &[1, 2]);
+    exchange_only(&world, &[1, 2]);
+    world.settle(&[1, 2]);
+    assert_eq!(result_of(&world.node(2), &frame(&digest, Some(b"b"), 0)), 0);
+    assert_eq!(result_of(&world.node(1), &frame(&digest, None, 0)), 0);
+    assert_eq!(generation(&world.node(2), &digest), Some(2));
+    // 1 alone (a minority): every partition unavailable, nothing written.
+    // (a node alone resolves its exchange as the view is published)
+    world.publish(0x30, &[1]);
+    assert_eq!(
+        result_of(&world.node(1), &frame(&digest, Some(b"c"), 0)),
+        ResultCode::Unavailable.code()
+    );
+    assert_eq!(
+        result_of(&world.node(1), &frame(&digest, None, 0)),
+        ResultCode::Unavailable.code()
+    );
+    assert_eq!(generation(&world.node(1), &digest), Some(2));
+}
+
+/// The result codes of a batch of writes (or, `value` `None`, reads) of
+/// `keys` sent to `node`, by row index.
+fn batch_codes(node: &Service, keys: &[String], value: Option<&[u8]>) -> Vec<u8> {
+    use crate::batch::row_flags;
+    use crate::batch::tests::{batch_frame, payload, run, RowSpec};
+    let rows: Vec<RowSpec> = keys
+        .iter()
+        .enumerate()
+        .map(|(index, key)| match value {
+            Some(value) => RowSpec::full(
+                index as u32,
+                "test",
+                "demo",
+                key,
+                row_flags::INFO | row_flags::GENERATION | row_flags::TTL,
+                [0, info2::WRITE, 0, 0],
+            )
+            .op(op_type::WRITE, 3, "v", value),
+            None => RowSpec::full(
+                index as u32,
+                "test",
+                "demo",
+                key,
+                row_flags::INFO,
+                [info1::READ | info1::GET_ALL, 0, 0, 0],
+            ),
+        })
+        .collect();
+    let answers = run(node, &batch_frame(&payload(&rows, 0), false));
+    let (last, rows) = answers.split_last().unwrap();
+    assert_eq!(
+        (last.header.info3 & info3::LAST, last.header.result_code),
+        (info3::LAST, 0)
+    );
+    let mut codes = vec![u8::MAX; keys.len()];
+    for row in rows {
+        codes[row.header.transaction_ttl as usize] = row.header.result_code;
+    }
+    codes
+}
+
+#[test]
+fn sc_batch_rows_follow_the_sc_map() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let keys: Vec<String> = (0..30).map(|index| format!("b{index}")).collect();
+    // Every row written on both its replicas, read back through any node.
+    assert_eq!(batch_codes(&world.node(3), &keys, Some(b"w")), vec![0; 30]);
+    for key in &keys {
+        let digest = of_key("demo", &UserKey::String(key.clone()));
+        let holders = ids
+            .iter()
+            .filter(|id| generation(&world.node(**id), &digest) == Some(1))
+            .count();
+        assert_eq!(holders, 2, "{key}");
+    }
+    assert_eq!(batch_codes(&world.node(2), &keys, None), vec![0; 30]);
+    // 1 alone: every row refused (11), nothing written.
+    world.publish(0x30, &[1]);
+    assert_eq!(batch_codes(&world.node(1), &keys, Some(b"x")), vec![11; 30]);
+    assert_eq!(batch_codes(&world.node(1), &keys, None), vec![11; 30]);
+}
+
+#[test]
+fn a_write_whose_view_moved_on_before_its_replication_is_in_doubt() {
+    use crate::replication::{replicate_after, Confirm, MasterRun};
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let master = world.node(1);
+    let digest = key_with_replicas(&master, [1, 2]);
+    let namespace = master.namespace(b"test").unwrap();
+    let run = |cluster_key: u64| MasterRun {
+        deadline_ms: u64::MAX,
+        read: false,
+        touch_before: None,
+        reply_at: 0,
+        confirm: Confirm::Nothing,
+        cluster_key,
+    };
+    let key = master.dist().cluster().cluster_key;
+    // Routed in this view: the replica write to do.
+    let mut out = Vec::new();
+    crate::transaction::write_result(&mut out, ResultCode::Ok);
+    assert!(replicate_after(master.dist(), namespace, &digest, run(key), &mut out).is_some());
+    // Routed in an earlier view: answered 9 at once, the record unreplicated.
+    let mut out = Vec::new();
+    crate::transaction::write_result(&mut out, ResultCode::Ok);
+    assert!(replicate_after(master.dist(), namespace, &digest, run(key ^ 1), &mut out).is_none());
+    assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Timeout.code());
+    assert!(master.dist().sc_unreplicated.contains("test", &digest));
+}
