@@ -54,6 +54,7 @@
 
 use super::format::{self, RBLOCK};
 use super::io::BlockIo;
+use super::persist::HeaderFields;
 use super::scan::{BlockScan, Candidate, Candidates, Resolver, SetTable, Sink};
 use super::{BlockState, ColdStartReport, Device, DeviceEngine};
 use crate::DeviceAddress;
@@ -102,6 +103,16 @@ struct Header {
     covered: Covered,
 }
 
+impl<R: Read> super::persist::HeaderFields for CrcReader<R> {
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+}
+
 /// Reads a checkpoint, computing its CRC and counting bytes as it goes.
 struct CrcReader<R: Read> {
     inner: R,
@@ -134,14 +145,6 @@ impl<R: Read> CrcReader<R> {
         let mut out = [0u8; N];
         self.fill(&mut out)?;
         Ok(out)
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.array()?))
     }
 
     /// Reads the trailing CRC (not part of the sum) and checks it.
@@ -327,20 +330,7 @@ impl DeviceEngine {
                 "checkpoint version {version}, this build reads {CHECKPOINT_VERSION}"
             ));
         }
-        if input.u64()? != self.instance_id {
-            return Err("checkpoint belongs to another device set".into());
-        }
-        let sequence = input.u64()?;
-        if input.u32()? != self.config.write_block_size
-            || input.u32()? as usize != self.devices.len()
-        {
-            return Err("checkpoint geometry differs from the configuration".into());
-        }
-        for device in &self.devices {
-            if input.u32()? != device.block_count {
-                return Err("checkpoint block count differs".into());
-            }
-        }
+        let sequence = self.read_identity(input, "checkpoint")?;
         let set_count = input.u32()? as usize;
         if set_count > usize::from(u16::MAX) + 1 {
             return Err("checkpoint set count impossible".into());
@@ -577,13 +567,8 @@ impl DeviceEngine {
         replay: &mut Candidates,
         report: &mut ColdStartReport,
     ) {
-        let data = match device.io.read_at(self.block_offset(block), self.wblock()) {
-            Ok(data) => data,
-            Err(error) => {
-                tracing::error!(device = %device.path, block, "cannot read write block: {error}; block skipped");
-                report.corrupt_blocks += 1;
-                return;
-            }
+        let Some(data) = self.read_whole_block(device, block, report) else {
+            return;
         };
         match self.block_in_use(device, block, &data, report) {
             Some(header) if header.incarnation == incarnation => {

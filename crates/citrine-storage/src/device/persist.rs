@@ -42,9 +42,57 @@ pub struct SavedEntry {
     pub address: DeviceAddress,
 }
 
+/// The fixed-width fields the index image and the index checkpoint both
+/// start with (read from a slice or a checksummed stream).
+pub(super) trait HeaderFields {
+    fn u32(&mut self) -> Result<u32, String>;
+    fn u64(&mut self) -> Result<u64, String>;
+}
+
+impl DeviceEngine {
+    /// Reads and checks the identity part shared by the index image and
+    /// the checkpoint headers — the device set's instance id, then the
+    /// sequence, then the geometry (write-block size, device count, each
+    /// device's block count) — and returns the sequence. `what` names the
+    /// file in the errors.
+    pub(super) fn read_identity(
+        &self,
+        fields: &mut impl HeaderFields,
+        what: &str,
+    ) -> Result<u64, String> {
+        if fields.u64()? != self.instance_id {
+            return Err(format!("{what} belongs to another device set"));
+        }
+        let sequence = fields.u64()?;
+        if fields.u32()? != self.config.write_block_size
+            || fields.u32()? as usize != self.devices.len()
+        {
+            return Err(format!("{what} geometry differs from the configuration"));
+        }
+        for device in &self.devices {
+            if fields.u32()? != device.block_count {
+                return Err(format!("{what} block count differs"));
+            }
+        }
+        Ok(sequence)
+    }
+}
+
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+}
+
+impl HeaderFields for Reader<'_> {
+    fn u32(&mut self) -> Result<u32, String> {
+        let bytes = self.take(4)?;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(word))
+    }
 }
 
 impl<'a> Reader<'a> {
@@ -64,15 +112,6 @@ impl<'a> Reader<'a> {
     fn u16(&mut self) -> Result<u16, String> {
         let bytes = self.take(2)?;
         Ok(u16::from_le_bytes([bytes[0], bytes[1]]))
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        let bytes = self.take(4)?;
-        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(word))
     }
     fn digest(&mut self) -> Result<Digest, String> {
         let mut digest = [0u8; 20];
@@ -291,20 +330,7 @@ impl DeviceEngine {
         if reader.u32()? != INDEX_VERSION {
             return Err("index image version differs".into());
         }
-        if reader.u64()? != self.instance_id {
-            return Err("index image belongs to another device set".into());
-        }
-        let sequence = reader.u64()?;
-        if reader.u32()? != self.config.write_block_size
-            || reader.u32()? as usize != self.devices.len()
-        {
-            return Err("index image geometry differs from the configuration".into());
-        }
-        for device in &self.devices {
-            if reader.u32()? != device.block_count {
-                return Err("index image block count differs".into());
-            }
-        }
+        let sequence = self.read_identity(&mut reader, "index image")?;
         let set_count = reader.u32()? as usize;
         let mut sets = Vec::with_capacity(set_count.min(1024));
         for _ in 0..set_count {

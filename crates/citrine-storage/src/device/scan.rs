@@ -346,6 +346,24 @@ impl DeviceEngine {
         report
     }
 
+    /// Reads one whole block at start; a block that cannot be read is
+    /// logged, counted corrupt and skipped (`None`).
+    pub(super) fn read_whole_block(
+        &self,
+        device: &Device,
+        block: u32,
+        report: &mut ColdStartReport,
+    ) -> Option<Vec<u8>> {
+        match device.io.read_at(self.block_offset(block), self.wblock()) {
+            Ok(data) => Some(data),
+            Err(error) => {
+                tracing::error!(device = %device.path, block, "cannot read write block: {error}; block skipped");
+                report.corrupt_blocks += 1;
+                None
+            }
+        }
+    }
+
     /// Reads one whole block and, if its header says it is in use, offers
     /// its records.
     pub(super) fn scan_block(
@@ -356,13 +374,8 @@ impl DeviceEngine {
         candidates: &mut Candidates,
         report: &mut ColdStartReport,
     ) {
-        let data = match device.io.read_at(self.block_offset(block), self.wblock()) {
-            Ok(data) => data,
-            Err(error) => {
-                tracing::error!(device = %device.path, block, "cannot read write block: {error}; block skipped");
-                report.corrupt_blocks += 1;
-                return;
-            }
+        let Some(data) = self.read_whole_block(device, block, report) else {
+            return;
         };
         if let Some(header) = self.block_in_use(device, block, &data, report) {
             blocks.in_use(block, header.incarnation);
