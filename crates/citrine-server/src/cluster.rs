@@ -172,26 +172,27 @@ fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Reads one frame: (kind, payload into `buffer`). `None` at a clean end
-/// of stream.
+/// Reads one frame into `buffer`: its kind byte then its payload
+/// (`buffer[1..]`); answers the kind. `None` at a clean end of stream. The
+/// length is checked before anything more is read, so an empty or huge
+/// frame closes the connection at once.
 async fn read_frame(stream: &mut PeerStream, buffer: &mut Vec<u8>) -> std::io::Result<Option<u8>> {
-    let mut header = [0u8; 5];
-    match stream.read_exact(&mut header).await {
+    let mut length_bytes = [0u8; 4];
+    match stream.read_exact(&mut length_bytes).await {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(error) => return Err(error),
     }
-    let [l0, l1, l2, l3, kind] = header;
-    let length = u32::from_be_bytes([l0, l1, l2, l3]) as usize;
+    let length = u32::from_be_bytes(length_bytes) as usize;
     if length == 0 || length > FRAME_MAX {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("frame length {length}"),
         ));
     }
-    buffer.resize(length - 1, 0);
+    buffer.resize(length, 0);
     stream.read_exact(buffer).await?;
-    Ok(Some(kind))
+    Ok(Some(buffer[0]))
 }
 
 /// Encodes a fabric request frame: `id | call kind | payload`.
@@ -1029,7 +1030,7 @@ async fn read_peer(
         };
         let frame = PeerFrame {
             kind,
-            bytes: &buffer,
+            bytes: &buffer[1..],
             fabric,
         };
         let message = match frame.take(&context, &mut sender) {
@@ -1299,13 +1300,13 @@ mod tests {
         for index in 0..1000u32 {
             let kind = read_frame(&mut stream, &mut buffer).await.expect("io");
             assert_eq!(kind, Some((index % 200) as u8));
-            assert_eq!(buffer, index.to_be_bytes());
+            assert_eq!(buffer[1..], index.to_be_bytes());
         }
         assert_eq!(
             read_frame(&mut stream, &mut buffer).await.expect("io"),
             Some(9)
         );
-        assert_eq!(buffer, vec![0xAB; 3 * PLAIN_READ_BUFFER]);
+        assert_eq!(buffer[1..], vec![0xAB; 3 * PLAIN_READ_BUFFER]);
         assert_eq!(
             read_frame(&mut stream, &mut buffer).await.expect("io"),
             None
