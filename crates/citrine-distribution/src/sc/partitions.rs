@@ -388,8 +388,15 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// The most SC namespaces a peer's section may carry (the reference's
+/// limit on namespaces per node). Each decoded namespace costs a table of
+/// every partition's version, so a section's size in memory must not grow
+/// with a few bytes of input per namespace without bound.
+pub const SECTION_MAX_NAMESPACES: usize = 32;
+
 /// Decodes what follows the marker byte of an SC section (the format byte
-/// first); `None` when malformed or of an unknown format.
+/// first); `None` when malformed, of an unknown format, or naming more
+/// than [`SECTION_MAX_NAMESPACES`] namespaces.
 pub fn decode_section(bytes: &[u8]) -> Option<ScSection> {
     let mut cursor = Cursor { bytes, at: 0 };
     if cursor.u8()? != SECTION_FORMAT {
@@ -397,6 +404,9 @@ pub fn decode_section(bytes: &[u8]) -> Option<ScSection> {
     }
     let mut section = ScSection::new();
     while !cursor.done() {
+        if section.len() == SECTION_MAX_NAMESPACES {
+            return None;
+        }
         let length = usize::from(cursor.u8()?);
         let name = std::str::from_utf8(cursor.take(length)?).ok()?.to_owned();
         let length = usize::from(cursor.u16()?);
@@ -955,6 +965,18 @@ mod tests {
         let mut unknown = bytes.clone();
         unknown[1] = SECTION_FORMAT + 1;
         assert_eq!(decode_section(&unknown[1..]), None);
+        // A peer naming more namespaces than a node can have is refused
+        // before each costs a table of 4096 versions.
+        let many: ScSection = (0..=SECTION_MAX_NAMESPACES)
+            .map(|index| (format!("ns{index}"), entry("A1@2", 1, Vec::new())))
+            .collect();
+        let mut bytes = Vec::new();
+        encode_section(&mut bytes, &many);
+        assert_eq!(decode_section(&bytes[1..]), None);
+        let mut bytes = Vec::new();
+        let fewer: ScSection = many.into_iter().skip(1).collect();
+        encode_section(&mut bytes, &fewer);
+        assert_eq!(decode_section(&bytes[1..]).map(|s| s.len()), Some(32));
     }
 
     #[test]
