@@ -105,6 +105,12 @@ pub struct ScConfig {
     pub allow_expunge: bool,
     pub auto_revive: bool,
     pub active_rack: u32,
+    /// Citrine's own, experimental (`strong-consistency-serve-data`, off by
+    /// default): whether single-record requests and batch rows on the
+    /// available partitions are served by the SC data path. Off, every
+    /// data request on the namespace answers 11 (an open bug: an
+    /// acknowledged write once read back as not found, issue 39).
+    pub serve_data: bool,
 }
 
 /// A namespace's transaction settings: `mrt-duration` (seconds, 1-120,

@@ -223,6 +223,9 @@ pub struct NamespaceSection {
     pub strong_consistency_allow_expunge: Option<bool>,
     pub auto_revive: Option<bool>,
     pub active_rack: Option<u32>,
+    /// Citrine's own: opens the experimental SC data path (see
+    /// `citrine_data::config::ScConfig::serve_data`).
+    pub strong_consistency_serve_data: Option<bool>,
     /// Transactions (issue 40; strong-consistency namespaces only): their
     /// default duration (1 to 120 s, default 10) and whether their
     /// writes are refused.
@@ -495,6 +498,7 @@ pub fn embedded_default() -> FileConfig {
         strong_consistency_allow_expunge: None,
         auto_revive: None,
         active_rack: None,
+        strong_consistency_serve_data: None,
         mrt_duration: None,
         disable_mrt_writes: None,
     };
@@ -1328,6 +1332,7 @@ fn resolve_sc(section: &NamespaceSection) -> ScConfig {
         allow_expunge: section.strong_consistency_allow_expunge.unwrap_or(false),
         auto_revive: section.auto_revive.unwrap_or(false),
         active_rack: section.active_rack.unwrap_or(0),
+        serve_data: section.strong_consistency_serve_data.unwrap_or(false),
     }
 }
 
@@ -2033,6 +2038,7 @@ mod tests {
                 allow_expunge: true,
                 auto_revive: true,
                 active_rack: 2,
+                serve_data: false,
             }
         );
         assert!(sc_of("strong-consistency = 1\n").is_err(), "a boolean");

@@ -812,6 +812,10 @@ fn execute_row(
             return None;
         }
     };
+    if crate::sc::data_closed(namespace) {
+        transaction::write_error(out, ResultCode::Unavailable, reply);
+        return None;
+    }
     if context.layers.dist.routes() {
         // In a cluster a row goes where a single-record request would: to
         // its master (proxied), through duplicate resolution, replicated.

@@ -1432,6 +1432,7 @@ fn sc_world(ids: &[u64]) -> World {
     for id in ids {
         let mut config = crate::config::NamespaceConfig::in_memory("test");
         config.sc.strong_consistency = true;
+        config.sc.serve_data = true;
         let node = Arc::new(Service::new(
             crate::config::ServiceConfig::local(*id, vec![config]),
             Arc::new(crate::ManualClock::new(1_700_000_000_000)),

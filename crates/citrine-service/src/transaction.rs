@@ -57,6 +57,10 @@ pub(crate) fn execute(
         return None;
     };
     let namespace: &Namespace = namespace;
+    if crate::sc::data_closed(namespace) {
+        write_result(out, ResultCode::Unavailable);
+        return None;
+    }
     let Some(digest_bytes) = message.field(field_type::DIGEST) else {
         write_result(out, ResultCode::Parameter);
         return None;

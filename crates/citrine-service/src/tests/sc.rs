@@ -12,6 +12,7 @@ fn sc_service(active_rack: u32) -> Service {
     let mut sc = NamespaceConfig::in_memory("test");
     sc.sc.strong_consistency = true;
     sc.sc.active_rack = active_rack;
+    sc.sc.serve_data = true;
     let (service, _) = service_with_all(vec![sc, NamespaceConfig::in_memory("bar")]);
     service
 }
@@ -276,6 +277,25 @@ fn a_rostered_view_makes_partitions_available_with_a_regime() {
     assert_eq!(send(&service, &write).header.result_code, 0);
     assert_eq!(send(&service, &get("k")).header.result_code, 0);
     assert!(!service.dist().take_recluster_request(), "decided with it");
+}
+
+#[test]
+fn without_serve_data_an_available_partition_still_answers_11() {
+    let mut sc = NamespaceConfig::in_memory("test");
+    sc.sc.strong_consistency = true;
+    let (service, _) = service_with_all(vec![sc]);
+    let me = service.node_id;
+    publish_alone(&service, 0x51);
+    assert_eq!(
+        ask(&service, &format!("roster-set:namespace=test;nodes={me}")),
+        "ok"
+    );
+    assert_eq!(ask(&service, "recluster:"), "ok");
+    publish_alone(&service, 0x52);
+    assert_eq!(stat(&service, "unavailable_partitions"), "0");
+    let write = put("k", Ops::new().int(op_type::WRITE, "a", 1));
+    assert_eq!(send(&service, &write).header.result_code, 11);
+    assert_eq!(send(&service, &get("k")).header.result_code, 11);
 }
 
 #[test]
