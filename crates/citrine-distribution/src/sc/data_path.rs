@@ -29,7 +29,8 @@ use citrine_data::copy::ReplicaWrite;
 use citrine_data::namespace::Namespace;
 use citrine_types::{Digest, NodeId, PartitionId};
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Whether `namespace` is a strong-consistency namespace.
 pub fn is_sc(namespace: &Namespace) -> bool {
@@ -143,32 +144,61 @@ impl ReadMode {
 /// Records whose last write the master could not replicate to every
 /// replica (the client was answered 9, in doubt): no read serves them
 /// before their state was replicated again.
+///
+/// Every SC read asks [`Unreplicated::contains`] and every replicated SC
+/// write [`Unreplicated::clear`]s, so both answer from one relaxed load of
+/// the count while nothing is marked (the usual case), and never allocate;
+/// the lock is taken only while some record is marked. The count changes
+/// under the lock and equals the marked records.
 #[derive(Default)]
 pub struct Unreplicated {
-    records: Mutex<HashSet<(String, Digest)>>,
+    marked: AtomicUsize,
+    records: Mutex<HashMap<String, HashSet<Digest>>>,
 }
 
 impl Unreplicated {
     /// Marks a record unreplicated.
     pub fn mark(&self, namespace: &str, digest: Digest) {
-        self.records.lock().insert((namespace.to_owned(), digest));
+        let mut records = self.records.lock();
+        let inserted = match records.get_mut(namespace) {
+            Some(digests) => digests.insert(digest),
+            None => records
+                .entry(namespace.to_owned())
+                .or_default()
+                .insert(digest),
+        };
+        if inserted {
+            self.marked.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The record's state reached every replica of the current regime.
     pub fn clear(&self, namespace: &str, digest: &Digest) {
-        self.records.lock().remove(&(namespace.to_owned(), *digest));
+        if self.marked.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut records = self.records.lock();
+        let removed = records
+            .get_mut(namespace)
+            .is_some_and(|digests| digests.remove(digest));
+        if removed {
+            self.marked.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Whether a record is marked unreplicated.
     pub fn contains(&self, namespace: &str, digest: &Digest) -> bool {
-        self.records
-            .lock()
-            .contains(&(namespace.to_owned(), *digest))
+        self.marked.load(Ordering::Relaxed) != 0
+            && self
+                .records
+                .lock()
+                .get(namespace)
+                .is_some_and(|digests| digests.contains(digest))
     }
 
     /// How many records are marked.
     pub fn count(&self) -> usize {
-        self.records.lock().len()
+        self.marked.load(Ordering::Relaxed)
     }
 }
 
@@ -199,7 +229,12 @@ mod tests {
         set.mark("test", digest);
         assert!(set.contains("test", &digest));
         assert!(!set.contains("bar", &digest));
+        set.mark("test", digest);
+        assert_eq!(set.count(), 1, "marked once");
+        set.clear("bar", &digest);
+        assert_eq!(set.count(), 1, "another namespace's record");
         set.clear("test", &digest);
         assert_eq!(set.count(), 0);
+        assert!(!set.contains("test", &digest));
     }
 }
