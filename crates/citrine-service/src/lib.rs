@@ -947,8 +947,8 @@ impl Service {
             let hop = replication::Hop::client(deadline_ms);
             return self.execute_timed(message, body, (hop, received), out);
         }
-        if crate::sc::refuses(self, message) {
-            transaction::write_result(out, ResultCode::Unavailable);
+        if let Some(code) = crate::sc::refuses(self, message) {
+            transaction::write_result(out, code);
             return None;
         }
         if udf::is_aggregation(message) {

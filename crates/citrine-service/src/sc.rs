@@ -26,9 +26,12 @@
 //!   (`citrine_distribution::sc::data_path`): an unavailable partition
 //!   answers 11, an available one is served by its master in the regime,
 //!   which acknowledges a write only once every replica of the map stored
-//!   it. Batch rows take the same path one by one. Scans, queries and
-//!   aggregations on an SC namespace still answer 11 (partition
-//!   unavailable): they do not follow the SC map yet.
+//!   it. Batch rows take the same path one by one. Foreground scans,
+//!   queries and aggregations read each partition on its SC master only
+//!   once that master's copy is whole (no fill in flight); any other
+//!   partition is answered unavailable (11) for the client to retry.
+//!   Background jobs answer 16 (unsupported feature): their writes do not
+//!   take the SC replication path yet.
 //! - a node without routing (alone, or no fabric) serves an SC partition
 //!   only when the SC map makes it the partition's only replica
 //!   ([`refuses_alone`]).
@@ -51,7 +54,7 @@ use citrine_distribution::cluster_state::{bitmap_base64, ClusterState, Namespace
 use citrine_distribution::sc::data_path;
 use citrine_distribution::sc::roster::{self, RosterSetError};
 use citrine_distribution::Distribution;
-use citrine_types::Digest;
+use citrine_types::{Digest, ResultCode};
 use citrine_wire::info::InfoCommand;
 use citrine_wire::msg::{field_type, Message};
 
@@ -65,13 +68,6 @@ pub(crate) fn is_sc(namespace: &Namespace) -> bool {
 /// (`strong-consistency-serve-data`).
 pub(crate) fn data_closed(namespace: &Namespace) -> bool {
     is_sc(namespace) && !namespace.config.sc.serve_data
-}
-
-/// Whether scans, queries and aggregations on `namespace` are refused
-/// (11): every SC namespace's, whatever its partitions' availability (see
-/// the module documentation).
-pub(crate) fn unavailable(namespace: &Namespace) -> bool {
-    is_sc(namespace)
 }
 
 /// Whether a single-record request on `digest` of `namespace` that this
@@ -161,12 +157,20 @@ pub(crate) fn columns(
     })
 }
 
-/// Whether a request (a scan, query or aggregation) names an SC namespace.
-pub(crate) fn refuses(service: &Service, message: &Message<'_>) -> bool {
-    message
-        .field(field_type::NAMESPACE)
-        .and_then(|name| service.namespace(name))
-        .is_some_and(unavailable)
+/// The refusal of a request without a digest (a scan, query, aggregation
+/// or background job) on an SC namespace, if it is refused: 11 while the
+/// namespace's data path is closed ([`data_closed`]); 16 (unsupported
+/// feature) for a background job, whose writes do not take the SC
+/// replication path yet. Foreground scans, queries and aggregations are
+/// served partition by partition by the view's SC masters
+/// (`crate::scan`).
+pub(crate) fn refuses(service: &Service, message: &Message<'_>) -> Option<ResultCode> {
+    let namespace = service.namespace(message.field(field_type::NAMESPACE)?)?;
+    if data_closed(namespace) {
+        return Some(ResultCode::Unavailable);
+    }
+    (is_sc(namespace) && crate::scan::is_background(message))
+        .then_some(ResultCode::UnsupportedFeature)
 }
 
 /// The answer to `roster`, `roster-set`, `recluster` or `revive`.

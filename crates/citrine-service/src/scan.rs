@@ -507,11 +507,7 @@ pub(crate) fn start(
         end_empty(layers, out, watch);
         return None;
     };
-    if layers.dist.routes() {
-        cursor.keep_served_partitions(layers, lists_partitions(message));
-    } else {
-        cursor.keep_serving_partitions();
-    }
+    cursor.keep_partitions(layers, lists_partitions(message));
     // Only a client's short queries are timed, as the reference times them.
     if watch.is_some() && message.header.info1 & info1::SHORT_QUERY != 0 {
         cursor.started = Some(std::time::Instant::now());
@@ -781,20 +777,32 @@ fn set_index_scan(index: Arc<citrine_sindex::Sindex>) -> Box<Query> {
 }
 
 /// True when this node serves `partition` to a scan: it masters it in
-/// `map` and holds it whole, or (`follow_claims`) it claims it as its
-/// acting master.
+/// `map` and holds it whole, or (`follow_claims`, AP only) it claims it as
+/// its acting master. For a strong-consistency namespace the master is the
+/// view's SC map's (none while the partition is unavailable or the view
+/// undecided), and a master still filling its copy does not serve it: SC
+/// has no acting masters.
 fn serves(
     layers: Layers<'_>,
-    map: &citrine_cluster::partition_map::PartitionMap,
-    namespace: &str,
+    map: &citrine_distribution::cluster_state::NamespaceMap,
+    sc: bool,
     partition: PartitionId,
     follow_claims: bool,
 ) -> bool {
     let migrations = &layers.dist.migrations;
-    (map.replicas(partition).first() == Some(&layers.node_id())
+    let me = layers.node_id();
+    let namespace = map.name.as_str();
+    if sc {
+        return map
+            .sc
+            .get()
+            .is_some_and(|sc| sc.replicas(partition).first() == Some(&me))
+            && migrations.serves_whole(namespace, partition);
+    }
+    (map.map.replicas(partition).first() == Some(&me)
         && migrations.serves_whole(namespace, partition))
         || (follow_claims
-            && migrations.master_claim(namespace, partition, layers.node_id())
+            && migrations.master_claim(namespace, partition, me)
                 == crate::migration::MasterClaim::Acting)
 }
 
@@ -1029,22 +1037,42 @@ impl ScanCursor {
     /// got; an aggregation, which has no per-partition answers, fails (11).
     pub(crate) fn keep_served_partitions(&mut self, layers: Layers<'_>, follow_claims: bool) {
         let cluster = layers.dist.cluster();
-        let name = self.namespace.config.name.clone();
-        let Some(map) = cluster.namespace(&name) else {
+        let sc = crate::sc::is_sc(&self.namespace);
+        let Some(map) = cluster.namespace(&self.namespace.config.name) else {
+            if sc {
+                // No view yet: no SC partition is available.
+                self.unavailable = self.partitions.drain(..).map(|c| c.partition).collect();
+                return;
+            }
             return self.keep_serving_partitions();
         };
         let namespace = Arc::clone(&self.namespace);
         let mut unavailable = Vec::new();
         self.partitions.retain(|cursor| {
             let served = namespace.serving(cursor.partition).is_ok()
-                && serves(layers, &map.map, &name, cursor.partition, follow_claims);
+                && serves(layers, map, sc, cursor.partition, follow_claims);
             if !served {
                 unavailable.push(cursor.partition);
             }
             served
         });
         self.unavailable = unavailable;
-        self.recheck = follow_claims;
+        // An SC master can change during the walk too (a new view).
+        self.recheck = follow_claims || sc;
+    }
+
+    /// Keeps only the partitions this node serves to the request, the
+    /// others reported unavailable: in a cluster (or for a
+    /// strong-consistency namespace, whose partitions this node serves only
+    /// as the view's SC map's master, alone or not) those
+    /// [`ScanCursor::keep_served_partitions`] keeps, else those
+    /// [`ScanCursor::keep_serving_partitions`] keeps.
+    pub(crate) fn keep_partitions(&mut self, layers: Layers<'_>, follow_claims: bool) {
+        if layers.dist.routes() || crate::sc::is_sc(&self.namespace) {
+            self.keep_served_partitions(layers, follow_claims);
+        } else {
+            self.keep_serving_partitions();
+        }
     }
 
     /// Keeps only the partitions that still serve, the others reported
@@ -1252,11 +1280,11 @@ impl ScanCursor {
         let Some(cursor) = self.partitions.get(self.next) else {
             return;
         };
-        let name = &self.namespace.config.name;
         let cluster = layers.dist.cluster();
+        let sc = crate::sc::is_sc(&self.namespace);
         let still = cluster
-            .namespace(name)
-            .is_some_and(|map| serves(layers, &map.map, name, cursor.partition, true));
+            .namespace(&self.namespace.config.name)
+            .is_some_and(|map| serves(layers, map, sc, cursor.partition, true));
         if !still {
             write_unavailable(out, cursor.partition);
         }

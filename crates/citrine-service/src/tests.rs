@@ -2314,7 +2314,7 @@ fn set_name_in_a_write_expression_is_the_requests_set() {
 }
 
 /// Strong-consistency namespaces: the roster commands and the refusals.
-mod sc;
+pub(crate) mod sc;
 
 /// A client's transaction through the service.
 mod txn;

@@ -1340,9 +1340,9 @@ fn delegate(
     namespace: &Namespace,
     cursor: &mut crate::scan::ScanCursor,
 ) -> Result<(Parts, Vec<u8>), ResultCode> {
-    if aggregations.layers.dist.routes() {
-        // Only those that list their partitions follow acting-master
-        // claims (see there); a claim lost during the walk fails the run.
+    // Only those that list their partitions follow acting-master claims
+    // (see there); a claim lost during the walk fails the run.
+    if aggregations.layers.dist.routes() || crate::sc::is_sc(namespace) {
         cursor.keep_served_partitions(aggregations.layers, crate::scan::lists_partitions(message));
     }
     let delegated =

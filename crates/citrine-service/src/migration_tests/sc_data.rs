@@ -361,3 +361,35 @@ fn a_write_whose_view_moved_on_before_its_replication_is_in_doubt() {
     assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Timeout.code());
     assert!(master.dist().sc_unreplicated.contains("test", &digest));
 }
+
+#[test]
+fn scans_read_each_partition_from_its_sc_master_only() {
+    use crate::tests::sc::scan_sc;
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let keys = 60;
+    for index in 0..keys {
+        let digest = of_key("demo", &UserKey::String(format!("s{index}")));
+        assert_eq!(result_of(&world.node(1), &frame(&digest, Some(b"v"), 0)), 0);
+    }
+    // Every node serves the partitions it masters in the SC map and
+    // reports the others unavailable: together each partition once, each
+    // record once (its replica copies are not read).
+    let all: Vec<u16> = (0..citrine_types::PARTITIONS as u16).collect();
+    let mut records = 0;
+    let mut refused = vec![0usize; citrine_types::PARTITIONS];
+    for id in ids {
+        let (read, unavailable) = scan_sc(&world.node(id), &all);
+        records += read;
+        for partition in unavailable {
+            refused[usize::from(partition)] += 1;
+        }
+    }
+    assert_eq!(records, keys);
+    assert!(refused.iter().all(|count| *count == ids.len() - 1));
+    // 1 alone, a minority of the roster: it serves no partition.
+    world.publish(0x30, &[1]);
+    assert_eq!(scan_sc(&world.node(1), &all), (0, all.clone()));
+}

@@ -331,3 +331,94 @@ fn sc_versions_survive_a_restart_in_the_work_directory() {
     assert!(ask(&restarted, "replicas").contains("test:8,1,"));
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// A foreground scan of `test` tracking partitions `pids` (info1 READ,
+/// PARTITION_DONE asked), or a background one (info2 WRITE with one write
+/// op: a background operations job).
+pub(crate) fn scan_frame(pids: &[u16], background: bool) -> Vec<u8> {
+    let header = MsgHeader {
+        info1: if background { 0 } else { info1::READ },
+        info2: if background { info2::WRITE } else { 0 },
+        info3: citrine_wire::msg::info3::PARTITION_DONE,
+        transaction_ttl: 1000,
+        ..MsgHeader::default()
+    };
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer.field(field_type::NAMESPACE, b"test");
+    writer.field(field_type::TASK_ID, &0x5C5Cu64.to_be_bytes());
+    let bytes: Vec<u8> = pids.iter().flat_map(|pid| pid.to_le_bytes()).collect();
+    writer.field(field_type::PID_ARRAY, &bytes);
+    if background {
+        writer.op(op_type::WRITE, 1, b"b", &7i64.to_be_bytes());
+    }
+    writer.finish();
+    out
+}
+
+/// The records a scan of `pids` streams, and the partitions it reports
+/// unavailable (partition-done with 11).
+pub(crate) fn scan_sc(service: &Service, pids: &[u16]) -> (usize, Vec<u16>) {
+    let messages = crate::batch::tests::run(service, &scan_frame(pids, false));
+    let last = messages.last().expect("a LAST message");
+    assert_eq!(last.header.info3, citrine_wire::msg::info3::LAST);
+    assert_eq!(last.header.result_code, 0);
+    let done = citrine_wire::msg::info3::PARTITION_DONE;
+    let records = messages.iter().filter(|m| m.header.info3 == 0).count();
+    let unavailable = messages
+        .iter()
+        .filter(|m| m.header.info3 == done && m.header.result_code == 11)
+        .map(|m| m.header.generation as u16)
+        .collect();
+    (records, unavailable)
+}
+
+#[test]
+fn scans_read_the_partitions_this_node_masters_in_the_sc_map_only() {
+    let service = sc_service(0);
+    let me = service.node_id;
+    let keys = ["k1", "k2", "k3", "k4"];
+    let pids: Vec<u16> = keys
+        .iter()
+        .map(|key| key_digest(key).partition().get())
+        .collect();
+    // Undecided (no view), then a view without a roster: every partition
+    // asked for is unavailable, nothing is read.
+    assert_eq!(scan_sc(&service, &pids), (0, sorted(&pids)));
+    publish_alone(&service, 0x51);
+    assert_eq!(scan_sc(&service, &pids), (0, sorted(&pids)));
+    // The roster of this node: it masters every partition and serves them.
+    let staged = format!("roster-set:namespace=test;nodes={me}");
+    assert_eq!(ask(&service, &staged), "ok");
+    assert_eq!(ask(&service, "recluster:"), "ok");
+    publish_alone(&service, 0x52);
+    for key in keys {
+        let write = put(key, Ops::new().int(op_type::WRITE, "a", 1));
+        assert_eq!(send(&service, &write).header.result_code, 0);
+    }
+    assert_eq!(scan_sc(&service, &pids), (keys.len(), Vec::new()));
+    // A background job's writes do not take the SC path: refused, 16.
+    let background = crate::batch::tests::run(&service, &scan_frame(&pids, true));
+    assert_eq!(background[0].header.result_code, 16);
+}
+
+#[test]
+fn scans_of_a_closed_sc_namespace_answer_11() {
+    let mut sc = NamespaceConfig::in_memory("test");
+    sc.sc.strong_consistency = true;
+    let (service, _) = service_with_all(vec![sc]);
+    let messages = crate::batch::tests::run(&service, &scan_frame(&[1, 2], false));
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].header.result_code, 11);
+}
+
+fn key_digest(key: &str) -> citrine_types::Digest {
+    crate::batch::tests::digest("demo", key)
+}
+
+fn sorted(pids: &[u16]) -> Vec<u16> {
+    let mut pids = pids.to_vec();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
