@@ -1443,12 +1443,13 @@ fn resolve_device(
     else {
         return Ok(());
     };
-    let paths = device_paths(file, files, devices, place)?;
+    let (paths, shadows) = split_shadows(device_paths(file, files, devices, place)?, place)?;
     let mut engine = citrine_service::config::DeviceConfig::new(
         &config.name,
         paths,
         filesize.map_or(1 << 30, |Size(bytes)| bytes),
     );
+    engine.shadows = shadows;
     device_block_sizes(&mut engine, *write_block_size, place)?;
     let flush_max_ms = flush_max_ms.unwrap_or(1000);
     if !(1..=60_000).contains(&flush_max_ms) {
@@ -1485,6 +1486,50 @@ fn resolve_device(
         index_image,
     };
     Ok(())
+}
+
+/// Each configured device entry is a path, or as the reference's
+/// `device PRIMARY SHADOW` line two paths separated by white space: the
+/// device and its shadow (every write also goes to the shadow; a blank
+/// device is rebuilt from it at start). Answers the devices and, when any
+/// has one, every device's shadow; no path may appear twice.
+fn split_shadows(
+    entries: Vec<PathBuf>,
+    place: &str,
+) -> Result<(Vec<PathBuf>, Vec<Option<PathBuf>>), ConfigError> {
+    let mut paths = Vec::with_capacity(entries.len());
+    let mut shadows = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let text = entry.to_string_lossy().into_owned();
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        match parts.as_slice() {
+            [_] => {
+                paths.push(entry);
+                shadows.push(None);
+            }
+            [primary, shadow] => {
+                paths.push(PathBuf::from(primary));
+                shadows.push(Some(PathBuf::from(shadow)));
+            }
+            _ => {
+                return Err(ConfigError(format!(
+                    "{place}: storage-engine device {text:?} must be a path, or a path and its shadow's"
+                )))
+            }
+        }
+    }
+    let mut seen: Vec<&PathBuf> = paths.iter().chain(shadows.iter().flatten()).collect();
+    seen.sort();
+    if let Some(twice) = seen.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(ConfigError(format!(
+            "{place}: storage-engine lists {} twice",
+            twice[0].display()
+        )));
+    }
+    if shadows.iter().all(Option::is_none) {
+        shadows.clear();
+    }
+    Ok((paths, shadows))
 }
 
 /// A device engine's paths, `file` then `files` then `devices`: at least
@@ -1650,7 +1695,11 @@ fn place_device_files(namespace: &mut NamespaceConfig, work_directory: Option<&P
         ..
     } = &mut namespace.storage_engine
     {
-        for path in &mut engine.paths {
+        for path in engine
+            .paths
+            .iter_mut()
+            .chain(engine.shadows.iter_mut().flatten())
+        {
             if path.is_relative() {
                 *path = directory.join(&*path);
             }
@@ -1957,6 +2006,48 @@ mod tests {
             "{}",
             bad_block.0
         );
+    }
+
+    #[test]
+    fn a_device_entry_may_name_its_shadow_as_the_references_line_does() {
+        let text = "[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfiles = [\"a.dat /net/a-shadow.dat\", \"b.dat\"]\nfilesize = \"64M\"\n";
+        let overrides = Overrides {
+            data_dir: Some(PathBuf::from("/data")),
+            ..Overrides::default()
+        };
+        let config = resolve(
+            parse_text(text, "t.toml").expect("parses"),
+            "t.toml",
+            &overrides,
+        )
+        .expect("valid");
+        let StorageEngineConfig::Device { engine, .. } =
+            &config.service.namespaces[0].storage_engine
+        else {
+            panic!("not a device namespace");
+        };
+        assert_eq!(
+            engine.paths,
+            [PathBuf::from("/data/a.dat"), PathBuf::from("/data/b.dat")]
+        );
+        assert_eq!(
+            engine.shadows,
+            [Some(PathBuf::from("/net/a-shadow.dat")), None]
+        );
+        let device = |entry: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfiles = [{entry}]\n"))
+        };
+        let three = device("\"a b c\"").expect_err("three paths");
+        assert!(three.0.contains("a path and its shadow"), "{}", three.0);
+        let twice = device("\"a b\", \"b\"").expect_err("a shadow also a device");
+        assert!(twice.0.contains("lists b twice"), "{}", twice.0);
+        let plain = device("\"a\"").expect("no shadow");
+        let StorageEngineConfig::Device { engine, .. } =
+            &plain.service.namespaces[0].storage_engine
+        else {
+            panic!("not a device namespace");
+        };
+        assert!(engine.shadows.is_empty());
     }
 
     #[test]

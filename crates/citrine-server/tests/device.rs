@@ -661,3 +661,33 @@ fn secondary_indexes_survive_fast_and_cold_restarts() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_lost_device_is_rebuilt_from_its_shadow_after_kill_9() {
+    let dir = temp_dir("shadow");
+    let config = write_config(&dir, "file = \"test.dat shadow/test-shadow.dat\"\nfilesize = \"4M\"\nwrite-block-size = \"64K\"\ncommit-to-device = true");
+    let port = free_port();
+    let node = Node::start(&config, &dir, port, 1);
+    let mut stream = connect(port);
+    for key in 0..300 {
+        assert_eq!(put(&mut stream, &format!("s{key}"), key, 0).unwrap(), 0);
+    }
+    drop(stream);
+    assert_no_anomaly(&node.kill());
+    // The device is lost; its shadow (another directory, as another disk
+    // would be) is left.
+    std::fs::remove_file(dir.join("test.dat")).unwrap();
+    let node = Node::start(&config, &dir, port, 2);
+    let mut stream = connect(port);
+    for key in 0..300 {
+        assert_eq!(get(&mut stream, &format!("s{key}")), Some(key), "s{key}");
+    }
+    drop(stream);
+    let log = node.kill();
+    assert!(
+        log.contains("rebuilt a blank device from its shadow"),
+        "{log}"
+    );
+    assert_no_anomaly(&log);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -118,6 +118,11 @@ pub struct DeviceConfig {
     /// Seconds after which an index checkpoint is written even if few
     /// blocks were sealed since the last one (0: no checkpoints).
     pub checkpoint_period_s: u32,
+    /// Each device's shadow (paper 001 §5.1: every write also goes there,
+    /// reads never do; a blank device is rebuilt from it at open): empty
+    /// for none, else one entry per path. Simulated media take a shadow's
+    /// disk at index `paths.len() + i`.
+    pub shadows: Vec<Option<PathBuf>>,
 }
 
 impl DeviceConfig {
@@ -136,6 +141,7 @@ impl DeviceConfig {
             media: Media::Files,
             compression: Compression::default(),
             checkpoint_period_s: 60,
+            shadows: Vec::new(),
         }
     }
 }
@@ -334,14 +340,18 @@ impl DeviceEngine {
         }
         let count = config.paths.len();
         let mut opened = Vec::with_capacity(count);
+        if !config.shadows.is_empty() && config.shadows.len() != count {
+            return Err(
+                "a device namespace's shadows must pair one to one with its devices".into(),
+            );
+        }
         for (index, path) in config.paths.iter().enumerate() {
-            let io = DeviceIo::open(&config.media, index, path, config.file_size, config.io_mode)
-                .map_err(|error| format!("cannot open device {}: {error}", path.display()))?;
-            let bytes = io
-                .read_at(0, format::DEVICE_HEADER_BYTES)
-                .map_err(|error| format!("cannot read device {}: {error}", path.display()))?;
-            let header = format::DeviceHeader::decode(&bytes)
-                .map_err(|why| format!("device {}: {why}", path.display()))?;
+            let (io, header) = Self::open_medium(&config, index, path)?;
+            let shadow = config.shadows.get(index).and_then(Option::as_ref);
+            let (io, header) = match shadow {
+                Some(shadow) => Self::pair_shadow(&config, (io, header), (count + index, shadow))?,
+                None => (io, header),
+            };
             opened.push((io, path.display().to_string(), header));
         }
         let instance_id = match opened.iter().find_map(|(_, _, header)| header.as_ref()) {
@@ -374,6 +384,61 @@ impl DeviceEngine {
             stats: DeviceStats::default(),
             compression_stats: CompressionStats::default(),
         })
+    }
+
+    /// Opens medium `index` of the configuration's media (a device, or a
+    /// shadow at `count + index`) at `path` and reads its header.
+    fn open_medium(
+        config: &DeviceConfig,
+        index: usize,
+        path: &std::path::Path,
+    ) -> Result<(DeviceIo, Option<format::DeviceHeader>), String> {
+        let io = DeviceIo::open(&config.media, index, path, config.file_size, config.io_mode)
+            .map_err(|error| format!("cannot open device {}: {error}", path.display()))?;
+        let bytes = io
+            .read_at(0, format::DEVICE_HEADER_BYTES)
+            .map_err(|error| format!("cannot read device {}: {error}", path.display()))?;
+        let header = format::DeviceHeader::decode(&bytes)
+            .map_err(|why| format!("device {}: {why}", path.display()))?;
+        Ok((io, header))
+    }
+
+    /// Pairs an opened device with its shadow (medium `media_index` at
+    /// `path`), leveling them first (see [`io::shadow`]): a blank primary
+    /// is rebuilt from a formatted shadow, a blank shadow filled from a
+    /// formatted primary; two formatted sides must be the same device.
+    /// Answers the pair and the device's header.
+    fn pair_shadow(
+        config: &DeviceConfig,
+        (primary, header): (DeviceIo, Option<format::DeviceHeader>),
+        (media_index, path): (usize, &std::path::Path),
+    ) -> Result<(DeviceIo, Option<format::DeviceHeader>), String> {
+        let (shadow, shadow_header) = Self::open_medium(config, media_index, path)?;
+        if let (Some(mine), Some(theirs)) = (&header, &shadow_header) {
+            if (mine.instance_id, mine.device_index) != (theirs.instance_id, theirs.device_index) {
+                return Err(format!(
+                    "shadow {} holds another device (instance {:x}, device {}) than its primary (instance {:x}, device {}): erase the shadow to have it filled again",
+                    path.display(), theirs.instance_id, theirs.device_index, mine.instance_id, mine.device_index
+                ));
+            }
+        }
+        let used = header
+            .as_ref()
+            .or(shadow_header.as_ref())
+            .map_or(0, |h| h.device_bytes);
+        let formatted = (header.is_some(), shadow_header.is_some());
+        let (pair, leveled) = io::shadow::pair(primary, shadow, formatted, used)
+            .map_err(|error| format!("shadow {}: {error}", path.display()))?;
+        match leveled {
+            io::Leveled::FromShadow => {
+                tracing::warn!(namespace = %config.namespace, shadow = %path.display(), bytes = used, "rebuilt a blank device from its shadow")
+            }
+            io::Leveled::FromPrimary => {
+                tracing::info!(namespace = %config.namespace, shadow = %path.display(), bytes = used, "filled a blank shadow from its device")
+            }
+            io::Leveled::Already => {}
+        }
+        Ok((DeviceIo::Shadowed(Box::new(pair)), header.or(shadow_header)))
     }
 
     /// Checks a formatted device's header against the configuration and
@@ -1546,5 +1611,7 @@ mod checkpoint_tests;
 mod compress_tests;
 #[cfg(test)]
 mod fault_tests;
+#[cfg(test)]
+mod shadow_tests;
 #[cfg(test)]
 mod tests;

@@ -3,13 +3,15 @@
 //! writes, syncs, its size — goes through [`BlockIo`]; nothing else in the
 //! engine opens, reads, writes or syncs a device.
 //!
-//! Two media implement it:
+//! Three media implement it:
 //! - [`DeviceFile`] ([`file`]): a regular file or a raw block device,
 //!   through the page cache (`pread`/`pwrite`, `fdatasync`) or `O_DIRECT`;
 //! - [`SimDisk`] ([`sim`]): a faulty disk in memory for tests and the
 //!   simulator. It keeps written-but-unsynced bytes apart from synced ones,
 //!   loses (or tears) the unsynced ones at a simulated power cut, and fails
-//!   chosen operations, all deterministically from a seed.
+//!   chosen operations, all deterministically from a seed;
+//! - [`Shadowed`] ([`shadow`]): either of the two paired with a shadow
+//!   that takes every write (paper 001 §5.1).
 //!
 //! The engine holds a [`DeviceIo`], an enum over the two: every call is a
 //! match and a direct (inlinable) call, with no allocation and no virtual
@@ -28,9 +30,11 @@
 //! writing, see the sticky failed state in [`super`]).
 
 pub mod file;
+pub mod shadow;
 pub mod sim;
 
 pub use file::DeviceFile;
+pub use shadow::{Leveled, Shadowed};
 pub use sim::{Fault, IoOp, PowerCut, SimDisk, Trigger};
 
 use std::path::Path;
@@ -115,6 +119,9 @@ pub enum Media {
 pub enum DeviceIo {
     File(DeviceFile),
     Simulated(SimDisk),
+    /// A primary with its shadow ([`shadow`]): writes to both, reads from
+    /// the primary.
+    Shadowed(Box<Shadowed>),
 }
 
 impl DeviceIo {
@@ -146,6 +153,7 @@ impl BlockIo for DeviceIo {
         match self {
             DeviceIo::File(file) => file.read_at(offset, len),
             DeviceIo::Simulated(disk) => disk.read_at(offset, len),
+            DeviceIo::Shadowed(pair) => pair.read_at(offset, len),
         }
     }
 
@@ -154,6 +162,7 @@ impl BlockIo for DeviceIo {
         match self {
             DeviceIo::File(file) => file.write_at(offset, bytes),
             DeviceIo::Simulated(disk) => disk.write_at(offset, bytes),
+            DeviceIo::Shadowed(pair) => pair.write_at(offset, bytes),
         }
     }
 
@@ -162,6 +171,7 @@ impl BlockIo for DeviceIo {
         match self {
             DeviceIo::File(file) => file.sync(),
             DeviceIo::Simulated(disk) => disk.sync(),
+            DeviceIo::Shadowed(pair) => pair.sync(),
         }
     }
 
@@ -170,6 +180,7 @@ impl BlockIo for DeviceIo {
         match self {
             DeviceIo::File(file) => file.size(),
             DeviceIo::Simulated(disk) => disk.size(),
+            DeviceIo::Shadowed(pair) => pair.size(),
         }
     }
 
@@ -178,6 +189,7 @@ impl BlockIo for DeviceIo {
         match self {
             DeviceIo::File(file) => file.mode(),
             DeviceIo::Simulated(disk) => disk.mode(),
+            DeviceIo::Shadowed(pair) => pair.mode(),
         }
     }
 }
