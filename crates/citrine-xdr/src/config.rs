@@ -23,7 +23,6 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("bin-policy", "all"),
     ("ship-bin-luts", "false"),
     ("enable-compression", "false"),
-    ("forward", "false"),
     ("transaction-queue-limit", ""),
     ("remote-namespace", ""),
     ("write-policy", "auto"),
@@ -54,6 +53,9 @@ pub struct NamespaceSettings {
     pub hot_key_ms: u64,
     /// `max-throughput`: records shipped a second, at most.
     pub max_throughput: u64,
+    /// `forward`: also ship the records that arrived here by XDR (for
+    /// chains); off, only the writes made at this site are shipped.
+    pub forward: bool,
 }
 
 impl Default for NamespaceSettings {
@@ -65,6 +67,7 @@ impl Default for NamespaceSettings {
             delay_ms: 0,
             hot_key_ms: 100,
             max_throughput: 100_000,
+            forward: false,
         }
     }
 }
@@ -88,6 +91,7 @@ impl NamespaceSettings {
             "delay-ms" => self.delay_ms = bounded(name, value, MAX_DELAY_MS)?,
             "hot-key-ms" => self.hot_key_ms = bounded(name, value, MAX_DELAY_MS)?,
             "max-throughput" => self.max_throughput = throughput(value)?,
+            "forward" => self.forward = boolean(name, value)?,
             _ => return refuse(name, value),
         }
         Ok(())
@@ -304,7 +308,8 @@ mod tests {
             ("bin-policy", "only-changed"),
         ]);
         assert!(refused.is_err_and(|e| e.contains("bin-policy")));
-        assert!(parse(&[("dc", "dcb"), ("namespace", "test"), ("forward", "false")]).is_ok());
+        assert!(parse(&[("dc", "dcb"), ("namespace", "test"), ("forward", "true")]).is_ok());
+        assert!(parse(&[("dc", "dcb"), ("namespace", "test"), ("forward", "yes")]).is_err());
         assert!(parse(&[("dc", "dcb"), ("namespace", "test"), ("nonsense", "1")]).is_err());
     }
 

@@ -65,6 +65,11 @@ pub(crate) fn delete(
         durable,
         shipped_lut.is_some(),
     );
+    if let Some(lut_ms) = shipped_lut {
+        namespace
+            .xdr_arrivals
+            .note(request.digest.partition(), lut_ms);
+    }
     drop(partition);
     namespace
         .stats

@@ -548,6 +548,11 @@ fn decide(
             .unwrap_or_else(|| namespace.version_lut_ms(record_set, now.unix_ms)),
         xdr_write: shipped_lut.is_some(),
     };
+    if let Some(lut_ms) = shipped_lut {
+        namespace
+            .xdr_arrivals
+            .note(request.digest.partition(), lut_ms);
+    }
     Ok(WriteOutcome::Store {
         meta,
         body,

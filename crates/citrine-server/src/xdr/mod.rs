@@ -17,16 +17,19 @@
 //!
 //! Not yet: LSTs do not move with partition migrations (a new master
 //! starts from its own file, or from the time the namespace was added);
-//! acting masters during migrations do not ship; a record that arrived by
-//! XDR carries no mark, so in active-active it is shipped back once when
-//! this node's LST for its partition is still behind its LUT (the origin
-//! answers 28 and it stops there: no loop), and `forward` is refused;
+//! acting masters during migrations do not ship; the mark of a record that
+//! arrived by XDR (`xdr_write`, which keeps it from being shipped back) is
+//! not carried by replica writes, migrations or the device, so such a copy
+//! ships as a client's write would (once back to its origin, which answers
+//! 28: no loop); the filter expression is not kept across a restart;
 //! an idle partition is rescanned every 200 ms per DC and namespace, a
 //! walk of its whole index.
 
 pub mod config;
 pub mod run;
 
+use base64::Engine as _;
+use citrine_data::filter::Expression;
 use citrine_service::{Service, XdrInfo};
 use citrine_xdr::config::{Command, DcConfig, NamespaceSettings, Rewind};
 use citrine_xdr::{lst_file, Limits, Shipper};
@@ -47,6 +50,9 @@ pub struct Lane {
     pub latency_ms: u64,
     /// LSTs changed since the last save.
     pub dirty: bool,
+    /// The filter expression (`xdr-set-filter`): its base64 text and the
+    /// parsed form every shipped record must pass.
+    pub filter: Option<(String, Arc<Expression>)>,
 }
 
 /// A destination: its configuration and one lane per namespace.
@@ -162,6 +168,7 @@ impl Xdr {
                 throughput: 0,
                 latency_ms: 0,
                 dirty: true,
+                filter: None,
             },
         );
     }
@@ -256,6 +263,37 @@ impl Xdr {
     }
 }
 
+impl Xdr {
+    /// `xdr-set-filter`: parses `exp` (base64 of the expression's msgpack,
+    /// as the clients' `setXDRFilter` sends it; `null` removes the filter)
+    /// and sets it on the DC's namespace.
+    fn set_filter_of(&self, params: &[(&str, &str)]) -> Result<(), String> {
+        let get = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        let (Some(dc), Some(namespace), Some(exp)) = (get("dc"), get("namespace"), get("exp"))
+        else {
+            return Err("xdr-set-filter needs dc, namespace and exp".into());
+        };
+        let filter = match exp {
+            "null" => None,
+            text => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|_| "exp is not base64")?;
+                let parsed = citrine_data::filter::parse(&bytes)
+                    .map_err(|code| format!("exp is not a filter expression ({code:?})"))?;
+                Some((text.to_owned(), Arc::new(parsed)))
+            }
+        };
+        let mut state = self.lock();
+        let lane = dc_mut(&mut state, dc)?
+            .lanes
+            .get_mut(namespace)
+            .ok_or(format!("namespace {namespace} is not shipped to DC {dc}"))?;
+        lane.filter = filter;
+        Ok(())
+    }
+}
+
 fn dc_mut<'s>(state: &'s mut State, name: &str) -> Result<&'s mut Dc, String> {
     state
         .dcs
@@ -294,6 +332,13 @@ impl XdrInfo for Xdr {
         }
     }
 
+    fn set_filter(&self, params: &[(&str, &str)]) -> String {
+        match self.set_filter_of(params) {
+            Ok(()) => "ok".to_owned(),
+            Err(error) => format!("ERROR:4:{error}"),
+        }
+    }
+
     fn get_stats(&self, params: &[(&str, &str)]) -> String {
         let state = self.lock();
         let get = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
@@ -324,8 +369,9 @@ fn settings_pairs(settings: &NamespaceSettings) -> String {
             .join(",")
     };
     format!(
-        "delay-ms={};hot-key-ms={};ignore-set={};max-throughput={};ship-only-specified-sets={};ship-set={}",
+        "delay-ms={};forward={};hot-key-ms={};ignore-set={};max-throughput={};ship-only-specified-sets={};ship-set={}",
         settings.delay_ms,
+        settings.forward,
         settings.hot_key_ms,
         sets(&settings.ignore_sets),
         settings.max_throughput,

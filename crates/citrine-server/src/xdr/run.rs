@@ -18,6 +18,7 @@ use citrine_client::{
     Bin, Client, ClientConfig, Expiration, Key, Policy, UserKey, Value, WritePolicy,
 };
 use citrine_data::copy::ReplicaWrite;
+use citrine_data::filter::Expression;
 use citrine_service::Service;
 use citrine_types::{Digest, PartitionId, PARTITIONS};
 use citrine_xdr::{Candidate, NamespaceSettings, Outcome, Scan, Ship};
@@ -139,6 +140,7 @@ fn turn(
     let service = xdr.service();
     let now_ms = service.now().unix_ms;
     slots.retain(|name, _| state.dcs.contains_key(name));
+    rewind_for_arrivals(service, state);
     for (name, dc) in &mut state.dcs {
         let client = client_of(name, dc, slots, events);
         for (namespace, lane) in &mut dc.lanes {
@@ -154,6 +156,7 @@ fn turn(
                 let task = ShipTask {
                     service: Arc::clone(service),
                     client: Arc::clone(client),
+                    filter: lane.filter.as_ref().map(|(_, filter)| Arc::clone(filter)),
                     dc: name.clone(),
                     namespace: namespace.clone(),
                     ship,
@@ -162,6 +165,29 @@ fn turn(
             }
             if !lane.shipper.take_lst_changes().is_empty() {
                 lane.dirty = true;
+            }
+        }
+    }
+}
+
+/// Takes where writes shipped here landed since the last turn (each
+/// namespace's once) and has every lane that forwards scan those
+/// partitions again from the oldest such LUT: a shipped write keeps its
+/// source's LUT, which its scan may have passed already.
+fn rewind_for_arrivals(service: &Service, state: &mut State) {
+    let mut taken: HashMap<String, Vec<(u16, u64)>> = HashMap::new();
+    for dc in state.dcs.values_mut() {
+        for (namespace, lane) in &mut dc.lanes {
+            let arrivals = taken.entry(namespace.clone()).or_insert_with(|| {
+                service
+                    .namespace(namespace.as_bytes())
+                    .map(|space| space.xdr_arrivals.take())
+                    .unwrap_or_default()
+            });
+            if lane.shipper.settings().forward {
+                for &(partition, lut_ms) in arrivals.iter() {
+                    lane.shipper.rewind_partition(partition, lut_ms);
+                }
             }
         }
     }
@@ -247,7 +273,8 @@ fn scan_due(service: &Service, namespace: &str, lane: &mut Lane, now_ms: u64) {
 }
 
 /// The records and tombstones of the scanned window whose sets are
-/// shipped, and how many others were filtered out.
+/// shipped, and how many others were filtered out. Records and deletes
+/// that arrived by XDR are left out unless the DC forwards.
 fn scan_partition(
     namespace: &citrine_data::namespace::Namespace,
     scan: Scan,
@@ -267,13 +294,21 @@ fn scan_partition(
     let (mut records, mut filtered) = (Vec::new(), 0);
     let live = index.iter().map(|(digest, entry)| {
         let meta = entry.meta();
-        (*digest, meta.last_update_ms, meta.set_id)
+        (*digest, meta.last_update_ms, meta.set_id, meta.xdr_write)
     });
-    let deleted = index
-        .tombstones()
-        .map(|(digest, tombstone)| (*digest, tombstone.last_update_ms, tombstone.set_id));
-    for (digest, lut_ms, set_id) in live.chain(deleted) {
-        if !in_window(lut_ms) {
+    let deleted = index.tombstones().map(|(digest, tombstone)| {
+        let tombstone = *tombstone;
+        (
+            *digest,
+            tombstone.last_update_ms,
+            tombstone.set_id,
+            tombstone.xdr_write,
+        )
+    });
+    for (digest, lut_ms, set_id, xdr_write) in live.chain(deleted) {
+        // What came here by XDR goes on only where `forward` is on (so
+        // active-active sites never ship each other's writes back).
+        if !in_window(lut_ms) || (xdr_write && !settings.forward) {
             continue;
         }
         if admits(set_id) {
@@ -292,6 +327,8 @@ struct ShipTask {
     dc: String,
     namespace: String,
     ship: Ship,
+    /// The DC's filter expression: a record it rejects is not shipped.
+    filter: Option<Arc<Expression>>,
 }
 
 impl ShipTask {
@@ -314,6 +351,9 @@ impl ShipTask {
             return Outcome::NotFound;
         };
         let now = self.service.now();
+        if !self.passes(&copy, now) {
+            return Outcome::Filtered;
+        }
         let set = String::from_utf8_lossy(&copy.set_name).into_owned();
         let mut key = Key::from_digest(&self.namespace, set, Digest(copy.digest.0));
         let mut policy = ship_policy();
@@ -346,6 +386,19 @@ impl ShipTask {
             }
         };
         outcome_of(result, copy.last_update_ms)
+    }
+
+    /// Whether the DC's filter (if any) lets the record go. A delete has
+    /// no bins to judge: it is shipped.
+    fn passes(&self, copy: &ReplicaWrite, now: citrine_data::Now) -> bool {
+        let (Some(filter), Some(_)) = (&self.filter, &copy.body) else {
+            return true;
+        };
+        self.service
+            .namespace(self.namespace.as_bytes())
+            .is_some_and(|namespace| {
+                citrine_data::filter::copy_passes(namespace, copy, filter, now)
+            })
     }
 
     fn read(&self) -> Option<ReplicaWrite> {
