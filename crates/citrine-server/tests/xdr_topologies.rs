@@ -13,6 +13,9 @@
 //!   C has passed already (B must scan them again).
 //! - A filter expression (`xdr-set-filter`) ships only the records it
 //!   selects; each record it rejects counts in `filtered_out`.
+//! - `enable-compression`: records at or past `compression-threshold`
+//!   travel compressed and arrive whole; `uncompressed_pct` and
+//!   `compression_ratio` say how many and how much.
 
 mod common;
 
@@ -214,5 +217,46 @@ fn a_filter_expression_ships_only_what_it_selects() {
     assert!(
         wait_for_values(&b, &even, limit).is_some(),
         "without the filter every record ships"
+    );
+}
+
+#[test]
+fn compressed_shipping_delivers_records_whole() {
+    let (mut a, mut b) = (Node::new(0), Node::new(1));
+    a.start_seeds(&[]);
+    b.start_seeds(&[]);
+    link(&a, "dcb", &b, &[("enable-compression", "true")]);
+    let mut expected = records("short", 40);
+    let long: Vec<(String, String)> = (0..40)
+        .map(|n| (format!("long{n}"), format!("{n:04}").repeat(250)))
+        .collect();
+    expected.extend(long.iter().cloned());
+    write_all(&mut a.connect(), &expected);
+    let limit = Duration::from_secs(10);
+    let arrived = wait_for_values(&b, &expected, limit);
+    assert!(
+        arrived.is_some(),
+        "missing on B: {:?}",
+        missing(&b, &expected)
+    );
+    wait_until_quiet(&[(&a, "dcb")], Duration::from_millis(1000), limit);
+    let stats = xdr_stats(&a, "dcb");
+    eprintln!("{stats}");
+    let field = |name: &str| -> f64 {
+        stats
+            .split(';')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {stats}"))
+    };
+    assert_eq!(
+        field("uncompressed_pct"),
+        50.0,
+        "the short half sent uncompressed"
+    );
+    let ratio = field("compression_ratio");
+    assert!(
+        ratio > 0.0 && ratio < 0.2,
+        "1 000 repetitive bytes shrink: {stats}"
     );
 }

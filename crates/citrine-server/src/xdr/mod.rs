@@ -53,6 +53,55 @@ pub struct Lane {
     /// The filter expression (`xdr-set-filter`): its base64 text and the
     /// parsed form every shipped record must pass.
     pub filter: Option<(String, Arc<Expression>)>,
+    /// Records' writes sent, compressed or not.
+    pub wire: Wire,
+}
+
+/// What the records' writes of a lane cost on the wire
+/// (`uncompressed_pct`, `compression_ratio`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wire {
+    pub uncompressed: u64,
+    pub compressed: u64,
+    /// Bytes of the compressed ones, before and after compression.
+    pub original_bytes: u64,
+    pub sent_bytes: u64,
+}
+
+impl Wire {
+    pub fn count(&mut self, compressed: bool, original: usize, sent: usize) {
+        if compressed {
+            self.compressed += 1;
+            self.original_bytes += original as u64;
+            self.sent_bytes += sent as u64;
+        } else {
+            self.uncompressed += 1;
+        }
+    }
+
+    fn add(&mut self, other: &Wire) {
+        self.uncompressed += other.uncompressed;
+        self.compressed += other.compressed;
+        self.original_bytes += other.original_bytes;
+        self.sent_bytes += other.sent_bytes;
+    }
+
+    /// Percentage of the writes sent uncompressed (100 before any).
+    fn uncompressed_pct(&self) -> f64 {
+        match self.uncompressed + self.compressed {
+            0 => 100.0,
+            all => self.uncompressed as f64 * 100.0 / all as f64,
+        }
+    }
+
+    /// Bytes sent over bytes before compression, of the compressed ones
+    /// (1 before any).
+    fn compression_ratio(&self) -> f64 {
+        match self.original_bytes {
+            0 => 1.0,
+            original => self.sent_bytes as f64 / original as f64,
+        }
+    }
 }
 
 /// A destination: its configuration and one lane per namespace.
@@ -169,6 +218,7 @@ impl Xdr {
                 latency_ms: 0,
                 dirty: true,
                 filter: None,
+                wire: Wire::default(),
             },
         );
     }
@@ -369,8 +419,11 @@ fn settings_pairs(settings: &NamespaceSettings) -> String {
             .join(",")
     };
     format!(
-        "delay-ms={};forward={};hot-key-ms={};ignore-set={};max-throughput={};ship-only-specified-sets={};ship-set={}",
+        "compression-level={};compression-threshold={};delay-ms={};enable-compression={};forward={};hot-key-ms={};ignore-set={};max-throughput={};ship-only-specified-sets={};ship-set={}",
+        settings.compression_level,
+        settings.compression_threshold,
         settings.delay_ms,
+        settings.enable_compression,
         settings.forward,
         settings.hot_key_ms,
         sets(&settings.ignore_sets),
@@ -385,7 +438,9 @@ fn stats_answer(lanes: &[&Lane], now_ms: u64, lap_us: u64) -> String {
     let mut sum = citrine_xdr::Counters::default();
     let (mut lag_ms, mut in_queue, mut in_progress, mut pending) = (0, 0, 0, 0);
     let (mut throughput, mut latency_weighted) = (0, 0);
+    let mut wire = Wire::default();
     for lane in lanes {
+        wire.add(&lane.wire);
         let shipper = &lane.shipper;
         let counters = shipper.counters();
         sum.success += counters.success;
@@ -407,7 +462,7 @@ fn stats_answer(lanes: &[&Lane], now_ms: u64, lap_us: u64) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "lag={};in_queue={in_queue};in_progress={in_progress};success={};abandoned={};not_found={};filtered_out={};retry_conn_reset={};retry_dest={};recoveries={};recoveries_pending={pending};hot_keys={};uncompressed_pct=100.000;compression_ratio=1.000;throughput={throughput};latency_ms={latency_ms};lap_us={lap_us}",
+        "lag={};in_queue={in_queue};in_progress={in_progress};success={};abandoned={};not_found={};filtered_out={};retry_conn_reset={};retry_dest={};recoveries={};recoveries_pending={pending};hot_keys={};uncompressed_pct={:.3};compression_ratio={:.3};throughput={throughput};latency_ms={latency_ms};lap_us={lap_us}",
         lag_ms / 1000,
         sum.success,
         sum.abandoned,
@@ -417,6 +472,8 @@ fn stats_answer(lanes: &[&Lane], now_ms: u64, lap_us: u64) -> String {
         sum.retry_dest,
         sum.recoveries,
         sum.hot_keys,
+        wire.uncompressed_pct(),
+        wire.compression_ratio(),
     );
     out
 }

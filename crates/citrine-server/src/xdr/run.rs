@@ -14,6 +14,7 @@
 //! so nothing is lost).
 
 use super::{Dc, Lane, State, Xdr};
+use citrine_client::xdr::Compression;
 use citrine_client::{
     Bin, Client, ClientConfig, Expiration, Key, Policy, UserKey, Value, WritePolicy,
 };
@@ -35,6 +36,9 @@ struct Ack {
     id: u64,
     outcome: Outcome,
     latency_ms: u64,
+    /// A record's write that was sent: whether compressed, and its bytes
+    /// before and after.
+    wire: Option<(bool, usize, usize)>,
 }
 
 /// A DC's client, by the `nodes_generation` it was made for.
@@ -113,6 +117,9 @@ fn handle(state: &mut State, slots: &mut HashMap<String, Slot>, event: Event, no
                     lane.second_count += 1;
                     lane.second_latency_ms += ack.latency_ms;
                 }
+                if let Some((compressed, original, sent)) = ack.wire {
+                    lane.wire.count(compressed, original, sent);
+                }
                 lane.shipper.ack(ack.id, ack.outcome, now_ms);
             }
         }
@@ -157,6 +164,7 @@ fn turn(
                     service: Arc::clone(service),
                     client: Arc::clone(client),
                     filter: lane.filter.as_ref().map(|(_, filter)| Arc::clone(filter)),
+                    compression: compression_of(lane.shipper.settings()),
                     dc: name.clone(),
                     namespace: namespace.clone(),
                     ship,
@@ -329,34 +337,39 @@ struct ShipTask {
     ship: Ship,
     /// The DC's filter expression: a record it rejects is not shipped.
     filter: Option<Arc<Expression>>,
+    /// `enable-compression`'s level and threshold, when on.
+    compression: Option<Compression>,
 }
 
 impl ShipTask {
     async fn run(self, events: UnboundedSender<Event>) {
         let started = Instant::now();
-        let outcome = self.send().await;
+        let (outcome, wire) = self.send().await;
         let _ = events.send(Event::Ack(Ack {
             dc: self.dc,
             namespace: self.namespace,
             id: self.ship.id,
             outcome,
             latency_ms: started.elapsed().as_millis() as u64,
+            wire,
         }));
     }
 
     /// Reads the record's current state and sends it: a replace, or a
-    /// durable delete for a tombstone.
-    async fn send(&self) -> Outcome {
+    /// durable delete for a tombstone. With the record's write: whether it
+    /// went compressed, and its bytes before and after.
+    async fn send(&self) -> (Outcome, Option<(bool, usize, usize)>) {
         let Some(copy) = self.read() else {
-            return Outcome::NotFound;
+            return (Outcome::NotFound, None);
         };
         let now = self.service.now();
         if !self.passes(&copy, now) {
-            return Outcome::Filtered;
+            return (Outcome::Filtered, None);
         }
         let set = String::from_utf8_lossy(&copy.set_name).into_owned();
         let mut key = Key::from_digest(&self.namespace, set, Digest(copy.digest.0));
         let mut policy = ship_policy();
+        let mut wire = None;
         let result = match &copy.body {
             None => {
                 self.client
@@ -365,10 +378,10 @@ impl ShipTask {
             }
             Some(body) => {
                 let Some((user_key, bins)) = decode_body(body) else {
-                    return Outcome::Abandoned;
+                    return (Outcome::Abandoned, None);
                 };
                 if copy.void_time != 0 && copy.void_time < now.citrusleaf_seconds {
-                    return Outcome::NotFound;
+                    return (Outcome::NotFound, None);
                 }
                 // Live through its void time's second: at least 1 s left
                 // (0 would ask for the destination's default TTL).
@@ -380,12 +393,21 @@ impl ShipTask {
                 };
                 policy.base.send_key = user_key.is_some();
                 key.user_key = user_key;
-                self.client
-                    .xdr_put(&policy, &key, &bins, copy.last_update_ms)
-                    .await
+                let put = self
+                    .client
+                    .xdr_put_with(&policy, &key, &bins, copy.last_update_ms, self.compression)
+                    .await;
+                put.map(|shipped| {
+                    wire = Some((
+                        shipped.compressed,
+                        shipped.original_bytes,
+                        shipped.sent_bytes,
+                    ));
+                    shipped.result_code
+                })
             }
         };
-        outcome_of(result, copy.last_update_ms)
+        (outcome_of(result, copy.last_update_ms), wire)
     }
 
     /// Whether the DC's filter (if any) lets the record go. A delete has
@@ -408,6 +430,14 @@ impl ShipTask {
         // A marker without a generation: neither record nor tombstone.
         (copy.body.is_some() || copy.generation != 0).then_some(copy)
     }
+}
+
+/// The namespace's `enable-compression` settings, when on.
+fn compression_of(settings: &NamespaceSettings) -> Option<Compression> {
+    settings.enable_compression.then(|| Compression {
+        level: settings.compression_level,
+        threshold: usize::try_from(settings.compression_threshold).unwrap_or(usize::MAX),
+    })
 }
 
 fn ship_policy() -> WritePolicy {
