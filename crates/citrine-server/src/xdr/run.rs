@@ -36,10 +36,12 @@ struct Ack {
     id: u64,
     outcome: Outcome,
     latency_ms: u64,
-    /// A record's write that was sent: whether compressed, and its bytes
-    /// before and after.
-    wire: Option<(bool, usize, usize)>,
+    wire: Option<WireBytes>,
 }
+
+/// A record's write that was sent: whether compressed, and its bytes
+/// before and after.
+type WireBytes = (bool, usize, usize);
 
 /// A DC's client, by the `nodes_generation` it was made for.
 enum Slot {
@@ -358,7 +360,7 @@ impl ShipTask {
     /// Reads the record's current state and sends it: a replace, or a
     /// durable delete for a tombstone. With the record's write: whether it
     /// went compressed, and its bytes before and after.
-    async fn send(&self) -> (Outcome, Option<(bool, usize, usize)>) {
+    async fn send(&self) -> (Outcome, Option<WireBytes>) {
         let Some(copy) = self.read() else {
             return (Outcome::NotFound, None);
         };
@@ -367,47 +369,57 @@ impl ShipTask {
             return (Outcome::Filtered, None);
         }
         let set = String::from_utf8_lossy(&copy.set_name).into_owned();
-        let mut key = Key::from_digest(&self.namespace, set, Digest(copy.digest.0));
-        let mut policy = ship_policy();
-        let mut wire = None;
-        let result = match &copy.body {
+        let key = Key::from_digest(&self.namespace, set, Digest(copy.digest.0));
+        let (result, wire) = match &copy.body {
             None => {
-                self.client
-                    .xdr_delete(&policy, &key, copy.last_update_ms)
-                    .await
+                let policy = ship_policy();
+                let delete = self.client.xdr_delete(&policy, &key, copy.last_update_ms);
+                (delete.await, None)
             }
-            Some(body) => {
-                let Some((user_key, bins)) = decode_body(body) else {
-                    return (Outcome::Abandoned, None);
-                };
-                if copy.void_time != 0 && copy.void_time < now.citrusleaf_seconds {
-                    return (Outcome::NotFound, None);
-                }
-                // Live through its void time's second: at least 1 s left
-                // (0 would ask for the destination's default TTL).
-                policy.expiration = match copy.void_time {
-                    0 => Expiration::Never,
-                    void_time => {
-                        Expiration::Seconds(void_time.saturating_sub(now.citrusleaf_seconds).max(1))
-                    }
-                };
-                policy.base.send_key = user_key.is_some();
-                key.user_key = user_key;
-                let put = self
-                    .client
-                    .xdr_put_with(&policy, &key, &bins, copy.last_update_ms, self.compression)
-                    .await;
-                put.map(|shipped| {
-                    wire = Some((
-                        shipped.compressed,
-                        shipped.original_bytes,
-                        shipped.sent_bytes,
-                    ));
-                    shipped.result_code
-                })
-            }
+            Some(body) => match self.put(&copy, body, key, now).await {
+                Ok(sent) => sent,
+                Err(outcome) => return (outcome, None),
+            },
         };
         (outcome_of(result, copy.last_update_ms), wire)
+    }
+
+    /// Sends a record's write, live through its void time and compressed
+    /// as the DC asks; `Err` with the outcome of a record not to send (its
+    /// body unreadable, or expired since it was read).
+    async fn put(
+        &self,
+        copy: &ReplicaWrite,
+        body: &[u8],
+        mut key: Key,
+        now: citrine_data::Now,
+    ) -> Result<(citrine_client::Result<u8>, Option<WireBytes>), Outcome> {
+        let (user_key, bins) = decode_body(body).ok_or(Outcome::Abandoned)?;
+        if copy.void_time != 0 && copy.void_time < now.citrusleaf_seconds {
+            return Err(Outcome::NotFound);
+        }
+        let mut policy = ship_policy();
+        // Live through its void time's second: at least 1 s left (0 would
+        // ask for the destination's default TTL).
+        policy.expiration = match copy.void_time {
+            0 => Expiration::Never,
+            void_time => {
+                Expiration::Seconds(void_time.saturating_sub(now.citrusleaf_seconds).max(1))
+            }
+        };
+        policy.base.send_key = user_key.is_some();
+        key.user_key = user_key;
+        let lut_ms = copy.last_update_ms;
+        let put = self
+            .client
+            .xdr_put_with(&policy, &key, &bins, lut_ms, self.compression);
+        Ok(match put.await {
+            Ok(sent) => {
+                let wire = (sent.compressed, sent.original_bytes, sent.sent_bytes);
+                (Ok(sent.result_code), Some(wire))
+            }
+            Err(error) => (Err(error), None),
+        })
     }
 
     /// Whether the DC's filter (if any) lets the record go. A delete has
