@@ -74,7 +74,8 @@ pub struct RecordMeta {
     pub life: u16,
     /// Set id within the namespace (0 = no set).
     pub set_id: u16,
-    /// Expiry in citrusleaf-epoch seconds; 0 = never.
+    /// Expiry in citrusleaf-epoch seconds; 0 = never. An entry holds at
+    /// most [`MAX_VOID_TIME`].
     pub void_time: u32,
     /// Last-update time, Unix milliseconds.
     pub last_update_ms: u64,
