@@ -5,6 +5,10 @@
 //! milliseconds below), so the destination can tell them from a client's
 //! writes and resolve conflicts by last-update time.
 //!
+//! With compression asked (`enable-compression` at the shipper), a write
+//! of at least the threshold's bytes travels as a compressed (type 4)
+//! message, as the reference's XDR sends it.
+//!
 //! Invariant: a shipped write is idempotent (a replace or a delete of a
 //! known version), so the client's retries and a re-shipment after a
 //! failure do no harm.
@@ -18,6 +22,26 @@ use citrine_wire::msg::{field_type, info1, info2, op_type, MessageWriter, MsgHea
 
 pub use citrine_wire::msg::xdr_lut_field as lut_field;
 
+/// When a shipped write travels compressed: zlib at `level`, for
+/// messages of at least `threshold` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compression {
+    pub level: u32,
+    pub threshold: usize,
+}
+
+/// A shipped write's answer and what it cost on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shipped {
+    /// The destination's result code.
+    pub result_code: u8,
+    /// The message's bytes before compression.
+    pub original_bytes: usize,
+    /// The bytes sent: `original_bytes` when not compressed.
+    pub sent_bytes: usize,
+    pub compressed: bool,
+}
+
 impl Client {
     /// Ships a record's state: replaces the destination's copy with `bins`.
     /// Returns the destination's result code (0, or 28 when its copy won).
@@ -28,6 +52,21 @@ impl Client {
         bins: &[Bin],
         last_update_unix_ms: u64,
     ) -> Result<u8> {
+        let shipped = self
+            .xdr_put_with(policy, key, bins, last_update_unix_ms, None)
+            .await?;
+        Ok(shipped.result_code)
+    }
+
+    /// [`Client::xdr_put`], compressed as `compression` asks.
+    pub async fn xdr_put_with(
+        &self,
+        policy: &WritePolicy,
+        key: &Key,
+        bins: &[Bin],
+        last_update_unix_ms: u64,
+        compression: Option<Compression>,
+    ) -> Result<Shipped> {
         if bins.is_empty() {
             return Err(Error::InvalidArgument("a shipped record has bins".into()));
         }
@@ -53,7 +92,19 @@ impl Client {
                 }
             },
         )?;
-        self.ship(policy, key, &frame).await
+        let original_bytes = frame.len();
+        let compress = compression.filter(|asked| original_bytes >= asked.threshold);
+        let frame = match compress {
+            Some(asked) => citrine_wire::frame::deflate_at(&frame, asked.level),
+            None => frame,
+        };
+        let result_code = self.ship(policy, key, &frame).await?;
+        Ok(Shipped {
+            result_code,
+            original_bytes,
+            sent_bytes: frame.len(),
+            compressed: compress.is_some(),
+        })
     }
 
     /// Ships a delete, durable. Returns the destination's result code

@@ -384,6 +384,10 @@ pub fn store_copy(
                 set_id,
                 void_time: write.void_time,
                 last_update_ms: write.last_update_ms,
+                // Not carried between nodes yet: a copy is shipped as a
+                // client's write would be (at most once back to its
+                // origin, which answers 28).
+                xdr_write: false,
             };
             // With room for the memory engine's length prefix: kept, not
             // copied again.
@@ -455,6 +459,7 @@ fn store_delete(
                 durable: write.durable,
                 last_update_ms: write.last_update_ms,
                 set_id,
+                xdr_write: false,
             };
             partition.set_tombstone(write.digest, tombstone);
         }
@@ -489,6 +494,7 @@ fn store_delete(
             durable: write.durable,
             last_update_ms: write.last_update_ms,
             set_id: entry.meta().set_id,
+            xdr_write: false,
         };
         partition.set_tombstone(write.digest, tombstone);
         drop(partition);
@@ -626,6 +632,7 @@ mod tests {
             set_id: 0,
             void_time: 0,
             last_update_ms,
+            xdr_write: false,
         };
         // (local last update, local generation, kept under generation,
         // kept under last-update-time)

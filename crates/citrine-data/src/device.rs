@@ -57,6 +57,9 @@ fn admit_with_set(
         set_id,
         void_time: record.void_time,
         last_update_ms: record.last_update_ms,
+        // Not kept on the device: after a restart a record that came by
+        // XDR ships as a client's write would (at most once back).
+        xdr_write: false,
     };
     if namespace.is_truncated(set_id, meta.last_update_ms) {
         return Recovered::Truncated;

@@ -12,7 +12,8 @@
 
 use crate::clock::Now;
 use crate::namespace::Namespace;
-use citrine_exp::{Expression, Truth};
+pub use citrine_exp::Expression;
+use citrine_exp::Truth;
 use citrine_index::RecordMeta;
 use citrine_record::{Bin, BodyView};
 use citrine_types::{ResultCode, CITRUSLEAF_EPOCH_UNIX_SECONDS};
@@ -190,6 +191,35 @@ impl citrine_exp::Record for RecordView<'_> {
 /// expressions with their result code.
 pub fn parse(bytes: &[u8]) -> Result<Expression, ResultCode> {
     Expression::parse(bytes).map_err(citrine_exp::ExpError::result_code)
+}
+
+/// Whether a record copy ([`crate::copy::capture`]'s, with a body) passes
+/// `filter`: what XDR asks of a record before it ships it (a DC's filter
+/// expression). A copy without a body, or one that does not parse, does
+/// not pass.
+pub fn copy_passes(
+    namespace: &Namespace,
+    copy: &crate::copy::ReplicaWrite,
+    filter: &Expression,
+    now: Now,
+) -> bool {
+    let Some(body) = &copy.body else {
+        return false;
+    };
+    let Ok(view) = BodyView::parse(body) else {
+        return false;
+    };
+    let meta = RecordMeta {
+        generation: copy.generation,
+        life: copy.life,
+        set_id: namespace.sets.existing_id(&copy.set_name).unwrap_or(0),
+        void_time: copy.void_time,
+        last_update_ms: copy.last_update_ms,
+        xdr_write: false,
+    };
+    let record = RecordView::stored(namespace, &copy.digest.0, &view, meta, body.len() as u64)
+        .with_set_name(&copy.set_name);
+    check(filter, &record, now).is_ok()
 }
 
 /// Applies `filter` to `record`: `Ok` when it passes, FILTERED_OUT (27)

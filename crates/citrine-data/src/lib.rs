@@ -39,6 +39,7 @@ pub mod nsup;
 pub mod record;
 pub mod truncation;
 pub mod txn;
+pub mod xdr_arrivals;
 
 pub use clock::{Clock, ManualClock, Now};
 pub use namespace::Namespace;

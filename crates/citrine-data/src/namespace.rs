@@ -361,6 +361,8 @@ pub struct Namespace {
     pub stats: NamespaceStats,
     /// Transactions' provisional versions and monitors ([`crate::txn`]).
     pub txn: crate::txn::TxnTables,
+    /// Where writes shipped here by XDR landed ([`crate::xdr_arrivals`]).
+    pub xdr_arrivals: crate::xdr_arrivals::XdrArrivals,
     /// The upkeep every change of its records runs (the secondary indexes,
     /// installed by the node above this layer; see [`crate::hook`]).
     hook: std::sync::OnceLock<Arc<dyn RecordHook>>,
@@ -397,6 +399,7 @@ impl Namespace {
             sets: SetRegistry::default(),
             stats: NamespaceStats::default(),
             txn,
+            xdr_arrivals: Default::default(),
             hook: std::sync::OnceLock::new(),
             failed_reported: Mutex::default(),
             clock,

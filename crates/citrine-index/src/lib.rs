@@ -74,10 +74,15 @@ pub struct RecordMeta {
     pub life: u16,
     /// Set id within the namespace (0 = no set).
     pub set_id: u16,
-    /// Expiry in citrusleaf-epoch seconds; 0 = never.
+    /// Expiry in citrusleaf-epoch seconds; 0 = never. An entry holds at
+    /// most [`MAX_VOID_TIME`].
     pub void_time: u32,
     /// Last-update time, Unix milliseconds.
     pub last_update_ms: u64,
+    /// The last write came from another cluster by XDR (a shipped write),
+    /// not from a client here: XDR ships it on only to a DC with `forward`
+    /// on, so active-active sites do not ship each other's writes back.
+    pub xdr_write: bool,
 }
 
 impl RecordMeta {
@@ -129,9 +134,15 @@ pub struct IndexEntry {
 /// milliseconds (the year 2109). Later times are held as this.
 pub const MAX_LAST_UPDATE_MS: u64 = (1 << 42) - 1;
 
+/// The largest void time an entry holds: 31 bits of Citrusleaf-epoch
+/// seconds (the year 2078; a write's TTL is at most 10 years, so no write
+/// before 2068 reaches it). Later void times are held as this.
+pub const MAX_VOID_TIME: u32 = (1 << 31) - 1;
+
 /// [`RecordMeta`] in 14 bytes with no alignment, little-endian:
 /// generation (2); set id in the low 12 bits of a u16 with the life's low
-/// 4 bits above it (2); void time (4); last-update time in the low 42 bits
+/// 4 bits above it (2); void time in the low 31 bits of a u32 with the
+/// `xdr_write` flag in the top bit (4); last-update time in the low 42 bits
 /// of a 48-bit field with the life's high 6 bits above it (6).
 #[derive(Clone, Copy, Default)]
 struct PackedMeta([u8; 14]);
@@ -147,7 +158,8 @@ impl PackedMeta {
         bytes[0..2].copy_from_slice(&meta.generation.to_le_bytes());
         let set_and_life = (meta.set_id % SET_IDS) | ((life as u16 & 0xF) << 12);
         bytes[2..4].copy_from_slice(&set_and_life.to_le_bytes());
-        bytes[4..8].copy_from_slice(&meta.void_time.to_le_bytes());
+        let void_time = meta.void_time.min(MAX_VOID_TIME) | (u32::from(meta.xdr_write) << 31);
+        bytes[4..8].copy_from_slice(&void_time.to_le_bytes());
         let last_update = meta.last_update_ms.min(MAX_LAST_UPDATE_MS) | ((life >> 4) << 42);
         bytes[8..14].copy_from_slice(&last_update.to_le_bytes()[..6]);
         PackedMeta(bytes)
@@ -160,19 +172,22 @@ impl PackedMeta {
         last_update[..6].copy_from_slice(&b[8..14]);
         let last_update = u64::from_le_bytes(last_update);
         let set_and_life = u16::from_le_bytes([b[2], b[3]]);
+        let void_time = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
         RecordMeta {
             generation: u16::from_le_bytes([b[0], b[1]]),
             life: (set_and_life >> 12) | (((last_update >> 42) as u16) << 4),
             set_id: set_and_life % SET_IDS,
-            void_time: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            void_time: void_time & MAX_VOID_TIME,
             last_update_ms: last_update & MAX_LAST_UPDATE_MS,
+            xdr_write: void_time > MAX_VOID_TIME,
         }
     }
 }
 
 impl IndexEntry {
     /// An entry for a record with `meta` stored at `location` (a
-    /// last-update time past [`MAX_LAST_UPDATE_MS`] is held as that).
+    /// last-update time past [`MAX_LAST_UPDATE_MS`] is held as that, a
+    /// void time past [`MAX_VOID_TIME`] as that).
     #[inline]
     pub fn new(meta: RecordMeta, location: Location) -> IndexEntry {
         IndexEntry {
@@ -270,6 +285,9 @@ pub struct Tombstone {
     pub last_update_ms: u64,
     /// The set the record was in.
     pub set_id: u16,
+    /// The delete came from another cluster by XDR
+    /// ([`RecordMeta::xdr_write`]).
+    pub xdr_write: bool,
 }
 
 /// Bytes one tombstone slot occupies (slot and control byte).
@@ -678,15 +696,17 @@ mod tests {
                 generation: u16::MAX,
                 life: LIVES - 1,
                 set_id: SET_IDS - 1,
-                void_time: u32::MAX,
+                void_time: MAX_VOID_TIME,
                 last_update_ms: MAX_LAST_UPDATE_MS,
+                xdr_write: true,
             },
             RecordMeta {
                 generation: 0x1234,
                 life: 0x2A5,
                 set_id: 0x0102,
-                void_time: 0xdead_beef,
+                void_time: 0x5ead_beef,
                 last_update_ms: 1_795_000_000_123,
+                xdr_write: true,
             },
             RecordMeta {
                 generation: 1,
@@ -694,6 +714,7 @@ mod tests {
                 set_id: 0,
                 void_time: 0,
                 last_update_ms: 0,
+                xdr_write: false,
             },
             RecordMeta {
                 generation: 2,
@@ -701,6 +722,7 @@ mod tests {
                 set_id: 1,
                 void_time: 1,
                 last_update_ms: MAX_LAST_UPDATE_MS - 1,
+                xdr_write: false,
             },
         ];
         for meta in samples {
@@ -719,6 +741,33 @@ mod tests {
                 .last_update_ms,
             MAX_LAST_UPDATE_MS
         );
+    }
+
+    /// The `xdr_write` flag is the void time's top bit: it survives the
+    /// round trip beside any void time, changes no other field, and a
+    /// void time too large for 31 bits is held as the largest one (never
+    /// read back as the flag).
+    #[test]
+    fn the_xdr_write_flag_rides_above_the_void_time() {
+        for void_time in [0, 1, 0x3fff_ffff, MAX_VOID_TIME] {
+            for xdr_write in [false, true] {
+                let meta = RecordMeta {
+                    generation: 7,
+                    life: 5,
+                    set_id: 3,
+                    void_time,
+                    last_update_ms: 1_795_000_000_123,
+                    xdr_write,
+                };
+                assert_eq!(IndexEntry::new(meta, Location::default()).meta(), meta);
+            }
+        }
+        let far = RecordMeta {
+            void_time: u32::MAX,
+            ..RecordMeta::default()
+        };
+        let held = IndexEntry::new(far, Location::default()).meta();
+        assert_eq!((held.void_time, held.xdr_write), (MAX_VOID_TIME, false));
     }
 
     #[test]
@@ -787,6 +836,7 @@ mod tests {
             durable: false,
             last_update_ms: 100,
             set_id: 0,
+            xdr_write: false,
         };
         partition.set_tombstone(key, first);
         partition.set_tombstone(
@@ -797,6 +847,7 @@ mod tests {
                 durable: true,
                 last_update_ms: 50,
                 set_id: 0,
+                xdr_write: true,
             },
         );
         assert_eq!(partition.tombstone(&key), Some(first));
@@ -806,6 +857,7 @@ mod tests {
             durable: false,
             last_update_ms: 200,
             set_id: 0,
+            xdr_write: false,
         };
         partition.set_tombstone(key, later);
         assert_eq!(partition.tombstone(&key), Some(later));

@@ -11,69 +11,19 @@
 
 mod common;
 
-use citrine_wire::digest::{of_key, UserKey};
 use common::cluster::*;
-use std::net::TcpStream;
+use common::xdr::{link, stat, wait_for_values, write_all, xdr_stats};
 use std::time::{Duration, Instant};
 
-/// Waits until every `(key, value)` reads back from `node`; the time it
-/// took, or `None` after `limit`.
-fn wait_for_values(
-    node: &Node,
-    expected: &[(String, String)],
-    limit: Duration,
-) -> Option<Duration> {
-    let started = Instant::now();
-    let mut stream = node.connect();
-    let mut from = 0;
-    while started.elapsed() < limit {
-        while from < expected.len() {
-            let (key, value) = &expected[from];
-            match get(&mut stream, key) {
-                (0, Some(found)) if found == value.as_bytes() => from += 1,
-                _ => break,
-            }
-        }
-        if from == expected.len() {
-            return Some(started.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    None
-}
-
-/// What is missing on B: the keys (with digest and partition) and A's
-/// shipping statistics, for a failure's message.
+/// What is missing on B and A's shipping statistics, for a failure's
+/// message.
 fn missing(a: &Node, b: &Node, expected: &[(String, String)]) -> String {
-    let mut stream = b.connect();
-    let absent: Vec<String> = expected
-        .iter()
-        .filter(|(key, value)| get(&mut stream, key).1.as_deref() != Some(value.as_bytes()))
-        .map(|(key, _)| {
-            let digest = of_key("demo", &UserKey::String(key.clone()));
-            format!("{key} {} p{}", digest.to_hex(), digest.partition().index())
-        })
-        .collect();
-    let stats = a
-        .info_value("get-stats:context=xdr;dc=dcb;namespace=test")
-        .unwrap_or_default();
+    let absent = common::xdr::missing(b, expected);
+    let stats = xdr_stats(a, "dcb");
     format!(
         "{} missing on B: {absent:?}; A's stats: {stats}",
         absent.len()
     )
-}
-
-fn stat(answer: &str, name: &str) -> Option<u64> {
-    answer
-        .split(';')
-        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-        .and_then(|value| value.parse().ok())
-}
-
-fn write_all(stream: &mut TcpStream, records: &[(String, String)]) {
-    for (key, value) in records {
-        assert_eq!(put(stream, key, value), 0, "write {key} to A");
-    }
 }
 
 #[test]
@@ -85,16 +35,7 @@ fn ships_to_a_dc_and_recovers_after_its_pause() {
     let mut b = Node::new(1);
     b.start_seeds(&[]);
     a.start_seeds(&[]);
-    for command in [
-        "set-config:context=xdr;dc=dcb;action=create".to_owned(),
-        format!(
-            "set-config:context=xdr;dc=dcb;node-address-port=127.0.0.1:{};action=add",
-            b.port
-        ),
-        "set-config:context=xdr;dc=dcb;namespace=test;action=add".to_owned(),
-    ] {
-        assert_eq!(a.info_value(&command).as_deref(), Some("ok"), "{command}");
-    }
+    link(&a, "dcb", &b, &[]);
 
     let mut records: Vec<(String, String)> = (0..1000)
         .map(|n| (format!("x{n}"), format!("v{n}")))
@@ -127,9 +68,7 @@ fn ships_to_a_dc_and_recovers_after_its_pause() {
     for (index, update) in updates.into_iter().enumerate() {
         records[index] = update;
     }
-    let during = a
-        .info_value("get-stats:context=xdr;dc=dcb;namespace=test")
-        .unwrap_or_default();
+    let during = xdr_stats(&a, "dcb");
     std::thread::sleep(Duration::from_secs(10).saturating_sub(paused.elapsed()));
     b.freeze(false);
     let recovered = wait_for_values(&b, &records, Duration::from_secs(15));
@@ -140,9 +79,7 @@ fn ships_to_a_dc_and_recovers_after_its_pause() {
     );
     eprintln!("recovered {recovered:?} after B resumed; stats while paused: {during}");
 
-    let stats = a
-        .info_value("get-stats:context=xdr;dc=dcb;namespace=test")
-        .unwrap_or_default();
+    let stats = xdr_stats(&a, "dcb");
     eprintln!("get-stats: {stats}");
     let success = stat(&stats, "success").expect("success in get-stats");
     assert!(

@@ -389,6 +389,10 @@ fn about_data(service: &Service, command: &InfoCommand<'_>) -> Option<String> {
         }
         "get-config" => get_config(service, command),
         "get-stats" => xdr(service, command),
+        "xdr-set-filter" => match service.xdr() {
+            Some(xdr) => xdr.set_filter(&command.params),
+            None => "ERROR:4:xdr is not running".to_owned(),
+        },
         "set-config" if command.param("context") == Some("security") => {
             set_security_config(service, command)
         }

@@ -315,6 +315,8 @@ pub trait XdrInfo: Send + Sync {
     fn set_config(&self, params: &[(&str, &str)]) -> String;
     fn get_config(&self, params: &[(&str, &str)]) -> String;
     fn get_stats(&self, params: &[(&str, &str)]) -> String;
+    /// `xdr-set-filter:dc=DC;namespace=NS;exp=BASE64|null`.
+    fn set_filter(&self, params: &[(&str, &str)]) -> String;
 }
 
 impl Service {

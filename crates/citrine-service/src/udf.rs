@@ -988,6 +988,7 @@ fn new_meta(
         set_id: record_set,
         void_time,
         last_update_ms: namespace.version_lut_ms(record_set, now.unix_ms),
+        xdr_write: false,
     })
 }
 

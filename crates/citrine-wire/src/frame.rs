@@ -185,11 +185,16 @@ fn inflate_header(
 
 /// Compresses a complete frame (header and body) into a type-4 frame.
 pub fn deflate(frame: &[u8]) -> Vec<u8> {
+    deflate_at(frame, 1)
+}
+
+/// [`deflate`] at zlib level `level` (1 fastest to 9 smallest).
+pub fn deflate_at(frame: &[u8], level: u32) -> Vec<u8> {
     use std::io::Write;
     let mut out = Vec::with_capacity(frame.len() / 2 + 32);
     out.extend_from_slice(&[0u8; PROTO_HEADER_SIZE]);
     out.extend_from_slice(&(frame.len() as u64).to_be_bytes());
-    let mut encoder = flate2::write::ZlibEncoder::new(out, flate2::Compression::fast());
+    let mut encoder = flate2::write::ZlibEncoder::new(out, flate2::Compression::new(level.min(9)));
     // Writing into a Vec cannot fail.
     let _ = encoder.write_all(frame);
     let mut out = encoder.finish().unwrap_or_default();

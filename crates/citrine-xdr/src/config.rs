@@ -22,8 +22,6 @@ pub const MAX_DELAY_MS: u64 = 5000;
 pub const REFUSED: &[(&str, &str)] = &[
     ("bin-policy", "all"),
     ("ship-bin-luts", "false"),
-    ("enable-compression", "false"),
-    ("forward", "false"),
     ("transaction-queue-limit", ""),
     ("remote-namespace", ""),
     ("write-policy", "auto"),
@@ -31,7 +29,6 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("ignore-expunges", "false"),
     ("ship-versions-policy", "latest"),
     ("ship-versions-interval", ""),
-    ("compression-level", ""),
     ("sc-replication-wait-ms", ""),
     ("ignore-bin", ""),
     ("ship-bin", ""),
@@ -54,6 +51,16 @@ pub struct NamespaceSettings {
     pub hot_key_ms: u64,
     /// `max-throughput`: records shipped a second, at most.
     pub max_throughput: u64,
+    /// `forward`: also ship the records that arrived here by XDR (for
+    /// chains); off, only the writes made at this site are shipped.
+    pub forward: bool,
+    /// `enable-compression`: records of at least `compression-threshold`
+    /// bytes travel as compressed (type 4) messages.
+    pub enable_compression: bool,
+    /// `compression-level`: zlib's, 1 to 9.
+    pub compression_level: u32,
+    /// `compression-threshold`: the smallest record compressed, bytes.
+    pub compression_threshold: u64,
 }
 
 impl Default for NamespaceSettings {
@@ -65,6 +72,10 @@ impl Default for NamespaceSettings {
             delay_ms: 0,
             hot_key_ms: 100,
             max_throughput: 100_000,
+            forward: false,
+            enable_compression: false,
+            compression_level: 1,
+            compression_threshold: 128,
         }
     }
 }
@@ -88,6 +99,10 @@ impl NamespaceSettings {
             "delay-ms" => self.delay_ms = bounded(name, value, MAX_DELAY_MS)?,
             "hot-key-ms" => self.hot_key_ms = bounded(name, value, MAX_DELAY_MS)?,
             "max-throughput" => self.max_throughput = throughput(value)?,
+            "forward" => self.forward = boolean(name, value)?,
+            "enable-compression" => self.enable_compression = boolean(name, value)?,
+            "compression-level" => self.compression_level = level(value)?,
+            "compression-threshold" => self.compression_threshold = threshold(value)?,
             _ => return refuse(name, value),
         }
         Ok(())
@@ -240,6 +255,22 @@ fn throughput(value: &str) -> Result<u64, String> {
     }
 }
 
+fn level(value: &str) -> Result<u32, String> {
+    match value.parse::<u32>() {
+        Ok(level @ 1..=9) => Ok(level),
+        _ => Err("compression-level must be 1 to 9".into()),
+    }
+}
+
+/// A positive number of bytes (the reference's own bounds are not known
+/// here).
+fn threshold(value: &str) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(bytes) if bytes > 0 => Ok(bytes),
+        _ => Err("compression-threshold must be a positive number of bytes".into()),
+    }
+}
+
 fn refuse(name: &str, value: &str) -> Result<(), String> {
     match REFUSED.iter().find(|(refused, _)| *refused == name) {
         Some((_, default)) if !default.is_empty() && *default == value => Ok(()),
@@ -304,7 +335,18 @@ mod tests {
             ("bin-policy", "only-changed"),
         ]);
         assert!(refused.is_err_and(|e| e.contains("bin-policy")));
-        assert!(parse(&[("dc", "dcb"), ("namespace", "test"), ("forward", "false")]).is_ok());
+        assert!(parse(&[("dc", "dcb"), ("namespace", "test"), ("forward", "true")]).is_ok());
+        assert!(parse(&[("dc", "dcb"), ("namespace", "test"), ("forward", "yes")]).is_err());
+        let compression = [("enable-compression", "true"), ("compression-level", "9")];
+        for (name, value) in compression {
+            assert!(parse(&[("dc", "dcb"), ("namespace", "test"), (name, value)]).is_ok());
+        }
+        assert!(parse(&[
+            ("dc", "dcb"),
+            ("namespace", "test"),
+            ("compression-level", "0")
+        ])
+        .is_err());
         assert!(parse(&[("dc", "dcb"), ("namespace", "test"), ("nonsense", "1")]).is_err());
     }
 

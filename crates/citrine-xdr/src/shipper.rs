@@ -19,10 +19,11 @@
 //! Time enters only as the `now_ms` arguments.
 //!
 //! Invariants:
-//! - a partition's LST only grows, and only to just below the LUT of the
-//!   first record of its window not yet acknowledged (or to the window's
-//!   horizon once every record in it is): everything at or before an LST
-//!   has been acknowledged by the destination;
+//! - a partition's LST grows only to just below the LUT of the first
+//!   record of its window not yet acknowledged (or to the window's horizon
+//!   once every record in it is): everything at or before an LST has been
+//!   acknowledged by the destination; it moves back only by a rewind
+//!   ([`Shipper::rewind_partition`]), never while a window is open;
 //! - a partition has at most one open window; a window holds at most
 //!   `window_limit` records unless more share its last LUT;
 //! - at most `max_in_flight` ships are outstanding;
@@ -99,6 +100,8 @@ pub enum Outcome {
     Shipped { lut_ms: u64 },
     /// The record was gone locally with no tombstone: nothing to ship.
     NotFound,
+    /// The DC's filter expression rejected the record: not shipped.
+    Filtered,
     /// The destination refused it for good; given up.
     Abandoned,
     /// The connection failed or timed out: retried by the next scan.
@@ -147,6 +150,9 @@ struct Partition {
     scan_at: u64,
     /// A failed window awaits its rescan.
     recovering: bool,
+    /// Where the LST goes back to before the next scan (`u64::MAX`: no
+    /// rewind asked): see [`Shipper::rewind_partition`].
+    rewind_to: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -190,6 +196,7 @@ impl Shipper {
             mastered: false,
             scan_at: 0,
             recovering: false,
+            rewind_to: u64::MAX,
         };
         Shipper {
             limits,
@@ -229,6 +236,20 @@ impl Shipper {
         self.partitions[usize::from(partition) % PARTITIONS].lst
     }
 
+    /// Asks that `partition` be scanned again from `lut_ms` on (its LST
+    /// moved back to just before it), once its open window, if any, is
+    /// settled: a record that arrived by XDR keeps its source's LUT, which
+    /// may be behind the LST already, and a DC with `forward` on must still
+    /// see it. Records shipped since are de-duplicated by the hot keys.
+    pub fn rewind_partition(&mut self, partition: u16, lut_ms: u64) {
+        if let Some(state) = self.partitions.get_mut(usize::from(partition)) {
+            state.rewind_to = state.rewind_to.min(lut_ms.saturating_sub(1));
+            if state.scan_at != u64::MAX {
+                state.scan_at = 0;
+            }
+        }
+    }
+
     /// Whether this node masters `partition` (only masters ship).
     pub fn set_mastered(&mut self, partition: u16, mastered: bool) {
         if let Some(state) = self.partitions.get_mut(usize::from(partition)) {
@@ -249,6 +270,13 @@ impl Shipper {
             }
             let index = (self.scan_cursor + step) % PARTITIONS;
             let state = &mut self.partitions[index];
+            if state.scan_at != u64::MAX && state.rewind_to != u64::MAX {
+                if state.rewind_to < state.lst {
+                    state.lst = state.rewind_to;
+                    self.lst_changes.push((index as u16, state.lst));
+                }
+                state.rewind_to = u64::MAX;
+            }
             if !state.mastered || state.scan_at > now_ms || up_to <= state.lst {
                 continue;
             }
@@ -407,6 +435,10 @@ impl Shipper {
             }
             Outcome::NotFound => {
                 self.counters.not_found += 1;
+                Item::Done
+            }
+            Outcome::Filtered => {
+                self.counters.filtered_out += 1;
                 Item::Done
             }
             Outcome::Abandoned => {

@@ -7,7 +7,7 @@
 //! (the deleted copy's next generation and life, and whether the delete
 //! was durable).
 
-use super::store::{is_durable_delete, remove_deleted, write_tombstone};
+use super::store::{is_durable_delete, remove_deleted_by, write_tombstone};
 use super::{begin_reply, check_generation, is_live, Now, Request};
 use crate::filter::{self, RecordView};
 use crate::namespace::Namespace;
@@ -57,13 +57,19 @@ pub(crate) fn delete(
     }
     write_tombstone(namespace, &request.digest, &meta, now)?;
     let durable = is_durable_delete(&request.header);
-    remove_deleted(
+    remove_deleted_by(
         namespace,
         &mut partition,
         &request.digest,
         shipped_lut.unwrap_or(now.unix_ms),
         durable,
+        shipped_lut.is_some(),
     );
+    if let Some(lut_ms) = shipped_lut {
+        namespace
+            .xdr_arrivals
+            .note(request.digest.partition(), lut_ms);
+    }
     drop(partition);
     namespace
         .stats

@@ -396,6 +396,8 @@ pub(crate) fn read_touch(
         set_id: current.set_id,
         void_time: now.citrusleaf_seconds.saturating_add(ttl),
         last_update_ms: namespace.version_lut_ms(current.set_id, now.unix_ms),
+        // A change made here: XDR ships it like a client's write.
+        xdr_write: false,
     };
     let previous = install(namespace, &mut partition, request.digest, meta, body)?;
     drop(partition);

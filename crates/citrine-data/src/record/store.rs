@@ -93,6 +93,19 @@ pub fn remove_deleted(
     lut_ms: u64,
     durable: bool,
 ) {
+    remove_deleted_by(namespace, partition, digest, lut_ms, durable, false);
+}
+
+/// [`remove_deleted`], telling whether the delete came by XDR
+/// (`Tombstone::xdr_write`).
+pub fn remove_deleted_by(
+    namespace: &Namespace,
+    partition: &mut PartitionIndex,
+    digest: &Digest,
+    lut_ms: u64,
+    durable: bool,
+    xdr_write: bool,
+) {
     if let Some(entry) = partition.remove(digest) {
         namespace.unindex(digest, &entry);
         let meta = entry.meta();
@@ -104,6 +117,7 @@ pub fn remove_deleted(
                 durable,
                 last_update_ms: lut_ms,
                 set_id: meta.set_id,
+                xdr_write,
             },
         );
         drop_entry(namespace, entry);

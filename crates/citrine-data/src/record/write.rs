@@ -538,14 +538,21 @@ fn decide(
         ),
     };
     let record_set = working.set_id;
+    let shipped_lut = super::xdr_lut_ms(request);
     let meta = RecordMeta {
         generation,
         life,
         set_id: record_set,
         void_time,
-        last_update_ms: super::xdr_lut_ms(request)
+        last_update_ms: shipped_lut
             .unwrap_or_else(|| namespace.version_lut_ms(record_set, now.unix_ms)),
+        xdr_write: shipped_lut.is_some(),
     };
+    if let Some(lut_ms) = shipped_lut {
+        namespace
+            .xdr_arrivals
+            .note(request.digest.partition(), lut_ms);
+    }
     Ok(WriteOutcome::Store {
         meta,
         body,

@@ -122,3 +122,33 @@ fn a_change_that_waited_for_its_lock_takes_its_lut_under_it() {
         "a durable delete"
     );
 }
+
+/// Whether the live record, else the tombstone, came by XDR.
+fn marked(namespace: &Namespace) -> Option<bool> {
+    let partition = namespace.index.partition(DIGEST.partition()).read();
+    let live = partition.get(&DIGEST).map(|entry| entry.meta().xdr_write);
+    live.or_else(|| Some(partition.tombstone(&DIGEST)?.xdr_write))
+}
+
+/// A shipped write marks the record as arrived by XDR (so this site does
+/// not ship it back); a client's write over it clears the mark; a shipped
+/// delete leaves a marked tombstone, a client's delete an unmarked one.
+#[test]
+fn shipped_writes_and_deletes_are_marked_and_client_writes_clear_the_mark() {
+    let namespace = namespace();
+    assert_eq!(run(&namespace, true, false, NOW_MS - 5000, "a"), 0);
+    assert_eq!(marked(&namespace), Some(true));
+    assert_eq!(run(&namespace, false, false, 0, "b"), 0);
+    assert_eq!(marked(&namespace), Some(false), "a client's write");
+    assert_eq!(run(&namespace, true, false, NOW_MS + 1, "c"), 0);
+    assert_eq!(marked(&namespace), Some(true));
+    assert_eq!(run(&namespace, true, true, NOW_MS + 2, ""), 0);
+    assert_eq!(
+        marked(&namespace),
+        Some(true),
+        "a shipped delete's tombstone"
+    );
+    assert_eq!(run(&namespace, false, false, 0, "d"), 0);
+    assert_eq!(run(&namespace, false, true, 0, ""), 0);
+    assert_eq!(marked(&namespace), Some(false), "a client's delete");
+}

@@ -17,16 +17,19 @@
 //!
 //! Not yet: LSTs do not move with partition migrations (a new master
 //! starts from its own file, or from the time the namespace was added);
-//! acting masters during migrations do not ship; a record that arrived by
-//! XDR carries no mark, so in active-active it is shipped back once when
-//! this node's LST for its partition is still behind its LUT (the origin
-//! answers 28 and it stops there: no loop), and `forward` is refused;
+//! acting masters during migrations do not ship; the mark of a record that
+//! arrived by XDR (`xdr_write`, which keeps it from being shipped back) is
+//! not carried by replica writes, migrations or the device, so such a copy
+//! ships as a client's write would (once back to its origin, which answers
+//! 28: no loop); the filter expression is not kept across a restart;
 //! an idle partition is rescanned every 200 ms per DC and namespace, a
 //! walk of its whole index.
 
 pub mod config;
 pub mod run;
 
+use base64::Engine as _;
+use citrine_data::filter::Expression;
 use citrine_service::{Service, XdrInfo};
 use citrine_xdr::config::{Command, DcConfig, NamespaceSettings, Rewind};
 use citrine_xdr::{lst_file, Limits, Shipper};
@@ -47,6 +50,58 @@ pub struct Lane {
     pub latency_ms: u64,
     /// LSTs changed since the last save.
     pub dirty: bool,
+    /// The filter expression (`xdr-set-filter`): its base64 text and the
+    /// parsed form every shipped record must pass.
+    pub filter: Option<(String, Arc<Expression>)>,
+    /// Records' writes sent, compressed or not.
+    pub wire: Wire,
+}
+
+/// What the records' writes of a lane cost on the wire
+/// (`uncompressed_pct`, `compression_ratio`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wire {
+    pub uncompressed: u64,
+    pub compressed: u64,
+    /// Bytes of the compressed ones, before and after compression.
+    pub original_bytes: u64,
+    pub sent_bytes: u64,
+}
+
+impl Wire {
+    pub fn count(&mut self, compressed: bool, original: usize, sent: usize) {
+        if compressed {
+            self.compressed += 1;
+            self.original_bytes += original as u64;
+            self.sent_bytes += sent as u64;
+        } else {
+            self.uncompressed += 1;
+        }
+    }
+
+    fn add(&mut self, other: &Wire) {
+        self.uncompressed += other.uncompressed;
+        self.compressed += other.compressed;
+        self.original_bytes += other.original_bytes;
+        self.sent_bytes += other.sent_bytes;
+    }
+
+    /// Percentage of the writes sent uncompressed (100 before any).
+    fn uncompressed_pct(&self) -> f64 {
+        match self.uncompressed + self.compressed {
+            0 => 100.0,
+            all => self.uncompressed as f64 * 100.0 / all as f64,
+        }
+    }
+
+    /// Bytes sent over bytes before compression, of the compressed ones
+    /// (1 before any).
+    fn compression_ratio(&self) -> f64 {
+        match self.original_bytes {
+            0 => 1.0,
+            original => self.sent_bytes as f64 / original as f64,
+        }
+    }
 }
 
 /// A destination: its configuration and one lane per namespace.
@@ -162,6 +217,8 @@ impl Xdr {
                 throughput: 0,
                 latency_ms: 0,
                 dirty: true,
+                filter: None,
+                wire: Wire::default(),
             },
         );
     }
@@ -256,6 +313,37 @@ impl Xdr {
     }
 }
 
+impl Xdr {
+    /// `xdr-set-filter`: parses `exp` (base64 of the expression's msgpack,
+    /// as the clients' `setXDRFilter` sends it; `null` removes the filter)
+    /// and sets it on the DC's namespace.
+    fn set_filter_of(&self, params: &[(&str, &str)]) -> Result<(), String> {
+        let get = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        let (Some(dc), Some(namespace), Some(exp)) = (get("dc"), get("namespace"), get("exp"))
+        else {
+            return Err("xdr-set-filter needs dc, namespace and exp".into());
+        };
+        let filter = match exp {
+            "null" => None,
+            text => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|_| "exp is not base64")?;
+                let parsed = citrine_data::filter::parse(&bytes)
+                    .map_err(|code| format!("exp is not a filter expression ({code:?})"))?;
+                Some((text.to_owned(), Arc::new(parsed)))
+            }
+        };
+        let mut state = self.lock();
+        let lane = dc_mut(&mut state, dc)?
+            .lanes
+            .get_mut(namespace)
+            .ok_or(format!("namespace {namespace} is not shipped to DC {dc}"))?;
+        lane.filter = filter;
+        Ok(())
+    }
+}
+
 fn dc_mut<'s>(state: &'s mut State, name: &str) -> Result<&'s mut Dc, String> {
     state
         .dcs
@@ -294,6 +382,13 @@ impl XdrInfo for Xdr {
         }
     }
 
+    fn set_filter(&self, params: &[(&str, &str)]) -> String {
+        match self.set_filter_of(params) {
+            Ok(()) => "ok".to_owned(),
+            Err(error) => format!("ERROR:4:{error}"),
+        }
+    }
+
     fn get_stats(&self, params: &[(&str, &str)]) -> String {
         let state = self.lock();
         let get = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
@@ -324,8 +419,12 @@ fn settings_pairs(settings: &NamespaceSettings) -> String {
             .join(",")
     };
     format!(
-        "delay-ms={};hot-key-ms={};ignore-set={};max-throughput={};ship-only-specified-sets={};ship-set={}",
+        "compression-level={};compression-threshold={};delay-ms={};enable-compression={};forward={};hot-key-ms={};ignore-set={};max-throughput={};ship-only-specified-sets={};ship-set={}",
+        settings.compression_level,
+        settings.compression_threshold,
         settings.delay_ms,
+        settings.enable_compression,
+        settings.forward,
         settings.hot_key_ms,
         sets(&settings.ignore_sets),
         settings.max_throughput,
@@ -339,7 +438,9 @@ fn stats_answer(lanes: &[&Lane], now_ms: u64, lap_us: u64) -> String {
     let mut sum = citrine_xdr::Counters::default();
     let (mut lag_ms, mut in_queue, mut in_progress, mut pending) = (0, 0, 0, 0);
     let (mut throughput, mut latency_weighted) = (0, 0);
+    let mut wire = Wire::default();
     for lane in lanes {
+        wire.add(&lane.wire);
         let shipper = &lane.shipper;
         let counters = shipper.counters();
         sum.success += counters.success;
@@ -361,7 +462,7 @@ fn stats_answer(lanes: &[&Lane], now_ms: u64, lap_us: u64) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "lag={};in_queue={in_queue};in_progress={in_progress};success={};abandoned={};not_found={};filtered_out={};retry_conn_reset={};retry_dest={};recoveries={};recoveries_pending={pending};hot_keys={};uncompressed_pct=100.000;compression_ratio=1.000;throughput={throughput};latency_ms={latency_ms};lap_us={lap_us}",
+        "lag={};in_queue={in_queue};in_progress={in_progress};success={};abandoned={};not_found={};filtered_out={};retry_conn_reset={};retry_dest={};recoveries={};recoveries_pending={pending};hot_keys={};uncompressed_pct={:.3};compression_ratio={:.3};throughput={throughput};latency_ms={latency_ms};lap_us={lap_us}",
         lag_ms / 1000,
         sum.success,
         sum.abandoned,
@@ -371,6 +472,8 @@ fn stats_answer(lanes: &[&Lane], now_ms: u64, lap_us: u64) -> String {
         sum.retry_dest,
         sum.recoveries,
         sum.hot_keys,
+        wire.uncompressed_pct(),
+        wire.compression_ratio(),
     );
     out
 }

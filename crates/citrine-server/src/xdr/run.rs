@@ -14,10 +14,12 @@
 //! so nothing is lost).
 
 use super::{Dc, Lane, State, Xdr};
+use citrine_client::xdr::Compression;
 use citrine_client::{
     Bin, Client, ClientConfig, Expiration, Key, Policy, UserKey, Value, WritePolicy,
 };
 use citrine_data::copy::ReplicaWrite;
+use citrine_data::filter::Expression;
 use citrine_service::Service;
 use citrine_types::{Digest, PartitionId, PARTITIONS};
 use citrine_xdr::{Candidate, NamespaceSettings, Outcome, Scan, Ship};
@@ -34,7 +36,12 @@ struct Ack {
     id: u64,
     outcome: Outcome,
     latency_ms: u64,
+    wire: Option<WireBytes>,
 }
+
+/// A record's write that was sent: whether compressed, and its bytes
+/// before and after.
+type WireBytes = (bool, usize, usize);
 
 /// A DC's client, by the `nodes_generation` it was made for.
 enum Slot {
@@ -112,6 +119,9 @@ fn handle(state: &mut State, slots: &mut HashMap<String, Slot>, event: Event, no
                     lane.second_count += 1;
                     lane.second_latency_ms += ack.latency_ms;
                 }
+                if let Some((compressed, original, sent)) = ack.wire {
+                    lane.wire.count(compressed, original, sent);
+                }
                 lane.shipper.ack(ack.id, ack.outcome, now_ms);
             }
         }
@@ -139,6 +149,7 @@ fn turn(
     let service = xdr.service();
     let now_ms = service.now().unix_ms;
     slots.retain(|name, _| state.dcs.contains_key(name));
+    rewind_for_arrivals(service, state);
     for (name, dc) in &mut state.dcs {
         let client = client_of(name, dc, slots, events);
         for (namespace, lane) in &mut dc.lanes {
@@ -154,6 +165,8 @@ fn turn(
                 let task = ShipTask {
                     service: Arc::clone(service),
                     client: Arc::clone(client),
+                    filter: lane.filter.as_ref().map(|(_, filter)| Arc::clone(filter)),
+                    compression: compression_of(lane.shipper.settings()),
                     dc: name.clone(),
                     namespace: namespace.clone(),
                     ship,
@@ -162,6 +175,29 @@ fn turn(
             }
             if !lane.shipper.take_lst_changes().is_empty() {
                 lane.dirty = true;
+            }
+        }
+    }
+}
+
+/// Takes where writes shipped here landed since the last turn (each
+/// namespace's once) and has every lane that forwards scan those
+/// partitions again from the oldest such LUT: a shipped write keeps its
+/// source's LUT, which its scan may have passed already.
+fn rewind_for_arrivals(service: &Service, state: &mut State) {
+    let mut taken: HashMap<String, Vec<(u16, u64)>> = HashMap::new();
+    for dc in state.dcs.values_mut() {
+        for (namespace, lane) in &mut dc.lanes {
+            let arrivals = taken.entry(namespace.clone()).or_insert_with(|| {
+                service
+                    .namespace(namespace.as_bytes())
+                    .map(|space| space.xdr_arrivals.take())
+                    .unwrap_or_default()
+            });
+            if lane.shipper.settings().forward {
+                for &(partition, lut_ms) in arrivals.iter() {
+                    lane.shipper.rewind_partition(partition, lut_ms);
+                }
             }
         }
     }
@@ -247,7 +283,8 @@ fn scan_due(service: &Service, namespace: &str, lane: &mut Lane, now_ms: u64) {
 }
 
 /// The records and tombstones of the scanned window whose sets are
-/// shipped, and how many others were filtered out.
+/// shipped, and how many others were filtered out. Records and deletes
+/// that arrived by XDR are left out unless the DC forwards.
 fn scan_partition(
     namespace: &citrine_data::namespace::Namespace,
     scan: Scan,
@@ -267,13 +304,21 @@ fn scan_partition(
     let (mut records, mut filtered) = (Vec::new(), 0);
     let live = index.iter().map(|(digest, entry)| {
         let meta = entry.meta();
-        (*digest, meta.last_update_ms, meta.set_id)
+        (*digest, meta.last_update_ms, meta.set_id, meta.xdr_write)
     });
-    let deleted = index
-        .tombstones()
-        .map(|(digest, tombstone)| (*digest, tombstone.last_update_ms, tombstone.set_id));
-    for (digest, lut_ms, set_id) in live.chain(deleted) {
-        if !in_window(lut_ms) {
+    let deleted = index.tombstones().map(|(digest, tombstone)| {
+        let tombstone = *tombstone;
+        (
+            *digest,
+            tombstone.last_update_ms,
+            tombstone.set_id,
+            tombstone.xdr_write,
+        )
+    });
+    for (digest, lut_ms, set_id, xdr_write) in live.chain(deleted) {
+        // What came here by XDR goes on only where `forward` is on (so
+        // active-active sites never ship each other's writes back).
+        if !in_window(lut_ms) || (xdr_write && !settings.forward) {
             continue;
         }
         if admits(set_id) {
@@ -292,60 +337,102 @@ struct ShipTask {
     dc: String,
     namespace: String,
     ship: Ship,
+    /// The DC's filter expression: a record it rejects is not shipped.
+    filter: Option<Arc<Expression>>,
+    /// `enable-compression`'s level and threshold, when on.
+    compression: Option<Compression>,
 }
 
 impl ShipTask {
     async fn run(self, events: UnboundedSender<Event>) {
         let started = Instant::now();
-        let outcome = self.send().await;
+        let (outcome, wire) = self.send().await;
         let _ = events.send(Event::Ack(Ack {
             dc: self.dc,
             namespace: self.namespace,
             id: self.ship.id,
             outcome,
             latency_ms: started.elapsed().as_millis() as u64,
+            wire,
         }));
     }
 
     /// Reads the record's current state and sends it: a replace, or a
-    /// durable delete for a tombstone.
-    async fn send(&self) -> Outcome {
+    /// durable delete for a tombstone. With the record's write: whether it
+    /// went compressed, and its bytes before and after.
+    async fn send(&self) -> (Outcome, Option<WireBytes>) {
         let Some(copy) = self.read() else {
-            return Outcome::NotFound;
+            return (Outcome::NotFound, None);
         };
         let now = self.service.now();
+        if !self.passes(&copy, now) {
+            return (Outcome::Filtered, None);
+        }
         let set = String::from_utf8_lossy(&copy.set_name).into_owned();
-        let mut key = Key::from_digest(&self.namespace, set, Digest(copy.digest.0));
-        let mut policy = ship_policy();
-        let result = match &copy.body {
+        let key = Key::from_digest(&self.namespace, set, Digest(copy.digest.0));
+        let (result, wire) = match &copy.body {
             None => {
-                self.client
-                    .xdr_delete(&policy, &key, copy.last_update_ms)
-                    .await
+                let policy = ship_policy();
+                let delete = self.client.xdr_delete(&policy, &key, copy.last_update_ms);
+                (delete.await, None)
             }
-            Some(body) => {
-                let Some((user_key, bins)) = decode_body(body) else {
-                    return Outcome::Abandoned;
-                };
-                if copy.void_time != 0 && copy.void_time < now.citrusleaf_seconds {
-                    return Outcome::NotFound;
-                }
-                // Live through its void time's second: at least 1 s left
-                // (0 would ask for the destination's default TTL).
-                policy.expiration = match copy.void_time {
-                    0 => Expiration::Never,
-                    void_time => {
-                        Expiration::Seconds(void_time.saturating_sub(now.citrusleaf_seconds).max(1))
-                    }
-                };
-                policy.base.send_key = user_key.is_some();
-                key.user_key = user_key;
-                self.client
-                    .xdr_put(&policy, &key, &bins, copy.last_update_ms)
-                    .await
+            Some(body) => match self.put(&copy, body, key, now).await {
+                Ok(sent) => sent,
+                Err(outcome) => return (outcome, None),
+            },
+        };
+        (outcome_of(result, copy.last_update_ms), wire)
+    }
+
+    /// Sends a record's write, live through its void time and compressed
+    /// as the DC asks; `Err` with the outcome of a record not to send (its
+    /// body unreadable, or expired since it was read).
+    async fn put(
+        &self,
+        copy: &ReplicaWrite,
+        body: &[u8],
+        mut key: Key,
+        now: citrine_data::Now,
+    ) -> Result<(citrine_client::Result<u8>, Option<WireBytes>), Outcome> {
+        let (user_key, bins) = decode_body(body).ok_or(Outcome::Abandoned)?;
+        if copy.void_time != 0 && copy.void_time < now.citrusleaf_seconds {
+            return Err(Outcome::NotFound);
+        }
+        let mut policy = ship_policy();
+        // Live through its void time's second: at least 1 s left (0 would
+        // ask for the destination's default TTL).
+        policy.expiration = match copy.void_time {
+            0 => Expiration::Never,
+            void_time => {
+                Expiration::Seconds(void_time.saturating_sub(now.citrusleaf_seconds).max(1))
             }
         };
-        outcome_of(result, copy.last_update_ms)
+        policy.base.send_key = user_key.is_some();
+        key.user_key = user_key;
+        let lut_ms = copy.last_update_ms;
+        let put = self
+            .client
+            .xdr_put_with(&policy, &key, &bins, lut_ms, self.compression);
+        Ok(match put.await {
+            Ok(sent) => {
+                let wire = (sent.compressed, sent.original_bytes, sent.sent_bytes);
+                (Ok(sent.result_code), Some(wire))
+            }
+            Err(error) => (Err(error), None),
+        })
+    }
+
+    /// Whether the DC's filter (if any) lets the record go. A delete has
+    /// no bins to judge: it is shipped.
+    fn passes(&self, copy: &ReplicaWrite, now: citrine_data::Now) -> bool {
+        let (Some(filter), Some(_)) = (&self.filter, &copy.body) else {
+            return true;
+        };
+        self.service
+            .namespace(self.namespace.as_bytes())
+            .is_some_and(|namespace| {
+                citrine_data::filter::copy_passes(namespace, copy, filter, now)
+            })
     }
 
     fn read(&self) -> Option<ReplicaWrite> {
@@ -355,6 +442,14 @@ impl ShipTask {
         // A marker without a generation: neither record nor tombstone.
         (copy.body.is_some() || copy.generation != 0).then_some(copy)
     }
+}
+
+/// The namespace's `enable-compression` settings, when on.
+fn compression_of(settings: &NamespaceSettings) -> Option<Compression> {
+    settings.enable_compression.then(|| Compression {
+        level: settings.compression_level,
+        threshold: usize::try_from(settings.compression_threshold).unwrap_or(usize::MAX),
+    })
 }
 
 fn ship_policy() -> WritePolicy {

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod netns;
 pub mod stream;
 pub mod tls;
+pub mod xdr;
 
 use citrine_wire::digest::{of_key, UserKey};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};

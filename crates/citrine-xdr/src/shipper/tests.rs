@@ -257,3 +257,34 @@ fn a_new_shipper_ships_a_write_of_its_first_millisecond() {
     );
     assert_eq!(shipper.poll(5000).len(), 2, "both writes since the add");
 }
+
+/// A rewind asked while a window is open waits for it to settle, then
+/// moves the LST back so the next scan sees a record whose (source's) LUT
+/// is behind the LST; what was shipped since is de-duplicated.
+#[test]
+fn a_rewind_rescans_from_the_arrived_lut_after_the_open_window() {
+    let mut shipper = shipper(Limits::default());
+    open(&mut shipper, 5000, &[1100]);
+    let ships = shipper.poll(5000);
+    shipper.rewind_partition(7, 1050);
+    shipper.ack(ships[0].id, Outcome::Shipped { lut_ms: 1100 }, 5001);
+    let horizon = 5000 - Limits::default().settle_ms;
+    assert_eq!(shipper.lst(7), horizon, "the open window settled first");
+    let scans = shipper.scans_due(5002);
+    assert_eq!(scans.len(), 1);
+    assert_eq!(scans[0].after, 1049, "scanned again from the rewind");
+    let arrived = Candidate {
+        digest: digest(9, 7),
+        lut_ms: 1050,
+    };
+    let mut found = candidates(&[1100]);
+    found.push(arrived);
+    shipper.offer(scans[0], found, 5002);
+    let ships = shipper.poll(5002);
+    assert_eq!(ships.len(), 1, "the record shipped before is a hot key");
+    assert_eq!(ships[0].digest, arrived.digest);
+    assert_eq!(shipper.counters().hot_keys, 1);
+    shipper.ack(ships[0].id, Outcome::Filtered, 5003);
+    assert_eq!(shipper.counters().filtered_out, 1);
+    assert_eq!(shipper.lst(7), 5002 - Limits::default().settle_ms);
+}
