@@ -3,6 +3,10 @@
 //! rate. Results are recorded in bench/RESULTS.md.
 //!
 //!   cargo run --release -p citrine-storage --example device_bench -- [DIR] [RECORDS] [BODY_BYTES]
+//!
+//! Environment: CITRINE_BENCH_COMMIT (commit-to-device), CITRINE_BENCH_WRITERS
+//! (writer threads), CITRINE_BENCH_SHADOW=DIR (each device shadowed by a
+//! file in DIR).
 
 #![allow(clippy::unwrap_used)]
 
@@ -36,10 +40,23 @@ fn main() {
     let paths = vec![dir.join("bench0.dat"), dir.join("bench1.dat")];
     let per_device = (records * (body_bytes as u64 + 200) / 2) * 2 + (64 << 20);
     let commit = std::env::var_os("CITRINE_BENCH_COMMIT").is_some();
+    // CITRINE_BENCH_SHADOW=DIR: each device shadowed by a file in DIR.
+    let shadows: Vec<Option<std::path::PathBuf>> = match std::env::var_os("CITRINE_BENCH_SHADOW") {
+        Some(shadow_dir) => {
+            let shadow_dir = std::path::PathBuf::from(shadow_dir);
+            let _ = std::fs::remove_dir_all(&shadow_dir);
+            std::fs::create_dir_all(&shadow_dir).unwrap();
+            (0..paths.len())
+                .map(|index| Some(shadow_dir.join(format!("bench{index}-shadow.dat"))))
+                .collect()
+        }
+        None => Vec::new(),
+    };
     let config = |mode: IoMode| DeviceConfig {
         commit_to_device: commit,
         io_mode: mode,
         post_write_queue: 0,
+        shadows: shadows.clone(),
         ..DeviceConfig::new("bench", paths.clone(), per_device)
     };
 
