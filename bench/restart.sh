@@ -48,6 +48,8 @@ type = "device"
 file = "test.dat"
 filesize = "$FILESIZE"
 write-block-size = "1M"
+# The files are sized to the data: the default stop-writes-used-pct (70) would stop the load.
+stop-writes-used-pct = 0
 fast-restart = true
 index-checkpoint-period = $1
 EOF

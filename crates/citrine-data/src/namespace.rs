@@ -4,9 +4,11 @@
 //! Invariants:
 //! - `objects` (its exact sum) equals the number of index entries (updated
 //!   under the partition lock that changes the index);
-//! - `used_bytes()` = index table bytes + engine data bytes, the figure the
-//!   memory budget (evict-used-pct) is compared with; stop-writes-used-pct
-//!   is compared with its cheap approximation, within 1 % of the budget;
+//! - `used_bytes()` = index table bytes + engine data bytes (memory), the
+//!   device's live bytes (device): the figure evict-used-pct is compared
+//!   with; a memory namespace's stop-writes-used-pct is compared with its
+//!   cheap approximation, within 1 % of the budget, a device's with its
+//!   exact live bytes (one atomic);
 //! - nothing every request writes shares a cache line across threads (the
 //!   counts are striped, see `citrine_types::stripes`), and the set-name
 //!   lookup takes no lock;
@@ -478,11 +480,37 @@ impl Namespace {
         }
     }
 
-    /// Bytes counted against the budget: index tables (as of the last
-    /// nsup pass, plus a per-object estimate since) and record data.
+    /// Bytes counted against the budget: for a memory namespace its index
+    /// tables (as of the last nsup pass, plus a per-object estimate since)
+    /// and record data; for a device namespace the live bytes of its write
+    /// blocks (the index is not on the device).
     pub fn used_bytes(&self) -> u64 {
-        let objects = self.stats.objects.exact().max(0) as u64;
-        self.index_bytes(objects) + self.storage.used_bytes()
+        match self.config.storage_engine {
+            StorageEngineConfig::Memory { .. } => {
+                let objects = self.stats.objects.exact().max(0) as u64;
+                self.index_bytes(objects) + self.storage.used_bytes()
+            }
+            StorageEngineConfig::Device { .. } => self.storage.used_bytes(),
+        }
+    }
+
+    /// What evicting a record with `data_bytes` of data frees of
+    /// [`Namespace::used_bytes`]: its index slot too in memory.
+    pub fn evictable_bytes(&self, data_bytes: u64) -> u64 {
+        match self.config.storage_engine {
+            StorageEngineConfig::Memory { .. } => data_bytes + citrine_index::SLOT_BYTES as u64 + 1,
+            StorageEngineConfig::Device { .. } => data_bytes,
+        }
+    }
+
+    /// Percentage of the budget free (`data_avail_pct`): a device
+    /// namespace's free write blocks (the lowest over its devices), a
+    /// memory namespace's unused budget.
+    pub fn available_pct(&self) -> u64 {
+        match self.storage.device() {
+            Some(device) => u64::from(device.available_pct()),
+            None => 100u64.saturating_sub(self.used_pct()),
+        }
     }
 
     /// [`Namespace::used_bytes`] from the striped counts' cheap totals (a
@@ -526,8 +554,9 @@ impl Namespace {
                     && self.pct_of_budget(self.used_bytes_approx())
                         >= u64::from(stop_writes_used_pct)
             }
-            // Free write blocks below min-avail-pct; writes resume by
-            // themselves once defragmentation frees blocks again.
+            // Free write blocks below stop-writes-avail-pct (writes resume
+            // by themselves once defragmentation frees blocks again), or
+            // live bytes at stop-writes-used-pct.
             StorageEngineConfig::Device { .. } => self
                 .storage
                 .device()
@@ -541,9 +570,11 @@ impl Namespace {
             StorageEngineConfig::Memory { evict_used_pct, .. } => {
                 (evict_used_pct > 0).then(|| self.data_size() / 100 * u64::from(evict_used_pct))
             }
-            // Device namespaces do not evict (the device bounds them, see
-            // min-avail-pct).
-            StorageEngineConfig::Device { .. } => None,
+            // Live bytes over evict-used-pct of the write blocks.
+            StorageEngineConfig::Device { .. } => self
+                .storage
+                .device()
+                .and_then(|device| device.evict_threshold_bytes()),
         }
     }
 

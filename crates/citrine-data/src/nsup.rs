@@ -1,6 +1,7 @@
 //! Namespace supervisor (nsup): the background pass that removes expired
-//! records and, when a namespace's memory use passes evict-used-pct, evicts
-//! the records closest to expiring; also the removal of truncated records,
+//! records and, when a namespace's use (memory, or a device's live bytes)
+//! passes evict-used-pct, evicts the records closest to expiring (found by
+//! a void-time histogram of fixed size, not by sorting the records); also the removal of truncated records,
 //! and the purge of the index's tombstones older than
 //! `tomb-raider-eligible-age` (the replicated deletes' markers, see
 //! `citrine_index`). An evicted record goes only once its tombstone is
@@ -59,8 +60,14 @@ pub fn run_pass(namespace: &Namespace, now: Now) -> PassReport {
     report
 }
 
-/// Evicts the records soonest to expire until memory use is back under the
-/// eviction threshold. Records that never expire are never evicted.
+/// Buckets of the void-time histogram an eviction pass builds (the
+/// reference's default `evict-hist-buckets`): its memory, whatever the
+/// number of records.
+const EVICT_HIST_BUCKETS: usize = 10_000;
+
+/// Evicts the records soonest to expire until the namespace's use (memory,
+/// or a device's live bytes) is back under `evict-used-pct`. Records that
+/// never expire are never evicted.
 fn evict(namespace: &Namespace, now: Now) -> u64 {
     let Some(threshold) = namespace.evict_threshold_bytes() else {
         return 0;
@@ -72,39 +79,74 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
     // Free down to 1% of the budget below the threshold, so that eviction
     // does not run on every pass by a hair.
     let target_free = used - threshold + namespace.data_size() / 100;
-    let slot_bytes = citrine_index::SLOT_BYTES as u64 + 1;
-    // Histogram of bytes by void time, to find the cutoff without sorting
-    // every record.
-    let mut candidates: Vec<(u32, u64)> = Vec::new();
+    let Some(cutoff) = eviction_cutoff(namespace, now, target_free) else {
+        tracing::warn!(namespace = %namespace.config.name, "over evict-used-pct but no record has a TTL: nothing can be evicted");
+        return 0;
+    };
+    let evicted = evict_through(namespace, cutoff, now);
+    namespace
+        .stats
+        .evicted_objects
+        .fetch_add(evicted, Ordering::Relaxed);
+    namespace
+        .stats
+        .evict_void_time
+        .store(u64::from(cutoff), Ordering::Relaxed);
+    tracing::info!(namespace = %namespace.config.name, evicted, cutoff, at = now.citrusleaf_seconds, used, threshold, "evicted records");
+    evicted
+}
+
+/// The void time through which records must go to free `target_free`
+/// bytes (`None`: no record has one). Two scans under read locks: the
+/// latest void time, then the bytes per bucket of a fixed histogram from
+/// now to it; the cutoff is the end of the bucket where the running sum
+/// reaches the target, so a pass may free up to one bucket more.
+fn eviction_cutoff(namespace: &Namespace, now: Now, target_free: u64) -> Option<u32> {
+    let mut latest = None;
     for partition_id in PartitionId::all() {
         let partition = namespace.index.partition(partition_id).read();
         for (_, entry) in partition.iter() {
             let void_time = entry.meta().void_time;
             if void_time != 0 {
-                candidates.push((void_time, entry.location.size() as u64 + slot_bytes));
+                latest = latest.max(Some(void_time));
             }
         }
     }
-    candidates.sort_unstable_by_key(|(void_time, _)| *void_time);
+    let latest = latest?;
+    let first = now.citrusleaf_seconds.min(latest);
+    let width = (latest - first) / EVICT_HIST_BUCKETS as u32 + 1;
+    let mut histogram = vec![0u64; EVICT_HIST_BUCKETS];
+    for partition_id in PartitionId::all() {
+        let partition = namespace.index.partition(partition_id).read();
+        for (_, entry) in partition.iter() {
+            let void_time = entry.meta().void_time;
+            if void_time != 0 {
+                let bucket = (void_time.saturating_sub(first) / width) as usize;
+                histogram[bucket.min(EVICT_HIST_BUCKETS - 1)] +=
+                    namespace.evictable_bytes(entry.location.size() as u64);
+            }
+        }
+    }
     let mut freed = 0u64;
-    let mut cutoff = None;
-    for (void_time, bytes) in &candidates {
+    let mut end = latest;
+    for (bucket, bytes) in histogram.iter().enumerate() {
         freed += bytes;
-        cutoff = Some(*void_time);
+        end = first.saturating_add((bucket as u32 + 1).saturating_mul(width) - 1);
         if freed >= target_free {
             break;
         }
     }
-    let Some(cutoff) = cutoff else {
-        tracing::warn!(namespace = %namespace.config.name, "over evict-used-pct but no record has a TTL: nothing can be evicted");
-        return 0;
-    };
+    Some(end.min(latest))
+}
+
+/// Evicts every record with a void time at or before `cutoff`, each once
+/// its tombstone is written (device engine), so that an eviction survives
+/// a restart like a delete.
+fn evict_through(namespace: &Namespace, cutoff: u32, now: Now) -> u64 {
     let mut evicted = 0u64;
     for partition_id in PartitionId::all() {
         let mut partition = namespace.index.partition(partition_id).write();
         partition.remove_where(
-            // An eviction must survive a restart like a delete: the record
-            // goes only once its tombstone is written (device engine).
             |digest, entry| {
                 let meta = entry.meta();
                 meta.void_time != 0
@@ -118,15 +160,6 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
             },
         );
     }
-    namespace
-        .stats
-        .evicted_objects
-        .fetch_add(evicted, Ordering::Relaxed);
-    namespace
-        .stats
-        .evict_void_time
-        .store(u64::from(cutoff), Ordering::Relaxed);
-    tracing::info!(namespace = %namespace.config.name, evicted, cutoff, at = now.citrusleaf_seconds, "evicted records");
     evicted
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Option names follow Aerospike's where they exist (`cluster-name`,
 //! `replication-factor`, `default-ttl`, `nsup-period`, `max-record-size`,
-//! `conflict-resolution-policy`, `tomb-raider-eligible-age`, `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`,
+//! `conflict-resolution-policy`, `tomb-raider-eligible-age`, `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`, `stop-writes-avail-pct`,
 //! `strong-consistency`, `strong-consistency-allow-expunge`, `auto-revive`, `active-rack`).
 //! An unknown option, a wrong type or an impossible value stops the start
 //! with a message naming the option and where it was given (file and line,
@@ -257,7 +257,15 @@ pub enum StorageEngineSection {
         write_block_size: Option<Size>,
         flush_max_ms: Option<u32>,
         defrag_lwm_pct: Option<u8>,
+        /// Writes stop below this share of free write blocks (the
+        /// reference's name since 7.0).
+        stop_writes_avail_pct: Option<u8>,
+        /// The same, by its older name (`min-avail-pct`); not both.
         min_avail_pct: Option<u8>,
+        /// Writes stop at this share of live bytes (default 70).
+        stop_writes_used_pct: Option<u8>,
+        /// nsup evicts above this share of live bytes (default 0: never).
+        evict_used_pct: Option<u8>,
         commit_to_device: Option<bool>,
         /// Sealed write blocks kept in memory per device for reads.
         post_write_queue: Option<u32>,
@@ -1367,6 +1375,25 @@ fn resolve_mrt(section: &NamespaceSection, place: &str) -> Result<MrtConfig, Con
     Ok(mrt)
 }
 
+/// `evict-used-pct` and `stop-writes-used-pct` (memory and device
+/// engines): each 0 to 100, eviction below stop-writes when both are set.
+fn check_used_thresholds(evict: u8, stop: u8, place: &str) -> Result<(), ConfigError> {
+    if evict > 100 {
+        return Err(ConfigError(format!(
+            "{place}: storage-engine.evict-used-pct = {evict} is impossible (0 to 100)"
+        )));
+    }
+    if stop > 100 {
+        return Err(ConfigError(format!(
+            "{place}: storage-engine.stop-writes-used-pct = {stop} is impossible (0 to 100)"
+        )));
+    }
+    if evict != 0 && stop != 0 && evict >= stop {
+        return Err(ConfigError(format!("{place}: storage-engine.evict-used-pct ({evict}) must be below stop-writes-used-pct ({stop}), or eviction could never act before writes stop")));
+    }
+    Ok(())
+}
+
 /// `[namespace.storage-engine] type = "memory"`: its data size (at least
 /// 1M), eviction and stop-writes thresholds (percent; eviction below
 /// stop-writes), over the memory engine's defaults.
@@ -1393,19 +1420,7 @@ fn resolve_memory(
     }
     let evict = evict_used_pct.unwrap_or(default_evict);
     let stop = stop_writes_used_pct.unwrap_or(default_stop);
-    if evict > 100 {
-        return Err(ConfigError(format!(
-            "{place}: storage-engine.evict-used-pct = {evict} is impossible (0 to 100)"
-        )));
-    }
-    if stop > 100 {
-        return Err(ConfigError(format!(
-            "{place}: storage-engine.stop-writes-used-pct = {stop} is impossible (0 to 100)"
-        )));
-    }
-    if evict != 0 && stop != 0 && evict >= stop {
-        return Err(ConfigError(format!("{place}: storage-engine.evict-used-pct ({evict}) must be below stop-writes-used-pct ({stop}), or eviction could never act before writes stop")));
-    }
+    check_used_thresholds(evict, stop, place)?;
     config.storage_engine = StorageEngineConfig::Memory {
         data_size,
         evict_used_pct: evict,
@@ -1431,7 +1446,10 @@ fn resolve_device(
         write_block_size,
         flush_max_ms,
         defrag_lwm_pct,
+        stop_writes_avail_pct,
         min_avail_pct,
+        stop_writes_used_pct,
+        evict_used_pct,
         commit_to_device,
         post_write_queue,
         direct_io,
@@ -1459,7 +1477,9 @@ fn resolve_device(
     }
     let tuning = DeviceTuning {
         defrag_lwm_pct: *defrag_lwm_pct,
-        min_avail_pct: *min_avail_pct,
+        stop_writes_avail_pct: one_of_names(*stop_writes_avail_pct, *min_avail_pct, place)?,
+        stop_writes_used_pct: *stop_writes_used_pct,
+        evict_used_pct: *evict_used_pct,
         commit_to_device: *commit_to_device,
         post_write_queue: *post_write_queue,
         direct_io: *direct_io,
@@ -1615,15 +1635,33 @@ fn storage_compression(
 /// A device engine's optional tuning, as the file gives it.
 struct DeviceTuning {
     defrag_lwm_pct: Option<u8>,
-    min_avail_pct: Option<u8>,
+    stop_writes_avail_pct: Option<u8>,
+    stop_writes_used_pct: Option<u8>,
+    evict_used_pct: Option<u8>,
     commit_to_device: Option<bool>,
     post_write_queue: Option<u32>,
     direct_io: Option<bool>,
 }
 
+/// `stop-writes-avail-pct` given by its name or by its older one
+/// (`min-avail-pct`), refused when given by both.
+fn one_of_names(
+    current: Option<u8>,
+    older: Option<u8>,
+    place: &str,
+) -> Result<Option<u8>, ConfigError> {
+    match (current, older) {
+        (Some(_), Some(_)) => Err(ConfigError(format!(
+            "{place}: storage-engine.min-avail-pct is the older name of stop-writes-avail-pct: give one"
+        ))),
+        (current, older) => Ok(current.or(older)),
+    }
+}
+
 impl DeviceTuning {
-    /// Checks and applies it: `defrag-lwm-pct` 1 to 99, `min-avail-pct` at
-    /// most 50, `post-write-queue` at most 4096 blocks.
+    /// Checks and applies it: `defrag-lwm-pct` 1 to 99,
+    /// `stop-writes-avail-pct` at most 50, `evict-used-pct` below
+    /// `stop-writes-used-pct`, `post-write-queue` at most 4096 blocks.
     fn apply(
         &self,
         engine: &mut citrine_service::config::DeviceConfig,
@@ -1637,14 +1675,19 @@ impl DeviceTuning {
             }
             engine.defrag_lwm_pct = pct;
         }
-        if let Some(pct) = self.min_avail_pct {
+        if let Some(pct) = self.stop_writes_avail_pct {
             if pct > 50 {
                 return Err(ConfigError(format!(
-                    "{place}: storage-engine.min-avail-pct = {pct} is impossible (0 to 50)"
+                    "{place}: storage-engine.stop-writes-avail-pct = {pct} is impossible (0 to 50)"
                 )));
             }
-            engine.min_avail_pct = pct;
+            engine.stop_writes_avail_pct = pct;
         }
+        engine.evict_used_pct = self.evict_used_pct.unwrap_or(engine.evict_used_pct);
+        engine.stop_writes_used_pct = self
+            .stop_writes_used_pct
+            .unwrap_or(engine.stop_writes_used_pct);
+        check_used_thresholds(engine.evict_used_pct, engine.stop_writes_used_pct, place)?;
         engine.commit_to_device = self.commit_to_device.unwrap_or(false);
         // By default the queue holds at most 256 MiB (fewer big blocks).
         let default_queue = (citrine_service::config::POST_WRITE_QUEUE_DEFAULT_BYTES
@@ -1984,7 +2027,7 @@ mod tests {
         assert_eq!(
             (
                 engine.defrag_lwm_pct,
-                engine.min_avail_pct,
+                engine.stop_writes_avail_pct,
                 engine.commit_to_device,
                 engine.post_write_queue
             ),
@@ -2048,6 +2091,35 @@ mod tests {
             panic!("not a device namespace");
         };
         assert!(engine.shadows.is_empty());
+    }
+
+    #[test]
+    fn device_eviction_and_stop_writes_by_the_reference_names() {
+        let device = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"d\"\n[namespace.storage-engine]\ntype = \"device\"\nfile = \"x\"\n{extra}"))
+        };
+        let thresholds = |extra: &str| match &device(extra).expect("valid").service.namespaces[0]
+            .storage_engine
+        {
+            StorageEngineConfig::Device { engine, .. } => (
+                engine.evict_used_pct,
+                engine.stop_writes_used_pct,
+                engine.stop_writes_avail_pct,
+            ),
+            other => panic!("not a device namespace: {other:?}"),
+        };
+        assert_eq!(thresholds(""), (0, 70, 5), "the reference's defaults");
+        assert_eq!(
+            thresholds(
+                "evict-used-pct = 40\nstop-writes-used-pct = 60\nstop-writes-avail-pct = 12\n"
+            ),
+            (40, 60, 12)
+        );
+        assert_eq!(thresholds("min-avail-pct = 9\n").2, 9, "the older name");
+        let both = device("min-avail-pct = 9\nstop-writes-avail-pct = 9\n").expect_err("both");
+        assert!(both.0.contains("min-avail-pct"), "{}", both.0);
+        let inverted = device("evict-used-pct = 80\n").expect_err("evict over stop");
+        assert!(inverted.0.contains("evict-used-pct (80)"), "{}", inverted.0);
     }
 
     #[test]

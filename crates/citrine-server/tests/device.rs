@@ -1,7 +1,8 @@
 //! The device storage engine over real `citrined` processes: crash safety
 //! under `kill -9` during concurrent writes (with and without
 //! commit-to-device), durable deletes and expirations across fast and cold
-//! restarts, corrupted blocks, and stop-writes that lift by themselves.
+//! restarts, corrupted blocks, stop-writes that lift by themselves, and
+//! eviction by `evict-used-pct`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -171,8 +172,14 @@ fn put(stream: &mut TcpStream, key: &str, value: i64, ttl: u32) -> std::io::Resu
 }
 
 fn put_blob(stream: &mut TcpStream, key: &str, bytes: usize) -> std::io::Result<u8> {
+    put_blob_ttl(stream, key, bytes, 0)
+}
+
+/// A `bytes`-byte blob in bin "b" with TTL `ttl` (0: the namespace default).
+fn put_blob_ttl(stream: &mut TcpStream, key: &str, bytes: usize, ttl: u32) -> std::io::Result<u8> {
     let header = MsgHeader {
         info2: info2::WRITE,
+        record_ttl: ttl,
         ..MsgHeader::default()
     };
     let frame = record_request(
@@ -559,6 +566,116 @@ fn stop_writes_when_full_then_resume_after_deletes() {
         );
     }
     drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether `key` is found (any bin).
+fn found(stream: &mut TcpStream, key: &str) -> bool {
+    let header = MsgHeader {
+        info1: info1::READ | info1::GET_ALL,
+        ..MsgHeader::default()
+    };
+    let (_, body) = round_trip(stream, &record_request("test", key, header, &[])).unwrap();
+    match decode_reply(&body).0.result_code {
+        0 => true,
+        2 => false,
+        code => panic!("read of {key} failed with {code}"),
+    }
+}
+
+/// Waits (at most 10 s) until `done` holds, saying `what` if it never does.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within 10 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Writes 4 000-byte records with rising TTLs until the live bytes pass
+/// 45 % of the device; returns the next key number.
+fn fill_past(stream: &mut TcpStream, mut next: u32, pct: u64) -> u32 {
+    loop {
+        for _ in 0..20 {
+            let code = put_blob_ttl(stream, &format!("t{next}"), 4000, 3600 + next).unwrap();
+            assert_eq!(code, 0, "t{next} refused before the eviction threshold");
+            next += 1;
+        }
+        if stat(stream, "data_used_pct").parse::<u64>().unwrap() > pct {
+            return next;
+        }
+    }
+}
+
+/// Issue 44 point 5: a device namespace evicts its soonest-expiring
+/// records at `evict-used-pct`, stops writes with 8 when free blocks fall
+/// below `stop-writes-avail-pct` (records that never expire fill it),
+/// keeps serving reads, and its evictions survive a cold restart (their
+/// tombstones are on the device).
+#[test]
+fn a_device_namespace_evicts_then_stops_writes_and_keeps_reading() {
+    let dir = temp_dir("evict");
+    // 1 MiB reserved + 64 blocks of 64 KiB; nsup every second.
+    let config = write_config(&dir, "file = \"test.dat\"\nfilesize = 5242880\nwrite-block-size = \"64K\"\nflush-max-ms = 50\nevict-used-pct = 40\nstop-writes-used-pct = 0\nstop-writes-avail-pct = 25\nfast-restart = false");
+    let port = free_port();
+    let node = Node::start(&config, &dir, port, 1);
+    let mut stream = connect(port);
+    let mut next = 0;
+    for round in 1..=2u64 {
+        next = fill_past(&mut stream, next, 45);
+        wait_until("no eviction back under evict-used-pct", || {
+            stat(&mut stream, "data_used_pct").parse::<u64>().unwrap() < 40
+        });
+        let evicted: u64 = stat(&mut stream, "evicted_objects").parse().unwrap();
+        assert!(evicted >= 20 * round, "round {round}: evicted {evicted}");
+    }
+    // Soonest to expire went first: the first records, not the last.
+    assert!(!found(&mut stream, "t0"), "t0 survived eviction");
+    assert!(
+        found(&mut stream, &format!("t{}", next - 1)),
+        "the newest was evicted"
+    );
+    // Records that never expire cannot be evicted: writes stop.
+    let mut written = 0u32;
+    let code = loop {
+        match put_blob(&mut stream, &format!("n{written}"), 4000).unwrap() {
+            0 => written += 1,
+            code => break code,
+        }
+        assert!(written < 5000, "writes never stopped");
+    };
+    assert_eq!(code, 8, "stop-writes answers OUT_OF_SPACE");
+    assert_eq!(stat(&mut stream, "stop_writes"), "true");
+    let avail: u64 = stat(&mut stream, "data_avail_pct").parse().unwrap();
+    assert!(avail < 25, "stopped with {avail}% free");
+    assert!(found(&mut stream, "n0") && found(&mut stream, &format!("n{}", written - 1)));
+    let before: Vec<bool> = (0..next)
+        .map(|i| found(&mut stream, &format!("t{i}")))
+        .collect();
+    assert!(before.iter().any(|kept| !kept));
+    let log = node.terminate();
+    assert_no_anomaly(&log);
+    // Cold start: the evicted records stay gone.
+    let node = Node::start(&config, &dir, port, 2);
+    let mut stream = connect(port);
+    for (index, kept) in before.iter().enumerate() {
+        let key = format!("t{index}");
+        assert!(
+            *kept || !found(&mut stream, &key),
+            "{key} came back after a cold restart"
+        );
+    }
+    assert!(found(&mut stream, &format!("n{}", written - 1)));
+    let tombstones: u64 = stat(&mut stream, "device_tombstones").parse().unwrap();
+    assert!(
+        tombstones > 0,
+        "no eviction tombstone read back from the device"
+    );
+    eprintln!(
+        "evicted {}, {written} records without TTL until 8, {avail}% free, {tombstones} tombstones after restart",
+        before.iter().filter(|kept| !**kept).count()
+    );
+    assert_no_anomaly(&node.terminate());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

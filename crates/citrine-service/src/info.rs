@@ -632,8 +632,16 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
                 engine.defrag_lwm_pct.to_string(),
             ));
             pairs.push((
-                "storage-engine.min-avail-pct".to_owned(),
-                engine.min_avail_pct.to_string(),
+                "storage-engine.evict-used-pct".to_owned(),
+                engine.evict_used_pct.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.stop-writes-avail-pct".to_owned(),
+                engine.stop_writes_avail_pct.to_string(),
+            ));
+            pairs.push((
+                "storage-engine.stop-writes-used-pct".to_owned(),
+                engine.stop_writes_used_pct.to_string(),
             ));
             pairs.push((
                 "storage-engine.commit-to-device".to_owned(),
@@ -730,6 +738,10 @@ fn namespace_usage_pairs(layers: &Layers<'_>, namespace: &Namespace) -> Vec<(Str
         ),
         ("data_total_bytes".into(), namespace.data_size().to_string()),
         ("data_used_pct".into(), namespace.used_pct().to_string()),
+        (
+            "data_avail_pct".into(),
+            namespace.available_pct().to_string(),
+        ),
         ("stop_writes".into(), namespace.stop_writes().to_string()),
         // Times as the reference counts them: seconds and milliseconds
         // since the citrusleaf epoch (0: never truncated).

@@ -105,7 +105,15 @@ pub struct DeviceConfig {
     pub file_size: u64,
     pub write_block_size: u32,
     pub defrag_lwm_pct: u8,
-    pub min_avail_pct: u8,
+    /// `stop-writes-avail-pct` (formerly `min-avail-pct`): client writes
+    /// stop while a device's free write blocks are below this percentage.
+    pub stop_writes_avail_pct: u8,
+    /// `stop-writes-used-pct`: client writes stop while live bytes are at
+    /// or above this percentage of the devices' write blocks (0 = never).
+    pub stop_writes_used_pct: u8,
+    /// `evict-used-pct`: nsup evicts the records soonest to expire while
+    /// live bytes are above this percentage (0 = never).
+    pub evict_used_pct: u8,
     pub commit_to_device: bool,
     /// Sealed write blocks kept in memory per device.
     pub post_write_queue: u32,
@@ -134,7 +142,9 @@ impl DeviceConfig {
             file_size,
             write_block_size: 1 << 20,
             defrag_lwm_pct: 50,
-            min_avail_pct: 5,
+            stop_writes_avail_pct: 5,
+            stop_writes_used_pct: 70,
+            evict_used_pct: 0,
             commit_to_device: false,
             post_write_queue: 16,
             io_mode: IoMode::Buffered,
@@ -682,9 +692,24 @@ impl DeviceEngine {
             .unwrap_or(0)
     }
 
-    /// True when client writes must stop (available below `min-avail-pct`).
+    /// Live bytes as a percentage of the write blocks (`data_used_pct`).
+    pub fn used_pct(&self) -> u8 {
+        let used = self.used_bytes.load(Ordering::Relaxed);
+        (used.saturating_mul(100) / self.total_bytes().max(1)).min(100) as u8
+    }
+
+    /// True when client writes must stop: free blocks below
+    /// `stop-writes-avail-pct`, or live bytes at `stop-writes-used-pct`.
     pub fn stop_writes(&self) -> bool {
-        self.available_pct() < self.config.min_avail_pct
+        let used_limit = self.config.stop_writes_used_pct;
+        self.available_pct() < self.config.stop_writes_avail_pct
+            || (used_limit > 0 && self.used_pct() >= used_limit)
+    }
+
+    /// Live bytes above which nsup evicts (`evict-used-pct`), if set.
+    pub fn evict_threshold_bytes(&self) -> Option<u64> {
+        let pct = u64::from(self.config.evict_used_pct);
+        (pct > 0).then(|| self.total_bytes() / 100 * pct)
     }
 
     /// Total bytes of write blocks over all devices.
@@ -1282,7 +1307,7 @@ impl DeviceEngine {
             return std::time::Duration::from_millis(20);
         }
         let available = u64::from(self.available_pct());
-        let floor = u64::from(self.config.min_avail_pct).max(1);
+        let floor = u64::from(self.config.stop_writes_avail_pct).max(1);
         let micros = if available <= floor * 2 {
             0
         } else if available < 50 {

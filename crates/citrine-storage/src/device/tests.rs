@@ -216,12 +216,51 @@ fn defrag_reclaims_blocks_and_keeps_records() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `stop-writes-used-pct` stops client writes by live bytes, whatever the
+/// free blocks; `evict-used-pct` gives nsup its threshold.
+#[test]
+fn stop_writes_by_used_pct_and_evict_threshold() {
+    let dir = temp_dir("usedpct");
+    let engine = DeviceEngine::open(DeviceConfig {
+        stop_writes_used_pct: 30,
+        evict_used_pct: 20,
+        stop_writes_avail_pct: 0,
+        ..config(&dir, 1)
+    })
+    .unwrap();
+    let index = FakeIndex::default();
+    engine.cold_start(&index.sink(), &|_| {});
+    assert_eq!(
+        engine.evict_threshold_bytes(),
+        Some(engine.total_bytes() / 100 * 20)
+    );
+    let mut written = 0u64;
+    while !engine.stop_writes() {
+        let meta = StoreMeta {
+            generation: 1,
+            ..StoreMeta::default()
+        };
+        let location = engine
+            .write(&digest(written), &meta, body(written, 4000))
+            .unwrap();
+        index.entries.lock().insert(digest(written), (1, location));
+        written += 1;
+        assert!(written < 100_000);
+    }
+    assert!(engine.used_pct() >= 30 && engine.available_pct() > 50);
+    for seed in 0..written / 2 {
+        index.delete(&engine, digest(seed));
+    }
+    assert!(!engine.stop_writes(), "used {}%", engine.used_pct());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn out_of_space_then_recovers_after_deletes() {
     let dir = temp_dir("space");
     let index = FakeIndex::default();
     let engine = DeviceEngine::open(DeviceConfig {
-        min_avail_pct: 10,
+        stop_writes_avail_pct: 10,
         ..config(&dir, 1)
     })
     .unwrap();
