@@ -888,8 +888,8 @@ impl<'a> Parser<'a> {
             0 => Module::Cdt,
             1 => Module::Bits,
             2 => Module::Hll,
-            // The string module of newer servers.
-            3 => return Err(ExpError::Unsupported),
+            // Any other module, the string module of servers 8.2+ (3)
+            // included: 4, as the reference (8.1.2) refuses it.
             _ => return Err(PARAM),
         };
         let modify = system & 0x40 != 0;

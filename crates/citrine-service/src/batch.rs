@@ -60,8 +60,10 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Default limit on rows per batch request (`batch-max-requests`).
-pub const BATCH_MAX_REQUESTS_DEFAULT: u32 = 5000;
+/// Default limit on rows per batch request (`batch-max-requests`): 0, no
+/// limit, as the reference's (CE 8.1.2 answers `batch-max-requests=0` and
+/// runs a batch of 10 000 rows).
+pub const BATCH_MAX_REQUESTS_DEFAULT: u32 = 0;
 
 /// A response frame is closed (and a step ends) once it holds this many bytes.
 pub const FRAME_TARGET_BYTES: usize = 1024 * 1024;
@@ -416,7 +418,7 @@ pub(crate) fn validate(payload: &[u8], parent: Parent, max_rows: u32) -> Result<
     if count == 0 {
         return Err(BatchError::Malformed("zero rows"));
     }
-    if count > max_rows {
+    if max_rows != 0 && count > max_rows {
         return Err(BatchError::TooManyRows);
     }
     let mut reader = RowReader::new(payload, parent);

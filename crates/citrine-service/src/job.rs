@@ -279,26 +279,23 @@ pub(crate) fn start(
     match submit(runner, message, &namespace, Box::new(cursor), from) {
         Ok(monitor) => {
             transaction::write_stream_end(out, ResultCode::Ok);
-            if let Some(monitor) = monitor {
-                monitor.add_net_io(out.len() - start);
-            }
+            monitor.add_net_io(out.len() - start);
         }
         Err(code) => transaction::write_stream_end(out, code),
     }
 }
 
 /// Registers a background job for `message` (its walk `cursor`, sent by
-/// `from`) and starts it; answers its monitor, or `None` for a job sent
-/// again with a task id already registered (a client retrying a
-/// submission whose answer it lost: it runs once). Refused with 211 when
-/// [`MAX_ACTIVE`] jobs are active already.
+/// `from`) and starts it; answers its monitor. Refused with 4 when a
+/// background job with its task id is registered already, and with 211
+/// when [`MAX_ACTIVE`] jobs are active already.
 fn submit(
     runner: Runner<'_>,
     message: &Message<'_>,
     namespace: &Namespace,
     cursor: Box<ScanCursor>,
     from: Option<std::net::SocketAddr>,
-) -> Result<Option<Arc<Monitor>>, ResultCode> {
+) -> Result<Arc<Monitor>, ResultCode> {
     let udf: Vec<(u8, Vec<u8>)> = [
         field_type::UDF_FILENAME,
         field_type::UDF_FUNCTION,
@@ -319,9 +316,7 @@ fn submit(
         from,
         runner.layers.now().unix_ms,
     );
-    let Some(monitor) = runner.jobs.monitors.add_background(monitor)? else {
-        return Ok(None);
-    };
+    let monitor = runner.jobs.monitors.add_background(monitor)?;
     let job = Arc::new(Job::new(
         Arc::clone(&monitor),
         message,
@@ -332,7 +327,7 @@ fn submit(
     if !runner.jobs.queue.push(job) {
         runner.run_pending();
     }
-    Ok(Some(monitor))
+    Ok(monitor)
 }
 
 impl Job {

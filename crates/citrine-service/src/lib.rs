@@ -281,7 +281,8 @@ pub struct Service {
     pub stats: NodeStats,
     /// Latency histograms (see [`latency`]).
     latencies: latency::Latencies,
-    /// Most rows a batch request may carry (`batch-max-requests`; above → 151).
+    /// Most rows a batch request may carry (`batch-max-requests`; above → 151;
+    /// 0, the default, is no limit).
     pub batch_max_requests: AtomicU32,
     /// `proto-fd-max` and `proto-fd-idle-ms` (see [`client_limits`]).
     pub client_limits: client_limits::ClientLimits,

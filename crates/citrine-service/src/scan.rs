@@ -518,7 +518,8 @@ pub(crate) fn start(
 
 /// The job `query-show` shows of a client's foreground scan or query
 /// (`index`: a query's), registered in `monitors`; refused when its task
-/// id names an active job.
+/// id names an active job. A short query's is not registered: the
+/// reference's `query-show` never lists one.
 fn watch(
     layers: Layers<'_>,
     monitors: &Monitors,
@@ -535,6 +536,9 @@ fn watch(
         from,
         layers.now().unix_ms,
     );
+    if message.header.info1 & info1::SHORT_QUERY != 0 {
+        return Ok(Monitors::unlisted(monitor, layers.data.clock_shared()));
+    }
     monitors.add_foreground(monitor, layers.data.clock_shared())
 }
 

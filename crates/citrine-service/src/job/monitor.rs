@@ -23,9 +23,10 @@
 //!
 //! Invariants: a task id names at most one active job (a foreground
 //! request reusing an active one's is refused with 4, as the reference
-//! refuses it); a background job sent again with a registered task id is
-//! a client's retry and starts nothing; a job is finished once, and its
-//! status and run time stop then.
+//! refuses it); a background job whose task id a registered background job
+//! has, active or among the last finished, is refused with 4 and starts
+//! nothing (as the reference's); a job is finished once, and its status
+//! and run time stop then.
 
 use citrine_types::ResultCode;
 use citrine_wire::info::InfoCommand;
@@ -463,21 +464,28 @@ impl Monitors {
         Ok(Watch { monitor, clock })
     }
 
-    /// Registers a background job: `Ok(None)` when a background job with
-    /// its task id is registered already (a client retrying a submission
-    /// whose answer it lost: it runs once); refused with 211 while
-    /// [`MAX_ACTIVE`] background jobs are active.
-    pub(crate) fn add_background(
-        &self,
-        mut monitor: Monitor,
-    ) -> Result<Option<Arc<Monitor>>, ResultCode> {
+    /// A watch over a client's short query (`info1 SHORT_QUERY`), which the
+    /// reference does not track: timed and finished as any job's, but kept
+    /// out of the registry, so `query-show` never lists it.
+    pub(crate) fn unlisted(monitor: Monitor, clock: Arc<dyn crate::Clock>) -> Watch {
+        Watch {
+            monitor: Arc::new(monitor),
+            clock,
+        }
+    }
+
+    /// Registers a background job; refused with 4 when a background job
+    /// with its task id is registered already (active or among the last
+    /// finished: the reference refuses a known id, a retry included), and
+    /// with 211 while [`MAX_ACTIVE`] background jobs are active.
+    pub(crate) fn add_background(&self, mut monitor: Monitor) -> Result<Arc<Monitor>, ResultCode> {
         let mut entries = self.entries.lock();
         if monitor.trid != 0
             && entries
                 .iter()
                 .any(|known| known.trid == monitor.trid && known.job_type.is_background())
         {
-            return Ok(None);
+            return Err(ResultCode::Parameter);
         }
         let active = entries
             .iter()
@@ -492,7 +500,7 @@ impl Monitors {
         let monitor = Arc::new(monitor);
         entries.push_back(Arc::clone(&monitor));
         forget_past_limit(&mut entries);
-        Ok(Some(monitor))
+        Ok(monitor)
     }
 
     /// The newest job with task id `trid`.

@@ -1431,6 +1431,38 @@ fn a_clients_scan_is_a_job_query_show_lists() {
     assert_eq!(&order[..3], ["trid=4244", "trid=4243", "trid=4242"]);
 }
 
+/// A client's short query (`info1 SHORT_QUERY`) is not a job `query-show`
+/// lists, as the reference tracks none (the Rust client's suite,
+/// `test_short_query_not_tracked`); a long one with the same request is.
+#[test]
+fn a_clients_short_scan_is_not_listed_by_query_show() {
+    let (service, _) = populated();
+    let spec = ScanSpec {
+        set: Some("demo"),
+        ..ScanSpec::default()
+    };
+    let mut short = scan_with_trid(&spec, 4252);
+    // info1: the byte after the AS_MSG header's size.
+    short[PROTO_HEADER_SIZE + 1] |= info1::SHORT_QUERY;
+    for (frame, trid) in [(short, 4252), (scan_with_trid(&spec, 4253), 4253)] {
+        let mut out = Vec::new();
+        let mut pending = start_from_client(&service, &frame, &mut out);
+        while let Some(continuation) = pending {
+            pending = service.resume(continuation, &mut out);
+        }
+        assert!(!out.is_empty(), "job {trid} answered");
+    }
+    let show = |trid: u64| {
+        crate::tests::info(&service, &[&format!("query-show:id={trid}")])
+            .remove(0)
+            .1
+    };
+    assert_eq!(show(4252), "ERROR:2:job not found");
+    assert_eq!(show_field(&service, 4253, "status"), "done(ok)");
+    let all = crate::tests::info(&service, &["query-show"]).remove(0).1;
+    assert!(!all.contains("trid=4252:"), "{all}");
+}
+
 /// A throttled scan (RECS_PER_SEC 10: one record a step) `query-show`
 /// lists as active while its client reads it; dropped mid-stream (the
 /// client went away) it is abandoned; its task id is not taken by a
