@@ -202,7 +202,8 @@ impl Service {
                     self.commit_security(guard, &mut entries);
                 }
                 drop(entries);
-                self.audit_admin(guard, body, actor.as_deref(), outcome.result, arrival.from);
+                let who = (actor.as_deref(), certificate);
+                self.audit_admin(guard, body, who, outcome.result, arrival.from);
                 if !outcome.changed {
                     return Ok(None);
                 }
@@ -354,17 +355,18 @@ impl Service {
         })
     }
 
-    /// Tells the audit trail about an admin request that got `result`,
-    /// and counts a failed login.
+    /// Tells the audit trail about an admin request that got `result`
+    /// from a connection logged in as `actor` with a verified client
+    /// `certificate` (its common name), and counts a failed login.
     fn audit_admin(
         &self,
         guard: &Guard,
         body: &[u8],
-        actor: Option<&str>,
+        (actor, certificate): (Option<&str>, Option<&str>),
         result: u8,
         client: Option<SocketAddr>,
     ) {
-        let Some(event) = events::admin_event(body, actor, result, client) else {
+        let Some(event) = events::admin_event(body, actor, certificate, result, client) else {
             return;
         };
         let now_ms = self.now().unix_ms;
