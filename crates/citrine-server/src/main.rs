@@ -34,6 +34,7 @@ mod config;
 mod console;
 mod event_loop;
 mod http;
+mod ldap_config;
 mod migrate;
 mod net;
 mod tls_config;
@@ -249,6 +250,12 @@ fn open_service(config: &config::ServerConfig, noop: bool) -> Result<Arc<Service
         if let Some(audit) = &config.audit {
             let sink = audit::start(audit).map_err(|error| Failure::new(error, 2))?;
             service.set_audit(audit.settings.clone(), Box::new(sink));
+        }
+        if let Some(ldap) = &config.ldap {
+            service
+                .enable_ldap(ldap.clone())
+                .map_err(|error| Failure::new(format!("security.ldap: {error}"), 2))?;
+            tracing::info!("LDAP logins on: {}", ldap.server);
         }
     }
     if noop {

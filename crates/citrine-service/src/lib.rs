@@ -187,6 +187,9 @@ enum Pending {
     /// An info answer that stands once the other members acknowledged the
     /// shared stores its commands changed ([`Service::sync_stores`]).
     SyncStores(Vec<smd::Store>),
+    /// A LOGIN waiting for the LDAP directory
+    /// ([`Service::complete_ldap_login`]).
+    LdapLogin(Box<security::external::LdapLogin>),
 }
 
 impl Continuation {
@@ -199,6 +202,7 @@ impl Continuation {
                 | Pending::BatchRemote(_)
                 | Pending::AggregateRemote(_)
                 | Pending::SyncStores(_)
+                | Pending::LdapLogin(_)
         )
     }
 
@@ -518,6 +522,10 @@ impl Service {
                 self.sync_stores(&stores).await;
                 None
             }
+            Pending::LdapLogin(login) => {
+                self.complete_ldap_login(*login, out).await;
+                None
+            }
             other => Some(Continuation(other)),
         }
     }
@@ -778,6 +786,10 @@ impl Service {
             }
             Pending::SyncStores(stores) => {
                 block_on(self.sync_stores(&stores));
+                None
+            }
+            Pending::LdapLogin(login) => {
+                block_on(self.complete_ldap_login(*login, out));
                 None
             }
         }
