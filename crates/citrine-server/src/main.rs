@@ -37,6 +37,7 @@ mod http;
 mod ldap_config;
 mod migrate;
 mod net;
+mod network_info;
 mod tls_config;
 mod xdr;
 
@@ -238,6 +239,7 @@ fn open_service(config: &config::ServerConfig, noop: bool) -> Result<Arc<Service
         .map(Arc::new)
         .map_err(|error| Failure::new(format!("cannot open the namespaces: {error}"), 2))?;
     service.set_shared();
+    service.set_network_config(network_info::pairs(config));
     // Long work the distribution layer hands over (the removal of what a
     // peer's truncation covers, which arrives on the fabric's serving
     // path) runs on a thread of its own.

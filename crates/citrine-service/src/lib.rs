@@ -311,6 +311,9 @@ pub struct Service {
     xdr: OnceLock<Arc<dyn XdrInfo>>,
     /// Access control, when the node runs with it (see [`security`]).
     security: OnceLock<security::Guard>,
+    /// The `network` context of `get-config`, as the server resolved it
+    /// ([`Service::set_network_config`]).
+    network: OnceLock<Vec<(String, String)>>,
 }
 
 /// XDR's part of the info commands (`set-config`, `get-config` and
@@ -353,6 +356,7 @@ impl Service {
             shared: OnceLock::new(),
             xdr: OnceLock::new(),
             security: OnceLock::new(),
+            network: OnceLock::new(),
             config,
             data,
             sindexes,
