@@ -14,6 +14,9 @@
 //!   DN and no password is an unauthenticated bind, which servers accept);
 //! - a user name is escaped for where it is substituted ([`pattern`]);
 //! - every connection and operation has a deadline ([`OPERATION_TIMEOUT`]);
+//! - at most `login-threads` logins and polls talk to the directory at
+//!   once; the others wait their turn (a burst of logins cannot open a
+//!   directory connection each);
 //! - without `disable-tls`, an `ldap://` server is spoken to only after
 //!   StartTLS, an `ldaps://` one over TLS, each verified against
 //!   `tls-ca-file` when given.
@@ -169,6 +172,8 @@ pub struct Directory {
     config: Arc<LdapConfig>,
     tls: Option<Arc<rustls::ClientConfig>>,
     runtime: tokio::runtime::Runtime,
+    /// One permit per login thread: a directory operation holds one.
+    turns: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Directory {
@@ -193,10 +198,12 @@ impl Directory {
             .enable_all()
             .build()
             .map_err(|error| format!("cannot start the LDAP login threads: {error}"))?;
+        let turns = Arc::new(tokio::sync::Semaphore::new(config.login_threads));
         Ok(Directory {
             config: Arc::new(config),
             tls,
             runtime,
+            turns,
         })
     }
 
@@ -236,7 +243,11 @@ impl Directory {
         F: std::future::Future<Output = Result<Roles, Failure>> + Send + 'static,
     {
         let (answer, answered) = tokio::sync::oneshot::channel();
+        let turns = self.turns.clone();
         self.runtime.spawn(async move {
+            let Ok(_turn) = turns.acquire_owned().await else {
+                return;
+            };
             let _ = answer.send(work.await);
         });
         async move {
@@ -259,11 +270,15 @@ impl Directory {
             return;
         }
         let session = query::Session::new(self.config.clone(), self.tls.clone());
+        let turns = self.turns.clone();
         self.runtime.spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(period)).await;
                 let Some(users) = users() else { return };
                 for user in users {
+                    let Ok(_turn) = turns.acquire().await else {
+                        return;
+                    };
                     apply(&user, session.roles(&user).await);
                 }
             }

@@ -155,3 +155,28 @@ fn settings_that_cannot_work_are_refused() {
         .unwrap_err()
         .contains("query-user-dn"));
 }
+
+#[test]
+fn at_most_login_threads_logins_talk_to_the_directory_at_once() {
+    // A directory that accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ldap://{}", listener.local_addr().unwrap());
+    listener.set_nonblocking(true).unwrap();
+    let mut one = config(&url);
+    one.login_threads = 1;
+    let directory = Directory::start(one).unwrap();
+    let waiting: Vec<_> = (0..3)
+        .map(|_| directory.login("alice", "wonderland"))
+        .collect();
+    let mut held = Vec::new();
+    let until = std::time::Instant::now() + Duration::from_millis(800);
+    while std::time::Instant::now() < until {
+        if let Ok((socket, _)) = listener.accept() {
+            held.push(socket);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(held.len(), 1, "connections while one login waits");
+    drop(waiting);
+    drop(directory);
+}
