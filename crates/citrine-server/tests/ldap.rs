@@ -103,6 +103,29 @@ fn directory_users_log_in_with_their_groups_as_roles() {
     let directory = Slapd::start(&dir, free_port(), &directory_entries()).unwrap();
     let node = start_node(&dir, &directory.url);
 
+    // get-config lists the LDAP settings under the reference's names.
+    let mut admin = connect(node.port);
+    assert_eq!(
+        round_trip(&mut admin, &login("admin", "admin", false))
+            .unwrap()
+            .1[1],
+        0
+    );
+    let security = common::info(&mut admin, &["get-config:context=security"]);
+    for pair in [
+        format!("ldap.server={}", directory.url),
+        format!("ldap.query-base-dn={SUFFIX}"),
+        "ldap.polling-period=1".to_owned(),
+        "ldap.session-ttl=600".to_owned(),
+        "ldap.disable-tls=true".to_owned(),
+    ] {
+        assert!(
+            security[0].1.split(';').any(|listed| listed == pair),
+            "{pair} not in {}",
+            security[0].1
+        );
+    }
+
     let mut alice = connect(node.port);
     let reply = round_trip(&mut alice, &login("alice", "wonderland", true))
         .unwrap()

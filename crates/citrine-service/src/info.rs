@@ -1167,6 +1167,11 @@ fn security_config(guard: &crate::security::Guard) -> String {
         text.push(';');
         text.push_str(&join_pairs(&pairs, ';'));
     }
+    let ldap = crate::security::external::config_pairs(guard);
+    if !ldap.is_empty() {
+        text.push(';');
+        text.push_str(&join_pairs(&ldap, ';'));
+    }
     text
 }
 

@@ -172,6 +172,43 @@ impl Service {
     }
 }
 
+/// The `ldap.*` pairs of `get-config:context=security` when LDAP is on
+/// (the reference's names; the query user's password is never listed).
+pub(crate) fn config_pairs(guard: &Guard) -> Vec<(String, String)> {
+    let Some(directory) = guard.ldap.get() else {
+        return Vec::new();
+    };
+    let config = directory.config();
+    let text = |value: &Option<String>| value.clone().unwrap_or_default();
+    let pairs = [
+        ("disable-tls", config.disable_tls.to_string()),
+        ("login-threads", config.login_threads.to_string()),
+        ("polling-period", config.polling_period_s.to_string()),
+        ("query-base-dn", config.query_base_dn.clone()),
+        ("query-user-dn", text(&config.query_user_dn)),
+        ("role-query-base-dn", text(&config.role_query_base_dn)),
+        ("role-query-pattern", config.role_query_patterns.join(",")),
+        (
+            "role-query-search-ou",
+            config.role_query_search_ou.to_string(),
+        ),
+        ("server", config.server.clone()),
+        ("session-ttl", config.session_ttl_s.to_string()),
+        (
+            "tls-ca-file",
+            (config.tls_ca_file.as_ref())
+                .map(|path| path.display().to_string())
+                .unwrap_or_default(),
+        ),
+        ("user-dn-pattern", text(&config.user_dn_pattern)),
+        ("user-query-pattern", text(&config.user_query_pattern)),
+    ];
+    pairs
+        .into_iter()
+        .map(|(name, value)| (format!("ldap.{name}"), value))
+        .collect()
+}
+
 /// The code a failed LDAP login answers; a directory problem (not a
 /// refused password, which the audit path counts) is logged.
 fn refused(login: &LdapLogin, failure: &Failure) -> u8 {
