@@ -51,7 +51,10 @@ impl Login {
         let user = slot.lock().take();
         match user {
             Some(user) => self.user = Some(user),
-            None => self.pending.0 = Some(slot),
+            // Still waiting for the directory (a refused login's slot,
+            // which nothing else holds, is dropped).
+            None if Arc::strong_count(&slot) > 1 => self.pending.0 = Some(slot),
+            None => {}
         }
     }
 }
