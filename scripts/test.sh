@@ -44,6 +44,21 @@ else
     echo "no chromium (not root, or no apt-get): the console test skips its browser checks"
 fi
 
+step "slapd for the LDAP tests"
+# crates/citrine-ldap/tests and crates/citrine-server/tests/ldap.rs start a
+# throwaway slapd of their own; with CITRINE_REQUIRE_SLAPD=1 they must run.
+if ! [ -x /usr/sbin/slapd ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "slapd missing: installing Debian's slapd and ldap-utils"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq slapd ldap-utils >/dev/null
+fi
+if [ -x /usr/sbin/slapd ] && command -v ldapmodify >/dev/null 2>&1; then
+    export CITRINE_REQUIRE_SLAPD=1
+else
+    echo "no slapd (not root, or no apt-get): the LDAP tests skip"
+fi
+
 step "cargo test (unit, integration, simulator)"
 # Where the kernel allows io_uring, its tests must run (not skip) and the
 # listener tests use it rather than "auto".

@@ -82,6 +82,20 @@ pub fn execute(
 
 type Handled = Result<bool, ResultCode>;
 
+/// The user and clear password of an admin request that is a LOGIN in
+/// the clients' EXTERNAL mode (it carries CLEAR_PASSWORD) by a user who
+/// is not one of `security`'s own: one for the directory to check.
+/// Internal users log in with their stored hash whatever the mode.
+pub fn external_login<'a>(security: &Security, body: &'a [u8]) -> Option<(&'a str, &'a str)> {
+    let request = AdminRequest::parse(body).ok()?;
+    if request.header.command != command::LOGIN {
+        return None;
+    }
+    let user = request.text(field::USER).ok()??;
+    let password = request.text(field::CLEAR_PASSWORD).ok()??;
+    (!security.users().contains_key(user)).then_some((user, password))
+}
+
 fn text<'a>(request: &AdminRequest<'a>, id: u8) -> Result<&'a str, ResultCode> {
     request
         .text(id)

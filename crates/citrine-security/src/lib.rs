@@ -15,7 +15,12 @@
 //! - passwords are kept only as a bcrypt hash of the client's credential;
 //! - a session is valid for `session_ttl` seconds from its login and only
 //!   while its user exists; dropping a user or setting its password ends
-//!   its sessions.
+//!   its sessions;
+//! - an external (LDAP) user exists on this node only while it has a
+//!   session here: its roles are the directory's group names, as of its
+//!   login or the last poll ([`Security::set_external_roles`]); it has no
+//!   password here and is never stored or shared; creating an internal
+//!   user of its name ends its sessions.
 
 pub mod admin;
 pub mod allow;
@@ -111,6 +116,8 @@ pub struct Security {
     pub config: SecurityConfig,
     users: BTreeMap<String, User>,
     roles: BTreeMap<String, Role>,
+    /// External (LDAP) users logged in here, with their roles.
+    external: BTreeMap<String, BTreeSet<String>>,
     sessions: HashMap<Vec<u8>, Session>,
     usage: quota::Usage,
 }
@@ -122,6 +129,7 @@ impl Security {
             config,
             users: BTreeMap::new(),
             roles: BTreeMap::new(),
+            external: BTreeMap::new(),
             sessions: HashMap::new(),
             usage: quota::Usage::default(),
         };
@@ -200,9 +208,75 @@ impl Security {
         if !self.users.contains_key(user) {
             return Err(ResultCode::InvalidUser);
         }
+        let ttl = self.config.session_ttl_s;
+        self.open_session(user, (from, now_ms), ttl, token)
+    }
+
+    /// Opens a session for the external user `user`, whose password the
+    /// directory accepted and whose groups are `roles`, valid `ttl`
+    /// seconds (the `security.ldap` session-ttl). 60 if an internal user
+    /// has the name (it logs in with its own password).
+    pub fn login_external(
+        &mut self,
+        user: &str,
+        roles: &[String],
+        (from, now_ms): (Option<IpAddr>, u64),
+        ttl: u32,
+        token: [u8; 32],
+    ) -> Result<(Vec<u8>, u32), ResultCode> {
+        if self.users.contains_key(user) {
+            return Err(ResultCode::InvalidUser);
+        }
+        let roles: BTreeSet<String> = roles.iter().cloned().collect();
+        self.external.insert(user.to_owned(), roles);
+        self.open_session(user, (from, now_ms), ttl, token)
+    }
+
+    /// The external users to re-read from the directory: those with a
+    /// session still valid at `now_ms` (the others are forgotten).
+    pub fn external_users(&mut self, now_ms: u64) -> Vec<String> {
+        let live: BTreeSet<&str> = self
+            .sessions
+            .values()
+            .filter(|session| session.expires_ms > now_ms)
+            .map(|session| session.user.as_str())
+            .collect();
+        self.external.retain(|user, _| live.contains(user.as_str()));
+        self.external.keys().cloned().collect()
+    }
+
+    /// What the directory now says about external user `user`: its roles,
+    /// or (`None`) that it is gone, which ends its sessions.
+    pub fn set_external_roles(&mut self, user: &str, roles: Option<&[String]>) {
+        match roles {
+            Some(roles) => {
+                if let Some(held) = self.external.get_mut(user) {
+                    *held = roles.iter().cloned().collect();
+                }
+            }
+            None => {
+                if self.external.remove(user).is_some() {
+                    self.sessions.retain(|_, session| session.user != user);
+                }
+            }
+        }
+    }
+
+    /// Whether `user` is known here: an internal user or a logged-in
+    /// external one.
+    fn known(&self, user: &str) -> bool {
+        self.users.contains_key(user) || self.external.contains_key(user)
+    }
+
+    fn open_session(
+        &mut self,
+        user: &str,
+        (from, now_ms): (Option<IpAddr>, u64),
+        ttl: u32,
+        token: [u8; 32],
+    ) -> Result<(Vec<u8>, u32), ResultCode> {
         self.check_allowed(user, from)?;
         self.make_room_for_a_session(now_ms);
-        let ttl = self.config.session_ttl_s;
         let session = Session {
             user: user.to_string(),
             expires_ms: now_ms.saturating_add(u64::from(ttl) * 1000),
@@ -248,7 +322,7 @@ impl Security {
         if session.expires_ms <= now_ms {
             return Err(ResultCode::ExpiredSession);
         }
-        if !self.users.contains_key(&session.user) {
+        if !self.known(&session.user) {
             return Err(ResultCode::InvalidUser);
         }
         self.check_allowed(&session.user, from)?;
@@ -278,8 +352,10 @@ impl Security {
     fn user_roles<'s>(&'s self, user: &str) -> impl Iterator<Item = &'s String> + 's {
         self.users
             .get(user)
+            .map(|user| &user.roles)
+            .or_else(|| self.external.get(user))
             .into_iter()
-            .flat_map(|user| user.roles.iter())
+            .flat_map(|roles| roles.iter())
     }
 
     /// Whether `user` may do `action` on namespace `ns` / set `set`: 81 if no
@@ -291,7 +367,7 @@ impl Security {
         ns: Option<&str>,
         set: Option<&str>,
     ) -> Result<(), ResultCode> {
-        if !self.users.contains_key(user) {
+        if !self.known(user) {
             return Err(ResultCode::NotAuthenticated);
         }
         let covered = self.user_roles(user).any(|role| {

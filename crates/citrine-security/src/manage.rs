@@ -46,6 +46,9 @@ impl Security {
         self.check_roles(roles)?;
         let password = self.store(credential, salt)?;
         let roles = roles.iter().cloned().collect();
+        // An external user of that name loses its sessions: they must not
+        // carry over to the new user's roles.
+        self.set_external_roles(name, None);
         self.users.insert(name.into(), User { password, roles });
         Ok(())
     }

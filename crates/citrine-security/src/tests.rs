@@ -450,3 +450,104 @@ fn a_login_without_fields_is_the_verified_certificate_s_user() {
     assert_eq!(run(&mut security, &mut next, &body, 2_000).0, 0);
     assert_eq!(next.as_deref(), Some("admin"));
 }
+
+#[test]
+fn external_users_hold_the_directorys_roles_while_they_have_sessions() {
+    let mut security = security();
+    let from = Some("127.0.0.1".parse().expect("ip"));
+    let readers = ["read".to_owned()];
+    let (token, ttl) = security
+        .login_external("carol", &readers, (from, 1_000), 120, [7; 32])
+        .expect("login");
+    assert_eq!(ttl, 120);
+    assert_eq!(
+        security.authenticate(Some("carol"), &token, from, 2_000),
+        Ok("carol".to_owned())
+    );
+    assert_eq!(
+        security.may("carol", Action::Read, Some("test"), None),
+        Ok(())
+    );
+    assert_eq!(
+        security.may("carol", Action::Write, Some("test"), None),
+        Err(ResultCode::RoleViolation)
+    );
+    // A poll that finds new groups changes what the user may do.
+    security.set_external_roles("carol", Some(&["read-write".to_owned()]));
+    assert_eq!(
+        security.may("carol", Action::Write, Some("test"), None),
+        Ok(())
+    );
+    assert_eq!(security.external_users(2_000), vec!["carol".to_owned()]);
+    // The token expires with the LDAP session-ttl, and the user is forgotten.
+    assert_eq!(
+        security.authenticate(None, &token, from, 121_000),
+        Err(ResultCode::ExpiredSession)
+    );
+    assert!(security.external_users(121_000).is_empty());
+    assert_eq!(
+        security.may("carol", Action::Read, Some("test"), None),
+        Err(ResultCode::NotAuthenticated)
+    );
+    // An internal user's name is not the directory's to log in.
+    assert_eq!(
+        security.login_external("admin", &readers, (from, 1_000), 120, [8; 32]),
+        Err(ResultCode::InvalidUser)
+    );
+}
+
+#[test]
+fn a_user_gone_from_the_directory_or_made_internal_loses_its_sessions() {
+    let mut security = security();
+    let from = None;
+    let (token, _) = security
+        .login_external("dave", &["read".to_owned()], (from, 0), 120, [3; 32])
+        .expect("login");
+    security.set_external_roles("dave", None);
+    assert_eq!(
+        security.authenticate(None, &token, from, 1),
+        Err(ResultCode::InvalidCredential)
+    );
+    let (token, _) = security
+        .login_external("dave", &["read".to_owned()], (from, 0), 120, [4; 32])
+        .expect("login again");
+    security
+        .create_user("dave", &hash("pw"), &["sys-admin".to_owned()], [5; 16])
+        .expect("internal dave");
+    assert_eq!(
+        security.authenticate(None, &token, from, 1),
+        Err(ResultCode::InvalidCredential)
+    );
+    // A poll about a name that is internal now changes nothing.
+    security.set_external_roles("dave", None);
+    assert!(security.users().contains_key("dave"));
+}
+
+#[test]
+fn only_an_external_login_by_a_stranger_goes_to_the_directory() {
+    let security = security();
+    let external = |user: &str| {
+        request(
+            command::LOGIN,
+            &[
+                (field::USER, user.as_bytes().to_vec()),
+                (field::CREDENTIAL, hash("pw")),
+                (field::CLEAR_PASSWORD, b"pw".to_vec()),
+            ],
+        )
+    };
+    let erin = external("erin");
+    assert_eq!(
+        admin::external_login(&security, &erin),
+        Some(("erin", "pw"))
+    );
+    assert_eq!(admin::external_login(&security, &external("admin")), None);
+    let internal = request(
+        command::LOGIN,
+        &[
+            (field::USER, b"erin".to_vec()),
+            (field::CREDENTIAL, hash("pw")),
+        ],
+    );
+    assert_eq!(admin::external_login(&security, &internal), None);
+}

@@ -162,6 +162,8 @@ pub struct SecuritySection {
     pub log: Option<AuditSection>,
     /// `[security.syslog]`: audit lines also to syslog (`local` facility).
     pub syslog: Option<AuditSection>,
+    /// `[security.ldap]`: external users log in against a directory.
+    pub ldap: Option<crate::ldap_config::LdapSection>,
 }
 
 /// `[security.log]` / `[security.syslog]`: the reference's `report-*`
@@ -440,6 +442,8 @@ pub struct ServerConfig {
     pub security: Option<citrine_security::SecurityConfig>,
     /// `[security.log]` / `[security.syslog]`: the audit trail.
     pub audit: Option<AuditConfig>,
+    /// `[security.ldap]`: LDAP logins.
+    pub ldap: Option<citrine_ldap::LdapConfig>,
     /// The TLS service port's settings; `None`: no TLS listener.
     pub tls: Option<crate::tls_config::TlsSettings>,
 }
@@ -569,6 +573,7 @@ pub fn resolve(
         .map_err(|error| ConfigError(format!("{origin}: [xdr]: {error}")))?;
     let security = resolve_security(&file, origin)?;
     let audit = resolve_audit(&file, origin, work_directory.as_deref())?;
+    let ldap = crate::ldap_config::resolve(&file, origin, work_directory.as_deref())?;
     let tls =
         crate::tls_config::resolve(&file, origin, overrides, work_directory.as_deref(), port)?;
     let tls_access_address = tls.as_ref().map_or_else(String::new, |tls| {
@@ -599,6 +604,7 @@ pub fn resolve(
         xdr,
         security,
         audit,
+        ldap,
         tls,
     })
 }

@@ -34,8 +34,10 @@ mod config;
 mod console;
 mod event_loop;
 mod http;
+mod ldap_config;
 mod migrate;
 mod net;
+mod network_info;
 mod tls_config;
 mod xdr;
 
@@ -237,6 +239,7 @@ fn open_service(config: &config::ServerConfig, noop: bool) -> Result<Arc<Service
         .map(Arc::new)
         .map_err(|error| Failure::new(format!("cannot open the namespaces: {error}"), 2))?;
     service.set_shared();
+    service.set_network_config(network_info::pairs(config));
     // Long work the distribution layer hands over (the removal of what a
     // peer's truncation covers, which arrives on the fabric's serving
     // path) runs on a thread of its own.
@@ -249,6 +252,12 @@ fn open_service(config: &config::ServerConfig, noop: bool) -> Result<Arc<Service
         if let Some(audit) = &config.audit {
             let sink = audit::start(audit).map_err(|error| Failure::new(error, 2))?;
             service.set_audit(audit.settings.clone(), Box::new(sink));
+        }
+        if let Some(ldap) = &config.ldap {
+            service
+                .enable_ldap(ldap.clone())
+                .map_err(|error| Failure::new(format!("security.ldap: {error}"), 2))?;
+            tracing::info!("LDAP logins on: {}", ldap.server);
         }
     }
     if noop {

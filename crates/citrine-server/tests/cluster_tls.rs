@@ -181,6 +181,31 @@ fn a_node_with_a_certificate_from_another_ca_does_not_join() {
     let mut member = TlsNode::new(0x50, &dir.0.join("good"), &dir.0);
     let mut stranger = TlsNode::new(0x51, &dir.0.join("other"), &dir.0);
     member.start(&[]);
+    // `get-config:context=network` lists the TLS-only channels as the
+    // reference names them: no plain port (0), the TLS ports and names.
+    let network = info(&mut member.node.connect(), &["get-config:context=network"]);
+    let node = &member.node;
+    for pair in [
+        "heartbeat.mode=mesh".to_owned(),
+        "heartbeat.address=127.0.0.1".to_owned(),
+        "heartbeat.port=0".to_owned(),
+        format!("heartbeat.tls-port={}", node.heartbeat_port),
+        "heartbeat.tls-name=localhost".to_owned(),
+        "heartbeat.interval=150".to_owned(),
+        "heartbeat.timeout=10".to_owned(),
+        "fabric.address=127.0.0.1".to_owned(),
+        format!("fabric.tls-port={}", node.fabric_port),
+        "fabric.tls-name=localhost".to_owned(),
+        "fabric.port=0".to_owned(),
+        format!("service.port={}", node.port),
+        "service.tls-port=0".to_owned(),
+    ] {
+        assert!(
+            network[0].1.split(';').any(|listed| listed == pair),
+            "{pair} not in {}",
+            network[0].1
+        );
+    }
     stranger.start(&[member.seed()]);
     // Several heartbeat timeouts (1.5 s each): it never joins.
     let started = Instant::now();

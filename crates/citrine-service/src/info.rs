@@ -834,6 +834,15 @@ const NAMESPACE_COUNTERS: &[(&str, NamespaceCounter)] = &[
     }),
 ];
 
+impl Service {
+    /// Sets the `network` context of `get-config` (once, before the node
+    /// serves): the server's resolved service, heartbeat and fabric
+    /// settings as `(name, value)` pairs in the reference's order.
+    pub fn set_network_config(&self, pairs: Vec<(String, String)>) {
+        let _ = self.network.set(pairs);
+    }
+}
+
 fn join_pairs(pairs: &[(String, String)], separator: char) -> String {
     let mut out = String::new();
     for (index, (key, value)) in pairs.iter().enumerate() {
@@ -1124,16 +1133,19 @@ fn get_config(service: &Service, command: &InfoCommand<'_>) -> String {
             ];
             join_pairs(&pairs, ';')
         }
-        "network" => {
-            let pairs: Vec<(String, String)> = vec![
-                ("service.port".into(), service.config.port.to_string()),
-                (
-                    "service.access-address".into(),
-                    service.config.access_address.clone(),
-                ),
-            ];
-            join_pairs(&pairs, ';')
-        }
+        "network" => match service.network.get() {
+            Some(pairs) => join_pairs(pairs, ';'),
+            None => {
+                let pairs: Vec<(String, String)> = vec![
+                    ("service.port".into(), service.config.port.to_string()),
+                    (
+                        "service.access-address".into(),
+                        service.config.access_address.clone(),
+                    ),
+                ];
+                join_pairs(&pairs, ';')
+            }
+        },
         "namespace" => {
             let name = command.param("namespace").or_else(|| command.param("id"));
             match name.and_then(|name| service.namespace(name.as_bytes())) {
@@ -1170,6 +1182,11 @@ fn security_config(guard: &crate::security::Guard) -> String {
         let pairs = crate::security::audit::config_pairs(&audit.settings());
         text.push(';');
         text.push_str(&join_pairs(&pairs, ';'));
+    }
+    let ldap = crate::security::external::config_pairs(guard);
+    if !ldap.is_empty() {
+        text.push(';');
+        text.push_str(&join_pairs(&ldap, ';'));
     }
     text
 }

@@ -187,6 +187,9 @@ enum Pending {
     /// An info answer that stands once the other members acknowledged the
     /// shared stores its commands changed ([`Service::sync_stores`]).
     SyncStores(Vec<smd::Store>),
+    /// A LOGIN waiting for the LDAP directory
+    /// ([`Service::complete_ldap_login`]).
+    LdapLogin(Box<security::external::LdapLogin>),
 }
 
 impl Continuation {
@@ -199,6 +202,7 @@ impl Continuation {
                 | Pending::BatchRemote(_)
                 | Pending::AggregateRemote(_)
                 | Pending::SyncStores(_)
+                | Pending::LdapLogin(_)
         )
     }
 
@@ -308,6 +312,9 @@ pub struct Service {
     xdr: OnceLock<Arc<dyn XdrInfo>>,
     /// Access control, when the node runs with it (see [`security`]).
     security: OnceLock<security::Guard>,
+    /// The `network` context of `get-config`, as the server resolved it
+    /// ([`Service::set_network_config`]).
+    network: OnceLock<Vec<(String, String)>>,
 }
 
 /// XDR's part of the info commands (`set-config`, `get-config` and
@@ -352,6 +359,7 @@ impl Service {
             shared: OnceLock::new(),
             xdr: OnceLock::new(),
             security: OnceLock::new(),
+            network: OnceLock::new(),
             config,
             data,
             sindexes,
@@ -519,6 +527,10 @@ impl Service {
                 .map(|run| Continuation(Pending::Aggregate(run))),
             Pending::SyncStores(stores) => {
                 self.sync_stores(&stores).await;
+                None
+            }
+            Pending::LdapLogin(login) => {
+                self.complete_ldap_login(*login, out).await;
                 None
             }
             other => Some(Continuation(other)),
@@ -781,6 +793,10 @@ impl Service {
             }
             Pending::SyncStores(stores) => {
                 block_on(self.sync_stores(&stores));
+                None
+            }
+            Pending::LdapLogin(login) => {
+                block_on(self.complete_ldap_login(*login, out));
                 None
             }
         }

@@ -37,6 +37,7 @@ use std::net::SocketAddr;
 
 pub mod audit;
 mod events;
+pub(crate) mod external;
 mod store;
 pub use store::SECURITY_FILE;
 #[cfg(test)]
@@ -58,6 +59,9 @@ pub struct Guard {
     /// How long a connection may stay open without logging in
     /// (`login-timeout-ms`).
     login_timeout: std::time::Duration,
+    /// The LDAP directory external users log in against, when
+    /// `[security.ldap]` is given (see [`external`]).
+    ldap: std::sync::OnceLock<citrine_ldap::Directory>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -84,6 +88,8 @@ impl Guard {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Login {
     user: Option<String>,
+    /// An LDAP login under way (see [`external`]).
+    pending: external::PendingLogin,
 }
 
 impl Login {
@@ -97,6 +103,7 @@ impl Login {
     pub(crate) fn of(user: &str) -> Login {
         Login {
             user: Some(user.to_owned()),
+            pending: Default::default(),
         }
     }
 }
@@ -130,6 +137,7 @@ impl Service {
             audit: std::sync::OnceLock::new(),
             login_failures: audit::LoginFailures::default(),
             login_timeout,
+            ldap: std::sync::OnceLock::new(),
         });
     }
 
@@ -178,6 +186,7 @@ impl Service {
             }
             return self.handle_streaming_from(header, body, out, arrival);
         };
+        session.login.settle();
         let login = &mut session.login;
         let certificate = session.certificate.as_deref();
         let from = arrival.from.map(|peer| peer.ip());
@@ -186,6 +195,9 @@ impl Service {
                 self.stats
                     .admin_requests
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some(ldap) = self.ldap_login(guard, body, login, arrival.from) {
+                    return Ok(Some(ldap));
+                }
                 let context = Context {
                     from,
                     now_ms: self.now().unix_ms,
@@ -202,7 +214,8 @@ impl Service {
                     self.commit_security(guard, &mut entries);
                 }
                 drop(entries);
-                self.audit_admin(guard, body, actor.as_deref(), outcome.result, arrival.from);
+                let who = (actor.as_deref(), certificate);
+                self.audit_admin(guard, body, who, outcome.result, arrival.from);
                 if !outcome.changed {
                     return Ok(None);
                 }
@@ -354,17 +367,18 @@ impl Service {
         })
     }
 
-    /// Tells the audit trail about an admin request that got `result`,
-    /// and counts a failed login.
+    /// Tells the audit trail about an admin request that got `result`
+    /// from a connection logged in as `actor` with a verified client
+    /// `certificate` (its common name), and counts a failed login.
     fn audit_admin(
         &self,
         guard: &Guard,
         body: &[u8],
-        actor: Option<&str>,
+        (actor, certificate): (Option<&str>, Option<&str>),
         result: u8,
         client: Option<SocketAddr>,
     ) {
-        let Some(event) = events::admin_event(body, actor, result, client) else {
+        let Some(event) = events::admin_event(body, actor, certificate, result, client) else {
             return;
         };
         let now_ms = self.now().unix_ms;

@@ -13,12 +13,16 @@
 //!
 //! Invariant: a port is handed out at most once per test process.
 //!
+//! [`slapd`] starts a throwaway OpenLDAP server for the LDAP tests.
+//!
 //! It also answers "is the process listening on this port the one the test
 //! started?" ([`listener_is`]): a readiness probe that only connects can
 //! be answered by some other process that holds the port, and the test
 //! then talks to a stranger while its own node fails to start.
 
 #![forbid(unsafe_code)]
+
+pub mod slapd;
 
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::Child;

@@ -13,18 +13,24 @@ use citrine_wire::admin::{command, field, AdminRequest};
 use std::net::SocketAddr;
 
 /// The event of an admin request that got `result` (0: done), sent by a
-/// connection logged in as `actor`; `None` for queries and unparsable
-/// requests.
+/// connection logged in as `actor` whose TLS handshake verified a client
+/// certificate naming `certificate` (a LOGIN without a user field, PKI,
+/// logs in as it); `None` for queries and unparsable requests.
 pub fn admin_event(
     body: &[u8],
     actor: Option<&str>,
+    certificate: Option<&str>,
     result: u8,
     client: Option<SocketAddr>,
 ) -> Option<Event> {
     let request = AdminRequest::parse(body).ok()?;
     let named = |id| request.text(id).ok().flatten();
     let (report, action, user) = match request.header.command {
-        command::LOGIN => (Report::Authentication, "login", named(field::USER)),
+        command::LOGIN => (
+            Report::Authentication,
+            "login",
+            named(field::USER).or(certificate),
+        ),
         command::AUTHENTICATE => (
             Report::Authentication,
             "authenticate",

@@ -488,3 +488,36 @@ fn without_switches_nothing_is_audited_but_failures_are_counted() {
         1
     );
 }
+
+#[test]
+fn a_certificate_login_is_audited_with_the_certificates_user() {
+    let (service, kept) = audited(super::audit::Reports {
+        authentication: true,
+        ..Default::default()
+    });
+    let mut session = crate::session::Session::default();
+    session.set_certificate("admin".to_owned());
+    let frame = admin(command::LOGIN, &[]);
+    let header = ProtoHeader::decode(frame[..8].try_into().unwrap()).unwrap();
+    let mut out = Vec::new();
+    let arrival = Arrival {
+        from: Some("127.0.0.1:5000".parse().unwrap()),
+        ..Arrival::default()
+    };
+    service
+        .handle_guarded(header, &frame[8..], &mut out, arrival, &mut session)
+        .unwrap();
+    assert_eq!(out[9], 0, "PKI login");
+    assert!(
+        has(
+            &kept,
+            &[
+                "permitted | type: authentication",
+                "action: login",
+                "user: admin"
+            ]
+        ),
+        "{:?}",
+        kept.0.lock()
+    );
+}
