@@ -231,6 +231,8 @@ pub struct NamespaceSection {
     /// writes are refused.
     pub mrt_duration: Option<Duration>,
     pub disable_mrt_writes: Option<bool>,
+    /// Citrine's own: the stable partition placement (issue 45).
+    pub prefer_minimal_migration: Option<bool>,
 }
 
 /// `[namespace.storage-engine]`.
@@ -501,6 +503,7 @@ pub fn embedded_default() -> FileConfig {
         strong_consistency_serve_data: None,
         mrt_duration: None,
         disable_mrt_writes: None,
+        prefer_minimal_migration: None,
     };
     FileConfig {
         namespaces: vec![namespace("test"), namespace("bar")],
@@ -1230,6 +1233,7 @@ fn resolve_namespace(
     let mut config = NamespaceConfig::in_memory(name);
     config.sc = resolve_sc(section);
     config.mrt = resolve_mrt(section, place)?;
+    config.prefer_minimal_migration = resolve_minimal_migration(section, place)?;
     if let Some(factor) = section.replication_factor {
         if !(1..=128).contains(&factor) {
             return Err(ConfigError(format!(
@@ -1326,6 +1330,18 @@ fn resolve_record_limits(
 /// The strong-consistency options (`strong-consistency`,
 /// `strong-consistency-allow-expunge`, `auto-revive`, `active-rack`); the
 /// last three are kept but mean nothing without `strong-consistency`.
+/// `prefer-minimal-migration`: AP namespaces only (a strong-consistency
+/// namespace's map follows its roster).
+fn resolve_minimal_migration(section: &NamespaceSection, place: &str) -> Result<bool, ConfigError> {
+    let on = section.prefer_minimal_migration.unwrap_or(false);
+    if on && section.strong_consistency.unwrap_or(false) {
+        return Err(ConfigError(format!(
+            "{place}: 'prefer-minimal-migration' is not applicable with 'strong-consistency'"
+        )));
+    }
+    Ok(on)
+}
+
 fn resolve_sc(section: &NamespaceSection) -> ScConfig {
     ScConfig {
         strong_consistency: section.strong_consistency.unwrap_or(false),
