@@ -2093,6 +2093,26 @@ mod tests {
     }
 
     #[test]
+    fn prefer_minimal_migration_is_off_by_default_and_ap_only() {
+        let of = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"s\"\n{extra}"))
+                .map(|config| config.service.namespaces[0].prefer_minimal_migration)
+        };
+        assert!(!of("").expect("valid"));
+        assert!(of("prefer-minimal-migration = true\n").expect("valid"));
+        let sc = of("strong-consistency = true\nprefer-minimal-migration = true\n");
+        let refused = sc.expect_err("SC");
+        assert!(
+            refused
+                .0
+                .contains("not applicable with 'strong-consistency'"),
+            "{}",
+            refused.0
+        );
+        assert!(of("strong-consistency = true\nprefer-minimal-migration = false\n").is_ok());
+    }
+
+    #[test]
     fn device_compression_is_checked() {
         use citrine_service::config::{Compression, CompressionAlgorithm};
         let device = |extra: &str| {
