@@ -387,6 +387,11 @@ enum Inbound {
     Cluster(Envelope),
     Fabric(NodeId),
     Placement(NodeId, Vec<u8>),
+    /// The placements the agreement asked for, computed off this thread.
+    Computed(
+        u64,
+        Vec<(String, citrine_cluster::partition_map::Placement)>,
+    ),
 }
 
 /// Starts the cluster runtime thread. Binding the heartbeat and fabric ports
@@ -833,6 +838,10 @@ impl Driver {
                 self.perform(effects);
             }
             Inbound::Fabric(from) => self.node.on_fabric_message(from, now),
+            Inbound::Computed(cluster_key, placements) => {
+                let actions = self.agreement.computed(cluster_key, placements);
+                self.perform_agreement(actions);
+            }
             Inbound::Placement(from, bytes) => match agreement::Frame::decode(&bytes) {
                 Ok(frame) => {
                     let actions = self.agreement.on_frame(from, frame, now);
@@ -978,6 +987,7 @@ impl Driver {
                     }
                 }
                 agreement::Action::Install { cluster_key, maps } => self.publish(cluster_key, maps),
+                agreement::Action::Compute { cluster_key, jobs } => self.compute(cluster_key, jobs),
                 agreement::Action::Stalled { source, waited_ms } => {
                     tracing::warn!(
                         principal = %source,
@@ -989,6 +999,22 @@ impl Driver {
                     self.service.set_orphan();
                 }
             }
+        }
+    }
+
+    /// Computes placements on a thread of their own (a small cluster's
+    /// rebalance takes tens of milliseconds, seconds in a debug build:
+    /// too long for the heartbeat thread) and hands them back.
+    fn compute(&mut self, cluster_key: u64, jobs: Vec<agreement::Job>) {
+        let sender = self.inbound_sender.clone();
+        let spawned = std::thread::Builder::new()
+            .name("citrine-placement".into())
+            .spawn(move || {
+                let placements = jobs.iter().map(agreement::Job::run).collect();
+                let _ = sender.blocking_send(Inbound::Computed(cluster_key, placements));
+            });
+        if let Err(error) = spawned {
+            tracing::error!("cannot start the placement thread: {error}");
         }
     }
 

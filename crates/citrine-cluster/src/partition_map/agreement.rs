@@ -111,6 +111,28 @@ pub enum Action {
     /// No decision from `source` after `waited_ms` (reported once per
     /// view): the view cannot be published.
     Stalled { source: NodeId, waited_ms: u64 },
+    /// Run the jobs (off the caller's heartbeat thread: a small cluster's
+    /// rebalance takes tens of milliseconds) and hand the placements to
+    /// [`Agreement::computed`].
+    Compute { cluster_key: u64, jobs: Vec<Job> },
+}
+
+/// One placement the source must compute.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub name: String,
+    pub base: Option<Placement>,
+    pub members: Vec<NodeEntry>,
+    pub replication_factor: usize,
+}
+
+impl Job {
+    /// The placement: [`Placement::compute`] from the base.
+    pub fn run(&self) -> (String, Placement) {
+        let placement =
+            Placement::compute(self.base.as_ref(), &self.members, self.replication_factor);
+        (self.name.clone(), placement)
+    }
 }
 
 /// The source fetching the base most members share.
@@ -131,6 +153,8 @@ struct ViewState {
     /// Offers received (source only), this node's own included.
     offers: BTreeMap<NodeId, Vec<OfferedNamespace>>,
     fetch: Option<Fetch>,
+    /// The placements are being computed (source only).
+    computing: bool,
     decision: Option<Decision>,
     stalled_reported: bool,
 }
@@ -194,6 +218,7 @@ impl Agreement {
             last_offer_ms: now,
             offers: BTreeMap::new(),
             fetch: None,
+            computing: false,
             decision: None,
             stalled_reported: false,
         });
@@ -332,7 +357,7 @@ impl Agreement {
             return Vec::new();
         };
         let all_in = view.offers.len() == view.members.len();
-        if view.decision.is_some() || (!all_in && !forced) {
+        if view.decision.is_some() || view.computing || (!all_in && !forced) {
             return Vec::new();
         }
         let agreed = agreed_namespaces(&self.stable, &view.offers, all_in);
@@ -392,20 +417,56 @@ impl Agreement {
     }
 
     /// The source's decision: the agreed namespaces' placements from the
-    /// fetched bases (else its own), sent to every member that offered.
+    /// fetched bases (else its own), computed by the caller.
     fn decide(&mut self, agreed: Vec<(String, usize)>) -> Vec<Action> {
         let Some(view) = &self.view else {
             return Vec::new();
         };
-        let placements = agreed
+        if agreed.is_empty() {
+            return self.finish(Vec::new());
+        }
+        let jobs = agreed
             .into_iter()
             .map(|(name, rf)| {
                 let fetched = view.fetch.as_ref().and_then(|fetch| fetch.got.get(&name));
-                let base = fetched.or_else(|| self.bases.get(&name));
-                let placement = Placement::compute(base, &view.members, rf);
-                (name, placement)
+                let base = fetched.or_else(|| self.bases.get(&name)).cloned();
+                Job {
+                    name,
+                    base,
+                    members: view.members.clone(),
+                    replication_factor: rf,
+                }
             })
             .collect();
+        let cluster_key = view.cluster_key;
+        if let Some(view) = self.view.as_mut() {
+            view.computing = true;
+        }
+        vec![Action::Compute { cluster_key, jobs }]
+    }
+
+    /// The placements of an [`Action::Compute`] for view `cluster_key`:
+    /// the source installs its decision and sends it.
+    pub fn computed(
+        &mut self,
+        cluster_key: u64,
+        placements: Vec<(String, Placement)>,
+    ) -> Vec<Action> {
+        let Some(view) = &self.view else {
+            return Vec::new();
+        };
+        if view.cluster_key != cluster_key || !view.computing || view.decision.is_some() {
+            return Vec::new();
+        }
+        self.finish(placements)
+    }
+
+    /// Installs the decision made of `placements` and sends it to every
+    /// member that offered.
+    fn finish(&mut self, placements: Vec<(String, Placement)>) -> Vec<Action> {
+        let Some(view) = &self.view else {
+            return Vec::new();
+        };
         let decision = Decision {
             cluster_key: view.cluster_key,
             placements,

@@ -74,6 +74,12 @@ impl Net {
                     self.nodes.get_mut(&from).unwrap().installed = Some((cluster_key, maps));
                 }
                 Action::Stalled { .. } => self.nodes.get_mut(&from).unwrap().stalled = true,
+                Action::Compute { cluster_key, jobs } => {
+                    let placements = jobs.iter().map(Job::run).collect();
+                    let node = self.nodes.get_mut(&from).unwrap();
+                    let actions = node.agreement.computed(cluster_key, placements);
+                    self.perform(from, actions);
+                }
             }
         }
     }
