@@ -220,3 +220,63 @@ fn a_member_with_the_option_off_keeps_every_node_on_the_paper_map() {
         .unwrap();
     assert!(config.contains("prefer-minimal-migration=true"), "{config}");
 }
+
+/// Rolling upgrade, on demand: `CITRINE_OLD_CITRINED=<a citrined built
+/// before prefer-minimal-migration> cargo test -p citrine-server --test
+/// placement -- --ignored`. Node 90 runs the older binary (with the
+/// example configuration, which it understands); nodes 91 and 92 have the
+/// option on. Node 92, the principal, hears no offer from node 90 and
+/// decides the paper's map: every node answers the same map.
+#[test]
+#[ignore]
+fn an_older_member_keeps_every_node_on_the_paper_map() {
+    let old = std::env::var_os("CITRINE_OLD_CITRINED").expect("CITRINE_OLD_CITRINED");
+    let mut first = Node::new(90);
+    first.binary = Some(PathBuf::from(old));
+    let own = first.heartbeat_address();
+    first.start(&own);
+    let seed = first.heartbeat_address();
+    let nodes = [
+        first,
+        start(91, true, Some(&seed)),
+        start(92, true, Some(&seed)),
+    ];
+    let group: Vec<&Node> = nodes.iter().collect();
+    wait_for_cluster(&group, 3, Duration::from_secs(30));
+    wait_for_stable(&group, Duration::from_secs(60));
+    assert_eq!(agreed_map(&group), paper_map(&group));
+}
+
+/// Rolling upgrade, on demand (as above): the older binary is node 95,
+/// the principal, which never answers offers. Nodes 93 and 94 (option
+/// on) must not publish a map of their own for the view: only the older
+/// node serves it, on the paper's map.
+#[test]
+#[ignore]
+fn an_older_principal_is_refused_rather_than_split() {
+    let old = std::env::var_os("CITRINE_OLD_CITRINED").expect("CITRINE_OLD_CITRINED");
+    let mut principal = Node::new(95);
+    principal.binary = Some(PathBuf::from(old));
+    let own = principal.heartbeat_address();
+    principal.start(&own);
+    let seed = principal.heartbeat_address();
+    let nodes = [
+        principal,
+        start(93, true, Some(&seed)),
+        start(94, true, Some(&seed)),
+    ];
+    wait_for_cluster(&[&nodes[0]], 3, Duration::from_secs(30));
+    let (key, _) = nodes[0].cluster_info().unwrap();
+    // Four heartbeat timeouts (6 s) and then some: the offering nodes
+    // report the silent principal and still publish nothing of that view.
+    std::thread::sleep(Duration::from_secs(9));
+    for node in &nodes[1..] {
+        let info = node.cluster_info();
+        assert!(
+            info.as_ref().is_none_or(|(published, _)| *published != key),
+            "node {} published the view: {info:?}",
+            node.id
+        );
+    }
+    assert_eq!(nodes[0].cluster_info().unwrap(), (key, 3));
+}
