@@ -19,7 +19,11 @@
 //!    and every other member offered it with the same replication factor;
 //!    its placement is [`Placement::compute`] from the source's base (the
 //!    last map it installed for the namespace) and the view's members.
-//!    Every other namespace stays on the paper's map. The source installs
+//!    Every other namespace stays on the paper's map. When the most
+//!    shared base offered is not the source's own (a restarted source),
+//!    it first fetches it ([`Frame::BaseRequest`], [`Frame::Base`]); the
+//!    caller computes the placements ([`Action::Compute`], off its
+//!    heartbeat thread) and hands them back. The source installs
 //!    the decision and sends it to every member that offered (and to each
 //!    later offer of the same view: the decision never changes).
 //! 3. A member installs only the source's decision for its current view,
