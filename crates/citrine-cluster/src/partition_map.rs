@@ -82,6 +82,7 @@
 
 use citrine_types::{NodeId, PartitionId, PARTITIONS};
 
+pub mod agreement;
 pub mod placement;
 
 pub use placement::Placement;

@@ -94,6 +94,12 @@ pub struct NamespaceConfig {
     pub sc: ScConfig,
     /// Transactions: `mrt-duration`, `disable-mrt-writes`.
     pub mrt: MrtConfig,
+    /// Citrine's own `prefer-minimal-migration` (AP namespaces, off by
+    /// default): the partition map is the stable placement the view's
+    /// principal decides from the previous one, so a join or a leave moves
+    /// close to the minimum (docs/partition-balance.md). Takes effect only
+    /// when every member of a view has it on.
+    pub prefer_minimal_migration: bool,
 }
 
 /// A namespace's strong-consistency options, with the reference's names:
@@ -155,6 +161,7 @@ impl NamespaceConfig {
             },
             sc: ScConfig::default(),
             mrt: MrtConfig::default(),
+            prefer_minimal_migration: false,
         }
     }
 }

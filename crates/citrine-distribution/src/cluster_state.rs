@@ -11,7 +11,9 @@
 //! - `members` is sorted by node id, without duplicates, and contains this node;
 //! - `partition_generation` and `peers_generation` only grow while the process lives;
 //! - every node of one view computes the same partition maps (the map is a
-//!   pure function of the members and the namespace's replication factor).
+//!   pure function of the members and the namespace's replication factor,
+//!   or, under `prefer-minimal-migration`, the one map the view's
+//!   principal decided).
 
 use base64::Engine as _;
 use citrine_cluster::partition_map::{NodeEntry, PartitionMap, PartitionMapConfig};
@@ -80,10 +82,33 @@ impl ClusterState {
     pub fn new(
         self_id: NodeId,
         cluster_key: u64,
-        mut members: Vec<ClusterMember>,
+        members: Vec<ClusterMember>,
         namespaces: &[(String, usize)],
         partition_generation: u64,
         peers_generation: u64,
+    ) -> ClusterState {
+        let generations = (partition_generation, peers_generation);
+        ClusterState::with_maps(
+            self_id,
+            cluster_key,
+            members,
+            namespaces,
+            Vec::new(),
+            generations,
+        )
+    }
+
+    /// Builds the state of a view whose namespaces listed in `maps` use
+    /// that map (the stable placement the view's principal decided, see
+    /// `citrine_cluster::partition_map::agreement`); the others compute the
+    /// paper's map. `generations`: (partition, peers).
+    pub fn with_maps(
+        self_id: NodeId,
+        cluster_key: u64,
+        mut members: Vec<ClusterMember>,
+        namespaces: &[(String, usize)],
+        mut maps: Vec<(String, PartitionMap)>,
+        (partition_generation, peers_generation): (u64, u64),
     ) -> ClusterState {
         members.sort_by_key(|member| member.node_id);
         members.dedup_by_key(|member| member.node_id);
@@ -101,11 +126,17 @@ impl ClusterState {
         let namespaces = namespaces
             .iter()
             .map(|(name, replication_factor)| {
-                let config = PartitionMapConfig {
-                    replication_factor: *replication_factor,
-                    uniform_balance: true,
+                let decided = maps.iter().position(|(decided, _)| decided == name);
+                let map = match decided {
+                    Some(index) => maps.swap_remove(index).1,
+                    None => {
+                        let config = PartitionMapConfig {
+                            replication_factor: *replication_factor,
+                            uniform_balance: true,
+                        };
+                        PartitionMap::compute(&entries, &config)
+                    }
                 };
-                let map = PartitionMap::compute(&entries, &config);
                 let columns = map.replication_factor();
                 let mut owned: Vec<Vec<PartitionId>> = vec![Vec::new(); columns];
                 for (partition, column) in map.columns_of(self_id) {

@@ -51,6 +51,8 @@
 
 use crate::cluster_tls::{ChannelTlsContext, PeerStream, RepeatLimit};
 use crate::config::ServerConfig;
+use citrine_cluster::partition_map::agreement::{self, Agreement};
+use citrine_cluster::partition_map::{NodeEntry, PartitionMap};
 use citrine_cluster::{ClusterConfig, ClusterNode, Effect, Envelope, PeerAddr};
 use citrine_service::cluster_state::{ClusterMember, ClusterState, TlsEndpoint};
 use citrine_service::replication::{Fabric, FabricError, FabricFuture};
@@ -71,6 +73,11 @@ const KIND_CLUSTER: u8 = 2;
 const KIND_KEEPALIVE: u8 = 3;
 const KIND_REQUEST: u8 = 4;
 const KIND_RESPONSE: u8 = 5;
+/// A frame of the stable-placement agreement
+/// (`citrine_cluster::partition_map::agreement`), on the fabric channel.
+/// Sent only by nodes with `prefer-minimal-migration` on, and only to the
+/// view's principal or to the members that offered.
+const KIND_PLACEMENT: u8 = 6;
 /// Largest frame accepted from a peer: a replica write or a migration
 /// batch carrying the largest record a client can send (its message is at
 /// most `PROTO_SIZE_MAX`, 128 MiB, as `max-record-size` is), plus the other
@@ -379,6 +386,12 @@ enum Inbound {
     Hello(Hello),
     Cluster(Envelope),
     Fabric(NodeId),
+    Placement(NodeId, Vec<u8>),
+    /// The placements the agreement asked for, computed off this thread.
+    Computed(
+        u64,
+        Vec<(String, citrine_cluster::partition_map::Placement)>,
+    ),
 }
 
 /// Starts the cluster runtime thread. Binding the heartbeat and fabric ports
@@ -615,6 +628,7 @@ impl ClusterStart {
         }
         let started = Instant::now();
         let boot_ms = boot_clock_ms();
+        let agreement = placement_agreement(&self.service, &self.cluster_config);
         let node = match ClusterNode::new(self.cluster_config, boot_ms) {
             Ok(node) => node,
             Err(error) => {
@@ -630,10 +644,30 @@ impl ClusterStart {
         self.service.set_fabric(Arc::new(FabricClient(hub.clone())));
         let mut driver = Driver::new(self.service, hub, node, self.hello, started, boot_ms);
         driver.heartbeat_tls = listeners.heartbeat_tls;
+        driver.agreement = agreement;
         driver
             .run(channels, self.stopping, self.fabric_runtime)
             .await;
     }
+}
+
+/// The stable-placement agreement of this node: its namespaces with
+/// `prefer-minimal-migration` on; a principal waits for the other
+/// members' offers up to the heartbeat timeout.
+fn placement_agreement(service: &Service, cluster_config: &ClusterConfig) -> Agreement {
+    let stable: Vec<(String, usize)> = service
+        .config
+        .namespaces
+        .iter()
+        .filter(|namespace| namespace.prefer_minimal_migration && !namespace.sc.strong_consistency)
+        .map(|namespace| {
+            (
+                namespace.name.clone(),
+                usize::from(namespace.replication_factor),
+            )
+        })
+        .collect();
+    Agreement::new(service.node_id, stable, cluster_config.heartbeat.timeout_ms)
 }
 
 /// The address peers should use: the listen host, unless it is a wildcard,
@@ -674,6 +708,11 @@ struct Driver {
     peers: BTreeMap<NodeId, Hello>,
     /// The committed view waiting to be published (key, members).
     view: Option<(u64, Vec<NodeId>)>,
+    /// The view whose members are all known, waiting for its maps (the
+    /// agreement's decision).
+    pending: Option<(u64, Vec<ClusterMember>)>,
+    /// Decides the maps of namespaces with `prefer-minimal-migration`.
+    agreement: Agreement,
     published: Option<(u64, Vec<ClusterMember>)>,
     partition_generation: u64,
     peers_generation: u64,
@@ -703,6 +742,8 @@ impl Driver {
             fabric,
             peers: BTreeMap::new(),
             view: None,
+            pending: None,
+            agreement: Agreement::new(service.node_id, Vec::new(), 1),
             published: None,
             partition_generation: initial.partition_generation,
             peers_generation: initial.peers_generation,
@@ -761,6 +802,8 @@ impl Driver {
                         self.node.request_recluster();
                     }
                     self.perform(effects);
+                    let actions = self.agreement.tick(self.now());
+                    self.perform_agreement(actions);
                     self.service.cluster_ticked(self.node.stall_bound_ms());
                     self.service.set_cluster_clock_skew(self.node.clock_skew_ms());
                     if last_keepalive.elapsed() >= Duration::from_millis(KEEPALIVE_MS) {
@@ -795,6 +838,19 @@ impl Driver {
                 self.perform(effects);
             }
             Inbound::Fabric(from) => self.node.on_fabric_message(from, now),
+            Inbound::Computed(cluster_key, placements) => {
+                let actions = self.agreement.computed(cluster_key, placements);
+                self.perform_agreement(actions);
+            }
+            Inbound::Placement(from, bytes) => match agreement::Frame::decode(&bytes) {
+                Ok(frame) => {
+                    let actions = self.agreement.on_frame(from, frame, now);
+                    self.perform_agreement(actions);
+                }
+                Err(error) => {
+                    tracing::warn!(from = %from, "ignoring a malformed placement frame: {error}");
+                }
+            },
         }
     }
 
@@ -824,6 +880,8 @@ impl Driver {
                     // is reachable: a network split) is agreed.
                     tracing::warn!("left the cluster view; not serving until a new view is agreed");
                     self.view = None;
+                    self.pending = None;
+                    self.agreement.orphaned();
                     self.service.set_orphan();
                 }
             }
@@ -870,11 +928,13 @@ impl Driver {
         self.fabric.retain(members);
     }
 
-    /// Publishes the pending view once every member's hello is known.
+    /// Publishes the pending view once every member's hello is known and
+    /// its maps are decided (at once for the paper's map).
     fn try_publish(&mut self) {
         let Some((key, succession)) = &self.view else {
             return;
         };
+        let key = *key;
         let mut members = Vec::with_capacity(succession.len());
         for node in succession {
             let hello = if *node == self.hello.node_id {
@@ -897,9 +957,75 @@ impl Driver {
             .published
             .as_ref()
             .is_some_and(|(published_key, published_members)| {
-                published_key == key && *published_members == members
+                *published_key == key && *published_members == members
             })
         {
+            return;
+        }
+        let entries: Vec<NodeEntry> = members
+            .iter()
+            .map(|member| NodeEntry {
+                id: member.node_id,
+                rack_id: member.rack_id,
+            })
+            .collect();
+        self.pending = Some((key, members));
+        let actions = self.agreement.view_ready(key, &entries, self.now());
+        self.perform_agreement(actions);
+    }
+
+    /// Performs what the placement agreement asks.
+    fn perform_agreement(&mut self, actions: Vec<agreement::Action>) {
+        for action in actions {
+            match action {
+                agreement::Action::Send { to, frame: bytes } => {
+                    let bytes = frame(KIND_PLACEMENT, &bytes);
+                    for node in to {
+                        if !self.fabric.send(node, bytes.clone()) {
+                            self.dropped_messages += 1;
+                        }
+                    }
+                }
+                agreement::Action::Install { cluster_key, maps } => self.publish(cluster_key, maps),
+                agreement::Action::Compute { cluster_key, jobs } => self.compute(cluster_key, jobs),
+                agreement::Action::Stalled { source, waited_ms } => {
+                    tracing::warn!(
+                        principal = %source,
+                        waited_ms,
+                        "prefer-minimal-migration: the view's principal has not answered this node's offer \
+                         (a Citrine without the option does not); not serving until it answers or the view \
+                         changes: upgrade the principal, or set prefer-minimal-migration false on this node"
+                    );
+                    self.service.set_orphan();
+                }
+            }
+        }
+    }
+
+    /// Computes placements on a thread of their own (a small cluster's
+    /// rebalance takes tens of milliseconds, seconds in a debug build:
+    /// too long for the heartbeat thread) and hands them back.
+    fn compute(&mut self, cluster_key: u64, jobs: Vec<agreement::Job>) {
+        let sender = self.inbound_sender.clone();
+        let spawned = std::thread::Builder::new()
+            .name("citrine-placement".into())
+            .spawn(move || {
+                let placements = jobs.iter().map(agreement::Job::run).collect();
+                let _ = sender.blocking_send(Inbound::Computed(cluster_key, placements));
+            });
+        if let Err(error) = spawned {
+            tracing::error!("cannot start the placement thread: {error}");
+        }
+    }
+
+    /// Publishes view `key` (if it is the pending one) with `maps` for the
+    /// namespaces the agreement decided and the paper's map for the others.
+    fn publish(&mut self, key: u64, maps: Vec<(String, PartitionMap)>) {
+        let Some((pending_key, members)) = self.pending.take() else {
+            return;
+        };
+        if pending_key != key {
+            self.pending = Some((pending_key, members));
             return;
         }
         let peers_changed = self.published.as_ref().is_none_or(|(_, old)| {
@@ -914,22 +1040,24 @@ impl Driver {
             self.peers_generation += 1;
         }
         let namespaces = Service::namespace_factors(&self.service.config);
-        let state = ClusterState::new(
+        let stable: Vec<String> = maps.iter().map(|(name, _)| name.clone()).collect();
+        let state = ClusterState::with_maps(
             self.hello.node_id,
-            *key,
+            key,
             members.clone(),
             &namespaces,
-            self.partition_generation,
-            self.peers_generation,
+            maps,
+            (self.partition_generation, self.peers_generation),
         );
         tracing::info!(
             cluster_key = format!("{key:X}"),
             size = members.len(),
             partition_generation = self.partition_generation,
+            stable_placement = ?stable,
             "published partition map"
         );
         self.service.publish_cluster(state);
-        self.published = Some((*key, members));
+        self.published = Some((key, members));
     }
 }
 
@@ -1112,6 +1240,12 @@ impl PeerFrame<'_> {
                 context.fabric.answer(id, answer.to_vec());
                 Taken::Done
             }
+            KIND_PLACEMENT => match *sender {
+                Some(node) => Taken::Forward(Inbound::Placement(node, self.bytes.to_vec())),
+                None => {
+                    Taken::Close("closing cluster connection: placement before hello".to_owned())
+                }
+            },
             KIND_KEEPALIVE if self.fabric => match *sender {
                 Some(node) => Taken::Forward(Inbound::Fabric(node)),
                 None => {

@@ -233,6 +233,8 @@ pub struct NamespaceSection {
     /// writes are refused.
     pub mrt_duration: Option<Duration>,
     pub disable_mrt_writes: Option<bool>,
+    /// Citrine's own: the stable partition placement (issue 45).
+    pub prefer_minimal_migration: Option<bool>,
 }
 
 /// `[namespace.storage-engine]`.
@@ -513,6 +515,7 @@ pub fn embedded_default() -> FileConfig {
         strong_consistency_serve_data: None,
         mrt_duration: None,
         disable_mrt_writes: None,
+        prefer_minimal_migration: None,
     };
     FileConfig {
         namespaces: vec![namespace("test"), namespace("bar")],
@@ -1244,6 +1247,7 @@ fn resolve_namespace(
     let mut config = NamespaceConfig::in_memory(name);
     config.sc = resolve_sc(section);
     config.mrt = resolve_mrt(section, place)?;
+    config.prefer_minimal_migration = resolve_minimal_migration(section, place)?;
     if let Some(factor) = section.replication_factor {
         if !(1..=128).contains(&factor) {
             return Err(ConfigError(format!(
@@ -1340,6 +1344,18 @@ fn resolve_record_limits(
 /// The strong-consistency options (`strong-consistency`,
 /// `strong-consistency-allow-expunge`, `auto-revive`, `active-rack`); the
 /// last three are kept but mean nothing without `strong-consistency`.
+/// `prefer-minimal-migration`: AP namespaces only (a strong-consistency
+/// namespace's map follows its roster).
+fn resolve_minimal_migration(section: &NamespaceSection, place: &str) -> Result<bool, ConfigError> {
+    let on = section.prefer_minimal_migration.unwrap_or(false);
+    if on && section.strong_consistency.unwrap_or(false) {
+        return Err(ConfigError(format!(
+            "{place}: 'prefer-minimal-migration' is not applicable with 'strong-consistency'"
+        )));
+    }
+    Ok(on)
+}
+
 fn resolve_sc(section: &NamespaceSection) -> ScConfig {
     ScConfig {
         strong_consistency: section.strong_consistency.unwrap_or(false),
@@ -2243,6 +2259,26 @@ mod tests {
             let refused = mrt_of(&format!("{sc}mrt-duration = {bad}\n")).expect_err(bad);
             assert!(refused.0.contains("between 1 and 120"), "{}", refused.0);
         }
+    }
+
+    #[test]
+    fn prefer_minimal_migration_is_off_by_default_and_ap_only() {
+        let of = |extra: &str| {
+            resolve_text(&format!("[[namespace]]\nname = \"s\"\n{extra}"))
+                .map(|config| config.service.namespaces[0].prefer_minimal_migration)
+        };
+        assert!(!of("").expect("valid"));
+        assert!(of("prefer-minimal-migration = true\n").expect("valid"));
+        let sc = of("strong-consistency = true\nprefer-minimal-migration = true\n");
+        let refused = sc.expect_err("SC");
+        assert!(
+            refused
+                .0
+                .contains("not applicable with 'strong-consistency'"),
+            "{}",
+            refused.0
+        );
+        assert!(of("strong-consistency = true\nprefer-minimal-migration = false\n").is_ok());
     }
 
     #[test]

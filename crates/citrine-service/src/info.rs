@@ -577,6 +577,10 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
             config.sc.allow_expunge.to_string(),
         ),
         (
+            "prefer-minimal-migration".to_owned(),
+            config.prefer_minimal_migration.to_string(),
+        ),
+        (
             "conflict-resolution-policy".to_owned(),
             config.conflict_resolution_policy.name().to_owned(),
         ),

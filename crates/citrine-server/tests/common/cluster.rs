@@ -29,6 +29,8 @@ pub struct Node {
     pub data_dir: Option<std::path::PathBuf>,
     /// Its rack (`--rack-id`), if any.
     pub rack_id: Option<u32>,
+    /// Another `citrined` than this build's (an older version).
+    pub binary: Option<std::path::PathBuf>,
 }
 
 impl Node {
@@ -45,6 +47,7 @@ impl Node {
             config: None,
             data_dir: None,
             rack_id: None,
+            binary: None,
         }
     }
 
@@ -63,6 +66,7 @@ impl Node {
             config: None,
             data_dir: None,
             rack_id: None,
+            binary: None,
         }
     }
 
@@ -123,7 +127,10 @@ impl Node {
                 command.args(["netns", "exec", netns, binary()]);
                 command
             }
-            None => Command::new(binary()),
+            None => match &self.binary {
+                Some(path) => Command::new(path),
+                None => Command::new(binary()),
+            },
         };
         command.args([
             "--config",
