@@ -264,6 +264,21 @@ fn assert_same(before: &Snapshot, after: &Snapshot) {
     }
 }
 
+/// The batch commands `host` has begun (`batch_index_initiate`).
+fn batches(rt: &tokio::runtime::Runtime, host: &str) -> u64 {
+    let answer = rt.block_on(citrine_client::info_at(
+        host,
+        &["statistics"],
+        Duration::from_secs(2),
+    ));
+    let statistics = answer.expect("info").remove(0).1;
+    statistics
+        .split(';')
+        .find_map(|pair| pair.strip_prefix("batch_index_initiate="))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no batch_index_initiate in {statistics}"))
+}
+
 async fn sindex_list(host: &str) -> String {
     sindex_list_of(host, "test").await
 }
@@ -312,6 +327,7 @@ fn a_backup_restored_into_a_fresh_node_reproduces_records_index_and_module() {
     );
     assert!(!file.with_extension("asb.state").exists(), "state removed");
 
+    assert_eq!(batches(&rt, &host_b), 0);
     let restore = citrine(&["restore", "-h", &host_b, "-i", file_arg]);
     assert!(restore.status.success(), "{}", text(&restore));
     assert!(
@@ -319,6 +335,8 @@ fn a_backup_restored_into_a_fresh_node_reproduces_records_index_and_module() {
         "{}",
         text(&restore)
     );
+    // asrestore's batch mode: 203 records in batches of 128.
+    assert_eq!(batches(&rt, &host_b), 2);
     rt.block_on(async {
         let client = connect(&host_b).await;
         assert_same(&before, &snapshot(&client).await);
@@ -387,9 +405,12 @@ fn generations_decide_what_a_restore_overwrites(
     let skipped = "the cluster holds the same or a higher generation: 202";
     assert!(text(&kept).contains(skipped), "{}", text(&kept));
     assert_eq!(int_bin(), Value::Int(2));
-    let forced = citrine(&["restore", "-h", host, "-i", file, "--no-generation"]);
+    let batched = batches(rt, host);
+    let single = ["--no-generation", "--disable-batch-writes"];
+    let forced = citrine(&[&["restore", "-h", host, "-i", file][..], &single].concat());
     assert!(forced.status.success(), "{}", text(&forced));
     assert!(text(&forced).contains("203 restored"), "{}", text(&forced));
+    assert_eq!(batches(rt, host), batched, "one write a record");
     assert_eq!(int_bin(), Value::Int(42));
     // A restore updates bins; --replace replaces the whole record.
     assert!(bins().contains_key("extra"));

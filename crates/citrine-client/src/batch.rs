@@ -104,6 +104,48 @@ pub(crate) enum RowSpec {
     },
 }
 
+/// The rows' specs of a batch: one for every row, or one per row (a
+/// [`Client::batch_write`], whose rows differ).
+#[derive(Clone, Copy)]
+pub(crate) enum Specs<'a> {
+    Same(&'a RowSpec),
+    PerRow(&'a [RowSpec]),
+}
+
+impl<'a> From<&'a RowSpec> for Specs<'a> {
+    fn from(spec: &'a RowSpec) -> Specs<'a> {
+        Specs::Same(spec)
+    }
+}
+
+impl<'a> Specs<'a> {
+    /// The spec of row `index` (the last one past the end: rows and
+    /// specs are checked to be as many).
+    fn of(self, index: usize) -> &'a RowSpec {
+        match self {
+            Specs::Same(spec) => spec,
+            Specs::PerRow(specs) => &specs[index.min(specs.len().saturating_sub(1))],
+        }
+    }
+
+    /// Whether any row calls a UDF.
+    fn any_udf(self) -> bool {
+        match self {
+            Specs::Same(spec) => spec.udf().is_some(),
+            Specs::PerRow(specs) => specs.iter().any(|spec| spec.udf().is_some()),
+        }
+    }
+}
+
+/// One record's write in a [`Client::batch_write`]: its key, the policy
+/// of its row (existence, generation, TTL, `send_key`) and its write ops.
+#[derive(Clone, Debug)]
+pub struct BatchWrite {
+    pub key: Key,
+    pub policy: WritePolicy,
+    pub ops: Vec<Operation>,
+}
+
 /// One row's answer.
 #[derive(Debug)]
 pub(crate) struct RowAnswer {
@@ -258,15 +300,43 @@ impl Client {
             .collect())
     }
 
+    /// Writes many records, each with its own ops and row policy (what
+    /// asrestore's batch mode sends), one request per node; per row, `Ok`
+    /// or the row's error. Every row must have write ops only.
+    pub async fn batch_write(
+        &self,
+        policy: &BatchPolicy,
+        rows: &[BatchWrite],
+    ) -> Result<Vec<Result<()>>> {
+        let mut specs = Vec::with_capacity(rows.len());
+        for row in rows {
+            specs.push(write_row_spec(row)?);
+        }
+        let keys: Vec<Key> = rows.iter().map(|row| row.key.clone()).collect();
+        let answers = self
+            .run_batch(policy, &keys, Specs::PerRow(&specs), true)
+            .await?;
+        Ok(answers
+            .into_iter()
+            .map(|row| {
+                row.and_then(|answer| match answer.result_code {
+                    0 => Ok(()),
+                    code => Err(Error::server(code, answer.node)),
+                })
+            })
+            .collect())
+    }
+
     /// The execution loop: rounds of one request per node until every row
     /// has an outcome.
-    pub(crate) async fn run_batch(
+    pub(crate) async fn run_batch<'a>(
         &self,
         policy: &BatchPolicy,
         keys: &[Key],
-        spec: &RowSpec,
+        specs: impl Into<Specs<'a>>,
         is_write: bool,
     ) -> Result<Vec<Result<RowAnswer>>> {
+        let specs = specs.into();
         keys.iter().try_for_each(Key::validate)?;
         let count = u32::try_from(keys.len())
             .map_err(|_| Error::InvalidArgument("too many keys for one batch".into()))?;
@@ -279,14 +349,14 @@ impl Client {
             client: self,
             policy,
             keys,
-            spec,
+            specs,
             is_write,
             count,
             total_deadline: policy.base.total_deadline(Instant::now()),
             spin: self.next_random(),
             // A UDF need not be idempotent: rows that may have reached the
             // server are never sent again (a UDF must not run twice).
-            runs_udf: matches!(spec, RowSpec::Full { udf: Some(_), .. }),
+            runs_udf: specs.any_udf(),
             outcomes: (0..count).map(|_| None).collect(),
             pending: (0..keys.len()).collect(),
             attempt: 0,
@@ -321,7 +391,7 @@ struct BatchRun<'a> {
     client: &'a Client,
     policy: &'a BatchPolicy,
     keys: &'a [Key],
-    spec: &'a RowSpec,
+    specs: Specs<'a>,
     is_write: bool,
     /// How many rows the batch has.
     count: u32,
@@ -422,7 +492,7 @@ impl BatchRun<'_> {
         indexes: Vec<usize>,
     ) -> impl std::future::Future<Output = Finished> + Send + 'static {
         let mut frame = Vec::with_capacity(64 + indexes.len() * 40);
-        encode_batch(&mut frame, self.policy, self.keys, &indexes, self.spec);
+        encode_batch(&mut frame, self.policy, self.keys, &indexes, self.specs);
         let base = self.policy.base.clone();
         let (count, total_deadline) = (self.count, self.total_deadline);
         async move {
@@ -556,13 +626,14 @@ fn push_field(out: &mut Vec<u8>, kind: u8, data: &[u8]) {
 
 /// Encodes the batch request for `indexes` (positions in `keys`) as one
 /// complete frame.
-pub(crate) fn encode_batch(
+pub(crate) fn encode_batch<'a>(
     out: &mut Vec<u8>,
     policy: &BatchPolicy,
     keys: &[Key],
     indexes: &[usize],
-    spec: &RowSpec,
+    specs: impl Into<Specs<'a>>,
 ) {
+    let specs = specs.into();
     let header = MsgHeader {
         info1: info1::BATCH,
         transaction_ttl: policy.base.server_timeout_ms(),
@@ -577,8 +648,11 @@ pub(crate) fn encode_batch(
         // Rows are at most u32::MAX (checked by the caller).
         payload.extend_from_slice(&(index as u32).to_be_bytes());
         payload.extend_from_slice(&key.digest.0);
+        let spec = specs.of(index);
         let carries_key = spec.carries_key(key);
+        // Rows of their own specs never repeat the one before.
         let repeats = !carries_key
+            && matches!(specs, Specs::Same(_))
             && previous.is_some_and(|previous| {
                 !spec.carries_key(previous)
                     && previous.namespace == key.namespace
@@ -597,6 +671,30 @@ pub(crate) fn encode_batch(
     }
     writer.field(field_type::BATCH_INDEX, &payload);
     writer.finish();
+}
+
+/// The row of one [`BatchWrite`]: its policy's bits and TTL, its ops.
+fn write_row_spec(row: &BatchWrite) -> Result<RowSpec> {
+    if row.ops.is_empty() || !row.ops.iter().all(Operation::is_write) {
+        return Err(Error::InvalidArgument(
+            "a batch write row needs write operations only".into(),
+        ));
+    }
+    check_bin_names(row.ops.iter().filter_map(Operation::bin_name))?;
+    let (bits1, _) = crate::command::operate_flags(&row.ops);
+    let (bits2, bits3, generation) = row.policy.header_bits();
+    let (ops, n_ops) = encode_ops(&row.ops);
+    Ok(RowSpec::Full {
+        info1: bits1,
+        info2: bits2,
+        info3: bits3,
+        generation: row_generation(generation)?,
+        record_ttl: row.policy.expiration.wire(),
+        ops,
+        n_ops,
+        send_key: row.policy.base.send_key,
+        udf: None,
+    })
 }
 
 /// The parent message's flags for `policy`.
@@ -879,6 +977,46 @@ mod tests {
         assert_eq!(&payload[row..row + 4], &0u32.to_be_bytes());
         assert_eq!(&payload[row + 4..row + 24], &keys[0].digest.0);
         assert_eq!(payload[row + 24], 0x0E);
+    }
+
+    /// Rows of a batch write carry their own policy: neither row repeats
+    /// the other though both are of one namespace and set.
+    #[test]
+    fn batch_write_rows_carry_their_own_ttl_and_ops() {
+        let keys = keys();
+        let row = |key: &Key, ttl: u32| BatchWrite {
+            key: key.clone(),
+            policy: WritePolicy {
+                expiration: crate::Expiration::Seconds(ttl),
+                ..WritePolicy::default()
+            },
+            ops: vec![Operation::Write(crate::Bin::new("n", 1i64))],
+        };
+        let specs = [
+            write_row_spec(&row(&keys[0], 60)).expect("a write row"),
+            write_row_spec(&row(&keys[1], 90)).expect("a write row"),
+        ];
+        let mut frame = Vec::new();
+        encode_batch(
+            &mut frame,
+            &BatchPolicy::default(),
+            &keys,
+            &[0, 1],
+            Specs::PerRow(&specs),
+        );
+        let payload = rows(&frame);
+        let first = 5;
+        assert_eq!(&payload[first + 30..first + 34], &60u32.to_be_bytes());
+        // Namespace (9 bytes) and set (6) fields, one op of 17.
+        let second = first + 38 + 9 + 6 + 17;
+        assert_eq!(&payload[second..second + 4], &1u32.to_be_bytes());
+        assert_eq!(payload[second + 24], 0x0E, "a full row, not a repeat");
+        assert_eq!(&payload[second + 30..second + 34], &90u32.to_be_bytes());
+        let read = BatchWrite {
+            ops: vec![Operation::Read("n".into())],
+            ..row(&keys[0], 1)
+        };
+        assert!(write_row_spec(&read).is_err());
     }
 
     #[test]

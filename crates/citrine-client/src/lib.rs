@@ -51,7 +51,7 @@ pub mod udf;
 pub mod value;
 pub mod xdr;
 
-pub use batch::BatchPolicy;
+pub use batch::{BatchPolicy, BatchWrite};
 pub use citrine_types::{NodeId, ResultCode};
 pub use citrine_wire::digest::UserKey;
 pub use client::{Client, ClientStats, NodeSummary};

@@ -21,6 +21,7 @@
 //! statistics); a state built less than [`REUSE`] ago is served again, so
 //! many open pages cost the cluster one gathering per [`REUSE`].
 
+use crate::console_auth::{self, AskError, Login};
 use citrine_service::Service;
 use citrine_wire::info::{parse_response, request_frame};
 use serde_json::{json, Map, Value};
@@ -49,8 +50,9 @@ pub struct Console {
     service: Arc<Service>,
     /// Every node seen in a view: id → (service address, last seen).
     seen: BTreeMap<String, (String, Instant)>,
-    /// The last state served and when it was built.
-    last: Option<(Instant, String)>,
+    /// The last state served, when it was built, and for whom (security
+    /// on: the login it was gathered as).
+    last: Option<(Instant, Option<Login>, String)>,
 }
 
 /// One node's info answers (or why there are none).
@@ -58,7 +60,7 @@ struct Answers {
     id: String,
     address: String,
     member: bool,
-    result: Result<BTreeMap<String, String>, String>,
+    result: Result<BTreeMap<String, String>, AskError>,
 }
 
 impl Console {
@@ -70,20 +72,35 @@ impl Console {
         }
     }
 
-    /// The JSON of `/console/state.json`.
-    pub fn state_json(&mut self) -> String {
-        if let Some((built, json)) = &self.last {
-            if built.elapsed() < REUSE {
-                return json.clone();
+    /// The JSON of `/console/state.json`, gathered as `login` (security
+    /// on; `None`: off): this node's refusal of the login when it refuses
+    /// it ([`console_auth`]).
+    pub fn state_json(&mut self, login: Option<&Login>) -> Result<String, AskError> {
+        if let Some((built, by, json)) = &self.last {
+            if built.elapsed() < REUSE && by.as_ref() == login {
+                return Ok(json.clone());
             }
         }
-        let json = self.build().to_string();
-        self.last = Some((Instant::now(), json.clone()));
-        json
+        let json = self.build(login)?.to_string();
+        self.last = Some((Instant::now(), login.cloned(), json.clone()));
+        Ok(json)
     }
 
-    /// Gathers every node's answers and shapes them.
-    fn build(&mut self) -> Value {
+    /// Whether this node accepts `login` (a login on its client port).
+    pub fn verify(&self, login: &Login) -> Result<(), AskError> {
+        let cluster = self.service.layers().cluster();
+        let address = cluster
+            .members
+            .iter()
+            .find(|member| member.node_id == cluster.self_id)
+            .map(|member| member.service_address.clone())
+            .ok_or_else(|| AskError::Failed("this node's address is not known yet".into()))?;
+        let mut stream = connect(&address)?;
+        console_auth::log_in(&mut stream, login)
+    }
+
+    /// Gathers every node's answers (as `login`) and shapes them.
+    fn build(&mut self, login: Option<&Login>) -> Result<Value, AskError> {
         let service = self.service.clone();
         let layers = service.layers();
         let cluster = layers.cluster();
@@ -111,9 +128,16 @@ impl Console {
                 (id.clone(), address.clone(), member)
             })
             .collect();
-        let answers = gather(&service, &self_id, &targets, &namespaces);
+        let answers = gather(&service, (&self_id, login), &targets, &namespaces);
+        let own = answers.iter().find(|node| node.id == self_id);
+        if let Some(Err(refused @ AskError::Refused(_))) = own.map(|node| &node.result) {
+            return Err(refused.clone());
+        }
+        if login.is_some() && own.is_none() {
+            return Err(AskError::Failed("this node is not in its view yet".into()));
+        }
         let key = citrine_service::info::cluster_key(&layers);
-        shape(&self_id, &key, cluster.size(), &namespaces, &answers)
+        Ok(shape(&self_id, &key, cluster.size(), &namespaces, &answers))
     }
 
     /// Notes a member's sighting (forgetting the oldest beyond
@@ -153,10 +177,11 @@ fn commands(namespaces: &[String]) -> Vec<String> {
     commands
 }
 
-/// Every target's answers, asked in parallel (this node's in-process).
+/// Every target's answers, asked in parallel: this node's in-process, or
+/// with security on over its client port too, logged in as `login`.
 fn gather(
     service: &Service,
-    self_id: &str,
+    (self_id, login): (&str, Option<&Login>),
     targets: &[(String, String, bool)],
     namespaces: &[String],
 ) -> Vec<Answers> {
@@ -166,10 +191,10 @@ fn gather(
             .iter()
             .map(|(id, address, member)| {
                 let commands = &commands;
-                let local = id == self_id;
+                let local = id == self_id && login.is_none();
                 let handle = scope.spawn(move || match local {
                     true => Ok(ask_self(service, commands)),
-                    false => ask_peer(address, commands),
+                    false => ask_peer(address, commands, login),
                 });
                 (id, address, *member, handle)
             })
@@ -182,7 +207,7 @@ fn gather(
                 member,
                 result: handle
                     .join()
-                    .unwrap_or_else(|_| Err("gathering failed".to_owned())),
+                    .unwrap_or_else(|_| Err(AskError::Failed("gathering failed".to_owned()))),
             })
             .collect()
     })
@@ -204,20 +229,36 @@ fn ask_self(service: &Service, commands: &[String]) -> BTreeMap<String, String> 
     answers
 }
 
-/// A peer's answers over its client port, and its XDR DCs' statistics.
-fn ask_peer(address: &str, commands: &[String]) -> Result<BTreeMap<String, String>, String> {
-    let socket = resolve(address)?;
-    let mut stream = TcpStream::connect_timeout(&socket, PEER_TIMEOUT)
-        .map_err(|error| format!("cannot connect to {address}: {error}"))?;
-    let _ = stream.set_read_timeout(Some(PEER_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(PEER_TIMEOUT));
-    let mut answers: BTreeMap<String, String> =
-        info_round(&mut stream, commands)?.into_iter().collect();
+/// A node's answers over its client port (logged in as `login` first,
+/// when there is one), and its XDR DCs' statistics.
+fn ask_peer(
+    address: &str,
+    commands: &[String],
+    login: Option<&Login>,
+) -> Result<BTreeMap<String, String>, AskError> {
+    let mut stream = connect(address)?;
+    if let Some(login) = login {
+        console_auth::log_in(&mut stream, login)?;
+    }
+    let mut answers: BTreeMap<String, String> = info_round(&mut stream, commands)
+        .map_err(AskError::Failed)?
+        .into_iter()
+        .collect();
     let more = dc_commands(&answers);
     if !more.is_empty() {
-        answers.extend(info_round(&mut stream, &more)?);
+        answers.extend(info_round(&mut stream, &more).map_err(AskError::Failed)?);
     }
     Ok(answers)
+}
+
+/// A connection to a node's client port, bounded by [`PEER_TIMEOUT`].
+fn connect(address: &str) -> Result<TcpStream, AskError> {
+    let socket = resolve(address).map_err(AskError::Failed)?;
+    let stream = TcpStream::connect_timeout(&socket, PEER_TIMEOUT)
+        .map_err(|error| AskError::Failed(format!("cannot connect to {address}: {error}")))?;
+    let _ = stream.set_read_timeout(Some(PEER_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(PEER_TIMEOUT));
+    Ok(stream)
 }
 
 /// `get-stats:context=xdr;dc=DC` for every DC `get-config:context=xdr`
@@ -296,7 +337,7 @@ fn shape(
 /// object of strings.
 fn node_json(node: &Answers, cluster_key: &str, namespaces: &[String]) -> Value {
     let answers = match &node.result {
-        Err(error) => return silent(node, error),
+        Err(error) => return silent(node, &error.to_string()),
         Ok(answers) => answers,
     };
     let get = |command: &str| answers.get(command).map_or("", String::as_str);
@@ -477,7 +518,7 @@ mod tests {
         let other = node_json(&answered("A", ""), "OTHER", &[]);
         assert_eq!(other["health"], "other-cluster");
         let mut silent = answered("A", "");
-        silent.result = Err("refused".to_owned());
+        silent.result = Err(AskError::Failed("refused".to_owned()));
         assert_eq!(node_json(&silent, "K", &[])["health"], "unreachable");
         silent.member = false;
         assert_eq!(node_json(&silent, "K", &[])["health"], "gone");

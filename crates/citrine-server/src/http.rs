@@ -13,6 +13,9 @@
 //!   → the cluster as JSON ([`crate::console`]);
 //! - `GET /` → 200, a line naming `/metrics` and `/console`;
 //! - another path → 404; another method → 405;
+//! - with security on, `/metrics` and the console → 401 with a
+//!   `WWW-Authenticate: Basic` challenge unless the request carries the
+//!   credentials of a user this node logs in ([`crate::console_auth`]);
 //! - a head that is not an HTTP/1.x request line, or longer than
 //!   [`HEAD_MAX`] → 400.
 //!
@@ -23,6 +26,7 @@
 //! touches the service's request path (it reads statistics only).
 
 use crate::console::Console;
+use crate::console_auth::{self, AskError, Hashes, Login};
 use citrine_service::Service;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -49,9 +53,10 @@ pub fn start(service: Arc<Service>, address: &str, port: u16) -> Result<(), Stri
         .name("citrine-http".into())
         .spawn(move || {
             let mut console = crate::console::Console::new(service.clone());
+            let mut hashes = Hashes::default();
             for stream in listener.incoming() {
                 match stream {
-                    Ok(stream) => serve(&service, &mut console, stream),
+                    Ok(stream) => serve(&service, (&mut console, &mut hashes), stream),
                     Err(error) => tracing::debug!("http accept failed: {error}"),
                 }
             }
@@ -62,12 +67,12 @@ pub fn start(service: Arc<Service>, address: &str, port: u16) -> Result<(), Stri
 }
 
 /// Answers one connection, then closes it.
-fn serve(service: &Service, console: &mut Console, mut stream: TcpStream) {
+fn serve(service: &Service, state: (&mut Console, &mut Hashes), mut stream: TcpStream) {
     let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let deadline = std::time::Instant::now() + HEAD_DEADLINE;
     let response = match read_head(&mut stream, deadline) {
-        Ok(head) => respond(service, console, &head),
+        Ok(head) => respond(service, state, &head),
         Err(Failure::Closed) => return,
         Err(Failure::Bad) => Response::text(400, "Bad Request", "bad request\n"),
     };
@@ -129,6 +134,8 @@ struct Response {
     content_type: &'static str,
     body: String,
     head_only: bool,
+    /// A `WWW-Authenticate` challenge (401).
+    challenge: bool,
 }
 
 impl Response {
@@ -139,12 +146,25 @@ impl Response {
             content_type: "text/plain; charset=utf-8",
             body: body.to_owned(),
             head_only: false,
+            challenge: false,
+        }
+    }
+
+    /// 401: who may see it, and why this request may not.
+    fn denied(reason: &str) -> Response {
+        Response {
+            challenge: true,
+            ..Response::text(401, "Unauthorized", &console_auth::denied_text(reason))
         }
     }
 
     fn write_to(&self, stream: &mut impl Write) -> std::io::Result<()> {
+        let challenge = match self.challenge {
+            true => "WWW-Authenticate: Basic realm=\"citrine\", charset=\"UTF-8\"\r\n",
+            false => "",
+        };
         let head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{challenge}Connection: close\r\n\r\n",
             self.status,
             self.reason,
             self.content_type,
@@ -159,14 +179,30 @@ impl Response {
 }
 
 /// The answer to a request head.
-fn respond(service: &Service, console: &mut Console, head: &[u8]) -> Response {
+fn respond(
+    service: &Service,
+    (console, hashes): (&mut Console, &mut Hashes),
+    head: &[u8],
+) -> Response {
     let Some((method, path)) = request_line(head) else {
         return Response::text(400, "Bad Request", "bad request\n");
     };
     if method != "GET" && method != "HEAD" {
         return Response::text(405, "Method Not Allowed", "only GET and HEAD\n");
     }
-    let mut response = match path.split('?').next().unwrap_or_default() {
+    let path = path.split('?').next().unwrap_or_default();
+    let guarded = matches!(
+        path,
+        "/metrics" | "/console" | "/console/" | "/console/state.json"
+    );
+    let login = match service.security().is_some() && guarded {
+        false => None,
+        true => match signed_in(console, hashes, head, path != "/console/state.json") {
+            Ok(login) => Some(login),
+            Err(denied) => return denied,
+        },
+    };
+    let mut response = match path {
         "/metrics" => Response {
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             ..Response::text(200, "OK", &citrine_service::prometheus::exposition(service))
@@ -175,9 +211,13 @@ fn respond(service: &Service, console: &mut Console, head: &[u8]) -> Response {
             content_type: "text/html; charset=utf-8",
             ..Response::text(200, "OK", crate::console::PAGE)
         },
-        "/console/state.json" => Response {
-            content_type: "application/json",
-            ..Response::text(200, "OK", &console.state_json())
+        "/console/state.json" => match console.state_json(login.as_ref()) {
+            Ok(json) => Response {
+                content_type: "application/json",
+                ..Response::text(200, "OK", &json)
+            },
+            Err(error @ AskError::Refused(_)) => Response::denied(&error.to_string()),
+            Err(error) => Response::text(503, "Service Unavailable", &format!("{error}\n")),
         },
         "/" => Response::text(
             200,
@@ -188,6 +228,33 @@ fn respond(service: &Service, console: &mut Console, head: &[u8]) -> Response {
     };
     response.head_only = method == "HEAD";
     response
+}
+
+/// The login of a request to a guarded path with security on: its basic
+/// credentials, checked by a login on this node when `verify` (the
+/// console's state is gathered logged in as them, which checks them);
+/// else the 401 to answer.
+fn signed_in(
+    console: &Console,
+    hashes: &mut Hashes,
+    head: &[u8],
+    verify: bool,
+) -> Result<Login, Response> {
+    let Some((user, password)) = console_auth::basic_credentials(head) else {
+        return Err(Response::denied("No credentials were sent."));
+    };
+    let Some(login) = hashes.login(&user, &password) else {
+        return Err(Response::denied("The password cannot be used."));
+    };
+    match verify.then(|| console.verify(&login)) {
+        None | Some(Ok(())) => Ok(login),
+        Some(Err(error @ AskError::Refused(_))) => Err(Response::denied(&error.to_string())),
+        Some(Err(error)) => Err(Response::text(
+            503,
+            "Service Unavailable",
+            &format!("cannot check the credentials: {error}\n"),
+        )),
+    }
 }
 
 /// The method and path of a request line `METHOD PATH HTTP/1.x`; `None`

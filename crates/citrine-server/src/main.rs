@@ -32,6 +32,7 @@ mod cluster;
 mod cluster_tls;
 mod config;
 mod console;
+mod console_auth;
 mod event_loop;
 mod http;
 mod ldap_config;

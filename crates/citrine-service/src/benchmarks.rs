@@ -21,9 +21,11 @@
 //! not routed) counts only its run stage. `restart`, `repl-ping` and
 //! `batch-sub-prestart` name stages Citrine does not have (no request
 //! waits to restart; reads ping no replica; a row starts when its batch
-//! is parsed), and the `udf-sub` and `ops-sub` stages are not timed yet
-//! (a background job's record writes go through the client path and
-//! count in `write` and `udf`): those histograms count nothing.
+//! is parsed). A background job's record write is a sub-transaction:
+//! `udf-sub` (a UDF job) or `ops-sub` (an ops job), timed from the job's
+//! sending it (`start`) through `master`, `repl-write` and `response`, as
+//! the reference's are; like the reference, it counts in no `latencies:`
+//! histogram ([`crate::latency::Op::in_latencies`]).
 //!
 //! Cost: off, a group costs one relaxed load of its flag per request
 //! ([`Benchmarks::on`]) and two tests of the request's stage time; its

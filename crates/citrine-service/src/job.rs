@@ -29,8 +29,8 @@
 //! that joined after the job started, so never got it) defers the drop of
 //! this node's copy until the job has walked it. It applies the ops
 //! to each through the ordinary write path ([`WritePath`], the service's
-//! [`crate::Service::handle`]: partition lock, replication, statistics),
-//! as a single-record write of the
+//! single-record path: partition lock, replication, statistics; timed
+//! as a `udf-sub` or `ops-sub` sub-transaction), as a single-record write of the
 //! record's digest with the request's write flags, its filter expression
 //! (checked again under the lock) and `UPDATE_ONLY`, so a record deleted
 //! meanwhile is not brought back.
@@ -210,8 +210,8 @@ pub(crate) fn check_ops(
 }
 
 /// The request path a job's record writes go through: the service's own
-/// ([`crate::Service::handle`]: refusals, partition lock, routing,
-/// replication, statistics), which the service implements this for. It is
+/// single-record path (refusals, partition lock, routing, replication,
+/// statistics; timed as a sub-transaction), which the service implements this for. It is
 /// all a job reaches of the service.
 pub(crate) trait WritePath: Sync {
     /// Handles one request frame (`header`, `body`) as a client's and

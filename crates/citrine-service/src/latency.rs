@@ -10,7 +10,9 @@
 //! `{NS}-batch-sub-read`, `{NS}-batch-sub-write`, `{NS}-batch-sub-udf` (one
 //! batch row each), `{NS}-pi-query` and `{NS}-si-query` (a client's short
 //! scan or secondary-index query, `info1 SHORT_QUERY`, start to LAST: the
-//! reference times only those).
+//! reference times only those). A background job's record writes
+//! (`udf-sub`, `ops-sub`) count in none of them, only in their benchmark
+//! groups ([`crate::benchmarks`]), as in the reference.
 //!
 //! Recording is the hot path: [`Histogram::record`] adds 1 to one bucket
 //! and the elapsed nanoseconds to a sum, both relaxed atomic adds on the
@@ -217,6 +219,11 @@ pub enum Op {
     BatchSubUdf,
     PiQuery,
     SiQuery,
+    /// A background UDF job's record UDF (the reference's `udf-sub`):
+    /// no `latencies:` histogram, only its benchmark group.
+    UdfSub,
+    /// A background ops job's record write (`ops-sub`): likewise.
+    OpsSub,
 }
 
 /// Each namespace's histograms, in `latencies:` order: (name suffix,
@@ -244,8 +251,18 @@ impl Op {
             Op::BatchSubRead => Some((Group::BatchSub, Group::Read)),
             Op::BatchSubWrite => Some((Group::BatchSub, Group::Write)),
             Op::BatchSubUdf => Some((Group::BatchSub, Group::Udf)),
+            Op::UdfSub => Some((Group::UdfSub, Group::Udf)),
+            Op::OpsSub => Some((Group::OpsSub, Group::Write)),
             Op::PiQuery | Op::SiQuery => None,
         }
+    }
+
+    /// Whether it has a `latencies:` histogram (a background job's
+    /// sub-transaction has not: the reference counts those only in the
+    /// `udf-sub` and `ops-sub` benchmark groups).
+    #[inline]
+    pub fn in_latencies(self) -> bool {
+        (self as usize) < PER_NAMESPACE.len()
     }
 
     /// The op of a request with this header (`udf`: it calls a record
@@ -274,6 +291,8 @@ impl Op {
 pub struct Timed {
     started: Instant,
     batch_row: bool,
+    /// A background job's sub-transaction ([`Op::UdfSub`], [`Op::OpsSub`]).
+    sub: bool,
     histogram: Option<(usize, Op)>,
     /// May count in the detail histograms (not a request counted
     /// elsewhere).
@@ -289,6 +308,7 @@ impl Timed {
         Timed {
             started: Instant::now(),
             batch_row,
+            sub: false,
             histogram: None,
             benchable: true,
             stage_end: None,
@@ -304,12 +324,23 @@ impl Timed {
         }
     }
 
+    /// Starts timing a background job's write of one record: a
+    /// sub-transaction, `udf-sub` when it calls a record UDF, else
+    /// `ops-sub`.
+    pub fn sub() -> Timed {
+        Timed {
+            sub: true,
+            ..Timed::start(false)
+        }
+    }
+
     /// Times a client's request received at `received`.
     #[inline]
     pub fn since(received: Instant) -> Timed {
         Timed {
             started: received,
             batch_row: false,
+            sub: false,
             histogram: None,
             benchable: true,
             stage_end: None,
@@ -320,7 +351,12 @@ impl Timed {
     /// this header's `info2`, calling a record UDF or not.
     #[inline]
     pub fn found(&mut self, namespace: usize, info2: u8, udf: bool) {
-        self.histogram = Some((namespace, Op::of(info2, udf, self.batch_row)));
+        let op = match (self.sub, udf) {
+            (false, _) => Op::of(info2, udf, self.batch_row),
+            (true, true) => Op::UdfSub,
+            (true, false) => Op::OpsSub,
+        };
+        self.histogram = Some((namespace, op));
     }
 }
 
@@ -467,9 +503,13 @@ impl Latencies {
     }
 
     /// Counts an `op` of the namespace at position `namespace` (in
-    /// configuration order) that started at `started`.
+    /// configuration order) that started at `started` (nothing for a
+    /// sub-transaction: see [`Op::in_latencies`]).
     #[inline]
     pub fn record(&self, namespace: usize, op: Op, started: Instant) {
+        if !op.in_latencies() {
+            return;
+        }
         self.record_at(
             1 + namespace * PER_NAMESPACE.len() + op as usize,
             started.elapsed(),

@@ -3,8 +3,10 @@
 //! A reader thread parses the file (decrypted and decompressed on the
 //! way) and hands entries over a bounded channel; the UDF modules and
 //! index definitions, which come first, are applied as they arrive, before
-//! any record; each record becomes one write, up to `--parallel` in
-//! flight, paced by `--tps`. A damaged file ends the reading at the
+//! any record; records go in batch write commands of `--batch-size`
+//! records, up to `--max-async-batches` in flight (what asrestore's batch
+//! mode does), or with `--disable-batch-writes` each record in a write of
+//! its own, up to `--parallel` in flight; either way paced by `--tps`. A damaged file ends the reading at the
 //! damage: the writes already under way finish, the summary is printed,
 //! and the error names the line (and the line the record began on).
 //!
@@ -20,8 +22,8 @@ use crate::record::connect;
 use crate::CliResult;
 use citrine_backup::{Entry, Reader, Record};
 use citrine_client::{
-    Bin, Client, Expiration, GenerationPolicy, IndexCollection, IndexType, Key, RecordExistsAction,
-    Value, WritePolicy,
+    BatchPolicy, BatchWrite, Bin, Client, Expiration, GenerationPolicy, IndexCollection, IndexType,
+    Key, Operation, RecordExistsAction, Value, WritePolicy,
 };
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -183,14 +185,82 @@ struct Outcome {
     error: Option<String>,
 }
 
+/// Where prepared records go: single writes, or batches being filled.
+struct Writer {
+    slots: Arc<Semaphore>,
+    writes: tokio::task::JoinSet<()>,
+    /// Records per batch; 0: single writes.
+    batch_size: usize,
+    batch: Vec<BatchWrite>,
+}
+
+impl Writer {
+    fn new(args: &RestoreArgs) -> Writer {
+        let (in_flight, batch_size) = match args.disable_batch_writes {
+            true => (args.parallel, 0),
+            false => (args.max_async_batches, args.batch_size.max(1)),
+        };
+        Writer {
+            slots: Arc::new(Semaphore::new(in_flight.max(1))),
+            writes: tokio::task::JoinSet::new(),
+            batch_size,
+            batch: Vec::new(),
+        }
+    }
+
+    /// Writes one record, or adds it to the batch (sent once full);
+    /// `false` if no more writes can start.
+    async fn push(&mut self, target: &Arc<Target>, (key, policy, bins): Prepared) -> bool {
+        if self.batch_size == 0 {
+            let Ok(slot) = self.slots.clone().acquire_owned().await else {
+                return false;
+            };
+            let target = target.clone();
+            self.writes.spawn(async move {
+                count(&target, target.client.put(&policy, &key, &bins).await);
+                drop(slot);
+            });
+            return true;
+        }
+        let ops = bins.into_iter().map(Operation::Write).collect();
+        self.batch.push(BatchWrite { key, policy, ops });
+        self.batch.len() < self.batch_size || self.flush(target).await
+    }
+
+    /// Sends the batch being filled, if it has rows.
+    async fn flush(&mut self, target: &Arc<Target>) -> bool {
+        if self.batch.is_empty() {
+            return true;
+        }
+        let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            return false;
+        };
+        let rows = std::mem::take(&mut self.batch);
+        let target = target.clone();
+        self.writes.spawn(async move {
+            write_batch(&target, rows).await;
+            drop(slot);
+        });
+        true
+    }
+
+    /// Sends what is left and waits for every write.
+    async fn finish(mut self, target: &Arc<Target>) {
+        self.flush(target).await;
+        while self.writes.join_next().await.is_some() {}
+    }
+}
+
+/// One record's write: its key, policy and bins.
+type Prepared = (Key, WritePolicy, Vec<Bin>);
+
 async fn apply(
     target: &Arc<Target>,
     args: &RestoreArgs,
     mut receiver: mpsc::Receiver<Message>,
 ) -> Outcome {
     let mut outcome = Outcome::default();
-    let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
-    let mut writes = tokio::task::JoinSet::new();
+    let mut writer = Writer::new(args);
     let pace = (args.tps > 0).then(|| Duration::from_secs_f64(1.0 / f64::from(args.tps)));
     let mut next_write = tokio::time::Instant::now();
     while let Some(message) = receiver.recv().await {
@@ -206,19 +276,14 @@ async fn apply(
             Message::Entry(line, Entry::Record(record)) if !args.no_records => {
                 outcome.read += 1;
                 match prepare(target, line, record) {
-                    Ok(Some((key, policy, bins))) => {
+                    Ok(Some(prepared)) => {
                         if let Some(pace) = pace {
                             tokio::time::sleep_until(next_write).await;
                             next_write = next_write.max(tokio::time::Instant::now() - pace) + pace;
                         }
-                        let Ok(slot) = slots.clone().acquire_owned().await else {
+                        if !writer.push(target, prepared).await {
                             break;
-                        };
-                        let target = target.clone();
-                        writes.spawn(async move {
-                            write(&target, key, policy, bins).await;
-                            drop(slot);
-                        });
+                        }
                         Ok(())
                     }
                     Ok(None) => Ok(()),
@@ -232,9 +297,9 @@ async fn apply(
             outcome.error = Some(error);
             break;
         }
-        while writes.try_join_next().is_some() {}
+        while writer.writes.try_join_next().is_some() {}
     }
-    while writes.join_next().await.is_some() {}
+    writer.finish(target).await;
     outcome
 }
 
@@ -324,12 +389,7 @@ async fn restore_index(
 
 /// The key, policy and bins of one record's write; `None` when the record
 /// is skipped (counted); an error stops the restore.
-#[allow(clippy::type_complexity)]
-fn prepare(
-    target: &Target,
-    line: u64,
-    record: Record,
-) -> Result<Option<(Key, WritePolicy, Vec<Bin>)>, String> {
+fn prepare(target: &Target, line: u64, record: Record) -> Result<Option<Prepared>, String> {
     let namespace = target_namespace(target, &record.namespace);
     if !target.namespaces.contains(&namespace) {
         return Err(format!(
@@ -392,8 +452,30 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-async fn write(target: &Target, key: Key, policy: WritePolicy, bins: Vec<Bin>) {
-    match target.client.put(&policy, &key, &bins).await {
+/// Sends one batch write command; counts each row's outcome (a failed
+/// command: each row failed with its error).
+async fn write_batch(target: &Target, rows: Vec<BatchWrite>) {
+    let policy = BatchPolicy {
+        base: target.policy.base.clone(),
+        ..BatchPolicy::default()
+    };
+    match target.client.batch_write(&policy, &rows).await {
+        Ok(results) => {
+            for result in results {
+                count(target, result);
+            }
+        }
+        Err(error) => {
+            for _ in &rows {
+                count(target, Err(error.clone()));
+            }
+        }
+    }
+}
+
+/// Counts one record's write outcome by reason.
+fn count(target: &Target, result: citrine_client::Result<()>) {
+    match result {
         Ok(()) => {
             target.counters.records.fetch_add(1, Ordering::Relaxed);
         }

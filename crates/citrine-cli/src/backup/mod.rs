@@ -167,6 +167,8 @@ pub struct BackupArgs {
                   does); --unique writes only records the cluster lacks, --replace replaces\n\
                   whole records, --no-generation writes regardless of generations. A damaged\n\
                   file stops the restore at the damage, naming the line; what came before stays.\n\
+                  Records go in batch write commands of --batch-size records (as asrestore's\n\
+                  batch mode), or one by one with --disable-batch-writes.\n\
                   Examples:\n  citrine restore -i test.asb\n  \
                   citrine restore -h 10.0.0.2:3000 -i test.asb --namespace test,copy --unique\n  \
                   citrine restore -i test.asb.zst --tps 5000"
@@ -196,9 +198,18 @@ pub struct RestoreArgs {
         value_delimiter = ','
     )]
     pub bins: Vec<String>,
-    /// Writes in flight at once.
+    /// Single-record writes in flight at once (with --disable-batch-writes).
     #[arg(long = "parallel", default_value_t = 32, value_name = "N")]
     pub parallel: usize,
+    /// Records per batch write command (asrestore's default, 128).
+    #[arg(long = "batch-size", default_value_t = 128, value_name = "N")]
+    pub batch_size: usize,
+    /// Batch write commands in flight at once (asrestore's default, 32).
+    #[arg(long = "max-async-batches", default_value_t = 32, value_name = "N")]
+    pub max_async_batches: usize,
+    /// Write each record on its own instead of in batch write commands.
+    #[arg(long = "disable-batch-writes")]
+    pub disable_batch_writes: bool,
     /// Write only records the cluster does not hold.
     #[arg(long = "unique", conflicts_with = "replace")]
     pub unique: bool,

@@ -610,3 +610,71 @@ fn a_background_jobs_line_has_the_references_fields() {
     assert_eq!(show_value(&service, 22, "udf-filename"), "m");
     assert_eq!(show_value(&service, 22, "udf-function"), "f");
 }
+
+/// A histogram's total count, by name: a `latencies:` one or (once its
+/// group was turned on) a benchmark one from its dump.
+fn histogram_total(service: &Service, name: &str) -> u64 {
+    let latencies = service.latencies();
+    if let Some(histogram) = latencies.histograms().iter().find(|h| h.name() == name) {
+        return histogram.snapshot().total();
+    }
+    let prefix = format!("histogram dump: {name} (");
+    latencies
+        .benchmarks()
+        .dump(latencies.unit())
+        .iter()
+        .find_map(|line| line.strip_prefix(&prefix)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no histogram {name}"))
+}
+
+/// A background job's record writes are sub-transactions, as the
+/// reference (8.1.2, asked) counts them: in the `udf-sub` and `ops-sub`
+/// benchmark groups (start, master, response; no replica here), never in
+/// `{test}-write` or `{test}-udf`.
+#[test]
+fn a_jobs_writes_count_as_udf_sub_and_ops_sub_transactions() {
+    use base64::Engine as _;
+    let (service, _) = service();
+    let source = b"function mark(rec) rec['m'] = 1 aerospike:update(rec) end";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let put_module = format!(
+        "udf-put:filename=sub_m.lua;content={content};content-len={};",
+        content.len()
+    );
+    assert_eq!(info(&service, &put_module), "ok");
+    for group in ["udf-sub", "ops-sub"] {
+        let on = format!("set-config:context=namespace;id=test;enable-benchmarks-{group}=true");
+        assert_eq!(info(&service, &on), "ok");
+    }
+    for key in 0..9 {
+        put(&service, "demo", &format!("k{key}"), &[("n", key)], false);
+    }
+    let writes_before = histogram_total(&service, "{test}-write");
+    let ops = Background {
+        set: Some("demo"),
+        trid: 31,
+        ops: vec![put_op("flag", 1)],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &ops), 0);
+    let udf = Background {
+        set: Some("demo"),
+        trid: 32,
+        udf: Some(("sub_m", "mark")),
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &udf), 0);
+    assert_eq!(show_value(&service, 32, "recs-succeeded"), "9");
+    assert_eq!(histogram_total(&service, "{test}-write"), writes_before);
+    assert_eq!(histogram_total(&service, "{test}-udf"), 0);
+    for group in ["udf-sub", "ops-sub"] {
+        for stage in ["start", "master", "response"] {
+            let name = format!("{{test}}-{group}-{stage}");
+            assert_eq!(histogram_total(&service, &name), 9, "{name}");
+        }
+        for stage in ["restart", "dup-res", "repl-write"] {
+            let name = format!("{{test}}-{group}-{stage}");
+            assert_eq!(histogram_total(&service, &name), 0, "{name}");
+        }
+    }
+}
