@@ -210,6 +210,20 @@ impl TxnTables {
         removed
     }
 
+    /// Every digest of `partition` with a provisional version or an open
+    /// monitor.
+    pub fn held_digests(&self, partition: PartitionId) -> Vec<Digest> {
+        let table = self.partition(partition);
+        let provisionals = table.provisionals.keys();
+        provisionals.chain(table.monitors.keys()).copied().collect()
+    }
+
+    /// Whether no provisional version and no monitor is held.
+    pub fn is_empty(&self) -> bool {
+        self.stats.provisionals.load(Ordering::Relaxed) == 0
+            && self.stats.monitors_active.load(Ordering::Relaxed) == 0
+    }
+
     /// The monitors whose deadline is before `now_seconds`, and the
     /// provisional versions (digest, transaction) whose deadline is.
     pub fn expired(&self, now_seconds: u32) -> (Vec<Digest>, Vec<(Digest, u64)>) {
