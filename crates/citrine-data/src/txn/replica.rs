@@ -197,3 +197,139 @@ pub fn apply(
     drop(partition);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::config::NamespaceConfig;
+    use crate::copy::{capture, store_copy, Admit};
+    use std::sync::atomic::Ordering::Relaxed;
+
+    const NOW_MS: u64 = 1_700_000_000_000;
+    const D: Digest = Digest([5; 20]);
+
+    fn namespace() -> Namespace {
+        let mut config = NamespaceConfig::in_memory("test");
+        config.sc.strong_consistency = true;
+        Namespace::open(config, std::sync::Arc::new(ManualClock::new(NOW_MS))).unwrap()
+    }
+
+    fn now() -> Now {
+        Now::from_unix_ms(NOW_MS)
+    }
+
+    /// A committed copy of `D` at `generation`, set "demo".
+    fn committed(generation: u16) -> ReplicaWrite {
+        ReplicaWrite {
+            namespace: "test".to_owned(),
+            digest: D,
+            generation,
+            life: 0,
+            durable: false,
+            void_time: 0,
+            last_update_ms: NOW_MS - 1_000 + u64::from(generation),
+            set_name: b"demo".to_vec(),
+            body: Some(vec![0, 0]),
+        }
+    }
+
+    fn provisional(namespace: &Namespace, txn_id: u64) -> Provisional {
+        let set_id = namespace.sets.id_of(b"demo").unwrap();
+        let meta = RecordMeta {
+            generation: 2,
+            life: 0,
+            set_id,
+            void_time: 0,
+            last_update_ms: NOW_MS,
+        };
+        Provisional {
+            txn_id,
+            deadline: 99,
+            version: Version::Store {
+                meta,
+                body: vec![1, 2, 3],
+            },
+        }
+    }
+
+    #[test]
+    fn a_copy_round_trips_and_garbage_is_refused() {
+        let master = namespace();
+        let copy = TxnCopy {
+            provisional: Some(provisional(&master, 7)),
+            monitor: Some(Monitor {
+                deadline: 12,
+                roll_forward: true,
+            }),
+        };
+        let bytes = copy.encode(&master);
+        // The replica knows no set yet: it is added by name.
+        let replica = namespace();
+        let decoded = TxnCopy::decode(&replica, &bytes).unwrap();
+        assert_eq!(decoded.monitor, copy.monitor);
+        let held = decoded.provisional.unwrap();
+        let Version::Store { meta, body } = held.version else {
+            panic!("a stored version")
+        };
+        assert_eq!(replica.sets.name(meta.set_id).unwrap(), b"demo");
+        assert_eq!((held.txn_id, held.deadline, body), (7, 99, vec![1, 2, 3]));
+        let empty = TxnCopy::default().encode(&master);
+        assert_eq!(TxnCopy::decode(&replica, &empty), Some(TxnCopy::default()));
+        let mut trailed = bytes.clone();
+        trailed.push(0);
+        assert_eq!(TxnCopy::decode(&replica, &trailed), None);
+        assert_eq!(TxnCopy::decode(&replica, &bytes[..bytes.len() - 1]), None);
+        assert_eq!(TxnCopy::decode(&replica, &[4]), None, "unknown flag");
+    }
+
+    #[test]
+    fn a_replica_takes_the_masters_state_unless_it_holds_newer() {
+        let replica = namespace();
+        let held = provisional(&replica, 7);
+        let with_lock = TxnCopy {
+            provisional: Some(held.clone()),
+            monitor: None,
+        };
+        store_copy(&replica, &committed(1), now(), 0, Admit::Always).unwrap();
+        apply(&replica, &committed(1), with_lock.clone(), now()).unwrap();
+        assert_eq!(replica.txn.provisional(&D), Some(held.clone()));
+        // The roll forward: a newer committed copy, no lock.
+        let rolled = committed(2);
+        store_copy(&replica, &rolled, now(), 0, Admit::Always).unwrap();
+        apply(&replica, &rolled, TxnCopy::default(), now()).unwrap();
+        assert_eq!(replica.txn.provisional(&D), None);
+        // The provisional write delivered again, late: not brought back.
+        apply(&replica, &committed(1), with_lock.clone(), now()).unwrap();
+        assert_eq!(replica.txn.provisional(&D), None);
+        assert_eq!(replica.txn.stats.provisionals.load(Relaxed), 0);
+        // A lock on the same committed version, then its roll back.
+        let current = capture(&replica, &D, now());
+        apply(&replica, &current, with_lock, now()).unwrap();
+        assert_eq!(replica.txn.stats.provisionals.load(Relaxed), 1);
+        apply(&replica, &current, TxnCopy::default(), now()).unwrap();
+        assert_eq!(replica.txn.provisional(&D), None);
+    }
+
+    #[test]
+    fn a_monitor_entry_follows_the_master() {
+        let replica = namespace();
+        let open = Monitor {
+            deadline: 50,
+            roll_forward: false,
+        };
+        let copy = TxnCopy {
+            provisional: None,
+            monitor: Some(open),
+        };
+        store_copy(&replica, &committed(1), now(), 0, Admit::Always).unwrap();
+        apply(&replica, &committed(1), copy, now()).unwrap();
+        assert_eq!(replica.txn.monitor(&D), Some(open));
+        assert_eq!(replica.txn.stats.monitors_active.load(Relaxed), 1);
+        apply(&replica, &committed(1), TxnCopy::default(), now()).unwrap();
+        assert_eq!(replica.txn.monitor(&D), None);
+        assert_eq!(replica.txn.stats.monitors_active.load(Relaxed), 0);
+    }
+}
