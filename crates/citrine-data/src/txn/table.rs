@@ -18,8 +18,9 @@
 //! - `provisionals` and `monitors_active` equal the sums of the tables'
 //!   sizes (updated with the tables, under the same locks).
 //!
-//! Provisional versions live in memory only: a restart loses them, which
-//! rolls their transactions back.
+//! Provisional versions live in memory only: a restart loses this node's
+//! (in a cluster the replicas of a strong-consistency partition hold
+//! copies, [`super::replica`]), which rolls their transactions back.
 
 use citrine_index::RecordMeta;
 use citrine_types::{Digest, PartitionId, PARTITIONS};
