@@ -18,15 +18,17 @@
 //! - the state is applied under the record partition's write lock, as
 //!   every change of the side table is ([`super::table`]);
 //! - a provisional version's set travels by name (set ids are per node);
-//!   a copy that does not decode is refused whole by the caller.
+//!   a copy that does not decode, or holds a version no master keeps
+//!   (generation 0, a life out of range, a set name a client could not
+//!   give), is refused whole by the caller.
 
 use super::{Monitor, Provisional, Version};
 use crate::clock::Now;
 use crate::copy::{Reader, ReplicaWrite};
 use crate::namespace::{compare_versions, Namespace};
 use crate::record::is_live;
-use citrine_index::RecordMeta;
-use citrine_types::{Digest, ResultCode};
+use citrine_index::{RecordMeta, MAX_LAST_UPDATE_MS};
+use citrine_types::{Digest, ResultCode, SET_NAME_MAX};
 use std::cmp::Ordering;
 
 const HAS_PROVISIONAL: u8 = 1;
@@ -136,7 +138,17 @@ fn decode_version(namespace: &Namespace, reader: &mut Reader<'_>) -> Option<Vers
     let void_time = u32::from_be_bytes(reader.take(4)?.try_into().ok()?);
     let last_update_ms = u64::from_be_bytes(reader.take(8)?.try_into().ok()?);
     let set_len = usize::from(reader.u8()?);
-    let set_id = namespace.sets.id_of(reader.take(set_len)?)?;
+    let set_name = reader.take(set_len)?;
+    // What no master keeps: refused before a set is made for it.
+    let well_formed = generation != 0
+        && life < citrine_index::LIVES
+        && last_update_ms <= MAX_LAST_UPDATE_MS
+        && set_name.len() <= SET_NAME_MAX
+        && !set_name.contains(&0);
+    if !well_formed {
+        return None;
+    }
+    let set_id = namespace.sets.id_of(set_name)?;
     let body_len = u32::from_be_bytes(reader.take(4)?.try_into().ok()?) as usize;
     let body = reader.take(body_len)?.to_vec();
     let meta = RecordMeta {
@@ -283,6 +295,16 @@ mod tests {
         assert_eq!(TxnCopy::decode(&replica, &trailed), None);
         assert_eq!(TxnCopy::decode(&replica, &bytes[..bytes.len() - 1]), None);
         assert_eq!(TxnCopy::decode(&replica, &[4]), None, "unknown flag");
+        let mut generation_0 = copy.clone();
+        if let Some(Provisional {
+            version: Version::Store { meta, .. },
+            ..
+        }) = &mut generation_0.provisional
+        {
+            meta.generation = 0;
+        }
+        let refused = generation_0.encode(&master);
+        assert_eq!(TxnCopy::decode(&replica, &refused), None, "generation 0");
     }
 
     #[test]
