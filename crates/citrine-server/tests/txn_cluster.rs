@@ -1,14 +1,16 @@
-//! A multi-record transaction over real `citrined` processes (issue 40,
+//! Multi-record transactions over real `citrined` processes (issue 40,
 //! the cluster part): three nodes, a strong-consistency namespace with two
-//! copies, the roster set. A transaction (raw frames, as the official
+//! copies, the roster set. Three transactions (raw frames, as the official
 //! clients send them: the monitor record in `<ERO~MRT`, writes with the
 //! transaction id and deadline, single-record rolls, the monitor's close)
-//! writes two records whose masters are different nodes, and its monitor
-//! lives on the first record's master; that node is killed before the
-//! commit. The new masters must hold the provisional versions (a plain
-//! write finds the record locked, 120; the transaction reads its own
-//! version) and the monitor (its mark to roll forward succeeds): the
-//! commit then shows every write, an abort none.
+//! each write two records whose masters are different nodes, their
+//! monitors on the first record's master; that node is killed before they
+//! end. The new masters must hold the provisional versions (a plain write
+//! finds the record locked, 120; the transaction reads its own version)
+//! and the monitors (a mark to roll forward succeeds): the commit then
+//! shows both writes, the abort neither, and the transaction its client
+//! marked before the kill and left is rolled forward by the cluster at its
+//! deadline.
 
 #![allow(clippy::unwrap_used)]
 
@@ -218,22 +220,26 @@ fn keyds(digests: &[[u8; 20]]) -> Vec<u8> {
     list
 }
 
-/// Keys `a` (mastered by node 0) and `b` (by node 1), and a transaction
-/// id whose monitor node 0 masters.
-fn choose(masters: &[usize]) -> (String, String, u64) {
+/// Per transaction: keys `a` (mastered by node 0) and `b` (by node 1),
+/// and a transaction id whose monitor node 0 masters.
+fn choose(masters: &[usize], count: usize) -> Vec<(String, String, u64)> {
     let master_of = |target: &Target| masters[partition_of(&target.digest)];
-    let key = |owner: usize| {
+    let keys = |owner: usize| {
         (0..)
             .map(|n| format!("k{n}"))
-            .find(|key| master_of(&record(key)) == owner)
-            .unwrap()
+            .filter(move |key| master_of(&record(key)) == owner)
     };
-    let txn_id = (1u64..).find(|id| master_of(&monitor(*id)) == 0).unwrap();
-    (key(0), key(1), txn_id)
+    let ids = (1u64..).filter(|id| master_of(&monitor(*id)) == 0);
+    keys(0)
+        .zip(keys(1))
+        .zip(ids)
+        .map(|((a, b), id)| (a, b, id))
+        .take(count)
+        .collect()
 }
 
-/// How the transaction ends after node 0 was killed.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// How a transaction ends after node 0 was killed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum End {
     /// The client commits.
     Commit,
@@ -244,135 +250,131 @@ enum End {
     Recover,
 }
 
-/// The scenario: a transaction writes `a` and `b`, node 0 (master of `a`
-/// and of the monitor) is killed, the transaction ends as `end` says.
-/// Returns the values of `a` and `b` read after.
-fn scenario(end: End) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
-    let commit = end != End::Abort;
-    let mut nodes = sc_cluster();
-    let (a, b, txn_id) = choose(&masters(&nodes));
-    let mut stream = nodes[2].connect();
-    let write = header(0, info2::WRITE, 0);
-    for key in [&a, &b] {
-        let put = [(op_type::WRITE, 1, "v", int(1))];
-        assert_eq!(send(&mut stream, &record(key), write, &[], &put).0, 0);
-    }
-    // The monitor first (its deadline 30 s away), then the writes.
-    let mut create = header(0, info2::WRITE | info2::RESPOND_ALL_OPS, 0);
-    create.record_ttl = if end == End::Recover { 3 } else { 30 };
-    let listed = keyds(&[record(&a).digest, record(&b).digest]);
-    let ops = [
-        (op_type::WRITE, 1, "id", int(txn_id as i64)),
-        (op_type::WRITE, 20, "keyds", listed),
-    ];
-    let (code, deadline, _) = send(&mut stream, &monitor(txn_id), create, &[], &ops);
-    assert_eq!(code, 0, "monitor created");
-    let id = (field_type::TXN_ID, txn_id.to_le_bytes().to_vec());
-    let fields = [id.clone(), (field_type::TXN_DEADLINE, deadline)];
-    for key in [&a, &b] {
-        let put = [(op_type::WRITE, 1, "v", int(2))];
-        let code = send(&mut stream, &record(key), write, &fields, &put).0;
-        assert_eq!(code, 0, "provisional write of {key}");
-    }
-    assert_eq!(value(&mut stream, &a, None), (0, Some(int(1))));
-    let mark = [(op_type::WRITE, 17, "fwd", vec![1])];
-    if end == End::Recover {
-        let marked = send(&mut stream, &monitor(txn_id), write, &[], &mark).0;
-        assert_eq!(marked, 0, "marked before the kill");
-    }
-
-    nodes[0].kill();
-    let survivors: Vec<&Node> = nodes[1..].iter().collect();
-    wait_for_cluster(&survivors, 2, Duration::from_secs(20));
-    for node in &survivors {
-        wait_for_available(node);
-    }
-    if end == End::Recover {
-        return recovered(&survivors, &mut stream, [&a, &b]);
-    }
-    // The new master of `a` holds the transaction's version and its lock.
-    assert_eq!(value(&mut stream, &a, Some(txn_id)), (0, Some(int(2))));
-    let other = [(op_type::WRITE, 1, "v", int(9))];
-    let blocked = send(&mut stream, &record(&a), write, &[], &other).0;
-    assert_eq!(blocked, 120, "a plain write finds `a` locked");
-
-    let roll = header(0, info2::WRITE | info2::DURABLE_DELETE, 0);
-    if commit {
-        let marked = send(&mut stream, &monitor(txn_id), write, &[], &mark).0;
-        assert_eq!(marked, 0, "the monitor is open on its new master");
-    }
-    let bit = if commit {
-        info4::ROLL_FORWARD
-    } else {
-        info4::ROLL_BACK
-    };
-    for key in [&a, &b] {
-        let rolled = MsgHeader { info4: bit, ..roll };
-        let code = send(
-            &mut stream,
-            &record(key),
-            rolled,
-            std::slice::from_ref(&id),
-            &[],
-        )
-        .0;
-        assert_eq!(code, 0, "roll of {key}");
-    }
-    let close = header(0, info2::WRITE | info2::DELETE | info2::DURABLE_DELETE, 0);
-    assert_eq!(send(&mut stream, &monitor(txn_id), close, &[], &[]).0, 0);
-    let after = (value(&mut stream, &a, None), value(&mut stream, &b, None));
-    assert_eq!((after.0 .0, after.1 .0), (0, 0));
-    for node in &survivors {
-        assert_eq!(
-            stat_of(node, "mrt_provisionals"),
-            Some(0),
-            "node {}",
-            node.id
-        );
-        assert_eq!(
-            stat_of(node, "mrt_monitors_active"),
-            Some(0),
-            "node {}",
-            node.id
-        );
-    }
-    (after.0 .1, after.1 .1)
+/// One transaction of the scenario.
+struct Txn {
+    end: End,
+    a: String,
+    b: String,
+    id: u64,
 }
 
-/// Waits (up to 20 s) until the survivors hold no transaction state,
-/// then reads `keys`.
-fn recovered(
-    survivors: &[&Node],
-    stream: &mut TcpStream,
-    keys: [&String; 2],
-) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+impl Txn {
+    fn id_field(&self) -> (u8, Vec<u8>) {
+        (field_type::TXN_ID, self.id.to_le_bytes().to_vec())
+    }
+
+    /// Writes 1 to `a` and `b`, then in the transaction 2 (the monitor
+    /// first, its deadline 3 s away for [`End::Recover`], else 30 s); a
+    /// transaction to recover is marked to roll forward.
+    fn begin(&self, stream: &mut TcpStream) {
+        let write = header(0, info2::WRITE, 0);
+        for key in [&self.a, &self.b] {
+            let put = [(op_type::WRITE, 1, "v", int(1))];
+            assert_eq!(send(stream, &record(key), write, &[], &put).0, 0);
+        }
+        let mut create = header(0, info2::WRITE | info2::RESPOND_ALL_OPS, 0);
+        create.record_ttl = if self.end == End::Recover { 3 } else { 30 };
+        let listed = keyds(&[record(&self.a).digest, record(&self.b).digest]);
+        let ops = [
+            (op_type::WRITE, 1, "id", int(self.id as i64)),
+            (op_type::WRITE, 20, "keyds", listed),
+        ];
+        let (code, deadline, _) = send(stream, &monitor(self.id), create, &[], &ops);
+        assert_eq!(code, 0, "monitor created");
+        let fields = [self.id_field(), (field_type::TXN_DEADLINE, deadline)];
+        for key in [&self.a, &self.b] {
+            let put = [(op_type::WRITE, 1, "v", int(2))];
+            let code = send(stream, &record(key), write, &fields, &put).0;
+            assert_eq!(code, 0, "provisional write of {key}");
+        }
+        assert_eq!(value(stream, &self.a, None), (0, Some(int(1))));
+        if self.end == End::Recover {
+            assert_eq!(self.mark(stream), 0, "marked before the kill");
+        }
+    }
+
+    fn mark(&self, stream: &mut TcpStream) -> u8 {
+        let mark = [(op_type::WRITE, 17, "fwd", vec![1])];
+        let write = header(0, info2::WRITE, 0);
+        send(stream, &monitor(self.id), write, &[], &mark).0
+    }
+
+    /// After the kill: the new master of `a` holds the transaction's
+    /// version and its lock; the client commits or aborts.
+    fn end(&self, stream: &mut TcpStream) {
+        let a = &self.a;
+        assert_eq!(value(stream, a, Some(self.id)), (0, Some(int(2))));
+        let other = [(op_type::WRITE, 1, "v", int(9))];
+        let write = header(0, info2::WRITE, 0);
+        let blocked = send(stream, &record(a), write, &[], &other).0;
+        assert_eq!(blocked, 120, "a plain write finds `{a}` locked");
+        let bit = match self.end {
+            End::Commit => {
+                assert_eq!(
+                    self.mark(stream),
+                    0,
+                    "the monitor is open on its new master"
+                );
+                info4::ROLL_FORWARD
+            }
+            _ => info4::ROLL_BACK,
+        };
+        let roll = header(0, info2::WRITE | info2::DURABLE_DELETE, bit);
+        for key in [&self.a, &self.b] {
+            let id = [self.id_field()];
+            assert_eq!(
+                send(stream, &record(key), roll, &id, &[]).0,
+                0,
+                "roll of {key}"
+            );
+        }
+        let close = header(0, info2::WRITE | info2::DELETE | info2::DURABLE_DELETE, 0);
+        assert_eq!(send(stream, &monitor(self.id), close, &[], &[]).0, 0);
+    }
+}
+
+/// Waits (up to 20 s) until the survivors hold no transaction state.
+fn wait_for_no_transaction(survivors: &[&Node]) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let open = |node: &&Node| {
         stat_of(node, "mrt_provisionals") != Some(0)
             || stat_of(node, "mrt_monitors_active") != Some(0)
     };
     while survivors.iter().any(open) {
-        assert!(
-            Instant::now() < deadline,
-            "the transaction was never rolled"
-        );
+        assert!(Instant::now() < deadline, "a transaction was never rolled");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let [a, b] = keys;
-    (value(stream, a, None).1, value(stream, b, None).1)
 }
 
 #[test]
-fn a_transaction_commits_after_the_master_of_its_records_is_killed() {
-    assert_eq!(scenario(End::Commit), (Some(int(2)), Some(int(2))));
-}
-
-#[test]
-fn a_transaction_aborts_after_the_master_of_its_records_is_killed() {
-    assert_eq!(scenario(End::Abort), (Some(int(1)), Some(int(1))));
-}
-
-#[test]
-fn a_marked_transaction_rolls_forward_by_its_deadline_after_a_kill() {
-    assert_eq!(scenario(End::Recover), (Some(int(2)), Some(int(2))));
+fn transactions_end_as_asked_after_the_master_of_their_records_is_killed() {
+    let mut nodes = sc_cluster();
+    let ends = [End::Commit, End::Abort, End::Recover];
+    let chosen = choose(&masters(&nodes), ends.len());
+    let txns: Vec<Txn> = ends
+        .into_iter()
+        .zip(chosen)
+        .map(|(end, (a, b, id))| Txn { end, a, b, id })
+        .collect();
+    let mut stream = nodes[2].connect();
+    for txn in &txns {
+        txn.begin(&mut stream);
+    }
+    nodes[0].kill();
+    let survivors: Vec<&Node> = nodes[1..].iter().collect();
+    wait_for_cluster(&survivors, 2, Duration::from_secs(20));
+    for node in &survivors {
+        wait_for_available(node);
+    }
+    for txn in txns.iter().filter(|txn| txn.end != End::Recover) {
+        txn.end(&mut stream);
+    }
+    wait_for_no_transaction(&survivors);
+    for txn in &txns {
+        let expected = if txn.end == End::Abort { 1 } else { 2 };
+        for key in [&txn.a, &txn.b] {
+            let read = value(&mut stream, key, None);
+            assert_eq!(read, (0, Some(int(expected))), "{key} after {:?}", txn.end);
+        }
+    }
 }
