@@ -10,7 +10,9 @@
 //! and the monitors (a mark to roll forward succeeds): the commit then
 //! shows both writes, the abort neither, and the transaction its client
 //! marked before the kill and left is rolled forward by the cluster at its
-//! deadline.
+//! deadline. Before they end, both survivors hold a copy of every
+//! provisional version and monitor (those whose other copy was on the
+//! killed node were sent to the node filled in its place).
 
 #![allow(clippy::unwrap_used)]
 
@@ -264,7 +266,7 @@ impl Txn {
     }
 
     /// Writes 1 to `a` and `b`, then in the transaction 2 (the monitor
-    /// first, its deadline 3 s away for [`End::Recover`], else 30 s); a
+    /// first, its deadline 8 s away for [`End::Recover`], else 30 s); a
     /// transaction to recover is marked to roll forward.
     fn begin(&self, stream: &mut TcpStream) {
         let write = header(0, info2::WRITE, 0);
@@ -273,7 +275,7 @@ impl Txn {
             assert_eq!(send(stream, &record(key), write, &[], &put).0, 0);
         }
         let mut create = header(0, info2::WRITE | info2::RESPOND_ALL_OPS, 0);
-        create.record_ttl = if self.end == End::Recover { 3 } else { 30 };
+        create.record_ttl = if self.end == End::Recover { 8 } else { 30 };
         let listed = keyds(&[record(&self.a).digest, record(&self.b).digest]);
         let ops = [
             (op_type::WRITE, 1, "id", int(self.id as i64)),
@@ -333,6 +335,32 @@ impl Txn {
     }
 }
 
+/// Waits (up to 5 s) until the two survivors each hold a copy of every
+/// provisional version and monitor of `txns`: also those whose other
+/// copy was on the killed node (a fill brings committed copies only; the
+/// master sends the transaction state after the view change).
+fn wait_for_copies(survivors: &[&Node], txns: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let sum = |name: &str| {
+        survivors
+            .iter()
+            .map(|node| stat_of(node, name).unwrap_or(0))
+            .sum::<u64>()
+    };
+    let expected = (2 * 2 * txns as u64, 2 * txns as u64);
+    loop {
+        let seen = (sum("mrt_provisionals"), sum("mrt_monitors_active"));
+        if seen == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "copies {seen:?}, expected {expected:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Waits (up to 20 s) until the survivors hold no transaction state.
 fn wait_for_no_transaction(survivors: &[&Node]) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -366,6 +394,7 @@ fn transactions_end_as_asked_after_the_master_of_their_records_is_killed() {
     for node in &survivors {
         wait_for_available(node);
     }
+    wait_for_copies(&survivors, txns.len());
     for txn in txns.iter().filter(|txn| txn.end != End::Recover) {
         txn.end(&mut stream);
     }
