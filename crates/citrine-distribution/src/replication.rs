@@ -125,6 +125,7 @@ pub use citrine_data::copy::{
 };
 use citrine_data::namespace::Namespace;
 use citrine_data::record::{self as transaction, Request};
+use citrine_data::txn::replica::{self as txn_replica, TxnCopy};
 use citrine_data::Now;
 use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE};
 use citrine_wire::frame::{ProtoHeader, PROTO_HEADER_SIZE};
@@ -307,7 +308,8 @@ pub mod call_kind {
     /// byte (11: that view's exchange is not resolved there yet).
     pub const CLEAR: u8 = 22;
     /// A replica write of a strong-consistency namespace: `u32 regime |
-    /// REPLICA_WRITE payload` (`crate::sc::data_path::sc_payload`); the
+    /// u32 length | transaction state | REPLICA_WRITE payload`
+    /// (`crate::sc::data_path::sc_payload`); the
     /// answer is one result-code byte (7: another regime, or not a replica
     /// of the partition in it).
     pub const SC_REPLICA_WRITE: u8 = 23;
@@ -450,6 +452,10 @@ pub enum Remote {
         /// `SC_REPLICA_WRITE`'s, and a failure leaves the record
         /// unreplicated).
         regime: Option<u32>,
+        /// Strong consistency: the record's transaction state
+        /// (`citrine_data::txn::replica::TxnCopy`), empty when the write
+        /// leaves the replicas' state as it is (a regime marker).
+        txn: Vec<u8>,
     },
     /// Fetch the record's version from every other member, apply the
     /// newest, then execute `body` here (duplicate resolution).
@@ -812,6 +818,7 @@ pub fn replicate_after(
         payload: replica_payload(cluster.cluster_key, namespace, &write),
         deadline_ms: run.deadline_ms,
         regime: None,
+        txn: Vec::new(),
     }))
 }
 
@@ -862,10 +869,12 @@ fn replicate_in_regime(
         dist.sc_unreplicated.clear(name, digest);
         return None;
     }
-    let write = if changed || run.confirm == Confirm::Replicated {
-        capture(namespace, digest, dist.now())
+    let (write, txn) = if changed || run.confirm == Confirm::Replicated {
+        let write = capture(namespace, digest, dist.now());
+        (write, TxnCopy::capture(namespace, digest).encode(namespace))
     } else {
-        data_path::regime_marker(name, digest, dist.now().unix_ms)
+        let marker = data_path::regime_marker(name, digest, dist.now().unix_ms);
+        (marker, Vec::new())
     };
     Some(Box::new(Remote::Replicate {
         namespace: name.clone(),
@@ -875,17 +884,18 @@ fn replicate_in_regime(
         payload: replica_payload(cluster.cluster_key, namespace, &write),
         deadline_ms: run.deadline_ms,
         regime: Some(regime),
+        txn,
     }))
 }
 
 /// The kind and payload of a replica write of `payload` (a
 /// [`replica_payload`]): `SC_REPLICA_WRITE` carrying `regime` for a
 /// strong-consistency namespace, else `REPLICA_WRITE`.
-fn replica_call(regime: Option<u32>, payload: &[u8]) -> (u8, Vec<u8>) {
+fn replica_call(regime: Option<u32>, txn: &[u8], payload: &[u8]) -> (u8, Vec<u8>) {
     match regime {
         Some(regime) => (
             call_kind::SC_REPLICA_WRITE,
-            data_path::sc_payload(regime, payload),
+            data_path::sc_payload(regime, txn, payload),
         ),
         None => (call_kind::REPLICA_WRITE, payload.to_vec()),
     }
@@ -900,6 +910,9 @@ pub struct WriteScope<'a> {
     pub cluster_key: u64,
     /// Strong consistency: the regime the write was executed in.
     pub regime: Option<u32>,
+    /// Strong consistency: the record's transaction state to send along
+    /// (empty: none, the replicas' stays as it is).
+    pub txn: &'a [u8],
 }
 
 /// A `REPLICA_WRITE` call: `u64 cluster key | u64 truncated before |
@@ -1068,6 +1081,7 @@ impl Distribution {
                 payload,
                 deadline_ms,
                 regime,
+                txn,
             } => {
                 let done = self
                     .replicate(
@@ -1077,6 +1091,7 @@ impl Distribution {
                             partition,
                             cluster_key,
                             regime,
+                            txn: &txn,
                         },
                         targets,
                         &payload,
@@ -1119,6 +1134,7 @@ impl Distribution {
             partition,
             cluster_key,
             regime,
+            txn,
         } = scope;
         let mut acknowledged: Vec<NodeId> = Vec::new();
         let mut payload = std::borrow::Cow::Borrowed(payload);
@@ -1145,7 +1161,7 @@ impl Distribution {
                     refresh_truncation(namespace, payload.to_mut());
                 }
             }
-            let (kind, payload) = replica_call(regime, &payload);
+            let (kind, payload) = replica_call(regime, txn, &payload);
             let payload: &[u8] = &payload;
             let timeout = remaining.min(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
             let send = |target: NodeId| async move {
@@ -1221,7 +1237,7 @@ impl Distribution {
     /// (generation 0, a read's confirmation) stores nothing.
     fn serve_sc_replica_write(&self, payload: &[u8]) -> ResultCode {
         let cluster = self.cluster();
-        let Some((regime, rest)) = data_path::split_sc_payload(payload) else {
+        let Some((regime, txn, rest)) = data_path::split_sc_payload(payload) else {
             return self.refuse_malformed("an SC replica write too short for its regime");
         };
         let Some((key, truncated_before, write)) = split_replica_payload(rest) else {
@@ -1242,10 +1258,31 @@ impl Distribution {
         {
             return ResultCode::ClusterKeyMismatch;
         }
-        if write.body.is_none() && write.generation == 0 {
-            return ResultCode::Ok;
+        let stored = if write.body.is_none() && write.generation == 0 {
+            ResultCode::Ok
+        } else {
+            apply_copy_admitted(self, &write, truncated_before, Admit::Always)
+        };
+        if stored != ResultCode::Ok || txn.is_empty() {
+            return stored;
         }
-        apply_copy_admitted(self, &write, truncated_before, Admit::Always)
+        self.store_txn_copy(&write, txn)
+    }
+
+    /// Makes the transaction state an SC replica write carried this
+    /// node's, after its record's copy was stored
+    /// ([`txn_replica::apply`]); one that does not decode is malformed.
+    fn store_txn_copy(&self, write: &ReplicaWrite, txn: &[u8]) -> ResultCode {
+        let Some(namespace) = self.namespace(write.namespace.as_bytes()) else {
+            return ResultCode::Namespace;
+        };
+        let Some(copy) = TxnCopy::decode(namespace, txn) else {
+            return self.refuse_malformed("a transaction state that does not decode");
+        };
+        match txn_replica::apply(namespace, write, copy, self.now()) {
+            Ok(()) => ResultCode::Ok,
+            Err(code) => code,
+        }
     }
 
     /// The call re-sending a queued record's state (`payload`): a
@@ -1261,11 +1298,24 @@ impl Distribution {
         payload: &[u8],
     ) -> Option<(u8, Vec<u8>)> {
         if !data_path::is_sc(namespace) {
-            return Some(replica_call(None, payload));
+            return Some(replica_call(None, &[], payload));
         }
         let replicas = data_path::replicas_for(cluster, namespace, entry.partition);
         let regime = data_path::regime_of(cluster, &entry.namespace)?;
-        (replicas.first() == Some(&self.node_id)).then(|| replica_call(Some(regime), payload))
+        let txn = TxnCopy::capture(namespace, &entry.digest).encode(namespace);
+        (replicas.first() == Some(&self.node_id)).then(|| replica_call(Some(regime), &txn, payload))
+    }
+
+    /// What a reconcile sends of `digest`: this node's copy or tombstone,
+    /// or, for a record only a transaction holds (strong consistency), a
+    /// marker without a generation that carries its transaction state.
+    fn reconcile_state(&self, namespace: &Namespace, digest: &Digest) -> Option<ReplicaWrite> {
+        fetch(namespace, digest, self.now()).or_else(|| {
+            let held = TxnCopy::capture(namespace, digest);
+            let marker =
+                data_path::regime_marker(&namespace.config.name, digest, self.now().unix_ms);
+            (data_path::is_sc(namespace) && held != TxnCopy::default()).then_some(marker)
+        })
     }
 
     /// Queues the record a replica write was about for
@@ -1277,6 +1327,15 @@ impl Distribution {
         else {
             return;
         };
+        self.queue_reconcile_record(namespace, partition, write.digest);
+    }
+
+    /// Queues `digest`'s state for [`Distribution::reconcile_pending`]:
+    /// for a strong-consistency namespace its transaction state goes with
+    /// it (the service queues the records transactions hold on the
+    /// partitions this node masters after each view change, so a replica
+    /// that a fill brought in gets them).
+    pub fn queue_reconcile_record(&self, namespace: &str, partition: PartitionId, digest: Digest) {
         let mut pending = self.reconciles.pending.lock();
         if pending.len() >= RECONCILE_QUEUE_MAX {
             self.stats
@@ -1287,7 +1346,7 @@ impl Distribution {
         pending.push(PendingReconcile {
             namespace: namespace.to_owned(),
             partition,
-            digest: write.digest,
+            digest,
             since_ms: self.now().unix_ms,
         });
     }
@@ -1320,7 +1379,7 @@ impl Distribution {
             let Some(namespace) = self.namespace(entry.namespace.as_bytes()) else {
                 continue;
             };
-            let Some(current) = fetch(namespace, &entry.digest, self.now()) else {
+            let Some(current) = self.reconcile_state(namespace, &entry.digest) else {
                 continue;
             };
             let payload = replica_payload(cluster.cluster_key, namespace, &current);

@@ -13,8 +13,9 @@
 //! view publication) and `citrine-fabric` (serving fabric calls)
 //! ([`cluster`]), `citrine-migrate` ([`migrate`]), `citrine-nsup`,
 //! `citrine-sindex` (index builds and definition pushes,
-//! `Service::run_sindex_builds`) and `citrine-jobs` (background scans and
-//! queries, `Service::run_background_jobs`) — each of these two entering a
+//! `Service::run_sindex_builds`), `citrine-jobs` (background scans and
+//! queries, `Service::run_background_jobs`) and `citrine-txn` (the roll of
+//! expired transactions, `Service::run_txn_recovery`) — each of these three entering a
 //! one-worker tokio runtime for the timers of the fabric calls it waits on
 //! —, `citrine-truncate` (removing what a peer's truncation covers),
 //! `citrine-xdr` ([`xdr`]: shipping to other clusters, one
@@ -283,6 +284,7 @@ fn start_work_threads(
             Service::run_background_jobs as fn(&Service, &AtomicBool),
         ),
         ("citrine-sindex", Service::run_sindex_builds),
+        ("citrine-txn", Service::run_txn_recovery),
     ] {
         let thread = spawn_named(name, service.clone(), stopping.clone(), work)
             .map_err(|error| Failure::new(format!("cannot start the {name} thread: {error}"), 1))?;
@@ -476,9 +478,7 @@ fn spawn_named(
         })
 }
 
-/// Runs each namespace's nsup pass every `nsup-period` seconds, and
-/// rolls its expired transactions (`citrine_data::txn::recovery`) every
-/// second.
+/// Runs each namespace's nsup pass every `nsup-period` seconds.
 fn spawn_nsup(
     service: Arc<Service>,
     stopping: Arc<AtomicBool>,
@@ -487,16 +487,9 @@ fn spawn_nsup(
         .name("citrine-nsup".into())
         .spawn(move || {
             let mut last_pass: Vec<u64> = service.namespaces().map(|_| 0).collect();
-            let mut last_recovery = 0u64;
             while !stopping.load(Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 let now = service.now();
-                if now.unix_ms.saturating_sub(last_recovery) >= 1000 {
-                    last_recovery = now.unix_ms;
-                    for namespace in service.namespaces() {
-                        citrine_data::txn::recovery::recover(namespace, now);
-                    }
-                }
                 for (index, namespace) in service.namespaces().enumerate() {
                     let period_ms = u64::from(namespace.config.nsup_period) * 1000;
                     if period_ms == 0 || now.unix_ms.saturating_sub(last_pass[index]) < period_ms {

@@ -79,6 +79,7 @@ mod smd;
 pub mod transaction;
 mod truncate;
 mod txn;
+mod txn_recovery;
 pub mod udf;
 mod work;
 

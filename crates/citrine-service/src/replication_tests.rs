@@ -682,6 +682,7 @@ fn every_replica_is_sent_to_at_once() {
         ),
         deadline_ms: u64::MAX,
         regime: None,
+        txn: Vec::new(),
     };
     let mut out = Vec::new();
     transaction::write_result(&mut out, ResultCode::Ok);
@@ -720,6 +721,7 @@ fn unacknowledged_writes_time_out_unless_the_replica_left_the_map() {
             ),
             deadline_ms: u64::MAX,
             regime: None,
+            txn: Vec::new(),
         };
         let mut out = Vec::new();
         transaction::write_result(&mut out, ResultCode::Ok);
@@ -774,6 +776,7 @@ fn a_write_a_replica_missed_is_sent_again_until_it_is_acknowledged() {
         payload: replica_payload(5, namespace_of(&service), &write),
         deadline_ms: u64::MAX,
         regime: None,
+        txn: Vec::new(),
     };
     let mut out = Vec::new();
     transaction::write_result(&mut out, ResultCode::Ok);
@@ -1234,6 +1237,7 @@ fn replica_writes_belong_to_one_view() {
             partition: write.digest.partition(),
             cluster_key: master.cluster().cluster_key ^ 1,
             regime: None,
+            txn: &[],
         },
         vec![NodeId(2)],
         &replica_payload(key, namespace_of(&master), &write),

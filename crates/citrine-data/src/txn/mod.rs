@@ -24,6 +24,7 @@
 
 pub mod monitor;
 pub mod recovery;
+pub mod replica;
 pub mod table;
 
 pub use table::{Monitor, Provisional, TxnTables, Version};

@@ -11,6 +11,11 @@
 //! Invariants: a monitor is removed only after every digest it lists was
 //! rolled (a failed roll leaves it for the next pass); a roll takes one
 //! record's partition lock at a time.
+//!
+//! [`recover`] rolls this node's copies only: it is the recovery of a node
+//! alone. In a cluster the service's `txn_recovery` drives the same steps
+//! ([`read_monitor`], [`monitor_digest`]) through the request path, on
+//! the partitions' masters, so every roll reaches every replica.
 
 use super::monitor::{DIGESTS_BIN, FORWARD_BIN, ID_BIN};
 use super::{roll_record, MONITOR_SET};
@@ -64,10 +69,11 @@ pub fn monitor_digest(txn_id: u64) -> Digest {
 
 /// The transaction a monitor record names: its id, whether it was marked
 /// to roll forward, and the digests it writes.
-struct MonitorRecord {
-    txn_id: u64,
-    forward: bool,
-    digests: Vec<Digest>,
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MonitorRecord {
+    pub txn_id: u64,
+    pub forward: bool,
+    pub digests: Vec<Digest>,
 }
 
 /// Rolls the transaction of the monitor on `digest`, then removes it.
@@ -106,7 +112,7 @@ fn recover_monitor(namespace: &Namespace, digest: &Digest, now: Now) -> Result<(
 }
 
 /// The monitor record on `digest` as stored, `None` when it is gone.
-fn read_monitor(
+pub fn read_monitor(
     namespace: &Namespace,
     digest: &Digest,
     now: Now,

@@ -18,8 +18,9 @@
 //! - `provisionals` and `monitors_active` equal the sums of the tables'
 //!   sizes (updated with the tables, under the same locks).
 //!
-//! Provisional versions live in memory only: a restart loses them, which
-//! rolls their transactions back.
+//! Provisional versions live in memory only: a restart loses this node's
+//! (in a cluster the replicas of a strong-consistency partition hold
+//! copies, [`super::replica`]), which rolls their transactions back.
 
 use citrine_index::RecordMeta;
 use citrine_types::{Digest, PartitionId, PARTITIONS};
@@ -208,6 +209,20 @@ impl TxnTables {
             self.stats.monitors_active.fetch_sub(1, Ordering::Relaxed);
         }
         removed
+    }
+
+    /// Every digest of `partition` with a provisional version or an open
+    /// monitor.
+    pub fn held_digests(&self, partition: PartitionId) -> Vec<Digest> {
+        let table = self.partition(partition);
+        let provisionals = table.provisionals.keys();
+        provisionals.chain(table.monitors.keys()).copied().collect()
+    }
+
+    /// Whether no provisional version and no monitor is held.
+    pub fn is_empty(&self) -> bool {
+        self.stats.provisionals.load(Ordering::Relaxed) == 0
+            && self.stats.monitors_active.load(Ordering::Relaxed) == 0
     }
 
     /// The monitors whose deadline is before `now_seconds`, and the

@@ -7,7 +7,8 @@
 //! Owns: [`replicas_for`] (the SC map's working replicas, master first, or
 //! the AP map's), [`sc_payload`] / [`split_sc_payload`] (the
 //! [`SC_REPLICA_WRITE`](crate::replication::call_kind::SC_REPLICA_WRITE)
-//! payload: `u32 regime | REPLICA_WRITE payload`), [`regime_admits`] (the
+//! payload: `u32 regime | u32 length | transaction state | REPLICA_WRITE
+//! payload`), [`regime_admits`] (the
 //! replica's check), [`ReadMode`] (info3 bits) and [`Unreplicated`].
 //!
 //! Invariants:
@@ -64,19 +65,27 @@ pub fn regime_of(cluster: &ClusterState, namespace: &str) -> Option<u32> {
         .filter(|regime| *regime != 0)
 }
 
-/// An SC replica write: the master's regime, then the `REPLICA_WRITE`
-/// payload (`crate::replication::replica_payload`).
-pub fn sc_payload(regime: u32, replica_payload: &[u8]) -> Vec<u8> {
-    let mut payload = Vec::with_capacity(4 + replica_payload.len());
+/// An SC replica write: the master's regime, the record's transaction
+/// state (`u32 length | state`, length 0 when the write leaves the
+/// replica's as it is; `citrine_data::txn::replica`), then the
+/// `REPLICA_WRITE` payload (`crate::replication::replica_payload`).
+pub fn sc_payload(regime: u32, txn: &[u8], replica_payload: &[u8]) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(8 + txn.len() + replica_payload.len());
     payload.extend_from_slice(&regime.to_be_bytes());
+    payload.extend_from_slice(&(txn.len() as u32).to_be_bytes());
+    payload.extend_from_slice(txn);
     payload.extend_from_slice(replica_payload);
     payload
 }
 
-/// Splits an SC replica write into its regime and `REPLICA_WRITE` payload.
-pub fn split_sc_payload(payload: &[u8]) -> Option<(u32, &[u8])> {
+/// Splits an SC replica write into its regime, transaction state and
+/// `REPLICA_WRITE` payload.
+pub fn split_sc_payload(payload: &[u8]) -> Option<(u32, &[u8], &[u8])> {
     let (regime, rest) = payload.split_first_chunk::<4>()?;
-    Some((u32::from_be_bytes(*regime), rest))
+    let (length, rest) = rest.split_first_chunk::<4>()?;
+    let length = usize::try_from(u32::from_be_bytes(*length)).ok()?;
+    let txn = rest.get(..length)?;
+    Some((u32::from_be_bytes(*regime), txn, &rest[length..]))
 }
 
 /// The marker a LINEARIZE read sends to confirm the regime: a record of
@@ -217,9 +226,18 @@ mod tests {
 
     #[test]
     fn sc_payload_round_trips() {
-        let payload = sc_payload(7, b"rest");
-        assert_eq!(split_sc_payload(&payload), Some((7, &b"rest"[..])));
+        let payload = sc_payload(7, b"", b"rest");
+        assert_eq!(
+            split_sc_payload(&payload),
+            Some((7, &b""[..], &b"rest"[..]))
+        );
+        let payload = sc_payload(7, b"tx", b"rest");
+        assert_eq!(
+            split_sc_payload(&payload),
+            Some((7, &b"tx"[..], &b"rest"[..]))
+        );
         assert_eq!(split_sc_payload(b"abc"), None);
+        assert_eq!(split_sc_payload(&[0, 0, 0, 7, 0, 0, 0, 9, 1]), None);
     }
 
     #[test]

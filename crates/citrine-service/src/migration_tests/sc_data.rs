@@ -217,7 +217,7 @@ fn replicas_refuse_writes_of_another_regime_or_partition() {
     let send = |to: u64, regime: u32| {
         crate::block_on(world.node(to).serve_fabric(
             call_kind::SC_REPLICA_WRITE,
-            &data_path::sc_payload(regime, &plain),
+            &data_path::sc_payload(regime, &[], &plain),
         ))
     };
     let refused = vec![ResultCode::ClusterKeyMismatch.code()];
