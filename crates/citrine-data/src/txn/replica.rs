@@ -157,6 +157,8 @@ fn decode_version(namespace: &Namespace, reader: &mut Reader<'_>) -> Option<Vers
         set_id,
         void_time,
         last_update_ms,
+        // A transaction's write comes from a client of this cluster.
+        xdr_write: false,
     };
     Some(Version::Store { meta, body })
 }
@@ -256,6 +258,7 @@ mod tests {
             set_id,
             void_time: 0,
             last_update_ms: NOW_MS,
+            xdr_write: false,
         };
         Provisional {
             txn_id,
