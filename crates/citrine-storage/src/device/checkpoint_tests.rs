@@ -305,24 +305,30 @@ fn checkpoints_written_beside_client_writes_stay_consistent() {
     let disk = SimDisk::new(DISK_BYTES, 13);
     let (engine, index) = open(&disk);
     let stop = AtomicBool::new(false);
+    // Round r of writes starts only once r checkpoints were written, so
+    // checkpoints and writes interleave however the threads are scheduled
+    // (a loaded machine once let the writer finish before a second one).
+    let checkpoints = std::sync::atomic::AtomicU64::new(0);
     let written = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             for round in 0..6 {
+                while checkpoints.load(Ordering::Acquire) < round {
+                    std::thread::yield_now();
+                }
                 churn(&engine, &index, 0..300, round);
                 engine.flush_tick().unwrap();
                 while engine.defrag_step(&index).worked {}
             }
-            stop.store(true, Ordering::Relaxed);
+            stop.store(true, Ordering::Release);
         });
-        let mut written = 0;
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Acquire) {
             engine.write_checkpoint(&path).unwrap();
-            written += 1;
+            checkpoints.fetch_add(1, Ordering::AcqRel);
         }
         writer.join().unwrap();
-        written
+        checkpoints.load(Ordering::Acquire)
     });
-    assert!(written > 1);
+    assert!(written >= 5, "{written} checkpoints");
     let disk = disk.power_cut(PowerCut::KeepUnsynced);
     drop(engine);
     both_restarts(&disk, &path);
