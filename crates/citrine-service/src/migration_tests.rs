@@ -42,12 +42,17 @@ fn state(self_id: u64, key: u64, members: &[u64]) -> ClusterState {
 /// Work run once, as the next aggregation part is sent.
 type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
 
+/// Work run once, just before the next call of a kind (from, to, kind)
+/// is delivered.
+type CallHook = Arc<Mutex<Option<((u64, u64, u8), Box<dyn FnOnce() + Send>)>>>;
+
 /// Calls the target service directly; `cut` pairs cannot talk.
 struct Direct {
     from: NodeId,
     nodes: Arc<Mutex<Vec<Arc<Service>>>>,
     cut: Arc<Mutex<HashSet<(NodeId, NodeId)>>>,
     before_part: Hook,
+    before_call: CallHook,
 }
 
 impl Fabric for Direct {
@@ -57,6 +62,19 @@ impl Fabric for Direct {
             if let Some(hook) = hook {
                 hook();
             }
+        }
+        let due = {
+            let mut slot = self.before_call.lock();
+            match slot.take() {
+                Some((at, hook)) if at == (self.from.0, to.0, kind) => Some(hook),
+                other => {
+                    *slot = other;
+                    None
+                }
+            }
+        };
+        if let Some(hook) = due {
+            hook();
         }
         let target = self
             .nodes
@@ -87,6 +105,7 @@ struct World {
     nodes: Arc<Mutex<Vec<Arc<Service>>>>,
     cut: Arc<Mutex<HashSet<(NodeId, NodeId)>>>,
     before_part: Hook,
+    before_call: CallHook,
 }
 
 impl World {
@@ -95,6 +114,7 @@ impl World {
             nodes: Arc::new(Mutex::new(Vec::new())),
             cut: Arc::new(Mutex::new(HashSet::new())),
             before_part: Arc::new(Mutex::new(None)),
+            before_call: Arc::new(Mutex::new(None)),
         };
         for id in ids {
             let node = service(*id);
@@ -111,6 +131,7 @@ impl World {
             nodes: self.nodes.clone(),
             cut: self.cut.clone(),
             before_part: self.before_part.clone(),
+            before_call: self.before_call.clone(),
         })
     }
 
@@ -1418,6 +1439,7 @@ fn sc_world(ids: &[u64]) -> World {
         nodes: Arc::new(Mutex::new(Vec::new())),
         cut: Arc::new(Mutex::new(HashSet::new())),
         before_part: Arc::new(Mutex::new(None)),
+        before_call: Arc::new(Mutex::new(None)),
     };
     let roster = citrine_distribution::sc::roster::NodeList::new(
         ids.iter()
