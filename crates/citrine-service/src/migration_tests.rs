@@ -1650,3 +1650,26 @@ fn a_roster_master_back_with_a_stale_copy_masters_the_acknowledged_one() {
         assert_eq!(held, Some(2), "node {id}");
     }
 }
+
+/// A node holding records that leaves its view while that view's exchange
+/// still runs (its runtime stalled and the peers moved on) stays out of
+/// service when the exchange resolves: only a view published after it
+/// left brings it back. (It once served again in the abandoned view, and
+/// a strong-consistency read through it missed writes its former peers
+/// acknowledged in their next regime.)
+#[test]
+fn a_node_that_left_its_view_does_not_serve_when_that_exchange_resolves() {
+    let ids = [1u64, 2];
+    let world = World::new(&ids);
+    put(&world.node(1), &record(5, 1, 1));
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let node = world.node(1);
+    world.publish(0x20, &ids);
+    node.dist().set_orphan();
+    world.settle(&ids);
+    assert!(node.dist().is_orphan(), "the abandoned view's exchange");
+    world.publish(0x30, &ids);
+    world.settle(&ids);
+    assert!(!node.dist().is_orphan(), "a view after it left");
+}
