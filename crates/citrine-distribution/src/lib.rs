@@ -130,6 +130,9 @@ pub struct Distribution {
     /// once a view with other members has had its exchange resolved, or a
     /// view of this node alone is published (see [`Distribution::set_orphan`]).
     joining: AtomicBool,
+    /// The migration plan epoch when the node last became an orphan: only
+    /// the exchange of a view published after it ends the orphan state.
+    orphaned_at: AtomicU64,
     /// Truncation thresholds the cluster shares (see [`truncations`]).
     pub truncations: truncations::Truncations,
     /// Strong-consistency rosters the cluster shares (see [`sc::store`]).
@@ -173,6 +176,7 @@ impl Distribution {
             cluster_stall_ms: AtomicU64::new(0),
             cluster_clock_skew_ms: AtomicU64::new(0),
             joining: AtomicBool::new(false),
+            orphaned_at: AtomicU64::new(0),
             truncations: truncations::Truncations::default(),
             rosters: sc::store::Rosters::default(),
             sc_partitions: sc::partitions::ScPartitions::default(),

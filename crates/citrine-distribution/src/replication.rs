@@ -844,10 +844,17 @@ fn replicate_in_regime(
             .is_some_and(|before| before != version_of(namespace, digest));
     let succeeded = out.get(run.reply_at + PROXY_RESULT_AT).copied() == Some(0);
     let changed = changed && succeeded;
+    let cluster = dist.cluster();
     if run.confirm == Confirm::Nothing && !changed {
+        if cluster.cluster_key != run.cluster_key {
+            // A read that ran after the view it was routed in ended: the
+            // copy it read may have been emptied since (an untrusted copy
+            // is, as the next view is resolved).
+            out.truncate(run.reply_at);
+            transaction::write_result(out, ResultCode::Timeout);
+        }
         return None;
     }
-    let cluster = dist.cluster();
     let name = &namespace.config.name;
     let partition = digest.partition();
     let regime =
@@ -1046,7 +1053,11 @@ impl Distribution {
                     transaction::write_result(out, ResultCode::Timeout);
                     return;
                 }
-                match executor.execute_resolved(&body, hop, out) {
+                let next = executor.execute_resolved(&body, hop, out);
+                if !self.sc_resolution_stands(&request, next.as_deref(), out) {
+                    return;
+                }
+                match next {
                     Some(next) => *next,
                     None => return,
                 }
@@ -1112,6 +1123,35 @@ impl Distribution {
                 }
             }
         }
+    }
+
+    /// Strong consistency: whether a request run after its duplicate
+    /// resolution (`request`; `next`, `out`: what its run left) ran in the
+    /// view it was resolved in. A view change since may have emptied the
+    /// copy the resolution filled (an untrusted copy is emptied as the
+    /// next view is resolved) or made other nodes' copies the ones to
+    /// resolve against, so its answer cannot stand: it becomes 9 (in
+    /// doubt), and a write it made locally is unreplicated (no read serves
+    /// it before it was replicated again). Always true for AP namespaces.
+    fn sc_resolution_stands(
+        &self,
+        request: &DupResRequest,
+        next: Option<&Remote>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let sc = self
+            .namespace(request.namespace.as_bytes())
+            .is_some_and(data_path::is_sc);
+        if !sc || self.cluster().cluster_key == request.cluster_key {
+            return true;
+        }
+        if let Some(Remote::Replicate { .. }) = next {
+            self.sc_unreplicated
+                .mark(&request.namespace, request.digest);
+        }
+        out.clear();
+        transaction::write_result(out, ResultCode::Timeout);
+        false
     }
 
     /// Sends a replica write until every replica of the partition in the

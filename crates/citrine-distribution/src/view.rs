@@ -58,6 +58,8 @@ impl Distribution {
     /// A node holding nothing serves as soon as it is in a view, and a view
     /// of this node alone ends it at once: there is nobody to learn from.
     pub fn set_orphan(&self) {
+        self.orphaned_at
+            .store(self.migrations.epoch(), Ordering::Release);
         self.joining.store(true, Ordering::Relaxed);
         self.orphan.store(true, Ordering::Release);
     }
@@ -139,9 +141,13 @@ impl Distribution {
     }
 
     /// The exchange of the published view is resolved: an orphan waiting
-    /// for it serves from now on.
+    /// for it serves from now on — unless it became an orphan after that
+    /// view was published (it left the view whose exchange was still
+    /// running: serving again in it, it would answer from a regime its
+    /// former peers have left, without the writes they acknowledged since).
     pub fn exchange_resolved(&self) {
-        if self.joining.load(Ordering::Acquire) {
+        let left_since = self.orphaned_at.load(Ordering::Acquire) >= self.migrations.epoch();
+        if self.joining.load(Ordering::Acquire) && !left_since {
             self.end_orphan();
         }
     }

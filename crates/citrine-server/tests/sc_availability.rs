@@ -292,21 +292,27 @@ fn sc_get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
 }
 
 /// Writes `count` keys `{prefix}{i}` through `node`, each until it is
-/// acknowledged or answered something other than 9 (in doubt: the view
-/// may be changing) ten times; the acknowledged keys and values.
+/// acknowledged, answered something other than 9 (in doubt) or 11 (the
+/// view is changing: a node starved of CPU may drop out of the view and
+/// come back, each change an exchange of a few seconds), or 20 s passed;
+/// the acknowledged keys and values.
 fn write_keys(node: &Node, prefix: &str, count: usize) -> Vec<(String, String)> {
     let mut stream = node.connect();
     let mut acknowledged = Vec::new();
     for index in 0..count {
         let key = format!("{prefix}{index}");
-        for attempt in 0..10 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for attempt in 0.. {
             let value = format!("{key}-{attempt}");
             match sc_put(&mut stream, &key, &value) {
                 0 => {
                     acknowledged.push((key.clone(), value));
                     break;
                 }
-                9 | 11 => std::thread::sleep(Duration::from_millis(100)),
+                9 | 11 if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                9 | 11 => break,
                 code => panic!("write {key}: {code}"),
             }
         }
@@ -315,11 +321,13 @@ fn write_keys(node: &Node, prefix: &str, count: usize) -> Vec<(String, String)> 
 }
 
 /// Every acknowledged write reads back through `node` (a read answered
-/// 9 or 11 is tried again, for up to 20 s).
+/// 9 or 11 is tried again, for up to 20 s per key: while a fill runs, each
+/// read of a partition not filled yet resolves first, and on a starved
+/// machine a whole list's reads took more than 20 s together).
 fn assert_read_back(node: &Node, acknowledged: &[(String, String)]) {
     let mut stream = node.connect();
-    let deadline = Instant::now() + Duration::from_secs(20);
     for (key, value) in acknowledged {
+        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let (code, read) = sc_get(&mut stream, key);
             if code == 0 {
@@ -336,9 +344,10 @@ fn assert_read_back(node: &Node, acknowledged: &[(String, String)]) {
 }
 
 #[test]
-#[ignore = "open SC bug (issue 39): in CI on 2026-11-29 an acknowledged write (a82) read back as not found \
-            (2); 0 of 5 runs alone or beside a busy loop reproduced it. The SC data path is opt-in \
-            (strong-consistency-serve-data) until it is found; run with --ignored"]
+#[ignore = "issue 39: the loss behind 'read a58: 2' (an untrusted SC copy emptied by CLEAR after its \
+            master served it) is fixed and unit-tested; this test still failed on timing (no 3-node \
+            cluster in 30 s, a node not available in 20 s) on a machine at load 17-20, so it runs on demand \
+            (--ignored)"]
 fn acknowledged_sc_writes_survive_a_node_lost_and_a_minority() {
     let (mut nodes, directories) = nodes();
     let seeds: Vec<String> = nodes.iter().map(Node::heartbeat_address).collect();
@@ -377,11 +386,15 @@ fn acknowledged_sc_writes_survive_a_node_lost_and_a_minority() {
     nodes[1].kill();
     wait_for_cluster(&[&nodes[0]], 1, Duration::from_secs(30));
     wait_for_unavailable(&nodes[0], 4096);
+    // (11; or 9 for a request that waited out a stall of the process
+    // past its deadline — a node starved of CPU — also not acknowledged.)
     let mut stream = nodes[0].connect();
     for index in 0..50 {
-        assert_eq!(sc_put(&mut stream, &format!("c{index}"), "x"), 11);
+        let code = sc_put(&mut stream, &format!("c{index}"), "x");
+        assert!(matches!(code, 9 | 11), "write c{index}: {code}");
     }
-    assert_eq!(sc_get(&mut stream, "a0").0, 11);
+    let code = sc_get(&mut stream, "a0").0;
+    assert!(matches!(code, 9 | 11), "read a0: {code}");
     // Both back from their work directories: every acknowledged write
     // reads back.
     nodes[1].start_seeds(&seeds);

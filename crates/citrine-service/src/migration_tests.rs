@@ -42,12 +42,17 @@ fn state(self_id: u64, key: u64, members: &[u64]) -> ClusterState {
 /// Work run once, as the next aggregation part is sent.
 type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
 
+/// Work run once, just before the next call of a kind (from, to, kind)
+/// is delivered.
+type CallHook = Arc<Mutex<Option<((u64, u64, u8), Box<dyn FnOnce() + Send>)>>>;
+
 /// Calls the target service directly; `cut` pairs cannot talk.
 struct Direct {
     from: NodeId,
     nodes: Arc<Mutex<Vec<Arc<Service>>>>,
     cut: Arc<Mutex<HashSet<(NodeId, NodeId)>>>,
     before_part: Hook,
+    before_call: CallHook,
 }
 
 impl Fabric for Direct {
@@ -57,6 +62,19 @@ impl Fabric for Direct {
             if let Some(hook) = hook {
                 hook();
             }
+        }
+        let due = {
+            let mut slot = self.before_call.lock();
+            match slot.take() {
+                Some((at, hook)) if at == (self.from.0, to.0, kind) => Some(hook),
+                other => {
+                    *slot = other;
+                    None
+                }
+            }
+        };
+        if let Some(hook) = due {
+            hook();
         }
         let target = self
             .nodes
@@ -87,6 +105,7 @@ struct World {
     nodes: Arc<Mutex<Vec<Arc<Service>>>>,
     cut: Arc<Mutex<HashSet<(NodeId, NodeId)>>>,
     before_part: Hook,
+    before_call: CallHook,
 }
 
 impl World {
@@ -95,6 +114,7 @@ impl World {
             nodes: Arc::new(Mutex::new(Vec::new())),
             cut: Arc::new(Mutex::new(HashSet::new())),
             before_part: Arc::new(Mutex::new(None)),
+            before_call: Arc::new(Mutex::new(None)),
         };
         for id in ids {
             let node = service(*id);
@@ -111,6 +131,7 @@ impl World {
             nodes: self.nodes.clone(),
             cut: self.cut.clone(),
             before_part: self.before_part.clone(),
+            before_call: self.before_call.clone(),
         })
     }
 
@@ -1418,6 +1439,7 @@ fn sc_world(ids: &[u64]) -> World {
         nodes: Arc::new(Mutex::new(Vec::new())),
         cut: Arc::new(Mutex::new(HashSet::new())),
         before_part: Arc::new(Mutex::new(None)),
+        before_call: Arc::new(Mutex::new(None)),
     };
     let roster = citrine_distribution::sc::roster::NodeList::new(
         ids.iter()
@@ -1627,4 +1649,27 @@ fn a_roster_master_back_with_a_stale_copy_masters_the_acknowledged_one() {
         let held = stored(&world.node(id), &record(chosen, 6, 1)).map(|(g, _)| g);
         assert_eq!(held, Some(2), "node {id}");
     }
+}
+
+/// A node holding records that leaves its view while that view's exchange
+/// still runs (its runtime stalled and the peers moved on) stays out of
+/// service when the exchange resolves: only a view published after it
+/// left brings it back. (It once served again in the abandoned view, and
+/// a strong-consistency read through it missed writes its former peers
+/// acknowledged in their next regime.)
+#[test]
+fn a_node_that_left_its_view_does_not_serve_when_that_exchange_resolves() {
+    let ids = [1u64, 2];
+    let world = World::new(&ids);
+    put(&world.node(1), &record(5, 1, 1));
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let node = world.node(1);
+    world.publish(0x20, &ids);
+    node.dist().set_orphan();
+    world.settle(&ids);
+    assert!(node.dist().is_orphan(), "the abandoned view's exchange");
+    world.publish(0x30, &ids);
+    world.settle(&ids);
+    assert!(!node.dist().is_orphan(), "a view after it left");
 }

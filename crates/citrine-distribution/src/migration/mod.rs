@@ -141,8 +141,10 @@
 //! the view's SC map, and each partition then migrates over its
 //! assignment's working replicas, not the AP map, merging only the copies
 //! the decision trusts (a stale or evaded copy outside the list is dropped
-//! at once; one on a replica is emptied before its fill — each source
-//! first sends it `CLEAR` — or at once when no one sends it anything);
+//! at once; one on a replica is emptied by its holder while it resolves
+//! the exchange, before it publishes the view's SC map, so before any
+//! request of the view ran on it — each source first sends it `CLEAR`,
+//! which waits for that resolution and empties nothing itself);
 //! an unavailable partition does not migrate and no copy of it is dropped.
 //! A replica whose fill ends takes `fill_complete`, a copy retired after
 //! delivery `drop_copies`.
@@ -220,9 +222,9 @@ pub struct MigrateTask {
     /// target whose copy is a group of its own sends it instead.
     pub pull_from: Vec<NodeId>,
     /// Strong consistency: targets holding a copy the decision does not
-    /// trust; each empties it (`CLEAR`,
-    /// [`Distribution::clear_untrusted_copy`]) before anything is sent to
-    /// it.
+    /// trust; each is asked (`CLEAR`,
+    /// [`Distribution::clear_untrusted_copy`]) whether it emptied it (at
+    /// its resolution of the exchange) before anything is sent to it.
     pub clear: Vec<NodeId>,
 }
 
@@ -459,9 +461,6 @@ struct State {
     /// resolved here.
     early_lasts: HashSet<(String, u16, NodeId)>,
     early_drops: HashSet<(String, u16, NodeId)>,
-    /// Strong consistency: partitions whose untrusted copy was emptied in
-    /// this view (at most once each).
-    cleared: HashSet<(String, u16)>,
     /// Requests that needed a migrating partition here (hottest first).
     hits: HashMap<(String, u16), u64>,
 }
@@ -1036,10 +1035,6 @@ struct ExchangePlan {
     /// may merge (stale or evaded), dropped at once without inducting
     /// their holder.
     untrusted_drops: Vec<(String, PartitionId)>,
-    /// Strong consistency: this node's untrusted copies on partitions it is
-    /// a replica of with nothing to receive (no one sends, so no `CLEAR`
-    /// comes): emptied at once.
-    untrusted_clears: Vec<(String, PartitionId)>,
     tasks: Vec<MigrateTask>,
 }
 
@@ -1204,7 +1199,6 @@ impl Distribution {
         state.tasks.clear();
         state.early_lasts.clear();
         state.early_drops.clear();
-        state.cleared.clear();
         state.hits.clear();
         // Exchanging first, so no request runs unresolved in between.
         migrations.exchanging.store(!alone, Ordering::Relaxed);
@@ -1316,14 +1310,6 @@ impl Distribution {
         for (name, partition) in &plan.untrusted_drops {
             self.drop_copy_as(name, *partition, false);
         }
-        for (name, partition) in &plan.untrusted_clears {
-            if let Some(namespace) = self.namespace(name.as_bytes()) {
-                let mut index = namespace.index.partition(*partition).write();
-                remove_every_record(namespace, *partition, &mut index);
-                drop(index);
-                self.sc_fill_complete(name, *partition, cluster_key);
-            }
-        }
         // Only now (drops done) may `cluster-stable` report the view.
         migrations.exchanging.store(false, Ordering::Relaxed);
         self.exchange_resolved();
@@ -1387,6 +1373,7 @@ impl Distribution {
             return;
         }
         for (name, map) in maps {
+            self.empty_untrusted_copies(&name, &map);
             if let Some(namespace) = current.namespace(&name) {
                 tracing::info!(
                     namespace = %name,
@@ -1401,6 +1388,43 @@ impl Distribution {
         self.migrations
             .claims_generation
             .fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Strong consistency: empties this node's copy of every partition of
+    /// `name` that `map` serves with this node as a replica but does not
+    /// trust (a stale or evaded copy; see
+    /// [`crate::sc::availability::trusted_copies`]). Runs while the
+    /// exchange is resolved, under the migration state's lock and before
+    /// `map` is published: no request of the view has run on the partition
+    /// yet (without its map every SC request answers 11 and every SC
+    /// replica write is refused) and no batch of the view has landed (a
+    /// source's `CLEAR` waits for the resolution), so nothing the view
+    /// served is lost, and the copy the fill builds holds trusted records
+    /// only.
+    fn empty_untrusted_copies(&self, name: &str, map: &crate::sc::partitions::ScMap) {
+        let Some(namespace) = self.namespace(name.as_bytes()) else {
+            return;
+        };
+        let mut emptied = 0usize;
+        for partition in PartitionId::all() {
+            if !map.replicas(partition).contains(&self.node_id)
+                || map.trusted(partition).contains(&self.node_id)
+            {
+                continue;
+            }
+            let mut index = namespace.index.partition(partition).write();
+            if index.len() + index.tombstone_count() > 0 {
+                remove_every_record(namespace, partition, &mut index);
+                emptied += 1;
+            }
+        }
+        if emptied > 0 {
+            tracing::debug!(
+                namespace = name,
+                partitions = emptied,
+                "untrusted SC copies emptied before the view serves them"
+            );
+        }
     }
 
     /// Applies this node's part of one partition's exchange outcome: its
@@ -1431,12 +1455,6 @@ impl Distribution {
                 self.fill_as_replica(state, &mut part, at, &outcome, my_covers.after(mine));
             if let Some(versions) = state.versions.get_mut(at.name) {
                 versions[at.partition.index()] = lineage;
-            }
-            if part.expect.is_empty() && at.untrusted.contains(&self.node_id) {
-                let pid = at.partition.index() as u16;
-                state.cleared.insert((at.name.to_owned(), pid));
-                plan.untrusted_clears
-                    .push((at.name.to_owned(), at.partition));
             }
         } else if !mine.is_zero() {
             self.plan_drop(state, &mut part, plan, at, &outcome);
@@ -1477,10 +1495,9 @@ impl Distribution {
         });
         part.covers_when_full = outcome.covers_when_full;
         if part.expect.is_empty() {
-            // An untrusted copy is full only once emptied (after unlock).
-            if !at.untrusted.contains(&self.node_id) {
-                self.sc_fill_complete(at.name, at.partition, at.cluster_key);
-            }
+            // (An untrusted copy here was emptied before the SC map was
+            // published: nothing to receive leaves it full.)
+            self.sc_fill_complete(at.name, at.partition, at.cluster_key);
             Lineage {
                 version: PartitionVersion::full(at.cluster_key),
                 covers: outcome.covers_when_full,
@@ -1670,10 +1687,14 @@ impl Distribution {
 
     /// Answers a `CLEAR` call ([`encode_clear`]) from a source about to
     /// fill this node's copy of an SC partition that the view's decision
-    /// does not trust: the copy is emptied first, once per view (the index
-    /// stays locked until it is, so no batch of any source lands before),
-    /// and OK is answered, also when there was nothing to empty. Before
-    /// this node resolved that view's exchange: 11, asked again.
+    /// does not trust: OK once this node resolved that view's exchange —
+    /// which emptied every such copy before the view's SC map was
+    /// published ([`Distribution::empty_untrusted_copies`]) — so no batch
+    /// of the view lands in a copy not emptied yet; before that, 11 (asked
+    /// again). It empties nothing itself: by the time it arrives this node
+    /// may have served the partition in the view (records fetched by
+    /// duplicate resolution, writes it acknowledged), and emptying then
+    /// would lose them.
     pub fn clear_untrusted_copy(&self, payload: &[u8]) -> ResultCode {
         let Some((key, reference)) = payload.split_first_chunk::<8>() else {
             return ResultCode::Parameter;
@@ -1681,32 +1702,13 @@ impl Distribution {
         let Some((name, pid)) = decode_partition_ref(reference) else {
             return ResultCode::Parameter;
         };
-        let (Some(namespace), Some(partition)) =
-            (self.namespace(name.as_bytes()), PartitionId::new(pid))
-        else {
+        if self.namespace(name.as_bytes()).is_none() || PartitionId::new(pid).is_none() {
             return ResultCode::Parameter;
-        };
-        let mut state = self.migrations.state.lock();
+        }
+        let state = self.migrations.state.lock();
         if state.cluster_key != u64::from_be_bytes(*key) || !state.exchanged {
             return ResultCode::Unavailable;
         }
-        let untrusted_replica = state.current.as_ref().is_some_and(|current| {
-            current
-                .namespace(&name)
-                .and_then(|map| map.sc.get())
-                .is_some_and(|sc| {
-                    sc.replicas(partition).contains(&self.node_id)
-                        && !sc.trusted(partition).contains(&self.node_id)
-                })
-        });
-        if !untrusted_replica || !state.cleared.insert((name.clone(), pid)) {
-            return ResultCode::Ok;
-        }
-        let mut index = namespace.index.partition(partition).write();
-        drop(state);
-        let removed = remove_every_record(namespace, partition, &mut index);
-        drop(index);
-        tracing::debug!(namespace = %name, partition = pid, removed, "untrusted SC copy emptied before its fill");
         ResultCode::Ok
     }
 
