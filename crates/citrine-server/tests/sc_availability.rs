@@ -344,10 +344,10 @@ fn assert_read_back(node: &Node, acknowledged: &[(String, String)]) {
 }
 
 #[test]
-#[ignore = "issue 39: the loss behind 'read a58: 2' (an untrusted SC copy emptied by CLEAR after its \
-            master served it) is fixed and unit-tested; this test still failed on timing (no 3-node \
-            cluster in 30 s, a node not available in 20 s) on a machine at load 17-20, so it runs on demand \
-            (--ignored)"]
+#[ignore = "issue 39, open: after the fixes of 3596531 and 8e2739b this test passed 10 of 10 runs alone \
+            beside two busy loops (2026-11-29 23:00), but run at once with the availability test it failed \
+            2 of 6 with 'read b80: 2' (an acknowledged write not found): a loss left, so the SC data path \
+            stays opt-in (strong-consistency-serve-data); run with --ignored"]
 fn acknowledged_sc_writes_survive_a_node_lost_and_a_minority() {
     let (mut nodes, directories) = nodes();
     let seeds: Vec<String> = nodes.iter().map(Node::heartbeat_address).collect();
