@@ -40,8 +40,10 @@ fn config() -> String {
     )
 }
 
-/// Three nodes, each with its own work directory.
-fn nodes() -> (Vec<Node>, Vec<PathBuf>) {
+/// Three nodes, each with its own work directory, ids from `first_id` on:
+/// this file's tests run at once, so each test's nodes have ids of their
+/// own (and their own `CITRINE_TEST_LOG_DIR` files).
+fn nodes(first_id: usize) -> (Vec<Node>, Vec<PathBuf>) {
     let config = config();
     let mut directories = Vec::new();
     let nodes = (0..3)
@@ -55,7 +57,7 @@ fn nodes() -> (Vec<Node>, Vec<PathBuf>) {
             std::fs::create_dir_all(&directory).unwrap();
             let path = directory.join("cluster.toml");
             std::fs::write(&path, &config).unwrap();
-            let mut node = Node::new(0x40 + index);
+            let mut node = Node::new(first_id + index);
             node.config = Some(path);
             node.data_dir = Some(directory.clone());
             directories.push(directory);
@@ -169,7 +171,7 @@ fn base64_decode(text: &str) -> Vec<u8> {
 
 #[test]
 fn a_rostered_sc_namespace_serves_its_partitions_only_with_a_majority() {
-    let (mut nodes, directories) = nodes();
+    let (mut nodes, directories) = nodes(0x40);
     let seeds: Vec<String> = nodes.iter().map(Node::heartbeat_address).collect();
     for node in nodes.iter_mut() {
         node.start_seeds(&seeds);
@@ -349,7 +351,7 @@ fn assert_read_back(node: &Node, acknowledged: &[(String, String)]) {
             2 of 6 with 'read b80: 2' (an acknowledged write not found): a loss left, so the SC data path \
             stays opt-in (strong-consistency-serve-data); run with --ignored"]
 fn acknowledged_sc_writes_survive_a_node_lost_and_a_minority() {
-    let (mut nodes, directories) = nodes();
+    let (mut nodes, directories) = nodes(0x48);
     let seeds: Vec<String> = nodes.iter().map(Node::heartbeat_address).collect();
     for node in nodes.iter_mut() {
         node.start_seeds(&seeds);
