@@ -382,13 +382,7 @@ impl Cluster {
                     .fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Err(error) => {
-                node.force_refresh.store(true, Ordering::Relaxed);
-                Err(Error::Protocol {
-                    address: node.address.to_string(),
-                    message: format!("peers-clear-std: {error}"),
-                })
-            }
+            Err(error) => Err(unparsed_answer(node, "peers-clear-std", &error)),
         }
     }
 
@@ -419,13 +413,7 @@ impl Cluster {
                     .fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Err(error) => {
-                node.force_refresh.store(true, Ordering::Relaxed);
-                Err(Error::Protocol {
-                    address: node.address.to_string(),
-                    message: format!("replicas: {error}"),
-                })
-            }
+            Err(error) => Err(unparsed_answer(node, "replicas", &error)),
         }
     }
 
@@ -438,6 +426,16 @@ impl Cluster {
             let text = answer.get("rack-ids").cloned().unwrap_or_default();
             *node.racks.lock() = parse_rack_ids(&text);
         }
+    }
+}
+
+/// A node's info answer (`command`) that did not parse: the node is
+/// refreshed in full at the next tend, and the error names the node.
+fn unparsed_answer(node: &Node, command: &str, error: &dyn std::fmt::Display) -> Error {
+    node.force_refresh.store(true, Ordering::Relaxed);
+    Error::Protocol {
+        address: node.address.to_string(),
+        message: format!("{command}: {error}"),
     }
 }
 

@@ -54,7 +54,7 @@
 
 use super::format::{self, RBLOCK};
 use super::io::BlockIo;
-use super::persist::HeaderFields;
+use super::persist::{sync_parent, HeaderFields};
 use super::scan::{BlockScan, Candidate, Candidates, Resolver, SetTable, Sink};
 use super::{BlockState, ColdStartReport, Device, DeviceEngine};
 use crate::DeviceAddress;
@@ -255,17 +255,6 @@ fn by_partition(section: &[u8]) -> Vec<usize> {
         *slot += 1;
     }
     order
-}
-
-fn sync_parent(path: &Path) {
-    if let Some(parent) = path
-        .parent()
-        .filter(|parent| !parent.as_os_str().is_empty())
-    {
-        if let Ok(directory) = std::fs::File::open(parent) {
-            let _ = directory.sync_all();
-        }
-    }
 }
 
 /// The previous checkpoint as the next one reads it: its header and a

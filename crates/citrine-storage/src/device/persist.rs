@@ -120,7 +120,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn sync_parent(path: &Path) {
+/// Syncs the directory holding `path`, so a rename into it is durable
+/// (best effort: a directory that cannot be opened is left as is).
+pub(super) fn sync_parent(path: &Path) {
     if let Some(parent) = path
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())
