@@ -19,7 +19,7 @@
 mod common;
 
 use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
-use common::cluster::{wait_for_cluster, Node};
+use common::cluster::{set_roster_to_observed, wait_for_cluster, Node};
 use common::*;
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -358,15 +358,7 @@ fn acknowledged_sc_writes_survive_a_node_lost_and_a_minority() {
     }
     let all: Vec<&Node> = nodes.iter().collect();
     wait_for_cluster(&all, 3, Duration::from_secs(30));
-    let observed = nodes[0].info_value("roster:namespace=sc").unwrap();
-    let observed = observed
-        .split(':')
-        .find_map(|pair| pair.strip_prefix("observed_nodes="))
-        .unwrap()
-        .to_owned();
-    let staged = format!("roster-set:namespace=sc;nodes={observed}");
-    assert_eq!(nodes[0].info_value(&staged).unwrap(), "ok");
-    assert_eq!(nodes[0].info_value("recluster:").unwrap(), "ok");
+    set_roster_to_observed(&nodes[0], "sc");
     for node in &nodes {
         wait_for_unavailable(node, 0);
     }

@@ -21,7 +21,7 @@ mod common;
 use citrine_wire::digest::{compute, of_key, UserKey};
 use citrine_wire::msg::{field_type, info1, info2, op_type, MessageWriter, MsgHeader};
 use citrine_wire::txn::info4;
-use common::cluster::{wait_for_cluster, Node};
+use common::cluster::{set_roster_to_observed, wait_for_cluster, Node};
 use common::*;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -61,15 +61,7 @@ fn sc_cluster() -> Vec<Node> {
     }
     let group: Vec<&Node> = nodes.iter().collect();
     wait_for_cluster(&group, 3, Duration::from_secs(30));
-    let observed = nodes[0].info_value("roster:namespace=sc").unwrap();
-    let observed = observed
-        .split(':')
-        .find_map(|pair| pair.strip_prefix("observed_nodes="))
-        .unwrap()
-        .to_owned();
-    let staged = format!("roster-set:namespace=sc;nodes={observed}");
-    assert_eq!(nodes[0].info_value(&staged).unwrap(), "ok");
-    assert_eq!(nodes[0].info_value("recluster:").unwrap(), "ok");
+    set_roster_to_observed(&nodes[0], "sc");
     for node in &nodes {
         wait_for_available(node);
     }

@@ -252,6 +252,22 @@ impl Drop for Node {
     }
 }
 
+/// Strong consistency: sets `namespace`'s roster to the nodes `node`
+/// observes (`roster-set:`) and applies it (`recluster:`).
+pub fn set_roster_to_observed(node: &Node, namespace: &str) {
+    let roster = node
+        .info_value(&format!("roster:namespace={namespace}"))
+        .expect("roster answer");
+    let observed = roster
+        .split(':')
+        .find_map(|pair| pair.strip_prefix("observed_nodes="))
+        .expect("observed_nodes in the roster answer")
+        .to_owned();
+    let staged = format!("roster-set:namespace={namespace};nodes={observed}");
+    assert_eq!(node.info_value(&staged).as_deref(), Some("ok"));
+    assert_eq!(node.info_value("recluster:").as_deref(), Some("ok"));
+}
+
 /// Polls `cluster-info` until every node of `group` reports the same
 /// cluster of `size` nodes; returns how long it took.
 pub fn wait_for_cluster(group: &[&Node], size: usize, limit: Duration) -> Duration {
