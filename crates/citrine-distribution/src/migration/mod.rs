@@ -59,7 +59,8 @@
 //!    harmless. A LAST from an expected source completes that source; with
 //!    none left the copy is `full(K)` and the partition stops filling.
 //!    LASTs and `DROP`s that arrive before this node resolved its own
-//!    exchange are remembered.
+//!    exchange are remembered (an SC namespace's batches are refused until
+//!    then: see below).
 //! 5. **Retire**: when a group is delivered, its source tells the copies it
 //!    covers outside the replica list to drop (`DROP`,
 //!    [`Distribution::retire_copy`]), and drops its own copy when it is not
@@ -144,7 +145,9 @@
 //! at once; one on a replica is emptied by its holder while it resolves
 //! the exchange, before it publishes the view's SC map, so before any
 //! request of the view ran on it — each source first sends it `CLEAR`,
-//! which waits for that resolution and empties nothing itself);
+//! which waits for that resolution and empties nothing itself, and every
+//! batch of the view waits for it too — the resolution empties a copy
+//! that held nothing at the snapshot and took a batch early just the same);
 //! an unavailable partition does not migrate and no copy of it is dropped.
 //! A replica whose fill ends takes `fill_complete`, a copy retired after
 //! delivery `drop_copies`.
@@ -1712,6 +1715,13 @@ impl Distribution {
         ResultCode::Ok
     }
 
+    /// True when this node is in the view of `cluster_key` and resolved
+    /// its exchange.
+    fn resolved_view(&self, cluster_key: u64) -> bool {
+        let state = self.migrations.state.lock();
+        state.cluster_key == cluster_key && state.exchanged
+    }
+
     /// `source` delivered its group of `partition` (its LAST batch).
     fn source_done(&self, cluster_key: u64, namespace: &str, partition: u16, source: NodeId) {
         let migrations = &self.migrations;
@@ -2032,8 +2042,15 @@ impl Distribution {
         let Some(batch) = MigrateBatch::decode(payload) else {
             return self.refuse_malformed("a migration batch that does not decode");
         };
-        if self.namespace(batch.namespace.as_bytes()).is_none() {
+        let Some(namespace) = self.namespace(batch.namespace.as_bytes()) else {
             return ResultCode::Namespace;
+        };
+        if namespace.config.sc.strong_consistency && !self.resolved_view(batch.cluster_key) {
+            // Resolving the view's exchange empties every copy here the
+            // view does not trust — one that held nothing and took a batch
+            // early included — so a batch waits for it (the source sends
+            // it again), as `CLEAR` does.
+            return ResultCode::Unavailable;
         }
         let writes = match validate_batch(&batch) {
             Ok(writes) => writes,
