@@ -130,6 +130,15 @@ impl Distribution {
         *self.cluster.write() = state.clone();
         self.clustered.store(clustered, Ordering::Release);
         self.plan_migrations(state);
+        // On the principal, the rosters pending when the view formed (after
+        // the snapshot its exchange answers: the members decide this view
+        // with the rosters they hold, and the principal asks for another
+        // once they converged). Here rather than in the driver's first
+        // step, so that a `roster-set:` after this view stays pending.
+        let applied = self.apply_pending_rosters_at_view();
+        if !applied.is_empty() {
+            tracing::info!(?applied, "pending rosters applied at the new view");
+        }
         if !clustered || !self.joining.load(Ordering::Acquire) || self.holds_nothing() {
             self.end_orphan();
         }

@@ -106,14 +106,10 @@ pub async fn step(dist: &Arc<Distribution>, pause: &Arc<dyn Pause>) -> bool {
     }
 }
 
-/// The pending rosters applied at a new view (on its principal), the
-/// truncations' and rosters' pushes, when due, and the resend of writes some replica
-/// missed; true when a push went out.
+/// The SC versions saved when changed, the truncations' and rosters'
+/// pushes, when due, and the resend of writes some replica missed; true
+/// when a push went out.
 async fn upkeep(dist: &Distribution, fabric: &dyn Fabric) -> bool {
-    let applied = dist.apply_pending_rosters_at_view();
-    if !applied.is_empty() {
-        tracing::info!(?applied, "pending rosters applied at the new view");
-    }
     dist.save_sc_versions_if_dirty();
     let pushed = dist.push_truncations() | dist.push_rosters();
     // Paced by the idle poll: a replica of another view refuses at once.
