@@ -105,18 +105,30 @@ pub struct NamespaceConfig {
 /// A namespace's strong-consistency options, with the reference's names:
 /// `strong-consistency`, `strong-consistency-allow-expunge`, `auto-revive`
 /// and `active-rack` (0: none). Off by default (an AP namespace).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScConfig {
     pub strong_consistency: bool,
     pub allow_expunge: bool,
     pub auto_revive: bool,
     pub active_rack: u32,
-    /// Citrine's own, experimental (`strong-consistency-serve-data`, off by
-    /// default): whether single-record requests and batch rows on the
-    /// available partitions are served by the SC data path. Off, every
-    /// data request on the namespace answers 11 (an open bug: an
-    /// acknowledged write once read back as not found, issue 39).
+    /// Citrine's own (`strong-consistency-serve-data`, on by default):
+    /// whether the SC data path serves data requests on the available
+    /// partitions. Off, every data request on the namespace answers 11 —
+    /// an operator's switch to close an SC namespace to clients while its
+    /// roster and regimes keep working.
     pub serve_data: bool,
+}
+
+impl Default for ScConfig {
+    fn default() -> ScConfig {
+        ScConfig {
+            strong_consistency: false,
+            allow_expunge: false,
+            auto_revive: false,
+            active_rack: 0,
+            serve_data: true,
+        }
+    }
 }
 
 /// A namespace's transaction settings: `mrt-duration` (seconds, 1-120,

@@ -225,8 +225,8 @@ pub struct NamespaceSection {
     pub strong_consistency_allow_expunge: Option<bool>,
     pub auto_revive: Option<bool>,
     pub active_rack: Option<u32>,
-    /// Citrine's own: opens the experimental SC data path (see
-    /// `citrine_data::config::ScConfig::serve_data`).
+    /// Citrine's own: `false` closes an SC namespace's data path (see
+    /// `citrine_data::config::ScConfig::serve_data`; default true).
     pub strong_consistency_serve_data: Option<bool>,
     /// Transactions (issue 40; strong-consistency namespaces only): their
     /// default duration (1 to 120 s, default 10) and whether their
@@ -1362,7 +1362,7 @@ fn resolve_sc(section: &NamespaceSection) -> ScConfig {
         allow_expunge: section.strong_consistency_allow_expunge.unwrap_or(false),
         auto_revive: section.auto_revive.unwrap_or(false),
         active_rack: section.active_rack.unwrap_or(0),
-        serve_data: section.strong_consistency_serve_data.unwrap_or(false),
+        serve_data: section.strong_consistency_serve_data.unwrap_or(true),
     }
 }
 
@@ -2223,7 +2223,7 @@ mod tests {
                 allow_expunge: true,
                 auto_revive: true,
                 active_rack: 2,
-                serve_data: false,
+                serve_data: true,
             }
         );
         assert!(sc_of("strong-consistency = 1\n").is_err(), "a boolean");

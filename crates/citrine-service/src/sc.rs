@@ -18,11 +18,10 @@
 //!   `replicas` answer carries the view's regime and the working replicas
 //!   of the available partitions only. Before the view's exchange is
 //!   decided every partition counts unavailable.
-//! - the data path below is opt-in while an open bug is found (an
-//!   acknowledged write once read back as not found in CI): without the
-//!   namespace's `strong-consistency-serve-data` every data request on it
-//!   answers 11 ([`data_closed`]), so nothing can be acknowledged.
-//! - with it, single-record requests on an SC namespace follow the view's SC map
+//! - the namespace's `strong-consistency-serve-data = false` (Citrine's
+//!   own; default true) closes the data path below: every data request on
+//!   it answers 11 ([`data_closed`]), so nothing can be acknowledged.
+//! - otherwise single-record requests on an SC namespace follow the view's SC map
 //!   (`citrine_distribution::sc::data_path`): an unavailable partition
 //!   answers 11, an available one is served by its master in the regime,
 //!   which acknowledges a write only once every replica of the map stored
@@ -64,8 +63,8 @@ pub(crate) fn is_sc(namespace: &Namespace) -> bool {
 }
 
 /// Whether every data request on `namespace` is refused (11): an SC
-/// namespace whose experimental data path is not opened
-/// (`strong-consistency-serve-data`).
+/// namespace whose data path is closed
+/// (`strong-consistency-serve-data = false`).
 pub(crate) fn data_closed(namespace: &Namespace) -> bool {
     is_sc(namespace) && !namespace.config.sc.serve_data
 }
