@@ -7,6 +7,7 @@
 //! Exit status: 0 valid, 1 anomaly, 2 unknown or could not run.
 
 use crate::{CliResult, HostArgs};
+use citrine_client::ReadModeSc;
 use citrine_verify::linear::Limits;
 use citrine_verify::workload::{self, Progress};
 use citrine_verify::{Report, Status, Workload, WorkloadConfig};
@@ -57,6 +58,23 @@ pub struct VerifyArgs {
     /// Seed of the clients' random choices.
     #[arg(long = "seed", default_value_t = 1)]
     pub seed: u64,
+    /// Reads of a strong-consistency namespace: linearize, session,
+    /// allow-replica or allow-unavailable (AP namespaces ignore it).
+    #[arg(long = "read-mode", default_value = "linearize", value_parser = parse_read_mode)]
+    pub read_mode: ReadModeSc,
+}
+
+/// The `--read-mode` names (the official clients' `ReadModeSC` values).
+pub fn parse_read_mode(text: &str) -> Result<ReadModeSc, String> {
+    match text {
+        "linearize" => Ok(ReadModeSc::Linearize),
+        "session" => Ok(ReadModeSc::Session),
+        "allow-replica" => Ok(ReadModeSc::AllowReplica),
+        "allow-unavailable" => Ok(ReadModeSc::AllowUnavailable),
+        other => Err(format!(
+            "unknown read mode {other:?} (linearize, session, allow-replica, allow-unavailable)"
+        )),
+    }
 }
 
 /// Parses `60s`, `2m`, `1h`, `500ms`, or a bare number of seconds.
@@ -129,6 +147,7 @@ fn config_of(args: &VerifyArgs) -> WorkloadConfig {
     }
     config.timeout = Duration::from_millis(args.host.timeout_ms.max(1));
     config.seed = args.seed;
+    config.read_mode_sc = args.read_mode;
     config
 }
 

@@ -227,6 +227,7 @@ impl Client {
         };
         let header = MsgHeader {
             info1: bits1,
+            info3: policy.read_mode_sc.info3_bits(),
             transaction_ttl: policy.base.server_timeout_ms(),
             ..MsgHeader::default()
         };

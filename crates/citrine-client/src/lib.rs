@@ -59,7 +59,8 @@ pub use command::{Bins, IntoUserKey, Key, Operation, Record};
 pub use error::{Error, Result, UdfModuleError};
 pub use msgpack::Element;
 pub use policy::{
-    Expiration, GenerationPolicy, Policy, ReadPolicy, RecordExistsAction, Replica, WritePolicy,
+    Expiration, GenerationPolicy, Policy, ReadModeSc, ReadPolicy, RecordExistsAction, Replica,
+    WritePolicy,
 };
 pub use query::{
     BackgroundTask, FilterValue, IndexCollection, IndexFilter, IndexType, JobStatus, KeyRecord,

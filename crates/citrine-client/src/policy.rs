@@ -163,10 +163,40 @@ pub enum RecordExistsAction {
     CreateOnly,
 }
 
+/// How a read of a strong-consistency namespace is served (the official
+/// clients' `ReadModeSC`; ignored by AP namespaces).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReadModeSc {
+    /// Never older than this client's own earlier reads and writes.
+    #[default]
+    Session,
+    /// Linearizable: the master confirms its regime with the replicas.
+    Linearize,
+    /// A replica may answer.
+    AllowReplica,
+    /// An unavailable partition's copy may answer.
+    AllowUnavailable,
+}
+
+impl ReadModeSc {
+    /// The request's `info3` bits for this mode.
+    pub fn info3_bits(self) -> u8 {
+        use citrine_wire::msg::info3;
+        match self {
+            ReadModeSc::Session => 0,
+            ReadModeSc::Linearize => info3::SC_READ_TYPE,
+            ReadModeSc::AllowReplica => info3::SC_READ_RELAX,
+            ReadModeSc::AllowUnavailable => info3::SC_READ_TYPE | info3::SC_READ_RELAX,
+        }
+    }
+}
+
 /// Policy of reads.
 #[derive(Clone, Debug, Default)]
 pub struct ReadPolicy {
     pub base: Policy,
+    /// Strong-consistency namespaces: the read mode.
+    pub read_mode_sc: ReadModeSc,
 }
 
 /// Policy of writes (put, delete, touch, operate with writes).
@@ -255,6 +285,21 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(zero.backoff_for(3, 5), Duration::ZERO);
+    }
+
+    /// The official clients' `ReadModeSC` bits: linearize sets
+    /// `SC_READ_TYPE`, allow-replica `SC_READ_RELAX`, allow-unavailable
+    /// both; a read policy's default is session (none).
+    #[test]
+    fn sc_read_mode_bits() {
+        use citrine_wire::msg::info3;
+        assert_eq!(ReadPolicy::default().read_mode_sc.info3_bits(), 0);
+        assert_eq!(ReadModeSc::Linearize.info3_bits(), info3::SC_READ_TYPE);
+        assert_eq!(ReadModeSc::AllowReplica.info3_bits(), info3::SC_READ_RELAX);
+        assert_eq!(
+            ReadModeSc::AllowUnavailable.info3_bits(),
+            info3::SC_READ_TYPE | info3::SC_READ_RELAX
+        );
     }
 
     #[test]

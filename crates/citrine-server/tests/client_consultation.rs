@@ -155,6 +155,7 @@ async fn a_node_out_of_the_clients_reach_is_kept_while_its_peer_lists_it() {
             replica: Replica::Sequence,
             ..patient()
         },
+        ..ReadPolicy::default()
     };
     read_all(&client, &sequence, 0).await;
     let master_only = ReadPolicy {
@@ -163,6 +164,7 @@ async fn a_node_out_of_the_clients_reach_is_kept_while_its_peer_lists_it() {
             socket_timeout: Duration::from_millis(200),
             ..Policy::default()
         },
+        ..ReadPolicy::default()
     };
     for index in &of_b {
         assert!(
@@ -194,7 +196,10 @@ async fn a_node_out_of_the_clients_reach_is_kept_while_its_peer_lists_it() {
     })
     .await;
     wait_for_stable(&group, Duration::from_secs(60));
-    let master = ReadPolicy { base: patient() };
+    let master = ReadPolicy {
+        base: patient(),
+        ..ReadPolicy::default()
+    };
     read_all(&client, &master, 1_000).await;
     client.close();
 }

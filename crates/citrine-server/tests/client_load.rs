@@ -66,7 +66,10 @@ fn key(task: usize, index: usize) -> Key {
 
 /// The value of bin `v` (0 when the record does not exist).
 async fn read_value(client: &Client, key: &Key) -> Result<i64, String> {
-    let policy = ReadPolicy { base: policy() };
+    let policy = ReadPolicy {
+        base: policy(),
+        ..ReadPolicy::default()
+    };
     match client.get(&policy, key, Bins::All).await {
         Ok(None) => Ok(0),
         Ok(Some(record)) => match record.bin("v") {

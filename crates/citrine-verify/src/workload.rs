@@ -20,8 +20,8 @@
 
 use crate::history::{Call, History, Outcome, Recorder, Reply};
 use citrine_client::{
-    cdt, Bin, Bins, Client, ClientConfig, Element, Error, GenerationPolicy, Key, ReadPolicy, Value,
-    WritePolicy,
+    cdt, Bin, Bins, Client, ClientConfig, Element, Error, GenerationPolicy, Key, ReadModeSc,
+    ReadPolicy, Value, WritePolicy,
 };
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -90,6 +90,9 @@ pub struct WorkloadConfig {
     pub timeout: Duration,
     /// Seed of the clients' random choices.
     pub seed: u64,
+    /// Reads of a strong-consistency namespace (linearizable by default:
+    /// the register's check is linearizability).
+    pub read_mode_sc: ReadModeSc,
 }
 
 impl WorkloadConfig {
@@ -106,6 +109,7 @@ impl WorkloadConfig {
             ops_per_key: if workload == Workload::Set { 1000 } else { 200 },
             timeout: Duration::from_millis(1000),
             seed: 1,
+            read_mode_sc: ReadModeSc::Linearize,
         }
     }
 }
@@ -334,7 +338,10 @@ fn keys_used(shared: &Shared) -> Vec<String> {
 }
 
 fn policies(config: &WorkloadConfig) -> (ReadPolicy, WritePolicy) {
-    let mut read = ReadPolicy::default();
+    let mut read = ReadPolicy {
+        read_mode_sc: config.read_mode_sc,
+        ..ReadPolicy::default()
+    };
     read.base.total_timeout = config.timeout;
     read.base.socket_timeout = config.timeout;
     let mut write = WritePolicy::default();

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# On demand (not in CI): issue 39's real-process fault run. Three citrined
+# nodes on loopback share a strong-consistency namespace `sc` (replication
+# factor 2, a device file, commit-to-device); `citrine verify` runs each
+# workload (linearizable reads) against them while a nemesis, every
+# FAULT_EVERY seconds, does one of:
+#   kill -9 one node and start it again from its work directory,
+#   SIGSTOP one node for PAUSE seconds, then SIGCONT,
+#   kill -9 two nodes (the survivor serves nothing) and start both again,
+#   kill -9 all three at once and start them again.
+# Prints each workload's verdict and counts and a summary of the faults;
+# exits non-zero when a verdict is not valid.
+#
+# Usage: scripts/sc-verify.sh
+#   CITRINED=path CITRINE=path   binaries (default: the newer of target/release and target/debug)
+#   DURATION=60                  seconds each workload runs
+#   WORKLOADS="register counter set"
+#   FAULT_EVERY=8 PAUSE=5        seconds
+#   KEEP=1                       keep the work directory (node logs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The newer build of the two profiles.
+profile=debug
+[[ target/release/citrined -nt target/debug/citrined && -x target/release/citrine ]] && profile=release
+CITRINED=${CITRINED:-target/$profile/citrined}
+CITRINE=${CITRINE:-target/$profile/citrine}
+DURATION=${DURATION:-60}
+WORKLOADS=${WORKLOADS:-register counter set}
+FAULT_EVERY=${FAULT_EVERY:-8}
+PAUSE=${PAUSE:-5}
+for binary in "$CITRINED" "$CITRINE"; do
+    [[ -x $binary ]] || { echo "missing $binary: cargo build -p citrine-server -p citrine-cli" >&2; exit 2; }
+done
+
+work=$(mktemp -d /tmp/citrine-sc-verify.XXXXXX)
+base=$((20000 + RANDOM % 20000))
+ids=(A1 A2 A3)
+# Each node's pid is in its file: the nemesis restarts nodes in a subshell.
+pid_of() { cat "$work/${ids[$1]}.pid"; }
+cleanup() {
+    for node in 0 1 2; do
+        pid=$(pid_of "$node" 2>/dev/null) || continue
+        kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null
+    done
+    wait 2>/dev/null || true
+    if [[ -n ${KEEP:-} ]]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+port() { echo $((base + 10 * $1 + $2)); }   # node, 0 service / 1 fabric / 2 heartbeat
+info() { "$CITRINE" info -h "127.0.0.1:$(port "$1" 0)" -v "$2" 2>/dev/null || true; }
+
+config="$work/cluster.toml"
+cat examples/cluster.toml - > "$config" <<'EOF'
+
+[[namespace]]
+name = "sc"
+replication-factor = 2
+strong-consistency = true
+
+[namespace.storage-engine]
+type = "device"
+file = "sc.dat"
+filesize = "64M"
+write-block-size = "128K"
+commit-to-device = true
+EOF
+
+start() {
+    local node=$1 seeds=()
+    for other in 0 1 2; do seeds+=(--seed "127.0.0.1:$(port "$other" 2)"); done
+    mkdir -p "$work/${ids[$node]}"
+    # (In a subshell: not a job of this shell, whose kills it would report.)
+    (
+        "$CITRINED" --config "$config" --address 127.0.0.1 --port "$(port "$node" 0)" \
+            --fabric-port "$(port "$node" 1)" --heartbeat-port "$(port "$node" 2)" \
+            --node-id "${ids[$node]}" --data-dir "$work/${ids[$node]}" "${seeds[@]}" \
+            >>"$work/${ids[$node]}.log" 2>&1 &
+        echo $! > "$work/${ids[$node]}.pid"
+    )
+}
+
+wait_for() { # what, command...
+    local what=$1; shift
+    for _ in $(seq 1 600); do "$@" && return 0; sleep 0.1; done
+    echo "timed out waiting for $what" >&2
+    return 1
+}
+cluster_of_three() { [[ $(info 0 statistics | tr ';' '\n' | grep '^cluster_size=') == cluster_size=3 ]]; }
+all_available() {
+    local node
+    for node in 0 1 2; do
+        [[ $(info "$node" namespace/sc | tr ';' '\n' | grep '^unavailable_partitions=') == unavailable_partitions=0 ]] || return 1
+    done
+}
+
+for node in 0 1 2; do start "$node"; done
+wait_for "three nodes in one view" cluster_of_three
+observed=$(info 0 roster:namespace=sc | tr ':' '\n' | sed -n 's/^observed_nodes=//p')
+[[ $(info 0 "roster-set:namespace=sc;nodes=$observed") == ok ]]
+[[ $(info 0 recluster:) == ok ]]
+wait_for "every sc partition available" all_available
+echo "cluster up: roster $observed, work directory $work"
+
+faults=()
+nemesis() {
+    local round=0
+    while true; do
+        sleep "$FAULT_EVERY"
+        round=$((round + 1))
+        local node=$((RANDOM % 3)) other=$(((RANDOM % 2 + 1 + node) % 3))
+        case $((round % 4)) in
+            1) echo "fault: kill -9 ${ids[$node]}"; kill -9 "$(pid_of "$node")"; sleep 2; start "$node" ;;
+            2) echo "fault: SIGSTOP ${ids[$node]} ${PAUSE}s"; kill -STOP "$(pid_of "$node")"
+               sleep "$PAUSE"; kill -CONT "$(pid_of "$node")" ;;
+            3) echo "fault: kill -9 ${ids[$node]} and ${ids[$other]}"
+               kill -9 "$(pid_of "$node")" "$(pid_of "$other")"; sleep 3; start "$node"; start "$other" ;;
+            0) echo "fault: kill -9 all three"; kill -9 "$(pid_of 0)" "$(pid_of 1)" "$(pid_of 2)"
+               sleep 2; for n in 0 1 2; do start "$n"; done ;;
+        esac
+    done
+}
+
+status=0
+for workload in $WORKLOADS; do
+    echo "== $workload, ${DURATION}s, a fault every ${FAULT_EVERY}s"
+    nemesis > "$work/nemesis-$workload.txt" 2>&1 &
+    nemesis_pid=$!
+    set +e
+    "$CITRINE" verify -h "127.0.0.1:$(port 0 0)" -n sc --workload "$workload" --time "${DURATION}s" \
+        --read-mode linearize > "$work/verify-$workload.txt" 2>&1
+    code=$?
+    set -e
+    kill "$nemesis_pid" 2>/dev/null; wait "$nemesis_pid" 2>/dev/null || true
+    # The nemesis may have left nodes down or paused: bring all back.
+    for node in 0 1 2; do
+        kill -CONT "$(pid_of "$node")" 2>/dev/null || true
+        kill -0 "$(pid_of "$node")" 2>/dev/null || start "$node"
+    done
+    wait_for "three nodes in one view" cluster_of_three
+    wait_for "every sc partition available" all_available
+    grep -v '^progress\|^\[' "$work/verify-$workload.txt" | tail -15
+    echo "faults: $(grep -c '^fault' "$work/nemesis-$workload.txt" || true) ($(grep '^fault' "$work/nemesis-$workload.txt" | cut -d' ' -f2- | sed 's/ A[0-9]//g' | sort | uniq -c | tr -s ' ' | paste -sd, -))"
+    echo "exit status $code"
+    [[ $code == 0 ]] || status=1
+done
+exit "$status"
