@@ -334,6 +334,12 @@ impl Timed {
         }
     }
 
+    /// Whether it times a background job's sub-transaction.
+    #[inline]
+    pub fn is_sub(&self) -> bool {
+        self.sub
+    }
+
     /// Times a client's request received at `received`.
     #[inline]
     pub fn since(received: Instant) -> Timed {

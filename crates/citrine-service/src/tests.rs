@@ -1399,6 +1399,50 @@ fn a_udf_call_refused_before_it_runs_counts_as_a_udf_error() {
     assert_eq!(load(&stats.client_write_error), 0);
 }
 
+/// A client's record UDFs count by what they did, as the reference's
+/// `client_lang_*` (8.1.2, asked with the same calls): a read, an update,
+/// a remove, a failing function, and a remove of a record that does not
+/// exist (which changed nothing: a read).
+#[test]
+fn a_clients_udfs_count_by_what_they_did() {
+    use base64::Engine as _;
+    let (service, _) = crate::batch::tests::service();
+    let source = "function rd(rec) return rec['n'] end
+function upd(rec) rec['m'] = 1 aerospike:update(rec) end
+function del(rec) aerospike:remove(rec) end
+function bad(rec) error('boom') end";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let answers = info(
+        &service,
+        &[&format!("udf-put:filename=lang.lua;content={content};")],
+    );
+    assert_eq!(answers[0].1, "ok");
+    for key in ["r", "u", "d", "b"] {
+        crate::batch::tests::put(&service, "demo", key, &[("n", 1)], false);
+    }
+    let calls = [
+        ("r", "rd", 0),
+        ("u", "upd", 0),
+        ("d", "del", 0),
+        ("b", "bad", 100),
+    ];
+    let calls = calls.into_iter().chain([("gone", "del", 0)]);
+    for (key, function, code) in calls {
+        let reply = crate::batch::tests::run(&service, &udf_call(key, "lang", function, &[]));
+        assert_eq!(reply[0].header.result_code, code, "{function} {key}");
+    }
+    let stats = &service.namespace(b"test").unwrap().stats;
+    let load = |counter: &citrine_types::stripes::Counter| {
+        counter.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(load(&stats.client_udf_complete), 4);
+    assert_eq!(load(&stats.client_udf_error), 1);
+    assert_eq!(load(&stats.client_lang_read_success), 2);
+    assert_eq!(load(&stats.client_lang_write_success), 1);
+    assert_eq!(load(&stats.client_lang_delete_success), 1);
+    assert_eq!(load(&stats.client_lang_error), 1);
+}
+
 /// Empty module or function names are a call that fails when it runs
 /// (100, with the reference's words in `FAILURE`), not a malformed request
 /// (4); a missing field still is.
