@@ -670,6 +670,10 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
         }
     }
     pairs.extend(crate::compression_info::config_pairs(namespace));
+    pairs.push((
+        "storage-engine.enable-benchmarks-storage".to_owned(),
+        namespace.storage.benchmarks().is_on().to_string(),
+    ));
     pairs
 }
 

@@ -76,6 +76,7 @@ pub mod security;
 pub mod session;
 pub mod sindex;
 mod smd;
+pub mod storage_bench;
 pub mod transaction;
 mod truncate;
 mod txn;
