@@ -37,6 +37,7 @@ pub mod hook;
 pub mod namespace;
 pub mod nsup;
 pub mod record;
+pub mod tally;
 pub mod truncation;
 pub mod txn;
 pub mod xdr_arrivals;

@@ -338,6 +338,14 @@ pub struct NamespaceStats {
     pub read_touch_error: Counter,
     pub client_udf_complete: Counter,
     pub client_udf_error: Counter,
+    /// A client's record UDFs that completed, by what they did, and whose
+    /// function failed (see [`crate::tally`]).
+    pub client_lang_read_success: Counter,
+    pub client_lang_write_success: Counter,
+    pub client_lang_delete_success: Counter,
+    pub client_lang_error: Counter,
+    /// Background jobs' sub-transactions ([`crate::tally`]).
+    pub sub: crate::tally::SubStats,
     pub fail_generation: Counter,
     pub fail_key_busy: Counter,
     pub fail_record_too_big: Counter,

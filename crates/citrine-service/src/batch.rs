@@ -840,6 +840,7 @@ fn execute_row(
             .as_ref()
             .or(parent_filter.map(|filter| &filter.expression)),
         txn: crate::txn::row_part(|| body.fields()),
+        tally: Default::default(),
     };
     transaction::perform_here(namespace, &request, udf.as_ref(), now, out);
     if let Some(index) = context

@@ -37,10 +37,11 @@
 //! group and stage positions follow [`GROUPS`].
 
 use crate::latency::{Histogram, Snapshot, Unit, BUCKETS, TICK_BITS};
+use crate::storage_bench::StorageHistograms;
 use crate::Layers;
 use citrine_wire::info::InfoCommand;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// A group of detail histograms, in [`GROUPS`] order.
@@ -185,6 +186,9 @@ struct NamespaceBenchmarks {
     name: String,
     on: [AtomicBool; GROUPS.len()],
     histograms: [OnceLock<Box<[Histogram]>>; GROUPS.len()],
+    /// `enable-benchmarks-storage` ([`crate::storage_bench`]).
+    storage_on: AtomicBool,
+    storage: OnceLock<Arc<StorageHistograms>>,
 }
 
 /// Every namespace's detail histograms (see the module doc).
@@ -208,6 +212,8 @@ impl Benchmarks {
                     name: name.to_owned(),
                     on: std::array::from_fn(|_| AtomicBool::new(false)),
                     histograms: std::array::from_fn(|_| OnceLock::new()),
+                    storage_on: AtomicBool::new(false),
+                    storage: OnceLock::new(),
                 })
                 .collect(),
         }
@@ -243,6 +249,24 @@ impl Benchmarks {
             });
         }
         ns.on[group as usize].store(on, Ordering::Relaxed);
+    }
+
+    /// The storage histograms of the namespace at `namespace`, made by
+    /// `make` the first time.
+    pub(crate) fn storage(
+        &self,
+        namespace: usize,
+        make: impl FnOnce() -> Arc<StorageHistograms>,
+    ) -> Option<Arc<StorageHistograms>> {
+        let ns = self.namespaces.get(namespace)?;
+        Some(ns.storage.get_or_init(make).clone())
+    }
+
+    /// Whether the ticker dumps the namespace's storage histograms.
+    pub(crate) fn set_storage(&self, namespace: usize, on: bool) {
+        if let Some(ns) = self.namespaces.get(namespace) {
+            ns.storage_on.store(on, Ordering::Relaxed);
+        }
     }
 
     /// Counts `elapsed` in `stage` of `group` (`op`: a batch row's kind).
@@ -298,7 +322,19 @@ impl Benchmarks {
                     continue;
                 };
                 for histogram in histograms.iter() {
+                    let unit = unit.info_name();
                     lines.extend(dump_lines(histogram.name(), &histogram.snapshot(), unit));
+                }
+            }
+            if let (Some(storage), true) = (ns.storage.get(), ns.storage_on.load(Ordering::Relaxed))
+            {
+                for (histogram, bytes) in storage.histograms() {
+                    let unit_name = if bytes { "bytes" } else { unit.info_name() };
+                    lines.extend(dump_lines(
+                        histogram.name(),
+                        &histogram.snapshot(),
+                        unit_name,
+                    ));
                 }
             }
         }
@@ -306,16 +342,16 @@ impl Benchmarks {
     }
 }
 
-/// One histogram's dump lines (see [`Benchmarks::dump`]).
-fn dump_lines(name: &str, snapshot: &Snapshot, unit: Unit) -> Vec<String> {
+/// One histogram's dump lines (see [`Benchmarks::dump`]), its counts in
+/// `unit` (`msec`, `usec`, `bytes`).
+fn dump_lines(name: &str, snapshot: &Snapshot, unit: &str) -> Vec<String> {
     let mut buckets = [0u64; BUCKETS];
     for (bucket, count) in snapshot.counts.iter().enumerate() {
         buckets[bucket.saturating_sub(TICK_BITS)] += count;
     }
     let mut lines = vec![format!(
-        "histogram dump: {name} ({} total) {}",
+        "histogram dump: {name} ({} total) {unit}",
         snapshot.total(),
-        unit.info_name()
     )];
     let entries: Vec<String> = buckets
         .iter()
@@ -346,9 +382,14 @@ pub(crate) fn set_config(layers: &Layers<'_>, command: &InfoCommand<'_>) -> Stri
         if matches!(*name, "context" | "id") {
             continue;
         }
-        let group = name
-            .strip_prefix("enable-benchmarks-")
-            .and_then(|group| GROUPS.iter().position(|(known, _)| *known == group));
+        let group = name.strip_prefix("enable-benchmarks-").and_then(|group| {
+            // `storage` is the last, after the request groups.
+            let storage = (group == "storage").then_some(GROUPS.len());
+            GROUPS
+                .iter()
+                .position(|(known, _)| *known == group)
+                .or(storage)
+        });
         let on = match *value {
             "true" => true,
             "false" => false,
@@ -360,6 +401,16 @@ pub(crate) fn set_config(layers: &Layers<'_>, command: &InfoCommand<'_>) -> Stri
         }
     }
     for (group, on) in changes {
+        if group == GROUPS.len() {
+            crate::storage_bench::set(layers, index, on);
+            tracing::info!(
+                namespace = index,
+                group = "storage",
+                on,
+                "enable-benchmarks changed"
+            );
+            continue;
+        }
         let group = [
             Group::Read,
             Group::Write,
@@ -497,7 +548,11 @@ mod tests {
         ] {
             snapshot.counts[bucket] = 1;
         }
-        let lines = dump_lines("{t}-write-master", &snapshot, Unit::Microseconds);
+        let lines = dump_lines(
+            "{t}-write-master",
+            &snapshot,
+            Unit::Microseconds.info_name(),
+        );
         assert_eq!(
             lines,
             [

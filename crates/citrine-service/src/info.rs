@@ -670,16 +670,27 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
         }
     }
     pairs.extend(crate::compression_info::config_pairs(namespace));
+    pairs.push((
+        "storage-engine.enable-benchmarks-storage".to_owned(),
+        namespace.storage.benchmarks().is_on().to_string(),
+    ));
     pairs
 }
 
 fn namespace_info(layers: &Layers<'_>, namespace: &Namespace) -> String {
     let mut pairs = namespace_usage_pairs(layers, namespace);
-    pairs.extend(
-        NAMESPACE_COUNTERS
-            .iter()
-            .map(|(name, read)| ((*name).to_owned(), read(&namespace.stats).to_string())),
-    );
+    let stats = &namespace.stats;
+    let counters = |table: &[(&str, NamespaceCounter)]| {
+        let read = |(name, read): &(&str, NamespaceCounter)| ((*name).to_owned(), read(stats));
+        table.iter().map(read).collect::<Vec<_>>()
+    };
+    let subs = stats
+        .sub
+        .pairs()
+        .map(|(name, value)| (name.to_owned(), value));
+    let listed = counters(NAMESPACE_COUNTERS).into_iter().chain(subs);
+    let listed = listed.chain(counters(NAMESPACE_FAILURES));
+    pairs.extend(listed.map(|(name, value)| (name, value.to_string())));
     let (migrate_tx, migrate_rx) = layers
         .migrations()
         .namespace_remaining(&namespace.config.name);
@@ -824,6 +835,23 @@ const NAMESPACE_COUNTERS: &[(&str, NamespaceCounter)] = &[
     ("client_udf_error", |s| {
         s.client_udf_error.load(Ordering::Relaxed)
     }),
+    ("client_lang_read_success", |s| {
+        s.client_lang_read_success.load(Ordering::Relaxed)
+    }),
+    ("client_lang_write_success", |s| {
+        s.client_lang_write_success.load(Ordering::Relaxed)
+    }),
+    ("client_lang_delete_success", |s| {
+        s.client_lang_delete_success.load(Ordering::Relaxed)
+    }),
+    ("client_lang_error", |s| {
+        s.client_lang_error.load(Ordering::Relaxed)
+    }),
+];
+
+/// The namespace's failure counters, after its sub-transactions'
+/// statistics, in the reference's order.
+const NAMESPACE_FAILURES: &[(&str, NamespaceCounter)] = &[
     ("fail_generation", |s| {
         s.fail_generation.load(Ordering::Relaxed)
     }),

@@ -439,10 +439,17 @@ impl Job {
             .cursor
             .advance(layers, layers.now(), &mut progress.scratch);
         progress.pending.extend(progress.cursor.take_collected());
+        let filtered = progress.cursor.take_filtered();
         self.monitor.add_counts(Counts {
-            filtered: progress.cursor.take_filtered(),
+            filtered,
             ..Counts::default()
         });
+        // Turned away by the walk, they count as the reference counts the
+        // sub-transactions its filter turns away.
+        if let Some(namespace) = layers.namespace(self.namespace.as_bytes()) {
+            let udf = !self.udf.is_empty();
+            namespace.stats.sub.count_filtered(udf, filtered);
+        }
         (progress.pending.is_empty() && progress.cursor.blocked())
             .then(|| Turn::WaitUntil(Instant::now() + FILLING_RECHECK))
     }

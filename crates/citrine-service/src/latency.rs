@@ -184,6 +184,13 @@ impl Histogram {
         stripe.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// Counts one value of `bytes` (a size histogram's): bucket `b` of
+    /// the dump holds `[2^(b-1), 2^b)` bytes.
+    #[inline]
+    pub(crate) fn record_bytes(&self, bytes: u64) {
+        self.record_in(Duration::from_nanos(bytes), 1);
+    }
+
     /// The cumulative counts: the stripes summed.
     pub fn snapshot(&self) -> Snapshot {
         let mut snapshot = Snapshot::default();
@@ -332,6 +339,12 @@ impl Timed {
             sub: true,
             ..Timed::start(false)
         }
+    }
+
+    /// Whether it times a background job's sub-transaction.
+    #[inline]
+    pub fn is_sub(&self) -> bool {
+        self.sub
     }
 
     /// Times a client's request received at `received`.

@@ -76,6 +76,7 @@ pub mod security;
 pub mod session;
 pub mod sindex;
 mod smd;
+pub mod storage_bench;
 pub mod transaction;
 mod truncate;
 mod txn;
@@ -1165,14 +1166,23 @@ impl Service {
     /// sub-transaction.
     fn handle_sub(&self, body: &[u8], out: &mut Vec<u8>) -> Option<Continuation> {
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
-        if let Some(code) = self.refusal() {
-            transaction::write_refusal(out, body, code);
-            return None;
-        }
         let Ok(message) = Message::decode(body) else {
             transaction::write_refusal(out, body, ResultCode::Parameter);
             return None;
         };
+        if let Some(code) = self.refusal() {
+            // Refused before it ran: the sub-transaction's tsvc error.
+            let udf = message.field(field_type::UDF_FILENAME).is_some();
+            let named = message.field(field_type::NAMESPACE);
+            if let Some(namespace) = named.and_then(|name| self.namespace(name)) {
+                let tally = citrine_data::tally::Tally::sub(udf);
+                namespace
+                    .stats
+                    .count(tally, citrine_data::tally::Outcome::Refused);
+            }
+            transaction::write_refusal(out, body, code);
+            return None;
+        }
         if message.field(field_type::DIGEST).is_none() {
             transaction::write_refusal(out, body, ResultCode::Parameter);
             return None;

@@ -1255,6 +1255,58 @@ fn latency_counts_from_when_the_request_was_received() {
     assert_eq!(counts.iter().sum::<u64>(), 1);
 }
 
+/// `enable-benchmarks-storage` (the reference's, 8.1.2, asked with a
+/// memory namespace): set per namespace, shown by `get-config` as
+/// `storage-engine.enable-benchmarks-storage`; while on, every record
+/// stored counts in `{test}-device-write-size` (bytes: 64-127 bytes in
+/// bucket 7) and the ticker dumps it with `{test}-device-read-size`; not
+/// in `latencies:`.
+#[test]
+fn storage_benchmarks_count_record_sizes_only_while_on() {
+    let (service, _) = service();
+    let config = |service: &Service| {
+        let answer = &info(service, &["get-config:context=namespace;id=test"])[0].1;
+        answer.contains(";storage-engine.enable-benchmarks-storage=true")
+    };
+    assert!(!config(&service));
+    send(
+        &service,
+        &put("before", Ops::new().int(op_type::WRITE, "x", 1)),
+    );
+    let set = "set-config:context=namespace;id=test;enable-benchmarks-storage=true";
+    assert_eq!(info(&service, &[set])[0].1, "ok");
+    assert!(config(&service));
+    let big = vec![b'v'; 90];
+    send(
+        &service,
+        &put("a", Ops::new().op(op_type::WRITE, 4, "x", &big)),
+    );
+    send(
+        &service,
+        &put("b", Ops::new().op(op_type::WRITE, 4, "x", &big)),
+    );
+    let unit = service.latencies().unit();
+    let dump = service.latencies().benchmarks().dump(unit);
+    let at = dump
+        .iter()
+        .position(|line| line == "histogram dump: {test}-device-write-size (2 total) bytes")
+        .unwrap_or_else(|| panic!("{dump:?}"));
+    assert_eq!(dump[at + 1], " (07: 0000000002)");
+    assert!(dump.contains(&"histogram dump: {test}-device-read-size (0 total) bytes".into()));
+    let hist = "latencies:hist={test}-device-write-size";
+    assert_eq!(info(&service, &[hist])[0].1, "ERROR:4:bad hist name");
+    let off = "set-config:context=namespace;id=test;enable-benchmarks-storage=false";
+    assert_eq!(info(&service, &[off])[0].1, "ok");
+    send(
+        &service,
+        &put("c", Ops::new().op(op_type::WRITE, 4, "x", &big)),
+    );
+    assert!(service.latencies().benchmarks().dump(unit).is_empty());
+    assert_eq!(info(&service, &[set])[0].1, "ok");
+    let dump = service.latencies().benchmarks().dump(unit);
+    assert!(dump.contains(&"histogram dump: {test}-device-write-size (2 total) bytes".into()));
+}
+
 /// `enable-benchmarks-*`: set and shown as the reference answers; while
 /// a group is on its requests count in its stage histograms (start, run,
 /// response), and not while it is off; `latencies:` lists none of them.
@@ -1397,6 +1449,50 @@ fn a_udf_call_refused_before_it_runs_counts_as_a_udf_error() {
     };
     assert_eq!(load(&stats.client_udf_error), 1);
     assert_eq!(load(&stats.client_write_error), 0);
+}
+
+/// A client's record UDFs count by what they did, as the reference's
+/// `client_lang_*` (8.1.2, asked with the same calls): a read, an update,
+/// a remove, a failing function, and a remove of a record that does not
+/// exist (which changed nothing: a read).
+#[test]
+fn a_clients_udfs_count_by_what_they_did() {
+    use base64::Engine as _;
+    let (service, _) = crate::batch::tests::service();
+    let source = "function rd(rec) return rec['n'] end
+function upd(rec) rec['m'] = 1 aerospike:update(rec) end
+function del(rec) aerospike:remove(rec) end
+function bad(rec) error('boom') end";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let answers = info(
+        &service,
+        &[&format!("udf-put:filename=lang.lua;content={content};")],
+    );
+    assert_eq!(answers[0].1, "ok");
+    for key in ["r", "u", "d", "b"] {
+        crate::batch::tests::put(&service, "demo", key, &[("n", 1)], false);
+    }
+    let calls = [
+        ("r", "rd", 0),
+        ("u", "upd", 0),
+        ("d", "del", 0),
+        ("b", "bad", 100),
+    ];
+    let calls = calls.into_iter().chain([("gone", "del", 0)]);
+    for (key, function, code) in calls {
+        let reply = crate::batch::tests::run(&service, &udf_call(key, "lang", function, &[]));
+        assert_eq!(reply[0].header.result_code, code, "{function} {key}");
+    }
+    let stats = &service.namespace(b"test").unwrap().stats;
+    let load = |counter: &citrine_types::stripes::Counter| {
+        counter.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(load(&stats.client_udf_complete), 4);
+    assert_eq!(load(&stats.client_udf_error), 1);
+    assert_eq!(load(&stats.client_lang_read_success), 2);
+    assert_eq!(load(&stats.client_lang_write_success), 1);
+    assert_eq!(load(&stats.client_lang_delete_success), 1);
+    assert_eq!(load(&stats.client_lang_error), 1);
 }
 
 /// Empty module or function names are a call that fails when it runs

@@ -11,6 +11,7 @@ use crate::replication::{self, Hop, Remote, Route, RouteRequest};
 use crate::udf::UdfCall;
 use crate::Service;
 use citrine_data::filter;
+use citrine_data::tally::{Outcome, Tally};
 use citrine_data::Namespace;
 use citrine_types::ResultCode;
 use citrine_wire::msg::{field_type, Message};
@@ -57,7 +58,11 @@ pub(crate) fn execute(
         return None;
     };
     let namespace: &Namespace = namespace;
+    let sub = timed.is_sub();
+    let tally = move |udf: bool| if sub { Tally::sub(udf) } else { Tally::Client };
+    let names_udf = message.field(field_type::UDF_FILENAME).is_some();
     if crate::sc::data_closed(namespace) {
+        namespace.stats.count(tally(names_udf), Outcome::Refused);
         write_result(out, ResultCode::Unavailable);
         return None;
     }
@@ -66,13 +71,13 @@ pub(crate) fn execute(
         return None;
     };
     let refuse = |code: ResultCode, udf: bool, out: &mut Vec<u8>| {
-        count_failure(namespace, &message.header, code, udf);
+        count_failure(namespace, &message.header, code, (udf, tally(udf)));
         write_result(out, code);
     };
     let filter = match parse_filter(message) {
         Ok(filter) => filter,
         Err(code) => {
-            refuse(code, message.field(field_type::UDF_FILENAME).is_some(), out);
+            refuse(code, names_udf, out);
             return None;
         }
     };
@@ -87,7 +92,11 @@ pub(crate) fn execute(
     service
         .latencies()
         .found(timed, index, info2, udf.is_some());
-    match prepare(message, digest_bytes, filter.as_ref()) {
+    let prepared = prepare(message, digest_bytes, filter.as_ref()).map(|mut request| {
+        request.tally = tally(udf.is_some());
+        request
+    });
+    match prepared {
         Ok(request) if service.routes() => run_routed(
             service,
             namespace,
@@ -99,6 +108,7 @@ pub(crate) fn execute(
             out,
         ),
         Ok(request) if crate::sc::refuses_alone(service.dist(), namespace, &request.digest) => {
+            namespace.stats.count(request.tally, Outcome::Refused);
             write_result(out, ResultCode::Unavailable);
             None
         }
@@ -174,7 +184,7 @@ pub(crate) fn perform_here(
         crate::udf::apply(namespace, request, call, now, out)
     };
     if let Err(code) = applied {
-        count_failure(namespace, &request.header, code, true);
+        count_failure(namespace, &request.header, code, (true, request.tally));
         write_error(out, code, request.reply);
     }
 }

@@ -72,6 +72,7 @@ use crate::transaction::{self, is_live, Now, Request, TTL_DONT_UPDATE, TTL_NEVER
 use crate::Service;
 use base64::Engine as _;
 use citrine_cdt::value::{self, Value};
+use citrine_data::tally::{Lang, Outcome};
 use citrine_index::RecordMeta;
 use citrine_record::{encode_body_reserving, valid_bin_name, validate_value, Bin, BodyView};
 use citrine_storage::MEMORY_BODY_SPARE;
@@ -749,10 +750,14 @@ pub(crate) fn apply(
         else {
             continue;
         };
+        let lang = match applied.change {
+            Change::None => Lang::Read,
+            Change::Write { .. } => Lang::Write,
+            Change::Remove => Lang::Delete,
+        };
         namespace
             .stats
-            .client_udf_complete
-            .fetch_add(1, Ordering::Relaxed);
+            .count(request.tally, Outcome::UdfComplete(lang));
         reply_success(out, request, generation, void_time, &applied.result);
         return Ok(());
     }
@@ -947,10 +952,7 @@ fn udf_failed(
     request: &Request<'_>,
     error: &UdfError,
 ) -> Result<(), ResultCode> {
-    namespace
-        .stats
-        .client_udf_error
-        .fetch_add(1, Ordering::Relaxed);
+    namespace.stats.count(request.tally, Outcome::UdfFailed);
     tracing::debug!(
         module = call.module,
         function = call.function,

@@ -19,6 +19,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod compress;
 pub mod device;
 mod location;
@@ -169,6 +170,10 @@ pub trait StorageEngine: Send + Sync + 'static {
     fn used_bytes_approx(&self) -> u64 {
         self.used_bytes()
     }
+
+    /// Its storage benchmark switch (`enable-benchmarks-storage`, see
+    /// [`bench`]).
+    fn benchmarks(&self) -> &bench::BenchSlot;
 
     /// The device engine, for the server's background work and statistics.
     fn device(&self) -> Option<&DeviceEngine> {

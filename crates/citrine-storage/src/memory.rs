@@ -19,6 +19,8 @@ pub struct MemoryEngine {
     /// Bytes of the bodies held. Every write and release changes it, from
     /// every service thread: striped, so they do not share a cache line.
     used_bytes: Gauge,
+    /// `enable-benchmarks-storage`: the size of every record stored.
+    benchmarks: crate::bench::BenchSlot,
 }
 
 impl Default for MemoryEngine {
@@ -40,6 +42,7 @@ impl MemoryEngine {
     pub fn with_budget(budget: u64) -> MemoryEngine {
         MemoryEngine {
             used_bytes: Gauge::new((budget / 2048).clamp(MIN_QUANTUM, MAX_QUANTUM)),
+            benchmarks: Default::default(),
         }
     }
 }
@@ -49,6 +52,10 @@ impl StorageEngine for MemoryEngine {
         "memory"
     }
 
+    fn benchmarks(&self) -> &crate::bench::BenchSlot {
+        &self.benchmarks
+    }
+
     fn write(
         &self,
         _digest: &Digest,
@@ -56,6 +63,7 @@ impl StorageEngine for MemoryEngine {
         body: Vec<u8>,
     ) -> Result<Location, StorageError> {
         let len = body.len() as i64;
+        self.benchmarks.record_size(true, body.len());
         let location = Location::memory_from_vec(body).ok_or(StorageError::TooBig)?;
         self.used_bytes.add(len);
         Ok(location)

@@ -12,6 +12,7 @@ use crate::ManualClock;
 use citrine_index::{IndexEntry, RecordMeta};
 use citrine_types::PartitionId;
 use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
+use std::sync::atomic::Ordering;
 
 const START_MS: u64 = 1_800_000_000_000;
 
@@ -84,6 +85,7 @@ fn perform_on(namespace: &Namespace, digest: Digest, ops: Option<&[u8]>) -> u8 {
         reply: Reply::Frame,
         filter: None,
         txn: Default::default(),
+        tally: Default::default(),
     };
     let mut out = Vec::new();
     perform(namespace, &request, Now::from_unix_ms(START_MS), &mut out);

@@ -11,10 +11,10 @@ use super::store::{is_durable_delete, remove_deleted_by, write_tombstone};
 use super::{begin_reply, check_generation, is_live, Now, Request};
 use crate::filter::{self, RecordView};
 use crate::namespace::Namespace;
+use crate::tally::Outcome;
 use citrine_record::BodyView;
 use citrine_types::ResultCode;
 use citrine_wire::msg::MsgHeader;
-use std::sync::atomic::Ordering;
 
 /// Deletes the request's record and answers.
 pub(crate) fn delete(
@@ -38,8 +38,7 @@ pub(crate) fn delete(
     let Some((entry, meta)) = live else {
         namespace
             .stats
-            .client_delete_not_found
-            .fetch_add(1, Ordering::Relaxed);
+            .count(request.tally, Outcome::DeleteNotFound);
         return Err(ResultCode::NotFound);
     };
     check_generation(&request.header, meta.generation)?;
@@ -71,10 +70,7 @@ pub(crate) fn delete(
             .note(request.digest.partition(), lut_ms);
     }
     drop(partition);
-    namespace
-        .stats
-        .client_delete_success
-        .fetch_add(1, Ordering::Relaxed);
+    namespace.stats.count(request.tally, Outcome::DeleteSuccess);
     begin_reply(out, MsgHeader::default(), request.reply).finish();
     Ok(())
 }

@@ -49,7 +49,6 @@ use citrine_types::{Digest, ParticleType, ResultCode, DIGEST_SIZE, SET_NAME_MAX}
 use citrine_wire::msg::{
     field_type, info1, info2, info3, op_type, Message, MessageWriter, MsgHeader, Op, OpIter,
 };
-use std::sync::atomic::Ordering;
 
 /// Largest reply a single-record command may build (the largest message
 /// the clients read). Many read ops of one big bin, or big expression and
@@ -86,7 +85,7 @@ pub fn perform(namespace: &Namespace, request: &Request<'_>, now: Now, out: &mut
         Err(ResultCode::Parameter)
     };
     if let Err(code) = outcome {
-        count_failure(namespace, header, code, false);
+        count_failure(namespace, header, code, (false, request.tally));
         let start = out.len();
         write_error(out, code, request.reply);
         if let Some(meta) = crate::txn::failed_write_read(namespace, request, code, now) {
@@ -181,6 +180,9 @@ pub struct Request<'m> {
     pub filter: Option<&'m Expression>,
     /// Its transaction fields (see [`crate::txn`]).
     pub txn: crate::txn::TxnPart,
+    /// Whose statistics its outcome counts in (a client's, or a
+    /// background job's sub-transaction).
+    pub tally: crate::tally::Tally,
 }
 
 /// The checked request of a decoded single-record message whose DIGEST
@@ -209,6 +211,7 @@ pub fn prepare<'m>(
         reply: Reply::Frame,
         filter,
         txn: crate::txn::TxnPart::of(|| message.fields()),
+        tally: crate::tally::Tally::Client,
     })
 }
 
@@ -289,35 +292,20 @@ pub fn bin_op_family(op_type: u8) -> Option<(citrine_cdt::Family, bool)> {
 }
 
 /// Counts a request that failed with `code` before or instead of its work
-/// (`udf`: a record UDF call, counted in `client_udf_error` whatever
-/// stopped it, as its failures while running are).
-pub fn count_failure(namespace: &Namespace, header: &MsgHeader, code: ResultCode, udf: bool) {
-    let stats = &namespace.stats;
-    match code {
-        ResultCode::NotFound => {}
-        ResultCode::Generation => {
-            stats.fail_generation.fetch_add(1, Ordering::Relaxed);
-        }
-        ResultCode::FilteredOut => {
-            let counter = if header.info2 & info2::WRITE == 0 {
-                &stats.client_read_filtered_out
-            } else if header.info2 & info2::DELETE != 0 {
-                &stats.client_delete_filtered_out
-            } else {
-                &stats.client_write_filtered_out
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-        _ if udf => {
-            stats.client_udf_error.fetch_add(1, Ordering::Relaxed);
-        }
-        _ if header.info2 & info2::WRITE != 0 => {
-            stats.client_write_error.fetch_add(1, Ordering::Relaxed);
-        }
-        _ => {
-            stats.client_read_error.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+/// (`udf`: a record UDF call, counted as the UDF's error whatever stopped
+/// it, as its failures while running are) in `tally`'s statistics.
+pub fn count_failure(
+    namespace: &Namespace,
+    header: &MsgHeader,
+    code: ResultCode,
+    (udf, tally): (bool, crate::tally::Tally),
+) {
+    let outcome = crate::tally::Outcome::Failed {
+        code,
+        info2: header.info2,
+        udf,
+    };
+    namespace.stats.count(tally, outcome);
 }
 
 /// Writes a header-only reply carrying `code`.

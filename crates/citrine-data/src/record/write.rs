@@ -105,12 +105,12 @@ pub(crate) fn write(
         let (version, reply) = provisional_of(outcome);
         crate::txn::keep(namespace, request, &txn, version);
         drop(partition);
-        reply.finish(namespace, request.reply, out);
+        reply.finish(namespace, request, out);
         return Ok(());
     }
     let committed = commit(namespace, request, &mut partition, outcome, now)?;
     drop(partition);
-    committed.finish(namespace, request.reply, out);
+    committed.finish(namespace, request, out);
     Ok(())
 }
 
@@ -609,15 +609,15 @@ fn commit(
 impl Committed {
     /// After the lock is released: frees the replaced storage, answers,
     /// counts the success.
-    fn finish(self, namespace: &Namespace, reply: Reply, out: &mut Vec<u8>) {
+    fn finish(self, namespace: &Namespace, request: &Request<'_>, out: &mut Vec<u8>) {
         if let Some(old) = self.previous {
             old.release(namespace);
         }
-        write_operate_reply(out, reply, self.generation, self.void_time, &self.responses);
+        let (generation, void_time) = (self.generation, self.void_time);
+        write_operate_reply(out, request.reply, generation, void_time, &self.responses);
         namespace
             .stats
-            .client_write_success
-            .fetch_add(1, Ordering::Relaxed);
+            .count(request.tally, crate::tally::Outcome::WriteSuccess);
     }
 }
 

@@ -86,6 +86,7 @@ pub(crate) fn write(
         reply: request.reply,
         filter: request.filter,
         txn: request.txn,
+        tally: request.tally,
     };
     let start = out.len();
     record::write::write(namespace, &kept, now, out)?;

@@ -678,3 +678,95 @@ fn a_jobs_writes_count_as_udf_sub_and_ops_sub_transactions() {
         }
     }
 }
+
+/// `namespace/test`'s value of statistic `name`.
+fn namespace_stat(service: &Service, name: &str) -> u64 {
+    let answer = info(service, "namespace/test");
+    answer
+        .split(';')
+        .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name} in namespace/test"))
+        .parse()
+        .unwrap()
+}
+
+/// A job's record writes count in the `udf_sub_*` / `ops_sub_*`
+/// statistics and in no `client_*` one. Each figure below is the
+/// reference's (8.1.2) for the same jobs on the same records, asked side
+/// by side: a UDF job over 10 records whose filter (n >= 5) turns 5 away,
+/// one that only reads, one that removes, one whose function fails; an
+/// ops job with the same filter, one whose op fails on every record.
+#[test]
+fn a_jobs_writes_count_in_the_sub_transaction_statistics() {
+    use base64::Engine as _;
+    let (service, _) = service();
+    let source = b"function upd(rec) rec['m'] = 1 aerospike:update(rec) end
+function rd(rec) return rec['n'] end
+function del(rec) aerospike:remove(rec) end
+function bad(rec) error('boom') end";
+    let content = base64::engine::general_purpose::STANDARD.encode(source);
+    let put_module = format!(
+        "udf-put:filename=subs.lua;content={content};content-len={};",
+        content.len()
+    );
+    assert_eq!(info(&service, &put_module), "ok");
+    for set in ["a", "b", "c", "d", "e", "f"] {
+        for key in 0..10 {
+            put(&service, set, &format!("k{key}"), &[("n", key)], false);
+        }
+    }
+    let client_writes = namespace_stat(&service, "client_write_success");
+    // [GE, [BIN, INT, "n"], 5]
+    let n_from_5 = vec![0x93, 0x04, 0x93, 0x51, 0x02, 0xa1, b'n', 0x05];
+    let jobs = [("a", "upd"), ("b", "rd"), ("c", "del"), ("d", "bad")];
+    for (trid, (set, function)) in (40..).zip(jobs) {
+        let job = Background {
+            set: Some(set),
+            trid,
+            filter: (set == "a").then(|| n_from_5.clone()),
+            udf: Some(("subs", function)),
+            ..Background::default()
+        };
+        assert_eq!(submit(&service, &job), 0, "{function}");
+    }
+    let filtered = Background {
+        set: Some("e"),
+        trid: 50,
+        filter: Some(n_from_5),
+        ops: vec![put_op("flag", 1)],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &filtered), 0);
+    // An increment of a string bin fails on every record.
+    let failing = Background {
+        set: Some("f"),
+        trid: 51,
+        ops: vec![(op_type::INCR, 3, "n", b"x".to_vec())],
+        ..Background::default()
+    };
+    assert_eq!(submit(&service, &failing), 0);
+    assert_eq!(show_value(&service, 51, "recs-failed"), "10");
+    let expected = [
+        ("udf_sub_udf_complete", 25),
+        ("udf_sub_udf_error", 10),
+        ("udf_sub_udf_filtered_out", 5),
+        ("udf_sub_lang_read_success", 10),
+        ("udf_sub_lang_write_success", 5),
+        ("udf_sub_lang_delete_success", 10),
+        ("udf_sub_lang_error", 10),
+        ("ops_sub_write_success", 5),
+        ("ops_sub_write_error", 10),
+        ("ops_sub_write_filtered_out", 5),
+        ("udf_sub_tsvc_error", 0),
+        ("ops_sub_tsvc_error", 0),
+        ("client_write_success", client_writes),
+        ("client_write_error", 0),
+        ("client_write_filtered_out", 0),
+        ("client_udf_complete", 0),
+        ("client_udf_error", 0),
+        ("client_lang_error", 0),
+    ];
+    for (name, value) in expected {
+        assert_eq!(namespace_stat(&service, name), value, "{name}");
+    }
+}

@@ -317,6 +317,8 @@ pub struct DeviceEngine {
     checkpoint: Mutex<CheckpointState>,
     pub stats: DeviceStats,
     pub compression_stats: CompressionStats,
+    /// `enable-benchmarks-storage` ([`crate::bench`]).
+    benchmarks: crate::bench::BenchSlot,
 }
 
 fn io_error(error: std::io::Error) -> StorageError {
@@ -393,6 +395,7 @@ impl DeviceEngine {
             config,
             stats: DeviceStats::default(),
             compression_stats: CompressionStats::default(),
+            benchmarks: Default::default(),
         })
     }
 
@@ -908,12 +911,15 @@ impl DeviceEngine {
         };
         let start = buffer.flushed / align * align;
         let end = (buffer.fill.div_ceil(align) * align).min(buffer.data.len());
+        let started = self.benchmarks.start();
         self.device_write(
             device,
             self.block_offset(block) + start as u64,
             &buffer.data.as_slice()[start..end],
             "write-block write",
         )?;
+        self.benchmarks
+            .device_io(started, device.index, crate::bench::IoKind::Write);
         buffer.flushed = buffer.fill;
         self.stats.partial_flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -1199,10 +1205,14 @@ impl DeviceEngine {
             return decode(&data.as_slice()[offset..offset + length]);
         }
         self.stats.reads_from_device.fetch_add(1, Ordering::Relaxed);
+        let started = self.benchmarks.start();
         let bytes = device
             .io
             .read_at(self.block_offset(block) + offset as u64, length)
             .map_err(io_error)?;
+        self.benchmarks
+            .device_io(started, device.index, crate::bench::IoKind::Read);
+        self.benchmarks.record_size(false, length);
         decode(&bytes)
     }
 
@@ -1343,6 +1353,16 @@ impl DeviceEngine {
         DefragStep::default()
     }
 
+    /// Reads a whole write block for defragmentation (timed as the
+    /// reference's `large-block-read` when the storage benchmarks are on).
+    fn read_large_block(&self, device: &Device, block: u32) -> std::io::Result<Vec<u8>> {
+        let started = self.benchmarks.start();
+        let bytes = device.io.read_at(self.block_offset(block), self.wblock())?;
+        let kind = crate::bench::IoKind::LargeBlockRead;
+        self.benchmarks.device_io(started, device.index, kind);
+        Ok(bytes)
+    }
+
     fn defrag_block(&self, device: &Device, block: u32, relocator: &dyn Relocator) -> u64 {
         let wblock = self.wblock();
         let (incarnation, live) = {
@@ -1354,7 +1374,7 @@ impl DeviceEngine {
             let cached = device.pwq.lock().blocks.get(&block).cloned();
             let data: Cow<'_, [u8]> = match &cached {
                 Some(buffer) => Cow::Borrowed(buffer.as_slice()),
-                None => match device.io.read_at(self.block_offset(block), wblock) {
+                None => match self.read_large_block(device, block) {
                     Ok(bytes) => Cow::Owned(bytes),
                     Err(error) => {
                         tracing::error!(device = %device.path, block, "defrag cannot read block: {error}");
@@ -1553,6 +1573,10 @@ impl StorageEngine for DeviceEngine {
         "device"
     }
 
+    fn benchmarks(&self) -> &crate::bench::BenchSlot {
+        &self.benchmarks
+    }
+
     fn write(
         &self,
         digest: &Digest,
@@ -1567,6 +1591,7 @@ impl StorageEngine for DeviceEngine {
         }
         let stored = self.compress_body(set_len, body);
         let address = self.write_record(digest, meta, &stored.bytes, stored.flag)?;
+        self.benchmarks.record_size(true, address.bytes() as usize);
         self.compression_stats
             .count(stored.original, stored.bytes.len(), stored.flag != 0);
         Ok(Location::device(address))

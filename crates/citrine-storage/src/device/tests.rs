@@ -622,3 +622,73 @@ fn a_record_of_20_mib_in_a_32_mib_write_block_survives_a_cold_start() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What the storage benchmarks saw (`enable-benchmarks-storage`).
+#[derive(Default)]
+struct SeenIo {
+    sizes: [AtomicU64; 2],
+    io: [AtomicU64; 3],
+}
+
+impl crate::bench::StorageBenchmarks for SeenIo {
+    fn record_size(&self, write: bool, _bytes: u64) {
+        self.sizes[usize::from(write)].fetch_add(1, Ordering::Relaxed);
+    }
+    fn device_io(&self, device: usize, kind: crate::bench::IoKind, _elapsed: std::time::Duration) {
+        assert_eq!(device, 0);
+        self.io[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// While the storage benchmarks are on, the engine reports every record
+/// stored, every record read from the device (not from memory), every
+/// write block written out and every block defragmentation reads; while
+/// off, nothing.
+#[test]
+fn storage_benchmarks_see_each_device_operation_only_while_on() {
+    use crate::bench::IoKind;
+    let dir = temp_dir("bench");
+    let index = FakeIndex::default();
+    let engine = DeviceEngine::open(DeviceConfig {
+        post_write_queue: 0,
+        ..config(&dir, 1)
+    })
+    .unwrap();
+    engine.cold_start(&index.sink(), &|_| {});
+    let seen = Arc::new(SeenIo::default());
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    index.put(&engine, digest(1000), 1, body(1000, 100));
+    engine.flush_tick().unwrap();
+    assert_eq!(load(&seen.sizes[1]), 0);
+    let sink = seen.clone();
+    engine.benchmarks().set(|| sink, true);
+    // ~2 KiB records: 32 to a 64 KiB block; rewritten, their first blocks
+    // fall below the defrag threshold.
+    for round in 1..=2u16 {
+        for seed in 0..100u64 {
+            index.put(&engine, digest(seed), round, body(seed, 2000));
+        }
+        engine.flush_tick().unwrap();
+    }
+    assert_eq!(load(&seen.sizes[1]), 200);
+    assert!(load(&seen.io[IoKind::Write as usize]) >= 6);
+    let address = index.entries.lock()[&digest(1000)].1.device_address();
+    let location = Location::device(address.unwrap());
+    assert_eq!(
+        engine.read(&location).unwrap().as_ref(),
+        &body(1000, 100)[..]
+    );
+    assert_eq!(load(&seen.io[IoKind::Read as usize]), 1);
+    assert_eq!(load(&seen.sizes[0]), 1);
+    while engine.defrag_step(&index).worked {}
+    assert!(load(&seen.io[IoKind::LargeBlockRead as usize]) > 0);
+    engine
+        .benchmarks()
+        .set(|| unreachable!("the sink stays"), false);
+    let before = load(&seen.io[IoKind::Read as usize]);
+    let _ = engine.read(&location).unwrap();
+    index.put(&engine, digest(1001), 1, body(1001, 100));
+    assert_eq!(load(&seen.io[IoKind::Read as usize]), before);
+    assert_eq!(load(&seen.sizes[1]), 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
