@@ -103,21 +103,45 @@ observed=$(info 0 roster:namespace=sc | tr ':' '\n' | sed -n 's/^observed_nodes=
 wait_for "every sc partition available" all_available
 echo "cluster up: roster $observed, work directory $work"
 
-faults=()
+# A node that died without the nemesis killing it is a finding: said, and
+# started again.
+check_alive() {
+    local node
+    for node in 0 1 2; do
+        if ! kill -0 "$(pid_of "$node")" 2>/dev/null; then
+            echo "UNEXPECTED: ${ids[$node]} is not running (see ${ids[$node]}.log)"
+            start "$node"
+        fi
+    done
+}
+
+# Kills nodes with SIGKILL and waits until they are gone.
+kill_nodes() {
+    local node pids=()
+    for node in "$@"; do pids+=("$(pid_of "$node")"); done
+    kill -CONT "${pids[@]}" 2>/dev/null || true
+    kill -9 "${pids[@]}" 2>/dev/null || true
+    for pid in "${pids[@]}"; do
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    done
+}
+
 nemesis() {
     local round=0
     while true; do
         sleep "$FAULT_EVERY"
         round=$((round + 1))
-        local node=$((RANDOM % 3)) other=$(((RANDOM % 2 + 1 + node) % 3))
+        local node other
+        node=$((RANDOM % 3))
+        other=$(((node + 1 + RANDOM % 2) % 3))
+        check_alive
         case $((round % 4)) in
-            1) echo "fault: kill -9 ${ids[$node]}"; kill -9 "$(pid_of "$node")"; sleep 2; start "$node" ;;
-            2) echo "fault: SIGSTOP ${ids[$node]} ${PAUSE}s"; kill -STOP "$(pid_of "$node")"
+            1) echo "fault: kill -9 one (${ids[$node]})"; kill_nodes "$node"; sleep 2; start "$node" ;;
+            2) echo "fault: SIGSTOP one for ${PAUSE}s (${ids[$node]})"; kill -STOP "$(pid_of "$node")"
                sleep "$PAUSE"; kill -CONT "$(pid_of "$node")" ;;
-            3) echo "fault: kill -9 ${ids[$node]} and ${ids[$other]}"
-               kill -9 "$(pid_of "$node")" "$(pid_of "$other")"; sleep 3; start "$node"; start "$other" ;;
-            0) echo "fault: kill -9 all three"; kill -9 "$(pid_of 0)" "$(pid_of 1)" "$(pid_of 2)"
-               sleep 2; for n in 0 1 2; do start "$n"; done ;;
+            3) echo "fault: kill -9 two (${ids[$node]} ${ids[$other]})"; kill_nodes "$node" "$other"
+               sleep 3; start "$node"; start "$other" ;;
+            0) echo "fault: kill -9 all three"; kill_nodes 0 1 2; sleep 2; for n in 0 1 2; do start "$n"; done ;;
         esac
     done
 }
@@ -141,7 +165,8 @@ for workload in $WORKLOADS; do
     wait_for "three nodes in one view" cluster_of_three
     wait_for "every sc partition available" all_available
     grep -v '^progress\|^\[' "$work/verify-$workload.txt" | tail -15
-    echo "faults: $(grep -c '^fault' "$work/nemesis-$workload.txt" || true) ($(grep '^fault' "$work/nemesis-$workload.txt" | cut -d' ' -f2- | sed 's/ A[0-9]//g' | sort | uniq -c | tr -s ' ' | paste -sd, -))"
+    echo "faults: $(grep -c '^fault' "$work/nemesis-$workload.txt" || true) ($(grep '^fault' "$work/nemesis-$workload.txt" | sed 's/^fault: //; s/ (.*//' | sort | uniq -c | tr -s ' ' | paste -sd, -))"
+    grep '^UNEXPECTED' "$work/nemesis-$workload.txt" && status=1
     echo "exit status $code"
     [[ $code == 0 ]] || status=1
 done

@@ -123,6 +123,10 @@ pub struct BenchArgs {
     /// Label stored in the JSON summary.
     #[arg(long = "label", default_value = "")]
     pub label: String,
+    /// Reads of a strong-consistency namespace: session, linearize,
+    /// allow-replica or allow-unavailable (AP namespaces ignore it).
+    #[arg(long = "read-mode", default_value = "session", value_parser = crate::verify_cmd::parse_read_mode)]
+    pub read_mode: citrine_client::ReadModeSc,
     /// Do not print the per-second lines.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
@@ -394,7 +398,10 @@ async fn connect(args: &BenchArgs) -> Result<Client, String> {
 /// What the workers share: the policies, and what the workload needs on
 /// the server (the query's index, the udf's module) made sure of.
 async fn prepare(args: &BenchArgs, plan: &Plan, client: &Client) -> Result<Shared, String> {
-    let mut read_policy = ReadPolicy::default();
+    let mut read_policy = ReadPolicy {
+        read_mode_sc: args.read_mode,
+        ..ReadPolicy::default()
+    };
     read_policy.base.total_timeout = Duration::from_millis(args.timeout_ms);
     read_policy.base.max_retries = args.retries;
     if let Some(spec) = &args.filter_int_ge {
