@@ -23,6 +23,7 @@ pub mod compress;
 pub mod device;
 mod location;
 mod memory;
+pub mod thresholds;
 
 pub use device::DeviceEngine;
 pub use location::{Location, Stored, MEMORY_BODY_SPARE};

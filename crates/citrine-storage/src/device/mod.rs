@@ -75,6 +75,7 @@ pub use persist::SavedEntry;
 pub use scan::{ColdStartReport, Recovered, RecoveredRecord, ScanProgress};
 
 use crate::compress::{Compression, CompressionSetting, CompressionStats};
+use crate::thresholds::Thresholds;
 use crate::{DeviceAddress, Location, StorageEngine, StorageError, StoreMeta, Stored};
 use citrine_types::Digest;
 use format::{BlockHeader, BlockKind, RecordHeader, BLOCK_HEADER_BYTES, RBLOCK, RESERVED_BYTES};
@@ -112,7 +113,9 @@ pub struct DeviceConfig {
     /// or above this percentage of the devices' write blocks (0 = never).
     pub stop_writes_used_pct: u8,
     /// `evict-used-pct`: nsup evicts the records soonest to expire while
-    /// live bytes are above this percentage (0 = never).
+    /// live bytes are above this percentage (0 = never). These three are
+    /// the values at open: [`DeviceEngine::thresholds`] holds the live
+    /// ones (`set-config` changes them).
     pub evict_used_pct: u8,
     pub commit_to_device: bool,
     /// Sealed write blocks kept in memory per device.
@@ -313,6 +316,9 @@ pub struct DeviceEngine {
     failed: AtomicBool,
     /// The current compression of new client writes.
     compression: CompressionSetting,
+    /// Stop-writes and eviction thresholds (from the configuration, then
+    /// as `set-config` changes them; shared with the namespace).
+    thresholds: Arc<Thresholds>,
     /// What the last index checkpoint covered, for [`DeviceEngine::checkpoint_due`].
     checkpoint: Mutex<CheckpointState>,
     pub stats: DeviceStats,
@@ -389,6 +395,11 @@ impl DeviceEngine {
             defrag_cursor: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
             compression: CompressionSetting::new(config.compression),
+            thresholds: Arc::new(Thresholds::new(
+                config.evict_used_pct,
+                config.stop_writes_used_pct,
+                config.stop_writes_avail_pct,
+            )),
             checkpoint: Mutex::new(CheckpointState::default()),
             config,
             stats: DeviceStats::default(),
@@ -701,14 +712,19 @@ impl DeviceEngine {
     /// True when client writes must stop: free blocks below
     /// `stop-writes-avail-pct`, or live bytes at `stop-writes-used-pct`.
     pub fn stop_writes(&self) -> bool {
-        let used_limit = self.config.stop_writes_used_pct;
-        self.available_pct() < self.config.stop_writes_avail_pct
+        let used_limit = self.thresholds.stop_writes_used_pct();
+        self.available_pct() < self.thresholds.stop_writes_avail_pct()
             || (used_limit > 0 && self.used_pct() >= used_limit)
+    }
+
+    /// The stop-writes and eviction thresholds in force.
+    pub fn thresholds(&self) -> &Arc<Thresholds> {
+        &self.thresholds
     }
 
     /// Live bytes above which nsup evicts (`evict-used-pct`), if set.
     pub fn evict_threshold_bytes(&self) -> Option<u64> {
-        let pct = u64::from(self.config.evict_used_pct);
+        let pct = u64::from(self.thresholds.evict_used_pct());
         (pct > 0).then(|| self.total_bytes() / 100 * pct)
     }
 
@@ -1307,7 +1323,7 @@ impl DeviceEngine {
             return std::time::Duration::from_millis(20);
         }
         let available = u64::from(self.available_pct());
-        let floor = u64::from(self.config.stop_writes_avail_pct).max(1);
+        let floor = u64::from(self.thresholds.stop_writes_avail_pct()).max(1);
         let micros = if available <= floor * 2 {
             0
         } else if available < 50 {
