@@ -1212,6 +1212,9 @@ fn set_config(
 ) -> String {
     match command.param("context") {
         Some("service") => {}
+        Some("namespace") if crate::eviction_info::sets(command) => {
+            return crate::eviction_info::set_config(layers, command)
+        }
         Some("namespace") if crate::benchmarks::names_benchmarks(command) => {
             return crate::benchmarks::set_config(layers, command)
         }

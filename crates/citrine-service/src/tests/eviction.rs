@@ -111,3 +111,195 @@ fn a_device_pass_evicts_at_most_evict_tenths_pct_of_the_records() {
     assert!(unbounded > 100, "an unbounded pass evicted {unbounded}");
     assert!(found(&service, "k1499"));
 }
+
+/// The namespace's thresholds as `get-config` shows them.
+fn shown(service: &Service) -> Vec<(String, String)> {
+    let answer = info(service, &["get-config:context=namespace;id=test"]);
+    answer[0]
+        .1
+        .split(';')
+        .filter(|pair| pair.contains("evict-") || pair.contains("stop-writes-"))
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// `set-config` of the thresholds answers as the reference (Aerospike CE
+/// 8.1.2, asked the same commands side by side): the value stored, the
+/// errors, one value per command (the first in the reference's order).
+#[test]
+fn set_config_of_thresholds_answers_as_the_reference() {
+    let (service, _) = service_with(memory_namespace(2 << 20));
+    let ask = |params: &str| {
+        let command = format!("set-config:context=namespace;{params}");
+        info(&service, &[&command])[0].1.clone()
+    };
+    let get = |name: &str| {
+        let shown = shown(&service);
+        let found = shown
+            .iter()
+            .find(|(key, _)| key == name || key.strip_prefix("storage-engine.") == Some(name));
+        found.map(|(_, value)| value.clone()).unwrap_or_default()
+    };
+    let invalid = "ERROR:4:invalid set-config parameter";
+    let cases: [(&str, &str, &str, &str); 18] = [
+        (
+            "id=test;evict-tenths-pct=10",
+            "ok",
+            "evict-tenths-pct",
+            "10",
+        ),
+        (
+            "id=test;evict-tenths-pct=-1",
+            "ok",
+            "evict-tenths-pct",
+            "4294967295",
+        ),
+        (
+            "id=test;evict-tenths-pct=12abc",
+            "ok",
+            "evict-tenths-pct",
+            "12",
+        ),
+        ("id=test;evict-used-pct=33", "ok", "evict-used-pct", "33"),
+        (
+            "id=test;evict-used-pct=101",
+            invalid,
+            "evict-used-pct",
+            "33",
+        ),
+        ("id=test;evict-used-pct=+5", invalid, "evict-used-pct", "33"),
+        ("id=test;evict-used-pct=", "ok", "evict-used-pct", "0"),
+        (
+            "id=test;stop-writes-used-pct=100",
+            "ok",
+            "stop-writes-used-pct",
+            "100",
+        ),
+        (
+            "id=test;stop-writes-used-pct= 7",
+            invalid,
+            "stop-writes-used-pct",
+            "100",
+        ),
+        (
+            "id=test;stop-writes-avail-pct=41",
+            "ok",
+            "stop-writes-avail-pct",
+            "41",
+        ),
+        (
+            "id=test;stop-writes-avail-pct=101",
+            invalid,
+            "stop-writes-avail-pct",
+            "41",
+        ),
+        (
+            "id=test;evict-hist-buckets=50",
+            invalid,
+            "evict-hist-buckets",
+            "10000",
+        ),
+        (
+            "id=test;evict-hist-buckets=100",
+            "ok",
+            "evict-hist-buckets",
+            "100",
+        ),
+        (
+            "id=test;evict-hist-buckets=",
+            invalid,
+            "evict-hist-buckets",
+            "100",
+        ),
+        // One value a command: evict-used-pct comes first, the rest is not
+        // looked at (not even checked).
+        (
+            "id=test;stop-writes-used-pct=56;evict-used-pct=12",
+            "ok",
+            "stop-writes-used-pct",
+            "100",
+        ),
+        (
+            "id=test;stop-writes-used-pct=35;stop-writes-avail-pct=135",
+            invalid,
+            "stop-writes-used-pct",
+            "100",
+        ),
+        (
+            "id=test;bogus=1;evict-used-pct=13",
+            "ok",
+            "evict-used-pct",
+            "13",
+        ),
+        (
+            "namespace=test;evict-tenths-pct=6",
+            "ok",
+            "evict-tenths-pct",
+            "6",
+        ),
+    ];
+    for (params, answer, name, stored) in cases {
+        assert_eq!(ask(params), answer, "{params}");
+        assert_eq!(get(name), stored, "{params}: {name}");
+    }
+    assert_eq!(ask("evict-used-pct=5"), "ERROR:20:missing 'namespace'");
+    assert_eq!(
+        ask("id=;evict-used-pct=5"),
+        "ERROR:20:missing 'namespace' value"
+    );
+    assert_eq!(
+        ask("id=nope;evict-tenths-pct=5"),
+        "ERROR:20:namespace not found on node"
+    );
+}
+
+/// Thresholds set at run time act at once: stop-writes on a memory and
+/// on a device namespace, eviction by evict-used-pct.
+#[test]
+fn thresholds_set_at_run_time_act() {
+    let (service, clock) = service_with(memory_namespace(2 << 20));
+    fill(&service, 500, 600, |index| 1000 + index);
+    let set = |params: &str| {
+        let command = format!("set-config:context=namespace;id=test;{params}");
+        assert_eq!(info(&service, &[&command])[0].1, "ok", "{params}");
+    };
+    let write = |key: &str| {
+        send(&service, &put(key, Ops::new().int(op_type::WRITE, "a", 1)))
+            .header
+            .result_code
+    };
+    set("stop-writes-used-pct=1");
+    assert_eq!(write("refused"), ResultCode::OutOfSpace.code());
+    set("stop-writes-used-pct=90");
+    assert_eq!(write("accepted"), 0);
+    set("stop-writes-avail-pct=100");
+    assert_eq!(write("refused"), ResultCode::OutOfSpace.code());
+    set("stop-writes-avail-pct=0");
+    let namespace = service.namespace(b"test").unwrap();
+    clock.advance_ms(1);
+    assert_eq!(nsup::run_pass(namespace, service.now()).evicted, 0);
+    set("evict-used-pct=1");
+    set("evict-tenths-pct=1000");
+    assert!(nsup::run_pass(namespace, service.now()).evicted > 0);
+
+    let disk = SimDisk::new((1 << 20) + 32 * (64 << 10), 7);
+    let engine = DeviceConfig {
+        write_block_size: 64 << 10,
+        media: Media::Simulated(vec![disk]),
+        ..DeviceConfig::new("test", vec!["sim0".into()], 0)
+    };
+    let (service, _) = service_with(NamespaceConfig {
+        storage_engine: StorageEngineConfig::Device {
+            engine,
+            flush_max_ms: 1000,
+            index_image: None,
+        },
+        ..NamespaceConfig::in_memory("test")
+    });
+    fill(&service, 100, 600, |_| 0);
+    let command = "set-config:context=namespace;id=test;stop-writes-used-pct=1";
+    assert_eq!(info(&service, &[command])[0].1, "ok");
+    let refused = send(&service, &put("x", Ops::new().int(op_type::WRITE, "a", 1)));
+    assert_eq!(refused.header.result_code, ResultCode::OutOfSpace.code());
+}
