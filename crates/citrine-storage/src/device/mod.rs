@@ -316,6 +316,9 @@ pub struct DeviceEngine {
     failed: AtomicBool,
     /// The current compression of new client writes.
     compression: CompressionSetting,
+    /// Bytes of write blocks over all devices (fixed at open: every
+    /// write's stop-writes check reads it).
+    total_bytes: u64,
     /// Stop-writes and eviction thresholds (from the configuration, then
     /// as `set-config` changes them; shared with the namespace).
     thresholds: Arc<Thresholds>,
@@ -386,8 +389,13 @@ impl DeviceEngine {
             devices.push(Self::device(&config, index, fresh, io, path, device_bytes)?);
         }
         let metadata = Self::read_metadata(&devices[0].io);
+        let total_bytes = devices
+            .iter()
+            .map(|device| u64::from(device.block_count) * u64::from(config.write_block_size))
+            .sum();
         Ok(DeviceEngine {
             instance_id,
+            total_bytes,
             devices,
             sequence: AtomicU64::new(1),
             used_bytes: AtomicU64::new(0),
@@ -730,10 +738,7 @@ impl DeviceEngine {
 
     /// Total bytes of write blocks over all devices.
     pub fn total_bytes(&self) -> u64 {
-        self.devices
-            .iter()
-            .map(|device| u64::from(device.block_count) * self.wblock() as u64)
-            .sum()
+        self.total_bytes
     }
 
     /// Number of tombstones held.
