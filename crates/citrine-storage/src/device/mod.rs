@@ -96,6 +96,9 @@ pub const WRITE_BLOCK_MAX: usize = 128 << 20;
 /// write blocks the default queue is shortened to fit it.
 pub const POST_WRITE_QUEUE_DEFAULT_BYTES: u64 = 256 << 20;
 
+/// Default [`DeviceConfig::shadow_queue_bytes`].
+pub const SHADOW_QUEUE_DEFAULT_BYTES: u64 = 64 << 20;
+
 /// Settings of a device namespace, already validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceConfig {
@@ -134,6 +137,11 @@ pub struct DeviceConfig {
     /// for none, else one entry per path. Simulated media take a shadow's
     /// disk at index `paths.len() + i`.
     pub shadows: Vec<Option<PathBuf>>,
+    /// Most bytes of writes waiting for each asynchronous shadow (a write
+    /// that does not fit waits); 0: shadows are written synchronously,
+    /// before a write counts. Default 64 MiB (the reference's
+    /// `max-write-cache`).
+    pub shadow_queue_bytes: u64,
 }
 
 impl DeviceConfig {
@@ -155,6 +163,7 @@ impl DeviceConfig {
             compression: Compression::default(),
             checkpoint_period_s: 60,
             shadows: Vec::new(),
+            shadow_queue_bytes: SHADOW_QUEUE_DEFAULT_BYTES,
         }
     }
 }
@@ -456,7 +465,8 @@ impl DeviceEngine {
             .or(shadow_header.as_ref())
             .map_or(0, |h| h.device_bytes);
         let formatted = (header.is_some(), shadow_header.is_some());
-        let (pair, leveled) = io::shadow::pair(primary, shadow, formatted, used)
+        let queue_bytes = usize::try_from(config.shadow_queue_bytes).unwrap_or(usize::MAX);
+        let (pair, leveled) = io::shadow::pair(primary, shadow, formatted, used, queue_bytes)
             .map_err(|error| format!("shadow {}: {error}", path.display()))?;
         match leveled {
             io::Leveled::FromShadow => {
