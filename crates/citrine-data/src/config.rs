@@ -5,6 +5,9 @@ pub use citrine_storage::compress::{Algorithm as CompressionAlgorithm, Compressi
 pub use citrine_storage::device::{
     DeviceConfig, IoMode, POST_WRITE_QUEUE_DEFAULT_BYTES, WRITE_BLOCK_MAX,
 };
+pub use citrine_storage::thresholds::{
+    Thresholds, EVICT_HIST_BUCKETS_DEFAULT, EVICT_HIST_BUCKETS_RANGE, EVICT_TENTHS_PCT_DEFAULT,
+};
 
 /// Most devices one namespace may stripe over.
 pub const DEVICES_MAX: usize = citrine_storage::DeviceAddress::MAX_DEVICES;
@@ -89,6 +92,12 @@ pub struct NamespaceConfig {
     /// Seconds a deleted record's tombstone is kept (older ones are purged
     /// by nsup passes).
     pub tomb_raider_eligible_age: u32,
+    /// `evict-tenths-pct`: one eviction pass removes at most this many
+    /// tenths of a percent of the records (default 5: 0.5 %).
+    pub evict_tenths_pct: u32,
+    /// `evict-hist-buckets`: buckets of an eviction pass's void-time
+    /// histogram (100 to 10 000 000, default 10 000).
+    pub evict_hist_buckets: u32,
     pub storage_engine: StorageEngineConfig,
     /// Strong consistency (`strong-consistency` and its options).
     pub sc: ScConfig,
@@ -166,6 +175,8 @@ impl NamespaceConfig {
             max_record_size: 1024 * 1024,
             conflict_resolution_policy: ConflictResolutionPolicy::Generation,
             tomb_raider_eligible_age: TOMB_RAIDER_ELIGIBLE_AGE_DEFAULT,
+            evict_tenths_pct: EVICT_TENTHS_PCT_DEFAULT,
+            evict_hist_buckets: EVICT_HIST_BUCKETS_DEFAULT,
             storage_engine: StorageEngineConfig::Memory {
                 data_size: 1 << 30,
                 evict_used_pct: 0,

@@ -20,6 +20,7 @@ use crate::config::{ConflictResolutionPolicy, NamespaceConfig, StorageEngineConf
 use crate::hook::{InstallUpkeep, RecordHook};
 use citrine_index::PartitionTable;
 use citrine_index::{IndexEntry, RecordMeta};
+use citrine_storage::thresholds::Thresholds;
 use citrine_storage::{MemoryEngine, StorageEngine};
 use citrine_types::stripes::{Counter, Gauge, Padded};
 use citrine_types::{Digest, PartitionId};
@@ -29,6 +30,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
+
+/// A memory namespace's `stop-writes-avail-pct` at start (the
+/// reference's default): writes stop while less than this share of its
+/// budget is unused, whatever `stop-writes-used-pct` says.
+pub const MEMORY_STOP_WRITES_AVAIL_PCT: u8 = 5;
 
 /// Largest number of sets in a namespace, the reference's (4095; set ids
 /// are u16, 0 = no set).
@@ -367,6 +373,9 @@ pub struct Namespace {
     pub config: NamespaceConfig,
     pub index: PartitionTable,
     pub storage: Box<dyn StorageEngine>,
+    /// Stop-writes and eviction thresholds in force (a device engine's
+    /// own, shared): `set-config` changes them at run time.
+    pub thresholds: Arc<Thresholds>,
     pub sets: SetRegistry,
     pub stats: NamespaceStats,
     /// Transactions' provisional versions and monitors ([`crate::txn`]).
@@ -400,12 +409,14 @@ impl Namespace {
                     .map_err(|error| format!("namespace {}: {error}", config.name))?,
             ),
         };
+        let thresholds = Self::thresholds_of(&config, storage.as_ref())?;
         let txn =
             crate::txn::TxnTables::new(config.mrt.duration_seconds, config.mrt.writes_disabled);
         let namespace = Namespace {
             config,
             index: PartitionTable::new(),
             storage,
+            thresholds,
             sets: SetRegistry::default(),
             stats: NamespaceStats::default(),
             txn,
@@ -416,6 +427,46 @@ impl Namespace {
         };
         crate::device::recover(&namespace, namespace.clock.as_ref())?;
         Ok(namespace)
+    }
+
+    /// The thresholds at open: a device engine's (built from its
+    /// configuration), or a memory namespace's own; eviction's pace from
+    /// the namespace's configuration.
+    fn thresholds_of(
+        config: &NamespaceConfig,
+        storage: &dyn StorageEngine,
+    ) -> Result<Arc<Thresholds>, String> {
+        let thresholds = match (&config.storage_engine, storage.device()) {
+            (_, Some(device)) => device.thresholds().clone(),
+            (
+                StorageEngineConfig::Memory {
+                    evict_used_pct,
+                    stop_writes_used_pct,
+                    ..
+                },
+                None,
+            ) => Arc::new(Thresholds::new(
+                *evict_used_pct,
+                *stop_writes_used_pct,
+                MEMORY_STOP_WRITES_AVAIL_PCT,
+            )),
+            (StorageEngineConfig::Device { .. }, None) => {
+                return Err(format!(
+                    "namespace {}: internal: a device namespace without its device engine",
+                    config.name
+                ))
+            }
+        };
+        thresholds.set_evict_tenths_pct(config.evict_tenths_pct);
+        thresholds
+            .set_evict_hist_buckets(config.evict_hist_buckets)
+            .ok_or_else(|| {
+                format!(
+                    "namespace {}: evict-hist-buckets = {} is impossible",
+                    config.name, config.evict_hist_buckets
+                )
+            })?;
+        Ok(thresholds)
     }
 
     /// The time a change decided under its partition's write lock runs
@@ -554,13 +605,12 @@ impl Namespace {
     /// of the budget of its threshold.
     pub fn stop_writes(&self) -> bool {
         match self.config.storage_engine {
-            StorageEngineConfig::Memory {
-                stop_writes_used_pct,
-                ..
-            } => {
-                stop_writes_used_pct > 0
-                    && self.pct_of_budget(self.used_bytes_approx())
-                        >= u64::from(stop_writes_used_pct)
+            StorageEngineConfig::Memory { .. } => {
+                let used_pct = self.pct_of_budget(self.used_bytes_approx());
+                let stop_used = u64::from(self.thresholds.stop_writes_used_pct());
+                let stop_avail = u64::from(self.thresholds.stop_writes_avail_pct());
+                (stop_used > 0 && used_pct >= stop_used)
+                    || 100u64.saturating_sub(used_pct) < stop_avail
             }
             // Free write blocks below stop-writes-avail-pct (writes resume
             // by themselves once defragmentation frees blocks again), or
@@ -575,8 +625,9 @@ impl Namespace {
     /// The eviction threshold in bytes, if eviction is enabled.
     pub fn evict_threshold_bytes(&self) -> Option<u64> {
         match self.config.storage_engine {
-            StorageEngineConfig::Memory { evict_used_pct, .. } => {
-                (evict_used_pct > 0).then(|| self.data_size() / 100 * u64::from(evict_used_pct))
+            StorageEngineConfig::Memory { .. } => {
+                let evict_used_pct = u64::from(self.thresholds.evict_used_pct());
+                (evict_used_pct > 0).then(|| self.data_size() / 100 * evict_used_pct)
             }
             // Live bytes over evict-used-pct of the write blocks.
             StorageEngineConfig::Device { .. } => self

@@ -1,7 +1,9 @@
 //! Namespace supervisor (nsup): the background pass that removes expired
 //! records and, when a namespace's use (memory, or a device's live bytes)
 //! passes evict-used-pct, evicts the records closest to expiring (found by
-//! a void-time histogram of fixed size, not by sorting the records); also the removal of truncated records,
+//! a void-time histogram of `evict-hist-buckets` buckets, not by sorting
+//! the records), at most `evict-tenths-pct` tenths of a percent of the
+//! records a pass, whole buckets only; also the removal of truncated records,
 //! and the purge of the index's tombstones older than
 //! `tomb-raider-eligible-age` (the replicated deletes' markers, see
 //! `citrine_index`). An evicted record goes only once its tombstone is
@@ -60,14 +62,11 @@ pub fn run_pass(namespace: &Namespace, now: Now) -> PassReport {
     report
 }
 
-/// Buckets of the void-time histogram an eviction pass builds (the
-/// reference's default `evict-hist-buckets`): its memory, whatever the
-/// number of records.
-const EVICT_HIST_BUCKETS: usize = 10_000;
-
 /// Evicts the records soonest to expire until the namespace's use (memory,
-/// or a device's live bytes) is back under `evict-used-pct`. Records that
-/// never expire are never evicted.
+/// or a device's live bytes) is back under `evict-used-pct`, but at most
+/// `evict-tenths-pct` tenths of a percent of its records in one pass (the
+/// next passes go on while it stays over). Records that never expire are
+/// never evicted.
 fn evict(namespace: &Namespace, now: Now) -> u64 {
     let Some(threshold) = namespace.evict_threshold_bytes() else {
         return 0;
@@ -78,9 +77,13 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
     }
     // Free down to 1% of the budget below the threshold, so that eviction
     // does not run on every pass by a hair.
-    let target_free = used - threshold + namespace.data_size() / 100;
-    let Some(cutoff) = eviction_cutoff(namespace, now, target_free) else {
-        tracing::warn!(namespace = %namespace.config.name, "over evict-used-pct but no record has a TTL: nothing can be evicted");
+    let target = EvictTarget {
+        bytes: used - threshold + namespace.data_size() / 100,
+        max_objects: namespace
+            .thresholds
+            .evict_max_objects(namespace.stats.objects.exact().max(0) as u64),
+    };
+    let Some(cutoff) = eviction_cutoff(namespace, now, target) else {
         return 0;
     };
     let evicted = evict_through(namespace, cutoff, now);
@@ -92,16 +95,65 @@ fn evict(namespace: &Namespace, now: Now) -> u64 {
         .stats
         .evict_void_time
         .store(u64::from(cutoff), Ordering::Relaxed);
-    tracing::info!(namespace = %namespace.config.name, evicted, cutoff, at = now.citrusleaf_seconds, used, threshold, "evicted records");
+    tracing::info!(namespace = %namespace.config.name, evicted, cutoff, at = now.citrusleaf_seconds, used, threshold, max_objects = target.max_objects, "evicted records");
     evicted
 }
 
-/// The void time through which records must go to free `target_free`
-/// bytes (`None`: no record has one). Two scans under read locks: the
-/// latest void time, then the bytes per bucket of a fixed histogram from
-/// now to it; the cutoff is the end of the bucket where the running sum
-/// reaches the target, so a pass may free up to one bucket more.
-fn eviction_cutoff(namespace: &Namespace, now: Now, target_free: u64) -> Option<u32> {
+/// What one eviction pass aims at: the bytes to free, and the most
+/// records it may remove (`evict-tenths-pct`).
+#[derive(Debug, Clone, Copy)]
+struct EvictTarget {
+    bytes: u64,
+    max_objects: u64,
+}
+
+/// Records and evictable bytes of one bucket of the void-time histogram.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    objects: u64,
+    bytes: u64,
+}
+
+/// The void time through which records must go to free `target.bytes`
+/// with at most `target.max_objects` records (`None`: no record has a
+/// void time, or the first bucket alone holds more records than allowed,
+/// as the reference, which never evicts part of a bucket). Two scans under
+/// read locks: the latest void time, then a histogram of
+/// `evict-hist-buckets` buckets from now to it; the cutoff is the end of
+/// the last whole bucket taken, so a pass may free up to one bucket more
+/// than the bytes asked.
+fn eviction_cutoff(namespace: &Namespace, now: Now, target: EvictTarget) -> Option<u32> {
+    let Some(latest) = latest_void_time(namespace) else {
+        tracing::warn!(namespace = %namespace.config.name, "over evict-used-pct but no record has a TTL: nothing can be evicted");
+        return None;
+    };
+    let first = now.citrusleaf_seconds.min(latest);
+    let buckets = namespace.thresholds.evict_hist_buckets().max(1) as usize;
+    let width = (latest - first) / buckets as u32 + 1;
+    let histogram = void_time_histogram(namespace, first, width, buckets);
+    let (mut freed, mut taken) = (0u64, 0u64);
+    let mut end = None;
+    for (index, bucket) in histogram.iter().enumerate() {
+        if taken + bucket.objects > target.max_objects {
+            break;
+        }
+        taken += bucket.objects;
+        freed += bucket.bytes;
+        end = Some(first.saturating_add((index as u32 + 1).saturating_mul(width) - 1));
+        if freed >= target.bytes {
+            break;
+        }
+    }
+    if taken == 0 {
+        let first_bucket = histogram.iter().find(|bucket| bucket.objects > 0);
+        tracing::warn!(namespace = %namespace.config.name, width, count = first_bucket.map_or(0, |bucket| bucket.objects), max_objects = target.max_objects, "no records below the eviction void time: the first bucket holds more records than evict-tenths-pct allows a pass");
+        return None;
+    }
+    end.map(|end| end.min(latest))
+}
+
+/// The latest void time of the namespace's records (`None`: none expires).
+fn latest_void_time(namespace: &Namespace) -> Option<u32> {
     let mut latest = None;
     for partition_id in PartitionId::all() {
         let partition = namespace.index.partition(partition_id).read();
@@ -112,31 +164,31 @@ fn eviction_cutoff(namespace: &Namespace, now: Now, target_free: u64) -> Option<
             }
         }
     }
-    let latest = latest?;
-    let first = now.citrusleaf_seconds.min(latest);
-    let width = (latest - first) / EVICT_HIST_BUCKETS as u32 + 1;
-    let mut histogram = vec![0u64; EVICT_HIST_BUCKETS];
+    latest
+}
+
+/// Records and evictable bytes by void time: `buckets` buckets of `width`
+/// seconds from `first` (later ones in the last).
+fn void_time_histogram(
+    namespace: &Namespace,
+    first: u32,
+    width: u32,
+    buckets: usize,
+) -> Vec<Bucket> {
+    let mut histogram = vec![Bucket::default(); buckets];
     for partition_id in PartitionId::all() {
         let partition = namespace.index.partition(partition_id).read();
         for (_, entry) in partition.iter() {
             let void_time = entry.meta().void_time;
             if void_time != 0 {
-                let bucket = (void_time.saturating_sub(first) / width) as usize;
-                histogram[bucket.min(EVICT_HIST_BUCKETS - 1)] +=
-                    namespace.evictable_bytes(entry.location.size() as u64);
+                let index = (void_time.saturating_sub(first) / width) as usize;
+                let bucket = &mut histogram[index.min(buckets - 1)];
+                bucket.objects += 1;
+                bucket.bytes += namespace.evictable_bytes(entry.location.size() as u64);
             }
         }
     }
-    let mut freed = 0u64;
-    let mut end = latest;
-    for (bucket, bytes) in histogram.iter().enumerate() {
-        freed += bytes;
-        end = first.saturating_add((bucket as u32 + 1).saturating_mul(width) - 1);
-        if freed >= target_free {
-            break;
-        }
-    }
-    Some(end.min(latest))
+    histogram
 }
 
 /// Evicts every record with a void time at or before `cutoff`, each once

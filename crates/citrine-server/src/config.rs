@@ -3,7 +3,7 @@
 //!
 //! Option names follow Aerospike's where they exist (`cluster-name`,
 //! `replication-factor`, `default-ttl`, `nsup-period`, `max-record-size`,
-//! `conflict-resolution-policy`, `tomb-raider-eligible-age`, `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`, `stop-writes-avail-pct`,
+//! `conflict-resolution-policy`, `tomb-raider-eligible-age`, `evict-tenths-pct`, `evict-hist-buckets`, `storage-engine`, `data-size`, `evict-used-pct`, `stop-writes-used-pct`, `stop-writes-avail-pct`,
 //! `strong-consistency`, `strong-consistency-allow-expunge`, `auto-revive`, `active-rack`).
 //! An unknown option, a wrong type or an impossible value stops the start
 //! with a message naming the option and where it was given (file and line,
@@ -218,6 +218,12 @@ pub struct NamespaceSection {
     pub conflict_resolution_policy: Option<String>,
     /// How long deleted records' tombstones are kept (default 1 day).
     pub tomb_raider_eligible_age: Option<Duration>,
+    /// Most records one eviction pass removes, in tenths of a percent
+    /// (default 5).
+    pub evict_tenths_pct: Option<u32>,
+    /// Buckets of an eviction pass's void-time histogram (100 to
+    /// 10 000 000, default 10 000).
+    pub evict_hist_buckets: Option<u32>,
     pub storage_engine: Option<StorageEngineSection>,
     /// Strong consistency (issue 39): the namespace is kept safe — every
     /// read and write answers 11 until its data paths exist.
@@ -507,6 +513,8 @@ pub fn embedded_default() -> FileConfig {
         max_record_size: None,
         conflict_resolution_policy: None,
         tomb_raider_eligible_age: None,
+        evict_tenths_pct: None,
+        evict_hist_buckets: None,
         storage_engine: None,
         strong_consistency: None,
         strong_consistency_allow_expunge: None,
@@ -1303,7 +1311,8 @@ fn resolve_expiry(
 }
 
 /// `max-record-size` (1 KiB to 128 MiB), `tomb-raider-eligible-age` (1 s
-/// to ten years) and `conflict-resolution-policy`.
+/// to ten years), `conflict-resolution-policy` and eviction's pace
+/// (`evict-tenths-pct`, `evict-hist-buckets`).
 fn resolve_record_limits(
     section: &NamespaceSection,
     config: &mut NamespaceConfig,
@@ -1325,6 +1334,7 @@ fn resolve_record_limits(
         }
         config.tomb_raider_eligible_age = seconds as u32;
     }
+    resolve_eviction_pace(section, config, place)?;
     if let Some(name) = &section.conflict_resolution_policy {
         config.conflict_resolution_policy =
             ConflictResolutionPolicy::from_name(name).ok_or_else(|| {
@@ -1395,6 +1405,28 @@ fn resolve_mrt(section: &NamespaceSection, place: &str) -> Result<MrtConfig, Con
         mrt.writes_disabled = disabled;
     }
     Ok(mrt)
+}
+
+/// `evict-tenths-pct` (any count) and `evict-hist-buckets` (100 to
+/// 10 000 000, as the reference).
+fn resolve_eviction_pace(
+    section: &NamespaceSection,
+    config: &mut NamespaceConfig,
+    place: &str,
+) -> Result<(), ConfigError> {
+    if let Some(tenths) = section.evict_tenths_pct {
+        config.evict_tenths_pct = tenths;
+    }
+    if let Some(buckets) = section.evict_hist_buckets {
+        let range = citrine_service::config::EVICT_HIST_BUCKETS_RANGE;
+        if !range.contains(&buckets) {
+            return Err(ConfigError(format!(
+                "{place}: evict-hist-buckets = {buckets} is impossible (100 to 10000000)"
+            )));
+        }
+        config.evict_hist_buckets = buckets;
+    }
+    Ok(())
 }
 
 /// `evict-used-pct` and `stop-writes-used-pct` (memory and device
@@ -2381,6 +2413,22 @@ mod tests {
                 error.0
             );
         }
+    }
+
+    #[test]
+    fn eviction_pace() {
+        let config = resolve_text("[[namespace]]\nname = \"a\"\n").expect("default");
+        assert_eq!(config.service.namespaces[0].evict_tenths_pct, 5);
+        assert_eq!(config.service.namespaces[0].evict_hist_buckets, 10_000);
+        let config = resolve_text(
+            "[[namespace]]\nname = \"a\"\nevict-tenths-pct = 20\nevict-hist-buckets = 100\n",
+        )
+        .expect("set");
+        assert_eq!(config.service.namespaces[0].evict_tenths_pct, 20);
+        assert_eq!(config.service.namespaces[0].evict_hist_buckets, 100);
+        let error = resolve_text("[[namespace]]\nname = \"a\"\nevict-hist-buckets = 99\n")
+            .expect_err("too few buckets");
+        assert!(error.0.contains("evict-hist-buckets = 99"), "{}", error.0);
     }
 
     #[test]

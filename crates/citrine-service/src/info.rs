@@ -591,21 +591,9 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
     ];
     pairs.extend(citrine_data::txn::config_pairs(namespace));
     match config.storage_engine {
-        StorageEngineConfig::Memory {
-            data_size,
-            evict_used_pct,
-            stop_writes_used_pct,
-        } => {
+        StorageEngineConfig::Memory { data_size, .. } => {
             pairs.push(("storage-engine".to_owned(), "memory".to_owned()));
             pairs.push(("storage-engine.data-size".to_owned(), data_size.to_string()));
-            pairs.push((
-                "storage-engine.evict-used-pct".to_owned(),
-                evict_used_pct.to_string(),
-            ));
-            pairs.push((
-                "storage-engine.stop-writes-used-pct".to_owned(),
-                stop_writes_used_pct.to_string(),
-            ));
         }
         StorageEngineConfig::Device {
             ref engine,
@@ -636,18 +624,6 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
                 engine.defrag_lwm_pct.to_string(),
             ));
             pairs.push((
-                "storage-engine.evict-used-pct".to_owned(),
-                engine.evict_used_pct.to_string(),
-            ));
-            pairs.push((
-                "storage-engine.stop-writes-avail-pct".to_owned(),
-                engine.stop_writes_avail_pct.to_string(),
-            ));
-            pairs.push((
-                "storage-engine.stop-writes-used-pct".to_owned(),
-                engine.stop_writes_used_pct.to_string(),
-            ));
-            pairs.push((
                 "storage-engine.commit-to-device".to_owned(),
                 engine.commit_to_device.to_string(),
             ));
@@ -674,6 +650,7 @@ fn namespace_config_pairs(namespace: &Namespace, rack_id: u32) -> Vec<(String, S
         "storage-engine.enable-benchmarks-storage".to_owned(),
         namespace.storage.benchmarks().is_on().to_string(),
     ));
+    pairs.extend(crate::eviction_info::config_pairs(namespace));
     pairs
 }
 
@@ -1263,6 +1240,9 @@ fn set_config(
 ) -> String {
     match command.param("context") {
         Some("service") => {}
+        Some("namespace") if crate::eviction_info::sets(command) => {
+            return crate::eviction_info::set_config(layers, command)
+        }
         Some("namespace") if crate::benchmarks::names_benchmarks(command) => {
             return crate::benchmarks::set_config(layers, command)
         }

@@ -63,6 +63,7 @@ pub mod benchmarks;
 pub mod client_limits;
 mod compression_info;
 pub mod config;
+mod eviction_info;
 pub mod info;
 pub mod job;
 pub mod latency;

@@ -1100,6 +1100,8 @@ fn stop_writes_and_eviction() {
         evict_used_pct: 50,
         stop_writes_used_pct: 80,
     };
+    // Every record may go in one pass (the default allows 0.5 % a pass).
+    config.evict_tenths_pct = 1000;
     let (service, clock) = service_with(config);
     let value = vec![7u8; 10_000];
     let mut stopped_at = None;
@@ -2414,3 +2416,6 @@ pub(crate) mod sc;
 
 /// A client's transaction through the service.
 mod txn;
+
+/// Eviction's pace (`evict-tenths-pct`) and run-time thresholds.
+mod eviction;

@@ -6,7 +6,8 @@
 //!
 //! Environment: CITRINE_BENCH_COMMIT (commit-to-device), CITRINE_BENCH_WRITERS
 //! (writer threads), CITRINE_BENCH_SHADOW=DIR (each device shadowed by a
-//! file in DIR).
+//! file in DIR), CITRINE_BENCH_SHADOW_SYNC (the shadows written before a
+//! write counts instead of from their queues).
 
 #![allow(clippy::unwrap_used)]
 
@@ -57,6 +58,10 @@ fn main() {
         io_mode: mode,
         post_write_queue: 0,
         shadows: shadows.clone(),
+        shadow_queue_bytes: match std::env::var_os("CITRINE_BENCH_SHADOW_SYNC") {
+            Some(_) => 0,
+            None => citrine_storage::device::SHADOW_QUEUE_DEFAULT_BYTES,
+        },
         ..DeviceConfig::new("bench", paths.clone(), per_device)
     };
 

@@ -12,8 +12,9 @@
 //!
 //! This crate does device I/O (the device engine's devices, only through
 //! `device::io::BlockIo`: files and raw devices, or the simulated disk of
-//! the tests and the simulator) but owns no sockets and no long-lived
-//! threads: the server drives the device engine's
+//! the tests and the simulator) but owns no sockets, and no long-lived
+//! threads but one per asynchronous shadow device (its writer, ended when
+//! the engine is dropped): the server drives the device engine's
 //! background work (flushing, defragmentation) from its own threads. The
 //! cold-start scan uses scoped threads, one per device, and returns.
 
@@ -24,6 +25,7 @@ pub mod compress;
 pub mod device;
 mod location;
 mod memory;
+pub mod thresholds;
 
 pub use device::DeviceEngine;
 pub use location::{Location, Stored, MEMORY_BODY_SPARE};

@@ -75,6 +75,7 @@ pub use persist::SavedEntry;
 pub use scan::{ColdStartReport, Recovered, RecoveredRecord, ScanProgress};
 
 use crate::compress::{Compression, CompressionSetting, CompressionStats};
+use crate::thresholds::Thresholds;
 use crate::{DeviceAddress, Location, StorageEngine, StorageError, StoreMeta, Stored};
 use citrine_types::Digest;
 use format::{BlockHeader, BlockKind, RecordHeader, BLOCK_HEADER_BYTES, RBLOCK, RESERVED_BYTES};
@@ -95,6 +96,9 @@ pub const WRITE_BLOCK_MAX: usize = 128 << 20;
 /// write blocks the default queue is shortened to fit it.
 pub const POST_WRITE_QUEUE_DEFAULT_BYTES: u64 = 256 << 20;
 
+/// Default [`DeviceConfig::shadow_queue_bytes`].
+pub const SHADOW_QUEUE_DEFAULT_BYTES: u64 = 64 << 20;
+
 /// Settings of a device namespace, already validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceConfig {
@@ -112,7 +116,9 @@ pub struct DeviceConfig {
     /// or above this percentage of the devices' write blocks (0 = never).
     pub stop_writes_used_pct: u8,
     /// `evict-used-pct`: nsup evicts the records soonest to expire while
-    /// live bytes are above this percentage (0 = never).
+    /// live bytes are above this percentage (0 = never). These three are
+    /// the values at open: [`DeviceEngine::thresholds`] holds the live
+    /// ones (`set-config` changes them).
     pub evict_used_pct: u8,
     pub commit_to_device: bool,
     /// Sealed write blocks kept in memory per device.
@@ -131,6 +137,11 @@ pub struct DeviceConfig {
     /// for none, else one entry per path. Simulated media take a shadow's
     /// disk at index `paths.len() + i`.
     pub shadows: Vec<Option<PathBuf>>,
+    /// Most bytes of writes waiting for each asynchronous shadow (a write
+    /// that does not fit waits); 0: shadows are written synchronously,
+    /// before a write counts. Default 64 MiB (the reference's
+    /// `max-write-cache`).
+    pub shadow_queue_bytes: u64,
 }
 
 impl DeviceConfig {
@@ -152,6 +163,7 @@ impl DeviceConfig {
             compression: Compression::default(),
             checkpoint_period_s: 60,
             shadows: Vec::new(),
+            shadow_queue_bytes: SHADOW_QUEUE_DEFAULT_BYTES,
         }
     }
 }
@@ -313,6 +325,12 @@ pub struct DeviceEngine {
     failed: AtomicBool,
     /// The current compression of new client writes.
     compression: CompressionSetting,
+    /// Bytes of write blocks over all devices (fixed at open: every
+    /// write's stop-writes check reads it).
+    total_bytes: u64,
+    /// Stop-writes and eviction thresholds (from the configuration, then
+    /// as `set-config` changes them; shared with the namespace).
+    thresholds: Arc<Thresholds>,
     /// What the last index checkpoint covered, for [`DeviceEngine::checkpoint_due`].
     checkpoint: Mutex<CheckpointState>,
     pub stats: DeviceStats,
@@ -382,8 +400,13 @@ impl DeviceEngine {
             devices.push(Self::device(&config, index, fresh, io, path, device_bytes)?);
         }
         let metadata = Self::read_metadata(&devices[0].io);
+        let total_bytes = devices
+            .iter()
+            .map(|device| u64::from(device.block_count) * u64::from(config.write_block_size))
+            .sum();
         Ok(DeviceEngine {
             instance_id,
+            total_bytes,
             devices,
             sequence: AtomicU64::new(1),
             used_bytes: AtomicU64::new(0),
@@ -391,6 +414,11 @@ impl DeviceEngine {
             defrag_cursor: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
             compression: CompressionSetting::new(config.compression),
+            thresholds: Arc::new(Thresholds::new(
+                config.evict_used_pct,
+                config.stop_writes_used_pct,
+                config.stop_writes_avail_pct,
+            )),
             checkpoint: Mutex::new(CheckpointState::default()),
             config,
             stats: DeviceStats::default(),
@@ -440,7 +468,8 @@ impl DeviceEngine {
             .or(shadow_header.as_ref())
             .map_or(0, |h| h.device_bytes);
         let formatted = (header.is_some(), shadow_header.is_some());
-        let (pair, leveled) = io::shadow::pair(primary, shadow, formatted, used)
+        let queue_bytes = usize::try_from(config.shadow_queue_bytes).unwrap_or(usize::MAX);
+        let (pair, leveled) = io::shadow::pair(primary, shadow, formatted, used, queue_bytes)
             .map_err(|error| format!("shadow {}: {error}", path.display()))?;
         match leveled {
             io::Leveled::FromShadow => {
@@ -704,23 +733,25 @@ impl DeviceEngine {
     /// True when client writes must stop: free blocks below
     /// `stop-writes-avail-pct`, or live bytes at `stop-writes-used-pct`.
     pub fn stop_writes(&self) -> bool {
-        let used_limit = self.config.stop_writes_used_pct;
-        self.available_pct() < self.config.stop_writes_avail_pct
+        let used_limit = self.thresholds.stop_writes_used_pct();
+        self.available_pct() < self.thresholds.stop_writes_avail_pct()
             || (used_limit > 0 && self.used_pct() >= used_limit)
+    }
+
+    /// The stop-writes and eviction thresholds in force.
+    pub fn thresholds(&self) -> &Arc<Thresholds> {
+        &self.thresholds
     }
 
     /// Live bytes above which nsup evicts (`evict-used-pct`), if set.
     pub fn evict_threshold_bytes(&self) -> Option<u64> {
-        let pct = u64::from(self.config.evict_used_pct);
+        let pct = u64::from(self.thresholds.evict_used_pct());
         (pct > 0).then(|| self.total_bytes() / 100 * pct)
     }
 
     /// Total bytes of write blocks over all devices.
     pub fn total_bytes(&self) -> u64 {
-        self.devices
-            .iter()
-            .map(|device| u64::from(device.block_count) * self.wblock() as u64)
-            .sum()
+        self.total_bytes
     }
 
     /// Number of tombstones held.
@@ -1317,7 +1348,7 @@ impl DeviceEngine {
             return std::time::Duration::from_millis(20);
         }
         let available = u64::from(self.available_pct());
-        let floor = u64::from(self.config.stop_writes_avail_pct).max(1);
+        let floor = u64::from(self.thresholds.stop_writes_avail_pct()).max(1);
         let micros = if available <= floor * 2 {
             0
         } else if available < 50 {

@@ -31,6 +31,7 @@
 
 pub mod file;
 pub mod shadow;
+pub mod shadow_queue;
 pub mod sim;
 
 pub use file::DeviceFile;

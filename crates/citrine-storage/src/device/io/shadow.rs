@@ -1,7 +1,9 @@
 //! Shadow devices (paper 001 §5.1): a device paired with a second medium —
 //! typically a network-attached disk that survives the instance — that
 //! receives every write the primary does, so a lost primary can be rebuilt
-//! from it. Reads go to the primary only.
+//! from it. Reads go to the primary only. By default the shadow is written
+//! asynchronously, as the reference writes it ([`super::shadow_queue`]):
+//! a write counts once the primary took it; a sync waits for the shadow.
 //!
 //! Owns: [`Shadowed`] (the pair as one [`BlockIo`]) and [`pair`], which
 //! opens the pair and brings the two sides level before the engine reads
@@ -10,15 +12,17 @@
 //! primary is filled from the primary (a shadow added to a running set).
 //!
 //! Invariants:
-//! - a `write_at` returns `Ok` only once both sides took the bytes, and a
-//!   `sync` only once both are durable: whatever the engine counts as
-//!   written or synced is on the shadow too, so a rebuild loses nothing
-//!   the engine acknowledged;
-//! - a failure on either side fails the call (the engine then stops
-//!   writing: its sticky failed state), never a silent half-write;
+//! - a `sync` returns `Ok` only once both sides are durable: whatever the
+//!   engine counts as synced (flushed blocks, commit-to-device writes,
+//!   checkpoints) is on the shadow too, so a rebuild loses nothing the
+//!   engine synced; a synchronous pair's `write_at` also waits for both;
+//! - a failure on either side fails the call (for an asynchronous shadow:
+//!   the next write or sync after it), and the engine then stops writing
+//!   (its sticky failed state), never a silent half-write;
 //! - the shadow is at least as large as the primary, checked at open; the
 //!   pair's size is the primary's.
 
+use super::shadow_queue::ShadowQueue;
 use super::{BlockIo, DeviceIo, IoMode};
 
 /// How many bytes one copy step moves while leveling a pair.
@@ -27,7 +31,15 @@ const COPY_CHUNK: usize = 1 << 20;
 /// A primary device and its shadow.
 pub struct Shadowed {
     primary: DeviceIo,
-    shadow: DeviceIo,
+    shadow: Shadow,
+}
+
+/// How the shadow is written.
+enum Shadow {
+    /// In the caller's thread, after the primary.
+    Sync(DeviceIo),
+    /// From a bounded queue, by the pair's own thread.
+    Async(ShadowQueue),
 }
 
 /// Which side a [`pair`] copied from, if it had to level them.
@@ -43,12 +55,15 @@ pub enum Leveled {
 
 /// Pairs `primary` with `shadow`, copying `used` bytes (the formatted
 /// side's device bytes) from the formatted side to a blank one first.
-/// `formatted` says which sides carry a device header.
+/// `formatted` says which sides carry a device header; `queue_bytes` is
+/// the most bytes waiting for an asynchronous shadow (0: the shadow is
+/// written synchronously).
 pub fn pair(
     primary: DeviceIo,
     shadow: DeviceIo,
     formatted: (bool, bool),
     used: u64,
+    queue_bytes: usize,
 ) -> std::io::Result<(Shadowed, Leveled)> {
     if shadow.size() < primary.size() {
         return Err(std::io::Error::other(format!(
@@ -68,7 +83,26 @@ pub fn pair(
         }
         _ => Leveled::Already,
     };
+    let shadow = match queue_bytes {
+        0 => Shadow::Sync(shadow),
+        bytes => Shadow::Async(ShadowQueue::start(shadow, bytes)?),
+    };
     Ok((Shadowed { primary, shadow }, leveled))
+}
+
+impl Shadowed {
+    /// Bytes waiting to be written to an asynchronous shadow (0 for a
+    /// synchronous one).
+    pub fn queued_bytes(&self) -> usize {
+        match &self.shadow {
+            Shadow::Sync(_) => 0,
+            Shadow::Async(queue) => queue.queued_bytes(),
+        }
+    }
+}
+
+fn shadow_error(error: std::io::Error) -> std::io::Error {
+    std::io::Error::new(error.kind(), format!("shadow: {error}"))
 }
 
 /// Copies the first `len` bytes of `from` to `to` and syncs `to`.
@@ -101,16 +135,20 @@ impl BlockIo for Shadowed {
 
     fn write_at(&self, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
         self.primary.write_at(offset, bytes)?;
-        self.shadow
-            .write_at(offset, bytes)
-            .map_err(|error| std::io::Error::new(error.kind(), format!("shadow: {error}")))
+        match &self.shadow {
+            Shadow::Sync(shadow) => shadow.write_at(offset, bytes),
+            Shadow::Async(queue) => queue.push(offset, bytes),
+        }
+        .map_err(shadow_error)
     }
 
     fn sync(&self) -> std::io::Result<()> {
         self.primary.sync()?;
-        self.shadow
-            .sync()
-            .map_err(|error| std::io::Error::new(error.kind(), format!("shadow: {error}")))
+        match &self.shadow {
+            Shadow::Sync(shadow) => shadow.sync(),
+            Shadow::Async(queue) => queue.sync(),
+        }
+        .map_err(shadow_error)
     }
 
     fn size(&self) -> u64 {
@@ -138,7 +176,7 @@ mod tests {
     fn writes_and_syncs_reach_both_sides_and_reads_only_the_primary() {
         let (primary_disk, primary) = disk(1 << 20);
         let (shadow_disk, shadow) = disk(1 << 20);
-        let (pair, leveled) = pair(primary, shadow, (false, false), 0).unwrap();
+        let (pair, leveled) = pair(primary, shadow, (false, false), 0, 0).unwrap();
         assert_eq!(leveled, Leveled::Already);
         pair.write_at(8192, &[5u8; 4096]).unwrap();
         pair.sync().unwrap();
@@ -155,13 +193,13 @@ mod tests {
         let (shadow_disk, shadow) = disk(4 << 20);
         let pattern: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
         shadow_disk.write_at(0, &pattern).unwrap();
-        let (rebuilt, leveled) = pair(primary, shadow, (false, true), 3 << 20).unwrap();
+        let (rebuilt, leveled) = pair(primary, shadow, (false, true), 3 << 20, 0).unwrap();
         assert_eq!(leveled, Leveled::FromShadow);
         assert_eq!(rebuilt.read_at(0, 3 << 20).unwrap(), pattern);
         let (primary_disk, primary) = disk(4 << 20);
         primary_disk.write_at(0, &pattern).unwrap();
         let (shadow_disk, shadow) = disk(4 << 20);
-        let (_, leveled) = pair(primary, shadow, (true, false), 3 << 20).unwrap();
+        let (_, leveled) = pair(primary, shadow, (true, false), 3 << 20, 0).unwrap();
         assert_eq!(leveled, Leveled::FromPrimary);
         assert_eq!(shadow_disk.read_at(0, 3 << 20).unwrap(), pattern);
     }
@@ -179,6 +217,7 @@ mod tests {
             DeviceIo::Simulated(shadow_disk.clone()),
             (true, true),
             0,
+            0,
         )
         .unwrap();
         let error = pair.write_at(8192, &[1u8; 4096]).unwrap_err();
@@ -189,6 +228,50 @@ mod tests {
     fn a_shadow_smaller_than_its_primary_is_refused() {
         let (_, primary) = disk(4 << 20);
         let (_, shadow) = disk(1 << 20);
-        assert!(pair(primary, shadow, (true, true), 4 << 20).is_err());
+        assert!(pair(primary, shadow, (true, true), 4 << 20, 0).is_err());
+    }
+
+    /// Asynchronous: a write counts once the primary has it, whatever the
+    /// shadow does; a sync waits until the shadow has everything.
+    #[test]
+    fn an_asynchronous_shadow_has_every_write_once_synced() {
+        let (primary_disk, primary) = disk(4 << 20);
+        let (shadow_disk, shadow) = disk(4 << 20);
+        let (pair, _) = pair(primary, shadow, (false, false), 0, 16 << 10).unwrap();
+        for block in 0..64u64 {
+            pair.write_at(block * 4096, &[block as u8 + 1; 4096])
+                .unwrap();
+        }
+        assert!(pair.queued_bytes() <= 16 << 10);
+        pair.sync().unwrap();
+        assert_eq!(pair.queued_bytes(), 0);
+        for block in 0..64u64 {
+            let expected = vec![block as u8 + 1; 4096];
+            assert_eq!(shadow_disk.read_at(block * 4096, 4096).unwrap(), expected);
+            assert_eq!(primary_disk.read_at(block * 4096, 4096).unwrap(), expected);
+        }
+        assert_eq!(shadow_disk.unsynced_bytes(), 0);
+    }
+
+    /// Asynchronous: the write a failing shadow could not take still
+    /// counts on the primary (nothing is lost), and the failure is
+    /// answered by the next sync and every later write: never dropped
+    /// silently.
+    #[test]
+    fn an_asynchronous_shadow_failure_fails_the_next_sync_and_writes() {
+        let (primary_disk, primary) = disk(1 << 20);
+        let shadow_disk = SimDisk::new(1 << 20, 7);
+        shadow_disk.inject(Fault {
+            op: IoOp::Write,
+            trigger: Trigger::Always,
+        });
+        let shadow = DeviceIo::Simulated(shadow_disk);
+        let (pair, _) = pair(primary, shadow, (true, true), 0, 1 << 20).unwrap();
+        pair.write_at(8192, &[1u8; 4096]).unwrap();
+        assert_eq!(primary_disk.read_at(8192, 2).unwrap(), vec![1, 1]);
+        let error = pair.sync().unwrap_err();
+        assert!(error.to_string().contains("shadow"), "{error}");
+        let error = pair.write_at(12288, &[2u8; 4096]).unwrap_err();
+        assert!(error.to_string().contains("shadow"), "{error}");
     }
 }
