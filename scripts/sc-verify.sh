@@ -34,7 +34,8 @@ for binary in "$CITRINED" "$CITRINE"; do
 done
 
 work=$(mktemp -d /tmp/citrine-sc-verify.XXXXXX)
-base=$((20000 + RANDOM % 20000))
+# Below the kernel's ephemeral ports (32768 on), which other processes' connections take.
+base=$((20000 + RANDOM % 12000))
 ids=(A1 A2 A3)
 # Each node's pid is in its file: the nemesis restarts nodes in a subshell.
 pid_of() { cat "$work/${ids[$1]}.pid"; }
@@ -68,17 +69,24 @@ commit-to-device = true
 EOF
 
 start() {
-    local node=$1 seeds=()
+    local node=$1 seeds=() other
     for other in 0 1 2; do seeds+=(--seed "127.0.0.1:$(port "$other" 2)"); done
     mkdir -p "$work/${ids[$node]}"
-    # (In a subshell: not a job of this shell, whose kills it would report.)
+    # (In a subshell: not a job of this shell, whose kills it would report;
+    # it waits for the node and logs how it ended: 137 is SIGKILL.)
+    local log="$work/${ids[$node]}.log"
+    rm -f "$work/${ids[$node]}.pid"
     (
         "$CITRINED" --config "$config" --address 127.0.0.1 --port "$(port "$node" 0)" \
             --fabric-port "$(port "$node" 1)" --heartbeat-port "$(port "$node" 2)" \
             --node-id "${ids[$node]}" --data-dir "$work/${ids[$node]}" "${seeds[@]}" \
-            >>"$work/${ids[$node]}.log" 2>&1 &
-        echo $! > "$work/${ids[$node]}.pid"
-    )
+            >>"$log" 2>&1 &
+        pid=$!
+        echo "$pid" > "$work/${ids[$node]}.pid"
+        wait "$pid"
+        echo "sc-verify: citrined $pid exited with status $?" >> "$log"
+    ) 2>/dev/null &
+    while [[ ! -s $work/${ids[$node]}.pid ]]; do sleep 0.01; done
 }
 
 wait_for() { # what, command...
@@ -118,7 +126,10 @@ check_alive() {
 # Kills nodes with SIGKILL and waits until they are gone.
 kill_nodes() {
     local node pids=()
-    for node in "$@"; do pids+=("$(pid_of "$node")"); done
+    for node in "$@"; do
+        pids+=("$(pid_of "$node")")
+        echo "sc-verify: the nemesis kills $(pid_of "$node")" >> "$work/${ids[$node]}.log"
+    done
     kill -CONT "${pids[@]}" 2>/dev/null || true
     kill -9 "${pids[@]}" 2>/dev/null || true
     for pid in "${pids[@]}"; do
@@ -126,9 +137,11 @@ kill_nodes() {
     done
 }
 
+# Faults until the workload's time is up (each one healed before the next,
+# the last before the verifier's final reads).
 nemesis() {
-    local round=0
-    while true; do
+    local round=0 end=$(($(date +%s) + DURATION - FAULT_EVERY))
+    while (($(date +%s) < end)); do
         sleep "$FAULT_EVERY"
         round=$((round + 1))
         local node other
@@ -156,7 +169,8 @@ for workload in $WORKLOADS; do
         --read-mode linearize > "$work/verify-$workload.txt" 2>&1
     code=$?
     set -e
-    kill "$nemesis_pid" 2>/dev/null; wait "$nemesis_pid" 2>/dev/null || true
+    kill "$nemesis_pid" 2>/dev/null || true
+    wait "$nemesis_pid" 2>/dev/null || true
     # The nemesis may have left nodes down or paused: bring all back.
     for node in 0 1 2; do
         kill -CONT "$(pid_of "$node")" 2>/dev/null || true

@@ -302,21 +302,31 @@ async fn execute(client: &Client, shared: &Shared, process: u32, key: &str, call
     outcome
 }
 
-/// Final reads of every key touched, each retried a few times.
+/// Final reads of every key touched, each retried every 200 ms until it
+/// succeeds or [`FINAL_READS_WINDOW`] has passed since the first (a
+/// cluster healing from a fault — nodes restarting, a view forming — may
+/// refuse reads for seconds).
 async fn final_reads(process: u32, client: &Client, shared: &Shared) {
     let call = match shared.config.workload {
         Workload::Set => Call::ReadSet,
         _ => Call::Read,
     };
+    let deadline = Instant::now() + FINAL_READS_WINDOW;
     for key in keys_used(shared) {
-        for _ in 0..5 {
+        loop {
             if let Outcome::Ok(_) = execute(client, shared, process, &key, call.clone()).await {
+                break;
+            }
+            if Instant::now() >= deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 }
+
+/// How long the final reads may keep trying keys that do not answer.
+const FINAL_READS_WINDOW: Duration = Duration::from_secs(30);
 
 /// The keys the clients used, from the slots' tickets (every ticket taken
 /// became an operation on the key [`worker`] derived from it).
