@@ -19,7 +19,7 @@
 mod common;
 
 use citrine_wire::msg::{info1, info2, op_type, MsgHeader};
-use common::cluster::{set_roster_to_observed, wait_for_cluster, Node};
+use common::cluster::{recluster, set_roster_to_observed, wait_for_cluster, Node};
 use common::*;
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -193,7 +193,7 @@ fn a_rostered_sc_namespace_serves_its_partitions_only_with_a_majority() {
         let staged = format!("roster-set:namespace={namespace};nodes={observed}");
         assert_eq!(nodes[1].info_value(&staged).unwrap(), "ok");
     }
-    assert_eq!(nodes[1].info_value("recluster:").unwrap(), "ok");
+    recluster(&nodes.iter().collect::<Vec<_>>());
     // A new view: every partition available, in a non-zero regime that
     // every node answers, each mastered by exactly one node.
     let first: Vec<u64> = nodes
@@ -255,7 +255,7 @@ fn a_rostered_sc_namespace_serves_its_partitions_only_with_a_majority() {
         wait_for_partitions(node, "mem", (lost, lost));
     }
     assert_eq!(nodes[2].info_value("revive:namespace=mem").unwrap(), "ok");
-    assert_eq!(nodes[0].info_value("recluster:").unwrap(), "ok");
+    recluster(&nodes.iter().collect::<Vec<_>>());
     for node in &nodes {
         wait_for_partitions(node, "mem", (0, 0));
     }
@@ -358,7 +358,7 @@ fn acknowledged_sc_writes_survive_a_node_lost_and_a_minority() {
     }
     let all: Vec<&Node> = nodes.iter().collect();
     wait_for_cluster(&all, 3, Duration::from_secs(30));
-    set_roster_to_observed(&nodes[0], "sc");
+    set_roster_to_observed(&nodes, "sc");
     for node in &nodes {
         wait_for_unavailable(node, 0);
     }
