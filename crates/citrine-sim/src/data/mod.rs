@@ -292,8 +292,14 @@ fn describe_call(kind: u8, payload: &[u8], partition: u16) -> Option<String> {
         call_kind::MIGRATE => {
             let batch = MigrateBatch::decode(payload)?;
             (batch.partition == partition).then(|| {
+                let records: Vec<String> = batch
+                    .records
+                    .iter()
+                    .filter_map(|bytes| ReplicaWrite::decode(bytes))
+                    .map(|write| format!("{:02x?} gen {}", &write.digest.0[..4], write.generation))
+                    .collect();
                 format!(
-                    "MIGRATE key {:016x} source {} flags {} records {}",
+                    "MIGRATE key {:016x} source {} flags {} records {} {records:?}",
                     batch.cluster_key,
                     batch.source,
                     batch.flags,

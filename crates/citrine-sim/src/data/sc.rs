@@ -158,12 +158,16 @@ impl World {
     }
 
     /// The roster becomes the live nodes (`roster-set:` and `recluster:`
-    /// at one of them, as an operator does), and the run waits until
+    /// at their principal, as an operator does), and the run waits until
     /// every partition is available.
     pub(super) fn set_roster(&mut self) -> Result<(), Failure> {
         let live = self.live();
         let ids: Vec<String> = live.iter().map(|i| self.nodes[*i].id.to_string()).collect();
-        let at = live[self.rng.index(live.len())];
+        // At the principal (the highest id): elsewhere `recluster:` is
+        // ignored.
+        let Some(&at) = live.iter().max_by_key(|i| self.nodes[**i].id) else {
+            return Ok(());
+        };
         let staged = format!("roster-set:namespace={NAMESPACE};nodes={}", ids.join(","));
         for command in [staged.as_str(), "recluster:"] {
             let answer = self.ask(at, command);
