@@ -1218,12 +1218,15 @@ impl Distribution {
                     acknowledged.push(*target);
                 }
             }
-            targets = self.write_targets(namespace, partition);
             if regime.is_some() {
-                // Strong consistency: the regime's replicas only (the view,
-                // hence the SC map, has not changed: checked above).
+                // Strong consistency: the replicas of the write's regime,
+                // never looked up again: a view published meanwhile may
+                // list none (the partition unavailable there), which must
+                // not count as every replica having acknowledged. The
+                // check above ends the loop when the view changed.
                 continue;
             }
+            targets = self.write_targets(namespace, partition);
             if let Some(acting) = self.migrations.acting_target(namespace, partition) {
                 if !targets.contains(&acting) && acting != self.node_id {
                     targets.push(acting);

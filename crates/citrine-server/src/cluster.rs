@@ -101,6 +101,14 @@ const CONNECT_TIMEOUT_MS: u64 = 500;
 /// exactly what nodes before TLS said), then — only with fabric TLS — its
 /// TLS fabric address (a fifth text; the two before it are empty when it
 /// has no TLS service port).
+///
+/// A node without a TLS service port fills the TLS-name text (after an
+/// empty TLS address) with its `cluster-name`: builds before it read an
+/// empty TLS address as "no TLS port" and ignore the name beside it, so
+/// mixed builds still join; a node that reads a cluster name other than
+/// its own closes the connection and logs it, as the reference ignores a
+/// heartbeat of another cluster name. A node with a TLS service port has
+/// no free text and says no cluster name (it cannot be checked).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Hello {
     node_id: NodeId,
@@ -109,6 +117,9 @@ struct Hello {
     fabric_address: String,
     tls: Option<TlsEndpoint>,
     fabric_tls_address: Option<String>,
+    /// Its `cluster-name` (`None`: not said — an older build, or a node
+    /// with a TLS service port).
+    cluster_name: Option<String>,
 }
 
 impl Hello {
@@ -118,10 +129,11 @@ impl Hello {
         out.extend_from_slice(&self.rack_id.to_be_bytes());
         let none = String::new();
         let mut texts = vec![&self.service_address, &self.fabric_address];
-        match (&self.tls, &self.fabric_tls_address) {
-            (Some(tls), _) => texts.extend([&tls.address, &tls.name]),
-            (None, Some(_)) => texts.extend([&none, &none]),
-            (None, None) => {}
+        match (&self.tls, &self.fabric_tls_address, &self.cluster_name) {
+            (Some(tls), _, _) => texts.extend([&tls.address, &tls.name]),
+            (None, _, Some(name)) => texts.extend([&none, name]),
+            (None, Some(_), None) => texts.extend([&none, &none]),
+            (None, None, None) => {}
         }
         texts.extend(&self.fabric_tls_address);
         for text in texts {
@@ -150,11 +162,12 @@ impl Hello {
         let mut texts = texts.into_iter();
         let service_address = texts.next()?;
         let fabric_address = texts.next()?;
-        let tls = match (texts.next(), texts.next()) {
+        let (tls, cluster_name) = match (texts.next(), texts.next()) {
             (Some(address), Some(name)) if !address.is_empty() => {
-                Some(TlsEndpoint { address, name })
+                (Some(TlsEndpoint { address, name }), None)
             }
-            _ => None,
+            (Some(_), Some(name)) if !name.is_empty() => (None, Some(name)),
+            _ => (None, None),
         };
         let fabric_tls_address = texts.next();
         if fabric_tls_address.as_ref().is_some_and(String::is_empty) {
@@ -167,8 +180,16 @@ impl Hello {
             fabric_address,
             tls,
             fabric_tls_address,
+            cluster_name,
         })
     }
+}
+
+/// Whether `hello` may be from a member of this node's cluster, named
+/// `own`: it names the same cluster, or none (an older build, or a node
+/// with a TLS service port, which cannot say it).
+fn same_cluster(hello: &Hello, own: &str) -> bool {
+    hello.cluster_name.as_deref().is_none_or(|name| name == own)
 }
 
 fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
@@ -437,6 +458,7 @@ pub fn start(
             .fabric_tls
             .as_ref()
             .map(|tls| advertised(&tls.address, tls.settings.port, access)),
+        cluster_name: Some(service.config.cluster_name.clone()),
     };
     tracing::info!(
         listening = ?listeners.binds,
@@ -1203,6 +1225,13 @@ impl PeerFrame<'_> {
     fn take(&self, context: &PeerContext, sender: &mut Option<NodeId>) -> Taken {
         match self.kind {
             KIND_HELLO => match Hello::decode(self.bytes) {
+                Some(hello) if !same_cluster(&hello, &context.service.config.cluster_name) => {
+                    Taken::Close(format!(
+                        "ignoring message from {:X} with different cluster name '{}'",
+                        hello.node_id.0,
+                        hello.cluster_name.unwrap_or_default()
+                    ))
+                }
                 Some(hello) => {
                     *sender = Some(hello.node_id);
                     Taken::Forward(Inbound::Hello(hello))
@@ -1457,6 +1486,7 @@ mod tests {
             fabric_address: "127.0.0.1:3001".into(),
             tls: None,
             fabric_tls_address: None,
+            cluster_name: None,
         };
         // With a TLS port the hello carries two more texts; without one it
         // is what nodes before TLS sent.
@@ -1491,6 +1521,54 @@ mod tests {
             assert_eq!(Hello::decode(&bytes), Some(fabric_tls));
             assert_eq!(Hello::decode(&bytes[..bytes.len() - 5]), None);
         }
+    }
+
+    #[test]
+    fn the_cluster_name_rides_in_the_tls_name_text_of_a_node_without_tls() {
+        let named = Hello {
+            node_id: NodeId(0xBB9),
+            rack_id: 0,
+            service_address: "127.0.0.1:3000".into(),
+            fabric_address: "127.0.0.1:3001".into(),
+            tls: None,
+            fabric_tls_address: None,
+            cluster_name: Some("prod".into()),
+        };
+        let bytes = named.encode();
+        // Four texts, the TLS address empty: what a node with fabric TLS
+        // and no TLS service port sent before, which builds before this
+        // one read as "no TLS port", ignoring the name.
+        let old_form = Hello {
+            cluster_name: None,
+            fabric_tls_address: Some("x".into()),
+            ..named.clone()
+        }
+        .encode();
+        assert_eq!(bytes[..bytes.len() - 5], old_form[..old_form.len() - 3]);
+        assert_eq!(&bytes[bytes.len() - 5..], b"\x04prod");
+        assert_eq!(Hello::decode(&bytes), Some(named.clone()));
+        // With fabric TLS: a fifth text after the name.
+        let with_fabric_tls = Hello {
+            fabric_tls_address: Some("127.0.0.1:3011".into()),
+            ..named.clone()
+        };
+        let bytes = with_fabric_tls.encode();
+        assert_eq!(Hello::decode(&bytes), Some(with_fabric_tls));
+        // A TLS service port takes the text: no name said.
+        let with_tls = Hello {
+            tls: Some(TlsEndpoint {
+                address: "127.0.0.1:4333".into(),
+                name: "localhost".into(),
+            }),
+            ..named.clone()
+        };
+        let decoded = Hello::decode(&with_tls.encode()).expect("decodes");
+        assert_eq!(decoded.cluster_name, None);
+        assert_eq!(decoded.tls, with_tls.tls);
+        // Another name is refused; the same one, or none, is not.
+        assert!(same_cluster(&named, "prod"));
+        assert!(!same_cluster(&named, "citrine"));
+        assert!(same_cluster(&decoded, "citrine"));
     }
 
     #[test]

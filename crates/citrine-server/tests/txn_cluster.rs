@@ -61,7 +61,7 @@ fn sc_cluster() -> Vec<Node> {
     }
     let group: Vec<&Node> = nodes.iter().collect();
     wait_for_cluster(&group, 3, Duration::from_secs(30));
-    set_roster_to_observed(&nodes[0], "sc");
+    set_roster_to_observed(&nodes, "sc");
     for node in &nodes {
         wait_for_available(node);
     }

@@ -38,12 +38,14 @@
 //!   answer `ERROR:4:namespace is not strong-consistency` (our text: the
 //!   reference's Enterprise answer is not available here; its Community
 //!   edition answers `ERROR:25:enterprise only` to all of them).
-//! - `recluster:` applies every SC namespace's pending roster on whichever
-//!   node receives it (the reference answers `ignored-by-non-principal`
-//!   on a non-principal; here any node may apply, and the change reaches
-//!   the others as shared metadata before the answer) and asks for a new
-//!   view, in which the members decide again (the principal also starts
-//!   one when the roster in force is not the one its view decided with).
+//! - `recluster:` acts on the view's principal only (the member with the
+//!   highest node id; a node in no view is its own): there it applies
+//!   every SC namespace's pending roster (the change reaches the others as
+//!   shared metadata before the answer) and asks for a new view, in which
+//!   the members decide again (the principal also starts one when the
+//!   roster in force is not the one its view decided with). Any other
+//!   node answers `ignored-by-non-principal` and changes nothing, as the
+//!   reference (protocol notes 08 §1).
 //!   `revive:` marks the namespace's dead partitions for revival at that
 //!   next view.
 
@@ -198,6 +200,18 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
     }
 }
 
+/// Whether this node is its view's principal (the member with the highest
+/// node id), or in no view.
+fn is_principal(service: &Service) -> bool {
+    let cluster = service.dist().cluster();
+    cluster
+        .members
+        .iter()
+        .map(|member| member.node_id)
+        .max()
+        .is_none_or(|principal| principal == service.node_id)
+}
+
 /// The SC namespace `name`, or the error answer.
 fn sc_namespace<'s>(service: &'s Service, name: &str) -> Result<&'s Namespace, String> {
     let namespace = service
@@ -244,8 +258,12 @@ fn roster_set(service: &Service, command: &InfoCommand<'_>) -> String {
     }
 }
 
-/// `recluster:`: every SC namespace's pending roster becomes its roster.
+/// `recluster:`: on the principal, every SC namespace's pending roster
+/// becomes its roster; elsewhere ignored.
 fn recluster(service: &Service) -> String {
+    if !is_principal(service) {
+        return "ignored-by-non-principal".to_owned();
+    }
     let names: Vec<&str> = service
         .namespaces()
         .filter(|namespace| is_sc(namespace))

@@ -8,6 +8,7 @@
 //! cargo run --release -p citrine-sim --example soak -- --data --early-restart --seed 7 -v
 //! cargo run --release -p citrine-sim --example soak -- --data --device --seeds 0..300
 //! cargo run --release -p citrine-sim --example soak -- --data --device-faults --seeds 0..300
+//! cargo run --release -p citrine-sim --example soak -- --data --sc --device --seeds 0..300
 //! ```
 //!
 //! `--data` runs the data-mode simulator (real services and clients under
@@ -18,7 +19,9 @@
 //! (`DataConfig::messages_vanish`); `--device` keeps the records on
 //! simulated disks, so a crashed node restarts with what it had synced
 //! (`DataConfig::device`); `--device-faults` implies it and lets one node's
-//! disk fail its syncs (`DataConfig::device_faults`).
+//! disk fail its syncs (`DataConfig::device_faults`); `--sc` makes the
+//! namespace strong-consistency, with crashes of any number of nodes,
+//! network partitions and linearizable reads checked (`DataConfig::sc`).
 //!
 //! To see why a data-mode seed failed, replay it with `-v` and these in
 //! the environment (their notes join the recent events):
@@ -49,6 +52,7 @@ struct Args {
     vanish: bool,
     device: bool,
     device_faults: bool,
+    sc: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -64,6 +68,7 @@ fn parse() -> Result<Args, String> {
         vanish: false,
         device: false,
         device_faults: false,
+        sc: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -92,9 +97,10 @@ fn parse() -> Result<Args, String> {
                 args.device_faults = true;
             }
             "--no-pmap" => args.no_pmap = true,
+            "--sc" => args.sc = true,
             "-v" | "--verbose" => args.verbose = true,
             "-h" | "--help" => {
-                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [--data [--early-restart] [--vanish] [--device] [--device-faults]] [-v]"
+                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [--data [--early-restart] [--vanish] [--device] [--device-faults] [--sc]] [-v]"
                     .to_string())
             }
             other => return Err(format!("unknown argument {other}")),
@@ -131,10 +137,14 @@ fn main() -> ExitCode {
             break;
         }
         if args.data {
-            let mut data_cfg = DataConfig::quick();
+            let mut data_cfg = if args.sc {
+                DataConfig::sc()
+            } else {
+                DataConfig::quick()
+            };
             data_cfg.restart_before_noticed = args.early_restart;
             data_cfg.messages_vanish = args.vanish;
-            data_cfg.device = args.device;
+            data_cfg.device |= args.device;
             data_cfg.device_faults = args.device_faults;
             match run_data_seed(seed, &data_cfg) {
                 Ok(r) => {

@@ -198,6 +198,9 @@ pub enum Invariant {
     /// Data mode: nothing is invented (counters hold at most their
     /// acknowledged plus in-doubt increments; values read were written).
     PhantomWrite,
+    /// Data mode, strong consistency: a linearizable read shows no state
+    /// older than one acknowledged before the read was sent.
+    StaleRead,
     /// Data mode: every reply decodes and carries an expected result code.
     ClientResult,
     /// Data mode: after quiescence every live node knows the truncation a

@@ -31,6 +31,10 @@ pub struct Node {
     pub rack_id: Option<u32>,
     /// Another `citrined` than this build's (an older version).
     pub binary: Option<std::path::PathBuf>,
+    /// More command-line arguments.
+    pub extra_args: Vec<String>,
+    /// Where its standard error (its log) goes, if kept.
+    pub log_file: Option<std::path::PathBuf>,
 }
 
 impl Node {
@@ -48,6 +52,8 @@ impl Node {
             data_dir: None,
             rack_id: None,
             binary: None,
+            extra_args: Vec::new(),
+            log_file: None,
         }
     }
 
@@ -67,6 +73,8 @@ impl Node {
             data_dir: None,
             rack_id: None,
             binary: None,
+            extra_args: Vec::new(),
+            log_file: None,
         }
     }
 
@@ -155,9 +163,11 @@ impl Node {
         if let Some(rack) = self.rack_id {
             command.args(["--rack-id", &rack.to_string()]);
         }
+        command.args(&self.extra_args);
         // CITRINE_TEST_LOG_DIR=DIR keeps each node's log in DIR/<id>.log.
-        let log = std::env::var_os("CITRINE_TEST_LOG_DIR").map(|directory| {
-            let path = std::path::Path::new(&directory).join(format!("{}.log", self.id));
+        let kept = std::env::var_os("CITRINE_TEST_LOG_DIR")
+            .map(|directory| std::path::Path::new(&directory).join(format!("{}.log", self.id)));
+        let log = self.log_file.clone().or(kept).map(|path| {
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -252,9 +262,33 @@ impl Drop for Node {
     }
 }
 
-/// Strong consistency: sets `namespace`'s roster to the nodes `node`
-/// observes (`roster-set:`) and applies it (`recluster:`).
-pub fn set_roster_to_observed(node: &Node, namespace: &str) {
+/// Strong consistency: `recluster:` asked of every node of `nodes` (one
+/// view), as operators do: the principal (the highest node id) answers
+/// `ok`, every other node `ignored-by-non-principal`.
+pub fn recluster(nodes: &[&Node]) {
+    let principal = nodes
+        .iter()
+        .map(|node| u64::from_str_radix(&node.id, 16).expect("hexadecimal id"))
+        .max();
+    for node in nodes {
+        let expected = match u64::from_str_radix(&node.id, 16).ok() == principal {
+            true => "ok",
+            false => "ignored-by-non-principal",
+        };
+        assert_eq!(
+            node.info_value("recluster:").as_deref(),
+            Some(expected),
+            "node {}",
+            node.id
+        );
+    }
+}
+
+/// Strong consistency: sets `namespace`'s roster to the nodes the first of
+/// `nodes` observes (`roster-set:`) and applies it (`recluster:` on every
+/// node; the principal acts).
+pub fn set_roster_to_observed(nodes: &[Node], namespace: &str) {
+    let node = &nodes[0];
     let roster = node
         .info_value(&format!("roster:namespace={namespace}"))
         .expect("roster answer");
@@ -265,7 +299,7 @@ pub fn set_roster_to_observed(node: &Node, namespace: &str) {
         .to_owned();
     let staged = format!("roster-set:namespace={namespace};nodes={observed}");
     assert_eq!(node.info_value(&staged).as_deref(), Some("ok"));
-    assert_eq!(node.info_value("recluster:").as_deref(), Some("ok"));
+    recluster(&nodes.iter().collect::<Vec<_>>());
 }
 
 /// Polls `cluster-info` until every node of `group` reports the same

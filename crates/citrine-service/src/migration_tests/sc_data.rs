@@ -382,6 +382,35 @@ fn a_write_whose_view_moved_on_before_its_replication_is_in_doubt() {
     }
 }
 
+/// The master's replica write is lost and, before its next try, a view
+/// of the master alone is published, where no SC partition is available
+/// (no replica listed): the write was not stored by its replica, so it
+/// must be in doubt (9), not acknowledged. (Found by the data simulator
+/// on SC, seed 2: the replica list looked up again in the new view was
+/// empty, which counted as every replica having acknowledged.)
+#[test]
+fn a_write_whose_view_ends_before_its_replica_stored_it_is_in_doubt() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let master = world.node(1);
+    let digest = key_with_replicas(&master, [1, 2]);
+    let alone = master.clone();
+    *world.before_call.lock() = Some((
+        (1, 2, call_kind::SC_REPLICA_WRITE),
+        Box::new(move || alone.publish_cluster(state(1, 0x20, &[1]))),
+    ));
+    cut_between(&world, 1, 2);
+    assert_eq!(
+        result_of(&master, &frame(&digest, Some(b"a"), 0)),
+        ResultCode::Timeout.code()
+    );
+    assert!(world.before_call.lock().is_none(), "the view changed");
+    assert_eq!(generation(&world.node(2), &digest), None);
+    assert!(master.dist().sc_unreplicated.contains("test", &digest));
+}
+
 /// The value of bin `v` that `node` answers for `digest` (SESSION read):
 /// result code and value.
 fn read_value(node: &Service, digest: &Digest) -> (u8, Option<Vec<u8>>) {

@@ -101,6 +101,26 @@ fn an_active_rack_prefixes_the_observed_nodes() {
 }
 
 #[test]
+fn recluster_on_a_non_principal_is_ignored() {
+    let service = sc_service(0);
+    let me = service.node_id;
+    // The other member's id is higher: it is the principal.
+    publish_two(&service, me.0 + 1);
+    let staged = format!("roster-set:namespace=test;nodes={me}");
+    assert_eq!(ask(&service, &staged), "ok");
+    assert_eq!(ask(&service, "recluster:"), "ignored-by-non-principal");
+    assert!(
+        ask(&service, "roster:namespace=test").starts_with("roster=null:"),
+        "not applied"
+    );
+    assert!(!service.dist().take_recluster_request());
+    // In a view whose other member has a lower id, it is the principal.
+    publish_two(&service, 0xA1);
+    assert_eq!(ask(&service, "recluster:"), "ok");
+    assert!(ask(&service, "roster:namespace=test").starts_with(&format!("roster={me}:")));
+}
+
+#[test]
 fn roster_commands_refuse_ap_unknown_namespaces_and_bad_lists() {
     let service = sc_service(0);
     let not_sc = "ERROR:4:namespace is not strong-consistency";

@@ -55,12 +55,16 @@
 //!    before it by every clock is read back, and the last put acknowledged
 //!    after it is).
 //!
+//! With [`DataConfig::sc`] the namespace is strong-consistency and the
+//! events, the end of the run and the checks are those of [`sc`].
+//!
 //! Invariants of the simulator itself: as for [`crate::sim`] — one seed,
 //! `BTreeMap`s and `Vec`s only, a fixed polling order — so a run is a pure
 //! function of `(seed, DataConfig)`, and the trace hash (packets, views,
 //! client outcomes, final copies) proves it.
 
 pub(crate) mod net;
+mod sc;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -174,6 +178,13 @@ pub struct DataConfig {
     /// spare never ran, then crashes of drawn live nodes (with one spare
     /// and `min_events = max_events = 2`: a join, then a leave).
     pub join_then_leave: bool,
+    /// Strong consistency ([`sc`]): namespace `test` is an SC namespace
+    /// with `strong-consistency-serve-data`, its roster the initial nodes;
+    /// the events also crash nodes without waiting for the copies (any
+    /// number, all at once sometimes) and partition the network; reads are
+    /// linearizable and checked as such; at the end every node restarts
+    /// and every key is read back through the clients' path.
+    pub sc: bool,
 }
 
 impl DataConfig {
@@ -200,6 +211,22 @@ impl DataConfig {
             device: false,
             device_faults: false,
             join_then_leave: false,
+            sc: false,
+        }
+    }
+
+    /// Strong-consistency runs ([`DataConfig::sc`]) on simulated disks
+    /// (`commit-to-device` drawn per run): no truncation (the SC path
+    /// does not take it yet), durable deletes only (as the reference
+    /// without `strong-consistency-allow-expunge`).
+    pub fn sc() -> DataConfig {
+        DataConfig {
+            sc: true,
+            device: true,
+            truncate: false,
+            min_events: 4,
+            max_events: 8,
+            ..DataConfig::quick()
         }
     }
 
@@ -248,6 +275,12 @@ pub struct DataReport {
     pub lost: u64,
     /// Simulated time at the end, ms.
     pub end_ms: u64,
+    /// Strong consistency: reads checked against what was acknowledged
+    /// before they were sent (during the run and at the end).
+    pub reads_checked: u64,
+    /// Strong consistency: keys still unavailable (11) when read back at
+    /// the end (their partitions dead).
+    pub unavailable_at_end: usize,
 }
 
 /// What a fabric call does to `partition`, for the trace; `None` when it
@@ -259,8 +292,14 @@ fn describe_call(kind: u8, payload: &[u8], partition: u16) -> Option<String> {
         call_kind::MIGRATE => {
             let batch = MigrateBatch::decode(payload)?;
             (batch.partition == partition).then(|| {
+                let records: Vec<String> = batch
+                    .records
+                    .iter()
+                    .filter_map(|bytes| ReplicaWrite::decode(bytes))
+                    .map(|write| format!("{:02x?} gen {}", &write.digest.0[..4], write.generation))
+                    .collect();
                 format!(
-                    "MIGRATE key {:016x} source {} flags {} records {}",
+                    "MIGRATE key {:016x} source {} flags {} records {} {records:?}",
                     batch.cluster_key,
                     batch.source,
                     batch.flags,
@@ -284,12 +323,20 @@ fn describe_call(kind: u8, payload: &[u8], partition: u16) -> Option<String> {
             (digest.partition().index() as u16 == partition)
                 .then(|| format!("PROXY {:02x?} hops {}", &digest.0[..4], payload[0]))
         }
-        call_kind::REPLICA_WRITE => {
+        call_kind::REPLICA_WRITE | call_kind::SC_REPLICA_WRITE => {
+            let (regime, payload) = match kind {
+                call_kind::SC_REPLICA_WRITE => {
+                    let (regime, _, rest) =
+                        citrine_distribution::sc::data_path::split_sc_payload(payload)?;
+                    (format!("SC regime {regime} "), rest)
+                }
+                _ => (String::new(), payload),
+            };
             let (key, _, write) = split_replica_payload(payload)?;
             let write = ReplicaWrite::decode(write)?;
             (write.digest.partition().index() as u16 == partition).then(|| {
                 format!(
-                    "REPLICA_WRITE key {key:016x} {:02x?} gen {} lut {} {}",
+                    "{regime}REPLICA_WRITE key {key:016x} {:02x?} gen {} lut {} {}",
                     &write.digest.0[..4],
                     write.generation,
                     write.last_update_ms,
@@ -303,6 +350,18 @@ fn describe_call(kind: u8, payload: &[u8], partition: u16) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// The partition of a single-record request's `body` (AS_MSG), if it
+/// names a digest.
+fn request_partition(body: &[u8]) -> Option<u16> {
+    use citrine_wire::msg::FieldIter;
+    let header = MsgHeader::decode(body).ok()?;
+    let digest = FieldIter::unchecked(body)
+        .take(usize::from(header.n_fields))
+        .find(|field| field.field_type == field_type::DIGEST)?;
+    let digest = Digest(digest.data.try_into().ok()?);
+    Some(digest.partition().index() as u16)
 }
 
 /// Runs one data-mode seed.
@@ -340,6 +399,11 @@ impl Scratch {
         let dir = base.join(format!("citrine-sim-{}-{seed}-{run}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         Ok(Scratch(dir))
+    }
+
+    /// Empties node `node`'s work directory.
+    fn wipe(&self, node: usize) {
+        let _ = std::fs::remove_dir_all(self.0.join(format!("node-{node}")));
     }
 
     /// Node `node`'s work directory (created).
@@ -407,8 +471,17 @@ enum OpKind {
         attempt: usize,
         durable: bool,
     },
+    /// A read of a counter; `floor`: increments acknowledged before it
+    /// was sent (strong consistency: it sees at least those).
     Read {
         counter: usize,
+        floor: u64,
+    },
+    /// A read of a put key (strong consistency); `floor`: its last
+    /// attempt acknowledged before the read was sent.
+    ReadPut {
+        key: usize,
+        floor: Option<usize>,
     },
     /// A put to a key of [`TRUNCATED_SET`].
     TruncatedPut {
@@ -416,6 +489,12 @@ enum OpKind {
         value: i64,
         attempt: usize,
     },
+}
+
+impl OpKind {
+    fn is_read(&self) -> bool {
+        matches!(self, OpKind::Read { .. } | OpKind::ReadPut { .. })
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -533,6 +612,14 @@ struct World {
     device_refused: u64,
     /// The simulated flusher's period ([`DataConfig::device`]).
     flush_ms: u64,
+    /// Strong consistency on a device: `commit-to-device` (drawn).
+    commit_to_device: bool,
+    /// Strong consistency: the network partition in force ends then.
+    split_until: Option<u64>,
+    /// Strong consistency: the reply to the final reader's request.
+    final_reply: Option<(u64, Vec<u8>)>,
+    reads_checked: u64,
+    unavailable_at_end: usize,
 }
 
 fn counter_key(i: usize) -> String {
@@ -659,6 +746,7 @@ impl World {
         } else {
             0
         };
+        let commit_to_device = cfg.sc && cfg.device && rng.chance(0.5);
         World {
             seed,
             cfg,
@@ -699,6 +787,11 @@ impl World {
             device_fault_at: None,
             device_refused: 0,
             flush_ms,
+            commit_to_device,
+            split_until: None,
+            final_reply: None,
+            reads_checked: 0,
+            unavailable_at_end: 0,
         }
     }
 
@@ -735,6 +828,9 @@ impl World {
     /// ([`DataConfig::device`]; a blank one the first time and after a
     /// drive was replaced).
     fn storage_of(&mut self, i: usize) -> Result<StorageEngineConfig, Failure> {
+        if self.cfg.sc {
+            self.ensure_scratch()?;
+        }
         if !self.cfg.device {
             return Ok(StorageEngineConfig::Memory {
                 data_size: 64 << 20,
@@ -742,11 +838,7 @@ impl World {
                 stop_writes_used_pct: 90,
             });
         }
-        if self.scratch.is_none() {
-            let scratch = Scratch::new(self.seed)
-                .map_err(|e| self.fail(Invariant::NodeStart, format!("scratch directory: {e}")))?;
-            self.scratch = Some(scratch);
-        }
+        self.ensure_scratch()?;
         let disk = match &self.disks[i] {
             Some(disk) => disk.clone(),
             None => {
@@ -764,12 +856,30 @@ impl World {
         let mut engine =
             citrine_storage::device::DeviceConfig::new(NAMESPACE, vec![path], DEVICE_FILE_BYTES);
         engine.write_block_size = DEVICE_WBLOCK_BYTES;
+        engine.commit_to_device = self.commit_to_device;
         engine.media = citrine_storage::device::Media::Simulated(vec![disk]);
         Ok(StorageEngineConfig::Device {
             engine,
             flush_max_ms: self.flush_ms as u32,
             index_image: None,
         })
+    }
+
+    /// Empties node `i`'s work directory (a node rebuilt from scratch).
+    fn wipe_work(&self, i: usize) {
+        if let Some(scratch) = &self.scratch {
+            scratch.wipe(i);
+        }
+    }
+
+    /// Creates the run's work directories' directory, once.
+    fn ensure_scratch(&mut self) -> Result<(), Failure> {
+        if self.scratch.is_none() {
+            let scratch = Scratch::new(self.seed)
+                .map_err(|e| self.fail(Invariant::NodeStart, format!("scratch directory: {e}")))?;
+            self.scratch = Some(scratch);
+        }
+        Ok(())
     }
 
     fn boot(&mut self, i: usize) -> Result<(), Failure> {
@@ -782,10 +892,7 @@ impl World {
             access_address: format!("10.0.1.{i}:3000"),
             port: 3000,
             tls_access_address: String::new(),
-            namespaces: vec![NamespaceConfig {
-                storage_engine,
-                ..NamespaceConfig::in_memory(NAMESPACE)
-            }],
+            namespaces: vec![self.namespace_config(storage_engine)],
         };
         let clock = Arc::new(NodeClock {
             time,
@@ -800,6 +907,10 @@ impl World {
         if let Some(scratch) = &self.scratch {
             let kept = scratch.work(i).map_err(|e| e.to_string()).and_then(|dir| {
                 service.dist().keep_truncations(&dir)?;
+                if self.cfg.sc {
+                    service.dist().keep_rosters(&dir)?;
+                    service.dist().keep_sc_versions(&dir)?;
+                }
                 service.dist().keep_partition_lineage(&dir)
             });
             if let Err(e) = kept {
@@ -1122,6 +1233,9 @@ impl World {
                 to,
                 frame,
             } => self.deliver_client_request(client, req, to, frame)?,
+            Packet::ClientReply { client, req, frame } if client == sc::FINAL_READER => {
+                self.final_reply = Some((req, frame));
+            }
             Packet::ClientReply { client, req, frame } => self.on_reply(client, req, &frame)?,
         }
         Ok(())
@@ -1180,6 +1294,13 @@ impl World {
         };
         let mut out = Vec::new();
         let body = frame.get(PROTO_HEADER_SIZE..).unwrap_or_default();
+        if self.trace_partition.is_some() && self.trace_partition == request_partition(body) {
+            let regime =
+                citrine_distribution::sc::data_path::regime_of(&service.cluster(), NAMESPACE);
+            self.note(format!(
+                "#{to} receives client {client}'s request {req} (regime {regime:?})"
+            ));
+        }
         match service.handle_streaming_since(header, body, &mut out, self.held_since) {
             Ok(None) => self.core.lock().send(Packet::ClientReply {
                 client,
@@ -1308,9 +1429,18 @@ impl World {
             } else {
                 self.new_put(c, key)
             }
+        } else if self.cfg.sc && self.rng.chance(0.5) {
+            // Any client reads any put key.
+            let key = self.rng.index(self.puts.len());
+            OpKind::ReadPut {
+                key,
+                floor: self.last_acked(key),
+            }
         } else {
+            let counter = self.rng.index(self.cfg.counters);
             OpKind::Read {
-                counter: self.rng.index(self.cfg.counters),
+                counter,
+                floor: self.counters[counter].acked,
             }
         }
     }
@@ -1338,7 +1468,8 @@ impl World {
         OpKind::Delete {
             key,
             attempt,
-            durable: self.rng.chance(0.5),
+            // Strong consistency: durable deletes only.
+            durable: self.cfg.sc || self.rng.chance(0.5),
         }
     }
 
@@ -1393,14 +1524,8 @@ impl World {
                 write,
                 Some((op_type::WRITE, "v", value)),
             ),
-            OpKind::Read { counter } => {
-                let header = MsgHeader {
-                    info1: info1::READ | info1::GET_ALL,
-                    transaction_ttl: ttl,
-                    ..MsgHeader::default()
-                };
-                (SET, counter_key(counter), header, None)
-            }
+            OpKind::Read { counter, .. } => (SET, counter_key(counter), self.read_header(), None),
+            OpKind::ReadPut { key, .. } => (SET, put_key(key), self.read_header(), None),
         };
         let frame = request_frame_in(set, &key, header, op);
         let req = self.next_req;
@@ -1485,7 +1610,7 @@ impl World {
                     self.deletes_acked += 1;
                 }
             }
-            Outcome::InDoubt if !matches!(op.kind, OpKind::Read { .. }) => self.in_doubt += 1,
+            Outcome::InDoubt if !op.kind.is_read() => self.in_doubt += 1,
             Outcome::Failed => self.refused += 1,
             _ => {}
         }
@@ -1520,11 +1645,11 @@ impl World {
     /// Notes an attempt on the traced counter or put (`--trace-*`).
     fn trace_attempt(&mut self, c: usize, op: &InFlight, reply: Option<(u8, Option<i64>)>) {
         if self.trace_counter.is_some_and(|t| {
-            matches!(op.kind, OpKind::Incr { counter } | OpKind::Read { counter } if counter == t)
+            matches!(op.kind, OpKind::Incr { counter } | OpKind::Read { counter, .. } if counter == t)
         }) || self
             .trace_put
             .is_some_and(|t| {
-                matches!(op.kind, OpKind::Put { key, .. } | OpKind::Delete { key, .. } if key == t)
+                matches!(op.kind, OpKind::Put { key, .. } | OpKind::Delete { key, .. } | OpKind::ReadPut { key, .. } if key == t)
             })
         {
             self.note(format!(
@@ -1541,14 +1666,14 @@ impl World {
             Some(0) => Outcome::Acked,
             // A read or delete that found no record: answered, and the
             // record is absent after it.
-            Some(2) if matches!(op.kind, OpKind::Read { .. } | OpKind::Delete { .. }) => {
+            Some(2) if op.kind.is_read() || matches!(op.kind, OpKind::Delete { .. }) => {
                 Outcome::Acked
             }
             None | Some(9) => Outcome::InDoubt,
             Some(11) => Outcome::Failed,
             // A failed device's engine refuses before anything is applied.
             Some(1)
-                if !matches!(op.kind, OpKind::Read { .. })
+                if !op.kind.is_read()
                     && self.device_fault_at.is_some_and(|at| self.now() >= at) =>
             {
                 self.device_refused += 1;
@@ -1602,7 +1727,7 @@ impl World {
                     a.done_at = now;
                 }
             }
-            OpKind::Read { counter } => {
+            OpKind::Read { counter, floor } => {
                 let seen = match reply {
                     Some((0, value)) => value,
                     _ => None,
@@ -1615,6 +1740,15 @@ impl World {
                             format!("counter {counter} read {v}, only {bound} increments sent"),
                         ));
                     }
+                }
+                if self.cfg.sc && outcome == Outcome::Acked {
+                    self.check_counter_read(counter, floor, seen.unwrap_or(0))?;
+                }
+            }
+            OpKind::ReadPut { key, floor } => {
+                if outcome == Outcome::Acked {
+                    let seen = reply.and_then(|(code, value)| (code == 0).then_some(value)?);
+                    self.check_put_read(key, floor, seen)?;
                 }
             }
         }
@@ -1653,6 +1787,9 @@ impl World {
                 }
             }
         }
+        if self.split_until.is_some_and(|until| now >= until) {
+            self.heal();
+        }
         let wakers = self.core.lock().due_timers();
         for w in wakers {
             w.wake();
@@ -1686,6 +1823,11 @@ impl World {
             return;
         };
         let effects = up.machine.tick(local);
+        if up.service.dist().take_recluster_request() {
+            // Strong consistency: `recluster:` or a roster not yet decided
+            // with, as the server's cluster runtime does.
+            up.machine.request_recluster();
+        }
         self.effects(i, effects);
         if let Some(up) = self.nodes[i].up.as_ref() {
             up.service.cluster_ticked(up.machine.stall_bound_ms());
@@ -1943,14 +2085,25 @@ impl World {
                 },
             )?;
         }
-        if !self.cfg.device {
-            self.events.push(format!("restart #{i} empty"));
+        let what = if !self.cfg.device {
+            format!("restart #{i} empty")
         } else if !self.rng.chance(0.25) {
-            self.events.push(format!("restart #{i} with its device"));
+            format!("restart #{i} with its device")
         } else {
-            self.events.push(format!("restart #{i} on a blank device"));
             self.disks[i] = None;
-        }
+            if self.cfg.sc {
+                // The SC versions are kept in the work directory, beside
+                // the rosters: a replaced drive with the old versions
+                // would claim copies it does not have. A node rebuilt
+                // from scratch loses both.
+                self.wipe_work(i);
+                format!("restart #{i} on a blank device and work directory")
+            } else {
+                format!("restart #{i} on a blank device")
+            }
+        };
+        self.note(what.clone());
+        self.events.push(what);
         self.boot(i)
     }
 
@@ -2020,6 +2173,9 @@ impl World {
             self.boot(i)?;
         }
         self.wait_until(30_000, "initial convergence", false, |w| w.settled())?;
+        if self.cfg.sc {
+            self.set_roster()?;
+        }
         self.start_clients();
         self.run_for(1_000, false)?;
         let events = self
@@ -2041,7 +2197,11 @@ impl World {
                 let gap = self.rng.range(100, 1_500);
                 self.run_for(gap, false)?;
             }
-            self.event()?;
+            if self.cfg.sc {
+                self.sc_event()?;
+            } else {
+                self.event()?;
+            }
             let mut gap = self.rng.range(1_500, 4_000);
             if truncate_at == Some((event, true)) {
                 let after = self.rng.range(20, 600);
@@ -2062,6 +2222,9 @@ impl World {
             }
             self.step()?;
             self.clients_step(true)?;
+        }
+        if self.cfg.sc {
+            self.heal_and_restart_all()?;
         }
         // Quiescence: settled, and still settled `settle_ms` later.
         let deadline = self.now() + self.cfg.quiesce_bound_ms;
@@ -2094,7 +2257,11 @@ impl World {
 
     fn run(&mut self) -> Result<DataReport, Failure> {
         self.run_to_quiescence()?;
-        let records = self.check()?;
+        let records = if self.cfg.sc {
+            self.sc_check()?
+        } else {
+            self.check()?
+        };
         let core = self.core.lock();
         Ok(DataReport {
             seed: self.seed,
@@ -2111,6 +2278,8 @@ impl World {
             packets: core.sent,
             lost: core.lost,
             end_ms: core.now,
+            reads_checked: self.reads_checked,
+            unavailable_at_end: self.unavailable_at_end,
         })
     }
 
@@ -2270,8 +2439,17 @@ impl World {
     /// invented.
     fn check_counters(&mut self) -> Result<(), Failure> {
         for counter in 0..self.counters.len() {
-            let h = self.counters[counter].clone();
             let value = self.final_read(&counter_key(counter))?.unwrap_or(0);
+            self.judge_counter(counter, value)?;
+        }
+        Ok(())
+    }
+
+    /// Counter `counter` holds `value` at the end: at least its
+    /// acknowledged increments, at most those plus the ones in doubt.
+    fn judge_counter(&mut self, counter: usize, value: i64) -> Result<(), Failure> {
+        {
+            let h = self.counters[counter].clone();
             let value = u64::try_from(value).unwrap_or(u64::MAX);
             if value < h.acked {
                 return Err(self.fail(
@@ -2299,8 +2477,17 @@ impl World {
     /// than its last acknowledged one, and one that was sent.
     fn check_puts(&mut self) -> Result<(), Failure> {
         for key in 0..self.puts.len() {
-            let attempts = self.puts[key].clone();
             let value = self.final_read(&put_key(key))?;
+            self.judge_put(key, value)?;
+        }
+        Ok(())
+    }
+
+    /// Put key `key` holds `value` (`None`: absent) at the end: the effect
+    /// of its last acknowledged attempt or of a later one.
+    fn judge_put(&mut self, key: usize, value: Option<i64>) -> Result<(), Failure> {
+        {
+            let attempts = self.puts[key].clone();
             let last_acked = attempts.iter().rposition(|a| a.outcome == Outcome::Acked);
             // The attempt whose effect the key shows: the put of its value,
             // or (absent) the last delete not refused.

@@ -179,6 +179,10 @@ pub(crate) struct Core {
     pub hash: u64,
     pub sent: u64,
     pub lost: u64,
+    /// A network partition (strong-consistency runs): each node's side;
+    /// cluster messages and fabric calls between sides are dropped as
+    /// they are sent (clients reach every side).
+    pub split: Option<Vec<bool>>,
 }
 
 pub(crate) fn mix(h: u64, v: u64) -> u64 {
@@ -209,6 +213,7 @@ impl Core {
             hash: seed,
             sent: 0,
             lost: 0,
+            split: None,
         }
     }
 
@@ -222,6 +227,11 @@ impl Core {
     pub fn send(&mut self, packet: Packet) {
         self.sent += 1;
         let code = packet.code();
+        if self.crosses_split(&packet) {
+            self.lost += 1;
+            self.hash = mix(self.hash, code ^ 0x5B11);
+            return;
+        }
         let mut delay = self.params.base_delay.max(1) + self.rng.below(self.params.jitter + 1);
         if self.rng.chance(self.params.loss) {
             self.lost += 1;
@@ -237,6 +247,20 @@ impl Core {
         self.hash = mix(self.hash, code ^ due.rotate_left(32));
         let boot = packet.dest().map_or(0, |to| self.boots[to]);
         self.queue.insert((due, self.seq), (packet, boot));
+    }
+
+    /// Whether `packet` goes between the two sides of the network
+    /// partition in force. Answers to calls are not cut: they may come
+    /// late, as any message may.
+    fn crosses_split(&self, packet: &Packet) -> bool {
+        let Some(side) = &self.split else {
+            return false;
+        };
+        let (from, to) = match packet {
+            Packet::Cluster { from, to, .. } | Packet::Request { from, to, .. } => (*from, *to),
+            _ => return false,
+        };
+        side.get(from) != side.get(to)
     }
 
     /// The next packet due at or before now: `Some(None)` for one dropped
