@@ -329,8 +329,8 @@ impl Txn {
 
 /// Waits (up to 5 s) until the two survivors each hold a copy of every
 /// provisional version and monitor of `txns`: also those whose other
-/// copy was on the killed node (a fill brings committed copies only; the
-/// master sends the transaction state after the view change).
+/// copy was on the killed node (the fill carries the transaction state
+/// with the records; the master also re-sends it after the view change).
 fn wait_for_copies(survivors: &[&Node], txns: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);
     let sum = |name: &str| {

@@ -6,7 +6,8 @@
 //! Owns [`TxnCopy`] (captured by [`TxnCopy::capture`] right after the
 //! master's write, encoded with [`TxnCopy::encode`] / [`TxnCopy::decode`])
 //! and [`apply`], the replica's side: the replica's table entries for the
-//! record become exactly the master's.
+//! record become exactly the master's; [`fill`], a migrated record's
+//! side: only the entries the target lacks are taken.
 //!
 //! Invariants:
 //! - a replica applies a copy's transaction state only when the committed
@@ -177,20 +178,7 @@ pub fn apply(
 ) -> Result<(), ResultCode> {
     let digest = write.digest;
     let partition = namespace.index.partition(digest.partition()).write();
-    let held = partition
-        .get(&digest)
-        .map(|entry| entry.meta())
-        .filter(|meta| is_live(namespace, meta, now));
-    let stale = match held {
-        None => false,
-        Some(_) if write.body.is_none() && write.generation == 0 => true,
-        Some(meta) => {
-            let policy = namespace.config.conflict_resolution_policy;
-            let ours = crate::namespace::Version::of(&meta);
-            compare_versions(policy, ours, write.version()) == Ordering::Greater
-        }
-    };
-    if stale {
+    if is_stale(namespace, &partition, write, now) {
         return Ok(());
     }
     let tables = &namespace.txn;
@@ -210,6 +198,60 @@ pub fn apply(
     }
     drop(partition);
     Ok(())
+}
+
+/// A migrated record's transaction state (the source's, as it built the
+/// batch): fills in only what the target lacks — a provisional version
+/// where it holds none, a monitor entry where it holds none — and never
+/// clears. The target's own entries came from the current master's
+/// replica writes (or its own writes as master) and are not older than
+/// the source's snapshot; a state the master ended after the snapshot
+/// (a roll back keeps the committed version) can come back this way
+/// until its deadline, when the recovery rolls it back again (a roll
+/// forward cannot: it installs a newer committed version, and the
+/// migrated copy is then stale). Same staleness rule as [`apply`].
+pub fn fill(namespace: &Namespace, write: &ReplicaWrite, copy: TxnCopy, now: Now) {
+    let digest = write.digest;
+    let partition = namespace.index.partition(digest.partition()).write();
+    if is_stale(namespace, &partition, write, now) {
+        return;
+    }
+    let tables = &namespace.txn;
+    if let Some(provisional) = copy.provisional {
+        if tables.provisional(&digest).is_none() {
+            tables.keep(digest, provisional);
+        }
+    }
+    if let Some(monitor) = copy.monitor {
+        if tables.monitor(&digest).is_none() {
+            tables.set_monitor(digest, monitor);
+        }
+    }
+    drop(partition);
+}
+
+/// Whether the replica (its index `partition`, write-locked) holds a
+/// live committed version newer than `write`'s, or any live one where
+/// `write` carries no generation.
+fn is_stale(
+    namespace: &Namespace,
+    partition: &citrine_index::PartitionIndex,
+    write: &ReplicaWrite,
+    now: Now,
+) -> bool {
+    let held = partition
+        .get(&write.digest)
+        .map(|entry| entry.meta())
+        .filter(|meta| is_live(namespace, meta, now));
+    match held {
+        None => false,
+        Some(_) if write.body.is_none() && write.generation == 0 => true,
+        Some(meta) => {
+            let policy = namespace.config.conflict_resolution_policy;
+            let ours = crate::namespace::Version::of(&meta);
+            compare_versions(policy, ours, write.version()) == Ordering::Greater
+        }
+    }
 }
 
 #[cfg(test)]

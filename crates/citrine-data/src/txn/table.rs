@@ -211,6 +211,30 @@ impl TxnTables {
         removed
     }
 
+    /// Forgets every provisional version and monitor of `partition` (its
+    /// copy was dropped or emptied: the state goes with the records).
+    /// Returns how many entries went.
+    pub fn clear_partition(&self, partition: PartitionId) -> usize {
+        let mut table = self.partition(partition);
+        let provisionals = std::mem::take(&mut table.provisionals).len();
+        let monitors = std::mem::take(&mut table.monitors).len();
+        let stats = &self.stats;
+        stats
+            .provisionals
+            .fetch_sub(provisionals as u64, Ordering::Relaxed);
+        stats
+            .monitors_active
+            .fetch_sub(monitors as u64, Ordering::Relaxed);
+        drop(table);
+        provisionals + monitors
+    }
+
+    /// Whether `partition` holds no provisional version and no monitor.
+    pub fn partition_is_empty(&self, partition: PartitionId) -> bool {
+        let table = self.partition(partition);
+        table.provisionals.is_empty() && table.monitors.is_empty()
+    }
+
     /// Every digest of `partition` with a provisional version or an open
     /// monitor.
     pub fn held_digests(&self, partition: PartitionId) -> Vec<Digest> {
