@@ -36,6 +36,14 @@
 #                      (default: the whole directory)
 #   PYTEST_ARGS        more pytest arguments, e.g. "-k nested"
 #   SUITE_TIMEOUT      seconds one target's run may take (default 3600)
+#   MRT                1 (default): after citrined's run, a second citrined run
+#                      of the transaction tests (test_mrt_api.py,
+#                      test_mrt_functionality.py) on nodes whose `test` is a
+#                      strong-consistency namespace (serve-data on, the
+#                      roster set), the suite told it runs against an
+#                      enterprise server (what those tests need to run
+#                      instead of skipping); 0 skips that run. Not run
+#                      when FILES names no test_mrt file.
 #   PYTHON             interpreter for the suite's venv (default python3)
 #   VENV               venv to use or create (default $WORK/venv; never the
 #                      project's .venv): aerospike and pytest (the suite's
@@ -44,7 +52,8 @@
 #
 # Enterprise-only tests (security, XDR, transactions, compression, ...) are
 # skipped on both servers by the suite's own markers: config.conf names the
-# server under [community-edition] only.
+# server under [community-edition] only — except in the MRT run (above),
+# which names it under [enterprise-edition].
 #
 # Output in $WORK: per target a directory (runs/reference, runs/citrined
 # or runs/citrined-N) with pytest's log, its JUnit report (report.xml) and the
@@ -174,11 +183,14 @@ run_suite() {
 [input-validation]
 validate_keys: true
 
-[community-edition]
+[${EDITION:-community}-edition]
 hosts: 127.0.0.1:$port
 CONF
     local files=(new_tests/)
-    if [ -n "${FILES:-}" ]; then
+    if [ -n "${RUN_FILES:-}" ]; then
+        files=()
+        for f in $RUN_FILES; do files+=("new_tests/$f"); done
+    elif [ -n "${FILES:-}" ]; then
         files=()
         for f in $FILES; do files+=("new_tests/$f"); done
     fi
@@ -221,6 +233,18 @@ if [ "$TARGET" != "reference" ]; then
         WORK="$WORK_SERVER" start_citrined
     fi
     run_suite "$NAME" "$PORT"
+    stop_citrined
+    REPORTS+=("$NAME=$WORK_SERVER/report.xml")
+fi
+MRT_FILES="test_mrt_api.py test_mrt_functionality.py"
+if [ "$TARGET" != "reference" ] && [ "${MRT:-1}" = "1" ] \
+    && { [ -z "${FILES:-}" ] || [[ " $FILES " == *" test_mrt"* ]]; }; then
+    NAME="citrined-mrt"
+    [ "${NODES:-1}" -gt 1 ] && NAME="citrined-$NODES-mrt"
+    WORK_SERVER="$WORK/runs/$NAME"
+    mkdir -p "$WORK_SERVER"
+    WORK="$WORK_SERVER" start_sc_test "${NODES:-1}"
+    EDITION=enterprise RUN_FILES="$MRT_FILES" run_suite "$NAME" "$PORT"
     stop_citrined
     REPORTS+=("$NAME=$WORK_SERVER/report.xml")
 fi

@@ -108,11 +108,12 @@ PY
 }
 
 # start_cluster N: starts N nodes of $CITRINED as one cluster on loopback
-# (namespaces `test` and `bar`, two copies of each record, in memory;
-# heartbeats every 150 ms), each seeding from the first, and waits until
-# every node sees a view of N with no migrations left. The first node is
-# the one a client is pointed at: sets $PORT and $SERVER_PID to it (ports
-# as start_citrined), $PEER_PIDS to the others.
+# (namespaces `test` and `bar`, two copies of each record, in memory — or
+# the namespace sections in $CLUSTER_NAMESPACES instead; heartbeats every
+# 150 ms), each seeding from the first, and waits until every node sees a
+# view of N with no migrations left. The first node is the one a client
+# is pointed at: sets $PORT and $SERVER_PID to it (ports as
+# start_citrined), $PEER_PIDS to the others.
 start_cluster() {
     local nodes=$1 node port seed
     cat >"$WORK/cluster.toml" <<'TOML'
@@ -123,6 +124,11 @@ cluster-name = "citrine-scripts"
 [heartbeat]
 interval = 150
 timeout = 10
+TOML
+    if [ -n "${CLUSTER_NAMESPACES:-}" ]; then
+        printf '\n%s\n' "$CLUSTER_NAMESPACES" >>"$WORK/cluster.toml"
+    else
+        cat >>"$WORK/cluster.toml" <<'TOML'
 
 [[namespace]]
 name = "test"
@@ -138,6 +144,7 @@ replication-factor = 2
 type = "memory"
 data-size = "256M"
 TOML
+    fi
     local ports=() from=$PORT_FIRST
     for node in $(seq 1 "$nodes"); do
         if [ "$node" = 1 ] && [ -n "${PORT:-}" ]; then
@@ -168,6 +175,37 @@ TOML
         sleep 0.1
     done
     die "no view of $nodes nodes with migrations done after 30 s (see $WORK/server-*.log)"
+}
+
+# start_sc_test N: N citrined nodes whose `test` is a strong-consistency
+# namespace serving data (what the suite's transaction tests need), the
+# roster set to the observed nodes, every partition available.
+start_sc_test() {
+    local nodes=$1 observed port
+    CLUSTER_NAMESPACES='[[namespace]]
+name = "test"
+replication-factor = 2
+strong-consistency = true
+strong-consistency-serve-data = true
+[namespace.storage-engine]
+type = "memory"
+data-size = "512M"' start_cluster "$nodes"
+    observed=$(info_value "$PORT" "roster:namespace=test" | tr ':' '\n' \
+        | sed -n 's/^observed_nodes=//p')
+    [ -n "$observed" ] || die "no observed nodes in the roster answer"
+    [ "$(info_value "$PORT" "roster-set:namespace=test;nodes=$observed")" = ok ] \
+        || die "roster-set refused"
+    [ "$(info_value "$PORT" "recluster:")" = ok ] || die "recluster refused"
+    for _ in $(seq 1 200); do
+        local ready=0
+        for port in "${CLUSTER_PORTS[@]}"; do
+            [[ ";$(info_value "$port" namespace/test);" == *";unavailable_partitions=0;"* ]] \
+                && ready=$((ready + 1))
+        done
+        [ "$ready" = "$nodes" ] && { echo "   SC roster set: $observed"; return 0; }
+        sleep 0.1
+    done
+    die "SC namespace test not available after 20 s"
 }
 
 # cluster_story: for a failed run against a cluster, what the nodes went

@@ -12,7 +12,9 @@
 //! marked before the kill and left is rolled forward by the cluster at its
 //! deadline. Before they end, both survivors hold a copy of every
 //! provisional version and monitor (those whose other copy was on the
-//! killed node were sent to the node filled in its place).
+//! killed node were sent to the node filled in its place). Beside them a
+//! fourth transaction runs as batch rows ([`BatchTxn`]) across all three
+//! masters and commits after the kill.
 
 #![allow(clippy::unwrap_used)]
 
@@ -23,6 +25,7 @@ use citrine_wire::msg::{field_type, info1, info2, op_type, MessageWriter, MsgHea
 use citrine_wire::txn::info4;
 use common::cluster::{set_roster_to_observed, wait_for_cluster, Node};
 use common::*;
+use std::io::Write as _;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -329,8 +332,8 @@ impl Txn {
 
 /// Waits (up to 5 s) until the two survivors each hold a copy of every
 /// provisional version and monitor of `txns`: also those whose other
-/// copy was on the killed node (a fill brings committed copies only; the
-/// master sends the transaction state after the view change).
+/// copy was on the killed node (the fill carries the transaction state
+/// with the records; the master also re-sends it after the view change).
 fn wait_for_copies(survivors: &[&Node], txns: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);
     let sum = |name: &str| {
@@ -380,12 +383,16 @@ fn transactions_end_as_asked_after_the_master_of_their_records_is_killed() {
     for txn in &txns {
         txn.begin(&mut stream);
     }
+    let mut batched = BatchTxn::choose(&masters(&nodes));
+    batched.begin(&mut stream);
     nodes[0].kill();
     let survivors: Vec<&Node> = nodes[1..].iter().collect();
     wait_for_cluster(&survivors, 2, Duration::from_secs(20));
     for node in &survivors {
         wait_for_available(node);
     }
+    batched.check_locked(&mut stream, "after the kill");
+    batched.commit(&mut stream);
     wait_for_copies(&survivors, txns.len());
     for txn in txns.iter().filter(|txn| txn.end != End::Recover) {
         txn.end(&mut stream);
@@ -397,5 +404,270 @@ fn transactions_end_as_asked_after_the_master_of_their_records_is_killed() {
             let read = value(&mut stream, key, None);
             assert_eq!(read, (0, Some(int(expected))), "{key} after {:?}", txn.end);
         }
+    }
+}
+
+/// One batch row of set `demo` with the transaction fields (`BATCH_MSG_INFO
+/// | BATCH_MSG_INFO4`, as the official clients send rows in a
+/// transaction): `info` is info1..info4; `value` a write of bin `v`.
+struct Row<'a> {
+    key: &'a str,
+    info: [u8; 4],
+    fields: Vec<(u8, Vec<u8>)>,
+    value: Option<i64>,
+}
+
+fn encode_row(out: &mut Vec<u8>, index: u32, row: &Row<'_>) {
+    out.extend_from_slice(&index.to_be_bytes());
+    out.extend_from_slice(&record(row.key).digest);
+    out.push(0x02 | 0x10);
+    out.extend_from_slice(&row.info);
+    let namespace = [(field_type::NAMESPACE, b"sc".to_vec())];
+    let set = [(field_type::SET, b"demo".to_vec())];
+    let fields: Vec<&(u8, Vec<u8>)> = namespace.iter().chain(&set).chain(&row.fields).collect();
+    out.extend_from_slice(&(fields.len() as u16).to_be_bytes());
+    out.extend_from_slice(&u16::from(row.value.is_some()).to_be_bytes());
+    for (kind, data) in fields {
+        out.extend_from_slice(&(data.len() as u32 + 1).to_be_bytes());
+        out.push(*kind);
+        out.extend_from_slice(data);
+    }
+    if let Some(value) = row.value {
+        out.extend_from_slice(&(4 + 1 + 8u32).to_be_bytes());
+        out.extend_from_slice(&[op_type::WRITE, 1, 0, 1, b'v']);
+        out.extend_from_slice(&value.to_be_bytes());
+    }
+}
+
+/// Per row of a batch reply: result code, bin `v`, record version field.
+type RowAnswer = (u8, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Sends `rows` as one batch; the rows' answers in row order. Sent again
+/// while a row answers 9 or 11 (a view settling), for up to 10 s.
+fn batch(stream: &mut TcpStream, rows: &[Row<'_>]) -> Vec<RowAnswer> {
+    let mut payload = (rows.len() as u32).to_be_bytes().to_vec();
+    payload.push(0);
+    for (index, row) in rows.iter().enumerate() {
+        encode_row(&mut payload, index as u32, row);
+    }
+    let header = MsgHeader {
+        info1: info1::BATCH,
+        transaction_ttl: 5_000,
+        ..MsgHeader::default()
+    };
+    let mut frame = Vec::new();
+    let mut writer = MessageWriter::begin(&mut frame, &header);
+    writer.field(field_type::BATCH_INDEX, &payload);
+    writer.finish();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        stream.write_all(&frame).unwrap();
+        let (mut messages, _) = common::stream::read_stream(stream);
+        let last = messages.pop().unwrap();
+        assert_eq!(last.header.result_code, 0, "LAST of the batch");
+        let mut answers = vec![(255, None, None); rows.len()];
+        for message in messages {
+            let value = message
+                .bins
+                .iter()
+                .find(|(name, _)| name == b"v")
+                .map(|(_, value)| value.clone());
+            let version = message
+                .field(field_type::RECORD_VERSION)
+                .map(<[u8]>::to_vec);
+            let at = message.header.transaction_ttl as usize;
+            answers[at] = (message.header.result_code, value, version);
+        }
+        let settling = answers.iter().any(|(code, _, _)| matches!(code, 9 | 11));
+        if !settling || Instant::now() >= deadline {
+            return answers;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn codes(answers: &[RowAnswer]) -> Vec<u8> {
+    answers.iter().map(|(code, _, _)| *code).collect()
+}
+
+fn values(answers: &[RowAnswer]) -> Vec<Option<Vec<u8>>> {
+    answers.iter().map(|(_, value, _)| value.clone()).collect()
+}
+
+/// Rows of `keys`: reads (`value` None) or writes of `value`.
+fn rows<'a>(
+    keys: &'a [String],
+    fields: &[(u8, Vec<u8>)],
+    value: Option<i64>,
+    info4: u8,
+) -> Vec<Row<'a>> {
+    let info = match value {
+        None => [info1::READ | info1::GET_ALL, 0, 0, info4],
+        Some(_) => [0, info2::WRITE, 0, info4],
+    };
+    keys.iter()
+        .map(|key| Row {
+            key,
+            info,
+            fields: fields.to_vec(),
+            value,
+        })
+        .collect()
+}
+
+/// A transaction whose reads and writes are batch rows across the three
+/// masters (two records of each rewritten, one of node 0's created, one
+/// deleted, one only read), its monitor on node 0, which is killed before
+/// the commit: the batch writes lock their records (a plain batch write
+/// gets 120 per row, a batch read outside sees the committed values, one
+/// inside its own), also on the masters that take over node 0's
+/// partitions; the batch verify of the record read passes and a batch
+/// roll forward commits every row.
+struct BatchTxn {
+    id: u64,
+    written: Vec<String>,
+    created: String,
+    deleted: String,
+    read_only: String,
+    /// The version the read in the transaction answered.
+    version: Vec<u8>,
+}
+
+impl BatchTxn {
+    /// Keys of prefix `b`, and a transaction id (from 1 000) whose monitor
+    /// node 0 masters.
+    fn choose(owners: &[usize]) -> BatchTxn {
+        let master_of = |key: &str| owners[partition_of(&record(key).digest)];
+        let pick = |owner: usize, count: usize, prefix: &str| -> Vec<String> {
+            (0..)
+                .map(|n| format!("{prefix}{n}"))
+                .filter(|key| master_of(key) == owner)
+                .take(count)
+                .collect()
+        };
+        let id = (1_000u64..)
+            .find(|id| owners[partition_of(&monitor(*id).digest)] == 0)
+            .unwrap();
+        BatchTxn {
+            id,
+            written: (0..3).flat_map(|owner| pick(owner, 2, "bw")).collect(),
+            created: pick(0, 1, "bc").remove(0),
+            deleted: pick(0, 1, "bd").remove(0),
+            read_only: pick(0, 1, "br").remove(0),
+            version: Vec::new(),
+        }
+    }
+
+    fn id_field(&self) -> (u8, Vec<u8>) {
+        (field_type::TXN_ID, self.id.to_le_bytes().to_vec())
+    }
+
+    /// Every key the transaction writes (the deleted one last).
+    fn writes(&self) -> Vec<String> {
+        let mut keys = self.written.clone();
+        keys.push(self.created.clone());
+        keys.push(self.deleted.clone());
+        keys
+    }
+
+    /// Committed values 1, the monitor, a read and the writes.
+    fn begin(&mut self, stream: &mut TcpStream) {
+        let mut before = self.written.clone();
+        before.extend([self.deleted.clone(), self.read_only.clone()]);
+        let plain = batch(stream, &rows(&before, &[], Some(1), 0));
+        assert_eq!(codes(&plain), vec![0; before.len()]);
+        let digests: Vec<[u8; 20]> = self.writes().iter().map(|key| record(key).digest).collect();
+        let mut create = header(0, info2::WRITE | info2::RESPOND_ALL_OPS, 0);
+        create.record_ttl = 30;
+        let ops = [
+            (op_type::WRITE, 1, "id", int(self.id as i64)),
+            (op_type::WRITE, 20, "keyds", keyds(&digests)),
+        ];
+        let (code, deadline, _) = send(stream, &monitor(self.id), create, &[], &ops);
+        assert_eq!(code, 0, "monitor created");
+        let id_only = [self.id_field()];
+        let read_only = [self.read_only.clone()];
+        let read = batch(stream, &rows(&read_only, &id_only, None, 0));
+        assert_eq!(codes(&read), vec![0]);
+        self.version = read[0]
+            .2
+            .clone()
+            .expect("a read in a transaction answers its version");
+        let fields = [self.id_field(), (field_type::TXN_DEADLINE, deadline)];
+        let mut put = self.written.clone();
+        put.push(self.created.clone());
+        let mut wrote = rows(&put, &fields, Some(2), 0);
+        wrote.push(Row {
+            key: &self.deleted,
+            info: [
+                0,
+                info2::WRITE | info2::DELETE | info2::DURABLE_DELETE,
+                0,
+                0,
+            ],
+            fields: fields.to_vec(),
+            value: None,
+        });
+        let answers = batch(stream, &wrote);
+        assert_eq!(
+            codes(&answers),
+            vec![0; wrote.len()],
+            "provisional batch writes"
+        );
+        self.check_locked(stream, "before the kill");
+    }
+
+    /// Outside the transaction the committed values (none for the record
+    /// it creates) and 120 for writes; inside, its own versions.
+    fn check_locked(&self, stream: &mut TcpStream, when: &str) {
+        let keys = self.writes();
+        let outside = batch(stream, &rows(&keys, &[], None, 0));
+        let mut committed = vec![Some(int(1)); self.written.len()];
+        committed.extend([None, Some(int(1))]);
+        assert_eq!(values(&outside), committed, "{when}");
+        let inside = batch(stream, &rows(&keys, &[self.id_field()], None, 0));
+        let mut own = vec![Some(int(2)); self.written.len() + 1];
+        own.push(None);
+        assert_eq!(values(&inside), own, "{when}");
+        assert_eq!(inside.last().unwrap().0, 2, "its own delete, {when}");
+        let blocked = batch(stream, &rows(&keys, &[], Some(9), 0));
+        assert_eq!(codes(&blocked), vec![120; keys.len()], "{when}");
+    }
+
+    /// Verify, mark, batch roll forward, close; then every write shows.
+    fn commit(&self, stream: &mut TcpStream) {
+        let verify = Row {
+            key: &self.read_only,
+            info: [
+                info1::READ | info1::GET_NO_BINS,
+                0,
+                citrine_wire::msg::info3::SC_READ_TYPE,
+                info4::VERIFY_READ,
+            ],
+            fields: vec![(field_type::RECORD_VERSION, self.version.clone())],
+            value: None,
+        };
+        assert_eq!(codes(&batch(stream, &[verify])), vec![0], "verified");
+        let mark = [(op_type::WRITE, 17, "fwd", vec![1])];
+        let write = header(0, info2::WRITE, 0);
+        assert_eq!(send(stream, &monitor(self.id), write, &[], &mark).0, 0);
+        let keys = self.writes();
+        let mut roll = rows(&keys, &[self.id_field()], None, info4::ROLL_FORWARD);
+        for row in &mut roll {
+            row.info = [
+                0,
+                info2::WRITE | info2::DURABLE_DELETE,
+                0,
+                info4::ROLL_FORWARD,
+            ];
+        }
+        assert_eq!(codes(&batch(stream, &roll)), vec![0; keys.len()], "rolled");
+        let close = header(0, info2::WRITE | info2::DELETE | info2::DURABLE_DELETE, 0);
+        assert_eq!(send(stream, &monitor(self.id), close, &[], &[]).0, 0);
+        let after = batch(stream, &rows(&keys, &[], None, 0));
+        let mut committed = vec![Some(int(2)); self.written.len() + 1];
+        committed.push(None);
+        assert_eq!(values(&after), committed, "committed");
+        assert_eq!(after.last().unwrap().0, 2, "deleted");
     }
 }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod sc_data;
+mod sc_txn;
 
 fn service(node_id: u64) -> Arc<Service> {
     let config = crate::config::ServiceConfig::local(
@@ -1346,6 +1347,7 @@ fn a_batch_with_one_malformed_record_is_refused_whole() {
             partition: 17,
             records,
             truncated_before: Vec::new(),
+            txn: Vec::new(),
         }
         .encode()
     };

@@ -1183,6 +1183,7 @@ fn an_incoming_master_resolves_before_executing() {
         partition: partition.index() as u16,
         records: vec![copy.encode()],
         truncated_before: Vec::new(),
+        txn: Vec::new(),
     };
     assert_eq!(
         service.dist().apply_migrate_batch(&last.encode()),

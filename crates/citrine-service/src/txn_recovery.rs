@@ -19,8 +19,9 @@
 //! After each view change the records transactions hold on the
 //! partitions this node masters are queued for the replicas
 //! ([`Service::resend_held`], through the distribution's reconcile queue),
-//! so a replica that a fill brought in holds them too: migrations carry
-//! committed copies only.
+//! so every replica holds them (migrations carry the state with the
+//! records as well; the re-send also reaches replicas whose copy needed
+//! no fill).
 //!
 //! Invariants: nothing is rolled on a partition this node does not master
 //! in the current view (the replicas' copies of the tables are the
@@ -66,7 +67,7 @@ impl Service {
     /// After a view change, once every strong-consistency namespace's map
     /// is decided: queues the state of each record a transaction holds on
     /// a partition this node masters for the replicas (a replica a fill
-    /// brought in has the committed copies, not the transaction state).
+    /// brought in gets the state from the fill too; this repeats it).
     /// Returns the view it did that for (`done` while undecided).
     fn resend_held(&self, done: u64) -> u64 {
         let cluster = self.cluster();

@@ -6,7 +6,8 @@
 //! Owns [`TxnCopy`] (captured by [`TxnCopy::capture`] right after the
 //! master's write, encoded with [`TxnCopy::encode`] / [`TxnCopy::decode`])
 //! and [`apply`], the replica's side: the replica's table entries for the
-//! record become exactly the master's.
+//! record become exactly the master's; [`fill`], a migrated record's
+//! side: only the entries the target lacks are taken.
 //!
 //! Invariants:
 //! - a replica applies a copy's transaction state only when the committed
@@ -45,7 +46,12 @@ pub struct TxnCopy {
 
 impl TxnCopy {
     /// `digest`'s state in `namespace`'s tables now.
+    /// Without a lock when the partition holds no state (the common
+    /// case: every SC replicated write captures).
     pub fn capture(namespace: &Namespace, digest: &Digest) -> TxnCopy {
+        if namespace.txn.partition_is_empty(digest.partition()) {
+            return TxnCopy::default();
+        }
         let table = namespace.txn.partition(digest.partition());
         TxnCopy {
             provisional: table.provisionals.get(digest).cloned(),
@@ -169,6 +175,11 @@ fn decode_version(namespace: &Namespace, reader: &mut Reader<'_>) -> Option<Vers
 /// without a generation (the master holds nothing committed: a
 /// transaction creating the record) applies while the replica holds no
 /// live copy either.
+///
+/// A copy without state ("clear") for a partition holding none here is a
+/// no-op, done without taking the index lock: the write path's common
+/// case (its record copy was stored just before, under that lock, which
+/// orders this check after every earlier state change of the record).
 pub fn apply(
     namespace: &Namespace,
     write: &ReplicaWrite,
@@ -176,21 +187,11 @@ pub fn apply(
     now: Now,
 ) -> Result<(), ResultCode> {
     let digest = write.digest;
+    if copy == TxnCopy::default() && namespace.txn.partition_is_empty(digest.partition()) {
+        return Ok(());
+    }
     let partition = namespace.index.partition(digest.partition()).write();
-    let held = partition
-        .get(&digest)
-        .map(|entry| entry.meta())
-        .filter(|meta| is_live(namespace, meta, now));
-    let stale = match held {
-        None => false,
-        Some(_) if write.body.is_none() && write.generation == 0 => true,
-        Some(meta) => {
-            let policy = namespace.config.conflict_resolution_policy;
-            let ours = crate::namespace::Version::of(&meta);
-            compare_versions(policy, ours, write.version()) == Ordering::Greater
-        }
-    };
-    if stale {
+    if is_stale(namespace, &partition, write, now) {
         return Ok(());
     }
     let tables = &namespace.txn;
@@ -210,6 +211,60 @@ pub fn apply(
     }
     drop(partition);
     Ok(())
+}
+
+/// A migrated record's transaction state (the source's, as it built the
+/// batch): fills in only what the target lacks — a provisional version
+/// where it holds none, a monitor entry where it holds none — and never
+/// clears. The target's own entries came from the current master's
+/// replica writes (or its own writes as master) and are not older than
+/// the source's snapshot; a state the master ended after the snapshot
+/// (a roll back keeps the committed version) can come back this way
+/// until its deadline, when the recovery rolls it back again (a roll
+/// forward cannot: it installs a newer committed version, and the
+/// migrated copy is then stale). Same staleness rule as [`apply`].
+pub fn fill(namespace: &Namespace, write: &ReplicaWrite, copy: TxnCopy, now: Now) {
+    let digest = write.digest;
+    let partition = namespace.index.partition(digest.partition()).write();
+    if is_stale(namespace, &partition, write, now) {
+        return;
+    }
+    let tables = &namespace.txn;
+    if let Some(provisional) = copy.provisional {
+        if tables.provisional(&digest).is_none() {
+            tables.keep(digest, provisional);
+        }
+    }
+    if let Some(monitor) = copy.monitor {
+        if tables.monitor(&digest).is_none() {
+            tables.set_monitor(digest, monitor);
+        }
+    }
+    drop(partition);
+}
+
+/// Whether the replica (its index `partition`, write-locked) holds a
+/// live committed version newer than `write`'s, or any live one where
+/// `write` carries no generation.
+fn is_stale(
+    namespace: &Namespace,
+    partition: &citrine_index::PartitionIndex,
+    write: &ReplicaWrite,
+    now: Now,
+) -> bool {
+    let held = partition
+        .get(&write.digest)
+        .map(|entry| entry.meta())
+        .filter(|meta| is_live(namespace, meta, now));
+    match held {
+        None => false,
+        Some(_) if write.body.is_none() && write.generation == 0 => true,
+        Some(meta) => {
+            let policy = namespace.config.conflict_resolution_policy;
+            let ours = crate::namespace::Version::of(&meta);
+            compare_versions(policy, ours, write.version()) == Ordering::Greater
+        }
+    }
 }
 
 #[cfg(test)]
@@ -336,6 +391,77 @@ mod tests {
         assert_eq!(replica.txn.stats.provisionals.load(Relaxed), 1);
         apply(&replica, &current, TxnCopy::default(), now()).unwrap();
         assert_eq!(replica.txn.provisional(&D), None);
+    }
+
+    /// The per-partition count that lets the write path skip the table:
+    /// zero exactly when the partition holds nothing, through replacing,
+    /// taking, closing and clearing.
+    #[test]
+    fn a_partition_is_empty_only_while_it_holds_no_state() {
+        let namespace = namespace();
+        let tables = &namespace.txn;
+        let p = D.partition();
+        assert!(tables.partition_is_empty(p));
+        assert_eq!(TxnCopy::capture(&namespace, &D), TxnCopy::default());
+        tables.keep(D, provisional(&namespace, 7));
+        tables.keep(D, provisional(&namespace, 7));
+        assert!(!tables.partition_is_empty(p));
+        assert!(TxnCopy::capture(&namespace, &D).provisional.is_some());
+        let open = Monitor {
+            deadline: 5,
+            roll_forward: false,
+        };
+        tables.set_monitor(D, open);
+        tables.set_monitor(D, open);
+        assert!(tables.take(&D, 8).is_none(), "another transaction's");
+        assert!(tables.take(&D, 7).is_some());
+        assert!(!tables.partition_is_empty(p), "the monitor is left");
+        assert!(tables.close_monitor(&D).is_some());
+        assert!(tables.close_monitor(&D).is_none());
+        assert!(tables.partition_is_empty(p));
+        tables.keep(D, provisional(&namespace, 9));
+        tables.set_monitor(D, open);
+        assert_eq!(tables.clear_partition(p), 2);
+        assert!(tables.partition_is_empty(p));
+        assert!(tables.is_empty());
+        // A clear where nothing is held leaves nothing to do.
+        store_copy(&namespace, &committed(1), now(), 0, Admit::Always).unwrap();
+        apply(&namespace, &committed(1), TxnCopy::default(), now()).unwrap();
+        assert!(tables.partition_is_empty(p));
+    }
+
+    /// What the transaction state costs each SC replicated write when the
+    /// partition holds none (the fast path) against when it holds another
+    /// record's (the full path, which every write took before): the
+    /// master's capture and encoding, the replica's decoding and apply.
+    /// On demand, in release: `cargo test --release -p citrine-data --lib
+    /// txn_state_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn txn_state_cost() {
+        const CALLS: u32 = 400_000;
+        let namespace = namespace();
+        let write = committed(1);
+        store_copy(&namespace, &write, now(), 0, Admit::Always).unwrap();
+        let mut other = D;
+        other.0[10] ^= 1;
+        assert_eq!(other.partition(), D.partition());
+        let round = |namespace: &Namespace| {
+            let started = std::time::Instant::now();
+            for _ in 0..CALLS {
+                let bytes = TxnCopy::capture(namespace, &D).encode(namespace);
+                let copy = TxnCopy::decode(namespace, std::hint::black_box(&bytes)).unwrap();
+                apply(namespace, &write, copy, now()).unwrap();
+            }
+            started.elapsed().as_nanos() as f64 / f64::from(CALLS)
+        };
+        for _ in 0..5 {
+            let fast = round(&namespace);
+            namespace.txn.keep(other, provisional(&namespace, 3));
+            let full = round(&namespace);
+            namespace.txn.take(&other, 3).unwrap();
+            println!("ns per write: fast path {fast:.1}, full path {full:.1}");
+        }
     }
 
     #[test]

@@ -16,7 +16,13 @@
 //!   the index keeps the last committed version untouched until the roll
 //!   forward installs the provisional one;
 //! - `provisionals` and `monitors_active` equal the sums of the tables'
-//!   sizes (updated with the tables, under the same locks).
+//!   sizes (updated with the tables, under the same locks);
+//! - each partition's `held` count is never below the number of entries
+//!   in its table at any instant (raised before an entry goes in, lowered
+//!   after one went out, under the table's mutex): a zero read without
+//!   any lock means the table is empty then, so the replicated write path
+//!   skips the table for a partition no transaction touches
+//!   ([`TxnTables::partition_is_empty`]).
 //!
 //! Provisional versions live in memory only: a restart loses this node's
 //! (in a cluster the replicas of a strong-consistency partition hold
@@ -92,6 +98,8 @@ pub struct TxnStats {
 #[derive(Debug)]
 pub struct TxnTables {
     partitions: Box<[Mutex<PartitionTxns>]>,
+    /// Per partition, at least its table's entries (see the module doc).
+    held: Box<[AtomicU32]>,
     pub stats: TxnStats,
     /// `mrt-duration`: a monitor's deadline when its client asks none.
     pub duration_seconds: AtomicU32,
@@ -110,6 +118,7 @@ impl TxnTables {
     pub fn new(duration_seconds: u32, writes_disabled: bool) -> TxnTables {
         TxnTables {
             partitions: (0..PARTITIONS).map(|_| Mutex::default()).collect(),
+            held: (0..PARTITIONS).map(|_| AtomicU32::new(0)).collect(),
             stats: TxnStats::default(),
             duration_seconds: AtomicU32::new(duration_seconds),
             writes_disabled: AtomicBool::new(writes_disabled),
@@ -161,13 +170,14 @@ impl TxnTables {
 
     /// Keeps `provisional` as `digest`'s (replacing its own earlier one).
     pub fn keep(&self, digest: Digest, provisional: Provisional) {
-        let added = self
-            .partition(digest.partition())
-            .provisionals
-            .insert(digest, provisional)
-            .is_none();
+        let mut table = self.partition(digest.partition());
+        let held = self.held(digest.partition());
+        held.fetch_add(1, Ordering::AcqRel);
+        let added = table.provisionals.insert(digest, provisional).is_none();
         if added {
             self.stats.provisionals.fetch_add(1, Ordering::Relaxed);
+        } else {
+            held.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -179,6 +189,7 @@ impl TxnTables {
         }
         let taken = table.provisionals.remove(digest);
         self.stats.provisionals.fetch_sub(1, Ordering::Relaxed);
+        self.held(digest.partition()).fetch_sub(1, Ordering::AcqRel);
         taken
     }
 
@@ -192,23 +203,57 @@ impl TxnTables {
 
     /// Records `digest`'s monitor as `monitor`.
     pub fn set_monitor(&self, digest: Digest, monitor: Monitor) {
-        let added = self
-            .partition(digest.partition())
-            .monitors
-            .insert(digest, monitor)
-            .is_none();
+        let mut table = self.partition(digest.partition());
+        let held = self.held(digest.partition());
+        held.fetch_add(1, Ordering::AcqRel);
+        let added = table.monitors.insert(digest, monitor).is_none();
         if added {
             self.stats.monitors_active.fetch_add(1, Ordering::Relaxed);
+        } else {
+            held.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
     /// Forgets `digest`'s monitor (closed or recovered).
     pub fn close_monitor(&self, digest: &Digest) -> Option<Monitor> {
-        let removed = self.partition(digest.partition()).monitors.remove(digest);
+        let mut table = self.partition(digest.partition());
+        let removed = table.monitors.remove(digest);
         if removed.is_some() {
             self.stats.monitors_active.fetch_sub(1, Ordering::Relaxed);
+            self.held(digest.partition()).fetch_sub(1, Ordering::AcqRel);
         }
         removed
+    }
+
+    /// Forgets every provisional version and monitor of `partition` (its
+    /// copy was dropped or emptied: the state goes with the records).
+    /// Returns how many entries went.
+    pub fn clear_partition(&self, partition: PartitionId) -> usize {
+        let mut table = self.partition(partition);
+        let provisionals = std::mem::take(&mut table.provisionals).len();
+        let monitors = std::mem::take(&mut table.monitors).len();
+        let stats = &self.stats;
+        stats
+            .provisionals
+            .fetch_sub(provisionals as u64, Ordering::Relaxed);
+        stats
+            .monitors_active
+            .fetch_sub(monitors as u64, Ordering::Relaxed);
+        let held = (provisionals + monitors) as u32;
+        self.held(partition).fetch_sub(held, Ordering::AcqRel);
+        drop(table);
+        provisionals + monitors
+    }
+
+    /// Whether `partition` holds no provisional version and no monitor
+    /// now: one atomic load, no lock (see the module doc).
+    #[inline]
+    pub fn partition_is_empty(&self, partition: PartitionId) -> bool {
+        self.held(partition).load(Ordering::Acquire) == 0
+    }
+
+    fn held(&self, partition: PartitionId) -> &AtomicU32 {
+        &self.held[partition.index() % self.held.len()]
     }
 
     /// Every digest of `partition` with a provisional version or an open

@@ -132,6 +132,17 @@
 //!   that is not is malformed input from its source: refused, counted
 //!   (`peer_messages_malformed`), never a panic.
 //!
+//! Transactions (strong consistency, issue 40): a record's transaction
+//! state (its provisional version, its monitor entry) travels in the batch
+//! with its copy, taken under the same read lock ([`FLAG_TXN`],
+//! [`MigrateBatch::txn`]; a wire change between nodes — an older node
+//! refuses such a batch as malformed); a record only a transaction holds
+//! goes as a marker without a generation, and a record holding state is
+//! sent even to a target whose manifest has its version. The target fills
+//! in only the state it lacks (`txn_replica::fill`). A copy dropped or
+//! emptied loses its state with its records. (Duplicate resolution still
+//! fetches committed copies only.)
+//!
 //! Deletes migrate too: a deleted record's tombstone (kept in the index
 //! for `tomb-raider-eligible-age`) is listed in snapshots' counts,
 //! manifests and batches as a delete marker, so a copy that missed the
@@ -173,6 +184,7 @@ use crate::sc::partitions::ScSection;
 use crate::Distribution;
 use citrine_cluster::exchange::{self, Covers, Holding, PartitionVersion};
 use citrine_data::namespace::Version;
+use citrine_data::txn::replica::{self as txn_replica, TxnCopy};
 use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE, PARTITIONS};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -183,6 +195,10 @@ use std::sync::Arc;
 pub const FLAG_LAST: u8 = 1;
 /// The first batch of a partition.
 pub const FLAG_FIRST: u8 = 2;
+/// The batch ends with the transaction state of some of its records
+/// ([`MigrateBatch::txn`]); a batch without it is laid out as before it
+/// existed.
+pub const FLAG_TXN: u8 = 4;
 /// Most records in one batch.
 pub const BATCH_RECORDS: usize = 512;
 /// A batch is closed once its records take this many bytes.
@@ -1798,18 +1814,27 @@ impl Distribution {
     }
 
     /// The digests of a partition's records and tombstones, in no
-    /// particular order.
+    /// particular order, then (strong consistency) those of records only
+    /// a transaction holds (a provisional create, its monitor's record
+    /// not written yet), in digest order.
     pub fn migration_digests(&self, namespace: &str, partition: PartitionId) -> Vec<Digest> {
-        self.namespace(namespace.as_bytes())
-            .map(|namespace| {
-                let index = namespace.index.partition(partition).read();
-                index
-                    .iter()
-                    .map(|(digest, _)| *digest)
-                    .chain(index.tombstones().map(|(digest, _)| *digest))
-                    .collect()
-            })
-            .unwrap_or_default()
+        let Some(namespace) = self.namespace(namespace.as_bytes()) else {
+            return Vec::new();
+        };
+        let index = namespace.index.partition(partition).read();
+        let mut digests: Vec<Digest> = index
+            .iter()
+            .map(|(digest, _)| *digest)
+            .chain(index.tombstones().map(|(digest, _)| *digest))
+            .collect();
+        if crate::sc::data_path::is_sc(namespace) && !namespace.txn.partition_is_empty(partition) {
+            let mut held = namespace.txn.held_digests(partition);
+            held.retain(|digest| index.get(digest).is_none() && index.tombstone(digest).is_none());
+            held.sort_unstable();
+            held.dedup();
+            digests.extend(held);
+        }
+        digests
     }
 
     /// This node's manifest of a partition (answers `MANIFEST`): `u8 1 |
@@ -1862,9 +1887,16 @@ impl Distribution {
     ) -> Option<Vec<Digest>> {
         let namespace = self.namespace(namespace_name.as_bytes())?;
         let index = namespace.index.partition(partition).read();
+        let sc =
+            crate::sc::data_path::is_sc(namespace) && !namespace.txn.partition_is_empty(partition);
         let delta: Vec<Digest> = digests
             .iter()
             .filter(|digest| {
+                if sc && txn_state(namespace, digest).is_some() {
+                    // The state travels with the record, even to a
+                    // target holding the same committed version.
+                    return true;
+                }
                 let Some((ours, set_id)) = held_version(&index, digest) else {
                     return false;
                 };
@@ -2011,22 +2043,27 @@ impl Distribution {
             partition: partition.index() as u16,
             records: Vec::new(),
             truncated_before: Vec::new(),
+            txn: Vec::new(),
         };
         let Some(namespace) = self.namespace(namespace_name.as_bytes()) else {
             batch.flags |= FLAG_LAST;
             return (batch, digests.len());
         };
-        let (records, truncated, consumed) =
-            batch_records(namespace, partition, digests, self.now());
-        batch.records = records;
-        batch.truncated_before = truncated
+        let content = batch_records(namespace, partition, digests, self.now());
+        batch.records = content.records;
+        batch.truncated_before = content
+            .truncated
             .into_iter()
             .map(|(set_id, lut)| (namespace.sets.name(set_id).unwrap_or_default(), lut))
             .collect();
-        if consumed == digests.len() {
+        if !content.txn.is_empty() {
+            batch.flags |= FLAG_TXN;
+            batch.txn = content.txn;
+        }
+        if content.consumed == digests.len() {
             batch.flags |= FLAG_LAST;
         }
-        (batch, consumed)
+        (batch, content.consumed)
     }
 
     /// Applies a received batch; the answer is one result-code byte.
@@ -2059,12 +2096,9 @@ impl Distribution {
                 return self.refuse_malformed("a migration batch with a malformed record");
             }
         };
-        for write in &writes {
-            let truncated_before = batch.truncated_before_of(&write.set_name);
-            let code = crate::replication::apply_copy(self, write, truncated_before);
-            if code != ResultCode::Ok {
-                return code;
-            }
+        let code = self.apply_batch_writes(&batch, &writes);
+        if code != ResultCode::Ok {
+            return code;
         }
         self.migrations
             .records_received
@@ -2081,41 +2115,113 @@ impl Distribution {
     }
 }
 
-/// The encoded copies of `digests` for one batch of `partition` — each
-/// live record, or the delete marker of a kept tombstone; the truncation
-/// threshold of each set they belong to; and how many digests were
-/// consumed (at most [`BATCH_RECORDS`], the batch closed after the record
-/// that reaches [`BATCH_BYTES`]).
+/// What one batch of a partition carries: the encoded copies, the
+/// truncation threshold of each set they belong to, the transaction
+/// states by record (strong consistency), and how many digests were
+/// consumed.
+struct BatchContent {
+    records: Vec<Vec<u8>>,
+    truncated: BTreeMap<u16, u64>,
+    txn: Vec<(u32, Vec<u8>)>,
+    consumed: usize,
+}
+
+impl Distribution {
+    /// Applies a validated batch's records (`writes`, in its order), each
+    /// by the replica-write rule, then its transaction state
+    /// ([`txn_replica::fill`]: only what this node lacks); a record
+    /// without a generation that carries a state stores nothing itself.
+    /// Every state is decoded before any record is applied: one that does
+    /// not decode refuses the batch whole.
+    fn apply_batch_writes(&self, batch: &MigrateBatch, writes: &[ReplicaWrite]) -> ResultCode {
+        let Some(namespace) = self.namespace(batch.namespace.as_bytes()) else {
+            return ResultCode::Namespace;
+        };
+        let mut states: Vec<Option<TxnCopy>> = vec![None; writes.len()];
+        for (record, state) in &batch.txn {
+            let Some(copy) = TxnCopy::decode(namespace, state) else {
+                return self.refuse_malformed("a migrated transaction state that does not decode");
+            };
+            states[*record as usize] = Some(copy);
+        }
+        for (write, state) in writes.iter().zip(states) {
+            let marker = write.body.is_none() && write.generation == 0;
+            if !(marker && state.is_some()) {
+                let truncated_before = batch.truncated_before_of(&write.set_name);
+                let code = crate::replication::apply_copy(self, write, truncated_before);
+                if code != ResultCode::Ok {
+                    return code;
+                }
+            }
+            if let Some(copy) = state {
+                txn_replica::fill(namespace, write, copy, self.now());
+            }
+        }
+        ResultCode::Ok
+    }
+}
+
+/// The content of one batch of `partition` from `digests` — each live
+/// record, or the delete marker of a kept tombstone, and, on a
+/// strong-consistency namespace, each record's transaction state taken
+/// under the same read lock (a record only a transaction holds goes as a
+/// marker without a generation) — consuming at most [`BATCH_RECORDS`],
+/// the batch closed after the record that reaches [`BATCH_BYTES`].
 fn batch_records(
     namespace: &citrine_data::namespace::Namespace,
     partition: PartitionId,
     digests: &[Digest],
     now: citrine_data::Now,
-) -> (Vec<Vec<u8>>, BTreeMap<u16, u64>, usize) {
+) -> BatchContent {
     let index = namespace.index.partition(partition).read();
-    let mut records = Vec::new();
+    let sc = crate::sc::data_path::is_sc(namespace);
+    let mut content = BatchContent {
+        records: Vec::new(),
+        truncated: BTreeMap::new(),
+        txn: Vec::new(),
+        consumed: 0,
+    };
     let mut bytes = 0;
-    let mut consumed = 0;
-    // The sets of the records sent, each with its threshold.
-    let mut truncated: BTreeMap<u16, u64> = BTreeMap::new();
     for digest in digests.iter().take(BATCH_RECORDS) {
         assert_eq!(
             digest.partition(),
             partition,
             "a migration batch carries records of its own partition only"
         );
-        consumed += 1;
-        let Some((encoded, set_id, live)) = batch_copy(namespace, &index, digest, now) else {
+        content.consumed += 1;
+        let state = if sc {
+            txn_state(namespace, digest)
+        } else {
+            None
+        };
+        let copy = batch_copy(namespace, &index, digest, now).or_else(|| {
+            let name = &namespace.config.name;
+            let marker = crate::sc::data_path::regime_marker(name, digest, now.unix_ms);
+            state.as_ref().map(|_| (marker.encode(), 0, false))
+        });
+        let Some((encoded, set_id, live)) = copy else {
             continue;
         };
+        if let Some(state) = state {
+            content.txn.push((content.records.len() as u32, state));
+        }
         bytes += encoded.len();
-        records.push(encoded);
-        truncated.insert(set_id, namespace.truncated_before(set_id));
+        content.records.push(encoded);
+        content
+            .truncated
+            .insert(set_id, namespace.truncated_before(set_id));
         if live && bytes >= BATCH_BYTES {
             break;
         }
     }
-    (records, truncated, consumed)
+    content
+}
+
+/// `digest`'s transaction state, encoded, when it has one; the caller
+/// holds the record's index partition lock.
+fn txn_state(namespace: &citrine_data::namespace::Namespace, digest: &Digest) -> Option<Vec<u8>> {
+    let state = TxnCopy::capture(namespace, digest);
+    (state != TxnCopy::default()).then(|| state.encode(namespace))
 }
 
 /// One record's copy for a migration batch: the encoded [`ReplicaWrite`]
@@ -2247,6 +2353,8 @@ fn remove_every_record(
     let mut removed = 0u64;
     index.clear_tombstones();
     namespace.clear_partition(partition);
+    // The copy's transaction state goes with its records.
+    namespace.txn.clear_partition(partition);
     index.remove_where(
         |_, _| true,
         |_, entry| {
@@ -2325,6 +2433,12 @@ pub struct MigrateBatch {
     /// even if it has not learned that truncation yet (see
     /// `replication::replica_payload`).
     pub truncated_before: Vec<(Vec<u8>, u64)>,
+    /// Strong consistency: the transaction state (an encoded
+    /// `citrine_data::txn::replica::TxnCopy`) of the records that have
+    /// one, by their place in `records`; on the wire only with
+    /// [`FLAG_TXN`], as `u32 count | count × (u32 record | u32 len |
+    /// state)` after the sets.
+    pub txn: Vec<(u32, Vec<u8>)>,
 }
 
 impl MigrateBatch {
@@ -2361,6 +2475,14 @@ impl MigrateBatch {
             out.extend_from_slice(set);
             out.extend_from_slice(&lut.to_be_bytes());
         }
+        if self.flags & FLAG_TXN != 0 {
+            out.extend_from_slice(&(self.txn.len() as u32).to_be_bytes());
+            for (record, state) in &self.txn {
+                out.extend_from_slice(&record.to_be_bytes());
+                out.extend_from_slice(&(state.len() as u32).to_be_bytes());
+                out.extend_from_slice(state);
+            }
+        }
         out
     }
 
@@ -2395,6 +2517,18 @@ impl MigrateBatch {
             let lut = u64::from_be_bytes(take(8)?.try_into().ok()?);
             truncated_before.push((set, lut));
         }
+        let mut txn = Vec::new();
+        if flags & FLAG_TXN != 0 {
+            let count = u32::from_be_bytes(take(4)?.try_into().ok()?);
+            for _ in 0..count {
+                let record = u32::from_be_bytes(take(4)?.try_into().ok()?);
+                let length = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+                if record as usize >= records.len() {
+                    return None;
+                }
+                txn.push((record, take(length)?.to_vec()));
+            }
+        }
         if at != bytes.len() {
             return None;
         }
@@ -2406,6 +2540,7 @@ impl MigrateBatch {
             partition,
             records,
             truncated_before,
+            txn,
         })
     }
 }

@@ -33,6 +33,7 @@ fn batch_round_trip_and_garbage() {
         partition: 4095,
         records: vec![record(4095, 1, 1).encode(), vec![]],
         truncated_before: vec![(Vec::new(), 5), (b"set".to_vec(), 1_700_000_000_000)],
+        txn: Vec::new(),
     };
     let bytes = batch.encode();
     assert_eq!(MigrateBatch::decode(&bytes), Some(batch.clone()));
@@ -60,6 +61,56 @@ fn batch_round_trip_and_garbage() {
         decode_partition_ref(&[4, b't', b'e', b's', b't', 0x10]),
         None
     );
+}
+
+/// The wire change of transaction states in batches: without
+/// [`FLAG_TXN`] a batch is byte for byte the layout older nodes send
+/// (nothing after the sets); with it, `u32 count | count × (u32 record |
+/// u32 len | state)` follows the sets, and a state naming no record of
+/// the batch is refused.
+#[test]
+fn a_batch_carries_transaction_states_only_with_its_flag() {
+    let plain = MigrateBatch {
+        cluster_key: 1,
+        source: NodeId(2),
+        flags: FLAG_LAST,
+        namespace: "ns".into(),
+        partition: 3,
+        records: vec![vec![9]],
+        truncated_before: Vec::new(),
+        txn: Vec::new(),
+    };
+    let old_layout = [
+        &1u64.to_be_bytes()[..],
+        &2u64.to_be_bytes(),
+        &[
+            FLAG_LAST, 2, b'n', b's', 0, 3, 0, 0, 0, 1, 0, 0, 0, 1, 9, 0, 0,
+        ],
+    ]
+    .concat();
+    assert_eq!(plain.encode(), old_layout);
+    let with_state = MigrateBatch {
+        flags: FLAG_LAST | FLAG_TXN,
+        txn: vec![(0, vec![1, 7])],
+        ..plain.clone()
+    };
+    let bytes = with_state.encode();
+    let tail = [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 7];
+    let mut flagged = old_layout.clone();
+    flagged[16] |= FLAG_TXN;
+    assert_eq!(bytes, [&flagged[..], &tail].concat());
+    assert_eq!(MigrateBatch::decode(&bytes), Some(with_state.clone()));
+    // The flag without the section, or the section without the flag.
+    assert_eq!(MigrateBatch::decode(&flagged), None);
+    assert_eq!(
+        MigrateBatch::decode(&[&old_layout[..], &tail].concat()),
+        None
+    );
+    let beyond = MigrateBatch {
+        txn: vec![(1, vec![0])],
+        ..with_state
+    };
+    assert_eq!(MigrateBatch::decode(&beyond.encode()), None);
 }
 
 #[test]
