@@ -10,7 +10,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's heading says when it starts (seconds since the start of the
+# run) and how long the step before it took, so every CI log shows where
+# the time goes.
+ci_started=$SECONDS
+step_name=""
+step_started=$SECONDS
+step() {
+    local now=$SECONDS
+    if [ -n "$step_name" ]; then
+        printf '<== %s: %d s\n' "$step_name" $((now - step_started))
+    fi
+    step_name=$*
+    step_started=$now
+    printf '\n==> %s  [at %d s]\n' "$*" $((now - ci_started))
+}
 
 step "toolchain"
 if ! command -v cargo >/dev/null 2>&1; then
@@ -68,9 +82,29 @@ if [ "$(cat /proc/sys/kernel/io_uring_disabled 2>/dev/null || echo absent)" = "0
 else
     echo "io_uring not allowed here: its tests skip, the listener tests use epoll via auto"
 fi
-cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
-# Summarise for the reader (and for CI's log).
+# Cargo itself not quiet: its "Running <binary>" lines name what each
+# "test result" line (libtest quiet: dots) is about.
+cargo test --workspace -- --quiet 2>&1 | tee target/cargo-test.log
+# Summarise for the reader (and for CI's log): totals, then the slowest
+# test binaries (binaries run one after another; a binary's tests run in
+# parallel).
 awk '/^test result:/ { passed += $4; failed += $6 } END { printf "rust: %d passed, %d failed\n", passed, failed }' target/cargo-test.log
+awk '/^ *Running / { name = $NF; gsub(/^\(target\/debug\/deps\/|-[0-9a-f]+\)$/, "", name)
+                     if ($2 == "unittests") name = name " (" $3 ")" }
+     /^ *Doc-tests / { name = "doc-tests " $2 }
+     /^test result:/ { seconds = $NF; sub(/s$/, "", seconds); printf "%8.1f s  %s\n", seconds, name }' \
+    target/cargo-test.log | sort -rn | awk 'NR == 1 { print "slowest test binaries:" } NR <= 15'
+
+fuzz_build_pid=""
+if [[ -x scripts/fuzz-ci.sh ]]; then
+    step "fuzz targets: release build in the background while the client suites run"
+    # Niced (the suites come first) and in its own process group, so that
+    # a failing suite's exit takes the build with it.
+    FUZZ_BUILD_ONLY=1 setsid nice -n 19 bash scripts/fuzz-ci.sh >target/fuzz-build.log 2>&1 &
+    fuzz_build_pid=$!
+    trap '[ -n "$fuzz_build_pid" ] && kill -- -"$fuzz_build_pid" 2>/dev/null; true' EXIT
+    echo "log: target/fuzz-build.log"
+fi
 
 step "official Python client compatibility suite"
 bash scripts/setup-python.sh
@@ -102,6 +136,13 @@ CITRINED="$PWD/target/debug/citrined" NODES=3 bash scripts/java-client-suite.sh
 
 if [[ -x scripts/fuzz-ci.sh ]]; then
     step "short fuzz run of every fuzz target"
+    fuzz_build_status=0
+    wait "$fuzz_build_pid" || fuzz_build_status=$?
+    fuzz_build_pid=""
+    sed 's/^/background build: /' target/fuzz-build.log
+    if [ "$fuzz_build_status" -ne 0 ]; then
+        echo "the background build failed (status $fuzz_build_status): the run below builds again"
+    fi
     bash scripts/fuzz-ci.sh
 fi
 
