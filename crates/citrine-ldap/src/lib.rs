@@ -130,6 +130,11 @@ impl LdapConfig {
 }
 
 /// Why an LDAP login or query failed, with the reference's result code.
+/// 60 and 65 mean in the official clients' tables (Java, Go, C/Python)
+/// what they mean here: INVALID_USER, INVALID_CREDENTIAL. 91-94 are in
+/// no client's table (they print the number); their meaning is the
+/// reference server's names, `AS_SEC_ERR_LDAP_SETUP`, `_TLS_SETUP`,
+/// `_AUTHENTICATION`, `_QUERY`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
     /// The directory refused the password (LDAP result 49), or it was

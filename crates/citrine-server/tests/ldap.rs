@@ -218,22 +218,23 @@ fn authenticate(stream: &mut TcpStream, user: &str, token: &[u8]) -> u8 {
     round_trip(stream, &request).unwrap().1[1]
 }
 
-/// Waits until both nodes, asked as admin, see a cluster of two.
+/// Waits until both nodes, asked as admin, see a cluster of two (one
+/// login each: the client's bcrypt is slow in a debug build).
 fn wait_for_two(nodes: &[Node]) {
     let deadline = Instant::now() + Duration::from_secs(30);
+    let admin = login("admin", "admin", false);
+    let mut streams: Vec<TcpStream> = nodes
+        .iter()
+        .map(|node| {
+            let mut stream = node.connect();
+            assert_eq!(round_trip(&mut stream, &admin).unwrap().1[1], 0);
+            stream
+        })
+        .collect();
     loop {
-        let sizes: Vec<String> = nodes
-            .iter()
-            .map(|node| {
-                let mut stream = node.connect();
-                assert_eq!(
-                    round_trip(&mut stream, &login("admin", "admin", false))
-                        .unwrap()
-                        .1[1],
-                    0
-                );
-                common::info(&mut stream, &["cluster-info"])[0].1.clone()
-            })
+        let sizes: Vec<String> = streams
+            .iter_mut()
+            .map(|stream| common::info(stream, &["cluster-info"])[0].1.clone())
             .collect();
         if sizes.iter().all(|text| text.contains("cluster_size=2")) {
             return;
@@ -270,10 +271,9 @@ fn a_directory_users_token_and_role_changes_hold_on_every_node() {
     wait_for_two(&nodes);
 
     // alice logs in on the first node only; its token opens the second.
+    let alice = login("alice", "wonderland", true);
     let mut first = nodes[0].connect();
-    let reply = round_trip(&mut first, &login("alice", "wonderland", true))
-        .unwrap()
-        .1;
+    let reply = round_trip(&mut first, &alice).unwrap().1;
     assert_eq!(reply[1], 0, "LDAP login");
     let token = reply_field(&reply, field::SESSION_TOKEN).expect("a session token");
     let mut second = nodes[1].connect();
@@ -303,12 +303,7 @@ fn a_directory_users_token_and_role_changes_hold_on_every_node() {
 
     // The official clients log in to every node: the second binds too.
     let mut own = nodes[1].connect();
-    assert_eq!(
-        round_trip(&mut own, &login("alice", "wonderland", true))
-            .unwrap()
-            .1[1],
-        0
-    );
+    assert_eq!(round_trip(&mut own, &alice).unwrap().1[1], 0);
     drop(nodes);
     let _ = std::fs::remove_dir_all(&dir);
 }
