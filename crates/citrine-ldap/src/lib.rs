@@ -67,6 +67,9 @@ pub struct LdapConfig {
     pub session_ttl_s: u32,
     /// `login-threads`: threads doing directory operations.
     pub login_threads: usize,
+    /// `token-hash-method`: the hash of the HMAC that signs LDAP users'
+    /// tokens, `sha-256` or `sha-512`.
+    pub token_hash_method: String,
 }
 
 impl LdapConfig {
@@ -89,6 +92,7 @@ impl LdapConfig {
             polling_period_s: 300,
             session_ttl_s: 86_400,
             login_threads: 8,
+            token_hash_method: "sha-256".to_owned(),
         }
     }
 
@@ -109,6 +113,12 @@ impl LdapConfig {
         if self.query_user_dn.is_some() != self.query_user_password.is_some() {
             return Err("query-user-dn and query-user-password-file go together".to_owned());
         }
+        if !matches!(self.token_hash_method.as_str(), "sha-256" | "sha-512") {
+            return Err(format!(
+                "token-hash-method = {:?} is not sha-256 or sha-512",
+                self.token_hash_method
+            ));
+        }
         if self.login_threads == 0 || self.login_threads > 64 {
             return Err(format!(
                 "login-threads = {} is impossible (1 to 64)",
@@ -120,6 +130,11 @@ impl LdapConfig {
 }
 
 /// Why an LDAP login or query failed, with the reference's result code.
+/// 60 and 65 mean in the official clients' tables (Java, Go, C/Python)
+/// what they mean here: INVALID_USER, INVALID_CREDENTIAL. 91-94 are in
+/// no client's table (they print the number); their meaning is the
+/// reference server's names, `AS_SEC_ERR_LDAP_SETUP`, `_TLS_SETUP`,
+/// `_AUTHENTICATION`, `_QUERY`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
     /// The directory refused the password (LDAP result 49), or it was

@@ -195,9 +195,18 @@ fn dn_of(entry: ResultEntry) -> Option<String> {
     String::from_utf8(parts.next()?.expect_primitive()?).ok()
 }
 
+/// A failed connection: 92 for TLS (the handshake's failure arrives as
+/// an I/O error carrying the rustls one), 91 otherwise.
 fn connect_failure(error: LdapError) -> Failure {
     match error {
         LdapError::Rustls { .. } | LdapError::DNSName { .. } => Failure::Tls(error.to_string()),
+        LdapError::Io { ref source }
+            if source
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>()) =>
+        {
+            Failure::Tls(error.to_string())
+        }
         LdapError::LdapResult { ref result } if result.rc != 0 => Failure::Tls(error.to_string()),
         _ => Failure::Setup(error.to_string()),
     }

@@ -16,19 +16,23 @@
 //! - a session is valid for `session_ttl` seconds from its login and only
 //!   while its user exists; dropping a user or setting its password ends
 //!   its sessions;
-//! - an external (LDAP) user exists on this node only while it has a
-//!   session here: its roles are the directory's group names, as of its
-//!   login or the last poll ([`Security::set_external_roles`]); it has no
-//!   password here and is never stored or shared; creating an internal
-//!   user of its name ends its sessions.
+//! - an external (LDAP) user exists while a token issued to it may still
+//!   be valid: its roles are the directory's group names, as of its last
+//!   login or poll on any node ([`Security::set_external_roles`]), shared
+//!   with the users and roles; it has no password here. Its tokens are
+//!   signed ([`token`]) with the cluster's shared key, so every node
+//!   accepts them; one is valid only while its user is external (creating
+//!   an internal user of its name, or the directory dropping it, ends it).
 
 pub mod admin;
 pub mod allow;
 pub mod password;
 pub mod privilege;
 mod quota;
+pub mod token;
 
 pub use privilege::{Action, Privilege, PrivilegeCode, QuotaKind};
+pub use token::TokenHash;
 
 use citrine_types::ResultCode;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -95,6 +99,14 @@ pub struct Role {
     pub write_quota: u32,
 }
 
+/// An external (LDAP) user: the directory's roles for it and when the
+/// last token issued to it expires.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct External {
+    pub roles: BTreeSet<String>,
+    pub until_ms: u64,
+}
+
 /// A login: whose it is and until when it is valid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Session {
@@ -116,8 +128,15 @@ pub struct Security {
     pub config: SecurityConfig,
     users: BTreeMap<String, User>,
     roles: BTreeMap<String, Role>,
-    /// External (LDAP) users logged in here, with their roles.
-    external: BTreeMap<String, BTreeSet<String>>,
+    /// External (LDAP) users of the cluster (shared).
+    external: BTreeMap<String, External>,
+    /// The external users that logged in on this node (it polls them).
+    logged_in_here: BTreeSet<String>,
+    /// The key external users' tokens are signed with (shared).
+    token_secret: Option<[u8; 32]>,
+    /// The hash this node signs them with (`token-hash-method`), once
+    /// LDAP is on here: only then are they issued or accepted.
+    token_hash: Option<TokenHash>,
     sessions: HashMap<Vec<u8>, Session>,
     usage: quota::Usage,
 }
@@ -130,6 +149,9 @@ impl Security {
             users: BTreeMap::new(),
             roles: BTreeMap::new(),
             external: BTreeMap::new(),
+            logged_in_here: BTreeSet::new(),
+            token_secret: None,
+            token_hash: None,
             sessions: HashMap::new(),
             usage: quota::Usage::default(),
         };
@@ -212,52 +234,76 @@ impl Security {
         self.open_session(user, (from, now_ms), ttl, token)
     }
 
-    /// Opens a session for the external user `user`, whose password the
+    /// Issues a token to the external user `user`, whose password the
     /// directory accepted and whose groups are `roles`, valid `ttl`
     /// seconds (the `security.ldap` session-ttl). 60 if an internal user
-    /// has the name (it logs in with its own password).
+    /// has the name (it logs in with its own password) or LDAP is off.
     pub fn login_external(
         &mut self,
         user: &str,
         roles: &[String],
         (from, now_ms): (Option<IpAddr>, u64),
         ttl: u32,
-        token: [u8; 32],
     ) -> Result<(Vec<u8>, u32), ResultCode> {
+        let (Some(secret), Some(hash)) = (self.token_secret, self.token_hash) else {
+            return Err(ResultCode::InvalidUser);
+        };
         if self.users.contains_key(user) {
             return Err(ResultCode::InvalidUser);
         }
         let roles: BTreeSet<String> = roles.iter().cloned().collect();
-        self.external.insert(user.to_owned(), roles);
-        self.open_session(user, (from, now_ms), ttl, token)
+        self.check_roles_allow(roles.iter(), from)?;
+        let expires_ms = now_ms.saturating_add(u64::from(ttl) * 1000);
+        let token = token::sign(&secret, hash, user, expires_ms);
+        let entry = self.external.entry(user.to_owned()).or_default();
+        entry.roles = roles;
+        entry.until_ms = entry.until_ms.max(expires_ms);
+        self.logged_in_here.insert(user.to_owned());
+        Ok((token, ttl))
     }
 
-    /// The external users to re-read from the directory: those with a
-    /// session still valid at `now_ms` (the others are forgotten).
+    /// Issues and accepts external users' tokens from now on, signed with
+    /// `hash` and the cluster's key: `secret` until another node's wins,
+    /// unless the node has the key already.
+    pub fn enable_ldap_tokens(&mut self, secret: [u8; 32], hash: TokenHash) {
+        self.token_secret.get_or_insert(secret);
+        self.token_hash = Some(hash);
+    }
+
+    /// The key external users' tokens are signed with.
+    pub fn token_secret(&self) -> Option<&[u8; 32]> {
+        self.token_secret.as_ref()
+    }
+
+    /// The external users of the cluster.
+    pub fn external(&self) -> &BTreeMap<String, External> {
+        &self.external
+    }
+
+    /// Forgets the external users whose tokens have all expired at
+    /// `now_ms`; returns those that logged in here and remain (the ones
+    /// this node re-reads from the directory).
     pub fn external_users(&mut self, now_ms: u64) -> Vec<String> {
-        let live: BTreeSet<&str> = self
-            .sessions
-            .values()
-            .filter(|session| session.expires_ms > now_ms)
-            .map(|session| session.user.as_str())
-            .collect();
-        self.external.retain(|user, _| live.contains(user.as_str()));
-        self.external.keys().cloned().collect()
+        self.external
+            .retain(|_, external| external.until_ms > now_ms);
+        let external = &self.external;
+        self.logged_in_here
+            .retain(|user| external.contains_key(user));
+        self.logged_in_here.iter().cloned().collect()
     }
 
     /// What the directory now says about external user `user`: its roles,
-    /// or (`None`) that it is gone, which ends its sessions.
+    /// or (`None`) that it is gone, which ends its tokens.
     pub fn set_external_roles(&mut self, user: &str, roles: Option<&[String]>) {
         match roles {
             Some(roles) => {
                 if let Some(held) = self.external.get_mut(user) {
-                    *held = roles.iter().cloned().collect();
+                    held.roles = roles.iter().cloned().collect();
                 }
             }
             None => {
-                if self.external.remove(user).is_some() {
-                    self.sessions.retain(|_, session| session.user != user);
-                }
+                self.external.remove(user);
+                self.logged_in_here.remove(user);
             }
         }
     }
@@ -312,10 +358,9 @@ impl Security {
         from: Option<IpAddr>,
         now_ms: u64,
     ) -> Result<String, ResultCode> {
-        let session = self
-            .sessions
-            .get(token)
-            .ok_or(ResultCode::InvalidCredential)?;
+        let Some(session) = self.sessions.get(token) else {
+            return self.authenticate_external(user, token, from, now_ms);
+        };
         if user.is_some_and(|user| user != session.user) {
             return Err(ResultCode::InvalidCredential);
         }
@@ -329,12 +374,46 @@ impl Security {
         Ok(session.user.clone())
     }
 
+    /// The external user a signed `token` names, if it is valid now for
+    /// `user` (when named) connecting from `from`.
+    fn authenticate_external(
+        &self,
+        user: Option<&str>,
+        token: &[u8],
+        from: Option<IpAddr>,
+        now_ms: u64,
+    ) -> Result<String, ResultCode> {
+        let secret = (self.token_secret.as_ref())
+            .filter(|_| self.token_hash.is_some())
+            .ok_or(ResultCode::InvalidCredential)?;
+        let (holder, expires_ms) =
+            token::open(secret, token).ok_or(ResultCode::InvalidCredential)?;
+        if user.is_some_and(|user| user != holder) {
+            return Err(ResultCode::InvalidCredential);
+        }
+        if expires_ms <= now_ms {
+            return Err(ResultCode::ExpiredSession);
+        }
+        // Ended: the directory dropped the user, or it is internal now.
+        if self.users.contains_key(&holder) || !self.external.contains_key(&holder) {
+            return Err(ResultCode::InvalidCredential);
+        }
+        self.check_allowed(&holder, from)?;
+        Ok(holder)
+    }
+
     /// 82 unless `from` is allowed for `user` by its roles' allow-lists.
     pub fn check_allowed(&self, user: &str, from: Option<IpAddr>) -> Result<(), ResultCode> {
-        let lists: Vec<&Role> = self
-            .user_roles(user)
-            .filter_map(|role| self.roles.get(role))
-            .collect();
+        self.check_roles_allow(self.user_roles(user), from)
+    }
+
+    /// 82 unless `from` is allowed by the allow-lists of `roles`.
+    fn check_roles_allow<'r>(
+        &self,
+        roles: impl Iterator<Item = &'r String>,
+        from: Option<IpAddr>,
+    ) -> Result<(), ResultCode> {
+        let lists: Vec<&Role> = roles.filter_map(|role| self.roles.get(role)).collect();
         let restricted = lists.iter().any(|role| !role.whitelist.is_empty());
         let Some(from) = from.filter(|_| restricted) else {
             return Ok(());
@@ -353,7 +432,7 @@ impl Security {
         self.users
             .get(user)
             .map(|user| &user.roles)
-            .or_else(|| self.external.get(user))
+            .or_else(|| self.external.get(user).map(|external| &external.roles))
             .into_iter()
             .flat_map(|roles| roles.iter())
     }

@@ -205,12 +205,26 @@ impl Security {
         builtin.chain(self.roles.keys().cloned()).collect()
     }
 
-    /// Replaces the whole state with `users` and `roles` (loaded or
-    /// merged), keeping sessions of users that still exist. A user keeps
+    /// Replaces the whole state with `parsed`'s users, roles and external
+    /// users (loaded or merged), keeping sessions of users that still
+    /// exist, and the token key unless `parsed` has one. A user keeps
     /// a role it holds that is not defined (a merge of a grant made on one
     /// node while another dropped the role): it grants nothing, and the
     /// user's entry stays as every node has it.
-    pub fn replace(&mut self, users: Vec<(String, User)>, roles: Vec<(String, Role)>) {
+    pub fn replace(&mut self, parsed: crate::snapshot::Parsed) {
+        let crate::snapshot::Parsed {
+            users,
+            roles,
+            external,
+            token_secret,
+        } = parsed;
+        self.external = external.into_iter().collect();
+        let external = &self.external;
+        self.logged_in_here
+            .retain(|user| external.contains_key(user));
+        if token_secret.is_some() {
+            self.token_secret = token_secret;
+        }
         self.roles = roles
             .into_iter()
             .filter(|(name, _)| PrivilegeCode::from_name(name).is_none())

@@ -3,14 +3,17 @@
 //!
 //! `user:<name>;password=<stored hash>;roles=<r1>,<r2>` and
 //! `role:<name>;privileges=<code>.<ns>.<set>,...;whitelist=<a>|<b>;read-quota=<n>;write-quota=<n>`,
-//! every name, namespace, set and allow-list entry in URL-safe base64 (so
-//! no separator can appear inside one). Sessions are not in it.
+//! `external:<name>;roles=<r1>,<r2>;until=<ms>` (an LDAP user, see
+//! [`crate::External`]) and `key:bGRhcA;secret=<bytes>` (the key LDAP
+//! tokens are signed with, once a node has one), every name, namespace, set,
+//! allow-list entry and secret in URL-safe base64 (so no separator can
+//! appear inside one). Sessions are not in it.
 //!
 //! Invariant: [`from_text`] of [`to_text`] gives back the same users and
 //! roles; a line that does not parse fails the whole text (a store is taken
 //! whole or not at all).
 
-use crate::{Privilege, PrivilegeCode, Role, Security, User};
+use crate::{External, Privilege, PrivilegeCode, Role, Security, User};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use std::collections::BTreeSet;
@@ -56,16 +59,35 @@ pub fn to_text(security: &Security) -> String {
             role.write_quota
         );
     }
+    for (name, external) in security.external() {
+        let roles = list(external.roles.iter().map(|role| enc(role)), ",");
+        text += &format!(
+            "external:{};roles={roles};until={}\n",
+            enc(name),
+            external.until_ms
+        );
+    }
+    if let Some(secret) = security.token_secret() {
+        text += &format!("key:{};secret={}\n", enc(TOKEN_KEY), B64.encode(secret));
+    }
     text
 }
 
-/// The users and roles of a text, in its order.
-pub type Parsed = (Vec<(String, User)>, Vec<(String, Role)>);
+/// The name of the LDAP token key's line.
+const TOKEN_KEY: &str = "ldap";
 
-/// The users and roles of a text [`to_text`] made.
+/// The users, roles, external users and token key of a text, in its order.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub users: Vec<(String, User)>,
+    pub roles: Vec<(String, Role)>,
+    pub external: Vec<(String, External)>,
+    pub token_secret: Option<[u8; 32]>,
+}
+
+/// What a text [`to_text`] made holds.
 pub fn from_text(text: &str) -> Result<Parsed, String> {
-    let mut users = Vec::new();
-    let mut roles = Vec::new();
+    let mut parsed = Parsed::default();
     for line in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
         let (kind, rest) = line
             .split_once(':')
@@ -74,15 +96,34 @@ pub fn from_text(text: &str) -> Result<Parsed, String> {
         let name = dec(parts.next().unwrap_or_default())?;
         let params: Vec<(&str, &str)> = parts.filter_map(|part| part.split_once('=')).collect();
         match kind {
-            "user" => users.push((
+            "user" => parsed.users.push((
                 name,
                 parse_user(param(&params, "password"), param(&params, "roles"))?,
             )),
-            "role" => roles.push((name, parse_role(&params)?)),
+            "role" => parsed.roles.push((name, parse_role(&params)?)),
+            "external" => parsed.external.push((name, parse_external(&params)?)),
+            "key" if name == TOKEN_KEY => parsed.token_secret = Some(parse_key(&params)?),
             _ => return Err(format!("bad line kind {kind:?}")),
         }
     }
-    Ok((users, roles))
+    Ok(parsed)
+}
+
+fn parse_external(params: &[(&str, &str)]) -> Result<External, String> {
+    let roles = items(param(params, "roles"))
+        .map(dec)
+        .collect::<Result<BTreeSet<_>, _>>()?;
+    let until_ms = param(params, "until")
+        .parse::<u64>()
+        .map_err(|_| "bad until".to_owned())?;
+    Ok(External { roles, until_ms })
+}
+
+fn parse_key(params: &[(&str, &str)]) -> Result<[u8; 32], String> {
+    B64.decode(param(params, "secret"))
+        .ok()
+        .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+        .ok_or_else(|| "bad token key secret".to_owned())
 }
 
 /// The value of `key` among `params` ("" when absent).
@@ -174,10 +215,15 @@ mod tests {
                 [3; 16],
             )
             .expect("user");
+        security.enable_ldap_tokens([9; 32], crate::TokenHash::Sha512);
+        security
+            .login_external("carol", &["read".into()], (None, 5), 120)
+            .expect("external");
         let text = to_text(&security);
-        let (users, roles) = from_text(&text).expect("parses");
         let mut copy = Security::new(config, [4; 16]);
-        copy.replace(users, roles);
+        copy.replace(from_text(&text).expect("parses"));
+        assert_eq!(copy.external(), security.external());
+        assert_eq!(copy.token_secret(), security.token_secret());
         assert_eq!(copy.users(), security.users());
         assert_eq!(copy.roles(), security.roles());
         assert_eq!(to_text(&copy), text);

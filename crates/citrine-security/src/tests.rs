@@ -453,11 +453,11 @@ fn a_login_without_fields_is_the_verified_certificate_s_user() {
 
 #[test]
 fn external_users_hold_the_directorys_roles_while_they_have_sessions() {
-    let mut security = security();
+    let mut security = with_token_key(security(), [1; 32]);
     let from = Some("127.0.0.1".parse().expect("ip"));
     let readers = ["read".to_owned()];
     let (token, ttl) = security
-        .login_external("carol", &readers, (from, 1_000), 120, [7; 32])
+        .login_external("carol", &readers, (from, 1_000), 120)
         .expect("login");
     assert_eq!(ttl, 120);
     assert_eq!(
@@ -491,17 +491,17 @@ fn external_users_hold_the_directorys_roles_while_they_have_sessions() {
     );
     // An internal user's name is not the directory's to log in.
     assert_eq!(
-        security.login_external("admin", &readers, (from, 1_000), 120, [8; 32]),
+        security.login_external("admin", &readers, (from, 1_000), 120),
         Err(ResultCode::InvalidUser)
     );
 }
 
 #[test]
 fn a_user_gone_from_the_directory_or_made_internal_loses_its_sessions() {
-    let mut security = security();
+    let mut security = with_token_key(security(), [1; 32]);
     let from = None;
     let (token, _) = security
-        .login_external("dave", &["read".to_owned()], (from, 0), 120, [3; 32])
+        .login_external("dave", &["read".to_owned()], (from, 0), 120)
         .expect("login");
     security.set_external_roles("dave", None);
     assert_eq!(
@@ -509,7 +509,7 @@ fn a_user_gone_from_the_directory_or_made_internal_loses_its_sessions() {
         Err(ResultCode::InvalidCredential)
     );
     let (token, _) = security
-        .login_external("dave", &["read".to_owned()], (from, 0), 120, [4; 32])
+        .login_external("dave", &["read".to_owned()], (from, 0), 120)
         .expect("login again");
     security
         .create_user("dave", &hash("pw"), &["sys-admin".to_owned()], [5; 16])
@@ -521,6 +521,49 @@ fn a_user_gone_from_the_directory_or_made_internal_loses_its_sessions() {
     // A poll about a name that is internal now changes nothing.
     security.set_external_roles("dave", None);
     assert!(security.users().contains_key("dave"));
+}
+
+fn with_token_key(mut security: Security, secret: [u8; 32]) -> Security {
+    security.enable_ldap_tokens(secret, crate::TokenHash::Sha256);
+    security
+}
+
+#[test]
+fn an_external_token_from_one_node_is_accepted_by_every_node_sharing_the_key() {
+    let mut issuer = with_token_key(security(), [1; 32]);
+    let mut other = with_token_key(security(), [1; 32]);
+    let (token, _) = issuer
+        .login_external("erin", &["read".to_owned()], (None, 1_000), 120)
+        .expect("login");
+    // Before the users and roles reach it, the other node knows no erin.
+    assert_eq!(
+        other.authenticate(Some("erin"), &token, None, 2_000),
+        Err(ResultCode::InvalidCredential)
+    );
+    other.replace(crate::snapshot::from_text(&crate::snapshot::to_text(&issuer)).expect("text"));
+    assert_eq!(
+        other.authenticate(Some("erin"), &token, None, 2_000),
+        Ok("erin".to_owned())
+    );
+    assert_eq!(other.may("erin", Action::Read, Some("test"), None), Ok(()));
+    // Only the issuing node polls erin; the others take its answers.
+    assert!(other.external_users(2_000).is_empty());
+    assert_eq!(issuer.external_users(2_000), vec!["erin".to_owned()]);
+    // Another key (another cluster) does not open it; nor another name.
+    let stranger = with_token_key(security(), [2; 32]);
+    assert_eq!(
+        stranger.authenticate(None, &token, None, 2_000),
+        Err(ResultCode::InvalidCredential)
+    );
+    assert_eq!(
+        other.authenticate(Some("admin"), &token, None, 2_000),
+        Err(ResultCode::InvalidCredential)
+    );
+    // Without LDAP (no key) there are no external logins.
+    assert_eq!(
+        security().login_external("erin", &[], (None, 0), 120),
+        Err(ResultCode::InvalidUser)
+    );
 }
 
 #[test]

@@ -30,7 +30,7 @@ pub struct LdapSection {
     pub polling_period: Option<u32>,
     pub session_ttl: Option<u32>,
     pub login_threads: Option<usize>,
-    /// Only `sha-256` (the reference's default) is known.
+    /// `sha-256` (the default) or `sha-512`: the HMAC of LDAP tokens.
     pub token_hash_method: Option<String>,
 }
 
@@ -70,12 +70,8 @@ pub fn resolve(
     within("session-ttl", config.session_ttl_s.into(), 120, 864_000)?;
     config.login_threads = section.login_threads.unwrap_or(config.login_threads);
     within("login-threads", config.login_threads as u64, 1, 64)?;
-    if let Some(method) = section.token_hash_method.as_deref() {
-        if method != "sha-256" {
-            return Err(refuse(format!(
-                "token-hash-method = {method:?}: only \"sha-256\""
-            )));
-        }
+    if let Some(method) = &section.token_hash_method {
+        config.token_hash_method = method.clone();
     }
     let place = |path: &Path| match work_directory {
         Some(directory) if path.is_relative() => directory.join(path),
@@ -142,6 +138,18 @@ mod tests {
             (10, 3600, 2)
         );
         assert!(config.disable_tls && config.role_query_search_ou);
+        assert_eq!(config.token_hash_method, "sha-256");
+        let sha512 = with(&format!(
+            "{base}user-dn-pattern = \"u\"\ntoken-hash-method = \"sha-512\"\n"
+        ))
+        .expect("valid")
+        .expect("on");
+        assert_eq!(sha512.token_hash_method, "sha-512");
+        let error = with(&format!(
+            "{base}user-dn-pattern = \"u\"\ntoken-hash-method = \"md5\"\n"
+        ))
+        .expect_err("unknown hash");
+        assert!(error.contains("token-hash-method"), "{error}");
         let many = with(&format!(
             "{base}user-dn-pattern = \"uid=${{un}}\"\nrole-query-pattern = [\"(a=${{un}})\", \"(b=${{dn}})\"]\n"
         ))

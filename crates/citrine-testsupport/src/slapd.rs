@@ -6,7 +6,9 @@
 //! The directory: `dc=citrine,dc=test` with `ou=users` and `ou=groups`;
 //! its root user is [`ROOT_DN`] / [`ROOT_PASSWORD`]. Tests add entries
 //! with LDIF before it starts ([`Slapd::start`]) and change them while it
-//! runs ([`Slapd::modify`], with `ldapmodify`).
+//! runs ([`Slapd::modify`], with `ldapmodify`). [`Slapd::start_tls`]
+//! gives it a certificate and makes it refuse every operation not under
+//! TLS (StartTLS on its `ldap://` port).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -55,10 +57,31 @@ impl Slapd {
     /// Writes a configuration and database under `dir`, loads the base
     /// entries and `ldif`, and starts slapd on `port`.
     pub fn start(dir: &Path, port: u16, ldif: &str) -> Result<Slapd, String> {
+        Slapd::launch(dir, port, ldif, None)
+    }
+
+    /// [`Slapd::start`], presenting the certificate `cert` (PEM, its
+    /// private key in `key`) and refusing any operation not under TLS.
+    pub fn start_tls(
+        dir: &Path,
+        port: u16,
+        ldif: &str,
+        (cert, key): (&Path, &Path),
+    ) -> Result<Slapd, String> {
+        let tls = format!(
+            "TLSCertificateFile {}\nTLSCertificateKeyFile {}\nsecurity tls=1\n",
+            cert.display(),
+            key.display()
+        );
+        Slapd::launch(dir, port, ldif, Some(tls))
+    }
+
+    fn launch(dir: &Path, port: u16, ldif: &str, tls: Option<String>) -> Result<Slapd, String> {
         let database = dir.join("ldap-db");
         std::fs::create_dir_all(&database).map_err(|e| e.to_string())?;
         let config = dir.join("slapd.conf");
-        std::fs::write(&config, configuration(dir, &database)).map_err(|e| e.to_string())?;
+        let text = configuration(dir, &database, &tls.unwrap_or_default());
+        std::fs::write(&config, text).map_err(|e| e.to_string())?;
         let data = dir.join("data.ldif");
         std::fs::write(&data, format!("{}\n{ldif}", base_entries())).map_err(|e| e.to_string())?;
         let loaded = Command::new(SLAPADD)
@@ -138,7 +161,8 @@ impl Drop for Slapd {
     }
 }
 
-fn configuration(dir: &Path, database: &Path) -> String {
+/// slapd.conf, with the global directives `global` before the database.
+fn configuration(dir: &Path, database: &Path, global: &str) -> String {
     format!(
         "include /etc/ldap/schema/core.schema\n\
          include /etc/ldap/schema/cosine.schema\n\
@@ -146,6 +170,7 @@ fn configuration(dir: &Path, database: &Path) -> String {
          pidfile {pid}\n\
          modulepath /usr/lib/ldap\n\
          moduleload back_mdb\n\
+         {global}\
          database mdb\n\
          maxsize 10485760\n\
          suffix \"{SUFFIX}\"\n\

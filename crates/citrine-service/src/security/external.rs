@@ -4,7 +4,13 @@
 //! service thread's executor awaits ([`LdapLogin`]), never blocking a
 //! service thread; the directory's groups become the user's roles, and
 //! every `polling-period` the roles of the users logged in here are read
-//! again (a user gone from the directory loses its sessions).
+//! again (a user gone from the directory loses its tokens).
+//!
+//! Across the cluster: an external user, its roles and the key its tokens
+//! are signed with are entries of the users-and-roles store, so a token
+//! one node issued authenticates on every node, and a role change one
+//! node's poll finds reaches every node with the store's push. A LOGIN is
+//! answered once the other members have the user.
 //!
 //! Invariants:
 //! - the connection's login is set ([`PendingLogin`]) before the LOGIN
@@ -15,10 +21,10 @@
 //!   reference code (91 to 94) and a warning saying why; internal users
 //!   log in as before.
 
-use super::{entropy, Guard, Login};
+use super::{entropy, store, Guard, Login};
 use crate::{Continuation, Pending, Service};
 use citrine_ldap::{Directory, Failure, LdapConfig, Roles};
-use citrine_security::admin;
+use citrine_security::{admin, TokenHash};
 use citrine_wire::admin::{field, write_reply, AdminReply};
 use parking_lot::Mutex;
 use std::net::SocketAddr;
@@ -82,7 +88,16 @@ impl Service {
     /// starts the login threads and the polling.
     pub fn enable_ldap(self: &Arc<Service>, config: LdapConfig) -> Result<(), String> {
         let guard = self.security.get().ok_or("LDAP needs [security]")?;
+        let hash = TokenHash::from_name(&config.token_hash_method)
+            .ok_or_else(|| format!("token-hash-method {:?}", config.token_hash_method))?;
         let directory = Directory::start(config)?;
+        {
+            let mut entries = guard.entries.lock();
+            guard.with(|security| {
+                security.enable_ldap_tokens(entropy().token, hash);
+                store::add_initial(&mut entries, security);
+            });
+        }
         let users = Arc::downgrade(self);
         let apply = Arc::downgrade(self);
         directory.poll(
@@ -90,11 +105,14 @@ impl Service {
                 let service = users.upgrade()?;
                 let now_ms = service.now().unix_ms;
                 let guard = service.security.get()?;
-                Some(guard.with(|security| security.external_users(now_ms)))
+                Some(service.change_security(guard, |s| s.external_users(now_ms)))
             },
             move |user, roles| {
-                if let Some(guard) = apply.upgrade().as_ref().and_then(|s| s.security.get()) {
-                    apply_poll(guard, user, roles);
+                let Some(service) = apply.upgrade() else {
+                    return;
+                };
+                if let Some(guard) = service.security.get() {
+                    service.change_security(guard, |s| apply_poll(s, user, roles));
                 }
             },
         );
@@ -148,13 +166,15 @@ impl Service {
         let opened = answer
             .map_err(|failure| refused(&login, &failure))
             .and_then(|roles| {
-                guard
-                    .with(|security| {
-                        let token = entropy().token;
-                        security.login_external(&login.user, &roles, (from, now_ms), ttl, token)
-                    })
-                    .map_err(|code| code.code())
+                self.change_security(guard, |security| {
+                    security.login_external(&login.user, &roles, (from, now_ms), ttl)
+                })
+                .map_err(|code| code.code())
             });
+        // The other members get the user before the client its token.
+        if opened.is_ok() && self.routes() && !self.dist.peers().0.is_empty() {
+            self.sync_stores(&[crate::smd::Store::Security]).await;
+        }
         let result = match opened {
             Ok((token, ttl)) => {
                 *login.slot.lock() = Some(login.user.clone());
@@ -203,6 +223,7 @@ pub(crate) fn config_pairs(guard: &Guard) -> Vec<(String, String)> {
                 .map(|path| path.display().to_string())
                 .unwrap_or_default(),
         ),
+        ("token-hash-method", config.token_hash_method.clone()),
         ("user-dn-pattern", text(&config.user_dn_pattern)),
         ("user-query-pattern", text(&config.user_query_pattern)),
     ];
@@ -225,13 +246,32 @@ fn refused(login: &LdapLogin, failure: &Failure) -> u8 {
     failure.code()
 }
 
+impl Service {
+    /// Runs `f` on the state and commits what it changed, under the
+    /// entries' lock (as an admin command is).
+    fn change_security<T>(
+        &self,
+        guard: &Guard,
+        f: impl FnOnce(&mut citrine_security::Security) -> T,
+    ) -> T {
+        let mut entries = guard.entries.lock();
+        let result = guard.with(f);
+        self.commit_security(guard, &mut entries);
+        result
+    }
+}
+
 /// Applies one poll's answer about `user`.
-fn apply_poll(guard: &Guard, user: &str, roles: Result<Roles, Failure>) {
+fn apply_poll(
+    security: &mut citrine_security::Security,
+    user: &str,
+    roles: Result<Roles, Failure>,
+) {
     match roles {
-        Ok(roles) => guard.with(|security| security.set_external_roles(user, Some(&roles))),
+        Ok(roles) => security.set_external_roles(user, Some(&roles)),
         Err(Failure::NoUser) => {
-            tracing::info!("LDAP user {user:?} is gone from the directory: its sessions end");
-            guard.with(|security| security.set_external_roles(user, None));
+            tracing::info!("LDAP user {user:?} is gone from the directory: its tokens end");
+            security.set_external_roles(user, None);
         }
         Err(failure) => {
             tracing::warn!("cannot read the LDAP roles of {user:?}, keeping them: {failure}")

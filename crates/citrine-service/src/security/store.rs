@@ -13,8 +13,11 @@
 //!
 //! Text (file and push): one line per entry, the entry's line as
 //! [`snapshot`] writes it followed by `;version=MS.NODE`, or
-//! `KEY;dropped;version=MS.NODE` for a tombstone (KEY: `user:NAME` or
-//! `role:NAME`, the name in base64). The earlier format — a first line
+//! `KEY;dropped;version=MS.NODE` for a tombstone (KEY: `user:NAME`,
+//! `role:NAME`, `external:NAME` for an LDAP user, the name in base64, or
+//! `key:bGRhcA` for the key LDAP tokens are signed with: each node starts
+//! with one of its own at version 0 and the greatest wins, so the cluster
+//! ends with one). The earlier format — a first line
 //! `version=MS.NODE` for the whole store — is still read: every entry then
 //! has that version, and an entry it lacks is taken as dropped then.
 //!
@@ -144,7 +147,8 @@ fn parse_line(line: &str) -> Result<(String, Stamped), String> {
             (key_of(content), Some(content.to_owned()))
         }
     };
-    if !key.starts_with("user:") && !key.starts_with("role:") {
+    let kinds = ["user:", "role:", "external:", "key:"];
+    if !kinds.iter().any(|kind| key.starts_with(kind)) {
         return Err(format!("bad key {key:?}"));
     }
     Ok((key.to_owned(), Stamped { line, version }))
@@ -209,6 +213,14 @@ fn merge_into(entries: &mut Entries, incoming: Vec<(String, Stamped)>) -> bool {
     taken
 }
 
+/// Adds, at version 0, the state's lines no entry has yet (what a node
+/// has before it changed anything, such as its own token key).
+pub(crate) fn add_initial(entries: &mut Entries, security: &Security) {
+    for (key, stamped) in initial(security) {
+        entries.entry(key).or_insert(stamped);
+    }
+}
+
 /// The users and roles of the live entries.
 fn live(entries: &Entries) -> Result<snapshot::Parsed, String> {
     let body: String = entries
@@ -221,8 +233,8 @@ fn live(entries: &Entries) -> Result<snapshot::Parsed, String> {
 
 /// Makes the state the live entries (sessions of users still there stay).
 fn apply(guard: &Guard, entries: &Entries) -> Result<(), String> {
-    let (users, roles) = live(entries)?;
-    guard.with(|security| security.replace(users, roles));
+    let parsed = live(entries)?;
+    guard.with(|security| security.replace(parsed));
     Ok(())
 }
 
@@ -249,10 +261,10 @@ impl Service {
                 .into_iter()
                 .collect();
             // An entry the file does not name was dropped (the earlier
-            // format kept no tombstones).
+            // format kept no tombstones); a token key is never dropped.
             let latest = loaded.values().map(|stamped| stamped.version).max();
             for (key, stamped) in entries.iter_mut() {
-                if !loaded.contains_key(key) {
+                if !loaded.contains_key(key) && !key.starts_with("key:") {
                     stamped.line = None;
                     stamped.version = latest.unwrap_or(stamped.version);
                 }

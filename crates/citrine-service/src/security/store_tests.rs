@@ -39,8 +39,7 @@ impl Member {
     /// A peer's push taken as `Service::merge_security` takes it.
     fn merge(&mut self, peer: &Member) {
         if merge_into(&mut self.entries, parse(&text(&peer.entries), "test")) {
-            let (users, roles) = live(&self.entries).unwrap();
-            self.security.replace(users, roles);
+            self.security.replace(live(&self.entries).unwrap());
         }
     }
 
@@ -138,4 +137,37 @@ fn the_earlier_whole_store_text_is_read_with_its_version() {
         text(&a.entries)
     );
     assert_eq!(parse(&mixed, "test").len(), 2);
+}
+
+#[test]
+fn two_nodes_own_token_keys_end_as_one_and_ldap_users_travel() {
+    let (mut a, mut b) = (Member::new(1), Member::new(2));
+    for (member, secret) in [(&mut a, [1; 32]), (&mut b, [2; 32])] {
+        let hash = citrine_security::TokenHash::Sha256;
+        member.security.enable_ldap_tokens(secret, hash);
+        add_initial(&mut member.entries, &member.security);
+    }
+    exchange(&mut a, &mut b);
+    assert_eq!(a.security.token_secret(), Some(&[2; 32]));
+    assert_eq!(b.security.token_secret(), Some(&[2; 32]));
+    // A login on one node: its token and roles hold on the other.
+    let mut token = Vec::new();
+    a.change(1_000, |security| {
+        let read = ["read".to_owned()];
+        token = security
+            .login_external("erin", &read, (None, 1_000), 120)
+            .unwrap()
+            .0;
+    });
+    b.merge(&a);
+    assert_eq!(
+        b.security.authenticate(Some("erin"), &token, None, 2_000),
+        Ok("erin".to_owned())
+    );
+    // Expired everywhere: the node that prunes it drops it for all.
+    b.change(200_000, |security| {
+        security.external_users(200_000);
+    });
+    a.merge(&b);
+    assert!(a.security.external().is_empty());
 }
