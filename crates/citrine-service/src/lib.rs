@@ -326,6 +326,9 @@ pub trait XdrInfo: Send + Sync {
     fn get_stats(&self, params: &[(&str, &str)]) -> String;
     /// `xdr-set-filter:dc=DC;namespace=NS;exp=BASE64|null`.
     fn set_filter(&self, params: &[(&str, &str)]) -> String;
+    /// Another member's last-ship times (an `XDR_LSTS` fabric call's
+    /// payload); false when the payload is malformed.
+    fn receive_lsts(&self, payload: &[u8]) -> bool;
 }
 
 impl Service {
@@ -1201,6 +1204,15 @@ impl Service {
             call_kind::UDF_MODULES => merge(&|text| self.udf_modules().merge(text)),
             call_kind::SECURITY => merge(&|text| self.merge_security(text)),
             call_kind::AGGREGATE_PART => self.serve_aggregate_part(payload).await,
+            call_kind::XDR_LSTS => {
+                let taken = self.xdr().is_none_or(|xdr| xdr.receive_lsts(payload));
+                vec![if taken {
+                    ResultCode::Ok
+                } else {
+                    ResultCode::Parameter
+                }
+                .code()]
+            }
             _ => self
                 .dist
                 .serve_call(kind, payload, self)

@@ -15,9 +15,15 @@
 //! a shipper's LSTs (acknowledged points), so a restart repeats at most
 //! what was in flight.
 //!
-//! Not yet: LSTs do not move with partition migrations (a new master
-//! starts from its own file, or from the time the namespace was added);
-//! acting masters during migrations do not ship; the mark of a record that
+//! LSTs travel with mastership: once a second each node sends the other
+//! members the LSTs of the partitions it masters (`run`), and a node takes
+//! them for the partitions it does not master, so a new master — after a
+//! node's death or a migration — resumes where the old one stood (its own
+//! LST only for a partition no master reported to it). A master ships a
+//! partition only once its copy is whole (not while a migration fills it).
+//!
+//! Not yet: acting masters during migrations do not ship (the lag grows
+//! until the fill ends); the mark of a record that
 //! arrived by XDR (`xdr_write`, which keeps it from being shipped back) is
 //! not carried by replica writes, migrations or the device, so such a copy
 //! ships as a client's write would (once back to its origin, which answers
@@ -32,6 +38,7 @@ use base64::Engine as _;
 use citrine_data::filter::Expression;
 use citrine_service::{Service, XdrInfo};
 use citrine_xdr::config::{Command, DcConfig, NamespaceSettings, Rewind};
+use citrine_xdr::lst_push::LstPush;
 use citrine_xdr::{lst_file, Limits, Shipper};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -380,6 +387,23 @@ impl XdrInfo for Xdr {
                 None => format!("ERROR:4:namespace {namespace} is not shipped to DC {name}"),
             },
         }
+    }
+
+    fn receive_lsts(&self, payload: &[u8]) -> bool {
+        let Some(push) = LstPush::decode(payload) else {
+            return false;
+        };
+        let mut state = self.lock();
+        let lane = state
+            .dcs
+            .get_mut(&push.dc)
+            .and_then(|dc| dc.lanes.get_mut(&push.namespace));
+        if let Some(lane) = lane {
+            for (partition, lst) in push.lsts {
+                lane.dirty |= lane.shipper.adopt_lst(partition, lst);
+            }
+        }
+        true
     }
 
     fn set_filter(&self, params: &[(&str, &str)]) -> String {
