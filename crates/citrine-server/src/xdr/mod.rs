@@ -22,12 +22,14 @@
 //! LST only for a partition no master reported to it). A master ships a
 //! partition only once its copy is whole (not while a migration fills it).
 //!
+//! The mark of a record that arrived by XDR (`xdr_write`, which keeps it
+//! from being shipped back) travels with replica writes, migrations and
+//! duplicate resolution, and a record's survives device restarts.
+//!
 //! Not yet: acting masters during migrations do not ship (the lag grows
-//! until the fill ends); the mark of a record that
-//! arrived by XDR (`xdr_write`, which keeps it from being shipped back) is
-//! not carried by replica writes, migrations or the device, so such a copy
-//! ships as a client's write would (once back to its origin, which answers
-//! 28: no loop); the filter expression is not kept across a restart;
+//! until the fill ends); the tombstone of a delete that came by XDR loses
+//! its mark at a device restart (it ships once back to its origin, which
+//! answers 28: no loop); the filter expression is not kept across a restart;
 //! an idle partition is rescanned every 200 ms per DC and namespace, a
 //! walk of its whole index.
 
