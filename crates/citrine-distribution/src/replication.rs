@@ -317,6 +317,10 @@ pub mod call_kind {
     /// XDR destination and namespace (`citrine_xdr::lst_push`); the answer
     /// is one result-code byte.
     pub const XDR_LSTS: u8 = 24;
+    /// Every XDR filter expression the sender knows, with versions and
+    /// removals (the server's `xdr::filters`, one line each); the answer
+    /// is one result-code byte.
+    pub const XDR_FILTERS: u8 = 25;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.

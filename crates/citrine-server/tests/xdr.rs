@@ -11,7 +11,9 @@
 //!
 //! A new master of a source cluster resumes from the last-ship times of
 //! the old one (they travel between the members): nothing the old master
-//! left unshipped is lost, and little it shipped is shipped again.
+//! left unshipped is lost, and little it shipped is shipped again. A
+//! filter expression set through one member is every member's, and kept
+//! across a restart (`xdr-get-filter`).
 
 mod common;
 
@@ -143,6 +145,9 @@ fn keys_mastered_by(node: &Node, prefix: &str, count: usize) -> Vec<(String, Str
 fn a_new_master_resumes_from_the_old_masters_last_ship_times() {
     let started = Instant::now();
     let (mut s1, mut s2, mut d) = (Node::new(10), Node::new(11), Node::new(12));
+    let work = std::env::temp_dir().join(format!("citrine-xdr-s2-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    s2.data_dir = Some(work.clone());
     d.start_seeds(&[]);
     let seed = s1.heartbeat_address();
     s1.start(&seed);
@@ -151,6 +156,13 @@ fn a_new_master_resumes_from_the_old_masters_last_ship_times() {
     wait_for_stable(&[&s1, &s2], Duration::from_secs(20));
     link(&s1, "dcd", &d, &[]);
     eprintln!("cluster formed {:?}", started.elapsed());
+    // A filter set through S1 (`true`: every record passes) is the
+    // cluster's: S2 answers it at once, before any lane of its own.
+    let set = "xdr-set-filter:dc=dcd;namespace=test;exp=ww==";
+    assert_eq!(s1.info_value(set).as_deref(), Some("ok"));
+    let get = "xdr-get-filter:dc=dcd;namespace=test";
+    let filter = Some("namespace=test:exp=ww==");
+    assert_eq!(s2.info_value(get).as_deref(), filter, "S2 has S1's filter");
 
     let first = keys_mastered_by(&s1, "f", 200);
     let second = keys_mastered_by(&s1, "s", 200);
@@ -194,6 +206,15 @@ fn a_new_master_resumes_from_the_old_masters_last_ship_times() {
         reshipped <= first.len() / 20,
         "S2 re-shipped {reshipped} of the first batch S1 had shipped: {stats}"
     );
-    s2.kill();
     d.kill();
+    // S2 keeps the filter in its work directory.
+    s2.kill();
+    s2.start_seeds(&[]);
+    assert_eq!(
+        s2.info_value(get).as_deref(),
+        filter,
+        "kept across a restart"
+    );
+    s2.kill();
+    let _ = std::fs::remove_dir_all(&work);
 }

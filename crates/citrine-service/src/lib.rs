@@ -75,7 +75,7 @@ pub mod scan;
 pub mod security;
 pub mod session;
 pub mod sindex;
-mod smd;
+pub mod smd;
 pub mod transaction;
 mod truncate;
 mod txn;
@@ -329,6 +329,12 @@ pub trait XdrInfo: Send + Sync {
     /// Another member's last-ship times (an `XDR_LSTS` fabric call's
     /// payload); false when the payload is malformed.
     fn receive_lsts(&self, payload: &[u8]) -> bool;
+    /// `xdr-get-filter:dc=DC[;namespace=NS][;b64=BOOL]`.
+    fn get_filter(&self, params: &[(&str, &str)]) -> String;
+    /// The filters the cluster shares, as pushed to the other members.
+    fn filters_text(&self) -> String;
+    /// Another member's filters (an `XDR_FILTERS` push).
+    fn merge_filters(&self, text: &str);
 }
 
 impl Service {
@@ -1204,6 +1210,11 @@ impl Service {
             call_kind::UDF_MODULES => merge(&|text| self.udf_modules().merge(text)),
             call_kind::SECURITY => merge(&|text| self.merge_security(text)),
             call_kind::AGGREGATE_PART => self.serve_aggregate_part(payload).await,
+            call_kind::XDR_FILTERS => merge(&|text| {
+                if let Some(xdr) = self.xdr() {
+                    xdr.merge_filters(text);
+                }
+            }),
             call_kind::XDR_LSTS => {
                 let taken = self.xdr().is_none_or(|xdr| xdr.receive_lsts(payload));
                 vec![if taken {

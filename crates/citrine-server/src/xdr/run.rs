@@ -153,6 +153,14 @@ fn turn(
     let now_ms = service.now().unix_ms;
     slots.retain(|name, _| state.dcs.contains_key(name));
     rewind_for_arrivals(service, state);
+    // The filters, after a view change and every few seconds (a change
+    // itself went out before its info answer).
+    citrine_service::smd::push_to_peers_unanswered(
+        service.dist(),
+        &xdr.filters_push,
+        call_kind::XDR_FILTERS,
+        || state.filters.text(),
+    );
     for (name, dc) in &mut state.dcs {
         let client = client_of(name, dc, slots, events);
         for (namespace, lane) in &mut dc.lanes {
