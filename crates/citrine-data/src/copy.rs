@@ -52,11 +52,17 @@ pub struct ReplicaWrite {
     pub set_name: Vec<u8>,
     /// The stored body; `None` is a delete.
     pub body: Option<Vec<u8>>,
+    /// The copy's record (or delete) arrived at its master by XDR
+    /// (`citrine_index::RecordMeta::xdr_write`): the copy keeps the mark,
+    /// so that no holder ships it on to a DC that does not forward.
+    pub xdr_write: bool,
 }
 
 const REPLICA_STORE: u8 = 1;
 const REPLICA_DELETE: u8 = 2;
 const REPLICA_DURABLE_DELETE: u8 = 3;
+/// Or-ed into the kind byte of a copy that carries the XDR mark.
+const XDR_MARK: u8 = 0x80;
 
 impl ReplicaWrite {
     /// What conflict resolution compares of this copy.
@@ -91,14 +97,20 @@ impl ReplicaWrite {
 
     /// `u8 kind | u8 ns len | ns | digest | u16 gen | u16 life | u32 void |
     /// u64 lut | u8 set len | set | (store) u32 body len | body`,
-    /// big-endian; kind 1 a record, 2 a delete, 3 a durable delete.
+    /// big-endian; kind 1 a record, 2 a delete, 3 a durable delete, with
+    /// its top bit set for a copy with the XDR mark.
     pub fn encode(&self) -> Vec<u8> {
         let body_len = self.body.as_ref().map_or(0, Vec::len);
         let mut out = Vec::with_capacity(50 + self.namespace.len() + body_len);
-        out.push(match (&self.body, self.durable) {
+        let kind = match (&self.body, self.durable) {
             (Some(_), _) => REPLICA_STORE,
             (None, false) => REPLICA_DELETE,
             (None, true) => REPLICA_DURABLE_DELETE,
+        };
+        out.push(if self.xdr_write {
+            kind | XDR_MARK
+        } else {
+            kind
         });
         let namespace = self.namespace.as_bytes();
         let namespace = &namespace[..namespace.len().min(255)];
@@ -122,7 +134,8 @@ impl ReplicaWrite {
     /// Decodes; `None` for anything malformed (including trailing bytes).
     pub fn decode(bytes: &[u8]) -> Option<ReplicaWrite> {
         let mut reader = Reader { bytes, at: 0 };
-        let kind = reader.u8()?;
+        let marked = reader.u8()?;
+        let (kind, xdr_write) = (marked & !XDR_MARK, marked & XDR_MARK != 0);
         let namespace_len = usize::from(reader.u8()?);
         let namespace = std::str::from_utf8(reader.take(namespace_len)?)
             .ok()?
@@ -161,6 +174,7 @@ impl ReplicaWrite {
             last_update_ms,
             set_name,
             body,
+            xdr_write,
         })
     }
 }
@@ -225,6 +239,7 @@ pub fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite
             last_update_ms: meta.last_update_ms,
             set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
             body: Some(body),
+            xdr_write: meta.xdr_write,
         },
         None => {
             let tombstone = namespace
@@ -245,6 +260,7 @@ pub fn capture(namespace: &Namespace, digest: &Digest, now: Now) -> ReplicaWrite
                     last_update_ms: now.unix_ms,
                     set_name: Vec::new(),
                     body: None,
+                    xdr_write: false,
                 },
             }
         }
@@ -267,6 +283,7 @@ pub fn delete_marker(
         last_update_ms: tombstone.last_update_ms,
         set_name: namespace.sets.name(tombstone.set_id).unwrap_or_default(),
         body: None,
+        xdr_write: tombstone.xdr_write,
     }
 }
 
@@ -294,6 +311,7 @@ pub fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<Replica
         last_update_ms: meta.last_update_ms,
         set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
         body: Some(body),
+        xdr_write: meta.xdr_write,
     })
 }
 
@@ -384,10 +402,7 @@ pub fn store_copy(
                 set_id,
                 void_time: write.void_time,
                 last_update_ms: write.last_update_ms,
-                // Not carried between nodes yet: a copy is shipped as a
-                // client's write would be (at most once back to its
-                // origin, which answers 28).
-                xdr_write: false,
+                xdr_write: write.xdr_write,
             };
             // With room for the memory engine's length prefix: kept, not
             // copied again.
@@ -459,7 +474,7 @@ fn store_delete(
                 durable: write.durable,
                 last_update_ms: write.last_update_ms,
                 set_id,
-                xdr_write: false,
+                xdr_write: write.xdr_write,
             };
             partition.set_tombstone(write.digest, tombstone);
         }
@@ -494,7 +509,7 @@ fn store_delete(
             durable: write.durable,
             last_update_ms: write.last_update_ms,
             set_id: entry.meta().set_id,
-            xdr_write: false,
+            xdr_write: write.xdr_write,
         };
         partition.set_tombstone(write.digest, tombstone);
         drop(partition);
@@ -520,6 +535,7 @@ mod tests {
             last_update_ms: 99_000,
             set_name: b"demo".to_vec(),
             body,
+            xdr_write: false,
         }
     }
 
@@ -534,9 +550,15 @@ mod tests {
             life: citrine_index::LIVES - 1,
             ..sample(Some(vec![4]))
         };
+        let marked = |write: ReplicaWrite| ReplicaWrite {
+            xdr_write: true,
+            ..write
+        };
         for write in [
             sample(Some(vec![1, 2, 3])),
             sample(None),
+            marked(sample(Some(vec![5]))),
+            marked(durable_delete.clone()),
             durable_delete,
             later_life,
         ] {

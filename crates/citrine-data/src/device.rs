@@ -8,6 +8,11 @@
 //! record is current. Everything that needs both lives here, so the engine
 //! never depends on the index crate.
 //!
+//! A record that arrived by XDR keeps its mark across restarts: its void
+//! time on the device (record headers, the index image) carries the mark
+//! in its top bit ([`device_void_time`]), as the index packs it; the
+//! engine never reads void times, and a restart splits them again.
+//!
 //! Invariants: the index is rebuilt before the service answers anything;
 //! defrag moves a record only while holding its partition's write lock and
 //! only if the index still points at the copy being moved.
@@ -15,12 +20,23 @@
 use crate::clock::{Clock, Now};
 use crate::config::StorageEngineConfig;
 use crate::namespace::Namespace;
-use citrine_index::{IndexEntry, RecordMeta};
+use citrine_index::{IndexEntry, RecordMeta, MAX_VOID_TIME};
 use citrine_storage::device::{Recovered, RecoveredRecord, Relocator, SavedEntry, ScanProgress};
 use citrine_storage::{DeviceEngine, Location, StorageError};
 use citrine_types::{Digest, PartitionId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+/// The void time a record's copy is kept on the device with: held to the
+/// index's 31 bits, the XDR mark (`RecordMeta::xdr_write`) in the top bit.
+pub fn device_void_time(meta: &RecordMeta) -> u32 {
+    meta.void_time.min(MAX_VOID_TIME) | (u32::from(meta.xdr_write) << 31)
+}
+
+/// A void time read from the device, and the XDR mark it carries.
+fn split_device_void_time(stored: u32) -> (u32, bool) {
+    (stored & MAX_VOID_TIME, stored > MAX_VOID_TIME)
+}
 
 /// Puts one recovered record into the index, unless it is expired or
 /// truncated.
@@ -51,15 +67,14 @@ fn admit_with_set(
         tracing::warn!(namespace = %namespace.config.name, life = record.life, "a recovered record's life is out of range; taken modulo the lives");
         record.life % citrine_index::LIVES
     };
+    let (void_time, xdr_write) = split_device_void_time(record.void_time);
     let meta = RecordMeta {
         generation: record.generation.max(1),
         life,
         set_id,
-        void_time: record.void_time,
+        void_time,
         last_update_ms: record.last_update_ms,
-        // Not kept on the device: after a restart a record that came by
-        // XDR ships as a client's write would (at most once back).
-        xdr_write: false,
+        xdr_write,
     };
     if namespace.is_truncated(set_id, meta.last_update_ms) {
         return Recovered::Truncated;
@@ -426,7 +441,7 @@ pub fn shutdown(namespace: &Namespace, clock: &dyn Clock) -> Result<(), String> 
                 digest: *digest,
                 generation: meta.generation,
                 life: meta.life,
-                void_time: meta.void_time,
+                void_time: device_void_time(&meta),
                 last_update_ms: meta.last_update_ms,
                 set: meta.set_id,
                 address,

@@ -313,6 +313,14 @@ pub mod call_kind {
     /// answer is one result-code byte (7: another regime, or not a replica
     /// of the partition in it).
     pub const SC_REPLICA_WRITE: u8 = 23;
+    /// The last-ship times of the partitions the sender masters, for one
+    /// XDR destination and namespace (`citrine_xdr::lst_push`); the answer
+    /// is one result-code byte.
+    pub const XDR_LSTS: u8 = 24;
+    /// Every XDR filter expression the sender knows, with versions and
+    /// removals (the server's `xdr::filters`, one line each); the answer
+    /// is one result-code byte.
+    pub const XDR_FILTERS: u8 = 25;
 }
 
 /// Longest wait for one member's duplicate-resolution answer.

@@ -8,9 +8,16 @@
 //! `get-stats:context=xdr;dc=dcb;namespace=test` answers `success` (every
 //! shipment counted) and `lag`. A keeps its last-ship times in its work
 //! directory.
+//!
+//! A new master of a source cluster resumes from the last-ship times of
+//! the old one (they travel between the members): nothing the old master
+//! left unshipped is lost, and little it shipped is shipped again. A
+//! filter expression set through one member is every member's, and kept
+//! across a restart (`xdr-get-filter`).
 
 mod common;
 
+use citrine_wire::digest::{of_key, UserKey};
 use common::cluster::*;
 use common::xdr::{link, stat, wait_for_values, write_all, xdr_stats};
 use std::time::{Duration, Instant};
@@ -108,5 +115,106 @@ fn ships_to_a_dc_and_recovers_after_its_pause() {
         })
         .unwrap_or(false);
     assert!(kept, "A keeps its last-ship times in its work directory");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// `count` keys `PREFIXn` (value `vPREFIXn`) whose partitions `node`
+/// masters.
+fn keys_mastered_by(node: &Node, prefix: &str, count: usize) -> Vec<(String, String)> {
+    let mastered = mastered_partitions(node);
+    (0..)
+        .map(|n| (format!("{prefix}{n}"), format!("v{prefix}{n}")))
+        .filter(|(key, _)| {
+            let digest = of_key("demo", &UserKey::String(key.clone()));
+            mastered[digest.partition().index()]
+        })
+        .take(count)
+        .collect()
+}
+
+/// A source cluster of two nodes S1 and S2 ships to D. S1 masters the
+/// written keys; D dies after the first batch reached it, and a second
+/// batch is written (acknowledged: S2 holds the replicas); then S2's lane
+/// for D is added — after those writes — and S1 dies with them unshipped.
+/// When D is back (empty: an in-memory namespace), S2, now master of
+/// everything, must ship the whole second batch: it resumes from the LSTs
+/// S1 sent it, not from when its own lane was added (which would miss the
+/// batch), and not from before the first batch (which D would hold again:
+/// re-shipped).
+#[test]
+fn a_new_master_resumes_from_the_old_masters_last_ship_times() {
+    let started = Instant::now();
+    let (mut s1, mut s2, mut d) = (Node::new(10), Node::new(11), Node::new(12));
+    let work = std::env::temp_dir().join(format!("citrine-xdr-s2-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    s2.data_dir = Some(work.clone());
+    d.start_seeds(&[]);
+    let seed = s1.heartbeat_address();
+    s1.start(&seed);
+    s2.start(&s1.heartbeat_address());
+    wait_for_cluster(&[&s1, &s2], 2, Duration::from_secs(20));
+    wait_for_stable(&[&s1, &s2], Duration::from_secs(20));
+    link(&s1, "dcd", &d, &[]);
+    eprintln!("cluster formed {:?}", started.elapsed());
+    // A filter set through S1 (`true`: every record passes) is the
+    // cluster's: S2 answers it at once, before any lane of its own.
+    let set = "xdr-set-filter:dc=dcd;namespace=test;exp=ww==";
+    assert_eq!(s1.info_value(set).as_deref(), Some("ok"));
+    let get = "xdr-get-filter:dc=dcd;namespace=test";
+    let filter = Some("namespace=test:exp=ww==");
+    assert_eq!(s2.info_value(get).as_deref(), filter, "S2 has S1's filter");
+
+    let first = keys_mastered_by(&s1, "f", 200);
+    let second = keys_mastered_by(&s1, "s", 200);
+    let mut writer = s1.connect();
+    write_all(&mut writer, &first);
+    assert!(
+        wait_for_values(&d, &first, Duration::from_secs(10)).is_some(),
+        "the first batch on D: {}",
+        xdr_stats(&s1, "dcd")
+    );
+    eprintln!("first batch shipped {:?}", started.elapsed());
+    d.kill();
+    write_all(&mut writer, &second);
+    link(&s2, "dcd", &d, &[]);
+    // S1's LSTs reach S2 once a second.
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = xdr_stats(&s1, "dcd");
+    s1.kill();
+    wait_for_cluster(&[&s2], 1, Duration::from_secs(10));
+    eprintln!("S2 alone {:?}", started.elapsed());
+    let old_port = d.port;
+    d.start_seeds(&[]);
+    if d.port != old_port {
+        for (address, action) in [(old_port, "remove"), (d.port, "add")] {
+            let command = format!(
+                "set-config:context=xdr;dc=dcd;node-address-port=127.0.0.1:{address};action={action}"
+            );
+            assert_eq!(s2.info_value(&command).as_deref(), Some("ok"));
+        }
+    }
+    let shipped = wait_for_values(&d, &second, Duration::from_secs(15));
+    let stats = xdr_stats(&s2, "dcd");
+    assert!(
+        shipped.is_some(),
+        "every acknowledged write of the second batch on D: {:?} missing; S1 before its death: {before}; S2: {stats}",
+        common::xdr::missing(&d, &second)
+    );
+    let reshipped = first.len() - common::xdr::missing(&d, &first).len();
+    eprintln!("second batch on D {shipped:?} after D's restart; first batch re-shipped: {reshipped}; S2: {stats}");
+    assert!(
+        reshipped <= first.len() / 20,
+        "S2 re-shipped {reshipped} of the first batch S1 had shipped: {stats}"
+    );
+    d.kill();
+    // S2 keeps the filter in its work directory.
+    s2.kill();
+    s2.start_seeds(&[]);
+    assert_eq!(
+        s2.info_value(get).as_deref(),
+        filter,
+        "kept across a restart"
+    );
+    s2.kill();
     let _ = std::fs::remove_dir_all(&work);
 }

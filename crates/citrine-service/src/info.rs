@@ -393,6 +393,10 @@ fn about_data(service: &Service, command: &InfoCommand<'_>) -> Option<String> {
             Some(xdr) => xdr.set_filter(&command.params),
             None => "ERROR:4:xdr is not running".to_owned(),
         },
+        "xdr-get-filter" => match service.xdr() {
+            Some(xdr) => xdr.get_filter(&command.params),
+            None => "ERROR:4:xdr is not running".to_owned(),
+        },
         "set-config" if command.param("context") == Some("security") => {
             set_security_config(service, command)
         }

@@ -76,7 +76,7 @@ pub mod scan;
 pub mod security;
 pub mod session;
 pub mod sindex;
-mod smd;
+pub mod smd;
 pub mod storage_bench;
 pub mod transaction;
 mod truncate;
@@ -328,6 +328,15 @@ pub trait XdrInfo: Send + Sync {
     fn get_stats(&self, params: &[(&str, &str)]) -> String;
     /// `xdr-set-filter:dc=DC;namespace=NS;exp=BASE64|null`.
     fn set_filter(&self, params: &[(&str, &str)]) -> String;
+    /// Another member's last-ship times (an `XDR_LSTS` fabric call's
+    /// payload); false when the payload is malformed.
+    fn receive_lsts(&self, payload: &[u8]) -> bool;
+    /// `xdr-get-filter:dc=DC[;namespace=NS][;b64=BOOL]`.
+    fn get_filter(&self, params: &[(&str, &str)]) -> String;
+    /// The filters the cluster shares, as pushed to the other members.
+    fn filters_text(&self) -> String;
+    /// Another member's filters (an `XDR_FILTERS` push).
+    fn merge_filters(&self, text: &str);
 }
 
 impl Service {
@@ -1212,6 +1221,20 @@ impl Service {
             call_kind::UDF_MODULES => merge(&|text| self.udf_modules().merge(text)),
             call_kind::SECURITY => merge(&|text| self.merge_security(text)),
             call_kind::AGGREGATE_PART => self.serve_aggregate_part(payload).await,
+            call_kind::XDR_FILTERS => merge(&|text| {
+                if let Some(xdr) = self.xdr() {
+                    xdr.merge_filters(text);
+                }
+            }),
+            call_kind::XDR_LSTS => {
+                let taken = self.xdr().is_none_or(|xdr| xdr.receive_lsts(payload));
+                vec![if taken {
+                    ResultCode::Ok
+                } else {
+                    ResultCode::Parameter
+                }
+                .code()]
+            }
             _ => self
                 .dist
                 .serve_call(kind, payload, self)

@@ -34,6 +34,7 @@ fn sample(body: Option<Vec<u8>>) -> ReplicaWrite {
         last_update_ms: 99_000,
         set_name: b"demo".to_vec(),
         body,
+        xdr_write: false,
     }
 }
 

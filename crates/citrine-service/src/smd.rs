@@ -5,8 +5,8 @@
 //! push of a store the `citrine-sindex` thread makes ([`push_to_peers`]).
 //! The stores are the index definitions (`sindex.smd`), the UDF modules
 //! (`udf.smd`), the truncations (`truncate.smd`) and, with security on,
-//! the users and roles (`security.smd`), and the strong-consistency
-//! rosters (`roster.smd`). The wait: the info
+//! the users and roles (`security.smd`), the strong-consistency
+//! rosters (`roster.smd`) and the XDR filters (`xdr-filters.smd`). The wait: the info
 //! answer names the stores a request changed (`info::answer_request`),
 //! `Service::handle_streaming` returns a remote continuation for them, and
 //! completing it pushes each store to every other member and awaits their
@@ -32,6 +32,8 @@ pub(crate) enum Store {
     Security,
     /// Strong-consistency rosters (`citrine_distribution::sc::store`).
     Rosters,
+    /// XDR filter expressions (the server's `xdr::filters`).
+    XdrFilters,
 }
 
 impl Store {
@@ -44,6 +46,7 @@ impl Store {
                 Some(Store::Truncations)
             }
             "roster-set" | "recluster" => Some(Store::Rosters),
+            "xdr-set-filter" => Some(Store::XdrFilters),
             _ => None,
         }
     }
@@ -55,6 +58,7 @@ impl Store {
             Store::Truncations => call_kind::TRUNCATIONS,
             Store::Security => call_kind::SECURITY,
             Store::Rosters => call_kind::ROSTERS,
+            Store::XdrFilters => call_kind::XDR_FILTERS,
         }
     }
 
@@ -69,6 +73,10 @@ impl Store {
                 .map(crate::security::store_text)
                 .unwrap_or_default(),
             Store::Rosters => service.dist().rosters_text(),
+            Store::XdrFilters => service
+                .xdr()
+                .map(|xdr| xdr.filters_text())
+                .unwrap_or_default(),
         }
     }
 }

@@ -2358,6 +2358,7 @@ fn a_failed_device_sync_refuses_writes_with_server_error_and_keeps_reads() {
         last_update_ms: START_MS,
         durable: false,
         body: Some(Vec::new()),
+        xdr_write: false,
     };
     assert_eq!(
         crate::replication::apply_replica_write(service.dist(), &copy),

@@ -15,6 +15,10 @@
 //!   advance; a retryable failure closes the window and schedules the
 //!   partition's rescan (the same LUT scan recovers what the failure left).
 //! - [`Shipper::take_lst_changes`]: the LSTs that moved, to persist.
+//! - [`Shipper::mastered_lsts`] and [`Shipper::adopt_lst`]: a master's
+//!   LSTs travel to the other members, which take them for the partitions
+//!   they do not master, so that a new master resumes where the old one
+//!   stood.
 //!
 //! Time enters only as the `now_ms` arguments.
 //!
@@ -23,7 +27,9 @@
 //!   record of its window not yet acknowledged (or to the window's horizon
 //!   once every record in it is): everything at or before an LST has been
 //!   acknowledged by the destination; it moves back only by a rewind
-//!   ([`Shipper::rewind_partition`]), never while a window is open;
+//!   ([`Shipper::rewind_partition`]) or, on a partition this node does not
+//!   master, by taking its master's ([`Shipper::adopt_lst`]), never while
+//!   a window is open;
 //! - a partition has at most one open window; a window holds at most
 //!   `window_limit` records unless more share its last LUT;
 //! - at most `max_in_flight` ships are outstanding;
@@ -248,6 +254,36 @@ impl Shipper {
                 state.scan_at = 0;
             }
         }
+    }
+
+    /// Takes the LST `partition`'s master reported for this DC and
+    /// namespace (see [`Shipper::mastered_lsts`]), earlier or later than
+    /// this node's: were this node to master the partition next, it
+    /// resumes where the master stood — re-shipping little, and missing
+    /// nothing the master had not shipped even when this node's own LST is
+    /// later (its lane added after those writes). Ignored (false) while
+    /// this node masters the partition or still has a window open in it.
+    pub fn adopt_lst(&mut self, partition: u16, lst: u64) -> bool {
+        let Some(state) = self.partitions.get_mut(usize::from(partition)) else {
+            return false;
+        };
+        if state.mastered || self.windows.contains_key(&partition) || state.lst == lst {
+            return false;
+        }
+        state.lst = lst;
+        self.lst_changes.push((partition, lst));
+        true
+    }
+
+    /// The LSTs of the partitions this node masters, for the other members
+    /// ([`Shipper::adopt_lst`]).
+    pub fn mastered_lsts(&self) -> Vec<(u16, u64)> {
+        self.partitions
+            .iter()
+            .enumerate()
+            .filter(|(_, state)| state.mastered)
+            .map(|(index, state)| (index as u16, state.lst))
+            .collect()
     }
 
     /// Whether this node masters `partition` (only masters ship).

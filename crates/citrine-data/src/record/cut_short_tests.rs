@@ -131,6 +131,7 @@ fn a_panic_while_a_change_is_published_stops_that_partition_only() {
         last_update_ms: START_MS,
         durable: false,
         body: Some(Vec::new()),
+        xdr_write: false,
     };
     let now = Now::from_unix_ms(START_MS);
     assert_eq!(

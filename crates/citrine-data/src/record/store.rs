@@ -178,7 +178,7 @@ pub fn install(
     let store = StoreMeta {
         generation: meta.generation,
         life: meta.life,
-        void_time: meta.void_time,
+        void_time: crate::device::device_void_time(&meta),
         last_update_ms: meta.last_update_ms,
         set_name: &set_name,
     };

@@ -152,3 +152,96 @@ fn shipped_writes_and_deletes_are_marked_and_client_writes_clear_the_mark() {
     assert_eq!(run(&namespace, false, true, 0, ""), 0);
     assert_eq!(marked(&namespace), Some(false), "a client's delete");
 }
+
+/// The master's copy as a replica write or a migration sends it, stored
+/// at another node: what that node then holds is marked as the master's
+/// is (so that a replica or a migration's target that becomes master
+/// does not ship back what came by XDR), for a record and a tombstone.
+#[test]
+fn the_mark_travels_with_replica_writes_and_migrations() {
+    use crate::copy::{capture, store_copy, Admit, ReplicaWrite};
+    let now = Now::from_unix_ms(NOW_MS);
+    let copy_to = |master: &Namespace, other: &Namespace| {
+        let sent = capture(master, &DIGEST, now).encode();
+        let received = ReplicaWrite::decode(&sent).unwrap();
+        store_copy(other, &received, now, 0, Admit::Always).unwrap();
+    };
+    // A client's write takes the clock's time (`lut_ms` is ignored).
+    let (master, replica) = (namespace(), namespace());
+    for (xdr, delete, lut_ms) in [
+        (true, false, NOW_MS - 5000),
+        (false, false, 0),
+        (true, false, NOW_MS + 1000),
+        (true, true, NOW_MS + 2000),
+        (false, false, 0),
+        (false, true, 0),
+    ] {
+        assert_eq!(run(&master, xdr, delete, lut_ms, "v"), 0);
+        copy_to(&master, &replica);
+        assert_eq!(
+            marked(&replica),
+            Some(xdr),
+            "a copy of a {} by {}",
+            if delete { "delete" } else { "write" },
+            if xdr { "XDR" } else { "a client" }
+        );
+    }
+}
+
+/// A device namespace on `disk`, its index image at `image` (a fast
+/// restart when a clean shutdown left one, else a cold start).
+fn device_namespace(
+    disk: &citrine_storage::device::io::SimDisk,
+    image: &std::path::Path,
+) -> Namespace {
+    use citrine_storage::device::{DeviceConfig, Media};
+    let engine = DeviceConfig {
+        write_block_size: 64 << 10,
+        media: Media::Simulated(vec![disk.clone()]),
+        ..DeviceConfig::new("test", vec!["sim0".into()], 0)
+    };
+    let config = NamespaceConfig {
+        storage_engine: crate::config::StorageEngineConfig::Device {
+            engine,
+            flush_max_ms: 1000,
+            index_image: Some(image.to_path_buf()),
+        },
+        ..NamespaceConfig::in_memory("test")
+    };
+    Namespace::open(config, std::sync::Arc::new(ManualClock::new(NOW_MS))).unwrap()
+}
+
+/// A record that came by XDR is still marked after a fast restart and
+/// after a cold start; a client's write over it is not; the void time
+/// that carries the mark on the device comes back whole.
+#[test]
+fn the_mark_survives_device_restarts() {
+    let directory = std::env::temp_dir().join(format!("citrine-xdr-mark-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let image = directory.join("test.index");
+    let disk = citrine_storage::device::io::SimDisk::new((1 << 20) + 32 * (64 << 10), 5);
+    let void_time = |namespace: &Namespace| {
+        let partition = namespace.index.partition(DIGEST.partition()).read();
+        partition.get(&DIGEST).map(|entry| entry.meta().void_time)
+    };
+    for xdr in [true, false] {
+        let namespace = device_namespace(&disk, &image);
+        assert_eq!(run(&namespace, xdr, false, NOW_MS + 1000, "v"), 0);
+        assert_eq!(marked(&namespace), Some(xdr));
+        let written = void_time(&namespace);
+        crate::device::shutdown(&namespace, &ManualClock::new(NOW_MS)).unwrap();
+        drop(namespace);
+        for restart in ["fast", "cold"] {
+            let namespace = device_namespace(&disk, &image);
+            assert_eq!(
+                marked(&namespace),
+                Some(xdr),
+                "{restart} restart, xdr {xdr}"
+            );
+            assert_eq!(void_time(&namespace), written, "{restart} restart");
+            // Not shut down: the next start scans the device.
+            crate::device::flush_tick(&namespace);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&directory);
+}

@@ -302,6 +302,7 @@ mod tests {
             last_update_ms: NOW_MS - 1_000 + u64::from(generation),
             set_name: b"demo".to_vec(),
             body: Some(vec![0, 0]),
+            xdr_write: false,
         }
     }
 

@@ -2254,6 +2254,7 @@ fn batch_copy(
         last_update_ms: meta.last_update_ms,
         set_name: namespace.sets.name(meta.set_id).unwrap_or_default(),
         body: Some(body.into_owned()),
+        xdr_write: meta.xdr_write,
     };
     Some((write.encode(), meta.set_id, true))
 }

@@ -20,6 +20,7 @@ fn record(partition: u16, seed: u8, generation: u16) -> ReplicaWrite {
         last_update_ms: 1_700_000_000_000 - 1000 + u64::from(generation),
         set_name: b"demo".to_vec(),
         body: Some(vec![seed, 1, 2]),
+        xdr_write: false,
     }
 }
 

@@ -102,6 +102,7 @@ pub fn regime_marker(namespace: &str, digest: &Digest, now_ms: u64) -> ReplicaWr
         last_update_ms: now_ms,
         set_name: Vec::new(),
         body: None,
+        xdr_write: false,
     }
 }
 

@@ -15,23 +15,38 @@
 //! a shipper's LSTs (acknowledged points), so a restart repeats at most
 //! what was in flight.
 //!
-//! Not yet: LSTs do not move with partition migrations (a new master
-//! starts from its own file, or from the time the namespace was added);
-//! acting masters during migrations do not ship; the mark of a record that
-//! arrived by XDR (`xdr_write`, which keeps it from being shipped back) is
-//! not carried by replica writes, migrations or the device, so such a copy
-//! ships as a client's write would (once back to its origin, which answers
-//! 28: no loop); the filter expression is not kept across a restart;
+//! LSTs travel with mastership: once a second each node sends the other
+//! members the LSTs of the partitions it masters (`run`), and a node takes
+//! them for the partitions it does not master, so a new master — after a
+//! node's death or a migration — resumes where the old one stood (its own
+//! LST only for a partition no master reported to it). A master ships a
+//! partition only once its copy is whole (not while a migration fills it).
+//!
+//! The mark of a record that arrived by XDR (`xdr_write`, which keeps it
+//! from being shipped back) travels with replica writes, migrations and
+//! duplicate resolution, and a record's survives device restarts.
+//!
+//! Not yet: acting masters during migrations do not ship (the lag grows
+//! until the fill ends); the tombstone of a delete that came by XDR loses
+//! its mark at a device restart (it ships once back to its origin, which
+//! answers 28: no loop);
 //! an idle partition is rescanned every 200 ms per DC and namespace, a
 //! walk of its whole index.
+//!
+//! The filter expressions (`xdr-set-filter`) are the cluster's, kept and
+//! shared as system metadata ([`filters`]); a lane takes its DC and
+//! namespace's when it is added and whenever the store changes.
 
 pub mod config;
+pub mod filters;
 pub mod run;
 
 use base64::Engine as _;
 use citrine_data::filter::Expression;
+use citrine_service::smd::PushClock;
 use citrine_service::{Service, XdrInfo};
 use citrine_xdr::config::{Command, DcConfig, NamespaceSettings, Rewind};
+use citrine_xdr::lst_push::LstPush;
 use citrine_xdr::{lst_file, Limits, Shipper};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -117,6 +132,8 @@ pub struct Dc {
 #[derive(Default)]
 pub struct State {
     pub dcs: BTreeMap<String, Dc>,
+    /// The filter expressions the cluster shares.
+    pub filters: filters::Filters,
     /// Microseconds the shipping thread's last turn took.
     pub lap_us: u64,
 }
@@ -124,6 +141,8 @@ pub struct State {
 /// XDR's state on this node, shared by the info commands and the thread.
 pub struct Xdr {
     state: Mutex<State>,
+    /// When the filters were last pushed to the other members.
+    pub filters_push: PushClock,
     service: Arc<Service>,
     directory: Option<PathBuf>,
 }
@@ -135,8 +154,17 @@ impl Xdr {
         directory: Option<PathBuf>,
         dcs: &BTreeMap<String, DcConfig>,
     ) -> Arc<Xdr> {
+        let filters = filters::Filters::load(
+            directory
+                .as_ref()
+                .map(|directory| directory.join("xdr-filters.smd")),
+        );
         let xdr = Arc::new(Xdr {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                filters,
+                ..State::default()
+            }),
+            filters_push: PushClock::default(),
             service,
             directory,
         });
@@ -152,6 +180,7 @@ impl Xdr {
                 };
                 for (namespace, settings) in &config.namespaces {
                     xdr.add_lane(&mut dc, name, namespace, settings.clone(), Rewind::None);
+                    apply_filter(&mut dc, &state.filters, name, namespace);
                 }
                 state.dcs.insert(name.clone(), dc);
             }
@@ -282,13 +311,17 @@ impl Xdr {
                 if self.service.namespace(namespace.as_bytes()).is_none() {
                     return Err(format!("namespace {namespace} not found"));
                 }
-                let dc = dc_mut(&mut state, &name)?;
+                let State { dcs, filters, .. } = &mut *state;
+                let dc = dcs
+                    .get_mut(&name)
+                    .ok_or_else(|| format!("DC {name} not found"))?;
                 if dc.lanes.contains_key(&namespace) {
                     return Err(format!(
                         "namespace {namespace} is already shipped to DC {name}"
                     ));
                 }
                 self.add_lane(dc, &name, &namespace, NamespaceSettings::default(), rewind);
+                apply_filter(dc, filters, &name, &namespace);
             }
             Command::RemoveNamespace(name, namespace) => {
                 let dc = dc_mut(&mut state, &name)?;
@@ -316,32 +349,94 @@ impl Xdr {
 impl Xdr {
     /// `xdr-set-filter`: parses `exp` (base64 of the expression's msgpack,
     /// as the clients' `setXDRFilter` sends it; `null` removes the filter)
-    /// and sets it on the DC's namespace.
-    fn set_filter_of(&self, params: &[(&str, &str)]) -> Result<(), String> {
+    /// and sets it in the shared store, which the other members get before
+    /// the answer (`Store::XdrFilters`). As the reference's, it needs no
+    /// DC or namespace configured here; the errors are the reference's.
+    fn set_filter_of(&self, params: &[(&str, &str)]) -> Result<(), &'static str> {
         let get = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
-        let (Some(dc), Some(namespace), Some(exp)) = (get("dc"), get("namespace"), get("exp"))
-        else {
-            return Err("xdr-set-filter needs dc, namespace and exp".into());
-        };
-        let filter = match exp {
-            "null" => None,
-            text => {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(text)
-                    .map_err(|_| "exp is not base64")?;
-                let parsed = citrine_data::filter::parse(&bytes)
-                    .map_err(|code| format!("exp is not a filter expression ({code:?})"))?;
-                Some((text.to_owned(), Arc::new(parsed)))
-            }
-        };
+        let dc = get("dc").filter(|dc| !dc.is_empty()).ok_or("DC-name")?;
+        let namespace = get("namespace")
+            .filter(|namespace| !namespace.is_empty())
+            .ok_or("namespace-name")?;
+        let exp = get("exp")
+            .filter(|exp| !exp.is_empty())
+            .ok_or("expression")?;
+        if exp != "null" {
+            parse_filter(exp).map_err(|_| "build-expression")?;
+        }
+        let now_ms = self.service.now().unix_ms;
         let mut state = self.lock();
-        let lane = dc_mut(&mut state, dc)?
-            .lanes
-            .get_mut(namespace)
-            .ok_or(format!("namespace {namespace} is not shipped to DC {dc}"))?;
-        lane.filter = filter;
+        let known = state
+            .filters
+            .entries
+            .get(&(dc.to_owned(), namespace.to_owned()))
+            .map(|entry| entry.version);
+        let version = citrine_service::smd::next_version(known, now_ms, self.service.node_id);
+        let entry = filters::Entry {
+            version,
+            exp: (exp != "null").then(|| exp.to_owned()),
+        };
+        state.filters.set(dc, namespace, entry);
+        state.filters.save();
+        self.filters_push.mark();
+        let State { dcs, filters, .. } = &mut *state;
+        if let Some(dc_state) = dcs.get_mut(dc) {
+            apply_filter(dc_state, filters, dc, namespace);
+        }
         Ok(())
     }
+
+    /// `xdr-get-filter`: `namespace=NS:exp=BASE64` for the namespace asked
+    /// (`exp=null` without a filter) or for every namespace of the DC
+    /// that has one, `;`-separated.
+    fn get_filter_of(&self, params: &[(&str, &str)]) -> Result<String, &'static str> {
+        let get = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        let dc = get("dc").filter(|dc| !dc.is_empty()).ok_or("DC-name")?;
+        match get("b64") {
+            None | Some("true" | "false" | "yes" | "no") => {}
+            Some(_) => return Err("b64-param"),
+        }
+        let state = self.lock();
+        let line = |namespace: &str, exp: Option<&str>| {
+            format!("namespace={namespace}:exp={}", exp.unwrap_or("null"))
+        };
+        if let Some(namespace) = get("namespace") {
+            if self.service.namespace(namespace.as_bytes()).is_none() {
+                return Err("bad-namespace");
+            }
+            return Ok(line(namespace, state.filters.get(dc, namespace)));
+        }
+        let lines: Vec<String> = state
+            .filters
+            .entries
+            .iter()
+            .filter(|((of, _), entry)| of == dc && entry.exp.is_some())
+            .map(|((_, namespace), entry)| line(namespace, entry.exp.as_deref()))
+            .collect();
+        Ok(lines.join(";"))
+    }
+}
+
+/// A filter's base64 text parsed as a filter expression.
+pub fn parse_filter(text: &str) -> Result<Arc<Expression>, String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|_| "exp is not base64".to_owned())?;
+    citrine_data::filter::parse(&bytes)
+        .map(Arc::new)
+        .map_err(|code| format!("exp is not a filter expression ({code:?})"))
+}
+
+/// Sets a lane's filter from the shared store (none when the DC does not
+/// ship the namespace).
+fn apply_filter(dc: &mut Dc, filters: &filters::Filters, dc_name: &str, namespace: &str) {
+    let Some(lane) = dc.lanes.get_mut(namespace) else {
+        return;
+    };
+    lane.filter = filters.get(dc_name, namespace).and_then(|text| {
+        let parsed = parse_filter(text).ok()?;
+        Some((text.to_owned(), parsed))
+    });
 }
 
 fn dc_mut<'s>(state: &'s mut State, name: &str) -> Result<&'s mut Dc, String> {
@@ -382,10 +477,51 @@ impl XdrInfo for Xdr {
         }
     }
 
+    fn receive_lsts(&self, payload: &[u8]) -> bool {
+        let Some(push) = LstPush::decode(payload) else {
+            return false;
+        };
+        let mut state = self.lock();
+        let lane = state
+            .dcs
+            .get_mut(&push.dc)
+            .and_then(|dc| dc.lanes.get_mut(&push.namespace));
+        if let Some(lane) = lane {
+            for (partition, lst) in push.lsts {
+                lane.dirty |= lane.shipper.adopt_lst(partition, lst);
+            }
+        }
+        true
+    }
+
     fn set_filter(&self, params: &[(&str, &str)]) -> String {
         match self.set_filter_of(params) {
             Ok(()) => "ok".to_owned(),
-            Err(error) => format!("ERROR:4:{error}"),
+            Err(error) => format!("ERROR::{error}"),
+        }
+    }
+
+    fn get_filter(&self, params: &[(&str, &str)]) -> String {
+        self.get_filter_of(params)
+            .unwrap_or_else(|error| format!("ERROR::{error}"))
+    }
+
+    fn filters_text(&self) -> String {
+        self.lock().filters.text()
+    }
+
+    fn merge_filters(&self, text: &str) {
+        let mut state = self.lock();
+        let changed = state.filters.merge(text);
+        if changed.is_empty() {
+            return;
+        }
+        state.filters.save();
+        let State { dcs, filters, .. } = &mut *state;
+        for (dc_name, namespace) in changed {
+            if let Some(dc) = dcs.get_mut(&dc_name) {
+                apply_filter(dc, filters, &dc_name, &namespace);
+            }
         }
     }
 

@@ -5,7 +5,8 @@
 //! shipper asks for (under each partition's read lock, one at a time),
 //! starts the ships it returns as tasks on the runtime (each reads the
 //! record's current state and sends it with the DC's smart client), feeds
-//! back how each ended, and once a second saves the LSTs that moved.
+//! back how each ended, and once a second saves the LSTs that moved and
+//! sends the other members the LSTs of the partitions it masters.
 //!
 //! No thread per record or per DC: the number of tasks is the shippers'
 //! bound on ships in flight. A DC's client is made (again) when its
@@ -20,8 +21,10 @@ use citrine_client::{
 };
 use citrine_data::copy::ReplicaWrite;
 use citrine_data::filter::Expression;
+use citrine_service::replication::call_kind;
 use citrine_service::Service;
 use citrine_types::{Digest, PartitionId, PARTITIONS};
+use citrine_xdr::lst_push::LstPush;
 use citrine_xdr::{Candidate, NamespaceSettings, Outcome, Scan, Ship};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -150,11 +153,20 @@ fn turn(
     let now_ms = service.now().unix_ms;
     slots.retain(|name, _| state.dcs.contains_key(name));
     rewind_for_arrivals(service, state);
+    // The filters, after a view change and every few seconds (a change
+    // itself went out before its info answer).
+    citrine_service::smd::push_to_peers_unanswered(
+        service.dist(),
+        &xdr.filters_push,
+        call_kind::XDR_FILTERS,
+        || state.filters.text(),
+    );
     for (name, dc) in &mut state.dcs {
         let client = client_of(name, dc, slots, events);
         for (namespace, lane) in &mut dc.lanes {
             if refresh_masters {
                 set_masters(service, namespace, lane);
+                push_lsts(service, name, namespace, lane);
             }
             count_second(lane, now_ms);
             let Some(client) = &client else {
@@ -242,16 +254,47 @@ fn client_of(
     None
 }
 
+/// Marks the partitions this node masters and holds whole (a master a
+/// migration still fills waits: a record it has not received yet has an
+/// older LUT than what its scan would pass over).
 fn set_masters(service: &Service, namespace: &str, lane: &mut Lane) {
     let cluster = service.cluster();
     let map = cluster.namespace(namespace);
     let orphan = service.is_orphan();
+    let migrations = service.migrations();
     for index in 0..PARTITIONS as u16 {
         let mastered = !orphan
-            && PartitionId::new(index)
-                .and_then(|partition| map?.map.master(partition))
-                .is_some_and(|master| master == service.node_id);
+            && PartitionId::new(index).is_some_and(|partition| {
+                map.and_then(|map| map.map.master(partition)) == Some(service.node_id)
+                    && migrations.serves_whole(namespace, partition)
+            });
         lane.shipper.set_mastered(index, mastered);
+    }
+}
+
+/// Sends the other members the LSTs of the partitions this node masters
+/// for this DC and namespace, without awaiting their answers (the next
+/// push, a second later, repeats them).
+fn push_lsts(service: &Service, dc: &str, namespace: &str, lane: &Lane) {
+    let Some(fabric) = service.fabric() else {
+        return;
+    };
+    let push = LstPush {
+        dc: dc.to_owned(),
+        namespace: namespace.to_owned(),
+        lsts: lane.shipper.mastered_lsts(),
+    };
+    let Some(payload) = push.encode().filter(|_| !push.lsts.is_empty()) else {
+        return;
+    };
+    for peer in service.dist().peers().0 {
+        // On its way when `call` returns; the answer is not awaited.
+        drop(fabric.call(
+            peer,
+            call_kind::XDR_LSTS,
+            payload.clone(),
+            Duration::from_secs(1),
+        ));
     }
 }
 

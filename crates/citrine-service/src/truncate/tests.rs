@@ -51,6 +51,7 @@ fn copy_in(
         last_update_ms,
         set_name: set.as_bytes().to_vec(),
         body,
+        xdr_write: false,
     }
 }
 

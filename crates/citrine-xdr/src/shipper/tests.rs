@@ -288,3 +288,29 @@ fn a_rewind_rescans_from_the_arrived_lut_after_the_open_window() {
     assert_eq!(shipper.counters().filtered_out, 1);
     assert_eq!(shipper.lst(7), 5002 - Limits::default().settle_ms);
 }
+
+#[test]
+fn a_non_master_takes_its_masters_lsts_and_resumes_from_them() {
+    // This node's lane was added at 1000; the master reports 600 for
+    // partition 7 (writes from 601 on unshipped) and 5000 for partition 8.
+    let mut shipper = Shipper::new(NamespaceSettings::default(), Limits::default(), 1000);
+    assert!(shipper.adopt_lst(7, 600), "earlier than its own: taken");
+    assert!(shipper.adopt_lst(8, 5000), "later than its own: taken");
+    assert_eq!((shipper.lst(7), shipper.lst(8)), (600, 5000));
+    assert_eq!(shipper.take_lst_changes(), vec![(7, 600), (8, 5000)]);
+    // Mastering partition 7 now, it scans from the master's LST.
+    shipper.set_mastered(7, true);
+    let scans = shipper.scans_due(9000);
+    assert_eq!(scans.len(), 1);
+    assert_eq!(scans[0].after, 600, "the old master's unshipped writes");
+    assert_eq!(shipper.mastered_lsts(), vec![(7, 600)]);
+    // A master's own LST is its own: a report for it is ignored.
+    assert!(!shipper.adopt_lst(7, 100));
+    shipper.offer(scans[0], candidates(&[700]), 9000);
+    shipper.set_mastered(7, false);
+    assert!(
+        !shipper.adopt_lst(7, 100),
+        "nor while its window is still open"
+    );
+    assert_eq!(shipper.lst(7), 600);
+}
