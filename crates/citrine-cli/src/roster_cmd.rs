@@ -81,11 +81,41 @@ pub async fn run(args: RosterArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `recluster:`.
+/// What a node that is not its view's principal answers `recluster:`.
+const IGNORED: &str = "ignored-by-non-principal";
+
+/// `recluster:` on the view's principal (its member with the highest node
+/// id; any other node answers [`IGNORED`] and changes nothing): asked of
+/// `host`, then, when `host` is not the principal, of the highest-id node
+/// among the peers `host` lists.
 async fn apply(host: &str, timeout: Duration) -> Result<(), String> {
-    ask(host, "recluster:", timeout).await?;
-    outln!("applied the pending rosters (recluster)");
+    if ask(host, "recluster:", timeout).await? != IGNORED {
+        outln!("applied the pending rosters (recluster)");
+        return Ok(());
+    }
+    let peers = ask(host, "peers-clear-std", timeout).await?;
+    let principal = citrine_client::peers::parse_peers(&peers)
+        .ok()
+        .and_then(|peers| principal_address(&peers))
+        .ok_or_else(|| format!("recluster: {host} is not the principal and lists no peer"))?;
+    if ask(&principal, "recluster:", timeout).await? == IGNORED {
+        return Err(format!(
+            "recluster: neither {host} nor {principal} is the principal (the view is changing?): try again"
+        ));
+    }
+    outln!("applied the pending rosters (recluster, on the principal {principal})");
     Ok(())
+}
+
+/// The address of the node with the highest id in `peers` — the view's
+/// principal when the node that listed them is not.
+pub fn principal_address(peers: &citrine_client::peers::Peers) -> Option<String> {
+    let peer = peers.peers.iter().max_by_key(|peer| peer.node_id)?;
+    let (host, port) = peer.hosts.first()?;
+    Some(match host.contains(':') {
+        true => format!("[{host}]:{port}"),
+        false => format!("{host}:{port}"),
+    })
 }
 
 /// The observed nodes of `namespace`, refused when there are none.
@@ -169,6 +199,21 @@ pub fn table(rosters: &[NamespaceRoster]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The peer with the highest id is the principal; IPv6 hosts are
+    /// bracketed; no peer, no principal.
+    #[test]
+    fn the_principal_is_the_peer_with_the_highest_id() {
+        use citrine_client::peers::parse_peers;
+        let peers =
+            parse_peers("3,3000,[[A1,,[127.0.0.1:3001]],[B7,,[[::1]:3002]],[B2,,[10.0.0.2]]]")
+                .expect("peers");
+        assert_eq!(principal_address(&peers).as_deref(), Some("[::1]:3002"));
+        let peers = parse_peers("3,3000,[[A1,,[127.0.0.1:3001]],[A3,,[10.0.0.2]]]").expect("peers");
+        assert_eq!(principal_address(&peers).as_deref(), Some("10.0.0.2:3000"));
+        let none = parse_peers("1,3000,[]").expect("peers");
+        assert_eq!(principal_address(&none), None);
+    }
 
     #[test]
     fn every_namespaces_roster_is_parsed_and_shown() {
