@@ -60,9 +60,10 @@ pub(crate) fn execute(
     let namespace: &Namespace = namespace;
     let sub = timed.is_sub();
     let tally = move |udf: bool| if sub { Tally::sub(udf) } else { Tally::Client };
-    let names_udf = message.field(field_type::UDF_FILENAME).is_some();
+    // (Looked up only on the refusals that count by it, not per request.)
+    let names_udf = || message.field(field_type::UDF_FILENAME).is_some();
     if crate::sc::data_closed(namespace) {
-        namespace.stats.count(tally(names_udf), Outcome::Refused);
+        namespace.stats.count(tally(names_udf()), Outcome::Refused);
         write_result(out, ResultCode::Unavailable);
         return None;
     }
@@ -77,7 +78,7 @@ pub(crate) fn execute(
     let filter = match parse_filter(message) {
         Ok(filter) => filter,
         Err(code) => {
-            refuse(code, names_udf, out);
+            refuse(code, names_udf(), out);
             return None;
         }
     };
