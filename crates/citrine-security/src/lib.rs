@@ -134,6 +134,9 @@ pub struct Security {
     logged_in_here: BTreeSet<String>,
     /// The key external users' tokens are signed with (shared).
     token_secret: Option<[u8; 32]>,
+    /// Whether a token was ever signed with `token_secret` (on any node):
+    /// a used key wins the cluster's agreement over any unused one.
+    token_used: bool,
     /// The hash this node signs them with (`token-hash-method`), once
     /// LDAP is on here: only then are they issued or accepted.
     token_hash: Option<TokenHash>,
@@ -151,6 +154,7 @@ impl Security {
             external: BTreeMap::new(),
             logged_in_here: BTreeSet::new(),
             token_secret: None,
+            token_used: false,
             token_hash: None,
             sessions: HashMap::new(),
             usage: quota::Usage::default(),
@@ -255,6 +259,7 @@ impl Security {
         self.check_roles_allow(roles.iter(), from)?;
         let expires_ms = now_ms.saturating_add(u64::from(ttl) * 1000);
         let token = token::sign(&secret, hash, user, expires_ms);
+        self.token_used = true;
         let entry = self.external.entry(user.to_owned()).or_default();
         entry.roles = roles;
         entry.until_ms = entry.until_ms.max(expires_ms);
@@ -273,6 +278,11 @@ impl Security {
     /// The key external users' tokens are signed with.
     pub fn token_secret(&self) -> Option<&[u8; 32]> {
         self.token_secret.as_ref()
+    }
+
+    /// Whether a token was ever signed with [`Security::token_secret`].
+    pub fn token_used(&self) -> bool {
+        self.token_used
     }
 
     /// The external users of the cluster.

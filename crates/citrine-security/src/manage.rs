@@ -217,6 +217,7 @@ impl Security {
             roles,
             external,
             token_secret,
+            token_used,
         } = parsed;
         self.external = external.into_iter().collect();
         let external = &self.external;
@@ -224,6 +225,7 @@ impl Security {
             .retain(|user| external.contains_key(user));
         if token_secret.is_some() {
             self.token_secret = token_secret;
+            self.token_used = token_used;
         }
         self.roles = roles
             .into_iter()

@@ -4,8 +4,9 @@
 //! `user:<name>;password=<stored hash>;roles=<r1>,<r2>` and
 //! `role:<name>;privileges=<code>.<ns>.<set>,...;whitelist=<a>|<b>;read-quota=<n>;write-quota=<n>`,
 //! `external:<name>;roles=<r1>,<r2>;until=<ms>` (an LDAP user, see
-//! [`crate::External`]) and `key:bGRhcA;secret=<bytes>` (the key LDAP
-//! tokens are signed with, once a node has one), every name, namespace, set,
+//! [`crate::External`]) and `key:bGRhcA;secret=<bytes>[;used=1]` (the key
+//! LDAP tokens are signed with, once a node has one; `used=1` once a token
+//! was signed with it), every name, namespace, set,
 //! allow-list entry and secret in URL-safe base64 (so no separator can
 //! appear inside one). Sessions are not in it.
 //!
@@ -68,7 +69,12 @@ pub fn to_text(security: &Security) -> String {
         );
     }
     if let Some(secret) = security.token_secret() {
-        text += &format!("key:{};secret={}\n", enc(TOKEN_KEY), B64.encode(secret));
+        let used = if security.token_used() { ";used=1" } else { "" };
+        text += &format!(
+            "key:{};secret={}{used}\n",
+            enc(TOKEN_KEY),
+            B64.encode(secret)
+        );
     }
     text
 }
@@ -83,6 +89,8 @@ pub struct Parsed {
     pub roles: Vec<(String, Role)>,
     pub external: Vec<(String, External)>,
     pub token_secret: Option<[u8; 32]>,
+    /// Whether `token_secret` has signed a token.
+    pub token_used: bool,
 }
 
 /// What a text [`to_text`] made holds.
@@ -102,7 +110,10 @@ pub fn from_text(text: &str) -> Result<Parsed, String> {
             )),
             "role" => parsed.roles.push((name, parse_role(&params)?)),
             "external" => parsed.external.push((name, parse_external(&params)?)),
-            "key" if name == TOKEN_KEY => parsed.token_secret = Some(parse_key(&params)?),
+            "key" if name == TOKEN_KEY => {
+                parsed.token_secret = Some(parse_key(&params)?);
+                parsed.token_used = param(&params, "used") == "1";
+            }
             _ => return Err(format!("bad line kind {kind:?}")),
         }
     }
@@ -224,6 +235,7 @@ mod tests {
         copy.replace(from_text(&text).expect("parses"));
         assert_eq!(copy.external(), security.external());
         assert_eq!(copy.token_secret(), security.token_secret());
+        assert!(copy.token_used());
         assert_eq!(copy.users(), security.users());
         assert_eq!(copy.roles(), security.roles());
         assert_eq!(to_text(&copy), text);

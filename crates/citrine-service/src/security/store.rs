@@ -17,7 +17,10 @@
 //! `role:NAME`, `external:NAME` for an LDAP user, the name in base64, or
 //! `key:bGRhcA` for the key LDAP tokens are signed with: each node starts
 //! with one of its own at version 0 and the greatest wins, so the cluster
-//! ends with one). The earlier format — a first line
+//! ends with one; the first token signed with a key marks its line `used`,
+//! which versions it then, so a key that signed tokens wins over every
+//! unused one — a node's first LDAP login before it heard from the others,
+//! or a blank node joining later, never invalidates issued tokens). The earlier format — a first line
 //! `version=MS.NODE` for the whole store — is still read: every entry then
 //! has that version, and an entry it lacks is taken as dropped then.
 //!

@@ -139,6 +139,44 @@ fn the_earlier_whole_store_text_is_read_with_its_version() {
     assert_eq!(parse(&mixed, "test").len(), 2);
 }
 
+/// A node that signed a token with its key before it heard from the
+/// others (the first LDAP login on a new cluster): its key wins over the
+/// unused ones, whatever their bytes, so the token holds everywhere.
+#[test]
+fn a_key_that_signed_a_token_wins_over_unused_ones() {
+    let (mut a, mut b) = (Member::new(1), Member::new(2));
+    for (member, secret) in [(&mut a, [1; 32]), (&mut b, [2; 32])] {
+        let hash = citrine_security::TokenHash::Sha256;
+        member.security.enable_ldap_tokens(secret, hash);
+        add_initial(&mut member.entries, &member.security);
+    }
+    let mut token = Vec::new();
+    a.change(1_000, |security| {
+        let read = ["read".to_owned()];
+        token = security
+            .login_external("erin", &read, (None, 1_000), 120)
+            .unwrap()
+            .0;
+    });
+    exchange(&mut a, &mut b);
+    assert_eq!(a.security.token_secret(), Some(&[1; 32]));
+    assert_eq!(b.security.token_secret(), Some(&[1; 32]));
+    for member in [&a, &b] {
+        let holder = member
+            .security
+            .authenticate(Some("erin"), &token, None, 2_000);
+        assert_eq!(holder, Ok("erin".to_owned()));
+    }
+    // A blank node joining later does not replace the used key.
+    let mut c = Member::new(3);
+    let hash = citrine_security::TokenHash::Sha256;
+    c.security.enable_ldap_tokens([3; 32], hash);
+    add_initial(&mut c.entries, &c.security);
+    exchange(&mut c, &mut b);
+    assert_eq!(c.security.token_secret(), Some(&[1; 32]));
+    assert_eq!(b.security.token_secret(), Some(&[1; 32]));
+}
+
 #[test]
 fn two_nodes_own_token_keys_end_as_one_and_ldap_users_travel() {
     let (mut a, mut b) = (Member::new(1), Member::new(2));
