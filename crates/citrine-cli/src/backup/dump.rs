@@ -71,19 +71,19 @@ pub async fn run(args: BackupArgs) -> CliResult {
     let state_path = state::path_for(&args.output);
     let started = Instant::now();
     let counters = Arc::new(Counters::default());
-    let (output, queue) = if args.resume {
-        resume(
-            &args,
-            &transform,
-            &state_path,
-            &run_line,
-            partitions.clone(),
-        )?
-    } else {
-        let sink = Sink::create(&args.output, &transform)?;
-        let journal = Journal::create(&state_path, &run_line)?;
-        let queue = partitions.iter().map(|p| (*p, None)).collect();
-        (Output { sink, journal }, queue)
+    let continued = match args.resume {
+        true => resume(&args, &transform, &state_path, &run_line, &partitions)?,
+        false => None,
+    };
+    let resumed = continued.is_some();
+    let (output, queue) = match continued {
+        Some(continued) => continued,
+        None => {
+            let sink = Sink::create(&args.output, &transform)?;
+            let journal = Journal::create(&state_path, &run_line)?;
+            let queue = partitions.iter().map(|p| (*p, None)).collect();
+            (Output { sink, journal }, queue)
+        }
     };
     let shared = Arc::new(Shared {
         client: client.clone(),
@@ -96,7 +96,7 @@ pub async fn run(args: BackupArgs) -> CliResult {
         queue: Mutex::new(queue),
         stop: Default::default(),
     });
-    let (indexes, udfs) = write_globals(&shared, &args).await?;
+    let (indexes, udfs) = write_globals(&shared, &args, resumed).await?;
     let mut failure = None;
     if !args.no_records {
         estimate(&shared, &args, partitions.len()).await;
@@ -249,32 +249,36 @@ fn run_line(args: &BackupArgs) -> String {
     )
 }
 
+/// The output and the queue of a continued backup; `None` when the state
+/// file (of the same options) records nothing written yet: the interrupted
+/// run stopped before its header, so the backup starts afresh.
 fn resume(
     args: &BackupArgs,
     transform: &Transform,
     state_path: &std::path::Path,
     run_line: &str,
-    partitions: Vec<u16>,
-) -> Result<(Output, Queue), String> {
+    partitions: &[u16],
+) -> Result<Option<(Output, Queue)>, String> {
     let (journal, saved) = Journal::resume(state_path, run_line).map_err(|error| {
         format!("cannot continue: {error} (without --continue the backup starts afresh)")
     })?;
     if saved.header_length.is_none() {
-        return Err(format!(
-            "cannot continue: {} records no progress; start the backup afresh",
+        eprintln!(
+            "{} records nothing written yet: the backup starts afresh",
             state_path.display()
-        ));
+        );
+        return Ok(None);
     }
     let sink = Sink::resume(&args.output, transform, saved.length)?;
     let queue = partitions
-        .into_iter()
-        .filter_map(|p| match saved.partitions.get(&p) {
+        .iter()
+        .filter_map(|&p| match saved.partitions.get(&p) {
             Some(Progress::Done) => None,
             Some(Progress::After(digest)) => Some((p, Some(Digest(*digest)))),
             None => Some((p, None)),
         })
         .collect();
-    Ok((Output { sink, journal }, queue))
+    Ok(Some((Output { sink, journal }, queue)))
 }
 
 fn scan_policy(args: &BackupArgs, filter: Option<Vec<u8>>) -> ScanPolicy {
@@ -302,8 +306,12 @@ fn statement(args: &BackupArgs) -> Statement {
 }
 
 /// The header, then the index definitions and UDF modules; journaled.
-async fn write_globals(shared: &Shared, args: &BackupArgs) -> Result<(usize, usize), String> {
-    if args.resume {
+async fn write_globals(
+    shared: &Shared,
+    args: &BackupArgs,
+    resumed: bool,
+) -> Result<(usize, usize), String> {
+    if resumed {
         return Ok((0, 0));
     }
     let mut text = Vec::new();
