@@ -371,12 +371,7 @@ impl Security {
         let Some(session) = self.sessions.get(token) else {
             return self.authenticate_external(user, token, from, now_ms);
         };
-        if user.is_some_and(|user| user != session.user) {
-            return Err(ResultCode::InvalidCredential);
-        }
-        if session.expires_ms <= now_ms {
-            return Err(ResultCode::ExpiredSession);
-        }
+        check_holder(user, &session.user, session.expires_ms, now_ms)?;
         if !self.known(&session.user) {
             return Err(ResultCode::InvalidUser);
         }
@@ -398,12 +393,7 @@ impl Security {
             .ok_or(ResultCode::InvalidCredential)?;
         let (holder, expires_ms) =
             token::open(secret, token).ok_or(ResultCode::InvalidCredential)?;
-        if user.is_some_and(|user| user != holder) {
-            return Err(ResultCode::InvalidCredential);
-        }
-        if expires_ms <= now_ms {
-            return Err(ResultCode::ExpiredSession);
-        }
+        check_holder(user, &holder, expires_ms, now_ms)?;
         // Ended: the directory dropped the user, or it is internal now.
         if self.users.contains_key(&holder) || !self.external.contains_key(&holder) {
             return Err(ResultCode::InvalidCredential);
@@ -504,6 +494,23 @@ impl Security {
 mod manage;
 pub mod snapshot;
 pub use manage::valid_name;
+
+/// A token's holder and expiry checked against the user the client names
+/// (when it names one) and the time: 65 for another user, 66 once expired.
+fn check_holder(
+    user: Option<&str>,
+    holder: &str,
+    expires_ms: u64,
+    now_ms: u64,
+) -> Result<(), ResultCode> {
+    if user.is_some_and(|user| user != holder) {
+        return Err(ResultCode::InvalidCredential);
+    }
+    if expires_ms <= now_ms {
+        return Err(ResultCode::ExpiredSession);
+    }
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests;
