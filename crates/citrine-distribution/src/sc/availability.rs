@@ -282,6 +282,9 @@ pub struct Assignment {
     /// migration) before its answers are complete; empty when its own copy
     /// is full and current.
     pub sources: Vec<NodeId>,
+    /// The regime whose copies the decision took as current (see
+    /// [`latest_regime`]); [`next_versions`] keeps those full.
+    pub latest: u32,
 }
 
 impl Assignment {
@@ -340,11 +343,8 @@ fn tally(placement: &RosterPlacement, members: &[Member]) -> Tally {
             counted_members.push(member);
         }
     }
-    let latest = counted_members
-        .iter()
-        .map(|member| member.version.known_regime)
-        .max()
-        .unwrap_or(0);
+    let whole_roster_counted = counted_members.len() == placement.roster_size();
+    let latest = latest_regime(&counted_members, whole_roster_counted);
     let current = |member: &&&Member| {
         member.version.holding != Holding::Absent && member.version.copy_regime == latest
     };
@@ -363,6 +363,40 @@ fn tally(placement: &RosterPlacement, members: &[Member]) -> Tally {
         counted: counted_members.iter().map(|member| member.id).collect(),
         present,
         latest,
+    }
+}
+
+/// The latest regime of the counted members: the highest one any of them
+/// knows, unless the whole roster is counted and no counted copy carries
+/// that regime — then the highest regime a counted copy carries.
+///
+/// Why the fallback is safe: a regime's replicas are roster nodes, and a
+/// replica that applies the regime's decision keeps a copy marked with it
+/// (`copy_regime`) until a later regime's replicas are full. With the whole
+/// roster here and no copy of regime `L`, no replica of `L` applied it, so
+/// none stored a write of `L` and none was acknowledged (a write is
+/// acknowledged once every replica stored it in its regime; a replica that
+/// has not applied the regime refuses it). Members that were not replicas
+/// may still know `L` — they applied the decision while its replicas missed
+/// the view (a view that changed again before they resolved it) — and
+/// without the fallback every copy looks stale: the partition is dead with
+/// every node present (seen in `scripts/sc-verify.sh`, 5 nodes, ring
+/// partitions). With a roster node away its copy may carry `L`, so the
+/// highest known regime stands.
+fn latest_regime(counted: &[&Member], whole_roster_counted: bool) -> u32 {
+    let known = counted
+        .iter()
+        .map(|member| member.version.known_regime)
+        .max()
+        .unwrap_or(0);
+    let carried = counted
+        .iter()
+        .filter(|member| member.version.holding != Holding::Absent)
+        .map(|member| member.version.copy_regime)
+        .max();
+    match carried {
+        Some(carried) if whole_roster_counted && carried < known => carried,
+        _ => known,
     }
 }
 
@@ -430,6 +464,7 @@ pub fn decide(
         rule,
         replicas,
         sources,
+        latest: tally.latest,
     })
 }
 
@@ -516,15 +551,9 @@ pub fn next_versions(
             })
             .collect();
     };
-    let latest = members
-        .iter()
-        .filter(|member| !member.version.evade)
-        .map(|member| member.version.known_regime)
-        .max()
-        .unwrap_or(0);
     members
         .iter()
-        .map(|member| served_version(member, assignment, latest, regime, ckey))
+        .map(|member| served_version(member, assignment, assignment.latest, regime, ckey))
         .collect()
 }
 
@@ -853,6 +882,43 @@ mod tests {
         assert_eq!(
             verdict.assignment().map(|a| a.sources.clone()),
             Some(vec![replica])
+        );
+    }
+
+    /// A view decided regime 4 while only members that were not replicas
+    /// of the partition resolved it (the view changed again first on the
+    /// others): they know regime 4, no copy carries it. Seen in a real run
+    /// as 1 208 partitions dead with all five nodes back.
+    #[test]
+    fn a_regime_only_non_replicas_applied_leaves_no_dead_partition() {
+        let (placement, partition) = five();
+        let (master, replica, others) = cast(&placement, partition);
+        let all: Vec<NodeId> = (1..=5).map(NodeId).collect();
+        let of = |id: NodeId| {
+            if id == master || id == replica {
+                full(2)
+            } else {
+                knows(4)
+            }
+        };
+        let verdict = decide(&placement, partition, &members(&all, of));
+        let assignment = verdict.assignment().expect("available, not dead");
+        assert_eq!(assignment.rule, Rule::AllRosterReplicas);
+        assert_eq!(assignment.master(), Some(master));
+        assert!(assignment.sources.is_empty());
+        // The replicas' copies stay full in the new regime.
+        let next = next_versions(&members(&all, of), &verdict, 6, 9);
+        for (member, version) in members(&all, of).iter().zip(&next) {
+            if member.id == master || member.id == replica {
+                assert_eq!((version.holding, version.copy_regime), (Holding::Full, 6));
+            }
+        }
+        // With a roster node away, that node may carry regime 4 (and writes
+        // acknowledged in it): the known regime stands.
+        let without = members(&[master, replica, others[0], others[1]], of);
+        assert_eq!(
+            decide(&placement, partition, &without),
+            Availability::Unavailable
         );
     }
 

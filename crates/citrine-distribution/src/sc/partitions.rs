@@ -757,6 +757,7 @@ impl Distribution {
                 Vec::new()
             },
             sources: Vec::new(),
+            latest: version.copy_regime,
         };
         let next = match replica {
             true => availability::fill_complete(&member, &assignment),
