@@ -130,7 +130,8 @@ nemesis() {
     done
 }
 
-# The share of operations completed while faults lasted that succeeded:
+# The share of operations completed while faults lasted that succeeded
+# (and, to compare, outside them):
 # progress lines "[ 12.0s] N ops (r/s): A ok, F failed, D in doubt" give
 # running totals; a fault's operations are the difference across it.
 availability() { # verify output, nemesis output, the verifier's start (epoch)
@@ -160,6 +161,10 @@ for kind, (ok, fail, doubt, seconds) in sums.items():
 if points:
     _, ok, fail, doubt = points[-1]
     print(f"whole run: {ok} ok, {fail} failed, {doubt} in doubt")
+    rest = [ok - sum(t[0] for t in sums.values()), fail - sum(t[1] for t in sums.values()),
+            doubt - sum(t[2] for t in sums.values())]
+    print(f"outside faults: {100 * rest[0] / max(1, sum(rest)):.0f}% of {sum(rest)} operations ok"
+          " (register counts compare-and-sets that lost the race as failed)")
 PY
 }
 
