@@ -367,36 +367,50 @@ fn tally(placement: &RosterPlacement, members: &[Member]) -> Tally {
 }
 
 /// The latest regime of the counted members: the highest one any of them
-/// knows, unless the whole roster is counted and no counted copy carries
-/// that regime — then the highest regime a counted copy carries.
+/// knows, unless the whole roster is counted and no full copy carries that
+/// regime — then the highest regime a full counted copy carries (except
+/// while a revived copy carries a higher one: a revived regime serves with
+/// subsets only).
 ///
 /// Why the fallback is safe: a regime's replicas are roster nodes, and a
-/// replica that applies the regime's decision keeps a copy marked with it
-/// (`copy_regime`) until a later regime's replicas are full. With the whole
-/// roster here and no copy of regime `L`, no replica of `L` applied it, so
-/// none stored a write of `L` and none was acknowledged (a write is
-/// acknowledged once every replica stored it in its regime; a replica that
-/// has not applied the regime refuses it). Members that were not replicas
-/// may still know `L` — they applied the decision while its replicas missed
-/// the view (a view that changed again before they resolved it) — and
-/// without the fallback every copy looks stale: the partition is dead with
-/// every node present (seen in `scripts/sc-verify.sh`, 5 nodes, ring
-/// partitions). With a roster node away its copy may carry `L`, so the
-/// highest known regime stands.
+/// write is acknowledged only once every replica of its regime stored it,
+/// which each does only after applying the regime's decision (before, it
+/// refuses). Every regime that serves a partition (but a revived one) has a
+/// full current copy among its replicas, which keeps it full and marked
+/// with that regime (`copy_regime`) once applied; it loses the mark only to
+/// a later regime's mark, or with its copy once a later regime's replicas
+/// are full. So with the whole roster here, a regime `L` above every full
+/// copy's mark was not applied by all of its replicas, and no write was
+/// acknowledged in it. Such regimes arise when a view's decision is applied
+/// by some members only (the others moved to the next view first): members
+/// that were not replicas then know `L`, or one replica holds a subset
+/// marked `L`, and without the fallback every full copy looks stale — the
+/// partition is dead with every node present (seen in
+/// `scripts/sc-verify.sh`, 5 nodes, ring partitions). With a roster node
+/// away its copy may carry `L`, so the highest known regime stands.
 fn latest_regime(counted: &[&Member], whole_roster_counted: bool) -> u32 {
     let known = counted
         .iter()
         .map(|member| member.version.known_regime)
         .max()
         .unwrap_or(0);
-    let carried = counted
+    let full = counted
         .iter()
-        .filter(|member| member.version.holding != Holding::Absent)
+        .filter(|member| member.version.holding == Holding::Full)
         .map(|member| member.version.copy_regime)
         .max();
-    match carried {
-        Some(carried) if whole_roster_counted && carried < known => carried,
-        _ => known,
+    let Some(full) = full.filter(|&full| whole_roster_counted && full < known) else {
+        return known;
+    };
+    let revived_above = counted.iter().any(|member| {
+        member.version.revived
+            && member.version.holding != Holding::Absent
+            && member.version.copy_regime > full
+    });
+    if revived_above {
+        known
+    } else {
+        full
     }
 }
 
@@ -913,6 +927,36 @@ mod tests {
                 assert_eq!((version.holding, version.copy_regime), (Holding::Full, 6));
             }
         }
+        // A replica of regime 4 that applied it alone holds a subset marked
+        // 4 (its partner did not apply it): still no write of regime 4.
+        let subset = |id: NodeId| {
+            if id == others[0] {
+                ScVersion {
+                    holding: Holding::Subset,
+                    copy_regime: 4,
+                    known_regime: 4,
+                    ..ScVersion::default()
+                }
+            } else {
+                of(id)
+            }
+        };
+        let verdict = decide(&placement, partition, &members(&all, subset));
+        assert_eq!(
+            verdict.assignment().map(|a| (a.rule, a.latest)),
+            Some((Rule::AllRosterReplicas, 2))
+        );
+        // Revived copies serve as subsets: their regime stands.
+        let revived = |id: NodeId| ScVersion {
+            revived: true,
+            ..subset(id)
+        };
+        assert_eq!(
+            decide(&placement, partition, &members(&all, revived))
+                .assignment()
+                .map(|a| a.latest),
+            Some(4)
+        );
         // With a roster node away, that node may carry regime 4 (and writes
         // acknowledged in it): the known regime stands.
         let without = members(&[master, replica, others[0], others[1]], of);
