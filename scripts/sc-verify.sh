@@ -188,7 +188,11 @@ for workload in $WORKLOADS; do
     done
     [[ -n ${NETNS:-} ]] && heal
     wait_for "$NODES nodes in one view" whole_cluster
-    wait_for "every sc partition available" all_available
+    if ! wait_for "every sc partition available" all_available; then
+        grep -v '^\[' "$work/verify-$workload.txt" | tail -6
+        echo "UNAVAILABLE with every node back:"; partition_report
+        exit 1
+    fi
     grep -v '^progress\|^\[' "$work/verify-$workload.txt" | tail -15
     echo "faults: $(grep -c '^fault' "$work/nemesis-$workload.txt" || true)"
     availability "$work/verify-$workload.txt" "$work/nemesis-$workload.txt" "$verify_start"

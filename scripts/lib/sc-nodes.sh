@@ -150,6 +150,15 @@ all_available() {
     done
 }
 
+# Each node's unavailable and dead partitions of `sc` (said when a run
+# ends with partitions the whole cluster cannot serve).
+partition_report() {
+    local node
+    for node in $(all_nodes); do
+        echo "${ids[$node]}: $(info "$node" namespace/sc | tr ';' '\n' | grep -E '^(unavailable|dead)_partitions=' | paste -sd' ' -)"
+    done
+}
+
 # Starts every node, sets the roster to the observed nodes and waits until
 # every partition is available.
 form_cluster() {
