@@ -282,6 +282,9 @@ pub struct Assignment {
     /// migration) before its answers are complete; empty when its own copy
     /// is full and current.
     pub sources: Vec<NodeId>,
+    /// The regime whose copies the decision took as current (see
+    /// [`latest_regime`]); [`next_versions`] keeps those full.
+    pub latest: u32,
 }
 
 impl Assignment {
@@ -340,11 +343,8 @@ fn tally(placement: &RosterPlacement, members: &[Member]) -> Tally {
             counted_members.push(member);
         }
     }
-    let latest = counted_members
-        .iter()
-        .map(|member| member.version.known_regime)
-        .max()
-        .unwrap_or(0);
+    let whole_roster_counted = counted_members.len() == placement.roster_size();
+    let latest = latest_regime(&counted_members, whole_roster_counted);
     let current = |member: &&&Member| {
         member.version.holding != Holding::Absent && member.version.copy_regime == latest
     };
@@ -363,6 +363,54 @@ fn tally(placement: &RosterPlacement, members: &[Member]) -> Tally {
         counted: counted_members.iter().map(|member| member.id).collect(),
         present,
         latest,
+    }
+}
+
+/// The latest regime of the counted members: the highest one any of them
+/// knows, unless the whole roster is counted and no full copy carries that
+/// regime — then the highest regime a full counted copy carries (except
+/// while a revived copy carries a higher one: a revived regime serves with
+/// subsets only).
+///
+/// Why the fallback is safe: a regime's replicas are roster nodes, and a
+/// write is acknowledged only once every replica of its regime stored it,
+/// which each does only after applying the regime's decision (before, it
+/// refuses). Every regime that serves a partition (but a revived one) has a
+/// full current copy among its replicas, which keeps it full and marked
+/// with that regime (`copy_regime`) once applied; it loses the mark only to
+/// a later regime's mark, or with its copy once a later regime's replicas
+/// are full. So with the whole roster here, a regime `L` above every full
+/// copy's mark was not applied by all of its replicas, and no write was
+/// acknowledged in it. Such regimes arise when a view's decision is applied
+/// by some members only (the others moved to the next view first): members
+/// that were not replicas then know `L`, or one replica holds a subset
+/// marked `L`, and without the fallback every full copy looks stale — the
+/// partition is dead with every node present (seen in
+/// `scripts/sc-verify.sh`, 5 nodes, ring partitions). With a roster node
+/// away its copy may carry `L`, so the highest known regime stands.
+fn latest_regime(counted: &[&Member], whole_roster_counted: bool) -> u32 {
+    let known = counted
+        .iter()
+        .map(|member| member.version.known_regime)
+        .max()
+        .unwrap_or(0);
+    let full = counted
+        .iter()
+        .filter(|member| member.version.holding == Holding::Full)
+        .map(|member| member.version.copy_regime)
+        .max();
+    let Some(full) = full.filter(|&full| whole_roster_counted && full < known) else {
+        return known;
+    };
+    let revived_above = counted.iter().any(|member| {
+        member.version.revived
+            && member.version.holding != Holding::Absent
+            && member.version.copy_regime > full
+    });
+    if revived_above {
+        known
+    } else {
+        full
     }
 }
 
@@ -430,6 +478,7 @@ pub fn decide(
         rule,
         replicas,
         sources,
+        latest: tally.latest,
     })
 }
 
@@ -516,15 +565,9 @@ pub fn next_versions(
             })
             .collect();
     };
-    let latest = members
-        .iter()
-        .filter(|member| !member.version.evade)
-        .map(|member| member.version.known_regime)
-        .max()
-        .unwrap_or(0);
     members
         .iter()
-        .map(|member| served_version(member, assignment, latest, regime, ckey))
+        .map(|member| served_version(member, assignment, assignment.latest, regime, ckey))
         .collect()
 }
 
@@ -853,6 +896,73 @@ mod tests {
         assert_eq!(
             verdict.assignment().map(|a| a.sources.clone()),
             Some(vec![replica])
+        );
+    }
+
+    /// A view decided regime 4 while only members that were not replicas
+    /// of the partition resolved it (the view changed again first on the
+    /// others): they know regime 4, no copy carries it. Seen in a real run
+    /// as 1 208 partitions dead with all five nodes back.
+    #[test]
+    fn a_regime_only_non_replicas_applied_leaves_no_dead_partition() {
+        let (placement, partition) = five();
+        let (master, replica, others) = cast(&placement, partition);
+        let all: Vec<NodeId> = (1..=5).map(NodeId).collect();
+        let of = |id: NodeId| {
+            if id == master || id == replica {
+                full(2)
+            } else {
+                knows(4)
+            }
+        };
+        let verdict = decide(&placement, partition, &members(&all, of));
+        let assignment = verdict.assignment().expect("available, not dead");
+        assert_eq!(assignment.rule, Rule::AllRosterReplicas);
+        assert_eq!(assignment.master(), Some(master));
+        assert!(assignment.sources.is_empty());
+        // The replicas' copies stay full in the new regime.
+        let next = next_versions(&members(&all, of), &verdict, 6, 9);
+        for (member, version) in members(&all, of).iter().zip(&next) {
+            if member.id == master || member.id == replica {
+                assert_eq!((version.holding, version.copy_regime), (Holding::Full, 6));
+            }
+        }
+        // A replica of regime 4 that applied it alone holds a subset marked
+        // 4 (its partner did not apply it): still no write of regime 4.
+        let subset = |id: NodeId| {
+            if id == others[0] {
+                ScVersion {
+                    holding: Holding::Subset,
+                    copy_regime: 4,
+                    known_regime: 4,
+                    ..ScVersion::default()
+                }
+            } else {
+                of(id)
+            }
+        };
+        let verdict = decide(&placement, partition, &members(&all, subset));
+        assert_eq!(
+            verdict.assignment().map(|a| (a.rule, a.latest)),
+            Some((Rule::AllRosterReplicas, 2))
+        );
+        // Revived copies serve as subsets: their regime stands.
+        let revived = |id: NodeId| ScVersion {
+            revived: true,
+            ..subset(id)
+        };
+        assert_eq!(
+            decide(&placement, partition, &members(&all, revived))
+                .assignment()
+                .map(|a| a.latest),
+            Some(4)
+        );
+        // With a roster node away, that node may carry regime 4 (and writes
+        // acknowledged in it): the known regime stands.
+        let without = members(&[master, replica, others[0], others[1]], of);
+        assert_eq!(
+            decide(&placement, partition, &without),
+            Availability::Unavailable
         );
     }
 

@@ -287,6 +287,11 @@ fn decide_partition(
         })
         .collect();
     let mut availability = availability::decide(placement, partition, &members);
+    if availability == Availability::Dead {
+        // The per-partition trace of a dead verdict (RUST_LOG=
+        // citrine_distribution::sc=debug): what each member reported.
+        tracing::debug!(partition = partition.index(), regime, ?members, "dead");
+    }
     if revive && availability == Availability::Dead {
         let revived = availability::revive(&members);
         for (member, version) in members.iter_mut().zip(revived) {
@@ -757,6 +762,7 @@ impl Distribution {
                 Vec::new()
             },
             sources: Vec::new(),
+            latest: version.copy_regime,
         };
         let next = match replica {
             true => availability::fill_complete(&member, &assignment),
