@@ -249,7 +249,8 @@ pub fn decide_view(
             agreed,
         };
     }
-    let placement = RosterPlacement::new(nodes.nodes(), replication_factor);
+    let placement =
+        RosterPlacement::with_active_rack(nodes.nodes(), replication_factor, nodes.active_rack);
     let regime = availability::view_regime(std::iter::once(known));
     let revive = entries.iter().any(|(_, e)| e.revive);
     let mut partitions = Vec::with_capacity(PARTITIONS);
