@@ -17,9 +17,11 @@
 //! # Terms
 //!
 //! - *Roster replicas* `RR` of partition `p`: the first `rf` columns of the
-//!   partition map computed over the whole roster (with its racks);
-//!   `RR[0]` is the *roster-master*. `N` is the roster size, `rf` the
-//!   replication factor capped at `N`.
+//!   partition map computed over the whole roster (with its racks); with
+//!   an active rack (`active-rack`, the roster's `M<rack>|`) the first of
+//!   them on that rack is moved to the front. `RR[0]` is the
+//!   *roster-master*. `N` is the roster size, `rf` the replication factor
+//!   capped at `N`.
 //! - Only roster nodes take part; nodes of the view outside the roster are
 //!   observed but hold nothing of the namespace.
 //! - A node's version carries its [`Holding`] (none, subset, full), the
