@@ -979,6 +979,29 @@ mod tests {
         assert_eq!(decision.map.unavailable, PARTITIONS, "no roster: nothing");
     }
 
+    /// A roster with an active rack (`M2|`): the view masters every
+    /// partition on that rack's node; without it both nodes master some.
+    #[test]
+    fn the_rosters_active_rack_masters_every_partition() {
+        let masters_of = |roster: &str| {
+            let entries: Vec<(u64, ScEntry)> = [0xA1, 0xB2]
+                .iter()
+                .map(|&id| (id, entry(roster, 0, vec![ScVersion::default(); PARTITIONS])))
+                .collect();
+            let (map, _) = view(7, &entries);
+            assert_eq!(map.unavailable, 0);
+            let on_b2 = map
+                .partitions
+                .iter()
+                .filter(|p| matches!(p, ScPartition::Available(r) if r[0] == NodeId(0xB2)))
+                .count();
+            on_b2
+        };
+        assert_eq!(masters_of("M2|B2@2,A1@1"), PARTITIONS);
+        let spread = masters_of("B2@2,A1@1");
+        assert!(spread > 1000 && spread < PARTITIONS - 1000, "{spread}");
+    }
+
     #[test]
     fn dead_partitions_come_back_only_when_a_member_asks_for_revive() {
         let ids = [0xA1, 0xB2];
