@@ -19,6 +19,9 @@
 #                      config); with 2 or more, namespaces `test` and `bar`
 #                      keep two copies of each record, and the client is
 #                      given the first node (it finds the others)
+#   SC=1               namespace `test` is strong-consistency (roster of the
+#                      NODES nodes set and applied before the suite): the
+#                      specs that skip on AP namespaces (transactions) run
 #   SKIP               ginkgo --skip regexp (default: none; see
 #                      bench/go-client-suite.md for specs that are slow here)
 #   FOCUS              ginkgo --focus regexp (default: everything)
@@ -64,7 +67,9 @@ echo "== go test -c (compiling the suite; first time takes a few minutes)"
     || { tail -30 "$WORK/go-build.log" >&2; die "go test -c failed"; }
 
 # -------------------------------------------------------------------- server
-if [ "${NODES:-1}" -gt 1 ]; then
+if [ -n "${SC:-}" ]; then
+    start_sc_test "${NODES:-1}"
+elif [ "${NODES:-1}" -gt 1 ]; then
     start_cluster "$NODES"
 else
     start_citrined

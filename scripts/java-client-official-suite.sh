@@ -30,6 +30,9 @@
 #                    PORT_FIRST-PORT_LAST, 3400-3449 unless set)
 #   NODES            citrined only: a cluster of this many nodes on
 #                    loopback (default 1; see lib/citrined-run.sh)
+#   SC=1             citrined only: namespace `test` is strong-consistency
+#                    (roster of the NODES nodes set and applied first), so
+#                    the tests that skip on AP namespaces run
 #   TESTS            surefire -Dtest pattern instead of SuiteAll, e.g.
 #                    "TestQueryRPS" or "TestUDF#*" (default: SuiteAll)
 #   WORK             work dir (default: a new mktemp -d; kept at the end)
@@ -129,6 +132,8 @@ start_reference() {
 
 if [ "$TARGET" = reference ]; then
     start_reference
+elif [ -n "${SC:-}" ]; then
+    start_sc_test "${NODES:-1}"
 elif [ "${NODES:-1}" -gt 1 ]; then
     start_cluster "$NODES"
 else

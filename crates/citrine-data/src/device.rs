@@ -410,13 +410,16 @@ pub fn flush_period(namespace: &Namespace) -> Option<Duration> {
     }
 }
 
-/// Clean shutdown of a device namespace: writes every buffer out and, when
-/// an image path is configured, saves the index for a fast restart. Call
-/// only after client transactions have stopped.
+/// Clean shutdown of a device namespace: closes it to record writes (any
+/// later write is refused, so none is acknowledged after this), writes
+/// every buffer out and syncs and, when an image path is configured, saves
+/// the index for a fast restart. Call only after client transactions have
+/// stopped.
 pub fn shutdown(namespace: &Namespace, clock: &dyn Clock) -> Result<(), String> {
     let Some(engine) = namespace.storage.device() else {
         return Ok(());
     };
+    engine.close_writes();
     let StorageEngineConfig::Device { index_image, .. } = &namespace.config.storage_engine else {
         return Ok(());
     };

@@ -322,12 +322,21 @@ fn set_migration_limits(service: &Service, cluster: &config::ClusterSettings) {
         .store(cluster.migrate_max_records_per_sec, Ordering::Relaxed);
 }
 
-/// Clean shutdown: no transaction runs any more; write every buffer out
-/// and save device namespaces' indexes for a fast restart.
+/// Clean shutdown: no transaction runs any more; close device namespaces
+/// to writes, write every buffer out and save their indexes for a fast
+/// restart. Only when all of that succeeded is the work directory marked
+/// clean for strong consistency (`auto-revive` keeps the copies then).
 fn shut_down_storage(service: &Service) {
+    let mut clean = true;
     for namespace in service.namespaces() {
         if let Err(error) = citrine_service::device::shutdown(namespace, service.clock()) {
+            clean = false;
             tracing::error!(namespace = %namespace.config.name, "clean shutdown of the storage failed (the next start will be a cold start): {error}");
+        }
+    }
+    if clean {
+        if let Err(error) = service.dist().mark_clean_shutdown() {
+            tracing::error!("{error}: the next start takes this shutdown for a crash");
         }
     }
 }

@@ -102,16 +102,20 @@ fn summary(cluster: &ClusterState, namespace: &Namespace) -> (usize, usize) {
     }
 }
 
-/// The `unavailable_partitions` and `dead_partitions` statistics of
-/// `namespace` (a dead partition counts in both, as the reference's).
+/// The `unavailable_partitions`, `dead_partitions` and
+/// `auto_revived_partitions` statistics of `namespace` (a dead partition
+/// counts in both, as the reference's; the last: copies this start kept
+/// under `auto-revive`).
 pub(crate) fn stat_pairs(
     layers: &crate::Layers<'_>,
     namespace: &Namespace,
-) -> [(String, String); 2] {
+) -> [(String, String); 3] {
     let (unavailable, dead) = summary(&layers.cluster(), namespace);
+    let revived = layers.dist.sc_auto_revived(&namespace.config.name);
     [
         ("unavailable_partitions".into(), unavailable.to_string()),
         ("dead_partitions".into(), dead.to_string()),
+        ("auto_revived_partitions".into(), revived.to_string()),
     ]
 }
 

@@ -17,9 +17,11 @@
 //! # Terms
 //!
 //! - *Roster replicas* `RR` of partition `p`: the first `rf` columns of the
-//!   partition map computed over the whole roster (with its racks);
-//!   `RR[0]` is the *roster-master*. `N` is the roster size, `rf` the
-//!   replication factor capped at `N`.
+//!   partition map computed over the whole roster (with its racks); with
+//!   an active rack (`active-rack`, the roster's `M<rack>|`) the first of
+//!   them on that rack is moved to the front. `RR[0]` is the
+//!   *roster-master*. `N` is the roster size, `rf` the replication factor
+//!   capped at `N`.
 //! - Only roster nodes take part; nodes of the view outside the roster are
 //!   observed but hold nothing of the namespace.
 //! - A node's version carries its [`Holding`] (none, subset, full), the
@@ -111,8 +113,7 @@
 //!
 //! # Left to do
 //!
-//! Rule 4 (above), `active-rack` (every master on one rack),
-//! `auto-revive`, the reference's version `family` and its 64-bit packing
+//! Rule 4 (above), the reference's version `family` and its 64-bit packing
 //! (`ckey:48, family:4, revived, master, subset, evade` in the reference's
 //! public `as_partition_version`), wrapping of the 6-bit regime in record
 //! versions, the roster kept across restarts, and stopping writes on clock
@@ -130,6 +131,9 @@ pub struct RosterPlacement {
     /// Roster node ids, ascending.
     nodes: Vec<NodeId>,
     map: PartitionMap,
+    /// With an active rack, every partition's roster replicas with the
+    /// first one on that rack moved to the front (indexed by partition).
+    active: Option<Vec<Vec<NodeId>>>,
 }
 
 impl RosterPlacement {
@@ -150,7 +154,41 @@ impl RosterPlacement {
         RosterPlacement {
             nodes: map.nodes().to_vec(),
             map,
+            active: None,
         }
+    }
+
+    /// The placement of `roster` with every roster-master on
+    /// `active_rack` (`active-rack`, the roster's `M<rack>|`): each
+    /// partition's first roster replica on that rack becomes its
+    /// roster-master, the others keep their order. A partition with no
+    /// roster replica on the rack (fewer copies than racks) keeps its
+    /// order. `None`: [`RosterPlacement::new`].
+    pub fn with_active_rack(
+        roster: &[RosterNode],
+        replication_factor: usize,
+        active_rack: Option<u32>,
+    ) -> RosterPlacement {
+        let mut placement = RosterPlacement::new(roster, replication_factor);
+        let Some(rack) = active_rack else {
+            return placement;
+        };
+        let on_rack = |id: &NodeId| {
+            roster
+                .iter()
+                .any(|node| node.id == *id && node.rack_id == rack)
+        };
+        let lists = PartitionId::all()
+            .map(|partition| {
+                let mut list = placement.map.replicas(partition).to_vec();
+                if let Some(at) = list.iter().position(on_rack) {
+                    list[..=at].rotate_right(1);
+                }
+                list
+            })
+            .collect();
+        placement.active = Some(lists);
+        placement
     }
 
     /// Number of roster nodes (`N`).
@@ -170,12 +208,17 @@ impl RosterPlacement {
 
     /// The roster replicas of `partition`, roster-master first.
     pub fn roster_replicas(&self, partition: PartitionId) -> &[NodeId] {
-        self.map.replicas(partition)
+        match &self.active {
+            Some(lists) => lists
+                .get(partition.index())
+                .map_or(&[][..], |list| list.as_slice()),
+            None => self.map.replicas(partition),
+        }
     }
 
     /// The roster-master of `partition`.
     pub fn roster_master(&self, partition: PartitionId) -> Option<NodeId> {
-        self.map.master(partition)
+        self.roster_replicas(partition).first().copied()
     }
 
     /// The order in which present roster nodes take `partition`'s columns:
@@ -816,6 +859,57 @@ mod tests {
         let assignment = verdict.assignment().expect("whole");
         assert_eq!(assignment.rule, Rule::AllRosterReplicas);
         assert!(assignment.sources.is_empty());
+    }
+
+    /// `active-rack`: with two racks of two nodes and two copies, every
+    /// partition's roster-master (and so its master while the whole roster
+    /// is there) is on the active rack; without it, masters spread over
+    /// both racks. A missing active-rack node hands its masters to the
+    /// other rack.
+    #[test]
+    fn an_active_rack_holds_every_master() {
+        let roster: Vec<RosterNode> = [(1, 1), (2, 1), (3, 2), (4, 2)]
+            .iter()
+            .map(|&(id, rack_id)| RosterNode {
+                id: NodeId(id),
+                rack_id,
+            })
+            .collect();
+        let rack_of = |id: NodeId| roster.iter().find(|n| n.id == id).map(|n| n.rack_id);
+        let plain = RosterPlacement::new(&roster, 2);
+        let masters_on = |placement: &RosterPlacement, rack: u32| {
+            PartitionId::all()
+                .filter(|&p| placement.roster_master(p).and_then(rack_of) == Some(rack))
+                .count()
+        };
+        assert!(masters_on(&plain, 1) > 1000 && masters_on(&plain, 2) > 1000);
+        let active = RosterPlacement::with_active_rack(&roster, 2, Some(2));
+        assert_eq!(masters_on(&active, 2), citrine_types::PARTITIONS);
+        let all: Vec<NodeId> = (1..=4).map(NodeId).collect();
+        for partition in PartitionId::all().step_by(97) {
+            let replicas = active.roster_replicas(partition);
+            let mut sorted = replicas.to_vec();
+            sorted.sort();
+            let mut before = plain.roster_replicas(partition).to_vec();
+            before.sort();
+            assert_eq!(sorted, before, "same copies, another order");
+            let verdict = decide(
+                &active,
+                partition,
+                &members(&all, steady(&active, partition)),
+            );
+            let assignment = verdict.assignment().expect("whole roster");
+            assert_eq!(rack_of(assignment.replicas[0]), Some(2));
+            let away = assignment.replicas[0];
+            let present: Vec<NodeId> = all.iter().copied().filter(|&id| id != away).collect();
+            let verdict = decide(
+                &active,
+                partition,
+                &members(&present, steady(&active, partition)),
+            );
+            let assignment = verdict.assignment().expect("a majority with a full copy");
+            assert_eq!(rack_of(assignment.replicas[0]), Some(1));
+        }
     }
 
     #[test]

@@ -29,6 +29,12 @@
 //! its copies ([`ScVersion::wiped`], its regime kept); one on devices
 //! without `commit-to-device` may have lost its last writes
 //! ([`ScVersion::evaded`]); with `commit-to-device` the versions stand.
+//! So do they under `auto-revive` when the last shutdown was clean: every
+//! device namespace closed to writes, flushed and synced, the versions
+//! saved, then [`CLEAN_SHUTDOWN_FILE`] written; a start removes the mark
+//! before anything else, so a crash later is never taken for clean. (The
+//! reference's `auto-revive` also revives after crashes, accepting the
+//! loss of unflushed writes; here that stays the operator's `revive:`.)
 //!
 //! Invariants: the decision is a pure function of the roster, the
 //! replication factor, the cluster key and the members' sections (their
@@ -48,6 +54,10 @@ use std::sync::OnceLock;
 
 /// The versions file in the work directory.
 pub const VERSIONS_FILE: &str = "sc-versions";
+/// The mark of a clean shutdown in the work directory: written last at a
+/// clean shutdown (every device namespace closed to writes, flushed and
+/// synced; the versions saved), removed first at the next start.
+pub const CLEAN_SHUTDOWN_FILE: &str = "sc-clean-shutdown";
 /// The format byte after the SC section's marker.
 pub const SECTION_FORMAT: u8 = 1;
 
@@ -160,6 +170,8 @@ struct NamespaceSc {
     regime: u32,
     versions: Vec<ScVersion>,
     revive: bool,
+    /// Copies kept at this start by `auto-revive` (not in the file).
+    auto_revived: u32,
 }
 
 impl Default for NamespaceSc {
@@ -168,6 +180,7 @@ impl Default for NamespaceSc {
             regime: 0,
             versions: vec![ScVersion::default(); PARTITIONS],
             revive: false,
+            auto_revived: 0,
         }
     }
 }
@@ -236,7 +249,8 @@ pub fn decide_view(
             agreed,
         };
     }
-    let placement = RosterPlacement::new(nodes.nodes(), replication_factor);
+    let placement =
+        RosterPlacement::with_active_rack(nodes.nodes(), replication_factor, nodes.active_rack);
     let regime = availability::view_regime(std::iter::once(known));
     let revive = entries.iter().any(|(_, e)| e.revive);
     let mut partitions = Vec::with_capacity(PARTITIONS);
@@ -546,6 +560,32 @@ fn after_restart(version: ScVersion, memory: bool, committed: bool) -> ScVersion
     version.evaded()
 }
 
+/// Every version as a restart finds it ([`after_restart`]); returns how
+/// many copies (full or subset) were kept.
+fn restart_versions(versions: &mut [ScVersion], memory: bool, whole: bool) -> u32 {
+    let mut kept = 0;
+    for version in versions {
+        *version = after_restart(*version, memory, whole);
+        kept += u32::from(version.holding != Holding::Absent && !version.evade);
+    }
+    kept
+}
+
+/// Whether the last shutdown marked `directory` clean; the mark is removed
+/// (and the removal synced) first, so a crash of this run is never taken
+/// for a clean shutdown.
+fn take_clean_mark(directory: &Path) -> Result<bool, String> {
+    let path = directory.join(CLEAN_SHUTDOWN_FILE);
+    match std::fs::remove_file(&path) {
+        Ok(()) => std::fs::File::open(directory)
+            .and_then(|dir| dir.sync_all())
+            .map(|()| true)
+            .map_err(|error| format!("cannot sync {}: {error}", directory.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(format!("cannot remove {}: {error}", path.display())),
+    }
+}
+
 impl Distribution {
     /// Keeps the SC versions in `directory` from now on, and brings back
     /// the ones the file there holds, as a restart leaves them (see the
@@ -557,6 +597,7 @@ impl Distribution {
         if sc.file.set(path).is_err() {
             return Err("the SC versions file is already set".to_owned());
         }
+        let clean = take_clean_mark(directory)?;
         let mut namespaces = sc.namespaces.lock();
         for (name, mut state) in text.lines().filter_map(parse_line) {
             let Some(namespace) = self.namespace(name.as_bytes()) else {
@@ -566,12 +607,41 @@ impl Distribution {
                 StorageEngineConfig::Memory { .. } => (true, false),
                 StorageEngineConfig::Device { engine, .. } => (false, engine.commit_to_device),
             };
-            for version in &mut state.versions {
-                *version = after_restart(*version, memory, committed);
+            let revive = !memory && !committed && clean && namespace.config.sc.auto_revive;
+            state.auto_revived = restart_versions(&mut state.versions, memory, committed || revive);
+            if revive {
+                tracing::info!(namespace = %name, "{} partitions auto-revived (clean shutdown)", state.auto_revived);
+            } else {
+                state.auto_revived = 0;
             }
             namespaces.insert(name, state);
         }
         self.save_sc_versions(&namespaces)
+    }
+
+    /// Clean shutdown, after every device namespace was closed to writes,
+    /// flushed and synced: saves the versions and marks the work directory
+    /// so that the next start keeps the copies of `auto-revive`
+    /// namespaces. The lock is held to the end: no version changes between
+    /// the save and the mark.
+    pub fn mark_clean_shutdown(&self) -> Result<(), String> {
+        let Some(path) = self.sc_partitions.file.get() else {
+            return Ok(());
+        };
+        let namespaces = self.sc_partitions.namespaces.lock();
+        self.save_sc_versions(&namespaces)?;
+        self.sc_partitions.dirty.store(false, Ordering::Release);
+        crate::smd::save_atomically(&path.with_file_name(CLEAN_SHUTDOWN_FILE), "clean\n")
+    }
+
+    /// The `auto_revived_partitions` statistic: copies of `namespace` this
+    /// start kept because the last shutdown was clean.
+    pub fn sc_auto_revived(&self, namespace: &str) -> u32 {
+        self.sc_partitions
+            .namespaces
+            .lock()
+            .get(namespace)
+            .map_or(0, |state| state.auto_revived)
     }
 
     fn save_sc_versions(&self, namespaces: &BTreeMap<String, NamespaceSc>) -> Result<(), String> {
@@ -913,6 +983,29 @@ mod tests {
         let decision = decide_view(NodeId(0xA1), 2, 3, &[]);
         assert!(decision.agreed);
         assert_eq!(decision.map.unavailable, PARTITIONS, "no roster: nothing");
+    }
+
+    /// A roster with an active rack (`M2|`): the view masters every
+    /// partition on that rack's node; without it both nodes master some.
+    #[test]
+    fn the_rosters_active_rack_masters_every_partition() {
+        let masters_of = |roster: &str| {
+            let entries: Vec<(u64, ScEntry)> = [0xA1, 0xB2]
+                .iter()
+                .map(|&id| (id, entry(roster, 0, vec![ScVersion::default(); PARTITIONS])))
+                .collect();
+            let (map, _) = view(7, &entries);
+            assert_eq!(map.unavailable, 0);
+            let on_b2 = map
+                .partitions
+                .iter()
+                .filter(|p| matches!(p, ScPartition::Available(r) if r[0] == NodeId(0xB2)))
+                .count();
+            on_b2
+        };
+        assert_eq!(masters_of("M2|B2@2,A1@1"), PARTITIONS);
+        let spread = masters_of("B2@2,A1@1");
+        assert!(spread > 1000 && spread < PARTITIONS - 1000, "{spread}");
     }
 
     #[test]

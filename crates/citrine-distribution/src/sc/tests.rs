@@ -132,7 +132,13 @@ impl World {
                 rack_id: index as u32 % racks,
             })
             .collect();
-        let placement = RosterPlacement::new(&roster, cfg.replication_factor);
+        // A third of the seeds with an active rack (from the seed, so the
+        // random stream of every seed stays as it was).
+        let active_rack = seed
+            .is_multiple_of(3)
+            .then_some((seed / 3 % u64::from(racks)) as u32);
+        let placement =
+            RosterPlacement::with_active_rack(&roster, cfg.replication_factor, active_rack);
         let partitions = (0..cfg.partitions)
             .filter_map(|_| PartitionId::new(rng.below(4096) as u16))
             .collect::<Vec<_>>();

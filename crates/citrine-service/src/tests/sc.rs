@@ -444,3 +444,118 @@ fn sorted(pids: &[u16]) -> Vec<u16> {
     pids.dedup();
     pids
 }
+
+/// `test` strong-consistency on a simulated device without
+/// `commit-to-device`, with `auto-revive` as given; `bar` AP.
+fn sc_device_service(disk: &citrine_storage::device::io::SimDisk, auto_revive: bool) -> Service {
+    use citrine_storage::device::{DeviceConfig, Media};
+    let engine = DeviceConfig {
+        write_block_size: 64 << 10,
+        media: Media::Simulated(vec![disk.clone()]),
+        ..DeviceConfig::new("test", vec!["sim0".into()], 0)
+    };
+    let mut sc = NamespaceConfig {
+        storage_engine: StorageEngineConfig::Device {
+            engine,
+            flush_max_ms: 1000,
+            index_image: None,
+        },
+        ..NamespaceConfig::in_memory("test")
+    };
+    sc.sc.strong_consistency = true;
+    sc.sc.serve_data = true;
+    sc.sc.auto_revive = auto_revive;
+    service_with_all(vec![sc, NamespaceConfig::in_memory("bar")]).0
+}
+
+/// A node (re)started on `disk` and `directory`, alone in view `key`.
+fn start_on(
+    disk: &citrine_storage::device::io::SimDisk,
+    directory: &std::path::Path,
+    auto_revive: bool,
+    key: u64,
+) -> Service {
+    let service = sc_device_service(disk, auto_revive);
+    service.dist().keep_rosters(directory).unwrap();
+    service.dist().keep_sc_versions(directory).unwrap();
+    publish_alone(&service, key);
+    service
+}
+
+/// Clean shutdown as the server does it: storage closed, flushed and
+/// synced, then the mark.
+fn shut_down_cleanly(service: &Service) {
+    let namespace = service.namespace(b"test").unwrap();
+    crate::device::shutdown(namespace, service.clock()).unwrap();
+    service.dist().mark_clean_shutdown().unwrap();
+}
+
+fn value_of(service: &Service, key: &str) -> (u8, Vec<u8>) {
+    let reply = send(service, &get(key));
+    let value = reply
+        .bins
+        .first()
+        .map(|bin| bin.2.clone())
+        .unwrap_or_default();
+    (reply.header.result_code, value)
+}
+
+/// `auto-revive`: after a clean shutdown (storage closed to writes,
+/// flushed, synced, then the work directory marked) a whole-roster restart
+/// keeps every copy: no partition is dead and the write reads back. A
+/// crash after that (the mark was taken at start) leaves every partition
+/// dead until `revive:`, as without `auto-revive` a clean restart does.
+#[test]
+fn auto_revive_keeps_the_copies_of_a_clean_shutdown_and_only_those() {
+    use citrine_storage::device::io::{PowerCut, SimDisk};
+    let directory =
+        std::env::temp_dir().join(format!("citrine-sc-auto-revive-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).unwrap();
+    let disk = SimDisk::new((1 << 20) + 16 * (64 << 10), 11);
+    let service = start_on(&disk, &directory, true, 0x71);
+    let me = service.node_id;
+    ask(&service, &format!("roster-set:namespace=test;nodes={me}"));
+    ask(&service, "recluster:");
+    publish_alone(&service, 0x72);
+    let write = |service: &Service, key: &str, value: i64| {
+        let ops = Ops::new().int(op_type::WRITE, "a", value);
+        send(service, &put(key, ops)).header.result_code
+    };
+    assert_eq!(write(&service, "k", 7), 0);
+    shut_down_cleanly(&service);
+    assert_ne!(write(&service, "late", 8), 0, "closed storage refuses");
+    drop(service);
+
+    let revived = start_on(&disk, &directory, true, 0x73);
+    assert_eq!(stat(&revived, "dead_partitions"), "0");
+    assert_eq!(stat(&revived, "unavailable_partitions"), "0");
+    assert_eq!(stat(&revived, "auto_revived_partitions"), "4096");
+    assert_eq!(value_of(&revived, "k"), (0, 7i64.to_be_bytes().to_vec()));
+    assert_eq!(value_of(&revived, "late").0, 2, "never acknowledged");
+    assert_eq!(write(&revived, "k", 9), 0);
+    drop(revived);
+
+    let crashed = start_on(
+        &disk.power_cut(PowerCut::LoseUnsynced),
+        &directory,
+        true,
+        0x74,
+    );
+    assert_eq!(stat(&crashed, "dead_partitions"), "4096");
+    assert_eq!(stat(&crashed, "auto_revived_partitions"), "0");
+    let _ = std::fs::remove_dir_all(&directory);
+
+    // Without `auto-revive` a clean shutdown is not trusted.
+    std::fs::create_dir_all(&directory).unwrap();
+    let disk = SimDisk::new((1 << 20) + 16 * (64 << 10), 12);
+    let service = start_on(&disk, &directory, false, 0x81);
+    ask(&service, &format!("roster-set:namespace=test;nodes={me}"));
+    ask(&service, "recluster:");
+    publish_alone(&service, 0x82);
+    shut_down_cleanly(&service);
+    drop(service);
+    let restarted = start_on(&disk, &directory, false, 0x83);
+    assert_eq!(stat(&restarted, "dead_partitions"), "4096");
+    let _ = std::fs::remove_dir_all(&directory);
+}

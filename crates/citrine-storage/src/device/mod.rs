@@ -323,6 +323,10 @@ pub struct DeviceEngine {
     /// Sticky: a write or a sync of a device failed. No device is written
     /// or synced again until the process restarts (see the module doc).
     failed: AtomicBool,
+    /// Set by [`DeviceEngine::close_writes`] at a clean shutdown: every
+    /// later record write is refused, so none is acknowledged after the
+    /// final flush.
+    closed: AtomicBool,
     /// The current compression of new client writes.
     compression: CompressionSetting,
     /// Bytes of write blocks over all devices (fixed at open: every
@@ -413,6 +417,7 @@ impl DeviceEngine {
             metadata: Mutex::new(metadata),
             defrag_cursor: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             compression: CompressionSetting::new(config.compression),
             thresholds: Arc::new(Thresholds::new(
                 config.evict_used_pct,
@@ -845,9 +850,9 @@ impl DeviceEngine {
         }
     }
 
-    /// Refuses a write when the engine failed, counting it.
+    /// Refuses a write when the engine failed or was closed, counting it.
     fn refuse_if_failed(&self) -> Result<(), StorageError> {
-        if self.failed() {
+        if self.failed() || self.closed.load(Ordering::Acquire) {
             self.stats.writes_refused.fetch_add(1, Ordering::Relaxed);
             return Err(StorageError::DeviceFailed);
         }
@@ -1564,6 +1569,17 @@ impl DeviceEngine {
             .tombstones_collected
             .fetch_add(dropped as u64, Ordering::Relaxed);
         dropped
+    }
+
+    /// Closes the engine to record writes (clean shutdown, before
+    /// [`DeviceEngine::flush_all`]): each device's client buffer lock is
+    /// taken once, so every write that appended before has finished its
+    /// append and every later one is refused ([`StorageError::DeviceFailed`]).
+    pub fn close_writes(&self) {
+        self.closed.store(true, Ordering::Release);
+        for device in &self.devices {
+            drop(device.client.lock());
+        }
     }
 
     /// Seals every open buffer, frees pending blocks and syncs: the devices
