@@ -6,9 +6,9 @@
 # transfer one transaction (read both, write both, commit); READERS
 # threads read every account in one transaction and commit it (the
 # commit verifies every read). Meanwhile a nemesis, every NEMESIS_EVERY
-# seconds, alternately kill -9s a node (relaunched empty 3 s later; the
-# next fault waits until it is filled again) or SIGSTOPs one for 3 s;
-# never node 1, the client's seed.
+# seconds, alternately kill -9s a node (relaunched empty 3 s later) or
+# SIGSTOPs one for 3 s, never node 1 (the client's seed); the next fault
+# waits until the cluster is whole again.
 #
 # Checked: every read transaction that committed saw the total and no
 # negative balance (a serializable snapshot); after the faults stop and
@@ -44,13 +44,13 @@ start_sc_test 3
 echo "== commit $(git -C "$REPO" rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 "$VENV/bin/python" - "$PORT" "$SECONDS_TOTAL" "${ACCOUNTS:-10}" "${WRITERS:-4}" \
-    "${READERS:-3}" "${CLUSTER_PORTS[@]}" >"$WORK/bank.out" 2>&1 <<'PY' &
+    "${READERS:-3}" "$WORK/ready" >"$WORK/bank.out" 2>&1 <<'PY' &
 import random, sys, threading, time
 import aerospike
 from aerospike import exception as ex
 
 port, seconds, accounts, writers, readers = (int(v) for v in sys.argv[1:6])
-ports = [int(p) for p in sys.argv[6:]]
+ready = sys.argv[6]
 INITIAL = 100
 TOTAL = INITIAL * accounts
 timeouts = {"total_timeout": 3_000, "max_retries": 2}
@@ -59,10 +59,11 @@ client = aerospike.client({"hosts": [("127.0.0.1", port)], "policies": policies}
 keys = [("test", "bank", f"account-{i}") for i in range(accounts)]
 for key in keys:
     client.put(key, {"bal": INITIAL})
+open(ready, "w").close()
 tally = {"committed": 0, "refused": 0, "in_doubt": 0, "reads_ok": 0, "reads_refused": 0}
 violations = []
 lock = threading.Lock()
-stop = time.time() + seconds
+stop = time.time() + seconds  # from the accounts' creation on
 
 
 def count(what):
@@ -158,6 +159,7 @@ BANK=$!
 wait_whole() {
     local port stable
     for _ in $(seq 1 300); do
+        kill -0 "$BANK" 2>/dev/null || return 0
         stable=0
         for port in "${CLUSTER_PORTS[@]}"; do
             [[ "$(info_value "$port" "cluster-stable:size=3;namespace=test")" =~ ^[0-9A-Fa-f]+$ ]] \
@@ -170,13 +172,15 @@ wait_whole() {
 }
 
 faults=0
+# The faults start once the accounts exist.
+while [ ! -e "$WORK/ready" ] && kill -0 "$BANK" 2>/dev/null; do sleep 0.2; done
 if [ "$NEMESIS_EVERY" -gt 0 ]; then
     end=$((SECONDS + SECONDS_TOTAL - NEMESIS_EVERY))
     while [ "$SECONDS" -lt "$end" ] && kill -0 "$BANK" 2>/dev/null; do
         sleep "$NEMESIS_EVERY"
-        node=$((2 + faults % 2))
+        node=$((2 + faults / 2 % 2))
         pid=$(read -ra peers <<<"$PEER_PIDS"; echo "${peers[$((node - 2))]}")
-        if [ $((faults % 4)) -lt 2 ]; then
+        if [ $((faults % 2)) = 0 ]; then
             echo "   $(date -u +%T) kill -9 node $node (pid $pid)"
             kill -9 "$pid" 2>/dev/null || true
             wait "$pid" 2>/dev/null || true
@@ -189,6 +193,7 @@ if [ "$NEMESIS_EVERY" -gt 0 ]; then
             kill -STOP "$pid"
             sleep 3
             kill -CONT "$pid"
+            wait_whole
         fi
         faults=$((faults + 1))
     done
