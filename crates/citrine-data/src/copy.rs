@@ -291,6 +291,17 @@ pub fn delete_marker(
 /// marker when it keeps the record's tombstone.
 pub fn fetch(namespace: &Namespace, digest: &Digest, now: Now) -> Option<ReplicaWrite> {
     let partition = namespace.index.partition(digest.partition()).read();
+    fetch_in(namespace, &partition, digest, now)
+}
+
+/// [`fetch`] from `partition`, the record's index partition, which the
+/// caller holds locked.
+pub fn fetch_in(
+    namespace: &Namespace,
+    partition: &citrine_index::PartitionIndex,
+    digest: &Digest,
+    now: Now,
+) -> Option<ReplicaWrite> {
     let Some(entry) = partition.get(digest) else {
         // A delete this node knows of travels as a delete marker.
         let tombstone = partition.tombstone(digest)?;

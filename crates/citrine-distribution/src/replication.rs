@@ -59,7 +59,9 @@
 //!   view's exchange runs), a request first runs duplicate resolution
 //!   ([`crate::migration`] decides: [`call_kind::DUPRES`] to the sources it
 //!   still expects, or to every member while exchanging), each answer's
-//!   copy applied with the replica-write rule, then the request executes
+//!   copy applied with the replica-write rule (and on a
+//!   strong-consistency namespace its transaction state, as a migration
+//!   fills it), then the request executes
 //!   ([`LocalExecutor::execute_resolved`]: no second resolution); a source
 //!   that does not answer within min([`DUPRES_TIMEOUT_MS`], the deadline)
 //!   (or whose copy cannot be applied) → 9, not executed — the official
@@ -366,11 +368,15 @@ impl DupResRequest {
     }
 }
 
-/// A member's answer to a [`DupResRequest`]: `u8 flags | (FOUND) u64
-/// truncated before | replica write`. The replica write is a delete marker
-/// when the member keeps the record's tombstone; the word before it is the
-/// member's truncation threshold for the record's set (see
-/// [`replica_payload`]), which the asking master applies to its own copy.
+/// A member's answer to a [`DupResRequest`]: `u8 flags | (TXN) u32 length
+/// | transaction state | (FOUND) u64 truncated before | replica write`.
+/// The replica write is a delete marker when the member keeps the
+/// record's tombstone; the word before it is the member's truncation
+/// threshold for the record's set (see [`replica_payload`]), which the
+/// asking master applies to its own copy. The transaction state
+/// (strong consistency: `citrine_data::txn::replica::TxnCopy`, read with
+/// the copy) is there only when the record has one — an answer of an
+/// older node never has it, and an older master refuses one that has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DupResAnswer {
     /// The member's live copy (full state), or `None` when absent.
@@ -378,9 +384,12 @@ pub struct DupResAnswer {
     /// The member's truncation threshold for the record's set (0: none, or
     /// no record).
     pub truncated_before: u64,
+    /// The record's encoded transaction state; empty when it has none.
+    pub txn: Vec<u8>,
 }
 
 const DUPRES_FOUND: u8 = 2;
+const DUPRES_TXN: u8 = 4;
 
 impl DupResAnswer {
     pub fn encode(&self) -> Vec<u8> {
@@ -389,7 +398,14 @@ impl DupResAnswer {
         if record.is_some() {
             flags |= DUPRES_FOUND;
         }
+        if !self.txn.is_empty() {
+            flags |= DUPRES_TXN;
+        }
         let mut out = vec![flags];
+        if !self.txn.is_empty() {
+            out.extend_from_slice(&(self.txn.len() as u32).to_be_bytes());
+            out.extend_from_slice(&self.txn);
+        }
         if let Some(record) = record {
             out.extend_from_slice(&self.truncated_before.to_be_bytes());
             out.extend_from_slice(&record);
@@ -399,20 +415,32 @@ impl DupResAnswer {
 
     /// Decodes; `None` for anything malformed.
     pub fn decode(bytes: &[u8]) -> Option<DupResAnswer> {
-        let (&flags, rest) = bytes.split_first()?;
-        if flags & !DUPRES_FOUND != 0 {
+        let (&flags, mut rest) = bytes.split_first()?;
+        if flags & !(DUPRES_FOUND | DUPRES_TXN) != 0 {
             return None;
+        }
+        let mut txn = Vec::new();
+        if flags & DUPRES_TXN != 0 {
+            let (length, after) = rest.split_first_chunk::<4>()?;
+            let length = u32::from_be_bytes(*length) as usize;
+            if length == 0 || after.len() < length {
+                return None;
+            }
+            txn = after[..length].to_vec();
+            rest = &after[length..];
         }
         if flags & DUPRES_FOUND == 0 {
             return rest.is_empty().then_some(DupResAnswer {
                 record: None,
                 truncated_before: 0,
+                txn,
             });
         }
         let (truncated_before, record) = rest.split_first_chunk::<8>()?;
         Some(DupResAnswer {
             record: Some(ReplicaWrite::decode(record)?),
             truncated_before: u64::from_be_bytes(*truncated_before),
+            txn,
         })
     }
 }
@@ -1515,7 +1543,35 @@ impl Distribution {
             let Some(answer) = answer else {
                 return false;
             };
-            if let Some(record) = answer.record {
+            if !self.apply_dupres_answer(request, answer) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Applies one member's duplicate-resolution answer: its copy by the
+    /// replica-write rule, then its transaction state as a fill does
+    /// ([`txn_replica::fill`]: only what this node lacks, never a lock
+    /// of a transaction settled here) — a record only a transaction holds
+    /// is answered with the state alone. False when the answer is not
+    /// one to apply (malformed: counted) or its copy was refused.
+    fn apply_dupres_answer(&self, request: &DupResRequest, answer: DupResAnswer) -> bool {
+        let Some(namespace) = self.namespace(request.namespace.as_bytes()) else {
+            return false;
+        };
+        let state = match answer.txn.is_empty() {
+            true => None,
+            false => match TxnCopy::decode(namespace, &answer.txn) {
+                Some(state) => Some(state),
+                None => {
+                    self.refuse_malformed("a duplicate-resolution answer's transaction state");
+                    return false;
+                }
+            },
+        };
+        let write = match answer.record {
+            Some(record) => {
                 if record.namespace != request.namespace || record.digest != request.digest {
                     self.refuse_malformed("a duplicate-resolution answer naming another record");
                     return false;
@@ -1523,7 +1579,12 @@ impl Distribution {
                 if apply_copy(self, &record, answer.truncated_before) != ResultCode::Ok {
                     return false;
                 }
+                record
             }
+            None => data_path::regime_marker(&request.namespace, &request.digest, 0),
+        };
+        if let Some(state) = state.filter(|_| data_path::is_sc(namespace)) {
+            txn_replica::fill(namespace, &write, state, self.now());
         }
         true
     }
@@ -1589,8 +1650,9 @@ impl Distribution {
     }
 
     /// Answers a `DUPRES` call: this node's copy of the record (or its
-    /// delete marker) with its truncation threshold; nothing for a request
-    /// that does not decode or names an unknown namespace.
+    /// delete marker) with its truncation threshold and, on a
+    /// strong-consistency namespace, its transaction state; nothing for a
+    /// request that does not decode or names an unknown namespace.
     fn serve_dupres(&self, payload: &[u8]) -> Vec<u8> {
         let Some(request) = DupResRequest::decode(payload) else {
             return Vec::new();
@@ -1602,13 +1664,18 @@ impl Distribution {
             &request.namespace,
             request.digest.partition().index() as u16,
         );
-        let record = fetch(namespace, &request.digest, self.now());
+        let (record, state) = txn_replica::fetch_with_state(namespace, &request.digest, self.now());
         let truncated_before = record
             .as_ref()
             .map_or(0, |record| truncated_before_of(namespace, &record.set_name));
+        let txn = match data_path::is_sc(namespace) && state != TxnCopy::default() {
+            true => state.encode(namespace),
+            false => Vec::new(),
+        };
         DupResAnswer {
             record,
             truncated_before,
+            txn,
         }
         .encode()
     }

@@ -1416,6 +1416,7 @@ fn a_pulled_answer_naming_another_record_is_refused() {
     let answer = crate::replication::DupResAnswer {
         record: Some(other.clone()),
         truncated_before: 0,
+        txn: Vec::new(),
     };
     node.dist().apply_pulled("test", &asked.digest, answer);
     assert_eq!(stored(&node, &other), None);
@@ -1429,6 +1430,7 @@ fn a_pulled_answer_naming_another_record_is_refused() {
     let answer = crate::replication::DupResAnswer {
         record: Some(asked.clone()),
         truncated_before: 0,
+        txn: Vec::new(),
     };
     node.dist().apply_pulled("test", &asked.digest, answer);
     assert_eq!(stored(&node, &asked), Some((2, vec![1, 1, 2])));

@@ -969,10 +969,22 @@ fn dupres_messages_round_trip() {
         DupResAnswer {
             record: None,
             truncated_before: 0,
+            txn: Vec::new(),
         },
         DupResAnswer {
             record: Some(sample(Some(vec![1, 2, 3]))),
             truncated_before: 1_700_000_000_000,
+            txn: Vec::new(),
+        },
+        DupResAnswer {
+            record: Some(sample(Some(vec![1, 2, 3]))),
+            truncated_before: 5,
+            txn: vec![2, 0, 0, 0, 9, 0],
+        },
+        DupResAnswer {
+            record: None,
+            truncated_before: 0,
+            txn: vec![2, 0, 0, 0, 9, 0],
         },
     ] {
         assert_eq!(DupResAnswer::decode(&answer.encode()), Some(answer.clone()));
@@ -980,6 +992,8 @@ fn dupres_messages_round_trip() {
     assert_eq!(DupResAnswer::decode(&[0, 1]), None);
     assert_eq!(DupResAnswer::decode(&[1]), None);
     assert_eq!(DupResAnswer::decode(&[]), None);
+    assert_eq!(DupResAnswer::decode(&[4, 0, 0, 0, 0]), None, "empty state");
+    assert_eq!(DupResAnswer::decode(&[4, 0, 0, 0, 2, 1]), None, "cut short");
 }
 
 /// A write at a master whose partition is incoming builds on the newest
@@ -1010,6 +1024,7 @@ fn an_incoming_master_resolves_before_executing() {
         answer: Some(DupResAnswer {
             record: Some(copy.clone()),
             truncated_before: 0,
+            txn: Vec::new(),
         }),
         calls: parking_lot::Mutex::new(Vec::new()),
     });
@@ -1059,6 +1074,7 @@ fn an_incoming_master_resolves_before_executing() {
         answer: Some(DupResAnswer {
             record: None,
             truncated_before: 0,
+            txn: Vec::new(),
         }),
         calls: parking_lot::Mutex::new(Vec::new()),
     }));

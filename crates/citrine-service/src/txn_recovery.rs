@@ -104,6 +104,7 @@ impl Service {
         if !allowed(namespace) {
             return;
         }
+        namespace.txn.prune_settled(now.citrusleaf_seconds);
         let (monitors, provisionals) = namespace.txn.expired(now.citrusleaf_seconds);
         for digest in monitors {
             if self.masters(namespace, digest.partition()) {

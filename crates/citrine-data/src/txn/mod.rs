@@ -27,7 +27,7 @@ pub mod recovery;
 pub mod replica;
 pub mod table;
 
-pub use table::{Monitor, Provisional, TxnTables, Version};
+pub use table::{Monitor, Provisional, Settled, TxnTables, Version};
 
 use crate::namespace::Namespace;
 use crate::record::{self, is_live, Now, Request};
@@ -215,7 +215,8 @@ fn roll(
 
 /// Rolls transaction `txn_id` on `digest`: its provisional version
 /// installed (forward) or dropped (back), under the partition's write
-/// lock. Nothing to do when the transaction holds no version there.
+/// lock, and the transaction remembered as settled on it. Nothing to do
+/// when the transaction holds no version there.
 pub fn roll_record(
     namespace: &Namespace,
     digest: &citrine_types::Digest,
@@ -237,8 +238,12 @@ pub fn roll_record(
         None
     };
     // Dropped only once committed: a failed install leaves the lock held
-    // and the roll to be repeated.
+    // and the roll to be repeated. Settled: no copy built before this
+    // roll brings the lock back (`replica::fill`).
     namespace.txn.take(digest, txn_id);
+    let until = held.deadline.max(now.citrusleaf_seconds);
+    let until = until.saturating_add(table::SETTLED_MARGIN_SECONDS);
+    namespace.txn.settle(*digest, txn_id, until);
     drop(partition);
     if let Some(old) = replaced {
         old.release(namespace);

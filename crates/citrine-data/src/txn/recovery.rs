@@ -38,6 +38,7 @@ pub fn recover(namespace: &Namespace, now: Now) -> Recovered {
     if !super::allowed(namespace) {
         return Recovered::default();
     }
+    namespace.txn.prune_settled(now.citrusleaf_seconds);
     let (monitors, provisionals) = namespace.txn.expired(now.citrusleaf_seconds);
     let mut recovered = Recovered::default();
     for digest in monitors {

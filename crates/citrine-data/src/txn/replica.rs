@@ -1,13 +1,16 @@
 //! A record's transaction state as the master sends it to the replicas
 //! of a strong-consistency partition, beside the record's committed copy
 //! (issue 40, the cluster part): the provisional version a transaction
-//! holds on it and, for a monitor record, the monitor's entry.
+//! holds on it, for a monitor record the monitor's entry, and the
+//! transactions whose lock on it was rolled not long ago (settled).
 //!
 //! Owns [`TxnCopy`] (captured by [`TxnCopy::capture`] right after the
 //! master's write, encoded with [`TxnCopy::encode`] / [`TxnCopy::decode`])
 //! and [`apply`], the replica's side: the replica's table entries for the
-//! record become exactly the master's; [`fill`], a migrated record's
-//! side: only the entries the target lacks are taken.
+//! record become exactly the master's; [`fill`], a migrated (or
+//! duplicate-resolved) record's side: only the entries the target lacks
+//! are taken; [`fetch_with_state`], a record's copy and state read at
+//! once for a duplicate-resolution answer.
 //!
 //! Invariants:
 //! - a replica applies a copy's transaction state only when the committed
@@ -16,6 +19,10 @@
 //!   delivery of a provisional write does not bring back a lock that the
 //!   roll forward (which always installs a newer committed version)
 //!   already took away;
+//! - settled entries are only ever added (merged) from a copy, never
+//!   cleared by one; a lock of a transaction settled here is never taken
+//!   from a copy, and a copy saying a transaction is settled takes away
+//!   its lock here (whoever rolled it was that time's master);
 //! - the state is applied under the record partition's write lock, as
 //!   every change of the side table is ([`super::table`]);
 //! - a provisional version's set travels by name (set ids are per node);
@@ -23,6 +30,7 @@
 //!   (generation 0, a life out of range, a set name a client could not
 //!   give), is refused whole by the caller.
 
+use super::table::Settled;
 use super::{Monitor, Provisional, Version};
 use crate::clock::Now;
 use crate::copy::{Reader, ReplicaWrite};
@@ -34,6 +42,7 @@ use std::cmp::Ordering;
 
 const HAS_PROVISIONAL: u8 = 1;
 const HAS_MONITOR: u8 = 2;
+const HAS_SETTLED: u8 = 4;
 const VERSION_STORE: u8 = 1;
 const VERSION_DELETE: u8 = 2;
 
@@ -42,6 +51,8 @@ const VERSION_DELETE: u8 = 2;
 pub struct TxnCopy {
     pub provisional: Option<Provisional>,
     pub monitor: Option<Monitor>,
+    /// The transactions whose lock on the record was rolled.
+    pub settled: Vec<Settled>,
 }
 
 impl TxnCopy {
@@ -56,17 +67,19 @@ impl TxnCopy {
         TxnCopy {
             provisional: table.provisionals.get(digest).cloned(),
             monitor: table.monitors.get(digest).copied(),
+            settled: table.settled.get(digest).cloned().unwrap_or_default(),
         }
     }
 
     /// `u8 flags | (provisional) u64 txn id | u32 deadline | u8 kind |
     /// (store) u16 gen | u16 life | u32 void | u64 lut | u8 set len | set |
-    /// u32 body len | body | (monitor) u32 deadline | u8 forward`,
-    /// big-endian.
+    /// u32 body len | body | (monitor) u32 deadline | u8 forward |
+    /// (settled) u8 count | count × (u64 txn id | u32 until)`, big-endian.
     pub fn encode(&self, namespace: &Namespace) -> Vec<u8> {
         let mut out = Vec::new();
         let flags = u8::from(self.provisional.is_some()) * HAS_PROVISIONAL
-            + u8::from(self.monitor.is_some()) * HAS_MONITOR;
+            + u8::from(self.monitor.is_some()) * HAS_MONITOR
+            + u8::from(!self.settled.is_empty()) * HAS_SETTLED;
         out.push(flags);
         if let Some(held) = &self.provisional {
             out.extend_from_slice(&held.txn_id.to_be_bytes());
@@ -77,6 +90,14 @@ impl TxnCopy {
             out.extend_from_slice(&monitor.deadline.to_be_bytes());
             out.push(u8::from(monitor.roll_forward));
         }
+        if !self.settled.is_empty() {
+            let settled = &self.settled[..self.settled.len().min(255)];
+            out.push(settled.len() as u8);
+            for entry in settled {
+                out.extend_from_slice(&entry.txn_id.to_be_bytes());
+                out.extend_from_slice(&entry.until.to_be_bytes());
+            }
+        }
         out
     }
 
@@ -85,7 +106,7 @@ impl TxnCopy {
     pub fn decode(namespace: &Namespace, bytes: &[u8]) -> Option<TxnCopy> {
         let mut reader = Reader { bytes, at: 0 };
         let flags = reader.u8()?;
-        if flags & !(HAS_PROVISIONAL | HAS_MONITOR) != 0 {
+        if flags & !(HAS_PROVISIONAL | HAS_MONITOR | HAS_SETTLED) != 0 {
             return None;
         }
         let mut copy = TxnCopy::default();
@@ -110,6 +131,13 @@ impl TxnCopy {
                 deadline,
                 roll_forward,
             });
+        }
+        if flags & HAS_SETTLED != 0 {
+            for _ in 0..reader.u8()? {
+                let txn_id = u64::from_be_bytes(reader.take(8)?.try_into().ok()?);
+                let until = u32::from_be_bytes(reader.take(4)?.try_into().ok()?);
+                copy.settled.push(Settled { txn_id, until });
+            }
         }
         (reader.at == bytes.len()).then_some(copy)
     }
@@ -169,6 +197,19 @@ fn decode_version(namespace: &Namespace, reader: &mut Reader<'_>) -> Option<Vers
     Some(Version::Store { meta, body })
 }
 
+/// `digest`'s copy as [`crate::copy::fetch`] reads it and its transaction
+/// state, read under one hold of the record's index partition lock (so
+/// the state is the one of that copy).
+pub fn fetch_with_state(
+    namespace: &Namespace,
+    digest: &Digest,
+    now: Now,
+) -> (Option<ReplicaWrite>, TxnCopy) {
+    let partition = namespace.index.partition(digest.partition()).read();
+    let record = crate::copy::fetch_in(namespace, &partition, digest, now);
+    (record, TxnCopy::capture(namespace, digest))
+}
+
 /// Makes `copy` the replica's transaction state of the record `write` is
 /// a copy of (stored, or found not newer, just before), unless the
 /// replica holds a newer committed version (see the module doc). A write
@@ -195,6 +236,9 @@ pub fn apply(
         return Ok(());
     }
     let tables = &namespace.txn;
+    for entry in &copy.settled {
+        tables.settle(digest, entry.txn_id, entry.until);
+    }
     let current = tables.provisional(&digest);
     match (current, copy.provisional) {
         (_, Some(provisional)) => tables.keep(digest, provisional),
@@ -213,25 +257,32 @@ pub fn apply(
     Ok(())
 }
 
-/// A migrated record's transaction state (the source's, as it built the
-/// batch): fills in only what the target lacks — a provisional version
-/// where it holds none, a monitor entry where it holds none — and never
-/// clears. The target's own entries came from the current master's
-/// replica writes (or its own writes as master) and are not older than
-/// the source's snapshot; a state the master ended after the snapshot
-/// (a roll back keeps the committed version) can come back this way
-/// until its deadline, when the recovery rolls it back again (a roll
-/// forward cannot: it installs a newer committed version, and the
-/// migrated copy is then stale). Same staleness rule as [`apply`].
+/// A migrated (or duplicate-resolved) record's transaction state (the
+/// source's, as it built the batch or answered): fills in only what the
+/// target lacks — a provisional version where it holds none, a monitor
+/// entry where it holds none — and never clears, except a lock of a
+/// transaction the copy says is settled. The target's own entries came
+/// from the current master's replica writes (or its own writes as
+/// master) and are not older than the source's snapshot. A state the
+/// master ended after the snapshot does not come back: a roll forward
+/// installs a newer committed version (the copy is then stale), and a
+/// roll of either kind left its transaction settled here (by the roll,
+/// or by the master's replica write of it), so its lock is not taken.
+/// Same staleness rule as [`apply`].
 pub fn fill(namespace: &Namespace, write: &ReplicaWrite, copy: TxnCopy, now: Now) {
     let digest = write.digest;
     let partition = namespace.index.partition(digest.partition()).write();
+    let tables = &namespace.txn;
+    for entry in &copy.settled {
+        tables.settle(digest, entry.txn_id, entry.until);
+        tables.take(&digest, entry.txn_id);
+    }
     if is_stale(namespace, &partition, write, now) {
         return;
     }
-    let tables = &namespace.txn;
     if let Some(provisional) = copy.provisional {
-        if tables.provisional(&digest).is_none() {
+        let settled = tables.is_settled(&digest, provisional.txn_id);
+        if !settled && tables.provisional(&digest).is_none() {
             tables.keep(digest, provisional);
         }
     }
@@ -335,12 +386,17 @@ mod tests {
                 deadline: 12,
                 roll_forward: true,
             }),
+            settled: vec![Settled {
+                txn_id: 3,
+                until: 40,
+            }],
         };
         let bytes = copy.encode(&master);
         // The replica knows no set yet: it is added by name.
         let replica = namespace();
         let decoded = TxnCopy::decode(&replica, &bytes).unwrap();
         assert_eq!(decoded.monitor, copy.monitor);
+        assert_eq!(decoded.settled, copy.settled);
         let held = decoded.provisional.unwrap();
         let Version::Store { meta, body } = held.version else {
             panic!("a stored version")
@@ -353,7 +409,7 @@ mod tests {
         trailed.push(0);
         assert_eq!(TxnCopy::decode(&replica, &trailed), None);
         assert_eq!(TxnCopy::decode(&replica, &bytes[..bytes.len() - 1]), None);
-        assert_eq!(TxnCopy::decode(&replica, &[4]), None, "unknown flag");
+        assert_eq!(TxnCopy::decode(&replica, &[8]), None, "unknown flag");
         let mut generation_0 = copy.clone();
         if let Some(Provisional {
             version: Version::Store { meta, .. },
@@ -372,7 +428,7 @@ mod tests {
         let held = provisional(&replica, 7);
         let with_lock = TxnCopy {
             provisional: Some(held.clone()),
-            monitor: None,
+            ..TxnCopy::default()
         };
         store_copy(&replica, &committed(1), now(), 0, Admit::Always).unwrap();
         apply(&replica, &committed(1), with_lock.clone(), now()).unwrap();
@@ -473,8 +529,8 @@ mod tests {
             roll_forward: false,
         };
         let copy = TxnCopy {
-            provisional: None,
             monitor: Some(open),
+            ..TxnCopy::default()
         };
         store_copy(&replica, &committed(1), now(), 0, Admit::Always).unwrap();
         apply(&replica, &committed(1), copy, now()).unwrap();
@@ -483,5 +539,41 @@ mod tests {
         apply(&replica, &committed(1), TxnCopy::default(), now()).unwrap();
         assert_eq!(replica.txn.monitor(&D), None);
         assert_eq!(replica.txn.stats.monitors_active.load(Relaxed), 0);
+    }
+
+    /// A rolled transaction stays settled on the record: a copy built
+    /// before the roll (same committed version) does not bring its lock
+    /// back, a copy saying it is settled takes its lock away, and the
+    /// entry goes once past its time.
+    #[test]
+    fn a_settled_transactions_lock_is_not_filled_again() {
+        let node = namespace();
+        store_copy(&node, &committed(1), now(), 0, Admit::Always).unwrap();
+        let before_roll = TxnCopy {
+            provisional: Some(provisional(&node, 7)),
+            ..TxnCopy::default()
+        };
+        fill(&node, &committed(1), before_roll.clone(), now());
+        assert!(node.txn.provisional(&D).is_some());
+        crate::txn::roll_record(&node, &D, 7, false, now()).unwrap();
+        assert!(node.txn.is_settled(&D, 7));
+        fill(&node, &committed(1), before_roll.clone(), now());
+        assert_eq!(node.txn.provisional(&D), None, "settled here");
+        // Another node that never saw the roll learns it from a copy.
+        let other = namespace();
+        store_copy(&other, &committed(1), now(), 0, Admit::Always).unwrap();
+        fill(&other, &committed(1), before_roll.clone(), now());
+        let told = TxnCopy::capture(&node, &D);
+        assert_eq!(told.settled.len(), 1);
+        fill(&other, &committed(1), told, now());
+        assert_eq!(other.txn.provisional(&D), None, "taken away");
+        fill(&other, &committed(1), before_roll.clone(), now());
+        assert_eq!(other.txn.provisional(&D), None);
+        let until = node.txn.partition(D.partition()).settled[&D][0].until;
+        assert_eq!(node.txn.prune_settled(until), 0, "kept through its time");
+        assert_eq!(node.txn.prune_settled(until + 1), 1);
+        assert!(node.txn.partition_is_empty(D.partition()));
+        fill(&node, &committed(1), before_roll, now());
+        assert!(node.txn.provisional(&D).is_some(), "forgotten");
     }
 }

@@ -17,6 +17,14 @@
 //!   forward installs the provisional one;
 //! - `provisionals` and `monitors_active` equal the sums of the tables'
 //!   sizes (updated with the tables, under the same locks);
+//! - a transaction whose lock on a record was rolled (forward or back)
+//!   is remembered as *settled* on that record until its deadline plus
+//!   [`SETTLED_MARGIN_SECONDS`] ([`TxnTables::settle`]); a settled
+//!   transaction's lock is never taken again from another node's copy
+//!   (a migration batch or a duplicate-resolution answer built before the
+//!   roll, [`super::replica::fill`]). Settled entries survive the copy's
+//!   drop (they describe transactions, not records) and go only when
+//!   [`TxnTables::prune_settled`] finds them past their time;
 //! - each partition's `held` count is never below the number of entries
 //!   in its table at any instant (raised before an entry goes in, lowered
 //!   after one went out, under the table's mutex): a zero read without
@@ -36,6 +44,23 @@ use std::sync::{Mutex, MutexGuard};
 
 /// Stripes of the monitor locks.
 const MONITOR_STRIPES: usize = 256;
+
+/// How long past its transaction's deadline a settled entry is kept
+/// (seconds): a lock that comes back after that is past its deadline, so
+/// the recovery rolls it back within a pass; the margin covers the
+/// nodes' clocks disagreeing.
+pub const SETTLED_MARGIN_SECONDS: u32 = 60;
+
+/// Most settled transactions remembered per record (the oldest goes).
+const SETTLED_PER_RECORD: usize = 4;
+
+/// A transaction whose lock on a record was rolled: its id, and until
+/// when (Citrusleaf-epoch seconds) this is remembered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settled {
+    pub txn_id: u64,
+    pub until: u32,
+}
 
 /// What a transaction's write left of a record, until it rolls.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +93,8 @@ pub struct Monitor {
 pub struct PartitionTxns {
     pub provisionals: HashMap<Digest, Provisional>,
     pub monitors: HashMap<Digest, Monitor>,
+    /// Per record, the transactions whose lock on it was rolled.
+    pub settled: HashMap<Digest, Vec<Settled>>,
 }
 
 /// Counters named as the reference's namespace statistics.
@@ -225,9 +252,62 @@ impl TxnTables {
         removed
     }
 
+    /// Remembers that transaction `txn_id`'s lock on `digest` was rolled,
+    /// until `until` (a later time for the same transaction wins); the
+    /// caller holds the record's index partition write lock.
+    pub fn settle(&self, digest: Digest, txn_id: u64, until: u32) {
+        let mut table = self.partition(digest.partition());
+        let held = self.held(digest.partition());
+        held.fetch_add(1, Ordering::AcqRel);
+        let added = !table.settled.contains_key(&digest);
+        let entries = table.settled.entry(digest).or_default();
+        match entries.iter_mut().find(|entry| entry.txn_id == txn_id) {
+            Some(entry) => entry.until = entry.until.max(until),
+            None => {
+                if entries.len() == SETTLED_PER_RECORD {
+                    entries.remove(0);
+                }
+                entries.push(Settled { txn_id, until });
+            }
+        }
+        if !added {
+            held.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether transaction `txn_id`'s lock on `digest` was rolled.
+    pub fn is_settled(&self, digest: &Digest, txn_id: u64) -> bool {
+        let table = self.partition(digest.partition());
+        table
+            .settled
+            .get(digest)
+            .is_some_and(|entries| entries.iter().any(|entry| entry.txn_id == txn_id))
+    }
+
+    /// Forgets the settled entries whose time is before `now_seconds`;
+    /// returns how many records lost their last one.
+    pub fn prune_settled(&self, now_seconds: u32) -> usize {
+        let mut emptied = 0;
+        for (index, slot) in self.partitions.iter().enumerate() {
+            let mut table = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if table.settled.is_empty() {
+                continue;
+            }
+            let before = table.settled.len();
+            table.settled.retain(|_, entries| {
+                entries.retain(|entry| entry.until >= now_seconds);
+                !entries.is_empty()
+            });
+            let gone = before - table.settled.len();
+            self.held[index].fetch_sub(gone as u32, Ordering::AcqRel);
+            emptied += gone;
+        }
+        emptied
+    }
+
     /// Forgets every provisional version and monitor of `partition` (its
-    /// copy was dropped or emptied: the state goes with the records).
-    /// Returns how many entries went.
+    /// copy was dropped or emptied: the state goes with the records; the
+    /// settled entries stay). Returns how many entries went.
     pub fn clear_partition(&self, partition: PartitionId) -> usize {
         let mut table = self.partition(partition);
         let provisionals = std::mem::take(&mut table.provisionals).len();

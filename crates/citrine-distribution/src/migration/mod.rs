@@ -139,9 +139,11 @@
 //! refuses such a batch as malformed); a record only a transaction holds
 //! goes as a marker without a generation, and a record holding state is
 //! sent even to a target whose manifest has its version. The target fills
-//! in only the state it lacks (`txn_replica::fill`). A copy dropped or
-//! emptied loses its state with its records. (Duplicate resolution still
-//! fetches committed copies only.)
+//! in only the state it lacks (`txn_replica::fill`), never the lock of a
+//! transaction settled there (rolled since the batch was built). A copy
+//! dropped or emptied loses its state with its records (its settled
+//! entries stay). Duplicate resolution carries the state the same way
+//! (`DupResAnswer::txn`).
 //!
 //! Deletes migrate too: a deleted record's tombstone (kept in the index
 //! for `tomb-raider-eligible-age`) is listed in snapshots' counts,

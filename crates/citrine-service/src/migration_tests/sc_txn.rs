@@ -199,3 +199,113 @@ fn a_dropped_copy_leaves_no_transaction_state() {
     let monitor_on_2 = replicas_of(&node2, monitor_digest(id).partition()).contains(&NodeId(2));
     assert_eq!((left, monitors), (0, u64::from(monitor_on_2)));
 }
+
+/// A key of set `demo` and a transaction id whose record and monitor
+/// both have SC replicas `wanted` (master first) in `node`'s view.
+fn chosen_on(node: &Service, wanted: [u64; 2]) -> (Digest, u64) {
+    let wanted = wanted.map(NodeId);
+    let digest = (0..10_000)
+        .map(|index| of_key("demo", &UserKey::String(format!("k{index}"))))
+        .find(|digest| replicas_of(node, digest.partition()) == wanted)
+        .unwrap();
+    let id = (1u64..)
+        .find(|id| replicas_of(node, monitor_digest(*id).partition()) == wanted)
+        .unwrap();
+    (digest, id)
+}
+
+/// Record and monitor of partitions whose roster replicas are 3 then 1;
+/// a transaction began on 1 while 3 was away. Back, 3 masters both
+/// partitions with nothing of them and is filling from 1 and 2 (the
+/// exchange resolved, no batch sent yet).
+fn begun_while_3_was_away() -> (World, Digest, u64, Vec<(u8, Vec<u8>)>) {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let (digest, id) = chosen_on(&world.node(1), [3, 1]);
+    world.publish(0x20, &[1, 2]);
+    world.settle(&[1, 2]);
+    let fields = begin(&world.node(1), &digest, id);
+    assert_eq!(holds_state(&world.node(2), &digest, id), (true, true));
+    world.publish(0x30, &ids);
+    exchange_only(&world, &ids);
+    let master = world.node(3);
+    assert_eq!(replicas_of(&master, digest.partition())[0], NodeId(3));
+    assert_eq!(holds_state(&master, &digest, id), (false, false));
+    (world, digest, id, fields)
+}
+
+/// While 3 fills, each request it runs resolves the record against 1 and
+/// 2 first: the resolution must bring the transaction's lock and monitor
+/// with the committed copy. Otherwise another writer overwrites the
+/// locked record (the transaction's commit then rolls forward nothing:
+/// a lost write) and the mark finds no monitor (125, the commit fails).
+#[test]
+fn a_filling_master_resolves_the_transaction_state_with_the_record() {
+    let (world, digest, id, fields) = begun_while_3_was_away();
+    let master = world.node(3);
+    let record = (&b"demo"[..], &digest);
+    let read = header(info1::READ | info1::GET_ALL, 0, 0);
+    let plain = header(0, info2::WRITE, 0);
+    let other = [(op_type::WRITE, 1, &b"v"[..], int(9))];
+    assert_eq!(request(&master, plain, record, &[], &other).0, 120);
+    assert_eq!(request(&master, read, record, &[], &[]).2, Some(int(1)));
+    let own = request(&master, read, record, &fields[..1], &[]);
+    assert_eq!((own.0, own.2), (0, Some(int(2))), "its own version");
+    let monitor = (MONITOR_SET, &monitor_digest(id));
+    let mark = [(op_type::WRITE, 17, &b"fwd"[..], vec![1])];
+    assert_eq!(request(&master, plain, monitor, &[], &mark).0, 0, "marked");
+    let roll = header(0, info2::WRITE | info2::DURABLE_DELETE, info4::ROLL_FORWARD);
+    assert_eq!(request(&master, roll, record, &fields[..1], &[]).0, 0);
+    let close = header(0, info2::WRITE | info2::DELETE | info2::DURABLE_DELETE, 0);
+    assert_eq!(request(&master, close, monitor, &[], &[]).0, 0);
+    world.settle(&[1, 2, 3]);
+    assert_eq!(request(&master, read, record, &[], &[]).2, Some(int(2)));
+    for node in [1, 3] {
+        assert_eq!(holds_state(&world.node(node), &digest, id), (false, false));
+    }
+}
+
+/// A transaction rolled back through its filling master (3) just after
+/// its fill source (1) built a batch holding the lock, before the batch
+/// arrived: the batch must not bring the rolled-back lock back — 3 would
+/// refuse every other writer until the transaction's deadline, and a
+/// resolution of a later request there would find it too.
+#[test]
+fn a_rolled_back_lock_does_not_come_back_with_a_batch_built_before() {
+    let (world, digest, id, fields) = begun_while_3_was_away();
+    let master = world.node(3);
+    let rolled = master.clone();
+    let roll_id = fields[0].clone();
+    *world.before_call.lock() = Some((
+        (1, 3, crate::replication::call_kind::MIGRATE),
+        Box::new(move || {
+            let record = (&b"demo"[..], &digest);
+            let roll = header(0, info2::WRITE | info2::DURABLE_DELETE, info4::ROLL_BACK);
+            assert_eq!(request(&rolled, roll, record, &[roll_id], &[]).0, 0);
+            let monitor = (MONITOR_SET, &monitor_digest(id));
+            let close = header(0, info2::WRITE | info2::DELETE | info2::DURABLE_DELETE, 0);
+            assert_eq!(request(&rolled, close, monitor, &[], &[]).0, 0);
+        }),
+    ));
+    world.settle(&[1, 2, 3]);
+    assert!(
+        world.before_call.lock().is_none(),
+        "rolled back during the fill"
+    );
+    for node in [1, 2, 3] {
+        let held = holds_state(&world.node(node), &digest, id);
+        assert_eq!(held, (false, false), "state left on {node}");
+    }
+    let record = (&b"demo"[..], &digest);
+    let plain = header(0, info2::WRITE, 0);
+    let other = [(op_type::WRITE, 1, &b"v"[..], int(10))];
+    assert_eq!(
+        request(&master, plain, record, &[], &other).0,
+        0,
+        "not locked"
+    );
+    let read = header(info1::READ | info1::GET_ALL, 0, 0);
+    assert_eq!(request(&master, read, record, &[], &[]).2, Some(int(10)));
+}
