@@ -492,7 +492,7 @@ fn store_delete(
         let meta = StoreMeta {
             generation,
             life,
-            void_time: 0,
+            void_time: crate::device::tombstone_void_time(write.durable, write.xdr_write),
             last_update_ms: write.last_update_ms,
             set_name: &set_name,
         };

@@ -24,12 +24,11 @@
 //!
 //! The mark of a record that arrived by XDR (`xdr_write`, which keeps it
 //! from being shipped back) travels with replica writes, migrations and
-//! duplicate resolution, and a record's survives device restarts.
+//! duplicate resolution, and device restarts (a record's and a delete
+//! tombstone's, with the tombstone's LUT: `citrine_data::device`).
 //!
 //! Not yet: acting masters during migrations do not ship (the lag grows
-//! until the fill ends); the tombstone of a delete that came by XDR loses
-//! its mark at a device restart (it ships once back to its origin, which
-//! answers 28: no loop);
+//! until the fill ends);
 //! an idle partition is rescanned every 200 ms per DC and namespace, a
 //! walk of its whole index.
 //!
