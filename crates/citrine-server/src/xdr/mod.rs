@@ -19,17 +19,20 @@
 //! members the LSTs of the partitions it masters (`run`), and a node takes
 //! them for the partitions it does not master, so a new master — after a
 //! node's death or a migration — resumes where the old one stood (its own
-//! LST only for a partition no master reported to it). A master ships a
-//! partition only once its copy is whole (not while a migration fills it).
+//! LST only for a partition no master reported to it). While a migration
+//! fills a master's copy, it ships the records it holds as they come (the
+//! writes it accepts) but moves only a shadow of the LST; whole at last, it
+//! scans again from the LST, its hot keys keeping what it shipped from
+//! going twice. Its acting master (the old master) ships nothing and
+//! reports its LST, which the filling master takes
+//! (`citrine_xdr::Role`).
 //!
 //! The mark of a record that arrived by XDR (`xdr_write`, which keeps it
 //! from being shipped back) travels with replica writes, migrations and
 //! duplicate resolution, and device restarts (a record's and a delete
 //! tombstone's, with the tombstone's LUT: `citrine_data::device`).
 //!
-//! Not yet: acting masters during migrations do not ship (the lag grows
-//! until the fill ends);
-//! an idle partition is rescanned every 200 ms per DC and namespace, a
+//! Not yet: an idle partition is rescanned every 200 ms per DC and namespace, a
 //! walk of its whole index.
 //!
 //! The filter expressions (`xdr-set-filter`) are the cluster's, kept and
