@@ -33,7 +33,14 @@
 //! tombstone's, with the tombstone's LUT: `citrine_data::device`).
 //!
 //! Not yet: an idle partition is rescanned every 200 ms per DC and namespace, a
-//! walk of its whole index.
+//! walk of its whole index. Bin convergence: the reference keeps, with
+//! `conflict-resolve-writes` on the receiving namespace, a LUT (6 bytes)
+//! and a source id (1 byte, the sender's `src-id`) per bin, and keeps
+//! deleted bins as "cemetery" bins; a sender with `ship-bin-luts` puts
+//! each bin's LUT after its name (op flag bit 0, which `citrine_wire`
+//! already decodes into `Op::lut`), and `bin-policy only-changed` ships
+//! the bins changed since the LST as an update. It needs per-bin metadata
+//! in the stored body (replication, migrations, device): not started.
 //!
 //! The filter expressions (`xdr-set-filter`) are the cluster's, kept and
 //! shared as system metadata ([`filters`]); a lane takes its DC and
