@@ -1219,7 +1219,7 @@ impl DeviceEngine {
     /// Reads the bytes of a record at `address` (from a buffer, the
     /// post-write queue or the device) and returns its body, checked.
     fn read_address(&self, address: DeviceAddress) -> Result<Vec<u8>, StorageError> {
-        let bytes = self.read_raw(address)?;
+        let bytes = self.read_raw(address, usize::MAX)?;
         let record = format::decode_record(&bytes, None).map_err(|error| {
             self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
@@ -1236,14 +1236,14 @@ impl DeviceEngine {
         })
     }
 
-    /// The bytes of the record at `address`, from its write buffer, the
-    /// post-write queue or the device.
-    fn read_raw(&self, address: DeviceAddress) -> Result<Vec<u8>, StorageError> {
+    /// The bytes of the record at `address` (at most its first `limit`),
+    /// from its write buffer, the post-write queue or the device.
+    fn read_raw(&self, address: DeviceAddress, limit: usize) -> Result<Vec<u8>, StorageError> {
         let (block, offset) = self.locate(address).ok_or_else(|| {
             StorageError::Corrupt(format!("address {:#x} outside the devices", address.0))
         })?;
         let device = &self.devices[address.device()];
-        let length = address.bytes() as usize;
+        let length = (address.bytes() as usize).min(limit);
         for buffer in [&device.client, &device.defrag] {
             let buffer = buffer.lock();
             if buffer.block == Some(block) {
@@ -1269,9 +1269,9 @@ impl DeviceEngine {
     }
 
     /// The delete tombstones the engine holds (not the expired copies it
-    /// keeps as theirs), each read back from its device: what a restart
-    /// gives the index back. One that cannot be read is left out with a
-    /// log line.
+    /// keeps as theirs), each read back from its device (an expired copy
+    /// only as far as its header and set name): what a restart gives the
+    /// index back. One that cannot be read is left out with a log line.
     pub fn held_tombstones(&self) -> Vec<HeldTombstone> {
         let mut held = Vec::new();
         for device in &self.devices {
@@ -1282,10 +1282,17 @@ impl DeviceEngine {
                 .map(|(digest, tomb)| (*digest, tomb.address))
                 .collect();
             for (digest, address) in tombs {
-                let read = self.read_raw(address).and_then(|bytes| {
+                let prefix = format::RECORD_HEADER_BYTES + format::SET_NAME_MAX;
+                let read = self.read_raw(address, prefix).and_then(|bytes| {
+                    let corrupt = |error| StorageError::Corrupt(format!("{error:?}"));
+                    let header = format::decode_record_header(&bytes, None).map_err(corrupt)?;
+                    if !header.is_tombstone() {
+                        return Ok((header, Vec::new()));
+                    }
+                    // A tombstone has no body: all of it is in the prefix.
                     format::decode_record(&bytes, None)
                         .map(|record| (record.header, record.set.to_vec()))
-                        .map_err(|error| StorageError::Corrupt(format!("{error:?}")))
+                        .map_err(corrupt)
                 });
                 match read {
                     Ok((header, set_name)) if header.is_tombstone() => held.push(HeldTombstone {
