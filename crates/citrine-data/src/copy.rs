@@ -179,6 +179,18 @@ impl ReplicaWrite {
     }
 }
 
+/// Clears the XDR mark of an encoded copy ([`ReplicaWrite::encode`]);
+/// false when it had none.
+pub fn drop_xdr_mark(encoded: &mut [u8]) -> bool {
+    match encoded.first_mut() {
+        Some(kind) if *kind & XDR_MARK != 0 => {
+            *kind &= !XDR_MARK;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// A cursor over a peer message's bytes: every read is bounds-checked
 /// (`None` past the end), so a short or garbled message decodes to `None`.
 pub struct Reader<'a> {
@@ -503,7 +515,7 @@ fn store_delete(
         let meta = StoreMeta {
             generation,
             life,
-            void_time: 0,
+            void_time: crate::device::tombstone_void_time(write.durable, write.xdr_write),
             last_update_ms: write.last_update_ms,
             set_name: &set_name,
         };

@@ -11,7 +11,10 @@
 //! A record that arrived by XDR keeps its mark across restarts: its void
 //! time on the device (record headers, the index image) carries the mark
 //! in its top bit ([`device_void_time`]), as the index packs it; the
-//! engine never reads void times, and a restart splits them again.
+//! engine never reads void times, and a restart splits them again. A
+//! delete's tombstone comes back into the index at a restart with its LUT,
+//! durability and mark, read from its header on the device
+//! ([`tombstone_void_time`]).
 //!
 //! Invariants: the index is rebuilt before the service answers anything;
 //! defrag moves a record only while holding its partition's write lock and
@@ -20,7 +23,7 @@
 use crate::clock::{Clock, Now};
 use crate::config::StorageEngineConfig;
 use crate::namespace::Namespace;
-use citrine_index::{IndexEntry, RecordMeta, MAX_VOID_TIME};
+use citrine_index::{IndexEntry, RecordMeta, Tombstone, MAX_VOID_TIME};
 use citrine_storage::device::{Recovered, RecoveredRecord, Relocator, SavedEntry, ScanProgress};
 use citrine_storage::{DeviceEngine, Location, StorageError};
 use citrine_types::{Digest, PartitionId};
@@ -32,6 +35,16 @@ use std::time::Duration;
 pub fn device_void_time(meta: &RecordMeta) -> u32 {
     meta.void_time.min(MAX_VOID_TIME) | (u32::from(meta.xdr_write) << 31)
 }
+
+/// A delete tombstone's void time on the device (a tombstone has no void
+/// time of its own): bit 30 says it is to be put back in the index at a
+/// restart ([`restore_tombstones`]; an eviction's is 0 and is not), bit 0
+/// that the delete was durable, the top bit the XDR mark, as a record's.
+pub fn tombstone_void_time(durable: bool, xdr_write: bool) -> u32 {
+    TOMBSTONE_KEPT | u32::from(durable) | (u32::from(xdr_write) << 31)
+}
+
+const TOMBSTONE_KEPT: u32 = 1 << 30;
 
 /// A void time read from the device, and the XDR mark it carries.
 fn split_device_void_time(stored: u32) -> (u32, bool) {
@@ -114,10 +127,48 @@ pub(crate) fn recover(namespace: &Namespace, clock: &dyn Clock) -> Result<(), St
     if fast_restart(namespace, engine, now, clock, started_ms)
         || checkpoint_restart(namespace, engine, now, clock, started_ms)
     {
+        restore_tombstones(namespace, engine);
         return Ok(());
     }
     cold_start(namespace, engine, now, clock, started_ms);
+    restore_tombstones(namespace, engine);
     Ok(())
+}
+
+/// Puts the delete tombstones the device holds back in the index, as they
+/// were before the restart (LUT, generation, life, durability, XDR mark):
+/// a delete not yet shipped by XDR is still shipped, one that came by XDR
+/// still is not shipped back, and replication still sees the delete. Left
+/// out: evictions' tombstones (see [`tombstone_void_time`]), tombstones
+/// written before their void time carried this, truncated ones, and those
+/// the engine already collected (every older copy gone from the device).
+fn restore_tombstones(namespace: &Namespace, engine: &DeviceEngine) {
+    let mut restored = 0u64;
+    for held in engine.held_tombstones() {
+        if held.void_time & TOMBSTONE_KEPT == 0 {
+            continue;
+        }
+        let set_id = namespace.sets.id_of(&held.set_name).unwrap_or(0);
+        if namespace.is_truncated(set_id, held.last_update_ms) {
+            continue;
+        }
+        let tombstone = Tombstone {
+            generation: held.generation,
+            life: held.life % citrine_index::LIVES,
+            durable: held.void_time & 1 != 0,
+            last_update_ms: held.last_update_ms,
+            set_id,
+            xdr_write: held.void_time > MAX_VOID_TIME,
+        };
+        let mut partition = namespace.index.partition(held.digest.partition()).write();
+        if partition.get(&held.digest).is_none() {
+            partition.set_tombstone(held.digest, tombstone);
+            restored += 1;
+        }
+    }
+    if restored > 0 {
+        tracing::info!(namespace = %namespace.config.name, tombstones = restored, "delete tombstones back in the index");
+    }
 }
 
 /// Where a device namespace keeps its index checkpoint: beside the

@@ -17,7 +17,7 @@
 
 use crate::clock::Now;
 use crate::namespace::Namespace;
-use crate::record::store::{drop_entry, retire_entry, write_tombstone};
+use crate::record::store::{drop_entry, retire_entry, write_eviction_tombstone};
 use citrine_types::PartitionId;
 use std::sync::atomic::Ordering;
 
@@ -203,7 +203,7 @@ fn evict_through(namespace: &Namespace, cutoff: u32, now: Now) -> u64 {
                 let meta = entry.meta();
                 meta.void_time != 0
                     && meta.void_time <= cutoff
-                    && write_tombstone(namespace, digest, &meta, now).is_ok()
+                    && write_eviction_tombstone(namespace, digest, &meta, now).is_ok()
             },
             |digest, entry| {
                 namespace.unindex(&digest, &entry);

@@ -980,6 +980,17 @@ pub fn replica_payload(cluster_key: u64, namespace: &Namespace, write: &ReplicaW
     payload
 }
 
+/// Clears the XDR mark of the copy in a `REPLICA_WRITE` payload, for a
+/// replica of a build from before the mark, which refuses (4) every copy
+/// carrying it: the copy is then stored there unmarked (were that node to
+/// master the record, it would ship it once back to its origin, which
+/// answers 28). False when the copy had no mark.
+pub fn drop_xdr_mark(payload: &mut [u8]) -> bool {
+    payload
+        .get_mut(16..)
+        .is_some_and(citrine_data::copy::drop_xdr_mark)
+}
+
 /// Writes the namespace's current truncation threshold for the record's
 /// set into a `REPLICA_WRITE` payload about to be sent again: a truncation
 /// made since it was built must travel with it, or the replica could keep
@@ -1214,6 +1225,8 @@ impl Distribution {
         } = scope;
         let mut acknowledged: Vec<NodeId> = Vec::new();
         let mut payload = std::borrow::Cow::Borrowed(payload);
+        // A replica answered 4 (malformed) last round.
+        let mut refused = false;
         for round in 0..MAX_ATTEMPTS {
             targets.retain(|target| !acknowledged.contains(target));
             if targets.is_empty() {
@@ -1237,23 +1250,36 @@ impl Distribution {
                     refresh_truncation(namespace, payload.to_mut());
                 }
             }
+            if std::mem::take(&mut refused) && drop_xdr_mark(payload.to_mut()) {
+                tracing::info!(
+                    namespace,
+                    "a replica refused a copy with the XDR mark (a build from before the mark?): sent again without it"
+                );
+            }
             let (kind, payload) = replica_call(regime, txn, &payload);
             let payload: &[u8] = &payload;
             let timeout = remaining.min(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
             let send = |target: NodeId| async move {
                 let answer = fabric.call(target, kind, payload.to_vec(), timeout).await;
-                matches!(answer.as_deref(), Ok([code]) if *code == ResultCode::Ok.code())
+                match answer.as_deref() {
+                    Ok([code]) => Some(*code),
+                    _ => None,
+                }
             };
             // Replication factor 2: one replica, awaited directly.
             let results = match targets.as_slice() {
                 [target] => vec![send(*target).await],
                 _ => join_all(targets.iter().map(|target| send(*target)).collect()).await,
             };
-            for (target, done) in targets.iter().zip(results) {
-                if done {
-                    acknowledged.push(*target);
+            let mut malformed = false;
+            for (target, answer) in targets.iter().zip(results) {
+                match answer {
+                    Some(code) if code == ResultCode::Ok.code() => acknowledged.push(*target),
+                    Some(code) => malformed |= code == ResultCode::Parameter.code(),
+                    None => {}
                 }
             }
+            refused = malformed;
             if regime.is_some() {
                 // Strong consistency: the replicas of the write's regime,
                 // never looked up again: a view published meanwhile may

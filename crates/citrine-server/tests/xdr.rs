@@ -218,3 +218,93 @@ fn a_new_master_resumes_from_the_old_masters_last_ship_times() {
     s2.kill();
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// A source cluster S1 (alone, shipping to D) is joined by S2, which then
+/// masters about half the partitions and fills those holding records
+/// slowly (S1 sends 20 records a second). Updates written during the fill
+/// to every record — half of them in partitions S2 fills — are on D
+/// within 3 s, while S2 still fills (before, the filling half waited for
+/// the fill's end), and each was shipped once: S1's and S2's successes
+/// grow by the updates' count, S2's hot keys kept it from shipping again
+/// what it shipped while filling once it was whole.
+#[test]
+fn writes_during_a_fill_ship_before_it_ends() {
+    let started = Instant::now();
+    let (mut s1, mut s2, mut d) = (Node::new(13), Node::new(14), Node::new(15));
+    d.start_seeds(&[]);
+    let seed = s1.heartbeat_address();
+    s1.start(&seed);
+    link(&s1, "dcd", &d, &[]);
+    let first = common::xdr::records("fill", 200);
+    write_all(&mut s1.connect(), &first);
+    assert!(
+        wait_for_values(&d, &first, Duration::from_secs(10)).is_some(),
+        "the first records on D: {}",
+        xdr_stats(&s1, "dcd")
+    );
+    let throttle = |per_second: u32| {
+        let command =
+            format!("set-config:context=service;migrate-max-records-per-sec={per_second}");
+        assert_eq!(s1.info_value(&command).as_deref(), Some("ok"));
+    };
+    eprintln!("first records on D {:?}", started.elapsed());
+    throttle(20);
+    s2.start(&seed);
+    link(&s2, "dcd", &d, &[]);
+    wait_for_cluster(&[&s1, &s2], 2, Duration::from_secs(20));
+    eprintln!("S1 and S2 a cluster {:?}", started.elapsed());
+    let remaining =
+        |node: &Node| common::statistic(&mut node.connect(), "migrate_rx_partitions_remaining");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while remaining(&s2) == 0 {
+        assert!(Instant::now() < deadline, "S2 fills");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("S2 fills {:?}", started.elapsed());
+    let successes = || {
+        [&s1, &s2]
+            .iter()
+            .map(|node| stat(&xdr_stats(node, "dcd"), "success").unwrap_or(0))
+            .sum::<u64>()
+    };
+    let before = successes();
+    let updates: Vec<(String, String)> = first
+        .iter()
+        .map(|(key, _)| (key.clone(), format!("u-{key}")))
+        .collect();
+    write_all(&mut s1.connect(), &updates);
+    let shipped = wait_for_values(&d, &updates, Duration::from_secs(3));
+    let still_filling = remaining(&s2);
+    assert!(
+        shipped.is_some(),
+        "the updates on D within 3 s: {:?} missing; S1: {}; S2: {}",
+        common::xdr::missing(&d, &updates),
+        xdr_stats(&s1, "dcd"),
+        xdr_stats(&s2, "dcd")
+    );
+    assert!(
+        still_filling > 0,
+        "S2 still filled when they arrived (else the test proves nothing)"
+    );
+    eprintln!("updates on D {shipped:?} after written, {still_filling} partitions still filling");
+    throttle(0);
+    wait_for_stable(&[&s1, &s2], Duration::from_secs(30));
+    eprintln!("fill over {:?}", started.elapsed());
+    // Past a second's role refresh and a rescan from the LST.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (s1_stats, s2_stats) = (xdr_stats(&s1, "dcd"), xdr_stats(&s2, "dcd"));
+    eprintln!("S1: {s1_stats}\nS2: {s2_stats}");
+    assert_eq!(
+        successes() - before,
+        updates.len() as u64,
+        "each update shipped once; S1: {s1_stats}; S2: {s2_stats}"
+    );
+    assert!(
+        stat(&s2_stats, "hot_keys").unwrap_or(0) > 0,
+        "S2 skipped what it shipped while filling: {s2_stats}"
+    );
+    assert!(wait_for_values(&d, &updates, Duration::from_secs(1)).is_some());
+    for mut node in [s1, s2, d] {
+        node.kill();
+    }
+}

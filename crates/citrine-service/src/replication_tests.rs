@@ -758,6 +758,71 @@ impl Fabric for Answering {
     }
 }
 
+/// A replica of a build from before XDR marks: it refuses (4) a copy
+/// whose kind byte has the mark's bit, and takes any other.
+struct BeforeMarks {
+    calls: parking_lot::Mutex<Vec<Vec<u8>>>,
+}
+
+impl Fabric for BeforeMarks {
+    fn call(&self, _: NodeId, _: u8, payload: Vec<u8>, _: Duration) -> FabricFuture {
+        let marked = payload.get(16).is_some_and(|kind| kind & 0x80 != 0);
+        self.calls.lock().push(payload);
+        let code = if marked {
+            ResultCode::Parameter
+        } else {
+            ResultCode::Ok
+        };
+        Box::pin(async move { Ok(vec![code.code()]) })
+    }
+}
+
+/// During a rolling upgrade a write that came by XDR still succeeds on a
+/// master whose replica runs a build that refuses marked copies: the copy
+/// is sent again without the mark and acknowledged.
+#[test]
+fn a_replica_refusing_the_xdr_mark_gets_the_copy_unmarked() {
+    let service = memory_service(1);
+    service.publish_cluster(view_of_two(1, 5));
+    let write = ReplicaWrite {
+        xdr_write: true,
+        ..sample(Some(vec![1, 2, 3]))
+    };
+    assert_eq!(apply_replica_write(&service, &write), ResultCode::Ok);
+    let fabric = std::sync::Arc::new(BeforeMarks {
+        calls: parking_lot::Mutex::new(Vec::new()),
+    });
+    service.set_fabric(fabric.clone());
+    let remote = Remote::Replicate {
+        namespace: "test".into(),
+        partition: write.digest.partition(),
+        targets: vec![NodeId(2)],
+        cluster_key: 5,
+        payload: replica_payload(5, namespace_of(&service), &write),
+        deadline_ms: u64::MAX,
+        regime: None,
+        txn: Vec::new(),
+    };
+    let mut out = Vec::new();
+    transaction::write_result(&mut out, ResultCode::Ok);
+    crate::block_on(service.complete(remote, &mut out));
+    assert_eq!(out[PROTO_HEADER_SIZE + 5], ResultCode::Ok.code());
+    let calls = fabric.calls.lock();
+    assert_eq!(calls.len(), 2, "refused marked, then taken unmarked");
+    let sent = |payload: &Vec<u8>| {
+        let (_, _, copy) = split_replica_payload(payload).expect("a replica payload");
+        ReplicaWrite::decode(copy).expect("a copy")
+    };
+    assert!(sent(&calls[0]).xdr_write);
+    assert_eq!(
+        sent(&calls[1]),
+        ReplicaWrite {
+            xdr_write: false,
+            ..write
+        }
+    );
+}
+
 #[test]
 fn a_write_a_replica_missed_is_sent_again_until_it_is_acknowledged() {
     use std::sync::atomic::Ordering::Relaxed;

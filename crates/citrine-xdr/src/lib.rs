@@ -13,4 +13,4 @@ pub mod lst_push;
 pub mod shipper;
 
 pub use config::{Command, DcConfig, NamespaceSettings, Rewind};
-pub use shipper::{Candidate, Counters, Limits, Outcome, Scan, Ship, Shipper};
+pub use shipper::{Candidate, Counters, Limits, Outcome, Role, Scan, Ship, Shipper};

@@ -19,6 +19,15 @@
 //!   LSTs travel to the other members, which take them for the partitions
 //!   they do not master, so that a new master resumes where the old one
 //!   stood.
+//! - [`Shipper::set_role`]: what this node is to each partition
+//!   ([`Role`]). A master still filling its copy ships what it holds as it
+//!   comes (the writes it accepts during the fill, within the bounded lag)
+//!   but moves only a shadow of the LST, never the LST itself: a record it
+//!   has not received yet may have any older LUT. Once whole it scans
+//!   again from the LST, and the hot keys keep what it shipped during the
+//!   fill from going twice. The acting master (the old master, holding the
+//!   whole copy) ships nothing but keeps reporting its LST, which the
+//!   filling master takes.
 //!
 //! Time enters only as the `now_ms` arguments.
 //!
@@ -73,6 +82,21 @@ impl Default for Limits {
             settle_ms: 20,
         }
     }
+}
+
+/// What this node is to a partition, for shipping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Neither ships nor reports: takes the master's LSTs.
+    Standby,
+    /// The master, whole: ships, moves and reports the LST.
+    Master,
+    /// The master while a migration fills its copy: ships what it holds,
+    /// moves only the shadow LST, takes the acting master's LST.
+    Filling,
+    /// The acting master of a filling master: ships nothing, reports its
+    /// LST (the old master's, the one the filling master resumes from).
+    Acting,
 }
 
 /// One record a scan found in a window.
@@ -146,12 +170,17 @@ struct Window {
     done_prefix: usize,
     in_flight: usize,
     failed: bool,
+    /// Opened while the partition filled: it moves the shadow LST only.
+    filling: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Partition {
     lst: u64,
-    mastered: bool,
+    role: Role,
+    /// While [`Role::Filling`]: how far the fill's windows shipped (0
+    /// otherwise); see [`Shipper::set_role`].
+    shadow: u64,
     /// When to scan next (`u64::MAX`: while its window is open).
     scan_at: u64,
     /// A failed window awaits its rescan.
@@ -199,7 +228,8 @@ impl Shipper {
     pub fn new(settings: NamespaceSettings, limits: Limits, ship_from_ms: u64) -> Shipper {
         let partition = Partition {
             lst: ship_from_ms.saturating_sub(1),
-            mastered: false,
+            role: Role::Standby,
+            shadow: 0,
             scan_at: 0,
             recovering: false,
             rewind_to: u64::MAX,
@@ -267,7 +297,11 @@ impl Shipper {
         let Some(state) = self.partitions.get_mut(usize::from(partition)) else {
             return false;
         };
-        if state.mastered || self.windows.contains_key(&partition) || state.lst == lst {
+        let whole_window = self
+            .windows
+            .get(&partition)
+            .is_some_and(|window| !window.filling);
+        if matches!(state.role, Role::Master | Role::Acting) || whole_window || state.lst == lst {
             return false;
         }
         state.lst = lst;
@@ -275,21 +309,37 @@ impl Shipper {
         true
     }
 
-    /// The LSTs of the partitions this node masters, for the other members
-    /// ([`Shipper::adopt_lst`]).
+    /// The LSTs of the partitions this node masters whole or acts for,
+    /// for the other members ([`Shipper::adopt_lst`]).
     pub fn mastered_lsts(&self) -> Vec<(u16, u64)> {
         self.partitions
             .iter()
             .enumerate()
-            .filter(|(_, state)| state.mastered)
+            .filter(|(_, state)| matches!(state.role, Role::Master | Role::Acting))
             .map(|(index, state)| (index as u16, state.lst))
             .collect()
     }
 
-    /// Whether this node masters `partition` (only masters ship).
+    /// Whether this node masters `partition` whole ([`Role::Master`]) or
+    /// not at all ([`Role::Standby`]).
     pub fn set_mastered(&mut self, partition: u16, mastered: bool) {
+        let role = if mastered {
+            Role::Master
+        } else {
+            Role::Standby
+        };
+        self.set_role(partition, role);
+    }
+
+    /// What this node is to `partition` now. Leaving [`Role::Filling`]
+    /// drops the shadow LST: a master whole at last scans again from the
+    /// LST (what it shipped while filling is de-duplicated by the hot keys).
+    pub fn set_role(&mut self, partition: u16, role: Role) {
         if let Some(state) = self.partitions.get_mut(usize::from(partition)) {
-            state.mastered = mastered;
+            if role != Role::Filling {
+                state.shadow = 0;
+            }
+            state.role = role;
         }
     }
 
@@ -313,7 +363,9 @@ impl Shipper {
                 }
                 state.rewind_to = u64::MAX;
             }
-            if !state.mastered || state.scan_at > now_ms || up_to <= state.lst {
+            let after = state.lst.max(state.shadow);
+            let ships = matches!(state.role, Role::Master | Role::Filling);
+            if !ships || state.scan_at > now_ms || up_to <= after {
                 continue;
             }
             if state.recovering {
@@ -323,7 +375,7 @@ impl Shipper {
             state.scan_at = u64::MAX;
             scans.push(Scan {
                 partition: index as u16,
-                after: state.lst,
+                after,
                 up_to,
             });
             self.next_cursor = (index + 1) % PARTITIONS;
@@ -351,8 +403,9 @@ impl Shipper {
         records.retain(|record| record.lut_ms > scan.after && record.lut_ms <= scan.up_to);
         records.sort_unstable_by_key(|record| record.lut_ms);
         let horizon = cut_window(&mut records, scan.up_to, self.limits.window_limit);
+        let filling = self.partitions[index].role == Role::Filling;
         if records.is_empty() {
-            self.advance(scan.partition, horizon);
+            self.advance(scan.partition, horizon, filling);
             self.partitions[index].scan_at = now_ms + self.limits.idle_rescan_ms;
             return;
         }
@@ -366,6 +419,7 @@ impl Shipper {
                 done_prefix: 0,
                 in_flight: 0,
                 failed: false,
+                filling,
             },
         );
         self.ready.push_back(scan.partition);
@@ -510,8 +564,8 @@ impl Shipper {
             None => (window.horizon, true),
             Some(record) => (record.lut_ms - 1, window.failed && window.in_flight == 0),
         };
-        let failed = window.failed;
-        self.advance(partition, lst);
+        let (failed, filling) = (window.failed, window.filling);
+        self.advance(partition, lst, filling);
         if finished {
             self.windows.remove(&partition);
             self.ready.retain(|ready| *ready != partition);
@@ -527,8 +581,16 @@ impl Shipper {
         }
     }
 
-    fn advance(&mut self, partition: u16, lst: u64) {
+    /// Moves the LST forward to `lst` — only the shadow for a window of a
+    /// filling partition (and not even that once the fill is over).
+    fn advance(&mut self, partition: u16, lst: u64, filling: bool) {
         let state = &mut self.partitions[usize::from(partition)];
+        if filling {
+            if state.role == Role::Filling {
+                state.shadow = state.shadow.max(lst);
+            }
+            return;
+        }
         if lst > state.lst {
             state.lst = lst;
             self.lst_changes.push((partition, lst));
@@ -589,12 +651,13 @@ impl Shipper {
             .count()
     }
 
-    /// How far behind now the oldest mastered partition's LST is, in ms.
+    /// How far behind now the oldest mastered partition's LST is, in ms
+    /// (a filling one's shadow, when past its LST).
     pub fn lag_ms(&self, now_ms: u64) -> u64 {
         self.partitions
             .iter()
-            .filter(|state| state.mastered)
-            .map(|state| now_ms.saturating_sub(state.lst))
+            .filter(|state| matches!(state.role, Role::Master | Role::Filling))
+            .map(|state| now_ms.saturating_sub(state.lst.max(state.shadow)))
             .max()
             .unwrap_or(0)
     }

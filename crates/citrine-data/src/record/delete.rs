@@ -7,7 +7,7 @@
 //! (the deleted copy's next generation and life, and whether the delete
 //! was durable).
 
-use super::store::{is_durable_delete, remove_deleted_by, write_tombstone};
+use super::store::{is_durable_delete, remove_deleted_by, write_delete_tombstone};
 use super::{begin_reply, check_generation, is_live, Now, Request};
 use crate::filter::{self, RecordView};
 use crate::namespace::Namespace;
@@ -54,15 +54,17 @@ pub(crate) fn delete(
         let record = RecordView::stored(namespace, &request.digest.0, &view, meta, size);
         filter::check(expression, &record, now)?;
     }
-    write_tombstone(namespace, &request.digest, &meta, now)?;
     let durable = is_durable_delete(&request.header);
+    let (lut_ms, xdr_write) = (shipped_lut.unwrap_or(now.unix_ms), shipped_lut.is_some());
+    let digest = &request.digest;
+    write_delete_tombstone(namespace, digest, &meta, lut_ms, durable, xdr_write)?;
     remove_deleted_by(
         namespace,
         &mut partition,
-        &request.digest,
-        shipped_lut.unwrap_or(now.unix_ms),
+        digest,
+        lut_ms,
         durable,
-        shipped_lut.is_some(),
+        xdr_write,
     );
     if let Some(lut_ms) = shipped_lut {
         namespace

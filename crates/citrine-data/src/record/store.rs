@@ -39,12 +39,53 @@ pub fn storage_result(error: StorageError) -> ResultCode {
 
 /// Makes the removal of `digest` durable before its entry goes: the device
 /// engine writes a tombstone so no older copy returns after a restart (the
-/// memory engine has nothing to do).
+/// memory engine has nothing to do). The restart puts it back in the index
+/// as a non-durable delete of this moment by a client
+/// ([`crate::device::restore_tombstones`]); [`write_delete_tombstone`]
+/// says more.
 pub fn write_tombstone(
     namespace: &Namespace,
     digest: &Digest,
     meta: &RecordMeta,
     now: Now,
+) -> Result<(), ResultCode> {
+    let kept = crate::device::tombstone_void_time(false, false);
+    store_tombstone(namespace, digest, meta, now.unix_ms, kept)
+}
+
+/// [`write_tombstone`] for a delete whose index tombstone has LUT `lut_ms`
+/// (a shipped delete keeps its source's), is `durable` or not, and came
+/// by XDR or not: all of it comes back at a restart.
+pub fn write_delete_tombstone(
+    namespace: &Namespace,
+    digest: &Digest,
+    meta: &RecordMeta,
+    lut_ms: u64,
+    durable: bool,
+    xdr_write: bool,
+) -> Result<(), ResultCode> {
+    let kept = crate::device::tombstone_void_time(durable, xdr_write);
+    store_tombstone(namespace, digest, meta, lut_ms, kept)
+}
+
+/// [`write_tombstone`] for an eviction: it keeps older copies out after a
+/// restart but leaves no tombstone in the index (an eviction is not a
+/// delete to replicate or ship).
+pub fn write_eviction_tombstone(
+    namespace: &Namespace,
+    digest: &Digest,
+    meta: &RecordMeta,
+    now: Now,
+) -> Result<(), ResultCode> {
+    store_tombstone(namespace, digest, meta, now.unix_ms, 0)
+}
+
+fn store_tombstone(
+    namespace: &Namespace,
+    digest: &Digest,
+    meta: &RecordMeta,
+    lut_ms: u64,
+    void_time: u32,
 ) -> Result<(), ResultCode> {
     if namespace.storage.device().is_none() {
         return Ok(());
@@ -53,8 +94,8 @@ pub fn write_tombstone(
     let store = StoreMeta {
         generation: RecordMeta::next_generation(meta.generation),
         life: meta.life,
-        void_time: 0,
-        last_update_ms: now.unix_ms,
+        void_time,
+        last_update_ms: lut_ms,
         set_name: &set_name,
     };
     namespace

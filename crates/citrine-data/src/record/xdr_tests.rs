@@ -245,3 +245,58 @@ fn the_mark_survives_device_restarts() {
     }
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// A delete's tombstone is in the index again after a fast restart and
+/// after a cold start, as it was before: its LUT (the source's for a
+/// shipped delete), generation, life, durability and XDR mark — so a
+/// delete that came by XDR is not shipped back after a restart, and one
+/// not yet shipped still is. The same for a delete stored as a replica's
+/// copy.
+#[test]
+fn tombstones_keep_their_lut_and_mark_across_device_restarts() {
+    use crate::copy::{capture, store_copy, Admit, ReplicaWrite};
+    let directory = std::env::temp_dir().join(format!("citrine-xdr-tomb-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let image = directory.join("test.index");
+    let tombstone = |namespace: &Namespace| {
+        let partition = namespace.index.partition(DIGEST.partition()).read();
+        partition.tombstone(&DIGEST)
+    };
+    for (xdr, by_replica) in [(true, false), (false, false), (true, true)] {
+        let disk = citrine_storage::device::io::SimDisk::new((1 << 20) + 32 * (64 << 10), 5);
+        let namespace = device_namespace(&disk, &image);
+        if by_replica {
+            let master = super::xdr_tests::namespace();
+            assert_eq!(run(&master, false, false, 0, "v"), 0);
+            assert_eq!(run(&namespace, false, false, 0, "v"), 0);
+            assert_eq!(run(&master, xdr, true, NOW_MS + 2000, ""), 0);
+            let sent = capture(&master, &DIGEST, Now::from_unix_ms(NOW_MS)).encode();
+            let received = ReplicaWrite::decode(&sent).unwrap();
+            store_copy(
+                &namespace,
+                &received,
+                Now::from_unix_ms(NOW_MS),
+                0,
+                Admit::Always,
+            )
+            .unwrap();
+        } else {
+            assert_eq!(run(&namespace, false, false, 0, "v"), 0);
+            assert_eq!(run(&namespace, xdr, true, NOW_MS + 2000, ""), 0);
+        }
+        let before = tombstone(&namespace);
+        assert_eq!(before.map(|t| t.xdr_write), Some(xdr));
+        crate::device::shutdown(&namespace, &ManualClock::new(NOW_MS)).unwrap();
+        drop(namespace);
+        for restart in ["fast", "cold"] {
+            let namespace = device_namespace(&disk, &image);
+            assert_eq!(
+                tombstone(&namespace),
+                before,
+                "{restart} restart, xdr {xdr}, by replica {by_replica}"
+            );
+            crate::device::flush_tick(&namespace);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&directory);
+}

@@ -19,19 +19,28 @@
 //! members the LSTs of the partitions it masters (`run`), and a node takes
 //! them for the partitions it does not master, so a new master — after a
 //! node's death or a migration — resumes where the old one stood (its own
-//! LST only for a partition no master reported to it). A master ships a
-//! partition only once its copy is whole (not while a migration fills it).
+//! LST only for a partition no master reported to it). While a migration
+//! fills a master's copy, it ships the records it holds as they come (the
+//! writes it accepts) but moves only a shadow of the LST; whole at last, it
+//! scans again from the LST, its hot keys keeping what it shipped from
+//! going twice. Its acting master (the old master) ships nothing and
+//! reports its LST, which the filling master takes
+//! (`citrine_xdr::Role`).
 //!
 //! The mark of a record that arrived by XDR (`xdr_write`, which keeps it
 //! from being shipped back) travels with replica writes, migrations and
-//! duplicate resolution, and a record's survives device restarts.
+//! duplicate resolution, and device restarts (a record's and a delete
+//! tombstone's, with the tombstone's LUT: `citrine_data::device`).
 //!
-//! Not yet: acting masters during migrations do not ship (the lag grows
-//! until the fill ends); the tombstone of a delete that came by XDR loses
-//! its mark at a device restart (it ships once back to its origin, which
-//! answers 28: no loop);
-//! an idle partition is rescanned every 200 ms per DC and namespace, a
-//! walk of its whole index.
+//! Not yet: an idle partition is rescanned every 200 ms per DC and namespace, a
+//! walk of its whole index. Bin convergence: the reference keeps, with
+//! `conflict-resolve-writes` on the receiving namespace, a LUT (6 bytes)
+//! and a source id (1 byte, the sender's `src-id`) per bin, and keeps
+//! deleted bins as "cemetery" bins; a sender with `ship-bin-luts` puts
+//! each bin's LUT after its name (op flag bit 0, which `citrine_wire`
+//! already decodes into `Op::lut`), and `bin-policy only-changed` ships
+//! the bins changed since the LST as an update. It needs per-bin metadata
+//! in the stored body (replication, migrations, device): not started.
 //!
 //! The filter expressions (`xdr-set-filter`) are the cluster's, kept and
 //! shared as system metadata ([`filters`]); a lane takes its DC and

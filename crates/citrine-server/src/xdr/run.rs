@@ -21,11 +21,12 @@ use citrine_client::{
 };
 use citrine_data::copy::ReplicaWrite;
 use citrine_data::filter::Expression;
+use citrine_service::migration::MasterClaim;
 use citrine_service::replication::call_kind;
 use citrine_service::Service;
 use citrine_types::{Digest, PartitionId, PARTITIONS};
 use citrine_xdr::lst_push::LstPush;
-use citrine_xdr::{Candidate, NamespaceSettings, Outcome, Scan, Ship};
+use citrine_xdr::{Candidate, NamespaceSettings, Outcome, Role, Scan, Ship};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -81,12 +82,17 @@ async fn run(xdr: Arc<Xdr>, stopping: Arc<AtomicBool>) {
     let (events, mut incoming) = unbounded_channel::<Event>();
     let mut slots: HashMap<String, Slot> = HashMap::new();
     let mut last_save = Instant::now();
-    let mut last_masters = None::<Instant>;
+    let (mut last_masters, mut last_view) = (None::<Instant>, None::<u64>);
     while !stopping.load(Ordering::Relaxed) {
         let started = Instant::now();
-        let refresh_masters = last_masters.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+        // Every second, and at once when the view changed: a node no
+        // longer master must stop shipping before its copy takes the new
+        // master's writes (it would ship them too).
+        let view = xdr.service().cluster().cluster_key;
+        let refresh_masters = last_view != Some(view)
+            || last_masters.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
         if refresh_masters {
-            last_masters = Some(started);
+            (last_masters, last_view) = (Some(started), Some(view));
         }
         {
             let mut state = xdr.lock();
@@ -254,21 +260,34 @@ fn client_of(
     None
 }
 
-/// Marks the partitions this node masters and holds whole (a master a
-/// migration still fills waits: a record it has not received yet has an
-/// older LUT than what its scan would pass over).
+/// Sets what this node is to each partition for shipping: master (whole),
+/// master still filling (ships what it holds, LST untouched), acting
+/// master of a filling master (reports its LST), or neither.
 fn set_masters(service: &Service, namespace: &str, lane: &mut Lane) {
     let cluster = service.cluster();
     let map = cluster.namespace(namespace);
     let orphan = service.is_orphan();
     let migrations = service.migrations();
     for index in 0..PARTITIONS as u16 {
-        let mastered = !orphan
-            && PartitionId::new(index).is_some_and(|partition| {
-                map.and_then(|map| map.map.master(partition)) == Some(service.node_id)
-                    && migrations.serves_whole(namespace, partition)
-            });
-        lane.shipper.set_mastered(index, mastered);
+        let role = match PartitionId::new(index) {
+            Some(partition) if !orphan => {
+                let master = map.and_then(|map| map.map.master(partition));
+                if master == Some(service.node_id) {
+                    if migrations.serves_whole(namespace, partition) {
+                        Role::Master
+                    } else {
+                        Role::Filling
+                    }
+                } else {
+                    match migrations.master_claim(namespace, partition, service.node_id) {
+                        MasterClaim::Acting | MasterClaim::Releasing => Role::Acting,
+                        MasterClaim::Ordinary | MasterClaim::Ceded => Role::Standby,
+                    }
+                }
+            }
+            _ => Role::Standby,
+        };
+        lane.shipper.set_role(index, role);
     }
 }
 

@@ -193,6 +193,19 @@ struct BlockMap {
     pending_free: Vec<u32>,
 }
 
+/// A delete tombstone read back from its device ([`DeviceEngine::held_tombstones`]):
+/// its header's metadata, as the delete wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldTombstone {
+    pub digest: Digest,
+    pub generation: u16,
+    pub life: u16,
+    /// What the writer put there (the engine never reads it).
+    pub void_time: u32,
+    pub last_update_ms: u64,
+    pub set_name: Vec<u8>,
+}
+
 /// A tombstone: a delete record, or an expired record kept as its own tombstone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tomb {
@@ -1211,34 +1224,42 @@ impl DeviceEngine {
     /// Reads the bytes of a record at `address` (from a buffer, the
     /// post-write queue or the device) and returns its body, checked.
     fn read_address(&self, address: DeviceAddress) -> Result<Vec<u8>, StorageError> {
+        let bytes = self.read_raw(address, usize::MAX)?;
+        let record = format::decode_record(&bytes, None).map_err(|error| {
+            self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                address = address.0,
+                ?error,
+                "record failed its checksum on read"
+            );
+            StorageError::Corrupt(format!("{error:?}"))
+        })?;
+        self.record_body(&record).map_err(|error| {
+            self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(address = address.0, %error, "record body does not decompress");
+            StorageError::Corrupt(error)
+        })
+    }
+
+    /// The bytes of the record at `address` (at most its first `limit`),
+    /// from its write buffer, the post-write queue or the device.
+    fn read_raw(&self, address: DeviceAddress, limit: usize) -> Result<Vec<u8>, StorageError> {
         let (block, offset) = self.locate(address).ok_or_else(|| {
             StorageError::Corrupt(format!("address {:#x} outside the devices", address.0))
         })?;
         let device = &self.devices[address.device()];
-        let length = address.bytes() as usize;
-        let decode = |bytes: &[u8]| -> Result<Vec<u8>, StorageError> {
-            let record = format::decode_record(bytes, None).map_err(|error| {
-                self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(device = %device.path, block, offset, ?error, "record failed its checksum on read");
-                StorageError::Corrupt(format!("{error:?}"))
-            })?;
-            self.record_body(&record).map_err(|error| {
-                self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(device = %device.path, block, offset, %error, "record body does not decompress");
-                StorageError::Corrupt(error)
-            })
-        };
-        for (buffer, _) in [(&device.client, 0), (&device.defrag, 1)] {
+        let length = (address.bytes() as usize).min(limit);
+        for buffer in [&device.client, &device.defrag] {
             let buffer = buffer.lock();
             if buffer.block == Some(block) {
                 self.stats.reads_from_buffer.fetch_add(1, Ordering::Relaxed);
-                return decode(&buffer.data.as_slice()[offset..offset + length]);
+                return Ok(buffer.data.as_slice()[offset..offset + length].to_vec());
             }
         }
         let cached = device.pwq.lock().blocks.get(&block).cloned();
         if let Some(data) = cached {
             self.stats.reads_from_pwq.fetch_add(1, Ordering::Relaxed);
-            return decode(&data.as_slice()[offset..offset + length]);
+            return Ok(data.as_slice()[offset..offset + length].to_vec());
         }
         self.stats.reads_from_device.fetch_add(1, Ordering::Relaxed);
         let started = self.benchmarks.start();
@@ -1249,7 +1270,52 @@ impl DeviceEngine {
         self.benchmarks
             .device_io(started, device.index, crate::bench::IoKind::Read);
         self.benchmarks.record_size(false, length);
-        decode(&bytes)
+        Ok(bytes)
+    }
+
+    /// The delete tombstones the engine holds (not the expired copies it
+    /// keeps as theirs), each read back from its device (an expired copy
+    /// only as far as its header and set name): what a restart gives the
+    /// index back. One that cannot be read is left out with a log line.
+    pub fn held_tombstones(&self) -> Vec<HeldTombstone> {
+        let mut held = Vec::new();
+        for device in &self.devices {
+            let tombs: Vec<(Digest, DeviceAddress)> = device
+                .tombs
+                .lock()
+                .iter()
+                .map(|(digest, tomb)| (*digest, tomb.address))
+                .collect();
+            for (digest, address) in tombs {
+                let prefix = format::RECORD_HEADER_BYTES + format::SET_NAME_MAX;
+                let read = self.read_raw(address, prefix).and_then(|bytes| {
+                    let corrupt = |error| StorageError::Corrupt(format!("{error:?}"));
+                    let header = format::decode_record_header(&bytes, None).map_err(corrupt)?;
+                    if !header.is_tombstone() {
+                        return Ok((header, Vec::new()));
+                    }
+                    // A tombstone has no body: all of it is in the prefix.
+                    format::decode_record(&bytes, None)
+                        .map(|record| (record.header, record.set.to_vec()))
+                        .map_err(corrupt)
+                });
+                match read {
+                    Ok((header, set_name)) if header.is_tombstone() => held.push(HeldTombstone {
+                        digest,
+                        generation: header.generation,
+                        life: header.life,
+                        void_time: header.void_time,
+                        last_update_ms: header.last_update_ms,
+                        set_name,
+                    }),
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(device = %device.path, "a tombstone cannot be read back: {error}")
+                    }
+                }
+            }
+        }
+        held
     }
 
     // ------------------------------------------------------------ background work

@@ -314,3 +314,84 @@ fn a_non_master_takes_its_masters_lsts_and_resumes_from_them() {
     );
     assert_eq!(shipper.lst(7), 600);
 }
+
+/// A master filling its copy ships the writes it holds without moving
+/// the LST (a record a migration has not brought yet may be older); its
+/// lag follows what it shipped. Whole at last, it scans again from the
+/// LST: what it shipped while filling is not shipped again, and what the
+/// migration brought meanwhile (older than the fill's shadow) is.
+#[test]
+fn a_filling_master_ships_without_moving_the_lst_and_resumes_whole() {
+    let mut shipper = Shipper::new(NamespaceSettings::default(), Limits::default(), 1000);
+    shipper.set_role(7, Role::Filling);
+    assert_eq!(
+        shipper.mastered_lsts(),
+        vec![],
+        "a filling master reports nothing"
+    );
+    let scan = shipper.scans_due(5000)[0];
+    assert_eq!(scan.after, 999);
+    let written = candidates(&[4000, 4100]);
+    shipper.offer(scan, written.clone(), 5000);
+    let ships = shipper.poll(5000);
+    assert_eq!(ships.len(), 2, "the fill's writes ship at once");
+    for (ship, record) in ships.iter().zip(&written) {
+        shipper.ack(
+            ship.id,
+            Outcome::Shipped {
+                lut_ms: record.lut_ms,
+            },
+            5001,
+        );
+    }
+    assert_eq!(shipper.lst(7), 999, "the LST stays while filling");
+    assert!(shipper.take_lst_changes().is_empty());
+    let horizon = 5000 - Limits::default().settle_ms;
+    assert_eq!(
+        shipper.lag_ms(5001),
+        5001 - horizon,
+        "the lag follows the shadow"
+    );
+    // The acting master reports 1500; a filling master takes it.
+    assert!(shipper.adopt_lst(7, 1500));
+    // The next fill scan goes on from the shadow.
+    assert_eq!(shipper.scans_due(5100)[0].after, horizon);
+    shipper.offer(
+        Scan {
+            partition: 7,
+            after: horizon,
+            up_to: 5080,
+        },
+        vec![],
+        5100,
+    );
+    // Whole: from the LST again; a record the migration brought (LUT 2000)
+    // ships, the fill's two do not ship again.
+    shipper.set_role(7, Role::Master);
+    let scan = shipper.scans_due(6000)[0];
+    assert_eq!(scan.after, 1500);
+    let mut found = written.clone();
+    found.push(Candidate {
+        digest: digest(9, 7),
+        lut_ms: 2000,
+    });
+    shipper.offer(scan, found, 6000);
+    let ships = shipper.poll(6000);
+    assert_eq!(ships.len(), 1, "only the migrated record: {ships:?}");
+    assert_eq!(ships[0].digest, digest(9, 7));
+    assert_eq!(shipper.counters().hot_keys, 2);
+    shipper.ack(ships[0].id, Outcome::Shipped { lut_ms: 2000 }, 6001);
+    assert_eq!(shipper.lst(7), 6000 - Limits::default().settle_ms);
+    assert_eq!(shipper.counters().success, 3, "three records, three ships");
+}
+
+/// The acting master ships nothing but reports its LST; a filling
+/// master's window does not keep it from taking one.
+#[test]
+fn the_acting_master_reports_its_lst_and_ships_nothing() {
+    let mut shipper = Shipper::new(NamespaceSettings::default(), Limits::default(), 1000);
+    shipper.set_role(7, Role::Acting);
+    assert!(shipper.scans_due(5000).is_empty());
+    assert_eq!(shipper.mastered_lsts(), vec![(7, 999)]);
+    assert!(!shipper.adopt_lst(7, 400), "its own LST is its own");
+}
