@@ -325,7 +325,7 @@ fn set_migration_limits(service: &Service, cluster: &config::ClusterSettings) {
 /// Clean shutdown: no transaction runs any more; close device namespaces
 /// to writes, write every buffer out and save their indexes for a fast
 /// restart. Only when all of that succeeded is the work directory marked
-/// clean for strong consistency (`auto-revive` keeps the copies then).
+/// clean for strong consistency (the next start keeps the copies then).
 fn shut_down_storage(service: &Service) {
     let mut clean = true;
     for namespace in service.namespaces() {

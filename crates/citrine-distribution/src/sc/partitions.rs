@@ -29,12 +29,14 @@
 //! its copies ([`ScVersion::wiped`], its regime kept); one on devices
 //! without `commit-to-device` may have lost its last writes
 //! ([`ScVersion::evaded`]); with `commit-to-device` the versions stand.
-//! So do they under `auto-revive` when the last shutdown was clean: every
-//! device namespace closed to writes, flushed and synced, the versions
-//! saved, then [`CLEAN_SHUTDOWN_FILE`] written; a start removes the mark
-//! before anything else, so a crash later is never taken for clean. (The
-//! reference's `auto-revive` also revives after crashes, accepting the
-//! loss of unflushed writes; here that stays the operator's `revive:`.)
+//! So do they when the last shutdown was clean (as the reference, which
+//! loses writes only to unclean shutdowns): every device namespace closed
+//! to writes, flushed and synced, the versions saved, then
+//! [`CLEAN_SHUTDOWN_FILE`] written; a start removes the mark before
+//! anything else, so a crash later is never taken for clean. After an
+//! unclean shutdown `auto-revive` keeps them too, accepting the loss of
+//! the last unflushed writes, as an operator's `revive:` would (counted
+//! in `auto_revived_partitions`).
 //!
 //! Invariants: the decision is a pure function of the roster, the
 //! replication factor, the cluster key and the members' sections (their
@@ -607,10 +609,15 @@ impl Distribution {
                 StorageEngineConfig::Memory { .. } => (true, false),
                 StorageEngineConfig::Device { engine, .. } => (false, engine.commit_to_device),
             };
-            let revive = !memory && !committed && clean && namespace.config.sc.auto_revive;
-            state.auto_revived = restart_versions(&mut state.versions, memory, committed || revive);
+            // A clean shutdown flushed and synced every acknowledged write:
+            // its copies stand as with commit-to-device. After a crash
+            // `auto-revive` keeps them too, accepting that the last
+            // unflushed writes may be gone (what `revive:` accepts).
+            let revive = !memory && !committed && !clean && namespace.config.sc.auto_revive;
+            let whole = committed || (!memory && clean) || revive;
+            state.auto_revived = restart_versions(&mut state.versions, memory, whole);
             if revive {
-                tracing::info!(namespace = %name, "{} partitions auto-revived (clean shutdown)", state.auto_revived);
+                tracing::warn!(namespace = %name, "{} partitions auto-revived after an unclean shutdown: writes not yet flushed may be lost", state.auto_revived);
             } else {
                 state.auto_revived = 0;
             }
@@ -621,8 +628,7 @@ impl Distribution {
 
     /// Clean shutdown, after every device namespace was closed to writes,
     /// flushed and synced: saves the versions and marks the work directory
-    /// so that the next start keeps the copies of `auto-revive`
-    /// namespaces. The lock is held to the end: no version changes between
+    /// so that the next start keeps the device namespaces' copies. The lock is held to the end: no version changes between
     /// the save and the mark.
     pub fn mark_clean_shutdown(&self) -> Result<(), String> {
         let Some(path) = self.sc_partitions.file.get() else {
@@ -635,7 +641,7 @@ impl Distribution {
     }
 
     /// The `auto_revived_partitions` statistic: copies of `namespace` this
-    /// start kept because the last shutdown was clean.
+    /// start kept by `auto-revive` after an unclean shutdown.
     pub fn sc_auto_revived(&self, namespace: &str) -> u32 {
         self.sc_partitions
             .namespaces

@@ -500,62 +500,60 @@ fn value_of(service: &Service, key: &str) -> (u8, Vec<u8>) {
     (reply.header.result_code, value)
 }
 
-/// `auto-revive`: after a clean shutdown (storage closed to writes,
-/// flushed, synced, then the work directory marked) a whole-roster restart
-/// keeps every copy: no partition is dead and the write reads back. A
-/// crash after that (the mark was taken at start) leaves every partition
-/// dead until `revive:`, as without `auto-revive` a clean restart does.
+/// After a clean shutdown (storage closed to writes, flushed, synced,
+/// then the work directory marked) a whole-roster restart keeps every
+/// copy: no partition is dead and the write reads back, `auto-revive` or
+/// not. A crash after that (the mark was taken at start) leaves every
+/// partition dead until `revive:`, unless `auto-revive` keeps the copies
+/// (counted in `auto_revived_partitions`).
 #[test]
-fn auto_revive_keeps_the_copies_of_a_clean_shutdown_and_only_those() {
+fn a_clean_shutdown_keeps_the_copies_and_auto_revive_keeps_a_crashs() {
     use citrine_storage::device::io::{PowerCut, SimDisk};
     let directory =
         std::env::temp_dir().join(format!("citrine-sc-auto-revive-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&directory);
-    std::fs::create_dir_all(&directory).unwrap();
-    let disk = SimDisk::new((1 << 20) + 16 * (64 << 10), 11);
-    let service = start_on(&disk, &directory, true, 0x71);
-    let me = service.node_id;
-    ask(&service, &format!("roster-set:namespace=test;nodes={me}"));
-    ask(&service, "recluster:");
-    publish_alone(&service, 0x72);
-    let write = |service: &Service, key: &str, value: i64| {
-        let ops = Ops::new().int(op_type::WRITE, "a", value);
-        send(service, &put(key, ops)).header.result_code
-    };
-    assert_eq!(write(&service, "k", 7), 0);
-    shut_down_cleanly(&service);
-    assert_ne!(write(&service, "late", 8), 0, "closed storage refuses");
-    drop(service);
+    for (seed, auto_revive) in [(11, false), (12, true)] {
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        let disk = SimDisk::new((1 << 20) + 16 * (64 << 10), seed);
+        let service = start_on(&disk, &directory, auto_revive, 0x71);
+        let me = service.node_id;
+        ask(&service, &format!("roster-set:namespace=test;nodes={me}"));
+        ask(&service, "recluster:");
+        publish_alone(&service, 0x72);
+        let write = |service: &Service, key: &str, value: i64| {
+            let ops = Ops::new().int(op_type::WRITE, "a", value);
+            send(service, &put(key, ops)).header.result_code
+        };
+        assert_eq!(write(&service, "k", 7), 0);
+        shut_down_cleanly(&service);
+        assert_ne!(write(&service, "late", 8), 0, "closed storage refuses");
+        drop(service);
 
-    let revived = start_on(&disk, &directory, true, 0x73);
-    assert_eq!(stat(&revived, "dead_partitions"), "0");
-    assert_eq!(stat(&revived, "unavailable_partitions"), "0");
-    assert_eq!(stat(&revived, "auto_revived_partitions"), "4096");
-    assert_eq!(value_of(&revived, "k"), (0, 7i64.to_be_bytes().to_vec()));
-    assert_eq!(value_of(&revived, "late").0, 2, "never acknowledged");
-    assert_eq!(write(&revived, "k", 9), 0);
-    drop(revived);
+        let restarted = start_on(&disk, &directory, auto_revive, 0x73);
+        assert_eq!(stat(&restarted, "dead_partitions"), "0");
+        assert_eq!(stat(&restarted, "unavailable_partitions"), "0");
+        assert_eq!(stat(&restarted, "auto_revived_partitions"), "0");
+        assert_eq!(value_of(&restarted, "k"), (0, 7i64.to_be_bytes().to_vec()));
+        assert_eq!(value_of(&restarted, "late").0, 2, "never acknowledged");
+        drop(restarted);
 
-    let crashed = start_on(
-        &disk.power_cut(PowerCut::LoseUnsynced),
-        &directory,
-        true,
-        0x74,
-    );
-    assert_eq!(stat(&crashed, "dead_partitions"), "4096");
-    assert_eq!(stat(&crashed, "auto_revived_partitions"), "0");
-    let _ = std::fs::remove_dir_all(&directory);
-
-    // Without `auto-revive` a clean shutdown is not trusted.
-    std::fs::create_dir_all(&directory).unwrap();
-    let disk = SimDisk::new((1 << 20) + 16 * (64 << 10), 12);
-    let service = start_on(&disk, &directory, false, 0x81);
-    ask(&service, &format!("roster-set:namespace=test;nodes={me}"));
-    ask(&service, "recluster:");
-    publish_alone(&service, 0x82);
-    shut_down_cleanly(&service);
-    drop(service);
-    let restarted = start_on(&disk, &directory, false, 0x83);
-    assert_eq!(stat(&restarted, "dead_partitions"), "4096");
+        let crashed = start_on(
+            &disk.power_cut(PowerCut::LoseUnsynced),
+            &directory,
+            auto_revive,
+            0x74,
+        );
+        let (dead, revived) = if auto_revive {
+            ("0", "4096")
+        } else {
+            ("4096", "0")
+        };
+        assert_eq!(
+            stat(&crashed, "dead_partitions"),
+            dead,
+            "auto-revive {auto_revive}"
+        );
+        assert_eq!(stat(&crashed, "auto_revived_partitions"), revived);
+    }
     let _ = std::fs::remove_dir_all(&directory);
 }
