@@ -25,8 +25,9 @@
 //! partition's verdict and this node's next version. The versions are saved
 //! before the map is published.
 //!
-//! Restarts: the file brings the versions back. A namespace in memory lost
-//! its copies ([`ScVersion::wiped`], its regime kept); one on devices
+//! Restarts: the file brings the versions back. A namespace in memory, or
+//! on a drive that came up blank (replaced under a kept work directory),
+//! lost its copies ([`ScVersion::wiped`], its regime kept); one on devices
 //! without `commit-to-device` may have lost its last writes
 //! ([`ScVersion::evaded`]); with `commit-to-device` the versions stand.
 //!
@@ -518,8 +519,8 @@ fn parse_line(line: &str) -> Option<(String, NamespaceSc)> {
 }
 
 /// A version as a restart finds it: `memory` when the namespace keeps its
-/// records in memory (its copy is gone; what the node knew is in the
-/// file), else `committed` when every write reached the device before it
+/// records in memory or its drive came up blank (its copy is gone; what
+/// the node knew is in the file), else `committed` when every write reached the device before it
 /// was acknowledged (the copy stands); otherwise the copy may have lost
 /// its last writes and is not trusted.
 fn after_restart(version: ScVersion, memory: bool, committed: bool) -> ScVersion {
@@ -561,8 +562,14 @@ impl Distribution {
                 StorageEngineConfig::Memory { .. } => (true, false),
                 StorageEngineConfig::Device { engine, .. } => (false, engine.commit_to_device),
             };
+            // A drive replaced (blank, formatted by this start) under a
+            // kept work directory lost its copies as memory does.
+            let blank = namespace
+                .storage
+                .device()
+                .is_some_and(|device| device.formatted_at_open());
             for version in &mut state.versions {
-                *version = after_restart(*version, memory, committed);
+                *version = after_restart(*version, memory || blank, committed);
             }
             namespaces.insert(name, state);
         }
