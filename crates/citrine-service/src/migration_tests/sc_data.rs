@@ -144,6 +144,51 @@ fn an_unreplicated_write_is_in_doubt_and_not_read_until_replicated() {
     assert_eq!(master.dist().sc_unreplicated.count(), 0);
 }
 
+/// A durable delete of `digest` (`test`/`demo`).
+fn delete_frame(digest: &Digest) -> Vec<u8> {
+    let header = MsgHeader {
+        info2: info2::WRITE | info2::DELETE | info2::DURABLE_DELETE,
+        transaction_ttl: 2_000,
+        ..MsgHeader::default()
+    };
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"demo")
+        .field(field_type::DIGEST, &digest.0);
+    writer.finish();
+    out
+}
+
+/// A delete whose replica write failed (9) leaves the master's tombstone
+/// unreplicated; the next delete of the key changes nothing there. It must
+/// not answer 2 before the replica holds the tombstone too: before, it
+/// did at once, and the replica's record outlived the master (the SC
+/// simulator's seeds 67 and 399).
+#[test]
+fn a_delete_of_an_unreplicated_delete_waits_for_its_replication() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let digest = key_with_replicas(&world.node(1), [1, 2]);
+    let master = world.node(1);
+    assert_eq!(result_of(&master, &frame(&digest, Some(b"a"), 0)), 0);
+    cut_between(&world, 1, 2);
+    let delete = delete_frame(&digest);
+    assert_eq!(result_of(&master, &delete), ResultCode::Timeout.code());
+    assert_eq!(
+        result_of(&master, &delete),
+        ResultCode::Timeout.code(),
+        "answered while the replica still holds the record"
+    );
+    world.cut.lock().clear();
+    assert_eq!(result_of(&master, &delete), ResultCode::NotFound.code());
+    assert_eq!(generation(&world.node(2), &digest), None);
+    assert_eq!(master.dist().sc_unreplicated.count(), 0);
+}
+
 #[test]
 fn a_linearize_read_needs_every_replica_in_the_regime() {
     let ids = [1u64, 2, 3];
