@@ -635,9 +635,16 @@ pub fn route(
         }
     }
     let touch_before = (request.read && request.read_touch).then(|| version_of(namespace, digest));
-    let confirm = if !sc || !request.read {
+    let confirm = if !sc {
         Confirm::Nothing
-    } else if resolved || dist.sc_unreplicated.contains(name, digest) {
+    } else if dist.sc_unreplicated.contains(name, digest) {
+        // Reads and writes alike: a write that changes nothing (a delete
+        // of what an unreplicated delete removed: 2) must not answer
+        // before that state reached the replicas.
+        Confirm::Replicated
+    } else if !request.read {
+        Confirm::Nothing
+    } else if resolved {
         Confirm::Replicated
     } else if request.read_mode == ReadMode::Linearize {
         Confirm::Regime

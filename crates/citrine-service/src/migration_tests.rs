@@ -1440,6 +1440,13 @@ fn a_pulled_answer_naming_another_record_is_refused() {
 /// A world of services whose namespace `test` is strong-consistency, with
 /// the roster `ids` in force on each.
 fn sc_world(ids: &[u64]) -> World {
+    sc_world_with_clock(ids, || {
+        Arc::new(crate::ManualClock::new(1_700_000_000_000)) as Arc<dyn crate::Clock>
+    })
+}
+
+/// [`sc_world`] whose nodes read the clocks `clock` makes.
+fn sc_world_with_clock(ids: &[u64], clock: impl Fn() -> Arc<dyn crate::Clock>) -> World {
     let world = World {
         nodes: Arc::new(Mutex::new(Vec::new())),
         cut: Arc::new(Mutex::new(HashSet::new())),
@@ -1462,7 +1469,7 @@ fn sc_world(ids: &[u64]) -> World {
         config.sc.serve_data = true;
         let node = Arc::new(Service::new(
             crate::config::ServiceConfig::local(*id, vec![config]),
-            Arc::new(crate::ManualClock::new(1_700_000_000_000)),
+            clock(),
         ));
         node.set_fabric(world.fabric(*id));
         node.dist().stage_roster("test", roster.clone()).unwrap();

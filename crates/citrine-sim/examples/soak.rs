@@ -8,7 +8,8 @@
 //! cargo run --release -p citrine-sim --example soak -- --data --early-restart --seed 7 -v
 //! cargo run --release -p citrine-sim --example soak -- --data --device --seeds 0..300
 //! cargo run --release -p citrine-sim --example soak -- --data --device-faults --seeds 0..300
-//! cargo run --release -p citrine-sim --example soak -- --data --sc --device --seeds 0..300
+//! cargo run --release -p citrine-sim --example soak -- --data --sc --seeds 0..300
+//! cargo run --release -p citrine-sim --example soak -- --data --short --seeds 0..1000
 //! ```
 //!
 //! `--data` runs the data-mode simulator (real services and clients under
@@ -21,7 +22,11 @@
 //! (`DataConfig::device`); `--device-faults` implies it and lets one node's
 //! disk fail its syncs (`DataConfig::device_faults`); `--sc` makes the
 //! namespace strong-consistency, with crashes of any number of nodes,
-//! network partitions and linearizable reads checked (`DataConfig::sc`).
+//! network partitions and linearizable reads checked (`DataConfig::sc`);
+//! `--short` implies it with two events and two clients a run
+//! (`DataConfig::sc_short`, as the CI test); `--no-clock-jumps` leaves
+//! out the SC runs' wall-clock steps (`DataConfig::clock_jumps`: the
+//! seeds of runs before they were added replay as they were).
 //!
 //! To see why a data-mode seed failed, replay it with `-v` and these in
 //! the environment (their notes join the recent events):
@@ -38,7 +43,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use citrine_sim::{run_data_seed, run_seed, DataConfig, SimConfig};
+use citrine_sim::{run_data_seed, run_seed, DataConfig, DataReport, SimConfig};
 
 struct Args {
     start: u64,
@@ -53,6 +58,8 @@ struct Args {
     device: bool,
     device_faults: bool,
     sc: bool,
+    short: bool,
+    no_clock_jumps: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -69,6 +76,8 @@ fn parse() -> Result<Args, String> {
         device: false,
         device_faults: false,
         sc: false,
+        short: false,
+        no_clock_jumps: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -98,15 +107,58 @@ fn parse() -> Result<Args, String> {
             }
             "--no-pmap" => args.no_pmap = true,
             "--sc" => args.sc = true,
+            "--no-clock-jumps" => args.no_clock_jumps = true,
+            "--short" => {
+                args.sc = true;
+                args.short = true;
+            }
             "-v" | "--verbose" => args.verbose = true,
             "-h" | "--help" => {
-                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [--data [--early-restart] [--vanish] [--device] [--device-faults] [--sc]] [-v]"
+                return Err("usage: soak [--seeds START..[END] | --seed S] [--quick] [--no-pmap] [--trace] [--data [--early-restart] [--vanish] [--device] [--device-faults] [--sc] [--short] [--no-clock-jumps]] [-v]"
                     .to_string())
             }
             other => return Err(format!("unknown argument {other}")),
         }
     }
     Ok(args)
+}
+
+/// Sums of the passing data-mode seeds' reports.
+#[derive(Default)]
+struct Totals {
+    acked: u64,
+    in_doubt: u64,
+    refused: u64,
+    reads_checked: u64,
+    unavailable_at_end: u64,
+    seeds_with_unavailable: u64,
+}
+
+impl Totals {
+    fn add(&mut self, r: &DataReport) {
+        self.acked += r.acked;
+        self.in_doubt += r.in_doubt;
+        self.refused += r.refused;
+        self.reads_checked += r.reads_checked;
+        self.unavailable_at_end += r.unavailable_at_end as u64;
+        self.seeds_with_unavailable += u64::from(r.unavailable_at_end > 0);
+    }
+}
+
+impl std::fmt::Display for Totals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "passing seeds: {} ops acknowledged, {} in doubt, {} refused, {} reads checked, \
+             {} keys unavailable at the end (in {} seeds)",
+            self.acked,
+            self.in_doubt,
+            self.refused,
+            self.reads_checked,
+            self.unavailable_at_end,
+            self.seeds_with_unavailable
+        )
+    }
 }
 
 fn main() -> ExitCode {
@@ -131,13 +183,16 @@ fn main() -> ExitCode {
     let mut runs = 0u64;
     let mut max_conv = 0u64;
     let mut max_dep = 0u64;
+    let mut totals = Totals::default();
     let mut seed = args.start;
     loop {
         if args.end.is_some_and(|e| seed >= e) {
             break;
         }
         if args.data {
-            let mut data_cfg = if args.sc {
+            let mut data_cfg = if args.short {
+                DataConfig::sc_short()
+            } else if args.sc {
                 DataConfig::sc()
             } else {
                 DataConfig::quick()
@@ -146,8 +201,17 @@ fn main() -> ExitCode {
             data_cfg.messages_vanish = args.vanish;
             data_cfg.device |= args.device;
             data_cfg.device_faults = args.device_faults;
+            data_cfg.clock_jumps &= !args.no_clock_jumps;
             match run_data_seed(seed, &data_cfg) {
                 Ok(r) => {
+                    totals.add(&r);
+                    if r.unavailable_at_end > 0 {
+                        println!(
+                            "seed {seed}: {} keys unavailable at the end (commit-to-device \
+                             {}), events {:?}",
+                            r.unavailable_at_end, r.commit_to_device, r.events
+                        );
+                    }
                     if args.verbose {
                         println!("{r:?}");
                     }
@@ -188,6 +252,9 @@ fn main() -> ExitCode {
          {max_dep} ms, {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    if args.data {
+        println!("{totals}");
+    }
     if failures > 0 {
         ExitCode::FAILURE
     } else {

@@ -188,7 +188,7 @@ use citrine_cluster::exchange::{self, Covers, Holding, PartitionVersion};
 use citrine_data::namespace::Version;
 use citrine_data::txn::replica::{self as txn_replica, TxnCopy};
 use citrine_types::{Digest, NodeId, PartitionId, ResultCode, DIGEST_SIZE, PARTITIONS};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -490,6 +490,12 @@ struct State {
 #[derive(Debug)]
 pub struct Migrations {
     state: Mutex<State>,
+    /// Held shared while a strong-consistency batch is checked against
+    /// the view and applied, exclusively while an exchange is resolved
+    /// (its copies emptied and dropped): a batch checked under one view
+    /// lands before the next view's resolution or is refused by it, never
+    /// in a copy that resolution emptied. Taken before `state`.
+    sc_apply_gate: RwLock<()>,
     /// Per namespace (in service order), per partition: ROUTE_* bits.
     route: Vec<(String, Box<[AtomicU8]>)>,
     exchanging: AtomicBool,
@@ -551,6 +557,7 @@ impl Migrations {
             .collect();
         Migrations {
             state: Mutex::new(State::default()),
+            sc_apply_gate: RwLock::new(()),
             route,
             exchanging: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
@@ -1275,6 +1282,9 @@ impl Distribution {
     /// copies no replica needs and report. False when the plan moved on.
     fn resolve_exchange(&self, epoch: u64, snapshots: Vec<(NodeId, Snapshot)>) -> bool {
         let migrations = &self.migrations;
+        // No SC batch is between its view check and its apply while
+        // copies are emptied and dropped here.
+        let _gate = migrations.sc_apply_gate.write();
         let mut state = migrations.state.lock();
         if migrations.epoch() != epoch || state.exchanged {
             return false;
@@ -2084,7 +2094,11 @@ impl Distribution {
         let Some(namespace) = self.namespace(batch.namespace.as_bytes()) else {
             return ResultCode::Namespace;
         };
-        if namespace.config.sc.strong_consistency && !self.resolved_view(batch.cluster_key) {
+        let sc = namespace.config.sc.strong_consistency;
+        // Checked and applied under the gate: a newer view's resolution
+        // cannot empty the copy between the two.
+        let _gate = sc.then(|| self.migrations.sc_apply_gate.read());
+        if sc && !self.resolved_view(batch.cluster_key) {
             // Resolving the view's exchange empties every copy here the
             // view does not trust — one that held nothing and took a batch
             // early included — so a batch waits for it (the source sends

@@ -25,8 +25,9 @@
 //! partition's verdict and this node's next version. The versions are saved
 //! before the map is published.
 //!
-//! Restarts: the file brings the versions back. A namespace in memory lost
-//! its copies ([`ScVersion::wiped`], its regime kept); one on devices
+//! Restarts: the file brings the versions back. A namespace in memory, or
+//! on a drive that came up blank (replaced under a kept work directory),
+//! lost its copies ([`ScVersion::wiped`], its regime kept); one on devices
 //! without `commit-to-device` may have lost its last writes
 //! ([`ScVersion::evaded`]); with `commit-to-device` the versions stand.
 //! So do they when the last shutdown was clean (as the reference, which
@@ -539,8 +540,8 @@ fn parse_line(line: &str) -> Option<(String, NamespaceSc)> {
 }
 
 /// A version as a restart finds it: `memory` when the namespace keeps its
-/// records in memory (its copy is gone; what the node knew is in the
-/// file), else `committed` when every write reached the device before it
+/// records in memory or its drive came up blank (its copy is gone; what
+/// the node knew is in the file), else `committed` when every write reached the device before it
 /// was acknowledged (the copy stands); otherwise the copy may have lost
 /// its last writes and is not trusted.
 fn after_restart(version: ScVersion, memory: bool, committed: bool) -> ScVersion {
@@ -609,13 +610,20 @@ impl Distribution {
                 StorageEngineConfig::Memory { .. } => (true, false),
                 StorageEngineConfig::Device { engine, .. } => (false, engine.commit_to_device),
             };
-            // A clean shutdown flushed and synced every acknowledged write:
-            // its copies stand as with commit-to-device. After a crash
+            // A drive replaced (blank, formatted by this start) under a
+            // kept work directory lost its copies as memory does. A clean
+            // shutdown flushed and synced every acknowledged write: its
+            // copies stand as with commit-to-device. After a crash
             // `auto-revive` keeps them too, accepting that the last
             // unflushed writes may be gone (what `revive:` accepts).
-            let revive = !memory && !committed && !clean && namespace.config.sc.auto_revive;
-            let whole = committed || (!memory && clean) || revive;
-            state.auto_revived = restart_versions(&mut state.versions, memory, whole);
+            let blank = namespace
+                .storage
+                .device()
+                .is_some_and(|device| device.formatted_at_open());
+            let lost = memory || blank;
+            let revive = !lost && !committed && !clean && namespace.config.sc.auto_revive;
+            let whole = committed || (!lost && clean) || revive;
+            state.auto_revived = restart_versions(&mut state.versions, lost, whole);
             if revive {
                 tracing::warn!(namespace = %name, "{} partitions auto-revived after an unclean shutdown: writes not yet flushed may be lost", state.auto_revived);
             } else {

@@ -144,6 +144,51 @@ fn an_unreplicated_write_is_in_doubt_and_not_read_until_replicated() {
     assert_eq!(master.dist().sc_unreplicated.count(), 0);
 }
 
+/// A durable delete of `digest` (`test`/`demo`).
+fn delete_frame(digest: &Digest) -> Vec<u8> {
+    let header = MsgHeader {
+        info2: info2::WRITE | info2::DELETE | info2::DURABLE_DELETE,
+        transaction_ttl: 2_000,
+        ..MsgHeader::default()
+    };
+    let mut out = Vec::new();
+    let mut writer = MessageWriter::begin(&mut out, &header);
+    writer
+        .field(field_type::NAMESPACE, b"test")
+        .field(field_type::SET, b"demo")
+        .field(field_type::DIGEST, &digest.0);
+    writer.finish();
+    out
+}
+
+/// A delete whose replica write failed (9) leaves the master's tombstone
+/// unreplicated; the next delete of the key changes nothing there. It must
+/// not answer 2 before the replica holds the tombstone too: before, it
+/// did at once, and the replica's record outlived the master (the SC
+/// simulator's seeds 67 and 399).
+#[test]
+fn a_delete_of_an_unreplicated_delete_waits_for_its_replication() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world(&ids);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let digest = key_with_replicas(&world.node(1), [1, 2]);
+    let master = world.node(1);
+    assert_eq!(result_of(&master, &frame(&digest, Some(b"a"), 0)), 0);
+    cut_between(&world, 1, 2);
+    let delete = delete_frame(&digest);
+    assert_eq!(result_of(&master, &delete), ResultCode::Timeout.code());
+    assert_eq!(
+        result_of(&master, &delete),
+        ResultCode::Timeout.code(),
+        "answered while the replica still holds the record"
+    );
+    world.cut.lock().clear();
+    assert_eq!(result_of(&master, &delete), ResultCode::NotFound.code());
+    assert_eq!(generation(&world.node(2), &digest), None);
+    assert_eq!(master.dist().sc_unreplicated.count(), 0);
+}
+
 #[test]
 fn a_linearize_read_needs_every_replica_in_the_regime() {
     let ids = [1u64, 2, 3];
@@ -534,6 +579,98 @@ fn a_batch_that_arrives_before_the_exchange_is_resolved_is_not_emptied() {
             "read through {id}"
         );
     }
+}
+
+std::thread_local! {
+    /// Armed by a thread that wants to stop at its next clock reading:
+    /// it says so on the first channel and waits for the second.
+    static PARK: std::cell::RefCell<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A fixed clock that parks the thread that armed [`PARK`] at its next
+/// reading (at most 30 s: a thread that is never let go goes on).
+struct ParkingClock;
+
+impl crate::Clock for ParkingClock {
+    fn now_unix_ms(&self) -> u64 {
+        if let Some((parked, go)) = PARK.with(|park| park.borrow_mut().take()) {
+            let _ = parked.send(());
+            let _ = go.recv_timeout(Duration::from_secs(30));
+        }
+        1_700_000_000_000
+    }
+}
+
+/// Node 3 masters partition P without a trusted copy in view 0x30 (it
+/// was away when P was written) and is filled from 1. A batch of 0x30 is
+/// checked against the view on 3 and, before it is applied, P is served
+/// without 3 (0x38: 3's copy is stale from then on) and view 0x40
+/// resolves on 3, emptying that stale copy. The batch must land before
+/// that resolution or be refused by it: before the check and the apply
+/// were under one gate, it landed after, and 3 held 0x30's records in the
+/// copy 0x40 had just emptied as untrusted (its fill must build it from
+/// trusted records only).
+#[test]
+fn a_batch_checked_under_an_older_view_lands_before_the_next_resolution() {
+    let ids = [1u64, 2, 3];
+    let world = sc_world_with_clock(&ids, || Arc::new(ParkingClock) as Arc<dyn crate::Clock>);
+    world.publish(0x10, &ids);
+    world.settle(&ids);
+    let digest = key_with_replicas(&world.node(1), [3, 1]);
+    world.publish(0x20, &[1, 2]);
+    world.settle(&[1, 2]);
+    assert_eq!(result_of(&world.node(1), &frame(&digest, Some(b"a"), 0)), 0);
+    world.publish(0x30, &ids);
+    exchange_only(&world, &ids);
+    let (mut batch, _) =
+        world
+            .node(1)
+            .dist()
+            .migration_batch(0x30, "test", digest.partition(), &[digest], 0);
+    // Not the source's last: 3's fill does not end with it.
+    batch.flags &= !FLAG_LAST;
+    let (parked_tx, parked) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    let target = world.node(3);
+    let applier = std::thread::spawn(move || {
+        PARK.with(|park| *park.borrow_mut() = Some((parked_tx, go_rx)));
+        target.dist().apply_migrate_batch(&batch.encode())
+    });
+    parked.recv().unwrap();
+    // The batch passed its check and waits at its first record.
+    world.publish(0x38, &[1, 2]);
+    world.settle(&[1, 2]);
+    assert_eq!(result_of(&world.node(1), &frame(&digest, Some(b"b"), 0)), 0);
+    world.publish(0x40, &ids);
+    let resolver = {
+        let world = world.clone();
+        std::thread::spawn(move || exchange_only(&world, &[3]))
+    };
+    // 3 resolves 0x40 unless the parked batch holds it back (2 s: a
+    // resolution here takes milliseconds).
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while world.node(3).migrations().exchanging() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = go.send(());
+    assert_eq!(applier.join().unwrap(), ResultCode::Ok);
+    resolver.join().unwrap();
+    let decided = world.node(3).dist().cluster();
+    let sc = decided.namespace("test").unwrap().sc.get().unwrap();
+    assert!(!sc.trusted(digest.partition()).contains(&NodeId(3)));
+    assert_eq!(
+        generation(&world.node(3), &digest),
+        None,
+        "0x40 emptied 3's stale copy: nothing of 0x30 may be in it"
+    );
+    exchange_only(&world, &[1, 2]);
+    world.settle(&ids);
+    assert_eq!(
+        generation(&world.node(3), &digest),
+        Some(2),
+        "filled in 0x40"
+    );
 }
 
 #[test]

@@ -353,6 +353,60 @@ fn sc_versions_survive_a_restart_in_the_work_directory() {
     let _ = std::fs::remove_dir_all(&directory);
 }
 
+/// An SC namespace on a device with `commit-to-device`, one node, its
+/// versions in a work directory (a restart on its own drive keeps them:
+/// they stand). A restart on a blank
+/// drive (replaced) under the same work directory must not claim the
+/// copies the kept versions describe: every partition is dead until
+/// `revive:`. Before, the kept "full" versions stood, every partition was
+/// available, and the acknowledged record read back absent.
+#[test]
+fn a_blank_drive_under_a_kept_work_directory_claims_no_copy() {
+    use citrine_storage::device::io::SimDisk;
+    use citrine_storage::device::{DeviceConfig, Media};
+    let directory =
+        std::env::temp_dir().join(format!("citrine-sc-blank-drive-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).unwrap();
+    let bytes = (1 << 20) + 16 * (64 << 10);
+    let on = |disk: &SimDisk| {
+        let mut engine = DeviceConfig {
+            write_block_size: 64 << 10,
+            media: Media::Simulated(vec![disk.clone()]),
+            ..DeviceConfig::new("test", vec!["sim0".into()], 0)
+        };
+        engine.commit_to_device = true;
+        let mut sc = NamespaceConfig {
+            storage_engine: StorageEngineConfig::Device {
+                engine,
+                flush_max_ms: 1000,
+                index_image: None,
+            },
+            ..NamespaceConfig::in_memory("test")
+        };
+        sc.sc.strong_consistency = true;
+        sc.sc.serve_data = true;
+        let (service, _) = service_with_all(vec![sc]);
+        service.dist().keep_rosters(&directory).unwrap();
+        service.dist().keep_sc_versions(&directory).unwrap();
+        service
+    };
+    let service = on(&SimDisk::new(bytes, 7));
+    let me = service.node_id;
+    ask(&service, &format!("roster-set:namespace=test;nodes={me}"));
+    ask(&service, "recluster:");
+    publish_alone(&service, 0x61);
+    publish_alone(&service, 0x62);
+    let write = put("k", Ops::new().int(op_type::WRITE, "a", 1));
+    assert_eq!(send(&service, &write).header.result_code, 0);
+    drop(service);
+    let replaced = on(&SimDisk::new(bytes, 8));
+    publish_alone(&replaced, 0x64);
+    assert_eq!(stat(&replaced, "dead_partitions"), "4096");
+    assert_eq!(send(&replaced, &get("k")).header.result_code, 11);
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
 /// A foreground scan of `test` tracking partitions `pids` (info1 READ,
 /// PARTITION_DONE asked), or a background one (info2 WRITE with one write
 /// op: a background operations job).

@@ -7,7 +7,11 @@
 //! ([`World::set_roster`]), the SC events ([`World::sc_event`]: crashes
 //! without waiting for the copies — one, or every node at once —,
 //! restarts, freezes, network partitions of the live nodes into two
-//! sides), the end of a run (heal, restart every node, read every key back
+//! sides, wall-clock steps of up to 60 s either way; restarts on a blank
+//! device, its work directory kept or wiped too, of one node at a time
+//! until every partition is available again: two such nodes at once are
+//! two replicas' drives lost, which replication factor 2 does not
+//! survive), the end of a run (heal, restart every node, read every key back
 //! through the clients' path: [`World::sc_check`]) and the read checks.
 //!
 //! Invariants checked (a failure names the seed and the history):
@@ -189,8 +193,12 @@ impl World {
 
     /// One SC event (drawn): a spare joins, a node crashes (whatever the
     /// copies), every node crashes at once, a crashed node restarts, a
-    /// node freezes, or the network splits in two for 1–6 s.
+    /// node freezes, the network splits in two for 1–6 s, or (with
+    /// [`DataConfig::clock_jumps`]) a node's wall clock is stepped.
     pub(super) fn sc_event(&mut self) -> Result<(), Failure> {
+        if self.rebuilt_unsettled && self.settled() && self.all_available() {
+            self.rebuilt_unsettled = false;
+        }
         let never: Vec<usize> = (0..self.nodes.len())
             .filter(|i| self.nodes[*i].boots == 0)
             .collect();
@@ -214,6 +222,9 @@ impl World {
         }
         if live.len() >= 2 && !frozen {
             options.push(3);
+        }
+        if self.cfg.clock_jumps && !live.is_empty() {
+            options.push(6);
         }
         if options.is_empty() {
             return Ok(());
@@ -242,9 +253,32 @@ impl World {
                     self.crash(i);
                 }
             }
+            6 => self.jump_clock(&live),
             _ => self.split_network(),
         }
         Ok(())
+    }
+
+    /// Steps one live node's wall clock: to 1–60 s ahead of or behind
+    /// true time, or (one time in three, when it is off) back to it.
+    fn jump_clock(&mut self, live: &[usize]) {
+        let i = live[self.rng.index(live.len())];
+        let jump = &self.nodes[i].jump_ms;
+        let to = if jump.load(Ordering::Relaxed) != 0 && self.rng.chance(1.0 / 3.0) {
+            0
+        } else {
+            let ms = self.rng.range(1, 60_000) as i64;
+            if self.rng.chance(0.5) {
+                ms
+            } else {
+                -ms
+            }
+        };
+        jump.store(to, Ordering::Relaxed);
+        self.hash = mix(self.hash, 0xC10C ^ (i as u64) ^ (to as u64) << 8);
+        let what = format!("clock #{i} stepped to {to:+} ms");
+        self.note(what.clone());
+        self.events.push(what);
     }
 
     /// Splits the network in two sides (each with a live node) for 1–6 s.

@@ -635,6 +635,13 @@ impl DeviceEngine {
         best.unwrap_or_default()
     }
 
+    /// Whether a device of the set was blank when the engine opened (this
+    /// start formatted it): what the node knew of its copies before is
+    /// not on it.
+    pub fn formatted_at_open(&self) -> bool {
+        self.devices.iter().any(|device| device.fresh)
+    }
+
     pub fn config(&self) -> &DeviceConfig {
         &self.config
     }
