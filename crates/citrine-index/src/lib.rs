@@ -630,6 +630,15 @@ impl PartitionTable {
             .map(|partition| partition.read().table_bytes())
             .sum()
     }
+
+    /// Slots the entry tables hold, full and empty (for the fill:
+    /// `record_count / slot_count`).
+    pub fn slot_count(&self) -> usize {
+        self.partitions
+            .iter()
+            .map(|partition| partition.read().entries.slot_count())
+            .sum()
+    }
 }
 
 #[cfg(test)]
