@@ -697,6 +697,13 @@ mod tests {
         assert!(!partition.is_failed());
     }
 
+    /// A partition's lock, layout hint and table headers fit two cache
+    /// lines: 4096 of them are 512 KiB a namespace, whatever it holds.
+    #[test]
+    fn a_partition_is_two_cache_lines() {
+        assert_eq!(std::mem::size_of::<Partition>(), 128);
+    }
+
     #[test]
     fn metadata_packs_into_fourteen_bytes_and_back() {
         assert_eq!(std::mem::size_of::<IndexEntry>(), 22);

@@ -129,7 +129,9 @@ fn grown(slots: usize) -> usize {
 /// An open-addressing table from digest to `V` (see the module doc).
 #[derive(Debug)]
 pub struct DigestTable<V> {
-    tags: Vec<u8>,
+    /// A boxed slice (no capacity word): with `low`, the table stays 56
+    /// bytes, so a [`crate::Partition`] stays two cache lines.
+    tags: Box<[u8]>,
     slots: Vec<(Key, V)>,
     len: usize,
     /// Byte 0 of every digest held (meaningful while `len > 0`).
@@ -139,7 +141,7 @@ pub struct DigestTable<V> {
 impl<V: Default> Default for DigestTable<V> {
     fn default() -> Self {
         DigestTable {
-            tags: Vec::new(),
+            tags: Box::default(),
             slots: Vec::new(),
             len: 0,
             low: 0,
@@ -291,11 +293,11 @@ impl<V: Default> DigestTable<V> {
 
     fn grow(&mut self) {
         let slots = grown(self.slots.len());
-        let old_tags = std::mem::replace(&mut self.tags, vec![0; slots]);
+        let old_tags = std::mem::replace(&mut self.tags, vec![0; slots].into_boxed_slice());
         let old_slots = std::mem::take(&mut self.slots);
         self.slots.resize_with(slots, Default::default);
-        for (tag, (key, value)) in old_tags.into_iter().zip(old_slots) {
-            if tag != 0 {
+        for (tag, (key, value)) in old_tags.iter().zip(old_slots) {
+            if *tag != 0 {
                 self.place(key, value);
             }
         }
