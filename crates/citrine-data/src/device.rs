@@ -492,7 +492,7 @@ pub fn shutdown(namespace: &Namespace, clock: &dyn Clock) -> Result<(), String> 
             let meta = entry.meta();
             // Set ids are 1-based positions in `sets.all()`, 0 = no set.
             entries.push(SavedEntry {
-                digest: *digest,
+                digest,
                 generation: meta.generation,
                 life: meta.life,
                 void_time: device_void_time(&meta),

@@ -12,9 +12,12 @@
 //! Layout: `tags[i]` is 0 for an empty slot, else `0x80 | hash & 0x7F`
 //! (seven bits of the hash that the home slot does not depend on, so most
 //! mismatches are rejected without touching the slot); `slots[i]` holds
-//! the digest and the value (an empty slot holds defaults, so a slot needs
-//! no discriminant of its own). The tags are dense (64 to a cache line),
-//! so a probe sequence usually reads one tag line and one slot line.
+//! the digest's bytes 1..20 and the value (an empty slot holds defaults,
+//! so a slot needs no discriminant of its own). Byte 0 is the low byte of
+//! the partition id, the same for every digest of one partition's table,
+//! so the table holds it once (`low`) rather than in every slot. The tags
+//! are dense (64 to a cache line), so a probe sequence usually reads one
+//! tag line and one slot line.
 //!
 //! Probing is linear from the digest's home slot, `hash × n / 2⁶⁴` for a
 //! table of `n` slots (the high bits of the hash scaled to the table, so
@@ -22,30 +25,33 @@
 //! the rest of the probe run back (no deletion markers), so a probe stops
 //! at the first empty tag.
 //!
-//! Growth: a full table grows to the next size of the form `m × 2^k` with
-//! `m` in 4..=7 (8, 10, 12, 14, 16, 20, ...: steps of 1.14-1.25×), not to
-//! twice its size. Doubling would leave a table between 7/16 and 7/8 full,
-//! and the per-partition tables of a namespace all hold about the same
-//! count, so they would all sit near the same point of that range: with
-//! 500 K to 4 M records, just past 7/8 of a power of two, at 0.48 full
-//! (119.5 bytes per record). These steps keep every table between 0.7 and
-//! 0.875 full (`bench/RESULTS.md`).
+//! Growth: a full table (9/10 of its slots) grows to the next size of the
+//! form `m × 2^k` with `m` in 8..=15 (8, 9, 10, ..., 15, 16, 18, 20, ...:
+//! steps of 1.07-1.125×), not to twice its size. Doubling would leave a
+//! table between 0.45 and 0.9 full, and the per-partition tables of a
+//! namespace all hold about the same count, so they would all sit near the
+//! same point of that range: with 500 K to 4 M records, just past the
+//! limit of a power of two, at half full. These steps keep every table
+//! between 0.8 and 0.9 full (`bench/RESULTS.md`); the spare tenth keeps
+//! linear probing short (a hit reads 5.5 tags on average at 0.9 full, a
+//! miss 50: under a cache line).
 //!
 //! Invariants (checked by `check` in the tests, `debug_assert!` in place):
-//! - `tags.len() == slots.len()`, zero or `m × 2^k` with `4 <= m <= 7`,
-//!   `k >= 1`;
+//! - `tags.len() == slots.len()`, zero or `m × 2^k` with `8 <= m <= 15`;
 //! - `tags[i] == 0` exactly when slot `i` is empty, and an empty slot holds
-//!   `(Digest::default(), V::default())`;
-//! - at most 7/8 of the slots are full, so every probe run ends;
+//!   `([0; 19], V::default())`;
+//! - every digest held has byte 0 equal to `low` (inserting another one
+//!   panics; looking one up finds nothing);
+//! - at most 9/10 of the slots are full, so every probe run ends;
 //! - every entry is reachable: no empty slot lies between its home and its
 //!   slot;
 //! - `len` is the number of full slots.
 
 use citrine_types::Digest;
 
-/// The largest fill, as a fraction: past it the table doubles.
-const MAX_LOAD_NUMERATOR: usize = 7;
-const MAX_LOAD_DENOMINATOR: usize = 8;
+/// The largest fill, as a fraction: past it the table grows.
+const MAX_LOAD_NUMERATOR: usize = 9;
+const MAX_LOAD_DENOMINATOR: usize = 10;
 /// Slots of the first allocation.
 const MIN_SLOTS: usize = 8;
 
@@ -66,6 +72,24 @@ pub(crate) fn hash_of_digest_bytes(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(word)
 }
 
+/// A digest as a slot holds it: bytes 1..20 (byte 0 is the table's `low`).
+type Key = [u8; 19];
+
+#[inline]
+fn key_of(digest: &Digest) -> Key {
+    let mut key = [0u8; 19];
+    key.copy_from_slice(&digest.0[1..]);
+    key
+}
+
+/// [`digest_hash`] of the digest a slot's key belongs to.
+#[inline]
+fn key_hash(key: &Key) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&key[7..15]);
+    u64::from_le_bytes(word)
+}
+
 #[inline]
 fn tag_of(hash: u64) -> u8 {
     0x80 | (hash & 0x7F) as u8
@@ -78,20 +102,20 @@ fn home_of(hash: u64, slots: usize) -> usize {
     ((u128::from(hash) * slots as u128) >> 64) as usize
 }
 
-/// `slots` as `(m, k)` with `slots == m × 2^k` and `m` in 4..=7, if it is
-/// a size tables have (see the module doc); `None` for 0 and any other.
+/// `slots` as `(m, k)` with `slots == m × 2^k` and `m` in 8..=15, if it
+/// is a size tables have (see the module doc); `None` for 0 and any other.
 fn size_parts(slots: usize) -> Option<(usize, u32)> {
     if slots < MIN_SLOTS {
         return None;
     }
-    let shift = slots.ilog2() - 2;
+    let shift = slots.ilog2() - 3;
     let m = slots >> shift;
-    debug_assert!((4..=7).contains(&m));
+    debug_assert!((8..=15).contains(&m));
     (m << shift == slots).then_some((m, shift))
 }
 
 /// The size a table of `slots` slots grows to: the next `m × 2^k` with
-/// `m` in 4..=7.
+/// `m` in 8..=15.
 fn grown(slots: usize) -> usize {
     match size_parts(slots) {
         Some((m, shift)) => (m + 1) << shift,
@@ -105,17 +129,22 @@ fn grown(slots: usize) -> usize {
 /// An open-addressing table from digest to `V` (see the module doc).
 #[derive(Debug)]
 pub struct DigestTable<V> {
-    tags: Vec<u8>,
-    slots: Vec<(Digest, V)>,
+    /// A boxed slice (no capacity word): with `low`, the table stays 56
+    /// bytes, so a [`crate::Partition`] stays two cache lines.
+    tags: Box<[u8]>,
+    slots: Vec<(Key, V)>,
     len: usize,
+    /// Byte 0 of every digest held (meaningful while `len > 0`).
+    low: u8,
 }
 
 impl<V: Default> Default for DigestTable<V> {
     fn default() -> Self {
         DigestTable {
-            tags: Vec::new(),
+            tags: Box::default(),
             slots: Vec::new(),
             len: 0,
+            low: 0,
         }
     }
 }
@@ -130,7 +159,7 @@ pub struct ProbeStart {
 
 impl<V: Default> DigestTable<V> {
     /// Bytes of one slot.
-    pub const SLOT_BYTES: usize = std::mem::size_of::<(Digest, V)>();
+    pub const SLOT_BYTES: usize = std::mem::size_of::<(Key, V)>();
 
     pub fn len(&self) -> usize {
         self.len
@@ -198,7 +227,7 @@ impl<V: Default> DigestTable<V> {
     /// The slot holding `digest`, if any.
     #[inline]
     fn find(&self, digest: &Digest) -> Option<usize> {
-        if self.slots.is_empty() {
+        if self.slots.is_empty() || digest.0[0] != self.low {
             return None;
         }
         let hash = digest_hash(digest);
@@ -207,7 +236,7 @@ impl<V: Default> DigestTable<V> {
         loop {
             match self.tags[at] {
                 0 => return None,
-                found if found == tag && self.slots[at].0 == *digest => return Some(at),
+                found if found == tag && self.slots[at].0[..] == digest.0[1..] => return Some(at),
                 _ => {}
             }
             at = self.next(at);
@@ -230,39 +259,46 @@ impl<V: Default> DigestTable<V> {
         self.find(digest).is_some()
     }
 
-    /// Inserts or replaces; returns the previous value.
+    /// Inserts or replaces; returns the previous value. Panics on a digest
+    /// whose byte 0 differs from those held (another partition's: see the
+    /// module's invariants).
     pub fn insert(&mut self, digest: Digest, value: V) -> Option<V> {
         if let Some(at) = self.find(&digest) {
             return Some(std::mem::replace(&mut self.slots[at].1, value));
         }
-        if (self.len + 1) * MAX_LOAD_DENOMINATOR > self.slots.len() * MAX_LOAD_NUMERATOR {
+        if self.len == 0 {
+            self.low = digest.0[0];
+        }
+        assert_eq!(digest.0[0], self.low, "a digest of another partition");
+        // A small table may need two steps (10 in 11 slots is past 9/10).
+        while (self.len + 1) * MAX_LOAD_DENOMINATOR > self.slots.len() * MAX_LOAD_NUMERATOR {
             self.grow();
         }
-        self.place(digest, value);
+        self.place(key_of(&digest), value);
         self.len += 1;
         None
     }
 
     /// Puts a digest known to be absent into the first empty slot of its
     /// probe run (there is one: the load is below 7/8).
-    fn place(&mut self, digest: Digest, value: V) {
-        let hash = digest_hash(&digest);
+    fn place(&mut self, key: Key, value: V) {
+        let hash = key_hash(&key);
         let mut at = home_of(hash, self.slots.len());
         while self.tags[at] != 0 {
             at = self.next(at);
         }
         self.tags[at] = tag_of(hash);
-        self.slots[at] = (digest, value);
+        self.slots[at] = (key, value);
     }
 
     fn grow(&mut self) {
         let slots = grown(self.slots.len());
-        let old_tags = std::mem::replace(&mut self.tags, vec![0; slots]);
+        let old_tags = std::mem::replace(&mut self.tags, vec![0; slots].into_boxed_slice());
         let old_slots = std::mem::take(&mut self.slots);
         self.slots.resize_with(slots, Default::default);
-        for (tag, (digest, value)) in old_tags.into_iter().zip(old_slots) {
-            if tag != 0 {
-                self.place(digest, value);
+        for (tag, (key, value)) in old_tags.iter().zip(old_slots) {
+            if *tag != 0 {
+                self.place(key, value);
             }
         }
     }
@@ -283,7 +319,7 @@ impl<V: Default> DigestTable<V> {
             if self.tags[at] == 0 {
                 break;
             }
-            let home = home_of(digest_hash(&self.slots[at].0), self.slots.len());
+            let home = home_of(key_hash(&self.slots[at].0), self.slots.len());
             let reachable = self.distance(home, at) < self.distance(hole, at);
             if !reachable {
                 self.tags[hole] = self.tags[at];
@@ -298,12 +334,18 @@ impl<V: Default> DigestTable<V> {
         Some(removed)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&Digest, &V)> {
+    /// Every entry, with its digest rebuilt from the slot's key.
+    pub fn iter(&self) -> impl Iterator<Item = (Digest, &V)> {
+        let low = self.low;
         self.tags
             .iter()
             .zip(&self.slots)
             .filter(|(tag, _)| **tag != 0)
-            .map(|(_, (digest, value))| (digest, value))
+            .map(move |(_, (key, value))| {
+                let mut digest = Digest([low; 20]);
+                digest.0[1..].copy_from_slice(key);
+                (digest, value)
+            })
     }
 
     /// Checks every invariant of the module doc (tests only: O(n)).
@@ -318,14 +360,11 @@ impl<V: Default> DigestTable<V> {
         let full = self.tags.iter().filter(|tag| **tag != 0).count();
         assert_eq!(full, self.len);
         assert!(full * MAX_LOAD_DENOMINATOR <= self.slots.len() * MAX_LOAD_NUMERATOR);
-        for (at, (digest, _)) in self.slots.iter().enumerate() {
+        for (at, (key, _)) in self.slots.iter().enumerate() {
             if self.tags[at] == 0 {
-                assert!(
-                    *digest == Digest::default(),
-                    "empty slot {at} holds a digest"
-                );
+                assert!(*key == [0; 19], "empty slot {at} holds a digest");
             } else {
-                let hash = digest_hash(digest);
+                let hash = key_hash(key);
                 assert_eq!(self.tags[at], tag_of(hash));
                 let mut probe = home_of(hash, self.slots.len());
                 while probe != at {
@@ -388,7 +427,8 @@ mod tests {
         for (key, value) in &model {
             assert_eq!(table.get(key), Some(value));
         }
-        assert_eq!(table.iter().count(), model.len());
+        let listed: HashMap<Digest, u64> = table.iter().map(|(key, value)| (key, *value)).collect();
+        assert_eq!(listed, model, "iteration rebuilds every digest");
     }
 
     #[test]
@@ -409,32 +449,64 @@ mod tests {
     }
 
     #[test]
-    fn tables_grow_in_steps_of_at_most_a_quarter() {
+    fn tables_grow_in_steps_of_at_most_an_eighth() {
         let mut sizes = vec![0];
         while *sizes.last().expect("one") < 1 << 20 {
             let size = grown(*sizes.last().expect("one"));
             assert!(size_parts(size).is_some(), "{size}");
             sizes.push(size);
         }
-        assert_eq!(&sizes[..10], &[0, 8, 10, 12, 14, 16, 20, 24, 28, 32]);
+        assert_eq!(
+            &sizes[..13],
+            &[0, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 22]
+        );
         for pair in sizes[1..].windows(2) {
             let step = pair[1] as f64 / pair[0] as f64;
-            assert!((8.0 / 7.0..=1.25).contains(&step), "{pair:?}");
+            assert!((16.0 / 15.0..=1.125).contains(&step), "{pair:?}");
         }
-        // A table filled to its limit and one past it is at least 0.7 full.
+        // A table filled to its limit and one past it is at least 0.8 full.
         let mut table: DigestTable<u64> = DigestTable::default();
         for seed in 0..20_000 {
             table.insert(digest(seed, u64::MAX), seed);
             if table.len() > 8 {
                 let fill = table.len() as f64 / table.slot_count() as f64;
                 assert!(
-                    (0.7..=0.875).contains(&fill),
+                    (0.8..=0.9).contains(&fill),
                     "{} in {}",
                     table.len(),
                     table.slot_count()
                 );
             }
         }
+        table.check();
+    }
+
+    /// A slot holds bytes 1..20 of its digest: a digest that differs only
+    /// in byte 0 (another partition's) is not found, and inserting one
+    /// panics rather than shadowing the held one; once the table empties,
+    /// it takes any partition's digests.
+    #[test]
+    fn byte_zero_is_held_once_and_never_mistaken() {
+        let mut table: DigestTable<u64> = DigestTable::default();
+        let mut key = digest(5, u64::MAX);
+        key.0[0] = 0x21;
+        table.insert(key, 1);
+        let mut other = key;
+        other.0[0] = 0x22;
+        assert_eq!(table.get(&other), None);
+        assert!(!table.contains_key(&other));
+        assert_eq!(table.remove(&other), None);
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut copy: DigestTable<u64> = DigestTable::default();
+            copy.insert(key, 1);
+            copy.insert(other, 2);
+        }));
+        assert!(refused.is_err());
+        assert_eq!(table.iter().next(), Some((key, &1)));
+        assert_eq!(table.remove(&key), Some(1));
+        table.insert(other, 2);
+        assert_eq!(table.get(&other), Some(&2));
+        assert_eq!(table.get(&key), None);
         table.check();
     }
 
@@ -474,7 +546,7 @@ mod tests {
         let home = home_of(digest_hash(&key), count);
         assert_eq!(start.tag, tags + home);
         assert_eq!(start.slot, slots + home * DigestTable::<u64>::SLOT_BYTES);
-        assert_eq!(table.slot_count(), 128);
+        assert_eq!(table.slot_count(), 112);
         for seed in 0..100 {
             assert_eq!(table.remove(&digest(seed, u64::MAX)), Some(seed));
         }

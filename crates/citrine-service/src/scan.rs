@@ -1336,10 +1336,10 @@ impl ScanCursor {
             partition
                 .iter()
                 .filter(|(digest, entry)| {
-                    cursor.after.is_none_or(|after| **digest > after)
+                    cursor.after.is_none_or(|after| *digest > after)
                         && self.admits(&entry.meta(), now)
                 })
-                .map(|(digest, _)| *digest),
+                .map(|(digest, _)| digest),
         );
         digests.sort_unstable();
         let mut visit = Visit::Finished;

@@ -266,7 +266,7 @@ pub(crate) fn build(
             let record = RecordView::stored(namespace, &digest.0, &view, meta, body.len() as u64);
             index.keys(&record, meta.last_update_ms, &mut keys);
             added += keys.len() as u64;
-            index.update(digest, &[], &keys);
+            index.update(&digest, &[], &keys);
         }
         drop(partition);
         index.partition_built();

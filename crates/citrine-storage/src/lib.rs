@@ -36,14 +36,16 @@ use std::borrow::Cow;
 
 /// Where a record lives on a device: device number (6 bits), first 128-byte
 /// read block (34 bits: 2 TiB per device) and length in read blocks (24
-/// bits), packed in one `u64` (a [`Location`] holds it in one word).
+/// bits, of which an address uses 23: records up to 1 GiB), packed in one
+/// `u64`. A [`Location`] holds it in the 63 bits of its word below the kind
+/// bit, which is why the count stops at 23 bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeviceAddress(pub u64);
 
 impl DeviceAddress {
     pub const MAX_DEVICES: usize = 64;
     pub const MAX_RBLOCK: u64 = (1 << 34) - 1;
-    pub const MAX_RBLOCKS: u32 = (1 << 24) - 1;
+    pub const MAX_RBLOCKS: u32 = (1 << 23) - 1;
 
     /// Packs; `None` when a field does not fit.
     pub fn new(device: usize, rblock: u64, rblocks: u32) -> Option<DeviceAddress> {
@@ -57,6 +59,17 @@ impl DeviceAddress {
         Some(DeviceAddress(
             (device as u64) << 58 | rblock << 24 | u64::from(rblocks),
         ))
+    }
+
+    /// An address read back from its `u64` form (a saved index); `None`
+    /// when a field is out of range, as [`DeviceAddress::new`] refuses.
+    pub fn from_bits(bits: u64) -> Option<DeviceAddress> {
+        let address = DeviceAddress(bits);
+        let rblocks = bits & ((1 << 24) - 1);
+        if rblocks == 0 || rblocks > u64::from(Self::MAX_RBLOCKS) {
+            return None;
+        }
+        Some(address)
     }
 
     pub fn device(self) -> usize {

@@ -1,25 +1,31 @@
-//! [`Location`]: where one record body is stored, in 9 bytes with no
+//! [`Location`]: where one record body is stored, in 8 bytes with no
 //! alignment, so that a primary-index slot (digest, metadata, location)
-//! fits the papers' 64 bytes a record with the table's spare room counted.
+//! stays small with the table's spare room counted.
 //!
-//! A location is either an in-memory body, owned through a thin pointer to
-//! one allocation laid out as `[length: u32][body bytes]` (the layout of a
-//! `Vec<u8>` of that size, alignment 1), or a [`DeviceAddress`]. The pointer is thin (the length lives in the
-//! allocation, in the same cache line as the body's first bytes, which a
-//! read touches anyway), so the location is one word and a kind byte,
-//! against 16 bytes for a `Box<[u8]>` or an enum holding one.
+//! A location is one word: either an in-memory body, owned through a thin
+//! pointer to one allocation laid out as `[length: u32][body bytes]` (the
+//! layout of a `Vec<u8>` of that size, alignment 1), or a [`DeviceAddress`].
+//! The pointer is thin (the length lives in the allocation, in the same
+//! cache line as the body's first bytes, which a read touches anyway), and
+//! the kind is the word's top bit: a user-space pointer never has it set,
+//! and a device address is held in the 63 bits below it (its rblock count
+//! in 23 bits: [`DeviceAddress::MAX_RBLOCKS`]). Against 16 bytes for a
+//! `Box<[u8]>` or an enum holding one, and 9 with a separate kind byte.
 //!
 //! Invariants (this module is the only `unsafe` in the crate; each block
 //! relies on them):
-//! - `kind == Kind::Memory`: `word` is null (an empty body: no allocation) or
-//!   points to an allocation of the global allocator with layout
-//!   `body_layout(len)` (made by [`Location::memory`], or a `Vec<u8>`'s
-//!   taken over by [`Location::memory_from_vec`]), whose first 4 bytes hold
-//!   `len` (native endian, unaligned) and whose next `len` bytes are the
-//!   body; this location is its only owner and frees it on drop.
-//! - `kind == Kind::Device`: `word` is the address's bits as a pointer without
-//!   provenance; it is never dereferenced or freed.
-//! - Nothing else constructs a `Location` (the fields are private), so the
+//! - top bit clear (a memory location): `word` is null (an empty body: no
+//!   allocation) or points to an allocation of the global allocator with
+//!   layout `body_layout(len)` (made by [`Location::memory`], or a
+//!   `Vec<u8>`'s taken over by [`Location::memory_from_vec`]), whose first
+//!   4 bytes hold `len` (native endian, unaligned) and whose next `len`
+//!   bytes are the body; this location is its only owner and frees it on
+//!   drop. [`Location::adopt`] refuses (panics on) a pointer with the top
+//!   bit set, so no allocation is ever read as a device address.
+//! - top bit set (a device location): the low 63 bits are the address's
+//!   device, rblock and rblock count ([`pack_device`]) as a pointer
+//!   without provenance; it is never dereferenced or freed.
+//! - Nothing else constructs a `Location` (the field is private), so the
 //!   two cases above are the only ones.
 
 #![allow(unsafe_code)]
@@ -28,15 +34,37 @@ use crate::DeviceAddress;
 use std::alloc::Layout;
 use std::fmt;
 
-// A device address (64 bits) is held in a pointer-sized word.
+// A device address (63 bits and the kind bit) is held in a pointer-sized word.
 const _: () = assert!(usize::BITS == 64, "Location needs 64-bit pointers");
 
-/// What a location's word is.
-#[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Memory,
-    Device,
+/// The word's top bit: set for a device location.
+const DEVICE_BIT: usize = 1 << 63;
+/// A device address's rblock count, in the packed word's low bits.
+const RBLOCKS_BITS: u32 = DeviceAddress::MAX_RBLOCKS.count_ones();
+
+/// A device address as the low 63 bits of a word: device (6 bits), rblock
+/// (34), rblock count (23), high to low; the top bit marks the kind.
+#[inline]
+fn pack_device(address: DeviceAddress) -> usize {
+    let rblocks = address.rblocks();
+    assert!(
+        rblocks <= DeviceAddress::MAX_RBLOCKS,
+        "device address {address:?} past the rblock count a location holds"
+    );
+    let bits = (address.device() as u64) << (34 + RBLOCKS_BITS)
+        | address.rblock() << RBLOCKS_BITS
+        | u64::from(rblocks);
+    DEVICE_BIT | bits as usize
+}
+
+/// The address [`pack_device`] packed into `word`.
+#[inline]
+fn unpack_device(word: usize) -> DeviceAddress {
+    let bits = (word & !DEVICE_BIT) as u64;
+    let rblocks = (bits & u64::from(DeviceAddress::MAX_RBLOCKS)) as u32;
+    let rblock = (bits >> RBLOCKS_BITS) & DeviceAddress::MAX_RBLOCK;
+    let device = bits >> (34 + RBLOCKS_BITS);
+    DeviceAddress(device << 58 | rblock << 24 | u64::from(rblocks))
 }
 
 /// Bytes of the length prefix of an in-memory body's allocation: the spare
@@ -46,11 +74,10 @@ pub const MEMORY_BODY_SPARE: usize = std::mem::size_of::<u32>();
 const PREFIX: usize = MEMORY_BODY_SPARE;
 
 /// Where one record body is stored. Owned by the index entry that points
-/// to it; 9 bytes, alignment 1.
+/// to it; 8 bytes, alignment 1.
 #[repr(C, packed)]
 pub struct Location {
     word: *mut u8,
-    kind: Kind,
 }
 
 // SAFETY: a Location owns its allocation exclusively (like a Box<[u8]>)
@@ -101,10 +128,16 @@ impl Location {
             word.cast::<u32>().write_unaligned(len);
             std::ptr::copy_nonoverlapping(body.as_ptr(), word.add(PREFIX), body.len());
         }
-        Some(Location {
-            word,
-            kind: Kind::Memory,
-        })
+        Some(Location::adopt(word))
+    }
+
+    /// A memory location owning `word` (see the module's invariants).
+    /// Panics on a pointer with the top bit set: it would read as a device
+    /// address (no user-space allocation has one).
+    #[inline]
+    fn adopt(word: *mut u8) -> Location {
+        assert!(word.addr() & DEVICE_BIT == 0, "allocation above 2^63");
+        Location { word }
     }
 
     /// An in-memory body holding `body`. When the vector has exactly
@@ -135,17 +168,15 @@ impl Location {
         // from the global allocator, and its first PREFIX bytes now hold
         // `len`. Ownership passes to the location (the vector is never
         // dropped).
-        Some(Location {
-            word,
-            kind: Kind::Memory,
-        })
+        Some(Location::adopt(word))
     }
 
-    /// A record on a device.
+    /// A record on a device. Panics on an address whose rblock count is
+    /// past [`DeviceAddress::MAX_RBLOCKS`] (every address
+    /// [`DeviceAddress::new`] or [`DeviceAddress::from_bits`] makes fits).
     pub fn device(address: DeviceAddress) -> Location {
         Location {
-            word: std::ptr::without_provenance_mut(address.0 as usize),
-            kind: Kind::Device,
+            word: std::ptr::without_provenance_mut(pack_device(address)),
         }
     }
 
@@ -153,9 +184,9 @@ impl Location {
     #[inline]
     pub fn get(&self) -> Stored<'_> {
         // Copies out of the packed struct (no reference to a field).
-        let (word, kind) = (self.word, self.kind);
-        if kind == Kind::Device {
-            return Stored::Device(DeviceAddress(word.addr() as u64));
+        let word = self.word;
+        if word.addr() & DEVICE_BIT != 0 {
+            return Stored::Device(unpack_device(word.addr()));
         }
         if word.is_null() {
             return Stored::Memory(&[]);
@@ -184,8 +215,8 @@ impl Location {
     /// `None` for a device record or an empty body.
     #[inline]
     pub fn memory_address(&self) -> Option<usize> {
-        let (word, kind) = (self.word, self.kind);
-        (kind == Kind::Memory && !word.is_null()).then(|| word.addr())
+        let word = self.word;
+        (word.addr() & DEVICE_BIT == 0 && !word.is_null()).then(|| word.addr())
     }
 
     /// The stored size of the body, in bytes (for a device record: the
@@ -204,15 +235,14 @@ impl Default for Location {
     fn default() -> Location {
         Location {
             word: std::ptr::null_mut(),
-            kind: Kind::Memory,
         }
     }
 }
 
 impl Drop for Location {
     fn drop(&mut self) {
-        let (word, kind) = (self.word, self.kind);
-        if kind != Kind::Memory || word.is_null() {
+        let word = self.word;
+        if word.addr() & DEVICE_BIT != 0 || word.is_null() {
             return;
         }
         // SAFETY: by the module's invariant `word` is this location's own
@@ -253,8 +283,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nine_bytes_no_alignment() {
-        assert_eq!(std::mem::size_of::<Location>(), 9);
+    fn eight_bytes_no_alignment() {
+        assert_eq!(std::mem::size_of::<Location>(), 8);
         assert_eq!(std::mem::align_of::<Location>(), 1);
     }
 
@@ -302,6 +332,25 @@ mod tests {
             assert_eq!(location.memory_address(), None);
             assert_eq!(location.size(), address.bytes() as usize);
         }
+    }
+
+    /// A location holds an address in 63 bits: a saved address whose
+    /// rblock count needs the 24th bit (or is 0) is refused when read back,
+    /// so it never reaches [`Location::device`]; every other field at its
+    /// largest survives the packing beside the kind bit.
+    #[test]
+    fn saved_addresses_past_what_a_location_holds_are_refused() {
+        let largest = DeviceAddress::new(63, DeviceAddress::MAX_RBLOCK, DeviceAddress::MAX_RBLOCKS)
+            .expect("fits");
+        assert_eq!(DeviceAddress::from_bits(largest.0), Some(largest));
+        assert_eq!(Location::device(largest).device_address(), Some(largest));
+        assert_eq!(DeviceAddress::new(0, 0, 1 << 23), None);
+        assert_eq!(DeviceAddress::from_bits(1 << 23), None);
+        assert_eq!(DeviceAddress::from_bits(largest.0 | (1 << 23)), None);
+        assert_eq!(DeviceAddress::from_bits(5 << 24), None, "no rblocks");
+        let smallest = DeviceAddress::new(0, 0, 1).expect("fits");
+        assert_eq!(Location::device(smallest).memory_address(), None);
+        assert_eq!(Location::device(smallest).get(), Stored::Device(smallest));
     }
 
     #[test]

@@ -1836,7 +1836,7 @@ impl Distribution {
         let index = namespace.index.partition(partition).read();
         let mut digests: Vec<Digest> = index
             .iter()
-            .map(|(digest, _)| *digest)
+            .map(|(digest, _)| digest)
             .chain(index.tombstones().map(|(digest, _)| *digest))
             .collect();
         if crate::sc::data_path::is_sc(namespace) && !namespace.txn.partition_is_empty(partition) {
@@ -1875,7 +1875,7 @@ impl Distribution {
             .map(|(digest, meta)| (digest, Version::of(&meta)));
         let deleted = index
             .tombstones()
-            .map(|(digest, tombstone)| (digest, Version::of_tombstone(tombstone)));
+            .map(|(digest, tombstone)| (*digest, Version::of_tombstone(tombstone)));
         for (digest, version) in live.chain(deleted) {
             out.extend_from_slice(&digest.0);
             out.extend_from_slice(&version.generation.to_be_bytes());

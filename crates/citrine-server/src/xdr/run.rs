@@ -366,7 +366,7 @@ fn scan_partition(
     let (mut records, mut filtered) = (Vec::new(), 0);
     let live = index.iter().map(|(digest, entry)| {
         let meta = entry.meta();
-        (*digest, meta.last_update_ms, meta.set_id, meta.xdr_write)
+        (digest, meta.last_update_ms, meta.set_id, meta.xdr_write)
     });
     let deleted = index.tombstones().map(|(digest, tombstone)| {
         let tombstone = *tombstone;

@@ -218,11 +218,13 @@ fn decode_entry(bytes: &[u8; ENTRY_BYTES]) -> Result<Option<(Digest, Candidate)>
     };
     let mut digest = [0u8; 20];
     digest.copy_from_slice(&bytes[..20]);
+    let address = DeviceAddress::from_bits(u64_at(28))
+        .ok_or_else(|| format!("checkpoint entry address {:#x} impossible", u64_at(28)))?;
     Ok(Some((
         Digest(digest),
         Candidate {
             sequence: u64_at(20),
-            address: DeviceAddress(u64_at(28)),
+            address,
             generation: u16_at(36),
             life: u16_at(38),
             void_time: u32_at(40),

@@ -375,7 +375,7 @@ impl DeviceEngine {
                 void_time: reader.u32()?,
                 last_update_ms: reader.u64()?,
                 set: reader.u16()?,
-                address: DeviceAddress(reader.u64()?),
+                address: saved_address(reader.u64()?)?,
             });
         }
         let tomb_count = reader.u64()? as usize;
@@ -388,7 +388,7 @@ impl DeviceEngine {
             tombs.push((
                 digest,
                 Tomb {
-                    address: DeviceAddress(reader.u64()?),
+                    address: saved_address(reader.u64()?)?,
                     sequence: reader.u64()?,
                 },
             ));
@@ -480,4 +480,11 @@ struct Image {
     open_seq: Vec<Vec<u64>>,
     entries: Vec<SavedEntry>,
     tombs: Vec<(Digest, Tomb)>,
+}
+
+/// A device address read from an index image, refused when out of range
+/// (a corrupt image must not reach the index: see `DeviceAddress::from_bits`).
+fn saved_address(bits: u64) -> Result<DeviceAddress, String> {
+    DeviceAddress::from_bits(bits)
+        .ok_or_else(|| format!("index image address {bits:#x} impossible"))
 }
