@@ -79,8 +79,10 @@ mod tests {
     /// `cargo test --release -p citrine-sim thousand -- --ignored`. A
     /// 1000-node cluster forms within 3 quanta with one map on every node;
     /// `citrine-sim scale --nodes 1000` prints its costs. Not yet run to
-    /// its end: a simulated second cost 1.5 s of CPU at 100 nodes and 14 s
-    /// at 200 (bench/balance.md), so this run takes hours.
+    /// its end: a simulated second costs 0.14 s of CPU at 100 nodes and
+    /// 1.4 s at 200 (bench/balance.md), and a formation announces every
+    /// newcomer to every target (N³ gossip entries), so this run takes
+    /// many CPU minutes.
     #[test]
     #[ignore]
     fn thousand_nodes_form() {
