@@ -342,20 +342,10 @@ impl HealthTracker {
     /// window that ended by `now`. Returns true when the verdicts changed.
     pub fn tick(&mut self, now: u64, adjacency: &[NodeId]) -> bool {
         let before = self.unhealthy.clone();
-        let adjacent: BTreeSet<NodeId> = adjacency.iter().copied().collect();
-        self.peers.retain(|id, _| adjacent.contains(id));
-        self.unhealthy.retain(|id| adjacent.contains(id));
+        self.track(adjacency);
         let memory = self.cfg.departed_memory_ms;
         self.departed
             .retain(|_, left| now.saturating_sub(left.left_at) <= memory);
-        for id in &adjacent {
-            self.peers.entry(*id).or_insert_with(|| PeerHealth {
-                // Seen mid-window: this window does not count.
-                full_window: false,
-                alpha_pow: 1.0,
-                ..PeerHealth::default()
-            });
-        }
         let mut closed = 0;
         while now >= self.window_start + self.cfg.window_ms {
             self.close_window();
@@ -371,6 +361,25 @@ impl HealthTracker {
             self.judge();
         }
         before != self.unhealthy
+    }
+
+    /// Tracks exactly the peers of `adjacency`; when they are the ones
+    /// already tracked (most ticks), at the cost of one comparison.
+    fn track(&mut self, adjacency: &[NodeId]) {
+        if self.peers.keys().eq(adjacency.iter()) {
+            return;
+        }
+        let adjacent: BTreeSet<NodeId> = adjacency.iter().copied().collect();
+        self.peers.retain(|id, _| adjacent.contains(id));
+        self.unhealthy.retain(|id| adjacent.contains(id));
+        for id in &adjacent {
+            self.peers.entry(*id).or_insert_with(|| PeerHealth {
+                // Seen mid-window: this window does not count.
+                full_window: false,
+                alpha_pow: 1.0,
+                ..PeerHealth::default()
+            });
+        }
     }
 
     fn close_window(&mut self) {

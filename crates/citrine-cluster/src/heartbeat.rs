@@ -6,6 +6,17 @@
 //! heard from within `timeout_ms`), per-peer gossip (the latest cluster key
 //! and succession each peer advertised), and per-peer clock offsets.
 //!
+//! Gossip: a heartbeat carries the addresses of some adjacent peers, from
+//! which its receivers learn where to send theirs. Up to [`GOSSIP_SLICE`]
+//! peers it is the whole adjacency list, every round; past that, each round
+//! carries the peers that became adjacent since the previous round (so a
+//! newcomer is announced at once) and, every [`GOSSIP_SLICE_EVERY`]th round,
+//! the next [`GOSSIP_SLICE`] peers of the adjacency list in id order, a
+//! cursor rotating through it (so an address whose announcement was lost is
+//! repeated within `GOSSIP_SLICE_EVERY × adjacency / GOSSIP_SLICE` rounds).
+//! Outside a burst of newcomers a heartbeat's size then grows with the
+//! cluster only through its succession list, not with its adjacency.
+//!
 //! Clock offsets: a heartbeat carries its sender's clock when sent; the
 //! sender's clock minus the local clock on arrival is the offset between
 //! the two clocks less the message's delay. Delays (the network, a queue,
@@ -24,6 +35,7 @@
 //!   addresses not heard from for `forget_after_ms` are dropped.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use citrine_types::NodeId;
 
@@ -31,6 +43,14 @@ use crate::message::{Heartbeat, PeerAddr, MAX_PEERS};
 
 /// Upper bound on the number of addresses heartbeats are sent to.
 pub const MAX_KNOWN_ADDRS: usize = 4096;
+
+/// Adjacent peers a heartbeat gossips besides the newly adjacent ones (see
+/// the module doc): with this many or fewer, the whole adjacency list.
+pub const GOSSIP_SLICE: usize = 32;
+
+/// Past [`GOSSIP_SLICE`] peers, one round in this many carries the rotating
+/// slice.
+pub const GOSSIP_SLICE_EVERY: u64 = 4;
 
 /// Heartbeats a peer's clock offset is estimated over (about 1.2 s at the
 /// default interval).
@@ -99,6 +119,9 @@ pub struct PeerState {
     pub succession: Vec<NodeId>,
     /// Its clock's offset from ours, sampled from its heartbeats.
     pub clock: ClockSamples,
+    /// Local time it became adjacent (or restarted): the next round after
+    /// that gossips it to every target.
+    pub adjacent_since: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -135,6 +158,10 @@ pub struct HeartbeatState {
     next_send: u64,
     /// When the latest heartbeat round went out (`None`: none yet).
     last_round: Option<u64>,
+    /// When the round before it went out.
+    previous_round: Option<u64>,
+    /// The last peer the rotating gossip slice carried.
+    gossip_cursor: Option<NodeId>,
     peers: BTreeMap<NodeId, PeerState>,
     known: BTreeMap<PeerAddr, KnownAddr>,
 }
@@ -175,6 +202,8 @@ impl HeartbeatState {
             seq: 0,
             next_send: now,
             last_round: None,
+            previous_round: None,
+            gossip_cursor: None,
             peers: BTreeMap::new(),
             known,
         }
@@ -197,6 +226,7 @@ impl HeartbeatState {
             self.next_send = now + self.cfg.interval_ms;
         }
         self.seq += 1;
+        self.previous_round = self.last_round;
         self.last_round = Some(now);
         let targets = self.known.keys().cloned().collect();
         Some((self.seq, targets))
@@ -209,14 +239,16 @@ impl HeartbeatState {
     }
 
     /// Builds the heartbeat for round `seq`, sent at `now`, advertising the
-    /// view `cluster_key` / `succession`.
-    pub fn build(&self, seq: u64, now: u64, cluster_key: u64, succession: &[NodeId]) -> Heartbeat {
-        let peers = self
-            .peers
-            .iter()
-            .take(MAX_PEERS)
-            .map(|(id, p)| (*id, p.addr.clone()))
-            .collect();
+    /// view `cluster_key` / `succession`, gossiping the peers
+    /// [`HeartbeatState::gossip`] picks; call it once per round.
+    pub fn build(
+        &mut self,
+        seq: u64,
+        now: u64,
+        cluster_key: u64,
+        succession: &[NodeId],
+    ) -> Heartbeat {
+        let peers = self.gossip();
         Heartbeat {
             addr: self.my_addr.clone(),
             incarnation: self.incarnation,
@@ -228,15 +260,61 @@ impl HeartbeatState {
         }
     }
 
+    /// The peers (with addresses) the round now going out gossips: all of
+    /// them up to [`GOSSIP_SLICE`]; past that, those adjacent since the
+    /// previous round plus, one round in [`GOSSIP_SLICE_EVERY`], the next
+    /// slice after the rotating cursor.
+    fn gossip(&mut self) -> Vec<(NodeId, PeerAddr)> {
+        let entry = |(id, p): (&NodeId, &PeerState)| (*id, p.addr.clone());
+        if self.peers.len() <= GOSSIP_SLICE {
+            return self.peers.iter().map(entry).collect();
+        }
+        let after = match self.gossip_cursor {
+            Some(cursor) => (Bound::Excluded(cursor), Bound::Unbounded),
+            None => (Bound::Unbounded, Bound::Unbounded),
+        };
+        let slice: Vec<(NodeId, PeerAddr)> = if self.seq.is_multiple_of(GOSSIP_SLICE_EVERY) {
+            let slice: Vec<(NodeId, PeerAddr)> = self
+                .peers
+                .range(after)
+                .chain(self.peers.iter())
+                .take(GOSSIP_SLICE)
+                .map(entry)
+                .collect();
+            self.gossip_cursor = slice.last().map(|(id, _)| *id);
+            slice
+        } else {
+            Vec::new()
+        };
+        let since = self.previous_round;
+        let mut out: Vec<(NodeId, PeerAddr)> = self
+            .peers
+            .iter()
+            .filter(|(id, p)| {
+                since.is_none_or(|t| p.adjacent_since > t)
+                    && !slice.iter().any(|(chosen, _)| chosen == *id)
+            })
+            .map(entry)
+            .collect();
+        out.extend(slice);
+        out.truncate(MAX_PEERS);
+        out
+    }
+
     /// Records a heartbeat from `from`.
     pub fn on_heartbeat(&mut self, from: NodeId, hb: &Heartbeat, now: u64) -> HeartbeatOutcome {
         if from == self.me {
             return HeartbeatOutcome::FromSelf;
         }
-        // Learn the sender's address and the addresses it gossips.
-        self.learn(&hb.addr, now, true);
+        // Learn the sender's address and the addresses it gossips. An
+        // adjacent peer's address is known already and is not forgotten
+        // while it is adjacent (see `forget`): found by id, it costs no
+        // lookup by address.
+        if !self.adjacent_at(from, &hb.addr) {
+            self.learn(&hb.addr, now, true);
+        }
         for (id, addr) in &hb.peers {
-            if *id != self.me {
+            if *id != self.me && !self.adjacent_at(*id, addr) {
                 self.learn(addr, now, false);
             }
         }
@@ -256,6 +334,7 @@ impl HeartbeatState {
                 p.succession.clone_from(&hb.succession);
                 p.clock.record(offset);
                 if restarted {
+                    p.adjacent_since = now;
                     HeartbeatOutcome::Restarted
                 } else {
                     HeartbeatOutcome::Fresh
@@ -274,6 +353,7 @@ impl HeartbeatState {
                         cluster_key: hb.cluster_key,
                         succession: hb.succession.clone(),
                         clock,
+                        adjacent_since: now,
                     },
                 );
                 HeartbeatOutcome::NewPeer
@@ -285,6 +365,10 @@ impl HeartbeatState {
     /// ahead), if it is adjacent and has sent a heartbeat.
     pub fn clock_offset(&self, id: NodeId) -> Option<i64> {
         self.peers.get(&id)?.clock.estimate()
+    }
+
+    fn adjacent_at(&self, id: NodeId, addr: &PeerAddr) -> bool {
+        self.peers.get(&id).is_some_and(|p| p.addr == *addr)
     }
 
     fn learn(&mut self, addr: &PeerAddr, now: u64, heard_directly: bool) {
@@ -352,23 +436,45 @@ impl HeartbeatState {
             .map(|(id, p)| (*id, p.latest.0))
             .collect();
         for (id, _) in &gone {
-            self.peers.remove(id);
-        }
-        let forget = self.cfg.forget_after_ms;
-        let live_addrs: Vec<PeerAddr> = self.peers.values().map(|p| p.addr.clone()).collect();
-        for a in live_addrs {
-            if let Some(k) = self.known.get_mut(&a) {
-                k.last_seen = k.last_seen.max(now);
+            // Its address was last heard from when the peer was.
+            if let Some(peer) = self.peers.remove(id) {
+                self.saw(&peer.addr, peer.last_heard);
             }
         }
-        self.known
-            .retain(|_, k| k.seed || now.saturating_sub(k.last_seen) <= forget);
+        self.forget(now);
         debug_assert!(!self.peers.contains_key(&self.me));
         gone
     }
 
+    /// Drops learned addresses unheard for `forget_after_ms`, except an
+    /// adjacent peer's (one kept alive by surrogates only): that one counts
+    /// as seen now. Only the few past the limit are looked at against the
+    /// adjacency, so a tick costs no work per adjacent peer.
+    fn forget(&mut self, now: u64) {
+        let forget = self.cfg.forget_after_ms;
+        let stale: Vec<PeerAddr> = self
+            .known
+            .iter()
+            .filter(|(_, k)| !k.seed && now.saturating_sub(k.last_seen) > forget)
+            .map(|(addr, _)| addr.clone())
+            .collect();
+        for addr in stale {
+            if self.peers.values().any(|p| p.addr == addr) {
+                self.saw(&addr, now);
+            } else {
+                self.known.remove(&addr);
+            }
+        }
+    }
+
+    fn saw(&mut self, addr: &PeerAddr, now: u64) {
+        if let Some(k) = self.known.get_mut(addr) {
+            k.last_seen = k.last_seen.max(now);
+        }
+    }
+
     /// Adjacent peers, ascending by id.
-    pub fn adjacency(&self) -> impl Iterator<Item = NodeId> + '_ {
+    pub fn adjacency(&self) -> impl DoubleEndedIterator<Item = NodeId> + '_ {
         self.peers.keys().copied()
     }
 
@@ -506,6 +612,49 @@ mod tests {
             s.on_heartbeat(NodeId(1), &hb("x", 1, 1, vec![]), 3),
             HeartbeatOutcome::FromSelf
         );
+    }
+
+    /// Past [`GOSSIP_SLICE`] peers a heartbeat no longer carries the whole
+    /// adjacency list (issue 45: at 1000 nodes that was 27 KB a heartbeat):
+    /// each round gossips a rotating slice plus the newly adjacent peers,
+    /// so every peer is still gossiped within a few rounds and a newcomer
+    /// at once.
+    #[test]
+    fn large_adjacency_is_gossiped_in_rotating_slices() {
+        let mut s = state();
+        let n = 3 * GOSSIP_SLICE + 5;
+        for i in 0..n as u64 {
+            let hb = hb(&format!("p{i}"), 1, 1, vec![]);
+            s.on_heartbeat(NodeId(100 + i), &hb, 0);
+        }
+        let round = |s: &mut HeartbeatState, now: u64| {
+            let (seq, _) = s.due(now).expect("round due");
+            s.build(seq, now, 0, &[]).peers
+        };
+        // The first round has no previous one: everyone is new.
+        assert_eq!(round(&mut s, 0).len(), n);
+        let mut seen = std::collections::BTreeSet::new();
+        let rounds = n.div_ceil(GOSSIP_SLICE) as u64 * GOSSIP_SLICE_EVERY;
+        for r in 1..=rounds {
+            let peers = round(&mut s, 100 * r);
+            // Round r has sequence number r + 1.
+            let slice = (r + 1).is_multiple_of(GOSSIP_SLICE_EVERY);
+            assert_eq!(
+                peers.len(),
+                if slice { GOSSIP_SLICE } else { 0 },
+                "round {r}"
+            );
+            seen.extend(peers.into_iter().map(|(id, _)| id));
+        }
+        assert_eq!(seen.len(), n, "every peer gossiped within {rounds} rounds");
+        // A peer heard after the latest round is in the next one.
+        let now = 100 * rounds;
+        s.on_heartbeat(NodeId(7), &hb("newcomer", 1, 1, vec![]), now + 50);
+        let peers = round(&mut s, now + 100);
+        assert!(peers.contains(&(NodeId(7), addr("newcomer"))), "{peers:?}");
+        assert!(peers.len() <= GOSSIP_SLICE + 1);
+        let peers = round(&mut s, now + 200);
+        assert!(!peers.contains(&(NodeId(7), addr("newcomer"))));
     }
 
     #[test]

@@ -31,6 +31,8 @@
 //!   re-validated through [`ClusterView::new`];
 //! - unknown versions are rejected, never guessed at.
 
+use std::sync::Arc;
+
 use citrine_types::NodeId;
 
 use crate::codec::{DecodeError, Reader, Writer};
@@ -44,16 +46,17 @@ pub const MAX_ADDR_LEN: usize = 255;
 pub const MAX_PEERS: usize = MAX_CLUSTER_SIZE;
 
 /// A transport address ("host:port" for the real fabric, any label in the
-/// simulator). Opaque to the cluster logic.
+/// simulator). Opaque to the cluster logic. Shared text: a clone (one per
+/// heartbeat target, per gossiped peer) costs no allocation.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PeerAddr(String);
+pub struct PeerAddr(Arc<str>);
 
 impl PeerAddr {
     /// Builds an address; `None` when longer than [`MAX_ADDR_LEN`] bytes or
     /// empty.
     pub fn new(text: impl Into<String>) -> Option<PeerAddr> {
         let s = text.into();
-        (!s.is_empty() && s.len() <= MAX_ADDR_LEN).then_some(PeerAddr(s))
+        (!s.is_empty() && s.len() <= MAX_ADDR_LEN).then(|| PeerAddr(Arc::from(s)))
     }
 
     /// The address text.

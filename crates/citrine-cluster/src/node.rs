@@ -440,7 +440,12 @@ impl ClusterNode {
 
     /// Whom this node regards as its principal: the highest eligible id.
     pub fn principal(&self) -> NodeId {
-        self.eligible().last().copied().unwrap_or(self.cfg.node_id)
+        let highest = self
+            .hb
+            .adjacency()
+            .rev()
+            .find(|id| self.health.is_eligible(*id));
+        highest.map_or(self.cfg.node_id, |id| id.max(self.cfg.node_id))
     }
 
     fn advance(&mut self, now: u64) -> u64 {
