@@ -627,7 +627,7 @@ fn two_node_cluster() -> (Vec<Process>, Vec<String>) {
     }
 }
 
-/// The digests of a backup file's records, sorted.
+/// The digests of a backup file's records, sorted (duplicates kept).
 fn digests_in(file: &str) -> Vec<[u8; 20]> {
     let content = std::fs::read(file).expect("file");
     let mut reader = citrine_backup::Reader::new(&content[..]).expect("header");
@@ -913,7 +913,7 @@ fn an_interrupted_backup_continues_without_loss_or_duplicates() {
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert!(!state.exists(), "state removed once complete");
     // Every record once: the digests in the file are exactly the cluster's.
-    let mut digests = file_digests(&file);
+    let mut digests = digests_in(file_arg);
     let total = digests.len();
     digests.dedup();
     assert_eq!(
@@ -929,22 +929,8 @@ fn an_interrupted_backup_continues_without_loss_or_duplicates() {
     std::fs::write(&file, b"").expect("file");
     let afresh = continue_backup();
     assert!(afresh.status.success(), "{}", text(&afresh));
-    assert_eq!(file_digests(&file), digests);
+    assert_eq!(digests_in(file_arg), digests);
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// The sorted digests of a backup file's records, with duplicates kept.
-fn file_digests(file: &Path) -> Vec<[u8; 20]> {
-    let content = std::fs::read(file).expect("file");
-    let mut reader = citrine_backup::Reader::new(&content[..]).expect("header");
-    let mut digests = Vec::new();
-    while let Some(entry) = reader.next_entry().expect("entry") {
-        if let citrine_backup::Entry::Record(record) = entry {
-            digests.push(record.digest.0);
-        }
-    }
-    digests.sort_unstable();
-    digests
 }
 
 fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> String {

@@ -139,25 +139,36 @@ fn the_earlier_whole_store_text_is_read_with_its_version() {
     assert_eq!(parse(&mixed, "test").len(), 2);
 }
 
-/// A node that signed a token with its key before it heard from the
-/// others (the first LDAP login on a new cluster): its key wins over the
-/// unused ones, whatever their bytes, so the token holds everywhere.
-#[test]
-fn a_key_that_signed_a_token_wins_over_unused_ones() {
-    let (mut a, mut b) = (Member::new(1), Member::new(2));
-    for (member, secret) in [(&mut a, [1; 32]), (&mut b, [2; 32])] {
-        let hash = citrine_security::TokenHash::Sha256;
-        member.security.enable_ldap_tokens(secret, hash);
-        add_initial(&mut member.entries, &member.security);
-    }
+/// Member `node` with LDAP on and a token key of its own (`[node; 32]`),
+/// unused, as a node starts.
+fn ldap_member(node: u8) -> Member {
+    let mut member = Member::new(u64::from(node));
+    let hash = citrine_security::TokenHash::Sha256;
+    member.security.enable_ldap_tokens([node; 32], hash);
+    add_initial(&mut member.entries, &member.security);
+    member
+}
+
+/// LDAP user erin logs in on `member` at 1 000 ms: the token.
+fn erin_logs_in(member: &mut Member) -> Vec<u8> {
     let mut token = Vec::new();
-    a.change(1_000, |security| {
+    member.change(1_000, |security| {
         let read = ["read".to_owned()];
         token = security
             .login_external("erin", &read, (None, 1_000), 120)
             .unwrap()
             .0;
     });
+    token
+}
+
+/// A node that signed a token with its key before it heard from the
+/// others (the first LDAP login on a new cluster): its key wins over the
+/// unused ones, whatever their bytes, so the token holds everywhere.
+#[test]
+fn a_key_that_signed_a_token_wins_over_unused_ones() {
+    let (mut a, mut b) = (ldap_member(1), ldap_member(2));
+    let token = erin_logs_in(&mut a);
     exchange(&mut a, &mut b);
     assert_eq!(a.security.token_secret(), Some(&[1; 32]));
     assert_eq!(b.security.token_secret(), Some(&[1; 32]));
@@ -168,10 +179,7 @@ fn a_key_that_signed_a_token_wins_over_unused_ones() {
         assert_eq!(holder, Ok("erin".to_owned()));
     }
     // A blank node joining later does not replace the used key.
-    let mut c = Member::new(3);
-    let hash = citrine_security::TokenHash::Sha256;
-    c.security.enable_ldap_tokens([3; 32], hash);
-    add_initial(&mut c.entries, &c.security);
+    let mut c = ldap_member(3);
     exchange(&mut c, &mut b);
     assert_eq!(c.security.token_secret(), Some(&[1; 32]));
     assert_eq!(b.security.token_secret(), Some(&[1; 32]));
@@ -179,24 +187,12 @@ fn a_key_that_signed_a_token_wins_over_unused_ones() {
 
 #[test]
 fn two_nodes_own_token_keys_end_as_one_and_ldap_users_travel() {
-    let (mut a, mut b) = (Member::new(1), Member::new(2));
-    for (member, secret) in [(&mut a, [1; 32]), (&mut b, [2; 32])] {
-        let hash = citrine_security::TokenHash::Sha256;
-        member.security.enable_ldap_tokens(secret, hash);
-        add_initial(&mut member.entries, &member.security);
-    }
+    let (mut a, mut b) = (ldap_member(1), ldap_member(2));
     exchange(&mut a, &mut b);
     assert_eq!(a.security.token_secret(), Some(&[2; 32]));
     assert_eq!(b.security.token_secret(), Some(&[2; 32]));
     // A login on one node: its token and roles hold on the other.
-    let mut token = Vec::new();
-    a.change(1_000, |security| {
-        let read = ["read".to_owned()];
-        token = security
-            .login_external("erin", &read, (None, 1_000), 120)
-            .unwrap()
-            .0;
-    });
+    let token = erin_logs_in(&mut a);
     b.merge(&a);
     assert_eq!(
         b.security.authenticate(Some("erin"), &token, None, 2_000),
