@@ -13,6 +13,10 @@
 //! node killed the other two (a majority) go on acknowledging; every
 //! acknowledged write reads back, also after two nodes were killed (the
 //! survivor answers 11 and acknowledges nothing) and restarted.
+//!
+//! On demand (ignored in CI): a node of a memory SC namespace restarted
+//! empty and refilled counts as a full copy again — with another node
+//! killed after `cluster-stable`, the two left serve every partition.
 
 #![allow(clippy::unwrap_used)]
 
@@ -309,24 +313,34 @@ fn revive_and_recluster(nodes: &[Node]) {
 
 /// Writes `value` to bin `v` of `key` in `sc`; the result code.
 fn sc_put(stream: &mut TcpStream, key: &str, value: &str) -> u8 {
+    put_in(stream, "sc", key, value)
+}
+
+/// Writes `value` to bin `v` of `key` in `namespace`; the result code.
+fn put_in(stream: &mut TcpStream, namespace: &str, key: &str, value: &str) -> u8 {
     let header = MsgHeader {
         info2: info2::WRITE,
         transaction_ttl: 2000,
         ..MsgHeader::default()
     };
     let ops = [(op_type::WRITE, 3, "v", value.as_bytes().to_vec())];
-    let (_, body) = round_trip(stream, &record_request("sc", key, header, &ops)).unwrap();
+    let (_, body) = round_trip(stream, &record_request(namespace, key, header, &ops)).unwrap();
     decode_reply(&body).0.result_code
 }
 
 /// Reads bin `v` of `key` in `sc` (SESSION): result code and value.
 fn sc_get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
+    get_in(stream, "sc", key)
+}
+
+/// Reads bin `v` of `key` in `namespace` (SESSION): result code and value.
+fn get_in(stream: &mut TcpStream, namespace: &str, key: &str) -> (u8, Option<Vec<u8>>) {
     let header = MsgHeader {
         info1: info1::READ | info1::GET_ALL,
         transaction_ttl: 2000,
         ..MsgHeader::default()
     };
-    let (_, body) = round_trip(stream, &record_request("sc", key, header, &[])).unwrap();
+    let (_, body) = round_trip(stream, &record_request(namespace, key, header, &[])).unwrap();
     let (header, bins) = decode_reply(&body);
     let value = bins
         .into_iter()
@@ -341,6 +355,16 @@ fn sc_get(stream: &mut TcpStream, key: &str) -> (u8, Option<Vec<u8>>) {
 /// come back, each change an exchange of a few seconds), or 20 s passed;
 /// the acknowledged keys and values.
 fn write_keys(node: &Node, prefix: &str, count: usize) -> Vec<(String, String)> {
+    write_keys_in(node, "sc", prefix, count)
+}
+
+/// [`write_keys`] in `namespace`.
+fn write_keys_in(
+    node: &Node,
+    namespace: &str,
+    prefix: &str,
+    count: usize,
+) -> Vec<(String, String)> {
     let mut stream = node.connect();
     let mut acknowledged = Vec::new();
     for index in 0..count {
@@ -348,7 +372,7 @@ fn write_keys(node: &Node, prefix: &str, count: usize) -> Vec<(String, String)> 
         let deadline = Instant::now() + Duration::from_secs(20);
         for attempt in 0.. {
             let value = format!("{key}-{attempt}");
-            match sc_put(&mut stream, &key, &value) {
+            match put_in(&mut stream, namespace, &key, &value) {
                 0 => {
                     acknowledged.push((key.clone(), value));
                     break;
@@ -369,11 +393,16 @@ fn write_keys(node: &Node, prefix: &str, count: usize) -> Vec<(String, String)> 
 /// read of a partition not filled yet resolves first, and on a starved
 /// machine a whole list's reads took more than 20 s together).
 fn assert_read_back(node: &Node, acknowledged: &[(String, String)]) {
+    assert_read_back_in(node, "sc", acknowledged)
+}
+
+/// [`assert_read_back`] in `namespace`.
+fn assert_read_back_in(node: &Node, namespace: &str, acknowledged: &[(String, String)]) {
     let mut stream = node.connect();
     for (key, value) in acknowledged {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let (code, read) = sc_get(&mut stream, key);
+            let (code, read) = get_in(&mut stream, namespace, key);
             if code == 0 {
                 assert_eq!(read.as_deref(), Some(value.as_bytes()), "{key}");
                 break;
@@ -437,6 +466,76 @@ fn acknowledged_sc_writes_survive_a_node_lost_and_a_minority() {
         wait_for_unavailable(node, 0);
     }
     assert_read_back(&nodes[2], &acknowledged);
+    drop(nodes);
+    for directory in directories {
+        let _ = std::fs::remove_dir_all(directory);
+    }
+}
+
+/// `cluster-stable:namespace=NS` of every node of `group` answers the same
+/// cluster key (no migration left, no partition unavailable).
+fn wait_for_cluster_stable(group: &[&Node], namespace: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let command = format!("cluster-stable:namespace={namespace}");
+    loop {
+        let answers: Vec<Option<String>> =
+            group.iter().map(|node| node.info_value(&command)).collect();
+        let stable = answers.iter().all(|answer| {
+            answer
+                .as_ref()
+                .is_some_and(|key| !key.starts_with("ERROR") && Some(key) == answers[0].as_ref())
+        });
+        if stable {
+            return;
+        }
+        assert!(Instant::now() < deadline, "cluster-stable: {answers:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A roster node of a namespace in memory killed and restarted empty, then
+/// refilled (every node answers `cluster-stable`): its copies are full and
+/// trusted again, so when another node is killed the two left (a majority,
+/// one of them holding a full copy of every partition) serve everything,
+/// and every acknowledged write reads back. (It passed before any change:
+/// the finding it was written for, from `scripts/txn-bank.sh`, was the
+/// script's stability wait; ~22 s, so on demand, not in CI.)
+#[test]
+#[ignore = "on demand: about 22 s of real processes"]
+fn a_refilled_sc_node_keeps_every_partition_available_when_another_goes() {
+    let (mut nodes, directories) = nodes(0x50);
+    let seeds: Vec<String> = nodes.iter().map(Node::heartbeat_address).collect();
+    for node in nodes.iter_mut() {
+        node.start_seeds(&seeds);
+    }
+    wait_for_cluster(
+        &nodes.iter().collect::<Vec<_>>(),
+        3,
+        Duration::from_secs(30),
+    );
+    set_roster_to_observed(&nodes, "mem");
+    for node in &nodes {
+        wait_for_partitions(node, "mem", (0, 0));
+    }
+    let acknowledged = write_keys_in(&nodes[0], "mem", "a", 300);
+    assert_eq!(acknowledged.len(), 300);
+    // Node 2 killed and restarted empty; refilled from the others.
+    nodes[1].kill();
+    wait_for_cluster(&[&nodes[0], &nodes[2]], 2, Duration::from_secs(30));
+    nodes[1].start_seeds(&seeds);
+    wait_for_cluster(
+        &nodes.iter().collect::<Vec<_>>(),
+        3,
+        Duration::from_secs(30),
+    );
+    wait_for_cluster_stable(&nodes.iter().collect::<Vec<_>>(), "mem");
+    // Node 3 killed: nodes 1 and 2 serve every partition.
+    nodes[2].kill();
+    wait_for_cluster(&[&nodes[0], &nodes[1]], 2, Duration::from_secs(30));
+    for node in &nodes[..2] {
+        wait_for_partitions(node, "mem", (0, 0));
+    }
+    assert_read_back_in(&nodes[1], "mem", &acknowledged);
     drop(nodes);
     for directory in directories {
         let _ = std::fs::remove_dir_all(directory);
