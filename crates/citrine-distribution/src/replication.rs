@@ -1426,7 +1426,7 @@ impl Distribution {
             let held = TxnCopy::capture(namespace, digest);
             let marker =
                 data_path::regime_marker(&namespace.config.name, digest, self.now().unix_ms);
-            (data_path::is_sc(namespace) && held != TxnCopy::default()).then_some(marker)
+            (data_path::is_sc(namespace) && !held.is_empty()).then_some(marker)
         })
     }
 
@@ -1701,7 +1701,7 @@ impl Distribution {
         let truncated_before = record
             .as_ref()
             .map_or(0, |record| truncated_before_of(namespace, &record.set_name));
-        let txn = match data_path::is_sc(namespace) && state != TxnCopy::default() {
+        let txn = match data_path::is_sc(namespace) && !state.is_empty() {
             true => state.encode(namespace),
             false => Vec::new(),
         };

@@ -280,7 +280,7 @@ impl<V: Default> DigestTable<V> {
     }
 
     /// Puts a digest known to be absent into the first empty slot of its
-    /// probe run (there is one: the load is below 7/8).
+    /// probe run (there is one: the load is at most 9/10).
     fn place(&mut self, key: Key, value: V) {
         let hash = key_hash(&key);
         let mut at = home_of(hash, self.slots.len());

@@ -207,13 +207,7 @@ pub(crate) fn answer(service: &Service, command: &InfoCommand<'_>) -> String {
 /// Whether this node is its view's principal (the member with the highest
 /// node id), or in no view.
 fn is_principal(service: &Service) -> bool {
-    let cluster = service.dist().cluster();
-    cluster
-        .members
-        .iter()
-        .map(|member| member.node_id)
-        .max()
-        .is_none_or(|principal| principal == service.node_id)
+    service.dist().cluster().principal() == service.node_id
 }
 
 /// The SC namespace `name`, or the error answer.

@@ -23,7 +23,7 @@
 //!   drop. [`Location::adopt`] refuses (panics on) a pointer with the top
 //!   bit set, so no allocation is ever read as a device address.
 //! - top bit set (a device location): the low 63 bits are the address's
-//!   device, rblock and rblock count ([`pack_device`]) as a pointer
+//!   `u64` form less one always-clear bit ([`pack_device`]) as a pointer
 //!   without provenance; it is never dereferenced or freed.
 //! - Nothing else constructs a `Location` (the field is private), so the
 //!   two cases above are the only ones.
@@ -39,11 +39,14 @@ const _: () = assert!(usize::BITS == 64, "Location needs 64-bit pointers");
 
 /// The word's top bit: set for a device location.
 const DEVICE_BIT: usize = 1 << 63;
-/// A device address's rblock count, in the packed word's low bits.
-const RBLOCKS_BITS: u32 = DeviceAddress::MAX_RBLOCKS.count_ones();
+/// Bits of a [`DeviceAddress`]'s rblock-count field; the count uses one
+/// fewer ([`DeviceAddress::MAX_RBLOCKS`]), so the field's top bit is always
+/// clear and dropping it frees the word's top bit for the kind.
+const COUNT_FIELD_BITS: u32 = DeviceAddress::MAX_RBLOCKS.count_ones() + 1;
 
-/// A device address as the low 63 bits of a word: device (6 bits), rblock
-/// (34), rblock count (23), high to low; the top bit marks the kind.
+/// A device address as the low 63 bits of a word: its `u64` form without
+/// the rblock-count field's always-clear top bit; the top bit marks the
+/// kind.
 #[inline]
 fn pack_device(address: DeviceAddress) -> usize {
     let rblocks = address.rblocks();
@@ -51,20 +54,17 @@ fn pack_device(address: DeviceAddress) -> usize {
         rblocks <= DeviceAddress::MAX_RBLOCKS,
         "device address {address:?} past the rblock count a location holds"
     );
-    let bits = (address.device() as u64) << (34 + RBLOCKS_BITS)
-        | address.rblock() << RBLOCKS_BITS
-        | u64::from(rblocks);
-    DEVICE_BIT | bits as usize
+    let above = address.0 >> COUNT_FIELD_BITS;
+    DEVICE_BIT | (above << (COUNT_FIELD_BITS - 1) | u64::from(rblocks)) as usize
 }
 
 /// The address [`pack_device`] packed into `word`.
 #[inline]
 fn unpack_device(word: usize) -> DeviceAddress {
     let bits = (word & !DEVICE_BIT) as u64;
-    let rblocks = (bits & u64::from(DeviceAddress::MAX_RBLOCKS)) as u32;
-    let rblock = (bits >> RBLOCKS_BITS) & DeviceAddress::MAX_RBLOCK;
-    let device = bits >> (34 + RBLOCKS_BITS);
-    DeviceAddress(device << 58 | rblock << 24 | u64::from(rblocks))
+    let rblocks = bits & u64::from(DeviceAddress::MAX_RBLOCKS);
+    let above = bits >> (COUNT_FIELD_BITS - 1);
+    DeviceAddress(above << COUNT_FIELD_BITS | rblocks)
 }
 
 /// Bytes of the length prefix of an in-memory body's allocation: the spare

@@ -56,6 +56,11 @@ pub struct TxnCopy {
 }
 
 impl TxnCopy {
+    /// No provisional version, no monitor, no settled transaction.
+    pub fn is_empty(&self) -> bool {
+        self.provisional.is_none() && self.monitor.is_none() && self.settled.is_empty()
+    }
+
     /// `digest`'s state in `namespace`'s tables now.
     /// Without a lock when the partition holds no state (the common
     /// case: every SC replicated write captures).
@@ -228,7 +233,7 @@ pub fn apply(
     now: Now,
 ) -> Result<(), ResultCode> {
     let digest = write.digest;
-    if copy == TxnCopy::default() && namespace.txn.partition_is_empty(digest.partition()) {
+    if copy.is_empty() && namespace.txn.partition_is_empty(digest.partition()) {
         return Ok(());
     }
     let partition = namespace.index.partition(digest.partition()).write();

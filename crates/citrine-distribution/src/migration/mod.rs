@@ -1904,7 +1904,7 @@ impl Distribution {
         let delta: Vec<Digest> = digests
             .iter()
             .filter(|digest| {
-                if sc && txn_state(namespace, digest).is_some() {
+                if sc && !TxnCopy::capture(namespace, digest).is_empty() {
                     // The state travels with the record, even to a
                     // target holding the same committed version.
                     return true;
@@ -2237,7 +2237,7 @@ fn batch_records(
 /// holds the record's index partition lock.
 fn txn_state(namespace: &citrine_data::namespace::Namespace, digest: &Digest) -> Option<Vec<u8>> {
     let state = TxnCopy::capture(namespace, digest);
-    (state != TxnCopy::default()).then(|| state.encode(namespace))
+    (!state.is_empty()).then(|| state.encode(namespace))
 }
 
 /// One record's copy for a migration batch: the encoded [`ReplicaWrite`]

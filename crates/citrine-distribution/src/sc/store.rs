@@ -197,8 +197,7 @@ impl Distribution {
         if self.rosters.view_key.swap(key, Ordering::Relaxed) == key {
             return Vec::new();
         }
-        let principal = cluster.members.iter().map(|member| member.node_id).max();
-        if principal != Some(self.node_id) {
+        if cluster.principal() != self.node_id {
             return Vec::new();
         }
         let names: Vec<&str> = self

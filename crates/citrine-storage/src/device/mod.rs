@@ -1231,42 +1231,47 @@ impl DeviceEngine {
     /// Reads the bytes of a record at `address` (from a buffer, the
     /// post-write queue or the device) and returns its body, checked.
     fn read_address(&self, address: DeviceAddress) -> Result<Vec<u8>, StorageError> {
-        let bytes = self.read_raw(address, usize::MAX)?;
-        let record = format::decode_record(&bytes, None).map_err(|error| {
-            self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                address = address.0,
-                ?error,
-                "record failed its checksum on read"
-            );
-            StorageError::Corrupt(format!("{error:?}"))
-        })?;
-        self.record_body(&record).map_err(|error| {
-            self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(address = address.0, %error, "record body does not decompress");
-            StorageError::Corrupt(error)
+        self.read_raw(address, usize::MAX, |bytes, (path, block, offset)| {
+            let record = format::decode_record(bytes, None).map_err(|error| {
+                self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(device = %path, block, offset, ?error, "record failed its checksum on read");
+                StorageError::Corrupt(format!("{error:?}"))
+            })?;
+            self.record_body(&record).map_err(|error| {
+                self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(device = %path, block, offset, %error, "record body does not decompress");
+                StorageError::Corrupt(error)
+            })
         })
     }
 
-    /// The bytes of the record at `address` (at most its first `limit`),
-    /// from its write buffer, the post-write queue or the device.
-    fn read_raw(&self, address: DeviceAddress, limit: usize) -> Result<Vec<u8>, StorageError> {
+    /// `decode` of the bytes of the record at `address` (at most its first
+    /// `limit`), from its write buffer (under the buffer's lock, without a
+    /// copy), the post-write queue or the device; `decode` also gets the
+    /// device's path, the block and the offset, for its messages.
+    fn read_raw<R>(
+        &self,
+        address: DeviceAddress,
+        limit: usize,
+        decode: impl FnOnce(&[u8], (&str, u32, usize)) -> Result<R, StorageError>,
+    ) -> Result<R, StorageError> {
         let (block, offset) = self.locate(address).ok_or_else(|| {
             StorageError::Corrupt(format!("address {:#x} outside the devices", address.0))
         })?;
         let device = &self.devices[address.device()];
         let length = (address.bytes() as usize).min(limit);
+        let at = (device.path.as_str(), block, offset);
         for buffer in [&device.client, &device.defrag] {
             let buffer = buffer.lock();
             if buffer.block == Some(block) {
                 self.stats.reads_from_buffer.fetch_add(1, Ordering::Relaxed);
-                return Ok(buffer.data.as_slice()[offset..offset + length].to_vec());
+                return decode(&buffer.data.as_slice()[offset..offset + length], at);
             }
         }
         let cached = device.pwq.lock().blocks.get(&block).cloned();
         if let Some(data) = cached {
             self.stats.reads_from_pwq.fetch_add(1, Ordering::Relaxed);
-            return Ok(data.as_slice()[offset..offset + length].to_vec());
+            return decode(&data.as_slice()[offset..offset + length], at);
         }
         self.stats.reads_from_device.fetch_add(1, Ordering::Relaxed);
         let started = self.benchmarks.start();
@@ -1277,7 +1282,7 @@ impl DeviceEngine {
         self.benchmarks
             .device_io(started, device.index, crate::bench::IoKind::Read);
         self.benchmarks.record_size(false, length);
-        Ok(bytes)
+        decode(&bytes, at)
     }
 
     /// The delete tombstones the engine holds (not the expired copies it
@@ -1285,6 +1290,7 @@ impl DeviceEngine {
     /// only as far as its header and set name): what a restart gives the
     /// index back. One that cannot be read is left out with a log line.
     pub fn held_tombstones(&self) -> Vec<HeldTombstone> {
+        let prefix = format::RECORD_HEADER_BYTES + format::SET_NAME_MAX;
         let mut held = Vec::new();
         for device in &self.devices {
             let tombs: Vec<(Digest, DeviceAddress)> = device
@@ -1294,15 +1300,14 @@ impl DeviceEngine {
                 .map(|(digest, tomb)| (*digest, tomb.address))
                 .collect();
             for (digest, address) in tombs {
-                let prefix = format::RECORD_HEADER_BYTES + format::SET_NAME_MAX;
-                let read = self.read_raw(address, prefix).and_then(|bytes| {
+                let read = self.read_raw(address, prefix, |bytes, _| {
                     let corrupt = |error| StorageError::Corrupt(format!("{error:?}"));
-                    let header = format::decode_record_header(&bytes, None).map_err(corrupt)?;
+                    let header = format::decode_record_header(bytes, None).map_err(corrupt)?;
                     if !header.is_tombstone() {
                         return Ok((header, Vec::new()));
                     }
                     // A tombstone has no body: all of it is in the prefix.
-                    format::decode_record(&bytes, None)
+                    format::decode_record(bytes, None)
                         .map(|record| (record.header, record.set.to_vec()))
                         .map_err(corrupt)
                 });
